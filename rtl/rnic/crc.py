@@ -1,0 +1,208 @@
+"""CRC-32 (IEEE 802.3, reflected, as ``zlib.crc32``) over a W-bit byte stream, one beat a cycle.
+
+The ICRC checker of RX Parse and the ICRC generator of the TX header builder are both this unit.
+
+How it stays at one beat per cycle with any ``keep``
+----------------------------------------------------
+CRC-32 is linear over GF(2): after one W-bit beat, ``s' = A·s ⊕ G·d`` where ``A`` advances the
+state by W/8 bytes and ``G`` is the data term. Every beat, full or partial, goes through that
+single full-width update with its invalid bytes forced to zero. Trailing zero bytes only advance
+the state (``A^k``), and ``A`` is invertible, so a last beat with ``k`` missing bytes is
+corrected afterwards by ``A^-k``, applied as ``log2(W/8)+1`` conditional 32×32 stages on the
+32-bit state alone. The wide data term is computed ahead of the feedback loop (per 64-bit chunk,
+then XORed), so only a 32×32 matrix and one XOR stay inside the loop.
+
+The initial state is a parameter: with ``init=crc_init_skipping(n, prefix)`` a stream may start
+with ``n`` bytes forced to zero and behave as though it had begun with ``prefix`` (this is how
+RX Parse replaces the 14-byte Ethernet header by the ICRC's eight 0xFF bytes of masked LRH).
+"""
+
+import zlib
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .stream import check_width
+
+__all__ = ["CRC32", "crc32_update", "crc_init_skipping", "CRC_INIT", "CRC_POLY"]
+
+CRC_POLY = 0xEDB88320   # reflected 0x04C11DB7
+CRC_INIT = 0xFFFFFFFF
+CRC_XOROUT = 0xFFFFFFFF
+
+
+def crc32_update(state, data_bytes):
+    """Raw register update (no final XOR): ``zlib.crc32(m) == crc32_update(INIT, m) ^ XOROUT``."""
+    for b in data_bytes:
+        state ^= b
+        for _ in range(8):
+            state = (state >> 1) ^ (CRC_POLY if state & 1 else 0)
+    return state
+
+
+# ---- GF(2) linear maps as 32 row masks ---------------------------------------------------------
+
+def _rows_from_function(fn, n_in):
+    cols = [fn(1 << j) for j in range(n_in)]
+    return [sum(((cols[j] >> i) & 1) << j for j in range(n_in)) for i in range(32)]
+
+
+def _apply(rows, x):
+    return sum((bin(r & x).count("1") & 1) << i for i, r in enumerate(rows))
+
+
+def _mat_mul(a, b):
+    """Rows of a∘b (apply b first)."""
+    return _rows_from_function(lambda x: _apply(a, _apply(b, x)), 32)
+
+
+def _mat_inv(rows):
+    # Gauss-Jordan over GF(2) on [M | I].
+    aug = [(rows[i], 1 << i) for i in range(32)]
+    for col in range(32):
+        piv = next(r for r in range(col, 32) if (aug[r][0] >> col) & 1)
+        aug[col], aug[piv] = aug[piv], aug[col]
+        for r in range(32):
+            if r != col and (aug[r][0] >> col) & 1:
+                aug[r] = (aug[r][0] ^ aug[col][0], aug[r][1] ^ aug[col][1])
+    return [aug[i][1] for i in range(32)]
+
+
+def _advance_rows(nbytes):
+    """A^n: the state after n zero bytes, as rows over the 32 state bits."""
+    return _rows_from_function(lambda s: crc32_update(s, bytes(nbytes)), 32)
+
+
+def _data_rows(nbytes):
+    """G: the data term of an n-byte message (zero initial state), rows over 8n data bits."""
+    return _rows_from_function(
+        lambda d: crc32_update(0, d.to_bytes(nbytes, "little")), 8 * nbytes)
+
+
+def crc_init_skipping(nbytes, prefix=b""):
+    """Initial register value such that ``nbytes`` zero bytes leave the state that ``prefix``
+    leaves when started from the usual init."""
+    target = crc32_update(CRC_INIT, prefix)
+    return _apply(_mat_inv(_advance_rows(nbytes)), target)
+
+
+def _xor_rows(rows, vec):
+    bits = []
+    for r in rows:
+        taps = [vec[j] for j in range(len(vec)) if (r >> j) & 1]
+        bits.append(Cat(*taps).xor() if taps else Const(0, 1))
+    return Cat(*bits)
+
+
+class CRC32(wiring.Component):
+    """CRC-32 of a byte stream, W bits per cycle, any contiguous ``keep``.
+
+    The unit never stalls its input (``i.ready`` is always 1) and delivers one result per packet
+    ``latency`` cycles after the packet's last beat.
+
+    Parameters
+    ----------
+    width : int
+        Data width W: 64, 128, 256 or 512.
+    init : int
+        Initial register value (default ``0xFFFFFFFF``, giving ``zlib.crc32``).
+
+    Attributes
+    ----------
+    i : In(stream.Signature(layout, always_ready=True))
+        ``data`` (W), ``keep`` (W/8, contiguous from bit 0, any value including 0 on the last
+        beat; all ones otherwise), ``first`` (first beat of a packet: restarts from ``init``),
+        ``last`` (last beat of a packet).
+    o : Out(stream.Signature(32, always_ready=True))
+        ``payload`` is ``zlib.crc32`` of the packet (final XOR applied): its wire bytes are
+        ``payload.to_bytes(4, "little")``. Valid for one cycle per packet.
+    latency : int
+        Cycles from the last beat accepted to ``o.valid``.
+    """
+
+    def __init__(self, width, *, init=CRC_INIT):
+        self.width = check_width(width)
+        self.init = init
+        self.nbytes = width // 8
+        self.kbits = self.nbytes.bit_length()          # k in 0 .. W/8
+        self.chunks = max(1, width // 64)
+        self.latency = 3 + self.kbits
+        layout = data.StructLayout({"data": width, "keep": width // 8, "first": 1, "last": 1})
+        super().__init__({
+            "i": In(stream.Signature(layout, always_ready=True)),
+            "o": Out(stream.Signature(32, always_ready=True)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W, nb = self.width, self.nbytes
+
+        # Stage 1: mask invalid bytes, per-chunk data terms.
+        masked = Signal(W)      # a signal, so each XOR tap below is one wire, not a new mux
+        m.d.comb += masked.eq(Cat(*[Mux(self.i.payload.keep[b],
+                                        self.i.payload.data[8 * b:8 * b + 8], 0)
+                                    for b in range(nb)]))
+        missing = Signal(self.kbits)
+        m.d.comb += missing.eq(nb - sum(self.i.payload.keep[b] for b in range(nb)))
+        g_rows = _data_rows(nb)
+        cw = W // self.chunks
+        s1_terms = [Signal(32, name=f"s1_term{c}") for c in range(self.chunks)]
+        s1_valid, s1_first, s1_last = Signal(), Signal(), Signal()
+        s1_missing = Signal(self.kbits)
+        for c, term in enumerate(s1_terms):
+            rows = [(r >> (c * cw)) & ((1 << cw) - 1) for r in g_rows]
+            m.d.sync += term.eq(_xor_rows(rows, masked[c * cw:(c + 1) * cw]))
+        m.d.sync += [
+            s1_valid.eq(self.i.valid),
+            s1_first.eq(self.i.payload.first),
+            s1_last.eq(self.i.payload.last),
+            s1_missing.eq(missing),
+        ]
+
+        # Stage 2: combine chunk terms.
+        s2_term = Signal(32)
+        s2_valid, s2_first, s2_last = Signal(), Signal(), Signal()
+        s2_missing = Signal(self.kbits)
+        acc = s1_terms[0]
+        for t in s1_terms[1:]:
+            acc = acc ^ t
+        m.d.sync += [
+            s2_term.eq(acc), s2_valid.eq(s1_valid), s2_first.eq(s1_first),
+            s2_last.eq(s1_last), s2_missing.eq(s1_missing),
+        ]
+
+        # Stage 3: the feedback loop (32x32 matrix and one XOR).
+        a_rows = _advance_rows(nb)
+        state = Signal(32, init=self.init)
+        adv_init = _apply(a_rows, self.init)
+        nxt = Mux(s2_first, Const(adv_init, 32), _xor_rows(a_rows, state)) ^ s2_term
+        tail_valid = Signal()
+        tail = Signal(32)
+        tail_missing = Signal(self.kbits)
+        with m.If(s2_valid):
+            m.d.sync += state.eq(nxt)
+        m.d.sync += [tail_valid.eq(s2_valid & s2_last), tail.eq(nxt), tail_missing.eq(s2_missing)]
+
+        # Correction stages: undo the zero bytes of a partial last beat, A^-(2^j) per bit j.
+        cur_v, cur_s, cur_k = tail_valid, tail, tail_missing
+        for j in range(self.kbits):
+            inv = _mat_inv(_advance_rows(1 << j))
+            nv, ns, nk = Signal(name=f"c{j}_valid"), Signal(32, name=f"c{j}_s"), \
+                Signal(self.kbits, name=f"c{j}_k")
+            m.d.sync += [
+                nv.eq(cur_v),
+                ns.eq(Mux(cur_k[j], _xor_rows(inv, cur_s), cur_s)),
+                nk.eq(cur_k),
+            ]
+            cur_v, cur_s, cur_k = nv, ns, nk
+
+        m.d.comb += [self.o.valid.eq(cur_v), self.o.payload.eq(cur_s ^ CRC_XOROUT)]
+        return m
+
+
+def _self_check():
+    assert crc32_update(CRC_INIT, b"123456789") ^ CRC_XOROUT == zlib.crc32(b"123456789")
+
+
+_self_check()

