@@ -132,3 +132,45 @@ class Queue(wiring.Component):
             self.level.eq(q.level),
         ]
         return m
+
+
+class StreamMerge(wiring.Component):
+    """Round-robin merge of ``n`` streams of one shape into one (whole transfers, no framing).
+
+    Each input is granted within ``n`` transfers of the output. Use it for narrow control
+    streams (events, doorbells); packet streams need a framing-aware arbiter.
+
+    Attributes
+    ----------
+    i : In(stream.Signature(shape)).array(n)
+    o : Out(stream.Signature(shape))
+    """
+
+    def __init__(self, shape, n):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"a merge needs at least one input, not {n!r}")
+        self._n = n
+        super().__init__({
+            "i": In(stream.Signature(shape)).array(n),
+            "o": Out(stream.Signature(shape)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._n
+        last = Signal(range(n), init=n - 1)     # the last input granted
+        # pick the first valid input after `last`, cyclically
+        sel = Signal(range(n))
+        any_valid = Signal()
+        for k in reversed(range(n)):
+            for j in range(n):
+                cand = (j + 1 + k) % n
+                with m.If((last == j) & self.i[cand].valid):
+                    m.d.comb += [sel.eq(cand), any_valid.eq(1)]
+        with m.If(~self.o.valid | self.o.ready):
+            m.d.sync += self.o.valid.eq(any_valid)
+            for j in range(n):
+                with m.If(any_valid & (sel == j)):
+                    m.d.comb += self.i[j].ready.eq(1)
+                    m.d.sync += [self.o.payload.eq(self.i[j].payload), last.eq(j)]
+        return m

@@ -1,0 +1,81 @@
+"""Configuration of one generated core, checked at elaboration (interface.md §1)."""
+
+from dataclasses import dataclass, asdict
+
+from .stream import WIDTHS
+
+__all__ = ["RnicConfig", "ConfigError"]
+
+
+class ConfigError(ValueError):
+    """A configuration value outside the contract; the message is one line saying why."""
+
+
+def _pow2(n):
+    return isinstance(n, int) and n > 0 and n & (n - 1) == 0
+
+
+@dataclass(frozen=True)
+class RnicConfig:
+    """Parameters of ``rnic generate`` (interface.md §1).
+
+    Attributes
+    ----------
+    data_width : int
+        W, the MAC stream and host-memory data width: 64, 128, 256 or 512.
+    num_qp : int
+        Queue pairs, a power of two, 4 ≤ N ≤ 4096 (QPN 0 and 1 are reserved).
+    num_cq : int
+        Completion queues, a power of two, 1 ≤ C ≤ 1024.
+    key_entries : int
+        Key-table (CAM) slots, a power of two, 4 ≤ K ≤ 1024.
+    clock_mhz : float
+        Core clock in MHz (> 0); sets the reset value of US_CYCLES and the synthesis target.
+    """
+    data_width: int = 64
+    num_qp: int = 256
+    num_cq: int = 64
+    key_entries: int = 64
+    clock_mhz: float = 156.25
+
+    def __post_init__(self):
+        for reason in self.problems():
+            raise ConfigError(reason)
+
+    def problems(self):
+        out = []
+        if self.data_width not in WIDTHS:
+            out.append(f"--data-width {self.data_width}: must be one of 64, 128, 256, 512 "
+                       "(the MAC and AXI data widths the datapath is built for)")
+        for flag, val, lo, hi, why in (
+                ("--num-qp", self.num_qp, 4, 4096,
+                 "QPNs 0 and 1 are reserved and QP context lives in block RAM"),
+                ("--num-cq", self.num_cq, 1, 1024, "the CQ table and event queue are sized by it"),
+                ("--key-entries", self.key_entries, 4, 1024,
+                 "every slot of the key CAM is compared in parallel")):
+            if not isinstance(val, int) or isinstance(val, bool):
+                out.append(f"{flag} {val!r}: must be an integer")
+            elif not _pow2(val):
+                out.append(f"{flag} {val}: must be a power of two ({why})")
+            elif not lo <= val <= hi:
+                out.append(f"{flag} {val}: must be between {lo} and {hi} ({why})")
+        try:
+            f = float(self.clock_mhz)
+            if not f > 0 or f != f or f == float("inf"):
+                raise ValueError
+        except (TypeError, ValueError):
+            out.append(f"--clock-mhz {self.clock_mhz!r}: must be a positive number of MHz "
+                       "(it sets US_CYCLES, the time base of every timer)")
+        return out
+
+    @property
+    def lanes(self):
+        return self.data_width // 8
+
+    @property
+    def us_cycles(self):
+        """Reset value of US_CYCLES: clock cycles per microsecond, round(F)."""
+        return max(1, int(float(self.clock_mhz) + 0.5))
+
+    def as_dict(self):
+        return asdict(self)
