@@ -124,7 +124,8 @@ class Header:
             f = self.fields[name]
             v = Value.cast(v)
             for i in range(f.width):
-                bits[f.first_bit + i] = v[f.width - 1 - i] if i < len(v) else Const(0, 1)
+                b = f.width - 1 - i         # value bit for wire bit i (zero-extend narrow values)
+                bits[f.first_bit + i] = v[b] if b < len(v) else Const(0, 1)
         return [Cat(*reversed(bits[8 * b:8 * b + 8])) for b in range(self.size)]
 
 
