@@ -21,6 +21,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import xml.etree.ElementTree as ET
@@ -88,10 +89,27 @@ def generate_verilog(name, factory, params=None, *, toplevel="dut"):
                 text = verilog.convert(elab, name=toplevel, ports=ports, emit_src=False)
             else:
                 text = verilog.convert(top, name=toplevel, emit_src=False)
+            text = _icarus_time0_fix(text)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text)
             tmp.rename(path)
     return cfg, path
+
+
+_DUMMY = re.compile(r"reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;")
+
+
+def _icarus_time0_fix(text):
+    """Make yosys' time-zero trigger of ``always @*`` blocks work under ``iverilog -g2012``.
+
+    yosys declares ``reg \\$auto$...dump_module$N = 0;`` so that every ``always @*`` block runs
+    once at time 0. Under SystemVerilog semantics (``-g2012``, the cocotb runner's default) the
+    declaration initialiser runs before any process starts, no event reaches the blocks, and a
+    combinational output whose inputs do not change after time 0 (e.g. a ``ready`` that depends
+    only on an FSM still in its reset state) stays X. Assigning the dummy with ``#0`` in an
+    ``initial`` block fires the event after the blocks are waiting.
+    """
+    return _DUMMY.sub(lambda mt: f"reg {mt.group(1)};\n  initial #0 {mt.group(1)} = 1'h0;", text)
 
 
 def _verilator_path():

@@ -23,20 +23,30 @@ class AxiLiteSlave(wiring.Component):
 
     Address and write data are taken independently (each has its own holding register). A write
     whose ``wstrb`` is not 0xF is acknowledged and otherwise ignored. A register may hold the bus
-    with ``wr_ready`` (e.g. a full doorbell queue): the write response waits for it.
+    with ``wr_ready`` (e.g. a nearly full doorbell queue): the write waits for it.
+
+    Both directions are registered for timing: a write leaves as a one-cycle ``wr_en`` pulse
+    from registers (the cycle its B response is raised), and a read is a one-cycle ``rd_en``
+    pulse after which the register file has ``read_latency`` cycles to present ``rd_data``.
+
+    Parameters
+    ----------
+    read_latency : int
+        Cycles from ``rd_en`` to the cycle ``rd_data`` is sampled (≥ 0).
 
     Attributes
     ----------
     bus : Out(AxiLiteSignature())
-        The AXI4-Lite port.
+        The AXI4-Lite port (its ``In`` members are driven by the master).
     wr_addr : Out(16), wr_data : Out(32), wr_en : Out(1)
-        One write, valid while ``wr_en``; it is done in the cycle ``wr_en & wr_ready``.
+        One write, for one cycle.
     wr_ready : In(1)
-        The register decoder can take the write this cycle.
+        The register decoder can take one more write (sampled before the write is issued, so it
+        must already account for a write in flight).
     rd_addr : Out(16), rd_en : Out(1)
-        One read, for one cycle; ``rd_data`` must answer combinationally in that cycle (a read
-        with a side effect, such as popping EVENT, acts on ``rd_en``).
+        One read, for one cycle (a read with a side effect, such as popping EVENT, acts on it).
     rd_data : In(32)
+        Sampled ``read_latency`` cycles after ``rd_en``.
     """
 
     bus: Out(AxiLiteSignature())
@@ -47,6 +57,12 @@ class AxiLiteSlave(wiring.Component):
     rd_addr: Out(16)
     rd_en: Out(1)
     rd_data: In(32)
+
+    def __init__(self, *, read_latency=1):
+        if not isinstance(read_latency, int) or read_latency < 0:
+            raise ValueError(f"read_latency must be a non-negative integer, not {read_latency!r}")
+        self.read_latency = read_latency
+        super().__init__()
 
     def elaborate(self, platform):
         m = Module()
@@ -62,22 +78,28 @@ class AxiLiteSlave(wiring.Component):
             m.d.sync += [w_held.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
 
         full_word = w_strb == 0xF
-        m.d.comb += [self.wr_addr.eq(aw_addr), self.wr_data.eq(w_data),
-                     self.wr_en.eq(aw_held & w_held & ~bus.bvalid & full_word)]
         done = aw_held & w_held & ~bus.bvalid & (~full_word | self.wr_ready)
+        m.d.sync += self.wr_en.eq(done & full_word)
         with m.If(done):
-            m.d.sync += [aw_held.eq(0), w_held.eq(0), bus.bvalid.eq(1)]
+            m.d.sync += [aw_held.eq(0), w_held.eq(0), bus.bvalid.eq(1),
+                         self.wr_addr.eq(aw_addr), self.wr_data.eq(w_data)]
         with m.Elif(bus.bvalid & bus.bready):
             m.d.sync += bus.bvalid.eq(0)
 
-        ar_held = Signal()
+        # read: AR taken -> rd_en (1 cycle) -> read_latency cycles -> R
+        busy = Signal()
         ar_addr = Signal(16)
-        m.d.comb += bus.arready.eq(~ar_held & ~bus.rvalid)
+        m.d.comb += bus.arready.eq(~busy & ~bus.rvalid)
         with m.If(bus.arvalid & bus.arready):
-            m.d.sync += [ar_held.eq(1), ar_addr.eq(bus.araddr)]
-        m.d.comb += [self.rd_addr.eq(ar_addr), self.rd_en.eq(ar_held)]
-        with m.If(ar_held):
-            m.d.sync += [bus.rdata.eq(self.rd_data), bus.rvalid.eq(1), ar_held.eq(0)]
+            m.d.sync += [busy.eq(1), ar_addr.eq(bus.araddr)]
+        stage = Signal(range(self.read_latency + 2))
+        m.d.comb += [self.rd_addr.eq(ar_addr), self.rd_en.eq(busy & (stage == 0))]
+        with m.If(busy):
+            with m.If(stage == self.read_latency):
+                m.d.sync += [bus.rdata.eq(self.rd_data), bus.rvalid.eq(1), busy.eq(0),
+                             stage.eq(0)]
+            with m.Else():
+                m.d.sync += stage.eq(stage + 1)
         with m.Elif(bus.rvalid & bus.rready):
             m.d.sync += bus.rvalid.eq(0)
         return m

@@ -25,7 +25,7 @@ While ``sweeping`` is high (any block clearing its tables after ``rst``), CMD_ST
 CMD writes are ignored and ``drop_all`` tells RX Parse to drop and count every frame (as 2).
 """
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -102,7 +102,7 @@ class ControlPlane(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        m.submodules.axil = slave = AxiLiteSlave()
+        m.submodules.axil = slave = AxiLiteSlave(read_latency=1)
         for name, member in self.axil.signature.members.items():
             ours, theirs = getattr(self.axil, name), getattr(slave.bus, name)
             m.d.comb += (theirs.eq(ours) if member.flow == In else ours.eq(theirs))
@@ -139,6 +139,8 @@ class ControlPlane(wiring.Component):
         m.d.comb += self.irq.eq(irq_en & evq.o.valid)
 
         # ---- doorbells ---------------------------------------------------------------------
+        # The slave issues a write only when every doorbell queue has room for it: a queue
+        # with at most depth-2 entries can take the write in flight and one more.
         db_ready = Signal()
         m.d.comb += db_ready.eq(1)
         for name in ("rq_db", "sq_db", "cq_db", "cq_arm"):
@@ -148,7 +150,7 @@ class ControlPlane(wiring.Component):
             hit = word_w == at(name.upper())
             m.d.comb += [q.i.payload.eq(slave.wr_data),
                          q.i.valid.eq(slave.wr_en & hit)]
-            with m.If(hit & ~q.i.ready):
+            with m.If(q.level > 2):
                 m.d.comb += db_ready.eq(0)
         m.d.comb += slave.wr_ready.eq(db_ready)
 
@@ -163,7 +165,7 @@ class ControlPlane(wiring.Component):
         status_busy = busy | self.sweeping
         with m.FSM(name="mailbox"):
             with m.State("IDLE"):
-                with m.If(slave.wr_en & slave.wr_ready & (word_w == at("CMD")) & ~status_busy):
+                with m.If(slave.wr_en & (word_w == at("CMD")) & ~status_busy):
                     op = slave.wr_data[:8]
                     index = slave.wr_data[8:]
                     m.d.sync += [cmd.opcode.eq(op), cmd.index.eq(index), cmd.args.eq(args)]
@@ -201,7 +203,7 @@ class ControlPlane(wiring.Component):
                             m.next = "IDLE"
 
         # ---- register writes ---------------------------------------------------------------
-        with m.If(slave.wr_en & slave.wr_ready):
+        with m.If(slave.wr_en):
             with m.Switch(word_w):
                 with m.Case(at("MAC_LO")):
                     m.d.sync += mac_lo.eq(slave.wr_data)
@@ -218,42 +220,48 @@ class ControlPlane(wiring.Component):
                         with m.If(~busy):
                             m.d.sync += args[i].eq(slave.wr_data)
 
-        # ---- register reads ----------------------------------------------------------------
+        # ---- register reads: two stages (group muxes on rd_en, then a 3-way select) --------
         caps0 = Cat(Const(cfg.data_width // 8, 8), Const(cfg.num_qp.bit_length() - 1, 8),
                     Const(cfg.num_cq.bit_length() - 1, 8),
                     Const(cfg.key_entries.bit_length() - 1, 8))
-        with m.Switch(word_r):
-            with m.Case(at("ID")):
-                m.d.comb += slave.rd_data.eq(ID_VALUE)
-            with m.Case(at("VERSION")):
-                m.d.comb += slave.rd_data.eq(VERSION_VALUE)
-            with m.Case(at("CAPS0")):
-                m.d.comb += slave.rd_data.eq(caps0)
-            with m.Case(at("MAC_LO")):
-                m.d.comb += slave.rd_data.eq(mac_lo)
-            with m.Case(at("MAC_HI")):
-                m.d.comb += slave.rd_data.eq(mac_hi)
-            with m.Case(at("IPV4")):
-                m.d.comb += slave.rd_data.eq(ipv4)
-            with m.Case(at("US_CYCLES")):
-                m.d.comb += slave.rd_data.eq(us_cycles)
-            with m.Case(at("CMD_STATUS")):
-                m.d.comb += slave.rd_data.eq(Cat(status_busy, Const(0, 7), result))
-            with m.Case(at("IRQ_EN")):
-                m.d.comb += slave.rd_data.eq(irq_en)
-            with m.Case(at("EVENT")):
-                ev = evq.o.payload
-                m.d.comb += [
-                    slave.rd_data.eq(Cat(ev.ev.number, ev.ev.type, Const(0, 2), ev.lost,
-                                         Const(1, 1))),
-                    evq.o.ready.eq(slave.rd_en),
-                ]
-                with m.If(~evq.o.valid):
-                    m.d.comb += slave.rd_data.eq(0)
-            for i in range(NUM_ARGS):
-                with m.Case(at("ARG", i)):
-                    m.d.comb += slave.rd_data.eq(args[i])
-            for i in range(NUM_COUNTERS):
-                with m.Case(at("COUNTER", i)):
-                    m.d.comb += slave.rd_data.eq(counters[i])
+        arg_q, ctr_q, misc_q = Signal(32), Signal(32), Signal(32)
+        group = Signal(2)          # 0 misc, 1 ARG, 2 COUNTER
+        idx = word_r[:4]
+        arg_base, ctr_base = at("ARG") >> 4, at("COUNTER") >> 4
+        with m.If(slave.rd_en):
+            m.d.sync += [arg_q.eq(args[idx]), ctr_q.eq(counters[idx])]
+            with m.If(word_r[4:] == arg_base):
+                m.d.sync += group.eq(1)
+            with m.Elif(word_r[4:] == ctr_base):
+                m.d.sync += group.eq(2)
+            with m.Else():
+                m.d.sync += group.eq(0)
+            misc = Signal(32)
+            with m.Switch(word_r):
+                with m.Case(at("ID")):
+                    m.d.comb += misc.eq(ID_VALUE)
+                with m.Case(at("VERSION")):
+                    m.d.comb += misc.eq(VERSION_VALUE)
+                with m.Case(at("CAPS0")):
+                    m.d.comb += misc.eq(caps0)
+                with m.Case(at("MAC_LO")):
+                    m.d.comb += misc.eq(mac_lo)
+                with m.Case(at("MAC_HI")):
+                    m.d.comb += misc.eq(mac_hi)
+                with m.Case(at("IPV4")):
+                    m.d.comb += misc.eq(ipv4)
+                with m.Case(at("US_CYCLES")):
+                    m.d.comb += misc.eq(us_cycles)
+                with m.Case(at("CMD_STATUS")):
+                    m.d.comb += misc.eq(Cat(status_busy, Const(0, 7), result))
+                with m.Case(at("IRQ_EN")):
+                    m.d.comb += misc.eq(irq_en)
+                with m.Case(at("EVENT")):
+                    ev = evq.o.payload
+                    with m.If(evq.o.valid):
+                        m.d.comb += misc.eq(Cat(ev.ev.number, ev.ev.type, Const(0, 2),
+                                                ev.lost, Const(1, 1)))
+                    m.d.comb += evq.o.ready.eq(1)          # a read pops one event
+            m.d.sync += misc_q.eq(misc)
+        m.d.comb += slave.rd_data.eq(Mux(group == 1, arg_q, Mux(group == 2, ctr_q, misc_q)))
         return m
