@@ -39,7 +39,9 @@ def simulator_default():
 
 def _rtl_hash():
     h = hashlib.sha256()
-    for p in sorted((ROOT / "rtl").rglob("*.py")) + sorted((ROOT / "sim").glob("wrap.py")):
+    srcs = sorted((ROOT / "rtl").rglob("*.py"))
+    srcs += [ROOT / "sim" / "wrap.py", ROOT / "sim" / "runner.py"]    # both shape the Verilog
+    for p in srcs:
         h.update(p.read_bytes())
     return h.hexdigest()[:12]
 
@@ -141,7 +143,7 @@ def run_cocotb(name, factory, *, test_module, testcase=None, params=None, toplev
         if "CFG_CXXFLAGS_PCH_I" not in os.environ.get("MAKEFLAGS", ""):
             os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") +
                                        " CFG_CXXFLAGS_PCH_I=-include").strip()
-        build_args = ["-Wno-fatal", "-Wno-WIDTH", "-Wno-UNOPTFLAT", "--x-assign", "0",
+        build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTH", "-Wno-UNOPTFLAT", "--x-assign", "0",
                       "--x-initial", "0", *verilator_args]
         if waves:
             build_args += ["--trace-fst", "--trace-structs"]
