@@ -1,0 +1,449 @@
+"""The host-memory master: one AXI4 master shared by every block that reads or writes host memory.
+
+Clients (WQE fetch, Scatter Path and CQE Generation now; the requester's SQ fetch and gather
+later) each get a read or a write client port. The master splits each request into AXI4 INCR
+bursts (at 4 KiB boundaries and at the burst limit), arbitrates round-robin between clients on
+AR and on AW, bounds the bursts outstanding, and returns read data and write completions to each
+client in that client's request order.
+
+ID map
+------
+Read client ``i`` issues every burst with ``ARID = i``; write client ``j`` with ``AWID = j``
+(AXI4 read and write IDs are independent). A client's bursts share one ID, so the slave returns
+them in order; bursts of different clients may come back reordered and, for reads, interleaved
+beat by beat. ``R``/``B`` beats with an ID that names no client are taken and ignored.
+
+Reads
+-----
+A burst is issued only when its client's response buffer (``read_buffer`` beats) has room
+reserved for all of its beats, so ``rready`` is always 1. Bursts are at most
+``min(256, read_buffer)`` beats. The data is **not realigned**: the client receives the raw
+aligned bus beats covering ``[addr, addr + len_bytes)``; byte ``addr % (W/8)`` of the first beat
+is the first requested byte, and the client knows the offset from its own ``addr``. ``last``
+marks the last beat of the request; ``err`` is 1 on every beat whose ``RRESP`` was not OKAY.
+
+Writes
+------
+The client sends the request, then exactly ``ceil((addr % (W/8) + len_bytes) / (W/8))`` data
+beats already aligned to the bus (beat ``k`` covers bus word ``addr // (W/8) + k``; the client
+sets ``strb`` for unaligned starts and ends). The master sets ``WLAST`` itself at each burst
+end (the client's ``last`` is not used). When every ``B`` of the request is back, one ``done``
+transfer ``{tag, err}`` follows (``err`` = some ``BRESP`` was not OKAY), in request order.
+W beats leave in AW order, so a writer should issue ``req`` only when its data follows: a
+writer that is slow to supply data stalls the W channel for every writer.
+``bready`` is always 1: a request's last burst is issued only when its ``done`` has room.
+
+Non-OKAY responses
+------------------
+The master only reports them (``err``); the client knows which QP the access served and raises
+event 4 (host-memory fault) and moves the QP to ERROR (interface.md §2).
+
+Lengths: ``len_bytes`` is 1..4096 in this design's use (any 13-bit length works; a request
+may cross several 4 KiB pages). ``len_bytes`` = 0 moves one beat: a reader gets one beat, a
+writer must send one beat (with ``strb`` = 0 it writes nothing).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..stream import Queue, check_width
+
+__all__ = ["HostMemory", "AxiSignature", "ReadClientSignature", "WriteClientSignature",
+           "req_layout", "read_beat_layout", "write_beat_layout", "done_layout"]
+
+PAGE = 4096
+MAX_AXI_BEATS = 256
+
+#: One read or write request of a client.
+req_layout = data.StructLayout({
+    "addr": 64,
+    "len_bytes": 13,     # 1..4096
+    "tag": 8,            # the client's own, returned with the data / completion
+})
+
+#: A write request's completion: all B responses of the request are back.
+done_layout = data.StructLayout({
+    "tag": 8,
+    "err": 1,
+})
+
+_meta_layout = data.StructLayout({"tag": 8, "final": 1})
+
+
+def read_beat_layout(width):
+    """One aligned bus beat returned to a read client."""
+    return data.StructLayout({"data": width, "last": 1, "tag": 8, "err": 1})
+
+
+def write_beat_layout(width):
+    """One aligned bus beat sent by a write client."""
+    return data.StructLayout({"data": width, "strb": width // 8, "last": 1})
+
+
+def ReadClientSignature(width):
+    """A read client port, as seen by the client (``req`` out, ``resp`` in)."""
+    return wiring.Signature({
+        "req": Out(stream.Signature(req_layout)),
+        "resp": In(stream.Signature(read_beat_layout(width))),
+    })
+
+
+def WriteClientSignature(width):
+    """A write client port, as seen by the client (``req`` and ``data`` out, ``done`` in)."""
+    return wiring.Signature({
+        "req": Out(stream.Signature(req_layout)),
+        "data": Out(stream.Signature(write_beat_layout(width))),
+        "done": In(stream.Signature(done_layout)),
+    })
+
+
+def AxiSignature(width):
+    """AXI4 master signals, as seen by the master. Member ``<ch>_<sig>`` is Verilog
+    ``m_axi_<ch><sig>`` (``aw_id`` → ``m_axi_awid``)."""
+    return wiring.Signature({
+        "aw_id": Out(8), "aw_addr": Out(64), "aw_len": Out(8), "aw_size": Out(3),
+        "aw_burst": Out(2), "aw_valid": Out(1), "aw_ready": In(1),
+        "w_data": Out(width), "w_strb": Out(width // 8), "w_last": Out(1),
+        "w_valid": Out(1), "w_ready": In(1),
+        "b_id": In(8), "b_resp": In(2), "b_valid": In(1), "b_ready": Out(1),
+        "ar_id": Out(8), "ar_addr": Out(64), "ar_len": Out(8), "ar_size": Out(3),
+        "ar_burst": Out(2), "ar_valid": Out(1), "ar_ready": In(1),
+        "r_id": In(8), "r_data": In(width), "r_resp": In(2), "r_last": In(1),
+        "r_valid": In(1), "r_ready": Out(1),
+    })
+
+
+def _round_robin(m, valids, last, name):
+    """Combinational round-robin pick: the first valid after ``last`` (wrapping)."""
+    n = len(valids)
+    grant = Signal(range(max(n, 2)), name=f"{name}_grant")
+    with m.Switch(last):
+        for prev in range(n):
+            with m.Case(prev):
+                order = [(prev + 1 + k) % n for k in range(n)]
+                for idx in reversed(order):        # later assignments win: order[0] first
+                    with m.If(valids[idx]):
+                        m.d.comb += grant.eq(idx)
+    return grant
+
+
+class _Splitter:
+    """Per-client burst splitters and a round-robin arbiter feeding one address channel.
+
+    Each client has its own splitter (IDLE: take a request → CALC, CALC2: next burst's length
+    in two register stages → READY). A READY client whose ``ok[i]`` holds (the caller's
+    reservation conditions, computed from ``beats[i]``/``final[i]``) is a candidate; when the channel register is free the
+    arbiter grants one candidate round-robin (``fire``: the caller reserves for ``grant``), loads
+    the address-channel register, and that client goes on to its next burst. A client that
+    cannot reserve (for example a reader whose buffer is full) does not block the others.
+    """
+
+    def __init__(self, m, name, reqs, lb, max_beats):
+        n = len(reqs)
+        nb = max(n, 2)
+        lw = range((2 * PAGE >> lb) + 2)
+        self.ok = [Signal(name=f"{name}_ok_{i}") for i in range(n)]              # in
+        self.beats = [Signal(range(max_beats + 1), name=f"{name}_beats_{i}") for i in range(n)]
+        self.final = [Signal(name=f"{name}_final_{i}") for i in range(n)]
+        self.tag = [Signal(8, name=f"{name}_tag_{i}") for i in range(n)]
+        self.fire = Signal(name=f"{name}_fire")
+        self.grant = Signal(range(nb), name=f"{name}_grant")
+        self.g_beats = Signal(range(max_beats + 1), name=f"{name}_g_beats")
+        self.g_final = Signal(name=f"{name}_g_final")
+        self.g_tag = Signal(8, name=f"{name}_g_tag")
+        self.handshake = Signal(name=f"{name}_hs")                                 # in
+        # the address-channel register
+        self.valid = Signal(name=f"{name}_valid")
+        self.client = Signal(range(nb), name=f"{name}_client")
+        self.addr = Signal(64, name=f"{name}_addr")
+        self.len = Signal(8, name=f"{name}_len")
+
+        ready = []
+        addrs = []
+        for i, r in enumerate(reqs):
+            page = Signal(52, name=f"{name}_page_{i}")
+            page_next = Signal(52, name=f"{name}_page_next_{i}")
+            off = Signal(12 - lb, name=f"{name}_off_{i}")      # beat index inside the page
+            left = Signal(lw, name=f"{name}_left_{i}")
+            end = Signal(14, name=f"{name}_end_{i}")
+            len_m1 = Mux(r.payload.len_bytes == 0, 0, r.payload.len_bytes - 1)
+            m.d.comb += end.eq(r.payload.addr[:lb] + len_m1)
+            page_beats = Signal(range((PAGE >> lb) + 1), name=f"{name}_page_beats_{i}")
+            m.d.comb += page_beats.eq((PAGE >> lb) - off)
+            # two stages (the whole min/min/compare chain missed 156 MHz on ECP5)
+            step = Signal(lw, name=f"{name}_step_{i}")          # min(left, to page end)
+            fits = Signal(name=f"{name}_fits_{i}")               # rest of request in page
+            small = Signal(name=f"{name}_small_{i}")             # rest ≤ burst limit
+            new_off = Signal(13 - lb, name=f"{name}_new_off_{i}")
+            m.d.comb += new_off.eq(off + self.beats[i])
+            rdy = Signal(name=f"{name}_ready_{i}")
+            ready.append(rdy)
+            addrs.append(Cat(Const(0, lb), off, page))
+            granted = self.fire & (self.grant == i)
+            with m.FSM(name=f"{name}_{i}"):
+                with m.State("IDLE"):
+                    m.d.comb += r.ready.eq(1)
+                    with m.If(r.valid):
+                        m.d.sync += [
+                            self.tag[i].eq(r.payload.tag), page.eq(r.payload.addr[12:]),
+                            off.eq(r.payload.addr[lb:12]), left.eq(end[lb:] + 1),
+                        ]
+                        m.next = "CALC"
+                with m.State("CALC"):
+                    m.d.sync += [
+                        step.eq(Mux(left < page_beats, left, page_beats)),
+                        fits.eq(left <= page_beats),
+                        small.eq(left <= max_beats),
+                        page_next.eq(page + 1),
+                    ]
+                    m.next = "CALC2"
+                with m.State("CALC2"):
+                    m.d.sync += [
+                        self.beats[i].eq(Mux(step < max_beats, step, max_beats)),
+                        self.final[i].eq(fits & small),
+                    ]
+                    m.next = "READY"
+                with m.State("READY"):
+                    m.d.comb += rdy.eq(1)
+                    with m.If(granted):
+                        m.d.sync += [left.eq(left - self.beats[i]), off.eq(new_off[:12 - lb])]
+                        with m.If(new_off[12 - lb]):
+                            m.d.sync += page.eq(page_next)
+                        m.next = "CALC"
+                        with m.If(self.final[i]):
+                            m.next = "IDLE"
+
+        last = Signal(range(nb), name=f"{name}_last")
+        cands = [ready[i] & self.ok[i] for i in range(n)]
+        m.d.comb += self.grant.eq(_round_robin(m, cands, last, name))
+        with m.Switch(self.grant):
+            for i in range(n):
+                with m.Case(i):
+                    m.d.comb += [self.g_beats.eq(self.beats[i]), self.g_final.eq(self.final[i]),
+                                 self.g_tag.eq(self.tag[i])]
+        m.d.comb += self.fire.eq(~self.valid & Cat(*cands).any())
+        with m.If(self.fire):
+            m.d.sync += [self.valid.eq(1), self.client.eq(self.grant), last.eq(self.grant),
+                         self.len.eq(self.g_beats - 1)]
+            with m.Switch(self.grant):
+                for i in range(n):
+                    with m.Case(i):
+                        m.d.sync += self.addr.eq(addrs[i])
+        with m.Elif(self.handshake):
+            m.d.sync += self.valid.eq(0)
+
+
+class HostMemory(wiring.Component):
+    """AXI4 host-memory master shared by ``read_clients`` readers and ``write_clients`` writers.
+
+    See the module docstring for the ID map, ordering and error rules.
+
+    Parameters
+    ----------
+    width : int
+        Data width W (64, 128, 256, 512); ``AxSIZE`` is always log2(W/8).
+    read_clients : int
+        Number of read client ports (0..256).
+    write_clients : int
+        Number of write client ports (0..256).
+    max_reads : int
+        Read bursts outstanding at most (AR issued, last R beat not yet back).
+    max_writes : int
+        Write bursts outstanding at most (AW issued, B not yet back).
+    read_buffer : int
+        Response buffer per read client, in beats; a burst is at most ``min(256, read_buffer)``.
+    done_depth : int
+        Completion buffer per write client.
+
+    Attributes
+    ----------
+    axi : Out(AxiSignature(width))
+        AXI4 master; ``axi.aw_id`` is Verilog ``m_axi_awid``, and so on.
+    read_<i> : In(ReadClientSignature(width))
+        Read client ``i``: ``req`` {addr 64, len_bytes 13, tag 8} in, ``resp`` beats
+        {data W, last, tag 8, err} out, in request order.
+    write_<j> : In(WriteClientSignature(width))
+        Write client ``j``: ``req`` in, ``data`` beats {data W, strb W/8, last} in,
+        ``done`` {tag 8, err} out, in request order.
+
+    The lists ``read_ports`` and ``write_ports`` hold the same client interfaces by index.
+    """
+
+    def __init__(self, *, width=64, read_clients=1, write_clients=1, max_reads=4, max_writes=4,
+                 read_buffer=64, done_depth=2):
+        check_width(width)
+        for name, v, lo, hi in (("read_clients", read_clients, 0, 256),
+                                ("write_clients", write_clients, 0, 256),
+                                ("max_reads", max_reads, 1, 256),
+                                ("max_writes", max_writes, 1, 256),
+                                ("read_buffer", read_buffer, 1, 1 << 16),
+                                ("done_depth", done_depth, 1, 256)):
+            if not isinstance(v, int) or not lo <= v <= hi:
+                raise ValueError(f"{name} must be an integer in {lo}..{hi}, not {v!r}")
+        self.width = width
+        self.read_clients = read_clients
+        self.write_clients = write_clients
+        self.max_reads = max_reads
+        self.max_writes = max_writes
+        self.read_buffer = read_buffer
+        self.done_depth = done_depth
+        members = {"axi": Out(AxiSignature(width))}
+        for i in range(read_clients):
+            members[f"read_{i}"] = In(ReadClientSignature(width))
+        for j in range(write_clients):
+            members[f"write_{j}"] = In(WriteClientSignature(width))
+        super().__init__(members)
+        self.read_ports = [getattr(self, f"read_{i}") for i in range(read_clients)]
+        self.write_ports = [getattr(self, f"write_{j}") for j in range(write_clients)]
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        lb = (W // 8).bit_length() - 1
+        axi = self.axi
+        m.d.comb += [
+            axi.aw_size.eq(lb), axi.ar_size.eq(lb),
+            axi.aw_burst.eq(1), axi.ar_burst.eq(1),      # INCR
+            axi.r_ready.eq(1), axi.b_ready.eq(1),
+        ]
+        self._elaborate_reads(m, lb)
+        self._elaborate_writes(m, lb)
+        return m
+
+    def _elaborate_reads(self, m, lb):
+        R = self.read_clients
+        if R == 0:
+            return
+        axi = self.axi
+        max_beats = min(MAX_AXI_BEATS, self.read_buffer)
+        bufs, metas, credits = [], [], []
+        for i, port in enumerate(self.read_ports):
+            buf = Queue(read_beat_layout(self.width), self.read_buffer)
+            meta = Queue(_meta_layout, self.max_reads, buffered=False)
+            m.submodules[f"rbuf_{i}"] = buf
+            m.submodules[f"rmeta_{i}"] = meta
+            wiring.connect(m, buf.o, wiring.flipped(port.resp))
+            bufs.append(buf)
+            metas.append(meta)
+            credits.append(Signal(range(self.read_buffer + 1), init=self.read_buffer,
+                                  name=f"rcredit_{i}"))
+
+        sp = _Splitter(m, "ar", [p.req for p in self.read_ports], lb, max_beats)
+        outstanding = Signal(range(self.max_reads + 1), name="reads_outstanding")
+        for i in range(R):
+            m.d.comb += sp.ok[i].eq((credits[i] >= sp.beats[i]) & metas[i].i.ready
+                                    & (outstanding < self.max_reads))
+        m.d.comb += [
+            sp.handshake.eq(sp.valid & axi.ar_ready),
+            axi.ar_valid.eq(sp.valid),
+            axi.ar_id.eq(sp.client),
+            axi.ar_addr.eq(sp.addr),
+            axi.ar_len.eq(sp.len),
+        ]
+        retire = Signal()
+        for i in range(R):
+            hit = axi.r_valid & (axi.r_id == i)
+            mine = sp.fire & (sp.grant == i)
+            m.d.comb += [
+                metas[i].i.valid.eq(mine),
+                metas[i].i.payload.tag.eq(sp.g_tag),
+                metas[i].i.payload.final.eq(sp.g_final),
+                bufs[i].i.valid.eq(hit),
+                bufs[i].i.payload.data.eq(axi.r_data),
+                bufs[i].i.payload.err.eq(axi.r_resp != 0),
+                bufs[i].i.payload.tag.eq(metas[i].o.payload.tag),
+                bufs[i].i.payload.last.eq(axi.r_last & metas[i].o.payload.final),
+                metas[i].o.ready.eq(hit & axi.r_last),
+            ]
+            with m.If(hit & axi.r_last):
+                m.d.comb += retire.eq(1)
+            popped = bufs[i].o.valid & bufs[i].o.ready
+            m.d.sync += credits[i].eq(credits[i] - Mux(mine, sp.g_beats, 0) + popped)
+        m.d.sync += outstanding.eq(outstanding + sp.fire - retire)
+
+    def _elaborate_writes(self, m, lb):
+        C = self.write_clients
+        if C == 0:
+            return
+        axi = self.axi
+        max_beats = MAX_AXI_BEATS
+        metas, dones, dcredits, errs = [], [], [], []
+        for j, port in enumerate(self.write_ports):
+            meta = Queue(_meta_layout, self.max_writes, buffered=False)
+            done = Queue(done_layout, self.done_depth, buffered=False)
+            m.submodules[f"wmeta_{j}"] = meta
+            m.submodules[f"wdone_{j}"] = done
+            wiring.connect(m, done.o, wiring.flipped(port.done))
+            metas.append(meta)
+            dones.append(done)
+            dcredits.append(Signal(range(self.done_depth + 1), init=self.done_depth,
+                                   name=f"dcredit_{j}"))
+            errs.append(Signal(name=f"werr_{j}"))
+
+        job_layout = data.StructLayout({"client": range(max(C, 2)), "beats": range(257)})
+        m.submodules.wjobs = jobs = Queue(job_layout, self.max_writes, buffered=False)
+
+        sp = _Splitter(m, "aw", [p.req for p in self.write_ports], lb, max_beats)
+        outstanding = Signal(range(self.max_writes + 1), name="writes_outstanding")
+        for j in range(C):
+            m.d.comb += sp.ok[j].eq(metas[j].i.ready & (~sp.final[j] | (dcredits[j] != 0))
+                                    & jobs.i.ready & (outstanding < self.max_writes))
+        m.d.comb += [
+            sp.handshake.eq(sp.valid & axi.aw_ready),
+            axi.aw_valid.eq(sp.valid),
+            axi.aw_id.eq(sp.client),
+            axi.aw_addr.eq(sp.addr),
+            axi.aw_len.eq(sp.len),
+            jobs.i.valid.eq(sp.fire),
+            jobs.i.payload.client.eq(sp.grant),
+            jobs.i.payload.beats.eq(sp.g_beats),
+        ]
+
+        # B: retire bursts, complete requests
+        retire = Signal()
+        for j in range(C):
+            hit = axi.b_valid & (axi.b_id == j)
+            mine = sp.fire & (sp.grant == j)
+            final = metas[j].o.payload.final
+            bad = axi.b_resp != 0
+            m.d.comb += [
+                metas[j].i.valid.eq(mine),
+                metas[j].i.payload.tag.eq(sp.g_tag),
+                metas[j].i.payload.final.eq(sp.g_final),
+                metas[j].o.ready.eq(hit),
+                dones[j].i.valid.eq(hit & final),
+                dones[j].i.payload.tag.eq(metas[j].o.payload.tag),
+                dones[j].i.payload.err.eq(errs[j] | bad),
+            ]
+            with m.If(hit):
+                m.d.comb += retire.eq(1)
+                m.d.sync += errs[j].eq(Mux(final, 0, errs[j] | bad))
+            popped = dones[j].o.valid & dones[j].o.ready
+            m.d.sync += dcredits[j].eq(dcredits[j] - (mine & sp.g_final) + popped)
+        m.d.sync += outstanding.eq(outstanding + sp.fire - retire)
+
+        # W: forward each burst's beats from its client
+        active = Signal()
+        wclient = Signal(range(max(C, 2)))
+        count = Signal(range(257))
+        with m.If(~active):
+            m.d.comb += jobs.o.ready.eq(1)
+            with m.If(jobs.o.valid):
+                m.d.sync += [active.eq(1), wclient.eq(jobs.o.payload.client),
+                             count.eq(jobs.o.payload.beats - 1)]
+        with m.Else():
+            with m.Switch(wclient):
+                for j, port in enumerate(self.write_ports):
+                    with m.Case(j):
+                        m.d.comb += [
+                            axi.w_valid.eq(port.data.valid),
+                            axi.w_data.eq(port.data.payload.data),
+                            axi.w_strb.eq(port.data.payload.strb),
+                            port.data.ready.eq(axi.w_ready),
+                        ]
+            m.d.comb += axi.w_last.eq(count == 0)
+            with m.If(axi.w_valid & axi.w_ready):
+                m.d.sync += count.eq(count - 1)
+                with m.If(count == 0):
+                    m.d.sync += active.eq(0)

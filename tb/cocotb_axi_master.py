@@ -1,0 +1,389 @@
+"""cocotb bench for rnic.host.HostMemory with the hostile AxiRam of sim/hostmem.py.
+
+Also holds the small stream drivers (:class:`Source`, :class:`Sink`) other host-side benches
+import. Drive on FallingEdge, sample after ReadOnly (values then hold until the next rising
+edge, where the transfer happens).
+"""
+import os
+import random
+from collections import deque
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
+
+from rnic.host import done_layout, read_beat_layout, req_layout, write_beat_layout
+from sim.hostmem import AxiResp, HostMem
+from sim.wrap import pack, unpack
+
+
+class Source:
+    """Drives ``<name>_valid``/``_payload`` of a DUT input stream from a queue of dicts."""
+
+    def __init__(self, dut, name, layout, clk, *, rng=None, idle=0.0):
+        self.valid = getattr(dut, f"{name}_valid")
+        self.ready = getattr(dut, f"{name}_ready")
+        self.payload = getattr(dut, f"{name}_payload")
+        self.layout, self.clk = layout, clk
+        self.rng, self.idle = rng or random.Random(0), idle
+        self.q = deque()
+        self.cur = None
+        self.valid.value = 0
+        cocotb.start_soon(self._run())
+
+    def put(self, values):
+        self.q.append(values)
+
+    @property
+    def busy(self):
+        return self.cur is not None or bool(self.q)
+
+    async def _run(self):
+        taken = False
+        while True:
+            await FallingEdge(self.clk)
+            if taken:
+                self.cur, taken = None, False
+            if self.cur is None:
+                if self.q and self.rng.random() >= self.idle:
+                    self.cur = self.q.popleft()
+                    self.payload.value = pack(self.layout, self.cur)
+                    self.valid.value = 1
+                else:
+                    self.valid.value = 0
+            await ReadOnly()
+            if self.cur is not None and int(self.ready.value):
+                taken = True
+
+
+class Sink:
+    """Takes a DUT output stream with random back-pressure; ``items`` are decoded dicts."""
+
+    def __init__(self, dut, name, layout, clk, *, rng=None, stall=0.0):
+        self.valid = getattr(dut, f"{name}_valid")
+        self.ready = getattr(dut, f"{name}_ready")
+        self.payload = getattr(dut, f"{name}_payload")
+        self.layout, self.clk = layout, clk
+        self.rng, self.stall = rng or random.Random(0), stall
+        self.items = []
+        self.ready.value = 0
+        cocotb.start_soon(self._run())
+
+    async def _run(self):
+        while True:
+            await FallingEdge(self.clk)
+            rdy = self.rng.random() >= self.stall
+            self.ready.value = int(rdy)
+            await ReadOnly()
+            if rdy and int(self.valid.value):
+                self.items.append(unpack(self.layout, int(self.payload.value)))
+
+
+async def reset(dut, cycles=3):
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    for _ in range(cycles):
+        await RisingEdge(dut.clk)
+    await FallingEdge(dut.clk)
+    dut.rst.value = 0
+
+
+async def wait_until(dut, cond, limit, what):
+    for _ in range(limit):
+        if cond():
+            return
+        await RisingEdge(dut.clk)
+    raise AssertionError(f"timeout waiting for {what}")
+
+
+class BusChecker:
+    """Per cycle: rready/bready high, outstanding bounds, valid/payload held until ready."""
+
+    def __init__(self, dut, max_reads, max_writes):
+        self.dut, self.max_reads, self.max_writes = dut, max_reads, max_writes
+        self.reads = self.writes = 0
+        self.peak_reads = self.peak_writes = 0
+        self.errors = []
+        cocotb.start_soon(self._run())
+
+    async def _run(self):
+        d = self.dut
+        held = {}
+        chans = {"ar": ("araddr", "arlen", "arid"), "aw": ("awaddr", "awlen", "awid"),
+                 "w": ("wdata", "wstrb", "wlast")}
+        while True:
+            await FallingEdge(d.clk)
+            await ReadOnly()
+            if not int(d.m_axi_rready.value) or not int(d.m_axi_bready.value):
+                self.errors.append("rready or bready low")
+            for ch, sigs in chans.items():
+                v = int(getattr(d, f"m_axi_{ch}valid").value)
+                r = int(getattr(d, f"m_axi_{ch}ready").value)
+                now = tuple(int(getattr(d, f"m_axi_{s}").value) for s in sigs)
+                if ch in held and (not v or now != held[ch]):
+                    self.errors.append(f"{ch}: valid or payload dropped before ready")
+                held.pop(ch, None)
+                if v and not r:
+                    held[ch] = now
+            if int(d.m_axi_arvalid.value) and int(d.m_axi_arready.value):
+                self.reads += 1
+            if int(d.m_axi_rvalid.value) and int(d.m_axi_rlast.value):
+                self.reads -= 1
+            if int(d.m_axi_awvalid.value) and int(d.m_axi_awready.value):
+                self.writes += 1
+            if int(d.m_axi_bvalid.value) and int(d.m_axi_bready.value):
+                self.writes -= 1
+            self.peak_reads = max(self.peak_reads, self.reads)
+            self.peak_writes = max(self.peak_writes, self.writes)
+            if self.reads > self.max_reads or self.writes > self.max_writes:
+                self.errors.append(f"outstanding {self.reads} reads / {self.writes} writes")
+
+
+def write_beats(addr, payload, lanes):
+    """Bus-aligned beats {data, strb, last} for writing ``payload`` at ``addr``."""
+    first = addr % lanes
+    n = -(-(first + len(payload)) // lanes)
+    buf = bytes(first) + payload + bytes(n * lanes - first - len(payload))
+    beats = []
+    for k in range(n):
+        strb = 0
+        for i in range(lanes):
+            if first <= k * lanes + i < first + len(payload):
+                strb |= 1 << i
+        beats.append({"data": int.from_bytes(buf[k * lanes:(k + 1) * lanes], "little"),
+                      "strb": strb, "last": int(k == n - 1)})
+    return beats
+
+
+class Bench:
+    def __init__(self, dut, seed, *, hostile=True):
+        self.dut = dut
+        env = os.environ
+        self.W = int(env["HM_WIDTH"])
+        self.lanes = self.W // 8
+        self.R = int(env["HM_READ_CLIENTS"])
+        self.C = int(env["HM_WRITE_CLIENTS"])
+        self.rng = random.Random(seed)
+        clk = dut.clk
+        if hostile:
+            self.mem = HostMem(dut, "m_axi", clk, dut.rst, seed=seed, backpressure=0.3)
+        else:
+            self.mem = HostMem(dut, "m_axi", clk, dut.rst, seed=seed, backpressure=False,
+                               max_latency=0)
+        idle, stall = (0.3, 0.3) if hostile else (0.0, 0.0)
+        self.check = BusChecker(dut, int(env["HM_MAX_READS"]), int(env["HM_MAX_WRITES"]))
+        r = lambda k: random.Random(seed * 100 + k)
+        self.rreq = [Source(dut, f"read_{i}__req", req_layout, clk, rng=r(i), idle=idle)
+                     for i in range(self.R)]
+        self.rresp = [Sink(dut, f"read_{i}__resp", read_beat_layout(self.W), clk, rng=r(10 + i),
+                           stall=stall) for i in range(self.R)]
+        self.wreq = [Source(dut, f"write_{j}__req", req_layout, clk, rng=r(20 + j), idle=idle)
+                     for j in range(self.C)]
+        self.wdata = [Source(dut, f"write_{j}__data", write_beat_layout(self.W), clk,
+                             rng=r(30 + j), idle=idle) for j in range(self.C)]
+        self.wdone = [Sink(dut, f"write_{j}__done", done_layout, clk, rng=r(40 + j), stall=stall)
+                      for j in range(self.C)]
+        self.reads = [[] for _ in range(self.R)]     # (addr, len, tag)
+        self.writes = [[] for _ in range(self.C)]
+
+    def read(self, i, addr, length, tag):
+        self.rreq[i].put({"addr": addr, "len_bytes": length, "tag": tag})
+        self.reads[i].append((addr, length, tag))
+
+    def write(self, j, addr, payload, tag):
+        self.wreq[j].put({"addr": addr, "len_bytes": len(payload), "tag": tag})
+        for b in write_beats(addr, payload, self.lanes):
+            self.wdata[j].put(b)
+        self.writes[j].append((addr, len(payload), tag))
+
+    def rand_len(self):
+        k = self.rng.random()
+        if k < 0.4:
+            return self.rng.randint(1, 2 * self.lanes)
+        if k < 0.85:
+            return self.rng.randint(1, 700)
+        return self.rng.choice([4096, self.rng.randint(3000, 4096)])
+
+    def rand_addr(self, base, size, length):
+        if self.rng.random() < 0.3:                  # straddle a 4 KiB boundary
+            page = base + 0x1000 * self.rng.randint(1, size // 0x1000 - 2)
+            return page - self.rng.randint(1, max(1, length - 1)) if length > 1 else page - 1
+        return base + self.rng.randint(0, size - length - 1)
+
+    async def drain(self, limit=int(os.environ.get('HM_LIMIT', 60000))):
+        def done():
+            return (all(len([b for b in s.items if b["last"]]) == len(q)
+                        for s, q in zip(self.rresp, self.reads))
+                    and all(len(s.items) == len(q) for s, q in zip(self.wdone, self.writes))
+                    and self.check.reads == 0 and self.check.writes == 0)
+        try:
+            await wait_until(self.dut, done, limit, "all completions")
+        except AssertionError:
+            raise AssertionError(
+                f"timeout: read beats {[len(s.items) for s in self.rresp]} "
+                f"lasts {[sum(b['last'] for b in s.items) for s in self.rresp]} of "
+                f"{[len(q) for q in self.reads]}; done {[len(s.items) for s in self.wdone]} of "
+                f"{[len(q) for q in self.writes]}; outstanding {self.check.reads} reads "
+                f"{self.check.writes} writes; sources busy "
+                f"{[s.busy for s in self.rreq + self.wreq + self.wdata]}; "
+                f"bus errors {self.check.errors[:3]} {self.mem.errors[:3]}")
+        for _ in range(20):
+            await RisingEdge(self.dut.clk)
+        assert not self.check.errors, self.check.errors[:5]
+        self.mem.check()
+
+    def check_reads(self, i, expect_err=lambda a, n: set()):
+        """Compare client i's beats with memory; ``expect_err(addr, len)`` gives the set of beat
+        numbers that must have err=1 (all others 0)."""
+        beats = list(self.rresp[i].items)
+        for addr, length, tag in self.reads[i]:
+            first = addr % self.lanes
+            n = -(-(first + length) // self.lanes)
+            got, beats = beats[:n], beats[n:]
+            assert len(got) == n, f"client {i}: missing beats"
+            assert [b["last"] for b in got] == [0] * (n - 1) + [1], f"last flags @{addr:#x}"
+            assert all(b["tag"] == tag for b in got), f"tags {[b['tag'] for b in got]} != {tag}"
+            errs = {k for k, b in enumerate(got) if b["err"]}
+            want = expect_err(addr, length)
+            assert errs == want, f"read {addr:#x}+{length}: err beats {errs} != {want}"
+            data = b"".join(b["data"].to_bytes(self.lanes, "little") for b in got)
+            ref = self.mem.read(addr - first, n * self.lanes)
+            for k in range(n):
+                if k not in want:
+                    lo, hi = max(first, k * self.lanes), min(first + length, (k + 1) * self.lanes)
+                    assert data[lo:hi] == ref[lo:hi], f"read {addr:#x}+{length}: beat {k} data"
+        assert not beats, f"client {i}: {len(beats)} extra beats"
+
+
+@cocotb.test()
+async def random_traffic(dut):
+    """Both read and both write clients at once, lengths 1..4096, 4 KiB crossings, with latency,
+    reordering, interleaving and back-pressure; data checked byte for byte, guards untouched."""
+    await reset(dut)
+    tb = Bench(dut, seed=1)
+    rbase, rsize = 0x200000, 0x10000
+    tb.mem.write(rbase, random.Random(5).randbytes(rsize))
+    shadow = {}
+    for j in range(tb.C):
+        base = 0x100000 + j * 0x20000
+        tb.mem.write(base - 0x1000, random.Random(j).randbytes(0x12000))
+        shadow[j] = bytearray(tb.mem.read(base - 0x1000, 0x12000))
+        tb.mem.add_guard(base - 0x1000, 0x1000)
+        tb.mem.add_guard(base + 0x10000, 0x1000)
+    tb.mem.add_guard(rbase, rsize)
+    nreq = int(os.environ.get('HM_NREQ', 14))
+    for n in range(nreq):
+        for i in range(tb.R):
+            length = tb.rand_len()
+            tb.read(i, tb.rand_addr(rbase, rsize, length), length, (n * 7 + i) & 0xFF)
+        for j in range(tb.C):
+            base = 0x100000 + j * 0x20000
+            length = tb.rand_len()
+            addr = tb.rand_addr(base, 0x10000, length)
+            payload = tb.rng.randbytes(length)
+            tb.write(j, addr, payload, (n * 5 + j) & 0xFF)
+            off = addr - (base - 0x1000)
+            shadow[j][off:off + length] = payload
+    await tb.drain()
+    for i in range(tb.R):
+        tb.check_reads(i)
+    for j in range(tb.C):
+        base = 0x100000 + j * 0x20000
+        assert [d["tag"] for d in tb.wdone[j].items] == [t for _, _, t in tb.writes[j]]
+        assert all(d["err"] == 0 for d in tb.wdone[j].items)
+        assert tb.mem.read(base - 0x1000, 0x12000) == bytes(shadow[j]), f"client {j} memory"
+    ids = {a[2] for a in tb.mem.reads}
+    assert ids == set(range(tb.R)), f"AR IDs {ids}"
+    assert {w[2] for w in tb.mem.writes} == set(range(tb.C))
+    print(f"peak outstanding: {tb.check.peak_reads} reads, {tb.check.peak_writes} writes; "
+          f"host memory {tb.mem.stats}", flush=True)
+    assert (tb.check.peak_reads, tb.check.peak_writes) == (tb.check.max_reads,
+                                                           tb.check.max_writes)
+    assert all(tb.mem.stats.values()), "reordering/interleaving not exercised"
+
+
+@cocotb.test()
+async def faults(dut):
+    """SLVERR/DECERR on reads and on writes: err on exactly the faulting beats / requests, the
+    faulting write leaves memory alone, later requests are clean again."""
+    await reset(dut)
+    tb = Bench(dut, seed=2)
+    lanes = tb.lanes
+    base = 0x400000
+    init = random.Random(9).randbytes(0x4000)
+    tb.mem.write(base, init)
+    rf = base + 0x1000 + 5 * lanes + 3          # read fault, mid-beat
+    tb.mem.add_fault(rf, 2 * lanes, "r", AxiResp.DECERR)
+    wf = base + 0x3000                          # write fault: the second page of a crossing write
+    tb.mem.add_fault(wf, 16, "w", AxiResp.SLVERR)
+
+    def read_errs(addr, length):
+        first = addr % lanes
+        a0 = addr - first
+        n = -(-(first + length) // lanes)
+        return {k for k in range(n)
+                if a0 + k * lanes < rf + 2 * lanes and rf < a0 + (k + 1) * lanes}
+
+    tb.read(0, rf - 3 * lanes - 1, 8 * lanes, 1)        # covers the fault
+    tb.read(0, base + 0x100, 100, 2)                    # clean, after it
+    tb.read(1, base + 0x0F00, 0x200, 3)                 # clean, crossing a page
+    tb.read(1, base + 0xF80, 6000, 5)                   # > 4 KiB: two page crossings
+    tb.read(0, rf - 0x800, 0x1000, 4)                   # long read through the fault
+    tb.write(0, wf - 40, bytes(range(80)), 7)           # crosses into the fault page: err
+    tb.write(0, base + 0x2800, b"\xAA" * 24, 8)         # clean
+    tb.write(1, wf + 8, b"\x55" * 4, 9)                 # inside the fault: err
+    tb.write(1, base + 0x4800, b"\x11" * 4000, 10)      # clean, several bursts
+    await tb.drain()
+    tb.check_reads(0, read_errs)
+    tb.check_reads(1, read_errs)
+    assert [(d["tag"], d["err"]) for d in tb.wdone[0].items] == [(7, 1), (8, 0)]
+    assert [(d["tag"], d["err"]) for d in tb.wdone[1].items] == [(9, 1), (10, 0)]
+    mem = tb.mem.read(base, 0x6000)
+    assert mem[0x3000:0x3010] == init[0x3000:0x3010], "faulting burst wrote"
+    assert mem[0x2800:0x2818] == b"\xAA" * 24
+    assert mem[0x4800:0x4800 + 4000] == b"\x11" * 4000
+
+
+@cocotb.test()
+async def slow_reader(dut):
+    """A read client that takes one beat in ten: its bursts wait for buffer room (rready stays
+    high, nothing is lost), and the other client's reads are not blocked behind it."""
+    await reset(dut)
+    tb = Bench(dut, seed=3)
+    base = 0x500000
+    tb.mem.write(base, random.Random(3).randbytes(0x3000))
+    tb.rresp[0].stall = 0.9
+    tb.read(0, base + 3, 4096, 1)
+    tb.read(0, base + 0x1800, 700, 2)
+    for k in range(6):
+        tb.read(1, base + 0x2000 + 100 * k, 300, 10 + k)
+    await wait_until(dut, lambda: sum(b["last"] for b in tb.rresp[1].items) == 6, 20000,
+                     "fast client")
+    assert sum(b["last"] for b in tb.rresp[0].items) == 0, "fast client waited for slow one"
+    await tb.drain()
+    tb.check_reads(0)
+    tb.check_reads(1)
+
+
+@cocotb.test()
+async def throughput(dut):
+    """Streaming rate with an ideal memory (no latency, no back-pressure): 4 KiB reads on one
+    client, then 4 KiB writes on one client, in bus beats per cycle."""
+    await reset(dut)
+    tb = Bench(dut, seed=4, hostile=False)
+    base = 0x600000
+    n = 4
+    for k in range(n):
+        tb.read(0, base + 0x1000 * k, 4096, k)
+    t0 = tb.mem.cycle
+    await wait_until(dut, lambda: sum(b["last"] for b in tb.rresp[0].items) == n, 20000, "reads")
+    rd = n * 4096 // tb.lanes / (tb.mem.cycle - t0)
+    for k in range(n):
+        tb.write(0, base + 0x1000 * k, bytes(4096), k)
+    t0 = tb.mem.cycle
+    await wait_until(dut, lambda: len(tb.wdone[0].items) == n, 20000, "writes")
+    wr = n * 4096 // tb.lanes / (tb.mem.cycle - t0)
+    print(f"throughput W={tb.W}: reads {rd:.2f}, writes {wr:.2f} beats/cycle", flush=True)
+    await tb.drain()
+    tb.check_reads(0)
+    assert rd > 0.75 and wr > 0.75

@@ -1,0 +1,43 @@
+"""Host-memory master (rnic.host.HostMemory) against the hostile AxiRam of sim/hostmem.py."""
+import gc
+import warnings
+
+import pytest
+
+from rnic.host import HostMemory
+from sim.runner import run_cocotb
+from sim.wrap import flat_top
+
+# the configuration the bench uses (the bench reads the same numbers from the environment)
+CFG = dict(read_clients=2, write_clients=2, max_reads=3, max_writes=3, read_buffer=32)
+
+
+def flat_top_axi(component, member="axi", prefix="m_axi"):
+    """:func:`sim.wrap.flat_top`, with the AXI member ``<member>__aw_id`` renamed
+    ``<prefix>_awid`` (the names cocotbext-axi's ``AxiBus.from_prefix`` looks for)."""
+    m, ports = flat_top(component)
+    for s in ports:
+        if s.name.startswith(member + "__"):
+            s.name = prefix + "_" + s.name[len(member) + 2:].replace("_", "")
+    return m, ports
+
+
+@pytest.mark.parametrize("width", [64, 512, pytest.param(128, marks=pytest.mark.full),
+                                   pytest.param(256, marks=pytest.mark.full)])
+def test_axi_master(width):
+    run_cocotb("axi_master", lambda: flat_top_axi(HostMemory(width=width, **CFG)),
+               params={"width": width, **CFG}, test_module="tb.cocotb_axi_master",
+               extra_env={"HM_WIDTH": str(width),
+                          **{f"HM_{k.upper()}": str(v) for k, v in CFG.items()}},
+               test_name=f"w{width}")
+
+
+def test_parameters_refused():
+    # refused components are garbage: silence amaranth's "created but never used" on collection
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError):
+            HostMemory(width=48)
+        with pytest.raises(ValueError):
+            HostMemory(width=64, max_reads=0)
+        gc.collect()
