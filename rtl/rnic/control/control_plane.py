@@ -166,26 +166,34 @@ class ControlPlane(wiring.Component):
         with m.FSM(name="mailbox"):
             with m.State("IDLE"):
                 with m.If(slave.wr_en & (word_w == at("CMD")) & ~status_busy):
-                    op = slave.wr_data[:8]
-                    index = slave.wr_data[8:]
-                    m.d.sync += [cmd.opcode.eq(op), cmd.index.eq(index), cmd.args.eq(args)]
-                    with m.Switch(op):
-                        for opc, tgt, limit, low in (
-                                (CmdOp.SET_QP, 0, cfg.num_qp, 2), (CmdOp.QUERY_QP, 0, cfg.num_qp, 2),
-                                (CmdOp.SET_CQ, 1, cfg.num_cq, 0),
-                                (CmdOp.SET_KEY, 2, cfg.key_entries, 0),
-                                (CmdOp.QUERY_KEY, 2, cfg.key_entries, 0),
-                                (CmdOp.INVALIDATE, 2, None, 0)):
-                            with m.Case(opc):
-                                ok = Const(1) if limit is None else \
-                                    (index < limit) & (index >= low)
-                                with m.If(ok):
-                                    m.d.sync += [target.eq(tgt), busy.eq(1)]
-                                    m.next = "ISSUE"
-                                with m.Else():
-                                    m.d.sync += result.eq(Result.BAD_INDEX)
-                        with m.Default():
-                            m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
+                    m.d.sync += [cmd.opcode.eq(slave.wr_data[:8]),
+                                 cmd.index.eq(slave.wr_data[8:]), cmd.args.eq(args),
+                                 busy.eq(1)]
+                    m.next = "DECODE"
+            with m.State("DECODE"):
+                # limits are powers of two: "index < limit" is "no bit at or above log2(limit)"
+                def below(limit):
+                    return ~cmd.index[limit.bit_length() - 1:].any()
+                with m.Switch(cmd.opcode):
+                    for opc, tgt, limit, low in (
+                            (CmdOp.SET_QP, 0, cfg.num_qp, 2), (CmdOp.QUERY_QP, 0, cfg.num_qp, 2),
+                            (CmdOp.SET_CQ, 1, cfg.num_cq, 0),
+                            (CmdOp.SET_KEY, 2, cfg.key_entries, 0),
+                            (CmdOp.QUERY_KEY, 2, cfg.key_entries, 0),
+                            (CmdOp.INVALIDATE, 2, None, 0)):
+                        with m.Case(opc):
+                            ok = Const(1) if limit is None else below(limit)
+                            if low:
+                                ok = ok & cmd.index[1:].any()          # QPN 0 and 1 reserved
+                            with m.If(ok):
+                                m.d.sync += target.eq(tgt)
+                                m.next = "ISSUE"
+                            with m.Else():
+                                m.d.sync += [result.eq(Result.BAD_INDEX), busy.eq(0)]
+                                m.next = "IDLE"
+                    with m.Default():
+                        m.d.sync += [result.eq(Result.UNKNOWN_OPCODE), busy.eq(0)]
+                        m.next = "IDLE"
             with m.State("ISSUE"):
                 for t, p in enumerate(ports):
                     with m.If(target == t):
