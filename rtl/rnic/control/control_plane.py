@@ -30,7 +30,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..ifaces import (NUM_ARGS, NUM_COUNTERS, CmdOp, CommandSignature, Result, cmd_layout,
-                      event_layout)
+                      event_layout, resp_layout)
 from ..params import RnicConfig
 from ..stream import Queue
 from .axil import AxiLiteSignature, AxiLiteSlave
@@ -159,6 +159,7 @@ class ControlPlane(wiring.Component):
         result = Signal(8)
         cmd = Signal(cmd_layout)
         target = Signal(2)      # 0 qp, 1 cq, 2 key
+        resp_q = Signal(resp_layout)
         ports = [self.qp, self.cq, self.key]
         for p in ports:
             m.d.comb += p.cmd.payload.eq(cmd)
@@ -205,10 +206,14 @@ class ControlPlane(wiring.Component):
                     with m.If(target == t):
                         m.d.comb += p.resp.ready.eq(1)
                         with m.If(p.resp.valid):
-                            m.d.sync += [result.eq(p.resp.payload.result), busy.eq(0)]
-                            with m.If(p.resp.payload.write_args):
-                                m.d.sync += args.eq(p.resp.payload.args)
-                            m.next = "IDLE"
+                            m.d.sync += resp_q.eq(p.resp.payload)
+                            m.next = "WRITEBACK"
+            with m.State("WRITEBACK"):
+                # one registered stage between the block's answer and the 512 ARG flops
+                m.d.sync += [result.eq(resp_q.result), busy.eq(0)]
+                with m.If(resp_q.write_args):
+                    m.d.sync += args.eq(resp_q.args)
+                m.next = "IDLE"
 
         # ---- register writes ---------------------------------------------------------------
         with m.If(slave.wr_en):
