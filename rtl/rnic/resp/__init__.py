@@ -1,0 +1,1 @@
+"""Responder: QP context and PSN Check (later: Key Cache, RQ fetch, scatter, CQE)."""

@@ -1,0 +1,570 @@
+"""PSN Check: the responder's per-QP state machine at the wire's packet rate.
+
+What it does (``roce-reference.md`` §3.1–3.7, §3.10–3.13 with its normative choices;
+interface.md wins): for each request frame's metadata from RX Parse, in order,
+
+1. QP lookup: QPN 0/1 or ≥ num_qp, QP below RTR or in ERROR, source IPv4 not the QP's →
+   dropped, counter 6.
+2. PSN (24-bit serial compare against the ePSN): ahead → NAK 0x60 with PSN = ePSN the first time
+   (sets the sent-NAK latch), silent drop afterwards; behind → duplicate: ACK 0x1F at ePSN−1 (the
+   last executed PSN), always (AckReq ignored), no re-execution, counter 7; equal → clears the
+   latch and goes on.
+3. Opcode sequence (FIRST→MIDDLE→LAST of SEND and WRITE) → NAK 0x61.
+4. QP access: READ and atomics → NAK 0x61 (interface.md §6); WRITE without REMOTE_WRITE →
+   NAK 0x61.
+5. Receive resources: an RWR packet (SEND_FIRST, SEND_ONLY*, WRITE_*_WITH_IMMEDIATE) with the
+   on-chip RQ producer == consumer → RNR NAK ``0x20 | min_rnr_timer``, PSN = the packet's, no
+   state change.
+6. Length: ONLY ≤ PMTU, FIRST/MIDDLE == PMTU, LAST 1..PMTU, RETH DMALen ≤ 2^31, and the WRITE
+   rules (resid > PMTU: payload == PMTU and PadCnt 0; else payload == resid and
+   PadCnt == −resid & 3) → NAK 0x61. (rxe checks the WRITE rules after the rkey; here they come
+   before it, so a packet failing both draws 0x61 where rxe would send 0x62. Both are fatal.)
+7. Execute: ePSN+1, MSN+1 on LAST/ONLY, message-in-progress updated, the RQ consumer index +1
+   when a message that holds a receive WQE ends; an *execute command* goes to the later stages
+   with the frame's payload.
+
+Every NAK 0x61 moves the QP to ERROR at once (event 3); the QP's younger frames are then
+dropped (counter 6).
+
+Pipeline and forwarding
+-----------------------
+Stage A (input select: fatal report > RQ doorbell > frame metadata; reads both context tables),
+stage B (table data, forwarded from the write of stage C in the same cycle and from the last
+write before), stage C (decision, writes the dynamic context, pushes the outputs). One operation
+per cycle, any mix of QPs; any full output queue stalls all three stages together (whether
+the operation in C needs that queue or not, to keep the decision out of the clock-enable path). Commands
+(SET_QP/QUERY_QP) wait until the pipeline and all outstanding executes are drained, with new
+frames held back meanwhile.
+
+Execute-outcome interface (for Key Cache, scatter, invalidate, CQE)
+------------------------------------------------------------------
+``exe`` (out, :data:`exe_layout`): one command per request frame that passed every check here
+(``status`` = 0: execute it; its payload beats, if ``payload_len`` > 0, come on ``pay_out``
+in the same order), and one per frame that failed a check here while a receive WQE is held
+(``status`` = WC status 9 REM_INV_REQ_ERR: complete WQE ``rq_index`` in error, no data, no
+beats; the NAK and the move to ERROR are already decided). Fields: ``qpn`` (local),
+``opcode``, ``psn``, ``payload_len``, ``padcnt``, ``se``, ``ackreq``, ``msn`` (after this
+packet), ``first``/``last`` (START/END of the message), ``wqe`` (RWR: the message takes the
+receive WQE ``rq_index`` on this packet), ``comp`` (the packet completes a receive WQE: CQE),
+``send``/``write``/``imm_valid``/``inv``, ``offset`` (bytes of the message before this
+packet), ``va``/``rkey``/``dma_len`` (the WRITE's RETH, carried on every packet of the message;
+placement address = ``va + offset``), ``imm``, ``ieth_rkey``, ``rq_index`` (the RQ consumer
+index: ring entry of the WQE), ``pd``, ``rcqn``, ``rq_base``, ``rq_log``, ``access``.
+
+``done`` (in, :data:`done_layout`): exactly one per ``exe`` command, in the same order.
+``fatal`` = 0: success, the ACK (if AckReq) leaves. ``fatal`` = 1: the QP moves to ERROR
+(event 3) and ``syndrome`` says what is sent for this packet: 0x62/0x63 → that NAK (PSN = the
+packet's, MSN not incremented); 0x1F → a positive ACK if AckReq, MSN not incremented (refused
+invalidate, normative choice 3); 0 → nothing (CQ overflow). Return ``done`` only once the
+payload writes are issued (interface.md §6) and the CQE slot is reserved. After a fatal report
+the ACKs of that QP's younger packets are suppressed here; the later stages must skip the data
+placement of exe commands of a QP they have reported fatal (its younger packets) and still
+return their ``done``. For an error-completion command (``status`` ≠ 0) ``done`` is ignored.
+
+Other ports: ``ack_out`` gets the metadata of response opcodes (0x0D–0x12; their payload is
+dropped) for the requester — until it exists the top drops and counts them. ``rq_flush``
+{qpn, index, rcqn, rq_base, rq_log} asks the flush stage to complete the QP's receive WQEs up to
+``index`` (the RQ producer) with WR_FLUSH_ERR: sent when a QP enters ERROR (a NAK 0x61 here, a
+fatal ``done``, a ``fault``, or SET_QP to ERROR) and for every RQ doorbell that arrives in ERROR
+(doorbells in RESET or for a bad QPN are ignored). ``qp_reset`` {qpn} tells the later stages
+that SET_QP (or the sweep after ``rst``) put a QP in RESET, so they may drop their per-QP marks.
+``fault`` {qpn} from a later stage (a host-memory write error) moves the QP to ERROR like a fatal
+``done`` and suppresses its responses still queued here.
+
+ACK/NAK transmission
+--------------------
+Responses leave in the order the frames were decided through a response sequencer (pairing
+each executed frame with its ``done``), then a coalescing slot: a positive ACK replaces a
+positive ACK of the same QP still waiting there; NAKs are never merged. Then a 16-entry frame
+queue and the pipelined :class:`~rnic.tx.header_builder.HeaderBuilder` (one frame per
+``62/(W/8)`` cycles). TX back-pressure does not stall receive until the frame queue and the
+builder's queue (about 30 frames of different QPs, or NAKs) are full; then it does (known limit).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out, connect
+
+from ..ifaces import (NUM_COUNTERS, CommandSignature, Counter, EventType, event_layout,
+                      rx_meta_layout)
+from ..opcodes import opcode_info, WcStatus
+from ..stream import BeatStream, Queue, check_width
+from ..tx.header_builder import HeaderBuilder, tx_hdr_layout
+from .qp_context import MsgClass, QpContext, QpState, qp_dyn_layout, qp_static_layout
+
+__all__ = ["PsnCheck", "exe_layout", "done_layout", "rq_db_layout", "rq_flush_layout",
+           "qpn_layout"]
+
+exe_layout = data.StructLayout({
+    "qpn": 24, "opcode": 8, "psn": 24, "status": 8,
+    "payload_len": 13, "padcnt": 2, "se": 1, "ackreq": 1, "msn": 24,
+    "first": 1, "last": 1, "wqe": 1, "comp": 1,
+    "send": 1, "write": 1, "imm_valid": 1, "inv": 1,
+    "offset": 32, "va": 64, "rkey": 32, "dma_len": 32,
+    "imm": 32, "ieth_rkey": 32, "rq_index": 16,
+    "pd": 16, "rcqn": 16, "rq_base": 64, "rq_log": 5, "access": 8,
+})
+
+done_layout = data.StructLayout({"fatal": 1, "syndrome": 8})
+
+rq_db_layout = data.StructLayout({"qpn": 24, "index": 16})
+rq_flush_layout = data.StructLayout({"qpn": 24, "index": 16, "rcqn": 16, "rq_base": 64,
+                                     "rq_log": 5})
+qpn_layout = data.StructLayout({"qpn": 24})
+
+
+class Kind:
+    PKT = 0
+    DB = 1
+    FATAL = 2
+    RESP = 3
+
+
+class PsnCheck(wiring.Component):
+    """PSN Check, QP context and ACK/NAK generation of the responder.
+
+    Parameters
+    ----------
+    width : int
+        Data width W (64, 128, 256, 512).
+    num_qp : int
+        Number of QPs (power of two, 4..4096).
+
+    Attributes
+    ----------
+    meta : In(stream.Signature(rx_meta_layout))
+        One entry per frame accepted by RX Parse.
+    payload : In(BeatStream(W))
+        Payload beats of those frames in the same order (none when ``payload_len`` is 0).
+    rq_db : In(stream.Signature(rq_db_layout))
+        RQ doorbells {qpn, producer index}.
+    cmd : Out(CommandSignature())
+        SET_QP / QUERY_QP.
+    local_mac : In(48)
+    local_ip : In(32)
+    exe : Out(stream.Signature(exe_layout))
+    done : In(stream.Signature(done_layout))
+    pay_out : Out(BeatStream(W))
+        Payload of executed frames (beats of dropped frames are drained here).
+    ack_out : Out(stream.Signature(rx_meta_layout))
+        Response-opcode metadata for the requester.
+    rq_flush : Out(stream.Signature(rq_flush_layout))
+    tx : Out(BeatStream(W))
+        ACK/NAK frames (to input 0 of :class:`~rnic.tx.arbiter.TxArbiter`).
+    stat : Out(NUM_COUNTERS)
+        Counters 6, 7, 8, 9, 10, 11.
+    event : Out(stream.Signature(event_layout))
+        Event 3 (QP entered ERROR).
+    qp_reset : Out(stream.Signature(qpn_layout))
+        One transfer when SET_QP (or the reset sweep) puts a QP in RESET. The consumer must be
+        always ready (``ready`` is ignored).
+    fault : In(stream.Signature(qpn_layout))
+        A later stage found a fault on the QP (host-memory write error): the QP moves to ERROR
+        (event 3, ``rq_flush``) and its responses still queued here are suppressed.
+    """
+
+    def __init__(self, *, width, num_qp, resp_depth=32, ack_depth=16):
+        self.width = check_width(width)
+        self.ctx = QpContext(num_qp=num_qp)
+        self.num_qp = num_qp
+        self.abits = self.ctx.abits
+        self.resp_depth = resp_depth
+        self.ack_depth = ack_depth
+        super().__init__({
+            "meta": In(stream.Signature(rx_meta_layout)),
+            "payload": In(BeatStream(width)),
+            "rq_db": In(stream.Signature(rq_db_layout)),
+            "cmd": Out(CommandSignature()),
+            "local_mac": In(48),
+            "local_ip": In(32),
+            "exe": Out(stream.Signature(exe_layout)),
+            "done": In(stream.Signature(done_layout)),
+            "pay_out": Out(BeatStream(width)),
+            "ack_out": Out(stream.Signature(rx_meta_layout)),
+            "rq_flush": Out(stream.Signature(rq_flush_layout)),
+            "tx": Out(BeatStream(width)),
+            "stat": Out(NUM_COUNTERS),
+            "event": Out(stream.Signature(event_layout)),
+            "qp_reset": Out(stream.Signature(qpn_layout)),
+            "fault": In(stream.Signature(qpn_layout)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        ab = self.abits
+        m.submodules.ctx = ctx = self.ctx
+        connect(m, wiring.flipped(self.cmd), ctx.cmd)
+
+        entry_layout = data.StructLayout({
+            "qpn": ab, "wait_done": 1, "from_done": 1, "frame": 1, "kill": 1,
+            "syndrome": 8, "psn": 24, "msn": 24, "msn_prev": 24,
+            "dmac": 48, "dip": 32, "sport": 16, "dqpn": 24,
+        })
+        dec_layout = data.StructLayout({"pass_": 1, "beats": 1})
+
+        m.submodules.exe_q = exe_q = Queue(exe_layout, 4)
+        m.submodules.resp_q = resp_q = Queue(entry_layout, self.resp_depth)
+        m.submodules.dec_q = dec_q = Queue(dec_layout, 8)
+        m.submodules.ack_q = ack_q = Queue(rx_meta_layout, 4)
+        m.submodules.ev_q = ev_q = Queue(event_layout, 4)
+        m.submodules.fl_q = fl_q = Queue(rq_flush_layout, 4)
+        connect(m, exe_q.o, wiring.flipped(self.exe))
+        connect(m, ack_q.o, wiring.flipped(self.ack_out))
+        connect(m, ev_q.o, wiring.flipped(self.event))
+        connect(m, fl_q.o, wiring.flipped(self.rq_flush))
+
+        # ---- stage A: select ------------------------------------------------------------------
+        adv = Signal()
+        inj_valid = Signal()
+        inj_qpn = Signal(ab)
+        meta = self.meta.payload
+        sel_fatal = Signal()
+        sel_db = Signal()
+        sel_meta = Signal()
+        m.d.comb += [
+            sel_fatal.eq(inj_valid),
+            sel_db.eq(~inj_valid & self.rq_db.valid & ~ctx.busy),
+            sel_meta.eq(~inj_valid & ~self.rq_db.valid & self.meta.valid & ~ctx.busy),
+            self.rq_db.ready.eq(adv & sel_db),
+            self.meta.ready.eq(adv & sel_meta),
+        ]
+        a_info = opcode_info(m, meta.opcode, name="a_info")
+        a_idx = Signal(ab)
+        a_qok = Signal()
+        a_kind = Signal(2)
+        with m.If(sel_fatal):
+            m.d.comb += [a_idx.eq(inj_qpn), a_qok.eq(1), a_kind.eq(Kind.FATAL)]
+        with m.Elif(sel_db):
+            q = self.rq_db.payload.qpn
+            m.d.comb += [a_idx.eq(q[:ab]), a_qok.eq((q < self.num_qp) & (q > 1)),
+                         a_kind.eq(Kind.DB)]
+        with m.Else():
+            q = meta.dqpn
+            m.d.comb += [a_idx.eq(q[:ab]), a_qok.eq((q < self.num_qp) & (q > 1)),
+                         a_kind.eq(Mux(a_info.ack, Kind.RESP, Kind.PKT))]
+        a_fire = Signal()
+        m.d.comb += a_fire.eq(adv & (sel_fatal | sel_db | sel_meta))
+        with m.If(adv & sel_fatal):
+            m.d.sync += inj_valid.eq(0)
+        m.d.comb += [ctx.rd_addr.eq(a_idx), ctx.rd_en.eq(adv)]
+
+        # ---- stage B ----------------------------------------------------------------------------
+        b_valid = Signal()
+        b_kind = Signal(2)
+        b_idx = Signal(ab)
+        b_qok = Signal()
+        b_meta = Signal(rx_meta_layout)
+        b_db = Signal(16)
+        with m.If(adv):
+            m.d.sync += [b_valid.eq(a_fire), b_kind.eq(a_kind), b_idx.eq(a_idx),
+                         b_qok.eq(a_qok), b_meta.eq(meta), b_db.eq(self.rq_db.payload.index)]
+
+        c_valid = Signal()
+        c_kind = Signal(2)
+        c_idx = Signal(ab)
+        c_qok = Signal()
+        c_meta = Signal(rx_meta_layout)
+        c_db = Signal(16)
+        c_ctx = Signal(qp_dyn_layout)
+        c_st = Signal(qp_static_layout)
+
+        wr_en = Signal()
+        new = Signal(qp_dyn_layout)
+        last_wr_valid = Signal()
+        last_wr_addr = Signal(ab)
+        last_wr_data = Signal(qp_dyn_layout)
+        m.d.comb += [ctx.wr_en.eq(wr_en), ctx.wr_addr.eq(c_idx), ctx.wr_dyn.eq(new)]
+        with m.If(wr_en):
+            m.d.sync += [last_wr_valid.eq(1), last_wr_addr.eq(c_idx), last_wr_data.eq(new)]
+        with m.If(ctx.busy):
+            m.d.sync += last_wr_valid.eq(0)
+
+        fwd = Signal(qp_dyn_layout)
+        with m.If(wr_en & (c_idx == b_idx)):
+            m.d.comb += fwd.eq(new)
+        with m.Elif(last_wr_valid & (last_wr_addr == b_idx)):
+            m.d.comb += fwd.eq(last_wr_data)
+        with m.Else():
+            m.d.comb += fwd.eq(ctx.rd_dyn)
+        with m.If(adv):
+            m.d.sync += [c_valid.eq(b_valid), c_kind.eq(b_kind), c_idx.eq(b_idx),
+                         c_qok.eq(b_qok), c_meta.eq(b_meta), c_db.eq(b_db),
+                         c_ctx.eq(fwd), c_st.eq(ctx.rd_static)]
+
+        # ---- stage C: decide --------------------------------------------------------------------
+        cm, cx, st = c_meta, c_ctx, c_st
+        info = opcode_info(m, cm.opcode, name="c_info")
+        want_exe = Signal()
+        want_rq = Signal()
+        want_dec = Signal()
+        want_ev = Signal()
+        want_ack = Signal()
+        want_fl = Signal()
+        exe = Signal(exe_layout)
+        ent = Signal(entry_layout)
+        dec = Signal(dec_layout)
+        stat_c = Signal(NUM_COUNTERS)
+        can_go = Signal()
+        # Room in every output queue, whether this operation needs it or not: keeps the
+        # decision logic out of the stall (clock-enable) path of all three stages.
+        m.d.comb += can_go.eq(exe_q.i.ready & resp_q.i.ready & dec_q.i.ready & ev_q.i.ready
+                              & ack_q.i.ready & fl_q.i.ready)
+        fire = Signal()
+        m.d.comb += [fire.eq(c_valid & can_go), adv.eq(~c_valid | can_go)]
+        m.d.comb += [
+            exe_q.i.valid.eq(fire & want_exe), exe_q.i.payload.eq(exe),
+            resp_q.i.valid.eq(fire & want_rq), resp_q.i.payload.eq(ent),
+            dec_q.i.valid.eq(fire & want_dec), dec_q.i.payload.eq(dec),
+            ev_q.i.valid.eq(fire & want_ev),
+            ev_q.i.payload.type.eq(EventType.QP_ERROR), ev_q.i.payload.number.eq(c_idx),
+            ack_q.i.valid.eq(fire & want_ack), ack_q.i.payload.eq(cm),
+            fl_q.i.valid.eq((fire & want_fl) | (ctx.set_valid & ctx.set_to_error)),
+            wr_en.eq(fire & (c_kind != Kind.RESP)),
+        ]
+        hb = HeaderBuilder(self.width)
+        m.d.comb += self.stat.eq(Mux(fire, stat_c, 0) | hb.stat)
+
+        m.d.comb += new.eq(cx)
+        with m.If(ctx.set_valid):
+            m.d.comb += [fl_q.i.payload.qpn.eq(ctx.set_qpn), fl_q.i.payload.index.eq(ctx.set_prod),
+                         fl_q.i.payload.rcqn.eq(ctx.set_static.rcqn),
+                         fl_q.i.payload.rq_base.eq(ctx.set_static.rq_base),
+                         fl_q.i.payload.rq_log.eq(ctx.set_static.rq_log)]
+        with m.Else():
+            m.d.comb += [fl_q.i.payload.qpn.eq(c_idx),
+                         fl_q.i.payload.index.eq(Mux(c_kind == Kind.DB, c_db, cx.rq_prod)),
+                         fl_q.i.payload.rcqn.eq(st.rcqn), fl_q.i.payload.rq_base.eq(st.rq_base),
+                         fl_q.i.payload.rq_log.eq(st.rq_log)]
+        m.d.comb += [self.qp_reset.valid.eq(ctx.set_valid & (ctx.set_state == QpState.RESET)),
+                     self.qp_reset.payload.qpn.eq(ctx.set_qpn)]
+        # response entry defaults: the QP's addresses
+        m.d.comb += [ent.qpn.eq(c_idx), ent.dmac.eq(st.rmac), ent.dip.eq(st.rip),
+                     ent.sport.eq(st.sport), ent.dqpn.eq(st.dest_qpn), ent.msn.eq(cx.msn),
+                     ent.msn_prev.eq(cx.msn), ent.psn.eq(cm.psn)]
+
+        pmtu = Signal(13)
+        with m.Switch(st.pmtu):
+            for code in range(1, 6):
+                with m.Case(code):
+                    m.d.comb += pmtu.eq(128 << code)
+        length = cm.payload_len
+        diff = Signal(24)
+        m.d.comb += diff.eq(cm.psn - cx.epsn)
+        op = cm.opcode
+        send_cont = Signal()
+        write_cont = Signal()
+        m.d.comb += [
+            send_cont.eq((op == 0x01) | (op == 0x02) | (op == 0x03) | (op == 0x16)),
+            write_cont.eq((op == 0x07) | (op == 0x08) | (op == 0x09)),
+        ]
+        seq_ok = Signal()
+        with m.Switch(cx.open):
+            with m.Case(MsgClass.SEND):
+                m.d.comb += seq_ok.eq(send_cont)
+            with m.Case(MsgClass.WRITE):
+                m.d.comb += seq_ok.eq(write_cont)
+            with m.Default():
+                m.d.comb += seq_ok.eq(~send_cont & ~write_cont)
+        acc_bad = Signal()
+        m.d.comb += acc_bad.eq(info.read | info.atomic | (info.write & ~st.access[1]))
+        rnr = Signal()
+        m.d.comb += rnr.eq(info.rwr & (cx.rq_prod == cx.rq_cons))
+        resid = Signal(32)
+        m.d.comb += resid.eq(Mux(info.start, cm.reth_len, cx.resid))
+        len_bad = Signal()
+        pos_bad = Signal()
+        with m.If(info.start & info.end):
+            m.d.comb += pos_bad.eq(length > pmtu)
+        with m.Elif(~info.end):
+            m.d.comb += pos_bad.eq(length != pmtu)
+        with m.Else():
+            m.d.comb += pos_bad.eq((length == 0) | (length > pmtu))
+        w_bad = Signal()
+        with m.If(resid > pmtu):
+            m.d.comb += w_bad.eq((length != pmtu) | (cm.padcnt != 0))
+        with m.Else():
+            m.d.comb += w_bad.eq((length != resid) | (cm.padcnt != (-resid)[0:2]))
+        m.d.comb += len_bad.eq(pos_bad | (info.reth & (cm.reth_len > (1 << 31)))
+                               | (info.write & w_bad))
+
+        state_ok = (cx.state == QpState.RTR) | (cx.state == QpState.RTS)
+        fail_61 = Signal()
+        held = Signal()
+
+        # exe command fields
+        m.d.comb += [
+            exe.qpn.eq(c_idx), exe.opcode.eq(op), exe.psn.eq(cm.psn),
+            exe.payload_len.eq(length), exe.padcnt.eq(cm.padcnt), exe.se.eq(cm.se),
+            exe.ackreq.eq(cm.ackreq), exe.msn.eq(cx.msn + info.end),
+            exe.first.eq(info.start), exe.last.eq(info.end), exe.wqe.eq(info.rwr),
+            exe.comp.eq(info.comp), exe.send.eq(info.send), exe.write.eq(info.write),
+            exe.imm_valid.eq(info.immdt), exe.inv.eq(info.ieth),
+            exe.offset.eq(Mux(info.start, 0, cx.off)),
+            exe.va.eq(Mux(info.start, cm.reth_va, cx.va)),
+            exe.rkey.eq(Mux(info.start, cm.reth_rkey, cx.rkey)),
+            exe.dma_len.eq(Mux(info.start, cm.reth_len, cx.wlen)),
+            exe.imm.eq(cm.imm), exe.ieth_rkey.eq(cm.ieth_rkey), exe.rq_index.eq(cx.rq_cons),
+            exe.pd.eq(st.pd), exe.rcqn.eq(st.rcqn), exe.rq_base.eq(st.rq_base),
+            exe.rq_log.eq(st.rq_log), exe.access.eq(st.access),
+        ]
+
+        with m.Switch(c_kind):
+            with m.Case(Kind.RESP):
+                m.d.comb += [want_ack.eq(1), want_dec.eq(1), dec.pass_.eq(0),
+                             dec.beats.eq(length != 0)]
+            with m.Case(Kind.DB):
+                with m.If(c_qok & (cx.state != QpState.RESET)):
+                    m.d.comb += new.rq_prod.eq(c_db)
+                    with m.If(cx.state == QpState.ERROR):
+                        m.d.comb += want_fl.eq(1)
+            with m.Case(Kind.FATAL):
+                with m.If((cx.state != QpState.RESET) & (cx.state != QpState.ERROR)):
+                    m.d.comb += [new.state.eq(QpState.ERROR), want_ev.eq(1), want_fl.eq(1)]
+            with m.Case(Kind.PKT):
+                m.d.comb += [want_dec.eq(1), dec.beats.eq(length != 0)]
+                with m.If(~c_qok | ~state_ok | (cm.src_ip != st.rip)):
+                    m.d.comb += stat_c[Counter.NO_QP].eq(1)
+                with m.Elif(diff[23]):
+                    # duplicate: ACK at the last executed PSN, always
+                    m.d.comb += [stat_c[Counter.DUPLICATES].eq(1), want_rq.eq(1),
+                                 ent.frame.eq(1), ent.syndrome.eq(0x1F),
+                                 ent.psn.eq(cx.epsn - 1)]
+                with m.Elif(diff != 0):
+                    with m.If(~cx.nak):
+                        m.d.comb += [new.nak.eq(1), want_rq.eq(1), ent.frame.eq(1),
+                                     ent.syndrome.eq(0x60), ent.psn.eq(cx.epsn)]
+                with m.Else():
+                    m.d.comb += new.nak.eq(0)
+                    with m.If(~seq_ok):
+                        m.d.comb += [fail_61.eq(1), held.eq(cx.open == MsgClass.SEND)]
+                    with m.Elif(acc_bad):
+                        m.d.comb += fail_61.eq(1)
+                    with m.Elif(rnr):
+                        m.d.comb += [want_rq.eq(1), ent.frame.eq(1),
+                                     ent.syndrome.eq(0x20 | st.min_rnr)]
+                    with m.Elif(len_bad):
+                        m.d.comb += [fail_61.eq(1),
+                                     held.eq((cx.open == MsgClass.SEND) | info.rwr)]
+                    with m.Else():
+                        # execute
+                        m.d.comb += [
+                            want_exe.eq(1), want_rq.eq(1), dec.pass_.eq(1),
+                            ent.wait_done.eq(1), ent.from_done.eq(1), ent.frame.eq(cm.ackreq),
+                            ent.syndrome.eq(0x1F), ent.msn.eq(cx.msn + info.end),
+                            new.epsn.eq(cm.psn + 1),
+                            new.msn.eq(cx.msn + info.end),
+                            new.rq_cons.eq(cx.rq_cons + (info.end & (info.send | info.rwr))),
+                        ]
+                        with m.If(info.end):
+                            m.d.comb += [new.open.eq(MsgClass.NONE), new.off.eq(0)]
+                        with m.Else():
+                            m.d.comb += [new.open.eq(Mux(info.send, MsgClass.SEND,
+                                                         MsgClass.WRITE)),
+                                         new.off.eq(Mux(info.start, 0, cx.off) + length)]
+                        with m.If(info.start & info.write):
+                            m.d.comb += [new.wlen.eq(cm.reth_len), new.va.eq(cm.reth_va),
+                                         new.rkey.eq(cm.reth_rkey)]
+                        m.d.comb += new.resid.eq(resid - length)
+                    with m.If(fail_61):
+                        m.d.comb += [
+                            new.state.eq(QpState.ERROR), want_ev.eq(1), want_fl.eq(1),
+                            new.rq_cons.eq(cx.rq_cons + held),
+                            want_rq.eq(1), ent.frame.eq(1), ent.syndrome.eq(0x61),
+                            ent.kill.eq(1), ent.wait_done.eq(held),
+                            want_exe.eq(held), exe.status.eq(WcStatus.REM_INV_REQ_ERR),
+                        ]
+
+        # ---- payload router ------------------------------------------------------------------
+        d = dec_q.o
+        with m.If(d.valid):
+            with m.If(~d.payload.beats):
+                m.d.comb += d.ready.eq(1)
+            with m.Else():
+                m.d.comb += [
+                    self.payload.ready.eq(Mux(d.payload.pass_, self.pay_out.ready, 1)),
+                    self.pay_out.valid.eq(self.payload.valid & d.payload.pass_),
+                    d.ready.eq(self.payload.valid & self.payload.ready
+                               & self.payload.payload.last),
+                ]
+        m.d.comb += self.pay_out.payload.eq(self.payload.payload)
+
+        # ---- response sequencer --------------------------------------------------------------
+        m.submodules.errmem = errmem = memory.Memory(shape=1, depth=self.num_qp, init=[])
+        err_rd = errmem.read_port(domain="comb")
+        err_wr = errmem.write_port()
+        h = resp_q.o.payload
+        hv = resp_q.o.valid
+        err = Signal()
+        m.d.comb += [err_rd.addr.eq(h.qpn), err.eq(err_rd.data)]
+        have = Signal()
+        m.d.comb += have.eq(hv & (~h.wait_done | self.done.valid))
+        fatal_done = Signal()
+        m.d.comb += fatal_done.eq(h.from_done & self.done.payload.fatal)
+        f_valid = Signal()
+        f = Signal(tx_hdr_layout)
+        m.d.comb += [
+            f_valid.eq(~err & Mux(fatal_done, self.done.payload.syndrome != 0, h.frame)),
+            f.dmac.eq(h.dmac), f.dip.eq(h.dip), f.sport.eq(h.sport), f.dqpn.eq(h.dqpn),
+            f.opcode.eq(0x11), f.psn.eq(h.psn), f.aeth.eq(1),
+            f.syndrome.eq(Mux(fatal_done, self.done.payload.syndrome, h.syndrome)),
+            f.msn.eq(Mux(fatal_done, h.msn_prev, h.msn)),
+        ]
+        need_inj = Signal()
+        m.d.comb += need_inj.eq(~err & fatal_done)
+        coal_ready = Signal()
+        go = Signal()
+        m.d.comb += go.eq(have & (~f_valid | coal_ready) & (~need_inj | ~inj_valid))
+        m.d.comb += [
+            resp_q.o.ready.eq(go),
+            self.done.ready.eq(go & h.wait_done),
+        ]
+        seq_err_wr = Signal()
+        m.d.comb += seq_err_wr.eq(go & ~err & (fatal_done | h.kill))
+        fq_ok = Signal()
+        m.d.comb += fq_ok.eq(self.fault.payload.qpn < self.num_qp)
+        with m.If(go & need_inj):
+            m.d.sync += [inj_valid.eq(1), inj_qpn.eq(h.qpn)]
+        with m.Elif(self.fault.valid & ~inj_valid & ~seq_err_wr & ~ctx.set_valid):
+            # a fault from a later stage: suppress the QP's responses, then move it to ERROR
+            m.d.comb += self.fault.ready.eq(1)
+            with m.If(fq_ok):
+                m.d.sync += [inj_valid.eq(1), inj_qpn.eq(self.fault.payload.qpn[:ab])]
+        with m.If(ctx.set_valid):
+            m.d.comb += [err_wr.addr.eq(ctx.set_qpn), err_wr.en.eq(1),
+                         err_wr.data.eq(ctx.set_state == QpState.ERROR)]
+        with m.Elif(seq_err_wr):
+            m.d.comb += [err_wr.addr.eq(h.qpn), err_wr.data.eq(1), err_wr.en.eq(1)]
+        with m.Elif(self.fault.valid & self.fault.ready & fq_ok):
+            m.d.comb += [err_wr.addr.eq(self.fault.payload.qpn[:ab]), err_wr.data.eq(1),
+                         err_wr.en.eq(1)]
+
+        # ---- coalescing slot and frame queue --------------------------------------------------
+        m.submodules.fq = fq = Queue(tx_hdr_layout, self.ack_depth)
+        hold = Signal(tx_hdr_layout)
+        hold_qpn = Signal(ab)
+        hold_v = Signal()
+        match = Signal()
+        m.d.comb += [
+            match.eq(hold_v & (hold.syndrome == 0x1F) & (f.syndrome == 0x1F)
+                     & (hold_qpn == h.qpn)),
+            coal_ready.eq(~hold_v | match | fq.i.ready),
+            fq.i.payload.eq(hold),
+        ]
+        in_take = Signal()
+        m.d.comb += in_take.eq(go & f_valid)
+        m.d.comb += fq.i.valid.eq(hold_v & ((in_take & ~match) | (fq.level == 0)))
+        with m.If(in_take):
+            m.d.sync += [hold.eq(f), hold_qpn.eq(h.qpn), hold_v.eq(1)]
+        with m.Elif(fq.i.valid & fq.i.ready):
+            m.d.sync += hold_v.eq(0)
+
+        m.submodules.hb = hb
+        connect(m, fq.o, hb.req)
+        connect(m, hb.tx, wiring.flipped(self.tx))
+        m.d.comb += [hb.local_mac.eq(self.local_mac), hb.local_ip.eq(self.local_ip)]
+
+        # commands may run once everything is drained
+        m.d.comb += ctx.idle.eq(~b_valid & ~c_valid & ~resp_q.o.valid & (resp_q.level == 0)
+                                & ~inj_valid & ~exe_q.o.valid & fl_q.i.ready)
+        return m
+
