@@ -1,0 +1,518 @@
+"""RX Parse: width-generic RoCEv2 frame parser with a store-and-forward ICRC verdict.
+
+Data path
+---------
+::
+
+    i ──► header capture (first 74 bytes) ──► V0 snapshot ─► V1 fields/checks ─► V2 ─► desc queue ─┐
+     │                                                                            └─► reason queue ─┤
+     ├──► ICRC (masked bytes, rnic.crc.CRC32, residue check) ─────────────────► verdict ───────────┤
+     └──► frame buffer (lib.memory, whole frames, ring of beats) ◄── read side ◄────────────────────┘
+                                                                    │
+                                            meta queue ◄────────────┤
+                                            payload realign ► payload queue
+
+* Every beat of a frame (up to ``ceil(4200 / lanes)`` beats) is written into a ring of beats
+  ``depth`` = next power of two ≥ ``buffer_frames · ceil(4200 / lanes)``. Beats of a frame longer
+  than 4,200 bytes past that are not written, so such a frame never stalls the input.
+* At the frame's last beat the 74 header bytes (Ethernet, IPv4, UDP, BTH and up to RETH+ImmDt)
+  are snapshotted; two pipeline stages check them and push one descriptor per frame (metadata,
+  where the payload sits, the header drop reason).
+* The ICRC runs over the frame as it arrives: the 14 Ethernet bytes are fed as zeros with an
+  initial state standing for the 8 bytes of 0xFF (``crc_init_skipping``), the variant fields
+  (IPv4 TOS, TTL, checksum; UDP checksum; BTH byte 4) are forced to 0xFF, ``keep`` stops at the
+  end of the IPv4 datagram (Ethernet padding excluded) and the received ICRC is included, so a
+  good frame leaves the CRC-32 residue ``0x2144DF1C``.
+* The verdict (lowest reason of interface.md §4.5 wins: 1 MAC error, 2 not for us, 3 bad
+  IPv4/UDP or too long, 4 bad ICRC, 5 bad BTH) is final ``CRC32.latency`` cycles after the last
+  beat. Dropped frames are counted then and skipped by the read side (their buffer space is
+  released without reading them); nothing of them is ever forwarded.
+* The read side takes one descriptor and its verdict, pushes the metadata and streams the payload
+  beats out of the buffer, realigned with ``{cur, prev} >> 8·sel``. The payload offset is
+  42 + header length, always 2 mod 4, so ``sel`` is never 0 and a frame needs at most as many
+  buffer reads as it had beats on the wire: the read side keeps up with back-to-back frames.
+
+Checks (counter of interface.md §4.5; the lowest applicable number is counted)
+------------------------------------------------------------------------------
+1. ``user`` on the last beat (MAC error).
+2. ``drop_all``; destination MAC ≠ ``local_mac``; EtherType ≠ 0x0800; IPv4 destination ≠
+   ``local_ip``; protocol ≠ 17; UDP destination port ≠ 4791.
+3. IPv4 version ≠ 4, IHL ≠ 5, MF or a fragment offset, bad header checksum; UDP length < 8 or
+   ≠ total length − 20; frame length ≠ max(60, 14 + total length) (Ethernet padding is accepted
+   only up to the 60-byte minimum; truncated frames land here); frame longer than 4,200 bytes.
+4. Bad ICRC.
+5. TVer ≠ 0; P_Key low 15 bits ≠ 0x7FFF; an opcode not in :data:`rnic.opcodes.OPCODES` (UC,
+   UD, CNP, 0x15, 0x18–0x1F …); UDP length < 8 + BTH/extended headers + PadCnt + 4 (a frame
+   shorter than its headers, or PadCnt larger than the bytes after the headers).
+
+READ and atomic requests and every RC response opcode pass (with their payload bytes, if any);
+WRITE length and PadCnt-vs-opcode rules are the PSN stage's. Header bytes past the end of a short
+frame read as 0. The UDP checksum is not checked. ``payload_len`` = UDP length − 8 − header
+length − PadCnt − 4.
+
+Throughput and stalls
+---------------------
+One beat per cycle in, with back-to-back frames of any length: ``i.ready`` falls only when the
+frame buffer (or the descriptor queue, ``slots`` frames) is full because ``meta``/``payload``
+are back-pressured.
+
+Ordering guarantee
+------------------
+``meta`` entries and payload frames come in the same order (frame order on the wire, dropped
+frames removed). A frame's meta enters the meta queue (4 entries) at least three cycles before
+its first payload beat is offered, so once every earlier meta has been taken it is offered no
+later than that beat; a frame with ``payload_len`` 0 has a meta and no payload beats. The meta
+of the next frame may be offered while the payload of the current one is still streaming. The
+payload of a frame never waits for its meta to be taken, so a consumer may take meta then
+payload, or both independently.
+
+Latency (cycles, idle outputs, measured by ``tb/cocotb_rx_parse.py``): see
+:func:`rx_parse_latency`.
+"""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .. import wire
+from ..crc import CRC32, crc_init_skipping
+from ..ifaces import NUM_COUNTERS, Counter, rx_meta_layout
+from ..opcodes import OPCODES, opcode_info
+from ..stream import BeatStream, Queue, beat_layout, check_width
+
+__all__ = ["RxParse", "rx_parse_latency", "HDR_BYTES", "PAYLOAD_OFFSETS", "ICRC_RESIDUE"]
+
+#: Header bytes captured: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4.
+HDR_BYTES = 74
+_IP, _UDP, _BTH, _EXT = 14, 34, 42, 54
+#: zlib.crc32(m + crc32(m).to_bytes(4, "little")) for any m.
+ICRC_RESIDUE = 0x2144DF1C
+#: Header lengths (BTH + extended headers) of the known RC opcodes, one ``sel`` code each.
+HDR_LENS = sorted({row.hdr_len for row in OPCODES.values()})
+#: Byte offset of the payload in the frame for each code.
+PAYLOAD_OFFSETS = [_BTH + h for h in HDR_LENS]
+# Bytes the ICRC sees as 0xFF (IPv4 TOS, TTL, checksum; UDP checksum; BTH FECN/BECN/Resv6).
+_ICRC_FF = (_IP + 1, _IP + 8, _IP + 10, _IP + 11, _UDP + 6, _UDP + 7, _BTH + 4)
+
+
+def rx_parse_latency(width):
+    """Latencies in cycles of :class:`RxParse` with idle outputs (always ready).
+
+    ``meta``: from the cycle the last beat of a frame is accepted on ``i`` to the cycle its meta
+    is first offered; ``payload``: to the cycle its first payload beat is offered (both measured
+    by the benchmark of ``tb/cocotb_rx_parse.py``: 10/13 cycles at W=64 up to 13/16 at W=512);
+    ``stat``: to the cycle the drop-reason strobe is high (bit 0 is one cycle after the last
+    beat). The ICRC (``CRC32.latency`` = 3 + log2(W/8) + 1) dominates: the verdict is known
+    ``crc`` cycles after the last beat, the descriptor is taken one cycle later, the meta queue
+    adds two cycles, the buffer read, its output register and the payload queue five.
+    """
+    crc = CRC32(width).latency
+    return {"meta": crc + 3, "payload": crc + 6, "stat": crc + 1}
+
+
+class RxParse(wiring.Component):
+    """RX Parse: checks RoCEv2 frames, buffers them whole and forwards header metadata and the
+    lane-0-aligned payload of the frames that pass.
+
+    Parameters
+    ----------
+    width : int
+        Data width W of the MAC stream (64, 128, 256 or 512).
+    buffer_frames : int
+        Frame buffer size in maximum (4,200-byte) frames, ≥ 1 (default 2: one beat per cycle
+        with back-to-back frames).
+
+    Attributes
+    ----------
+    i : In(BeatStream(W))
+        The MAC receive stream (interface.md §2): a frame per packet from the destination MAC,
+        FCS stripped, ``user`` on the last beat = MAC error.
+    meta : Out(stream.Signature(rnic.ifaces.rx_meta_layout))
+        One entry per accepted frame.
+    payload : Out(BeatStream(W))
+        The payload of each accepted frame with ``payload_len`` > 0: byte 0 in lane 0, pad and
+        ICRC removed, ``keep`` all ones except on the ``last`` beat, ``user`` 0.
+    local_mac : In(48)
+        Local MAC, first wire byte most significant.
+    local_ip : In(32)
+        Local IPv4, first octet most significant.
+    drop_all : In(1)
+        While high (sampled at a frame's last beat), every frame is dropped and counted as 2.
+    stat : Out(16)
+        Counter strobes (interface.md §4.5): bit 0 once per received frame, bits 1–5 once per
+        dropped frame (its lowest reason).
+    """
+
+    def __init__(self, width=64, buffer_frames=2):
+        self.width = check_width(width)
+        if not isinstance(buffer_frames, int) or buffer_frames < 1:
+            raise ValueError(f"buffer_frames must be a positive integer, not {buffer_frames!r}")
+        self.lanes = width // 8
+        self.lg = self.lanes.bit_length() - 1
+        self.cap = -(-wire.MAX_FRAME // self.lanes)                 # beats of a maximum frame
+        self.depth = 1 << (buffer_frames * self.cap - 1).bit_length()
+        self.abits = self.depth.bit_length() - 1
+        self.buffer_frames = buffer_frames
+        self.slots = 16 if width < 512 else 32                      # frames in flight / queued
+        self.out_depth = 8
+        super().__init__({
+            "i": In(BeatStream(width)),
+            "meta": Out(stream.Signature(rx_meta_layout)),
+            "payload": Out(BeatStream(width)),
+            "local_mac": In(48),
+            "local_ip": In(32),
+            "drop_all": In(1),
+            "stat": Out(NUM_COUNTERS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        L, lg, cap = self.lanes, self.lg, self.cap
+        ptrw = self.abits + 1
+        ncode = len(HDR_LENS)
+
+        # ================================ write side ================================
+        mem = Memory(shape=self.width, depth=self.depth, init=[])
+        m.submodules.buffer = mem
+        wp = mem.write_port()
+        rp = mem.read_port(domain="sync")
+
+        beat = self.i.payload
+        byte = [beat.data[8 * j:8 * j + 8] for j in range(L)]
+
+        idx = Signal(range(cap + 1))        # beat index in the frame, saturating at cap
+        longf = Signal()                    # a beat started at byte >= cap*L (>= 4200)
+        wr_ptr = Signal(ptrw)
+        frame_base = Signal(ptrw)
+        rd_free = Signal(ptrw)              # first beat not yet released by the read side
+        slots_used = Signal(range(self.slots + 1))
+        slot_take = Signal()
+        slot_give = Signal()
+
+        first = idx == 0
+        write_this = idx < cap
+        space_ok = (wr_ptr ^ rd_free) != self.depth
+        slot_ok = slots_used < self.slots
+        m.d.comb += self.i.ready.eq((~write_this | space_ok) & (~first | slot_ok))
+        accept = Signal()
+        m.d.comb += accept.eq(self.i.valid & self.i.ready)
+
+        m.d.comb += [
+            wp.addr.eq(wr_ptr[:self.abits]),
+            wp.data.eq(beat.data),
+            wp.en.eq(accept & write_this),
+        ]
+        with m.If(accept):
+            with m.If(write_this):
+                m.d.sync += wr_ptr.eq(wr_ptr + 1)
+            with m.If(first):
+                m.d.sync += frame_base.eq(wr_ptr)
+            with m.If(beat.last):
+                m.d.sync += [idx.eq(0), longf.eq(0)]
+            with m.Else():
+                m.d.sync += idx.eq(Mux(idx == cap, cap, idx + 1))
+                with m.If(idx == cap):
+                    m.d.sync += longf.eq(1)
+        m.d.comb += slot_take.eq(accept & first)
+        m.d.sync += slots_used.eq(slots_used + slot_take - slot_give)
+
+        # Header capture: byte n of the frame sits in beat n // L, lane n % L.
+        hdr = [Signal(8, name=f"hdr{n}") for n in range(HDR_BYTES)]
+        hdr_next = [Signal(8, name=f"hdr_next{n}") for n in range(HDR_BYTES)]
+        for n in range(HDR_BYTES):
+            m.d.comb += hdr_next[n].eq(Mux(idx == n // L, byte[n % L], hdr[n]))
+            with m.If(accept):
+                m.d.sync += hdr[n].eq(hdr_next[n])
+
+        # ICRC feed.
+        m.submodules.crc = crc = CRC32(self.width, init=crc_init_skipping(14, b"\xff" * 8))
+        lane = list(byte)
+        for p in range(_IP):
+            if p // L <= cap:
+                lane[p % L] = Mux(idx == p // L, 0, lane[p % L])
+        for p in _ICRC_FF:
+            lane[p % L] = Mux(idx == p // L, 0xFF, lane[p % L])
+        crc_data = Signal(self.width)
+        m.d.comb += crc_data.eq(Cat(*lane))
+        tot_now = Signal(16)
+        m.d.comb += tot_now.eq(Cat(hdr_next[_IP + 3], hdr_next[_IP + 2]))
+        rel = Signal(signed(18))             # datagram end (incl. ICRC) relative to this beat
+        m.d.comb += rel.eq(_IP + tot_now - (idx << lg))
+        m.d.comb += [
+            crc.i.valid.eq(accept),
+            crc.i.payload.data.eq(crc_data),
+            # beats before the one holding the total length are all inside the datagram
+            crc.i.payload.keep.eq(Cat(*[beat.keep[j] & ((idx < (_IP + 3) // L) | (rel > j))
+                                        for j in range(L)])),
+            crc.i.payload.first.eq(first),
+            crc.i.payload.last.eq(beat.last),
+        ]
+
+        # ================================ check pipeline ================================
+        frame_len = Signal(range(cap * L + L + 1))
+        m.d.comb += frame_len.eq((idx << lg) + sum(beat.keep[j] for j in range(L)))
+
+        v0_valid = Signal()
+        v0_snap = [Signal(8, name=f"v0_snap{n}") for n in range(HDR_BYTES)]
+        v0_len = Signal.like(frame_len)
+        v0_long, v0_user, v0_dropall = Signal(), Signal(), Signal()
+        v0_base, v0_end = Signal(ptrw), Signal(ptrw)
+        end_frame = accept & beat.last
+        m.d.sync += v0_valid.eq(end_frame)
+        with m.If(end_frame):
+            m.d.sync += [s.eq(h) for s, h in zip(v0_snap, hdr_next)]
+            m.d.sync += [
+                v0_len.eq(frame_len),
+                v0_long.eq(longf | (idx == cap) | (frame_len > wire.MAX_FRAME)),
+                v0_user.eq(beat.user),
+                v0_dropall.eq(self.drop_all),
+                v0_base.eq(Mux(first, wr_ptr, frame_base)),
+                v0_end.eq(wr_ptr + write_this),
+            ]
+
+        # V1: bytes past the frame's end read as 0; fields, checks, metadata.
+        b = [Signal(8, name=f"v1_b{n}") for n in range(HDR_BYTES)]
+        for n in range(HDR_BYTES):
+            m.d.comb += b[n].eq(Mux(v0_len > n, v0_snap[n], 0))
+
+        def f(header, base, name):
+            return header.extract(name, b[base:base + header.size])
+
+        op = f(wire.BTH, _BTH, "opcode")
+        info = opcode_info(m, op, name="v1_info")
+        tot = f(wire.IPV4, _IP, "total_length")
+        udp_len = f(wire.UDP, _UDP, "length")
+        padcnt = f(wire.BTH, _BTH, "padcnt")
+        hdr_len = info.hdr_len
+        dgram_end = Signal(17)
+        m.d.comb += dgram_end.eq(_IP + tot)
+
+        r1 = v0_user
+        r2 = (v0_dropall
+              | (f(wire.ETH, 0, "dst") != self.local_mac)
+              | (f(wire.ETH, 0, "ethertype") != wire.ETHERTYPE_IPV4)
+              | (f(wire.IPV4, _IP, "dst") != self.local_ip)
+              | (f(wire.IPV4, _IP, "protocol") != wire.IP_PROTO_UDP)
+              | (f(wire.UDP, _UDP, "dport") != wire.ROCE_UDP_PORT))
+        flags = f(wire.IPV4, _IP, "flags")
+        r3 = ((f(wire.IPV4, _IP, "version") != 4)
+              | (f(wire.IPV4, _IP, "ihl") != 5)
+              | flags[0]                                        # MF (flags = reserved, DF, MF)
+              | (f(wire.IPV4, _IP, "frag_offset") != 0)
+              | v0_long
+              | (v0_len != Mux(dgram_end < wire.MIN_FRAME, wire.MIN_FRAME, dgram_end))
+              | (udp_len + wire.IPV4_LEN != tot)
+              | (udp_len < wire.UDP_LEN))
+        need = Signal(17)
+        m.d.comb += need.eq(wire.UDP_LEN + wire.ICRC_LEN + hdr_len + padcnt)
+        r5 = ((f(wire.BTH, _BTH, "tver") != 0)
+              | (f(wire.BTH, _BTH, "pkey")[:15] != 0x7FFF)
+              | ~info.known
+              | (udp_len < need))
+        csum = sum(Cat(b[_IP + 2 * k + 1], b[_IP + 2 * k]) for k in range(10))
+
+        v1_valid = Signal()
+        v1_r1, v1_r2, v1_r3, v1_r5 = Signal(), Signal(), Signal(), Signal()
+        v1_csum = Signal(20)
+        v1_meta = Signal(rx_meta_layout)
+        v1_code = Signal(range(ncode))
+        v1_len = Signal(13)
+        v1_base, v1_end = Signal(ptrw), Signal(ptrw)
+        m.d.sync += v1_valid.eq(v0_valid)
+
+        code = Signal(range(ncode))
+        with m.Switch(hdr_len):
+            for c, h in enumerate(HDR_LENS):
+                with m.Case(h):
+                    m.d.comb += code.eq(c)
+
+        def ext(header, name, present, offset=_EXT):
+            return Mux(present, f(header, offset, name), 0)
+
+        imm_at = Mux(info.reth, f(wire.IMMDT, _EXT + 16, "imm"), f(wire.IMMDT, _EXT, "imm"))
+        meta_now = {
+            "opcode": op,
+            "se": f(wire.BTH, _BTH, "se"),
+            "mig": f(wire.BTH, _BTH, "mig"),
+            "padcnt": padcnt,
+            "pkey": f(wire.BTH, _BTH, "pkey"),
+            "fecn": f(wire.BTH, _BTH, "fecn"),
+            "becn": f(wire.BTH, _BTH, "becn"),
+            "dqpn": f(wire.BTH, _BTH, "dqpn"),
+            "ackreq": f(wire.BTH, _BTH, "ackreq"),
+            "psn": f(wire.BTH, _BTH, "psn"),
+            "reth_va": ext(wire.RETH, "va", info.reth),
+            "reth_rkey": ext(wire.RETH, "rkey", info.reth),
+            "reth_len": ext(wire.RETH, "dmalen", info.reth),
+            "imm": Mux(info.immdt, imm_at, 0),
+            "ieth_rkey": ext(wire.IETH, "rkey", info.ieth),
+            "aeth_syndrome": ext(wire.AETH, "syndrome", info.aeth),
+            "aeth_msn": ext(wire.AETH, "msn", info.aeth),
+            "src_mac": f(wire.ETH, 0, "src"),
+            "src_ip": f(wire.IPV4, _IP, "src"),
+            "udp_sport": f(wire.UDP, _UDP, "sport"),
+            "payload_len": (udp_len - need)[:13],
+        }
+        with m.If(v0_valid):
+            m.d.sync += [getattr(v1_meta, k).eq(v) for k, v in meta_now.items()]
+            m.d.sync += [
+                v1_r1.eq(r1), v1_r2.eq(r2), v1_r3.eq(r3), v1_r5.eq(r5), v1_csum.eq(csum),
+                v1_code.eq(code), v1_len.eq(meta_now["payload_len"]),
+                v1_base.eq(v0_base), v1_end.eq(v0_end),
+            ]
+
+        # V2 (combinational from V1): checksum, header reason, where the payload is.
+        fold1 = Signal(17)
+        fold2 = Signal(16)
+        m.d.comb += [fold1.eq(v1_csum[:16] + v1_csum[16:]), fold2.eq(fold1[:16] + fold1[16])]
+        hreason = Signal(3)
+        with m.If(v1_r1):
+            m.d.comb += hreason.eq(1)
+        with m.Elif(v1_r2):
+            m.d.comb += hreason.eq(2)
+        with m.Elif(v1_r3 | (fold2 != 0xFFFF)):
+            m.d.comb += hreason.eq(3)
+        with m.Elif(v1_r5):
+            m.d.comb += hreason.eq(5)
+
+        sel = Signal(range(L))
+        skip = Signal(range(PAYLOAD_OFFSETS[-1] // L + 1))
+        with m.Switch(v1_code):
+            for c, o in enumerate(PAYLOAD_OFFSETS):
+                with m.Case(c):
+                    m.d.comb += [sel.eq(o % L), skip.eq(o // L)]
+        lm1 = Signal(13)                          # payload_len - 1 (len > 0)
+        span = Signal(14)                         # sel + len - 1
+        m.d.comb += [lm1.eq(v1_len - 1), span.eq(sel + lm1)]
+        has = v1_len != 0
+        desc_layout = data.StructLayout({
+            "meta": rx_meta_layout,
+            "first": ptrw,
+            "end": ptrw,
+            "reads": range(cap + 2),
+            "sel": range(ncode),
+            "flush": 1,
+            "last_keep": range(L + 1),
+        })
+        m.submodules.desc_q = desc_q = Queue(desc_layout, self.slots)
+        m.submodules.reason_q = reason_q = fifo.SyncFIFO(width=3, depth=self.slots)
+        m.submodules.verdict_q = verdict_q = fifo.SyncFIFO(width=1, depth=self.slots)
+        m.d.comb += [
+            desc_q.i.valid.eq(v1_valid),
+            desc_q.i.payload.meta.eq(v1_meta),
+            desc_q.i.payload.first.eq(v1_base + skip),
+            desc_q.i.payload.end.eq(v1_end),
+            desc_q.i.payload.reads.eq(Mux(has, (span >> lg) + 1, 0)),
+            desc_q.i.payload.sel.eq(v1_code),
+            desc_q.i.payload.flush.eq((span >> lg) == (lm1 >> lg)),
+            desc_q.i.payload.last_keep.eq(lm1[:lg] + 1),
+            reason_q.w_en.eq(v1_valid),
+            reason_q.w_data.eq(hreason),
+        ]
+
+        # Verdict: the ICRC result of a frame meets its header reason (frames stay in order).
+        stat = Signal(NUM_COUNTERS)
+        m.d.sync += stat.eq(0)
+        m.d.sync += stat[Counter.RX_FRAMES].eq(end_frame)
+        final = Signal(3)
+        hr = reason_q.r_data
+        with m.If((hr == 0) | (hr == 5)):
+            m.d.comb += final.eq(Mux(crc.o.payload != ICRC_RESIDUE, 4, hr))
+        with m.Else():
+            m.d.comb += final.eq(hr)
+        m.d.comb += [
+            reason_q.r_en.eq(crc.o.valid),
+            verdict_q.w_en.eq(crc.o.valid),
+            verdict_q.w_data.eq(final != 0),
+        ]
+        with m.If(crc.o.valid):
+            for r in (1, 2, 3, 4, 5):
+                m.d.sync += stat[r].eq(final == r)
+        m.d.comb += self.stat.eq(stat)
+
+        # ================================ read side ================================
+        m.submodules.meta_q = meta_q = Queue(rx_meta_layout, 4)
+        m.submodules.out_q = out_q = Queue(beat_layout(self.width), self.out_depth)
+        wiring.connect(m, wiring.flipped(self.meta), meta_q.o)
+        wiring.connect(m, wiring.flipped(self.payload), out_q.o)
+
+        tok_layout = data.StructLayout({
+            "rd": 1, "emit": 1, "last": 1, "sel": range(ncode), "keep": range(L + 1)})
+        tok = Signal(tok_layout)
+        tok1 = Signal(tok_layout)
+        tok2 = Signal(tok_layout)
+        rd_addr = Signal(ptrw)
+
+        busy = Signal()
+        addr = Signal(ptrw)
+        left = Signal(range(cap + 2))
+        f_sel = Signal(range(ncode))
+        f_keep = Signal(range(L + 1))
+        f_flush = Signal()
+        f_end = Signal(ptrw)
+        pend = Signal()
+        p_sel = Signal(range(ncode))
+        p_keep = Signal(range(L + 1))
+
+        credit = (out_q.level + tok1.emit + tok2.emit) < self.out_depth
+        head = desc_q.o.payload
+        drop = verdict_q.r_data[0]
+        head_ok = desc_q.o.valid & verdict_q.r_rdy & (drop | meta_q.i.ready)
+
+        with m.If(credit):
+            with m.If(busy):
+                m.d.comb += [
+                    tok.rd.eq(1), rd_addr.eq(addr), tok.emit.eq(1),
+                    tok.last.eq((left == 1) & ~f_flush), tok.sel.eq(f_sel),
+                    tok.keep.eq(Mux((left == 1) & ~f_flush, f_keep, L)),
+                ]
+                m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+                with m.If(left == 1):
+                    m.d.sync += [busy.eq(0), rd_free.eq(f_end),
+                                 pend.eq(f_flush), p_sel.eq(f_sel), p_keep.eq(f_keep)]
+            with m.Else():
+                with m.If(pend):
+                    m.d.comb += [tok.emit.eq(1), tok.last.eq(1), tok.sel.eq(p_sel),
+                                 tok.keep.eq(p_keep)]
+                    m.d.sync += pend.eq(0)
+                with m.If(head_ok):
+                    m.d.comb += [desc_q.o.ready.eq(1), verdict_q.r_en.eq(1), slot_give.eq(1)]
+                    with m.If(drop | (head.reads == 0)):
+                        m.d.sync += rd_free.eq(head.end)
+                    with m.If(~drop):
+                        m.d.comb += [meta_q.i.valid.eq(1), meta_q.i.payload.eq(head.meta)]
+                        with m.If(head.reads != 0):
+                            m.d.comb += [tok.rd.eq(1), rd_addr.eq(head.first)]
+                            with m.If(head.reads == 1):
+                                m.d.sync += [rd_free.eq(head.end), pend.eq(head.flush),
+                                             p_sel.eq(head.sel), p_keep.eq(head.last_keep)]
+                            with m.Else():
+                                m.d.sync += [
+                                    busy.eq(1), addr.eq(head.first + 1), left.eq(head.reads - 1),
+                                    f_sel.eq(head.sel), f_keep.eq(head.last_keep),
+                                    f_flush.eq(head.flush), f_end.eq(head.end),
+                                ]
+        m.d.comb += [rp.addr.eq(rd_addr[:self.abits]), rp.en.eq(tok.rd)]
+
+        # S1: memory read in flight; S2: registered read data, realign into the payload queue.
+        data2 = Signal(self.width)
+        prev = Signal(self.width)
+        m.d.sync += [tok1.eq(tok), tok2.eq(tok1), data2.eq(rp.data)]
+        with m.If(tok2.rd):
+            m.d.sync += prev.eq(data2)
+        pair = Signal(2 * self.width)
+        m.d.comb += pair.eq(Cat(prev, data2))
+        shifted = Signal(self.width)
+        with m.Switch(tok2.sel):
+            for c, o in enumerate(PAYLOAD_OFFSETS):
+                with m.Case(c):
+                    s = o % L
+                    m.d.comb += shifted.eq(pair[8 * s:8 * s + self.width])
+        m.d.comb += [
+            out_q.i.valid.eq(tok2.emit),
+            out_q.i.payload.data.eq(shifted),
+            out_q.i.payload.keep.eq(Cat(*[tok2.keep > j for j in range(L)])),
+            out_q.i.payload.last.eq(tok2.last),
+        ]
+        return m
