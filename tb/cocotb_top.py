@@ -5,7 +5,9 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rnic.control.regmap import ID_VALUE
+from rnic.opcodes import Op
 from sim.driver.regs import Regs
+from sim.packets import LOCAL_IP, LOCAL_MAC, build_frame
 
 
 @cocotb.test()
@@ -24,13 +26,15 @@ async def top_smoke(dut):
     assert (await regs.status())[0] == 1
     assert await regs.read("ID") == ID_VALUE
     await regs.wait_idle()
-    # frames: one marked bad by the MAC, two good ones (not for any QP yet: counted as 2)
-    await src.send(AxiStreamFrame(bytes(range(60)), tuser=1))
-    await src.send(AxiStreamFrame(bytes(64)))
-    await src.send(AxiStreamFrame(bytes(100)))
+    await regs.set_local(LOCAL_MAC, LOCAL_IP)
+    # frames: one marked bad by the MAC, one for another MAC, one good RoCE frame (no QP yet)
+    good = build_frame(Op.SEND_ONLY, b"hello", dqpn=5, psn=1)
+    await src.send(AxiStreamFrame(good, tuser=1))
+    await src.send(AxiStreamFrame(build_frame(Op.SEND_ONLY, b"x", dst_mac=0x020000000009)))
+    await src.send(AxiStreamFrame(good))
     await src.wait()
     stalls = 0
-    for _ in range(20):
+    for _ in range(60):
         await RisingEdge(dut.clk)
         await ReadOnly()
         stalls += int(dut.s_axis_rx_tready.value) == 0
@@ -39,5 +43,5 @@ async def top_smoke(dut):
         assert dut.m_axi_wvalid.value == 0 and dut.irq.value == 0
     assert stalls == 0
     c = await regs.counters()
-    assert c[0] == 3 and c[1] == 1 and c[2] == 2, c
+    assert c[0] == 3 and c[1] == 1 and c[2] == 1 and c[6] == 1, c
     assert c[0] == sum(c[1:7]) + c[15]

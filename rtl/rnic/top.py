@@ -4,8 +4,8 @@ This is the composer of the core (the LUNA pattern): it instantiates the blocks 
 them, so the data path reads top to bottom here. Blocks that have not landed yet are replaced
 by stubs that keep every output driven and every input ready:
 
-* MAC receive: every frame is taken at full rate and counted (0 received; 1 if the MAC marked
-  it bad, else 2 "not for us") until RX Parse lands.
+* MAC receive: RX Parse checks every frame (counters 0–5); a frame it accepts finds no QP yet
+  (counter 6) until PSN Check and the execute stage are wired in, and its payload is drained.
 * MAC transmit and the AXI4 host-memory master: idle (``tvalid``/``awvalid``/``wvalid``/
   ``arvalid`` low, ``bready``/``rready`` high).
 * Command ports: answered at once with result 0 (and no returned arguments).
@@ -22,6 +22,7 @@ from amaranth.lib.wiring import In, Out
 from .control.control_plane import ControlPlane
 from .ifaces import NUM_COUNTERS, Counter, CommandSignature
 from .params import RnicConfig
+from .rx.parse import RxParse
 
 __all__ = ["RNIC", "port_list", "build_verilog"]
 
@@ -129,17 +130,27 @@ class RNIC(wiring.Component):
         for name in ("rq_db", "sq_db", "cq_db", "cq_arm"):
             m.d.comb += getattr(ctl, name).ready.eq(1)
 
-        # ---- MAC receive stub: count every frame ------------------------------------------
+        # ---- RX Parse ---------------------------------------------------------------------
+        m.submodules.rx_parse = rx = RxParse(width=cfg.data_width)
+        rx_in = rx.i
+        m.d.comb += [
+            rx_in.payload.data.eq(self.s_axis_rx_tdata),
+            rx_in.payload.keep.eq(self.s_axis_rx_tkeep),
+            rx_in.payload.last.eq(self.s_axis_rx_tlast),
+            rx_in.payload.user.eq(self.s_axis_rx_tuser),
+            rx_in.valid.eq(self.s_axis_rx_tvalid),
+            self.s_axis_rx_tready.eq(rx_in.ready),
+            rx.local_mac.eq(ctl.local_mac),
+            rx.local_ip.eq(ctl.local_ip),
+            rx.drop_all.eq(ctl.drop_all),
+        ]
+        # no QP takes a frame yet: count it (6) and drain its payload
         stat = Signal(NUM_COUNTERS)
-        m.d.comb += self.s_axis_rx_tready.eq(1)
-        with m.If(self.s_axis_rx_tvalid & self.s_axis_rx_tlast):
-            m.d.comb += stat[Counter.RX_FRAMES].eq(1)
-            with m.If(self.s_axis_rx_tuser):
-                m.d.comb += stat[Counter.MAC_DROP].eq(1)
-            with m.Else():
-                m.d.comb += stat[Counter.NOT_ROCE].eq(1)
+        m.d.comb += [rx.meta.ready.eq(1), rx.payload.ready.eq(1)]
+        with m.If(rx.meta.valid):
+            m.d.comb += stat[Counter.NO_QP].eq(1)
         for i in range(NUM_COUNTERS):
-            m.d.comb += ctl.stat_inc[i].eq(stat[i])
+            m.d.comb += ctl.stat_inc[i].eq(stat[i] + rx.stat[i])
 
         # ---- MAC transmit and host memory: idle --------------------------------------------
         size = (lanes).bit_length() - 1
