@@ -1,0 +1,207 @@
+"""Scatter Path: cut a packet's payload into pieces and realign each to its bus address.
+
+The payload of a packet arrives on ``pay`` realigned to lane 0 (byte 0 of the packet's payload
+in lane 0 of its first beat). A *piece* ``{src, len, lane, end}`` asks for payload bytes
+``[src, src + len)`` as host-memory write beats for a bus address whose low bits are ``lane``:
+``ceil((lane + len) / (W/8))`` beats, beat ``k`` covering bus word ``addr // (W/8) + k``, with
+``strb`` set only on the piece's bytes (the format of a :class:`~rnic.host.HostMemory` write
+client's ``data``). Pieces of one packet come in increasing ``src`` order, without overlap;
+a piece with ``end`` = 1 closes the packet: after its bytes (``len`` may be 0) the rest of the
+packet's beats, up to the one with ``last``, are dropped and ``pkt_done`` pulses.
+
+Realignment: a window ``{head, prev}`` of two source beats (``head`` = the input beat not yet
+taken, ``prev`` = the beat taken before it) shifted right by a byte count; the input beat is taken
+only when the next output beat needs a later source beat, so a source beat shared by two pieces
+stays available for the second. One output beat per cycle while a piece runs; one bubble at
+most at the start of a piece and one cycle for the closing piece.
+
+The byte shift is done in two registered steps (by ``sh mod 8`` bytes, then by whole 8-byte
+words), and the write beats pass through a 4-entry output queue (no combinational path from
+``pay`` to ``data``); the closing piece puts a marker into it, which is dropped at the queue's output and
+pulses ``pkt_done`` there, so ``pkt_done`` means the packet's last write beat was taken.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..host.axi_master import write_beat_layout
+from ..stream import BeatStream, Queue, check_width
+
+__all__ = ["ScatterPath", "piece_layout"]
+
+#: One piece of a packet's payload (see the module docstring).
+piece_layout = data.StructLayout({"src": 13, "len": 13, "lane": 6, "end": 1})
+
+
+class ScatterPath(wiring.Component):
+    """Payload → aligned, strobed host-memory write beats, one piece at a time.
+
+    Parameters
+    ----------
+    width : int
+        Data width W (64, 128, 256, 512).
+
+    Attributes
+    ----------
+    piece : In(stream.Signature(piece_layout))
+        Pieces, in packet order.
+    pay : In(BeatStream(W))
+        Payload beats (lane-0 aligned, ``last`` on the packet's last beat).
+    data : Out(stream.Signature(write_beat_layout(W)))
+        Write beats (``last`` on each piece's last beat).
+    pkt_done : Out(1)
+        One-cycle pulse: a packet's closing piece finished: its remaining payload beats were
+        dropped and every write beat of the packet was taken on ``data``.
+    busy : Out(1)
+        A piece is being worked on.
+    """
+
+    def __init__(self, *, width):
+        self.width = check_width(width)
+        super().__init__({
+            "piece": In(stream.Signature(piece_layout)),
+            "pay": In(BeatStream(width)),
+            "data": Out(stream.Signature(write_beat_layout(width))),
+            "pkt_done": Out(1),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        B = W // 8
+        lb = B.bit_length() - 1
+        P = 16                                # bits of signed byte positions in a packet
+
+        prev = Signal(W)
+        h = Signal(range(4096 // B + 2))      # index of the source beat at the input head
+        left = Signal(range(4096 // B + 2))   # output beats of the piece still to go
+        first = Signal()                      # the next output beat is the piece's first
+        lastb = Signal()                      # ... its last (left == 1)
+        nlast = Signal()                      # left == 2
+        lo = Signal(lb)                       # first lane of the piece
+        hl = Signal(lb)                       # last lane of the piece
+        end = Signal()
+        # Source beat index of the last byte of the next output beat, minus h: ``dm`` for a full
+        # (middle) beat, ``dl`` for the piece's last beat. > 0: take an input beat first.
+        dm = Signal(signed(P))
+        dl = Signal(signed(P))
+        # Byte shift of the {head, prev} window for the next output beat.
+        sh = Signal(lb + 2)
+
+        lo_lane = Signal(lb)
+        hi_lane = Signal(lb)
+        m.d.comb += [lo_lane.eq(Mux(first, lo, 0)), hi_lane.eq(Mux(lastb, hl, B - 1))]
+        ahead = Signal()
+        m.d.comb += ahead.eq(Mux(lastb, dl, dm) > 0)
+        nxt_ahead = Signal()                  # after this beat, the next one needs a take
+        m.d.comb += nxt_ahead.eq(Mux(nlast, dl, dm) >= 0)
+
+        window = Signal(2 * W)
+        m.d.comb += window.eq(Cat(prev, self.pay.payload.data))
+        ones = Const((1 << B) - 1, B)
+        strb = Signal(B)
+        top = Signal(lb)
+        m.d.comb += top.eq(B - 1 - hi_lane)
+        m.d.comb += strb.eq((ones << lo_lane)[:B] & (ones >> top))
+        out_layout = data.StructLayout({"beat": write_beat_layout(W), "mark": 1})
+        m.submodules.out_q = out_q = Queue(out_layout, 4)
+        o = out_q.i
+
+        # The byte shift (sh < 2·W/8 when a beat leaves) in two registered steps: by
+        # sh mod 8 bytes into stage 1, then by whole 8-byte words into the output queue.
+        a_valid = Signal()                    # a beat (or a marker) enters stage 1
+        a_ready = Signal()
+        a_mark = Signal()
+        s1_valid = Signal()
+        s1_win = Signal(2 * W)
+        s1_hi = Signal(max(lb - 2, 1))
+        s1_strb = Signal(B)
+        s1_last = Signal()
+        s1_mark = Signal()
+        m.d.comb += a_ready.eq(~s1_valid | o.ready)
+        with m.If(a_ready):
+            # the data registers load whenever stage 1 is free (their enable does not wait for
+            # the FSM's decision); ``s1_valid`` says whether they hold a beat
+            m.d.sync += [s1_valid.eq(a_valid), s1_win.eq(window >> (sh[:3] * 8)),
+                         s1_hi.eq(sh[3:lb + 1]), s1_strb.eq(strb), s1_last.eq(lastb),
+                         s1_mark.eq(a_mark)]
+        shifted = Signal(2 * W)
+        m.d.comb += shifted.eq(s1_win >> (s1_hi * 64))
+        m.d.comb += [
+            o.valid.eq(s1_valid),
+            o.payload.beat.data.eq(shifted[:W]),
+            o.payload.beat.strb.eq(s1_strb),
+            o.payload.beat.last.eq(s1_last),
+            o.payload.mark.eq(s1_mark),
+        ]
+        q = out_q.o
+        m.d.comb += [self.data.payload.eq(q.payload.beat)]
+        with m.If(q.payload.mark):
+            m.d.comb += [q.ready.eq(1), self.pkt_done.eq(q.valid)]
+        with m.Else():
+            m.d.comb += [self.data.valid.eq(q.valid), q.ready.eq(self.data.ready)]
+
+        # piece set-up (from the piece queue's registered output)
+        p = self.piece.payload
+        p_lane = p.lane[:lb]
+        p_bk = Signal(signed(P))
+        p_end = Signal(P)
+        m.d.comb += [p_bk.eq(p.src - p_lane), p_end.eq(p_lane + p.len - 1)]
+        p_dm = Signal(signed(P))
+        p_dl = Signal(signed(P))
+        m.d.comb += [p_dm.eq(((p_bk + (B - 1)) >> lb) - h),
+                     p_dl.eq(((p_bk + p_end[:lb]) >> lb) - h)]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.piece.ready.eq(1)
+                with m.If(self.piece.valid):
+                    m.d.sync += [
+                        left.eq((p_end + B) >> lb),
+                        first.eq(1),
+                        lastb.eq(((p_end + B) >> lb) == 1),
+                        nlast.eq(((p_end + B) >> lb) == 2),
+                        lo.eq(p_lane),
+                        hl.eq(p_end[:lb]),
+                        dm.eq(p_dm), dl.eq(p_dl),
+                        sh.eq(p_bk + B - (h << lb)),
+                        end.eq(p.end),
+                    ]
+                    with m.If(p.len == 0):
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(ahead):
+                    with m.If(self.pay.valid):
+                        m.d.comb += self.pay.ready.eq(1)
+                        m.d.sync += [prev.eq(self.pay.payload.data), h.eq(h + 1),
+                                     dm.eq(dm - 1), dl.eq(dl - 1), sh.eq(sh - B)]
+                with m.Else():
+                    m.d.comb += a_valid.eq(self.pay.valid)
+                    with m.If(self.pay.valid & a_ready):
+                        m.d.sync += [left.eq(left - 1), first.eq(0), lastb.eq(nlast),
+                                     nlast.eq(left == 3)]
+                        with m.If(lastb):
+                            with m.If(end):
+                                m.next = "DRAIN"
+                            with m.Else():
+                                m.next = "IDLE"
+                        with m.Elif(nxt_ahead):
+                            # take the input beat in the same cycle: net differences unchanged
+                            m.d.comb += self.pay.ready.eq(1)
+                            m.d.sync += [prev.eq(self.pay.payload.data), h.eq(h + 1)]
+                        with m.Else():
+                            m.d.sync += [dm.eq(dm + 1), dl.eq(dl + 1), sh.eq(sh + B)]
+            with m.State("DRAIN"):
+                m.d.comb += [self.busy.eq(1),
+                             self.pay.ready.eq(~self.pay.payload.last | a_ready),
+                             a_valid.eq(self.pay.valid & self.pay.payload.last),
+                             a_mark.eq(1)]
+                with m.If(self.pay.valid & self.pay.payload.last & a_ready):
+                    m.d.sync += h.eq(0)
+                    m.next = "IDLE"
+        return m
