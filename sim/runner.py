@@ -111,7 +111,13 @@ def _icarus_time0_fix(text):
     only on an FSM still in its reset state) stays X. Assigning the dummy with ``#0`` in an
     ``initial`` block fires the event after the blocks are waiting.
     """
-    return _DUMMY.sub(lambda mt: f"reg {mt.group(1)};\n  initial #0 {mt.group(1)} = 1'h0;", text)
+    text = _DUMMY.sub(lambda mt: f"reg {mt.group(1)};\n  initial #0 {mt.group(1)} = 1'h0;", text)
+    # ``always @* x[5:0] = 6'h00;`` (a constant, so an empty sensitivity list) never runs in
+    # Icarus at all; a constant needs assigning once.
+    return _CONST_ALWAYS.sub(lambda mt: f"initial{mt.group(1)}{mt.group(2)};", text)
+
+
+_CONST_ALWAYS = re.compile(r"always @\*(\n\s+)([^\n;]*? = \d+'[hbd][0-9a-fA-F_]+);(?=\n)")
 
 
 def _verilator_path():

@@ -20,9 +20,16 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .control.control_plane import ControlPlane
-from .ifaces import NUM_COUNTERS, Counter, CommandSignature
+from .ifaces import NUM_COUNTERS, Counter, CommandSignature, event_layout
 from .params import RnicConfig
 from .rx.parse import RxParse
+from .resp.psn_check import PsnCheck
+from .resp.execute import Execute
+from .keys.key_cache import KeyCache
+from .host.cqe_gen import CqeGen
+from .host.axi_master import HostMemory
+from .tx.arbiter import TxArbiter
+from .stream import StreamMerge
 
 __all__ = ["RNIC", "port_list", "build_verilog"]
 
@@ -118,48 +125,99 @@ class RNIC(wiring.Component):
         sweep = Signal(range(depth + 1), init=depth)
         with m.If(sweep != 0):
             m.d.sync += sweep.eq(sweep - 1)
-        m.d.comb += ctl.sweeping.eq(sweep != 0)
 
-        # ---- command ports (stubs until their blocks land) ---------------------------------
-        for name in ("qp", "cq", "key"):
-            stub = _CommandStub()
-            m.submodules[f"{name}_stub"] = stub
-            wiring.connect(m, getattr(ctl, name), stub.cmd)
+        W = cfg.data_width
 
-        # ---- doorbells: consumed (no block takes them yet) ---------------------------------
-        for name in ("rq_db", "sq_db", "cq_db", "cq_arm"):
-            m.d.comb += getattr(ctl, name).ready.eq(1)
+        # ---- the responder: RX Parse -> PSN Check -> execute (RQ fetch, Scatter, invalidate)
+        #      -> CQE Generation; ACK/NAK frames -> TX arbiter -> MAC transmit -----------------
+        m.submodules.rx_parse = rx = RxParse(width=W)
+        m.submodules.psn_check = psn = PsnCheck(width=W, num_qp=cfg.num_qp)
+        m.submodules.execute = exe = Execute(width=W, num_qp=cfg.num_qp)
+        m.submodules.key_cache = keys = KeyCache(key_entries=cfg.key_entries, num_ports=1)
+        m.submodules.cqe_gen = cqe = CqeGen(width=W, num_cq=cfg.num_cq)
+        m.submodules.host_memory = hmem = HostMemory(width=W, read_clients=1, write_clients=2)
+        m.submodules.tx_arbiter = arb = TxArbiter(W)
 
-        # ---- RX Parse ---------------------------------------------------------------------
-        m.submodules.rx_parse = rx = RxParse(width=cfg.data_width)
-        rx_in = rx.i
+        # MAC receive
         m.d.comb += [
-            rx_in.payload.data.eq(self.s_axis_rx_tdata),
-            rx_in.payload.keep.eq(self.s_axis_rx_tkeep),
-            rx_in.payload.last.eq(self.s_axis_rx_tlast),
-            rx_in.payload.user.eq(self.s_axis_rx_tuser),
-            rx_in.valid.eq(self.s_axis_rx_tvalid),
-            self.s_axis_rx_tready.eq(rx_in.ready),
-            rx.local_mac.eq(ctl.local_mac),
-            rx.local_ip.eq(ctl.local_ip),
+            rx.i.payload.data.eq(self.s_axis_rx_tdata),
+            rx.i.payload.keep.eq(self.s_axis_rx_tkeep),
+            rx.i.payload.last.eq(self.s_axis_rx_tlast),
+            rx.i.payload.user.eq(self.s_axis_rx_tuser),
+            rx.i.valid.eq(self.s_axis_rx_tvalid),
+            self.s_axis_rx_tready.eq(rx.i.ready),
+            rx.local_mac.eq(ctl.local_mac), rx.local_ip.eq(ctl.local_ip),
             rx.drop_all.eq(ctl.drop_all),
+            psn.local_mac.eq(ctl.local_mac), psn.local_ip.eq(ctl.local_ip),
         ]
-        # no QP takes a frame yet: count it (6) and drain its payload
-        stat = Signal(NUM_COUNTERS)
-        m.d.comb += [rx.meta.ready.eq(1), rx.payload.ready.eq(1)]
-        with m.If(rx.meta.valid):
-            m.d.comb += stat[Counter.NO_QP].eq(1)
-        for i in range(NUM_COUNTERS):
-            m.d.comb += ctl.stat_inc[i].eq(stat[i] + rx.stat[i])
+        wiring.connect(m, rx.meta, psn.meta)
+        wiring.connect(m, rx.payload, psn.payload)
 
-        # ---- MAC transmit and host memory: idle --------------------------------------------
-        size = (lanes).bit_length() - 1
+        # command ports and doorbells
+        wiring.connect(m, ctl.qp, psn.cmd)
+        wiring.connect(m, ctl.cq, cqe.cmd)
+        wiring.connect(m, ctl.key, keys.cmd)
+        for src, dst, fields in ((ctl.rq_db, psn.rq_db, ("qpn", "index")),
+                                 (ctl.cq_db, cqe.cq_db, ("cqn", "index")),
+                                 (ctl.cq_arm, cqe.cq_arm, ("cqn", "mode"))):
+            num, val = fields
+            m.d.comb += [getattr(dst.payload, num).eq(src.payload.number),
+                         getattr(dst.payload, val).eq(src.payload.value),
+                         dst.valid.eq(src.valid), src.ready.eq(dst.ready)]
+        m.d.comb += ctl.sq_db.ready.eq(1)           # no requester yet: SQ doorbells dropped
+
+        # PSN Check <-> execute
+        wiring.connect(m, psn.exe, exe.exe)
+        wiring.connect(m, psn.pay_out, exe.pay)
+        wiring.connect(m, exe.done, psn.done)
+        wiring.connect(m, psn.qp_reset, exe.qp_reset)
+        wiring.connect(m, psn.rq_flush, exe.flush)
+        m.submodules.fault_merge = faults = StreamMerge(exe.fault.payload.shape(), 2)
+        wiring.connect(m, exe.fault, faults.i[0])
+        wiring.connect(m, cqe.fault, faults.i[1])
+        wiring.connect(m, faults.o, psn.fault)
+
+        # execute <-> Key Cache, CQE Generation, host memory
+        wiring.connect(m, keys.lookup0, exe.lookup)
+        wiring.connect(m, keys.inval, exe.inval)
+        wiring.connect(m, exe.reserve, cqe.reserve)
+        wiring.connect(m, cqe.reserve_resp, exe.reserve_resp)
+        wiring.connect(m, exe.complete, cqe.complete)
+        wiring.connect(m, exe.rd, hmem.read_0)
+        wiring.connect(m, exe.wr, hmem.write_0)
+        wiring.connect(m, cqe.mem, hmem.write_1)
+        for name, member in hmem.axi.signature.members.items():
+            ch, sig = name.split("_", 1)
+            port = getattr(self, f"m_axi_{ch}{sig}")
+            ours = getattr(hmem.axi, name)
+            m.d.comb += (ours.eq(port) if member.flow == In else port.eq(ours))
+
+        # response opcodes are for the requester, which is not wired yet: counted as 6
+        stat = Signal(NUM_COUNTERS)
+        m.d.comb += psn.ack_out.ready.eq(1)
+        with m.If(psn.ack_out.valid):
+            m.d.comb += stat[Counter.NO_QP].eq(1)
+
+        # MAC transmit
+        wiring.connect(m, psn.tx, arb.i0)
+        m.d.comb += arb.i1.valid.eq(0)
+        o = arb.o
         m.d.comb += [
-            self.m_axi_awsize.eq(size), self.m_axi_arsize.eq(size),
-            self.m_axi_awburst.eq(1), self.m_axi_arburst.eq(1),
-            self.m_axi_bready.eq(1), self.m_axi_rready.eq(1),
+            self.m_axis_tx_tdata.eq(o.payload.data), self.m_axis_tx_tkeep.eq(o.payload.keep),
+            self.m_axis_tx_tlast.eq(o.payload.last), self.m_axis_tx_tuser.eq(0),
+            self.m_axis_tx_tvalid.eq(o.valid), o.ready.eq(self.m_axis_tx_tready),
         ]
-        m.d.comb += ctl.event.valid.eq(0)
+
+        # events, counters, sweep
+        m.submodules.event_merge = events = StreamMerge(event_layout, 3)
+        wiring.connect(m, psn.event, events.i[0])
+        wiring.connect(m, exe.event, events.i[1])
+        wiring.connect(m, cqe.event, events.i[2])
+        wiring.connect(m, events.o, ctl.event)
+        for i in range(NUM_COUNTERS):
+            m.d.comb += ctl.stat_inc[i].eq(stat[i] + rx.stat[i] + psn.stat[i] + cqe.stat[i]
+                                           + arb.stat[i])
+        m.d.comb += ctl.sweeping.eq((sweep != 0) | keys.sweeping | cqe.sweeping)
         return m
 
 
