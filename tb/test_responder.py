@@ -12,7 +12,19 @@ TESTS = ["send_9_steps", "send_with_immediate", "send_with_invalidate_then_stale
 
 
 @pytest.mark.parametrize("cfg", list(CONFIGS))
-def test_responder_scenarios(cfg):
+@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+def test_responder_scenarios(cfg, simulator):
     c = CONFIGS[cfg]
     run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
-               test_module="tb.cocotb_responder", testcase=TESTS, test_name=f"resp-{cfg}")
+               test_module="tb.cocotb_responder", testcase=TESTS, simulator=simulator,
+               test_name=f"resp-{cfg}-{simulator}")
+
+
+@pytest.mark.parametrize("cfg", list(CONFIGS))
+def test_responder_backpressure(cfg):
+    """The same walk-throughs with a hostile host memory: random latency, reordering and
+    back-pressure on every AXI channel."""
+    c = CONFIGS[cfg]
+    run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
+               test_module="tb.cocotb_responder", testcase=TESTS,
+               extra_env={"RESP_BACKPRESSURE": "1"}, test_name=f"resp-bp-{cfg}")
