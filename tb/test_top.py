@@ -1,11 +1,11 @@
 """The `rnic` top through its contract ports (cocotb; Icarus, and Verilator for the build check)."""
 import pytest
 
-from rnic.params import RnicConfig
 from rnic.top import RNIC
 from sim.runner import run_cocotb
 
-CONFIGS = {"w64": RnicConfig(), "w512": RnicConfig(data_width=512)}
+# the responder scenarios' configurations, so each simulator build is made once and shared
+from tb.test_responder import CONFIGS
 
 
 @pytest.mark.parametrize("cfg", list(CONFIGS))
