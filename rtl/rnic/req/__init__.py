@@ -1,0 +1,7 @@
+"""The requester (send side): Send Queue doorbells, WQE fetch, Gather Path, TX Packet Build, and
+the retirement of sent WQEs by ACK (``docs/requester.md``)."""
+from .requester import Requester, ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
+from .tx_build import TxBuild, chunk_layout, pkt_layout
+
+__all__ = ["Requester", "req_ctx_layout", "qp_set_layout", "ack_layout", "cpl_layout",
+           "TxBuild", "pkt_layout", "chunk_layout"]

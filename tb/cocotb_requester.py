@@ -1,0 +1,398 @@
+"""cocotb bench for the requester's send half (tb/test_requester.py builds the harness).
+
+Send WQEs are written into the hostile host memory of sim/hostmem.py, doorbells rung, the QP
+context served from a Python dict; frames are captured from ``tx`` (with back-pressure, checking
+that ``tvalid`` never drops inside a frame), decoded with scapy (which recomputes the ICRC
+independently) and compared with the packets of sim/models/requester.py and with the source
+buffers byte for byte.
+"""
+import logging
+import os
+import random
+import struct
+
+import cocotb
+import cocotb.utils
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge, with_timeout
+from cocotbext.axi import AxiStreamBus, AxiStreamSink
+from scapy.contrib.roce import BTH
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from rnic import wire
+from rnic.ifaces import CmdOp, cmd_layout, resp_layout
+from rnic.req import ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
+from rnic.req.requester import doorbell_layout
+from sim.hostmem import HostMem
+from sim.models import requester as model
+from sim.models.keys import set_args
+from sim.wrap import pack, unpack
+from tb.cocotb_axi_master import Sink, Source
+
+W = int(os.environ.get("RQ_WIDTH", "64"))
+WINDOW = os.environ.get("RQ_WINDOW", "1") == "1"      # the 129-packet window test
+LMAC, LIP = 0x020000000001, 0x0A000001
+PD = 5
+KEY, KEY_OTHER_PD = 0x12345601, 0x22222202
+IOVA, BUS, MRLEN = 0x7000_0000, 0x0010_0000, 0x10000
+PMTU_CODE = 1
+PMTU = 256
+SQ_LOG = 3
+
+
+def ctx_for(qpn, state):
+    return dict(state=state, pmtu=PMTU_CODE, dest_qpn=0x100 + qpn, pd=PD,
+                sq_base=0x8000 + 0x1000 * qpn, sq_log=SQ_LOG, rmac=0x020000000002 + qpn,
+                rip=0x0A000002, sport=0xC000 + qpn)
+
+
+class TB:
+    def __init__(self, dut):
+        self.dut = dut
+        self.rng = random.Random(7)
+        self.mem = HostMem(dut, "m_axi", dut.clk, dut.rst, seed=3, max_latency=12,
+                           backpressure=True)
+        self.tx = AxiStreamSink(AxiStreamBus.from_prefix(dut, "tx"), dut.clk, dut.rst)
+        self.tx.log.setLevel(logging.WARNING)       # no per-frame dumps at INFO
+        self.tx.set_pause_generator(self._pause(0.3))
+        self.ctx = {}
+        self.db = Source(dut, "sq_db", doorbell_layout, dut.clk)
+        self.qpset = Source(dut, "qp_set", qp_set_layout, dut.clk)
+        self.ctx_resp = Source(dut, "ctx_resp", req_ctx_layout, dut.clk)
+        self.ctx_req = Sink(dut, "ctx_req", 24, dut.clk)
+        self.ack = Source(dut, "ack", ack_layout, dut.clk)
+        self.sent = {}          # qpn -> [(wr_id, op, flags, length, last_psn)] not yet retired
+        self.cpl = Sink(dut, "cpl", cpl_layout, dut.clk)
+        self.fault = Sink(dut, "fault", 24, dut.clk)
+        self.prod = {}
+        self.psn = {}
+        self.noack = {}
+        self.gap_errors = 0
+        self.frames = 0
+        self.frame_ends = []
+
+    def _pause(self, p):
+        rng = random.Random(11)
+        while True:
+            yield rng.random() < p
+
+    async def serve_ctx(self):
+        served = 0
+        while True:
+            await FallingEdge(self.dut.clk)
+            while served < len(self.ctx_req.items):
+                self.ctx_resp.put(self.ctx[self.ctx_req.items[served]])
+                served += 1
+
+    async def watch_gaps(self):
+        dut, in_frame = self.dut, False
+        while True:
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            v, r = int(dut.tx_tvalid.value), int(dut.tx_tready.value)
+            if in_frame and not v:
+                self.gap_errors += 1
+            if v and r:
+                in_frame = not int(dut.tx_tlast.value)
+                if not in_frame:
+                    self.frame_ends.append(cocotb.utils.get_sim_time("ns") // 4)
+
+    async def command(self, op, index, args):
+        dut = self.dut
+        await FallingEdge(dut.clk)
+        dut.key__cmd_payload.value = pack(cmd_layout, dict(
+            opcode=op, index=index, args=list(args) + [0] * (16 - len(args))))
+        dut.key__cmd_valid.value = 1
+        dut.key__resp_ready.value = 1
+        while True:
+            await ReadOnly()
+            taken = int(dut.key__cmd_ready.value)
+            await FallingEdge(dut.clk)
+            if taken:
+                break
+        dut.key__cmd_valid.value = 0
+        while True:
+            await ReadOnly()
+            if int(dut.key__resp_valid.value):
+                res = unpack(resp_layout, int(dut.key__resp_payload.value))["result"]
+                await FallingEdge(dut.clk)
+                return res
+            await FallingEdge(dut.clk)
+
+    def set_qp(self, qpn, state):
+        self.ctx[qpn] = ctx_for(qpn, state)
+        sq_psn = 0xFFFFF0 + qpn             # wraps through 0 during the test
+        self.qpset.put(dict(qpn=qpn, state=state, sq_psn=sq_psn))
+        if state == 3:
+            self.psn[qpn] = sq_psn
+            self.noack[qpn] = 0
+            self.sent[qpn] = []
+
+    def acked(self, qpn, psn):
+        """Completions a positive ACK of ``psn`` must produce (and retire them)."""
+        out, keep = [], []
+        for w in self.sent[qpn]:
+            if ((psn - w[4]) & 0xFFFFFF) < 0x800000 and not keep:
+                wr_id, op, flags, length, _ = w
+                if flags & model.SIGNALED:
+                    out.append(dict(qpn=qpn, wr_id=wr_id, status=0, opcode=int(op >= 3),
+                                    flags=2 if op in (1, 4) else 0, byte_len=length))
+            else:
+                keep.append(w)
+        self.sent[qpn] = keep
+        return out
+
+    async def completions(self, n, label):
+        for _ in range(20000):
+            if len(self.cpl.items) >= n:
+                break
+            await RisingEdge(self.dut.clk)
+        await ClockCycles(self.dut.clk, 20)
+        got = [{k: c[k] for k in ("qpn", "wr_id", "status", "opcode", "flags", "byte_len")}
+               for c in self.cpl.items]
+        self.cpl.items.clear()
+        return got
+
+    def post(self, qpn, wqe):
+        i = self.prod.get(qpn, 0)
+        self.mem.write(self.ctx[qpn]["sq_base"] + 64 * (i % (1 << SQ_LOG)), wqe)
+        self.prod[qpn] = (i + 1) & 0xFFFF
+
+    def ring(self, qpn):
+        self.db.put(dict(number=qpn, value=self.prod[qpn]))
+
+    def packets(self, qpn, wr_id, opcode, payload, flags, imm, raddr, rkey):
+        pkts, self.noack[qpn] = model.segment(opcode, len(payload), PMTU, flags=flags,
+                                              psn=self.psn[qpn], imm=imm, raddr=raddr,
+                                              rkey=rkey, noack=self.noack[qpn])
+        self.psn[qpn] = (self.psn[qpn] + len(pkts)) & 0xFFFFFF
+        self.sent[qpn].append((wr_id, opcode, flags, len(payload), pkts[-1]["psn"]))
+        return pkts
+
+    async def expect_frames(self, qpn, wr_id, opcode, payload, flags, imm, raddr, rkey, label):
+        pkts = self.packets(qpn, wr_id, opcode, payload, flags, imm, raddr, rkey)
+        await self.check_frames(qpn, pkts, payload, label)
+        return pkts
+
+    async def check_frames(self, qpn, pkts, payload, label):
+        ctx = self.ctx[qpn]
+        for n, p in enumerate(pkts):
+            f = await with_timeout(self.tx.recv(), 400, "us")
+            frame = bytes(f.tdata)
+            where = f"{label} pkt {n}"
+            assert len(frame) >= 60, where
+            e = Ether(frame)
+            ip, udp, bth = e[IP], e[UDP], e[BTH]
+            assert e.dst == ":".join(f"{b:02x}" for b in ctx["rmac"].to_bytes(6, "big")), where
+            assert e.src == "02:00:00:00:00:01" and e.type == 0x0800, where
+            assert (ip.src, ip.dst) == ("10.0.0.1", "10.0.0.2"), where
+            assert ip.ttl == 64 and ip.flags == 2 and ip.ihl == 5 and ip.proto == 17, where
+            trimmed = frame[:14 + ip.len]
+            assert frame[14 + ip.len:] == bytes(len(frame) - 14 - ip.len), where
+            # header checksum and ICRC recomputed by scapy
+            chk = Ether(trimmed)
+            del chk[IP].chksum
+            chk[BTH].icrc = None
+            assert bytes(chk) == trimmed, f"{where}: IP checksum or ICRC differs from scapy"
+            assert udp.sport == ctx["sport"] and udp.dport == 4791 and udp.chksum == 0, where
+            assert udp.len == ip.len - 20, where
+            got = dict(opcode=bth.opcode, psn=bth.psn, se=bth.solicited, ackreq=bth.ackreq,
+                       padcnt=bth.padcount)
+            exp = {k: p[k] for k in got}
+            assert got == exp, f"{where}: {got} != {exp}"
+            assert bth.pkey == 0xFFFF and bth.dqpn == ctx["dest_qpn"] and bth.version == 0
+            assert (bth.fecn, bth.becn, bth.migreq, bth.resv6, bth.resv7) == (0, 0, 0, 0, 0)
+            rest = trimmed[14 + 20 + 8 + 12:-4]
+            if p["reth"] is not None:
+                assert wire.RETH.unpack(rest) == p["reth"], where
+                rest = rest[16:]
+            if p["imm"] is not None:
+                assert rest[:4] == p["imm"], where
+                rest = rest[4:]
+            assert len(rest) == p["len"] + p["padcnt"], where
+            assert rest[:p["len"]] == payload[p["off"]:p["off"] + p["len"]], f"{where}: payload"
+            assert rest[p["len"]:] == bytes(p["padcnt"]), where
+            self.frames += 1
+
+
+@cocotb.test()
+async def requester_frames(dut):
+    cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
+    dut.rst.value = 1
+    dut.local_mac.value = LMAC
+    dut.local_ip.value = LIP
+    dut.key__cmd_valid.value = 0
+    dut.key__resp_ready.value = 1
+    tb = TB(dut)
+    await ClockCycles(dut.clk, 5)
+    dut.rst.value = 0
+    await ClockCycles(dut.clk, 5)
+    cocotb.start_soon(tb.serve_ctx())
+    cocotb.start_soon(tb.watch_gaps())
+    assert await tb.command(CmdOp.SET_KEY, 0,
+                            set_args(KEY, IOVA, MRLEN, BUS, PD, 0x01, 0, True)) == 0
+    assert await tb.command(CmdOp.SET_KEY, 1,
+                            set_args(KEY_OTHER_PD, IOVA + MRLEN, MRLEN, BUS + MRLEN, 9, 0x01, 0,
+                                     True)) == 0
+    rng = tb.rng
+    src = rng.randbytes(MRLEN)
+    tb.mem.write(BUS, src)
+
+    def sges_for(length, nsge, base_off):
+        """SGEs (va, len, lkey) over the MR and the message they gather."""
+        va = IOVA + base_off
+        if nsge == 1:
+            return [(va, length, KEY)], src[base_off:base_off + length]
+        a = length // 3
+        va2 = IOVA + base_off + 1500 + 3          # a second, unrelated and odd place
+        msg = src[base_off:base_off + a] + src[base_off + 1503:base_off + 1503 + length - a]
+        return [(va, a, KEY), (va2, length - a, KEY)], msg
+
+    # --- doorbell recorded in RTR, executed on RTS ---------------------------------------
+    qp = 2
+    tb.set_qp(qp, 2)
+    await ClockCycles(dut.clk, 5)
+    tb.post(qp, model.wqe_bytes(0x11, model.SEND, model.SIGNALED, [(IOVA + 7, 5, KEY)]))
+    tb.ring(qp)
+    await ClockCycles(dut.clk, 200)
+    assert tb.tx.empty(), "a frame left in RTR"
+    tb.set_qp(qp, 3)
+    p = await tb.expect_frames(qp, 0x11, model.SEND, src[7:12], model.SIGNALED, b"\0" * 4, 0, 0,
+                               "rtr")
+    tb.ack.put(dict(qpn=qp, psn=(p[0]["psn"] - 1) & 0xFFFFFF, syndrome=0x1F))   # older: nothing
+    tb.ack.put(dict(qpn=qp, psn=p[0]["psn"], syndrome=0x60))                    # NAK: ignored
+    await ClockCycles(dut.clk, 200)
+    assert await tb.completions(0, "nak") == []
+    tb.ack.put(dict(qpn=qp, psn=p[0]["psn"], syndrome=0x1F))
+    assert await tb.completions(1, "ack") == tb.acked(qp, p[0]["psn"])
+
+    # --- segmentation sweep -------------------------------------------------------------------
+    lengths = [0, 1, PMTU - 1, PMTU, PMTU + 1, 3 * PMTU + 5]
+    cases = []
+    for i, length in enumerate(lengths):
+        for nsge in (1, 2):
+            if nsge == 2 and length < 2:
+                continue
+            op = (i + nsge) % 5
+            flags = rng.choice([0, 1, 2, 3])
+            cases.append((length, nsge, op, flags, rng.randrange(1, 64) * 2 + 1))
+    batch, nbatch = [], 0
+    for c in cases:
+        length, nsge, op, flags, off = c
+        sges, msg = sges_for(length, nsge, off) if length else ([], b"")
+        imm = bytes(rng.randrange(256) for _ in range(4))
+        raddr, rkey = rng.randrange(1 << 64), rng.randrange(1 << 32)
+        wr_id = rng.randrange(1 << 64)
+        tb.post(qp, model.wqe_bytes(wr_id, op, flags, sges, imm=imm, raddr=raddr, rkey=rkey))
+        batch.append((wr_id, op, msg, flags, imm, raddr, rkey,
+                      f"len {length} sge {nsge} op {op}"))
+        if len(batch) == 5 or c is cases[-1]:
+            tb.ring(qp)
+            lasts = []
+            for b in batch:
+                lasts.append((await tb.expect_frames(qp, *b))[-1]["psn"])
+            # odd batches: one coalesced ACK; even: one ACK per WQE
+            exp = []
+            for psn in (lasts[-1:] if nbatch % 2 else lasts):
+                tb.ack.put(dict(qpn=qp, psn=psn, syndrome=0x1F))
+                exp += tb.acked(qp, psn)
+            assert await tb.completions(len(exp), "batch") == exp, f"batch {nbatch}"
+            batch, nbatch = [], nbatch + 1
+
+    # --- the 128-PSN window (and AckReq on the 66th packet without it) ------------------------
+    if WINDOW:
+        await window(tb, src)
+
+    # --- errors: no frame, an error completion, then WR_FLUSH_ERR for the rest ---------------
+    errs = [
+        (3, model.wqe_bytes(0x33, model.SEND, 0, [(IOVA, 64, 0xBAD0BAD0)]), 4),      # unknown
+        (4, model.wqe_bytes(0x44, model.SEND, 0, [(IOVA, 64, KEY_OTHER_PD)]), 4),    # PD
+        (5, model.wqe_bytes(0x55, model.SEND, 0, [(IOVA, 64, KEY), (IOVA + MRLEN - 8, 64, KEY)]),
+         4),                                                                          # range
+        (6, model.wqe_bytes(0x66, 7, 0, [(IOVA, 64, KEY)]), 2),                      # opcode
+        (7, model.wqe_bytes(0x77, model.SEND, 0, [(IOVA, 64, KEY)], num_sge=3), 2),  # num_sge
+    ]
+    tb.mem.add_fault(BUS + 0x8000, 0x100, "r")
+    tb.set_qp(9, 3)
+    tb.post(9, model.wqe_bytes(0x9A, model.SEND, 0, [(IOVA + 0x8000 + 5, 100, KEY)]))
+    tb.ring(9)
+    tb.db.put(dict(number=16 + qp, value=(tb.prod[qp] + 1) & 0xFFFF))   # QPN out of range
+    exp = []
+    for q, wqe, st in errs:
+        tb.set_qp(q, 3)
+        tb.post(q, wqe)
+        tb.post(q, model.wqe_bytes(0x99, model.RDMA_WRITE, 0, [(IOVA, 8, KEY)]))   # flushed
+        tb.ring(q)
+        exp += [(q, struct.unpack("<Q", wqe[:8])[0], st, 0), (q, 0x99, 5, 1)]
+    got = await tb.completions(len(exp), "errors")
+    assert [(c["qpn"], c["wr_id"], c["status"], c["opcode"]) for c in got
+            if c["qpn"] == 3] == exp[:2], got                  # in SQ order
+    assert sorted((c["qpn"], c["wr_id"], c["status"], c["opcode"]) for c in got) == sorted(exp)
+    assert tb.tx.empty(), "a frame left for a WQE in error"
+    for _ in range(3000):                 # the payload read of QP 9 fails: no frame, a fault
+        if tb.fault.items:
+            break
+        await RisingEdge(dut.clk)
+    assert tb.fault.items == [9], tb.fault.items
+    assert tb.tx.empty()
+    tb.mem.clear_faults()
+
+    # an error waits for the completions of the WQEs sent before it
+    qe = 10
+    tb.set_qp(qe, 3)
+    tb.post(qe, model.wqe_bytes(0xA1, model.SEND, model.SIGNALED, [(IOVA + 9, 20, KEY)]))
+    tb.post(qe, model.wqe_bytes(0xA2, model.SEND, model.SIGNALED, [(IOVA, 20, 0xBAD0BAD0)]))
+    tb.ring(qe)
+    p = await tb.expect_frames(qe, 0xA1, model.SEND, src[9:29], model.SIGNALED, b"\0" * 4, 0, 0,
+                               "before error")
+    await ClockCycles(dut.clk, 200)
+    assert await tb.completions(0, "held") == []
+    tb.ack.put(dict(qpn=qe, psn=p[-1]["psn"], syndrome=0x1F))
+    got = await tb.completions(2, "ordered")
+    assert [(c["wr_id"], c["status"]) for c in got] == [(0xA1, 0), (0xA2, 4)], got
+
+    # SET_QP to ERROR: posted WQEs complete with WR_FLUSH_ERR, nothing is sent
+    qf = 11
+    tb.set_qp(qf, 3)
+    tb.set_qp(qf, 6)
+    tb.post(qf, model.wqe_bytes(0xB1, model.RDMA_WRITE_WITH_IMM, 0, [(IOVA, 20, KEY)]))
+    tb.ring(qf)
+    got = await tb.completions(1, "flush")
+    assert [(c["qpn"], c["wr_id"], c["status"], c["opcode"]) for c in got] == [(qf, 0xB1, 5, 1)]
+    assert tb.tx.empty()
+    assert tb.gap_errors == 0, "tvalid dropped inside a frame"
+    dut._log.info("W=%d: %d frames checked, %d cycles", W, tb.frames,
+                  cocotb.utils.get_sim_time("ns") // 4)
+    assert tb.frames == 1 + sum(max(1, -(-c[0] // PMTU)) for c in cases) + 129 * WINDOW + 1
+    tb.mem.check()
+
+
+async def window(tb, src):
+    """129 packets without an ACK: 128 leave, the 129th waits for the first ACK."""
+    dut = tb.dut
+    qw = 8
+    tb.set_qp(qw, 3)
+    length = 128 * PMTU + 1
+    raddr, rkey = 0x1234_5678_9ABC_DEF0, 0xCAFE
+    tb.post(qw, model.wqe_bytes(0x88, model.RDMA_WRITE, model.SIGNALED, [(IOVA + 3, length, KEY)],
+                                raddr=raddr, rkey=rkey))
+    tb.tx.clear_pause_generator()         # measure the frame rate without back-pressure
+    tb.tx.pause = False                   # (clearing leaves the last pause value in force)
+    tb.frame_ends.clear()
+    tb.ring(qw)
+    msg = src[3:3 + length]
+    pkts = tb.packets(qw, 0x88, model.RDMA_WRITE, msg, model.SIGNALED, b"\0" * 4, raddr, rkey)
+    assert len(pkts) == 129 and pkts[65]["ackreq"] == 1 and pkts[64]["ackreq"] == 0
+    await tb.check_frames(qw, pkts[:128], msg, "window")
+    e = tb.frame_ends
+    dut._log.info("W=%d: %.1f cycles per %d-byte packet (%d-byte frame), no back-pressure",
+                  W, (e[127] - e[1]) / 126, PMTU, PMTU + 14 + 20 + 8 + 12 + 4)
+    await ClockCycles(dut.clk, 400)
+    assert tb.tx.empty(), "a 129th PSN left without an ACK"
+    tb.ack.put(dict(qpn=qw, psn=pkts[0]["psn"], syndrome=0x1F))
+    await tb.check_frames(qw, pkts[128:], msg, "window")
+    await ClockCycles(dut.clk, 200)
+    assert await tb.completions(0, "window") == []
+    tb.ack.put(dict(qpn=qw, psn=pkts[-1]["psn"], syndrome=0x1F))
+    assert await tb.completions(1, "window") == tb.acked(qw, pkts[-1]["psn"])
