@@ -194,3 +194,117 @@ async def rnr_then_success(dut):
     assert (cqe.wr_id, cqe.byte_len, cqe.status) == (5, 3, 0)
     c = await tb.regs.counters()
     assert c[9] == 1 and c[11] == 1, c
+
+
+async def _one_buffer(tb, size=4096, wqes=1, key=0x4321, slot=4):
+    dev = tb.dev
+    buf = dev.alloc(size)
+    await dev.reg_mr(slot, key=key, addr=buf, length=size, pd=PD, access=Access.LOCAL_WRITE)
+    for i in range(wqes):
+        await dev.post_recv(tb.qp, 100 + i, [(buf, size, key)])
+    return buf
+
+
+@cocotb.test()
+async def s2_multi_packet_send(dut):
+    """S2: SEND of 2500 B as FIRST/MIDDLE/LAST at PMTU 1024: one ACK for the LAST, MSN 1."""
+    tb = TB(dut)
+    await tb.start()
+    buf = await _one_buffer(tb)
+    data = bytes((i * 13 + 5) & 0xFF for i in range(2500))
+    await tb.send(Op.SEND_FIRST, data[:1024], psn=PSN0)
+    await tb.send(Op.SEND_MIDDLE, data[1024:2048], psn=PSN0 + 1)
+    await tb.send(Op.SEND_LAST, data[2048:], psn=PSN0 + 2, ackreq=1)
+    tb.expect_ack(await tb.recv_frame(), PSN0 + 2, 1)
+    (cqe,) = await tb.wait_cqes(1)
+    assert (cqe.wr_id, cqe.byte_len, cqe.status) == (100, 2500, 0)
+    assert tb.dev.read(buf, 2500) == data
+
+
+@cocotb.test()
+async def s5_s6_sequence_nak_and_duplicate(dut):
+    """S5: a PSN gap draws one NAK 0x60 at the ePSN, the next ahead packet is silently dropped;
+    S6: a replay of an executed packet is ACKed at the last executed PSN, no second CQE."""
+    tb = TB(dut)
+    await tb.start()
+    await _one_buffer(tb, wqes=2)
+    await tb.send(Op.SEND_ONLY, b"a" * 8, psn=PSN0, ackreq=1)
+    tb.expect_ack(await tb.recv_frame(), PSN0, 1)
+    await tb.send(Op.SEND_ONLY, b"b" * 8, psn=PSN0 + 2, ackreq=1)      # PSN0+1 lost
+    tb.expect_ack(await tb.recv_frame(), PSN0 + 1, 1, syndrome=0x60)
+    await tb.send(Op.SEND_ONLY, b"c" * 8, psn=PSN0 + 3, ackreq=1)      # silently dropped
+    await tb.send(Op.SEND_ONLY, b"a" * 8, psn=PSN0, ackreq=0)          # duplicate
+    tb.expect_ack(await tb.recv_frame(), PSN0, 1)
+    cqes = await tb.wait_cqes(1)
+    await ClockCycles(dut.clk, 200)
+    cqes += await tb.dev.poll_cq(tb.cq)
+    assert [c.wr_id for c in cqes] == [100]
+    c = await tb.regs.counters()
+    assert c[7] == 1 and c[8] == 1, c
+    assert tb.sink.empty()
+
+
+@cocotb.test()
+async def s8a_middle_without_first(dut):
+    """S8a: SEND_MIDDLE with no message open: NAK 0x61, the QP to ERROR, the RQ flushed."""
+    tb = TB(dut)
+    await tb.start()
+    await _one_buffer(tb)
+    await tb.send(Op.SEND_MIDDLE, b"m" * 1024, psn=PSN0, ackreq=1)
+    tb.expect_ack(await tb.recv_frame(), PSN0, 0, syndrome=0x61)
+    cqes = await tb.wait_cqes(1)
+    assert [(c.wr_id, c.status) for c in cqes] == [(100, WcStatus.WR_FLUSH_ERR)]
+    assert (await tb.dev.query_qp(tb.qp))["state"] == 6
+
+
+@cocotb.test()
+async def s9_buffer_too_small(dut):
+    """S9: SEND_ONLY of 200 B into a 100-byte buffer: NAK 0x63, LOC_QP_OP_ERR, nothing written."""
+    tb = TB(dut)
+    await tb.start()
+    buf = await _one_buffer(tb, size=100)
+    tb.dev.write(buf, bytes(100))
+    await tb.send(Op.SEND_ONLY, b"z" * 200, psn=PSN0, ackreq=1)
+    tb.expect_ack(await tb.recv_frame(), PSN0, 0, syndrome=0x63)
+    (cqe,) = await tb.wait_cqes(1)
+    assert (cqe.wr_id, cqe.status, cqe.opcode) == (100, WcStatus.LOC_QP_OP_ERR, WcOpcode.RECV)
+    assert tb.dev.read(buf, 100) == bytes(100)
+    assert (await tb.dev.query_qp(tb.qp))["state"] == 6
+
+
+@cocotb.test()
+async def s10_refused_invalidate(dut):
+    """S10: SEND_ONLY_WITH_INVALIDATE naming an ordinary MR: positive ACK with the MSN not
+    incremented, the data placed, REM_INV_REQ_ERR, the QP to ERROR, the key still valid."""
+    tb = TB(dut)
+    await tb.start()
+    buf = await _one_buffer(tb)
+    other = tb.dev.alloc(64)
+    await tb.dev.reg_mr(6, key=0x600D, addr=other, length=64, pd=PD,
+                        access=Access.REMOTE_WRITE)
+    await tb.send(Op.SEND_ONLY_WITH_INVALIDATE, b"payload!", psn=PSN0, ackreq=1, ieth=0x600D)
+    tb.expect_ack(await tb.recv_frame(), PSN0, 0)
+    (cqe,) = await tb.wait_cqes(1)
+    assert (cqe.wr_id, cqe.status) == (100, WcStatus.REM_INV_REQ_ERR)
+    assert tb.dev.read(buf, 8) == b"payload!"
+    assert (await tb.dev.query_key(6))["valid"] == 1
+    assert (await tb.dev.query_qp(tb.qp))["state"] == 6
+
+
+@cocotb.test()
+async def s11b_s11c_writes(dut):
+    """S11b: a zero-length WRITE with an unknown rkey is ACKed (C9-88); S11c: WRITE_ONLY_WITH_
+    IMMEDIATE with a bad rkey: NAK 0x62 and the head WQE completes REM_ACCESS_ERR."""
+    tb = TB(dut)
+    await tb.start()
+    await _one_buffer(tb, wqes=2)
+    await tb.send(Op.RDMA_WRITE_ONLY, b"", psn=PSN0, ackreq=1,
+                  reth={"va": 0x1234, "rkey": 0xBAD, "dmalen": 0})
+    tb.expect_ack(await tb.recv_frame(), PSN0, 1)
+    await tb.send(Op.RDMA_WRITE_ONLY_WITH_IMMEDIATE, b"q" * 16, psn=PSN0 + 1, ackreq=1,
+                  reth={"va": 0x1234, "rkey": 0xBAD, "dmalen": 16}, imm=0x01020304)
+    tb.expect_ack(await tb.recv_frame(), PSN0 + 1, 1, syndrome=0x62)
+    cqes = await tb.wait_cqes(2)
+    assert [(c.wr_id, c.status) for c in cqes] == [(100, WcStatus.REM_ACCESS_ERR),
+                                                   (101, WcStatus.WR_FLUSH_ERR)]
+    assert cqes[0].opcode == WcOpcode.RECV_RDMA_WITH_IMM
