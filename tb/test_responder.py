@@ -10,7 +10,7 @@ CONFIGS = {"w64": RnicConfig(num_qp=16, num_cq=4, key_entries=16),
 TESTS = ["send_9_steps", "send_with_immediate", "send_with_invalidate_then_stale_write",
          "rnr_then_success", "s2_multi_packet_send", "s5_s6_sequence_nak_and_duplicate",
          "s8a_middle_without_first", "s9_buffer_too_small", "s10_refused_invalidate",
-         "s11b_s11c_writes"]
+         "s11b_s11c_writes", "s8bcd_sequence_and_length_errors"]
 
 
 @pytest.mark.parametrize("cfg", list(CONFIGS))
