@@ -8,7 +8,7 @@ JOBS    ?= auto
 # the default configuration (interface.md §1)
 CONFIG  ?=
 
-.PHONY: all setup generate synth test regress-full soak fuzz clean regmap docs
+.PHONY: all setup generate synth test regress-full soak fuzz clean regmap docs bench
 
 all: setup generate synth
 
@@ -32,6 +32,9 @@ soak: setup
 
 fuzz: setup
 	bash scripts/pytest-marked.sh fuzz
+
+bench: setup
+	$(PY) -m rnic.cli bench
 
 regmap: setup
 	$(PY) -m rnic.cli regmap

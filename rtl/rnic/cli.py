@@ -63,10 +63,34 @@ def _synth(argv):
     return main_synth(argv)
 
 
+def _bench(argv):
+    p = argparse.ArgumentParser(prog="rnic bench",
+                                description="Cycle-accurate benchmarks from simulation; figures "
+                                            "to build/bench.json and build/bench.md.")
+    p.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
+    p.add_argument("--sim", default="verilator", choices=("verilator", "icarus"))
+    p.add_argument("--list", action="store_true", help="list the benchmarks")
+    args = p.parse_args(argv)
+    import os
+    sys.path.insert(0, os.getcwd())
+    try:
+        from sim.bench import BENCHES, run_benches
+        import sim.benches  # noqa: F401
+    except ImportError as e:
+        print(f"rnic: error: run `rnic bench` from the repository root ({e})", file=sys.stderr)
+        return 2
+    if args.list:
+        print("\n".join(BENCHES))
+        return 0
+    run_benches(args.names or None, simulator=args.sim)
+    return 0
+
+
 COMMANDS = {
     "generate": (_generate, "write build/rnic.v-style Verilog of the core"),
     "synth": (_synth, "synthesize on ECP5 / iCE40 / xc7 and report area and Fmax"),
     "regmap": (_regmap, "print the register map as Markdown"),
+    "bench": (_bench, "run the cycle-accurate benchmarks (from the repository root)"),
 }
 
 
