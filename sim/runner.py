@@ -149,7 +149,8 @@ def run_cocotb(name, factory, *, test_module, testcase=None, params=None, toplev
         if "CFG_CXXFLAGS_PCH_I" not in os.environ.get("MAKEFLAGS", ""):
             os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") +
                                        " CFG_CXXFLAGS_PCH_I=-include").strip()
-        build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTH", "-Wno-UNOPTFLAT", "--x-assign", "0",
+        build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTH", "-Wno-UNOPTFLAT", "-Wno-STMTDLY",
+                      "-Wno-CASEINCOMPLETE", "--x-assign", "0",
                       "--x-initial", "0", *verilator_args]
         if waves:
             build_args += ["--trace-fst", "--trace-structs"]
