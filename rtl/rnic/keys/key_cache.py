@@ -219,7 +219,12 @@ class KeyCache(wiring.Component):
             wiring.connect(m, q.o, wiring.flipped(port.resp))
             outstanding = Signal(range(self.fifo_depth + 1), name=f"outstanding{p}")
             took = port.resp.valid & port.resp.ready
-            m.d.sync += outstanding.eq(outstanding + accept[p] - took)
+            # outstanding + accept - took, with the grant only selecting between two sums that
+            # do not depend on it (the grant comes late; it stays off the carry chain).
+            out_keep = Signal.like(outstanding, name=f"out_keep{p}")
+            out_inc = Signal.like(outstanding, name=f"out_inc{p}")
+            m.d.comb += [out_keep.eq(outstanding - took), out_inc.eq(outstanding + 1 - took)]
+            m.d.sync += outstanding.eq(Mux(accept[p], out_inc, out_keep))
             m.d.comb += [
                 credit_ok[p].eq(outstanding < self.fifo_depth),
                 port.req.ready.eq(accept[p]),
@@ -349,8 +354,13 @@ class KeyCache(wiring.Component):
                 q.i.payload.eq(s7_resp),
                 q.i.valid.eq(s7_v & (s7.port == p)),
             ]
-        busy_pipe = Signal()
-        m.d.comb += busy_pipe.eq(s1_v | s2_v | s3_v | s4_v | s5_v | s6_v | s7_v)
+        # "Pipeline empty", registered for the FSM's DRAIN test (no 7-input OR on the control
+        # path). The register holds ~(s1_v | .. | s6_v) of the previous cycle, which is exactly
+        # "s2_v .. s7_v are 0 now". The FSM reads it only while the lock has held since the
+        # previous cycle (DRAIN follows the taking cycle, which is locked), so s1_v is 0 too:
+        # the registered value equals the combinational s1_v | .. | s7_v = 0, cycle for cycle.
+        pipe_empty = Signal()
+        m.d.sync += pipe_empty.eq(~(s1_v | s2_v | s3_v | s4_v | s5_v | s6_v))
 
         # ---- control FSM: commands and invalidations -------------------------------------
         cmd = self.cmd.cmd
@@ -446,7 +456,7 @@ class KeyCache(wiring.Component):
                                      Cat(*[cmd.payload.args[i] for i in range(9)]))]
                     m.next = "DRAIN"
             with m.State("DRAIN"):
-                with m.If(~busy_pipe):
+                with m.If(pipe_empty):
                     m.d.comb += fsm_search.eq(1)
                     m.d.sync += fsm_rd.eq(1)
                     m.next = "SEARCH1"
