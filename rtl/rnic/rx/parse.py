@@ -16,8 +16,10 @@ Data path
   ``depth`` = next power of two ≥ ``buffer_frames · ceil(4200 / lanes)``. Beats of a frame longer
   than 4,200 bytes past that are not written, so such a frame never stalls the input.
 * At the frame's last beat the 74 header bytes (Ethernet, IPv4, UDP, BTH and up to RETH+ImmDt)
-  are snapshotted; two pipeline stages check them and push one descriptor per frame (metadata,
-  where the payload sits, the header drop reason).
+  are snapshotted; five pipeline stages check them (M: bytes past the frame's end zeroed;
+  V1: fields, equality checks; V2: length compares, payload length; V3/V4: header checksum,
+  payload span) and push one descriptor per frame (metadata, where the payload sits, the header
+  drop reason) five cycles after the last beat, before its ICRC verdict (``CRC32.latency`` ≥ 7).
 * The ICRC runs over the frame as it arrives: the 14 Ethernet bytes are fed as zeros with an
   initial state standing for the 8 bytes of 0xFF (``crc_init_skipping``), the variant fields
   (IPv4 TOS, TTL, checksum; UDP checksum; BTH byte 4) are forced to 0xFF, ``keep`` stops at the
@@ -70,7 +72,7 @@ Latency (cycles, idle outputs, measured by ``tb/cocotb_rx_parse.py``): see
 :func:`rx_parse_latency`.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -190,8 +192,8 @@ class RxParse(wiring.Component):
         slot_take = Signal()
         slot_give = Signal()
 
-        first = idx == 0
-        write_this = idx < cap
+        first = Signal(init=1)              # idx == 0, registered
+        write_this = Signal(init=1)         # idx < cap, registered
         space_ok = (wr_ptr ^ rd_free) != self.depth
         slot_ok = slots_used < self.slots
         m.d.comb += self.i.ready.eq((~write_this | space_ok) & (~first | slot_ok))
@@ -209,9 +211,10 @@ class RxParse(wiring.Component):
             with m.If(first):
                 m.d.sync += frame_base.eq(wr_ptr)
             with m.If(beat.last):
-                m.d.sync += [idx.eq(0), longf.eq(0)]
+                m.d.sync += [idx.eq(0), longf.eq(0), first.eq(1), write_this.eq(1)]
             with m.Else():
-                m.d.sync += idx.eq(Mux(idx == cap, cap, idx + 1))
+                m.d.sync += [idx.eq(Mux(idx == cap, cap, idx + 1)), first.eq(0),
+                             write_this.eq(idx < cap - 1)]
                 with m.If(idx == cap):
                     m.d.sync += longf.eq(1)
         m.d.comb += slot_take.eq(accept & first)
@@ -235,23 +238,37 @@ class RxParse(wiring.Component):
             lane[p % L] = Mux(idx == p // L, 0xFF, lane[p % L])
         crc_data = Signal(self.width)
         m.d.comb += crc_data.eq(Cat(*lane))
-        tot_now = Signal(16)
-        m.d.comb += tot_now.eq(Cat(hdr_next[_IP + 3], hdr_next[_IP + 2]))
-        rel = Signal(signed(18))             # datagram end (incl. ICRC) relative to this beat
-        m.d.comb += rel.eq(_IP + tot_now - (idx << lg))
+        # keep stops at the datagram end 14 + total length (incl. ICRC). Beats before the one
+        # holding the total length (``tb``) are all inside; on that beat the length comes straight
+        # from the input lanes and is compared with constants; after it, ``rem`` holds the bytes
+        # of the datagram left from the start of the beat (saturating at 0), so no add sits
+        # between the input and the CRC.
+        tb = (_IP + 2) // L
+        tot_in = Signal(16)
+        m.d.comb += tot_in.eq(Cat(byte[(_IP + 3) % L], byte[(_IP + 2) % L]))
+        rem = Signal(17)
+        nxt = (tb + 1) * L - _IP                # bytes of the datagram in beats 0 .. tb
+        with m.If(accept):
+            with m.If(idx == tb):
+                m.d.sync += rem.eq(Mux(tot_in > nxt, tot_in - nxt, 0))
+            with m.Else():
+                m.d.sync += rem.eq(Mux(rem > L, rem - L, 0))
+        in_dgram = [(idx < tb) | ((idx == tb) & (tot_in > tb * L + j - _IP))
+                    | ((idx > tb) & (rem > j)) for j in range(L)]
         m.d.comb += [
             crc.i.valid.eq(accept),
             crc.i.payload.data.eq(crc_data),
             # beats before the one holding the total length are all inside the datagram
-            crc.i.payload.keep.eq(Cat(*[beat.keep[j] & ((idx < (_IP + 3) // L) | (rel > j))
-                                        for j in range(L)])),
+            crc.i.payload.keep.eq(Cat(*[beat.keep[j] & in_dgram[j] for j in range(L)])),
             crc.i.payload.first.eq(first),
             crc.i.payload.last.eq(beat.last),
         ]
 
         # ================================ check pipeline ================================
         frame_len = Signal(range(cap * L + L + 1))
-        m.d.comb += frame_len.eq((idx << lg) + sum(beat.keep[j] for j in range(L)))
+        n_keep = Signal(range(L + 1))
+        m.d.comb += [n_keep.eq(sum(beat.keep[j] for j in range(L))),
+                     frame_len.eq((idx << lg) + n_keep)]
 
         v0_valid = Signal()
         v0_snap = [Signal(8, name=f"v0_snap{n}") for n in range(HDR_BYTES)]
@@ -264,62 +281,65 @@ class RxParse(wiring.Component):
             m.d.sync += [s.eq(h) for s, h in zip(v0_snap, hdr_next)]
             m.d.sync += [
                 v0_len.eq(frame_len),
-                v0_long.eq(longf | (idx == cap) | (frame_len > wire.MAX_FRAME)),
+                # idx*L + n_keep > 4200 only on the beat idx = cap - 1 (or when idx = cap)
+                v0_long.eq(longf | (idx == cap)
+                           | ((idx == cap - 1) & (n_keep > wire.MAX_FRAME - (cap - 1) * L))),
                 v0_user.eq(beat.user),
                 v0_dropall.eq(self.drop_all),
                 v0_base.eq(Mux(first, wr_ptr, frame_base)),
                 v0_end.eq(wr_ptr + write_this),
             ]
 
-        # V1: bytes past the frame's end read as 0; fields, checks, metadata.
-        b = [Signal(8, name=f"v1_b{n}") for n in range(HDR_BYTES)]
-        for n in range(HDR_BYTES):
-            m.d.comb += b[n].eq(Mux(v0_len > n, v0_snap[n], 0))
+        # M: bytes past the frame's end read as 0 (registered: the length compare feeds every
+        # field below).
+        b = [Signal(8, name=f"vm_b{n}") for n in range(HDR_BYTES)]
+        vm_valid = Signal()
+        vm_len = Signal.like(frame_len)
+        vm_long, vm_user, vm_dropall = Signal(), Signal(), Signal()
+        vm_base, vm_end = Signal(ptrw), Signal(ptrw)
+        m.d.sync += vm_valid.eq(v0_valid)
+        with m.If(v0_valid):
+            m.d.sync += [b[n].eq(Mux(v0_len > n, v0_snap[n], 0)) for n in range(HDR_BYTES)]
+            m.d.sync += [vm_len.eq(v0_len), vm_long.eq(v0_long), vm_user.eq(v0_user),
+                         vm_dropall.eq(v0_dropall), vm_base.eq(v0_base), vm_end.eq(v0_end)]
 
         def f(header, base, name):
             return header.extract(name, b[base:base + header.size])
 
+        # V1: fields, equality checks, metadata; the length arithmetic's operands.
         op = f(wire.BTH, _BTH, "opcode")
         info = opcode_info(m, op, name="v1_info")
         tot = f(wire.IPV4, _IP, "total_length")
         udp_len = f(wire.UDP, _UDP, "length")
         padcnt = f(wire.BTH, _BTH, "padcnt")
         hdr_len = info.hdr_len
-        dgram_end = Signal(17)
-        m.d.comb += dgram_end.eq(_IP + tot)
 
-        r1 = v0_user
-        r2 = (v0_dropall
+        r2 = (vm_dropall
               | (f(wire.ETH, 0, "dst") != self.local_mac)
               | (f(wire.ETH, 0, "ethertype") != wire.ETHERTYPE_IPV4)
               | (f(wire.IPV4, _IP, "dst") != self.local_ip)
               | (f(wire.IPV4, _IP, "protocol") != wire.IP_PROTO_UDP)
               | (f(wire.UDP, _UDP, "dport") != wire.ROCE_UDP_PORT))
         flags = f(wire.IPV4, _IP, "flags")
-        r3 = ((f(wire.IPV4, _IP, "version") != 4)
-              | (f(wire.IPV4, _IP, "ihl") != 5)
-              | flags[0]                                        # MF (flags = reserved, DF, MF)
-              | (f(wire.IPV4, _IP, "frag_offset") != 0)
-              | v0_long
-              | (v0_len != Mux(dgram_end < wire.MIN_FRAME, wire.MIN_FRAME, dgram_end))
-              | (udp_len + wire.IPV4_LEN != tot)
-              | (udp_len < wire.UDP_LEN))
-        need = Signal(17)
-        m.d.comb += need.eq(wire.UDP_LEN + wire.ICRC_LEN + hdr_len + padcnt)
-        r5 = ((f(wire.BTH, _BTH, "tver") != 0)
-              | (f(wire.BTH, _BTH, "pkey")[:15] != 0x7FFF)
-              | ~info.known
-              | (udp_len < need))
-        csum = sum(Cat(b[_IP + 2 * k + 1], b[_IP + 2 * k]) for k in range(10))
-
-        v1_valid = Signal()
-        v1_r1, v1_r2, v1_r3, v1_r5 = Signal(), Signal(), Signal(), Signal()
-        v1_csum = Signal(20)
-        v1_meta = Signal(rx_meta_layout)
-        v1_code = Signal(range(ncode))
-        v1_len = Signal(13)
-        v1_base, v1_end = Signal(ptrw), Signal(ptrw)
-        m.d.sync += v1_valid.eq(v0_valid)
+        r3a = ((f(wire.IPV4, _IP, "version") != 4)
+               | (f(wire.IPV4, _IP, "ihl") != 5)
+               | flags[0]                                       # MF (flags = reserved, DF, MF)
+               | (f(wire.IPV4, _IP, "frag_offset") != 0)
+               | vm_long
+               | (udp_len < wire.UDP_LEN))
+        r5a = ((f(wire.BTH, _BTH, "tver") != 0)
+               | (f(wire.BTH, _BTH, "pkey")[:15] != 0x7FFF)
+               | ~info.known)
+        # expected frame length max(60, 14 + total length), the compare done in V2
+        dmin = Signal(17)
+        m.d.comb += dmin.eq(Mux(tot < wire.MIN_FRAME - _IP, wire.MIN_FRAME, _IP + tot))
+        need_now = Signal(17)
+        m.d.comb += need_now.eq(wire.UDP_LEN + wire.ICRC_LEN + hdr_len + padcnt)
+        pair = [Signal(17, name=f"csum_p{k}") for k in range(5)]
+        for k in range(5):
+            w0 = Cat(b[_IP + 4 * k + 1], b[_IP + 4 * k])
+            w1 = Cat(b[_IP + 4 * k + 3], b[_IP + 4 * k + 2])
+            m.d.comb += pair[k].eq(w0 + w1)
 
         code = Signal(range(ncode))
         with m.Switch(hdr_len):
@@ -352,40 +372,109 @@ class RxParse(wiring.Component):
             "src_mac": f(wire.ETH, 0, "src"),
             "src_ip": f(wire.IPV4, _IP, "src"),
             "udp_sport": f(wire.UDP, _UDP, "sport"),
-            "payload_len": (udp_len - need)[:13],
         }
-        with m.If(v0_valid):
+
+        v1_valid = Signal()
+        v1_r1, v1_r2, v1_r3, v1_r5 = Signal(), Signal(), Signal(), Signal()
+        v1_meta = Signal(rx_meta_layout)
+        v1_code = Signal(range(ncode))
+        v1_base, v1_end = Signal(ptrw), Signal(ptrw)
+        v1_len, v1_dmin = Signal.like(frame_len), Signal(17)
+        v1_udp, v1_udp20, v1_tot, v1_need = Signal(16), Signal(17), Signal(16), Signal(17)
+        v1_pair = [Signal(17, name=f"v1_csum_p{k}") for k in range(5)]
+        m.d.sync += v1_valid.eq(vm_valid)
+        with m.If(vm_valid):
             m.d.sync += [getattr(v1_meta, k).eq(v) for k, v in meta_now.items()]
             m.d.sync += [
-                v1_r1.eq(r1), v1_r2.eq(r2), v1_r3.eq(r3), v1_r5.eq(r5), v1_csum.eq(csum),
-                v1_code.eq(code), v1_len.eq(meta_now["payload_len"]),
-                v1_base.eq(v0_base), v1_end.eq(v0_end),
+                v1_r1.eq(vm_user), v1_r2.eq(r2), v1_r3.eq(r3a), v1_r5.eq(r5a),
+                v1_code.eq(code), v1_base.eq(vm_base), v1_end.eq(vm_end),
+                v1_len.eq(vm_len), v1_dmin.eq(dmin),
+                v1_udp.eq(udp_len), v1_udp20.eq(udp_len + wire.IPV4_LEN), v1_tot.eq(tot),
+                v1_need.eq(need_now),
+            ]
+            m.d.sync += [r.eq(p) for r, p in zip(v1_pair, pair)]
+
+        # V2: length compares, payload length, checksum partial sums.
+        pl_diff = Signal(18)
+        m.d.comb += pl_diff.eq(v1_udp - v1_need)
+        v2_valid = Signal()
+        v2_r1, v2_r2, v2_r3, v2_r5 = Signal(), Signal(), Signal(), Signal()
+        v2_meta = Signal(rx_meta_layout)
+        v2_code = Signal(range(ncode))
+        v2_base, v2_end = Signal(ptrw), Signal(ptrw)
+        v2_q = [Signal(19, name=f"v2_csum_q{k}") for k in range(2)]
+        m.d.sync += v2_valid.eq(v1_valid)
+        with m.If(v1_valid):
+            m.d.sync += [
+                v2_r1.eq(v1_r1), v2_r2.eq(v1_r2),
+                v2_r3.eq(v1_r3 | (v1_len != v1_dmin) | (v1_udp20 != v1_tot)),
+                v2_r5.eq(v1_r5 | pl_diff[-1]),                  # udp_len < need
+                v2_meta.eq(v1_meta), v2_meta.payload_len.eq(pl_diff[:13]),
+                v2_code.eq(v1_code), v2_base.eq(v1_base), v2_end.eq(v1_end),
+                v2_q[0].eq(v1_pair[0] + v1_pair[1] + v1_pair[2]),
+                v2_q[1].eq(v1_pair[3] + v1_pair[4]),
             ]
 
-        # V2 (combinational from V1): checksum, header reason, where the payload is.
-        fold1 = Signal(17)
-        fold2 = Signal(16)
-        m.d.comb += [fold1.eq(v1_csum[:16] + v1_csum[16:]), fold2.eq(fold1[:16] + fold1[16])]
-        hreason = Signal(3)
-        with m.If(v1_r1):
-            m.d.comb += hreason.eq(1)
-        with m.Elif(v1_r2):
-            m.d.comb += hreason.eq(2)
-        with m.Elif(v1_r3 | (fold2 != 0xFFFF)):
-            m.d.comb += hreason.eq(3)
-        with m.Elif(v1_r5):
-            m.d.comb += hreason.eq(5)
-
+        # V3: checksum sum, payload span.
         sel = Signal(range(L))
         skip = Signal(range(PAYLOAD_OFFSETS[-1] // L + 1))
-        with m.Switch(v1_code):
+        with m.Switch(v2_code):
             for c, o in enumerate(PAYLOAD_OFFSETS):
                 with m.Case(c):
                     m.d.comb += [sel.eq(o % L), skip.eq(o // L)]
-        lm1 = Signal(13)                          # payload_len - 1 (len > 0)
-        span = Signal(14)                         # sel + len - 1
-        m.d.comb += [lm1.eq(v1_len - 1), span.eq(sel + lm1)]
-        has = v1_len != 0
+        v2_len = v2_meta.payload_len
+        v3_valid = Signal()
+        v3_r1, v3_r2, v3_r3, v3_r5 = Signal(), Signal(), Signal(), Signal()
+        v3_meta = Signal(rx_meta_layout)
+        v3_code = Signal(range(ncode))
+        v3_first, v3_end = Signal(ptrw), Signal(ptrw)
+        v3_csum = Signal(20)
+        v3_lm1 = Signal(13)                       # payload_len - 1 (len > 0)
+        v3_span = Signal(14)                      # sel + len - 1
+        v3_has = Signal()
+        m.d.sync += v3_valid.eq(v2_valid)
+        with m.If(v2_valid):
+            m.d.sync += [
+                v3_r1.eq(v2_r1), v3_r2.eq(v2_r2), v3_r3.eq(v2_r3), v3_r5.eq(v2_r5),
+                v3_meta.eq(v2_meta), v3_code.eq(v2_code),
+                v3_first.eq(v2_base + skip), v3_end.eq(v2_end),
+                v3_csum.eq(v2_q[0] + v2_q[1]),
+                v3_lm1.eq(v2_len - 1), v3_span.eq(v2_len + sel - 1), v3_has.eq(v2_len != 0),
+            ]
+
+        # V4: checksum verdict (the sum of ten words is < 0xA0000, so its one's complement
+        # fold is 0xFFFF exactly when low + high == 0xFFFF), descriptor fields.
+        v4_valid = Signal()
+        v4_r1, v4_r2, v4_r3, v4_r5 = Signal(), Signal(), Signal(), Signal()
+        v4_meta = Signal(rx_meta_layout)
+        v4_code = Signal(range(ncode))
+        v4_first, v4_end = Signal(ptrw), Signal(ptrw)
+        v4_reads = Signal(range(cap + 2))
+        v4_flush = Signal()
+        v4_last_keep = Signal(range(L + 1))
+        fold = Signal(17)
+        m.d.comb += fold.eq(v3_csum[:16] + v3_csum[16:])
+        m.d.sync += v4_valid.eq(v3_valid)
+        with m.If(v3_valid):
+            m.d.sync += [
+                v4_r1.eq(v3_r1), v4_r2.eq(v3_r2), v4_r3.eq(v3_r3 | (fold != 0xFFFF)),
+                v4_r5.eq(v3_r5), v4_meta.eq(v3_meta), v4_code.eq(v3_code),
+                v4_first.eq(v3_first), v4_end.eq(v3_end),
+                v4_reads.eq(Mux(v3_has, (v3_span >> lg) + 1, 0)),
+                v4_flush.eq((v3_span >> lg) == (v3_lm1 >> lg)),
+                v4_last_keep.eq(v3_lm1[:lg] + 1),
+            ]
+
+        hreason = Signal(3)
+        with m.If(v4_r1):
+            m.d.comb += hreason.eq(1)
+        with m.Elif(v4_r2):
+            m.d.comb += hreason.eq(2)
+        with m.Elif(v4_r3):
+            m.d.comb += hreason.eq(3)
+        with m.Elif(v4_r5):
+            m.d.comb += hreason.eq(5)
+
         desc_layout = data.StructLayout({
             "meta": rx_meta_layout,
             "first": ptrw,
@@ -399,15 +488,15 @@ class RxParse(wiring.Component):
         m.submodules.reason_q = reason_q = fifo.SyncFIFO(width=3, depth=self.slots)
         m.submodules.verdict_q = verdict_q = fifo.SyncFIFO(width=1, depth=self.slots)
         m.d.comb += [
-            desc_q.i.valid.eq(v1_valid),
-            desc_q.i.payload.meta.eq(v1_meta),
-            desc_q.i.payload.first.eq(v1_base + skip),
-            desc_q.i.payload.end.eq(v1_end),
-            desc_q.i.payload.reads.eq(Mux(has, (span >> lg) + 1, 0)),
-            desc_q.i.payload.sel.eq(v1_code),
-            desc_q.i.payload.flush.eq((span >> lg) == (lm1 >> lg)),
-            desc_q.i.payload.last_keep.eq(lm1[:lg] + 1),
-            reason_q.w_en.eq(v1_valid),
+            desc_q.i.valid.eq(v4_valid),
+            desc_q.i.payload.meta.eq(v4_meta),
+            desc_q.i.payload.first.eq(v4_first),
+            desc_q.i.payload.end.eq(v4_end),
+            desc_q.i.payload.reads.eq(v4_reads),
+            desc_q.i.payload.sel.eq(v4_code),
+            desc_q.i.payload.flush.eq(v4_flush),
+            desc_q.i.payload.last_keep.eq(v4_last_keep),
+            reason_q.w_en.eq(v4_valid),
             reason_q.w_data.eq(hreason),
         ]
 
@@ -455,7 +544,10 @@ class RxParse(wiring.Component):
         p_sel = Signal(range(ncode))
         p_keep = Signal(range(L + 1))
 
-        credit = (out_q.level + tok1.emit + tok2.emit) < self.out_depth
+        # Payload-queue credit, registered: the entries held or in flight next cycle are at most
+        # those held now plus every token in flight now (including this cycle's).
+        credit = Signal()
+        m.d.sync += credit.eq((out_q.level + tok.emit + tok1.emit + tok2.emit) < self.out_depth)
         head = desc_q.o.payload
         drop = verdict_q.r_data[0]
         head_ok = desc_q.o.valid & verdict_q.r_rdy & (drop | meta_q.i.ready)
