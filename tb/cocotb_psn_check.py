@@ -24,7 +24,9 @@ from rnic import wire
 from rnic.ifaces import CmdOp, rx_meta_layout, event_layout
 from rnic.opcodes import OPCODES, Op
 from rnic.resp.psn_check import exe_layout, rq_flush_layout
-from sim.models.responder import Frame, ResponderModel, coalesced_match
+from rnic.resp.qp_context import qp_set_event_layout
+from sim.models.psn import pending_reduce, table_match, tail_reduced
+from sim.models.responder import Frame, ResponderModel
 from sim.wrap import pack, unpack
 
 W = int(os.environ.get("PSN_WIDTH", "64"))
@@ -200,6 +202,7 @@ class TB:
         self.events = []
         self.flushes = []
         self.resets = []
+        self.qp_sets = []
         self.fault_q = deque()
         self.ack_outs = []
         self.resps = deque()
@@ -302,6 +305,8 @@ class TB:
                 self.cur["db"] = None
             if int(d.fault_valid.value) and int(d.fault_ready.value):
                 self.cur["fault"] = None
+            if int(d.qp_set_valid.value):
+                self.qp_sets.append(unpack(qp_set_event_layout, int(d.qp_set_payload.value)))
             if int(d.qp_reset_valid.value):
                 self.resets.append(int(d.qp_reset_payload.value))
             if int(d.cmd__cmd_valid.value) and int(d.cmd__cmd_ready.value):
@@ -443,7 +448,7 @@ class TB:
         if exact:
             assert got == self.expected, f"\n got {got}\n exp {self.expected}"
         else:
-            assert coalesced_match(self.expected, got), f"\n got {got}\n exp {self.expected}"
+            assert table_match(self.expected, got), f"\n got {got}\n exp {self.expected}"
         assert self.pay_frames == self.exp_payloads
         assert len(self.exe) == len(self.exp_exe), (len(self.exe), len(self.exp_exe))
         for e, x in zip(self.exe, self.exp_exe):
@@ -552,11 +557,19 @@ async def opseq_send_sequence_ok(dut):
 
 
 @cocotb.test()
-async def opseq_send_open_then_other(dut):
-    """LAST_C: a new SEND_ONLY while a SEND is open → NAK 0x61, error completion, ERROR."""
+@cocotb.parametrize(other=["SEND_ONLY", "RDMA_WRITE_FIRST", "RDMA_READ_REQUEST"])
+async def opseq_send_open_then_other(dut, other):
+    """LAST_C (§3.3 examples): a SEND_ONLY, WRITE_FIRST or READ while a SEND is open → NAK 0x61,
+    error completion of the open WQE, QP to ERROR."""
     tb = await setup(dut, epsn=P0)
     tb.pkt(SEND_FIRST, 2, P0, bytes(PMTU))
-    tb.pkt(SEND_ONLY, 2, P0 + 1, b"x", ackreq=1)
+    op = Op[other]
+    if op == Op.RDMA_WRITE_FIRST:
+        tb.pkt(op, 2, P0 + 1, bytes(PMTU), ackreq=1, reth=(0x1000, 0x55, 2 * PMTU))
+    elif op == Op.RDMA_READ_REQUEST:
+        tb.pkt(op, 2, P0 + 1, b"", ackreq=1, reth=(0x1000, 0x55, 64))
+    else:
+        tb.pkt(op, 2, P0 + 1, b"x", ackreq=1)
     tb.pkt(SEND_ONLY, 2, P0 + 2, b"x", ackreq=1)      # QP in ERROR: dropped, counter 6
     got = await tb.check()
     assert got == [Frame(2, P0 + 1, 0x61, 0)]
@@ -688,7 +701,8 @@ async def outcome_ack_rules(dut):
 
 
 FATAL_CASES = {"nak_62": (0x62, 1), "nak_63_no_ackreq": (0x63, 0),
-               "class_j_positive_ack": (0x1F, 1), "cq_overflow_no_ack": (0x00, 1)}
+               "class_j_positive_ack": (0x1F, 1), "class_j_no_ackreq": (0x1F, 0),
+               "cq_overflow_no_ack": (0x00, 1)}
 
 
 @cocotb.test()
@@ -777,10 +791,10 @@ async def set_qp_in_flight(dut):
     got = tb.frames()
     q2 = [f for f in got if f.qpn == 2]
     assert q2 == [Frame(2, P0 + k, 0x1F, k + 1) for k in range(20)] or \
-        coalesced_match([Frame(2, P0 + k, 0x1F, k + 1) for k in range(20)], q2)
+        table_match([Frame(2, P0 + k, 0x1F, k + 1) for k in range(20)], q2)
     q3 = [f for f in got if f.qpn == 3]
     assert q3 == [Frame(3, P0 + k, 0x1F, k + 1) for k in range(len(q3))] or \
-        coalesced_match([Frame(3, P0 + k, 0x1F, k + 1) for k in range(q3[-1].psn - P0 + 1)], q3)
+        table_match([Frame(3, P0 + k, 0x1F, k + 1) for k in range(q3[-1].psn - P0 + 1)], q3)
     n3 = q3[-1].psn - P0 + 1 if q3 else 0
     assert tb.stats[6] == 20 - n3
     r, a = await tb.command(CmdOp.QUERY_QP, 3)
@@ -808,6 +822,79 @@ async def fault_moves_qp_to_error(dut):
     assert tb.resets[n:] == [2]
 
 
+def static_of(args):
+    """The static fields SET_QP writes, from its ARG words (interface.md §4.2)."""
+    a = args
+    return {"pmtu": a[0] >> 8 & 0xF, "min_rnr": a[0] >> 16 & 0x1F, "timeout": a[0] >> 24 & 0x1F,
+            "dest_qpn": a[1] & 0xFFFFFF, "pd": a[4] & 0xFFFF, "access": a[4] >> 16 & 0xFF,
+            "rcqn": a[5] & 0xFFFF, "scqn": a[5] >> 16, "rq_base": a[6] | a[7] << 32,
+            "rq_log": a[8] & 0x1F, "sq_log": a[8] >> 8 & 0x1F, "retry_cnt": a[8] >> 16 & 7,
+            "rnr_retry": a[8] >> 20 & 7, "sq_base": a[9] | a[10] << 32,
+            "rmac": a[11] | (a[12] & 0xFFFF) << 32, "rip": a[13], "sport": a[14] & 0xFFFF}
+
+
+@cocotb.test()
+async def qp_set_events(dut):
+    """qp_set (for the requester): the reset sweep, every SET_QP written (none when refused),
+    every move to ERROR made here (NAK 0x61, fatal done, fault), each exactly once."""
+    tb = TB(dut)
+    await tb.start()
+    assert sorted(e["qpn"] for e in tb.qp_sets) == list(range(NUM_QP))
+    assert all(e["state"] == 0 and e["sq_psn"] == 0 and not any(e["static"].values())
+               for e in tb.qp_sets)
+    sq = {}
+
+    async def set_and_check(q, state, exp_res=0, **kw):
+        n = len(tb.qp_sets)
+        kw.setdefault("sq_psn", 0x456 + q)
+        assert await tb.set_qp(q, state, **kw) == exp_res
+        await tb.wait(2)
+        if exp_res:
+            assert len(tb.qp_sets) == n, tb.qp_sets[n:]
+            return
+        if state == 3:
+            sq[q] = kw["sq_psn"]
+        elif state == 0:
+            sq[q] = 0
+        assert tb.qp_sets[n:] == [{"qpn": q, "state": state, "sq_psn": sq.get(q, 0),
+                                   "static": static_of(tb.qp_args(q, state, **kw))}], \
+            (tb.qp_sets[n:], static_of(tb.qp_args(q, state, **kw)))
+
+    for q in (2, 3, 4):
+        for st in (0, 1, 2, 3):
+            await set_and_check(q, st, epsn=P0, min_rnr=q)
+    await set_and_check(2, 1, exp_res=3)                    # RTS -> INIT refused
+    await set_and_check(2, 3, exp_res=3)                    # RTS -> RTS refused
+    await set_and_check(4, 3, exp_res=3, sq_psn=0x999)
+    tb.doorbell(2, 10)
+    tb.doorbell(3, 10)
+    tb.doorbell(4, 10)
+    # NAK 0x61 (missing FIRST) on QP 2
+    n = len(tb.qp_sets)
+    tb.pkt(SEND_MIDDLE, 2, P0, b"x" * PMTU, ackreq=1)
+    # a fatal outcome reported by the later stages on QP 3
+    dut.fail_qpn.value, dut.fail_psn.value, dut.fail_syn.value = 3, P0, 0x63
+    dut.fail_en.value = 1
+    tb.pkt(SEND_ONLY, 3, P0, b"y", ackreq=1, outcome=0x63)
+    await tb.check()
+    dut.fail_en.value = 0
+    # a fault on QP 4 presented together with a SET_QP of QP 5: both take effect, in turn
+    tb.fault_q.append(4)
+    tb.model.qps[4].state = 6
+    await set_and_check(5, 1)
+    await tb.wait(20)
+    err = [e for e in tb.qp_sets[n:] if e["state"] == 6]
+    assert sorted(e["qpn"] for e in err) == [2, 3, 4], tb.qp_sets[n:]
+    for e in err:
+        q = e["qpn"]
+        assert e["sq_psn"] == sq[q] and e["static"] == static_of(tb.qp_args(q, 3, epsn=P0,
+                                                                          min_rnr=q))
+    assert sorted(ev["number"] for ev in tb.events) == [2, 3, 4]
+    for q in (2, 3, 4):
+        await tb.query(q)
+        await set_and_check(q, 0, min_rnr=7)                # RESET writes the new static
+
+
 # ---- doorbells, ack_out, TX ---------------------------------------------------------------------
 
 @cocotb.test()
@@ -821,13 +908,19 @@ async def doorbell_and_ack_out(dut):
     meta, _ = parse_frame(make_frame(SEND_ONLY, 2, 9))
     meta["opcode"] = 0x11
     meta["aeth_syndrome"], meta["aeth_msn"] = 0x1F, 3
-    tb.meta_q.append(("meta", meta))
+    tb.meta_q.append(("meta", meta))                         # RTS, its remote: to ack_out
+    foreign = dict(meta, src_ip=meta["src_ip"] ^ 1)
+    tb.meta_q.append(("meta", foreign))                      # another IPv4: counted as 6
+    await tb.wait(40)
+    six = tb.stats[6]
     await tb.set_qp(2, 6)
+    tb.meta_q.append(("meta", meta))                         # QP in ERROR: counted as 6
     tb.doorbell(2, 9)                                        # ERROR: flush request
     await tb.drain()
     ring = dict(rcqn=1, rq_base=0x1_0000_0000 + 0x20000, rq_log=4)
     assert tb.flushes == [dict(qpn=2, index=5, **ring), dict(qpn=2, index=9, **ring)]
-    assert len(tb.ack_outs) == 1 and tb.ack_outs[0]["aeth_msn"] == 3
+    assert len(tb.ack_outs) == 1 and tb.ack_outs[0]["aeth_msn"] == 3, tb.ack_outs
+    assert six >= 1 and tb.stats[6] == six + 1, (six, tb.stats)
 
 
 @cocotb.test()
@@ -851,6 +944,47 @@ async def tx_backpressure_coalesce(dut):
     assert tb.stats[11] + tb.stats[8] == len(got) == tb.stats[12]
 
 
+# header builder queue + take stage: responses that may leave the table before a stall holds it
+HB_ABSORB = 40
+
+
+@cocotb.test()
+async def tx_stall_long_receive_flows(dut):
+    """TX held low for thousands of cycles under back-to-back traffic to 6 QPs (in order, out
+    of order, duplicates, RNR): every packet is taken at full rate, and when TX resumes the
+    frames are exactly the per-QP reduction of the responses decided during the stall."""
+    qps = (2, 3, 4, 5, 6, 7)
+    tb = await setup(dut, qps=qps[:-1], epsn=P0)
+    await tb.open_qp(7, epsn=P0, wqes=0)                  # QP 7: empty RQ, RNR NAKs
+    rng = random.Random(99 + W)
+    tb.pace = 0
+    tb.tx_ready_fn = lambda: 0
+    n = 800 if W == 512 else 600
+    for k in range(n):
+        q = rng.choice(qps)
+        r = rng.random()
+        e = tb.model.qps[q].epsn
+        psn = e + 3 if r < 0.05 else e - 2 if r < 0.1 else e   # ahead / duplicate / in order
+        tb.pkt(SEND_ONLY, q, psn & 0xFFFFFF, b"", ackreq=int(rng.random() < 0.7))
+    t0 = tb.cycle
+    await tb.wait(n + 200)
+    assert not tb.meta_q and tb.cur.get("meta") is None, "receive stalled under TX back-pressure"
+    ts = tb.meta_times[-n:]
+    rate = (len(ts) - 1) / (ts[-1] - ts[0])
+    assert rate > 0.95, rate                              # one packet per cycle throughout
+    await tb.wait(max(0, 3000 - (tb.cycle - t0)))        # TX low for at least 3,000 cycles
+    assert not tb.tx_frames
+    tb.tx_ready_fn = lambda: 1
+    got = await tb.check(exact=False)
+    assert tail_reduced(tb.expected, got, HB_ABSORB), "\n got %s\n exp %s" % (got, tb.expected)
+    naks = [f for f in tb.expected if f.syndrome != 0x1F]
+    assert naks and any(f.syndrome != 0x1F for f in got)
+    assert len(got) <= HB_ABSORB + 2 * len(qps)
+    assert tb.stats[12] == len(got)
+    dut._log.info("TX stall: %d packets at %.3f/cycle, %d responses decided, %d frames sent",
+                  n, rate, len(tb.expected), len(got))
+
+
 @cocotb.test()
 async def tx_arbiter_shares(dut):
     tb = await setup(dut, qps=(2,), epsn=P0)
@@ -863,7 +997,7 @@ async def tx_arbiter_shares(dut):
     await tb.drain()
     acks = [f for f in tb.tx_frames if f != other]
     assert len(tb.tx_frames) - len(acks) == 6
-    assert [decode_tx(f) for f in acks] == tb.expected or coalesced_match(
+    assert [decode_tx(f) for f in acks] == tb.expected or table_match(
         tb.expected, [decode_tx(f) for f in acks])
     assert tb.stats[12] == len(tb.tx_frames)
 

@@ -28,13 +28,23 @@ dropped (counter 6).
 
 Pipeline and forwarding
 -----------------------
-Stage A (input select: fatal report > RQ doorbell > frame metadata; reads both context tables),
-stage B (table data, forwarded from the write of stage C in the same cycle and from the last
-write before), stage C (decision, writes the dynamic context, pushes the outputs). One operation
-per cycle, any mix of QPs; any full output queue stalls all three stages together (whether
-the operation in C needs that queue or not, to keep the decision out of the clock-enable path). Commands
-(SET_QP/QUERY_QP) wait until the pipeline and all outstanding executes are drained, with new
-frames held back meanwhile.
+Stage A (input select: fatal report > RQ doorbell > frame metadata; issues the read of both
+context tables), stage R (the block RAM's output, registered — its clock-to-out is never followed
+by logic), stage B (forwarding: the write of stage C in the same cycle, else the last two
+writes, else the registered RAM data; plus every check that needs no dynamic context — opcode
+decode, path MTU, position length rule, RETH length, the WRITE rules of a FIRST/ONLY, access,
+source IPv4 — and the PSN classification against the three ePSNs the packet can meet in C,
+all registers (the forwarded older context's, C's own, C's PSN + 1), picked at the B→C
+transfer by the forward flag and C's execute bit — registered into C), stage C (decision, writes the dynamic context, pushes the
+outputs). The PSN classifier and the opcode sequencer are :mod:`rnic.resp.psn_rules`. The
+next context is computed flat (one AND per outcome, one 2:1 mux per field, the arithmetic in
+parallel), and the forwarding select of C's own write comes from registers only, so the
+context loop is C's decision → ``new`` → one 2:1 mux → C's context register. One operation
+per cycle, any mix of QPs (back-to-back packets to one QP included); any full output queue
+stalls all four stages together (whether the operation in C needs that queue or not, to keep
+the decision out of the clock-enable path). Commands (SET_QP/QUERY_QP) wait until the pipeline
+and all outstanding executes are drained, with new frames held back meanwhile; a ``fault`` is
+not taken while a command runs.
 
 Execute-outcome interface (for Key Cache, scatter, invalidate, CQE)
 ------------------------------------------------------------------
@@ -73,12 +83,16 @@ that SET_QP (or the sweep after ``rst``) put a QP in RESET, so they may drop the
 
 ACK/NAK transmission
 --------------------
-Responses leave in the order the frames were decided through a response sequencer (pairing
-each executed frame with its ``done``), then a coalescing slot: a positive ACK replaces a
-positive ACK of the same QP still waiting there; NAKs are never merged. Then a 16-entry frame
-queue and the pipelined :class:`~rnic.tx.header_builder.HeaderBuilder` (one frame per
-``62/(W/8)`` cycles). TX back-pressure does not stall receive until the frame queue and the
-builder's queue (about 30 frames of different QPs, or NAKs) are full; then it does (known limit).
+The response sequencer pairs each executed frame with its ``done`` (in decision order) and
+hands every response to the per-QP pending table :class:`~rnic.resp.ack_table.AckTable`, which
+never refuses one: per QP it keeps the newest positive ACK and the newest NAK (pending ACKs
+coalesce into the newest; a NAK is never merged into an ACK, and replaces only an older NAK of
+the same QP still pending), sent in the order they were decided; QPs with something pending are
+served first come, first served into the pipelined
+:class:`~rnic.tx.header_builder.HeaderBuilder` (one frame per ``62/(W/8)`` cycles). TX
+back-pressure therefore never stalls receive, however long it lasts (see ``ack_table.py`` for
+the rule and why it is safe for the requester). Frames of different QPs may leave in another
+order than decided once responses wait in the table.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
@@ -90,7 +104,10 @@ from ..ifaces import (NUM_COUNTERS, CommandSignature, Counter, EventType, event_
 from ..opcodes import opcode_info, WcStatus
 from ..stream import BeatStream, Queue, check_width
 from ..tx.header_builder import HeaderBuilder, tx_hdr_layout
-from .qp_context import MsgClass, QpContext, QpState, qp_dyn_layout, qp_static_layout
+from .ack_table import AckTable
+from .psn_rules import op_sequence, psn_class_layout, psn_classify
+from .qp_context import (MsgClass, QpContext, QpState, qp_dyn_layout, qp_set_event_layout,
+                         qp_static_layout)
 
 __all__ = ["PsnCheck", "exe_layout", "done_layout", "rq_db_layout", "rq_flush_layout",
            "qpn_layout"]
@@ -149,12 +166,33 @@ class PsnCheck(wiring.Component):
     ack_out : Out(stream.Signature(rx_meta_layout))
         Response-opcode metadata for the requester.
     rq_flush : Out(stream.Signature(rq_flush_layout))
+    rq_post : Out(stream.Signature(rq_flush_layout, always_ready=True))
+        Every RQ doorbell that took effect (QP in INIT, RTR or RTS): {qpn, index = the new
+        producer, rcqn, rq_base, rq_log}, for the execute stage's WQE prefetch.
     tx : Out(BeatStream(W))
         ACK/NAK frames (to input 0 of :class:`~rnic.tx.arbiter.TxArbiter`).
     stat : Out(NUM_COUNTERS)
         Counters 6, 7, 8, 9, 10, 11.
     event : Out(stream.Signature(event_layout))
         Event 3 (QP entered ERROR).
+    qp_set : Out(stream.Signature(qp_set_event_layout, always_ready=True))
+        For the requester: valid for one cycle (no ``ready``) with {``qpn``, ``state``,
+        ``sq_psn``, ``static``} (:data:`~rnic.resp.qp_context.qp_set_event_layout`)
+
+        * for every SET_QP that was written (a refused SET_QP gives nothing): the new state,
+          every static field as written (also the unchanged ones) and the send PSN the SET_QP
+          left (ARG3 on entry to RTS, else the QP's current one, 0 on RESET);
+        * for every QP of the reset sweep after ``rst`` (state RESET, static and sq_psn 0);
+        * for every move of a QP to ERROR made here (NAK 0x61, a fatal ``done``, a ``fault``):
+          state ERROR, the QP's current static fields and current send PSN — the same cycle
+          as event 3 is queued.
+
+        The two sources never coincide: a SET_QP runs only with the pipeline drained and no
+        ``fault`` is taken while a command runs, so no event is lost or merged.
+    q_qpn : Out(range(num_qp)); q_psn : In(24); q_cons : In(16)
+        QUERY_QP's next send PSN and SQ consumer index come from the requester's context:
+        ``q_qpn`` is the queried QP, ``q_psn``/``q_cons`` its values one cycle later
+        (:class:`~rnic.resp.qp_context.QpContext`).
     qp_reset : Out(stream.Signature(qpn_layout))
         One transfer when SET_QP (or the reset sweep) puts a QP in RESET. The consumer must be
         always ready (``ready`` is ignored).
@@ -164,6 +202,7 @@ class PsnCheck(wiring.Component):
     """
 
     def __init__(self, *, width, num_qp, resp_depth=32, ack_depth=16):
+        # ack_depth: unused since the per-QP pending table (kept for callers)
         self.width = check_width(width)
         self.ctx = QpContext(num_qp=num_qp)
         self.num_qp = num_qp
@@ -182,9 +221,14 @@ class PsnCheck(wiring.Component):
             "pay_out": Out(BeatStream(width)),
             "ack_out": Out(stream.Signature(rx_meta_layout)),
             "rq_flush": Out(stream.Signature(rq_flush_layout)),
+            "rq_post": Out(stream.Signature(rq_flush_layout, always_ready=True)),
             "tx": Out(BeatStream(width)),
             "stat": Out(NUM_COUNTERS),
             "event": Out(stream.Signature(event_layout)),
+            "qp_set": Out(stream.Signature(qp_set_event_layout, always_ready=True)),
+            "q_qpn": Out(self.abits),
+            "q_psn": In(24),
+            "q_cons": In(16),
             "qp_reset": Out(stream.Signature(qpn_layout)),
             "fault": In(stream.Signature(qpn_layout)),
         })
@@ -194,6 +238,8 @@ class PsnCheck(wiring.Component):
         ab = self.abits
         m.submodules.ctx = ctx = self.ctx
         connect(m, wiring.flipped(self.cmd), ctx.cmd)
+        m.d.comb += [self.q_qpn.eq(ctx.q_qpn), ctx.q_psn.eq(self.q_psn),
+                     ctx.q_cons.eq(self.q_cons)]
 
         entry_layout = data.StructLayout({
             "qpn": ab, "wait_done": 1, "from_done": 1, "frame": 1, "kill": 1,
@@ -248,16 +294,30 @@ class PsnCheck(wiring.Component):
             m.d.sync += inj_valid.eq(0)
         m.d.comb += [ctx.rd_addr.eq(a_idx), ctx.rd_en.eq(adv)]
 
-        # ---- stage B ----------------------------------------------------------------------------
+        # ---- stage R: the tables' read data (EBR output, registered into B) -----------------
+        r_valid = Signal()
+        r_kind = Signal(2)
+        r_idx = Signal(ab)
+        r_qok = Signal()
+        r_meta = Signal(rx_meta_layout)
+        r_db = Signal(16)
+        with m.If(adv):
+            m.d.sync += [r_valid.eq(a_fire), r_kind.eq(a_kind), r_idx.eq(a_idx),
+                         r_qok.eq(a_qok), r_meta.eq(meta), r_db.eq(self.rq_db.payload.index)]
+
+        # ---- stage B: forwarding and the checks that need no dynamic context ----------------
         b_valid = Signal()
         b_kind = Signal(2)
         b_idx = Signal(ab)
         b_qok = Signal()
         b_meta = Signal(rx_meta_layout)
         b_db = Signal(16)
+        b_ram = Signal(qp_dyn_layout)
+        b_st = Signal(qp_static_layout)
         with m.If(adv):
-            m.d.sync += [b_valid.eq(a_fire), b_kind.eq(a_kind), b_idx.eq(a_idx),
-                         b_qok.eq(a_qok), b_meta.eq(meta), b_db.eq(self.rq_db.payload.index)]
+            m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
+                         b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db),
+                         b_ram.eq(ctx.rd_dyn), b_st.eq(ctx.rd_static)]
 
         c_valid = Signal()
         c_kind = Signal(2)
@@ -268,32 +328,90 @@ class PsnCheck(wiring.Component):
         c_ctx = Signal(qp_dyn_layout)
         c_st = Signal(qp_static_layout)
 
+        # the last two writes of the dynamic table (the read of a packet now in B missed them)
         wr_en = Signal()
         new = Signal(qp_dyn_layout)
-        last_wr_valid = Signal()
-        last_wr_addr = Signal(ab)
-        last_wr_data = Signal(qp_dyn_layout)
+        w1_valid = Signal()
+        w1_addr = Signal(ab)
+        w1_data = Signal(qp_dyn_layout)
+        w2_valid = Signal()
+        w2_addr = Signal(ab)
+        w2_data = Signal(qp_dyn_layout)
         m.d.comb += [ctx.wr_en.eq(wr_en), ctx.wr_addr.eq(c_idx), ctx.wr_dyn.eq(new)]
         with m.If(wr_en):
-            m.d.sync += [last_wr_valid.eq(1), last_wr_addr.eq(c_idx), last_wr_data.eq(new)]
+            m.d.sync += [w1_valid.eq(1), w1_addr.eq(c_idx), w1_data.eq(new),
+                         w2_valid.eq(w1_valid), w2_addr.eq(w1_addr), w2_data.eq(w1_data)]
         with m.If(ctx.busy):
-            m.d.sync += last_wr_valid.eq(0)
+            m.d.sync += [w1_valid.eq(0), w2_valid.eq(0)]
 
-        fwd = Signal(qp_dyn_layout)
-        with m.If(wr_en & (c_idx == b_idx)):
-            m.d.comb += fwd.eq(new)
-        with m.Elif(last_wr_valid & (last_wr_addr == b_idx)):
-            m.d.comb += fwd.eq(last_wr_data)
+        # forwarding: the write of stage C this cycle (select from registers only, so that the
+        # decision → new → c_ctx loop has one 2:1 mux), else the last two writes, else the RAM
+        fwd_old = Signal(qp_dyn_layout)
+        with m.If(w1_valid & (w1_addr == b_idx)):
+            m.d.comb += fwd_old.eq(w1_data)
+        with m.Elif(w2_valid & (w2_addr == b_idx)):
+            m.d.comb += fwd_old.eq(w2_data)
         with m.Else():
-            m.d.comb += fwd.eq(ctx.rd_dyn)
+            m.d.comb += fwd_old.eq(b_ram)
+        fwd_c = Signal()
+        m.d.comb += fwd_c.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == b_idx))
+        fwd = Signal(qp_dyn_layout)
+        m.d.comb += fwd.eq(Mux(fwd_c, new, fwd_old))
+
+        # context-free checks, registered into C
+        b_info = opcode_info(m, b_meta.opcode, name="b_info")
+        b_pmtu = Signal(13)
+        with m.Switch(b_st.pmtu):
+            for code in range(1, 6):
+                with m.Case(code):
+                    m.d.comb += b_pmtu.eq(128 << code)
+        b_len = b_meta.payload_len
+        b_pos_bad = Signal()
+        with m.If(b_info.start & b_info.end):
+            m.d.comb += b_pos_bad.eq(b_len > b_pmtu)
+        with m.Elif(~b_info.end):
+            m.d.comb += b_pos_bad.eq(b_len != b_pmtu)
+        with m.Else():
+            m.d.comb += b_pos_bad.eq((b_len == 0) | (b_len > b_pmtu))
+        b_wstart_bad = Signal()         # the WRITE rules of a FIRST/ONLY (resid = RETH length)
+        rl = b_meta.reth_len
+        with m.If(rl > b_pmtu):
+            m.d.comb += b_wstart_bad.eq((b_len != b_pmtu) | (b_meta.padcnt != 0))
+        with m.Else():
+            m.d.comb += b_wstart_bad.eq((b_len != rl) | (b_meta.padcnt != (-rl)[0:2]))
+        c_psn1 = Signal(24)
+        # The PSN classification of the packet entering C, against the ePSN it will see: C's
+        # own next ePSN when forwarded from C (its PSN + 1 if it executes, else its ePSN), else
+        # the forwarded older context. All three operands are registers; the loop keeps only
+        # the final 2:1 selects (by C's execute bit).
+        cls_old = psn_classify(m, b_meta.psn, fwd_old.epsn, name="b_psn_cls_old")
+        cls_cx = psn_classify(m, b_meta.psn, c_ctx.epsn, name="b_psn_cls_cx")
+        cls_c1 = psn_classify(m, b_meta.psn, c_psn1, name="b_psn_cls_c1")
+        x_exec = Signal()           # stage C executes its packet (defined with stage C)
+        c_pcls = Signal(psn_class_layout)
+        with m.If(adv):
+            m.d.sync += c_pcls.eq(Mux(fwd_c, Mux(x_exec, cls_c1, cls_cx), cls_old))
+        c_info = Signal.like(b_info)
+        c_pmtu = Signal(13)
+        c_pre_bad = Signal()            # position rule, RETH length > 2^31, start WRITE rules
+        c_acc_bad = Signal()
+        c_drop = Signal()               # bad QPN or source IPv4 not the QP's
+        c_len_nz = Signal()
         with m.If(adv):
             m.d.sync += [c_valid.eq(b_valid), c_kind.eq(b_kind), c_idx.eq(b_idx),
                          c_qok.eq(b_qok), c_meta.eq(b_meta), c_db.eq(b_db),
-                         c_ctx.eq(fwd), c_st.eq(ctx.rd_static)]
+                         c_ctx.eq(fwd), c_st.eq(b_st),
+                         c_info.eq(b_info), c_pmtu.eq(b_pmtu),
+                         c_pre_bad.eq(b_pos_bad | (b_info.reth & (rl > (1 << 31)))
+                                      | (b_info.write & b_info.start & b_wstart_bad)),
+                         c_acc_bad.eq(b_info.read | b_info.atomic
+                                      | (b_info.write & ~b_st.access[1])),
+                         c_drop.eq(~b_qok | (b_meta.src_ip != b_st.rip)),
+                         c_len_nz.eq(b_len != 0), c_psn1.eq(b_meta.psn + 1)]
 
         # ---- stage C: decide --------------------------------------------------------------------
         cm, cx, st = c_meta, c_ctx, c_st
-        info = opcode_info(m, cm.opcode, name="c_info")
+        info = c_info
         want_exe = Signal()
         want_rq = Signal()
         want_dec = Signal()
@@ -321,10 +439,22 @@ class PsnCheck(wiring.Component):
             fl_q.i.valid.eq((fire & want_fl) | (ctx.set_valid & ctx.set_to_error)),
             wr_en.eq(fire & (c_kind != Kind.RESP)),
         ]
+        # the requester's view: every SET_QP written (incl. the sweep to RESET after rst), and
+        # every move to ERROR decided here (stage C never fires while a command runs: commands
+        # wait for an empty pipeline, so the two never coincide)
+        with m.If(ctx.set_valid):
+            m.d.comb += [self.qp_set.valid.eq(1), self.qp_set.payload.qpn.eq(ctx.set_qpn),
+                         self.qp_set.payload.state.eq(ctx.set_state),
+                         self.qp_set.payload.sq_psn.eq(ctx.set_sq_psn),
+                         self.qp_set.payload.static.eq(ctx.set_static)]
+        with m.Elif(fire & want_ev):
+            m.d.comb += [self.qp_set.valid.eq(1), self.qp_set.payload.qpn.eq(c_idx),
+                         self.qp_set.payload.state.eq(QpState.ERROR),
+                         self.qp_set.payload.sq_psn.eq(cx.sq_psn),
+                         self.qp_set.payload.static.eq(st)]
         hb = HeaderBuilder(self.width)
         m.d.comb += self.stat.eq(Mux(fire, stat_c, 0) | hb.stat)
 
-        m.d.comb += new.eq(cx)
         with m.If(ctx.set_valid):
             m.d.comb += [fl_q.i.payload.qpn.eq(ctx.set_qpn), fl_q.i.payload.index.eq(ctx.set_prod),
                          fl_q.i.payload.rcqn.eq(ctx.set_static.rcqn),
@@ -335,6 +465,13 @@ class PsnCheck(wiring.Component):
                          fl_q.i.payload.index.eq(Mux(c_kind == Kind.DB, c_db, cx.rq_prod)),
                          fl_q.i.payload.rcqn.eq(st.rcqn), fl_q.i.payload.rq_base.eq(st.rq_base),
                          fl_q.i.payload.rq_log.eq(st.rq_log)]
+        m.d.comb += [
+            self.rq_post.valid.eq(fire & (c_kind == Kind.DB) & c_qok
+                                  & (cx.state != QpState.RESET) & (cx.state != QpState.ERROR)),
+            self.rq_post.payload.qpn.eq(c_idx), self.rq_post.payload.index.eq(c_db),
+            self.rq_post.payload.rcqn.eq(st.rcqn), self.rq_post.payload.rq_base.eq(st.rq_base),
+            self.rq_post.payload.rq_log.eq(st.rq_log),
+        ]
         m.d.comb += [self.qp_reset.valid.eq(ctx.set_valid & (ctx.set_state == QpState.RESET)),
                      self.qp_reset.payload.qpn.eq(ctx.set_qpn)]
         # response entry defaults: the QP's addresses
@@ -342,52 +479,33 @@ class PsnCheck(wiring.Component):
                      ent.sport.eq(st.sport), ent.dqpn.eq(st.dest_qpn), ent.msn.eq(cx.msn),
                      ent.msn_prev.eq(cx.msn), ent.psn.eq(cm.psn)]
 
-        pmtu = Signal(13)
-        with m.Switch(st.pmtu):
-            for code in range(1, 6):
-                with m.Case(code):
-                    m.d.comb += pmtu.eq(128 << code)
+        pmtu = c_pmtu
         length = cm.payload_len
-        diff = Signal(24)
-        m.d.comb += diff.eq(cm.psn - cx.epsn)
         op = cm.opcode
-        send_cont = Signal()
-        write_cont = Signal()
-        m.d.comb += [
-            send_cont.eq((op == 0x01) | (op == 0x02) | (op == 0x03) | (op == 0x16)),
-            write_cont.eq((op == 0x07) | (op == 0x08) | (op == 0x09)),
-        ]
-        seq_ok = Signal()
-        with m.Switch(cx.open):
-            with m.Case(MsgClass.SEND):
-                m.d.comb += seq_ok.eq(send_cont)
-            with m.Case(MsgClass.WRITE):
-                m.d.comb += seq_ok.eq(write_cont)
-            with m.Default():
-                m.d.comb += seq_ok.eq(~send_cont & ~write_cont)
-        acc_bad = Signal()
-        m.d.comb += acc_bad.eq(info.read | info.atomic | (info.write & ~st.access[1]))
+        pcls = c_pcls       # psn_classify(cm.psn, cx.epsn), computed in B (see there)
+        oseq = op_sequence(m, op, cx.open, name="c_op_seq")
+        seq_ok = oseq.ok
+        acc_bad = c_acc_bad
         rnr = Signal()
         m.d.comb += rnr.eq(info.rwr & (cx.rq_prod == cx.rq_cons))
         resid = Signal(32)
         m.d.comb += resid.eq(Mux(info.start, cm.reth_len, cx.resid))
-        len_bad = Signal()
-        pos_bad = Signal()
-        with m.If(info.start & info.end):
-            m.d.comb += pos_bad.eq(length > pmtu)
-        with m.Elif(~info.end):
-            m.d.comb += pos_bad.eq(length != pmtu)
-        with m.Else():
-            m.d.comb += pos_bad.eq((length == 0) | (length > pmtu))
+        # the WRITE rules of a MIDDLE/LAST against the stored residue (FIRST/ONLY: in c_pre_bad)
         w_bad = Signal()
-        with m.If(resid > pmtu):
+        with m.If(cx.resid > pmtu):
             m.d.comb += w_bad.eq((length != pmtu) | (cm.padcnt != 0))
         with m.Else():
-            m.d.comb += w_bad.eq((length != resid) | (cm.padcnt != (-resid)[0:2]))
-        m.d.comb += len_bad.eq(pos_bad | (info.reth & (cm.reth_len > (1 << 31)))
-                               | (info.write & w_bad))
+            m.d.comb += w_bad.eq((length != cx.resid) | (cm.padcnt != (-cx.resid)[0:2]))
+        len_bad = Signal()
+        m.d.comb += len_bad.eq(c_pre_bad | (info.write & ~info.start & w_bad))
 
         state_ok = (cx.state == QpState.RTR) | (cx.state == QpState.RTS)
+        msn_inc = Signal(24)
+        off_next = Signal(32)
+        resid_next = Signal(32)
+        m.d.comb += [msn_inc.eq(cx.msn + info.end),
+                     off_next.eq(Mux(info.start, 0, cx.off) + length),
+                     resid_next.eq(resid - length)]
         fail_61 = Signal()
         held = Signal()
 
@@ -395,7 +513,7 @@ class PsnCheck(wiring.Component):
         m.d.comb += [
             exe.qpn.eq(c_idx), exe.opcode.eq(op), exe.psn.eq(cm.psn),
             exe.payload_len.eq(length), exe.padcnt.eq(cm.padcnt), exe.se.eq(cm.se),
-            exe.ackreq.eq(cm.ackreq), exe.msn.eq(cx.msn + info.end),
+            exe.ackreq.eq(cm.ackreq), exe.msn.eq(msn_inc),
             exe.first.eq(info.start), exe.last.eq(info.end), exe.wqe.eq(info.rwr),
             exe.comp.eq(info.comp), exe.send.eq(info.send), exe.write.eq(info.write),
             exe.imm_valid.eq(info.immdt), exe.inv.eq(info.ieth),
@@ -410,31 +528,34 @@ class PsnCheck(wiring.Component):
 
         with m.Switch(c_kind):
             with m.Case(Kind.RESP):
-                m.d.comb += [want_ack.eq(1), want_dec.eq(1), dec.pass_.eq(0),
-                             dec.beats.eq(length != 0)]
+                # a response is for the requester of an RTS QP whose remote it comes from;
+                # anything else is counted as 6 like a request (interface.md §4.5)
+                m.d.comb += [want_dec.eq(1), dec.pass_.eq(0), dec.beats.eq(c_len_nz)]
+                with m.If(c_drop | (cx.state != QpState.RTS)):
+                    m.d.comb += stat_c[Counter.NO_QP].eq(1)
+                with m.Else():
+                    m.d.comb += want_ack.eq(1)
             with m.Case(Kind.DB):
                 with m.If(c_qok & (cx.state != QpState.RESET)):
-                    m.d.comb += new.rq_prod.eq(c_db)
                     with m.If(cx.state == QpState.ERROR):
                         m.d.comb += want_fl.eq(1)
             with m.Case(Kind.FATAL):
                 with m.If((cx.state != QpState.RESET) & (cx.state != QpState.ERROR)):
-                    m.d.comb += [new.state.eq(QpState.ERROR), want_ev.eq(1), want_fl.eq(1)]
+                    m.d.comb += [want_ev.eq(1), want_fl.eq(1)]
             with m.Case(Kind.PKT):
-                m.d.comb += [want_dec.eq(1), dec.beats.eq(length != 0)]
-                with m.If(~c_qok | ~state_ok | (cm.src_ip != st.rip)):
+                m.d.comb += [want_dec.eq(1), dec.beats.eq(c_len_nz)]
+                with m.If(c_drop | ~state_ok):
                     m.d.comb += stat_c[Counter.NO_QP].eq(1)
-                with m.Elif(diff[23]):
+                with m.Elif(pcls.dup):
                     # duplicate: ACK at the last executed PSN, always
                     m.d.comb += [stat_c[Counter.DUPLICATES].eq(1), want_rq.eq(1),
                                  ent.frame.eq(1), ent.syndrome.eq(0x1F),
                                  ent.psn.eq(cx.epsn - 1)]
-                with m.Elif(diff != 0):
+                with m.Elif(pcls.ahead):
                     with m.If(~cx.nak):
-                        m.d.comb += [new.nak.eq(1), want_rq.eq(1), ent.frame.eq(1),
+                        m.d.comb += [want_rq.eq(1), ent.frame.eq(1),
                                      ent.syndrome.eq(0x60), ent.psn.eq(cx.epsn)]
                 with m.Else():
-                    m.d.comb += new.nak.eq(0)
                     with m.If(~seq_ok):
                         m.d.comb += [fail_61.eq(1), held.eq(cx.open == MsgClass.SEND)]
                     with m.Elif(acc_bad):
@@ -450,29 +571,54 @@ class PsnCheck(wiring.Component):
                         m.d.comb += [
                             want_exe.eq(1), want_rq.eq(1), dec.pass_.eq(1),
                             ent.wait_done.eq(1), ent.from_done.eq(1), ent.frame.eq(cm.ackreq),
-                            ent.syndrome.eq(0x1F), ent.msn.eq(cx.msn + info.end),
-                            new.epsn.eq(cm.psn + 1),
-                            new.msn.eq(cx.msn + info.end),
-                            new.rq_cons.eq(cx.rq_cons + (info.end & (info.send | info.rwr))),
+                            ent.syndrome.eq(0x1F), ent.msn.eq(msn_inc),
                         ]
-                        with m.If(info.end):
-                            m.d.comb += [new.open.eq(MsgClass.NONE), new.off.eq(0)]
-                        with m.Else():
-                            m.d.comb += [new.open.eq(Mux(info.send, MsgClass.SEND,
-                                                         MsgClass.WRITE)),
-                                         new.off.eq(Mux(info.start, 0, cx.off) + length)]
-                        with m.If(info.start & info.write):
-                            m.d.comb += [new.wlen.eq(cm.reth_len), new.va.eq(cm.reth_va),
-                                         new.rkey.eq(cm.reth_rkey)]
-                        m.d.comb += new.resid.eq(resid - length)
                     with m.If(fail_61):
                         m.d.comb += [
-                            new.state.eq(QpState.ERROR), want_ev.eq(1), want_fl.eq(1),
-                            new.rq_cons.eq(cx.rq_cons + held),
+                            want_ev.eq(1), want_fl.eq(1),
                             want_rq.eq(1), ent.frame.eq(1), ent.syndrome.eq(0x61),
                             ent.kill.eq(1), ent.wait_done.eq(held),
                             want_exe.eq(held), exe.status.eq(WcStatus.REM_INV_REQ_ERR),
                         ]
+
+        # ---- the next dynamic context, flat (the decision → new → c_ctx loop) -----------------
+        # Same decisions as the Switch above, written as one AND per outcome and one 2:1 mux per
+        # field, the arithmetic done in parallel with the decision.
+        k_pkt = Signal()
+        ok_in = Signal()                # a request packet of a usable QP, in order
+        x_fail = Signal()               # NAK 0x61, QP → ERROR
+        x_held = Signal()
+        x_fatal = Signal()
+        cons_1 = Signal(16)
+        m.d.comb += [
+            k_pkt.eq(c_kind == Kind.PKT),
+            ok_in.eq(k_pkt & ~c_drop & state_ok & pcls.in_order),
+            x_fail.eq(ok_in & (~seq_ok | acc_bad | (~rnr & len_bad))),
+            x_exec.eq(ok_in & seq_ok & ~acc_bad & ~rnr & ~len_bad),
+            x_held.eq(Mux(~seq_ok | acc_bad, ~seq_ok & (cx.open == MsgClass.SEND),
+                          (cx.open == MsgClass.SEND) | info.rwr)),
+            x_fatal.eq((c_kind == Kind.FATAL) & (cx.state != QpState.RESET)
+                       & (cx.state != QpState.ERROR)),
+            cons_1.eq(cx.rq_cons + 1),
+        ]
+        m.d.comb += [
+            new.eq(cx),
+            new.state.eq(Mux(x_fail | x_fatal, QpState.ERROR, cx.state)),
+            new.nak.eq(Mux(ok_in, 0, Mux(k_pkt & ~c_drop & state_ok & pcls.ahead, 1, cx.nak))),
+            new.epsn.eq(Mux(x_exec, c_psn1, cx.epsn)),
+            new.msn.eq(Mux(x_exec, msn_inc, cx.msn)),
+            new.rq_cons.eq(Mux(x_exec,
+                               Mux(info.end & (info.send | info.rwr), cons_1, cx.rq_cons),
+                               Mux(x_fail & x_held, cons_1, cx.rq_cons))),
+            new.open.eq(Mux(x_exec, oseq.next_open, cx.open)),
+            new.off.eq(Mux(x_exec, Mux(info.end, 0, off_next), cx.off)),
+            new.resid.eq(Mux(x_exec, resid_next, cx.resid)),
+            new.rq_prod.eq(Mux((c_kind == Kind.DB) & c_qok & (cx.state != QpState.RESET),
+                               c_db, cx.rq_prod)),
+        ]
+        with m.If(x_exec & info.start & info.write):
+            m.d.comb += [new.wlen.eq(cm.reth_len), new.va.eq(cm.reth_va),
+                         new.rkey.eq(cm.reth_rkey)]
 
         # ---- payload router ------------------------------------------------------------------
         d = dec_q.o
@@ -503,7 +649,11 @@ class PsnCheck(wiring.Component):
         f_valid = Signal()
         f = Signal(tx_hdr_layout)
         m.d.comb += [
-            f_valid.eq(~err & Mux(fatal_done, self.done.payload.syndrome != 0, h.frame)),
+            # fatal 0x1F (refused invalidate): a positive ACK only if the packet asked for one
+            f_valid.eq(~err & Mux(fatal_done,
+                                  (self.done.payload.syndrome != 0)
+                                  & ((self.done.payload.syndrome != 0x1F) | h.frame),
+                                  h.frame)),
             f.dmac.eq(h.dmac), f.dip.eq(h.dip), f.sport.eq(h.sport), f.dqpn.eq(h.dqpn),
             f.opcode.eq(0x11), f.psn.eq(h.psn), f.aeth.eq(1),
             f.syndrome.eq(Mux(fatal_done, self.done.payload.syndrome, h.syndrome)),
@@ -524,7 +674,9 @@ class PsnCheck(wiring.Component):
         m.d.comb += fq_ok.eq(self.fault.payload.qpn < self.num_qp)
         with m.If(go & need_inj):
             m.d.sync += [inj_valid.eq(1), inj_qpn.eq(h.qpn)]
-        with m.Elif(self.fault.valid & ~inj_valid & ~seq_err_wr & ~ctx.set_valid):
+        with m.Elif(self.fault.valid & ~inj_valid & ~seq_err_wr & ~ctx.busy):
+            # (not while a command or the sweep owns the context: the injected operation
+            # would read and write the tables through ports the command FSM holds)
             # a fault from a later stage: suppress the QP's responses, then move it to ERROR
             m.d.comb += self.fault.ready.eq(1)
             with m.If(fq_ok):
@@ -538,33 +690,22 @@ class PsnCheck(wiring.Component):
             m.d.comb += [err_wr.addr.eq(self.fault.payload.qpn[:ab]), err_wr.data.eq(1),
                          err_wr.en.eq(1)]
 
-        # ---- coalescing slot and frame queue --------------------------------------------------
-        m.submodules.fq = fq = Queue(tx_hdr_layout, self.ack_depth)
-        hold = Signal(tx_hdr_layout)
-        hold_qpn = Signal(ab)
-        hold_v = Signal()
-        match = Signal()
+        # ---- per-QP pending-response table (TX back-pressure never reaches receive) ----------
+        m.submodules.acks = acks = AckTable(num_qp=self.num_qp)
         m.d.comb += [
-            match.eq(hold_v & (hold.syndrome == 0x1F) & (f.syndrome == 0x1F)
-                     & (hold_qpn == h.qpn)),
-            coal_ready.eq(~hold_v | match | fq.i.ready),
-            fq.i.payload.eq(hold),
+            coal_ready.eq(1),
+            acks.i.valid.eq(go & f_valid),
+            acks.i.payload.qpn.eq(h.qpn),
+            acks.i.payload.hdr.eq(f),
         ]
-        in_take = Signal()
-        m.d.comb += in_take.eq(go & f_valid)
-        m.d.comb += fq.i.valid.eq(hold_v & ((in_take & ~match) | (fq.level == 0)))
-        with m.If(in_take):
-            m.d.sync += [hold.eq(f), hold_qpn.eq(h.qpn), hold_v.eq(1)]
-        with m.Elif(fq.i.valid & fq.i.ready):
-            m.d.sync += hold_v.eq(0)
 
         m.submodules.hb = hb
-        connect(m, fq.o, hb.req)
+        connect(m, acks.o, hb.req)
         connect(m, hb.tx, wiring.flipped(self.tx))
         m.d.comb += [hb.local_mac.eq(self.local_mac), hb.local_ip.eq(self.local_ip)]
 
         # commands may run once everything is drained
-        m.d.comb += ctx.idle.eq(~b_valid & ~c_valid & ~resp_q.o.valid & (resp_q.level == 0)
+        m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~resp_q.o.valid & (resp_q.level == 0)
                                 & ~inj_valid & ~exe_q.o.valid & fl_q.i.ready)
         return m
 

@@ -28,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 from ..ifaces import CmdOp, CommandSignature, Result
 
 __all__ = ["QpState", "MsgClass", "qp_static_layout", "qp_dyn_layout", "QpContext",
-           "pmtu_bytes"]
+           "pmtu_bytes", "qp_set_event_layout"]
 
 
 class QpState:
@@ -91,6 +91,16 @@ qp_dyn_layout = data.StructLayout({
 })
 
 
+#: What the requester learns of a QP's context (PsnCheck ``qp_set``): every SET_QP that was
+#: written (its new state, every static field, the send PSN it wrote) and every move to ERROR
+#: the responder makes on its own (state = ERROR).
+qp_set_event_layout = data.StructLayout({
+    "qpn": 24,
+    "state": 3,
+    "sq_psn": 24,
+    "static": qp_static_layout,
+})
+
 class QpContext(wiring.Component):
     """The two QP tables and the SET_QP/QUERY_QP command handler.
 
@@ -149,6 +159,10 @@ class QpContext(wiring.Component):
             "set_state": Out(3),
             "set_to_error": Out(1),
             "set_prod": Out(16),
+            "set_sq_psn": Out(24),
+            "q_qpn": Out(self.abits),
+            "q_psn": In(24),
+            "q_cons": In(16),
             "set_static": Out(qp_static_layout),
         })
 
@@ -283,9 +297,9 @@ class QpContext(wiring.Component):
                 with m.Elif(op == CmdOp.QUERY_QP):
                     m.d.sync += [
                         result.eq(Result.OK), write_args.eq(1),
-                        rargs[0].eq(cur.state), rargs[1].eq(cur.epsn), rargs[2].eq(cur.sq_psn),
+                        rargs[0].eq(cur.state), rargs[1].eq(cur.epsn), rargs[2].eq(self.q_psn),
                         rargs[3].eq(cur.msn), rargs[4].eq(cur.rq_cons),
-                        rargs[5].eq(cur.sq_cons),
+                        rargs[5].eq(self.q_cons),
                     ]
                 with m.Elif(op == CmdOp.SET_QP):
                     with m.If(bad):
@@ -303,5 +317,6 @@ class QpContext(wiring.Component):
         m.d.comb += [self.set_qpn.eq(c_addr), self.set_state.eq(Mux(sweeping, 0, new_state)),
                      self.set_to_error.eq(~sweeping & (new_state == QpState.ERROR)
                                           & (cur.state != QpState.ERROR)),
-                     self.set_prod.eq(cur.rq_prod), self.set_static.eq(c_wr_static)]
+                     self.set_prod.eq(cur.rq_prod), self.set_static.eq(c_wr_static),
+                     self.set_sq_psn.eq(c_wr_dyn.sq_psn), self.q_qpn.eq(index)]
         return m
