@@ -23,14 +23,16 @@ NUM_QP = 8
 class ExecuteBench(wiring.Component):
     """Execute + HostMemory (1 read, 2 write clients) + KeyCache (1 port) + CqeGen (4 CQs)."""
 
-    def __init__(self, width):
+    def __init__(self, width, prefetch=4):
         self.width = width
+        self.prefetch = prefetch
         super().__init__({
             "exe": In(stream.Signature(exe_layout)),
             "pay": In(BeatStream(width)),
             "done": Out(stream.Signature(done_layout)),
             "qp_reset": In(stream.Signature(data.StructLayout({"qpn": 24}))),
             "flush": In(stream.Signature(flush_layout)),
+            "rq_post": In(stream.Signature(flush_layout)),
             "key_cmd": Out(CommandSignature()),
             "cq_cmd": Out(CommandSignature()),
             "event": Out(stream.Signature(event_layout)),
@@ -43,7 +45,7 @@ class ExecuteBench(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = self.width
-        m.submodules.ex = ex = Execute(width=W, num_qp=NUM_QP)
+        m.submodules.ex = ex = Execute(width=W, num_qp=NUM_QP, prefetch=self.prefetch)
         m.submodules.hm = hm = HostMemory(width=W, read_clients=1, write_clients=2,
                                           max_reads=2, max_writes=4, read_buffer=16,
                                           done_depth=4)
@@ -54,6 +56,8 @@ class ExecuteBench(wiring.Component):
         connect(m, ex.done, wiring.flipped(self.done))
         connect(m, wiring.flipped(self.qp_reset), ex.qp_reset)
         connect(m, wiring.flipped(self.flush), ex.flush)
+        m.d.comb += [ex.rq_post.valid.eq(self.rq_post.valid),
+                     ex.rq_post.payload.eq(self.rq_post.payload), self.rq_post.ready.eq(1)]
         connect(m, ex.rd, hm.read_0)
         connect(m, ex.wr, hm.write_0)
         connect(m, cq.mem, hm.write_1)
@@ -72,17 +76,25 @@ class ExecuteBench(wiring.Component):
         return m
 
 
-def _run(width, testcase, label, seed=11):
-    run_cocotb("execute", lambda: flat_top_axi(ExecuteBench(width)),
-               params={"width": width, "num_qp": NUM_QP}, test_module="tb.cocotb_execute",
-               testcase=testcase, extra_env={"EX_WIDTH": str(width), "EX_SEED": str(seed)},
-               test_name=f"w{width}-{label}-s{seed}")
+def _run(width, testcase, label, seed=11, prefetch=4, env=None):
+    run_cocotb("execute", lambda: flat_top_axi(ExecuteBench(width, prefetch)),
+               params={"width": width, "num_qp": NUM_QP, "prefetch": prefetch},
+               test_module="tb.cocotb_execute", testcase=testcase,
+               extra_env={"EX_WIDTH": str(width), "EX_SEED": str(seed),
+                          "EX_PREFETCH": str(prefetch), **(env or {})},
+               test_name=f"w{width}-p{prefetch}-{label}-s{seed}")
 
 
 @pytest.mark.parametrize("width", [64, 512, pytest.param(128, marks=pytest.mark.full),
                                    pytest.param(256, marks=pytest.mark.full)])
 def test_execute_messages(width):
     _run(width, ["messages"], "messages")
+
+
+@pytest.mark.parametrize("prefetch", [1, pytest.param(0, marks=pytest.mark.full)])
+def test_execute_messages_pool(prefetch):
+    """One pool slot for four QPs (every prefetch evicts another QP's), and no prefetch."""
+    _run(64, ["messages", "errors"], "messages", prefetch=prefetch)
 
 
 @pytest.mark.full
@@ -99,8 +111,14 @@ def test_execute_errors(width):
 
 
 @pytest.mark.parametrize("width", [64, 512])
-def test_execute_bench(width):
-    _run(width, ["bench"], "bench")
+def test_execute_prefetch(width):
+    _run(width, ["prefetch"], "prefetch")
+
+
+@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("rdlat", [pytest.param(0, marks=pytest.mark.full), 100])
+def test_execute_bench(width, rdlat):
+    _run(width, ["bench"], f"bench-rd{rdlat}", env={"EX_RDLAT": str(rdlat)})
 
 
 @pytest.mark.parametrize("width", [64, 512])

@@ -13,8 +13,9 @@ A *planner* FSM takes one ``exe`` command at a time:
    payload write of the QP faulted), ``wqe`` (the receive WQE the QP's message in progress
    holds, with its ring index: one per QP, so every QP may have a message open) and ``cnext``
    (the flush's start);
-2. ``wqe`` = 1: fetches the WQE at ``rq_base + 64·(rq_index mod 2^rq_log)`` through
-   :class:`~rnic.resp.rq_fetch.RqFetch` (on demand, no prefetch) and stores it in the table;
+2. ``wqe`` = 1: takes the WQE at ``rq_base + 64·(rq_index mod 2^rq_log)`` from the prefetch
+   pool (below) or, on a miss, reads it through :class:`~rnic.resp.rq_fetch.RqFetch`, and
+   stores it in the table;
 3. cuts the packet into at most three pieces: SEND → the overlap of ``[offset, offset +
    payload_len)`` with each SGE (zero-length SGEs skipped), each checked by a Key Cache lookup
    (LOCAL_WRITE, the QP's PD, the piece's range); RDMA WRITE → one piece at ``va + offset``
@@ -48,6 +49,24 @@ Outcomes (``done`` = {fatal, syndrome}; CQE status)
 * a QP marked dead (fatal here, flushed, or write fault): no fetch, no lookup, no write, no
   CQE; ``done`` fatal 0 (PSN Check suppresses the QP's responses anyway).
 
+WQE prefetch
+------------
+``rq_post`` {qpn, index, rq_base, rq_log} (``rcqn`` unused) reports every RQ doorbell that took
+effect (QP in INIT, RTR or RTS; PSN Check knows the state and the ring): per QP the producer
+index and the ring are kept (table ``pst``, cleared by ``qp_reset``), beside the index of the
+next WQE the QP's messages will take (table ``nxt``: the last taken + 1, 0 after ``qp_reset``).
+After a doorbell, and after a message took its WQE, a prefetcher examines the QP: when
+``nxt`` is behind the producer and no pool slot serves the QP, it reads WQE ``nxt`` into a slot
+of a pool of ``prefetch`` slots {qpn, index, address, 64-byte WQE} (a free slot, else the next
+one round robin that has its data: the least recently filled QPs lose theirs). A WQE is only
+read after the doorbell that posted it, so the host wrote it before the read. The planner
+uses a slot whose {qpn, index, address} are its command's (waiting if the read is still out)
+and otherwise reads the WQE itself; a prefetched read that fails is dropped silently (the
+planner's own read then reports it). Taking a WQE, and ``qp_reset``, void the QP's slots
+(also a read in flight: its data is dropped). So a QP with posted WQEs holds its next one on
+chip while its current message runs, and strict order, the consumer index, RNR (decided by
+PSN Check) and flush are unchanged. ``prefetch`` = 0 removes the pool (reads on demand).
+
 Flush
 -----
 A third per-QP table holds the index of the QP's next receive WQE without a completion (set
@@ -60,7 +79,7 @@ but lacks ``rcqn``/``rq_base``/``rq_log`` and is not sent when a QP *enters* ERR
 (``docs/execute.md``).
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect
@@ -104,6 +123,8 @@ class Execute(wiring.Component):
         Data width W (64, 128, 256, 512).
     num_qp : int
         Number of QPs (power of two): rows of the per-QP tables.
+    prefetch : int
+        Slots of the WQE prefetch pool (0..16; 0: no prefetch, WQEs read on demand).
 
     Attributes
     ----------
@@ -135,19 +156,29 @@ class Execute(wiring.Component):
         Event 4 (host-memory fault) with the QPN.
     fault : Out(stream.Signature({qpn 24}))
         A payload write came back non-OKAY after its ``done`` left: move this QP to ERROR.
+    rq_post : In(stream.Signature(flush_layout, always_ready=True))
+        Valid for one cycle per RQ doorbell that took effect (QP in INIT, RTR or RTS):
+        {qpn, index = the new producer index, rq_base, rq_log} (``rcqn`` unused). Drives the
+        WQE prefetch; never valid (unconnected) = no prefetch, everything else unchanged. Must
+        not report a doorbell PSN Check ignored (RESET, ERROR), nor one older than the QP's
+        last ``qp_reset``.
     """
 
-    def __init__(self, *, width, num_qp=64):
+    def __init__(self, *, width, num_qp=64, prefetch=4):
         self.width = check_width(width)
         if not isinstance(num_qp, int) or num_qp < 4 or num_qp & (num_qp - 1):
             raise ValueError(f"num_qp must be a power of two ≥ 4, not {num_qp!r}")
+        if not isinstance(prefetch, int) or not 0 <= prefetch <= 16:
+            raise ValueError(f"prefetch must be an integer 0..16, not {prefetch!r}")
         self.num_qp = num_qp
+        self.prefetch = prefetch
         super().__init__({
             "exe": In(stream.Signature(exe_layout)),
             "pay": In(BeatStream(width)),
             "done": Out(stream.Signature(done_layout)),
             "qp_reset": In(stream.Signature(data.StructLayout({"qpn": 24}))),
             "flush": In(stream.Signature(flush_layout)),
+            "rq_post": In(stream.Signature(flush_layout, always_ready=True)),
             "rd": Out(ReadClientSignature(width)),
             "wr": Out(WriteClientSignature(width)),
             "lookup": In(LookupSignature()),
@@ -166,7 +197,8 @@ class Execute(wiring.Component):
         lb = B.bit_length() - 1
         ab = (self.num_qp - 1).bit_length()
 
-        m.submodules.fetch = fetch = RqFetch(width=W)
+        P = self.prefetch
+        m.submodules.fetch = fetch = RqFetch(width=W, depth=4)
         m.submodules.scatter = sc = ScatterPath(width=W)
         connect(m, fetch.mem, wiring.flipped(self.rd))
         connect(m, wiring.flipped(self.pay), sc.pay)
@@ -214,6 +246,16 @@ class Execute(wiring.Component):
                      wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.wqe.eq(fetch.resp.payload.wqe),
                      wqe_wr.data.index.eq(c.rq_index)]
 
+        # ---- WQE reads: the planner's (tag DEMAND) and the prefetcher's (tag = pool slot) ----
+        DEMAND = 0xFF
+        faddr = Signal(64)                     # the planner's WQE address (registered)
+        fr = fetch.resp
+        plan_fetch = Signal()                  # the planner requests a read this cycle
+        m.d.comb += [fetch.req.payload.addr.eq(faddr), fetch.req.payload.tag.eq(DEMAND)]
+        take = Signal()                        # the planner takes WQE c.rq_index of c.qpn
+        plan_look = Signal()                   # the planner is in PF_HIT
+        pool = self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, faddr, ab) if P else None
+
         # ---- counters ---------------------------------------------------------------------
         wr_cnt = Signal(16)                    # write requests issued
         wr_done = Signal(16)                   # their done transfers back
@@ -225,14 +267,22 @@ class Execute(wiring.Component):
                      tok.eq(tok + sc.pkt_done - pop_tok)]
 
         # ---- write completions: count, fault report ---------------------------------------
+        # (registered first: the tag -> QPN table read and what follows start from a register)
         wd = self.wr.done
-        m.d.comb += [wqpn_rd.addr.eq(wd.payload.tag)]
+        d1_v = Signal()
+        d1_tag = Signal(8)
+        d1_err = Signal()
+        d1_go = Signal()
         wd_err = Signal()
-        m.d.comb += [wd_err.eq(wd.valid & wd.payload.err),
-                     wd.ready.eq(~wd.payload.err | (ev_q.i.ready & fault_q.i.ready))]
-        with m.If(wd.valid & wd.ready):
+        m.d.comb += [wd_err.eq(d1_v & d1_err),
+                     d1_go.eq(d1_v & (~d1_err | (ev_q.i.ready & fault_q.i.ready))),
+                     wd.ready.eq(~d1_v | d1_go),
+                     wqpn_rd.addr.eq(d1_tag)]
+        with m.If(wd.ready):
+            m.d.sync += [d1_v.eq(wd.valid), d1_tag.eq(wd.payload.tag), d1_err.eq(wd.payload.err)]
+        with m.If(d1_go):
             m.d.sync += wr_done.eq(wr_done + 1)
-        with m.If(wd_err & wd.ready):
+        with m.If(wd_err & d1_go):
             m.d.comb += [wflt_wr.addr.eq(wqpn_rd.data[:ab]), wflt_wr.data.eq(1),
                          wflt_wr.en.eq(1)]
         with m.Elif(self.qp_reset.valid):
@@ -241,10 +291,10 @@ class Execute(wiring.Component):
         plan_ev = Signal()
         plan_ev_qpn = Signal(24)
         m.d.comb += [
-            ev_q.i.valid.eq(Mux(wd_err, wd.ready, plan_ev)),
+            ev_q.i.valid.eq(Mux(wd_err, d1_go, plan_ev)),
             ev_q.i.payload.type.eq(EventType.HOST_FAULT),
             ev_q.i.payload.number.eq(Mux(wd_err, wqpn_rd.data, plan_ev_qpn)),
-            fault_q.i.valid.eq(wd_err & wd.ready),
+            fault_q.i.valid.eq(wd_err & d1_go),
             fault_q.i.payload.qpn.eq(wqpn_rd.data),
         ]
 
@@ -349,12 +399,12 @@ class Execute(wiring.Component):
         widx = Signal(16)
         flushing = Signal()
         fl_end = Signal(16)
+        fl_stop = Signal()
         sent_w = Signal()
         sent_p = Signal()
 
         mask = Signal(16)
         m.d.comb += mask.eq((Const(1, 17) << c.rq_log) - 1)
-        m.d.comb += fetch.req.payload.addr.eq(c.rq_base + ((c.rq_index & mask) << 6))
 
         m.d.comb += [
             self.lookup.req.payload.key.eq(j_key),
@@ -428,11 +478,16 @@ class Execute(wiring.Component):
                     m.next = "FL_DEC"
             with m.State("FL_DEC"):
                 m.d.sync += c.rq_index.eq(cnext_rd.data)
-                m.next = "FL_NEXT"
-            with m.State("FL_NEXT"):
+                m.next = "FL_CHK"
+            with m.State("FL_CHK"):
+                # registered: is the flush at its end (index reached or behind)?
                 fl_left = Signal(16)
                 m.d.comb += fl_left.eq(fl_end - c.rq_index)
-                with m.If((fl_left == 0) | fl_left[15]):
+                m.d.sync += [fl_stop.eq((fl_left == 0) | fl_left[15]),
+                             faddr.eq(c.rq_base + ((c.rq_index & mask) << 6))]
+                m.next = "FL_NEXT"
+            with m.State("FL_NEXT"):
+                with m.If(fl_stop):
                     with m.If(~self.qp_reset.valid):
                         m.d.comb += [cnext_wr.addr.eq(c.qpn[:ab]), cnext_wr.data.eq(c.rq_index),
                                      cnext_wr.en.eq(1),
@@ -445,31 +500,49 @@ class Execute(wiring.Component):
                 m.d.comb += cqe_q.i.valid.eq(1)
                 with m.If(cqe_q.i.ready):
                     m.d.sync += c.rq_index.eq(c.rq_index + 1)
-                    m.next = "FL_NEXT"
+                    m.next = "FL_CHK"
             with m.State("DEC"):
                 m.d.sync += [wqe.eq(wqe_rd.data.wqe),
-                             widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data.index))]
+                             widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data.index)),
+                             faddr.eq(c.rq_base + ((c.rq_index & mask) << 6))]
                 with m.If(dead_rd.data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "ISSUE"
                 with m.Elif(c.wqe):
-                    m.next = "FETCH"
+                    m.next = "PF_LOOK" if P else "FETCH"
                 with m.Else():
                     m.next = "SUMS"
+            if P:
+                with m.State("PF_LOOK"):
+                    # match the pool: same QP, same ring index, same address
+                    m.d.sync += pool["match"].eq(pool["match_c"])
+                    m.next = "PF_HIT"
+                with m.State("PF_HIT"):
+                    m.d.comb += plan_look.eq(1)
+                    cur = pool["match"] & pool["valid"]
+                    with m.If(cur == 0):
+                        m.next = "FETCH"
+                    with m.Elif((cur & pool["ok"]) != 0):
+                        m.d.comb += pool["hit"].eq(1)
+                        m.next = "PF_DATA"
+                with m.State("PF_DATA"):
+                    m.d.comb += [wqe_wr.data.wqe.eq(pool["data"]), wqe_wr.en.eq(1), take.eq(1)]
+                    m.d.sync += wqe.eq(pool["data"])
+                    m.next = "SUMS"
             with m.State("FETCH"):
-                m.d.comb += fetch.req.valid.eq(1)
+                m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
                 with m.If(fetch.req.ready):
                     m.next = "FETCH_WAIT"
             with m.State("FETCH_WAIT"):
                 r = fetch.resp
-                with m.If(r.valid):
+                with m.If(r.valid & (r.payload.tag == DEMAND)):
                     with m.If(r.payload.err):
                         m.d.comb += plan_ev.eq(~wd_err)
                         with m.If(~wd_err & ev_q.i.ready):
                             m.d.comb += r.ready.eq(1)
                             with m.If(flushing):
                                 m.d.sync += c.rq_index.eq(c.rq_index + 1)
-                                m.next = "FL_NEXT"
+                                m.next = "FL_CHK"
                             with m.Else():
                                 fail(0, 0, 0)
                                 m.d.sync += cdone.eq(1)
@@ -480,7 +553,7 @@ class Execute(wiring.Component):
                         with m.If(flushing):
                             m.next = "FL_CQE"
                         with m.Else():
-                            m.d.comb += wqe_wr.en.eq(1)
+                            m.d.comb += [wqe_wr.en.eq(1), take.eq(1)]
                             m.next = "SUMS"
             for i in range(MAX_SGE):
                 # the SGE prefix sums (one add per cycle) and the message end
@@ -610,3 +683,171 @@ class Execute(wiring.Component):
                                      cnext_wr.en.eq(1)]
                     m.next = "IDLE"
         return m
+
+    def _prefetcher(self, m, fetch, plan_fetch, plan_look, take, c, faddr, ab):
+        """The WQE prefetch pool (see the module docstring). Returns the signals the planner
+        uses: ``match_c`` (comb, slots holding c's WQE), ``match`` (its register), ``valid``,
+        ``ok`` (data present), ``hit`` (driven by the planner: take the matched slot now) and
+        ``data`` (the taken slot's WQE, the cycle after ``hit``)."""
+        P = self.prefetch
+        sb = max(1, (P - 1).bit_length())
+        DEMAND = 0xFF
+        fr = fetch.resp
+        rst = self.qp_reset
+        rst_q = rst.payload.qpn[:ab]
+
+        # per-QP: the producer index and ring of the last RQ doorbell that took effect
+        post_row = data.StructLayout({"on": 1, "prod": 16, "base": 64, "log": 5})
+        m.submodules.pst = pst = Memory(shape=post_row, depth=self.num_qp, init=[])
+        pst_rd = pst.read_port()
+        pst_wr = pst.write_port()
+        # per-QP: the ring index of the next WQE the QP's messages will take
+        m.submodules.nxt = nxt = Memory(shape=16, depth=self.num_qp, init=[])
+        nxt_rd = nxt.read_port()
+        nxt_wr = nxt.write_port()
+
+        rp = self.rq_post
+        # QPs to examine: after a doorbell, after a message took its WQE
+        m.submodules.chk_post = chk_post = Queue(data.StructLayout({"qpn": ab}), 4)
+        m.submodules.chk_take = chk_take = Queue(data.StructLayout({"qpn": ab}), 2)
+        with m.If(rst.valid):
+            m.d.comb += [pst_wr.addr.eq(rst_q), pst_wr.data.eq(0), pst_wr.en.eq(1)]
+        with m.Elif(rp.valid):
+            m.d.comb += [pst_wr.addr.eq(rp.payload.qpn[:ab]), pst_wr.data.on.eq(1),
+                         pst_wr.data.prod.eq(rp.payload.index),
+                         pst_wr.data.base.eq(rp.payload.rq_base),
+                         pst_wr.data.log.eq(rp.payload.rq_log), pst_wr.en.eq(1),
+                         chk_post.i.valid.eq(1), chk_post.i.payload.qpn.eq(rp.payload.qpn[:ab])]
+
+        # the planner's take: next index = taken + 1, written when no qp_reset competes
+        nx_pend = Signal()
+        nx_q = Signal(ab)
+        nx_v = Signal(16)
+        with m.If(take):
+            m.d.sync += [nx_pend.eq(1), nx_q.eq(c.qpn[:ab]), nx_v.eq(c.rq_index + 1)]
+        with m.If(rst.valid):
+            m.d.comb += [nxt_wr.addr.eq(rst_q), nxt_wr.data.eq(0), nxt_wr.en.eq(1)]
+        with m.Elif(nx_pend):
+            m.d.comb += [nxt_wr.addr.eq(nx_q), nxt_wr.data.eq(nx_v), nxt_wr.en.eq(1),
+                         chk_take.i.valid.eq(1), chk_take.i.payload.qpn.eq(nx_q)]
+            with m.If(~take):
+                m.d.sync += nx_pend.eq(0)
+
+        # ---- the pool: P slots {valid, busy (read in flight), ok (data), qpn, index, addr} ----
+        valid = Signal(P)
+        busy = Signal(P)
+        ok = Signal(P)
+        sq = [Signal(ab, name=f"pf_qpn{i}") for i in range(P)]
+        sidx = [Signal(16, name=f"pf_index{i}") for i in range(P)]
+        saddr = [Signal(64, name=f"pf_addr{i}") for i in range(P)]
+        m.submodules.pool = pool = Memory(shape=wqe_layout, depth=max(P, 2), init=[])
+        pool_rd = pool.read_port()
+        pool_wr = pool.write_port()
+
+        match_c = Signal(P)
+        match = Signal(P)
+        for i in range(P):
+            m.d.comb += match_c[i].eq(valid[i] & (sq[i] == c.qpn[:ab])
+                                      & (sidx[i] == c.rq_index) & (saddr[i] == faddr))
+        hit = Signal()
+        hsel = Signal(sb)
+        cur = match & valid & ok
+        for i in reversed(range(P)):
+            with m.If(cur[i]):
+                m.d.comb += hsel.eq(i)
+        m.d.comb += [pool_rd.addr.eq(hsel), pool_rd.en.eq(hit)]
+
+        # responses of prefetch reads (always taken)
+        rs = fr.payload.tag[:sb]
+        m.d.comb += [pool_wr.addr.eq(rs), pool_wr.data.eq(fr.payload.wqe)]
+        pf_resp = Signal()
+        m.d.comb += pf_resp.eq(fr.valid & (fr.payload.tag != DEMAND))
+        with m.If(pf_resp):
+            m.d.comb += [fr.ready.eq(1), pool_wr.en.eq(~fr.payload.err)]
+
+        # ---- the prefetcher FSM: examine one QP at a time -------------------------------------
+        pf_q = Signal(ab)
+        pf_void = Signal()          # the QP was reset or took a WQE since its tables were read
+        pf_want = Signal()
+        row = Signal(post_row)
+        pf_idx = Signal(16)
+        pf_addr = Signal(64)
+        pf_slot = Signal(sb)
+        ev = Signal(sb)             # eviction pointer
+        alloc = Signal()
+        with m.If((rst.valid & (rst_q == pf_q)) | (take & (c.qpn[:ab] == pf_q))):
+            m.d.sync += pf_void.eq(1)
+        m.d.comb += [pst_rd.addr.eq(Mux(chk_take.o.valid, chk_take.o.payload.qpn,
+                                        chk_post.o.payload.qpn)),
+                     nxt_rd.addr.eq(pst_rd.addr)]
+        have_q = Signal()           # some slot already serves the QP
+        m.d.comb += have_q.eq(Cat(*[valid[i] & (sq[i] == pf_q) for i in range(P)]) != 0)
+        free = Signal(P)
+        m.d.comb += free.eq(~valid & ~busy)
+        fsel = Signal(sb)
+        for i in reversed(range(P)):
+            with m.If(free[i]):
+                m.d.comb += fsel.eq(i)
+        evictable = Signal()
+        m.d.comb += evictable.eq(valid.bit_select(ev, 1) & ~busy.bit_select(ev, 1))
+        with m.FSM(name="prefetch"):
+            with m.State("IDLE"):
+                with m.If(chk_take.o.valid | chk_post.o.valid):
+                    m.d.comb += [pst_rd.en.eq(1), nxt_rd.en.eq(1),
+                                 chk_take.o.ready.eq(1),
+                                 chk_post.o.ready.eq(~chk_take.o.valid)]
+                    m.d.sync += [pf_q.eq(pst_rd.addr), pf_void.eq(0)]
+                    m.next = "READ"
+            with m.State("READ"):
+                # the tables' read data registered as is (block RAM clock-to-out)
+                m.d.sync += [row.eq(pst_rd.data), pf_idx.eq(nxt_rd.data)]
+                m.next = "CALC"
+            with m.State("CALC"):
+                ahead = Signal(16)
+                m.d.comb += ahead.eq(row.prod - pf_idx)
+                lmask = Signal(16)
+                m.d.comb += lmask.eq((Const(1, 17) << row.log) - 1)
+                m.d.sync += [pf_want.eq(row.on & (ahead != 0) & ~ahead[15]),
+                             pf_addr.eq(row.base + ((pf_idx & lmask) << 6))]
+                m.next = "ALLOC"
+            with m.State("ALLOC"):
+                # no claim in a cycle with a take or a qp_reset (they void by the slots' QPNs),
+                # nor while the planner looks at the slots (PF_HIT: it may take one)
+                with m.If(take | rst.valid | plan_look):
+                    pass
+                with m.Elif(~pf_want | pf_void | have_q):
+                    m.next = "IDLE"
+                with m.Elif(free != 0):
+                    m.d.comb += alloc.eq(1)
+                    m.d.sync += pf_slot.eq(fsel)
+                    m.next = "ISSUE"
+                with m.Elif(evictable):
+                    m.d.comb += alloc.eq(1)
+                    m.d.sync += [pf_slot.eq(ev), ev.eq(Mux(ev == P - 1, 0, ev + 1))]
+                    m.next = "ISSUE"
+                with m.Else():
+                    m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
+                    m.next = "IDLE"
+            with m.State("ISSUE"):
+                with m.If(~plan_fetch):
+                    m.d.comb += [fetch.req.valid.eq(1), fetch.req.payload.addr.eq(pf_addr),
+                                 fetch.req.payload.tag.eq(pf_slot)]
+                    with m.If(fetch.req.ready):
+                        m.next = "IDLE"
+        aslot = Signal(sb)
+        m.d.comb += aslot.eq(Mux(free != 0, fsel, ev))
+
+        # ---- slot state updates (later ones win) -----------------------------------------------
+        for i in range(P):
+            with m.If(pf_resp & (rs == i)):
+                m.d.sync += [busy[i].eq(0), ok[i].eq(~fr.payload.err)]
+                with m.If(fr.payload.err):
+                    m.d.sync += valid[i].eq(0)
+            with m.If(alloc & (aslot == i)):
+                m.d.sync += [valid[i].eq(1), busy[i].eq(1), ok[i].eq(0), sq[i].eq(pf_q),
+                             sidx[i].eq(pf_idx), saddr[i].eq(pf_addr)]
+            with m.If((hit & (hsel == i)) | (take & (sq[i] == c.qpn[:ab]))
+                      | (rst.valid & (sq[i] == rst_q))):
+                m.d.sync += valid[i].eq(0)
+        return {"match_c": match_c, "match": match, "valid": valid, "ok": ok, "hit": hit,
+                "data": pool_rd.data}

@@ -1,20 +1,25 @@
-"""Receive Queue fetch: read one 64-byte receive WQE from host memory (interface.md §5.1).
+"""Receive Queue fetch: read 64-byte receive WQEs from host memory (interface.md §5.1).
 
-One fetch at a time: a request ``{addr}`` becomes one :class:`~rnic.host.HostMemory` read of
-64 bytes; the raw aligned beats are collected into a ``64 + W/8``-byte buffer and shifted by
-``addr % (W/8)`` (any byte alignment of the ring base works), then one response leaves with the
-WQE as :data:`wqe_layout` (little-endian: the layout's field order is the byte order) and
-``err`` = some beat came back non-OKAY. Latency: the host read plus 2 cycles.
+Each request ``{addr, tag}`` becomes one :class:`~rnic.host.HostMemory` read of 64 bytes; up to
+``depth`` reads are outstanding at once (one read client, one ARID: the data comes back in
+request order). The raw aligned beats of the oldest read are collected into a
+``64 + W/8``-byte buffer and shifted by ``addr % (W/8)`` (any byte alignment of the ring base
+works), then one response leaves with the WQE as :data:`wqe_layout` (little-endian: the
+layout's field order is the byte order), the request's ``tag`` and ``err`` = some beat came
+back non-OKAY. Responses leave in request order, from registers. Latency: one cycle in the
+request queue, the host read, then 2 cycles; a WQE every ``ceil(64/(W/8)) + 1`` cycles at
+most (the next read's beats are taken while a response waits).
 """
 
 from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In, Out, connect
 
 from ..host.axi_master import ReadClientSignature
-from ..stream import check_width
+from ..stream import Queue, check_width
 
-__all__ = ["RqFetch", "sge_layout", "wqe_layout", "WQE_BYTES", "MAX_SGE"]
+__all__ = ["RqFetch", "sge_layout", "wqe_layout", "WQE_BYTES", "MAX_SGE",
+           "fetch_req_layout", "fetch_resp_layout"]
 
 WQE_BYTES = 64
 MAX_SGE = 3
@@ -30,30 +35,34 @@ wqe_layout = data.StructLayout({
     "sge": data.ArrayLayout(sge_layout, MAX_SGE),
 })
 
-fetch_req_layout = data.StructLayout({"addr": 64})
-fetch_resp_layout = data.StructLayout({"wqe": wqe_layout, "err": 1})
+fetch_req_layout = data.StructLayout({"addr": 64, "tag": 8})
+fetch_resp_layout = data.StructLayout({"wqe": wqe_layout, "err": 1, "tag": 8})
 
 
 class RqFetch(wiring.Component):
-    """Fetch one receive WQE.
+    """Fetch receive WQEs, several in flight, answered in request order.
 
     Parameters
     ----------
     width : int
         Host-memory data width W (64, 128, 256, 512).
+    depth : int
+        Reads outstanding at most (requests accepted whose response has not left).
 
     Attributes
     ----------
-    req : In(stream.Signature({addr 64}))
-        Bus address of the WQE (``rq_base + 64·(index mod 2^rq_log)``).
-    resp : Out(stream.Signature({wqe: wqe_layout, err 1}))
-        The WQE; ``err`` = the read got a non-OKAY response (``wqe`` is then meaningless).
+    req : In(stream.Signature({addr 64, tag 8}))
+        Bus address of the WQE (``rq_base + 64·(index mod 2^rq_log)``) and the caller's tag.
+    resp : Out(stream.Signature({wqe: wqe_layout, err 1, tag 8}))
+        The WQE and the request's tag; ``err`` = the read got a non-OKAY response (``wqe`` is
+        then meaningless).
     mem : Out(ReadClientSignature(width))
         A read client of :class:`rnic.host.HostMemory`.
     """
 
-    def __init__(self, *, width):
+    def __init__(self, *, width, depth=4):
         self.width = check_width(width)
+        self.depth = depth
         super().__init__({
             "req": In(stream.Signature(fetch_req_layout)),
             "resp": Out(stream.Signature(fetch_resp_layout)),
@@ -66,40 +75,57 @@ class RqFetch(wiring.Component):
         B = W // 8
         lb = B.bit_length() - 1
         nbuf = (WQE_BYTES + B + B - 1) // B          # beats the buffer can hold
+        fl_layout = data.StructLayout({"lane": max(lb, 1), "tag": 8})
+
+        # request side: a registered queue, then one read per request while room in flight
+        m.submodules.req_q = req_q = Queue(fetch_req_layout, 2)
+        connect(m, wiring.flipped(self.req), req_q.i)
+        m.submodules.inflight = inflight = Queue(fl_layout, self.depth, buffered=False)
+        rq = req_q.o
+        mr = self.mem.req
+        m.d.comb += [
+            mr.valid.eq(rq.valid & inflight.i.ready),
+            mr.payload.addr.eq(rq.payload.addr),
+            mr.payload.len_bytes.eq(WQE_BYTES),
+            mr.payload.tag.eq(rq.payload.tag),
+            rq.ready.eq(mr.ready & inflight.i.ready),
+            inflight.i.valid.eq(rq.valid & mr.ready),
+            inflight.i.payload.lane.eq(rq.payload.addr[:lb] if lb else 0),
+            inflight.i.payload.tag.eq(rq.payload.tag),
+        ]
+
+        # response side: collect the oldest read's beats; on its last beat the buffer, its
+        # lane and tag are complete (the in-flight entry is popped); the next cycle the
+        # shifted WQE goes to an output register, while the next read's beats come in
         buf = Signal(nbuf * W)
-        lane = Signal(lb if lb else 1)
         k = Signal(range(nbuf + 1))
         err = Signal()
-        shifted = Signal(nbuf * W)
-        m.d.comb += shifted.eq(buf >> (lane * 8))
-        m.d.comb += [self.resp.payload.wqe.eq(shifted[:WQE_BYTES * 8]),
-                     self.resp.payload.err.eq(err)]
-
-        with m.FSM():
-            with m.State("IDLE"):
-                m.d.comb += self.req.ready.eq(1)
-                with m.If(self.req.valid):
-                    m.d.sync += [lane.eq(self.req.payload.addr[:lb]), k.eq(0), err.eq(0),
-                                 self.mem.req.payload.addr.eq(self.req.payload.addr)]
-                    m.next = "REQ"
-            with m.State("REQ"):
-                m.d.comb += [self.mem.req.valid.eq(1),
-                             self.mem.req.payload.len_bytes.eq(WQE_BYTES),
-                             self.mem.req.payload.tag.eq(0)]
-                with m.If(self.mem.req.ready):
-                    m.next = "DATA"
-            with m.State("DATA"):
-                r = self.mem.resp
-                m.d.comb += r.ready.eq(1)
-                with m.If(r.valid):
-                    for i in range(nbuf):
-                        with m.If(k == i):
-                            m.d.sync += buf[i * W:(i + 1) * W].eq(r.payload.data)
-                    m.d.sync += [k.eq(k + 1), err.eq(err | r.payload.err)]
-                    with m.If(r.payload.last):
-                        m.next = "RESP"
-            with m.State("RESP"):
-                m.d.comb += self.resp.valid.eq(1)
-                with m.If(self.resp.ready):
-                    m.next = "IDLE"
+        full = Signal()
+        f_lane = Signal(max(lb, 1))
+        f_tag = Signal(8)
+        f_err = Signal()
+        o_valid = Signal()
+        o_wqe = Signal(wqe_layout)
+        o_err = Signal()
+        o_tag = Signal(8)
+        m.d.comb += [self.resp.valid.eq(o_valid), self.resp.payload.wqe.eq(o_wqe),
+                     self.resp.payload.err.eq(o_err), self.resp.payload.tag.eq(o_tag)]
+        r = self.mem.resp
+        m.d.comb += r.ready.eq(~full)
+        with m.If(r.valid & ~full):
+            for i in range(nbuf):
+                with m.If(k == i):
+                    m.d.sync += buf[i * W:(i + 1) * W].eq(r.payload.data)
+            m.d.sync += [k.eq(k + 1), err.eq(err | r.payload.err)]
+            with m.If(r.payload.last):
+                m.d.comb += inflight.o.ready.eq(1)
+                m.d.sync += [full.eq(1), k.eq(0), err.eq(0), f_err.eq(err | r.payload.err),
+                             f_lane.eq(inflight.o.payload.lane), f_tag.eq(inflight.o.payload.tag)]
+        with m.If(self.resp.ready):
+            m.d.sync += o_valid.eq(0)
+        with m.If(full & (~o_valid | self.resp.ready)):
+            shifted = Signal(nbuf * W)
+            m.d.comb += shifted.eq(buf >> (f_lane * 8 if lb else 0))
+            m.d.sync += [o_valid.eq(1), o_wqe.eq(shifted[:WQE_BYTES * 8]), o_err.eq(f_err),
+                         o_tag.eq(f_tag), full.eq(0)]
         return m
