@@ -166,10 +166,13 @@ class ControlPlane(wiring.Component):
         status_busy = busy | self.sweeping
         with m.FSM(name="mailbox"):
             with m.State("IDLE"):
+                # The command register follows the write data and ARGs in every IDLE cycle (no
+                # port looks at it before ISSUE), so its 530 enables are a state decode only and
+                # the CMD address decode drives just the state and busy.
+                m.d.sync += [cmd.opcode.eq(slave.wr_data[:8]),
+                             cmd.index.eq(slave.wr_data[8:]), cmd.args.eq(args)]
                 with m.If(slave.wr_en & (word_w == at("CMD")) & ~status_busy):
-                    m.d.sync += [cmd.opcode.eq(slave.wr_data[:8]),
-                                 cmd.index.eq(slave.wr_data[8:]), cmd.args.eq(args),
-                                 busy.eq(1)]
+                    m.d.sync += busy.eq(1)
                     m.next = "DECODE"
             with m.State("DECODE"):
                 # limits are powers of two: "index < limit" is "no bit at or above log2(limit)"

@@ -19,16 +19,18 @@ Data path
   are snapshotted; five pipeline stages check them (M: bytes past the frame's end zeroed;
   V1: fields, equality checks; V2: length compares, payload length; V3/V4: header checksum,
   payload span) and push one descriptor per frame (metadata, where the payload sits, the header
-  drop reason) five cycles after the last beat, before its ICRC verdict (``CRC32.latency`` ≥ 7).
+  drop reason) five cycles after the last beat, before its ICRC verdict (``CRC32.latency`` + 1
+  ≥ 8 cycles).
 * The ICRC runs over the frame as it arrives: the 14 Ethernet bytes are fed as zeros with an
   initial state standing for the 8 bytes of 0xFF (``crc_init_skipping``), the variant fields
   (IPv4 TOS, TTL, checksum; UDP checksum; BTH byte 4) are forced to 0xFF, ``keep`` stops at the
   end of the IPv4 datagram (Ethernet padding excluded) and the received ICRC is included, so a
   good frame leaves the CRC-32 residue ``0x2144DF1C``.
 * The verdict (lowest reason of interface.md §4.5 wins: 1 MAC error, 2 not for us, 3 bad
-  IPv4/UDP or too long, 4 bad ICRC, 5 bad BTH) is final ``CRC32.latency`` cycles after the last
-  beat. Dropped frames are counted then and skipped by the read side (their buffer space is
-  released without reading them); nothing of them is ever forwarded.
+  IPv4/UDP or too long, 4 bad ICRC, 5 bad BTH) is final ``CRC32.latency`` + 1 cycles after the
+  last beat (the CRC's input is registered once). Dropped frames are counted then and skipped
+  by the read side (their buffer space is released without reading them); nothing of them is
+  ever forwarded.
 * The read side takes one descriptor and its verdict, pushes the metadata and streams the payload
   beats out of the buffer, realigned with ``{cur, prev} >> 8·sel``. The payload offset is
   42 + header length, always 2 mod 4, so ``sel`` is never 0 and a frame needs at most as many
@@ -61,7 +63,7 @@ are back-pressured.
 Ordering guarantee
 ------------------
 ``meta`` entries and payload frames come in the same order (frame order on the wire, dropped
-frames removed). A frame's meta enters the meta queue (4 entries) at least three cycles before
+frames removed). A frame's meta enters the meta queue (5 entries) at least three cycles before
 its first payload beat is offered, so once every earlier meta has been taken it is offered no
 later than that beat; a frame with ``payload_len`` 0 has a meta and no payload beats. The meta
 of the next frame may be offered while the payload of the current one is still streaming. The
@@ -103,14 +105,15 @@ def rx_parse_latency(width):
 
     ``meta``: from the cycle the last beat of a frame is accepted on ``i`` to the cycle its meta
     is first offered; ``payload``: to the cycle its first payload beat is offered (both measured
-    by the benchmark of ``tb/cocotb_rx_parse.py``: 10/13 cycles at W=64 up to 13/16 at W=512);
+    by the benchmark of ``tb/cocotb_rx_parse.py``: 12/15 cycles at W=64 up to 15/18 at W=512);
     ``stat``: to the cycle the drop-reason strobe is high (bit 0 is one cycle after the last
-    beat). The ICRC (``CRC32.latency`` = 3 + log2(W/8) + 1) dominates: the verdict is known
-    ``crc`` cycles after the last beat, the descriptor is taken one cycle later, the meta queue
-    adds two cycles, the buffer read, its output register and the payload queue five.
+    beat). The ICRC dominates: its input is registered once, so the verdict is known
+    ``crc`` = ``CRC32.latency`` + 1 = 5 + log2(W/8) cycles after the last beat; the verdict queue
+    (registered output) adds two cycles before the descriptor is taken, the meta queue two more;
+    the buffer read, its output register and the payload queue five.
     """
-    crc = CRC32(width).latency
-    return {"meta": crc + 3, "payload": crc + 6, "stat": crc + 1}
+    crc = CRC32(width).latency + 1          # + the register in front of the CRC
+    return {"meta": crc + 4, "payload": crc + 7, "stat": crc + 1}
 
 
 class RxParse(wiring.Component):
@@ -194,8 +197,13 @@ class RxParse(wiring.Component):
 
         first = Signal(init=1)              # idx == 0, registered
         write_this = Signal(init=1)         # idx < cap, registered
-        space_ok = (wr_ptr ^ rd_free) != self.depth
-        slot_ok = slots_used < self.slots
+        # Both room checks are registers, so ``i.ready`` (and every enable of the write side)
+        # is one LUT from flip-flops. ``space_ok``: the buffer held < depth - 1 beats last cycle,
+        # so (one write a cycle at most, the read side only frees) it holds < depth now.
+        # ``slot_ok``: the next value of ``slots_used`` compared ahead, exact.
+        space_ok = Signal(init=1)
+        slot_ok = Signal(init=1)
+        m.d.sync += space_ok.eq((wr_ptr - rd_free)[:ptrw] < self.depth - 1)
         m.d.comb += self.i.ready.eq((~write_this | space_ok) & (~first | slot_ok))
         accept = Signal()
         m.d.comb += accept.eq(self.i.valid & self.i.ready)
@@ -218,7 +226,9 @@ class RxParse(wiring.Component):
                 with m.If(idx == cap):
                     m.d.sync += longf.eq(1)
         m.d.comb += slot_take.eq(accept & first)
-        m.d.sync += slots_used.eq(slots_used + slot_take - slot_give)
+        slots_next = Signal.like(slots_used)
+        m.d.comb += slots_next.eq(slots_used + slot_take - slot_give)
+        m.d.sync += [slots_used.eq(slots_next), slot_ok.eq(slots_next < self.slots)]
 
         # Header capture: byte n of the frame sits in beat n // L, lane n % L.
         hdr = [Signal(8, name=f"hdr{n}") for n in range(HDR_BYTES)]
@@ -255,7 +265,9 @@ class RxParse(wiring.Component):
                 m.d.sync += rem.eq(Mux(rem > L, rem - L, 0))
         in_dgram = [(idx < tb) | ((idx == tb) & (tot_in > tb * L + j - _IP))
                     | ((idx > tb) & (rem > j)) for j in range(L)]
-        m.d.comb += [
+        # One register stage in front of the CRC: the ``rem`` compares and the lane substitutions
+        # above stay out of the CRC's data-term cone (one cycle more to the ICRC verdict).
+        m.d.sync += [
             crc.i.valid.eq(accept),
             crc.i.payload.data.eq(crc_data),
             # beats before the one holding the total length are all inside the datagram
@@ -450,6 +462,7 @@ class RxParse(wiring.Component):
         v4_code = Signal(range(ncode))
         v4_first, v4_end = Signal(ptrw), Signal(ptrw)
         v4_reads = Signal(range(cap + 2))
+        v4_has, v4_one = Signal(), Signal()       # reads != 0, reads == 1 (registered decodes)
         v4_flush = Signal()
         v4_last_keep = Signal(range(L + 1))
         fold = Signal(17)
@@ -461,6 +474,7 @@ class RxParse(wiring.Component):
                 v4_r5.eq(v3_r5), v4_meta.eq(v3_meta), v4_code.eq(v3_code),
                 v4_first.eq(v3_first), v4_end.eq(v3_end),
                 v4_reads.eq(Mux(v3_has, (v3_span >> lg) + 1, 0)),
+                v4_has.eq(v3_has), v4_one.eq(v3_has & ((v3_span >> lg) == 0)),
                 v4_flush.eq((v3_span >> lg) == (v3_lm1 >> lg)),
                 v4_last_keep.eq(v3_lm1[:lg] + 1),
             ]
@@ -480,19 +494,24 @@ class RxParse(wiring.Component):
             "first": ptrw,
             "end": ptrw,
             "reads": range(cap + 2),
+            "has": 1,
+            "one": 1,
             "sel": range(ncode),
             "flush": 1,
             "last_keep": range(L + 1),
         })
         m.submodules.desc_q = desc_q = Queue(desc_layout, self.slots)
         m.submodules.reason_q = reason_q = fifo.SyncFIFO(width=3, depth=self.slots)
-        m.submodules.verdict_q = verdict_q = fifo.SyncFIFO(width=1, depth=self.slots)
+        # Buffered: the read side's decision starts from a register, not a LUT-RAM read.
+        m.submodules.verdict_q = verdict_q = fifo.SyncFIFOBuffered(width=1, depth=self.slots)
         m.d.comb += [
             desc_q.i.valid.eq(v4_valid),
             desc_q.i.payload.meta.eq(v4_meta),
             desc_q.i.payload.first.eq(v4_first),
             desc_q.i.payload.end.eq(v4_end),
             desc_q.i.payload.reads.eq(v4_reads),
+            desc_q.i.payload.has.eq(v4_has),
+            desc_q.i.payload.one.eq(v4_one),
             desc_q.i.payload.sel.eq(v4_code),
             desc_q.i.payload.flush.eq(v4_flush),
             desc_q.i.payload.last_keep.eq(v4_last_keep),
@@ -521,7 +540,7 @@ class RxParse(wiring.Component):
         m.d.comb += self.stat.eq(stat)
 
         # ================================ read side ================================
-        m.submodules.meta_q = meta_q = Queue(rx_meta_layout, 4)
+        m.submodules.meta_q = meta_q = Queue(rx_meta_layout, 5)
         m.submodules.out_q = out_q = Queue(beat_layout(self.width), self.out_depth)
         wiring.connect(m, wiring.flipped(self.meta), meta_q.o)
         wiring.connect(m, wiring.flipped(self.payload), out_q.o)
@@ -550,12 +569,23 @@ class RxParse(wiring.Component):
         m.d.sync += credit.eq((out_q.level + tok.emit + tok1.emit + tok2.emit) < self.out_depth)
         head = desc_q.o.payload
         drop = verdict_q.r_data[0]
-        head_ok = desc_q.o.valid & verdict_q.r_rdy & (drop | meta_q.i.ready)
+        # The decision to take the head descriptor enables the ~450 output flops of desc_q, so it
+        # is one 5-input function of registers:
+        # * a frame's descriptor is pushed (V4) before its verdict (CRC32.latency + 1 > 5 cycles
+        #   after the last beat) and both queues are SyncFIFOBuffered popped together, so a
+        #   verdict at the head implies its descriptor at the head (desc_q.o.valid not needed);
+        # * ``meta_room``: the meta queue held < 3 entries last cycle, so (one push a cycle) it
+        #   holds <= 3 of 5 now and takes a push.
+        meta_room = Signal(init=1)
+        m.d.sync += meta_room.eq(meta_q.level < 3)
+        head_ok = verdict_q.r_rdy & (drop | meta_room)
+        # the payload does not wait for the decision (no decode in front of the queue's data)
+        m.d.comb += meta_q.i.payload.eq(head.meta)
 
         with m.If(credit):
             with m.If(busy):
                 m.d.comb += [
-                    tok.rd.eq(1), rd_addr.eq(addr), tok.emit.eq(1),
+                    tok.rd.eq(1), tok.emit.eq(1),
                     tok.last.eq((left == 1) & ~f_flush), tok.sel.eq(f_sel),
                     tok.keep.eq(Mux((left == 1) & ~f_flush, f_keep, L)),
                 ]
@@ -570,13 +600,13 @@ class RxParse(wiring.Component):
                     m.d.sync += pend.eq(0)
                 with m.If(head_ok):
                     m.d.comb += [desc_q.o.ready.eq(1), verdict_q.r_en.eq(1), slot_give.eq(1)]
-                    with m.If(drop | (head.reads == 0)):
+                    with m.If(drop | ~head.has):
                         m.d.sync += rd_free.eq(head.end)
                     with m.If(~drop):
-                        m.d.comb += [meta_q.i.valid.eq(1), meta_q.i.payload.eq(head.meta)]
-                        with m.If(head.reads != 0):
-                            m.d.comb += [tok.rd.eq(1), rd_addr.eq(head.first)]
-                            with m.If(head.reads == 1):
+                        m.d.comb += meta_q.i.valid.eq(1)
+                        with m.If(head.has):
+                            m.d.comb += tok.rd.eq(1)
+                            with m.If(head.one):
                                 m.d.sync += [rd_free.eq(head.end), pend.eq(head.flush),
                                              p_sel.eq(head.sel), p_keep.eq(head.last_keep)]
                             with m.Else():
@@ -585,6 +615,8 @@ class RxParse(wiring.Component):
                                     f_sel.eq(head.sel), f_keep.eq(head.last_keep),
                                     f_flush.eq(head.flush), f_end.eq(head.end),
                                 ]
+        # the address needs no decision (it only matters when tok.rd enables the read)
+        m.d.comb += rd_addr.eq(Mux(busy, addr, head.first))
         m.d.comb += [rp.addr.eq(rd_addr[:self.abits]), rp.en.eq(tok.rd)]
 
         # S1: memory read in flight; S2: registered read data, realign into the payload queue.

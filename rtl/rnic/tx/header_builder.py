@@ -18,7 +18,7 @@ and the FEED/EMIT states (the CRC unit already takes any keep on the last beat).
 Pipelined: a request is streamed through the CRC (one beat per cycle) while earlier frames wait
 for their ICRC in a queue and leave as soon as it arrives, so the builder takes one request per
 ``beats`` cycles (W=512: one 62-byte frame per cycle; W=64: one per 8 cycles), with a latency of
-about ``beats + CRC latency + 3`` cycles from request to first beat.
+about ``beats + CRC latency + 4`` cycles from request to first beat.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -126,15 +126,25 @@ class HeaderBuilder(wiring.Component):
         m.d.comb += masked.eq(Cat(*masked_bytes))
         return frame, masked
 
-    def _keep(self, m, beat, total, nbytes_reg, name):
+    def _keep(self, m, beat, aeth, totals, nbytes_reg, name):
+        """``keep`` and ``last`` of beat ``beat`` of a frame of ``totals[aeth]`` bytes.
+
+        A table over (beat, aeth), so no subtractor or comparator sits on the paths into the
+        CRC and ``req.ready``: for every value of ``beat`` it is exactly
+        ``left = (total - beat·nb) mod 2^w`` (``w`` bits of 0..nbytes_reg), ``rem = min(left,
+        nb)``, ``keep = 2^rem - 1``, ``last = left <= nb``.
+        """
         nb = self.nb
-        rem = Signal(range(nb + 1), name=f"{name}_rem")
-        left = Signal(range(nbytes_reg + 1), name=f"{name}_left")
-        m.d.comb += left.eq(total - beat * nb)
-        m.d.comb += rem.eq(Mux(left >= nb, nb, left))
+        lw = nbytes_reg.bit_length()
         k = Signal(nb, name=f"{name}_keep")
-        m.d.comb += k.eq((Const(1, nb + 1) << rem) - 1)
-        return k, left <= nb
+        last = Signal(name=f"{name}_last")
+        with m.Switch(Cat(beat, aeth)):
+            for a, total in enumerate(totals):
+                for b in range(1 << len(beat)):
+                    left = (total - b * nb) % (1 << lw)
+                    with m.Case(b | (a << len(beat))):
+                        m.d.comb += [k.eq((1 << min(left, nb)) - 1), last.eq(left <= nb)]
+        return k, last
 
     def elaborate(self, platform):
         m = Module()
@@ -154,11 +164,14 @@ class HeaderBuilder(wiring.Component):
         fbeat = Signal(kbits + 1)
         inflight = Signal(range(depth + 2))
         _, masked = self._bytes(m, r, Const(0, 32), "feed")
-        crc_keep, crc_last = self._keep(m, fbeat, Mux(r.aeth, 58, 54), nbytes_reg, "feed")
+        crc_keep, crc_last = self._keep(m, fbeat, r.aeth, (54, 58), nbytes_reg, "feed")
         feed_done = Signal()
         m.d.comb += feed_done.eq(feeding & crc_last)
-        room = Signal()
-        m.d.comb += room.eq(inflight + feeding < depth - 1)
+        # Room for one more request in `pq`, registered (no adder in front of req.ready): the
+        # requests held or being fed were < depth - 2 last cycle, and grow by at most one a
+        # cycle, so they are < depth - 1 now.
+        room = Signal(init=1)
+        m.d.sync += room.eq(inflight + feeding < depth - 2)
         m.d.comb += self.req.ready.eq((~feeding | feed_done) & room)
         with m.If(self.req.valid & self.req.ready):
             m.d.sync += [r.eq(self.req.payload), fbeat.eq(0), feeding.eq(1)]
@@ -166,14 +179,25 @@ class HeaderBuilder(wiring.Component):
             m.d.sync += feeding.eq(0)
         with m.Elif(feeding):
             m.d.sync += fbeat.eq(fbeat + 1)
-        m.d.comb += [
+        # The finished request enters `pq` one cycle later, from registers (no decode in front
+        # of the queue's write enable). `r` may take the next request in the cycle of
+        # `feed_done`, so `pq_d` copies `r` every cycle. The ICRC comes CRC32.latency cycles
+        # after the last beat, so the frame is not delayed.
+        pq_v = Signal()
+        pq_d = Signal(tx_hdr_layout)
+        m.d.sync += [pq_v.eq(feed_done), pq_d.eq(r)]
+        # The CRC's input is registered once (the beat select and the keep table stay out of
+        # its data-term cone): the ICRC, and so the frame, comes one cycle later.
+        m.d.sync += [
             crc.i.valid.eq(feeding),
             crc.i.payload.data.eq(masked.word_select(fbeat[:kbits] if nbeats_reg > 1 else 0, W)),
             crc.i.payload.keep.eq(crc_keep),
             crc.i.payload.first.eq(fbeat == 0),
             crc.i.payload.last.eq(crc_last),
-            pq.i.valid.eq(feed_done),
-            pq.i.payload.eq(r),
+        ]
+        m.d.comb += [
+            pq.i.valid.eq(pq_v),
+            pq.i.payload.eq(pq_d),
             cq.i.valid.eq(crc.o.valid),
             cq.i.payload.eq(crc.o.payload),
         ]
@@ -182,7 +206,7 @@ class HeaderBuilder(wiring.Component):
         e = pq.o.payload
         ebeat = Signal(kbits + 1)
         frame, _ = self._bytes(m, e, cq.o.payload, "emit")
-        tx_keep, tx_last = self._keep(m, ebeat, Mux(e.aeth, 62, 60), nbytes_reg, "emit")
+        tx_keep, tx_last = self._keep(m, ebeat, e.aeth, (60, 62), nbytes_reg, "emit")
         ready_both = Signal()
         m.d.comb += ready_both.eq(pq.o.valid & cq.o.valid)
         m.d.comb += [
