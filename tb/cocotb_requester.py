@@ -41,10 +41,11 @@ PMTU = 256
 SQ_LOG = 3
 
 
-def ctx_for(qpn, state):
+def ctx_for(qpn, state, timeout=0, retry_cnt=7, rnr_retry=7):
     return dict(state=state, pmtu=PMTU_CODE, dest_qpn=0x100 + qpn, pd=PD,
                 sq_base=0x8000 + 0x1000 * qpn, sq_log=SQ_LOG, rmac=0x020000000002 + qpn,
-                rip=0x0A000002, sport=0xC000 + qpn)
+                rip=0x0A000002, sport=0xC000 + qpn, timeout=timeout, retry_cnt=retry_cnt,
+                rnr_retry=rnr_retry)
 
 
 class TB:
@@ -120,8 +121,8 @@ class TB:
                 return res
             await FallingEdge(dut.clk)
 
-    def set_qp(self, qpn, state):
-        self.ctx[qpn] = ctx_for(qpn, state)
+    def set_qp(self, qpn, state, **cfg):
+        self.ctx[qpn] = ctx_for(qpn, state, **cfg)
         sq_psn = 0xFFFFF0 + qpn             # wraps through 0 during the test
         self.qpset.put(dict(qpn=qpn, state=state, sq_psn=sq_psn))
         if state == 3:
@@ -216,12 +217,13 @@ class TB:
             self.frames += 1
 
 
-@cocotb.test()
-async def requester_frames(dut):
+async def start(dut, us_cycles=1):
+    """Clock, reset, the bench's helpers, two keys, the source buffer in host memory."""
     cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
     dut.rst.value = 1
     dut.local_mac.value = LMAC
     dut.local_ip.value = LIP
+    dut.us_cycles.value = us_cycles
     dut.key__cmd_valid.value = 0
     dut.key__resp_ready.value = 1
     tb = TB(dut)
@@ -235,9 +237,15 @@ async def requester_frames(dut):
     assert await tb.command(CmdOp.SET_KEY, 1,
                             set_args(KEY_OTHER_PD, IOVA + MRLEN, MRLEN, BUS + MRLEN, 9, 0x01, 0,
                                      True)) == 0
-    rng = tb.rng
-    src = rng.randbytes(MRLEN)
+    src = tb.rng.randbytes(MRLEN)
     tb.mem.write(BUS, src)
+    return tb, src
+
+
+@cocotb.test(skip=os.environ.get("RQ_TEST", "frames") != "frames")
+async def requester_frames(dut):
+    tb, src = await start(dut)
+    rng = tb.rng
 
     def sges_for(length, nsge, base_off):
         """SGEs (va, len, lkey) over the MR and the message they gather."""
@@ -261,9 +269,10 @@ async def requester_frames(dut):
     p = await tb.expect_frames(qp, 0x11, model.SEND, src[7:12], model.SIGNALED, b"\0" * 4, 0, 0,
                                "rtr")
     tb.ack.put(dict(qpn=qp, psn=(p[0]["psn"] - 1) & 0xFFFFFF, syndrome=0x1F))   # older: nothing
-    tb.ack.put(dict(qpn=qp, psn=p[0]["psn"], syndrome=0x60))                    # NAK: ignored
     await ClockCycles(dut.clk, 200)
-    assert await tb.completions(0, "nak") == []
+    assert await tb.completions(0, "old ack") == []
+    tb.ack.put(dict(qpn=qp, psn=p[0]["psn"], syndrome=0x60))        # sequence NAK: sent again
+    await tb.check_frames(qp, p, src[7:12], "nak resend")
     tb.ack.put(dict(qpn=qp, psn=p[0]["psn"], syndrome=0x1F))
     assert await tb.completions(1, "ack") == tb.acked(qp, p[0]["psn"])
 
@@ -364,7 +373,7 @@ async def requester_frames(dut):
     assert tb.gap_errors == 0, "tvalid dropped inside a frame"
     dut._log.info("W=%d: %d frames checked, %d cycles", W, tb.frames,
                   cocotb.utils.get_sim_time("ns") // 4)
-    assert tb.frames == 1 + sum(max(1, -(-c[0] // PMTU)) for c in cases) + 129 * WINDOW + 1
+    assert tb.frames == 2 + sum(max(1, -(-c[0] // PMTU)) for c in cases) + 129 * WINDOW + 1
     tb.mem.check()
 
 
@@ -396,3 +405,255 @@ async def window(tb, src):
     assert await tb.completions(0, "window") == []
     tb.ack.put(dict(qpn=qw, psn=pkts[-1]["psn"], syndrome=0x1F))
     assert await tb.completions(1, "window") == tb.acked(qw, pkts[-1]["psn"])
+
+
+# ---- the Reliability Engine ----------------------------------------------------------------------
+
+US = int(os.environ.get("RQ_US", "2"))     # clock cycles per microsecond (US_CYCLES)
+RT = 6                                     # timeout code: 4.096 µs · 64 → 263 µs
+
+
+def now():
+    return cocotb.utils.get_sim_time("ns") // 4
+
+
+class Rel:
+    """One QP driven through the model of the Reliability Engine (model.SendQp)."""
+
+    def __init__(self, tb, src, qpn, **cfg):
+        self.tb, self.src, self.qpn = tb, src, qpn
+        tb.set_qp(qpn, 3, **cfg)
+        self.m = model.SendQp(tb.psn[qpn], PMTU, retry_cnt=cfg.get("retry_cnt", 7),
+                              rnr_retry=cfg.get("rnr_retry", 7))
+        self.msg = {}           # wr_id -> payload
+        self.posted = []        # posted, not yet sent (the model's view)
+        self.off = 0x100 * qpn
+
+    def post(self, wr_id, op, length, flags=model.SIGNALED, ring=True):
+        rng = self.tb.rng
+        self.off += 37
+        va = IOVA + self.off
+        msg = self.src[self.off:self.off + length]
+        imm = bytes(rng.randrange(256) for _ in range(4))
+        raddr, rkey = rng.randrange(1 << 64), rng.randrange(1 << 32)
+        self.tb.post(self.qpn, model.wqe_bytes(wr_id, op, flags, [(va, length, KEY)] if length
+                                               else [], imm=imm, raddr=raddr, rkey=rkey))
+        if ring:
+            self.tb.ring(self.qpn)
+        self.msg[wr_id] = msg
+        w = dict(wr_id=wr_id, opcode=op, flags=flags, payload=msg, imm=imm, raddr=raddr,
+                 rkey=rkey)
+        self.posted.append(w)
+        return w
+
+    def send_posted(self):
+        pkts = []
+        for w in self.posted:
+            p = self.m.send(w)
+            for x in p:
+                x["wr_id"] = w["wr_id"]
+            pkts += p
+        self.posted = []
+        return pkts
+
+    def tag(self, pkts):
+        """wr_id of each packet of a go-back-N list (by PSN against the model's WQEs)."""
+        for x in pkts:
+            for w in self.m.sent:
+                if ((x["psn"] - w["first_psn"]) & 0xFFFFFF) < w["npkts"]:
+                    x["wr_id"] = w["wr_id"]
+        return pkts
+
+    async def frames(self, pkts, label):
+        """Receive and check ``pkts``; returns the cycle of the first frame's end."""
+        t0 = None
+        for x in pkts:
+            await self.tb.check_frames(self.qpn, [x], self.msg[x["wr_id"]], label)
+            t0 = now() if t0 is None else t0
+        return t0
+
+    def ack(self, psn, syndrome=0x1F):
+        self.tb.ack.put(dict(qpn=self.qpn, psn=psn & 0xFFFFFF, syndrome=syndrome))
+
+    async def cqes(self, exp, label):
+        got = await self.tb.completions(len(exp), label)
+        want = [{"qpn": self.qpn, "flags": 0, "byte_len": 0, **c} for c in exp]
+        assert got == want, f"{label}: {got} != {want}"
+
+
+class Retx:
+    def __init__(self, dut):
+        self.n = 0
+        cocotb.start_soon(self._run(dut))
+
+    async def _run(self, dut):
+        while True:
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            self.n += int(dut.retx.value)
+
+
+async def quiet(tb, cycles, label):
+    await ClockCycles(tb.dut.clk, cycles)
+    assert tb.tx.empty(), f"{label}: unexpected frame"
+    assert await tb.completions(0, label) == [], f"{label}: unexpected completion"
+
+
+@cocotb.test(skip=os.environ.get("RQ_TEST", "frames") != "retry")
+async def requester_retry(dut):
+    """Lost request, lost ACK, go-back-N mid-message, RNR, exhaustion, remote NAKs, kill."""
+    tb, src = await start(dut, US)
+    retx = Retx(dut)
+    T = model.timeout_us(RT) * US
+
+    # --- lost request: the timer resends the whole message; other QPs are not held -----------
+    q = Rel(tb, src, 2, timeout=RT, retry_cnt=3)
+    o = Rel(tb, src, 15)
+    q.post(0x201, model.SEND, 2 * PMTU + 3)
+    pk = q.send_posted()
+    await q.frames(pk, "lost request")
+    t_lost = now()
+    o.post(0xF01, model.RDMA_WRITE_WITH_IMM, 40)        # another QP goes meanwhile
+    po = o.send_posted()
+    await o.frames(po, "other qp")
+    o.ack(po[-1]["psn"])
+    await o.cqes(o.m.ack(po[-1]["psn"])[0], "other qp")
+    c, again = q.m.timeout()
+    assert c == [] and [x["psn"] for x in again] == [x["psn"] for x in pk]
+    t_re = await q.frames(q.tag(again), "timeout resend")
+    gap = t_re - t_lost
+    dut._log.info("timeout %d cycles, resent after %d", T, gap)
+    assert T <= gap <= T + 1500, (T, gap)
+    assert retx.n == 3, retx.n
+    q.ack(pk[-1]["psn"])
+    await q.cqes(q.m.ack(pk[-1]["psn"])[0], "after resend")
+    await quiet(tb, 2 * T, "acked: no more resends")
+
+    # --- lost ACK: a later ACK covers it; the last ACK lost: resent, completed once --------------
+    q = Rel(tb, src, 3, timeout=RT)
+    q.post(0x301, model.SEND, 10)
+    q.post(0x302, model.SEND_WITH_IMM, 20)
+    pk = q.send_posted()
+    await q.frames(pk, "lost ack")
+    q.ack(pk[1]["psn"])                                  # the ACK of pk[0] was lost
+    await q.cqes(q.m.ack(pk[1]["psn"])[0], "coalesced")
+    await quiet(tb, 2 * T, "covered by a later ACK")
+    q.post(0x303, model.RDMA_WRITE, PMTU + 1)
+    pk = q.send_posted()
+    await q.frames(pk, "last ack lost")
+    n0 = retx.n
+    c, again = q.m.timeout()
+    await q.frames(q.tag(again), "resent after a lost ACK")
+    assert retx.n - n0 == 2
+    q.ack(pk[-1]["psn"])                                 # the responder's duplicate ACK
+    await q.cqes(q.m.ack(pk[-1]["psn"])[0], "once")
+    await quiet(tb, 2 * T, "after the duplicate ACK")
+
+    # --- go-back-N mid-message (MIDDLE/LAST, no RETH), earlier WQEs retired by the NAK ---------
+    q = Rel(tb, src, 4)
+    q.post(0x401, model.SEND, 100, flags=0)
+    q.post(0x402, model.RDMA_WRITE, 5 * PMTU - 7)
+    q.post(0x403, model.SEND_WITH_IMM, 300)
+    pk = q.send_posted()
+    await q.frames(pk, "gbn first pass")
+    n0 = retx.n
+    nak_psn = pk[1 + 2]["psn"]                           # the third packet of the WRITE
+    c, again = q.m.nak(nak_psn, 0x60)
+    assert c == [] and [x["opcode"] for x in again] == [0x07, 0x07, 0x08, 0x00, 0x03]
+    q.ack(nak_psn, 0x60)
+    await q.frames(q.tag(again), "go-back-N")
+    assert retx.n - n0 == 5
+    q.ack(pk[-1]["psn"])
+    await q.cqes(q.m.ack(pk[-1]["psn"])[0], "gbn done")
+    # NAK at a message's first PSN: FIRST with RETH again
+    q.post(0x404, model.RDMA_WRITE_WITH_IMM, 2 * PMTU)
+    pk = q.send_posted()
+    await q.frames(pk, "gbn 2")
+    c, again = q.m.nak(pk[0]["psn"], 0x60)
+    assert again[0]["reth"] is not None
+    q.ack(pk[0]["psn"], 0x60)
+    await q.frames(q.tag(again), "gbn from FIRST")
+    q.ack(pk[0]["psn"] - 1, 0x60)                        # stale NAK: ignored
+    await quiet(tb, 300, "stale NAK")
+    q.ack(pk[-1]["psn"])
+    await q.cqes(q.m.ack(pk[-1]["psn"])[0], "gbn 2 done")
+
+    # --- RNR NAK then recovery after the coded wait ----------------------------------------------
+    q = Rel(tb, src, 5, rnr_retry=2)
+    q.post(0x501, model.SEND, 64)
+    pk = q.send_posted()
+    await q.frames(pk, "rnr")
+    code = 5
+    t_nak = now()
+    c, again = q.m.nak(pk[0]["psn"], 0x20 | code)
+    q.ack(pk[0]["psn"], 0x20 | code)
+    assert q.m.nak(pk[0]["psn"], 0x60) == ([], [])      # the sequence NAK behind it: ignored
+    q.ack(pk[0]["psn"], 0x60)
+    t_re = await q.frames(q.tag(again), "after rnr")
+    q.m.rnr_elapsed()
+    wait = model.rnr_us(code) * US
+    dut._log.info("RNR wait %d cycles, resent after %d", wait, t_re - t_nak)
+    assert wait <= t_re - t_nak <= wait + 1500
+    q.ack(pk[0]["psn"])
+    await q.cqes(q.m.ack(pk[0]["psn"])[0], "rnr recovered")
+
+    # --- RNR exhaustion: RNR_RETRY_EXC_ERR even unsignaled, the rest flushed --------------------
+    q = Rel(tb, src, 6, rnr_retry=1)
+    q.post(0x601, model.SEND, 30, flags=0)
+    q.post(0x602, model.SEND, 40)
+    pk = q.send_posted()
+    await q.frames(pk, "rnr exc")
+    c, again = q.m.nak(pk[0]["psn"], 0x21)
+    q.ack(pk[0]["psn"], 0x21)
+    await q.frames(q.tag(again), "rnr exc resend")
+    q.m.rnr_elapsed()
+    c, again = q.m.nak(pk[0]["psn"], 0x21)
+    assert again == [] and [x["status"] for x in c] == [13, 5]
+    q.ack(pk[0]["psn"], 0x21)
+    await q.cqes(c, "rnr exhausted")
+    q.post(0x603, model.SEND, 8)
+    await q.cqes([dict(wr_id=0x603, status=5, opcode=0)], "flushed after rnr exc")
+    await quiet(tb, 300, "rnr exc: nothing sent")
+
+    # --- retry exhaustion on a cut link: retry_cnt + 1 transmissions, then RETRY_EXC_ERR -------
+    q = Rel(tb, src, 7, timeout=RT, retry_cnt=2)
+    q.post(0x701, model.SEND, 16)
+    q.post(0x702, model.RDMA_WRITE, 16, flags=0)
+    pk = q.send_posted()
+    await q.frames(pk, "cut")
+    for i in range(2):
+        c, again = q.m.timeout()
+        await q.frames(q.tag(again), f"cut retry {i}")
+    c, again = q.m.timeout()
+    assert again == [] and [x["status"] for x in c] == [12, 5]
+    await q.cqes(c, "retry exhausted")
+    await quiet(tb, 2 * T, "retry exc: nothing sent")
+
+    # --- remote NAKs end the QP: status on the NAKed WQE, earlier ones retired ------------------
+    for n, (qpn, syn) in enumerate([(8, 0x61), (9, 0x62), (10, 0x63), (11, 0x65)]):
+        q = Rel(tb, src, qpn)
+        q.post(0x100 * qpn + 1, model.SEND, 12, flags=model.SIGNALED if n % 2 else 0)
+        q.post(0x100 * qpn + 2, model.RDMA_WRITE, 12, flags=0)
+        q.post(0x100 * qpn + 3, model.SEND, 12)
+        pk = q.send_posted()
+        await q.frames(pk, f"nak {syn:#x}")
+        at = pk[n % 2]["psn"]                            # on the first or the second WQE
+        c, again = q.m.nak(at, syn)
+        assert again == [] and model.nak_status(syn) in [x["status"] for x in c]
+        q.ack(at, syn)
+        await q.cqes(c, f"nak {syn:#x}")
+        q.ack(pk[-1]["psn"])                             # too late: the QP has ended
+        await quiet(tb, 300, f"nak {syn:#x} ended")
+
+    # --- SET_QP to ERROR with a WQE in flight: WR_FLUSH_ERR, no frame ---------------------------
+    q = Rel(tb, src, 12, timeout=RT)
+    q.post(0xC01, model.SEND, 12, flags=0)
+    pk = q.send_posted()
+    await q.frames(pk, "kill")
+    tb.set_qp(12, 6)
+    await q.cqes([dict(wr_id=0xC01, status=5, opcode=0)], "killed in flight")
+    await quiet(tb, 2 * T, "killed")
+
+    assert tb.gap_errors == 0
+    dut._log.info("retry bench: %d frames, %d retransmitted, %d cycles", tb.frames, retx.n, now())
+    tb.mem.check()

@@ -1,7 +1,7 @@
 """Requester send half (rnic.req): WQEs in host memory → RoCEv2 request frames, checked with scapy
 against the segmentation model of sim/models/requester.py."""
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -38,6 +38,8 @@ class ReqHarness(wiring.Component):
             "fault": Out(stream.Signature(24)),
             "local_mac": In(48),
             "local_ip": In(32),
+            "us_cycles": In(8),
+            "retx": Out(1),
         })
 
     def elaborate(self, platform):
@@ -55,14 +57,22 @@ class ReqHarness(wiring.Component):
             wiring.connect(m, getattr(req, name), wiring.flipped(getattr(self, name)))
         for name in ("sq_db", "qp_set", "ctx_resp", "ack"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(req, name))
-        m.d.comb += [req.local_mac.eq(self.local_mac), req.local_ip.eq(self.local_ip)]
+        m.d.comb += [req.local_mac.eq(self.local_mac), req.local_ip.eq(self.local_ip),
+                     self.retx.eq(req.retx)]
+        # us_tick every us_cycles cycles, as the top derives it from US_CYCLES
+        cnt = Signal(8)
+        m.d.sync += cnt.eq(cnt + 1)
+        with m.If(cnt + 1 >= self.us_cycles):
+            m.d.sync += cnt.eq(0)
+            m.d.comb += req.us_tick.eq(1)
         return m
 
 
-def _run(width, window, label):
+def _run(width, window, label, test="frames", us=2):
     run_cocotb("requester", lambda: flat_top_axi(ReqHarness(width)), params={"width": width},
                test_module="tb.cocotb_requester",
-               extra_env={"RQ_WIDTH": str(width), "RQ_WINDOW": str(int(window))},
+               extra_env={"RQ_WIDTH": str(width), "RQ_WINDOW": str(int(window)),
+                          "RQ_TEST": test, "RQ_US": str(us)},
                test_name=f"w{width}-{label}")
 
 
@@ -70,6 +80,14 @@ def _run(width, window, label):
 def test_requester(width):
     """Doorbell in RTR then RTS, segmentation sweep, ACKs and completions, errors, payload fault."""
     _run(width, False, "short")
+
+
+@pytest.mark.parametrize("width", [64])
+def test_requester_retry(width):
+    """Reliability Engine: lost request (timer), lost ACK, go-back-N mid-message, RNR then
+    recovery, RNR and retry exhaustion, NAK 0x61/0x62/0x63/reserved, SET_QP to ERROR in flight;
+    frames and completions against sim/models/requester.py SendQp, timer gaps in cycles."""
+    _run(width, False, "retry", test="retry")
 
 
 @pytest.mark.full

@@ -1,26 +1,37 @@
 """The ``rnic`` top module: every port of interface.md §2 by its exact Verilog name.
 
 This is the composer of the core (the LUNA pattern): it instantiates the blocks and connects
-them, so the data path reads top to bottom here. Blocks that have not landed yet are replaced
-by stubs that keep every output driven and every input ready:
+them, so the data path reads top to bottom here (``docs/architecture.md`` has the picture):
 
-* MAC receive: RX Parse checks every frame (counters 0–5); a frame it accepts finds no QP yet
-  (counter 6) until PSN Check and the execute stage are wired in, and its payload is drained.
-* MAC transmit and the AXI4 host-memory master: idle (``tvalid``/``awvalid``/``wvalid``/
-  ``arvalid`` low, ``bready``/``rready`` high).
-* Command ports: answered at once with result 0 (and no returned arguments).
+* **Responder**: MAC receive → RX Parse → PSN Check (QP context, ACK/NAK builder) → Execute
+  (RQ fetch, Key Cache lookups, Scatter, invalidate) → CQE Generation; ACK/NAK frames → TX
+  arbiter input 0.
+* **Requester**: SQ_DB → Requester (WQE fetch, Gather through Key Cache port 1, TX Packet Build)
+  → TX arbiter input 1; received ACKNOWLEDGE frames (PSN Check's ``ack_out``: opcode 0x11 to
+  an RTS QP from its remote IPv4) → Requester; its completions → :class:`~rnic.req.req_context.ReqContext`
+  (send CQN, flush marking, QP-to-ERROR reports, event 4) → CQE Generation. The requester sees
+  the QP context through ``ReqContext``'s shadow table, written from PSN Check's ``qp_set``.
+* **Host memory**: one AXI4 master (:class:`~rnic.host.axi_master.HostMemory`): read clients
+  0 receive WQEs (Execute), 1 send WQEs, 2 gather data (Requester); write clients 0 scatter
+  data (Execute), 1 CQEs. ARID/AWID = client number.
+* **Errors**: Execute's and CQE Generation's host faults and the requester's error completions
+  reach PSN Check's ``fault`` port, which moves the QP to ERROR (event 3) for both halves.
+* Response frames for an unknown QPN, a QP not in RTS or from another IPv4 are counted as 6 by
+  PSN Check; response opcodes other than ACKNOWLEDGE (READ responses, atomic ACK: not in
+  version 1) are dropped here and counted as 6.
+* ``US_CYCLES`` divides the clock into the microsecond strobe of the requester's timers.
 
 The reset sweep: for ``max(num_qp, num_cq, key_entries)`` cycles after ``rst`` — the time a
 block takes to clear a table of that depth one entry per cycle — CMD_STATUS reads busy and
 received frames are dropped and counted as 2. Blocks with their own sweep OR theirs in.
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .control.control_plane import ControlPlane
-from .ifaces import NUM_COUNTERS, Counter, CommandSignature, event_layout
+from .ifaces import NUM_COUNTERS, Counter, event_layout
 from .params import RnicConfig
 from .rx.parse import RxParse
 from .resp.psn_check import PsnCheck
@@ -30,6 +41,8 @@ from .host.cqe_gen import CqeGen
 from .host.axi_master import HostMemory
 from .tx.arbiter import TxArbiter
 from .stream import StreamMerge
+from .req.requester import Requester
+from .req.req_context import ReqContext
 
 __all__ = ["RNIC", "port_list", "build_verilog"]
 
@@ -68,21 +81,6 @@ def port_list(config):
     add("in", "s_axil_rready")
     add("out", "irq")
     return ports
-
-
-class _CommandStub(wiring.Component):
-    """Answers every command with result 0 (a block that has not landed yet)."""
-    cmd: Out(CommandSignature())
-
-    def elaborate(self, platform):
-        m = Module()
-        pending = Signal()
-        m.d.comb += [self.cmd.cmd.ready.eq(~pending), self.cmd.resp.valid.eq(pending)]
-        with m.If(self.cmd.cmd.valid & ~pending):
-            m.d.sync += pending.eq(1)
-        with m.If(self.cmd.resp.valid & self.cmd.resp.ready):
-            m.d.sync += pending.eq(0)
-        return m
 
 
 class RNIC(wiring.Component):
@@ -133,10 +131,12 @@ class RNIC(wiring.Component):
         m.submodules.rx_parse = rx = RxParse(width=W)
         m.submodules.psn_check = psn = PsnCheck(width=W, num_qp=cfg.num_qp)
         m.submodules.execute = exe = Execute(width=W, num_qp=cfg.num_qp)
-        m.submodules.key_cache = keys = KeyCache(key_entries=cfg.key_entries, num_ports=1)
+        m.submodules.key_cache = keys = KeyCache(key_entries=cfg.key_entries, num_ports=2)
         m.submodules.cqe_gen = cqe = CqeGen(width=W, num_cq=cfg.num_cq)
-        m.submodules.host_memory = hmem = HostMemory(width=W, read_clients=1, write_clients=2)
+        m.submodules.host_memory = hmem = HostMemory(width=W, read_clients=3, write_clients=2)
         m.submodules.tx_arbiter = arb = TxArbiter(W)
+        m.submodules.requester = req = Requester(width=W, num_qp=cfg.num_qp)
+        m.submodules.req_context = rctx = ReqContext(num_qp=cfg.num_qp)
 
         # MAC receive
         m.d.comb += [
@@ -164,7 +164,9 @@ class RNIC(wiring.Component):
             m.d.comb += [getattr(dst.payload, num).eq(src.payload.number),
                          getattr(dst.payload, val).eq(src.payload.value),
                          dst.valid.eq(src.valid), src.ready.eq(dst.ready)]
-        m.d.comb += ctl.sq_db.ready.eq(1)           # no requester yet: SQ doorbells dropped
+        m.d.comb += [req.sq_db.payload.number.eq(ctl.sq_db.payload.number),
+                     req.sq_db.payload.value.eq(ctl.sq_db.payload.value),
+                     req.sq_db.valid.eq(ctl.sq_db.valid), ctl.sq_db.ready.eq(req.sq_db.ready)]
 
         # PSN Check <-> execute
         wiring.connect(m, psn.exe, exe.exe)
@@ -172,9 +174,11 @@ class RNIC(wiring.Component):
         wiring.connect(m, exe.done, psn.done)
         wiring.connect(m, psn.qp_reset, exe.qp_reset)
         wiring.connect(m, psn.rq_flush, exe.flush)
-        m.submodules.fault_merge = faults = StreamMerge(exe.fault.payload.shape(), 2)
+        wiring.connect(m, psn.rq_post, exe.rq_post)         # RQ doorbells: WQE prefetch
+        m.submodules.fault_merge = faults = StreamMerge(exe.fault.payload.shape(), 3)
         wiring.connect(m, exe.fault, faults.i[0])
         wiring.connect(m, cqe.fault, faults.i[1])
+        wiring.connect(m, rctx.qp_err, faults.i[2])
         wiring.connect(m, faults.o, psn.fault)
 
         # execute <-> Key Cache, CQE Generation, host memory
@@ -182,7 +186,10 @@ class RNIC(wiring.Component):
         wiring.connect(m, keys.inval, exe.inval)
         wiring.connect(m, exe.reserve, cqe.reserve)
         wiring.connect(m, cqe.reserve_resp, exe.reserve_resp)
-        wiring.connect(m, exe.complete, cqe.complete)
+        m.submodules.cpl_merge = cpl_merge = StreamMerge(exe.complete.payload.shape(), 2)
+        wiring.connect(m, exe.complete, cpl_merge.i[0])
+        wiring.connect(m, rctx.cqe, cpl_merge.i[1])
+        wiring.connect(m, cpl_merge.o, cqe.complete)
         wiring.connect(m, exe.rd, hmem.read_0)
         wiring.connect(m, exe.wr, hmem.write_0)
         wiring.connect(m, cqe.mem, hmem.write_1)
@@ -192,15 +199,49 @@ class RNIC(wiring.Component):
             ours = getattr(hmem.axi, name)
             m.d.comb += (ours.eq(port) if member.flow == In else port.eq(ours))
 
-        # response opcodes are for the requester, which is not wired yet: counted as 6
+        # ---- the requester: SQ doorbells -> WQE fetch -> Gather -> TX Packet Build -> arbiter;
+        #      ACKs from PSN Check; completions through ReqContext into CQE Generation ----------
+        wiring.connect(m, psn.qp_set, rctx.qp_set)
+        wiring.connect(m, rctx.req_qp_set, req.qp_set)
+        wiring.connect(m, req.ctx_req, rctx.ctx_req)
+        wiring.connect(m, rctx.ctx_resp, req.ctx_resp)
+        wiring.connect(m, req.cpl, rctx.cpl)
+        wiring.connect(m, req.fault, rctx.req_fault)
+        wiring.connect(m, keys.lookup1, req.lookup)
+        wiring.connect(m, req.wqe_rd, hmem.read_1)
+        wiring.connect(m, req.data_rd, hmem.read_2)
+        m.d.comb += [req.local_mac.eq(ctl.local_mac), req.local_ip.eq(ctl.local_ip)]
+        # QUERY_QP's next send PSN and SQ consumer index: the requester's, through ReqContext
+        m.d.comb += [rctx.q_qpn.eq(psn.q_qpn), psn.q_psn.eq(rctx.q_psn),
+                     psn.q_cons.eq(rctx.q_cons)]
+        wiring.connect(m, req.prog_psn, rctx.prog_psn)
+        wiring.connect(m, req.prog_cons, rctx.prog_cons)
+        if hasattr(req, "us_tick"):
+            # one strobe per microsecond of US_CYCLES clock cycles (the time base of every timer)
+            us_cnt = Signal(32)
+            tick = Signal()
+            m.d.comb += tick.eq(us_cnt + 1 >= ctl.us_cycles)
+            m.d.sync += us_cnt.eq(Mux(tick, 0, us_cnt + 1))
+            m.d.comb += req.us_tick.eq(tick)
+
+        # Response frames that PSN Check accepted (an RTS QP, from its remote IPv4):
+        # ACKNOWLEDGE (0x11) goes to the requester; READ responses and atomic ACKs (not in
+        # version 1) are counted as 6.
         stat = Signal(NUM_COUNTERS)
-        m.d.comb += psn.ack_out.ready.eq(1)
-        with m.If(psn.ack_out.valid):
+        ao = psn.ack_out
+        ack_ok = Signal()
+        m.d.comb += ack_ok.eq(ao.payload.opcode == 0x11)
+        m.d.comb += [req.ack.payload.qpn.eq(ao.payload.dqpn),
+                     req.ack.payload.psn.eq(ao.payload.psn),
+                     req.ack.payload.syndrome.eq(ao.payload.aeth_syndrome),
+                     req.ack.valid.eq(ao.valid & ack_ok),
+                     ao.ready.eq(~ack_ok | req.ack.ready)]
+        with m.If(ao.valid & ~ack_ok):
             m.d.comb += stat[Counter.NO_QP].eq(1)
 
         # MAC transmit
         wiring.connect(m, psn.tx, arb.i0)
-        m.d.comb += arb.i1.valid.eq(0)
+        wiring.connect(m, req.tx, arb.i1)
         o = arb.o
         m.d.comb += [
             self.m_axis_tx_tdata.eq(o.payload.data), self.m_axis_tx_tkeep.eq(o.payload.keep),
@@ -209,14 +250,20 @@ class RNIC(wiring.Component):
         ]
 
         # events, counters, sweep
-        m.submodules.event_merge = events = StreamMerge(event_layout, 3)
+        req_stat = Signal(NUM_COUNTERS)
+        if hasattr(req, "retx"):
+            m.d.comb += req_stat[Counter.RETRANSMITS].eq(req.retx)
+        if hasattr(req, "stat"):
+            m.d.comb += req_stat.eq(req.stat)
+        m.submodules.event_merge = events = StreamMerge(event_layout, 4)
         wiring.connect(m, psn.event, events.i[0])
         wiring.connect(m, exe.event, events.i[1])
         wiring.connect(m, cqe.event, events.i[2])
+        wiring.connect(m, rctx.event, events.i[3])
         wiring.connect(m, events.o, ctl.event)
         for i in range(NUM_COUNTERS):
             m.d.comb += ctl.stat_inc[i].eq(stat[i] + rx.stat[i] + psn.stat[i] + cqe.stat[i]
-                                           + arb.stat[i])
+                                           + arb.stat[i] + req_stat[i])
         m.d.comb += ctl.sweeping.eq((sweep != 0) | keys.sweeping | cqe.sweeping)
         return m
 

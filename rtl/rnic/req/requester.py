@@ -1,10 +1,12 @@
-"""The requester's send half: Send Queue doorbells, WQE fetch, Gather Path, TX Packet Build, ACKs.
+"""The requester: Send Queue doorbells, WQE fetch, Gather Path, TX Packet Build, ACKs, and the
+Reliability Engine (retransmit and RNR timers, go-back-N, NAKs).
 
 Data path, top to bottom (see ``docs/requester.md``):
 
 1. **Send Queue ring / doorbells**: SQ_DB ``{number = QPN, value = producer}`` writes the QP's SQ
    producer index into an on-chip table (``num_qp`` × 16 bits) and queues the QPN for service.
    A QP entering RTS (``qp_set``) is queued too, so doorbells recorded in INIT/RTR run in RTS.
+   The completer queues a QPN as well when it must act again (retry, error, window reopened).
 2. **WQE fetch**: the engine takes a QPN and reads its context (``ctx_req``/``ctx_resp``, served
    by the QP context). While the QP is in RTS and ``cons != prod``, it reads the 64-byte send WQE
    at ``sq_base + 64·(cons mod 2^log2)`` through its own host read client (``wqe_rd``).
@@ -18,16 +20,27 @@ Data path, top to bottom (see ``docs/requester.md``):
    - AckReq on LAST/ONLY and on the 66th consecutive packet without it;
    - PSNs from ``qp_set.sq_psn``, at most 128 outstanding (unacknowledged) per QP.
 
+   A WQE can start mid-message: at packet ``psn − first_psn`` (go-back-N, or a QP that had to
+   leave the engine when its window was full), with MIDDLE/LAST opcodes and no RETH.
    Each packet goes to :class:`TxBuild` as a descriptor plus its gather chunks (at most one per
    SGE).
 5. **TX Packet Build** (:mod:`.tx_build`): frame buffer, realigned gather, ICRC, ``tx``.
-6. **ACK processing**: a positive ACK advances the QP's oldest unacknowledged PSN and retires the
-   sent WQEs it covers, in order. Each signaled one gives a SUCCESS ``cpl``.
+6. **Completer** (ACK processing and the Reliability Engine): it owns each QP's oldest
+   unacknowledged PSN ``una``, the SQ index of the oldest unretired WQE and the retry state. It
+   takes, one at a time: ACK/NAK packets, kill requests from the engine, and a scan step of one
+   QP (alternating with ACKs, so every QP is visited within about 10·``num_qp`` cycles). It
+   retires sent WQEs by PSN (SUCCESS ``cpl`` for the signaled ones), runs the per-QP retransmit
+   and RNR timers against a microsecond clock (``us_tick``), and on a timeout or a NAK 0x60
+   asks the engine to go back to ``una`` (a generation count ``rgen`` in its table, which the
+   engine compares with its own). Remote NAKs and exhausted retries end the QP: the engine
+   writes the error ``cpl`` for the oldest unretired WQE and flushes the rest.
 
-The engine serves one QP until its SQ is empty (no fairness between QPs in version 1).
+Replay Buffer: there is none on chip. Retransmission re-reads the WQE from the SQ ring and the
+payload from host memory (the ring slot and buffers stay owned by the hardware until the WQE's
+completion); the in-flight table keeps only what retirement needs.
 
-Not in this block yet (see docs/requester.md): retry and timers, NAK handling, flushing WQEs that
-were sent but never acknowledged when SET_QP moves the QP to ERROR.
+The engine serves one QP until its SQ is empty, its window is full, or it has to wait for the
+completer; it then writes the QP back ("parked") and takes the next QPN.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -39,7 +52,8 @@ from ..host.axi_master import ReadClientSignature
 from ..keys.key_cache import LookupSignature
 from ..opcodes import WcStatus
 from ..resp.qp_context import QpState
-from ..stream import BeatStream, Queue, SkidBuffer, StreamMerge, check_width
+from ..stream import BeatStream, Queue, SkidBuffer, check_width
+from .retry import RNR_US, TIMEOUT_US, TIMER_BITS, rom
 from .tx_build import TxBuild
 
 __all__ = ["Requester", "req_ctx_layout", "qp_set_layout", "ack_layout", "cpl_layout",
@@ -57,7 +71,8 @@ qp_set_layout = data.StructLayout({"qpn": 24, "state": 3, "sq_psn": 24})
 #: A received ACKNOWLEDGE (opcode 0x11) for one of our QPs: its BTH PSN and AETH syndrome.
 ack_layout = data.StructLayout({"qpn": 24, "psn": 24, "syndrome": 8})
 
-#: What the requester needs of a QP's context (static fields and state).
+#: What the requester needs of a QP's context (static fields, by their ``qp_static_layout``
+#: names and widths, and the state).
 req_ctx_layout = data.StructLayout({
     "state": 3,
     "pmtu": 3,          # 1=256 … 5=4096
@@ -68,6 +83,9 @@ req_ctx_layout = data.StructLayout({
     "rmac": 48,
     "rip": 32,
     "sport": 16,
+    "timeout": 5,       # retransmit timer 4.096 µs · 2^timeout, 0 = none
+    "retry_cnt": 3,     # retries after a timeout or NAK 0x60 (7 = seven)
+    "rnr_retry": 3,     # retries after an RNR NAK (7 = forever)
 })
 
 #: A send completion (interface.md §5.4): SUCCESS for a signaled WQE retired by an ACK, or an
@@ -83,16 +101,38 @@ cpl_layout = data.StructLayout({
     "fault": 1,
 })
 
+#: Per QP, owned by the engine.
 _dyn_layout = data.StructLayout({
     "cons": 16,         # SQ index of the next WQE to send
+    "hcons": 16,        # one past the newest WQE ever recorded in the in-flight table
     "psn": 24,          # next PSN to send
+    "hpsn": 24,         # one past the newest PSN ever sent (older ones are retransmissions)
+    "fpsn": 24,         # first PSN of the WQE at ``cons`` when ``part``
+    "part": 1,          # the WQE at ``cons`` starts at packet psn − fpsn
     "noack": 7,         # consecutive packets sent without AckReq
-    "err": 1,           # the requester found an error: send nothing more
+    "err": 1,           # the QP is in error here: flush everything
+    "parked": 1,        # the engine left the QP waiting (window, ACKs): wake it on progress
+    "rgen": 4,          # the completer's rewind generation last acted on
 })
 
-#: Per QP, owned by the ACK processor: the oldest unacknowledged PSN and the SQ index of the
-#: oldest WQE not yet retired.
-_comp_layout = data.StructLayout({"una": 24, "ccons": 16})
+#: Per QP, owned by the completer: the oldest unacknowledged PSN, the oldest unretired WQE (SQ
+#: index and first PSN), and the Reliability Engine's state.
+_comp_layout = data.StructLayout({
+    "una": 24,
+    "ccons": 16,
+    "cfpsn": 24,        # first PSN of the WQE at ``ccons``
+    "rgen": 4,          # bumped to make the engine go back to (ccons, una)
+    "rerr": 4,          # with ``qerr``: the status for the WQE at ``ccons``
+    "qerr": 1,          # the QP ended (remote NAK, retries exhausted, killed): no more ACKs
+    "hold": 1,          # waiting for the RNR timer: the engine sends nothing
+    "armed": 1,         # the timer runs (deadline ``dl``)
+    "dl": TIMER_BITS,
+    "rused": 3,         # retries used since the last progress (timeout, NAK 0x60)
+    "nused": 3,         # RNR retries used since the last progress
+})
+
+#: Per QP, written by the engine from the context, read by the completer.
+_cfg_layout = data.StructLayout({"timeout": 5, "retry_cnt": 3, "rnr_retry": 3})
 
 #: One sent WQE waiting for its ACK (slot ``cons mod INFLIGHT`` of its QP).
 _inflight_layout = data.StructLayout({
@@ -117,9 +157,13 @@ _ERROR = QpState.ERROR
 _OPS = [(0x00, 0x01, 0x02, 0x04), (0x00, 0x01, 0x03, 0x05), (0x00, 0x01, 0x16, 0x17),
         (0x06, 0x07, 0x08, 0x0A), (0x06, 0x07, 0x09, 0x0B)]
 
+# completer events and NAK actions
+_EV_ACK, _EV_SCAN, _EV_KILL = 0, 1, 2
+_ACT_NONE, _ACT_SEQ, _ACT_RNR, _ACT_ERR, _ACT_SCAN, _ACT_KILL = range(6)
+
 
 class Requester(wiring.Component):
-    """Send Queue doorbells, WQE fetch, gather, request-frame build, ACK retirement.
+    """Send Queue doorbells, WQE fetch, gather, request-frame build, ACK retirement, retry.
 
     Parameters
     ----------
@@ -151,21 +195,33 @@ class Requester(wiring.Component):
     tx : Out(BeatStream(W))
         Request frames (to the TX arbiter's second input); no gap within a frame.
     ack : In(stream.Signature(ack_layout))
-        Received ACKNOWLEDGE packets of RTS QPs. A positive ACK (syndrome bits 6:5 = 0)
+        Received ACKNOWLEDGE packets of our QPs. A positive ACK (syndrome bits 6:5 = 0)
         acknowledges every PSN up to its own and retires the WQEs whose last PSN it covers
-        (coalesced ACKs retire several); NAKs are taken and ignored (no retry yet).
+        (coalesced ACKs retire several). A NAK at PSN p acknowledges every PSN before p; then
+        0x60 goes back to p, an RNR NAK (0x20–0x3F) waits its timer and goes back to p, any
+        other NAK ends the QP (0x61 REM_INV_REQ_ERR, 0x62 REM_ACCESS_ERR, else REM_OP_ERR).
+        A NAK for a PSN before ``una`` is stale and ignored.
     cpl : Out(stream.Signature(cpl_layout))
         Send completions in SQ order: SUCCESS for each retired signaled WQE; an error
-        (LOC_QP_OP_ERR, LOC_PROT_ERR, or a WQE-fetch host fault with ``fault``) once every
-        earlier WQE is retired, after which the QP must be moved to ERROR (event 3, or 4 with
-        ``fault``); then WR_FLUSH_ERR for every later posted WQE. A QP that SET_QP moved to
-        ERROR is flushed likewise once its sent WQEs are retired.
+        (LOC_QP_OP_ERR, LOC_PROT_ERR, a WQE-fetch host fault with ``fault``, REM_INV_REQ_ERR,
+        REM_ACCESS_ERR, REM_OP_ERR, RETRY_EXC_ERR, RNR_RETRY_EXC_ERR) once every earlier WQE is
+        retired, after which the QP must be moved to ERROR (event 3, or 4 with ``fault``); then
+        WR_FLUSH_ERR for every later posted WQE, sent or not. A QP that SET_QP moved to ERROR
+        gets WR_FLUSH_ERR for every unretired WQE.
     fault : Out(stream.Signature(24))
         QPN of a packet dropped because a payload read failed (event 4).
     local_mac : In(48)
     local_ip : In(32)
+    us_tick : In(1)
+        One-cycle strobe every microsecond (from US_CYCLES): the timers' time base.
+    retx : Out(1)
+        One-cycle strobe per retransmitted packet (a PSN sent before; counter 13).
     busy : Out(1)
         The engine is serving a QP.
+    prog_psn : Out(stream.Signature({qpn 24, psn 24}, always_ready=True))
+        Every write of a QP's next send PSN (for QUERY_QP).
+    prog_cons : Out(stream.Signature({qpn 24, cons 16}, always_ready=True))
+        Every write of a QP's SQ consumer index: the oldest WQE not yet retired (QUERY_QP).
     """
 
     def __init__(self, *, width=64, num_qp=256, work_depth=16):
@@ -190,33 +246,53 @@ class Requester(wiring.Component):
             "fault": Out(stream.Signature(24)),
             "local_mac": In(48),
             "local_ip": In(32),
+            "us_tick": In(1),
+            "retx": Out(1),
             "busy": Out(1),
+            "prog_psn": Out(stream.Signature(data.StructLayout({"qpn": 24, "psn": 24}),
+                                             always_ready=True)),
+            "prog_cons": Out(stream.Signature(data.StructLayout({"qpn": 24, "cons": 16}),
+                                              always_ready=True)),
         })
 
     def elaborate(self, platform):
         m = Module()
         W, nb, ab = self.width, self.width // 8, self.abits
         ib = (INFLIGHT - 1).bit_length()
+        TB = TIMER_BITS
 
         m.submodules.build = build = TxBuild(W)
         wiring.connect(m, build.rd, wiring.flipped(self.data_rd))
         wiring.connect(m, build.tx, wiring.flipped(self.tx))
         wiring.connect(m, build.fault, wiring.flipped(self.fault))
         m.d.comb += [build.local_mac.eq(self.local_mac), build.local_ip.eq(self.local_ip)]
-        m.submodules.cmerge = cmerge = StreamMerge(cpl_layout, 2)     # 0 engine, 1 completer
-        wiring.connect(m, cmerge.o, wiring.flipped(self.cpl))
-        # skid buffers cut the merge's ready path back into the two FSMs
+        # skid buffers cut the merge's ready path back into the two FSMs; the merge serves the
+        # completer first: its SUCCESS completions always precede, for the same QP, any error
+        # or flush completion of the engine (which waits for the completer's table write).
         m.submodules.eskid = eskid = SkidBuffer(cpl_layout)
         m.submodules.cskid = cskid = SkidBuffer(cpl_layout)
-        wiring.connect(m, eskid.o, cmerge.i[0])
-        wiring.connect(m, cskid.o, cmerge.i[1])
         ecpl, ccpl = eskid.i, cskid.i
+        with m.If(~self.cpl.valid | self.cpl.ready):
+            with m.If(cskid.o.valid):
+                m.d.comb += cskid.o.ready.eq(1)
+                m.d.sync += [self.cpl.valid.eq(1), self.cpl.payload.eq(cskid.o.payload)]
+            with m.Elif(eskid.o.valid):
+                m.d.comb += eskid.o.ready.eq(1)
+                m.d.sync += [self.cpl.valid.eq(1), self.cpl.payload.eq(eskid.o.payload)]
+            with m.Else():
+                m.d.sync += self.cpl.valid.eq(0)
+
+        # the microsecond clock
+        now = Signal(TB)
+        with m.If(self.us_tick):
+            m.d.sync += now.eq(now + 1)
 
         # ---- per-QP tables ----------------------------------------------------------------
         m.submodules.prod_mem = prod_mem = Memory(shape=16, depth=self.num_qp, init=[])
         m.submodules.dyn_mem = dyn_mem = Memory(shape=_dyn_layout, depth=self.num_qp, init=[])
         m.submodules.comp_mem = comp_mem = Memory(shape=_comp_layout, depth=self.num_qp,
                                                   init=[])
+        m.submodules.cfg_mem = cfg_mem = Memory(shape=_cfg_layout, depth=self.num_qp, init=[])
         m.submodules.infl_mem = infl_mem = Memory(shape=_inflight_layout,
                                                   depth=self.num_qp * INFLIGHT, init=[])
         prod_wp = prod_mem.write_port()
@@ -227,34 +303,45 @@ class Requester(wiring.Component):
         comp_wp = comp_mem.write_port()
         comp_rp = comp_mem.read_port(transparent_for=(comp_wp,))      # the engine's
         comp_rp2 = comp_mem.read_port(transparent_for=(comp_wp,))     # the completer's
+        cfg_wp = cfg_mem.write_port()
+        cfg_rp = cfg_mem.read_port(transparent_for=(cfg_wp,))
         infl_wp = infl_mem.write_port()
         infl_rp = infl_mem.read_port(transparent_for=(infl_wp,))
 
         m.submodules.work = work = Queue(ab, self.work_depth, buffered=False)
 
-        # qp_set first, then doorbells; the engine's and the completer's write-backs win.
+        # qp_set first, then the completer's wake-ups, then doorbells; the engine's and the
+        # completer's write-backs win.
         eng_wb = Signal()
         eng_dyn = Signal(_dyn_layout)
         cmp_wb = Signal()
         cmp_new = Signal(_comp_layout)
+        wake_v = Signal()
         qpn = Signal(ab)                # the engine's QP
         aq = Signal(ab)                 # the completer's QP
         sp = self.qp_set.payload
         set_q = sp.qpn[:ab]
         set_rts = sp.state == _RTS
         set_reset = sp.state == _RESET
+        set_hit = Signal()              # a SET_QP rewrites a QP's tables this cycle
         m.d.comb += self.qp_set.ready.eq(~eng_wb & ~cmp_wb & work.i.ready)
-        m.d.comb += self.sq_db.ready.eq(~self.qp_set.valid & work.i.ready)
+        m.d.comb += self.sq_db.ready.eq(~self.qp_set.valid & ~wake_v & work.i.ready)
         with m.If(self.qp_set.valid & self.qp_set.ready):
             with m.If(set_rts | set_reset):
-                m.d.comb += [dyn_wp.addr.eq(set_q), dyn_wp.en.eq(1),
-                             dyn_wp.data.psn.eq(Mux(set_rts, sp.sq_psn, 0)),
+                psn0 = Mux(set_rts, sp.sq_psn, 0)
+                m.d.comb += [set_hit.eq(1),
+                             dyn_wp.addr.eq(set_q), dyn_wp.en.eq(1),
+                             dyn_wp.data.psn.eq(psn0), dyn_wp.data.hpsn.eq(psn0),
+                             dyn_wp.data.fpsn.eq(psn0),
                              comp_wp.addr.eq(set_q), comp_wp.en.eq(1),
-                             comp_wp.data.una.eq(Mux(set_rts, sp.sq_psn, 0))]
+                             comp_wp.data.una.eq(psn0), comp_wp.data.cfpsn.eq(psn0)]
             with m.If(set_reset):
                 m.d.comb += [prod_wp.addr.eq(set_q), prod_wp.data.eq(0), prod_wp.en.eq(1)]
-            with m.If(set_rts):
+            with m.If(set_rts | (sp.state == _ERROR)):
+                # (ERROR: the engine flushes what is posted and kills what is in flight)
                 m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(set_q)]
+        with m.Elif(wake_v):
+            m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(aq)]
         with m.Elif(self.sq_db.valid & self.sq_db.ready
                     & (self.sq_db.payload.number < self.num_qp)):     # others are ignored
             dq = self.sq_db.payload.number[:ab]
@@ -268,12 +355,14 @@ class Requester(wiring.Component):
         # the engine reads its QP's entries continuously
         m.d.comb += [prod_rp.addr.eq(qpn), dyn_rp.addr.eq(qpn), comp_rp.addr.eq(qpn)]
         # registered copies of the table reads (one cycle older: every use is conservative)
+        # (prod twice: synthesis folds the first register into the block RAM, whose clock-to-out
+        # then fed the CHECK compare; a doorbell seen a cycle late is still queued for service)
+        prod_q = Signal(16)
         prod = Signal(16)
-        una = Signal(24)
-        ccons = Signal(16)
+        cs = Signal(_comp_layout)       # one consistent snapshot of the completer's entry
         dyn_rd = Signal(_dyn_layout)
-        m.d.sync += [prod.eq(prod_rp.data), una.eq(comp_rp.data.una),
-                     ccons.eq(comp_rp.data.ccons), dyn_rd.eq(dyn_rp.data)]
+        m.d.sync += [prod_q.eq(prod_rp.data), prod.eq(prod_q), cs.eq(comp_rp.data),
+                     dyn_rd.eq(dyn_rp.data)]
 
         # ---- engine state -------------------------------------------------------------------
         ctx = Signal(req_ctx_layout)
@@ -304,6 +393,15 @@ class Requester(wiring.Component):
         left = Signal(13)               # bytes of the current packet still to gather
         was_last = Signal()
         flush = Signal()                # the WQE is being flushed (QP in ERROR)
+        fpsn_r = Signal(24)             # first PSN of the current WQE
+        skipn = Signal(24)              # packets of it already sent (resume point)
+        soff = Signal(40)               # skipn · PMTU
+        sk_o1, sk_seg0, sk_rem = Signal(32), Signal(32), Signal(32)
+        sk_lt = Signal()
+        pend_err = Signal()             # the completer ended the QP: error for the WQE at cons
+        pstat = Signal(4)
+        kill_v = Signal()               # engine → completer: end QP kill_q (SET_QP to ERROR)
+        kill_q = Signal(ab)
 
         m.d.comb += [
             len0.eq(Mux(num_sge >= 1, sge_len[0], 0)),
@@ -321,14 +419,19 @@ class Requester(wiring.Component):
         # windows: PSNs outstanding, WQEs not yet retired
         # registered: one cycle older than psn/cons, never used the cycle after they change
         outstanding = Signal(24)
-        m.d.comb += outstanding.eq(dyn.psn - una)
+        m.d.comb += outstanding.eq(dyn.psn - cs.una)
         psn_room = Signal()
         unretired = Signal(16)
-        m.d.comb += unretired.eq(dyn.cons - ccons)
+        m.d.comb += unretired.eq(dyn.cons - cs.ccons)
         slot_room = Signal()
         none_unretired = Signal()
         m.d.sync += [psn_room.eq(outstanding < MAX_OUTSTANDING), slot_room.eq(unretired < INFLIGHT),
                      none_unretired.eq(unretired == 0)]
+        # the completer wants a rewind, or ACKs of an earlier transmission overtook us
+        # (registered like the window flags: CHECK and PKT are never the cycle after a change)
+        rewind = Signal()
+        m.d.sync += rewind.eq((cs.rgen != dyn.rgen)
+                              | (~dyn.err & (unretired[15] | outstanding[23])))
 
         # segmentation of the next packet
         fits = resid <= pmtu_b
@@ -389,11 +492,16 @@ class Requester(wiring.Component):
             ecpl.payload.opcode.eq((wop == 3) | (wop == 4)),
             ecpl.payload.fault.eq(hfault),
             eng_dyn.eq(dyn),
+            cfg_wp.addr.eq(qpn),
+            cfg_wp.data.timeout.eq(self.ctx_resp.payload.timeout),
+            cfg_wp.data.retry_cnt.eq(self.ctx_resp.payload.retry_cnt),
+            cfg_wp.data.rnr_retry.eq(self.ctx_resp.payload.rnr_retry),
         ]
 
         with m.FSM(name="engine"):
             with m.State("IDLE"):
                 m.d.comb += work.o.ready.eq(1)
+                m.d.sync += pend_err.eq(0)
                 with m.If(work.o.valid):
                     m.d.sync += qpn.eq(work.o.payload)
                     m.next = "PRE"
@@ -408,25 +516,72 @@ class Requester(wiring.Component):
             with m.State("CTX_WAIT"):
                 m.d.comb += [self.ctx_resp.ready.eq(1), self.busy.eq(1)]
                 with m.If(self.ctx_resp.valid):
-                    m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.eq(dyn_rd)]
+                    m.d.comb += cfg_wp.en.eq(1)
+                    m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.eq(dyn_rd),
+                                 dyn.parked.eq(0)]
                     m.next = "CHECK_WAIT"
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
-                with m.If(dyn.cons == prod):
-                    m.next = "WB"
-                with m.Elif((ctx.state == _ERROR) | dyn.err):
-                    # ERROR: flush posted WQEs with WR_FLUSH_ERR, once every sent one is retired
-                    with m.If(dyn.err | none_unretired):
-                        m.d.sync += [flush.eq(1), dyn.err.eq(1), beat.eq(0), hfault.eq(0)]
-                        m.next = "WQE_REQ"
+                with m.If(rewind):
+                    m.next = "REWIND"
+                with m.Elif(pend_err):
+                    # the completer ended the QP at WQE cons: its error, then the flush
+                    with m.If(dyn.cons == prod):
+                        m.d.sync += [dyn.err.eq(1), pend_err.eq(0)]
+                        m.next = "WB_LOOP"
                     with m.Else():
+                        m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0)]
+                        m.next = "WQE_REQ"
+                with m.Elif(dyn.err):
+                    # flush posted WQEs with WR_FLUSH_ERR
+                    with m.If(dyn.cons == prod):
                         m.next = "WB"
-                with m.Elif(ctx.state != _RTS):
+                    with m.Else():
+                        m.d.sync += [flush.eq(1), beat.eq(0), hfault.eq(0)]
+                        m.next = "WQE_REQ"
+                with m.Elif(ctx.state == _ERROR):
+                    with m.If(none_unretired):
+                        with m.If(dyn.cons == prod):
+                            m.next = "WB"
+                        with m.Else():
+                            m.d.sync += [flush.eq(1), dyn.err.eq(1), beat.eq(0), hfault.eq(0)]
+                            m.next = "WQE_REQ"
+                    with m.Elif(cs.qerr):
+                        m.next = "WB"             # the completer has ended it: wait its rewind
+                    with m.Else():
+                        m.next = "KILL"           # WQEs sent and unacknowledged: flush them too
+                with m.Elif(dyn.cons == prod):
                     m.next = "WB"
+                with m.Elif((ctx.state != _RTS) | cs.hold | cs.qerr):
+                    m.next = "WB"                 # (the completer wakes the QP after RNR)
                 with m.Elif(slot_room):
-                    # (without room: wait for the ACKs that retire the oldest WQEs)
-                    m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0)]
+                    m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0),
+                                 fpsn_r.eq(Mux(dyn.part, dyn.fpsn, dyn.psn)),
+                                 skipn.eq(Mux(dyn.part, dyn.psn - dyn.fpsn, 0))]
                     m.next = "WQE_REQ"
+                with m.Else():
+                    m.next = "PARK"               # 16 WQEs unretired: wait for ACKs elsewhere
+            with m.State("REWIND"):
+                # go back to the oldest unacknowledged PSN (go-back-N)
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += dyn.rgen.eq(cs.rgen)
+                with m.If(~dyn.err):
+                    m.d.sync += [dyn.cons.eq(cs.ccons), dyn.psn.eq(cs.una),
+                                 dyn.part.eq(cs.una != cs.cfpsn), dyn.fpsn.eq(cs.cfpsn),
+                                 dyn.noack.eq(0)]
+                    with m.If(cs.qerr & (cs.rerr != 0)):
+                        m.d.sync += [pend_err.eq(1), pstat.eq(cs.rerr)]
+                m.next = "WB_LOOP"
+            with m.State("KILL"):
+                # never waits for the completer: with a kill already pending, the scan wakes
+                # this parked QP again later
+                m.d.comb += self.busy.eq(1)
+                with m.If(~kill_v):
+                    m.d.sync += [kill_v.eq(1), kill_q.eq(qpn)]
+                m.next = "PARK"
+            with m.State("PARK"):
+                m.d.comb += [eng_wb.eq(1), eng_dyn.parked.eq(1), self.busy.eq(1)]
+                m.next = "IDLE"
             with m.State("WQE_REQ"):
                 m.d.comb += [self.wqe_rd.req.valid.eq(1), self.busy.eq(1)]
                 with m.If(self.wqe_rd.req.ready):
@@ -449,6 +604,9 @@ class Requester(wiring.Component):
                 with m.If(flush):
                     m.d.sync += status.eq(int(WcStatus.WR_FLUSH_ERR))
                     m.next = "ERR"
+                with m.Elif(pend_err):
+                    m.d.sync += status.eq(pstat)
+                    m.next = "ERR"
                 with m.Elif(hfault):
                     m.d.sync += status.eq(0)
                     m.next = "ERR"
@@ -461,10 +619,7 @@ class Requester(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 cur_len = Mux(k[0], sge_len[1], sge_len[0])
                 with m.If(k == num_sge):
-                    # gather from SGE 0, or from SGE 1 when SGE 0 is empty
-                    m.d.sync += [cur_addr.eq(Mux(len0 != 0, bus[0], bus[1])),
-                                 seg_left.eq(Mux(len0 != 0, len0, len1))]
-                    m.next = "PKT"
+                    m.next = "SKIP"
                 with m.Elif(cur_len == 0):
                     m.d.sync += k.eq(k + 1)
                 with m.Else():
@@ -483,15 +638,51 @@ class Requester(wiring.Component):
                     with m.Else():
                         m.d.sync += status.eq(int(WcStatus.LOC_PROT_ERR))
                         m.next = "ERR"
+            with m.State("SKIP"):
+                # byte offset of the first packet to send: skipn whole PMTUs
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += soff.eq(skipn << (ctx.pmtu + 7))
+                m.next = "SKIP2"
+            with m.State("SKIP2"):
+                # the differences first (registered), the addresses next cycle
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += [sk_o1.eq(soff[:32] - len0), sk_seg0.eq(len0 - soff[:32]),
+                             sk_rem.eq(total - soff[:32]), sk_lt.eq(soff[:32] < len0)]
+                with m.If((skipn != 0) & (soff >= total)):
+                    m.next = "WB_NEXT"            # every packet of it was already sent
+                with m.Else():
+                    m.next = "SKIP3"
+            with m.State("SKIP3"):
+                # gather from SGE 0 at soff, or from SGE 1 past it (rem = len1 − (soff − len0))
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += [sent.eq(soff[:32]), resid.eq(sk_rem)]
+                with m.If(sk_lt):
+                    m.d.sync += [cur_addr.eq(bus[0] + soff[:32]), seg_left.eq(sk_seg0)]
+                with m.Else():
+                    m.d.sync += [cur_addr.eq(bus[1] + sk_o1), seg_left.eq(sk_rem)]
+                m.next = "PKT"
             with m.State("PKT"):
-                m.d.comb += [build.pkt.valid.eq(psn_room), self.busy.eq(1)]
-                with m.If(psn_room & build.pkt.ready):
-                    m.d.sync += [
-                        left.eq(pay), sent.eq(sent + pay), resid.eq(resid - pay), was_last.eq(fits),
-                        dyn.psn.eq(dyn.psn + 1),
-                        dyn.noack.eq(Mux(ackreq, 0, dyn.noack + 1)),
-                    ]
-                    m.next = "CHUNK"
+                m.d.comb += self.busy.eq(1)
+                with m.If(rewind):
+                    m.next = "REWIND"             # abandon this WQE
+                with m.Elif(cs.hold | ~psn_room):
+                    # leave the QP; it resumes at this packet of this WQE
+                    m.d.sync += [dyn.part.eq(dyn.psn != fpsn_r), dyn.fpsn.eq(fpsn_r)]
+                    m.next = "PARK"
+                with m.Else():
+                    m.d.comb += build.pkt.valid.eq(1)
+                    with m.If(build.pkt.ready):
+                        retx = (dyn.psn - dyn.hpsn)[23]
+                        m.d.comb += self.retx.eq(retx)
+                        with m.If(~retx):
+                            m.d.sync += dyn.hpsn.eq(dyn.psn + 1)
+                        m.d.sync += [
+                            left.eq(pay), sent.eq(sent + pay), resid.eq(resid - pay),
+                            was_last.eq(fits),
+                            dyn.psn.eq(dyn.psn + 1),
+                            dyn.noack.eq(Mux(ackreq, 0, dyn.noack + 1)),
+                        ]
+                        m.next = "CHUNK"
             with m.State("CHUNK"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(left == 0):
@@ -510,9 +701,10 @@ class Requester(wiring.Component):
                                          seg_left.eq(seg_left - clen)]
             with m.State("WB_NEXT"):
                 # record the WQE for the ACK processor, write back, look at the producer again
-                m.d.comb += [eng_wb.eq(1), eng_dyn.cons.eq(dyn.cons + 1), infl_wp.en.eq(1),
-                             self.busy.eq(1)]
-                m.d.sync += dyn.cons.eq(dyn.cons + 1)
+                hnext = Mux(dyn.cons == dyn.hcons, dyn.cons + 1, dyn.hcons)
+                m.d.comb += [eng_wb.eq(1), eng_dyn.cons.eq(dyn.cons + 1), eng_dyn.part.eq(0),
+                             eng_dyn.hcons.eq(hnext), infl_wp.en.eq(1), self.busy.eq(1)]
+                m.d.sync += [dyn.cons.eq(dyn.cons + 1), dyn.part.eq(0), dyn.hcons.eq(hnext)]
                 m.next = "CHECK_WAIT"
             with m.State("CHECK_WAIT"):
                 # one cycle for the registered reads and window flags to see the new dyn
@@ -521,11 +713,15 @@ class Requester(wiring.Component):
             with m.State("ERR"):
                 # completions stay in SQ order: wait until every earlier WQE is retired
                 m.d.comb += self.busy.eq(1)
-                with m.If(dyn.err | none_unretired):
+                with m.If((cs.rgen != dyn.rgen) & ~pend_err):
+                    m.next = "REWIND"
+                with m.Elif(pend_err | dyn.err | none_unretired):
                     m.d.comb += ecpl.valid.eq(1)
                     with m.If(ecpl.ready):
-                        m.d.sync += [dyn.err.eq(1), dyn.cons.eq(dyn.cons + 1)]
+                        m.d.sync += [dyn.err.eq(1), dyn.cons.eq(dyn.cons + 1), pend_err.eq(0)]
                         m.next = "WB_LOOP"
+                with m.Else():
+                    m.next = "PARK"               # the WQE is fetched again on the wake-up
             with m.State("WB_LOOP"):
                 m.d.comb += [eng_wb.eq(1), self.busy.eq(1)]
                 m.next = "CHECK_WAIT"
@@ -533,73 +729,202 @@ class Requester(wiring.Component):
                 m.d.comb += [eng_wb.eq(1), self.busy.eq(1)]
                 m.next = "IDLE"
 
-        # ---- ACK processor: advance ``una``, retire WQEs by acknowledged PSN --------------------
+        # ---- completer: ACKs, NAKs, timers (the Reliability Engine) -----------------------------
         a = Signal(ack_layout)
+        ev = Signal(2)
+        act = Signal(3)
+        ast = Signal(4)                 # status of an ending NAK
+        sidx = Signal(ab)               # the scan's next QP
+        scan_turn = Signal()
+        stale = Signal()                # a SET_QP rewrote aq meanwhile: drop the write-back
+        wake = Signal()
         cmp = Signal(_comp_layout)
         comp_rd = Signal(_comp_layout)
-        m.d.sync += comp_rd.eq(comp_rp2.data)
-        m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq),
+        d = Signal(_dyn_layout)         # the engine's entry, as of LOAD
+        d_rd = Signal(_dyn_layout)
+        cfg = Signal(_cfg_layout)
+        cfg_rd = Signal(_cfg_layout)
+        tval = Signal(TB)               # the QP's timeout in µs
+        rval = Signal(TB)               # the RNR NAK's wait in µs
+        m.d.sync += [comp_rd.eq(comp_rp2.data), d_rd.eq(dyn_rp2.data), cfg_rd.eq(cfg_rp.data)]
+        m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq), cfg_rp.addr.eq(aq),
                      infl_rp.addr.eq(Cat(cmp.ccons[:ib], aq)),
                      cmp_new.eq(cmp)]
+        t_rom = rom(m, cfg_rd.timeout, TIMEOUT_US, TB, "timeout_us")
+        r_rom = rom(m, a.syndrome[:5], RNR_US, TB, "rnr_us")
+        with m.If(set_hit & (set_q == aq)):
+            m.d.sync += stale.eq(1)
         ent = Signal(_inflight_layout)
-        tcons = Signal(16)
+        thcons = Signal(16)
         terr = Signal()
         retire = Signal()
-        # PSN a is at or before PSN b (24-bit serial arithmetic)
+        # the entry's last PSN is before una (24-bit serial arithmetic)
         covered = Signal(24)
-        m.d.comb += covered.eq(a.psn - ent.last_psn)
+        m.d.comb += covered.eq(cmp.una - 1 - ent.last_psn)
         adv = Signal(24)
         m.d.comb += adv.eq(a.psn + 1 - cmp.una)
+        behind = Signal(24)
+        m.d.comb += behind.eq(a.psn - cmp.una)
+        expired = Signal()
+        # wake-ups of parked QPs are hints (a later scan repeats them): only with room to spare
+        wake_room = Signal()
+        scan_room = Signal()
+        m.d.comb += [wake_room.eq(work.level < self.work_depth // 2), scan_room.eq(work.level == 0)]
+        m.d.comb += expired.eq(~(now - cmp.dl)[TB - 1])
         m.d.comb += [
             ccpl.payload.qpn.eq(aq), ccpl.payload.wr_id.eq(ent.wr_id),
             ccpl.payload.status.eq(int(WcStatus.SUCCESS)), ccpl.payload.opcode.eq(ent.write),
             ccpl.payload.flags.eq(Mux(ent.imm, 0x02, 0)), ccpl.payload.byte_len.eq(ent.byte_len),
         ]
+
+        def end_qp(status):
+            m.d.sync += [cmp.qerr.eq(1), cmp.rerr.eq(status), cmp.rgen.eq(cmp.rgen + 1),
+                         cmp.armed.eq(0), cmp.hold.eq(0), wake.eq(1)]
+
+        def retry():
+            """Timeout or NAK 0x60: go back to una, or end the QP when the retries are used."""
+            with m.If(cmp.rused == cfg.retry_cnt):
+                end_qp(int(WcStatus.RETRY_EXC_ERR))
+            with m.Else():
+                m.d.sync += [cmp.rused.eq(cmp.rused + 1), cmp.rgen.eq(cmp.rgen + 1),
+                             cmp.armed.eq(0), wake.eq(1)]
+
         with m.FSM(name="completer"):
             with m.State("IDLE"):
-                m.d.comb += self.ack.ready.eq(1)
-                with m.If(self.ack.valid):
-                    m.d.sync += [a.eq(self.ack.payload), aq.eq(self.ack.payload.qpn[:ab])]
-                    m.next = "READ"
+                m.d.sync += [stale.eq(0), wake.eq(0)]
+                with m.If(kill_v):
+                    m.d.sync += [kill_v.eq(0), ev.eq(_EV_KILL), aq.eq(kill_q)]
+                with m.Elif(self.ack.valid & ~scan_turn):
+                    m.d.comb += self.ack.ready.eq(1)
+                    m.d.sync += [a.eq(self.ack.payload), aq.eq(self.ack.payload.qpn[:ab]),
+                                 ev.eq(_EV_ACK), scan_turn.eq(1)]
+                with m.Else():
+                    m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), ev.eq(_EV_SCAN),
+                                 scan_turn.eq(0)]
+                m.next = "READ"
             with m.State("READ"):
-                m.next = "READ2"           # comp/dyn reads of the new QPN
+                m.next = "READ2"           # comp/dyn/cfg reads of the new QPN
             with m.State("READ2"):
                 m.next = "LOAD"            # ... and their registers
             with m.State("LOAD"):
-                m.d.sync += cmp.eq(comp_rd)
-                with m.If(a.syndrome[5:7] == 0):
-                    m.next = "ADV"
+                m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), tval.eq(t_rom),
+                             rval.eq(r_rom)]
+                m.next = "EVAL"
+            with m.State("EVAL"):
+                typ = a.syndrome[5:7]
+                with m.If(cmp.qerr | d.err):
+                    m.next = "IDLE"        # the QP has ended: nothing to do
+                with m.Elif(ev == _EV_KILL):
+                    m.d.sync += act.eq(_ACT_KILL)
+                    m.next = "ACT"
+                with m.Elif(ev == _EV_SCAN):
+                    m.d.sync += act.eq(_ACT_SCAN)
+                    m.next = "WALK"        # also retires WQEs recorded after their ACK
+                with m.Elif(typ == 0):
+                    # a newer ACK (0 < a.psn + 1 − una < 2^23) moves una and restarts the timer
+                    with m.If((adv != 0) & ~adv[23]):
+                        m.d.sync += [cmp.una.eq(a.psn + 1), cmp.rused.eq(0), cmp.nused.eq(0),
+                                     cmp.armed.eq(0), act.eq(_ACT_NONE)]
+                        m.next = "WALK"
+                    with m.Else():
+                        m.next = "IDLE"
+                with m.Elif(behind[23]):
+                    m.next = "IDLE"        # a NAK for a PSN already acknowledged: stale
+                with m.Elif(cmp.hold & (a.syndrome[:7] == 0x60)):
+                    # the sequence error that follows an RNR NAK (the packets after the refused
+                    # one): the RNR wait already goes back to una
+                    m.next = "IDLE"
                 with m.Else():
-                    m.next = "IDLE"        # NAKs: retry is not implemented
-            with m.State("ADV"):
-                # a newer ACK (0 < a.psn + 1 − una < 2^23) moves una
-                with m.If((adv != 0) & ~adv[23]):
-                    m.d.sync += cmp.una.eq(a.psn + 1)
-                m.next = "WALK"
+                    # a NAK at p acknowledges every PSN before p
+                    with m.If(behind != 0):
+                        m.d.sync += [cmp.una.eq(a.psn), cmp.rused.eq(0), cmp.nused.eq(0)]
+                    with m.If(a.syndrome[:7] == 0x60):
+                        m.d.sync += act.eq(_ACT_SEQ)
+                    with m.Elif(typ == 1):
+                        m.d.sync += act.eq(_ACT_RNR)
+                    with m.Else():
+                        m.d.sync += act.eq(_ACT_ERR)
+                        with m.Switch(a.syndrome[:7]):
+                            with m.Case(0x61):
+                                m.d.sync += ast.eq(int(WcStatus.REM_INV_REQ_ERR))
+                            with m.Case(0x62):
+                                m.d.sync += ast.eq(int(WcStatus.REM_ACCESS_ERR))
+                            with m.Default():
+                                m.d.sync += ast.eq(int(WcStatus.REM_OP_ERR))
+                    m.next = "WALK"
             with m.State("WALK"):
                 # infl_rp reads slot ccons (address set from cmp last cycle)
                 m.next = "HOLD"
             with m.State("HOLD"):
-                m.d.sync += [ent.eq(infl_rp.data), tcons.eq(dyn_rp2.data.cons),
+                m.d.sync += [ent.eq(infl_rp.data), thcons.eq(dyn_rp2.data.hcons),
                              terr.eq(dyn_rp2.data.err)]
                 m.next = "DECIDE"
             with m.State("DECIDE"):
-                m.d.sync += retire.eq((cmp.ccons != tcons) & ~covered[23] & ~terr)
+                m.d.sync += retire.eq((cmp.ccons != thcons) & ~covered[23] & ~terr)
                 m.next = "TEST"
             with m.State("TEST"):
                 with m.If(retire):
                     with m.If(ent.signaled):
                         m.d.comb += ccpl.valid.eq(1)
                         with m.If(ccpl.ready):
-                            m.d.sync += cmp.ccons.eq(cmp.ccons + 1)
+                            m.d.sync += [cmp.ccons.eq(cmp.ccons + 1),
+                                         cmp.cfpsn.eq(ent.last_psn + 1)]
                             m.next = "WALK"
                     with m.Else():
-                        m.d.sync += cmp.ccons.eq(cmp.ccons + 1)
+                        m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent.last_psn + 1)]
                         m.next = "WALK"
                 with m.Else():
-                    m.next = "WB"
+                    m.next = "ACT"
+            with m.State("ACT"):
+                m.next = "WB"
+                with m.Switch(act):
+                    with m.Case(_ACT_NONE):
+                        m.d.sync += wake.eq(d.parked & wake_room)
+                    with m.Case(_ACT_KILL):
+                        end_qp(int(WcStatus.WR_FLUSH_ERR))
+                    with m.Case(_ACT_SEQ):
+                        retry()
+                    with m.Case(_ACT_ERR):
+                        end_qp(ast)
+                    with m.Case(_ACT_RNR):
+                        with m.If((cfg.rnr_retry != 7) & (cmp.nused == cfg.rnr_retry)):
+                            end_qp(int(WcStatus.RNR_RETRY_EXC_ERR))
+                        with m.Else():
+                            with m.If(cfg.rnr_retry != 7):
+                                m.d.sync += cmp.nused.eq(cmp.nused + 1)
+                            m.d.sync += [cmp.hold.eq(1), cmp.armed.eq(1),
+                                         cmp.dl.eq(now + rval + 1),
+                                         cmp.rgen.eq(cmp.rgen + 1), wake.eq(1)]
+                    with m.Case(_ACT_SCAN):
+                        with m.If(cmp.hold):
+                            with m.If(expired):
+                                m.d.sync += [cmp.hold.eq(0), cmp.armed.eq(0), wake.eq(1)]
+                        with m.Elif((cfg.timeout == 0) | (d.psn == cmp.una)):
+                            m.d.sync += [cmp.armed.eq(0), wake.eq(d.parked & scan_room)]
+                        with m.Elif(~cmp.armed):
+                            m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1),
+                                         wake.eq(d.parked & scan_room)]
+                        with m.Elif(expired):
+                            retry()
+                        with m.Else():
+                            m.d.sync += wake.eq(d.parked & scan_room)
             with m.State("WB"):
-                with m.If(~eng_wb):
-                    m.d.comb += cmp_wb.eq(1)
+                m.d.comb += cmp_wb.eq(~stale)
+                with m.If(wake & ~stale):
+                    m.next = "WAKE"
+                with m.Else():
                     m.next = "IDLE"
+            with m.State("WAKE"):
+                # queue the QPN for the engine (after the qp_set that may be waiting)
+                m.d.comb += wake_v.eq(~self.qp_set.valid)
+                with m.If(~self.qp_set.valid & work.i.ready):
+                    m.next = "IDLE"
+        # progress for QUERY_QP: every write of the next send PSN and of the SQ index of the
+        # oldest WQE not yet retired (the SQ consumer index software may reuse up to)
+        m.d.comb += [
+            self.prog_psn.valid.eq(dyn_wp.en), self.prog_psn.payload.qpn.eq(dyn_wp.addr),
+            self.prog_psn.payload.psn.eq(dyn_wp.data.psn),
+            self.prog_cons.valid.eq(comp_wp.en), self.prog_cons.payload.qpn.eq(comp_wp.addr),
+            self.prog_cons.payload.cons.eq(comp_wp.data.ccons),
+        ]
         return m

@@ -1,0 +1,196 @@
+"""The requester's view of the QP context, and its completions turned into CQEs.
+
+The responder's :class:`~rnic.resp.qp_context.QpContext` (inside PSN Check) owns the QP tables
+and the SET_QP/QUERY_QP commands. The requester needs a few static fields of a QP each time it
+starts serving it, on its own schedule; rather than a second read port into the responder's
+tables (and its hazards), this block keeps a *shadow* table written from PSN Check's ``qp_set``
+events — every SET_QP that was written and every move to ERROR the responder makes on its own —
+and serves the requester's ``ctx_req``/``ctx_resp`` from it.
+
+It also stands between the requester's completions (``cpl``) and CQE Generation: it adds the
+QP's send CQN, marks WR_FLUSH_ERR completions as flush (never reserved, dropped when the CQ is
+full, interface.md §5.4), and turns what the requester reports into the QP-level consequences
+the top must enforce:
+
+* an error completion (status not SUCCESS, not WR_FLUSH_ERR) → its CQE, and the QPN on
+  ``qp_err`` (PSN Check moves the QP to ERROR: event 3, flush of the receive queue);
+* a WQE-fetch fault (``cpl.fault``; no CQE, the WQE could not be read) and a gather read fault
+  (``req_fault``) → event 4 (host-memory fault, number = QPN) and the QPN on ``qp_err``.
+
+Ports
+-----
+qp_set : In(stream.Signature(qp_set_event_layout, always_ready=True))
+    From PSN Check. Written into the shadow table, and forwarded to the requester.
+req_qp_set : Out(stream.Signature(qp_set_layout))
+    To the requester's ``qp_set`` through an 8-entry queue (SET_QP is a slow-path command that
+    takes tens of cycles; responder-made ERROR moves are one per fatal event; the requester
+    takes one per cycle).
+ctx_req : In(stream.Signature(24)) / ctx_resp : Out(stream.Signature(req_ctx_layout))
+    One response per request, in order, two cycles later at the earliest. Every field of
+    ``req_ctx_layout`` except ``state`` is the static field of the same name.
+cpl : In(stream.Signature(cpl_layout)) → cqe : Out(stream.Signature(cqe_layout)),
+qp_err : Out(stream.Signature(qpn_layout)), event : Out(stream.Signature(event_layout))
+req_fault : In(stream.Signature(24))
+prog_psn : In(stream.Signature({qpn, psn}, always_ready=True)),
+prog_cons : In(stream.Signature({qpn, cons}, always_ready=True))
+    Every write of the requester's next send PSN and SQ consumer index (retired WQEs), kept
+    in two small tables for QUERY_QP.
+q_qpn : In(range(num_qp)) → q_psn : Out(24), q_cons : Out(16)
+    QUERY_QP's read of those tables, one cycle after the address (registered).
+"""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..host.cqe_gen import cqe_layout
+from ..ifaces import EventType, event_layout
+from ..opcodes import WcStatus
+from ..resp.qp_context import qp_set_event_layout
+from ..stream import Queue
+from .requester import cpl_layout, qp_set_layout, req_ctx_layout
+
+__all__ = ["ReqContext"]
+
+_qpn_layout = data.StructLayout({"qpn": 24})
+prog_psn_layout = data.StructLayout({"qpn": 24, "psn": 24})
+prog_cons_layout = data.StructLayout({"qpn": 24, "cons": 16})
+
+
+class ReqContext(wiring.Component):
+    """Shadow QP context for the requester and its completion adapter (see module docstring).
+
+    Parameters
+    ----------
+    num_qp : int
+        Number of QPs (power of two).
+    """
+
+    def __init__(self, *, num_qp):
+        self.num_qp = num_qp
+        self.abits = (num_qp - 1).bit_length()
+        self.fields = [n for n, _ in req_ctx_layout if n != "state"]
+        static_names = {n for n, _ in qp_set_event_layout.members["static"]}
+        missing = [n for n in self.fields if n not in static_names]
+        if missing:
+            raise ValueError(f"req_ctx_layout fields without a static source: {missing}")
+        super().__init__({
+            "qp_set": In(stream.Signature(qp_set_event_layout, always_ready=True)),
+            "req_qp_set": Out(stream.Signature(qp_set_layout)),
+            "ctx_req": In(stream.Signature(24)),
+            "ctx_resp": Out(stream.Signature(req_ctx_layout)),
+            "cpl": In(stream.Signature(cpl_layout)),
+            "req_fault": In(stream.Signature(24)),
+            "cqe": Out(stream.Signature(cqe_layout)),
+            "qp_err": Out(stream.Signature(_qpn_layout)),
+            "event": Out(stream.Signature(event_layout)),
+            "prog_psn": In(stream.Signature(prog_psn_layout, always_ready=True)),
+            "prog_cons": In(stream.Signature(prog_cons_layout, always_ready=True)),
+            "q_qpn": In(self.abits),
+            "q_psn": Out(24),
+            "q_cons": Out(16),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        ab = self.abits
+        row_layout = data.StructLayout({"ctx": req_ctx_layout, "scqn": 16})
+
+        m.submodules.table = table = Memory(shape=row_layout, depth=self.num_qp, init=[])
+        wp = table.write_port()
+        ctx_rp = table.read_port(transparent_for=(wp,))
+        cpl_rp = table.read_port(transparent_for=(wp,))
+
+        # ---- shadow writes, and the requester's qp_set ------------------------------------------
+        ev = self.qp_set.payload
+        row = Signal(row_layout)
+        m.d.comb += [row.ctx.state.eq(ev.state), row.scqn.eq(ev.static.scqn)]
+        for name in self.fields:
+            m.d.comb += getattr(row.ctx, name).eq(getattr(ev.static, name))
+        m.d.comb += [wp.addr.eq(ev.qpn[:ab]), wp.data.eq(row),
+                     wp.en.eq(self.qp_set.valid & (ev.qpn < self.num_qp))]
+
+        m.submodules.set_q = set_q = Queue(qp_set_layout, 8)
+        m.d.comb += [set_q.i.valid.eq(self.qp_set.valid),
+                     set_q.i.payload.qpn.eq(ev.qpn), set_q.i.payload.state.eq(ev.state),
+                     set_q.i.payload.sq_psn.eq(ev.sq_psn)]
+        wiring.connect(m, set_q.o, wiring.flipped(self.req_qp_set))
+
+        # ---- ctx_req -> ctx_resp (one registered read) -----------------------------------------
+        rv = Signal()
+        m.d.comb += [
+            self.ctx_req.ready.eq(~rv | self.ctx_resp.ready),
+            ctx_rp.addr.eq(self.ctx_req.payload[:ab]),
+            ctx_rp.en.eq(self.ctx_req.ready),
+            self.ctx_resp.valid.eq(rv),
+            self.ctx_resp.payload.eq(ctx_rp.data.ctx),
+        ]
+        with m.If(self.ctx_req.ready):
+            m.d.sync += rv.eq(self.ctx_req.valid)
+
+        # ---- the requester's progress, for QUERY_QP ------------------------------------------------
+        for name, width in (("psn", 24), ("cons", 16)):
+            mem = Memory(shape=width, depth=self.num_qp, init=[])
+            m.submodules[f"prog_{name}"] = mem
+            pw = mem.write_port()
+            pr = mem.read_port(transparent_for=(pw,))
+            src = getattr(self, f"prog_{name}")
+            m.d.comb += [pw.addr.eq(src.payload.qpn[:ab]), pw.data.eq(getattr(src.payload, name)),
+                         pw.en.eq(src.valid), pr.addr.eq(self.q_qpn),
+                         getattr(self, f"q_{name}").eq(pr.data)]
+
+        # ---- completions ------------------------------------------------------------------------
+        # one completion (or gather fault) at a time: read its QP's send CQN, then offer the CQE,
+        # the QP-to-ERROR report and the event independently; the slot frees when all are taken.
+        busy = Signal()
+        rd_wait = Signal()
+        c = Signal(cpl_layout)
+        need_cqe, need_err, need_ev = Signal(), Signal(), Signal()
+        take_cpl = Signal()
+        take_flt = Signal()
+        m.d.comb += [
+            take_cpl.eq(~busy & self.cpl.valid),
+            take_flt.eq(~busy & ~self.cpl.valid & self.req_fault.valid),
+            self.cpl.ready.eq(~busy),
+            self.req_fault.ready.eq(~busy & ~self.cpl.valid),
+            cpl_rp.addr.eq(self.cpl.payload.qpn[:ab]),
+            cpl_rp.en.eq(take_cpl),
+        ]
+        cp = self.cpl.payload
+        err_status = (cp.status != WcStatus.SUCCESS) & (cp.status != WcStatus.WR_FLUSH_ERR)
+        with m.If(take_cpl):
+            m.d.sync += [busy.eq(1), rd_wait.eq(1), c.eq(cp),
+                         need_cqe.eq(~cp.fault),
+                         need_err.eq(cp.fault | err_status),
+                         need_ev.eq(cp.fault)]
+        with m.If(take_flt):
+            m.d.sync += [busy.eq(1), rd_wait.eq(1), c.eq(0), c.qpn.eq(self.req_fault.payload),
+                         need_cqe.eq(0), need_err.eq(1), need_ev.eq(1)]
+        with m.If(rd_wait):
+            m.d.sync += rd_wait.eq(0)
+        scqn = Signal(16)
+        with m.If(rd_wait):
+            m.d.sync += scqn.eq(cpl_rp.data.scqn)
+
+        live = Signal()
+        m.d.comb += live.eq(busy & ~rd_wait)
+        q = self.cqe.payload
+        m.d.comb += [
+            self.cqe.valid.eq(live & need_cqe),
+            q.cqn.eq(scqn), q.wr_id.eq(c.wr_id), q.byte_len.eq(c.byte_len), q.imm_or_rkey.eq(0),
+            q.qpn.eq(c.qpn), q.status.eq(c.status), q.opcode.eq(c.opcode), q.flags.eq(c.flags),
+            q.se.eq(0), q.flush.eq(c.status == WcStatus.WR_FLUSH_ERR),
+            self.qp_err.valid.eq(live & need_err), self.qp_err.payload.qpn.eq(c.qpn),
+            self.event.valid.eq(live & need_ev),
+            self.event.payload.type.eq(EventType.HOST_FAULT),
+            self.event.payload.number.eq(c.qpn),
+        ]
+        nc, ne, nv = Signal(), Signal(), Signal()
+        m.d.comb += [nc.eq(need_cqe & ~self.cqe.ready), ne.eq(need_err & ~self.qp_err.ready),
+                     nv.eq(need_ev & ~self.event.ready)]
+        with m.If(live):
+            m.d.sync += [need_cqe.eq(nc), need_err.eq(ne), need_ev.eq(nv)]
+            with m.If(~nc & ~ne & ~nv):
+                m.d.sync += busy.eq(0)
+        return m

@@ -1,0 +1,46 @@
+"""Two `rnic` cores on a lossy wire: the Reliability Engine end to end (tb/cocotb_lossy.py)."""
+import pytest
+
+from sim.pair import RnicPair
+from sim.runner import run_cocotb
+from tb.test_two_rnic import CONFIGS
+
+DIRECTED = ["lost_request_default_us", "lost_ack", "go_back_n_mid_message",
+            "rnr_then_late_recv", "rnr_exhausted", "retry_exhausted_cut", "remote_naks"]
+
+
+def _run(cfg, simulator, tests, name, env=None):  # noqa: D103
+    c = CONFIGS[cfg]
+    run_cocotb("pair", lambda: RnicPair(c), toplevel="rnic_pair", params=c.as_dict(),
+               test_module="tb.cocotb_lossy", testcase=tests, simulator=simulator,
+               test_name=name, extra_env=env)
+
+
+@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+def test_lossy_directed(simulator):
+    """Lost request (default US_CYCLES), lost ACK, go-back-N mid-message, RNR then a late
+    post_recv, RNR exhaustion, retry exhaustion on a cut link, NAK 0x61/0x62/0x63."""
+    _run("w64", simulator, DIRECTED, f"lossy-w64-{simulator}")
+
+
+@pytest.mark.parametrize("cfg", list(CONFIGS))
+def test_lossy_random(cfg):
+    """A few hundred random messages both ways, 3 % of frames each dropped, duplicated,
+    reordered and corrupted (Verilator; the same build as test_two_rnic)."""
+    _run(cfg, "verilator", ["lossy_random"], f"lossy-random-{cfg}",
+         {"LOSSY_MESSAGES": "300", "LOSSY_SEED": "5" if cfg == "w64" else "6"})
+
+
+@pytest.mark.full
+def test_lossy_random_icarus():
+    """30 messages at 5 % of each fault on Icarus (~90 s of simulation)."""
+    _run("w64", "icarus", ["lossy_random"], "lossy-random-icarus",
+         {"LOSSY_MESSAGES": "30", "LOSSY_SEED": "9", "LOSSY_P": "0.05"})
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize("cfg", list(CONFIGS))
+def test_lossy_soak(cfg):
+    """10,000 random messages on a lossy wire (make soak)."""
+    _run(cfg, "verilator", ["lossy_random"], f"lossy-soak-{cfg}",
+         {"LOSSY_MESSAGES": "10000", "LOSSY_SEED": "13", "LOSSY_MAX_LEN": "2000"})
