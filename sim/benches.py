@@ -8,10 +8,11 @@ __all__ = ["cocotb_bench"]
 
 
 def cocotb_bench(name, factory, *, test_module, testcase, params, extra_env=None,
-                 toplevel="dut"):
-    """Register a cocotb benchmark under ``name``."""
+                 toplevel="dut", build=None):
+    """Register a cocotb benchmark under ``name``; ``build`` names a test's build to share
+    (same factory and params) instead of a build of its own."""
     def run(simulator, out_path):
-        run_cocotb(f"bench-{name}", factory, test_module=test_module, testcase=testcase,
+        run_cocotb(build or f"bench-{name}", factory, test_module=test_module, testcase=testcase,
                    params=params, toplevel=toplevel, simulator=simulator,
                    extra_env={**(extra_env or {}), BENCH_ENV: str(out_path)},
                    test_name=f"bench-{simulator}")
@@ -32,18 +33,49 @@ def _register():
         from tb.test_psn_check import PsnBench
         return flat_top(PsnBench(w))
 
-    def exe_factory(w):
+    def exe_factory(w, prefetch=4):
         from tb.test_axi_master import flat_top_axi
         from tb.test_execute import ExecuteBench
-        return flat_top_axi(ExecuteBench(w))
+        return flat_top_axi(ExecuteBench(w, prefetch))
 
     for w in (64, 512):
         cocotb_bench(f"psn_check-w{w}", lambda w=w: psn_factory(w),
                      test_module="tb.cocotb_psn_check", testcase=["benchmark"],
-                     params={"width": w}, extra_env={"PSN_WIDTH": str(w)})
-        cocotb_bench(f"execute-w{w}", lambda w=w: exe_factory(w),
-                     test_module="tb.cocotb_execute", testcase=["bench"],
-                     params={"width": w}, extra_env={"EX_WIDTH": str(w), "EX_SEED": "11"})
+                     params={"width": w, "bench": 3}, extra_env={"PSN_WIDTH": str(w)})
+
+    # execute: zero-wait host memory and 100 cycles of read latency at every width; at W = 64
+    # and 512 also without the WQE prefetch (prefetch=0) for comparison
+    for w in (64, 128, 256, 512):
+        for pf in ((4, 0) if w in (64, 512) else (4,)):
+            for lat in ((100,) if pf == 0 else (0, 100)):
+                cocotb_bench(f"execute-w{w}-rd{lat}" + ("-noprefetch" if pf == 0 else ""),
+                             lambda w=w, pf=pf: exe_factory(w, pf),
+                             test_module="tb.cocotb_execute", testcase=["bench"],
+                             params={"width": w, "prefetch": pf},
+                             extra_env={"EX_WIDTH": str(w), "EX_SEED": "11",
+                                        "EX_PREFETCH": str(pf), "EX_RDLAT": str(lat)})
+
+    # two cores on one wire: goodput A -> B (shares the build of tb/test_two_rnic.py)
+    def pair_factory(w):
+        from sim.pair import RnicPair
+        from tb.test_two_rnic import CONFIGS
+        return RnicPair(CONFIGS[f"w{w}"])
+
+    for w in (64, 512):
+        from tb.test_two_rnic import CONFIGS
+        cocotb_bench(f"pair-w{w}", lambda w=w: pair_factory(w), test_module="tb.cocotb_two_rnic",
+                     testcase=["goodput"], params=CONFIGS[f"w{w}"].as_dict(),
+                     toplevel="rnic_pair", build="pair")
 
 
 _register()
+
+
+def _register_top():
+    from .bench_top import top_bench
+
+    for w in (64, 512):
+        top_bench(f"resp_top-w{w}", w, test_module="tb.cocotb_resp_bench", testcase=["bench"])
+
+
+_register_top()
