@@ -44,3 +44,26 @@ docs: setup
 
 clean:
 	rm -rf build
+
+# ---- issue 12: show it (traces, pictures, board build) -----------------------------------
+.PHONY: trace pictures bitstream board-test formats-doc
+
+# the responder scenarios on Icarus with the block trace on: timelines + SVGs into docs/,
+# waveforms (FST) and pcaps into build/trace/
+trace: setup
+	RNIC_WAVES=1 $(PYTEST) -n 0 -q tb/test_responder.py -k "test_responder_trace and icarus"
+	$(PY) -m sim.trace render build/trace/w64-icarus docs/trace --page docs/trace.md \
+	    send_9_steps send_with_immediate send_with_invalidate_then_stale_write
+
+pictures: trace
+
+# the ECPIX-5 85F bitstream of the board top (one core, block-RAM host memory, sequencer)
+bitstream: setup
+	PYTHONPATH=.:rtl $(PY) -m rnic.board.build --build-dir build/board
+
+board-test: setup
+	$(PYTEST) -n 0 -q tb/test_board.py
+
+# docs/host_memory_formats.md from the driver's encoders (sim/formats.py)
+formats-doc: setup
+	PYTHONPATH=.:rtl $(PY) -m sim.formats > docs/host_memory_formats.md

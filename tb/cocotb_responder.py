@@ -19,6 +19,7 @@ from sim.driver.regs import Regs
 from sim.driver.verbs import Access, Device, KeyType
 from sim.hostmem import HostMem
 from sim.packets import LOCAL_IP, LOCAL_MAC, REMOTE_IP, REMOTE_MAC, build_frame, decode_frame
+from sim.trace import Tracer
 
 QPN, DEST_QPN, PSN0 = 2, 0x11, 1000
 PD = 1
@@ -36,6 +37,14 @@ class TB:
                            max_latency=20 if bp else 0)
         self.regs = Regs(self.axil)
         self.dev = Device(self.regs, self.mem, base=0x1000_0000, size=1 << 24)
+        # the block trace (sim/trace.py): only with RNIC_TRACE=1
+        self.trace = Tracer.attach(dut)
+        self._sectioned = False
+
+    def section(self, title):
+        """Start a step list of the trace here (before the packet's post_recv, say)."""
+        self.trace.section(title)
+        self._sectioned = True
 
     async def start(self):
         self.dut.rst.value = 1
@@ -52,6 +61,9 @@ class TB:
 
     async def send(self, opcode, payload=b"", **kw):
         kw.setdefault("dqpn", QPN)
+        if not self._sectioned:
+            self.trace.section(f"{Op(opcode).name}, PSN {kw.get('psn', 0)}, {len(payload)} B")
+        self._sectioned = False
         await self.src.send(AxiStreamFrame(build_frame(opcode, payload, **kw)))
 
     async def recv_frame(self, timeout_us=200):
@@ -93,6 +105,7 @@ async def send_9_steps(dut):
     tb.mem.add_guard(buf - 64, 64)
     tb.mem.add_guard(buf + 4096, 64)
     await dev.reg_mr(0, key=0x1234, addr=buf, length=4096, pd=PD, access=Access.LOCAL_WRITE)
+    tb.section("The 9-step SEND: SEND_ONLY, PSN 1000, 100 B, AckReq")
     # step 1: the responder's application posts a receive WQE
     await dev.post_recv(tb.qp, 0xABC, [(buf, 4096, 0x1234)])
     # steps 4-6: SEND_ONLY, PSN as expected, RQ not empty
@@ -120,6 +133,7 @@ async def send_with_immediate(dut):
     dev = tb.dev
     buf = dev.alloc(256)
     await dev.reg_mr(1, key=0x5678, addr=buf, length=256, pd=PD, access=Access.LOCAL_WRITE)
+    tb.section("SEND with immediate: SEND_ONLY_WITH_IMMEDIATE, PSN 1000, 10 B, ImmDt 0xDEADBEEF")
     await dev.post_recv(tb.qp, 77, [(buf, 256, 0x5678)])
     payload = b"0123456789"
     await tb.send(Op.SEND_ONLY_WITH_IMMEDIATE, payload, psn=PSN0, ackreq=1, imm=0xDEADBEEF)
@@ -153,6 +167,7 @@ async def send_with_invalidate_then_stale_write(dut):
     tb.expect_ack(await tb.recv_frame(), PSN0, 1)
     assert dev.read(lent, 32) == b"W" * 32
     # SEND with Invalidate naming 0x2A04
+    tb.section("SEND with Invalidate: SEND_ONLY_WITH_INVALIDATE, PSN 1001, IETH rkey 0x2A04")
     await tb.send(Op.SEND_ONLY_WITH_INVALIDATE, b"done", psn=PSN0 + 1, ackreq=1, ieth=0x2A04)
     tb.expect_ack(await tb.recv_frame(), PSN0 + 1, 2)
     (cqe,) = await tb.wait_cqes(1)
@@ -162,6 +177,7 @@ async def send_with_invalidate_then_stale_write(dut):
     assert dev.read(rbuf, 4) == b"done"
     assert (await dev.query_key(3))["valid"] == 0
     # the stale WRITE
+    tb.section("The stale WRITE: RDMA_WRITE_ONLY, PSN 1002, rkey 0x2A04 (revoked)")
     await tb.send(Op.RDMA_WRITE_ONLY, b"X" * 32, psn=PSN0 + 2, ackreq=1,
                   reth={"va": lent, "rkey": 0x2A04, "dmalen": 32})
     tb.expect_ack(await tb.recv_frame(), PSN0 + 2, 2, syndrome=0x62)
