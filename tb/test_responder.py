@@ -69,10 +69,13 @@ def test_responder_trace(simulator):
     first = {}
     for s in steps(sec):
         first.setdefault(s["key"], s["first"])
-    order = ["rq_db", "rx_in", "rx_meta", "psn_exe", "rq_rd", "rq_data", "wr_data",
-             "complete", "cqe_data"]
-    assert all(k in first for k in order + ["key_req", "key_resp", "ack_build", "tx_out"]), first
+    order = ["rx_in", "rx_meta", "psn_exe", "wr_data", "complete", "cqe_data"]
+    assert all(k in first for k in order + ["rq_db", "rq_rd", "rq_data", "key_req", "key_resp",
+                                            "ack_build", "tx_out"]), first
     assert [first[k] for k in order] == sorted(first[k] for k in order), first
+    # WQE prefetch: the receive WQE is read on its doorbell, ahead of the frame
+    assert first["rq_db"] < first["rq_rd"] < first["rq_data"] < first["wr_data"], first
+    assert first["rq_rd"] < first["rx_meta"], first
     assert first["rq_data"] < first["key_req"] < first["key_resp"] < first["wr_data"], first
     assert first["psn_exe"] < first["ack_build"] <= first["tx_out"], first
     _, secs = load(d / "send_with_invalidate_then_stale_write.jsonl")
