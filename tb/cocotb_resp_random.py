@@ -47,7 +47,8 @@ from sim.driver.regs import Regs
 from sim.driver.verbs import Access, Device, QpState
 from sim.hostmem import HostMem
 from sim.models.keys import FAST_REG_MR, MR, set_args
-from sim.models.responder import Frame, TeeMem, TopResponderModel, coalesced_match
+from sim.models.psn import table_match
+from sim.models.responder import Frame, TeeMem, TopResponderModel
 from sim.packets import LOCAL_IP, LOCAL_MAC, REMOTE_IP, REMOTE_MAC, build_frame, decode_frame
 
 M24 = 0xFFFFFF
@@ -110,12 +111,15 @@ def _fmt(frames):
 
 
 def _qp_diff(expected, got):
-    """The QPs whose responses differ (coalescing allowed), with both lists."""
+    """The QPs whose responses differ, with both lists. Per QP the frames must be what PSN
+    Check's pending-response table can send for the decided responses (``table_match``: an ACK
+    may be replaced by a newer ACK, a NAK by a newer NAK of the same QP while they wait for the
+    transmit side; the last of each is sent; order kept)."""
     out = []
     for qpn in sorted({f.qpn for f in expected} | {f.qpn for f in got}):
         e = [f for f in expected if f.qpn == qpn]
         g = [f for f in got if f.qpn == qpn]
-        if not coalesced_match(e, g):
+        if not table_match(e, g):
             out.append(f"QP {qpn}: got {_fmt(g)}\n   expected {_fmt(e)}")
     return "responses differ: " + "\n ".join(out) + "\n " if out else ""
 
