@@ -1,19 +1,15 @@
 """Two `rnic` cores on a lossy wire: the Reliability Engine end to end (tb/cocotb_lossy.py)."""
 import pytest
 
-from sim.pair import RnicPair
-from sim.runner import run_cocotb
-from tb.test_two_rnic import CONFIGS
+from tb.test_two_rnic import CONFIGS, _run as _run_pair
 
 DIRECTED = ["lost_request_default_us", "lost_ack", "go_back_n_mid_message",
             "rnr_then_late_recv", "rnr_exhausted", "retry_exhausted_cut", "remote_naks"]
 
 
-def _run(cfg, simulator, tests, name, env=None):  # noqa: D103
-    c = CONFIGS[cfg]
-    run_cocotb("pair", lambda: RnicPair(c), toplevel="rnic_pair", params=c.as_dict(),
-               test_module="tb.cocotb_lossy", testcase=tests, simulator=simulator,
-               test_name=name, extra_env=env)
+def _run(cfg, simulator, tests, name, env=None):
+    """The lossy-wire tests on the two-core build of tb/test_two_rnic.py (shared)."""
+    _run_pair(cfg, simulator, tests, name, env, module="tb.cocotb_lossy")
 
 
 @pytest.mark.parametrize("simulator", ["icarus", "verilator"])
