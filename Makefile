@@ -64,6 +64,6 @@ bitstream: setup
 board-test: setup
 	$(PYTEST) -n 0 -q tb/test_board.py
 
-# docs/host_memory_formats.md from the driver's encoders (sim/formats.py)
+# docs/host_memory_formats.md from the format table the hardware uses (rtl/rnic/formats.py)
 formats-doc: setup
 	PYTHONPATH=.:rtl $(PY) -m sim.formats > docs/host_memory_formats.md

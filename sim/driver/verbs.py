@@ -20,15 +20,19 @@ import enum
 import struct
 from dataclasses import dataclass, field
 
+from rnic.formats import (CQE_BYTES, CQE_FORMAT, RECV_MAX_SGE, RECV_WQE_BYTES, RECV_WQE_FORMAT,
+                          SEND_MAX_SGE, SEND_SIGNALED, SEND_SOLICITED, SEND_WQE_BYTES,
+                          SEND_WQE_FORMAT)
 from rnic.ifaces import CmdOp
 from .regs import CmdError, Regs, ip_to_reg, mac_to_regs
 
 __all__ = ["Device", "QpState", "Access", "KeyType", "Qp", "Cq", "Cqe", "Event",
            "RECV_WQE_SIZE", "SEND_WQE_SIZE", "CQE_SIZE", "SendOp"]
 
-RECV_WQE_SIZE = 64
-SEND_WQE_SIZE = 64
-CQE_SIZE = 32
+# the host-memory formats (interface.md §5) are rnic.formats' tables, shared with the hardware
+RECV_WQE_SIZE = RECV_WQE_BYTES
+SEND_WQE_SIZE = SEND_WQE_BYTES
+CQE_SIZE = CQE_BYTES
 
 
 class QpState(enum.IntEnum):
@@ -118,10 +122,9 @@ class Cqe:
 
     @classmethod
     def decode(cls, raw):
-        wr_id, byte_len = struct.unpack_from("<QI", raw, 0)
-        qpn = struct.unpack_from("<I", raw, 16)[0] & 0xFFFFFF
-        return cls(wr_id, byte_len, bytes(raw[12:16]), qpn, raw[20], raw[21], raw[22],
-                   raw[31] & 1)
+        f = CQE_FORMAT.unpack(raw)
+        return cls(f["wr_id"], f["byte_len"], f["imm_or_rkey"].to_bytes(4, "little"), f["qpn"],
+                   f["status"], f["opcode"], f["flags"], f["phase"])
 
     @property
     def imm(self):
@@ -294,13 +297,10 @@ class Device:
     # ---- work requests -----------------------------------------------------------------------
     async def post_recv(self, qp, wr_id, sges, *, doorbell=True):
         """Write a receive WQE (interface.md §5.1) at the RQ producer index and ring RQ_DB."""
-        if len(sges) > 3:
-            raise ValueError("a receive WQE holds at most 3 SGEs")
-        raw = bytearray(RECV_WQE_SIZE)
-        struct.pack_into("<QI", raw, 0, wr_id, len(sges))
-        for k, (addr, length, lkey) in enumerate(sges):
-            struct.pack_into("<QII", raw, 16 + 16 * k, addr, length, lkey)
-        return await self.post_recv_raw(qp, bytes(raw), doorbell=doorbell)
+        if len(sges) > RECV_MAX_SGE:
+            raise ValueError(f"a receive WQE holds at most {RECV_MAX_SGE} SGEs")
+        raw = RECV_WQE_FORMAT.pack(wr_id=wr_id, num_sge=len(sges), sge=sges)
+        return await self.post_recv_raw(qp, raw, doorbell=doorbell)
 
     async def post_recv_raw(self, qp, raw, *, doorbell=True):
         slot = qp.rq_producer % (1 << qp.rq_log2)
@@ -313,16 +313,14 @@ class Device:
     async def post_send(self, qp, wr_id, op, sges, *, signaled=True, solicited=False,
                         imm=b"\0\0\0\0", inv_rkey=0, remote_addr=0, rkey=0, doorbell=True):
         """Write a send WQE (interface.md §5.2) at the SQ producer index and ring SQ_DB."""
-        raw = bytearray(SEND_WQE_SIZE)
-        struct.pack_into("<QBBB", raw, 0, wr_id, int(op),
-                         (1 if signaled else 0) | (2 if solicited else 0), len(sges))
-        if op == SendOp.SEND_WITH_INV:
-            struct.pack_into("<I", raw, 12, inv_rkey)
-        else:
-            raw[12:16] = bytes(imm)
-        struct.pack_into("<QI", raw, 16, remote_addr, rkey)
-        for k, (addr, length, lkey) in enumerate(sges):
-            struct.pack_into("<QII", raw, 32 + 16 * k, addr, length, lkey)
+        if len(sges) > SEND_MAX_SGE:
+            raise ValueError(f"a send WQE holds at most {SEND_MAX_SGE} SGEs")
+        raw = SEND_WQE_FORMAT.pack(
+            wr_id=wr_id, opcode=int(op), num_sge=len(sges), sge=sges,
+            flags=(SEND_SIGNALED if signaled else 0) | (SEND_SOLICITED if solicited else 0),
+            # the rkey to invalidate as an integer; the immediate as its wire bytes
+            imm_or_inv_rkey=inv_rkey if op == SendOp.SEND_WITH_INV else bytes(imm),
+            remote_addr=remote_addr, rkey=rkey)
         slot = qp.sq_producer % (1 << qp.sq_log2)
         self.write(qp.sq_base + SEND_WQE_SIZE * slot, raw)
         qp.sq_producer = (qp.sq_producer + 1) & 0xFFFF

@@ -41,10 +41,12 @@ OKAY → ``stat`` bit 14 (completions written) and, if the arm matched, event 1 
 non-OKAY → event 4 (host-memory fault, number = QPN of the CQE) and one ``fault`` {qpn} transfer
 so that the QP's owner moves that QP to ERROR; no count and no event 1 then.
 
-CQE layout (little-endian): 0–7 wr_id; 8–11 byte_len; 12–15 the immediate in wire byte order
-(WITH_IMM) or the invalidated rkey little-endian; 16–19 QPN[23:0]; 20 status; 21 opcode;
-22 flags; 23–30 zero; 31 bit 0 phase. On an error CQE (status ≠ 0) byte_len, bytes 12–15 and
-flags are written as 0 (only wr_id, QPN, status and opcode are valid).
+CQE layout: :data:`rnic.formats.Cqe`, the table of interface.md §5.4 the driver and the docs
+use too (0–7 wr_id; 8–11 byte_len; 12–15 the immediate in wire byte order (WITH_IMM) or the
+invalidated rkey little-endian; 16–19 QPN[23:0]; 20 status; 21 opcode; 22 flags; 23–30 zero;
+31 bit 0 phase). The entry is a signal of that layout, every field assigned by name and every
+other bit 0. On an error CQE (status ≠ 0) byte_len, bytes 12–15 and flags are written as 0
+(only wr_id, QPN, status and opcode are valid).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -53,6 +55,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from ..formats import CQE_BYTES, CQE_WITH_IMM, CQE_WITH_INVALIDATE
+from ..formats import Cqe as cqe_entry_layout
 from ..ifaces import NUM_COUNTERS, CmdOp, CommandSignature, Counter, EventType, Result
 from ..ifaces import event_layout
 from ..stream import Queue, check_width
@@ -60,9 +64,8 @@ from .axi_master import WriteClientSignature
 
 __all__ = ["CqeGen", "cqe_layout", "WITH_IMM", "WITH_INVALIDATE", "CQE_BYTES"]
 
-CQE_BYTES = 32
-WITH_IMM = 0x02
-WITH_INVALIDATE = 0x04
+WITH_IMM = CQE_WITH_IMM
+WITH_INVALIDATE = CQE_WITH_INVALIDATE
 
 #: One completion as a client submits it.
 #: ``imm_or_rkey``: with ``flags & WITH_IMM`` the immediate as an integer whose bits [31:24] are
@@ -217,16 +220,19 @@ class CqeGen(wiring.Component):
                            c.imm_or_rkey[8:16], c.imm_or_rkey[0:8]),
                        c.imm_or_rkey)),
         ]
-        cqe = Signal(256)
-        m.d.comb += cqe.eq(Cat(
-            c.wr_id,
-            Mux(err, 0, c.byte_len),
-            Mux(err, 0, imm),
-            c.qpn, Const(0, 8),
-            c.status, c.opcode, Mux(err, 0, c.flags),
-            Const(0, 64),
-            phase, Const(0, 7),
-        ))
+        entry = Signal(cqe_entry_layout, name="cqe")    # the 32-byte entry; other bits are 0
+        m.d.comb += [
+            entry.wr_id.eq(c.wr_id),
+            entry.byte_len.eq(Mux(err, 0, c.byte_len)),
+            entry.imm_or_rkey.eq(Mux(err, 0, imm)),
+            entry.qpn.eq(c.qpn),
+            entry.status.eq(c.status),
+            entry.opcode.eq(c.opcode),
+            entry.flags.eq(Mux(err, 0, c.flags)),
+            entry.phase.eq(phase),
+        ]
+        cqe = entry.as_value()                # its bits, byte i = bits 8·i..8·i+7
+        assert len(cqe) == 8 * CQE_BYTES
         nbeats = max(1, 256 // W)
         beat = Signal(range(nbeats + 1))
         tag = Signal(8)
