@@ -38,7 +38,7 @@ def _register():
         from tb.test_execute import ExecuteBench
         return flat_top_axi(ExecuteBench(w, prefetch))
 
-    for w in (64, 512):
+    for w in (64, 128, 256, 512):
         cocotb_bench(f"psn_check-w{w}", lambda w=w: psn_factory(w),
                      test_module="tb.cocotb_psn_check", testcase=["benchmark"],
                      params={"width": w, "bench": 3}, extra_env={"PSN_WIDTH": str(w)})
@@ -55,16 +55,19 @@ def _register():
                              extra_env={"EX_WIDTH": str(w), "EX_SEED": "11",
                                         "EX_PREFETCH": str(pf), "EX_RDLAT": str(lat)})
 
-    # two cores on one wire: goodput A -> B (shares the build of tb/test_two_rnic.py)
+    # two cores on one wire: goodput A -> B at every width (W = 64 and 512 share the build of
+    # tb/test_two_rnic.py; 128 and 256 use the same configuration at their width)
+    def pair_config(w):
+        from rnic.params import RnicConfig
+        return RnicConfig(data_width=w, num_qp=16, num_cq=4, key_entries=16)
+
     def pair_factory(w):
         from sim.pair import RnicPair
-        from tb.test_two_rnic import CONFIGS
-        return RnicPair(CONFIGS[f"w{w}"])
+        return RnicPair(pair_config(w))
 
-    for w in (64, 512):
-        from tb.test_two_rnic import CONFIGS
+    for w in (64, 128, 256, 512):
         cocotb_bench(f"pair-w{w}", lambda w=w: pair_factory(w), test_module="tb.cocotb_two_rnic",
-                     testcase=["goodput"], params=CONFIGS[f"w{w}"].as_dict(),
+                     testcase=["goodput"], params=pair_config(w).as_dict(),
                      toplevel="rnic_pair", build="pair")
 
 
@@ -74,7 +77,7 @@ _register()
 def _register_top():
     from .bench_top import top_bench
 
-    for w in (64, 512):
+    for w in (64, 128, 256, 512):
         top_bench(f"resp_top-w{w}", w, test_module="tb.cocotb_resp_bench", testcase=["bench"])
 
 
