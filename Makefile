@@ -48,12 +48,19 @@ clean:
 # ---- issue 12: show it (traces, pictures, board build) -----------------------------------
 .PHONY: trace pictures bitstream board-test formats-doc
 
-# the responder scenarios on Icarus with the block trace on: timelines + SVGs into docs/,
-# waveforms (FST) and pcaps into build/trace/
+# the block trace on: the two-core scenarios (requester A, responder B) on Icarus and Verilator,
+# compared step by step, and the responder scenarios on Icarus; timelines, SVGs and WaveDrom
+# into docs/trace.md and docs/trace/, events, waveforms (FST) and pcaps into build/trace/
+PAIR_TRACED := send_13_steps send_with_immediate send_with_invalidate rdma_write \
+               rdma_write_with_imm zero_length_send
 trace: setup
 	RNIC_WAVES=1 $(PYTEST) -n 0 -q tb/test_responder.py -k "test_responder_trace and icarus"
-	$(PY) -m sim.trace render build/trace/w64-icarus docs/trace --page docs/trace.md \
-	    send_9_steps send_with_immediate send_with_invalidate_then_stale_write
+	RNIC_TRACE=1 RNIC_WAVES=1 $(PYTEST) -n 0 -q tb/test_two_rnic.py -k "directed and w64"
+	$(PY) -m sim.trace compare build/trace/pair-w64-icarus build/trace/pair-w64-verilator \
+	    $(PAIR_TRACED)
+	$(PY) -m sim.trace page docs/trace docs/trace.md \
+	    build/trace/pair-w64-icarus:send_13_steps,send_with_immediate,send_with_invalidate \
+	    build/trace/w64-icarus:send_9_steps,send_with_immediate,send_with_invalidate_then_stale_write
 
 pictures: trace
 

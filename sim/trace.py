@@ -1,27 +1,35 @@
-"""Where a packet is, cycle by cycle: a block trace of the ``rnic`` top for cocotb tests.
+"""Where a packet is, cycle by cycle: a block trace of ``rnic`` cores for cocotb tests.
 
 While a test runs, :class:`Tracer` samples the handshakes between the blocks *inside* the core
 through the simulator's hierarchy (``dut.psn_check.meta__valid`` …; no port is added to ``rnic``;
 Icarus sees every net, Verilator sees them because the cocotb runner builds with
 ``--public-flat-rw``). Each probe is a ``valid``/``ready`` pair named by the instance and port names
-Amaranth gives the generated Verilog; a probe whose handles are absent (a block not wired in this
-version of the top) is skipped, so the requester's probes light up once the requester is in the
-top. Every cycle in which a probe's valid and ready are both high is one event.
+Amaranth gives the generated Verilog; a probe whose handles are absent (a block renamed or not
+wired in this version of the top) is skipped and listed as ``missing`` in the trace's header.
+Every cycle in which a probe's valid and ready are both high is one event.
 
 Use from a test bench::
 
     tr = Tracer.attach(dut)            # no-op unless RNIC_TRACE=1
     tr.section("SEND_ONLY, PSN 1000")  # starts a new step list (e.g. before post_recv)
     ...
+    tr.end()                           # optional: later events belong to no step list
 
-Events go to ``build/trace/<label>/<test>.jsonl`` as they happen (``RNIC_TRACE_DIR`` overrides
-the directory), the frames seen on ``s_axis_rx`` and ``m_axis_tx`` to ``<test>.pcap``
-(timestamps: cycle number as microseconds).
+Several cores in one simulation (``sim.pair.RnicPair``: instances ``a`` and ``b``, ports
+``a_…``/``b_…``): ``Tracer.attach(dut, cores={"A": "a", "B": "b"})`` traces both, and every
+step names its core.
 
-``python -m sim.trace render SRC_DIR OUT_DIR`` turns every ``.jsonl`` under ``SRC_DIR`` into a
-step list (printed, and written as ``.txt``) and an SVG timeline; ``python -m sim.trace show
-FILE.jsonl`` prints one. The step lists read like the book's: one line per block a packet
-passed, in order, with its cycle relative to the first beat of the section.
+Events go to ``build/trace/<label>/<test>.jsonl`` as they happen (``<label>`` =
+``w<W>-<simulator>``, ``pair-w<W>-<simulator>`` for two cores; ``RNIC_TRACE_DIR`` overrides
+``build/trace``), the frames seen on ``s_axis_rx`` and ``m_axis_tx`` (with two cores: the frames
+each core sent) to ``<test>.pcap`` (timestamps: cycle number as microseconds).
+
+``python -m sim.trace show FILE.jsonl`` prints the step lists of a recorded test; ``render`` and
+``page`` turn recorded tests into step lists (``.txt``), SVG timelines, WaveDrom JSON and a
+Markdown page (``make trace``: ``docs/trace.md``); ``compare DIR1 DIR2 TEST…`` checks that two
+runs (Icarus and Verilator) went through the same steps at the same cycles. The step lists read
+like the book's: one line per block a packet passed, in order, with its cycle relative to the
+first event of the section.
 """
 
 import json
@@ -30,7 +38,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Tracer", "PROBES", "load", "steps", "timeline_text", "render_svg", "main"]
+__all__ = ["Tracer", "PROBES", "load", "steps", "timeline_text", "render_svg", "render",
+           "compare", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,16 +64,21 @@ PROBES = [
     # ---- requester (present once the requester is wired into the top) ----------------------
     _p("sq_db", "Send Queue", "SQ doorbell taken: the requester sees the posted send WQE",
        "requester.sq_db__valid", "requester.sq_db__ready", "requester"),
+    _p("sq_ctx", "WQE fetch", "QP context read for the requester",
+       "requester.ctx_req__valid", "requester.ctx_req__ready", "requester"),
     _p("wqe_rd", "WQE fetch", "send WQE read issued to host memory",
        "host_memory.read_1__req__valid", "host_memory.read_1__req__ready", "requester"),
     _p("wqe_data", "WQE fetch", "send WQE back from host memory",
        "requester.wqe_rd__resp__valid", "requester.wqe_rd__resp__ready", "requester"),
     _p("gather_key", "Key Cache", "lkey of the source buffer looked up",
        "requester.lookup__req__valid", "requester.lookup__req__ready", "requester"),
+    _p("gather_key_resp", "Key Cache", "lkey answer back",
+       "requester.lookup__resp__valid", "requester.lookup__resp__ready", "requester"),
     _p("gather", "Gather Path", "payload read issued to host memory",
        "host_memory.read_2__req__valid", "host_memory.read_2__req__ready", "requester"),
     _p("gather_data", "Gather Path", "payload beats back from host memory",
-       "requester.rd__resp__valid", ("requester.data_rd__resp__ready", "requester.rd__resp__ready"),
+       ("requester.data_rd__resp__valid", "requester.rd__resp__valid"),
+       ("requester.data_rd__resp__ready", "requester.rd__resp__ready"),
        "requester"),
     _p("tx_build", "TX Packet Build", "request frame leaves TX Packet Build",
        "requester.tx__valid", "requester.tx__ready", "requester"),
@@ -81,6 +95,8 @@ PROBES = [
        "requester.ack__valid", "requester.ack__ready", "requester"),
     _p("retire", "Replay Buffer", "WQE retired: send completion handed on",
        "requester.cpl__valid", "requester.cpl__ready", "requester"),
+    _p("send_cqe", "CQE Generation", "send completion handed to CQE Generation",
+       "req_context.cqe__valid", "req_context.cqe__ready", "requester"),
     # ---- responder ----------------------------------------------------------------------------
     _p("psn_exe", "PSN Check", "PSN, opcode and access judged: command to execute",
        "execute.exe__valid", "execute.exe__ready"),
@@ -129,9 +145,19 @@ def _lookup(dut, path):
         return None
 
 
-def _first(dut, paths):
+def _resolve(dut, core, path):
+    """A probe path of one core: ``block.signal`` inside the core's instance (``dut`` itself for
+    a single ``rnic`` top, ``dut.<inst>`` for a core of a wrapper such as ``RnicPair``), a
+    top-level port name (no dot) as the wrapper brings it out (``<prefix>s_axis_rx_tvalid``)."""
+    inst, prefix = core
+    if "." in path:
+        return _lookup(dut, path if inst is None else f"{inst}.{path}")
+    return _lookup(dut, prefix + path)
+
+
+def _first(dut, paths, core=(None, "")):
     for p in paths:
-        h = _lookup(dut, p)
+        h = _resolve(dut, core, p)
         if h is not None:
             return h
     return None
@@ -140,8 +166,12 @@ def _first(dut, paths):
 class _Null:
     """The tracer when tracing is off: every call does nothing."""
     enabled = False
+    missing = ()
 
     def section(self, *a, **k):
+        pass
+
+    def end(self, *a, **k):
         pass
 
     def note(self, *a, **k):
@@ -149,42 +179,63 @@ class _Null:
 
 
 class Tracer:
-    """Samples every probe at each falling edge of ``dut.clk`` (values settle before it)."""
+    """Samples every probe at each falling edge of ``dut.clk`` (values settle before it).
+
+    ``cores`` names the cores to trace: ``None`` for a single ``rnic`` top; for a wrapper holding
+    several, ``{"A": "a", "B": "b"}`` maps the label printed in the step lists to the instance
+    name, whose ports the wrapper brings out prefixed ``<instance>_`` (``sim.pair.RnicPair``).
+    Every event then carries its core's label."""
 
     enabled = True
 
     @classmethod
-    def attach(cls, dut, *, test=None, out_dir=None, force=False):
+    def attach(cls, dut, *, test=None, out_dir=None, force=False, cores=None):
         if not force and os.environ.get("RNIC_TRACE", "0") != "1":
             return _Null()
-        return cls(dut, test=test, out_dir=out_dir)
+        return cls(dut, test=test, out_dir=out_dir, cores=cores)
 
-    def __init__(self, dut, *, test=None, out_dir=None):
+    def __init__(self, dut, *, test=None, out_dir=None, cores=None):
         import cocotb
         self.dut = dut
         self.test = test or _current_test() or "test"
         self.sim = (getattr(cocotb, "SIM_NAME", "") or "sim").split()[0].lower()
-        self.width = len(dut.s_axis_rx_tdata)
+        if cores:
+            self.cores = {lab: (inst, f"{inst}_") for lab, inst in cores.items()}
+        else:
+            self.cores = {"": (None, "")}
+        first_prefix = next(iter(self.cores.values()))[1]
+        self.width = len(getattr(dut, f"{first_prefix}s_axis_rx_tdata"))
         label = f"w{self.width}-{self.sim}"
+        if cores:
+            label = "pair-" + label if len(cores) == 2 else f"{len(cores)}cores-{label}"
         d = Path(out_dir or os.environ.get("RNIC_TRACE_DIR") or ROOT / "build" / "trace") / label
         d.mkdir(parents=True, exist_ok=True)
         self.path = d / f"{self.test}.jsonl"
         self.pcap_path = d / f"{self.test}.pcap"
         self.cycle = 0
+        self._edge_ns = 0
         self.live, self.missing = [], []
-        for p in PROBES:
-            v, r = _first(dut, p.valid), _first(dut, p.ready)
-            if v is None or r is None:
-                self.missing.append(p.key)
-            else:
-                self.live.append((p, v, r))
-        self._meta_payload = _lookup(dut, "psn_check.meta__payload")
-        self._rx = [[], dut.s_axis_rx_tdata, dut.s_axis_rx_tkeep, dut.s_axis_rx_tlast]
-        self._tx = [[], dut.m_axis_tx_tdata, dut.m_axis_tx_tkeep, dut.m_axis_tx_tlast]
+        self._meta_payload, self._streams = {}, {}
+        for lab, core in self.cores.items():
+            for p in PROBES:
+                v, r = _first(dut, p.valid, core), _first(dut, p.ready, core)
+                if v is None or r is None:
+                    self.missing.append(f"{lab}.{p.key}" if lab else p.key)
+                else:
+                    self.live.append((lab, p, v, r))
+            self._meta_payload[lab] = _resolve(dut, core, "psn_check.meta__payload")
+            pre = core[1]
+            for key, port in (("rx_in", "s_axis_rx"), ("tx_out", "m_axis_tx")):
+                self._streams[(lab, key)] = [[], getattr(dut, f"{pre}{port}_tdata"),
+                                             getattr(dut, f"{pre}{port}_tkeep"),
+                                             getattr(dut, f"{pre}{port}_tlast")]
         self.frames = []            # (cycle, direction, bytes)
         self._f = open(self.path, "w")
         self._write({"type": "header", "test": self.test, "sim": self.sim, "width": self.width,
-                     "probes": [p.key for p, _, _ in self.live], "missing": self.missing})
+                     "cores": [c for c in self.cores if c],
+                     "probes": sorted({p.key for _, p, _, _ in self.live},
+                                      key=lambda k: PROBES.index(BY_KEY[k])),
+                     "missing": self.missing})
         self._task = cocotb.start_soon(self._run())
 
     # ---- recording ----------------------------------------------------------------------------
@@ -194,7 +245,17 @@ class Tracer:
 
     def section(self, title):
         """Start a new step list (a packet, or a scenario step of the book)."""
-        self._write({"type": "section", "cycle": self.cycle, "title": title})
+        # "ns": the time of the falling edge that ended cycle ``cycle`` (find it in the waves)
+        self._write({"type": "section", "cycle": self.cycle, "title": title,
+                     "ns": self._edge_ns})
+
+    def _now_ns(self):
+        from cocotb.utils import get_sim_time
+        return int(get_sim_time("ns"))
+
+    def end(self):
+        """Close the current step list: later events belong to no step list."""
+        self._write({"type": "section", "cycle": self.cycle, "title": "(end)"})
 
     def note(self, text):
         self._write({"type": "note", "cycle": self.cycle, "text": text})
@@ -207,8 +268,10 @@ class Tracer:
         if int(last.value):
             frame = b"".join(buf)
             buf.clear()
-            self.frames.append((self.cycle, key, frame))
-            self._write_pcap()
+            # with several cores every frame is one core's tx and another's rx: keep it once
+            if len(self.cores) == 1 or key == "tx_out":
+                self.frames.append((self.cycle, key, frame))
+                self._write_pcap()
             return frame
         return None
 
@@ -224,23 +287,24 @@ class Tracer:
         except Exception as e:            # noqa: BLE001 — a pcap is a by-product
             self.note(f"pcap not written: {e}")
 
-    def _detail(self, key, frame=None):
+    def _detail(self, lab, key, frame=None):
         try:
-            if key == "rx_meta" and self._meta_payload is not None:
+            mp = self._meta_payload.get(lab)
+            if key == "rx_meta" and mp is not None:
                 from rnic.ifaces import rx_meta_layout
                 from rnic.opcodes import Op
                 from sim.wrap import unpack
-                m = unpack(rx_meta_layout, int(self._meta_payload.value))
+                m = unpack(rx_meta_layout, int(mp.value))
                 name = Op(m["opcode"]).name if m["opcode"] in Op._value2member_map_ else \
                     hex(m["opcode"])
-                return f"{name} PSN {m['psn']} QP {m['dqpn']}"
+                return f"{name} PSN {_psn(m['psn'])} QP {m['dqpn']}"
             if frame is not None:
                 from rnic.opcodes import Op
                 from sim.packets import decode_frame
                 f = decode_frame(frame)
                 op = f["bth"]["opcode"]
                 name = Op(op).name if op in Op._value2member_map_ else hex(op)
-                s = f"{name} PSN {f['bth']['psn']}"
+                s = f"{name} PSN {_psn(f['bth']['psn'])}"
                 if "aeth" in f and f["aeth"]:
                     s += f" syndrome 0x{f['aeth']['syndrome']:02X} MSN {f['aeth']['msn']}"
                 return s + f", {len(frame)} B"
@@ -255,18 +319,29 @@ class Tracer:
         while True:
             await fe
             self.cycle += 1
-            for p, v, r in live:
+            t = self._now_ns()
+            if self.cycle == 2:          # the clock period, to find a step in the waveform
+                self._write({"type": "clock", "period_ns": t - self._edge_ns})
+            self._edge_ns = t
+            for lab, p, v, r in live:
                 if int(v.value) and int(r.value):
                     frame = None
-                    if p.key == "rx_in":
-                        frame = self._beat(self._rx, "rx")
-                    elif p.key == "tx_out":
-                        frame = self._beat(self._tx, "tx")
+                    if p.key in ("rx_in", "tx_out"):
+                        frame = self._beat(self._streams[(lab, p.key)], p.key)
                     rec = {"type": "ev", "cycle": self.cycle, "key": p.key}
-                    det = self._detail(p.key, frame)
+                    if frame is not None:
+                        rec["eof"] = 1          # a frame's last beat: its step ends here
+                    if lab:
+                        rec["core"] = lab
+                    det = self._detail(lab, p.key, frame)
                     if det:
                         rec["detail"] = det
                     self._write(rec)
+
+
+def _psn(v):
+    """PSNs as the book writes them (decimal), near the 24-bit wrap in hex (0xFFFFF0)."""
+    return f"0x{v:06X}" if v >= 1 << 20 else str(v)
 
 
 def _current_test():
@@ -279,44 +354,56 @@ def _current_test():
 
 # ---- offline: step lists and pictures -------------------------------------------------------
 def load(path):
-    """``(header, sections)``; a section is ``{"title", "start", "events": [...]}``."""
+    """``(header, sections)``; a section is ``{"title", "start", "events": [...]}``. Sections
+    whose title starts with ``(`` (events before the first section, after :meth:`Tracer.end`)
+    are returned too; the renderers skip them."""
     header, sections = {}, []
     cur = {"title": "(before the first section)", "start": 0, "events": []}
     for line in Path(path).read_text().splitlines():
         rec = json.loads(line)
         if rec["type"] == "header":
             header = rec
+        elif rec["type"] == "clock":
+            header["period_ns"] = rec["period_ns"]
         elif rec["type"] == "section":
-            if cur["events"] or cur["title"] != "(before the first section)":
+            if cur["events"] or not cur["title"].startswith("("):
                 sections.append(cur)
-            cur = {"title": rec["title"], "start": rec["cycle"], "events": []}
+            cur = {"title": rec["title"], "start": rec["cycle"], "events": [],
+                   "ns": rec.get("ns")}
         elif rec["type"] == "ev":
             cur["events"].append(rec)
-    if cur["events"] or cur["title"] != "(before the first section)":
+    if cur["events"] or not cur["title"].startswith("("):
         sections.append(cur)
     return header, sections
 
 
 def steps(section, gap=1):
-    """Collapse each probe's events into spans (runs with gaps ≤ ``gap`` cycles), in order of
-    their first cycle: ``[{key, block, text, first, last, beats, detail}]``."""
+    """Collapse each probe's events (per core) into spans (runs with gaps ≤ ``gap`` cycles), in
+    order of their first cycle: ``[{core, key, block, text, first, last, beats, detail}]``."""
     out, open_ = [], {}
     for ev in section["events"]:
-        k, c = ev["key"], ev["cycle"]
-        s = open_.get(k)
+        k, c, core = ev["key"], ev["cycle"], ev.get("core", "")
+        s = open_.get((core, k))
         if s is not None and c - s["last"] <= gap:
             s["last"] = c
             s["beats"] += 1
             if ev.get("detail"):
                 s["detail"] = ev["detail"]
+            if ev.get("eof"):
+                del open_[(core, k)]
         else:
             p = BY_KEY[k]
-            s = {"key": k, "block": p.block, "text": p.text, "first": c, "last": c,
-                 "beats": 1, "detail": ev.get("detail", "")}
-            open_[k] = s
+            s = {"core": core, "key": k, "block": p.block, "text": p.text, "first": c,
+                 "last": c, "beats": 1, "detail": ev.get("detail", "")}
+            if not ev.get("eof"):
+                open_[(core, k)] = s
             out.append(s)
-    out.sort(key=lambda s: (s["first"], PROBES.index(BY_KEY[s["key"]])))
+    out.sort(key=lambda s: (s["first"], s["core"], PROBES.index(BY_KEY[s["key"]])))
     return out
+
+
+def _who(s):
+    return f"{s['core']} {s['block']}" if s.get("core") else s["block"]
 
 
 def timeline_text(header, section):
@@ -324,15 +411,55 @@ def timeline_text(header, section):
     if not st:
         return f"{section['title']}: no block handshakes\n"
     t0 = st[0]["first"]
-    lines = [f"{section['title']}  ({header.get('sim', '?')}, W={header.get('width', '?')}, "
-             f"cycle 0 = {t0} cycles after the trace started)"]
+    cores = header.get("cores") or []
+    where = f"cores {' and '.join(cores)}, " if cores else ""
+    when = f"cycle 0 = {t0} cycles after the trace started"
+    if section.get("ns") is not None and header.get("period_ns"):
+        when += f", at {section['ns'] + (t0 - section['start']) * header['period_ns']} ns"
+    lines = [f"{section['title']}  ({where}{header.get('sim', '?')}, "
+             f"W={header.get('width', '?')}, {when})"]
+    wide = 17 if cores else 15
     for n, s in enumerate(st, 1):
         span = f"{s['first'] - t0:>5}" + (f"–{s['last'] - t0:<5}" if s["last"] != s["first"]
                                           else " " * 6)
         beats = f" ({s['beats']} beats)" if s["beats"] > 1 else ""
         det = f" — {s['detail']}" if s["detail"] else ""
-        lines.append(f"{n:>3}. cycle {span} {s['block']:<15} {s['text']}{beats}{det}")
+        lines.append(f"{n:>3}. cycle {span} {_who(s):<{wide}} {s['text']}{beats}{det}")
     return "\n".join(lines) + "\n"
+
+
+def signature(header, section):
+    """What must agree between two simulators: every step's core, probe, cycles (relative to the
+    first) and beats."""
+    st = steps(section)
+    t0 = st[0]["first"] if st else 0
+    return [(s["core"], s["key"], s["first"] - t0, s["last"] - t0, s["beats"]) for s in st]
+
+
+def compare(dir1, dir2, tests):
+    """Differences between the step lists of ``tests`` recorded in two directories (say Icarus
+    and Verilator): ``[]`` when every section has the same steps at the same cycles."""
+    diffs = []
+    for t in tests:
+        p1, p2 = Path(dir1) / f"{t}.jsonl", Path(dir2) / f"{t}.jsonl"
+        if not p1.exists() or not p2.exists():
+            diffs.append(f"{t}: no trace in {p1 if not p1.exists() else p2}")
+            continue
+        (h1, s1), (h2, s2) = load(p1), load(p2)
+        s1 = [s for s in s1 if not s["title"].startswith("(")]
+        s2 = [s for s in s2 if not s["title"].startswith("(")]
+        if [s["title"] for s in s1] != [s["title"] for s in s2]:
+            diffs.append(f"{t}: sections differ")
+            continue
+        for a, b in zip(s1, s2):
+            g1, g2 = signature(h1, a), signature(h2, b)
+            if g1 != g2:
+                n = next((i for i, (x, y) in enumerate(zip(g1, g2)) if x != y),
+                         min(len(g1), len(g2)))
+                diffs.append(f"{t} / {a['title']}: step {n + 1}: "
+                             f"{g1[n] if n < len(g1) else None} vs "
+                             f"{g2[n] if n < len(g2) else None}")
+    return diffs
 
 
 _COLORS = {"RQ doorbell": "#7f7f7f", "MAC receive": "#7f7f7f", "RX Parse": "#1f77b4", "PSN Check": "#ff7f0e",
@@ -340,6 +467,7 @@ _COLORS = {"RQ doorbell": "#7f7f7f", "MAC receive": "#7f7f7f", "RX Parse": "#1f7
            "invalidate": "#8c564b", "ACK/NAK builder": "#e377c2", "CQE Generation": "#17becf",
            "MAC transmit": "#bcbd22", "Send Queue": "#7f7f7f", "WQE fetch": "#2ca02c",
            "Gather Path": "#9467bd", "TX Packet Build": "#1f77b4", "Replay Buffer": "#ff7f0e"}
+_CORE_BG = {"A": "#eef4fb", "B": "#fbf3ea"}
 
 
 def _esc(s):
@@ -349,7 +477,8 @@ def _esc(s):
 
 def render_svg(header, section, *, px_per_cycle=None, width=1240):
     """An SVG timeline of one section: one row per step (the step list's order), a bar from
-    its first to its last cycle, the cycle numbers and the block name beside it."""
+    its first to its last cycle, the cycle numbers and the block name beside it. With several
+    cores, each row's background is its core's colour and its label starts with the core."""
     st = steps(section)
     if not st:
         return None
@@ -360,13 +489,21 @@ def render_svg(header, section, *, px_per_cycle=None, width=1240):
     plot = width - left - right
     ppc = px_per_cycle or plot / span
     h = top + row * len(st) + 40
+    cores = header.get("cores") or []
+    what = (f"cores {' and '.join(cores)} (" + ", ".join(
+        f"{c}: {'requester' if i == 0 else 'responder'}" for i, c in enumerate(cores)) + ")"
+        if cores else "rnic top")
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{h}" '
            f'font-family="DejaVu Sans, Arial, sans-serif" font-size="12">',
            f'<rect width="{width}" height="{h}" fill="white"/>',
            f'<text x="10" y="20" font-size="15" font-weight="bold">{_esc(section["title"])}</text>',
-           f'<text x="10" y="37" fill="#555">rnic top, {_esc(header.get("sim", ""))}, '
+           f'<text x="10" y="37" fill="#555">{_esc(what)}, {_esc(header.get("sim", ""))}, '
            f'W={header.get("width", "")}: the cycle each block handled the packet '
            f'(cycle 0 = first event)</text>']
+    for i, s in enumerate(st):                      # row backgrounds: which core
+        if s.get("core") in _CORE_BG:
+            out.append(f'<rect x="0" y="{top + i * row}" width="{width}" height="{row}" '
+                       f'fill="{_CORE_BG[s["core"]]}"/>')
     # grid
     step = next((t for t in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000)
                  if span / t <= 14), 10000)
@@ -380,7 +517,7 @@ def render_svg(header, section, *, px_per_cycle=None, width=1240):
     for i, s in enumerate(st):
         y = top + i * row
         color = _COLORS.get(s["block"], "#444")
-        label = f"{i + 1}. {s['block']}: {s['text']}"
+        label = f"{i + 1}. {_who(s)}: {s['text']}"
         if len(label) > 60:
             label = label[:59] + "…"
         out.append(f'<text x="10" y="{y + 14}"><title>{_esc(s["text"])}</title>'
@@ -413,7 +550,7 @@ def wavedrom(header, section):
     for i, s in enumerate(st):
         bits = ["1" if s["first"] - t0 <= c <= s["last"] - t0 else "0" for c in range(n)]
         wave = "".join(b if k == 0 or b != bits[k - 1] else "." for k, b in enumerate(bits))
-        lanes.append({"name": f"{i + 1}. {s['block']}", "wave": wave})
+        lanes.append({"name": f"{i + 1}. {_who(s)}", "wave": wave})
     return {"signal": lanes, "head": {"text": section["title"], "tock": 0},
             "config": {"hscale": 1}}
 
@@ -422,76 +559,131 @@ def _slug(s):
     return "".join(c if c.isalnum() else "-" for c in s.lower()).strip("-")[:60]
 
 
-def render(src, out, *, only=None, page=None):
+def render(src, out, *, only=None, page=None, head=None):
     """Every ``.jsonl`` under ``src`` (or those named in ``only``, in that order): step lists
-    (``.txt``) and SVGs into ``out``; with ``page``, a Markdown page embedding them. Returns the
-    written files."""
-    src, out = Path(src), Path(out)
+    (``.txt``), SVGs and WaveDrom JSON into ``out``; with ``page``, a Markdown page embedding
+    them (``head`` its text before them). ``src`` may be a list of ``(directory, only)`` pairs:
+    one page for several runs. Returns the written files."""
+    groups = src if isinstance(src, list) else [(src, only)]
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    written = []
-    paths = sorted(src.rglob("*.jsonl"))
-    if only:
-        paths = [p for name in only for p in paths if p.stem == name]
-    md = []
-    for path in paths:
-        header, sections = load(path)
-        label = path.parent.name
-        text = [f"# {header.get('test', path.stem)} ({label})"]
-        if header.get("missing"):
-            text.append(f"# probes absent in this top: {', '.join(header['missing'])}")
-        md.append(f"## `{path.stem}`\n")
-        for n, sec in enumerate(sections):
-            if sec["title"].startswith("(before"):
-                continue
-            tl = timeline_text(header, sec)
-            text.append(tl)
-            svg = render_svg(header, sec)
-            if svg:
-                (out / f"{path.stem}-{n}-{label}.wavedrom.json").write_text(
-                    json.dumps(wavedrom(header, sec)) + "\n")
-                f = out / f"{path.stem}-{n}-{label}.svg"
-                f.write_text(svg)
-                written.append(f)
-                rel = os.path.relpath(f, Path(page).parent) if page else f.name
-                md.append(f"### {sec['title']}\n\n![{sec['title']}]({rel})\n\n```\n{tl}```\n")
-        t = out / f"{path.stem}-{label}.txt"
-        t.write_text("\n".join(text) + "\n")
-        written.append(t)
-        print("\n".join(text))
+    written, md = [], []
+    for gsrc, gonly in groups:
+        gsrc = Path(gsrc)
+        md.append(_PAIR_INTRO if gsrc.name.startswith("pair-") else _ONE_INTRO)
+        paths = sorted(gsrc.rglob("*.jsonl"))
+        if gonly:
+            paths = [p for name in gonly for p in paths if p.stem == name]
+        for path in paths:
+            header, sections = load(path)
+            label = path.parent.name
+            text = [f"# {header.get('test', path.stem)} ({label})"]
+            if header.get("missing"):
+                text.append(f"# probes absent in this top: {', '.join(header['missing'])}")
+            md.append(f"### `{path.stem}` ({label})\n")
+            titled = [sec for sec in sections if not sec["title"].startswith("(")]
+            for n, sec in enumerate(titled, 1):
+                tl = timeline_text(header, sec)
+                text.append(tl)
+                svg = render_svg(header, sec)
+                if svg:
+                    wd = out / f"{path.stem}-{n}-{label}.wavedrom.json"
+                    wd.write_text(json.dumps(wavedrom(header, sec)) + "\n")
+                    written.append(wd)
+                    f = out / f"{path.stem}-{n}-{label}.svg"
+                    f.write_text(svg)
+                    written.append(f)
+                    rel = os.path.relpath(f, Path(page).parent) if page else f.name
+                    md.append(f"#### {sec['title']}\n\n![{sec['title']}]({rel})\n\n"
+                              f"```\n{tl}```\n")
+            t = out / f"{path.stem}-{label}.txt"
+            t.write_text("\n".join(text) + "\n")
+            written.append(t)
+            print("\n".join(text))
     if page:
-        Path(page).write_text(_PAGE_HEAD + "\n".join(md))
+        Path(page).write_text((_PAGE_HEAD if head is None else head) + "\n".join(md))
         written.append(Path(page))
+        # the page owns its picture directory: drop what an older run left and this one did not
+        keep = {f.resolve() for f in written}
+        for f in out.iterdir():
+            if f.name.endswith((".svg", ".wavedrom.json", ".txt")) and f.resolve() not in keep:
+                f.unlink()
     return written
 
 
 _PAGE_HEAD = """# A SEND crossing the blocks: traces
 
-Generated by `make trace` from a test run: the responder scenarios of
-`tb/cocotb_responder.py` run on Icarus at the `rnic` top (W=64) with the block trace of
-`sim/trace.py` switched on (`RNIC_TRACE=1`); `python -m sim.trace render` turns the recorded
-events into these step lists and pictures. Do not edit by hand.
+Generated by `make trace` from test runs, with the block trace of `sim/trace.py` switched on
+(`RNIC_TRACE=1`); `python -m sim.trace page` turns the recorded events into these step lists and
+pictures. Do not edit by hand.
 
-Each line is one block handling the packet, in the order it happened, with its clock cycle
-counted from the first event of the step list (for the SEND scenarios: the receive WQE's
-doorbell, the book's step 1). A bar spans the cycles in which that interface moved data (for
-example the payload beats into host memory). The trace reads the handshakes between the blocks
-inside the core through the simulator's hierarchy; it adds no port to `rnic` and works on Icarus
-and Verilator (`tb/test_responder.py::test_responder_trace` checks the order on both).
-The requester's steps (WQE fetch, Gather, TX Packet Build, ACK retire) appear in traces of tests
-that drive the requester; in these responder scenarios the core is the responder only.
+Each line is one block handling a packet, in the order it happened, with its clock cycle counted
+from the first event of the step list (for the SEND scenarios: the receive WQE's doorbell, the
+book's step 1). A bar spans the cycles in which that interface moved data (for example the
+payload beats into host memory). The trace reads the valid/ready handshakes between the blocks
+inside each core through the simulator's hierarchy; it adds no port to `rnic` and gives the same
+cycles on Icarus and Verilator (`make trace` runs the two-core scenarios on both and compares
+every step list with `python -m sim.trace compare`).
+
+The runs also leave, under `build/trace/`, each test's events (`.jsonl`), the frames it put on
+the wire as a pcap (`.pcap`, timestamps = cycle numbers in µs; open it in Wireshark or
+`tshark -r`) and the waveform of the Icarus run (`.fst`, GTKWave).
+
+"""
+
+_PAIR_INTRO = """## Two cores: requester A, responder B
+
+`tb/test_two_rnic.py`'s directed scenarios (`tb/cocotb_two_rnic.py`) on two `rnic` cores joined
+by the testbench's wire (`sim/pair.py`), Icarus, W=64, path MTU 256. Lines marked **A** happen in
+the requester's core, **B** in the responder's; a frame appears twice, leaving one core
+(`MAC transmit`) and entering the other (`MAC receive`) a cycle or two later (the wire is the
+testbench's: it takes the whole frame, then plays it into the other core).
+
+Reading the 13-step SEND against the book (chapter "SEND", "All 13 steps"), with a 600-byte
+message from two SGEs, so three packets (SEND_FIRST, SEND_MIDDLE, SEND_LAST at PSN 0xFFFFF0 to
+0xFFFFF2, the requester's first PSN just below the 24-bit wrap):
+
+| book step | in the trace |
+|---|---|
+| 1. B's application has posted a receive WQE | B RQ doorbell, B RQ fetch (the WQE is prefetched on its doorbell) |
+| 2. A's application writes the SEND WQE and rings the doorbell | A Send Queue: SQ doorbell taken |
+| 3. RNIC A reads the WQE and the QP's context | A WQE fetch: context read, WQE read issued and back |
+| 4. the Key Cache checks the lkey, the DMA engine reads the payload | A Key Cache (one lookup per SGE), A Gather Path |
+| 5. TX Packet Build puts a BTH in front of the payload; the packet leaves | A TX Packet Build, A MAC transmit (three frames) |
+| 6. RX Parse on B checks the PSN | B MAC receive, B RX Parse, B PSN Check |
+| 7. the receive WQE at the head of the RQ | B RQ fetch (already on chip: read at step 1) |
+| 8. the Key Cache checks B's lkey, the payload is written | B Key Cache, B Scatter Path |
+| 9. CQE Generation writes the receive completion; the ACK leaves | B PSN Check releases the ACK when the last packet's writes are issued; B CQE Generation, B ACK/NAK builder, B MAC transmit (the ACK does not wait for the CQE; building its frame takes longer than the CQE write here) |
+| 10. completion event (only if the CQ was armed) | not armed in this test |
+| 11. the ACK returns; RX Parse on A matches it, the entry retires | A MAC receive, A RX Parse, A Replay Buffer: ACK taken, WQE retired |
+| 12. A writes the send completion | A CQE Generation |
+| 13. with immediate: only the receive CQE differs | the SEND with immediate below |
+
+There is no on-chip replay buffer ([`requester.md`](requester.md)): a retransmission reads the
+WQE and the payload again from host memory, so "Replay Buffer" here is the requester's in-flight
+table, which an ACK retires. Only the last packet asks for an ACK (AckReq), so one ACK (MSN 1)
+retires the whole message.
+
+The SEND with Invalidate follows the book's 11 steps the same way; its step 7 is B's
+`invalidate` pair of lines: the IETH's rkey goes to the Key Cache after the payload's writes
+are issued and before the receive completion is handed to CQE Generation, which then names the
+revoked key.
+
+"""
+
+_ONE_INTRO = """## One core: the responder scenarios
+
+The responder scenarios of `tb/cocotb_responder.py` at one `rnic` top (Icarus, W=64): the
+testbench plays the requester, so only the responder's blocks appear.
 
 Reading the 9-step SEND against the book (chapter "SEND", "All 9 steps"): step 1, the posted
 receive WQE, is the RQ doorbell; step 4 (parse, PSN compare) is RX Parse and PSN Check; step 5
 (no PSN gap, RQ not empty) is PSN Check's decision to execute; step 6 (the WQE at the head of
 the RQ, the payload placed) is RQ fetch, the Key Cache's lkey check and the Scatter Path; step
 7 (the receive completion) is CQE Generation, and the ACK is released by PSN Check as soon as
-the payload writes are issued — it does not wait for the CQE (here the CQE write happens to
-finish first, because building the ACK frame takes about 20 cycles). Steps 2, 3, 8 and 9 happen
-on the requester's host.
+the payload writes are issued — it does not wait for the CQE. Steps 2, 3, 8 and 9 happen
+on the requester's host (the two-core traces above).
 
-The run also leaves, under `build/trace/w64-icarus/`, each test's events (`.jsonl`), the frames
-it saw both ways as a pcap (`.pcap`, timestamps = cycle numbers in µs; open it in Wireshark or
-`tshark -r`), and with `RNIC_WAVES=1` (what `make trace` sets) the waveform (`.fst`, GTKWave).
 Every other responder scenario records its trace the same way when the tests run with
 `RNIC_TRACE=1` (for example `RNIC_TRACE=1 .venv/bin/python -m pytest -n 0 tb/test_responder.py
 -k "scenarios and w64 and icarus"`, then `.venv/bin/python -m sim.trace show
@@ -500,6 +692,11 @@ build/trace/w64-icarus/*.jsonl`); `make regress-full` runs them all traced
 
 """
 
+USAGE = """usage: python -m sim.trace show FILE.jsonl ...
+       python -m sim.trace render SRC_DIR OUT_DIR [--page PAGE.md] [test ...]
+       python -m sim.trace page OUT_DIR PAGE.md SRC_DIR:test,test ... [SRC_DIR:test ...]
+       python -m sim.trace compare DIR1 DIR2 test ..."""
+
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -507,7 +704,8 @@ def main(argv=None):
         for p in argv[1:]:
             header, sections = load(p)
             for sec in sections:
-                print(timeline_text(header, sec))
+                if not sec["title"].startswith("("):
+                    print(timeline_text(header, sec))
         return 0
     if len(argv) >= 3 and argv[0] == "render":
         page = None
@@ -518,8 +716,21 @@ def main(argv=None):
             rest = rest[:i] + rest[i + 2:]
         render(argv[1], argv[2], only=rest or None, page=page)
         return 0
-    print("usage: python -m sim.trace render SRC_DIR OUT_DIR [--page PAGE.md] [test ...] | "
-          "show FILE.jsonl ...")
+    if len(argv) >= 4 and argv[0] == "page":
+        groups = []
+        for g in argv[3:]:
+            d, _, tests = g.partition(":")
+            groups.append((d, [t for t in tests.split(",") if t] or None))
+        render(groups, argv[1], page=argv[2])
+        return 0
+    if len(argv) >= 4 and argv[0] == "compare":
+        diffs = compare(argv[1], argv[2], argv[3:])
+        for d in diffs:
+            print(d)
+        print(f"{len(argv) - 3} traces compared: " +
+              ("the same steps at the same cycles" if not diffs else f"{len(diffs)} differ"))
+        return 1 if diffs else 0
+    print(USAGE)
     return 2
 
 

@@ -31,6 +31,7 @@ from sim.hostmem import HostMem
 from sim.models.requester import segment
 from sim.packets import decode_frame
 from sim.pcap import check_rroce, write_pcap
+from sim.trace import Tracer
 
 MAC = {"a": 0x02_00_00_00_00_0A, "b": 0x02_00_00_00_00_0B}
 IP = {"a": 0x0A_00_00_0A, "b": 0x0A_00_00_0B}
@@ -138,6 +139,8 @@ class Pair:
         self.s = {s: Side(dut, s, seed=seed * 10 + k, hostile=hostile)
                   for k, s in enumerate(("a", "b"))}
         self.wire = Wire(dut, self.s, fault)
+        # the block trace of both cores (sim/trace.py): only with RNIC_TRACE=1
+        self.trace = Tracer.attach(dut, cores={"A": "a", "B": "b"})
         self.qps = {}                        # (side, qpn) -> Qp
         self.expect = defaultdict(deque)     # (side, qpn) -> expected request packets
         self.sent_psn = {}                   # (side, qpn) -> next PSN the model expects to send
@@ -262,7 +265,8 @@ class Pair:
 
 # ---- directed tests ------------------------------------------------------------------------------
 
-async def _one_message(dut, op, length, *, imm=b"\0\0\0\0", pmtu=256, nsge=1, inv=False):
+async def _one_message(dut, op, length, *, imm=b"\0\0\0\0", pmtu=256, nsge=1, inv=False,
+                       title=None):
     p = Pair(dut, pmtu=pmtu)
     await p.start()
     a, b = p.s["a"], p.s["b"]
@@ -285,6 +289,7 @@ async def _one_message(dut, op, length, *, imm=b"\0\0\0\0", pmtu=256, nsge=1, in
         await p.mr("b", 1, dst, max(length, 1), inv_key, fast_reg=True)
     write = op in (SendOp.RDMA_WRITE, SendOp.RDMA_WRITE_WITH_IMM)
     consumes = op != SendOp.RDMA_WRITE
+    p.trace.section(title or f"{op.name}, {length} B from {nsge} SGE(s), A to B")
     if consumes:
         await b.dev.post_recv(p.qps[("b", 2)], 0xB0B, [] if write else
                               [(dst, max(length, 1), 0x0B000001)])
@@ -310,6 +315,7 @@ async def _one_message(dut, op, length, *, imm=b"\0\0\0\0", pmtu=256, nsge=1, in
         else:
             assert cb.flags == 0, cb
     assert b.dev.read(dst, length) == data
+    p.trace.end()
     n = await p.finish(f"two_rnic_{op.name.lower()}_{length}")
     assert n == len(segment(int(op), length, pmtu)[0])
     ca_ = await a.regs.counters()
@@ -333,18 +339,21 @@ async def send_13_steps(dut):
     """The book's 13-step SEND: A posts a send WQE and rings SQ_DB; A fetches it, gathers the
     payload, builds SEND_FIRST/MIDDLE/LAST by path MTU; B places it in its posted receive buffer,
     ACKs, writes its receive CQE; A retires the WQE on the ACK and writes its send CQE."""
-    await _one_message(dut, SendOp.SEND, 600, nsge=2)
+    await _one_message(dut, SendOp.SEND, 600, nsge=2,
+                       title="The 13-step SEND: 600 B from 2 SGEs, SEND_FIRST/MIDDLE/LAST, A to B")
 
 
 @cocotb.test()
 async def send_with_immediate(dut):
-    await _one_message(dut, SendOp.SEND_WITH_IMM, 300, imm=b"\xde\xad\xbe\xef")
+    await _one_message(dut, SendOp.SEND_WITH_IMM, 300, imm=b"\xde\xad\xbe\xef",
+                       title="SEND with immediate: 300 B, ImmDt 0xDEADBEEF, A to B")
 
 
 @cocotb.test()
 async def send_with_invalidate(dut):
     """SEND_WITH_INV: B's fast-reg MR named by the IETH is invalid after the message."""
-    await _one_message(dut, SendOp.SEND_WITH_INV, 100, inv=True)
+    await _one_message(dut, SendOp.SEND_WITH_INV, 100, inv=True,
+                       title="SEND with Invalidate: 100 B, IETH rkey 0x0B0000FF, A to B")
 
 
 @cocotb.test()
@@ -518,6 +527,19 @@ async def goodput(dut):
     await p.mr("a", 0, src, 1 << 20, 0x0A)
     await p.mr("b", 0, dst, 1 << 20, 0x0B)
     a.dev.write(src, bytes(k & 0xFF for k in range(1 << 20)))
+    # where the time goes: cycles B's rx refused a beat (tvalid & ~tready), A's tx beats
+    stalls = {"b_rx_stall": 0, "a_tx_beats": 0}
+
+    async def probe():
+        rv, rr = dut.b_s_axis_rx_tvalid, dut.b_s_axis_rx_tready
+        tv, tr = dut.a_m_axis_tx_tvalid, dut.a_m_axis_tx_tready
+        while True:
+            await RisingEdge(dut.clk)
+            if int(rv.value) and not int(rr.value):
+                stalls["b_rx_stall"] += 1
+            if int(tv.value) and int(tr.value):
+                stalls["a_tx_beats"] += 1
+    cocotb.start_soon(probe())
     for size in sizes:
         count = max(4, min(64, budget // size))
         if size >= 1 << 20:
@@ -531,6 +553,7 @@ async def goodput(dut):
                                   signaled=(k == count - 1), doorbell=False)
         await a.regs.doorbell("SQ_DB", 2, p.qps[("a", 2)].sq_producer)
         t_db = p.wire.cycle
+        s0 = dict(stalls)
         await p.wait_cqes("a", before + 1, limit=50_000_000)
         reqs = [(c, bb) for c, s_, bb in p.wire.frames[start_frames:] if s_ == "a"]
         lanes = width // 8
@@ -539,6 +562,10 @@ async def goodput(dut):
         cycles = last - first
         good = size * count / cycles
         limit = size / wire_beats(size, 4096, width)
+        cocotb.log.info(f"goodput {size} B x{count}: {cycles} cycles, {good:.2f} B/cycle "
+                      f"(limit {size / wire_beats(size, 4096, width):.2f}); A tx beats "
+                      f"{stalls['a_tx_beats'] - s0['a_tx_beats']}, B rx stalled "
+                      f"{stalls['b_rx_stall'] - s0['b_rx_stall']} cycles")
         record("requester+responder", f"goodput A->B, SEND {size} B", good,
                limit=round(limit, 3), unit="B/cycle", config={"W": width, "PMTU": 4096})
         if size == sizes[0]:
