@@ -54,8 +54,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build-dir", default="build/board")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--router", choices=("router1", "router2"), default=None,
-                    help="nextpnr router (default: nextpnr's own, router1)")
+    ap.add_argument("--router", choices=("router1", "router2"), default="router2",
+                    help="nextpnr router (default router2: router1 stalled on this design "
+                         "with ~127k arcs unrouted, router2 finishes; docs/board.md)")
     args = ap.parse_args(argv)
     _tool_env()
     from amaranth_boards.ecpix5 import ECPIX585Platform
@@ -67,7 +68,7 @@ def main(argv=None):
     plat.build(ECPIX5Top(BOARD_CONFIG), name=name, build_dir=args.build_dir,
                do_program=False,
                nextpnr_opts=f"--timing-allow-fail --seed {args.seed} --report report.json"
-                            + (f" --router {args.router}" if args.router else ""))
+                            + f" --router {args.router}")
     bd = Path(args.build_dir)
     lpf = bd / f"{name}.lpf"
     if lpf.exists():
