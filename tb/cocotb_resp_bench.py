@@ -37,6 +37,44 @@ PD = 1
 LKEY = 0x4000
 
 
+#: Internal handshakes sampled under RB_PROBE=1 (instance.port of the generated Verilog).
+PROBE_PATHS = {
+    "meta": "psn_check.meta", "exe": "execute.exe", "pay": "execute.pay",
+    "key": "execute.lookup__req", "resv": "execute.reserve", "wr_req": "host_memory.write_0__req",
+    "done": "psn_check.done", "complete": "execute.complete", "cqe_aw": "host_memory.write_1__req",
+}
+
+
+def _handle(dut, path):
+    h = dut
+    try:
+        for part in path.split("."):
+            h = getattr(h, part)
+        int(h.value)
+        return h
+    except Exception:  # noqa: BLE001 - not in this version of the top
+        return None
+
+
+def _probe_report(log, mon, n, pay_beats, first=8, count=6):
+    """Per message k: cycles of its handshakes relative to the message's ``exe``."""
+    p = {k: ev for k, (_, _, ev) in mon.probe.items()}
+    if not p or len(p.get("exe", ())) < first + count + 1:
+        return
+    for k in range(first, first + count):
+        e = p["exe"][k]
+        row = [f"exe@{e} (+{e - p['exe'][k - 1]} after previous)"]
+        for key in ("meta", "key", "resv", "wr_req", "done", "complete", "cqe_aw"):
+            ev = p.get(key, [])
+            per = len(ev) // n if n and len(ev) % n == 0 and len(ev) >= n else None
+            if per:
+                row.append(f"{key} " + ",".join(f"{x - e:+d}" for x in ev[k * per:(k + 1) * per]))
+        if pay_beats and len(p.get("pay", ())) >= n * pay_beats:
+            pb = p["pay"][k * pay_beats:(k + 1) * pay_beats]
+            row.append(f"pay {pb[0] - e:+d}..{pb[-1] - e:+d}")
+        log.warning("PROBE msg %d: %s", k, "; ".join(row))
+
+
 class Mon:
     """Per-cycle monitor of the contract ports (handshakes only)."""
 
@@ -50,9 +88,18 @@ class Mon:
         self.aw = []
         self.wlast = []
         self._in_tx = False
+        # RB_PROBE=1: also the handshakes inside the core (where a message's cycles go)
+        self.probe = {}
+        if os.environ.get("RB_PROBE") == "1":
+            for key, path in PROBE_PATHS.items():
+                v, r = (_handle(dut, path + "__valid"), _handle(dut, path + "__ready"))
+                if v is not None and r is not None:
+                    self.probe[key] = (v, r, [])
         cocotb.start_soon(self._run())
 
     def reset(self):
+        for _, _, ev in self.probe.values():
+            ev.clear()
         self.rx_beats = 0
         self.rx_first = self.rx_last = None
         self.rx_tlast.clear()
@@ -65,6 +112,9 @@ class Mon:
             await ReadOnly()
             self.cycle += 1
             c = self.cycle
+            for v, r, ev in self.probe.values():
+                if int(v.value) and int(r.value):
+                    ev.append(c)
             if int(d.s_axis_rx_tvalid.value) and int(d.s_axis_rx_tready.value):
                 self.rx_beats += 1
                 if self.rx_first is None:
@@ -189,6 +239,7 @@ async def bench(dut):
             bpc = beats / span
             dut._log.warning("BENCH W=%d %d QP payload %d: %d frames, %d beats in %d cycles: "
                              "%.3f beats/cycle", W, nq, size, n, beats, span, bpc)
+            _probe_report(dut._log, mon, n, _beats(size, lanes))
             qlabel = "one QP" if nq == 1 else f"{nq} QPs"
             record("resp_top", f"rx beats/cycle, back-to-back SEND_ONLY, {qlabel}", bpc,
                    limit=1.0, target=1.0, config={"W": W, "payload": size})

@@ -6,29 +6,48 @@ It implements the execute-outcome interface of :class:`~rnic.resp.psn_check.PsnC
 
 Structure
 ---------
-A *planner* FSM takes one ``exe`` command at a time:
+Four stages, each an FSM working on one command at a time, joined by 2-entry plan queues
+(a command's outcome so far, its CQE and its pieces), so four commands are worked on at once
+while the Scatter Path streams an older packet's payload:
 
-1. reads the per-QP tables (block RAM, ``num_qp`` rows): ``dead`` (the QP had a fatal outcome
-   here or was flushed; its younger commands are skipped until ``qp_reset``), ``wflt`` (a
-   payload write of the QP faulted), ``wqe`` (the receive WQE the QP's message in progress
-   holds, with its ring index: one per QP, so every QP may have a message open) and ``cnext``
-   (the flush's start);
-2. ``wqe`` = 1: takes the WQE at ``rq_base + 64·(rq_index mod 2^rq_log)`` from the prefetch
-   pool (below) or, on a miss, reads it through :class:`~rnic.resp.rq_fetch.RqFetch`, and
-   stores it in the table;
-3. cuts the packet into at most three pieces: SEND → the overlap of ``[offset, offset +
-   payload_len)`` with each SGE (zero-length SGEs skipped), each checked by a Key Cache lookup
-   (LOCAL_WRITE, the QP's PD, the piece's range); RDMA WRITE → one piece at ``va + offset``
-   checked with the rkey (REMOTE_WRITE) unless ``dma_len`` = 0;
-4. reserves a CQE slot when a CQE will be written;
-5. issues one host-memory write request per piece and the piece to
-   :class:`~rnic.resp.scatter.ScatterPath`, then a closing piece that drops the packet's
-   remaining beats (also when nothing is written);
-6. SEND_*_WITH_INVALIDATE: once the packet's last write beat is taken, the Key Cache ``inval``;
-7. pushes the ``done`` entry (released when the Scatter Path has finished the packet) and the
-   CQE (released when every write issued so far has its OKAY-or-not ``done``).
+* **stage 1, the planner**:
 
-The planner works on the next command while the Scatter Path streams the previous packet.
+  1. reads the per-QP tables (block RAM, ``num_qp`` rows): ``dead`` (the QP had a fatal
+     outcome here or was flushed; its younger commands are skipped until ``qp_reset``),
+     ``wflt`` (a payload write of the QP faulted), ``wqe`` (the receive WQE the QP's message in
+     progress holds, with its ring index: one per QP, so every QP may have a message open) and
+     ``cnext`` (the flush's start);
+  2. ``wqe`` = 1: takes the WQE at ``rq_base + 64·(rq_index mod 2^rq_log)`` from the prefetch
+     pool (below) or, on a miss, reads it through :class:`~rnic.resp.rq_fetch.RqFetch`, and
+     stores it in the table;
+  3. cuts the packet into at most three pieces: SEND → the overlap of ``[offset, offset +
+     payload_len)`` with each SGE (zero-length SGEs skipped); RDMA WRITE → one piece at
+     ``va + offset`` (none when ``dma_len`` = 0); decides the checks that need no lookup
+     (``status`` ≠ 0, ``num_sge``, buffer overflow);
+
+* **stage 2, key checks**: one Key Cache lookup per piece (LOCAL_WRITE with the SGE's lkey,
+  the QP's PD and the piece's range; REMOTE_WRITE with the rkey), keeping the bus addresses;
+  it waits while an older packet's invalidate is still to be done (the lookups must see it);
+* **stage 3, reservation**: re-reads the ``dead``/``wflt`` marks (an older command may have
+  made the QP dead after stage 1 read them: the packet is then skipped), reserves a CQE slot
+  when a CQE will be written, and marks the QP dead on a fatal outcome (so the younger packets
+  behind are skipped before they reserve anything);
+* **stage 4, issue**: issues one host-memory write request per piece and the piece to
+  :class:`~rnic.resp.scatter.ScatterPath`, then a closing piece that drops the packet's
+  remaining beats (also when nothing is written); SEND_*_WITH_INVALIDATE: once the packet's
+  last write beat is taken, the Key Cache ``inval``; pushes the ``done`` entry (released when
+  the Scatter Path has finished the packet) and the CQE (released when every write issued so
+  far has its OKAY-or-not ``done``); marks the QP dead on a fatal outcome (again: a refused
+  invalidate is decided here; no younger packet passed stage 2 meanwhile).
+
+The payload beats wait in a ``pay_depth``-beat FIFO in front of the Scatter Path, so the stage
+before (RX Parse's read side) reaches the next packet's header while this one is planned.
+Everything with an effect outside the stage (reservation, dead mark: stage 3; writes,
+invalidate, ``done``, CQE, event 4 of a failed WQE read: stage 4) happens in command order;
+stages 1 and 2
+only read (a WQE taken by stage 1 for a packet stage 3 then skips is harmless: the QP is dead
+until ``qp_reset``, and the flush reads from ``cnext``). A flush runs in stage 1 while stages
+2 to 4 are empty.
 
 Outcomes (``done`` = {fatal, syndrome}; CQE status)
 ---------------------------------------------------
@@ -71,8 +90,9 @@ Flush
 -----
 A third per-QP table holds the index of the QP's next receive WQE without a completion (set
 past every WQE this stage completes, or loses to a full CQ or a read fault). A ``flush``
-request ``{qpn, index, rcqn, rq_base, rq_log}`` (taken only while no ``exe`` waits, so the
-commands PSN Check decided before it are planned first) fetches each WQE from there up to
+request ``{qpn, index, rcqn, rq_base, rq_log}`` (taken only while no ``exe`` waits and stages
+2 to 4 are empty, so the commands PSN Check decided before it are done first) fetches each
+WQE from there up to
 ``index`` and submits a WR_FLUSH_ERR CQE (``flush`` = 1, no reservation: CqeGen drops it if
 the CQ is full), then marks the QP dead. PSN Check's ``rq_flush`` covers RQ doorbells in ERROR
 but lacks ``rcqn``/``rq_base``/``rq_log`` and is not sent when a QP *enters* ERROR
@@ -89,7 +109,7 @@ from ..host.cqe_gen import WITH_IMM, WITH_INVALIDATE, cqe_layout
 from ..ifaces import EventType, event_layout
 from ..keys.key_cache import Access, InvalSignature, LookupSignature
 from ..opcodes import WcStatus
-from ..stream import BeatStream, Queue, check_width
+from ..stream import BeatStream, Queue, beat_layout, check_width
 from .psn_check import done_layout, exe_layout
 from .rq_fetch import MAX_SGE, RqFetch, wqe_layout
 from .scatter import ScatterPath, piece_layout
@@ -102,6 +122,23 @@ RECV_RDMA_WITH_IMM = 129
 _post_layout = data.StructLayout({"fatal": 1, "syndrome": 8, "beats": 1})
 _cqe_entry_layout = data.StructLayout({"cqe": cqe_layout, "need": 16})
 _row_layout = data.StructLayout({"wqe": wqe_layout, "index": 16})
+
+# Plan entries: the planner -> key checks (``_key_entry_layout``) -> issue
+# (``_issue_entry_layout``): the command's outcome so far, its CQE and its pieces.
+_entry_common = {
+    "qpn": 24, "write": 1, "inv": 1, "ieth_rkey": 32, "has_beats": 1, "cqe": cqe_layout,
+    "fatal": 1, "syn": 8, "cqe_on": 1, "nowrite": 1, "skip": 1, "cdone": 1, "widx": 16,
+    "rdflt": 1, "pv": MAX_SGE,
+}
+_key_entry_layout = data.StructLayout({
+    **_entry_common, "pd": 16, "wqe": 1,
+    "p": data.ArrayLayout(data.StructLayout({"key": 32, "va": 64, "len": 13, "src": 13}),
+                          MAX_SGE),
+})
+_issue_entry_layout = data.StructLayout({
+    **_entry_common, "invc": 1,
+    "p": data.ArrayLayout(data.StructLayout({"bus": 64, "len": 13, "src": 13}), MAX_SGE),
+})
 
 #: Flush request: complete the QP's receive WQEs from the first one without a completion
 #: up to ``index`` (exclusive, the RQ producer index) with WR_FLUSH_ERR. ``rq_flush_layout``
@@ -125,6 +162,8 @@ class Execute(wiring.Component):
         Number of QPs (power of two): rows of the per-QP tables.
     prefetch : int
         Slots of the WQE prefetch pool (0..16; 0: no prefetch, WQEs read on demand).
+    pay_depth : int
+        Beats of the payload FIFO in front of the Scatter Path (0: none).
 
     Attributes
     ----------
@@ -164,14 +203,17 @@ class Execute(wiring.Component):
         last ``qp_reset``.
     """
 
-    def __init__(self, *, width, num_qp=64, prefetch=4):
+    def __init__(self, *, width, num_qp=64, prefetch=4, pay_depth=32):
         self.width = check_width(width)
         if not isinstance(num_qp, int) or num_qp < 4 or num_qp & (num_qp - 1):
             raise ValueError(f"num_qp must be a power of two ≥ 4, not {num_qp!r}")
         if not isinstance(prefetch, int) or not 0 <= prefetch <= 16:
             raise ValueError(f"prefetch must be an integer 0..16, not {prefetch!r}")
+        if not isinstance(pay_depth, int) or pay_depth < 0:
+            raise ValueError(f"pay_depth must be an integer ≥ 0, not {pay_depth!r}")
         self.num_qp = num_qp
         self.prefetch = prefetch
+        self.pay_depth = pay_depth
         super().__init__({
             "exe": In(stream.Signature(exe_layout)),
             "pay": In(BeatStream(width)),
@@ -201,7 +243,14 @@ class Execute(wiring.Component):
         m.submodules.fetch = fetch = RqFetch(width=W, depth=4)
         m.submodules.scatter = sc = ScatterPath(width=W)
         connect(m, fetch.mem, wiring.flipped(self.rd))
-        connect(m, wiring.flipped(self.pay), sc.pay)
+        if self.pay_depth:
+            # payload FIFO: the packet's beats move on while its command is still planned, so
+            # the stage before (RX Parse's read side) reaches the next packet's header early
+            m.submodules.pay_q = pay_q = Queue(beat_layout(W), self.pay_depth)
+            connect(m, wiring.flipped(self.pay), pay_q.i)
+            connect(m, pay_q.o, sc.pay)
+        else:
+            connect(m, wiring.flipped(self.pay), sc.pay)
         connect(m, sc.data, wiring.flipped(self.wr.data))
         m.submodules.piece_q = piece_q = Queue(piece_layout, 4)
         connect(m, piece_q.o, sc.piece)
@@ -372,23 +421,20 @@ class Execute(wiring.Component):
         bad_nsge = Signal()
         m.d.comb += bad_nsge.eq(wqe.num_sge > MAX_SGE)
 
+        dead_rd2 = dead.read_port()            # stage 3's re-check of the marks
+        wflt_rd2 = wflt.read_port()
+        sent_w = Signal()
+        sent_p = Signal()
+        fl_cqe = Signal()                      # the flush pushes its CQE
+        fl_ev = Signal()                       # the flush reports a WQE read fault
+        b_ev = Signal()                        # stage 3 reports a WQE read fault
         pv = Signal(MAX_SGE)
         pkey = [Signal(32, name=f"pkey{i}") for i in range(MAX_SGE)]
         pva = [Signal(64, name=f"pva{i}") for i in range(MAX_SGE)]
         pln = [Signal(13, name=f"pln{i}") for i in range(MAX_SGE)]
         psrc = [Signal(13, name=f"psrc{i}") for i in range(MAX_SGE)]
-        pbus = [Signal(64, name=f"pbus{i}") for i in range(MAX_SGE)]
-        j = Signal(range(MAX_SGE + 1))
-        jv = Signal()
-        j_key, j_va, j_len, j_src, j_bus = (Signal(32), Signal(64), Signal(13), Signal(13),
-                                            Signal(64))
-        with m.Switch(j):
-            for i in range(MAX_SGE):
-                with m.Case(i):
-                    m.d.comb += [jv.eq(pv[i]), j_key.eq(pkey[i]), j_va.eq(pva[i]),
-                                 j_len.eq(pln[i]), j_src.eq(psrc[i]), j_bus.eq(pbus[i])]
 
-        # outcome
+        # outcome (the planner's registers, carried in the plan entry)
         fatal = Signal()
         syn = Signal(8)
         cqe_on = Signal()
@@ -396,54 +442,69 @@ class Execute(wiring.Component):
         nowrite = Signal()
         skip = Signal()
         cdone = Signal()                       # the command completes WQE widx
+        rdflt = Signal()                       # its WQE read came back non-OKAY (event 4)
         widx = Signal(16)
         flushing = Signal()
         fl_end = Signal(16)
         fl_stop = Signal()
-        sent_w = Signal()
-        sent_p = Signal()
 
         mask = Signal(16)
         m.d.comb += mask.eq((Const(1, 17) << c.rq_log) - 1)
 
+        # the planner's CQE (in the plan entry; the flush's own CQEs)
+        fcq = Signal(cqe_layout)
         m.d.comb += [
-            self.lookup.req.payload.key.eq(j_key),
-            self.lookup.req.payload.pd.eq(c.pd),
-            self.lookup.req.payload.access.eq(Mux(c.write, Access.REMOTE_WRITE,
-                                                  Access.LOCAL_WRITE)),
-            self.lookup.req.payload.va.eq(j_va),
-            self.lookup.req.payload.len.eq(j_len),
-            self.lookup.req.payload.tag.eq(j),
-            self.reserve.payload.cqn.eq(c.rcqn),
-            self.wr.req.payload.addr.eq(j_bus),
-            self.wr.req.payload.len_bytes.eq(j_len),
-            self.wr.req.payload.tag.eq(wr_cnt[:8]),
-            pq.payload.src.eq(j_src),
-            pq.payload.len.eq(j_len),
-            pq.payload.lane.eq(j_bus[:lb]),
-            pq.payload.end.eq(0),
-            wqpn_wr.addr.eq(wr_cnt[:8]),
-            wqpn_wr.data.eq(c.qpn),
-            self.inval.req.payload.key.eq(c.ieth_rkey),
-            self.inval.req.payload.tag.eq(0),
-            plan_ev_qpn.eq(c.qpn),
+            fcq.cqn.eq(c.rcqn), fcq.wr_id.eq(wqe.wr_id),
+            fcq.byte_len.eq(Mux(c.write, c.dma_len, mend)),
+            fcq.imm_or_rkey.eq(Mux(c.imm_valid, c.imm, c.ieth_rkey)),
+            fcq.qpn.eq(c.qpn), fcq.status.eq(cstat),
+            fcq.opcode.eq(Mux(c.write & c.imm_valid, RECV_RDMA_WITH_IMM, RECV)),
+            fcq.flags.eq(Mux(c.imm_valid, WITH_IMM, 0) | Mux(c.inv, WITH_INVALIDATE, 0)),
+            fcq.se.eq(c.se), fcq.flush.eq(flushing),
         ]
 
-        # CQE and post entries
-        cq = cqe_q.i.payload.cqe
+        # ---- plan queues: planner -> key checks -> issue ------------------------------------
+        m.submodules.key_q = key_q = Queue(_key_entry_layout, 2)
+        m.submodules.iss_q = iss_q = Queue(_issue_entry_layout, 2)
+        kq = key_q.i
+        ke = key_q.o.payload
+        inv_pend = Signal(range(8))            # entries past the key checks that may invalidate
+        inv_inc = Signal()
+        inv_dec = Signal()
+        m.d.sync += inv_pend.eq(inv_pend + inv_inc - inv_dec)
+        k_idle = Signal()
+        r_idle = Signal()
+        b_idle = Signal()
+        pipe_empty = Signal()
+        post_plan_busy = Signal()
+        m.d.comb += pipe_empty.eq((key_q.level == 0) & (iss_q.level == 0) & k_idle & r_idle
+                                  & b_idle & ~post_plan_busy)
+
         m.d.comb += [
-            cq.cqn.eq(c.rcqn), cq.wr_id.eq(wqe.wr_id),
-            cq.byte_len.eq(Mux(c.write, c.dma_len, mend)),
-            cq.imm_or_rkey.eq(Mux(c.imm_valid, c.imm, c.ieth_rkey)),
-            cq.qpn.eq(c.qpn), cq.status.eq(cstat),
-            cq.opcode.eq(Mux(c.write & c.imm_valid, RECV_RDMA_WITH_IMM, RECV)),
-            cq.flags.eq(Mux(c.imm_valid, WITH_IMM, 0) | Mux(c.inv, WITH_INVALIDATE, 0)),
-            cq.se.eq(c.se), cq.flush.eq(flushing),
-            cqe_q.i.payload.need.eq(wr_cnt),
-            post_q.i.payload.fatal.eq(fatal),
-            post_q.i.payload.syndrome.eq(syn),
-            post_q.i.payload.beats.eq(has_beats),
+            kq.payload.qpn.eq(c.qpn), kq.payload.pd.eq(c.pd), kq.payload.write.eq(c.write),
+            kq.payload.wqe.eq(c.wqe), kq.payload.inv.eq(c.inv),
+            kq.payload.ieth_rkey.eq(c.ieth_rkey), kq.payload.has_beats.eq(has_beats),
+            kq.payload.cqe.eq(fcq), kq.payload.fatal.eq(fatal), kq.payload.syn.eq(syn),
+            kq.payload.cqe_on.eq(cqe_on), kq.payload.nowrite.eq(nowrite),
+            kq.payload.skip.eq(skip), kq.payload.cdone.eq(cdone), kq.payload.widx.eq(widx),
+            kq.payload.rdflt.eq(rdflt), kq.payload.pv.eq(pv),
         ]
+        for i in range(MAX_SGE):
+            m.d.comb += [kq.payload.p[i].key.eq(pkey[i]), kq.payload.p[i].va.eq(pva[i]),
+                         kq.payload.p[i].len.eq(pln[i]), kq.payload.p[i].src.eq(psrc[i])]
+
+        def first_valid(vec, after=None):
+            """Lowest piece index with its bit set in ``vec`` (> ``after``), MAX_SGE if none."""
+            out = Signal(range(MAX_SGE + 1))
+            m.d.comb += out.eq(MAX_SGE)
+            for i in reversed(range(MAX_SGE)):
+                if after is None:
+                    with m.If(vec[i]):
+                        m.d.comb += out.eq(i)
+                else:
+                    with m.If(vec[i] & (after < i)):
+                        m.d.comb += out.eq(i)
+            return out
 
         # qp_reset clears the dead mark (priority over the planner's write)
         m.d.comb += self.qp_reset.ready.eq(1)
@@ -459,16 +520,17 @@ class Execute(wiring.Component):
             if not isinstance(with_cqe, int) or with_cqe:
                 m.d.sync += cdone.eq(with_cqe)
 
-        with m.FSM(name="plan"):
-            with m.State("IDLE"):
-                m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
-                             wflt_rd.en.eq(1), cnext_rd.en.eq(1)]
-                m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(0), nowrite.eq(0),
-                             skip.eq(0), cdone.eq(0), flushing.eq(0)]
-                with m.If(self.exe.valid):
-                    m.d.sync += c.eq(self.exe.payload)
-                    m.next = "DEC"
-                with m.Elif(self.flush.valid):
+        def take_next(allow_flush):
+            """IDLE's work: read the tables for the next command (or a flush) and take it."""
+            m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
+                         wflt_rd.en.eq(1), cnext_rd.en.eq(1)]
+            m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(0), nowrite.eq(0),
+                         skip.eq(0), cdone.eq(0), flushing.eq(0), rdflt.eq(0)]
+            with m.If(self.exe.valid):
+                m.d.sync += c.eq(self.exe.payload)
+                m.next = "DEC"
+            if allow_flush:
+                with m.Elif(self.flush.valid & pipe_empty):
                     f = self.flush.payload
                     m.d.comb += self.flush.ready.eq(1)
                     m.d.sync += [c.eq(0), c.qpn.eq(f.qpn), c.rcqn.eq(f.rcqn),
@@ -476,6 +538,16 @@ class Execute(wiring.Component):
                                  fl_end.eq(f.index), flushing.eq(1),
                                  cstat.eq(WcStatus.WR_FLUSH_ERR)]
                     m.next = "FL_DEC"
+                with m.Else():
+                    m.next = "IDLE"
+            else:
+                with m.Else():
+                    m.next = "IDLE"
+
+        # ==== stage 1, the planner: tables, WQE, pieces, the checks that need no lookup ====
+        with m.FSM(name="plan"):
+            with m.State("IDLE"):
+                take_next(True)
             with m.State("FL_DEC"):
                 m.d.sync += c.rq_index.eq(cnext_rd.data)
                 m.next = "FL_CHK"
@@ -497,7 +569,7 @@ class Execute(wiring.Component):
                 with m.Else():
                     m.next = "FETCH"
             with m.State("FL_CQE"):
-                m.d.comb += cqe_q.i.valid.eq(1)
+                m.d.comb += fl_cqe.eq(1)
                 with m.If(cqe_q.i.ready):
                     m.d.sync += c.rq_index.eq(c.rq_index + 1)
                     m.next = "FL_CHK"
@@ -507,7 +579,7 @@ class Execute(wiring.Component):
                              faddr.eq(c.rq_base + ((c.rq_index & mask) << 6))]
                 with m.If(dead_rd.data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
-                    m.next = "ISSUE"
+                    m.next = "PUSH"
                 with m.Elif(c.wqe):
                     m.next = "PF_LOOK" if P else "FETCH"
                 with m.Else():
@@ -537,16 +609,18 @@ class Execute(wiring.Component):
                 r = fetch.resp
                 with m.If(r.valid & (r.payload.tag == DEMAND)):
                     with m.If(r.payload.err):
-                        m.d.comb += plan_ev.eq(~wd_err)
-                        with m.If(~wd_err & ev_q.i.ready):
-                            m.d.comb += r.ready.eq(1)
-                            with m.If(flushing):
+                        with m.If(flushing):
+                            m.d.comb += fl_ev.eq(~wd_err)
+                            with m.If(~wd_err & ev_q.i.ready):
+                                m.d.comb += r.ready.eq(1)
                                 m.d.sync += c.rq_index.eq(c.rq_index + 1)
                                 m.next = "FL_CHK"
-                            with m.Else():
-                                fail(0, 0, 0)
-                                m.d.sync += cdone.eq(1)
-                                m.next = "RESV"
+                        with m.Else():
+                            # event 4 when the entry is posted (not if the QP is dead by then)
+                            m.d.comb += r.ready.eq(1)
+                            fail(0, 0, 0)
+                            m.d.sync += [cdone.eq(1), rdflt.eq(1)]
+                            m.next = "PUSH"
                     with m.Else():
                         m.d.comb += r.ready.eq(1)
                         m.d.sync += wqe.eq(r.payload.wqe)
@@ -572,66 +646,195 @@ class Execute(wiring.Component):
                 for i in range(MAX_SGE):
                     m.d.sync += [pv[i].eq(pv_c[i]), pkey[i].eq(pkey_c[i]), pva[i].eq(pva_c[i]),
                                  pln[i].eq(plen_c[i]), psrc[i].eq(psrc_c[i])]
-                m.d.sync += j.eq(0)
                 with m.If(c.status != 0):
                     fail(0, c.status, 1)
-                    m.next = "RESV"
                 with m.Elif((c.send | c.wqe) & bad_nsge):
                     fail(0x63, WcStatus.LOC_QP_OP_ERR, 1)
-                    m.next = "RESV"
                 with m.Elif(c.send & overflow):
                     fail(0x63, WcStatus.LOC_QP_OP_ERR, 1)
-                    m.next = "RESV"
                 with m.Else():
                     m.d.sync += [cqe_on.eq(c.comp), cdone.eq(c.comp)]
-                    m.next = "LOOKUP"
-            with m.State("LOOKUP"):
-                with m.If(j == MAX_SGE):
-                    m.next = "RESV"
-                with m.Elif(~jv):
-                    m.d.sync += j.eq(j + 1)
+                m.next = "PUSH"
+            with m.State("PUSH"):
+                m.d.comb += kq.valid.eq(1)
+                with m.If(kq.ready):
+                    take_next(False)
                 with m.Else():
+                    m.next = "PUSH"
+
+        # ==== stage 2: key checks (one lookup per piece, serially) ==========================
+        kh = key_q.o
+        j = Signal(range(MAX_SGE + 1))
+        kbus = [Signal(64, name=f"kbus{i}") for i in range(MAX_SGE)]
+        k_fail = Signal()
+        kv = Signal(MAX_SGE)
+        m.d.comb += kv.eq(Mux(ke.nowrite, 0, ke.pv))
+        k_first = first_valid(kv)
+        k_next = first_valid(kv, j)
+        j_key, j_va, j_len = Signal(32), Signal(64), Signal(13)
+        with m.Switch(j):
+            for i in range(MAX_SGE):
+                with m.Case(i):
+                    m.d.comb += [j_key.eq(ke.p[i].key), j_va.eq(ke.p[i].va),
+                                 j_len.eq(ke.p[i].len)]
+        m.d.comb += [
+            self.lookup.req.payload.key.eq(j_key),
+            self.lookup.req.payload.pd.eq(ke.pd),
+            self.lookup.req.payload.access.eq(Mux(ke.write, Access.REMOTE_WRITE,
+                                                  Access.LOCAL_WRITE)),
+            self.lookup.req.payload.va.eq(j_va),
+            self.lookup.req.payload.len.eq(j_len),
+            self.lookup.req.payload.tag.eq(j),
+        ]
+        iq = iss_q.i
+        # the entry as it leaves the key checks
+        for name in ("qpn", "write", "inv", "ieth_rkey", "has_beats", "cqe", "fatal", "syn",
+                     "cqe_on", "nowrite", "skip", "cdone", "widx", "rdflt", "pv"):
+            m.d.comb += getattr(iq.payload, name).eq(getattr(ke, name))
+        for i in range(MAX_SGE):
+            m.d.comb += [iq.payload.p[i].bus.eq(kbus[i]), iq.payload.p[i].len.eq(ke.p[i].len),
+                         iq.payload.p[i].src.eq(ke.p[i].src)]
+        with m.If(k_fail):
+            # failed key: 0x62 (rkey; a CQE only when the packet takes a WQE) or 0x63 (lkey)
+            m.d.comb += [iq.payload.fatal.eq(1), iq.payload.nowrite.eq(1),
+                         iq.payload.syn.eq(Mux(ke.write, 0x62, 0x63)),
+                         iq.payload.cqe.status.eq(Mux(ke.write, WcStatus.REM_ACCESS_ERR,
+                                                      WcStatus.LOC_QP_OP_ERR)),
+                         iq.payload.cqe_on.eq(~ke.write | ke.wqe),
+                         iq.payload.cdone.eq(~ke.write | ke.wqe)]
+        m.d.comb += iq.payload.invc.eq(ke.inv & ~iq.payload.nowrite)
+        with m.FSM(name="keys"):
+            with m.State("K_IDLE"):
+                m.d.comb += k_idle.eq(1)
+                m.d.sync += [k_fail.eq(0), j.eq(k_first)]
+                with m.If(kh.valid):
+                    m.next = "K_LOOK"
+            with m.State("K_LOOK"):
+                with m.If(j == MAX_SGE):
+                    m.next = "K_PUSH"
+                with m.Elif(inv_pend == 0):
+                    # an older packet's invalidate is done before this packet's lookups
                     m.d.comb += self.lookup.req.valid.eq(1)
                     with m.If(self.lookup.req.ready):
-                        m.next = "LOOKUP_WAIT"
-            with m.State("LOOKUP_WAIT"):
+                        m.next = "K_WAIT"
+            with m.State("K_WAIT"):
                 rr = self.lookup.resp
                 m.d.comb += rr.ready.eq(1)
                 with m.If(rr.valid):
                     for i in range(MAX_SGE):
                         with m.If(j == i):
-                            m.d.sync += pbus[i].eq(rr.payload.bus_addr)
-                    m.d.sync += j.eq(j + 1)
+                            m.d.sync += kbus[i].eq(rr.payload.bus_addr)
+                    m.d.sync += j.eq(k_next)
                     with m.If(~rr.payload.ok):
-                        with m.If(c.write):
-                            fail(0x62, WcStatus.REM_ACCESS_ERR, c.wqe)
-                        with m.Else():
-                            fail(0x63, WcStatus.LOC_QP_OP_ERR, 1)
-                        m.next = "RESV"
+                        m.d.sync += k_fail.eq(1)
+                        m.next = "K_PUSH"
+                    with m.Elif(k_next == MAX_SGE):
+                        m.next = "K_PUSH"
                     with m.Else():
-                        m.next = "LOOKUP"
-            with m.State("RESV"):
-                with m.If(~cqe_on):
-                    m.d.sync += j.eq(0)
-                    m.next = "ISSUE"
+                        m.next = "K_LOOK"
+            with m.State("K_PUSH"):
+                m.d.comb += iq.valid.eq(1)
+                with m.If(iq.ready):
+                    m.d.comb += [kh.ready.eq(1), inv_inc.eq(iq.payload.invc)]
+                    m.next = "K_IDLE"
+
+        # ==== stage 3: CQE slot (reservation) ================================================
+        # Its own stage, so the next packet's slot is reserved while stage 4 issues this one
+        # and CqeGen writes the previous CQE.
+        m.submodules.post_plan_q = pp_q = Queue(_issue_entry_layout, 2)
+        m.d.comb += post_plan_busy.eq(pp_q.level != 0)
+        r = Signal(_issue_entry_layout)
+        post_dead_w = Signal()                 # stage 4 writes a dead mark this cycle
+        m.d.comb += [dead_rd2.addr.eq(iss_q.o.payload.qpn[:ab]),
+                     wflt_rd2.addr.eq(iss_q.o.payload.qpn[:ab]),
+                     self.reserve.payload.cqn.eq(r.cqe.cqn),
+                     pp_q.i.payload.eq(r)]
+        with m.FSM(name="resv"):
+            with m.State("R_IDLE"):
+                m.d.comb += [r_idle.eq(1), iss_q.o.ready.eq(1), dead_rd2.en.eq(1),
+                             wflt_rd2.en.eq(1)]
+                with m.If(iss_q.o.valid):
+                    m.d.sync += r.eq(iss_q.o.payload)
+                    m.next = "R_CHK"
+            with m.State("R_CHK"):
+                # the QP may have gone dead after stage 1 read its mark (an older packet's
+                # outcome, marked when that packet left this stage; or a write fault): skip
+                with m.If(dead_rd2.data | wflt_rd2.data):
+                    m.d.sync += [r.skip.eq(1), r.nowrite.eq(1), r.fatal.eq(0), r.syn.eq(0),
+                                 r.cqe_on.eq(0), r.cdone.eq(0)]
+                m.next = "R_RESV"
+            with m.State("R_RESV"):
+                with m.If(~r.cqe_on):
+                    m.next = "R_PUSH"
                 with m.Else():
                     m.d.comb += self.reserve.valid.eq(1)
                     with m.If(self.reserve.ready):
-                        m.next = "RESV_WAIT"
-            with m.State("RESV_WAIT"):
+                        m.next = "R_WAIT"
+            with m.State("R_WAIT"):
                 m.d.comb += self.reserve_resp.ready.eq(1)
                 with m.If(self.reserve_resp.valid):
-                    m.d.sync += j.eq(0)
                     with m.If(~self.reserve_resp.payload.ok):
-                        fail(0, 0, 0)
+                        # CQ full: no CQE, nothing written
+                        m.d.sync += [r.fatal.eq(1), r.syn.eq(0), r.cqe.status.eq(0),
+                                     r.cqe_on.eq(0), r.nowrite.eq(1)]
+                    m.next = "R_PUSH"
+            with m.State("R_PUSH"):
+                # a fatal outcome marks the QP dead now, so the younger packets behind are
+                # skipped before they reserve anything
+                with m.If(pp_q.i.ready & ~self.qp_reset.valid & ~post_dead_w):
+                    m.d.comb += pp_q.i.valid.eq(1)
+                    with m.If(r.fatal):
+                        m.d.comb += [dead_wr.addr.eq(r.qpn[:ab]), dead_wr.data.eq(1),
+                                     dead_wr.en.eq(1)]
+                    m.next = "R_IDLE"
+
+        # ==== stage 4: writes, closing piece, invalidate, done/CQE ===========================
+        b = Signal(_issue_entry_layout)
+        jb = Signal(range(MAX_SGE + 1))
+        pp_first = first_valid(pp_q.o.payload.pv)
+        b_next = first_valid(b.pv, jb)
+        j_len_b, j_src_b, j_bus_b = Signal(13), Signal(13), Signal(64)
+        with m.Switch(jb):
+            for i in range(MAX_SGE):
+                with m.Case(i):
+                    m.d.comb += [j_len_b.eq(b.p[i].len), j_src_b.eq(b.p[i].src),
+                                 j_bus_b.eq(b.p[i].bus)]
+        m.d.comb += [
+            self.wr.req.payload.addr.eq(j_bus_b),
+            self.wr.req.payload.len_bytes.eq(j_len_b),
+            self.wr.req.payload.tag.eq(wr_cnt[:8]),
+            pq.payload.src.eq(j_src_b),
+            pq.payload.len.eq(j_len_b),
+            pq.payload.lane.eq(j_bus_b[:lb]),
+            pq.payload.end.eq(0),
+            wqpn_wr.addr.eq(wr_cnt[:8]),
+            wqpn_wr.data.eq(b.qpn),
+            self.inval.req.payload.key.eq(b.ieth_rkey),
+            self.inval.req.payload.tag.eq(0),
+            plan_ev_qpn.eq(Mux(flushing, c.qpn, b.qpn)),
+            plan_ev.eq(fl_ev | b_ev),
+        ]
+
+        # CQE and post entries (the flush's CQEs come from the planner while stage 4 is idle)
+        cq = cqe_q.i.payload.cqe
+        m.d.comb += [
+            cq.eq(Mux(fl_cqe, fcq, b.cqe)),
+            cqe_q.i.payload.need.eq(wr_cnt),
+            post_q.i.payload.fatal.eq(b.fatal),
+            post_q.i.payload.syndrome.eq(b.syn),
+            post_q.i.payload.beats.eq(b.has_beats),
+        ]
+        with m.FSM(name="issue"):
+            with m.State("B_IDLE"):
+                m.d.comb += [b_idle.eq(1), pp_q.o.ready.eq(1)]
+                with m.If(pp_q.o.valid):
+                    m.d.sync += [b.eq(pp_q.o.payload), jb.eq(pp_first)]
                     m.next = "ISSUE"
             with m.State("ISSUE"):
                 room = Signal()
                 m.d.comb += room.eq((wr_cnt - wr_done) < MAX_WRITES)
-                with m.If(nowrite | (j == MAX_SGE)):
+                with m.If(b.nowrite | (jb == MAX_SGE)):
                     m.next = "CLOSE"
-                with m.Elif(~jv):
-                    m.d.sync += j.eq(j + 1)
                 with m.Elif(room):
                     m.d.comb += [self.wr.req.valid.eq(~sent_w), pq.valid.eq(~sent_p)]
                     w_ok = Signal()
@@ -640,12 +843,14 @@ class Execute(wiring.Component):
                                  p_ok.eq(sent_p | pq.ready)]
                     with m.If(w_ok & p_ok):
                         m.d.comb += wqpn_wr.en.eq(1)
-                        m.d.sync += [sent_w.eq(0), sent_p.eq(0), j.eq(j + 1),
+                        m.d.sync += [sent_w.eq(0), sent_p.eq(0), jb.eq(b_next),
                                      wr_cnt.eq(wr_cnt + 1)]
+                        with m.If(b_next == MAX_SGE):
+                            m.next = "CLOSE"
                     with m.Else():
                         m.d.sync += [sent_w.eq(w_ok), sent_p.eq(p_ok)]
             with m.State("CLOSE"):
-                with m.If(~has_beats):
+                with m.If(~b.has_beats):
                     m.next = "INV"
                 with m.Else():
                     m.d.comb += [pq.valid.eq(1), pq.payload.len.eq(0),
@@ -654,7 +859,7 @@ class Execute(wiring.Component):
                         m.d.comb += push_close.eq(1)
                         m.next = "INV"
             with m.State("INV"):
-                with m.If(~c.inv | nowrite):
+                with m.If(~b.inv | b.nowrite):
                     m.next = "POST"
                 with m.Elif((sc_out == 0) & ~push_close):
                     m.next = "INV_REQ"
@@ -666,22 +871,28 @@ class Execute(wiring.Component):
                 m.d.comb += self.inval.resp.ready.eq(1)
                 with m.If(self.inval.resp.valid):
                     with m.If(~self.inval.resp.payload.ok):
-                        m.d.sync += [fatal.eq(1), syn.eq(0x1F),
-                                     cstat.eq(WcStatus.REM_INV_REQ_ERR)]
+                        m.d.sync += [b.fatal.eq(1), b.syn.eq(0x1F),
+                                     b.cqe.status.eq(WcStatus.REM_INV_REQ_ERR)]
                     m.next = "POST"
             with m.State("POST"):
                 go = Signal()
-                m.d.comb += go.eq(post_q.i.ready & (~cqe_on | cqe_q.i.ready)
-                                  & ~self.qp_reset.valid)
+                evn = Signal()
+                m.d.comb += [evn.eq(b.rdflt & ~b.skip),
+                             go.eq(post_q.i.ready & (~b.cqe_on | cqe_q.i.ready)
+                                   & ~self.qp_reset.valid
+                                   & (~evn | (~wd_err & ev_q.i.ready)))]
                 with m.If(go):
-                    m.d.comb += [post_q.i.valid.eq(1), cqe_q.i.valid.eq(cqe_on & ~skip)]
-                    with m.If(fatal):
-                        m.d.comb += [dead_wr.addr.eq(c.qpn[:ab]), dead_wr.data.eq(1),
-                                     dead_wr.en.eq(1)]
-                    with m.If(cdone & ~skip):
-                        m.d.comb += [cnext_wr.addr.eq(c.qpn[:ab]), cnext_wr.data.eq(widx + 1),
+                    m.d.comb += [post_q.i.valid.eq(1), cqe_q.i.valid.eq(b.cqe_on & ~b.skip),
+                                 b_ev.eq(evn), inv_dec.eq(b.invc)]
+                    with m.If(b.fatal):
+                        m.d.comb += [dead_wr.addr.eq(b.qpn[:ab]), dead_wr.data.eq(1),
+                                     dead_wr.en.eq(1), post_dead_w.eq(1)]
+                    with m.If(b.cdone & ~b.skip):
+                        m.d.comb += [cnext_wr.addr.eq(b.qpn[:ab]), cnext_wr.data.eq(b.widx + 1),
                                      cnext_wr.en.eq(1)]
-                    m.next = "IDLE"
+                    m.next = "B_IDLE"
+        with m.If(fl_cqe):
+            m.d.comb += cqe_q.i.valid.eq(1)
         return m
 
     def _prefetcher(self, m, fetch, plan_fetch, plan_look, take, c, faddr, ab):
