@@ -15,25 +15,15 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
+# the receive WQE exactly as it lies in host memory (bit 8·i = byte i) and its scatter/gather
+# element: the layouts of the host-memory format table (interface.md §5.1)
+from ..formats import RECV_MAX_SGE as MAX_SGE, RECV_WQE_BYTES as WQE_BYTES
+from ..formats import RecvWqe as wqe_layout, Sge as sge_layout
 from ..host.axi_master import ReadClientSignature
 from ..stream import Queue, check_width
 
 __all__ = ["RqFetch", "sge_layout", "wqe_layout", "WQE_BYTES", "MAX_SGE",
            "fetch_req_layout", "fetch_resp_layout"]
-
-WQE_BYTES = 64
-MAX_SGE = 3
-
-#: One scatter/gather element, 16 bytes: addr (8), length (4), lkey (4).
-sge_layout = data.StructLayout({"addr": 64, "length": 32, "lkey": 32})
-
-#: A receive WQE exactly as it lies in host memory (bit 8·i = byte i).
-wqe_layout = data.StructLayout({
-    "wr_id": 64,
-    "num_sge": 32,
-    "rsvd": 32,
-    "sge": data.ArrayLayout(sge_layout, MAX_SGE),
-})
 
 fetch_req_layout = data.StructLayout({"addr": 64, "tag": 8})
 fetch_resp_layout = data.StructLayout({"wqe": wqe_layout, "err": 1, "tag": 8})
