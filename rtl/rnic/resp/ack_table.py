@@ -170,32 +170,40 @@ class AckTable(wiring.Component):
         ]
 
         # ---- insert ----------------------------------------------------------------------------
+        # Whether the inserted QP already has something pending is looked up one cycle early,
+        # on the input (a 256:1 mux of registers), and corrected for the insert and the take
+        # of that cycle; the flag vectors below are updated bit by bit (each bit from itself,
+        # its decoded insert and take strobes and the ACK/NAK bit), with no mux of the vector.
         i = i_reg
         q = i.qpn
         is_ack = Signal()
         m.d.comb += is_ack.eq(i.hdr.syndrome == 0x1F)
         conflict = Signal()
         m.d.comb += conflict.eq(take & (head == q))
-        cur_ack = Signal()
-        cur_nak = Signal()
+        pend = Signal(n)
+        m.d.comb += pend.eq(ack_v | nak_v)
+        i_pend = Signal()           # i_reg's QP has a pending ACK or NAK (before this take)
+        nq = self.i.payload.qpn
+        m.d.sync += i_pend.eq((pend.bit_select(nq, 1) & ~(take & (head == nq)))
+                              | (i_valid & (q == nq)))
         m.d.comb += [
-            cur_ack.eq(ack_v.bit_select(q, 1) & ~conflict),
-            cur_nak.eq(nak_v.bit_select(q, 1) & ~conflict),
             self.i.ready.eq(1),
-            qf.i.valid.eq(i_valid & ~cur_ack & ~cur_nak),
+            qf.i.valid.eq(i_valid & ~(i_pend & ~conflict)),
             qf.i.payload.eq(q),
         ]
-        # the take clears the head's flags; an insert in the same cycle rewrites its QP's
-        # (vector form: two one-hot decoders, no variable-offset assignment)
+        # the take clears the head's flags; an insert in the same cycle rewrites its QP's:
+        # an ACK sets the ACK flag and keeps a NAK still pending (which then came first), a NAK
+        # sets the NAK flag and keeps a pending ACK
         take_hot = Signal(n)
         ins_hot = Signal(n)
         m.d.comb += [take_hot.eq(Mux(take, 1 << head, 0)), ins_hot.eq(Mux(i_valid, 1 << q, 0))]
-        keep = Signal(n)
-        m.d.comb += keep.eq(~take_hot & ~ins_hot)
+        ack_k = Signal(n)
+        nak_k = Signal(n)
+        m.d.comb += [ack_k.eq(ack_v & ~take_hot), nak_k.eq(nak_v & ~take_hot)]
         m.d.sync += [
-            ack_v.eq((ack_v & keep) | Mux(is_ack | cur_ack, ins_hot, 0)),
-            nak_v.eq((nak_v & keep) | Mux(~is_ack | cur_nak, ins_hot, 0)),
-            nak_first.eq((nak_first & ~ins_hot) | Mux(is_ack & cur_nak, ins_hot, 0)),
+            ack_v.eq(ack_k | Mux(is_ack, ins_hot, 0)),
+            nak_v.eq(nak_k | Mux(is_ack, 0, ins_hot)),
+            nak_first.eq((nak_first & ~ins_hot) | Mux(is_ack, ins_hot & nak_k, 0)),
         ]
         m.d.comb += [
             ack_w.addr.eq(q), ack_w.en.eq(i_valid & is_ack),

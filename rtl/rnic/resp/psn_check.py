@@ -29,17 +29,20 @@ dropped (counter 6).
 Pipeline and forwarding
 -----------------------
 Stage A (input select: fatal report > RQ doorbell > frame metadata; issues the read of both
-context tables), stage R (the block RAM's output, registered — its clock-to-out is never followed
-by logic), stage B (forwarding: the write of stage C in the same cycle, else the last two
-writes, else the registered RAM data; plus every check that needs no dynamic context — opcode
-decode, path MTU, position length rule, RETH length, the WRITE rules of a FIRST/ONLY, access,
-source IPv4 — and the PSN classification against the three ePSNs the packet can meet in C,
-all registers (the forwarded older context's, C's own, C's PSN + 1), picked at the B→C
-transfer by the forward flag and C's execute bit — registered into C), stage C (decision, writes the dynamic context, pushes the
-outputs). The PSN classifier and the opcode sequencer are :mod:`rnic.resp.psn_rules`. The
-next context is computed flat (one AND per outcome, one 2:1 mux per field, the arithmetic in
-parallel), and the forwarding select of C's own write comes from registers only, so the
-context loop is C's decision → ``new`` → one 2:1 mux → C's context register. One operation
+context tables), stage R (the block RAM's output; on the R→B transfer it is forwarded: B's
+context register takes the newest of C's write in that cycle, the write before it, and the RAM
+data — one LUT after the EBR output, the selects from registered compares), stage B (every
+check that needs no dynamic context — opcode decode, path MTU, position length rule, RETH
+length, the WRITE rules of a FIRST/ONLY, access, source IPv4 — and every check that does — PSN
+classification, state, opcode sequence, RNR, the WRITE rules of a MIDDLE/LAST, and the residue
+and offset after the packet — against each of the three contexts the packet can meet in C: the
+older one, C's next context if C executes, C's next context if it does not; all registers,
+picked at the B→C transfer by the registered forward flag and C's execute/fail bits), stage C
+(decision, writes the dynamic context, pushes the outputs). The PSN classifier and the opcode
+sequencer are :mod:`rnic.resp.psn_rules`. C's execute bit is an AND of six registers, the
+next context one 2:1 mux per field between the two precomputed outcomes, and the forwarding
+select of C's own write a register, so the context loop is the execute AND → ``new`` → one
+2:1 mux → C's context register (or B's, on the R→B transfer). One operation
 per cycle, any mix of QPs (back-to-back packets to one QP included); any full output queue
 stalls all four stages together (whether the operation in C needs that queue or not, to keep
 the decision out of the clock-enable path). Commands (SET_QP/QUERY_QP) wait until the pipeline
@@ -312,12 +315,9 @@ class PsnCheck(wiring.Component):
         b_qok = Signal()
         b_meta = Signal(rx_meta_layout)
         b_db = Signal(16)
-        b_ram = Signal(qp_dyn_layout)
+        b_ctx = Signal(qp_dyn_layout)   # the QP's context, every older write included but C's
         b_st = Signal(qp_static_layout)
-        with m.If(adv):
-            m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
-                         b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db),
-                         b_ram.eq(ctx.rd_dyn), b_st.eq(ctx.rd_static)]
+        b_fwd_c = Signal()              # the operation in C writes B's QP (from registers)
 
         c_valid = Signal()
         c_kind = Signal(2)
@@ -328,35 +328,40 @@ class PsnCheck(wiring.Component):
         c_ctx = Signal(qp_dyn_layout)
         c_st = Signal(qp_static_layout)
 
-        # the last two writes of the dynamic table (the read of a packet now in B missed them)
+        # The forwarding is done on the R→B transfer: the read of the packet in R missed two
+        # writes at most, the one of the cycle its read was issued (w1 now) and the one of C in
+        # this cycle (``new``); B's context register gets the newest of C's write, w1 and the
+        # RAM data (one LUT after the EBR output, the selects from two 8-bit compares of
+        # registers). The write of the operation then in C is forwarded on the B→C transfer.
         wr_en = Signal()
         new = Signal(qp_dyn_layout)
         w1_valid = Signal()
         w1_addr = Signal(ab)
         w1_data = Signal(qp_dyn_layout)
-        w2_valid = Signal()
-        w2_addr = Signal(ab)
-        w2_data = Signal(qp_dyn_layout)
         m.d.comb += [ctx.wr_en.eq(wr_en), ctx.wr_addr.eq(c_idx), ctx.wr_dyn.eq(new)]
         with m.If(wr_en):
-            m.d.sync += [w1_valid.eq(1), w1_addr.eq(c_idx), w1_data.eq(new),
-                         w2_valid.eq(w1_valid), w2_addr.eq(w1_addr), w2_data.eq(w1_data)]
-        with m.If(ctx.busy):
-            m.d.sync += [w1_valid.eq(0), w2_valid.eq(0)]
-
-        # forwarding: the write of stage C this cycle (select from registers only, so that the
-        # decision → new → c_ctx loop has one 2:1 mux), else the last two writes, else the RAM
-        fwd_old = Signal(qp_dyn_layout)
-        with m.If(w1_valid & (w1_addr == b_idx)):
-            m.d.comb += fwd_old.eq(w1_data)
-        with m.Elif(w2_valid & (w2_addr == b_idx)):
-            m.d.comb += fwd_old.eq(w2_data)
-        with m.Else():
-            m.d.comb += fwd_old.eq(b_ram)
-        fwd_c = Signal()
-        m.d.comb += fwd_c.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == b_idx))
+            m.d.sync += [w1_valid.eq(1), w1_addr.eq(c_idx), w1_data.eq(new)]
+        # a SET_QP (or the reset sweep) writes the table directly: forget the pipeline's write
+        with m.If(ctx.set_valid):
+            m.d.sync += w1_valid.eq(0)
+        rc_hit = Signal()
+        r_w1_hit = Signal()
+        r_use_ram = Signal()
+        r_fwd = Signal(qp_dyn_layout)
+        m.d.comb += [
+            rc_hit.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx)),
+            r_w1_hit.eq(w1_valid & (w1_addr == r_idx)),
+            r_use_ram.eq(~rc_hit & ~r_w1_hit),
+            r_fwd.eq(Mux(rc_hit, new, w1_data)),
+        ]
+        with m.If(adv):
+            m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
+                         b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db),
+                         b_ctx.eq(Mux(r_use_ram, ctx.rd_dyn, r_fwd)), b_st.eq(ctx.rd_static),
+                         b_fwd_c.eq(b_valid & (b_kind != Kind.RESP) & (b_idx == r_idx))]
+        fwd_c = b_fwd_c
         fwd = Signal(qp_dyn_layout)
-        m.d.comb += fwd.eq(Mux(fwd_c, new, fwd_old))
+        m.d.comb += fwd.eq(Mux(fwd_c, new, b_ctx))
 
         # context-free checks, registered into C
         b_info = opcode_info(m, b_meta.opcode, name="b_info")
@@ -373,40 +378,88 @@ class PsnCheck(wiring.Component):
             m.d.comb += b_pos_bad.eq(b_len != b_pmtu)
         with m.Else():
             m.d.comb += b_pos_bad.eq((b_len == 0) | (b_len > b_pmtu))
-        b_wstart_bad = Signal()         # the WRITE rules of a FIRST/ONLY (resid = RETH length)
         rl = b_meta.reth_len
-        with m.If(rl > b_pmtu):
-            m.d.comb += b_wstart_bad.eq((b_len != b_pmtu) | (b_meta.padcnt != 0))
-        with m.Else():
-            m.d.comb += b_wstart_bad.eq((b_len != rl) | (b_meta.padcnt != (-rl)[0:2]))
-        c_psn1 = Signal(24)
-        # The PSN classification of the packet entering C, against the ePSN it will see: C's
-        # own next ePSN when forwarded from C (its PSN + 1 if it executes, else its ePSN), else
-        # the forwarded older context. All three operands are registers; the loop keeps only
-        # the final 2:1 selects (by C's execute bit).
-        cls_old = psn_classify(m, b_meta.psn, fwd_old.epsn, name="b_psn_cls_old")
-        cls_cx = psn_classify(m, b_meta.psn, c_ctx.epsn, name="b_psn_cls_cx")
-        cls_c1 = psn_classify(m, b_meta.psn, c_psn1, name="b_psn_cls_c1")
+
+        def w_rules_bad(resid, name):
+            # the WRITE rules against the residue: resid > PMTU → payload == PMTU, PadCnt 0;
+            # else payload == resid, PadCnt == −resid & 3
+            bad = Signal(name=name)
+            with m.If(resid > b_pmtu):
+                m.d.comb += bad.eq((b_len != b_pmtu) | (b_meta.padcnt != 0))
+            with m.Else():
+                m.d.comb += bad.eq((b_len != resid) | (b_meta.padcnt != (-resid)[0:2]))
+            return bad
+
+        b_wstart_bad = w_rules_bad(rl, "b_wstart_bad")  # FIRST/ONLY: resid = RETH length
+
+        # The checks that need the dynamic context, done here against the three contexts the
+        # packet can meet in C: the older one (``b_ctx``), C's next context if C executes its
+        # packet (``nx_e``), and C's next context if it does not (``nx_n``: a doorbell's
+        # producer, a fatal report's ERROR; a NAK 0x61 moves the QP to ERROR, which only
+        # ``state_ok`` needs to know). All operands come from registers; the results are picked
+        # on the B→C transfer by the forward flag (a register) and C's execute/fail bits, so the
+        # decision → context loop in C keeps only the final 2:1 selects.
+        chk_layout = data.StructLayout({
+            "cls": psn_class_layout, "state_ok": 1, "seq_ok": 1, "rnr": 1, "w_bad": 1,
+            "resid": 32, "off": 32,
+        })
+
+        def context_checks(x, state_ok, name):
+            ck = Signal(chk_layout, name=name)
+            resid = Signal(32, name=f"{name}_resid")
+            m.d.comb += resid.eq(Mux(b_info.start, rl, x.resid))
+            m.d.comb += [
+                ck.cls.eq(psn_classify(m, b_meta.psn, x.epsn, name=f"{name}_psn_cls")),
+                ck.state_ok.eq(state_ok),
+                ck.seq_ok.eq(op_sequence(m, b_meta.opcode, x.open, name=f"{name}_op_seq").ok),
+                ck.rnr.eq(b_info.rwr & (x.rq_prod == x.rq_cons)),
+                ck.w_bad.eq(b_info.write & ~b_info.start
+                            & w_rules_bad(x.resid, f"{name}_w_bad")),
+                ck.resid.eq(resid - b_len),                         # residue after the packet
+                ck.off.eq(Mux(b_info.start, 0, x.off) + b_len),     # offset after the packet
+            ]
+            return ck
+
+        def state_ok_of(state):
+            return (state == QpState.RTR) | (state == QpState.RTS)
+
         x_exec = Signal()           # stage C executes its packet (defined with stage C)
-        c_pcls = Signal(psn_class_layout)
+        x_fail = Signal()           # stage C's packet draws NAK 0x61 (QP → ERROR)
+        x_fatal = Signal()          # stage C's fatal report moves the QP to ERROR
+        nx_e = Signal(qp_dyn_layout)
+        nx_n = Signal(qp_dyn_layout)
+        ck_old = context_checks(b_ctx, state_ok_of(b_ctx.state), "b_ck_old")
+        ck_e = context_checks(nx_e, state_ok_of(c_ctx.state), "b_ck_e")
+        ck_n = context_checks(nx_n, state_ok_of(c_ctx.state) & ~x_fatal, "b_ck_n")
+        ck_n_f = Signal(chk_layout)
+        m.d.comb += [ck_n_f.eq(ck_n), ck_n_f.state_ok.eq(ck_n.state_ok & ~x_fail)]
+        c_ck = Signal(chk_layout)
+        c_psn1 = Signal(24)
         with m.If(adv):
-            m.d.sync += c_pcls.eq(Mux(fwd_c, Mux(x_exec, cls_c1, cls_cx), cls_old))
+            m.d.sync += c_ck.eq(Mux(fwd_c, Mux(x_exec, ck_e, ck_n_f), ck_old))
         c_info = Signal.like(b_info)
         c_pmtu = Signal(13)
         c_pre_bad = Signal()            # position rule, RETH length > 2^31, start WRITE rules
         c_acc_bad = Signal()
         c_drop = Signal()               # bad QPN or source IPv4 not the QP's
         c_len_nz = Signal()
+        c_pkt_ok = Signal()             # a request packet passing every context-free check
+        b_pre_bad = Signal()
+        b_acc_bad = Signal()
+        b_drop = Signal()
+        m.d.comb += [
+            b_pre_bad.eq(b_pos_bad | (b_info.reth & (rl > (1 << 31)))
+                         | (b_info.write & b_info.start & b_wstart_bad)),
+            b_acc_bad.eq(b_info.read | b_info.atomic | (b_info.write & ~b_st.access[1])),
+            b_drop.eq(~b_qok | (b_meta.src_ip != b_st.rip)),
+        ]
         with m.If(adv):
             m.d.sync += [c_valid.eq(b_valid), c_kind.eq(b_kind), c_idx.eq(b_idx),
                          c_qok.eq(b_qok), c_meta.eq(b_meta), c_db.eq(b_db),
                          c_ctx.eq(fwd), c_st.eq(b_st),
                          c_info.eq(b_info), c_pmtu.eq(b_pmtu),
-                         c_pre_bad.eq(b_pos_bad | (b_info.reth & (rl > (1 << 31)))
-                                      | (b_info.write & b_info.start & b_wstart_bad)),
-                         c_acc_bad.eq(b_info.read | b_info.atomic
-                                      | (b_info.write & ~b_st.access[1])),
-                         c_drop.eq(~b_qok | (b_meta.src_ip != b_st.rip)),
+                         c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
+                         c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad & ~b_pre_bad),
                          c_len_nz.eq(b_len != 0), c_psn1.eq(b_meta.psn + 1)]
 
         # ---- stage C: decide --------------------------------------------------------------------
@@ -482,30 +535,20 @@ class PsnCheck(wiring.Component):
         pmtu = c_pmtu
         length = cm.payload_len
         op = cm.opcode
-        pcls = c_pcls       # psn_classify(cm.psn, cx.epsn), computed in B (see there)
-        oseq = op_sequence(m, op, cx.open, name="c_op_seq")
-        seq_ok = oseq.ok
+        pcls = c_ck.cls     # every context check below was made in B (see there)
+        oseq = op_sequence(m, op, cx.open, name="c_op_seq")     # (its next_open)
+        seq_ok = c_ck.seq_ok
         acc_bad = c_acc_bad
-        rnr = Signal()
-        m.d.comb += rnr.eq(info.rwr & (cx.rq_prod == cx.rq_cons))
-        resid = Signal(32)
-        m.d.comb += resid.eq(Mux(info.start, cm.reth_len, cx.resid))
+        rnr = c_ck.rnr
         # the WRITE rules of a MIDDLE/LAST against the stored residue (FIRST/ONLY: in c_pre_bad)
-        w_bad = Signal()
-        with m.If(cx.resid > pmtu):
-            m.d.comb += w_bad.eq((length != pmtu) | (cm.padcnt != 0))
-        with m.Else():
-            m.d.comb += w_bad.eq((length != cx.resid) | (cm.padcnt != (-cx.resid)[0:2]))
         len_bad = Signal()
-        m.d.comb += len_bad.eq(c_pre_bad | (info.write & ~info.start & w_bad))
+        m.d.comb += len_bad.eq(c_pre_bad | c_ck.w_bad)
 
-        state_ok = (cx.state == QpState.RTR) | (cx.state == QpState.RTS)
+        state_ok = c_ck.state_ok
         msn_inc = Signal(24)
-        off_next = Signal(32)
-        resid_next = Signal(32)
-        m.d.comb += [msn_inc.eq(cx.msn + info.end),
-                     off_next.eq(Mux(info.start, 0, cx.off) + length),
-                     resid_next.eq(resid - length)]
+        off_next = c_ck.off
+        resid_next = c_ck.resid
+        m.d.comb += msn_inc.eq(cx.msn + info.end)
         fail_61 = Signal()
         held = Signal()
 
@@ -583,18 +626,17 @@ class PsnCheck(wiring.Component):
 
         # ---- the next dynamic context, flat (the decision → new → c_ctx loop) -----------------
         # Same decisions as the Switch above, written as one AND per outcome and one 2:1 mux per
-        # field, the arithmetic done in parallel with the decision.
+        # field: ``nx_e`` if C executes, ``nx_n`` if not (both from registers only), then the
+        # NAK 0x61 changes. x_exec is an AND of registers.
         k_pkt = Signal()
         ok_in = Signal()                # a request packet of a usable QP, in order
-        x_fail = Signal()               # NAK 0x61, QP → ERROR
         x_held = Signal()
-        x_fatal = Signal()
         cons_1 = Signal(16)
         m.d.comb += [
             k_pkt.eq(c_kind == Kind.PKT),
             ok_in.eq(k_pkt & ~c_drop & state_ok & pcls.in_order),
             x_fail.eq(ok_in & (~seq_ok | acc_bad | (~rnr & len_bad))),
-            x_exec.eq(ok_in & seq_ok & ~acc_bad & ~rnr & ~len_bad),
+            x_exec.eq(c_pkt_ok & state_ok & pcls.in_order & seq_ok & ~rnr & ~c_ck.w_bad),
             x_held.eq(Mux(~seq_ok | acc_bad, ~seq_ok & (cx.open == MsgClass.SEND),
                           (cx.open == MsgClass.SEND) | info.rwr)),
             x_fatal.eq((c_kind == Kind.FATAL) & (cx.state != QpState.RESET)
@@ -602,23 +644,27 @@ class PsnCheck(wiring.Component):
             cons_1.eq(cx.rq_cons + 1),
         ]
         m.d.comb += [
-            new.eq(cx),
-            new.state.eq(Mux(x_fail | x_fatal, QpState.ERROR, cx.state)),
-            new.nak.eq(Mux(ok_in, 0, Mux(k_pkt & ~c_drop & state_ok & pcls.ahead, 1, cx.nak))),
-            new.epsn.eq(Mux(x_exec, c_psn1, cx.epsn)),
-            new.msn.eq(Mux(x_exec, msn_inc, cx.msn)),
-            new.rq_cons.eq(Mux(x_exec,
-                               Mux(info.end & (info.send | info.rwr), cons_1, cx.rq_cons),
-                               Mux(x_fail & x_held, cons_1, cx.rq_cons))),
-            new.open.eq(Mux(x_exec, oseq.next_open, cx.open)),
-            new.off.eq(Mux(x_exec, Mux(info.end, 0, off_next), cx.off)),
-            new.resid.eq(Mux(x_exec, resid_next, cx.resid)),
-            new.rq_prod.eq(Mux((c_kind == Kind.DB) & c_qok & (cx.state != QpState.RESET),
-                               c_db, cx.rq_prod)),
+            nx_e.eq(cx),
+            nx_e.nak.eq(0),
+            nx_e.epsn.eq(c_psn1),
+            nx_e.msn.eq(msn_inc),
+            nx_e.rq_cons.eq(Mux(info.end & (info.send | info.rwr), cons_1, cx.rq_cons)),
+            nx_e.open.eq(oseq.next_open),
+            nx_e.off.eq(Mux(info.end, 0, off_next)),
+            nx_e.resid.eq(resid_next),
+            nx_n.eq(cx),
+            nx_n.state.eq(Mux(x_fatal, QpState.ERROR, cx.state)),
+            nx_n.nak.eq(Mux(ok_in, 0, Mux(k_pkt & ~c_drop & state_ok & pcls.ahead, 1, cx.nak))),
+            nx_n.rq_prod.eq(Mux((c_kind == Kind.DB) & c_qok & (cx.state != QpState.RESET),
+                                c_db, cx.rq_prod)),
         ]
-        with m.If(x_exec & info.start & info.write):
-            m.d.comb += [new.wlen.eq(cm.reth_len), new.va.eq(cm.reth_va),
-                         new.rkey.eq(cm.reth_rkey)]
+        with m.If(info.start & info.write):
+            m.d.comb += [nx_e.wlen.eq(cm.reth_len), nx_e.va.eq(cm.reth_va),
+                         nx_e.rkey.eq(cm.reth_rkey)]
+        m.d.comb += new.eq(Mux(x_exec, nx_e, nx_n))
+        with m.If(x_fail):
+            m.d.comb += [new.state.eq(QpState.ERROR),
+                         new.rq_cons.eq(Mux(x_held, cons_1, cx.rq_cons))]
 
         # ---- payload router ------------------------------------------------------------------
         d = dec_q.o
@@ -663,7 +709,9 @@ class PsnCheck(wiring.Component):
         m.d.comb += need_inj.eq(~err & fatal_done)
         coal_ready = Signal()
         go = Signal()
-        m.d.comb += go.eq(have & (~f_valid | coal_ready) & (~need_inj | ~inj_valid))
+        # (the error bit is kept out of ``go``, which pops resp_q: a fatal ``done`` waits while
+        # an injection is pending whether or not its QP is already in error)
+        m.d.comb += go.eq(have & (~f_valid | coal_ready) & ~(fatal_done & inj_valid))
         m.d.comb += [
             resp_q.o.ready.eq(go),
             self.done.ready.eq(go & h.wait_done),
@@ -672,23 +720,39 @@ class PsnCheck(wiring.Component):
         m.d.comb += seq_err_wr.eq(go & ~err & (fatal_done | h.kill))
         fq_ok = Signal()
         m.d.comb += fq_ok.eq(self.fault.payload.qpn < self.num_qp)
+        # The error bits written by SET_QP (and the sweep) and by a fault go through one
+        # register (the command FSM's index and strobe, and the fault handshake, stay off the
+        # LUT-RAM's write port); the sequencer's own writes go straight in, and a registered
+        # write waits while the sequencer writes. Neither delay is visible: SET_QP runs with
+        # the pipeline drained (nothing is read for a QP for four cycles after it), and a fault
+        # suppresses what is still queued from the moment its bit lands (as if it had come
+        # one cycle later; its fatal operation is injected after that).
+        ew_valid = Signal()
+        ew_addr = Signal(ab)
+        ew_data = Signal()
+        fault_take = Signal()
+        m.d.comb += fault_take.eq(self.fault.valid & ~inj_valid & ~ew_valid & ~ctx.busy)
         with m.If(go & need_inj):
             m.d.sync += [inj_valid.eq(1), inj_qpn.eq(h.qpn)]
-        with m.Elif(self.fault.valid & ~inj_valid & ~seq_err_wr & ~ctx.busy):
+        with m.Elif(fault_take):
             # (not while a command or the sweep owns the context: the injected operation
             # would read and write the tables through ports the command FSM holds)
             # a fault from a later stage: suppress the QP's responses, then move it to ERROR
             m.d.comb += self.fault.ready.eq(1)
             with m.If(fq_ok):
                 m.d.sync += [inj_valid.eq(1), inj_qpn.eq(self.fault.payload.qpn[:ab])]
-        with m.If(ctx.set_valid):
-            m.d.comb += [err_wr.addr.eq(ctx.set_qpn), err_wr.en.eq(1),
-                         err_wr.data.eq(ctx.set_state == QpState.ERROR)]
-        with m.Elif(seq_err_wr):
+        with m.If(seq_err_wr):
             m.d.comb += [err_wr.addr.eq(h.qpn), err_wr.data.eq(1), err_wr.en.eq(1)]
-        with m.Elif(self.fault.valid & self.fault.ready & fq_ok):
-            m.d.comb += [err_wr.addr.eq(self.fault.payload.qpn[:ab]), err_wr.data.eq(1),
-                         err_wr.en.eq(1)]
+        with m.Else():
+            m.d.comb += [err_wr.addr.eq(ew_addr), err_wr.data.eq(ew_data),
+                         err_wr.en.eq(ew_valid)]
+            m.d.sync += ew_valid.eq(0)
+        with m.If(ctx.set_valid):
+            m.d.sync += [ew_valid.eq(1), ew_addr.eq(ctx.set_qpn),
+                         ew_data.eq(ctx.set_state == QpState.ERROR)]
+        with m.Elif(fault_take & fq_ok & ~(go & need_inj)):
+            m.d.sync += [ew_valid.eq(1), ew_addr.eq(self.fault.payload.qpn[:ab]),
+                         ew_data.eq(1)]
 
         # ---- per-QP pending-response table (TX back-pressure never reaches receive) ----------
         m.submodules.acks = acks = AckTable(num_qp=self.num_qp)
@@ -706,6 +770,6 @@ class PsnCheck(wiring.Component):
 
         # commands may run once everything is drained
         m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~resp_q.o.valid & (resp_q.level == 0)
-                                & ~inj_valid & ~exe_q.o.valid & fl_q.i.ready)
+                                & ~inj_valid & ~ew_valid & ~exe_q.o.valid & fl_q.i.ready)
         return m
 

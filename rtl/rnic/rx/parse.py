@@ -257,14 +257,26 @@ class RxParse(wiring.Component):
         tot_in = Signal(16)
         m.d.comb += tot_in.eq(Cat(byte[(_IP + 3) % L], byte[(_IP + 2) % L]))
         rem = Signal(17)
+        # rem_gt[j] == (rem > j), registered with ``rem`` (a per-lane thermometer), so that a
+        # lane's ``keep`` is an AND of registers instead of a 17-bit compare (``rem`` itself only
+        # feeds its own update)
+        rem_gt = Signal(L)
         nxt = (tb + 1) * L - _IP                # bytes of the datagram in beats 0 .. tb
         with m.If(accept):
             with m.If(idx == tb):
                 m.d.sync += rem.eq(Mux(tot_in > nxt, tot_in - nxt, 0))
+                m.d.sync += [rem_gt[j].eq(tot_in > nxt + j) for j in range(L)]
             with m.Else():
                 m.d.sync += rem.eq(Mux(rem > L, rem - L, 0))
+                # rem > L + j, split at the lane bits: rem ≥ 2L, or rem in L..2L−1 with its
+                # low bits > j (no 17-bit compare per lane)
+                r_hi, r_lo = rem[lg:], rem[:lg]
+                r_2l = Signal()
+                r_1l = Signal()
+                m.d.comb += [r_2l.eq(r_hi[1:] != 0), r_1l.eq(r_hi == 1)]
+                m.d.sync += [rem_gt[j].eq(r_2l | (r_1l & (r_lo > j))) for j in range(L)]
         in_dgram = [(idx < tb) | ((idx == tb) & (tot_in > tb * L + j - _IP))
-                    | ((idx > tb) & (rem > j)) for j in range(L)]
+                    | ((idx > tb) & rem_gt[j]) for j in range(L)]
         # One register stage in front of the CRC: the ``rem`` compares and the lane substitutions
         # above stay out of the CRC's data-term cone (one cycle more to the ICRC verdict).
         m.d.sync += [
@@ -312,6 +324,13 @@ class RxParse(wiring.Component):
         m.d.sync += vm_valid.eq(v0_valid)
         with m.If(v0_valid):
             m.d.sync += [b[n].eq(Mux(v0_len > n, v0_snap[n], 0)) for n in range(HDR_BYTES)]
+        # the opcode decoded here and registered with the bytes (its flags select most of V1's
+        # metadata fields: no decode in front of that fan-out)
+        vm_bth = [Mux(v0_len > n, v0_snap[n], 0) for n in range(_BTH, _BTH + wire.BTH.size)]
+        m_info = opcode_info(m, wire.BTH.extract("opcode", vm_bth), name="vm_info_d")
+        vm_info = Signal.like(m_info, name="vm_info")
+        with m.If(v0_valid):
+            m.d.sync += vm_info.eq(m_info)
             m.d.sync += [vm_len.eq(v0_len), vm_long.eq(v0_long), vm_user.eq(v0_user),
                          vm_dropall.eq(v0_dropall), vm_base.eq(v0_base), vm_end.eq(v0_end)]
 
@@ -320,7 +339,7 @@ class RxParse(wiring.Component):
 
         # V1: fields, equality checks, metadata; the length arithmetic's operands.
         op = f(wire.BTH, _BTH, "opcode")
-        info = opcode_info(m, op, name="v1_info")
+        info = vm_info                  # opcode_info(op), registered in M
         tot = f(wire.IPV4, _IP, "total_length")
         udp_len = f(wire.UDP, _UDP, "length")
         padcnt = f(wire.BTH, _BTH, "padcnt")
