@@ -9,7 +9,10 @@ Data path, top to bottom (see ``docs/requester.md``):
    The completer queues a QPN as well when it must act again (retry, error, window reopened).
 2. **WQE fetch**: the engine takes a QPN and reads its context (``ctx_req``/``ctx_resp``, served
    by the QP context). While the QP is in RTS and ``cons != prod``, it reads the 64-byte send WQE
-   at ``sq_base + 64·(cons mod 2^log2)`` through its own host read client (``wqe_rd``).
+   at ``sq_base + 64·(cons mod 2^log2)`` through its own host read client (``wqe_rd``). The read
+   of WQE ``cons + 1`` is issued while WQE ``cons``'s packets are handed over (prefetch); its
+   beats wait in the read client's buffer, and are drained unused if the engine goes elsewhere
+   (another QP, a rewind) before it wants that WQE.
 3. **Checks / Gather Path**: opcode > 4 or num_sge > 2 → LOC_QP_OP_ERR. Each SGE of non-zero
    length is looked up in the Key Cache (lkey, the QP's PD, access 0, [addr, addr+len)); a
    failure → LOC_PROT_ERR. Either error emits a ``cpl``; the QP must then go to ERROR, and the
@@ -40,7 +43,9 @@ payload from host memory (the ring slot and buffers stay owned by the hardware u
 completion); the in-flight table keeps only what retirement needs.
 
 The engine serves one QP until its SQ is empty, its window is full, or it has to wait for the
-completer; it then writes the QP back ("parked") and takes the next QPN.
+completer; it then writes the QP back ("parked") and takes the next QPN. Round-robin: when other
+QPNs wait in the work queue, the engine re-queues its QP after each WQE sent (one WQE per turn)
+and takes the next one.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -317,6 +322,7 @@ class Requester(wiring.Component):
         cmp_wb = Signal()
         cmp_new = Signal(_comp_layout)
         wake_v = Signal()
+        yield_v = Signal()              # the engine re-queues its QP (round-robin)
         qpn = Signal(ab)                # the engine's QP
         aq = Signal(ab)                 # the completer's QP
         sp = self.qp_set.payload
@@ -325,7 +331,7 @@ class Requester(wiring.Component):
         set_reset = sp.state == _RESET
         set_hit = Signal()              # a SET_QP rewrites a QP's tables this cycle
         m.d.comb += self.qp_set.ready.eq(~eng_wb & ~cmp_wb & work.i.ready)
-        m.d.comb += self.sq_db.ready.eq(~self.qp_set.valid & ~wake_v & work.i.ready)
+        m.d.comb += self.sq_db.ready.eq(~self.qp_set.valid & ~wake_v & ~yield_v & work.i.ready)
         with m.If(self.qp_set.valid & self.qp_set.ready):
             with m.If(set_rts | set_reset):
                 psn0 = Mux(set_rts, sp.sq_psn, 0)
@@ -342,6 +348,8 @@ class Requester(wiring.Component):
                 m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(set_q)]
         with m.Elif(wake_v):
             m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(aq)]
+        with m.Elif(yield_v):
+            m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(qpn)]
         with m.Elif(self.sq_db.valid & self.sq_db.ready
                     & (self.sq_db.payload.number < self.num_qp)):     # others are ignored
             dq = self.sq_db.payload.number[:ab]
@@ -402,6 +410,19 @@ class Requester(wiring.Component):
         pstat = Signal(4)
         kill_v = Signal()               # engine → completer: end QP kill_q (SET_QP to ERROR)
         kill_q = Signal(ab)
+        served = Signal()               # a WQE of this QP was sent during this visit
+        # WQE prefetch: while a WQE's packets are handed over, the next WQE of the QP is read;
+        # its beats wait in the read client's buffer until WQE_REQ finds the match (QP, index)
+        # or drains them (the engine went elsewhere meanwhile)
+        pf_v = Signal()                 # a prefetched WQE's beats are due or waiting
+        pf_q = Signal(ab)
+        pf_c = Signal(16)
+        pf_go = Signal()                # issue the prefetch this cycle
+        wqe_idx = Signal(16)
+        m.d.comb += wqe_idx.eq(Mux(pf_go, dyn.cons + 1, dyn.cons))
+        pf_bad = Signal()               # a SET_QP rewrote the prefetched QP: drain it
+        pf_hit = Signal()
+        m.d.comb += pf_hit.eq(pf_v & ~pf_bad & (pf_q == qpn) & (pf_c == dyn.cons))
 
         m.d.comb += [
             len0.eq(Mux(num_sge >= 1, sge_len[0], 0)),
@@ -478,7 +499,7 @@ class Requester(wiring.Component):
         m.d.comb += [
             self.ctx_req.payload.eq(qpn),
             self.wqe_rd.req.payload.addr.eq(
-                ctx.sq_base + ((dyn.cons & ((Const(1, 17) << ctx.sq_log) - 1)) << 6)),
+                ctx.sq_base + ((wqe_idx & ((Const(1, 17) << ctx.sq_log) - 1)) << 6)),
             self.wqe_rd.req.payload.len_bytes.eq(64),
             self.wqe_rd.req.payload.tag.eq(0),
             self.lookup.req.payload.key.eq(Mux(k[0], sge_key[1], sge_key[0])),
@@ -498,12 +519,18 @@ class Requester(wiring.Component):
             cfg_wp.data.rnr_retry.eq(self.ctx_resp.payload.rnr_retry),
         ]
 
+        def prefetch():
+            with m.If(~pf_v & ~flush & ~dyn.err & (dyn.cons + 1 != prod)):
+                m.d.comb += [pf_go.eq(1), self.wqe_rd.req.valid.eq(1)]
+                with m.If(self.wqe_rd.req.ready):
+                    m.d.sync += [pf_v.eq(1), pf_q.eq(qpn), pf_c.eq(dyn.cons + 1), pf_bad.eq(0)]
+
         with m.FSM(name="engine"):
             with m.State("IDLE"):
                 m.d.comb += work.o.ready.eq(1)
                 m.d.sync += pend_err.eq(0)
                 with m.If(work.o.valid):
-                    m.d.sync += qpn.eq(work.o.payload)
+                    m.d.sync += [qpn.eq(work.o.payload), served.eq(0)]
                     m.next = "PRE"
             with m.State("PRE"):
                 # the table reads of the new QPN reach their registers (dyn_rd) by CTX_WAIT
@@ -554,6 +581,8 @@ class Requester(wiring.Component):
                     m.next = "WB"
                 with m.Elif((ctx.state != _RTS) | cs.hold | cs.qerr):
                     m.next = "WB"                 # (the completer wakes the QP after RNR)
+                with m.Elif(served & work.o.valid):
+                    m.next = "YIELD"              # other QPs wait: round-robin, one WQE each
                 with m.Elif(slot_room):
                     m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0),
                                  fpsn_r.eq(Mux(dyn.part, dyn.fpsn, dyn.psn)),
@@ -579,13 +608,35 @@ class Requester(wiring.Component):
                 with m.If(~kill_v):
                     m.d.sync += [kill_v.eq(1), kill_q.eq(qpn)]
                 m.next = "PARK"
+            with m.State("YIELD"):
+                # write the QP back (not parked) and queue it again behind the others; when the
+                # queue cannot take it this cycle, serve one more WQE of it instead
+                m.d.comb += [yield_v.eq(1), self.busy.eq(1)]
+                with m.If(work.i.ready & ~wake_v):
+                    m.d.comb += eng_wb.eq(1)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += served.eq(0)
+                    m.next = "CHECK"
             with m.State("PARK"):
                 m.d.comb += [eng_wb.eq(1), eng_dyn.parked.eq(1), self.busy.eq(1)]
                 m.next = "IDLE"
             with m.State("WQE_REQ"):
-                m.d.comb += [self.wqe_rd.req.valid.eq(1), self.busy.eq(1)]
-                with m.If(self.wqe_rd.req.ready):
-                    m.next = "WQE_DATA"
+                m.d.comb += self.busy.eq(1)
+                with m.If(pf_hit):
+                    m.d.sync += pf_v.eq(0)
+                    m.next = "WQE_DATA"           # already asked for
+                with m.Elif(pf_v):
+                    m.next = "PF_DRAIN"           # a prefetch this WQE cannot use
+                with m.Else():
+                    m.d.comb += self.wqe_rd.req.valid.eq(1)
+                    with m.If(self.wqe_rd.req.ready):
+                        m.next = "WQE_DATA"
+            with m.State("PF_DRAIN"):
+                m.d.comb += [self.wqe_rd.resp.ready.eq(1), self.busy.eq(1)]
+                with m.If(self.wqe_rd.resp.valid & self.wqe_rd.resp.payload.last):
+                    m.d.sync += pf_v.eq(0)
+                    m.next = "WQE_REQ"
             with m.State("WQE_DATA"):
                 m.d.comb += [self.wqe_rd.resp.ready.eq(1), self.busy.eq(1)]
                 with m.If(self.wqe_rd.resp.valid):
@@ -618,7 +669,15 @@ class Requester(wiring.Component):
             with m.State("LOOKUP"):
                 m.d.comb += self.busy.eq(1)
                 cur_len = Mux(k[0], sge_len[1], sge_len[0])
-                with m.If(k == num_sge):
+                with m.If((k == num_sge) & (skipn == 0)):
+                    # from the first packet (the usual case): gather from the first non-empty SGE
+                    m.d.sync += [sent.eq(0), resid.eq(total)]
+                    with m.If(len0 != 0):
+                        m.d.sync += [cur_addr.eq(bus[0]), seg_left.eq(len0)]
+                    with m.Else():
+                        m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(total)]
+                    m.next = "PKT"
+                with m.Elif(k == num_sge):
                     m.next = "SKIP"
                 with m.Elif(cur_len == 0):
                     m.d.sync += k.eq(k + 1)
@@ -663,6 +722,7 @@ class Requester(wiring.Component):
                 m.next = "PKT"
             with m.State("PKT"):
                 m.d.comb += self.busy.eq(1)
+                prefetch()
                 with m.If(rewind):
                     m.next = "REWIND"             # abandon this WQE
                 with m.Elif(cs.hold | ~psn_room):
@@ -685,6 +745,7 @@ class Requester(wiring.Component):
                         m.next = "CHUNK"
             with m.State("CHUNK"):
                 m.d.comb += self.busy.eq(1)
+                prefetch()
                 with m.If(left == 0):
                     with m.If(was_last):
                         m.next = "WB_NEXT"
@@ -694,6 +755,11 @@ class Requester(wiring.Component):
                     m.d.comb += build.chunk.valid.eq(1)
                     with m.If(build.chunk.ready):
                         m.d.sync += left.eq(left - clen)
+                        with m.If(left == clen):                # the packet's last chunk
+                            with m.If(was_last):
+                                m.next = "WB_NEXT"
+                            with m.Else():
+                                m.next = "PKT"
                         with m.If(seg_left == clen):           # SGE 0 done: on to SGE 1
                             m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(len1)]
                         with m.Else():
@@ -704,7 +770,8 @@ class Requester(wiring.Component):
                 hnext = Mux(dyn.cons == dyn.hcons, dyn.cons + 1, dyn.hcons)
                 m.d.comb += [eng_wb.eq(1), eng_dyn.cons.eq(dyn.cons + 1), eng_dyn.part.eq(0),
                              eng_dyn.hcons.eq(hnext), infl_wp.en.eq(1), self.busy.eq(1)]
-                m.d.sync += [dyn.cons.eq(dyn.cons + 1), dyn.part.eq(0), dyn.hcons.eq(hnext)]
+                m.d.sync += [dyn.cons.eq(dyn.cons + 1), dyn.part.eq(0), dyn.hcons.eq(hnext),
+                             served.eq(1)]
                 m.next = "CHECK_WAIT"
             with m.State("CHECK_WAIT"):
                 # one cycle for the registered reads and window flags to see the new dyn
@@ -728,6 +795,9 @@ class Requester(wiring.Component):
             with m.State("WB"):
                 m.d.comb += [eng_wb.eq(1), self.busy.eq(1)]
                 m.next = "IDLE"
+
+        with m.If(set_hit & (set_q == Mux(pf_go, qpn, pf_q))):
+            m.d.sync += pf_bad.eq(1)
 
         # ---- completer: ACKs, NAKs, timers (the Reliability Engine) -----------------------------
         a = Signal(ack_layout)
