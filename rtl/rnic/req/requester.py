@@ -53,6 +53,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..formats import SEND_MAX_SGE, SEND_WQE_BYTES, SendWqe
 from ..host.axi_master import ReadClientSignature
 from ..keys.key_cache import LookupSignature
 from ..opcodes import WcStatus
@@ -375,17 +376,18 @@ class Requester(wiring.Component):
         # ---- engine state -------------------------------------------------------------------
         ctx = Signal(req_ctx_layout)
         dyn = Signal(_dyn_layout)
-        wqe = Signal(512)
-        wr_id = wqe[0:64]
-        wop = wqe[64:72]
-        flags = wqe[72:80]
-        num_sge = wqe[80:88]
-        immf = wqe[96:128]
-        raddr = wqe[128:192]
-        rkey = wqe[192:224]
-        sge_addr = [wqe[256:320], wqe[384:448]]
-        sge_len = [wqe[320:352], wqe[448:480]]
-        sge_key = [wqe[352:384], wqe[480:512]]
+        wqe = Signal(8 * SEND_WQE_BYTES)        # the send WQE as read (bit 8·i = byte i)
+        sw = data.View(SendWqe, wqe)              # its fields (interface.md §5.2, rnic.formats)
+        wr_id = sw.wr_id
+        wop = sw.opcode
+        flags = sw.flags
+        num_sge = sw.num_sge
+        immf = sw.imm_or_inv_rkey
+        raddr = sw.remote_addr
+        rkey = sw.rkey
+        sge_addr = [sw.sge[k].addr for k in range(SEND_MAX_SGE)]
+        sge_len = [sw.sge[k].length for k in range(SEND_MAX_SGE)]
+        sge_key = [sw.sge[k].lkey for k in range(SEND_MAX_SGE)]
         len0 = Signal(32)
         total = Signal(32)              # message length (registered in VALIDATE)
         bus = [Signal(64, name="bus0"), Signal(64, name="bus1")]
