@@ -58,7 +58,12 @@ Throughput and stalls
 ---------------------
 One beat per cycle in, with back-to-back frames of any length: ``i.ready`` falls only when the
 frame buffer (or the descriptor queue, ``slots`` frames) is full because ``meta``/``payload``
-are back-pressured.
+are back-pressured. ``slots`` covers the whole buffer filled with minimum (60-byte) frames
+(``buffer_frames · ceil(4200 / lanes) / ceil(60 / lanes)``, 132 by default at every width), so
+any mix of short frames arriving while a maximum frame drains fits; only a flood of runts
+shorter than 60 bytes (which a MAC does not deliver) can fill it first. (With 16 slots, the
+first fuzz campaign saw ``ready`` fall for 5–137 cycles when short frames queued behind a long
+one.)
 
 Ordering guarantee
 ------------------
@@ -159,7 +164,11 @@ class RxParse(wiring.Component):
         self.depth = 1 << (buffer_frames * self.cap - 1).bit_length()
         self.abits = self.depth.bit_length() - 1
         self.buffer_frames = buffer_frames
-        self.slots = 16 if width < 512 else 32                      # frames in flight / queued
+        # frames in flight / queued: enough for the buffer full of minimum (60-byte) frames, so
+        # short frames arriving while a maximum frame drains never stall the input (132 at the
+        # default buffer size, every width); only sub-60-byte runts can exhaust it first
+        self.min_beats = -(-wire.MIN_FRAME // self.lanes)
+        self.slots = max(16, -(-buffer_frames * self.cap // self.min_beats))
         self.out_depth = 8
         super().__init__({
             "i": In(BeatStream(width)),
