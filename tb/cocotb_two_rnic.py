@@ -61,6 +61,18 @@ class Side:
                                   dut.rst)
         self.tx = AxiStreamSink(AxiStreamBus.from_prefix(dut, f"{s}_m_axis_tx"), dut.clk,
                                 dut.rst)
+        if hostile:
+            # random back-pressure on the MAC transmit stream and on every AXI4-Lite channel
+            # (the host memory's AXI4 channels stall through HostMem's own back-pressure)
+            rng = random.Random(seed * 7 + 1)
+
+            def pauses(p):
+                while True:
+                    yield rng.random() < p
+            self.tx.set_pause_generator(pauses(0.3))
+            w, r = self.axil.write_if, self.axil.read_if
+            for ch in (w.aw_channel, w.w_channel, w.b_channel, r.ar_channel, r.r_channel):
+                ch.set_pause_generator(pauses(0.3))
         self.cqes = defaultdict(list)       # cqn -> [Cqe]
 
     async def poll(self, cq):
