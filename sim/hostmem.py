@@ -45,6 +45,20 @@ def _pause_gen(rng, p):
         yield rng.random() < p
 
 
+
+def strobe_runs(strb, lanes):
+    """The runs of set bits of a write strobe, as ``(first, end)`` byte-lane pairs."""
+    i = 0
+    while i < lanes:
+        if strb >> i & 1:
+            j = i
+            while j < lanes and strb >> j & 1:
+                j += 1
+            yield i, j
+            i = j
+        else:
+            i += 1
+
 class _Read(AxiRamRead):
     owner = None
 
@@ -159,16 +173,7 @@ class _Write(AxiRamWrite):
                 if int(w.wlast) != (n == length - 1):
                     o.errors.append(f"AW id {awid} addr {addr:#x}: WLAST wrong on beat {n}")
                 wa = base + n * lanes
-                i = 0
-                while i < lanes:
-                    if strb >> i & 1:
-                        j = i
-                        while j < lanes and strb >> j & 1:
-                            j += 1
-                        ops.append((wa + i, word[i:j]))
-                        i = j
-                    else:
-                        i += 1
+                ops += [(wa + i, word[i:j]) for i, j in strobe_runs(strb, lanes)]
             for a, d in ops:                   # only the bytes actually written can fault
                 resp = max(resp, o._fault(a, len(d), "w"))
             if resp == AxiResp.OKAY:

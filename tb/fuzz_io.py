@@ -24,6 +24,8 @@ import cocotb
 from cocotb.triggers import Event, First, RisingEdge
 from cocotb.utils import get_sim_time
 
+from sim.hostmem import strobe_runs
+
 __all__ = ["FastMem", "RxDriver", "TxSink"]
 
 PAGE = 4096
@@ -98,22 +100,13 @@ class FastMem:
             self.errors.append(f"{where}: crosses a 4 KiB boundary")
 
     def _store(self, wa, word, strb, awid):
-        lanes = self.lanes
-        i = 0
-        while i < lanes:
-            if strb >> i & 1:
-                j = i
-                while j < lanes and strb >> j & 1:
-                    j += 1
-                a, d = wa + i, word[i:j]
-                self.write(a, d)
-                self.writes.append((a, d, awid))
-                for gs, ge in self.guards:
-                    if a < ge and gs < a + len(d):
-                        self.violations.append((a, len(d), awid))
-                i = j
-            else:
-                i += 1
+        for i, j in strobe_runs(strb, self.lanes):
+            a, d = wa + i, word[i:j]
+            self.write(a, d)
+            self.writes.append((a, d, awid))
+            for gs, ge in self.guards:
+                if a < ge and gs < a + len(d):
+                    self.violations.append((a, len(d), awid))
 
     async def _run(self):
         s, lanes, rng = self.s, self.lanes, self.rng
