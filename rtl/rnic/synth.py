@@ -425,7 +425,7 @@ _NOFIT = re.compile(r"(unable to place|unable to find (a )?legal placement|no be
 
 
 def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, device=None,
-              seed=1, extra_verilog=()):
+              seed=1, extra_verilog=(), router="router2"):
     """Synthesize (and for ecp5/ice40 place and route) one Verilog file; return a result row.
 
     Parameters
@@ -445,6 +445,9 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         up5k). Default LFE5UM-85F / iCE40HX8K.
     seed : int
         nextpnr placement seed (fixed, so runs repeat).
+    router : str
+        nextpnr router, ``"router2"`` (default: router1 stalled on the whole core and the
+        board design, tens of thousands of arcs unrouted after an hour) or ``"router1"``.
 
     Returns
     -------
@@ -517,7 +520,7 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
     else:
         cmd += ["--pcf-allow-unconstrained"]
     cmd += ["--json", pnr_json.name, "--freq", f"{float(freq_mhz):g}", "--timing-allow-fail",
-            "--seed", str(seed), "--report", report.name]
+            "--seed", str(seed), "--router", router, "--report", report.name]
     with prog.step(f"{binary} {' '.join(dev.flags)} --freq {float(freq_mhz):g}") as st:
         rc = _run(cmd, plog, work)
         if rc != 0 or not report.exists():
@@ -599,7 +602,7 @@ def _base_row(name, config, target, device, freq_mhz):
 
 
 def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, device=None,
-                seed=1, verilog_path=None):
+                seed=1, verilog_path=None, router="router2"):
     """Build block ``name`` for ``config`` (a dict of RnicConfig fields) and synthesize it.
 
     Returns a full result row (``block``, ``config`` and the fields of :func:`run_synth`);
@@ -647,7 +650,8 @@ def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, devic
                     vpath.write_text(_convert(built, top))
             except Exception as e:
                 raise SynthError(f"could not elaborate {name}: {type(e).__name__}: {e}") from e
-    row = run_synth(target, vpath, top, run_dir, freq_mhz, prog, device=device, seed=seed)
+    row = run_synth(target, vpath, top, run_dir, freq_mhz, prog, device=device, seed=seed,
+                    router=router)
     return {**base, **row}
 
 
@@ -750,6 +754,8 @@ def _parser():
     p.add_argument("--verilog", default=None, metavar="FILE.v",
                    help="synthesize this file (top module rnic) instead of generating the core")
     p.add_argument("--seed", type=int, default=1, help="nextpnr seed (default 1)")
+    p.add_argument("--router", default="router2", choices=("router1", "router2"),
+                   help="nextpnr router (default router2; router1 stalls on the whole core)")
     p.add_argument("-o", "--out", default="build", metavar="DIR",
                    help="output directory for synth.json, synth.md and synth/ logs "
                         "(default build)")
@@ -827,6 +833,7 @@ def main_synth(argv=None):
             try:
                 rows.append(synth_block(b, cfg, t, args.out, freq_mhz=cfg["clock_mhz"],
                                         progress=prog, device=args.device, seed=args.seed,
+                                        router=args.router,
                                         verilog_path=args.verilog if b == "rnic" else None))
             except SynthError as e:
                 print(f"rnic synth: error: {b} on {t}: {e}", file=sys.stderr)
