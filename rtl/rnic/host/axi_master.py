@@ -427,12 +427,8 @@ class HostMemory(wiring.Component):
         active = Signal()
         wclient = Signal(range(max(C, 2)))
         count = Signal(range(257))
-        with m.If(~active):
-            m.d.comb += jobs.o.ready.eq(1)
-            with m.If(jobs.o.valid):
-                m.d.sync += [active.eq(1), wclient.eq(jobs.o.payload.client),
-                             count.eq(jobs.o.payload.beats - 1)]
-        with m.Else():
+        w_end = Signal()
+        with m.If(active):
             with m.Switch(wclient):
                 for j, port in enumerate(self.write_ports):
                     with m.Case(j):
@@ -443,7 +439,15 @@ class HostMemory(wiring.Component):
                             port.data.ready.eq(axi.w_ready),
                         ]
             m.d.comb += axi.w_last.eq(count == 0)
+            m.d.comb += w_end.eq(axi.w_valid & axi.w_ready & (count == 0))
             with m.If(axi.w_valid & axi.w_ready):
                 m.d.sync += count.eq(count - 1)
                 with m.If(count == 0):
                     m.d.sync += active.eq(0)
+        # a burst's last beat and the next job's pop share a cycle (no bubble between bursts)
+        with m.If(~active | w_end):
+            m.d.comb += jobs.o.ready.eq(1)
+            with m.If(jobs.o.valid):
+                m.d.sync += [active.eq(1), wclient.eq(jobs.o.payload.client),
+                             count.eq(jobs.o.payload.beats - 1)]
+

@@ -7,6 +7,10 @@ consumer, reserved count, arm mode. It is cleared by a sweep after ``rst`` (``sw
 no input taken). Every operation is a read-modify-write of one row done by one FSM, one
 operation at a time, so no forwarding is needed (read address, registered read, registered
 row, registered tests, modify and write: 5 cycles plus the operation's own output cycles).
+A completion's table operation places it (slot, phase, producer advanced) and hands the entry
+to a separate writer through a 2-entry queue, so the next operation — typically the next
+packet's reservation — does not wait while the CQE's write waits for the AXI W channel behind
+a payload burst. CQEs are written in the order they were placed.
 
 Operations
 ----------
@@ -96,6 +100,16 @@ _row_layout = data.StructLayout({
 
 _inflight_layout = data.StructLayout({"qpn": 24, "cqn": 16, "fire": 1})
 
+#: A CQE the table FSM has placed (producer advanced), handed to the writer.
+_write_layout = data.StructLayout({
+    "base": 59,        # ring base >> 5
+    "slot": 15,
+    "entry": 8 * CQE_BYTES,
+    "qpn": 24,
+    "cqn": 16,
+    "fire": 1,
+})
+
 
 class CqeGen(wiring.Component):
     """CQE Generation (see the module docstring for every rule).
@@ -168,6 +182,9 @@ class CqeGen(wiring.Component):
         wr = table.write_port()
         m.submodules.inflight = inflight = Queue(_inflight_layout, self.max_inflight,
                                                  buffered=False)
+        # CQEs decided by the table FSM, waiting for the writer (so a reservation never waits
+        # behind a CQE write that waits for the AXI W channel)
+        m.submodules.wq = wq = Queue(_write_layout, 2, buffered=False)
 
         cur = Signal(16)                      # CQN of the operation
         in_range = Signal()
@@ -208,7 +225,6 @@ class CqeGen(wiring.Component):
         # the CQE being written
         slot = Signal(15)
         phase = Signal()
-        fire = Signal()
         addr_lo = Signal(17)
         addr = Signal(64)
         imm = Signal(32)
@@ -281,7 +297,7 @@ class CqeGen(wiring.Component):
                     m.d.comb += self.reserve.ready.eq(1)
                     m.d.sync += [op.eq(2), cur.eq(self.reserve.payload.cqn)]
                     m.next = "READ"
-                with m.Elif(self.complete.valid & inflight.i.ready):
+                with m.Elif(self.complete.valid & wq.i.ready):
                     m.d.comb += self.complete.ready.eq(1)
                     m.d.sync += [op.eq(3), cur.eq(self.complete.payload.cqn),
                                  c.eq(self.complete.payload)]
@@ -351,8 +367,16 @@ class CqeGen(wiring.Component):
                                 m.d.comb += new.resv.eq(row.resv - 1)
                             with m.If(match_r):
                                 m.d.comb += new.arm.eq(0)
-                            m.d.sync += fire.eq(match_r)
-                            m.next = "ADDR"
+                            m.d.comb += [
+                                wq.i.valid.eq(1),
+                                wq.i.payload.base.eq(row.base),
+                                wq.i.payload.slot.eq(slot),
+                                wq.i.payload.entry.eq(cqe),
+                                wq.i.payload.qpn.eq(c.qpn),
+                                wq.i.payload.cqn.eq(cur),
+                                wq.i.payload.fire.eq(match_r),
+                            ]
+                            m.next = "IDLE"
                         with m.Elif(~c.flush):
                             m.next = "EVENT"
                         with m.Else():
@@ -371,46 +395,56 @@ class CqeGen(wiring.Component):
                 with m.If(a_ready):
                     m.next = "IDLE"
 
+        # ---- the writer: one placed CQE at a time, address then one 32-byte burst ----------
+        w = Signal(_write_layout)
+        with m.FSM(name="writer"):
+            with m.State("IDLE"):
+                m.d.comb += wq.o.ready.eq(1)
+                with m.If(wq.o.valid):
+                    m.d.sync += w.eq(wq.o.payload)
+                    m.next = "ADDR"
+
             with m.State("ADDR"):
-                m.d.sync += addr_lo.eq(row.base[:16] + slot)
+                m.d.sync += addr_lo.eq(w.base[:16] + w.slot)
                 m.next = "ADDR2"
 
             with m.State("ADDR2"):
-                m.d.sync += addr.eq(Cat(Const(0, 5), addr_lo[:16], row.base[16:] + addr_lo[16]))
+                m.d.sync += addr.eq(Cat(Const(0, 5), addr_lo[:16], w.base[16:] + addr_lo[16]))
                 m.next = "WREQ"
 
             with m.State("WREQ"):
                 m.d.comb += [
-                    self.mem.req.valid.eq(1),
+                    self.mem.req.valid.eq(inflight.i.ready),
                     self.mem.req.payload.addr.eq(addr),
                     self.mem.req.payload.len_bytes.eq(CQE_BYTES),
                     self.mem.req.payload.tag.eq(tag),
                 ]
-                with m.If(self.mem.req.ready):
+                with m.If(self.mem.req.ready & inflight.i.ready):
                     m.d.comb += [
                         inflight.i.valid.eq(1),
-                        inflight.i.payload.qpn.eq(c.qpn),
-                        inflight.i.payload.cqn.eq(cur),
-                        inflight.i.payload.fire.eq(fire),
+                        inflight.i.payload.qpn.eq(w.qpn),
+                        inflight.i.payload.cqn.eq(w.cqn),
+                        inflight.i.payload.fire.eq(w.fire),
                     ]
                     m.d.sync += [tag.eq(tag + 1), beat.eq(0)]
                     m.next = "WDATA"
 
             with m.State("WDATA"):
+                wcqe = w.entry
                 m.d.comb += [self.mem.data.valid.eq(1),
                              self.mem.data.payload.last.eq(beat == nbeats - 1)]
                 if W >= 256:
                     lanes = W // 256
                     hi = addr[5:ceil_log2(W // 8)] if lanes > 1 else Const(0, 1)
                     m.d.comb += [
-                        self.mem.data.payload.data.eq(cqe << (hi * 256)),
+                        self.mem.data.payload.data.eq(wcqe << (hi * 256)),
                         self.mem.data.payload.strb.eq(Const(0xFFFFFFFF, W // 8) << (hi * 32)),
                     ]
                 else:
                     with m.Switch(beat):
                         for k in range(nbeats):
                             with m.Case(k):
-                                m.d.comb += self.mem.data.payload.data.eq(cqe[k * W:(k + 1) * W])
+                                m.d.comb += self.mem.data.payload.data.eq(wcqe[k * W:(k + 1) * W])
                     m.d.comb += self.mem.data.payload.strb.eq(Const((1 << (W // 8)) - 1, W // 8))
                 with m.If(self.mem.data.ready):
                     m.d.sync += beat.eq(beat + 1)
