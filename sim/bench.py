@@ -17,17 +17,29 @@ import json
 import os
 from pathlib import Path
 
-__all__ = ["record", "BENCH_ENV", "load", "merge", "table", "run_benches", "BENCHES"]
+__all__ = ["record", "BENCH_ENV", "RDLAT_ENV", "read_latency", "load", "merge", "table",
+           "run_benches", "BENCHES"]
 
 BENCH_ENV = "RNIC_BENCH_OUT"
+#: cycles of host read latency a benchmark of the top runs with (0 = zero-wait host memory);
+#: every figure it records carries ``rd_latency`` in its config
+RDLAT_ENV = "RNIC_BENCH_RDLAT"
+
+
+def read_latency():
+    """The host read latency the running benchmark asks for ($RNIC_BENCH_RDLAT, default 0)."""
+    return int(os.environ.get(RDLAT_ENV, "0") or 0)
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def record(block, figure, value, *, limit=None, unit="", config=None, target=None):
     """Record one figure (called from a cocotb test). Appends a JSON line to $RNIC_BENCH_OUT;
     without that variable (a plain test run) it only logs."""
+    config = dict(config or {})
+    if read_latency():
+        config.setdefault("rd_latency", read_latency())
     row = {"block": block, "figure": figure, "value": round(float(value), 4), "unit": unit,
-           "limit": limit, "target": target, "config": config or {}}
+           "limit": limit, "target": target, "config": config}
     path = os.environ.get(BENCH_ENV)
     if path:
         with open(path, "a") as f:

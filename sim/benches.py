@@ -1,7 +1,7 @@
 """The registered benchmarks (``make bench`` / ``rnic bench``); each records figures through
 :func:`sim.bench.record` from a cocotb test run with $RNIC_BENCH_OUT set."""
 
-from .bench import BENCH_ENV, BENCHES
+from .bench import BENCH_ENV, BENCHES, RDLAT_ENV
 from .runner import run_cocotb
 
 __all__ = ["cocotb_bench"]
@@ -15,7 +15,7 @@ def cocotb_bench(name, factory, *, test_module, testcase, params, extra_env=None
         run_cocotb(build or f"bench-{name}", factory, test_module=test_module, testcase=testcase,
                    params=params, toplevel=toplevel, simulator=simulator,
                    extra_env={**(extra_env or {}), BENCH_ENV: str(out_path)},
-                   test_name=f"bench-{simulator}")
+                   test_name=f"bench-{name}-{simulator}")
     BENCHES[name] = run
     return run
 
@@ -65,10 +65,14 @@ def _register():
         from sim.pair import RnicPair
         return RnicPair(pair_config(w))
 
+    # ... and with 100 cycles of host read latency (WQE fetch and gather on A, WQE fetch on B)
     for w in (64, 128, 256, 512):
-        cocotb_bench(f"pair-w{w}", lambda w=w: pair_factory(w), test_module="tb.cocotb_two_rnic",
-                     testcase=["goodput"], params=pair_config(w).as_dict(),
-                     toplevel="rnic_pair", build="pair")
+        for lat in (0, 100):
+            cocotb_bench(f"pair-w{w}" + (f"-rd{lat}" if lat else ""),
+                         lambda w=w: pair_factory(w), test_module="tb.cocotb_two_rnic",
+                         testcase=["goodput"], params=pair_config(w).as_dict(),
+                         toplevel="rnic_pair", build="pair",
+                         extra_env={RDLAT_ENV: str(lat)} if lat else None)
 
 
 _register()
@@ -78,7 +82,10 @@ def _register_top():
     from .bench_top import top_bench
 
     for w in (64, 128, 256, 512):
-        top_bench(f"resp_top-w{w}", w, test_module="tb.cocotb_resp_bench", testcase=["bench"])
+        for lat in (0, 100):
+            top_bench(f"resp_top-w{w}" + (f"-rd{lat}" if lat else ""), w,
+                      test_module="tb.cocotb_resp_bench", testcase=["bench"],
+                      extra_env={RDLAT_ENV: str(lat)} if lat else None)
 
 
 _register_top()

@@ -184,6 +184,17 @@ class _Write(AxiRamWrite):
                             "at": o.cycle + o.rng.randint(o.min_latency, o.max_latency)})
 
 
+class _ReadLatency:
+    """A view of a HostMem for its read side only: every read burst waits ``lat`` cycles."""
+
+    def __init__(self, mem, lat):
+        self._mem = mem
+        self.min_latency = self.max_latency = lat
+
+    def __getattr__(self, name):
+        return getattr(self._mem, name)
+
+
 class HostMem(AxiRam):
     """AXI4 slave host memory with random latency, reordering, back-pressure and faults.
 
@@ -241,6 +252,11 @@ class HostMem(AxiRam):
                      self.read_if.ar_channel, self.read_if.r_channel)
             for k, ch in enumerate(chans):
                 ch.set_pause_generator(_pause_gen(random.Random(seed * 7919 + k), p))
+
+    def set_read_latency(self, lat):
+        """Answer every read burst after exactly ``lat`` cycles (the benchmarks' "100 cycles of
+        host read latency"); writes keep this memory's own latency."""
+        self.read_if.owner = _ReadLatency(self, lat)
 
     async def _count(self):
         while True:

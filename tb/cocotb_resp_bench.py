@@ -25,7 +25,7 @@ from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFra
                            AxiStreamSink, AxiStreamSource)
 
 from rnic.opcodes import Op
-from sim.bench import record
+from sim.bench import read_latency, record
 from sim.driver.regs import Regs
 from sim.driver.verbs import Access, Device
 from sim.hostmem import HostMem
@@ -142,6 +142,8 @@ class TB:
         self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_tx"), dut.clk, dut.rst)
         self.mem = HostMem(dut, "m_axi", dut.clk, dut.rst, seed=5, backpressure=False,
                            min_latency=0, max_latency=0, interleave=False)
+        if read_latency():
+            self.mem.set_read_latency(read_latency())
         self.regs = Regs(self.axil)
         self.dev = Device(self.regs, self.mem, base=0x1000_0000, size=1 << 26)
         self.mon = Mon(dut)

@@ -25,6 +25,7 @@ from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFra
                            AxiStreamSink, AxiStreamSource)
 
 from rnic.opcodes import WcOpcode, WcStatus
+from sim.bench import read_latency
 from sim.driver.regs import Regs
 from sim.driver.verbs import Access, Device, KeyType, SendOp
 from sim.hostmem import HostMem
@@ -54,6 +55,8 @@ class Side:
         self.mem = HostMem(dut, f"{s}_m_axi", dut.clk, dut.rst, seed=seed,
                            backpressure=0.2 if hostile else False,
                            max_latency=20 if hostile else 0)
+        if read_latency():               # a benchmark with host read latency
+            self.mem.set_read_latency(read_latency())
         self.regs = Regs(self.axil)
         self.dev = Device(self.regs, self.mem, base=0x1000_0000 + (0x100_0000 if s == "b" else 0),
                           size=1 << 23)
