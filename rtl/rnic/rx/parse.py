@@ -595,18 +595,27 @@ class RxParse(wiring.Component):
         # those held now plus every token in flight now (including this cycle's).
         credit = Signal()
         m.d.sync += credit.eq((out_q.level + tok.emit + tok1.emit + tok2.emit) < self.out_depth)
-        head = desc_q.o.payload
+        # The head descriptor in a register of its own: desc_q sits in block RAM (132 slots),
+        # whose clock-to-out (~4 ns on ECP5) must not feed the read address and its adders.
+        head = Signal(desc_layout)
+        head_v = Signal()
+        take = Signal()
+        m.d.comb += desc_q.o.ready.eq(~head_v | take)
+        with m.If(desc_q.o.valid & desc_q.o.ready):
+            m.d.sync += [head.eq(desc_q.o.payload), head_v.eq(1)]
+        with m.Elif(take):
+            m.d.sync += head_v.eq(0)
         drop = verdict_q.r_data[0]
-        # The decision to take the head descriptor enables the ~450 output flops of desc_q, so it
-        # is one 5-input function of registers:
+        # The decision to take the head descriptor enables the ~450 flops of ``head``, so it is a
+        # small function of registers:
         # * a frame's descriptor is pushed (V4) before its verdict (CRC32.latency + 1 > 5 cycles
-        #   after the last beat) and both queues are SyncFIFOBuffered popped together, so a
-        #   verdict at the head implies its descriptor at the head (desc_q.o.valid not needed);
+        #   after the last beat), so it reaches ``head`` before its verdict reaches the head of
+        #   verdict_q (``head_v`` is in the test all the same);
         # * ``meta_room``: the meta queue held < 3 entries last cycle, so (one push a cycle) it
         #   holds <= 3 of 5 now and takes a push.
         meta_room = Signal(init=1)
         m.d.sync += meta_room.eq(meta_q.level < 3)
-        head_ok = verdict_q.r_rdy & (drop | meta_room)
+        head_ok = verdict_q.r_rdy & head_v & (drop | meta_room)
         # the payload does not wait for the decision (no decode in front of the queue's data)
         m.d.comb += meta_q.i.payload.eq(head.meta)
 
@@ -627,7 +636,7 @@ class RxParse(wiring.Component):
                                  tok.keep.eq(p_keep)]
                     m.d.sync += pend.eq(0)
                 with m.If(head_ok):
-                    m.d.comb += [desc_q.o.ready.eq(1), verdict_q.r_en.eq(1), slot_give.eq(1)]
+                    m.d.comb += [take.eq(1), verdict_q.r_en.eq(1), slot_give.eq(1)]
                     with m.If(drop | ~head.has):
                         m.d.sync += rd_free.eq(head.end)
                     with m.If(~drop):
