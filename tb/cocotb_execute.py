@@ -507,7 +507,8 @@ async def errors(dut):
 async def prefetch(dut):
     """WQE prefetch: only posted WQEs are read ahead (the next ring slot holds a poison WQE
     until it is posted), a QP reset and a changed ring base void what the pool holds, and
-    WQEs posted ahead are read once, before their message arrives (pool hits)."""
+    WQEs posted ahead are read once, before their message arrives (pool hits); two deep: a
+    take keeps the next WQE's slot, small messages back to back read each WQE once."""
     tb = TB(dut, seed=int(os.environ.get("EX_SEED", "11")) + 100)
     await tb.start()
     pmtu = 256
@@ -604,6 +605,25 @@ async def prefetch(dut):
             tb.send_exe(*p)
         await drain(200)
     assert all(ring_reads(rq_base(7), k) == 1 for k in range(4))
+    # E. two-deep prefetch: six WQEs posted ahead on QP 1 (the slot past the producer holds a
+    # poison WQE): WQEs 0 and 1 are read ahead, not 2; then six small messages back to back:
+    # a take of WQE i keeps the slot of i+1 (no second read), each WQE is read exactly once
+    # and nothing past the producer
+    n_e = 6
+    tb.mem.write(rq_base(1) + 64 * (n_e % (1 << RQ_LOG)), poison)
+    posted = []
+    for k in range(n_e):
+        sges, cursor = alloc_sges(tb, cursor, 64, rng.randint(1, 2))
+        posted.append((tb.post_wqe(1, sges), sges))
+    await drain(300)
+    assert [ring_reads(rq_base(1), k) for k in range(3)] == [1, 1, 0], \
+        [ring_reads(rq_base(1), k) for k in range(3)]
+    for w, sges in posted:
+        for p in tb.message(1, "send", rng.choice([0, 8, 33, 64]), pmtu, sges=sges, wqe=w):
+            tb.send_exe(*p)
+    await drain(300)
+    got = [ring_reads(rq_base(1), k) for k in range(n_e + 1)]
+    assert got == [1] * n_e + [0], f"reads of QP 1's WQEs 0..{n_e}: {got}"
     assert cursor < BUF + 0xF000
     await tb.finish()
     assert not tb.event.items and not tb.fault.items

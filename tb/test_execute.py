@@ -133,3 +133,6 @@ def test_parameters_refused():
         Execute(width=48)
     with pytest.raises(ValueError):
         Execute(width=64, num_qp=6)
+    for depth in (0, 3):
+        with pytest.raises(ValueError):
+            Execute(width=64, prefetch_depth=depth)

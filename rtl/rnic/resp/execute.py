@@ -74,17 +74,20 @@ WQE prefetch
 effect (QP in INIT, RTR or RTS; PSN Check knows the state and the ring): per QP the producer
 index and the ring are kept (table ``pst``, cleared by ``qp_reset``), beside the index of the
 next WQE the QP's messages will take (table ``nxt``: the last taken + 1, 0 after ``qp_reset``).
-After a doorbell, and after a message took its WQE, a prefetcher examines the QP: when
-``nxt`` is behind the producer and no pool slot serves the QP, it reads WQE ``nxt`` into a slot
-of a pool of ``prefetch`` slots {qpn, index, address, 64-byte WQE} (a free slot, else the next
-one round robin that has its data: the least recently filled QPs lose theirs). A WQE is only
-read after the doorbell that posted it, so the host wrote it before the read. The planner
-uses a slot whose {qpn, index, address} are its command's (waiting if the read is still out)
-and otherwise reads the WQE itself; a prefetched read that fails is dropped silently (the
-planner's own read then reports it). Taking a WQE, and ``qp_reset``, void the QP's slots
-(also a read in flight: its data is dropped). So a QP with posted WQEs holds its next one on
-chip while its current message runs, and strict order, the consumer index, RNR (decided by
-PSN Check) and flush are unchanged. ``prefetch`` = 0 removes the pool (reads on demand).
+After a doorbell, and after a message took its WQE, a prefetcher examines the QP: when WQE
+``nxt`` is posted (behind the producer) and no pool slot holds {QP, ``nxt``}, it reads it into
+a slot of a pool of ``prefetch`` slots {qpn, index, address, 64-byte WQE} (a free slot, else
+the next one round robin that has its data: the least recently filled QPs lose theirs); with
+``prefetch_depth`` = 2 it then reads WQE ``nxt`` + 1 the same way when it is posted and not
+held, but only into a free slot (a second-depth prefetch never evicts). A WQE is only read
+after the doorbell that posted it, so the host wrote it before the read. The planner uses a
+slot whose {qpn, index, address} are its command's (waiting if the read is still out) and
+otherwise reads the WQE itself; a prefetched read that fails is dropped silently (the
+planner's own read then reports it). Taking WQE i voids the QP's slots except the one of
+index i + 1 (depth 2), ``qp_reset`` voids all of them (a voided read in flight: its data is
+dropped). So a QP with posted WQEs holds its next one or two on chip while its current
+message runs, and strict order, the consumer index, RNR (decided by PSN Check) and flush are
+unchanged. ``prefetch`` = 0 removes the pool (reads on demand).
 
 Flush
 -----
@@ -99,7 +102,7 @@ but lacks ``rcqn``/``rq_base``/``rq_log`` and is not sent when a QP *enters* ERR
 (``docs/execute.md``).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect
@@ -162,8 +165,13 @@ class Execute(wiring.Component):
         Number of QPs (power of two): rows of the per-QP tables.
     prefetch : int
         Slots of the WQE prefetch pool (0..16; 0: no prefetch, WQEs read on demand).
+    prefetch_depth : int
+        WQEs per QP the prefetcher reads ahead (1 or 2: ``nxt``, and ``nxt`` + 1 into a free
+        slot only).
     pay_depth : int
-        Beats of the payload FIFO in front of the Scatter Path (0: none).
+        Beats of the payload FIFO in front of the Scatter Path (0: none). Default 64: a whole
+        4 KiB packet at W=512, so the next command is planned (≈ 40 cycles) while the FIFO
+        still feeds the AXI W channel (32 left the W channel idle 8 cycles per 4 KiB packet).
 
     Attributes
     ----------
@@ -203,16 +211,19 @@ class Execute(wiring.Component):
         last ``qp_reset``.
     """
 
-    def __init__(self, *, width, num_qp=64, prefetch=4, pay_depth=32):
+    def __init__(self, *, width, num_qp=64, prefetch=8, prefetch_depth=2, pay_depth=64):
         self.width = check_width(width)
         if not isinstance(num_qp, int) or num_qp < 4 or num_qp & (num_qp - 1):
             raise ValueError(f"num_qp must be a power of two ≥ 4, not {num_qp!r}")
         if not isinstance(prefetch, int) or not 0 <= prefetch <= 16:
             raise ValueError(f"prefetch must be an integer 0..16, not {prefetch!r}")
+        if not isinstance(prefetch_depth, int) or not 1 <= prefetch_depth <= 2:
+            raise ValueError(f"prefetch_depth must be 1 or 2, not {prefetch_depth!r}")
         if not isinstance(pay_depth, int) or pay_depth < 0:
             raise ValueError(f"pay_depth must be an integer ≥ 0, not {pay_depth!r}")
         self.num_qp = num_qp
         self.prefetch = prefetch
+        self.prefetch_depth = prefetch_depth
         self.pay_depth = pay_depth
         super().__init__({
             "exe": In(stream.Signature(exe_layout)),
@@ -977,12 +988,20 @@ class Execute(wiring.Component):
             m.d.comb += [fr.ready.eq(1), pool_wr.en.eq(~fr.payload.err)]
 
         # ---- the prefetcher FSM: examine one QP at a time -------------------------------------
+        D = self.prefetch_depth
         pf_q = Signal(ab)
         pf_void = Signal()          # the QP was reset or took a WQE since its tables were read
-        pf_want = Signal()
         row = Signal(post_row)
-        pf_idx = Signal(16)
+        pf_idx = Signal(16)         # idx0 = nxt
+        pf_idx1 = Signal(16)        # idx1 = nxt + 1
+        pf_want = Signal()          # WQE idx0 is posted
+        pf_want1 = Signal()         # WQE idx1 is posted
         pf_addr = Signal(64)
+        pf_addr1 = Signal(64)
+        pf_try = Signal(2)          # idx0 / idx1 already fetched in this visit
+        pf_m0 = Signal(P)           # slots tagged {pf_q, idx0} (idx ignored when D = 1)
+        pf_m1 = Signal(P)           # slots tagged {pf_q, idx1}
+        pf_fa = Signal(64)          # the address of the read to issue
         pf_slot = Signal(sb)
         ev = Signal(sb)             # eviction pointer
         alloc = Signal()
@@ -991,8 +1010,12 @@ class Execute(wiring.Component):
         m.d.comb += [pst_rd.addr.eq(Mux(chk_take.o.valid, chk_take.o.payload.qpn,
                                         chk_post.o.payload.qpn)),
                      nxt_rd.addr.eq(pst_rd.addr)]
-        have_q = Signal()           # some slot already serves the QP
-        m.d.comb += have_q.eq(Cat(*[valid[i] & (sq[i] == pf_q) for i in range(P)]) != 0)
+        # the tables read in IDLE may miss a write of this or the previous cycle (read ports
+        # not transparent): a take being written to ``nxt`` (nx_pend), a take or a reset now
+        hazard = Signal()
+        m.d.comb += hazard.eq((rst.valid & (rst_q == pst_rd.addr))
+                              | (take & (c.qpn[:ab] == pst_rd.addr))
+                              | (nx_pend & (nx_q == pst_rd.addr)))
         free = Signal(P)
         m.d.comb += free.eq(~valid & ~busy)
         fsel = Signal(sb)
@@ -1001,13 +1024,19 @@ class Execute(wiring.Component):
                 m.d.comb += fsel.eq(i)
         evictable = Signal()
         m.d.comb += evictable.eq(valid.bit_select(ev, 1) & ~busy.bit_select(ev, 1))
+        lmask = Signal(16)
+        m.d.comb += lmask.eq((Const(1, 17) << row.log) - 1)
+        need0 = Signal()            # WQE idx0 posted, not held, not yet fetched in this visit
+        need1 = Signal()
+        m.d.comb += [need0.eq(pf_want & ~pf_try[0] & ((pf_m0 & valid) == 0)),
+                     need1.eq(pf_want1 & ~pf_try[1] & ((pf_m1 & valid) == 0) if D > 1 else 0)]
         with m.FSM(name="prefetch"):
             with m.State("IDLE"):
                 with m.If(chk_take.o.valid | chk_post.o.valid):
                     m.d.comb += [pst_rd.en.eq(1), nxt_rd.en.eq(1),
                                  chk_take.o.ready.eq(1),
                                  chk_post.o.ready.eq(~chk_take.o.valid)]
-                    m.d.sync += [pf_q.eq(pst_rd.addr), pf_void.eq(0)]
+                    m.d.sync += [pf_q.eq(pst_rd.addr), pf_void.eq(hazard), pf_try.eq(0)]
                     m.next = "READ"
             with m.State("READ"):
                 # the tables' read data registered as is (block RAM clock-to-out)
@@ -1016,37 +1045,66 @@ class Execute(wiring.Component):
             with m.State("CALC"):
                 ahead = Signal(16)
                 m.d.comb += ahead.eq(row.prod - pf_idx)
-                lmask = Signal(16)
-                m.d.comb += lmask.eq((Const(1, 17) << row.log) - 1)
                 m.d.sync += [pf_want.eq(row.on & (ahead != 0) & ~ahead[15]),
-                             pf_addr.eq(row.base + ((pf_idx & lmask) << 6))]
-                m.next = "ALLOC"
+                             # idx1 = idx0 + 1 posted (ahead = 2^15 left out: conservative)
+                             pf_want1.eq(row.on & (ahead != 0) & (ahead != 1) & ~ahead[15]),
+                             pf_addr.eq(row.base + ((pf_idx & lmask) << 6)),
+                             pf_idx1.eq(pf_idx + 1)]
+                for i in range(P):
+                    m.d.sync += pf_m0[i].eq((sq[i] == pf_q)
+                                            & ((sidx[i] == pf_idx) if D > 1 else 1))
+                m.next = "CALC1" if D > 1 else "ALLOC"
+            if D > 1:
+                with m.State("CALC1"):
+                    m.d.sync += pf_addr1.eq(row.base + ((pf_idx1 & lmask) << 6))
+                    for i in range(P):
+                        m.d.sync += pf_m1[i].eq((sq[i] == pf_q) & (sidx[i] == pf_idx1))
+                    m.next = "ALLOC"
             with m.State("ALLOC"):
-                # no claim in a cycle with a take or a qp_reset (they void by the slots' QPNs),
+                # no claim in a cycle with a take or a qp_reset (they void by the slots' tags),
                 # nor while the planner looks at the slots (PF_HIT: it may take one)
                 with m.If(take | rst.valid | plan_look):
                     pass
-                with m.Elif(~pf_want | pf_void | have_q):
+                with m.Elif(pf_void | ~(need0 | need1)):
                     m.next = "IDLE"
-                with m.Elif(free != 0):
-                    m.d.comb += alloc.eq(1)
-                    m.d.sync += pf_slot.eq(fsel)
-                    m.next = "ISSUE"
-                with m.Elif(evictable):
-                    m.d.comb += alloc.eq(1)
-                    m.d.sync += [pf_slot.eq(ev), ev.eq(Mux(ev == P - 1, 0, ev + 1))]
-                    m.next = "ISSUE"
+                with m.Elif(need0):
+                    # WQE nxt: a free slot, else eviction
+                    with m.If(free != 0):
+                        m.d.comb += alloc.eq(1)
+                        m.d.sync += [pf_slot.eq(fsel), pf_fa.eq(pf_addr), pf_try[0].eq(1)]
+                        m.next = "ISSUE"
+                    with m.Elif(evictable):
+                        m.d.comb += alloc.eq(1)
+                        m.d.sync += [pf_slot.eq(ev), ev.eq(Mux(ev == P - 1, 0, ev + 1)),
+                                     pf_fa.eq(pf_addr), pf_try[0].eq(1)]
+                        m.next = "ISSUE"
+                    with m.Else():
+                        m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
+                        m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
-                    m.next = "IDLE"
+                    # WQE nxt + 1: only into a free slot (a second-depth prefetch never evicts)
+                    with m.If(free != 0):
+                        m.d.comb += alloc.eq(1)
+                        m.d.sync += [pf_slot.eq(fsel), pf_fa.eq(pf_addr1), pf_try[1].eq(1)]
+                        m.next = "ISSUE"
+                    with m.Else():
+                        m.next = "IDLE"
             with m.State("ISSUE"):
                 with m.If(~plan_fetch):
-                    m.d.comb += [fetch.req.valid.eq(1), fetch.req.payload.addr.eq(pf_addr),
+                    m.d.comb += [fetch.req.valid.eq(1), fetch.req.payload.addr.eq(pf_fa),
                                  fetch.req.payload.tag.eq(pf_slot)]
                     with m.If(fetch.req.ready):
-                        m.next = "IDLE"
+                        # back to ALLOC: the other index may be fetched in the same visit
+                        m.next = "ALLOC" if D > 1 else "IDLE"
         aslot = Signal(sb)
         m.d.comb += aslot.eq(Mux(free != 0, fsel, ev))
+        a_sel1 = Signal()           # the claim in ALLOC is for idx1 (comb, as ``alloc``)
+        m.d.comb += a_sel1.eq(~need0)
+
+        # a take of WQE i keeps the QP's slots of indices i+1 .. i+D-1 (D = 2: i+1); the
+        # planner's c.rq_index is stable for cycles before a take, so its successor registered
+        c_nxt = Signal(16)
+        m.d.sync += c_nxt.eq(c.rq_index + 1)
 
         # ---- slot state updates (later ones win) -----------------------------------------------
         for i in range(P):
@@ -1056,8 +1114,11 @@ class Execute(wiring.Component):
                     m.d.sync += valid[i].eq(0)
             with m.If(alloc & (aslot == i)):
                 m.d.sync += [valid[i].eq(1), busy[i].eq(1), ok[i].eq(0), sq[i].eq(pf_q),
-                             sidx[i].eq(pf_idx), saddr[i].eq(pf_addr)]
-            with m.If((hit & (hsel == i)) | (take & (sq[i] == c.qpn[:ab]))
+                             sidx[i].eq(Mux(a_sel1, pf_idx1, pf_idx)),
+                             saddr[i].eq(Mux(a_sel1, pf_addr1, pf_addr)),
+                             pf_m0[i].eq(~a_sel1 if D > 1 else 1), pf_m1[i].eq(a_sel1)]
+            keep = (sidx[i] == c_nxt) if D > 1 else Const(0, 1)
+            with m.If((hit & (hsel == i)) | (take & (sq[i] == c.qpn[:ab]) & ~keep)
                       | (rst.valid & (sq[i] == rst_q))):
                 m.d.sync += valid[i].eq(0)
         return {"match_c": match_c, "match": match, "valid": valid, "ok": ok, "hit": hit,
