@@ -194,3 +194,67 @@ def _check_results(path):
             failed.append(tc.get("name"))
     assert ran > 0, f"no cocotb test ran ({path})"
     assert not failed, f"cocotb tests failed: {', '.join(failed)} (see {path.parent})"
+
+
+def run_fast_verilator(factory, params, *, test_module, testcase, extra_env, test_name):
+    """Run ``test_module`` on a Verilator model of the ``rnic`` top built for speed, in its own
+    build directory (the fuzz campaign, the responder soak).
+
+    The shared models (:func:`run_cocotb`) are built with ``--public-flat-rw`` (cocotb's default: every
+    internal signal visible through VPI, which keeps Verilator from optimising the design) and
+    C++ ``-O0``. A test that drives and watches only the top's ports can use a model that makes
+    only the top level public (``--public-depth 1``), compiled at ``-O2``: a long campaign is
+    bound by the model's speed, not the build (~50x faster than the shared model).
+    """
+    from cocotb_tools.runner import Verilator
+
+    if os.environ.get("FUZZ_VERILOG"):
+        # a pinned snapshot (a build/sim/rnic-*/rnic.v): fuzz campaigns unaffected by RTL edits
+        vpath = Path(os.environ["FUZZ_VERILOG"]).resolve()
+        cfg = vpath.parent
+    else:
+        cfg, vpath = generate_verilog("rnic", factory, params, toplevel="rnic")
+    build_dir = cfg / "verilator-fast"
+    opt = ["OPT_FAST=-O2", "OPT_SLOW=-O1", "OPT_GLOBAL=-O1", "CFG_CXXFLAGS_PCH_I=-include"]
+
+    class FastVerilator(Verilator):
+        def _build_command(self):
+            cmds = super()._build_command()
+            cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
+            cmds[0][1:1] = ["--public-depth", "1"]
+            cmds[1] += opt
+            return cmds
+
+    _verilator_path()
+    saved = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = " ".join(w for w in (saved or "").split()
+                                       if not w.startswith(("OPT_", "CFG_CXXFLAGS_PCH_I")))
+    os.environ.setdefault("OBJCACHE", "ccache" if shutil.which("ccache") else "")
+    try:
+        runner = FastVerilator()
+        with _Lock(cfg / ".verilator-fast.lock"):
+            runner.build(sources=[vpath], hdl_toplevel="rnic", build_dir=build_dir,
+                         build_args=["--no-timing", "-Wno-fatal", "-Wno-WIDTH",
+                                     "-Wno-UNOPTFLAT", "-Wno-STMTDLY", "-Wno-CASEINCOMPLETE",
+                                     "--x-assign", "0", "--x-initial", "0"],
+                         always=False, timescale=("1ns", "1ps"))
+    finally:
+        if saved is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = saved
+    test_dir = cfg / "runs" / test_name
+    test_dir.mkdir(parents=True, exist_ok=True)
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "rtl"),
+                                          os.environ.get("PYTHONPATH", "")]),
+           "COCOTB_RESOLVE_X": "ZEROS",
+           "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"), **extra_env}
+    results = test_dir / "results.xml"
+    try:
+        runner.test(test_module=test_module, hdl_toplevel="rnic", testcase=testcase,
+                    build_dir=build_dir, test_dir=test_dir, results_xml=str(results),
+                    extra_env=env, seed=1)
+    except SystemExit:
+        pass
+    _check_results(results)
+    return test_dir
