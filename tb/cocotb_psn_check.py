@@ -538,6 +538,39 @@ async def psn_wrap(dut):
     await tb.query(2)
 
 
+@cocotb.test()
+async def forwarding_while_command_waits(dut):
+    """A packet stalled in stage R keeps its forwarded context while a command waits.
+
+    The context read of a packet is issued in the cycle an older packet of its QP writes (three
+    places ahead: packets of QPs 2, 3 and 4 in turn), so the packet needs that write forwarded
+    (the read returns the old row, and the block RAM holds it while the pipeline stalls). The
+    execute side is held, the pipeline stalls with such a packet in R, and a QUERY_QP is
+    presented: it waits for the pipeline to drain. The forwarded write was once forgotten as
+    soon as a command was *waiting* (not only when SET_QP writes the table): the packet then
+    took the context from before the older packet and was NAKed (PSN sequence error). After
+    each round QUERY_QP compares the QPs' ePSN and MSN with the model."""
+    tb = await setup(dut, qps=(2, 3, 4), epsn=P0)
+    tb.pace = 0                                      # metadata back to back
+    nxt = {2: P0, 3: P0, 4: P0}
+    for hold in (2, 5, 9, 14):
+        dut.exe_hold.value = 1
+        for q in (2, 3, 4) * 4:
+            tb.pkt(SEND_ONLY, q, nxt[q], b"", ackreq=1)
+            nxt[q] += 1
+        await tb.wait(hold)                          # the queues behind C fill, R stalls
+        query = cocotb.start_soon(tb.command(CmdOp.QUERY_QP, 2))   # waits: busy
+        await tb.wait(20)
+        dut.exe_hold.value = 0
+        res, _ = await query
+        assert res == 0
+        await tb.drain()
+        for q in (2, 3, 4):
+            await tb.query(q)
+    await tb.check(exact=False)
+    assert tb.stats[8] == 0 and tb.stats[7] == 0      # no NAK, no duplicate
+
+
 # ---- §3.3 check_op_seq --------------------------------------------------------------------------
 
 @cocotb.test()
