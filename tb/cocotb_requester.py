@@ -6,6 +6,7 @@ that ``tvalid`` never drops inside a frame), decoded with scapy (which recompute
 independently) and compared with the packets of sim/models/requester.py and with the source
 buffers byte for byte.
 """
+import itertools
 import logging
 import os
 import random
@@ -374,6 +375,24 @@ async def requester_frames(dut):
     dut._log.info("W=%d: %d frames checked, %d cycles", W, tb.frames,
                   cocotb.utils.get_sim_time("ns") // 4)
     assert tb.frames == 2 + sum(max(1, -(-c[0] // PMTU)) for c in cases) + 129 * WINDOW + 1
+
+    # --- round robin: two QPs with work take turns, one WQE each (docs/requester.md) ---------
+    qa, qb = 12, 13
+    for q in (qa, qb):
+        tb.set_qp(q, 3)
+    await ClockCycles(dut.clk, 20)
+    for q in (qa, qb):
+        for k in range(4):
+            tb.post(q, model.wqe_bytes(0xC000 + 16 * q + k, model.SEND, 0, [(IOVA + k, 40, KEY)]))
+        tb.ring(q)
+    order = []
+    for _ in range(8):
+        f = await with_timeout(tb.tx.recv(), 400, "us")
+        order.append(Ether(bytes(f.tdata))[BTH].dqpn - 0x100)
+    runs = [len(list(g)) for _, g in itertools.groupby(order)]
+    assert sorted(order) == [qa] * 4 + [qb] * 4, order
+    assert max(runs) <= 2, f"no round robin between QPs with work: {order}"
+    dut._log.info("round robin order %s", order)
     tb.mem.check()
 
 
