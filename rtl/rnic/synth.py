@@ -301,8 +301,13 @@ def area_from_cells(target, cells):
         bram = cells.get("SB_RAM40_4K", 0)
         dsp = cells.get("SB_MAC16", 0)
     elif target == "xc7":
-        # yosys leaves inverters as INV cells; on the device each is a LUT1
-        lut = count(lambda t: re.fullmatch(r"LUT[1-6]", t) is not None) + cells.get("INV", 0)
+        # yosys leaves inverters as INV cells; on the device each is a LUT1. Distributed RAM
+        # takes SLICEM LUTs: RAM32M / RAM64M four each, the single-bit RAMs one per port.
+        lutram = {"RAM32M": 4, "RAM64M": 4, "RAM32M16": 8, "RAM64M8": 8, "RAM32X1S": 1,
+                  "RAM64X1S": 1, "RAM128X1S": 2, "RAM256X1S": 4, "RAM32X1D": 2, "RAM64X1D": 2,
+                  "RAM128X1D": 4}
+        lut = (count(lambda t: re.fullmatch(r"LUT[1-6]", t) is not None) + cells.get("INV", 0)
+               + sum(n * cells.get(t, 0) for t, n in lutram.items()))
         ff = count(lambda t: t in ("FDRE", "FDSE", "FDCE", "FDPE", "LDCE", "LDPE"))
         # in RAMB36 equivalents (two RAMB18 make one)
         bram = cells.get("RAMB36E1", 0) + cells.get("RAMB18E1", 0) / 2
