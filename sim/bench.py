@@ -29,6 +29,8 @@ RDLAT_ENV = "RNIC_BENCH_RDLAT"
 def read_latency():
     """The host read latency the running benchmark asks for ($RNIC_BENCH_RDLAT, default 0)."""
     return int(os.environ.get(RDLAT_ENV, "0") or 0)
+
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -45,7 +45,6 @@ def _pause_gen(rng, p):
         yield rng.random() < p
 
 
-
 def strobe_runs(strb, lanes):
     """The runs of set bits of a write strobe, as ``(first, end)`` byte-lane pairs."""
     i = 0
@@ -58,6 +57,7 @@ def strobe_runs(strb, lanes):
             i = j
         else:
             i += 1
+
 
 class _Read(AxiRamRead):
     owner = None

@@ -629,18 +629,6 @@ async def prefetch(dut):
     assert not tb.event.items and not tb.fault.items
 
 
-class _ReadLatency:
-    """A view of a HostMem for its read side only: every read burst waits ``lat`` cycles
-    (the write side keeps the HostMem's own latency)."""
-
-    def __init__(self, mem, lat):
-        self._mem = mem
-        self.min_latency = self.max_latency = lat
-
-    def __getattr__(self, name):
-        return getattr(self._mem, name)
-
-
 @cocotb.test()
 async def bench(dut):
     """Benchmarks on a quiet host (no back-pressure, writes answered at once, reads after
@@ -658,7 +646,7 @@ async def bench(dut):
     pf = int(os.environ.get("EX_PREFETCH", "4"))
     tb = TB(dut, seed=3, backpressure=False, idle=0.0, max_latency=0)
     if lat:
-        tb.mem.read_if.owner = _ReadLatency(tb.mem, lat)
+        tb.mem.set_read_latency(lat)
     await tb.start()
     B = W // 8
     clk = dut.clk
