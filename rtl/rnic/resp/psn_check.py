@@ -686,8 +686,15 @@ class PsnCheck(wiring.Component):
         err_wr = errmem.write_port()
         h = resp_q.o.payload
         hv = resp_q.o.valid
+        # The sequencer's own write of the error bit is registered (``sw_*``) and lands in the
+        # LUT RAM one cycle later; until then the read is forwarded from that register, so the
+        # next entry sees the bit exactly as if it had been written at once. (The LUT RAM's
+        # write enable then comes from a register, not from its own read and the decision.)
+        sw_valid = Signal()
+        sw_addr = Signal(ab)
         err = Signal()
-        m.d.comb += [err_rd.addr.eq(h.qpn), err.eq(err_rd.data)]
+        m.d.comb += [err_rd.addr.eq(h.qpn),
+                     err.eq(err_rd.data | (sw_valid & (sw_addr == h.qpn)))]
         have = Signal()
         m.d.comb += have.eq(hv & (~h.wait_done | self.done.valid))
         fatal_done = Signal()
@@ -721,12 +728,13 @@ class PsnCheck(wiring.Component):
         fq_ok = Signal()
         m.d.comb += fq_ok.eq(self.fault.payload.qpn < self.num_qp)
         # The error bits written by SET_QP (and the sweep) and by a fault go through one
-        # register (the command FSM's index and strobe, and the fault handshake, stay off the
-        # LUT-RAM's write port); the sequencer's own writes go straight in, and a registered
-        # write waits while the sequencer writes. Neither delay is visible: SET_QP runs with
-        # the pipeline drained (nothing is read for a QP for four cycles after it), and a fault
-        # suppresses what is still queued from the moment its bit lands (as if it had come
-        # one cycle later; its fatal operation is injected after that).
+        # register too (the command FSM's index and strobe, and the fault handshake, stay off
+        # the LUT-RAM's write port); the sequencer's registered write has the port first, and
+        # a SET_QP/fault write waits while it writes. Neither delay is visible: SET_QP runs
+        # with the pipeline drained (nothing is read for a QP for four cycles after it, and its
+        # write lands after the sequencer's last one), and a fault suppresses what is still
+        # queued from the moment its bit lands (as if it had come a cycle or two later; its
+        # fatal operation is injected after that).
         ew_valid = Signal()
         ew_addr = Signal(ab)
         ew_data = Signal()
@@ -741,8 +749,9 @@ class PsnCheck(wiring.Component):
             m.d.comb += self.fault.ready.eq(1)
             with m.If(fq_ok):
                 m.d.sync += [inj_valid.eq(1), inj_qpn.eq(self.fault.payload.qpn[:ab])]
-        with m.If(seq_err_wr):
-            m.d.comb += [err_wr.addr.eq(h.qpn), err_wr.data.eq(1), err_wr.en.eq(1)]
+        m.d.sync += [sw_valid.eq(seq_err_wr), sw_addr.eq(h.qpn)]
+        with m.If(sw_valid):
+            m.d.comb += [err_wr.addr.eq(sw_addr), err_wr.data.eq(1), err_wr.en.eq(1)]
         with m.Else():
             m.d.comb += [err_wr.addr.eq(ew_addr), err_wr.data.eq(ew_data),
                          err_wr.en.eq(ew_valid)]
