@@ -103,6 +103,7 @@ class BusChecker:
         self.dut, self.max_reads, self.max_writes = dut, max_reads, max_writes
         self.reads = self.writes = 0
         self.peak_reads = self.peak_writes = 0
+        self.id_reads, self.id_peak = {}, {}     # read bursts outstanding per ARID, and peak
         self.errors = []
         cocotb.start_soon(self._run())
 
@@ -127,8 +128,13 @@ class BusChecker:
                     held[ch] = now
             if int(d.m_axi_arvalid.value) and int(d.m_axi_arready.value):
                 self.reads += 1
+                i = int(d.m_axi_arid.value)
+                self.id_reads[i] = self.id_reads.get(i, 0) + 1
+                self.id_peak[i] = max(self.id_peak.get(i, 0), self.id_reads[i])
             if int(d.m_axi_rvalid.value) and int(d.m_axi_rlast.value):
                 self.reads -= 1
+                i = int(d.m_axi_rid.value)
+                self.id_reads[i] = self.id_reads.get(i, 0) - 1
             if int(d.m_axi_awvalid.value) and int(d.m_axi_awready.value):
                 self.writes += 1
             if int(d.m_axi_bvalid.value) and int(d.m_axi_bready.value):
@@ -387,3 +393,34 @@ async def throughput(dut):
     await tb.drain()
     tb.check_reads(0)
     assert rd > 0.75 and wr > 0.75
+
+
+@cocotb.test()
+async def deep_buffer(dut):
+    """Per-client buffers (HM_READ_BUFFER = "32,128", bursts of 32 beats) against a memory with
+    40 cycles of read latency: client 0's buffer holds one burst, so it has one burst in flight
+    at a time; client 1's holds four, so it keeps up to ``max_reads`` in flight and streams
+    several times faster."""
+    bufs = [int(x) for x in os.environ["HM_READ_BUFFER"].split(",")]
+    await reset(dut)
+    tb = Bench(dut, seed=5, hostile=False)
+    tb.mem.min_latency = tb.mem.max_latency = 40
+    base = 0x700000
+    tb.mem.write(base, random.Random(5).randbytes(0x4000))
+    rate = []
+    for i in range(2):
+        for k in range(4):
+            tb.read(i, base + 0x1000 * k, 4096, k)
+        t0 = tb.mem.cycle
+        await wait_until(dut, lambda: sum(b["last"] for b in tb.rresp[i].items) == 4, 40000,
+                         f"client {i} reads")
+        rate.append(4 * 4096 // tb.lanes / (tb.mem.cycle - t0))
+    print(f"deep_buffer W={tb.W}: buffers {bufs}, beats/cycle {rate[0]:.2f} {rate[1]:.2f}, "
+          f"peak bursts in flight per client {tb.check.id_peak}", flush=True)
+    await tb.drain()
+    tb.check_reads(0)
+    tb.check_reads(1)
+    max_reads = int(os.environ["HM_MAX_READS"])
+    assert bufs[0] < 2 * min(bufs) and tb.check.id_peak[0] == 1, tb.check.id_peak
+    assert tb.check.id_peak[1] == min(max_reads, bufs[1] // min(bufs)), tb.check.id_peak
+    assert rate[1] > 2 * rate[0], rate

@@ -9,7 +9,8 @@ from sim.runner import run_cocotb
 from sim.wrap import flat_top
 
 # the configuration the bench uses (the bench reads the same numbers from the environment)
-CFG = dict(read_clients=2, write_clients=2, max_reads=3, max_writes=3, read_buffer=32)
+# (client 1's read buffer holds four of the 32-beat bursts: the deep_buffer test)
+CFG = dict(read_clients=2, write_clients=2, max_reads=3, max_writes=3, read_buffer=(32, 128))
 
 
 def flat_top_axi(component, member="axi", prefix="m_axi"):
@@ -28,7 +29,8 @@ def test_axi_master(width):
     run_cocotb("axi_master", lambda: flat_top_axi(HostMemory(width=width, **CFG)),
                params={"width": width, **CFG}, test_module="tb.cocotb_axi_master",
                extra_env={"HM_WIDTH": str(width),
-                          **{f"HM_{k.upper()}": str(v) for k, v in CFG.items()}},
+                          **{f"HM_{k.upper()}": ",".join(map(str, v)) if isinstance(v, tuple)
+                             else str(v) for k, v in CFG.items()}},
                test_name=f"w{width}")
 
 
@@ -40,4 +42,10 @@ def test_parameters_refused():
             HostMemory(width=48)
         with pytest.raises(ValueError):
             HostMemory(width=64, max_reads=0)
+        with pytest.raises(ValueError, match="2 figures for 3"):
+            HostMemory(width=64, read_clients=3, read_buffer=(64, 64))
+        with pytest.raises(ValueError, match="smallest read_buffer"):
+            HostMemory(width=64, read_clients=2, read_buffer=(32, 256), max_burst=64)
+        with pytest.raises(ValueError, match="max_burst"):
+            HostMemory(width=64, max_burst=257, read_buffer=512)
         gc.collect()

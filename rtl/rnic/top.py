@@ -133,7 +133,11 @@ class RNIC(wiring.Component):
         m.submodules.execute = exe = Execute(width=W, num_qp=cfg.num_qp)
         m.submodules.key_cache = keys = KeyCache(key_entries=cfg.key_entries, num_ports=2)
         m.submodules.cqe_gen = cqe = CqeGen(width=W, num_cq=cfg.num_cq)
-        m.submodules.host_memory = hmem = HostMemory(width=W, read_clients=3, write_clients=2)
+        # read clients: 0 WQE fetch (responder), 1 SQ WQE fetch, 2 gather (requester). The
+        # gather client's buffer holds four 64-beat bursts, so it keeps the read bus busy through
+        # ~190 cycles of host read latency (one burst at a time covered 64 beats per round trip)
+        m.submodules.host_memory = hmem = HostMemory(width=W, read_clients=3, write_clients=2,
+                                                     read_buffer=(64, 64, 256), max_burst=64)
         m.submodules.tx_arbiter = arb = TxArbiter(W)
         m.submodules.requester = req = Requester(width=W, num_qp=cfg.num_qp)
         m.submodules.req_context = rctx = ReqContext(num_qp=cfg.num_qp)

@@ -15,9 +15,12 @@ beat by beat. ``R``/``B`` beats with an ID that names no client are taken and ig
 
 Reads
 -----
-A burst is issued only when its client's response buffer (``read_buffer`` beats) has room
-reserved for all of its beats, so ``rready`` is always 1. Bursts are at most
-``min(256, read_buffer)`` beats. The data is **not realigned**: the client receives the raw
+A burst is issued only when its client's response buffer (``read_buffer`` beats, one figure
+for every client or one per client) has room reserved for all of its beats, so ``rready`` is
+always 1. Bursts are at most ``max_burst`` beats (default: 256 or the smallest buffer, whichever
+is less). A client whose buffer holds several bursts keeps several in flight, which is what
+covers the memory's latency: with latency L cycles, a client streams at one beat per cycle
+only if its buffer holds about L + ``max_burst`` beats. The data is **not realigned**: the client receives the raw
 aligned bus beats covering ``[addr, addr + len_bytes)``; byte ``addr % (W/8)`` of the first beat
 is the first requested byte, and the client knows the offset from its own ``addr``. ``last``
 marks the last beat of the request; ``err`` is 1 on every beat whose ``RRESP`` was not OKAY.
@@ -251,8 +254,11 @@ class HostMemory(wiring.Component):
         Read bursts outstanding at most (AR issued, last R beat not yet back).
     max_writes : int
         Write bursts outstanding at most (AW issued, B not yet back).
-    read_buffer : int
-        Response buffer per read client, in beats; a burst is at most ``min(256, read_buffer)``.
+    read_buffer : int or sequence of int
+        Response buffer per read client, in beats: one figure for every client, or one per
+        client (``read_clients`` of them). Each must hold at least ``max_burst`` beats.
+    max_burst : int or None
+        Read burst length limit in beats (1..256); ``None``: ``min(256, smallest buffer)``.
     done_depth : int
         Completion buffer per write client.
 
@@ -271,22 +277,37 @@ class HostMemory(wiring.Component):
     """
 
     def __init__(self, *, width=64, read_clients=1, write_clients=1, max_reads=4, max_writes=4,
-                 read_buffer=64, done_depth=2):
+                 read_buffer=64, max_burst=None, done_depth=2):
         check_width(width)
         for name, v, lo, hi in (("read_clients", read_clients, 0, 256),
                                 ("write_clients", write_clients, 0, 256),
                                 ("max_reads", max_reads, 1, 256),
                                 ("max_writes", max_writes, 1, 256),
-                                ("read_buffer", read_buffer, 1, 1 << 16),
                                 ("done_depth", done_depth, 1, 256)):
             if not isinstance(v, int) or not lo <= v <= hi:
                 raise ValueError(f"{name} must be an integer in {lo}..{hi}, not {v!r}")
+        bufs = [read_buffer] * read_clients if isinstance(read_buffer, int) else list(read_buffer)
+        if len(bufs) != read_clients:
+            raise ValueError(f"read_buffer has {len(bufs)} figures for {read_clients} read "
+                             f"clients")
+        for v in bufs:
+            if not isinstance(v, int) or not 1 <= v <= 1 << 16:
+                raise ValueError(f"read_buffer must be integers in 1..65536, not {v!r}")
+        if max_burst is None:
+            max_burst = min([MAX_AXI_BEATS] + bufs)
+        if not isinstance(max_burst, int) or not 1 <= max_burst <= MAX_AXI_BEATS:
+            raise ValueError(f"max_burst must be an integer in 1..{MAX_AXI_BEATS}, "
+                             f"not {max_burst!r}")
+        if bufs and max_burst > min(bufs):
+            raise ValueError(f"max_burst ({max_burst}) exceeds the smallest read_buffer "
+                             f"({min(bufs)}): such a client's bursts could never issue")
         self.width = width
         self.read_clients = read_clients
         self.write_clients = write_clients
         self.max_reads = max_reads
         self.max_writes = max_writes
-        self.read_buffer = read_buffer
+        self.read_buffer = bufs
+        self.max_burst = max_burst
         self.done_depth = done_depth
         members = {"axi": Out(AxiSignature(width))}
         for i in range(read_clients):
@@ -316,17 +337,18 @@ class HostMemory(wiring.Component):
         if R == 0:
             return
         axi = self.axi
-        max_beats = min(MAX_AXI_BEATS, self.read_buffer)
+        max_beats = self.max_burst
         bufs, metas, credits = [], [], []
         for i, port in enumerate(self.read_ports):
-            buf = Queue(read_beat_layout(self.width), self.read_buffer)
+            depth = self.read_buffer[i]
+            buf = Queue(read_beat_layout(self.width), depth)
             meta = Queue(_meta_layout, self.max_reads, buffered=False)
             m.submodules[f"rbuf_{i}"] = buf
             m.submodules[f"rmeta_{i}"] = meta
             wiring.connect(m, buf.o, wiring.flipped(port.resp))
             bufs.append(buf)
             metas.append(meta)
-            credits.append(Signal(range(self.read_buffer + 1), init=self.read_buffer,
+            credits.append(Signal(range(depth + 1), init=depth,
                                   name=f"rcredit_{i}"))
 
         sp = _Splitter(m, "ar", [p.req for p in self.read_ports], lb, max_beats)
