@@ -376,6 +376,12 @@ class Requester(wiring.Component):
         # ---- engine state -------------------------------------------------------------------
         ctx = Signal(req_ctx_layout)
         dyn = Signal(_dyn_layout)
+        # cs.rgen != dyn.rgen for ERR, registered beside cs (from the same read and the
+        # dyn.rgen of the cycle before: ERR never follows REWIND or CTX_WAIT, which set it).
+        # Reading the table's output besides cs also keeps synthesis from folding cs into the
+        # block RAM (whose clock-to-out then led the ERR decision into the completion skid).
+        rgen_ne = Signal()
+        m.d.sync += rgen_ne.eq(comp_rp.data.rgen != dyn.rgen)
         wqe = Signal(8 * SEND_WQE_BYTES)        # the send WQE as read (bit 8·i = byte i)
         sw = data.View(SendWqe, wqe)              # its fields (interface.md §5.2, rnic.formats)
         wr_id = sw.wr_id
@@ -478,10 +484,11 @@ class Requester(wiring.Component):
             pk.paylen.eq(pay), pk.qpn.eq(qpn),
         ]
 
-        # gather chunk of the current packet
+        # gather chunk of the current packet: clen = min(seg_left, left), kept in a register
+        # set with ``left`` (in PKT, and in CHUNK when the packet continues in SGE 1), so the
+        # chunk handed to TX Packet Build comes from registers only
         clen = Signal(13)
         m.d.comb += [
-            clen.eq(Mux(seg_left < left, seg_left, left)),
             build.chunk.payload.addr.eq(cur_addr),
             build.chunk.payload.len.eq(clen),
         ]
@@ -740,6 +747,9 @@ class Requester(wiring.Component):
                             m.d.sync += dyn.hpsn.eq(dyn.psn + 1)
                         m.d.sync += [
                             left.eq(pay), sent.eq(sent + pay), resid.eq(resid - pay),
+                            # min(seg_left, pay): both comparisons in parallel with ``fits``
+                            clen.eq(Mux(Mux(fits, seg_left < resid, seg_left < pmtu_b),
+                                        seg_left, pay)),
                             was_last.eq(fits),
                             dyn.psn.eq(dyn.psn + 1),
                             dyn.noack.eq(Mux(ackreq, 0, dyn.noack + 1)),
@@ -756,7 +766,11 @@ class Requester(wiring.Component):
                 with m.Else():
                     m.d.comb += build.chunk.valid.eq(1)
                     with m.If(build.chunk.ready):
-                        m.d.sync += left.eq(left - clen)
+                        left_n = Signal(13)
+                        m.d.comb += left_n.eq(left - clen)
+                        # the next chunk when the packet goes on (then clen = seg_left: the
+                        # rest of the packet, in SGE 1 of len1 bytes)
+                        m.d.sync += [left.eq(left_n), clen.eq(Mux(len1 < left_n, len1, left_n))]
                         with m.If(left == clen):                # the packet's last chunk
                             with m.If(was_last):
                                 m.next = "WB_NEXT"
@@ -782,7 +796,7 @@ class Requester(wiring.Component):
             with m.State("ERR"):
                 # completions stay in SQ order: wait until every earlier WQE is retired
                 m.d.comb += self.busy.eq(1)
-                with m.If((cs.rgen != dyn.rgen) & ~pend_err):
+                with m.If(rgen_ne & ~pend_err):
                     m.next = "REWIND"
                 with m.Elif(pend_err | dyn.err | none_unretired):
                     m.d.comb += ecpl.valid.eq(1)

@@ -43,7 +43,7 @@ Throughput: a packet takes the largest of ``hdr_words + payload beats + ~1 per c
 two-core goodput bench at PMTU 4096: W=512, 4 KiB SENDs, 60.3 B/cycle of a 63.0 limit.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -258,27 +258,41 @@ class TxBuild(wiring.Component):
         meta = data.StructLayout({"off": lg, "len": 13, "parts": 13 - RBB + 2})
         m.submodules.chq = chq = Queue(meta, 4, buffered=False)
         issuing = Signal()               # a chunk's later parts are being requested
+        # a later part starts on a part boundary (s_addr, its low RBB bits zero) and its length
+        # and last flag are kept in registers (s_len, s_final, s_plen); a chunk's first part is
+        # sized from the chunk. ``issuing`` only selects between the two at the end.
         s_addr = Signal(64)
-        s_len = Signal(13)
-        q_addr = Mux(issuing, s_addr, self.chunk.payload.addr)
-        q_len = Mux(issuing, s_len, self.chunk.payload.len)
-        room = Signal(RBB + 1)           # bytes to the next part boundary
-        m.d.comb += room.eq((1 << RBB) - q_addr[:RBB])
-        part_len = Signal(13)
-        final = Signal()
-        m.d.comb += [final.eq(q_len <= room), part_len.eq(Mux(final, q_len, room))]
+        s_len = Signal(13)               # bytes of the chunk still to request
+        s_final = Signal()               # s_len fits in one part
+        s_plen = Signal(13)              # the next part's length: min(s_len, 2**RBB)
         c_addr, c_len0 = self.chunk.payload.addr, self.chunk.payload.len
-        c_endm1 = Signal(64)
-        m.d.comb += c_endm1.eq(c_addr + c_len0 - 1)
+        c_room = Signal(RBB + 1)         # bytes to the chunk's first part boundary
+        m.d.comb += c_room.eq((1 << RBB) - c_addr[:RBB])
+        c_final = Signal()
+        c_plen = Signal(13)
+        c_rest = Signal(13)              # bytes after the first part (when it is not the last)
+        m.d.comb += [c_final.eq(c_len0 <= c_room), c_plen.eq(Mux(c_final, c_len0, c_room)),
+                     c_rest.eq(c_len0 - c_room)]
+        final = Signal()
+        part_len = Signal(13)
+        m.d.comb += [final.eq(Mux(issuing, s_final, c_final)),
+                     part_len.eq(Mux(issuing, s_plen, c_plen))]
+        # the next part's address and length (used when this part is not the chunk's last)
+        n_addr_hi = Signal(64 - RBB)
+        n_len = Signal(13)
+        m.d.comb += [n_addr_hi.eq(Mux(issuing, s_addr[RBB:] + 1, c_addr[RBB:] + 1)),
+                     n_len.eq(Mux(issuing, s_len - (1 << RBB), c_rest))]
+        # parts spanned by the chunk: only the address bits below a part boundary matter
+        c_span = Signal(14)
+        m.d.comb += c_span.eq(c_addr[:RBB] + c_len0 - 1)
         m.d.comb += [
-            self.rd.req.payload.addr.eq(q_addr),
+            self.rd.req.payload.addr.eq(Mux(issuing, s_addr, c_addr)),
             self.rd.req.payload.len_bytes.eq(part_len),
             self.rd.req.payload.tag.eq(0),
             self.rd.req.valid.eq(self.chunk.valid & (issuing | chq.i.ready)),
             chq.i.payload.off.eq(c_addr[:lg]),
             chq.i.payload.len.eq(c_len0),
-            chq.i.payload.parts.eq((c_endm1 >> RBB)[:13 - RBB + 2] - (c_addr >> RBB)[:13 - RBB + 2]
-                                   + 1),
+            chq.i.payload.parts.eq((c_span >> RBB) + 1),
             chq.i.valid.eq(self.chunk.valid & ~issuing & self.rd.req.ready),
         ]
         with m.If(self.rd.req.valid & self.rd.req.ready):
@@ -286,8 +300,9 @@ class TxBuild(wiring.Component):
                 m.d.comb += self.chunk.ready.eq(1)
                 m.d.sync += issuing.eq(0)
             with m.Else():
-                m.d.sync += [issuing.eq(1), s_addr.eq(q_addr + part_len),
-                             s_len.eq(q_len - part_len)]
+                m.d.sync += [issuing.eq(1), s_addr.eq(Cat(Const(0, RBB), n_addr_hi)),
+                             s_len.eq(n_len), s_final.eq(n_len <= (1 << RBB)),
+                             s_plen.eq(Mux(n_len <= (1 << RBB), n_len, 1 << RBB))]
 
         pos = Signal(PB)                 # next payload byte position in the frame
         c_len = Signal(13)
@@ -298,11 +313,19 @@ class TxBuild(wiring.Component):
         wcount = Signal(WB)
 
         funnel = Signal(2 * W)
-        cur = Signal(W)
+        # the raw beat being taken (DATA); in FLUSH the lanes that come from it lie past the
+        # chunk's end and are not written (gmask), so it needs no state decode
+        cur = self.rd.resp.payload.data
         m.d.comb += funnel.eq(Cat(prev, cur) >> (rot * 8))
         wqm1 = Signal(WB)                # the word the current raw beat completes (−1: none)
         wq0 = Signal()                   # wqm1 is −1: the word before the frame, not written
         c_end = Signal(PB)               # pos + c_len, registered
+        # the frame-end tests, registered: ``pos_end`` is pos == data_end (set with pos);
+        # ``c_done`` is c_end == data_end, as of the cycle before (FLUSH follows DATA, where
+        # neither changes)
+        pos_end = Signal()
+        c_done = Signal()
+        m.d.sync += c_done.eq(c_end == data_end)
         gmask = lane_mask(wqm1, pos, c_end, "g")
 
         # ---- banks: the builder fills them in turn; a CRC pass and the emission follow, each
@@ -436,12 +459,15 @@ class TxBuild(wiring.Component):
             """Latch the lengths of the frame in ``ebank`` (when it may start) and run."""
             with m.If(sel(full, ebank) & sel(cgo, ebank)):
                 n_crc_end = sel(m_crc_end, ebank)
-                n_frame_end = Mux(n_crc_end + 4 < wire.MIN_FRAME, wire.MIN_FRAME, n_crc_end + 4)
+                # frame end max(crc_end + 4, MIN_FRAME) and its word count, the comparison and
+                # the two sums side by side
+                short = n_crc_end < wire.MIN_FRAME - 4
                 m.d.sync += [
                     e_data_end.eq(sel(m_data_end, ebank)),
                     e_crc_end.eq(n_crc_end),
-                    e_frame_end.eq(n_frame_end),
-                    out_words.eq((n_frame_end + nb - 1) >> lg),
+                    e_frame_end.eq(Mux(short, wire.MIN_FRAME, n_crc_end + 4)),
+                    out_words.eq(Mux(short, (wire.MIN_FRAME + nb - 1) >> lg,
+                                     (n_crc_end + 4 + nb - 1) >> lg)),
                     icrc_word.eq(n_crc_end >> lg),
                     eaddr.eq(0),
                 ]
@@ -489,13 +515,14 @@ class TxBuild(wiring.Component):
             """Take the next chunk (payload byte position ``at``) if there is one."""
             m.d.comb += chq.o.ready.eq(1)
             with m.If(chq.o.valid):
-                # D = at − off; raw beat 0's low part goes to word floor(D / nb)
-                d1 = Signal(PB + 1)
-                m.d.comb += d1.eq(at + nb - chq.o.payload.off)
+                # D = at − off; raw beat 0's low part goes to word floor(D / nb), the word
+                # before the frame (−1, not written) when D < 0 (one subtraction, then shifts)
+                d0 = Signal(signed(PB + 1))
+                m.d.comb += d0.eq(at - chq.o.payload.off)
                 m.d.sync += [c_len.eq(chq.o.payload.len), parts.eq(chq.o.payload.parts),
-                             wqm1.eq((d1 >> lg) - 1), wq0.eq((d1 >> lg) == 0),
+                             wqm1.eq(d0 >> lg), wq0.eq(d0[-1]),
                              c_end.eq(at + chq.o.payload.len),
-                             rot.eq(nb - d1[:lg]), prev.eq(0)]
+                             rot.eq(nb - d0[:lg]), prev.eq(0)]
                 m.next = "DATA"
             with m.Else():
                 m.next = "CHUNK"
@@ -532,15 +559,15 @@ class TxBuild(wiring.Component):
                 ]
                 m.d.sync += wcount.eq(wcount + 1)
                 with m.If(wcount == hdr_words - 1):
-                    m.d.sync += pos.eq(hdr_len_r)
+                    m.d.sync += [pos.eq(hdr_len_r), pos_end.eq(hdr_len_r == data_end)]
                     m.next = "CHUNK"
             with m.State("CHUNK"):
-                with m.If(pos == data_end):
+                with m.If(pos_end):
                     frame_done()
                 with m.Else():
                     start_chunk(pos)
             with m.State("DATA"):
-                m.d.comb += [cur.eq(self.rd.resp.payload.data), self.rd.resp.ready.eq(1)]
+                m.d.comb += self.rd.resp.ready.eq(1)
                 with m.If(self.rd.resp.valid):
                     m.d.comb += [wp.addr.eq(wbase + wqm1), wp.data.eq(funnel[:W]),
                                  wp.en.eq(Mux(wq0, 0, gmask))]
@@ -554,10 +581,9 @@ class TxBuild(wiring.Component):
                             m.next = "FLUSH"
             with m.State("FLUSH"):
                 # the last raw beat's upper bytes; then the next chunk or the frame's end
-                m.d.comb += [cur.eq(0), wp.addr.eq(wbase + wqm1), wp.data.eq(funnel[:W]),
-                             wp.en.eq(gmask)]
-                m.d.sync += pos.eq(c_end)
-                with m.If(c_end == data_end):
+                m.d.comb += [wp.addr.eq(wbase + wqm1), wp.data.eq(funnel[:W]), wp.en.eq(gmask)]
+                m.d.sync += [pos.eq(c_end), pos_end.eq(c_done)]
+                with m.If(c_done):
                     frame_done()
                 with m.Else():
                     start_chunk(c_end)
