@@ -319,6 +319,8 @@ class Execute(wiring.Component):
         # ---- counters ---------------------------------------------------------------------
         wr_cnt = Signal(16)                    # write requests issued
         wr_done = Signal(16)                   # their done transfers back
+        wr_inc = Signal()                      # stage 4 issues a write request this cycle
+        room = Signal(init=1)                  # wr_cnt − wr_done < MAX_WRITES (registered)
         sc_out = Signal(range(16))             # closing pieces pushed, packet not finished
         tok = Signal(range(16))                # packets finished, done not yet returned
         push_close = Signal()
@@ -342,6 +344,12 @@ class Execute(wiring.Component):
             m.d.sync += [d1_v.eq(wd.valid), d1_tag.eq(wd.payload.tag), d1_err.eq(wd.payload.err)]
         with m.If(d1_go):
             m.d.sync += wr_done.eq(wr_done + 1)
+        # stage 4's room check ``wr_cnt − wr_done < MAX_WRITES`` one cycle ahead: the compares
+        # of the present difference registered, selected by this cycle's issue and done
+        wr_out = Signal(16)
+        m.d.comb += wr_out.eq(wr_cnt - wr_done)
+        m.d.sync += room.eq(Mux(wr_inc, Mux(d1_go, wr_out < MAX_WRITES, wr_out < MAX_WRITES - 1),
+                                Mux(d1_go, wr_out < MAX_WRITES + 1, wr_out < MAX_WRITES)))
         with m.If(wd_err & d1_go):
             m.d.comb += [wflt_wr.addr.eq(wqpn_rd.data[:ab]), wflt_wr.data.eq(1),
                          wflt_wr.en.eq(1)]
@@ -597,8 +605,9 @@ class Execute(wiring.Component):
                     m.next = "SUMS"
             if P:
                 with m.State("PF_LOOK"):
-                    # match the pool: same QP, same ring index, same address
-                    m.d.sync += pool["match"].eq(pool["match_c"])
+                    # match the pool: same QP, same ring index, same address (not a slot the
+                    # prefetcher claims now: its tags change, it may evict the matching slot)
+                    m.d.sync += pool["match"].eq(pool["match_c"] & ~pool["claim"])
                     m.next = "PF_HIT"
                 with m.State("PF_HIT"):
                     m.d.comb += plan_look.eq(1)
@@ -842,8 +851,6 @@ class Execute(wiring.Component):
                     m.d.sync += [b.eq(pp_q.o.payload), jb.eq(pp_first)]
                     m.next = "ISSUE"
             with m.State("ISSUE"):
-                room = Signal()
-                m.d.comb += room.eq((wr_cnt - wr_done) < MAX_WRITES)
                 with m.If(b.nowrite | (jb == MAX_SGE)):
                     m.next = "CLOSE"
                 with m.Elif(room):
@@ -853,7 +860,7 @@ class Execute(wiring.Component):
                     m.d.comb += [w_ok.eq(sent_w | self.wr.req.ready),
                                  p_ok.eq(sent_p | pq.ready)]
                     with m.If(w_ok & p_ok):
-                        m.d.comb += wqpn_wr.en.eq(1)
+                        m.d.comb += [wqpn_wr.en.eq(1), wr_inc.eq(1)]
                         m.d.sync += [sent_w.eq(0), sent_p.eq(0), jb.eq(b_next),
                                      wr_cnt.eq(wr_cnt + 1)]
                         with m.If(b_next == MAX_SGE):
@@ -908,9 +915,11 @@ class Execute(wiring.Component):
 
     def _prefetcher(self, m, fetch, plan_fetch, plan_look, take, c, faddr, ab):
         """The WQE prefetch pool (see the module docstring). Returns the signals the planner
-        uses: ``match_c`` (comb, slots holding c's WQE), ``match`` (its register), ``valid``,
-        ``ok`` (data present), ``hit`` (driven by the planner: take the matched slot now) and
-        ``data`` (the taken slot's WQE, the cycle after ``hit``)."""
+        uses: ``match_c`` (comb, slots holding c's WQE), ``claim`` (comb, the slot the
+        prefetcher claims this cycle, one-hot), ``match`` (the planner's register of
+        ``match_c`` & ~``claim``), ``valid``, ``ok`` (data present), ``hit`` (driven by the
+        planner: read the first matched slot with data now; the take of the next cycle voids
+        it) and ``data`` (the taken slot's WQE, the cycle after ``hit``)."""
         P = self.prefetch
         sb = max(1, (P - 1).bit_length())
         DEMAND = 0xFF
@@ -972,12 +981,6 @@ class Execute(wiring.Component):
             m.d.comb += match_c[i].eq(valid[i] & (sq[i] == c.qpn[:ab])
                                       & (sidx[i] == c.rq_index) & (saddr[i] == faddr))
         hit = Signal()
-        hsel = Signal(sb)
-        cur = match & valid & ok
-        for i in reversed(range(P)):
-            with m.If(cur[i]):
-                m.d.comb += hsel.eq(i)
-        m.d.comb += [pool_rd.addr.eq(hsel), pool_rd.en.eq(hit)]
 
         # responses of prefetch reads (always taken)
         rs = fr.payload.tag[:sb]
@@ -1100,6 +1103,27 @@ class Execute(wiring.Component):
         m.d.comb += aslot.eq(Mux(free != 0, fsel, ev))
         a_sel1 = Signal()           # the claim in ALLOC is for idx1 (comb, as ``alloc``)
         m.d.comb += a_sel1.eq(~need0)
+        claim = Signal(P)           # the slot claimed this cycle (one-hot, comb)
+        for i in range(P):
+            m.d.comb += claim[i].eq(alloc & (aslot == i))
+
+        # ---- the hit select (registered): the first slot of match & valid & ok, read on a hit --
+        # In PF_LOOK it is the first of match_c & ~claim with data next cycle (a response now
+        # sets ok; a claimed slot leaves the match; a reset of c's QP voids every match). In
+        # PF_HIT, while no matched slot has data, the only way one gets it is a response: the
+        # next cycle's select is its slot (a don't-care when no hit follows).
+        rs_ok = Signal(P)
+        for i in range(P):
+            m.d.comb += rs_ok[i].eq(pf_resp & ~fr.payload.err & (rs == i))
+        look = Signal(P)
+        m.d.comb += look.eq(match_c & ~claim & (ok | rs_ok))
+        hsel_c = Signal(sb)
+        for i in reversed(range(P)):
+            with m.If(look[i]):
+                m.d.comb += hsel_c.eq(i)
+        hsel = Signal(sb)
+        m.d.sync += hsel.eq(Mux(plan_look, rs, hsel_c))
+        m.d.comb += [pool_rd.addr.eq(hsel), pool_rd.en.eq(hit)]
 
         # a take of WQE i keeps the QP's slots of indices i+1 .. i+D-1 (D = 2: i+1); the
         # planner's c.rq_index is stable for cycles before a take, so its successor registered
@@ -1117,9 +1141,12 @@ class Execute(wiring.Component):
                              sidx[i].eq(Mux(a_sel1, pf_idx1, pf_idx)),
                              saddr[i].eq(Mux(a_sel1, pf_addr1, pf_addr)),
                              pf_m0[i].eq(~a_sel1 if D > 1 else 1), pf_m1[i].eq(a_sel1)]
+            # the slot the planner hits (and any duplicate of it) is voided by the take in the
+            # next cycle (PF_DATA; its index is c.rq_index, never c_nxt): no claim can come
+            # between (none in a PF_HIT or take cycle), so no void at the hit itself
             keep = (sidx[i] == c_nxt) if D > 1 else Const(0, 1)
-            with m.If((hit & (hsel == i)) | (take & (sq[i] == c.qpn[:ab]) & ~keep)
+            with m.If((take & (sq[i] == c.qpn[:ab]) & ~keep)
                       | (rst.valid & (sq[i] == rst_q))):
                 m.d.sync += valid[i].eq(0)
         return {"match_c": match_c, "match": match, "valid": valid, "ok": ok, "hit": hit,
-                "data": pool_rd.data}
+                "claim": claim, "data": pool_rd.data}
