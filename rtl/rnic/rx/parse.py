@@ -206,6 +206,14 @@ class RxParse(wiring.Component):
 
         first = Signal(init=1)              # idx == 0, registered
         write_this = Signal(init=1)         # idx < cap, registered
+        # idx == k for the beats holding header bytes, one-hot registers (a shift of ``at[0]``),
+        # so the header capture enables, the CRC lane substitutions (synchronous resets of the
+        # CRC's input register) and the datagram-end compares need no 10-bit compare of ``idx``.
+        # ``at[0]`` equals ``first`` (a separate name; synthesis may merge the two).
+        nat = HDR_BYTES // L + 1
+        at = [Signal(init=(k == 0), name=f"at{k}") for k in range(nat)]
+        at_cap = Signal()                   # idx == cap
+        at_cap1 = Signal()                  # idx == cap - 1
         # Both room checks are registers, so ``i.ready`` (and every enable of the write side)
         # is one LUT from flip-flops. ``space_ok``: the buffer held < depth - 1 beats last cycle,
         # so (one write a cycle at most, the read side only frees) it holds < depth now.
@@ -229,21 +237,36 @@ class RxParse(wiring.Component):
                 m.d.sync += frame_base.eq(wr_ptr)
             with m.If(beat.last):
                 m.d.sync += [idx.eq(0), longf.eq(0), first.eq(1), write_this.eq(1)]
+                m.d.sync += [a.eq(k == 0) for k, a in enumerate(at)]
+                m.d.sync += [at_cap.eq(0), at_cap1.eq(0)]
             with m.Else():
-                m.d.sync += [idx.eq(Mux(idx == cap, cap, idx + 1)), first.eq(0),
+                m.d.sync += [idx.eq(Mux(at_cap, cap, idx + 1)), first.eq(0),
                              write_this.eq(idx < cap - 1)]
-                with m.If(idx == cap):
+                m.d.sync += [at[0].eq(0)] + [at[k].eq(at[k - 1]) for k in range(1, nat)]
+                m.d.sync += [at_cap.eq(at_cap | at_cap1), at_cap1.eq(idx == cap - 2)]
+                with m.If(at_cap):
                     m.d.sync += longf.eq(1)
         m.d.comb += slot_take.eq(accept & first)
-        slots_next = Signal.like(slots_used)
-        m.d.comb += slots_next.eq(slots_used + slot_take - slot_give)
-        m.d.sync += [slots_used.eq(slots_next), slot_ok.eq(slots_next < self.slots)]
+        # ``slots_used`` ± 1 and its compares with constants come from the register alone; the
+        # take/give strobes (``accept`` is ``i.ready``'s AND) only select among them.
+        slots_inc = Signal.like(slots_used)
+        slots_dec = Signal.like(slots_used)
+        lt_now = Signal()                   # slots_used < slots (its value unchanged)
+        lt_inc = Signal()                   # slots_used + 1 < slots
+        m.d.comb += [slots_inc.eq(slots_used + 1), slots_dec.eq(slots_used - 1),
+                     lt_now.eq(slots_used < self.slots), lt_inc.eq(slots_used < self.slots - 1)]
+        with m.If(slot_take & ~slot_give):
+            m.d.sync += [slots_used.eq(slots_inc), slot_ok.eq(lt_inc)]
+        with m.Elif(slot_give & ~slot_take):
+            m.d.sync += [slots_used.eq(slots_dec), slot_ok.eq(1)]
+        with m.Else():
+            m.d.sync += slot_ok.eq(lt_now)
 
         # Header capture: byte n of the frame sits in beat n // L, lane n % L.
         hdr = [Signal(8, name=f"hdr{n}") for n in range(HDR_BYTES)]
         hdr_next = [Signal(8, name=f"hdr_next{n}") for n in range(HDR_BYTES)]
         for n in range(HDR_BYTES):
-            m.d.comb += hdr_next[n].eq(Mux(idx == n // L, byte[n % L], hdr[n]))
+            m.d.comb += hdr_next[n].eq(Mux(at[n // L], byte[n % L], hdr[n]))
             with m.If(accept):
                 m.d.sync += hdr[n].eq(hdr_next[n])
 
@@ -252,9 +275,9 @@ class RxParse(wiring.Component):
         lane = list(byte)
         for p in range(_IP):
             if p // L <= cap:
-                lane[p % L] = Mux(idx == p // L, 0, lane[p % L])
+                lane[p % L] = Mux(at[p // L], 0, lane[p % L])
         for p in _ICRC_FF:
-            lane[p % L] = Mux(idx == p // L, 0xFF, lane[p % L])
+            lane[p % L] = Mux(at[p // L], 0xFF, lane[p % L])
         crc_data = Signal(self.width)
         m.d.comb += crc_data.eq(Cat(*lane))
         # keep stops at the datagram end 14 + total length (incl. ICRC). Beats before the one
@@ -271,8 +294,10 @@ class RxParse(wiring.Component):
         # feeds its own update)
         rem_gt = Signal(L)
         nxt = (tb + 1) * L - _IP                # bytes of the datagram in beats 0 .. tb
+        before_tb = Cat(*at[:tb]).any() if tb else 0   # idx < tb
+        after_tb = ~Cat(*at[:tb + 1]).any()     # idx > tb
         with m.If(accept):
-            with m.If(idx == tb):
+            with m.If(at[tb]):
                 m.d.sync += rem.eq(Mux(tot_in > nxt, tot_in - nxt, 0))
                 m.d.sync += [rem_gt[j].eq(tot_in > nxt + j) for j in range(L)]
             with m.Else():
@@ -284,8 +309,8 @@ class RxParse(wiring.Component):
                 r_1l = Signal()
                 m.d.comb += [r_2l.eq(r_hi[1:] != 0), r_1l.eq(r_hi == 1)]
                 m.d.sync += [rem_gt[j].eq(r_2l | (r_1l & (r_lo > j))) for j in range(L)]
-        in_dgram = [(idx < tb) | ((idx == tb) & (tot_in > tb * L + j - _IP))
-                    | ((idx > tb) & rem_gt[j]) for j in range(L)]
+        in_dgram = [before_tb | (at[tb] & (tot_in > tb * L + j - _IP))
+                    | (after_tb & rem_gt[j]) for j in range(L)]
         # One register stage in front of the CRC: the ``rem`` compares and the lane substitutions
         # above stay out of the CRC's data-term cone (one cycle more to the ICRC verdict).
         m.d.sync += [
@@ -315,8 +340,8 @@ class RxParse(wiring.Component):
             m.d.sync += [
                 v0_len.eq(frame_len),
                 # idx*L + n_keep > 4200 only on the beat idx = cap - 1 (or when idx = cap)
-                v0_long.eq(longf | (idx == cap)
-                           | ((idx == cap - 1) & (n_keep > wire.MAX_FRAME - (cap - 1) * L))),
+                v0_long.eq(longf | at_cap
+                           | (at_cap1 & (n_keep > wire.MAX_FRAME - (cap - 1) * L))),
                 v0_user.eq(beat.user),
                 v0_dropall.eq(self.drop_all),
                 v0_base.eq(Mux(first, wr_ptr, frame_base)),
@@ -529,7 +554,10 @@ class RxParse(wiring.Component):
             "last_keep": range(L + 1),
         })
         m.submodules.desc_q = desc_q = Queue(desc_layout, self.slots)
-        m.submodules.reason_q = reason_q = fifo.SyncFIFO(width=3, depth=self.slots)
+        # Buffered too: the reason meets the residue compare and verdict_q's write from a register,
+        # not a LUT-RAM read. Written by V4 six cycles after the last beat is accepted, it is out
+        # two cycles later: just in time at W=64 (the verdict comes 1 + CRC32.latency ≥ 8 after).
+        m.submodules.reason_q = reason_q = fifo.SyncFIFOBuffered(width=3, depth=self.slots)
         # Buffered: the read side's decision starts from a register, not a LUT-RAM read.
         m.submodules.verdict_q = verdict_q = fifo.SyncFIFOBuffered(width=1, depth=self.slots)
         m.d.comb += [
