@@ -99,12 +99,12 @@ def test_merge_rows_keyed_by_block_target_part_config():
 
 
 def test_markdown_table():
-    md = markdown_table([_row(fmax=120.5), _row(w=512, fmax=None, met=None, note="x")],
+    md = markdown_table([_row(fmax=120.5, levels=7.3), _row(w=512, fmax=None, met=None, note="x")],
                         ["rnic synth --block crc32"])
     lines = [line for line in md.splitlines() if line.startswith("| crc32")]
-    assert lines[0] == ("| crc32 | ecp5 | LFE5UM-85F | W=64 | 1 | 2 | 0 | 0 | 120.5 | 156.25 "
+    assert lines[0] == ("| crc32 | ecp5 | LFE5UM-85F | W=64 | 1 | 2 | 0 | 0 | 7.3 | 120.5 | 156.25 "
                         "| **no** |  |")
-    assert lines[1].endswith("| – | 156.25 | – | x |")
+    assert lines[1].endswith("| – | – | 156.25 | – | x |")
     assert "    rnic synth --block crc32" in md
 
 
@@ -223,6 +223,9 @@ def test_run_synth_ecp5_met_and_missed(tmp_path, fake_tools):
     row = run_synth("ecp5", v, "blk", tmp_path / "w2", 300, progress=False, device="um5g-85k")
     assert row["met"] is False and row["target_mhz"] == 300.0 and row["part"] == "LFE5UM5G-85F"
     assert (tmp_path / "w2" / "yosys.log").exists() and (tmp_path / "w2" / "nextpnr.log").exists()
+    # the stand-in netlist has no cells: depth 0, and the report is written
+    assert row["levels"] == 0 and row["deep"] == 0
+    assert (tmp_path / "w2" / "depth.txt").read_text().startswith("deepest endpoint: 0.0")
 
 
 def test_run_synth_nofit_and_failure(tmp_path, fake_tools):
@@ -336,3 +339,5 @@ def test_real_flow_crc32(tmp_path, target):
     assert 50 < r["fmax_mhz"] < 600
     assert r["met"] == (r["fmax_mhz"] >= 156.25)
     assert (Path(r["log_dir"]) / "nextpnr.log").exists()
+    if target == "ecp5":
+        assert 1 < r["levels"] < 20 and (Path(r["log_dir"]) / "depth.txt").exists()

@@ -1,4 +1,4 @@
-"""The ``rnic`` command: ``rnic generate``, ``rnic synth``, ``rnic regmap``."""
+"""The ``rnic`` command: ``rnic generate``, ``rnic synth``, ``rnic depth``, ``rnic regmap``, ``rnic bench``."""
 
 import argparse
 import sys
@@ -86,9 +86,15 @@ def _bench(argv):
     return 0
 
 
+def _depth(argv):
+    from .depth import main_depth
+    return main_depth(argv)
+
+
 COMMANDS = {
     "generate": (_generate, "write build/rnic.v-style Verilog of the core"),
     "synth": (_synth, "synthesize on ECP5 / iCE40 / xc7 and report area and Fmax"),
+    "depth": (_depth, "logic depth (LUT levels) of a synth_ecp5 netlist, deepest paths"),
     "regmap": (_regmap, "print the register map as Markdown"),
     "bench": (_bench, "run the cycle-accurate benchmarks (from the repository root)"),
 }
