@@ -76,6 +76,7 @@ def test_depth_figures():
     # 0: alpha.a (from the input); 1: beta.c 1.91, alpha.e 1.5, alpha.f 1.0 (the loop);
     # 2: beta.b and the LUT RAM's WD, 2.5 each; 4: gamma.d
     assert d["histogram"] == {0: 1, 1: 3, 2: 2, 4: 1}
+    assert d["blocks"] == {"gamma": (1, 4.5), "beta": (0, 2.5), "alpha": (0, 1.5)}
     pairs = {(s, t): a for a, s, t in d["pairs"]}
     assert pairs == {("alpha", "beta"): 2.5, ("beta", "alpha"): 1.5, ("(top)", "alpha"): 0.0}
     top = d["paths"][0]

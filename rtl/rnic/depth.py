@@ -81,6 +81,8 @@ def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
         how many endpoints there are, and how many are at ``deep`` levels or more;
     ``histogram``
         ``{levels rounded down: endpoints}``;
+    ``blocks``
+        ``{sink block: (endpoints at deep levels or more, deepest)}``, most deep ones first;
     ``pairs``
         ``[(levels, source block, sink block)]``, the deepest path between each pair of
         different blocks, deepest first;
@@ -178,6 +180,10 @@ def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
         key = (block_of(arrival[b][2]), block_of(cn))
         if key[0] != key[1] and key not in pairs:
             pairs[key] = a
+    by_block = {}
+    for a, cn, p, b in ends:
+        n, top = by_block.get(block_of(cn), (0, 0.0))
+        by_block[block_of(cn)] = (n + (a >= deep), max(top, round(a, 2)))
     out_paths, seen = [], set()
     for a, cn, p, b in ends:
         if len(out_paths) >= paths:
@@ -198,6 +204,7 @@ def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
         "deep": sum(1 for a, *_ in ends if a >= deep),
         "deep_levels": deep,
         "histogram": dict(sorted(hist.items())),
+        "blocks": dict(sorted(by_block.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))),
         "pairs": sorted(((round(v, 2), s, d) for (s, d), v in pairs.items()),
                         key=lambda x: (-x[0], x[1], x[2])),
         "paths": out_paths,
@@ -210,6 +217,8 @@ def format_depth(d, *, pairs=25):
            f"{d['endpoints']} endpoints at >= {d['deep_levels']} levels", "",
            "endpoints by depth (levels: count):"]
     out += [f"  {k:3d}: {v}" for k, v in d["histogram"].items()]
+    out += ["", f"by block of the endpoint (endpoints at >= {d['deep_levels']} levels, deepest):"]
+    out += [f"  {b:24s} {n:6d}  {top:5.1f}" for b, (n, top) in d["blocks"].items() if n][:pairs]
     out += ["", "deepest path between two blocks (levels, source -> sink):"]
     out += [f"  {a:5.1f}  {s} -> {t}" for a, s, t in d["pairs"][:pairs]]
     out += ["", "deepest paths:"]

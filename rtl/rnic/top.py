@@ -265,8 +265,11 @@ class RNIC(wiring.Component):
         wiring.connect(m, cqe.event, events.i[2])
         wiring.connect(m, rctx.event, events.i[3])
         wiring.connect(m, events.o, ctl.event)
+        # The per-counter sums are registered: a counter moves one cycle after its event, and
+        # the blocks' strobe logic (some of it a handshake, e.g. the transmit arbiter's) ends
+        # here instead of running on through the sum and the 32-bit saturating add.
         for i in range(NUM_COUNTERS):
-            m.d.comb += ctl.stat_inc[i].eq(stat[i] + rx.stat[i] + psn.stat[i] + cqe.stat[i]
+            m.d.sync += ctl.stat_inc[i].eq(stat[i] + rx.stat[i] + psn.stat[i] + cqe.stat[i]
                                            + arb.stat[i] + req_stat[i])
         m.d.comb += ctl.sweeping.eq((sweep != 0) | keys.sweeping | cqe.sweeping)
         return m

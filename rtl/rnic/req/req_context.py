@@ -34,7 +34,7 @@ req_fault : In(stream.Signature(24))
 prog_psn : In(stream.Signature({qpn, psn}, always_ready=True)),
 prog_cons : In(stream.Signature({qpn, cons}, always_ready=True))
     Every write of the requester's next send PSN and SQ consumer index (retired WQEs), kept
-    in two small tables for QUERY_QP.
+    in two small tables for QUERY_QP (written one cycle after the transfer).
 q_qpn : In(range(num_qp)) → q_psn : Out(24), q_cons : Out(16)
     QUERY_QP's read of those tables, one cycle after the address (registered).
 """
@@ -130,15 +130,21 @@ class ReqContext(wiring.Component):
             m.d.sync += rv.eq(self.ctx_req.valid)
 
         # ---- the requester's progress, for QUERY_QP ------------------------------------------------
+        # Each write is registered before the table: the requester's completer logic that makes
+        # it then ends at these flip-flops instead of running on through the table's write
+        # address and the read port's forwarding compare. QUERY_QP (a slow-path command) sees a
+        # write one cycle later; nothing else reads these tables.
         for name, width in (("psn", 24), ("cons", 16)):
             mem = Memory(shape=width, depth=self.num_qp, init=[])
             m.submodules[f"prog_{name}"] = mem
             pw = mem.write_port()
             pr = mem.read_port(transparent_for=(pw,))
             src = getattr(self, f"prog_{name}")
-            m.d.comb += [pw.addr.eq(src.payload.qpn[:ab]), pw.data.eq(getattr(src.payload, name)),
-                         pw.en.eq(src.valid), pr.addr.eq(self.q_qpn),
-                         getattr(self, f"q_{name}").eq(pr.data)]
+            w_en, w_addr, w_data = Signal(name=f"{name}_w_en"), Signal(ab), Signal(width)
+            m.d.sync += [w_en.eq(src.valid), w_addr.eq(src.payload.qpn[:ab]),
+                         w_data.eq(getattr(src.payload, name))]
+            m.d.comb += [pw.addr.eq(w_addr), pw.data.eq(w_data), pw.en.eq(w_en),
+                         pr.addr.eq(self.q_qpn), getattr(self, f"q_{name}").eq(pr.data)]
 
         # ---- completions ------------------------------------------------------------------------
         # one completion (or gather fault) at a time: read its QP's send CQN, then offer the CQE,

@@ -219,19 +219,29 @@ class QpContext(wiring.Component):
         m.d.sync += cur.eq(drd.data)
         new_state = Signal(4)
         m.d.comb += new_state.eq(args[0][0:4])
+        # The command's checks are registers by EXEC: computed in READ from the block RAM's
+        # output (what ``cur`` holds in EXEC) and from ``op``/``index``/``args`` (set on entry to
+        # ADDR), so EXEC's write enable -- which fans out to the requester context, Execute's
+        # ``qp_reset`` and the flush queue -- starts from flip-flops. Cycle-identical.
         legal = Signal()
         m.d.comb += legal.eq(
             (new_state == QpState.RESET) | (new_state == QpState.ERROR)
-            | ((cur.state == QpState.RESET) & (new_state == QpState.INIT))
-            | ((cur.state == QpState.INIT) & (new_state == QpState.RTR))
-            | ((cur.state == QpState.RTR) & (new_state == QpState.RTS)))
+            | ((drd.data.state == QpState.RESET) & (new_state == QpState.INIT))
+            | ((drd.data.state == QpState.INIT) & (new_state == QpState.RTR))
+            | ((drd.data.state == QpState.RTR) & (new_state == QpState.RTS)))
         pmtu = Signal(4)
         m.d.comb += pmtu.eq(args[0][8:12])
-        bad = Signal()
-        m.d.comb += bad.eq(~legal
-                           | (args[8][0:5] > 15) | (args[8][8:13] > 15)
-                           | (((new_state == QpState.RTR) | (new_state == QpState.RTS))
-                              & ((pmtu < 1) | (pmtu > 5))))
+        bad = Signal()          # in EXEC: the SET_QP arguments or state change are refused
+        is_set = Signal()
+        is_query = Signal()
+        m.d.sync += [
+            bad.eq(~legal
+                   | (args[8][0:5] > 15) | (args[8][8:13] > 15)
+                   | (((new_state == QpState.RTR) | (new_state == QpState.RTS))
+                      & ((pmtu < 1) | (pmtu > 5)))),
+            is_set.eq(op == CmdOp.SET_QP),
+            is_query.eq(op == CmdOp.QUERY_QP),
+        ]
 
         st = Signal(qp_static_layout)
         m.d.comb += [
@@ -266,8 +276,8 @@ class QpContext(wiring.Component):
                 m.d.comb += nd.sq_psn.eq(args[3][0:24])
         m.d.comb += c_wr_dyn.eq(Mux(sweeping, 0, nd))
 
-        qpn_ok = Signal()
-        m.d.comb += qpn_ok.eq((index < self.num_qp) & (index > 1))
+        qpn_ok = Signal()       # registered like ``bad``: ``index`` is set on entry to ADDR
+        m.d.sync += qpn_ok.eq((index < self.num_qp) & (index > 1))
 
         with m.FSM(init="SWEEP"):
             with m.State("SWEEP"):
@@ -294,14 +304,14 @@ class QpContext(wiring.Component):
                 m.d.comb += [self.busy.eq(1), owned.eq(1)]
                 with m.If(~qpn_ok):
                     m.d.sync += result.eq(Result.BAD_INDEX)
-                with m.Elif(op == CmdOp.QUERY_QP):
+                with m.Elif(is_query):
                     m.d.sync += [
                         result.eq(Result.OK), write_args.eq(1),
                         rargs[0].eq(cur.state), rargs[1].eq(cur.epsn), rargs[2].eq(self.q_psn),
                         rargs[3].eq(cur.msn), rargs[4].eq(cur.rq_cons),
                         rargs[5].eq(self.q_cons),
                     ]
-                with m.Elif(op == CmdOp.SET_QP):
+                with m.Elif(is_set):
                     with m.If(bad):
                         m.d.sync += result.eq(Result.BAD_ARGUMENT)
                     with m.Else():
