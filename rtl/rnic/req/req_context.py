@@ -20,7 +20,8 @@ the top must enforce:
 Ports
 -----
 qp_set : In(stream.Signature(qp_set_event_layout, always_ready=True))
-    From PSN Check. Written into the shadow table, and forwarded to the requester.
+    From PSN Check. Registered, then written into the shadow table and forwarded to the
+    requester (both one cycle after the transfer).
 req_qp_set : Out(stream.Signature(qp_set_layout))
     To the requester's ``qp_set`` through an 8-entry queue (SET_QP is a slow-path command that
     takes tens of cycles; responder-made ERROR moves are one per fatal event; the requester
@@ -103,16 +104,22 @@ class ReqContext(wiring.Component):
         cpl_rp = table.read_port(transparent_for=(wp,))
 
         # ---- shadow writes, and the requester's qp_set ------------------------------------------
-        ev = self.qp_set.payload
+        # The event is registered first: PSN Check's pipeline decides its moves to ERROR in the
+        # cycle it emits them, and without this register that decision ran on through the
+        # table's write port and the read ports' forwarding into the requester. The shadow
+        # table and the requester learn of a change one cycle later.
+        ev = Signal(qp_set_event_layout)
+        ev_valid = Signal()
+        m.d.sync += [ev_valid.eq(self.qp_set.valid), ev.eq(self.qp_set.payload)]
         row = Signal(row_layout)
         m.d.comb += [row.ctx.state.eq(ev.state), row.scqn.eq(ev.static.scqn)]
         for name in self.fields:
             m.d.comb += getattr(row.ctx, name).eq(getattr(ev.static, name))
         m.d.comb += [wp.addr.eq(ev.qpn[:ab]), wp.data.eq(row),
-                     wp.en.eq(self.qp_set.valid & (ev.qpn < self.num_qp))]
+                     wp.en.eq(ev_valid & (ev.qpn < self.num_qp))]
 
         m.submodules.set_q = set_q = Queue(qp_set_layout, 8)
-        m.d.comb += [set_q.i.valid.eq(self.qp_set.valid),
+        m.d.comb += [set_q.i.valid.eq(ev_valid),
                      set_q.i.payload.qpn.eq(ev.qpn), set_q.i.payload.state.eq(ev.state),
                      set_q.i.payload.sq_psn.eq(ev.sq_psn)]
         wiring.connect(m, set_q.o, wiring.flipped(self.req_qp_set))
