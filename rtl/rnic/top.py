@@ -44,6 +44,12 @@ from .stream import StreamMerge
 from .req.requester import Requester
 from .req.req_context import ReqContext
 
+#: HostMemory's read clients in port order, each with its read buffer in beats: the responder's
+#: receive-WQE fetch, the requester's send-WQE fetch and its gather path. The gather buffer
+#: holds four 64-beat bursts, so it keeps the read bus busy through ~190 cycles of host read
+#: latency (one burst at a time covered 64 beats per round trip).
+READ_CLIENTS = (("rq_wqe", 64), ("sq_wqe", 64), ("gather", 256))
+
 __all__ = ["RNIC", "port_list", "build_verilog"]
 
 
@@ -133,11 +139,10 @@ class RNIC(wiring.Component):
         m.submodules.execute = exe = Execute(width=W, num_qp=cfg.num_qp)
         m.submodules.key_cache = keys = KeyCache(key_entries=cfg.key_entries, num_ports=2)
         m.submodules.cqe_gen = cqe = CqeGen(width=W, num_cq=cfg.num_cq)
-        # read clients: 0 WQE fetch (responder), 1 SQ WQE fetch, 2 gather (requester). The
-        # gather client's buffer holds four 64-beat bursts, so it keeps the read bus busy through
-        # ~190 cycles of host read latency (one burst at a time covered 64 beats per round trip)
-        m.submodules.host_memory = hmem = HostMemory(width=W, read_clients=3, write_clients=2,
-                                                     read_buffer=(64, 64, 256), max_burst=64)
+        m.submodules.host_memory = hmem = HostMemory(
+            width=W, read_clients=len(READ_CLIENTS), write_clients=2,
+            read_buffer=tuple(beats for _, beats in READ_CLIENTS), max_burst=64)
+        hmem_rd = {name: getattr(hmem, f"read_{i}") for i, (name, _) in enumerate(READ_CLIENTS)}
         m.submodules.tx_arbiter = arb = TxArbiter(W)
         m.submodules.requester = req = Requester(width=W, num_qp=cfg.num_qp)
         m.submodules.req_context = rctx = ReqContext(num_qp=cfg.num_qp)
@@ -194,7 +199,7 @@ class RNIC(wiring.Component):
         wiring.connect(m, exe.complete, cpl_merge.i[0])
         wiring.connect(m, rctx.cqe, cpl_merge.i[1])
         wiring.connect(m, cpl_merge.o, cqe.complete)
-        wiring.connect(m, exe.rd, hmem.read_0)
+        wiring.connect(m, exe.rd, hmem_rd["rq_wqe"])
         wiring.connect(m, exe.wr, hmem.write_0)
         wiring.connect(m, cqe.mem, hmem.write_1)
         for name, member in hmem.axi.signature.members.items():
@@ -212,8 +217,8 @@ class RNIC(wiring.Component):
         wiring.connect(m, req.cpl, rctx.cpl)
         wiring.connect(m, req.fault, rctx.req_fault)
         wiring.connect(m, keys.lookup1, req.lookup)
-        wiring.connect(m, req.wqe_rd, hmem.read_1)
-        wiring.connect(m, req.data_rd, hmem.read_2)
+        wiring.connect(m, req.wqe_rd, hmem_rd["sq_wqe"])
+        wiring.connect(m, req.data_rd, hmem_rd["gather"])
         m.d.comb += [req.local_mac.eq(ctl.local_mac), req.local_ip.eq(ctl.local_ip)]
         # QUERY_QP's next send PSN and SQ consumer index: the requester's, through ReqContext
         m.d.comb += [rctx.q_qpn.eq(psn.q_qpn), psn.q_psn.eq(rctx.q_psn),
