@@ -24,7 +24,7 @@ cell                   arc                                     levels
 
 A path ends at a flip-flop's ``DI``/``CE``/``LSR``, a block RAM's inputs or a LUT RAM's write
 inputs; a module input starts one at 0. Calibration on this design (ECP5-85 speed 8, router1):
-the requester alone, deepest path 10.5 levels, routes at 102 MHz (≈ 0.95 ns a level); the
+the requester alone, deepest path 10.9 levels, routes at 102 MHz (≈ 0.9 ns a level); the
 whole core, deepest 12.9, was placed at an estimated 48.95 MHz (≈ 1.6 ns a level: the same
 logic spread over 72 % of the device). 156.25 MHz (6.4 ns) needs ≈ 6 levels in a block alone.
 
@@ -182,8 +182,8 @@ def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
             pairs[key] = a
     by_block = {}
     for a, cn, p, b in ends:
-        n, top = by_block.get(block_of(cn), (0, 0.0))
-        by_block[block_of(cn)] = (n + (a >= deep), max(top, round(a, 2)))
+        n, worst = by_block.get(block_of(cn), (0, 0.0))
+        by_block[block_of(cn)] = (n + (a >= deep), max(worst, round(a, 2)))
     out_paths, seen = [], set()
     for a, cn, p, b in ends:
         if len(out_paths) >= paths:
