@@ -40,7 +40,7 @@ q_qpn : In(range(num_qp)) → q_psn : Out(24), q_cons : Out(16)
     QUERY_QP's read of those tables, one cycle after the address (registered).
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -57,6 +57,23 @@ __all__ = ["ReqContext"]
 _qpn_layout = data.StructLayout({"qpn": 24})
 prog_psn_layout = data.StructLayout({"qpn": 24, "psn": 24})
 prog_cons_layout = data.StructLayout({"qpn": 24, "cons": 16})
+
+
+class _BypassedReadPort:
+    """A synchronous read port of ``mem`` that returns data written to its address in the cycle
+    it reads (a transparent port's behaviour), by a registered address compare and write data
+    multiplexed after the memory's own, non-transparent port. Drive ``addr`` and ``en``; read
+    ``data``. With ``en`` low the output holds, as a transparent port's does."""
+
+    def __init__(self, m, mem, wp, name):
+        rp = mem.read_port()
+        self.addr, self.en = rp.addr, rp.en
+        hit = Signal(name=f"{name}_byp_hit")
+        wdata = Signal(mem.shape, name=f"{name}_byp_data")
+        with m.If(rp.en):
+            m.d.sync += [hit.eq(wp.en & (wp.addr == rp.addr)), wdata.eq(wp.data)]
+        self.data = Signal(mem.shape, name=f"{name}_rd_data")
+        m.d.comb += self.data.eq(Mux(hit, wdata, rp.data))
 
 
 class ReqContext(wiring.Component):
@@ -98,10 +115,15 @@ class ReqContext(wiring.Component):
         ab = self.abits
         row_layout = data.StructLayout({"ctx": req_ctx_layout, "scqn": 16})
 
+        # Its two read ports see a write of the same cycle (a transparent port's behaviour)
+        # through a bypass built here rather than by `transparent_for`: yosys did not recognise
+        # its own transparency logic on these ports, left them asynchronous and so put the table
+        # in LUT RAM -- at N=256, 976 LUT RAM blocks, 43 % of the whole core's, spread over
+        # nearly every RAM-capable slice of the chip. Now it maps to block RAM (8 DP16KD).
         m.submodules.table = table = Memory(shape=row_layout, depth=self.num_qp, init=[])
         wp = table.write_port()
-        ctx_rp = table.read_port(transparent_for=(wp,))
-        cpl_rp = table.read_port(transparent_for=(wp,))
+        ctx_rp = _BypassedReadPort(m, table, wp, "ctx")
+        cpl_rp = _BypassedReadPort(m, table, wp, "cpl")
 
         # ---- shadow writes, and the requester's qp_set ------------------------------------------
         # The event is registered first: PSN Check's pipeline decides its moves to ERROR in the
