@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from rnic.depth import format_depth, logic_depth, main_depth
+from rnic.depth import area_by_block, format_area, format_depth, logic_depth, main_depth
 
 
 def _cell(typ, dirs, **conns):
@@ -110,3 +110,32 @@ def test_cli(tmp_path, capsys):
     two = {"modules": {"a": {"ports": {}}, "b": {"ports": {}}}}
     p.write_text(json.dumps(two))
     assert main_depth([str(p)]) == 2
+
+
+def test_area_by_block(tmp_path, capsys):
+    a = area_by_block(NETLIST, "blk")
+    # the carry chain's cells have no block in their names: "(top)"
+    assert list(a["blocks"]) == ["beta", "(top)", "alpha", "gamma"]   # LUT4-eq, then FF
+    assert a["blocks"]["beta"] == {"lut4": 2, "lut_ram": 1, "carry": 0, "ff": 2, "ebr": 0,
+                                   "lut4_eq": 6}
+    assert a["blocks"]["(top)"]["carry"] == 3 and a["blocks"]["(top)"]["lut4_eq"] == 6
+    assert a["blocks"]["alpha"] == {"lut4": 2, "lut_ram": 0, "carry": 0, "ff": 3, "ebr": 0,
+                                    "lut4_eq": 2}
+    assert a["blocks"]["gamma"]["ebr"] == 1 and a["blocks"]["gamma"]["ff"] == 1
+    assert a["lut_ram"] == {"beta.lutram": 1} and a["ebr"] == {"gamma.ram": 1}
+    # yosys names the pieces of a mapped memory <memory>.<row>.<column>
+    dpr = {"type": "TRELLIS_DPR16X4", "port_directions": {}, "connections": {}}
+    two = {"modules": {"t": {"cells": {"q.tab.0.0": dpr, "q.tab.0.1": dpr, "q.fifo.storage.0.0": dpr,
+                                       "r.x": dict(dpr, type="$paramod$y\\DP16KD")}}}}
+    a2 = area_by_block(two, "t")
+    assert a2["lut_ram"] == {"q.tab": 2, "q.fifo.storage": 1} and a2["ebr"] == {"r.x": 1}
+    assert a2["blocks"]["q"]["lut4_eq"] == 12
+    text = format_area(a2)
+    assert "3 in all" in text and "total" in text and "     2  q.tab" in text
+    p = tmp_path / "n.json"
+    p.write_text(json.dumps(NETLIST))
+    assert main_depth([str(p), "--area"]) == 0
+    out = capsys.readouterr().out
+    assert "cells by block" in out and "beta.lutram" in out
+    assert main_depth([str(p), "--area", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["area"]["ebr"] == {"gamma.ram": 1}

@@ -1,7 +1,10 @@
 """Register-to-register logic depth of a ``synth_ecp5`` netlist: timing before placement.
 
-``rnic depth NETLIST.json [--top rnic] [--paths N]`` (also run by ``rnic synth --target ecp5``
-on every netlist it makes, written to ``depth.txt`` beside the logs).
+``rnic depth NETLIST.json [--top rnic] [--paths N] [--area] [--json]`` (also run by ``rnic synth
+--target ecp5`` on every netlist it makes, written to ``depth.txt`` beside the logs, with the
+area report). ``--area`` adds the cells per block and the memories in LUT RAM and block RAM
+(:func:`area_by_block`): it is how the shadow table of the requester context was found in
+LUT RAM, 43 % of the core's, spread over nearly every RAM-capable slice of the chip.
 
 Place and route of the whole core takes hours with the WebAssembly nextpnr; this reads the
 yosys netlist in seconds and tells which register-to-register paths are long, and between
@@ -40,7 +43,8 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["logic_depth", "format_depth", "main_depth", "DEEP_LEVELS"]
+__all__ = ["logic_depth", "area_by_block", "format_depth", "format_area", "main_depth",
+           "DEEP_LEVELS"]
 
 #: Endpoints at this many levels or more are counted as ``deep`` in the summary.
 DEEP_LEVELS = 8
@@ -211,6 +215,76 @@ def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
     }
 
 
+def _memory_of(cell_name):
+    """The memory a mapped RAM cell belongs to: ``req_context.table.0.222`` -> ``req_context.table``
+    (yosys names each piece ``<memory>.<row>.<column>``)."""
+    parts = cell_name.lstrip("\\").split(".")
+    while len(parts) > 1 and parts[-1].isdigit():
+        parts.pop()
+    return ".".join(parts)
+
+
+def area_by_block(netlist, top):
+    """Cells of ``top`` counted per block, and the memories in LUT RAM and block RAM.
+
+    Returns ``{"blocks": {block: {"lut4", "lut_ram", "carry", "ff", "ebr", "lut4_eq"}},
+    "lut_ram": {memory: TRELLIS_DPR16X4 count}, "ebr": {memory: DP16KD count}}``, blocks
+    largest first. ``lut_ram`` counts ``TRELLIS_DPR16X4`` cells (16 words x 4 bits: four
+    LUTs of a RAM-capable slice pair each); ``lut4_eq`` = LUT4 + 4 per LUT RAM + 2 per
+    ``CCU2C``, the figure ``rnic synth`` reports. LUT RAM can sit only in the A/B slices of
+    a logic block, so a large one is spread over the chip and pulls its address, data and
+    read multiplexers with it: a list of where it goes is the first thing to read when a
+    placement is congested.
+    """
+    if not isinstance(netlist, dict):
+        netlist = json.loads(Path(netlist).read_text())
+    cells = netlist["modules"][top].get("cells", {})
+    blocks = collections.defaultdict(collections.Counter)
+    lut_ram, ebr = collections.Counter(), collections.Counter()
+    for cn, c in cells.items():
+        t, b = _base(c["type"]), blocks[block_of(cn)]
+        if t == "LUT4":
+            b["lut4"] += 1
+        elif t == "TRELLIS_DPR16X4":
+            b["lut_ram"] += 1
+            lut_ram[_memory_of(cn)] += 1
+        elif t == "CCU2C":
+            b["carry"] += 1
+        elif t == "TRELLIS_FF":
+            b["ff"] += 1
+        elif t == "DP16KD":
+            b["ebr"] += 1
+            ebr[_memory_of(cn)] += 1
+    out = {}
+    for name, b in blocks.items():
+        row = {k: b[k] for k in ("lut4", "lut_ram", "carry", "ff", "ebr")}
+        row["lut4_eq"] = b["lut4"] + 4 * b["lut_ram"] + 2 * b["carry"]
+        out[name] = row
+    order = sorted(out, key=lambda k: (-out[k]["lut4_eq"], -out[k]["ff"], k))
+    return {"blocks": {k: out[k] for k in order},
+            "lut_ram": dict(sorted(lut_ram.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "ebr": dict(sorted(ebr.items(), key=lambda kv: (-kv[1], kv[0])))}
+
+
+def format_area(a, *, rows=20):
+    """The text report of :func:`area_by_block`."""
+    out = ["cells by block (LUT4-eq = LUT4 + 4 per LUT RAM + 2 per carry):",
+           f"  {'block':24s} {'LUT4-eq':>8s} {'LUT4':>7s} {'LUT RAM':>7s} {'carry':>6s} "
+           f"{'FF':>7s} {'EBR':>4s}"]
+    tot = collections.Counter()
+    for name, r in a["blocks"].items():
+        tot.update(r)
+    for name, r in list(a["blocks"].items())[:rows] + [("total", tot)]:
+        out.append(f"  {name:24s} {r['lut4_eq']:8d} {r['lut4']:7d} {r['lut_ram']:7d} "
+                   f"{r['carry']:6d} {r['ff']:7d} {r['ebr']:4d}")
+    n = sum(a["lut_ram"].values())
+    out += ["", f"memories in LUT RAM (TRELLIS_DPR16X4 cells, {n} in all, largest first):"]
+    out += [f"  {v:6d}  {k}" for k, v in list(a["lut_ram"].items())[:rows]]
+    out += ["", f"memories in block RAM (DP16KD, {sum(a['ebr'].values())} in all):"]
+    out += [f"  {v:6d}  {k}" for k, v in list(a["ebr"].items())[:rows]]
+    return "\n".join(out) + "\n"
+
+
 def format_depth(d, *, pairs=25):
     """The text report of :func:`logic_depth`."""
     out = [f"deepest endpoint: {d['max_levels']:.1f} LUT levels; {d['deep']} of "
@@ -239,6 +313,9 @@ def main_depth(argv=None):
     p.add_argument("--top", default=None, help="top module (default: the netlist's top)")
     p.add_argument("--paths", type=int, default=10, help="deepest paths to show (default 10)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--area", action="store_true",
+                   help="also count the cells per block and list the memories in LUT RAM and "
+                        "block RAM")
     args = p.parse_args(argv)
     data = json.loads(Path(args.netlist).read_text())
     top = args.top
@@ -255,7 +332,14 @@ def main_depth(argv=None):
         print(f"rnic depth: error: no module {top!r} in {args.netlist}", file=sys.stderr)
         return 2
     d = logic_depth(data, top, paths=args.paths)
+    if args.area:
+        a = area_by_block(data, top)
+        if args.json:
+            d = dict(d, area=a)
     print(json.dumps(d, indent=1) if args.json else format_depth(d).rstrip("\n"))
+    if args.area and not args.json:
+        print()
+        print(format_area(a).rstrip("\n"))
     return 0
 
 

@@ -463,7 +463,8 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         clock, seconds, log_dir``; ``status`` is ``"ok"`` or ``"does not fit"`` (``met`` None).
         ECP5 rows also carry ``levels`` and ``deep``, the deepest register-to-register path in
         LUT levels and the endpoints at 8 levels or more (:mod:`rnic.depth`; the full report
-        is ``depth.txt`` in ``out_dir``).
+        is ``depth.txt`` in ``out_dir``, with the cells per block and the memories in LUT RAM
+        and block RAM).
 
     Raises
     ------
@@ -496,9 +497,10 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
     prog.line(f"  area: LUT {lut}, FF {ff}, BRAM {bram}, DSP {dsp}")
     if target == "ecp5":
         # register-to-register logic depth of the netlist (rnic.depth): seconds, not hours
-        from .depth import format_depth, logic_depth
+        from .depth import area_by_block, format_area, format_depth, logic_depth
         dep = logic_depth(netlist, top)
-        (work / "depth.txt").write_text(format_depth(dep))
+        (work / "depth.txt").write_text(format_depth(dep) + "\n"
+                                        + format_area(area_by_block(netlist, top)))
         row.update(levels=dep["max_levels"], deep=dep["deep"])
         prog.line(f"  logic depth: {dep['max_levels']:.1f} LUT levels at most, {dep['deep']} "
                   f"endpoints at >= {dep['deep_levels']} (see {work / 'depth.txt'})")
