@@ -78,7 +78,7 @@ def test_depth_figures():
     assert d["histogram"] == {0: 1, 1: 3, 2: 2, 4: 1}
     assert d["blocks"] == {"gamma": (1, 4.5), "beta": (0, 2.5), "alpha": (0, 1.5)}
     pairs = {(s, t): a for a, s, t in d["pairs"]}
-    assert pairs == {("alpha", "beta"): 2.5, ("beta", "alpha"): 1.5, ("(top)", "alpha"): 0.0}
+    assert pairs == {("alpha", "beta"): 2.5, ("beta", "alpha"): 1.5, ("(input)", "alpha"): 0.0}
     top = d["paths"][0]
     assert top["levels"] == 4.5 and top["source"] == "gamma.ram"
     assert top["sink"] == "gamma.d_TRELLIS_FF_Q.DI"

@@ -89,7 +89,8 @@ def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
         ``{sink block: (endpoints at deep levels or more, deepest)}``, most deep ones first;
     ``pairs``
         ``[(levels, source block, sink block)]``, the deepest path between each pair of
-        different blocks, deepest first;
+        different blocks, deepest first (a path from a module input has the source block
+        ``(input)``);
     ``paths``
         the ``paths`` deepest endpoints (one per source and sink register), each
         ``{"levels", "source", "sink", "nets"}`` with the named nets along the way.
@@ -181,7 +182,8 @@ def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
     hist = collections.Counter(int(a) for a, *_ in ends)
     pairs = {}
     for a, cn, p, b in ends:
-        key = (block_of(arrival[b][2]), block_of(cn))
+        src = arrival[b][2]
+        key = ("(input)" if src.startswith("input ") else block_of(src), block_of(cn))
         if key[0] != key[1] and key not in pairs:
             pairs[key] = a
     by_block = {}
