@@ -241,27 +241,21 @@ def area_by_block(netlist, top):
     if not isinstance(netlist, dict):
         netlist = json.loads(Path(netlist).read_text())
     cells = netlist["modules"][top].get("cells", {})
+    from .synth import area_from_cells      # the LUT4-eq formula of `rnic synth`, not a copy
     blocks = collections.defaultdict(collections.Counter)
     lut_ram, ebr = collections.Counter(), collections.Counter()
     for cn, c in cells.items():
-        t, b = _base(c["type"]), blocks[block_of(cn)]
-        if t == "LUT4":
-            b["lut4"] += 1
-        elif t == "TRELLIS_DPR16X4":
-            b["lut_ram"] += 1
+        t = _base(c["type"])
+        blocks[block_of(cn)][t] += 1
+        if t == "TRELLIS_DPR16X4":
             lut_ram[_memory_of(cn)] += 1
-        elif t == "CCU2C":
-            b["carry"] += 1
-        elif t == "TRELLIS_FF":
-            b["ff"] += 1
         elif t == "DP16KD":
-            b["ebr"] += 1
             ebr[_memory_of(cn)] += 1
     out = {}
     for name, b in blocks.items():
-        row = {k: b[k] for k in ("lut4", "lut_ram", "carry", "ff", "ebr")}
-        row["lut4_eq"] = b["lut4"] + 4 * b["lut_ram"] + 2 * b["carry"]
-        out[name] = row
+        lut4_eq, ff, bram, _dsp = area_from_cells("ecp5", b)
+        out[name] = {"lut4": b["LUT4"], "lut_ram": b["TRELLIS_DPR16X4"], "carry": b["CCU2C"],
+                     "ff": ff, "ebr": bram, "lut4_eq": lut4_eq}
     order = sorted(out, key=lambda k: (-out[k]["lut4_eq"], -out[k]["ff"], k))
     return {"blocks": {k: out[k] for k in order},
             "lut_ram": dict(sorted(lut_ram.items(), key=lambda kv: (-kv[1], kv[0]))),
