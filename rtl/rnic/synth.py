@@ -393,6 +393,10 @@ def _vid(name):
 
 # ---- one Verilog file on one target --------------------------------------------------------
 
+#: yosys command: every cell driving a `keep` wire through its Q port (a flip-flop) gets `keep`
+KEEP_FFS = "setattr -set keep 1 a:keep %ci1:+[Q] c:* %i"
+
+
 def _yosys(verilog_paths, top, synth_cmd, work, stem, log, progress, note=""):
     # YoWASP tools run in a WebAssembly sandbox that sees only the working directory: every
     # path handed to them is relative to ``work`` (sources from elsewhere are copied in).
@@ -405,7 +409,11 @@ def _yosys(verilog_paths, top, synth_cmd, work, stem, log, progress, note=""):
     json_path = work / f"{stem}.json"
     stat_path = work / f"{stem}.stat.json"
     reads = "; ".join(f"read_verilog {shlex.quote(n)}" for n in names)
-    script = (f"{reads}; {synth_cmd} -top {top} -json {shlex.quote(json_path.name)}; "
+    # Registers whose signal carries `keep` (replicated on purpose, to cut a net's fanout) are
+    # made `keep` cells as well: yosys' opt_merge would otherwise merge the copies back into one
+    # (it honours `keep` on the flip-flop, not on the wire it drives).
+    script = (f"{reads}; hierarchy -top {top}; proc; {KEEP_FFS}; "
+              f"{synth_cmd} -top {top} -json {shlex.quote(json_path.name)}; "
               f"tee -q -o {shlex.quote(stat_path.name)} stat -json")
     if not (Path.home() / ".cache" / "YoWASP").exists() and "RNIC_YOSYS" not in os.environ:
         note += " (first YoWASP call: ~1 min to compile the tools)"

@@ -27,6 +27,10 @@ __all__ = [
 ]
 
 
+#: CAM slots served by one copy of the search key and of the CAM write registers.
+_GROUP = 16
+
+
 class KeyType:
     """Slot type, ARG7 [25:24] of SET_KEY."""
     MR = 0
@@ -189,15 +193,22 @@ class KeyCache(wiring.Component):
         cam_idx = Signal(ib)
         cam_key = Signal(32)
         cam_valid = Signal()
-        cam_we_r = Signal()
-        cam_idx_r = Signal(ib)
-        cam_key_r = Signal(32)
-        cam_valid_r = Signal()
-        m.d.sync += [cam_we_r.eq(cam_we), cam_idx_r.eq(cam_idx), cam_key_r.eq(cam_key),
-                     cam_valid_r.eq(cam_valid)]
-        for i in range(K):
-            with m.If(cam_we_r & (cam_idx_r == i)):
-                m.d.sync += [keys[i].eq(cam_key_r), valid[i].eq(cam_valid_r)]
+        # The write registers are replicated per group of _GROUP slots (as the search key
+        # below): each copy drives 16 slots nearby instead of one net reaching all K slots
+        # across the die (routing congestion, docs/synthesis.md). The copies carry `keep` so
+        # that yosys does not merge them back.
+        G = _GROUP
+        groups = range((K + G - 1) // G)
+        for g in groups:
+            cam_we_r = Signal(name=f"cam_we_r{g}", attrs={"keep": 1})
+            cam_idx_r = Signal(ib, name=f"cam_idx_r{g}", attrs={"keep": 1})
+            cam_key_r = Signal(32, name=f"cam_key_r{g}", attrs={"keep": 1})
+            cam_valid_r = Signal(name=f"cam_valid_r{g}", attrs={"keep": 1})
+            m.d.sync += [cam_we_r.eq(cam_we), cam_idx_r.eq(cam_idx), cam_key_r.eq(cam_key),
+                         cam_valid_r.eq(cam_valid)]
+            for i in range(g * G, min(K, (g + 1) * G)):
+                with m.If(cam_we_r & (cam_idx_r == i)):
+                    m.d.sync += [keys[i].eq(cam_key_r), valid[i].eq(cam_valid_r)]
 
         # ---- lookup pipeline ------------------------------------------------------------
         pbits = _bits_for(P)
@@ -254,7 +265,8 @@ class KeyCache(wiring.Component):
 
         # s1: the accepted request (or the FSM's search key).
         s1_v = Signal()
-        s1_key = Signal(32)
+        # the search key, one copy per group of _GROUP CAM slots (see the CAM write above)
+        s1_keys = [Signal(32, name=f"s1_key{g}", attrs={"keep": 1}) for g in groups]
         s1 = Signal(req_fields)
         sel_key = Signal(32)
         sel_rest = Signal(req_fields)
@@ -273,18 +285,15 @@ class KeyCache(wiring.Component):
         for k_, r_ in zip(keys_in[1:], rest_in[1:]):
             key_or, rest_or = key_or | k_, rest_or | r_
         m.d.comb += [sel_key.eq(key_or), sel_rest.eq(rest_or)]
-        m.d.sync += [
-            s1_v.eq(accept.any()),
-            s1_key.eq(Mux(fsm_search, fsm_key, sel_key)),
-            s1.eq(sel_rest),
-        ]
+        m.d.sync += [s1_v.eq(accept.any()), s1.eq(sel_rest)]
+        m.d.sync += [k.eq(Mux(fsm_search, fsm_key, sel_key)) for k in s1_keys]
 
         # s2: the CAM match vector.
         s2_v = Signal()
         s2 = Signal(req_fields)
         match = Signal(K)
         for i in range(K):
-            m.d.sync += match[i].eq(valid[i] & (keys[i] == s1_key))
+            m.d.sync += match[i].eq(valid[i] & (keys[i] == s1_keys[i // G]))
         m.d.sync += [s2_v.eq(s1_v), s2.eq(s1)]
 
         # s3: hit and slot number (keys are unique among valid slots: at most one match).
