@@ -24,7 +24,9 @@ once in it, so ``num_qp`` entries never overflow) feeds a take stage that snapsh
 entry (flags, ACK, NAK, addresses) and emits its one or two frames on ``o``. A response that
 arrives for the QP in the same cycle as its take starts a fresh entry (queued again).
 
-Storage: the flags are registers (3 bits per QP); ACK {PSN, MSN}, NAK {PSN, MSN, syndrome} and
+Storage: the flags are registers (3 bits per QP), each updated from itself and the insert and
+take strobes of its QP, which come from the QPNs pre-decoded into two registered one-hot halves
+(16 + 16 lines at 256 QPs) rather than from 8-bit compares in every bit; ACK {PSN, MSN}, NAK {PSN, MSN, syndrome} and
 the QP's addresses {dmac, dip, sport, dqpn} (the newest response's) are three block-RAM tables
 written by every response and read, non-transparently, by the take stage. Throughput: one frame
 per cycle on ``o`` (one take per cycle when each QP holds one frame). Latency: the input is
@@ -54,6 +56,20 @@ def ack_item_layout(abits):
 _ack_layout = data.StructLayout({"psn": 24, "msn": 24})
 _nak_layout = data.StructLayout({"psn": 24, "msn": 24, "syndrome": 8})
 _addr_layout = data.StructLayout({"dmac": 48, "dip": 32, "sport": 16, "dqpn": 24})
+
+
+def _halves(ab):
+    """Widths of the two one-hot halves of an ``ab``-bit number: (2^high bits, 2^low bits)."""
+    lo = min(4, ab)
+    return 1 << (ab - lo), 1 << lo
+
+
+def _onehot(m, value, ab, hot_hi, hot_lo, gate=1):
+    """Statements: ``hot_hi``/``hot_lo`` := the one-hot halves of ``value`` (``hot_hi`` & gate)."""
+    lo = min(4, ab)
+    v_lo = value[:lo]
+    v_hi = value[lo:ab] if ab > lo else 0
+    return [hot_lo.eq(1 << v_lo), hot_hi.eq(Mux(gate, 1 << v_hi, 0))]
 
 
 class AckTable(wiring.Component):
@@ -106,6 +122,11 @@ class AckTable(wiring.Component):
         i_valid = Signal()
         i_reg = Signal(ack_item_layout(ab))
         m.d.sync += [i_valid.eq(self.i.valid), i_reg.eq(self.i.payload)]
+        i_hi, i_lo = _halves(ab)
+        i_hot_hi = Signal(i_hi)     # i_reg.qpn pre-decoded, the high half gated by i_valid
+        i_hot_lo = Signal(i_lo)
+        m.d.sync += _onehot(m, self.i.payload.qpn, ab, i_hot_hi, i_hot_lo,
+                            gate=self.i.valid)
 
         # ---- take: T0 (the popped QPN, registered) → T1 (take: read the flags and clear them,
         # issue the table reads) → S (the block RAMs' outputs) → R (registered; emit 1–2 frames)
@@ -137,8 +158,15 @@ class AckTable(wiring.Component):
             take.eq(t_valid & (~s_valid | s_adv)),
             qf.o.ready.eq(~t_valid | take),
         ]
+        # head and the inserted QPN are also kept pre-decoded, as two one-hot halves (the per-QP
+        # flag updates below then take 2–3 inputs from them instead of decoding 8-bit numbers in
+        # 256 places: far fewer high-fanout nets to route, docs/synthesis.md)
+        t_hi, t_lo = _halves(ab)
+        t_hot_hi = Signal(t_hi)
+        t_hot_lo = Signal(t_lo)
         with m.If(qf.o.valid & qf.o.ready):
             m.d.sync += [t_valid.eq(1), t_q.eq(qf.o.payload)]
+            m.d.sync += _onehot(m, qf.o.payload, ab, t_hot_hi, t_hot_lo)
         with m.Elif(take):
             m.d.sync += t_valid.eq(0)
         for rp in (ack_r, nak_r, adr_r):
@@ -194,9 +222,13 @@ class AckTable(wiring.Component):
         # the take clears the head's flags; an insert in the same cycle rewrites its QP's:
         # an ACK sets the ACK flag and keeps a NAK still pending (which then came first), a NAK
         # sets the NAK flag and keeps a pending ACK
-        take_hot = Signal(n)
-        ins_hot = Signal(n)
-        m.d.comb += [take_hot.eq(Mux(take, 1 << head, 0)), ins_hot.eq(Mux(i_valid, 1 << q, 0))]
+        take_hot = Signal(n)        # = take ? 1 << head : 0
+        ins_hot = Signal(n)         # = i_valid ? 1 << q : 0
+        t_hot_hi_g = Signal(t_hi)   # take folded into the 16 high lines, not into n bits
+        m.d.comb += t_hot_hi_g.eq(t_hot_hi & take.replicate(t_hi))
+        for k in range(n):
+            m.d.comb += [take_hot[k].eq(t_hot_hi_g[k // t_lo] & t_hot_lo[k % t_lo]),
+                         ins_hot[k].eq(i_hot_hi[k // i_lo] & i_hot_lo[k % i_lo])]
         ack_k = Signal(n)
         nak_k = Signal(n)
         m.d.comb += [ack_k.eq(ack_v & ~take_hot), nak_k.eq(nak_v & ~take_hot)]
