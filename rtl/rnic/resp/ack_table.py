@@ -26,8 +26,8 @@ arrives for the QP in the same cycle as its take starts a fresh entry (queued ag
 
 Storage: the flags are registers (3 bits per QP), each updated from itself and the insert and
 take strobes of its QP, which come from the QPNs pre-decoded into two registered one-hot halves
-(16 + 16 lines at 256 QPs) rather than from 8-bit compares in every bit; ACK {PSN, MSN}, NAK {PSN, MSN, syndrome} and
-the QP's addresses {dmac, dip, sport, dqpn} (the newest response's) are three block-RAM tables
+(16 + 16 lines at 256 QPs) rather than from 8-bit compares in every bit. ACK {PSN, MSN}, NAK
+{PSN, MSN, syndrome} and the QP's addresses {dmac, dip, sport, dqpn} (the newest response's) are three block-RAM tables
 written by every response and read, non-transparently, by the take stage. Throughput: one frame
 per cycle on ``o`` (one take per cycle when each QP holds one frame). Latency: the input is
 registered, the QP FIFO has two cycles, the take pipeline three (the popped QPN registered; the
