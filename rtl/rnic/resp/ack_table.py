@@ -25,8 +25,8 @@ entry (flags, ACK, NAK, addresses) and emits its one or two frames on ``o``. A r
 arrives for the QP in the same cycle as its take starts a fresh entry (queued again).
 
 Storage: the flags are registers (3 bits per QP), each updated from itself and the insert and
-take strobes of its QP, which come from the QPNs pre-decoded into two registered one-hot halves
-(16 + 16 lines at 256 QPs) rather than from 8-bit compares in every bit. ACK {PSN, MSN}, NAK
+take strobes of its QP, which come from the QPNs decoded into two one-hot halves (16 + 16 lines
+at 256 QPs; the head's registered with it) rather than from 8-bit compares in every bit. ACK {PSN, MSN}, NAK
 {PSN, MSN, syndrome} and the QP's addresses {dmac, dip, sport, dqpn} (the newest response's) are three block-RAM tables
 written by every response and read, non-transparently, by the take stage. Throughput: one frame
 per cycle on ``o`` (one take per cycle when each QP holds one frame). Latency: the input is
@@ -122,11 +122,12 @@ class AckTable(wiring.Component):
         i_valid = Signal()
         i_reg = Signal(ack_item_layout(ab))
         m.d.sync += [i_valid.eq(self.i.valid), i_reg.eq(self.i.payload)]
+        # i_reg.qpn decoded the same way, from the register (decoding the input instead would
+        # share logic with the pending lookup below, which starts from the input, and lengthen it)
         i_hi, i_lo = _halves(ab)
-        i_hot_hi = Signal(i_hi)     # i_reg.qpn pre-decoded, the high half gated by i_valid
+        i_hot_hi = Signal(i_hi)     # the high half gated by i_valid
         i_hot_lo = Signal(i_lo)
-        m.d.sync += _onehot(m, self.i.payload.qpn, ab, i_hot_hi, i_hot_lo,
-                            gate=self.i.valid)
+        m.d.comb += _onehot(m, i_reg.qpn, ab, i_hot_hi, i_hot_lo, gate=i_valid)
 
         # ---- take: T0 (the popped QPN, registered) → T1 (take: read the flags and clear them,
         # issue the table reads) → S (the block RAMs' outputs) → R (registered; emit 1–2 frames)
@@ -158,9 +159,10 @@ class AckTable(wiring.Component):
             take.eq(t_valid & (~s_valid | s_adv)),
             qf.o.ready.eq(~t_valid | take),
         ]
-        # head and the inserted QPN are also kept pre-decoded, as two one-hot halves (the per-QP
+        # head and the inserted QPN are also decoded into two one-hot halves each (the per-QP
         # flag updates below then take 2–3 inputs from them instead of decoding 8-bit numbers in
-        # 256 places: far fewer high-fanout nets to route, docs/synthesis.md)
+        # 256 places: far fewer high-fanout nets to route, docs/synthesis.md); head's halves are
+        # registered with it
         t_hi, t_lo = _halves(ab)
         t_hot_hi = Signal(t_hi)
         t_hot_lo = Signal(t_lo)
@@ -198,9 +200,10 @@ class AckTable(wiring.Component):
         ]
 
         # ---- insert ----------------------------------------------------------------------------
-        # Whether the inserted QP already has something pending is looked up one cycle early,
-        # on the input (a 256:1 mux of registers), and corrected for the insert and the take
-        # of that cycle; the flag vectors below are updated bit by bit (each bit from itself,
+        # Whether the inserted QP already has something pending is looked up in two halves: on
+        # the input, the 16-bit word of the flags holding its QP (a 16:1 mux of words) and the
+        # corrections for the insert and the take of that cycle are registered; the next cycle
+        # picks the QP's bit out of the word (a 16:1 mux) and applies them. The flag vectors below are updated bit by bit (each bit from itself,
         # its decoded insert and take strobes and the ACK/NAK bit), with no mux of the vector.
         i = i_reg
         q = i.qpn
@@ -212,8 +215,13 @@ class AckTable(wiring.Component):
         m.d.comb += pend.eq(ack_v | nak_v)
         i_pend = Signal()           # i_reg's QP has a pending ACK or NAK (before this take)
         nq = self.i.payload.qpn
-        m.d.sync += i_pend.eq((pend.bit_select(nq, 1) & ~(take & (head == nq)))
-                              | (i_valid & (q == nq)))
+        lo = min(4, ab)
+        p_word = Signal(1 << lo)    # the word of `pend` holding nq's bit, as it was
+        p_took = Signal()           # ... minus a take of that QP in the same cycle
+        p_ins = Signal()            # ... plus an insert of that QP in the same cycle
+        m.d.sync += [p_word.eq(pend.word_select(nq[lo:ab], 1 << lo) if ab > lo else pend),
+                     p_took.eq(take & (head == nq)), p_ins.eq(i_valid & (q == nq))]
+        m.d.comb += i_pend.eq((p_word.bit_select(q[:lo], 1) & ~p_took) | p_ins)
         m.d.comb += [
             self.i.ready.eq(1),
             qf.i.valid.eq(i_valid & ~(i_pend & ~conflict)),
