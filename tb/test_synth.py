@@ -347,8 +347,8 @@ def test_real_flow_crc32(tmp_path, target):
 # ---- replicated registers survive yosys ------------------------------------------------------
 
 _REPLICAS_V = """
-module replicas(input clk, input [3:0] d, input [3:0] d2, output [3:0] a, output [3:0] b, output [3:0] c,
-                output [3:0] e);
+module replicas(input clk, input [3:0] d, input [3:0] d2,
+                output [3:0] a, output [3:0] b, output [3:0] c, output [3:0] e);
   (* keep *) reg [3:0] ka = 0;
   (* keep *) reg [3:0] kb = 0;
   reg [3:0] pc = 0;

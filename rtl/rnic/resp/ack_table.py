@@ -26,14 +26,15 @@ arrives for the QP in the same cycle as its take starts a fresh entry (queued ag
 
 Storage: the flags are registers (3 bits per QP), each updated from itself and the insert and
 take strobes of its QP, which come from the QPNs decoded into two one-hot halves (16 + 16 lines
-at 256 QPs; the head's registered with it) rather than from 8-bit compares in every bit. ACK {PSN, MSN}, NAK
-{PSN, MSN, syndrome} and the QP's addresses {dmac, dip, sport, dqpn} (the newest response's) are three block-RAM tables
-written by every response and read, non-transparently, by the take stage. Throughput: one frame
-per cycle on ``o`` (one take per cycle when each QP holds one frame). Latency: the input is
-registered, the QP FIFO has two cycles, the take pipeline three (the popped QPN registered; the
-take reads and clears the flags and issues the table reads; the block RAM outputs are
-registered before any logic) and a 4-entry output queue (which keeps ``o.ready`` out of the
-take logic) one: about 7 cycles from ``i`` to ``o``.
+at 256 QPs; the head's registered with it) rather than from 8-bit compares in every bit. ACK
+{PSN, MSN}, NAK {PSN, MSN, syndrome} and the QP's addresses {dmac, dip, sport, dqpn} (the
+newest response's) are three block-RAM tables written by every response and read,
+non-transparently, by the take stage. Throughput: one frame per cycle on ``o`` (one take per
+cycle when each QP holds one frame). Latency: the input is registered, the QP FIFO has two
+cycles, the take pipeline three (the popped QPN registered; the take reads and clears the
+flags and issues the table reads; the block RAM outputs are registered before any logic) and a
+4-entry output queue (which keeps ``o.ready`` out of the take logic) one: about 7 cycles from
+``i`` to ``o``.
 
 Python twin: :func:`sim.models.psn.pending_reduce` / :func:`sim.models.psn.table_match`.
 """
@@ -64,7 +65,7 @@ def _halves(ab):
     return 1 << (ab - lo), 1 << lo
 
 
-def _onehot(m, value, ab, hot_hi, hot_lo, gate=1):
+def _onehot(value, ab, hot_hi, hot_lo, gate=1):
     """Statements: ``hot_hi``/``hot_lo`` := the one-hot halves of ``value`` (``hot_hi`` & gate)."""
     lo = min(4, ab)
     v_lo = value[:lo]
@@ -127,7 +128,7 @@ class AckTable(wiring.Component):
         i_hi, i_lo = _halves(ab)
         i_hot_hi = Signal(i_hi)     # the high half gated by i_valid
         i_hot_lo = Signal(i_lo)
-        m.d.comb += _onehot(m, i_reg.qpn, ab, i_hot_hi, i_hot_lo, gate=i_valid)
+        m.d.comb += _onehot(i_reg.qpn, ab, i_hot_hi, i_hot_lo, gate=i_valid)
 
         # ---- take: T0 (the popped QPN, registered) → T1 (take: read the flags and clear them,
         # issue the table reads) → S (the block RAMs' outputs) → R (registered; emit 1–2 frames)
@@ -168,7 +169,7 @@ class AckTable(wiring.Component):
         t_hot_lo = Signal(t_lo)
         with m.If(qf.o.valid & qf.o.ready):
             m.d.sync += [t_valid.eq(1), t_q.eq(qf.o.payload)]
-            m.d.sync += _onehot(m, qf.o.payload, ab, t_hot_hi, t_hot_lo)
+            m.d.sync += _onehot(qf.o.payload, ab, t_hot_hi, t_hot_lo)
         with m.Elif(take):
             m.d.sync += t_valid.eq(0)
         for rp in (ack_r, nak_r, adr_r):
@@ -203,8 +204,9 @@ class AckTable(wiring.Component):
         # Whether the inserted QP already has something pending is looked up in two halves: on
         # the input, the 16-bit word of the flags holding its QP (a 16:1 mux of words) and the
         # corrections for the insert and the take of that cycle are registered; the next cycle
-        # picks the QP's bit out of the word (a 16:1 mux) and applies them. The flag vectors below are updated bit by bit (each bit from itself,
-        # its decoded insert and take strobes and the ACK/NAK bit), with no mux of the vector.
+        # picks the QP's bit out of the word (a 16:1 mux) and applies them. The flag vectors
+        # below are updated bit by bit (each bit from itself, its decoded insert and take
+        # strobes and the ACK/NAK bit), with no mux of the vector.
         i = i_reg
         q = i.qpn
         is_ack = Signal()
