@@ -191,6 +191,8 @@ if os.environ.get("FAKE_PNR_NOFIT"):
 if os.environ.get("FAKE_PNR_FAIL"):
     print("ERROR: something else broke"); sys.exit(1)
 assert "--timing-allow-fail" in a and os.path.exists(a[a.index("--json") + 1])
+if os.environ.get("FAKE_PNR_ARGV"):
+    open(os.environ["FAKE_PNR_ARGV"], "w").write(json.dumps(a[1:]))
 rep = json.load(open(os.environ["FAKE_REPORT"]))
 freq = float(a[a.index("--freq") + 1])
 for v in rep["fmax"].values():
@@ -315,6 +317,21 @@ def test_main_synth_cli(tmp_path, fake_tools, capsys, monkeypatch):
     assert main_synth(["--block", "nope", "-o", str(out), "-q"]) == 2
     assert main_synth(["--target", "ecp5", "--data-width", "65", "-o", str(out), "-q"]) == 2
     capsys.readouterr()
+
+
+def test_nextpnr_args_are_passed_on(tmp_path, fake_tools, monkeypatch):
+    stub = tmp_path / "crc32.v"
+    stub.write_text("module crc32(); endmodule\n")
+    monkeypatch.setitem(synth.BLOCKS, "crc32", synth.Block("rnic.crc", lambda m, c: stub))
+    argv_file = tmp_path / "argv.json"
+    fake_tools.setenv("FAKE_PNR_ARGV", str(argv_file))
+    rc = main_synth(["--block", "crc32", "-o", str(tmp_path / "b"), "-q",
+                     "--nextpnr-arg=--router2-heatmap", "--nextpnr-arg=heat"])
+    assert rc == 0
+    argv = json.loads(argv_file.read_text())
+    assert argv[-2:] == ["--router2-heatmap", "heat"] and "--router" in argv
+    rc = main_synth(["--block", "crc32", "-o", str(tmp_path / "c"), "-q"])
+    assert rc == 0 and "--router2-heatmap" not in json.loads(argv_file.read_text())
 
 
 def test_missing_block_module_is_skipped(tmp_path, monkeypatch):

@@ -438,7 +438,7 @@ _NOFIT = re.compile(r"(unable to place|unable to find (a )?legal placement|no be
 
 
 def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, device=None,
-              seed=1, extra_verilog=(), router="router1"):
+              seed=1, extra_verilog=(), router="router1", nextpnr_args=()):
     """Synthesize (and for ecp5/ice40 place and route) one Verilog file; return a result row.
 
     Parameters
@@ -463,6 +463,9 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         Fmax (Key Cache K=64: 157.1 MHz against 96.6 with router2) but stalled on the board
         design (tens of thousands of arcs unrouted after an hour); ``rnic synth`` uses router2
         for the whole core only.
+    nextpnr_args : sequence of str
+        Appended to the nextpnr command line as they are (e.g. ``--router2-heatmap heat``:
+        router2 writes congestion CSVs into the run directory each iteration).
 
     Returns
     -------
@@ -548,7 +551,8 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
     else:
         cmd += ["--pcf-allow-unconstrained"]
     cmd += ["--json", pnr_json.name, "--freq", f"{float(freq_mhz):g}", "--timing-allow-fail",
-            "--seed", str(seed), "--router", router, "--report", report.name]
+            "--seed", str(seed), "--router", router, "--report", report.name,
+            *nextpnr_args]
     with prog.step(f"{binary} {' '.join(dev.flags)} --freq {float(freq_mhz):g}") as st:
         rc = _run(cmd, plog, work)
         if rc != 0 or not report.exists():
@@ -630,12 +634,13 @@ def _base_row(name, config, target, device, freq_mhz):
 
 
 def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, device=None,
-                seed=1, verilog_path=None, router="router1"):
+                seed=1, verilog_path=None, router="router1", nextpnr_args=()):
     """Build block ``name`` for ``config`` (a dict of RnicConfig fields) and synthesize it.
 
     Returns a full result row (``block``, ``config`` and the fields of :func:`run_synth`);
     a block whose module does not exist yet gives a row with ``status`` ``"skipped"``.
-    ``verilog_path`` (only for ``rnic``) synthesizes that file instead of generating one.
+    ``verilog_path`` (only for ``rnic``) synthesizes that file instead of generating one;
+    ``nextpnr_args`` go to :func:`run_synth`.
     """
     import importlib
     prog = progress if isinstance(progress, Progress) else Progress(bool(progress))
@@ -679,7 +684,7 @@ def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, devic
             except Exception as e:
                 raise SynthError(f"could not elaborate {name}: {type(e).__name__}: {e}") from e
     row = run_synth(target, vpath, top, run_dir, freq_mhz, prog, device=device, seed=seed,
-                    router=router)
+                    router=router, nextpnr_args=nextpnr_args)
     return {**base, **row}
 
 
@@ -786,6 +791,9 @@ def _parser():
     p.add_argument("--router", default="auto", choices=("auto", "router1", "router2"),
                    help="nextpnr router (default auto: router2 for the whole core, where "
                         "router1 stalls, router1 for the blocks, where it gives the better Fmax)")
+    p.add_argument("--nextpnr-arg", dest="nextpnr_args", action="append", default=[],
+                   metavar="ARG", help="pass ARG to nextpnr (repeat for several; e.g. "
+                                       "--nextpnr-arg=--router2-heatmap --nextpnr-arg=heat)")
     p.add_argument("-o", "--out", default="build", metavar="DIR",
                    help="output directory for synth.json, synth.md and synth/ logs "
                         "(default build)")
@@ -865,7 +873,8 @@ def main_synth(argv=None):
                                         progress=prog, device=args.device, seed=args.seed,
                                         router=(args.router if args.router != "auto" else
                                                 "router2" if b == "rnic" else "router1"),
-                                        verilog_path=args.verilog if b == "rnic" else None))
+                                        verilog_path=args.verilog if b == "rnic" else None,
+                                        nextpnr_args=args.nextpnr_args))
             except SynthError as e:
                 print(f"rnic synth: error: {b} on {t}: {e}", file=sys.stderr)
                 failed.append((b, t))
