@@ -59,18 +59,21 @@ _nak_layout = data.StructLayout({"psn": 24, "msn": 24, "syndrome": 8})
 _addr_layout = data.StructLayout({"dmac": 48, "dip": 32, "sport": 16, "dqpn": 24})
 
 
+def _lo_bits(ab):
+    """QPN bits decoded into the low one-hot half (and selecting a bit in the pending word)."""
+    return min(4, ab)
+
+
 def _halves(ab):
     """Widths of the two one-hot halves of an ``ab``-bit number: (2^high bits, 2^low bits)."""
-    lo = min(4, ab)
-    return 1 << (ab - lo), 1 << lo
+    return 1 << (ab - _lo_bits(ab)), 1 << _lo_bits(ab)
 
 
 def _onehot(value, ab, hot_hi, hot_lo, gate=1):
     """Statements: ``hot_hi``/``hot_lo`` := the one-hot halves of ``value`` (``hot_hi`` & gate)."""
-    lo = min(4, ab)
-    v_lo = value[:lo]
+    lo = _lo_bits(ab)
     v_hi = value[lo:ab] if ab > lo else 0
-    return [hot_lo.eq(1 << v_lo), hot_hi.eq(Mux(gate, 1 << v_hi, 0))]
+    return [hot_lo.eq(1 << value[:lo]), hot_hi.eq(Mux(gate, 1 << v_hi, 0))]
 
 
 class AckTable(wiring.Component):
@@ -164,7 +167,7 @@ class AckTable(wiring.Component):
         # flag updates below then take 2–3 inputs from them instead of decoding 8-bit numbers in
         # 256 places: far fewer high-fanout nets to route, docs/synthesis.md); head's halves are
         # registered with it
-        t_hi, t_lo = _halves(ab)
+        t_hi, t_lo = i_hi, i_lo
         t_hot_hi = Signal(t_hi)
         t_hot_lo = Signal(t_lo)
         with m.If(qf.o.valid & qf.o.ready):
@@ -217,7 +220,7 @@ class AckTable(wiring.Component):
         m.d.comb += pend.eq(ack_v | nak_v)
         i_pend = Signal()           # i_reg's QP has a pending ACK or NAK (before this take)
         nq = self.i.payload.qpn
-        lo = min(4, ab)
+        lo = _lo_bits(ab)
         p_word = Signal(1 << lo)    # the word of `pend` holding nq's bit, as it was
         p_took = Signal()           # ... minus a take of that QP in the same cycle
         p_ins = Signal()            # ... plus an insert of that QP in the same cycle
