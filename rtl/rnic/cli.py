@@ -1,4 +1,4 @@
-"""The ``rnic`` command: ``rnic generate``, ``rnic synth``, ``rnic depth``, ``rnic regmap``, ``rnic bench``."""
+"""The ``rnic`` command: ``rnic generate``, ``rnic synth``, ``rnic depth``, ``rnic paths``, ``rnic regmap``, ``rnic bench``."""
 
 import argparse
 import sys
@@ -91,10 +91,16 @@ def _depth(argv):
     return main_depth(argv)
 
 
+def _paths(argv):
+    from .placed import main_paths
+    return main_paths(argv)
+
+
 COMMANDS = {
     "generate": (_generate, "write build/rnic.v-style Verilog of the core"),
     "synth": (_synth, "synthesize on ECP5 / iCE40 / xc7 and report area and Fmax"),
     "depth": (_depth, "logic depth (LUT levels) of a synth_ecp5 netlist, deepest paths"),
+    "paths": (_paths, "worst paths of a placed design from nextpnr's SDF (its placement estimate)"),
     "regmap": (_regmap, "print the register map as Markdown"),
     "bench": (_bench, "run the cycle-accurate benchmarks (from the repository root)"),
 }

@@ -438,7 +438,7 @@ _NOFIT = re.compile(r"(unable to place|unable to find (a )?legal placement|no be
 
 
 def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, device=None,
-              seed=1, extra_verilog=(), router="router1", nextpnr_args=()):
+              seed=1, extra_verilog=(), router="router1", nextpnr_args=(), place_only=False):
     """Synthesize (and for ecp5/ice40 place and route) one Verilog file; return a result row.
 
     Parameters
@@ -466,6 +466,12 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
     nextpnr_args : sequence of str
         Appended to the nextpnr command line as they are (e.g. ``--router2-heatmap heat``:
         router2 writes congestion CSVs into the run directory each iteration).
+    place_only : bool
+        Place without routing (nextpnr ``--no-route --sdf placed.sdf``): minutes where the
+        whole core's route takes hours. ``fmax_mhz`` is then nextpnr's placement estimate, the
+        row has ``stage`` ``"placed"`` (kept beside a routed row of the same block, never
+        replacing it), and :mod:`rnic.placed` names the paths behind the estimate: ``paths.txt``
+        in ``out_dir``, the worst one summarised in ``note`` and ``worst_path``.
 
     Returns
     -------
@@ -552,7 +558,7 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         cmd += ["--pcf-allow-unconstrained"]
     cmd += ["--json", pnr_json.name, "--freq", f"{float(freq_mhz):g}", "--timing-allow-fail",
             "--seed", str(seed), "--router", router, "--report", report.name,
-            *nextpnr_args]
+            *(["--no-route", "--sdf", "placed.sdf"] if place_only else []), *nextpnr_args]
     with prog.step(f"{binary} {' '.join(dev.flags)} --freq {float(freq_mhz):g}") as st:
         rc = _run(cmd, plog, work)
         if rc != 0 or not report.exists():
@@ -567,7 +573,11 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
             raise SynthError(f"{binary} failed (exit {rc}), see {plog}:\n{_tail(plog)}")
         rep = parse_nextpnr_report(report.read_text())
         picked = _pick_fmax(rep["fmax"])
-        if picked is None:
+        if place_only:
+            picked = _placed_result(row, work, plog, freq_mhz, prog)
+            st.result = (f"placement estimate {row['fmax_mhz']} MHz (not routed); paths in "
+                         f"{work / 'paths.txt'}")
+        elif picked is None:
             row["note"] = (row["note"] + "; " if row["note"] else "") + "no clock"
             st.result = "no clocked path"
         else:
@@ -582,6 +592,30 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
                    bram=used.get("DP16KD", bram), dsp=used.get("MULT18X18D", dsp))
     row["seconds"] = round(time.monotonic() - t0, 1)
     return row
+
+
+def _placed_result(row, work, plog, freq_mhz, prog):
+    """Fill ``row`` from a ``--no-route`` run: the estimate and the paths behind it."""
+    from .placed import estimate_from_log, format_paths, placed_paths
+    est = estimate_from_log(plog.read_text(errors="replace"))
+    sdf = work / "placed.sdf"
+    if not sdf.exists():
+        raise SynthError(f"nextpnr wrote no {sdf} (see {plog})")
+    res = placed_paths(sdf.read_text(), freq_mhz=freq_mhz, paths=20)
+    (work / "paths.txt").write_text(format_paths(res))
+    worst = res["paths"][0] if res["paths"] else None
+    row.update(stage="placed", fmax_mhz=est if est is not None else res["fmax_mhz"],
+               met=None if est is None else bool(est >= float(freq_mhz)))
+    note = "placement estimate, not routed"
+    if worst:
+        row["worst_path"] = {k: worst[k] for k in ("delay_ns", "logic_ns", "route_ns",
+                                                   "levels", "start", "end", "blocks")}
+        note += (f"; worst path {worst['delay_ns']:.2f} ns ({worst['levels']} LUT levels, "
+                 f"route {worst['route_ns']:.2f} ns): {' -> '.join(worst['blocks'])}")
+        prog.line(f"  worst path after placement: {worst['delay_ns']:.2f} ns, "
+                  f"{worst['start']} -> {worst['end']}")
+    row["note"] = (row["note"] + "; " if row["note"] else "") + note
+    return None
 
 
 def _first_error(text):
@@ -634,13 +668,14 @@ def _base_row(name, config, target, device, freq_mhz):
 
 
 def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, device=None,
-                seed=1, verilog_path=None, router="router1", nextpnr_args=()):
+                seed=1, verilog_path=None, router="router1", nextpnr_args=(),
+                place_only=False):
     """Build block ``name`` for ``config`` (a dict of RnicConfig fields) and synthesize it.
 
     Returns a full result row (``block``, ``config`` and the fields of :func:`run_synth`);
     a block whose module does not exist yet gives a row with ``status`` ``"skipped"``.
     ``verilog_path`` (only for ``rnic``) synthesizes that file instead of generating one;
-    ``nextpnr_args`` go to :func:`run_synth`.
+    ``nextpnr_args`` and ``place_only`` go to :func:`run_synth`.
     """
     import importlib
     prog = progress if isinstance(progress, Progress) else Progress(bool(progress))
@@ -648,7 +683,9 @@ def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, devic
     base = _base_row(name, config, target, device, freq_mhz)
     cfg_row = base["config"]
     tag = config_tag(cfg_row).replace(" ", "_").replace("=", "")
-    run_dir = Path(out_dir) / "synth" / f"{name}-{target}-{tag}"
+    if place_only:
+        base["stage"] = "placed"
+    run_dir = Path(out_dir) / "synth" / f"{name}-{target}-{tag}{'-placed' if place_only else ''}"
     run_dir.mkdir(parents=True, exist_ok=True)
     top = name
     if verilog_path is not None:
@@ -684,13 +721,13 @@ def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, devic
             except Exception as e:
                 raise SynthError(f"could not elaborate {name}: {type(e).__name__}: {e}") from e
     row = run_synth(target, vpath, top, run_dir, freq_mhz, prog, device=device, seed=seed,
-                    router=router, nextpnr_args=nextpnr_args)
+                    router=router, nextpnr_args=nextpnr_args, place_only=place_only)
     return {**base, **row}
 
 
 def _key(row):
     return (row["block"], row["target"], row.get("part"),
-            json.dumps(row.get("config", {}), sort_keys=True))
+            json.dumps(row.get("config", {}), sort_keys=True), row.get("stage", "routed"))
 
 
 def merge_rows(old, new):
@@ -741,7 +778,8 @@ def markdown_table(rows, commands=()):
     for r in rows:
         met = {True: "yes", False: "**no**", None: "–"}[r.get("met")]
         out.append("| " + " | ".join([
-            r["block"], r["target"], str(r.get("part", "")), config_tag(r.get("config", {})),
+            r["block"] + (" (placed only)" if r.get("stage") == "placed" else ""),
+            r["target"], str(r.get("part", "")), config_tag(r.get("config", {})),
             _fmt(r.get("lut")), _fmt(r.get("ff")), _fmt(r.get("bram")), _fmt(r.get("dsp")),
             _fmt(r.get("levels")), _fmt(r.get("fmax_mhz")), _fmt(r.get("target_mhz"), 2).rstrip("0").rstrip("."),
             met, r.get("note") or ""]) + " |")
@@ -794,6 +832,10 @@ def _parser():
     p.add_argument("--nextpnr-arg", dest="nextpnr_args", action="append", default=[],
                    metavar="ARG", help="pass ARG to nextpnr (repeat for several; e.g. "
                                        "--nextpnr-arg=--router2-heatmap --nextpnr-arg=heat)")
+    p.add_argument("--place-only", action="store_true",
+                   help="place without routing: report nextpnr's placement estimate and the "
+                        "worst paths behind it (paths.txt, rnic paths); minutes where the whole "
+                        "core's route takes hours")
     p.add_argument("-o", "--out", default="build", metavar="DIR",
                    help="output directory for synth.json, synth.md and synth/ logs "
                         "(default build)")
@@ -874,12 +916,14 @@ def main_synth(argv=None):
                                         router=(args.router if args.router != "auto" else
                                                 "router2" if b == "rnic" else "router1"),
                                         verilog_path=args.verilog if b == "rnic" else None,
-                                        nextpnr_args=args.nextpnr_args))
+                                        nextpnr_args=args.nextpnr_args,
+                                        place_only=args.place_only))
             except SynthError as e:
                 print(f"rnic synth: error: {b} on {t}: {e}", file=sys.stderr)
                 failed.append((b, t))
                 first = str(e).splitlines()[0]
                 rows.append({**_base_row(b, cfg, t, args.device, cfg["clock_mhz"]),
+                             **({"stage": "placed"} if args.place_only else {}),
                              "status": "error", "note": f"FAILED: {first}"})
     jpath, mpath, merged = write_results(args.out, rows, command)
     print("\n".join(l for l in markdown_table(rows).splitlines() if l.startswith("|")),
