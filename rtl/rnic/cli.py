@@ -1,4 +1,5 @@
-"""The ``rnic`` command: ``rnic generate``, ``rnic synth``, ``rnic depth``, ``rnic paths``, ``rnic regmap``, ``rnic bench``."""
+"""The ``rnic`` command: ``rnic generate``, ``rnic synth``, ``rnic depth``, ``rnic paths``,
+``rnic regmap``, ``rnic bench``."""
 
 import argparse
 import sys

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from .depth import block_of
 
-__all__ = ["parse_sdf", "placed_paths", "format_paths", "main_paths", "estimate_from_log"]
+__all__ = ["parse_sdf", "placed_paths", "format_paths", "main_paths", "estimate_from_log",
+           "register_of"]
 
 _CLOCK_PORTS = {"CLK", "CLKA", "CLKB", "WCK"}
 _TOKEN = re.compile(r'\(|\)|"[^"]*"|(?:\\.|[^\s()"])+')
@@ -146,7 +147,8 @@ def placed_paths(sdf, *, freq_mhz=156.25, paths=10):
     ``sdf`` is :func:`parse_sdf`'s result, the SDF text, or its path. Returns a dict:
     ``worst_ns`` (the longest register-to-register delay with setup), ``fmax_mhz``,
     ``endpoints``, ``failing`` (endpoints with negative slack at ``freq_mhz``), ``paths``
-    (the ``paths`` worst endpoints, one path each: ``segments`` of ``(kind, cell, port, ps)``
+    (the worst path of each of the ``paths`` worst (start register, end register) pairs,
+    :func:`register_of`: ``segments`` of ``(kind, cell, port, ps)``
     with kind ``clk-q``, ``cell``, ``net`` or ``setup``, and ``logic_ns``, ``route_ns``,
     ``levels``, ``start``, ``end``, ``blocks``), ``by_blocks`` (failing endpoints counted by
     (start block, end block) of their worst path), ``histogram`` (endpoints by slack, 1 ns
@@ -253,20 +255,49 @@ def placed_paths(sdf, *, freq_mhz=156.25, paths=10):
 
     by_blocks = collections.Counter()
     hist = collections.Counter()
+    regs = {}                # (start register, end register) -> [worst ps, endpoints failing]
     failing = 0
     for t, v, _ in ends:
         slack = period - t
         hist[int((slack // 1000))] += 1
         if slack < 0:
             failing += 1
-            by_blocks[(block_of(start_of(v)), block_of(names[v][0]))] += 1
+            src = start_of(v)
+            by_blocks[(block_of(src), block_of(names[v][0]))] += 1
+            key = (register_of(src), register_of(names[v][0]))
+            if key not in regs:
+                regs[key] = [t, 0]
+            regs[key][1] += 1
     worst = ends[0][0] if ends else 0.0
+    # the worst endpoint of each (start register, end register) pair, so that the list is not
+    # the 64 bits of one register
+    listed, seen = [], set()
+    for _, v, s in ends:
+        if len(listed) >= paths:
+            break
+        key = (register_of(start_of(v)), register_of(names[v][0]))
+        if key not in seen:
+            seen.add(key)
+            listed.append(trace(v, s))
     return {"freq_mhz": float(freq_mhz), "worst_ns": round(worst / 1000, 3),
             "fmax_mhz": round(1e6 / worst, 2) if worst > 0 else None,
             "endpoints": len(ends), "failing": failing,
-            "paths": [trace(v, s) for _, v, s in ends[:paths]],
+            "paths": listed,
             "by_blocks": [(a, b, n) for (a, b), n in by_blocks.most_common()],
+            "by_registers": [(a, b, round(t / 1000, 3), n) for (a, b), (t, n) in
+                             sorted(regs.items(), key=lambda kv: -kv[1][0])][:max(paths, 40)],
             "histogram": sorted(hist.items()), "unordered": unordered}
+
+
+_BIT = re.compile(r"(_TRELLIS_FF_Q|_TRELLIS_FF)(_\d+)?$|(\$DPRAM_COMB\d|\$RAMW)$")
+_SLICE = re.compile(r"(\.\d+)+$|\[\d+\]$")
+
+
+def register_of(cell):
+    """The register or memory a cell is part of: yosys names bit k of a register
+    ``<reg>_TRELLIS_FF_Q_<k>`` and the pieces of a memory ``<mem>.<i>.<j>`` (nextpnr adds
+    ``$DPRAM_COMB<n>`` to a LUT RAM's); other cells as they are."""
+    return _SLICE.sub("", _BIT.sub("", cell))
 
 
 def estimate_from_log(text):
@@ -290,6 +321,12 @@ def format_paths(res, *, segments=True, pairs=15):
         lines.append("failing endpoints by block of start -> end (of each endpoint's worst path):")
         for a, b, n in res["by_blocks"][:pairs]:
             lines.append(f"  {n:7d}  {a} -> {b}")
+    if res.get("by_registers"):
+        lines.append("")
+        lines.append("failing (start register, end register) pairs, worst first "
+                     "(delay of the worst endpoint, failing endpoints):")
+        for a, b, t, n in res["by_registers"]:
+            lines.append(f"  {t:7.2f} ns {n:5d}  {a} -> {b}")
     for i, p in enumerate(res["paths"], 1):
         lines.append("")
         lines.append(f"#{i}: {p['delay_ns']:.2f} ns (slack {p['slack_ns']:+.2f}), logic "
