@@ -290,13 +290,14 @@ def placed_paths(sdf, *, freq_mhz=156.25, paths=10):
 
 
 _BIT = re.compile(r"(_TRELLIS_FF_Q|_TRELLIS_FF)(_\d+)?$|(\$DPRAM_COMB\d|\$RAMW)$")
-_SLICE = re.compile(r"(\.\d+)+$|\[\d+\]$")
+_SLICE = re.compile(r"(\.\d+)+(_DO[AB]\d+)?$|\[\d+\]$")
 
 
 def register_of(cell):
     """The register or memory a cell is part of: yosys names bit k of a register
     ``<reg>_TRELLIS_FF_Q_<k>`` and the pieces of a memory ``<mem>.<i>.<j>`` (nextpnr adds
-    ``$DPRAM_COMB<n>`` to a LUT RAM's); other cells as they are."""
+    ``$DPRAM_COMB<n>`` to a LUT RAM's, and a block RAM's output flops are named after its
+    ``DO`` pins); other cells as they are."""
     return _SLICE.sub("", _BIT.sub("", cell))
 
 
