@@ -105,8 +105,11 @@ class RoomFIFO(Elaboratable):
     flip-flops or LUT-RAM cells), which then depends on the level register alone. On the
     whole core that enable was the end of many of the worst paths after placement (PSN Check's
     QP-context state → Execute's post-plan queue storage, 17.7 ns, 514 endpoints).
-    ``produce``, ``consume`` and ``level`` move exactly as in Amaranth's (checked against it
-    cycle by cycle in ``tb/test_stream_blocks.py``).
+    ``w_rdy`` and ``r_rdy`` are registers (Amaranth's compare the level register with a
+    constant), so that a queue's room, ANDed into a stage's ``can_go`` and from there into the
+    enables of its registers, starts that path at a flip-flop. ``produce``, ``consume`` and
+    ``level`` move exactly as in Amaranth's (checked against it cycle by cycle in
+    ``tb/test_stream_blocks.py``).
     """
 
     def __init__(self, *, width, depth, buffered):
@@ -125,9 +128,19 @@ class RoomFIFO(Elaboratable):
         m = Module()
         depth = self.depth
         if not self.buffered:
-            m.d.comb += [self.w_rdy.eq(self.level != depth), self.r_rdy.eq(self.level != 0)]
+            # w_rdy and r_rdy are registers (level != depth / != 0 of the next level): a
+            # consumer's or producer's decision starts at a flop, not at a level compare
+            w_rdy_r = Signal(init=1)
+            r_rdy_r = Signal()
+            m.d.comb += [self.w_rdy.eq(w_rdy_r), self.r_rdy.eq(r_rdy_r)]
             do_read = self.r_rdy & self.r_en
             do_write = self.w_rdy & self.w_en
+            m.d.sync += [
+                w_rdy_r.eq(~(((self.level == depth) & ~do_read)
+                             | ((self.level == depth - 1) & do_write & ~do_read))),
+                r_rdy_r.eq(~(((self.level == 0) & ~do_write)
+                             | ((self.level == 1) & do_read & ~do_write))),
+            ]
             m.submodules.storage = storage = Memory(shape=self.width, depth=depth, init=[])
             w_port = storage.write_port()
             r_port = storage.read_port(domain="comb")
@@ -162,8 +175,16 @@ class RoomFIFO(Elaboratable):
         inner_depth = depth - 1
         inner_level = Signal(range(inner_depth + 1))
         inner_r_rdy = Signal()
-        m.d.comb += [self.w_rdy.eq(inner_level != inner_depth), inner_r_rdy.eq(inner_level != 0)]
+        # w_rdy and the inner FIFO's r_rdy are registers, as in the unbuffered case
+        w_rdy_r = Signal(init=1)
+        m.d.comb += self.w_rdy.eq(w_rdy_r)
         do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
+        m.d.sync += [
+            w_rdy_r.eq(~(((inner_level == inner_depth) & ~do_inner_read)
+                         | ((inner_level == inner_depth - 1) & do_write & ~do_inner_read))),
+            inner_r_rdy.eq(~(((inner_level == 0) & ~do_write)
+                             | ((inner_level == 1) & do_inner_read & ~do_write))),
+        ]
         m.submodules.storage = storage = Memory(shape=self.width, depth=inner_depth, init=[])
         w_port = storage.write_port()
         r_port = storage.read_port(domain="sync")
