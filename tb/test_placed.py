@@ -10,7 +10,6 @@ tools. ``@pytest.mark.full``: the real flow, ``--place-only`` on CRC32, estimate
 
 import gzip
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from rnic import synth
 from rnic.placed import estimate_from_log, format_paths, main_paths, parse_sdf, placed_paths
 from rnic.synth import main_synth
+from tb.test_synth import install_fake_tools
 
 DATA = Path(__file__).parent / "data"
 
@@ -156,14 +156,7 @@ open(a[a.index("--report") + 1], "w").write(json.dumps(rep))
 
 
 def test_place_only_flow(tmp_path, monkeypatch):
-    for name, body in (("yosys", FAKE_YOSYS), ("nextpnr", FAKE_NEXTPNR)):
-        p = tmp_path / f"fake_{name}"
-        p.write_text(f"#!{sys.executable}\n{body}")
-        p.chmod(0o755)
-    monkeypatch.setenv("RNIC_YOSYS", str(tmp_path / "fake_yosys"))
-    monkeypatch.setenv("RNIC_NEXTPNR_ECP5", str(tmp_path / "fake_nextpnr"))
-    monkeypatch.setenv("FAKE_STAT", str(DATA / "synth_yosys_stat_ecp5.json"))
-    monkeypatch.setenv("FAKE_REPORT", str(DATA / "synth_nextpnr_ecp5_report.json"))
+    install_fake_tools(tmp_path, monkeypatch, yosys=FAKE_YOSYS, nextpnr=FAKE_NEXTPNR)
     sdf = tmp_path / "in.sdf"
     sdf.write_text(SDF)
     monkeypatch.setenv("FAKE_SDF", str(sdf))

@@ -64,6 +64,13 @@ def test_queue(depth, buffered):
     assert _run_pipe(Queue(24, depth, buffered=buffered), items, depth) == items
 
 
+def _simulate(top, bench):
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 class _Pair(Elaboratable):
     """Amaranth's FIFO and RoomFIFO side by side, driven by the same inputs."""
 
@@ -103,10 +110,7 @@ def test_room_fifo_matches_amaranth(depth, buffered):
                 checked.append(1)
             await ctx.tick()
 
-    sim = Simulator(pair)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(pair, bench)
     assert len(checked) > 500
 
 
@@ -156,10 +160,7 @@ def test_skid_buffer_matches_reference():
                 seen.append(1)
             await ctx.tick()
 
-    sim = Simulator(top)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(top, bench)
     assert len(seen) > 1000
 
 
@@ -175,10 +176,7 @@ def test_room_fifo_writes_without_w_en():
         assert ctx.get(dut.r_data) == 0x5A and not ctx.get(dut.r_rdy)
         assert ctx.get(dut.level) == 0
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(dut, bench)
 
 
 def test_queue_refuses_bad_depth():

@@ -201,9 +201,10 @@ open(a[a.index("--report") + 1], "w").write(json.dumps(rep))
 '''
 
 
-@pytest.fixture
-def fake_tools(tmp_path, monkeypatch):
-    for name, body in (("yosys", FAKE_YOSYS), ("nextpnr", FAKE_NEXTPNR)):
+def install_fake_tools(tmp_path, monkeypatch, yosys=FAKE_YOSYS, nextpnr=FAKE_NEXTPNR):
+    """Point the flow at stand-in yosys and nextpnr scripts (``RNIC_YOSYS``,
+    ``RNIC_NEXTPNR_*``) that replay the captured outputs in ``tb/data``."""
+    for name, body in (("yosys", yosys), ("nextpnr", nextpnr)):
         p = tmp_path / f"fake_{name}"
         p.write_text(f"#!{sys.executable}\n{body}")
         p.chmod(0o755)
@@ -213,6 +214,11 @@ def fake_tools(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_STAT", str(DATA / "synth_yosys_stat_ecp5.json"))
     monkeypatch.setenv("FAKE_REPORT", str(DATA / "synth_nextpnr_ecp5_report.json"))
     return monkeypatch
+
+
+@pytest.fixture
+def fake_tools(tmp_path, monkeypatch):
+    return install_fake_tools(tmp_path, monkeypatch)
 
 
 def test_run_synth_ecp5_met_and_missed(tmp_path, fake_tools):

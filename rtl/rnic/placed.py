@@ -226,7 +226,6 @@ def placed_paths(sdf, *, freq_mhz=156.25, paths=10):
         segs = [("setup", *names[v], setup)]
         while pred[v] is not None:
             u, d, kind = pred[v]
-            cell, port = names[v] if kind == "cell" else names[v]
             segs.append((kind, *names[v], d))
             v = u
         segs.append(("clk-q", *names[v], start.get(v, 0.0)))

@@ -124,6 +124,37 @@ class RoomFIFO(Elaboratable):
         self.r_rdy = Signal()
         self.level = Signal(range(depth + 1))
 
+    @staticmethod
+    def _ready_flags(m, level, depth, do_write, do_read, not_full, not_empty):
+        """``not_full``/``not_empty`` registered: ``level`` of the next cycle compared."""
+        m.d.sync += [
+            not_full.eq(~(((level == depth) & ~do_read)
+                          | ((level == depth - 1) & do_write & ~do_read))),
+            not_empty.eq(~(((level == 0) & ~do_write)
+                           | ((level == 1) & do_read & ~do_write))),
+        ]
+
+    def _ring(self, m, depth, level, do_write, do_read, read_domain):
+        """The storage ring: written at ``produce`` whenever ``w_rdy`` (see above), read at
+        ``consume``; ``level`` counts its entries. Returns the read port."""
+        m.submodules.storage = storage = Memory(shape=self.width, depth=depth, init=[])
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain=read_domain)
+        produce = Signal(range(depth))
+        consume = Signal(range(depth))
+        m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data),
+                     w_port.en.eq(self.w_rdy), r_port.addr.eq(consume),
+                     self.r_data.eq(r_port.data)]
+        with m.If(do_write):
+            m.d.sync += produce.eq(_incr(produce, depth))
+        with m.If(do_read):
+            m.d.sync += consume.eq(_incr(consume, depth))
+        with m.If(do_write & ~do_read):
+            m.d.sync += level.eq(level + 1)
+        with m.If(do_read & ~do_write):
+            m.d.sync += level.eq(level - 1)
+        return r_port
+
     def elaborate(self, platform):
         m = Module()
         depth = self.depth
@@ -135,28 +166,8 @@ class RoomFIFO(Elaboratable):
             m.d.comb += [self.w_rdy.eq(w_rdy_r), self.r_rdy.eq(r_rdy_r)]
             do_read = self.r_rdy & self.r_en
             do_write = self.w_rdy & self.w_en
-            m.d.sync += [
-                w_rdy_r.eq(~(((self.level == depth) & ~do_read)
-                             | ((self.level == depth - 1) & do_write & ~do_read))),
-                r_rdy_r.eq(~(((self.level == 0) & ~do_write)
-                             | ((self.level == 1) & do_read & ~do_write))),
-            ]
-            m.submodules.storage = storage = Memory(shape=self.width, depth=depth, init=[])
-            w_port = storage.write_port()
-            r_port = storage.read_port(domain="comb")
-            produce = Signal(range(depth))
-            consume = Signal(range(depth))
-            m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data),
-                         w_port.en.eq(self.w_rdy),
-                         r_port.addr.eq(consume), self.r_data.eq(r_port.data)]
-            with m.If(do_write):
-                m.d.sync += produce.eq(_incr(produce, depth))
-            with m.If(do_read):
-                m.d.sync += consume.eq(_incr(consume, depth))
-            with m.If(do_write & ~do_read):
-                m.d.sync += self.level.eq(self.level + 1)
-            with m.If(do_read & ~do_write):
-                m.d.sync += self.level.eq(self.level - 1)
+            self._ready_flags(m, self.level, depth, do_write, do_read, w_rdy_r, r_rdy_r)
+            self._ring(m, depth, self.level, do_write, do_read, "comb")
             return m
 
         do_write = self.w_rdy & self.w_en
@@ -172,36 +183,17 @@ class RoomFIFO(Elaboratable):
                 m.d.sync += self.level.eq(0)
             return m
 
+        # an inner ring of depth − 1 with a synchronous read, and ``r_data`` as the last entry
         inner_depth = depth - 1
         inner_level = Signal(range(inner_depth + 1))
         inner_r_rdy = Signal()
-        # w_rdy and the inner FIFO's r_rdy are registers, as in the unbuffered case
         w_rdy_r = Signal(init=1)
         m.d.comb += self.w_rdy.eq(w_rdy_r)
         do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
-        m.d.sync += [
-            w_rdy_r.eq(~(((inner_level == inner_depth) & ~do_inner_read)
-                         | ((inner_level == inner_depth - 1) & do_write & ~do_inner_read))),
-            inner_r_rdy.eq(~(((inner_level == 0) & ~do_write)
-                             | ((inner_level == 1) & do_inner_read & ~do_write))),
-        ]
-        m.submodules.storage = storage = Memory(shape=self.width, depth=inner_depth, init=[])
-        w_port = storage.write_port()
-        r_port = storage.read_port(domain="sync")
-        produce = Signal(range(inner_depth))
-        consume = Signal(range(inner_depth))
-        m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data),
-                     w_port.en.eq(self.w_rdy),
-                     r_port.addr.eq(consume), self.r_data.eq(r_port.data),
-                     r_port.en.eq(do_inner_read)]
-        with m.If(do_write):
-            m.d.sync += produce.eq(_incr(produce, inner_depth))
-        with m.If(do_inner_read):
-            m.d.sync += consume.eq(_incr(consume, inner_depth))
-        with m.If(do_write & ~do_inner_read):
-            m.d.sync += inner_level.eq(inner_level + 1)
-        with m.If(do_inner_read & ~do_write):
-            m.d.sync += inner_level.eq(inner_level - 1)
+        self._ready_flags(m, inner_level, inner_depth, do_write, do_inner_read,
+                          w_rdy_r, inner_r_rdy)
+        r_port = self._ring(m, inner_depth, inner_level, do_write, do_inner_read, "sync")
+        m.d.comb += r_port.en.eq(do_inner_read)
         with m.If(do_inner_read):
             m.d.sync += self.r_rdy.eq(1)
         with m.Elif(self.r_en):
