@@ -574,7 +574,7 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         rep = parse_nextpnr_report(report.read_text())
         picked = _pick_fmax(rep["fmax"])
         if place_only:
-            picked = _placed_result(row, work, plog, freq_mhz, prog)
+            _placed_result(row, work, plog, freq_mhz, prog)
             st.result = (f"placement estimate {row['fmax_mhz']} MHz (not routed); paths in "
                          f"{work / 'paths.txt'}")
         elif picked is None:
@@ -615,7 +615,6 @@ def _placed_result(row, work, plog, freq_mhz, prog):
         prog.line(f"  worst path after placement: {worst['delay_ns']:.2f} ns, "
                   f"{worst['start']} -> {worst['end']}")
     row["note"] = (row["note"] + "; " if row["note"] else "") + note
-    return None
 
 
 def _first_error(text):
