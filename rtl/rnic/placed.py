@@ -152,7 +152,7 @@ def placed_paths(sdf, *, freq_mhz=156.25, paths=10):
     with kind ``clk-q``, ``cell``, ``net`` or ``setup``, and ``logic_ns``, ``route_ns``,
     ``levels``, ``start``, ``end``, ``blocks``), ``by_blocks`` (failing endpoints counted by
     (start block, end block) of their worst path), ``histogram`` (endpoints by slack, 1 ns
-    bins) and ``unordered`` (arcs on a combinational loop, left out).
+    bins) and ``unordered`` (pins on or behind a combinational loop, left out).
     """
     if isinstance(sdf, (str, Path)) and not str(sdf).lstrip().startswith("(DELAYFILE"):
         sdf = Path(sdf).read_text()
@@ -172,7 +172,6 @@ def placed_paths(sdf, *, freq_mhz=156.25, paths=10):
 
     succ = collections.defaultdict(list)
     start = {}
-    kind_of = {}
     for cell, frm, to, d in sdf["iopath"]:
         v = node(cell, to)
         if frm in _CLOCK_PORTS:
