@@ -40,8 +40,9 @@ while the Scatter Path streams an older packet's payload:
   far has its OKAY-or-not ``done``); marks the QP dead on a fatal outcome (again: a refused
   invalidate is decided here; no younger packet passed stage 2 meanwhile).
 
-The payload beats wait in a ``pay_depth``-beat FIFO in front of the Scatter Path, so the stage
-before (RX Parse's read side) reaches the next packet's header while this one is planned.
+The payload beats wait in a ``pay_depth``-beat FIFO (and a skid buffer, two more) in front of
+the Scatter Path, so the stage before (RX Parse's read side) reaches the next packet's header
+while this one is planned.
 Everything with an effect outside the stage (reservation, dead mark: stage 3; writes,
 invalidate, ``done``, CQE, event 4 of a failed WQE read: stage 4) happens in command order;
 stages 1 and 2
@@ -112,7 +113,7 @@ from ..host.cqe_gen import WITH_IMM, WITH_INVALIDATE, cqe_layout
 from ..ifaces import EventType, event_layout
 from ..keys.key_cache import Access, InvalSignature, LookupSignature
 from ..opcodes import WcStatus
-from ..stream import BeatStream, Queue, beat_layout, check_width
+from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
 from .psn_check import done_layout, exe_layout
 from .rq_fetch import MAX_SGE, RqFetch, wqe_layout
 from .scatter import ScatterPath, piece_layout
@@ -154,6 +155,40 @@ flush_layout = data.StructLayout({
 MAX_WRITES = 64
 
 
+class _LateWrite:
+    """A write port of ``mem`` that takes effect one cycle late, with its synchronous read
+    ports bypassed so that they return what they returned before (cycle for cycle).
+
+    Drive ``addr``, ``data`` and ``en`` as those of a write port; they are registered into the
+    memory's port, so the decision to write -- several priorities, some of them decided late in
+    the cycle by another block's ``ready`` -- ends at a register, not at the write enable of
+    every LUT-RAM cell of the table (the whole core's path into ``dead``, 15.9 ns after
+    placement). :meth:`read` wraps a non-transparent synchronous read port: a read in the cycle
+    the registered write is applied returns its data, as a read one cycle after the write did.
+    """
+
+    def __init__(self, m, mem, name):
+        self._m = m
+        wp = mem.write_port()
+        self.addr = Signal.like(wp.addr, name=f"{name}_waddr")
+        self.data = Signal(mem.shape, name=f"{name}_wdata")
+        self.en = Signal(name=f"{name}_wen")
+        m.d.sync += [wp.addr.eq(self.addr), wp.data.eq(self.data), wp.en.eq(self.en)]
+        self._wp = wp
+        self._name = name
+
+    def read(self, rp, name):
+        """The data of synchronous read port ``rp``, bypassed (hold with ``en`` low, as it)."""
+        m, wp = self._m, self._wp
+        hit = Signal(name=f"{name}_byp_hit")
+        hdata = Signal(rp.data.shape(), name=f"{name}_byp_data")
+        with m.If(rp.en):
+            m.d.sync += [hit.eq(wp.en & (wp.addr == rp.addr)), hdata.eq(wp.data)]
+        out = Signal(rp.data.shape(), name=f"{name}_data")
+        m.d.comb += out.eq(Mux(hit, hdata, rp.data))
+        return out
+
+
 class Execute(wiring.Component):
     """The responder's execute stage (see the module docstring).
 
@@ -169,7 +204,8 @@ class Execute(wiring.Component):
         WQEs per QP the prefetcher reads ahead (1 or 2: ``nxt``, and ``nxt`` + 1 into a free
         slot only).
     pay_depth : int
-        Beats of the payload FIFO in front of the Scatter Path (0: none). Default 64: a whole
+        Beats of the payload FIFO in front of the Scatter Path (0: none, and no skid buffer
+        either). Default 64: a whole
         4 KiB packet at W=512, so the next command is planned (≈ 40 cycles) while the FIFO
         still feeds the AXI W channel (32 left the W channel idle 8 cycles per 4 KiB packet).
 
@@ -183,7 +219,8 @@ class Execute(wiring.Component):
         One outcome per command, in order.
     qp_reset : In(stream.Signature({qpn 24}))
         SET_QP of a QP to RESET: clears its ``dead`` and write-fault marks and its completion
-        index. Always ready.
+        index. Always ready; registered at the port with ``rq_post`` (both act a cycle later,
+        in the order they came).
     flush : In(stream.Signature(flush_layout))
         The QP is in ERROR: flush its receive WQEs up to ``index`` (see ``docs/execute.md``).
         Taken only while no ``exe`` command is waiting.
@@ -250,6 +287,17 @@ class Execute(wiring.Component):
         lb = B.bit_length() - 1
         ab = (self.num_qp - 1).bit_length()
 
+        # ``qp_reset`` and ``rq_post`` are registered here, together (their order is kept):
+        # ``qp_reset`` leaves PSN Check's command decode and drives the priorities of every
+        # per-QP table write and the prefetch pool's claim, so inside this block it starts
+        # from a flip-flop. Both take effect one cycle after they are valid at the ports.
+        rst = stream.Signature(data.StructLayout({"qpn": ab})).create()
+        post = stream.Signature(self.rq_post.payload.shape()).create()
+        m.d.comb += self.qp_reset.ready.eq(1)
+        m.d.sync += [rst.valid.eq(self.qp_reset.valid),
+                     rst.payload.qpn.eq(self.qp_reset.payload.qpn[:ab]),
+                     post.valid.eq(self.rq_post.valid), post.payload.eq(self.rq_post.payload)]
+
         P = self.prefetch
         m.submodules.fetch = fetch = RqFetch(width=W, depth=4)
         m.submodules.scatter = sc = ScatterPath(width=W)
@@ -259,7 +307,12 @@ class Execute(wiring.Component):
             # the stage before (RX Parse's read side) reaches the next packet's header early
             m.submodules.pay_q = pay_q = Queue(beat_layout(W), self.pay_depth)
             connect(m, wiring.flipped(self.pay), pay_q.i)
-            connect(m, pay_q.o, sc.pay)
+            # and a skid buffer behind it: at depth 64 the queue is block RAM whose output is
+            # its last register (4 ns clock-to-out on ECP5), and the Scatter Path's ``ready``
+            # depends on the beat (``last``); it went back into the block RAM's read enable
+            m.submodules.pay_skid = pay_skid = SkidBuffer(beat_layout(W))
+            connect(m, pay_q.o, pay_skid.i)
+            connect(m, pay_skid.o, sc.pay)
         else:
             connect(m, wiring.flipped(self.pay), sc.pay)
         connect(m, sc.data, wiring.flipped(self.wr.data))
@@ -277,7 +330,8 @@ class Execute(wiring.Component):
         # ---- per-QP tables ----------------------------------------------------------------
         m.submodules.dead = dead = Memory(shape=1, depth=self.num_qp, init=[])
         dead_rd = dead.read_port()
-        dead_wr = dead.write_port()
+        dead_wr = _LateWrite(m, dead, "dead")
+        dead_rd_data = dead_wr.read(dead_rd, "dead_rd")
         m.submodules.wqet = wqet = Memory(shape=_row_layout, depth=self.num_qp, init=[])
         wqe_rd = wqet.read_port()
         wqe_wr = wqet.write_port()
@@ -289,7 +343,8 @@ class Execute(wiring.Component):
         # index of the next receive WQE of the QP without a completion
         m.submodules.cnext = cnext = Memory(shape=16, depth=self.num_qp, init=[])
         cnext_rd = cnext.read_port()
-        cnext_wr = cnext.write_port()
+        cnext_wr = _LateWrite(m, cnext, "cnext")
+        cnext_rd_data = cnext_wr.read(cnext_rd, "cnext_rd")
         m.submodules.wqpn = wqpn = Memory(shape=24, depth=256, init=[])
         wqpn_rd = wqpn.read_port(domain="comb")
         wqpn_wr = wqpn.write_port()
@@ -314,7 +369,8 @@ class Execute(wiring.Component):
         m.d.comb += [fetch.req.payload.addr.eq(faddr), fetch.req.payload.tag.eq(DEMAND)]
         take = Signal()                        # the planner takes WQE c.rq_index of c.qpn
         plan_look = Signal()                   # the planner is in PF_HIT
-        pool = self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, faddr, ab) if P else None
+        pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, faddr, ab, rst, post)
+                if P else None)
 
         # ---- counters ---------------------------------------------------------------------
         wr_cnt = Signal(16)                    # write requests issued
@@ -353,8 +409,8 @@ class Execute(wiring.Component):
         with m.If(wd_err & d1_go):
             m.d.comb += [wflt_wr.addr.eq(wqpn_rd.data[:ab]), wflt_wr.data.eq(1),
                          wflt_wr.en.eq(1)]
-        with m.Elif(self.qp_reset.valid):
-            m.d.comb += [wflt_wr.addr.eq(self.qp_reset.payload.qpn[:ab]), wflt_wr.data.eq(0),
+        with m.Elif(rst.valid):
+            m.d.comb += [wflt_wr.addr.eq(rst.payload.qpn), wflt_wr.data.eq(0),
                          wflt_wr.en.eq(1)]
         plan_ev = Signal()
         plan_ev_qpn = Signal(24)
@@ -441,6 +497,7 @@ class Execute(wiring.Component):
         m.d.comb += bad_nsge.eq(wqe.num_sge > MAX_SGE)
 
         dead_rd2 = dead.read_port()            # stage 3's re-check of the marks
+        dead_rd2_data = dead_wr.read(dead_rd2, "dead_rd2")
         wflt_rd2 = wflt.read_port()
         sent_w = Signal()
         sent_p = Signal()
@@ -526,11 +583,10 @@ class Execute(wiring.Component):
             return out
 
         # qp_reset clears the dead mark (priority over the planner's write)
-        m.d.comb += self.qp_reset.ready.eq(1)
-        with m.If(self.qp_reset.valid):
-            m.d.comb += [dead_wr.addr.eq(self.qp_reset.payload.qpn[:ab]), dead_wr.data.eq(0),
+        with m.If(rst.valid):
+            m.d.comb += [dead_wr.addr.eq(rst.payload.qpn), dead_wr.data.eq(0),
                          dead_wr.en.eq(1),
-                         cnext_wr.addr.eq(self.qp_reset.payload.qpn[:ab]), cnext_wr.data.eq(0),
+                         cnext_wr.addr.eq(rst.payload.qpn), cnext_wr.data.eq(0),
                          cnext_wr.en.eq(1)]
 
         def fail(syndrome, status, with_cqe):
@@ -539,22 +595,32 @@ class Execute(wiring.Component):
             if not isinstance(with_cqe, int) or with_cqe:
                 m.d.sync += cdone.eq(with_cqe)
 
+        flush_c = Signal(exe_layout)          # a flush as the planner's command
+        m.d.comb += [flush_c.qpn.eq(self.flush.payload.qpn),
+                     flush_c.rcqn.eq(self.flush.payload.rcqn),
+                     flush_c.rq_base.eq(self.flush.payload.rq_base),
+                     flush_c.rq_log.eq(self.flush.payload.rq_log)]
+
         def take_next(allow_flush):
             """IDLE's work: read the tables for the next command (or a flush) and take it."""
             m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
                          wflt_rd.en.eq(1), cnext_rd.en.eq(1)]
             m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(0), nowrite.eq(0),
                          skip.eq(0), cdone.eq(0), flushing.eq(0), rdflt.eq(0)]
-            with m.If(self.exe.valid):
+            # ``c`` is loaded in every cycle that could take (nothing reads it until the next
+            # state): its ~380 flops are enabled by the state, not by ``exe.valid`` or the
+            # flush queue's ``valid`` (PSN Check's, the whole core's worst path to it, 16.3 ns)
+            f = self.flush.payload
+            if allow_flush:
+                m.d.sync += c.eq(Mux(self.exe.valid, self.exe.payload, flush_c))
+            else:
                 m.d.sync += c.eq(self.exe.payload)
+            with m.If(self.exe.valid):
                 m.next = "DEC"
             if allow_flush:
                 with m.Elif(self.flush.valid & pipe_empty):
-                    f = self.flush.payload
                     m.d.comb += self.flush.ready.eq(1)
-                    m.d.sync += [c.eq(0), c.qpn.eq(f.qpn), c.rcqn.eq(f.rcqn),
-                                 c.rq_base.eq(f.rq_base), c.rq_log.eq(f.rq_log),
-                                 fl_end.eq(f.index), flushing.eq(1),
+                    m.d.sync += [fl_end.eq(f.index), flushing.eq(1),
                                  cstat.eq(WcStatus.WR_FLUSH_ERR)]
                     m.next = "FL_DEC"
                 with m.Else():
@@ -568,7 +634,7 @@ class Execute(wiring.Component):
             with m.State("IDLE"):
                 take_next(True)
             with m.State("FL_DEC"):
-                m.d.sync += c.rq_index.eq(cnext_rd.data)
+                m.d.sync += c.rq_index.eq(cnext_rd_data)
                 m.next = "FL_CHK"
             with m.State("FL_CHK"):
                 # registered: is the flush at its end (index reached or behind)?
@@ -579,7 +645,7 @@ class Execute(wiring.Component):
                 m.next = "FL_NEXT"
             with m.State("FL_NEXT"):
                 with m.If(fl_stop):
-                    with m.If(~self.qp_reset.valid):
+                    with m.If(~rst.valid):
                         m.d.comb += [cnext_wr.addr.eq(c.qpn[:ab]), cnext_wr.data.eq(c.rq_index),
                                      cnext_wr.en.eq(1),
                                      dead_wr.addr.eq(c.qpn[:ab]), dead_wr.data.eq(1),
@@ -596,7 +662,7 @@ class Execute(wiring.Component):
                 m.d.sync += [wqe.eq(wqe_rd.data.wqe),
                              widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data.index)),
                              faddr.eq(c.rq_base + ((c.rq_index & mask) << 6))]
-                with m.If(dead_rd.data | wflt_rd.data):
+                with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
                 with m.Elif(c.wqe):
@@ -779,7 +845,7 @@ class Execute(wiring.Component):
             with m.State("R_CHK"):
                 # the QP may have gone dead after stage 1 read its mark (an older packet's
                 # outcome, marked when that packet left this stage; or a write fault): skip
-                with m.If(dead_rd2.data | wflt_rd2.data):
+                with m.If(dead_rd2_data | wflt_rd2.data):
                     m.d.sync += [r.skip.eq(1), r.nowrite.eq(1), r.fatal.eq(0), r.syn.eq(0),
                                  r.cqe_on.eq(0), r.cdone.eq(0)]
                 m.next = "R_RESV"
@@ -801,7 +867,7 @@ class Execute(wiring.Component):
             with m.State("R_PUSH"):
                 # a fatal outcome marks the QP dead now, so the younger packets behind are
                 # skipped before they reserve anything
-                with m.If(pp_q.i.ready & ~self.qp_reset.valid & ~post_dead_w):
+                with m.If(pp_q.i.ready & ~rst.valid & ~post_dead_w):
                     m.d.comb += pp_q.i.valid.eq(1)
                     with m.If(r.fatal):
                         m.d.comb += [dead_wr.addr.eq(r.qpn[:ab]), dead_wr.data.eq(1),
@@ -897,7 +963,7 @@ class Execute(wiring.Component):
                 evn = Signal()
                 m.d.comb += [evn.eq(b.rdflt & ~b.skip),
                              go.eq(post_q.i.ready & (~b.cqe_on | cqe_q.i.ready)
-                                   & ~self.qp_reset.valid
+                                   & ~rst.valid
                                    & (~evn | (~wd_err & ev_q.i.ready)))]
                 with m.If(go):
                     m.d.comb += [post_q.i.valid.eq(1), cqe_q.i.valid.eq(b.cqe_on & ~b.skip),
@@ -913,7 +979,7 @@ class Execute(wiring.Component):
             m.d.comb += cqe_q.i.valid.eq(1)
         return m
 
-    def _prefetcher(self, m, fetch, plan_fetch, plan_look, take, c, faddr, ab):
+    def _prefetcher(self, m, fetch, plan_fetch, plan_look, take, c, faddr, ab, rst, rp):
         """The WQE prefetch pool (see the module docstring). Returns the signals the planner
         uses: ``match_c`` (comb, slots holding c's WQE), ``claim`` (comb, the slot the
         prefetcher claims this cycle, one-hot), ``match`` (the planner's register of
@@ -924,8 +990,7 @@ class Execute(wiring.Component):
         sb = max(1, (P - 1).bit_length())
         DEMAND = 0xFF
         fr = fetch.resp
-        rst = self.qp_reset
-        rst_q = rst.payload.qpn[:ab]
+        rst_q = rst.payload.qpn
 
         # per-QP: the producer index and ring of the last RQ doorbell that took effect
         post_row = data.StructLayout({"on": 1, "prod": 16, "base": 64, "log": 5})
@@ -937,7 +1002,6 @@ class Execute(wiring.Component):
         nxt_rd = nxt.read_port()
         nxt_wr = nxt.write_port()
 
-        rp = self.rq_post
         # QPs to examine: after a doorbell, after a message took its WQE
         m.submodules.chk_post = chk_post = Queue(data.StructLayout({"qpn": ab}), 4)
         m.submodules.chk_take = chk_take = Queue(data.StructLayout({"qpn": ab}), 2)
