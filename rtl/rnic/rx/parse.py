@@ -80,7 +80,7 @@ Latency (cycles, idle outputs, measured by ``tb/cocotb_rx_parse.py``): see
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -88,7 +88,7 @@ from .. import wire
 from ..crc import CRC32, crc_init_skipping
 from ..ifaces import NUM_COUNTERS, Counter, rx_meta_layout
 from ..opcodes import OPCODES, opcode_info
-from ..stream import BeatStream, Queue, beat_layout, check_width
+from ..stream import BeatStream, Queue, RoomFIFO, beat_layout, check_width
 
 __all__ = ["RxParse", "rx_parse_latency", "HDR_BYTES", "PAYLOAD_OFFSETS", "ICRC_RESIDUE"]
 
@@ -559,9 +559,9 @@ class RxParse(wiring.Component):
         # Buffered too: the reason meets the residue compare and verdict_q's write from a register,
         # not a LUT-RAM read. Written by V4 six cycles after the last beat is accepted, it is out
         # two cycles later: just in time at W=64 (the verdict comes 1 + CRC32.latency ≥ 8 after).
-        m.submodules.reason_q = reason_q = fifo.SyncFIFOBuffered(width=3, depth=self.slots)
+        m.submodules.reason_q = reason_q = RoomFIFO(width=3, depth=self.slots, buffered=True)
         # Buffered: the read side's decision starts from a register, not a LUT-RAM read.
-        m.submodules.verdict_q = verdict_q = fifo.SyncFIFOBuffered(width=1, depth=self.slots)
+        m.submodules.verdict_q = verdict_q = RoomFIFO(width=1, depth=self.slots, buffered=True)
         m.d.comb += [
             desc_q.i.valid.eq(v4_valid),
             desc_q.i.payload.meta.eq(v4_meta),
@@ -625,19 +625,41 @@ class RxParse(wiring.Component):
         # those held now plus every token in flight now (including this cycle's).
         credit = Signal()
         m.d.sync += credit.eq((out_q.level + tok.emit + tok1.emit + tok2.emit) < self.out_depth)
-        # The head descriptor in a register of its own: desc_q sits in block RAM (132 slots),
+        # The head descriptor in registers of its own: desc_q sits in block RAM (132 slots),
         # whose clock-to-out (~4 ns on ECP5) must not feed the read address and its adders.
+        # Two of them, filled alternately (``h_fill``) and taken alternately (``h_take``): a slot is
+        # loaded whenever it is empty and desc_q has an entry, so the enable of its ~450 flops
+        # -- and desc_q's read enable -- are functions of registers, not of the take decision
+        # (which, as the enable of a single ``head``, was the whole core's worst path after
+        # placement at W=128, and at W=64 once the paths before it were cut: 18.1 ns). The
+        # next descriptor is in a slot by the cycle after a take exactly when it was in
+        # ``head`` before (one ``head`` reloaded in the take's cycle), so the takes happen in
+        # the same cycles.
+        slot_d = [Signal(desc_layout, name=f"head{i}") for i in range(2)]
+        slot_v = [Signal(name=f"head{i}_v") for i in range(2)]
+        h_fill = Signal()
+        h_take = Signal()
         head = Signal(desc_layout)
         head_v = Signal()
         take = Signal()
-        m.d.comb += desc_q.o.ready.eq(~head_v | take)
-        with m.If(desc_q.o.valid & desc_q.o.ready):
-            m.d.sync += [head.eq(desc_q.o.payload), head_v.eq(1)]
-        with m.Elif(take):
-            m.d.sync += head_v.eq(0)
+        wfree = Signal()
+        m.d.comb += [head.eq(Mux(h_take, slot_d[1], slot_d[0])),
+                     head_v.eq(Mux(h_take, slot_v[1], slot_v[0])),
+                     wfree.eq(~Mux(h_fill, slot_v[1], slot_v[0])),
+                     desc_q.o.ready.eq(wfree)]
+        load = desc_q.o.valid & wfree
+        with m.If(load):
+            m.d.sync += h_fill.eq(~h_fill)
+        with m.If(take):
+            m.d.sync += h_take.eq(~h_take)
+        for i in range(2):
+            # (a slot being loaded is empty, a slot being taken is full: never both at once)
+            with m.If(load & (h_fill == i)):
+                m.d.sync += [slot_d[i].eq(desc_q.o.payload), slot_v[i].eq(1)]
+            with m.Elif(take & (h_take == i)):
+                m.d.sync += slot_v[i].eq(0)
         drop = verdict_q.r_data[0]
-        # The decision to take the head descriptor enables the ~450 flops of ``head``, so it is a
-        # small function of registers:
+        # The decision to take the head descriptor is a small function of registers:
         # * a frame's descriptor is pushed (V4) before its verdict (CRC32.latency + 1 > 5 cycles
         #   after the last beat), so it reaches ``head`` before its verdict reaches the head of
         #   verdict_q (``head_v`` is in the test all the same);
