@@ -227,10 +227,14 @@ class RNIC(wiring.Component):
         wiring.connect(m, req.prog_cons, rctx.prog_cons)
         if hasattr(req, "us_tick"):
             # one strobe per microsecond of US_CYCLES clock cycles (the time base of every timer)
+            # (``tick`` is a register, the compare made a cycle ahead: it reaches every timer
+            # of the requester, and as the output of the compare's carry chain it ran on
+            # through two long nets into the counter's own reset, 16.3 ns after placement. It
+            # uses US_CYCLES of the cycle before; the strobes are otherwise the same.)
             us_cnt = Signal(32)
             tick = Signal()
-            m.d.comb += tick.eq(us_cnt + 1 >= ctl.us_cycles)
-            m.d.sync += us_cnt.eq(Mux(tick, 0, us_cnt + 1))
+            m.d.sync += [us_cnt.eq(Mux(tick, 0, us_cnt + 1)),
+                         tick.eq(Mux(tick, ctl.us_cycles <= 1, us_cnt + 2 >= ctl.us_cycles))]
             m.d.comb += req.us_tick.eq(tick)
 
         # Response frames that PSN Check accepted (an RTS QP, from its remote IPv4):

@@ -495,13 +495,16 @@ class PsnCheck(wiring.Component):
         # the requester's view: every SET_QP written (incl. the sweep to RESET after rst), and
         # every move to ERROR decided here (stage C never fires while a command runs: commands
         # wait for an empty pipeline, so the two never coincide)
+        # (the payload is chosen by ``set_valid`` alone, so stage C's decision reaches only
+        # ``valid``, not the requester context's register of the whole event)
+        m.d.comb += self.qp_set.valid.eq(ctx.set_valid | (fire & want_ev))
         with m.If(ctx.set_valid):
-            m.d.comb += [self.qp_set.valid.eq(1), self.qp_set.payload.qpn.eq(ctx.set_qpn),
+            m.d.comb += [self.qp_set.payload.qpn.eq(ctx.set_qpn),
                          self.qp_set.payload.state.eq(ctx.set_state),
                          self.qp_set.payload.sq_psn.eq(ctx.set_sq_psn),
                          self.qp_set.payload.static.eq(ctx.set_static)]
-        with m.Elif(fire & want_ev):
-            m.d.comb += [self.qp_set.valid.eq(1), self.qp_set.payload.qpn.eq(c_idx),
+        with m.Else():
+            m.d.comb += [self.qp_set.payload.qpn.eq(c_idx),
                          self.qp_set.payload.state.eq(QpState.ERROR),
                          self.qp_set.payload.sq_psn.eq(cx.sq_psn),
                          self.qp_set.payload.static.eq(st)]
