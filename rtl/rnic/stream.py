@@ -123,13 +123,15 @@ class RoomFIFO(Elaboratable):
         self.r_en = Signal()
         self.r_rdy = Signal()
         self.level = Signal(range(depth + 1))
+        self.w_rdy_next = Signal()      # what ``w_rdy`` will be in the next cycle
 
     @staticmethod
-    def _ready_flags(m, level, depth, do_write, do_read, not_full, not_empty):
+    def _ready_flags(m, level, depth, do_write, do_read, not_full, not_empty, not_full_next):
         """``not_full``/``not_empty`` registered: ``level`` of the next cycle compared."""
+        m.d.comb += not_full_next.eq(~(((level == depth) & ~do_read)
+                                       | ((level == depth - 1) & do_write & ~do_read)))
         m.d.sync += [
-            not_full.eq(~(((level == depth) & ~do_read)
-                          | ((level == depth - 1) & do_write & ~do_read))),
+            not_full.eq(not_full_next),
             not_empty.eq(~(((level == 0) & ~do_write)
                            | ((level == 1) & do_read & ~do_write))),
         ]
@@ -166,7 +168,8 @@ class RoomFIFO(Elaboratable):
             m.d.comb += [self.w_rdy.eq(w_rdy_r), self.r_rdy.eq(r_rdy_r)]
             do_read = self.r_rdy & self.r_en
             do_write = self.w_rdy & self.w_en
-            self._ready_flags(m, self.level, depth, do_write, do_read, w_rdy_r, r_rdy_r)
+            self._ready_flags(m, self.level, depth, do_write, do_read, w_rdy_r, r_rdy_r,
+                              self.w_rdy_next)
             self._ring(m, depth, self.level, do_write, do_read, "comb")
             return m
 
@@ -174,7 +177,8 @@ class RoomFIFO(Elaboratable):
         do_read = self.r_rdy & self.r_en
         if depth == 1:
             # a single register, as Amaranth's (a value every other cycle)
-            m.d.comb += [self.w_rdy.eq(self.level == 0), self.r_rdy.eq(self.level == 1)]
+            m.d.comb += [self.w_rdy.eq(self.level == 0), self.r_rdy.eq(self.level == 1),
+                         self.w_rdy_next.eq(Mux(self.w_rdy, ~do_write, do_read))]
             with m.If(self.w_rdy):
                 m.d.sync += self.r_data.eq(self.w_data)
             with m.If(do_write):
@@ -191,7 +195,7 @@ class RoomFIFO(Elaboratable):
         m.d.comb += self.w_rdy.eq(w_rdy_r)
         do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
         self._ready_flags(m, inner_level, inner_depth, do_write, do_inner_read,
-                          w_rdy_r, inner_r_rdy)
+                          w_rdy_r, inner_r_rdy, self.w_rdy_next)
         r_port = self._ring(m, inner_depth, inner_level, do_write, do_inner_read, "sync")
         m.d.comb += r_port.en.eq(do_inner_read)
         with m.If(do_inner_read):
@@ -222,6 +226,9 @@ class Queue(wiring.Component):
     o : Out(stream.Signature(shape))
     level : Out(range(depth + 1))
         Entries held.
+    room_next : Out(1)
+        What ``i.ready`` will be in the next cycle (the D input of its register): lets a
+        producer that stalls on several queues register its own stall decision.
     """
 
     def __init__(self, shape, depth, *, buffered=True):
@@ -234,6 +241,7 @@ class Queue(wiring.Component):
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
             "level": Out(range(depth + 1)),
+            "room_next": Out(1),
         })
 
     def elaborate(self, platform):
@@ -249,6 +257,7 @@ class Queue(wiring.Component):
             self.o.valid.eq(q.r_rdy),
             q.r_en.eq(self.o.ready),
             self.level.eq(q.level),
+            self.room_next.eq(q.w_rdy_next),
         ]
         return m
 

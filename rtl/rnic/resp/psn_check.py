@@ -481,7 +481,16 @@ class PsnCheck(wiring.Component):
         m.d.comb += can_go.eq(exe_q.i.ready & resp_q.i.ready & dec_q.i.ready & ev_q.i.ready
                               & ack_q.i.ready & fl_q.i.ready)
         fire = Signal()
-        m.d.comb += [fire.eq(c_valid & can_go), adv.eq(~c_valid | can_go)]
+        # ``adv`` (= ~c_valid | can_go) enables every register of stages A to C and the context
+        # tables' read: a register, its next value computed from the queues' next ``ready``
+        # and stage C's next valid (``c_valid`` follows ``b_valid`` when ``adv``). It was
+        # two LUT levels after six queues' flags, spread over the block, before a fanout of
+        # over a thousand: the whole core's largest group of failing endpoints after placement.
+        adv_r = Signal(init=1)
+        m.d.sync += adv_r.eq(~Mux(adv, b_valid, c_valid)
+                             | (exe_q.room_next & resp_q.room_next & dec_q.room_next
+                                & ev_q.room_next & ack_q.room_next & fl_q.room_next))
+        m.d.comb += [fire.eq(c_valid & can_go), adv.eq(adv_r)]
         m.d.comb += [
             exe_q.i.valid.eq(fire & want_exe), exe_q.i.payload.eq(exe),
             resp_q.i.valid.eq(fire & want_rq), resp_q.i.payload.eq(ent),
