@@ -36,11 +36,11 @@ from .params import RnicConfig
 from .rx.parse import RxParse
 from .resp.psn_check import PsnCheck
 from .resp.execute import Execute
-from .keys.key_cache import KeyCache
+from .keys.key_cache import KeyCache, lookup_req_layout
 from .host.cqe_gen import CqeGen
 from .host.axi_master import HostMemory
 from .tx.arbiter import TxArbiter
-from .stream import StreamMerge
+from .stream import SkidBuffer, StreamMerge, beat_layout
 from .req.requester import Requester
 from .req.req_context import ReqContext
 
@@ -188,7 +188,11 @@ class RNIC(wiring.Component):
         wiring.connect(m, exe.fault, faults.i[0])
         wiring.connect(m, cqe.fault, faults.i[1])
         wiring.connect(m, rctx.qp_err, faults.i[2])
-        wiring.connect(m, faults.o, psn.fault)
+        # (a skid buffer: PSN Check takes a fault when its injection slot is free, a decision
+        # that ran on through the merge's output register and into Execute's fault queue)
+        m.submodules.fault_skid = fault_skid = SkidBuffer(exe.fault.payload.shape())
+        wiring.connect(m, faults.o, fault_skid.i)
+        wiring.connect(m, fault_skid.o, psn.fault)
 
         # execute <-> Key Cache, CQE Generation, host memory
         wiring.connect(m, keys.lookup0, exe.lookup)
@@ -216,7 +220,12 @@ class RNIC(wiring.Component):
         wiring.connect(m, rctx.ctx_resp, req.ctx_resp)
         wiring.connect(m, req.cpl, rctx.cpl)
         wiring.connect(m, req.fault, rctx.req_fault)
-        wiring.connect(m, keys.lookup1, req.lookup)
+        # the requester's lookup requests through a skid buffer: the Key Cache's round-robin
+        # grant (its ``ready``) ran back into the requester's engine state across both blocks
+        m.submodules.lookup_skid = lookup_skid = SkidBuffer(lookup_req_layout)
+        wiring.connect(m, req.lookup.req, lookup_skid.i)
+        wiring.connect(m, lookup_skid.o, keys.lookup1.req)
+        wiring.connect(m, keys.lookup1.resp, req.lookup.resp)
         wiring.connect(m, req.wqe_rd, hmem_rd["sq_wqe"])
         wiring.connect(m, req.data_rd, hmem_rd["gather"])
         m.d.comb += [req.local_mac.eq(ctl.local_mac), req.local_ip.eq(ctl.local_ip)]
@@ -253,8 +262,14 @@ class RNIC(wiring.Component):
             m.d.comb += stat[Counter.NO_QP].eq(1)
 
         # MAC transmit
-        wiring.connect(m, psn.tx, arb.i0)
-        wiring.connect(m, req.tx, arb.i1)
+        # each source through a skid buffer: the arbiter's choice (from both sources' valid)
+        # and the MAC's tready decided the other blocks' output-queue reads in the same cycle
+        # (PSN Check's header builder -> the arbiter -> the requester's frame queue and back)
+        for i, src in enumerate((psn.tx, req.tx)):
+            skid = SkidBuffer(beat_layout(W))
+            m.submodules[f"tx_skid{i}"] = skid
+            wiring.connect(m, src, skid.i)
+            wiring.connect(m, skid.o, getattr(arb, f"i{i}"))
         o = arb.o
         m.d.comb += [
             self.m_axis_tx_tdata.eq(o.payload.data), self.m_axis_tx_tkeep.eq(o.payload.keep),
