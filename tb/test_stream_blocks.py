@@ -91,13 +91,16 @@ class _Pair(Elaboratable):
 @pytest.mark.parametrize("depth", [1, 2, 3, 4, 5, 8])
 def test_room_fifo_matches_amaranth(depth, buffered):
     """RoomFIFO writes its storage whenever it has room; at its ports it must be Amaranth's
-    FIFO cycle for cycle: w_rdy, r_rdy, level every cycle, r_data whenever r_rdy."""
+    FIFO cycle for cycle: w_rdy, r_rdy, level every cycle, r_data whenever r_rdy; and its
+    ``w_rdy_next`` (``Queue.room_next``) is the next cycle's ``w_rdy`` of Amaranth's FIFO."""
     pair = _Pair(depth, buffered)
     ref, dut = pair.ref, pair.dut
     rng = random.Random(depth * 2 + buffered)
     checked = []
+    full_next = []
 
     async def bench(ctx):
+        predicted = None
         for _ in range(3000):
             ctx.set(ref.w_data, rng.getrandbits(8))
             ctx.set(ref.w_en, rng.random() < 0.6)
@@ -105,13 +108,18 @@ def test_room_fifo_matches_amaranth(depth, buffered):
             r = [ctx.get(x) for x in (ref.w_rdy, ref.r_rdy, ref.level)]
             d = [ctx.get(x) for x in (dut.w_rdy, dut.r_rdy, dut.level)]
             assert d == r
+            if predicted is not None:
+                assert predicted == r[0]
             if r[1]:
                 assert ctx.get(dut.r_data) == ctx.get(ref.r_data)
                 checked.append(1)
+            predicted = ctx.get(dut.w_rdy_next)
+            full_next.append(not predicted)
             await ctx.tick()
 
     _simulate(pair, bench)
     assert len(checked) > 500
+    assert any(full_next) and not all(full_next)    # both values were predicted
 
 
 class _OldSkid(Elaboratable):

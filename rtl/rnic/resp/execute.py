@@ -175,7 +175,6 @@ class _LateWrite:
         self.en = Signal(name=f"{name}_wen")
         m.d.sync += [wp.addr.eq(self.addr), wp.data.eq(self.data), wp.en.eq(self.en)]
         self._wp = wp
-        self._name = name
 
     def read(self, rp, name):
         """The data of synchronous read port ``rp``, bypassed (hold with ``en`` low, as it)."""
@@ -610,7 +609,6 @@ class Execute(wiring.Component):
             # ``c`` is loaded in every cycle that could take (nothing reads it until the next
             # state): its ~380 flops are enabled by the state, not by ``exe.valid`` or the
             # flush queue's ``valid`` (PSN Check's, the whole core's worst path to it, 16.3 ns)
-            f = self.flush.payload
             if allow_flush:
                 m.d.sync += c.eq(Mux(self.exe.valid, self.exe.payload, flush_c))
             else:
@@ -620,7 +618,7 @@ class Execute(wiring.Component):
             if allow_flush:
                 with m.Elif(self.flush.valid & pipe_empty):
                     m.d.comb += self.flush.ready.eq(1)
-                    m.d.sync += [fl_end.eq(f.index), flushing.eq(1),
+                    m.d.sync += [fl_end.eq(self.flush.payload.index), flushing.eq(1),
                                  cstat.eq(WcStatus.WR_FLUSH_ERR)]
                     m.next = "FL_DEC"
                 with m.Else():
@@ -757,20 +755,29 @@ class Execute(wiring.Component):
         m.d.comb += kv.eq(Mux(ke.nowrite, 0, ke.pv))
         k_first = first_valid(kv)
         k_next = first_valid(kv, j)
-        j_key, j_va, j_len = Signal(32), Signal(64), Signal(13)
-        with m.Switch(j):
+        # The lookup request leaves from registers: its payload is loaded every cycle from the
+        # piece ``j`` will select next (``j_d``, the D input of ``j``), and ``lk_look`` is "the
+        # next state is K_LOOK with a piece left", so the port carries exactly what the FSM's
+        # combinational decode of ``j`` and its state carried before, cycle for cycle, while
+        # the paths into the Key Cache's round-robin grant and stage-1 key start at flops (the
+        # whole core's placed path ``j`` → piece mux → Key Cache → the requester's lookup skid
+        # was 16.4 ns). ``ke`` is the head of ``key_q``, valid from K_IDLE's take to K_PUSH.
+        j_d = Signal.like(j)
+        m.d.comb += j_d.eq(j)
+        m.d.sync += j.eq(j_d)
+        lk_look = Signal()
+        lk_look_d = Signal()
+        m.d.sync += lk_look.eq(lk_look_d)
+        lk = self.lookup.req.payload
+        with m.Switch(j_d):
             for i in range(MAX_SGE):
                 with m.Case(i):
-                    m.d.comb += [j_key.eq(ke.p[i].key), j_va.eq(ke.p[i].va),
-                                 j_len.eq(ke.p[i].len)]
-        m.d.comb += [
-            self.lookup.req.payload.key.eq(j_key),
-            self.lookup.req.payload.pd.eq(ke.pd),
-            self.lookup.req.payload.access.eq(Mux(ke.write, Access.REMOTE_WRITE,
-                                                  Access.LOCAL_WRITE)),
-            self.lookup.req.payload.va.eq(j_va),
-            self.lookup.req.payload.len.eq(j_len),
-            self.lookup.req.payload.tag.eq(j),
+                    m.d.sync += [lk.key.eq(ke.p[i].key), lk.va.eq(ke.p[i].va),
+                                 lk.len.eq(ke.p[i].len)]
+        m.d.sync += [
+            lk.pd.eq(ke.pd),
+            lk.access.eq(Mux(ke.write, Access.REMOTE_WRITE, Access.LOCAL_WRITE)),
+            lk.tag.eq(j_d),
         ]
         iq = iss_q.i
         # the entry as it leaves the key checks
@@ -791,18 +798,24 @@ class Execute(wiring.Component):
         m.d.comb += iq.payload.invc.eq(ke.inv & ~iq.payload.nowrite)
         with m.FSM(name="keys"):
             with m.State("K_IDLE"):
-                m.d.comb += k_idle.eq(1)
-                m.d.sync += [k_fail.eq(0), j.eq(k_first)]
+                m.d.comb += [k_idle.eq(1), j_d.eq(k_first)]
+                m.d.sync += k_fail.eq(0)
                 with m.If(kh.valid):
+                    m.d.comb += lk_look_d.eq(k_first != MAX_SGE)
                     m.next = "K_LOOK"
             with m.State("K_LOOK"):
-                with m.If(j == MAX_SGE):
+                # (``lk_look`` is ``j != MAX_SGE`` here)
+                with m.If(~lk_look):
                     m.next = "K_PUSH"
                 with m.Elif(inv_pend == 0):
                     # an older packet's invalidate is done before this packet's lookups
                     m.d.comb += self.lookup.req.valid.eq(1)
                     with m.If(self.lookup.req.ready):
                         m.next = "K_WAIT"
+                    with m.Else():
+                        m.d.comb += lk_look_d.eq(1)
+                with m.Else():
+                    m.d.comb += lk_look_d.eq(1)
             with m.State("K_WAIT"):
                 rr = self.lookup.resp
                 m.d.comb += rr.ready.eq(1)
@@ -810,13 +823,14 @@ class Execute(wiring.Component):
                     for i in range(MAX_SGE):
                         with m.If(j == i):
                             m.d.sync += kbus[i].eq(rr.payload.bus_addr)
-                    m.d.sync += j.eq(k_next)
+                    m.d.comb += j_d.eq(k_next)
                     with m.If(~rr.payload.ok):
                         m.d.sync += k_fail.eq(1)
                         m.next = "K_PUSH"
                     with m.Elif(k_next == MAX_SGE):
                         m.next = "K_PUSH"
                     with m.Else():
+                        m.d.comb += lk_look_d.eq(1)
                         m.next = "K_LOOK"
             with m.State("K_PUSH"):
                 m.d.comb += iq.valid.eq(1)

@@ -627,37 +627,19 @@ class RxParse(wiring.Component):
         m.d.sync += credit.eq((out_q.level + tok.emit + tok1.emit + tok2.emit) < self.out_depth)
         # The head descriptor in registers of its own: desc_q sits in block RAM (132 slots),
         # whose clock-to-out (~4 ns on ECP5) must not feed the read address and its adders.
-        # Two of them, filled alternately (``h_fill``) and taken alternately (``h_take``): a slot is
-        # loaded whenever it is empty and desc_q has an entry, so the enable of its ~450 flops
-        # -- and desc_q's read enable -- are functions of registers, not of the take decision
-        # (which, as the enable of a single ``head``, was the whole core's worst path after
-        # placement at W=128, and at W=64 once the paths before it were cut: 18.1 ns). The
-        # next descriptor is in a slot by the cycle after a take exactly when it was in
-        # ``head`` before (one ``head`` reloaded in the take's cycle), so the takes happen in
-        # the same cycles.
-        slot_d = [Signal(desc_layout, name=f"head{i}") for i in range(2)]
-        slot_v = [Signal(name=f"head{i}_v") for i in range(2)]
-        h_fill = Signal()
-        h_take = Signal()
-        head = Signal(desc_layout)
-        head_v = Signal()
+        # A two-entry ``Queue`` (``buffered=False``: ``RoomFIFO`` with registered ready flags),
+        # whose storage is written whenever it has room: the enables of its ~450 flops -- and
+        # desc_q's read enable -- are functions of registers, not of the take decision (which,
+        # as the enable of a single ``head`` register, was the whole core's worst path after
+        # placement at W=128, and at W=64 once the paths before it were cut: 18.1 ns). The next
+        # descriptor is at its head by the cycle after a take exactly when it was in a single
+        # ``head`` reloaded in the take's cycle, so the takes happen in the same cycles.
+        m.submodules.head_q = head_q = Queue(desc_layout, 2, buffered=False)
         take = Signal()
-        wfree = Signal()
-        m.d.comb += [head.eq(Mux(h_take, slot_d[1], slot_d[0])),
-                     head_v.eq(Mux(h_take, slot_v[1], slot_v[0])),
-                     wfree.eq(~Mux(h_fill, slot_v[1], slot_v[0])),
-                     desc_q.o.ready.eq(wfree)]
-        load = desc_q.o.valid & wfree
-        with m.If(load):
-            m.d.sync += h_fill.eq(~h_fill)
-        with m.If(take):
-            m.d.sync += h_take.eq(~h_take)
-        for i in range(2):
-            # (a slot being loaded is empty, a slot being taken is full: never both at once)
-            with m.If(load & (h_fill == i)):
-                m.d.sync += [slot_d[i].eq(desc_q.o.payload), slot_v[i].eq(1)]
-            with m.Elif(take & (h_take == i)):
-                m.d.sync += slot_v[i].eq(0)
+        head = head_q.o.payload
+        head_v = head_q.o.valid
+        wiring.connect(m, desc_q.o, head_q.i)
+        m.d.comb += head_q.o.ready.eq(take)
         drop = verdict_q.r_data[0]
         # The decision to take the head descriptor is a small function of registers:
         # * a frame's descriptor is pushed (V4) before its verdict (CRC32.latency + 1 > 5 cycles
