@@ -112,10 +112,11 @@ class RoomFIFO(Elaboratable):
     ``tb/test_stream_blocks.py``).
     """
 
-    def __init__(self, *, width, depth, buffered):
+    def __init__(self, *, width, depth, buffered, registers=False):
         if depth < 1:
             raise ValueError(f"FIFO depth must be at least 1, not {depth}")
         self.width, self.depth, self.buffered = width, depth, buffered
+        self.registers = registers
         self.w_data = Signal(width)
         self.w_en = Signal()
         self.w_rdy = Signal()
@@ -139,7 +140,10 @@ class RoomFIFO(Elaboratable):
     def _ring(self, m, depth, level, do_write, do_read, read_domain):
         """The storage ring: written at ``produce`` whenever ``w_rdy`` (see above), read at
         ``consume``; ``level`` counts its entries. Returns the read port."""
-        m.submodules.storage = storage = Memory(shape=self.width, depth=depth, init=[])
+        # ``registers``: flip-flops, not LUT RAM (yosys's ``ram_style = "logic"``)
+        attrs = {"ram_style": "logic"} if self.registers else None
+        m.submodules.storage = storage = Memory(shape=self.width, depth=depth, init=[],
+                                                attrs=attrs)
         w_port = storage.write_port()
         r_port = storage.read_port(domain=read_domain)
         produce = Signal(range(depth))
@@ -219,6 +223,10 @@ class Queue(wiring.Component):
     buffered : bool
         ``True`` (default): registered output (as ``SyncFIFOBuffered``), one extra cycle of
         latency. ``False``: as ``SyncFIFO`` (for depths that should stay in registers).
+    registers : bool
+        Keep the storage in flip-flops (``ram_style = "logic"``) instead of letting synthesis
+        infer LUT RAM: for a short queue whose write data comes from a block RAM (LUT RAM's
+        write path adds a LUT and pulls its cells together) or whose read feeds deep logic.
 
     Attributes
     ----------
@@ -231,12 +239,13 @@ class Queue(wiring.Component):
         producer that stalls on several queues register its own stall decision.
     """
 
-    def __init__(self, shape, depth, *, buffered=True):
+    def __init__(self, shape, depth, *, buffered=True, registers=False):
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"queue depth must be a positive integer, not {depth!r}")
         self._shape = shape
         self._depth = depth
         self._buffered = buffered
+        self._registers = registers
         super().__init__({
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
@@ -248,7 +257,7 @@ class Queue(wiring.Component):
         m = Module()
         width = Shape.cast(self._shape).width
         m.submodules.fifo = q = RoomFIFO(width=width, depth=self._depth,
-                                         buffered=self._buffered)
+                                         buffered=self._buffered, registers=self._registers)
         m.d.comb += [
             q.w_data.eq(Value.cast(self.i.payload)),
             q.w_en.eq(self.i.valid),
