@@ -188,11 +188,8 @@ class RNIC(wiring.Component):
         wiring.connect(m, exe.fault, faults.i[0])
         wiring.connect(m, cqe.fault, faults.i[1])
         wiring.connect(m, rctx.qp_err, faults.i[2])
-        # (a skid buffer: PSN Check takes a fault when its injection slot is free, a decision
-        # that ran on through the merge's output register and into Execute's fault queue)
-        m.submodules.fault_skid = fault_skid = SkidBuffer(exe.fault.payload.shape())
-        wiring.connect(m, faults.o, fault_skid.i)
-        wiring.connect(m, fault_skid.o, psn.fault)
+        # (PSN Check's fault port has a registered ready: its own two-entry queue)
+        wiring.connect(m, faults.o, psn.fault)
 
         # execute <-> Key Cache, CQE Generation, host memory
         wiring.connect(m, keys.lookup0, exe.lookup)

@@ -737,8 +737,16 @@ class PsnCheck(wiring.Component):
         ]
         seq_err_wr = Signal()
         m.d.comb += seq_err_wr.eq(go & ~err & (fatal_done | h.kill))
+        # Faults enter through a two-entry queue, so the port's ``ready`` is a register: the
+        # take below depends on ``go`` (the response queue's head and the coalescer), and as
+        # the port's ready it ran through the fault merge's skid buffer into its registers
+        # (15.9 ns in the whole core's placement). A fault acts a cycle later than it would
+        # straight from the port; as said below, that is a fault that came a cycle later.
+        m.submodules.fault_q = fault_q = Queue(qpn_layout, 2, buffered=False)
+        connect(m, wiring.flipped(self.fault), fault_q.i)
+        flt = fault_q.o
         fq_ok = Signal()
-        m.d.comb += fq_ok.eq(self.fault.payload.qpn < self.num_qp)
+        m.d.comb += fq_ok.eq(flt.payload.qpn < self.num_qp)
         # The error bits written by SET_QP (and the sweep) and by a fault go through one
         # register too (the command FSM's index and strobe, and the fault handshake, stay off
         # the LUT-RAM's write port); the sequencer's registered write has the port first, and
@@ -751,16 +759,16 @@ class PsnCheck(wiring.Component):
         ew_addr = Signal(ab)
         ew_data = Signal()
         fault_take = Signal()
-        m.d.comb += fault_take.eq(self.fault.valid & ~inj_valid & ~ew_valid & ~ctx.busy)
+        m.d.comb += fault_take.eq(flt.valid & ~inj_valid & ~ew_valid & ~ctx.busy)
         with m.If(go & need_inj):
             m.d.sync += [inj_valid.eq(1), inj_qpn.eq(h.qpn)]
         with m.Elif(fault_take):
             # (not while a command or the sweep owns the context: the injected operation
             # would read and write the tables through ports the command FSM holds)
             # a fault from a later stage: suppress the QP's responses, then move it to ERROR
-            m.d.comb += self.fault.ready.eq(1)
+            m.d.comb += flt.ready.eq(1)
             with m.If(fq_ok):
-                m.d.sync += [inj_valid.eq(1), inj_qpn.eq(self.fault.payload.qpn[:ab])]
+                m.d.sync += [inj_valid.eq(1), inj_qpn.eq(flt.payload.qpn[:ab])]
         m.d.sync += [sw_valid.eq(seq_err_wr), sw_addr.eq(h.qpn)]
         with m.If(sw_valid):
             m.d.comb += [err_wr.addr.eq(sw_addr), err_wr.data.eq(1), err_wr.en.eq(1)]
@@ -772,7 +780,7 @@ class PsnCheck(wiring.Component):
             m.d.sync += [ew_valid.eq(1), ew_addr.eq(ctx.set_qpn),
                          ew_data.eq(ctx.set_state == QpState.ERROR)]
         with m.Elif(fault_take & fq_ok & ~(go & need_inj)):
-            m.d.sync += [ew_valid.eq(1), ew_addr.eq(self.fault.payload.qpn[:ab]),
+            m.d.sync += [ew_valid.eq(1), ew_addr.eq(flt.payload.qpn[:ab]),
                          ew_data.eq(1)]
 
         # ---- per-QP pending-response table (TX back-pressure never reaches receive) ----------
