@@ -64,42 +64,6 @@ def test_queue(depth, buffered):
     assert _run_pipe(Queue(24, depth, buffered=buffered), items, depth) == items
 
 
-@pytest.mark.parametrize("depth", [2, 3, 8])
-def test_queue_slots(depth):
-    """The two-slot output keeps order and loses nothing under random stalls."""
-    items = [random.Random(depth + 7).getrandbits(24) for _ in range(200)]
-    assert _run_pipe(Queue(24, depth, slots=True), items, depth + 7) == items
-
-
-@pytest.mark.parametrize("depth", [3, 4, 8])
-def test_queue_slots_as_buffered(depth):
-    """With the consumer always ready, the two-slot queue's output is a buffered queue's,
-    cycle for cycle (valid every cycle, payload whenever valid), for random input. (Not at
-    depth 2: a buffered queue of two takes a write only every other cycle, this one each.)"""
-    ref, dut = Queue(8, depth), Queue(8, depth, slots=True)
-    top = Module()
-    top.submodules.ref, top.submodules.dut = ref, dut
-    top.d.comb += [dut.i.payload.eq(ref.i.payload), dut.i.valid.eq(ref.i.valid),
-                   dut.o.ready.eq(ref.o.ready)]
-    rng = random.Random(depth)
-    seen = []
-
-    async def bench(ctx):
-        ctx.set(ref.o.ready, 1)
-        for _ in range(2000):
-            ctx.set(ref.i.payload, rng.getrandbits(8))
-            ctx.set(ref.i.valid, rng.random() < 0.7)
-            assert ctx.get(dut.i.ready) == ctx.get(ref.i.ready) == 1
-            assert ctx.get(dut.o.valid) == ctx.get(ref.o.valid)
-            if ctx.get(ref.o.valid):
-                assert ctx.get(dut.o.payload) == ctx.get(ref.o.payload)
-                seen.append(1)
-            await ctx.tick()
-
-    _simulate(top, bench)
-    assert len(seen) > 1000
-
-
 def _simulate(top, bench):
     sim = Simulator(top)
     sim.add_clock(1e-8)

@@ -223,14 +223,6 @@ class Queue(wiring.Component):
     buffered : bool
         ``True`` (default): registered output (as ``SyncFIFOBuffered``), one extra cycle of
         latency. ``False``: as ``SyncFIFO`` (for depths that should stay in registers).
-    slots : bool
-        (with ``buffered``) The output comes from two register slots filled alternately
-        behind an unbuffered ring, instead of one output register loaded on the consumer's
-        ``ready``: the latency of a buffered queue, and the consumer's ``ready`` moves only a
-        read pointer, not the enable of a wide register (each such enable was a long path
-        after placement). Holds ``max(depth, 4)`` entries (the ring needs two for one write a
-        cycle); under back-pressure the input's ``ready`` returns a cycle later than a
-        buffered queue's.
     registers : bool
         Keep the storage in flip-flops (``ram_style = "logic"``) instead of letting synthesis
         infer LUT RAM: for a short queue whose write data comes from a block RAM (LUT RAM's
@@ -241,57 +233,29 @@ class Queue(wiring.Component):
     i : In(stream.Signature(shape))
     o : Out(stream.Signature(shape))
     level : Out(range(depth + 1))
-        Entries held (up to ``max(depth, 4)`` with ``slots``).
+        Entries held.
     room_next : Out(1)
         What ``i.ready`` will be in the next cycle (the D input of its register): lets a
         producer that stalls on several queues register its own stall decision.
     """
 
-    def __init__(self, shape, depth, *, buffered=True, registers=False, slots=False):
+    def __init__(self, shape, depth, *, buffered=True, registers=False):
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"queue depth must be a positive integer, not {depth!r}")
-        if slots and not buffered:
-            raise ValueError("slots=True is a buffered queue's output; not with buffered=False")
         self._shape = shape
         self._depth = depth
         self._buffered = buffered
         self._registers = registers
-        self._slots = slots
         super().__init__({
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
-            "level": Out(range((max(2, depth - 2) + 2 if slots else depth) + 1)),
+            "level": Out(range(depth + 1)),
             "room_next": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         width = Shape.cast(self._shape).width
-        if self._slots:
-            # an unbuffered ring (two entries at least: its registered ready takes one write a
-            # cycle only then) and two register slots behind it (one cycle each: the latency
-            # of a buffered queue), both with registered ready flags; the slots are written
-            # whenever they have room, so no enable of the output's flops depends on the
-            # consumer's ``ready``, which moves only a read pointer and a level
-            ring = RoomFIFO(width=width, depth=max(2, self._depth - 2), buffered=False,
-                            registers=self._registers)
-            out = RoomFIFO(width=width, depth=2, buffered=False, registers=True)
-            m.submodules.fifo = ring
-            m.submodules.slots = out
-            m.d.comb += [
-                ring.w_data.eq(Value.cast(self.i.payload)),
-                ring.w_en.eq(self.i.valid),
-                self.i.ready.eq(ring.w_rdy),
-                out.w_data.eq(ring.r_data),
-                out.w_en.eq(ring.r_rdy),
-                ring.r_en.eq(out.w_rdy),
-                self.o.payload.eq(out.r_data),
-                self.o.valid.eq(out.r_rdy),
-                out.r_en.eq(self.o.ready),
-                self.level.eq(ring.level + out.level),
-                self.room_next.eq(ring.w_rdy_next),
-            ]
-            return m
         m.submodules.fifo = q = RoomFIFO(width=width, depth=self._depth,
                                          buffered=self._buffered, registers=self._registers)
         m.d.comb += [

@@ -320,7 +320,7 @@ class Execute(wiring.Component):
         pq = piece_q.i
 
         m.submodules.post_q = post_q = Queue(_post_layout, 8)
-        m.submodules.cqe_q = cqe_q = Queue(_cqe_entry_layout, 8, slots=True)
+        m.submodules.cqe_q = cqe_q = Queue(_cqe_entry_layout, 8)
         m.submodules.ev_q = ev_q = Queue(event_layout, 4)
         m.submodules.fault_q = fault_q = Queue(data.StructLayout({"qpn": 24}), 4)
         connect(m, ev_q.o, wiring.flipped(self.event))
@@ -539,8 +539,8 @@ class Execute(wiring.Component):
         ]
 
         # ---- plan queues: planner -> key checks -> issue ------------------------------------
-        m.submodules.key_q = key_q = Queue(_key_entry_layout, 2, slots=True)
-        m.submodules.iss_q = iss_q = Queue(_issue_entry_layout, 2, slots=True)
+        m.submodules.key_q = key_q = Queue(_key_entry_layout, 2)
+        m.submodules.iss_q = iss_q = Queue(_issue_entry_layout, 2)
         kq = key_q.i
         ke = key_q.o.payload
         inv_pend = Signal(range(8))            # entries past the key checks that may invalidate
@@ -841,7 +841,7 @@ class Execute(wiring.Component):
         # ==== stage 3: CQE slot (reservation) ================================================
         # Its own stage, so the next packet's slot is reserved while stage 4 issues this one
         # and CqeGen writes the previous CQE.
-        m.submodules.post_plan_q = pp_q = Queue(_issue_entry_layout, 2, slots=True)
+        m.submodules.post_plan_q = pp_q = Queue(_issue_entry_layout, 2)
         m.d.comb += post_plan_busy.eq(pp_q.level != 0)
         r = Signal(_issue_entry_layout)
         post_dead_w = Signal()                 # stage 4 writes a dead mark this cycle
