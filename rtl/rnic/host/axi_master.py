@@ -167,6 +167,7 @@ class _Splitter:
         for i, r in enumerate(reqs):
             page = Signal(52, name=f"{name}_page_{i}")
             page_next = Signal(52, name=f"{name}_page_next_{i}")
+            carry = Signal(name=f"{name}_carry_{i}")            # the last burst ended a page
             off = Signal(12 - lb, name=f"{name}_off_{i}")      # beat index inside the page
             left = Signal(lw, name=f"{name}_left_{i}")
             end = Signal(14, name=f"{name}_end_{i}")
@@ -184,23 +185,16 @@ class _Splitter:
             ready.append(rdy)
             addrs.append(Cat(Const(0, lb), off, page))
             granted = self.fire & (self.grant == i)
-            # ``page`` loads in IDLE (the request) and in CALC after a burst that ended a page
-            # (``page_next``): that enable of its 52 flops is a register of its own, set from
-            # the next state, not a decode of the state and ``carry`` (two long routes, 14.6 ns
-            # in the whole core's placement)
-            page_ld = Signal(name=f"{name}_page_ld_{i}", init=1)
-            page_ld_d = Signal(name=f"{name}_page_ld_d_{i}")
-            m.d.sync += page_ld.eq(page_ld_d)
-            with m.FSM(name=f"{name}_{i}") as fsm:
+            with m.FSM(name=f"{name}_{i}"):
                 with m.State("IDLE"):
-                    m.d.comb += [r.ready.eq(1), page_ld_d.eq(~r.valid)]
+                    m.d.comb += r.ready.eq(1)
                     # the request registers follow the input in every IDLE cycle (nothing reads
                     # them before CALC), so their enable is the state alone: with ``r.valid``
                     # in it, the client's valid logic drove the enable of 52 + 12 flops a
                     # block away (the whole core's worst path after placement, 24.2 ns)
                     m.d.sync += [
-                        self.tag[i].eq(r.payload.tag),
-                        off.eq(r.payload.addr[lb:12]), left.eq(end[lb:] + 1),
+                        self.tag[i].eq(r.payload.tag), page.eq(r.payload.addr[12:]),
+                        off.eq(r.payload.addr[lb:12]), left.eq(end[lb:] + 1), carry.eq(0),
                     ]
                     with m.If(r.valid):
                         m.next = "CALC"
@@ -210,9 +204,11 @@ class _Splitter:
                         fits.eq(left <= page_beats),
                         small.eq(left <= max_beats),
                     ]
-                    # the page moves on here (``page_ld``: the last burst ended a page), not at the grant: its
-                    # 52 flops are not enabled by the arbiter's grant (the whole core's worst
-                    # placed path after the IDLE change, 18.8 ns)
+                    # the page moves on here, not at the grant: its 52 flops are then enabled
+                    # by the state and one register (``carry``), not by the arbiter's grant
+                    # (the whole core's worst placed path after the IDLE change, 18.8 ns)
+                    with m.If(carry):
+                        m.d.sync += page.eq(page_next)
                     m.next = "CALC2"
                 with m.State("CALC2"):
                     m.d.sync += [
@@ -224,14 +220,11 @@ class _Splitter:
                 with m.State("READY"):
                     m.d.comb += rdy.eq(1)
                     with m.If(granted):
-                        m.d.sync += [left.eq(left - self.beats[i]), off.eq(new_off[:12 - lb])]
-                        # (a burst that ended a page: CALC moves ``page`` on)
-                        m.d.comb += page_ld_d.eq(self.final[i] | new_off[12 - lb])
+                        m.d.sync += [left.eq(left - self.beats[i]), off.eq(new_off[:12 - lb]),
+                                     carry.eq(new_off[12 - lb])]
                         m.next = "CALC"
                         with m.If(self.final[i]):
                             m.next = "IDLE"
-            with m.If(page_ld):
-                m.d.sync += page.eq(Mux(fsm.ongoing("IDLE"), r.payload.addr[12:], page_next))
 
         last = Signal(range(nb), name=f"{name}_last")
         cands = [ready[i] & self.ok[i] for i in range(n)]
