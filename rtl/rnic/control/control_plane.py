@@ -205,15 +205,11 @@ class ControlPlane(wiring.Component):
                         with m.If(p.cmd.ready):
                             m.next = "WAIT"
             with m.State("WAIT"):
-                # ``resp_q`` follows the target's answer in every WAIT cycle (WRITEBACK reads
-                # the one of the cycle its ``valid`` came): its ~530 enables are a state decode,
-                # not the answering block's FSM (the Key Cache's command state into them was
-                # 13.6 ns in the whole core's placement)
                 for t, p in enumerate(ports):
                     with m.If(target == t):
                         m.d.comb += p.resp.ready.eq(1)
-                        m.d.sync += resp_q.eq(p.resp.payload)
                         with m.If(p.resp.valid):
+                            m.d.sync += resp_q.eq(p.resp.payload)
                             m.next = "WRITEBACK"
             with m.State("WRITEBACK"):
                 # one registered stage between the block's answer and the 512 ARG flops
