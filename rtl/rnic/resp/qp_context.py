@@ -114,10 +114,8 @@ class QpContext(wiring.Component):
     cmd : CommandSignature()
         Mailbox command port (SET_QP, QUERY_QP).
     busy : Out(1)
-        A command is pending (from the cycle after its ``valid`` rose; it is taken no earlier)
-        or running, or the reset sweep (``num_qp`` cycles after ``rst``, every QP to RESET) is
-        running: the pipeline must not start new packet operations. A register in the idle
-        state, so the pipeline's select does not wait on the command's ``valid``.
+        A command is pending or running, or the reset sweep (``num_qp`` cycles after ``rst``,
+        every QP to RESET) is running: the pipeline must not start new packet operations.
     idle : In(1)
         The pipeline and every outstanding execute are drained; the command may run.
     rd_addr, rd_en : In
@@ -281,8 +279,6 @@ class QpContext(wiring.Component):
         qpn_ok = Signal()       # registered like ``bad``: ``index`` is set on entry to ADDR
         m.d.sync += qpn_ok.eq((index < self.num_qp) & (index > 1))
 
-        cmd_seen = Signal()     # ``cmd.valid`` in the cycle before
-        m.d.sync += cmd_seen.eq(cmd.valid)
         with m.FSM(init="SWEEP"):
             with m.State("SWEEP"):
                 # after rst: every QP to RESET, one entry per cycle
@@ -292,13 +288,8 @@ class QpContext(wiring.Component):
                 with m.If(sweep_cnt == self.num_qp - 1):
                     m.next = "IDLE"
             with m.State("IDLE"):
-                # ``busy`` from a register: a command's ``valid`` (the control plane's mailbox
-                # state) held back new frames combinationally, a path through PSN Check's stage
-                # select into RX Parse's meta queue (14.4 ns in the whole core's placement). A
-                # command is taken only once ``busy`` has been high for a cycle, so a frame
-                # selected in the cycle the command arrived is in the pipeline ``idle`` waits for.
-                m.d.comb += self.busy.eq(cmd_seen)
-                with m.If(cmd.valid & cmd_seen & self.idle):
+                m.d.comb += self.busy.eq(cmd.valid)
+                with m.If(cmd.valid & self.idle):
                     m.d.comb += cmd.ready.eq(1)
                     m.d.sync += [op.eq(cmd.payload.opcode), args.eq(cmd.payload.args),
                                  index.eq(cmd.payload.index), write_args.eq(0), rargs.eq(0)]
