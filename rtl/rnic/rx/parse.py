@@ -634,21 +634,23 @@ class RxParse(wiring.Component):
         # whose clock-to-out (~4 ns on ECP5) must not feed the read address and its adders.
         # A two-entry ``Queue`` (``buffered=False``: ``RoomFIFO`` with registered ready flags;
         # in flip-flops: as LUT RAM its write path cost a LUT after the block RAM's 4.26 ns,
-        # 138.8 MHz out of context), whose storage is written whenever it has room: the enables of its ~450 flops -- and
-        # desc_q's read enable -- are functions of registers, not of the take decision (which,
-        # as the enable of a single ``head`` register, was the whole core's worst path after
-        # placement at W=128, and at W=64 once the paths before it were cut: 18.1 ns). The next
-        # descriptor is at its head by the cycle after a take exactly when it was in a single
-        # ``head`` reloaded in the take's cycle, so the takes happen in the same cycles.
+        # 138.8 MHz out of context), whose storage is written whenever it has room: the
+        # enables of its ~450 flops -- and desc_q's read enable -- are functions of registers,
+        # not of the take decision (which, as the enable of a single ``head`` register, was
+        # the whole core's worst path after placement at W=128, and at W=64 once the paths
+        # before it were cut: 18.1 ns). The next descriptor is at its head by the cycle after a
+        # take exactly when it was in a single ``head`` reloaded in the take's cycle, so the
+        # takes happen in the same cycles.
         m.submodules.head_q = head_q = Queue(desc_layout, 2, buffered=False,
                                                registers=True)
         take = Signal()
         head = head_q.o.payload
         head_v = head_q.o.valid
         # A plain register between the block RAM and the head queue: its data input is the
-        # RAM's output pin alone (no mux: the head queue's storage has one in front of each
-        # word) and its enable a function of registers, so the RAM's 4.26 ns clock-to-out
-        # meets only a route (148.0 MHz out of context with the RAM straight into the queue).
+        # RAM's output (the head queue's storage has a write mux in front of each word) and its
+        # enable a function of registers, so the RAM's 4.26 ns clock-to-out meets a route and
+        # at most the enable's LUT (148.0 MHz out of context with the RAM straight into the
+        # queue, 150.7 / 152.7 with this register).
         pr_v = Signal()
         pr_d = Signal(desc_layout)
         pr_go = Signal()
