@@ -230,3 +230,16 @@ def test_merge_round_robin():
     for k in range(n):
         idx = [i for i, x in enumerate(first) if x >> 8 == k]
         assert max(b - a for a, b in zip(idx, idx[1:])) <= 2 * n
+
+
+@pytest.mark.parametrize("registers", [False, True])
+def test_queue_registers_reach_the_netlist(registers):
+    """``Queue(registers=True)`` must reach yosys as ``ram_style = "logic"`` on the storage
+    memory (and only then): without it yosys maps a small queue to LUT RAM, which cost RX
+    Parse's head queue a LUT on its block-RAM path (docs/synthesis.md, eleventh round)."""
+    from amaranth.back import rtlil
+    q = Queue(8, 2, buffered=False, registers=registers)
+    text = rtlil.convert(q, ports=[q.i.valid, q.i.ready, q.i.payload,
+                                   q.o.valid, q.o.ready, q.o.payload])
+    assert "memwr" in text or "$mem" in text          # the storage is a memory
+    assert ('attribute \\ram_style "logic"' in text) == registers
