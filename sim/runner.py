@@ -196,9 +196,11 @@ def _check_results(path):
     assert not failed, f"cocotb tests failed: {', '.join(failed)} (see {path.parent})"
 
 
-def run_fast_verilator(factory, params, *, test_module, testcase, extra_env, test_name):
-    """Run ``test_module`` on a Verilator model of the ``rnic`` top built for speed, in its own
-    build directory (the fuzz campaign, the responder soak).
+def run_fast_verilator(factory, params, *, test_module, testcase, extra_env, test_name,
+                       name="rnic", toplevel="rnic"):
+    """Run ``test_module`` on a Verilator model of the ``rnic`` top (or of ``toplevel``, e.g. the
+    two-core ``rnic_pair`` with ``name="pair"``) built for speed, in its own build directory
+    (the fuzz campaign, the responder soak, the two-core soaks).
 
     The shared models (:func:`run_cocotb`) are built with ``--public-flat-rw`` (cocotb's default: every
     internal signal visible through VPI, which keeps Verilator from optimising the design) and
@@ -208,12 +210,12 @@ def run_fast_verilator(factory, params, *, test_module, testcase, extra_env, tes
     """
     from cocotb_tools.runner import Verilator
 
-    if os.environ.get("FUZZ_VERILOG"):
+    if name == "rnic" and os.environ.get("FUZZ_VERILOG"):
         # a pinned snapshot (a build/sim/rnic-*/rnic.v): fuzz campaigns unaffected by RTL edits
         vpath = Path(os.environ["FUZZ_VERILOG"]).resolve()
         cfg = vpath.parent
     else:
-        cfg, vpath = generate_verilog("rnic", factory, params, toplevel="rnic")
+        cfg, vpath = generate_verilog(name, factory, params, toplevel=toplevel)
     build_dir = cfg / "verilator-fast"
     opt = ["OPT_FAST=-O2", "OPT_SLOW=-O1", "OPT_GLOBAL=-O1", "CFG_CXXFLAGS_PCH_I=-include"]
 
@@ -233,7 +235,7 @@ def run_fast_verilator(factory, params, *, test_module, testcase, extra_env, tes
     try:
         runner = FastVerilator()
         with _Lock(cfg / ".verilator-fast.lock"):
-            runner.build(sources=[vpath], hdl_toplevel="rnic", build_dir=build_dir,
+            runner.build(sources=[vpath], hdl_toplevel=toplevel, build_dir=build_dir,
                          build_args=["--no-timing", "-Wno-fatal", "-Wno-WIDTH",
                                      "-Wno-UNOPTFLAT", "-Wno-STMTDLY", "-Wno-CASEINCOMPLETE",
                                      "--x-assign", "0", "--x-initial", "0"],
@@ -251,7 +253,7 @@ def run_fast_verilator(factory, params, *, test_module, testcase, extra_env, tes
            "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"), **extra_env}
     results = test_dir / "results.xml"
     try:
-        runner.test(test_module=test_module, hdl_toplevel="rnic", testcase=testcase,
+        runner.test(test_module=test_module, hdl_toplevel=toplevel, testcase=testcase,
                     build_dir=build_dir, test_dir=test_dir, results_xml=str(results),
                     extra_env=env, seed=1)
     except SystemExit:

@@ -1,7 +1,9 @@
 """Two `rnic` cores on a lossy wire: the Reliability Engine end to end (tb/cocotb_lossy.py)."""
+import os
+
 import pytest
 
-from tb.test_two_rnic import CONFIGS, _run as _run_pair
+from tb.test_two_rnic import CONFIGS, _run as _run_pair, _run_fast
 
 DIRECTED = ["lost_request_default_us", "lost_ack", "go_back_n_mid_message",
             "rnr_then_late_recv", "rnr_exhausted", "retry_exhausted_cut", "remote_naks"]
@@ -39,6 +41,8 @@ def test_lossy_random_icarus():
 @pytest.mark.soak
 @pytest.mark.parametrize("cfg", list(CONFIGS))
 def test_lossy_soak(cfg):
-    """10,000 random messages on a lossy wire (make soak)."""
-    _run(cfg, "verilator", ["lossy_random"], f"lossy-soak-{cfg}",
-         {"LOSSY_MESSAGES": "10000", "LOSSY_SEED": "13", "LOSSY_MAX_LEN": "2000"})
+    """10,000 random messages on a lossy wire (make soak; ``LOSSY_SOAK_MSGS`` sets the number),
+    on the two-core model built for speed."""
+    _run_fast(cfg, ["lossy_random"], f"lossy-soak-{cfg}",
+              {"LOSSY_MESSAGES": os.environ.get("LOSSY_SOAK_MSGS", "10000"), "LOSSY_SEED": "13",
+               "LOSSY_MAX_LEN": "2000"}, module="tb.cocotb_lossy")
