@@ -1,5 +1,6 @@
 # The project's entry points. Every target sets up what it needs first (scripts/setup.sh).
 #   make            generate build/rnic.v and an ECP5 synthesis report of the default core
+#                   (area, and the placement estimate with its worst paths: ~25 minutes)
 #   make test       the regression (what CI runs)
 #   make regress-full / soak / fuzz / synth / clean   (see README.md)
 PY      := .venv/bin/python
@@ -8,9 +9,9 @@ JOBS    ?= auto
 # the default configuration (interface.md §1)
 CONFIG  ?=
 
-.PHONY: all setup generate synth test regress-full soak fuzz clean regmap docs bench
+.PHONY: all setup generate synth synth-core test regress-full soak fuzz clean regmap docs bench
 
-all: setup generate synth
+all: setup generate synth-core
 
 setup:
 	@bash scripts/setup.sh
@@ -18,8 +19,15 @@ setup:
 generate: setup
 	$(PY) -m rnic.cli generate -o build/rnic.v $(CONFIG)
 
-synth: generate
+# the whole core on ECP5: placed only (routing it takes hours; `rnic synth --route-core`)
+synth-core: generate
 	$(PY) -m rnic.cli synth --target ecp5 $(CONFIG)
+
+# the whole report: every block routed and the core placed on ECP5, then the core on iCE40
+# (the reduced configuration, or CONFIG's) and its xc7 area (~1.5 hours on one core)
+synth: generate
+	$(PY) -m rnic.cli synth --block all --target ecp5 $(CONFIG)
+	$(PY) -m rnic.cli synth --target ice40,xc7 $(CONFIG)
 
 test: setup
 	$(PYTEST) -n $(JOBS) --durations=25 -m "not full and not soak and not fuzz" tb

@@ -194,3 +194,29 @@ def test_real_place_only_crc32(tmp_path):
     res = placed_paths((run / "placed.sdf").read_text())
     assert r["stage"] == "placed" and 50 < r["fmax_mhz"] < 600
     assert res["fmax_mhz"] == pytest.approx(r["fmax_mhz"], abs=0.01)
+
+
+def test_whole_core_on_ecp5_is_placed_unless_route_core(tmp_path, monkeypatch):
+    """A plain ``rnic synth`` (what ``make`` runs) must end: the whole core on ECP5 is placed
+    only unless ``--route-core`` asks for the route (router2 does not stop by itself on it);
+    the blocks are still routed by default."""
+    install_fake_tools(tmp_path, monkeypatch, yosys=FAKE_YOSYS, nextpnr=FAKE_NEXTPNR)
+    sdf = tmp_path / "in.sdf"
+    sdf.write_text(SDF)
+    monkeypatch.setenv("FAKE_SDF", str(sdf))
+    argv_file = tmp_path / "argv.json"
+    monkeypatch.setenv("FAKE_PNR_ARGV", str(argv_file))
+    stub = tmp_path / "rnic.v"
+    stub.write_text("module rnic(); endmodule\n")
+    monkeypatch.setitem(synth.BLOCKS, "rnic", synth.Block("rnic.top", lambda m, c: stub,
+                                                          synth.ALL_PARAMS))
+    out = tmp_path / "b"
+    assert main_synth(["-o", str(out), "-q"]) == 0
+    assert "--no-route" in json.loads(argv_file.read_text())
+    row, = json.loads((out / "synth.json").read_text())
+    assert row["block"] == "rnic" and row["stage"] == "placed" and row["fmax_mhz"] == 179.86
+    assert main_synth(["-o", str(out), "-q", "--route-core"]) == 0
+    argv = json.loads(argv_file.read_text())
+    assert "--no-route" not in argv and argv[argv.index("--router") + 1] == "router2"
+    rows = json.loads((out / "synth.json").read_text())
+    assert sorted(r.get("stage", "routed") for r in rows) == ["placed", "routed"]

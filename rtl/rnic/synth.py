@@ -812,7 +812,8 @@ def write_results(out_dir, rows, command):
 def _parser():
     p = argparse.ArgumentParser(
         prog="rnic synth",
-        description="Synthesize the core (or one block) and report area and post-route Fmax. "
+        description="Synthesize the core (or one block) and report area and post-route Fmax "
+                    "(the whole core on ECP5: the placement estimate unless --route-core). "
                     "Exits 0 when timing is missed (reported), non-zero only if a tool fails.")
     p.add_argument("--target", default="ecp5",
                    help="ecp5, ice40 or xc7, or several separated by commas (default ecp5)")
@@ -835,6 +836,12 @@ def _parser():
                    help="place without routing: report nextpnr's placement estimate and the "
                         "worst paths behind it (paths.txt, rnic paths); minutes where the whole "
                         "core's route takes hours")
+    p.add_argument("--route-core", action="store_true",
+                   help="route the whole core on ECP5 too. Without it the whole core's ECP5 "
+                        "row is its placement estimate (as --place-only): on the 85F it is "
+                        "~70 %% full and neither router finishes in hours with this nextpnr "
+                        "(router2 does not stop by itself), so a plain `rnic synth` or `make` "
+                        "would not end")
     p.add_argument("-o", "--out", default="build", metavar="DIR",
                    help="output directory for synth.json, synth.md and synth/ logs "
                         "(default build)")
@@ -909,6 +916,10 @@ def main_synth(argv=None):
             prog.line(f"ice40: reduced configuration {config_tag({k: cfg[k] for k in ALL_PARAMS})}")
         for b in blocks:
             prog.line(f"== {b} on {t} ==")
+            place_only = args.place_only or (b == "rnic" and t == "ecp5" and not args.route_core)
+            if place_only and not args.place_only:
+                prog.line("rnic on ecp5: placed only, not routed (routing the whole core takes "
+                          "hours here; --route-core to route it)")
             try:
                 rows.append(synth_block(b, cfg, t, args.out, freq_mhz=cfg["clock_mhz"],
                                         progress=prog, device=args.device, seed=args.seed,
@@ -916,13 +927,13 @@ def main_synth(argv=None):
                                                 "router2" if b == "rnic" else "router1"),
                                         verilog_path=args.verilog if b == "rnic" else None,
                                         nextpnr_args=args.nextpnr_args,
-                                        place_only=args.place_only))
+                                        place_only=place_only))
             except SynthError as e:
                 print(f"rnic synth: error: {b} on {t}: {e}", file=sys.stderr)
                 failed.append((b, t))
                 first = str(e).splitlines()[0]
                 rows.append({**_base_row(b, cfg, t, args.device, cfg["clock_mhz"]),
-                             **({"stage": "placed"} if args.place_only else {}),
+                             **({"stage": "placed"} if place_only else {}),
                              "status": "error", "note": f"FAILED: {first}"})
     jpath, mpath, merged = write_results(args.out, rows, command)
     print("\n".join(l for l in markdown_table(rows).splitlines() if l.startswith("|")),
