@@ -167,7 +167,8 @@ def test_place_only_flow(tmp_path, monkeypatch):
     monkeypatch.setitem(synth.BLOCKS, "crc32", synth.Block("rnic.crc", lambda m, c: stub))
     out = tmp_path / "b"
     assert main_synth(["--block", "crc32", "-o", str(out), "-q"]) == 0           # routed row
-    assert "--no-route" not in json.loads(argv_file.read_text())
+    argv = json.loads(argv_file.read_text())
+    assert "--no-route" not in argv and "--placer-heap-timingweight" not in argv   # a block
     assert main_synth(["--block", "crc32", "-o", str(out), "-q", "--place-only"]) == 0
     argv = json.loads(argv_file.read_text())
     assert "--no-route" in argv and argv[argv.index("--sdf") + 1] == "placed.sdf"
@@ -212,7 +213,17 @@ def test_whole_core_on_ecp5_is_placed_unless_route_core(tmp_path, monkeypatch):
                                                           synth.ALL_PARAMS))
     out = tmp_path / "b"
     assert main_synth(["-o", str(out), "-q"]) == 0
-    assert "--no-route" in json.loads(argv_file.read_text())
+    argv = json.loads(argv_file.read_text())
+    assert "--no-route" in argv
+    # the whole core places with the timing-weighted HeAP options (twelfth round) ...
+    assert argv[argv.index("--placer-heap-timingweight") + 1] == "40"
+    assert argv[argv.index("--placer-heap-critexp") + 1] == "4"
+    # ... unless the user gives the option himself (nextpnr refuses an option twice)
+    assert main_synth(["-o", str(out), "-q", "--nextpnr-arg=--placer-heap-critexp",
+                       "--nextpnr-arg=2"]) == 0
+    argv = json.loads(argv_file.read_text())
+    assert argv.count("--placer-heap-critexp") == 1 and argv[-2:] == [
+        "--placer-heap-critexp", "2"] and "--placer-heap-timingweight" in argv
     row, = json.loads((out / "synth.json").read_text())
     assert row["block"] == "rnic" and row["stage"] == "placed" and row["fmax_mhz"] == 179.86
     assert main_synth(["-o", str(out), "-q", "--route-core"]) == 0
