@@ -155,13 +155,20 @@ open(a[a.index("--report") + 1], "w").write(json.dumps(rep))
 '''
 
 
-def test_place_only_flow(tmp_path, monkeypatch):
+def _stand_in_place_tools(tmp_path, monkeypatch):
+    """The stand-in yosys and nextpnr for ``--place-only`` runs (the SDF above); returns the
+    file the stand-in nextpnr writes its argv into."""
     install_fake_tools(tmp_path, monkeypatch, yosys=FAKE_YOSYS, nextpnr=FAKE_NEXTPNR)
     sdf = tmp_path / "in.sdf"
     sdf.write_text(SDF)
     monkeypatch.setenv("FAKE_SDF", str(sdf))
     argv_file = tmp_path / "argv.json"
     monkeypatch.setenv("FAKE_PNR_ARGV", str(argv_file))
+    return argv_file
+
+
+def test_place_only_flow(tmp_path, monkeypatch):
+    argv_file = _stand_in_place_tools(tmp_path, monkeypatch)
     stub = tmp_path / "crc32.v"
     stub.write_text("module crc32(); endmodule\n")
     monkeypatch.setitem(synth.BLOCKS, "crc32", synth.Block("rnic.crc", lambda m, c: stub))
@@ -201,12 +208,7 @@ def test_whole_core_on_ecp5_is_placed_unless_route_core(tmp_path, monkeypatch):
     """A plain ``rnic synth`` (what ``make`` runs) must end: the whole core on ECP5 is placed
     only unless ``--route-core`` asks for the route (router2 does not stop by itself on it);
     the blocks are still routed by default."""
-    install_fake_tools(tmp_path, monkeypatch, yosys=FAKE_YOSYS, nextpnr=FAKE_NEXTPNR)
-    sdf = tmp_path / "in.sdf"
-    sdf.write_text(SDF)
-    monkeypatch.setenv("FAKE_SDF", str(sdf))
-    argv_file = tmp_path / "argv.json"
-    monkeypatch.setenv("FAKE_PNR_ARGV", str(argv_file))
+    argv_file = _stand_in_place_tools(tmp_path, monkeypatch)
     stub = tmp_path / "rnic.v"
     stub.write_text("module rnic(); endmodule\n")
     monkeypatch.setitem(synth.BLOCKS, "rnic", synth.Block("rnic.top", lambda m, c: stub,
