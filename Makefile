@@ -1,6 +1,6 @@
 # The project's entry points. Every target sets up what it needs first (scripts/setup.sh).
 #   make            generate build/rnic.v and an ECP5 synthesis report of the default core
-#                   (area, and the placement estimate with its worst paths: ~25 minutes)
+#                   (area, and the placement estimate with its worst paths: ~20 minutes)
 #   make test       the regression (what CI runs)
 #   make regress-full / soak / fuzz / synth / clean   (see README.md)
 PY      := .venv/bin/python
@@ -24,7 +24,7 @@ synth-core: generate
 	$(PY) -m rnic.cli synth --target ecp5 $(CONFIG)
 
 # the whole report: every block routed and the core placed on ECP5, then the core on iCE40
-# (the reduced configuration, or CONFIG's) and its xc7 area (~1.5 hours on one core)
+# (the reduced configuration, or CONFIG's) and its xc7 area (~45 minutes on one core)
 synth: generate
 	$(PY) -m rnic.cli synth --block all --target ecp5 $(CONFIG)
 	$(PY) -m rnic.cli synth --target ice40,xc7 $(CONFIG)
