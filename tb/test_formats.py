@@ -2,7 +2,8 @@
 
 The expectations are the contract's own tables, copied verbatim below and parsed here; they do not
 come from the module under test. ``RNIC_INTERFACE_MD=<path to interface.md>`` additionally checks
-that the copy still matches the contract's text. Pure Python, no simulation.
+that the copy still matches the contract's text (by default the shared ``spec/interface.md``
+beside the checkout, when there is one). Pure Python, no simulation.
 """
 import os
 import random
@@ -30,13 +31,13 @@ SPEC_SEND = """\
 | bytes | field |
 |---|---|
 | 0–7 | wr_id |
-| 8 | opcode: 0 SEND, 1 SEND_WITH_IMM, 2 SEND_WITH_INV, 3 RDMA_WRITE, 4 RDMA_WRITE_WITH_IMM |
+| 8 | opcode: 0 SEND, 1 SEND_WITH_IMM, 2 SEND_WITH_INV, 3 RDMA_WRITE, 4 RDMA_WRITE_WITH_IMM, 5 RDMA_READ (version 2) |
 | 9 | flags: 0x01 signaled, 0x02 solicited |
 | 10 | num_sge (0..2) |
 | 11 | reserved |
 | 12–15 | immediate data, stored in wire byte order; or the rkey to invalidate (little-endian) |
-| 16–23 | remote address (RDMA WRITE) |
-| 24–27 | rkey (RDMA WRITE) |
+| 16–23 | remote address (RDMA WRITE, RDMA READ) |
+| 24–27 | rkey (RDMA WRITE, RDMA READ) |
 | 28–31 | reserved |
 | 32–47, 48–63 | SGE 0, SGE 1 as in 5.1 |
 """
@@ -50,7 +51,7 @@ SPEC_CQE = """\
 | 12–15 | immediate data in wire byte order (with WITH_IMM), or the invalidated rkey, little-endian (with WITH_INVALIDATE) |
 | 16–19 | QPN [23:0] |
 | 20 | status (IB numbering: 0 SUCCESS, 2 LOC_QP_OP_ERR, 4 LOC_PROT_ERR, 5 WR_FLUSH_ERR, 9 REM_INV_REQ_ERR, 10 REM_ACCESS_ERR, 11 REM_OP_ERR, 12 RETRY_EXC_ERR, 13 RNR_RETRY_EXC_ERR) |
-| 21 | opcode: 0 SEND, 1 RDMA_WRITE (send side); 128 RECV, 129 RECV_RDMA_WITH_IMM (receive side) — set on every CQE, errors included |
+| 21 | opcode: 0 SEND, 1 RDMA_WRITE, 2 RDMA_READ (send side); 128 RECV, 129 RECV_RDMA_WITH_IMM (receive side) — set on every CQE, errors included |
 | 22 | flags: 0x02 WITH_IMM, 0x04 WITH_INVALIDATE |
 | 23–30 | reserved |
 | 31 | bit 0: phase. It is 1 on the first pass through the ring and flips on every wrap; software owns the entry once the phase matches its own pass. The whole entry is written in one burst, after OKAY write responses for all the data it reports. |
@@ -122,11 +123,22 @@ def test_flag_values_are_the_contract():
     assert f"{CQE_WITH_IMM:#04x} WITH_IMM, {CQE_WITH_INVALIDATE:#04x} WITH_INVALIDATE" in SPEC_CQE
 
 
-def test_spec_copy_is_current():
+def _contract_path():
+    """interface.md: ``$RNIC_INTERFACE_MD``, else the shared spec beside the checkout."""
     path = os.environ.get("RNIC_INTERFACE_MD")
+    if path:
+        return path
+    here = os.path.dirname(os.path.abspath(__file__))
+    shared = os.path.join(here, "..", "..", "shared", "spec", "interface.md")
+    return shared if os.path.exists(shared) else None
+
+
+def test_spec_copy_is_current():
+    path = _contract_path()
     if not path:
-        pytest.skip("set RNIC_INTERFACE_MD to interface.md to compare the copy with it")
+        pytest.skip("no interface.md beside the checkout: set RNIC_INTERFACE_MD to compare")
     text = open(path, encoding="utf-8").read()
+    assert "**Version 2**" in text
     for spec in (SPEC_RECV, SPEC_SEND, SPEC_CQE):
         assert spec in text
 

