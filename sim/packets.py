@@ -168,7 +168,9 @@ def expected_meta(frame):
 def drop_reason(frame, local_mac=LOCAL_MAC, local_ip=LOCAL_IP, *, tuser=False, drop_all=False):
     """Counter RX Parse counts ``frame`` under (1–5, lowest reason wins), 0 if it is accepted.
 
-    Header bytes a short frame does not contain read as 0 (this design's rule).
+    Header bytes a short frame does not contain read as 0 (this design's rule). Bytes after
+    the IPv4 datagram (Ethernet padding, a trailer) are ignored; a frame shorter than its
+    datagram or than 60 bytes counts 3.
     """
     if tuser:
         return 1
@@ -185,7 +187,7 @@ def drop_reason(frame, local_mac=LOCAL_MAC, local_ip=LOCAL_IP, *, tuser=False, d
     while csum >> 16:
         csum = (csum & 0xFFFF) + (csum >> 16)
     if (ip["version"] != 4 or ip["ihl"] != 5 or ip["flags"] & 1 or ip["frag_offset"]
-            or n > wire.MAX_FRAME or n != max(wire.MIN_FRAME, 14 + tot)
+            or n > wire.MAX_FRAME or n < max(wire.MIN_FRAME, 14 + tot)
             or udp["length"] + 20 != tot or udp["length"] < 8 or csum != 0xFFFF):
         return 3
     end = 14 + tot

@@ -164,12 +164,18 @@ class TB:
         for _ in range(extra):
             await RisingEdge(self.dut.clk)
 
-    async def run(self, frames, *, tuser=None, check=True, drop_all=False):
-        """Send frames; check every accepted one comes out exactly, the drops counted."""
+    async def run(self, frames, *, tuser=None, check=True, drop_all=False, refs=None):
+        """Send frames; check every accepted one comes out exactly, the drops counted.
+
+        ``refs``: the frames the reference model judges instead of ``frames`` (one each; a
+        frame must come out exactly as its ref would).
+        """
         tuser = tuser or [0] * len(frames)
+        refs = refs or frames
+        assert len(refs) == len(frames)
         exp_metas, exp_payloads, exp_reasons = [], [], []
         base_meta = len(self.metas)
-        for f, u in zip(frames, tuser):
+        for f, u in zip(refs, tuser):
             r = drop_reason(f, tuser=bool(u), drop_all=drop_all)
             if r:
                 exp_reasons.append(r)
@@ -382,7 +388,9 @@ def drop_cases(rng):
         3: [(_set(g(), 14, b"\x65"), 0), (_set(g(), 14, b"\x46"), 0),
             (_set(g(), 20, b"\x20\x00"), 0), (_set(g(), 20, b"\x00\x08"), 0),
             (_set(g(), 24, b"\x12\x34", csum_too=False), 0),
-            (_set(g(), 38, b"\x00\x30"), 0), (g() + bytes(8), 0), (g()[:-3], 0),
+            (_set(g(), 38, b"\x00\x30"), 0), (_claim_more(g(), 8), 0), (g()[:-3], 0),
+            (g(Op.SEND_ONLY, 0, min_len=0), 0),                # 58-byte runt
+            (g(Op.ACKNOWLEDGE, 0, min_len=0)[:-1], 0),
             (g(Op.SEND_ONLY, long_pay), 0), (g(Op.SEND_ONLY, 5000), 0)],
         4: [(_flip(g(), 60), 0), (_flip(g(Op.ACKNOWLEDGE, 0), 52), 0),
             (_flip(g(), 14 + 20 + 8 + 12 + 20 + 3), 0)],
@@ -390,6 +398,14 @@ def drop_cases(rng):
             (g(0x81), 0), (g(Op.RDMA_WRITE_ONLY, 4, ext=b""), 0),
             (_pad_short(rng), 0)],
     }
+
+
+def _claim_more(frame, n):
+    """``frame`` with IPv4 and UDP lengths ``n`` bytes longer than it holds (truncated)."""
+    f = bytearray(frame)
+    for pos in (16, 38):
+        f[pos:pos + 2] = (int.from_bytes(f[pos:pos + 2], "big") + n).to_bytes(2, "big")
+    return _fix(bytes(f))
 
 
 def _pad_short(rng):
@@ -461,6 +477,115 @@ async def drop_several_reasons(dut):
         frames += [f, g()]
         users += [u, 0]
     await tb.run(frames, tuser=users)
+
+
+# ---- bytes after the IPv4 datagram (interface.md §3) -------------------------------------------
+
+def _datagram_frame(rng, align, op=None):
+    """An unpadded frame (Ethernet header + IPv4 datagram) whose length is ``align`` mod lanes:
+    PadCnt 0..3 with that many pad bytes, so the datagram's end takes every lane."""
+    op = rng.choice(OPS) if op is None else op
+    padcnt = rng.randrange(4)
+    len0 = len(build_frame(op, b"", padcnt=0, min_len=0))
+    k = rng.randrange(2 * LANES)
+    n = k + (align - (len0 + k + padcnt)) % LANES
+    d = random_frame(rng, op, n, padcnt=padcnt, min_len=0)
+    assert len(d) % LANES == align and len(d) == len0 + n + padcnt
+    return d
+
+
+def _mutate(rng, d):
+    """(datagram frame, tuser): unchanged most of the time, else a mutation that some check
+    (of any reason 1–5) may catch; the reference model decides."""
+    kind = rng.choices(["none", "icrc", "pkey", "dst", "csum", "udp", "padcnt", "mac"],
+                       [14, 2, 1, 1, 1, 1, 1, 1])[0]
+    f = bytearray(d)
+    if kind == "icrc":                          # the 4 bytes ending at the datagram's end
+        f[len(f) - 1 - rng.randrange(4)] ^= 1 << rng.randrange(8)
+    elif kind == "pkey":
+        f[44:46] = b"\x12\x34"
+        f = bytearray(_fix(bytes(f)))
+    elif kind == "dst":
+        f[30] ^= 0x40
+        f = bytearray(_fix(bytes(f)))
+    elif kind == "csum":
+        f[24] ^= 0x08
+    elif kind == "udp":
+        f[38:40] = ((int.from_bytes(f[38:40], "big") + rng.choice([-4, -1, 1, 4])) & 0xFFFF
+                    ).to_bytes(2, "big")
+        f = bytearray(_fix(bytes(f)))
+    elif kind == "padcnt":
+        f[43] = (f[43] & 0xCF) | (3 << 4)
+        f = bytearray(_fix(bytes(f)))
+    return bytes(f), int(kind == "mac")
+
+
+def _with_trailer(rng, d, t):
+    """``d`` (a frame ending at its datagram's end) with ``t`` random bytes after the datagram:
+    directly after it or after zero padding to 60 bytes, the whole at least 60 bytes (short
+    frames padded with random bytes: nothing after the datagram is read)."""
+    body = d.ljust(wire.MIN_FRAME, b"\0") if rng.random() < 0.5 else d
+    f = body + rng.randbytes(t)
+    return f + rng.randbytes(max(0, wire.MIN_FRAME - len(f)))
+
+
+@cocotb.test()
+async def trailer(dut):
+    """Bytes after the IPv4 datagram (a trailer of 1–40 bytes, or longer; Ethernet padding to
+    60 bytes) are ignored: each frame gives exactly the outputs and counters the reference model
+    gives for the same frame without them (the datagram padded with zeros to 60 bytes). The
+    datagram's end takes every lane of the beat; good frames and frames dropped for reasons
+    1–5; idle input cycles and back-pressure rotated."""
+    tb = await new_tb(dut)
+    rng = random.Random(WIDTH * 3 + 17)
+    pairs = [(a, t) for a in range(LANES) for t in range(1, 41)]
+    if len(pairs) > 640:                        # W ≥ 256: every lane, every trailer length
+        pairs = [(a, 1 + (3 * a + 17 * k) % 40) for a in range(LANES) for k in range(3)]
+        pairs += [(rng.randrange(LANES), t) for t in range(1, 41)]
+    assert {a for a, _ in pairs} == set(range(LANES))
+    assert {t for _, t in pairs} == set(range(1, 41))
+    frames, refs, users = [], [], []
+    for a, t in pairs:
+        d, u = _mutate(rng, _datagram_frame(rng, a))
+        frames.append(_with_trailer(rng, d, t))
+        refs.append(d.ljust(wire.MIN_FRAME, b"\0"))
+        users.append(u)
+    # longer trailers, up to a 4,200-byte frame
+    for t in (41, 63, 64, 65, 100, 257, 1000):
+        d, u = _mutate(rng, _datagram_frame(rng, rng.randrange(LANES)))
+        frames.append(_with_trailer(rng, d, t))
+        refs.append(d.ljust(wire.MIN_FRAME, b"\0"))
+        users.append(u)
+    big = random_frame(rng, Op.SEND_ONLY, 4000, min_len=0)
+    small = random_frame(rng, Op.ACKNOWLEDGE, 0, min_len=0)
+    for d in (big, small):
+        frames.append(d + rng.randbytes(wire.MAX_FRAME - len(d)))
+        refs.append(d.ljust(wire.MIN_FRAME, b"\0"))
+        users.append(0)
+    # the Ethernet padding alone: short datagrams padded to 60 bytes with nonzero bytes
+    for n in (0, 1, 0, 1):
+        d = random_frame(rng, Op.SEND_ONLY, n, padcnt=0, min_len=0)      # 58, 59 bytes
+        assert len(d) < wire.MIN_FRAME
+        frames.append(d + rng.randbytes(wire.MIN_FRAME - len(d)))
+        refs.append(d.ljust(wire.MIN_FRAME, b"\0"))
+        users.append(0)
+    for f, r in zip(frames, refs):
+        assert len(f) > len(r) or (len(f) == len(r) == wire.MIN_FRAME and f != r)
+        assert wire.MIN_FRAME <= len(f) <= wire.MAX_FRAME
+    want = [drop_reason(r, tuser=bool(u)) for r, u in zip(refs, users)]
+    assert want.count(0) > len(want) // 2 and set(want) == {0, 1, 2, 3, 4, 5}, want
+    order = list(range(len(frames)))
+    rng.shuffle(order)
+    chunk = -(-len(order) // len(MODES))
+    for k, (idle, bp) in enumerate(MODES):
+        tb.set_mode(idle, bp)
+        part = order[k * chunk:(k + 1) * chunk]
+        await tb.run([frames[i] for i in part], refs=[refs[i] for i in part],
+                     tuser=[users[i] for i in part])
+    # past 4,200 bytes the frame is too long, whatever its datagram
+    too_long = big + bytes(wire.MAX_FRAME + 1 - len(big))
+    assert drop_reason(too_long) == 3
+    await tb.run([too_long, small.ljust(wire.MIN_FRAME, b"\0")])
 
 
 # ---- throughput and latency ---------------------------------------------------------------------

@@ -33,6 +33,12 @@ def test_rx_parse(width):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
+def test_rx_parse_trailer(width):
+    """Bytes after the IPv4 datagram (trailers, Ethernet padding) are ignored (interface.md §3)."""
+    _run(width, ["trailer"], "trailer")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 def test_rx_parse_benchmark(width, tmp_path):
     out = tmp_path / "bench.json"
     _run(width, ["benchmark"], "bench", {"RXP_OUT": str(out)})
@@ -83,6 +89,25 @@ def test_packets_scapy_roundtrip():
             assert len(d["payload"]) == n and expected_meta(f)["payload_len"] == n
             assert d["bth"]["opcode"] == op and d["bth"]["padcnt"] == (-n) & 3
     assert len(build_frame(Op.SEND_ONLY)) == 60
+
+
+def test_drop_reason_trailer():
+    """The model ignores bytes after the datagram; frames shorter than the datagram, shorter than
+    60 bytes or longer than 4,200 bytes count 3."""
+    rng = random.Random(2)
+    for op in (Op.SEND_ONLY, Op.ACKNOWLEDGE, Op.RDMA_WRITE_ONLY):
+        for n in (0, 1, 7, 100):
+            d = build_frame(op, rng.randbytes(n), min_len=0)
+            ref = d.ljust(60, b"\0")
+            assert drop_reason(ref) == 0
+            for t in list(range(1, 41)) + [64, 1000, 4200 - len(d)]:
+                f = (d + rng.randbytes(t)).ljust(60, b"\xa5")
+                assert drop_reason(f) == 0 and expected_meta(f) == expected_meta(ref), (op, n, t)
+                assert decode_frame(f)["payload"] == decode_frame(ref)["payload"]
+            assert drop_reason(d + bytes(4201 - len(d))) == 3
+            assert drop_reason(d[:-1]) == 3         # truncated
+            if len(d) < 60:
+                assert drop_reason(d) == 3          # runt
 
 
 @pytest.mark.filterwarnings("ignore:.*created but never used")

@@ -23,9 +23,11 @@ Data path
   ≥ 8 cycles).
 * The ICRC runs over the frame as it arrives: the 14 Ethernet bytes are fed as zeros with an
   initial state standing for the 8 bytes of 0xFF (``crc_init_skipping``), the variant fields
-  (IPv4 TOS, TTL, checksum; UDP checksum; BTH byte 4) are forced to 0xFF, ``keep`` stops at the
-  end of the IPv4 datagram (Ethernet padding excluded) and the received ICRC is included, so a
-  good frame leaves the CRC-32 residue ``0x2144DF1C``.
+  (IPv4 TOS, TTL, checksum; UDP checksum; BTH byte 4) are forced to 0xFF, and the CRC stops at
+  the end of the IPv4 datagram, byte 14 + total length (``keep`` ends there; the beats after it
+  are not fed, the one holding the end is fed with the frame's last beat), so the received
+  ICRC, the datagram's last 4 bytes, is included, bytes after the datagram (Ethernet padding, a
+  trailer) are not, and a good frame leaves the CRC-32 residue ``0x2144DF1C``.
 * The verdict (lowest reason of interface.md §4.5 wins: 1 MAC error, 2 not for us, 3 bad
   IPv4/UDP or too long, 4 bad ICRC, 5 bad BTH) is final ``CRC32.latency`` + 1 cycles after the
   last beat (the CRC's input is registered once). Dropped frames are counted then and skipped
@@ -42,13 +44,17 @@ Checks (counter of interface.md §4.5; the lowest applicable number is counted)
 2. ``drop_all``; destination MAC ≠ ``local_mac``; EtherType ≠ 0x0800; IPv4 destination ≠
    ``local_ip``; protocol ≠ 17; UDP destination port ≠ 4791.
 3. IPv4 version ≠ 4, IHL ≠ 5, MF or a fragment offset, bad header checksum; UDP length < 8 or
-   ≠ total length − 20; frame length ≠ max(60, 14 + total length) (Ethernet padding is accepted
-   only up to the 60-byte minimum; truncated frames land here); frame longer than 4,200 bytes.
+   ≠ total length − 20; frame length < max(60, 14 + total length) (a frame truncated inside its
+   datagram, or a runt shorter than 60 bytes); frame longer than 4,200 bytes.
 4. Bad ICRC.
 5. TVer ≠ 0; P_Key low 15 bits ≠ 0x7FFF; an opcode not in :data:`rnic.opcodes.OPCODES` (UC,
    UD, CNP, 0x15, 0x18–0x1F …); UDP length < 8 + BTH/extended headers + PadCnt + 4 (a frame
    shorter than its headers, or PadCnt larger than the bytes after the headers).
 
+The IPv4 total length, not the frame length, ends the datagram and its ICRC (interface.md §3):
+bytes after it (Ethernet padding up to 60 bytes, a trailer of any length within 4,200 bytes) are
+ignored, so such a frame gives the same metadata, payload, verdict and counters as its datagram
+padded to 60 bytes; they are buffered with the frame and never read into the payload.
 READ and atomic requests and every RC response opcode pass (with their payload bytes, if any);
 WRITE length and PadCnt-vs-opcode rules are the PSN stage's. Header bytes past the end of a short
 frame read as 0. The UDP checksum is not checked. ``payload_len`` = UDP length − 8 − header
@@ -296,8 +302,10 @@ class RxParse(wiring.Component):
         rem = Signal(17)
         # rem_gt[j] == (rem > j), registered with ``rem`` (a per-lane thermometer), so that a
         # lane's ``keep`` is an AND of registers instead of a 17-bit compare (``rem`` itself only
-        # feeds its own update)
+        # feeds its own update and ``rem_gtl``); rem_gtl == (rem > L): the datagram goes on past
+        # this beat
         rem_gt = Signal(L)
+        rem_gtl = Signal()
         nxt = (tb + 1) * L - _IP                # bytes of the datagram in beats 0 .. tb
         before_tb = Cat(*at[:tb]).any() if tb else 0   # idx < tb
         after_tb = ~Cat(*at[:tb + 1]).any()     # idx > tb
@@ -305,6 +313,7 @@ class RxParse(wiring.Component):
             with m.If(at[tb]):
                 m.d.sync += rem.eq(Mux(tot_in > nxt, tot_in - nxt, 0))
                 m.d.sync += [rem_gt[j].eq(tot_in > nxt + j) for j in range(L)]
+                m.d.sync += rem_gtl.eq(tot_in > nxt + L)
             with m.Else():
                 m.d.sync += rem.eq(Mux(rem > L, rem - L, 0))
                 # rem > L + j, split at the lane bits: rem ≥ 2L, or rem in L..2L−1 with its
@@ -314,18 +323,32 @@ class RxParse(wiring.Component):
                 r_1l = Signal()
                 m.d.comb += [r_2l.eq(r_hi[1:] != 0), r_1l.eq(r_hi == 1)]
                 m.d.sync += [rem_gt[j].eq(r_2l | (r_1l & (r_lo > j))) for j in range(L)]
+                m.d.sync += rem_gtl.eq(rem > 2 * L)
         in_dgram = [before_tb | (at[tb] & (tot_in > tb * L + j - _IP))
                     | (after_tb & rem_gt[j]) for j in range(L)]
+        # Bytes after the datagram (Ethernet padding, a trailer) are not the ICRC's: the CRC
+        # takes beats 0 .. e, e the beat holding the datagram's last byte (or the frame's last
+        # beat, if the frame ends first), ``last`` on beat e, so its result is the datagram's.
+        # Beat e is held in the CRC's input register (``past``) and fed, as the packet's last,
+        # with the frame's last beat, so the verdict keeps its time (the frame's last beat
+        # + CRC32.latency + 1) whatever follows the datagram.
+        more = Signal()                         # the datagram goes on past this beat
+        m.d.comb += more.eq(before_tb | (at[tb] & (tot_in > nxt)) | (after_tb & rem_gtl))
+        past = Signal()                         # beat e taken, the frame's last beat not yet
+        with m.If(accept):
+            m.d.sync += past.eq(~beat.last & (past | ~more))
         # One register stage in front of the CRC: the ``rem`` compares and the lane substitutions
         # above stay out of the CRC's data-term cone (one cycle more to the ICRC verdict).
         m.d.sync += [
-            crc.i.valid.eq(accept),
-            crc.i.payload.data.eq(crc_data),
-            # beats before the one holding the total length are all inside the datagram
-            crc.i.payload.keep.eq(Cat(*[beat.keep[j] & in_dgram[j] for j in range(L)])),
-            crc.i.payload.first.eq(first),
+            crc.i.valid.eq(accept & (beat.last | (more & ~past))),
             crc.i.payload.last.eq(beat.last),
         ]
+        with m.If(~past):
+            m.d.sync += [
+                crc.i.payload.data.eq(crc_data),
+                crc.i.payload.keep.eq(Cat(*[beat.keep[j] & in_dgram[j] for j in range(L)])),
+                crc.i.payload.first.eq(first),
+            ]
 
         # ================================ check pipeline ================================
         frame_len = Signal(range(cap * L + L + 1))
@@ -402,7 +425,8 @@ class RxParse(wiring.Component):
         r5a = ((f(wire.BTH, _BTH, "tver") != 0)
                | (f(wire.BTH, _BTH, "pkey")[:15] != 0x7FFF)
                | ~info.known)
-        # expected frame length max(60, 14 + total length), the compare done in V2
+        # minimum frame length max(60, 14 + total length), the compare done in V2 (bytes past
+        # the datagram are padding or a trailer, ignored)
         dmin = Signal(17)
         m.d.comb += dmin.eq(Mux(tot < wire.MIN_FRAME - _IP, wire.MIN_FRAME, _IP + tot))
         need_now = Signal(17)
@@ -479,7 +503,7 @@ class RxParse(wiring.Component):
         with m.If(v1_valid):
             m.d.sync += [
                 v2_r1.eq(v1_r1), v2_r2.eq(v1_r2),
-                v2_r3.eq(v1_r3 | (v1_len != v1_dmin) | (v1_udp20 != v1_tot)),
+                v2_r3.eq(v1_r3 | (v1_len < v1_dmin) | (v1_udp20 != v1_tot)),
                 v2_r5.eq(v1_r5 | pl_diff[-1]),                  # udp_len < need
                 v2_meta.eq(v1_meta), v2_meta.payload_len.eq(pl_diff[:13]),
                 v2_code.eq(v1_code), v2_base.eq(v1_base), v2_end.eq(v1_end),
