@@ -158,7 +158,7 @@ async def burst_of_completions(dut):
     and back-pressure): ring order per CQ, contents, phase across a wrap."""
     tb = await start(dut, 2)
     await tb.set_cq(0, 0x20000, 3)                     # 8 entries
-    await tb.set_cq(3, 0x30FE0 & ~31, 4)                # 16 entries, straddles a 4 KiB page
+    await tb.set_cq(3, 0x30F80, 4)                      # 16 entries, straddles a 4 KiB page
     tb.mem.add_guard(0x20000 + 8 * 32, 0x40)
     refs = {0: [], 3: []}
     for i in range(20):
@@ -229,7 +229,7 @@ async def overflow(dut):
     assert tb.count == 5
     # SET_CQ argument checks
     assert await tb.command(0x03, NUM_CQ, [0x1000, 0, 2]) == 2
-    assert await tb.command(0x03, 0, [0x1010, 0, 2]) == 3          # not 32-byte aligned
+    assert await tb.command(0x03, 0, [0x1010, 0, 2]) == 3          # not 64-byte aligned
     assert await tb.command(0x03, 0, [0x1000, 0, 16]) == 3         # log2 > 15
     assert await tb.command(0x09, 0, []) == 1
     tb.mem.check()
@@ -306,3 +306,51 @@ async def write_fault(dut):
     assert [(e["type"], e["number"]) for e in tb.events.items][1:] == [(4, 0x223)]
     assert [f["qpn"] for f in tb.faults.items] == [0xABCDE, 0x223]
     assert tb.count == 1
+
+
+@cocotb.test()
+async def set_cq_unaligned_base(dut):
+    """Ring bases are 64-byte aligned (interface.md §4.2): SET_CQ with a base that is not a
+    multiple of 64 (32-byte aligned ones included) returns 3 and changes nothing: a set CQ
+    keeps its ring, producer, consumer and phase; an unset CQ stays unset. A base that is a
+    multiple of 64 and of nothing larger is taken."""
+    tb = await start(dut, 6)
+    base = 0x70000
+    await tb.set_cq(1, base, 2)                        # 4 entries
+    tb.mem.add_guard(base + 4 * 32, 0x400)
+    cs = []
+    for i in range(3):
+        c = dict(cqn=1, wr_id=0x900 + i, byte_len=i, qpn=0x31)
+        assert await tb.reserve(1) == 1
+        tb.complete(**c)
+        cs.append(c)
+    await tb.settle(200)
+    bad = [base + 0x20, base + 0x1, base + 0x3F, base + 0x10, (5 << 32) | 0x71020,
+           0xFFFFFFE0]
+    for b in bad:
+        for cqn in (1, 2):                             # set, and never set
+            assert await tb.command(0x03, cqn, [b & 0xFFFFFFFF, b >> 32, 3]) == 3, (cqn, hex(b))
+    # CQ 1 unchanged: CQEs 3 and 4 go to slot 3 and, wrapped, slot 0 with phase 0
+    tb.db.put({"cqn": 1, "index": 3})
+    for i in (3, 4):
+        c = dict(cqn=1, wr_id=0x900 + i, byte_len=i, qpn=0x31)
+        assert await tb.reserve(1) == 1
+        tb.complete(**c)
+        cs.append(c)
+    await tb.settle(200)
+    for i, c in enumerate(cs):
+        want = cqe_ref(dict(c, opcode=RECV), 0 if i >= 4 else 1)
+        if i == 0:
+            continue                                   # slot 0 now holds CQE 4
+        assert tb.entry(1, i) == want, f"CQE {i}: {tb.entry(1, i).hex()}"
+    assert tb.count == 5
+    assert await tb.reserve(2) == 0                    # CQ 2 is still unset
+    await tb.settle(50)
+    assert [(e["type"], e["number"]) for e in tb.events.items] == [(2, 2)]
+    await tb.set_cq(2, 0x71040, 1)                     # 64-byte aligned: taken
+    assert await tb.reserve(2) == 1
+    tb.complete(cqn=2, wr_id=0xA00, qpn=0x32)
+    await tb.settle(200)
+    assert tb.entry(2, 0) == cqe_ref(dict(wr_id=0xA00, qpn=0x32, opcode=RECV), 1)
+    assert tb.count == 6
+    tb.mem.check()

@@ -928,6 +928,48 @@ async def qp_set_events(dut):
         await set_and_check(q, 0, min_rnr=7)                # RESET writes the new static
 
 
+@cocotb.test()
+async def set_qp_unaligned_base(dut):
+    """Ring bases are 64-byte aligned (interface.md §4.2): SET_QP with an RQ base (ARG6) or an
+    SQ base (ARG9) that is not a multiple of 64 returns 3 and changes nothing, whatever the
+    state change (to RESET or ERROR from RTS, RESET to INIT): no table write (QUERY_QP, and the
+    QP still answers), no ``qp_set`` for the requester, no ``qp_reset``, no flush. The same
+    commands with bases that are multiples of 64 are taken."""
+    tb = await setup(dut, qps=(2,), epsn=P0, wqes=3)
+    await tb.set_qp(5, 0)
+    await tb.wait(4)
+    before = {q: await tb.query(q) for q in (2, 5)}
+    n_set, n_reset, n_flush = len(tb.qp_sets), len(tb.resets), len(tb.flushes)
+    unaligned = [(6, 0x10000 * 2 + 0x20), (6, 1), (6, 0x3F), (9, 0x20), (9, 0x4001),
+                 (9, 0xFFFFFFF8)]
+    for q, state in ((2, 0), (2, 6), (5, 1)):
+        for k, v in unaligned:
+            args = tb.qp_args(q, state)
+            args[k] = v
+            res, _ = await tb.command(CmdOp.SET_QP, q, args)
+            assert res == 3, (q, state, k, hex(v), res)
+            assert tb.model.set_qp(q, args) == 3
+    await tb.wait(10)
+    assert tb.qp_sets[n_set:] == [] and tb.resets[n_reset:] == [], \
+        (tb.qp_sets[n_set:], tb.resets[n_reset:])
+    assert tb.flushes[n_flush:] == [] and tb.events == []
+    for q in (2, 5):
+        assert await tb.query(q) == before[q], q
+    tb.pkt(SEND_ONLY, 2, P0, b"a", ackreq=1)             # QP 2 is in RTS, its RQ as before
+    assert await tb.check() == [Frame(2, P0, 0x1F, 1)]
+    # multiples of 64 are taken, and written as given
+    for q, state in ((5, 1), (2, 6)):
+        n = len(tb.qp_sets)
+        args = tb.qp_args(q, state)
+        args[6], args[7], args[9], args[10] = 0x40, 0x2, 0xFFFFFFC0, 0x3
+        res, _ = await tb.command(CmdOp.SET_QP, q, args)
+        assert res == 0 and tb.model.set_qp(q, args) == 0
+        await tb.wait(4)
+        assert [(e["qpn"], e["state"], e["static"]["rq_base"], e["static"]["sq_base"])
+                for e in tb.qp_sets[n:]] == [(q, state, 0x2_0000_0040, 0x3_FFFF_FFC0)]
+        await tb.query(q)
+
+
 # ---- doorbells, ack_out, TX ---------------------------------------------------------------------
 
 @cocotb.test()

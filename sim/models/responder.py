@@ -90,6 +90,7 @@ class ResponderModel:
         legal = new in (QpState.RESET, QpState.ERROR) or (q.state, new) in (
             (QpState.RESET, QpState.INIT), (QpState.INIT, QpState.RTR), (QpState.RTR, QpState.RTS))
         if (not legal or (args[8] & 0x1F) > 15 or ((args[8] >> 8) & 0x1F) > 15
+                or args[6] % 64 or args[9] % 64          # RQ/SQ ring bases 64-byte aligned
                 or (new in (QpState.RTR, QpState.RTS) and not 1 <= pmtu <= 5)):
             return 3
         q.static = dict(pmtu=pmtu, min_rnr=(args[0] >> 16) & 0x1F, dest_qpn=args[1] & M24,

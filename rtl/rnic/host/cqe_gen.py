@@ -2,7 +2,7 @@
 
 CQ table
 --------
-One row per CQ in block RAM: valid, ring base (32-byte aligned), log2 entries, producer,
+One row per CQ in block RAM: valid, ring base (64-byte aligned), log2 entries, producer,
 consumer, reserved count, arm mode. It is cleared by a sweep after ``rst`` (``sweeping`` high,
 no input taken). Every operation is a read-modify-write of one row done by one FSM, one
 operation at a time, so no forwarding is needed (read address, registered read, registered
@@ -16,7 +16,8 @@ Operations
 ----------
 ``cmd`` (SET_CQ 0x03, index = CQN): ARG0/ARG1 ring base lo/hi, ARG2[4:0] log2 entries.
 Producer, consumer and reserved count to 0, disarmed, phase 1. Result 2 for CQN ≥ num_cq,
-3 for log2 > 15 or a base not 32-byte aligned, 1 for any other opcode.
+3 for log2 > 15 or a base not 64-byte aligned (interface.md §4.2; nothing changes), 1 for any
+other opcode.
 
 ``cq_db`` {cqn, index}: CQ_DB, the consumer index becomes ``index``.
 
@@ -310,7 +311,7 @@ class CqeGen(wiring.Component):
                     m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
                 with m.Elif(cmd.index >= self.num_cq):
                     m.d.sync += result.eq(Result.BAD_INDEX)
-                with m.Elif((log2 > 15) | (base[:5] != 0)):
+                with m.Elif((log2 > 15) | (base[:6] != 0)):     # 64-byte aligned (§4.2)
                     m.d.sync += result.eq(Result.BAD_ARGUMENT)
                 with m.Else():
                     m.d.sync += result.eq(Result.OK)

@@ -15,7 +15,8 @@ of the command mailbox (interface.md §4.2) through the same ports while the pip
 
 SET_QP rules: QPN 0/1 or ≥ num_qp → result 2; state not one of 0,1,2,3,6, an illegal change
 (only RESET→INIT→RTR→RTS and any→RESET/ERROR are legal; RTS→RTS is not), log2 ring sizes > 15,
-or a path MTU outside 1..5 when the new state is RTR or RTS → result 3 and nothing is written.
+an RQ or SQ ring base not 64-byte aligned, or a path MTU outside 1..5 when the new state is RTR
+or RTS → result 3 and nothing is written (no table, no ``set_valid``: no other block sees it).
 Otherwise every static field is written; ePSN is loaded from ARG2 only on entry to RTR, the send
 PSN from ARG3 only on entry to RTS; RESET clears every dynamic field. SET_QP does not raise
 event 3 (the event reports errors the hardware found, not software's own choice).
@@ -237,6 +238,8 @@ class QpContext(wiring.Component):
         m.d.sync += [
             bad.eq(~legal
                    | (args[8][0:5] > 15) | (args[8][8:13] > 15)
+                   # ring bases are 64-byte aligned (interface.md §4.2): RQ ARG6, SQ ARG9
+                   | args[6][0:6].any() | args[9][0:6].any()
                    | (((new_state == QpState.RTR) | (new_state == QpState.RTS))
                       & ((pmtu < 1) | (pmtu > 5)))),
             is_set.eq(op == CmdOp.SET_QP),
