@@ -1,5 +1,5 @@
 """The ``rnic`` command: ``rnic generate``, ``rnic synth``, ``rnic depth``, ``rnic paths``,
-``rnic regmap``, ``rnic bench``."""
+``rnic area``, ``rnic regmap``, ``rnic bench``."""
 
 import argparse
 import sys
@@ -97,11 +97,17 @@ def _paths(argv):
     return main_paths(argv)
 
 
+def _area(argv):
+    from .area import main_area
+    return main_area(argv)
+
+
 COMMANDS = {
     "generate": (_generate, "write build/rnic.v-style Verilog of the core"),
     "synth": (_synth, "synthesize on ECP5 / iCE40 / xc7 and report area and Fmax"),
     "depth": (_depth, "logic depth (LUT levels) of a synth_ecp5 netlist, deepest paths"),
     "paths": (_paths, "worst paths of a placed design from nextpnr's SDF (its placement estimate)"),
+    "area": (_area, "ECP5 area per block (hierarchy kept) against rtl/rnic/budgets.py"),
     "regmap": (_regmap, "print the register map as Markdown"),
     "bench": (_bench, "run the cycle-accurate benchmarks (from the repository root)"),
 }

