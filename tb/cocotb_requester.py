@@ -73,6 +73,7 @@ class TB:
         self.gap_errors = 0
         self.frames = 0
         self.frame_ends = []
+        self.frame_starts = []
 
     def _pause(self, p):
         rng = random.Random(11)
@@ -96,6 +97,8 @@ class TB:
             if in_frame and not v:
                 self.gap_errors += 1
             if v and r:
+                if not in_frame:
+                    self.frame_starts.append(cocotb.utils.get_sim_time("ns") // 4)
                 in_frame = not int(dut.tx_tlast.value)
                 if not in_frame:
                     self.frame_ends.append(cocotb.utils.get_sim_time("ns") // 4)
@@ -178,44 +181,46 @@ class TB:
         return pkts
 
     async def check_frames(self, qpn, pkts, payload, label):
-        ctx = self.ctx[qpn]
         for n, p in enumerate(pkts):
             f = await with_timeout(self.tx.recv(), 400, "us")
-            frame = bytes(f.tdata)
-            where = f"{label} pkt {n}"
-            assert len(frame) >= 60, where
-            e = Ether(frame)
-            ip, udp, bth = e[IP], e[UDP], e[BTH]
-            assert e.dst == ":".join(f"{b:02x}" for b in ctx["rmac"].to_bytes(6, "big")), where
-            assert e.src == "02:00:00:00:00:01" and e.type == 0x0800, where
-            assert (ip.src, ip.dst) == ("10.0.0.1", "10.0.0.2"), where
-            assert ip.ttl == 64 and ip.flags == 2 and ip.ihl == 5 and ip.proto == 17, where
-            trimmed = frame[:14 + ip.len]
-            assert frame[14 + ip.len:] == bytes(len(frame) - 14 - ip.len), where
-            # header checksum and ICRC recomputed by scapy
-            chk = Ether(trimmed)
-            del chk[IP].chksum
-            chk[BTH].icrc = None
-            assert bytes(chk) == trimmed, f"{where}: IP checksum or ICRC differs from scapy"
-            assert udp.sport == ctx["sport"] and udp.dport == 4791 and udp.chksum == 0, where
-            assert udp.len == ip.len - 20, where
-            got = dict(opcode=bth.opcode, psn=bth.psn, se=bth.solicited, ackreq=bth.ackreq,
-                       padcnt=bth.padcount)
-            exp = {k: p[k] for k in got}
-            assert got == exp, f"{where}: {got} != {exp}"
-            assert bth.pkey == 0xFFFF and bth.dqpn == ctx["dest_qpn"] and bth.version == 0
-            assert (bth.fecn, bth.becn, bth.migreq, bth.resv6, bth.resv7) == (0, 0, 0, 0, 0)
-            rest = trimmed[14 + 20 + 8 + 12:-4]
-            if p["reth"] is not None:
-                assert wire.RETH.unpack(rest) == p["reth"], where
-                rest = rest[16:]
-            if p["imm"] is not None:
-                assert rest[:4] == p["imm"], where
-                rest = rest[4:]
-            assert len(rest) == p["len"] + p["padcnt"], where
-            assert rest[:p["len"]] == payload[p["off"]:p["off"] + p["len"]], f"{where}: payload"
-            assert rest[p["len"]:] == bytes(p["padcnt"]), where
-            self.frames += 1
+            self.check_frame(qpn, p, payload, bytes(f.tdata), f"{label} pkt {n}")
+
+    def check_frame(self, qpn, p, payload, frame, where):
+        """``frame`` is packet ``p`` (sim/models/requester.py) of ``payload`` sent by ``qpn``."""
+        ctx = self.ctx[qpn]
+        assert len(frame) >= 60, where
+        e = Ether(frame)
+        ip, udp, bth = e[IP], e[UDP], e[BTH]
+        assert e.dst == ":".join(f"{b:02x}" for b in ctx["rmac"].to_bytes(6, "big")), where
+        assert e.src == "02:00:00:00:00:01" and e.type == 0x0800, where
+        assert (ip.src, ip.dst) == ("10.0.0.1", "10.0.0.2"), where
+        assert ip.ttl == 64 and ip.flags == 2 and ip.ihl == 5 and ip.proto == 17, where
+        trimmed = frame[:14 + ip.len]
+        assert frame[14 + ip.len:] == bytes(len(frame) - 14 - ip.len), where
+        # header checksum and ICRC recomputed by scapy
+        chk = Ether(trimmed)
+        del chk[IP].chksum
+        chk[BTH].icrc = None
+        assert bytes(chk) == trimmed, f"{where}: IP checksum or ICRC differs from scapy"
+        assert udp.sport == ctx["sport"] and udp.dport == 4791 and udp.chksum == 0, where
+        assert udp.len == ip.len - 20, where
+        got = dict(opcode=bth.opcode, psn=bth.psn, se=bth.solicited, ackreq=bth.ackreq,
+                   padcnt=bth.padcount)
+        exp = {k: p[k] for k in got}
+        assert got == exp, f"{where}: {got} != {exp}"
+        assert bth.pkey == 0xFFFF and bth.dqpn == ctx["dest_qpn"] and bth.version == 0
+        assert (bth.fecn, bth.becn, bth.migreq, bth.resv6, bth.resv7) == (0, 0, 0, 0, 0)
+        rest = trimmed[14 + 20 + 8 + 12:-4]
+        if p["reth"] is not None:
+            assert wire.RETH.unpack(rest) == p["reth"], where
+            rest = rest[16:]
+        if p["imm"] is not None:
+            assert rest[:4] == p["imm"], where
+            rest = rest[4:]
+        assert len(rest) == p["len"] + p["padcnt"], where
+        assert rest[:p["len"]] == payload[p["off"]:p["off"] + p["len"]], f"{where}: payload"
+        assert rest[p["len"]:] == bytes(p["padcnt"]), where
+        self.frames += 1
 
 
 async def start(dut, us_cycles=1):
@@ -393,6 +398,30 @@ async def requester_frames(dut):
     assert sorted(order) == [qa] * 4 + [qb] * 4, order
     assert max(runs) <= 2, f"no round robin between QPs with work: {order}"
     dut._log.info("round robin order %s", order)
+
+    # --- SQ_DB in RESET is ignored (interface.md §4.3), also once the QP is in RTS; the next
+    #     doorbell (a smaller producer index) posts from index 0 ----------------------------
+    qr = 14
+    tb.set_qp(qr, 0)
+    await ClockCycles(dut.clk, 20)
+    for k in range(3):
+        tb.post(qr, model.wqe_bytes(0xD0 + k, model.SEND, model.SIGNALED, [(IOVA + k, 8, KEY)]))
+    tb.ring(qr)                                         # producer 3, in RESET
+    await ClockCycles(dut.clk, 50)
+    for st in (1, 2, 3):
+        tb.set_qp(qr, st)
+    await ClockCycles(dut.clk, 500)
+    assert tb.tx.empty(), "a doorbell written in RESET ran in RTS"
+    assert await tb.completions(0, "reset doorbell") == []
+    tb.prod[qr] = 0
+    tb.post(qr, model.wqe_bytes(0xE0, model.SEND, model.SIGNALED, [(IOVA + 3, 8, KEY)]))
+    tb.ring(qr)                                         # producer 1
+    p = await tb.expect_frames(qr, 0xE0, model.SEND, src[3:11], model.SIGNALED, b"\0" * 4, 0,
+                               0, "after reset doorbell")
+    tb.ack.put(dict(qpn=qr, psn=p[-1]["psn"], syndrome=0x1F))
+    assert await tb.completions(1, "after reset doorbell") == tb.acked(qr, p[-1]["psn"])
+    await ClockCycles(dut.clk, 300)
+    assert tb.tx.empty(), "more than the one WQE posted after RESET was sent"
     tb.mem.check()
 
 
@@ -675,4 +704,158 @@ async def requester_retry(dut):
 
     assert tb.gap_errors == 0
     dut._log.info("retry bench: %d frames, %d retransmitted, %d cycles", tb.frames, retx.n, now())
+    tb.mem.check()
+
+
+# ---- timer bounds (interface.md §6) ---------------------------------------------------------------
+
+NUM_QP_T = int(os.environ.get("RQ_NUM_QP", "16"))
+RT_1MS = 8              # retransmit timeout code 8: 4.096 µs · 2^8 = 1048.576 µs
+RNR_1MS = 14            # RNR NAK timer code 14: 1.28 ms (roce-reference.md §2)
+SCAN_QUOTA = 8          # QPs judged per scan turn while an ACK waits (docs/requester.md)
+ENGINE = 300            # cycles from a timer's expiry to the first beat of the frame sent
+                        # again: queue, context, WQE re-read, key lookup, payload re-read,
+                        # header (the bench's host memory answers within 12 cycles)
+
+
+def scan_round(n, visits, acks):
+    """docs/requester.md: cycles for the scan to judge every QP once, with ``visits`` QPs that
+    need a visit and ``acks`` ACKs (that retire nothing) taken meanwhile."""
+    return n + 4 + 12 * visits + (10 + 4) * acks
+
+
+class AckWatch:
+    """Cycle at which each ACK/NAK payload was first offered on ``ack`` and taken."""
+
+    def __init__(self, dut):
+        self.offered, self.taken = {}, {}
+        cocotb.start_soon(self._run(dut))
+
+    async def _run(self, dut):
+        while True:
+            await FallingEdge(dut.clk)        # (the Source drives at the falling edge)
+            await ReadOnly()
+            if int(dut.ack_valid.value):
+                a = unpack(ack_layout, int(dut.ack_payload.value))
+                key = (a["qpn"], a["psn"], a["syndrome"])
+                self.offered.setdefault(key, now())
+                if int(dut.ack_ready.value):
+                    self.taken.setdefault(key, now())
+
+
+@cocotb.test(skip=os.environ.get("RQ_TEST", "frames") != "timers")
+async def requester_timers(dut):
+    """Retransmit (timeout 8, 1.05 ms) and RNR (code 14, 1.28 ms) timers at NUM_QP_T QPs, with
+    the completer idle, then under a continuous stream of ACKs: each retransmission starts no
+    earlier than the timer's value after the original frame's last beat (or the NAK taken), its
+    last beat is within twice the value of the original's first beat (or the NAK offered)
+    (interface.md §6), and it is no later than docs/requester.md's scan bound allows."""
+    n = NUM_QP_T
+    assert n >= 64, "the bench spreads 32 QPs over the QPN space"
+    tb, src = await start(dut, US)
+    tb.tx.clear_pause_generator()         # frame times without TX back-pressure
+    tb.tx.pause = False
+    watch = AckWatch(dut)
+    t_rt = 4.096 * 2**RT_1MS * US         # the exact values, in cycles
+    t_rnr = model.rnr_us(RNR_1MS) * US
+    qpns = sorted({2 + (i * (n - 3)) // 32 for i in range(32)})
+    assert len(qpns) == 32
+    got = 0                               # frames taken from tx so far
+
+    async def frame():
+        """The next frame: (dest QPN − 0x100, BTH PSN, bytes, first beat, last beat cycles)."""
+        nonlocal got
+        f = await with_timeout(tb.tx.recv(), int(10 * (t_rnr + t_rt)) * 4, "ns")
+        while len(tb.frame_ends) <= got:
+            await RisingEdge(dut.clk)
+        data = bytes(f.tdata)
+        bth = Ether(data)[BTH]
+        got += 1
+        return bth.dqpn - 0x100, bth.psn, data, tb.frame_starts[got - 1], tb.frame_ends[got - 1]
+
+    load = {"on": False, "psn": 0}
+
+    async def ack_load():
+        """Keeps ``ack`` valid: ACKs of QP 1 (never set up), each acknowledging one more PSN
+        (a full ACK event in the completer that retires nothing)."""
+        while True:
+            await FallingEdge(dut.clk)
+            while load["on"] and len(tb.ack.q) < 2:
+                tb.ack.put(dict(qpn=1, psn=load["psn"], syndrome=0x1F))
+                load["psn"] += 1
+
+    cocotb.start_soon(ack_load())
+    for phase, under_load in (("idle", False), ("ack load", True)):
+        mine = qpns[:16] if not under_load else qpns[16:]
+        rnr_q = set(mine[3::8])                      # two RNR QPs, the rest retransmit
+        qs = {}
+        for i, qpn in enumerate(mine):
+            q = Rel(tb, src, qpn, timeout=RT_1MS, retry_cnt=7, rnr_retry=7)
+            q.off = 0x200 * i                        # inside the MR whatever the QPN
+            qs[qpn] = q
+        load["on"] = under_load
+        await ClockCycles(dut.clk, 50)
+        first, pend = {}, {}
+        for q in qs.values():
+            q.post(0x10000 * q.qpn + 1, model.SEND, 64)
+            pend[q.qpn] = q.send_posted()[0]
+        for _ in qs:
+            qpn, psn, data, s0, e0 = await frame()
+            p = pend.pop(qpn)
+            tb.check_frame(qpn, p, qs[qpn].msg[p["wr_id"]], data, f"{phase} qp {qpn} sent")
+            q = qs[qpn]
+            if qpn in rnr_q:
+                syn = 0x20 | RNR_1MS
+                c, again = q.m.nak(psn, syn)
+                q.ack(psn, syn)
+                first[qpn] = ("rnr", (qpn, psn, syn), again)
+            else:
+                c, again = q.m.timeout()
+                first[qpn] = ("rt", (s0, e0), again)
+            assert c == [] and len(again) == 1, (qpn, c, again)
+        late = {}
+        for _ in qs:
+            qpn, psn, data, s1, e1 = await frame()
+            kind, ref, again = first.pop(qpn)
+            q = qs[qpn]
+            tb.check_frame(qpn, q.tag(again)[0], q.msg[again[0]["wr_id"]], data,
+                           f"{phase} qp {qpn} sent again")
+            if kind == "rnr":
+                q.m.rnr_elapsed()
+                t_off, t_in = watch.offered[ref], watch.taken[ref]
+                assert s1 - t_in >= t_rnr, f"{phase} RNR early: {s1 - t_in} < {t_rnr}"
+                assert e1 - t_off <= 2 * t_rnr, f"{phase} RNR late: {e1 - t_off} > 2 · {t_rnr}"
+                late[qpn] = ("rnr", s1 - t_in - t_rnr)
+            else:
+                s0, e0 = ref
+                assert s1 - e0 >= t_rt, f"{phase} retransmit early: {s1 - e0} < {t_rt}"
+                assert e1 - s0 <= 2 * t_rt, f"{phase} retransmit late: {e1 - s0} > 2 · {t_rt}"
+                late[qpn] = ("rt", s1 - e0 - t_rt)
+        load["on"] = False
+        # the design's bound (docs/requester.md): the scan arms a retransmit timer within a
+        # round of the send and fires it within a round of its deadline; an RNR NAK arms it
+        # at once. Each round here: every QP of the phase may need a visit, and with the ACK
+        # stream an ACK is taken after every SCAN_QUOTA QPs judged or a visit.
+        acks = (n // SCAN_QUOTA + len(mine) + 1) if under_load else 0
+        rnd = scan_round(n, len(mine), acks)
+        for qpn, (kind, lat) in sorted(late.items()):
+            bound = (2 if kind == "rt" else 1) * rnd + 2 * US + ENGINE
+            dut._log.info("%s: QP %d %s timer %d cycles late (bound %d)", phase, qpn, kind, lat,
+                          bound)
+            assert lat <= bound, f"{phase}: QP {qpn} {kind} {lat} cycles late > {bound}"
+        dut._log.info("%s: worst retransmit %d, RNR %d cycles late; US_CYCLES %d, N %d",
+                      phase, max(v for k, v in late.values() if k == "rt"),
+                      max(v for k, v in late.values() if k == "rnr"), US, n)
+        # every WQE completes once on its ACK
+        await ClockCycles(dut.clk, 100)
+        exp = []
+        for q in qs.values():
+            psn = q.m.sent[-1]["first_psn"]
+            q.ack(psn)
+            exp += [{"qpn": q.qpn, "flags": 0, "byte_len": 64, **c} for c in q.m.ack(psn)[0]]
+        got_c = await tb.completions(len(exp), f"{phase} acked")
+        key = lambda c: (c["qpn"], c["wr_id"])
+        assert sorted(got_c, key=key) == sorted(exp, key=key), f"{phase}: {got_c} != {exp}"
+        assert tb.tx.empty(), f"{phase}: a frame sent after the ACKs"
+    assert tb.gap_errors == 0
     tb.mem.check()

@@ -161,7 +161,9 @@ class Pair:
         self.sent_psn = {}                   # (side, qpn) -> next PSN the model expects to send
         self.noack = defaultdict(int)
 
-    async def start(self, qpns=(2,), **qp_attrs):
+    async def start(self, qpns=(2,), *, connect=True, **qp_attrs):
+        """Reset, both cores opened with CQ 0, the QP pairs created; brought to RTS unless
+        ``connect`` is false (then they stay in RESET)."""
         dut = self.dut
         dut.rst.value = 1
         await ClockCycles(dut.clk, 4)
@@ -179,7 +181,8 @@ class Pair:
                 attrs.update(qp_attrs)
                 qp = await side.dev.create_qp(qpn, recv_cq=side.cq, send_cq=side.cq, pd=PD,
                                               sq_log2=8, rq_log2=8, **attrs)
-                await side.dev.connect(qp)
+                if connect:
+                    await side.dev.connect(qp)
                 self.qps[(s, qpn)] = qp
                 self.sent_psn[(s, qpn)] = PSN0[s]
 
@@ -384,6 +387,78 @@ async def rdma_write_with_imm(dut):
 @cocotb.test()
 async def zero_length_send(dut):
     await _one_message(dut, SendOp.SEND, 0)
+
+
+@cocotb.test()
+async def doorbells_in_reset_ignored(dut):
+    """interface.md §4.3: SQ_DB and RQ_DB written while the QP is in RESET are ignored, also
+    after the QP reaches RTS. A rings SQ_DB 3 over three valid send WQEs and B rings RQ_DB 2
+    over two valid receive WQEs, both in RESET; once both QPs are in RTS nothing is sent, no CQE
+    is written and QUERY_QP's consumer indices stay 0. Then software posts from index 0 again:
+    A's SEND (SQ_DB 1, a smaller producer index than the ignored one) finds B's RQ empty (RNR
+    NAK, counter 9) until B posts a receive (RQ_DB 1); the message completes once on each side,
+    with the WQEs of those doorbells, and nothing else is sent."""
+    p = Pair(dut)
+    await p.start(connect=False)
+    a, b = p.s["a"], p.s["b"]
+    qa, qb = p.qps[("a", 2)], p.qps[("b", 2)]
+    n = 200
+    src = p.buffer("a", n + 64)
+    await p.mr("a", 0, src, n + 64, 0x0A000001, access=Access.LOCAL_WRITE)
+    data = bytes(p.rng.randrange(256) for _ in range(n))
+    a.dev.write(src, data)
+    dst = p.buffer("b", n)
+    await p.mr("b", 0, dst, n, 0x0B000001)
+    stale = b.dev.alloc(n + 64, 64)                   # where B's ignored receives point
+    await p.mr("b", 1, stale, n + 64, 0x0B000002)
+    # the doorbells in RESET, over WQEs that would run if they were kept
+    for k in range(3):
+        await a.dev.post_send(qa, 0xDEAD00 + k, SendOp.SEND, [(src, n, 0x0A000001)],
+                              doorbell=k == 2)
+    for k in range(2):
+        await b.dev.post_recv(qb, 0xDEAD10 + k, [(stale, n + 64, 0x0B000002)], doorbell=k == 1)
+    qa.sq_producer = qb.rq_producer = 0              # ignored: the rings are empty
+    for side, qp in ((b, qb), (a, qa)):
+        await side.dev.connect(qp)
+    await ClockCycles(dut.clk, 3000)
+    assert not p.wire.frames, f"frames sent for doorbells written in RESET: {len(p.wire.frames)}"
+    assert await a.poll(a.cq) == [] and await b.poll(b.cq) == []
+    sa, sb = await a.dev.query_qp(qa), await b.dev.query_qp(qb)
+    assert (sa["state"], sa["sq_ci"], sa["send_psn"]) == (3, 0, PSN0["a"]), sa
+    assert (sb["state"], sb["rq_ci"], sb["epsn"], sb["msn"]) == (3, 0, PSN0["a"], 0), sb
+    assert (await a.regs.counters())[12] == 0 and (await b.regs.counters())[12] == 0
+    # normal doorbells from index 0: A's SEND first (B has no receive posted: RNR NAK)
+    await a.dev.post_send(qa, 0xA0A, SendOp.SEND, [(src, n, 0x0A000001)])
+    for _ in range(100):
+        if (await b.regs.counter(9)) >= 1:
+            break
+        await ClockCycles(dut.clk, 100)
+    assert (await b.regs.counter(9)) >= 1, "B did not answer RNR: it consumed a receive WQE"
+    assert await b.poll(b.cq) == []
+    await b.dev.post_recv(qb, 0xB0B, [(dst, n, 0x0B000001)])
+    (ca,) = await p.wait_cqes("a", 1)
+    (cb,) = await p.wait_cqes("b", 1)
+    assert (ca.wr_id, ca.status, ca.opcode) == (0xA0A, WcStatus.SUCCESS, WcOpcode.SEND), ca
+    assert (cb.wr_id, cb.status, cb.opcode, cb.byte_len) == \
+        (0xB0B, WcStatus.SUCCESS, WcOpcode.RECV, n), cb
+    assert b.dev.read(dst, n) == data
+    await ClockCycles(dut.clk, 3000)
+    assert await a.poll(a.cq) == [] and await b.poll(b.cq) == []
+    assert len(p.s["a"].cqes[0]) == len(p.s["b"].cqes[0]) == 1
+    # on the wire: only the one SEND (retried after the RNR NAKs) and B's answers
+    reqs = [decode_frame(f) for _, s, f in p.wire.frames if s == "a"]
+    assert reqs and all((d["bth"]["opcode"], d["bth"]["psn"], d["payload"])
+                        == (0x04, PSN0["a"], data) for d in reqs), \
+        [(d["bth"]["opcode"], d["bth"]["psn"]) for d in reqs]
+    assert all(decode_frame(f)["bth"]["opcode"] == 0x11 for _, s, f in p.wire.frames
+               if s == "b")
+    for _, s, f in p.wire.frames:
+        check_frame_fields(decode_frame(f), s, SPORT[s])
+    sa, sb = await a.dev.query_qp(qa), await b.dev.query_qp(qb)
+    assert (sa["sq_ci"], sa["send_psn"]) == (1, (PSN0["a"] + 1) & 0xFFFFFF), sa
+    assert (sb["rq_ci"], sb["epsn"], sb["msn"]) == (1, (PSN0["a"] + 1) & 0xFFFFFF, 1), sb
+    for side in p.s.values():
+        side.mem.check()
 
 
 # ---- random traffic -------------------------------------------------------------------------------

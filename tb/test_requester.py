@@ -23,8 +23,8 @@ class ReqHarness(wiring.Component):
     """Requester + HostMemory (2 read clients) + KeyCache (1 lookup port), context served by
     the bench."""
 
-    def __init__(self, width):
-        self.width = width
+    def __init__(self, width, num_qp=NUM_QP):
+        self.width, self.num_qp = width, num_qp
         super().__init__({
             "axi": Out(AxiSignature(width)),
             "tx": Out(BeatStream(width)),
@@ -44,7 +44,7 @@ class ReqHarness(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.req = req = Requester(width=self.width, num_qp=NUM_QP)
+        m.submodules.req = req = Requester(width=self.width, num_qp=self.num_qp)
         m.submodules.hm = hm = HostMemory(width=self.width, read_clients=2, write_clients=0,
                                           max_reads=4, read_buffer=64)
         m.submodules.kc = kc = KeyCache(key_entries=8, num_ports=1)
@@ -68,11 +68,12 @@ class ReqHarness(wiring.Component):
         return m
 
 
-def _run(width, window, label, test="frames", us=2):
-    run_cocotb("requester", lambda: flat_top_axi(ReqHarness(width)), params={"width": width},
-               test_module="tb.cocotb_requester",
+def _run(width, window, label, test="frames", us=2, num_qp=NUM_QP, simulator=None):
+    params = {"width": width} if num_qp == NUM_QP else {"width": width, "num_qp": num_qp}
+    run_cocotb("requester", lambda: flat_top_axi(ReqHarness(width, num_qp)), params=params,
+               test_module="tb.cocotb_requester", simulator=simulator,
                extra_env={"RQ_WIDTH": str(width), "RQ_WINDOW": str(int(window)),
-                          "RQ_TEST": test, "RQ_US": str(us)},
+                          "RQ_TEST": test, "RQ_US": str(us), "RQ_NUM_QP": str(num_qp)},
                test_name=f"w{width}-{label}")
 
 
@@ -88,6 +89,18 @@ def test_requester_retry(width):
     recovery, RNR and retry exhaustion, NAK 0x61/0x62/0x63/reserved, SET_QP to ERROR in flight;
     frames and completions against sim/models/requester.py SendQp, timer gaps in cycles."""
     _run(width, False, "retry", test="retry")
+
+
+@pytest.mark.parametrize("num_qp, us", [(256, 4),
+                                        pytest.param(4096, 25, marks=pytest.mark.full)])
+def test_requester_timers(num_qp, us):
+    """Retransmit (timeout 8, 1.05 ms) and RNR (code 14, 1.28 ms) timers on 16 QPs spread over
+    the QPN space, idle then under a continuous ACK stream: never early, within twice the
+    value (interface.md §6), and within docs/requester.md's scan bound. N = 4096 at US_CYCLES
+    25 (a 25 MHz clock; Verilator, ~76,000 cycles: -m full); N = 256 at US_CYCLES 4 (Icarus),
+    where 1 ms is ~4,200 cycles, less than a scan of more than ~8 cycles per QP can meet."""
+    _run(64, False, f"timers-n{num_qp}-us{us}", test="timers", us=us, num_qp=num_qp,
+         simulator="verilator" if num_qp > 256 else None)
 
 
 @pytest.mark.full

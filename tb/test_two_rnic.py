@@ -12,7 +12,7 @@ from sim.runner import ROOT, run_cocotb, run_fast_verilator
 CONFIGS = {"w64": RnicConfig(num_qp=16, num_cq=4, key_entries=16),
            "w512": RnicConfig(data_width=512, num_qp=16, num_cq=4, key_entries=16)}
 DIRECTED = ["send_13_steps", "send_with_immediate", "send_with_invalidate", "rdma_write",
-            "rdma_write_with_imm", "zero_length_send"]
+            "rdma_write_with_imm", "zero_length_send", "doorbells_in_reset_ignored"]
 
 
 def _run(cfg, simulator, tests, name, env=None, module="tb.cocotb_two_rnic", waves=False):

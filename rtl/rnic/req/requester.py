@@ -4,7 +4,8 @@ Reliability Engine (retransmit and RNR timers, go-back-N, NAKs).
 Data path, top to bottom (see ``docs/requester.md``):
 
 1. **Send Queue ring / doorbells**: SQ_DB ``{number = QPN, value = producer}`` writes the QP's SQ
-   producer index into an on-chip table (``num_qp`` × 16 bits) and queues the QPN for service.
+   producer index into an on-chip table (``num_qp`` × 16 bits) and queues the QPN for service;
+   a doorbell for a QP in RESET (its last ``qp_set``) is dropped, so it has no effect later.
    A QP entering RTS (``qp_set``) is queued too, so doorbells recorded in INIT/RTR run in RTS.
    The completer queues a QPN as well when it must act again (retry, error, window reopened).
 2. **WQE fetch**: the engine takes a QPN and reads its context (``ctx_req``/``ctx_resp``, served
@@ -30,8 +31,9 @@ Data path, top to bottom (see ``docs/requester.md``):
 5. **TX Packet Build** (:mod:`.tx_build`): frame buffer, realigned gather, ICRC, ``tx``.
 6. **Completer** (ACK processing and the Reliability Engine): it owns each QP's oldest
    unacknowledged PSN ``una``, the SQ index of the oldest unretired WQE and the retry state. It
-   takes, one at a time: ACK/NAK packets, kill requests from the engine, and a scan step of one
-   QP (alternating with ACKs, so every QP is visited within about 10·``num_qp`` cycles). It
+   takes, one at a time: ACK/NAK packets, kill requests from the engine, and the scan, which
+   judges one QP per cycle and visits only those it can act on (a waiting ACK is taken after 8
+   QPs judged; docs/requester.md states the scan round and the timer bound). It
    retires sent WQEs by PSN (SUCCESS ``cpl`` for the signaled ones), runs the per-QP retransmit
    and RNR timers against a microsecond clock (``us_tick``), and on a timeout or a NAK 0x60
    asks the engine to go back to ``una`` (a generation count ``rgen`` in its table, which the
@@ -135,6 +137,7 @@ _comp_layout = data.StructLayout({
     "dl": TIMER_BITS,
     "rused": 3,         # retries used since the last progress (timeout, NAK 0x60)
     "nused": 3,         # RNR retries used since the last progress
+    "rnrw": 1,          # an RNR NAK with PSNs sent behind it: its NAK 0x60 may follow
 })
 
 #: Per QP, written by the engine from the context, read by the completer.
@@ -166,6 +169,10 @@ _OPS = [(0x00, 0x01, 0x02, 0x04), (0x00, 0x01, 0x03, 0x05), (0x00, 0x01, 0x16, 0
 # completer events and NAK actions
 _EV_ACK, _EV_SCAN, _EV_KILL = 0, 1, 2
 _ACT_NONE, _ACT_SEQ, _ACT_RNR, _ACT_ERR, _ACT_SCAN, _ACT_KILL = range(6)
+#: QPs the scan judges per turn when an ACK or a kill waits: a turn (3 cycles to fill the read
+#: pipeline, then one QP per cycle) costs what one ACK's processing does, so a stream of ACKs
+#: still leaves the scan half of the completer.
+SCAN_QUOTA = 8
 
 
 class Requester(wiring.Component):
@@ -184,8 +191,8 @@ class Requester(wiring.Component):
     Attributes
     ----------
     sq_db : In(stream.Signature(doorbell_layout))
-        SQ_DB writes: ``number`` = QPN, ``value`` = SQ producer index; a QPN ≥ ``num_qp`` is
-        taken and ignored.
+        SQ_DB writes: ``number`` = QPN, ``value`` = SQ producer index; a QPN ≥ ``num_qp``, or
+        a QP in RESET (interface.md §4.3), is taken and ignored.
     qp_set : In(stream.Signature(qp_set_layout))
         Every SET_QP that was written. RESET clears the QP's SQ indices; RTS loads the send PSN
         (``sq_psn``) and queues the QP (doorbells recorded in INIT/RTR then run).
@@ -316,6 +323,18 @@ class Requester(wiring.Component):
 
         m.submodules.work = work = Queue(ab, self.work_depth, buffered=False)
 
+        # SQ_DB of a QP in RESET is ignored (interface.md §4.3): one bit per QP, "not in
+        # RESET", written by every qp_set (the reset sweep after rst included). The doorbell
+        # offered on ``sq_db`` is read here first and taken a cycle later at the earliest;
+        # ``db_rd`` says the read data belong to it (its payload stays while it waits, and no
+        # qp_set wrote the table in the read's cycle).
+        m.submodules.live_mem = live_mem = Memory(shape=1, depth=self.num_qp, init=[])
+        live_wp = live_mem.write_port()
+        live_rp = live_mem.read_port()
+        db_rd = Signal()
+        m.d.comb += live_rp.addr.eq(self.sq_db.payload.number[:ab])
+        m.d.sync += db_rd.eq(self.sq_db.valid & ~self.sq_db.ready & ~live_wp.en)
+
         # qp_set first, then the completer's wake-ups, then doorbells; the engine's and the
         # completer's write-backs win.
         eng_wb = Signal()
@@ -332,8 +351,10 @@ class Requester(wiring.Component):
         set_reset = sp.state == _RESET
         set_hit = Signal()              # a SET_QP rewrites a QP's tables this cycle
         m.d.comb += self.qp_set.ready.eq(~eng_wb & ~cmp_wb & work.i.ready)
-        m.d.comb += self.sq_db.ready.eq(~self.qp_set.valid & ~wake_v & ~yield_v & work.i.ready)
+        m.d.comb += self.sq_db.ready.eq(db_rd & ~self.qp_set.valid & ~wake_v & ~yield_v
+                                        & work.i.ready)
         with m.If(self.qp_set.valid & self.qp_set.ready):
+            m.d.comb += [live_wp.addr.eq(set_q), live_wp.data.eq(~set_reset), live_wp.en.eq(1)]
             with m.If(set_rts | set_reset):
                 psn0 = Mux(set_rts, sp.sq_psn, 0)
                 m.d.comb += [set_hit.eq(1),
@@ -351,7 +372,7 @@ class Requester(wiring.Component):
             m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(aq)]
         with m.Elif(yield_v):
             m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(qpn)]
-        with m.Elif(self.sq_db.valid & self.sq_db.ready
+        with m.Elif(self.sq_db.valid & self.sq_db.ready & live_rp.data
                     & (self.sq_db.payload.number < self.num_qp)):     # others are ignored
             dq = self.sq_db.payload.number[:ab]
             m.d.comb += [prod_wp.addr.eq(dq), prod_wp.data.eq(self.sq_db.payload.value),
@@ -822,6 +843,13 @@ class Requester(wiring.Component):
         ast = Signal(4)                 # status of an ending NAK
         sidx = Signal(ab)               # the scan's next QP
         scan_turn = Signal()
+        # the scan's read pipeline (state SCAN): QP s1q's table reads are on the read ports'
+        # outputs, s2q's in comp_rd/d_rd/cfg_rd, s3q's in cmp/d/cfg, judged: s3n it needs a
+        # visit, s3w only a wake-up; s2st/s3st a SET_QP wrote its entry after the read
+        s1v, s2v, s3v, s3n, s3w = Signal(), Signal(), Signal(), Signal(), Signal()
+        s1q, s2q, s3q = Signal(ab), Signal(ab), Signal(ab)
+        s2st, s3st = Signal(), Signal()
+        sn = Signal(range(SCAN_QUOTA))  # QPs judged in this turn (saturating)
         stale = Signal()                # a SET_QP rewrote aq meanwhile: drop the write-back
         wake = Signal()
         cmp = Signal(_comp_layout)
@@ -857,6 +885,22 @@ class Requester(wiring.Component):
         scan_room = Signal()
         m.d.comb += [wake_room.eq(work.level < self.work_depth // 2), scan_room.eq(work.level == 0)]
         m.d.comb += expired.eq(~(now - cmp.dl)[TB - 1])
+        # The scan judges a QP from its table reads (comp_rd, d_rd, cfg_rd): it is visited (EVAL
+        # … WB) when that can act on it: an RNR wait over, a timer to arm, to disarm or expired,
+        # or WQEs unretired with nothing sent unacknowledged (records written after their ACK:
+        # otherwise the next ACK's walk retires them). A parked QP outside an RNR wait is only
+        # woken (a hint, as in ACT). A write after the read only delays a visit by a round.
+        pc, pdy, pcf = comp_rd, d_rd, cfg_rd
+        p_exp = ~(now - pc.dl)[TB - 1]
+        p_done = pdy.psn == pc.una
+        p_live = ~pc.qerr & ~pdy.err
+        p_need, p_wake = Signal(), Signal()
+        m.d.comb += [
+            p_need.eq(p_live & (((pc.ccons != pdy.hcons) & p_done)
+                                | Mux(pc.hold, p_exp, Mux((pcf.timeout == 0) | p_done,
+                                                          pc.armed, ~pc.armed | p_exp)))),
+            p_wake.eq(p_live & ~pc.hold & pdy.parked & scan_room),
+        ]
         m.d.comb += [
             ccpl.payload.qpn.eq(aq), ccpl.payload.wr_id.eq(ent.wr_id),
             ccpl.payload.status.eq(int(WcStatus.SUCCESS)), ccpl.payload.opcode.eq(ent.write),
@@ -873,21 +917,60 @@ class Requester(wiring.Component):
                 end_qp(int(WcStatus.RETRY_EXC_ERR))
             with m.Else():
                 m.d.sync += [cmp.rused.eq(cmp.rused + 1), cmp.rgen.eq(cmp.rgen + 1),
-                             cmp.armed.eq(0), wake.eq(1)]
+                             cmp.armed.eq(0), cmp.rnrw.eq(0), wake.eq(1)]
+
+        def take_kill():
+            m.d.sync += [kill_v.eq(0), ev.eq(_EV_KILL), aq.eq(kill_q)]
+            m.next = "READ"
+
+        def take_ack():
+            m.d.comb += self.ack.ready.eq(1)
+            m.d.sync += [a.eq(self.ack.payload), aq.eq(self.ack.payload.qpn[:ab]),
+                         ev.eq(_EV_ACK), scan_turn.eq(1)]
+            m.next = "READ"
+
+        def hit(q):
+            return set_hit & (set_q == q)
 
         with m.FSM(name="completer"):
             with m.State("IDLE"):
-                m.d.sync += [stale.eq(0), wake.eq(0)]
+                m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0),
+                             sn.eq(0)]
                 with m.If(kill_v):
-                    m.d.sync += [kill_v.eq(0), ev.eq(_EV_KILL), aq.eq(kill_q)]
+                    take_kill()
                 with m.Elif(self.ack.valid & ~scan_turn):
-                    m.d.comb += self.ack.ready.eq(1)
-                    m.d.sync += [a.eq(self.ack.payload), aq.eq(self.ack.payload.qpn[:ab]),
-                                 ev.eq(_EV_ACK), scan_turn.eq(1)]
+                    take_ack()
                 with m.Else():
-                    m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), ev.eq(_EV_SCAN),
-                                 scan_turn.eq(0)]
-                m.next = "READ"
+                    m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), scan_turn.eq(0)]
+                    m.next = "SCAN"
+            with m.State("SCAN"):
+                # A scan turn: the completer's table reads step through the QPs, one per cycle
+                # (aq → s1 → s2, judged → s3, whose entries LOAD's registers then hold). A QP
+                # judged to need it is visited from EVAL, or woken; the others are passed. The
+                # turn ends there, or after SCAN_QUOTA QPs when an ACK or a kill waits.
+                m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), stale.eq(0),
+                             s1v.eq(1), s1q.eq(aq), s2v.eq(s1v), s2q.eq(s1q),
+                             s3v.eq(s2v), s3q.eq(s2q), s3n.eq(p_need), s3w.eq(p_wake),
+                             s2st.eq(hit(s1q)), s3st.eq(s2st | hit(s2q))]
+                with m.If(~(s3v & s3n)):
+                    m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), tval.eq(t_rom)]
+                with m.If(s3v):
+                    with m.If(s3n):
+                        # (a SET_QP write since the read drops the write-back, as in a visit)
+                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), ev.eq(_EV_SCAN),
+                                     stale.eq(s3st | hit(s3q))]
+                        m.next = "EVAL"
+                    with m.Elif(s3w):
+                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1)]
+                        m.next = "WAKE"
+                    with m.Elif((kill_v | self.ack.valid) & (sn == SCAN_QUOTA - 1)):
+                        m.d.sync += sidx.eq(s3q + 1)
+                        with m.If(kill_v):
+                            take_kill()
+                        with m.Else():
+                            take_ack()
+                    with m.Elif(sn != SCAN_QUOTA - 1):
+                        m.d.sync += sn.eq(sn + 1)
             with m.State("READ"):
                 m.next = "READ2"           # comp/dyn/cfg reads of the new QPN
             with m.State("READ2"):
@@ -910,20 +993,28 @@ class Requester(wiring.Component):
                     # a newer ACK (0 < a.psn + 1 − una < 2^23) moves una and restarts the timer
                     with m.If((adv != 0) & ~adv[23]):
                         m.d.sync += [cmp.una.eq(a.psn + 1), cmp.rused.eq(0), cmp.nused.eq(0),
-                                     cmp.armed.eq(0), act.eq(_ACT_NONE)]
+                                     cmp.armed.eq(0), cmp.rnrw.eq(0), act.eq(_ACT_NONE)]
+                        # PSNs still outstanding: the timer restarts now (outside an RNR wait,
+                        # whose deadline dl holds)
+                        with m.If(~cmp.hold & (cfg.timeout != 0) & (d.psn != (a.psn + 1)[:24])):
+                            m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1)]
                         m.next = "WALK"
                     with m.Else():
                         m.next = "IDLE"
                 with m.Elif(behind[23]):
                     m.next = "IDLE"        # a NAK for a PSN already acknowledged: stale
-                with m.Elif(cmp.hold & (a.syndrome[:7] == 0x60)):
-                    # the sequence error that follows an RNR NAK (the packets after the refused
-                    # one): the RNR wait already goes back to una
-                    m.next = "IDLE"
+                with m.Elif((cmp.hold | (cmp.rnrw & (behind == 0)))
+                            & (a.syndrome[:7] == 0x60)):
+                    # the sequence error that follows an RNR NAK (the responder's answer to the
+                    # packets sent behind the refused one), during the wait or after it (a
+                    # short wait may end before it arrives): the RNR wait goes back anyway
+                    m.d.sync += cmp.rnrw.eq(0)
+                    m.next = "WB"
                 with m.Else():
                     # a NAK at p acknowledges every PSN before p
                     with m.If(behind != 0):
-                        m.d.sync += [cmp.una.eq(a.psn), cmp.rused.eq(0), cmp.nused.eq(0)]
+                        m.d.sync += [cmp.una.eq(a.psn), cmp.rused.eq(0), cmp.nused.eq(0),
+                                     cmp.rnrw.eq(0)]
                     with m.If(a.syndrome[:7] == 0x60):
                         m.d.sync += act.eq(_ACT_SEQ)
                     with m.Elif(typ == 1):
@@ -979,6 +1070,7 @@ class Requester(wiring.Component):
                             with m.If(cfg.rnr_retry != 7):
                                 m.d.sync += cmp.nused.eq(cmp.nused + 1)
                             m.d.sync += [cmp.hold.eq(1), cmp.armed.eq(1),
+                                         cmp.rnrw.eq(d.psn != (a.psn + 1)[:24]),
                                          cmp.dl.eq(now + rval + 1),
                                          cmp.rgen.eq(cmp.rgen + 1), wake.eq(1)]
                     with m.Case(_ACT_SCAN):
