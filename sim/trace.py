@@ -139,7 +139,7 @@ def _lookup(dut, path):
     try:
         for part in path.split("."):
             h = getattr(h, part)
-        int(h.value)                 # readable?
+        h.value                      # readable? (its value may still be X before reset)
         return h
     except Exception:            # noqa: BLE001 — absent in this version of the top
         return None
@@ -324,7 +324,10 @@ class Tracer:
                 self._write({"type": "clock", "period_ns": t - self._edge_ns})
             self._edge_ns = t
             for lab, p, v, r in live:
-                if int(v.value) and int(r.value):
+                # an internal handshake still X (before the first edges of reset) is no transfer;
+                # the ports' own rule is checked by tb/cocotb_ports.py
+                vv, rv = v.value, r.value
+                if vv.is_resolvable and rv.is_resolvable and int(vv) and int(rv):
                     frame = None
                     if p.key in ("rx_in", "tx_out"):
                         frame = self._beat(self._streams[(lab, p.key)], p.key)

@@ -5,8 +5,8 @@ every AXI-Lite response is 0 or 1, and each data, address or sideband output is 
 (no X, no Z) whenever its valid is high. The bench drives every input from time 0, holds
 ``rst`` for a few cycles, then runs a short SEND exchange in both directions (responder: a
 SEND_ONLY in, its data and CQE in host memory, its ACK out; requester: a posted SEND out, its
-ACK in, its send CQE), checking the ports on every cycle throughout. Run without
-``COCOTB_RESOLVE_X``, so any read of an X elsewhere fails as well.
+ACK in, its send CQE), checking the ports on every cycle throughout. X is left as X (cocotb's
+default), so any read of an X elsewhere fails as well.
 """
 
 import cocotb
