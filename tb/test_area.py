@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rnic.area import (area_report, kept_modules, markdown, module_tree, sum_by_block,
-                       yosys_script)
+from rnic.area import (area_report, kept_modules, largest_registers, markdown, module_tree,
+                       register_bits, sum_by_block, yosys_script)
 from rnic.budgets import BUDGETS, REFERENCE, TOTAL, TOTAL_LUT4_W128, budgets_for
 from rnic import budgets
 
@@ -44,6 +44,48 @@ STAT = {
     },
     "design": {"num_cells_by_type": {"LUT4": 9999}},     # not read: rows come from modules
 }
+
+
+# The forms yosys' write_verilog gives registers and memories (`rnic generate`'s output).
+VERILOG = r"""
+module \rnic.psn_check (clk, q);
+  reg [411:0] r_meta = 412'h0;
+  reg [31:0] \$signal$36  = 32'd0;
+  reg busy = 1'h0;
+  reg [7:0] comb_only;
+  reg [31:0] table [255:0];
+  always @(posedge clk)
+    r_meta <= _001_;
+  always @(posedge clk)
+    if (rst) \$signal$36  <= 32'd0;
+    else \$signal$36  <= _002_;
+  always @(posedge clk)
+    busy <= _003_;
+  always @(posedge clk)
+    if (we) table[addr] <= data;
+  always @*
+    comb_only = x;
+endmodule
+
+module rnic (clk);
+  reg [63:0] stat_inc = 64'h0;
+  always @(posedge clk)
+    stat_inc <= _004_;
+endmodule
+"""
+
+
+def test_register_bits_and_largest():
+    """Registers are what a clocked block assigns with <=, at their declared widths; memories and
+    combinational regs are not registers; rows follow the budget paths."""
+    regs = register_bits(VERILOG)
+    assert regs["rnic.psn_check"] == {"r_meta": 412, "$signal$36": 32, "busy": 1}
+    assert regs["rnic"] == {"stat_inc": 64}
+    widest = largest_registers(VERILOG, count=2)
+    assert widest["receive"] == [(412, "psn_check.r_meta"), (32, "psn_check.$signal$36")]
+    assert widest["glue"] == [(64, "stat_inc")]
+    md = markdown(area_report(STAT, REFERENCE, verilog=VERILOG))
+    assert "`psn_check.r_meta` 412" in md
 
 
 def test_module_tree():

@@ -121,6 +121,46 @@ def sum_by_block(stat, top="rnic", budgets=BUDGETS, glue_paths=GLUE_PATHS):
     return {"rows": sums, "unmapped": sorted(unmapped)}
 
 
+_MODULE = re.compile(r"^module\s+\\?(\S+?)\s*\(.*?^endmodule", re.M | re.S)
+_REG = re.compile(r"^\s*reg\s+(?:\[(\d+):(\d+)\]\s+)?(\\\S+|\w+)\s*(\[[^\]]*\])?\s*(?:=[^;]*)?;",
+                  re.M)
+_NBA = re.compile(r"^\s*(?:if\s*\(.*?\)\s*|else\s+)?(\\\S+|\w+)\s*<=", re.M)
+
+
+def register_bits(verilog):
+    """``{module: {register: bits}}``: the flip-flop registers of each module of the Verilog text
+    (what ``rnic generate`` writes: every register is assigned with ``<=`` in a clocked block),
+    at their declared widths, before synthesis trims bits nothing reads. Memories are left out.
+    """
+    out = {}
+    for m in _MODULE.finditer(verilog):
+        body = m.group(0)
+        widths = {}
+        for d in _REG.finditer(body):
+            if d.group(4):
+                continue                                    # a memory, not flip-flops
+            widths[d.group(3)] = abs(int(d.group(1)) - int(d.group(2))) + 1 if d.group(1) else 1
+        regs = {n: widths[n] for n in set(_NBA.findall(body)) if n in widths}
+        out[m.group(1)] = {n.lstrip("\\"): w for n, w in regs.items()}
+    return out
+
+
+def largest_registers(verilog, top="rnic", budgets=BUDGETS, glue_paths=GLUE_PATHS, count=6):
+    """Per budget row (and ``glue``): the ``count`` widest registers as ``(bits, path)``, the path
+    the instance path under ``top`` with the register's name. Each module counts once (an
+    instance path is the module's name in Amaranth's output)."""
+    rows = {b.key: tuple(b.paths) for b in budgets}
+    per_row = collections.defaultdict(list)
+    for mod, regs in register_bits(verilog).items():
+        if mod != top and not mod.startswith(top + "."):
+            continue
+        path = mod[len(top) + 1:]
+        row = _row_of(path, rows) if path else None
+        for name, bits in regs.items():
+            per_row[row or "glue"].append((bits, f"{path}.{name}" if path else name))
+    return {k: sorted(v, reverse=True)[:count] for k, v in per_row.items()}
+
+
 def _figures(cells):
     from .synth import area_from_cells       # the LUT4-equivalent rule of `rnic synth`
     lut4_eq = area_from_cells("ecp5", cells)[0]
@@ -138,17 +178,19 @@ def check_budgets(figures, budget):
              ("DP16KD", "dp16kd", budget.dp16kd)) if figures[f] > cap]
 
 
-def area_report(stat, config, top="rnic"):
+def area_report(stat, config, top="rnic", verilog=None):
     """The whole report (what ``build/area.json`` holds) from a ``stat -json`` and a config.
 
     ``config`` is a dict of the size parameters (``data_width``, ``num_qp``, ``num_cq``,
-    ``key_entries``). ``over`` is true when any row or the total is over its budget.
+    ``key_entries``). ``over`` is true when any row or the total is over its budget. With the
+    Verilog text of the run, each row also lists its widest registers (``registers``).
     """
     summed = sum_by_block(stat, top)
     budgets = budgets_for(config)
     titles = {b.key: b.title for b in BUDGETS}
     titles.update(glue="glue: module rnic itself, merges and skids between blocks, unmapped",
                   total="whole core, glue included")
+    widest = largest_registers(verilog, top) if verilog else {}
     rows = []
     for key, cells in summed["rows"].items():
         fig = _figures(cells)
@@ -158,7 +200,8 @@ def area_report(stat, config, top="rnic"):
                      "budget": None if b is None else
                      {"lut4": b.lut4, "ff": b.ff, "dp16kd": b.dp16kd},
                      "over": over,
-                     "cells": dict(sorted(cells.items()))})
+                     "cells": dict(sorted(cells.items())),
+                     "registers": [{"bits": b, "name": n} for b, n in widest.get(key, [])]})
     return {"top": top, "config": dict(config), "budgeted": budgets is not None,
             "lut4_rule": "LUT4 + 2 x CCU2C + 4 x TRELLIS_DPR16X4",
             "rows": rows, "unmapped": summed["unmapped"],
@@ -201,6 +244,15 @@ def markdown(report):
     over = [f"{r['block']}: {', '.join(r['over'])}" for r in report["rows"] if r["over"]]
     out.append("**Over budget**: " + "; ".join(over) if over else
                ("Within budget." if report["budgeted"] else ""))
+    widest = [r for r in report["rows"] if r.get("registers")]
+    if widest:
+        out += ["", "## Widest registers per block", "",
+                "Flip-flop registers at their widths in the generated Verilog, before synthesis "
+                "trims bits nothing reads (so a sum can exceed the FF column):", "",
+                "| block | registers (bits) |", "|---|---|"]
+        for r in widest:
+            regs = ", ".join(f"`{x['name']}` {x['bits']:,}" for x in r["registers"])
+            out.append(f"| {r['title']} | {regs} |")
     if "seconds" in report:
         out += ["", f"Run time (Verilog and yosys): {report['seconds']:.0f} s."]
     return "\n".join(out).rstrip("\n") + "\n"
@@ -315,7 +367,9 @@ def main_area(argv=None):
             print(f"rnic area: error: {e}", file=sys.stderr)
             return 3
     sizes = {k: getattr(cfg, k) for k in ("data_width", "num_qp", "num_cq", "key_entries")}
-    report = area_report(json.loads(stat_path.read_text()), sizes)
+    vpath = stat_path.parent / "rnic.v"
+    report = area_report(json.loads(stat_path.read_text()), sizes,
+                         verilog=vpath.read_text() if vpath.exists() else None)
     if not args.stat:
         report["seconds"] = round(time.monotonic() - t0, 1)
     report["stat"] = str(stat_path)
