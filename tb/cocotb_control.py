@@ -46,6 +46,8 @@ class TB:
         for n in self.cmds:
             getattr(dut, f"{n}__cmd_ready").value = 0
             getattr(dut, f"{n}__resp_valid").value = 0
+            for sig in ("arg_addr", "arg_we", "arg_wdata"):
+                getattr(dut, f"{n}__{sig}").value = 0
         for n in self.doorbells:
             getattr(dut, f"{n}_ready").value = 0
 
@@ -59,8 +61,12 @@ class TB:
             cocotb.start_soon(self._doorbell(n))
 
     async def _block(self, name):
-        """A block's side of a command port: take a command, answer it two cycles later."""
+        """A block's side of a command port: take a command, read ARG0..15 through the port's
+        ARG access (one per cycle, each a cycle after its address), answer two cycles later,
+        writing the answer's ARGs first when it has any."""
         dut = self.dut
+        arg_addr, arg_data = getattr(dut, f"{name}__arg_addr"), getattr(dut, f"{name}__arg_data")
+        arg_we, arg_wdata = getattr(dut, f"{name}__arg_we"), getattr(dut, f"{name}__arg_wdata")
         cmd_valid = getattr(dut, f"{name}__cmd_valid")
         cmd_ready = getattr(dut, f"{name}__cmd_ready")
         cmd_payload = getattr(dut, f"{name}__cmd_payload")
@@ -73,17 +79,28 @@ class TB:
             await ReadOnly()
             if not cmd_valid.value:
                 continue
-            self.cmds[name].append(unpack(cmd_layout, int(cmd_payload.value)))
+            cmd = unpack(cmd_layout, int(cmd_payload.value))
             await FallingEdge(dut.clk)
             cmd_ready.value = 0
+            got = []
+            for i in range(NUM_ARGS + 1):
+                if i:
+                    await FallingEdge(dut.clk)
+                arg_addr.value = i % NUM_ARGS
+                await ReadOnly()
+                if i:
+                    got.append(int(arg_data.value))
+            self.cmds[name].append(dict(cmd, args=got))
             await ClockCycles(dut.clk, 2)
             while self.hold[name]:
                 await RisingEdge(dut.clk)
-            await FallingEdge(dut.clk)
             result, args = self.answers[name].pop(0) if self.answers[name] else (0, None)
-            resp_payload.value = pack(resp_layout, {"result": result,
-                                                    "write_args": args is not None,
-                                                    "args": args or [0] * NUM_ARGS})
+            for i, v in enumerate(args or []):
+                await FallingEdge(dut.clk)
+                arg_addr.value, arg_we.value, arg_wdata.value = i, 1, v
+            await FallingEdge(dut.clk)
+            arg_we.value = 0
+            resp_payload.value = pack(resp_layout, {"result": result})
             resp_valid.value = 1
             while True:
                 await ReadOnly()
@@ -318,12 +335,10 @@ async def counters_saturate(dut):
     await FallingEdge(dut.clk)
     dut.stat_inc.value = 0
     assert await r.counters() == [5 * v for v in incs]
-    # saturation: deposit counter 3 just below the top, then add 5 per cycle for 2 cycles
-    regs = dut.dut.counters
-    cur = int(regs.value)
-    near = (cur & ~(0xFFFFFFFF << 96)) | ((0xFFFFFFFF - 6) << 96)
+    # saturation: deposit counter 3 just below the top (its word of the counter RAM), then
+    # add 5 per cycle for 2 cycles
     await FallingEdge(dut.clk)
-    regs.value = near
+    dut.dut.counters[3].value = 0xFFFFFFFF - 6
     await FallingEdge(dut.clk)
     dut.stat_inc.value = 5 << 12
     await FallingEdge(dut.clk)
@@ -347,3 +362,62 @@ async def axil_backpressure(dut):
     assert await r.read("ID") == ID_VALUE
     res, _ = await r.command(CmdOp.SET_CQ, 0)
     assert res == 0
+
+
+@cocotb.test()
+async def counters_exact_under_load(dut):
+    """Every counter collects every increment while it is being read: random increments (up to
+    15 a cycle) on all sixteen counters every cycle, reads in between (each never behind an
+    earlier read, never ahead of what was driven), and at the end each equals the sum driven."""
+    tb = await _setup(dut)
+    r = tb.regs
+    rng = random.Random(21)
+    total = [0] * 16
+    stop = []
+
+    async def drive():
+        while not stop:
+            await FallingEdge(dut.clk)
+            incs = [rng.choice((0, 0, 0, 1, 1, 2, 7, 15)) for _ in range(16)]
+            dut.stat_inc.value = sum(v << (4 * i) for i, v in enumerate(incs))
+            total[:] = [t + v for t, v in zip(total, incs)]
+        await FallingEdge(dut.clk)
+        dut.stat_inc.value = 0
+
+    task = cocotb.start_soon(drive())
+    seen = [0] * 16
+    for _ in range(48):
+        i = rng.randrange(16)
+        v = await r.counter(i)
+        assert seen[i] <= v <= total[i], (i, seen[i], v, total[i])
+        seen[i] = v
+    stop.append(1)
+    await task
+    await ClockCycles(dut.clk, 2)
+    assert await r.counters() == total
+
+
+@cocotb.test()
+async def reset_clears_args_and_counters(dut):
+    """rst returns ARG0..15 and the counters to 0 (both live in LUT RAM, cleared by a pass
+    after rst); a read right after rst returns 0 and a write right after rst is kept."""
+    tb = await _setup(dut)
+    r = tb.regs
+    for i in range(NUM_ARGS):
+        await r.write("ARG", 0xDEAD0000 + i, i)
+    await FallingEdge(dut.clk)
+    dut.stat_inc.value = int("3" * 16, 16)
+    for _ in range(3):
+        await FallingEdge(dut.clk)
+    dut.stat_inc.value = 0
+    assert await r.counter(15) == 9
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 3)
+    await FallingEdge(dut.clk)
+    dut.rst.value = 0
+    assert await r.read("ARG", 15) == 0          # issued in the first cycles after rst
+    assert await r.counter(15) == 0
+    await r.write("ARG", 0x1234, 3)
+    assert [await r.read("ARG", i) for i in range(NUM_ARGS)] == [0x1234 if i == 3 else 0
+                                                                 for i in range(NUM_ARGS)]
+    assert await r.counters() == [0] * 16

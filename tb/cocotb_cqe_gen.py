@@ -12,9 +12,10 @@ from amaranth.lib import data
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
 from rnic.host.cqe_gen import cqe_layout
-from rnic.ifaces import cmd_layout, event_layout, resp_layout
+from rnic.ifaces import event_layout
 from sim.hostmem import AxiResp, HostMem
 from tb.cocotb_axi_master import Sink, Source, reset, wait_until
+from tb.cocotb_mailbox import ArgRegs, CommandSink, CommandSource
 
 W = int(os.environ.get("CQ_WIDTH", "64"))
 NUM_CQ = int(os.environ.get("CQ_NUM", "4"))
@@ -45,8 +46,9 @@ class Tb:
         self.rng = random.Random(seed)
         r = lambda k: random.Random(seed * 10 + k)
         self.mem = HostMem(dut, "m_axi", clk, dut.rst, seed=seed, backpressure=0.3)
-        self.cmd = Source(dut, "cmd__cmd", cmd_layout, clk, rng=r(1), idle=0.2)
-        self.resp = Sink(dut, "cmd__resp", resp_layout, clk, rng=r(2), stall=0.3)
+        self.args = ArgRegs(dut, "cmd__", clk)
+        self.cmd = CommandSource(dut, "cmd__", clk, self.args, rng=r(1), idle=0.2)
+        self.resp = CommandSink(dut, "cmd__", clk, self.args, rng=r(2), stall=0.3)
         self.db = Source(dut, "cq_db", data.StructLayout({"cqn": 16, "index": 16}), clk, rng=r(3))
         self.arm = Source(dut, "cq_arm", data.StructLayout({"cqn": 16, "mode": 2}), clk, rng=r(4))
         self.rsv = Source(dut, "reserve", data.StructLayout({"cqn": 16}), clk, rng=r(5), idle=0.2)

@@ -8,6 +8,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
 from rnic.ifaces import CmdOp, cmd_layout, resp_layout
+from tb.cocotb_mailbox import ArgRegs
 from rnic.keys import (inval_req_layout, inval_resp_layout, lookup_req_layout,
                        lookup_resp_layout)
 from sim.models.keys import FAST_REG_MR, MR, MW_TYPE1, MW_TYPE2, KeyModel, set_args
@@ -98,6 +99,7 @@ async def random_against_model(dut):
         r.value = 0
     dut.cmd__cmd_valid.value = 0
     dut.cmd__resp_ready.value = 1
+    regs = ArgRegs(dut, "cmd__", dut.clk)      # ARG0..15, read by the block one word a cycle
     dut.inval__req_valid.value = 0
     dut.inval__resp_ready.value = 1
     await reset(dut)
@@ -128,8 +130,7 @@ async def random_against_model(dut):
             else:
                 cmd_pending = (CmdOp.INVALIDATE, 0, [rng.choice(tr.pool)])
             op, idx, args = cmd_pending
-            dut.cmd__cmd_payload.value = pack(cmd_layout, dict(
-                opcode=op, index=idx, args=list(args) + [0] * (16 - len(args))))
+            dut.cmd__cmd_payload.value = pack(cmd_layout, dict(opcode=op, index=idx))
         dut.cmd__cmd_valid.value = int(cmd_pending is not None)
         if inv_pending is None and inv_expect is None and rng.random() < 0.015:
             tag = (tag + 1) & 0xFF
@@ -164,6 +165,7 @@ async def random_against_model(dut):
         assert not (cmd_taken and inv_taken)
         if cmd_taken:
             op, idx, args = cmd_pending
+            regs.load(args)
             if op == CmdOp.SET_KEY:
                 cmd_expect = (op, model.set_key(idx, args), None)
             elif op == CmdOp.QUERY_KEY:
@@ -172,7 +174,7 @@ async def random_against_model(dut):
                 cmd_expect = (op, 0 if model.invalidate(args[0]) else 3, None)
             cmd_pending = None
         if dut.cmd__resp_valid.value:
-            got = unpack(resp_layout, int(dut.cmd__resp_payload.value))
+            got = regs.answer(unpack(resp_layout, int(dut.cmd__resp_payload.value))["result"])
             assert cmd_expect is not None
             op, res, qargs = cmd_expect
             assert got["result"] == res, f"cycle {cycle}: command {op} result {got['result']}"

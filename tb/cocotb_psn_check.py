@@ -28,6 +28,7 @@ from rnic.resp.qp_context import qp_set_event_layout
 from sim.models.psn import pending_reduce, table_match, tail_reduced
 from sim.models.responder import Frame, ResponderModel
 from sim.wrap import pack, unpack
+from tb.cocotb_mailbox import ArgRegs
 
 W = int(os.environ.get("PSN_WIDTH", "64"))
 NB = W // 8
@@ -191,6 +192,7 @@ class TB:
         self.pay_q = deque()            # beats (data, keep, last)
         self.db_q = deque()
         self.cmd_q = deque()
+        self.cmd_args = deque()         # the ARGs of each command in cmd_q, loaded as it is taken
         self.tx1_q = deque()
         self.cur = {}
         self.tx_beats = []
@@ -222,6 +224,7 @@ class TB:
         d = self.dut
         if not self.started:
             cocotb.start_soon(Clock(d.clk, 4, unit="ns").start())
+            self.argregs = ArgRegs(d, "cmd__", d.clk)
         else:
             await FallingEdge(d.clk)
             self.clear()
@@ -311,10 +314,11 @@ class TB:
                 self.resets.append(int(d.qp_reset_payload.value))
             if int(d.cmd__cmd_valid.value) and int(d.cmd__cmd_ready.value):
                 self.cur["cmd"] = None
+                self.argregs.load(self.cmd_args.popleft())
             if int(d.tx1_tvalid.value) and int(d.tx1_tready.value):
                 self.cur["tx1"] = None
             if int(d.cmd__resp_valid.value):
-                self.resps.append(int(d.cmd__resp_payload.value))
+                self.resps.append(self.argregs.answer(int(d.cmd__resp_payload.value) & 0xFF))
             if int(d.tx_tvalid.value) and int(d.tx_tready.value):
                 if not self.tx_beats:
                     self.tx_first_times.append(self.cycle)
@@ -350,17 +354,12 @@ class TB:
 
     # ---- commands ------------------------------------------------------------------------------
     async def command(self, op, index, args=()):
-        args = list(args) + [0] * (16 - len(args))
-        word = op | (index << 8)
-        for i, a in enumerate(args):
-            word |= (a & 0xFFFFFFFF) << (32 + 32 * i)
-        self.cmd_q.append(word)
+        self.cmd_args.append([a & 0xFFFFFFFF for a in args])
+        self.cmd_q.append(op | (index << 8))
         while not self.resps:
             await RisingEdge(self.dut.clk)
         r = self.resps.popleft()
-        result = r & 0xFF
-        rargs = [(r >> (9 + 32 * i)) & 0xFFFFFFFF for i in range(16)]
-        return result, rargs
+        return r["result"], r["args"]
 
     def qp_args(self, q, state, epsn=0, sq_psn=0, access=0x02, min_rnr=12, pmtu=PMTU_CODE,
                 log_rq=4):

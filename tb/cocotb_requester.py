@@ -23,6 +23,7 @@ from scapy.layers.l2 import Ether
 
 from rnic import wire
 from rnic.ifaces import CmdOp, cmd_layout, resp_layout
+from tb.cocotb_mailbox import ArgRegs
 from rnic.req import ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
 from rnic.req.requester import doorbell_layout
 from sim.hostmem import HostMem
@@ -51,6 +52,7 @@ def ctx_for(qpn, state, timeout=0, retry_cnt=7, rnr_retry=7):
 
 class TB:
     def __init__(self, dut):
+        self.key_args = None            # the Key Cache's ARG0..15 (tb/cocotb_mailbox.py)
         self.dut = dut
         self.rng = random.Random(7)
         self.mem = HostMem(dut, "m_axi", dut.clk, dut.rst, seed=3, max_latency=12,
@@ -106,13 +108,16 @@ class TB:
     async def command(self, op, index, args):
         dut = self.dut
         await FallingEdge(dut.clk)
-        dut.key__cmd_payload.value = pack(cmd_layout, dict(
-            opcode=op, index=index, args=list(args) + [0] * (16 - len(args))))
+        if self.key_args is None:
+            self.key_args = ArgRegs(dut, "key__", dut.clk)
+        dut.key__cmd_payload.value = pack(cmd_layout, dict(opcode=op, index=index))
         dut.key__cmd_valid.value = 1
         dut.key__resp_ready.value = 1
         while True:
             await ReadOnly()
             taken = int(dut.key__cmd_ready.value)
+            if taken:
+                self.key_args.load(args)
             await FallingEdge(dut.clk)
             if taken:
                 break

@@ -15,8 +15,8 @@ M64 = (1 << 64) - 1
 class TB:
     """Drives one KeyCache in the Amaranth simulator; every result is checked against a model."""
 
-    def __init__(self, ctx, dut):
-        self.ctx, self.dut = ctx, dut
+    def __init__(self, ctx, dut, regs):
+        self.ctx, self.dut, self.regs = ctx, dut, regs
         self.model = KeyModel(K)
         self.tag = 0
 
@@ -35,10 +35,11 @@ class TB:
         return p
 
     async def command(self, opcode, index=0, args=()):
-        args = list(args) + [0] * (16 - len(args))
-        await self._put(self.dut.cmd.cmd, {"opcode": opcode, "index": index, "args": args})
+        self.regs.args = list(args) + [0] * (16 - len(args))     # software's ARG writes
+        self.regs.written = False
+        await self._put(self.dut.cmd.cmd, {"opcode": opcode, "index": index})
         r = await self._get(self.dut.cmd.resp)
-        return r.result, r.write_args, [r.args[i] for i in range(16)]
+        return r.result, int(self.regs.written), list(self.regs.args)
 
     async def set_key(self, slot, *a, **kw):
         args = set_args(*a, **kw)
@@ -84,15 +85,34 @@ class TB:
         return dict(got, bus_addr=r.bus_addr)
 
 
+class ArgRegs:
+    """ARG0..15 as the mailbox holds them."""
+    args = [0] * 16
+    written = False
+
+
 def run(body, *, ports=2, vcd=None):
     dut = KeyCache(key_entries=K, num_ports=ports)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
 
+    regs = ArgRegs()
+
     async def bench(ctx):
-        await body(TB(ctx, dut))
+        await body(TB(ctx, dut, regs))
+
+    async def arg_port(ctx):
+        # the mailbox's side of the ARG access: a read answers at the next edge
+        port = dut.cmd
+        async for _, _, addr, we, wdata in ctx.tick().sample(port.arg_addr, port.arg_we,
+                                                             port.arg_wdata):
+            ctx.set(port.arg_data, regs.args[addr])
+            if we:
+                regs.args[addr] = wdata
+                regs.written = True
 
     sim.add_testbench(bench)
+    sim.add_process(arg_port)
     if vcd:
         with sim.write_vcd(vcd):
             sim.run()
@@ -429,7 +449,7 @@ def test_lock_window_with_lookups_streaming(op, cycles):
             await ctx.tick()
         if op == "query":
             st = dut.cmd.cmd
-            ctx.set(st.payload, {"opcode": CmdOp.QUERY_KEY, "index": 3, "args": [0] * 16})
+            ctx.set(st.payload, {"opcode": CmdOp.QUERY_KEY, "index": 3})
             ctx.set(dut.cmd.resp.ready, 1)
         else:
             st = dut.inval.req
@@ -547,7 +567,7 @@ def test_lookup_granted_under_continuous_invalidations():
         ctx.set(dut.inval.req.payload, {"key": 0x66, "tag": 0})
         ctx.set(dut.inval.req.valid, 1)
         ctx.set(dut.inval.resp.ready, 1)
-        ctx.set(dut.cmd.cmd.payload, {"opcode": CmdOp.QUERY_KEY, "index": 1, "args": [0] * 16})
+        ctx.set(dut.cmd.cmd.payload, {"opcode": CmdOp.QUERY_KEY, "index": 1})
         ctx.set(dut.cmd.cmd.valid, 1)
         ctx.set(dut.cmd.resp.ready, 1)
         lk = dut.lookups[1]

@@ -2,13 +2,18 @@
 
 Command ports (mailbox → owning block)
 --------------------------------------
-The control plane's mailbox (``control/mailbox.py``) decodes ``CMD``, checks the opcode and the
-index range, then hands the command to the block that owns the opcode through a
-:func:`CommandSignature` port: one ``cmd`` transfer, then exactly one ``resp`` transfer. Only
-one command is outstanding at a time. ``resp.result`` is the ``CMD_STATUS`` result code (0 ok,
-3 bad argument / illegal state change); with ``write_args`` set the mailbox copies ``args``
-back into ARG0..ARG15 (queries). A command's effect must be complete, for every later packet,
-when the ``resp`` transfer happens.
+The control plane's mailbox (``control/control_plane.py``) decodes ``CMD``, checks the opcode and
+the index range, then hands the command to the block that owns the opcode through a
+:func:`CommandSignature` port: one ``cmd`` transfer ({opcode, index}), then exactly one ``resp``
+transfer ({result}). Only one command is outstanding at a time. Between the two the block reaches
+ARG0..ARG15 one 32-bit word at a time through the port's ARG access: it puts an ARG number on
+``arg_addr`` and finds that ARG on ``arg_data`` in the next cycle (a synchronous read); with
+``arg_we`` high, ``arg_wdata`` is written to ARG ``arg_addr`` at the clock edge (query results).
+The ARGs hold still while a command runs (software writes to them are ignored while busy), so a
+block reads only the words it needs, when it needs them, and keeps no copy of the others.
+``resp.result`` is the ``CMD_STATUS`` result code (0 ok, 3 bad argument / illegal state change);
+a query's ARG writes are done before its ``resp``. A command's effect must be complete, for every
+later packet, when the ``resp`` transfer happens.
 
 Statistics
 ----------
@@ -80,21 +85,22 @@ class Counter:
 cmd_layout = data.StructLayout({
     "opcode": 8,
     "index": 24,
-    "args": data.ArrayLayout(32, NUM_ARGS),
 })
 
 resp_layout = data.StructLayout({
     "result": 8,
-    "write_args": 1,
-    "args": data.ArrayLayout(32, NUM_ARGS),
 })
 
 
 def CommandSignature():
-    """A command port as seen by the block that executes the command."""
+    """A command port as seen by the block that executes the command (see the module doc)."""
     return wiring.Signature({
         "cmd": In(stream.Signature(cmd_layout)),
         "resp": Out(stream.Signature(resp_layout)),
+        "arg_addr": Out(4),
+        "arg_data": In(32),
+        "arg_we": Out(1),
+        "arg_wdata": Out(32),
     })
 
 

@@ -115,7 +115,8 @@ class RNIC(wiring.Component):
         cfg = self.config
         lanes = cfg.data_width // 8
 
-        m.submodules.control = ctl = ControlPlane(cfg)
+        # six blocks' strobes are added per counter (below): at most 6 a cycle
+        m.submodules.control = ctl = ControlPlane(cfg, max_inc=6)
         for sig in ("awaddr", "awvalid", "wdata", "wstrb", "wvalid", "bready", "araddr",
                     "arvalid", "rready"):
             m.d.comb += getattr(ctl.axil, sig).eq(getattr(self, f"s_axil_{sig}"))
@@ -289,9 +290,10 @@ class RNIC(wiring.Component):
         # The per-counter sums are registered: a counter moves one cycle after its event, and
         # the blocks' strobe logic (some of it a handshake, e.g. the transmit arbiter's) ends
         # here instead of running on through the sum and the 32-bit saturating add.
+        sources = (stat, rx.stat, psn.stat, cqe.stat, arb.stat, req_stat)
+        assert len(sources) <= ctl.max_inc, "ControlPlane(max_inc=) is below the strobe sources"
         for i in range(NUM_COUNTERS):
-            m.d.sync += ctl.stat_inc[i].eq(stat[i] + rx.stat[i] + psn.stat[i] + cqe.stat[i]
-                                           + arb.stat[i] + req_stat[i])
+            m.d.sync += ctl.stat_inc[i].eq(sum(s[i] for s in sources))
         m.d.comb += ctl.sweeping.eq((sweep != 0) | keys.sweeping | cqe.sweeping)
         return m
 

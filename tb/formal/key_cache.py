@@ -137,8 +137,6 @@ class KeyCacheHarness(Elaboratable):
             lk.req.payload.tag.eq(AnySeq(8)),
             lk.resp.ready.eq(AnySeq(1)),
         ]
-        for i in range(16):
-            m.d.comb += cmd.payload.args[i].eq(AnySeq(32) if i <= 8 else 0)
         m.d.comb += Assume(cmd.payload.index < K)
         m.d.comb += Assume((cmd.payload.opcode == CmdOp.SET_KEY)
                            | (cmd.payload.opcode == CmdOp.QUERY_KEY)
@@ -149,8 +147,18 @@ class KeyCacheHarness(Elaboratable):
         p_index = Signal(range(K))
         p_args = [Signal(32, name=f"p_arg{i}") for i in range(9)]
         with m.If(cmd.valid & cmd.ready):
+            # software's ARG0..8 for this command: free values, fixed until the next command
             m.d.sync += [p_op.eq(cmd.payload.opcode), p_index.eq(cmd.payload.index)]
-            m.d.sync += [p_args[i].eq(cmd.payload.args[i]) for i in range(9)]
+            m.d.sync += [p_args[i].eq(AnySeq(32)) for i in range(9)]
+        # the mailbox's ARG access: a read answers at the next edge (ARG9..15 read as 0)
+        arg_rd = Signal(32)
+        with m.Switch(dut.cmd.arg_addr):
+            for i in range(9):
+                with m.Case(i):
+                    m.d.sync += arg_rd.eq(p_args[i])
+            with m.Default():
+                m.d.sync += arg_rd.eq(0)
+        m.d.comb += dut.cmd.arg_data.eq(arg_rd)
         with m.If(inv.req.valid & inv.req.ready):
             m.d.sync += [p_op.eq(0), p_args[0].eq(inv.req.payload.key)]
 

@@ -43,6 +43,8 @@ class AxiLiteSlave(wiring.Component):
     wr_ready : In(1)
         The register decoder can take one more write (sampled before the write is issued, so it
         must already account for a write in flight).
+    rd_ready : In(1)
+        The register file can serve the read at ``rd_addr`` now: while low, ``rd_en`` waits.
     rd_addr : Out(16), rd_en : Out(1)
         One read, for one cycle (a read with a side effect, such as popping EVENT, acts on it).
     rd_data : In(32)
@@ -54,6 +56,7 @@ class AxiLiteSlave(wiring.Component):
     wr_data: Out(32)
     wr_en: Out(1)
     wr_ready: In(1)
+    rd_ready: In(1)
     rd_addr: Out(16)
     rd_en: Out(1)
     rd_data: In(32)
@@ -69,15 +72,15 @@ class AxiLiteSlave(wiring.Component):
         bus = self.bus
 
         aw_held, w_held = Signal(), Signal()
-        aw_addr, w_data, w_strb = Signal(16), Signal(32), Signal(4)
+        aw_addr, w_data = Signal(16), Signal(32)
+        full_word = Signal()            # wstrb was 0xF
         m.d.comb += [bus.awready.eq(~aw_held), bus.wready.eq(~w_held),
                      bus.bresp.eq(0), bus.rresp.eq(0)]
         with m.If(bus.awvalid & ~aw_held):
             m.d.sync += [aw_held.eq(1), aw_addr.eq(bus.awaddr)]
         with m.If(bus.wvalid & ~w_held):
-            m.d.sync += [w_held.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
+            m.d.sync += [w_held.eq(1), w_data.eq(bus.wdata), full_word.eq(bus.wstrb == 0xF)]
 
-        full_word = w_strb == 0xF
         done = aw_held & w_held & ~bus.bvalid & (~full_word | self.wr_ready)
         m.d.sync += self.wr_en.eq(done & full_word)
         with m.If(done):
@@ -93,8 +96,9 @@ class AxiLiteSlave(wiring.Component):
         with m.If(bus.arvalid & bus.arready):
             m.d.sync += [busy.eq(1), ar_addr.eq(bus.araddr)]
         stage = Signal(range(self.read_latency + 2))
-        m.d.comb += [self.rd_addr.eq(ar_addr), self.rd_en.eq(busy & (stage == 0))]
-        with m.If(busy):
+        m.d.comb += [self.rd_addr.eq(ar_addr),
+                     self.rd_en.eq(busy & (stage == 0) & self.rd_ready)]
+        with m.If(self.rd_en | (stage != 0)):
             with m.If(stage == self.read_latency):
                 m.d.sync += [bus.rdata.eq(self.rd_data), bus.rvalid.eq(1), busy.eq(0),
                              stage.eq(0)]

@@ -11,13 +11,26 @@ SET_QP/QUERY_QP → ``qp`` (index must be 2 ≤ QPN < num_qp: QPN 0 and 1 are re
 SET_CQ → ``cq`` (index < num_cq), SET_KEY/QUERY_KEY → ``key`` (index < key_entries),
 INVALIDATE → ``key`` (no index). Any other opcode completes at once with result 1, a bad index
 with result 2. Otherwise the command goes out on the owner's ``cmd`` stream and busy stays set
-until its ``resp`` returns the result (and, with ``write_args``, new ARG values).
+until its ``resp`` returns the result. Meanwhile the owner reads (and a query writes) the ARGs
+one word at a time through its port's ARG access.
+
+Storage
+-------
+ARG0..15 and the sixteen counters are two 16 × 32-bit LUT RAMs. The counters share one
+adder: a scan visits one counter per cycle and adds what that counter collected since its last
+visit (a per-counter pending count) to its RAM word. A read of a counter takes the scan's slot
+in its cycle (the scan waits) and returns the sum it writes back, so it is exact. Reads come at
+most one in four cycles, so a counter is visited at least every 22 cycles: the pending counts
+hold 22 × ``max_inc``. rst does not reach a RAM: the scan's first pass after rst (16 cycles)
+writes 0 to both; until the pass is over the AXI4-Lite port holds writes and reads of an ARG
+or a counter (CMD_STATUS and the other registers answer at once).
 
 Doorbells
 ---------
 RQ_DB, SQ_DB, CQ_DB and CQ_ARM writes are decoded into the ``rq_db``, ``sq_db``, ``cq_db`` and
-``cq_arm`` streams ({number 16, value 16}) through 4-entry queues; a full queue holds the
-AXI4-Lite write (back-pressure) rather than losing a doorbell.
+``cq_arm`` streams ({number 16, value 16}) through one 4-entry queue, in the order written; a
+full queue holds the AXI4-Lite write (back-pressure) rather than losing a doorbell. A doorbell
+waits for the one ahead of it, whichever stream that goes to.
 
 Reset sweep
 -----------
@@ -25,12 +38,12 @@ While ``sweeping`` is high (any block clearing its tables after ``rst``), CMD_ST
 CMD writes are ignored and ``drop_all`` tells RX Parse to drop and count every frame (as 2).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..ifaces import (NUM_ARGS, NUM_COUNTERS, CmdOp, CommandSignature, Result, cmd_layout,
-                      event_layout, resp_layout)
+                      event_layout)
 from ..params import RnicConfig
 from ..stream import Queue
 from .axil import AxiLiteSignature, AxiLiteSlave
@@ -51,6 +64,9 @@ class ControlPlane(wiring.Component):
     Parameters
     ----------
     config : RnicConfig
+    max_inc : int
+        The most any counter's ``stat_inc`` lane can carry in one cycle (1..15; the top passes
+        the number of blocks whose strobes it adds). It sizes the pending counts.
 
     Attributes
     ----------
@@ -77,8 +93,11 @@ class ControlPlane(wiring.Component):
         RX Parse drops every frame (reset sweep).
     """
 
-    def __init__(self, config=RnicConfig()):
+    def __init__(self, config=RnicConfig(), *, max_inc=15):
+        if not isinstance(max_inc, int) or not 1 <= max_inc <= 15:
+            raise ValueError(f"max_inc must be an integer in 1..15, not {max_inc!r}")
         self.config = config
+        self.max_inc = max_inc
         self.event_depth = max(16, 1 << (config.num_cq - 1).bit_length())
         super().__init__({
             "axil": Out(AxiLiteSignature()),
@@ -102,7 +121,7 @@ class ControlPlane(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        m.submodules.axil = slave = AxiLiteSlave(read_latency=1)
+        m.submodules.axil = slave = AxiLiteSlave(read_latency=0)
         for name, member in self.axil.signature.members.items():
             ours, theirs = getattr(self.axil, name), getattr(slave.bus, name)
             m.d.comb += (theirs.eq(ours) if member.flow == In else ours.eq(theirs))
@@ -116,22 +135,47 @@ class ControlPlane(wiring.Component):
         mac_lo, mac_hi, ipv4 = Signal(32), Signal(16), Signal(32)
         us_cycles = Signal(32, init=cfg.us_cycles)
         irq_en = Signal()
-        args = Signal(data.ArrayLayout(32, NUM_ARGS))
         m.d.comb += [self.local_mac.eq(Cat(mac_lo, mac_hi)), self.local_ip.eq(ipv4),
                      self.us_cycles.eq(us_cycles), self.drop_all.eq(self.sweeping)]
 
-        # ---- counters ----------------------------------------------------------------------
-        counters = Signal(data.ArrayLayout(32, NUM_COUNTERS))
+        # ---- the scan: one ARG/counter entry per cycle; its first pass after rst clears ------
+        assert NUM_ARGS == NUM_COUNTERS == 16
+        scan = Signal(4)
+        clearing = Signal(init=1)
+        word_r_ctr = word_r[4:] == (at("COUNTER") >> 4)
+        ctr_rd = Signal()               # a counter read takes the scan's slot this cycle
+        m.d.comb += ctr_rd.eq(slave.rd_en & word_r_ctr)
+        with m.If(~ctr_rd):
+            m.d.sync += scan.eq(scan + 1)
+            with m.If(scan == 15):
+                m.d.sync += clearing.eq(0)
+
+        # ---- counters: LUT RAM, one incrementer, a pending count per counter ---------------
+        m.submodules.counters = cmem = memory.Memory(shape=32, depth=NUM_COUNTERS, init=[])
+        c_wr = cmem.write_port()
+        c_rd = cmem.read_port(domain="comb")
+        pending = Array(Signal(range(22 * self.max_inc + 1), name=f"pending{i}")
+                        for i in range(NUM_COUNTERS))
+        visit = Signal(4)               # the counter folded this cycle
+        m.d.comb += visit.eq(Mux(ctr_rd, word_r[:4], scan))
         for i in range(NUM_COUNTERS):
-            total = counters[i] + self.stat_inc[i]
-            m.d.sync += counters[i].eq(total[32:].any().replicate(32) | total[:32])
+            # folded into the RAM at its visit; collects ≤ 22 cycles of increments
+            m.d.sync += pending[i].eq(Mux(visit == i, 0, pending[i]) + self.stat_inc[i])
+        s_total = Signal(33)
+        s_sat = Signal(32)
+        m.d.comb += [c_rd.addr.eq(visit),
+                     s_total.eq(Mux(clearing, 0, c_rd.data) + pending[visit]),
+                     s_sat.eq(Mux(s_total[32], Const(0xFFFFFFFF, 32), s_total[:32])),
+                     c_wr.addr.eq(visit), c_wr.data.eq(s_sat), c_wr.en.eq(1)]
 
         # ---- event queue -------------------------------------------------------------------
-        ev_entry = data.StructLayout({"ev": event_layout, "lost": 1})
+        # an entry keeps the number whole and the type in 3 bits (types 1..4)
+        ev_entry = data.StructLayout({"type": 3, "number": 24, "lost": 1})
         m.submodules.evq = evq = Queue(ev_entry, self.event_depth, buffered=False)
         lost_pending = Signal()
         m.d.comb += [self.event.ready.eq(1),
-                     evq.i.payload.ev.eq(self.event.payload),
+                     evq.i.payload.type.eq(self.event.payload.type),
+                     evq.i.payload.number.eq(self.event.payload.number),
                      evq.i.payload.lost.eq(lost_pending),
                      evq.i.valid.eq(self.event.valid)]
         with m.If(self.event.valid):
@@ -139,38 +183,74 @@ class ControlPlane(wiring.Component):
         m.d.comb += self.irq.eq(irq_en & evq.o.valid)
 
         # ---- doorbells ---------------------------------------------------------------------
-        # The slave issues a write only when every doorbell queue has room for it: a queue
-        # with at most depth-2 entries can take the write in flight and one more.
+        # One 4-entry queue for the four doorbell registers, each entry tagged with its
+        # register; the head goes to its own stream. The slave issues a write only when the
+        # queue has room for it: at most depth-2 entries can take the write in flight and one
+        # more. No write is issued during the clearing pass (the ARG RAM's write port is the
+        # pass's).
+        db_names = ("rq_db", "sq_db", "cq_db", "cq_arm")
+        db_entry = data.StructLayout({"kind": 2, "db": doorbell_layout})
+        m.submodules.db_q = dbq = Queue(db_entry, 4, buffered=False)
+        db_hit = Signal()
+        m.d.comb += [dbq.i.payload.db.eq(slave.wr_data), dbq.i.valid.eq(slave.wr_en & db_hit)]
+        with m.Switch(word_w):
+            for k, name in enumerate(db_names):
+                with m.Case(at(name.upper())):
+                    m.d.comb += [db_hit.eq(1), dbq.i.payload.kind.eq(k)]
+        for k, name in enumerate(db_names):
+            out = getattr(self, name)
+            m.d.comb += [out.payload.eq(dbq.o.payload.db),
+                         out.valid.eq(dbq.o.valid & (dbq.o.payload.kind == k))]
+            with m.If(dbq.o.payload.kind == k):
+                m.d.comb += dbq.o.ready.eq(out.ready)
         db_ready = Signal()
-        m.d.comb += db_ready.eq(1)
-        for name in ("rq_db", "sq_db", "cq_db", "cq_arm"):
-            q = Queue(doorbell_layout, 4, buffered=False)
-            m.submodules[f"{name}_q"] = q
-            wiring.connect(m, q.o, wiring.flipped(getattr(self, name)))
-            hit = word_w == at(name.upper())
-            m.d.comb += [q.i.payload.eq(slave.wr_data),
-                         q.i.valid.eq(slave.wr_en & hit)]
-            with m.If(q.level > 2):
-                m.d.comb += db_ready.eq(0)
-        m.d.comb += slave.wr_ready.eq(db_ready)
+        # reads of an ARG or a counter wait for the pass too; the other registers answer
+        ram_page = (word_r[4:] == (at("ARG") >> 4)) | word_r_ctr
+        m.d.comb += [db_ready.eq(~clearing & (dbq.level <= 2)),
+                     slave.rd_ready.eq(~(clearing & ram_page)), slave.wr_ready.eq(db_ready)]
 
         # ---- mailbox -----------------------------------------------------------------------
         busy = Signal()
         result = Signal(8)
         cmd = Signal(cmd_layout)
         target = Signal(2)      # 0 qp, 1 cq, 2 key
-        resp_q = Signal(resp_layout)
         ports = [self.qp, self.cq, self.key]
         for p in ports:
             m.d.comb += p.cmd.payload.eq(cmd)
-        status_busy = busy | self.sweeping
+        status_busy = busy | self.sweeping | clearing
+
+        # ARG0..15: one LUT RAM. Its write port is the clearing pass's, then software's while
+        # no command runs, then the command's owner's; the owner's read port answers a cycle
+        # after the address, like a block RAM.
+        m.submodules.args = amem = memory.Memory(shape=32, depth=NUM_ARGS, init=[])
+        a_wr = amem.write_port()
+        a_blk = amem.read_port(domain="comb")
+        a_bus = amem.read_port(domain="comb")
+        blk_addr, blk_we, blk_wdata = Signal(4), Signal(), Signal(32)
+        with m.Switch(target):
+            for t, p in enumerate(ports):
+                with m.Case(t):
+                    m.d.comb += [blk_addr.eq(p.arg_addr), blk_we.eq(p.arg_we),
+                                 blk_wdata.eq(p.arg_wdata)]
+        blk_rdata = Signal(32)
+        m.d.comb += a_blk.addr.eq(blk_addr)
+        m.d.sync += blk_rdata.eq(a_blk.data)
+        for p in ports:
+            m.d.comb += p.arg_data.eq(blk_rdata)
+        sw_arg = slave.wr_en & (word_w[4:] == (at("ARG") >> 4)) & ~busy
+        with m.If(clearing):
+            m.d.comb += [a_wr.addr.eq(scan), a_wr.data.eq(0), a_wr.en.eq(1)]
+        with m.Elif(busy):
+            m.d.comb += [a_wr.addr.eq(blk_addr), a_wr.data.eq(blk_wdata), a_wr.en.eq(blk_we)]
+        with m.Else():
+            m.d.comb += [a_wr.addr.eq(word_w[:4]), a_wr.data.eq(slave.wr_data),
+                         a_wr.en.eq(sw_arg)]
+
         with m.FSM(name="mailbox"):
             with m.State("IDLE"):
-                # The command register follows the write data and ARGs in every IDLE cycle (no
-                # port looks at it before ISSUE), so its 530 enables are a state decode only and
-                # the CMD address decode drives just the state and busy.
-                m.d.sync += [cmd.opcode.eq(slave.wr_data[:8]),
-                             cmd.index.eq(slave.wr_data[8:]), cmd.args.eq(args)]
+                # The command register follows the write data in every IDLE cycle (no port
+                # looks at it before ISSUE): its enables are a state decode only.
+                m.d.sync += [cmd.opcode.eq(slave.wr_data[:8]), cmd.index.eq(slave.wr_data[8:])]
                 with m.If(slave.wr_en & (word_w == at("CMD")) & ~status_busy):
                     m.d.sync += busy.eq(1)
                     m.next = "DECODE"
@@ -209,14 +289,8 @@ class ControlPlane(wiring.Component):
                     with m.If(target == t):
                         m.d.comb += p.resp.ready.eq(1)
                         with m.If(p.resp.valid):
-                            m.d.sync += resp_q.eq(p.resp.payload)
-                            m.next = "WRITEBACK"
-            with m.State("WRITEBACK"):
-                # one registered stage between the block's answer and the 512 ARG flops
-                m.d.sync += [result.eq(resp_q.result), busy.eq(0)]
-                with m.If(resp_q.write_args):
-                    m.d.sync += args.eq(resp_q.args)
-                m.next = "IDLE"
+                            m.d.sync += [result.eq(p.resp.payload.result), busy.eq(0)]
+                            m.next = "IDLE"
 
         # ---- register writes ---------------------------------------------------------------
         with m.If(slave.wr_en):
@@ -231,53 +305,46 @@ class ControlPlane(wiring.Component):
                     m.d.sync += us_cycles.eq(slave.wr_data)
                 with m.Case(at("IRQ_EN")):
                     m.d.sync += irq_en.eq(slave.wr_data[0])
-                for i in range(NUM_ARGS):
-                    with m.Case(at("ARG", i)):
-                        with m.If(~busy):
-                            m.d.sync += args[i].eq(slave.wr_data)
 
-        # ---- register reads: two stages (group muxes on rd_en, then a 3-way select) --------
+        # ---- register reads: the RAM reads, the counter sum and the misc mux in the rd_en cycle;
+        #      the slave registers the result (read_latency 0) ------------------------------
         caps0 = Cat(Const(cfg.data_width // 8, 8), Const(cfg.num_qp.bit_length() - 1, 8),
                     Const(cfg.num_cq.bit_length() - 1, 8),
                     Const(cfg.key_entries.bit_length() - 1, 8))
-        arg_q, ctr_q, misc_q = Signal(32), Signal(32), Signal(32)
-        group = Signal(2)          # 0 misc, 1 ARG, 2 COUNTER
-        idx = word_r[:4]
-        arg_base, ctr_base = at("ARG") >> 4, at("COUNTER") >> 4
+        rd_q = Signal(32)               # the read data, combinational, registered by the slave
+        m.d.comb += a_bus.addr.eq(word_r[:4])
         with m.If(slave.rd_en):
-            m.d.sync += [arg_q.eq(args[idx]), ctr_q.eq(counters[idx])]
-            with m.If(word_r[4:] == arg_base):
-                m.d.sync += group.eq(1)
-            with m.Elif(word_r[4:] == ctr_base):
-                m.d.sync += group.eq(2)
+            with m.If(word_r[4:] == (at("ARG") >> 4)):
+                m.d.comb += rd_q.eq(a_bus.data)
+            with m.Elif(word_r_ctr):
+                m.d.comb += rd_q.eq(s_sat)
             with m.Else():
-                m.d.sync += group.eq(0)
-            misc = Signal(32)
-            with m.Switch(word_r):
-                with m.Case(at("ID")):
-                    m.d.comb += misc.eq(ID_VALUE)
-                with m.Case(at("VERSION")):
-                    m.d.comb += misc.eq(VERSION_VALUE)
-                with m.Case(at("CAPS0")):
-                    m.d.comb += misc.eq(caps0)
-                with m.Case(at("MAC_LO")):
-                    m.d.comb += misc.eq(mac_lo)
-                with m.Case(at("MAC_HI")):
-                    m.d.comb += misc.eq(mac_hi)
-                with m.Case(at("IPV4")):
-                    m.d.comb += misc.eq(ipv4)
-                with m.Case(at("US_CYCLES")):
-                    m.d.comb += misc.eq(us_cycles)
-                with m.Case(at("CMD_STATUS")):
-                    m.d.comb += misc.eq(Cat(status_busy, Const(0, 7), result))
-                with m.Case(at("IRQ_EN")):
-                    m.d.comb += misc.eq(irq_en)
-                with m.Case(at("EVENT")):
-                    ev = evq.o.payload
-                    with m.If(evq.o.valid):
-                        m.d.comb += misc.eq(Cat(ev.ev.number, ev.ev.type, Const(0, 2),
-                                                ev.lost, Const(1, 1)))
-                    m.d.comb += evq.o.ready.eq(1)          # a read pops one event
-            m.d.sync += misc_q.eq(misc)
-        m.d.comb += slave.rd_data.eq(Mux(group == 1, arg_q, Mux(group == 2, ctr_q, misc_q)))
+                misc = Signal(32)
+                with m.Switch(word_r):
+                    with m.Case(at("ID")):
+                        m.d.comb += misc.eq(ID_VALUE)
+                    with m.Case(at("VERSION")):
+                        m.d.comb += misc.eq(VERSION_VALUE)
+                    with m.Case(at("CAPS0")):
+                        m.d.comb += misc.eq(caps0)
+                    with m.Case(at("MAC_LO")):
+                        m.d.comb += misc.eq(mac_lo)
+                    with m.Case(at("MAC_HI")):
+                        m.d.comb += misc.eq(mac_hi)
+                    with m.Case(at("IPV4")):
+                        m.d.comb += misc.eq(ipv4)
+                    with m.Case(at("US_CYCLES")):
+                        m.d.comb += misc.eq(us_cycles)
+                    with m.Case(at("CMD_STATUS")):
+                        m.d.comb += misc.eq(Cat(status_busy, Const(0, 7), result))
+                    with m.Case(at("IRQ_EN")):
+                        m.d.comb += misc.eq(irq_en)
+                    with m.Case(at("EVENT")):
+                        ev = evq.o.payload
+                        with m.If(evq.o.valid):
+                            m.d.comb += misc.eq(Cat(ev.number, ev.type, Const(0, 3), ev.lost,
+                                                Const(1, 1)))
+                        m.d.comb += evq.o.ready.eq(1)          # a read pops one event
+                m.d.comb += rd_q.eq(misc)
+        m.d.comb += slave.rd_data.eq(rd_q)
         return m

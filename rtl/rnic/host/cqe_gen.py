@@ -205,6 +205,9 @@ class CqeGen(wiring.Component):
         arm_mode = Signal(2)
         c = Signal(cqe_layout)
         cmd = Signal.like(self.cmd.cmd.payload)
+        cmd_args = Signal(data.ArrayLayout(32, 3))  # SET_CQ's ARG0..2, read one per cycle
+        arg_cnt = Signal(range(4))
+        m.d.comb += self.cmd.arg_addr.eq(arg_cnt)
         result = Signal(8)
         rsv_ok = Signal()
 
@@ -282,8 +285,8 @@ class CqeGen(wiring.Component):
                 with m.If(self.cmd.cmd.valid):
                     m.d.comb += self.cmd.cmd.ready.eq(1)
                     m.d.sync += [cmd.eq(self.cmd.cmd.payload),
-                                 cur.eq(self.cmd.cmd.payload.index)]
-                    m.next = "CMD"
+                                 cur.eq(self.cmd.cmd.payload.index), arg_cnt.eq(0)]
+                    m.next = "CMD_ARGS"
                 with m.Elif(self.cq_db.valid):
                     m.d.comb += self.cq_db.ready.eq(1)
                     m.d.sync += [op.eq(0), cur.eq(self.cq_db.payload.cqn),
@@ -304,9 +307,18 @@ class CqeGen(wiring.Component):
                                  c.eq(self.complete.payload)]
                     m.next = "READ"
 
+            with m.State("CMD_ARGS"):
+                # ARG arg_cnt is addressed this cycle and arrives the next
+                m.d.sync += arg_cnt.eq(arg_cnt + 1)
+                for i in range(3):
+                    with m.If(arg_cnt == i + 1):
+                        m.d.sync += cmd_args[i].eq(self.cmd.arg_data)
+                with m.If(arg_cnt == 3):
+                    m.next = "CMD"
+
             with m.State("CMD"):
-                base = Cat(cmd.args[0], cmd.args[1])
-                log2 = cmd.args[2][:5]
+                base = Cat(cmd_args[0], cmd_args[1])
+                log2 = cmd_args[2][:5]
                 with m.If(cmd.opcode != CmdOp.SET_CQ):
                     m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
                 with m.Elif(cmd.index >= self.num_cq):
@@ -318,10 +330,10 @@ class CqeGen(wiring.Component):
                 m.next = "CMD_WRITE"
 
             with m.State("CMD_WRITE"):          # checks registered first (timing)
-                base = Cat(cmd.args[0], cmd.args[1])
+                base = Cat(cmd_args[0], cmd_args[1])
                 with m.If(result == Result.OK):
                     m.d.comb += [wr.en.eq(1), new.eq(0), new.valid.eq(1),
-                                 new.base.eq(base[5:]), new.log2.eq(cmd.args[2][:5])]
+                                 new.base.eq(base[5:]), new.log2.eq(cmd_args[2][:5])]
                 m.next = "CMD_RESP"
 
             with m.State("CMD_RESP"):

@@ -118,7 +118,7 @@ class KeyCache(wiring.Component):
     cmd : Out(CommandSignature())
         Mailbox command port: ``cmd.cmd`` in (SET_KEY 0x04 with index = slot, QUERY_KEY 0x05,
         INVALIDATE 0x06 with ARG0 = key), ``cmd.resp`` out (result 0 ok / 3 refused; QUERY_KEY
-        answers ARG0..ARG8 in the SET_KEY layout with ``write_args`` = 1).
+        writes the entry to ARG0..ARG8 in the SET_KEY layout before its response).
     lookup0 .. lookup{num_ports-1} : Out(LookupSignature())
         Lookup ports: ``req`` stream in (:data:`lookup_req_layout`), ``resp`` stream out
         (:data:`lookup_resp_layout`), responses in request order per port. Port 0 has no
@@ -381,8 +381,8 @@ class KeyCache(wiring.Component):
         args = Signal(data.ArrayLayout(32, 9))
         itag = Signal(8)
         result = Signal(8)
-        write_args = Signal()
         ok_bit = Signal()
+        cnt = Signal(range(16))     # ARG word being read (SET_KEY layout) or written (QUERY_KEY)
 
         new_valid = args[7][28]
         new_type = args[7][24:26]
@@ -461,8 +461,21 @@ class KeyCache(wiring.Component):
                     m.d.comb += cmd.ready.eq(1)
                     m.d.sync += busy.eq(1)
                     m.d.sync += [op.eq(cmd.payload.opcode), index.eq(cmd.payload.index),
-                                 Cat(*[args[i] for i in range(9)]).eq(
-                                     Cat(*[cmd.payload.args[i] for i in range(9)]))]
+                                 cnt.eq(0)]
+                    with m.If(cmd.payload.opcode == CmdOp.QUERY_KEY):
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.next = "ARGS"
+            with m.State("ARGS"):
+                # ARG cnt is addressed this cycle and arrives the next: SET_KEY's ARG0..8 in
+                # 10 cycles, INVALIDATE's ARG0 in 2. The lookups are locked from the command's
+                # acceptance: a lookup taken after it sees the new table.
+                m.d.comb += self.cmd.arg_addr.eq(cnt)
+                m.d.sync += cnt.eq(cnt + 1)
+                for i in range(9):
+                    with m.If(cnt == i + 1):
+                        m.d.sync += args[i].eq(self.cmd.arg_data)
+                with m.If(cnt == Mux(op == CmdOp.INVALIDATE, 1, 9)):
                     m.next = "DRAIN"
             with m.State("DRAIN"):
                 with m.If(pipe_empty):
@@ -493,8 +506,23 @@ class KeyCache(wiring.Component):
                 m.next = "Q_DATA"
             with m.State("Q_DATA"):
                 m.d.sync += [ent.eq(s5_e), old_valid.eq(idx_valid_r),
-                             result.eq(Result.OK), write_args.eq(1)]
-                m.next = "RESPOND"
+                             result.eq(Result.OK), cnt.eq(0)]
+                m.next = "Q_ANSWER"
+            with m.State("Q_ANSWER"):
+                # the entry in the SET_KEY layout, ARG0..8, and 0 in ARG9..15, one word per
+                # cycle; the table is not changed, so the lookups run meanwhile (as in RESPOND)
+                m.d.sync += [fair.eq(1), fsm_rd.eq(0), busy.eq(0)]
+                words = [ent.key, ent.iova[0:32], ent.iova[32:64], ent.length[0:32],
+                         ent.length[32:64], ent.bus[0:32], ent.bus[32:64],
+                         Cat(ent.pd, ent.access, ent.type, Const(0, 2), old_valid), ent.mr]
+                m.d.comb += [self.cmd.arg_addr.eq(cnt), self.cmd.arg_we.eq(1)]
+                with m.Switch(cnt):
+                    for i, w in enumerate(words):
+                        with m.Case(i):
+                            m.d.comb += self.cmd.arg_wdata.eq(w)
+                m.d.sync += cnt.eq(cnt + 1)
+                with m.If(cnt == 15):
+                    m.next = "RESPOND"
 
             # -- SET_KEY
             with m.State("SET_CHECK"):
@@ -574,7 +602,7 @@ class KeyCache(wiring.Component):
                     cam_we.eq(1), cam_idx.eq(index), cam_key.eq(args[0]),
                     cam_valid.eq(new_valid),
                 ]
-                m.d.sync += [result.eq(Result.OK), write_args.eq(0)]
+                m.d.sync += [result.eq(Result.OK)]
                 m.next = "RESPOND"
 
             # -- INVALIDATE and remote invalidate
@@ -605,7 +633,7 @@ class KeyCache(wiring.Component):
                 with m.Else():
                     m.next = "REFUSE"
             with m.State("INV_OK"):
-                m.d.sync += [result.eq(Result.OK), write_args.eq(0), ok_bit.eq(1)]
+                m.d.sync += [result.eq(Result.OK), ok_bit.eq(1)]
                 m.next = "RESPOND"
 
             # -- read-modify-write of an MR's bound-window count
@@ -630,7 +658,7 @@ class KeyCache(wiring.Component):
                         m.next = "SET_WRITE"
 
             with m.State("REFUSE"):
-                m.d.sync += [result.eq(Result.BAD_ARGUMENT), write_args.eq(0), ok_bit.eq(0)]
+                m.d.sync += [result.eq(Result.BAD_ARGUMENT), ok_bit.eq(0)]
                 m.next = "RESPOND"
 
             with m.State("RESPOND"):
@@ -642,21 +670,7 @@ class KeyCache(wiring.Component):
                     with m.If(inv.resp.ready):
                         m.next = "IDLE"
                 with m.Else():
-                    m.d.comb += [resp.valid.eq(1), resp.payload.result.eq(result),
-                                 resp.payload.write_args.eq(write_args)]
-                    with m.If(write_args):
-                        m.d.comb += [
-                            resp.payload.args[0].eq(ent.key),
-                            resp.payload.args[1].eq(ent.iova[0:32]),
-                            resp.payload.args[2].eq(ent.iova[32:64]),
-                            resp.payload.args[3].eq(ent.length[0:32]),
-                            resp.payload.args[4].eq(ent.length[32:64]),
-                            resp.payload.args[5].eq(ent.bus[0:32]),
-                            resp.payload.args[6].eq(ent.bus[32:64]),
-                            resp.payload.args[7].eq(Cat(ent.pd, ent.access, ent.type,
-                                                        Const(0, 2), old_valid)),
-                            resp.payload.args[8].eq(ent.mr),
-                        ]
+                    m.d.comb += [resp.valid.eq(1), resp.payload.result.eq(result)]
                     with m.If(resp.ready):
                         m.next = "IDLE"
         return m

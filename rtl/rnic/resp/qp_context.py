@@ -202,18 +202,18 @@ class QpContext(wiring.Component):
         ]
 
         op = Signal(8)
-        args = Signal(data.ArrayLayout(32, 16))
+        args = Signal(data.ArrayLayout(32, 15))     # SET_QP's ARG0..14, read one per cycle
         index = Signal(24)
         result = Signal(8)
-        write_args = Signal()
-        rargs = Signal(data.ArrayLayout(32, 16))
+        rargs = Signal(data.ArrayLayout(32, 6))     # QUERY_QP's answer, written one per cycle
+        cnt = Signal(range(16))
         sweeping = Signal()
         sweep_cnt = Signal(self.abits)
         m.d.comb += [
             c_addr.eq(Mux(sweeping, sweep_cnt, index[:self.abits])),
             resp.payload.result.eq(result),
-            resp.payload.write_args.eq(write_args),
-            resp.payload.args.eq(rargs),
+            self.cmd.arg_addr.eq(cnt),
+            self.cmd.arg_wdata.eq(Mux(cnt < 6, rargs.as_value().word_select(cnt[:3], 32), 0)),
         ]
 
         cur = Signal(qp_dyn_layout)         # the QP's dynamic entry, registered off the EBR
@@ -294,8 +294,19 @@ class QpContext(wiring.Component):
                 m.d.comb += self.busy.eq(cmd.valid)
                 with m.If(cmd.valid & self.idle):
                     m.d.comb += cmd.ready.eq(1)
-                    m.d.sync += [op.eq(cmd.payload.opcode), args.eq(cmd.payload.args),
-                                 index.eq(cmd.payload.index), write_args.eq(0), rargs.eq(0)]
+                    m.d.sync += [op.eq(cmd.payload.opcode), index.eq(cmd.payload.index),
+                                 rargs.eq(0), cnt.eq(0)]
+                    with m.If(cmd.payload.opcode == CmdOp.SET_QP):
+                        m.next = "LOAD"
+                    with m.Else():
+                        m.next = "ADDR"
+            with m.State("LOAD"):
+                # ARG cnt is addressed this cycle and arrives the next: ARG0..14 in 16 cycles
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += cnt.eq(cnt + 1)
+                with m.If(cnt != 0):
+                    m.d.sync += args[(cnt - 1)[:4]].eq(self.cmd.arg_data)
+                with m.If(cnt == 15):
                     m.next = "ADDR"
             with m.State("ADDR"):
                 m.d.comb += [self.busy.eq(1), owned.eq(1), c_rd_en.eq(1)]
@@ -309,7 +320,7 @@ class QpContext(wiring.Component):
                     m.d.sync += result.eq(Result.BAD_INDEX)
                 with m.Elif(is_query):
                     m.d.sync += [
-                        result.eq(Result.OK), write_args.eq(1),
+                        result.eq(Result.OK), cnt.eq(0),
                         rargs[0].eq(cur.state), rargs[1].eq(cur.epsn), rargs[2].eq(self.q_psn),
                         rargs[3].eq(cur.msn), rargs[4].eq(cur.rq_cons),
                         rargs[5].eq(self.q_cons),
@@ -322,7 +333,16 @@ class QpContext(wiring.Component):
                         m.d.comb += [c_wr_en.eq(1), self.set_valid.eq(1)]
                 with m.Else():
                     m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
-                m.next = "RESP"
+                with m.If(qpn_ok & is_query):
+                    m.next = "ANSWER"
+                with m.Else():
+                    m.next = "RESP"
+            with m.State("ANSWER"):
+                # QUERY_QP: ARG0..5, and 0 in ARG6..15, written one per cycle before the response
+                m.d.comb += [self.busy.eq(1), self.cmd.arg_we.eq(1)]
+                m.d.sync += cnt.eq(cnt + 1)
+                with m.If(cnt == 15):
+                    m.next = "RESP"
             with m.State("RESP"):
                 m.d.comb += [self.busy.eq(1), resp.valid.eq(1)]
                 with m.If(resp.ready):
