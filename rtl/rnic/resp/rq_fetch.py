@@ -2,16 +2,16 @@
 
 Each request ``{addr, tag}`` becomes one :class:`~rnic.host.HostMemory` read of 64 bytes; up to
 ``depth`` reads are outstanding at once (one read client, one ARID: the data comes back in
-request order). The raw aligned beats of the oldest read are collected into a
-``64 + W/8``-byte buffer and shifted by ``addr % (W/8)`` (any byte alignment of the ring base
-works), then one response leaves with the WQE as :data:`wqe_layout` (little-endian: the
-layout's field order is the byte order), the request's ``tag`` and ``err`` = some beat came
-back non-OKAY. Responses leave in request order, from registers. Latency: one cycle in the
+request order). A WQE is 64-byte aligned (every ring base is, interface.md §4.2: SET_QP refuses
+another), so it fills whole beats at every W: the beats of the oldest read are collected into a
+64-byte buffer, with no byte shift, then one response leaves with the WQE as :data:`wqe_layout`
+(little-endian: the layout's field order is the byte order), the request's ``tag`` and ``err``
+= some beat came back non-OKAY. Responses leave in request order, from registers. Latency: one cycle in the
 request queue, the host read, then 2 cycles; a WQE every ``ceil(64/(W/8)) + 1`` cycles at
 most (the next read's beats are taken while a response waits).
 """
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
@@ -42,7 +42,8 @@ class RqFetch(wiring.Component):
     Attributes
     ----------
     req : In(stream.Signature({addr 64, tag 8}))
-        Bus address of the WQE (``rq_base + 64·(index mod 2^rq_log)``) and the caller's tag.
+        Bus address of the WQE (``rq_base + 64·(index mod 2^rq_log)``, 64-byte aligned: its low
+        6 bits are not used) and the caller's tag.
     resp : Out(stream.Signature({wqe: wqe_layout, err 1, tag 8}))
         The WQE and the request's tag; ``err`` = the read got a non-OKAY response (``wqe`` is
         then meaningless).
@@ -63,9 +64,8 @@ class RqFetch(wiring.Component):
         m = Module()
         W = self.width
         B = W // 8
-        lb = B.bit_length() - 1
-        nbuf = (WQE_BYTES + B + B - 1) // B          # beats the buffer can hold
-        fl_layout = data.StructLayout({"lane": max(lb, 1), "tag": 8})
+        nbuf = WQE_BYTES // B                       # beats of one WQE (W ≤ 512: whole beats)
+        fl_layout = data.StructLayout({"tag": 8})
 
         # request side: a registered queue, then one read per request while room in flight
         m.submodules.req_q = req_q = Queue(fetch_req_layout, 2)
@@ -75,23 +75,21 @@ class RqFetch(wiring.Component):
         mr = self.mem.req
         m.d.comb += [
             mr.valid.eq(rq.valid & inflight.i.ready),
-            mr.payload.addr.eq(rq.payload.addr),
+            mr.payload.addr.eq(Cat(Const(0, 6), rq.payload.addr[6:])),
             mr.payload.len_bytes.eq(WQE_BYTES),
             mr.payload.tag.eq(rq.payload.tag),
             rq.ready.eq(mr.ready & inflight.i.ready),
             inflight.i.valid.eq(rq.valid & mr.ready),
-            inflight.i.payload.lane.eq(rq.payload.addr[:lb] if lb else 0),
             inflight.i.payload.tag.eq(rq.payload.tag),
         ]
 
-        # response side: collect the oldest read's beats; on its last beat the buffer, its
-        # lane and tag are complete (the in-flight entry is popped); the next cycle the
-        # shifted WQE goes to an output register, while the next read's beats come in
+        # response side: collect the oldest read's beats; on its last beat the buffer and its
+        # tag are complete (the in-flight entry is popped); the next cycle the WQE goes to an
+        # output register, while the next read's beats come in
         buf = Signal(nbuf * W)
         k = Signal(range(nbuf + 1))
         err = Signal()
         full = Signal()
-        f_lane = Signal(max(lb, 1))
         f_tag = Signal(8)
         f_err = Signal()
         o_valid = Signal()
@@ -110,12 +108,10 @@ class RqFetch(wiring.Component):
             with m.If(r.payload.last):
                 m.d.comb += inflight.o.ready.eq(1)
                 m.d.sync += [full.eq(1), k.eq(0), err.eq(0), f_err.eq(err | r.payload.err),
-                             f_lane.eq(inflight.o.payload.lane), f_tag.eq(inflight.o.payload.tag)]
+                             f_tag.eq(inflight.o.payload.tag)]
         with m.If(self.resp.ready):
             m.d.sync += o_valid.eq(0)
         with m.If(full & (~o_valid | self.resp.ready)):
-            shifted = Signal(nbuf * W)
-            m.d.comb += shifted.eq(buf >> (f_lane * 8 if lb else 0))
-            m.d.sync += [o_valid.eq(1), o_wqe.eq(shifted[:WQE_BYTES * 8]), o_err.eq(f_err),
+            m.d.sync += [o_valid.eq(1), o_wqe.eq(buf), o_err.eq(f_err),
                          o_tag.eq(f_tag), full.eq(0)]
         return m
