@@ -34,8 +34,16 @@ def _generate(cfg, simulator):
     return out, vpath
 
 
-@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
-@pytest.mark.parametrize("cfg", list(CONFIGS))
+def _cases():
+    """Every configuration on both simulators; the second configuration's Verilator build
+    (~90 s) runs under make regress-full."""
+    for i, cfg in enumerate(CONFIGS):
+        for sim in ("icarus", "verilator"):
+            marks = [pytest.mark.full] if i and sim == "verilator" else []
+            yield pytest.param(cfg, sim, marks=marks, id=f"{cfg}-{sim}")
+
+
+@pytest.mark.parametrize("cfg, simulator", list(_cases()))
 def test_generated_file_ports_defined(cfg, simulator):
     from cocotb_tools.runner import get_runner
     out, vpath = _generate(cfg, simulator)

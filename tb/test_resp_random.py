@@ -23,11 +23,11 @@ def _run(cfg, simulator, name, **env):
 
 
 def test_resp_random_w64_icarus():
-    _run("w64", "icarus", "resp-random-w64-icarus", RR_SEED=1, RR_MSGS=300)
+    _run("w64", "icarus", "resp-random-w64-icarus", RR_SEED=1, RR_MSGS=150)
 
 
 def test_resp_random_w512_verilator():
-    _run("w512", "verilator", "resp-random-w512-verilator", RR_SEED=2, RR_MSGS=150, RR_BP=0.3)
+    _run("w512", "verilator", "resp-random-w512-verilator", RR_SEED=2, RR_MSGS=80, RR_BP=0.3)
 
 
 @pytest.mark.soak

@@ -45,8 +45,16 @@ def _trace_env(cfg, simulator):
     return {"RNIC_TRACE": "1", "RNIC_TRACE_DIR": str(ROOT / "build" / "trace")}, waves
 
 
-@pytest.mark.parametrize("cfg", list(CONFIGS))
-@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+def _directed_cases():
+    """Both widths on both simulators; W=512 on Verilator (its two-core build, shared with
+    the lossy random run at W=512) under make regress-full."""
+    for cfg in CONFIGS:
+        for sim in ("icarus", "verilator"):
+            marks = [pytest.mark.full] if cfg == "w512" and sim == "verilator" else []
+            yield pytest.param(cfg, sim, marks=marks, id=f"{sim}-{cfg}")
+
+
+@pytest.mark.parametrize("cfg, simulator", list(_directed_cases()))
 def test_pair_directed(cfg, simulator):
     env, waves = _trace_env(cfg, simulator)
     run_dir = _run(cfg, simulator, DIRECTED, f"pair-{cfg}-{simulator}", env, waves=waves)
@@ -102,9 +110,11 @@ def check_pair_trace(d):
     assert len(rdpcap(str(d / "send_13_steps.pcap"))) == 4
 
 
-@pytest.mark.parametrize("cfg", list(CONFIGS))
+@pytest.mark.parametrize("cfg", [c if c == "w64" else pytest.param(c, marks=pytest.mark.full)
+                                 for c in CONFIGS])
 def test_pair_random(cfg):
-    """A few hundred random messages both ways (Verilator; the same build as above)."""
+    """A few hundred random messages both ways (Verilator; the same build as above; W=512
+    under ``make regress-full``)."""
     _run(cfg, "verilator", ["random_messages"], f"pair-random-{cfg}",
          {"PAIR_MESSAGES": "150", "PAIR_SEED": "7" if cfg == "w64" else "8"})
 
