@@ -30,12 +30,11 @@ def _register():
                      params={"width": w}, extra_env={"RXP_WIDTH": str(w)})
 
     def psn_factory(w):
-        from tb.test_psn_check import PsnBench
+        from .bench_tops import PsnBench
         return flat_top(PsnBench(w))
 
     def exe_factory(w, prefetch=4):
-        from tb.test_axi_master import flat_top_axi
-        from tb.test_execute import ExecuteBench
+        from .bench_tops import ExecuteBench, flat_top_axi
         return flat_top_axi(ExecuteBench(w, prefetch))
 
     for w in (64, 128, 256, 512):

@@ -40,7 +40,7 @@ def simulator_default():
 def _rtl_hash():
     h = hashlib.sha256()
     srcs = sorted((ROOT / "rtl").rglob("*.py"))
-    srcs += [ROOT / "sim" / n for n in ("wrap.py", "runner.py", "pair.py")]  # they shape the Verilog
+    srcs += [ROOT / "sim" / n for n in ("wrap.py", "runner.py", "pair.py", "bench_tops.py")]  # they shape the Verilog
     for p in srcs:
         h.update(p.read_bytes())
     return h.hexdigest()[:12]

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from rnic.area import (area_report, kept_modules, largest_registers, markdown, module_tree,
+from rnic_flow.area import (area_report, kept_modules, largest_registers, markdown, module_tree,
                        register_bits, sum_by_block, yosys_script)
-from rnic.budgets import BUDGETS, REFERENCE, TOTAL, TOTAL_LUT4_W128, budgets_for
-from rnic import budgets
+from rnic_flow.budgets import BUDGETS, REFERENCE, TOTAL, TOTAL_LUT4_W128, budgets_for
+from rnic_flow import budgets
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -188,7 +188,7 @@ def test_rnic_area_end_to_end(tmp_path):
     """`rnic area` on a small configuration: yosys with the hierarchy kept, both reports."""
     js, md = tmp_path / "area.json", tmp_path / "area.md"
     proc = subprocess.run(
-        [sys.executable, "-m", "rnic.cli", "area", "--num-qp", "4", "--num-cq", "1",
+        [sys.executable, "-m", "rnic_flow.cli", "area", "--num-qp", "4", "--num-cq", "1",
          "--key-entries", "4", "--json", str(js), "--md", str(md), "-o", str(tmp_path / "work"),
          "-q"], cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr

@@ -5,22 +5,13 @@ import warnings
 import pytest
 
 from rnic.host import HostMemory
+from sim.bench_tops import flat_top_axi
 from sim.runner import run_cocotb
 from sim.wrap import flat_top
 
 # the configuration the bench uses (the bench reads the same numbers from the environment)
 # (client 1's read buffer holds four of the 32-beat bursts: the deep_buffer test)
 CFG = dict(read_clients=2, write_clients=2, max_reads=3, max_writes=3, read_buffer=(32, 128))
-
-
-def flat_top_axi(component, member="axi", prefix="m_axi"):
-    """:func:`sim.wrap.flat_top`, with the AXI member ``<member>__aw_id`` renamed
-    ``<prefix>_awid`` (the names cocotbext-axi's ``AxiBus.from_prefix`` looks for)."""
-    m, ports = flat_top(component)
-    for s in ports:
-        if s.name.startswith(member + "__"):
-            s.name = prefix + "_" + s.name[len(member) + 2:].replace("_", "")
-    return m, ports
 
 
 @pytest.mark.parametrize("width", [64, 512, pytest.param(128, marks=pytest.mark.full),

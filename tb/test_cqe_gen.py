@@ -9,7 +9,7 @@ from amaranth.lib.wiring import Out
 
 from rnic.host import AxiSignature, CqeGen, HostMemory
 from sim.runner import run_cocotb
-from tb.test_axi_master import flat_top_axi
+from sim.bench_tops import flat_top_axi
 
 NUM_CQ = 4
 

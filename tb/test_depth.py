@@ -1,6 +1,6 @@
-"""Logic depth of a synth_ecp5 netlist (rnic.depth), on a small netlist written by hand.
+"""Logic depth of a synth_ecp5 netlist (rnic_flow.depth), on a small netlist written by hand.
 
-Every figure below is worked out from the weights in rnic.depth's docstring: a flip-flop's
+Every figure below is worked out from the weights in rnic_flow.depth's docstring: a flip-flop's
 clock-to-Q 0.5, a block RAM's 3.5, a LUT4 1.0, a carry-chain step 0.06, a carry into a sum 0.35.
 The real flow's figure is checked by test_synth's ``full`` ECP5 run.
 """
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from rnic.depth import area_by_block, format_area, format_depth, logic_depth, main_depth
+from rnic_flow.depth import area_by_block, format_area, format_depth, logic_depth, main_depth
 
 
 def _cell(typ, dirs, **conns):

@@ -528,7 +528,7 @@ def ecp5_flow(entries, ports=3, freq=156.25, seed=1):
     import sys
     from pathlib import Path
     from rnic.emit import verilog
-    from rnic.synth import KEEP_FFS
+    from rnic_flow.synth import KEEP_FFS
     from sim.runner import ROOT
     out = ROOT / "build" / "synth" / f"key_cache-k{entries}-p{ports}-f{freq:g}-s{seed}"
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Timing of a placed design from nextpnr's SDF (rnic.placed) and ``rnic synth --place-only``.
+"""Timing of a placed design from nextpnr's SDF (rnic_flow.placed) and ``rnic synth --place-only``.
 
 Fast tests: a hand-written SDF whose paths are known by construction (escapes, a block-RAM
 start, a carry chain, a clock pin that is not a path, a combinational loop), the SDF of a real
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rnic import synth
-from rnic.placed import estimate_from_log, format_paths, main_paths, parse_sdf, placed_paths
-from rnic.synth import main_synth
+from rnic_flow import synth
+from rnic_flow.placed import estimate_from_log, format_paths, main_paths, parse_sdf, placed_paths
+from rnic_flow.synth import main_synth
 from tb.test_synth import install_fake_tools
 
 DATA = Path(__file__).parent / "data"

@@ -6,89 +6,13 @@ execute-outcome interface (always success, or a fatal outcome on one chosen PSN)
 every transmitted frame with its own parser, an independent ICRC/IPv4-checksum computation and
 tshark, against ``sim/models/responder.py``.
 """
-import os
-
 import pytest
-from amaranth.hdl import Module, Signal
-from amaranth.lib import memory, stream, wiring
-from amaranth.lib.wiring import In, Out, connect
 
-from rnic.ifaces import NUM_COUNTERS, CommandSignature, event_layout, rx_meta_layout
-from rnic.resp.psn_check import (PsnCheck, exe_layout, qpn_layout, rq_db_layout,
-                                  rq_flush_layout)
-from rnic.resp.qp_context import qp_set_event_layout
-from rnic.stream import BeatStream
-from rnic.tx.arbiter import TxArbiter
+from sim.bench_tops import PsnBench
 from sim.runner import run_cocotb
 from sim.wrap import flat_top
 
 NUM_QP = 16
-
-
-class PsnBench(wiring.Component):
-    """PsnCheck + TxArbiter + a stub of the later stages (exe → done)."""
-
-    def __init__(self, width, num_qp=NUM_QP):
-        self.width = width
-        self.num_qp = num_qp
-        super().__init__({
-            "meta": In(stream.Signature(rx_meta_layout)),
-            "payload": In(BeatStream(width)),
-            "rq_db": In(stream.Signature(rq_db_layout)),
-            "cmd": Out(CommandSignature()),
-            "local_mac": In(48),
-            "local_ip": In(32),
-            "pay_out": Out(BeatStream(width)),
-            "ack_out": Out(stream.Signature(rx_meta_layout)),
-            "rq_flush": Out(stream.Signature(rq_flush_layout)),
-            "event": Out(stream.Signature(event_layout)),
-            "qp_reset": Out(stream.Signature(qpn_layout)),
-            "qp_set": Out(stream.Signature(qp_set_event_layout, always_ready=True)),
-            "fault": In(stream.Signature(qpn_layout)),
-            "tx": Out(BeatStream(width)),
-            "tx1": In(BeatStream(width)),
-            "stat": Out(NUM_COUNTERS),
-            "exe_mon_valid": Out(1),
-            "exe_mon": Out(exe_layout),
-            "fail_en": In(1),
-            "fail_qpn": In(24),
-            "fail_psn": In(24),
-            "fail_syn": In(8),
-            "exe_hold": In(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.psn = psn = PsnCheck(width=self.width, num_qp=self.num_qp)
-        m.submodules.arb = arb = TxArbiter(self.width)
-        for name in ("meta", "payload", "rq_db", "cmd", "fault"):
-            connect(m, wiring.flipped(getattr(self, name)), getattr(psn, name))
-        for name in ("pay_out", "ack_out", "rq_flush", "event", "qp_reset", "qp_set"):
-            connect(m, getattr(psn, name), wiring.flipped(getattr(self, name)))
-        connect(m, psn.tx, arb.i0)
-        connect(m, wiring.flipped(self.tx1), arb.i1)
-        connect(m, arb.o, wiring.flipped(self.tx))
-        # the requester's context as QUERY_QP sees it: the send PSN of every qp_set event
-        sqm = memory.Memory(shape=24, depth=self.num_qp, init=[])
-        m.submodules.sqm = sqm
-        sw, sr = sqm.write_port(), sqm.read_port()
-        m.d.comb += [sw.addr.eq(psn.qp_set.payload.qpn), sw.data.eq(psn.qp_set.payload.sq_psn),
-                     sw.en.eq(psn.qp_set.valid), sr.addr.eq(psn.q_qpn),
-                     psn.q_psn.eq(sr.data), psn.q_cons.eq(0)]
-        e = psn.exe
-        m.d.comb += [
-            psn.local_mac.eq(self.local_mac), psn.local_ip.eq(self.local_ip),
-            self.stat.eq(psn.stat | arb.stat),
-            # the stub: one done per exe, at once (unless held)
-            psn.done.valid.eq(e.valid & ~self.exe_hold),
-            e.ready.eq(psn.done.ready & ~self.exe_hold),
-            psn.done.payload.fatal.eq(self.fail_en & (e.payload.psn == self.fail_psn)
-                                      & (e.payload.qpn == self.fail_qpn)),
-            psn.done.payload.syndrome.eq(self.fail_syn),
-            self.exe_mon_valid.eq(e.valid & e.ready),
-            self.exe_mon.eq(e.payload),
-        ]
-        return m
 
 
 #: bump when PsnBench changes (the Verilog cache key covers rtl/ only; also in sim/benches.py)

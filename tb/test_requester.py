@@ -14,7 +14,7 @@ from rnic.req.requester import doorbell_layout
 from rnic.stream import BeatStream
 from sim.models import requester as model
 from sim.runner import run_cocotb
-from tb.test_axi_master import flat_top_axi
+from sim.bench_tops import flat_top_axi
 
 NUM_QP = 16
 

@@ -1,4 +1,4 @@
-"""The synthesis flow (rnic.synth).
+"""The synthesis flow (rnic_flow.synth).
 
 Fast tests (well under 5 s): report parsing against captured nextpnr / yosys outputs in tb/data,
 the merge of result rows, the Markdown table, the iCE40 I/O wrapper (on Icarus, against a Python
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from rnic import synth
-from rnic.synth import (area_from_cells, io_wrapper_verilog, main_synth, markdown_table,
+from rnic_flow import synth
+from rnic_flow.synth import (area_from_cells, io_wrapper_verilog, main_synth, markdown_table,
                         merge_rows, parse_nextpnr_report, parse_yosys_stat, run_synth)
 
 DATA = Path(__file__).parent / "data"

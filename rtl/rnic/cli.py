@@ -1,5 +1,6 @@
-"""The ``rnic`` command: ``rnic generate``, ``rnic synth``, ``rnic depth``, ``rnic paths``,
-``rnic area``, ``rnic regmap``, ``rnic bench``."""
+"""The hardware package's commands: ``rnic generate`` (the Verilog of the core) and ``rnic regmap``,
+and the configuration options every command shares. The installed ``rnic`` command
+(:mod:`rnic_flow.cli`) adds the flow's commands; this package never imports the flow."""
 
 import argparse
 import sys
@@ -55,72 +56,23 @@ def _regmap(argv):
     return 0
 
 
-def _synth(argv):
-    try:
-        from .synth import main_synth
-    except ImportError as e:
-        print(f"rnic: error: the synthesis flow is not available ({e})", file=sys.stderr)
-        return 2
-    return main_synth(argv)
-
-
-def _bench(argv):
-    p = argparse.ArgumentParser(prog="rnic bench",
-                                description="Cycle-accurate benchmarks from simulation; figures "
-                                            "to build/bench.json and build/bench.md.")
-    p.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
-    p.add_argument("--sim", default="verilator", choices=("verilator", "icarus"))
-    p.add_argument("--list", action="store_true", help="list the benchmarks")
-    args = p.parse_args(argv)
-    import os
-    sys.path.insert(0, os.getcwd())
-    try:
-        from sim.bench import BENCHES, run_benches
-        import sim.benches  # noqa: F401
-    except ImportError as e:
-        print(f"rnic: error: run `rnic bench` from the repository root ({e})", file=sys.stderr)
-        return 2
-    if args.list:
-        print("\n".join(BENCHES))
-        return 0
-    run_benches(args.names or None, simulator=args.sim)
-    return 0
-
-
-def _depth(argv):
-    from .depth import main_depth
-    return main_depth(argv)
-
-
-def _paths(argv):
-    from .placed import main_paths
-    return main_paths(argv)
-
-
-def _area(argv):
-    from .area import main_area
-    return main_area(argv)
-
-
 COMMANDS = {
     "generate": (_generate, "write build/rnic.v-style Verilog of the core"),
-    "synth": (_synth, "synthesize on ECP5 / iCE40 / xc7 and report area and Fmax"),
-    "depth": (_depth, "logic depth (LUT levels) of a synth_ecp5 netlist, deepest paths"),
-    "paths": (_paths, "worst paths of a placed design from nextpnr's SDF (its placement estimate)"),
-    "area": (_area, "ECP5 area per block (hierarchy kept) against rtl/rnic/budgets.py"),
     "regmap": (_regmap, "print the register map as Markdown"),
-    "bench": (_bench, "run the cycle-accurate benchmarks (from the repository root)"),
 }
 
 
-def main(argv=None):
+def main(argv=None, commands=None):
+    """Dispatch ``argv`` (default ``sys.argv[1:]``) to one of ``commands`` (default: this
+    module's, the hardware package's own; the installed ``rnic`` command adds the flow's)."""
+    commands = COMMANDS if commands is None else commands
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: rnic {" + ",".join(COMMANDS) + "} ...", file=sys.stderr)
-        for name, (_, doc) in COMMANDS.items():
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        print("usage: rnic {" + ",".join(commands) + "} ...", file=sys.stderr)
+        for name, (_, doc) in commands.items():
             print(f"  {name:10s} {doc}", file=sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
-    fn, _ = COMMANDS[argv[0]]
+    fn, _ = commands[argv[0]]
     return fn(argv[1:])
 
 

@@ -17,7 +17,7 @@ on their paths, the logic and the route delay, the LUT levels, and how the faili
 are spread over pairs of blocks.
 
 The *block* of a cell is the first component of its hierarchical name
-(:func:`rnic.depth.block_of`); yosys names a LUT after a net it feeds, so the blocks along a
+(:func:`rnic_flow.depth.block_of`); yosys names a LUT after a net it feeds, so the blocks along a
 path are a guide and its two ends exact. One clock, ideal (no skew), as nextpnr's estimate for
 an out-of-context design.
 """

@@ -1,18 +1,18 @@
-"""``rnic area``: the core's ECP5 area per block, checked against :mod:`rnic.budgets`.
+"""``rnic area``: the core's ECP5 area per block, checked against :mod:`rnic_flow.budgets`.
 
 ``rnic area [--data-width W --num-qp N --num-cq C --key-entries K --clock-mhz F]
 [--json PATH] [--md PATH] [--no-fail] [--stat PATH] [-o DIR]``
 
 One yosys run of module ``rnic`` with its hierarchy kept at the blocks: the script of
 ``rnic synth`` (``read_verilog; hierarchy; proc``, the keep-flip-flop step,
-:data:`rnic.synth.KEEP_FFS`, ``synth_ecp5``) with ``keep_hierarchy`` set on every instance of
+:data:`rnic_flow.synth.KEEP_FFS`, ``synth_ecp5``) with ``keep_hierarchy`` set on every instance of
 ``rnic`` and on the nested paths a budget row names (:func:`kept_modules`; ``rnic`` and the
 kept modules holding kept modules are LUT-mapped by the classic ``abc``, see
 :func:`yosys_script`), then ``stat -json``. Amaranth names every module by its instance path (``rnic.psn_check.hb``), so
 each kept module's cells, and those of the kept modules under it, are summed into the budget
-row that names its path (:mod:`rnic.budgets`).
+row that names its path (:mod:`rnic_flow.budgets`).
 
-Counts: LUT4-equivalents as ``rnic synth`` counts them (:func:`rnic.synth.area_from_cells`):
+Counts: LUT4-equivalents as ``rnic synth`` counts them (:func:`rnic_flow.synth.area_from_cells`):
 one per ``LUT4``, two per ``CCU2C`` (a carry cell is two LUT4s of a slice), four per
 ``TRELLIS_DPR16X4`` (a 16x4 LUT RAM takes four LUTs); FF = ``TRELLIS_FF``, block RAM =
 ``DP16KD``. yosys does not optimise across a kept boundary, so the total can be a little
@@ -306,12 +306,12 @@ def yosys_script(verilog_name, kept, top="rnic", stat_name="rnic.stat.json"):
 def run_area(config, work, progress=True):
     """Generate the core for ``config`` (an RnicConfig) and run yosys in ``work``.
 
-    Returns the path of the ``stat -json`` file. Raises :class:`rnic.synth.SynthError` when
+    Returns the path of the ``stat -json`` file. Raises :class:`rnic_flow.synth.SynthError` when
     yosys fails. yosys writes its own log (``-l``): it survives a failed run, where the
     buffered standard output of the YoWASP build does not.
     """
     from .synth import Progress, SynthError, _run, _tail, _tool
-    from .top import build_verilog
+    from rnic.top import build_verilog
     prog = progress if isinstance(progress, Progress) else Progress(bool(progress))
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -335,11 +335,11 @@ def run_area(config, work, progress=True):
 
 def main_area(argv=None):
     """``rnic area`` (argv without the ``area`` word). Returns the exit status."""
-    from .cli import config_args, config_from_args
+    from rnic.cli import config_args, config_from_args
     p = argparse.ArgumentParser(
         prog="rnic area",
         description="ECP5 area of the core per block (yosys synth_ecp5, block hierarchy kept) "
-                    "against the budgets of rtl/rnic/budgets.py. Exit 1 when a block or the total is over.")
+                    "against the budgets of rtl/rnic_flow/budgets.py. Exit 1 when a block or the total is over.")
     config_args(p)
     p.add_argument("--json", default="build/area.json", metavar="PATH",
                    help="the report as JSON (default build/area.json)")
