@@ -151,16 +151,13 @@ def expected_meta(frame):
     """The ``rnic.ifaces.rx_meta_layout`` dict RX Parse emits for an accepted ``frame``."""
     d = decode_frame(frame)
     b = d["bth"]
-    meta = {k: b[k] for k in ("opcode", "se", "mig", "padcnt", "pkey", "fecn", "becn", "dqpn",
-                              "ackreq", "psn")}
+    meta = {k: b[k] for k in ("opcode", "se", "padcnt", "dqpn", "ackreq", "psn")}
     reth = d.get("reth", {})
     meta.update(
         reth_va=reth.get("va", 0), reth_rkey=reth.get("rkey", 0), reth_len=reth.get("dmalen", 0),
         imm=d.get("immdt", {}).get("imm", 0), ieth_rkey=d.get("ieth", {}).get("rkey", 0),
         aeth_syndrome=d.get("aeth", {}).get("syndrome", 0),
-        aeth_msn=d.get("aeth", {}).get("msn", 0),
-        src_mac=d["eth"]["src"], src_ip=d["ipv4"]["src"], udp_sport=d["udp"]["sport"],
-        payload_len=len(d["payload"]),
+        src_ip=d["ipv4"]["src"], payload_len=len(d["payload"]),
     )
     return meta
 

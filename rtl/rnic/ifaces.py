@@ -110,17 +110,15 @@ event_layout = data.StructLayout({
 })
 
 
-#: Header metadata of one accepted frame, as RX Parse emits it (one entry per frame).
-#: Multi-byte fields are integers assembled big-endian from the wire (``imm``'s first wire byte
-#: is ``imm[31:24]``). Fields of headers the opcode does not carry are 0.
+#: Header metadata of one accepted frame, as RX Parse emits it (one entry per frame): the fields a
+#: later stage reads, nothing else (RX Parse checks the P_Key, TVer and addresses itself; the
+#: responses are addressed from the QP context). Multi-byte fields are integers assembled
+#: big-endian from the wire (``imm``'s first wire byte is ``imm[31:24]``). Fields of headers the
+#: opcode does not carry are 0.
 rx_meta_layout = data.StructLayout({
     "opcode": 8,
     "se": 1,
-    "mig": 1,
     "padcnt": 2,
-    "pkey": 16,
-    "fecn": 1,
-    "becn": 1,
     "dqpn": 24,
     "ackreq": 1,
     "psn": 24,
@@ -130,9 +128,6 @@ rx_meta_layout = data.StructLayout({
     "imm": 32,
     "ieth_rkey": 32,
     "aeth_syndrome": 8,
-    "aeth_msn": 24,
-    "src_mac": 48,
-    "src_ip": 32,
-    "udp_sport": 16,
+    "src_ip": 32,           # compared with the QP's remote IPv4
     "payload_len": 13,      # payload bytes, pad and ICRC excluded (≤ 4200)
 })

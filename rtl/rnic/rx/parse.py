@@ -450,11 +450,7 @@ class RxParse(wiring.Component):
         meta_now = {
             "opcode": op,
             "se": f(wire.BTH, _BTH, "se"),
-            "mig": f(wire.BTH, _BTH, "mig"),
             "padcnt": padcnt,
-            "pkey": f(wire.BTH, _BTH, "pkey"),
-            "fecn": f(wire.BTH, _BTH, "fecn"),
-            "becn": f(wire.BTH, _BTH, "becn"),
             "dqpn": f(wire.BTH, _BTH, "dqpn"),
             "ackreq": f(wire.BTH, _BTH, "ackreq"),
             "psn": f(wire.BTH, _BTH, "psn"),
@@ -464,10 +460,7 @@ class RxParse(wiring.Component):
             "imm": Mux(info.immdt, imm_at, 0),
             "ieth_rkey": ext(wire.IETH, "rkey", info.ieth),
             "aeth_syndrome": ext(wire.AETH, "syndrome", info.aeth),
-            "aeth_msn": ext(wire.AETH, "msn", info.aeth),
-            "src_mac": f(wire.ETH, 0, "src"),
             "src_ip": f(wire.IPV4, _IP, "src"),
-            "udp_sport": f(wire.UDP, _UDP, "sport"),
         }
 
         v1_valid = Signal()
