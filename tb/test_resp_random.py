@@ -1,5 +1,5 @@
 """Random responder traffic at the `rnic` top against the Python model (cocotb): see
-tb/cocotb_resp_random.py. The regression runs a few hundred messages on Icarus at W=64 and a
+tb/cocotb_resp_random.py. The regression runs 150 messages on Icarus at W=64 and a
 shorter run on Verilator at W=512 (the build of tb/test_responder.py, shared); `make soak` runs
 10,000+ messages on Verilator."""
 import os
