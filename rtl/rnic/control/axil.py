@@ -26,7 +26,8 @@ class AxiLiteSlave(wiring.Component):
     with ``wr_ready`` (e.g. a nearly full doorbell queue): the write waits for it.
 
     Both directions are registered for timing: a write leaves as a one-cycle ``wr_en`` pulse
-    from registers (the cycle its B response is raised), and a read is a one-cycle ``rd_en``
+    from registers (the cycle its B response is raised; address and data from the holding
+    registers), and a read is a one-cycle ``rd_en``
     pulse after which the register file has ``read_latency`` cycles to present ``rd_data``.
 
     Parameters
@@ -83,9 +84,11 @@ class AxiLiteSlave(wiring.Component):
 
         done = aw_held & w_held & ~bus.bvalid & (~full_word | self.wr_ready)
         m.d.sync += self.wr_en.eq(done & full_word)
+        # the holding registers are the write's address and data: a new AW or W is taken no
+        # earlier than the wr_en cycle, and lands after it
+        m.d.comb += [self.wr_addr.eq(aw_addr), self.wr_data.eq(w_data)]
         with m.If(done):
-            m.d.sync += [aw_held.eq(0), w_held.eq(0), bus.bvalid.eq(1),
-                         self.wr_addr.eq(aw_addr), self.wr_data.eq(w_data)]
+            m.d.sync += [aw_held.eq(0), w_held.eq(0), bus.bvalid.eq(1)]
         with m.Elif(bus.bvalid & bus.bready):
             m.d.sync += bus.bvalid.eq(0)
 

@@ -18,12 +18,14 @@ Storage
 -------
 ARG0..15 and the sixteen counters are two 16 × 32-bit LUT RAMs. The counters share one
 adder: a scan visits one counter per cycle and adds what that counter collected since its last
-visit (a per-counter pending count) to its RAM word. A read of a counter takes the scan's slot
-in its cycle (the scan waits) and returns the sum it writes back, so it is exact. Reads come at
-most one in four cycles, so a counter is visited at least every 22 cycles: the pending counts
-hold 22 × ``max_inc``. rst does not reach a RAM: the scan's first pass after rst (16 cycles)
-writes 0 to both; until the pass is over the AXI4-Lite port holds writes and reads of an ARG
-or a counter (CMD_STATUS and the other registers answer at once).
+visit (a per-counter pending count) to its RAM word, in two stages (read, then add and write
+back). A read of a counter takes the scan's slot (the scan waits a cycle) and returns the sum
+written back, so it is exact. Reads come at most one in five cycles (the AXI4-Lite slave's
+read latency is 2), so in any 20 cycles the scan advances 16 times and visits every counter:
+the pending counts hold 20 × ``max_inc``. rst does not reach a RAM: the scan's first pass after rst (16 cycles)
+writes 0 to both. Until the pass is over the AXI4-Lite port holds writes; an ARG it has not
+reached reads 0, and a counter read before its word is cleared starts from 0 (a 16-bit mask
+records which words were written since rst).
 
 Doorbells
 ---------
@@ -121,7 +123,7 @@ class ControlPlane(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        m.submodules.axil = slave = AxiLiteSlave(read_latency=0)
+        m.submodules.axil = slave = AxiLiteSlave(read_latency=2)
         for name, member in self.axil.signature.members.items():
             ours, theirs = getattr(self.axil, name), getattr(slave.bus, name)
             m.d.comb += (theirs.eq(ours) if member.flow == In else ours.eq(theirs))
@@ -143,8 +145,8 @@ class ControlPlane(wiring.Component):
         scan = Signal(4)
         clearing = Signal(init=1)
         word_r_ctr = word_r[4:] == (at("COUNTER") >> 4)
-        ctr_rd = Signal()               # a counter read takes the scan's slot this cycle
-        m.d.comb += ctr_rd.eq(slave.rd_en & word_r_ctr)
+        ctr_rd = Signal()               # a counter read takes the scan's slot (read stage 1)
+        m.d.sync += ctr_rd.eq(slave.rd_en & word_r_ctr)
         with m.If(~ctr_rd):
             m.d.sync += scan.eq(scan + 1)
             with m.If(scan == 15):
@@ -154,19 +156,31 @@ class ControlPlane(wiring.Component):
         m.submodules.counters = cmem = memory.Memory(shape=32, depth=NUM_COUNTERS, init=[])
         c_wr = cmem.write_port()
         c_rd = cmem.read_port(domain="comb")
-        pending = Array(Signal(range(22 * self.max_inc + 1), name=f"pending{i}")
+        pending = Array(Signal(range(20 * self.max_inc + 1), name=f"pending{i}")
                         for i in range(NUM_COUNTERS))
-        visit = Signal(4)               # the counter folded this cycle
+        # Two stages: the visit reads the RAM word and the pending count into registers (A),
+        # the next cycle adds, saturates and writes back (B). A visit of the entry B writes in
+        # the same cycle takes B's sum instead of the RAM word (a read right after a scan of
+        # the same counter, or the reverse).
+        visit = Signal(4)               # the counter visited this cycle (stage A)
         m.d.comb += visit.eq(Mux(ctr_rd, word_r[:4], scan))
         for i in range(NUM_COUNTERS):
-            # folded into the RAM at its visit; collects ≤ 22 cycles of increments
+            # folded at its visit; collects ≤ 20 cycles of increments
             m.d.sync += pending[i].eq(Mux(visit == i, 0, pending[i]) + self.stat_inc[i])
+        b_visit = Signal(4)
+        b_ram = Signal(32)
+        cleared = Signal(NUM_COUNTERS)  # the counter's RAM word was written since rst
+        b_pend = Signal.like(pending[0])
         s_total = Signal(33)
-        s_sat = Signal(32)
+        s_sat = Signal(32)              # stage B: the counter's value, written back
         m.d.comb += [c_rd.addr.eq(visit),
-                     s_total.eq(Mux(clearing, 0, c_rd.data) + pending[visit]),
+                     s_total.eq(b_ram + b_pend),
                      s_sat.eq(Mux(s_total[32], Const(0xFFFFFFFF, 32), s_total[:32])),
-                     c_wr.addr.eq(visit), c_wr.data.eq(s_sat), c_wr.en.eq(1)]
+                     c_wr.addr.eq(b_visit), c_wr.data.eq(s_sat), c_wr.en.eq(1)]
+        m.d.sync += [b_visit.eq(visit), b_pend.eq(pending[visit]),
+                     b_ram.eq(Mux(cleared.bit_select(visit, 1),
+                                  Mux(visit == b_visit, s_sat, c_rd.data), 0)),
+                     cleared.bit_select(visit, 1).eq(1)]
 
         # ---- event queue -------------------------------------------------------------------
         # an entry keeps the number whole and the type in 3 bits (types 1..4)
@@ -204,14 +218,12 @@ class ControlPlane(wiring.Component):
             with m.If(dbq.o.payload.kind == k):
                 m.d.comb += dbq.o.ready.eq(out.ready)
         db_ready = Signal()
-        # reads of an ARG or a counter wait for the pass too; the other registers answer
-        ram_page = (word_r[4:] == (at("ARG") >> 4)) | word_r_ctr
-        m.d.comb += [db_ready.eq(~clearing & (dbq.level <= 2)),
-                     slave.rd_ready.eq(~(clearing & ram_page)), slave.wr_ready.eq(db_ready)]
+        m.d.comb += [db_ready.eq(~clearing & (dbq.level <= 2)), slave.rd_ready.eq(1),
+                     slave.wr_ready.eq(db_ready)]
 
         # ---- mailbox -----------------------------------------------------------------------
         busy = Signal()
-        result = Signal(8)
+        result = Signal(2)              # CMD_STATUS [15:8]: the result codes are 0..3
         cmd = Signal(cmd_layout)
         target = Signal(2)      # 0 qp, 1 cq, 2 key
         ports = [self.qp, self.cq, self.key]
@@ -289,7 +301,7 @@ class ControlPlane(wiring.Component):
                     with m.If(target == t):
                         m.d.comb += p.resp.ready.eq(1)
                         with m.If(p.resp.valid):
-                            m.d.sync += [result.eq(p.resp.payload.result), busy.eq(0)]
+                            m.d.sync += [result.eq(p.resp.payload.result[:2]), busy.eq(0)]
                             m.next = "IDLE"
 
         # ---- register writes ---------------------------------------------------------------
@@ -306,45 +318,44 @@ class ControlPlane(wiring.Component):
                 with m.Case(at("IRQ_EN")):
                     m.d.sync += irq_en.eq(slave.wr_data[0])
 
-        # ---- register reads: the RAM reads, the counter sum and the misc mux in the rd_en cycle;
-        #      the slave registers the result (read_latency 0) ------------------------------
+        # ---- register reads: a counter read steals the scan's slot in stage 1 (its stage A);
+        #      the data is chosen in stage 2 (read_latency 2) from the address the slave still
+        #      holds: the counter's stage B sum, an ARG word, or the misc mux; EVENT pops there.
+        #      An ARG the clearing pass has not reached yet reads 0. ------------------------
         caps0 = Cat(Const(cfg.data_width // 8, 8), Const(cfg.num_qp.bit_length() - 1, 8),
                     Const(cfg.num_cq.bit_length() - 1, 8),
                     Const(cfg.key_entries.bit_length() - 1, 8))
-        rd_q = Signal(32)               # the read data, combinational, registered by the slave
+        rd_stage1, rd_stage2 = Signal(), Signal()
+        m.d.sync += [rd_stage1.eq(slave.rd_en), rd_stage2.eq(rd_stage1)]
         m.d.comb += a_bus.addr.eq(word_r[:4])
-        with m.If(slave.rd_en):
-            with m.If(word_r[4:] == (at("ARG") >> 4)):
-                m.d.comb += rd_q.eq(a_bus.data)
-            with m.Elif(word_r_ctr):
-                m.d.comb += rd_q.eq(s_sat)
-            with m.Else():
-                misc = Signal(32)
-                with m.Switch(word_r):
-                    with m.Case(at("ID")):
-                        m.d.comb += misc.eq(ID_VALUE)
-                    with m.Case(at("VERSION")):
-                        m.d.comb += misc.eq(VERSION_VALUE)
-                    with m.Case(at("CAPS0")):
-                        m.d.comb += misc.eq(caps0)
-                    with m.Case(at("MAC_LO")):
-                        m.d.comb += misc.eq(mac_lo)
-                    with m.Case(at("MAC_HI")):
-                        m.d.comb += misc.eq(mac_hi)
-                    with m.Case(at("IPV4")):
-                        m.d.comb += misc.eq(ipv4)
-                    with m.Case(at("US_CYCLES")):
-                        m.d.comb += misc.eq(us_cycles)
-                    with m.Case(at("CMD_STATUS")):
-                        m.d.comb += misc.eq(Cat(status_busy, Const(0, 7), result))
-                    with m.Case(at("IRQ_EN")):
-                        m.d.comb += misc.eq(irq_en)
-                    with m.Case(at("EVENT")):
-                        ev = evq.o.payload
-                        with m.If(evq.o.valid):
-                            m.d.comb += misc.eq(Cat(ev.number, ev.type, Const(0, 3), ev.lost,
-                                                Const(1, 1)))
-                        m.d.comb += evq.o.ready.eq(1)          # a read pops one event
-                m.d.comb += rd_q.eq(misc)
-        m.d.comb += slave.rd_data.eq(rd_q)
+        misc = Signal(32)
+        with m.Switch(word_r):
+            with m.Case(at("ID")):
+                m.d.comb += misc.eq(ID_VALUE)
+            with m.Case(at("VERSION")):
+                m.d.comb += misc.eq(VERSION_VALUE)
+            with m.Case(at("CAPS0")):
+                m.d.comb += misc.eq(caps0)
+            with m.Case(at("MAC_LO")):
+                m.d.comb += misc.eq(mac_lo)
+            with m.Case(at("MAC_HI")):
+                m.d.comb += misc.eq(mac_hi)
+            with m.Case(at("IPV4")):
+                m.d.comb += misc.eq(ipv4)
+            with m.Case(at("US_CYCLES")):
+                m.d.comb += misc.eq(us_cycles)
+            with m.Case(at("CMD_STATUS")):
+                m.d.comb += misc.eq(Cat(status_busy, Const(0, 7), result, Const(0, 6)))
+            with m.Case(at("IRQ_EN")):
+                m.d.comb += misc.eq(irq_en)
+            with m.Case(at("EVENT")):
+                ev = evq.o.payload
+                with m.If(evq.o.valid):
+                    m.d.comb += misc.eq(Cat(ev.number, ev.type, Const(0, 3), ev.lost,
+                                            Const(1, 1)))
+                m.d.comb += evq.o.ready.eq(rd_stage2)       # a read pops one event
+        arg_page = word_r[4:] == (at("ARG") >> 4)
+        m.d.comb += slave.rd_data.eq(
+            Mux(word_r_ctr, s_sat,
+                Mux(arg_page, Mux(clearing & (word_r[:4] >= scan), 0, a_bus.data), misc)))
         return m
