@@ -47,13 +47,21 @@ class Source:
             if self.cur is None:
                 if self.q and self.rng.random() >= self.idle:
                     self.cur = self.q.popleft()
-                    self.payload.value = pack(self.layout, self.cur)
+                    self.payload.value = self.encode(self.cur)
                     self.valid.value = 1
                 else:
                     self.valid.value = 0
             await ReadOnly()
             if self.cur is not None and int(self.ready.value):
                 taken = True
+                self.on_taken(self.cur)
+
+    def encode(self, values):
+        """The payload word of one queued item."""
+        return pack(self.layout, values)
+
+    def on_taken(self, values):
+        """Called in the cycle an item is taken (after ReadOnly)."""
 
 
 class Sink:
@@ -76,7 +84,11 @@ class Sink:
             self.ready.value = int(rdy)
             await ReadOnly()
             if rdy and int(self.valid.value):
-                self.items.append(unpack(self.layout, int(self.payload.value)))
+                self.items.append(self.decode(int(self.payload.value)))
+
+    def decode(self, value):
+        """The item recorded for one transfer of payload word ``value``."""
+        return unpack(self.layout, value)
 
 
 async def reset(dut, cycles=3):
