@@ -65,9 +65,19 @@ def test_key_cache_grants_preloaded_bmc_depth12():
     stale key): every lookup response agrees with the shadow table (no grant without a valid
     key, PD, access and range; none refused that should pass; miss exactly when no valid key;
     the MR translation), with symbolic lookups, commands and remote invalidations, for 12
-    cycles (lookups are answered from cycle 9)."""
+    cycles (lookups are answered from cycle 8)."""
     from tb.formal.key_cache import PRELOAD, KeyCacheHarness
     _check(prove(KeyCacheHarness(4, preload=PRELOAD), "key_cache_pre_bmc12", depth=12))
+
+
+@pytest.mark.full
+def test_key_cache_grants_preloaded_bmc_depth28():
+    """The preloaded proof for 28 cycles: deep enough for an INVALIDATE or a remote
+    invalidation taken at once (its response 16–20 cycles later) followed by lookups of the
+    invalidated key (7 cycles), so no lookup accepted after an invalidation can hit."""
+    from tb.formal.key_cache import PRELOAD, KeyCacheHarness
+    _check(prove(KeyCacheHarness(4, preload=PRELOAD), "key_cache_pre_bmc28", depth=28,
+                 timeout=7200, engine=DEEP_ENGINE))
 
 
 def test_key_cache_proof_catches_off_by_one():
@@ -90,12 +100,13 @@ def test_rx_parse_no_output_without_frame_bmc_depth24():
 
 
 @pytest.mark.full
-def test_key_cache_grants_bmc_depth34():
+def test_key_cache_grants_bmc_depth50():
     """Key Cache (4 slots, 1 port): every lookup response agrees with a shadow table built from
     the commands answered OK (no grant without a valid key, PD, access and range; none refused
-    that should pass; miss exactly when no valid key; the MR translation), for 24 cycles from
-    reset: the first depth at which a lookup accepted after a SET_KEY can be answered (a SET_KEY
-    takes 25 cycles, ten of them reading its ARGs, a lookup 8)."""
+    that should pass; miss exactly when no valid key; the MR translation), for 50 cycles from
+    reset: past the first depth at which a lookup accepted after a SET_KEY can be answered (a
+    SET_KEY's response comes 40 cycles after reset, ten of them reading its ARGs, and a lookup
+    takes 7)."""
     from tb.formal.key_cache import KeyCacheHarness
-    _check(prove(KeyCacheHarness(4), "key_cache_bmc34", depth=34, timeout=3600,
+    _check(prove(KeyCacheHarness(4), "key_cache_bmc50", depth=50, timeout=14400,
                  engine=DEEP_ENGINE))

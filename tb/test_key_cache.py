@@ -429,8 +429,9 @@ def test_invalidate_then_lookup_next_cycle_misses(gap):
     run(body)
 
 
-@pytest.mark.parametrize("op, cycles", [("inv_fast_reg", 18), ("inv_unknown", 14),
-                                         ("inv_window", 23), ("query", 16)])
+@pytest.mark.parametrize("op, cycles", [("inv_fast_reg", 15), ("inv_unknown", 11),
+                                         ("inv_window", 19), ("query", 22), ("set_mr", 40),
+                                         ("set_window", 45), ("move_window", 47)])
 def test_lock_window_with_lookups_streaming(op, cycles):
     """Cycles without a grant while port 0 requests every cycle (the pipeline is full when the
     FSM takes the request, so the window includes the drain): pins the drain's timing, which
@@ -450,6 +451,13 @@ def test_lock_window_with_lookups_streaming(op, cycles):
         if op == "query":
             st = dut.cmd.cmd
             ctx.set(st.payload, {"opcode": CmdOp.QUERY_KEY, "index": 3})
+            ctx.set(dut.cmd.resp.ready, 1)
+        elif op.startswith(("set", "move")):
+            st = dut.cmd.cmd
+            slot, mr = {"set_mr": (6, 0), "set_window": (7, 4), "move_window": (5, 3)}[op]
+            typ = KeyType.MR if op == "set_mr" else KeyType.MW_TYPE2
+            tb.regs.args = set_args(0xEF, IOVA, 16, BUS, 1, RW, typ, True, mr=mr) + [0] * 7
+            ctx.set(st.payload, {"opcode": CmdOp.SET_KEY, "index": slot})
             ctx.set(dut.cmd.resp.ready, 1)
         else:
             st = dut.inval.req

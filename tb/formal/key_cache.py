@@ -16,13 +16,13 @@ Properties (asserted on every response the lookup port delivers, in request orde
 
 Two starting points:
 
-* ``preload=None``: reset, an empty table; the first grant possible needs a SET_KEY (15 cycles)
-  then a lookup (8): bounded proofs must reach depth 24;
+* ``preload=None``: reset, an empty table; the first grant possible needs a SET_KEY (its
+  response 40 cycles after reset) then a lookup (7): bounded proofs must reach depth 49;
 * ``preload=PRELOAD``: the table starts as if SET_KEYs had filled it with edge cases (an MR whose
   range ends past 2^64, a type 2 window bound to it, an empty fast-reg MR of another PD, an
   invalid slot with a stale key), the shadow likewise; the harness elaborates the unchanged
   Key Cache with those initial values (``_preloaded``). Lookups (symbolic key, PD, access, va,
-  len) are answered from cycle 9 on, commands and invalidations change the table as before.
+  len) are answered from cycle 8 on, commands and invalidations change the table as before.
 
 Environment: every input is free (``AnySeq``) except that the mailbox's opcode is one of SET_KEY,
 QUERY_KEY, INVALIDATE with an index below ``key_entries`` (the mailbox checks both), and the
@@ -52,21 +52,34 @@ PRELOAD = [
 ]
 
 
-def _entry(slot, table):
+def _rows(slot, table):
+    """The slot's lookup row and command row (``rnic.keys.key_cache``'s table layouts)."""
     valid, key, pd, acc, typ, iova, length, bus, mr, nwin = table[slot]
     mr_iova, mr_bus = (table[mr][5], table[mr][7]) if typ >= 2 else (iova, bus)
-    return {"key": key, "iova": iova, "length": length, "bus": bus, "pd": pd, "access": acc,
-            "type": typ, "mr": mr, "delta": (mr_bus - mr_iova) & M64, "end": iova + length,
-            "nwin": nwin}
+    delta, end = (mr_bus - mr_iova) & M64, iova + length
+    look = _kc.lookup_row_layout.const({
+        "iova_lo": iova & 0xFFFFFFFF, "iova_hi": iova >> 32,
+        "end_lo": end & 0xFFFFFFFF, "end_hi": end >> 32 & 0xFFFFFFFF, "end_top": end >> 64,
+        "delta_lo": delta & 0xFFFFFFFF, "delta_hi": delta >> 32,
+        "pd0": pd & 15, "pd1": pd >> 4 & 15, "pd2": pd >> 8 & 15, "pd3": pd >> 12 & 15,
+        "acc_lo": acc & 7, "acc_hi": acc >> 3 & 3, "type": typ})
+    cmd = _kc.command_row_layout.const({
+        "key": key, "len_lo": length & 0xFFFFFFFF, "len_hi": length >> 32,
+        "bus_lo": bus & 0xFFFFFFFF, "bus_hi": bus >> 32,
+        "pd0": pd & 15, "pd1": pd >> 4 & 15, "pd2": pd >> 8 & 15, "pd3": pd >> 12 & 15,
+        "acc_lo": acc & 15, "acc_hi": acc >> 4 & 15, "type": typ, "mr": mr, "nwin": nwin})
+    return look.as_value().value, cmd.as_value().value
 
 
 @contextlib.contextmanager
 def _preloaded(table):
-    """While elaborating KeyCache, give its key table (the ``Memory`` of ``key_entries``
-    entries, the ``key_i`` CAM registers and the ``valid`` vector) the initial values of
-    ``table``: the block's code is untouched, only the constructors it calls are wrapped."""
+    """While elaborating KeyCache, give its key table the initial values of ``table``: the
+    ``valid`` register, the 8 CAM planes (``Memory`` of 16 × K bits, made in plane order) and
+    the table ``Memory`` (2K rows: lookup rows, then command rows). The block's code is
+    untouched, only the constructors it calls are wrapped."""
     real_signal, real_memory = _kc.Signal, _kc.Memory
     K = len(table)
+    planes_made = []
 
     def signal(*args, src_loc_at=0, **kw):
         s = real_signal(*args, src_loc_at=src_loc_at + 1, **kw)
@@ -75,13 +88,17 @@ def _preloaded(table):
         if s.name == "valid" and len(s) == K:
             init = sum(table[i][0] << i for i in range(K))
             return real_signal(*args, init=init, name="valid", **kw)
-        if s.name.startswith("key_") and s.name[4:].isdigit() and len(s) == 32:
-            return real_signal(*args, init=table[int(s.name[4:])][1], **kw)
         return s
 
     def memory(*, shape, depth, init, **kw):
-        if depth == K and not init:
-            init = [_entry(i, table) for i in range(K)]
+        if depth == 16 and shape == K and not init:
+            p = len(planes_made)
+            planes_made.append(p)
+            init = [sum(1 << j for j in range(K) if (table[j][1] >> 4 * p) & 15 == v)
+                    for v in range(16)]
+        elif depth == 2 * K and not init:
+            rows = [_rows(i, table) for i in range(K)]
+            init = [r[0] for r in rows] + [r[1] for r in rows]
         return real_memory(shape=shape, depth=depth, init=init, **kw)
 
     signal.like = real_signal.like
@@ -90,6 +107,7 @@ def _preloaded(table):
         yield
     finally:
         _kc.Signal, _kc.Memory = real_signal, real_memory
+    assert len(planes_made) == 8, "the Key Cache's CAM planes were not found"
 
 
 class KeyCacheHarness(Elaboratable):

@@ -1,19 +1,30 @@
 """Key Cache: the key-table CAM, memory registration, lookup checks and the invalidate unit.
 
-The key table holds ``key_entries`` slots. The 32-bit key and the valid bit of every slot live in
-registers and are compared in parallel (the CAM); everything else about a slot lives in one
-``lib.memory.Memory`` read by the matched slot number. One lookup is accepted per cycle from
-``num_ports`` requesters, served round-robin; lookups flow through a 7-stage pipeline without
-stalls (each port's responses queue in a FIFO whose space is reserved when the request is
-accepted).
+The key table holds ``key_entries`` (K) slots.
+
+* **CAM.** A transposed CAM in LUT RAM: the 32-bit key is 8 nibbles, and plane ``p`` is a
+  16-entry table of K-bit vectors where bit ``j`` of entry ``v`` is 1 when slot ``j``'s key has
+  nibble ``v`` at position ``p``. A lookup reads the 8 planes at the 8 nibbles of its key and ANDs
+  the 8 vectors with the slot valid bits (registers, cleared by reset): the match vector.
+* **Table.** Everything else about a slot is in one block-RAM ``Memory`` of 2K rows of 216 bits
+  (six 36-bit lanes): row ``j`` is the *lookup row* (PD, access, iova, iova + length, the
+  translation ``bus − iova``, type), row ``K + j`` the *command row* (key, length, bus, PD,
+  access, type, the MR of a window, the MR's bound-window count). A lookup reads one row.
+* **Lookup pipeline.** One lookup is accepted per cycle from ``num_ports`` requesters, served
+  round-robin; it flows through 6 stages without stalls (each port's responses queue in a FIFO
+  whose space is reserved when the request is accepted). Only the 32-bit key travels in a
+  register; the rest of the request waits in a 16-entry LUT-RAM delay line that later stages read
+  at a fixed offset.
 
 Commands (SET_KEY, QUERY_KEY, INVALIDATE) and remote invalidations are executed by one control
-FSM. While it works, the arbiter accepts no lookup and the FSM first lets the pipeline drain, so
+FSM over a 36-bit datapath: it reads the ARGs one word a cycle, writes the table one lane a cycle
+and rewrites a slot's CAM column in 16 cycles (one plane entry per cycle, all planes at once).
+While it works, the arbiter accepts no lookup and the FSM first lets the pipeline drain, so
 every table change happens with no lookup in flight: a lookup accepted before the change sees the
 old table, one accepted after sees the new one, never a mix. See ``docs/key_cache.md``.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -24,11 +35,8 @@ from ..stream import Queue
 __all__ = [
     "KeyType", "Access", "lookup_req_layout", "lookup_resp_layout", "inval_req_layout",
     "inval_resp_layout", "LookupSignature", "InvalSignature", "KeyCache", "LOOKUP_LATENCY",
+    "lookup_row_layout", "command_row_layout",
 ]
-
-
-#: CAM slots served by one copy of the search key and of the CAM write registers.
-_GROUP = 16
 
 
 class KeyType:
@@ -77,7 +85,33 @@ inval_req_layout = data.StructLayout({"key": 32, "tag": 8})
 inval_resp_layout = data.StructLayout({"ok": 1, "tag": 8})
 
 #: Cycles from a lookup request's acceptance to its response's ``valid`` (with an empty FIFO).
-LOOKUP_LATENCY = 8
+LOOKUP_LATENCY = 7
+
+#: Width of a table lane: one DP16KD in its 512 × 36 mode. A row is six lanes.
+LANE = 36
+LANES = 6
+
+#: Table row ``j``: what a lookup of slot ``j`` checks. Each lane is a 32-bit word (as the ARG
+#: words it comes from) plus 4 bits, so the FSM writes it from one ARG word per cycle.
+lookup_row_layout = data.StructLayout({
+    "iova_lo": 32, "pd0": 4,
+    "iova_hi": 32, "pd1": 4,
+    "end_lo": 32, "pd2": 4,                  # end = iova + length, 65 bits
+    "end_hi": 32, "pd3": 4,
+    "delta_lo": 32, "end_top": 1, "acc_lo": 3,   # delta = bus − iova of the translating MR
+    "delta_hi": 32, "acc_hi": 2, "type": 2,
+})
+
+#: Table row ``K + j``: what the commands need of slot ``j`` (QUERY_KEY's words, the window
+#: bookkeeping).
+command_row_layout = data.StructLayout({
+    "key": 32, "pd0": 4,
+    "len_lo": 32, "pd1": 4,
+    "len_hi": 32, "pd2": 4,
+    "bus_lo": 32, "pd3": 4,
+    "bus_hi": 32, "acc_lo": 4,
+    "mr": 10, "nwin": 11, "acc_hi": 4, "type": 2, "pad": 9,   # ARG8; windows bound to an MR
+})
 
 
 def LookupSignature():
@@ -128,7 +162,7 @@ class KeyCache(wiring.Component):
         accepted in the same cycle as an invalidate request or later sees its effect.
     sweeping : Out(1)
         Always 0: the table needs no clearing sweep (valid bits are registers cleared by reset,
-        and no stale block-RAM field is ever used without a valid bit).
+        and no stale RAM content is ever used without a valid bit).
     """
 
     def __init__(self, key_entries=64, num_ports=3, *, fifo_depth=16):
@@ -162,62 +196,48 @@ class KeyCache(wiring.Component):
         K = self.key_entries
         P = self.num_ports
         ib = _bits_for(K)
+        pbits = _bits_for(P)
 
-        # ---- the table ------------------------------------------------------------------
-        entry_layout = data.StructLayout({
-            "key": 32,          # copy of the CAM key, for QUERY_KEY
-            "iova": 64,
-            "length": 64,
-            "bus": 64,          # as written (ARG5/ARG6), for QUERY_KEY
-            "pd": 16,
-            "access": 8,
-            "type": 2,
-            "mr": ib,           # ARG8: slot of the MR a window is bound to
-            "delta": 64,        # bus - iova of the MR that translates (the window's MR for a MW)
-            "end": 65,          # iova + length, without overflow
-            "nwin": ib + 1,     # windows bound to this MR
-        })
-        keys = [Signal(32, name=f"key_{i}") for i in range(K)]
+        # ---- the CAM: 8 nibble planes in LUT RAM, the valid bits in registers --------------
         valid = Signal(K)
-        m.submodules.table = table = Memory(shape=entry_layout, depth=K, init=[])
-        rd = table.read_port()
-        wr_port = table.write_port()
-        # The FSM drives `wr`; the write is registered once before the memory (it lands one
-        # cycle later, still under the lock, and before any later read of that slot).
-        wr = wiring.Signature({"addr": Out(ib), "data": Out(entry_layout), "en": Out(1)}).create()
-        m.d.sync += [wr_port.addr.eq(wr.addr), wr_port.data.eq(wr.data), wr_port.en.eq(wr.en)]
+        s1_key = Signal(32)         # the key searched in this cycle (a lookup's or the FSM's)
+        planes = []
+        for p in range(8):
+            plane = Memory(shape=K, depth=16, init=[])
+            m.submodules[f"plane{p}"] = plane
+            planes.append((plane.read_port(domain="comb"), plane.write_port(granularity=4)))
+            m.d.comb += planes[p][0].addr.eq(s1_key[4 * p:4 * p + 4])
+        vec = valid
+        for rp, _ in planes:
+            vec = vec & rp.data
 
-        # One write path into the CAM registers, driven by the FSM and registered once (the
-        # write lands one cycle after the FSM state that orders it, still under the lock).
-        cam_we = Signal()
-        cam_idx = Signal(ib)
-        cam_key = Signal(32)
-        cam_valid = Signal()
-        # The write registers are replicated per group of _GROUP slots (as the search key
-        # below): each copy drives 16 slots nearby instead of one net reaching all K slots
-        # across the die (routing congestion, docs/synthesis.md). The copies carry `keep` so
-        # that yosys does not merge them back.
-        G = _GROUP
-        groups = range((K + G - 1) // G)
-        for g in groups:
-            cam_we_r = Signal(name=f"cam_we_r{g}", attrs={"keep": 1})
-            cam_idx_r = Signal(ib, name=f"cam_idx_r{g}", attrs={"keep": 1})
-            cam_key_r = Signal(32, name=f"cam_key_r{g}", attrs={"keep": 1})
-            cam_valid_r = Signal(name=f"cam_valid_r{g}", attrs={"keep": 1})
-            m.d.sync += [cam_we_r.eq(cam_we), cam_idx_r.eq(cam_idx), cam_key_r.eq(cam_key),
-                         cam_valid_r.eq(cam_valid)]
-            for i in range(g * G, min(K, (g + 1) * G)):
-                with m.If(cam_we_r & (cam_idx_r == i)):
-                    m.d.sync += [keys[i].eq(cam_key_r), valid[i].eq(cam_valid_r)]
+        # ---- the table: lookup rows 0..K-1, command rows K..2K-1 ---------------------------
+        # `no_rw_check`: no read-during-write bypass. A lookup never meets a write (the lock),
+        # and the FSM uses a row it read only after a fresh read issued after its last write.
+        m.submodules.table = table = Memory(shape=LANE * LANES, depth=2 * K, init=[],
+                                            attrs={"no_rw_check": 1})
+        rd = table.read_port()
+        wr = table.write_port(granularity=LANE)
+        e = Signal(LANE * LANES)        # the row read two cycles ago (block-RAM clock-to-out)
+        m.d.sync += e.eq(rd.data)
+        he = lookup_row_layout(e)
+        ce = command_row_layout(e)
+        # The FSM's writes go through one 36-bit lane register (replicated to the six lanes,
+        # the lane's enable selecting): a lane lands one cycle after the FSM orders it.
+        w_en = Signal()
+        w_addr = Signal(ib + 1)
+        w_lane = Signal(range(LANES))
+        w_data = Signal(LANE)
+        wd = Signal(LANE)
+        m.d.sync += [wr.addr.eq(w_addr), wd.eq(w_data),
+                     wr.en.eq(Mux(w_en, Const(1, 1) << w_lane, 0))]
+        m.d.comb += wr.data.eq(wd.replicate(LANES))
 
         # ---- lookup pipeline ------------------------------------------------------------
-        pbits = _bits_for(P)
-        req_fields = data.StructLayout({
-            "port": pbits, "pd": 16, "access": 5, "va": 64, "len": 32, "tag": 8})
-
         lock = Signal()         # no lookup accepted this cycle
-        fsm_key = Signal(32)    # key the FSM searches (s1 when the pipeline is its own)
-        fsm_search = Signal()
+        busy = Signal()         # the FSM: from a command's acceptance to its response
+        sweep_on = Signal()     # s1 takes the CAM sweep's entry number in every nibble
+        sweep_v = Signal(4)
 
         # Per-port response FIFOs and credits.
         fifos = []
@@ -236,26 +256,33 @@ class KeyCache(wiring.Component):
             out_inc = Signal.like(outstanding, name=f"out_inc{p}")
             m.d.comb += [out_keep.eq(outstanding - took), out_inc.eq(outstanding + 1 - took)]
             m.d.sync += outstanding.eq(Mux(accept[p], out_inc, out_keep))
+            # `credit_ok` = outstanding < depth, kept as a register (its two candidates are
+            # compared before the grant is known), so the grant starts from flip-flops
+            credit = Signal(name=f"credit{p}", init=1)
+            m.d.sync += credit.eq(Mux(accept[p], out_inc < self.fifo_depth,
+                                      out_keep < self.fifo_depth))
             m.d.comb += [
-                credit_ok[p].eq(outstanding < self.fifo_depth),
+                credit_ok[p].eq(credit),
                 port.req.ready.eq(accept[p]),
             ]
 
         # Round-robin grant: the port after the last one granted has the highest priority.
+        # `pick` is the port that would be granted were there no lock; the request's data is
+        # selected by it, so the lock (the FSM's busy) reaches only the grant, not the data.
         want = Signal(P)
-        m.d.comb += want.eq(Cat(*[port.req.valid for port in self.lookups]) & credit_ok
-                            & ~lock.replicate(P))
+        pick = Signal(P)
+        m.d.comb += [want.eq(Cat(*[port.req.valid for port in self.lookups]) & credit_ok),
+                     accept.eq(pick & ~lock.replicate(P))]
         last = Signal(range(P))
         with m.Switch(last):
             for l in range(P):
                 with m.Case(l):
                     order = [(l + 1 + k) % P for k in range(P)]
                     for n, p in enumerate(order):
-                        higher = [want[q] for q in order[:n]]
                         cond = want[p]
-                        for h in higher:
-                            cond = cond & ~h
-                        m.d.comb += accept[p].eq(cond)
+                        for h in order[:n]:
+                            cond = cond & ~want[h]
+                        m.d.comb += pick[p].eq(cond)
         granted = Signal(range(P))
         for p in range(P):
             with m.If(accept[p]):
@@ -263,113 +290,127 @@ class KeyCache(wiring.Component):
         with m.If(accept.any()):
             m.d.sync += last.eq(granted)
 
-        # s1: the accepted request (or the FSM's search key).
-        s1_v = Signal()
-        # the search key, one copy per group of _GROUP CAM slots (see the CAM write above)
-        s1_keys = [Signal(32, name=f"s1_key{g}", attrs={"keep": 1}) for g in groups]
-        s1 = Signal(req_fields)
-        sel_key = Signal(32)
-        sel_rest = Signal(req_fields)
-        # AND-OR multiplexer on the one-hot grant (no encode on the path into s1).
-        keys_in, rest_in = [], []
+        # The picked request: an AND-OR multiplexer on the one-hot pick. Its key goes to s1;
+        # everything else into the delay line, written every cycle at `wptr`, so a stage n
+        # cycles after the acceptance finds its request at `wptr - n` (s4 and s5 read it).
+        rest_layout = data.StructLayout({
+            "port": pbits, "pd": 16, "access": 5, "va": 64, "len": 32, "tag": 8})
+        key_or, rest_or = Const(0, 32), Const(0, rest_layout.size)
         for p, port in enumerate(self.lookups):
-            rest = Signal(req_fields, name=f"rest{p}")
+            rest = Signal(rest_layout, name=f"rest{p}")
             m.d.comb += [
                 rest.port.eq(p), rest.pd.eq(port.req.payload.pd),
                 rest.access.eq(port.req.payload.access), rest.va.eq(port.req.payload.va),
                 rest.len.eq(port.req.payload.len), rest.tag.eq(port.req.payload.tag),
             ]
-            keys_in.append(port.req.payload.key & accept[p].replicate(32))
-            rest_in.append(rest.as_value() & accept[p].replicate(req_fields.size))
-        key_or, rest_or = keys_in[0], rest_in[0]
-        for k_, r_ in zip(keys_in[1:], rest_in[1:]):
-            key_or, rest_or = key_or | k_, rest_or | r_
-        m.d.comb += [sel_key.eq(key_or), sel_rest.eq(rest_or)]
-        m.d.sync += [s1_v.eq(accept.any()), s1.eq(sel_rest)]
-        m.d.sync += [k.eq(Mux(fsm_search, fsm_key, sel_key)) for k in s1_keys]
+            key_or = key_or | (port.req.payload.key & pick[p].replicate(32))
+            rest_or = rest_or | (rest.as_value() & pick[p].replicate(rest_layout.size))
+        # write and read pointers, each its own counter (no subtractor before a read address)
+        wptr = Signal(4)
+        rptr_a = Signal(4, init=(-4) % 16)
+        rptr_b = Signal(4, init=(-5) % 16)
+        m.d.sync += [wptr.eq(wptr + 1), rptr_a.eq(rptr_a + 1), rptr_b.eq(rptr_b + 1)]
+        # two copies, one per reading stage (s4 and s5), each a LUT RAM with one read port
+        dl_a = Memory(shape=data.StructLayout({"va": 64, "len": 32}), depth=16, init=[])
+        dl_b = Memory(shape=data.StructLayout({"va": 64, "pd": 16, "access": 5, "tag": 8,
+                                               "port": pbits}), depth=16, init=[])
+        m.submodules.delay_a, m.submodules.delay_b = dl_a, dl_b
+        dl_a_w, dl_b_w = dl_a.write_port(), dl_b.write_port()
+        dl_a_r, dl_b_r = dl_a.read_port(domain="comb"), dl_b.read_port(domain="comb")
+        sel = rest_layout(rest_or)
+        m.d.comb += [
+            dl_a_w.addr.eq(wptr), dl_a_w.en.eq(1),
+            dl_a_w.data.va.eq(sel.va), dl_a_w.data.len.eq(sel.len),
+            dl_b_w.addr.eq(wptr), dl_b_w.en.eq(1),
+            dl_b_w.data.va.eq(sel.va), dl_b_w.data.pd.eq(sel.pd),
+            dl_b_w.data.access.eq(sel.access), dl_b_w.data.tag.eq(sel.tag),
+            dl_b_w.data.port.eq(sel.port),
+            dl_a_r.addr.eq(rptr_a),
+            dl_b_r.addr.eq(rptr_b),
+        ]
 
-        # s2: the CAM match vector.
+        # s1: the key: a lookup's, or while the FSM is busy (no lookup is accepted then) its
+        # key or the sweep's entry number (both from registers: no FSM decode on this path).
+        key_r = Signal(32)      # the FSM's key: SET_KEY's ARG0, INVALIDATE's, IETH's
+        s1_v = Signal()
+        m.d.sync += [
+            s1_v.eq(accept.any()),
+            s1_key.eq(Mux(busy, Mux(sweep_on, sweep_v.replicate(8), key_r), key_or)),
+        ]
+
+        # s2: the match vector (keys are unique among valid slots: at most one bit set).
         s2_v = Signal()
-        s2 = Signal(req_fields)
         match = Signal(K)
-        for i in range(K):
-            m.d.sync += match[i].eq(valid[i] & (keys[i] == s1_keys[i // G]))
-        m.d.sync += [s2_v.eq(s1_v), s2.eq(s1)]
+        m.d.sync += [s2_v.eq(s1_v), match.eq(vec)]
 
-        # s3: hit and slot number (keys are unique among valid slots: at most one match).
+        # s3: hit and slot number, registered; the lookup row's read address (or the FSM's).
         s3_v = Signal()
-        s3 = Signal(req_fields)
         s3_hit = Signal()
         s3_idx = Signal(ib)
-        enc = []
-        for b in range(ib):
-            terms = [match[i] for i in range(K) if (i >> b) & 1]
-            enc.append(Cat(*terms).any())
-        m.d.sync += [s3_v.eq(s2_v), s3.eq(s2), s3_hit.eq(match.any()), s3_idx.eq(Cat(*enc))]
-
-        # s4: the slot's entry out of the memory (read address = s3's slot, or the FSM's).
-        fsm_rd = Signal()       # registered: the memory read port is the FSM's
-        fsm_raddr = Signal(ib)  # registered read address of the FSM
+        enc = Cat(*[Cat(*[match[i] for i in range(K) if (i >> b) & 1]).any()
+                    for b in range(ib)])
+        fsm_rd = Signal()       # registered: the table's read port is the FSM's
+        fsm_raddr = Signal(ib + 1)
         m.d.comb += rd.addr.eq(Mux(fsm_rd, fsm_raddr, s3_idx))
+        m.d.sync += [s3_v.eq(s2_v), s3_hit.eq(match.any()), s3_idx.eq(enc)]
+
+        # s4: the row comes out of the block RAM (and is registered into `e`, see above); the
+        # request's end `va + len` (65 bits) from the delay line.
         s4_v = Signal()
-        s4 = Signal(req_fields)
         s4_hit = Signal()
-        m.d.sync += [s4_v.eq(s3_v), s4.eq(s3), s4_hit.eq(s3_hit)]
-
-        # s5: the entry registered (block-RAM clock-to-out is long on ECP5).
+        m.d.sync += [s4_v.eq(s3_v), s4_hit.eq(s3_hit)]
         s5_v = Signal()
-        s5 = Signal(req_fields)
         s5_hit = Signal()
-        s5_e = Signal(entry_layout)
-        m.d.sync += [s5_v.eq(s4_v), s5.eq(s4), s5_hit.eq(s4_hit), s5_e.eq(rd.data)]
+        s5_vend = Signal(65)
+        m.d.sync += [s5_v.eq(s4_v), s5_hit.eq(s4_hit),
+                     s5_vend.eq(dl_a_r.data.va + dl_a_r.data.len)]
 
-        # s6: PD, access, lower bound, end of the request, translation.
+        # s5: PD, access, bounds and translation against the row in `e`, registered as they
+        # come out of their comparators and adders; s6: the response bits are formed on the
+        # way into the port's FIFO (no logic after a carry chain in the same cycle).
         s6_v = Signal()
-        s6 = Signal(req_fields)
+        s6_port = Signal(pbits)
         s6_hit = Signal()
         s6_pd_ok = Signal()
         s6_acc_ok = Signal()
         s6_lo_ok = Signal()
-        s6_vend = Signal(65)
-        s6_end = Signal(65)
+        s6_hi_ok = Signal()
+        s6_tag = Signal(8)
         s6_bus = Signal(64)
+        req = dl_b_r.data
+        row_pd = Cat(he.pd0, he.pd1, he.pd2, he.pd3)
+        row_acc = Cat(he.acc_lo, he.acc_hi)
         m.d.sync += [
-            s6_v.eq(s5_v), s6.eq(s5), s6_hit.eq(s5_hit),
-            s6_pd_ok.eq(s5_e.pd == s5.pd),
-            s6_acc_ok.eq((s5.access & ~s5_e.access[:5]) == 0),
-            s6_lo_ok.eq(s5.va >= s5_e.iova),
-            s6_vend.eq(s5.va + s5.len),
-            s6_end.eq(s5_e.end),
-            s6_bus.eq(s5.va + s5_e.delta),
+            s6_v.eq(s5_v), s6_port.eq(req.port), s6_hit.eq(s5_hit),
+            s6_pd_ok.eq(row_pd == req.pd),
+            s6_acc_ok.eq((req.access & ~row_acc) == 0),
+            s6_lo_ok.eq(req.va >= Cat(he.iova_lo, he.iova_hi)),
+            s6_hi_ok.eq(s5_vend <= Cat(he.end_lo, he.end_hi, he.end_top)),
+            s6_tag.eq(req.tag),
+            s6_bus.eq(req.va + Cat(he.delta_lo, he.delta_hi)),
         ]
-
-        # s7: upper bound; the response is pushed into its port's FIFO.
-        s7_v = Signal()
-        s7 = Signal(req_fields)
-        s7_resp = Signal(lookup_resp_layout)
-        range_ok = s6_lo_ok & (s6_vend <= s6_end)
-        m.d.sync += [
-            s7_v.eq(s6_v), s7.eq(s6),
-            s7_resp.ok.eq(s6_hit & s6_pd_ok & s6_acc_ok & range_ok),
-            s7_resp.miss.eq(~s6_hit),
-            s7_resp.bad_pd.eq(s6_hit & ~s6_pd_ok),
-            s7_resp.bad_access.eq(s6_hit & ~s6_acc_ok),
-            s7_resp.bad_range.eq(s6_hit & ~range_ok),
-            s7_resp.tag.eq(s6.tag),
-            s7_resp.bus_addr.eq(s6_bus),
+        s6_resp = Signal(lookup_resp_layout)
+        range_ok = s6_lo_ok & s6_hi_ok
+        m.d.comb += [
+            s6_resp.ok.eq(s6_hit & s6_pd_ok & s6_acc_ok & range_ok),
+            s6_resp.miss.eq(~s6_hit),
+            s6_resp.bad_pd.eq(s6_hit & ~s6_pd_ok),
+            s6_resp.bad_access.eq(s6_hit & ~s6_acc_ok),
+            s6_resp.bad_range.eq(s6_hit & ~range_ok),
+            s6_resp.tag.eq(s6_tag),
+            s6_resp.bus_addr.eq(s6_bus),
         ]
         for p, q in enumerate(fifos):
             m.d.comb += [
-                q.i.payload.eq(s7_resp),
-                q.i.valid.eq(s7_v & (s7.port == p)),
+                q.i.payload.eq(s6_resp),
+                q.i.valid.eq(s6_v & (s6_port == p)),
             ]
-        # "Pipeline empty", registered for the FSM's DRAIN test (no 7-input OR on the control
-        # path). The register holds ~(s1_v | .. | s6_v) of the previous cycle, which is exactly
-        # "s2_v .. s7_v are 0 now". The FSM reads it only while the lock has held since the
-        # previous cycle (DRAIN follows the taking cycle, which is locked), so s1_v is 0 too:
-        # the registered value equals the combinational s1_v | .. | s7_v = 0, cycle for cycle.
+        # "Pipeline empty", registered for the FSM's DRAIN test. The register holds
+        # ~(s1_v | .. | s4_v) of the previous cycle, which is exactly "s2..s5 are empty now"
+        # (s5 is the last stage that reads `e`; s6 reads nothing the FSM uses). The FSM reads
+        # it only while the lock has held since the previous cycle, so s1 is empty too.
         pipe_empty = Signal()
-        m.d.sync += pipe_empty.eq(~(s1_v | s2_v | s3_v | s4_v | s5_v | s6_v))
+        m.d.sync += pipe_empty.eq(~(s1_v | s2_v | s3_v | s4_v))
 
         # ---- control FSM: commands and invalidations -------------------------------------
         cmd = self.cmd.cmd
@@ -378,69 +419,115 @@ class KeyCache(wiring.Component):
 
         op = Signal(8)              # CmdOp, or 0 for a remote invalidate
         index = Signal(ib)
-        args = Signal(data.ArrayLayout(32, 9))
         itag = Signal(8)
         result = Signal(8)
         ok_bit = Signal()
-        cnt = Signal(range(16))     # ARG word being read (SET_KEY layout) or written (QUERY_KEY)
-
-        new_valid = args[7][28]
-        new_type = args[7][24:26]
-        new_is_mw = new_type[1]
-        new_iova = Cat(args[1], args[2])
-        new_len = Cat(args[3], args[4])
-        new_bus = Cat(args[5], args[6])
-        arg8 = args[8]
+        cnt = Signal(range(16))     # ARG word read or written, table lane written
+        a7 = Signal(32)             # ARG7: PD, access, type, valid
+        mr = Signal(ib)             # ARG8, the MR slot of a window
+        mr_bad = Signal()           # ARG8 ≥ K
+        iova = Signal(64)
+        end = Signal(65)            # iova + length
+        carry = Signal()
+        new_valid = a7[28]
+        new_type = a7[24:26]
+        new_pd = a7[0:16]
+        new_acc = a7[16:24]
+        new_win = new_valid & new_type[1]   # a valid window: it binds to an MR
 
         hit = Signal()
         hidx = Signal(ib)
-        ent = Signal(entry_layout)      # scratch: the last entry the FSM read
-        old_valid = Signal()
-        old_type = Signal(2)
+        old_bound = Signal()        # the slot held a valid window (released on rewrite)
         old_mr = Signal(ib)
-        old_nwin = Signal(ib + 1)
-        mr_delta = Signal(64)
-        cmp_lo = Signal()
-        cmp_end = Signal(65)
         rmw_addr = Signal(ib)
         rmw_up = Signal()
-        nxt = Signal(2)                 # where a read-modify-write returns: 0 done, 1 bind, 2 write
-        new_ent = Signal(entry_layout)
-        cmp_hi = Signal()
+        nxt = Signal(2)             # where a window-count update returns: 0 done, 1 bind, 2 end
+        win_lo_ok = Signal()
+        win_hi_ok = Signal()
         # Facts about the command's arguments, registered (used several cycles after capture).
-        idx_valid_r = Signal()          # the slot named by the index is valid
-        mr_valid_r = Signal()           # the slot named by ARG8 is valid
-        bad_mr_arg_r = Signal()         # ARG8 out of range or the slot itself
+        idx_valid_r = Signal()      # the slot named by the index is valid
+        mr_valid_r = Signal()       # the slot named by ARG8 is valid
         m.d.sync += [
             idx_valid_r.eq(valid.bit_select(index, 1)),
-            mr_valid_r.eq(valid.bit_select(arg8[:ib], 1)),
-            bad_mr_arg_r.eq((arg8 >= K) | (arg8[:ib] == index)),
+            mr_valid_r.eq(valid.bit_select(mr, 1)),
         ]
-        fair = Signal()                 # give the lookups a cycle before the next table change
-        busy = Signal()                 # from a command's acceptance to its response
+        fair = Signal()             # give the lookups a cycle before the next table change
         prefer_cmd = Signal()
 
-        # Write data: the window-count update of `ent` in RMW_WRITE, else the new entry. The
-        # choice is a register (wr_upd, set only in the cycle before RMW_WRITE), not a state
-        # decode, because it fans out to every bit of the entry.
-        wr_upd = Signal()
-        upd = Signal(entry_layout)
-        m.d.sync += wr_upd.eq(0)
-        m.d.comb += [
-            upd.eq(ent),
-            upd.nwin.eq(Mux(rmw_up, ent.nwin + 1, ent.nwin - 1)),
-            wr.data.eq(Mux(wr_upd, upd, new_ent)),
-        ]
+        # Valid-bit writes, registered once (they land one cycle after the FSM orders them).
+        v_we = Signal()
+        v_idx = Signal(ib)
+        v_val = Signal()
+        v_we_r = Signal()
+        v_idx_r = Signal(ib)
+        v_val_r = Signal()
+        m.d.sync += [v_we_r.eq(v_we), v_idx_r.eq(v_idx), v_val_r.eq(v_val)]
+        with m.If(v_we_r):
+            m.d.sync += valid.bit_select(v_idx_r, 1).eq(v_val_r)
 
-        m.d.comb += [
-            self.sweeping.eq(0),
-            fsm_key.eq(args[0]),
-        ]
+        # The CAM sweep: rewrites slot `index`'s column in all planes for the key `key_r`
+        # (valid or not as ARG7 says), one plane entry v per cycle, v = 0..15. In the cycle
+        # after s1 took v in every nibble, each plane reads its entry v and the 4-bit lane
+        # holding bit `index` is registered with that bit replaced; the next cycle writes the
+        # lane back (only that lane). A read never meets a pending write of its own entry.
+        sweep_go = Signal()
+        sweep_rd = Signal()         # s1 holds v: the planes read entry v
+        sweep_wr = Signal()         # the lanes read the cycle before are written
+        sweep_addr = Signal(4)
+        with m.If(sweep_go):
+            m.d.sync += [sweep_on.eq(1), sweep_v.eq(0)]
+        with m.Elif(sweep_on):
+            m.d.sync += sweep_v.eq(sweep_v + 1)
+            with m.If(sweep_v == 15):
+                m.d.sync += sweep_on.eq(0)
+        m.d.sync += [sweep_rd.eq(sweep_on), sweep_wr.eq(sweep_rd), sweep_addr.eq(s1_key[:4])]
+        sweep_busy = sweep_on | sweep_rd | sweep_wr
+        lane_q = index[2:] if ib > 2 else Const(0, 1)
+        for p, (rp, wp) in enumerate(planes):
+            nib = s1_key[4 * p:4 * p + 4]
+            bit = new_valid & (nib == key_r[4 * p:4 * p + 4])
+            old = rp.data.word_select(lane_q, 4) if K > 4 else rp.data
+            lane = Signal(4, name=f"plane_lane{p}")
+            for r in range(4):
+                m.d.sync += lane[r].eq(Mux(index[:2] == r, bit, old[r]))
+            m.d.comb += [
+                wp.addr.eq(sweep_addr),
+                wp.data.eq(lane.replicate(K // 4)),
+                wp.en.eq(Mux(sweep_wr, Const(1, 1) << lane_q, 0)),
+            ]
+
+        m.d.comb += self.sweeping.eq(0)
 
         # The lookup lock: a pending command or invalidate request (the idle FSM takes it this
         # cycle unless the lookups have their fair cycle), then the whole command until the
         # response. Registered except for the two valids, so no FSM decode is on this path.
         m.d.comb += lock.eq(busy | ((inv.req.valid | cmd.valid) & ~fair))
+
+        arg = self.cmd.arg_data
+        # One 32-bit adder and one subtractor, each a single carry chain with the carry (or
+        # borrow) of the previous word entering at its bottom: `add` = iova word + ARG + carry
+        # (end = iova + length, ARGS), `diff` = ARG − iova word − borrow (delta = bus − iova,
+        # SET_WRITE). `carry` is 0 before the low word of each.
+        iova_w = Mux(cnt[0], iova[32:64], iova[0:32])
+        add = Signal(33)
+        m.d.comb += add.eq((Cat(carry, iova_w) + Cat(carry, arg))[1:])
+        diff_s = Signal(34)
+        m.d.comb += diff_s.eq(Cat(Const(1, 1), arg) + Cat(~carry, ~iova_w))
+        diff, borrow = diff_s[1:33], ~diff_s[33]
+        w_word = Signal(32)
+        w_extra = Signal(4)
+        use_diff = Signal()
+        m.d.comb += w_data.eq(Cat(Mux(use_diff, diff, w_word), w_extra))
+
+        def read_row(name, addr, then):
+            """States that read table row `addr`: `e` holds it in state `then`."""
+            with m.State(name):
+                m.d.sync += fsm_raddr.eq(addr)
+                m.next = name + "_W1"
+            with m.State(name + "_W1"):
+                m.next = name + "_W2"
+            with m.State(name + "_W2"):
+                m.next = then
 
         with m.FSM(name="ctl"):
             with m.State("IDLE"):
@@ -453,7 +540,7 @@ class KeyCache(wiring.Component):
                     m.d.sync += prefer_cmd.eq(1)
                     m.d.comb += inv.req.ready.eq(1)
                     m.d.sync += busy.eq(1)
-                    m.d.sync += [op.eq(0), args[0].eq(inv.req.payload.key),
+                    m.d.sync += [op.eq(0), key_r.eq(inv.req.payload.key),
                                  itag.eq(inv.req.payload.tag)]
                     m.next = "DRAIN"
                 with m.Elif(cmd.valid):
@@ -461,201 +548,221 @@ class KeyCache(wiring.Component):
                     m.d.comb += cmd.ready.eq(1)
                     m.d.sync += busy.eq(1)
                     m.d.sync += [op.eq(cmd.payload.opcode), index.eq(cmd.payload.index),
-                                 cnt.eq(0)]
+                                 cnt.eq(0), carry.eq(0)]
                     with m.If(cmd.payload.opcode == CmdOp.QUERY_KEY):
                         m.next = "DRAIN"
                     with m.Else():
                         m.next = "ARGS"
             with m.State("ARGS"):
                 # ARG cnt is addressed this cycle and arrives the next: SET_KEY's ARG0..8 in
-                # 10 cycles, INVALIDATE's ARG0 in 2. The lookups are locked from the command's
-                # acceptance: a lookup taken after it sees the new table.
+                # 10 cycles (ARG5/ARG6 are read again when the table is written), INVALIDATE's
+                # ARG0 in 2. The lookups are locked from the command's acceptance: a lookup
+                # taken after it sees the new table.
                 m.d.comb += self.cmd.arg_addr.eq(cnt)
                 m.d.sync += cnt.eq(cnt + 1)
-                for i in range(9):
-                    with m.If(cnt == i + 1):
-                        m.d.sync += args[i].eq(self.cmd.arg_data)
+                # end = iova + length, a word a cycle (ARG3 then ARG4) on one adder
+                with m.Switch(cnt):
+                    with m.Case(1):
+                        m.d.sync += key_r.eq(arg)
+                    with m.Case(2):
+                        m.d.sync += iova[0:32].eq(arg)
+                    with m.Case(3):
+                        m.d.sync += iova[32:64].eq(arg)
+                    with m.Case(4):
+                        m.d.sync += [end[0:32].eq(add[:32]), carry.eq(add[32])]
+                    with m.Case(5):
+                        m.d.sync += end[32:65].eq(add)
+                    with m.Case(8):
+                        m.d.sync += a7.eq(arg)
+                    with m.Case(9):
+                        m.d.sync += [mr.eq(arg[:ib]), mr_bad.eq(arg >= K)]
                 with m.If(cnt == Mux(op == CmdOp.INVALIDATE, 1, 9)):
                     m.next = "DRAIN"
             with m.State("DRAIN"):
                 with m.If(pipe_empty):
-                    m.d.comb += fsm_search.eq(1)
-                    m.d.sync += fsm_rd.eq(1)
-                    m.next = "SEARCH1"
+                    m.d.sync += [cnt.eq(0), carry.eq(0)]
+                    with m.If(op == CmdOp.QUERY_KEY):
+                        m.d.sync += fsm_rd.eq(1)
+                        m.next = "Q_HOT"
+                    with m.Else():
+                        m.next = "SEARCH1"
             with m.State("SEARCH1"):           # s1 holds the key
                 m.next = "SEARCH2"
-            with m.State("SEARCH2"):           # s2 holds the match vector
-                m.next = "SEARCHED"
-            with m.State("SEARCHED"):          # s3 holds hit and slot
-                m.d.sync += [hit.eq(s3_hit), hidx.eq(s3_idx)]
+            with m.State("SEARCH2"):           # `match` holds the match vector
+                m.d.sync += [hit.eq(match.any()), hidx.eq(enc), fsm_rd.eq(1)]
                 with m.Switch(op):
                     with m.Case(CmdOp.SET_KEY):
                         m.next = "SET_CHECK"
-                    with m.Case(CmdOp.QUERY_KEY):
-                        m.next = "Q_READ"
                     with m.Default():           # INVALIDATE, remote invalidate
-                        m.next = "INV_READ"
+                        m.next = "INV_SEARCHED"
 
-            # -- QUERY_KEY
-            with m.State("Q_READ"):
-                m.d.sync += fsm_raddr.eq(index)
-                m.next = "Q_READ_WAIT"
-            with m.State("Q_READ_WAIT"):
-                m.next = "Q_READ_WAIT2"
-            with m.State("Q_READ_WAIT2"):     # rd.data valid; s5_e takes it
-                m.next = "Q_DATA"
-            with m.State("Q_DATA"):
-                m.d.sync += [ent.eq(s5_e), old_valid.eq(idx_valid_r),
-                             result.eq(Result.OK), cnt.eq(0)]
-                m.next = "Q_ANSWER"
+            # -- QUERY_KEY: iova from the lookup row, the rest from the command row
+            read_row("Q_HOT", index, "Q_IOVA")
+            with m.State("Q_IOVA"):
+                m.d.sync += iova.eq(Cat(he.iova_lo, he.iova_hi))
+                m.next = "Q_COLD"
+            read_row("Q_COLD", Cat(index, 1), "Q_ANSWER")
             with m.State("Q_ANSWER"):
-                # the entry in the SET_KEY layout, ARG0..8, and 0 in ARG9..15, one word per
-                # cycle; the table is not changed, so the lookups run meanwhile (as in RESPOND)
-                m.d.sync += [fair.eq(1), fsm_rd.eq(0), busy.eq(0)]
-                words = [ent.key, ent.iova[0:32], ent.iova[32:64], ent.length[0:32],
-                         ent.length[32:64], ent.bus[0:32], ent.bus[32:64],
-                         Cat(ent.pd, ent.access, ent.type, Const(0, 2), old_valid), ent.mr]
+                # ARG0..8 in the SET_KEY layout and 0 in ARG9..15, one word per cycle; the
+                # lookups run again from ARG8 on (the row is no longer needed)
+                words = [ce.key, iova[0:32], iova[32:64], ce.len_lo, ce.len_hi, ce.bus_lo,
+                         ce.bus_hi,
+                         Cat(ce.pd0, ce.pd1, ce.pd2, ce.pd3, ce.acc_lo, ce.acc_hi, ce.type,
+                             Const(0, 2), idx_valid_r),
+                         ce.mr[:ib]]
                 m.d.comb += [self.cmd.arg_addr.eq(cnt), self.cmd.arg_we.eq(1)]
                 with m.Switch(cnt):
                     for i, w in enumerate(words):
                         with m.Case(i):
                             m.d.comb += self.cmd.arg_wdata.eq(w)
+                with m.If(cnt == 8):
+                    m.d.sync += [fair.eq(1), fsm_rd.eq(0), busy.eq(0)]
                 m.d.sync += cnt.eq(cnt + 1)
                 with m.If(cnt == 15):
+                    m.d.sync += result.eq(Result.OK)
                     m.next = "RESPOND"
 
-            # -- SET_KEY
+            # -- SET_KEY: every check first, then the writes
             with m.State("SET_CHECK"):
                 dup = new_valid & hit & (hidx != index)
-                bad_mr_slot = new_valid & new_is_mw & (bad_mr_arg_r | ~mr_valid_r)
+                bad_mr_slot = new_win & (mr_bad | (mr == index) | ~mr_valid_r)
                 with m.If(dup | bad_mr_slot):
                     m.next = "REFUSE"
                 with m.Else():
-                    m.next = "SET_OLD_READ"
-            with m.State("SET_OLD_READ"):
-                m.d.sync += fsm_raddr.eq(index)
-                m.next = "SET_OLD_READ_WAIT"
-            with m.State("SET_OLD_READ_WAIT"):
-                m.next = "SET_OLD_READ_WAIT2"
-            with m.State("SET_OLD_READ_WAIT2"):     # rd.data valid; s5_e takes it
-                m.next = "SET_OLD_DATA"
-            with m.State("SET_OLD_DATA"):
-                m.d.sync += [old_valid.eq(idx_valid_r), old_type.eq(s5_e.type),
-                             old_mr.eq(s5_e.mr), old_nwin.eq(s5_e.nwin)]
-                m.next = "SET_OLD_CHECK"
+                    m.next = "SET_OLD"
+            read_row("SET_OLD", Cat(index, 1), "SET_OLD_CHECK")
             with m.State("SET_OLD_CHECK"):
-                with m.If(old_valid & ~old_type[1] & (old_nwin != 0)):
+                m.d.sync += [old_bound.eq(idx_valid_r & ce.type[1]), old_mr.eq(ce.mr[:ib])]
+                with m.If(idx_valid_r & ~ce.type[1] & (ce.nwin != 0)):
                     m.next = "REFUSE"       # an MR with windows bound cannot be rewritten
-                with m.Elif(new_valid & new_is_mw):
-                    m.next = "SET_MR_READ"
+                with m.Elif(new_win):
+                    m.next = "SET_MR"
                 with m.Else():
-                    m.d.sync += mr_delta.eq(new_bus - new_iova)
-                    m.next = "SET_BUILD"
-            with m.State("SET_MR_READ"):
-                m.d.sync += fsm_raddr.eq(arg8[:ib])
-                m.next = "SET_MR_READ_WAIT"
-            with m.State("SET_MR_READ_WAIT"):
-                m.next = "SET_MR_READ_WAIT2"
-            with m.State("SET_MR_READ_WAIT2"):     # rd.data valid; s5_e takes it
-                m.next = "SET_MR_DATA"
-            with m.State("SET_MR_DATA"):
-                m.d.sync += [ent.eq(s5_e), cmp_end.eq(new_iova + new_len)]
-                m.next = "SET_MR_CHECK1"
-            with m.State("SET_MR_CHECK1"):
-                m.d.sync += [cmp_lo.eq(new_iova >= ent.iova), mr_delta.eq(ent.delta)]
-                with m.If(ent.type[1]):
+                    m.next = "SET_WRITE"
+            # a window: its MR's lookup row stays in `e` until the writes below have taken its
+            # translation (nothing writes row `mr` before)
+            read_row("SET_MR", mr, "SET_MR_CHECK")
+            with m.State("SET_MR_CHECK"):
+                m.d.sync += [
+                    win_lo_ok.eq(iova >= Cat(he.iova_lo, he.iova_hi)),
+                    win_hi_ok.eq(end <= Cat(he.end_lo, he.end_hi, he.end_top)),
+                ]
+                with m.If(he.type[1]):
                     m.next = "REFUSE"       # a window binds to an MR, not to a window
                 with m.Else():
-                    m.next = "SET_MR_CHECK2"
-            with m.State("SET_MR_CHECK2"):
-                m.d.sync += cmp_hi.eq(cmp_end > ent.end)
-                m.next = "SET_MR_CHECK3"
-            with m.State("SET_MR_CHECK3"):
-                with m.If(~cmp_lo | cmp_hi):
+                    m.next = "SET_MR_RANGE"
+            with m.State("SET_MR_RANGE"):
+                with m.If(~win_lo_ok | ~win_hi_ok):
                     m.next = "REFUSE"       # the window's range is not inside its MR
-                with m.Else():
-                    m.next = "SET_BUILD"
-            with m.State("SET_BUILD"):
-                m.d.sync += [
-                    new_ent.key.eq(args[0]), new_ent.iova.eq(new_iova),
-                    new_ent.length.eq(new_len), new_ent.bus.eq(new_bus),
-                    new_ent.pd.eq(args[7][0:16]), new_ent.access.eq(args[7][16:24]),
-                    new_ent.type.eq(new_type), new_ent.mr.eq(arg8[:ib]),
-                    new_ent.delta.eq(mr_delta), new_ent.end.eq(new_iova + new_len),
-                    new_ent.nwin.eq(0),
-                ]
-                with m.If(old_valid & old_type[1]):
-                    # the slot held a bound window: release it from its MR
-                    m.d.sync += [rmw_addr.eq(old_mr), rmw_up.eq(0), nxt.eq(1)]
-                    m.next = "RMW_READ"
-                with m.Else():
-                    m.next = "SET_BIND"
-            with m.State("SET_BIND"):
-                with m.If(new_valid & new_is_mw):
-                    m.d.sync += [rmw_addr.eq(arg8[:ib]), rmw_up.eq(1), nxt.eq(2)]
-                    m.next = "RMW_READ"
                 with m.Else():
                     m.next = "SET_WRITE"
             with m.State("SET_WRITE"):
-                m.d.comb += [
-                    wr.addr.eq(index), wr.en.eq(1),
-                    cam_we.eq(1), cam_idx.eq(index), cam_key.eq(args[0]),
-                    cam_valid.eq(new_valid),
+                # lanes 0..5 of the lookup row, then 0..5 of the command row, one per cycle
+                # (cnt); the ARG a lane needs is addressed the cycle before. The CAM column is
+                # rewritten meanwhile (18 cycles).
+                with m.If(cnt == 0):
+                    m.d.comb += sweep_go.eq(1)
+                need = Signal(4)
+                with m.Switch(cnt):
+                    with m.Case(3):
+                        m.d.comb += need.eq(5)      # for lane 4: delta_lo = ARG5 − iova
+                    with m.Case(4):
+                        m.d.comb += need.eq(6)
+                    with m.Case(6):
+                        m.d.comb += need.eq(3)      # length
+                    with m.Case(7):
+                        m.d.comb += need.eq(4)
+                    with m.Case(8):
+                        m.d.comb += need.eq(5)      # bus
+                    with m.Case(9):
+                        m.d.comb += need.eq(6)
+                m.d.comb += self.cmd.arg_addr.eq(need)
+                # (word, extra bits) of each lane; lanes 4 and 5 take `diff` for an MR
+                lanes = [
+                    (iova[0:32], new_pd[0:4]),
+                    (iova[32:64], new_pd[4:8]),
+                    (end[0:32], new_pd[8:12]),
+                    (end[32:64], new_pd[12:16]),
+                    (he.delta_lo, Cat(end[64], new_acc[0:3])),
+                    (he.delta_hi, Cat(new_acc[3:5], new_type)),
+                    (key_r, new_pd[0:4]),
+                    (arg, new_pd[4:8]),
+                    (arg, new_pd[8:12]),
+                    (arg, new_pd[12:16]),
+                    (arg, new_acc[0:4]),
+                    (Cat(mr, Const(0, 10 - ib), Const(0, 11), new_acc[4:8], new_type,
+                         Const(0, 5)), Const(0, 4)),     # nwin = 0
                 ]
-                m.d.sync += [result.eq(Result.OK)]
-                m.next = "RESPOND"
+                with m.Switch(cnt):
+                    for i, (word, extra) in enumerate(lanes):
+                        with m.Case(i):
+                            m.d.comb += [w_word.eq(word), w_extra.eq(extra),
+                                         w_lane.eq(i % LANES),
+                                         w_addr.eq(Cat(index, Const(i // LANES, 1)))]
+                            if i in (4, 5):
+                                m.d.comb += use_diff.eq(~new_win)
+                with m.If(cnt == 4):
+                    m.d.sync += carry.eq(borrow)    # into lane 5
+                m.d.comb += w_en.eq(1)
+                m.d.sync += cnt.eq(cnt + 1)
+                with m.If(cnt == 11):
+                    with m.If(old_bound):
+                        # the slot held a bound window: release it from its MR
+                        m.d.sync += [rmw_addr.eq(old_mr), rmw_up.eq(0), nxt.eq(1)]
+                        m.next = "RMW"
+                    with m.Else():
+                        m.next = "SET_BIND"
+            with m.State("SET_BIND"):
+                with m.If(new_win):
+                    m.d.sync += [rmw_addr.eq(mr), rmw_up.eq(1), nxt.eq(2)]
+                    m.next = "RMW"
+                with m.Else():
+                    m.next = "SET_END"
+            with m.State("SET_END"):
+                with m.If(~sweep_busy & ~sweep_go):
+                    m.d.comb += [v_we.eq(1), v_idx.eq(index), v_val.eq(new_valid)]
+                    m.d.sync += result.eq(Result.OK)
+                    m.next = "RESPOND"
 
             # -- INVALIDATE and remote invalidate
-            with m.State("INV_READ"):
-                m.d.sync += fsm_raddr.eq(hidx)
+            with m.State("INV_SEARCHED"):
                 with m.If(~hit):
                     m.next = "REFUSE"       # unknown or already invalid key
                 with m.Else():
-                    m.next = "INV_READ_WAIT"
-            with m.State("INV_READ_WAIT"):
-                m.next = "INV_READ_WAIT2"
-            with m.State("INV_READ_WAIT2"):     # rd.data valid; s5_e takes it
-                m.next = "INV_DATA"
-            with m.State("INV_DATA"):
-                m.d.sync += ent.eq(s5_e)
-                m.next = "INV_CHECK"
+                    m.next = "INV_READ"
+            read_row("INV_READ", Cat(hidx, 1), "INV_CHECK")
             with m.State("INV_CHECK"):
-                fr_ok = (ent.type == KeyType.FAST_REG_MR) & (ent.nwin == 0)
-                mw2 = ent.type == KeyType.MW_TYPE2
+                fr_ok = (ce.type == KeyType.FAST_REG_MR) & (ce.nwin == 0)
+                mw2 = ce.type == KeyType.MW_TYPE2
                 with m.If(fr_ok | mw2):
-                    m.d.comb += [cam_we.eq(1), cam_idx.eq(hidx), cam_key.eq(ent.key),
-                                 cam_valid.eq(0)]
+                    m.d.comb += [v_we.eq(1), v_idx.eq(hidx), v_val.eq(0)]
                 with m.If(fr_ok):
                     m.next = "INV_OK"
                 with m.Elif(mw2):
-                    m.d.sync += [rmw_addr.eq(ent.mr), rmw_up.eq(0), nxt.eq(0)]
-                    m.next = "RMW_READ"
+                    m.d.sync += [rmw_addr.eq(ce.mr[:ib]), rmw_up.eq(0), nxt.eq(0)]
+                    m.next = "RMW"
                 with m.Else():
                     m.next = "REFUSE"
             with m.State("INV_OK"):
                 m.d.sync += [result.eq(Result.OK), ok_bit.eq(1)]
                 m.next = "RESPOND"
 
-            # -- read-modify-write of an MR's bound-window count
-            with m.State("RMW_READ"):
-                m.d.sync += fsm_raddr.eq(rmw_addr)
-                m.next = "RMW_READ_WAIT"
-            with m.State("RMW_READ_WAIT"):
-                m.next = "RMW_READ_WAIT2"
-            with m.State("RMW_READ_WAIT2"):     # rd.data valid; s5_e takes it
-                m.next = "RMW_DATA"
-            with m.State("RMW_DATA"):
-                m.d.sync += [ent.eq(s5_e), wr_upd.eq(1)]
-                m.next = "RMW_WRITE"
+            # -- read-modify-write of an MR's bound-window count (lane 5 of its command row)
+            read_row("RMW", Cat(rmw_addr, 1), "RMW_WRITE")
             with m.State("RMW_WRITE"):
-                m.d.comb += [wr.addr.eq(rmw_addr), wr.en.eq(1)]
+                nwin = Mux(rmw_up, ce.nwin + 1, ce.nwin - 1)
+                m.d.comb += [
+                    w_en.eq(1), w_addr.eq(Cat(rmw_addr, 1)), w_lane.eq(5),
+                    w_word.eq(Cat(ce.mr, nwin[:11], ce.acc_hi, ce.type, ce.pad[:5])),
+                    w_extra.eq(ce.pad[5:]),
+                ]
                 with m.Switch(nxt):
                     with m.Case(0):
                         m.next = "INV_OK"
                     with m.Case(1):
                         m.next = "SET_BIND"
                     with m.Default():
-                        m.next = "SET_WRITE"
+                        m.next = "SET_END"
 
             with m.State("REFUSE"):
                 m.d.sync += [result.eq(Result.BAD_ARGUMENT), ok_bit.eq(0)]
