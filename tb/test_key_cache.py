@@ -430,7 +430,7 @@ def test_invalidate_then_lookup_next_cycle_misses(gap):
 
 
 @pytest.mark.parametrize("op, cycles", [("inv_fast_reg", 15), ("inv_unknown", 11),
-                                         ("inv_window", 19), ("query", 22), ("set_mr", 40),
+                                         ("inv_window", 19), ("query", 21), ("set_mr", 40),
                                          ("set_window", 45), ("move_window", 47)])
 def test_lock_window_with_lookups_streaming(op, cycles):
     """Cycles without a grant while port 0 requests every cycle (the pipeline is full when the

@@ -596,28 +596,32 @@ class KeyCache(wiring.Component):
                     with m.Default():           # INVALIDATE, remote invalidate
                         m.next = "INV_SEARCHED"
 
-            # -- QUERY_KEY: iova from the lookup row, the rest from the command row
-            read_row("Q_HOT", index, "Q_IOVA")
-            with m.State("Q_IOVA"):
-                m.d.sync += iova.eq(Cat(he.iova_lo, he.iova_hi))
+            # -- QUERY_KEY: ARG1/ARG2 (iova) from the lookup row, the rest from the command row
+            read_row("Q_HOT", index, "Q_IOVA_LO")
+            with m.State("Q_IOVA_LO"):
+                m.d.comb += [self.cmd.arg_addr.eq(1), self.cmd.arg_we.eq(1),
+                             self.cmd.arg_wdata.eq(he.iova_lo)]
+                m.next = "Q_IOVA_HI"
+            with m.State("Q_IOVA_HI"):
+                m.d.comb += [self.cmd.arg_addr.eq(2), self.cmd.arg_we.eq(1),
+                             self.cmd.arg_wdata.eq(he.iova_hi)]
                 m.next = "Q_COLD"
             read_row("Q_COLD", Cat(index, 1), "Q_ANSWER")
             with m.State("Q_ANSWER"):
-                # ARG0..8 in the SET_KEY layout and 0 in ARG9..15, one word per cycle; the
-                # lookups run again from ARG8 on (the row is no longer needed)
-                words = [ce.key, iova[0:32], iova[32:64], ce.len_lo, ce.len_hi, ce.bus_lo,
-                         ce.bus_hi,
-                         Cat(ce.pd0, ce.pd1, ce.pd2, ce.pd3, ce.acc_lo, ce.acc_hi, ce.type,
-                             Const(0, 2), idx_valid_r),
-                         ce.mr[:ib]]
+                # ARG0 and ARG3..8 in the SET_KEY layout, then 0 in ARG9..15, one word per
+                # cycle; the lookups run again from ARG8 on (the row is no longer needed)
+                words = {0: ce.key, 3: ce.len_lo, 4: ce.len_hi, 5: ce.bus_lo, 6: ce.bus_hi,
+                         7: Cat(ce.pd0, ce.pd1, ce.pd2, ce.pd3, ce.acc_lo, ce.acc_hi, ce.type,
+                                Const(0, 2), idx_valid_r),
+                         8: ce.mr[:ib]}
                 m.d.comb += [self.cmd.arg_addr.eq(cnt), self.cmd.arg_we.eq(1)]
                 with m.Switch(cnt):
-                    for i, w in enumerate(words):
+                    for i, w in words.items():
                         with m.Case(i):
                             m.d.comb += self.cmd.arg_wdata.eq(w)
                 with m.If(cnt == 8):
                     m.d.sync += [fair.eq(1), fsm_rd.eq(0), busy.eq(0)]
-                m.d.sync += cnt.eq(cnt + 1)
+                m.d.sync += cnt.eq(Mux(cnt == 0, 3, cnt + 1))     # ARG1/2 are written
                 with m.If(cnt == 15):
                     m.d.sync += result.eq(Result.OK)
                     m.next = "RESPOND"
