@@ -128,8 +128,9 @@ _W3_BITS = 32           # word 3: ring base bits 63..32
 #: ``valid`` = 0.
 _SWEPT = 1 << 31
 
-#: The writer's copy of a placed completion: the CQE's fields, ``err`` (status ≠ 0), the phase
-#: and, at W = 512, which half of the beat it fills (address bit 5).
+#: The writer's copy of a placed completion: the CQE's fields (byte_len, imm_or_rkey and flags
+#: already 0 on an error CQE), the phase and, at W = 512, which half of the beat it fills
+#: (address bit 5).
 _rec_layout = data.StructLayout({
     "wr_id": 64,
     "byte_len": 32,
@@ -138,7 +139,6 @@ _rec_layout = data.StructLayout({
     "status": 8,
     "opcode": 8,
     "flags": 8,
-    "err": 1,
     "phase": 1,
     "half": 1,
 })
@@ -211,7 +211,10 @@ class CqeGen(wiring.Component):
         ib = ceil_log2(self.num_cq)
         cin = self.complete.payload
 
-        m.submodules.table = table = Memory(shape=_WORD, depth=4 * self.num_cq, init=[])
+        # Every read that meets a write of the same address is discarded, so the block RAM needs no
+        # read-during-write logic (yosys would otherwise emulate read-first with ~80 flip-flops).
+        m.submodules.table = table = Memory(shape=_WORD, depth=4 * self.num_cq, init=[],
+                                            attrs={"no_rw_check": 1})
         rd = table.read_port()
         wr = table.write_port()
         _inflight_layout = data.StructLayout({"qpn": 24, "cqn": max(ib, 1), "fire": 1})
@@ -223,7 +226,7 @@ class CqeGen(wiring.Component):
 
         cur = Signal(16)                      # CQN of the operation (the sweep: word address)
         in_range = Signal()
-        m.d.comb += in_range.eq(cur < self.num_cq)
+        m.d.comb += in_range.eq(~cur[ib:].any())
         rword = Signal(2)                     # word read this cycle (outside IDLE)
         wword = Signal(2)                     # word written this cycle
         m.d.comb += [rd.addr.eq(taddr(cur, rword)), rd.en.eq(1),
@@ -234,46 +237,57 @@ class CqeGen(wiring.Component):
         m.d.sync += row.eq(rd.data)
         r0 = data.View(_w0_layout, row)
         r1 = data.View(_w1_layout, row)
-        n0 = Signal(_w0_layout)               # word 0 / word 1 to write (default: as read)
-        n1 = Signal(_w1_layout)
-        m.d.comb += [n0.eq(row), n1.eq(row)]
 
+        # arithmetic on the row register, shared by the operations
+        inc, dec = Signal(), Signal()
+        low = Signal(16)                      # bits 15..0 (reserved count or producer) ± 1
+        m.d.comb += low.eq(row[:16] + Mux(dec, 0xFFFF, inc))
+        inc_occ = Signal()
+        occ_new = Signal(16)                  # word 0's occupancy + 1
+        m.d.comb += occ_new.eq(r0.occ + inc_occ)
         # occ ≥ 2^log2: some bit of occ at or above bit log2
         occ_full = Signal()
         m.d.comb += occ_full.eq(Cat(*[r0.occ[i:].any() for i in range(16)])
                                 .bit_select(r0.log2, 1))
 
+        # What a table operation writes: the row with bits 15..0 from ``low``, 31..16 from
+        # ``mid``; SET_CQ and the sweep write ``setv`` instead.
+        mid = Signal(16)
+        m.d.comb += mid.eq(occ_new)
+        setv = Signal(_WORD)
+        set_sel = Signal()
+        m.d.comb += wr.data.eq(Mux(set_sel, setv, Cat(low, mid, row[32:])))
+
         # decisions, registered in the cycle after the word is in the row register
-        full_r = Signal()                     # reservation: refused
-        has_r = Signal()                      # completion: uses a reservation
-        admit_r = Signal()                    # completion: placed
-        sig_r = Signal()                      # completion: se or status ≠ 0 (arm mode 2)
-        log2_r = Signal(4)
-        tmp = Signal(16)                      # CQ_DB: producer − index
-        dbv_r = Signal()                      # CQ_DB / CQ_ARM: the CQ is set
+        full_r = Signal(reset_less=True)      # no room (or CQN out of range)
+        has_r = Signal(reset_less=True)       # completion: uses a reservation
+        sig_r = Signal(reset_less=True)       # completion: se or status ≠ 0 (arm mode 2)
+        log2_r = Signal(4, reset_less=True)
+        tmp = Signal(16, reset_less=True)     # CQ_DB: producer − index
+        dbv_r = Signal(reset_less=True)       # CQ_DB: the CQ is set
         resp_valid = Signal()                 # reservation answer (registered)
-        rsv_ok = Signal()
+        rsv_ok = Signal(reset_less=True)
         m.d.comb += [self.reserve_resp.valid.eq(resp_valid),
                      self.reserve_resp.payload.ok.eq(rsv_ok)]
         with m.If(self.reserve_resp.ready):
             m.d.sync += resp_valid.eq(0)
 
         # SET_CQ
-        is_set = Signal()
-        idx_ok = Signal()
-        bad = Signal()
-        result = Signal(2)
+        is_set = Signal(reset_less=True)
+        idx_ok = Signal(reset_less=True)
+        bad = Signal(reset_less=True)
+        result = Signal(2, reset_less=True)
 
         # the placed register: a completion's slot address, phase and arm match, waiting for
         # the writer; ``p_busy`` from the completion's acceptance until the writer's request
         # is taken (the record stays at ``complete`` until the writer copies it)
         p_busy = Signal()
         p_valid = Signal()
-        p_addr = Signal(59)                   # address bits 63..5
-        p_phase = Signal()
-        p_fire = Signal()
-        p_cqn = Signal(max(ib, 1))
-        carry = Signal()
+        p_addr = Signal(59, reset_less=True)  # address bits 63..5
+        p_phase = Signal(reset_less=True)
+        p_fire = Signal(reset_less=True)
+        p_cqn = Signal(max(ib, 1), reset_less=True)
+        carry = Signal(reset_less=True)
         s5 = Signal()                         # address stages after the FSM: word 2, word 3
         s6 = Signal()
         m.d.sync += [s5.eq(0), s6.eq(s5)]
@@ -286,7 +300,7 @@ class CqeGen(wiring.Component):
         a_valid, a_ready = Signal(), Signal()
         b_valid, b_ready, b_ev = Signal(), Signal(), Signal(event_layout)
         ev_valid = Signal()
-        ev = Signal(event_layout)
+        ev = Signal(event_layout, reset_less=True)
         m.d.comb += [self.event.valid.eq(ev_valid), self.event.payload.eq(ev)]
         with m.If(~ev_valid | self.event.ready):
             with m.If(a_valid):
@@ -299,13 +313,14 @@ class CqeGen(wiring.Component):
             with m.Else():
                 m.d.sync += ev_valid.eq(0)
 
+        arg = self.cmd.arg_data
         with m.FSM(name="cqe"):
             with m.State("SWEEP"):
-                m.d.comb += [self.sweeping.eq(1), wr.addr.eq(cur), wr.data.eq(_SWEPT),
-                             wr.en.eq(1)]
-                m.d.sync += cur.eq(cur + 1)
-                with m.If(cur == 4 * self.num_cq - 1):
-                    m.d.sync += cur.eq(0)
+                sw = cur[:ib + 2]
+                m.d.comb += [self.sweeping.eq(1), wr.addr.eq(sw), set_sel.eq(1),
+                             setv.eq(_SWEPT), wr.en.eq(1)]
+                m.d.sync += sw.eq(sw + 1)
+                with m.If(sw == 4 * self.num_cq - 1):
                     m.next = "IDLE"
 
             with m.State("IDLE"):
@@ -318,7 +333,7 @@ class CqeGen(wiring.Component):
                     m.d.sync += [
                         cur.eq(self.cmd.cmd.payload.index),
                         is_set.eq(self.cmd.cmd.payload.opcode == CmdOp.SET_CQ),
-                        idx_ok.eq(self.cmd.cmd.payload.index < self.num_cq),
+                        idx_ok.eq(~self.cmd.cmd.payload.index[ib:].any()),
                     ]
                     m.next = "C_ARG2"
                 with m.Elif(self.cq_db.valid):
@@ -341,7 +356,7 @@ class CqeGen(wiring.Component):
                 m.next = "C_ARG0"
             with m.State("C_ARG0"):
                 m.d.comb += self.cmd.arg_addr.eq(0)
-                m.d.sync += [log2_r.eq(self.cmd.arg_data[:4]), bad.eq(self.cmd.arg_data[4])]
+                m.d.sync += [log2_r.eq(arg[:4]), bad.eq(arg[4])]
                 m.next = "C_CHECK"
             with m.State("C_CHECK"):              # ARG0 here
                 m.d.comb += self.cmd.arg_addr.eq(0)
@@ -349,29 +364,27 @@ class CqeGen(wiring.Component):
                     m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
                 with m.Elif(~idx_ok):
                     m.d.sync += result.eq(Result.BAD_INDEX)
-                with m.Elif(bad | (self.cmd.arg_data[:6] != 0)):    # 64-byte aligned (§4.2)
+                with m.Elif(bad | (arg[:6] != 0)):                   # 64-byte aligned (§4.2)
                     m.d.sync += result.eq(Result.BAD_ARGUMENT)
                 with m.Else():
                     m.d.sync += result.eq(Result.OK)
                 m.next = "C_W1"
             with m.State("C_W1"):                 # ARG0 here
-                m.d.comb += [self.cmd.arg_addr.eq(0), wword.eq(1),
-                             wr.en.eq(result == Result.OK),
-                             wr.data.eq(Cat(Const(0, 18), Const(1, 1),
-                                            self.cmd.arg_data[6:23]))]
+                m.d.comb += [self.cmd.arg_addr.eq(0), wword.eq(1), set_sel.eq(1),
+                             setv.eq(Cat(Const(0, 18), Const(1, 1), arg[6:23])),
+                             wr.en.eq(result == Result.OK)]
                 m.next = "C_W2"
             with m.State("C_W2"):                 # ARG0 here
-                m.d.comb += [self.cmd.arg_addr.eq(1), wword.eq(2),
-                             wr.en.eq(result == Result.OK),
-                             wr.data.eq(self.cmd.arg_data[23:32])]
+                m.d.comb += [self.cmd.arg_addr.eq(1), wword.eq(2), set_sel.eq(1),
+                             setv.eq(arg[23:32]), wr.en.eq(result == Result.OK)]
                 m.next = "C_W3"
             with m.State("C_W3"):                 # ARG1 here
-                m.d.comb += [wword.eq(3), wr.en.eq(result == Result.OK),
-                             wr.data.eq(self.cmd.arg_data)]
+                m.d.comb += [wword.eq(3), set_sel.eq(1), setv.eq(arg),
+                             wr.en.eq(result == Result.OK)]
                 m.next = "C_W0"
             with m.State("C_W0"):
-                m.d.comb += [wword.eq(0), wr.en.eq(result == Result.OK),
-                             wr.data.eq(Cat(Const(0, 32), log2_r))]
+                m.d.comb += [wword.eq(0), set_sel.eq(1), setv.eq(Cat(Const(0, 32), log2_r)),
+                             wr.en.eq(result == Result.OK)]
                 m.next = "C_RESP"
             with m.State("C_RESP"):
                 m.d.comb += [self.cmd.resp.valid.eq(1),
@@ -379,37 +392,32 @@ class CqeGen(wiring.Component):
                 with m.If(self.cmd.resp.ready):
                     m.next = "IDLE"
 
-            # ---- reservation: word 0 read in IDLE, here in R2 and R3 ------------------------
+            # ---- reservation and completion: word 0 read in IDLE, in the row register two
+            # cycles later, its tests registered and (R3, P3) written back the next cycle -------
+            tests = [full_r.eq(occ_full | ~in_range),
+                     has_r.eq(~cin.flush & (r0.resv != 0) & in_range)]
             with m.State("R1"):
                 m.next = "R2"
             with m.State("R2"):
-                m.d.sync += full_r.eq(occ_full | ~in_range)
+                m.d.sync += tests
                 m.next = "R3"
             with m.State("R3"):
-                m.d.comb += [n0.resv.eq(r0.resv + 1), n0.occ.eq(r0.occ + 1),
-                             wr.data.eq(n0), wr.en.eq(~full_r)]
+                m.d.comb += [inc.eq(1), inc_occ.eq(1), wr.en.eq(~full_r)]
                 m.d.sync += [resp_valid.eq(1), rsv_ok.eq(~full_r)]
                 m.next = "IDLE"
                 with m.If(full_r):
                     m.next = "EVENT"
 
-            # ---- completion: words 0..3 read from IDLE to P4 --------------------------------
             with m.State("P1"):
                 m.next = "P2"
             with m.State("P2"):                   # row = word 0: the tests
-                has = Signal()
-                m.d.comb += [rword.eq(1),
-                             has.eq(~cin.flush & (r0.resv != 0) & in_range)]
-                m.d.sync += [has_r.eq(has), admit_r.eq(has | (~occ_full & in_range)),
-                             log2_r.eq(r0.log2), sig_r.eq(cin.se | (cin.status != 0))]
+                m.d.comb += rword.eq(1)
+                m.d.sync += tests + [log2_r.eq(r0.log2), sig_r.eq(cin.se | (cin.status != 0))]
                 m.next = "P3"
             with m.State("P3"):                   # row = word 0 still: write it
-                m.d.comb += [rword.eq(2), wr.data.eq(n0), wr.en.eq(admit_r)]
-                with m.If(has_r):
-                    m.d.comb += n0.resv.eq(r0.resv - 1)
-                with m.Else():
-                    m.d.comb += n0.occ.eq(r0.occ + 1)
-                with m.If(admit_r):
+                admit = has_r | ~full_r
+                m.d.comb += [rword.eq(2), dec.eq(has_r), inc_occ.eq(~has_r), wr.en.eq(admit)]
+                with m.If(admit):
                     m.next = "P4"
                 with m.Else():                    # discarded
                     m.d.comb += self.complete.ready.eq(1)
@@ -422,15 +430,13 @@ class CqeGen(wiring.Component):
                 slot = Signal(15)
                 match = Signal()
                 m.d.comb += [
-                    rword.eq(3), wword.eq(1),
+                    rword.eq(3), wword.eq(1), inc.eq(1), wr.en.eq(1),
                     mask.eq(~(Const(0xFFFF, 16) << log2_r)),
                     slot.eq(r1.prod & mask),
                     match.eq((r1.arm == 1) | ((r1.arm == 2) & sig_r)),
-                    n1.prod.eq(r1.prod + 1),
-                    wr.data.eq(n1), wr.en.eq(1),
                 ]
                 with m.If(match):
-                    m.d.comb += n1.arm.eq(0)
+                    m.d.comb += mid[:2].eq(0)
                 m.d.sync += [
                     Cat(p_addr[:18], carry).eq(Cat(slot[0], r1.base + slot[1:])),
                     p_phase.eq(~r1.prod.bit_select(log2_r, 1)),
@@ -440,7 +446,7 @@ class CqeGen(wiring.Component):
                 ]
                 m.next = "IDLE"
 
-            # ---- CQ_DB: word 1, then word 0 -------------------------------------------------
+            # ---- CQ_DB: word 1 (producer, valid), then word 0 gets occ = producer + resv − index
             with m.State("D1"):
                 m.d.comb += rword.eq(1)
                 m.next = "D2"
@@ -451,8 +457,7 @@ class CqeGen(wiring.Component):
                              dbv_r.eq(r1.valid & in_range)]
                 m.next = "D4"
             with m.State("D4"):                   # row = word 0
-                m.d.comb += [n0.occ.eq(tmp + r0.resv), wr.data.eq(n0), wr.en.eq(dbv_r),
-                             self.cq_db.ready.eq(1)]
+                m.d.comb += [mid.eq(tmp + r0.resv), wr.en.eq(dbv_r), self.cq_db.ready.eq(1)]
                 m.next = "IDLE"
 
             # ---- CQ_ARM: word 1 -------------------------------------------------------------
@@ -463,7 +468,7 @@ class CqeGen(wiring.Component):
                 m.next = "A3"
             with m.State("A3"):                   # row = word 1
                 mode = self.cq_arm.payload.mode
-                m.d.comb += [wword.eq(1), n1.arm.eq(mode), wr.data.eq(n1),
+                m.d.comb += [wword.eq(1), mid[:2].eq(mode),
                              wr.en.eq(r1.valid & in_range & ((mode == 1) | (mode == 2))),
                              self.cq_arm.ready.eq(1)]
                 m.next = "IDLE"
@@ -473,48 +478,44 @@ class CqeGen(wiring.Component):
                 with m.If(a_ready):
                     m.next = "IDLE"
 
-        # ---- the writer: copies the record as it issues the request, then one burst -------
-        c = Signal(_rec_layout)
+        # ---- the writer: takes the placed record as it issues the request, then one burst --
+        # The in-flight entry is pushed as the record is taken (before the request is taken:
+        # its ``done`` comes later either way).
+        c = Signal(_rec_layout, reset_less=True)
         nbeats = max(1, 256 // W)
-        beat = Signal(range(nbeats + 1))
-        req_ok = Signal()
+        beat = Signal(range(nbeats + 1), reset_less=True)
         m.d.comb += [
             self.mem.req.payload.addr.eq(Cat(Const(0, 5), p_addr)),
             self.mem.req.payload.len_bytes.eq(CQE_BYTES),
             self.mem.req.payload.tag.eq(0),
-            req_ok.eq(self.mem.req.ready & inflight.i.ready),
+            inflight.i.payload.qpn.eq(cin.qpn),
             inflight.i.payload.cqn.eq(p_cqn),
             inflight.i.payload.fire.eq(p_fire),
         ]
 
         def request():
-            m.d.comb += self.mem.req.valid.eq(inflight.i.ready)
-            with m.If(req_ok):
-                m.d.comb += inflight.i.valid.eq(1)
+            m.d.comb += self.mem.req.valid.eq(1)
+            with m.If(self.mem.req.ready):
                 m.d.sync += [p_valid.eq(0), p_busy.eq(0), beat.eq(0)]
+                m.next = "DATA"
 
         with m.FSM(name="writer"):
             with m.State("IDLE"):
-                with m.If(p_valid):
-                    # take the placed record from ``complete`` (ready from our own registers)
-                    m.d.comb += [self.complete.ready.eq(1),
-                                 inflight.i.payload.qpn.eq(cin.qpn)]
+                # ``complete.ready`` and the copy's enable come from our own registers
+                with m.If(p_valid & inflight.i.ready):
+                    m.d.comb += [self.complete.ready.eq(1), inflight.i.valid.eq(1)]
+                    err = cin.status != 0     # an error CQE: byte_len, bytes 12–15, flags 0
                     m.d.sync += [
-                        c.wr_id.eq(cin.wr_id), c.byte_len.eq(cin.byte_len),
-                        c.imm_or_rkey.eq(cin.imm_or_rkey), c.qpn.eq(cin.qpn),
-                        c.status.eq(cin.status), c.opcode.eq(cin.opcode),
-                        c.flags.eq(cin.flags), c.err.eq(cin.status != 0),
-                        c.phase.eq(p_phase), c.half.eq(p_addr[0]),
+                        c.wr_id.eq(cin.wr_id), c.qpn.eq(cin.qpn), c.status.eq(cin.status),
+                        c.opcode.eq(cin.opcode), c.phase.eq(p_phase), c.half.eq(p_addr[0]),
+                        c.byte_len.eq(Mux(err, 0, cin.byte_len)),
+                        c.imm_or_rkey.eq(Mux(err, 0, cin.imm_or_rkey)),
+                        c.flags.eq(Mux(err, 0, cin.flags)),
                     ]
-                    request()
                     m.next = "REQ"
-                    with m.If(req_ok):
-                        m.next = "DATA"
+                    request()
             with m.State("REQ"):
-                m.d.comb += inflight.i.payload.qpn.eq(c.qpn)
                 request()
-                with m.If(req_ok):
-                    m.next = "DATA"
             with m.State("DATA"):
                 imm = Signal(32)
                 m.d.comb += imm.eq(Mux(c.flags & WITH_IMM,
@@ -524,12 +525,12 @@ class CqeGen(wiring.Component):
                 entry = Signal(cqe_entry_layout, name="cqe")   # the 32-byte entry; other bits 0
                 m.d.comb += [
                     entry.wr_id.eq(c.wr_id),
-                    entry.byte_len.eq(Mux(c.err, 0, c.byte_len)),
-                    entry.imm_or_rkey.eq(Mux(c.err, 0, imm)),
+                    entry.byte_len.eq(c.byte_len),
+                    entry.imm_or_rkey.eq(imm),
                     entry.qpn.eq(c.qpn),
                     entry.status.eq(c.status),
                     entry.opcode.eq(c.opcode),
-                    entry.flags.eq(Mux(c.err, 0, c.flags)),
+                    entry.flags.eq(c.flags),
                     entry.phase.eq(c.phase),
                 ]
                 cqe = entry.as_value()            # its bits, byte i = bits 8·i..8·i+7
