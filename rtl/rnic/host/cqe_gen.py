@@ -120,10 +120,12 @@ cqe_layout = data.StructLayout({
 _WORD = 36
 #: CQ table word 0: everything a reservation tests and changes.
 _w0_layout = data.StructLayout({"resv": 16, "occ": 16, "log2": 4})
-#: CQ table word 1: producer, arm, valid and ring base bits 22..6.
-_w1_layout = data.StructLayout({"prod": 16, "arm": 2, "valid": 1, "base": 17})
-_W2_BITS = 9            # word 2: ring base bits 31..23
-_W3_BITS = 32           # word 3: ring base bits 63..32
+#: CQ table word 1: arm, valid, producer and ring base bits 19..6 (bits 15..6 where ARG0 has
+#: them, bits 19..16 above the producer).
+_w1_layout = data.StructLayout({"arm": 2, "valid": 1, "spare": 3, "base_lo": 10, "prod": 16,
+                                "base_hi": 4})
+# word 2: ARG0 as SET_CQ was given it (ring base bits 31..0, of which 31..20 are used);
+# word 3: ARG1 (ring base bits 63..32)
 #: What the sweep writes to every word: word 0 ``occ`` = 0x8000 (full at every size), word 1
 #: ``valid`` = 0.
 _SWEPT = 1 << 31
@@ -238,29 +240,42 @@ class CqeGen(wiring.Component):
         r0 = data.View(_w0_layout, row)
         r1 = data.View(_w1_layout, row)
 
-        # arithmetic on the row register, shared by the operations
-        inc, dec = Signal(), Signal()
-        low = Signal(16)                      # bits 15..0 (reserved count or producer) ± 1
-        m.d.comb += low.eq(row[:16] + Mux(dec, 0xFFFF, inc))
-        inc_occ = Signal()
-        occ_new = Signal(16)                  # word 0's occupancy + 1
-        m.d.comb += occ_new.eq(r0.occ + inc_occ)
+        # Two adders on the row register, shared by the operations and the address stages:
+        # ``low`` = bits 15..0 + (+1, −1 or 0; the carry into address bit 32 in word 3),
+        # ``high`` = bits 31..16 + (+1 or 0; the carry into address bit 20 in word 2); each has
+        # its carry out as bit 16. Their operands are registers set in the cycle before
+        # (``inc``, ``dec``, ``inc_hi``, ``carry``).
+        inc = Signal()
+        dec = Signal()
+        inc_hi = Signal()
+        m.d.sync += [inc.eq(0), dec.eq(0), inc_hi.eq(0)]
+        carry = Signal(reset_less=True)
+        s5 = Signal()                         # address stages after the FSM: word 2, word 3
+        s6 = Signal()
+        m.d.sync += [s5.eq(0), s6.eq(s5)]
+        low = Signal(17)
+        high = Signal(17)
+        m.d.comb += [
+            low.eq(row[:16] + Mux(dec, 0xFFFF, inc | (s6 & carry))),
+            high.eq(row[16:32] + Cat(inc_hi, Const(0, 3), s5 & carry)),
+        ]
         # occ ≥ 2^log2: some bit of occ at or above bit log2
         occ_full = Signal()
         m.d.comb += occ_full.eq(Cat(*[r0.occ[i:].any() for i in range(16)])
                                 .bit_select(r0.log2, 1))
 
-        # What a table operation writes: the row with bits 15..0 from ``low``, 31..16 from
-        # ``mid``; SET_CQ and the sweep write ``setv`` instead.
+        # What a table operation writes: the row with bits 15..0 from ``low`` (the arm
+        # replaced in word 1) and 31..16 from ``high`` or the CQ_DB sum; SET_CQ and the sweep
+        # write ``setv`` instead.
+        lo = Signal(16)
         mid = Signal(16)
-        m.d.comb += mid.eq(occ_new)
+        m.d.comb += [lo.eq(low[:16]), mid.eq(high[:16])]
         setv = Signal(_WORD)
         set_sel = Signal()
-        m.d.comb += wr.data.eq(Mux(set_sel, setv, Cat(low, mid, row[32:])))
+        m.d.comb += wr.data.eq(Mux(set_sel, setv, Cat(lo, mid, row[32:])))
 
         # decisions, registered in the cycle after the word is in the row register
         full_r = Signal(reset_less=True)      # no room (or CQN out of range)
-        has_r = Signal(reset_less=True)       # completion: uses a reservation
         sig_r = Signal(reset_less=True)       # completion: se or status ≠ 0 (arm mode 2)
         log2_r = Signal(4, reset_less=True)
         tmp = Signal(16, reset_less=True)     # CQ_DB: producer − index
@@ -287,14 +302,11 @@ class CqeGen(wiring.Component):
         p_phase = Signal(reset_less=True)
         p_fire = Signal(reset_less=True)
         p_cqn = Signal(max(ib, 1), reset_less=True)
-        carry = Signal(reset_less=True)
-        s5 = Signal()                         # address stages after the FSM: word 2, word 3
-        s6 = Signal()
-        m.d.sync += [s5.eq(0), s6.eq(s5)]
-        with m.If(s5):                        # row = word 2
-            m.d.sync += Cat(p_addr[18:27], carry).eq(row[:_W2_BITS] + carry)
-        with m.If(s6):                        # row = word 3
-            m.d.sync += [p_addr[27:59].eq(row[:_W3_BITS] + carry), p_valid.eq(1)]
+        with m.If(s5):                        # row = word 2: address bits 31..20
+            m.d.sync += [p_addr[15:27].eq(high[4:16]), carry.eq(high[16])]
+        with m.If(s6):                        # row = word 3: address bits 63..32
+            m.d.sync += [p_addr[27:43].eq(low[:16]), p_addr[43:59].eq(row[16:32] + low[16]),
+                         p_valid.eq(1)]
 
         # event merge: the table FSM (a) and the completion FSM (b) share the event output
         a_valid, a_ready = Signal(), Signal()
@@ -314,6 +326,7 @@ class CqeGen(wiring.Component):
                 m.d.sync += ev_valid.eq(0)
 
         arg = self.cmd.arg_data
+        set_ok = result == Result.OK
         with m.FSM(name="cqe"):
             with m.State("SWEEP"):
                 sw = cur[:ib + 2]
@@ -335,7 +348,7 @@ class CqeGen(wiring.Component):
                         is_set.eq(self.cmd.cmd.payload.opcode == CmdOp.SET_CQ),
                         idx_ok.eq(~self.cmd.cmd.payload.index[ib:].any()),
                     ]
-                    m.next = "C_ARG2"
+                    m.next = "C1"
                 with m.Elif(self.cq_db.valid):
                     m.d.sync += cur.eq(self.cq_db.payload.cqn)
                     m.next = "D1"
@@ -350,43 +363,42 @@ class CqeGen(wiring.Component):
                     m.d.sync += [cur.eq(cin.cqn), p_busy.eq(1)]
                     m.next = "P1"
 
-            # ---- SET_CQ: ARG n is addressed in one state and arrives in the next ----------
-            with m.State("C_ARG2"):
+            # ---- SET_CQ: ARG n is addressed in one state and arrives in the next; ARG0 and
+            # ARG2 are checked before anything is written --------------------------------------
+            with m.State("C1"):
+                m.next = "C2"                     # ARG0 addressed
+            with m.State("C2"):                   # ARG0 here
                 m.d.comb += self.cmd.arg_addr.eq(2)
-                m.next = "C_ARG0"
-            with m.State("C_ARG0"):
-                m.d.comb += self.cmd.arg_addr.eq(0)
-                m.d.sync += [log2_r.eq(arg[:4]), bad.eq(arg[4])]
-                m.next = "C_CHECK"
-            with m.State("C_CHECK"):              # ARG0 here
-                m.d.comb += self.cmd.arg_addr.eq(0)
+                m.d.sync += bad.eq(arg[:6] != 0)  # 64-byte aligned (§4.2)
+                m.next = "C3"
+            with m.State("C3"):                   # ARG2 here
+                m.d.sync += log2_r.eq(arg[:4])
                 with m.If(~is_set):
                     m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
                 with m.Elif(~idx_ok):
                     m.d.sync += result.eq(Result.BAD_INDEX)
-                with m.Elif(bad | (arg[:6] != 0)):                   # 64-byte aligned (§4.2)
+                with m.Elif(bad | arg[4]):        # or log2 > 15
                     m.d.sync += result.eq(Result.BAD_ARGUMENT)
                 with m.Else():
                     m.d.sync += result.eq(Result.OK)
-                m.next = "C_W1"
-            with m.State("C_W1"):                 # ARG0 here
-                m.d.comb += [self.cmd.arg_addr.eq(0), wword.eq(1), set_sel.eq(1),
-                             setv.eq(Cat(Const(0, 18), Const(1, 1), arg[6:23])),
-                             wr.en.eq(result == Result.OK)]
-                m.next = "C_W2"
-            with m.State("C_W2"):                 # ARG0 here
+                m.next = "C4"
+            with m.State("C4"):                   # ARG0 here: word 1
+                m.d.comb += [wword.eq(1), set_sel.eq(1), wr.en.eq(set_ok),
+                             setv.eq(Cat(Const(0b000100, 6), arg[6:16], Const(0, 16),
+                                         arg[16:20]))]
+                m.next = "C5"
+            with m.State("C5"):                   # ARG0 here: word 2
                 m.d.comb += [self.cmd.arg_addr.eq(1), wword.eq(2), set_sel.eq(1),
-                             setv.eq(arg[23:32]), wr.en.eq(result == Result.OK)]
-                m.next = "C_W3"
-            with m.State("C_W3"):                 # ARG1 here
-                m.d.comb += [wword.eq(3), set_sel.eq(1), setv.eq(arg),
-                             wr.en.eq(result == Result.OK)]
-                m.next = "C_W0"
-            with m.State("C_W0"):
-                m.d.comb += [wword.eq(0), set_sel.eq(1), setv.eq(Cat(Const(0, 32), log2_r)),
-                             wr.en.eq(result == Result.OK)]
-                m.next = "C_RESP"
-            with m.State("C_RESP"):
+                             setv.eq(arg), wr.en.eq(set_ok)]
+                m.next = "C6"
+            with m.State("C6"):                   # ARG1 here: word 3
+                m.d.comb += [wword.eq(3), set_sel.eq(1), setv.eq(arg), wr.en.eq(set_ok)]
+                m.next = "C7"
+            with m.State("C7"):                   # word 0
+                m.d.comb += [set_sel.eq(1), setv.eq(Cat(Const(0, 32), log2_r)),
+                             wr.en.eq(set_ok)]
+                m.next = "C8"
+            with m.State("C8"):
                 m.d.comb += [self.cmd.resp.valid.eq(1),
                              self.cmd.resp.payload.result.eq(result)]
                 with m.If(self.cmd.resp.ready):
@@ -394,15 +406,13 @@ class CqeGen(wiring.Component):
 
             # ---- reservation and completion: word 0 read in IDLE, in the row register two
             # cycles later, its tests registered and (R3, P3) written back the next cycle -------
-            tests = [full_r.eq(occ_full | ~in_range),
-                     has_r.eq(~cin.flush & (r0.resv != 0) & in_range)]
             with m.State("R1"):
                 m.next = "R2"
             with m.State("R2"):
-                m.d.sync += tests
+                m.d.sync += [full_r.eq(occ_full | ~in_range), inc.eq(1), inc_hi.eq(1)]
                 m.next = "R3"
-            with m.State("R3"):
-                m.d.comb += [inc.eq(1), inc_occ.eq(1), wr.en.eq(~full_r)]
+            with m.State("R3"):                   # resv + 1, occ + 1
+                m.d.comb += wr.en.eq(~full_r)
                 m.d.sync += [resp_valid.eq(1), rsv_ok.eq(~full_r)]
                 m.next = "IDLE"
                 with m.If(full_r):
@@ -411,13 +421,16 @@ class CqeGen(wiring.Component):
             with m.State("P1"):
                 m.next = "P2"
             with m.State("P2"):                   # row = word 0: the tests
-                m.d.comb += rword.eq(1)
-                m.d.sync += tests + [log2_r.eq(r0.log2), sig_r.eq(cin.se | (cin.status != 0))]
+                has = Signal()                    # a reservation to use
+                m.d.comb += [rword.eq(1), has.eq(~cin.flush & (r0.resv != 0) & in_range)]
+                m.d.sync += [full_r.eq(occ_full | ~in_range), dec.eq(has), inc_hi.eq(~has),
+                             log2_r.eq(r0.log2), sig_r.eq(cin.se | (cin.status != 0))]
                 m.next = "P3"
-            with m.State("P3"):                   # row = word 0 still: write it
-                admit = has_r | ~full_r
-                m.d.comb += [rword.eq(2), dec.eq(has_r), inc_occ.eq(~has_r), wr.en.eq(admit)]
+            with m.State("P3"):                   # row = word 0 still: resv − 1, or occ + 1
+                admit = dec | ~full_r
+                m.d.comb += [rword.eq(2), wr.en.eq(admit)]
                 with m.If(admit):
+                    m.d.sync += inc_hi.eq(1)
                     m.next = "P4"
                 with m.Else():                    # discarded
                     m.d.comb += self.complete.ready.eq(1)
@@ -425,20 +438,21 @@ class CqeGen(wiring.Component):
                     m.next = "IDLE"
                     with m.If(~cin.flush):
                         m.next = "EVENT"
-            with m.State("P4"):                   # row = word 1: slot, phase, arm; write it
+            with m.State("P4"):                   # row = word 1: producer + 1, slot, phase, arm
                 mask = Signal(16)
                 slot = Signal(15)
                 match = Signal()
                 m.d.comb += [
-                    rword.eq(3), wword.eq(1), inc.eq(1), wr.en.eq(1),
+                    rword.eq(3), wword.eq(1), wr.en.eq(1),
                     mask.eq(~(Const(0xFFFF, 16) << log2_r)),
                     slot.eq(r1.prod & mask),
                     match.eq((r1.arm == 1) | ((r1.arm == 2) & sig_r)),
                 ]
                 with m.If(match):
-                    m.d.comb += mid[:2].eq(0)
+                    m.d.comb += lo[:2].eq(0)
                 m.d.sync += [
-                    Cat(p_addr[:18], carry).eq(Cat(slot[0], r1.base + slot[1:])),
+                    Cat(p_addr[:15], carry).eq(
+                        Cat(slot[0], Cat(r1.base_lo, r1.base_hi) + slot[1:])),
                     p_phase.eq(~r1.prod.bit_select(log2_r, 1)),
                     p_fire.eq(match),
                     p_cqn.eq(cur[:ib] if ib else 0),
@@ -468,7 +482,7 @@ class CqeGen(wiring.Component):
                 m.next = "A3"
             with m.State("A3"):                   # row = word 1
                 mode = self.cq_arm.payload.mode
-                m.d.comb += [wword.eq(1), mid[:2].eq(mode),
+                m.d.comb += [wword.eq(1), lo[:2].eq(mode),
                              wr.en.eq(r1.valid & in_range & ((mode == 1) | (mode == 2))),
                              self.cq_arm.ready.eq(1)]
                 m.next = "IDLE"
@@ -570,16 +584,19 @@ class CqeGen(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.mem.done.valid):
                     with m.If(d_err | d.fire):
-                        m.d.comb += b_valid.eq(1)
-                        with m.If(b_ready):
-                            with m.If(d_err):
-                                m.next = "FAULT"
-                            with m.Else():
-                                pop()
-                                m.d.comb += self.stat[Counter.COMPLETIONS].eq(1)
+                        m.next = "EVENT"
                     with m.Else():
                         pop()
                         m.d.comb += self.stat[Counter.COMPLETIONS].eq(1)
+            with m.State("EVENT"):
+                m.d.comb += b_valid.eq(1)
+                with m.If(b_ready):
+                    with m.If(d_err):
+                        m.next = "FAULT"
+                    with m.Else():
+                        pop()
+                        m.d.comb += self.stat[Counter.COMPLETIONS].eq(1)
+                        m.next = "IDLE"
             with m.State("FAULT"):
                 m.d.comb += [self.fault.valid.eq(1), self.fault.payload.qpn.eq(d.qpn)]
                 with m.If(self.fault.ready):
