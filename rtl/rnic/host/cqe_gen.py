@@ -444,7 +444,7 @@ class CqeGen(wiring.Component):
                 match = Signal()
                 m.d.comb += [
                     rword.eq(3), wword.eq(1), wr.en.eq(1),
-                    mask.eq(~(Const(0xFFFF, 16) << log2_r)),
+                    mask.eq(Cat(*[log2_r > i for i in range(16)])),
                     slot.eq(r1.prod & mask),
                     match.eq((r1.arm == 1) | ((r1.arm == 2) & sig_r)),
                 ]
