@@ -460,7 +460,7 @@ class CqeGen(wiring.Component):
                 ]
                 m.next = "IDLE"
 
-            # ---- CQ_DB: word 1 (producer, valid), then word 0 gets occ = producer + resv − index
+            # ---- CQ_DB: word 1 (producer, valid), then word 0: occ = producer + resv − index
             with m.State("D1"):
                 m.d.comb += rword.eq(1)
                 m.next = "D2"
