@@ -2,15 +2,43 @@
 
 CQ table
 --------
-One row per CQ in block RAM: valid, ring base (64-byte aligned), log2 entries, producer,
-consumer, reserved count, arm mode. It is cleared by a sweep after ``rst`` (``sweeping`` high,
-no input taken). Every operation is a read-modify-write of one row done by one FSM, one
-operation at a time, so no forwarding is needed (read address, registered read, registered
-row, registered tests, modify and write: 5 cycles plus the operation's own output cycles).
-A completion's table operation places it (slot, phase, producer advanced) and hands the entry
-to a separate writer through a 2-entry queue, so the next operation — typically the next
-packet's reservation — does not wait while the CQE's write waits for the AXI W channel behind
-a payload burst. CQEs are written in the order they were placed.
+Four 36-bit words per CQ in one block RAM (word ``k`` of CQ ``n`` at ``4·n + k``; one DP16KD
+up to 128 CQs):
+
+* word 0: reserved count ``resv`` [15:0], occupancy ``occ`` = producer + reserved − consumer
+  [31:16] (16-bit arithmetic), log2 entries [35:32];
+* word 1: producer [15:0], arm mode [17:16], valid [18], ring base bits 22..6 [35:19];
+* word 2: ring base bits 31..23 [8:0];
+* word 3: ring base bits 63..32 [31:0].
+
+The base is 64-byte aligned, so its low six bits are not stored. Keeping ``occ`` instead of the
+consumer index puts every test of a reservation in word 0: a CQ is full when ``occ ≥ 2^log2``.
+CQ_DB rewrites ``occ`` from the producer and reserved count. The table is cleared by a sweep
+after ``rst`` (``sweeping`` high, no input taken) that writes every word with only bit 31 set:
+an unset CQ has ``valid`` = 0, no reservation and ``occ`` = 0x8000, which is full at every size,
+so a reservation or completion on it needs no other test; CQ_DB and CQ_ARM test ``valid``.
+
+One FSM does every operation as a read-modify-write, one operation at a time, so no forwarding
+is needed. The first word's read address comes straight from the reservation or completion
+being taken; the block RAM's output is registered (``row``) and each word is used from there:
+
+* reservation: read word 0, test it (registered), write it and answer: 4 cycles, the answer
+  registered one cycle later;
+* completion: read words 0–3 on consecutive cycles; test word 0 (has a reservation, has room:
+  registered), write word 0, then word 1 (producer + 1, the arm cleared if it matches) while
+  the slot and phase come from it: 5 cycles. The CQE's address ``base + 32·slot`` is added in
+  three parts as words 1, 2 and 3 pass the row register, in the two cycles after the operation,
+  into the *placed* register (address, phase, arm match);
+* CQ_DB: read word 1 then word 0, write word 0 (5 cycles); CQ_ARM: read and write word 1
+  (4 cycles); SET_CQ: reads ARG2 and ARG0 and checks them, then writes the four words.
+
+The completion record is not copied until it is placed: the FSM reads its fields at the
+``complete`` port, which holds it (stream rules) until the writer takes it. The writer copies
+the record into its own register as it issues the CQE's write request from the placed register,
+and sends the 32-byte burst from that copy; the placed register is free once the request is
+taken, and the FSM places the next completion while the writer sends this one's beats. So a
+reservation never waits for a CQE write that waits for the AXI W channel behind a payload
+burst. CQEs are written in the order they were placed.
 
 Operations
 ----------
@@ -89,26 +117,32 @@ cqe_layout = data.StructLayout({
     "flush": 1,
 })
 
-_row_layout = data.StructLayout({
-    "valid": 1,
-    "base": 59,        # ring base >> 5
-    "log2": 4,
-    "prod": 16,
-    "cons": 16,
-    "resv": 16,
-    "arm": 2,
-})
+_WORD = 36
+#: CQ table word 0: everything a reservation tests and changes.
+_w0_layout = data.StructLayout({"resv": 16, "occ": 16, "log2": 4})
+#: CQ table word 1: arm, valid, producer and ring base bits 19..6 (bits 15..6 where ARG0 has
+#: them, bits 19..16 above the producer).
+_w1_layout = data.StructLayout({"arm": 2, "valid": 1, "spare": 3, "base_lo": 10, "prod": 16,
+                                "base_hi": 4})
+# word 2: ARG0 as SET_CQ was given it (ring base bits 31..0, of which 31..20 are used);
+# word 3: ARG1 (ring base bits 63..32)
+#: What the sweep writes to every word: word 0 ``occ`` = 0x8000 (full at every size), word 1
+#: ``valid`` = 0.
+_SWEPT = 1 << 31
 
-_inflight_layout = data.StructLayout({"qpn": 24, "cqn": 16, "fire": 1})
-
-#: A CQE the table FSM has placed (producer advanced), handed to the writer.
-_write_layout = data.StructLayout({
-    "base": 59,        # ring base >> 5
-    "slot": 15,
-    "entry": 8 * CQE_BYTES,
+#: The writer's copy of a placed completion: the CQE's fields (byte_len, imm_or_rkey and flags
+#: already 0 on an error CQE), the phase and, at W = 512, which half of the beat it fills
+#: (address bit 5).
+_rec_layout = data.StructLayout({
+    "wr_id": 64,
+    "byte_len": 32,
+    "imm_or_rkey": 32,
     "qpn": 24,
-    "cqn": 16,
-    "fire": 1,
+    "status": 8,
+    "opcode": 8,
+    "flags": 8,
+    "phase": 1,
+    "half": 1,
 })
 
 
@@ -177,319 +211,395 @@ class CqeGen(wiring.Component):
         m = Module()
         W = self.width
         ib = ceil_log2(self.num_cq)
+        cin = self.complete.payload
 
-        m.submodules.table = table = Memory(shape=_row_layout, depth=self.num_cq, init=[])
+        # Every read that meets a write of the same address is discarded, so the block RAM needs no
+        # read-during-write logic (yosys would otherwise emulate read-first with ~80 flip-flops).
+        m.submodules.table = table = Memory(shape=_WORD, depth=4 * self.num_cq, init=[],
+                                            attrs={"no_rw_check": 1})
         rd = table.read_port()
         wr = table.write_port()
+        _inflight_layout = data.StructLayout({"qpn": 24, "cqn": max(ib, 1), "fire": 1})
         m.submodules.inflight = inflight = Queue(_inflight_layout, self.max_inflight,
                                                  buffered=False)
-        # CQEs decided by the table FSM, waiting for the writer (so a reservation never waits
-        # behind a CQE write that waits for the AXI W channel)
-        m.submodules.wq = wq = Queue(_write_layout, 2, buffered=False)
 
-        cur = Signal(16)                      # CQN of the operation
+        def taddr(cqn, word):
+            return Cat(Const(word, 2) if isinstance(word, int) else word, cqn[:ib])
+
+        cur = Signal(16)                      # CQN of the operation (the sweep: word address)
         in_range = Signal()
-        m.d.comb += in_range.eq(cur < self.num_cq)
-        row = Signal(_row_layout, reset_less=True)     # a plain pipeline register
-        new = Signal(_row_layout)
-        m.d.comb += [rd.addr.eq(cur[:ib]), rd.en.eq(1), wr.addr.eq(cur[:ib]), wr.data.eq(new),
-                     new.eq(row)]
-        # The row register follows the RAM every cycle (no enable: EBR clock-to-out is long).
-        # It holds the row of ``cur`` from CHECK on; the only later write to that row (EXEC)
-        # leaves ``base``, the one field still used afterwards (ADDR, ADDR2), unchanged.
+        m.d.comb += in_range.eq(~cur[ib:].any())
+        rword = Signal(2)                     # word read this cycle (outside IDLE)
+        wword = Signal(2)                     # word written this cycle
+        m.d.comb += [rd.addr.eq(taddr(cur, rword)), rd.en.eq(1),
+                     wr.addr.eq(taddr(cur, wword))]
+        # The row register follows the RAM every cycle (no enable: EBR clock-to-out is long);
+        # each word is used in the cycle it is here.
+        row = Signal(_WORD, reset_less=True)
         m.d.sync += row.eq(rd.data)
+        r0 = data.View(_w0_layout, row)
+        r1 = data.View(_w1_layout, row)
 
-        # latched inputs
-        op = Signal(2)                        # 0 DB, 1 ARM, 2 RSV, 3 CMP
-        db_index = Signal(16)
-        arm_mode = Signal(2)
-        c = Signal(cqe_layout)
-        cmd = Signal.like(self.cmd.cmd.payload)
-        cmd_args = Signal(data.ArrayLayout(32, 3))  # SET_CQ's ARG0..2, read one per cycle
-        arg_cnt = Signal(range(4))
-        m.d.comb += self.cmd.arg_addr.eq(arg_cnt)
-        result = Signal(8)
-        rsv_ok = Signal()
-
-        # derived from the row
-        size = Signal(17)
-        occ = Signal(16)
-        full = Signal()
+        # Two adders on the row register, shared by the operations and the address stages:
+        # ``low`` = bits 15..0 + (+1, −1 or 0; the carry into address bit 32 in word 3),
+        # ``high`` = bits 31..16 + (+1 or 0; the carry into address bit 20 in word 2); each has
+        # its carry out as bit 16. Their operands are registers set in the cycle before
+        # (``inc``, ``dec``, ``inc_hi``, ``carry``).
+        inc = Signal()
+        dec = Signal()
+        inc_hi = Signal()
+        m.d.sync += [inc.eq(0), dec.eq(0), inc_hi.eq(0)]
+        carry = Signal(reset_less=True)
+        s5 = Signal()                         # address stages after the FSM: word 2, word 3
+        s6 = Signal()
+        m.d.sync += [s5.eq(0), s6.eq(s5)]
+        low = Signal(17)
+        high = Signal(17)
         m.d.comb += [
-            size.eq(Const(1, 17) << row.log2),
-            occ.eq(row.prod + row.resv - row.cons),
-            full.eq(~row.valid | ~in_range | (occ >= size)),
+            low.eq(row[:16] + Mux(dec, 0xFFFF, inc | (s6 & carry))),
+            high.eq(row[16:32] + Cat(inc_hi, Const(0, 3), s5 & carry)),
         ]
-        has_resv = Signal()
-        m.d.comb += has_resv.eq(~c.flush & (row.resv != 0) & row.valid & in_range)
-        full_r, has_resv_r, match_r = Signal(), Signal(), Signal()
-        match = Signal()
-        m.d.comb += match.eq((row.arm == 1) | ((row.arm == 2) & (c.se | (c.status != 0))))
+        # occ ≥ 2^log2: some bit of occ at or above bit log2
+        occ_full = Signal()
+        m.d.comb += occ_full.eq(Cat(*[r0.occ[i:].any() for i in range(16)])
+                                .bit_select(r0.log2, 1))
 
-        # the CQE being written
-        slot = Signal(15)
-        phase = Signal()
-        addr_lo = Signal(17)
-        addr = Signal(64)
-        imm = Signal(32)
-        err = Signal()
-        m.d.comb += [
-            err.eq(c.status != 0),
-            imm.eq(Mux(c.flags & WITH_IMM,
-                       Cat(c.imm_or_rkey[24:32], c.imm_or_rkey[16:24],
-                           c.imm_or_rkey[8:16], c.imm_or_rkey[0:8]),
-                       c.imm_or_rkey)),
-        ]
-        entry = Signal(cqe_entry_layout, name="cqe")    # the 32-byte entry; other bits are 0
-        m.d.comb += [
-            entry.wr_id.eq(c.wr_id),
-            entry.byte_len.eq(Mux(err, 0, c.byte_len)),
-            entry.imm_or_rkey.eq(Mux(err, 0, imm)),
-            entry.qpn.eq(c.qpn),
-            entry.status.eq(c.status),
-            entry.opcode.eq(c.opcode),
-            entry.flags.eq(Mux(err, 0, c.flags)),
-            entry.phase.eq(phase),
-        ]
-        cqe = entry.as_value()                # its bits, byte i = bits 8·i..8·i+7
-        assert len(cqe) == 8 * CQE_BYTES
-        nbeats = max(1, 256 // W)
-        beat = Signal(range(nbeats + 1))
-        tag = Signal(8)
+        # What a table operation writes: the row with bits 15..0 from ``low`` (the arm
+        # replaced in word 1) and 31..16 from ``high`` or the CQ_DB sum; SET_CQ and the sweep
+        # write ``setv`` instead.
+        lo = Signal(16)
+        mid = Signal(16)
+        m.d.comb += [lo.eq(low[:16]), mid.eq(high[:16])]
+        setv = Signal(_WORD)
+        set_sel = Signal()
+        m.d.comb += wr.data.eq(Mux(set_sel, setv, Cat(lo, mid, row[32:])))
 
-        # event merge: the main FSM (a) and the completion FSM (b) share the event output
-        a_valid, a_ready, a_ev = Signal(), Signal(), Signal(event_layout)
+        # decisions, registered in the cycle after the word is in the row register
+        full_r = Signal(reset_less=True)      # no room (or CQN out of range)
+        sig_r = Signal(reset_less=True)       # completion: se or status ≠ 0 (arm mode 2)
+        log2_r = Signal(4, reset_less=True)
+        tmp = Signal(16, reset_less=True)     # CQ_DB: producer − index
+        dbv_r = Signal(reset_less=True)       # CQ_DB: the CQ is set
+        resp_valid = Signal()                 # reservation answer (registered)
+        rsv_ok = Signal(reset_less=True)
+        m.d.comb += [self.reserve_resp.valid.eq(resp_valid),
+                     self.reserve_resp.payload.ok.eq(rsv_ok)]
+        with m.If(self.reserve_resp.ready):
+            m.d.sync += resp_valid.eq(0)
+
+        # SET_CQ
+        is_set = Signal(reset_less=True)
+        idx_ok = Signal(reset_less=True)
+        bad = Signal(reset_less=True)
+        result = Signal(2, reset_less=True)
+
+        # the placed register: a completion's slot address, phase and arm match, waiting for
+        # the writer; ``p_busy`` from the completion's acceptance until the writer's request
+        # is taken (the record stays at ``complete`` until the writer copies it)
+        p_busy = Signal()
+        p_valid = Signal()
+        p_addr = Signal(59, reset_less=True)  # address bits 63..5
+        p_phase = Signal(reset_less=True)
+        p_fire = Signal(reset_less=True)
+        p_cqn = Signal(max(ib, 1), reset_less=True)
+        with m.If(s5):                        # row = word 2: address bits 31..20
+            m.d.sync += [p_addr[15:27].eq(high[4:16]), carry.eq(high[16])]
+        with m.If(s6):                        # row = word 3: address bits 63..32
+            m.d.sync += [p_addr[27:43].eq(low[:16]), p_addr[43:59].eq(row[16:32] + low[16]),
+                         p_valid.eq(1)]
+
+        # event merge: the table FSM (a) and the completion FSM (b) share the event output
+        a_valid, a_ready = Signal(), Signal()
         b_valid, b_ready, b_ev = Signal(), Signal(), Signal(event_layout)
         ev_valid = Signal()
-        ev = Signal(event_layout)
+        ev = Signal(event_layout, reset_less=True)
         m.d.comb += [self.event.valid.eq(ev_valid), self.event.payload.eq(ev)]
         with m.If(~ev_valid | self.event.ready):
             with m.If(a_valid):
                 m.d.comb += a_ready.eq(1)
-                m.d.sync += [ev.eq(a_ev), ev_valid.eq(1)]
+                m.d.sync += [ev.type.eq(EventType.CQ_OVERFLOW), ev.number.eq(cur),
+                             ev_valid.eq(1)]
             with m.Elif(b_valid):
                 m.d.comb += b_ready.eq(1)
                 m.d.sync += [ev.eq(b_ev), ev_valid.eq(1)]
             with m.Else():
                 m.d.sync += ev_valid.eq(0)
 
+        arg = self.cmd.arg_data
+        set_ok = result == Result.OK
         with m.FSM(name="cqe"):
             with m.State("SWEEP"):
-                m.d.comb += [self.sweeping.eq(1), new.eq(0), wr.en.eq(1)]
-                m.d.sync += cur.eq(cur + 1)
-                with m.If(cur == self.num_cq - 1):
-                    m.d.sync += cur.eq(0)
+                sw = cur[:ib + 2]
+                m.d.comb += [self.sweeping.eq(1), wr.addr.eq(sw), set_sel.eq(1),
+                             setv.eq(_SWEPT), wr.en.eq(1)]
+                m.d.sync += sw.eq(sw + 1)
+                with m.If(sw == 4 * self.num_cq - 1):
                     m.next = "IDLE"
 
             with m.State("IDLE"):
+                # the first word's read is addressed by the reservation or completion taken
+                take_rsv = self.reserve.valid & ~resp_valid
+                m.d.comb += rd.addr.eq(taddr(Mux(take_rsv, self.reserve.payload.cqn, cin.cqn),
+                                             0))
                 with m.If(self.cmd.cmd.valid):
                     m.d.comb += self.cmd.cmd.ready.eq(1)
-                    m.d.sync += [cmd.eq(self.cmd.cmd.payload),
-                                 cur.eq(self.cmd.cmd.payload.index), arg_cnt.eq(0)]
-                    m.next = "CMD_ARGS"
+                    m.d.sync += [
+                        cur.eq(self.cmd.cmd.payload.index),
+                        is_set.eq(self.cmd.cmd.payload.opcode == CmdOp.SET_CQ),
+                        idx_ok.eq(~self.cmd.cmd.payload.index[ib:].any()),
+                    ]
+                    m.next = "C1"
                 with m.Elif(self.cq_db.valid):
-                    m.d.comb += self.cq_db.ready.eq(1)
-                    m.d.sync += [op.eq(0), cur.eq(self.cq_db.payload.cqn),
-                                 db_index.eq(self.cq_db.payload.index)]
-                    m.next = "READ"
+                    m.d.sync += cur.eq(self.cq_db.payload.cqn)
+                    m.next = "D1"
                 with m.Elif(self.cq_arm.valid):
-                    m.d.comb += self.cq_arm.ready.eq(1)
-                    m.d.sync += [op.eq(1), cur.eq(self.cq_arm.payload.cqn),
-                                 arm_mode.eq(self.cq_arm.payload.mode)]
-                    m.next = "READ"
-                with m.Elif(self.reserve.valid):
+                    m.d.sync += cur.eq(self.cq_arm.payload.cqn)
+                    m.next = "A1"
+                with m.Elif(take_rsv):
                     m.d.comb += self.reserve.ready.eq(1)
-                    m.d.sync += [op.eq(2), cur.eq(self.reserve.payload.cqn)]
-                    m.next = "READ"
-                with m.Elif(self.complete.valid & wq.i.ready):
-                    m.d.comb += self.complete.ready.eq(1)
-                    m.d.sync += [op.eq(3), cur.eq(self.complete.payload.cqn),
-                                 c.eq(self.complete.payload)]
-                    m.next = "READ"
+                    m.d.sync += cur.eq(self.reserve.payload.cqn)
+                    m.next = "R1"
+                with m.Elif(self.complete.valid & ~p_busy):
+                    m.d.sync += [cur.eq(cin.cqn), p_busy.eq(1)]
+                    m.next = "P1"
 
-            with m.State("CMD_ARGS"):
-                # ARG arg_cnt is addressed this cycle and arrives the next
-                m.d.sync += arg_cnt.eq(arg_cnt + 1)
-                for i in range(3):
-                    with m.If(arg_cnt == i + 1):
-                        m.d.sync += cmd_args[i].eq(self.cmd.arg_data)
-                with m.If(arg_cnt == 3):
-                    m.next = "CMD"
-
-            with m.State("CMD"):
-                base = Cat(cmd_args[0], cmd_args[1])
-                log2 = cmd_args[2][:5]
-                with m.If(cmd.opcode != CmdOp.SET_CQ):
+            # ---- SET_CQ: ARG n is addressed in one state and arrives in the next; ARG0 and
+            # ARG2 are checked before anything is written --------------------------------------
+            with m.State("C1"):
+                m.next = "C2"                     # ARG0 addressed
+            with m.State("C2"):                   # ARG0 here
+                m.d.comb += self.cmd.arg_addr.eq(2)
+                m.d.sync += bad.eq(arg[:6] != 0)  # 64-byte aligned (§4.2)
+                m.next = "C3"
+            with m.State("C3"):                   # ARG2 here
+                m.d.sync += log2_r.eq(arg[:4])
+                with m.If(~is_set):
                     m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
-                with m.Elif(cmd.index >= self.num_cq):
+                with m.Elif(~idx_ok):
                     m.d.sync += result.eq(Result.BAD_INDEX)
-                with m.Elif((log2 > 15) | (base[:6] != 0)):     # 64-byte aligned (§4.2)
+                with m.Elif(bad | arg[4]):        # or log2 > 15
                     m.d.sync += result.eq(Result.BAD_ARGUMENT)
                 with m.Else():
                     m.d.sync += result.eq(Result.OK)
-                m.next = "CMD_WRITE"
-
-            with m.State("CMD_WRITE"):          # checks registered first (timing)
-                base = Cat(cmd_args[0], cmd_args[1])
-                with m.If(result == Result.OK):
-                    m.d.comb += [wr.en.eq(1), new.eq(0), new.valid.eq(1),
-                                 new.base.eq(base[5:]), new.log2.eq(cmd_args[2][:5])]
-                m.next = "CMD_RESP"
-
-            with m.State("CMD_RESP"):
+                m.next = "C4"
+            with m.State("C4"):                   # ARG0 here: word 1
+                m.d.comb += [wword.eq(1), set_sel.eq(1), wr.en.eq(set_ok),
+                             setv.eq(Cat(Const(0b000100, 6), arg[6:16], Const(0, 16),
+                                         arg[16:20]))]
+                m.next = "C5"
+            with m.State("C5"):                   # ARG0 here: word 2
+                m.d.comb += [self.cmd.arg_addr.eq(1), wword.eq(2), set_sel.eq(1),
+                             setv.eq(arg), wr.en.eq(set_ok)]
+                m.next = "C6"
+            with m.State("C6"):                   # ARG1 here: word 3
+                m.d.comb += [wword.eq(3), set_sel.eq(1), setv.eq(arg), wr.en.eq(set_ok)]
+                m.next = "C7"
+            with m.State("C7"):                   # word 0
+                m.d.comb += [set_sel.eq(1), setv.eq(Cat(Const(0, 32), log2_r)),
+                             wr.en.eq(set_ok)]
+                m.next = "C8"
+            with m.State("C8"):
                 m.d.comb += [self.cmd.resp.valid.eq(1),
                              self.cmd.resp.payload.result.eq(result)]
                 with m.If(self.cmd.resp.ready):
                     m.next = "IDLE"
 
-            with m.State("READ"):               # rd.addr = cur this cycle
-                m.next = "LATCH"
+            # ---- reservation and completion: word 0 read in IDLE, in the row register two
+            # cycles later, its tests registered and (R3, P3) written back the next cycle -------
+            with m.State("R1"):
+                m.next = "R2"
+            with m.State("R2"):
+                m.d.sync += [full_r.eq(occ_full | ~in_range), inc.eq(1), inc_hi.eq(1)]
+                m.next = "R3"
+            with m.State("R3"):                   # resv + 1, occ + 1
+                m.d.comb += wr.en.eq(~full_r)
+                m.d.sync += [resp_valid.eq(1), rsv_ok.eq(~full_r)]
+                m.next = "IDLE"
+                with m.If(full_r):
+                    m.next = "EVENT"
 
-            with m.State("LATCH"):              # rd.data → row register (loaded every cycle)
-                m.next = "CHECK"
-
-            with m.State("CHECK"):              # occupancy and arm tests → registers
-                m.d.sync += [
-                    full_r.eq(full), has_resv_r.eq(has_resv), match_r.eq(match),
-                    slot.eq(row.prod & (size - 1)),
-                    phase.eq(~(row.prod >> row.log2)[0]),
-                ]
-                m.next = "EXEC"
-
-            with m.State("EXEC"):
-                m.d.sync += a_ev.number.eq(cur)
-                m.d.sync += a_ev.type.eq(EventType.CQ_OVERFLOW)
-                with m.Switch(op):
-                    with m.Case(0):
-                        with m.If(row.valid & in_range):
-                            m.d.comb += [wr.en.eq(1), new.cons.eq(db_index)]
-                        m.next = "IDLE"
-                    with m.Case(1):
-                        with m.If(row.valid & in_range & ((arm_mode == 1) | (arm_mode == 2))):
-                            m.d.comb += [wr.en.eq(1), new.arm.eq(arm_mode)]
-                        m.next = "IDLE"
-                    with m.Case(2):
-                        m.d.sync += rsv_ok.eq(~full_r)
-                        with m.If(~full_r):
-                            m.d.comb += [wr.en.eq(1), new.resv.eq(row.resv + 1)]
-                        m.next = "RSV_RESP"
-                    with m.Case(3):
-                        with m.If(has_resv_r | ~full_r):
-                            m.d.comb += [wr.en.eq(1), new.prod.eq(row.prod + 1)]
-                            with m.If(has_resv_r):
-                                m.d.comb += new.resv.eq(row.resv - 1)
-                            with m.If(match_r):
-                                m.d.comb += new.arm.eq(0)
-                            m.d.comb += [
-                                wq.i.valid.eq(1),
-                                wq.i.payload.base.eq(row.base),
-                                wq.i.payload.slot.eq(slot),
-                                wq.i.payload.entry.eq(cqe),
-                                wq.i.payload.qpn.eq(c.qpn),
-                                wq.i.payload.cqn.eq(cur),
-                                wq.i.payload.fire.eq(match_r),
-                            ]
-                            m.next = "IDLE"
-                        with m.Elif(~c.flush):
-                            m.next = "EVENT"
-                        with m.Else():
-                            m.next = "IDLE"
-
-            with m.State("RSV_RESP"):
-                m.d.comb += [self.reserve_resp.valid.eq(1),
-                             self.reserve_resp.payload.ok.eq(rsv_ok)]
-                with m.If(self.reserve_resp.ready):
+            with m.State("P1"):
+                m.next = "P2"
+            with m.State("P2"):                   # row = word 0: the tests
+                has = Signal()                    # a reservation to use
+                m.d.comb += [rword.eq(1), has.eq(~cin.flush & (r0.resv != 0) & in_range)]
+                m.d.sync += [full_r.eq(occ_full | ~in_range), dec.eq(has), inc_hi.eq(~has),
+                             log2_r.eq(r0.log2), sig_r.eq(cin.se | (cin.status != 0))]
+                m.next = "P3"
+            with m.State("P3"):                   # row = word 0 still: resv − 1, or occ + 1
+                admit = dec | ~full_r
+                m.d.comb += [rword.eq(2), wr.en.eq(admit)]
+                with m.If(admit):
+                    m.d.sync += inc_hi.eq(1)
+                    m.next = "P4"
+                with m.Else():                    # discarded
+                    m.d.comb += self.complete.ready.eq(1)
+                    m.d.sync += p_busy.eq(0)
                     m.next = "IDLE"
-                    with m.If(~rsv_ok):
+                    with m.If(~cin.flush):
                         m.next = "EVENT"
+            with m.State("P4"):                   # row = word 1: producer + 1, slot, phase, arm
+                mask = Signal(16)
+                slot = Signal(15)
+                match = Signal()
+                m.d.comb += [
+                    rword.eq(3), wword.eq(1), wr.en.eq(1),
+                    mask.eq(Cat(*[log2_r > i for i in range(16)])),
+                    slot.eq(r1.prod & mask),
+                    match.eq((r1.arm == 1) | ((r1.arm == 2) & sig_r)),
+                ]
+                with m.If(match):
+                    m.d.comb += lo[:2].eq(0)
+                m.d.sync += [
+                    Cat(p_addr[:15], carry).eq(
+                        Cat(slot[0], Cat(r1.base_lo, r1.base_hi) + slot[1:])),
+                    p_phase.eq(~r1.prod.bit_select(log2_r, 1)),
+                    p_fire.eq(match),
+                    p_cqn.eq(cur[:ib] if ib else 0),
+                    s5.eq(1),
+                ]
+                m.next = "IDLE"
+
+            # ---- CQ_DB: word 1 (producer, valid), then word 0: occ = producer + resv − index
+            with m.State("D1"):
+                m.d.comb += rword.eq(1)
+                m.next = "D2"
+            with m.State("D2"):
+                m.next = "D3"
+            with m.State("D3"):                   # row = word 1
+                m.d.sync += [tmp.eq(r1.prod - self.cq_db.payload.index),
+                             dbv_r.eq(r1.valid & in_range)]
+                m.next = "D4"
+            with m.State("D4"):                   # row = word 0
+                m.d.comb += [mid.eq(tmp + r0.resv), wr.en.eq(dbv_r), self.cq_db.ready.eq(1)]
+                m.next = "IDLE"
+
+            # ---- CQ_ARM: word 1 -------------------------------------------------------------
+            with m.State("A1"):
+                m.d.comb += rword.eq(1)
+                m.next = "A2"
+            with m.State("A2"):
+                m.next = "A3"
+            with m.State("A3"):                   # row = word 1
+                mode = self.cq_arm.payload.mode
+                m.d.comb += [wword.eq(1), lo[:2].eq(mode),
+                             wr.en.eq(r1.valid & in_range & ((mode == 1) | (mode == 2))),
+                             self.cq_arm.ready.eq(1)]
+                m.next = "IDLE"
 
             with m.State("EVENT"):
                 m.d.comb += a_valid.eq(1)
                 with m.If(a_ready):
                     m.next = "IDLE"
 
-        # ---- the writer: one placed CQE at a time, address then one 32-byte burst ----------
-        w = Signal(_write_layout)
+        # ---- the writer: takes the placed record as it issues the request, then one burst --
+        # The in-flight entry is pushed as the record is taken (before the request is taken:
+        # its ``done`` comes later either way).
+        c = Signal(_rec_layout, reset_less=True)
+        nbeats = max(1, 256 // W)
+        beat = Signal(range(nbeats + 1), reset_less=True)
+        m.d.comb += [
+            self.mem.req.payload.addr.eq(Cat(Const(0, 5), p_addr)),
+            self.mem.req.payload.len_bytes.eq(CQE_BYTES),
+            self.mem.req.payload.tag.eq(0),
+            inflight.i.payload.qpn.eq(cin.qpn),
+            inflight.i.payload.cqn.eq(p_cqn),
+            inflight.i.payload.fire.eq(p_fire),
+        ]
+
+        def request():
+            m.d.comb += self.mem.req.valid.eq(1)
+            with m.If(self.mem.req.ready):
+                m.d.sync += [p_valid.eq(0), p_busy.eq(0), beat.eq(0)]
+                m.next = "DATA"
+
         with m.FSM(name="writer"):
             with m.State("IDLE"):
-                m.d.comb += wq.o.ready.eq(1)
-                with m.If(wq.o.valid):
-                    m.d.sync += w.eq(wq.o.payload)
-                    m.next = "ADDR"
-
-            with m.State("ADDR"):
-                m.d.sync += addr_lo.eq(w.base[:16] + w.slot)
-                m.next = "ADDR2"
-
-            with m.State("ADDR2"):
-                m.d.sync += addr.eq(Cat(Const(0, 5), addr_lo[:16], w.base[16:] + addr_lo[16]))
-                m.next = "WREQ"
-
-            with m.State("WREQ"):
-                m.d.comb += [
-                    self.mem.req.valid.eq(inflight.i.ready),
-                    self.mem.req.payload.addr.eq(addr),
-                    self.mem.req.payload.len_bytes.eq(CQE_BYTES),
-                    self.mem.req.payload.tag.eq(tag),
-                ]
-                with m.If(self.mem.req.ready & inflight.i.ready):
-                    m.d.comb += [
-                        inflight.i.valid.eq(1),
-                        inflight.i.payload.qpn.eq(w.qpn),
-                        inflight.i.payload.cqn.eq(w.cqn),
-                        inflight.i.payload.fire.eq(w.fire),
+                # ``complete.ready`` and the copy's enable come from our own registers
+                with m.If(p_valid & inflight.i.ready):
+                    m.d.comb += [self.complete.ready.eq(1), inflight.i.valid.eq(1)]
+                    err = cin.status != 0     # an error CQE: byte_len, bytes 12–15, flags 0
+                    m.d.sync += [
+                        c.wr_id.eq(cin.wr_id), c.qpn.eq(cin.qpn), c.status.eq(cin.status),
+                        c.opcode.eq(cin.opcode), c.phase.eq(p_phase), c.half.eq(p_addr[0]),
+                        c.byte_len.eq(Mux(err, 0, cin.byte_len)),
+                        c.imm_or_rkey.eq(Mux(err, 0, cin.imm_or_rkey)),
+                        c.flags.eq(Mux(err, 0, cin.flags)),
                     ]
-                    m.d.sync += [tag.eq(tag + 1), beat.eq(0)]
-                    m.next = "WDATA"
-
-            with m.State("WDATA"):
-                wcqe = w.entry
+                    m.next = "REQ"
+                    request()
+            with m.State("REQ"):
+                request()
+            with m.State("DATA"):
+                imm = Signal(32)
+                m.d.comb += imm.eq(Mux(c.flags & WITH_IMM,
+                                       Cat(c.imm_or_rkey[24:32], c.imm_or_rkey[16:24],
+                                           c.imm_or_rkey[8:16], c.imm_or_rkey[0:8]),
+                                       c.imm_or_rkey))
+                entry = Signal(cqe_entry_layout, name="cqe")   # the 32-byte entry; other bits 0
+                m.d.comb += [
+                    entry.wr_id.eq(c.wr_id),
+                    entry.byte_len.eq(c.byte_len),
+                    entry.imm_or_rkey.eq(imm),
+                    entry.qpn.eq(c.qpn),
+                    entry.status.eq(c.status),
+                    entry.opcode.eq(c.opcode),
+                    entry.flags.eq(c.flags),
+                    entry.phase.eq(c.phase),
+                ]
+                cqe = entry.as_value()            # its bits, byte i = bits 8·i..8·i+7
+                assert len(cqe) == 8 * CQE_BYTES
                 m.d.comb += [self.mem.data.valid.eq(1),
                              self.mem.data.payload.last.eq(beat == nbeats - 1)]
                 if W >= 256:
-                    lanes = W // 256
-                    hi = addr[5:ceil_log2(W // 8)] if lanes > 1 else Const(0, 1)
-                    m.d.comb += [
-                        self.mem.data.payload.data.eq(wcqe << (hi * 256)),
-                        self.mem.data.payload.strb.eq(Const(0xFFFFFFFF, W // 8) << (hi * 32)),
-                    ]
+                    # one beat; at W = 512 the entry in both halves, the strobes pick one
+                    m.d.comb += self.mem.data.payload.data.eq(Cat(*[cqe] * (W // 256)))
+                    if W == 256:
+                        m.d.comb += self.mem.data.payload.strb.eq(Const(0xFFFFFFFF, 32))
+                    else:
+                        m.d.comb += self.mem.data.payload.strb.eq(
+                            Mux(c.half, Const(0xFFFFFFFF << 32, 64), Const(0xFFFFFFFF, 64)))
                 else:
                     with m.Switch(beat):
                         for k in range(nbeats):
                             with m.Case(k):
-                                m.d.comb += self.mem.data.payload.data.eq(wcqe[k * W:(k + 1) * W])
+                                m.d.comb += self.mem.data.payload.data.eq(cqe[k * W:(k + 1) * W])
                     m.d.comb += self.mem.data.payload.strb.eq(Const((1 << (W // 8)) - 1, W // 8))
                 with m.If(self.mem.data.ready):
                     m.d.sync += beat.eq(beat + 1)
                     with m.If(beat == nbeats - 1):
                         m.next = "IDLE"
 
-        # completions of CQE writes: count, arm events, faults
-        d = Signal(_inflight_layout)
-        d_err = Signal()
+        # ---- completions of CQE writes: count, arm events, faults. The ``done`` and its
+        # in-flight entry are held until their event (and fault) have left.
+        d = inflight.o.payload
+        d_err = self.mem.done.payload.err
+        m.d.comb += [b_ev.type.eq(Mux(d_err, EventType.HOST_FAULT, EventType.COMPLETION)),
+                     b_ev.number.eq(Mux(d_err, d.qpn, d.cqn))]
+
+        def pop():
+            m.d.comb += [self.mem.done.ready.eq(1), inflight.o.ready.eq(1)]
+
         with m.FSM(name="done"):
             with m.State("IDLE"):
                 with m.If(self.mem.done.valid):
-                    m.d.comb += [self.mem.done.ready.eq(1), inflight.o.ready.eq(1)]
-                    m.d.sync += [d.eq(inflight.o.payload), d_err.eq(self.mem.done.payload.err)]
-                    with m.If(self.mem.done.payload.err):
+                    with m.If(d_err | d.fire):
                         m.next = "EVENT"
                     with m.Else():
+                        pop()
                         m.d.comb += self.stat[Counter.COMPLETIONS].eq(1)
-                        with m.If(inflight.o.payload.fire):
-                            m.next = "EVENT"
             with m.State("EVENT"):
-                m.d.comb += [
-                    b_valid.eq(1),
-                    b_ev.type.eq(Mux(d_err, EventType.HOST_FAULT, EventType.COMPLETION)),
-                    b_ev.number.eq(Mux(d_err, d.qpn, d.cqn)),
-                ]
+                m.d.comb += b_valid.eq(1)
                 with m.If(b_ready):
-                    m.next = "IDLE"
                     with m.If(d_err):
                         m.next = "FAULT"
+                    with m.Else():
+                        pop()
+                        m.d.comb += self.stat[Counter.COMPLETIONS].eq(1)
+                        m.next = "IDLE"
             with m.State("FAULT"):
                 m.d.comb += [self.fault.valid.eq(1), self.fault.payload.qpn.eq(d.qpn)]
                 with m.If(self.fault.ready):
+                    pop()
                     m.next = "IDLE"
         return m

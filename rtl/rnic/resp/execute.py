@@ -441,7 +441,19 @@ class Execute(wiring.Component):
             self.complete.payload.eq(ch.cqe),
             cqe_q.o.ready.eq(self.complete.valid & self.complete.ready),
         ]
-        with m.If(wflt_rel.data & ~ch.cqe.flush & (ch.cqe.status == 0)):
+        # A payload write of the QP faulted: the CQE reports LOC_QP_OP_ERR. The mark is sampled
+        # in the first cycle the CQE is offered and held until it is taken, so the payload is
+        # stable while it waits (stream rules) even if the mark changes meanwhile (a younger
+        # packet's fault, a QP reset).
+        rel_held = Signal()                    # the head CQE has been offered
+        rel_flt = Signal()                     # its mark, as sampled then
+        flt_now = Signal()
+        m.d.comb += flt_now.eq(wflt_rel.data & ~ch.cqe.flush & (ch.cqe.status == 0))
+        with m.If(self.complete.valid & ~rel_held):
+            m.d.sync += [rel_held.eq(1), rel_flt.eq(flt_now)]
+        with m.If(cqe_q.o.ready):
+            m.d.sync += rel_held.eq(0)
+        with m.If(Mux(rel_held, rel_flt, flt_now)):
             m.d.comb += self.complete.payload.status.eq(WcStatus.LOC_QP_OP_ERR)
 
         # ---- piece calculation: SUMS (prefix sums), CUT (overlaps), CUT2 (lengths), CALC -------
