@@ -217,7 +217,7 @@ def test_whole_core_on_ecp5_is_placed_unless_route_core(tmp_path, monkeypatch):
     assert main_synth(["-o", str(out), "-q"]) == 0
     argv = json.loads(argv_file.read_text())
     assert "--no-route" in argv
-    # the whole core places with the timing-weighted HeAP options (twelfth round) ...
+    # the whole core places with the timing-weighted HeAP options (CORE_PLACER_ARGS) ...
     assert argv[argv.index("--placer-heap-timingweight") + 1] == "40"
     assert argv[argv.index("--placer-heap-critexp") + 1] == "4"
     # ... unless the user gives the option himself (nextpnr refuses an option twice)

@@ -235,8 +235,8 @@ def test_merge_round_robin():
 @pytest.mark.parametrize("registers", [False, True])
 def test_queue_registers_reach_the_netlist(registers):
     """``Queue(registers=True)`` must reach yosys as ``ram_style = "logic"`` on the storage
-    memory (and only then): without it yosys maps a small queue to LUT RAM, which cost RX
-    Parse's head queue a LUT on its block-RAM path (docs/synthesis.md, eleventh round)."""
+    memory (and only then): without it yosys maps a small queue to LUT RAM, which puts a LUT
+    on the path from a block RAM into the queue (docs/synthesis.md)."""
     from amaranth.back import rtlil
     q = Queue(8, 2, buffered=False, registers=registers)
     text = rtlil.convert(q, ports=[q.i.valid, q.i.ready, q.i.payload,

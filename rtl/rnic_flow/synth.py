@@ -810,9 +810,9 @@ def write_results(out_dir, rows, command):
 # ---- command line --------------------------------------------------------------------------
 
 # nextpnr's HeAP placer options for the whole core on ECP5 (default weight 10, exponent 2):
-# on the default core they gave 65.76 / 63.93 MHz estimated on seeds 1 / 2 against 63.76 /
-# 61.63, 11 % fewer failing endpoints and 7 % less wire (docs/synthesis.md, twelfth round).
-# The blocks keep nextpnr's defaults (their routed figures were measured with them).
+# on the whole core they give a higher placement estimate, fewer failing endpoints and less
+# wire than the defaults on every seed tried (docs/synthesis.md).
+# The blocks keep nextpnr's defaults (their routed figures are measured with them).
 CORE_PLACER_ARGS = ("--placer-heap-timingweight", "40", "--placer-heap-critexp", "4")
 
 

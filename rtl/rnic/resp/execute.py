@@ -1062,8 +1062,8 @@ class Execute(wiring.Component):
         sidx = [Signal(16, name=f"pf_index{i}") for i in range(P)]
         saddr = [Signal(64, name=f"pf_addr{i}") for i in range(P)]
         # LUT RAM on purpose: in block RAM (ram_style=block, 15 DP16KD) the whole core's EBRs
-        # were 86 % used, its placed wire length grew by 13 % and router2 stalled at twice the
-        # overuse (docs/synthesis.md, "Eighth round")
+        # would be 86 % used, and with its block RAMs nearly full the core places with longer
+        # wires and congests (docs/synthesis.md, "What limits timing today")
         m.submodules.pool = pool = Memory(shape=wqe_layout, depth=max(P, 2), init=[])
         pool_rd = pool.read_port()
         pool_wr = pool.write_port()
