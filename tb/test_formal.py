@@ -70,16 +70,6 @@ def test_key_cache_grants_preloaded_bmc_depth12():
     _check(prove(KeyCacheHarness(4, preload=PRELOAD), "key_cache_pre_bmc12", depth=12))
 
 
-@pytest.mark.full
-def test_key_cache_grants_preloaded_bmc_depth28():
-    """The preloaded proof for 28 cycles: deep enough for an INVALIDATE or a remote
-    invalidation taken at once (its response 16–20 cycles later) followed by lookups of the
-    invalidated key (7 cycles), so no lookup accepted after an invalidation can hit."""
-    from tb.formal.key_cache import PRELOAD, KeyCacheHarness
-    _check(prove(KeyCacheHarness(4, preload=PRELOAD), "key_cache_pre_bmc28", depth=28,
-                 timeout=7200, engine=DEEP_ENGINE))
-
-
 def test_key_cache_proof_catches_off_by_one():
     """The same proof with a shadow that starts slot 0's range one byte late fails (at the
     grant of a lookup at the range's first byte): the depth reaches real grants."""
