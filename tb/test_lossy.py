@@ -14,10 +14,12 @@ def _run(cfg, simulator, tests, name, env=None):
     _run_pair(cfg, simulator, tests, name, env, module="tb.cocotb_lossy")
 
 
-@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+@pytest.mark.parametrize("simulator", [pytest.param("icarus", marks=pytest.mark.full),
+                                       "verilator"])
 def test_lossy_directed(simulator):
     """Lost request (default US_CYCLES), lost ACK, go-back-N mid-message, RNR then a late
-    post_recv, RNR exhaustion, retry exhaustion on a cut link, NAK 0x61/0x62/0x63."""
+    post_recv, RNR exhaustion, retry exhaustion on a cut link, NAK 0x61/0x62/0x63 (Verilator;
+    the same on Icarus under ``make regress-full``)."""
     _run("w64", simulator, DIRECTED, f"lossy-w64-{simulator}")
 
 
