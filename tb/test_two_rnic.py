@@ -46,11 +46,13 @@ def _trace_env(cfg, simulator):
 
 
 def _directed_cases():
-    """Both widths on both simulators; W=512 on Verilator (its two-core build, shared with
-    the lossy random run at W=512) under make regress-full."""
+    """Both widths on both simulators. The regression runs W=64 on Verilator and W=512 on
+    Icarus; W=512 on Verilator (its two-core build, shared with the lossy random run at W=512)
+    and W=64 on Icarus run under make regress-full."""
     for cfg in CONFIGS:
         for sim in ("icarus", "verilator"):
-            marks = [pytest.mark.full] if cfg == "w512" and sim == "verilator" else []
+            full = (cfg, sim) in (("w512", "verilator"), ("w64", "icarus"))
+            marks = [pytest.mark.full] if full else []
             yield pytest.param(cfg, sim, marks=marks, id=f"{sim}-{cfg}")
 
 
