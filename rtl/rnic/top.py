@@ -50,7 +50,27 @@ from .req.req_context import ReqContext
 #: latency (one burst at a time covered 64 beats per round trip).
 READ_CLIENTS = (("rq_wqe", 64), ("sq_wqe", 64), ("gather", 256))
 
-__all__ = ["RNIC", "port_list", "build_verilog"]
+#: The blocks that strobe the counters of interface.md §4.5, each with the counters it drives
+#: (a strobe is 0 or 1 a cycle). A counter adds the strobes of the sources that name it and
+#: carries at most their number a cycle, which sizes its tally in the control plane; a strobe
+#: on a counter its source does not name here is not counted.
+STAT_SOURCES = (
+    ("top", (Counter.NO_QP,)),                  # responses for no requester QP
+    ("rx_parse", (Counter.RX_FRAMES, Counter.MAC_DROP, Counter.NOT_ROCE, Counter.BAD_IP_UDP,
+                  Counter.BAD_ICRC, Counter.BAD_BTH)),
+    ("psn_check", (Counter.NO_QP, Counter.DUPLICATES, Counter.SEQ_NAKS, Counter.RNR_NAKS,
+                   Counter.OTHER_NAKS, Counter.ACKS)),
+    ("cqe_gen", (Counter.COMPLETIONS,)),
+    ("tx_arbiter", (Counter.TX_FRAMES,)),
+    ("requester", (Counter.RETRANSMITS,)),
+)
+
+
+def stat_bounds():
+    """Per counter, how many strobes its lane adds (``ControlPlane(max_inc=)`` of the core)."""
+    return [sum(i in drives for _, drives in STAT_SOURCES) for i in range(NUM_COUNTERS)]
+
+__all__ = ["RNIC", "port_list", "build_verilog", "STAT_SOURCES", "stat_bounds"]
 
 
 def port_list(config):
@@ -115,8 +135,7 @@ class RNIC(wiring.Component):
         cfg = self.config
         lanes = cfg.data_width // 8
 
-        # six blocks' strobes are added per counter (below): at most 6 a cycle
-        m.submodules.control = ctl = ControlPlane(cfg, max_inc=6)
+        m.submodules.control = ctl = ControlPlane(cfg, max_inc=stat_bounds())
         for sig in ("awaddr", "awvalid", "wdata", "wstrb", "wvalid", "bready", "araddr",
                     "arvalid", "rready"):
             m.d.comb += getattr(ctl.axil, sig).eq(getattr(self, f"s_axil_{sig}"))
@@ -290,10 +309,12 @@ class RNIC(wiring.Component):
         # The per-counter sums are registered: a counter moves one cycle after its event, and
         # the blocks' strobe logic (some of it a handshake, e.g. the transmit arbiter's) ends
         # here instead of running on through the sum and the 32-bit saturating add.
-        sources = (stat, rx.stat, psn.stat, cqe.stat, arb.stat, req_stat)
-        assert len(sources) <= ctl.max_inc, "ControlPlane(max_inc=) is below the strobe sources"
+        strobes = {"top": stat, "rx_parse": rx.stat, "psn_check": psn.stat,
+                   "cqe_gen": cqe.stat, "tx_arbiter": arb.stat, "requester": req_stat}
+        assert set(strobes) == {name for name, _ in STAT_SOURCES}
         for i in range(NUM_COUNTERS):
-            m.d.sync += ctl.stat_inc[i].eq(sum(s[i] for s in sources))
+            m.d.sync += ctl.stat_inc[i].eq(sum(strobes[name][i] for name, drives in STAT_SOURCES
+                                               if i in drives))
         m.d.comb += ctl.sweeping.eq((sweep != 0) | keys.sweeping | cqe.sweeping)
         return m
 

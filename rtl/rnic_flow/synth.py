@@ -152,9 +152,16 @@ BLOCKS = {
     "req_context": Block("rnic.req.req_context", lambda m, c: m.ReqContext(num_qp=c.num_qp),
                          ("num_qp",)),
     "tx_build": Block("rnic.req.tx_build", lambda m, c: m.TxBuild(c.data_width)),
-    "control_plane": Block("rnic.control.control_plane", lambda m, c: m.ControlPlane(c),
+    # with the core's per-counter increment bounds
+    "control_plane": Block("rnic.control.control_plane",
+                           lambda m, c: m.ControlPlane(c, max_inc=_core_stat_bounds()),
                            ALL_PARAMS),
 }
+
+
+def _core_stat_bounds():
+    from rnic.top import stat_bounds
+    return stat_bounds()
 
 
 # ---- progress ------------------------------------------------------------------------------

@@ -9,30 +9,46 @@ Command ports
 (it drives ``cmd`` and takes ``resp``). A write to CMD while not busy decodes the opcode:
 SET_QP/QUERY_QP → ``qp`` (index must be 2 ≤ QPN < num_qp: QPN 0 and 1 are reserved),
 SET_CQ → ``cq`` (index < num_cq), SET_KEY/QUERY_KEY → ``key`` (index < key_entries),
-INVALIDATE → ``key`` (no index). Any other opcode completes at once with result 1, a bad index
+INVALIDATE → ``key`` (no index). The ``index`` a port receives keeps the bits the largest
+table needs (log2(max(num_qp, num_cq, key_entries))); an index with a bit above them is out of
+range for every table. Any other opcode completes at once with result 1, a bad index
 with result 2. Otherwise the command goes out on the owner's ``cmd`` stream and busy stays set
 until its ``resp`` returns the result. Meanwhile the owner reads (and a query writes) the ARGs
 one word at a time through its port's ARG access.
 
 Storage
 -------
-ARG0..15 and the sixteen counters are two 16 × 32-bit LUT RAMs. The counters share one
-adder: a scan visits one counter per cycle and adds what that counter collected since its last
-visit (a per-counter pending count) to its RAM word, in two stages (read, then add and write
-back). A read of a counter takes the scan's slot (the scan waits a cycle) and returns the sum
-written back, so it is exact. Reads come at most one in five cycles (the AXI4-Lite slave's
-read latency is 2), so in any 20 cycles the scan advances 16 times and visits every counter:
-the pending counts hold 20 × ``max_inc``. rst does not reach a RAM: the scan's first pass after rst (16 cycles)
-writes 0 to both. Until the pass is over the AXI4-Lite port holds writes; an ARG it has not
-reached reads 0, and a counter read before its word is cleared starts from 0 (a 16-bit mask
-records which words were written since rst).
+ARG0..15 are one 16 × 32-bit LUT RAM with one read port: the command's owner's while the
+command is issued or runs, software's otherwise (an AXI4-Lite read of an ARG waits while a
+command is busy). The sixteen counters are a 16 × 33-bit LUT RAM (the count and a sticky
+"saturated" bit; a saturated counter reads all ones) with one adder: each counter has a small
+tally that only ever adds its ``stat_inc`` lane and wraps, and a scan visits one counter per
+cycle and adds to its RAM word what the tally gained since the visit before (the tally minus
+its snapshot, kept in a second LUT RAM), in two stages (read, then add and write back). A read
+of a counter takes the scan's slot and returns the sum written back, so it is exact; a read of
+the counter the scan visits in that cycle waits a cycle, so no counter is visited in two
+cycles in a row. Reads come at most one in five cycles (the AXI4-Lite slave's read latency is
+2), so a counter is visited at least once every 20 cycles and its tally holds 20 × its
+``max_inc``. rst does not reach a RAM: the scan's first pass after rst (16 cycles) writes 0 to
+every ARG and counter and takes every tally whole; until the pass is over the AXI4-Lite port
+holds writes and reads of an ARG or a counter (other registers read at once).
+
+Registers are read in two stages after the slave's ``rd_en``: the address (held by the slave
+for the whole read) is decoded into one-hot selects in the first, the sources are ANDed with
+them and ORed in the second.
 
 Doorbells
 ---------
 RQ_DB, SQ_DB, CQ_DB and CQ_ARM writes are decoded into the ``rq_db``, ``sq_db``, ``cq_db`` and
-``cq_arm`` streams ({number 16, value 16}) through one 4-entry queue, in the order written; a
-full queue holds the AXI4-Lite write (back-pressure) rather than losing a doorbell. A doorbell
-waits for the one ahead of it, whichever stream that goes to.
+``cq_arm`` streams ({number 16, value 16}) through one register, in the order written: a
+doorbell write waits (the AXI4-Lite write is held, back-pressure) while the register still
+holds the one before it, whichever stream that goes to; it is never lost.
+
+Events
+------
+The event queue holds max(16, num_cq) entries (interface.md §4.4: at least num_cq) in LUT RAM.
+An entry keeps the number in the bits a QPN or a CQN of the configuration has
+(log2(max(num_qp, num_cq))): every event names one of the two.
 
 Reset sweep
 -----------
@@ -40,12 +56,11 @@ While ``sweeping`` is high (any block clearing its tables after ``rst``), CMD_ST
 CMD writes are ignored and ``drop_all`` tells RX Parse to drop and count every frame (as 2).
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..ifaces import (NUM_ARGS, NUM_COUNTERS, CmdOp, CommandSignature, Result, cmd_layout,
-                      event_layout)
+from ..ifaces import NUM_ARGS, NUM_COUNTERS, CmdOp, CommandSignature, Result, event_layout
 from ..params import RnicConfig
 from ..stream import Queue
 from .axil import AxiLiteSignature, AxiLiteSlave
@@ -66,9 +81,10 @@ class ControlPlane(wiring.Component):
     Parameters
     ----------
     config : RnicConfig
-    max_inc : int
-        The most any counter's ``stat_inc`` lane can carry in one cycle (1..15; the top passes
-        the number of blocks whose strobes it adds). It sizes the pending counts.
+    max_inc : int or sequence of 16 ints
+        The most each counter's ``stat_inc`` lane carries in one cycle (0..15; one figure for
+        every counter or one per counter: the top passes the number of strobe sources it adds
+        into each lane). It sizes the tallies; a lane carrying more is a design error.
 
     Attributes
     ----------
@@ -96,10 +112,13 @@ class ControlPlane(wiring.Component):
     """
 
     def __init__(self, config=RnicConfig(), *, max_inc=15):
-        if not isinstance(max_inc, int) or not 1 <= max_inc <= 15:
-            raise ValueError(f"max_inc must be an integer in 1..15, not {max_inc!r}")
+        bounds = (max_inc,) * NUM_COUNTERS if isinstance(max_inc, int) else tuple(max_inc)
+        if (len(bounds) != NUM_COUNTERS or not all(isinstance(b, int) and 0 <= b <= 15
+                                                   for b in bounds) or not any(bounds)):
+            raise ValueError(f"max_inc must be an integer in 1..15 or {NUM_COUNTERS} integers "
+                             f"in 0..15, not all 0, not {max_inc!r}")
         self.config = config
-        self.max_inc = max_inc
+        self.max_inc = bounds
         self.event_depth = max(16, 1 << (config.num_cq - 1).bit_length())
         super().__init__({
             "axil": Out(AxiLiteSignature()),
@@ -133,6 +152,23 @@ class ControlPlane(wiring.Component):
         def at(name, i=0):
             return _off(name, i) >> 2
 
+        def decoder(word, kind):
+            """Register hits of a word address: each 16-word page compared once, then the word
+            within it (a 4-bit compare) rather than every register's whole address."""
+            pages = {}
+
+            def page(p):
+                if p not in pages:
+                    pages[p] = Signal(name=f"{kind}_page_{p:x}")
+                    m.d.comb += pages[p].eq(word[4:] == p)
+                return pages[p]
+
+            def hit(name):
+                return page(at(name) >> 4) & (word[:4] == (at(name) & 15))
+            return page, hit
+        page_w, hit_w = decoder(word_w, "w")
+        page_r, hit_r = decoder(word_r, "r")
+
         # ---- plain registers ---------------------------------------------------------------
         mac_lo, mac_hi, ipv4 = Signal(32), Signal(16), Signal(32)
         us_cycles = Signal(32, init=cfg.us_cycles)
@@ -144,47 +180,69 @@ class ControlPlane(wiring.Component):
         assert NUM_ARGS == NUM_COUNTERS == 16
         scan = Signal(4)
         clearing = Signal(init=1)
-        word_r_ctr = word_r[4:] == (at("COUNTER") >> 4)
+        word_r_ctr = page_r(at("COUNTER") >> 4)
         ctr_rd = Signal()               # a counter read takes the scan's slot (read stage 1)
         m.d.sync += ctr_rd.eq(slave.rd_en & word_r_ctr)
-        with m.If(~ctr_rd):
+        # The scan moves on unless a read takes its slot for another counter; a read of the
+        # counter the scan visits this cycle waits a cycle. So no counter is visited in two
+        # cycles in a row, and a visit always reads what the one before it wrote.
+        with m.If(~ctr_rd | (word_r[:4] == scan)):
             m.d.sync += scan.eq(scan + 1)
             with m.If(scan == 15):
                 m.d.sync += clearing.eq(0)
+        rd_wait = word_r_ctr & (word_r[:4] == scan)
 
-        # ---- counters: LUT RAM, one incrementer, a pending count per counter ---------------
-        m.submodules.counters = cmem = memory.Memory(shape=32, depth=NUM_COUNTERS, init=[])
+        # ---- counters: LUT RAM, one adder, a free-running tally per counter ------------------
+        # Each counter has a small tally that only ever adds its lane (it wraps). A visit
+        # folds into the RAM word what the tally gained since the counter's last visit: the
+        # tally minus its snapshot, kept in a second LUT RAM and rewritten at the visit.
+        # Between two visits a tally gains at most 20 x its max_inc (a counter read takes the
+        # scan's slot at most once in five cycles), which its width holds, so the difference
+        # is exact. Two stages: the visit reads the RAM word and takes the tally's gain into
+        # registers (A); the next cycle adds, saturates and writes back (B).
+        # a RAM word is the count and a sticky "saturated" bit above it: the count may wrap
+        # once saturated, the value read is all ones
+        m.submodules.counters = cmem = memory.Memory(shape=33, depth=NUM_COUNTERS, init=[])
         c_wr = cmem.write_port()
         c_rd = cmem.read_port(domain="comb")
-        pending = Array(Signal(range(20 * self.max_inc + 1), name=f"pending{i}")
-                        for i in range(NUM_COUNTERS))
-        # Two stages: the visit reads the RAM word and the pending count into registers (A),
-        # the next cycle adds, saturates and writes back (B). A visit of the entry B writes in
-        # the same cycle takes B's sum instead of the RAM word (a read right after a scan of
-        # the same counter, or the reverse).
-        visit = Signal(4)               # the counter visited this cycle (stage A)
-        m.d.comb += visit.eq(Mux(ctr_rd, word_r[:4], scan))
+        # every tally as wide as the largest needs (the difference wraps at one width)
+        tally_w = (20 * max(self.max_inc)).bit_length()
+        tally = [Signal(tally_w, name=f"tally{i}") for i in range(NUM_COUNTERS)]
+        m.submodules.snapshots = smem = memory.Memory(shape=tally_w, depth=NUM_COUNTERS, init=[])
+        t_wr = smem.write_port()
+        t_rd = smem.read_port(domain="comb")
         for i in range(NUM_COUNTERS):
-            # folded at its visit; collects ≤ 20 cycles of increments
-            m.d.sync += pending[i].eq(Mux(visit == i, 0, pending[i]) + self.stat_inc[i])
+            inc_bits = self.max_inc[i].bit_length()     # the lane carries ≤ max_inc[i]
+            if inc_bits:
+                m.d.sync += tally[i].eq(tally[i] + self.stat_inc[i][:inc_bits])
+        visit = Signal(4)               # the counter visited this cycle (stage A)
+        now = Signal(tally_w)           # its tally
+        m.d.comb += [visit.eq(Mux(ctr_rd, word_r[:4], scan)),
+                     now.eq(Cat(*tally).word_select(visit, tally_w)),
+                     c_rd.addr.eq(visit), t_rd.addr.eq(visit),
+                     t_wr.addr.eq(visit), t_wr.data.eq(now), t_wr.en.eq(1)]
         b_visit = Signal(4)
-        b_ram = Signal(32)
-        cleared = Signal(NUM_COUNTERS)  # the counter's RAM word was written since rst
-        b_pend = Signal.like(pending[0])
+        b_ram = Signal(33)
+        b_gain = Signal(tally_w)
         s_total = Signal(33)
-        s_sat = Signal(32)              # stage B: the counter's value, written back
-        m.d.comb += [c_rd.addr.eq(visit),
-                     s_total.eq(b_ram + b_pend),
-                     s_sat.eq(Mux(s_total[32], Const(0xFFFFFFFF, 32), s_total[:32])),
-                     c_wr.addr.eq(b_visit), c_wr.data.eq(s_sat), c_wr.en.eq(1)]
-        m.d.sync += [b_visit.eq(visit), b_pend.eq(pending[visit]),
-                     b_ram.eq(Mux(cleared.bit_select(visit, 1),
-                                  Mux(visit == b_visit, s_sat, c_rd.data), 0)),
-                     cleared.bit_select(visit, 1).eq(1)]
+        s_sat = Signal()                # stage B: the counter is saturated
+        s_value = Signal(32)            # stage B: the counter's value
+        # the clearing pass starts every counter from 0 and takes the tally's whole value
+        # (its reset value is 0; rst does not reach a RAM)
+        m.d.sync += [b_visit.eq(visit),
+                     b_gain.eq(now - Mux(clearing, 0, t_rd.data)),
+                     b_ram.eq(Mux(clearing, 0, c_rd.data))]
+        m.d.comb += [s_total.eq(b_ram[:32] + b_gain),
+                     s_sat.eq(b_ram[32] | s_total[32]),
+                     s_value.eq(s_total[:32] | s_sat.replicate(32)),
+                     c_wr.addr.eq(b_visit), c_wr.data.eq(Cat(s_total[:32], s_sat)),
+                     c_wr.en.eq(1)]
 
         # ---- event queue -------------------------------------------------------------------
-        # an entry keeps the number whole and the type in 3 bits (types 1..4)
-        ev_entry = data.StructLayout({"type": 3, "number": 24, "lost": 1})
+        # an entry keeps the type in 3 bits (types 1..4) and the number in the bits a QPN or a
+        # CQN of this configuration has (every event names one of the two)
+        num_bits = max(cfg.num_qp, cfg.num_cq).bit_length() - 1
+        ev_entry = data.StructLayout({"type": 3, "number": num_bits, "lost": 1})
         m.submodules.evq = evq = Queue(ev_entry, self.event_depth, buffered=False)
         lost_pending = Signal()
         m.d.comb += [self.event.ready.eq(1),
@@ -197,47 +255,52 @@ class ControlPlane(wiring.Component):
         m.d.comb += self.irq.eq(irq_en & evq.o.valid)
 
         # ---- doorbells ---------------------------------------------------------------------
-        # One 4-entry queue for the four doorbell registers, each entry tagged with its
-        # register; the head goes to its own stream. The slave issues a write only when the
-        # queue has room for it: at most depth-2 entries can take the write in flight and one
-        # more. No write is issued during the clearing pass (the ARG RAM's write port is the
-        # pass's).
+        # One register for the four doorbell registers, tagged with the register written; it
+        # goes to that register's stream. The slave issues a doorbell write only when the
+        # register is empty (a write of another register is not held), so doorbells leave in
+        # the order written and a full register holds the AXI4-Lite write, never loses it. No
+        # write is issued during the clearing pass (the ARG RAM's write port is the pass's).
         db_names = ("rq_db", "sq_db", "cq_db", "cq_arm")
-        db_entry = data.StructLayout({"kind": 2, "db": doorbell_layout})
-        m.submodules.db_q = dbq = Queue(db_entry, 4, buffered=False)
+        # the four doorbells are the words 0..3 of a 4-word-aligned block
+        base = at("RQ_DB")
+        assert base % 4 == 0 and [at(n.upper()) for n in db_names] == [base + k for k in range(4)]
+        db = Signal(doorbell_layout)
+        db_kind = Signal(2)
+        db_valid = Signal()
         db_hit = Signal()
-        m.d.comb += [dbq.i.payload.db.eq(slave.wr_data), dbq.i.valid.eq(slave.wr_en & db_hit)]
-        with m.Switch(word_w):
-            for k, name in enumerate(db_names):
-                with m.Case(at(name.upper())):
-                    m.d.comb += [db_hit.eq(1), dbq.i.payload.kind.eq(k)]
+        m.d.comb += db_hit.eq(page_w(base >> 4) & (word_w[2:4] == (base >> 2) % 4))
         for k, name in enumerate(db_names):
             out = getattr(self, name)
-            m.d.comb += [out.payload.eq(dbq.o.payload.db),
-                         out.valid.eq(dbq.o.valid & (dbq.o.payload.kind == k))]
-            with m.If(dbq.o.payload.kind == k):
-                m.d.comb += dbq.o.ready.eq(out.ready)
-        db_ready = Signal()
-        m.d.comb += [db_ready.eq(~clearing & (dbq.level <= 2)), slave.rd_ready.eq(1),
-                     slave.wr_ready.eq(db_ready)]
+            m.d.comb += [out.payload.eq(db), out.valid.eq(db_valid & (db_kind == k))]
+            with m.If(out.valid & out.ready):
+                m.d.sync += db_valid.eq(0)
+        with m.If(slave.wr_en & db_hit):
+            m.d.sync += [db.eq(slave.wr_data), db_kind.eq(word_w[:2]), db_valid.eq(1)]
+        m.d.comb += slave.wr_ready.eq(~clearing & ~(db_hit & db_valid))
 
         # ---- mailbox -----------------------------------------------------------------------
         busy = Signal()
         result = Signal(2)              # CMD_STATUS [15:8]: the result codes are 0..3
-        cmd = Signal(cmd_layout)
+        # the command register keeps the index bits the largest table needs and whether any
+        # bit above them was set (such an index is out of range for every table)
+        idx_bits = max(cfg.num_qp, cfg.num_cq, cfg.key_entries).bit_length() - 1
+        cmd_op = Signal(8)
+        cmd_idx = Signal(idx_bits)
+        cmd_idx_over = Signal()
         target = Signal(2)      # 0 qp, 1 cq, 2 key
         ports = [self.qp, self.cq, self.key]
         for p in ports:
-            m.d.comb += p.cmd.payload.eq(cmd)
+            m.d.comb += [p.cmd.payload.opcode.eq(cmd_op), p.cmd.payload.index.eq(cmd_idx)]
         status_busy = busy | self.sweeping | clearing
 
         # ARG0..15: one LUT RAM. Its write port is the clearing pass's, then software's while
-        # no command runs, then the command's owner's; the owner's read port answers a cycle
-        # after the address, like a block RAM.
+        # no command runs, then the command's owner's. Its one read port is the owner's while
+        # the command is issued or runs (``blk_owns``), software's otherwise (an ARG read waits
+        # while a command is busy); it answers a cycle after the address, like a block RAM.
         m.submodules.args = amem = memory.Memory(shape=32, depth=NUM_ARGS, init=[])
         a_wr = amem.write_port()
-        a_blk = amem.read_port(domain="comb")
-        a_bus = amem.read_port(domain="comb")
+        a_rd = amem.read_port(domain="comb")
+        blk_owns = Signal()
         blk_addr, blk_we, blk_wdata = Signal(4), Signal(), Signal(32)
         with m.Switch(target):
             for t, p in enumerate(ports):
@@ -245,11 +308,15 @@ class ControlPlane(wiring.Component):
                     m.d.comb += [blk_addr.eq(p.arg_addr), blk_we.eq(p.arg_we),
                                  blk_wdata.eq(p.arg_wdata)]
         blk_rdata = Signal(32)
-        m.d.comb += a_blk.addr.eq(blk_addr)
-        m.d.sync += blk_rdata.eq(a_blk.data)
+        m.d.comb += a_rd.addr.eq(Mux(blk_owns, blk_addr, word_r[:4]))
+        m.d.sync += blk_rdata.eq(a_rd.data)
         for p in ports:
             m.d.comb += p.arg_data.eq(blk_rdata)
-        sw_arg = slave.wr_en & (word_w[4:] == (at("ARG") >> 4)) & ~busy
+        arg_page_r = page_r(at("ARG") >> 4)
+        # an ARG or counter read waits for the clearing pass; other registers answer at once
+        m.d.comb += slave.rd_ready.eq(~(clearing & (arg_page_r | word_r_ctr)) & ~rd_wait
+                                      & ~(busy & arg_page_r))
+        sw_arg = slave.wr_en & page_w(at("ARG") >> 4) & ~busy
         with m.If(clearing):
             m.d.comb += [a_wr.addr.eq(scan), a_wr.data.eq(0), a_wr.en.eq(1)]
         with m.Elif(busy):
@@ -262,15 +329,17 @@ class ControlPlane(wiring.Component):
             with m.State("IDLE"):
                 # The command register follows the write data in every IDLE cycle (no port
                 # looks at it before ISSUE): its enables are a state decode only.
-                m.d.sync += [cmd.opcode.eq(slave.wr_data[:8]), cmd.index.eq(slave.wr_data[8:])]
-                with m.If(slave.wr_en & (word_w == at("CMD")) & ~status_busy):
+                m.d.sync += [cmd_op.eq(slave.wr_data[:8]),
+                             cmd_idx.eq(slave.wr_data[8:8 + idx_bits]),
+                             cmd_idx_over.eq(slave.wr_data[8 + idx_bits:].any())]
+                with m.If(slave.wr_en & hit_w("CMD") & ~status_busy):
                     m.d.sync += busy.eq(1)
                     m.next = "DECODE"
             with m.State("DECODE"):
                 # limits are powers of two: "index < limit" is "no bit at or above log2(limit)"
                 def below(limit):
-                    return ~cmd.index[limit.bit_length() - 1:].any()
-                with m.Switch(cmd.opcode):
+                    return ~cmd_idx_over & ~cmd_idx[limit.bit_length() - 1:].any()
+                with m.Switch(cmd_op):
                     for opc, tgt, limit, low in (
                             (CmdOp.SET_QP, 0, cfg.num_qp, 2), (CmdOp.QUERY_QP, 0, cfg.num_qp, 2),
                             (CmdOp.SET_CQ, 1, cfg.num_cq, 0),
@@ -280,7 +349,7 @@ class ControlPlane(wiring.Component):
                         with m.Case(opc):
                             ok = Const(1) if limit is None else below(limit)
                             if low:
-                                ok = ok & cmd.index[1:].any()          # QPN 0 and 1 reserved
+                                ok = ok & cmd_idx[1:].any()            # QPN 0 and 1 reserved
                             with m.If(ok):
                                 m.d.sync += target.eq(tgt)
                                 m.next = "ISSUE"
@@ -291,12 +360,14 @@ class ControlPlane(wiring.Component):
                         m.d.sync += [result.eq(Result.UNKNOWN_OPCODE), busy.eq(0)]
                         m.next = "IDLE"
             with m.State("ISSUE"):
+                m.d.comb += blk_owns.eq(1)
                 for t, p in enumerate(ports):
                     with m.If(target == t):
                         m.d.comb += p.cmd.valid.eq(1)
                         with m.If(p.cmd.ready):
                             m.next = "WAIT"
             with m.State("WAIT"):
+                m.d.comb += blk_owns.eq(1)
                 for t, p in enumerate(ports):
                     with m.If(target == t):
                         m.d.comb += p.resp.ready.eq(1)
@@ -305,57 +376,48 @@ class ControlPlane(wiring.Component):
                             m.next = "IDLE"
 
         # ---- register writes ---------------------------------------------------------------
-        with m.If(slave.wr_en):
-            with m.Switch(word_w):
-                with m.Case(at("MAC_LO")):
-                    m.d.sync += mac_lo.eq(slave.wr_data)
-                with m.Case(at("MAC_HI")):
-                    m.d.sync += mac_hi.eq(slave.wr_data[:16])
-                with m.Case(at("IPV4")):
-                    m.d.sync += ipv4.eq(slave.wr_data)
-                with m.Case(at("US_CYCLES")):
-                    m.d.sync += us_cycles.eq(slave.wr_data)
-                with m.Case(at("IRQ_EN")):
-                    m.d.sync += irq_en.eq(slave.wr_data[0])
+        for reg, name in ((mac_lo, "MAC_LO"), (mac_hi, "MAC_HI"), (ipv4, "IPV4"),
+                          (us_cycles, "US_CYCLES"), (irq_en, "IRQ_EN")):
+            with m.If(slave.wr_en & hit_w(name)):
+                m.d.sync += reg.eq(slave.wr_data[:len(reg)])
 
-        # ---- register reads: a counter read steals the scan's slot in stage 1 (its stage A);
-        #      the data is chosen in stage 2 (read_latency 2) from the address the slave still
-        #      holds: the counter's stage B sum, an ARG word, or the misc mux; EVENT pops there.
-        #      An ARG the clearing pass has not reached yet reads 0. ------------------------
+        # ---- register reads: rd_en (stage 0) -> stage 1 -> stage 2, where rd_data is sampled.
+        #      The slave holds the address from rd_en to the response, so its decode is
+        #      registered: one-hot selects in stage 1, an AND-OR of the sources in stage 2. A
+        #      counter read takes the scan's slot in stage 1 (its stage A) and answers with the sum
+        #      stage B writes back; EVENT pops in stage 2. No ARG or counter read is served
+        #      during the clearing pass, so every such word has been written when it is read. ---
         caps0 = Cat(Const(cfg.data_width // 8, 8), Const(cfg.num_qp.bit_length() - 1, 8),
                     Const(cfg.num_cq.bit_length() - 1, 8),
                     Const(cfg.key_entries.bit_length() - 1, 8))
         rd_stage1, rd_stage2 = Signal(), Signal()
         m.d.sync += [rd_stage1.eq(slave.rd_en), rd_stage2.eq(rd_stage1)]
-        m.d.comb += a_bus.addr.eq(word_r[:4])
-        misc = Signal(32)
-        with m.Switch(word_r):
-            with m.Case(at("ID")):
-                m.d.comb += misc.eq(ID_VALUE)
-            with m.Case(at("VERSION")):
-                m.d.comb += misc.eq(VERSION_VALUE)
-            with m.Case(at("CAPS0")):
-                m.d.comb += misc.eq(caps0)
-            with m.Case(at("MAC_LO")):
-                m.d.comb += misc.eq(mac_lo)
-            with m.Case(at("MAC_HI")):
-                m.d.comb += misc.eq(mac_hi)
-            with m.Case(at("IPV4")):
-                m.d.comb += misc.eq(ipv4)
-            with m.Case(at("US_CYCLES")):
-                m.d.comb += misc.eq(us_cycles)
-            with m.Case(at("CMD_STATUS")):
-                m.d.comb += misc.eq(Cat(status_busy, Const(0, 7), result, Const(0, 6)))
-            with m.Case(at("IRQ_EN")):
-                m.d.comb += misc.eq(irq_en)
-            with m.Case(at("EVENT")):
-                ev = evq.o.payload
-                with m.If(evq.o.valid):
-                    m.d.comb += misc.eq(Cat(ev.number, ev.type, Const(0, 3), ev.lost,
-                                            Const(1, 1)))
-                m.d.comb += evq.o.ready.eq(rd_stage2)       # a read pops one event
-        arg_page = word_r[4:] == (at("ARG") >> 4)
-        m.d.comb += slave.rd_data.eq(
-            Mux(word_r_ctr, s_sat,
-                Mux(arg_page, Mux(clearing & (word_r[:4] >= scan), 0, a_bus.data), misc)))
+        ev = evq.o.payload
+        sources = {     # name: (selected when, value)
+            "id": (hit_r("ID"), Const(ID_VALUE, 32)),
+            "version": (hit_r("VERSION"), Const(VERSION_VALUE, 32)),
+            "caps0": (hit_r("CAPS0"), caps0),
+            "mac_lo": (hit_r("MAC_LO"), mac_lo),
+            "mac_hi": (hit_r("MAC_HI"), mac_hi),
+            "ipv4": (hit_r("IPV4"), ipv4),
+            "us_cycles": (hit_r("US_CYCLES"), us_cycles),
+            "status": (hit_r("CMD_STATUS"), Cat(status_busy, Const(0, 7), result)),
+            "irq_en": (hit_r("IRQ_EN"), irq_en),
+            "event": (hit_r("EVENT"),
+                      Cat(ev.number, Const(0, 24 - num_bits), ev.type, Const(0, 3), ev.lost,
+                          evq.o.valid)),
+            "arg": (arg_page_r, blk_rdata),        # read in stage 1
+            "counter": (word_r_ctr, s_value),
+        }
+        rsel = Signal(data.StructLayout({name: 1 for name in sources}))
+        terms = []
+        for name, (hit, value) in sources.items():
+            m.d.sync += getattr(rsel, name).eq(hit)
+            valid = evq.o.valid if name == "event" else 1     # an empty queue reads 0
+            terms.append(Mux(getattr(rsel, name) & valid, value, 0))
+        rd_data = terms[0]
+        for t in terms[1:]:
+            rd_data = rd_data | t
+        m.d.comb += [slave.rd_data.eq(rd_data),
+                     evq.o.ready.eq(rd_stage2 & rsel.event)]       # a read pops one event
         return m
