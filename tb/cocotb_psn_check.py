@@ -294,6 +294,9 @@ class TB:
             d.tx_tready.value = int(self.tx_ready_fn())
             await ReadOnly()
             self.cycle += 1
+            if int(d.rst.value):
+                self.tx_beats = []      # nothing transfers while rst is high
+                continue
             if int(d.meta_valid.value) and int(d.meta_ready.value):
                 self.cur["meta"] = None
                 self.hold_off = self.pace
@@ -1053,6 +1056,29 @@ async def tx_stall_long_receive_flows(dut):
     assert tb.stats[12] == len(got)
     dut._log.info("TX stall: %d packets at %.3f/cycle, %d responses decided, %d frames sent",
                   n, rate, len(tb.expected), len(got))
+
+
+@cocotb.test()
+async def reset_forgets_pending_responses(dut):
+    """rst drops the responses still waiting for TX; after it a QP that had some pending is
+    answered again (the pending table's flags live in LUT RAM, which rst does not reach: the
+    table sweeps them after rst)."""
+    tb = await setup(dut, qps=(2, 3), epsn=P0)
+    tb.pace = 0
+    tb.tx_ready_fn = lambda: 0
+    # more responses than the queues behind the table absorb (HB_ABSORB): the last ones of
+    # QP 2 (ACKs) and QP 3 (a NAK) are still pending in the table at rst
+    for k in range(4 * HB_ABSORB):
+        tb.pkt(SEND_ONLY, 2, P0 + k, b"q", ackreq=1)
+    tb.pkt(SEND_ONLY, 3, P0 + 5, b"q", ackreq=1)
+    await tb.wait(1000)
+    assert not tb.tx_frames and len(tb.exe) == 4 * HB_ABSORB
+    await setup(dut, qps=(2, 3), tb=tb, epsn=P0)          # rst, then the same QPs again
+    tb.tx_ready_fn = lambda: 1
+    tb.pkt(SEND_ONLY, 2, P0, b"q", ackreq=1)
+    tb.pkt(SEND_ONLY, 3, P0, b"q", ackreq=1)
+    got = await tb.check()
+    assert got == [Frame(2, P0, 0x1F, 1), Frame(3, P0, 0x1F, 1)], got
 
 
 @cocotb.test()

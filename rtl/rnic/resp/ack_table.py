@@ -24,12 +24,18 @@ once in it, so ``num_qp`` entries never overflow) feeds a take stage that snapsh
 entry (flags, ACK, NAK, addresses) and emits its one or two frames on ``o``. A response that
 arrives for the QP in the same cycle as its take starts a fresh entry (queued again).
 
-Storage: the flags are registers (3 bits per QP), each updated from itself and the insert and
-take strobes of its QP, which come from the QPNs decoded into two one-hot halves (16 + 16 lines
-at 256 QPs; the head's registered with it) rather than from 8-bit compares in every bit. ACK
-{PSN, MSN}, NAK {PSN, MSN, syndrome} and the QP's addresses {dmac, dip, sport, dqpn} (the
-newest response's) are three block-RAM tables written by every response and read,
-non-transparently, by the take stage. Throughput: one frame per cycle on ``o`` (one take per
+Storage: the flags live in two small LUT RAMs, one written only by inserts and one only by
+takes, so each has one write port: a QP's ACK (NAK) is pending when its insert-side and
+take-side bits differ. An insert makes a flag pending by writing the insert-side bit to the
+complement of the take-side one; a take clears both by copying the insert-side bits to the
+take side. ``nak_first`` is a plain bit on the insert side (only meaningful while both are
+pending). The insert's lookup starts a cycle ahead, on the input: the QP's bits are read there
+and registered, each replaced by what the insert or the take of that cycle writes to the same
+QP. rst does not reach a RAM: for ``num_qp`` cycles after ``rst`` the take side copies the
+insert side for every QP, so nothing is pending; no response is decided meanwhile (PSN Check
+takes no packet while its QP context sweeps, for as long after ``rst``). ACK {PSN, MSN}, NAK {PSN, MSN, syndrome} and the QP's addresses {dmac,
+dip, sport, dqpn} (the newest response's) are three block-RAM tables written by every response
+and read, non-transparently, by the take stage. Throughput: one frame per cycle on ``o`` (one take per
 cycle when each QP holds one frame). Latency: the input is registered, the QP FIFO has two
 cycles, the take pipeline three (the popped QPN registered; the take reads and clears the
 flags and issues the table reads; the block RAM outputs are registered before any logic) and a
@@ -59,21 +65,8 @@ _nak_layout = data.StructLayout({"psn": 24, "msn": 24, "syndrome": 8})
 _addr_layout = data.StructLayout({"dmac": 48, "dip": 32, "sport": 16, "dqpn": 24})
 
 
-def _lo_bits(ab):
-    """QPN bits decoded into the low one-hot half (and selecting a bit in the pending word)."""
-    return min(4, ab)
-
-
-def _halves(ab):
-    """Widths of the two one-hot halves of an ``ab``-bit number: (2^high bits, 2^low bits)."""
-    return 1 << (ab - _lo_bits(ab)), 1 << _lo_bits(ab)
-
-
-def _onehot(value, ab, hot_hi, hot_lo, gate=1):
-    """Statements: ``hot_hi``/``hot_lo`` := the one-hot halves of ``value`` (``hot_hi`` & gate)."""
-    lo = _lo_bits(ab)
-    v_hi = value[lo:ab] if ab > lo else 0
-    return [hot_lo.eq(1 << value[:lo]), hot_hi.eq(Mux(gate, 1 << v_hi, 0))]
+_ins_layout = data.StructLayout({"ack": 1, "nak": 1, "nak_first": 1})
+_take_layout = data.StructLayout({"ack": 1, "nak": 1})
 
 
 class AckTable(wiring.Component):
@@ -106,9 +99,13 @@ class AckTable(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n, ab = self.num_qp, self.abits
-        ack_v = Signal(n)
-        nak_v = Signal(n)
-        nak_first = Signal(n)       # the pending NAK was decided before the pending ACK
+
+        # the pending flags: insert side and take side (see the module docstring)
+        m.submodules.insm = insm = memory.Memory(shape=_ins_layout, depth=n, init=[])
+        m.submodules.tkm = tkm = memory.Memory(shape=_take_layout, depth=n, init=[])
+        ins_w, tk_w = insm.write_port(), tkm.write_port()
+        ins_at_in, tk_at_in = insm.read_port(domain="comb"), tkm.read_port(domain="comb")
+        ins_at_head, tk_at_head = insm.read_port(domain="comb"), tkm.read_port(domain="comb")
 
         m.submodules.ackm = ackm = memory.Memory(shape=_ack_layout, depth=n, init=[])
         m.submodules.nakm = nakm = memory.Memory(shape=_nak_layout, depth=n, init=[])
@@ -126,12 +123,14 @@ class AckTable(wiring.Component):
         i_valid = Signal()
         i_reg = Signal(ack_item_layout(ab))
         m.d.sync += [i_valid.eq(self.i.valid), i_reg.eq(self.i.payload)]
-        # i_reg.qpn decoded the same way, from the register (decoding the input instead would
-        # share logic with the pending lookup below, which starts from the input, and lengthen it)
-        i_hi, i_lo = _halves(ab)
-        i_hot_hi = Signal(i_hi)     # the high half gated by i_valid
-        i_hot_lo = Signal(i_lo)
-        m.d.comb += _onehot(i_reg.qpn, ab, i_hot_hi, i_hot_lo, gate=i_valid)
+
+        # reset sweep: the take side copies the insert side for every QP
+        sweeping = Signal(init=1)
+        sweep_q = Signal(ab)
+        with m.If(sweeping):
+            m.d.sync += sweep_q.eq(sweep_q + 1)
+            with m.If(sweep_q == n - 1):
+                m.d.sync += sweeping.eq(0)
 
         # ---- take: T0 (the popped QPN, registered) → T1 (take: read the flags and clear them,
         # issue the table reads) → S (the block RAMs' outputs) → R (registered; emit 1–2 frames)
@@ -160,28 +159,28 @@ class AckTable(wiring.Component):
         m.d.comb += s_adv.eq(s_valid & (~r_valid | r_done))
         take = Signal()
         m.d.comb += [
-            take.eq(t_valid & (~s_valid | s_adv)),
+            take.eq(t_valid & (~s_valid | s_adv) & ~sweeping),
             qf.o.ready.eq(~t_valid | take),
         ]
-        # head and the inserted QPN are also decoded into two one-hot halves each (the per-QP
-        # flag updates below then take 2–3 inputs from them instead of decoding 8-bit numbers in
-        # 256 places: far fewer high-fanout nets to route, docs/synthesis.md); head's halves are
-        # registered with it
-        t_hi, t_lo = i_hi, i_lo
-        t_hot_hi = Signal(t_hi)
-        t_hot_lo = Signal(t_lo)
         with m.If(qf.o.valid & qf.o.ready):
             m.d.sync += [t_valid.eq(1), t_q.eq(qf.o.payload)]
-            m.d.sync += _onehot(qf.o.payload, ab, t_hot_hi, t_hot_lo)
         with m.Elif(take):
             m.d.sync += t_valid.eq(0)
         for rp in (ack_r, nak_r, adr_r):
             m.d.comb += [rp.addr.eq(head), rp.en.eq(take)]
+        # the head's flags as they stand (the take reads and clears them)
+        h_ins = ins_at_head.data
+        h_tk = tk_at_head.data
+        m.d.comb += [ins_at_head.addr.eq(Mux(sweeping, sweep_q, head)),
+                     tk_at_head.addr.eq(Mux(sweeping, sweep_q, head)),
+                     tk_w.addr.eq(Mux(sweeping, sweep_q, head)),
+                     tk_w.data.ack.eq(h_ins.ack), tk_w.data.nak.eq(h_ins.nak),
+                     tk_w.en.eq(sweeping | take)]
         with m.If(take):
             m.d.sync += [s_valid.eq(1),
-                         s_ack.eq(ack_v.bit_select(head, 1)),
-                         s_nak.eq(nak_v.bit_select(head, 1)),
-                         s_nf.eq(nak_first.bit_select(head, 1))]
+                         s_ack.eq(h_ins.ack ^ h_tk.ack),
+                         s_nak.eq(h_ins.nak ^ h_tk.nak),
+                         s_nf.eq(h_ins.nak_first)]
         with m.Elif(s_adv):
             m.d.sync += s_valid.eq(0)
         with m.If(s_adv):
@@ -204,51 +203,43 @@ class AckTable(wiring.Component):
         ]
 
         # ---- insert ----------------------------------------------------------------------------
-        # Whether the inserted QP already has something pending is looked up in two halves: on
-        # the input, the 16-bit word of the flags holding its QP (a 16:1 mux of words) and the
-        # corrections for the insert and the take of that cycle are registered; the next cycle
-        # picks the QP's bit out of the word (a 16:1 mux) and applies them. The flag vectors
-        # below are updated bit by bit (each bit from itself, its decoded insert and take
-        # strobes and the ACK/NAK bit), with no mux of the vector.
+        # The inserted QP's flag bits are read a cycle ahead, at the input's QPN, and registered
+        # with it; a bit the insert or the take of that cycle writes for the same QP is
+        # replaced by what it writes (LUT RAM is written at the clock edge).
         i = i_reg
         q = i.qpn
+        nq = self.i.payload.qpn
         is_ack = Signal()
         m.d.comb += is_ack.eq(i.hdr.syndrome == 0x1F)
-        conflict = Signal()
+        conflict = Signal()         # this cycle's take clears the inserted QP's flags
         m.d.comb += conflict.eq(take & (head == q))
-        pend = Signal(n)
-        m.d.comb += pend.eq(ack_v | nak_v)
-        i_pend = Signal()           # i_reg's QP has a pending ACK or NAK (before this take)
-        nq = self.i.payload.qpn
-        lo = _lo_bits(ab)
-        p_word = Signal(1 << lo)    # the word of `pend` holding nq's bit, as it was
-        p_took = Signal()           # ... minus a take of that QP in the same cycle
-        p_ins = Signal()            # ... plus an insert of that QP in the same cycle
-        m.d.sync += [p_word.eq(pend.word_select(nq[lo:ab], 1 << lo) if ab > lo else pend),
-                     p_took.eq(take & (head == nq)), p_ins.eq(i_valid & (q == nq))]
-        m.d.comb += i_pend.eq((p_word.bit_select(q[:lo], 1) & ~p_took) | p_ins)
+        q_ins = Signal(_ins_layout)     # q's bits as they stand (before this cycle's writes)
+        q_tk = Signal(_take_layout)
+        m.d.comb += [ins_at_in.addr.eq(nq), tk_at_in.addr.eq(nq)]
+        m.d.sync += [q_ins.eq(Mux(ins_w.en & (q == nq), ins_w.data, ins_at_in.data)),
+                     q_tk.eq(Mux(tk_w.en & (tk_w.addr == nq), tk_w.data, tk_at_in.data))]
+        # after this cycle's take: what is still pending for q
+        ack_k = Signal()
+        nak_k = Signal()
+        tk_a = Signal()             # q's take-side bits after this cycle's take
+        tk_n = Signal()
+        m.d.comb += [tk_a.eq(Mux(conflict, q_ins.ack, q_tk.ack)),
+                     tk_n.eq(Mux(conflict, q_ins.nak, q_tk.nak)),
+                     ack_k.eq(q_ins.ack ^ tk_a), nak_k.eq(q_ins.nak ^ tk_n)]
+        i_pend = Signal()           # q has a pending ACK or NAK (before this take)
+        m.d.comb += i_pend.eq((q_ins.ack ^ q_tk.ack) | (q_ins.nak ^ q_tk.nak))
         m.d.comb += [
             self.i.ready.eq(1),
             qf.i.valid.eq(i_valid & ~(i_pend & ~conflict)),
             qf.i.payload.eq(q),
         ]
-        # the take clears the head's flags; an insert in the same cycle rewrites its QP's:
         # an ACK sets the ACK flag and keeps a NAK still pending (which then came first), a NAK
         # sets the NAK flag and keeps a pending ACK
-        take_hot = Signal(n)        # = take ? 1 << head : 0
-        ins_hot = Signal(n)         # = i_valid ? 1 << q : 0
-        t_hot_hi_g = Signal(t_hi)   # take folded into the 16 high lines, not into n bits
-        m.d.comb += t_hot_hi_g.eq(t_hot_hi & take.replicate(t_hi))
-        for k in range(n):
-            m.d.comb += [take_hot[k].eq(t_hot_hi_g[k // t_lo] & t_hot_lo[k % t_lo]),
-                         ins_hot[k].eq(i_hot_hi[k // i_lo] & i_hot_lo[k % i_lo])]
-        ack_k = Signal(n)
-        nak_k = Signal(n)
-        m.d.comb += [ack_k.eq(ack_v & ~take_hot), nak_k.eq(nak_v & ~take_hot)]
-        m.d.sync += [
-            ack_v.eq(ack_k | Mux(is_ack, ins_hot, 0)),
-            nak_v.eq(nak_k | Mux(is_ack, 0, ins_hot)),
-            nak_first.eq((nak_first & ~ins_hot) | Mux(is_ack, ins_hot & nak_k, 0)),
+        m.d.comb += [
+            ins_w.addr.eq(q), ins_w.en.eq(i_valid),
+            ins_w.data.ack.eq(Mux(is_ack, ~tk_a, q_ins.ack)),
+            ins_w.data.nak.eq(Mux(is_ack, q_ins.nak, ~tk_n)),
+            ins_w.data.nak_first.eq(is_ack & nak_k),
         ]
         m.d.comb += [
             ack_w.addr.eq(q), ack_w.en.eq(i_valid & is_ack),
