@@ -48,6 +48,7 @@ writer must send one beat (with ``strb`` = 0 it writes nothing).
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..stream import Queue, check_width
@@ -134,25 +135,38 @@ def _round_robin(m, valids, last, name):
 class _Splitter:
     """Per-client burst splitters and a round-robin arbiter feeding one address channel.
 
-    Each client has its own splitter (IDLE: take a request → CALC, CALC2: next burst's length
-    in two register stages → READY). A READY client whose ``ok[i]`` holds (the caller's
-    reservation conditions, computed from ``beats[i]``/``final[i]``) is a candidate; when the channel register is free the
-    arbiter grants one candidate round-robin (``fire``: the caller reserves for ``grant``), loads
-    the address-channel register, and that client goes on to its next burst. A client that
-    cannot reserve (for example a reader whose buffer is full) does not block the others.
+    Each client has its own small splitter (IDLE: take a request → CALC: the burst limit at
+    this offset, min(beats to the page end, burst limit) → CALC2: the next burst's length and
+    whether it is the request's last → READY). A client keeps only its request's 4 KiB page
+    (the address bits above 12, loaded once), the beat offset inside the page, the beats left
+    and the pages crossed so far (0..2: a request is at most 8191 bytes); no client has an
+    adder wider than 15 bits. A READY client whose ``ok[i]`` holds (the caller's reservation
+    conditions, computed from ``beats[i]``/``final[i]``) is a candidate; candidates are
+    registered, and when the channel register is free the arbiter grants one round-robin
+    (``fire``: the caller reserves for ``grant``), loads the channel register with the page and
+    offset and that client goes on to its next burst. A burst in a page after the first gets
+    its page number added in the next cycle by the one page adder of the channel (so only a
+    burst after a page crossing takes a cycle more). A client that cannot reserve (for example
+    a reader whose buffer is full) does not block the others.
+
+    Registering the candidates is safe: a fire keeps the channel register busy for at least
+    the next cycle, so the candidates used at the next possible fire were registered after the
+    reservation of the last one.
     """
 
     def __init__(self, m, name, reqs, lb, max_beats):
         n = len(reqs)
         nb = max(n, 2)
+        pb = PAGE >> lb                 # beats in a page
+        ow = 12 - lb                    # width of the beat offset inside a page
+        lim_max = min(pb, max_beats)
         lw = range((2 * PAGE >> lb) + 2)
         self.ok = [Signal(name=f"{name}_ok_{i}") for i in range(n)]              # in
-        self.beats = [Signal(range(max_beats + 1), name=f"{name}_beats_{i}") for i in range(n)]
+        self.beats = [Signal(range(lim_max + 1), name=f"{name}_beats_{i}") for i in range(n)]
         self.final = [Signal(name=f"{name}_final_{i}") for i in range(n)]
-        self.tag = [Signal(8, name=f"{name}_tag_{i}") for i in range(n)]
         self.fire = Signal(name=f"{name}_fire")
         self.grant = Signal(range(nb), name=f"{name}_grant")
-        self.g_beats = Signal(range(max_beats + 1), name=f"{name}_g_beats")
+        self.g_beats = Signal(range(lim_max + 1), name=f"{name}_g_beats")
         self.g_final = Signal(name=f"{name}_g_final")
         self.g_tag = Signal(8, name=f"{name}_g_tag")
         self.handshake = Signal(name=f"{name}_hs")                                 # in
@@ -162,86 +176,85 @@ class _Splitter:
         self.addr = Signal(64, name=f"{name}_addr")
         self.len = Signal(8, name=f"{name}_len")
 
-        ready = []
-        addrs = []
+        ready, pages, offs, pcs, tags = [], [], [], [], []
         for i, r in enumerate(reqs):
             page = Signal(52, name=f"{name}_page_{i}")
-            page_next = Signal(52, name=f"{name}_page_next_{i}")
-            carry = Signal(name=f"{name}_carry_{i}")            # the last burst ended a page
-            off = Signal(12 - lb, name=f"{name}_off_{i}")      # beat index inside the page
-            left = Signal(lw, name=f"{name}_left_{i}")
-            end = Signal(14, name=f"{name}_end_{i}")
-            len_m1 = Mux(r.payload.len_bytes == 0, 0, r.payload.len_bytes - 1)
-            m.d.comb += end.eq(r.payload.addr[:lb] + len_m1)
-            page_beats = Signal(range((PAGE >> lb) + 1), name=f"{name}_page_beats_{i}")
-            m.d.comb += page_beats.eq((PAGE >> lb) - off)
-            # two stages (the whole min/min/compare chain missed 156 MHz on ECP5)
-            step = Signal(lw, name=f"{name}_step_{i}")          # min(left, to page end)
-            fits = Signal(name=f"{name}_fits_{i}")               # rest of request in page
-            small = Signal(name=f"{name}_small_{i}")             # rest ≤ burst limit
-            new_off = Signal(13 - lb, name=f"{name}_new_off_{i}")
+            pc = Signal(2, name=f"{name}_pc_{i}")               # pages crossed so far
+            off = Signal(ow, name=f"{name}_off_{i}")            # beat index inside the page
+            left = Signal(lw, name=f"{name}_left_{i}")          # beats still to issue
+            lim = Signal(range(lim_max + 1), name=f"{name}_lim_{i}")
+            tag = Signal(8, name=f"{name}_tag_{i}")
+            # beats of the request: ceil((addr % B + max(len, 1)) / B)
+            ln = r.payload.len_bytes
+            lenp = Cat(ln[0] | (ln == 0), ln[1:])
+            nbeats = (r.payload.addr[:lb] + lenp + ((1 << lb) - 1)) >> lb
+            new_off = Signal(ow + 1, name=f"{name}_new_off_{i}")
             m.d.comb += new_off.eq(off + self.beats[i])
             rdy = Signal(name=f"{name}_ready_{i}")
             ready.append(rdy)
-            addrs.append(Cat(Const(0, lb), off, page))
+            pages.append(page)
+            offs.append(off)
+            pcs.append(pc)
+            tags.append(tag)
             granted = self.fire & (self.grant == i)
+            # the limit at ``off``: the page end when it is nearer than the burst limit
+            if max_beats >= pb:
+                limit = pb - off
+            else:
+                limit = Mux(off >= pb - max_beats, pb - off, max_beats)
             with m.FSM(name=f"{name}_{i}"):
                 with m.State("IDLE"):
                     m.d.comb += r.ready.eq(1)
                     # the request registers follow the input in every IDLE cycle (nothing reads
-                    # them before CALC), so their enable is the state alone: with ``r.valid``
-                    # in it, the client's valid logic drove the enable of 52 + 12 flops a
-                    # block away (the whole core's worst path after placement, 24.2 ns)
+                    # them before CALC), so their enable is the state alone, not the client's
+                    # valid logic a block away
                     m.d.sync += [
-                        self.tag[i].eq(r.payload.tag), page.eq(r.payload.addr[12:]),
-                        off.eq(r.payload.addr[lb:12]), left.eq(end[lb:] + 1), carry.eq(0),
+                        tag.eq(r.payload.tag), page.eq(r.payload.addr[12:]),
+                        off.eq(r.payload.addr[lb:12]), left.eq(nbeats), pc.eq(0),
                     ]
                     with m.If(r.valid):
                         m.next = "CALC"
                 with m.State("CALC"):
-                    m.d.sync += [
-                        step.eq(Mux(left < page_beats, left, page_beats)),
-                        fits.eq(left <= page_beats),
-                        small.eq(left <= max_beats),
-                    ]
-                    # the page moves on here, not at the grant: its 52 flops are then enabled
-                    # by the state and one register (``carry``), not by the arbiter's grant
-                    # (the whole core's worst placed path after the IDLE change, 18.8 ns)
-                    with m.If(carry):
-                        m.d.sync += page.eq(page_next)
+                    m.d.sync += lim.eq(limit)
                     m.next = "CALC2"
                 with m.State("CALC2"):
                     m.d.sync += [
-                        self.beats[i].eq(Mux(step < max_beats, step, max_beats)),
-                        self.final[i].eq(fits & small),
-                        page_next.eq(page + 1),
+                        self.beats[i].eq(Mux(left <= lim, left, lim)),
+                        self.final[i].eq(left <= lim),
                     ]
                     m.next = "READY"
                 with m.State("READY"):
                     m.d.comb += rdy.eq(1)
                     with m.If(granted):
-                        m.d.sync += [left.eq(left - self.beats[i]), off.eq(new_off[:12 - lb]),
-                                     carry.eq(new_off[12 - lb])]
+                        m.d.sync += [left.eq(left - self.beats[i]), off.eq(new_off[:ow]),
+                                     pc.eq(pc + new_off[ow])]
                         m.next = "CALC"
                         with m.If(self.final[i]):
                             m.next = "IDLE"
 
         last = Signal(range(nb), name=f"{name}_last")
-        cands = [ready[i] & self.ok[i] for i in range(n)]
-        m.d.comb += self.grant.eq(_round_robin(m, cands, last, name))
+        cands = Signal(n, name=f"{name}_cands")
+        m.d.sync += cands.eq(Cat(*(ready[i] & self.ok[i] for i in range(n))))
+        m.d.comb += self.grant.eq(_round_robin(m, list(cands), last, name))
+        inc = Signal(2, name=f"{name}_inc")                     # page add pending
+        busy = Signal(name=f"{name}_busy")
+        m.d.comb += busy.eq(self.valid | (inc != 0))
+        g_page = Signal(52, name=f"{name}_g_page")
+        g_off = Signal(ow, name=f"{name}_g_off")
+        g_pc = Signal(2, name=f"{name}_g_pc")
         with m.Switch(self.grant):
             for i in range(n):
                 with m.Case(i):
                     m.d.comb += [self.g_beats.eq(self.beats[i]), self.g_final.eq(self.final[i]),
-                                 self.g_tag.eq(self.tag[i])]
-        m.d.comb += self.fire.eq(~self.valid & Cat(*cands).any())
+                                 self.g_tag.eq(tags[i]), g_page.eq(pages[i]),
+                                 g_off.eq(offs[i]), g_pc.eq(pcs[i])]
+        m.d.comb += self.fire.eq(~busy & cands.any())
         with m.If(self.fire):
-            m.d.sync += [self.valid.eq(1), self.client.eq(self.grant), last.eq(self.grant),
-                         self.len.eq(self.g_beats - 1)]
-            with m.Switch(self.grant):
-                for i in range(n):
-                    with m.Case(i):
-                        m.d.sync += self.addr.eq(addrs[i])
+            m.d.sync += [self.valid.eq(g_pc == 0), inc.eq(g_pc), self.client.eq(self.grant),
+                         last.eq(self.grant), self.len.eq(self.g_beats - 1),
+                         self.addr.eq(Cat(Const(0, lb), g_off, g_page))]
+        with m.Elif(inc != 0):
+            m.d.sync += [self.addr[12:].eq(self.addr[12:] + inc), inc.eq(0), self.valid.eq(1)]
         with m.Elif(self.handshake):
             m.d.sync += self.valid.eq(0)
 
@@ -346,25 +359,99 @@ class HostMemory(wiring.Component):
         if R == 0:
             return
         axi = self.axi
+        W = self.width
         max_beats = self.max_burst
-        bufs, metas, credits = [], [], []
-        for i, port in enumerate(self.read_ports):
-            depth = self.read_buffer[i]
-            buf = Queue(read_beat_layout(self.width), depth)
-            meta = Queue(_meta_layout, self.max_reads, buffered=False)
-            m.submodules[f"rbuf_{i}"] = buf
-            m.submodules[f"rmeta_{i}"] = meta
-            wiring.connect(m, buf.o, wiring.flipped(port.resp))
-            bufs.append(buf)
-            metas.append(meta)
-            credits.append(Signal(range(depth + 1), init=depth,
-                                  name=f"rcredit_{i}"))
+        bufs = self.read_buffer
+        # one block RAM of every client's response buffer: client i owns a region of
+        # read_buffer[i] beats. Largest first: power-of-two regions then sit at aligned bases
+        # and a region address is its base bits and the pointer, without an adder.
+        base, top = [0] * R, 0
+        for i in sorted(range(R), key=lambda i: -bufs[i]):
+            base[i], top = top, top + bufs[i]
+        aw = max(top - 1, 1).bit_length()
+        m.submodules.rbuf = rbuf = Memory(shape=W + 2, depth=top, init=[])
+        wp = rbuf.write_port()
+        rp = rbuf.read_port(transparent_for=())
 
+        def region(i, ptr):
+            size = bufs[i]
+            if size & (size - 1) == 0 and base[i] % size == 0:
+                return Cat(ptr[:(size - 1).bit_length()], Const(base[i] >> (size - 1).bit_length(),
+                                                                aw - (size - 1).bit_length()))
+            return (base[i] + ptr)[:aw]
+
+        def incr(ptr, size):
+            return (ptr + 1)[:len(ptr)] if size == 1 << len(ptr) else Mux(ptr == size - 1, 0,
+                                                                         ptr + 1)
+
+        # per burst {tag, final} from the grant until the client has taken its last beat
+        mdepth = max(16, self.max_reads)
+        metas, credits = [], []
         sp = _Splitter(m, "ar", [p.req for p in self.read_ports], lb, max_beats)
         outstanding = Signal(range(self.max_reads + 1), name="reads_outstanding")
-        for i in range(R):
-            m.d.comb += sp.ok[i].eq((credits[i] >= sp.beats[i]) & metas[i].i.ready
-                                    & (outstanding < self.max_reads))
+        retire = Signal()
+        # the read issued in the last cycle: its word is on the RAM's output now
+        pend = Signal(name="rd_pend")
+        pend_client = Signal(range(max(R, 2)), name="rd_pend_client")
+        rd_last = Signal(range(max(R, 2)), name="rd_last")
+        wants, raddrs = [], []
+        for i, port in enumerate(self.read_ports):
+            size = bufs[i]
+            meta = Queue(_meta_layout, mdepth, buffered=False)
+            m.submodules[f"rmeta_{i}"] = meta
+            metas.append(meta)
+            credit = Signal(range(size + 1), init=size, name=f"rcredit_{i}")
+            credits.append(credit)
+            wptr = Signal(range(size), name=f"rwptr_{i}")
+            rptr = Signal(range(size), name=f"rrptr_{i}")
+            cnt = Signal(range(size + 1), name=f"rcnt_{i}")      # in the RAM, not yet out
+            o_valid = Signal(name=f"ro_valid_{i}")
+            o_word = Signal(W + 2, name=f"ro_word_{i}")          # {data, burst end, err}
+            hit = axi.r_valid & (axi.r_id == i)
+            with m.If(hit):
+                m.d.comb += [wp.en.eq(1), wp.addr.eq(region(i, wptr))]
+                m.d.sync += wptr.eq(incr(wptr, size))
+                m.d.comb += retire.eq(axi.r_last)
+            taken = o_valid & port.resp.ready
+            land = Signal(name=f"rland_{i}")
+            m.d.comb += land.eq(pend & (pend_client == i) & (~o_valid | port.resp.ready))
+            with m.If(land):
+                m.d.sync += [o_word.eq(rp.data), o_valid.eq(1), rptr.eq(incr(rptr, size))]
+            with m.Elif(taken):
+                m.d.sync += o_valid.eq(0)
+            m.d.sync += cnt.eq(cnt + hit - land)
+            # read the next word when there is one beyond the word landing now and the output
+            # register is free or being taken (a client that holds its beat is not read for)
+            want = Signal(name=f"rwant_{i}")
+            m.d.comb += want.eq(Mux(land, cnt >= 2, cnt != 0) & (~o_valid | port.resp.ready))
+            wants.append(want)
+            raddrs.append(region(i, Mux(land, incr(rptr, size), rptr)))
+            m.d.comb += [
+                port.resp.valid.eq(o_valid),
+                port.resp.payload.data.eq(o_word[:W]),
+                port.resp.payload.err.eq(o_word[W + 1]),
+                port.resp.payload.tag.eq(meta.o.payload.tag),
+                port.resp.payload.last.eq(o_word[W] & meta.o.payload.final),
+                meta.o.ready.eq(taken & o_word[W]),
+            ]
+            mine = sp.fire & (sp.grant == i)
+            m.d.comb += [
+                meta.i.valid.eq(mine),
+                meta.i.payload.tag.eq(sp.g_tag),
+                meta.i.payload.final.eq(sp.g_final),
+                sp.ok[i].eq((credit >= sp.beats[i]) & meta.i.ready
+                            & (outstanding < self.max_reads)),
+            ]
+            m.d.sync += credit.eq(credit - Mux(mine, sp.g_beats, 0) + taken)
+        m.d.comb += [wp.data.eq(Cat(axi.r_data, axi.r_last, axi.r_resp != 0))]
+        sel = _round_robin(m, wants, rd_last, "rd")
+        m.d.sync += [pend.eq(Cat(*wants).any()), pend_client.eq(sel)]
+        with m.If(Cat(*wants).any()):
+            m.d.sync += rd_last.eq(sel)
+        with m.Switch(sel):
+            for i in range(R):
+                with m.Case(i):
+                    m.d.comb += rp.addr.eq(raddrs[i])
         m.d.comb += [
             sp.handshake.eq(sp.valid & axi.ar_ready),
             axi.ar_valid.eq(sp.valid),
@@ -372,25 +459,6 @@ class HostMemory(wiring.Component):
             axi.ar_addr.eq(sp.addr),
             axi.ar_len.eq(sp.len),
         ]
-        retire = Signal()
-        for i in range(R):
-            hit = axi.r_valid & (axi.r_id == i)
-            mine = sp.fire & (sp.grant == i)
-            m.d.comb += [
-                metas[i].i.valid.eq(mine),
-                metas[i].i.payload.tag.eq(sp.g_tag),
-                metas[i].i.payload.final.eq(sp.g_final),
-                bufs[i].i.valid.eq(hit),
-                bufs[i].i.payload.data.eq(axi.r_data),
-                bufs[i].i.payload.err.eq(axi.r_resp != 0),
-                bufs[i].i.payload.tag.eq(metas[i].o.payload.tag),
-                bufs[i].i.payload.last.eq(axi.r_last & metas[i].o.payload.final),
-                metas[i].o.ready.eq(hit & axi.r_last),
-            ]
-            with m.If(hit & axi.r_last):
-                m.d.comb += retire.eq(1)
-            popped = bufs[i].o.valid & bufs[i].o.ready
-            m.d.sync += credits[i].eq(credits[i] - Mux(mine, sp.g_beats, 0) + popped)
         m.d.sync += outstanding.eq(outstanding + sp.fire - retire)
 
     def _elaborate_writes(self, m, lb):
