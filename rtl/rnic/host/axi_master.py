@@ -46,7 +46,7 @@ may cross several 4 KiB pages). ``len_bytes`` = 0 moves one beat: a reader gets 
 writer must send one beat (with ``strb`` = 0 it writes nothing).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -133,128 +133,130 @@ def _round_robin(m, valids, last, name):
 
 
 class _Splitter:
-    """Per-client burst splitters and a round-robin arbiter feeding one address channel.
+    """The burst splitter and round-robin arbiter of one address channel, shared by its clients.
 
-    Each client has its own small splitter (IDLE: take a request → CALC: the burst limit at
-    this offset, min(beats to the page end, burst limit) → CALC2: the next burst's length and
-    whether it is the request's last → READY). A client keeps only its request's 4 KiB page
-    (the address bits above 12, loaded once), the beat offset inside the page, the beats left
-    and the pages crossed so far (0..2: a request is at most 8191 bytes); no client has an
-    adder wider than 15 bits. A READY client whose ``ok[i]`` holds (the caller's reservation
-    conditions, computed from ``beats[i]``/``final[i]``) is a candidate; candidates are
-    registered, and when the channel register is free the arbiter grants one round-robin
-    (``fire``: the caller reserves for ``grant``), loads the channel register with the page and
-    offset and that client goes on to its next burst. A burst in a page after the first gets
-    its page number added in the next cycle by the one page adder of the channel (so only a
-    burst after a page crossing takes a cycle more). A client that cannot reserve (for example
-    a reader whose buffer is full) does not block the others.
+    Each client's request lives in three small LUT-RAM tables indexed by client: its 4 KiB page
+    (address bits 63..12), its tag, and its progress {beat offset inside the page, beats left}.
+    One three-stage pipeline visits the clients in turn, one client per cycle, each every
+    ``P = max(clients, 3)`` cycles (so a client's table row is written before its next visit):
 
-    Registering the candidates is safe: a fire keeps the channel register busy for at least
-    the next cycle, so the candidates used at the next possible fire were registered after the
-    reservation of the last one.
+    * S0 reads the client's progress and the beats to its page end;
+    * S1 takes the next burst: ``min(beats left, beats to the page end, burst limit)``, and
+      whether it is the request's last;
+    * S2 either accepts a new request (an idle client: ``ready`` is high in this one cycle, the
+      tables are written from its payload) or offers the burst to the caller (``cand``, with
+      ``grant``/``beats``/``final``; the caller answers ``ok`` from its reservation conditions).
+      When ``ok`` and the channel register is free the burst fires: the channel register is
+      loaded with the page and offset, the progress written back, and a burst that ends at its
+      page's end writes the page + 1 (the channel's one 52-bit incrementer).
+
+    The turns are the round robin; a client that cannot reserve (a reader whose buffer is full)
+    just lets its turn pass. Every handshake signal towards a client (``ready``) and every
+    table write enable is decoded from pipeline registers: a client's ``valid`` reaches only
+    its ``active`` flag.
     """
 
     def __init__(self, m, name, reqs, lb, max_beats):
         n = len(reqs)
         nb = max(n, 2)
+        P = max(n, 3)
         pb = PAGE >> lb                 # beats in a page
         ow = 12 - lb                    # width of the beat offset inside a page
         lim_max = min(pb, max_beats)
         lw = range((2 * PAGE >> lb) + 2)
-        self.ok = [Signal(name=f"{name}_ok_{i}") for i in range(n)]              # in
-        self.beats = [Signal(range(lim_max + 1), name=f"{name}_beats_{i}") for i in range(n)]
-        self.final = [Signal(name=f"{name}_final_{i}") for i in range(n)]
+        lwb = Shape.cast(lw).width
+        self.ok = Signal(name=f"{name}_ok")                                       # in
+        self.handshake = Signal(name=f"{name}_hs")                                # in
+        self.cand = Signal(name=f"{name}_cand")
         self.fire = Signal(name=f"{name}_fire")
         self.grant = Signal(range(nb), name=f"{name}_grant")
-        self.g_beats = Signal(range(lim_max + 1), name=f"{name}_g_beats")
-        self.g_final = Signal(name=f"{name}_g_final")
+        self.beats = Signal(range(lim_max + 1), name=f"{name}_beats")
+        self.final = Signal(name=f"{name}_final")
         self.g_tag = Signal(8, name=f"{name}_g_tag")
-        self.handshake = Signal(name=f"{name}_hs")                                 # in
         # the address-channel register
         self.valid = Signal(name=f"{name}_valid")
         self.client = Signal(range(nb), name=f"{name}_client")
         self.addr = Signal(64, name=f"{name}_addr")
         self.len = Signal(8, name=f"{name}_len")
 
-        ready, pages, offs, pcs, tags = [], [], [], [], []
-        for i, r in enumerate(reqs):
-            page = Signal(52, name=f"{name}_page_{i}")
-            pc = Signal(2, name=f"{name}_pc_{i}")               # pages crossed so far
-            off = Signal(ow, name=f"{name}_off_{i}")            # beat index inside the page
-            left = Signal(lw, name=f"{name}_left_{i}")          # beats still to issue
-            lim = Signal(range(lim_max + 1), name=f"{name}_lim_{i}")
-            tag = Signal(8, name=f"{name}_tag_{i}")
-            # beats of the request: ceil((addr % B + max(len, 1)) / B)
-            ln = r.payload.len_bytes
-            lenp = Cat(ln[0] | (ln == 0), ln[1:])
-            nbeats = (r.payload.addr[:lb] + lenp + ((1 << lb) - 1)) >> lb
-            new_off = Signal(ow + 1, name=f"{name}_new_off_{i}")
-            m.d.comb += new_off.eq(off + self.beats[i])
-            rdy = Signal(name=f"{name}_ready_{i}")
-            ready.append(rdy)
-            pages.append(page)
-            offs.append(off)
-            pcs.append(pc)
-            tags.append(tag)
-            granted = self.fire & (self.grant == i)
-            # the limit at ``off``: the page end when it is nearer than the burst limit
-            if max_beats >= pb:
-                limit = pb - off
-            else:
-                limit = Mux(off >= pb - max_beats, pb - off, max_beats)
-            with m.FSM(name=f"{name}_{i}"):
-                with m.State("IDLE"):
-                    m.d.comb += r.ready.eq(1)
-                    # the request registers follow the input in every IDLE cycle (nothing reads
-                    # them before CALC), so their enable is the state alone, not the client's
-                    # valid logic a block away
-                    m.d.sync += [
-                        tag.eq(r.payload.tag), page.eq(r.payload.addr[12:]),
-                        off.eq(r.payload.addr[lb:12]), left.eq(nbeats), pc.eq(0),
-                    ]
-                    with m.If(r.valid):
-                        m.next = "CALC"
-                with m.State("CALC"):
-                    m.d.sync += lim.eq(limit)
-                    m.next = "CALC2"
-                with m.State("CALC2"):
-                    m.d.sync += [
-                        self.beats[i].eq(Mux(left <= lim, left, lim)),
-                        self.final[i].eq(left <= lim),
-                    ]
-                    m.next = "READY"
-                with m.State("READY"):
-                    m.d.comb += rdy.eq(1)
-                    with m.If(granted):
-                        m.d.sync += [left.eq(left - self.beats[i]), off.eq(new_off[:ow]),
-                                     pc.eq(pc + new_off[ow])]
-                        m.next = "CALC"
-                        with m.If(self.final[i]):
-                            m.next = "IDLE"
+        prog = Memory(shape=ow + lwb, depth=n, init=[])        # {offset, beats left}
+        pages = Memory(shape=52, depth=n, init=[])
+        tags = Memory(shape=8, depth=n, init=[])
+        m.submodules[f"{name}_prog"] = prog
+        m.submodules[f"{name}_pages"] = pages
+        m.submodules[f"{name}_tags"] = tags
+        prog_r, prog_w = prog.read_port(domain="comb"), prog.write_port()
+        page_r, page_w = pages.read_port(domain="comb"), pages.write_port()
+        tag_r, tag_w = tags.read_port(domain="comb"), tags.write_port()
+        active = Signal(n, name=f"{name}_active")              # holds a request
 
-        last = Signal(range(nb), name=f"{name}_last")
-        cands = Signal(n, name=f"{name}_cands")
-        m.d.sync += cands.eq(Cat(*(ready[i] & self.ok[i] for i in range(n))))
-        m.d.comb += self.grant.eq(_round_robin(m, list(cands), last, name))
-        inc = Signal(2, name=f"{name}_inc")                     # page add pending
-        busy = Signal(name=f"{name}_busy")
-        m.d.comb += busy.eq(self.valid | (inc != 0))
-        g_page = Signal(52, name=f"{name}_g_page")
-        g_off = Signal(ow, name=f"{name}_g_off")
-        g_pc = Signal(2, name=f"{name}_g_pc")
-        with m.Switch(self.grant):
-            for i in range(n):
+        # S0: the client of this turn
+        slot = Signal(range(P), name=f"{name}_slot")
+        m.d.sync += slot.eq(Mux(slot == P - 1, 0, slot + 1))
+        m.d.comb += prog_r.addr.eq(slot)
+        off0, left0 = prog_r.data[:ow], prog_r.data[ow:]
+        s1_v = Signal(name=f"{name}_s1_v")
+        s1_c = Signal(range(nb), name=f"{name}_s1_c")
+        s1_acc = Signal(name=f"{name}_s1_acc")
+        s1_off = Signal(ow, name=f"{name}_s1_off")
+        s1_left = Signal(lw, name=f"{name}_s1_left")
+        s1_end = Signal(range(pb + 1), name=f"{name}_s1_end")   # beats to the page end
+        m.d.sync += [s1_v.eq(slot < n), s1_c.eq(slot), s1_acc.eq(~active.bit_select(slot, 1)),
+                     s1_off.eq(off0), s1_left.eq(left0), s1_end.eq(pb - off0)]
+
+        # S1: the next burst
+        s2_v = Signal(name=f"{name}_s2_v")
+        s2_c = Signal(range(nb), name=f"{name}_s2_c")
+        s2_acc = Signal(name=f"{name}_s2_acc")
+        s2_off = Signal(ow, name=f"{name}_s2_off")
+        s2_left = Signal(lw, name=f"{name}_s2_left")
+        in_page = s1_left <= s1_end
+        if max_beats >= pb:
+            final = in_page
+            beats = Mux(in_page, s1_left, s1_end)
+        else:
+            final = in_page & (s1_left <= max_beats)
+            beats = Mux(final, s1_left, Mux(s1_end <= max_beats, s1_end, max_beats))
+        m.d.sync += [s2_v.eq(s1_v), s2_c.eq(s1_c), s2_acc.eq(s1_acc), s2_off.eq(s1_off),
+                     s2_left.eq(s1_left), self.beats.eq(beats), self.final.eq(final)]
+
+        # S2: accept a request or offer the burst
+        acc = Signal(name=f"{name}_acc")
+        m.d.comb += [acc.eq(s2_v & s2_acc), self.cand.eq(s2_v & ~s2_acc),
+                     self.grant.eq(s2_c),
+                     self.fire.eq(self.cand & self.ok & ~self.valid)]
+        req = Signal(req_layout, name=f"{name}_req")
+        req_valid = Signal(name=f"{name}_req_valid")
+        with m.Switch(s2_c):
+            for i, r in enumerate(reqs):
                 with m.Case(i):
-                    m.d.comb += [self.g_beats.eq(self.beats[i]), self.g_final.eq(self.final[i]),
-                                 self.g_tag.eq(tags[i]), g_page.eq(pages[i]),
-                                 g_off.eq(offs[i]), g_pc.eq(pcs[i])]
-        m.d.comb += self.fire.eq(~busy & cands.any())
+                    m.d.comb += [req.eq(r.payload), req_valid.eq(r.valid), r.ready.eq(acc)]
+        ln = req.len_bytes
+        lenp = Cat(ln[0] | (ln == 0), ln[1:])               # len_bytes 0 moves one beat
+        nbeats = (req.addr[:lb] + lenp + ((1 << lb) - 1)) >> lb
+        new_off = Signal(ow + 1, name=f"{name}_new_off")
+        m.d.comb += new_off.eq(s2_off + self.beats)
+        # the tables of an idle client are written in its accept turn whether or not a
+        # request is there (nothing reads them before it is active)
+        m.d.comb += [
+            prog_w.addr.eq(s2_c), page_w.addr.eq(s2_c), tag_w.addr.eq(s2_c),
+            page_r.addr.eq(s2_c), tag_r.addr.eq(s2_c),
+            prog_w.en.eq(acc | self.fire),
+            prog_w.data.eq(Mux(acc, Cat(req.addr[lb:12], nbeats),
+                               Cat(new_off[:ow], s2_left - self.beats))),
+            page_w.en.eq(acc | (self.fire & new_off[ow])),
+            page_w.data.eq(Mux(acc, req.addr[12:], page_r.data + 1)),
+            tag_w.en.eq(acc), tag_w.data.eq(req.tag),
+            self.g_tag.eq(tag_r.data),
+        ]
+        with m.If(acc & req_valid):
+            m.d.sync += active.bit_select(s2_c, 1).eq(1)
+        with m.If(self.fire & self.final):
+            m.d.sync += active.bit_select(s2_c, 1).eq(0)
+
         with m.If(self.fire):
-            m.d.sync += [self.valid.eq(g_pc == 0), inc.eq(g_pc), self.client.eq(self.grant),
-                         last.eq(self.grant), self.len.eq(self.g_beats - 1),
-                         self.addr.eq(Cat(Const(0, lb), g_off, g_page))]
-        with m.Elif(inc != 0):
-            m.d.sync += [self.addr[12:].eq(self.addr[12:] + inc), inc.eq(0), self.valid.eq(1)]
+            m.d.sync += [self.valid.eq(1), self.client.eq(s2_c), self.len.eq(self.beats - 1),
+                         self.addr.eq(Cat(Const(0, lb), s2_off, page_r.data))]
         with m.Elif(self.handshake):
             m.d.sync += self.valid.eq(0)
 
@@ -360,34 +362,35 @@ class HostMemory(wiring.Component):
             return
         axi = self.axi
         W = self.width
-        max_beats = self.max_burst
         bufs = self.read_buffer
-        # one block RAM of every client's response buffer: client i owns a region of
+        # one block RAM holds every client's response buffer: client i owns a region of
         # read_buffer[i] beats. Largest first: power-of-two regions then sit at aligned bases
         # and a region address is its base bits and the pointer, without an adder.
         base, top = [0] * R, 0
         for i in sorted(range(R), key=lambda i: -bufs[i]):
             base[i], top = top, top + bufs[i]
         aw = max(top - 1, 1).bit_length()
-        m.submodules.rbuf = rbuf = Memory(shape=W + 2, depth=top, init=[])
+        # A read never meets a write of the same word (a word is read only once the region's
+        # write pointer is past it), so the block RAM needs no read-during-write logic (yosys
+        # would emulate it with a register on every write data bit).
+        m.submodules.rbuf = rbuf = Memory(shape=W + 2, depth=top, init=[],
+                                          attrs={"no_rw_check": 1})
         wp = rbuf.write_port()
         rp = rbuf.read_port(transparent_for=())
 
         def region(i, ptr):
-            size = bufs[i]
-            if size & (size - 1) == 0 and base[i] % size == 0:
-                return Cat(ptr[:(size - 1).bit_length()], Const(base[i] >> (size - 1).bit_length(),
-                                                                aw - (size - 1).bit_length()))
+            k = (bufs[i] - 1).bit_length()
+            if bufs[i] == 1 << k and base[i] % bufs[i] == 0:
+                return Cat(ptr[:k], Const(base[i] >> k, aw - k))
             return (base[i] + ptr)[:aw]
 
-        def incr(ptr, size):
-            return (ptr + 1)[:len(ptr)] if size == 1 << len(ptr) else Mux(ptr == size - 1, 0,
-                                                                         ptr + 1)
+        def step(ptr, ph, size):
+            """A region pointer and its wrap phase, one place on."""
+            if size == 1 << len(ptr):
+                return (ptr + 1)[:len(ptr)], ph ^ ptr.all()
+            return Mux(ptr == size - 1, 0, ptr + 1), ph ^ (ptr == size - 1)
 
-        # per burst {tag, final} from the grant until the client has taken its last beat
-        mdepth = max(16, self.max_reads)
-        metas, credits = [], []
-        sp = _Splitter(m, "ar", [p.req for p in self.read_ports], lb, max_beats)
+        sp = _Splitter(m, "ar", [p.req for p in self.read_ports], lb, self.max_burst)
         outstanding = Signal(range(self.max_reads + 1), name="reads_outstanding")
         retire = Signal()
         # the read issued in the last cycle: its word is on the RAM's output now
@@ -395,37 +398,42 @@ class HostMemory(wiring.Component):
         pend_client = Signal(range(max(R, 2)), name="rd_pend_client")
         rd_last = Signal(range(max(R, 2)), name="rd_last")
         wants, raddrs = [], []
+        mdepth = max(16, self.max_reads)
         for i, port in enumerate(self.read_ports):
             size = bufs[i]
+            # per burst {tag, final}, from the grant until the client has taken its last beat
             meta = Queue(_meta_layout, mdepth, buffered=False)
             m.submodules[f"rmeta_{i}"] = meta
-            metas.append(meta)
             credit = Signal(range(size + 1), init=size, name=f"rcredit_{i}")
-            credits.append(credit)
+            res = Signal(range(size + 1), name=f"rres_{i}")     # reserved at the last grant
             wptr = Signal(range(size), name=f"rwptr_{i}")
+            wph = Signal(name=f"rwph_{i}")
             rptr = Signal(range(size), name=f"rrptr_{i}")
-            cnt = Signal(range(size + 1), name=f"rcnt_{i}")      # in the RAM, not yet out
+            rph = Signal(name=f"rrph_{i}")
             o_valid = Signal(name=f"ro_valid_{i}")
             o_word = Signal(W + 2, name=f"ro_word_{i}")          # {data, burst end, err}
             hit = axi.r_valid & (axi.r_id == i)
             with m.If(hit):
-                m.d.comb += [wp.en.eq(1), wp.addr.eq(region(i, wptr))]
-                m.d.sync += wptr.eq(incr(wptr, size))
-                m.d.comb += retire.eq(axi.r_last)
+                m.d.comb += [wp.en.eq(1), wp.addr.eq(region(i, wptr)), retire.eq(axi.r_last)]
+                m.d.sync += Cat(wptr, wph).eq(Cat(*step(wptr, wph, size)))
             taken = o_valid & port.resp.ready
             land = Signal(name=f"rland_{i}")
             m.d.comb += land.eq(pend & (pend_client == i) & (~o_valid | port.resp.ready))
+            nptr, nph = step(rptr, rph, size)
             with m.If(land):
-                m.d.sync += [o_word.eq(rp.data), o_valid.eq(1), rptr.eq(incr(rptr, size))]
+                m.d.sync += [o_word.eq(rp.data), o_valid.eq(1), rptr.eq(nptr), rph.eq(nph)]
             with m.Elif(taken):
                 m.d.sync += o_valid.eq(0)
-            m.d.sync += cnt.eq(cnt + hit - land)
             # read the next word when there is one beyond the word landing now and the output
             # register is free or being taken (a client that holds its beat is not read for)
+            rd_ptr = Signal(range(size), name=f"rd_ptr_{i}")
+            rd_ph = Signal(name=f"rd_ph_{i}")
+            m.d.comb += [rd_ptr.eq(Mux(land, nptr, rptr)), rd_ph.eq(Mux(land, nph, rph))]
             want = Signal(name=f"rwant_{i}")
-            m.d.comb += want.eq(Mux(land, cnt >= 2, cnt != 0) & (~o_valid | port.resp.ready))
+            m.d.comb += want.eq((Cat(rd_ptr, rd_ph) != Cat(wptr, wph))
+                                & (~o_valid | port.resp.ready))
             wants.append(want)
-            raddrs.append(region(i, Mux(land, incr(rptr, size), rptr)))
+            raddrs.append(region(i, rd_ptr))
             m.d.comb += [
                 port.resp.valid.eq(o_valid),
                 port.resp.payload.data.eq(o_word[:W]),
@@ -438,12 +446,15 @@ class HostMemory(wiring.Component):
             m.d.comb += [
                 meta.i.valid.eq(mine),
                 meta.i.payload.tag.eq(sp.g_tag),
-                meta.i.payload.final.eq(sp.g_final),
-                sp.ok[i].eq((credit >= sp.beats[i]) & meta.i.ready
-                            & (outstanding < self.max_reads)),
+                meta.i.payload.final.eq(sp.final),
             ]
-            m.d.sync += credit.eq(credit - Mux(mine, sp.g_beats, 0) + taken)
-        m.d.comb += [wp.data.eq(Cat(axi.r_data, axi.r_last, axi.r_resp != 0))]
+            with m.If(sp.grant == i):
+                m.d.comb += sp.ok.eq((credit >= sp.beats) & meta.i.ready
+                                     & (outstanding < self.max_reads))
+            # the reservation is taken from the credit a cycle later (this client's next
+            # turn is three cycles away)
+            m.d.sync += [res.eq(Mux(mine, sp.beats, 0)), credit.eq(credit - res + taken)]
+        m.d.comb += wp.data.eq(Cat(axi.r_data, axi.r_last, axi.r_resp != 0))
         sel = _round_robin(m, wants, rd_last, "rd")
         m.d.sync += [pend.eq(Cat(*wants).any()), pend_client.eq(sel)]
         with m.If(Cat(*wants).any()):
@@ -486,8 +497,9 @@ class HostMemory(wiring.Component):
         sp = _Splitter(m, "aw", [p.req for p in self.write_ports], lb, max_beats)
         outstanding = Signal(range(self.max_writes + 1), name="writes_outstanding")
         for j in range(C):
-            m.d.comb += sp.ok[j].eq(metas[j].i.ready & (~sp.final[j] | (dcredits[j] != 0))
-                                    & jobs.i.ready & (outstanding < self.max_writes))
+            with m.If(sp.grant == j):
+                m.d.comb += sp.ok.eq(metas[j].i.ready & (~sp.final | (dcredits[j] != 0))
+                                     & jobs.i.ready & (outstanding < self.max_writes))
         m.d.comb += [
             sp.handshake.eq(sp.valid & axi.aw_ready),
             axi.aw_valid.eq(sp.valid),
@@ -496,7 +508,7 @@ class HostMemory(wiring.Component):
             axi.aw_len.eq(sp.len),
             jobs.i.valid.eq(sp.fire),
             jobs.i.payload.client.eq(sp.grant),
-            jobs.i.payload.beats.eq(sp.g_beats),
+            jobs.i.payload.beats.eq(sp.beats),
         ]
 
         # B: retire bursts, complete requests
@@ -509,7 +521,7 @@ class HostMemory(wiring.Component):
             m.d.comb += [
                 metas[j].i.valid.eq(mine),
                 metas[j].i.payload.tag.eq(sp.g_tag),
-                metas[j].i.payload.final.eq(sp.g_final),
+                metas[j].i.payload.final.eq(sp.final),
                 metas[j].o.ready.eq(hit),
                 dones[j].i.valid.eq(hit & final),
                 dones[j].i.payload.tag.eq(metas[j].o.payload.tag),
@@ -519,7 +531,7 @@ class HostMemory(wiring.Component):
                 m.d.comb += retire.eq(1)
                 m.d.sync += errs[j].eq(Mux(final, 0, errs[j] | bad))
             popped = dones[j].o.valid & dones[j].o.ready
-            m.d.sync += dcredits[j].eq(dcredits[j] - (mine & sp.g_final) + popped)
+            m.d.sync += dcredits[j].eq(dcredits[j] - (mine & sp.final) + popped)
         m.d.sync += outstanding.eq(outstanding + sp.fire - retire)
 
         # W: forward each burst's beats from its client
