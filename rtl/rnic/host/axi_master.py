@@ -179,7 +179,8 @@ class _Splitter:
         self.addr = Signal(64, name=f"{name}_addr")
         self.len = Signal(8, name=f"{name}_len")
 
-        prog = Memory(shape=ow + lwb, depth=n, init=[])        # {offset, beats left}
+        # {beat offset from the start of the request's first page (0..3 pages), beats left}
+        prog = Memory(shape=ow + 2 + lwb, depth=n, init=[])
         pages = Memory(shape=52, depth=n, init=[])
         tags = Memory(shape=8, depth=n, init=[])
         m.submodules[f"{name}_prog"] = prog
@@ -194,21 +195,21 @@ class _Splitter:
         slot = Signal(range(P), name=f"{name}_slot")
         m.d.sync += slot.eq(Mux(slot == P - 1, 0, slot + 1))
         m.d.comb += prog_r.addr.eq(slot)
-        off0, left0 = prog_r.data[:ow], prog_r.data[ow:]
+        off0, left0 = prog_r.data[:ow + 2], prog_r.data[ow + 2:]
         s1_v = Signal(name=f"{name}_s1_v")
         s1_c = Signal(range(nb), name=f"{name}_s1_c")
         s1_acc = Signal(name=f"{name}_s1_acc")
-        s1_off = Signal(ow, name=f"{name}_s1_off")
+        s1_off = Signal(ow + 2, name=f"{name}_s1_off")
         s1_left = Signal(lw, name=f"{name}_s1_left")
         s1_end = Signal(range(pb + 1), name=f"{name}_s1_end")   # beats to the page end
         m.d.sync += [s1_v.eq(slot < n), s1_c.eq(slot), s1_acc.eq(~active.bit_select(slot, 1)),
-                     s1_off.eq(off0), s1_left.eq(left0), s1_end.eq(pb - off0)]
+                     s1_off.eq(off0), s1_left.eq(left0), s1_end.eq(pb - off0[:ow])]
 
         # S1: the next burst
         s2_v = Signal(name=f"{name}_s2_v")
         s2_c = Signal(range(nb), name=f"{name}_s2_c")
         s2_acc = Signal(name=f"{name}_s2_acc")
-        s2_off = Signal(ow, name=f"{name}_s2_off")
+        s2_off = Signal(ow + 2, name=f"{name}_s2_off")
         s2_left = Signal(lw, name=f"{name}_s2_left")
         in_page = s1_left <= s1_end
         if max_beats >= pb:
@@ -231,21 +232,19 @@ class _Splitter:
             for i, r in enumerate(reqs):
                 with m.Case(i):
                     m.d.comb += [req.eq(r.payload), req_valid.eq(r.valid), r.ready.eq(acc)]
-        ln = req.len_bytes
-        lenp = Cat(ln[0] | (ln == 0), ln[1:])               # len_bytes 0 moves one beat
-        nbeats = (req.addr[:lb] + lenp + ((1 << lb) - 1)) >> lb
-        new_off = Signal(ow + 1, name=f"{name}_new_off")
-        m.d.comb += new_off.eq(s2_off + self.beats)
+        # beats of the request, ceil((addr % B + len) / B); len_bytes 0 moves one beat
+        nbeats = Signal(lw, name=f"{name}_nbeats")
+        m.d.comb += nbeats.eq((req.len_bytes + (req.addr[:lb] + ((1 << lb) - 1))) >> lb)
         # the tables of an idle client are written in its accept turn whether or not a
         # request is there (nothing reads them before it is active)
         m.d.comb += [
             prog_w.addr.eq(s2_c), page_w.addr.eq(s2_c), tag_w.addr.eq(s2_c),
             page_r.addr.eq(s2_c), tag_r.addr.eq(s2_c),
             prog_w.en.eq(acc | self.fire),
-            prog_w.data.eq(Mux(acc, Cat(req.addr[lb:12], nbeats),
-                               Cat(new_off[:ow], s2_left - self.beats))),
-            page_w.en.eq(acc | (self.fire & new_off[ow])),
-            page_w.data.eq(Mux(acc, req.addr[12:], page_r.data + 1)),
+            prog_w.data.eq(Mux(acc, Cat(req.addr[lb:12], Const(0, 2),
+                                        nbeats | (req.len_bytes == 0)),
+                               Cat((s2_off + self.beats)[:ow + 2], s2_left - self.beats))),
+            page_w.en.eq(acc), page_w.data.eq(req.addr[12:]),
             tag_w.en.eq(acc), tag_w.data.eq(req.tag),
             self.g_tag.eq(tag_r.data),
         ]
@@ -256,7 +255,8 @@ class _Splitter:
 
         with m.If(self.fire):
             m.d.sync += [self.valid.eq(1), self.client.eq(s2_c), self.len.eq(self.beats - 1),
-                         self.addr.eq(Cat(Const(0, lb), s2_off, page_r.data))]
+                         self.addr.eq(Cat(Const(0, lb), s2_off[:ow],
+                                          page_r.data + s2_off[ow:]))]
         with m.Elif(self.handshake):
             m.d.sync += self.valid.eq(0)
 
@@ -398,7 +398,7 @@ class HostMemory(wiring.Component):
         pend_client = Signal(range(max(R, 2)), name="rd_pend_client")
         rd_last = Signal(range(max(R, 2)), name="rd_last")
         wants, raddrs = [], []
-        mdepth = max(16, self.max_reads)
+        mdepth = max(8, self.max_reads)
         for i, port in enumerate(self.read_ports):
             size = bufs[i]
             # per burst {tag, final}, from the grant until the client has taken its last beat
