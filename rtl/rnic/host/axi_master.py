@@ -363,12 +363,15 @@ class HostMemory(wiring.Component):
         axi = self.axi
         W = self.width
         bufs = self.read_buffer
-        # one block RAM holds every client's response buffer: client i owns a region of
-        # read_buffer[i] beats. Largest first: power-of-two regions then sit at aligned bases
-        # and a region address is its base bits and the pointer, without an adder.
+        # One block RAM holds every client's response buffer: client i owns a region of
+        # read_buffer[i] beats rounded up to a power of two (its credit is the exact figure).
+        # Largest first, every region sits at a base aligned to its size, so a region address
+        # is the base bits and the pointer, and pointers are plain counters with one bit
+        # more than the region's address (the wrap phase).
+        kbits = [(b - 1).bit_length() for b in bufs]
         base, top = [0] * R, 0
         for i in sorted(range(R), key=lambda i: -bufs[i]):
-            base[i], top = top, top + bufs[i]
+            base[i], top = top, top + (1 << kbits[i])
         aw = max(top - 1, 1).bit_length()
         # A read never meets a write of the same word (a word is read only once the region's
         # write pointer is past it), so the block RAM needs no read-during-write logic (yosys
@@ -379,16 +382,8 @@ class HostMemory(wiring.Component):
         rp = rbuf.read_port(transparent_for=())
 
         def region(i, ptr):
-            k = (bufs[i] - 1).bit_length()
-            if bufs[i] == 1 << k and base[i] % bufs[i] == 0:
-                return Cat(ptr[:k], Const(base[i] >> k, aw - k))
-            return (base[i] + ptr)[:aw]
-
-        def step(ptr, ph, size):
-            """A region pointer and its wrap phase, one place on."""
-            if size == 1 << len(ptr):
-                return (ptr + 1)[:len(ptr)], ph ^ ptr.all()
-            return Mux(ptr == size - 1, 0, ptr + 1), ph ^ (ptr == size - 1)
+            k = kbits[i]
+            return Cat(ptr[:k], Const(base[i] >> k, aw - k))
 
         sp = _Splitter(m, "ar", [p.req for p in self.read_ports], lb, self.max_burst)
         outstanding = Signal(range(self.max_reads + 1), name="reads_outstanding")
@@ -398,6 +393,7 @@ class HostMemory(wiring.Component):
         pend_client = Signal(range(max(R, 2)), name="rd_pend_client")
         rd_last = Signal(range(max(R, 2)), name="rd_last")
         wants, raddrs = [], []
+        rd_sel = Signal(range(max(R, 2)), name="rd_sel")
         mdepth = max(8, self.max_reads)
         for i, port in enumerate(self.read_ports):
             size = bufs[i]
@@ -406,34 +402,34 @@ class HostMemory(wiring.Component):
             m.submodules[f"rmeta_{i}"] = meta
             credit = Signal(range(size + 1), init=size, name=f"rcredit_{i}")
             res = Signal(range(size + 1), name=f"rres_{i}")     # reserved at the last grant
-            wptr = Signal(range(size), name=f"rwptr_{i}")
-            wph = Signal(name=f"rwph_{i}")
-            rptr = Signal(range(size), name=f"rrptr_{i}")
-            rph = Signal(name=f"rrph_{i}")
+            wptr = Signal(kbits[i] + 1, name=f"rwptr_{i}")      # the next word to write
+            iptr = Signal(kbits[i] + 1, name=f"riptr_{i}")      # the next word to read
             o_valid = Signal(name=f"ro_valid_{i}")
             o_word = Signal(W + 2, name=f"ro_word_{i}")          # {data, burst end, err}
             hit = axi.r_valid & (axi.r_id == i)
             with m.If(hit):
                 m.d.comb += [wp.en.eq(1), wp.addr.eq(region(i, wptr)), retire.eq(axi.r_last)]
-                m.d.sync += Cat(wptr, wph).eq(Cat(*step(wptr, wph, size)))
+                m.d.sync += wptr.eq(wptr + 1)
             taken = o_valid & port.resp.ready
+            # the word read in the last cycle lands in the output register if that is free or
+            # being taken; else it is dropped and read again (the issue pointer goes back one)
+            mine_rd = pend & (pend_client == i)
             land = Signal(name=f"rland_{i}")
-            m.d.comb += land.eq(pend & (pend_client == i) & (~o_valid | port.resp.ready))
-            nptr, nph = step(rptr, rph, size)
+            m.d.comb += land.eq(mine_rd & (~o_valid | port.resp.ready))
             with m.If(land):
-                m.d.sync += [o_word.eq(rp.data), o_valid.eq(1), rptr.eq(nptr), rph.eq(nph)]
+                m.d.sync += [o_word.eq(rp.data), o_valid.eq(1)]
             with m.Elif(taken):
                 m.d.sync += o_valid.eq(0)
-            # read the next word when there is one beyond the word landing now and the output
-            # register is free or being taken (a client that holds its beat is not read for)
-            rd_ptr = Signal(range(size), name=f"rd_ptr_{i}")
-            rd_ph = Signal(name=f"rd_ph_{i}")
-            m.d.comb += [rd_ptr.eq(Mux(land, nptr, rptr)), rd_ph.eq(Mux(land, nph, rph))]
+            # read a word when there is one not yet read and the output register is free or
+            # being taken (a client that holds its beat is not read for, so a drop and an
+            # issue of the same client never meet)
             want = Signal(name=f"rwant_{i}")
-            m.d.comb += want.eq((Cat(rd_ptr, rd_ph) != Cat(wptr, wph))
-                                & (~o_valid | port.resp.ready))
+            m.d.comb += want.eq((iptr != wptr) & (~o_valid | port.resp.ready))
             wants.append(want)
-            raddrs.append(region(i, rd_ptr))
+            raddrs.append(region(i, iptr))
+            back = mine_rd & ~land
+            with m.If(back | (want & (rd_sel == i))):
+                m.d.sync += iptr.eq(iptr + Cat(Const(1, 1), back.replicate(len(iptr) - 1)))
             m.d.comb += [
                 port.resp.valid.eq(o_valid),
                 port.resp.payload.data.eq(o_word[:W]),
@@ -455,11 +451,11 @@ class HostMemory(wiring.Component):
             # turn is three cycles away)
             m.d.sync += [res.eq(Mux(mine, sp.beats, 0)), credit.eq(credit - res + taken)]
         m.d.comb += wp.data.eq(Cat(axi.r_data, axi.r_last, axi.r_resp != 0))
-        sel = _round_robin(m, wants, rd_last, "rd")
-        m.d.sync += [pend.eq(Cat(*wants).any()), pend_client.eq(sel)]
+        m.d.comb += rd_sel.eq(_round_robin(m, wants, rd_last, "rd"))
+        m.d.sync += [pend.eq(Cat(*wants).any()), pend_client.eq(rd_sel)]
         with m.If(Cat(*wants).any()):
-            m.d.sync += rd_last.eq(sel)
-        with m.Switch(sel):
+            m.d.sync += rd_last.eq(rd_sel)
+        with m.Switch(rd_sel):
             for i in range(R):
                 with m.Case(i):
                     m.d.comb += rp.addr.eq(raddrs[i])
