@@ -170,7 +170,7 @@ class _Splitter:
         self.cand = Signal(name=f"{name}_cand")
         self.fire = Signal(name=f"{name}_fire")
         self.grant = Signal(range(nb), name=f"{name}_grant")
-        self.beats = Signal(range(lim_max + 1), name=f"{name}_beats")
+        self.bm1 = Signal(range(lim_max), name=f"{name}_bm1")         # burst beats - 1
         self.final = Signal(name=f"{name}_final")
         self.g_tag = Signal(8, name=f"{name}_g_tag")
         # the address-channel register
@@ -179,7 +179,9 @@ class _Splitter:
         self.addr = Signal(64, name=f"{name}_addr")
         self.len = Signal(8, name=f"{name}_len")
 
-        # {beat offset from the start of the request's first page (0..3 pages), beats left}
+        # {beat offset from the start of the request's first page (0..3 pages), beats left
+        # - 1}: counts minus one, so that the beats to the page end are the offset's complement
+        # and the burst's AXI length needs no subtraction
         prog = Memory(shape=ow + 2 + lwb, depth=n, init=[])
         pages = Memory(shape=52, depth=n, init=[])
         tags = Memory(shape=8, depth=n, init=[])
@@ -195,31 +197,31 @@ class _Splitter:
         slot = Signal(range(P), name=f"{name}_slot")
         m.d.sync += slot.eq(Mux(slot == P - 1, 0, slot + 1))
         m.d.comb += prog_r.addr.eq(slot)
-        off0, left0 = prog_r.data[:ow + 2], prog_r.data[ow + 2:]
+        off0, lm1_0 = prog_r.data[:ow + 2], prog_r.data[ow + 2:]
         s1_v = Signal(name=f"{name}_s1_v")
         s1_c = Signal(range(nb), name=f"{name}_s1_c")
         s1_acc = Signal(name=f"{name}_s1_acc")
         s1_off = Signal(ow + 2, name=f"{name}_s1_off")
-        s1_left = Signal(lw, name=f"{name}_s1_left")
-        s1_end = Signal(range(pb + 1), name=f"{name}_s1_end")   # beats to the page end
+        s1_lm1 = Signal(lw, name=f"{name}_s1_lm1")
+        s1_em1 = Signal(ow, name=f"{name}_s1_em1")           # beats to the page end - 1
         m.d.sync += [s1_v.eq(slot < n), s1_c.eq(slot), s1_acc.eq(~active.bit_select(slot, 1)),
-                     s1_off.eq(off0), s1_left.eq(left0), s1_end.eq(pb - off0[:ow])]
+                     s1_off.eq(off0), s1_lm1.eq(lm1_0), s1_em1.eq(~off0[:ow])]
 
         # S1: the next burst
         s2_v = Signal(name=f"{name}_s2_v")
         s2_c = Signal(range(nb), name=f"{name}_s2_c")
         s2_acc = Signal(name=f"{name}_s2_acc")
         s2_off = Signal(ow + 2, name=f"{name}_s2_off")
-        s2_left = Signal(lw, name=f"{name}_s2_left")
-        in_page = s1_left <= s1_end
+        s2_lm1 = Signal(lw, name=f"{name}_s2_lm1")
+        in_page = s1_lm1 <= s1_em1
         if max_beats >= pb:
             final = in_page
-            beats = Mux(in_page, s1_left, s1_end)
+            bm1 = Mux(in_page, s1_lm1, s1_em1)
         else:
-            final = in_page & (s1_left <= max_beats)
-            beats = Mux(final, s1_left, Mux(s1_end <= max_beats, s1_end, max_beats))
+            final = in_page & (s1_lm1 < max_beats)
+            bm1 = Mux(final, s1_lm1, Mux(s1_em1 < max_beats, s1_em1, max_beats - 1))
         m.d.sync += [s2_v.eq(s1_v), s2_c.eq(s1_c), s2_acc.eq(s1_acc), s2_off.eq(s1_off),
-                     s2_left.eq(s1_left), self.beats.eq(beats), self.final.eq(final)]
+                     s2_lm1.eq(s1_lm1), self.bm1.eq(bm1), self.final.eq(final)]
 
         # S2: accept a request or offer the burst
         acc = Signal(name=f"{name}_acc")
@@ -232,18 +234,25 @@ class _Splitter:
             for i, r in enumerate(reqs):
                 with m.Case(i):
                     m.d.comb += [req.eq(r.payload), req_valid.eq(r.valid), r.ready.eq(acc)]
-        # beats of the request, ceil((addr % B + len) / B); len_bytes 0 moves one beat
-        nbeats = Signal(lw, name=f"{name}_nbeats")
-        m.d.comb += nbeats.eq((req.len_bytes + (req.addr[:lb] + ((1 << lb) - 1))) >> lb)
+        # beats of the request - 1: (addr % B + len - 1) // B, one 14-bit adder (the -1 goes
+        # into the small operand: addr % B - 1, all ones when addr % B is 0); len_bytes 0
+        # moves one beat
+        a = req.addr[:lb]
+        lm1 = Signal(lw, name=f"{name}_lm1")
+        m.d.comb += lm1.eq(Mux(req.len_bytes == 0, 0,
+                               (req.len_bytes + Cat((a - 1)[:lb], (a == 0).replicate(14 - lb)))
+                               [lb:14]))
+        bm1_ow = Cat(self.bm1, Const(0, ow + 2 - len(self.bm1)))
+        bm1_lw = Cat(self.bm1, Const(0, lwb - len(self.bm1)))
         # the tables of an idle client are written in its accept turn whether or not a
         # request is there (nothing reads them before it is active)
         m.d.comb += [
             prog_w.addr.eq(s2_c), page_w.addr.eq(s2_c), tag_w.addr.eq(s2_c),
             page_r.addr.eq(s2_c), tag_r.addr.eq(s2_c),
             prog_w.en.eq(acc | self.fire),
-            prog_w.data.eq(Mux(acc, Cat(req.addr[lb:12], Const(0, 2),
-                                        nbeats | (req.len_bytes == 0)),
-                               Cat((s2_off + self.beats)[:ow + 2], s2_left - self.beats))),
+            # after the burst: offset + bm1 + 1 and beats left - 1 - (bm1 + 1), one adder each
+            prog_w.data.eq(Mux(acc, Cat(req.addr[lb:12], Const(0, 2), lm1),
+                               Cat((s2_off - ~bm1_ow)[:ow + 2], (s2_lm1 + ~bm1_lw)[:lwb]))),
             page_w.en.eq(acc), page_w.data.eq(req.addr[12:]),
             tag_w.en.eq(acc), tag_w.data.eq(req.tag),
             self.g_tag.eq(tag_r.data),
@@ -254,7 +263,7 @@ class _Splitter:
             m.d.sync += active.bit_select(s2_c, 1).eq(0)
 
         with m.If(self.fire):
-            m.d.sync += [self.valid.eq(1), self.client.eq(s2_c), self.len.eq(self.beats - 1),
+            m.d.sync += [self.valid.eq(1), self.client.eq(s2_c), self.len.eq(self.bm1),
                          self.addr.eq(Cat(Const(0, lb), s2_off[:ow],
                                           page_r.data + s2_off[ow:]))]
         with m.Elif(self.handshake):
@@ -401,7 +410,7 @@ class HostMemory(wiring.Component):
             meta = Queue(_meta_layout, mdepth, buffered=False)
             m.submodules[f"rmeta_{i}"] = meta
             credit = Signal(range(size + 1), init=size, name=f"rcredit_{i}")
-            res = Signal(range(size + 1), name=f"rres_{i}")     # reserved at the last grant
+            res = Signal(len(credit), name=f"rres_{i}")        # -(beats) of the last grant
             wptr = Signal(kbits[i] + 1, name=f"rwptr_{i}")      # the next word to write
             iptr = Signal(kbits[i] + 1, name=f"riptr_{i}")      # the next word to read
             o_valid = Signal(name=f"ro_valid_{i}")
@@ -445,11 +454,12 @@ class HostMemory(wiring.Component):
                 meta.i.payload.final.eq(sp.final),
             ]
             with m.If(sp.grant == i):
-                m.d.comb += sp.ok.eq((credit >= sp.beats) & meta.i.ready
+                m.d.comb += sp.ok.eq((credit > sp.bm1) & meta.i.ready
                                      & (outstanding < self.max_reads))
             # the reservation is taken from the credit a cycle later (this client's next
             # turn is three cycles away)
-            m.d.sync += [res.eq(Mux(mine, sp.beats, 0)), credit.eq(credit - res + taken)]
+            neg = ~Cat(sp.bm1, Const(0, len(credit) - len(sp.bm1)))    # -(bm1 + 1)
+            m.d.sync += [res.eq(Mux(mine, neg, 0)), credit.eq(credit + res + taken)]
         m.d.comb += wp.data.eq(Cat(axi.r_data, axi.r_last, axi.r_resp != 0))
         m.d.comb += rd_sel.eq(_round_robin(m, wants, rd_last, "rd"))
         m.d.sync += [pend.eq(Cat(*wants).any()), pend_client.eq(rd_sel)]
@@ -487,7 +497,7 @@ class HostMemory(wiring.Component):
                                    name=f"dcredit_{j}"))
             errs.append(Signal(name=f"werr_{j}"))
 
-        job_layout = data.StructLayout({"client": range(max(C, 2)), "beats": range(257)})
+        job_layout = data.StructLayout({"client": range(max(C, 2)), "bm1": range(256)})
         m.submodules.wjobs = jobs = Queue(job_layout, self.max_writes, buffered=False)
 
         sp = _Splitter(m, "aw", [p.req for p in self.write_ports], lb, max_beats)
@@ -504,7 +514,7 @@ class HostMemory(wiring.Component):
             axi.aw_len.eq(sp.len),
             jobs.i.valid.eq(sp.fire),
             jobs.i.payload.client.eq(sp.grant),
-            jobs.i.payload.beats.eq(sp.beats),
+            jobs.i.payload.bm1.eq(sp.bm1),
         ]
 
         # B: retire bursts, complete requests
@@ -556,5 +566,5 @@ class HostMemory(wiring.Component):
             m.d.comb += jobs.o.ready.eq(1)
             with m.If(jobs.o.valid):
                 m.d.sync += [active.eq(1), wclient.eq(jobs.o.payload.client),
-                             count.eq(jobs.o.payload.beats - 1)]
+                             count.eq(jobs.o.payload.bm1)]
 
