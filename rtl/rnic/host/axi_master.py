@@ -6,6 +6,13 @@ bursts (at 4 KiB boundaries and at the burst limit), arbitrates round-robin betw
 AR and on AW, bounds the bursts outstanding, and returns read data and write completions to each
 client in that client's request order.
 
+Each address channel has one splitter for all its clients: a client's request is held in small
+LUT-RAM tables (page, tag, progress) and a three-stage pipeline visits the clients in turn,
+one a cycle, each every ``max(clients, 3)`` cycles. In its turn an idle client's ``req`` is
+taken (``ready`` is high in that cycle only) or a busy client's next burst is offered to the
+channel; the turns are the round robin. Bursts are the longest the request, the 4 KiB page and
+the burst limit allow, from the request's first beat on.
+
 ID map
 ------
 Read client ``i`` issues every burst with ``ARID = i``; write client ``j`` with ``AWID = j``
@@ -20,8 +27,12 @@ for every client or one per client) has room reserved for all of its beats, so `
 always 1. Bursts are at most ``max_burst`` beats (default: 256 or the smallest buffer, whichever
 is less). A client whose buffer holds several bursts keeps several in flight, which is what
 covers the memory's latency: with latency L cycles, a client streams at one beat per cycle
-only if its buffer holds about L + ``max_burst`` beats. The data is **not realigned**: the client receives the raw
-aligned bus beats covering ``[addr, addr + len_bytes)``; byte ``addr % (W/8)`` of the first beat
+only if its buffer holds about L + ``max_burst`` beats. A client holds at most
+``max(8, max_reads)`` bursts in flight and in its buffer together. Every client's buffer is a
+region (its size rounded up to a power of two) of one block RAM written by ``R`` and read one
+word a cycle, round-robin, into the client's output register; a client that does not take
+its beat is not read for, so it holds up no other client.
+The data is **not realigned**: the client receives the raw aligned bus beats covering ``[addr, addr + len_bytes)``; byte ``addr % (W/8)`` of the first beat
 is the first requested byte, and the client knows the offset from its own ``addr``. ``last``
 marks the last beat of the request; ``err`` is 1 on every beat whose ``RRESP`` was not OKAY.
 
