@@ -176,6 +176,12 @@ class _Splitter:
         lim_max = min(pb, max_beats)
         lw = range((2 * PAGE >> lb) + 2)
         lwb = Shape.cast(lw).width
+        # the burst S1 is taking, for the caller's reservation test (``ok``, answered in
+        # the same cycle and registered: a fire in S2 needs no comparison)
+        self.pre_client = Signal(range(nb), name=f"{name}_pre_client")
+        self.pre_final = Signal(name=f"{name}_pre_final")
+        self.pre_lm1 = Signal(lw, name=f"{name}_pre_lm1")      # beats left - 1
+        self.pre_em1 = Signal(ow, name=f"{name}_pre_em1")      # beats to the page end - 1
         self.ok = Signal(name=f"{name}_ok")                                       # in
         self.handshake = Signal(name=f"{name}_hs")                                # in
         self.cand = Signal(name=f"{name}_cand")
@@ -231,14 +237,18 @@ class _Splitter:
         else:
             final = in_page & (s1_lm1 < max_beats)
             bm1 = Mux(final, s1_lm1, Mux(s1_em1 < max_beats, s1_em1, max_beats - 1))
+        ok_r = Signal(name=f"{name}_ok_r")
+        m.d.comb += [self.pre_client.eq(s1_c), self.pre_final.eq(final),
+                     self.pre_lm1.eq(s1_lm1), self.pre_em1.eq(s1_em1)]
         m.d.sync += [s2_v.eq(s1_v), s2_c.eq(s1_c), s2_acc.eq(s1_acc), s2_off.eq(s1_off),
-                     s2_lm1.eq(s1_lm1), self.bm1.eq(bm1), self.final.eq(final)]
+                     s2_lm1.eq(s1_lm1), self.bm1.eq(bm1), self.final.eq(final),
+                     ok_r.eq(self.ok)]
 
         # S2: accept a request or offer the burst
         acc = Signal(name=f"{name}_acc")
         m.d.comb += [acc.eq(s2_v & s2_acc), self.cand.eq(s2_v & ~s2_acc),
                      self.grant.eq(s2_c),
-                     self.fire.eq(self.cand & self.ok & ~self.valid)]
+                     self.fire.eq(self.cand & ok_r & ~self.valid)]
         req = Signal(req_layout, name=f"{name}_req")
         req_valid = Signal(name=f"{name}_req_valid")
         with m.Switch(s2_c):
@@ -415,6 +425,17 @@ class HostMemory(wiring.Component):
         wants, raddrs = [], []
         rd_sel = Signal(range(max(R, 2)), name="rd_sel")
         mdepth = max(8, self.max_reads)
+        # the reservation test of the burst in S1 (registered into S2). Its inputs can change
+        # before S2 only by a fire in S2 of another client, and after a fire the channel
+        # register is busy in the next cycle, so a stale answer never fires; this client's
+        # own credit only grows in the meantime. credit > min(l, e, m) - 1 is tested as
+        # credit > l or credit > e or credit >= m, three comparisons side by side.
+        g_credit = Signal(range(max(bufs) + 1), name="rd_g_credit")
+        g_room = Signal(name="rd_g_room")
+        fits = (g_credit > sp.pre_lm1) | (g_credit > sp.pre_em1)
+        if self.max_burst < (PAGE >> lb):
+            fits |= g_credit >= self.max_burst
+        m.d.comb += sp.ok.eq(fits & g_room & (outstanding < self.max_reads))
         for i, port in enumerate(self.read_ports):
             size = bufs[i]
             # per burst {tag, final}, from the grant until the client has taken its last beat
@@ -464,9 +485,8 @@ class HostMemory(wiring.Component):
                 meta.i.payload.tag.eq(sp.g_tag),
                 meta.i.payload.final.eq(sp.final),
             ]
-            with m.If(sp.grant == i):
-                m.d.comb += sp.ok.eq((credit > sp.bm1) & meta.i.ready
-                                     & (outstanding < self.max_reads))
+            with m.If(sp.pre_client == i):
+                m.d.comb += [g_credit.eq(credit), g_room.eq(meta.i.ready)]
             # the reservation is taken from the credit a cycle later (this client's next
             # turn is three cycles away)
             neg = ~Cat(sp.bm1, Const(0, len(credit) - len(sp.bm1)))    # -(bm1 + 1)
@@ -514,8 +534,9 @@ class HostMemory(wiring.Component):
         sp = _Splitter(m, "aw", [p.req for p in self.write_ports], lb, max_beats)
         outstanding = Signal(range(self.max_writes + 1), name="writes_outstanding")
         for j in range(C):
-            with m.If(sp.grant == j):
-                m.d.comb += sp.ok.eq(metas[j].i.ready & (~sp.final | (dcredits[j] != 0))
+            # registered into S2, as for reads
+            with m.If(sp.pre_client == j):
+                m.d.comb += sp.ok.eq(metas[j].i.ready & (~sp.pre_final | (dcredits[j] != 0))
                                      & jobs.i.ready & (outstanding < self.max_writes))
         m.d.comb += [
             sp.handshake.eq(sp.valid & axi.aw_ready),
