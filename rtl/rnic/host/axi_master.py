@@ -147,24 +147,26 @@ class _Splitter:
     """The burst splitter and round-robin arbiter of one address channel, shared by its clients.
 
     Each client's request lives in three small LUT-RAM tables indexed by client: its 4 KiB page
-    (address bits 63..12), its tag, and its progress {beat offset inside the page, beats left}.
-    One three-stage pipeline visits the clients in turn, one client per cycle, each every
-    ``P = max(clients, 3)`` cycles (so a client's table row is written before its next visit):
+    (address bits 63..12), its tag, and its progress {beat offset from the start of the first
+    page (0..3 pages: a request is at most 8191 bytes), beats left - 1}. One three-stage
+    pipeline visits the clients in turn, one client per cycle, each every ``P = max(clients,
+    3)`` cycles (so a client's row is written back before its next visit):
 
-    * S0 reads the client's progress and the beats to its page end;
-    * S1 takes the next burst: ``min(beats left, beats to the page end, burst limit)``, and
-      whether it is the request's last;
+    * S0 reads the client's progress; the beats to its page end - 1 are the offset's complement;
+    * S1 takes the next burst: ``min(beats left, beats to the page end, burst limit)`` (kept
+      as ``bm1``, beats - 1) and whether it is the request's last, and asks the caller's
+      reservation test (``pre_client``/``pre_final``/``pre_lm1``/``pre_em1`` in, ``ok`` out
+      in the same cycle), registered into S2;
     * S2 either accepts a new request (an idle client: ``ready`` is high in this one cycle, the
-      tables are written from its payload) or offers the burst to the caller (``cand``, with
-      ``grant``/``beats``/``final``; the caller answers ``ok`` from its reservation conditions).
-      When ``ok`` and the channel register is free the burst fires: the channel register is
-      loaded with the page and offset, the progress written back, and a burst that ends at its
-      page's end writes the page + 1 (the channel's one 52-bit incrementer).
+      tables are written from its payload) or fires the burst (``cand`` and the registered
+      ``ok``) when the channel register is free: the register is loaded with {page + pages
+      crossed, offset} (the channel's one 52-bit adder), the progress written back.
 
-    The turns are the round robin; a client that cannot reserve (a reader whose buffer is full)
-    just lets its turn pass. Every handshake signal towards a client (``ready``) and every
-    table write enable is decoded from pipeline registers: a client's ``valid`` reaches only
-    its ``active`` flag.
+    A stale ``ok`` never fires: its inputs change between S1 and S2 only by a fire in S2 of
+    another client, after which the channel register is busy for a cycle. The turns are the
+    round robin; a client that cannot reserve (a reader whose buffer is full) lets its turn
+    pass. Every handshake signal towards a client (``ready``) and every table write enable is
+    decoded from pipeline registers: a client's ``valid`` reaches only its ``active`` flag.
     """
 
     def __init__(self, m, name, reqs, lb, max_beats):
