@@ -25,6 +25,29 @@ def test_axi_master(width):
                test_name=f"w{width}")
 
 
+# the core's own configuration (rtl/rnic/top.py: three readers, the gather buffer four bursts
+# deep, two writers) and the smallest one (a client alone in its channel's turns)
+OTHER_CFGS = {
+    "core": dict(read_clients=3, write_clients=2, max_reads=4, max_writes=4,
+                 read_buffer=(64, 64, 256), max_burst=64),
+    "single": dict(read_clients=1, write_clients=1, max_reads=2, max_writes=2,
+                   read_buffer=(48,)),
+}
+
+
+@pytest.mark.parametrize("cfg", OTHER_CFGS)
+def test_axi_master_configs(cfg):
+    c = OTHER_CFGS[cfg]
+    run_cocotb("axi_master", lambda: flat_top_axi(HostMemory(width=64, **c)),
+               params={"width": 64, **c}, test_module="tb.cocotb_axi_master",
+               testcase=["faults", "slow_reader", "top_of_address_space", "many_clients"]
+               if c["read_clients"] > 1 else ["top_of_address_space", "many_clients"],
+               extra_env={"HM_WIDTH": "64",
+                          **{f"HM_{k.upper()}": ",".join(map(str, v)) if isinstance(v, tuple)
+                             else str(v) for k, v in c.items()}},
+               test_name=f"w64-{cfg}")
+
+
 def test_parameters_refused():
     # refused components are garbage: silence amaranth's "created but never used" on collection
     with warnings.catch_warnings():

@@ -6,6 +6,13 @@ bursts (at 4 KiB boundaries and at the burst limit), arbitrates round-robin betw
 AR and on AW, bounds the bursts outstanding, and returns read data and write completions to each
 client in that client's request order.
 
+Each address channel has one splitter for all its clients: a client's request is held in small
+LUT-RAM tables (page, tag, progress) and a three-stage pipeline visits the clients in turn,
+one a cycle, each every ``max(clients, 3)`` cycles. In its turn an idle client's ``req`` is
+taken (``ready`` is high in that cycle only) or a busy client's next burst is offered to the
+channel; the turns are the round robin. Bursts are the longest the request, the 4 KiB page and
+the burst limit allow, from the request's first beat on.
+
 ID map
 ------
 Read client ``i`` issues every burst with ``ARID = i``; write client ``j`` with ``AWID = j``
@@ -20,8 +27,12 @@ for every client or one per client) has room reserved for all of its beats, so `
 always 1. Bursts are at most ``max_burst`` beats (default: 256 or the smallest buffer, whichever
 is less). A client whose buffer holds several bursts keeps several in flight, which is what
 covers the memory's latency: with latency L cycles, a client streams at one beat per cycle
-only if its buffer holds about L + ``max_burst`` beats. The data is **not realigned**: the client receives the raw
-aligned bus beats covering ``[addr, addr + len_bytes)``; byte ``addr % (W/8)`` of the first beat
+only if its buffer holds about L + ``max_burst`` beats. A client holds at most
+``max(8, max_reads)`` bursts in flight and in its buffer together. Every client's buffer is a
+region (its size rounded up to a power of two) of one block RAM written by ``R`` and read one
+word a cycle, round-robin, into the client's output register; a client that does not take
+its beat is not read for, so it holds up no other client.
+The data is **not realigned**: the client receives the raw aligned bus beats covering ``[addr, addr + len_bytes)``; byte ``addr % (W/8)`` of the first beat
 is the first requested byte, and the client knows the offset from its own ``addr``. ``last``
 marks the last beat of the request; ``err`` is 1 on every beat whose ``RRESP`` was not OKAY.
 
@@ -46,8 +57,9 @@ may cross several 4 KiB pages). ``len_bytes`` = 0 moves one beat: a reader gets 
 writer must send one beat (with ``strb`` = 0 it writes nothing).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..stream import Queue, check_width
@@ -132,116 +144,151 @@ def _round_robin(m, valids, last, name):
 
 
 class _Splitter:
-    """Per-client burst splitters and a round-robin arbiter feeding one address channel.
+    """The burst splitter and round-robin arbiter of one address channel, shared by its clients.
 
-    Each client has its own splitter (IDLE: take a request → CALC, CALC2: next burst's length
-    in two register stages → READY). A READY client whose ``ok[i]`` holds (the caller's
-    reservation conditions, computed from ``beats[i]``/``final[i]``) is a candidate; when the channel register is free the
-    arbiter grants one candidate round-robin (``fire``: the caller reserves for ``grant``), loads
-    the address-channel register, and that client goes on to its next burst. A client that
-    cannot reserve (for example a reader whose buffer is full) does not block the others.
+    Each client's request lives in three small LUT-RAM tables indexed by client: its 4 KiB page
+    (address bits 63..12), its tag, and its progress {beat offset from the start of the first
+    page (0..3 pages: a request is at most 8191 bytes), beats left - 1}. One three-stage
+    pipeline visits the clients in turn, one client per cycle, each every ``P = max(clients,
+    3)`` cycles (so a client's row is written back before its next visit):
+
+    * S0 reads the client's progress; the beats to its page end - 1 are the offset's complement;
+    * S1 takes the next burst: ``min(beats left, beats to the page end, burst limit)`` (kept
+      as ``bm1``, beats - 1) and whether it is the request's last, and asks the caller's
+      reservation test (``pre_client``/``pre_final``/``pre_lm1``/``pre_em1`` in, ``ok`` out
+      in the same cycle), registered into S2;
+    * S2 either accepts a new request (an idle client: ``ready`` is high in this one cycle, the
+      tables are written from its payload) or fires the burst (``cand`` and the registered
+      ``ok``) when the channel register is free: the register is loaded with {page + pages
+      crossed, offset} (the channel's one 52-bit adder), the progress written back.
+
+    A stale ``ok`` never fires: its inputs change between S1 and S2 only by a fire in S2 of
+    another client, after which the channel register is busy for a cycle. The turns are the
+    round robin; a client that cannot reserve (a reader whose buffer is full) lets its turn
+    pass. Every handshake signal towards a client (``ready``) and every table write enable is
+    decoded from pipeline registers: a client's ``valid`` reaches only its ``active`` flag.
     """
 
     def __init__(self, m, name, reqs, lb, max_beats):
         n = len(reqs)
         nb = max(n, 2)
+        P = max(n, 3)
+        pb = PAGE >> lb                 # beats in a page
+        ow = 12 - lb                    # width of the beat offset inside a page
+        lim_max = min(pb, max_beats)
         lw = range((2 * PAGE >> lb) + 2)
-        self.ok = [Signal(name=f"{name}_ok_{i}") for i in range(n)]              # in
-        self.beats = [Signal(range(max_beats + 1), name=f"{name}_beats_{i}") for i in range(n)]
-        self.final = [Signal(name=f"{name}_final_{i}") for i in range(n)]
-        self.tag = [Signal(8, name=f"{name}_tag_{i}") for i in range(n)]
+        lwb = Shape.cast(lw).width
+        # the burst S1 is taking, for the caller's reservation test (``ok``, answered in
+        # the same cycle and registered: a fire in S2 needs no comparison)
+        self.pre_client = Signal(range(nb), name=f"{name}_pre_client")
+        self.pre_final = Signal(name=f"{name}_pre_final")
+        self.pre_lm1 = Signal(lw, name=f"{name}_pre_lm1")      # beats left - 1
+        self.pre_em1 = Signal(ow, name=f"{name}_pre_em1")      # beats to the page end - 1
+        self.ok = Signal(name=f"{name}_ok")                                       # in
+        self.handshake = Signal(name=f"{name}_hs")                                # in
+        self.cand = Signal(name=f"{name}_cand")
         self.fire = Signal(name=f"{name}_fire")
         self.grant = Signal(range(nb), name=f"{name}_grant")
-        self.g_beats = Signal(range(max_beats + 1), name=f"{name}_g_beats")
-        self.g_final = Signal(name=f"{name}_g_final")
+        self.bm1 = Signal(range(lim_max), name=f"{name}_bm1")         # burst beats - 1
+        self.final = Signal(name=f"{name}_final")
         self.g_tag = Signal(8, name=f"{name}_g_tag")
-        self.handshake = Signal(name=f"{name}_hs")                                 # in
         # the address-channel register
         self.valid = Signal(name=f"{name}_valid")
         self.client = Signal(range(nb), name=f"{name}_client")
         self.addr = Signal(64, name=f"{name}_addr")
         self.len = Signal(8, name=f"{name}_len")
 
-        ready = []
-        addrs = []
-        for i, r in enumerate(reqs):
-            page = Signal(52, name=f"{name}_page_{i}")
-            page_next = Signal(52, name=f"{name}_page_next_{i}")
-            carry = Signal(name=f"{name}_carry_{i}")            # the last burst ended a page
-            off = Signal(12 - lb, name=f"{name}_off_{i}")      # beat index inside the page
-            left = Signal(lw, name=f"{name}_left_{i}")
-            end = Signal(14, name=f"{name}_end_{i}")
-            len_m1 = Mux(r.payload.len_bytes == 0, 0, r.payload.len_bytes - 1)
-            m.d.comb += end.eq(r.payload.addr[:lb] + len_m1)
-            page_beats = Signal(range((PAGE >> lb) + 1), name=f"{name}_page_beats_{i}")
-            m.d.comb += page_beats.eq((PAGE >> lb) - off)
-            # two stages (the whole min/min/compare chain missed 156 MHz on ECP5)
-            step = Signal(lw, name=f"{name}_step_{i}")          # min(left, to page end)
-            fits = Signal(name=f"{name}_fits_{i}")               # rest of request in page
-            small = Signal(name=f"{name}_small_{i}")             # rest ≤ burst limit
-            new_off = Signal(13 - lb, name=f"{name}_new_off_{i}")
-            m.d.comb += new_off.eq(off + self.beats[i])
-            rdy = Signal(name=f"{name}_ready_{i}")
-            ready.append(rdy)
-            addrs.append(Cat(Const(0, lb), off, page))
-            granted = self.fire & (self.grant == i)
-            with m.FSM(name=f"{name}_{i}"):
-                with m.State("IDLE"):
-                    m.d.comb += r.ready.eq(1)
-                    # the request registers follow the input in every IDLE cycle (nothing reads
-                    # them before CALC), so their enable is the state alone: with ``r.valid``
-                    # in it, the client's valid logic drove the enable of 52 + 12 flops a
-                    # block away (the whole core's worst path after placement, 24.2 ns)
-                    m.d.sync += [
-                        self.tag[i].eq(r.payload.tag), page.eq(r.payload.addr[12:]),
-                        off.eq(r.payload.addr[lb:12]), left.eq(end[lb:] + 1), carry.eq(0),
-                    ]
-                    with m.If(r.valid):
-                        m.next = "CALC"
-                with m.State("CALC"):
-                    m.d.sync += [
-                        step.eq(Mux(left < page_beats, left, page_beats)),
-                        fits.eq(left <= page_beats),
-                        small.eq(left <= max_beats),
-                    ]
-                    # the page moves on here, not at the grant: its 52 flops are then enabled
-                    # by the state and one register (``carry``), not by the arbiter's grant
-                    # (the whole core's worst placed path after the IDLE change, 18.8 ns)
-                    with m.If(carry):
-                        m.d.sync += page.eq(page_next)
-                    m.next = "CALC2"
-                with m.State("CALC2"):
-                    m.d.sync += [
-                        self.beats[i].eq(Mux(step < max_beats, step, max_beats)),
-                        self.final[i].eq(fits & small),
-                        page_next.eq(page + 1),
-                    ]
-                    m.next = "READY"
-                with m.State("READY"):
-                    m.d.comb += rdy.eq(1)
-                    with m.If(granted):
-                        m.d.sync += [left.eq(left - self.beats[i]), off.eq(new_off[:12 - lb]),
-                                     carry.eq(new_off[12 - lb])]
-                        m.next = "CALC"
-                        with m.If(self.final[i]):
-                            m.next = "IDLE"
+        # {beat offset from the start of the request's first page (0..3 pages), beats left
+        # - 1}: counts minus one, so that the beats to the page end are the offset's complement
+        # and the burst's AXI length needs no subtraction
+        prog = Memory(shape=ow + 2 + lwb, depth=n, init=[])
+        pages = Memory(shape=52, depth=n, init=[])
+        tags = Memory(shape=8, depth=n, init=[])
+        m.submodules[f"{name}_prog"] = prog
+        m.submodules[f"{name}_pages"] = pages
+        m.submodules[f"{name}_tags"] = tags
+        prog_r, prog_w = prog.read_port(domain="comb"), prog.write_port()
+        page_r, page_w = pages.read_port(domain="comb"), pages.write_port()
+        tag_r, tag_w = tags.read_port(domain="comb"), tags.write_port()
+        active = Signal(n, name=f"{name}_active")              # holds a request
 
-        last = Signal(range(nb), name=f"{name}_last")
-        cands = [ready[i] & self.ok[i] for i in range(n)]
-        m.d.comb += self.grant.eq(_round_robin(m, cands, last, name))
-        with m.Switch(self.grant):
-            for i in range(n):
+        # S0: the client of this turn
+        slot = Signal(range(P), name=f"{name}_slot")
+        m.d.sync += slot.eq(Mux(slot == P - 1, 0, slot + 1))
+        m.d.comb += prog_r.addr.eq(slot)
+        off0, lm1_0 = prog_r.data[:ow + 2], prog_r.data[ow + 2:]
+        s1_v = Signal(name=f"{name}_s1_v")
+        s1_c = Signal(range(nb), name=f"{name}_s1_c")
+        s1_acc = Signal(name=f"{name}_s1_acc")
+        s1_off = Signal(ow + 2, name=f"{name}_s1_off")
+        s1_lm1 = Signal(lw, name=f"{name}_s1_lm1")
+        s1_em1 = Signal(ow, name=f"{name}_s1_em1")           # beats to the page end - 1
+        m.d.sync += [s1_v.eq(slot < n), s1_c.eq(slot), s1_acc.eq(~active.bit_select(slot, 1)),
+                     s1_off.eq(off0), s1_lm1.eq(lm1_0), s1_em1.eq(~off0[:ow])]
+
+        # S1: the next burst
+        s2_v = Signal(name=f"{name}_s2_v")
+        s2_c = Signal(range(nb), name=f"{name}_s2_c")
+        s2_acc = Signal(name=f"{name}_s2_acc")
+        s2_off = Signal(ow + 2, name=f"{name}_s2_off")
+        s2_lm1 = Signal(lw, name=f"{name}_s2_lm1")
+        in_page = s1_lm1 <= s1_em1
+        if max_beats >= pb:
+            final = in_page
+            bm1 = Mux(in_page, s1_lm1, s1_em1)
+        else:
+            final = in_page & (s1_lm1 < max_beats)
+            bm1 = Mux(final, s1_lm1, Mux(s1_em1 < max_beats, s1_em1, max_beats - 1))
+        ok_r = Signal(name=f"{name}_ok_r")
+        m.d.comb += [self.pre_client.eq(s1_c), self.pre_final.eq(final),
+                     self.pre_lm1.eq(s1_lm1), self.pre_em1.eq(s1_em1)]
+        m.d.sync += [s2_v.eq(s1_v), s2_c.eq(s1_c), s2_acc.eq(s1_acc), s2_off.eq(s1_off),
+                     s2_lm1.eq(s1_lm1), self.bm1.eq(bm1), self.final.eq(final),
+                     ok_r.eq(self.ok)]
+
+        # S2: accept a request or offer the burst
+        acc = Signal(name=f"{name}_acc")
+        m.d.comb += [acc.eq(s2_v & s2_acc), self.cand.eq(s2_v & ~s2_acc),
+                     self.grant.eq(s2_c),
+                     self.fire.eq(self.cand & ok_r & ~self.valid)]
+        req = Signal(req_layout, name=f"{name}_req")
+        req_valid = Signal(name=f"{name}_req_valid")
+        with m.Switch(s2_c):
+            for i, r in enumerate(reqs):
                 with m.Case(i):
-                    m.d.comb += [self.g_beats.eq(self.beats[i]), self.g_final.eq(self.final[i]),
-                                 self.g_tag.eq(self.tag[i])]
-        m.d.comb += self.fire.eq(~self.valid & Cat(*cands).any())
+                    m.d.comb += [req.eq(r.payload), req_valid.eq(r.valid), r.ready.eq(acc)]
+        # beats of the request - 1: (addr % B + len - 1) // B, one 14-bit adder (the -1 goes
+        # into the small operand: addr % B - 1, all ones when addr % B is 0); len_bytes 0
+        # moves one beat
+        a = req.addr[:lb]
+        lm1 = Signal(lw, name=f"{name}_lm1")
+        m.d.comb += lm1.eq(Mux(req.len_bytes == 0, 0,
+                               (req.len_bytes + Cat((a - 1)[:lb], (a == 0).replicate(14 - lb)))
+                               [lb:14]))
+        bm1_ow = Cat(self.bm1, Const(0, ow + 2 - len(self.bm1)))
+        bm1_lw = Cat(self.bm1, Const(0, lwb - len(self.bm1)))
+        # the tables of an idle client are written in its accept turn whether or not a
+        # request is there (nothing reads them before it is active)
+        m.d.comb += [
+            prog_w.addr.eq(s2_c), page_w.addr.eq(s2_c), tag_w.addr.eq(s2_c),
+            page_r.addr.eq(s2_c), tag_r.addr.eq(s2_c),
+            prog_w.en.eq(acc | self.fire),
+            # after the burst: offset + bm1 + 1 and beats left - 1 - (bm1 + 1), one adder each
+            prog_w.data.eq(Mux(acc, Cat(req.addr[lb:12], Const(0, 2), lm1),
+                               Cat((s2_off - ~bm1_ow)[:ow + 2], (s2_lm1 + ~bm1_lw)[:lwb]))),
+            page_w.en.eq(acc), page_w.data.eq(req.addr[12:]),
+            tag_w.en.eq(acc), tag_w.data.eq(req.tag),
+            self.g_tag.eq(tag_r.data),
+        ]
+        with m.If(acc & req_valid):
+            m.d.sync += active.bit_select(s2_c, 1).eq(1)
+        with m.If(self.fire & self.final):
+            m.d.sync += active.bit_select(s2_c, 1).eq(0)
+
         with m.If(self.fire):
-            m.d.sync += [self.valid.eq(1), self.client.eq(self.grant), last.eq(self.grant),
-                         self.len.eq(self.g_beats - 1)]
-            with m.Switch(self.grant):
-                for i in range(n):
-                    with m.Case(i):
-                        m.d.sync += self.addr.eq(addrs[i])
+            m.d.sync += [self.valid.eq(1), self.client.eq(s2_c), self.len.eq(self.bm1),
+                         self.addr.eq(Cat(Const(0, lb), s2_off[:ow],
+                                          page_r.data + s2_off[ow:]))]
         with m.Elif(self.handshake):
             m.d.sync += self.valid.eq(0)
 
@@ -346,25 +393,115 @@ class HostMemory(wiring.Component):
         if R == 0:
             return
         axi = self.axi
-        max_beats = self.max_burst
-        bufs, metas, credits = [], [], []
-        for i, port in enumerate(self.read_ports):
-            depth = self.read_buffer[i]
-            buf = Queue(read_beat_layout(self.width), depth)
-            meta = Queue(_meta_layout, self.max_reads, buffered=False)
-            m.submodules[f"rbuf_{i}"] = buf
-            m.submodules[f"rmeta_{i}"] = meta
-            wiring.connect(m, buf.o, wiring.flipped(port.resp))
-            bufs.append(buf)
-            metas.append(meta)
-            credits.append(Signal(range(depth + 1), init=depth,
-                                  name=f"rcredit_{i}"))
+        W = self.width
+        bufs = self.read_buffer
+        # One block RAM holds every client's response buffer: client i owns a region of
+        # read_buffer[i] beats rounded up to a power of two (its credit is the exact figure).
+        # Largest first, every region sits at a base aligned to its size, so a region address
+        # is the base bits and the pointer, and pointers are plain counters with one bit
+        # more than the region's address (the wrap phase).
+        kbits = [(b - 1).bit_length() for b in bufs]
+        base, top = [0] * R, 0
+        for i in sorted(range(R), key=lambda i: -bufs[i]):
+            base[i], top = top, top + (1 << kbits[i])
+        aw = max(top - 1, 1).bit_length()
+        # A read never meets a write of the same word (a word is read only once the region's
+        # write pointer is past it), so the block RAM needs no read-during-write logic (yosys
+        # would emulate it with a register on every write data bit).
+        m.submodules.rbuf = rbuf = Memory(shape=W + 2, depth=top, init=[],
+                                          attrs={"no_rw_check": 1})
+        wp = rbuf.write_port()
+        rp = rbuf.read_port(transparent_for=())
 
-        sp = _Splitter(m, "ar", [p.req for p in self.read_ports], lb, max_beats)
+        def region(i, ptr):
+            k = kbits[i]
+            return Cat(ptr[:k], Const(base[i] >> k, aw - k))
+
+        sp = _Splitter(m, "ar", [p.req for p in self.read_ports], lb, self.max_burst)
         outstanding = Signal(range(self.max_reads + 1), name="reads_outstanding")
-        for i in range(R):
-            m.d.comb += sp.ok[i].eq((credits[i] >= sp.beats[i]) & metas[i].i.ready
-                                    & (outstanding < self.max_reads))
+        retire = Signal()
+        # the read issued in the last cycle: its word is on the RAM's output now
+        pend = Signal(name="rd_pend")
+        pend_client = Signal(range(max(R, 2)), name="rd_pend_client")
+        rd_last = Signal(range(max(R, 2)), name="rd_last")
+        wants, raddrs = [], []
+        rd_sel = Signal(range(max(R, 2)), name="rd_sel")
+        mdepth = max(8, self.max_reads)
+        # the reservation test of the burst in S1 (registered into S2). Its inputs can change
+        # before S2 only by a fire in S2 of another client, and after a fire the channel
+        # register is busy in the next cycle, so a stale answer never fires; this client's
+        # own credit only grows in the meantime. credit > min(l, e, m) - 1 is tested as
+        # credit > l or credit > e or credit >= m, three comparisons side by side.
+        g_credit = Signal(range(max(bufs) + 1), name="rd_g_credit")
+        g_room = Signal(name="rd_g_room")
+        fits = (g_credit > sp.pre_lm1) | (g_credit > sp.pre_em1)
+        if self.max_burst < (PAGE >> lb):
+            fits |= g_credit >= self.max_burst
+        m.d.comb += sp.ok.eq(fits & g_room & (outstanding < self.max_reads))
+        for i, port in enumerate(self.read_ports):
+            size = bufs[i]
+            # per burst {tag, final}, from the grant until the client has taken its last beat
+            meta = Queue(_meta_layout, mdepth, buffered=False)
+            m.submodules[f"rmeta_{i}"] = meta
+            credit = Signal(range(size + 1), init=size, name=f"rcredit_{i}")
+            res = Signal(len(credit), name=f"rres_{i}")        # -(beats) of the last grant
+            wptr = Signal(kbits[i] + 1, name=f"rwptr_{i}")      # the next word to write
+            iptr = Signal(kbits[i] + 1, name=f"riptr_{i}")      # the next word to read
+            o_valid = Signal(name=f"ro_valid_{i}")
+            o_word = Signal(W + 2, name=f"ro_word_{i}")          # {data, burst end, err}
+            hit = axi.r_valid & (axi.r_id == i)
+            with m.If(hit):
+                m.d.comb += [wp.en.eq(1), wp.addr.eq(region(i, wptr)), retire.eq(axi.r_last)]
+                m.d.sync += wptr.eq(wptr + 1)
+            taken = o_valid & port.resp.ready
+            # the word read in the last cycle lands in the output register if that is free or
+            # being taken; else it is dropped and read again (the issue pointer goes back one)
+            mine_rd = pend & (pend_client == i)
+            land = Signal(name=f"rland_{i}")
+            m.d.comb += land.eq(mine_rd & (~o_valid | port.resp.ready))
+            with m.If(land):
+                m.d.sync += [o_word.eq(rp.data), o_valid.eq(1)]
+            with m.Elif(taken):
+                m.d.sync += o_valid.eq(0)
+            # read a word when there is one not yet read and the output register is free or
+            # being taken (a client that holds its beat is not read for, so a drop and an
+            # issue of the same client never meet)
+            want = Signal(name=f"rwant_{i}")
+            m.d.comb += want.eq((iptr != wptr) & (~o_valid | port.resp.ready))
+            wants.append(want)
+            raddrs.append(region(i, iptr))
+            back = mine_rd & ~land
+            with m.If(back | (want & (rd_sel == i))):
+                m.d.sync += iptr.eq(iptr + Cat(Const(1, 1), back.replicate(len(iptr) - 1)))
+            m.d.comb += [
+                port.resp.valid.eq(o_valid),
+                port.resp.payload.data.eq(o_word[:W]),
+                port.resp.payload.err.eq(o_word[W + 1]),
+                port.resp.payload.tag.eq(meta.o.payload.tag),
+                port.resp.payload.last.eq(o_word[W] & meta.o.payload.final),
+                meta.o.ready.eq(taken & o_word[W]),
+            ]
+            mine = sp.fire & (sp.grant == i)
+            m.d.comb += [
+                meta.i.valid.eq(mine),
+                meta.i.payload.tag.eq(sp.g_tag),
+                meta.i.payload.final.eq(sp.final),
+            ]
+            with m.If(sp.pre_client == i):
+                m.d.comb += [g_credit.eq(credit), g_room.eq(meta.i.ready)]
+            # the reservation is taken from the credit a cycle later (this client's next
+            # turn is three cycles away)
+            neg = ~Cat(sp.bm1, Const(0, len(credit) - len(sp.bm1)))    # -(bm1 + 1)
+            m.d.sync += [res.eq(Mux(mine, neg, 0)), credit.eq(credit + res + taken)]
+        m.d.comb += wp.data.eq(Cat(axi.r_data, axi.r_last, axi.r_resp != 0))
+        m.d.comb += rd_sel.eq(_round_robin(m, wants, rd_last, "rd"))
+        m.d.sync += [pend.eq(Cat(*wants).any()), pend_client.eq(rd_sel)]
+        with m.If(Cat(*wants).any()):
+            m.d.sync += rd_last.eq(rd_sel)
+        with m.Switch(rd_sel):
+            for i in range(R):
+                with m.Case(i):
+                    m.d.comb += rp.addr.eq(raddrs[i])
         m.d.comb += [
             sp.handshake.eq(sp.valid & axi.ar_ready),
             axi.ar_valid.eq(sp.valid),
@@ -372,25 +509,6 @@ class HostMemory(wiring.Component):
             axi.ar_addr.eq(sp.addr),
             axi.ar_len.eq(sp.len),
         ]
-        retire = Signal()
-        for i in range(R):
-            hit = axi.r_valid & (axi.r_id == i)
-            mine = sp.fire & (sp.grant == i)
-            m.d.comb += [
-                metas[i].i.valid.eq(mine),
-                metas[i].i.payload.tag.eq(sp.g_tag),
-                metas[i].i.payload.final.eq(sp.g_final),
-                bufs[i].i.valid.eq(hit),
-                bufs[i].i.payload.data.eq(axi.r_data),
-                bufs[i].i.payload.err.eq(axi.r_resp != 0),
-                bufs[i].i.payload.tag.eq(metas[i].o.payload.tag),
-                bufs[i].i.payload.last.eq(axi.r_last & metas[i].o.payload.final),
-                metas[i].o.ready.eq(hit & axi.r_last),
-            ]
-            with m.If(hit & axi.r_last):
-                m.d.comb += retire.eq(1)
-            popped = bufs[i].o.valid & bufs[i].o.ready
-            m.d.sync += credits[i].eq(credits[i] - Mux(mine, sp.g_beats, 0) + popped)
         m.d.sync += outstanding.eq(outstanding + sp.fire - retire)
 
     def _elaborate_writes(self, m, lb):
@@ -412,14 +530,16 @@ class HostMemory(wiring.Component):
                                    name=f"dcredit_{j}"))
             errs.append(Signal(name=f"werr_{j}"))
 
-        job_layout = data.StructLayout({"client": range(max(C, 2)), "beats": range(257)})
+        job_layout = data.StructLayout({"client": range(max(C, 2)), "bm1": range(256)})
         m.submodules.wjobs = jobs = Queue(job_layout, self.max_writes, buffered=False)
 
         sp = _Splitter(m, "aw", [p.req for p in self.write_ports], lb, max_beats)
         outstanding = Signal(range(self.max_writes + 1), name="writes_outstanding")
         for j in range(C):
-            m.d.comb += sp.ok[j].eq(metas[j].i.ready & (~sp.final[j] | (dcredits[j] != 0))
-                                    & jobs.i.ready & (outstanding < self.max_writes))
+            # registered into S2, as for reads
+            with m.If(sp.pre_client == j):
+                m.d.comb += sp.ok.eq(metas[j].i.ready & (~sp.pre_final | (dcredits[j] != 0))
+                                     & jobs.i.ready & (outstanding < self.max_writes))
         m.d.comb += [
             sp.handshake.eq(sp.valid & axi.aw_ready),
             axi.aw_valid.eq(sp.valid),
@@ -428,7 +548,7 @@ class HostMemory(wiring.Component):
             axi.aw_len.eq(sp.len),
             jobs.i.valid.eq(sp.fire),
             jobs.i.payload.client.eq(sp.grant),
-            jobs.i.payload.beats.eq(sp.g_beats),
+            jobs.i.payload.bm1.eq(sp.bm1),
         ]
 
         # B: retire bursts, complete requests
@@ -441,7 +561,7 @@ class HostMemory(wiring.Component):
             m.d.comb += [
                 metas[j].i.valid.eq(mine),
                 metas[j].i.payload.tag.eq(sp.g_tag),
-                metas[j].i.payload.final.eq(sp.g_final),
+                metas[j].i.payload.final.eq(sp.final),
                 metas[j].o.ready.eq(hit),
                 dones[j].i.valid.eq(hit & final),
                 dones[j].i.payload.tag.eq(metas[j].o.payload.tag),
@@ -451,7 +571,7 @@ class HostMemory(wiring.Component):
                 m.d.comb += retire.eq(1)
                 m.d.sync += errs[j].eq(Mux(final, 0, errs[j] | bad))
             popped = dones[j].o.valid & dones[j].o.ready
-            m.d.sync += dcredits[j].eq(dcredits[j] - (mine & sp.g_final) + popped)
+            m.d.sync += dcredits[j].eq(dcredits[j] - (mine & sp.final) + popped)
         m.d.sync += outstanding.eq(outstanding + sp.fire - retire)
 
         # W: forward each burst's beats from its client
@@ -480,5 +600,5 @@ class HostMemory(wiring.Component):
             m.d.comb += jobs.o.ready.eq(1)
             with m.If(jobs.o.valid):
                 m.d.sync += [active.eq(1), wclient.eq(jobs.o.payload.client),
-                             count.eq(jobs.o.payload.beats - 1)]
+                             count.eq(jobs.o.payload.bm1)]
 
