@@ -85,7 +85,7 @@ Latency (cycles, idle outputs, measured by ``tb/cocotb_rx_parse.py``): see
 :func:`rx_parse_latency`.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Elaboratable, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -125,6 +125,82 @@ def rx_parse_latency(width):
     """
     crc = CRC32(width).latency + 1          # + the register in front of the CRC
     return {"meta": crc + 4, "payload": crc + 7, "stat": crc + 1}
+
+
+#: The metadata's raw fields, written once into the descriptor queue: BTH fields, the 20 bytes
+#: after the BTH (RETH, ImmDt, IETH, AETH, whichever are present) and the IPv4 source.
+mraw_layout = data.StructLayout({
+    "opcode": 8,
+    "se": 1,
+    "padcnt": 2,
+    "dqpn": 24,
+    "ackreq": 1,
+    "psn": 24,
+    "ext": 8 * (HDR_BYTES - _EXT),
+    "src_ip": 32,
+})
+
+
+class _SplitQueue(Elaboratable):
+    """An in-order queue (``SyncFIFOBuffered`` at its read side) whose entries are written in
+    two parts at different times, each into a block RAM of its own: part ``a`` of an entry
+    first (``a_en``), part ``b`` later (``b_en``); an entry is readable once its ``b`` part is
+    written. Both parts are read at one address into ``r_a``/``r_b``. The writer never pushes
+    more than ``depth`` entries (not checked here: RX Parse's slot count bounds them); both
+    RAMs are written in every cycle at their write pointers (free slots), so the strobes only
+    move the pointers.
+    """
+
+    def __init__(self, a_shape, b_shape, depth):
+        self.abits = (depth - 1).bit_length()
+        self.a_data = Signal(a_shape)
+        self.a_en = Signal()
+        self.b_data = Signal(b_shape)
+        self.b_en = Signal()
+        self.r_a = Signal(a_shape)
+        self.r_b = Signal(b_shape)
+        self.r_rdy = Signal()
+        self.r_en = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        n = 1 << self.abits
+        m.submodules.mem_a = mem_a = Memory(shape=len(self.a_data.as_value()), depth=n,
+                                            init=[])
+        m.submodules.mem_b = mem_b = Memory(shape=len(self.b_data.as_value()), depth=n,
+                                            init=[])
+        pa, pb, c = Signal(self.abits), Signal(self.abits), Signal(self.abits)
+        wa, wb = mem_a.write_port(), mem_b.write_port()
+        ra, rb = mem_a.read_port(domain="sync"), mem_b.read_port(domain="sync")
+        # entries with both parts written and not yet read into r_a/r_b; the "not empty"
+        # flag is a register (the next level compared), as in ``RoomFIFO``
+        level = Signal(self.abits + 1)
+        inner_rdy = Signal()
+        do_read = Signal()
+        m.d.comb += do_read.eq(inner_rdy & (~self.r_rdy | self.r_en))
+        m.d.comb += [
+            wa.addr.eq(pa), wa.data.eq(self.a_data), wa.en.eq(1),
+            wb.addr.eq(pb), wb.data.eq(self.b_data), wb.en.eq(1),
+            ra.addr.eq(c), rb.addr.eq(c), ra.en.eq(do_read), rb.en.eq(do_read),
+            self.r_a.eq(ra.data), self.r_b.eq(rb.data),
+        ]
+        with m.If(self.a_en):
+            m.d.sync += pa.eq(pa + 1)
+        with m.If(self.b_en):
+            m.d.sync += pb.eq(pb + 1)
+        with m.If(do_read):
+            m.d.sync += c.eq(c + 1)
+        with m.If(self.b_en & ~do_read):
+            m.d.sync += level.eq(level + 1)
+        with m.If(do_read & ~self.b_en):
+            m.d.sync += level.eq(level - 1)
+        m.d.sync += inner_rdy.eq(~(((level == 0) & ~self.b_en)
+                                   | ((level == 1) & do_read & ~self.b_en)))
+        with m.If(do_read):
+            m.d.sync += self.r_rdy.eq(1)
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        return m
 
 
 class RxParse(wiring.Component):
@@ -446,26 +522,24 @@ class RxParse(wiring.Component):
         def ext(header, name, present, offset=_EXT):
             return Mux(present, f(header, offset, name), 0)
 
-        imm_at = Mux(info.reth, f(wire.IMMDT, _EXT + 16, "imm"), f(wire.IMMDT, _EXT, "imm"))
-        meta_now = {
+        # The metadata is not copied through the check stages: its raw fields (``mraw_layout``)
+        # are written once, from the M registers, into the descriptor queue's first part (see
+        # ``_SplitQueue``); the read side forms ``rx_meta_layout`` from them with the opcode's
+        # flags (carried here, 4 bits) in front of the meta queue.
+        mraw_now = {
             "opcode": op,
             "se": f(wire.BTH, _BTH, "se"),
             "padcnt": padcnt,
             "dqpn": f(wire.BTH, _BTH, "dqpn"),
             "ackreq": f(wire.BTH, _BTH, "ackreq"),
             "psn": f(wire.BTH, _BTH, "psn"),
-            "reth_va": ext(wire.RETH, "va", info.reth),
-            "reth_rkey": ext(wire.RETH, "rkey", info.reth),
-            "reth_len": ext(wire.RETH, "dmalen", info.reth),
-            "imm": Mux(info.immdt, imm_at, 0),
-            "ieth_rkey": ext(wire.IETH, "rkey", info.ieth),
-            "aeth_syndrome": ext(wire.AETH, "syndrome", info.aeth),
+            "ext": Cat(*b[_EXT:HDR_BYTES]),
             "src_ip": f(wire.IPV4, _IP, "src"),
         }
 
         v1_valid = Signal()
         v1_r1, v1_r2, v1_r3, v1_r5 = Signal(), Signal(), Signal(), Signal()
-        v1_meta = Signal(rx_meta_layout)
+        v1_flags = Signal(4)
         v1_code = Signal(range(ncode))
         v1_base, v1_end = Signal(ptrw), Signal(ptrw)
         v1_len, v1_dmin = Signal.like(frame_len), Signal(17)
@@ -473,9 +547,9 @@ class RxParse(wiring.Component):
         v1_pair = [Signal(17, name=f"v1_csum_p{k}") for k in range(5)]
         m.d.sync += v1_valid.eq(vm_valid)
         with m.If(vm_valid):
-            m.d.sync += [getattr(v1_meta, k).eq(v) for k, v in meta_now.items()]
             m.d.sync += [
                 v1_r1.eq(vm_user), v1_r2.eq(r2), v1_r3.eq(r3a), v1_r5.eq(r5a),
+                v1_flags.eq(Cat(info.reth, info.immdt, info.ieth, info.aeth)),
                 v1_code.eq(code), v1_base.eq(vm_base), v1_end.eq(vm_end),
                 v1_len.eq(vm_len), v1_dmin.eq(dmin),
                 v1_udp.eq(udp_len), v1_udp20.eq(udp_len + wire.IPV4_LEN), v1_tot.eq(tot),
@@ -488,7 +562,8 @@ class RxParse(wiring.Component):
         m.d.comb += pl_diff.eq(v1_udp - v1_need)
         v2_valid = Signal()
         v2_r1, v2_r2, v2_r3, v2_r5 = Signal(), Signal(), Signal(), Signal()
-        v2_meta = Signal(rx_meta_layout)
+        v2_len = Signal(13)
+        v2_flags = Signal(4)
         v2_code = Signal(range(ncode))
         v2_base, v2_end = Signal(ptrw), Signal(ptrw)
         v2_q = [Signal(19, name=f"v2_csum_q{k}") for k in range(2)]
@@ -498,7 +573,7 @@ class RxParse(wiring.Component):
                 v2_r1.eq(v1_r1), v2_r2.eq(v1_r2),
                 v2_r3.eq(v1_r3 | (v1_len < v1_dmin) | (v1_udp20 != v1_tot)),
                 v2_r5.eq(v1_r5 | pl_diff[-1]),                  # udp_len < need
-                v2_meta.eq(v1_meta), v2_meta.payload_len.eq(pl_diff[:13]),
+                v2_len.eq(pl_diff[:13]), v2_flags.eq(v1_flags),
                 v2_code.eq(v1_code), v2_base.eq(v1_base), v2_end.eq(v1_end),
                 v2_q[0].eq(v1_pair[0] + v1_pair[1] + v1_pair[2]),
                 v2_q[1].eq(v1_pair[3] + v1_pair[4]),
@@ -511,10 +586,10 @@ class RxParse(wiring.Component):
             for c, o in enumerate(PAYLOAD_OFFSETS):
                 with m.Case(c):
                     m.d.comb += [sel.eq(o % L), skip.eq(o // L)]
-        v2_len = v2_meta.payload_len
         v3_valid = Signal()
         v3_r1, v3_r2, v3_r3, v3_r5 = Signal(), Signal(), Signal(), Signal()
-        v3_meta = Signal(rx_meta_layout)
+        v3_len = Signal(13)
+        v3_flags = Signal(4)
         v3_code = Signal(range(ncode))
         v3_first, v3_end = Signal(ptrw), Signal(ptrw)
         v3_csum = Signal(20)
@@ -525,7 +600,7 @@ class RxParse(wiring.Component):
         with m.If(v2_valid):
             m.d.sync += [
                 v3_r1.eq(v2_r1), v3_r2.eq(v2_r2), v3_r3.eq(v2_r3), v3_r5.eq(v2_r5),
-                v3_meta.eq(v2_meta), v3_code.eq(v2_code),
+                v3_len.eq(v2_len), v3_flags.eq(v2_flags), v3_code.eq(v2_code),
                 v3_first.eq(v2_base + skip), v3_end.eq(v2_end),
                 v3_csum.eq(v2_q[0] + v2_q[1]),
                 v3_lm1.eq(v2_len - 1), v3_span.eq(v2_len + sel - 1), v3_has.eq(v2_len != 0),
@@ -535,7 +610,8 @@ class RxParse(wiring.Component):
         # fold is 0xFFFF exactly when low + high == 0xFFFF), descriptor fields.
         v4_valid = Signal()
         v4_r1, v4_r2, v4_r3, v4_r5 = Signal(), Signal(), Signal(), Signal()
-        v4_meta = Signal(rx_meta_layout)
+        v4_len = Signal(13)
+        v4_flags = Signal(4)
         v4_code = Signal(range(ncode))
         v4_first, v4_end = Signal(ptrw), Signal(ptrw)
         v4_reads = Signal(range(cap + 2))
@@ -548,7 +624,8 @@ class RxParse(wiring.Component):
         with m.If(v3_valid):
             m.d.sync += [
                 v4_r1.eq(v3_r1), v4_r2.eq(v3_r2), v4_r3.eq(v3_r3 | (fold != 0xFFFF)),
-                v4_r5.eq(v3_r5), v4_meta.eq(v3_meta), v4_code.eq(v3_code),
+                v4_r5.eq(v3_r5), v4_len.eq(v3_len), v4_flags.eq(v3_flags),
+                v4_code.eq(v3_code),
                 v4_first.eq(v3_first), v4_end.eq(v3_end),
                 v4_reads.eq(Mux(v3_has, (v3_span >> lg) + 1, 0)),
                 v4_has.eq(v3_has), v4_one.eq(v3_has & ((v3_span >> lg) == 0)),
@@ -566,8 +643,11 @@ class RxParse(wiring.Component):
         with m.Elif(v4_r5):
             m.d.comb += hreason.eq(5)
 
-        desc_layout = data.StructLayout({
-            "meta": rx_meta_layout,
+        # The descriptor, in two parts of one in-order queue: ``m`` (the raw metadata fields)
+        # written by M, ``d`` (payload length, opcode flags, where the payload sits) by V4.
+        d_layout = data.StructLayout({
+            "payload_len": 13,
+            "flags": 4,                 # reth, immdt, ieth, aeth
             "first": ptrw,
             "end": ptrw,
             "reads": range(cap + 2),
@@ -577,7 +657,23 @@ class RxParse(wiring.Component):
             "flush": 1,
             "last_keep": range(L + 1),
         })
-        m.submodules.desc_q = desc_q = Queue(desc_layout, self.slots)
+        desc_layout = data.StructLayout({"m": mraw_layout, "d": d_layout})
+        m.submodules.desc_q = desc_q = _SplitQueue(mraw_layout, d_layout, self.slots)
+        m.d.comb += [
+            desc_q.a_en.eq(vm_valid),
+            desc_q.a_data.eq(Cat(*[mraw_now[k] for k in mraw_layout.members])),
+            desc_q.b_en.eq(v4_valid),
+            desc_q.b_data.payload_len.eq(v4_len),
+            desc_q.b_data.flags.eq(v4_flags),
+            desc_q.b_data.first.eq(v4_first),
+            desc_q.b_data.end.eq(v4_end),
+            desc_q.b_data.reads.eq(v4_reads),
+            desc_q.b_data.has.eq(v4_has),
+            desc_q.b_data.one.eq(v4_one),
+            desc_q.b_data.sel.eq(v4_code),
+            desc_q.b_data.flush.eq(v4_flush),
+            desc_q.b_data.last_keep.eq(v4_last_keep),
+        ]
         # Buffered too: the reason meets the residue compare and verdict_q's write from a register,
         # not a LUT-RAM read. Written by V4 six cycles after the last beat is accepted, it is out
         # two cycles later: just in time at W=64 (the verdict comes 1 + CRC32.latency ≥ 8 after).
@@ -585,16 +681,6 @@ class RxParse(wiring.Component):
         # Buffered: the read side's decision starts from a register, not a LUT-RAM read.
         m.submodules.verdict_q = verdict_q = RoomFIFO(width=1, depth=self.slots, buffered=True)
         m.d.comb += [
-            desc_q.i.valid.eq(v4_valid),
-            desc_q.i.payload.meta.eq(v4_meta),
-            desc_q.i.payload.first.eq(v4_first),
-            desc_q.i.payload.end.eq(v4_end),
-            desc_q.i.payload.reads.eq(v4_reads),
-            desc_q.i.payload.has.eq(v4_has),
-            desc_q.i.payload.one.eq(v4_one),
-            desc_q.i.payload.sel.eq(v4_code),
-            desc_q.i.payload.flush.eq(v4_flush),
-            desc_q.i.payload.last_keep.eq(v4_last_keep),
             reason_q.w_en.eq(v4_valid),
             reason_q.w_data.eq(hreason),
         ]
@@ -661,7 +747,7 @@ class RxParse(wiring.Component):
         m.submodules.head_q = head_q = Queue(desc_layout, 2, buffered=False,
                                                registers=True)
         take = Signal()
-        head = head_q.o.payload
+        head = head_q.o.payload.d
         head_v = head_q.o.valid
         # A plain register between the block RAM and the head queue: its data input is the
         # RAM's output (the head queue's storage has a write mux in front of each word) and its
@@ -671,10 +757,10 @@ class RxParse(wiring.Component):
         pr_v = Signal()
         pr_d = Signal(desc_layout)
         pr_go = Signal()
-        m.d.comb += [pr_go.eq(~pr_v | head_q.i.ready), desc_q.o.ready.eq(pr_go),
+        m.d.comb += [pr_go.eq(~pr_v | head_q.i.ready), desc_q.r_en.eq(pr_go),
                      head_q.i.valid.eq(pr_v), head_q.i.payload.eq(pr_d)]
         with m.If(pr_go):
-            m.d.sync += [pr_v.eq(desc_q.o.valid), pr_d.eq(desc_q.o.payload)]
+            m.d.sync += [pr_v.eq(desc_q.r_rdy), pr_d.eq(Cat(desc_q.r_a, desc_q.r_b))]
         m.d.comb += head_q.o.ready.eq(take)
         drop = verdict_q.r_data[0]
         # The decision to take the head descriptor is a small function of registers:
@@ -687,7 +773,23 @@ class RxParse(wiring.Component):
         m.d.sync += meta_room.eq(meta_q.level < 3)
         head_ok = verdict_q.r_rdy & head_v & (drop | meta_room)
         # the payload does not wait for the decision (no decode in front of the queue's data)
-        m.d.comb += meta_q.i.payload.eq(head.meta)
+        raw = head_q.o.payload.m
+        xb = [raw.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
+        reth, immdt, ieth, aeth = head.flags
+        mq = meta_q.i.payload
+        m.d.comb += [
+            mq.opcode.eq(raw.opcode), mq.se.eq(raw.se), mq.padcnt.eq(raw.padcnt),
+            mq.dqpn.eq(raw.dqpn), mq.ackreq.eq(raw.ackreq), mq.psn.eq(raw.psn),
+            mq.reth_va.eq(Mux(reth, wire.RETH.extract("va", xb), 0)),
+            mq.reth_rkey.eq(Mux(reth, wire.RETH.extract("rkey", xb), 0)),
+            mq.reth_len.eq(Mux(reth, wire.RETH.extract("dmalen", xb), 0)),
+            mq.imm.eq(Mux(immdt, Mux(reth, wire.IMMDT.extract("imm", xb[16:]),
+                                     wire.IMMDT.extract("imm", xb)), 0)),
+            mq.ieth_rkey.eq(Mux(ieth, wire.IETH.extract("rkey", xb), 0)),
+            mq.aeth_syndrome.eq(Mux(aeth, wire.AETH.extract("syndrome", xb), 0)),
+            mq.src_ip.eq(raw.src_ip),
+            mq.payload_len.eq(head.payload_len),
+        ]
 
         with m.If(credit):
             with m.If(busy):
