@@ -432,6 +432,11 @@ class RxParse(wiring.Component):
         m.d.comb += [n_keep.eq(sum(beat.keep[j] for j in range(L))),
                      frame_len.eq((idx << lg) + n_keep)]
 
+        # V0: the header bytes of the frame, bytes past its end zeroed, snapshotted in the cycle
+        # of its last beat. Byte n sits in beat j = n // L, lane n % L; in the last beat's cycle
+        # ``at[j]`` says the last beat is beat j (the byte is in the frame when its ``keep``
+        # bit is set; keep is contiguous from lane 0, interface.md §2) and ``at[k]``, k < j,
+        # that it ended before beat j (the byte reads 0).
         v0_valid = Signal()
         v0_snap = [Signal(8, name=f"v0_snap{n}") for n in range(HDR_BYTES)]
         v0_len = Signal.like(frame_len)
@@ -442,7 +447,13 @@ class RxParse(wiring.Component):
         # the V0 registers are read only in the cycle after ``end_frame`` (``v0_valid``), so they
         # follow their inputs in every cycle: with ``end_frame`` (the input handshake) as the
         # enable of these ~650 flops, the whole core's placement had 17.9 ns paths into it
-        m.d.sync += [s.eq(h) for s, h in zip(v0_snap, hdr_next)]
+        v0_d = [Signal(8, name=f"v0_d{n}") for n in range(HDR_BYTES)]
+        for n in range(HDR_BYTES):
+            j, l = divmod(n, L)
+            ended = Cat(*at[:j]).any() if j else 0
+            m.d.comb += v0_d[n].eq(Mux(at[j], Mux(beat.keep[l], byte[l], 0),
+                                       Mux(ended, 0, hdr[n])))
+            m.d.sync += v0_snap[n].eq(v0_d[n])
         m.d.sync += [
             v0_len.eq(frame_len),
             # idx*L + n_keep > 4200 only on the beat idx = cap - 1 (or when idx = cap)
@@ -453,33 +464,17 @@ class RxParse(wiring.Component):
             v0_base.eq(Mux(first, wr_ptr, frame_base)),
             v0_end.eq(wr_ptr + write_this),
         ]
-
-        # M: bytes past the frame's end read as 0 (registered: the length compare feeds every
-        # field below).
-        b = [Signal(8, name=f"vm_b{n}") for n in range(HDR_BYTES)]
-        vm_valid = Signal()
-        vm_len = Signal.like(frame_len)
-        vm_long, vm_user, vm_dropall = Signal(), Signal(), Signal()
-        vm_base, vm_end = Signal(ptrw), Signal(ptrw)
-        m.d.sync += vm_valid.eq(v0_valid)
-        with m.If(v0_valid):
-            m.d.sync += [b[n].eq(Mux(v0_len > n, v0_snap[n], 0)) for n in range(HDR_BYTES)]
-        # the opcode decoded here and registered with the bytes (its flags select most of V1's
-        # metadata fields: no decode in front of that fan-out)
-        vm_bth = [Mux(v0_len > n, v0_snap[n], 0) for n in range(_BTH, _BTH + wire.BTH.size)]
-        m_info = opcode_info(m, wire.BTH.extract("opcode", vm_bth), name="vm_info_d")
-        vm_info = Signal.like(m_info, name="vm_info")
-        with m.If(v0_valid):
-            m.d.sync += vm_info.eq(m_info)
-            m.d.sync += [vm_len.eq(v0_len), vm_long.eq(v0_long), vm_user.eq(v0_user),
-                         vm_dropall.eq(v0_dropall), vm_base.eq(v0_base), vm_end.eq(v0_end)]
+        b = v0_snap
+        vm_valid, vm_len, vm_long, vm_user, vm_dropall = (v0_valid, v0_len, v0_long, v0_user,
+                                                          v0_dropall)
+        vm_base, vm_end = v0_base, v0_end
 
         def f(header, base, name):
             return header.extract(name, b[base:base + header.size])
 
         # V1: fields, equality checks, metadata; the length arithmetic's operands.
         op = f(wire.BTH, _BTH, "opcode")
-        info = vm_info                  # opcode_info(op), registered in M
+        info = opcode_info(m, op, name="v1_info_d")
         tot = f(wire.IPV4, _IP, "total_length")
         udp_len = f(wire.UDP, _UDP, "length")
         padcnt = f(wire.BTH, _BTH, "padcnt")
@@ -526,15 +521,20 @@ class RxParse(wiring.Component):
         # are written once, from the M registers, into the descriptor queue's first part (see
         # ``_SplitQueue``); the read side forms ``rx_meta_layout`` from them with the opcode's
         # flags (carried here, 4 bits) in front of the meta queue.
+        # Written from V0's inputs in the last beat's cycle (``end_frame``): the RAM's write
+        # port, delayed a cycle by synthesis (yosys emulates the read-first collision rule of
+        # two DP16KD ports with registers on the write data), then shares V0's registers.
+        def fd(header, base, name):
+            return header.extract(name, v0_d[base:base + header.size])
         mraw_now = {
-            "opcode": op,
-            "se": f(wire.BTH, _BTH, "se"),
-            "padcnt": padcnt,
-            "dqpn": f(wire.BTH, _BTH, "dqpn"),
-            "ackreq": f(wire.BTH, _BTH, "ackreq"),
-            "psn": f(wire.BTH, _BTH, "psn"),
-            "ext": Cat(*b[_EXT:HDR_BYTES]),
-            "src_ip": f(wire.IPV4, _IP, "src"),
+            "opcode": fd(wire.BTH, _BTH, "opcode"),
+            "se": fd(wire.BTH, _BTH, "se"),
+            "padcnt": fd(wire.BTH, _BTH, "padcnt"),
+            "dqpn": fd(wire.BTH, _BTH, "dqpn"),
+            "ackreq": fd(wire.BTH, _BTH, "ackreq"),
+            "psn": fd(wire.BTH, _BTH, "psn"),
+            "ext": Cat(*v0_d[_EXT:HDR_BYTES]),
+            "src_ip": fd(wire.IPV4, _IP, "src"),
         }
 
         v1_valid = Signal()
@@ -610,28 +610,28 @@ class RxParse(wiring.Component):
         # fold is 0xFFFF exactly when low + high == 0xFFFF), descriptor fields.
         v4_valid = Signal()
         v4_r1, v4_r2, v4_r3, v4_r5 = Signal(), Signal(), Signal(), Signal()
-        v4_len = Signal(13)
-        v4_flags = Signal(4)
-        v4_code = Signal(range(ncode))
-        v4_first, v4_end = Signal(ptrw), Signal(ptrw)
-        v4_reads = Signal(range(cap + 2))
-        v4_has, v4_one = Signal(), Signal()       # reads != 0, reads == 1 (registered decodes)
-        v4_flush = Signal()
-        v4_last_keep = Signal(range(L + 1))
         fold = Signal(17)
         m.d.comb += fold.eq(v3_csum[:16] + v3_csum[16:])
         m.d.sync += v4_valid.eq(v3_valid)
         with m.If(v3_valid):
             m.d.sync += [
                 v4_r1.eq(v3_r1), v4_r2.eq(v3_r2), v4_r3.eq(v3_r3 | (fold != 0xFFFF)),
-                v4_r5.eq(v3_r5), v4_len.eq(v3_len), v4_flags.eq(v3_flags),
-                v4_code.eq(v3_code),
-                v4_first.eq(v3_first), v4_end.eq(v3_end),
-                v4_reads.eq(Mux(v3_has, (v3_span >> lg) + 1, 0)),
-                v4_has.eq(v3_has), v4_one.eq(v3_has & ((v3_span >> lg) == 0)),
-                v4_flush.eq((v3_span >> lg) == (v3_lm1 >> lg)),
-                v4_last_keep.eq(v3_lm1[:lg] + 1),
+                v4_r5.eq(v3_r5),
             ]
+        # The descriptor fields are not V4 registers of their own: they are the write data of
+        # the descriptor RAM's ``d`` part, written with ``v3_valid``, whose write port synthesis
+        # delays a cycle with registers (the read-first rule of two DP16KD ports, see V0).
+        v4_reads = Signal(range(cap + 2))
+        v4_has, v4_one = Signal(), Signal()       # reads != 0, reads == 1
+        v4_flush = Signal()
+        v4_last_keep = Signal(range(L + 1))
+        m.d.comb += [
+            v4_reads.eq(Mux(v3_has, (v3_span >> lg) + 1, 0)),
+            v4_has.eq(v3_has), v4_one.eq(v3_has & ((v3_span >> lg) == 0)),
+            v4_flush.eq((v3_span >> lg) == (v3_lm1 >> lg)),
+            v4_last_keep.eq(v3_lm1[:lg] + 1),
+        ]
+        v4_len, v4_flags, v4_code, v4_first, v4_end = v3_len, v3_flags, v3_code, v3_first, v3_end
 
         hreason = Signal(3)
         with m.If(v4_r1):
@@ -660,9 +660,9 @@ class RxParse(wiring.Component):
         desc_layout = data.StructLayout({"m": mraw_layout, "d": d_layout})
         m.submodules.desc_q = desc_q = _SplitQueue(mraw_layout, d_layout, self.slots)
         m.d.comb += [
-            desc_q.a_en.eq(vm_valid),
+            desc_q.a_en.eq(end_frame),
             desc_q.a_data.eq(Cat(*[mraw_now[k] for k in mraw_layout.members])),
-            desc_q.b_en.eq(v4_valid),
+            desc_q.b_en.eq(v3_valid),
             desc_q.b_data.payload_len.eq(v4_len),
             desc_q.b_data.flags.eq(v4_flags),
             desc_q.b_data.first.eq(v4_first),
@@ -744,10 +744,13 @@ class RxParse(wiring.Component):
         # before it were cut: 18.1 ns). The next descriptor is at its head by the cycle after a
         # take exactly when it was in a single ``head`` reloaded in the take's cycle, so the
         # takes happen in the same cycles.
-        m.submodules.head_q = head_q = Queue(desc_layout, 2, buffered=False,
-                                               registers=True)
+        # Only the descriptor's ``d`` part (what the read side decides on) is in flip-flops;
+        # the raw metadata, which only feeds the meta queue's write data, waits in a LUT-RAM
+        # twin of it, pushed and popped with it.
+        m.submodules.head_q = head_q = Queue(d_layout, 2, buffered=False, registers=True)
+        m.submodules.head_m = head_m = Queue(mraw_layout, 2, buffered=False)
         take = Signal()
-        head = head_q.o.payload.d
+        head = head_q.o.payload
         head_v = head_q.o.valid
         # A plain register between the block RAM and the head queue: its data input is the
         # RAM's output (the head queue's storage has a write mux in front of each word) and its
@@ -758,10 +761,11 @@ class RxParse(wiring.Component):
         pr_d = Signal(desc_layout)
         pr_go = Signal()
         m.d.comb += [pr_go.eq(~pr_v | head_q.i.ready), desc_q.r_en.eq(pr_go),
-                     head_q.i.valid.eq(pr_v), head_q.i.payload.eq(pr_d)]
+                     head_q.i.valid.eq(pr_v), head_q.i.payload.eq(pr_d.d),
+                     head_m.i.valid.eq(pr_v), head_m.i.payload.eq(pr_d.m)]
         with m.If(pr_go):
             m.d.sync += [pr_v.eq(desc_q.r_rdy), pr_d.eq(Cat(desc_q.r_a, desc_q.r_b))]
-        m.d.comb += head_q.o.ready.eq(take)
+        m.d.comb += [head_q.o.ready.eq(take), head_m.o.ready.eq(take)]
         drop = verdict_q.r_data[0]
         # The decision to take the head descriptor is a small function of registers:
         # * a frame's descriptor is pushed (V4) before its verdict (CRC32.latency + 1 > 5 cycles
@@ -773,7 +777,7 @@ class RxParse(wiring.Component):
         m.d.sync += meta_room.eq(meta_q.level < 3)
         head_ok = verdict_q.r_rdy & head_v & (drop | meta_room)
         # the payload does not wait for the decision (no decode in front of the queue's data)
-        raw = head_q.o.payload.m
+        raw = head_m.o.payload
         xb = [raw.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
         reth, immdt, ieth, aeth = head.flags
         mq = meta_q.i.payload
