@@ -39,6 +39,12 @@ def test_rx_parse_trailer(width):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
+def test_rx_parse_short_prefixes(width):
+    """Header bytes past a short frame's end read as 0, not as the previous frame's."""
+    _run(width, ["short_prefixes"], "short")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 def test_rx_parse_benchmark(width, tmp_path):
     out = tmp_path / "bench.json"
     _run(width, ["benchmark"], "bench", {"RXP_OUT": str(out)})

@@ -344,17 +344,23 @@ class RxParse(wiring.Component):
         with m.Else():
             m.d.sync += slot_ok.eq(lt_now)
 
-        # Header capture: byte n of the frame sits in beat n // L, lane n % L. The bytes of
-        # beat k follow the input in every cycle ``at[k]`` is high, not only with ``accept``:
-        # ``at`` moves only on an accepted beat, so the last cycle of ``at[k]`` is beat k's
-        # accept and ``hdr`` holds what it held before; the one reader, V0's snapshot of
-        # ``hdr_next`` in the frame's last accepted cycle, sees the same bytes. The handshake
-        # then enables ~80 flops, not ~560 (its spread was the whole core's worst placed
-        # path: the accept net's route alone 7.8 ns).
+        # Header capture, kept once: byte n of the frame sits in beat j = n // L, lane n % L.
+        # The bytes of beat j follow the input in every cycle ``at[j]`` is high, not only with
+        # ``accept``: ``at`` moves only on an accepted beat, so the last cycle of ``at[j]`` is
+        # beat j's accept. The handshake then enables ~80 flops, not ~560 (its spread was the
+        # whole core's worst placed path: the accept net's route alone 7.8 ns). Bytes past the
+        # frame's end read as 0: the bytes of beats 1.. are cleared in every cycle of ``at[0]``
+        # (waiting for a frame's first beat), and lanes past ``keep`` (contiguous from lane 0,
+        # all ones but on the last beat: interface.md §2) are captured as 0. In the cycle after
+        # the frame's last beat (V1) ``hdr`` holds its header: the next frame's first beat, if
+        # it comes in that cycle, is written at its end.
         hdr = [Signal(8, name=f"hdr{n}") for n in range(HDR_BYTES)]
         hdr_next = [Signal(8, name=f"hdr_next{n}") for n in range(HDR_BYTES)]
         for n in range(HDR_BYTES):
-            m.d.comb += hdr_next[n].eq(Mux(at[n // L], byte[n % L], hdr[n]))
+            j, l = divmod(n, L)
+            got = Mux(beat.keep[l], byte[l], 0)
+            m.d.comb += hdr_next[n].eq(Mux(at[j], got, Mux(at[0], 0, hdr[n])) if j else
+                                       Mux(at[0], got, hdr[n]))
             m.d.sync += hdr[n].eq(hdr_next[n])
 
         # ICRC feed.
@@ -432,28 +438,17 @@ class RxParse(wiring.Component):
         m.d.comb += [n_keep.eq(sum(beat.keep[j] for j in range(L))),
                      frame_len.eq((idx << lg) + n_keep)]
 
-        # V0: the header bytes of the frame, bytes past its end zeroed, snapshotted in the cycle
-        # of its last beat. Byte n sits in beat j = n // L, lane n % L; in the last beat's cycle
-        # ``at[j]`` says the last beat is beat j (the byte is in the frame when its ``keep``
-        # bit is set; keep is contiguous from lane 0, interface.md §2) and ``at[k]``, k < j,
-        # that it ended before beat j (the byte reads 0).
+        # V0: the frame's length and where it sits, registered in the cycle of its last beat;
+        # its header is ``hdr`` in the next cycle (V1).
         v0_valid = Signal()
-        v0_snap = [Signal(8, name=f"v0_snap{n}") for n in range(HDR_BYTES)]
         v0_len = Signal.like(frame_len)
         v0_long, v0_user, v0_dropall = Signal(), Signal(), Signal()
         v0_base, v0_end = Signal(ptrw), Signal(ptrw)
         end_frame = accept & beat.last
         m.d.sync += v0_valid.eq(end_frame)
         # the V0 registers are read only in the cycle after ``end_frame`` (``v0_valid``), so they
-        # follow their inputs in every cycle: with ``end_frame`` (the input handshake) as the
-        # enable of these ~650 flops, the whole core's placement had 17.9 ns paths into it
-        v0_d = [Signal(8, name=f"v0_d{n}") for n in range(HDR_BYTES)]
-        for n in range(HDR_BYTES):
-            j, l = divmod(n, L)
-            ended = Cat(*at[:j]).any() if j else 0
-            m.d.comb += v0_d[n].eq(Mux(at[j], Mux(beat.keep[l], byte[l], 0),
-                                       Mux(ended, 0, hdr[n])))
-            m.d.sync += v0_snap[n].eq(v0_d[n])
+        # follow their inputs in every cycle (``end_frame``, the input handshake, as their
+        # enable gave the whole core's placement 17.9 ns paths)
         m.d.sync += [
             v0_len.eq(frame_len),
             # idx*L + n_keep > 4200 only on the beat idx = cap - 1 (or when idx = cap)
@@ -464,10 +459,7 @@ class RxParse(wiring.Component):
             v0_base.eq(Mux(first, wr_ptr, frame_base)),
             v0_end.eq(wr_ptr + write_this),
         ]
-        b = v0_snap
-        vm_valid, vm_len, vm_long, vm_user, vm_dropall = (v0_valid, v0_len, v0_long, v0_user,
-                                                          v0_dropall)
-        vm_base, vm_end = v0_base, v0_end
+        b = hdr
 
         def f(header, base, name):
             return header.extract(name, b[base:base + header.size])
@@ -480,7 +472,7 @@ class RxParse(wiring.Component):
         padcnt = f(wire.BTH, _BTH, "padcnt")
         hdr_len = info.hdr_len
 
-        r2 = (vm_dropall
+        r2 = (v0_dropall
               | (f(wire.ETH, 0, "dst") != self.local_mac)
               | (f(wire.ETH, 0, "ethertype") != wire.ETHERTYPE_IPV4)
               | (f(wire.IPV4, _IP, "dst") != self.local_ip)
@@ -491,7 +483,7 @@ class RxParse(wiring.Component):
                | (f(wire.IPV4, _IP, "ihl") != 5)
                | flags[0]                                       # MF (flags = reserved, DF, MF)
                | (f(wire.IPV4, _IP, "frag_offset") != 0)
-               | vm_long
+               | v0_long
                | (udp_len < wire.UDP_LEN))
         r5a = ((f(wire.BTH, _BTH, "tver") != 0)
                | (f(wire.BTH, _BTH, "pkey")[:15] != 0x7FFF)
@@ -521,11 +513,11 @@ class RxParse(wiring.Component):
         # are written once, from the M registers, into the descriptor queue's first part (see
         # ``_SplitQueue``); the read side forms ``rx_meta_layout`` from them with the opcode's
         # flags (carried here, 4 bits) in front of the meta queue.
-        # Written from V0's inputs in the last beat's cycle (``end_frame``): the RAM's write
+        # Written from ``hdr_next`` in the last beat's cycle (``end_frame``): the RAM's write
         # port, delayed a cycle by synthesis (yosys emulates the read-first collision rule of
-        # two DP16KD ports with registers on the write data), then shares V0's registers.
+        # two DP16KD ports with registers on the write data), then shares ``hdr``'s registers.
         def fd(header, base, name):
-            return header.extract(name, v0_d[base:base + header.size])
+            return header.extract(name, hdr_next[base:base + header.size])
         mraw_now = {
             "opcode": fd(wire.BTH, _BTH, "opcode"),
             "se": fd(wire.BTH, _BTH, "se"),
@@ -533,7 +525,7 @@ class RxParse(wiring.Component):
             "dqpn": fd(wire.BTH, _BTH, "dqpn"),
             "ackreq": fd(wire.BTH, _BTH, "ackreq"),
             "psn": fd(wire.BTH, _BTH, "psn"),
-            "ext": Cat(*v0_d[_EXT:HDR_BYTES]),
+            "ext": Cat(*hdr_next[_EXT:HDR_BYTES]),
             "src_ip": fd(wire.IPV4, _IP, "src"),
         }
 
@@ -545,13 +537,13 @@ class RxParse(wiring.Component):
         v1_len, v1_dmin = Signal.like(frame_len), Signal(17)
         v1_udp, v1_udp20, v1_tot, v1_need = Signal(16), Signal(17), Signal(16), Signal(17)
         v1_pair = [Signal(17, name=f"v1_csum_p{k}") for k in range(5)]
-        m.d.sync += v1_valid.eq(vm_valid)
-        with m.If(vm_valid):
+        m.d.sync += v1_valid.eq(v0_valid)
+        with m.If(v0_valid):
             m.d.sync += [
-                v1_r1.eq(vm_user), v1_r2.eq(r2), v1_r3.eq(r3a), v1_r5.eq(r5a),
+                v1_r1.eq(v0_user), v1_r2.eq(r2), v1_r3.eq(r3a), v1_r5.eq(r5a),
                 v1_flags.eq(Cat(info.reth, info.immdt, info.ieth, info.aeth)),
-                v1_code.eq(code), v1_base.eq(vm_base), v1_end.eq(vm_end),
-                v1_len.eq(vm_len), v1_dmin.eq(dmin),
+                v1_code.eq(code), v1_base.eq(v0_base), v1_end.eq(v0_end),
+                v1_len.eq(v0_len), v1_dmin.eq(dmin),
                 v1_udp.eq(udp_len), v1_udp20.eq(udp_len + wire.IPV4_LEN), v1_tot.eq(tot),
                 v1_need.eq(need_now),
             ]
