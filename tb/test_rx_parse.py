@@ -45,6 +45,12 @@ def test_rx_parse_short_prefixes(width):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
+def test_rx_parse_max_frames_backpressure(width):
+    """Maximum frames back to back through a buffer of one maximum frame, back-pressured."""
+    _run(width, ["max_frames_backpressure"], "maxbp")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 def test_rx_parse_benchmark(width, tmp_path):
     out = tmp_path / "bench.json"
     _run(width, ["benchmark"], "bench", {"RXP_OUT": str(out)})

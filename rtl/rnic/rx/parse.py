@@ -236,7 +236,7 @@ class RxParse(wiring.Component):
         dropped frame (its lowest reason).
     """
 
-    def __init__(self, width=64, buffer_frames=2):
+    def __init__(self, width=64, buffer_frames=1):
         self.width = check_width(width)
         if not isinstance(buffer_frames, int) or buffer_frames < 1:
             raise ValueError(f"buffer_frames must be a positive integer, not {buffer_frames!r}")
@@ -250,7 +250,7 @@ class RxParse(wiring.Component):
         # short frames arriving while a maximum frame drains never stall the input (132 at the
         # default buffer size, every width); only sub-60-byte runts can exhaust it first
         self.min_beats = -(-wire.MIN_FRAME // self.lanes)
-        self.slots = max(16, -(-buffer_frames * self.cap // self.min_beats))
+        self.slots = max(16, -(-(buffer_frames + 1) * self.cap // self.min_beats))
         self.out_depth = 8
         super().__init__({
             "i": In(BeatStream(width)),
@@ -267,6 +267,10 @@ class RxParse(wiring.Component):
         L, lg, cap = self.lanes, self.lg, self.cap
         ptrw = self.abits + 1
         ncode = len(HDR_LENS)
+        # the payload's distinct shifts (offset mod L): the read side's ``sel`` is an index into
+        # them (2 at W=64: the realignment is a 2-way mux, not one of 6 header lengths)
+        shifts = sorted({o % L for o in PAYLOAD_OFFSETS})
+        nsh = len(shifts)
 
         # ================================ write side ================================
         mem = Memory(shape=self.width, depth=self.depth, init=[])
@@ -573,16 +577,17 @@ class RxParse(wiring.Component):
 
         # V3: checksum sum, payload span.
         sel = Signal(range(L))
+        shi = Signal(range(nsh))
         skip = Signal(range(PAYLOAD_OFFSETS[-1] // L + 1))
         with m.Switch(v2_code):
             for c, o in enumerate(PAYLOAD_OFFSETS):
                 with m.Case(c):
-                    m.d.comb += [sel.eq(o % L), skip.eq(o // L)]
+                    m.d.comb += [sel.eq(o % L), skip.eq(o // L), shi.eq(shifts.index(o % L))]
         v3_valid = Signal()
         v3_r1, v3_r2, v3_r3, v3_r5 = Signal(), Signal(), Signal(), Signal()
         v3_len = Signal(13)
         v3_flags = Signal(4)
-        v3_code = Signal(range(ncode))
+        v3_shi = Signal(range(nsh))
         v3_first, v3_end = Signal(ptrw), Signal(ptrw)
         v3_csum = Signal(20)
         v3_lm1 = Signal(13)                       # payload_len - 1 (len > 0)
@@ -592,7 +597,7 @@ class RxParse(wiring.Component):
         with m.If(v2_valid):
             m.d.sync += [
                 v3_r1.eq(v2_r1), v3_r2.eq(v2_r2), v3_r3.eq(v2_r3), v3_r5.eq(v2_r5),
-                v3_len.eq(v2_len), v3_flags.eq(v2_flags), v3_code.eq(v2_code),
+                v3_len.eq(v2_len), v3_flags.eq(v2_flags), v3_shi.eq(shi),
                 v3_first.eq(v2_base + skip), v3_end.eq(v2_end),
                 v3_csum.eq(v2_q[0] + v2_q[1]),
                 v3_lm1.eq(v2_len - 1), v3_span.eq(v2_len + sel - 1), v3_has.eq(v2_len != 0),
@@ -623,7 +628,7 @@ class RxParse(wiring.Component):
             v4_flush.eq((v3_span >> lg) == (v3_lm1 >> lg)),
             v4_last_keep.eq(v3_lm1[:lg] + 1),
         ]
-        v4_len, v4_flags, v4_code, v4_first, v4_end = v3_len, v3_flags, v3_code, v3_first, v3_end
+        v4_len, v4_flags, v4_first, v4_end = v3_len, v3_flags, v3_first, v3_end
 
         hreason = Signal(3)
         with m.If(v4_r1):
@@ -645,7 +650,7 @@ class RxParse(wiring.Component):
             "reads": range(cap + 2),
             "has": 1,
             "one": 1,
-            "sel": range(ncode),
+            "sel": range(nsh),              # index into the shifts
             "flush": 1,
             "last_keep": range(L + 1),
         })
@@ -662,7 +667,7 @@ class RxParse(wiring.Component):
             desc_q.b_data.reads.eq(v4_reads),
             desc_q.b_data.has.eq(v4_has),
             desc_q.b_data.one.eq(v4_one),
-            desc_q.b_data.sel.eq(v4_code),
+            desc_q.b_data.sel.eq(v3_shi),
             desc_q.b_data.flush.eq(v4_flush),
             desc_q.b_data.last_keep.eq(v4_last_keep),
         ]
@@ -704,7 +709,7 @@ class RxParse(wiring.Component):
         wiring.connect(m, wiring.flipped(self.payload), out_q.o)
 
         tok_layout = data.StructLayout({
-            "rd": 1, "emit": 1, "last": 1, "sel": range(ncode), "keep": range(L + 1)})
+            "rd": 1, "emit": 1, "last": 1, "sel": range(nsh), "keep": range(L + 1)})
         tok = Signal(tok_layout)
         tok1 = Signal(tok_layout)
         tok2 = Signal(tok_layout)
@@ -713,12 +718,12 @@ class RxParse(wiring.Component):
         busy = Signal()
         addr = Signal(ptrw)
         left = Signal(range(cap + 2))
-        f_sel = Signal(range(ncode))
+        f_sel = Signal(range(nsh))
         f_keep = Signal(range(L + 1))
         f_flush = Signal()
         f_end = Signal(ptrw)
         pend = Signal()
-        p_sel = Signal(range(ncode))
+        p_sel = Signal(range(nsh))
         p_keep = Signal(range(L + 1))
 
         # Payload-queue credit, registered: the entries held or in flight next cycle are at most
@@ -794,7 +799,11 @@ class RxParse(wiring.Component):
                     tok.last.eq((left == 1) & ~f_flush), tok.sel.eq(f_sel),
                     tok.keep.eq(Mux((left == 1) & ~f_flush, f_keep, L)),
                 ]
-                m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+                # the beats before the one read now are released as the frame is read (its
+                # last beat releases the whole frame), so a maximum frame's buffer space is
+                # free again while it drains: one maximum frame of buffer keeps up with
+                # back-to-back maximum frames
+                m.d.sync += [addr.eq(addr + 1), left.eq(left - 1), rd_free.eq(addr)]
                 with m.If(left == 1):
                     m.d.sync += [busy.eq(0), rd_free.eq(f_end),
                                  pend.eq(f_flush), p_sel.eq(f_sel), p_keep.eq(f_keep)]
@@ -839,9 +848,8 @@ class RxParse(wiring.Component):
         m.d.comb += pair.eq(Cat(prev, data2))
         shifted = Signal(self.width)
         with m.Switch(tok2.sel):
-            for c, o in enumerate(PAYLOAD_OFFSETS):
+            for c, s in enumerate(shifts):
                 with m.Case(c):
-                    s = o % L
                     m.d.comb += shifted.eq(pair[8 * s:8 * s + self.width])
         m.d.comb += [
             out_q.i.valid.eq(tok2.emit),
