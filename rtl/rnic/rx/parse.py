@@ -4,23 +4,39 @@ Data path
 ---------
 ::
 
-    i ──► header capture (first 74 bytes) ──► V0 snapshot ─► V1 fields/checks ─► V2 ─► desc queue ─┐
-     │                                                                            └─► reason queue ─┤
-     ├──► ICRC (masked bytes, rnic.crc.CRC32, residue check) ─────────────────► verdict ───────────┤
-     └──► frame buffer (lib.memory, whole frames, ring of beats) ◄── read side ◄────────────────────┘
-                                                                    │
-                                            meta queue ◄────────────┤
-                                            payload realign ► payload queue
+    i ──► header capture (74 bytes, kept once) ─► V1 fields/checks ─► V2 ─► V3 ─► desc queue (d) ─┐
+     │           └──── raw metadata fields, at the last beat ─────────► desc queue (m) ───────┤
+     │                                                               └─► reason queue ───────┤
+     ├──► ICRC (masked bytes, rnic.crc.CRC32, residue check) ─────────────────► verdict ─────┤
+     └──► frame buffer (lib.memory, ring of beats) ◄── read side ◄──────────────────────────┘
+                                                          │
+                                  meta queue ◄────────────┤ (meta formed from m + opcode flags)
+                                  payload realign ► payload queue
 
 * Every beat of a frame (up to ``ceil(4200 / lanes)`` beats) is written into a ring of beats
-  ``depth`` = next power of two ≥ ``buffer_frames · ceil(4200 / lanes)``. Beats of a frame longer
-  than 4,200 bytes past that are not written, so such a frame never stalls the input.
-* At the frame's last beat the 74 header bytes (Ethernet, IPv4, UDP, BTH and up to RETH+ImmDt)
-  are snapshotted; five pipeline stages check them (M: bytes past the frame's end zeroed;
-  V1: fields, equality checks; V2: length compares, payload length; V3/V4: header checksum,
-  payload span) and push one descriptor per frame (metadata, where the payload sits, the header
-  drop reason) five cycles after the last beat, before its ICRC verdict (``CRC32.latency`` + 1
-  ≥ 8 cycles).
+  ``depth`` = next power of two ≥ ``buffer_frames · ceil(4200 / lanes)`` (``buffer_frames`` = 1:
+  1,024 beats at W=64, four DP16KD). Beats of a frame longer than 4,200 bytes past that are not
+  written, so such a frame never stalls the input. The read side releases a frame's beats as it
+  reads them (all of a dropped frame's at once), so a maximum frame's space is free again while
+  it drains and one maximum frame of buffer keeps up with back-to-back maximum frames.
+* The 74 header bytes (Ethernet, IPv4, UDP, BTH and up to RETH+ImmDt) are captured once, in
+  ``hdr``, as their beats arrive; bytes past the frame's end read as 0 (cleared while a frame's
+  first beat is awaited, lanes past ``keep`` captured as 0). In the cycle after the last beat
+  ``hdr`` still holds the frame's header (the next frame's first beat is written at that
+  cycle's end), so V1 reads it there: no snapshot. Three pipeline stages check it (V1: fields,
+  equality checks; V2: length compares, payload length; V3: header checksum, payload span) and
+  V4 has the header drop reason, four cycles after the last beat, before its ICRC verdict
+  (``CRC32.latency`` + 1 ≥ 8 cycles).
+* The metadata is not carried through these stages: its raw fields (BTH fields, the 20 bytes
+  after the BTH, the IPv4 source: :data:`mraw_layout`, 252 bits) are written once, at the last
+  beat, into the descriptor queue's ``m`` RAM; V3 writes the ``d`` part (payload length, the
+  opcode's RETH/ImmDt/IETH/AETH flags, where the payload sits) into its ``d`` RAM, one entry
+  per frame in both, read together (:class:`_SplitQueue`). The read side forms
+  ``rx_meta_layout`` from them (fields of absent headers 0) in front of the meta queue.
+* Both descriptor RAMs are written from the inputs of the stage that would hold them (``hdr``'s
+  next value, V3's results): yosys emulates the read-first rule between a DP16KD's two ports by
+  delaying the write a cycle through registers on the write data, and those registers then are
+  that stage (the ``m`` part's share ``hdr``'s flip-flops).
 * The ICRC runs over the frame as it arrives: the 14 Ethernet bytes are fed as zeros with an
   initial state standing for the 8 bytes of 0xFF (``crc_init_skipping``), the variant fields
   (IPv4 TOS, TTL, checksum; UDP checksum; BTH byte 4) are forced to 0xFF, and the CRC stops at
@@ -64,9 +80,9 @@ Throughput and stalls
 ---------------------
 One beat per cycle in, with back-to-back frames of any length: ``i.ready`` falls only when the
 frame buffer (or the descriptor queue, ``slots`` frames) is full because ``meta``/``payload``
-are back-pressured. ``slots`` covers the whole buffer filled with minimum (60-byte) frames
-(``buffer_frames · ceil(4200 / lanes) / ceil(60 / lanes)``, 132 by default at every width), so
-any mix of short frames arriving while a maximum frame drains fits; only a flood of runts
+are back-pressured. ``slots`` covers two maximum frames' worth of minimum (60-byte) frames
+(``(buffer_frames + 1) · ceil(4200 / lanes) / ceil(60 / lanes)``, 132 by default at every
+width), so any mix of short frames arriving while a maximum frame drains fits; only a flood of runts
 shorter than 60 bytes (which a MAC does not deliver) can fill it first. (With 16 slots, the
 first fuzz campaign saw ``ready`` fall for 5–137 cycles when short frames queued behind a long
 one.)
@@ -212,8 +228,9 @@ class RxParse(wiring.Component):
     width : int
         Data width W of the MAC stream (64, 128, 256 or 512).
     buffer_frames : int
-        Frame buffer size in maximum (4,200-byte) frames, ≥ 1 (default 2: one beat per cycle
-        with back-to-back frames).
+        Frame buffer size in maximum (4,200-byte) frames, rounded up to a power of two beats,
+        ≥ 1 (default 1: its beats are released as they are read, so one beat per cycle with
+        back-to-back maximum frames).
 
     Attributes
     ----------
