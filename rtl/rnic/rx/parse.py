@@ -377,12 +377,19 @@ class RxParse(wiring.Component):
         # it comes in that cycle, is written at its end.
         hdr = [Signal(8, name=f"hdr{n}") for n in range(HDR_BYTES)]
         hdr_next = [Signal(8, name=f"hdr_next{n}") for n in range(HDR_BYTES)]
+        # written as a clear and an enable (per byte: shared by its 8 flip-flops as the
+        # slice's LSR and CE), not a mux in front of every bit
         for n in range(HDR_BYTES):
             j, l = divmod(n, L)
-            got = Mux(beat.keep[l], byte[l], 0)
-            m.d.comb += hdr_next[n].eq(Mux(at[j], got, Mux(at[0], 0, hdr[n])) if j else
-                                       Mux(at[0], got, hdr[n]))
-            m.d.sync += hdr[n].eq(hdr_next[n])
+            clear = Signal(name=f"hdr_clr{n}")
+            load = Signal(name=f"hdr_ld{n}")
+            m.d.comb += [clear.eq((at[j] & ~beat.keep[l]) | ((at[0] & ~at[j]) if j else 0)),
+                         load.eq(at[j])]
+            m.d.comb += hdr_next[n].eq(Mux(clear, 0, Mux(load, byte[l], hdr[n])))
+            with m.If(clear):
+                m.d.sync += hdr[n].eq(0)
+            with m.Elif(load):
+                m.d.sync += hdr[n].eq(byte[l])
 
         # ICRC feed.
         m.submodules.crc = crc = CRC32(self.width, init=crc_init_skipping(14, b"\xff" * 8))
