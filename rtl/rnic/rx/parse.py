@@ -534,13 +534,10 @@ class RxParse(wiring.Component):
                 with m.Case(h):
                     m.d.comb += code.eq(c)
 
-        def ext(header, name, present, offset=_EXT):
-            return Mux(present, f(header, offset, name), 0)
-
         # The metadata is not copied through the check stages: its raw fields (``mraw_layout``)
-        # are written once, from the M registers, into the descriptor queue's first part (see
-        # ``_SplitQueue``); the read side forms ``rx_meta_layout`` from them with the opcode's
-        # flags (carried here, 4 bits) in front of the meta queue.
+        # are written once into the descriptor queue's first part (see ``_SplitQueue``); the
+        # read side forms ``rx_meta_layout`` from them with the opcode's flags (carried here,
+        # 4 bits) in front of the meta queue.
         # Written from ``hdr_next`` in the last beat's cycle (``end_frame``): the RAM's write
         # port, delayed a cycle by synthesis (yosys emulates the read-first collision rule of
         # two DP16KD ports with registers on the write data), then shares ``hdr``'s registers.
@@ -665,7 +662,8 @@ class RxParse(wiring.Component):
             m.d.comb += hreason.eq(5)
 
         # The descriptor, in two parts of one in-order queue: ``m`` (the raw metadata fields)
-        # written by M, ``d`` (payload length, opcode flags, where the payload sits) by V4.
+        # written at the last beat, ``d`` (payload length, opcode flags, where the payload
+        # sits) by V3.
         d_layout = data.StructLayout({
             "payload_len": 13,
             "flags": 4,                 # reth, immdt, ieth, aeth
@@ -696,8 +694,8 @@ class RxParse(wiring.Component):
             desc_q.b_data.last_keep.eq(v4_last_keep),
         ]
         # Buffered too: the reason meets the residue compare and verdict_q's write from a register,
-        # not a LUT-RAM read. Written by V4 six cycles after the last beat is accepted, it is out
-        # two cycles later: just in time at W=64 (the verdict comes 1 + CRC32.latency ≥ 8 after).
+        # not a LUT-RAM read. Written by V4 five cycles after the last beat is accepted, it is out
+        # two cycles later, before the verdict (1 + CRC32.latency ≥ 8 cycles after).
         m.submodules.reason_q = reason_q = RoomFIFO(width=3, depth=self.slots, buffered=True)
         # Buffered: the read side's decision starts from a register, not a LUT-RAM read.
         m.submodules.verdict_q = verdict_q = RoomFIFO(width=1, depth=self.slots, buffered=True)
@@ -789,7 +787,7 @@ class RxParse(wiring.Component):
         m.d.comb += [head_q.o.ready.eq(take), head_m.o.ready.eq(take)]
         drop = verdict_q.r_data[0]
         # The decision to take the head descriptor is a small function of registers:
-        # * a frame's descriptor is pushed (V4) before its verdict (CRC32.latency + 1 > 5 cycles
+        # * a frame's descriptor is pushed (V3) before its verdict (CRC32.latency + 1 > 4 cycles
         #   after the last beat), so it reaches ``head`` before its verdict reaches the head of
         #   verdict_q (``head_v`` is in the test all the same);
         # * ``meta_room``: the meta queue held < 3 entries last cycle, so (one push a cycle) it
