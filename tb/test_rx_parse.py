@@ -39,6 +39,18 @@ def test_rx_parse_trailer(width):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
+def test_rx_parse_short_prefixes(width):
+    """Header bytes past a short frame's end read as 0, not as the previous frame's."""
+    _run(width, ["short_prefixes"], "short")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_rx_parse_max_frames_backpressure(width):
+    """Maximum frames back to back through a buffer of one maximum frame, back-pressured."""
+    _run(width, ["max_frames_backpressure"], "maxbp")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 def test_rx_parse_benchmark(width, tmp_path):
     out = tmp_path / "bench.json"
     _run(width, ["benchmark"], "bench", {"RXP_OUT": str(out)})

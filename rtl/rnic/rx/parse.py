@@ -4,23 +4,39 @@ Data path
 ---------
 ::
 
-    i ──► header capture (first 74 bytes) ──► V0 snapshot ─► V1 fields/checks ─► V2 ─► desc queue ─┐
-     │                                                                            └─► reason queue ─┤
-     ├──► ICRC (masked bytes, rnic.crc.CRC32, residue check) ─────────────────► verdict ───────────┤
-     └──► frame buffer (lib.memory, whole frames, ring of beats) ◄── read side ◄────────────────────┘
-                                                                    │
-                                            meta queue ◄────────────┤
-                                            payload realign ► payload queue
+    i ──► header capture (74 bytes, kept once) ─► V1 fields/checks ─► V2 ─► V3 ─► desc queue (d) ─┐
+     │           └──── raw metadata fields, at the last beat ─────────► desc queue (m) ───────┤
+     │                                                               └─► reason queue ───────┤
+     ├──► ICRC (masked bytes, rnic.crc.CRC32, residue check) ─────────────────► verdict ─────┤
+     └──► frame buffer (lib.memory, ring of beats) ◄── read side ◄──────────────────────────┘
+                                                          │
+                                  meta queue ◄────────────┤ (meta formed from m + opcode flags)
+                                  payload realign ► payload queue
 
 * Every beat of a frame (up to ``ceil(4200 / lanes)`` beats) is written into a ring of beats
-  ``depth`` = next power of two ≥ ``buffer_frames · ceil(4200 / lanes)``. Beats of a frame longer
-  than 4,200 bytes past that are not written, so such a frame never stalls the input.
-* At the frame's last beat the 74 header bytes (Ethernet, IPv4, UDP, BTH and up to RETH+ImmDt)
-  are snapshotted; five pipeline stages check them (M: bytes past the frame's end zeroed;
-  V1: fields, equality checks; V2: length compares, payload length; V3/V4: header checksum,
-  payload span) and push one descriptor per frame (metadata, where the payload sits, the header
-  drop reason) five cycles after the last beat, before its ICRC verdict (``CRC32.latency`` + 1
-  ≥ 8 cycles).
+  ``depth`` = next power of two ≥ ``buffer_frames · ceil(4200 / lanes)`` (``buffer_frames`` = 1:
+  1,024 beats at W=64, four DP16KD). Beats of a frame longer than 4,200 bytes past that are not
+  written, so such a frame never stalls the input. The read side releases a frame's beats as it
+  reads them (all of a dropped frame's at once), so a maximum frame's space is free again while
+  it drains and one maximum frame of buffer keeps up with back-to-back maximum frames.
+* The 74 header bytes (Ethernet, IPv4, UDP, BTH and up to RETH+ImmDt) are captured once, in
+  ``hdr``, as their beats arrive; bytes past the frame's end read as 0 (cleared while a frame's
+  first beat is awaited, lanes past ``keep`` captured as 0). In the cycle after the last beat
+  ``hdr`` still holds the frame's header (the next frame's first beat is written at that
+  cycle's end), so V1 reads it there: no snapshot. Three pipeline stages check it (V1: fields,
+  equality checks; V2: length compares, payload length; V3: header checksum, payload span) and
+  V4 has the header drop reason, four cycles after the last beat, before its ICRC verdict
+  (``CRC32.latency`` + 1 ≥ 8 cycles).
+* The metadata is not carried through these stages: its raw fields (BTH fields, the 20 bytes
+  after the BTH, the IPv4 source: :data:`mraw_layout`, 252 bits) are written once, at the last
+  beat, into the descriptor queue's ``m`` RAM; V3 writes the ``d`` part (payload length, the
+  opcode's RETH/ImmDt/IETH/AETH flags, where the payload sits) into its ``d`` RAM, one entry
+  per frame in both, read together (:class:`_SplitQueue`). The read side forms
+  ``rx_meta_layout`` from them (fields of absent headers 0) in front of the meta queue.
+* Both descriptor RAMs are written from the inputs of the stage that would hold them (``hdr``'s
+  next value, V3's results): yosys emulates the read-first rule between a DP16KD's two ports by
+  delaying the write a cycle through registers on the write data, and those registers then are
+  that stage (the ``m`` part's share ``hdr``'s flip-flops).
 * The ICRC runs over the frame as it arrives: the 14 Ethernet bytes are fed as zeros with an
   initial state standing for the 8 bytes of 0xFF (``crc_init_skipping``), the variant fields
   (IPv4 TOS, TTL, checksum; UDP checksum; BTH byte 4) are forced to 0xFF, and the CRC stops at
@@ -64,9 +80,9 @@ Throughput and stalls
 ---------------------
 One beat per cycle in, with back-to-back frames of any length: ``i.ready`` falls only when the
 frame buffer (or the descriptor queue, ``slots`` frames) is full because ``meta``/``payload``
-are back-pressured. ``slots`` covers the whole buffer filled with minimum (60-byte) frames
-(``buffer_frames · ceil(4200 / lanes) / ceil(60 / lanes)``, 132 by default at every width), so
-any mix of short frames arriving while a maximum frame drains fits; only a flood of runts
+are back-pressured. ``slots`` covers two maximum frames' worth of minimum (60-byte) frames
+(``(buffer_frames + 1) · ceil(4200 / lanes) / ceil(60 / lanes)``, 132 by default at every
+width), so any mix of short frames arriving while a maximum frame drains fits; only a flood of runts
 shorter than 60 bytes (which a MAC does not deliver) can fill it first. (With 16 slots, the
 first fuzz campaign saw ``ready`` fall for 5–137 cycles when short frames queued behind a long
 one.)
@@ -85,7 +101,7 @@ Latency (cycles, idle outputs, measured by ``tb/cocotb_rx_parse.py``): see
 :func:`rx_parse_latency`.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Elaboratable, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -127,6 +143,82 @@ def rx_parse_latency(width):
     return {"meta": crc + 4, "payload": crc + 7, "stat": crc + 1}
 
 
+#: The metadata's raw fields, written once into the descriptor queue: BTH fields, the 20 bytes
+#: after the BTH (RETH, ImmDt, IETH, AETH, whichever are present) and the IPv4 source.
+mraw_layout = data.StructLayout({
+    "opcode": 8,
+    "se": 1,
+    "padcnt": 2,
+    "dqpn": 24,
+    "ackreq": 1,
+    "psn": 24,
+    "ext": 8 * (HDR_BYTES - _EXT),
+    "src_ip": 32,
+})
+
+
+class _SplitQueue(Elaboratable):
+    """An in-order queue (``SyncFIFOBuffered`` at its read side) whose entries are written in
+    two parts at different times, each into a block RAM of its own: part ``a`` of an entry
+    first (``a_en``), part ``b`` later (``b_en``); an entry is readable once its ``b`` part is
+    written. Both parts are read at one address into ``r_a``/``r_b``. The writer never pushes
+    more than ``depth`` entries (not checked here: RX Parse's slot count bounds them); both
+    RAMs are written in every cycle at their write pointers (free slots), so the strobes only
+    move the pointers.
+    """
+
+    def __init__(self, a_shape, b_shape, depth):
+        self.abits = (depth - 1).bit_length()
+        self.a_data = Signal(a_shape)
+        self.a_en = Signal()
+        self.b_data = Signal(b_shape)
+        self.b_en = Signal()
+        self.r_a = Signal(a_shape)
+        self.r_b = Signal(b_shape)
+        self.r_rdy = Signal()
+        self.r_en = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        n = 1 << self.abits
+        m.submodules.mem_a = mem_a = Memory(shape=len(self.a_data.as_value()), depth=n,
+                                            init=[])
+        m.submodules.mem_b = mem_b = Memory(shape=len(self.b_data.as_value()), depth=n,
+                                            init=[])
+        pa, pb, c = Signal(self.abits), Signal(self.abits), Signal(self.abits)
+        wa, wb = mem_a.write_port(), mem_b.write_port()
+        ra, rb = mem_a.read_port(domain="sync"), mem_b.read_port(domain="sync")
+        # entries with both parts written and not yet read into r_a/r_b; the "not empty"
+        # flag is a register (the next level compared), as in ``RoomFIFO``
+        level = Signal(self.abits + 1)
+        inner_rdy = Signal()
+        do_read = Signal()
+        m.d.comb += do_read.eq(inner_rdy & (~self.r_rdy | self.r_en))
+        m.d.comb += [
+            wa.addr.eq(pa), wa.data.eq(self.a_data), wa.en.eq(1),
+            wb.addr.eq(pb), wb.data.eq(self.b_data), wb.en.eq(1),
+            ra.addr.eq(c), rb.addr.eq(c), ra.en.eq(do_read), rb.en.eq(do_read),
+            self.r_a.eq(ra.data), self.r_b.eq(rb.data),
+        ]
+        with m.If(self.a_en):
+            m.d.sync += pa.eq(pa + 1)
+        with m.If(self.b_en):
+            m.d.sync += pb.eq(pb + 1)
+        with m.If(do_read):
+            m.d.sync += c.eq(c + 1)
+        with m.If(self.b_en & ~do_read):
+            m.d.sync += level.eq(level + 1)
+        with m.If(do_read & ~self.b_en):
+            m.d.sync += level.eq(level - 1)
+        m.d.sync += inner_rdy.eq(~(((level == 0) & ~self.b_en)
+                                   | ((level == 1) & do_read & ~self.b_en)))
+        with m.If(do_read):
+            m.d.sync += self.r_rdy.eq(1)
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        return m
+
+
 class RxParse(wiring.Component):
     """RX Parse: checks RoCEv2 frames, buffers them whole and forwards header metadata and the
     lane-0-aligned payload of the frames that pass.
@@ -136,8 +228,9 @@ class RxParse(wiring.Component):
     width : int
         Data width W of the MAC stream (64, 128, 256 or 512).
     buffer_frames : int
-        Frame buffer size in maximum (4,200-byte) frames, ≥ 1 (default 2: one beat per cycle
-        with back-to-back frames).
+        Frame buffer size in maximum (4,200-byte) frames, rounded up to a power of two beats,
+        ≥ 1 (default 1: its beats are released as they are read, so one beat per cycle with
+        back-to-back maximum frames).
 
     Attributes
     ----------
@@ -160,7 +253,7 @@ class RxParse(wiring.Component):
         dropped frame (its lowest reason).
     """
 
-    def __init__(self, width=64, buffer_frames=2):
+    def __init__(self, width=64, buffer_frames=1):
         self.width = check_width(width)
         if not isinstance(buffer_frames, int) or buffer_frames < 1:
             raise ValueError(f"buffer_frames must be a positive integer, not {buffer_frames!r}")
@@ -174,7 +267,7 @@ class RxParse(wiring.Component):
         # short frames arriving while a maximum frame drains never stall the input (132 at the
         # default buffer size, every width); only sub-60-byte runts can exhaust it first
         self.min_beats = -(-wire.MIN_FRAME // self.lanes)
-        self.slots = max(16, -(-buffer_frames * self.cap // self.min_beats))
+        self.slots = max(16, -(-(buffer_frames + 1) * self.cap // self.min_beats))
         self.out_depth = 8
         super().__init__({
             "i": In(BeatStream(width)),
@@ -191,6 +284,10 @@ class RxParse(wiring.Component):
         L, lg, cap = self.lanes, self.lg, self.cap
         ptrw = self.abits + 1
         ncode = len(HDR_LENS)
+        # the payload's distinct shifts (offset mod L): the read side's ``sel`` is an index into
+        # them (2 at W=64: the realignment is a 2-way mux, not one of 6 header lengths)
+        shifts = sorted({o % L for o in PAYLOAD_OFFSETS})
+        nsh = len(shifts)
 
         # ================================ write side ================================
         mem = Memory(shape=self.width, depth=self.depth, init=[])
@@ -268,18 +365,31 @@ class RxParse(wiring.Component):
         with m.Else():
             m.d.sync += slot_ok.eq(lt_now)
 
-        # Header capture: byte n of the frame sits in beat n // L, lane n % L. The bytes of
-        # beat k follow the input in every cycle ``at[k]`` is high, not only with ``accept``:
-        # ``at`` moves only on an accepted beat, so the last cycle of ``at[k]`` is beat k's
-        # accept and ``hdr`` holds what it held before; the one reader, V0's snapshot of
-        # ``hdr_next`` in the frame's last accepted cycle, sees the same bytes. The handshake
-        # then enables ~80 flops, not ~560 (its spread was the whole core's worst placed
-        # path: the accept net's route alone 7.8 ns).
+        # Header capture, kept once: byte n of the frame sits in beat j = n // L, lane n % L.
+        # The bytes of beat j follow the input in every cycle ``at[j]`` is high, not only with
+        # ``accept``: ``at`` moves only on an accepted beat, so the last cycle of ``at[j]`` is
+        # beat j's accept. The handshake then enables ~80 flops, not ~560 (its spread was the
+        # whole core's worst placed path: the accept net's route alone 7.8 ns). Bytes past the
+        # frame's end read as 0: the bytes of beats 1.. are cleared in every cycle of ``at[0]``
+        # (waiting for a frame's first beat), and lanes past ``keep`` (contiguous from lane 0,
+        # all ones but on the last beat: interface.md §2) are captured as 0. In the cycle after
+        # the frame's last beat (V1) ``hdr`` holds its header: the next frame's first beat, if
+        # it comes in that cycle, is written at its end.
         hdr = [Signal(8, name=f"hdr{n}") for n in range(HDR_BYTES)]
         hdr_next = [Signal(8, name=f"hdr_next{n}") for n in range(HDR_BYTES)]
+        # written as a clear and an enable (per byte: shared by its 8 flip-flops as the
+        # slice's LSR and CE), not a mux in front of every bit
         for n in range(HDR_BYTES):
-            m.d.comb += hdr_next[n].eq(Mux(at[n // L], byte[n % L], hdr[n]))
-            m.d.sync += hdr[n].eq(hdr_next[n])
+            j, l = divmod(n, L)
+            clear = Signal(name=f"hdr_clr{n}")
+            load = Signal(name=f"hdr_ld{n}")
+            m.d.comb += [clear.eq((at[j] & ~beat.keep[l]) | ((at[0] & ~at[j]) if j else 0)),
+                         load.eq(at[j])]
+            m.d.comb += hdr_next[n].eq(Mux(clear, 0, Mux(load, byte[l], hdr[n])))
+            with m.If(clear):
+                m.d.sync += hdr[n].eq(0)
+            with m.Elif(load):
+                m.d.sync += hdr[n].eq(byte[l])
 
         # ICRC feed.
         m.submodules.crc = crc = CRC32(self.width, init=crc_init_skipping(14, b"\xff" * 8))
@@ -356,17 +466,17 @@ class RxParse(wiring.Component):
         m.d.comb += [n_keep.eq(sum(beat.keep[j] for j in range(L))),
                      frame_len.eq((idx << lg) + n_keep)]
 
+        # V0: the frame's length and where it sits, registered in the cycle of its last beat;
+        # its header is ``hdr`` in the next cycle (V1).
         v0_valid = Signal()
-        v0_snap = [Signal(8, name=f"v0_snap{n}") for n in range(HDR_BYTES)]
         v0_len = Signal.like(frame_len)
         v0_long, v0_user, v0_dropall = Signal(), Signal(), Signal()
         v0_base, v0_end = Signal(ptrw), Signal(ptrw)
         end_frame = accept & beat.last
         m.d.sync += v0_valid.eq(end_frame)
         # the V0 registers are read only in the cycle after ``end_frame`` (``v0_valid``), so they
-        # follow their inputs in every cycle: with ``end_frame`` (the input handshake) as the
-        # enable of these ~650 flops, the whole core's placement had 17.9 ns paths into it
-        m.d.sync += [s.eq(h) for s, h in zip(v0_snap, hdr_next)]
+        # follow their inputs in every cycle (``end_frame``, the input handshake, as their
+        # enable gave the whole core's placement 17.9 ns paths)
         m.d.sync += [
             v0_len.eq(frame_len),
             # idx*L + n_keep > 4200 only on the beat idx = cap - 1 (or when idx = cap)
@@ -377,39 +487,20 @@ class RxParse(wiring.Component):
             v0_base.eq(Mux(first, wr_ptr, frame_base)),
             v0_end.eq(wr_ptr + write_this),
         ]
-
-        # M: bytes past the frame's end read as 0 (registered: the length compare feeds every
-        # field below).
-        b = [Signal(8, name=f"vm_b{n}") for n in range(HDR_BYTES)]
-        vm_valid = Signal()
-        vm_len = Signal.like(frame_len)
-        vm_long, vm_user, vm_dropall = Signal(), Signal(), Signal()
-        vm_base, vm_end = Signal(ptrw), Signal(ptrw)
-        m.d.sync += vm_valid.eq(v0_valid)
-        with m.If(v0_valid):
-            m.d.sync += [b[n].eq(Mux(v0_len > n, v0_snap[n], 0)) for n in range(HDR_BYTES)]
-        # the opcode decoded here and registered with the bytes (its flags select most of V1's
-        # metadata fields: no decode in front of that fan-out)
-        vm_bth = [Mux(v0_len > n, v0_snap[n], 0) for n in range(_BTH, _BTH + wire.BTH.size)]
-        m_info = opcode_info(m, wire.BTH.extract("opcode", vm_bth), name="vm_info_d")
-        vm_info = Signal.like(m_info, name="vm_info")
-        with m.If(v0_valid):
-            m.d.sync += vm_info.eq(m_info)
-            m.d.sync += [vm_len.eq(v0_len), vm_long.eq(v0_long), vm_user.eq(v0_user),
-                         vm_dropall.eq(v0_dropall), vm_base.eq(v0_base), vm_end.eq(v0_end)]
+        b = hdr
 
         def f(header, base, name):
             return header.extract(name, b[base:base + header.size])
 
         # V1: fields, equality checks, metadata; the length arithmetic's operands.
         op = f(wire.BTH, _BTH, "opcode")
-        info = vm_info                  # opcode_info(op), registered in M
+        info = opcode_info(m, op, name="v1_info_d")
         tot = f(wire.IPV4, _IP, "total_length")
         udp_len = f(wire.UDP, _UDP, "length")
         padcnt = f(wire.BTH, _BTH, "padcnt")
         hdr_len = info.hdr_len
 
-        r2 = (vm_dropall
+        r2 = (v0_dropall
               | (f(wire.ETH, 0, "dst") != self.local_mac)
               | (f(wire.ETH, 0, "ethertype") != wire.ETHERTYPE_IPV4)
               | (f(wire.IPV4, _IP, "dst") != self.local_ip)
@@ -420,7 +511,7 @@ class RxParse(wiring.Component):
                | (f(wire.IPV4, _IP, "ihl") != 5)
                | flags[0]                                       # MF (flags = reserved, DF, MF)
                | (f(wire.IPV4, _IP, "frag_offset") != 0)
-               | vm_long
+               | v0_long
                | (udp_len < wire.UDP_LEN))
         r5a = ((f(wire.BTH, _BTH, "tver") != 0)
                | (f(wire.BTH, _BTH, "pkey")[:15] != 0x7FFF)
@@ -443,41 +534,41 @@ class RxParse(wiring.Component):
                 with m.Case(h):
                     m.d.comb += code.eq(c)
 
-        def ext(header, name, present, offset=_EXT):
-            return Mux(present, f(header, offset, name), 0)
-
-        imm_at = Mux(info.reth, f(wire.IMMDT, _EXT + 16, "imm"), f(wire.IMMDT, _EXT, "imm"))
-        meta_now = {
-            "opcode": op,
-            "se": f(wire.BTH, _BTH, "se"),
-            "padcnt": padcnt,
-            "dqpn": f(wire.BTH, _BTH, "dqpn"),
-            "ackreq": f(wire.BTH, _BTH, "ackreq"),
-            "psn": f(wire.BTH, _BTH, "psn"),
-            "reth_va": ext(wire.RETH, "va", info.reth),
-            "reth_rkey": ext(wire.RETH, "rkey", info.reth),
-            "reth_len": ext(wire.RETH, "dmalen", info.reth),
-            "imm": Mux(info.immdt, imm_at, 0),
-            "ieth_rkey": ext(wire.IETH, "rkey", info.ieth),
-            "aeth_syndrome": ext(wire.AETH, "syndrome", info.aeth),
-            "src_ip": f(wire.IPV4, _IP, "src"),
+        # The metadata is not copied through the check stages: its raw fields (``mraw_layout``)
+        # are written once into the descriptor queue's first part (see ``_SplitQueue``); the
+        # read side forms ``rx_meta_layout`` from them with the opcode's flags (carried here,
+        # 4 bits) in front of the meta queue.
+        # Written from ``hdr_next`` in the last beat's cycle (``end_frame``): the RAM's write
+        # port, delayed a cycle by synthesis (yosys emulates the read-first collision rule of
+        # two DP16KD ports with registers on the write data), then shares ``hdr``'s registers.
+        def fd(header, base, name):
+            return header.extract(name, hdr_next[base:base + header.size])
+        mraw_now = {
+            "opcode": fd(wire.BTH, _BTH, "opcode"),
+            "se": fd(wire.BTH, _BTH, "se"),
+            "padcnt": fd(wire.BTH, _BTH, "padcnt"),
+            "dqpn": fd(wire.BTH, _BTH, "dqpn"),
+            "ackreq": fd(wire.BTH, _BTH, "ackreq"),
+            "psn": fd(wire.BTH, _BTH, "psn"),
+            "ext": Cat(*hdr_next[_EXT:HDR_BYTES]),
+            "src_ip": fd(wire.IPV4, _IP, "src"),
         }
 
         v1_valid = Signal()
         v1_r1, v1_r2, v1_r3, v1_r5 = Signal(), Signal(), Signal(), Signal()
-        v1_meta = Signal(rx_meta_layout)
+        v1_flags = Signal(4)
         v1_code = Signal(range(ncode))
         v1_base, v1_end = Signal(ptrw), Signal(ptrw)
         v1_len, v1_dmin = Signal.like(frame_len), Signal(17)
         v1_udp, v1_udp20, v1_tot, v1_need = Signal(16), Signal(17), Signal(16), Signal(17)
         v1_pair = [Signal(17, name=f"v1_csum_p{k}") for k in range(5)]
-        m.d.sync += v1_valid.eq(vm_valid)
-        with m.If(vm_valid):
-            m.d.sync += [getattr(v1_meta, k).eq(v) for k, v in meta_now.items()]
+        m.d.sync += v1_valid.eq(v0_valid)
+        with m.If(v0_valid):
             m.d.sync += [
-                v1_r1.eq(vm_user), v1_r2.eq(r2), v1_r3.eq(r3a), v1_r5.eq(r5a),
-                v1_code.eq(code), v1_base.eq(vm_base), v1_end.eq(vm_end),
-                v1_len.eq(vm_len), v1_dmin.eq(dmin),
+                v1_r1.eq(v0_user), v1_r2.eq(r2), v1_r3.eq(r3a), v1_r5.eq(r5a),
+                v1_flags.eq(Cat(info.reth, info.immdt, info.ieth, info.aeth)),
+                v1_code.eq(code), v1_base.eq(v0_base), v1_end.eq(v0_end),
+                v1_len.eq(v0_len), v1_dmin.eq(dmin),
                 v1_udp.eq(udp_len), v1_udp20.eq(udp_len + wire.IPV4_LEN), v1_tot.eq(tot),
                 v1_need.eq(need_now),
             ]
@@ -488,7 +579,8 @@ class RxParse(wiring.Component):
         m.d.comb += pl_diff.eq(v1_udp - v1_need)
         v2_valid = Signal()
         v2_r1, v2_r2, v2_r3, v2_r5 = Signal(), Signal(), Signal(), Signal()
-        v2_meta = Signal(rx_meta_layout)
+        v2_len = Signal(13)
+        v2_flags = Signal(4)
         v2_code = Signal(range(ncode))
         v2_base, v2_end = Signal(ptrw), Signal(ptrw)
         v2_q = [Signal(19, name=f"v2_csum_q{k}") for k in range(2)]
@@ -498,7 +590,7 @@ class RxParse(wiring.Component):
                 v2_r1.eq(v1_r1), v2_r2.eq(v1_r2),
                 v2_r3.eq(v1_r3 | (v1_len < v1_dmin) | (v1_udp20 != v1_tot)),
                 v2_r5.eq(v1_r5 | pl_diff[-1]),                  # udp_len < need
-                v2_meta.eq(v1_meta), v2_meta.payload_len.eq(pl_diff[:13]),
+                v2_len.eq(pl_diff[:13]), v2_flags.eq(v1_flags),
                 v2_code.eq(v1_code), v2_base.eq(v1_base), v2_end.eq(v1_end),
                 v2_q[0].eq(v1_pair[0] + v1_pair[1] + v1_pair[2]),
                 v2_q[1].eq(v1_pair[3] + v1_pair[4]),
@@ -506,16 +598,17 @@ class RxParse(wiring.Component):
 
         # V3: checksum sum, payload span.
         sel = Signal(range(L))
+        shi = Signal(range(nsh))
         skip = Signal(range(PAYLOAD_OFFSETS[-1] // L + 1))
         with m.Switch(v2_code):
             for c, o in enumerate(PAYLOAD_OFFSETS):
                 with m.Case(c):
-                    m.d.comb += [sel.eq(o % L), skip.eq(o // L)]
-        v2_len = v2_meta.payload_len
+                    m.d.comb += [sel.eq(o % L), skip.eq(o // L), shi.eq(shifts.index(o % L))]
         v3_valid = Signal()
         v3_r1, v3_r2, v3_r3, v3_r5 = Signal(), Signal(), Signal(), Signal()
-        v3_meta = Signal(rx_meta_layout)
-        v3_code = Signal(range(ncode))
+        v3_len = Signal(13)
+        v3_flags = Signal(4)
+        v3_shi = Signal(range(nsh))
         v3_first, v3_end = Signal(ptrw), Signal(ptrw)
         v3_csum = Signal(20)
         v3_lm1 = Signal(13)                       # payload_len - 1 (len > 0)
@@ -525,7 +618,7 @@ class RxParse(wiring.Component):
         with m.If(v2_valid):
             m.d.sync += [
                 v3_r1.eq(v2_r1), v3_r2.eq(v2_r2), v3_r3.eq(v2_r3), v3_r5.eq(v2_r5),
-                v3_meta.eq(v2_meta), v3_code.eq(v2_code),
+                v3_len.eq(v2_len), v3_flags.eq(v2_flags), v3_shi.eq(shi),
                 v3_first.eq(v2_base + skip), v3_end.eq(v2_end),
                 v3_csum.eq(v2_q[0] + v2_q[1]),
                 v3_lm1.eq(v2_len - 1), v3_span.eq(v2_len + sel - 1), v3_has.eq(v2_len != 0),
@@ -535,26 +628,28 @@ class RxParse(wiring.Component):
         # fold is 0xFFFF exactly when low + high == 0xFFFF), descriptor fields.
         v4_valid = Signal()
         v4_r1, v4_r2, v4_r3, v4_r5 = Signal(), Signal(), Signal(), Signal()
-        v4_meta = Signal(rx_meta_layout)
-        v4_code = Signal(range(ncode))
-        v4_first, v4_end = Signal(ptrw), Signal(ptrw)
-        v4_reads = Signal(range(cap + 2))
-        v4_has, v4_one = Signal(), Signal()       # reads != 0, reads == 1 (registered decodes)
-        v4_flush = Signal()
-        v4_last_keep = Signal(range(L + 1))
         fold = Signal(17)
         m.d.comb += fold.eq(v3_csum[:16] + v3_csum[16:])
         m.d.sync += v4_valid.eq(v3_valid)
         with m.If(v3_valid):
             m.d.sync += [
                 v4_r1.eq(v3_r1), v4_r2.eq(v3_r2), v4_r3.eq(v3_r3 | (fold != 0xFFFF)),
-                v4_r5.eq(v3_r5), v4_meta.eq(v3_meta), v4_code.eq(v3_code),
-                v4_first.eq(v3_first), v4_end.eq(v3_end),
-                v4_reads.eq(Mux(v3_has, (v3_span >> lg) + 1, 0)),
-                v4_has.eq(v3_has), v4_one.eq(v3_has & ((v3_span >> lg) == 0)),
-                v4_flush.eq((v3_span >> lg) == (v3_lm1 >> lg)),
-                v4_last_keep.eq(v3_lm1[:lg] + 1),
+                v4_r5.eq(v3_r5),
             ]
+        # The descriptor fields are not V4 registers of their own: they are the write data of
+        # the descriptor RAM's ``d`` part, written with ``v3_valid``, whose write port synthesis
+        # delays a cycle with registers (the read-first rule of two DP16KD ports, see V0).
+        v4_reads = Signal(range(cap + 2))
+        v4_has, v4_one = Signal(), Signal()       # reads != 0, reads == 1
+        v4_flush = Signal()
+        v4_last_keep = Signal(range(L + 1))
+        m.d.comb += [
+            v4_reads.eq(Mux(v3_has, (v3_span >> lg) + 1, 0)),
+            v4_has.eq(v3_has), v4_one.eq(v3_has & ((v3_span >> lg) == 0)),
+            v4_flush.eq((v3_span >> lg) == (v3_lm1 >> lg)),
+            v4_last_keep.eq(v3_lm1[:lg] + 1),
+        ]
+        v4_len, v4_flags, v4_first, v4_end = v3_len, v3_flags, v3_first, v3_end
 
         hreason = Signal(3)
         with m.If(v4_r1):
@@ -566,35 +661,45 @@ class RxParse(wiring.Component):
         with m.Elif(v4_r5):
             m.d.comb += hreason.eq(5)
 
-        desc_layout = data.StructLayout({
-            "meta": rx_meta_layout,
+        # The descriptor, in two parts of one in-order queue: ``m`` (the raw metadata fields)
+        # written at the last beat, ``d`` (payload length, opcode flags, where the payload
+        # sits) by V3.
+        d_layout = data.StructLayout({
+            "payload_len": 13,
+            "flags": 4,                 # reth, immdt, ieth, aeth
             "first": ptrw,
             "end": ptrw,
             "reads": range(cap + 2),
             "has": 1,
             "one": 1,
-            "sel": range(ncode),
+            "sel": range(nsh),              # index into the shifts
             "flush": 1,
             "last_keep": range(L + 1),
         })
-        m.submodules.desc_q = desc_q = Queue(desc_layout, self.slots)
+        desc_layout = data.StructLayout({"m": mraw_layout, "d": d_layout})
+        m.submodules.desc_q = desc_q = _SplitQueue(mraw_layout, d_layout, self.slots)
+        m.d.comb += [
+            desc_q.a_en.eq(end_frame),
+            desc_q.a_data.eq(Cat(*[mraw_now[k] for k in mraw_layout.members])),
+            desc_q.b_en.eq(v3_valid),
+            desc_q.b_data.payload_len.eq(v4_len),
+            desc_q.b_data.flags.eq(v4_flags),
+            desc_q.b_data.first.eq(v4_first),
+            desc_q.b_data.end.eq(v4_end),
+            desc_q.b_data.reads.eq(v4_reads),
+            desc_q.b_data.has.eq(v4_has),
+            desc_q.b_data.one.eq(v4_one),
+            desc_q.b_data.sel.eq(v3_shi),
+            desc_q.b_data.flush.eq(v4_flush),
+            desc_q.b_data.last_keep.eq(v4_last_keep),
+        ]
         # Buffered too: the reason meets the residue compare and verdict_q's write from a register,
-        # not a LUT-RAM read. Written by V4 six cycles after the last beat is accepted, it is out
-        # two cycles later: just in time at W=64 (the verdict comes 1 + CRC32.latency ≥ 8 after).
+        # not a LUT-RAM read. Written by V4 five cycles after the last beat is accepted, it is out
+        # two cycles later, before the verdict (1 + CRC32.latency ≥ 8 cycles after).
         m.submodules.reason_q = reason_q = RoomFIFO(width=3, depth=self.slots, buffered=True)
         # Buffered: the read side's decision starts from a register, not a LUT-RAM read.
         m.submodules.verdict_q = verdict_q = RoomFIFO(width=1, depth=self.slots, buffered=True)
         m.d.comb += [
-            desc_q.i.valid.eq(v4_valid),
-            desc_q.i.payload.meta.eq(v4_meta),
-            desc_q.i.payload.first.eq(v4_first),
-            desc_q.i.payload.end.eq(v4_end),
-            desc_q.i.payload.reads.eq(v4_reads),
-            desc_q.i.payload.has.eq(v4_has),
-            desc_q.i.payload.one.eq(v4_one),
-            desc_q.i.payload.sel.eq(v4_code),
-            desc_q.i.payload.flush.eq(v4_flush),
-            desc_q.i.payload.last_keep.eq(v4_last_keep),
             reason_q.w_en.eq(v4_valid),
             reason_q.w_data.eq(hreason),
         ]
@@ -626,7 +731,7 @@ class RxParse(wiring.Component):
         wiring.connect(m, wiring.flipped(self.payload), out_q.o)
 
         tok_layout = data.StructLayout({
-            "rd": 1, "emit": 1, "last": 1, "sel": range(ncode), "keep": range(L + 1)})
+            "rd": 1, "emit": 1, "last": 1, "sel": range(nsh), "keep": range(L + 1)})
         tok = Signal(tok_layout)
         tok1 = Signal(tok_layout)
         tok2 = Signal(tok_layout)
@@ -635,12 +740,12 @@ class RxParse(wiring.Component):
         busy = Signal()
         addr = Signal(ptrw)
         left = Signal(range(cap + 2))
-        f_sel = Signal(range(ncode))
+        f_sel = Signal(range(nsh))
         f_keep = Signal(range(L + 1))
         f_flush = Signal()
         f_end = Signal(ptrw)
         pend = Signal()
-        p_sel = Signal(range(ncode))
+        p_sel = Signal(range(nsh))
         p_keep = Signal(range(L + 1))
 
         # Payload-queue credit, registered: the entries held or in flight next cycle are at most
@@ -658,8 +763,11 @@ class RxParse(wiring.Component):
         # before it were cut: 18.1 ns). The next descriptor is at its head by the cycle after a
         # take exactly when it was in a single ``head`` reloaded in the take's cycle, so the
         # takes happen in the same cycles.
-        m.submodules.head_q = head_q = Queue(desc_layout, 2, buffered=False,
-                                               registers=True)
+        # Only the descriptor's ``d`` part (what the read side decides on) is in flip-flops;
+        # the raw metadata, which only feeds the meta queue's write data, waits in a LUT-RAM
+        # twin of it, pushed and popped with it.
+        m.submodules.head_q = head_q = Queue(d_layout, 2, buffered=False, registers=True)
+        m.submodules.head_m = head_m = Queue(mraw_layout, 2, buffered=False)
         take = Signal()
         head = head_q.o.payload
         head_v = head_q.o.valid
@@ -671,14 +779,15 @@ class RxParse(wiring.Component):
         pr_v = Signal()
         pr_d = Signal(desc_layout)
         pr_go = Signal()
-        m.d.comb += [pr_go.eq(~pr_v | head_q.i.ready), desc_q.o.ready.eq(pr_go),
-                     head_q.i.valid.eq(pr_v), head_q.i.payload.eq(pr_d)]
+        m.d.comb += [pr_go.eq(~pr_v | head_q.i.ready), desc_q.r_en.eq(pr_go),
+                     head_q.i.valid.eq(pr_v), head_q.i.payload.eq(pr_d.d),
+                     head_m.i.valid.eq(pr_v), head_m.i.payload.eq(pr_d.m)]
         with m.If(pr_go):
-            m.d.sync += [pr_v.eq(desc_q.o.valid), pr_d.eq(desc_q.o.payload)]
-        m.d.comb += head_q.o.ready.eq(take)
+            m.d.sync += [pr_v.eq(desc_q.r_rdy), pr_d.eq(Cat(desc_q.r_a, desc_q.r_b))]
+        m.d.comb += [head_q.o.ready.eq(take), head_m.o.ready.eq(take)]
         drop = verdict_q.r_data[0]
         # The decision to take the head descriptor is a small function of registers:
-        # * a frame's descriptor is pushed (V4) before its verdict (CRC32.latency + 1 > 5 cycles
+        # * a frame's descriptor is pushed (V3) before its verdict (CRC32.latency + 1 > 4 cycles
         #   after the last beat), so it reaches ``head`` before its verdict reaches the head of
         #   verdict_q (``head_v`` is in the test all the same);
         # * ``meta_room``: the meta queue held < 3 entries last cycle, so (one push a cycle) it
@@ -687,7 +796,23 @@ class RxParse(wiring.Component):
         m.d.sync += meta_room.eq(meta_q.level < 3)
         head_ok = verdict_q.r_rdy & head_v & (drop | meta_room)
         # the payload does not wait for the decision (no decode in front of the queue's data)
-        m.d.comb += meta_q.i.payload.eq(head.meta)
+        raw = head_m.o.payload
+        xb = [raw.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
+        reth, immdt, ieth, aeth = head.flags
+        mq = meta_q.i.payload
+        m.d.comb += [
+            mq.opcode.eq(raw.opcode), mq.se.eq(raw.se), mq.padcnt.eq(raw.padcnt),
+            mq.dqpn.eq(raw.dqpn), mq.ackreq.eq(raw.ackreq), mq.psn.eq(raw.psn),
+            mq.reth_va.eq(Mux(reth, wire.RETH.extract("va", xb), 0)),
+            mq.reth_rkey.eq(Mux(reth, wire.RETH.extract("rkey", xb), 0)),
+            mq.reth_len.eq(Mux(reth, wire.RETH.extract("dmalen", xb), 0)),
+            mq.imm.eq(Mux(immdt, Mux(reth, wire.IMMDT.extract("imm", xb[16:]),
+                                     wire.IMMDT.extract("imm", xb)), 0)),
+            mq.ieth_rkey.eq(Mux(ieth, wire.IETH.extract("rkey", xb), 0)),
+            mq.aeth_syndrome.eq(Mux(aeth, wire.AETH.extract("syndrome", xb), 0)),
+            mq.src_ip.eq(raw.src_ip),
+            mq.payload_len.eq(head.payload_len),
+        ]
 
         with m.If(credit):
             with m.If(busy):
@@ -696,7 +821,11 @@ class RxParse(wiring.Component):
                     tok.last.eq((left == 1) & ~f_flush), tok.sel.eq(f_sel),
                     tok.keep.eq(Mux((left == 1) & ~f_flush, f_keep, L)),
                 ]
-                m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+                # the beats before the one read now are released as the frame is read (its
+                # last beat releases the whole frame), so a maximum frame's buffer space is
+                # free again while it drains: one maximum frame of buffer keeps up with
+                # back-to-back maximum frames
+                m.d.sync += [addr.eq(addr + 1), left.eq(left - 1), rd_free.eq(addr)]
                 with m.If(left == 1):
                     m.d.sync += [busy.eq(0), rd_free.eq(f_end),
                                  pend.eq(f_flush), p_sel.eq(f_sel), p_keep.eq(f_keep)]
@@ -741,9 +870,8 @@ class RxParse(wiring.Component):
         m.d.comb += pair.eq(Cat(prev, data2))
         shifted = Signal(self.width)
         with m.Switch(tok2.sel):
-            for c, o in enumerate(PAYLOAD_OFFSETS):
+            for c, s in enumerate(shifts):
                 with m.Case(c):
-                    s = o % L
                     m.d.comb += shifted.eq(pair[8 * s:8 * s + self.width])
         m.d.comb += [
             out_q.i.valid.eq(tok2.emit),
