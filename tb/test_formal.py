@@ -24,7 +24,7 @@ DEEP_ENGINE = "smtbmc --nopresat " + (find_solver() or "z3")
 # the frame buffer's read data and the header bytes into the check pipeline are free values
 # (over-approximation: a PASS holds for the real logic too).
 RX_CUT = ["top.dut.crc/w:c*_s", "top.dut.crc/w:state", "top.dut.crc/w:tail",
-          "top.dut.crc/w:s*_term*", "top.dut/t:$memrd_v2", "top.dut/w:vm_b*"]
+          "top.dut.crc/w:s*_term*", "top.dut/t:$memrd_v2", "top.dut/w:hdr[0-9]*"]
 
 
 def _check(r):
