@@ -14,12 +14,12 @@ def _run(cfg, simulator, tests, name, env=None):
     _run_pair(cfg, simulator, tests, name, env, module="tb.cocotb_lossy")
 
 
-@pytest.mark.parametrize("simulator", [pytest.param("icarus", marks=pytest.mark.full),
-                                       "verilator"])
+@pytest.mark.full
+@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
 def test_lossy_directed(simulator):
     """Lost request (default US_CYCLES), lost ACK, go-back-N mid-message, RNR then a late
-    post_recv, RNR exhaustion, retry exhaustion on a cut link, NAK 0x61/0x62/0x63 (Verilator;
-    the same on Icarus under ``make regress-full``)."""
+    post_recv, RNR exhaustion, retry exhaustion on a cut link, NAK 0x61/0x62/0x63 (both
+    simulators, under ``make regress-full``; the regression keeps the lossy random run)."""
     _run("w64", simulator, DIRECTED, f"lossy-w64-{simulator}")
 
 
