@@ -1,7 +1,7 @@
 """Random responder traffic at the `rnic` top against the Python model (cocotb): see
-tb/cocotb_resp_random.py. The regression runs 100 messages on Icarus at W=64 and a
-shorter run on Verilator at W=512 (the build of tb/test_responder.py, shared); `make soak` runs
-10,000+ messages on Verilator."""
+tb/cocotb_resp_random.py. The regression runs 100 messages on Icarus at W=64; `make regress-full`
+adds a shorter run on Verilator at W=512 (the build of tb/test_responder.py, shared); `make soak`
+runs 10,000+ messages on Verilator."""
 import os
 
 import pytest
@@ -26,6 +26,7 @@ def test_resp_random_w64_icarus():
     _run("w64", "icarus", "resp-random-w64-icarus", RR_SEED=1, RR_MSGS=100)
 
 
+@pytest.mark.full
 def test_resp_random_w512_verilator():
     _run("w512", "verilator", "resp-random-w512-verilator", RR_SEED=2, RR_MSGS=40, RR_BP=0.3)
 
