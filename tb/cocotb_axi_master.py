@@ -292,6 +292,13 @@ class Bench:
         assert not self.check.errors, self.check.errors[:5]
         self.mem.check()
 
+    def check_writes(self, j, shadow, lo):
+        """Writer j's completions: one per request, in request order, tags as issued, none with
+        err; and the memory from ``lo`` on equals ``shadow`` (the bytes written, by offset)."""
+        assert [d["tag"] for d in self.wdone[j].items] == [t for _, _, t in self.writes[j]]
+        assert all(d["err"] == 0 for d in self.wdone[j].items)
+        assert self.mem.read(lo, len(shadow)) == bytes(shadow), f"client {j} memory"
+
     def check_reads(self, i, expect_err=lambda a, n: set()):
         """Compare client i's beats with memory; ``expect_err(addr, len)`` gives the set of beat
         numbers that must have err=1 (all others 0)."""
@@ -348,10 +355,7 @@ async def random_traffic(dut):
     for i in range(tb.R):
         tb.check_reads(i)
     for j in range(tb.C):
-        base = 0x100000 + j * 0x20000
-        assert [d["tag"] for d in tb.wdone[j].items] == [t for _, _, t in tb.writes[j]]
-        assert all(d["err"] == 0 for d in tb.wdone[j].items)
-        assert tb.mem.read(base - 0x1000, 0x12000) == bytes(shadow[j]), f"client {j} memory"
+        tb.check_writes(j, shadow[j], 0x100000 + j * 0x20000 - 0x1000)
     ids = {a[2] for a in tb.mem.reads}
     assert ids == set(range(tb.R)), f"AR IDs {ids}"
     assert {w[2] for w in tb.mem.writes} == set(range(tb.C))
@@ -556,8 +560,5 @@ async def many_clients(dut):
     for i in range(tb.R):
         tb.check_reads(i)
     for j in range(tb.C):
-        base = 0x900000 + j * 0x20000
-        assert [d["tag"] for d in tb.wdone[j].items] == [t for _, _, t in tb.writes[j]]
-        assert all(d["err"] == 0 for d in tb.wdone[j].items)
-        assert tb.mem.read(base, 0x10000) == bytes(shadow[j]), f"client {j} memory"
+        tb.check_writes(j, shadow[j], 0x900000 + j * 0x20000)
     tb.check_bursts()

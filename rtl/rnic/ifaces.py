@@ -31,7 +31,8 @@ from amaranth.lib.wiring import In, Out
 
 __all__ = [
     "NUM_ARGS", "NUM_COUNTERS", "CmdOp", "Result", "EventType",
-    "cmd_layout", "resp_layout", "CommandSignature", "event_layout", "rx_meta_layout",
+    "cmd_layout", "resp_layout", "CommandSignature", "event_layout", "bth_fields",
+    "rx_meta_layout",
     "Counter",
 ]
 
@@ -110,18 +111,16 @@ event_layout = data.StructLayout({
 })
 
 
+#: The BTH fields a later stage reads, in the order every header record here lists them.
+bth_fields = {"opcode": 8, "se": 1, "padcnt": 2, "dqpn": 24, "ackreq": 1, "psn": 24}
+
 #: Header metadata of one accepted frame, as RX Parse emits it (one entry per frame): the fields a
 #: later stage reads, nothing else (RX Parse checks the P_Key, TVer and addresses itself; the
 #: responses are addressed from the QP context). Multi-byte fields are integers assembled
 #: big-endian from the wire (``imm``'s first wire byte is ``imm[31:24]``). Fields of headers the
 #: opcode does not carry are 0.
 rx_meta_layout = data.StructLayout({
-    "opcode": 8,
-    "se": 1,
-    "padcnt": 2,
-    "dqpn": 24,
-    "ackreq": 1,
-    "psn": 24,
+    **bth_fields,
     "reth_va": 64,
     "reth_rkey": 32,
     "reth_len": 32,

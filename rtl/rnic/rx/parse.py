@@ -108,7 +108,7 @@ from amaranth.lib.wiring import In, Out
 
 from .. import wire
 from ..crc import CRC32, crc_init_skipping
-from ..ifaces import NUM_COUNTERS, Counter, rx_meta_layout
+from ..ifaces import NUM_COUNTERS, Counter, bth_fields, rx_meta_layout
 from ..opcodes import OPCODES, opcode_info
 from ..stream import BeatStream, Queue, RoomFIFO, beat_layout, check_width
 
@@ -146,12 +146,7 @@ def rx_parse_latency(width):
 #: The metadata's raw fields, written once into the descriptor queue: BTH fields, the 20 bytes
 #: after the BTH (RETH, ImmDt, IETH, AETH, whichever are present) and the IPv4 source.
 mraw_layout = data.StructLayout({
-    "opcode": 8,
-    "se": 1,
-    "padcnt": 2,
-    "dqpn": 24,
-    "ackreq": 1,
-    "psn": 24,
+    **bth_fields,
     "ext": 8 * (HDR_BYTES - _EXT),
     "src_ip": 32,
 })
