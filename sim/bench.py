@@ -87,8 +87,11 @@ def table(rows):
 BENCHES = {}
 
 
-def run_benches(names=None, simulator="verilator", out_dir=None):
-    """Run benchmarks, merge their figures into build/bench.json, write build/bench.md."""
+def run_benches(names=None, simulator="verilator", out_dir=None, on_figures=None):
+    """Run benchmarks, merge their figures into build/bench.json, write build/bench.md.
+
+    ``on_figures``, when given, is called with the figures this run measured (not those merged
+    from earlier runs); ``rnic bench --record`` records them."""
     from . import benches  # noqa: F401  (registers BENCHES)
     out_dir = Path(out_dir or ROOT / "build")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -105,6 +108,8 @@ def run_benches(names=None, simulator="verilator", out_dir=None):
         if not got:
             raise RuntimeError(f"benchmark {name} recorded no figure")
         new += got
+    if on_figures is not None:
+        on_figures(new)
     rows = merge(load(out_dir / "bench.json"), new)
     (out_dir / "bench.json").write_text(json.dumps(rows, indent=1) + "\n")
     md = table(rows)

@@ -352,6 +352,9 @@ def main_area(argv=None):
                         "running yosys (the config options must match the run's)")
     p.add_argument("--no-fail", action="store_true",
                    help="exit 0 even when over budget (the table still says so)")
+    p.add_argument("--record", action="store_true",
+                   help="also record the report in docs/figures/area.json, the record the "
+                        "README's area table is rendered from (rnic_flow.figures)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     args = p.parse_args(argv)
     cfg = config_from_args(args)
@@ -387,4 +390,8 @@ def main_area(argv=None):
     else:
         print("within budget")
     print(f"wrote {args.json} and {args.md}")
+    if args.record:
+        from .figures import FIGURES, record_area
+        record_area(report)
+        print(f"recorded in {FIGURES / 'area.json'}")
     return 1 if report["over"] and not args.no_fail else 0

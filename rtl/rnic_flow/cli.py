@@ -25,6 +25,9 @@ def _bench(argv):
     p.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     p.add_argument("--sim", default="verilator", choices=("verilator", "icarus"))
     p.add_argument("--list", action="store_true", help="list the benchmarks")
+    p.add_argument("--record", action="store_true",
+                   help="also merge the figures into docs/figures/bench.json, the record the "
+                        "README's throughput and latency tables are rendered from")
     args = p.parse_args(argv)
     import os
     sys.path.insert(0, os.getcwd())
@@ -37,7 +40,9 @@ def _bench(argv):
     if args.list:
         print("\n".join(BENCHES))
         return 0
-    run_benches(args.names or None, simulator=args.sim)
+    from .figures import record_bench
+    run_benches(args.names or None, simulator=args.sim,
+                on_figures=record_bench if args.record else None)
     return 0
 
 

@@ -687,6 +687,8 @@ def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, devic
     prog = progress if isinstance(progress, Progress) else Progress(bool(progress))
     blk = BLOCKS[name]
     base = _base_row(name, config, target, device, freq_mhz)
+    if target != "xc7":
+        base["seed"] = seed
     cfg_row = base["config"]
     tag = config_tag(cfg_row).replace(" ", "_").replace("=", "")
     if place_only:
@@ -870,6 +872,9 @@ def _parser():
     p.add_argument("-o", "--out", default="build", metavar="DIR",
                    help="output directory for synth.json, synth.md and synth/ logs "
                         "(default build)")
+    p.add_argument("--record", action="store_true",
+                   help="also merge the results into docs/figures/synth.json, the record the "
+                        "README's Fmax table is rendered from (rnic_flow.figures)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.add_argument("--list", action="store_true", help="list the blocks and exit")
     from rnic.params import RnicConfig
@@ -963,6 +968,10 @@ def main_synth(argv=None):
                              **({"stage": "placed"} if place_only else {}),
                              "status": "error", "note": f"FAILED: {first}"})
     jpath, mpath, merged = write_results(args.out, rows, command)
+    if args.record:
+        from .figures import FIGURES, record_synth
+        record_synth(rows)
+        prog.line(f"recorded in {FIGURES / 'synth.json'}")
     print("\n".join(l for l in markdown_table(rows).splitlines() if l.startswith("|")),
           flush=True)
     prog.line(f"wrote {jpath} ({len(merged)} rows) and {mpath}")

@@ -1,0 +1,299 @@
+"""Recorded measurements and the README tables made from them.
+
+The measurements the README shows are recorded in ``docs/figures/``, one JSON file per kind,
+by the command that measures them:
+
+* ``area.json``: ``rnic area --record`` (``make area``), the default configuration's area per
+  block against its budget;
+* ``synth.json``: ``rnic synth --record`` (``make synth``), one row per block, configuration,
+  target and nextpnr seed, merged over runs;
+* ``bench.json``: ``rnic bench --record`` (``make bench``), the cycle figures, merged over runs.
+
+The README's tables are rendered from those files between ``<!-- figures:NAME begin -->`` and
+``<!-- figures:NAME end -->``; ``python -m rnic_flow.figures readme README.md`` rewrites them
+(``make docs``), and ``tb/test_docs.py`` fails when a table differs from its rendering, so a
+figure the README shows is always the last recorded measurement.
+"""
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+__all__ = ["FIGURES", "record_area", "record_synth", "record_bench", "SECTIONS", "render",
+           "update_readme", "main"]
+
+#: The recorded measurements, relative to the repository root.
+FIGURES = Path("docs/figures")
+
+_CONFIG_TAGS = (("data_width", "W"), ("num_qp", "N"), ("num_cq", "C"), ("key_entries", "K"))
+
+
+def _load(path, default):
+    path = Path(path)
+    return json.loads(path.read_text()) if path.exists() else default
+
+
+def _write(path, value):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
+
+
+# ---- recording -----------------------------------------------------------------------------
+
+def record_area(report, dst=FIGURES / "area.json"):
+    """Keep from an ``rnic area`` report (its JSON as a dict) what the README shows."""
+    rows = [{k: r[k] for k in ("block", "title", "lut4_eq", "ff", "dp16kd", "budget")}
+            for r in report["rows"]]
+    _write(dst, {"config": report["config"], "rows": rows, "seconds": report.get("seconds")})
+
+
+def _synth_key(row):
+    return (row["block"], row["target"], json.dumps(row.get("config"), sort_keys=True),
+            row.get("seed", 1), row.get("stage", "routed"))
+
+
+def record_synth(rows, dst=FIGURES / "synth.json"):
+    """Merge ``rnic synth`` result rows into the record, one per block, target, configuration,
+    seed and stage (placed or routed); a failed run replaces nothing."""
+    keep = ("block", "target", "config", "part", "lut", "ff", "bram", "fmax_mhz", "target_mhz",
+            "seed", "stage", "date")
+    old = {_synth_key(r): r for r in _load(dst, [])}
+    for r in rows:
+        if r.get("status", "ok") != "ok" or r.get("fmax_mhz") is None:
+            continue
+        r = {k: r[k] for k in keep if k in r}
+        r.setdefault("seed", 1)
+        r.setdefault("stage", "routed")
+        old[_synth_key(r)] = r
+    _write(dst, sorted(old.values(), key=_synth_key))
+
+
+def record_bench(rows, dst=FIGURES / "bench.json"):
+    """Merge benchmark figures (``sim.bench`` rows) into the record."""
+    def key(r):
+        return (r["block"], r["figure"], json.dumps(r["config"], sort_keys=True))
+    old = {key(r): r for r in _load(dst, [])}
+    for r in rows:
+        old[key(r)] = r
+    _write(dst, sorted(old.values(), key=key))
+
+
+# ---- rendering -----------------------------------------------------------------------------
+
+def _n(x):
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
+
+
+def _config_tag(cfg):
+    return " ".join(f"{t}={cfg[k]}" for k, t in _CONFIG_TAGS if k in (cfg or {}))
+
+
+def render_area(area):
+    cfg = _config_tag(area["config"])
+    lines = [f"`make area`, {cfg}, yosys `synth_ecp5` with the block hierarchy kept; each figure "
+             "beside its budget ([docs/area.md](docs/area.md)):", "",
+             "| block | LUT4-eq | FF | DP16KD | within budget |", "|---|--:|--:|--:|:-:|"]
+    for r in area["rows"]:
+        b = r.get("budget") or {}
+        cells = []
+        ok = True
+        for k, kb in (("lut4_eq", "lut4"), ("ff", "ff"), ("dp16kd", "dp16kd")):
+            if kb in b:
+                cells.append(f"{_n(r[k])} of {_n(b[kb])}")
+                ok &= r[k] <= b[kb]
+            else:
+                cells.append(_n(r[k]))
+        name = r["title"].split(":")[0]
+        if r["block"] == "total":
+            name, cells = f"**{name}**", [f"**{c}**" for c in cells]
+        verdict = ("yes" if ok else "no") if b else ""
+        lines.append(f"| {name} | {' | '.join(cells)} | {verdict} |")
+    return "\n".join(lines)
+
+
+def render_fmax(synth):
+    """One row per block and configuration: cells on seed 1, Fmax on every recorded seed."""
+    groups = {}
+    for r in synth:
+        if r["target"] != "ecp5":
+            continue
+        g = groups.setdefault((r["block"], _config_tag(r.get("config")), r["stage"]), {})
+        g[r.get("seed", 1)] = r
+    lines = ["| block | config | LUT4 | FF | DP16KD | Fmax MHz, seeds 1 / 2 / 3 | target |",
+             "|---|---|--:|--:|--:|--:|--:|"]
+    order = sorted(groups, key=lambda k: (k[0] != "rnic", k[0], k[1], k[2]))
+    for blk, cfg, stage in order:
+        g = groups[(blk, cfg, stage)]
+        first = g[min(g)]
+        fm = " / ".join(f"{g[s]['fmax_mhz']:.1f}" if s in g else "–" for s in (1, 2, 3))
+        if stage == "placed":
+            fm += " (placed, estimate)"
+        lines.append(f"| {blk} | {cfg} | {_n(first['lut'])} | {_n(first['ff'])} | "
+                     f"{first['bram']} | {fm} | {first['target_mhz']:g} |")
+    return "\n".join(lines)
+
+
+def _bench_index(bench, block, pattern):
+    out = {}
+    rx = re.compile(pattern)
+    for r in bench:
+        m = r["block"] == block and rx.fullmatch(r["figure"])
+        if m:
+            out[(m.groups(), tuple(sorted(r["config"].items())))] = r
+    return out
+
+
+def _size(b):
+    return f"{b // 1024} KiB" if b >= 1024 and b % 1024 == 0 else f"{b} B"
+
+
+#: The (message size, host read latency) rows and the payloads the README's tables show
+#: (docs/bench.md has every figure).
+GOODPUT_ROWS = ((64, 0), (4096, 0), (4096, 100), (65536, 100))
+RESPONDER_PAYLOADS = (0, 256)
+
+
+def render_goodput(bench):
+    idx = _bench_index(bench, "requester+responder", r"goodput A->B, SEND (\d+) B")
+    widths = sorted({dict(c)["W"] for _, c in idx})
+    rows = [r for r in GOODPUT_ROWS
+            if r in {(int(g[0]), dict(c).get("rd_latency", 0)) for g, c in idx}]
+    lines = ["| message | host reads | " + " | ".join(f"W={w}" for w in widths) + " |",
+             "|--:|--:|" + "--:|" * len(widths)]
+    for size, lat in rows:
+        cells = []
+        for w in widths:
+            cfg = {"W": w, "PMTU": 4096, **({"rd_latency": lat} if lat else {})}
+            r = idx.get(((str(size),), tuple(sorted(cfg.items()))))
+            cells.append(f"{r['value']:.2f} of {r['limit']:.2f}" if r else "–")
+        lines.append(f"| {_size(size)} | {lat} cycles | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_responder(bench):
+    thr = _bench_index(bench, "resp_top", r"rx beats/cycle, back-to-back SEND_ONLY, (.+)")
+    ack = _bench_index(bench, "resp_top", r"cycles, request last beat to (first ACK beat)")
+    cqe = _bench_index(bench, "resp_top", r"cycles, request last beat to (CQE last write beat)")
+    widths = sorted({dict(c)["W"] for _, c in thr} | {dict(c)["W"] for _, c in ack})
+    lines = ["| payload | figure | " + " | ".join(f"W={w}" for w in widths) + " |",
+             "|--:|---|" + "--:|" * len(widths)]
+
+    def pick(idx, groups, w, size, lat):
+        for (g, c), r in idx.items():
+            c = dict(c)
+            if g == groups and c["W"] == w and c["payload"] == size \
+                    and c.get("rd_latency", 0) == lat:
+                return r
+        return None
+    keys = sorted({(dict(c)["payload"], dict(c).get("rd_latency", 0))
+                   for idx in (thr, ack) for _, c in idx
+                   if dict(c)["payload"] in RESPONDER_PAYLOADS and not dict(c).get("rd_latency")})
+    for size, lat in keys:
+        cells = []
+        for w in widths:
+            a, b = pick(thr, ("one QP",), w, size, lat), pick(thr, ("8 QPs",), w, size, lat)
+            cells.append(" / ".join(f"{r['value']:.3f}" if r else "–" for r in (a, b)))
+        if any(c != "– / –" for c in cells):
+            lines.append(f"| {_size(size)} | rx beats/cycle, 1 QP / 8 QPs (limit 1) | "
+                         + " | ".join(cells) + " |")
+        cells = []
+        for w in widths:
+            a = pick(ack, ("first ACK beat",), w, size, lat)
+            b = pick(cqe, ("CQE last write beat",), w, size, lat)
+            cells.append(" / ".join(f"{r['value']:g}" if r else "–" for r in (a, b)))
+        if any(c != "– / –" for c in cells):
+            lines.append(f"| {_size(size)} | cycles, last beat → first ACK beat / CQE written | "
+                         + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_bench(bench):
+    """Every recorded figure, one row each, beside its limit."""
+    lines = ["| block | figure | config | value | limit |", "|---|---|---|--:|--:|"]
+    for r in bench:
+        cfg = ", ".join(f"{k}={v}" for k, v in sorted(r["config"].items()))
+        lim = "" if r["limit"] is None else f"{r['limit']:g}"
+        lines.append(f"| {r['block']} | {r['figure']} | {cfg} | {r['value']:g} {r['unit']} | "
+                     f"{lim} |".replace("  |", " |"))
+    return "\n".join(lines)
+
+
+#: section → (recorded file, renderer, what records it)
+SECTIONS = {
+    "bench": ("bench.json", render_bench, "make bench"),
+    "area": ("area.json", render_area, "make area"),
+    "fmax": ("synth.json", render_fmax, "make synth"),
+    "goodput": ("bench.json", render_goodput, "make bench"),
+    "responder": ("bench.json", render_responder, "make bench"),
+}
+
+
+def render(name, figures=FIGURES):
+    fname, fn, how = SECTIONS[name]
+    path = Path(figures) / fname
+    if not path.exists():
+        return f"(no recorded measurement: `{how}` records {FIGURES / fname})"
+    return fn(json.loads(path.read_text()))
+
+
+def _marks(name):
+    return f"<!-- figures:{name} begin -->", f"<!-- figures:{name} end -->"
+
+
+def update_readme(path, figures=FIGURES, check=False):
+    """Re-render the figure sections of a page (the README, docs/bench.md); return the names
+    of those that differed (rewriting the file unless ``check``)."""
+    path = Path(path)
+    text = path.read_text()
+    stale = []
+    for name in SECTIONS:
+        begin, end = _marks(name)
+        if begin not in text:
+            continue
+        head, _, rest = text.partition(begin)
+        old, sep, tail = rest.partition(end)
+        if not sep:
+            raise ValueError(f"{path}: {begin} without {end}")
+        new = "\n" + render(name, figures) + "\n"
+        if old != new:
+            stale.append(name)
+        text = head + begin + new + end + tail
+    if stale and not check:
+        path.write_text(text)
+    return stale
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m rnic_flow.figures", description=__doc__.split(
+        "\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for kind in ("area", "synth", "bench"):
+        s = sub.add_parser(f"record-{kind}", help=f"record {kind} results into {FIGURES}")
+        s.add_argument("src", nargs="+", help="JSON written by the measuring command")
+    s = sub.add_parser("readme", help="re-render the figure sections of pages")
+    s.add_argument("path", nargs="*", default=["README.md", "docs/bench.md"])
+    s.add_argument("--check", action="store_true", help="only report stale sections (exit 1)")
+    args = p.parse_args(argv)
+    if args.cmd == "readme":
+        any_stale = False
+        for path in args.path:
+            stale = update_readme(path, check=args.check)
+            any_stale |= bool(stale)
+            verb = "stale" if args.check else "rewritten"
+            print(f"{path}: {verb}: {', '.join(stale)}" if stale else f"{path}: current")
+        return 1 if any_stale and args.check else 0
+    loaded = [json.loads(Path(s).read_text()) for s in args.src]
+    if args.cmd == "record-area":
+        record_area(loaded[-1])
+    elif args.cmd == "record-synth":
+        record_synth([r for x in loaded for r in (x if isinstance(x, list) else [x])])
+    else:
+        record_bench([r for x in loaded for r in x])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
