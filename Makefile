@@ -88,7 +88,7 @@ pictures: trace
 
 # the ECPIX-5 85F bitstream of the board top (one core, block-RAM host memory, sequencer)
 bitstream: setup
-	PYTHONPATH=.:rtl $(PY) -m rnic.board.build --build-dir build/board
+	PYTHONPATH=.:rtl $(PY) -m rnic_flow.board --build-dir build/board
 
 board-test: setup
 	$(PYTEST) -n 0 -q tb/test_board.py

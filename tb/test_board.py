@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 
-from rnic.board.program import record
+from sim.board_program import record
 from rnic.board.top import BOARD_CONFIG, BoardCore
 from sim.runner import run_cocotb
 

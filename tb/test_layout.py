@@ -1,7 +1,7 @@
 """The package layout's rules, checked on the import statements of the tree.
 
-- ``rtl/rnic`` is hardware only: it never imports the flow (``rnic_flow``) nor the test benches
-  (``tb``), and the simulation support (``sim``) only where listed below.
+- ``rtl/rnic`` is hardware only: it never imports the flow (``rnic_flow``), the simulation
+  support (``sim``) nor the test benches (``tb``).
 - ``rtl/rnic_flow`` imports the hardware, never ``tb``.
 - ``sim`` (bench harnesses, models, driver) never imports ``tb``.
 """
@@ -12,9 +12,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Hardware-package modules that still import ``sim`` (the board demo drives the core with the
-#: Python driver): the exceptions to shrink, not to grow.
-RNIC_IMPORTS_SIM = {"rtl/rnic/board/program.py"}
 
 
 def _imports(path):
@@ -35,7 +32,7 @@ def _files(sub):
 @pytest.mark.parametrize("path", _files("rtl/rnic"), ids=lambda p: str(p.relative_to(ROOT)))
 def test_hardware_imports_no_flow_and_no_benches(path):
     rel = str(path.relative_to(ROOT))
-    bad = {"rnic_flow", "tb"} | (set() if rel in RNIC_IMPORTS_SIM else {"sim"})
+    bad = {"rnic_flow", "tb", "sim"}
     assert not _imports(path) & bad, f"{rel} imports {sorted(_imports(path) & bad)}"
 
 

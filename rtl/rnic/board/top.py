@@ -18,6 +18,7 @@ from amaranth.lib.cdc import ResetSynchronizer
 from ..params import RnicConfig
 from ..top import RNIC
 from .bram_axi import BramAxi
+from .program import MEM_BYTES
 from .sequencer import Sequencer
 
 __all__ = ["BOARD_CONFIG", "BoardCore", "ECPIX5Top", "CORE_MHZ"]
@@ -28,10 +29,9 @@ CORE_MHZ = 50
 
 
 class BoardCore(Elaboratable):
-    def __init__(self, config=BOARD_CONFIG, program=None, *, timeout=1 << 22, retries=1 << 12):
-        from .program import MEM_BYTES, record
+    def __init__(self, config, program, *, timeout=1 << 22, retries=1 << 12):
         self.config = config
-        self.program = program or record(config.data_width)
+        self.program = program
         self.mem_bytes = MEM_BYTES
         self.timeout = timeout
         self.retries = retries
@@ -76,10 +76,12 @@ class BoardCore(Elaboratable):
 
 
 class ECPIX5Top(Elaboratable):
-    """``BoardCore`` on the ECPIX-5 85F, clocked at :data:`CORE_MHZ` from a PLL."""
+    """``BoardCore`` on the ECPIX-5 85F, clocked at :data:`CORE_MHZ` from a PLL, playing
+    ``program`` (a :class:`~rnic.board.program.Program`)."""
 
-    def __init__(self, config=BOARD_CONFIG):
+    def __init__(self, program, config=BOARD_CONFIG):
         self.config = config
+        self.program = program
 
     def elaborate(self, platform):
         m = Module()
@@ -105,7 +107,7 @@ class ECPIX5Top(Elaboratable):
         m.d.comb += ClockSignal("sync").eq(clk)
         m.submodules.rst_sync = ResetSynchronizer(~locked | rst_n.i, domain="sync")
 
-        m.submodules.board = board = BoardCore(self.config)
+        m.submodules.board = board = BoardCore(self.config, self.program)
         led0 = platform.request("rgb_led", 0)
         led1 = platform.request("rgb_led", 1)
         led2 = platform.request("rgb_led", 2)
