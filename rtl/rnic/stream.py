@@ -140,8 +140,12 @@ class RoomFIFO(Elaboratable):
     def _ring(self, m, depth, level, do_write, do_read, read_domain):
         """The storage ring: written at ``produce`` whenever ``w_rdy`` (see above), read at
         ``consume``; ``level`` counts its entries. Returns the read port."""
-        # ``registers``: flip-flops, not LUT RAM (yosys's ``ram_style = "logic"``)
-        attrs = {"ram_style": "logic"} if self.registers else None
+        # ``registers``: flip-flops, not LUT RAM (yosys's ``ram_style = "logic"``). Otherwise
+        # ``no_rw_check``: an enabled read and an enabled write never meet at one address (a
+        # write needs a free entry, a read a held one; ``produce`` = ``consume`` only when the
+        # ring is empty or full), so a block RAM needs no read-during-write logic (yosys would
+        # emulate it with a register on every data bit).
+        attrs = {"ram_style": "logic"} if self.registers else {"no_rw_check": 1}
         m.submodules.storage = storage = Memory(shape=self.width, depth=depth, init=[],
                                                 attrs=attrs)
         w_port = storage.write_port()

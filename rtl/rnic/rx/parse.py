@@ -163,7 +163,8 @@ class _SplitQueue(Elaboratable):
     """
 
     def __init__(self, a_shape, b_shape, depth):
-        self.abits = (depth - 1).bit_length()
+        self.abits = depth.bit_length()             # 2^abits > depth: a held entry is never
+                                                    # at a write pointer
         self.a_data = Signal(a_shape)
         self.a_en = Signal()
         self.b_data = Signal(b_shape)
@@ -176,10 +177,15 @@ class _SplitQueue(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         n = 1 << self.abits
+        # ``no_rw_check``: the read address ``c`` holds an entry with both parts written, the
+        # write addresses ``pa``/``pb`` free slots, and fewer than ``n`` entries are ever held
+        # (at most ``depth`` < ``n``), so a read never meets a write and the block
+        # RAMs need no read-during-write logic (yosys would emulate it with a register on every
+        # data bit).
         m.submodules.mem_a = mem_a = Memory(shape=len(self.a_data.as_value()), depth=n,
-                                            init=[])
+                                            init=[], attrs={"no_rw_check": 1})
         m.submodules.mem_b = mem_b = Memory(shape=len(self.b_data.as_value()), depth=n,
-                                            init=[])
+                                            init=[], attrs={"no_rw_check": 1})
         pa, pb, c = Signal(self.abits), Signal(self.abits), Signal(self.abits)
         wa, wb = mem_a.write_port(), mem_b.write_port()
         ra, rb = mem_a.read_port(domain="sync"), mem_b.read_port(domain="sync")
@@ -285,7 +291,12 @@ class RxParse(wiring.Component):
         nsh = len(shifts)
 
         # ================================ write side ================================
-        mem = Memory(shape=self.width, depth=self.depth, init=[])
+        # ``no_rw_check``: a beat the read side uses belongs to a whole frame, which lies in
+        # [rd_free, wr_ptr) and so in a slot the write side does not write while fewer than
+        # ``depth`` beats are held (``space_ok``); reads of any other address (the buffer is
+        # read every cycle) are discarded. No read-during-write logic is needed (yosys would
+        # emulate it with a register on every data bit).
+        mem = Memory(shape=self.width, depth=self.depth, init=[], attrs={"no_rw_check": 1})
         m.submodules.buffer = mem
         wp = mem.write_port()
         rp = mem.read_port(domain="sync")
