@@ -1,5 +1,6 @@
-"""The requester (send side): Send Queue doorbells, WQE fetch, Gather Path, TX Packet Build, and
-the retirement of sent WQEs by ACK (``docs/requester.md``)."""
+"""The requester (send side): Send Queue doorbells, WQE fetch, Gather Path, TX Packet Build, the
+requester context, and the Reliability Engine (retirement by ACK, retransmit and RNR timers,
+go-back-N, remote NAKs; ``docs/requester.md``)."""
 from .requester import Requester, ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
 from .tx_build import TxBuild, chunk_layout, pkt_layout
 

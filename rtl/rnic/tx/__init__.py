@@ -1,1 +1,2 @@
-"""Transmit side: header builder (ACK/NAK and, later, requester frames) and TX arbiter."""
+"""Transmit side: the ACK/NAK frame builder and the TX arbiter, which merges its frames with the
+requester's (``rnic.req.tx_build``) by whole frames."""
