@@ -74,8 +74,8 @@ class SkidBuffer(wiring.Component):
 
         m.d.comb += self.i.ready.eq(~skid_valid)
         # the skid register follows the input while it is empty (its content counts only with
-        # skid_valid), so its enable is ~skid_valid alone, not the upstream valid logic (the
-        # requester's completion skid: its enable came from a block-RAM read, 18.6 ns placed)
+        # skid_valid), so its enable is ~skid_valid alone, not the upstream valid logic (which
+        # may start at a block-RAM read: design-rules.md §7)
         with m.If(~skid_valid):
             m.d.sync += skid.eq(self.i.payload)
         with m.If(self.o.ready | ~self.o.valid):

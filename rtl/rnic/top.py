@@ -254,9 +254,9 @@ class RNIC(wiring.Component):
         if hasattr(req, "us_tick"):
             # one strobe per microsecond of US_CYCLES clock cycles (the time base of every timer)
             # (``tick`` is a register, the compare made a cycle ahead: it reaches every timer
-            # of the requester, and as the output of the compare's carry chain it ran on
-            # through two long nets into the counter's own reset, 16.3 ns after placement. It
-            # uses US_CYCLES of the cycle before; the strobes are otherwise the same.)
+            # of the requester, so it must not be the end of the compare's carry chain, nor
+            # feed the counter's own reset from there. It uses US_CYCLES of the cycle before;
+            # the strobes are otherwise the same.)
             us_cnt = Signal(32)
             tick = Signal()
             m.d.sync += [us_cnt.eq(Mux(tick, 0, us_cnt + 1)),

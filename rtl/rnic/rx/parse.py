@@ -374,8 +374,8 @@ class RxParse(wiring.Component):
         # Header capture, kept once: byte n of the frame sits in beat j = n // L, lane n % L.
         # The bytes of beat j follow the input in every cycle ``at[j]`` is high, not only with
         # ``accept``: ``at`` moves only on an accepted beat, so the last cycle of ``at[j]`` is
-        # beat j's accept. The handshake then enables ~80 flops, not ~560 (its spread was the
-        # whole core's worst placed path: the accept net's route alone 7.8 ns). Bytes past the
+        # beat j's accept. The handshake then enables ~80 flops, not ~560 (a handshake net
+        # spread over hundreds of enables is long after placement). Bytes past the
         # frame's end read as 0: the bytes of beats 1.. are cleared in every cycle of ``at[0]``
         # (waiting for a frame's first beat), and lanes past ``keep`` (contiguous from lane 0,
         # all ones but on the last beat: interface.md §2) are captured as 0. In the cycle after
@@ -481,8 +481,8 @@ class RxParse(wiring.Component):
         end_frame = accept & beat.last
         m.d.sync += v0_valid.eq(end_frame)
         # the V0 registers are read only in the cycle after ``end_frame`` (``v0_valid``), so they
-        # follow their inputs in every cycle (``end_frame``, the input handshake, as their
-        # enable gave the whole core's placement 17.9 ns paths)
+        # follow their inputs in every cycle (``end_frame``, the input handshake, stays off
+        # their enables: design-rules.md §7)
         m.d.sync += [
             v0_len.eq(frame_len),
             # idx*L + n_keep > 4200 only on the beat idx = cap - 1 (or when idx = cap)
@@ -761,14 +761,13 @@ class RxParse(wiring.Component):
         # The head descriptor in registers of its own: desc_q sits in block RAM (132 slots),
         # whose clock-to-out (~4 ns on ECP5) must not feed the read address and its adders.
         # A two-entry ``Queue`` (``buffered=False``: ``RoomFIFO`` with registered ready flags;
-        # in flip-flops: as LUT RAM its write path cost a LUT after the block RAM's 4.26 ns,
-        # 138.8 MHz out of context), whose storage is written whenever it has room: the
-        # enables of its ~450 flops -- and desc_q's read enable -- are functions of registers,
-        # not of the take decision (which, as the enable of a single ``head`` register, was
-        # the whole core's worst path after placement at W=128, and at W=64 once the paths
-        # before it were cut: 18.1 ns). The next descriptor is at its head by the cycle after a
-        # take exactly when it was in a single ``head`` reloaded in the take's cycle, so the
-        # takes happen in the same cycles.
+        # in flip-flops: as LUT RAM its write path would add a LUT after the block RAM's
+        # clock-to-out), whose storage is written whenever it has room: the enables of its
+        # flops -- and desc_q's read enable -- are functions of registers, not of the take
+        # decision (a wide enable driven by a late decision is a long path after placement).
+        # The next descriptor is at its head by the cycle after a take exactly when it was in
+        # a single ``head`` reloaded in the take's cycle, so the takes happen in the same
+        # cycles.
         # Only the descriptor's ``d`` part (what the read side decides on) is in flip-flops;
         # the raw metadata, which only feeds the meta queue's write data, waits in a LUT-RAM
         # twin of it, pushed and popped with it.
@@ -779,9 +778,8 @@ class RxParse(wiring.Component):
         head_v = head_q.o.valid
         # A plain register between the block RAM and the head queue: its data input is the
         # RAM's output (the head queue's storage has a write mux in front of each word) and its
-        # enable a function of registers, so the RAM's 4.26 ns clock-to-out meets a route and
-        # at most the enable's LUT (148.0 MHz out of context with the RAM straight into the
-        # queue, 150.7 / 152.7 with this register).
+        # enable a function of registers, so the RAM's clock-to-out (about two thirds of a
+        # 156.25 MHz cycle on ECP5) meets a route and at most the enable's LUT.
         pr_v = Signal()
         pr_d = Signal(desc_layout)
         pr_go = Signal()
@@ -858,8 +856,8 @@ class RxParse(wiring.Component):
                                     f_flush.eq(head.flush), f_end.eq(head.end),
                                 ]
         # The buffer is read in every cycle (its address needs no decision) and ``data2`` keeps
-        # only the reads a token asked for: the take decision reached the block RAMs' read
-        # enables (73 pins, 16.4 ns after placement in the whole core); ``data2`` is the same
+        # only the reads a token asked for: the take decision stays off the block RAMs' read
+        # enables (a late decision on many RAM pins is a long path); ``data2`` is the same
         # register as before in every cycle (it held the last asked-for read then too).
         m.d.comb += rd_addr.eq(Mux(busy, addr, head.first))
         m.d.comb += [rp.addr.eq(rd_addr[:self.abits]), rp.en.eq(1)]
