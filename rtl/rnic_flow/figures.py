@@ -239,6 +239,10 @@ def render(name, figures=FIGURES):
     return fn(json.loads(path.read_text()))
 
 
+#: The pages with rendered figure sections (`make docs`, tb/test_docs.py).
+PAGES = ("README.md", "docs/bench.md", "docs/synthesis.md")
+
+
 def _marks(name):
     return f"<!-- figures:{name} begin -->", f"<!-- figures:{name} end -->"
 
@@ -274,7 +278,7 @@ def main(argv=None):
         s = sub.add_parser(f"record-{kind}", help=f"record {kind} results into {FIGURES}")
         s.add_argument("src", nargs="+", help="JSON written by the measuring command")
     s = sub.add_parser("readme", help="re-render the figure sections of pages")
-    s.add_argument("path", nargs="*", default=["README.md", "docs/bench.md"])
+    s.add_argument("path", nargs="*", default=list(PAGES))
     s.add_argument("--check", action="store_true", help="only report stale sections (exit 1)")
     args = p.parse_args(argv)
     if args.cmd == "readme":
