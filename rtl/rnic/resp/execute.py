@@ -115,7 +115,7 @@ from ..keys.key_cache import Access, InvalSignature, LookupSignature
 from ..opcodes import WcStatus
 from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
 from .psn_check import done_layout, exe_layout
-from .rq_fetch import MAX_SGE, RqFetch, wqe_layout
+from .rq_fetch import MAX_SGE, RqFetch, sge_layout
 from .scatter import ScatterPath, piece_layout
 
 __all__ = ["Execute", "RECV", "RECV_RDMA_WITH_IMM", "flush_layout"]
@@ -125,7 +125,19 @@ RECV_RDMA_WITH_IMM = 129
 
 _post_layout = data.StructLayout({"fatal": 1, "syndrome": 8, "beats": 1})
 _cqe_entry_layout = data.StructLayout({"cqe": cqe_layout, "need": 16})
-_row_layout = data.StructLayout({"wqe": wqe_layout, "index": 16})
+#: What placement keeps of a receive WQE: wr_id, the SGEs, and ``nsge`` = min(num_sge, 4)
+#: (num_sge > 3 is refused; the reserved word is not kept).
+_slim_layout = data.StructLayout({
+    "wr_id": 64, "nsge": 3, "sge": data.ArrayLayout(sge_layout, MAX_SGE)})
+_row_layout = data.StructLayout({"wqe": _slim_layout, "index": 16})
+
+
+def _slim(m, wqe, name):
+    """``wqe`` (a ``wqe_layout`` value) as :data:`_slim_layout` (combinational)."""
+    out = Signal(_slim_layout, name=name)
+    m.d.comb += [out.wr_id.eq(wqe.wr_id), out.sge.eq(wqe.sge),
+                 out.nsge.eq(Mux(wqe.num_sge > MAX_SGE, MAX_SGE + 1, wqe.num_sge[:3]))]
+    return out
 
 # Plan records. A command's plan is written once, by the planner, into small RAMs indexed by
 # its plan slot (``PLAN_SLOTS`` of them, used round robin); what travels between the stages in
@@ -135,8 +147,12 @@ _row_layout = data.StructLayout({"wqe": wqe_layout, "index": 16})
 #: post_plan_q 2, stage 4 1) plus the planner's own, so the planner writes its slot at will.
 PLAN_SLOTS = 16
 _SLOT_BITS = 4
-# read by stage 4 (the CQE without its status, the invalidate's key, the completed WQE index)
-_head_layout = data.StructLayout({"cqe": cqe_layout, "ieth_rkey": 32, "widx": 16})
+# read by stage 4: the CQE's fields the token does not carry (``imm_or_rkey`` is also the
+# invalidate's key: no opcode has both ImmDt and IETH), the completed WQE's index
+_head_layout = data.StructLayout({
+    "wr_id": 64, "byte_len": 32, "imm_or_rkey": 32, "qpn": 24, "rdma_imm": 1, "imm": 1,
+    "se": 1, "widx": 16,
+})
 # one piece, as the key checks read it / as stage 4 reads it
 _kpiece_layout = data.StructLayout({"key": 32, "va": 64, "len": 13})
 _spiece_layout = data.StructLayout({"len": 13, "src": 13})
@@ -353,12 +369,14 @@ class Execute(wiring.Component):
         cnext_rd = cnext.read_port()
         cnext_wr = _LateWrite(m, cnext, "cnext")
         cnext_rd_data = cnext_wr.read(cnext_rd, "cnext_rd")
-        m.submodules.wqpn = wqpn = Memory(shape=24, depth=256, init=[])
+        # write tag -> QPN, by the tag's low bits: at most MAX_WRITES writes are out
+        m.submodules.wqpn = wqpn = Memory(shape=24, depth=MAX_WRITES, init=[])
         wqpn_rd = wqpn.read_port(domain="comb")
         wqpn_wr = wqpn.write_port()
 
         c = Signal(exe_layout)                 # the command being planned
-        wqe = Signal(wqe_layout)
+        wqe = Signal(_slim_layout)
+        fr_wqe = _slim(m, fetch.resp.payload.wqe, "fr_wqe")
         in_qpn = Signal(ab)
         take_flush = Signal()
         m.d.comb += [take_flush.eq(~self.exe.valid & self.flush.valid),
@@ -366,7 +384,7 @@ class Execute(wiring.Component):
                                    self.exe.payload.qpn[:ab]))]
         m.d.comb += [dead_rd.addr.eq(in_qpn), wqe_rd.addr.eq(in_qpn), wflt_rd.addr.eq(in_qpn),
                      cnext_rd.addr.eq(in_qpn),
-                     wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.wqe.eq(fetch.resp.payload.wqe),
+                     wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.wqe.eq(fr_wqe),
                      wqe_wr.data.index.eq(c.rq_index)]
 
         # ---- WQE reads: the planner's (tag DEMAND) and the prefetcher's (tag = pool slot) ----
@@ -403,7 +421,7 @@ class Execute(wiring.Component):
         m.d.comb += [wd_err.eq(d1_v & d1_err),
                      d1_go.eq(d1_v & (~d1_err | (ev_q.i.ready & fault_q.i.ready))),
                      wd.ready.eq(~d1_v | d1_go),
-                     wqpn_rd.addr.eq(d1_tag)]
+                     wqpn_rd.addr.eq(d1_tag[:MAX_WRITES.bit_length() - 1])]
         with m.If(wd.ready):
             m.d.sync += [d1_v.eq(wd.valid), d1_tag.eq(wd.payload.tag), d1_err.eq(wd.payload.err)]
         with m.If(d1_go):
@@ -478,7 +496,7 @@ class Execute(wiring.Component):
         for i in range(MAX_SGE):
             sge = wqe.sge[i]
             li = Signal(32, name=f"sge_len{i}")
-            m.d.comb += li.eq(Mux(wqe.num_sge > i, sge.length, 0))
+            m.d.comb += li.eq(Mux(wqe.nsge > i, sge.length, 0))
             lo = cum[i]
             hi_c = Signal(35, name=f"sge_end_c{i}")
             m.d.comb += hi_c.eq(cum[i] + li)
@@ -514,7 +532,7 @@ class Execute(wiring.Component):
         overflow = Signal()
         m.d.comb += overflow.eq(mend > cum[MAX_SGE])
         bad_nsge = Signal()
-        m.d.comb += bad_nsge.eq(wqe.num_sge > MAX_SGE)
+        m.d.comb += bad_nsge.eq(wqe.nsge > MAX_SGE)
 
         dead_rd2 = dead.read_port()            # stage 3's re-check of the marks
         dead_rd2_data = dead_wr.read(dead_rd2, "dead_rd2")
@@ -586,8 +604,12 @@ class Execute(wiring.Component):
                          kp_wr[i].data.key.eq(pkey_c[i]), kp_wr[i].data.va.eq(pva_c[i]),
                          kp_wr[i].data.len.eq(plen_c[i]),
                          sp_wr[i].data.len.eq(plen_c[i]), sp_wr[i].data.src.eq(psrc_c[i])]
-        m.d.comb += [head_wr.addr.eq(wp), head_wr.data.cqe.eq(fcq),
-                     head_wr.data.ieth_rkey.eq(c.ieth_rkey), head_wr.data.widx.eq(widx),
+        m.d.comb += [head_wr.addr.eq(wp), head_wr.data.wr_id.eq(fcq.wr_id),
+                     head_wr.data.byte_len.eq(fcq.byte_len),
+                     head_wr.data.imm_or_rkey.eq(fcq.imm_or_rkey), head_wr.data.qpn.eq(c.qpn),
+                     head_wr.data.rdma_imm.eq(c.write & c.imm_valid),
+                     head_wr.data.imm.eq(c.imm_valid), head_wr.data.se.eq(c.se),
+                     head_wr.data.widx.eq(widx),
                      pd_wr.addr.eq(wp), pd_wr.data.eq(c.pd)]
         kq = key_q.i
         ke = key_q.o.payload
@@ -752,7 +774,7 @@ class Execute(wiring.Component):
                             m.next = "PUSH"
                     with m.Else():
                         m.d.comb += r.ready.eq(1)
-                        m.d.sync += wqe.eq(r.payload.wqe)
+                        m.d.sync += wqe.eq(fr_wqe)
                         with m.If(flushing):
                             m.next = "FL_CQE"
                         with m.Else():
@@ -956,18 +978,24 @@ class Execute(wiring.Component):
             pq.payload.len.eq(j_len_b),
             pq.payload.lane.eq(j_bus_b[:lb]),
             pq.payload.end.eq(0),
-            wqpn_wr.addr.eq(wr_cnt[:8]),
-            wqpn_wr.data.eq(bh.cqe.qpn),
-            self.inval.req.payload.key.eq(bh.ieth_rkey),
+            wqpn_wr.addr.eq(wr_cnt[:MAX_WRITES.bit_length() - 1]),
+            wqpn_wr.data.eq(bh.qpn),
+            self.inval.req.payload.key.eq(bh.imm_or_rkey),
             self.inval.req.payload.tag.eq(0),
-            plan_ev_qpn.eq(Mux(flushing, c.qpn, bh.cqe.qpn)),
+            plan_ev_qpn.eq(Mux(flushing, c.qpn, bh.qpn)),
             plan_ev.eq(fl_ev | b_ev),
         ]
 
         # CQE and post entries (the flush's CQEs come from the planner while stage 4 is idle)
         cq = cqe_q.i.payload.cqe
         b_cqe = Signal(cqe_layout)
-        m.d.comb += [b_cqe.eq(bh.cqe), b_cqe.status.eq(b.cstat)]
+        m.d.comb += [
+            b_cqe.cqn.eq(b.cqn), b_cqe.wr_id.eq(bh.wr_id), b_cqe.byte_len.eq(bh.byte_len),
+            b_cqe.imm_or_rkey.eq(bh.imm_or_rkey), b_cqe.qpn.eq(bh.qpn), b_cqe.status.eq(b.cstat),
+            b_cqe.opcode.eq(Mux(bh.rdma_imm, RECV_RDMA_WITH_IMM, RECV)),
+            b_cqe.flags.eq(Mux(bh.imm, WITH_IMM, 0) | Mux(b.inv, WITH_INVALIDATE, 0)),
+            b_cqe.se.eq(bh.se), b_cqe.flush.eq(0),
+        ]
         m.d.comb += [
             cq.eq(Mux(fl_cqe, fcq, b_cqe)),
             cqe_q.i.payload.need.eq(wr_cnt),
@@ -1103,7 +1131,7 @@ class Execute(wiring.Component):
         # LUT RAM on purpose: in block RAM (ram_style=block, 15 DP16KD) the whole core's EBRs
         # would be 86 % used, and with its block RAMs nearly full the core places with longer
         # wires and congests (docs/synthesis.md, "What limits timing today")
-        m.submodules.pool = pool = Memory(shape=wqe_layout, depth=max(P, 2), init=[])
+        m.submodules.pool = pool = Memory(shape=_slim_layout, depth=max(P, 2), init=[])
         pool_rd = pool.read_port()
         pool_wr = pool.write_port()
 
@@ -1116,7 +1144,7 @@ class Execute(wiring.Component):
 
         # responses of prefetch reads (always taken)
         rs = fr.payload.tag[:sb]
-        m.d.comb += [pool_wr.addr.eq(rs), pool_wr.data.eq(fr.payload.wqe)]
+        m.d.comb += [pool_wr.addr.eq(rs), pool_wr.data.eq(_slim(m, fr.payload.wqe, "pf_wqe"))]
         pf_resp = Signal()
         m.d.comb += pf_resp.eq(fr.valid & (fr.payload.tag != DEMAND))
         with m.If(pf_resp):
