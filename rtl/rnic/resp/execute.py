@@ -384,8 +384,13 @@ class Execute(wiring.Component):
                                    self.exe.payload.qpn[:ab]))]
         m.d.comb += [dead_rd.addr.eq(in_qpn), wqe_rd.addr.eq(in_qpn), wflt_rd.addr.eq(in_qpn),
                      cnext_rd.addr.eq(in_qpn),
-                     wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.wqe.eq(fr_wqe),
+                     wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.wqe.eq(wqe),
                      wqe_wr.data.index.eq(c.rq_index)]
+        # the WQE a command takes is written to the QP's row from ``wqe`` in the next cycle
+        # (SUMS; the row is read again only by a later command)
+        wqe_wpend = Signal()
+        m.d.sync += wqe_wpend.eq(0)
+        m.d.comb += wqe_wr.en.eq(wqe_wpend)
 
         # ---- WQE reads: the planner's (tag DEMAND) and the prefetcher's (tag = pool slot) ----
         DEMAND = 0xFF
@@ -749,8 +754,8 @@ class Execute(wiring.Component):
                         m.d.comb += pool["hit"].eq(1)
                         m.next = "PF_DATA"
                 with m.State("PF_DATA"):
-                    m.d.comb += [wqe_wr.data.wqe.eq(pool["data"]), wqe_wr.en.eq(1), take.eq(1)]
-                    m.d.sync += wqe.eq(pool["data"])
+                    m.d.comb += take.eq(1)
+                    m.d.sync += [wqe.eq(pool["data"]), wqe_wpend.eq(1)]
                     m.next = "SUMS"
             with m.State("FETCH"):
                 m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
@@ -778,7 +783,8 @@ class Execute(wiring.Component):
                         with m.If(flushing):
                             m.next = "FL_CQE"
                         with m.Else():
-                            m.d.comb += [wqe_wr.en.eq(1), take.eq(1)]
+                            m.d.comb += take.eq(1)
+                            m.d.sync += wqe_wpend.eq(1)
                             m.next = "SUMS"
             for i in range(MAX_SGE):
                 # the SGE prefix sums (one add per cycle) and the message end
@@ -1132,7 +1138,7 @@ class Execute(wiring.Component):
         # would be 86 % used, and with its block RAMs nearly full the core places with longer
         # wires and congests (docs/synthesis.md, "What limits timing today")
         m.submodules.pool = pool = Memory(shape=_slim_layout, depth=max(P, 2), init=[])
-        pool_rd = pool.read_port()
+        pool_rd = pool.read_port(domain="comb")
         pool_wr = pool.write_port()
 
         match_c = Signal(P)
@@ -1283,7 +1289,12 @@ class Execute(wiring.Component):
                 m.d.comb += hsel_c.eq(i)
         hsel = Signal(sb)
         m.d.sync += hsel.eq(Mux(plan_look, rs, hsel_c))
-        m.d.comb += [pool_rd.addr.eq(hsel), pool_rd.en.eq(hit)]
+        # the slot hit, read (LUT RAM, asynchronously) in the next cycle: a slot with its data
+        # gets no write (no response, no claim) in the hit's cycle
+        hit_sel = Signal(sb)
+        with m.If(hit):
+            m.d.sync += hit_sel.eq(hsel)
+        m.d.comb += pool_rd.addr.eq(hit_sel)
 
         # a take of WQE i keeps the QP's slots of indices i+1 .. i+D-1 (D = 2: i+1); the
         # planner's c.rq_index is stable for cycles before a take, so its successor registered
