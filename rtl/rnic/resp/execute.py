@@ -6,20 +6,24 @@ It implements the execute-outcome interface of :class:`~rnic.resp.psn_check.PsnC
 
 Structure
 ---------
-Four stages, each an FSM working on one command at a time, joined by 2-entry plan queues
-(a command's outcome so far, its CQE and its pieces), so four commands are worked on at once
-while the Scatter Path streams an older packet's payload:
+Four stages, each an FSM working on one command at a time, joined by 2-entry plan queues,
+so four commands are worked on at once while the Scatter Path streams an older packet's
+payload. A command's plan (its pieces, the fields of its CQE) is written once by the planner
+into small RAMs indexed by the command's plan slot; the queues and the stage registers carry
+a token of at most 64 bits: the slot, the QP's table index, the outcome so far and the flags
+a later stage decides on (design rule 3):
 
 * **stage 1, the planner**:
 
   1. reads the per-QP tables (block RAM, ``num_qp`` rows): ``dead`` (the QP had a fatal
      outcome here or was flushed; its younger commands are skipped until ``qp_reset``),
-     ``wflt`` (a payload write of the QP faulted), ``wqe`` (the receive WQE the QP's message in
-     progress holds, with its ring index: one per QP, so every QP may have a message open) and
-     ``cnext`` (the flush's start);
+     ``wflt`` (a payload write of the QP faulted), ``wqe`` (what placement needs of the
+     receive WQE the QP's message in progress holds -- wr_id, min(num_sge, 4), the SGEs --
+     with its ring index: one per QP, so every QP may have a message open) and ``cnext`` (the
+     flush's start);
   2. ``wqe`` = 1: takes the WQE at ``rq_base + 64·(rq_index mod 2^rq_log)`` from the prefetch
      pool (below) or, on a miss, reads it through :class:`~rnic.resp.rq_fetch.RqFetch`, and
-     stores it in the table;
+     stores it in the table (the cycle after, from the planner's register);
   3. cuts the packet into at most three pieces: SEND → the overlap of ``[offset, offset +
      payload_len)`` with each SGE (zero-length SGEs skipped); RDMA WRITE → one piece at
      ``va + offset`` (none when ``dma_len`` = 0); decides the checks that need no lookup
@@ -77,7 +81,8 @@ index and the ring are kept (table ``pst``, cleared by ``qp_reset``), beside the
 next WQE the QP's messages will take (table ``nxt``: the last taken + 1, 0 after ``qp_reset``).
 After a doorbell, and after a message took its WQE, a prefetcher examines the QP: when WQE
 ``nxt`` is posted (behind the producer) and no pool slot holds {QP, ``nxt``}, it reads it into
-a slot of a pool of ``prefetch`` slots {qpn, index, address, 64-byte WQE} (a free slot, else
+a slot of a pool of ``prefetch`` slots {qpn, index, address, the WQE as placement keeps it}
+(a free slot, else
 the next one round robin that has its data: the least recently filled QPs lose theirs); with
 ``prefetch_depth`` = 2 it then reads WQE ``nxt`` + 1 the same way when it is posted and not
 held, but only into a free slot (a second-depth prefetch never evicts). A WQE is only read
