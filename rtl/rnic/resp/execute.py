@@ -6,20 +6,24 @@ It implements the execute-outcome interface of :class:`~rnic.resp.psn_check.PsnC
 
 Structure
 ---------
-Four stages, each an FSM working on one command at a time, joined by 2-entry plan queues
-(a command's outcome so far, its CQE and its pieces), so four commands are worked on at once
-while the Scatter Path streams an older packet's payload:
+Four stages, each an FSM working on one command at a time, joined by 2-entry plan queues,
+so four commands are worked on at once while the Scatter Path streams an older packet's
+payload. A command's plan (its pieces, the fields of its CQE) is written once by the planner
+into small RAMs indexed by the command's plan slot; the queues and the stage registers carry
+a token of at most 64 bits: the slot, the QP's table index, the outcome so far and the flags
+a later stage decides on (design rule 3):
 
 * **stage 1, the planner**:
 
   1. reads the per-QP tables (block RAM, ``num_qp`` rows): ``dead`` (the QP had a fatal
      outcome here or was flushed; its younger commands are skipped until ``qp_reset``),
-     ``wflt`` (a payload write of the QP faulted), ``wqe`` (the receive WQE the QP's message in
-     progress holds, with its ring index: one per QP, so every QP may have a message open) and
-     ``cnext`` (the flush's start);
+     ``wflt`` (a payload write of the QP faulted), ``wqe`` (what placement needs of the
+     receive WQE the QP's message in progress holds -- wr_id, min(num_sge, 4), the SGEs --
+     with its ring index: one per QP, so every QP may have a message open) and ``cnext`` (the
+     flush's start);
   2. ``wqe`` = 1: takes the WQE at ``rq_base + 64·(rq_index mod 2^rq_log)`` from the prefetch
      pool (below) or, on a miss, reads it through :class:`~rnic.resp.rq_fetch.RqFetch`, and
-     stores it in the table;
+     stores it in the table (the cycle after, from the planner's register);
   3. cuts the packet into at most three pieces: SEND → the overlap of ``[offset, offset +
      payload_len)`` with each SGE (zero-length SGEs skipped); RDMA WRITE → one piece at
      ``va + offset`` (none when ``dma_len`` = 0); decides the checks that need no lookup
@@ -77,7 +81,8 @@ index and the ring are kept (table ``pst``, cleared by ``qp_reset``), beside the
 next WQE the QP's messages will take (table ``nxt``: the last taken + 1, 0 after ``qp_reset``).
 After a doorbell, and after a message took its WQE, a prefetcher examines the QP: when WQE
 ``nxt`` is posted (behind the producer) and no pool slot holds {QP, ``nxt``}, it reads it into
-a slot of a pool of ``prefetch`` slots {qpn, index, address, 64-byte WQE} (a free slot, else
+a slot of a pool of ``prefetch`` slots {qpn, index, address, the WQE as placement keeps it}
+(a free slot, else
 the next one round robin that has its data: the least recently filled QPs lose theirs); with
 ``prefetch_depth`` = 2 it then reads WQE ``nxt`` + 1 the same way when it is posted and not
 held, but only into a free slot (a second-depth prefetch never evicts). A WQE is only read
@@ -115,7 +120,7 @@ from ..keys.key_cache import Access, InvalSignature, LookupSignature
 from ..opcodes import WcStatus
 from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
 from .psn_check import done_layout, exe_layout
-from .rq_fetch import MAX_SGE, RqFetch, wqe_layout
+from .rq_fetch import MAX_SGE, RqFetch, sge_layout
 from .scatter import ScatterPath, piece_layout
 
 __all__ = ["Execute", "RECV", "RECV_RDMA_WITH_IMM", "flush_layout"]
@@ -125,24 +130,49 @@ RECV_RDMA_WITH_IMM = 129
 
 _post_layout = data.StructLayout({"fatal": 1, "syndrome": 8, "beats": 1})
 _cqe_entry_layout = data.StructLayout({"cqe": cqe_layout, "need": 16})
-_row_layout = data.StructLayout({"wqe": wqe_layout, "index": 16})
+#: What placement keeps of a receive WQE: wr_id, the SGEs, and ``nsge`` = min(num_sge, 4)
+#: (num_sge > 3 is refused; the reserved word is not kept).
+_slim_layout = data.StructLayout({
+    "wr_id": 64, "nsge": 3, "sge": data.ArrayLayout(sge_layout, MAX_SGE)})
+_row_layout = data.StructLayout({"wqe": _slim_layout, "index": 16})
 
-# Plan entries: the planner -> key checks (``_key_entry_layout``) -> issue
-# (``_issue_entry_layout``): the command's outcome so far, its CQE and its pieces.
-_entry_common = {
-    "qpn": 24, "write": 1, "inv": 1, "ieth_rkey": 32, "has_beats": 1, "cqe": cqe_layout,
-    "fatal": 1, "syn": 8, "cqe_on": 1, "nowrite": 1, "skip": 1, "cdone": 1, "widx": 16,
-    "rdflt": 1, "pv": MAX_SGE,
-}
-_key_entry_layout = data.StructLayout({
-    **_entry_common, "pd": 16, "wqe": 1,
-    "p": data.ArrayLayout(data.StructLayout({"key": 32, "va": 64, "len": 13, "src": 13}),
-                          MAX_SGE),
+
+def _slim(m, wqe, name):
+    """``wqe`` (a ``wqe_layout`` value) as :data:`_slim_layout` (combinational)."""
+    out = Signal(_slim_layout, name=name)
+    m.d.comb += [out.wr_id.eq(wqe.wr_id), out.sge.eq(wqe.sge),
+                 out.nsge.eq(Mux(wqe.num_sge > MAX_SGE, MAX_SGE + 1, wqe.num_sge[:3]))]
+    return out
+
+# Plan records. A command's plan is written once, by the planner, into small RAMs indexed by
+# its plan slot (``PLAN_SLOTS`` of them, used round robin); what travels between the stages in
+# the 2-entry plan queues is a token of at most 64 bits: the slot, the QP's table index, the
+# outcome so far and the flags each stage decides on.
+#: Plan slots: more than the commands past the planner at most (key_q 2, iss_q 2, stage 3 1,
+#: post_plan_q 2, stage 4 1) plus the planner's own, so the planner writes its slot at will.
+PLAN_SLOTS = 16
+_SLOT_BITS = 4
+# read by stage 4: the CQE's fields the token does not carry (``imm_or_rkey`` is also the
+# invalidate's key: no opcode has both ImmDt and IETH), the completed WQE's index
+_head_layout = data.StructLayout({
+    "wr_id": 64, "byte_len": 32, "imm_or_rkey": 32, "qpn": 24, "rdma_imm": 1, "imm": 1,
+    "se": 1, "widx": 16,
 })
-_issue_entry_layout = data.StructLayout({
-    **_entry_common, "invc": 1,
-    "p": data.ArrayLayout(data.StructLayout({"bus": 64, "len": 13, "src": 13}), MAX_SGE),
-})
+# one piece, as the key checks read it / as stage 4 reads it
+_kpiece_layout = data.StructLayout({"key": 32, "va": 64, "len": 13})
+_spiece_layout = data.StructLayout({"len": 13, "src": 13})
+
+
+def _token_layout(ab, stage):
+    """The plan token: ``stage`` "key" (planner -> key checks) or "issue" (-> stages 3, 4)."""
+    fields = {
+        "slot": _SLOT_BITS, "qpn": ab, "write": 1, "inv": 1, "has_beats": 1, "fatal": 1,
+        "syn": 8, "cstat": 8, "cqe_on": 1, "nowrite": 1, "skip": 1, "cdone": 1, "rdflt": 1,
+        "pv": MAX_SGE, "cqn": 16,
+    }
+    fields.update({"wqe": 1} if stage == "key" else {"invc": 1})
+    return data.StructLayout(fields)
+
 
 #: Flush request: complete the QP's receive WQEs from the first one without a completion
 #: up to ``index`` (exclusive, the RQ producer index) with WR_FLUSH_ERR. ``rq_flush_layout``
@@ -344,12 +374,14 @@ class Execute(wiring.Component):
         cnext_rd = cnext.read_port()
         cnext_wr = _LateWrite(m, cnext, "cnext")
         cnext_rd_data = cnext_wr.read(cnext_rd, "cnext_rd")
-        m.submodules.wqpn = wqpn = Memory(shape=24, depth=256, init=[])
+        # write tag -> QPN, by the tag's low bits: at most MAX_WRITES writes are out
+        m.submodules.wqpn = wqpn = Memory(shape=24, depth=MAX_WRITES, init=[])
         wqpn_rd = wqpn.read_port(domain="comb")
         wqpn_wr = wqpn.write_port()
 
         c = Signal(exe_layout)                 # the command being planned
-        wqe = Signal(wqe_layout)
+        wqe = Signal(_slim_layout)
+        fr_wqe = _slim(m, fetch.resp.payload.wqe, "fr_wqe")
         in_qpn = Signal(ab)
         take_flush = Signal()
         m.d.comb += [take_flush.eq(~self.exe.valid & self.flush.valid),
@@ -357,8 +389,13 @@ class Execute(wiring.Component):
                                    self.exe.payload.qpn[:ab]))]
         m.d.comb += [dead_rd.addr.eq(in_qpn), wqe_rd.addr.eq(in_qpn), wflt_rd.addr.eq(in_qpn),
                      cnext_rd.addr.eq(in_qpn),
-                     wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.wqe.eq(fetch.resp.payload.wqe),
+                     wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.wqe.eq(wqe),
                      wqe_wr.data.index.eq(c.rq_index)]
+        # the WQE a command takes is written to the QP's row from ``wqe`` in the next cycle
+        # (SUMS; the row is read again only by a later command)
+        wqe_wpend = Signal()
+        m.d.sync += wqe_wpend.eq(0)
+        m.d.comb += wqe_wr.en.eq(wqe_wpend)
 
         # ---- WQE reads: the planner's (tag DEMAND) and the prefetcher's (tag = pool slot) ----
         DEMAND = 0xFF
@@ -394,7 +431,7 @@ class Execute(wiring.Component):
         m.d.comb += [wd_err.eq(d1_v & d1_err),
                      d1_go.eq(d1_v & (~d1_err | (ev_q.i.ready & fault_q.i.ready))),
                      wd.ready.eq(~d1_v | d1_go),
-                     wqpn_rd.addr.eq(d1_tag)]
+                     wqpn_rd.addr.eq(d1_tag[:MAX_WRITES.bit_length() - 1])]
         with m.If(wd.ready):
             m.d.sync += [d1_v.eq(wd.valid), d1_tag.eq(wd.payload.tag), d1_err.eq(wd.payload.err)]
         with m.If(d1_go):
@@ -469,7 +506,7 @@ class Execute(wiring.Component):
         for i in range(MAX_SGE):
             sge = wqe.sge[i]
             li = Signal(32, name=f"sge_len{i}")
-            m.d.comb += li.eq(Mux(wqe.num_sge > i, sge.length, 0))
+            m.d.comb += li.eq(Mux(wqe.nsge > i, sge.length, 0))
             lo = cum[i]
             hi_c = Signal(35, name=f"sge_end_c{i}")
             m.d.comb += hi_c.eq(cum[i] + li)
@@ -505,7 +542,7 @@ class Execute(wiring.Component):
         overflow = Signal()
         m.d.comb += overflow.eq(mend > cum[MAX_SGE])
         bad_nsge = Signal()
-        m.d.comb += bad_nsge.eq(wqe.num_sge > MAX_SGE)
+        m.d.comb += bad_nsge.eq(wqe.nsge > MAX_SGE)
 
         dead_rd2 = dead.read_port()            # stage 3's re-check of the marks
         dead_rd2_data = dead_wr.read(dead_rd2, "dead_rd2")
@@ -516,10 +553,6 @@ class Execute(wiring.Component):
         fl_ev = Signal()                       # the flush reports a WQE read fault
         b_ev = Signal()                        # stage 3 reports a WQE read fault
         pv = Signal(MAX_SGE)
-        pkey = [Signal(32, name=f"pkey{i}") for i in range(MAX_SGE)]
-        pva = [Signal(64, name=f"pva{i}") for i in range(MAX_SGE)]
-        pln = [Signal(13, name=f"pln{i}") for i in range(MAX_SGE)]
-        psrc = [Signal(13, name=f"psrc{i}") for i in range(MAX_SGE)]
 
         # outcome (the planner's registers, carried in the plan entry)
         fatal = Signal()
@@ -551,8 +584,43 @@ class Execute(wiring.Component):
         ]
 
         # ---- plan queues: planner -> key checks -> issue ------------------------------------
-        m.submodules.key_q = key_q = Queue(_key_entry_layout, 2)
-        m.submodules.iss_q = iss_q = Queue(_issue_entry_layout, 2)
+        key_tok = _token_layout(ab, "key")
+        iss_tok = _token_layout(ab, "issue")
+        m.submodules.key_q = key_q = Queue(key_tok, 2)
+        m.submodules.iss_q = iss_q = Queue(iss_tok, 2)
+        # the plan RAMs (LUT RAM, PLAN_SLOTS rows): written by the planner in its own slot
+        # ``wp`` (pieces in CALC, the rest in PUSH), read by slot by the stages behind; the
+        # bus addresses of the pieces written by the key checks, read by stage 4
+        wp = Signal(_SLOT_BITS)
+        m.submodules.plan_head = plan_head = Memory(shape=_head_layout, depth=PLAN_SLOTS, init=[])
+        m.submodules.plan_pd = plan_pd = Memory(shape=16, depth=PLAN_SLOTS, init=[])
+        head_wr, pd_wr = plan_head.write_port(), plan_pd.write_port()
+        head_rd, pd_rd = plan_head.read_port(domain="comb"), plan_pd.read_port(domain="comb")
+        kp_wr, kp_rd, sp_wr, sp_rd, bus_wr, bus_rd = [], [], [], [], [], []
+        for i in range(MAX_SGE):
+            mk = Memory(shape=_kpiece_layout, depth=PLAN_SLOTS, init=[])
+            ms = Memory(shape=_spiece_layout, depth=PLAN_SLOTS, init=[])
+            mb = Memory(shape=64, depth=PLAN_SLOTS, init=[])
+            m.submodules[f"plan_kp{i}"] = mk
+            m.submodules[f"plan_sp{i}"] = ms
+            m.submodules[f"plan_bus{i}"] = mb
+            kp_wr.append(mk.write_port())
+            kp_rd.append(mk.read_port(domain="comb"))
+            sp_wr.append(ms.write_port())
+            sp_rd.append(ms.read_port(domain="comb"))
+            bus_wr.append(mb.write_port())
+            bus_rd.append(mb.read_port(domain="comb"))
+            m.d.comb += [kp_wr[i].addr.eq(wp), sp_wr[i].addr.eq(wp),
+                         kp_wr[i].data.key.eq(pkey_c[i]), kp_wr[i].data.va.eq(pva_c[i]),
+                         kp_wr[i].data.len.eq(plen_c[i]),
+                         sp_wr[i].data.len.eq(plen_c[i]), sp_wr[i].data.src.eq(psrc_c[i])]
+        m.d.comb += [head_wr.addr.eq(wp), head_wr.data.wr_id.eq(fcq.wr_id),
+                     head_wr.data.byte_len.eq(fcq.byte_len),
+                     head_wr.data.imm_or_rkey.eq(fcq.imm_or_rkey), head_wr.data.qpn.eq(c.qpn),
+                     head_wr.data.rdma_imm.eq(c.write & c.imm_valid),
+                     head_wr.data.imm.eq(c.imm_valid), head_wr.data.se.eq(c.se),
+                     head_wr.data.widx.eq(widx),
+                     pd_wr.addr.eq(wp), pd_wr.data.eq(c.pd)]
         kq = key_q.i
         ke = key_q.o.payload
         inv_pend = Signal(range(8))            # entries past the key checks that may invalidate
@@ -568,17 +636,14 @@ class Execute(wiring.Component):
                                   & b_idle & ~post_plan_busy)
 
         m.d.comb += [
-            kq.payload.qpn.eq(c.qpn), kq.payload.pd.eq(c.pd), kq.payload.write.eq(c.write),
-            kq.payload.wqe.eq(c.wqe), kq.payload.inv.eq(c.inv),
-            kq.payload.ieth_rkey.eq(c.ieth_rkey), kq.payload.has_beats.eq(has_beats),
-            kq.payload.cqe.eq(fcq), kq.payload.fatal.eq(fatal), kq.payload.syn.eq(syn),
+            kq.payload.slot.eq(wp), kq.payload.qpn.eq(c.qpn[:ab]), kq.payload.cqn.eq(c.rcqn),
+            kq.payload.write.eq(c.write), kq.payload.wqe.eq(c.wqe), kq.payload.inv.eq(c.inv),
+            kq.payload.has_beats.eq(has_beats), kq.payload.cstat.eq(cstat),
+            kq.payload.fatal.eq(fatal), kq.payload.syn.eq(syn),
             kq.payload.cqe_on.eq(cqe_on), kq.payload.nowrite.eq(nowrite),
-            kq.payload.skip.eq(skip), kq.payload.cdone.eq(cdone), kq.payload.widx.eq(widx),
+            kq.payload.skip.eq(skip), kq.payload.cdone.eq(cdone),
             kq.payload.rdflt.eq(rdflt), kq.payload.pv.eq(pv),
         ]
-        for i in range(MAX_SGE):
-            m.d.comb += [kq.payload.p[i].key.eq(pkey[i]), kq.payload.p[i].va.eq(pva[i]),
-                         kq.payload.p[i].len.eq(pln[i]), kq.payload.p[i].src.eq(psrc[i])]
 
         def first_valid(vec, after=None):
             """Lowest piece index with its bit set in ``vec`` (> ``after``), MAX_SGE if none."""
@@ -694,8 +759,8 @@ class Execute(wiring.Component):
                         m.d.comb += pool["hit"].eq(1)
                         m.next = "PF_DATA"
                 with m.State("PF_DATA"):
-                    m.d.comb += [wqe_wr.data.wqe.eq(pool["data"]), wqe_wr.en.eq(1), take.eq(1)]
-                    m.d.sync += wqe.eq(pool["data"])
+                    m.d.comb += take.eq(1)
+                    m.d.sync += [wqe.eq(pool["data"]), wqe_wpend.eq(1)]
                     m.next = "SUMS"
             with m.State("FETCH"):
                 m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
@@ -719,11 +784,12 @@ class Execute(wiring.Component):
                             m.next = "PUSH"
                     with m.Else():
                         m.d.comb += r.ready.eq(1)
-                        m.d.sync += wqe.eq(r.payload.wqe)
+                        m.d.sync += wqe.eq(fr_wqe)
                         with m.If(flushing):
                             m.next = "FL_CQE"
                         with m.Else():
-                            m.d.comb += [wqe_wr.en.eq(1), take.eq(1)]
+                            m.d.comb += take.eq(1)
+                            m.d.sync += wqe_wpend.eq(1)
                             m.next = "SUMS"
             for i in range(MAX_SGE):
                 # the SGE prefix sums (one add per cycle) and the message end
@@ -740,8 +806,8 @@ class Execute(wiring.Component):
                 m.next = "CALC"
             with m.State("CALC"):
                 for i in range(MAX_SGE):
-                    m.d.sync += [pv[i].eq(pv_c[i]), pkey[i].eq(pkey_c[i]), pva[i].eq(pva_c[i]),
-                                 pln[i].eq(plen_c[i]), psrc[i].eq(psrc_c[i])]
+                    m.d.sync += pv[i].eq(pv_c[i])
+                    m.d.comb += [kp_wr[i].en.eq(1), sp_wr[i].en.eq(1)]
                 with m.If(c.status != 0):
                     fail(0, c.status, 1)
                 with m.Elif((c.send | c.wqe) & bad_nsge):
@@ -752,8 +818,9 @@ class Execute(wiring.Component):
                     m.d.sync += [cqe_on.eq(c.comp), cdone.eq(c.comp)]
                 m.next = "PUSH"
             with m.State("PUSH"):
-                m.d.comb += kq.valid.eq(1)
+                m.d.comb += [kq.valid.eq(1), head_wr.en.eq(1), pd_wr.en.eq(1)]
                 with m.If(kq.ready):
+                    m.d.sync += wp.eq(wp + 1)
                     take_next(False)
                 with m.Else():
                     m.next = "PUSH"
@@ -761,7 +828,6 @@ class Execute(wiring.Component):
         # ==== stage 2: key checks (one lookup per piece, serially) ==========================
         kh = key_q.o
         j = Signal(range(MAX_SGE + 1))
-        kbus = [Signal(64, name=f"kbus{i}") for i in range(MAX_SGE)]
         k_fail = Signal()
         kv = Signal(MAX_SGE)
         m.d.comb += kv.eq(Mux(ke.nowrite, 0, ke.pv))
@@ -781,30 +847,31 @@ class Execute(wiring.Component):
         lk_look_d = Signal()
         m.d.sync += lk_look.eq(lk_look_d)
         lk = self.lookup.req.payload
+        m.d.comb += pd_rd.addr.eq(ke.slot)
+        for i in range(MAX_SGE):
+            m.d.comb += [kp_rd[i].addr.eq(ke.slot), bus_wr[i].addr.eq(ke.slot),
+                         bus_wr[i].data.eq(self.lookup.resp.payload.bus_addr)]
         with m.Switch(j_d):
             for i in range(MAX_SGE):
                 with m.Case(i):
-                    m.d.sync += [lk.key.eq(ke.p[i].key), lk.va.eq(ke.p[i].va),
-                                 lk.len.eq(ke.p[i].len)]
+                    m.d.sync += [lk.key.eq(kp_rd[i].data.key), lk.va.eq(kp_rd[i].data.va),
+                                 lk.len.eq(kp_rd[i].data.len)]
         m.d.sync += [
-            lk.pd.eq(ke.pd),
+            lk.pd.eq(pd_rd.data),
             lk.access.eq(Mux(ke.write, Access.REMOTE_WRITE, Access.LOCAL_WRITE)),
             lk.tag.eq(j_d),
         ]
         iq = iss_q.i
         # the entry as it leaves the key checks
-        for name in ("qpn", "write", "inv", "ieth_rkey", "has_beats", "cqe", "fatal", "syn",
-                     "cqe_on", "nowrite", "skip", "cdone", "widx", "rdflt", "pv"):
+        for name in ("slot", "qpn", "cqn", "write", "inv", "has_beats", "cstat", "fatal", "syn",
+                     "cqe_on", "nowrite", "skip", "cdone", "rdflt", "pv"):
             m.d.comb += getattr(iq.payload, name).eq(getattr(ke, name))
-        for i in range(MAX_SGE):
-            m.d.comb += [iq.payload.p[i].bus.eq(kbus[i]), iq.payload.p[i].len.eq(ke.p[i].len),
-                         iq.payload.p[i].src.eq(ke.p[i].src)]
         with m.If(k_fail):
             # failed key: 0x62 (rkey; a CQE only when the packet takes a WQE) or 0x63 (lkey)
             m.d.comb += [iq.payload.fatal.eq(1), iq.payload.nowrite.eq(1),
                          iq.payload.syn.eq(Mux(ke.write, 0x62, 0x63)),
-                         iq.payload.cqe.status.eq(Mux(ke.write, WcStatus.REM_ACCESS_ERR,
-                                                      WcStatus.LOC_QP_OP_ERR)),
+                         iq.payload.cstat.eq(Mux(ke.write, WcStatus.REM_ACCESS_ERR,
+                                                 WcStatus.LOC_QP_OP_ERR)),
                          iq.payload.cqe_on.eq(~ke.write | ke.wqe),
                          iq.payload.cdone.eq(~ke.write | ke.wqe)]
         m.d.comb += iq.payload.invc.eq(ke.inv & ~iq.payload.nowrite)
@@ -833,8 +900,7 @@ class Execute(wiring.Component):
                 m.d.comb += rr.ready.eq(1)
                 with m.If(rr.valid):
                     for i in range(MAX_SGE):
-                        with m.If(j == i):
-                            m.d.sync += kbus[i].eq(rr.payload.bus_addr)
+                        m.d.comb += bus_wr[i].en.eq(j == i)
                     m.d.comb += j_d.eq(k_next)
                     with m.If(~rr.payload.ok):
                         m.d.sync += k_fail.eq(1)
@@ -853,13 +919,13 @@ class Execute(wiring.Component):
         # ==== stage 3: CQE slot (reservation) ================================================
         # Its own stage, so the next packet's slot is reserved while stage 4 issues this one
         # and CqeGen writes the previous CQE.
-        m.submodules.post_plan_q = pp_q = Queue(_issue_entry_layout, 2)
+        m.submodules.post_plan_q = pp_q = Queue(iss_tok, 2)
         m.d.comb += post_plan_busy.eq(pp_q.level != 0)
-        r = Signal(_issue_entry_layout)
+        r = Signal(iss_tok)
         post_dead_w = Signal()                 # stage 4 writes a dead mark this cycle
-        m.d.comb += [dead_rd2.addr.eq(iss_q.o.payload.qpn[:ab]),
-                     wflt_rd2.addr.eq(iss_q.o.payload.qpn[:ab]),
-                     self.reserve.payload.cqn.eq(r.cqe.cqn),
+        m.d.comb += [dead_rd2.addr.eq(iss_q.o.payload.qpn),
+                     wflt_rd2.addr.eq(iss_q.o.payload.qpn),
+                     self.reserve.payload.cqn.eq(r.cqn),
                      pp_q.i.payload.eq(r)]
         with m.FSM(name="resv"):
             with m.State("R_IDLE"):
@@ -887,7 +953,7 @@ class Execute(wiring.Component):
                 with m.If(self.reserve_resp.valid):
                     with m.If(~self.reserve_resp.payload.ok):
                         # CQ full: no CQE, nothing written
-                        m.d.sync += [r.fatal.eq(1), r.syn.eq(0), r.cqe.status.eq(0),
+                        m.d.sync += [r.fatal.eq(1), r.syn.eq(0), r.cstat.eq(0),
                                      r.cqe_on.eq(0), r.nowrite.eq(1)]
                     m.next = "R_PUSH"
             with m.State("R_PUSH"):
@@ -896,21 +962,25 @@ class Execute(wiring.Component):
                 with m.If(pp_q.i.ready & ~rst.valid & ~post_dead_w):
                     m.d.comb += pp_q.i.valid.eq(1)
                     with m.If(r.fatal):
-                        m.d.comb += [dead_wr.addr.eq(r.qpn[:ab]), dead_wr.data.eq(1),
+                        m.d.comb += [dead_wr.addr.eq(r.qpn), dead_wr.data.eq(1),
                                      dead_wr.en.eq(1)]
                     m.next = "R_IDLE"
 
         # ==== stage 4: writes, closing piece, invalidate, done/CQE ===========================
-        b = Signal(_issue_entry_layout)
+        b = Signal(iss_tok)
         jb = Signal(range(MAX_SGE + 1))
         pp_first = first_valid(pp_q.o.payload.pv)
         b_next = first_valid(b.pv, jb)
+        bh = head_rd.data
+        m.d.comb += head_rd.addr.eq(b.slot)
         j_len_b, j_src_b, j_bus_b = Signal(13), Signal(13), Signal(64)
+        for i in range(MAX_SGE):
+            m.d.comb += [sp_rd[i].addr.eq(b.slot), bus_rd[i].addr.eq(b.slot)]
         with m.Switch(jb):
             for i in range(MAX_SGE):
                 with m.Case(i):
-                    m.d.comb += [j_len_b.eq(b.p[i].len), j_src_b.eq(b.p[i].src),
-                                 j_bus_b.eq(b.p[i].bus)]
+                    m.d.comb += [j_len_b.eq(sp_rd[i].data.len), j_src_b.eq(sp_rd[i].data.src),
+                                 j_bus_b.eq(bus_rd[i].data)]
         m.d.comb += [
             self.wr.req.payload.addr.eq(j_bus_b),
             self.wr.req.payload.len_bytes.eq(j_len_b),
@@ -919,18 +989,26 @@ class Execute(wiring.Component):
             pq.payload.len.eq(j_len_b),
             pq.payload.lane.eq(j_bus_b[:lb]),
             pq.payload.end.eq(0),
-            wqpn_wr.addr.eq(wr_cnt[:8]),
-            wqpn_wr.data.eq(b.qpn),
-            self.inval.req.payload.key.eq(b.ieth_rkey),
+            wqpn_wr.addr.eq(wr_cnt[:MAX_WRITES.bit_length() - 1]),
+            wqpn_wr.data.eq(bh.qpn),
+            self.inval.req.payload.key.eq(bh.imm_or_rkey),
             self.inval.req.payload.tag.eq(0),
-            plan_ev_qpn.eq(Mux(flushing, c.qpn, b.qpn)),
+            plan_ev_qpn.eq(Mux(flushing, c.qpn, bh.qpn)),
             plan_ev.eq(fl_ev | b_ev),
         ]
 
         # CQE and post entries (the flush's CQEs come from the planner while stage 4 is idle)
         cq = cqe_q.i.payload.cqe
+        b_cqe = Signal(cqe_layout)
         m.d.comb += [
-            cq.eq(Mux(fl_cqe, fcq, b.cqe)),
+            b_cqe.cqn.eq(b.cqn), b_cqe.wr_id.eq(bh.wr_id), b_cqe.byte_len.eq(bh.byte_len),
+            b_cqe.imm_or_rkey.eq(bh.imm_or_rkey), b_cqe.qpn.eq(bh.qpn), b_cqe.status.eq(b.cstat),
+            b_cqe.opcode.eq(Mux(bh.rdma_imm, RECV_RDMA_WITH_IMM, RECV)),
+            b_cqe.flags.eq(Mux(bh.imm, WITH_IMM, 0) | Mux(b.inv, WITH_INVALIDATE, 0)),
+            b_cqe.se.eq(bh.se), b_cqe.flush.eq(0),
+        ]
+        m.d.comb += [
+            cq.eq(Mux(fl_cqe, fcq, b_cqe)),
             cqe_q.i.payload.need.eq(wr_cnt),
             post_q.i.payload.fatal.eq(b.fatal),
             post_q.i.payload.syndrome.eq(b.syn),
@@ -982,7 +1060,7 @@ class Execute(wiring.Component):
                 with m.If(self.inval.resp.valid):
                     with m.If(~self.inval.resp.payload.ok):
                         m.d.sync += [b.fatal.eq(1), b.syn.eq(0x1F),
-                                     b.cqe.status.eq(WcStatus.REM_INV_REQ_ERR)]
+                                     b.cstat.eq(WcStatus.REM_INV_REQ_ERR)]
                     m.next = "POST"
             with m.State("POST"):
                 go = Signal()
@@ -995,10 +1073,10 @@ class Execute(wiring.Component):
                     m.d.comb += [post_q.i.valid.eq(1), cqe_q.i.valid.eq(b.cqe_on & ~b.skip),
                                  b_ev.eq(evn), inv_dec.eq(b.invc)]
                     with m.If(b.fatal):
-                        m.d.comb += [dead_wr.addr.eq(b.qpn[:ab]), dead_wr.data.eq(1),
+                        m.d.comb += [dead_wr.addr.eq(b.qpn), dead_wr.data.eq(1),
                                      dead_wr.en.eq(1), post_dead_w.eq(1)]
                     with m.If(b.cdone & ~b.skip):
-                        m.d.comb += [cnext_wr.addr.eq(b.qpn[:ab]), cnext_wr.data.eq(b.widx + 1),
+                        m.d.comb += [cnext_wr.addr.eq(b.qpn), cnext_wr.data.eq(bh.widx + 1),
                                      cnext_wr.en.eq(1)]
                     m.next = "B_IDLE"
         with m.If(fl_cqe):
@@ -1064,8 +1142,8 @@ class Execute(wiring.Component):
         # LUT RAM on purpose: in block RAM (ram_style=block, 15 DP16KD) the whole core's EBRs
         # would be 86 % used, and with its block RAMs nearly full the core places with longer
         # wires and congests (docs/synthesis.md, "What limits timing today")
-        m.submodules.pool = pool = Memory(shape=wqe_layout, depth=max(P, 2), init=[])
-        pool_rd = pool.read_port()
+        m.submodules.pool = pool = Memory(shape=_slim_layout, depth=max(P, 2), init=[])
+        pool_rd = pool.read_port(domain="comb")
         pool_wr = pool.write_port()
 
         match_c = Signal(P)
@@ -1077,7 +1155,7 @@ class Execute(wiring.Component):
 
         # responses of prefetch reads (always taken)
         rs = fr.payload.tag[:sb]
-        m.d.comb += [pool_wr.addr.eq(rs), pool_wr.data.eq(fr.payload.wqe)]
+        m.d.comb += [pool_wr.addr.eq(rs), pool_wr.data.eq(_slim(m, fr.payload.wqe, "pf_wqe"))]
         pf_resp = Signal()
         m.d.comb += pf_resp.eq(fr.valid & (fr.payload.tag != DEMAND))
         with m.If(pf_resp):
@@ -1216,7 +1294,12 @@ class Execute(wiring.Component):
                 m.d.comb += hsel_c.eq(i)
         hsel = Signal(sb)
         m.d.sync += hsel.eq(Mux(plan_look, rs, hsel_c))
-        m.d.comb += [pool_rd.addr.eq(hsel), pool_rd.en.eq(hit)]
+        # the slot hit, read (LUT RAM, asynchronously) in the next cycle: a slot with its data
+        # gets no write (no response, no claim) in the hit's cycle
+        hit_sel = Signal(sb)
+        with m.If(hit):
+            m.d.sync += hit_sel.eq(hsel)
+        m.d.comb += pool_rd.addr.eq(hit_sel)
 
         # a take of WQE i keeps the QP's slots of indices i+1 .. i+D-1 (D = 2: i+1); the
         # planner's c.rq_index is stable for cycles before a take, so its successor registered

@@ -4,11 +4,12 @@ Each request ``{addr, tag}`` becomes one :class:`~rnic.host.HostMemory` read of 
 ``depth`` reads are outstanding at once (one read client, one ARID: the data comes back in
 request order). A WQE is 64-byte aligned (every ring base is, interface.md §4.2: SET_QP refuses
 another), so it fills whole beats at every W: the beats of the oldest read are collected into a
-64-byte buffer, with no byte shift, then one response leaves with the WQE as :data:`wqe_layout`
-(little-endian: the layout's field order is the byte order), the request's ``tag`` and ``err``
-= some beat came back non-OKAY. Responses leave in request order, from registers. Latency: one cycle in the
-request queue, the host read, then 2 cycles; a WQE every ``ceil(64/(W/8)) + 1`` cycles at
-most (the next read's beats are taken while a response waits).
+64-byte buffer, with no byte shift, and the response is that buffer: the WQE as
+:data:`wqe_layout` (little-endian: the layout's field order is the byte order), the request's
+``tag`` and ``err`` = some beat came back non-OKAY. Responses leave in request order, from
+registers. Latency: one cycle in the request queue, the host read, then 1 cycle; a WQE every
+``ceil(64/(W/8))`` cycles at most while the responses are taken at once (the next read's beats
+wait while a response waits).
 """
 
 from amaranth.hdl import Cat, Const, Module, Signal
@@ -84,20 +85,15 @@ class RqFetch(wiring.Component):
         ]
 
         # response side: collect the oldest read's beats; on its last beat the buffer and its
-        # tag are complete (the in-flight entry is popped); the next cycle the WQE goes to an
-        # output register, while the next read's beats come in
+        # tag are complete (the in-flight entry is popped) and are the response until taken
         buf = Signal(nbuf * W)
         k = Signal(range(nbuf + 1))
         err = Signal()
         full = Signal()
         f_tag = Signal(8)
         f_err = Signal()
-        o_valid = Signal()
-        o_wqe = Signal(wqe_layout)
-        o_err = Signal()
-        o_tag = Signal(8)
-        m.d.comb += [self.resp.valid.eq(o_valid), self.resp.payload.wqe.eq(o_wqe),
-                     self.resp.payload.err.eq(o_err), self.resp.payload.tag.eq(o_tag)]
+        m.d.comb += [self.resp.valid.eq(full), self.resp.payload.wqe.eq(buf),
+                     self.resp.payload.err.eq(f_err), self.resp.payload.tag.eq(f_tag)]
         r = self.mem.resp
         m.d.comb += r.ready.eq(~full)
         with m.If(r.valid & ~full):
@@ -110,8 +106,5 @@ class RqFetch(wiring.Component):
                 m.d.sync += [full.eq(1), k.eq(0), err.eq(0), f_err.eq(err | r.payload.err),
                              f_tag.eq(inflight.o.payload.tag)]
         with m.If(self.resp.ready):
-            m.d.sync += o_valid.eq(0)
-        with m.If(full & (~o_valid | self.resp.ready)):
-            m.d.sync += [o_valid.eq(1), o_wqe.eq(buf), o_err.eq(f_err),
-                         o_tag.eq(f_tag), full.eq(0)]
+            m.d.sync += full.eq(0)
         return m
