@@ -124,7 +124,9 @@ def render_fmax(synth):
         g[r.get("seed", 1)] = r
     lines = ["| block | config | LUT4 | FF | DP16KD | Fmax MHz, seeds 1 / 2 / 3 | target |",
              "|---|---|--:|--:|--:|--:|--:|"]
-    order = sorted(groups, key=lambda k: (k[0] != "rnic", k[0], k[1], k[2]))
+    def natural(tag):
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", tag)]
+    order = sorted(groups, key=lambda k: (k[0] != "rnic", k[0], natural(k[1]), k[2]))
     for blk, cfg, stage in order:
         g = groups[(blk, cfg, stage)]
         first = g[min(g)]
