@@ -91,11 +91,40 @@ def _config_tag(cfg):
     return " ".join(f"{t}={cfg[k]}" for k, t in _CONFIG_TAGS if k in (cfg or {}))
 
 
-def render_area(area):
+#: ``make area`` row → the ``rnic synth --block`` block whose routed Fmax the README shows
+#: beside it (at the area report's configuration).
+AREA_FMAX = {"rx_parse": "rx_parse", "receive": "psn_check", "rq_scatter": "execute",
+             "key_cache": "key_cache", "cqe": "cqe_gen", "requester": "requester",
+             "tx": "tx_build", "axi": "host_memory", "control": "control_plane"}
+
+
+def _fmax_by_block(synth, config):
+    """``{block: {seed: MHz}}`` of the routed ECP5 rows whose configuration agrees with
+    ``config``."""
+    out = {}
+    for r in synth:
+        cfg = r.get("config") or {}
+        if r["target"] != "ecp5" or r.get("stage", "routed") != "routed":
+            continue
+        if all(config.get(k, v) == v for k, v in cfg.items()):
+            out.setdefault(r["block"], {})[r.get("seed", 1)] = r["fmax_mhz"]
+    return out
+
+
+def render_area(area, synth=None):
+    """The area table, each figure beside its budget; with ``synth``, each block's routed Fmax
+    on seeds 1 / 2 / 3 in a last column."""
     cfg = _config_tag(area["config"])
-    lines = [f"`make area`, {cfg}, yosys `synth_ecp5` with the block hierarchy kept; each figure "
-             "beside its budget ([docs/area.md](docs/area.md)):", "",
-             "| block | LUT4-eq | FF | DP16KD | within budget |", "|---|--:|--:|--:|:-:|"]
+    fm = None if synth is None else _fmax_by_block(synth, area["config"])
+    head = (f"`make area`, {cfg}, yosys `synth_ecp5` with the block hierarchy kept; each figure "
+            "beside its budget ([docs/area.md](docs/area.md))")
+    cols = "| block | LUT4-eq | FF | DP16KD | within budget |"
+    rule = "|---|--:|--:|--:|:-:|"
+    if fm is not None:
+        head += "; Fmax routed out of context (`rnic synth --block`), target 156.25 MHz"
+        cols += " Fmax MHz, seeds 1 / 2 / 3 |"
+        rule += "--:|"
+    lines = [head + ":", "", cols, rule]
     for r in area["rows"]:
         b = r.get("budget") or {}
         cells = []
@@ -109,8 +138,12 @@ def render_area(area):
         name = r["title"].split(":")[0]
         if r["block"] == "total":
             name, cells = f"**{name}**", [f"**{c}**" for c in cells]
-        verdict = ("yes" if ok else "no") if b else ""
-        lines.append(f"| {name} | {' | '.join(cells)} | {verdict} |")
+        cells.append(("yes" if ok else "no") if b else "")
+        if fm is not None:
+            g = fm.get(AREA_FMAX.get(r["block"]), {})
+            cells.append(" / ".join(f"{g[s]:.1f}" if s in g else "–" for s in (1, 2, 3))
+                         if g else "")
+        lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -226,7 +259,7 @@ def render_bench(bench):
 #: section → (recorded file, renderer, what records it)
 SECTIONS = {
     "bench": ("bench.json", render_bench, "make bench"),
-    "area": ("area.json", render_area, "make area"),
+    "blocks": (("area.json", "synth.json"), render_area, "make area and make synth"),
     "fmax": ("synth.json", render_fmax, "make synth"),
     "goodput": ("bench.json", render_goodput, "make bench"),
     "responder": ("bench.json", render_responder, "make bench"),
@@ -234,11 +267,13 @@ SECTIONS = {
 
 
 def render(name, figures=FIGURES):
-    fname, fn, how = SECTIONS[name]
-    path = Path(figures) / fname
-    if not path.exists():
-        return f"(no recorded measurement: `{how}` records {FIGURES / fname})"
-    return fn(json.loads(path.read_text()))
+    fnames, fn, how = SECTIONS[name]
+    fnames = (fnames,) if isinstance(fnames, str) else fnames
+    paths = [Path(figures) / f for f in fnames]
+    missing = [f for f, p in zip(fnames, paths) if not p.exists()]
+    if missing:
+        return f"(no recorded measurement: `{how}` records {FIGURES / missing[0]})"
+    return fn(*[json.loads(p.read_text()) for p in paths])
 
 
 #: The pages with rendered figure sections (`make docs`, tb/test_docs.py).
