@@ -83,6 +83,11 @@ def record_bench(rows, dst=FIGURES / "bench.json"):
 
 # ---- rendering -----------------------------------------------------------------------------
 
+def _natural(text):
+    """Sort key: digit runs compared as numbers (W=64 before W=128)."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
 def _n(x):
     return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
@@ -157,9 +162,7 @@ def render_fmax(synth):
         g[r.get("seed", 1)] = r
     lines = ["| block | config | LUT4 | FF | DP16KD | Fmax MHz, seeds 1 / 2 / 3 | target |",
              "|---|---|--:|--:|--:|--:|--:|"]
-    def natural(tag):
-        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", tag)]
-    order = sorted(groups, key=lambda k: (k[0] != "rnic", k[0], natural(k[1]), k[2]))
+    order = sorted(groups, key=lambda k: (k[0] != "rnic", k[0], _natural(k[1]), k[2]))
     for blk, cfg, stage in order:
         g = groups[(blk, cfg, stage)]
         first = g[min(g)]
@@ -247,9 +250,11 @@ def render_responder(bench):
 
 def render_bench(bench):
     """Every recorded figure, one row each, beside its limit."""
+    def cfg_of(r):
+        return ", ".join(f"{k}={v}" for k, v in sorted(r["config"].items()))
     lines = ["| block | figure | config | value | limit |", "|---|---|---|--:|--:|"]
-    for r in bench:
-        cfg = ", ".join(f"{k}={v}" for k, v in sorted(r["config"].items()))
+    for r in sorted(bench, key=lambda r: (r["block"], r["figure"], _natural(cfg_of(r)))):
+        cfg = cfg_of(r)
         lim = "" if r["limit"] is None else f"{r['limit']:g}"
         lines.append(f"| {r['block']} | {r['figure']} | {cfg} | {r['value']:g} {r['unit']} | "
                      f"{lim} |".replace("  |", " |"))
