@@ -196,6 +196,8 @@ RESPONDER_PAYLOADS = (0, 256)
 
 def render_goodput(bench):
     idx = _bench_index(bench, "requester+responder", r"goodput A->B, SEND (\d+) B")
+    if not idx:
+        return "(not measured since the last change: `make bench` runs `pair-w*`)"
     widths = sorted({dict(c)["W"] for _, c in idx})
     rows = [r for r in GOODPUT_ROWS
             if r in {(int(g[0]), dict(c).get("rd_latency", 0)) for g, c in idx}]
@@ -215,6 +217,8 @@ def render_responder(bench):
     thr = _bench_index(bench, "resp_top", r"rx beats/cycle, back-to-back SEND_ONLY, (.+)")
     ack = _bench_index(bench, "resp_top", r"cycles, request last beat to (first ACK beat)")
     cqe = _bench_index(bench, "resp_top", r"cycles, request last beat to (CQE last write beat)")
+    if not thr and not ack:
+        return "(not measured since the last change: `make bench` runs `resp_top-w*`)"
     widths = sorted({dict(c)["W"] for _, c in thr} | {dict(c)["W"] for _, c in ack})
     lines = ["| payload | figure | " + " | ".join(f"W={w}" for w in widths) + " |",
              "|--:|---|" + "--:|" * len(widths)]
