@@ -277,12 +277,13 @@ class PsnCheck(wiring.Component):
         sel_fatal = Signal()
         sel_db = Signal()
         sel_meta = Signal()
+        a_haz = Signal()        # the selected operation must wait (same-QP hazard, see below)
         m.d.comb += [
             sel_fatal.eq(inj_valid),
             sel_db.eq(~inj_valid & self.rq_db.valid & ~ctx.busy),
             sel_meta.eq(~inj_valid & ~self.rq_db.valid & self.meta.valid & ~ctx.busy),
-            self.rq_db.ready.eq(adv & sel_db),
-            self.meta.ready.eq(adv & sel_meta),
+            self.rq_db.ready.eq(adv & sel_db & ~a_haz),
+            self.meta.ready.eq(adv & sel_meta & ~a_haz),
         ]
         a_info = opcode_info(m, meta.opcode, name="a_info")
         a_idx = Signal(ab)
@@ -299,8 +300,8 @@ class PsnCheck(wiring.Component):
             m.d.comb += [a_idx.eq(q[:ab]), a_qok.eq((q < self.num_qp) & (q > 1)),
                          a_kind.eq(Mux(a_info.ack, Kind.RESP, Kind.PKT))]
         a_fire = Signal()
-        m.d.comb += a_fire.eq(adv & (sel_fatal | sel_db | sel_meta))
-        with m.If(adv & sel_fatal):
+        m.d.comb += a_fire.eq(adv & (sel_fatal | sel_db | sel_meta) & ~a_haz)
+        with m.If(adv & sel_fatal & ~a_haz):
             m.d.sync += inj_valid.eq(0)
         m.d.comb += [ctx.rd_addr.eq(a_idx), ctx.rd_en.eq(adv)]
 
@@ -322,9 +323,9 @@ class PsnCheck(wiring.Component):
         b_qok = Signal()
         b_meta = Signal(rx_meta_layout)
         b_db = Signal(16)
-        b_ctx = Signal(qp_dyn_layout)   # the QP's context, every older write included but C's
+        b_ctx = Signal(qp_dyn_layout)   # the QP's context as read (C's write of the R→B cycle aside)
         b_st = Signal(qp_static_layout)
-        b_fwd_c = Signal()              # the operation in C writes B's QP (from registers)
+        b_fwd = Signal()                # the read missed the write of the operation ahead
 
         c_valid = Signal()
         c_kind = Signal(2)
@@ -335,40 +336,28 @@ class PsnCheck(wiring.Component):
         c_ctx = Signal(qp_dyn_layout)
         c_st = Signal(qp_static_layout)
 
-        # The forwarding is done on the R→B transfer: the read of the packet in R missed two
-        # writes at most, the one of the cycle its read was issued (w1 now) and the one of C in
-        # this cycle (``new``); B's context register gets the newest of C's write, w1 and the
-        # RAM data (one LUT after the EBR output, the selects from two 8-bit compares of
-        # registers). The write of the operation then in C is forwarded on the B→C transfer.
+        # One read-modify-write of the dynamic table: read in A, registered into B, decided and
+        # written in C. An operation is not issued while an operation of its QP that writes the
+        # table is in R or in C (``a_haz``): the read in A would miss that write. The one write
+        # a read can then miss is that of the operation in C on the R→B transfer (it was in B
+        # when the read was issued); that write is kept in ``w1`` and B uses it instead of the
+        # RAM data (``b_fwd``, a register). Operations of one QP are thus two cycles apart at
+        # least, operations of different QPs one cycle.
         wr_en = Signal()
         new = Signal(qp_dyn_layout)
-        w1_valid = Signal()
-        w1_addr = Signal(ab)
         w1_data = Signal(qp_dyn_layout)
         m.d.comb += [ctx.wr_en.eq(wr_en), ctx.wr_addr.eq(c_idx), ctx.wr_dyn.eq(new)]
         with m.If(wr_en):
-            m.d.sync += [w1_valid.eq(1), w1_addr.eq(c_idx), w1_data.eq(new)]
-        # a SET_QP (or the reset sweep) writes the table directly: forget the pipeline's write
-        with m.If(ctx.set_valid):
-            m.d.sync += w1_valid.eq(0)
-        rc_hit = Signal()
-        r_w1_hit = Signal()
-        r_use_ram = Signal()
-        r_fwd = Signal(qp_dyn_layout)
-        m.d.comb += [
-            rc_hit.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx)),
-            r_w1_hit.eq(w1_valid & (w1_addr == r_idx)),
-            r_use_ram.eq(~rc_hit & ~r_w1_hit),
-            r_fwd.eq(Mux(rc_hit, new, w1_data)),
-        ]
+            m.d.sync += w1_data.eq(new)
+        m.d.comb += a_haz.eq((r_valid & (r_kind != Kind.RESP) & (r_idx == a_idx))
+                             | (c_valid & (c_kind != Kind.RESP) & (c_idx == a_idx)))
         with m.If(adv):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
                          b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db),
-                         b_ctx.eq(Mux(r_use_ram, ctx.rd_dyn, r_fwd)), b_st.eq(ctx.rd_static),
-                         b_fwd_c.eq(b_valid & (b_kind != Kind.RESP) & (b_idx == r_idx))]
-        fwd_c = b_fwd_c
+                         b_ctx.eq(ctx.rd_dyn), b_st.eq(ctx.rd_static),
+                         b_fwd.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx))]
         fwd = Signal(qp_dyn_layout)
-        m.d.comb += fwd.eq(Mux(fwd_c, new, b_ctx))
+        m.d.comb += fwd.eq(Mux(b_fwd, w1_data, b_ctx))
 
         # context-free checks, registered into C
         b_info = opcode_info(m, b_meta.opcode, name="b_info")
@@ -399,13 +388,7 @@ class PsnCheck(wiring.Component):
 
         b_wstart_bad = w_rules_bad(rl, "b_wstart_bad")  # FIRST/ONLY: resid = RETH length
 
-        # The checks that need the dynamic context, done here against the three contexts the
-        # packet can meet in C: the older one (``b_ctx``), C's next context if C executes its
-        # packet (``nx_e``), and C's next context if it does not (``nx_n``: a doorbell's
-        # producer, a fatal report's ERROR; a NAK 0x61 moves the QP to ERROR, which only
-        # ``state_ok`` needs to know). All operands come from registers; the results are picked
-        # on the B→C transfer by the forward flag (a register) and C's execute/fail bits, so the
-        # decision → context loop in C keeps only the final 2:1 selects.
+        # The checks that need the dynamic context, against the QP's current context ``fwd``.
         chk_layout = data.StructLayout({
             "cls": psn_class_layout, "state_ok": 1, "seq_ok": 1, "rnr": 1, "w_bad": 1,
             "resid": 32, "off": 32,
@@ -435,15 +418,11 @@ class PsnCheck(wiring.Component):
         x_fatal = Signal()          # stage C's fatal report moves the QP to ERROR
         nx_e = Signal(qp_dyn_layout)
         nx_n = Signal(qp_dyn_layout)
-        ck_old = context_checks(b_ctx, state_ok_of(b_ctx.state), "b_ck_old")
-        ck_e = context_checks(nx_e, state_ok_of(c_ctx.state), "b_ck_e")
-        ck_n = context_checks(nx_n, state_ok_of(c_ctx.state) & ~x_fatal, "b_ck_n")
-        ck_n_f = Signal(chk_layout)
-        m.d.comb += [ck_n_f.eq(ck_n), ck_n_f.state_ok.eq(ck_n.state_ok & ~x_fail)]
+        ck = context_checks(fwd, state_ok_of(fwd.state), "b_ck")
         c_ck = Signal(chk_layout)
         c_psn1 = Signal(24)
         with m.If(adv):
-            m.d.sync += c_ck.eq(Mux(fwd_c, Mux(x_exec, ck_e, ck_n_f), ck_old))
+            m.d.sync += c_ck.eq(ck)
         c_info = Signal.like(b_info)
         c_pmtu = Signal(13)
         c_pre_bad = Signal()            # position rule, RETH length > 2^31, start WRITE rules
