@@ -105,7 +105,7 @@ from amaranth.lib.wiring import In, Out, connect
 from ..ifaces import (NUM_COUNTERS, CommandSignature, Counter, EventType, event_layout,
                       rx_meta_layout)
 from ..opcodes import opcode_info, WcStatus
-from ..stream import BeatStream, Queue, SkidBuffer, check_width
+from ..stream import BeatStream, Queue, check_width
 from ..tx.header_builder import HeaderBuilder, tx_hdr_layout
 from .ack_table import AckTable
 from .psn_rules import op_sequence, psn_class_layout, psn_classify
@@ -251,20 +251,16 @@ class PsnCheck(wiring.Component):
         })
         dec_layout = data.StructLayout({"pass_": 1, "beats": 1})
 
-        # The execute queue keeps its storage unbuffered (LUT RAM, read combinationally) with a
-        # skid buffer after it: Execute's ``ready`` (its planner state) then drives the skid's
-        # registers, next to Execute, instead of the enable of a buffered queue's ~200-flop
-        # output register here (12.3 ns in the whole core's placement, two long routes); the
-        # command reaches Execute in the same cycle as through a buffered queue.
-        m.submodules.exe_q = exe_q = Queue(exe_layout, 4, buffered=False)
-        m.submodules.exe_skid = exe_skid = SkidBuffer(exe_layout)
+        # The output queues keep their storage in LUT RAM, read combinationally (unbuffered):
+        # the consumer's ``ready`` moves a read pointer, not the enable of a wide output register,
+        # and no record is copied into a skid buffer (design-rules.md §4, §7).
+        m.submodules.exe_q = exe_q = Queue(exe_layout, 8, buffered=False)
         m.submodules.resp_q = resp_q = Queue(entry_layout, self.resp_depth)
         m.submodules.dec_q = dec_q = Queue(dec_layout, 8)
-        m.submodules.ack_q = ack_q = Queue(rx_meta_layout, 4)
+        m.submodules.ack_q = ack_q = Queue(rx_meta_layout, 4, buffered=False)
         m.submodules.ev_q = ev_q = Queue(event_layout, 4)
-        m.submodules.fl_q = fl_q = Queue(rq_flush_layout, 4)
-        connect(m, exe_q.o, exe_skid.i)
-        connect(m, exe_skid.o, wiring.flipped(self.exe))
+        m.submodules.fl_q = fl_q = Queue(rq_flush_layout, 4, buffered=False)
+        connect(m, exe_q.o, wiring.flipped(self.exe))
         connect(m, ack_q.o, wiring.flipped(self.ack_out))
         connect(m, ev_q.o, wiring.flipped(self.event))
         connect(m, fl_q.o, wiring.flipped(self.rq_flush))
@@ -785,7 +781,7 @@ class PsnCheck(wiring.Component):
 
         # commands may run once everything is drained
         m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~resp_q.o.valid & (resp_q.level == 0)
-                                & ~inj_valid & ~ew_valid & ~exe_q.o.valid & ~exe_skid.o.valid
+                                & ~inj_valid & ~ew_valid & ~exe_q.o.valid
                                 & fl_q.i.ready)
         return m
 
