@@ -319,8 +319,10 @@ class PsnCheck(wiring.Component):
         b_qok = Signal()
         b_meta = Signal(rx_meta_layout)
         b_db = Signal(16)
-        b_ctx = Signal(qp_dyn_layout)   # the QP's context as read (C's write of the R→B cycle aside)
-        b_st = Signal(qp_static_layout)
+        # the QP's row as read: the tables' registered read data (C's write of the R→B cycle
+        # aside, see below)
+        b_ctx = ctx.rd_dyn
+        b_st = ctx.rd_static
         b_fwd = Signal()                # the read missed the write of the operation ahead
 
         c_valid = Signal()
@@ -331,9 +333,10 @@ class PsnCheck(wiring.Component):
         c_db = Signal(16)
         c_ctx = Signal(qp_dyn_layout)
         c_st = Signal(qp_static_layout)
+        c_sq_psn = Signal(24)
 
-        # One read-modify-write of the dynamic table: read in A, registered into B, decided and
-        # written in C. An operation is not issued while an operation of its QP that writes the
+        # One read-modify-write of the dynamic table: read in A (the block RAM's output in R, its
+        # register in B), decided and written in C. An operation is not issued while an operation of its QP that writes the
         # table is in R or in C (``a_haz``): the read in A would miss that write. The one write
         # a read can then miss is that of the operation in C on the R→B transfer (it was in B
         # when the read was issued); that write is kept in ``w1`` and B uses it instead of the
@@ -350,7 +353,6 @@ class PsnCheck(wiring.Component):
         with m.If(adv):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
                          b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db),
-                         b_ctx.eq(ctx.rd_dyn), b_st.eq(ctx.rd_static),
                          b_fwd.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx))]
         fwd = Signal(qp_dyn_layout)
         m.d.comb += fwd.eq(Mux(b_fwd, w1_data, b_ctx))
@@ -438,7 +440,7 @@ class PsnCheck(wiring.Component):
         with m.If(adv):
             m.d.sync += [c_valid.eq(b_valid), c_kind.eq(b_kind), c_idx.eq(b_idx),
                          c_qok.eq(b_qok), c_meta.eq(b_meta), c_db.eq(b_db),
-                         c_ctx.eq(fwd), c_st.eq(b_st),
+                         c_ctx.eq(fwd), c_st.eq(b_st), c_sq_psn.eq(ctx.rd_sq_psn),
                          c_info.eq(b_info), c_pmtu.eq(b_pmtu),
                          c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
                          c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad & ~b_pre_bad),
@@ -497,7 +499,7 @@ class PsnCheck(wiring.Component):
         with m.Else():
             m.d.comb += [self.qp_set.payload.qpn.eq(c_idx),
                          self.qp_set.payload.state.eq(QpState.ERROR),
-                         self.qp_set.payload.sq_psn.eq(cx.sq_psn),
+                         self.qp_set.payload.sq_psn.eq(c_sq_psn),
                          self.qp_set.payload.static.eq(st)]
         hb = HeaderBuilder(self.width)
         m.d.comb += self.stat.eq(Mux(fire, stat_c, 0) | hb.stat)
