@@ -132,6 +132,10 @@ rq_flush_layout = data.StructLayout({"qpn": 24, "index": 16, "rcqn": 16, "rq_bas
                                      "rq_log": 5})
 qpn_layout = data.StructLayout({"qpn": 24})
 
+#: the metadata fields stage B checks (the whole record waits in a ring for stage C)
+meta_b_layout = data.StructLayout({"opcode": 8, "psn": 24, "payload_len": 13, "padcnt": 2,
+                                   "reth_len": 32, "src_ip": 32})
+
 
 class Kind:
     PKT = 0
@@ -306,19 +310,33 @@ class PsnCheck(wiring.Component):
         r_kind = Signal(2)
         r_idx = Signal(ab)
         r_qok = Signal()
-        r_meta = Signal(rx_meta_layout)
+        r_meta = Signal(meta_b_layout)
         r_db = Signal(16)
+        r_slot = Signal(2)
+        # The frame's metadata is kept once, in a 4-entry LUT-RAM ring written in A and read
+        # by stage C at the operation's slot (at most three operations are in R, B and C, so A
+        # never writes the slot C reads); R and B carry only the fields B checks.
+        m.submodules.mring = mring = memory.Memory(shape=rx_meta_layout, depth=4, init=[])
+        mr_w = mring.write_port()
+        mr_r = mring.read_port(domain="comb")
+        a_slot = Signal(2)
+        m.d.comb += [mr_w.addr.eq(a_slot), mr_w.data.eq(meta), mr_w.en.eq(a_fire)]
+        with m.If(a_fire):
+            m.d.sync += a_slot.eq(a_slot + 1)
         with m.If(adv):
             m.d.sync += [r_valid.eq(a_fire), r_kind.eq(a_kind), r_idx.eq(a_idx),
-                         r_qok.eq(a_qok), r_meta.eq(meta), r_db.eq(self.rq_db.payload.index)]
+                         r_qok.eq(a_qok), r_db.eq(self.rq_db.payload.index), r_slot.eq(a_slot)]
+            for f in meta_b_layout.members:
+                m.d.sync += r_meta[f].eq(meta[f])
 
         # ---- stage B: forwarding and the checks that need no dynamic context ----------------
         b_valid = Signal()
         b_kind = Signal(2)
         b_idx = Signal(ab)
         b_qok = Signal()
-        b_meta = Signal(rx_meta_layout)
+        b_meta = Signal(meta_b_layout)
         b_db = Signal(16)
+        b_slot = Signal(2)
         # the QP's row as read: the tables' registered read data (C's write of the R→B cycle
         # aside, see below)
         b_ctx = ctx.rd_dyn
@@ -331,6 +349,8 @@ class PsnCheck(wiring.Component):
         c_qok = Signal()
         c_meta = Signal(rx_meta_layout)
         c_db = Signal(16)
+        c_slot = Signal(2)
+        m.d.comb += [mr_r.addr.eq(c_slot), c_meta.eq(mr_r.data)]
         c_ctx = Signal(qp_dyn_layout)
         c_st = Signal(qp_static_layout)
         c_sq_psn = Signal(24)
@@ -352,7 +372,7 @@ class PsnCheck(wiring.Component):
                              | (c_valid & (c_kind != Kind.RESP) & (c_idx == a_idx)))
         with m.If(adv):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
-                         b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db),
+                         b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db), b_slot.eq(r_slot),
                          b_fwd.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx))]
         fwd = Signal(qp_dyn_layout)
         m.d.comb += fwd.eq(Mux(b_fwd, w1_data, b_ctx))
@@ -439,7 +459,7 @@ class PsnCheck(wiring.Component):
         ]
         with m.If(adv):
             m.d.sync += [c_valid.eq(b_valid), c_kind.eq(b_kind), c_idx.eq(b_idx),
-                         c_qok.eq(b_qok), c_meta.eq(b_meta), c_db.eq(b_db),
+                         c_qok.eq(b_qok), c_slot.eq(b_slot), c_db.eq(b_db),
                          c_ctx.eq(fwd), c_st.eq(b_st), c_sq_psn.eq(ctx.rd_sq_psn),
                          c_info.eq(b_info), c_pmtu.eq(b_pmtu),
                          c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
