@@ -28,26 +28,27 @@ dropped (counter 6).
 
 Pipeline and forwarding
 -----------------------
-Stage A (input select: fatal report > RQ doorbell > frame metadata; issues the read of both
-context tables), stage R (the block RAM's output; on the R→B transfer it is forwarded: B's
-context register takes the newest of C's write in that cycle, the write before it, and the RAM
-data — one LUT after the EBR output, the selects from registered compares), stage B (every
-check that needs no dynamic context — opcode decode, path MTU, position length rule, RETH
+One read-modify-write of the QP context (:class:`~rnic.resp.qp_context.QpContext`): stage A
+(input select: fatal report > RQ doorbell > frame metadata; issues the read of both context
+tables; the frame's metadata goes into a 4-entry LUT-RAM ring, the fields stage B checks into
+R's register), stage R (the block RAM's output), stage B (the tables' registered read data:
+every check that needs no dynamic context — opcode decode, path MTU, position length rule, RETH
 length, the WRITE rules of a FIRST/ONLY, access, source IPv4 — and every check that does — PSN
-classification, state, opcode sequence, RNR, the WRITE rules of a MIDDLE/LAST, and the residue
-and offset after the packet — against each of the three contexts the packet can meet in C: the
-older one, C's next context if C executes, C's next context if it does not; all registers,
-picked at the B→C transfer by the registered forward flag and C's execute/fail bits), stage C
-(decision, writes the dynamic context, pushes the outputs). The PSN classifier and the opcode
-sequencer are :mod:`rnic.resp.psn_rules`. C's execute bit is an AND of six registers, the
-next context one 2:1 mux per field between the two precomputed outcomes, and the forwarding
-select of C's own write a register, so the context loop is the execute AND → ``new`` → one
-2:1 mux → C's context register (or B's, on the R→B transfer). One operation
-per cycle, any mix of QPs (back-to-back packets to one QP included); any full output queue
-stalls all four stages together (whether the operation in C needs that queue or not, to keep
-the decision out of the clock-enable path). Commands (SET_QP/QUERY_QP) wait until the pipeline
-and all outstanding executes are drained, with new frames held back meanwhile; a ``fault`` is
-not taken while a command runs.
+classification, state, opcode sequence, RNR, the WRITE rules of a MIDDLE/LAST, the residue and
+offset after the packet — all registered into C), stage C (decision, writes the dynamic
+context, pushes the outputs; the metadata read from the ring at the operation's slot). The PSN
+classifier and the opcode sequencer are :mod:`rnic.resp.psn_rules`.
+
+Same-QP hazard: an operation is not issued while an operation of its QP that writes the table
+is in R or in C (its read would miss that write). The one write a read can still miss — that of
+the operation in C when it moves from R to B — is kept in one forward register, which stage B
+uses instead of the RAM data (the select a register). Operations of different QPs enter one a
+cycle; operations of one QP two cycles apart: a minimum frame every
+``max(2, ⌈480/W⌉)`` cycles or better, one QP or many (design-rules.md §1). Any full output
+queue stalls all four stages together (whether the operation in C needs that queue or not, to
+keep the decision out of the clock-enable path). Commands (SET_QP/QUERY_QP) wait until the
+pipeline and all outstanding executes are drained, with new frames held back meanwhile; a
+``fault`` is not taken while a command runs.
 
 Execute-outcome interface (for Key Cache, scatter, invalidate, CQE)
 ------------------------------------------------------------------
@@ -320,7 +321,9 @@ class PsnCheck(wiring.Component):
         mr_w = mring.write_port()
         mr_r = mring.read_port(domain="comb")
         a_slot = Signal(2)
-        m.d.comb += [mr_w.addr.eq(a_slot), mr_w.data.eq(meta), mr_w.en.eq(a_fire)]
+        # (written whenever A may issue, a register's enable, not the issue decision: a cycle
+        # without an issue writes the free slot the next issue writes again)
+        m.d.comb += [mr_w.addr.eq(a_slot), mr_w.data.eq(meta), mr_w.en.eq(adv)]
         with m.If(a_fire):
             m.d.sync += a_slot.eq(a_slot + 1)
         with m.If(adv):
@@ -368,8 +371,13 @@ class PsnCheck(wiring.Component):
         m.d.comb += [ctx.wr_en.eq(wr_en), ctx.wr_addr.eq(c_idx), ctx.wr_dyn.eq(new)]
         with m.If(wr_en):
             m.d.sync += w1_data.eq(new)
-        m.d.comb += a_haz.eq((r_valid & (r_kind != Kind.RESP) & (r_idx == a_idx))
-                             | (c_valid & (c_kind != Kind.RESP) & (c_idx == a_idx)))
+        def hazard(idx):
+            return ((r_valid & (r_kind != Kind.RESP) & (r_idx == idx))
+                    | (c_valid & (c_kind != Kind.RESP) & (c_idx == idx)))
+        # (one compare per source, in parallel with the source select)
+        m.d.comb += a_haz.eq(Mux(sel_fatal, hazard(inj_qpn),
+                                 Mux(sel_db, hazard(self.rq_db.payload.qpn[:ab]),
+                                     hazard(meta.dqpn[:ab]))))
         with m.If(adv):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
                          b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db), b_slot.eq(r_slot),

@@ -2,16 +2,27 @@
 
 Two tables of ``num_qp`` entries, both in block RAM:
 
-* the **static** table (:data:`qp_static_layout`): everything SET_QP writes and nothing else
-  changes: path MTU, min_rnr_timer, timeout, destination QPN, PD, access flags, CQ numbers,
-  RQ/SQ ring bases and sizes, retry counts, remote MAC/IPv4, UDP source port;
+* the **static** table (:data:`qp_static_layout` and the send PSN): everything SET_QP writes
+  and nothing else changes: path MTU, min_rnr_timer, timeout, destination QPN, PD, access
+  flags, CQ numbers, RQ/SQ ring bases and sizes, retry counts, remote MAC/IPv4, UDP source
+  port, the next send PSN. A row keeps each ARG's bits in 9-bit lanes (the block RAM's byte
+  enables), so SET_QP writes an ARG's lanes in the cycle it reads that ARG through the command
+  port's one read port (design-rules.md §8): no ARG is held in flip-flops;
 * the **dynamic** table (:data:`qp_dyn_layout`): what packets change: state, ePSN, MSN, the
-  sent-NAK latch, the message in progress (class, byte offset, WRITE length/VA/rkey), the on-chip
-  RQ producer/consumer indices, the next send PSN and the SQ consumer index.
+  sent-NAK latch, the message in progress (class, byte offset, WRITE length/VA/rkey), the
+  on-chip RQ producer/consumer indices.
 
-The PSN Check pipeline (``psn_check.py``) owns the read-modify-write of the dynamic table
-through :class:`QpContext`'s pipeline ports; this block serves SET_QP (0x01) and QUERY_QP (0x02)
-of the command mailbox (interface.md §4.2) through the same ports while the pipeline is drained.
+Each table's read data is registered once (the block RAM's output register); that register is
+PSN Check's stage-B context and the command's view of the QP. The PSN Check pipeline
+(``psn_check.py``) owns the read-modify-write of the dynamic table through :class:`QpContext`'s
+pipeline ports; this block serves SET_QP (0x01) and QUERY_QP (0x02) of the command mailbox
+(interface.md §4.2) through the same ports while the pipeline is drained.
+
+SET_QP reads ARG0..14 twice: a first pass keeps what the checks and the dynamic write need (new
+state, path MTU, ARG2's ePSN, ARG3's send PSN, the refusals of ARG6/8/9), the QP's row is read
+and the command judged; only an accepted SET_QP reads them again and writes each ARG's lanes,
+then reads the row back (``set_static`` is the row written) and writes the dynamic entry and
+the send PSN (about 40 cycles in all).
 
 SET_QP rules: QPN 0/1 or ≥ num_qp → result 2; state not one of 0,1,2,3,6, an illegal change
 (only RESET→INIT→RTR→RTS and any→RESET/ERROR are legal; RTS→RTS is not), log2 ring sizes > 15,
@@ -162,6 +173,7 @@ class QpContext(wiring.Component):
     busy : Out(1)
         A command is pending or running, or the reset sweep (``num_qp`` cycles after ``rst``,
         every QP to RESET) is running: the pipeline must not start new packet operations.
+        A register: a command is taken only after ``busy`` has been high for a cycle.
     idle : In(1)
         The pipeline and every outstanding execute are drained; the command may run.
     rd_addr, rd_en : In
@@ -332,17 +344,21 @@ class QpContext(wiring.Component):
         qpn_ok = Signal()       # registered: ``index`` is set on entry to LOAD/ADDR
         m.d.sync += qpn_ok.eq((index < self.num_qp) & (index > 1))
 
+        busy = Signal()
+        busy_r = Signal(init=1)
+        m.d.sync += busy_r.eq(busy)
+        m.d.comb += self.busy.eq(busy_r)
         with m.FSM(init="SWEEP"):
             with m.State("SWEEP"):
                 # after rst: every QP to RESET, one entry per cycle
-                m.d.comb += [self.busy.eq(1), owned.eq(1), sweeping.eq(1), c_wr_en.eq(1),
+                m.d.comb += [busy.eq(1), owned.eq(1), sweeping.eq(1), c_wr_en.eq(1),
                              self.set_valid.eq(1)]
                 m.d.sync += sweep_cnt.eq(sweep_cnt + 1)
                 with m.If(sweep_cnt == self.num_qp - 1):
                     m.next = "IDLE"
             with m.State("IDLE"):
-                m.d.comb += self.busy.eq(cmd.valid)
-                with m.If(cmd.valid & self.idle):
+                m.d.comb += busy.eq(cmd.valid)
+                with m.If(cmd.valid & self.idle & busy_r):
                     m.d.comb += cmd.ready.eq(1)
                     m.d.sync += [op.eq(cmd.payload.opcode), index.eq(cmd.payload.index),
                                  cnt.eq(0), written.eq(0), arg_bad.eq(0)]
@@ -352,7 +368,7 @@ class QpContext(wiring.Component):
                         m.next = "ADDR"
             with m.State("LOAD"):
                 # ARG cnt is addressed this cycle and arrives the next: ARG0..14 in 16 cycles
-                m.d.comb += self.busy.eq(1)
+                m.d.comb += busy.eq(1)
                 m.d.sync += cnt.eq(cnt + 1)
                 with m.Switch(argn):
                     with m.Case(0):
@@ -371,17 +387,17 @@ class QpContext(wiring.Component):
                 with m.If(cnt == 15):
                     m.next = "ADDR"
             with m.State("ADDR"):
-                m.d.comb += [self.busy.eq(1), owned.eq(1), c_rd_en.eq(1)]
+                m.d.comb += [busy.eq(1), owned.eq(1), c_rd_en.eq(1)]
                 m.next = "READ"
             with m.State("READ"):
                 # the row read in ADDR moves to ``srow``/``dq``
-                m.d.comb += [self.busy.eq(1), owned.eq(1), c_rd_en.eq(1)]
+                m.d.comb += [busy.eq(1), owned.eq(1), c_rd_en.eq(1)]
                 with m.If(written):
                     m.next = "EXEC"
                 with m.Else():
                     m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.comb += [self.busy.eq(1), owned.eq(1)]
+                m.d.comb += [busy.eq(1), owned.eq(1)]
                 m.d.sync += [
                     bad.eq(~legal | arg_bad
                            | (((new_state == QpState.RTR) | (new_state == QpState.RTS))
@@ -393,20 +409,20 @@ class QpContext(wiring.Component):
                 with m.Else():
                     m.next = "EXEC"
             with m.State("ACCEPT"):
-                m.d.comb += [self.busy.eq(1), owned.eq(1)]
+                m.d.comb += [busy.eq(1), owned.eq(1)]
                 with m.If(bad):
                     m.next = "EXEC"
                 with m.Else():
                     m.next = "WRITE"
             with m.State("WRITE"):
                 # ARG0..14 again, each written into its lanes of the static row as it arrives
-                m.d.comb += [self.busy.eq(1), owned.eq(1), s_arg_we.eq(cnt != 0)]
+                m.d.comb += [busy.eq(1), owned.eq(1), s_arg_we.eq(cnt != 0)]
                 m.d.sync += cnt.eq(cnt + 1)
                 with m.If(cnt == 15):
                     m.d.sync += written.eq(1)
                     m.next = "ADDR"
             with m.State("EXEC"):
-                m.d.comb += [self.busy.eq(1), owned.eq(1)]
+                m.d.comb += [busy.eq(1), owned.eq(1)]
                 m.d.sync += cnt.eq(0)
                 with m.If(~qpn_ok):
                     m.d.sync += result.eq(Result.BAD_INDEX)
@@ -427,7 +443,7 @@ class QpContext(wiring.Component):
             with m.State("ANSWER"):
                 # QUERY_QP: ARG0..5 from the row read (held) and the requester's context, and 0
                 # in ARG6..15, written one per cycle before the response
-                m.d.comb += [self.busy.eq(1), owned.eq(1), self.cmd.arg_we.eq(1)]
+                m.d.comb += [busy.eq(1), owned.eq(1), self.cmd.arg_we.eq(1)]
                 m.d.sync += cnt.eq(cnt + 1)
                 with m.Switch(cnt):
                     with m.Case(0):
@@ -445,7 +461,7 @@ class QpContext(wiring.Component):
                 with m.If(cnt == 15):
                     m.next = "RESP"
             with m.State("RESP"):
-                m.d.comb += [self.busy.eq(1), resp.valid.eq(1)]
+                m.d.comb += [busy.eq(1), resp.valid.eq(1)]
                 with m.If(resp.ready):
                     m.next = "IDLE"
         m.d.comb += [self.set_qpn.eq(c_addr), self.set_state.eq(Mux(sweeping, 0, new_state)),
