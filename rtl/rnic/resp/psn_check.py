@@ -314,6 +314,7 @@ class PsnCheck(wiring.Component):
         r_meta = Signal(meta_b_layout)
         r_db = Signal(16)
         r_slot = Signal(2)
+        r_info = Signal.like(a_info, name="r_info")
         # The frame's metadata is kept once, in a 4-entry LUT-RAM ring written in A and read
         # by stage C at the operation's slot (at most three operations are in R, B and C, so A
         # never writes the slot C reads); R and B carry only the fields B checks.
@@ -328,7 +329,8 @@ class PsnCheck(wiring.Component):
             m.d.sync += a_slot.eq(a_slot + 1)
         with m.If(adv):
             m.d.sync += [r_valid.eq(a_fire), r_kind.eq(a_kind), r_idx.eq(a_idx),
-                         r_qok.eq(a_qok), r_db.eq(self.rq_db.payload.index), r_slot.eq(a_slot)]
+                         r_qok.eq(a_qok), r_db.eq(self.rq_db.payload.index), r_slot.eq(a_slot),
+                         r_info.eq(a_info)]
             for f in meta_b_layout.members:
                 m.d.sync += r_meta[f].eq(meta[f])
 
@@ -340,6 +342,8 @@ class PsnCheck(wiring.Component):
         b_meta = Signal(meta_b_layout)
         b_db = Signal(16)
         b_slot = Signal(2)
+        # (the opcode decoded in A, registered through R: B's checks start from flip-flops)
+        b_info = Signal.like(a_info, name="b_info")
         # the QP's row as read: the tables' registered read data (C's write of the R→B cycle
         # aside, see below)
         b_ctx = ctx.rd_dyn
@@ -381,12 +385,12 @@ class PsnCheck(wiring.Component):
         with m.If(adv):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
                          b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db), b_slot.eq(r_slot),
+                         b_info.eq(r_info),
                          b_fwd.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx))]
         fwd = Signal(qp_dyn_layout)
         m.d.comb += fwd.eq(Mux(b_fwd, w1_data, b_ctx))
 
         # context-free checks, registered into C
-        b_info = opcode_info(m, b_meta.opcode, name="b_info")
         b_pmtu = Signal(13)
         with m.Switch(b_st.pmtu):
             for code in range(1, 6):
