@@ -775,10 +775,14 @@ class PsnCheck(wiring.Component):
         ew_addr = Signal(ab)
         ew_data = Signal()
         fault_take = Signal()
-        m.d.comb += fault_take.eq(flt.valid & ~inj_valid & ~ew_valid & ~ctx.busy)
+        # A fault is not taken while the sequencer's head is a fatal ``done`` (which may inject
+        # its own fatal operation this cycle): the take then depends on registers and ports
+        # only, not on the error bit read and the sequencer's decision.
+        m.d.comb += fault_take.eq(flt.valid & ~inj_valid & ~ew_valid & ~ctx.busy
+                                  & ~(have & fatal_done))
         with m.If(go & need_inj):
             m.d.sync += [inj_valid.eq(1), inj_qpn.eq(h.qpn)]
-        with m.Elif(fault_take):
+        with m.If(fault_take):
             # (not while a command or the sweep owns the context: the injected operation
             # would read and write the tables through ports the command FSM holds)
             # a fault from a later stage: suppress the QP's responses, then move it to ERROR
@@ -795,7 +799,7 @@ class PsnCheck(wiring.Component):
         with m.If(ctx.set_valid):
             m.d.sync += [ew_valid.eq(1), ew_addr.eq(ctx.set_qpn),
                          ew_data.eq(ctx.set_state == QpState.ERROR)]
-        with m.Elif(fault_take & fq_ok & ~(go & need_inj)):
+        with m.Elif(fault_take & fq_ok):
             m.d.sync += [ew_valid.eq(1), ew_addr.eq(flt.payload.qpn[:ab]),
                          ew_data.eq(1)]
 
