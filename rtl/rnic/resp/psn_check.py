@@ -379,9 +379,12 @@ class PsnCheck(wiring.Component):
             return ((r_valid & (r_kind != Kind.RESP) & (r_idx == idx))
                     | (c_valid & (c_kind != Kind.RESP) & (c_idx == idx)))
         # (one compare per source, in parallel with the source select)
-        m.d.comb += a_haz.eq(Mux(sel_fatal, hazard(inj_qpn),
-                                 Mux(sel_db, hazard(self.rq_db.payload.qpn[:ab]),
-                                     hazard(meta.dqpn[:ab]))))
+        haz_f = Signal()
+        haz_d = Signal()
+        haz_m = Signal()
+        m.d.comb += [haz_f.eq(hazard(inj_qpn)), haz_d.eq(hazard(self.rq_db.payload.qpn[:ab])),
+                     haz_m.eq(hazard(meta.dqpn[:ab])),
+                     a_haz.eq((sel_fatal & haz_f) | (sel_db & haz_d) | (sel_meta & haz_m))]
         with m.If(adv):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
                          b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db), b_slot.eq(r_slot),
@@ -459,7 +462,7 @@ class PsnCheck(wiring.Component):
         c_acc_bad = Signal()
         c_drop = Signal()               # bad QPN or source IPv4 not the QP's
         c_len_nz = Signal()
-        c_pkt_ok = Signal()             # a request packet passing every context-free check
+        c_pkt_ok = Signal()             # a request packet of a usable QP, access allowed
         b_pre_bad = Signal()
         b_acc_bad = Signal()
         b_drop = Signal()
@@ -475,7 +478,7 @@ class PsnCheck(wiring.Component):
                          c_ctx.eq(fwd), c_st.eq(b_st), c_sq_psn.eq(ctx.rd_sq_psn),
                          c_info.eq(b_info), c_pmtu.eq(b_pmtu),
                          c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
-                         c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad & ~b_pre_bad),
+                         c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad),
                          c_len_nz.eq(b_len != 0), c_psn1.eq(b_meta.psn + 1)]
 
         # ---- stage C: decide --------------------------------------------------------------------
@@ -664,7 +667,8 @@ class PsnCheck(wiring.Component):
             k_pkt.eq(c_kind == Kind.PKT),
             ok_in.eq(k_pkt & ~c_drop & state_ok & pcls.in_order),
             x_fail.eq(ok_in & (~seq_ok | acc_bad | (~rnr & len_bad))),
-            x_exec.eq(c_pkt_ok & state_ok & pcls.in_order & seq_ok & ~rnr & ~c_ck.w_bad),
+            x_exec.eq(c_pkt_ok & ~c_pre_bad & state_ok & pcls.in_order & seq_ok & ~rnr
+                      & ~c_ck.w_bad),
             x_held.eq(Mux(~seq_ok | acc_bad, ~seq_ok & (cx.open == MsgClass.SEND),
                           (cx.open == MsgClass.SEND) | info.rwr)),
             x_fatal.eq((c_kind == Kind.FATAL) & (cx.state != QpState.RESET)

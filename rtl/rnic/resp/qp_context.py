@@ -241,7 +241,10 @@ class QpContext(wiring.Component):
 
         cmd = self.cmd.cmd
         resp = self.cmd.resp
-        owned = Signal()        # the command FSM drives the memory ports
+        # the command FSM drives the memory ports: a register, from taking a command (or rst)
+        # to its response (or the sweep's end), so that it reaches the wide write-data and
+        # address muxes straight from a flip-flop
+        owned = Signal(init=1)
         c_addr = Signal(self.abits)
         c_rd_en = Signal()
         c_wr_dyn = Signal(qp_dyn_layout)
@@ -351,17 +354,18 @@ class QpContext(wiring.Component):
         with m.FSM(init="SWEEP"):
             with m.State("SWEEP"):
                 # after rst: every QP to RESET, one entry per cycle
-                m.d.comb += [busy.eq(1), owned.eq(1), sweeping.eq(1), c_wr_en.eq(1),
+                m.d.comb += [busy.eq(1), sweeping.eq(1), c_wr_en.eq(1),
                              self.set_valid.eq(1)]
                 m.d.sync += sweep_cnt.eq(sweep_cnt + 1)
                 with m.If(sweep_cnt == self.num_qp - 1):
+                    m.d.sync += owned.eq(0)
                     m.next = "IDLE"
             with m.State("IDLE"):
                 m.d.comb += busy.eq(cmd.valid)
                 with m.If(cmd.valid & self.idle & busy_r):
                     m.d.comb += cmd.ready.eq(1)
                     m.d.sync += [op.eq(cmd.payload.opcode), index.eq(cmd.payload.index),
-                                 cnt.eq(0), written.eq(0), arg_bad.eq(0)]
+                                 cnt.eq(0), written.eq(0), arg_bad.eq(0), owned.eq(1)]
                     with m.If(cmd.payload.opcode == CmdOp.SET_QP):
                         m.next = "LOAD"
                     with m.Else():
@@ -387,17 +391,17 @@ class QpContext(wiring.Component):
                 with m.If(cnt == 15):
                     m.next = "ADDR"
             with m.State("ADDR"):
-                m.d.comb += [busy.eq(1), owned.eq(1), c_rd_en.eq(1)]
+                m.d.comb += [busy.eq(1), c_rd_en.eq(1)]
                 m.next = "READ"
             with m.State("READ"):
                 # the row read in ADDR moves to ``srow``/``dq``
-                m.d.comb += [busy.eq(1), owned.eq(1), c_rd_en.eq(1)]
+                m.d.comb += [busy.eq(1), c_rd_en.eq(1)]
                 with m.If(written):
                     m.next = "EXEC"
                 with m.Else():
                     m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.comb += [busy.eq(1), owned.eq(1)]
+                m.d.comb += busy.eq(1)
                 m.d.sync += [
                     bad.eq(~legal | arg_bad
                            | (((new_state == QpState.RTR) | (new_state == QpState.RTS))
@@ -409,20 +413,20 @@ class QpContext(wiring.Component):
                 with m.Else():
                     m.next = "EXEC"
             with m.State("ACCEPT"):
-                m.d.comb += [busy.eq(1), owned.eq(1)]
+                m.d.comb += busy.eq(1)
                 with m.If(bad):
                     m.next = "EXEC"
                 with m.Else():
                     m.next = "WRITE"
             with m.State("WRITE"):
                 # ARG0..14 again, each written into its lanes of the static row as it arrives
-                m.d.comb += [busy.eq(1), owned.eq(1), s_arg_we.eq(cnt != 0)]
+                m.d.comb += [busy.eq(1), s_arg_we.eq(cnt != 0)]
                 m.d.sync += cnt.eq(cnt + 1)
                 with m.If(cnt == 15):
                     m.d.sync += written.eq(1)
                     m.next = "ADDR"
             with m.State("EXEC"):
-                m.d.comb += [busy.eq(1), owned.eq(1)]
+                m.d.comb += busy.eq(1)
                 m.d.sync += cnt.eq(0)
                 with m.If(~qpn_ok):
                     m.d.sync += result.eq(Result.BAD_INDEX)
@@ -443,7 +447,7 @@ class QpContext(wiring.Component):
             with m.State("ANSWER"):
                 # QUERY_QP: ARG0..5 from the row read (held) and the requester's context, and 0
                 # in ARG6..15, written one per cycle before the response
-                m.d.comb += [busy.eq(1), owned.eq(1), self.cmd.arg_we.eq(1)]
+                m.d.comb += [busy.eq(1), self.cmd.arg_we.eq(1)]
                 m.d.sync += cnt.eq(cnt + 1)
                 with m.Switch(cnt):
                     with m.Case(0):
@@ -463,6 +467,7 @@ class QpContext(wiring.Component):
             with m.State("RESP"):
                 m.d.comb += [busy.eq(1), resp.valid.eq(1)]
                 with m.If(resp.ready):
+                    m.d.sync += owned.eq(0)
                     m.next = "IDLE"
         m.d.comb += [self.set_qpn.eq(c_addr), self.set_state.eq(Mux(sweeping, 0, new_state)),
                      self.set_to_error.eq(~sweeping & (new_state == QpState.ERROR)
