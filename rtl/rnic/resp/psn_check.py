@@ -784,15 +784,19 @@ class PsnCheck(wiring.Component):
         # only, not on the error bit read and the sequencer's decision.
         m.d.comb += fault_take.eq(flt.valid & ~inj_valid & ~ew_valid & ~ctx.busy
                                   & ~(have & fatal_done))
+        # (the QPN of a new injection is loaded whenever none is pending, from the source that
+        # can inject: the two are exclusive, so only ``inj_valid`` waits for the decision)
+        with m.If(~inj_valid):
+            m.d.sync += inj_qpn.eq(Mux(fault_take, flt.payload.qpn[:ab], h.qpn))
         with m.If(go & need_inj):
-            m.d.sync += [inj_valid.eq(1), inj_qpn.eq(h.qpn)]
+            m.d.sync += inj_valid.eq(1)
         with m.If(fault_take):
             # (not while a command or the sweep owns the context: the injected operation
             # would read and write the tables through ports the command FSM holds)
             # a fault from a later stage: suppress the QP's responses, then move it to ERROR
             m.d.comb += flt.ready.eq(1)
             with m.If(fq_ok):
-                m.d.sync += [inj_valid.eq(1), inj_qpn.eq(flt.payload.qpn[:ab])]
+                m.d.sync += inj_valid.eq(1)
         m.d.sync += [sw_valid.eq(seq_err_wr), sw_addr.eq(h.qpn)]
         with m.If(sw_valid):
             m.d.comb += [err_wr.addr.eq(sw_addr), err_wr.data.eq(1), err_wr.en.eq(1)]
