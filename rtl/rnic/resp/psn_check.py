@@ -28,26 +28,27 @@ dropped (counter 6).
 
 Pipeline and forwarding
 -----------------------
-Stage A (input select: fatal report > RQ doorbell > frame metadata; issues the read of both
-context tables), stage R (the block RAM's output; on the R→B transfer it is forwarded: B's
-context register takes the newest of C's write in that cycle, the write before it, and the RAM
-data — one LUT after the EBR output, the selects from registered compares), stage B (every
-check that needs no dynamic context — opcode decode, path MTU, position length rule, RETH
+One read-modify-write of the QP context (:class:`~rnic.resp.qp_context.QpContext`): stage A
+(input select: fatal report > RQ doorbell > frame metadata; issues the read of both context
+tables; the frame's metadata goes into a 4-entry LUT-RAM ring, the fields stage B checks into
+R's register), stage R (the block RAM's output), stage B (the tables' registered read data:
+every check that needs no dynamic context — opcode decode, path MTU, position length rule, RETH
 length, the WRITE rules of a FIRST/ONLY, access, source IPv4 — and every check that does — PSN
-classification, state, opcode sequence, RNR, the WRITE rules of a MIDDLE/LAST, and the residue
-and offset after the packet — against each of the three contexts the packet can meet in C: the
-older one, C's next context if C executes, C's next context if it does not; all registers,
-picked at the B→C transfer by the registered forward flag and C's execute/fail bits), stage C
-(decision, writes the dynamic context, pushes the outputs). The PSN classifier and the opcode
-sequencer are :mod:`rnic.resp.psn_rules`. C's execute bit is an AND of six registers, the
-next context one 2:1 mux per field between the two precomputed outcomes, and the forwarding
-select of C's own write a register, so the context loop is the execute AND → ``new`` → one
-2:1 mux → C's context register (or B's, on the R→B transfer). One operation
-per cycle, any mix of QPs (back-to-back packets to one QP included); any full output queue
-stalls all four stages together (whether the operation in C needs that queue or not, to keep
-the decision out of the clock-enable path). Commands (SET_QP/QUERY_QP) wait until the pipeline
-and all outstanding executes are drained, with new frames held back meanwhile; a ``fault`` is
-not taken while a command runs.
+classification, state, opcode sequence, RNR, the WRITE rules of a MIDDLE/LAST, the residue and
+offset after the packet — all registered into C), stage C (decision, writes the dynamic
+context, pushes the outputs; the metadata read from the ring at the operation's slot). The PSN
+classifier and the opcode sequencer are :mod:`rnic.resp.psn_rules`.
+
+Same-QP hazard: an operation is not issued while an operation of its QP that writes the table
+is in R or in C (its read would miss that write). The one write a read can still miss — that of
+the operation in C when it moves from R to B — is kept in one forward register, which stage B
+uses instead of the RAM data (the select a register). Operations of different QPs enter one a
+cycle; operations of one QP two cycles apart: a minimum frame every
+``max(2, ⌈480/W⌉)`` cycles or better, one QP or many (design-rules.md §1). Any full output
+queue stalls all four stages together (whether the operation in C needs that queue or not, to
+keep the decision out of the clock-enable path). Commands (SET_QP/QUERY_QP) wait until the
+pipeline and all outstanding executes are drained, with new frames held back meanwhile; a
+``fault`` is not taken while a command runs.
 
 Execute-outcome interface (for Key Cache, scatter, invalidate, CQE)
 ------------------------------------------------------------------
@@ -105,7 +106,7 @@ from amaranth.lib.wiring import In, Out, connect
 from ..ifaces import (NUM_COUNTERS, CommandSignature, Counter, EventType, event_layout,
                       rx_meta_layout)
 from ..opcodes import opcode_info, WcStatus
-from ..stream import BeatStream, Queue, SkidBuffer, check_width
+from ..stream import BeatStream, Queue, check_width
 from ..tx.header_builder import HeaderBuilder, tx_hdr_layout
 from .ack_table import AckTable
 from .psn_rules import op_sequence, psn_class_layout, psn_classify
@@ -131,6 +132,10 @@ rq_db_layout = data.StructLayout({"qpn": 24, "index": 16})
 rq_flush_layout = data.StructLayout({"qpn": 24, "index": 16, "rcqn": 16, "rq_base": 64,
                                      "rq_log": 5})
 qpn_layout = data.StructLayout({"qpn": 24})
+
+#: the metadata fields stage B checks (the whole record waits in a ring for stage C)
+meta_b_layout = data.StructLayout({"opcode": 8, "psn": 24, "payload_len": 13, "padcnt": 2,
+                                   "reth_len": 32, "src_ip": 32})
 
 
 class Kind:
@@ -251,20 +256,16 @@ class PsnCheck(wiring.Component):
         })
         dec_layout = data.StructLayout({"pass_": 1, "beats": 1})
 
-        # The execute queue keeps its storage unbuffered (LUT RAM, read combinationally) with a
-        # skid buffer after it: Execute's ``ready`` (its planner state) then drives the skid's
-        # registers, next to Execute, instead of the enable of a buffered queue's ~200-flop
-        # output register here (12.3 ns in the whole core's placement, two long routes); the
-        # command reaches Execute in the same cycle as through a buffered queue.
-        m.submodules.exe_q = exe_q = Queue(exe_layout, 4, buffered=False)
-        m.submodules.exe_skid = exe_skid = SkidBuffer(exe_layout)
+        # The output queues keep their storage in LUT RAM, read combinationally (unbuffered):
+        # the consumer's ``ready`` moves a read pointer, not the enable of a wide output register,
+        # and no record is copied into a skid buffer (design-rules.md §4, §7).
+        m.submodules.exe_q = exe_q = Queue(exe_layout, 8, buffered=False)
         m.submodules.resp_q = resp_q = Queue(entry_layout, self.resp_depth)
         m.submodules.dec_q = dec_q = Queue(dec_layout, 8)
-        m.submodules.ack_q = ack_q = Queue(rx_meta_layout, 4)
+        m.submodules.ack_q = ack_q = Queue(rx_meta_layout, 4, buffered=False)
         m.submodules.ev_q = ev_q = Queue(event_layout, 4)
-        m.submodules.fl_q = fl_q = Queue(rq_flush_layout, 4)
-        connect(m, exe_q.o, exe_skid.i)
-        connect(m, exe_skid.o, wiring.flipped(self.exe))
+        m.submodules.fl_q = fl_q = Queue(rq_flush_layout, 4, buffered=False)
+        connect(m, exe_q.o, wiring.flipped(self.exe))
         connect(m, ack_q.o, wiring.flipped(self.ack_out))
         connect(m, ev_q.o, wiring.flipped(self.event))
         connect(m, fl_q.o, wiring.flipped(self.rq_flush))
@@ -277,12 +278,13 @@ class PsnCheck(wiring.Component):
         sel_fatal = Signal()
         sel_db = Signal()
         sel_meta = Signal()
+        a_haz = Signal()        # the selected operation must wait (same-QP hazard, see below)
         m.d.comb += [
             sel_fatal.eq(inj_valid),
             sel_db.eq(~inj_valid & self.rq_db.valid & ~ctx.busy),
             sel_meta.eq(~inj_valid & ~self.rq_db.valid & self.meta.valid & ~ctx.busy),
-            self.rq_db.ready.eq(adv & sel_db),
-            self.meta.ready.eq(adv & sel_meta),
+            self.rq_db.ready.eq(adv & sel_db & ~a_haz),
+            self.meta.ready.eq(adv & sel_meta & ~a_haz),
         ]
         a_info = opcode_info(m, meta.opcode, name="a_info")
         a_idx = Signal(ab)
@@ -299,8 +301,8 @@ class PsnCheck(wiring.Component):
             m.d.comb += [a_idx.eq(q[:ab]), a_qok.eq((q < self.num_qp) & (q > 1)),
                          a_kind.eq(Mux(a_info.ack, Kind.RESP, Kind.PKT))]
         a_fire = Signal()
-        m.d.comb += a_fire.eq(adv & (sel_fatal | sel_db | sel_meta))
-        with m.If(adv & sel_fatal):
+        m.d.comb += a_fire.eq(adv & (sel_fatal | sel_db | sel_meta) & ~a_haz)
+        with m.If(adv & sel_fatal & ~a_haz):
             m.d.sync += inj_valid.eq(0)
         m.d.comb += [ctx.rd_addr.eq(a_idx), ctx.rd_en.eq(adv)]
 
@@ -309,22 +311,44 @@ class PsnCheck(wiring.Component):
         r_kind = Signal(2)
         r_idx = Signal(ab)
         r_qok = Signal()
-        r_meta = Signal(rx_meta_layout)
+        r_meta = Signal(meta_b_layout)
         r_db = Signal(16)
+        r_slot = Signal(2)
+        r_info = Signal.like(a_info, name="r_info")
+        # The frame's metadata is kept once, in a 4-entry LUT-RAM ring written in A and read
+        # by stage C at the operation's slot (at most three operations are in R, B and C, so A
+        # never writes the slot C reads); R and B carry only the fields B checks.
+        m.submodules.mring = mring = memory.Memory(shape=rx_meta_layout, depth=4, init=[])
+        mr_w = mring.write_port()
+        mr_r = mring.read_port(domain="comb")
+        a_slot = Signal(2)
+        # (written whenever A may issue, a register's enable, not the issue decision: a cycle
+        # without an issue writes the free slot the next issue writes again)
+        m.d.comb += [mr_w.addr.eq(a_slot), mr_w.data.eq(meta), mr_w.en.eq(adv)]
+        with m.If(a_fire):
+            m.d.sync += a_slot.eq(a_slot + 1)
         with m.If(adv):
             m.d.sync += [r_valid.eq(a_fire), r_kind.eq(a_kind), r_idx.eq(a_idx),
-                         r_qok.eq(a_qok), r_meta.eq(meta), r_db.eq(self.rq_db.payload.index)]
+                         r_qok.eq(a_qok), r_db.eq(self.rq_db.payload.index), r_slot.eq(a_slot),
+                         r_info.eq(a_info)]
+            for f in meta_b_layout.members:
+                m.d.sync += r_meta[f].eq(meta[f])
 
         # ---- stage B: forwarding and the checks that need no dynamic context ----------------
         b_valid = Signal()
         b_kind = Signal(2)
         b_idx = Signal(ab)
         b_qok = Signal()
-        b_meta = Signal(rx_meta_layout)
+        b_meta = Signal(meta_b_layout)
         b_db = Signal(16)
-        b_ctx = Signal(qp_dyn_layout)   # the QP's context, every older write included but C's
-        b_st = Signal(qp_static_layout)
-        b_fwd_c = Signal()              # the operation in C writes B's QP (from registers)
+        b_slot = Signal(2)
+        # (the opcode decoded in A, registered through R: B's checks start from flip-flops)
+        b_info = Signal.like(a_info, name="b_info")
+        # the QP's row as read: the tables' registered read data (C's write of the R→B cycle
+        # aside, see below)
+        b_ctx = ctx.rd_dyn
+        b_st = ctx.rd_static
+        b_fwd = Signal()                # the read missed the write of the operation ahead
 
         c_valid = Signal()
         c_kind = Signal(2)
@@ -332,46 +356,44 @@ class PsnCheck(wiring.Component):
         c_qok = Signal()
         c_meta = Signal(rx_meta_layout)
         c_db = Signal(16)
+        c_slot = Signal(2)
+        m.d.comb += [mr_r.addr.eq(c_slot), c_meta.eq(mr_r.data)]
         c_ctx = Signal(qp_dyn_layout)
         c_st = Signal(qp_static_layout)
+        c_sq_psn = Signal(24)
 
-        # The forwarding is done on the R→B transfer: the read of the packet in R missed two
-        # writes at most, the one of the cycle its read was issued (w1 now) and the one of C in
-        # this cycle (``new``); B's context register gets the newest of C's write, w1 and the
-        # RAM data (one LUT after the EBR output, the selects from two 8-bit compares of
-        # registers). The write of the operation then in C is forwarded on the B→C transfer.
+        # One read-modify-write of the dynamic table: read in A (the block RAM's output in R, its
+        # register in B), decided and written in C. An operation is not issued while an operation of its QP that writes the
+        # table is in R or in C (``a_haz``): the read in A would miss that write. The one write
+        # a read can then miss is that of the operation in C on the R→B transfer (it was in B
+        # when the read was issued); that write is kept in ``w1`` and B uses it instead of the
+        # RAM data (``b_fwd``, a register). Operations of one QP are thus two cycles apart at
+        # least, operations of different QPs one cycle.
         wr_en = Signal()
         new = Signal(qp_dyn_layout)
-        w1_valid = Signal()
-        w1_addr = Signal(ab)
         w1_data = Signal(qp_dyn_layout)
         m.d.comb += [ctx.wr_en.eq(wr_en), ctx.wr_addr.eq(c_idx), ctx.wr_dyn.eq(new)]
         with m.If(wr_en):
-            m.d.sync += [w1_valid.eq(1), w1_addr.eq(c_idx), w1_data.eq(new)]
-        # a SET_QP (or the reset sweep) writes the table directly: forget the pipeline's write
-        with m.If(ctx.set_valid):
-            m.d.sync += w1_valid.eq(0)
-        rc_hit = Signal()
-        r_w1_hit = Signal()
-        r_use_ram = Signal()
-        r_fwd = Signal(qp_dyn_layout)
-        m.d.comb += [
-            rc_hit.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx)),
-            r_w1_hit.eq(w1_valid & (w1_addr == r_idx)),
-            r_use_ram.eq(~rc_hit & ~r_w1_hit),
-            r_fwd.eq(Mux(rc_hit, new, w1_data)),
-        ]
+            m.d.sync += w1_data.eq(new)
+        def hazard(idx):
+            return ((r_valid & (r_kind != Kind.RESP) & (r_idx == idx))
+                    | (c_valid & (c_kind != Kind.RESP) & (c_idx == idx)))
+        # (one compare per source, in parallel with the source select)
+        haz_f = Signal()
+        haz_d = Signal()
+        haz_m = Signal()
+        m.d.comb += [haz_f.eq(hazard(inj_qpn)), haz_d.eq(hazard(self.rq_db.payload.qpn[:ab])),
+                     haz_m.eq(hazard(meta.dqpn[:ab])),
+                     a_haz.eq((sel_fatal & haz_f) | (sel_db & haz_d) | (sel_meta & haz_m))]
         with m.If(adv):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
-                         b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db),
-                         b_ctx.eq(Mux(r_use_ram, ctx.rd_dyn, r_fwd)), b_st.eq(ctx.rd_static),
-                         b_fwd_c.eq(b_valid & (b_kind != Kind.RESP) & (b_idx == r_idx))]
-        fwd_c = b_fwd_c
+                         b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db), b_slot.eq(r_slot),
+                         b_info.eq(r_info),
+                         b_fwd.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx))]
         fwd = Signal(qp_dyn_layout)
-        m.d.comb += fwd.eq(Mux(fwd_c, new, b_ctx))
+        m.d.comb += fwd.eq(Mux(b_fwd, w1_data, b_ctx))
 
         # context-free checks, registered into C
-        b_info = opcode_info(m, b_meta.opcode, name="b_info")
         b_pmtu = Signal(13)
         with m.Switch(b_st.pmtu):
             for code in range(1, 6):
@@ -399,13 +421,7 @@ class PsnCheck(wiring.Component):
 
         b_wstart_bad = w_rules_bad(rl, "b_wstart_bad")  # FIRST/ONLY: resid = RETH length
 
-        # The checks that need the dynamic context, done here against the three contexts the
-        # packet can meet in C: the older one (``b_ctx``), C's next context if C executes its
-        # packet (``nx_e``), and C's next context if it does not (``nx_n``: a doorbell's
-        # producer, a fatal report's ERROR; a NAK 0x61 moves the QP to ERROR, which only
-        # ``state_ok`` needs to know). All operands come from registers; the results are picked
-        # on the B→C transfer by the forward flag (a register) and C's execute/fail bits, so the
-        # decision → context loop in C keeps only the final 2:1 selects.
+        # The checks that need the dynamic context, against the QP's current context ``fwd``.
         chk_layout = data.StructLayout({
             "cls": psn_class_layout, "state_ok": 1, "seq_ok": 1, "rnr": 1, "w_bad": 1,
             "resid": 32, "off": 32,
@@ -435,22 +451,18 @@ class PsnCheck(wiring.Component):
         x_fatal = Signal()          # stage C's fatal report moves the QP to ERROR
         nx_e = Signal(qp_dyn_layout)
         nx_n = Signal(qp_dyn_layout)
-        ck_old = context_checks(b_ctx, state_ok_of(b_ctx.state), "b_ck_old")
-        ck_e = context_checks(nx_e, state_ok_of(c_ctx.state), "b_ck_e")
-        ck_n = context_checks(nx_n, state_ok_of(c_ctx.state) & ~x_fatal, "b_ck_n")
-        ck_n_f = Signal(chk_layout)
-        m.d.comb += [ck_n_f.eq(ck_n), ck_n_f.state_ok.eq(ck_n.state_ok & ~x_fail)]
+        ck = context_checks(fwd, state_ok_of(fwd.state), "b_ck")
         c_ck = Signal(chk_layout)
         c_psn1 = Signal(24)
         with m.If(adv):
-            m.d.sync += c_ck.eq(Mux(fwd_c, Mux(x_exec, ck_e, ck_n_f), ck_old))
+            m.d.sync += c_ck.eq(ck)
         c_info = Signal.like(b_info)
         c_pmtu = Signal(13)
         c_pre_bad = Signal()            # position rule, RETH length > 2^31, start WRITE rules
         c_acc_bad = Signal()
         c_drop = Signal()               # bad QPN or source IPv4 not the QP's
         c_len_nz = Signal()
-        c_pkt_ok = Signal()             # a request packet passing every context-free check
+        c_pkt_ok = Signal()             # a request packet of a usable QP, access allowed
         b_pre_bad = Signal()
         b_acc_bad = Signal()
         b_drop = Signal()
@@ -462,11 +474,11 @@ class PsnCheck(wiring.Component):
         ]
         with m.If(adv):
             m.d.sync += [c_valid.eq(b_valid), c_kind.eq(b_kind), c_idx.eq(b_idx),
-                         c_qok.eq(b_qok), c_meta.eq(b_meta), c_db.eq(b_db),
-                         c_ctx.eq(fwd), c_st.eq(b_st),
+                         c_qok.eq(b_qok), c_slot.eq(b_slot), c_db.eq(b_db),
+                         c_ctx.eq(fwd), c_st.eq(b_st), c_sq_psn.eq(ctx.rd_sq_psn),
                          c_info.eq(b_info), c_pmtu.eq(b_pmtu),
                          c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
-                         c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad & ~b_pre_bad),
+                         c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad),
                          c_len_nz.eq(b_len != 0), c_psn1.eq(b_meta.psn + 1)]
 
         # ---- stage C: decide --------------------------------------------------------------------
@@ -522,7 +534,7 @@ class PsnCheck(wiring.Component):
         with m.Else():
             m.d.comb += [self.qp_set.payload.qpn.eq(c_idx),
                          self.qp_set.payload.state.eq(QpState.ERROR),
-                         self.qp_set.payload.sq_psn.eq(cx.sq_psn),
+                         self.qp_set.payload.sq_psn.eq(c_sq_psn),
                          self.qp_set.payload.static.eq(st)]
         hb = HeaderBuilder(self.width)
         m.d.comb += self.stat.eq(Mux(fire, stat_c, 0) | hb.stat)
@@ -655,7 +667,8 @@ class PsnCheck(wiring.Component):
             k_pkt.eq(c_kind == Kind.PKT),
             ok_in.eq(k_pkt & ~c_drop & state_ok & pcls.in_order),
             x_fail.eq(ok_in & (~seq_ok | acc_bad | (~rnr & len_bad))),
-            x_exec.eq(c_pkt_ok & state_ok & pcls.in_order & seq_ok & ~rnr & ~c_ck.w_bad),
+            x_exec.eq(c_pkt_ok & ~c_pre_bad & state_ok & pcls.in_order & seq_ok & ~rnr
+                      & ~c_ck.w_bad),
             x_held.eq(Mux(~seq_ok | acc_bad, ~seq_ok & (cx.open == MsgClass.SEND),
                           (cx.open == MsgClass.SEND) | info.rwr)),
             x_fatal.eq((c_kind == Kind.FATAL) & (cx.state != QpState.RESET)
@@ -766,16 +779,24 @@ class PsnCheck(wiring.Component):
         ew_addr = Signal(ab)
         ew_data = Signal()
         fault_take = Signal()
-        m.d.comb += fault_take.eq(flt.valid & ~inj_valid & ~ew_valid & ~ctx.busy)
+        # A fault is not taken while the sequencer's head is a fatal ``done`` (which may inject
+        # its own fatal operation this cycle): the take then depends on registers and ports
+        # only, not on the error bit read and the sequencer's decision.
+        m.d.comb += fault_take.eq(flt.valid & ~inj_valid & ~ew_valid & ~ctx.busy
+                                  & ~(have & fatal_done))
+        # (the QPN of a new injection is loaded whenever none is pending, from the source that
+        # can inject: the two are exclusive, so only ``inj_valid`` waits for the decision)
+        with m.If(~inj_valid):
+            m.d.sync += inj_qpn.eq(Mux(fault_take, flt.payload.qpn[:ab], h.qpn))
         with m.If(go & need_inj):
-            m.d.sync += [inj_valid.eq(1), inj_qpn.eq(h.qpn)]
-        with m.Elif(fault_take):
+            m.d.sync += inj_valid.eq(1)
+        with m.If(fault_take):
             # (not while a command or the sweep owns the context: the injected operation
             # would read and write the tables through ports the command FSM holds)
             # a fault from a later stage: suppress the QP's responses, then move it to ERROR
             m.d.comb += flt.ready.eq(1)
             with m.If(fq_ok):
-                m.d.sync += [inj_valid.eq(1), inj_qpn.eq(flt.payload.qpn[:ab])]
+                m.d.sync += inj_valid.eq(1)
         m.d.sync += [sw_valid.eq(seq_err_wr), sw_addr.eq(h.qpn)]
         with m.If(sw_valid):
             m.d.comb += [err_wr.addr.eq(sw_addr), err_wr.data.eq(1), err_wr.en.eq(1)]
@@ -786,7 +807,7 @@ class PsnCheck(wiring.Component):
         with m.If(ctx.set_valid):
             m.d.sync += [ew_valid.eq(1), ew_addr.eq(ctx.set_qpn),
                          ew_data.eq(ctx.set_state == QpState.ERROR)]
-        with m.Elif(fault_take & fq_ok & ~(go & need_inj)):
+        with m.Elif(fault_take & fq_ok):
             m.d.sync += [ew_valid.eq(1), ew_addr.eq(flt.payload.qpn[:ab]),
                          ew_data.eq(1)]
 
@@ -806,7 +827,7 @@ class PsnCheck(wiring.Component):
 
         # commands may run once everything is drained
         m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~resp_q.o.valid & (resp_q.level == 0)
-                                & ~inj_valid & ~ew_valid & ~exe_q.o.valid & ~exe_skid.o.valid
+                                & ~inj_valid & ~ew_valid & ~exe_q.o.valid
                                 & fl_q.i.ready)
         return m
 

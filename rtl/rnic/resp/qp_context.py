@@ -2,16 +2,27 @@
 
 Two tables of ``num_qp`` entries, both in block RAM:
 
-* the **static** table (:data:`qp_static_layout`): everything SET_QP writes and nothing else
-  changes: path MTU, min_rnr_timer, timeout, destination QPN, PD, access flags, CQ numbers,
-  RQ/SQ ring bases and sizes, retry counts, remote MAC/IPv4, UDP source port;
+* the **static** table (:data:`qp_static_layout` and the send PSN): everything SET_QP writes
+  and nothing else changes: path MTU, min_rnr_timer, timeout, destination QPN, PD, access
+  flags, CQ numbers, RQ/SQ ring bases and sizes, retry counts, remote MAC/IPv4, UDP source
+  port, the next send PSN. A row keeps each ARG's bits in 9-bit lanes (the block RAM's byte
+  enables), so SET_QP writes an ARG's lanes in the cycle it reads that ARG through the command
+  port's one read port (design-rules.md §8): no ARG is held in flip-flops;
 * the **dynamic** table (:data:`qp_dyn_layout`): what packets change: state, ePSN, MSN, the
-  sent-NAK latch, the message in progress (class, byte offset, WRITE length/VA/rkey), the on-chip
-  RQ producer/consumer indices, the next send PSN and the SQ consumer index.
+  sent-NAK latch, the message in progress (class, byte offset, WRITE length/VA/rkey), the
+  on-chip RQ producer/consumer indices.
 
-The PSN Check pipeline (``psn_check.py``) owns the read-modify-write of the dynamic table
-through :class:`QpContext`'s pipeline ports; this block serves SET_QP (0x01) and QUERY_QP (0x02)
-of the command mailbox (interface.md §4.2) through the same ports while the pipeline is drained.
+Each table's read data is registered once (the block RAM's output register); that register is
+PSN Check's stage-B context and the command's view of the QP. The PSN Check pipeline
+(``psn_check.py``) owns the read-modify-write of the dynamic table through :class:`QpContext`'s
+pipeline ports; this block serves SET_QP (0x01) and QUERY_QP (0x02) of the command mailbox
+(interface.md §4.2) through the same ports while the pipeline is drained.
+
+SET_QP reads ARG0..14 twice: a first pass keeps what the checks and the dynamic write need (new
+state, path MTU, ARG2's ePSN, ARG3's send PSN, the refusals of ARG6/8/9), the QP's row is read
+and the command judged; only an accepted SET_QP reads them again and writes each ARG's lanes,
+then reads the row back (``set_static`` is the row written) and writes the dynamic entry and
+the send PSN (about 40 cycles in all).
 
 SET_QP rules: QPN 0/1 or ≥ num_qp → result 2; state not one of 0,1,2,3,6, an illegal change
 (only RESET→INIT→RTR→RTS and any→RESET/ERROR are legal; RTS→RTS is not), log2 ring sizes > 15,
@@ -22,7 +33,7 @@ PSN from ARG3 only on entry to RTS; RESET clears every dynamic field. SET_QP doe
 event 3 (the event reports errors the hardware found, not software's own choice).
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal, Value
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -87,8 +98,6 @@ qp_dyn_layout = data.StructLayout({
     "rkey": 32,         # RETH rkey of the open WRITE
     "rq_prod": 16,
     "rq_cons": 16,
-    "sq_psn": 24,
-    "sq_cons": 16,
 })
 
 
@@ -102,8 +111,55 @@ qp_set_event_layout = data.StructLayout({
     "static": qp_static_layout,
 })
 
+#: Where SET_QP's ARG bits live in a row of the static table: (ARG, first bit, width, field,
+#: first bit in the field). The row keeps, per ARG, only the bits some field takes, packed into
+#: whole 9-bit lanes (the block RAM's byte), so that SET_QP writes an ARG's lanes in the cycle
+#: it reads that ARG and no ARG is held in flip-flops. The low 6 bits of the ring bases are 0
+#: in every row written (64-byte alignment is checked first) and are not stored.
+_ARG_BITS = (
+    (0, 8, 3, "pmtu", 0), (0, 16, 5, "min_rnr", 0), (0, 24, 5, "timeout", 0),
+    (1, 0, 24, "dest_qpn", 0),
+    (4, 0, 16, "pd", 0), (4, 16, 8, "access", 0),
+    (5, 0, 16, "rcqn", 0), (5, 16, 16, "scqn", 0),
+    (6, 6, 26, "rq_base", 6), (7, 0, 32, "rq_base", 32),
+    (8, 0, 5, "rq_log", 0), (8, 8, 5, "sq_log", 0), (8, 16, 3, "retry_cnt", 0),
+    (8, 20, 3, "rnr_retry", 0),
+    (9, 6, 26, "sq_base", 6), (10, 0, 32, "sq_base", 32),
+    (11, 0, 32, "rmac", 0), (12, 0, 16, "rmac", 32),
+    (13, 0, 32, "rip", 0),
+    (14, 0, 16, "sport", 0),
+)
+_LANE = 9
+
+
+def _row_plan():
+    """``({arg: (first lane, lanes, [(arg bit, width, field, field bit, row bit)])}, send-PSN
+    lane, lanes in all)``."""
+    plan = {}
+    lane = 0
+    for arg in sorted({a for a, *_ in _ARG_BITS}):
+        bits = []
+        pos = lane * _LANE
+        for a, lo, w, field, flo in _ARG_BITS:
+            if a == arg:
+                bits.append((lo, w, field, flo, pos))
+                pos += w
+        n = -(-(pos - lane * _LANE) // _LANE)
+        plan[arg] = (lane, n, bits)
+        lane += n
+    return plan, lane, lane + 3          # the send PSN: 24 bits in 3 lanes
+
+
+_PLAN, _SQ_LANE, _LANES = _row_plan()
+
+
 class QpContext(wiring.Component):
     """The two QP tables and the SET_QP/QUERY_QP command handler.
+
+    Rows: the static table keeps SET_QP's ARG bits in 9-bit lanes (``_ARG_BITS``) plus the
+    send PSN, written an ARG at a time; the dynamic table keeps :data:`qp_dyn_layout`. Each
+    table's read data is registered once (``rd_static``/``rd_dyn``, the block RAM's output
+    register), and that register is both the pipeline's stage-B context and the command's.
 
     Parameters
     ----------
@@ -117,12 +173,15 @@ class QpContext(wiring.Component):
     busy : Out(1)
         A command is pending or running, or the reset sweep (``num_qp`` cycles after ``rst``,
         every QP to RESET) is running: the pipeline must not start new packet operations.
+        A register: a command is taken only after ``busy`` has been high for a cycle.
     idle : In(1)
         The pipeline and every outstanding execute are drained; the command may run.
     rd_addr, rd_en : In
-        Pipeline read port (both tables), synchronous: data one cycle after ``rd_en``;
-        ``rd_en`` low holds the data.
+        Pipeline read port (both tables): with ``rd_en`` the tables are read at ``rd_addr``
+        and the data of the previous read moves to ``rd_static``/``rd_sq_psn``/``rd_dyn``
+        (two reads in flight, one per ``rd_en``); ``rd_en`` low holds both.
     rd_static : Out(qp_static_layout)
+    rd_sq_psn : Out(24)
     rd_dyn : Out(qp_dyn_layout)
     wr_addr, wr_en : In
     wr_dyn : In(qp_dyn_layout)
@@ -135,6 +194,8 @@ class QpContext(wiring.Component):
         With ``set_valid``: SET_QP moves the QP from another state into ERROR.
     set_prod : Out(16)
         With ``set_valid``: the QP's RQ producer index.
+    set_sq_psn : Out(24)
+        With ``set_valid``: the send PSN the SET_QP left.
     set_static : Out(qp_static_layout)
         With ``set_valid``: the static fields written.
     """
@@ -151,6 +212,7 @@ class QpContext(wiring.Component):
             "rd_addr": In(self.abits),
             "rd_en": In(1),
             "rd_static": Out(qp_static_layout),
+            "rd_sq_psn": Out(24),
             "rd_dyn": Out(qp_dyn_layout),
             "wr_addr": In(self.abits),
             "wr_en": In(1),
@@ -170,167 +232,212 @@ class QpContext(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.num_qp
-        m.submodules.smem = smem = memory.Memory(shape=qp_static_layout, depth=n, init=[])
+        m.submodules.smem = smem = memory.Memory(shape=_LANES * _LANE, depth=n, init=[])
         m.submodules.dmem = dmem = memory.Memory(shape=qp_dyn_layout, depth=n, init=[])
         srd = smem.read_port()
-        swr = smem.write_port()
+        swr = smem.write_port(granularity=_LANE)
         drd = dmem.read_port()
         dwr = dmem.write_port()
 
         cmd = self.cmd.cmd
         resp = self.cmd.resp
-        owned = Signal()        # the command FSM drives the memory ports
+        # the command FSM drives the memory ports: a register, from taking a command (or rst)
+        # to its response (or the sweep's end), so that it reaches the wide write-data and
+        # address muxes straight from a flip-flop
+        owned = Signal(init=1)
         c_addr = Signal(self.abits)
         c_rd_en = Signal()
         c_wr_dyn = Signal(qp_dyn_layout)
-        c_wr_static = Signal(qp_static_layout)
         c_wr_en = Signal()
+
+        # the read data, registered once (shared by the pipeline and the command)
+        rd_en = Signal()
+        srow = Signal(_LANES * _LANE)
+        dq = Signal(qp_dyn_layout)
+        with m.If(rd_en):
+            m.d.sync += [srow.eq(srd.data), dq.eq(drd.data)]
+        st = Signal(qp_static_layout)       # srow's fields
+        for arg, (lane, _n, bits) in _PLAN.items():
+            for lo, w, field, flo, pos in bits:
+                m.d.comb += Value.cast(st[field])[flo:flo + w].eq(srow[pos:pos + w])
+        sq_cur = Signal(24)
+        m.d.comb += sq_cur.eq(srow[_SQ_LANE * _LANE:_SQ_LANE * _LANE + 24])
 
         m.d.comb += [
             srd.addr.eq(Mux(owned, c_addr, self.rd_addr)),
             drd.addr.eq(Mux(owned, c_addr, self.rd_addr)),
-            srd.en.eq(Mux(owned, c_rd_en, self.rd_en)),
-            drd.en.eq(Mux(owned, c_rd_en, self.rd_en)),
-            self.rd_static.eq(srd.data),
-            self.rd_dyn.eq(drd.data),
+            rd_en.eq(Mux(owned, c_rd_en, self.rd_en)),
+            srd.en.eq(rd_en),
+            drd.en.eq(rd_en),
+            self.rd_static.eq(st),
+            self.rd_sq_psn.eq(sq_cur),
+            self.rd_dyn.eq(dq),
             dwr.addr.eq(Mux(owned, c_addr, self.wr_addr)),
             dwr.data.eq(Mux(owned, c_wr_dyn, self.wr_dyn)),
             dwr.en.eq(Mux(owned, c_wr_en, self.wr_en)),
             swr.addr.eq(c_addr),
-            swr.data.eq(c_wr_static),
-            swr.en.eq(owned & c_wr_en),
         ]
 
         op = Signal(8)
-        args = Signal(data.ArrayLayout(32, 15))     # SET_QP's ARG0..14, read one per cycle
         index = Signal(24)
         result = Signal(8)
-        rargs = Signal(data.ArrayLayout(32, 6))     # QUERY_QP's answer, written one per cycle
         cnt = Signal(range(16))
         sweeping = Signal()
         sweep_cnt = Signal(self.abits)
+        written = Signal()      # SET_QP's ARG lanes are written; the next read is the new row
         m.d.comb += [
             c_addr.eq(Mux(sweeping, sweep_cnt, index[:self.abits])),
             resp.payload.result.eq(result),
             self.cmd.arg_addr.eq(cnt),
-            self.cmd.arg_wdata.eq(Mux(cnt < 6, rargs.as_value().word_select(cnt[:3], 32), 0)),
         ]
 
-        cur = Signal(qp_dyn_layout)         # the QP's dynamic entry, registered off the EBR
-        m.d.sync += cur.eq(drd.data)
+        # What SET_QP's checks and its dynamic write need, kept while the ARGs are read: the
+        # new state and path MTU (ARG0), ePSN (ARG2), send PSN (ARG3), and the refusals found
+        # in ARG6 (RQ base alignment), ARG8 (log2 sizes) and ARG9 (SQ base alignment).
         new_state = Signal(4)
-        m.d.comb += new_state.eq(args[0][0:4])
-        # The command's checks are registers by EXEC: computed in READ from the block RAM's
-        # output (what ``cur`` holds in EXEC) and from ``op``/``index``/``args`` (set on entry to
-        # ADDR), so EXEC's write enable -- which fans out to the requester context, Execute's
-        # ``qp_reset`` and the flush queue -- starts from flip-flops. Cycle-identical.
+        pmtu = Signal(4)
+        arg_epsn = Signal(24)
+        arg_sq = Signal(24)
+        arg_bad = Signal()
+        ad = self.cmd.arg_data
+        argn = Signal(4)        # the ARG on ``arg_data`` (read in the previous cycle)
+        m.d.comb += argn.eq(cnt - 1)
+
         legal = Signal()
         m.d.comb += legal.eq(
             (new_state == QpState.RESET) | (new_state == QpState.ERROR)
-            | ((drd.data.state == QpState.RESET) & (new_state == QpState.INIT))
-            | ((drd.data.state == QpState.INIT) & (new_state == QpState.RTR))
-            | ((drd.data.state == QpState.RTR) & (new_state == QpState.RTS)))
-        pmtu = Signal(4)
-        m.d.comb += pmtu.eq(args[0][8:12])
-        bad = Signal()          # in EXEC: the SET_QP arguments or state change are refused
+            | ((dq.state == QpState.RESET) & (new_state == QpState.INIT))
+            | ((dq.state == QpState.INIT) & (new_state == QpState.RTR))
+            | ((dq.state == QpState.RTR) & (new_state == QpState.RTS)))
+        bad = Signal()          # from CHECK on: the SET_QP arguments or state change are refused
         is_set = Signal()
         is_query = Signal()
-        m.d.sync += [
-            bad.eq(~legal
-                   | (args[8][0:5] > 15) | (args[8][8:13] > 15)
-                   # ring bases are 64-byte aligned (interface.md §4.2): RQ ARG6, SQ ARG9
-                   | args[6][0:6].any() | args[9][0:6].any()
-                   | (((new_state == QpState.RTR) | (new_state == QpState.RTS))
-                      & ((pmtu < 1) | (pmtu > 5)))),
-            is_set.eq(op == CmdOp.SET_QP),
-            is_query.eq(op == CmdOp.QUERY_QP),
-        ]
+        m.d.sync += [is_set.eq(op == CmdOp.SET_QP), is_query.eq(op == CmdOp.QUERY_QP)]
 
-        st = Signal(qp_static_layout)
-        m.d.comb += [
-            st.pmtu.eq(pmtu),
-            st.min_rnr.eq(args[0][16:21]),
-            st.timeout.eq(args[0][24:29]),
-            st.dest_qpn.eq(args[1][0:24]),
-            st.pd.eq(args[4][0:16]),
-            st.access.eq(args[4][16:24]),
-            st.rcqn.eq(args[5][0:16]),
-            st.scqn.eq(args[5][16:32]),
-            st.rq_base.eq(Cat(args[6], args[7])),
-            st.rq_log.eq(args[8][0:5]),
-            st.sq_log.eq(args[8][8:13]),
-            st.retry_cnt.eq(args[8][16:19]),
-            st.rnr_retry.eq(args[8][20:23]),
-            st.sq_base.eq(Cat(args[9], args[10])),
-            st.rmac.eq(Cat(args[11], args[12][0:16])),
-            st.rip.eq(args[13]),
-            st.sport.eq(args[14][0:16]),
-            c_wr_static.eq(Mux(sweeping, 0, st)),
-        ]
+        # static-table writes: ARG ``argn``'s lanes with its bits (WRITE), the send PSN's lanes
+        # (EXEC), every lane with 0 (SWEEP)
+        s_lanes = Signal(_LANES)
+        ad0 = Signal(32)
+        sq_new = Signal(24)
+        sq_w = Signal(24)
+        m.d.comb += [ad0.eq(Mux(sweeping, 0, ad)), sq_w.eq(Mux(sweeping, 0, sq_new))]
+        for arg, (lane, nl, bits) in _PLAN.items():
+            for lo, w, field, flo, pos in bits:
+                m.d.comb += swr.data[pos:pos + w].eq(ad0[lo:lo + w])
+        m.d.comb += swr.data[_SQ_LANE * _LANE:_SQ_LANE * _LANE + 24].eq(sq_w)
+        s_arg_we = Signal()
+        s_sq_we = Signal()
+        for arg, (lane, nl, bits) in _PLAN.items():
+            for k in range(lane, lane + nl):
+                m.d.comb += s_lanes[k].eq(sweeping | (s_arg_we & (argn == arg)))
+        for k in range(_SQ_LANE, _LANES):
+            m.d.comb += s_lanes[k].eq(sweeping | s_sq_we)
+        m.d.comb += swr.en.eq(s_lanes)
+
         nd = Signal(qp_dyn_layout)
         with m.If(new_state == QpState.RESET):
-            m.d.comb += nd.eq(0)
+            m.d.comb += [nd.eq(0), sq_new.eq(0)]
         with m.Else():
-            m.d.comb += nd.eq(cur)
-            m.d.comb += nd.state.eq(new_state)
+            m.d.comb += [nd.eq(dq), nd.state.eq(new_state),
+                         sq_new.eq(Mux(new_state == QpState.RTS, arg_sq, sq_cur))]
             with m.If(new_state == QpState.RTR):
-                m.d.comb += nd.epsn.eq(args[2][0:24])
-            with m.If(new_state == QpState.RTS):
-                m.d.comb += nd.sq_psn.eq(args[3][0:24])
+                m.d.comb += nd.epsn.eq(arg_epsn)
         m.d.comb += c_wr_dyn.eq(Mux(sweeping, 0, nd))
 
-        qpn_ok = Signal()       # registered like ``bad``: ``index`` is set on entry to ADDR
+        qpn_ok = Signal()       # registered: ``index`` is set on entry to LOAD/ADDR
         m.d.sync += qpn_ok.eq((index < self.num_qp) & (index > 1))
 
+        busy = Signal()
+        busy_r = Signal(init=1)
+        m.d.sync += busy_r.eq(busy)
+        m.d.comb += self.busy.eq(busy_r)
         with m.FSM(init="SWEEP"):
             with m.State("SWEEP"):
                 # after rst: every QP to RESET, one entry per cycle
-                m.d.comb += [self.busy.eq(1), owned.eq(1), sweeping.eq(1), c_wr_en.eq(1),
+                m.d.comb += [busy.eq(1), sweeping.eq(1), c_wr_en.eq(1),
                              self.set_valid.eq(1)]
                 m.d.sync += sweep_cnt.eq(sweep_cnt + 1)
                 with m.If(sweep_cnt == self.num_qp - 1):
+                    m.d.sync += owned.eq(0)
                     m.next = "IDLE"
             with m.State("IDLE"):
-                m.d.comb += self.busy.eq(cmd.valid)
-                with m.If(cmd.valid & self.idle):
+                m.d.comb += busy.eq(cmd.valid)
+                with m.If(cmd.valid & self.idle & busy_r):
                     m.d.comb += cmd.ready.eq(1)
                     m.d.sync += [op.eq(cmd.payload.opcode), index.eq(cmd.payload.index),
-                                 rargs.eq(0), cnt.eq(0)]
+                                 cnt.eq(0), written.eq(0), arg_bad.eq(0), owned.eq(1)]
                     with m.If(cmd.payload.opcode == CmdOp.SET_QP):
                         m.next = "LOAD"
                     with m.Else():
                         m.next = "ADDR"
             with m.State("LOAD"):
                 # ARG cnt is addressed this cycle and arrives the next: ARG0..14 in 16 cycles
-                m.d.comb += self.busy.eq(1)
+                m.d.comb += busy.eq(1)
                 m.d.sync += cnt.eq(cnt + 1)
-                with m.If(cnt != 0):
-                    m.d.sync += args[(cnt - 1)[:4]].eq(self.cmd.arg_data)
+                with m.Switch(argn):
+                    with m.Case(0):
+                        m.d.sync += [new_state.eq(ad[0:4]), pmtu.eq(ad[8:12])]
+                    with m.Case(2):
+                        m.d.sync += arg_epsn.eq(ad[0:24])
+                    with m.Case(3):
+                        m.d.sync += arg_sq.eq(ad[0:24])
+                    with m.Case(6, 9):
+                        # ring bases are 64-byte aligned (interface.md §4.2): RQ ARG6, SQ ARG9
+                        with m.If(ad[0:6].any()):
+                            m.d.sync += arg_bad.eq(1)
+                    with m.Case(8):
+                        with m.If((ad[0:5] > 15) | (ad[8:13] > 15)):
+                            m.d.sync += arg_bad.eq(1)
                 with m.If(cnt == 15):
                     m.next = "ADDR"
             with m.State("ADDR"):
-                m.d.comb += [self.busy.eq(1), owned.eq(1), c_rd_en.eq(1)]
+                m.d.comb += [busy.eq(1), c_rd_en.eq(1)]
                 m.next = "READ"
             with m.State("READ"):
-                m.d.comb += [self.busy.eq(1), owned.eq(1)]
-                m.next = "EXEC"
+                # the row read in ADDR moves to ``srow``/``dq``
+                m.d.comb += [busy.eq(1), c_rd_en.eq(1)]
+                with m.If(written):
+                    m.next = "EXEC"
+                with m.Else():
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += busy.eq(1)
+                m.d.sync += [
+                    bad.eq(~legal | arg_bad
+                           | (((new_state == QpState.RTR) | (new_state == QpState.RTS))
+                              & ((pmtu < 1) | (pmtu > 5)))),
+                    cnt.eq(0),
+                ]
+                with m.If(is_set & qpn_ok):
+                    m.next = "ACCEPT"
+                with m.Else():
+                    m.next = "EXEC"
+            with m.State("ACCEPT"):
+                m.d.comb += busy.eq(1)
+                with m.If(bad):
+                    m.next = "EXEC"
+                with m.Else():
+                    m.next = "WRITE"
+            with m.State("WRITE"):
+                # ARG0..14 again, each written into its lanes of the static row as it arrives
+                m.d.comb += [busy.eq(1), s_arg_we.eq(cnt != 0)]
+                m.d.sync += cnt.eq(cnt + 1)
+                with m.If(cnt == 15):
+                    m.d.sync += written.eq(1)
+                    m.next = "ADDR"
             with m.State("EXEC"):
-                m.d.comb += [self.busy.eq(1), owned.eq(1)]
+                m.d.comb += busy.eq(1)
+                m.d.sync += cnt.eq(0)
                 with m.If(~qpn_ok):
                     m.d.sync += result.eq(Result.BAD_INDEX)
                 with m.Elif(is_query):
-                    m.d.sync += [
-                        result.eq(Result.OK), cnt.eq(0),
-                        rargs[0].eq(cur.state), rargs[1].eq(cur.epsn), rargs[2].eq(self.q_psn),
-                        rargs[3].eq(cur.msn), rargs[4].eq(cur.rq_cons),
-                        rargs[5].eq(self.q_cons),
-                    ]
+                    m.d.sync += result.eq(Result.OK)
                 with m.Elif(is_set):
                     with m.If(bad):
                         m.d.sync += result.eq(Result.BAD_ARGUMENT)
                     with m.Else():
                         m.d.sync += result.eq(Result.OK)
-                        m.d.comb += [c_wr_en.eq(1), self.set_valid.eq(1)]
+                        m.d.comb += [c_wr_en.eq(1), s_sq_we.eq(1), self.set_valid.eq(1)]
                 with m.Else():
                     m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
                 with m.If(qpn_ok & is_query):
@@ -338,18 +445,33 @@ class QpContext(wiring.Component):
                 with m.Else():
                     m.next = "RESP"
             with m.State("ANSWER"):
-                # QUERY_QP: ARG0..5, and 0 in ARG6..15, written one per cycle before the response
-                m.d.comb += [self.busy.eq(1), self.cmd.arg_we.eq(1)]
+                # QUERY_QP: ARG0..5 from the row read (held) and the requester's context, and 0
+                # in ARG6..15, written one per cycle before the response
+                m.d.comb += [busy.eq(1), self.cmd.arg_we.eq(1)]
                 m.d.sync += cnt.eq(cnt + 1)
+                with m.Switch(cnt):
+                    with m.Case(0):
+                        m.d.comb += self.cmd.arg_wdata.eq(dq.state)
+                    with m.Case(1):
+                        m.d.comb += self.cmd.arg_wdata.eq(dq.epsn)
+                    with m.Case(2):
+                        m.d.comb += self.cmd.arg_wdata.eq(self.q_psn)
+                    with m.Case(3):
+                        m.d.comb += self.cmd.arg_wdata.eq(dq.msn)
+                    with m.Case(4):
+                        m.d.comb += self.cmd.arg_wdata.eq(dq.rq_cons)
+                    with m.Case(5):
+                        m.d.comb += self.cmd.arg_wdata.eq(self.q_cons)
                 with m.If(cnt == 15):
                     m.next = "RESP"
             with m.State("RESP"):
-                m.d.comb += [self.busy.eq(1), resp.valid.eq(1)]
+                m.d.comb += [busy.eq(1), resp.valid.eq(1)]
                 with m.If(resp.ready):
+                    m.d.sync += owned.eq(0)
                     m.next = "IDLE"
         m.d.comb += [self.set_qpn.eq(c_addr), self.set_state.eq(Mux(sweeping, 0, new_state)),
                      self.set_to_error.eq(~sweeping & (new_state == QpState.ERROR)
-                                          & (cur.state != QpState.ERROR)),
-                     self.set_prod.eq(cur.rq_prod), self.set_static.eq(c_wr_static),
-                     self.set_sq_psn.eq(c_wr_dyn.sq_psn), self.q_qpn.eq(index)]
+                                          & (dq.state != QpState.ERROR)),
+                     self.set_prod.eq(dq.rq_prod), self.set_static.eq(Mux(sweeping, 0, st)),
+                     self.set_sq_psn.eq(sq_w), self.q_qpn.eq(index)]
         return m
