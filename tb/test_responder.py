@@ -65,7 +65,10 @@ def _trace_run(simulator, tests, label):
     return out / f"w64-{simulator}"
 
 
-@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+# Verilator's run (a model build of its own, about 80 s) is in make regress-full; the regression
+# keeps Icarus's.
+@pytest.mark.parametrize("simulator", ["icarus",
+                                       pytest.param("verilator", marks=pytest.mark.full)])
 def test_responder_trace(simulator):
     """The trace sees inside the top on both simulators: the 9-step SEND passes the blocks in
     the book's order, and the SEND with Invalidate passes the invalidate step."""
