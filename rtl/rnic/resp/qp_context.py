@@ -449,19 +449,11 @@ class QpContext(wiring.Component):
                 # in ARG6..15, written one per cycle before the response
                 m.d.comb += [busy.eq(1), self.cmd.arg_we.eq(1)]
                 m.d.sync += cnt.eq(cnt + 1)
+                answer = (dq.state, dq.epsn, self.q_psn, dq.msn, dq.rq_cons, self.q_cons)
                 with m.Switch(cnt):
-                    with m.Case(0):
-                        m.d.comb += self.cmd.arg_wdata.eq(dq.state)
-                    with m.Case(1):
-                        m.d.comb += self.cmd.arg_wdata.eq(dq.epsn)
-                    with m.Case(2):
-                        m.d.comb += self.cmd.arg_wdata.eq(self.q_psn)
-                    with m.Case(3):
-                        m.d.comb += self.cmd.arg_wdata.eq(dq.msn)
-                    with m.Case(4):
-                        m.d.comb += self.cmd.arg_wdata.eq(dq.rq_cons)
-                    with m.Case(5):
-                        m.d.comb += self.cmd.arg_wdata.eq(self.q_cons)
+                    for k, word in enumerate(answer):       # ARG0..5 of interface.md §4.2
+                        with m.Case(k):
+                            m.d.comb += self.cmd.arg_wdata.eq(word)
                 with m.If(cnt == 15):
                     m.next = "RESP"
             with m.State("RESP"):
