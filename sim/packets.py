@@ -111,8 +111,9 @@ def icrc(datagram):
         d[1:4] = b"\xff\xff\xff"
         d[7] = 0xFF                         # hop limit
         u = 40
-    d[u + 6:u + 8] = b"\xff\xff"            # UDP checksum
-    d[u + 8 + 4] = 0xFF                     # BTH FECN/BECN/Resv6
+    d[u + 6:u + 8] = b"\xff\xff"[:max(0, len(d) - u - 6)]     # UDP checksum
+    if len(d) > u + 8 + 4:                  # a datagram too short to hold it masks nothing
+        d[u + 8 + 4] = 0xFF                 # BTH FECN/BECN/Resv6
     return struct.pack("<I", zlib.crc32(b"\xff" * 8 + bytes(d)) & 0xFFFFFFFF)
 
 
