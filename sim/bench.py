@@ -60,27 +60,16 @@ def load(path):
     return json.loads(p.read_text()) if p.exists() else []
 
 
-def _key(row):
-    return (row["block"], row["figure"], json.dumps(row["config"], sort_keys=True))
-
-
 def merge(rows, new):
-    out = {_key(r): r for r in rows}
-    for r in new:
-        out[_key(r)] = r
-    return sorted(out.values(), key=lambda r: (r["block"], r["figure"],
-                                               json.dumps(r["config"], sort_keys=True)))
+    """``rows`` updated by ``new`` (:func:`rnic_flow.figures.merge_bench`)."""
+    from rnic_flow.figures import merge_bench
+    return merge_bench(rows, new)
 
 
 def table(rows):
-    lines = ["| block | figure | config | value | limit | target |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        cfg = ", ".join(f"{k}={v}" for k, v in sorted(r["config"].items()))
-        lim = "" if r["limit"] is None else f"{r['limit']:g}"
-        tgt = "" if r.get("target") is None else f"{r['target']:g}"
-        lines.append(f"| {r['block']} | {r['figure']} | {cfg} | {r['value']:g} {r['unit']} | "
-                     f"{lim} | {tgt} |")
-    return "\n".join(lines) + "\n"
+    """The figures as Markdown (:func:`rnic_flow.figures.render_bench`, as docs/bench.md)."""
+    from rnic_flow.figures import render_bench
+    return render_bench(rows) + "\n"
 
 
 #: name -> callable(simulator, out_path) running one benchmark (registered by sim.benches)

@@ -71,14 +71,20 @@ def record_synth(rows, dst=FIGURES / "synth.json"):
     _write(dst, sorted(old.values(), key=_synth_key))
 
 
-def record_bench(rows, dst=FIGURES / "bench.json"):
-    """Merge benchmark figures (``sim.bench`` rows) into the record."""
+def merge_bench(rows, new):
+    """Benchmark figures ``rows`` updated by ``new``, one per block, figure and configuration
+    (``build/bench.json`` and the record are both kept so)."""
     def key(r):
         return (r["block"], r["figure"], json.dumps(r["config"], sort_keys=True))
-    old = {key(r): r for r in _load(dst, [])}
-    for r in rows:
-        old[key(r)] = r
-    _write(dst, sorted(old.values(), key=key))
+    out = {key(r): r for r in rows}
+    for r in new:
+        out[key(r)] = r
+    return sorted(out.values(), key=key)
+
+
+def record_bench(rows, dst=FIGURES / "bench.json"):
+    """Merge benchmark figures (``sim.bench`` rows) into the record."""
+    _write(dst, merge_bench(_load(dst, []), rows))
 
 
 # ---- rendering -----------------------------------------------------------------------------
