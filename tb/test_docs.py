@@ -63,3 +63,16 @@ def test_readme_amaranth_example_runs():
     exec(_block(README.read_text(), "python"), env)   # noqa: S102 - the README's own example
     assert env["rnic"].s_axis_rx_tdata.shape().width == env["rnic"].config.data_width
     Fragment.get(env["m"], None)
+
+
+def test_goodput_table_places_each_figure():
+    """A figure lands in the row of its size and host latency and the column of its width."""
+    def row(size, w, value, **cfg):
+        return {"block": "requester+responder", "figure": f"goodput A->B, SEND {size} B",
+                "value": value, "unit": "B/cycle", "limit": 4.0, "target": None,
+                "config": {"W": w, "PMTU": 4096, **cfg}}
+    text = figures.render_goodput([row(64, 64, 2.5), row(4096, 512, 30.0, rd_latency=100),
+                                   row(256, 64, 9.9)])
+    assert "| 64 B | 0 cycles | 2.50 of 4.00 | – |" in text
+    assert "| 4 KiB | 100 cycles | – | 30.00 of 4.00 |" in text
+    assert "9.90" not in text and "| 4 KiB | 0 cycles" not in text   # not a README row

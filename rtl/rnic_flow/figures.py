@@ -180,14 +180,19 @@ def render_fmax(synth):
     return "\n".join(lines)
 
 
-def _bench_index(bench, block, pattern):
-    out = {}
-    rx = re.compile(pattern)
+def _find(bench, block, figure, **config):
+    """The recorded figure of ``block`` named ``figure`` whose configuration has ``config``'s
+    values (an absent ``rd_latency`` is 0: zero-wait host memory), or None."""
     for r in bench:
-        m = r["block"] == block and rx.fullmatch(r["figure"])
-        if m:
-            out[(m.groups(), tuple(sorted(r["config"].items())))] = r
-    return out
+        c = r["config"]
+        if r["block"] == block and r["figure"] == figure and all(
+                c.get(k, 0 if k == "rd_latency" else None) == v for k, v in config.items()):
+            return r
+    return None
+
+
+def _widths(bench, block):
+    return sorted({r["config"]["W"] for r in bench if r["block"] == block})
 
 
 def _size(b):
@@ -200,62 +205,53 @@ GOODPUT_ROWS = ((64, 0), (4096, 0), (4096, 100), (65536, 100))
 RESPONDER_PAYLOADS = (0, 256)
 
 
-def render_goodput(bench):
-    idx = _bench_index(bench, "requester+responder", r"goodput A->B, SEND (\d+) B")
-    if not idx:
-        return "(not measured since the last change: `make bench` runs `pair-w*`)"
-    widths = sorted({dict(c)["W"] for _, c in idx})
-    rows = [r for r in GOODPUT_ROWS
-            if r in {(int(g[0]), dict(c).get("rd_latency", 0)) for g, c in idx}]
-    lines = ["| message | host reads | " + " | ".join(f"W={w}" for w in widths) + " |",
-             "|--:|--:|" + "--:|" * len(widths)]
-    for size, lat in rows:
-        cells = []
-        for w in widths:
-            cfg = {"W": w, "PMTU": 4096, **({"rd_latency": lat} if lat else {})}
-            r = idx.get(((str(size),), tuple(sorted(cfg.items()))))
-            cells.append(f"{r['value']:.2f} of {r['limit']:.2f}" if r else "–")
-        lines.append(f"| {_size(size)} | {lat} cycles | " + " | ".join(cells) + " |")
+def _table(head, rule, widths, rows):
+    """Columns ``head`` (aligned by ``rule``) then one per width; rows ``(lead cells, {W:
+    cell})``, a row with no figure left out."""
+    lines = [f"| {head} | " + " | ".join(f"W={w}" for w in widths) + " |",
+             rule + "--:|" * len(widths)]
+    for lead, cells in rows:
+        if any(v is not None for v in cells.values()):
+            lines.append(f"| {lead} | " + " | ".join(cells.get(w) or "–" for w in widths) + " |")
     return "\n".join(lines)
+
+
+def render_goodput(bench):
+    block = "requester+responder"
+    widths = _widths(bench, block)
+    if not widths:
+        return "(no recorded figure: `make bench` runs `pair-w*`)"
+
+    def cell(size, lat, w):
+        r = _find(bench, block, f"goodput A->B, SEND {size} B", W=w, rd_latency=lat)
+        return f"{r['value']:.2f} of {r['limit']:.2f}" if r else None
+    return _table("message | host reads", "|--:|--:|", widths,
+                  [(f"{_size(size)} | {lat} cycles", {w: cell(size, lat, w) for w in widths})
+                   for size, lat in GOODPUT_ROWS])
 
 
 def render_responder(bench):
-    thr = _bench_index(bench, "resp_top", r"rx beats/cycle, back-to-back SEND_ONLY, (.+)")
-    ack = _bench_index(bench, "resp_top", r"cycles, request last beat to (first ACK beat)")
-    cqe = _bench_index(bench, "resp_top", r"cycles, request last beat to (CQE last write beat)")
-    if not thr and not ack:
-        return "(not measured since the last change: `make bench` runs `resp_top-w*`)"
-    widths = sorted({dict(c)["W"] for _, c in thr} | {dict(c)["W"] for _, c in ack})
-    lines = ["| payload | figure | " + " | ".join(f"W={w}" for w in widths) + " |",
-             "|--:|---|" + "--:|" * len(widths)]
+    """Zero-wait host memory: rx beats per cycle (one QP / 8 QPs) and the idle-core latency
+    (first ACK beat / CQE written) of back-to-back SEND_ONLY."""
+    block = "resp_top"
+    widths = _widths(bench, block)
+    if not widths:
+        return "(no recorded figure: `make bench` runs `resp_top-w*`)"
 
-    def pick(idx, groups, w, size, lat):
-        for (g, c), r in idx.items():
-            c = dict(c)
-            if g == groups and c["W"] == w and c["payload"] == size \
-                    and c.get("rd_latency", 0) == lat:
-                return r
-        return None
-    keys = sorted({(dict(c)["payload"], dict(c).get("rd_latency", 0))
-                   for idx in (thr, ack) for _, c in idx
-                   if dict(c)["payload"] in RESPONDER_PAYLOADS and not dict(c).get("rd_latency")})
-    for size, lat in keys:
-        cells = []
-        for w in widths:
-            a, b = pick(thr, ("one QP",), w, size, lat), pick(thr, ("8 QPs",), w, size, lat)
-            cells.append(" / ".join(f"{r['value']:.3f}" if r else "–" for r in (a, b)))
-        if any(c != "– / –" for c in cells):
-            lines.append(f"| {_size(size)} | rx beats/cycle, 1 QP / 8 QPs (limit 1) | "
-                         + " | ".join(cells) + " |")
-        cells = []
-        for w in widths:
-            a = pick(ack, ("first ACK beat",), w, size, lat)
-            b = pick(cqe, ("CQE last write beat",), w, size, lat)
-            cells.append(" / ".join(f"{r['value']:g}" if r else "–" for r in (a, b)))
-        if any(c != "– / –" for c in cells):
-            lines.append(f"| {_size(size)} | cycles, last beat → first ACK beat / CQE written | "
-                         + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    def pair(w, size, names, fmt):
+        rs = [_find(bench, block, n, W=w, payload=size, rd_latency=0) for n in names]
+        return None if not any(rs) else " / ".join(fmt(r["value"]) if r else "–" for r in rs)
+    rate = ("rx beats/cycle, back-to-back SEND_ONLY, one QP",
+            "rx beats/cycle, back-to-back SEND_ONLY, 8 QPs")
+    lat = ("cycles, request last beat to first ACK beat",
+           "cycles, request last beat to CQE last write beat")
+    rows = []
+    for size in RESPONDER_PAYLOADS:
+        rows.append((f"{_size(size)} | rx beats/cycle, 1 QP / 8 QPs (limit 1)",
+                     {w: pair(w, size, rate, lambda v: f"{v:.3f}") for w in widths}))
+        rows.append((f"{_size(size)} | cycles, last beat → first ACK beat / CQE written",
+                     {w: pair(w, size, lat, lambda v: f"{v:g}") for w in widths}))
+    return _table("payload | figure", "|--:|---|", widths, rows)
 
 
 def render_bench(bench):
