@@ -357,11 +357,17 @@ class Execute(wiring.Component):
         connect(m, fault_q.o, wiring.flipped(self.fault))
 
         # ---- per-QP tables ----------------------------------------------------------------
-        m.submodules.dead = dead = Memory(shape=1, depth=self.num_qp, init=[])
+        # ``no_rw_check`` on ``dead`` and ``cnext``: their reads go through _LateWrite's bypass,
+        # which replaces the RAM's data whenever the read meets the write of the same row
+        m.submodules.dead = dead = Memory(shape=1, depth=self.num_qp, init=[],
+                                          attrs={"no_rw_check": 1})
         dead_rd = dead.read_port()
         dead_wr = _LateWrite(m, dead, "dead")
         dead_rd_data = dead_wr.read(dead_rd, "dead_rd")
-        m.submodules.wqet = wqet = Memory(shape=_row_layout, depth=self.num_qp, init=[])
+        # ``no_rw_check``: the row is read in IDLE/PUSH (take_next) and written in SUMS only,
+        # so a read never meets the write
+        m.submodules.wqet = wqet = Memory(shape=_row_layout, depth=self.num_qp, init=[],
+                                          attrs={"no_rw_check": 1})
         wqe_rd = wqet.read_port()
         wqe_wr = wqet.write_port()
         # write faults: set by a non-OKAY write done, read by the CQE release and the planner
@@ -370,7 +376,8 @@ class Execute(wiring.Component):
         wflt_rel = wflt.read_port(domain="comb")
         wflt_wr = wflt.write_port()
         # index of the next receive WQE of the QP without a completion
-        m.submodules.cnext = cnext = Memory(shape=16, depth=self.num_qp, init=[])
+        m.submodules.cnext = cnext = Memory(shape=16, depth=self.num_qp, init=[],
+                                            attrs={"no_rw_check": 1})
         cnext_rd = cnext.read_port()
         cnext_wr = _LateWrite(m, cnext, "cnext")
         cnext_rd_data = cnext_wr.read(cnext_rd, "cnext_rd")
@@ -1098,11 +1105,15 @@ class Execute(wiring.Component):
 
         # per-QP: the producer index and ring of the last RQ doorbell that took effect
         post_row = data.StructLayout({"on": 1, "prod": 16, "base": 64, "log": 5})
-        m.submodules.pst = pst = Memory(shape=post_row, depth=self.num_qp, init=[])
+        # ``no_rw_check`` on ``pst`` and ``nxt``: a read in IDLE that meets a write of the same
+        # row is voided (``hazard``), so its data is never used
+        m.submodules.pst = pst = Memory(shape=post_row, depth=self.num_qp, init=[],
+                                        attrs={"no_rw_check": 1})
         pst_rd = pst.read_port()
         pst_wr = pst.write_port()
         # per-QP: the ring index of the next WQE the QP's messages will take
-        m.submodules.nxt = nxt = Memory(shape=16, depth=self.num_qp, init=[])
+        m.submodules.nxt = nxt = Memory(shape=16, depth=self.num_qp, init=[],
+                                        attrs={"no_rw_check": 1})
         nxt_rd = nxt.read_port()
         nxt_wr = nxt.write_port()
 
@@ -1185,11 +1196,13 @@ class Execute(wiring.Component):
                                         chk_post.o.payload.qpn)),
                      nxt_rd.addr.eq(pst_rd.addr)]
         # the tables read in IDLE may miss a write of this or the previous cycle (read ports
-        # not transparent): a take being written to ``nxt`` (nx_pend), a take or a reset now
+        # not transparent): a take being written to ``nxt`` (nx_pend), a take, a reset or a
+        # doorbell (``pst``; the doorbell queues the QP again) now
         hazard = Signal()
         m.d.comb += hazard.eq((rst.valid & (rst_q == pst_rd.addr))
                               | (take & (c.qpn[:ab] == pst_rd.addr))
-                              | (nx_pend & (nx_q == pst_rd.addr)))
+                              | (nx_pend & (nx_q == pst_rd.addr))
+                              | (rp.valid & (rp.payload.qpn[:ab] == pst_rd.addr)))
         free = Signal(P)
         m.d.comb += free.eq(~valid & ~busy)
         fsel = Signal(sb)
