@@ -108,7 +108,7 @@ but lacks ``rcqn``/``rq_base``/``rq_log`` and is not sent when a QP *enters* ERR
 (``docs/execute.md``).
 """
 
-from amaranth.hdl import Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect
@@ -407,12 +407,13 @@ class Execute(wiring.Component):
         # ---- WQE reads: the planner's (tag DEMAND) and the prefetcher's (tag = pool slot) ----
         DEMAND = 0xFF
         faddr = Signal(64)                     # the planner's WQE address (registered)
+        faddr_c = Signal(64)                   # c's WQE address (comb), faddr's next value
         fr = fetch.resp
         plan_fetch = Signal()                  # the planner requests a read this cycle
         m.d.comb += [fetch.req.payload.addr.eq(faddr), fetch.req.payload.tag.eq(DEMAND)]
         take = Signal()                        # the planner takes WQE c.rq_index of c.qpn
         plan_look = Signal()                   # the planner is in PF_HIT
-        pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, faddr, ab, rst, post)
+        pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, ab, rst, post)
                 if P else None)
 
         # ---- counters ---------------------------------------------------------------------
@@ -576,7 +577,8 @@ class Execute(wiring.Component):
         fl_stop = Signal()
 
         mask = Signal(16)
-        m.d.comb += mask.eq((Const(1, 17) << c.rq_log) - 1)
+        m.d.comb += [mask.eq((Const(1, 17) << c.rq_log) - 1),
+                     faddr_c.eq(c.rq_base + ((c.rq_index & mask) << 6))]
 
         # the planner's CQE (in the plan entry; the flush's own CQEs)
         fcq = Signal(cqe_layout)
@@ -723,7 +725,7 @@ class Execute(wiring.Component):
                 fl_left = Signal(16)
                 m.d.comb += fl_left.eq(fl_end - c.rq_index)
                 m.d.sync += [fl_stop.eq((fl_left == 0) | fl_left[15]),
-                             faddr.eq(c.rq_base + ((c.rq_index & mask) << 6))]
+                             faddr.eq(faddr_c)]
                 m.next = "FL_NEXT"
             with m.State("FL_NEXT"):
                 with m.If(fl_stop):
@@ -743,7 +745,7 @@ class Execute(wiring.Component):
             with m.State("DEC"):
                 m.d.sync += [wqe.eq(wqe_rd.data.wqe),
                              widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data.index)),
-                             faddr.eq(c.rq_base + ((c.rq_index & mask) << 6))]
+                             faddr.eq(faddr_c)]
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
@@ -1090,11 +1092,11 @@ class Execute(wiring.Component):
             m.d.comb += cqe_q.i.valid.eq(1)
         return m
 
-    def _prefetcher(self, m, fetch, plan_fetch, plan_look, take, c, faddr, ab, rst, rp):
+    def _prefetcher(self, m, fetch, plan_fetch, plan_look, take, c, ab, rst, rp):
         """The WQE prefetch pool (see the module docstring). Returns the signals the planner
-        uses: ``match_c`` (comb, slots holding c's WQE), ``claim`` (comb, the slot the
-        prefetcher claims this cycle, one-hot), ``match`` (the planner's register of
-        ``match_c`` & ~``claim``), ``valid``, ``ok`` (data present), ``hit`` (driven by the
+        uses: ``match_c`` (valid in PF_LOOK, the state after DEC: slots holding c's WQE),
+        ``claim`` (comb, the slot the prefetcher claims this cycle, one-hot), ``match`` (the
+        planner's register of ``match_c`` & ~``claim``), ``valid``, ``ok`` (data present), ``hit`` (driven by the
         planner: read the first matched slot with data now; the take of the next cycle voids
         it) and ``data`` (the taken slot's WQE, the cycle after ``hit``)."""
         P = self.prefetch
@@ -1149,7 +1151,8 @@ class Execute(wiring.Component):
         ok = Signal(P)
         sq = [Signal(ab, name=f"pf_qpn{i}") for i in range(P)]
         sidx = [Signal(16, name=f"pf_index{i}") for i in range(P)]
-        saddr = [Signal(64, name=f"pf_addr{i}") for i in range(P)]
+        # the ring the slot's WQE was read from: rq_base bits 63..6 (64-byte aligned) and rq_log
+        sring = [Signal(63, name=f"pf_ring{i}") for i in range(P)]
         # LUT RAM on purpose: in block RAM (ram_style=block, 15 DP16KD) the whole core's EBRs
         # would be 86 % used, and with its block RAMs nearly full the core places with longer
         # wires and congests (docs/synthesis.md, "What limits timing today")
@@ -1159,9 +1162,18 @@ class Execute(wiring.Component):
 
         match_c = Signal(P)
         match = Signal(P)
+        # A slot matches c when it holds c's QP, ring index and ring (base and size): the WQE
+        # at c's address, read from the ring c uses (a ring SET_QP moved is not served from
+        # the old one). The compare is registered: made in DEC (``c`` is there from the take
+        # on), used in PF_LOOK, the state after DEC. A slot claimed in DEC has new tags by
+        # PF_LOOK, so it is left out (``claim_d``), as a slot claimed in PF_LOOK is by the
+        # planner; ``valid`` is used as it stands.
+        tag_eq = Signal(P)
+        claim_d = Signal(P)
         for i in range(P):
-            m.d.comb += match_c[i].eq(valid[i] & (sq[i] == c.qpn[:ab])
-                                      & (sidx[i] == c.rq_index) & (saddr[i] == faddr))
+            m.d.sync += tag_eq[i].eq((sq[i] == c.qpn[:ab]) & (sidx[i] == c.rq_index)
+                                     & (sring[i] == Cat(c.rq_base[6:], c.rq_log)))
+            m.d.comb += match_c[i].eq(valid[i] & tag_eq[i] & ~claim_d[i])
         hit = Signal()
 
         # responses of prefetch reads (always taken)
@@ -1290,6 +1302,7 @@ class Execute(wiring.Component):
         claim = Signal(P)           # the slot claimed this cycle (one-hot, comb)
         for i in range(P):
             m.d.comb += claim[i].eq(alloc & (aslot == i))
+        m.d.sync += claim_d.eq(claim)
 
         # ---- the hit select (registered): the first slot of match & valid & ok, read on a hit --
         # In PF_LOOK it is the first of match_c & ~claim with data next cycle (a response now
@@ -1328,7 +1341,7 @@ class Execute(wiring.Component):
             with m.If(alloc & (aslot == i)):
                 m.d.sync += [valid[i].eq(1), busy[i].eq(1), ok[i].eq(0), sq[i].eq(pf_q),
                              sidx[i].eq(Mux(a_sel1, pf_idx1, pf_idx)),
-                             saddr[i].eq(Mux(a_sel1, pf_addr1, pf_addr)),
+                             sring[i].eq(Cat(row.base[6:], row.log)),
                              pf_m0[i].eq(~a_sel1 if D > 1 else 1), pf_m1[i].eq(a_sel1)]
             # the slot the planner hits (and any duplicate of it) is voided by the take in the
             # next cycle (PF_DATA; its index is c.rq_index, never c_nxt): no claim can come
