@@ -143,15 +143,18 @@ _comp_layout = data.StructLayout({
 #: Per QP, written by the engine from the context, read by the completer.
 _cfg_layout = data.StructLayout({"timeout": 5, "retry_cnt": 3, "rnr_retry": 3})
 
-#: One sent WQE waiting for its ACK (slot ``cons mod INFLIGHT`` of its QP).
-_inflight_layout = data.StructLayout({
-    "wr_id": 64,
-    "last_psn": 24,
-    "signaled": 1,
-    "write": 1,
-    "imm": 1,
-    "byte_len": 32,
-})
+def _inflight_layout(rb):
+    """One sent WQE waiting for its ACK: a ring entry, linked to the QP's next one by ``next``
+    (``rb`` = ring index bits)."""
+    return data.StructLayout({
+        "wr_id": 64,
+        "last_psn": 24,
+        "signaled": 1,
+        "write": 1,
+        "imm": 1,
+        "byte_len": 32,
+        "next": rb,
+    })
 
 #: WQEs sent and not yet retired, per QP; PSNs outstanding per QP.
 INFLIGHT = 16
@@ -168,7 +171,7 @@ _OPS = [(0x00, 0x01, 0x02, 0x04), (0x00, 0x01, 0x03, 0x05), (0x00, 0x01, 0x16, 0
 
 # completer events and NAK actions
 _EV_ACK, _EV_SCAN, _EV_KILL = 0, 1, 2
-_ACT_NONE, _ACT_SEQ, _ACT_RNR, _ACT_ERR, _ACT_SCAN, _ACT_KILL = range(6)
+_ACT_NONE, _ACT_SEQ, _ACT_RNR, _ACT_ERR, _ACT_SCAN, _ACT_KILL, _ACT_DROP = range(7)
 #: QPs the scan judges per turn when an ACK or a kill waits: a turn (3 cycles to fill the read
 #: pipeline, then one QP per cycle) costs what one ACK's processing does, so a stream of ACKs
 #: still leaves the scan half of the completer.
@@ -187,6 +190,10 @@ class Requester(wiring.Component):
     work_depth : int
         Entries of the queue of QPNs waiting for service (doorbells are back-pressured when it
         is full).
+    ring_depth : int or None
+        Entries of the in-flight ring shared by every QP (power of two, > ``num_qp``): each QP
+        holds one entry for its next WQE, the other ``ring_depth − num_qp`` are the WQEs sent
+        and not yet retired, over all QPs. Default: the power of two ≥ ``num_qp + 256``.
 
     Attributes
     ----------
@@ -237,13 +244,20 @@ class Requester(wiring.Component):
         Every write of a QP's SQ consumer index: the oldest WQE not yet retired (QUERY_QP).
     """
 
-    def __init__(self, *, width=64, num_qp=256, work_depth=16):
+    def __init__(self, *, width=64, num_qp=256, work_depth=16, ring_depth=None):
         check_width(width)
         if num_qp & (num_qp - 1) or not 4 <= num_qp <= 4096:
             raise ValueError(f"num_qp must be a power of two in 4..4096, not {num_qp!r}")
         if work_depth < 2:
             raise ValueError(f"work_depth must be at least 2, not {work_depth!r}")
+        if ring_depth is None:
+            ring_depth = 1 << (num_qp + 256 - 1).bit_length()
+        if ring_depth & (ring_depth - 1) or ring_depth <= num_qp:
+            # one entry per QP is its next WQE's; at least one more to send anything
+            raise ValueError(f"ring_depth must be a power of two above num_qp, "
+                             f"not {ring_depth!r}")
         self.width, self.num_qp, self.work_depth = width, num_qp, work_depth
+        self.ring_depth = ring_depth
         self.abits = (num_qp - 1).bit_length()
         super().__init__({
             "sq_db": In(stream.Signature(doorbell_layout)),
@@ -271,8 +285,10 @@ class Requester(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W, nb, ab = self.width, self.width // 8, self.abits
-        ib = (INFLIGHT - 1).bit_length()
+        D = self.ring_depth
+        rb = (D - 1).bit_length()
         TB = TIMER_BITS
+        ring_layout = _inflight_layout(rb)
 
         m.submodules.build = build = TxBuild(W)
         wiring.connect(m, build.rd, wiring.flipped(self.data_rd))
@@ -306,8 +322,19 @@ class Requester(wiring.Component):
         m.submodules.comp_mem = comp_mem = Memory(shape=_comp_layout, depth=self.num_qp,
                                                   init=[])
         m.submodules.cfg_mem = cfg_mem = Memory(shape=_cfg_layout, depth=self.num_qp, init=[])
-        m.submodules.infl_mem = infl_mem = Memory(shape=_inflight_layout,
-                                                  depth=self.num_qp * INFLIGHT, init=[])
+        # The in-flight ring (docs/requester.md, "In-flight ring"): entries shared by every QP,
+        # each QP's unretired WQEs a list in SQ order from ``rh`` (the completer's table) to
+        # ``rn`` (the engine's), ``rn`` being the entry the QP's next new WQE is written to and
+        # each entry holding the index of the one after it. The engine takes a free entry for
+        # ``rn`` whenever it fills the old one; the completer frees an entry when it retires
+        # its WQE, or drops it when the QP has ended or was reset (the list is then longer than
+        # ``hcons − ccons``). Free entries: never used ones from ``fresh`` up, then ``free``.
+        m.submodules.ring_mem = ring_mem = Memory(shape=ring_layout, depth=D, init=[],
+                                                  attrs={"no_rw_check": 1})
+        m.submodules.rn_mem = rn_mem = Memory(shape=rb, depth=self.num_qp, init=[])
+        m.submodules.rh_mem = rh_mem = Memory(shape=rb, depth=self.num_qp, init=[],
+                                              attrs={"no_rw_check": 1})
+        m.submodules.free = free = Queue(rb, D - self.num_qp)
         prod_wp = prod_mem.write_port()
         prod_rp = prod_mem.read_port(transparent_for=(prod_wp,))
         dyn_wp = dyn_mem.write_port()
@@ -318,8 +345,30 @@ class Requester(wiring.Component):
         comp_rp2 = comp_mem.read_port(transparent_for=(comp_wp,))     # the completer's
         cfg_wp = cfg_mem.write_port()
         cfg_rp = cfg_mem.read_port(transparent_for=(cfg_wp,))
-        infl_wp = infl_mem.write_port()
-        infl_rp = infl_mem.read_port(transparent_for=(infl_wp,))
+        # (no_rw_check: the completer reads an entry a cycle after it read the engine's rn and
+        # hcons, so an entry written in the cycle of its read is one those did not yet show as
+        # filled, and its word is not used)
+        infl_wp = ring_mem.write_port()
+        infl_rp = ring_mem.read_port()
+        rn_wp = rn_mem.write_port()
+        rn_rp = rn_mem.read_port(transparent_for=(rn_wp,))            # the engine's
+        rn_rp2 = rn_mem.read_port(transparent_for=(rn_wp,))           # the completer's
+        # (no_rw_check: the completer writes rh only in its write-back, when its reads at the
+        # same QP are not used; the engine's read is registered beside cs, as comp's)
+        rh_wp = rh_mem.write_port()
+        rh_rp = rh_mem.read_port()                                    # the completer's
+        rh_rpe = rh_mem.read_port()                                   # the engine's
+        fresh = Signal(range(D + 1), init=self.num_qp)
+        # after rst, each QP q's rn = rh = entry q (an empty list), one QP per cycle; the engine
+        # and the completer start after it
+        sweeping = Signal(init=1)
+        sw_i = Signal(ab)
+        with m.If(sweeping):
+            m.d.comb += [rn_wp.addr.eq(sw_i), rn_wp.data.eq(sw_i), rn_wp.en.eq(1),
+                         rh_wp.addr.eq(sw_i), rh_wp.data.eq(sw_i), rh_wp.en.eq(1)]
+            m.d.sync += sw_i.eq(sw_i + 1)
+            with m.If(sw_i == self.num_qp - 1):
+                m.d.sync += sweeping.eq(0)
 
         m.submodules.work = work = Queue(ab, self.work_depth, buffered=False)
 
@@ -393,10 +442,19 @@ class Requester(wiring.Component):
         dyn_rd = Signal(_dyn_layout)
         m.d.sync += [prod_q.eq(prod_rp.data), prod.eq(prod_q), cs.eq(comp_rp.data),
                      dyn_rd.eq(dyn_rp.data)]
+        m.d.comb += [rn_rp.addr.eq(qpn), rh_rpe.addr.eq(qpn)]
+        rn_rd = Signal(rb)              # rn as read with dyn_rd
+        rh_e = Signal(rb)               # rh as read with cs
+        m.d.sync += [rn_rd.eq(rn_rp.data), rh_e.eq(rh_rpe.data)]
 
         # ---- engine state -------------------------------------------------------------------
         ctx = Signal(req_ctx_layout)
         dyn = Signal(_dyn_layout)
+        ern = Signal(rb)                # the QP's rn (the entry its next new WQE goes to)
+        eng_rn = Signal(rb)             # rn as written back
+        m.d.comb += eng_rn.eq(ern)
+        with m.If(~sweeping):
+            m.d.comb += [rn_wp.addr.eq(qpn), rn_wp.data.eq(eng_rn), rn_wp.en.eq(eng_wb)]
         # cs.rgen != dyn.rgen for ERR, registered beside cs (from the same read and the
         # dyn.rgen of the cycle before: ERR never follows REWIND or CTX_WAIT, which set it).
         # Reading the table's output besides cs also keeps synthesis from folding cs into the
@@ -477,6 +535,14 @@ class Requester(wiring.Component):
         none_unretired = Signal()
         m.d.sync += [psn_room.eq(outstanding < MAX_OUTSTANDING), slot_room.eq(unretired < INFLIGHT),
                      none_unretired.eq(unretired == 0)]
+        # a new WQE (one not yet in the ring, cons = hcons) needs a free entry for the QP's next
+        # rn, and the QP's list must be empty of dropped entries (after a RESET: while
+        # ccons = hcons and rh ≠ rn the completer has yet to drop them). Only the engine takes
+        # free entries, so room seen here is still there when the WQE is recorded.
+        ring_ok = Signal()
+        m.d.comb += ring_ok.eq((dyn.cons != dyn.hcons)
+                               | (((fresh != D) | free.o.valid)
+                                  & ~((cs.ccons == dyn.hcons) & (rh_e != ern))))
         # the completer wants a rewind, or ACKs of an earlier transmission overtook us
         # (registered like the window flags: CHECK and PKT are never the cycle after a change)
         rewind = Signal()
@@ -514,9 +580,13 @@ class Requester(wiring.Component):
             build.chunk.payload.len.eq(clen),
         ]
 
-        # the in-flight record of the WQE just sent (written with the write-back)
+        # the in-flight record of the WQE just sent (written with the write-back), at rn, linked
+        # to the entry taken for the next rn
+        new_rn = Signal(rb)
+        m.d.comb += new_rn.eq(Mux(fresh != D, fresh, free.o.payload))
         m.d.comb += [
-            infl_wp.addr.eq(Cat(dyn.cons[:ib], qpn)),
+            infl_wp.addr.eq(ern),
+            infl_wp.data.next.eq(new_rn),
             infl_wp.data.wr_id.eq(wr_id),
             infl_wp.data.last_psn.eq(dyn.psn - 1),
             infl_wp.data.signaled.eq(flags[0]),
@@ -557,9 +627,9 @@ class Requester(wiring.Component):
 
         with m.FSM(name="engine"):
             with m.State("IDLE"):
-                m.d.comb += work.o.ready.eq(1)
+                m.d.comb += work.o.ready.eq(~sweeping)
                 m.d.sync += pend_err.eq(0)
-                with m.If(work.o.valid):
+                with m.If(work.o.valid & ~sweeping):
                     m.d.sync += [qpn.eq(work.o.payload), served.eq(0)]
                     m.next = "PRE"
             with m.State("PRE"):
@@ -575,7 +645,7 @@ class Requester(wiring.Component):
                 with m.If(self.ctx_resp.valid):
                     m.d.comb += cfg_wp.en.eq(1)
                     m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.eq(dyn_rd),
-                                 dyn.parked.eq(0)]
+                                 dyn.parked.eq(0), ern.eq(rn_rd)]
                     m.next = "CHECK_WAIT"
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
@@ -613,13 +683,15 @@ class Requester(wiring.Component):
                     m.next = "WB"                 # (the completer wakes the QP after RNR)
                 with m.Elif(served & work.o.valid):
                     m.next = "YIELD"              # other QPs wait: round-robin, one WQE each
-                with m.Elif(slot_room):
+                with m.Elif(slot_room & ring_ok):
                     m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0),
                                  fpsn_r.eq(Mux(dyn.part, dyn.fpsn, dyn.psn)),
                                  skipn.eq(Mux(dyn.part, dyn.psn - dyn.fpsn, 0))]
                     m.next = "WQE_REQ"
                 with m.Else():
-                    m.next = "PARK"               # 16 WQEs unretired: wait for ACKs elsewhere
+                    # 16 WQEs unretired, or the ring full: wait for ACKs elsewhere (the scan
+                    # wakes parked QPs when the work queue is empty)
+                    m.next = "PARK"
             with m.State("REWIND"):
                 # go back to the oldest unacknowledged PSN (go-back-N)
                 m.d.comb += self.busy.eq(1)
@@ -804,9 +876,18 @@ class Requester(wiring.Component):
                                          seg_left.eq(seg_left - clen)]
             with m.State("WB_NEXT"):
                 # record the WQE for the ACK processor, write back, look at the producer again
-                hnext = Mux(dyn.cons == dyn.hcons, dyn.cons + 1, dyn.hcons)
+                # (a WQE sent again is in the ring already: cons < hcons)
+                alloc = dyn.cons == dyn.hcons
+                hnext = Mux(alloc, dyn.cons + 1, dyn.hcons)
                 m.d.comb += [eng_wb.eq(1), eng_dyn.cons.eq(dyn.cons + 1), eng_dyn.part.eq(0),
-                             eng_dyn.hcons.eq(hnext), infl_wp.en.eq(1), self.busy.eq(1)]
+                             eng_dyn.hcons.eq(hnext), self.busy.eq(1)]
+                with m.If(alloc):
+                    m.d.comb += [infl_wp.en.eq(1), eng_rn.eq(new_rn)]
+                    m.d.sync += ern.eq(new_rn)
+                    with m.If(fresh != D):
+                        m.d.sync += fresh.eq(fresh + 1)
+                    with m.Else():
+                        m.d.comb += free.o.ready.eq(1)
                 m.d.sync += [dyn.cons.eq(dyn.cons + 1), dyn.part.eq(0), dyn.hcons.eq(hnext),
                              served.eq(1)]
                 m.next = "CHECK_WAIT"
@@ -860,18 +941,25 @@ class Requester(wiring.Component):
         cfg_rd = Signal(_cfg_layout)
         tval = Signal(TB)               # the QP's timeout in µs
         rval = Signal(TB)               # the RNR NAK's wait in µs
-        m.d.sync += [comp_rd.eq(comp_rp2.data), d_rd.eq(dyn_rp2.data), cfg_rd.eq(cfg_rp.data)]
+        crh = Signal(rb)                # the QP's rh: the entry of its WQE at ccons
+        rh_rd, rn_rd2 = Signal(rb), Signal(rb)
+        m.d.sync += [comp_rd.eq(comp_rp2.data), d_rd.eq(dyn_rp2.data), cfg_rd.eq(cfg_rp.data),
+                     rh_rd.eq(rh_rp.data), rn_rd2.eq(rn_rp2.data)]
         m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq), cfg_rp.addr.eq(aq),
-                     infl_rp.addr.eq(Cat(cmp.ccons[:ib], aq)),
+                     rh_rp.addr.eq(aq), rn_rp2.addr.eq(aq),
+                     infl_rp.addr.eq(crh),
                      cmp_new.eq(cmp)]
         t_rom = rom(m, cfg_rd.timeout, TIMEOUT_US, TB, "timeout_us")
         r_rom = rom(m, a.syndrome[:5], RNR_US, TB, "rnr_us")
         with m.If(set_hit & (set_q == aq)):
             m.d.sync += stale.eq(1)
-        ent = Signal(_inflight_layout)
+        ent = Signal(ring_layout)
+        m.d.comb += free.i.payload.eq(crh)
         thcons = Signal(16)
         terr = Signal()
+        trn = Signal(rb)
         retire = Signal()
+        drop = Signal()
         # the entry's last PSN is before una (24-bit serial arithmetic)
         covered = Signal(24)
         m.d.comb += covered.eq(cmp.una - 1 - ent.last_psn)
@@ -895,10 +983,14 @@ class Requester(wiring.Component):
         p_done = pdy.psn == pc.una
         p_live = ~pc.qerr & ~pdy.err
         p_need, p_wake = Signal(), Signal()
+        # ... or ring entries to drop: the QP has ended, or its list holds more than its
+        # unretired WQEs (a RESET)
+        p_drop = (rh_rd != rn_rd2) & (~p_live | (pc.ccons == pdy.hcons))
         m.d.comb += [
-            p_need.eq(p_live & (((pc.ccons != pdy.hcons) & p_done)
-                                | Mux(pc.hold, p_exp, Mux((pcf.timeout == 0) | p_done,
-                                                          pc.armed, ~pc.armed | p_exp)))),
+            p_need.eq((p_live & (((pc.ccons != pdy.hcons) & p_done)
+                                 | Mux(pc.hold, p_exp, Mux((pcf.timeout == 0) | p_done,
+                                                           pc.armed, ~pc.armed | p_exp))))
+                      | p_drop),
             p_wake.eq(p_live & ~pc.hold & pdy.parked & scan_room),
         ]
         m.d.comb += [
@@ -936,7 +1028,9 @@ class Requester(wiring.Component):
             with m.State("IDLE"):
                 m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0),
                              sn.eq(0)]
-                with m.If(kill_v):
+                with m.If(sweeping):
+                    pass
+                with m.Elif(kill_v):
                     take_kill()
                 with m.Elif(self.ack.valid & ~scan_turn):
                     take_ack()
@@ -953,7 +1047,8 @@ class Requester(wiring.Component):
                              s3v.eq(s2v), s3q.eq(s2q), s3n.eq(p_need), s3w.eq(p_wake),
                              s2st.eq(hit(s1q)), s3st.eq(s2st | hit(s2q))]
                 with m.If(~(s3v & s3n)):
-                    m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), tval.eq(t_rom)]
+                    m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), tval.eq(t_rom),
+                                 crh.eq(rh_rd)]
                 with m.If(s3v):
                     with m.If(s3n):
                         # (a SET_QP write since the read drops the write-back, as in a visit)
@@ -977,11 +1072,14 @@ class Requester(wiring.Component):
                 m.next = "LOAD"            # ... and their registers
             with m.State("LOAD"):
                 m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), tval.eq(t_rom),
-                             rval.eq(r_rom)]
+                             rval.eq(r_rom), crh.eq(rh_rd)]
                 m.next = "EVAL"
             with m.State("EVAL"):
                 typ = a.syndrome[5:7]
-                with m.If(cmp.qerr | d.err):
+                with m.If((cmp.qerr | d.err) & (ev == _EV_SCAN)):
+                    m.d.sync += act.eq(_ACT_DROP)
+                    m.next = "WALK"        # the QP has ended: drop its ring entries
+                with m.Elif(cmp.qerr | d.err):
                     m.next = "IDLE"        # the QP has ended: nothing to do
                 with m.Elif(ev == _EV_KILL):
                     m.d.sync += act.eq(_ACT_KILL)
@@ -1030,26 +1128,38 @@ class Requester(wiring.Component):
                                 m.d.sync += ast.eq(int(WcStatus.REM_OP_ERR))
                     m.next = "WALK"
             with m.State("WALK"):
-                # infl_rp reads slot ccons (address set from cmp last cycle)
+                # the engine's hcons, err and rn as of the cycle before; infl_rp reads entry rh
+                # now, so it holds whatever rn and hcons show as written
+                m.d.sync += [thcons.eq(dyn_rp2.data.hcons), terr.eq(dyn_rp2.data.err),
+                             trn.eq(rn_rp2.data)]
                 m.next = "HOLD"
             with m.State("HOLD"):
-                m.d.sync += [ent.eq(infl_rp.data), thcons.eq(dyn_rp2.data.hcons),
-                             terr.eq(dyn_rp2.data.err)]
+                m.d.sync += ent.eq(infl_rp.data)
                 m.next = "DECIDE"
             with m.State("DECIDE"):
-                m.d.sync += retire.eq((cmp.ccons != thcons) & ~covered[23] & ~terr)
+                m.d.sync += [
+                    retire.eq((cmp.ccons != thcons) & ~covered[23] & ~terr & (act != _ACT_DROP)),
+                    drop.eq((crh != trn) & ((act == _ACT_DROP) | terr | (cmp.ccons == thcons))),
+                ]
                 m.next = "TEST"
             with m.State("TEST"):
                 with m.If(retire):
                     with m.If(ent.signaled):
                         m.d.comb += ccpl.valid.eq(1)
                         with m.If(ccpl.ready):
+                            m.d.comb += free.i.valid.eq(1)
                             m.d.sync += [cmp.ccons.eq(cmp.ccons + 1),
-                                         cmp.cfpsn.eq(ent.last_psn + 1)]
+                                         cmp.cfpsn.eq(ent.last_psn + 1), crh.eq(ent.next)]
                             m.next = "WALK"
                     with m.Else():
-                        m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent.last_psn + 1)]
+                        m.d.comb += free.i.valid.eq(1)
+                        m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent.last_psn + 1),
+                                     crh.eq(ent.next)]
                         m.next = "WALK"
+                with m.Elif(drop):
+                    m.d.comb += free.i.valid.eq(1)
+                    m.d.sync += crh.eq(ent.next)
+                    m.next = "WALK"
                 with m.Else():
                     m.next = "ACT"
             with m.State("ACT"):
@@ -1059,6 +1169,8 @@ class Requester(wiring.Component):
                         m.d.sync += wake.eq(d.parked & wake_room)
                     with m.Case(_ACT_KILL):
                         end_qp(int(WcStatus.WR_FLUSH_ERR))
+                    with m.Case(_ACT_DROP):
+                        pass
                     with m.Case(_ACT_SEQ):
                         retry()
                     with m.Case(_ACT_ERR):
@@ -1087,7 +1199,9 @@ class Requester(wiring.Component):
                         with m.Else():
                             m.d.sync += wake.eq(d.parked & scan_room)
             with m.State("WB"):
-                m.d.comb += cmp_wb.eq(~stale)
+                # (rh always: the entries freed are freed whatever SET_QP rewrote meanwhile)
+                m.d.comb += [cmp_wb.eq(~stale), rh_wp.en.eq(1), rh_wp.addr.eq(aq),
+                             rh_wp.data.eq(crh)]
                 with m.If(wake & ~stale):
                     m.next = "WAKE"
                 with m.Else():
