@@ -60,7 +60,7 @@ from ..host.axi_master import ReadClientSignature
 from ..keys.key_cache import LookupSignature
 from ..opcodes import WcStatus
 from ..resp.qp_context import QpState
-from ..stream import BeatStream, Queue, SkidBuffer, check_width
+from ..stream import BeatStream, Queue, check_width
 from .retry import RNR_US, TIMEOUT_US, TIMER_BITS, rom
 from .tx_build import TxBuild
 
@@ -295,21 +295,19 @@ class Requester(wiring.Component):
         wiring.connect(m, build.tx, wiring.flipped(self.tx))
         wiring.connect(m, build.fault, wiring.flipped(self.fault))
         m.d.comb += [build.local_mac.eq(self.local_mac), build.local_ip.eq(self.local_ip)]
-        # skid buffers cut the merge's ready path back into the two FSMs; the merge serves the
-        # completer first: its SUCCESS completions always precede, for the same QP, any error
-        # or flush completion of the engine (which waits for the completer's table write).
-        m.submodules.eskid = eskid = SkidBuffer(cpl_layout)
-        m.submodules.cskid = cskid = SkidBuffer(cpl_layout)
-        ecpl, ccpl = eskid.i, cskid.i
-        with m.If(~self.cpl.valid | self.cpl.ready):
-            with m.If(cskid.o.valid):
-                m.d.comb += cskid.o.ready.eq(1)
-                m.d.sync += [self.cpl.valid.eq(1), self.cpl.payload.eq(cskid.o.payload)]
-            with m.Elif(eskid.o.valid):
-                m.d.comb += eskid.o.ready.eq(1)
-                m.d.sync += [self.cpl.valid.eq(1), self.cpl.payload.eq(eskid.o.payload)]
-            with m.Else():
-                m.d.sync += self.cpl.valid.eq(0)
+        # The completions of the engine and of the completer meet in ``cpl``'s register, which
+        # takes one only when empty, so ``cpl.ready`` reaches no FSM (a completion every second
+        # cycle at most). The completer first: its SUCCESS completions always precede, for the
+        # same QP, any error or flush completion of the engine (which waits for the
+        # completer's table write).
+        ecpl = stream.Signature(cpl_layout).create(path=("ecpl",))
+        ccpl = stream.Signature(cpl_layout).create(path=("ccpl",))
+        m.d.comb += [ccpl.ready.eq(~self.cpl.valid), ecpl.ready.eq(~self.cpl.valid & ~ccpl.valid)]
+        with m.If(self.cpl.ready):
+            m.d.sync += self.cpl.valid.eq(0)
+        with m.If(~self.cpl.valid & (ccpl.valid | ecpl.valid)):
+            m.d.sync += [self.cpl.valid.eq(1),
+                         self.cpl.payload.eq(Mux(ccpl.valid, ccpl.payload, ecpl.payload))]
 
         # the microsecond clock
         now = Signal(TB)
@@ -953,7 +951,7 @@ class Requester(wiring.Component):
         r_rom = rom(m, a.syndrome[:5], RNR_US, TB, "rnr_us")
         with m.If(set_hit & (set_q == aq)):
             m.d.sync += stale.eq(1)
-        ent = Signal(ring_layout)
+        ent = infl_rp.data
         m.d.comb += free.i.payload.eq(crh)
         thcons = Signal(16)
         terr = Signal()
@@ -1134,7 +1132,8 @@ class Requester(wiring.Component):
                              trn.eq(rn_rp2.data)]
                 m.next = "HOLD"
             with m.State("HOLD"):
-                m.d.sync += ent.eq(infl_rp.data)
+                # (the entry stays on the read port until TEST: rh does not change, and a
+                # write to it meanwhile means it was not yet filled, and is not used)
                 m.next = "DECIDE"
             with m.State("DECIDE"):
                 m.d.sync += [
