@@ -141,7 +141,9 @@ _comp_layout = data.StructLayout({
 })
 
 #: Per QP, written by the engine from the context, read by the completer.
-_cfg_layout = data.StructLayout({"timeout": 5, "retry_cnt": 3, "rnr_retry": 3})
+#: (the timeout in µs, looked up when written: the completer adds it to the clock as read;
+#: ``ton`` = timeout ≠ 0, so that the entry of a QP the engine never served has no timer)
+_cfg_layout = data.StructLayout({"tval": 34, "ton": 1, "retry_cnt": 3, "rnr_retry": 3})
 
 def _inflight_layout(rb):
     """One sent WQE waiting for its ACK: a ring entry, linked to the QP's next one by ``next``
@@ -612,9 +614,10 @@ class Requester(wiring.Component):
             ecpl.payload.fault.eq(hfault),
             eng_dyn.eq(dyn),
             cfg_wp.addr.eq(qpn),
-            cfg_wp.data.timeout.eq(self.ctx_resp.payload.timeout),
-            cfg_wp.data.retry_cnt.eq(self.ctx_resp.payload.retry_cnt),
-            cfg_wp.data.rnr_retry.eq(self.ctx_resp.payload.rnr_retry),
+            cfg_wp.data.tval.eq(rom(m, ctx.timeout, TIMEOUT_US, 34, "timeout_us")),
+            cfg_wp.data.ton.eq(ctx.timeout != 0),
+            cfg_wp.data.retry_cnt.eq(ctx.retry_cnt),
+            cfg_wp.data.rnr_retry.eq(ctx.rnr_retry),
         ]
 
         def prefetch():
@@ -641,7 +644,6 @@ class Requester(wiring.Component):
             with m.State("CTX_WAIT"):
                 m.d.comb += [self.ctx_resp.ready.eq(1), self.busy.eq(1)]
                 with m.If(self.ctx_resp.valid):
-                    m.d.comb += cfg_wp.en.eq(1)
                     m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.eq(dyn_rd),
                                  dyn.parked.eq(0), ern.eq(rn_rd)]
                     m.next = "CHECK_WAIT"
@@ -890,8 +892,9 @@ class Requester(wiring.Component):
                              served.eq(1)]
                 m.next = "CHECK_WAIT"
             with m.State("CHECK_WAIT"):
-                # one cycle for the registered reads and window flags to see the new dyn
-                m.d.comb += self.busy.eq(1)
+                # one cycle for the registered reads and window flags to see the new dyn; the
+                # completer's copy of the QP's timer settings (from ctx)
+                m.d.comb += [self.busy.eq(1), cfg_wp.en.eq(1)]
                 m.next = "CHECK"
             with m.State("ERR"):
                 # completions stay in SQ order: wait until every earlier WQE is retired
@@ -937,7 +940,7 @@ class Requester(wiring.Component):
         d_rd = Signal(_dyn_layout)
         cfg = Signal(_cfg_layout)
         cfg_rd = Signal(_cfg_layout)
-        tval = Signal(TB)               # the QP's timeout in µs
+        tval = cfg.tval                 # the QP's timeout in µs
         rval = Signal(TB)               # the RNR NAK's wait in µs
         crh = Signal(rb)                # the QP's rh: the entry of its WQE at ccons
         rh_rd, rn_rd2 = Signal(rb), Signal(rb)
@@ -947,7 +950,6 @@ class Requester(wiring.Component):
                      rh_rp.addr.eq(aq), rn_rp2.addr.eq(aq),
                      infl_rp.addr.eq(crh),
                      cmp_new.eq(cmp)]
-        t_rom = rom(m, cfg_rd.timeout, TIMEOUT_US, TB, "timeout_us")
         r_rom = rom(m, a.syndrome[:5], RNR_US, TB, "rnr_us")
         with m.If(set_hit & (set_q == aq)):
             m.d.sync += stale.eq(1)
@@ -986,7 +988,7 @@ class Requester(wiring.Component):
         p_drop = (rh_rd != rn_rd2) & (~p_live | (pc.ccons == pdy.hcons))
         m.d.comb += [
             p_need.eq((p_live & (((pc.ccons != pdy.hcons) & p_done)
-                                 | Mux(pc.hold, p_exp, Mux((pcf.timeout == 0) | p_done,
+                                 | Mux(pc.hold, p_exp, Mux(~pcf.ton | p_done,
                                                            pc.armed, ~pc.armed | p_exp))))
                       | p_drop),
             p_wake.eq(p_live & ~pc.hold & pdy.parked & scan_room),
@@ -1045,7 +1047,7 @@ class Requester(wiring.Component):
                              s3v.eq(s2v), s3q.eq(s2q), s3n.eq(p_need), s3w.eq(p_wake),
                              s2st.eq(hit(s1q)), s3st.eq(s2st | hit(s2q))]
                 with m.If(~(s3v & s3n)):
-                    m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), tval.eq(t_rom),
+                    m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd),
                                  crh.eq(rh_rd)]
                 with m.If(s3v):
                     with m.If(s3n):
@@ -1069,7 +1071,7 @@ class Requester(wiring.Component):
             with m.State("READ2"):
                 m.next = "LOAD"            # ... and their registers
             with m.State("LOAD"):
-                m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), tval.eq(t_rom),
+                m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd),
                              rval.eq(r_rom), crh.eq(rh_rd)]
                 m.next = "EVAL"
             with m.State("EVAL"):
@@ -1092,7 +1094,7 @@ class Requester(wiring.Component):
                                      cmp.armed.eq(0), cmp.rnrw.eq(0), act.eq(_ACT_NONE)]
                         # PSNs still outstanding: the timer restarts now (outside an RNR wait,
                         # whose deadline dl holds)
-                        with m.If(~cmp.hold & (cfg.timeout != 0) & (d.psn != (a.psn + 1)[:24])):
+                        with m.If(~cmp.hold & cfg.ton & (d.psn != (a.psn + 1)[:24])):
                             m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1)]
                         m.next = "WALK"
                     with m.Else():
@@ -1188,7 +1190,7 @@ class Requester(wiring.Component):
                         with m.If(cmp.hold):
                             with m.If(expired):
                                 m.d.sync += [cmp.hold.eq(0), cmp.armed.eq(0), wake.eq(1)]
-                        with m.Elif((cfg.timeout == 0) | (d.psn == cmp.una)):
+                        with m.Elif(~cfg.ton | (d.psn == cmp.una)):
                             m.d.sync += [cmp.armed.eq(0), wake.eq(d.parked & scan_room)]
                         with m.Elif(~cmp.armed):
                             m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1),
