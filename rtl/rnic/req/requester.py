@@ -174,7 +174,7 @@ _OPS = [(0x00, 0x01, 0x02, 0x04), (0x00, 0x01, 0x03, 0x05), (0x00, 0x01, 0x16, 0
 # completer events and NAK actions
 _EV_ACK, _EV_SCAN, _EV_KILL = 0, 1, 2
 _ACT_NONE, _ACT_SEQ, _ACT_RNR, _ACT_ERR, _ACT_SCAN, _ACT_KILL, _ACT_DROP = range(7)
-#: QPs the scan judges per turn when an ACK or a kill waits: a turn (3 cycles to fill the read
+#: QPs the scan judges per turn when an ACK or a kill waits: a turn (4 cycles to fill the read
 #: pipeline, then one QP per cycle) costs what one ACK's processing does, so a stream of ACKs
 #: still leaves the scan half of the completer.
 SCAN_QUOTA = 8
@@ -304,7 +304,8 @@ class Requester(wiring.Component):
         # completer's table write).
         ecpl = stream.Signature(cpl_layout).create(path=("ecpl",))
         ccpl = stream.Signature(cpl_layout).create(path=("ccpl",))
-        m.d.comb += [ccpl.ready.eq(~self.cpl.valid), ecpl.ready.eq(~self.cpl.valid & ~ccpl.valid)]
+        c_test = Signal()               # the completer may offer a completion (state TEST)
+        m.d.comb += [ccpl.ready.eq(~self.cpl.valid), ecpl.ready.eq(~self.cpl.valid & ~c_test)]
         with m.If(self.cpl.ready):
             m.d.sync += self.cpl.valid.eq(0)
         with m.If(~self.cpl.valid & (ccpl.valid | ecpl.valid)):
@@ -926,11 +927,13 @@ class Requester(wiring.Component):
         sidx = Signal(ab)               # the scan's next QP
         scan_turn = Signal()
         # the scan's read pipeline (state SCAN): QP s1q's table reads are on the read ports'
-        # outputs, s2q's in comp_rd/d_rd/cfg_rd, s3q's in cmp/d/cfg, judged: s3n it needs a
-        # visit, s3w only a wake-up; s2st/s3st a SET_QP wrote its entry after the read
-        s1v, s2v, s3v, s3n, s3w = Signal(), Signal(), Signal(), Signal(), Signal()
-        s1q, s2q, s3q = Signal(ab), Signal(ab), Signal(ab)
-        s2st, s3st = Signal(), Signal()
+        # outputs, s2q's in comp_rd/d_rd/cfg_rd, s3q's in comp_s/d_s/cfg_s (judged), s4q's in
+        # cmp/d/cfg: s4n it needs a visit, s4w only a wake-up; s2st..s4st a SET_QP wrote its
+        # entry after the read
+        s1v, s2v, s3v, s4v, s4n, s4w = (Signal(name=f"s_{n}")
+                                         for n in ("1v", "2v", "3v", "4v", "4n", "4w"))
+        s1q, s2q, s3q, s4q = Signal(ab), Signal(ab), Signal(ab), Signal(ab)
+        s2st, s3st, s4st = Signal(), Signal(), Signal()
         sn = Signal(range(SCAN_QUOTA))  # QPs judged in this turn (saturating)
         stale = Signal()                # a SET_QP rewrote aq meanwhile: drop the write-back
         wake = Signal()
@@ -946,6 +949,12 @@ class Requester(wiring.Component):
         rh_rd, rn_rd2 = Signal(rb), Signal(rb)
         m.d.sync += [comp_rd.eq(comp_rp2.data), d_rd.eq(dyn_rp2.data), cfg_rd.eq(cfg_rp.data),
                      rh_rd.eq(rh_rp.data), rn_rd2.eq(rn_rp2.data)]
+        # the scan judges from a second register of each read (synthesis folds the first into
+        # the block RAM, whose clock-to-out would otherwise lead the deadline compare)
+        comp_s, d_s, cfg_s = Signal(_comp_layout), Signal(_dyn_layout), Signal(_cfg_layout)
+        rh_s, rn_s = Signal(rb), Signal(rb)
+        m.d.sync += [comp_s.eq(comp_rd), d_s.eq(d_rd), cfg_s.eq(cfg_rd), rh_s.eq(rh_rd),
+                     rn_s.eq(rn_rd2)]
         m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq), cfg_rp.addr.eq(aq),
                      rh_rp.addr.eq(aq), rn_rp2.addr.eq(aq),
                      infl_rp.addr.eq(crh),
@@ -978,14 +987,14 @@ class Requester(wiring.Component):
         # or WQEs unretired with nothing sent unacknowledged (records written after their ACK:
         # otherwise the next ACK's walk retires them). A parked QP outside an RNR wait is only
         # woken (a hint, as in ACT). A write after the read only delays a visit by a round.
-        pc, pdy, pcf = comp_rd, d_rd, cfg_rd
+        pc, pdy, pcf = comp_s, d_s, cfg_s
         p_exp = ~(now - pc.dl)[TB - 1]
         p_done = pdy.psn == pc.una
         p_live = ~pc.qerr & ~pdy.err
         p_need, p_wake = Signal(), Signal()
         # ... or ring entries to drop: the QP has ended, or its list holds more than its
         # unretired WQEs (a RESET)
-        p_drop = (rh_rd != rn_rd2) & (~p_live | (pc.ccons == pdy.hcons))
+        p_drop = (rh_s != rn_s) & (~p_live | (pc.ccons == pdy.hcons))
         m.d.comb += [
             p_need.eq((p_live & (((pc.ccons != pdy.hcons) & p_done)
                                  | Mux(pc.hold, p_exp, Mux(~pcf.ton | p_done,
@@ -1026,7 +1035,7 @@ class Requester(wiring.Component):
 
         with m.FSM(name="completer"):
             with m.State("IDLE"):
-                m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0),
+                m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0), s4v.eq(0),
                              sn.eq(0)]
                 with m.If(sweeping):
                     pass
@@ -1039,27 +1048,28 @@ class Requester(wiring.Component):
                     m.next = "SCAN"
             with m.State("SCAN"):
                 # A scan turn: the completer's table reads step through the QPs, one per cycle
-                # (aq → s1 → s2, judged → s3, whose entries LOAD's registers then hold). A QP
-                # judged to need it is visited from EVAL, or woken; the others are passed. The
-                # turn ends there, or after SCAN_QUOTA QPs when an ACK or a kill waits.
+                # (aq → s1 → s2 → s3, judged → s4, whose entries LOAD's registers then hold). A
+                # QP judged to need it is visited from EVAL, or woken; the others are passed.
+                # The turn ends there, or after SCAN_QUOTA QPs when an ACK or a kill waits.
                 m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), stale.eq(0),
                              s1v.eq(1), s1q.eq(aq), s2v.eq(s1v), s2q.eq(s1q),
-                             s3v.eq(s2v), s3q.eq(s2q), s3n.eq(p_need), s3w.eq(p_wake),
-                             s2st.eq(hit(s1q)), s3st.eq(s2st | hit(s2q))]
-                with m.If(~(s3v & s3n)):
-                    m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd),
-                                 crh.eq(rh_rd)]
-                with m.If(s3v):
-                    with m.If(s3n):
+                             s3v.eq(s2v), s3q.eq(s2q), s4v.eq(s3v), s4q.eq(s3q),
+                             s4n.eq(p_need), s4w.eq(p_wake),
+                             s2st.eq(hit(s1q)), s3st.eq(s2st | hit(s2q)),
+                             s4st.eq(s3st | hit(s3q))]
+                with m.If(~(s4v & s4n)):
+                    m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s), crh.eq(rh_s)]
+                with m.If(s4v):
+                    with m.If(s4n):
                         # (a SET_QP write since the read drops the write-back, as in a visit)
-                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), ev.eq(_EV_SCAN),
-                                     stale.eq(s3st | hit(s3q))]
+                        m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1), ev.eq(_EV_SCAN),
+                                     stale.eq(s4st | hit(s4q))]
                         m.next = "EVAL"
-                    with m.Elif(s3w):
-                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1)]
+                    with m.Elif(s4w):
+                        m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1)]
                         m.next = "WAKE"
                     with m.Elif((kill_v | self.ack.valid) & (sn == SCAN_QUOTA - 1)):
-                        m.d.sync += sidx.eq(s3q + 1)
+                        m.d.sync += sidx.eq(s4q + 1)
                         with m.If(kill_v):
                             take_kill()
                         with m.Else():
@@ -1144,6 +1154,7 @@ class Requester(wiring.Component):
                 ]
                 m.next = "TEST"
             with m.State("TEST"):
+                m.d.comb += c_test.eq(1)
                 with m.If(retire):
                     with m.If(ent.signaled):
                         m.d.comb += ccpl.valid.eq(1)
