@@ -476,7 +476,8 @@ class Requester(wiring.Component):
         sge_key = [sw.sge[k].lkey for k in range(SEND_MAX_SGE)]
         len0 = Signal(32)
         total = Signal(32)              # message length (registered in VALIDATE)
-        bus = [Signal(64, name="bus0"), Signal(64, name="bus1")]
+        # the bus address of an SGE (the Key Cache's answer) replaces its VA in the WQE register
+        bus = sge_addr
         k = Signal(2)
         beat = Signal(range(max(2, 64 // nb)))
         status = Signal(8)
@@ -492,7 +493,6 @@ class Requester(wiring.Component):
         fpsn_r = Signal(24)             # first PSN of the current WQE
         skipn = Signal(24)              # packets of it already sent (resume point)
         soff = Signal(40)               # skipn · PMTU
-        sk_o1, sk_seg0, sk_rem = Signal(32), Signal(32), Signal(32)
         sk_lt = Signal()
         pend_err = Signal()             # the completer ended the QP: error for the WQE at cons
         pstat = Signal(4)
@@ -794,7 +794,8 @@ class Requester(wiring.Component):
                     with m.If(self.lookup.resp.payload.ok):
                         for i in range(2):
                             with m.If(k == i):
-                                m.d.sync += bus[i].eq(self.lookup.resp.payload.bus_addr)
+                                m.d.sync += sw.sge[i].addr.eq(
+                                    self.lookup.resp.payload.bus_addr)
                         m.d.sync += k.eq(k + 1)
                         m.next = "LOOKUP"
                     with m.Else():
@@ -806,22 +807,20 @@ class Requester(wiring.Component):
                 m.d.sync += soff.eq(skipn << (ctx.pmtu + 7))
                 m.next = "SKIP2"
             with m.State("SKIP2"):
-                # the differences first (registered), the addresses next cycle
+                # gather from SGE 0 at soff, or from SGE 1 at soff − len0; the offset in cur_addr
+                # (its address added next cycle)
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [sk_o1.eq(soff[:32] - len0), sk_seg0.eq(len0 - soff[:32]),
-                             sk_rem.eq(total - soff[:32]), sk_lt.eq(soff[:32] < len0)]
+                lt = soff[:32] < len0
+                m.d.sync += [sent.eq(soff[:32]), resid.eq(total - soff[:32]), sk_lt.eq(lt),
+                             seg_left.eq(Mux(lt, len0 - soff[:32], total - soff[:32])),
+                             cur_addr.eq(Mux(lt, soff[:32], soff[:32] - len0))]
                 with m.If((skipn != 0) & (soff >= total)):
                     m.next = "WB_NEXT"            # every packet of it was already sent
                 with m.Else():
                     m.next = "SKIP3"
             with m.State("SKIP3"):
-                # gather from SGE 0 at soff, or from SGE 1 past it (rem = len1 − (soff − len0))
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [sent.eq(soff[:32]), resid.eq(sk_rem)]
-                with m.If(sk_lt):
-                    m.d.sync += [cur_addr.eq(bus[0] + soff[:32]), seg_left.eq(sk_seg0)]
-                with m.Else():
-                    m.d.sync += [cur_addr.eq(bus[1] + sk_o1), seg_left.eq(sk_rem)]
+                m.d.sync += cur_addr.eq(Mux(sk_lt, bus[0], bus[1]) + cur_addr[:32])
                 m.next = "PKT"
             with m.State("PKT"):
                 m.d.comb += self.busy.eq(1)
