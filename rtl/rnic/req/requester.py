@@ -540,8 +540,9 @@ class Requester(wiring.Component):
         # rn, and the QP's list must be empty of dropped entries (after a RESET: while
         # ccons = hcons and rh ≠ rn the completer has yet to drop them). Only the engine takes
         # free entries, so room seen here is still there when the WQE is recorded.
+        # (registered like the window flags: CHECK is never the cycle after a change)
         ring_ok = Signal()
-        m.d.comb += ring_ok.eq((dyn.cons != dyn.hcons)
+        m.d.sync += ring_ok.eq((dyn.cons != dyn.hcons)
                                | (((fresh != D) | free.o.valid)
                                   & ~((cs.ccons == dyn.hcons) & (rh_e != ern))))
         # the completer wants a rewind, or ACKs of an earlier transmission overtook us
