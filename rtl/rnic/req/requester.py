@@ -521,9 +521,9 @@ class Requester(wiring.Component):
         with m.Switch(ctx.pmtu):
             for code in range(1, 6):
                 with m.Case(code):
-                    m.d.comb += pmtu_b.eq(128 << code)
+                    m.d.sync += pmtu_b.eq(128 << code)
             with m.Default():
-                m.d.comb += pmtu_b.eq(256)
+                m.d.sync += pmtu_b.eq(256)
 
         # windows: PSNs outstanding, WQEs not yet retired
         # registered: one cycle older than psn/cons, never used the cycle after they change
@@ -552,9 +552,11 @@ class Requester(wiring.Component):
                               | (~dyn.err & (unretired[15] | outstanding[23])))
 
         # segmentation of the next packet
-        fits = resid <= pmtu_b
+        # (registered: PKT is never the cycle after resid, ctx or pmtu_b changes; LOOKUP's
+        # resid = total is the value VALIDATE wrote)
+        fits = Signal()
         pay = Signal(13)
-        m.d.comb += pay.eq(Mux(fits, resid, pmtu_b))
+        m.d.sync += [fits.eq(resid <= pmtu_b), pay.eq(Mux(resid <= pmtu_b, resid, pmtu_b))]
         is_first = sent == 0
         opcode = Signal(8)
         with m.Switch(wop):
