@@ -864,9 +864,10 @@ class Requester(wiring.Component):
                     with m.If(build.chunk.ready):
                         left_n = Signal(13)
                         m.d.comb += left_n.eq(left - clen)
-                        # the next chunk when the packet goes on (then clen = seg_left: the
-                        # rest of the packet, in SGE 1 of len1 bytes)
-                        m.d.sync += [left.eq(left_n), clen.eq(Mux(len1 < left_n, len1, left_n))]
+                        # the next chunk when the packet goes on (then clen was seg_left, SGE 0
+                        # ends inside the packet, and the rest of the packet is in SGE 1, whose
+                        # len1 = total − len0 bytes all follow: min(len1, left_n) = left_n)
+                        m.d.sync += [left.eq(left_n), clen.eq(left_n)]
                         with m.If(left == clen):                # the packet's last chunk
                             with m.If(was_last):
                                 m.next = "WB_NEXT"
