@@ -42,7 +42,8 @@ Data path, top to bottom (see ``docs/requester.md``):
 
 Replay Buffer: there is none on chip. Retransmission re-reads the WQE from the SQ ring and the
 payload from host memory (the ring slot and buffers stay owned by the hardware until the WQE's
-completion); the in-flight table keeps only what retirement needs.
+completion); the in-flight ring, shared by every QP (one list per QP from ``rh`` to ``rn``),
+keeps only what retirement needs.
 
 The engine serves one QP until its SQ is empty, its window is full, or it has to wait for the
 completer; it then writes the QP back ("parked") and takes the next QPN. Round-robin: when other
@@ -112,7 +113,7 @@ cpl_layout = data.StructLayout({
 #: Per QP, owned by the engine.
 _dyn_layout = data.StructLayout({
     "cons": 16,         # SQ index of the next WQE to send
-    "hcons": 16,        # one past the newest WQE ever recorded in the in-flight table
+    "hcons": 16,        # one past the newest WQE ever recorded in the in-flight ring
     "psn": 24,          # next PSN to send
     "hpsn": 24,         # one past the newest PSN ever sent (older ones are retransmissions)
     "fpsn": 24,         # first PSN of the WQE at ``cons`` when ``part``
