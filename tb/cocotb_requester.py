@@ -726,7 +726,7 @@ ENGINE = 300            # cycles from a timer's expiry to the first beat of the 
 def scan_round(n, visits, acks):
     """docs/requester.md: cycles for the scan to judge every QP once, with ``visits`` QPs that
     need a visit and ``acks`` ACKs (that retire nothing) taken meanwhile."""
-    return n + 4 + 12 * visits + (10 + 4) * acks
+    return n + 5 + 13 * visits + (10 + 5) * acks
 
 
 class AckWatch:
@@ -862,5 +862,82 @@ async def requester_timers(dut):
         key = lambda c: (c["qpn"], c["wr_id"])
         assert sorted(got_c, key=key) == sorted(exp, key=key), f"{phase}: {got_c} != {exp}"
         assert tb.tx.empty(), f"{phase}: a frame sent after the ACKs"
+    assert tb.gap_errors == 0
+    tb.mem.check()
+
+
+# ---- the shared in-flight ring (docs/requester.md, "In-flight ring") -------------------------------
+
+RING_FREE = int(os.environ.get("RQ_RING", "0")) - 16    # entries beyond one per QP (N = 16)
+
+
+async def ring_frames(tb, rels, exp, n, label, cycles=3000):
+    """Receive ``n`` frames, each checked against the next expected packet of its QP (``exp``:
+    qpn -> packets in order, consumed); then nothing more within ``cycles``."""
+    for i in range(n):
+        f = await with_timeout(tb.tx.recv(), 400, "us")
+        frame = bytes(f.tdata)
+        qpn = Ether(frame)[BTH].dqpn - 0x100
+        assert exp.get(qpn), f"{label}: frame {i} of QP {qpn} not expected"
+        x = exp[qpn].pop(0)
+        tb.check_frame(qpn, x, rels[qpn].msg[x["wr_id"]], frame, f"{label} frame {i}")
+    await ClockCycles(tb.dut.clk, cycles)
+    assert tb.tx.empty(), f"{label}: more than {n} frames"
+
+
+@cocotb.test(skip=os.environ.get("RQ_TEST", "frames") != "ring")
+async def requester_ring(dut):
+    """A ring of 16 entries beyond the QPs' own: WQEs of three QPs beyond it wait (the QPs park)
+    and go on ACKs; a QP reset with WQEs unretired and a QP ended by a NAK give their entries
+    back, so 16 WQEs are in flight again afterwards."""
+    tb, src = await start(dut)
+    assert RING_FREE == 16
+    rels = {q: Rel(tb, src, q) for q in (1, 2, 3)}
+    exp = {}
+    for q, r in rels.items():
+        for k in range(7):
+            r.post(0x1000 * q + k, model.SEND, 40 + k)
+        exp[q] = r.send_posted()
+    await ring_frames(tb, rels, exp, RING_FREE, "ring full")
+    # ACK each QP's WQEs sent so far in turn: their entries go back and as many more leave
+    while any(r.m.sent for r in rels.values()):
+        for q, r in rels.items():
+            unacked = len(r.m.sent) - len(exp[q])       # sent by the requester, not acked
+            if unacked == 0:
+                continue
+            w = r.m.sent[unacked - 1]
+            psn = (w["first_psn"] + w["npkts"] - 1) & 0xFFFFFF
+            r.ack(psn)
+            await r.cqes(r.m.ack(psn)[0], f"ring: qp {q} acked")
+            n = min(unacked, sum(len(v) for v in exp.values()))
+            await ring_frames(tb, rels, exp, n, f"ring: after qp {q}", cycles=500)
+    assert not any(exp.values()), exp
+    # QP 1 reset with 3 WQEs unretired, QP 2 ended by a NAK with 3 WQEs unretired
+    for q in (1, 2):
+        for k in range(3):
+            rels[q].post(0x10000 * q + k, model.SEND, 20, flags=0)
+        exp[q] = rels[q].send_posted()
+    await ring_frames(tb, rels, exp, 6, "before reset and NAK", cycles=100)
+    tb.set_qp(1, 0)
+    tb.prod[1] = 0
+    w = rels[2].m.sent[0]
+    c, again = rels[2].m.nak(w["first_psn"], 0x63)
+    rels[2].ack(w["first_psn"], 0x63)
+    await rels[2].cqes(c, "ring: nak")
+    await ClockCycles(dut.clk, 200)
+    # QP 1 in RTS again; QPs 1, 4, 5, 6 post 16 WQEs and they all leave before any ACK
+    rels[1] = Rel(tb, src, 1)
+    for q in (4, 5, 6):
+        rels[q] = Rel(tb, src, q)
+    for q in (1, 4, 5, 6):
+        for k in range(4):
+            rels[q].post(0x100000 * q + k, model.RDMA_WRITE, 30 + k)
+        exp[q] = rels[q].send_posted()
+    await ring_frames(tb, rels, exp, 16, "ring: all back")
+    for q in (1, 4, 5, 6):
+        w = rels[q].m.sent[-1]
+        psn = (w["first_psn"] + w["npkts"] - 1) & 0xFFFFFF
+        rels[q].ack(psn)
+        await rels[q].cqes(rels[q].m.ack(psn)[0], f"ring: qp {q} done")
     assert tb.gap_errors == 0
     tb.mem.check()

@@ -23,8 +23,8 @@ class ReqHarness(wiring.Component):
     """Requester + HostMemory (2 read clients) + KeyCache (1 lookup port), context served by
     the bench."""
 
-    def __init__(self, width, num_qp=NUM_QP):
-        self.width, self.num_qp = width, num_qp
+    def __init__(self, width, num_qp=NUM_QP, ring_depth=None):
+        self.width, self.num_qp, self.ring_depth = width, num_qp, ring_depth
         super().__init__({
             "axi": Out(AxiSignature(width)),
             "tx": Out(BeatStream(width)),
@@ -44,7 +44,8 @@ class ReqHarness(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.req = req = Requester(width=self.width, num_qp=self.num_qp)
+        m.submodules.req = req = Requester(width=self.width, num_qp=self.num_qp,
+                                           ring_depth=self.ring_depth)
         m.submodules.hm = hm = HostMemory(width=self.width, read_clients=2, write_clients=0,
                                           max_reads=4, read_buffer=64)
         m.submodules.kc = kc = KeyCache(key_entries=8, num_ports=1)
@@ -68,12 +69,16 @@ class ReqHarness(wiring.Component):
         return m
 
 
-def _run(width, window, label, test="frames", us=2, num_qp=NUM_QP, simulator=None):
+def _run(width, window, label, test="frames", us=2, num_qp=NUM_QP, simulator=None,
+         ring_depth=None):
     params = {"width": width} if num_qp == NUM_QP else {"width": width, "num_qp": num_qp}
-    run_cocotb("requester", lambda: flat_top_axi(ReqHarness(width, num_qp)), params=params,
-               test_module="tb.cocotb_requester", simulator=simulator,
+    if ring_depth is not None:
+        params["ring_depth"] = ring_depth
+    run_cocotb("requester", lambda: flat_top_axi(ReqHarness(width, num_qp, ring_depth)),
+               params=params, test_module="tb.cocotb_requester", simulator=simulator,
                extra_env={"RQ_WIDTH": str(width), "RQ_WINDOW": str(int(window)),
-                          "RQ_TEST": test, "RQ_US": str(us), "RQ_NUM_QP": str(num_qp)},
+                          "RQ_TEST": test, "RQ_US": str(us), "RQ_NUM_QP": str(num_qp),
+                          "RQ_RING": str(ring_depth or 0)},
                test_name=f"w{width}-{label}")
 
 
@@ -89,6 +94,13 @@ def test_requester_retry(width):
     recovery, RNR and retry exhaustion, NAK 0x61/0x62/0x63/reserved, SET_QP to ERROR in flight;
     frames and completions against sim/models/requester.py SendQp, timer gaps in cycles."""
     _run(width, False, "retry", test="retry")
+
+
+def test_requester_ring():
+    """The shared in-flight ring at 16 entries beyond the QPs' own (ring_depth 32, N = 16): the
+    WQEs beyond it wait and go as ACKs give entries back; a reset QP and a QP ended by a NAK
+    give theirs back (16 in flight again)."""
+    _run(64, False, "ring", test="ring", ring_depth=32)
 
 
 @pytest.mark.parametrize("num_qp, us", [(256, 4),

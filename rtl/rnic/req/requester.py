@@ -42,7 +42,8 @@ Data path, top to bottom (see ``docs/requester.md``):
 
 Replay Buffer: there is none on chip. Retransmission re-reads the WQE from the SQ ring and the
 payload from host memory (the ring slot and buffers stay owned by the hardware until the WQE's
-completion); the in-flight table keeps only what retirement needs.
+completion); the in-flight ring, shared by every QP (one list per QP from ``rh`` to ``rn``),
+keeps only what retirement needs.
 
 The engine serves one QP until its SQ is empty, its window is full, or it has to wait for the
 completer; it then writes the QP back ("parked") and takes the next QPN. Round-robin: when other
@@ -60,7 +61,7 @@ from ..host.axi_master import ReadClientSignature
 from ..keys.key_cache import LookupSignature
 from ..opcodes import WcStatus
 from ..resp.qp_context import QpState
-from ..stream import BeatStream, Queue, SkidBuffer, check_width
+from ..stream import BeatStream, Queue, check_width
 from .retry import RNR_US, TIMEOUT_US, TIMER_BITS, rom
 from .tx_build import TxBuild
 
@@ -112,7 +113,7 @@ cpl_layout = data.StructLayout({
 #: Per QP, owned by the engine.
 _dyn_layout = data.StructLayout({
     "cons": 16,         # SQ index of the next WQE to send
-    "hcons": 16,        # one past the newest WQE ever recorded in the in-flight table
+    "hcons": 16,        # one past the newest WQE ever recorded in the in-flight ring
     "psn": 24,          # next PSN to send
     "hpsn": 24,         # one past the newest PSN ever sent (older ones are retransmissions)
     "fpsn": 24,         # first PSN of the WQE at ``cons`` when ``part``
@@ -141,17 +142,22 @@ _comp_layout = data.StructLayout({
 })
 
 #: Per QP, written by the engine from the context, read by the completer.
-_cfg_layout = data.StructLayout({"timeout": 5, "retry_cnt": 3, "rnr_retry": 3})
+#: (the timeout in µs, looked up when written: the completer adds it to the clock as read;
+#: ``ton`` = timeout ≠ 0, so that the entry of a QP the engine never served has no timer)
+_cfg_layout = data.StructLayout({"tval": 34, "ton": 1, "retry_cnt": 3, "rnr_retry": 3})
 
-#: One sent WQE waiting for its ACK (slot ``cons mod INFLIGHT`` of its QP).
-_inflight_layout = data.StructLayout({
-    "wr_id": 64,
-    "last_psn": 24,
-    "signaled": 1,
-    "write": 1,
-    "imm": 1,
-    "byte_len": 32,
-})
+def _inflight_layout(rb):
+    """One sent WQE waiting for its ACK: a ring entry, linked to the QP's next one by ``next``
+    (``rb`` = ring index bits)."""
+    return data.StructLayout({
+        "wr_id": 64,
+        "last_psn": 24,
+        "signaled": 1,
+        "write": 1,
+        "imm": 1,
+        "byte_len": 32,
+        "next": rb,
+    })
 
 #: WQEs sent and not yet retired, per QP; PSNs outstanding per QP.
 INFLIGHT = 16
@@ -168,8 +174,8 @@ _OPS = [(0x00, 0x01, 0x02, 0x04), (0x00, 0x01, 0x03, 0x05), (0x00, 0x01, 0x16, 0
 
 # completer events and NAK actions
 _EV_ACK, _EV_SCAN, _EV_KILL = 0, 1, 2
-_ACT_NONE, _ACT_SEQ, _ACT_RNR, _ACT_ERR, _ACT_SCAN, _ACT_KILL = range(6)
-#: QPs the scan judges per turn when an ACK or a kill waits: a turn (3 cycles to fill the read
+_ACT_NONE, _ACT_SEQ, _ACT_RNR, _ACT_ERR, _ACT_SCAN, _ACT_KILL, _ACT_DROP = range(7)
+#: QPs the scan judges per turn when an ACK or a kill waits: a turn (4 cycles to fill the read
 #: pipeline, then one QP per cycle) costs what one ACK's processing does, so a stream of ACKs
 #: still leaves the scan half of the completer.
 SCAN_QUOTA = 8
@@ -187,6 +193,10 @@ class Requester(wiring.Component):
     work_depth : int
         Entries of the queue of QPNs waiting for service (doorbells are back-pressured when it
         is full).
+    ring_depth : int or None
+        Entries of the in-flight ring shared by every QP (power of two, > ``num_qp``): each QP
+        holds one entry for its next WQE, the other ``ring_depth − num_qp`` are the WQEs sent
+        and not yet retired, over all QPs. Default: the power of two ≥ ``num_qp + 256``.
 
     Attributes
     ----------
@@ -237,13 +247,20 @@ class Requester(wiring.Component):
         Every write of a QP's SQ consumer index: the oldest WQE not yet retired (QUERY_QP).
     """
 
-    def __init__(self, *, width=64, num_qp=256, work_depth=16):
+    def __init__(self, *, width=64, num_qp=256, work_depth=16, ring_depth=None):
         check_width(width)
         if num_qp & (num_qp - 1) or not 4 <= num_qp <= 4096:
             raise ValueError(f"num_qp must be a power of two in 4..4096, not {num_qp!r}")
         if work_depth < 2:
             raise ValueError(f"work_depth must be at least 2, not {work_depth!r}")
+        if ring_depth is None:
+            ring_depth = 1 << (num_qp + 256 - 1).bit_length()
+        if ring_depth & (ring_depth - 1) or ring_depth <= num_qp:
+            # one entry per QP is its next WQE's; at least one more to send anything
+            raise ValueError(f"ring_depth must be a power of two above num_qp, "
+                             f"not {ring_depth!r}")
         self.width, self.num_qp, self.work_depth = width, num_qp, work_depth
+        self.ring_depth = ring_depth
         self.abits = (num_qp - 1).bit_length()
         super().__init__({
             "sq_db": In(stream.Signature(doorbell_layout)),
@@ -271,29 +288,30 @@ class Requester(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W, nb, ab = self.width, self.width // 8, self.abits
-        ib = (INFLIGHT - 1).bit_length()
+        D = self.ring_depth
+        rb = (D - 1).bit_length()
         TB = TIMER_BITS
+        ring_layout = _inflight_layout(rb)
 
         m.submodules.build = build = TxBuild(W)
         wiring.connect(m, build.rd, wiring.flipped(self.data_rd))
         wiring.connect(m, build.tx, wiring.flipped(self.tx))
         wiring.connect(m, build.fault, wiring.flipped(self.fault))
         m.d.comb += [build.local_mac.eq(self.local_mac), build.local_ip.eq(self.local_ip)]
-        # skid buffers cut the merge's ready path back into the two FSMs; the merge serves the
-        # completer first: its SUCCESS completions always precede, for the same QP, any error
-        # or flush completion of the engine (which waits for the completer's table write).
-        m.submodules.eskid = eskid = SkidBuffer(cpl_layout)
-        m.submodules.cskid = cskid = SkidBuffer(cpl_layout)
-        ecpl, ccpl = eskid.i, cskid.i
-        with m.If(~self.cpl.valid | self.cpl.ready):
-            with m.If(cskid.o.valid):
-                m.d.comb += cskid.o.ready.eq(1)
-                m.d.sync += [self.cpl.valid.eq(1), self.cpl.payload.eq(cskid.o.payload)]
-            with m.Elif(eskid.o.valid):
-                m.d.comb += eskid.o.ready.eq(1)
-                m.d.sync += [self.cpl.valid.eq(1), self.cpl.payload.eq(eskid.o.payload)]
-            with m.Else():
-                m.d.sync += self.cpl.valid.eq(0)
+        # The completions of the engine and of the completer meet in ``cpl``'s register, which
+        # takes one only when empty, so ``cpl.ready`` reaches no FSM (a completion every second
+        # cycle at most). The completer first: its SUCCESS completions always precede, for the
+        # same QP, any error or flush completion of the engine (which waits for the
+        # completer's table write).
+        ecpl = stream.Signature(cpl_layout).create(path=("ecpl",))
+        ccpl = stream.Signature(cpl_layout).create(path=("ccpl",))
+        c_test = Signal()               # the completer may offer a completion (state TEST)
+        m.d.comb += [ccpl.ready.eq(~self.cpl.valid), ecpl.ready.eq(~self.cpl.valid & ~c_test)]
+        with m.If(self.cpl.ready):
+            m.d.sync += self.cpl.valid.eq(0)
+        with m.If(~self.cpl.valid & (ccpl.valid | ecpl.valid)):
+            m.d.sync += [self.cpl.valid.eq(1),
+                         self.cpl.payload.eq(Mux(ccpl.valid, ccpl.payload, ecpl.payload))]
 
         # the microsecond clock
         now = Signal(TB)
@@ -306,8 +324,19 @@ class Requester(wiring.Component):
         m.submodules.comp_mem = comp_mem = Memory(shape=_comp_layout, depth=self.num_qp,
                                                   init=[])
         m.submodules.cfg_mem = cfg_mem = Memory(shape=_cfg_layout, depth=self.num_qp, init=[])
-        m.submodules.infl_mem = infl_mem = Memory(shape=_inflight_layout,
-                                                  depth=self.num_qp * INFLIGHT, init=[])
+        # The in-flight ring (docs/requester.md, "In-flight ring"): entries shared by every QP,
+        # each QP's unretired WQEs a list in SQ order from ``rh`` (the completer's table) to
+        # ``rn`` (the engine's), ``rn`` being the entry the QP's next new WQE is written to and
+        # each entry holding the index of the one after it. The engine takes a free entry for
+        # ``rn`` whenever it fills the old one; the completer frees an entry when it retires
+        # its WQE, or drops it when the QP has ended or was reset (the list is then longer than
+        # ``hcons − ccons``). Free entries: never used ones from ``fresh`` up, then ``free``.
+        m.submodules.ring_mem = ring_mem = Memory(shape=ring_layout, depth=D, init=[],
+                                                  attrs={"no_rw_check": 1})
+        m.submodules.rn_mem = rn_mem = Memory(shape=rb, depth=self.num_qp, init=[])
+        m.submodules.rh_mem = rh_mem = Memory(shape=rb, depth=self.num_qp, init=[],
+                                              attrs={"no_rw_check": 1})
+        m.submodules.free = free = Queue(rb, D - self.num_qp)
         prod_wp = prod_mem.write_port()
         prod_rp = prod_mem.read_port(transparent_for=(prod_wp,))
         dyn_wp = dyn_mem.write_port()
@@ -318,8 +347,30 @@ class Requester(wiring.Component):
         comp_rp2 = comp_mem.read_port(transparent_for=(comp_wp,))     # the completer's
         cfg_wp = cfg_mem.write_port()
         cfg_rp = cfg_mem.read_port(transparent_for=(cfg_wp,))
-        infl_wp = infl_mem.write_port()
-        infl_rp = infl_mem.read_port(transparent_for=(infl_wp,))
+        # (no_rw_check: the completer reads an entry a cycle after it read the engine's rn and
+        # hcons, so an entry written in the cycle of its read is one those did not yet show as
+        # filled, and its word is not used)
+        infl_wp = ring_mem.write_port()
+        infl_rp = ring_mem.read_port()
+        rn_wp = rn_mem.write_port()
+        rn_rp = rn_mem.read_port(transparent_for=(rn_wp,))            # the engine's
+        rn_rp2 = rn_mem.read_port(transparent_for=(rn_wp,))           # the completer's
+        # (no_rw_check: the completer writes rh only in its write-back, when its reads at the
+        # same QP are not used; the engine's read is registered beside cs, as comp's)
+        rh_wp = rh_mem.write_port()
+        rh_rp = rh_mem.read_port()                                    # the completer's
+        rh_rpe = rh_mem.read_port()                                   # the engine's
+        fresh = Signal(range(D + 1), init=self.num_qp)
+        # after rst, each QP q's rn = rh = entry q (an empty list), one QP per cycle; the engine
+        # and the completer start after it
+        sweeping = Signal(init=1)
+        sw_i = Signal(ab)
+        with m.If(sweeping):
+            m.d.comb += [rn_wp.addr.eq(sw_i), rn_wp.data.eq(sw_i), rn_wp.en.eq(1),
+                         rh_wp.addr.eq(sw_i), rh_wp.data.eq(sw_i), rh_wp.en.eq(1)]
+            m.d.sync += sw_i.eq(sw_i + 1)
+            with m.If(sw_i == self.num_qp - 1):
+                m.d.sync += sweeping.eq(0)
 
         m.submodules.work = work = Queue(ab, self.work_depth, buffered=False)
 
@@ -393,10 +444,19 @@ class Requester(wiring.Component):
         dyn_rd = Signal(_dyn_layout)
         m.d.sync += [prod_q.eq(prod_rp.data), prod.eq(prod_q), cs.eq(comp_rp.data),
                      dyn_rd.eq(dyn_rp.data)]
+        m.d.comb += [rn_rp.addr.eq(qpn), rh_rpe.addr.eq(qpn)]
+        rn_rd = Signal(rb)              # rn as read with dyn_rd
+        rh_e = Signal(rb)               # rh as read with cs
+        m.d.sync += [rn_rd.eq(rn_rp.data), rh_e.eq(rh_rpe.data)]
 
         # ---- engine state -------------------------------------------------------------------
         ctx = Signal(req_ctx_layout)
         dyn = Signal(_dyn_layout)
+        ern = Signal(rb)                # the QP's rn (the entry its next new WQE goes to)
+        eng_rn = Signal(rb)             # rn as written back
+        m.d.comb += eng_rn.eq(ern)
+        with m.If(~sweeping):
+            m.d.comb += [rn_wp.addr.eq(qpn), rn_wp.data.eq(eng_rn), rn_wp.en.eq(eng_wb)]
         # cs.rgen != dyn.rgen for ERR, registered beside cs (from the same read and the
         # dyn.rgen of the cycle before: ERR never follows REWIND or CTX_WAIT, which set it).
         # Reading the table's output besides cs also keeps synthesis from folding cs into the
@@ -417,7 +477,8 @@ class Requester(wiring.Component):
         sge_key = [sw.sge[k].lkey for k in range(SEND_MAX_SGE)]
         len0 = Signal(32)
         total = Signal(32)              # message length (registered in VALIDATE)
-        bus = [Signal(64, name="bus0"), Signal(64, name="bus1")]
+        # the bus address of an SGE (the Key Cache's answer) replaces its VA in the WQE register
+        bus = sge_addr
         k = Signal(2)
         beat = Signal(range(max(2, 64 // nb)))
         status = Signal(8)
@@ -433,7 +494,6 @@ class Requester(wiring.Component):
         fpsn_r = Signal(24)             # first PSN of the current WQE
         skipn = Signal(24)              # packets of it already sent (resume point)
         soff = Signal(40)               # skipn · PMTU
-        sk_o1, sk_seg0, sk_rem = Signal(32), Signal(32), Signal(32)
         sk_lt = Signal()
         pend_err = Signal()             # the completer ended the QP: error for the WQE at cons
         pstat = Signal(4)
@@ -462,9 +522,9 @@ class Requester(wiring.Component):
         with m.Switch(ctx.pmtu):
             for code in range(1, 6):
                 with m.Case(code):
-                    m.d.comb += pmtu_b.eq(128 << code)
+                    m.d.sync += pmtu_b.eq(128 << code)
             with m.Default():
-                m.d.comb += pmtu_b.eq(256)
+                m.d.sync += pmtu_b.eq(256)
 
         # windows: PSNs outstanding, WQEs not yet retired
         # registered: one cycle older than psn/cons, never used the cycle after they change
@@ -477,6 +537,15 @@ class Requester(wiring.Component):
         none_unretired = Signal()
         m.d.sync += [psn_room.eq(outstanding < MAX_OUTSTANDING), slot_room.eq(unretired < INFLIGHT),
                      none_unretired.eq(unretired == 0)]
+        # a new WQE (one not yet in the ring, cons = hcons) needs a free entry for the QP's next
+        # rn, and the QP's list must be empty of dropped entries (after a RESET: while
+        # ccons = hcons and rh ≠ rn the completer has yet to drop them). Only the engine takes
+        # free entries, so room seen here is still there when the WQE is recorded.
+        # (registered like the window flags: CHECK is never the cycle after a change)
+        ring_ok = Signal()
+        m.d.sync += ring_ok.eq((dyn.cons != dyn.hcons)
+                               | (((fresh != D) | free.o.valid)
+                                  & ~((cs.ccons == dyn.hcons) & (rh_e != ern))))
         # the completer wants a rewind, or ACKs of an earlier transmission overtook us
         # (registered like the window flags: CHECK and PKT are never the cycle after a change)
         rewind = Signal()
@@ -484,9 +553,11 @@ class Requester(wiring.Component):
                               | (~dyn.err & (unretired[15] | outstanding[23])))
 
         # segmentation of the next packet
-        fits = resid <= pmtu_b
+        # (registered: PKT is never the cycle after resid, ctx or pmtu_b changes; LOOKUP's
+        # resid = total is the value VALIDATE wrote)
+        fits = Signal()
         pay = Signal(13)
-        m.d.comb += pay.eq(Mux(fits, resid, pmtu_b))
+        m.d.sync += [fits.eq(resid <= pmtu_b), pay.eq(Mux(resid <= pmtu_b, resid, pmtu_b))]
         is_first = sent == 0
         opcode = Signal(8)
         with m.Switch(wop):
@@ -514,9 +585,13 @@ class Requester(wiring.Component):
             build.chunk.payload.len.eq(clen),
         ]
 
-        # the in-flight record of the WQE just sent (written with the write-back)
+        # the in-flight record of the WQE just sent (written with the write-back), at rn, linked
+        # to the entry taken for the next rn
+        new_rn = Signal(rb)
+        m.d.comb += new_rn.eq(Mux(fresh != D, fresh, free.o.payload))
         m.d.comb += [
-            infl_wp.addr.eq(Cat(dyn.cons[:ib], qpn)),
+            infl_wp.addr.eq(ern),
+            infl_wp.data.next.eq(new_rn),
             infl_wp.data.wr_id.eq(wr_id),
             infl_wp.data.last_psn.eq(dyn.psn - 1),
             infl_wp.data.signaled.eq(flags[0]),
@@ -544,9 +619,10 @@ class Requester(wiring.Component):
             ecpl.payload.fault.eq(hfault),
             eng_dyn.eq(dyn),
             cfg_wp.addr.eq(qpn),
-            cfg_wp.data.timeout.eq(self.ctx_resp.payload.timeout),
-            cfg_wp.data.retry_cnt.eq(self.ctx_resp.payload.retry_cnt),
-            cfg_wp.data.rnr_retry.eq(self.ctx_resp.payload.rnr_retry),
+            cfg_wp.data.tval.eq(rom(m, ctx.timeout, TIMEOUT_US, 34, "timeout_us")),
+            cfg_wp.data.ton.eq(ctx.timeout != 0),
+            cfg_wp.data.retry_cnt.eq(ctx.retry_cnt),
+            cfg_wp.data.rnr_retry.eq(ctx.rnr_retry),
         ]
 
         def prefetch():
@@ -557,9 +633,9 @@ class Requester(wiring.Component):
 
         with m.FSM(name="engine"):
             with m.State("IDLE"):
-                m.d.comb += work.o.ready.eq(1)
+                m.d.comb += work.o.ready.eq(~sweeping)
                 m.d.sync += pend_err.eq(0)
-                with m.If(work.o.valid):
+                with m.If(work.o.valid & ~sweeping):
                     m.d.sync += [qpn.eq(work.o.payload), served.eq(0)]
                     m.next = "PRE"
             with m.State("PRE"):
@@ -573,9 +649,8 @@ class Requester(wiring.Component):
             with m.State("CTX_WAIT"):
                 m.d.comb += [self.ctx_resp.ready.eq(1), self.busy.eq(1)]
                 with m.If(self.ctx_resp.valid):
-                    m.d.comb += cfg_wp.en.eq(1)
                     m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.eq(dyn_rd),
-                                 dyn.parked.eq(0)]
+                                 dyn.parked.eq(0), ern.eq(rn_rd)]
                     m.next = "CHECK_WAIT"
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
@@ -613,13 +688,15 @@ class Requester(wiring.Component):
                     m.next = "WB"                 # (the completer wakes the QP after RNR)
                 with m.Elif(served & work.o.valid):
                     m.next = "YIELD"              # other QPs wait: round-robin, one WQE each
-                with m.Elif(slot_room):
+                with m.Elif(slot_room & ring_ok):
                     m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0),
                                  fpsn_r.eq(Mux(dyn.part, dyn.fpsn, dyn.psn)),
                                  skipn.eq(Mux(dyn.part, dyn.psn - dyn.fpsn, 0))]
                     m.next = "WQE_REQ"
                 with m.Else():
-                    m.next = "PARK"               # 16 WQEs unretired: wait for ACKs elsewhere
+                    # 16 WQEs unretired, or the ring full: wait for ACKs elsewhere (the scan
+                    # wakes parked QPs when the work queue is empty)
+                    m.next = "PARK"
             with m.State("REWIND"):
                 # go back to the oldest unacknowledged PSN (go-back-N)
                 m.d.comb += self.busy.eq(1)
@@ -721,7 +798,8 @@ class Requester(wiring.Component):
                     with m.If(self.lookup.resp.payload.ok):
                         for i in range(2):
                             with m.If(k == i):
-                                m.d.sync += bus[i].eq(self.lookup.resp.payload.bus_addr)
+                                m.d.sync += sw.sge[i].addr.eq(
+                                    self.lookup.resp.payload.bus_addr)
                         m.d.sync += k.eq(k + 1)
                         m.next = "LOOKUP"
                     with m.Else():
@@ -733,22 +811,20 @@ class Requester(wiring.Component):
                 m.d.sync += soff.eq(skipn << (ctx.pmtu + 7))
                 m.next = "SKIP2"
             with m.State("SKIP2"):
-                # the differences first (registered), the addresses next cycle
+                # gather from SGE 0 at soff, or from SGE 1 at soff − len0; the offset in cur_addr
+                # (its address added next cycle)
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [sk_o1.eq(soff[:32] - len0), sk_seg0.eq(len0 - soff[:32]),
-                             sk_rem.eq(total - soff[:32]), sk_lt.eq(soff[:32] < len0)]
+                lt = soff[:32] < len0
+                m.d.sync += [sent.eq(soff[:32]), resid.eq(total - soff[:32]), sk_lt.eq(lt),
+                             seg_left.eq(Mux(lt, len0 - soff[:32], total - soff[:32])),
+                             cur_addr.eq(Mux(lt, soff[:32], soff[:32] - len0))]
                 with m.If((skipn != 0) & (soff >= total)):
                     m.next = "WB_NEXT"            # every packet of it was already sent
                 with m.Else():
                     m.next = "SKIP3"
             with m.State("SKIP3"):
-                # gather from SGE 0 at soff, or from SGE 1 past it (rem = len1 − (soff − len0))
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [sent.eq(soff[:32]), resid.eq(sk_rem)]
-                with m.If(sk_lt):
-                    m.d.sync += [cur_addr.eq(bus[0] + soff[:32]), seg_left.eq(sk_seg0)]
-                with m.Else():
-                    m.d.sync += [cur_addr.eq(bus[1] + sk_o1), seg_left.eq(sk_rem)]
+                m.d.sync += cur_addr.eq(Mux(sk_lt, bus[0], bus[1]) + cur_addr[:32])
                 m.next = "PKT"
             with m.State("PKT"):
                 m.d.comb += self.busy.eq(1)
@@ -789,9 +865,10 @@ class Requester(wiring.Component):
                     with m.If(build.chunk.ready):
                         left_n = Signal(13)
                         m.d.comb += left_n.eq(left - clen)
-                        # the next chunk when the packet goes on (then clen = seg_left: the
-                        # rest of the packet, in SGE 1 of len1 bytes)
-                        m.d.sync += [left.eq(left_n), clen.eq(Mux(len1 < left_n, len1, left_n))]
+                        # the next chunk when the packet goes on (then clen was seg_left, SGE 0
+                        # ends inside the packet, and the rest of the packet is in SGE 1, whose
+                        # len1 = total − len0 bytes all follow: min(len1, left_n) = left_n)
+                        m.d.sync += [left.eq(left_n), clen.eq(left_n)]
                         with m.If(left == clen):                # the packet's last chunk
                             with m.If(was_last):
                                 m.next = "WB_NEXT"
@@ -804,15 +881,25 @@ class Requester(wiring.Component):
                                          seg_left.eq(seg_left - clen)]
             with m.State("WB_NEXT"):
                 # record the WQE for the ACK processor, write back, look at the producer again
-                hnext = Mux(dyn.cons == dyn.hcons, dyn.cons + 1, dyn.hcons)
+                # (a WQE sent again is in the ring already: cons < hcons)
+                alloc = dyn.cons == dyn.hcons
+                hnext = Mux(alloc, dyn.cons + 1, dyn.hcons)
                 m.d.comb += [eng_wb.eq(1), eng_dyn.cons.eq(dyn.cons + 1), eng_dyn.part.eq(0),
-                             eng_dyn.hcons.eq(hnext), infl_wp.en.eq(1), self.busy.eq(1)]
+                             eng_dyn.hcons.eq(hnext), self.busy.eq(1)]
+                with m.If(alloc):
+                    m.d.comb += [infl_wp.en.eq(1), eng_rn.eq(new_rn)]
+                    m.d.sync += ern.eq(new_rn)
+                    with m.If(fresh != D):
+                        m.d.sync += fresh.eq(fresh + 1)
+                    with m.Else():
+                        m.d.comb += free.o.ready.eq(1)
                 m.d.sync += [dyn.cons.eq(dyn.cons + 1), dyn.part.eq(0), dyn.hcons.eq(hnext),
                              served.eq(1)]
                 m.next = "CHECK_WAIT"
             with m.State("CHECK_WAIT"):
-                # one cycle for the registered reads and window flags to see the new dyn
-                m.d.comb += self.busy.eq(1)
+                # one cycle for the registered reads and window flags to see the new dyn; the
+                # completer's copy of the QP's timer settings (from ctx)
+                m.d.comb += [self.busy.eq(1), cfg_wp.en.eq(1)]
                 m.next = "CHECK"
             with m.State("ERR"):
                 # completions stay in SQ order: wait until every earlier WQE is retired
@@ -844,11 +931,13 @@ class Requester(wiring.Component):
         sidx = Signal(ab)               # the scan's next QP
         scan_turn = Signal()
         # the scan's read pipeline (state SCAN): QP s1q's table reads are on the read ports'
-        # outputs, s2q's in comp_rd/d_rd/cfg_rd, s3q's in cmp/d/cfg, judged: s3n it needs a
-        # visit, s3w only a wake-up; s2st/s3st a SET_QP wrote its entry after the read
-        s1v, s2v, s3v, s3n, s3w = Signal(), Signal(), Signal(), Signal(), Signal()
-        s1q, s2q, s3q = Signal(ab), Signal(ab), Signal(ab)
-        s2st, s3st = Signal(), Signal()
+        # outputs, s2q's in comp_rd/d_rd/cfg_rd, s3q's in comp_s/d_s/cfg_s (judged), s4q's in
+        # cmp/d/cfg: s4n it needs a visit, s4w only a wake-up; s2st..s4st a SET_QP wrote its
+        # entry after the read
+        s1v, s2v, s3v, s4v, s4n, s4w = (Signal(name=f"s_{n}")
+                                         for n in ("1v", "2v", "3v", "4v", "4n", "4w"))
+        s1q, s2q, s3q, s4q = Signal(ab), Signal(ab), Signal(ab), Signal(ab)
+        s2st, s3st, s4st = Signal(), Signal(), Signal()
         sn = Signal(range(SCAN_QUOTA))  # QPs judged in this turn (saturating)
         stale = Signal()                # a SET_QP rewrote aq meanwhile: drop the write-back
         wake = Signal()
@@ -858,20 +947,32 @@ class Requester(wiring.Component):
         d_rd = Signal(_dyn_layout)
         cfg = Signal(_cfg_layout)
         cfg_rd = Signal(_cfg_layout)
-        tval = Signal(TB)               # the QP's timeout in µs
+        tval = cfg.tval                 # the QP's timeout in µs
         rval = Signal(TB)               # the RNR NAK's wait in µs
-        m.d.sync += [comp_rd.eq(comp_rp2.data), d_rd.eq(dyn_rp2.data), cfg_rd.eq(cfg_rp.data)]
+        crh = Signal(rb)                # the QP's rh: the entry of its WQE at ccons
+        rh_rd, rn_rd2 = Signal(rb), Signal(rb)
+        m.d.sync += [comp_rd.eq(comp_rp2.data), d_rd.eq(dyn_rp2.data), cfg_rd.eq(cfg_rp.data),
+                     rh_rd.eq(rh_rp.data), rn_rd2.eq(rn_rp2.data)]
+        # the scan judges from a second register of each read (synthesis folds the first into
+        # the block RAM, whose clock-to-out would otherwise lead the deadline compare)
+        comp_s, d_s, cfg_s = Signal(_comp_layout), Signal(_dyn_layout), Signal(_cfg_layout)
+        rh_s, rn_s = Signal(rb), Signal(rb)
+        m.d.sync += [comp_s.eq(comp_rd), d_s.eq(d_rd), cfg_s.eq(cfg_rd), rh_s.eq(rh_rd),
+                     rn_s.eq(rn_rd2)]
         m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq), cfg_rp.addr.eq(aq),
-                     infl_rp.addr.eq(Cat(cmp.ccons[:ib], aq)),
+                     rh_rp.addr.eq(aq), rn_rp2.addr.eq(aq),
+                     infl_rp.addr.eq(crh),
                      cmp_new.eq(cmp)]
-        t_rom = rom(m, cfg_rd.timeout, TIMEOUT_US, TB, "timeout_us")
         r_rom = rom(m, a.syndrome[:5], RNR_US, TB, "rnr_us")
         with m.If(set_hit & (set_q == aq)):
             m.d.sync += stale.eq(1)
-        ent = Signal(_inflight_layout)
+        ent = infl_rp.data
+        m.d.comb += free.i.payload.eq(crh)
         thcons = Signal(16)
         terr = Signal()
+        trn = Signal(rb)
         retire = Signal()
+        drop = Signal()
         # the entry's last PSN is before una (24-bit serial arithmetic)
         covered = Signal(24)
         m.d.comb += covered.eq(cmp.una - 1 - ent.last_psn)
@@ -890,15 +991,19 @@ class Requester(wiring.Component):
         # or WQEs unretired with nothing sent unacknowledged (records written after their ACK:
         # otherwise the next ACK's walk retires them). A parked QP outside an RNR wait is only
         # woken (a hint, as in ACT). A write after the read only delays a visit by a round.
-        pc, pdy, pcf = comp_rd, d_rd, cfg_rd
+        pc, pdy, pcf = comp_s, d_s, cfg_s
         p_exp = ~(now - pc.dl)[TB - 1]
         p_done = pdy.psn == pc.una
         p_live = ~pc.qerr & ~pdy.err
         p_need, p_wake = Signal(), Signal()
+        # ... or ring entries to drop: the QP has ended, or its list holds more than its
+        # unretired WQEs (a RESET)
+        p_drop = (rh_s != rn_s) & (~p_live | (pc.ccons == pdy.hcons))
         m.d.comb += [
-            p_need.eq(p_live & (((pc.ccons != pdy.hcons) & p_done)
-                                | Mux(pc.hold, p_exp, Mux((pcf.timeout == 0) | p_done,
-                                                          pc.armed, ~pc.armed | p_exp)))),
+            p_need.eq((p_live & (((pc.ccons != pdy.hcons) & p_done)
+                                 | Mux(pc.hold, p_exp, Mux(~pcf.ton | p_done,
+                                                           pc.armed, ~pc.armed | p_exp))))
+                      | p_drop),
             p_wake.eq(p_live & ~pc.hold & pdy.parked & scan_room),
         ]
         m.d.comb += [
@@ -934,9 +1039,11 @@ class Requester(wiring.Component):
 
         with m.FSM(name="completer"):
             with m.State("IDLE"):
-                m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0),
+                m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0), s4v.eq(0),
                              sn.eq(0)]
-                with m.If(kill_v):
+                with m.If(sweeping):
+                    pass
+                with m.Elif(kill_v):
                     take_kill()
                 with m.Elif(self.ack.valid & ~scan_turn):
                     take_ack()
@@ -945,26 +1052,28 @@ class Requester(wiring.Component):
                     m.next = "SCAN"
             with m.State("SCAN"):
                 # A scan turn: the completer's table reads step through the QPs, one per cycle
-                # (aq → s1 → s2, judged → s3, whose entries LOAD's registers then hold). A QP
-                # judged to need it is visited from EVAL, or woken; the others are passed. The
-                # turn ends there, or after SCAN_QUOTA QPs when an ACK or a kill waits.
+                # (aq → s1 → s2 → s3, judged → s4, whose entries LOAD's registers then hold). A
+                # QP judged to need it is visited from EVAL, or woken; the others are passed.
+                # The turn ends there, or after SCAN_QUOTA QPs when an ACK or a kill waits.
                 m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), stale.eq(0),
                              s1v.eq(1), s1q.eq(aq), s2v.eq(s1v), s2q.eq(s1q),
-                             s3v.eq(s2v), s3q.eq(s2q), s3n.eq(p_need), s3w.eq(p_wake),
-                             s2st.eq(hit(s1q)), s3st.eq(s2st | hit(s2q))]
-                with m.If(~(s3v & s3n)):
-                    m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), tval.eq(t_rom)]
-                with m.If(s3v):
-                    with m.If(s3n):
+                             s3v.eq(s2v), s3q.eq(s2q), s4v.eq(s3v), s4q.eq(s3q),
+                             s4n.eq(p_need), s4w.eq(p_wake),
+                             s2st.eq(hit(s1q)), s3st.eq(s2st | hit(s2q)),
+                             s4st.eq(s3st | hit(s3q))]
+                with m.If(~(s4v & s4n)):
+                    m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s), crh.eq(rh_s)]
+                with m.If(s4v):
+                    with m.If(s4n):
                         # (a SET_QP write since the read drops the write-back, as in a visit)
-                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), ev.eq(_EV_SCAN),
-                                     stale.eq(s3st | hit(s3q))]
+                        m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1), ev.eq(_EV_SCAN),
+                                     stale.eq(s4st | hit(s4q))]
                         m.next = "EVAL"
-                    with m.Elif(s3w):
-                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1)]
+                    with m.Elif(s4w):
+                        m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1)]
                         m.next = "WAKE"
                     with m.Elif((kill_v | self.ack.valid) & (sn == SCAN_QUOTA - 1)):
-                        m.d.sync += sidx.eq(s3q + 1)
+                        m.d.sync += sidx.eq(s4q + 1)
                         with m.If(kill_v):
                             take_kill()
                         with m.Else():
@@ -976,12 +1085,15 @@ class Requester(wiring.Component):
             with m.State("READ2"):
                 m.next = "LOAD"            # ... and their registers
             with m.State("LOAD"):
-                m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), tval.eq(t_rom),
-                             rval.eq(r_rom)]
+                m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd),
+                             rval.eq(r_rom), crh.eq(rh_rd)]
                 m.next = "EVAL"
             with m.State("EVAL"):
                 typ = a.syndrome[5:7]
-                with m.If(cmp.qerr | d.err):
+                with m.If((cmp.qerr | d.err) & (ev == _EV_SCAN)):
+                    m.d.sync += act.eq(_ACT_DROP)
+                    m.next = "WALK"        # the QP has ended: drop its ring entries
+                with m.Elif(cmp.qerr | d.err):
                     m.next = "IDLE"        # the QP has ended: nothing to do
                 with m.Elif(ev == _EV_KILL):
                     m.d.sync += act.eq(_ACT_KILL)
@@ -996,7 +1108,7 @@ class Requester(wiring.Component):
                                      cmp.armed.eq(0), cmp.rnrw.eq(0), act.eq(_ACT_NONE)]
                         # PSNs still outstanding: the timer restarts now (outside an RNR wait,
                         # whose deadline dl holds)
-                        with m.If(~cmp.hold & (cfg.timeout != 0) & (d.psn != (a.psn + 1)[:24])):
+                        with m.If(~cmp.hold & cfg.ton & (d.psn != (a.psn + 1)[:24])):
                             m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1)]
                         m.next = "WALK"
                     with m.Else():
@@ -1030,26 +1142,40 @@ class Requester(wiring.Component):
                                 m.d.sync += ast.eq(int(WcStatus.REM_OP_ERR))
                     m.next = "WALK"
             with m.State("WALK"):
-                # infl_rp reads slot ccons (address set from cmp last cycle)
+                # the engine's hcons, err and rn as of the cycle before; infl_rp reads entry rh
+                # now, so it holds whatever rn and hcons show as written
+                m.d.sync += [thcons.eq(dyn_rp2.data.hcons), terr.eq(dyn_rp2.data.err),
+                             trn.eq(rn_rp2.data)]
                 m.next = "HOLD"
             with m.State("HOLD"):
-                m.d.sync += [ent.eq(infl_rp.data), thcons.eq(dyn_rp2.data.hcons),
-                             terr.eq(dyn_rp2.data.err)]
+                # (the entry stays on the read port until TEST: rh does not change, and a
+                # write to it meanwhile means it was not yet filled, and is not used)
                 m.next = "DECIDE"
             with m.State("DECIDE"):
-                m.d.sync += retire.eq((cmp.ccons != thcons) & ~covered[23] & ~terr)
+                m.d.sync += [
+                    retire.eq((cmp.ccons != thcons) & ~covered[23] & ~terr & (act != _ACT_DROP)),
+                    drop.eq((crh != trn) & ((act == _ACT_DROP) | terr | (cmp.ccons == thcons))),
+                ]
                 m.next = "TEST"
             with m.State("TEST"):
+                m.d.comb += c_test.eq(1)
                 with m.If(retire):
                     with m.If(ent.signaled):
                         m.d.comb += ccpl.valid.eq(1)
                         with m.If(ccpl.ready):
+                            m.d.comb += free.i.valid.eq(1)
                             m.d.sync += [cmp.ccons.eq(cmp.ccons + 1),
-                                         cmp.cfpsn.eq(ent.last_psn + 1)]
+                                         cmp.cfpsn.eq(ent.last_psn + 1), crh.eq(ent.next)]
                             m.next = "WALK"
                     with m.Else():
-                        m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent.last_psn + 1)]
+                        m.d.comb += free.i.valid.eq(1)
+                        m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent.last_psn + 1),
+                                     crh.eq(ent.next)]
                         m.next = "WALK"
+                with m.Elif(drop):
+                    m.d.comb += free.i.valid.eq(1)
+                    m.d.sync += crh.eq(ent.next)
+                    m.next = "WALK"
                 with m.Else():
                     m.next = "ACT"
             with m.State("ACT"):
@@ -1059,6 +1185,8 @@ class Requester(wiring.Component):
                         m.d.sync += wake.eq(d.parked & wake_room)
                     with m.Case(_ACT_KILL):
                         end_qp(int(WcStatus.WR_FLUSH_ERR))
+                    with m.Case(_ACT_DROP):
+                        pass
                     with m.Case(_ACT_SEQ):
                         retry()
                     with m.Case(_ACT_ERR):
@@ -1077,7 +1205,7 @@ class Requester(wiring.Component):
                         with m.If(cmp.hold):
                             with m.If(expired):
                                 m.d.sync += [cmp.hold.eq(0), cmp.armed.eq(0), wake.eq(1)]
-                        with m.Elif((cfg.timeout == 0) | (d.psn == cmp.una)):
+                        with m.Elif(~cfg.ton | (d.psn == cmp.una)):
                             m.d.sync += [cmp.armed.eq(0), wake.eq(d.parked & scan_room)]
                         with m.Elif(~cmp.armed):
                             m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1),
@@ -1087,7 +1215,9 @@ class Requester(wiring.Component):
                         with m.Else():
                             m.d.sync += wake.eq(d.parked & scan_room)
             with m.State("WB"):
-                m.d.comb += cmp_wb.eq(~stale)
+                # (rh always: the entries freed are freed whatever SET_QP rewrote meanwhile)
+                m.d.comb += [cmp_wb.eq(~stale), rh_wp.en.eq(1), rh_wp.addr.eq(aq),
+                             rh_wp.data.eq(crh)]
                 with m.If(wake & ~stale):
                     m.next = "WAKE"
                 with m.Else():
