@@ -1,20 +1,25 @@
-"""TX Packet Build with the Gather Path's data mover: one RoCEv2 request frame per descriptor.
+"""The TX frame builder: every frame the core sends, one descriptor each.
 
-A packet descriptor (:data:`pkt_layout`) names the headers and the payload length. The payload
-arrives as gather chunks (:data:`chunk_layout`: bus address and length, in message order). Each
-chunk is read from host memory through a :class:`rnic.host.HostMemory` read client. The whole
-frame is assembled in an on-chip frame buffer before its first beat leaves, because the MAC takes
-no gaps (interface.md §2). The buffer has three banks, used in turn: the *builder* fills one
-while a *CRC pass* reads the next older one and the *emitter* sends the oldest, so the three
-stages overlap and a frame follows the previous one on ``tx`` after one idle cycle when they
-keep up.
+A descriptor (:data:`pkt_layout`) names the headers and the payload length: a request packet
+of the requester (with its RETH/IMMDT/IETH) or an ACK/NAK of the responder (with its AETH). A
+request's payload arrives as gather chunks (:data:`chunk_layout`: bus address and length, in
+message order), each read from host memory through a :class:`rnic.host.HostMemory` read
+client; an ACK/NAK has no payload. The :class:`~rnic.tx.arbiter.TxArbiter` ahead of the builder
+picks whole frames, so the chunks always belong to the request descriptors in their order.
+
+The whole frame is assembled in an on-chip frame buffer before its first beat leaves, because
+the MAC takes no gaps (interface.md §2). The buffer has three banks, used in turn: the
+*builder* fills one while a *CRC pass* reads the next older one and the *emitter* sends the
+oldest, so the three stages overlap and a frame follows the previous one on ``tx`` after one
+idle cycle when they keep up. This block holds the core's one IPv4 checksum and its one ICRC
+generator of the transmit side.
 
 Builder (per packet):
 
-1. **HDR**: the header is Ethernet/IPv4/UDP/BTH[/RETH][/IMMDT or IETH], 54, 58, 70 or 74
-   bytes. It is built with the :mod:`rnic.wire` tables and written into words 0.. of the bank.
-   Its lengths and IPv4 checksum are computed from the descriptor queue's head (4 register
-   stages) while the previous frame is built.
+1. **HDR**: the header is Ethernet/IPv4/UDP/BTH[/RETH][/IMMDT, IETH or AETH], 54, 58, 70 or
+   74 bytes. It is built with the :mod:`rnic.wire` tables and written into words 0.. of the
+   bank. Its lengths and IPv4 checksum are computed from the descriptor queue's head (4
+   register stages) while the previous frame is built.
 2. **GATHER**: each chunk's host read is issued as soon as the chunk is handed over (up to 4
    ahead, and two descriptors may wait ahead, so host latency overlaps the previous packet),
    split into parts at multiples of ``read_beats`` bus words, so that the next part is requested
@@ -33,14 +38,8 @@ Builder (per packet):
    Ethernet padding to 60 bytes are muxed in. ``tvalid`` stays high from the first beat to the
    last.
 
-Why not :class:`rnic.tx.HeaderBuilder`: it builds header-only frames from a register. A data frame
-needs its payload spliced in between the header and the ICRC at an arbitrary byte offset, and that
-is what this block's frame buffer does. Both blocks use :mod:`rnic.wire` and
-:class:`rnic.crc.CRC32`.
-
 Throughput: a packet takes the largest of ``hdr_words + payload beats + ~1 per chunk + 1``
-(builder), ``frame words + 2`` (CRC pass) and ``frame words + 1`` (emitter). Measured in the
-two-core goodput bench at PMTU 4096: W=512, 4 KiB SENDs, 60.3 B/cycle of a 63.0 limit.
+(builder), ``frame words + 2`` (CRC pass) and ``frame words + 1`` (emitter).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
@@ -51,10 +50,11 @@ from amaranth.lib.wiring import In, Out
 from .. import wire
 from ..crc import CRC32, crc_init_skipping
 from ..host.axi_master import ReadClientSignature
+from ..ifaces import NUM_COUNTERS, Counter
 from ..stream import BeatStream, Queue, beat_layout, check_width
 
-__all__ = ["pkt_layout", "chunk_layout", "TxBuild", "RETH_OPCODES", "IMM4_OPCODES",
-           "MAX_PAYLOAD", "MAX_HDR"]
+__all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "TxBuild", "RETH_OPCODES",
+           "IMM4_OPCODES", "MAX_PAYLOAD", "MAX_HDR"]
 
 #: RC opcodes carrying a RETH, and those carrying 4 bytes of IMMDT or IETH after it.
 RETH_OPCODES = (0x06, 0x0A, 0x0B)
@@ -62,7 +62,22 @@ IMM4_OPCODES = (0x03, 0x05, 0x09, 0x0B, 0x16, 0x17)
 MAX_PAYLOAD = 4096
 MAX_HDR = 74            # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + IMMDT 4
 
-#: One request packet to build.
+#: One ACK/NAK frame of the responder: header fields only (no payload).
+tx_hdr_layout = data.StructLayout({
+    "dmac": 48,
+    "dip": 32,
+    "sport": 16,
+    "dqpn": 24,
+    "opcode": 8,
+    "se": 1,
+    "ackreq": 1,
+    "psn": 24,
+    "aeth": 1,          # the frame carries an AETH
+    "syndrome": 8,
+    "msn": 24,
+})
+
+#: One frame to build: a request packet, or an ACK/NAK (``aeth`` set, no payload).
 pkt_layout = data.StructLayout({
     "dmac": 48,         # wire order: dmac[47:40] is the first byte
     "dip": 32,          # first octet in [31:24]
@@ -78,6 +93,9 @@ pkt_layout = data.StructLayout({
     "imm": 32,          # IMMDT or IETH as a big-endian word: imm[31:24] is the first wire byte
     "paylen": 13,       # payload bytes 0..4096 (pad excluded)
     "qpn": 24,          # local QPN, returned with ``fault`` (not sent)
+    "aeth": 1,          # an AETH follows the BTH (opcodes without RETH/IMMDT/IETH only)
+    "syndrome": 8,      # AETH fields
+    "msn": 24,
 })
 
 #: One gather chunk: ``len`` (1..4096) payload bytes at bus address ``addr``.
@@ -88,7 +106,7 @@ chunk_layout = data.StructLayout({
 
 
 class TxBuild(wiring.Component):
-    """Frame buffer, gather realigner, ICRC and emitter for request frames.
+    """Frame buffer, gather realigner, IPv4 checksum, ICRC and emitter for every frame sent.
 
     Parameters
     ----------
@@ -101,7 +119,7 @@ class TxBuild(wiring.Component):
     Attributes
     ----------
     pkt : In(stream.Signature(pkt_layout))
-        Packet descriptors, taken one at a time when the previous frame is read out.
+        Frame descriptors (from :class:`~rnic.tx.arbiter.TxArbiter`), taken one at a time.
     chunk : In(stream.Signature(chunk_layout))
         The packet's gather chunks, in payload order, summing exactly to ``paylen`` (none for an
         empty payload).
@@ -114,6 +132,10 @@ class TxBuild(wiring.Component):
     fault : Out(stream.Signature(24))
         QPN of a packet dropped because a host read returned a non-OKAY response (no frame
         is sent for it).
+    stat : Out(NUM_COUNTERS)
+        Strobes on the last beat of a frame taken on ``tx``: counter 12 (frames sent) for
+        every frame; for an ACKNOWLEDGE frame also 11 (syndrome 0x00–0x1F), 9 (RNR NAK), 8
+        (0x60) or 10 (other NAKs).
     """
 
     def __init__(self, width, *, read_beats=32):
@@ -130,6 +152,7 @@ class TxBuild(wiring.Component):
             "local_mac": In(48),
             "local_ip": In(32),
             "fault": Out(stream.Signature(24)),
+            "stat": Out(NUM_COUNTERS),
         })
 
     def elaborate(self, platform):
@@ -148,9 +171,19 @@ class TxBuild(wiring.Component):
         rp = mem.read_port()
         m.submodules.crc = crc = CRC32(W, init=crc_init_skipping(14, b"\xff" * 8))
         D = crc.latency + 4
-        m.submodules.outq = outq = Queue(beat_layout(W), 6, buffered=False)
-        m.d.comb += [self.tx.valid.eq(outq.o.valid), self.tx.payload.eq(outq.o.payload),
+        # each beat carries the frame's counter class (0: not an ACKNOWLEDGE, 1 ACK, 2 RNR NAK,
+        # 3 NAK 0x60, 4 other NAK), used on its last beat
+        m.submodules.outq = outq = Queue(data.StructLayout({"beat": beat_layout(W), "cls": 3}),
+                                         6, buffered=False)
+        m.d.comb += [self.tx.valid.eq(outq.o.valid), self.tx.payload.eq(outq.o.payload.beat),
                      outq.o.ready.eq(self.tx.ready)]
+        with m.If(self.tx.valid & self.tx.ready & outq.o.payload.beat.last):
+            m.d.comb += self.stat[Counter.TX_FRAMES].eq(1)
+            cls = outq.o.payload.cls
+            for c, ctr in ((1, Counter.ACKS), (2, Counter.RNR_NAKS), (3, Counter.SEQ_NAKS),
+                           (4, Counter.OTHER_NAKS)):
+                with m.If(cls == c):
+                    m.d.comb += self.stat[ctr].eq(1)
 
         def bank_base(b):
             return Mux(b == 0, 0, Mux(b == 1, depth, 2 * depth))
@@ -170,7 +203,7 @@ class TxBuild(wiring.Component):
             return 54 + Mux(reth, 16, 0) + Mux(imm, 4, 0)
 
         h_hdr_len = Signal(range(MAX_HDR + 1))
-        m.d.comb += h_hdr_len.eq(hdr_len_of(h.opcode))
+        m.d.comb += h_hdr_len.eq(hdr_len_of(h.opcode) + Mux(h.aeth, 4, 0))
         h_pad = Signal(2)
         m.d.comb += h_pad.eq(-h.paylen)
         p_data_end, p_crc_end = Signal(PB), Signal(PB)
@@ -227,6 +260,8 @@ class TxBuild(wiring.Component):
                                  "psn": r.psn})
         reth = wire.RETH.assemble({"va": r.va, "rkey": r.rkey, "dmalen": r.dmalen})
         imm = wire.IMMDT.assemble({"imm": r.imm})
+        aeth = wire.AETH.assemble({"syndrome": r.syndrome, "msn": r.msn})
+        imm = [Mux(r.aeth, aeth[i], imm[i]) for i in range(4)]
         tail = [Mux(has_reth, reth[i], imm[i] if i < 4 else Const(0, 8)) for i in range(16)]
         tail += [Mux(has_reth, imm[i], Const(0, 8)) for i in range(4)]
         hdr_bytes = eth + ip + udp + bth + tail
@@ -339,6 +374,7 @@ class TxBuild(wiring.Component):
         icrc = [Signal(32, name=f"icrc{b}") for b in range(NBANK)]
         m_data_end = [Signal(PB, name=f"m_data_end{b}") for b in range(NBANK)]
         m_crc_end = [Signal(PB, name=f"m_crc_end{b}") for b in range(NBANK)]
+        m_cls = [Signal(3, name=f"m_cls{b}") for b in range(NBANK)]
 
         def sel(sigs, b):
             return Mux(b == 0, sigs[0], Mux(b == 1, sigs[1], sigs[2]))
@@ -443,16 +479,18 @@ class TxBuild(wiring.Component):
             m.d.sync += [sdata[i].eq(x < e_data_end), sicrc[i].eq((x >= e_crc_end) & (rel < 4)),
                          sidx[2 * i:2 * i + 2].eq(rel[:2])]
         ekeep, elast = Signal(nb), Signal()
+        e_cls, ecls = Signal(3), Signal(3)
         m.d.sync += [ekeep.eq(lane_mask(eword, 0, e_frame_end, "o")),
-                     elast.eq(eword == out_words - 1)]
+                     elast.eq(eword == out_words - 1), ecls.eq(e_cls)]
         out_lanes = [Mux(sdata[i], edata[8 * i:8 * i + 8],
                          Mux(sicrc[i], eicrc2.word_select(sidx[2 * i:2 * i + 2], 8), 0))
                      for i in range(nb)]
         m.d.comb += [
             outq.i.valid.eq(evalid2),
-            outq.i.payload.data.eq(Cat(*out_lanes)),
-            outq.i.payload.keep.eq(ekeep),
-            outq.i.payload.last.eq(elast),
+            outq.i.payload.beat.data.eq(Cat(*out_lanes)),
+            outq.i.payload.beat.keep.eq(ekeep),
+            outq.i.payload.beat.last.eq(elast),
+            outq.i.payload.cls.eq(ecls),
         ]
 
         def emit_load():
@@ -464,6 +502,7 @@ class TxBuild(wiring.Component):
                 short = n_crc_end < wire.MIN_FRAME - 4
                 m.d.sync += [
                     e_data_end.eq(sel(m_data_end, ebank)),
+                    e_cls.eq(sel(m_cls, ebank)),
                     e_crc_end.eq(n_crc_end),
                     e_frame_end.eq(Mux(short, wire.MIN_FRAME, n_crc_end + 4)),
                     out_words.eq(Mux(short, (wire.MIN_FRAME + nb - 1) >> lg,
@@ -498,6 +537,12 @@ class TxBuild(wiring.Component):
 
         # ---- the builder ---------------------------------------------------------------------
         m.d.comb += self.fault.payload.eq(r.qpn)
+        # the frame's counter class (see ``outq``)
+        r_cls = Signal(3)
+        syn = r.syndrome
+        with m.If(r.opcode == 0x11):
+            m.d.comb += r_cls.eq(Mux(syn[5:7] == 0, 1, Mux(syn[5:7] == 1, 2,
+                                                          Mux(syn == 0x60, 3, 4))))
         wbase = bank_base(wbank)
 
         def take_packet():
@@ -534,7 +579,7 @@ class TxBuild(wiring.Component):
                 for b in range(NBANK):
                     with m.If(wbank == b):
                         m.d.sync += [m_data_end[b].eq(data_end), m_crc_end[b].eq(crc_end),
-                                     full[b].eq(1)]
+                                     m_cls[b].eq(r_cls), full[b].eq(1)]
                 nxt = inc3(wbank)
                 m.d.sync += wbank.eq(nxt)
                 # the next descriptor right away (its bank: the one after this one)
