@@ -7,39 +7,39 @@ message order), each read from host memory through a :class:`rnic.host.HostMemor
 client; an ACK/NAK has no payload. The :class:`~rnic.tx.arbiter.TxArbiter` ahead of the builder
 picks whole frames, so the chunks always belong to the request descriptors in their order.
 
-The whole frame is assembled in an on-chip frame buffer before its first beat leaves, because
-the MAC takes no gaps (interface.md §2). The buffer has three banks, used in turn: the
-*builder* fills one while a *CRC pass* reads the next older one and the *emitter* sends the
-oldest, so the three stages overlap and a frame follows the previous one on ``tx`` after one
-idle cycle when they keep up. This block holds the core's one IPv4 checksum and its one ICRC
-generator of the transmit side.
+The whole frame is in an on-chip frame FIFO before its first beat leaves, because the MAC takes
+no gaps (interface.md §2). This block holds the transmit side's one IPv4 checksum and its one
+ICRC generator.
 
-Builder (per packet):
+Builder (per frame):
 
 1. **HDR**: the header is Ethernet/IPv4/UDP/BTH[/RETH][/IMMDT, IETH or AETH], 54, 58, 70 or
-   74 bytes. It is built with the :mod:`rnic.wire` tables and written into words 0.. of the
-   bank. Its lengths and IPv4 checksum are computed from the descriptor queue's head (4
-   register stages) while the previous frame is built.
+   74 bytes, built with the :mod:`rnic.wire` tables. Its lengths, IPv4 checksum and word
+   counts are computed from the descriptor queue's head (4 register stages) while the previous
+   frame is built.
 2. **GATHER**: each chunk's host read is issued as soon as the chunk is handed over (up to 4
    ahead, and two descriptors may wait ahead, so host latency overlaps the previous packet),
    split into parts at multiples of ``read_beats`` bus words, so that the next part is requested
    while the previous one drains (the host-memory master issues a burst only when the client's
    buffer has room for all of it). The raw aligned beats are realigned once
-   (``{cur, prev} >> 8·rot``) onto the frame byte position and written with byte enables.
-   Chunks of any alignment therefore land back to back after the header.
+   (``{cur, prev} >> 8·rot``) onto the frame byte position, so chunks of any alignment land
+   back to back after the header.
+3. **One word at a time**: the header words and the realigned payload lanes are written into
+   one word register, ``acc``, which leaves whole, once, when a write to the next word comes
+   or the frame ends: into the frame FIFO and, with the Ethernet bytes zeroed (they stand for
+   the ICRC's 8 bytes of 0xFF) and IPv4 TOS/TTL/checksum, the UDP checksum and BTH byte 4
+   forced to ones, into :class:`rnic.crc.CRC32`. Lanes never written are zero, so the pad is.
+   The ICRC is known CRC-latency cycles after the frame's last word: no second pass.
 
-3. **CRC pass** (per packet, in frame order): the bank is read once through
-   :class:`rnic.crc.CRC32`. The Ethernet bytes are zeroed (they stand for the 8 bytes of 0xFF).
-   IPv4 TOS/TTL/checksum, the UDP checksum and BTH byte 4 are forced to ones. Pad bytes are
-   forced to zero. The ICRC is kept per bank.
-4. **EMIT** (per packet, in frame order): a second read port sends a bank once its CRC pass
-   started at least ``CRC latency + 4`` cycles before (or its ICRC is known), so the ICRC is
-   known before the word that carries it is read. The zero pad, the ICRC (little-endian) and the
-   Ethernet padding to 60 bytes are muxed in. ``tvalid`` stays high from the first beat to the
-   last.
+The frame FIFO is one block-RAM ring (one write port, one read port). A finished frame's record
+(base word, lengths, counter class) and then its ICRC are queued; the **emitter** starts a frame
+only when both are there, muxes in the zero pad, the ICRC (little-endian) and the Ethernet
+padding to 60 bytes, and keeps ``tvalid`` high from the first beat to the last. The builder
+writes only words the emitter has read, so it fills the next frame while the previous one
+leaves.
 
-Throughput: a packet takes the largest of ``hdr_words + payload beats + ~1 per chunk + 1``
-(builder), ``frame words + 2`` (CRC pass) and ``frame words + 1`` (emitter).
+Throughput: a frame takes the builder ``header words + payload beats + ~1 per chunk + 3``
+cycles and the emitter ``frame words + 1``; the two overlap.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
@@ -106,7 +106,7 @@ chunk_layout = data.StructLayout({
 
 
 class TxBuild(wiring.Component):
-    """Frame buffer, gather realigner, IPv4 checksum, ICRC and emitter for every frame sent.
+    """Frame FIFO, gather realigner, IPv4 checksum, ICRC and emitter for every frame sent.
 
     Parameters
     ----------
@@ -115,6 +115,12 @@ class TxBuild(wiring.Component):
     read_beats : int
         Gather reads are split at multiples of this many bus words (a power of two; half the
         host-memory master's per-client ``read_buffer`` keeps two parts in flight).
+    depth : int
+        Words of the frame FIFO: a power of two of at least the largest frame
+        (⌈4177 / (W/8)⌉ words) + 16, so that the next frame fills while one leaves; default the
+        smallest such (1024 at W=64, 128 at W=512).
+    frames : int
+        Finished frames that may wait for the emitter (records and ICRCs queued), 2..16.
 
     Attributes
     ----------
@@ -138,12 +144,23 @@ class TxBuild(wiring.Component):
         (0x60) or 10 (other NAKs).
     """
 
-    def __init__(self, width, *, read_beats=32):
+    def __init__(self, width, *, read_beats=32, depth=None, frames=8):
         self.width = check_width(width)
         self.nb = width // 8
         if read_beats & (read_beats - 1) or not 1 <= read_beats <= 256:
             raise ValueError(f"read_beats must be a power of two in 1..256, not {read_beats!r}")
         self.read_beats = read_beats
+        #: words of the largest frame
+        self.frame_words = -(-(MAX_HDR + MAX_PAYLOAD + 3 + 4) // self.nb)
+        if depth is None:
+            depth = 1 << (self.frame_words + 16 - 1).bit_length()
+        if depth & (depth - 1) or depth < self.frame_words + 16:
+            raise ValueError(f"depth must be a power of two of at least the largest frame + 16 "
+                             f"words ({self.frame_words + 16}), not {depth!r}")
+        self.depth = depth
+        if not 2 <= frames <= 16:
+            raise ValueError(f"frames must be in 2..16, not {frames!r}")
+        self.frames = frames
         super().__init__({
             "pkt": In(stream.Signature(pkt_layout)),
             "chunk": In(stream.Signature(chunk_layout)),
@@ -159,18 +176,19 @@ class TxBuild(wiring.Component):
         m = Module()
         W, nb = self.width, self.nb
         lg = nb.bit_length() - 1
-        frame_max = MAX_HDR + MAX_PAYLOAD + 3 + 4
-        depth = -(-frame_max // nb)
-        hdr_words = -(-MAX_HDR // nb)
+        C = self.depth
+        CB = C.bit_length() - 1                     # bits of a buffer word address
         PB = 14                                     # bits of a frame byte position
-        WB = (depth + 1).bit_length() + 1           # bits of a word index (+1 headroom)
-        NBANK = 3
+        WB = (self.frame_words + 1).bit_length() + 1    # bits of a frame word index (+1)
+        ONES = (1 << nb) - 1
 
-        m.submodules.mem = mem = Memory(shape=W, depth=NBANK * depth, init=[])
-        wp = mem.write_port(granularity=8)
+        # ``no_rw_check``: the emitter reads only the words of frames whose record was queued
+        # (every word written before), the builder writes only words the emitter has read
+        # (``room``), so an enabled read never meets an enabled write at one address.
+        m.submodules.mem = mem = Memory(shape=W, depth=C, init=[], attrs={"no_rw_check": 1})
+        wp = mem.write_port()
         rp = mem.read_port()
         m.submodules.crc = crc = CRC32(W, init=crc_init_skipping(14, b"\xff" * 8))
-        D = crc.latency + 4
         # each beat carries the frame's counter class (0: not an ACKNOWLEDGE, 1 ACK, 2 RNR NAK,
         # 3 NAK 0x60, 4 other NAK), used on its last beat
         m.submodules.outq = outq = Queue(data.StructLayout({"beat": beat_layout(W), "cls": 3}),
@@ -184,12 +202,6 @@ class TxBuild(wiring.Component):
                            (4, Counter.OTHER_NAKS)):
                 with m.If(cls == c):
                     m.d.comb += self.stat[ctr].eq(1)
-
-        def bank_base(b):
-            return Mux(b == 0, 0, Mux(b == 1, depth, 2 * depth))
-
-        def inc3(b):
-            return Mux(b == NBANK - 1, 0, b + 1)
 
         # ---- the next descriptor's lengths and IPv4 checksum, computed from the queue head
         # while the previous frame is built (a register chain of 4 stages: ``hst`` counts them)
@@ -211,6 +223,11 @@ class TxBuild(wiring.Component):
         p_ip_len = Signal(16)
         p_csum_sum = Signal(20)
         p_csum = Signal(16)
+        p_out_words = Signal(WB)        # words sent: max(crc_end + 4, 60) bytes
+        p_crc_last = Signal(WB)         # the word holding the ICRC input's last byte
+        p_ckeep = Signal(nb)            # its lanes
+        p_hdr_last = Signal(WB)         # the word holding the header's last byte
+        p_hkeep = Signal(nb)            # its header lanes
         sip = self.local_ip
         m.d.sync += [
             p_data_end.eq(h_hdr_len + h.paylen), p_crc_end.eq(h_hdr_len + h.paylen + h_pad),
@@ -218,6 +235,12 @@ class TxBuild(wiring.Component):
             p_ip_len.eq(p_crc_end + 4 - 14),
             p_csum_sum.eq(0x4500 + p_ip_len + 0x4000 + 0x4011
                           + sip[16:32] + sip[0:16] + h.dip[16:32] + h.dip[0:16]),
+            p_out_words.eq(Mux(p_crc_end < wire.MIN_FRAME - 4, -(-wire.MIN_FRAME // nb),
+                               (p_crc_end + 4 + nb - 1) >> lg)),
+            p_crc_last.eq((p_crc_end - 1) >> lg),
+            p_ckeep.eq((Const(2, nb + 1) << (p_crc_end - 1)[:lg]) - 1),
+            p_hdr_last.eq((p_hdr_len - 1) >> lg),
+            p_hkeep.eq((Const(2, nb + 1) << (p_hdr_len - 1)[:lg]) - 1),
         ]
         fold1 = Signal(17)
         m.d.comb += fold1.eq(p_csum_sum[0:16] + p_csum_sum[16:20])
@@ -237,6 +260,11 @@ class TxBuild(wiring.Component):
         hdr_len_r = Signal(range(MAX_HDR + 1))
         ip_len = Signal(16)
         csum = Signal(16)
+        out_words = Signal(WB)
+        crc_last = Signal(WB)
+        ckeep_last = Signal(nb)
+        hdr_last = Signal(WB)
+        hkeep = Signal(nb)
         has_reth = Signal()
         has_imm = Signal()
         m.d.comb += [
@@ -247,6 +275,7 @@ class TxBuild(wiring.Component):
         m.d.comb += padcnt.eq(-r.paylen)
 
         # ---- the header bytes ---------------------------------------------------------------
+        hdr_words = -(-MAX_HDR // nb)
         dip = r.dip
         eth = wire.ETH.assemble({"dst": r.dmac, "src": self.local_mac,
                                  "ethertype": wire.ETHERTYPE_IPV4})
@@ -352,9 +381,11 @@ class TxBuild(wiring.Component):
         # chunk's end and are not written (gmask), so it needs no state decode
         cur = self.rd.resp.payload.data
         m.d.comb += funnel.eq(Cat(prev, cur) >> (rot * 8))
-        wqm1 = Signal(WB)                # the word the current raw beat completes (−1: none)
-        wq0 = Signal()                   # wqm1 is −1: the word before the frame, not written
+        wqm1 = Signal(WB)                # the word the current raw beat completes
         c_end = Signal(PB)               # pos + c_len, registered
+        c_lastw = Signal(WB)             # the word holding the chunk's last byte
+        c_skip = Signal()                # the chunk's first raw beat completes no word of it
+        c_first = Signal()               # the next raw beat is the chunk's first
         # the frame-end tests, registered: ``pos_end`` is pos == data_end (set with pos);
         # ``c_done`` is c_end == data_end, as of the cycle before (FLUSH follows DATA, where
         # neither changes)
@@ -363,112 +394,96 @@ class TxBuild(wiring.Component):
         m.d.sync += c_done.eq(c_end == data_end)
         gmask = lane_mask(wqm1, pos, c_end, "g")
 
-        # ---- banks: the builder fills them in turn; a CRC pass and the emission follow, each
-        # in frame order. ``full[b]``: built, not yet emitted; ``crcd[b]``: its CRC pass has
-        # started; ``cgo[b]``: that pass started at least D cycles ago (or its ICRC is known),
-        # so an emission started now never waits for the ICRC; ``iok[b]``: the ICRC is known.
-        full = [Signal(name=f"full{b}") for b in range(NBANK)]
-        crcd = [Signal(name=f"crcd{b}") for b in range(NBANK)]
-        cgo = [Signal(name=f"cgo{b}") for b in range(NBANK)]
-        iok = [Signal(name=f"iok{b}") for b in range(NBANK)]
-        icrc = [Signal(32, name=f"icrc{b}") for b in range(NBANK)]
-        m_data_end = [Signal(PB, name=f"m_data_end{b}") for b in range(NBANK)]
-        m_crc_end = [Signal(PB, name=f"m_crc_end{b}") for b in range(NBANK)]
-        m_cls = [Signal(3, name=f"m_cls{b}") for b in range(NBANK)]
-
-        def sel(sigs, b):
-            return Mux(b == 0, sigs[0], Mux(b == 1, sigs[1], sigs[2]))
-
-        wbank = Signal(2)                # the builder's bank
-        cbank = Signal(2)                # the CRC pass's bank
-        rbank = Signal(2)                # the bank of the next CRC result
-        ebank = Signal(2)                # the emitter's bank
-
-        # ---- CRC pass: Ethernet bytes and pad zeroed, the variant fields forced to ones -------
-        rpc = mem.read_port()
-        c_data_end = Signal(PB)
-        c_crc_end = Signal(PB)
-        crc_words = Signal(WB)
-        caddr = Signal(WB)
-        cvalid = Signal()
-        cword = Signal(WB)
-        cel = Signal(range(D + 1))       # cycles since the pass started
-        m.d.comb += rpc.addr.eq(bank_base(cbank) + caddr)
-        m.d.sync += cvalid.eq(0)
-        # the block RAM outputs are registered before any logic (stage 2); lane selections are
-        # computed from the word index while the block RAM reads (stage 1)
-        cvalid2, cdata = Signal(), Signal(W)
-        m.d.sync += [cvalid2.eq(cvalid), cdata.eq(rpc.data)]
-        cbase = Signal(PB + 2)
-        m.d.comb += cbase.eq(cword << lg)
+        # ---- the frame word being assembled -----------------------------------------------------
+        # Every frame word is assembled in ``acc`` (the header's last word and the payload's
+        # first, a chunk's last and the next chunk's first share one) and leaves it once, whole,
+        # when a write to the next word comes or the frame ends: into the buffer and, masked,
+        # into the CRC unit, in frame order. Lanes never written are zero, so the pad is.
+        acc = Signal(W)
+        acc_w = Signal(WB)               # its frame word index
+        acc_v = Signal()
+        w_en = Signal()                  # a write of w_data's w_mask lanes to frame word w_addr
+        w_addr = Signal(WB)
+        w_data = Signal(W)
+        w_mask = Signal(nb)
+        flush = Signal()                 # acc leaves this cycle (with or without a write)
+        same = Signal()
+        m.d.comb += same.eq(acc_v & (w_addr == acc_w))
+        fbase = Signal(CB + 1)           # the frame's first word in the buffer (absolute)
+        rptr = Signal(CB + 1)            # the next word the emitter reads (absolute)
+        with m.If(w_en):
+            with m.If(~same):
+                m.d.comb += flush.eq(acc_v)
+                m.d.sync += acc_w.eq(w_addr)
+            m.d.sync += acc_v.eq(1)
+            for i in range(nb):
+                lane = slice(8 * i, 8 * i + 8)
+                m.d.sync += acc[lane].eq(Mux(w_mask[i], w_data[lane],
+                                             Mux(same, acc[lane], 0)))
+        # the CRC input, registered: the word, its masks from its index
+        feed_v = Signal()
+        feed_d = Signal(W)
+        feed_w = Signal(WB)
+        m.d.comb += [wp.addr.eq((fbase + acc_w)[:CB]), wp.data.eq(acc), wp.en.eq(flush)]
+        with m.If(flush):
+            m.d.comb += [feed_v.eq(1), feed_d.eq(acc), feed_w.eq(acc_w)]
+        cvalid, cdata = Signal(), Signal(W)
         cforced, czero = Signal(nb), Signal(nb)
+        ckeep, cfirst, clast = Signal(nb), Signal(), Signal()
+        m.d.sync += [cvalid.eq(feed_v), cdata.eq(feed_d), cfirst.eq(feed_w == 0),
+                     clast.eq(feed_w == crc_last),
+                     ckeep.eq(Mux(feed_w == crc_last, ckeep_last, ONES))]
         for i in range(nb):
-            x = cbase + i
             forced = Const(0, 1)
             for fo in (15, 22, 24, 25, 40, 41, 46):      # TOS, TTL, IP csum, UDP csum, BTH[4]
                 if fo % nb == i:
-                    forced = forced | (cword == fo // nb)
-            m.d.sync += [cforced[i].eq(forced), czero[i].eq((x >= c_data_end) | (x < 14))]
-        ckeep, cfirst, clast = Signal(nb), Signal(), Signal()
-        m.d.sync += [ckeep.eq(lane_mask(cword, 0, c_crc_end, "c")), cfirst.eq(cword == 0),
-                     clast.eq(cword == crc_words - 1)]
+                    forced = forced | (feed_w == fo // nb)
+            zero = Const(0, 1)
+            for wi in range(-(-14 // nb)):                # the Ethernet header's lanes
+                if wi * nb + i < 14:
+                    zero = zero | (feed_w == wi)
+            m.d.sync += [cforced[i].eq(forced), czero[i].eq(zero)]
         masked_lanes = [Mux(cforced[i], 0xFF, Mux(czero[i], 0, cdata[8 * i:8 * i + 8]))
                         for i in range(nb)]
         m.d.comb += [
-            crc.i.valid.eq(cvalid2),
+            crc.i.valid.eq(cvalid),
             crc.i.payload.data.eq(Cat(*masked_lanes)),
             crc.i.payload.keep.eq(ckeep),
             crc.i.payload.first.eq(cfirst),
             crc.i.payload.last.eq(clast),
         ]
-        with m.If(crc.o.valid):
-            for b in range(NBANK):
-                with m.If(rbank == b):
-                    m.d.sync += [icrc[b].eq(crc.o.payload), iok[b].eq(1), cgo[b].eq(1)]
-            m.d.sync += rbank.eq(inc3(rbank))
 
-        with m.FSM(name="crc_pass"):
-            with m.State("IDLE"):
-                with m.If(sel(full, cbank) & ~sel(crcd, cbank)):
-                    n_crc_end = sel(m_crc_end, cbank)
-                    m.d.sync += [c_data_end.eq(sel(m_data_end, cbank)), c_crc_end.eq(n_crc_end),
-                                 crc_words.eq((n_crc_end + nb - 1) >> lg), caddr.eq(0),
-                                 cel.eq(0)]
-                    for b in range(NBANK):
-                        with m.If(cbank == b):
-                            m.d.sync += crcd[b].eq(1)
-                    m.next = "RUN"
-            with m.State("RUN"):
-                with m.If(cel != D):
-                    m.d.sync += cel.eq(cel + 1)
-                with m.Else():
-                    for b in range(NBANK):
-                        with m.If(cbank == b):
-                            m.d.sync += cgo[b].eq(1)
-                with m.If(caddr != crc_words):
-                    m.d.comb += rpc.en.eq(1)
-                    m.d.sync += [cvalid.eq(1), cword.eq(caddr), caddr.eq(caddr + 1)]
-                with m.Else():
-                    # (a frame shorter than D words gets its cgo with its ICRC)
-                    m.d.sync += cbank.eq(inc3(cbank))
-                    m.next = "IDLE"
+        # ---- frames built, waiting for their ICRC and the emitter ----------------------------
+        rec_layout = data.StructLayout({"base": CB, "data_end": PB, "crc_end": PB,
+                                        "words": WB, "cls": 3, "drop": 1})
+        m.submodules.recq = recq = Queue(rec_layout, self.frames, buffered=False)
+        m.submodules.icq = icq = Queue(32, self.frames, buffered=False)
+        m.d.comb += [icq.i.valid.eq(crc.o.valid), icq.i.payload.eq(crc.o.payload)]
+
+        # room for the builder's writes: at most C − 8 words held or being assembled, as of
+        # the cycle before (the builder's index moves at most 3 words in between)
+        room = Signal()
+        fill = Signal(CB + 1)
+        m.d.comb += fill.eq(fbase + acc_w + 8 - rptr)
+        m.d.sync += room.eq(~fill[CB])
 
         # ---- EMIT: payload, zero pad, ICRC (little-endian), Ethernet padding -------------------
+        e_base = Signal(CB)
         e_data_end = Signal(PB)
         e_crc_end = Signal(PB)
         e_frame_end = Signal(PB)
-        out_words = Signal(WB)
-        icrc_word = Signal(WB)
+        e_words = Signal(WB)
+        e_icrc = Signal(32)
         eaddr = Signal(WB)
         evalid = Signal()
         eword = Signal(WB)
-        m.d.comb += rp.addr.eq(bank_base(ebank) + eaddr)
+        m.d.comb += rp.addr.eq((e_base + eaddr)[:CB])
         m.d.sync += evalid.eq(0)
         evalid2, edata = Signal(), Signal(W)
         m.d.sync += [evalid2.eq(evalid), edata.eq(rp.data)]
         # the ICRC travels with the word through the two read stages
         eicrc1, eicrc2 = Signal(32), Signal(32)
-        m.d.sync += [eicrc1.eq(sel(icrc, ebank)), eicrc2.eq(eicrc1)]
+        m.d.sync += [eicrc1.eq(e_icrc), eicrc2.eq(eicrc1)]
         ebyte = Signal(PB + 2)
         m.d.comb += ebyte.eq(eword << lg)
         sdata, sicrc, sidx = Signal(nb), Signal(nb), Signal(2 * nb)
@@ -481,7 +496,7 @@ class TxBuild(wiring.Component):
         ekeep, elast = Signal(nb), Signal()
         e_cls, ecls = Signal(3), Signal(3)
         m.d.sync += [ekeep.eq(lane_mask(eword, 0, e_frame_end, "o")),
-                     elast.eq(eword == out_words - 1), ecls.eq(e_cls)]
+                     elast.eq(eword == e_words - 1), ecls.eq(e_cls)]
         out_lanes = [Mux(sdata[i], edata[8 * i:8 * i + 8],
                          Mux(sicrc[i], eicrc2.word_select(sidx[2 * i:2 * i + 2], 8), 0))
                      for i in range(nb)]
@@ -494,23 +509,27 @@ class TxBuild(wiring.Component):
         ]
 
         def emit_load():
-            """Latch the lengths of the frame in ``ebank`` (when it may start) and run."""
-            with m.If(sel(full, ebank) & sel(cgo, ebank)):
-                n_crc_end = sel(m_crc_end, ebank)
-                # frame end max(crc_end + 4, MIN_FRAME) and its word count, the comparison and
-                # the two sums side by side
-                short = n_crc_end < wire.MIN_FRAME - 4
-                m.d.sync += [
-                    e_data_end.eq(sel(m_data_end, ebank)),
-                    e_cls.eq(sel(m_cls, ebank)),
-                    e_crc_end.eq(n_crc_end),
-                    e_frame_end.eq(Mux(short, wire.MIN_FRAME, n_crc_end + 4)),
-                    out_words.eq(Mux(short, (wire.MIN_FRAME + nb - 1) >> lg,
-                                     (n_crc_end + 4 + nb - 1) >> lg)),
-                    icrc_word.eq(n_crc_end >> lg),
-                    eaddr.eq(0),
-                ]
-                m.next = "RUN"
+            """Take the next built frame with its ICRC; a dropped one only frees its words."""
+            rec = recq.o.payload
+            with m.If(recq.o.valid & icq.o.valid):
+                m.d.comb += [recq.o.ready.eq(1), icq.o.ready.eq(1)]
+                with m.If(rec.drop):
+                    m.d.sync += rptr.eq(rptr + rec.words)
+                    m.next = "IDLE"
+                with m.Else():
+                    # frame end max(crc_end + 4, MIN_FRAME)
+                    short = rec.crc_end < wire.MIN_FRAME - 4
+                    m.d.sync += [
+                        e_base.eq(rec.base),
+                        e_data_end.eq(rec.data_end),
+                        e_crc_end.eq(rec.crc_end),
+                        e_frame_end.eq(Mux(short, wire.MIN_FRAME, rec.crc_end + 4)),
+                        e_words.eq(rec.words),
+                        e_cls.eq(rec.cls),
+                        e_icrc.eq(icq.o.payload),
+                        eaddr.eq(0),
+                    ]
+                    m.next = "RUN"
             with m.Else():
                 m.next = "IDLE"
 
@@ -519,20 +538,15 @@ class TxBuild(wiring.Component):
                 emit_load()
             with m.State("RUN"):
                 # at most 5 words queued or in flight (2 read stages): the queue never refuses one
-                with m.If((outq.level + evalid + evalid2 < 5)
-                          & ((eaddr < icrc_word) | sel(iok, ebank))):
+                with m.If(outq.level + evalid + evalid2 < 5):
                     m.d.comb += rp.en.eq(1)
-                    m.d.sync += [evalid.eq(1), eword.eq(eaddr), eaddr.eq(eaddr + 1)]
-                    with m.If(eaddr == out_words - 1):
-                        for b in range(NBANK):
-                            with m.If(ebank == b):
-                                m.d.sync += [full[b].eq(0), crcd[b].eq(0), cgo[b].eq(0),
-                                             iok[b].eq(0)]
-                        m.d.sync += ebank.eq(inc3(ebank))
+                    m.d.sync += [evalid.eq(1), eword.eq(eaddr), eaddr.eq(eaddr + 1),
+                                 rptr.eq(rptr + 1)]
+                    with m.If(eaddr == e_words - 1):
                         m.next = "DRAIN"
             with m.State("DRAIN"):
                 # the last word is in read stage 1 (its lane selections use the e_* values now):
-                # the next frame's lengths are latched at the end of this cycle
+                # the next frame's values are latched at the end of this cycle
                 emit_load()
 
         # ---- the builder ---------------------------------------------------------------------
@@ -543,14 +557,24 @@ class TxBuild(wiring.Component):
         with m.If(r.opcode == 0x11):
             m.d.comb += r_cls.eq(Mux(syn[5:7] == 0, 1, Mux(syn[5:7] == 1, 2,
                                                           Mux(syn == 0x60, 3, 4))))
-        wbase = bank_base(wbank)
+        m.d.comb += [
+            recq.i.payload.base.eq(fbase[:CB]),
+            recq.i.payload.data_end.eq(data_end),
+            recq.i.payload.crc_end.eq(crc_end),
+            recq.i.payload.words.eq(out_words),
+            recq.i.payload.cls.eq(r_cls),
+            recq.i.payload.drop.eq(bad),
+        ]
 
         def take_packet():
-            """Take the next descriptor if its values are ready and the next bank is free."""
-            with m.If(head_ok & ~sel(full, wbank)):
+            """Take the next descriptor if its values are ready."""
+            with m.If(head_ok):
                 m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
                 m.d.sync += [r.eq(h), data_end.eq(p_data_end), crc_end.eq(p_crc_end),
                              hdr_len_r.eq(p_hdr_len), ip_len.eq(p_ip_len), csum.eq(p_csum),
+                             out_words.eq(p_out_words), crc_last.eq(p_crc_last),
+                             ckeep_last.eq(p_ckeep), hdr_last.eq(p_hdr_last),
+                             hkeep.eq(p_hkeep),
                              wcount.eq(0), bad.eq(0)]
                 m.next = "HDR"
             with m.Else():
@@ -560,64 +584,50 @@ class TxBuild(wiring.Component):
             """Take the next chunk (payload byte position ``at``) if there is one."""
             m.d.comb += chq.o.ready.eq(1)
             with m.If(chq.o.valid):
-                # D = at − off; raw beat 0's low part goes to word floor(D / nb), the word
-                # before the frame (−1, not written) when D < 0 (one subtraction, then shifts)
+                # D = at − off; raw beat 0's low part goes to word floor(D / nb): before the
+                # word of ``at`` (−1 when D < 0) when off > at mod nb, and then it writes no
+                # byte of the chunk (c_skip)
                 d0 = Signal(signed(PB + 1))
                 m.d.comb += d0.eq(at - chq.o.payload.off)
+                ce = Signal(PB)
+                m.d.comb += ce.eq(at + chq.o.payload.len)
                 m.d.sync += [c_len.eq(chq.o.payload.len), parts.eq(chq.o.payload.parts),
-                             wqm1.eq(d0 >> lg), wq0.eq(d0[-1]),
-                             c_end.eq(at + chq.o.payload.len),
+                             wqm1.eq(d0 >> lg), c_skip.eq(d0[lg:] != at[lg:]), c_first.eq(1),
+                             c_end.eq(ce), c_lastw.eq((ce - 1) >> lg),
                              rot.eq(nb - d0[:lg]), prev.eq(0)]
                 m.next = "DATA"
             with m.Else():
                 m.next = "CHUNK"
 
-        def frame_done():
-            with m.If(bad):
-                m.next = "FAULT"
-            with m.Else():
-                for b in range(NBANK):
-                    with m.If(wbank == b):
-                        m.d.sync += [m_data_end[b].eq(data_end), m_crc_end[b].eq(crc_end),
-                                     m_cls[b].eq(r_cls), full[b].eq(1)]
-                nxt = inc3(wbank)
-                m.d.sync += wbank.eq(nxt)
-                # the next descriptor right away (its bank: the one after this one)
-                with m.If(head_ok & ~sel(full, nxt)):
-                    m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
-                    m.d.sync += [r.eq(h), data_end.eq(p_data_end), crc_end.eq(p_crc_end),
-                                 hdr_len_r.eq(p_hdr_len), ip_len.eq(p_ip_len),
-                                 csum.eq(p_csum), wcount.eq(0), bad.eq(0)]
-                    m.next = "HDR"
-                with m.Else():
-                    m.next = "IDLE"
-
         with m.FSM(name="builder"):
             with m.State("IDLE"):
                 take_packet()
             with m.State("HDR"):
-                m.d.comb += [
-                    wp.addr.eq(wbase + wcount),
-                    wp.data.eq(hdr.word_select(wcount[:max(1, (hdr_words - 1).bit_length())]
-                                               if hdr_words > 1 else 0, W)),
-                    wp.en.eq((1 << nb) - 1),
-                ]
-                m.d.sync += wcount.eq(wcount + 1)
-                with m.If(wcount == hdr_words - 1):
-                    m.d.sync += [pos.eq(hdr_len_r), pos_end.eq(hdr_len_r == data_end)]
-                    m.next = "CHUNK"
+                # header words 0 .. hdr_last (the payload fills the rest of the last; the
+                # template's bytes past the header, e.g. an unused IMMDT, are not written)
+                with m.If(room):
+                    m.d.comb += [
+                        w_en.eq(1), w_addr.eq(wcount),
+                        w_mask.eq(Mux(wcount == hdr_last, hkeep, ONES)),
+                        w_data.eq(hdr.word_select(wcount[:max(1, (hdr_words - 1).bit_length())]
+                                                  if hdr_words > 1 else 0, W)),
+                    ]
+                    m.d.sync += wcount.eq(wcount + 1)
+                    with m.If(wcount == hdr_last):
+                        m.d.sync += [pos.eq(hdr_len_r), pos_end.eq(hdr_len_r == data_end)]
+                        m.next = "CHUNK"
             with m.State("CHUNK"):
                 with m.If(pos_end):
-                    frame_done()
+                    m.next = "FIN"
                 with m.Else():
                     start_chunk(pos)
             with m.State("DATA"):
-                m.d.comb += self.rd.resp.ready.eq(1)
-                with m.If(self.rd.resp.valid):
-                    m.d.comb += [wp.addr.eq(wbase + wqm1), wp.data.eq(funnel[:W]),
-                                 wp.en.eq(Mux(wq0, 0, gmask))]
+                m.d.comb += self.rd.resp.ready.eq(room)
+                with m.If(self.rd.resp.valid & room):
+                    m.d.comb += [w_en.eq(~(c_first & c_skip)), w_addr.eq(wqm1),
+                                 w_data.eq(funnel[:W]), w_mask.eq(gmask)]
                     m.d.sync += [prev.eq(self.rd.resp.payload.data), wqm1.eq(wqm1 + 1),
-                                 wq0.eq(0)]
+                                 c_first.eq(0)]
                     with m.If(self.rd.resp.payload.err):
                         m.d.sync += bad.eq(1)
                     with m.If(self.rd.resp.payload.last):
@@ -625,13 +635,34 @@ class TxBuild(wiring.Component):
                         with m.If(parts == 1):
                             m.next = "FLUSH"
             with m.State("FLUSH"):
-                # the last raw beat's upper bytes; then the next chunk or the frame's end
-                m.d.comb += [wp.addr.eq(wbase + wqm1), wp.data.eq(funnel[:W]), wp.en.eq(gmask)]
-                m.d.sync += [pos.eq(c_end), pos_end.eq(c_done)]
-                with m.If(c_done):
-                    frame_done()
+                # the last raw beat's upper bytes, if the chunk has any in the next word; then
+                # the next chunk or the frame's end
+                with m.If(room):
+                    m.d.comb += [w_en.eq(wqm1 == c_lastw), w_addr.eq(wqm1),
+                                 w_data.eq(funnel[:W]), w_mask.eq(gmask)]
+                    m.d.sync += [pos.eq(c_end), pos_end.eq(c_done)]
+                    with m.If(c_done):
+                        m.next = "FIN"
+                    with m.Else():
+                        start_chunk(c_end)
+            with m.State("FIN"):
+                # the last word leaves acc; the frame's record is queued (its ICRC follows)
+                with m.If(room & recq.i.ready):
+                    m.d.comb += [flush.eq(1), recq.i.valid.eq(1)]
+                    m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words)]
+                    with m.If(acc_w != crc_last):
+                        m.next = "PAD"          # the pad lies in a word of its own
+                    with m.Elif(bad):
+                        m.next = "FAULT"
+                    with m.Else():
+                        take_packet()
+            with m.State("PAD"):
+                # the word of pad bytes the payload did not reach: zeros, to the CRC only
+                m.d.comb += [feed_v.eq(1), feed_d.eq(0), feed_w.eq(crc_last)]
+                with m.If(bad):
+                    m.next = "FAULT"
                 with m.Else():
-                    start_chunk(c_end)
+                    take_packet()
             with m.State("FAULT"):
                 m.d.comb += self.fault.valid.eq(1)
                 with m.If(self.fault.ready):
