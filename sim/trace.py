@@ -467,7 +467,7 @@ _COLORS = {"RQ doorbell": "#7f7f7f", "MAC receive": "#7f7f7f", "RX Parse": "#1f7
            "RQ fetch": "#2ca02c", "Key Cache": "#d62728", "Scatter Path": "#9467bd",
            "invalidate": "#8c564b", "ACK/NAK builder": "#e377c2", "CQE Generation": "#17becf",
            "MAC transmit": "#bcbd22", "Send Queue": "#7f7f7f", "WQE fetch": "#2ca02c",
-           "Gather Path": "#9467bd", "TX Packet Build": "#1f77b4", "Replay Buffer": "#ff7f0e"}
+           "Gather Path": "#9467bd", "TX frame builder": "#1f77b4", "Replay Buffer": "#ff7f0e"}
 _CORE_BG = {"A": "#eef4fb", "B": "#fbf3ea"}
 
 
@@ -650,7 +650,7 @@ message from two SGEs, so three packets (SEND_FIRST, SEND_MIDDLE, SEND_LAST at P
 | 2. A's application writes the SEND WQE and rings the doorbell | A Send Queue: SQ doorbell taken |
 | 3. RNIC A reads the WQE and the QP's context | A WQE fetch: context read, WQE read issued and back |
 | 4. the Key Cache checks the lkey, the DMA engine reads the payload | A Key Cache (one lookup per SGE), A Gather Path |
-| 5. TX Packet Build puts a BTH in front of the payload; the packet leaves | A TX Packet Build, A MAC transmit (three frames) |
+| 5. TX Packet Build puts a BTH in front of the payload; the packet leaves | A TX frame builder, A MAC transmit (three frames) |
 | 6. RX Parse on B checks the PSN | B MAC receive, B RX Parse, B PSN Check |
 | 7. the receive WQE at the head of the RQ | B RQ fetch (already on chip: read at step 1) |
 | 8. the Key Cache checks B's lkey, the payload is written | B Key Cache, B Scatter Path |

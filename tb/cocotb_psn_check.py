@@ -1015,7 +1015,8 @@ async def tx_backpressure_coalesce(dut):
     assert tb.stats[11] + tb.stats[8] == len(got) == tb.stats[12]
 
 
-# header builder queue + take stage: responses that may leave the table before a stall holds it
+# the TX arbiter and frame builder's queues: responses that may leave the table before a stall
+# holds it
 HB_ABSORB = 40
 
 

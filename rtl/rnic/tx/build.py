@@ -204,7 +204,8 @@ class TxBuild(wiring.Component):
                     m.d.comb += self.stat[ctr].eq(1)
 
         # ---- the next descriptor's lengths and IPv4 checksum, computed from the queue head
-        # while the previous frame is built (a register chain of 4 stages: ``hst`` counts them)
+        # while the previous frame is built (a register chain of 5 stages, the first a copy of
+        # the head's fields they need: ``hst`` counts them)
         m.submodules.pktq = pktq = Queue(pkt_layout, 2, buffered=False)
         wiring.connect(m, wiring.flipped(self.pkt), pktq.i)
         h = pktq.o.payload
@@ -214,10 +215,12 @@ class TxBuild(wiring.Component):
             imm = Cat(*[op == o for o in IMM4_OPCODES]).any()
             return 54 + Mux(reth, 16, 0) + Mux(imm, 4, 0)
 
-        h_hdr_len = Signal(range(MAX_HDR + 1))
-        m.d.comb += h_hdr_len.eq(hdr_len_of(h.opcode) + Mux(h.aeth, 4, 0))
+        hq = Signal(data.StructLayout({"hdr_len": range(MAX_HDR + 1), "paylen": 13, "dip": 32}))
+        m.d.sync += [hq.hdr_len.eq(hdr_len_of(h.opcode) + Mux(h.aeth, 4, 0)),
+                     hq.paylen.eq(h.paylen), hq.dip.eq(h.dip)]
+        h_hdr_len = hq.hdr_len
         h_pad = Signal(2)
-        m.d.comb += h_pad.eq(-h.paylen)
+        m.d.comb += h_pad.eq(-hq.paylen)
         p_data_end, p_crc_end = Signal(PB), Signal(PB)
         p_hdr_len = Signal(range(MAX_HDR + 1))
         p_ip_len = Signal(16)
@@ -228,30 +231,36 @@ class TxBuild(wiring.Component):
         p_ckeep = Signal(nb)            # its lanes
         p_hdr_last = Signal(WB)         # the word holding the header's last byte
         p_hkeep = Signal(nb)            # its header lanes
+        p_fkeep = Signal(nb)            # the lanes of the frame's last word
+        p_padw = Signal()               # the pad lies in a word the payload does not reach
         sip = self.local_ip
         m.d.sync += [
-            p_data_end.eq(h_hdr_len + h.paylen), p_crc_end.eq(h_hdr_len + h.paylen + h_pad),
+            p_data_end.eq(h_hdr_len + hq.paylen), p_crc_end.eq(h_hdr_len + hq.paylen + h_pad),
             p_hdr_len.eq(h_hdr_len),
             p_ip_len.eq(p_crc_end + 4 - 14),
             p_csum_sum.eq(0x4500 + p_ip_len + 0x4000 + 0x4011
-                          + sip[16:32] + sip[0:16] + h.dip[16:32] + h.dip[0:16]),
+                          + sip[16:32] + sip[0:16] + hq.dip[16:32] + hq.dip[0:16]),
             p_out_words.eq(Mux(p_crc_end < wire.MIN_FRAME - 4, -(-wire.MIN_FRAME // nb),
                                (p_crc_end + 4 + nb - 1) >> lg)),
             p_crc_last.eq((p_crc_end - 1) >> lg),
+            p_padw.eq(((p_data_end - 1) >> lg) != ((p_crc_end - 1) >> lg)),
             p_ckeep.eq((Const(2, nb + 1) << (p_crc_end - 1)[:lg]) - 1),
             p_hdr_last.eq((p_hdr_len - 1) >> lg),
             p_hkeep.eq((Const(2, nb + 1) << (p_hdr_len - 1)[:lg]) - 1),
+            p_fkeep.eq((Const(2, nb + 1) << Mux(p_crc_end < wire.MIN_FRAME - 4,
+                                                 (wire.MIN_FRAME - 1) % nb,
+                                                 (p_crc_end + 3)[:lg])) - 1),
         ]
         fold1 = Signal(17)
         m.d.comb += fold1.eq(p_csum_sum[0:16] + p_csum_sum[16:20])
         m.d.sync += p_csum.eq(~(fold1[0:16] + fold1[16]))
-        hst = Signal(range(5))
+        hst = Signal(range(6))
         pop = Signal()
+        head_ok = Signal()              # the head's values are ready: hst is 5 (a register)
         with m.If(pop | ~pktq.o.valid):
-            m.d.sync += hst.eq(0)
-        with m.Elif(hst != 4):
-            m.d.sync += hst.eq(hst + 1)
-        head_ok = pktq.o.valid & (hst == 4)
+            m.d.sync += [hst.eq(0), head_ok.eq(0)]
+        with m.Elif(hst != 5):
+            m.d.sync += [hst.eq(hst + 1), head_ok.eq(hst == 4)]
 
         # the builder's packet, latched with its precomputed values
         r = Signal(pkt_layout)
@@ -265,14 +274,10 @@ class TxBuild(wiring.Component):
         ckeep_last = Signal(nb)
         hdr_last = Signal(WB)
         hkeep = Signal(nb)
-        has_reth = Signal()
-        has_imm = Signal()
-        m.d.comb += [
-            has_reth.eq(Cat(*[r.opcode == op for op in RETH_OPCODES]).any()),
-            has_imm.eq(Cat(*[r.opcode == op for op in IMM4_OPCODES]).any()),
-        ]
+        fkeep = Signal(nb)
+        padw = Signal()
+        has_reth = Signal()              # decoded when the descriptor is taken
         padcnt = Signal(2)
-        m.d.comb += padcnt.eq(-r.paylen)
 
         # ---- the header bytes ---------------------------------------------------------------
         hdr_words = -(-MAX_HDR // nb)
@@ -298,20 +303,6 @@ class TxBuild(wiring.Component):
         hdr = Signal(8 * hdr_words * nb)
         m.d.comb += hdr.eq(Cat(*hdr_bytes))
 
-        # ---- byte-enable helper: lanes of word `w` whose byte index lies in [lo, hi) -----------
-        def lane_mask(w, lo, hi, name):
-            base = Signal(PB + 2, name=f"{name}_base")
-            m.d.comb += base.eq(w << lg)
-            a = Signal(range(nb + 1), name=f"{name}_a")
-            b = Signal(range(nb + 1), name=f"{name}_b")
-            m.d.comb += [
-                a.eq(Mux(lo <= base, 0, Mux(lo >= base + nb, nb, lo - base))),
-                b.eq(Mux(hi <= base, 0, Mux(hi >= base + nb, nb, hi - base))),
-            ]
-            mask = Signal(nb, name=f"{name}_mask")
-            m.d.comb += mask.eq(((Const(1, nb + 1) << b) - 1) & ~((Const(1, nb + 1) << a) - 1))
-            return mask
-
         # ---- gather: chunk reads are issued as soon as the engine hands them over, split at
         # multiples of ``read_beats`` bus words, so that the next part of a long chunk is
         # requested while the previous one drains (the host-memory master issues a burst only
@@ -319,8 +310,9 @@ class TxBuild(wiring.Component):
         # beats in order (the read client returns them in request order); the parts of a chunk
         # are aligned to the bus, so their beats are exactly the chunk's beats.
         RBB = self.read_beats.bit_length() - 1 + lg      # log2 of a part's span in bytes
-        meta = data.StructLayout({"off": lg, "len": 13, "parts": 13 - RBB + 2})
-        m.submodules.chq = chq = Queue(meta, 4, buffered=False)
+        meta = data.StructLayout({"off": lg, "len": 13, "lenm1": 13, "parts": 13 - RBB + 2})
+        # (registered output: the chunk's start below begins from registers)
+        m.submodules.chq = chq = Queue(meta, 4)
         issuing = Signal()               # a chunk's later parts are being requested
         # a later part starts on a part boundary (s_addr, its low RBB bits zero) and its length
         # and last flag are kept in registers (s_len, s_final, s_plen); a chunk's first part is
@@ -356,6 +348,7 @@ class TxBuild(wiring.Component):
             self.rd.req.valid.eq(self.chunk.valid & (issuing | chq.i.ready)),
             chq.i.payload.off.eq(c_addr[:lg]),
             chq.i.payload.len.eq(c_len0),
+            chq.i.payload.lenm1.eq(c_len0 - 1),
             chq.i.payload.parts.eq((c_span >> RBB) + 1),
             chq.i.valid.eq(self.chunk.valid & ~issuing & self.rd.req.ready),
         ]
@@ -368,13 +361,14 @@ class TxBuild(wiring.Component):
                              s_len.eq(n_len), s_final.eq(n_len <= (1 << RBB)),
                              s_plen.eq(Mux(n_len <= (1 << RBB), n_len, 1 << RBB))]
 
-        pos = Signal(PB)                 # next payload byte position in the frame
+        pos = Signal(PB)                 # where the next chunk starts in the frame
         c_len = Signal(13)
         parts = Signal(13 - RBB + 2)     # parts of the chunk still to come back
         rot = Signal(lg + 1)             # nb − ((pos − off) mod nb), 1..nb
         prev = Signal(W)
         bad = Signal()
-        wcount = Signal(WB)
+        wcount = Signal(range(-(-MAX_HDR // nb) + 1))     # header word
+        hlast = Signal()                 # wcount is the header's last word
 
         funnel = Signal(2 * W)
         # the raw beat being taken (DATA); in FLUSH the lanes that come from it lie past the
@@ -382,17 +376,26 @@ class TxBuild(wiring.Component):
         cur = self.rd.resp.payload.data
         m.d.comb += funnel.eq(Cat(prev, cur) >> (rot * 8))
         wqm1 = Signal(WB)                # the word the current raw beat completes
-        c_end = Signal(PB)               # pos + c_len, registered
         c_lastw = Signal(WB)             # the word holding the chunk's last byte
         c_skip = Signal()                # the chunk's first raw beat completes no word of it
         c_first = Signal()               # the next raw beat is the chunk's first
-        # the frame-end tests, registered: ``pos_end`` is pos == data_end (set with pos);
-        # ``c_done`` is c_end == data_end, as of the cycle before (FLUSH follows DATA, where
-        # neither changes)
+        # the lanes a write takes, from registers: every lane, except in the chunk's first word
+        # (``c_lo``: no lane of the chunk written yet; lanes from ``pos``, ``lo_mask``; that
+        # word is ``acc``'s when ``pos`` is not on a word boundary, ``lo_same``) and its last
+        # (``w_last``: wqm1 is c_lastw; lanes up to the chunk's end, ``hi_mask``)
+        c_lo = Signal()
+        lo_mask = Signal(nb)
+        lo_same = Signal()
+        hi_mask = Signal(nb)
+        w_last = Signal()
+        # the frame-end tests, registered: ``pos_end`` is pos == data_end after the header (set
+        # with pos); ``c_done`` is pos == data_end as of the cycle before (FLUSH follows DATA,
+        # and pos moves to the chunk's end when the chunk starts)
         pos_end = Signal()
         c_done = Signal()
-        m.d.sync += c_done.eq(c_end == data_end)
-        gmask = lane_mask(wqm1, pos, c_end, "g")
+        m.d.sync += c_done.eq(pos == data_end)
+        gmask = Signal(nb)
+        m.d.comb += gmask.eq(Mux(c_lo, lo_mask, ONES) & Mux(w_last, hi_mask, ONES))
 
         # ---- the frame word being assembled -----------------------------------------------------
         # Every frame word is assembled in ``acc`` (the header's last word and the payload's
@@ -407,8 +410,7 @@ class TxBuild(wiring.Component):
         w_data = Signal(W)
         w_mask = Signal(nb)
         flush = Signal()                 # acc leaves this cycle (with or without a write)
-        same = Signal()
-        m.d.comb += same.eq(acc_v & (w_addr == acc_w))
+        same = Signal()                  # w_addr is acc_w (set with the write)
         fbase = Signal(CB + 1)           # the frame's first word in the buffer (absolute)
         rptr = Signal(CB + 1)            # the next word the emitter reads (absolute)
         with m.If(w_en):
@@ -455,8 +457,9 @@ class TxBuild(wiring.Component):
 
         # ---- frames built, waiting for their ICRC and the emitter ----------------------------
         rec_layout = data.StructLayout({"base": CB, "data_end": PB, "crc_end": PB,
-                                        "words": WB, "cls": 3, "drop": 1})
-        m.submodules.recq = recq = Queue(rec_layout, self.frames, buffered=False)
+                                        "words": WB, "keep": nb, "cls": 3, "drop": 1})
+        # (the records' queue has a registered output: the emitter's load starts from registers)
+        m.submodules.recq = recq = Queue(rec_layout, self.frames)
         m.submodules.icq = icq = Queue(32, self.frames, buffered=False)
         m.d.comb += [icq.i.valid.eq(crc.o.valid), icq.i.payload.eq(crc.o.payload)]
 
@@ -469,11 +472,16 @@ class TxBuild(wiring.Component):
 
         # ---- EMIT: payload, zero pad, ICRC (little-endian), Ethernet padding -------------------
         e_base = Signal(CB)
-        e_data_end = Signal(PB)
-        e_crc_end = Signal(PB)
-        e_frame_end = Signal(PB)
-        e_words = Signal(WB)
+        e_wlast = Signal(WB)             # the frame's last word
         e_icrc = Signal(32)
+        # the frame's lanes per word, from registers set when it is loaded: payload in words
+        # before e_dword and in e_dmask of it; the ICRC in e_imask of word e_cw (lanes from
+        # crc_end mod nb) and, when it crosses a word, e_imask1 of the next; e_fkeep the last
+        # word's keep
+        e_dword, e_cw, e_cw1 = Signal(WB), Signal(WB), Signal(WB)
+        e_dmask, e_fkeep = Signal(nb), Signal(nb)
+        e_imask = Signal(nb + 4)
+        e_c2 = Signal(2)                 # crc_end mod 4
         eaddr = Signal(WB)
         evalid = Signal()
         eword = Signal(WB)
@@ -484,19 +492,17 @@ class TxBuild(wiring.Component):
         # the ICRC travels with the word through the two read stages
         eicrc1, eicrc2 = Signal(32), Signal(32)
         m.d.sync += [eicrc1.eq(e_icrc), eicrc2.eq(eicrc1)]
-        ebyte = Signal(PB + 2)
-        m.d.comb += ebyte.eq(eword << lg)
         sdata, sicrc, sidx = Signal(nb), Signal(nb), Signal(2 * nb)
+        m.d.sync += [
+            sdata.eq(Mux(eword < e_dword, ONES, Mux(eword == e_dword, e_dmask, 0))),
+            sicrc.eq(Mux(eword == e_cw, e_imask[:nb], Mux(eword == e_cw1, e_imask[nb:], 0))),
+        ]
         for i in range(nb):
-            x = ebyte + i
-            rel = Signal(PB + 2, name=f"rel{i}")
-            m.d.comb += rel.eq(x - e_crc_end)
-            m.d.sync += [sdata[i].eq(x < e_data_end), sicrc[i].eq((x >= e_crc_end) & (rel < 4)),
-                         sidx[2 * i:2 * i + 2].eq(rel[:2])]
+            m.d.sync += sidx[2 * i:2 * i + 2].eq(i - e_c2)
         ekeep, elast = Signal(nb), Signal()
         e_cls, ecls = Signal(3), Signal(3)
-        m.d.sync += [ekeep.eq(lane_mask(eword, 0, e_frame_end, "o")),
-                     elast.eq(eword == e_words - 1), ecls.eq(e_cls)]
+        m.d.sync += [ekeep.eq(Mux(eword == e_wlast, e_fkeep, ONES)),
+                     elast.eq(eword == e_wlast), ecls.eq(e_cls)]
         out_lanes = [Mux(sdata[i], edata[8 * i:8 * i + 8],
                          Mux(sicrc[i], eicrc2.word_select(sidx[2 * i:2 * i + 2], 8), 0))
                      for i in range(nb)]
@@ -517,14 +523,16 @@ class TxBuild(wiring.Component):
                     m.d.sync += rptr.eq(rptr + rec.words)
                     m.next = "IDLE"
                 with m.Else():
-                    # frame end max(crc_end + 4, MIN_FRAME)
-                    short = rec.crc_end < wire.MIN_FRAME - 4
                     m.d.sync += [
                         e_base.eq(rec.base),
-                        e_data_end.eq(rec.data_end),
-                        e_crc_end.eq(rec.crc_end),
-                        e_frame_end.eq(Mux(short, wire.MIN_FRAME, rec.crc_end + 4)),
-                        e_words.eq(rec.words),
+                        e_dword.eq(rec.data_end >> lg),
+                        e_dmask.eq((Const(1, nb + 1) << rec.data_end[:lg]) - 1),
+                        e_cw.eq(rec.crc_end >> lg),
+                        e_cw1.eq((rec.crc_end >> lg) + 1),
+                        e_imask.eq(Const(0xF, nb + 4) << rec.crc_end[:lg]),
+                        e_c2.eq(rec.crc_end[:2]),
+                        e_fkeep.eq(rec.keep),
+                        e_wlast.eq(rec.words - 1),
                         e_cls.eq(rec.cls),
                         e_icrc.eq(icq.o.payload),
                         eaddr.eq(0),
@@ -542,7 +550,7 @@ class TxBuild(wiring.Component):
                     m.d.comb += rp.en.eq(1)
                     m.d.sync += [evalid.eq(1), eword.eq(eaddr), eaddr.eq(eaddr + 1),
                                  rptr.eq(rptr + 1)]
-                    with m.If(eaddr == e_words - 1):
+                    with m.If(eaddr == e_wlast):
                         m.next = "DRAIN"
             with m.State("DRAIN"):
                 # the last word is in read stage 1 (its lane selections use the e_* values now):
@@ -550,18 +558,23 @@ class TxBuild(wiring.Component):
                 emit_load()
 
         # ---- the builder ---------------------------------------------------------------------
-        m.d.comb += self.fault.payload.eq(r.qpn)
-        # the frame's counter class (see ``outq``)
+        # ``r`` follows the queue's head except while the header is written (it is the
+        # header's template only), so its wide load enable does not wait for the take; the
+        # frame's counter class (see ``outq``) and QPN are kept from the take
         r_cls = Signal(3)
-        syn = r.syndrome
-        with m.If(r.opcode == 0x11):
-            m.d.comb += r_cls.eq(Mux(syn[5:7] == 0, 1, Mux(syn[5:7] == 1, 2,
+        r_qpn = Signal(24)
+        m.d.comb += self.fault.payload.eq(r_qpn)
+        h_cls = Signal(3)
+        syn = h.syndrome
+        with m.If(h.opcode == 0x11):
+            m.d.comb += h_cls.eq(Mux(syn[5:7] == 0, 1, Mux(syn[5:7] == 1, 2,
                                                           Mux(syn == 0x60, 3, 4))))
         m.d.comb += [
             recq.i.payload.base.eq(fbase[:CB]),
             recq.i.payload.data_end.eq(data_end),
             recq.i.payload.crc_end.eq(crc_end),
             recq.i.payload.words.eq(out_words),
+            recq.i.payload.keep.eq(fkeep),
             recq.i.payload.cls.eq(r_cls),
             recq.i.payload.drop.eq(bad),
         ]
@@ -570,12 +583,15 @@ class TxBuild(wiring.Component):
             """Take the next descriptor if its values are ready."""
             with m.If(head_ok):
                 m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
-                m.d.sync += [r.eq(h), data_end.eq(p_data_end), crc_end.eq(p_crc_end),
+                m.d.sync += [r_cls.eq(h_cls), r_qpn.eq(h.qpn),
+                             data_end.eq(p_data_end), crc_end.eq(p_crc_end),
                              hdr_len_r.eq(p_hdr_len), ip_len.eq(p_ip_len), csum.eq(p_csum),
                              out_words.eq(p_out_words), crc_last.eq(p_crc_last),
                              ckeep_last.eq(p_ckeep), hdr_last.eq(p_hdr_last),
-                             hkeep.eq(p_hkeep),
-                             wcount.eq(0), bad.eq(0)]
+                             hkeep.eq(p_hkeep), fkeep.eq(p_fkeep), padw.eq(p_padw),
+                             has_reth.eq(Cat(*[h.opcode == op for op in RETH_OPCODES]).any()),
+                             padcnt.eq(-h.paylen),
+                             wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0)]
                 m.next = "HDR"
             with m.Else():
                 m.next = "IDLE"
@@ -591,15 +607,22 @@ class TxBuild(wiring.Component):
                 m.d.comb += d0.eq(at - chq.o.payload.off)
                 ce = Signal(PB)
                 m.d.comb += ce.eq(at + chq.o.payload.len)
+                lastw = Signal(WB)
+                m.d.comb += lastw.eq((at + chq.o.payload.lenm1) >> lg)
                 m.d.sync += [c_len.eq(chq.o.payload.len), parts.eq(chq.o.payload.parts),
                              wqm1.eq(d0 >> lg), c_skip.eq(d0[lg:] != at[lg:]), c_first.eq(1),
-                             c_end.eq(ce), c_lastw.eq((ce - 1) >> lg),
+                             pos.eq(ce), c_lastw.eq(lastw),
+                             w_last.eq((d0 >> lg) == lastw),
+                             c_lo.eq(1), lo_mask.eq(~((Const(1, nb + 1) << at[:lg]) - 1)),
+                             lo_same.eq(at[:lg] != 0),
+                             hi_mask.eq((Const(2, nb + 1)
+                                         << (at[:lg] + chq.o.payload.lenm1[:lg])[:lg]) - 1),
                              rot.eq(nb - d0[:lg]), prev.eq(0)]
                 m.next = "DATA"
             with m.Else():
                 m.next = "CHUNK"
 
-        with m.FSM(name="builder"):
+        with m.FSM(name="builder") as bfsm:
             with m.State("IDLE"):
                 take_packet()
             with m.State("HDR"):
@@ -608,12 +631,12 @@ class TxBuild(wiring.Component):
                 with m.If(room):
                     m.d.comb += [
                         w_en.eq(1), w_addr.eq(wcount),
-                        w_mask.eq(Mux(wcount == hdr_last, hkeep, ONES)),
+                        w_mask.eq(Mux(hlast, hkeep, ONES)),
                         w_data.eq(hdr.word_select(wcount[:max(1, (hdr_words - 1).bit_length())]
                                                   if hdr_words > 1 else 0, W)),
                     ]
-                    m.d.sync += wcount.eq(wcount + 1)
-                    with m.If(wcount == hdr_last):
+                    m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
+                    with m.If(hlast):
                         m.d.sync += [pos.eq(hdr_len_r), pos_end.eq(hdr_len_r == data_end)]
                         m.next = "CHUNK"
             with m.State("CHUNK"):
@@ -625,9 +648,12 @@ class TxBuild(wiring.Component):
                 m.d.comb += self.rd.resp.ready.eq(room)
                 with m.If(self.rd.resp.valid & room):
                     m.d.comb += [w_en.eq(~(c_first & c_skip)), w_addr.eq(wqm1),
-                                 w_data.eq(funnel[:W]), w_mask.eq(gmask)]
+                                 w_data.eq(funnel[:W]), w_mask.eq(gmask),
+                                 same.eq(c_lo & lo_same)]
                     m.d.sync += [prev.eq(self.rd.resp.payload.data), wqm1.eq(wqm1 + 1),
-                                 c_first.eq(0)]
+                                 w_last.eq((wqm1 + 1)[:WB] == c_lastw), c_first.eq(0)]
+                    with m.If(~(c_first & c_skip)):
+                        m.d.sync += c_lo.eq(0)
                     with m.If(self.rd.resp.payload.err):
                         m.d.sync += bad.eq(1)
                     with m.If(self.rd.resp.payload.last):
@@ -638,19 +664,19 @@ class TxBuild(wiring.Component):
                 # the last raw beat's upper bytes, if the chunk has any in the next word; then
                 # the next chunk or the frame's end
                 with m.If(room):
-                    m.d.comb += [w_en.eq(wqm1 == c_lastw), w_addr.eq(wqm1),
-                                 w_data.eq(funnel[:W]), w_mask.eq(gmask)]
-                    m.d.sync += [pos.eq(c_end), pos_end.eq(c_done)]
+                    m.d.comb += [w_en.eq(w_last), w_addr.eq(wqm1),
+                                 w_data.eq(funnel[:W]), w_mask.eq(gmask),
+                                 same.eq(c_lo & lo_same)]
                     with m.If(c_done):
                         m.next = "FIN"
                     with m.Else():
-                        start_chunk(c_end)
+                        start_chunk(pos)
             with m.State("FIN"):
                 # the last word leaves acc; the frame's record is queued (its ICRC follows)
                 with m.If(room & recq.i.ready):
                     m.d.comb += [flush.eq(1), recq.i.valid.eq(1)]
                     m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words)]
-                    with m.If(acc_w != crc_last):
+                    with m.If(padw):            # (acc_w is the word of data_end − 1)
                         m.next = "PAD"          # the pad lies in a word of its own
                     with m.Elif(bad):
                         m.next = "FAULT"
@@ -667,4 +693,6 @@ class TxBuild(wiring.Component):
                 m.d.comb += self.fault.valid.eq(1)
                 with m.If(self.fault.ready):
                     m.next = "IDLE"
+        with m.If(~bfsm.ongoing("HDR")):
+            m.d.sync += r.eq(h)
         return m
