@@ -15,7 +15,7 @@ Builder (per frame):
 
 1. **HDR**: the header is Ethernet/IPv4/UDP/BTH[/RETH][/IMMDT, IETH or AETH], 54, 58, 70 or
    74 bytes, built with the :mod:`rnic.wire` tables. Its lengths, IPv4 checksum and word
-   counts are computed from the descriptor queue's head (4 register stages) while the previous
+   counts are computed from the descriptor queue's head (5 register stages) while the previous
    frame is built.
 2. **GATHER**: each chunk's host read is issued as soon as the chunk is handed over (up to 4
    ahead, and two descriptors may wait ahead, so host latency overlaps the previous packet),
