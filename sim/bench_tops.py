@@ -17,6 +17,7 @@ from rnic.resp.psn_check import (PsnCheck, done_layout, exe_layout, qpn_layout, 
 from rnic.resp.qp_context import qp_set_event_layout
 from rnic.stream import BeatStream
 from rnic.tx.arbiter import TxArbiter
+from rnic.tx.build import TxBuild, pkt_layout
 
 from .wrap import flat_top
 
@@ -34,7 +35,10 @@ def flat_top_axi(component, member="axi", prefix="m_axi"):
 
 
 class PsnBench(wiring.Component):
-    """PsnCheck + TxArbiter + a stub of the later stages (exe → done)."""
+    """PsnCheck + TxArbiter + TxBuild + a stub of the later stages (exe → done).
+
+    ``tx1`` feeds request descriptors to the arbiter's other input (payload-free frames: the
+    builder's host read client is tied off)."""
 
     def __init__(self, width, num_qp=16):
         self.width = width
@@ -54,7 +58,7 @@ class PsnBench(wiring.Component):
             "qp_set": Out(stream.Signature(qp_set_event_layout, always_ready=True)),
             "fault": In(stream.Signature(qpn_layout)),
             "tx": Out(BeatStream(width)),
-            "tx1": In(BeatStream(width)),
+            "tx1": In(stream.Signature(pkt_layout)),
             "stat": Out(NUM_COUNTERS),
             "exe_mon_valid": Out(1),
             "exe_mon": Out(exe_layout),
@@ -68,14 +72,18 @@ class PsnBench(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.psn = psn = PsnCheck(width=self.width, num_qp=self.num_qp)
-        m.submodules.arb = arb = TxArbiter(self.width)
+        m.submodules.arb = arb = TxArbiter()
+        m.submodules.build = build = TxBuild(self.width)
         for name in ("meta", "payload", "rq_db", "cmd", "fault"):
             connect(m, wiring.flipped(getattr(self, name)), getattr(psn, name))
         for name in ("pay_out", "ack_out", "rq_flush", "event", "qp_reset", "qp_set"):
             connect(m, getattr(psn, name), wiring.flipped(getattr(self, name)))
-        connect(m, psn.tx, arb.i0)
-        connect(m, wiring.flipped(self.tx1), arb.i1)
-        connect(m, arb.o, wiring.flipped(self.tx))
+        connect(m, psn.ack_tx, arb.ack)
+        connect(m, wiring.flipped(self.tx1), arb.req)
+        connect(m, arb.o, build.pkt)
+        connect(m, build.tx, wiring.flipped(self.tx))
+        m.d.comb += [build.chunk.valid.eq(0), build.rd.req.ready.eq(0),
+                     build.rd.resp.valid.eq(0), build.fault.ready.eq(1)]
         # the requester's context as QUERY_QP sees it: the send PSN of every qp_set event
         sqm = memory.Memory(shape=24, depth=self.num_qp, init=[])
         m.submodules.sqm = sqm
@@ -85,8 +93,8 @@ class PsnBench(wiring.Component):
                      psn.q_psn.eq(sr.data), psn.q_cons.eq(0)]
         e = psn.exe
         m.d.comb += [
-            psn.local_mac.eq(self.local_mac), psn.local_ip.eq(self.local_ip),
-            self.stat.eq(psn.stat | arb.stat),
+            build.local_mac.eq(self.local_mac), build.local_ip.eq(self.local_ip),
+            self.stat.eq(psn.stat | build.stat),
             # the stub: one done per exe, at once (unless held)
             psn.done.valid.eq(e.valid & ~self.exe_hold),
             e.ready.eq(psn.done.ready & ~self.exe_hold),

@@ -77,11 +77,9 @@ PROBES = [
     _p("gather", "Gather Path", "payload read issued to host memory",
        "host_memory.read_2__req__valid", "host_memory.read_2__req__ready", "requester"),
     _p("gather_data", "Gather Path", "payload beats back from host memory",
-       ("requester.data_rd__resp__valid", "requester.rd__resp__valid"),
-       ("requester.data_rd__resp__ready", "requester.rd__resp__ready"),
-       "requester"),
-    _p("tx_build", "TX Packet Build", "request frame leaves TX Packet Build",
-       "requester.tx__valid", "requester.tx__ready", "requester"),
+       "tx_build.rd__resp__valid", "tx_build.rd__resp__ready", "requester"),
+    _p("tx_build", "TX frame builder", "request packet handed to the TX frame builder",
+       "requester.pkt__valid", "requester.pkt__ready", "requester"),
     # ---- responder: software's side ----------------------------------------------------------
     _p("rq_db", "RQ doorbell", "the application posted a receive WQE: RQ doorbell taken",
        "psn_check.rq_db__valid", "psn_check.rq_db__ready"),
@@ -119,8 +117,8 @@ PROBES = [
        "key_cache.inval__resp__valid", "key_cache.inval__resp__ready"),
     _p("done", "PSN Check", "execute reports the packet placed (writes issued): ACK released",
        "psn_check.done__valid", "psn_check.done__ready"),
-    _p("ack_build", "ACK/NAK builder", "ACK/NAK frame built by PSN Check",
-       "psn_check.tx__valid", "psn_check.tx__ready"),
+    _p("ack_build", "TX frame builder", "ACK/NAK handed to the TX frame builder by PSN Check",
+       "psn_check.ack_tx__valid", "psn_check.ack_tx__ready"),
     _p("complete", "CQE Generation", "completion handed to CQE Generation",
        "execute.complete__valid", "execute.complete__ready"),
     _p("cqe_req", "CQE Generation", "CQE write burst issued (AW)",
@@ -469,7 +467,7 @@ _COLORS = {"RQ doorbell": "#7f7f7f", "MAC receive": "#7f7f7f", "RX Parse": "#1f7
            "RQ fetch": "#2ca02c", "Key Cache": "#d62728", "Scatter Path": "#9467bd",
            "invalidate": "#8c564b", "ACK/NAK builder": "#e377c2", "CQE Generation": "#17becf",
            "MAC transmit": "#bcbd22", "Send Queue": "#7f7f7f", "WQE fetch": "#2ca02c",
-           "Gather Path": "#9467bd", "TX Packet Build": "#1f77b4", "Replay Buffer": "#ff7f0e"}
+           "Gather Path": "#9467bd", "TX frame builder": "#1f77b4", "Replay Buffer": "#ff7f0e"}
 _CORE_BG = {"A": "#eef4fb", "B": "#fbf3ea"}
 
 
@@ -652,7 +650,7 @@ message from two SGEs, so three packets (SEND_FIRST, SEND_MIDDLE, SEND_LAST at P
 | 2. A's application writes the SEND WQE and rings the doorbell | A Send Queue: SQ doorbell taken |
 | 3. RNIC A reads the WQE and the QP's context | A WQE fetch: context read, WQE read issued and back |
 | 4. the Key Cache checks the lkey, the DMA engine reads the payload | A Key Cache (one lookup per SGE), A Gather Path |
-| 5. TX Packet Build puts a BTH in front of the payload; the packet leaves | A TX Packet Build, A MAC transmit (three frames) |
+| 5. TX Packet Build puts a BTH in front of the payload; the packet leaves | A TX frame builder, A MAC transmit (three frames) |
 | 6. RX Parse on B checks the PSN | B MAC receive, B RX Parse, B PSN Check |
 | 7. the receive WQE at the head of the RQ | B RQ fetch (already on chip: read at step 1) |
 | 8. the Key Cache checks B's lkey, the payload is written | B Key Cache, B Scatter Path |

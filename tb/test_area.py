@@ -24,18 +24,17 @@ STAT = {
     "modules": {
         "\\rnic": {"num_cells_by_type": {
             "LUT4": 10, "TRELLIS_FF": 5, "$scopeinfo": 3, "rnic.psn_check": 1,
-            "rnic.requester": 1, "rnic.tx_arbiter": 1, "rnic.cpl_merge": 1,
+            "rnic.requester": 1, "rnic.tx_arbiter": 1, "rnic.tx_build": 1, "rnic.cpl_merge": 1,
             "rnic.new_block": 1, "rnic.control": 1}},
         "\\rnic.psn_check": {"num_cells_by_type": {
-            "LUT4": 100, "CCU2C": 4, "TRELLIS_FF": 50, "DP16KD": 2, "rnic.psn_check.hb": 1,
+            "LUT4": 100, "CCU2C": 4, "TRELLIS_FF": 50, "DP16KD": 2,
             "rnic.psn_check.ctx": 1}},
         "\\rnic.psn_check.ctx": {"num_cells_by_type": {"LUT4": 7, "TRELLIS_DPR16X4": 3}},
-        "\\rnic.psn_check.hb": {"num_cells_by_type": {
-            "LUT4": 40, "TRELLIS_FF": 20, "rnic.psn_check.hb.crc": 1}},
-        "\\rnic.psn_check.hb.crc": {"num_cells_by_type": {"LUT4": 300, "TRELLIS_FF": 32}},
+        "\\rnic.tx_build": {"num_cells_by_type": {
+            "LUT4": 540, "CCU2C": 10, "TRELLIS_FF": 20, "rnic.tx_build.crc": 1}},
+        "\\rnic.tx_build.crc": {"num_cells_by_type": {"LUT4": 300, "TRELLIS_FF": 32}},
         "\\rnic.requester": {"num_cells_by_type": {
-            "LUT4": 1000, "$paramod$abc\\TRELLIS_FF": 900, "rnic.requester.build": 1}},
-        "\\rnic.requester.build": {"num_cells_by_type": {"LUT4": 500, "CCU2C": 10}},
+            "LUT4": 1000, "$paramod$abc\\TRELLIS_FF": 900}},
         "\\rnic.tx_arbiter": {"num_cells_by_type": {"LUT4": 20, "TRELLIS_FF": 8}},
         "\\rnic.cpl_merge": {"num_cells_by_type": {"LUT4": 6, "TRELLIS_FF": 2}},
         "\\rnic.new_block": {"num_cells_by_type": {"LUT4": 1, "rnic.new_block.leaf": 2}},
@@ -100,7 +99,7 @@ def test_module_tree():
 def test_sum_by_block():
     s = sum_by_block(STAT)
     rows = s["rows"]
-    # longest path wins: psn_check.hb (and its crc) in TX, the rest of psn_check in receive
+    # a block's nested instances count with it: tx_build.crc in TX, psn_check.ctx in receive
     assert rows["receive"] == {"LUT4": 107, "CCU2C": 4, "TRELLIS_FF": 50, "DP16KD": 2,
                                "TRELLIS_DPR16X4": 3}
     assert rows["tx"] == {"LUT4": 40 + 300 + 500 + 20, "TRELLIS_FF": 20 + 32 + 8, "CCU2C": 10}
@@ -161,7 +160,9 @@ def test_kept_modules_and_script():
                "module \\rnic.psn_check.hb (a);\nendmodule\n"
                "module \\rnic.psn_check.ack_q (a);\nendmodule\n"
                "module \\rnic.new_block (a);\nendmodule\n")
-    kept = kept_modules(verilog)
+    # a budget row naming a nested path (the default rows name none)
+    rows = (budgets.Budget("hb", "a nested block", 1, 1, 0, ("psn_check.hb",)),)
+    kept = kept_modules(verilog, budgets=rows)
     # every instance of rnic (mapped or not), and the nested paths a row names
     assert kept == ["rnic.new_block", "rnic.psn_check", "rnic.psn_check.hb"]
     script = yosys_script("rnic.v", kept)

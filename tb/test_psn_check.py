@@ -1,4 +1,5 @@
-"""PSN Check, QP context, ACK/NAK header builder and TX arbiter (cocotb on Icarus, W=64/512).
+"""PSN Check, QP context, pending ACK/NAKs, the TX arbiter and the TX frame builder (cocotb on
+Icarus, W=64/512).
 
 The bench (``tb/cocotb_psn_check.py``) drives RX Parse's metadata/payload streams with frames
 built by scapy and parsed by the bench's own parser, plays the later stages through a stub of the
@@ -16,7 +17,7 @@ NUM_QP = 16
 
 
 #: bump when PsnBench changes (the Verilog cache key covers rtl/ only; also in sim/benches.py)
-BENCH_REV = 3
+BENCH_REV = 4
 
 
 def _run(width, tests=None, name=None, extra=None):

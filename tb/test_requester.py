@@ -12,6 +12,7 @@ from rnic.keys.key_cache import KeyCache
 from rnic.req import Requester, ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
 from rnic.req.requester import doorbell_layout
 from rnic.stream import BeatStream
+from rnic.tx.build import TxBuild
 from sim.models import requester as model
 from sim.runner import run_cocotb
 from sim.bench_tops import flat_top_axi
@@ -20,8 +21,8 @@ NUM_QP = 16
 
 
 class ReqHarness(wiring.Component):
-    """Requester + HostMemory (2 read clients) + KeyCache (1 lookup port), context served by
-    the bench."""
+    """Requester + the TX frame builder (its packet descriptors and gather chunks) + HostMemory
+    (2 read clients: WQEs, gather) + KeyCache (1 lookup port), context served by the bench."""
 
     def __init__(self, width, num_qp=NUM_QP, ring_depth=None):
         self.width, self.num_qp, self.ring_depth = width, num_qp, ring_depth
@@ -46,19 +47,24 @@ class ReqHarness(wiring.Component):
         m = Module()
         m.submodules.req = req = Requester(width=self.width, num_qp=self.num_qp,
                                            ring_depth=self.ring_depth)
+        m.submodules.build = build = TxBuild(self.width)
         m.submodules.hm = hm = HostMemory(width=self.width, read_clients=2, write_clients=0,
                                           max_reads=4, read_buffer=64)
         m.submodules.kc = kc = KeyCache(key_entries=8, num_ports=1)
         wiring.connect(m, wiring.flipped(self.axi), hm.axi)
         wiring.connect(m, req.wqe_rd, hm.read_0)
-        wiring.connect(m, req.data_rd, hm.read_1)
+        wiring.connect(m, build.rd, hm.read_1)
+        wiring.connect(m, req.pkt, build.pkt)
+        wiring.connect(m, req.chunk, build.chunk)
+        wiring.connect(m, build.tx, wiring.flipped(self.tx))
+        wiring.connect(m, build.fault, wiring.flipped(self.fault))
         wiring.connect(m, kc.lookup0, req.lookup)
         wiring.connect(m, kc.cmd, wiring.flipped(self.key))
-        for name in ("tx", "ctx_req", "cpl", "fault"):
+        for name in ("ctx_req", "cpl"):
             wiring.connect(m, getattr(req, name), wiring.flipped(getattr(self, name)))
         for name in ("sq_db", "qp_set", "ctx_resp", "ack"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(req, name))
-        m.d.comb += [req.local_mac.eq(self.local_mac), req.local_ip.eq(self.local_ip),
+        m.d.comb += [build.local_mac.eq(self.local_mac), build.local_ip.eq(self.local_ip),
                      self.retx.eq(req.retx)]
         # us_tick every us_cycles cycles, as the top derives it from US_CYCLES
         cnt = Signal(8)

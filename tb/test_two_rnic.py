@@ -87,7 +87,7 @@ def check_pair_trace(d):
         k = (s.get("core", ""), s["key"])
         count[k] = count.get(k, 0) + 1
     order = [("B", "rq_db"), ("A", "sq_db"), ("A", "wqe_rd"), ("A", "wqe_data"),
-             ("A", "gather_key"), ("A", "gather"), ("A", "gather_data"), ("A", "tx_build"),
+             ("A", "gather_key"), ("A", "tx_build"), ("A", "gather"), ("A", "gather_data"),
              ("A", "tx_out"), ("B", "rx_in"), ("B", "rx_meta"), ("B", "psn_exe"),
              ("B", "wr_data"), ("B", "ack_build"), ("B", "tx_out"), ("A", "rx_in"),
              ("A", "rx_meta"), ("A", "ack_in"), ("A", "retire"), ("A", "send_cqe"),

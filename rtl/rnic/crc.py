@@ -1,6 +1,6 @@
 """CRC-32 (IEEE 802.3, reflected, as ``zlib.crc32``) over a W-bit byte stream, one beat a cycle.
 
-The ICRC checker of RX Parse and the ICRC generator of the TX header builder are both this unit.
+The ICRC checker of RX Parse and the ICRC generator of the TX frame builder are both this unit.
 
 How it stays at one beat per cycle with any ``keep``
 ----------------------------------------------------

@@ -3,16 +3,19 @@
 This is the composer of the core (the LUNA pattern): it instantiates the blocks and connects
 them, so the data path reads top to bottom here (``docs/architecture.md`` has the picture):
 
-* **Responder**: MAC receive → RX Parse → PSN Check (QP context, ACK/NAK builder) → Execute
-  (RQ fetch, Key Cache lookups, Scatter, invalidate) → CQE Generation; ACK/NAK frames → TX
-  arbiter input 0.
-* **Requester**: SQ_DB → Requester (WQE fetch, Gather through Key Cache port 1, TX Packet Build)
-  → TX arbiter input 1; received ACKNOWLEDGE frames (PSN Check's ``ack_out``: opcode 0x11 to
+* **Responder**: MAC receive → RX Parse → PSN Check (QP context, pending ACK/NAKs) → Execute
+  (RQ fetch, Key Cache lookups, Scatter, invalidate) → CQE Generation; ACK/NAK descriptors →
+  TX arbiter.
+* **Requester**: SQ_DB → Requester (WQE fetch, lkey checks through Key Cache port 1,
+  segmentation) → packet descriptors → TX arbiter, gather chunks → TX frame builder; received ACKNOWLEDGE frames (PSN Check's ``ack_out``: opcode 0x11 to
   an RTS QP from its remote IPv4) → Requester; its completions → :class:`~rnic.req.req_context.ReqContext`
   (send CQN, flush marking, QP-to-ERROR reports, event 4) → CQE Generation. The requester sees
   the QP context through ``ReqContext``'s shadow table, written from PSN Check's ``qp_set``.
+* **Transmit**: the TX arbiter picks whole frames (ACK/NAK and request descriptors, round-robin)
+  for the one TX frame builder (:class:`~rnic.tx.build.TxBuild`: headers, gather reads, IPv4
+  checksum, ICRC), which drives the MAC transmit stream.
 * **Host memory**: one AXI4 master (:class:`~rnic.host.axi_master.HostMemory`): read clients
-  0 receive WQEs (Execute), 1 send WQEs, 2 gather data (Requester); write clients 0 scatter
+  0 receive WQEs (Execute), 1 send WQEs (Requester), 2 gather data (TX frame builder); write clients 0 scatter
   data (Execute), 1 CQEs. ARID/AWID = client number.
 * **Errors**: Execute's and CQE Generation's host faults and the requester's error completions
   reach PSN Check's ``fault`` port, which moves the QP to ERROR (event 3) for both halves.
@@ -40,7 +43,8 @@ from .keys.key_cache import KeyCache, lookup_req_layout
 from .host.cqe_gen import CqeGen
 from .host.axi_master import HostMemory
 from .tx.arbiter import TxArbiter
-from .stream import SkidBuffer, StreamMerge, beat_layout
+from .tx.build import TxBuild, chunk_layout
+from .stream import SkidBuffer, StreamMerge
 from .req.requester import Requester
 from .req.req_context import ReqContext
 
@@ -58,10 +62,10 @@ STAT_SOURCES = (
     ("top", (Counter.NO_QP,)),                  # responses for no requester QP
     ("rx_parse", (Counter.RX_FRAMES, Counter.MAC_DROP, Counter.NOT_ROCE, Counter.BAD_IP_UDP,
                   Counter.BAD_ICRC, Counter.BAD_BTH)),
-    ("psn_check", (Counter.NO_QP, Counter.DUPLICATES, Counter.SEQ_NAKS, Counter.RNR_NAKS,
-                   Counter.OTHER_NAKS, Counter.ACKS)),
+    ("psn_check", (Counter.NO_QP, Counter.DUPLICATES)),
     ("cqe_gen", (Counter.COMPLETIONS,)),
-    ("tx_arbiter", (Counter.TX_FRAMES,)),
+    ("tx_build", (Counter.TX_FRAMES, Counter.SEQ_NAKS, Counter.RNR_NAKS, Counter.OTHER_NAKS,
+                  Counter.ACKS)),
     ("requester", (Counter.RETRANSMITS,)),
 )
 
@@ -163,7 +167,8 @@ class RNIC(wiring.Component):
             width=W, read_clients=len(READ_CLIENTS), write_clients=2,
             read_buffer=tuple(beats for _, beats in READ_CLIENTS), max_burst=64)
         hmem_rd = {name: getattr(hmem, f"read_{i}") for i, (name, _) in enumerate(READ_CLIENTS)}
-        m.submodules.tx_arbiter = arb = TxArbiter(W)
+        m.submodules.tx_arbiter = arb = TxArbiter()
+        m.submodules.tx_build = build = TxBuild(W)
         m.submodules.requester = req = Requester(width=W, num_qp=cfg.num_qp)
         m.submodules.req_context = rctx = ReqContext(num_qp=cfg.num_qp)
 
@@ -177,7 +182,6 @@ class RNIC(wiring.Component):
             self.s_axis_rx_tready.eq(rx.i.ready),
             rx.local_mac.eq(ctl.local_mac), rx.local_ip.eq(ctl.local_ip),
             rx.drop_all.eq(ctl.drop_all),
-            psn.local_mac.eq(ctl.local_mac), psn.local_ip.eq(ctl.local_ip),
         ]
         wiring.connect(m, rx.meta, psn.meta)
         wiring.connect(m, rx.payload, psn.payload)
@@ -229,14 +233,15 @@ class RNIC(wiring.Component):
             ours = getattr(hmem.axi, name)
             m.d.comb += (ours.eq(port) if member.flow == In else port.eq(ours))
 
-        # ---- the requester: SQ doorbells -> WQE fetch -> Gather -> TX Packet Build -> arbiter;
-        #      ACKs from PSN Check; completions through ReqContext into CQE Generation ----------
+        # ---- the requester: SQ doorbells -> WQE fetch -> packet descriptors -> TX arbiter, gather
+        #      chunks -> TX frame builder; ACKs from PSN Check; completions through ReqContext
+        #      into CQE Generation ------------------------------------------------------------
         wiring.connect(m, psn.qp_set, rctx.qp_set)
         wiring.connect(m, rctx.req_qp_set, req.qp_set)
         wiring.connect(m, req.ctx_req, rctx.ctx_req)
         wiring.connect(m, rctx.ctx_resp, req.ctx_resp)
         wiring.connect(m, req.cpl, rctx.cpl)
-        wiring.connect(m, req.fault, rctx.req_fault)
+        wiring.connect(m, build.fault, rctx.req_fault)       # a payload read failed
         # the requester's lookup requests through a skid buffer: the Key Cache's round-robin
         # grant (its ``ready``) ran back into the requester's engine state across both blocks
         m.submodules.lookup_skid = lookup_skid = SkidBuffer(lookup_req_layout)
@@ -244,8 +249,7 @@ class RNIC(wiring.Component):
         wiring.connect(m, lookup_skid.o, keys.lookup1.req)
         wiring.connect(m, keys.lookup1.resp, req.lookup.resp)
         wiring.connect(m, req.wqe_rd, hmem_rd["sq_wqe"])
-        wiring.connect(m, req.data_rd, hmem_rd["gather"])
-        m.d.comb += [req.local_mac.eq(ctl.local_mac), req.local_ip.eq(ctl.local_ip)]
+        wiring.connect(m, build.rd, hmem_rd["gather"])
         # QUERY_QP's next send PSN and SQ consumer index: the requester's, through ReqContext
         m.d.comb += [rctx.q_qpn.eq(psn.q_qpn), psn.q_psn.eq(rctx.q_psn),
                      psn.q_cons.eq(rctx.q_cons)]
@@ -278,16 +282,18 @@ class RNIC(wiring.Component):
         with m.If(ao.valid & ~ack_ok):
             m.d.comb += stat[Counter.NO_QP].eq(1)
 
-        # MAC transmit
-        # each source through a skid buffer: the arbiter's choice (from both sources' valid)
-        # and the MAC's tready decided the other blocks' output-queue reads in the same cycle
-        # (PSN Check's header builder -> the arbiter -> the requester's frame queue and back)
-        for i, src in enumerate((psn.tx, req.tx)):
-            skid = SkidBuffer(beat_layout(W))
-            m.submodules[f"tx_skid{i}"] = skid
-            wiring.connect(m, src, skid.i)
-            wiring.connect(m, skid.o, getattr(arb, f"i{i}"))
-        o = arb.o
+        # MAC transmit: ACK/NAK and request descriptors -> TX arbiter (whole frames) -> the TX
+        # frame builder, which takes the requester's gather chunks for its request frames
+        wiring.connect(m, psn.ack_tx, arb.ack)
+        wiring.connect(m, req.pkt, arb.req)
+        wiring.connect(m, arb.o, build.pkt)
+        # (a skid buffer: the builder's chunk.ready depends on the chunk, and the requester
+        # drives register enables from it)
+        m.submodules.chunk_skid = chunk_skid = SkidBuffer(chunk_layout)
+        wiring.connect(m, req.chunk, chunk_skid.i)
+        wiring.connect(m, chunk_skid.o, build.chunk)
+        m.d.comb += [build.local_mac.eq(ctl.local_mac), build.local_ip.eq(ctl.local_ip)]
+        o = build.tx
         m.d.comb += [
             self.m_axis_tx_tdata.eq(o.payload.data), self.m_axis_tx_tkeep.eq(o.payload.keep),
             self.m_axis_tx_tlast.eq(o.payload.last), self.m_axis_tx_tuser.eq(0),
@@ -310,7 +316,7 @@ class RNIC(wiring.Component):
         # the blocks' strobe logic (some of it a handshake, e.g. the transmit arbiter's) ends
         # here instead of running on through the sum and the 32-bit saturating add.
         strobes = {"top": stat, "rx_parse": rx.stat, "psn_check": psn.stat,
-                   "cqe_gen": cqe.stat, "tx_arbiter": arb.stat, "requester": req_stat}
+                   "cqe_gen": cqe.stat, "tx_build": build.stat, "requester": req_stat}
         assert set(strobes) == {name for name, _ in STAT_SOURCES}
         for i in range(NUM_COUNTERS):
             m.d.sync += ctl.stat_inc[i].eq(sum(strobes[name][i] for name, drives in STAT_SOURCES

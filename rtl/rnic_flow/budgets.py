@@ -1,9 +1,8 @@
 """The area budgets of the core on ECP5: the one table ``rnic area`` checks and docs/area.md shows.
 
 Each row names the instance subtrees of module ``rnic`` (paths as in ``rtl/rnic/top.py``,
-``psn_check.hb`` for PSN Check's header builder) whose cells it counts; a subtree goes to the
-row with the longest matching path, so ``requester.build`` counts in TX, the rest of
-``requester`` in the requester row. Whatever no row names is glue: counted in the total only.
+``rx_parse.crc`` for RX Parse's CRC unit) whose cells it counts; a subtree goes to the row with
+the longest matching path. Whatever no row names is glue: counted in the total only.
 
 The budgets hold for the reference configuration :data:`REFERENCE` and for any configuration
 no larger in any table (``num_qp``, ``num_cq``, ``key_entries``) at W = 64 or 128; at W = 128
@@ -51,11 +50,9 @@ BUDGETS = (
            700, 400, 1, ("cqe_gen",)),
     Budget("requester", "requester with the Reliability Engine",
            2800, 1500, 5, ("requester", "req_context")),
-    # every frame builder and ICRC generator counts here: PSN Check's ACK/NAK header builder
-    # and the requester's TX Packet Build, with the arbiter and the skid buffers before it
+    # the one TX frame builder (every frame: requests, ACK/NAKs) and the arbiter ahead of it
     Budget("tx", "TX: one frame builder and one ICRC generator for every frame, arbiter",
-           2200, 900, 3, ("tx_arbiter", "tx_skid0", "tx_skid1", "psn_check.hb",
-                          "requester.build")),
+           2200, 900, 3, ("tx_arbiter", "tx_build", "chunk_skid")),
     Budget("axi", "host-memory AXI4 master",
            900, 700, 1, ("host_memory",)),
     Budget("control", "control plane",

@@ -72,7 +72,7 @@ def tail_reduced(expected, got, max_prefix):
     """Per QP: ``got`` = (a valid output for expected[:j]) + pending_reduce(expected[j:]) for
     some j ≤ ``max_prefix`` — the frames after a long stall are exactly the reduced responses
     decided during it (``max_prefix``: the responses that may have left the table before the
-    stall held it: the header builder's queue plus the take stage)."""
+    stall held it: what the TX frame builder holds)."""
     e, g = _by_qp(expected), _by_qp(got)
     for q, eq in e.items():
         gq = g.get(q, [])

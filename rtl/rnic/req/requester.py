@@ -1,4 +1,4 @@
-"""The requester: Send Queue doorbells, WQE fetch, Gather Path, TX Packet Build, ACKs, and the
+"""The requester: Send Queue doorbells, WQE fetch, Gather Path, ACKs, and the
 Reliability Engine (retransmit and RNR timers, go-back-N, NAKs).
 
 Data path, top to bottom (see ``docs/requester.md``):
@@ -26,9 +26,10 @@ Data path, top to bottom (see ``docs/requester.md``):
 
    A WQE can start mid-message: at packet ``psn − first_psn`` (go-back-N, or a QP that had to
    leave the engine when its window was full), with MIDDLE/LAST opcodes and no RETH.
-   Each packet goes to :class:`TxBuild` as a descriptor plus its gather chunks (at most one per
-   SGE).
-5. **TX Packet Build** (:mod:`.tx_build`): frame buffer, realigned gather, ICRC, ``tx``.
+   Each packet leaves as a descriptor (``pkt``) plus its gather chunks (``chunk``, at most one
+   per SGE), for the TX frame builder.
+5. **TX frame builder** (:mod:`rnic.tx.build`, outside this block): frame buffer, gather
+   reads and realignment, ICRC, the MAC transmit stream.
 6. **Completer** (ACK processing and the Reliability Engine): it owns each QP's oldest
    unacknowledged PSN ``una``, the SQ index of the oldest unretired WQE and the retry state. It
    takes, one at a time: ACK/NAK packets, kill requests from the engine, and the scan, which
@@ -63,7 +64,7 @@ from ..opcodes import WcStatus
 from ..resp.qp_context import QpState
 from ..stream import BeatStream, Queue, check_width
 from .retry import RNR_US, TIMEOUT_US, TIMER_BITS, rom
-from .tx_build import TxBuild
+from ..tx.build import chunk_layout, pkt_layout
 
 __all__ = ["Requester", "req_ctx_layout", "qp_set_layout", "ack_layout", "cpl_layout",
            "doorbell_layout", "MAX_NOACK", "INFLIGHT", "MAX_OUTSTANDING"]
@@ -182,7 +183,7 @@ SCAN_QUOTA = 8
 
 
 class Requester(wiring.Component):
-    """Send Queue doorbells, WQE fetch, gather, request-frame build, ACK retirement, retry.
+    """Send Queue doorbells, WQE fetch, gather chunks, request descriptors, ACK retirement, retry.
 
     Parameters
     ----------
@@ -213,10 +214,11 @@ class Requester(wiring.Component):
         Key Cache lookup client (``req`` out, ``resp`` in).
     wqe_rd : Out(ReadClientSignature(W))
         Host read client for WQEs (64 bytes, tag 0).
-    data_rd : Out(ReadClientSignature(W))
-        Host read client for payload (gather chunks, tag 0).
-    tx : Out(BeatStream(W))
-        Request frames (to the TX arbiter's second input); no gap within a frame.
+    pkt : Out(stream.Signature(pkt_layout))
+        Request packet descriptors (to the TX arbiter; ``aeth``, ``syndrome`` and ``msn`` 0).
+    chunk : Out(stream.Signature(chunk_layout))
+        Each packet's gather chunks, in payload order, after its descriptor (to the TX frame
+        builder, which reads them from host memory).
     ack : In(stream.Signature(ack_layout))
         Received ACKNOWLEDGE packets of our QPs. A positive ACK (syndrome bits 6:5 = 0)
         acknowledges every PSN up to its own and retires the WQEs whose last PSN it covers
@@ -231,10 +233,6 @@ class Requester(wiring.Component):
         retired, after which the QP must be moved to ERROR (event 3, or 4 with ``fault``); then
         WR_FLUSH_ERR for every later posted WQE, sent or not. A QP that SET_QP moved to ERROR
         gets WR_FLUSH_ERR for every unretired WQE.
-    fault : Out(stream.Signature(24))
-        QPN of a packet dropped because a payload read failed (event 4).
-    local_mac : In(48)
-    local_ip : In(32)
     us_tick : In(1)
         One-cycle strobe every microsecond (from US_CYCLES): the timers' time base.
     retx : Out(1)
@@ -269,13 +267,10 @@ class Requester(wiring.Component):
             "ctx_resp": In(stream.Signature(req_ctx_layout)),
             "lookup": In(LookupSignature()),
             "wqe_rd": Out(ReadClientSignature(width)),
-            "data_rd": Out(ReadClientSignature(width)),
-            "tx": Out(BeatStream(width)),
+            "pkt": Out(stream.Signature(pkt_layout)),
+            "chunk": Out(stream.Signature(chunk_layout)),
             "ack": In(stream.Signature(ack_layout)),
             "cpl": Out(stream.Signature(cpl_layout)),
-            "fault": Out(stream.Signature(24)),
-            "local_mac": In(48),
-            "local_ip": In(32),
             "us_tick": In(1),
             "retx": Out(1),
             "busy": Out(1),
@@ -293,11 +288,6 @@ class Requester(wiring.Component):
         TB = TIMER_BITS
         ring_layout = _inflight_layout(rb)
 
-        m.submodules.build = build = TxBuild(W)
-        wiring.connect(m, build.rd, wiring.flipped(self.data_rd))
-        wiring.connect(m, build.tx, wiring.flipped(self.tx))
-        wiring.connect(m, build.fault, wiring.flipped(self.fault))
-        m.d.comb += [build.local_mac.eq(self.local_mac), build.local_ip.eq(self.local_ip)]
         # The completions of the engine and of the completer meet in ``cpl``'s register, which
         # takes one only when empty, so ``cpl.ready`` reaches no FSM (a completion every second
         # cycle at most). The completer first: its SUCCESS completions always precede, for the
@@ -567,7 +557,7 @@ class Requester(wiring.Component):
         ackreq = Signal()
         m.d.comb += ackreq.eq(fits | (dyn.noack > MAX_NOACK))
         imm_word = Mux(wop == 2, immf, Cat(immf[24:32], immf[16:24], immf[8:16], immf[0:8]))
-        pk = build.pkt.payload
+        pk = self.pkt.payload
         m.d.comb += [
             pk.dmac.eq(ctx.rmac), pk.dip.eq(ctx.rip), pk.sport.eq(ctx.sport),
             pk.dqpn.eq(ctx.dest_qpn), pk.opcode.eq(opcode),
@@ -581,8 +571,8 @@ class Requester(wiring.Component):
         # chunk handed to TX Packet Build comes from registers only
         clen = Signal(13)
         m.d.comb += [
-            build.chunk.payload.addr.eq(cur_addr),
-            build.chunk.payload.len.eq(clen),
+            self.chunk.payload.addr.eq(cur_addr),
+            self.chunk.payload.len.eq(clen),
         ]
 
         # the in-flight record of the WQE just sent (written with the write-back), at rn, linked
@@ -836,8 +826,8 @@ class Requester(wiring.Component):
                     m.d.sync += [dyn.part.eq(dyn.psn != fpsn_r), dyn.fpsn.eq(fpsn_r)]
                     m.next = "PARK"
                 with m.Else():
-                    m.d.comb += build.pkt.valid.eq(1)
-                    with m.If(build.pkt.ready):
+                    m.d.comb += self.pkt.valid.eq(1)
+                    with m.If(self.pkt.ready):
                         retx = (dyn.psn - dyn.hpsn)[23]
                         m.d.comb += self.retx.eq(retx)
                         with m.If(~retx):
@@ -861,8 +851,8 @@ class Requester(wiring.Component):
                     with m.Else():
                         m.next = "PKT"
                 with m.Else():
-                    m.d.comb += build.chunk.valid.eq(1)
-                    with m.If(build.chunk.ready):
+                    m.d.comb += self.chunk.valid.eq(1)
+                    with m.If(self.chunk.ready):
                         left_n = Signal(13)
                         m.d.comb += left_n.eq(left - clen)
                         # the next chunk when the packet goes on (then clen was seg_left, SGE 0

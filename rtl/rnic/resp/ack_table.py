@@ -50,7 +50,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..stream import Queue
-from ..tx.header_builder import tx_hdr_layout
+from ..tx.build import tx_hdr_layout
 
 __all__ = ["AckTable", "ack_item_layout"]
 
@@ -82,7 +82,7 @@ class AckTable(wiring.Component):
     i : In(stream.Signature(ack_item_layout(abits)))
         Decided responses (``hdr.aeth`` = 1, ``hdr.opcode`` = 0x11); ``ready`` is always 1.
     o : Out(stream.Signature(tx_hdr_layout))
-        Frames to build (to :class:`~rnic.tx.header_builder.HeaderBuilder`).
+        Frames to build (PSN Check's ``ack_tx``, to the TX frame builder).
     pending : Out(1)
         Some response is held.
     """
@@ -114,7 +114,7 @@ class AckTable(wiring.Component):
         ack_r, nak_r, adr_r = ackm.read_port(), nakm.read_port(), adrm.read_port()
 
         m.submodules.qf = qf = Queue(ab, n)
-        # the frames leave through a short queue, so that the header builder's ready does not
+        # the frames leave through a short queue, so that the TX arbiter's ready does not
         # reach the take logic (timing)
         m.submodules.oq = oq = Queue(tx_hdr_layout, 4)
         m.d.comb += [self.o.valid.eq(oq.o.valid), self.o.payload.eq(oq.o.payload),

@@ -92,8 +92,8 @@ hands every response to the per-QP pending table :class:`~rnic.resp.ack_table.Ac
 never refuses one: per QP it keeps the newest positive ACK and the newest NAK (pending ACKs
 coalesce into the newest; a NAK is never merged into an ACK, and replaces only an older NAK of
 the same QP still pending), sent in the order they were decided; QPs with something pending are
-served first come, first served into the pipelined
-:class:`~rnic.tx.header_builder.HeaderBuilder` (one frame per ``62/(W/8)`` cycles). TX
+served first come, first served on ``ack_tx`` as frame descriptors for the TX frame builder
+(:class:`~rnic.tx.build.TxBuild`, through :class:`~rnic.tx.arbiter.TxArbiter`). TX
 back-pressure therefore never stalls receive, however long it lasts (see ``ack_table.py`` for
 the rule and why it is safe for the requester). Frames of different QPs may leave in another
 order than decided once responses wait in the table.
@@ -107,7 +107,7 @@ from ..ifaces import (NUM_COUNTERS, CommandSignature, Counter, EventType, event_
                       rx_meta_layout)
 from ..opcodes import opcode_info, WcStatus
 from ..stream import BeatStream, Queue, check_width
-from ..tx.header_builder import HeaderBuilder, tx_hdr_layout
+from ..tx.build import tx_hdr_layout
 from .ack_table import AckTable
 from .psn_rules import op_sequence, psn_class_layout, psn_classify
 from .qp_context import (MsgClass, QpContext, QpState, qp_dyn_layout, qp_set_event_layout,
@@ -165,8 +165,6 @@ class PsnCheck(wiring.Component):
         RQ doorbells {qpn, producer index}.
     cmd : Out(CommandSignature())
         SET_QP / QUERY_QP.
-    local_mac : In(48)
-    local_ip : In(32)
     exe : Out(stream.Signature(exe_layout))
     done : In(stream.Signature(done_layout))
     pay_out : Out(BeatStream(W))
@@ -177,10 +175,11 @@ class PsnCheck(wiring.Component):
     rq_post : Out(stream.Signature(rq_flush_layout, always_ready=True))
         Every RQ doorbell that took effect (QP in INIT, RTR or RTS): {qpn, index = the new
         producer, rcqn, rq_base, rq_log}, for the execute stage's WQE prefetch.
-    tx : Out(BeatStream(W))
-        ACK/NAK frames (to input 0 of :class:`~rnic.tx.arbiter.TxArbiter`).
+    ack_tx : Out(stream.Signature(tx_hdr_layout))
+        ACK/NAK frames to send, as descriptors (to :class:`~rnic.tx.arbiter.TxArbiter`'s
+        ``ack``; the TX frame builder counts them, counters 8–11, as they leave).
     stat : Out(NUM_COUNTERS)
-        Counters 6, 7, 8, 9, 10, 11.
+        Counters 6 and 7.
     event : Out(stream.Signature(event_layout))
         Event 3 (QP entered ERROR).
     qp_set : Out(stream.Signature(qp_set_event_layout, always_ready=True))
@@ -222,15 +221,13 @@ class PsnCheck(wiring.Component):
             "payload": In(BeatStream(width)),
             "rq_db": In(stream.Signature(rq_db_layout)),
             "cmd": Out(CommandSignature()),
-            "local_mac": In(48),
-            "local_ip": In(32),
             "exe": Out(stream.Signature(exe_layout)),
             "done": In(stream.Signature(done_layout)),
             "pay_out": Out(BeatStream(width)),
             "ack_out": Out(stream.Signature(rx_meta_layout)),
             "rq_flush": Out(stream.Signature(rq_flush_layout)),
             "rq_post": Out(stream.Signature(rq_flush_layout, always_ready=True)),
-            "tx": Out(BeatStream(width)),
+            "ack_tx": Out(stream.Signature(tx_hdr_layout)),
             "stat": Out(NUM_COUNTERS),
             "event": Out(stream.Signature(event_layout)),
             "qp_set": Out(stream.Signature(qp_set_event_layout, always_ready=True)),
@@ -536,8 +533,7 @@ class PsnCheck(wiring.Component):
                          self.qp_set.payload.state.eq(QpState.ERROR),
                          self.qp_set.payload.sq_psn.eq(c_sq_psn),
                          self.qp_set.payload.static.eq(st)]
-        hb = HeaderBuilder(self.width)
-        m.d.comb += self.stat.eq(Mux(fire, stat_c, 0) | hb.stat)
+        m.d.comb += self.stat.eq(Mux(fire, stat_c, 0))
 
         with m.If(ctx.set_valid):
             m.d.comb += [fl_q.i.payload.qpn.eq(ctx.set_qpn), fl_q.i.payload.index.eq(ctx.set_prod),
@@ -820,10 +816,7 @@ class PsnCheck(wiring.Component):
             acks.i.payload.hdr.eq(f),
         ]
 
-        m.submodules.hb = hb
-        connect(m, acks.o, hb.req)
-        connect(m, hb.tx, wiring.flipped(self.tx))
-        m.d.comb += [hb.local_mac.eq(self.local_mac), hb.local_ip.eq(self.local_ip)]
+        connect(m, acks.o, wiring.flipped(self.ack_tx))
 
         # commands may run once everything is drained
         m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~resp_q.o.valid & (resp_q.level == 0)

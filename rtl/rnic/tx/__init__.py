@@ -1,2 +1,3 @@
-"""Transmit side: the ACK/NAK frame builder and the TX arbiter, which merges its frames with the
-requester's (``rnic.req.tx_build``) by whole frames."""
+"""Transmit side: the TX frame builder (``rnic.tx.build``), which builds every frame the core
+sends (the requester's request packets and the responder's ACK/NAKs), and the TX arbiter ahead
+of it, which picks whole frames."""

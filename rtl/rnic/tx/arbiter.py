@@ -1,72 +1,66 @@
-"""TX arbiter: frames from the responder and the requester onto the one MAC transmit stream.
+"""TX arbiter: picks the next frame for the one TX frame builder, by whole frames.
 
-Round-robin at frame granularity: once a frame's first beat is granted, its source keeps the
-output until its ``last`` beat; the next frame goes to the other source if it has one waiting, so
-no source waits more than one frame of the other. Sources must keep ``valid`` high within a frame
-(the MAC takes no gaps); both builders of this design do.
+Two sources of frame descriptors: the responder's ACK/NAK frames (PSN Check's ``ack_tx``,
+:data:`~rnic.tx.build.tx_hdr_layout`) and the requester's request packets (its ``pkt``,
+:data:`~rnic.tx.build.pkt_layout`). A descriptor is a whole frame, so the arbiter needs no
+frame state; a request's gather chunks go straight to the builder, which takes them for the
+request descriptors in the order the arbiter passed them.
+
+Priority: round-robin by frame. When both sources wait, the one not served last goes first, so
+an ACK/NAK waits behind at most one request frame and a request behind at most one ACK/NAK
+(plus the frames already in the builder). A source alone is served every cycle the builder
+takes a descriptor. ACK/NAKs cannot starve requests in any case: PSN Check's pending table
+keeps at most an ACK and a NAK per QP.
 """
 
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..ifaces import NUM_COUNTERS, Counter
-from ..stream import BeatStream, check_width
+from .build import pkt_layout, tx_hdr_layout
 
 __all__ = ["TxArbiter"]
 
 
 class TxArbiter(wiring.Component):
-    """Two-input frame round-robin arbiter.
-
-    Parameters
-    ----------
-    width : int
-        Data width W.
+    """Two-input frame round-robin arbiter ahead of :class:`~rnic.tx.build.TxBuild`.
 
     Attributes
     ----------
-    i0 : In(BeatStream(W))
+    ack : In(stream.Signature(tx_hdr_layout))
         Responder ACK/NAK frames.
-    i1 : In(BeatStream(W))
-        Requester data frames (tie ``valid`` low until the requester exists).
-    o : Out(BeatStream(W))
-        MAC transmit stream (``user`` forced to 0).
-    stat : Out(NUM_COUNTERS)
-        Counter 12 (frames sent) on every last beat taken by the MAC.
+    req : In(stream.Signature(pkt_layout))
+        Requester request frames (their ``aeth`` fields are ignored and sent as 0).
+    o : Out(stream.Signature(pkt_layout))
+        To the builder's ``pkt``. ``o.ready`` must not depend on ``o.valid`` (the builder's
+        input queue: its room).
     """
 
-    def __init__(self, width):
-        self.width = check_width(width)
+    def __init__(self):
         super().__init__({
-            "i0": In(BeatStream(width)),
-            "i1": In(BeatStream(width)),
-            "o": Out(BeatStream(width)),
-            "stat": Out(NUM_COUNTERS),
+            "ack": In(stream.Signature(tx_hdr_layout)),
+            "req": In(stream.Signature(pkt_layout)),
+            "o": Out(stream.Signature(pkt_layout)),
         })
 
     def elaborate(self, platform):
         m = Module()
-        busy = Signal()         # a frame is in progress from `sel`
-        sel = Signal()
-        prio = Signal()         # source preferred at the next frame start
-        pick = Signal()
-        m.d.comb += pick.eq(Mux(busy, sel,
-                                Mux(prio, Mux(self.i1.valid, 1, 0), Mux(self.i0.valid, 0, 1))))
-        src_valid = Mux(pick, self.i1.valid, self.i0.valid)
+        prio = Signal()         # 1: the request source goes first at the next pick
+        pick = Signal()         # 1: request, 0: ACK/NAK
+        m.d.comb += pick.eq(Mux(prio, self.req.valid, ~self.ack.valid))
+        a, r, o = self.ack.payload, self.req.payload, self.o.payload
+        with m.If(pick):
+            m.d.comb += o.eq(r)
+            m.d.comb += [o.aeth.eq(0), o.syndrome.eq(0), o.msn.eq(0)]
+        with m.Else():
+            m.d.comb += [getattr(o, f).eq(getattr(a, f)) for f in
+                         ("dmac", "dip", "sport", "dqpn", "opcode", "se", "ackreq", "psn",
+                          "aeth", "syndrome", "msn")]
         m.d.comb += [
-            self.o.valid.eq(src_valid),
-            self.o.payload.data.eq(Mux(pick, self.i1.payload.data, self.i0.payload.data)),
-            self.o.payload.keep.eq(Mux(pick, self.i1.payload.keep, self.i0.payload.keep)),
-            self.o.payload.last.eq(Mux(pick, self.i1.payload.last, self.i0.payload.last)),
-            self.o.payload.user.eq(0),
-            self.i0.ready.eq(self.o.ready & (pick == 0)),
-            self.i1.ready.eq(self.o.ready & (pick == 1)),
+            self.o.valid.eq(self.ack.valid | self.req.valid),
+            self.ack.ready.eq(self.o.ready & ~pick),
+            self.req.ready.eq(self.o.ready & pick),
         ]
         with m.If(self.o.valid & self.o.ready):
-            with m.If(self.o.payload.last):
-                m.d.sync += [busy.eq(0), prio.eq(~pick)]
-                m.d.comb += self.stat[Counter.TX_FRAMES].eq(1)
-            with m.Else():
-                m.d.sync += [busy.eq(1), sel.eq(pick)]
+            m.d.sync += prio.eq(~pick)
         return m

@@ -1,0 +1,698 @@
+"""The TX frame builder: every frame the core sends, one descriptor each.
+
+A descriptor (:data:`pkt_layout`) names the headers and the payload length: a request packet
+of the requester (with its RETH/IMMDT/IETH) or an ACK/NAK of the responder (with its AETH). A
+request's payload arrives as gather chunks (:data:`chunk_layout`: bus address and length, in
+message order), each read from host memory through a :class:`rnic.host.HostMemory` read
+client; an ACK/NAK has no payload. The :class:`~rnic.tx.arbiter.TxArbiter` ahead of the builder
+picks whole frames, so the chunks always belong to the request descriptors in their order.
+
+The whole frame is in an on-chip frame FIFO before its first beat leaves, because the MAC takes
+no gaps (interface.md §2). This block holds the transmit side's one IPv4 checksum and its one
+ICRC generator.
+
+Builder (per frame):
+
+1. **HDR**: the header is Ethernet/IPv4/UDP/BTH[/RETH][/IMMDT, IETH or AETH], 54, 58, 70 or
+   74 bytes, built with the :mod:`rnic.wire` tables. Its lengths, IPv4 checksum and word
+   counts are computed from the descriptor queue's head (5 register stages) while the previous
+   frame is built.
+2. **GATHER**: each chunk's host read is issued as soon as the chunk is handed over (up to 4
+   ahead, and two descriptors may wait ahead, so host latency overlaps the previous packet),
+   split into parts at multiples of ``read_beats`` bus words, so that the next part is requested
+   while the previous one drains (the host-memory master issues a burst only when the client's
+   buffer has room for all of it). The raw aligned beats are realigned once
+   (``{cur, prev} >> 8·rot``) onto the frame byte position, so chunks of any alignment land
+   back to back after the header.
+3. **One word at a time**: the header words and the realigned payload lanes are written into
+   one word register, ``acc``, which leaves whole, once, when a write to the next word comes
+   or the frame ends: into the frame FIFO and, with the Ethernet bytes zeroed (they stand for
+   the ICRC's 8 bytes of 0xFF) and IPv4 TOS/TTL/checksum, the UDP checksum and BTH byte 4
+   forced to ones, into :class:`rnic.crc.CRC32`. Lanes never written are zero, so the pad is.
+   The ICRC is known CRC-latency cycles after the frame's last word: no second pass.
+
+The frame FIFO is one block-RAM ring (one write port, one read port). A finished frame's record
+(base word, lengths, counter class) and then its ICRC are queued; the **emitter** starts a frame
+only when both are there, muxes in the zero pad, the ICRC (little-endian) and the Ethernet
+padding to 60 bytes, and keeps ``tvalid`` high from the first beat to the last. The builder
+writes only words the emitter has read, so it fills the next frame while the previous one
+leaves.
+
+Throughput: a frame takes the builder ``header words + payload beats + ~1 per chunk + 3``
+cycles and the emitter ``frame words + 1``; the two overlap.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .. import wire
+from ..crc import CRC32, crc_init_skipping
+from ..host.axi_master import ReadClientSignature
+from ..ifaces import NUM_COUNTERS, Counter
+from ..stream import BeatStream, Queue, beat_layout, check_width
+
+__all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "TxBuild", "RETH_OPCODES",
+           "IMM4_OPCODES", "MAX_PAYLOAD", "MAX_HDR"]
+
+#: RC opcodes carrying a RETH, and those carrying 4 bytes of IMMDT or IETH after it.
+RETH_OPCODES = (0x06, 0x0A, 0x0B)
+IMM4_OPCODES = (0x03, 0x05, 0x09, 0x0B, 0x16, 0x17)
+MAX_PAYLOAD = 4096
+MAX_HDR = 74            # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + IMMDT 4
+
+#: One ACK/NAK frame of the responder: header fields only (no payload).
+tx_hdr_layout = data.StructLayout({
+    "dmac": 48,
+    "dip": 32,
+    "sport": 16,
+    "dqpn": 24,
+    "opcode": 8,
+    "se": 1,
+    "ackreq": 1,
+    "psn": 24,
+    "aeth": 1,          # the frame carries an AETH
+    "syndrome": 8,
+    "msn": 24,
+})
+
+#: One frame to build: a request packet, or an ACK/NAK (``aeth`` set, no payload).
+pkt_layout = data.StructLayout({
+    "dmac": 48,         # wire order: dmac[47:40] is the first byte
+    "dip": 32,          # first octet in [31:24]
+    "sport": 16,
+    "dqpn": 24,
+    "opcode": 8,        # RC opcode; RETH/IMMDT/IETH follow from it
+    "se": 1,
+    "ackreq": 1,
+    "psn": 24,
+    "va": 64,           # RETH fields (opcodes 0x06, 0x0A, 0x0B)
+    "rkey": 32,
+    "dmalen": 32,
+    "imm": 32,          # IMMDT or IETH as a big-endian word: imm[31:24] is the first wire byte
+    "paylen": 13,       # payload bytes 0..4096 (pad excluded)
+    "qpn": 24,          # local QPN, returned with ``fault`` (not sent)
+    "aeth": 1,          # an AETH follows the BTH (opcodes without RETH/IMMDT/IETH only)
+    "syndrome": 8,      # AETH fields
+    "msn": 24,
+})
+
+#: One gather chunk: ``len`` (1..4096) payload bytes at bus address ``addr``.
+chunk_layout = data.StructLayout({
+    "addr": 64,
+    "len": 13,
+})
+
+
+class TxBuild(wiring.Component):
+    """Frame FIFO, gather realigner, IPv4 checksum, ICRC and emitter for every frame sent.
+
+    Parameters
+    ----------
+    width : int
+        Data width W of the transmit stream and of host memory.
+    read_beats : int
+        Gather reads are split at multiples of this many bus words (a power of two; half the
+        host-memory master's per-client ``read_buffer`` keeps two parts in flight).
+    depth : int
+        Words of the frame FIFO: a power of two of at least the largest frame
+        (⌈4177 / (W/8)⌉ words) + 16, so that the next frame fills while one leaves; default the
+        smallest such (1024 at W=64, 128 at W=512).
+    frames : int
+        Finished frames that may wait for the emitter (records and ICRCs queued), 2..16.
+
+    Attributes
+    ----------
+    pkt : In(stream.Signature(pkt_layout))
+        Frame descriptors (from :class:`~rnic.tx.arbiter.TxArbiter`), taken one at a time.
+    chunk : In(stream.Signature(chunk_layout))
+        The packet's gather chunks, in payload order, summing exactly to ``paylen`` (none for an
+        empty payload).
+    rd : Out(ReadClientSignature(W))
+        Host-memory read client (requests tagged 0), at most ``read_beats`` bus words each.
+    tx : Out(BeatStream(W))
+        Frames, byte 0 in ``data[7:0]``; ``user`` always 0; no gap within a frame.
+    local_mac : In(48)
+    local_ip : In(32)
+    fault : Out(stream.Signature(24))
+        QPN of a packet dropped because a host read returned a non-OKAY response (no frame
+        is sent for it).
+    stat : Out(NUM_COUNTERS)
+        Strobes on the last beat of a frame taken on ``tx``: counter 12 (frames sent) for
+        every frame; for an ACKNOWLEDGE frame also 11 (syndrome 0x00–0x1F), 9 (RNR NAK), 8
+        (0x60) or 10 (other NAKs).
+    """
+
+    def __init__(self, width, *, read_beats=32, depth=None, frames=8):
+        self.width = check_width(width)
+        self.nb = width // 8
+        if read_beats & (read_beats - 1) or not 1 <= read_beats <= 256:
+            raise ValueError(f"read_beats must be a power of two in 1..256, not {read_beats!r}")
+        self.read_beats = read_beats
+        #: words of the largest frame
+        self.frame_words = -(-(MAX_HDR + MAX_PAYLOAD + 3 + 4) // self.nb)
+        if depth is None:
+            depth = 1 << (self.frame_words + 16 - 1).bit_length()
+        if depth & (depth - 1) or depth < self.frame_words + 16:
+            raise ValueError(f"depth must be a power of two of at least the largest frame + 16 "
+                             f"words ({self.frame_words + 16}), not {depth!r}")
+        self.depth = depth
+        if not 2 <= frames <= 16:
+            raise ValueError(f"frames must be in 2..16, not {frames!r}")
+        self.frames = frames
+        super().__init__({
+            "pkt": In(stream.Signature(pkt_layout)),
+            "chunk": In(stream.Signature(chunk_layout)),
+            "rd": Out(ReadClientSignature(width)),
+            "tx": Out(BeatStream(width)),
+            "local_mac": In(48),
+            "local_ip": In(32),
+            "fault": Out(stream.Signature(24)),
+            "stat": Out(NUM_COUNTERS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W, nb = self.width, self.nb
+        lg = nb.bit_length() - 1
+        C = self.depth
+        CB = C.bit_length() - 1                     # bits of a buffer word address
+        PB = 14                                     # bits of a frame byte position
+        WB = (self.frame_words + 1).bit_length() + 1    # bits of a frame word index (+1)
+        ONES = (1 << nb) - 1
+
+        # ``no_rw_check``: the emitter reads only the words of frames whose record was queued
+        # (every word written before), the builder writes only words the emitter has read
+        # (``room``), so an enabled read never meets an enabled write at one address.
+        m.submodules.mem = mem = Memory(shape=W, depth=C, init=[], attrs={"no_rw_check": 1})
+        wp = mem.write_port()
+        rp = mem.read_port()
+        m.submodules.crc = crc = CRC32(W, init=crc_init_skipping(14, b"\xff" * 8))
+        # each beat carries the frame's counter class (0: not an ACKNOWLEDGE, 1 ACK, 2 RNR NAK,
+        # 3 NAK 0x60, 4 other NAK), used on its last beat
+        m.submodules.outq = outq = Queue(data.StructLayout({"beat": beat_layout(W), "cls": 3}),
+                                         6, buffered=False)
+        m.d.comb += [self.tx.valid.eq(outq.o.valid), self.tx.payload.eq(outq.o.payload.beat),
+                     outq.o.ready.eq(self.tx.ready)]
+        with m.If(self.tx.valid & self.tx.ready & outq.o.payload.beat.last):
+            m.d.comb += self.stat[Counter.TX_FRAMES].eq(1)
+            cls = outq.o.payload.cls
+            for c, ctr in ((1, Counter.ACKS), (2, Counter.RNR_NAKS), (3, Counter.SEQ_NAKS),
+                           (4, Counter.OTHER_NAKS)):
+                with m.If(cls == c):
+                    m.d.comb += self.stat[ctr].eq(1)
+
+        # ---- the next descriptor's lengths and IPv4 checksum, computed from the queue head
+        # while the previous frame is built (a register chain of 5 stages, the first a copy of
+        # the head's fields they need: ``hst`` counts them)
+        m.submodules.pktq = pktq = Queue(pkt_layout, 2, buffered=False)
+        wiring.connect(m, wiring.flipped(self.pkt), pktq.i)
+        h = pktq.o.payload
+
+        def hdr_len_of(op):
+            reth = Cat(*[op == o for o in RETH_OPCODES]).any()
+            imm = Cat(*[op == o for o in IMM4_OPCODES]).any()
+            return 54 + Mux(reth, 16, 0) + Mux(imm, 4, 0)
+
+        hq = Signal(data.StructLayout({"hdr_len": range(MAX_HDR + 1), "paylen": 13, "dip": 32}))
+        m.d.sync += [hq.hdr_len.eq(hdr_len_of(h.opcode) + Mux(h.aeth, 4, 0)),
+                     hq.paylen.eq(h.paylen), hq.dip.eq(h.dip)]
+        h_hdr_len = hq.hdr_len
+        h_pad = Signal(2)
+        m.d.comb += h_pad.eq(-hq.paylen)
+        p_data_end, p_crc_end = Signal(PB), Signal(PB)
+        p_hdr_len = Signal(range(MAX_HDR + 1))
+        p_ip_len = Signal(16)
+        p_csum_sum = Signal(20)
+        p_csum = Signal(16)
+        p_out_words = Signal(WB)        # words sent: max(crc_end + 4, 60) bytes
+        p_crc_last = Signal(WB)         # the word holding the ICRC input's last byte
+        p_ckeep = Signal(nb)            # its lanes
+        p_hdr_last = Signal(WB)         # the word holding the header's last byte
+        p_hkeep = Signal(nb)            # its header lanes
+        p_fkeep = Signal(nb)            # the lanes of the frame's last word
+        p_padw = Signal()               # the pad lies in a word the payload does not reach
+        sip = self.local_ip
+        m.d.sync += [
+            p_data_end.eq(h_hdr_len + hq.paylen), p_crc_end.eq(h_hdr_len + hq.paylen + h_pad),
+            p_hdr_len.eq(h_hdr_len),
+            p_ip_len.eq(p_crc_end + 4 - 14),
+            p_csum_sum.eq(0x4500 + p_ip_len + 0x4000 + 0x4011
+                          + sip[16:32] + sip[0:16] + hq.dip[16:32] + hq.dip[0:16]),
+            p_out_words.eq(Mux(p_crc_end < wire.MIN_FRAME - 4, -(-wire.MIN_FRAME // nb),
+                               (p_crc_end + 4 + nb - 1) >> lg)),
+            p_crc_last.eq((p_crc_end - 1) >> lg),
+            p_padw.eq(((p_data_end - 1) >> lg) != ((p_crc_end - 1) >> lg)),
+            p_ckeep.eq((Const(2, nb + 1) << (p_crc_end - 1)[:lg]) - 1),
+            p_hdr_last.eq((p_hdr_len - 1) >> lg),
+            p_hkeep.eq((Const(2, nb + 1) << (p_hdr_len - 1)[:lg]) - 1),
+            p_fkeep.eq((Const(2, nb + 1) << Mux(p_crc_end < wire.MIN_FRAME - 4,
+                                                 (wire.MIN_FRAME - 1) % nb,
+                                                 (p_crc_end + 3)[:lg])) - 1),
+        ]
+        fold1 = Signal(17)
+        m.d.comb += fold1.eq(p_csum_sum[0:16] + p_csum_sum[16:20])
+        m.d.sync += p_csum.eq(~(fold1[0:16] + fold1[16]))
+        hst = Signal(range(6))
+        pop = Signal()
+        head_ok = Signal()              # the head's values are ready: hst is 5 (a register)
+        with m.If(pop | ~pktq.o.valid):
+            m.d.sync += [hst.eq(0), head_ok.eq(0)]
+        with m.Elif(hst != 5):
+            m.d.sync += [hst.eq(hst + 1), head_ok.eq(hst == 4)]
+
+        # the builder's packet, latched with its precomputed values
+        r = Signal(pkt_layout)
+        data_end = Signal(PB)           # first byte after the payload
+        crc_end = Signal(PB)            # first byte of the ICRC
+        hdr_len_r = Signal(range(MAX_HDR + 1))
+        ip_len = Signal(16)
+        csum = Signal(16)
+        out_words = Signal(WB)
+        crc_last = Signal(WB)
+        ckeep_last = Signal(nb)
+        hdr_last = Signal(WB)
+        hkeep = Signal(nb)
+        fkeep = Signal(nb)
+        padw = Signal()
+        has_reth = Signal()              # decoded when the descriptor is taken
+        padcnt = Signal(2)
+
+        # ---- the header bytes ---------------------------------------------------------------
+        hdr_words = -(-MAX_HDR // nb)
+        dip = r.dip
+        eth = wire.ETH.assemble({"dst": r.dmac, "src": self.local_mac,
+                                 "ethertype": wire.ETHERTYPE_IPV4})
+        ip = wire.IPV4.assemble({"version": 4, "ihl": 5, "total_length": ip_len, "flags": 2,
+                                 "ttl": 64, "protocol": wire.IP_PROTO_UDP, "checksum": csum,
+                                 "src": sip, "dst": dip})
+        udp = wire.UDP.assemble({"sport": r.sport, "dport": wire.ROCE_UDP_PORT,
+                                 "length": ip_len - 20})
+        bth = wire.BTH.assemble({"opcode": r.opcode, "se": r.se, "padcnt": padcnt,
+                                 "pkey": 0xFFFF, "dqpn": r.dqpn, "ackreq": r.ackreq,
+                                 "psn": r.psn})
+        reth = wire.RETH.assemble({"va": r.va, "rkey": r.rkey, "dmalen": r.dmalen})
+        imm = wire.IMMDT.assemble({"imm": r.imm})
+        aeth = wire.AETH.assemble({"syndrome": r.syndrome, "msn": r.msn})
+        imm = [Mux(r.aeth, aeth[i], imm[i]) for i in range(4)]
+        tail = [Mux(has_reth, reth[i], imm[i] if i < 4 else Const(0, 8)) for i in range(16)]
+        tail += [Mux(has_reth, imm[i], Const(0, 8)) for i in range(4)]
+        hdr_bytes = eth + ip + udp + bth + tail
+        hdr_bytes += [Const(0, 8)] * (hdr_words * nb - len(hdr_bytes))
+        hdr = Signal(8 * hdr_words * nb)
+        m.d.comb += hdr.eq(Cat(*hdr_bytes))
+
+        # ---- gather: chunk reads are issued as soon as the engine hands them over, split at
+        # multiples of ``read_beats`` bus words, so that the next part of a long chunk is
+        # requested while the previous one drains (the host-memory master issues a burst only
+        # when the client's response buffer has room for all of it). The builder takes the
+        # beats in order (the read client returns them in request order); the parts of a chunk
+        # are aligned to the bus, so their beats are exactly the chunk's beats.
+        RBB = self.read_beats.bit_length() - 1 + lg      # log2 of a part's span in bytes
+        meta = data.StructLayout({"off": lg, "len": 13, "lenm1": 13, "parts": 13 - RBB + 2})
+        # (registered output: the chunk's start below begins from registers)
+        m.submodules.chq = chq = Queue(meta, 4)
+        issuing = Signal()               # a chunk's later parts are being requested
+        # a later part starts on a part boundary (s_addr, its low RBB bits zero) and its length
+        # and last flag are kept in registers (s_len, s_final, s_plen); a chunk's first part is
+        # sized from the chunk. ``issuing`` only selects between the two at the end.
+        s_addr = Signal(64)
+        s_len = Signal(13)               # bytes of the chunk still to request
+        s_final = Signal()               # s_len fits in one part
+        s_plen = Signal(13)              # the next part's length: min(s_len, 2**RBB)
+        c_addr, c_len0 = self.chunk.payload.addr, self.chunk.payload.len
+        c_room = Signal(RBB + 1)         # bytes to the chunk's first part boundary
+        m.d.comb += c_room.eq((1 << RBB) - c_addr[:RBB])
+        c_final = Signal()
+        c_plen = Signal(13)
+        c_rest = Signal(13)              # bytes after the first part (when it is not the last)
+        m.d.comb += [c_final.eq(c_len0 <= c_room), c_plen.eq(Mux(c_final, c_len0, c_room)),
+                     c_rest.eq(c_len0 - c_room)]
+        final = Signal()
+        part_len = Signal(13)
+        m.d.comb += [final.eq(Mux(issuing, s_final, c_final)),
+                     part_len.eq(Mux(issuing, s_plen, c_plen))]
+        # the next part's address and length (used when this part is not the chunk's last)
+        n_addr_hi = Signal(64 - RBB)
+        n_len = Signal(13)
+        m.d.comb += [n_addr_hi.eq(Mux(issuing, s_addr[RBB:] + 1, c_addr[RBB:] + 1)),
+                     n_len.eq(Mux(issuing, s_len - (1 << RBB), c_rest))]
+        # parts spanned by the chunk: only the address bits below a part boundary matter
+        c_span = Signal(14)
+        m.d.comb += c_span.eq(c_addr[:RBB] + c_len0 - 1)
+        m.d.comb += [
+            self.rd.req.payload.addr.eq(Mux(issuing, s_addr, c_addr)),
+            self.rd.req.payload.len_bytes.eq(part_len),
+            self.rd.req.payload.tag.eq(0),
+            self.rd.req.valid.eq(self.chunk.valid & (issuing | chq.i.ready)),
+            chq.i.payload.off.eq(c_addr[:lg]),
+            chq.i.payload.len.eq(c_len0),
+            chq.i.payload.lenm1.eq(c_len0 - 1),
+            chq.i.payload.parts.eq((c_span >> RBB) + 1),
+            chq.i.valid.eq(self.chunk.valid & ~issuing & self.rd.req.ready),
+        ]
+        with m.If(self.rd.req.valid & self.rd.req.ready):
+            with m.If(final):
+                m.d.comb += self.chunk.ready.eq(1)
+                m.d.sync += issuing.eq(0)
+            with m.Else():
+                m.d.sync += [issuing.eq(1), s_addr.eq(Cat(Const(0, RBB), n_addr_hi)),
+                             s_len.eq(n_len), s_final.eq(n_len <= (1 << RBB)),
+                             s_plen.eq(Mux(n_len <= (1 << RBB), n_len, 1 << RBB))]
+
+        pos = Signal(PB)                 # where the next chunk starts in the frame
+        c_len = Signal(13)
+        parts = Signal(13 - RBB + 2)     # parts of the chunk still to come back
+        rot = Signal(lg + 1)             # nb − ((pos − off) mod nb), 1..nb
+        prev = Signal(W)
+        bad = Signal()
+        wcount = Signal(range(-(-MAX_HDR // nb) + 1))     # header word
+        hlast = Signal()                 # wcount is the header's last word
+
+        funnel = Signal(2 * W)
+        # the raw beat being taken (DATA); in FLUSH the lanes that come from it lie past the
+        # chunk's end and are not written (gmask), so it needs no state decode
+        cur = self.rd.resp.payload.data
+        m.d.comb += funnel.eq(Cat(prev, cur) >> (rot * 8))
+        wqm1 = Signal(WB)                # the word the current raw beat completes
+        c_lastw = Signal(WB)             # the word holding the chunk's last byte
+        c_skip = Signal()                # the chunk's first raw beat completes no word of it
+        c_first = Signal()               # the next raw beat is the chunk's first
+        # the lanes a write takes, from registers: every lane, except in the chunk's first word
+        # (``c_lo``: no lane of the chunk written yet; lanes from ``pos``, ``lo_mask``; that
+        # word is ``acc``'s when ``pos`` is not on a word boundary, ``lo_same``) and its last
+        # (``w_last``: wqm1 is c_lastw; lanes up to the chunk's end, ``hi_mask``)
+        c_lo = Signal()
+        lo_mask = Signal(nb)
+        lo_same = Signal()
+        hi_mask = Signal(nb)
+        w_last = Signal()
+        # the frame-end tests, registered: ``pos_end`` is pos == data_end after the header (set
+        # with pos); ``c_done`` is pos == data_end as of the cycle before (FLUSH follows DATA,
+        # and pos moves to the chunk's end when the chunk starts)
+        pos_end = Signal()
+        c_done = Signal()
+        m.d.sync += c_done.eq(pos == data_end)
+        gmask = Signal(nb)
+        m.d.comb += gmask.eq(Mux(c_lo, lo_mask, ONES) & Mux(w_last, hi_mask, ONES))
+
+        # ---- the frame word being assembled -----------------------------------------------------
+        # Every frame word is assembled in ``acc`` (the header's last word and the payload's
+        # first, a chunk's last and the next chunk's first share one) and leaves it once, whole,
+        # when a write to the next word comes or the frame ends: into the buffer and, masked,
+        # into the CRC unit, in frame order. Lanes never written are zero, so the pad is.
+        acc = Signal(W)
+        acc_w = Signal(WB)               # its frame word index
+        acc_v = Signal()
+        w_en = Signal()                  # a write of w_data's w_mask lanes to frame word w_addr
+        w_addr = Signal(WB)
+        w_data = Signal(W)
+        w_mask = Signal(nb)
+        flush = Signal()                 # acc leaves this cycle (with or without a write)
+        same = Signal()                  # w_addr is acc_w (set with the write)
+        fbase = Signal(CB + 1)           # the frame's first word in the buffer (absolute)
+        rptr = Signal(CB + 1)            # the next word the emitter reads (absolute)
+        with m.If(w_en):
+            with m.If(~same):
+                m.d.comb += flush.eq(acc_v)
+                m.d.sync += acc_w.eq(w_addr)
+            m.d.sync += acc_v.eq(1)
+            for i in range(nb):
+                lane = slice(8 * i, 8 * i + 8)
+                m.d.sync += acc[lane].eq(Mux(w_mask[i], w_data[lane],
+                                             Mux(same, acc[lane], 0)))
+        # the CRC input, registered: the word, its masks from its index
+        feed_v = Signal()
+        feed_d = Signal(W)
+        feed_w = Signal(WB)
+        m.d.comb += [wp.addr.eq((fbase + acc_w)[:CB]), wp.data.eq(acc), wp.en.eq(flush)]
+        with m.If(flush):
+            m.d.comb += [feed_v.eq(1), feed_d.eq(acc), feed_w.eq(acc_w)]
+        cvalid, cdata = Signal(), Signal(W)
+        cforced, czero = Signal(nb), Signal(nb)
+        ckeep, cfirst, clast = Signal(nb), Signal(), Signal()
+        m.d.sync += [cvalid.eq(feed_v), cdata.eq(feed_d), cfirst.eq(feed_w == 0),
+                     clast.eq(feed_w == crc_last),
+                     ckeep.eq(Mux(feed_w == crc_last, ckeep_last, ONES))]
+        for i in range(nb):
+            forced = Const(0, 1)
+            for fo in (15, 22, 24, 25, 40, 41, 46):      # TOS, TTL, IP csum, UDP csum, BTH[4]
+                if fo % nb == i:
+                    forced = forced | (feed_w == fo // nb)
+            zero = Const(0, 1)
+            for wi in range(-(-14 // nb)):                # the Ethernet header's lanes
+                if wi * nb + i < 14:
+                    zero = zero | (feed_w == wi)
+            m.d.sync += [cforced[i].eq(forced), czero[i].eq(zero)]
+        masked_lanes = [Mux(cforced[i], 0xFF, Mux(czero[i], 0, cdata[8 * i:8 * i + 8]))
+                        for i in range(nb)]
+        m.d.comb += [
+            crc.i.valid.eq(cvalid),
+            crc.i.payload.data.eq(Cat(*masked_lanes)),
+            crc.i.payload.keep.eq(ckeep),
+            crc.i.payload.first.eq(cfirst),
+            crc.i.payload.last.eq(clast),
+        ]
+
+        # ---- frames built, waiting for their ICRC and the emitter ----------------------------
+        rec_layout = data.StructLayout({"base": CB, "data_end": PB, "crc_end": PB,
+                                        "words": WB, "keep": nb, "cls": 3, "drop": 1})
+        # (the records' queue has a registered output: the emitter's load starts from registers)
+        m.submodules.recq = recq = Queue(rec_layout, self.frames)
+        m.submodules.icq = icq = Queue(32, self.frames, buffered=False)
+        m.d.comb += [icq.i.valid.eq(crc.o.valid), icq.i.payload.eq(crc.o.payload)]
+
+        # room for the builder's writes: at most C − 8 words held or being assembled, as of
+        # the cycle before (the builder's index moves at most 3 words in between)
+        room = Signal()
+        fill = Signal(CB + 1)
+        m.d.comb += fill.eq(fbase + acc_w + 8 - rptr)
+        m.d.sync += room.eq(~fill[CB])
+
+        # ---- EMIT: payload, zero pad, ICRC (little-endian), Ethernet padding -------------------
+        e_base = Signal(CB)
+        e_wlast = Signal(WB)             # the frame's last word
+        e_icrc = Signal(32)
+        # the frame's lanes per word, from registers set when it is loaded: payload in words
+        # before e_dword and in e_dmask of it; the ICRC in e_imask of word e_cw (lanes from
+        # crc_end mod nb) and, when it crosses a word, e_imask1 of the next; e_fkeep the last
+        # word's keep
+        e_dword, e_cw, e_cw1 = Signal(WB), Signal(WB), Signal(WB)
+        e_dmask, e_fkeep = Signal(nb), Signal(nb)
+        e_imask = Signal(nb + 4)
+        e_c2 = Signal(2)                 # crc_end mod 4
+        eaddr = Signal(WB)
+        evalid = Signal()
+        eword = Signal(WB)
+        m.d.comb += rp.addr.eq((e_base + eaddr)[:CB])
+        m.d.sync += evalid.eq(0)
+        evalid2, edata = Signal(), Signal(W)
+        m.d.sync += [evalid2.eq(evalid), edata.eq(rp.data)]
+        # the ICRC travels with the word through the two read stages
+        eicrc1, eicrc2 = Signal(32), Signal(32)
+        m.d.sync += [eicrc1.eq(e_icrc), eicrc2.eq(eicrc1)]
+        sdata, sicrc, sidx = Signal(nb), Signal(nb), Signal(2 * nb)
+        m.d.sync += [
+            sdata.eq(Mux(eword < e_dword, ONES, Mux(eword == e_dword, e_dmask, 0))),
+            sicrc.eq(Mux(eword == e_cw, e_imask[:nb], Mux(eword == e_cw1, e_imask[nb:], 0))),
+        ]
+        for i in range(nb):
+            m.d.sync += sidx[2 * i:2 * i + 2].eq(i - e_c2)
+        ekeep, elast = Signal(nb), Signal()
+        e_cls, ecls = Signal(3), Signal(3)
+        m.d.sync += [ekeep.eq(Mux(eword == e_wlast, e_fkeep, ONES)),
+                     elast.eq(eword == e_wlast), ecls.eq(e_cls)]
+        out_lanes = [Mux(sdata[i], edata[8 * i:8 * i + 8],
+                         Mux(sicrc[i], eicrc2.word_select(sidx[2 * i:2 * i + 2], 8), 0))
+                     for i in range(nb)]
+        m.d.comb += [
+            outq.i.valid.eq(evalid2),
+            outq.i.payload.beat.data.eq(Cat(*out_lanes)),
+            outq.i.payload.beat.keep.eq(ekeep),
+            outq.i.payload.beat.last.eq(elast),
+            outq.i.payload.cls.eq(ecls),
+        ]
+
+        def emit_load():
+            """Take the next built frame with its ICRC; a dropped one only frees its words."""
+            rec = recq.o.payload
+            with m.If(recq.o.valid & icq.o.valid):
+                m.d.comb += [recq.o.ready.eq(1), icq.o.ready.eq(1)]
+                with m.If(rec.drop):
+                    m.d.sync += rptr.eq(rptr + rec.words)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += [
+                        e_base.eq(rec.base),
+                        e_dword.eq(rec.data_end >> lg),
+                        e_dmask.eq((Const(1, nb + 1) << rec.data_end[:lg]) - 1),
+                        e_cw.eq(rec.crc_end >> lg),
+                        e_cw1.eq((rec.crc_end >> lg) + 1),
+                        e_imask.eq(Const(0xF, nb + 4) << rec.crc_end[:lg]),
+                        e_c2.eq(rec.crc_end[:2]),
+                        e_fkeep.eq(rec.keep),
+                        e_wlast.eq(rec.words - 1),
+                        e_cls.eq(rec.cls),
+                        e_icrc.eq(icq.o.payload),
+                        eaddr.eq(0),
+                    ]
+                    m.next = "RUN"
+            with m.Else():
+                m.next = "IDLE"
+
+        with m.FSM(name="emitter"):
+            with m.State("IDLE"):
+                emit_load()
+            with m.State("RUN"):
+                # at most 5 words queued or in flight (2 read stages): the queue never refuses one
+                with m.If(outq.level + evalid + evalid2 < 5):
+                    m.d.comb += rp.en.eq(1)
+                    m.d.sync += [evalid.eq(1), eword.eq(eaddr), eaddr.eq(eaddr + 1),
+                                 rptr.eq(rptr + 1)]
+                    with m.If(eaddr == e_wlast):
+                        m.next = "DRAIN"
+            with m.State("DRAIN"):
+                # the last word is in read stage 1 (its lane selections use the e_* values now):
+                # the next frame's values are latched at the end of this cycle
+                emit_load()
+
+        # ---- the builder ---------------------------------------------------------------------
+        # ``r`` follows the queue's head except while the header is written (it is the
+        # header's template only), so its wide load enable does not wait for the take; the
+        # frame's counter class (see ``outq``) and QPN are kept from the take
+        r_cls = Signal(3)
+        r_qpn = Signal(24)
+        m.d.comb += self.fault.payload.eq(r_qpn)
+        h_cls = Signal(3)
+        syn = h.syndrome
+        with m.If(h.opcode == 0x11):
+            m.d.comb += h_cls.eq(Mux(syn[5:7] == 0, 1, Mux(syn[5:7] == 1, 2,
+                                                          Mux(syn == 0x60, 3, 4))))
+        m.d.comb += [
+            recq.i.payload.base.eq(fbase[:CB]),
+            recq.i.payload.data_end.eq(data_end),
+            recq.i.payload.crc_end.eq(crc_end),
+            recq.i.payload.words.eq(out_words),
+            recq.i.payload.keep.eq(fkeep),
+            recq.i.payload.cls.eq(r_cls),
+            recq.i.payload.drop.eq(bad),
+        ]
+
+        def take_packet():
+            """Take the next descriptor if its values are ready."""
+            with m.If(head_ok):
+                m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
+                m.d.sync += [r_cls.eq(h_cls), r_qpn.eq(h.qpn),
+                             data_end.eq(p_data_end), crc_end.eq(p_crc_end),
+                             hdr_len_r.eq(p_hdr_len), ip_len.eq(p_ip_len), csum.eq(p_csum),
+                             out_words.eq(p_out_words), crc_last.eq(p_crc_last),
+                             ckeep_last.eq(p_ckeep), hdr_last.eq(p_hdr_last),
+                             hkeep.eq(p_hkeep), fkeep.eq(p_fkeep), padw.eq(p_padw),
+                             has_reth.eq(Cat(*[h.opcode == op for op in RETH_OPCODES]).any()),
+                             padcnt.eq(-h.paylen),
+                             wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0)]
+                m.next = "HDR"
+            with m.Else():
+                m.next = "IDLE"
+
+        def start_chunk(at):
+            """Take the next chunk (payload byte position ``at``) if there is one."""
+            m.d.comb += chq.o.ready.eq(1)
+            with m.If(chq.o.valid):
+                # D = at − off; raw beat 0's low part goes to word floor(D / nb): before the
+                # word of ``at`` (−1 when D < 0) when off > at mod nb, and then it writes no
+                # byte of the chunk (c_skip)
+                d0 = Signal(signed(PB + 1))
+                m.d.comb += d0.eq(at - chq.o.payload.off)
+                ce = Signal(PB)
+                m.d.comb += ce.eq(at + chq.o.payload.len)
+                lastw = Signal(WB)
+                m.d.comb += lastw.eq((at + chq.o.payload.lenm1) >> lg)
+                m.d.sync += [c_len.eq(chq.o.payload.len), parts.eq(chq.o.payload.parts),
+                             wqm1.eq(d0 >> lg), c_skip.eq(d0[lg:] != at[lg:]), c_first.eq(1),
+                             pos.eq(ce), c_lastw.eq(lastw),
+                             w_last.eq((d0 >> lg) == lastw),
+                             c_lo.eq(1), lo_mask.eq(~((Const(1, nb + 1) << at[:lg]) - 1)),
+                             lo_same.eq(at[:lg] != 0),
+                             hi_mask.eq((Const(2, nb + 1)
+                                         << (at[:lg] + chq.o.payload.lenm1[:lg])[:lg]) - 1),
+                             rot.eq(nb - d0[:lg]), prev.eq(0)]
+                m.next = "DATA"
+            with m.Else():
+                m.next = "CHUNK"
+
+        with m.FSM(name="builder") as bfsm:
+            with m.State("IDLE"):
+                take_packet()
+            with m.State("HDR"):
+                # header words 0 .. hdr_last (the payload fills the rest of the last; the
+                # template's bytes past the header, e.g. an unused IMMDT, are not written)
+                with m.If(room):
+                    m.d.comb += [
+                        w_en.eq(1), w_addr.eq(wcount),
+                        w_mask.eq(Mux(hlast, hkeep, ONES)),
+                        w_data.eq(hdr.word_select(wcount[:max(1, (hdr_words - 1).bit_length())]
+                                                  if hdr_words > 1 else 0, W)),
+                    ]
+                    m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
+                    with m.If(hlast):
+                        m.d.sync += [pos.eq(hdr_len_r), pos_end.eq(hdr_len_r == data_end)]
+                        m.next = "CHUNK"
+            with m.State("CHUNK"):
+                with m.If(pos_end):
+                    m.next = "FIN"
+                with m.Else():
+                    start_chunk(pos)
+            with m.State("DATA"):
+                m.d.comb += self.rd.resp.ready.eq(room)
+                with m.If(self.rd.resp.valid & room):
+                    m.d.comb += [w_en.eq(~(c_first & c_skip)), w_addr.eq(wqm1),
+                                 w_data.eq(funnel[:W]), w_mask.eq(gmask),
+                                 same.eq(c_lo & lo_same)]
+                    m.d.sync += [prev.eq(self.rd.resp.payload.data), wqm1.eq(wqm1 + 1),
+                                 w_last.eq((wqm1 + 1)[:WB] == c_lastw), c_first.eq(0)]
+                    with m.If(~(c_first & c_skip)):
+                        m.d.sync += c_lo.eq(0)
+                    with m.If(self.rd.resp.payload.err):
+                        m.d.sync += bad.eq(1)
+                    with m.If(self.rd.resp.payload.last):
+                        m.d.sync += parts.eq(parts - 1)
+                        with m.If(parts == 1):
+                            m.next = "FLUSH"
+            with m.State("FLUSH"):
+                # the last raw beat's upper bytes, if the chunk has any in the next word; then
+                # the next chunk or the frame's end
+                with m.If(room):
+                    m.d.comb += [w_en.eq(w_last), w_addr.eq(wqm1),
+                                 w_data.eq(funnel[:W]), w_mask.eq(gmask),
+                                 same.eq(c_lo & lo_same)]
+                    with m.If(c_done):
+                        m.next = "FIN"
+                    with m.Else():
+                        start_chunk(pos)
+            with m.State("FIN"):
+                # the last word leaves acc; the frame's record is queued (its ICRC follows)
+                with m.If(room & recq.i.ready):
+                    m.d.comb += [flush.eq(1), recq.i.valid.eq(1)]
+                    m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words)]
+                    with m.If(padw):            # (acc_w is the word of data_end − 1)
+                        m.next = "PAD"          # the pad lies in a word of its own
+                    with m.Elif(bad):
+                        m.next = "FAULT"
+                    with m.Else():
+                        take_packet()
+            with m.State("PAD"):
+                # the word of pad bytes the payload did not reach: zeros, to the CRC only
+                m.d.comb += [feed_v.eq(1), feed_d.eq(0), feed_w.eq(crc_last)]
+                with m.If(bad):
+                    m.next = "FAULT"
+                with m.Else():
+                    take_packet()
+            with m.State("FAULT"):
+                m.d.comb += self.fault.valid.eq(1)
+                with m.If(self.fault.ready):
+                    m.next = "IDLE"
+        with m.If(~bfsm.ongoing("HDR")):
+            m.d.sync += r.eq(h)
+        return m
