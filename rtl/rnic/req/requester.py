@@ -62,7 +62,7 @@ from ..host.axi_master import ReadClientSignature
 from ..keys.key_cache import LookupSignature
 from ..opcodes import WcStatus
 from ..resp.qp_context import QpState
-from ..stream import BeatStream, Queue, check_width
+from ..stream import BeatStream, Queue, SkidBuffer, check_width
 from .retry import RNR_US, TIMEOUT_US, TIMER_BITS, rom
 from ..tx.build import chunk_layout, pkt_layout
 
@@ -288,20 +288,22 @@ class Requester(wiring.Component):
         TB = TIMER_BITS
         ring_layout = _inflight_layout(rb)
 
-        # The completions of the engine and of the completer meet in ``cpl``'s register, which
-        # takes one only when empty, so ``cpl.ready`` reaches no FSM (a completion every second
-        # cycle at most). The completer first: its SUCCESS completions always precede, for the
-        # same QP, any error or flush completion of the engine (which waits for the
-        # completer's table write).
-        ecpl = stream.Signature(cpl_layout).create(path=("ecpl",))
-        ccpl = stream.Signature(cpl_layout).create(path=("ccpl",))
-        c_test = Signal()               # the completer may offer a completion (state TEST)
-        m.d.comb += [ccpl.ready.eq(~self.cpl.valid), ecpl.ready.eq(~self.cpl.valid & ~c_test)]
-        with m.If(self.cpl.ready):
-            m.d.sync += self.cpl.valid.eq(0)
-        with m.If(~self.cpl.valid & (ccpl.valid | ecpl.valid)):
-            m.d.sync += [self.cpl.valid.eq(1),
-                         self.cpl.payload.eq(Mux(ccpl.valid, ccpl.payload, ecpl.payload))]
+        # skid buffers cut the merge's ready path back into the two FSMs; the merge serves the
+        # completer first: its SUCCESS completions always precede, for the same QP, any error
+        # or flush completion of the engine (which waits for the completer's table write).
+        m.submodules.eskid = eskid = SkidBuffer(cpl_layout)
+        m.submodules.cskid = cskid = SkidBuffer(cpl_layout)
+        ecpl, ccpl = eskid.i, cskid.i
+        c_test = Signal()               # the completer is in TEST (may offer a completion)
+        with m.If(~self.cpl.valid | self.cpl.ready):
+            with m.If(cskid.o.valid):
+                m.d.comb += cskid.o.ready.eq(1)
+                m.d.sync += [self.cpl.valid.eq(1), self.cpl.payload.eq(cskid.o.payload)]
+            with m.Elif(eskid.o.valid):
+                m.d.comb += eskid.o.ready.eq(1)
+                m.d.sync += [self.cpl.valid.eq(1), self.cpl.payload.eq(eskid.o.payload)]
+            with m.Else():
+                m.d.sync += self.cpl.valid.eq(0)
 
         # the microsecond clock
         now = Signal(TB)
