@@ -19,7 +19,7 @@ def _run(cfg, simulator, name, **env):
     run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.cocotb_resp_random", testcase="random_traffic",
                simulator=simulator, extra_env={k: str(v) for k, v in env.items()},
-               test_name=name)
+               test_name=name, ports_only=True)
 
 
 def test_resp_random_w64_icarus():

@@ -27,7 +27,7 @@ def test_responder_scenarios(cfg, simulator):
     c = CONFIGS[cfg]
     run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.cocotb_responder", testcase=TESTS, simulator=simulator,
-               test_name=f"resp-{cfg}-{simulator}")
+               test_name=f"resp-{cfg}-{simulator}", ports_only=True)
 
 
 @pytest.mark.parametrize("cfg", list(CONFIGS))
@@ -37,7 +37,8 @@ def test_responder_backpressure(cfg):
     c = CONFIGS[cfg]
     run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.cocotb_responder", testcase=TESTS,
-               extra_env={"RESP_BACKPRESSURE": "1"}, test_name=f"resp-bp-{cfg}")
+               extra_env={"RESP_BACKPRESSURE": "1"}, test_name=f"resp-bp-{cfg}",
+               ports_only=True)
 
 
 # ---- the block trace (sim/trace.py, issue 12) --------------------------------------------------

@@ -14,4 +14,4 @@ def test_top_smoke(cfg, simulator):
     c = CONFIGS[cfg]
     run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.cocotb_top", testcase="top_smoke", simulator=simulator,
-               test_name=f"{cfg}-{simulator}")
+               test_name=f"{cfg}-{simulator}", ports_only=True)
