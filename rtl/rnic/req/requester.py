@@ -965,9 +965,13 @@ class Requester(wiring.Component):
         trn = Signal(rb)
         retire = Signal()
         drop = Signal()
+        # the entry's last PSN and signaled flag, registered off the block RAM's output in HOLD
+        # (its clock-to-out does not lead the compare below or TEST's choice)
+        ent_lp = Signal(24)
+        ent_sig = Signal()
         # the entry's last PSN is before una (24-bit serial arithmetic)
         covered = Signal(24)
-        m.d.comb += covered.eq(cmp.una - 1 - ent.last_psn)
+        m.d.comb += covered.eq(cmp.una - 1 - ent_lp)
         adv = Signal(24)
         m.d.comb += adv.eq(a.psn + 1 - cmp.una)
         behind = Signal(24)
@@ -1142,6 +1146,7 @@ class Requester(wiring.Component):
             with m.State("HOLD"):
                 # (the entry stays on the read port until TEST: rh does not change, and a
                 # write to it meanwhile means it was not yet filled, and is not used)
+                m.d.sync += [ent_lp.eq(ent.last_psn), ent_sig.eq(ent.signaled)]
                 m.next = "DECIDE"
             with m.State("DECIDE"):
                 m.d.sync += [
@@ -1152,16 +1157,16 @@ class Requester(wiring.Component):
             with m.State("TEST"):
                 m.d.comb += c_test.eq(1)
                 with m.If(retire):
-                    with m.If(ent.signaled):
+                    with m.If(ent_sig):
                         m.d.comb += ccpl.valid.eq(1)
                         with m.If(ccpl.ready):
                             m.d.comb += free.i.valid.eq(1)
                             m.d.sync += [cmp.ccons.eq(cmp.ccons + 1),
-                                         cmp.cfpsn.eq(ent.last_psn + 1), crh.eq(ent.next)]
+                                         cmp.cfpsn.eq(ent_lp + 1), crh.eq(ent.next)]
                             m.next = "WALK"
                     with m.Else():
                         m.d.comb += free.i.valid.eq(1)
-                        m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent.last_psn + 1),
+                        m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent_lp + 1),
                                      crh.eq(ent.next)]
                         m.next = "WALK"
                 with m.Elif(drop):
