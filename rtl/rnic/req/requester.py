@@ -972,10 +972,16 @@ class Requester(wiring.Component):
         # the entry's last PSN is before una (24-bit serial arithmetic)
         covered = Signal(24)
         m.d.comb += covered.eq(cmp.una - 1 - ent_lp)
+        # an ACK's PSN against una (24-bit serial arithmetic) and the next PSN: a_new = a newer
+        # ACK (0 < psn + 1 − una < 2^23), b_neg = a NAK for a PSN before una, b_zero = at una,
+        # d_more = PSNs sent after it (``ap1`` = psn + 1 is registered with the ACK)
+        ap1 = Signal(24)
         adv = Signal(24)
-        m.d.comb += adv.eq(a.psn + 1 - cmp.una)
         behind = Signal(24)
-        m.d.comb += behind.eq(a.psn - cmp.una)
+        a_new, b_neg, b_zero, d_more = Signal(), Signal(), Signal(), Signal()
+        m.d.comb += [adv.eq(ap1 - cmp.una), behind.eq(a.psn - cmp.una),
+                     a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
+                     b_zero.eq(behind == 0), d_more.eq(d.psn != ap1)]
         expired = Signal()
         # wake-ups of parked QPs are hints (a later scan repeats them): only with room to spare
         wake_room = Signal()
@@ -1027,7 +1033,7 @@ class Requester(wiring.Component):
         def take_ack():
             m.d.comb += self.ack.ready.eq(1)
             m.d.sync += [a.eq(self.ack.payload), aq.eq(self.ack.payload.qpn[:ab]),
-                         ev.eq(_EV_ACK), scan_turn.eq(1)]
+                         ap1.eq(self.ack.payload.psn + 1), ev.eq(_EV_ACK), scan_turn.eq(1)]
             m.next = "READ"
 
         def hit(q):
@@ -1099,19 +1105,19 @@ class Requester(wiring.Component):
                     m.next = "WALK"        # also retires WQEs recorded after their ACK
                 with m.Elif(typ == 0):
                     # a newer ACK (0 < a.psn + 1 − una < 2^23) moves una and restarts the timer
-                    with m.If((adv != 0) & ~adv[23]):
-                        m.d.sync += [cmp.una.eq(a.psn + 1), cmp.rused.eq(0), cmp.nused.eq(0),
+                    with m.If(a_new):
+                        m.d.sync += [cmp.una.eq(ap1), cmp.rused.eq(0), cmp.nused.eq(0),
                                      cmp.armed.eq(0), cmp.rnrw.eq(0), act.eq(_ACT_NONE)]
                         # PSNs still outstanding: the timer restarts now (outside an RNR wait,
                         # whose deadline dl holds)
-                        with m.If(~cmp.hold & cfg.ton & (d.psn != (a.psn + 1)[:24])):
+                        with m.If(~cmp.hold & cfg.ton & d_more):
                             m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1)]
                         m.next = "WALK"
                     with m.Else():
                         m.next = "IDLE"
-                with m.Elif(behind[23]):
+                with m.Elif(b_neg):
                     m.next = "IDLE"        # a NAK for a PSN already acknowledged: stale
-                with m.Elif((cmp.hold | (cmp.rnrw & (behind == 0)))
+                with m.Elif((cmp.hold | (cmp.rnrw & b_zero))
                             & (a.syndrome[:7] == 0x60)):
                     # the sequence error that follows an RNR NAK (the responder's answer to the
                     # packets sent behind the refused one), during the wait or after it (a
@@ -1120,7 +1126,7 @@ class Requester(wiring.Component):
                     m.next = "WB"
                 with m.Else():
                     # a NAK at p acknowledges every PSN before p
-                    with m.If(behind != 0):
+                    with m.If(~b_zero):
                         m.d.sync += [cmp.una.eq(a.psn), cmp.rused.eq(0), cmp.nused.eq(0),
                                      cmp.rnrw.eq(0)]
                     with m.If(a.syndrome[:7] == 0x60):
@@ -1195,7 +1201,7 @@ class Requester(wiring.Component):
                             with m.If(cfg.rnr_retry != 7):
                                 m.d.sync += cmp.nused.eq(cmp.nused + 1)
                             m.d.sync += [cmp.hold.eq(1), cmp.armed.eq(1),
-                                         cmp.rnrw.eq(d.psn != (a.psn + 1)[:24]),
+                                         cmp.rnrw.eq(d_more),
                                          cmp.dl.eq(now + rval + 1),
                                          cmp.rgen.eq(cmp.rgen + 1), wake.eq(1)]
                     with m.Case(_ACT_SCAN):
