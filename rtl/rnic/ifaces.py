@@ -26,7 +26,7 @@ Events
 Blocks raise events (interface.md §4.4) through a ``stream.Signature(event_layout)`` output.
 """
 
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = [
@@ -40,7 +40,7 @@ NUM_ARGS = 16
 NUM_COUNTERS = 16
 
 
-class CmdOp:
+class CmdOp(enum.IntEnum, shape=8):
     SET_QP = 0x01
     QUERY_QP = 0x02
     SET_CQ = 0x03
@@ -49,21 +49,21 @@ class CmdOp:
     INVALIDATE = 0x06
 
 
-class Result:
+class Result(enum.IntEnum, shape=8):
     OK = 0
     UNKNOWN_OPCODE = 1
     BAD_INDEX = 2
     BAD_ARGUMENT = 3
 
 
-class EventType:
+class EventType(enum.IntEnum, shape=8):
     COMPLETION = 1
     CQ_OVERFLOW = 2
     QP_ERROR = 3
     HOST_FAULT = 4
 
 
-class Counter:
+class Counter(enum.IntEnum, shape=range(16)):
     """Counter numbers of interface.md §4.5."""
     RX_FRAMES = 0
     MAC_DROP = 1

@@ -5,14 +5,14 @@ Each RC opcode this design knows has a row of flags. The hardware decodes them w
 own copy of the table.
 """
 
-import enum
+from amaranth.lib import enum
 from typing import NamedTuple
 
 __all__ = ["Op", "OpInfo", "OPCODES", "opcode_info_layout", "opcode_info", "CNP_OPCODE",
            "AethSyndrome", "WcStatus", "WcOpcode"]
 
 
-class Op(enum.IntEnum):
+class Op(enum.IntEnum, shape=8):
     SEND_FIRST = 0x00
     SEND_MIDDLE = 0x01
     SEND_LAST = 0x02
@@ -125,7 +125,7 @@ def opcode_info(m, opcode, *, name="opinfo"):
     return info
 
 
-class AethSyndrome(enum.IntEnum):
+class AethSyndrome(enum.IntEnum, shape=8):
     ACK = 0x1F           # ACK, credits invalid
     RNR_NAK = 0x20       # | timer code
     NAK_PSN_SEQ = 0x60
@@ -134,7 +134,7 @@ class AethSyndrome(enum.IntEnum):
     NAK_REM_OP = 0x63
 
 
-class WcStatus(enum.IntEnum):
+class WcStatus(enum.IntEnum, shape=8):
     SUCCESS = 0
     LOC_QP_OP_ERR = 2
     LOC_PROT_ERR = 4
@@ -146,7 +146,7 @@ class WcStatus(enum.IntEnum):
     RNR_RETRY_EXC_ERR = 13
 
 
-class WcOpcode(enum.IntEnum):
+class WcOpcode(enum.IntEnum, shape=8):
     SEND = 0
     RDMA_WRITE = 1
     RECV = 128

@@ -25,7 +25,7 @@ old table, one accepted after sees the new one, never a mix. See ``docs/key_cach
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 
-class KeyType:
+class KeyType(enum.IntEnum, shape=2):
     """Slot type, ARG7 [25:24] of SET_KEY."""
     MR = 0
     FAST_REG_MR = 1
@@ -47,7 +47,7 @@ class KeyType:
     MW_TYPE2 = 3
 
 
-class Access:
+class Access(enum.IntFlag, shape=5):
     """Access flags, IB numbering (interface.md §4.2)."""
     LOCAL_WRITE = 0x01
     REMOTE_WRITE = 0x02

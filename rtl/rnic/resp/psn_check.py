@@ -100,7 +100,7 @@ order than decided once responses wait in the table.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
 from ..ifaces import (NUM_COUNTERS, CommandSignature, Counter, EventType, event_layout,
@@ -138,7 +138,7 @@ meta_b_layout = data.StructLayout({"opcode": 8, "psn": 24, "payload_len": 13, "p
                                    "reth_len": 32, "src_ip": 32})
 
 
-class Kind:
+class Kind(enum.IntEnum, shape=2):
     PKT = 0
     DB = 1
     FATAL = 2

@@ -34,7 +34,7 @@ event 3 (the event reports errors the hardware found, not software's own choice)
 """
 
 from amaranth.hdl import Module, Mux, Signal, Value
-from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..ifaces import CmdOp, CommandSignature, Result
@@ -43,7 +43,7 @@ __all__ = ["QpState", "MsgClass", "qp_static_layout", "qp_dyn_layout", "QpContex
            "pmtu_bytes", "qp_set_event_layout"]
 
 
-class QpState:
+class QpState(enum.IntEnum, shape=3):
     RESET = 0
     INIT = 1
     RTR = 2
@@ -51,7 +51,7 @@ class QpState:
     ERROR = 6
 
 
-class MsgClass:
+class MsgClass(enum.IntEnum, shape=2):
     """Class of the message in progress (rxe's ``resp.opcode`` reduced to what check_op_seq
     needs): NONE after a LAST/ONLY or at reset, SEND after SEND_FIRST/MIDDLE, WRITE after
     RDMA_WRITE_FIRST/MIDDLE."""
