@@ -475,7 +475,7 @@ class Requester(wiring.Component):
         beat = Signal(range(max(2, 64 // nb)))
         status = Signal(8)
         hfault = Signal()
-        sent = Signal(32)               # message bytes handed to TX Packet Build
+        sent = Signal(32)               # message bytes handed to the TX frame builder
         resid = Signal(32)              # message bytes not yet handed over
         cur_addr = Signal(64)           # bus address of the next byte to gather
         seg_left = Signal(32)           # bytes left in the current SGE
@@ -570,7 +570,7 @@ class Requester(wiring.Component):
 
         # gather chunk of the current packet: clen = min(seg_left, left), kept in a register
         # set with ``left`` (in PKT, and in CHUNK when the packet continues in SGE 1), so the
-        # chunk handed to TX Packet Build comes from registers only
+        # chunk handed to the TX frame builder comes from registers only
         clen = Signal(13)
         m.d.comb += [
             self.chunk.payload.addr.eq(cur_addr),
