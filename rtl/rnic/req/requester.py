@@ -289,19 +289,20 @@ class Requester(wiring.Component):
         ring_layout = _inflight_layout(rb)
 
         # The completions of the engine and of the completer go straight into ``cpl``'s
-        # register, which loads exactly on a transfer of either. The completer offers one only
-        # in TEST and is served first: the engine's ready is cleared while the completer is in
-        # TEST, so neither ready depends on the other FSM's valid (only on cpl's register, the
-        # consumer's ready and the completer's state). The completer's SUCCESS completions
-        # always precede, for the same QP, any error or flush completion of the engine: it
-        # hands them over in TEST, before its table write, which the engine waits for.
+        # register, which takes one only when empty (the FSMs offer one every four cycles at
+        # most), so neither ready depends on ``cpl.ready`` or on the other FSM's valid: only on
+        # cpl's register and the completer's state. The register loads exactly on a transfer.
+        # The completer offers one only in TEST and is served first (the engine's ready is
+        # cleared while the completer is in TEST). Its SUCCESS completions always precede, for
+        # the same QP, any error or flush completion of the engine: it hands them over in TEST,
+        # before its table write, which the engine waits for.
         ecpl = stream.Signature(cpl_layout).create(path=("ecpl",))
         ccpl = stream.Signature(cpl_layout).create(path=("ccpl",))
         c_test = Signal()               # the completer is in TEST (may offer a completion)
-        cpl_free = Signal()             # cpl's register takes a completion this cycle
-        m.d.comb += [cpl_free.eq(~self.cpl.valid | self.cpl.ready),
-                     ccpl.ready.eq(cpl_free), ecpl.ready.eq(cpl_free & ~c_test)]
-        with m.If(cpl_free):
+        m.d.comb += [ccpl.ready.eq(~self.cpl.valid), ecpl.ready.eq(~self.cpl.valid & ~c_test)]
+        with m.If(self.cpl.ready):
+            m.d.sync += self.cpl.valid.eq(0)
+        with m.If(~self.cpl.valid):
             m.d.sync += [self.cpl.valid.eq(ccpl.valid | (ecpl.valid & ~c_test)),
                          self.cpl.payload.eq(Mux(c_test, ccpl.payload, ecpl.payload))]
 
