@@ -62,7 +62,7 @@ from ..host.axi_master import ReadClientSignature
 from ..keys.key_cache import LookupSignature
 from ..opcodes import WcStatus
 from ..resp.qp_context import QpState
-from ..stream import BeatStream, Queue, SkidBuffer, check_width
+from ..stream import BeatStream, Queue, check_width
 from .retry import RNR_US, TIMEOUT_US, TIMER_BITS, rom
 from ..tx.build import chunk_layout, pkt_layout
 
@@ -288,22 +288,23 @@ class Requester(wiring.Component):
         TB = TIMER_BITS
         ring_layout = _inflight_layout(rb)
 
-        # skid buffers cut the merge's ready path back into the two FSMs; the merge serves the
-        # completer first: its SUCCESS completions always precede, for the same QP, any error
-        # or flush completion of the engine (which waits for the completer's table write).
-        m.submodules.eskid = eskid = SkidBuffer(cpl_layout)
-        m.submodules.cskid = cskid = SkidBuffer(cpl_layout)
-        ecpl, ccpl = eskid.i, cskid.i
+        # The completions of the engine and of the completer go straight into ``cpl``'s
+        # register, which takes one only when empty (the FSMs offer one every four cycles at
+        # most), so neither ready depends on ``cpl.ready`` or on the other FSM's valid: only on
+        # cpl's register and the completer's state. The register loads exactly on a transfer.
+        # The completer offers one only in TEST and is served first (the engine's ready is
+        # cleared while the completer is in TEST). Its SUCCESS completions always precede, for
+        # the same QP, any error or flush completion of the engine: it hands them over in TEST,
+        # before its table write, which the engine waits for.
+        ecpl = stream.Signature(cpl_layout).create(path=("ecpl",))
+        ccpl = stream.Signature(cpl_layout).create(path=("ccpl",))
         c_test = Signal()               # the completer is in TEST (may offer a completion)
-        with m.If(~self.cpl.valid | self.cpl.ready):
-            with m.If(cskid.o.valid):
-                m.d.comb += cskid.o.ready.eq(1)
-                m.d.sync += [self.cpl.valid.eq(1), self.cpl.payload.eq(cskid.o.payload)]
-            with m.Elif(eskid.o.valid):
-                m.d.comb += eskid.o.ready.eq(1)
-                m.d.sync += [self.cpl.valid.eq(1), self.cpl.payload.eq(eskid.o.payload)]
-            with m.Else():
-                m.d.sync += self.cpl.valid.eq(0)
+        m.d.comb += [ccpl.ready.eq(~self.cpl.valid), ecpl.ready.eq(~self.cpl.valid & ~c_test)]
+        with m.If(self.cpl.ready):
+            m.d.sync += self.cpl.valid.eq(0)
+        with m.If(~self.cpl.valid):
+            m.d.sync += [self.cpl.valid.eq(ccpl.valid | (ecpl.valid & ~c_test)),
+                         self.cpl.payload.eq(Mux(c_test, ccpl.payload, ecpl.payload))]
 
         # the microsecond clock
         now = Signal(TB)
@@ -452,7 +453,7 @@ class Requester(wiring.Component):
         # cs.rgen != dyn.rgen for ERR, registered beside cs (from the same read and the
         # dyn.rgen of the cycle before: ERR never follows REWIND or CTX_WAIT, which set it).
         # Reading the table's output besides cs also keeps synthesis from folding cs into the
-        # block RAM (whose clock-to-out then led the ERR decision into the completion skid).
+        # block RAM (whose clock-to-out would otherwise lead the ERR decision).
         rgen_ne = Signal()
         m.d.sync += rgen_ne.eq(comp_rp.data.rgen != dyn.rgen)
         wqe = Signal(8 * SEND_WQE_BYTES)        # the send WQE as read (bit 8·i = byte i)
@@ -488,6 +489,7 @@ class Requester(wiring.Component):
         soff = Signal(40)               # skipn · PMTU
         sk_lt = Signal()
         pend_err = Signal()             # the completer ended the QP: error for the WQE at cons
+        eoff = Signal()                 # ERR offers its completion on ecpl until it is taken
         pstat = Signal(4)
         kill_v = Signal()               # engine → completer: end QP kill_q (SET_QP to ERROR)
         kill_q = Signal(ab)
@@ -894,15 +896,21 @@ class Requester(wiring.Component):
                 m.d.comb += [self.busy.eq(1), cfg_wp.en.eq(1)]
                 m.next = "CHECK"
             with m.State("ERR"):
-                # completions stay in SQ order: wait until every earlier WQE is retired
+                # completions stay in SQ order: wait until every earlier WQE is retired. Once
+                # offered, the completion stays offered until taken (``eoff``), whatever
+                # rgen_ne or none_unretired do meanwhile: it is handed over exactly once.
                 m.d.comb += self.busy.eq(1)
-                with m.If(rgen_ne & ~pend_err):
-                    m.next = "REWIND"
-                with m.Elif(pend_err | dyn.err | none_unretired):
+                with m.If(eoff | (~(rgen_ne & ~pend_err)
+                                  & (pend_err | dyn.err | none_unretired))):
                     m.d.comb += ecpl.valid.eq(1)
                     with m.If(ecpl.ready):
-                        m.d.sync += [dyn.err.eq(1), dyn.cons.eq(dyn.cons + 1), pend_err.eq(0)]
+                        m.d.sync += [dyn.err.eq(1), dyn.cons.eq(dyn.cons + 1), pend_err.eq(0),
+                                     eoff.eq(0)]
                         m.next = "WB_LOOP"
+                    with m.Else():
+                        m.d.sync += eoff.eq(1)
+                with m.Elif(rgen_ne & ~pend_err):
+                    m.next = "REWIND"
                 with m.Else():
                     m.next = "PARK"               # the WQE is fetched again on the wake-up
             with m.State("WB_LOOP"):
