@@ -980,16 +980,15 @@ class Requester(wiring.Component):
         # the entry's last PSN is before una (24-bit serial arithmetic)
         covered = Signal(24)
         m.d.comb += covered.eq(cmp.una - 1 - ent_lp)
-        # an ACK's PSN against una (24-bit serial arithmetic) and the next PSN: a_new = a newer
-        # ACK (0 < psn + 1 − una < 2^23), b_neg = a NAK for a PSN before una, b_zero = at una,
-        # d_more = PSNs sent after it (``ap1`` = psn + 1 is registered with the ACK)
+        # an ACK's PSN against una (24-bit serial arithmetic) and the next PSN, judged in JUDGE
+        # (EVAL decides from these flip-flops): a_new = a newer ACK (0 < psn + 1 − una < 2^23),
+        # b_neg = a NAK for a PSN before una, b_zero = at una, d_more = PSNs sent after it
+        # (``ap1`` = psn + 1 is registered with the ACK)
         ap1 = Signal(24)
         adv = Signal(24)
         behind = Signal(24)
         a_new, b_neg, b_zero, d_more = Signal(), Signal(), Signal(), Signal()
-        m.d.comb += [adv.eq(ap1 - cmp.una), behind.eq(a.psn - cmp.una),
-                     a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
-                     b_zero.eq(behind == 0), d_more.eq(d.psn != ap1)]
+        m.d.comb += [adv.eq(ap1 - cmp.una), behind.eq(a.psn - cmp.una)]
         expired = Signal()
         # wake-ups of parked QPs are hints (a later scan repeats them): only with room to spare
         wake_room = Signal()
@@ -1097,6 +1096,10 @@ class Requester(wiring.Component):
             with m.State("LOAD"):
                 m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd),
                              rval.eq(r_rom), crh.eq(rh_rd)]
+                m.next = "JUDGE"
+            with m.State("JUDGE"):
+                m.d.sync += [a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
+                             b_zero.eq(behind == 0), d_more.eq(d.psn != ap1)]
                 m.next = "EVAL"
             with m.State("EVAL"):
                 typ = a.syndrome[5:7]
