@@ -413,9 +413,8 @@ class Execute(wiring.Component):
         m.d.comb += [fetch.req.payload.addr.eq(faddr), fetch.req.payload.tag.eq(DEMAND)]
         take = Signal()                        # the planner takes WQE c.rq_index of c.qpn
         plan_look = Signal()                   # the planner is in PF_HIT
-        plan_peek = Signal()                   # the planner is in PF_LOOK
-        pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, plan_peek, take, c, ab, rst,
-                                 post) if P else None)
+        pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, ab, rst, post)
+                if P else None)
 
         # ---- counters ---------------------------------------------------------------------
         wr_cnt = Signal(16)                    # write requests issued
@@ -756,15 +755,16 @@ class Execute(wiring.Component):
                     m.next = "SUMS"
             if P:
                 with m.State("PF_LOOK"):
-                    # match the pool: same QP, same ring index, same address (the prefetcher
-                    # claims no slot now, so none changes its tags)
-                    m.d.comb += plan_peek.eq(1)
+                    # match the pool: same QP, same ring index, same address
                     m.d.sync += pool["match"].eq(pool["match_c"])
                     m.next = "PF_HIT"
                 with m.State("PF_HIT"):
                     m.d.comb += plan_look.eq(1)
                     cur = pool["match"] & pool["valid"]
-                    with m.If(cur == 0):
+                    # a matched slot the prefetcher claimed in PF_LOOK (``claim_d`` now; none is
+                    # claimed in PF_HIT) holds another WQE from now on: the planner reads the WQE
+                    # itself (rare; the prefetched copy is dropped at the take)
+                    with m.If((cur == 0) | ((pool["match"] & pool["claim_d"]) != 0)):
                         m.next = "FETCH"
                     with m.Elif((cur & pool["ok"]) != 0):
                         m.d.comb += pool["hit"].eq(1)
@@ -1094,14 +1094,14 @@ class Execute(wiring.Component):
             m.d.comb += cqe_q.i.valid.eq(1)
         return m
 
-    def _prefetcher(self, m, fetch, plan_fetch, plan_look, plan_peek, take, c, ab, rst, rp):
+    def _prefetcher(self, m, fetch, plan_fetch, plan_look, take, c, ab, rst, rp):
         """The WQE prefetch pool (see the module docstring). Returns the signals the planner
         uses: ``match_c`` (valid in PF_LOOK, the state after DEC: slots holding c's WQE),
-        ``claim`` (comb, the slot the prefetcher claims this cycle, one-hot; never in PF_LOOK
-        or PF_HIT), ``match`` (the planner's register of ``match_c``), ``valid``, ``ok`` (data
-        present), ``hit`` (driven by the planner: read the first matched slot with data now;
-        the take of the next cycle voids it) and ``data`` (the taken slot's WQE, the cycle after
-        ``hit``)."""
+        ``claim_d`` (the slots the prefetcher claimed in the cycle before, one-hot; none is
+        claimed in PF_HIT), ``match`` (the planner's register of ``match_c``), ``valid``,
+        ``ok`` (data present), ``hit`` (driven by the planner: read the first matched slot with
+        data now; the take of the next cycle voids it) and ``data`` (the taken slot's WQE, the
+        cycle after ``hit``)."""
         P = self.prefetch
         sb = max(1, (P - 1).bit_length())
         DEMAND = 0xFF
@@ -1264,9 +1264,8 @@ class Execute(wiring.Component):
                     m.next = "ALLOC"
             with m.State("ALLOC"):
                 # no claim in a cycle with a take or a qp_reset (they void by the slots' tags),
-                # nor while the planner looks at the slots (PF_LOOK: its match and hit select
-                # are made of the slots' tags as they stand; PF_HIT: it may take one)
-                with m.If(take | rst.valid | plan_look | plan_peek):
+                # nor while the planner looks at the slots (PF_HIT: it may take one)
+                with m.If(take | rst.valid | plan_look):
                     pass
                 with m.Elif(pf_void | ~(need0 | need1)):
                     m.next = "IDLE"
@@ -1310,7 +1309,8 @@ class Execute(wiring.Component):
 
         # ---- the hit select (registered): the first slot of match & valid & ok, read on a hit --
         # In PF_LOOK it is the first of match_c with data next cycle (a response now sets ok;
-        # no slot is claimed in PF_LOOK; a reset of c's QP voids every match). In
+        # a reset of c's QP voids every match; a slot claimed now sends the planner to FETCH
+        # in PF_HIT, so the select never reads it). In
         # PF_HIT, while no matched slot has data, the only way one gets it is a response: the
         # next cycle's select is its slot (a don't-care when no hit follows).
         rs_ok = Signal(P)
@@ -1355,4 +1355,4 @@ class Execute(wiring.Component):
                       | (rst.valid & (sq[i] == rst_q))):
                 m.d.sync += valid[i].eq(0)
         return {"match_c": match_c, "match": match, "valid": valid, "ok": ok, "hit": hit,
-                "claim": claim, "data": pool_rd.data}
+                "claim_d": claim_d, "data": pool_rd.data}
