@@ -726,7 +726,7 @@ ENGINE = 300            # cycles from a timer's expiry to the first beat of the 
 def scan_round(n, visits, acks):
     """docs/requester.md: cycles for the scan to judge every QP once, with ``visits`` QPs that
     need a visit and ``acks`` ACKs (that retire nothing) taken meanwhile."""
-    return n + 5 + 13 * visits + (10 + 5) * acks
+    return n + 5 + 13 * visits + (11 + 5) * acks
 
 
 class AckWatch:
