@@ -423,12 +423,16 @@ class TxBuild(wiring.Component):
                 m.d.sync += acc[lane].eq(Mux(w_mask[i], w_data[lane],
                                              Mux(same, acc[lane], 0)))
         # the CRC input, registered: the word, its masks from its index
+        # (the word and its index are selected by the state only: they matter only with
+        # feed_v, which is flush, or PAD's zero word)
         feed_v = Signal()
         feed_d = Signal(W)
         feed_w = Signal(WB)
-        m.d.comb += [wp.addr.eq((fbase + acc_w)[:CB]), wp.data.eq(acc), wp.en.eq(flush)]
+        in_pad = Signal()
+        m.d.comb += [wp.addr.eq((fbase + acc_w)[:CB]), wp.data.eq(acc), wp.en.eq(flush),
+                     feed_d.eq(Mux(in_pad, 0, acc)), feed_w.eq(Mux(in_pad, crc_last, acc_w))]
         with m.If(flush):
-            m.d.comb += [feed_v.eq(1), feed_d.eq(acc), feed_w.eq(acc_w)]
+            m.d.comb += feed_v.eq(1)
         cvalid, cdata = Signal(), Signal(W)
         cforced, czero = Signal(nb), Signal(nb)
         ckeep, cfirst, clast = Signal(nb), Signal(), Signal()
@@ -629,12 +633,7 @@ class TxBuild(wiring.Component):
                 # header words 0 .. hdr_last (the payload fills the rest of the last; the
                 # template's bytes past the header, e.g. an unused IMMDT, are not written)
                 with m.If(room):
-                    m.d.comb += [
-                        w_en.eq(1), w_addr.eq(wcount),
-                        w_mask.eq(Mux(hlast, hkeep, ONES)),
-                        w_data.eq(hdr.word_select(wcount[:max(1, (hdr_words - 1).bit_length())]
-                                                  if hdr_words > 1 else 0, W)),
-                    ]
+                    m.d.comb += w_en.eq(1)
                     m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
                     with m.If(hlast):
                         m.d.sync += [pos.eq(hdr_len_r), pos_end.eq(hdr_len_r == data_end)]
@@ -647,9 +646,7 @@ class TxBuild(wiring.Component):
             with m.State("DATA"):
                 m.d.comb += self.rd.resp.ready.eq(room)
                 with m.If(self.rd.resp.valid & room):
-                    m.d.comb += [w_en.eq(~(c_first & c_skip)), w_addr.eq(wqm1),
-                                 w_data.eq(funnel[:W]), w_mask.eq(gmask),
-                                 same.eq(c_lo & lo_same)]
+                    m.d.comb += w_en.eq(~(c_first & c_skip))
                     m.d.sync += [prev.eq(self.rd.resp.payload.data), wqm1.eq(wqm1 + 1),
                                  w_last.eq((wqm1 + 1)[:WB] == c_lastw), c_first.eq(0)]
                     with m.If(~(c_first & c_skip)):
@@ -664,9 +661,7 @@ class TxBuild(wiring.Component):
                 # the last raw beat's upper bytes, if the chunk has any in the next word; then
                 # the next chunk or the frame's end
                 with m.If(room):
-                    m.d.comb += [w_en.eq(w_last), w_addr.eq(wqm1),
-                                 w_data.eq(funnel[:W]), w_mask.eq(gmask),
-                                 same.eq(c_lo & lo_same)]
+                    m.d.comb += w_en.eq(w_last)
                     with m.If(c_done):
                         m.next = "FIN"
                     with m.Else():
@@ -684,7 +679,7 @@ class TxBuild(wiring.Component):
                         take_packet()
             with m.State("PAD"):
                 # the word of pad bytes the payload did not reach: zeros, to the CRC only
-                m.d.comb += [feed_v.eq(1), feed_d.eq(0), feed_w.eq(crc_last)]
+                m.d.comb += feed_v.eq(1)
                 with m.If(bad):
                     m.next = "FAULT"
                 with m.Else():
@@ -693,6 +688,18 @@ class TxBuild(wiring.Component):
                 m.d.comb += self.fault.valid.eq(1)
                 with m.If(self.fault.ready):
                     m.next = "IDLE"
-        with m.If(~bfsm.ongoing("HDR")):
+        # the write's word, lanes and data are selected by the state only (HDR: the header
+        # template's word ``wcount``; otherwise the gather's), not by its enable: ``w_en`` (the
+        # take of a raw beat, ``room``) reaches ``acc`` only as its load enable
+        in_hdr = bfsm.ongoing("HDR")
+        m.d.comb += in_pad.eq(bfsm.ongoing("PAD"))
+        m.d.comb += [
+            w_addr.eq(Mux(in_hdr, wcount, wqm1)),
+            w_mask.eq(Mux(in_hdr, Mux(hlast, hkeep, ONES), gmask)),
+            w_data.eq(Mux(in_hdr, hdr.word_select(wcount[:max(1, (hdr_words - 1).bit_length())]
+                                                  if hdr_words > 1 else 0, W), funnel[:W])),
+            same.eq(~in_hdr & c_lo & lo_same),
+        ]
+        with m.If(~in_hdr):
             m.d.sync += r.eq(h)
         return m
