@@ -412,11 +412,13 @@ class TxBuild(wiring.Component):
         flush = Signal()                 # acc leaves this cycle (with or without a write)
         same = Signal()                  # w_addr is acc_w (set with the write)
         fbase = Signal(CB + 1)           # the frame's first word in the buffer (absolute)
-        rptr = Signal(CB + 1)            # the next word the emitter reads (absolute)
+        wabs = Signal(CB + 1)            # acc's buffer word, fbase + acc_w (set with them)
+        # the next word the emitter reads (absolute), less the 8 words of slack ``room`` keeps
+        rptr8 = Signal(CB + 1, init=(1 << (CB + 1)) - 8)
         with m.If(w_en):
             with m.If(~same):
                 m.d.comb += flush.eq(acc_v)
-                m.d.sync += acc_w.eq(w_addr)
+                m.d.sync += [acc_w.eq(w_addr), wabs.eq(fbase + w_addr)]
             m.d.sync += acc_v.eq(1)
             for i in range(nb):
                 lane = slice(8 * i, 8 * i + 8)
@@ -429,7 +431,7 @@ class TxBuild(wiring.Component):
         feed_d = Signal(W)
         feed_w = Signal(WB)
         in_pad = Signal()
-        m.d.comb += [wp.addr.eq((fbase + acc_w)[:CB]), wp.data.eq(acc), wp.en.eq(flush),
+        m.d.comb += [wp.addr.eq(wabs[:CB]), wp.data.eq(acc), wp.en.eq(flush),
                      feed_d.eq(Mux(in_pad, 0, acc)), feed_w.eq(Mux(in_pad, crc_last, acc_w))]
         with m.If(flush):
             m.d.comb += feed_v.eq(1)
@@ -471,7 +473,7 @@ class TxBuild(wiring.Component):
         # the cycle before (the builder's index moves at most 3 words in between)
         room = Signal()
         fill = Signal(CB + 1)
-        m.d.comb += fill.eq(fbase + acc_w + 8 - rptr)
+        m.d.comb += fill.eq(wabs - rptr8)
         m.d.sync += room.eq(~fill[CB])
 
         # ---- EMIT: payload, zero pad, ICRC (little-endian), Ethernet padding -------------------
@@ -524,7 +526,7 @@ class TxBuild(wiring.Component):
             with m.If(recq.o.valid & icq.o.valid):
                 m.d.comb += [recq.o.ready.eq(1), icq.o.ready.eq(1)]
                 with m.If(rec.drop):
-                    m.d.sync += rptr.eq(rptr + rec.words)
+                    m.d.sync += rptr8.eq(rptr8 + rec.words)
                     m.next = "IDLE"
                 with m.Else():
                     m.d.sync += [
@@ -553,7 +555,7 @@ class TxBuild(wiring.Component):
                 with m.If(outq.level + evalid + evalid2 < 5):
                     m.d.comb += rp.en.eq(1)
                     m.d.sync += [evalid.eq(1), eword.eq(eaddr), eaddr.eq(eaddr + 1),
-                                 rptr.eq(rptr + 1)]
+                                 rptr8.eq(rptr8 + 1)]
                     with m.If(eaddr == e_wlast):
                         m.next = "DRAIN"
             with m.State("DRAIN"):
@@ -583,6 +585,17 @@ class TxBuild(wiring.Component):
             recq.i.payload.drop.eq(bad),
         ]
 
+        # the builder's states that the write and the flush decode, as flip-flops set with each
+        # transition (the same as the FSM's state): ``w_en``, ``flush`` and the write's
+        # selects start from them, not from a decode of the state
+        st = {n: Signal(name=f"st_{n.lower()}") for n in ("HDR", "DATA", "FLUSH", "FIN", "PAD")}
+
+        take = Signal()                  # DATA takes a raw beat
+
+        def goto(state):
+            m.next = state
+            m.d.sync += [f.eq(n == state) for n, f in st.items()]
+
         def take_packet():
             """Take the next descriptor if its values are ready."""
             with m.If(head_ok):
@@ -596,9 +609,9 @@ class TxBuild(wiring.Component):
                              has_reth.eq(Cat(*[h.opcode == op for op in RETH_OPCODES]).any()),
                              padcnt.eq(-h.paylen),
                              wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0)]
-                m.next = "HDR"
+                goto("HDR")
             with m.Else():
-                m.next = "IDLE"
+                goto("IDLE")
 
         def start_chunk(at):
             """Take the next chunk (payload byte position ``at``) if there is one."""
@@ -622,9 +635,9 @@ class TxBuild(wiring.Component):
                              hi_mask.eq((Const(2, nb + 1)
                                          << (at[:lg] + chq.o.payload.lenm1[:lg])[:lg]) - 1),
                              rot.eq(nb - d0[:lg]), prev.eq(0)]
-                m.next = "DATA"
+                goto("DATA")
             with m.Else():
-                m.next = "CHUNK"
+                goto("CHUNK")
 
         with m.FSM(name="builder") as bfsm:
             with m.State("IDLE"):
@@ -633,66 +646,73 @@ class TxBuild(wiring.Component):
                 # header words 0 .. hdr_last (the payload fills the rest of the last; the
                 # template's bytes past the header, e.g. an unused IMMDT, are not written)
                 with m.If(room):
-                    m.d.comb += w_en.eq(1)
                     m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
                     with m.If(hlast):
                         m.d.sync += [pos.eq(hdr_len_r), pos_end.eq(hdr_len_r == data_end)]
-                        m.next = "CHUNK"
+                        goto("CHUNK")
             with m.State("CHUNK"):
                 with m.If(pos_end):
-                    m.next = "FIN"
+                    goto("FIN")
                 with m.Else():
                     start_chunk(pos)
             with m.State("DATA"):
-                m.d.comb += self.rd.resp.ready.eq(room)
-                with m.If(self.rd.resp.valid & room):
-                    m.d.comb += w_en.eq(~(c_first & c_skip))
-                    m.d.sync += [prev.eq(self.rd.resp.payload.data), wqm1.eq(wqm1 + 1),
-                                 w_last.eq((wqm1 + 1)[:WB] == c_lastw), c_first.eq(0)]
-                    with m.If(~(c_first & c_skip)):
-                        m.d.sync += c_lo.eq(0)
-                    with m.If(self.rd.resp.payload.err):
-                        m.d.sync += bad.eq(1)
-                    with m.If(self.rd.resp.payload.last):
-                        m.d.sync += parts.eq(parts - 1)
-                        with m.If(parts == 1):
-                            m.next = "FLUSH"
+                # (the beat's take, ``take``, below)
+                with m.If(take & self.rd.resp.payload.last & (parts == 1)):
+                    goto("FLUSH")
             with m.State("FLUSH"):
                 # the last raw beat's upper bytes, if the chunk has any in the next word; then
                 # the next chunk or the frame's end
                 with m.If(room):
-                    m.d.comb += w_en.eq(w_last)
                     with m.If(c_done):
-                        m.next = "FIN"
+                        goto("FIN")
                     with m.Else():
                         start_chunk(pos)
             with m.State("FIN"):
                 # the last word leaves acc; the frame's record is queued (its ICRC follows)
                 with m.If(room & recq.i.ready):
-                    m.d.comb += [flush.eq(1), recq.i.valid.eq(1)]
-                    m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words)]
+                    m.d.comb += recq.i.valid.eq(1)
+                    m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words),
+                                 wabs.eq(fbase + out_words)]
                     with m.If(padw):            # (acc_w is the word of data_end − 1)
-                        m.next = "PAD"          # the pad lies in a word of its own
+                        goto("PAD")             # the pad lies in a word of its own
                     with m.Elif(bad):
-                        m.next = "FAULT"
+                        goto("FAULT")
                     with m.Else():
                         take_packet()
             with m.State("PAD"):
                 # the word of pad bytes the payload did not reach: zeros, to the CRC only
-                m.d.comb += feed_v.eq(1)
                 with m.If(bad):
-                    m.next = "FAULT"
+                    goto("FAULT")
                 with m.Else():
                     take_packet()
             with m.State("FAULT"):
                 m.d.comb += self.fault.valid.eq(1)
                 with m.If(self.fault.ready):
-                    m.next = "IDLE"
+                    goto("IDLE")
         # the write's word, lanes and data are selected by the state only (HDR: the header
         # template's word ``wcount``; otherwise the gather's), not by its enable: ``w_en`` (the
         # take of a raw beat, ``room``) reaches ``acc`` only as its load enable
-        in_hdr = bfsm.ongoing("HDR")
-        m.d.comb += in_pad.eq(bfsm.ongoing("PAD"))
+        in_hdr = st["HDR"]
+        m.d.comb += [
+            in_pad.eq(st["PAD"]),
+            self.rd.resp.ready.eq(st["DATA"] & room),
+            take.eq(st["DATA"] & room & self.rd.resp.valid),
+            w_en.eq(room & st["HDR"] | take & ~(c_first & c_skip) | room & st["FLUSH"] & w_last),
+        ]
+        # a raw beat taken (DATA)
+        with m.If(take):
+            m.d.sync += [prev.eq(self.rd.resp.payload.data), wqm1.eq(wqm1 + 1),
+                         w_last.eq((wqm1 + 1)[:WB] == c_lastw), c_first.eq(0)]
+            with m.If(~(c_first & c_skip)):
+                m.d.sync += c_lo.eq(0)
+            with m.If(self.rd.resp.payload.err):
+                m.d.sync += bad.eq(1)
+            with m.If(self.rd.resp.payload.last):
+                m.d.sync += parts.eq(parts - 1)
+        with m.If(st["FIN"] & room & recq.i.ready):
+            m.d.comb += flush.eq(1)
+        with m.If(st["PAD"]):
+            m.d.comb += feed_v.eq(1)
         m.d.comb += [
             w_addr.eq(Mux(in_hdr, wcount, wqm1)),
             w_mask.eq(Mux(in_hdr, Mux(hlast, hkeep, ONES), gmask)),
