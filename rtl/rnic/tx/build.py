@@ -188,7 +188,8 @@ class TxBuild(wiring.Component):
         m.submodules.mem = mem = Memory(shape=W, depth=C, init=[], attrs={"no_rw_check": 1})
         wp = mem.write_port()
         rp = mem.read_port()
-        m.submodules.crc = crc = CRC32(W, init=crc_init_skipping(14, b"\xff" * 8))
+        m.submodules.crc = crc = CRC32(W, init=crc_init_skipping(14, b"\xff" * 8),
+                                       premasked=True)
         # each beat carries the frame's counter class (0: not an ACKNOWLEDGE, 1 ACK, 2 RNR NAK,
         # 3 NAK 0x60, 4 other NAK), used on its last beat
         m.submodules.outq = outq = Queue(data.StructLayout({"beat": beat_layout(W), "cls": 3}),
@@ -424,38 +425,39 @@ class TxBuild(wiring.Component):
                 lane = slice(8 * i, 8 * i + 8)
                 m.d.sync += acc[lane].eq(Mux(w_mask[i], w_data[lane],
                                              Mux(same, acc[lane], 0)))
-        # the CRC input, registered: the word, its masks from its index
-        # (the word and its index are selected by the state only: they matter only with
-        # feed_v, which is flush, or PAD's zero word)
+        # the CRC input, registered and masked here (the unit takes it as it is): acc's word,
+        # or PAD's word of zeros (index crc_last); the Ethernet lanes zeroed, the forced lanes
+        # ones, the lanes past the ICRC input's end zero. The word, its index and the lanes are
+        # selected by the state only: they matter only with feed_v (flush, or PAD).
         feed_v = Signal()
-        feed_d = Signal(W)
         feed_w = Signal(WB)
+        feed_last = Signal()             # feed_w is crc_last
         in_pad = Signal()
         m.d.comb += [wp.addr.eq(wabs[:CB]), wp.data.eq(acc), wp.en.eq(flush),
-                     feed_d.eq(Mux(in_pad, 0, acc)), feed_w.eq(Mux(in_pad, crc_last, acc_w))]
+                     feed_w.eq(Mux(in_pad, crc_last, acc_w)),
+                     feed_last.eq(in_pad | (acc_w == crc_last))]
         with m.If(flush):
             m.d.comb += feed_v.eq(1)
         cvalid, cdata = Signal(), Signal(W)
-        cforced, czero = Signal(nb), Signal(nb)
         ckeep, cfirst, clast = Signal(nb), Signal(), Signal()
-        m.d.sync += [cvalid.eq(feed_v), cdata.eq(feed_d), cfirst.eq(feed_w == 0),
-                     clast.eq(feed_w == crc_last),
-                     ckeep.eq(Mux(feed_w == crc_last, ckeep_last, ONES))]
+        m.d.sync += [cvalid.eq(feed_v), cfirst.eq(feed_w == 0), clast.eq(feed_last),
+                     ckeep.eq(Mux(feed_last, ckeep_last, ONES))]
         for i in range(nb):
+            # (the forced and Ethernet words are header words, never PAD's)
             forced = Const(0, 1)
             for fo in (15, 22, 24, 25, 40, 41, 46):      # TOS, TTL, IP csum, UDP csum, BTH[4]
                 if fo % nb == i:
-                    forced = forced | (feed_w == fo // nb)
+                    forced = forced | (acc_w == fo // nb)
             zero = Const(0, 1)
             for wi in range(-(-14 // nb)):                # the Ethernet header's lanes
                 if wi * nb + i < 14:
-                    zero = zero | (feed_w == wi)
-            m.d.sync += [cforced[i].eq(forced), czero[i].eq(zero)]
-        masked_lanes = [Mux(cforced[i], 0xFF, Mux(czero[i], 0, cdata[8 * i:8 * i + 8]))
-                        for i in range(nb)]
+                    zero = zero | (acc_w == wi)
+            kept = ~feed_last | ckeep_last[i]
+            m.d.sync += cdata[8 * i:8 * i + 8].eq(
+                Mux(in_pad | ~kept, 0, Mux(forced, 0xFF, Mux(zero, 0, acc[8 * i:8 * i + 8]))))
         m.d.comb += [
             crc.i.valid.eq(cvalid),
-            crc.i.payload.data.eq(Cat(*masked_lanes)),
+            crc.i.payload.data.eq(cdata),
             crc.i.payload.keep.eq(ckeep),
             crc.i.payload.first.eq(cfirst),
             crc.i.payload.last.eq(clast),
