@@ -216,15 +216,16 @@ class TxBuild(wiring.Component):
             imm = Cat(*[op == o for o in IMM4_OPCODES]).any()
             return 54 + Mux(reth, 16, 0) + Mux(imm, 4, 0)
 
-        hq = Signal(data.StructLayout({"hdr_len": range(MAX_HDR + 1), "paylen": 13, "dip": 32}))
+        # (``dsum``: the destination address's two halves added, for the IPv4 checksum)
+        hq = Signal(data.StructLayout({"hdr_len": range(MAX_HDR + 1), "paylen": 13, "dsum": 17}))
         m.d.sync += [hq.hdr_len.eq(hdr_len_of(h.opcode) + Mux(h.aeth, 4, 0)),
-                     hq.paylen.eq(h.paylen), hq.dip.eq(h.dip)]
+                     hq.paylen.eq(h.paylen), hq.dsum.eq(h.dip[16:32] + h.dip[0:16])]
         h_hdr_len = hq.hdr_len
         h_pad = Signal(2)
         m.d.comb += h_pad.eq(-hq.paylen)
         p_data_end, p_crc_end = Signal(PB), Signal(PB)
         p_hdr_len = Signal(range(MAX_HDR + 1))
-        p_ip_len = Signal(16)
+        p_asum = Signal(19)             # the checksum's terms but the length, less 10
         p_csum_sum = Signal(20)
         p_csum = Signal(16)
         p_out_words = Signal(WB)        # words sent: max(crc_end + 4, 60) bytes
@@ -238,9 +239,9 @@ class TxBuild(wiring.Component):
         m.d.sync += [
             p_data_end.eq(h_hdr_len + hq.paylen), p_crc_end.eq(h_hdr_len + hq.paylen + h_pad),
             p_hdr_len.eq(h_hdr_len),
-            p_ip_len.eq(p_crc_end + 4 - 14),
-            p_csum_sum.eq(0x4500 + p_ip_len + 0x4000 + 0x4011
-                          + sip[16:32] + sip[0:16] + hq.dip[16:32] + hq.dip[0:16]),
+            # the IPv4 total length is crc_end + 4 − 14: its 4 − 14 goes with the constants
+            p_asum.eq(0x4500 + 0x4000 + 0x4011 + 4 - 14 + sip[16:32] + sip[0:16] + hq.dsum),
+            p_csum_sum.eq(p_asum + p_crc_end),
             p_out_words.eq(Mux(p_crc_end < wire.MIN_FRAME - 4, -(-wire.MIN_FRAME // nb),
                                (p_crc_end + 4 + nb - 1) >> lg)),
             p_crc_last.eq((p_crc_end - 1) >> lg),
@@ -604,7 +605,7 @@ class TxBuild(wiring.Component):
                 m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
                 m.d.sync += [r_cls.eq(h_cls), r_qpn.eq(h.qpn),
                              data_end.eq(p_data_end), crc_end.eq(p_crc_end),
-                             hdr_len_r.eq(p_hdr_len), ip_len.eq(p_ip_len), csum.eq(p_csum),
+                             hdr_len_r.eq(p_hdr_len), ip_len.eq(p_crc_end + 4 - 14), csum.eq(p_csum),
                              out_words.eq(p_out_words), crc_last.eq(p_crc_last),
                              ckeep_last.eq(p_ckeep), hdr_last.eq(p_hdr_last),
                              hkeep.eq(p_hkeep), fkeep.eq(p_fkeep), padw.eq(p_padw),
@@ -641,7 +642,7 @@ class TxBuild(wiring.Component):
             with m.Else():
                 goto("CHUNK")
 
-        with m.FSM(name="builder") as bfsm:
+        with m.FSM(name="builder"):
             with m.State("IDLE"):
                 take_packet()
             with m.State("HDR"):
