@@ -107,6 +107,9 @@ class CRC32(wiring.Component):
         Data width W: 64, 128, 256 or 512.
     init : int
         Initial register value (default ``0xFFFFFFFF``, giving ``zlib.crc32``).
+    premasked : bool
+        The source zeroes the bytes outside ``keep`` itself (default False: the unit masks
+        them, one level of logic before its data term).
 
     Attributes
     ----------
@@ -121,9 +124,10 @@ class CRC32(wiring.Component):
         Cycles from the last beat accepted to ``o.valid``.
     """
 
-    def __init__(self, width, *, init=CRC_INIT):
+    def __init__(self, width, *, init=CRC_INIT, premasked=False):
         self.width = check_width(width)
         self.init = init
+        self.premasked = premasked
         self.nbytes = width // 8
         self.kbits = self.nbytes.bit_length()          # k in 0 .. W/8
         self.chunks = max(1, width // 64)
@@ -140,9 +144,12 @@ class CRC32(wiring.Component):
 
         # Stage 1: mask invalid bytes, per-chunk data terms.
         masked = Signal(W)      # a signal, so each XOR tap below is one wire, not a new mux
-        m.d.comb += masked.eq(Cat(*[Mux(self.i.payload.keep[b],
-                                        self.i.payload.data[8 * b:8 * b + 8], 0)
-                                    for b in range(nb)]))
+        if self.premasked:
+            m.d.comb += masked.eq(self.i.payload.data)
+        else:
+            m.d.comb += masked.eq(Cat(*[Mux(self.i.payload.keep[b],
+                                            self.i.payload.data[8 * b:8 * b + 8], 0)
+                                        for b in range(nb)]))
         missing = Signal(self.kbits)
         m.d.comb += missing.eq(nb - sum(self.i.payload.keep[b] for b in range(nb)))
         g_rows = _data_rows(nb)

@@ -188,7 +188,8 @@ class TxBuild(wiring.Component):
         m.submodules.mem = mem = Memory(shape=W, depth=C, init=[], attrs={"no_rw_check": 1})
         wp = mem.write_port()
         rp = mem.read_port()
-        m.submodules.crc = crc = CRC32(W, init=crc_init_skipping(14, b"\xff" * 8))
+        m.submodules.crc = crc = CRC32(W, init=crc_init_skipping(14, b"\xff" * 8),
+                                       premasked=True)
         # each beat carries the frame's counter class (0: not an ACKNOWLEDGE, 1 ACK, 2 RNR NAK,
         # 3 NAK 0x60, 4 other NAK), used on its last beat
         m.submodules.outq = outq = Queue(data.StructLayout({"beat": beat_layout(W), "cls": 3}),
@@ -215,15 +216,16 @@ class TxBuild(wiring.Component):
             imm = Cat(*[op == o for o in IMM4_OPCODES]).any()
             return 54 + Mux(reth, 16, 0) + Mux(imm, 4, 0)
 
-        hq = Signal(data.StructLayout({"hdr_len": range(MAX_HDR + 1), "paylen": 13, "dip": 32}))
+        # (``dsum``: the destination address's two halves added, for the IPv4 checksum)
+        hq = Signal(data.StructLayout({"hdr_len": range(MAX_HDR + 1), "paylen": 13, "dsum": 17}))
         m.d.sync += [hq.hdr_len.eq(hdr_len_of(h.opcode) + Mux(h.aeth, 4, 0)),
-                     hq.paylen.eq(h.paylen), hq.dip.eq(h.dip)]
+                     hq.paylen.eq(h.paylen), hq.dsum.eq(h.dip[16:32] + h.dip[0:16])]
         h_hdr_len = hq.hdr_len
         h_pad = Signal(2)
         m.d.comb += h_pad.eq(-hq.paylen)
         p_data_end, p_crc_end = Signal(PB), Signal(PB)
         p_hdr_len = Signal(range(MAX_HDR + 1))
-        p_ip_len = Signal(16)
+        p_asum = Signal(19)             # the checksum's terms but the length, less 10
         p_csum_sum = Signal(20)
         p_csum = Signal(16)
         p_out_words = Signal(WB)        # words sent: max(crc_end + 4, 60) bytes
@@ -237,9 +239,9 @@ class TxBuild(wiring.Component):
         m.d.sync += [
             p_data_end.eq(h_hdr_len + hq.paylen), p_crc_end.eq(h_hdr_len + hq.paylen + h_pad),
             p_hdr_len.eq(h_hdr_len),
-            p_ip_len.eq(p_crc_end + 4 - 14),
-            p_csum_sum.eq(0x4500 + p_ip_len + 0x4000 + 0x4011
-                          + sip[16:32] + sip[0:16] + hq.dip[16:32] + hq.dip[0:16]),
+            # the IPv4 total length is crc_end + 4 − 14: its 4 − 14 goes with the constants
+            p_asum.eq(0x4500 + 0x4000 + 0x4011 + 4 - 14 + sip[16:32] + sip[0:16] + hq.dsum),
+            p_csum_sum.eq(p_asum + p_crc_end),
             p_out_words.eq(Mux(p_crc_end < wire.MIN_FRAME - 4, -(-wire.MIN_FRAME // nb),
                                (p_crc_end + 4 + nb - 1) >> lg)),
             p_crc_last.eq((p_crc_end - 1) >> lg),
@@ -412,44 +414,51 @@ class TxBuild(wiring.Component):
         flush = Signal()                 # acc leaves this cycle (with or without a write)
         same = Signal()                  # w_addr is acc_w (set with the write)
         fbase = Signal(CB + 1)           # the frame's first word in the buffer (absolute)
-        rptr = Signal(CB + 1)            # the next word the emitter reads (absolute)
+        wabs = Signal(CB + 1)            # acc's buffer word, fbase + acc_w (set with them)
+        # the next word the emitter reads (absolute), less the 8 words of slack ``room`` keeps
+        rptr8 = Signal(CB + 1, init=(1 << (CB + 1)) - 8)
         with m.If(w_en):
             with m.If(~same):
                 m.d.comb += flush.eq(acc_v)
-                m.d.sync += acc_w.eq(w_addr)
+                m.d.sync += [acc_w.eq(w_addr), wabs.eq(fbase + w_addr)]
             m.d.sync += acc_v.eq(1)
             for i in range(nb):
                 lane = slice(8 * i, 8 * i + 8)
                 m.d.sync += acc[lane].eq(Mux(w_mask[i], w_data[lane],
                                              Mux(same, acc[lane], 0)))
-        # the CRC input, registered: the word, its masks from its index
+        # the CRC input, registered and masked here (the unit takes it as it is): acc's word,
+        # or PAD's word of zeros (index crc_last); the Ethernet lanes zeroed, the forced lanes
+        # ones, the lanes past the ICRC input's end zero. The word, its index and the lanes are
+        # selected by the state only: they matter only with feed_v (flush, or PAD).
         feed_v = Signal()
-        feed_d = Signal(W)
         feed_w = Signal(WB)
-        m.d.comb += [wp.addr.eq((fbase + acc_w)[:CB]), wp.data.eq(acc), wp.en.eq(flush)]
+        feed_last = Signal()             # feed_w is crc_last
+        in_pad = Signal()
+        m.d.comb += [wp.addr.eq(wabs[:CB]), wp.data.eq(acc), wp.en.eq(flush),
+                     feed_w.eq(Mux(in_pad, crc_last, acc_w)),
+                     feed_last.eq(in_pad | (acc_w == crc_last))]
         with m.If(flush):
-            m.d.comb += [feed_v.eq(1), feed_d.eq(acc), feed_w.eq(acc_w)]
+            m.d.comb += feed_v.eq(1)
         cvalid, cdata = Signal(), Signal(W)
-        cforced, czero = Signal(nb), Signal(nb)
         ckeep, cfirst, clast = Signal(nb), Signal(), Signal()
-        m.d.sync += [cvalid.eq(feed_v), cdata.eq(feed_d), cfirst.eq(feed_w == 0),
-                     clast.eq(feed_w == crc_last),
-                     ckeep.eq(Mux(feed_w == crc_last, ckeep_last, ONES))]
+        m.d.sync += [cvalid.eq(feed_v), cfirst.eq(feed_w == 0), clast.eq(feed_last),
+                     ckeep.eq(Mux(feed_last, ckeep_last, ONES))]
         for i in range(nb):
+            # (the forced and Ethernet words are header words, never PAD's)
             forced = Const(0, 1)
             for fo in (15, 22, 24, 25, 40, 41, 46):      # TOS, TTL, IP csum, UDP csum, BTH[4]
                 if fo % nb == i:
-                    forced = forced | (feed_w == fo // nb)
+                    forced = forced | (acc_w == fo // nb)
             zero = Const(0, 1)
             for wi in range(-(-14 // nb)):                # the Ethernet header's lanes
                 if wi * nb + i < 14:
-                    zero = zero | (feed_w == wi)
-            m.d.sync += [cforced[i].eq(forced), czero[i].eq(zero)]
-        masked_lanes = [Mux(cforced[i], 0xFF, Mux(czero[i], 0, cdata[8 * i:8 * i + 8]))
-                        for i in range(nb)]
+                    zero = zero | (acc_w == wi)
+            kept = ~feed_last | ckeep_last[i]
+            m.d.sync += cdata[8 * i:8 * i + 8].eq(
+                Mux(in_pad | ~kept, 0, Mux(forced, 0xFF, Mux(zero, 0, acc[8 * i:8 * i + 8]))))
         m.d.comb += [
             crc.i.valid.eq(cvalid),
-            crc.i.payload.data.eq(Cat(*masked_lanes)),
+            crc.i.payload.data.eq(cdata),
             crc.i.payload.keep.eq(ckeep),
             crc.i.payload.first.eq(cfirst),
             crc.i.payload.last.eq(clast),
@@ -467,7 +476,7 @@ class TxBuild(wiring.Component):
         # the cycle before (the builder's index moves at most 3 words in between)
         room = Signal()
         fill = Signal(CB + 1)
-        m.d.comb += fill.eq(fbase + acc_w + 8 - rptr)
+        m.d.comb += fill.eq(wabs - rptr8)
         m.d.sync += room.eq(~fill[CB])
 
         # ---- EMIT: payload, zero pad, ICRC (little-endian), Ethernet padding -------------------
@@ -520,7 +529,7 @@ class TxBuild(wiring.Component):
             with m.If(recq.o.valid & icq.o.valid):
                 m.d.comb += [recq.o.ready.eq(1), icq.o.ready.eq(1)]
                 with m.If(rec.drop):
-                    m.d.sync += rptr.eq(rptr + rec.words)
+                    m.d.sync += rptr8.eq(rptr8 + rec.words)
                     m.next = "IDLE"
                 with m.Else():
                     m.d.sync += [
@@ -549,7 +558,7 @@ class TxBuild(wiring.Component):
                 with m.If(outq.level + evalid + evalid2 < 5):
                     m.d.comb += rp.en.eq(1)
                     m.d.sync += [evalid.eq(1), eword.eq(eaddr), eaddr.eq(eaddr + 1),
-                                 rptr.eq(rptr + 1)]
+                                 rptr8.eq(rptr8 + 1)]
                     with m.If(eaddr == e_wlast):
                         m.next = "DRAIN"
             with m.State("DRAIN"):
@@ -579,22 +588,33 @@ class TxBuild(wiring.Component):
             recq.i.payload.drop.eq(bad),
         ]
 
+        # the builder's states that the write and the flush decode, as flip-flops set with each
+        # transition (the same as the FSM's state): ``w_en``, ``flush`` and the write's
+        # selects start from them, not from a decode of the state
+        st = {n: Signal(name=f"st_{n.lower()}") for n in ("HDR", "DATA", "FLUSH", "FIN", "PAD")}
+
+        take = Signal()                  # DATA takes a raw beat
+
+        def goto(state):
+            m.next = state
+            m.d.sync += [f.eq(n == state) for n, f in st.items()]
+
         def take_packet():
             """Take the next descriptor if its values are ready."""
             with m.If(head_ok):
                 m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
                 m.d.sync += [r_cls.eq(h_cls), r_qpn.eq(h.qpn),
                              data_end.eq(p_data_end), crc_end.eq(p_crc_end),
-                             hdr_len_r.eq(p_hdr_len), ip_len.eq(p_ip_len), csum.eq(p_csum),
+                             hdr_len_r.eq(p_hdr_len), ip_len.eq(p_crc_end + 4 - 14), csum.eq(p_csum),
                              out_words.eq(p_out_words), crc_last.eq(p_crc_last),
                              ckeep_last.eq(p_ckeep), hdr_last.eq(p_hdr_last),
                              hkeep.eq(p_hkeep), fkeep.eq(p_fkeep), padw.eq(p_padw),
                              has_reth.eq(Cat(*[h.opcode == op for op in RETH_OPCODES]).any()),
                              padcnt.eq(-h.paylen),
                              wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0)]
-                m.next = "HDR"
+                goto("HDR")
             with m.Else():
-                m.next = "IDLE"
+                goto("IDLE")
 
         def start_chunk(at):
             """Take the next chunk (payload byte position ``at``) if there is one."""
@@ -618,81 +638,91 @@ class TxBuild(wiring.Component):
                              hi_mask.eq((Const(2, nb + 1)
                                          << (at[:lg] + chq.o.payload.lenm1[:lg])[:lg]) - 1),
                              rot.eq(nb - d0[:lg]), prev.eq(0)]
-                m.next = "DATA"
+                goto("DATA")
             with m.Else():
-                m.next = "CHUNK"
+                goto("CHUNK")
 
-        with m.FSM(name="builder") as bfsm:
+        with m.FSM(name="builder"):
             with m.State("IDLE"):
                 take_packet()
             with m.State("HDR"):
                 # header words 0 .. hdr_last (the payload fills the rest of the last; the
                 # template's bytes past the header, e.g. an unused IMMDT, are not written)
                 with m.If(room):
-                    m.d.comb += [
-                        w_en.eq(1), w_addr.eq(wcount),
-                        w_mask.eq(Mux(hlast, hkeep, ONES)),
-                        w_data.eq(hdr.word_select(wcount[:max(1, (hdr_words - 1).bit_length())]
-                                                  if hdr_words > 1 else 0, W)),
-                    ]
                     m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
                     with m.If(hlast):
                         m.d.sync += [pos.eq(hdr_len_r), pos_end.eq(hdr_len_r == data_end)]
-                        m.next = "CHUNK"
+                        goto("CHUNK")
             with m.State("CHUNK"):
                 with m.If(pos_end):
-                    m.next = "FIN"
+                    goto("FIN")
                 with m.Else():
                     start_chunk(pos)
             with m.State("DATA"):
-                m.d.comb += self.rd.resp.ready.eq(room)
-                with m.If(self.rd.resp.valid & room):
-                    m.d.comb += [w_en.eq(~(c_first & c_skip)), w_addr.eq(wqm1),
-                                 w_data.eq(funnel[:W]), w_mask.eq(gmask),
-                                 same.eq(c_lo & lo_same)]
-                    m.d.sync += [prev.eq(self.rd.resp.payload.data), wqm1.eq(wqm1 + 1),
-                                 w_last.eq((wqm1 + 1)[:WB] == c_lastw), c_first.eq(0)]
-                    with m.If(~(c_first & c_skip)):
-                        m.d.sync += c_lo.eq(0)
-                    with m.If(self.rd.resp.payload.err):
-                        m.d.sync += bad.eq(1)
-                    with m.If(self.rd.resp.payload.last):
-                        m.d.sync += parts.eq(parts - 1)
-                        with m.If(parts == 1):
-                            m.next = "FLUSH"
+                # (the beat's take, ``take``, below)
+                with m.If(take & self.rd.resp.payload.last & (parts == 1)):
+                    goto("FLUSH")
             with m.State("FLUSH"):
                 # the last raw beat's upper bytes, if the chunk has any in the next word; then
                 # the next chunk or the frame's end
                 with m.If(room):
-                    m.d.comb += [w_en.eq(w_last), w_addr.eq(wqm1),
-                                 w_data.eq(funnel[:W]), w_mask.eq(gmask),
-                                 same.eq(c_lo & lo_same)]
                     with m.If(c_done):
-                        m.next = "FIN"
+                        goto("FIN")
                     with m.Else():
                         start_chunk(pos)
             with m.State("FIN"):
                 # the last word leaves acc; the frame's record is queued (its ICRC follows)
                 with m.If(room & recq.i.ready):
-                    m.d.comb += [flush.eq(1), recq.i.valid.eq(1)]
-                    m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words)]
+                    m.d.comb += recq.i.valid.eq(1)
+                    m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words),
+                                 wabs.eq(fbase + out_words)]
                     with m.If(padw):            # (acc_w is the word of data_end − 1)
-                        m.next = "PAD"          # the pad lies in a word of its own
+                        goto("PAD")             # the pad lies in a word of its own
                     with m.Elif(bad):
-                        m.next = "FAULT"
+                        goto("FAULT")
                     with m.Else():
                         take_packet()
             with m.State("PAD"):
                 # the word of pad bytes the payload did not reach: zeros, to the CRC only
-                m.d.comb += [feed_v.eq(1), feed_d.eq(0), feed_w.eq(crc_last)]
                 with m.If(bad):
-                    m.next = "FAULT"
+                    goto("FAULT")
                 with m.Else():
                     take_packet()
             with m.State("FAULT"):
                 m.d.comb += self.fault.valid.eq(1)
                 with m.If(self.fault.ready):
-                    m.next = "IDLE"
-        with m.If(~bfsm.ongoing("HDR")):
+                    goto("IDLE")
+        # the write's word, lanes and data are selected by the state only (HDR: the header
+        # template's word ``wcount``; otherwise the gather's), not by its enable: ``w_en`` (the
+        # take of a raw beat, ``room``) reaches ``acc`` only as its load enable
+        in_hdr = st["HDR"]
+        m.d.comb += [
+            in_pad.eq(st["PAD"]),
+            self.rd.resp.ready.eq(st["DATA"] & room),
+            take.eq(st["DATA"] & room & self.rd.resp.valid),
+            w_en.eq(room & st["HDR"] | take & ~(c_first & c_skip) | room & st["FLUSH"] & w_last),
+        ]
+        # a raw beat taken (DATA)
+        with m.If(take):
+            m.d.sync += [prev.eq(self.rd.resp.payload.data), wqm1.eq(wqm1 + 1),
+                         w_last.eq((wqm1 + 1)[:WB] == c_lastw), c_first.eq(0)]
+            with m.If(~(c_first & c_skip)):
+                m.d.sync += c_lo.eq(0)
+            with m.If(self.rd.resp.payload.err):
+                m.d.sync += bad.eq(1)
+            with m.If(self.rd.resp.payload.last):
+                m.d.sync += parts.eq(parts - 1)
+        with m.If(st["FIN"] & room & recq.i.ready):
+            m.d.comb += flush.eq(1)
+        with m.If(st["PAD"]):
+            m.d.comb += feed_v.eq(1)
+        m.d.comb += [
+            w_addr.eq(Mux(in_hdr, wcount, wqm1)),
+            w_mask.eq(Mux(in_hdr, Mux(hlast, hkeep, ONES), gmask)),
+            w_data.eq(Mux(in_hdr, hdr.word_select(wcount[:max(1, (hdr_words - 1).bit_length())]
+                                                  if hdr_words > 1 else 0, W), funnel[:W])),
+            same.eq(~in_hdr & c_lo & lo_same),
+        ]
+        with m.If(~in_hdr):
             m.d.sync += r.eq(h)
         return m
