@@ -605,7 +605,8 @@ class TxBuild(wiring.Component):
                 m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
                 m.d.sync += [r_cls.eq(h_cls), r_qpn.eq(h.qpn),
                              data_end.eq(p_data_end), crc_end.eq(p_crc_end),
-                             hdr_len_r.eq(p_hdr_len), ip_len.eq(p_crc_end + 4 - 14), csum.eq(p_csum),
+                             hdr_len_r.eq(p_hdr_len), ip_len.eq(p_crc_end + 4 - 14),
+                             csum.eq(p_csum),
                              out_words.eq(p_out_words), crc_last.eq(p_crc_last),
                              ckeep_last.eq(p_ckeep), hdr_last.eq(p_hdr_last),
                              hkeep.eq(p_hkeep), fkeep.eq(p_fkeep), padw.eq(p_padw),
