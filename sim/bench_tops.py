@@ -17,7 +17,7 @@ from rnic.resp.psn_check import (PsnCheck, done_layout, exe_layout, qpn_layout, 
 from rnic.resp.qp_context import qp_set_event_layout
 from rnic.stream import BeatStream
 from rnic.tx.arbiter import TxArbiter
-from rnic.tx.build import TxBuild, pkt_layout
+from rnic.tx.build import TxBuild, connect_path, pkt_layout
 
 from .wrap import flat_top
 
@@ -73,7 +73,8 @@ class PsnBench(wiring.Component):
         m = Module()
         m.submodules.psn = psn = PsnCheck(width=self.width, num_qp=self.num_qp)
         m.submodules.arb = arb = TxArbiter()
-        m.submodules.build = build = TxBuild(self.width)
+        m.submodules.build = build = TxBuild(self.width, num_qp=self.num_qp)
+        connect_path(m, psn.qp_set, build.qp_path)
         for name in ("meta", "payload", "rq_db", "cmd", "fault"):
             connect(m, wiring.flipped(getattr(self, name)), getattr(psn, name))
         for name in ("pay_out", "ack_out", "rq_flush", "event", "qp_reset", "qp_set"):

@@ -867,8 +867,8 @@ async def qp_set_events(dut):
     tb = TB(dut)
     await tb.start()
     assert sorted(e["qpn"] for e in tb.qp_sets) == list(range(NUM_QP))
-    assert all(e["state"] == 0 and e["sq_psn"] == 0 and not any(e["static"].values())
-               for e in tb.qp_sets)
+    assert all(e["set"] == 1 and e["state"] == 0 and e["sq_psn"] == 0
+               and not any(e["static"].values()) for e in tb.qp_sets)
     sq = {}
 
     async def set_and_check(q, state, exp_res=0, **kw):
@@ -883,7 +883,7 @@ async def qp_set_events(dut):
             sq[q] = kw["sq_psn"]
         elif state == 0:
             sq[q] = 0
-        assert tb.qp_sets[n:] == [{"qpn": q, "state": state, "sq_psn": sq.get(q, 0),
+        assert tb.qp_sets[n:] == [{"qpn": q, "set": 1, "state": state, "sq_psn": sq.get(q, 0),
                                    "static": static_of(tb.qp_args(q, state, **kw))}], \
             (tb.qp_sets[n:], static_of(tb.qp_args(q, state, **kw)))
 
@@ -913,9 +913,11 @@ async def qp_set_events(dut):
     err = [e for e in tb.qp_sets[n:] if e["state"] == 6]
     assert sorted(e["qpn"] for e in err) == [2, 3, 4], tb.qp_sets[n:]
     for e in err:
+        # (a move to ERROR leaves the path as SET_QP wrote it: its fields are sent as 0)
         q = e["qpn"]
-        assert e["sq_psn"] == sq[q] and e["static"] == static_of(tb.qp_args(q, 3, epsn=P0,
-                                                                          min_rnr=q))
+        want = dict(static_of(tb.qp_args(q, 3, epsn=P0, min_rnr=q)),
+                    rmac=0, rip=0, sport=0, dest_qpn=0)
+        assert e["set"] == 0 and e["sq_psn"] == sq[q] and e["static"] == want, e
     assert sorted(ev["number"] for ev in tb.events) == [2, 3, 4]
     for q in (2, 3, 4):
         await tb.query(q)
@@ -1085,10 +1087,11 @@ async def reset_forgets_pending_responses(dut):
 @cocotb.test()
 async def tx_arbiter_shares(dut):
     """ACK/NAK descriptors and request descriptors (payload-free SEND_ONLY frames on the
-    arbiter's other input) share the one frame builder: every frame of both comes out whole."""
+    arbiter's other input) share the one frame builder: every frame of both comes out whole,
+    the requests with the addresses SET_QP wrote for their QP."""
     tb = await setup(dut, qps=(2,), epsn=P0)
-    req = {"dmac": 0x0200000000AB, "dip": 0x0A0000AB, "sport": 0xC123, "dqpn": 0x4567,
-           "opcode": SEND_ONLY, "se": 0, "ackreq": 1, "va": 0, "rkey": 0, "dmalen": 0,
+    r = remote(2)
+    req = {"opcode": SEND_ONLY, "se": 0, "ackreq": 1, "va": 0, "rkey": 0, "dmalen": 0,
            "imm": 0, "paylen": 0, "qpn": 2, "aeth": 0, "syndrome": 0, "msn": 0}
     for k in range(6):
         tb.tx1_q.append(dict(req, psn=0x100 + k))
@@ -1099,9 +1102,9 @@ async def tx_arbiter_shares(dut):
     assert len(reqs) == 6
     for k, f in enumerate(reqs):
         s = Ether(f)
-        assert len(f) == 60 and s[Ether].dst == "02:00:00:00:00:ab" and s[IP].dst == "10.0.0.171"
-        assert s[IP].len == 44 and s[UDP].sport == 0xC123 and s[UDP].dport == 4791
-        assert s[BTH].opcode == SEND_ONLY and s[BTH].dqpn == 0x4567 and s[BTH].psn == 0x100 + k
+        assert len(f) == 60 and s[Ether].dst == mac_str(r["mac"]) and s[IP].dst == ip_str(r["ip"])
+        assert s[IP].len == 44 and s[UDP].sport == r["sport"] and s[UDP].dport == 4791
+        assert s[BTH].opcode == SEND_ONLY and s[BTH].dqpn == r["dqpn"] and s[BTH].psn == 0x100 + k
         assert s[BTH].ackreq == 1 and f[54:58] == icrc_of(f)
         assert wire.ipv4_checksum(f[14:24] + b"\0\0" + f[26:34]) == s[IP].chksum
     assert [decode_tx(f) for f in acks] == tb.expected or table_match(

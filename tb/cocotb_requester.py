@@ -25,6 +25,7 @@ from rnic import wire
 from rnic.ifaces import CmdOp, cmd_layout, resp_layout
 from tb.cocotb_mailbox import ArgRegs
 from rnic.req import ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
+from rnic.tx.build import path_set_layout
 from rnic.req.requester import doorbell_layout
 from sim.hostmem import HostMem
 from sim.models import requester as model
@@ -64,6 +65,7 @@ class TB:
         self.db = Source(dut, "sq_db", doorbell_layout, dut.clk)
         self.qpset = Source(dut, "qp_set", qp_set_layout, dut.clk)
         self.ctx_resp = Source(dut, "ctx_resp", req_ctx_layout, dut.clk)
+        self.qp_path = Source(dut, "qp_path", path_set_layout, dut.clk)
         self.ctx_req = Sink(dut, "ctx_req", 24, dut.clk)
         self.ack = Source(dut, "ack", ack_layout, dut.clk)
         self.sent = {}          # qpn -> [(wr_id, op, flags, length, last_psn)] not yet retired
@@ -87,7 +89,8 @@ class TB:
         while True:
             await FallingEdge(self.dut.clk)
             while served < len(self.ctx_req.items):
-                self.ctx_resp.put(self.ctx[self.ctx_req.items[served]])
+                c = self.ctx[self.ctx_req.items[served]]
+                self.ctx_resp.put({k: c[k] for k, _ in req_ctx_layout})
                 served += 1
 
     async def watch_gaps(self):
@@ -134,6 +137,9 @@ class TB:
         self.ctx[qpn] = ctx_for(qpn, state, **cfg)
         sq_psn = 0xFFFFF0 + qpn             # wraps through 0 during the test
         self.qpset.put(dict(qpn=qpn, state=state, sq_psn=sq_psn))
+        c = self.ctx[qpn]
+        self.qp_path.put(dict(qpn=qpn, path=dict(dmac=c["rmac"], dip=c["rip"], sport=c["sport"],
+                                                 dqpn=c["dest_qpn"])))
         if state == 3:
             self.psn[qpn] = sq_psn
             self.noack[qpn] = 0

@@ -12,7 +12,7 @@ from rnic.keys.key_cache import KeyCache
 from rnic.req import Requester, ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
 from rnic.req.requester import doorbell_layout
 from rnic.stream import BeatStream
-from rnic.tx.build import TxBuild
+from rnic.tx.build import TxBuild, path_set_layout
 from sim.models import requester as model
 from sim.runner import run_cocotb
 from sim.bench_tops import flat_top_axi
@@ -22,7 +22,8 @@ NUM_QP = 16
 
 class ReqHarness(wiring.Component):
     """Requester + the TX frame builder (its packet descriptors and gather chunks) + HostMemory
-    (2 read clients: WQEs, gather) + KeyCache (1 lookup port), context served by the bench."""
+    (2 read clients: WQEs, gather) + KeyCache (1 lookup port), context and the builder's path
+    table served by the bench."""
 
     def __init__(self, width, num_qp=NUM_QP, ring_depth=None):
         self.width, self.num_qp, self.ring_depth = width, num_qp, ring_depth
@@ -31,6 +32,7 @@ class ReqHarness(wiring.Component):
             "tx": Out(BeatStream(width)),
             "sq_db": In(stream.Signature(doorbell_layout)),
             "qp_set": In(stream.Signature(qp_set_layout)),
+            "qp_path": In(stream.Signature(path_set_layout)),
             "ctx_req": Out(stream.Signature(24)),
             "ctx_resp": In(stream.Signature(req_ctx_layout)),
             "ack": In(stream.Signature(ack_layout)),
@@ -47,7 +49,7 @@ class ReqHarness(wiring.Component):
         m = Module()
         m.submodules.req = req = Requester(width=self.width, num_qp=self.num_qp,
                                            ring_depth=self.ring_depth)
-        m.submodules.build = build = TxBuild(self.width)
+        m.submodules.build = build = TxBuild(self.width, num_qp=self.num_qp)
         m.submodules.hm = hm = HostMemory(width=self.width, read_clients=2, write_clients=0,
                                           max_reads=4, read_buffer=64)
         m.submodules.kc = kc = KeyCache(key_entries=8, num_ports=1)
@@ -64,6 +66,9 @@ class ReqHarness(wiring.Component):
             wiring.connect(m, getattr(req, name), wiring.flipped(getattr(self, name)))
         for name in ("sq_db", "qp_set", "ctx_resp", "ack"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(req, name))
+        # the builder's path table, written by the bench (always ready)
+        m.d.comb += [build.qp_path.valid.eq(self.qp_path.valid),
+                     build.qp_path.payload.eq(self.qp_path.payload), self.qp_path.ready.eq(1)]
         m.d.comb += [build.local_mac.eq(self.local_mac), build.local_ip.eq(self.local_ip),
                      self.retx.eq(req.retx)]
         # us_tick every us_cycles cycles, as the top derives it from US_CYCLES

@@ -43,7 +43,7 @@ from .keys.key_cache import KeyCache, lookup_req_layout
 from .host.cqe_gen import CqeGen
 from .host.axi_master import HostMemory
 from .tx.arbiter import TxArbiter
-from .tx.build import TxBuild, chunk_layout
+from .tx.build import TxBuild, chunk_layout, connect_path
 from .stream import SkidBuffer, StreamMerge
 from .req.requester import Requester
 from .req.req_context import ReqContext
@@ -168,7 +168,7 @@ class RNIC(wiring.Component):
             read_buffer=tuple(beats for _, beats in READ_CLIENTS), max_burst=64)
         hmem_rd = {name: getattr(hmem, f"read_{i}") for i, (name, _) in enumerate(READ_CLIENTS)}
         m.submodules.tx_arbiter = arb = TxArbiter()
-        m.submodules.tx_build = build = TxBuild(W)
+        m.submodules.tx_build = build = TxBuild(W, num_qp=cfg.num_qp)
         m.submodules.requester = req = Requester(width=W, num_qp=cfg.num_qp)
         m.submodules.req_context = rctx = ReqContext(num_qp=cfg.num_qp)
 
@@ -237,6 +237,7 @@ class RNIC(wiring.Component):
         #      chunks -> TX frame builder; ACKs from PSN Check; completions through ReqContext
         #      into CQE Generation ------------------------------------------------------------
         wiring.connect(m, psn.qp_set, rctx.qp_set)
+        connect_path(m, psn.qp_set, build.qp_path)      # the QPs' addresses, for every frame
         wiring.connect(m, rctx.req_qp_set, req.qp_set)
         wiring.connect(m, req.ctx_req, rctx.ctx_req)
         wiring.connect(m, rctx.ctx_resp, req.ctx_resp)

@@ -149,7 +149,8 @@ BLOCKS = {
                        ("data_width", "num_qp")),
     "req_context": Block("rnic.req.req_context", lambda m, c: m.ReqContext(num_qp=c.num_qp),
                          ("num_qp",)),
-    "tx_build": Block("rnic.tx.build", lambda m, c: m.TxBuild(c.data_width)),
+    "tx_build": Block("rnic.tx.build", lambda m, c: m.TxBuild(c.data_width, num_qp=c.num_qp),
+                      ("data_width", "num_qp")),
     # with the core's per-counter increment bounds
     "control_plane": Block("rnic.control.control_plane",
                            lambda m, c: m.ControlPlane(c, max_inc=_core_stat_bounds()),

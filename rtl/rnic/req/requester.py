@@ -86,13 +86,9 @@ ack_layout = data.StructLayout({"qpn": 24, "psn": 24, "syndrome": 8})
 req_ctx_layout = data.StructLayout({
     "state": 3,
     "pmtu": 3,          # 1=256 … 5=4096
-    "dest_qpn": 24,
     "pd": 16,
     "sq_base": 64,      # 64-byte aligned
     "sq_log": 5,
-    "rmac": 48,
-    "rip": 32,
-    "sport": 16,
     "timeout": 5,       # retransmit timer 4.096 µs · 2^timeout, 0 = none
     "retry_cnt": 3,     # retries after a timeout or NAK 0x60 (7 = seven)
     "rnr_retry": 3,     # retries after an RNR NAK (7 = forever)
@@ -563,8 +559,7 @@ class Requester(wiring.Component):
         imm_word = Mux(wop == 2, immf, Cat(immf[24:32], immf[16:24], immf[8:16], immf[0:8]))
         pk = self.pkt.payload
         m.d.comb += [
-            pk.dmac.eq(ctx.rmac), pk.dip.eq(ctx.rip), pk.sport.eq(ctx.sport),
-            pk.dqpn.eq(ctx.dest_qpn), pk.opcode.eq(opcode),
+            pk.opcode.eq(opcode),
             pk.se.eq(fits & flags[1] & (wop != 3)), pk.ackreq.eq(ackreq), pk.psn.eq(dyn.psn),
             pk.va.eq(raddr), pk.rkey.eq(rkey), pk.dmalen.eq(total), pk.imm.eq(imm_word),
             pk.paylen.eq(pay), pk.qpn.eq(qpn),

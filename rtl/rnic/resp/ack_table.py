@@ -21,7 +21,7 @@ Rule (per QP, for responses decided while earlier ones of the same QP still wait
 
 QPs with something pending are served first come, first served: a FIFO of QPNs (each QP at most
 once in it, so ``num_qp`` entries never overflow) feeds a take stage that snapshots the QP's
-entry (flags, ACK, NAK, addresses) and emits its one or two frames on ``o``. A response that
+entry (flags, ACK, NAK) and emits its one or two frames on ``o``. A response that
 arrives for the QP in the same cycle as its take starts a fresh entry (queued again).
 
 Storage: the flags live in two small LUT RAMs, one written only by inserts and one only by
@@ -31,16 +31,16 @@ complement of the take-side one; a take clears both by copying the insert-side b
 take side. ``nak_first`` is a plain bit on the insert side (only meaningful while both are
 pending). The insert's lookup starts a cycle ahead, on the input: the QP's bits are read there
 and registered, each replaced by what the insert or the take of that cycle writes to the same
-QP. rst does not reach a RAM: for ``num_qp`` cycles after ``rst`` the take side copies the
-insert side for every QP, so nothing is pending; no response is decided meanwhile (PSN Check
-takes no packet while its QP context sweeps, for as long after ``rst``). ACK {PSN, MSN}, NAK {PSN, MSN, syndrome} and the QP's addresses {dmac,
-dip, sport, dqpn} (the newest response's) are three block-RAM tables written by every response
-and read, non-transparently, by the take stage. Throughput: one frame per cycle on ``o`` (one take per
-cycle when each QP holds one frame). Latency: the input is registered, the QP FIFO has two
-cycles, the take pipeline three (the popped QPN registered; the take reads and clears the
-flags and issues the table reads; the block RAM outputs are registered before any logic) and a
-4-entry output queue (which keeps ``o.ready`` out of the take logic) one: about 7 cycles from
-``i`` to ``o``.
+QP. rst does not reach a RAM: for ``num_qp`` cycles after ``rst`` the take side copies the insert
+side for every QP, so nothing is pending; no response is decided meanwhile (PSN Check takes no
+packet while its QP context sweeps, for as long after ``rst``). ACK {PSN, MSN} and NAK {PSN, MSN,
+syndrome} are two block-RAM tables written by every response of their kind and read,
+non-transparently, by the take stage. A frame names its QP by local QPN; the TX frame builder adds
+the QP's addresses from its path table. Throughput: one frame per cycle on ``o`` (one take per
+cycle when each QP holds one frame). Latency: the input is registered, the QP FIFO has two cycles,
+the take pipeline three (the popped QPN registered; the take reads and clears the flags and issues
+the table reads; the block RAM outputs are registered before any logic) and a 4-entry output queue
+(which keeps ``o.ready`` out of the take logic) one: about 7 cycles from ``i`` to ``o``.
 
 Python twin: :func:`sim.models.psn.pending_reduce` / :func:`sim.models.psn.table_match`.
 """
@@ -56,13 +56,12 @@ __all__ = ["AckTable", "ack_item_layout"]
 
 
 def ack_item_layout(abits):
-    """One decided response: the local QP index and the frame to build."""
-    return data.StructLayout({"qpn": abits, "hdr": tx_hdr_layout})
+    """One decided response: the local QP index and its AETH (syndrome 0x1F: a positive ACK)."""
+    return data.StructLayout({"qpn": abits, "psn": 24, "msn": 24, "syndrome": 8})
 
 
 _ack_layout = data.StructLayout({"psn": 24, "msn": 24})
 _nak_layout = data.StructLayout({"psn": 24, "msn": 24, "syndrome": 8})
-_addr_layout = data.StructLayout({"dmac": 48, "dip": 32, "sport": 16, "dqpn": 24})
 
 
 _ins_layout = data.StructLayout({"ack": 1, "nak": 1, "nak_first": 1})
@@ -80,9 +79,10 @@ class AckTable(wiring.Component):
     Attributes
     ----------
     i : In(stream.Signature(ack_item_layout(abits)))
-        Decided responses (``hdr.aeth`` = 1, ``hdr.opcode`` = 0x11); ``ready`` is always 1.
+        Decided responses; ``ready`` is always 1.
     o : Out(stream.Signature(tx_hdr_layout))
-        Frames to build (PSN Check's ``ack_tx``, to the TX frame builder).
+        Frames to build (PSN Check's ``ack_tx``, to the TX frame builder): ACKNOWLEDGE (0x11)
+        with an AETH, ``qpn`` the local QP.
     pending : Out(1)
         Some response is held.
     """
@@ -109,9 +109,8 @@ class AckTable(wiring.Component):
 
         m.submodules.ackm = ackm = memory.Memory(shape=_ack_layout, depth=n, init=[])
         m.submodules.nakm = nakm = memory.Memory(shape=_nak_layout, depth=n, init=[])
-        m.submodules.adrm = adrm = memory.Memory(shape=_addr_layout, depth=n, init=[])
-        ack_w, nak_w, adr_w = ackm.write_port(), nakm.write_port(), adrm.write_port()
-        ack_r, nak_r, adr_r = ackm.read_port(), nakm.read_port(), adrm.read_port()
+        ack_w, nak_w = ackm.write_port(), nakm.write_port()
+        ack_r, nak_r = ackm.read_port(), nakm.read_port()
 
         m.submodules.qf = qf = Queue(ab, n)
         # the frames leave through a short queue, so that the TX arbiter's ready does not
@@ -147,7 +146,7 @@ class AckTable(wiring.Component):
         r_nf = Signal()
         r_a = Signal(_ack_layout)
         r_n = Signal(_nak_layout)
-        r_d = Signal(_addr_layout)
+        r_q = Signal(ab)
         r_second = Signal()         # emitting the second of two frames
         two = Signal()
         m.d.comb += two.eq(r_ack & r_nak)
@@ -166,7 +165,7 @@ class AckTable(wiring.Component):
             m.d.sync += [t_valid.eq(1), t_q.eq(qf.o.payload)]
         with m.Elif(take):
             m.d.sync += t_valid.eq(0)
-        for rp in (ack_r, nak_r, adr_r):
+        for rp in (ack_r, nak_r):
             m.d.comb += [rp.addr.eq(head), rp.en.eq(take)]
         # the head's flags as they stand (the take reads and clears them)
         h_ins = ins_at_head.data
@@ -176,8 +175,9 @@ class AckTable(wiring.Component):
                      tk_w.addr.eq(Mux(sweeping, sweep_q, head)),
                      tk_w.data.ack.eq(h_ins.ack), tk_w.data.nak.eq(h_ins.nak),
                      tk_w.en.eq(sweeping | take)]
+        s_q = Signal(ab)
         with m.If(take):
-            m.d.sync += [s_valid.eq(1),
+            m.d.sync += [s_valid.eq(1), s_q.eq(head),
                          s_ack.eq(h_ins.ack ^ h_tk.ack),
                          s_nak.eq(h_ins.nak ^ h_tk.nak),
                          s_nf.eq(h_ins.nak_first)]
@@ -185,8 +185,7 @@ class AckTable(wiring.Component):
             m.d.sync += s_valid.eq(0)
         with m.If(s_adv):
             m.d.sync += [r_valid.eq(1), r_second.eq(0), r_ack.eq(s_ack), r_nak.eq(s_nak),
-                         r_nf.eq(s_nf), r_a.eq(ack_r.data), r_n.eq(nak_r.data),
-                         r_d.eq(adr_r.data)]
+                         r_nf.eq(s_nf), r_a.eq(ack_r.data), r_n.eq(nak_r.data), r_q.eq(s_q)]
         with m.Elif(r_done):
             m.d.sync += r_valid.eq(0)
         with m.Elif(r_valid & oq.i.ready):
@@ -195,8 +194,7 @@ class AckTable(wiring.Component):
         o = oq.i.payload
         m.d.comb += [
             oq.i.valid.eq(r_valid),
-            o.dmac.eq(r_d.dmac), o.dip.eq(r_d.dip), o.sport.eq(r_d.sport), o.dqpn.eq(r_d.dqpn),
-            o.opcode.eq(0x11), o.aeth.eq(1),
+            o.qpn.eq(r_q), o.opcode.eq(0x11), o.aeth.eq(1),
             o.psn.eq(Mux(nak_now, r_n.psn, r_a.psn)),
             o.msn.eq(Mux(nak_now, r_n.msn, r_a.msn)),
             o.syndrome.eq(Mux(nak_now, r_n.syndrome, 0x1F)),
@@ -210,7 +208,7 @@ class AckTable(wiring.Component):
         q = i.qpn
         nq = self.i.payload.qpn
         is_ack = Signal()
-        m.d.comb += is_ack.eq(i.hdr.syndrome == 0x1F)
+        m.d.comb += is_ack.eq(i.syndrome == 0x1F)
         conflict = Signal()         # this cycle's take clears the inserted QP's flags
         m.d.comb += conflict.eq(take & (head == q))
         q_ins = Signal(_ins_layout)     # q's bits as they stand (before this cycle's writes)
@@ -243,13 +241,10 @@ class AckTable(wiring.Component):
         ]
         m.d.comb += [
             ack_w.addr.eq(q), ack_w.en.eq(i_valid & is_ack),
-            ack_w.data.psn.eq(i.hdr.psn), ack_w.data.msn.eq(i.hdr.msn),
+            ack_w.data.psn.eq(i.psn), ack_w.data.msn.eq(i.msn),
             nak_w.addr.eq(q), nak_w.en.eq(i_valid & ~is_ack),
-            nak_w.data.psn.eq(i.hdr.psn), nak_w.data.msn.eq(i.hdr.msn),
-            nak_w.data.syndrome.eq(i.hdr.syndrome),
-            adr_w.addr.eq(q), adr_w.en.eq(i_valid),
-            adr_w.data.dmac.eq(i.hdr.dmac), adr_w.data.dip.eq(i.hdr.dip),
-            adr_w.data.sport.eq(i.hdr.sport), adr_w.data.dqpn.eq(i.hdr.dqpn),
+            nak_w.data.psn.eq(i.psn), nak_w.data.msn.eq(i.msn),
+            nak_w.data.syndrome.eq(i.syndrome),
             self.pending.eq(i_valid | t_valid | s_valid | r_valid | qf.o.valid | (qf.level != 0) | oq.o.valid
                             | (oq.level != 0)),
         ]

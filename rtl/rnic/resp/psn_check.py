@@ -183,16 +183,19 @@ class PsnCheck(wiring.Component):
     event : Out(stream.Signature(event_layout))
         Event 3 (QP entered ERROR).
     qp_set : Out(stream.Signature(qp_set_event_layout, always_ready=True))
-        For the requester: valid for one cycle (no ``ready``) with {``qpn``, ``state``,
-        ``sq_psn``, ``static``} (:data:`~rnic.resp.qp_context.qp_set_event_layout`)
+        For the requester and the TX frame builder's path table: valid for one cycle (no
+        ``ready``) with {``qpn``, ``set``, ``state``, ``sq_psn``, ``static``}
+        (:data:`~rnic.resp.qp_context.qp_set_event_layout`)
 
-        * for every SET_QP that was written (a refused SET_QP gives nothing): the new state,
-          every static field as written (also the unchanged ones) and the send PSN the SET_QP
-          left (ARG3 on entry to RTS, else the QP's current one, 0 on RESET);
-        * for every QP of the reset sweep after ``rst`` (state RESET, static and sq_psn 0);
+        * for every SET_QP that was written (a refused SET_QP gives nothing): ``set`` 1, the
+          new state, every static field as written (also the unchanged ones) and the send PSN
+          the SET_QP left (ARG3 on entry to RTS, else the QP's current one, 0 on RESET);
+        * for every QP of the reset sweep after ``rst`` (``set`` 1, state RESET, static and
+          sq_psn 0);
         * for every move of a QP to ERROR made here (NAK 0x61, a fatal ``done``, a ``fault``):
-          state ERROR, the QP's current static fields and current send PSN — the same cycle
-          as event 3 is queued.
+          ``set`` 0, state ERROR, the QP's current static fields but the path (``rmac``,
+          ``rip``, ``sport``, ``dest_qpn``: 0, unchanged in the path table) and current send
+          PSN — the same cycle as event 3 is queued.
 
         The two sources never coincide: a SET_QP runs only with the pipeline drained and no
         ``fault`` is taken while a command runs, so no event is lost or merged.
@@ -249,7 +252,6 @@ class PsnCheck(wiring.Component):
         entry_layout = data.StructLayout({
             "qpn": ab, "wait_done": 1, "from_done": 1, "frame": 1, "kill": 1,
             "syndrome": 8, "psn": 24, "msn": 24, "msn_prev": 24,
-            "dmac": 48, "dip": 32, "sport": 16, "dqpn": 24,
         })
         dec_layout = data.StructLayout({"pass_": 1, "beats": 1})
 
@@ -525,6 +527,7 @@ class PsnCheck(wiring.Component):
         m.d.comb += self.qp_set.valid.eq(ctx.set_valid | (fire & want_ev))
         with m.If(ctx.set_valid):
             m.d.comb += [self.qp_set.payload.qpn.eq(ctx.set_qpn),
+                         self.qp_set.payload.set.eq(1),
                          self.qp_set.payload.state.eq(ctx.set_state),
                          self.qp_set.payload.sq_psn.eq(ctx.set_sq_psn),
                          self.qp_set.payload.static.eq(ctx.set_static)]
@@ -533,6 +536,9 @@ class PsnCheck(wiring.Component):
                          self.qp_set.payload.state.eq(QpState.ERROR),
                          self.qp_set.payload.sq_psn.eq(c_sq_psn),
                          self.qp_set.payload.static.eq(st)]
+            # (the path only changes by SET_QP: stage C need not hold it)
+            for name in ("rmac", "rip", "sport", "dest_qpn"):
+                m.d.comb += getattr(self.qp_set.payload.static, name).eq(0)
         m.d.comb += self.stat.eq(Mux(fire, stat_c, 0))
 
         with m.If(ctx.set_valid):
@@ -554,9 +560,8 @@ class PsnCheck(wiring.Component):
         ]
         m.d.comb += [self.qp_reset.valid.eq(ctx.set_valid & (ctx.set_state == QpState.RESET)),
                      self.qp_reset.payload.qpn.eq(ctx.set_qpn)]
-        # response entry defaults: the QP's addresses
-        m.d.comb += [ent.qpn.eq(c_idx), ent.dmac.eq(st.rmac), ent.dip.eq(st.rip),
-                     ent.sport.eq(st.sport), ent.dqpn.eq(st.dest_qpn), ent.msn.eq(cx.msn),
+        # response entry defaults
+        m.d.comb += [ent.qpn.eq(c_idx), ent.msn.eq(cx.msn),
                      ent.msn_prev.eq(cx.msn), ent.psn.eq(cm.psn)]
 
         pmtu = c_pmtu
@@ -728,15 +733,14 @@ class PsnCheck(wiring.Component):
         fatal_done = Signal()
         m.d.comb += fatal_done.eq(h.from_done & self.done.payload.fatal)
         f_valid = Signal()
-        f = Signal(tx_hdr_layout)
+        f = Signal(data.StructLayout({"psn": 24, "msn": 24, "syndrome": 8}))
         m.d.comb += [
             # fatal 0x1F (refused invalidate): a positive ACK only if the packet asked for one
             f_valid.eq(~err & Mux(fatal_done,
                                   (self.done.payload.syndrome != 0)
                                   & ((self.done.payload.syndrome != 0x1F) | h.frame),
                                   h.frame)),
-            f.dmac.eq(h.dmac), f.dip.eq(h.dip), f.sport.eq(h.sport), f.dqpn.eq(h.dqpn),
-            f.opcode.eq(0x11), f.psn.eq(h.psn), f.aeth.eq(1),
+            f.psn.eq(h.psn),
             f.syndrome.eq(Mux(fatal_done, self.done.payload.syndrome, h.syndrome)),
             f.msn.eq(Mux(fatal_done, h.msn_prev, h.msn)),
         ]
@@ -813,7 +817,8 @@ class PsnCheck(wiring.Component):
             coal_ready.eq(1),
             acks.i.valid.eq(go & f_valid),
             acks.i.payload.qpn.eq(h.qpn),
-            acks.i.payload.hdr.eq(f),
+            acks.i.payload.psn.eq(f.psn), acks.i.payload.msn.eq(f.msn),
+            acks.i.payload.syndrome.eq(f.syndrome),
         ]
 
         connect(m, acks.o, wiring.flipped(self.ack_tx))

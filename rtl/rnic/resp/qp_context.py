@@ -101,11 +101,13 @@ qp_dyn_layout = data.StructLayout({
 })
 
 
-#: What the requester learns of a QP's context (PsnCheck ``qp_set``): every SET_QP that was
-#: written (its new state, every static field, the send PSN it wrote) and every move to ERROR
-#: the responder makes on its own (state = ERROR).
+#: What the requester and the TX path table learn of a QP's context (PsnCheck ``qp_set``):
+#: every SET_QP that was written (``set`` 1: its new state, every static field, the send PSN it
+#: wrote) and every move to ERROR the responder makes on its own (``set`` 0, state = ERROR, the
+#: path fields 0).
 qp_set_event_layout = data.StructLayout({
     "qpn": 24,
+    "set": 1,
     "state": 3,
     "sq_psn": 24,
     "static": qp_static_layout,

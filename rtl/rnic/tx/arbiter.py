@@ -54,8 +54,7 @@ class TxArbiter(wiring.Component):
             m.d.comb += [o.aeth.eq(0), o.syndrome.eq(0), o.msn.eq(0)]
         with m.Else():
             m.d.comb += [getattr(o, f).eq(getattr(a, f)) for f in
-                         ("dmac", "dip", "sport", "dqpn", "opcode", "se", "ackreq", "psn",
-                          "aeth", "syndrome", "msn")]
+                         ("qpn", "opcode", "se", "ackreq", "psn", "aeth", "syndrome", "msn")]
         m.d.comb += [
             self.o.valid.eq(self.ack.valid | self.req.valid),
             self.ack.ready.eq(self.o.ready & ~pick),

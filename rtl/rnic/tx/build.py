@@ -14,9 +14,11 @@ ICRC generator.
 Builder (per frame):
 
 1. **HDR**: the header is Ethernet/IPv4/UDP/BTH[/RETH][/IMMDT, IETH or AETH], 54, 58, 70 or
-   74 bytes, built with the :mod:`rnic.wire` tables. Its lengths, IPv4 checksum and word
-   counts are computed from the descriptor queue's head (5 register stages) while the previous
-   frame is built.
+   74 bytes, built with the :mod:`rnic.wire` tables. The destination (MAC, IPv4, UDP source
+   port, QPN) comes from the **path table**, one row per local QPN written by SET_QP
+   (``qp_path``), read as the descriptor is taken into the descriptor queue. Its lengths, IPv4
+   checksum and word counts are computed from the queue's head (5 register stages) while the
+   previous frame is built.
 2. **GATHER**: each chunk's host read is issued as soon as the chunk is handed over (up to 4
    ahead, and two descriptors may wait ahead, so host latency overlaps the previous packet),
    split into parts at multiples of ``read_beats`` bus words, so that the next part is requested
@@ -53,7 +55,8 @@ from ..host.axi_master import ReadClientSignature
 from ..ifaces import NUM_COUNTERS, Counter
 from ..stream import BeatStream, Queue, beat_layout, check_width
 
-__all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "TxBuild", "RETH_OPCODES",
+__all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "path_layout", "path_set_layout",
+           "connect_path", "TxBuild", "RETH_OPCODES",
            "IMM4_OPCODES", "MAX_PAYLOAD", "MAX_HDR"]
 
 #: RC opcodes carrying a RETH, and those carrying 4 bytes of IMMDT or IETH after it.
@@ -62,12 +65,31 @@ IMM4_OPCODES = (0x03, 0x05, 0x09, 0x0B, 0x16, 0x17)
 MAX_PAYLOAD = 4096
 MAX_HDR = 74            # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + IMMDT 4
 
-#: One ACK/NAK frame of the responder: header fields only (no payload).
-tx_hdr_layout = data.StructLayout({
-    "dmac": 48,
-    "dip": 32,
+#: Where a QP's frames go: the fields SET_QP writes (interface.md §4.2: remote MAC and IPv4, UDP
+#: source port, destination QPN). The builder keeps them in its path table, by local QPN, and
+#: reads them when a descriptor enters; descriptors carry only the local QPN.
+path_layout = data.StructLayout({
+    "dmac": 48,         # wire order: dmac[47:40] is the first byte
+    "dip": 32,          # first octet in [31:24]
     "sport": 16,
     "dqpn": 24,
+})
+
+#: One write of the path table: a QP's addresses as SET_QP wrote them.
+path_set_layout = data.StructLayout({"qpn": 24, "path": path_layout})
+
+def connect_path(m, qp_set, qp_path):
+    """Drive a builder's ``qp_path`` from PSN Check's ``qp_set`` events: those of a SET_QP
+    (``set``), with the static fields ``rmac``, ``rip``, ``sport``, ``dest_qpn``."""
+    ev, p = qp_set.payload, qp_path.payload
+    m.d.comb += [qp_path.valid.eq(qp_set.valid & ev.set), p.qpn.eq(ev.qpn),
+                 p.path.dmac.eq(ev.static.rmac), p.path.dip.eq(ev.static.rip),
+                 p.path.sport.eq(ev.static.sport), p.path.dqpn.eq(ev.static.dest_qpn)]
+
+
+#: One ACK/NAK frame of the responder: header fields only (no payload).
+tx_hdr_layout = data.StructLayout({
+    "qpn": 24,          # local QPN: the path table's row
     "opcode": 8,
     "se": 1,
     "ackreq": 1,
@@ -79,10 +101,6 @@ tx_hdr_layout = data.StructLayout({
 
 #: One frame to build: a request packet, or an ACK/NAK (``aeth`` set, no payload).
 pkt_layout = data.StructLayout({
-    "dmac": 48,         # wire order: dmac[47:40] is the first byte
-    "dip": 32,          # first octet in [31:24]
-    "sport": 16,
-    "dqpn": 24,
     "opcode": 8,        # RC opcode; RETH/IMMDT/IETH follow from it
     "se": 1,
     "ackreq": 1,
@@ -92,7 +110,7 @@ pkt_layout = data.StructLayout({
     "dmalen": 32,
     "imm": 32,          # IMMDT or IETH as a big-endian word: imm[31:24] is the first wire byte
     "paylen": 13,       # payload bytes 0..4096 (pad excluded)
-    "qpn": 24,          # local QPN, returned with ``fault`` (not sent)
+    "qpn": 24,          # local QPN: the path table's row, and returned with ``fault``
     "aeth": 1,          # an AETH follows the BTH (opcodes without RETH/IMMDT/IETH only)
     "syndrome": 8,      # AETH fields
     "msn": 24,
@@ -112,6 +130,8 @@ class TxBuild(wiring.Component):
     ----------
     width : int
         Data width W of the transmit stream and of host memory.
+    num_qp : int
+        Rows of the path table (a power of two, 2..65536): the local QPNs that send.
     read_beats : int
         Gather reads are split at multiples of this many bus words (a power of two; half the
         host-memory master's per-client ``read_buffer`` keeps two parts in flight).
@@ -125,7 +145,13 @@ class TxBuild(wiring.Component):
     Attributes
     ----------
     pkt : In(stream.Signature(pkt_layout))
-        Frame descriptors (from :class:`~rnic.tx.arbiter.TxArbiter`), taken one at a time.
+        Frame descriptors (from :class:`~rnic.tx.arbiter.TxArbiter`), taken one at a time. A
+        frame goes to the addresses of its ``qpn``'s path-table row as it stands when the
+        descriptor is taken (``ready`` is low in a cycle that writes the table).
+    qp_path : In(stream.Signature(path_set_layout, always_ready=True))
+        Path-table writes: every SET_QP that was written (PSN Check's ``qp_set`` events with
+        ``set``), so every QP's row is written by the sweep after ``rst`` before any frame of
+        it. A ``qpn`` ≥ ``num_qp`` is ignored.
     chunk : In(stream.Signature(chunk_layout))
         The packet's gather chunks, in payload order, summing exactly to ``paylen`` (none for an
         empty payload).
@@ -144,9 +170,12 @@ class TxBuild(wiring.Component):
         (0x60) or 10 (other NAKs).
     """
 
-    def __init__(self, width, *, read_beats=32, depth=None, frames=8):
+    def __init__(self, width, *, num_qp=256, read_beats=32, depth=None, frames=8):
         self.width = check_width(width)
         self.nb = width // 8
+        if num_qp & (num_qp - 1) or not 2 <= num_qp <= 65536:
+            raise ValueError(f"num_qp must be a power of two in 2..65536, not {num_qp!r}")
+        self.num_qp = num_qp
         if read_beats & (read_beats - 1) or not 1 <= read_beats <= 256:
             raise ValueError(f"read_beats must be a power of two in 1..256, not {read_beats!r}")
         self.read_beats = read_beats
@@ -163,6 +192,7 @@ class TxBuild(wiring.Component):
         self.frames = frames
         super().__init__({
             "pkt": In(stream.Signature(pkt_layout)),
+            "qp_path": In(stream.Signature(path_set_layout, always_ready=True)),
             "chunk": In(stream.Signature(chunk_layout)),
             "rd": Out(ReadClientSignature(width)),
             "tx": Out(BeatStream(width)),
@@ -208,18 +238,46 @@ class TxBuild(wiring.Component):
         # while the previous frame is built (a register chain of 5 stages, the first a copy of
         # the head's fields they need: ``hst`` counts them)
         m.submodules.pktq = pktq = Queue(pkt_layout, 2, buffered=False)
-        wiring.connect(m, wiring.flipped(self.pkt), pktq.i)
         h = pktq.o.payload
+
+        # ---- the path table: a QP's addresses, read by the descriptor's QPN as it is taken and
+        # queued beside it a cycle later (``pathq``: its head belongs to ``pktq``'s head from
+        # one cycle after that head arrives; both pop together). No descriptor is taken in a
+        # cycle that writes the table, so a read never meets a write (``no_rw_check``).
+        ab = (self.num_qp - 1).bit_length()
+        m.submodules.paths = paths = Memory(shape=path_layout, depth=self.num_qp, init=[],
+                                            attrs={"no_rw_check": 1})
+        path_wp = paths.write_port()
+        path_rp = paths.read_port()
+        qs = self.qp_path.payload
+        m.d.comb += [path_wp.addr.eq(qs.qpn[:ab]), path_wp.data.eq(qs.path),
+                     path_wp.en.eq(self.qp_path.valid & (qs.qpn < self.num_qp))]
+        m.submodules.pathq = pathq = Queue(path_layout, 2, buffered=False)
+        took = Signal()                 # a descriptor was taken last cycle: its path is read
+        m.d.comb += [
+            self.pkt.ready.eq(pktq.i.ready & ~self.qp_path.valid),
+            pktq.i.valid.eq(self.pkt.valid & ~self.qp_path.valid),
+            pktq.i.payload.eq(self.pkt.payload),
+            path_rp.addr.eq(self.pkt.payload.qpn[:ab]),
+            # (pathq holds no more entries than pktq, one cycle behind: never full here)
+            pathq.i.valid.eq(took), pathq.i.payload.eq(path_rp.data),
+        ]
+        m.d.sync += took.eq(self.pkt.valid & self.pkt.ready)
+        hp = pathq.o.payload
 
         def hdr_len_of(op):
             reth = Cat(*[op == o for o in RETH_OPCODES]).any()
             imm = Cat(*[op == o for o in IMM4_OPCODES]).any()
             return 54 + Mux(reth, 16, 0) + Mux(imm, 4, 0)
 
-        # (``dsum``: the destination address's two halves added, for the IPv4 checksum)
-        hq = Signal(data.StructLayout({"hdr_len": range(MAX_HDR + 1), "paylen": 13, "dsum": 17}))
+        hq = Signal(data.StructLayout({"hdr_len": range(MAX_HDR + 1), "paylen": 13}))
         m.d.sync += [hq.hdr_len.eq(hdr_len_of(h.opcode) + Mux(h.aeth, 4, 0)),
-                     hq.paylen.eq(h.paylen), hq.dsum.eq(h.dip[16:32] + h.dip[0:16])]
+                     hq.paylen.eq(h.paylen)]
+        # the destination address's two halves added, for the IPv4 checksum: from the path
+        # queue's head, which may arrive a cycle after the descriptor's, so the checksum's
+        # chain below starts a cycle later than the lengths' and still ends before ``head_ok``
+        dsum = Signal(17)
+        m.d.sync += dsum.eq(hp.dip[16:32] + hp.dip[0:16])
         h_hdr_len = hq.hdr_len
         h_pad = Signal(2)
         m.d.comb += h_pad.eq(-hq.paylen)
@@ -240,7 +298,7 @@ class TxBuild(wiring.Component):
             p_data_end.eq(h_hdr_len + hq.paylen), p_crc_end.eq(h_hdr_len + hq.paylen + h_pad),
             p_hdr_len.eq(h_hdr_len),
             # the IPv4 total length is crc_end + 4 − 14: its 4 − 14 goes with the constants
-            p_asum.eq(0x4500 + 0x4000 + 0x4011 + 4 - 14 + sip[16:32] + sip[0:16] + hq.dsum),
+            p_asum.eq(0x4500 + 0x4000 + 0x4011 + 4 - 14 + sip[16:32] + sip[0:16] + dsum),
             p_csum_sum.eq(p_asum + p_crc_end),
             p_out_words.eq(Mux(p_crc_end < wire.MIN_FRAME - 4, -(-wire.MIN_FRAME // nb),
                                (p_crc_end + 4 + nb - 1) >> lg)),
@@ -264,8 +322,9 @@ class TxBuild(wiring.Component):
         with m.Elif(hst != 5):
             m.d.sync += [hst.eq(hst + 1), head_ok.eq(hst == 4)]
 
-        # the builder's packet, latched with its precomputed values
+        # the builder's packet and its path, latched with its precomputed values
         r = Signal(pkt_layout)
+        rpath = Signal(path_layout)
         data_end = Signal(PB)           # first byte after the payload
         crc_end = Signal(PB)            # first byte of the ICRC
         hdr_len_r = Signal(range(MAX_HDR + 1))
@@ -283,16 +342,16 @@ class TxBuild(wiring.Component):
 
         # ---- the header bytes ---------------------------------------------------------------
         hdr_words = -(-MAX_HDR // nb)
-        dip = r.dip
-        eth = wire.ETH.assemble({"dst": r.dmac, "src": self.local_mac,
+        dip = rpath.dip
+        eth = wire.ETH.assemble({"dst": rpath.dmac, "src": self.local_mac,
                                  "ethertype": wire.ETHERTYPE_IPV4})
         ip = wire.IPV4.assemble({"version": 4, "ihl": 5, "total_length": ip_len, "flags": 2,
                                  "ttl": 64, "protocol": wire.IP_PROTO_UDP, "checksum": csum,
                                  "src": sip, "dst": dip})
-        udp = wire.UDP.assemble({"sport": r.sport, "dport": wire.ROCE_UDP_PORT,
+        udp = wire.UDP.assemble({"sport": rpath.sport, "dport": wire.ROCE_UDP_PORT,
                                  "length": ip_len - 20})
         bth = wire.BTH.assemble({"opcode": r.opcode, "se": r.se, "padcnt": padcnt,
-                                 "pkey": 0xFFFF, "dqpn": r.dqpn, "ackreq": r.ackreq,
+                                 "pkey": 0xFFFF, "dqpn": rpath.dqpn, "ackreq": r.ackreq,
                                  "psn": r.psn})
         reth = wire.RETH.assemble({"va": r.va, "rkey": r.rkey, "dmalen": r.dmalen})
         imm = wire.IMMDT.assemble({"imm": r.imm})
@@ -602,7 +661,7 @@ class TxBuild(wiring.Component):
         def take_packet():
             """Take the next descriptor if its values are ready."""
             with m.If(head_ok):
-                m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
+                m.d.comb += [pktq.o.ready.eq(1), pathq.o.ready.eq(1), pop.eq(1)]
                 m.d.sync += [r_cls.eq(h_cls), r_qpn.eq(h.qpn),
                              data_end.eq(p_data_end), crc_end.eq(p_crc_end),
                              hdr_len_r.eq(p_hdr_len), ip_len.eq(p_crc_end + 4 - 14),
@@ -725,5 +784,5 @@ class TxBuild(wiring.Component):
             same.eq(~in_hdr & c_lo & lo_same),
         ]
         with m.If(~in_hdr):
-            m.d.sync += r.eq(h)
+            m.d.sync += [r.eq(h), rpath.eq(hp)]
         return m
