@@ -7,6 +7,7 @@ from amaranth.hdl import Module
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
+from rnic.control.qp_args import qp_arg_layout
 from rnic.host.axi_master import AxiSignature, HostMemory
 from rnic.host.cqe_gen import CqeGen
 from rnic.ifaces import NUM_COUNTERS, CommandSignature, event_layout, rx_meta_layout
@@ -17,7 +18,7 @@ from rnic.resp.psn_check import (PsnCheck, done_layout, exe_layout, qpn_layout, 
 from rnic.resp.qp_context import qp_set_event_layout
 from rnic.stream import BeatStream
 from rnic.tx.arbiter import TxArbiter
-from rnic.tx.build import TxBuild, connect_path, pkt_layout
+from rnic.tx.build import TxBuild, pkt_layout
 
 from .wrap import flat_top
 
@@ -56,6 +57,7 @@ class PsnBench(wiring.Component):
             "event": Out(stream.Signature(event_layout)),
             "qp_reset": Out(stream.Signature(qpn_layout)),
             "qp_set": Out(stream.Signature(qp_set_event_layout, always_ready=True)),
+            "qp_arg": Out(stream.Signature(qp_arg_layout, always_ready=True)),
             "fault": In(stream.Signature(qpn_layout)),
             "tx": Out(BeatStream(width)),
             "tx1": In(stream.Signature(pkt_layout)),
@@ -74,7 +76,10 @@ class PsnBench(wiring.Component):
         m.submodules.psn = psn = PsnCheck(width=self.width, num_qp=self.num_qp)
         m.submodules.arb = arb = TxArbiter()
         m.submodules.build = build = TxBuild(self.width, num_qp=self.num_qp)
-        connect_path(m, psn.qp_set, build.qp_path)
+        m.d.comb += [build.qp_arg.valid.eq(psn.qp_arg.valid),
+                     build.qp_arg.payload.eq(psn.qp_arg.payload),
+                     self.qp_arg.valid.eq(psn.qp_arg.valid),
+                     self.qp_arg.payload.eq(psn.qp_arg.payload)]
         for name in ("meta", "payload", "rq_db", "cmd", "fault"):
             connect(m, wiring.flipped(getattr(self, name)), getattr(psn, name))
         for name in ("pay_out", "ack_out", "rq_flush", "event", "qp_reset", "qp_set"):
@@ -85,12 +90,15 @@ class PsnBench(wiring.Component):
         connect(m, build.tx, wiring.flipped(self.tx))
         m.d.comb += [build.chunk.valid.eq(0), build.rd.req.ready.eq(0),
                      build.rd.resp.valid.eq(0), build.fault.ready.eq(1)]
-        # the requester's context as QUERY_QP sees it: the send PSN of every qp_set event
+        # the requester's send PSN as QUERY_QP sees it: loaded as the requester loads it, from
+        # the qp_set events that move a QP to RTS (the SET_QP's send PSN) or RESET (0)
         sqm = memory.Memory(shape=24, depth=self.num_qp, init=[])
         m.submodules.sqm = sqm
         sw, sr = sqm.write_port(), sqm.read_port()
-        m.d.comb += [sw.addr.eq(psn.qp_set.payload.qpn), sw.data.eq(psn.qp_set.payload.sq_psn),
-                     sw.en.eq(psn.qp_set.valid), sr.addr.eq(psn.q_qpn),
+        ev = psn.qp_set.payload
+        m.d.comb += [sw.addr.eq(ev.qpn), sw.data.eq(ev.sq_psn),
+                     sw.en.eq(psn.qp_set.valid & ((ev.state == 3) | (ev.state == 0))),
+                     sr.addr.eq(psn.q_qpn),
                      psn.q_psn.eq(sr.data), psn.q_cons.eq(0)]
         e = psn.exe
         m.d.comb += [

@@ -24,6 +24,7 @@ from rnic import wire
 from rnic.ifaces import CmdOp, rx_meta_layout, event_layout
 from rnic.opcodes import OPCODES, Op
 from rnic.resp.psn_check import exe_layout, rq_flush_layout
+from rnic.control.qp_args import qp_arg_layout
 from rnic.resp.qp_context import qp_set_event_layout
 from rnic.tx.build import pkt_layout
 from sim.models.psn import pending_reduce, table_match, tail_reduced
@@ -202,6 +203,7 @@ class TB:
         self.flushes = []
         self.resets = []
         self.qp_sets = []
+        self.arg_writes = []            # the QP context's qp_arg writes
         self.fault_q = deque()
         self.ack_outs = []
         self.resps = deque()
@@ -305,6 +307,8 @@ class TB:
                 self.cur["fault"] = None
             if int(d.qp_set_valid.value):
                 self.qp_sets.append(unpack(qp_set_event_layout, int(d.qp_set_payload.value)))
+            if int(d.qp_arg_valid.value):
+                self.arg_writes.append(unpack(qp_arg_layout, int(d.qp_arg_payload.value)))
             if int(d.qp_reset_valid.value):
                 self.resets.append(int(d.qp_reset_payload.value))
             if int(d.cmd__cmd_valid.value) and int(d.cmd__cmd_ready.value):
@@ -849,43 +853,39 @@ async def fault_moves_qp_to_error(dut):
     assert tb.resets[n:] == [2]
 
 
-def static_of(args):
-    """The static fields SET_QP writes, from its ARG words (interface.md §4.2)."""
-    a = args
-    return {"pmtu": a[0] >> 8 & 0xF, "min_rnr": a[0] >> 16 & 0x1F, "timeout": a[0] >> 24 & 0x1F,
-            "dest_qpn": a[1] & 0xFFFFFF, "pd": a[4] & 0xFFFF, "access": a[4] >> 16 & 0xFF,
-            "rcqn": a[5] & 0xFFFF, "scqn": a[5] >> 16, "rq_base": a[6] | a[7] << 32,
-            "rq_log": a[8] & 0x1F, "sq_log": a[8] >> 8 & 0x1F, "retry_cnt": a[8] >> 16 & 7,
-            "rnr_retry": a[8] >> 20 & 7, "sq_base": a[9] | a[10] << 32,
-            "rmac": a[11] | (a[12] & 0xFFFF) << 32, "rip": a[13], "sport": a[14] & 0xFFFF}
-
-
 @cocotb.test()
 async def qp_set_events(dut):
     """qp_set (for the requester): the reset sweep, every SET_QP written (none when refused),
-    every move to ERROR made here (NAK 0x61, fatal done, fault), each exactly once."""
+    every move to ERROR made here (NAK 0x61, fatal done, fault), each exactly once; qp_arg
+    (for the other tables of SET_QP's fields): the sweep's clearing write for every QP, and
+    ARG0..14 as given, in order, for every SET_QP written (none when refused, none for a move
+    to ERROR)."""
     tb = TB(dut)
     await tb.start()
     assert sorted(e["qpn"] for e in tb.qp_sets) == list(range(NUM_QP))
-    assert all(e["set"] == 1 and e["state"] == 0 and e["sq_psn"] == 0
-               and not any(e["static"].values()) for e in tb.qp_sets)
+    assert all(e["state"] == 0 and e["sq_psn"] == 0 for e in tb.qp_sets)
+    assert [w["qpn"] for w in tb.arg_writes] == list(range(NUM_QP))
+    assert all(w["all"] == 1 for w in tb.arg_writes)
     sq = {}
 
     async def set_and_check(q, state, exp_res=0, **kw):
-        n = len(tb.qp_sets)
+        n, na = len(tb.qp_sets), len(tb.arg_writes)
         kw.setdefault("sq_psn", 0x456 + q)
         assert await tb.set_qp(q, state, **kw) == exp_res
         await tb.wait(2)
         if exp_res:
             assert len(tb.qp_sets) == n, tb.qp_sets[n:]
+            assert len(tb.arg_writes) == na, tb.arg_writes[na:]
             return
         if state == 3:
             sq[q] = kw["sq_psn"]
         elif state == 0:
             sq[q] = 0
-        assert tb.qp_sets[n:] == [{"qpn": q, "set": 1, "state": state, "sq_psn": sq.get(q, 0),
-                                   "static": static_of(tb.qp_args(q, state, **kw))}], \
-            (tb.qp_sets[n:], static_of(tb.qp_args(q, state, **kw)))
+        assert tb.qp_sets[n:] == [{"qpn": q, "state": state, "sq_psn": sq.get(q, 0)}], \
+            tb.qp_sets[n:]
+        args = tb.qp_args(q, state, **kw)
+        assert tb.arg_writes[na:] == [{"qpn": q, "arg": k, "data": args[k], "all": 0}
+                                      for k in range(15)], tb.arg_writes[na:]
 
     for q in (2, 3, 4):
         for st in (0, 1, 2, 3):
@@ -897,7 +897,7 @@ async def qp_set_events(dut):
     tb.doorbell(3, 10)
     tb.doorbell(4, 10)
     # NAK 0x61 (missing FIRST) on QP 2
-    n = len(tb.qp_sets)
+    n, na = len(tb.qp_sets), len(tb.arg_writes)
     tb.pkt(SEND_MIDDLE, 2, P0, b"x" * PMTU, ackreq=1)
     # a fatal outcome reported by the later stages on QP 3
     dut.fail_qpn.value, dut.fail_psn.value, dut.fail_syn.value = 3, P0, 0x63
@@ -912,12 +912,9 @@ async def qp_set_events(dut):
     await tb.wait(20)
     err = [e for e in tb.qp_sets[n:] if e["state"] == 6]
     assert sorted(e["qpn"] for e in err) == [2, 3, 4], tb.qp_sets[n:]
-    for e in err:
-        # (a move to ERROR leaves the path as SET_QP wrote it: its fields are sent as 0)
-        q = e["qpn"]
-        want = dict(static_of(tb.qp_args(q, 3, epsn=P0, min_rnr=q)),
-                    rmac=0, rip=0, sport=0, dest_qpn=0)
-        assert e["set"] == 0 and e["sq_psn"] == sq[q] and e["static"] == want, e
+    assert all(e["sq_psn"] == 0 for e in err), err
+    # (a move to ERROR changes no static field: only QP 5's SET_QP wrote ARGs meanwhile)
+    assert {w["qpn"] for w in tb.arg_writes[na:]} == {5}, tb.arg_writes[na:]
     assert sorted(ev["number"] for ev in tb.events) == [2, 3, 4]
     for q in (2, 3, 4):
         await tb.query(q)
@@ -936,6 +933,7 @@ async def set_qp_unaligned_base(dut):
     await tb.wait(4)
     before = {q: await tb.query(q) for q in (2, 5)}
     n_set, n_reset, n_flush = len(tb.qp_sets), len(tb.resets), len(tb.flushes)
+    n_arg = len(tb.arg_writes)
     unaligned = [(6, 0x10000 * 2 + 0x20), (6, 1), (6, 0x3F), (9, 0x20), (9, 0x4001),
                  (9, 0xFFFFFFF8)]
     for q, state in ((2, 0), (2, 6), (5, 1)):
@@ -948,6 +946,7 @@ async def set_qp_unaligned_base(dut):
     await tb.wait(10)
     assert tb.qp_sets[n_set:] == [] and tb.resets[n_reset:] == [], \
         (tb.qp_sets[n_set:], tb.resets[n_reset:])
+    assert tb.arg_writes[n_arg:] == [], tb.arg_writes[n_arg:]
     assert tb.flushes[n_flush:] == [] and tb.events == []
     for q in (2, 5):
         assert await tb.query(q) == before[q], q
@@ -955,14 +954,15 @@ async def set_qp_unaligned_base(dut):
     assert await tb.check() == [Frame(2, P0, 0x1F, 1)]
     # multiples of 64 are taken, and written as given
     for q, state in ((5, 1), (2, 6)):
-        n = len(tb.qp_sets)
+        n, na = len(tb.qp_sets), len(tb.arg_writes)
         args = tb.qp_args(q, state)
         args[6], args[7], args[9], args[10] = 0x40, 0x2, 0xFFFFFFC0, 0x3
         res, _ = await tb.command(CmdOp.SET_QP, q, args)
         assert res == 0 and tb.model.set_qp(q, args) == 0
         await tb.wait(4)
-        assert [(e["qpn"], e["state"], e["static"]["rq_base"], e["static"]["sq_base"])
-                for e in tb.qp_sets[n:]] == [(q, state, 0x2_0000_0040, 0x3_FFFF_FFC0)]
+        assert [(e["qpn"], e["state"]) for e in tb.qp_sets[n:]] == [(q, state)]
+        assert {w["arg"]: w["data"] for w in tb.arg_writes[na:]
+                if w["arg"] in (6, 7, 9, 10)} == {6: 0x40, 7: 0x2, 9: 0xFFFFFFC0, 10: 0x3}
         await tb.query(q)
 
 

@@ -25,7 +25,7 @@ from rnic import wire
 from rnic.ifaces import CmdOp, cmd_layout, resp_layout
 from tb.cocotb_mailbox import ArgRegs
 from rnic.req import ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
-from rnic.tx.build import path_set_layout
+from rnic.control.qp_args import qp_arg_layout
 from rnic.req.requester import doorbell_layout
 from sim.hostmem import HostMem
 from sim.models import requester as model
@@ -65,7 +65,7 @@ class TB:
         self.db = Source(dut, "sq_db", doorbell_layout, dut.clk)
         self.qpset = Source(dut, "qp_set", qp_set_layout, dut.clk)
         self.ctx_resp = Source(dut, "ctx_resp", req_ctx_layout, dut.clk)
-        self.qp_path = Source(dut, "qp_path", path_set_layout, dut.clk)
+        self.qp_arg = Source(dut, "qp_arg", qp_arg_layout, dut.clk)
         self.ctx_req = Sink(dut, "ctx_req", 24, dut.clk)
         self.ack = Source(dut, "ack", ack_layout, dut.clk)
         self.sent = {}          # qpn -> [(wr_id, op, flags, length, last_psn)] not yet retired
@@ -138,8 +138,10 @@ class TB:
         sq_psn = 0xFFFFF0 + qpn             # wraps through 0 during the test
         self.qpset.put(dict(qpn=qpn, state=state, sq_psn=sq_psn))
         c = self.ctx[qpn]
-        self.qp_path.put(dict(qpn=qpn, path=dict(dmac=c["rmac"], dip=c["rip"], sport=c["sport"],
-                                                 dqpn=c["dest_qpn"])))
+        # the builder's path table, as SET_QP's ARG1 and ARG11..14 write it
+        for arg, word in ((1, c["dest_qpn"]), (11, c["rmac"] & 0xFFFFFFFF), (12, c["rmac"] >> 32),
+                          (13, c["rip"]), (14, c["sport"])):
+            self.qp_arg.put(dict(qpn=qpn, arg=arg, data=word, all=0))
         if state == 3:
             self.psn[qpn] = sq_psn
             self.noack[qpn] = 0

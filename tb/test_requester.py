@@ -5,6 +5,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from rnic.control.qp_args import qp_arg_layout
 from rnic.host import HostMemory
 from rnic.host.axi_master import AxiSignature
 from rnic.ifaces import CommandSignature
@@ -12,7 +13,7 @@ from rnic.keys.key_cache import KeyCache
 from rnic.req import Requester, ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
 from rnic.req.requester import doorbell_layout
 from rnic.stream import BeatStream
-from rnic.tx.build import TxBuild, path_set_layout
+from rnic.tx.build import TxBuild
 from sim.models import requester as model
 from sim.runner import run_cocotb
 from sim.bench_tops import flat_top_axi
@@ -32,7 +33,7 @@ class ReqHarness(wiring.Component):
             "tx": Out(BeatStream(width)),
             "sq_db": In(stream.Signature(doorbell_layout)),
             "qp_set": In(stream.Signature(qp_set_layout)),
-            "qp_path": In(stream.Signature(path_set_layout)),
+            "qp_arg": In(stream.Signature(qp_arg_layout)),
             "ctx_req": Out(stream.Signature(24)),
             "ctx_resp": In(stream.Signature(req_ctx_layout)),
             "ack": In(stream.Signature(ack_layout)),
@@ -67,8 +68,8 @@ class ReqHarness(wiring.Component):
         for name in ("sq_db", "qp_set", "ctx_resp", "ack"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(req, name))
         # the builder's path table, written by the bench (always ready)
-        m.d.comb += [build.qp_path.valid.eq(self.qp_path.valid),
-                     build.qp_path.payload.eq(self.qp_path.payload), self.qp_path.ready.eq(1)]
+        m.d.comb += [build.qp_arg.valid.eq(self.qp_arg.valid),
+                     build.qp_arg.payload.eq(self.qp_arg.payload), self.qp_arg.ready.eq(1)]
         m.d.comb += [build.local_mac.eq(self.local_mac), build.local_ip.eq(self.local_ip),
                      self.retx.eq(req.retx)]
         # us_tick every us_cycles cycles, as the top derives it from US_CYCLES

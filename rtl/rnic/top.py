@@ -43,7 +43,7 @@ from .keys.key_cache import KeyCache, lookup_req_layout
 from .host.cqe_gen import CqeGen
 from .host.axi_master import HostMemory
 from .tx.arbiter import TxArbiter
-from .tx.build import TxBuild, chunk_layout, connect_path
+from .tx.build import TxBuild, chunk_layout
 from .stream import SkidBuffer, StreamMerge
 from .req.requester import Requester
 from .req.req_context import ReqContext
@@ -237,7 +237,9 @@ class RNIC(wiring.Component):
         #      chunks -> TX frame builder; ACKs from PSN Check; completions through ReqContext
         #      into CQE Generation ------------------------------------------------------------
         wiring.connect(m, psn.qp_set, rctx.qp_set)
-        connect_path(m, psn.qp_set, build.qp_path)      # the QPs' addresses, for every frame
+        # SET_QP's ARG writes, to the requester's context and the builder's path table
+        for dst in (rctx.qp_arg, build.qp_arg):
+            m.d.comb += [dst.valid.eq(psn.qp_arg.valid), dst.payload.eq(psn.qp_arg.payload)]
         wiring.connect(m, rctx.req_qp_set, req.qp_set)
         wiring.connect(m, req.ctx_req, rctx.ctx_req)
         wiring.connect(m, rctx.ctx_resp, req.ctx_resp)

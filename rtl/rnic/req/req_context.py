@@ -1,11 +1,12 @@
 """The requester's view of the QP context, and its completions turned into CQEs.
 
-The responder's :class:`~rnic.resp.qp_context.QpContext` (inside PSN Check) owns the QP tables
-and the SET_QP/QUERY_QP commands. The requester needs a few static fields of a QP each time it
-starts serving it, on its own schedule; rather than a second read port into the responder's
-tables (and its hazards), this block keeps a *shadow* table written from PSN Check's ``qp_set``
-events — every SET_QP that was written and every move to ERROR the responder makes on its own —
-and serves the requester's ``ctx_req``/``ctx_resp`` from it.
+The responder's :class:`~rnic.resp.qp_context.QpContext` (inside PSN Check) runs the SET_QP and
+QUERY_QP commands. The requester needs a few static fields of a QP each time it starts serving
+it, on its own schedule: this block keeps them, and only them (path MTU, timeout, PD, SQ ring,
+retry counts, and the send CQN for its completions), in a table of 9-bit lanes written from the
+QP context's ``qp_arg`` ARG writes (:mod:`rnic.control.qp_args`), and the QP's state in a small
+table written from PSN Check's ``qp_set`` events (every SET_QP and every move to ERROR the
+responder makes on its own), and serves the requester's ``ctx_req``/``ctx_resp`` from them.
 
 It also stands between the requester's completions (``cpl``) and CQE Generation: it adds the
 QP's send CQN, marks WR_FLUSH_ERR completions as flush (never reserved, dropped when the CQ is
@@ -20,8 +21,11 @@ the top must enforce:
 Ports
 -----
 qp_set : In(stream.Signature(qp_set_event_layout, always_ready=True))
-    From PSN Check. Registered, then written into the shadow table and forwarded to the
+    From PSN Check. Registered, then written into the state table and forwarded to the
     requester (both one cycle after the transfer).
+qp_arg : In(stream.Signature(qp_arg_layout, always_ready=True))
+    From PSN Check (the QP context's ARG writes). Registered, then written into the QP's row
+    (one cycle after the transfer; every ARG write of a SET_QP comes before its ``qp_set``).
 req_qp_set : Out(stream.Signature(qp_set_layout))
     To the requester's ``qp_set`` through an 8-entry queue (SET_QP is a slow-path command that
     takes tens of cycles; responder-made ERROR moves are one per fatal event; the requester
@@ -40,7 +44,7 @@ q_qpn : In(range(num_qp)) → q_psn : Out(24), q_cons : Out(16)
     QUERY_QP's read of those tables, one cycle after the address (registered).
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Shape, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -48,6 +52,7 @@ from amaranth.lib.wiring import In, Out
 from ..host.cqe_gen import cqe_layout
 from ..ifaces import EventType, event_layout
 from ..opcodes import WcStatus
+from ..control.qp_args import ArgRow, qp_arg_layout
 from ..resp.qp_context import qp_set_event_layout
 from ..stream import Queue
 from .requester import cpl_layout, qp_set_layout, req_ctx_layout
@@ -62,18 +67,23 @@ prog_cons_layout = data.StructLayout({"qpn": 24, "cons": 16})
 class _BypassedReadPort:
     """A synchronous read port of ``mem`` that returns data written to its address in the cycle
     it reads (a transparent port's behaviour), by a registered address compare and write data
-    multiplexed after the memory's own, non-transparent port. Drive ``addr`` and ``en``; read
-    ``data``. With ``en`` low the output holds, as a transparent port's does."""
+    multiplexed after the memory's own, non-transparent port, lane by lane for a write port with
+    a granularity. Drive ``addr`` and ``en``; read ``data``. With ``en`` low the output holds,
+    as a transparent port's does."""
 
     def __init__(self, m, mem, wp, name):
         rp = mem.read_port()
         self.addr, self.en = rp.addr, rp.en
-        hit = Signal(name=f"{name}_byp_hit")
+        lanes = len(wp.en)
+        g = Shape.cast(mem.shape).width // lanes
+        hit = Signal(lanes, name=f"{name}_byp_hit")
         wdata = Signal(mem.shape, name=f"{name}_byp_data")
         with m.If(rp.en):
-            m.d.sync += [hit.eq(wp.en & (wp.addr == rp.addr)), wdata.eq(wp.data)]
+            m.d.sync += [hit.eq(Mux(wp.addr == rp.addr, wp.en, 0)), wdata.eq(wp.data)]
         self.data = Signal(mem.shape, name=f"{name}_rd_data")
-        m.d.comb += self.data.eq(Mux(hit, wdata, rp.data))
+        wd, rd = Value.cast(wdata), Value.cast(rp.data)
+        m.d.comb += self.data.eq(Cat(*[Mux(hit[i], wd[i * g:(i + 1) * g], rd[i * g:(i + 1) * g])
+                                       for i in range(lanes)]))
 
 
 class ReqContext(wiring.Component):
@@ -89,12 +99,11 @@ class ReqContext(wiring.Component):
         self.num_qp = num_qp
         self.abits = (num_qp - 1).bit_length()
         self.fields = [n for n, _ in req_ctx_layout if n != "state"]
-        static_names = {n for n, _ in qp_set_event_layout.members["static"]}
-        missing = [n for n in self.fields if n not in static_names]
-        if missing:
-            raise ValueError(f"req_ctx_layout fields without a static source: {missing}")
+        # (every field but the state is a SET_QP field: ArgRow refuses any other)
+        self.row = ArgRow((*self.fields, "scqn"))
         super().__init__({
             "qp_set": In(stream.Signature(qp_set_event_layout, always_ready=True)),
+            "qp_arg": In(stream.Signature(qp_arg_layout, always_ready=True)),
             "req_qp_set": Out(stream.Signature(qp_set_layout)),
             "ctx_req": In(stream.Signature(24)),
             "ctx_resp": Out(stream.Signature(req_ctx_layout)),
@@ -113,32 +122,36 @@ class ReqContext(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         ab = self.abits
-        row_layout = data.StructLayout({"ctx": req_ctx_layout, "scqn": 16})
+        R = self.row
 
         # Its two read ports see a write of the same cycle (a transparent port's behaviour)
         # through a bypass built here rather than by `transparent_for`: yosys did not recognise
         # its own transparency logic on these ports, left them asynchronous and so put the table
-        # in LUT RAM -- at N=256, 976 LUT RAM blocks, 43 % of the whole core's, spread over
-        # nearly every RAM-capable slice of the chip. Now it maps to block RAM (8 DP16KD).
-        m.submodules.table = table = Memory(shape=row_layout, depth=self.num_qp, init=[])
-        wp = table.write_port()
+        # in LUT RAM, spread over nearly every RAM-capable slice of the chip.
+        m.submodules.table = table = Memory(shape=R.width, depth=self.num_qp, init=[])
+        wp = table.write_port(granularity=R.LANE)
         ctx_rp = _BypassedReadPort(m, table, wp, "ctx")
         cpl_rp = _BypassedReadPort(m, table, wp, "cpl")
+        m.submodules.states = states = Memory(shape=req_ctx_layout["state"].shape,
+                                              depth=self.num_qp, init=[])
+        st_wp = states.write_port()
+        st_rp = _BypassedReadPort(m, states, st_wp, "state")
 
-        # ---- shadow writes, and the requester's qp_set ------------------------------------------
+        # ---- table writes, and the requester's qp_set -------------------------------------------
         # The event is registered first: PSN Check's pipeline decides its moves to ERROR in the
         # cycle it emits them, and without this register that decision ran on through the
-        # table's write port and the read ports' forwarding into the requester. The shadow
+        # table's write port and the read ports' forwarding into the requester. The state
         # table and the requester learn of a change one cycle later.
         ev = Signal(qp_set_event_layout)
         ev_valid = Signal()
         m.d.sync += [ev_valid.eq(self.qp_set.valid), ev.eq(self.qp_set.payload)]
-        row = Signal(row_layout)
-        m.d.comb += [row.ctx.state.eq(ev.state), row.scqn.eq(ev.static.scqn)]
-        for name in self.fields:
-            m.d.comb += getattr(row.ctx, name).eq(getattr(ev.static, name))
-        m.d.comb += [wp.addr.eq(ev.qpn[:ab]), wp.data.eq(row),
-                     wp.en.eq(ev_valid & (ev.qpn < self.num_qp))]
+        m.d.comb += [st_wp.addr.eq(ev.qpn[:ab]), st_wp.data.eq(ev.state),
+                     st_wp.en.eq(ev_valid & (ev.qpn < self.num_qp))]
+        # SET_QP's ARG words, registered the same way, each written into its lanes of the row
+        arg = Signal(qp_arg_layout)
+        arg_valid = Signal()
+        m.d.sync += [arg_valid.eq(self.qp_arg.valid), arg.eq(self.qp_arg.payload)]
+        R.write(m, wp, arg, arg_valid & (arg.qpn < self.num_qp))
 
         m.submodules.set_q = set_q = Queue(qp_set_layout, 8)
         m.d.comb += [set_q.i.valid.eq(ev_valid),
@@ -152,9 +165,14 @@ class ReqContext(wiring.Component):
             self.ctx_req.ready.eq(~rv | self.ctx_resp.ready),
             ctx_rp.addr.eq(self.ctx_req.payload[:ab]),
             ctx_rp.en.eq(self.ctx_req.ready),
+            st_rp.addr.eq(self.ctx_req.payload[:ab]),
+            st_rp.en.eq(self.ctx_req.ready),
             self.ctx_resp.valid.eq(rv),
-            self.ctx_resp.payload.eq(ctx_rp.data.ctx),
+            self.ctx_resp.payload.state.eq(st_rp.data),
         ]
+        ctx_f = R.decode(m, ctx_rp.data, "ctx_fields")
+        for name in self.fields:
+            m.d.comb += getattr(self.ctx_resp.payload, name).eq(getattr(ctx_f, name))
         with m.If(self.ctx_req.ready):
             m.d.sync += rv.eq(self.ctx_req.valid)
 
@@ -206,7 +224,7 @@ class ReqContext(wiring.Component):
             m.d.sync += rd_wait.eq(0)
         scqn = Signal(16)
         with m.If(rd_wait):
-            m.d.sync += scqn.eq(cpl_rp.data.scqn)
+            m.d.sync += scqn.eq(R.decode(m, cpl_rp.data, "cpl_fields").scqn)
 
         live = Signal()
         m.d.comb += live.eq(busy & ~rd_wait)

@@ -110,8 +110,9 @@ from ..stream import BeatStream, Queue, check_width
 from ..tx.build import tx_hdr_layout
 from .ack_table import AckTable
 from .psn_rules import op_sequence, psn_class_layout, psn_classify
-from .qp_context import (MsgClass, QpContext, QpState, qp_dyn_layout, qp_set_event_layout,
-                         qp_static_layout)
+from ..control.qp_args import qp_arg_layout
+from .qp_context import (MsgClass, QpContext, QpState, qp_dyn_layout, qp_recv_layout,
+                         qp_set_event_layout)
 
 __all__ = ["PsnCheck", "exe_layout", "done_layout", "rq_db_layout", "rq_flush_layout",
            "qpn_layout"]
@@ -183,22 +184,23 @@ class PsnCheck(wiring.Component):
     event : Out(stream.Signature(event_layout))
         Event 3 (QP entered ERROR).
     qp_set : Out(stream.Signature(qp_set_event_layout, always_ready=True))
-        For the requester and the TX frame builder's path table: valid for one cycle (no
-        ``ready``) with {``qpn``, ``set``, ``state``, ``sq_psn``, ``static``}
-        (:data:`~rnic.resp.qp_context.qp_set_event_layout`)
+        For the requester: valid for one cycle (no ``ready``) with {``qpn``, ``state``,
+        ``sq_psn``} (:data:`~rnic.resp.qp_context.qp_set_event_layout`)
 
-        * for every SET_QP that was written (a refused SET_QP gives nothing): ``set`` 1, the
-          new state, every static field as written (also the unchanged ones) and the send PSN
-          the SET_QP left (ARG3 on entry to RTS, else the QP's current one, 0 on RESET);
-        * for every QP of the reset sweep after ``rst`` (``set`` 1, state RESET, static and
-          sq_psn 0);
+        * for every SET_QP that was written (a refused SET_QP gives nothing): the new state and
+          the send PSN the SET_QP left (ARG3 on entry to RTS, else the QP's current one, 0 on
+          RESET);
+        * for every QP of the reset sweep after ``rst`` (state RESET, sq_psn 0);
         * for every move of a QP to ERROR made here (NAK 0x61, a fatal ``done``, a ``fault``):
-          ``set`` 0, state ERROR, the QP's current static fields but the path (``rmac``,
-          ``rip``, ``sport``, ``dest_qpn``: 0, unchanged in the path table) and current send
-          PSN — the same cycle as event 3 is queued.
+          state ERROR, ``sq_psn`` 0 (the requester takes the send PSN only on entry to RTS) —
+          the same cycle as event 3 is queued.
 
         The two sources never coincide: a SET_QP runs only with the pipeline drained and no
         ``fault`` is taken while a command runs, so no event is lost or merged.
+    qp_arg : Out(stream.Signature(qp_arg_layout, always_ready=True))
+        The QP context's ARG writes (:class:`~rnic.resp.qp_context.QpContext`): every ARG word
+        of an accepted SET_QP, before its ``qp_set`` event, and the reset sweep, for the
+        requester's context and the TX frame builder's path table.
     q_qpn : Out(range(num_qp)); q_psn : In(24); q_cons : In(16)
         QUERY_QP's next send PSN and SQ consumer index come from the requester's context:
         ``q_qpn`` is the queried QP, ``q_psn``/``q_cons`` its values one cycle later
@@ -234,6 +236,7 @@ class PsnCheck(wiring.Component):
             "stat": Out(NUM_COUNTERS),
             "event": Out(stream.Signature(event_layout)),
             "qp_set": Out(stream.Signature(qp_set_event_layout, always_ready=True)),
+            "qp_arg": Out(stream.Signature(qp_arg_layout, always_ready=True)),
             "q_qpn": Out(self.abits),
             "q_psn": In(24),
             "q_cons": In(16),
@@ -246,6 +249,7 @@ class PsnCheck(wiring.Component):
         ab = self.abits
         m.submodules.ctx = ctx = self.ctx
         connect(m, wiring.flipped(self.cmd), ctx.cmd)
+        connect(m, ctx.qp_arg, wiring.flipped(self.qp_arg))
         m.d.comb += [self.q_qpn.eq(ctx.q_qpn), ctx.q_psn.eq(self.q_psn),
                      ctx.q_cons.eq(self.q_cons)]
 
@@ -358,8 +362,7 @@ class PsnCheck(wiring.Component):
         c_slot = Signal(2)
         m.d.comb += [mr_r.addr.eq(c_slot), c_meta.eq(mr_r.data)]
         c_ctx = Signal(qp_dyn_layout)
-        c_st = Signal(qp_static_layout)
-        c_sq_psn = Signal(24)
+        c_st = Signal(qp_recv_layout)
 
         # One read-modify-write of the dynamic table: read in A (the block RAM's output in R, its
         # register in B), decided and written in C. An operation is not issued while an operation of its QP that writes the
@@ -474,7 +477,7 @@ class PsnCheck(wiring.Component):
         with m.If(adv):
             m.d.sync += [c_valid.eq(b_valid), c_kind.eq(b_kind), c_idx.eq(b_idx),
                          c_qok.eq(b_qok), c_slot.eq(b_slot), c_db.eq(b_db),
-                         c_ctx.eq(fwd), c_st.eq(b_st), c_sq_psn.eq(ctx.rd_sq_psn),
+                         c_ctx.eq(fwd), c_st.eq(b_st),
                          c_info.eq(b_info), c_pmtu.eq(b_pmtu),
                          c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
                          c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad),
@@ -527,18 +530,11 @@ class PsnCheck(wiring.Component):
         m.d.comb += self.qp_set.valid.eq(ctx.set_valid | (fire & want_ev))
         with m.If(ctx.set_valid):
             m.d.comb += [self.qp_set.payload.qpn.eq(ctx.set_qpn),
-                         self.qp_set.payload.set.eq(1),
                          self.qp_set.payload.state.eq(ctx.set_state),
-                         self.qp_set.payload.sq_psn.eq(ctx.set_sq_psn),
-                         self.qp_set.payload.static.eq(ctx.set_static)]
+                         self.qp_set.payload.sq_psn.eq(ctx.set_sq_psn)]
         with m.Else():
             m.d.comb += [self.qp_set.payload.qpn.eq(c_idx),
-                         self.qp_set.payload.state.eq(QpState.ERROR),
-                         self.qp_set.payload.sq_psn.eq(c_sq_psn),
-                         self.qp_set.payload.static.eq(st)]
-            # (the path only changes by SET_QP: stage C need not hold it)
-            for name in ("rmac", "rip", "sport", "dest_qpn"):
-                m.d.comb += getattr(self.qp_set.payload.static, name).eq(0)
+                         self.qp_set.payload.state.eq(QpState.ERROR)]
         m.d.comb += self.stat.eq(Mux(fire, stat_c, 0))
 
         with m.If(ctx.set_valid):

@@ -1,13 +1,16 @@
-"""QP context: the per-QP state of the responder (and, statically, of the requester) in block RAM.
+"""QP context: the per-QP state of the responder in block RAM, and the SET_QP/QUERY_QP commands.
 
 Two tables of ``num_qp`` entries, both in block RAM:
 
-* the **static** table (:data:`qp_static_layout` and the send PSN): everything SET_QP writes
-  and nothing else changes: path MTU, min_rnr_timer, timeout, destination QPN, PD, access
-  flags, CQ numbers, RQ/SQ ring bases and sizes, retry counts, remote MAC/IPv4, UDP source
-  port, the next send PSN. A row keeps each ARG's bits in 9-bit lanes (the block RAM's byte
-  enables), so SET_QP writes an ARG's lanes in the cycle it reads that ARG through the command
-  port's one read port (design-rules.md §8): no ARG is held in flip-flops;
+* the **static** table (:data:`qp_recv_layout` and the send PSN): what SET_QP writes that the
+  receive engine uses and nothing else changes: path MTU, min_rnr_timer, PD, access flags,
+  receive CQ, RQ ring base and size, remote IPv4, and the send PSN SET_QP left. A row keeps
+  each ARG's bits in 9-bit lanes (the block RAM's byte enables,
+  :class:`~rnic.control.qp_args.ArgRow`), so SET_QP writes an ARG's lanes in the cycle it
+  reads that ARG through the command port's one read port (design-rules.md §8): no ARG is held
+  in flip-flops. The same write goes out on ``qp_arg`` to the requester's context and the TX
+  frame builder's path table, which keep the other static fields
+  (:mod:`rnic.control.qp_args`);
 * the **dynamic** table (:data:`qp_dyn_layout`): what packets change: state, ePSN, MSN, the
   sent-NAK latch, the message in progress (class, byte offset, WRITE length/VA/rkey), the
   on-chip RQ producer/consumer indices.
@@ -20,9 +23,9 @@ pipeline ports; this block serves SET_QP (0x01) and QUERY_QP (0x02) of the comma
 
 SET_QP reads ARG0..14 twice: a first pass keeps what the checks and the dynamic write need (new
 state, path MTU, ARG2's ePSN, ARG3's send PSN, the refusals of ARG6/8/9), the QP's row is read
-and the command judged; only an accepted SET_QP reads them again and writes each ARG's lanes,
-then reads the row back (``set_static`` is the row written) and writes the dynamic entry and
-the send PSN (about 40 cycles in all).
+and the command judged; only an accepted SET_QP reads them again and writes each ARG's lanes
+(and sends each on ``qp_arg``), then reads the row back (``set_static`` is the row written) and
+writes the dynamic entry and the send PSN (about 40 cycles in all).
 
 SET_QP rules: QPN 0/1 or ≥ num_qp → result 2; state not one of 0,1,2,3,6, an illegal change
 (only RESET→INIT→RTR→RTS and any→RESET/ERROR are legal; RTS→RTS is not), log2 ring sizes > 15,
@@ -33,14 +36,15 @@ PSN from ARG3 only on entry to RTS; RESET clears every dynamic field. SET_QP doe
 event 3 (the event reports errors the hardware found, not software's own choice).
 """
 
-from amaranth.hdl import Module, Mux, Signal, Value
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..control.qp_args import ArgRow, qp_arg_layout
 from ..ifaces import CmdOp, CommandSignature, Result
 
-__all__ = ["QpState", "MsgClass", "qp_static_layout", "qp_dyn_layout", "QpContext",
-           "pmtu_bytes", "qp_set_event_layout"]
+__all__ = ["QpState", "MsgClass", "qp_recv_layout", "qp_dyn_layout", "QpContext",
+           "pmtu_bytes", "qp_set_event_layout", "RECV_FIELDS"]
 
 
 class QpState(enum.IntEnum, shape=3):
@@ -65,25 +69,14 @@ def pmtu_bytes(code):
     return 128 << code
 
 
-qp_static_layout = data.StructLayout({
-    "pmtu": 3,          # 1=256 … 5=4096
-    "min_rnr": 5,
-    "timeout": 5,
-    "dest_qpn": 24,
-    "pd": 16,
-    "access": 8,
-    "rcqn": 16,
-    "scqn": 16,
-    "rq_base": 64,
-    "rq_log": 5,
-    "sq_log": 5,
-    "retry_cnt": 3,
-    "rnr_retry": 3,
-    "sq_base": 64,
-    "rmac": 48,         # wire order: rmac[47:40] is the first byte on the wire
-    "rip": 32,          # first octet in [31:24]
-    "sport": 16,
-})
+#: The SET_QP fields the receive engine keeps (the rest are the requester's and the TX path
+#: table's, :mod:`rnic.control.qp_args`).
+RECV_FIELDS = ("pmtu", "min_rnr", "pd", "access", "rcqn", "rq_base", "rq_log", "rip")
+#: The static row: those fields' ARG lanes, then the send PSN's three lanes.
+_ROW = ArgRow(RECV_FIELDS, extra=3)
+_LANE = ArgRow.LANE
+_SQ_LANE, _LANES = _ROW.first_extra, _ROW.lanes
+qp_recv_layout = _ROW.layout
 
 qp_dyn_layout = data.StructLayout({
     "state": 3,
@@ -101,64 +94,21 @@ qp_dyn_layout = data.StructLayout({
 })
 
 
-#: What the requester and the TX path table learn of a QP's context (PsnCheck ``qp_set``):
-#: every SET_QP that was written (``set`` 1: its new state, every static field, the send PSN it
-#: wrote) and every move to ERROR the responder makes on its own (``set`` 0, state = ERROR, the
-#: path fields 0).
+#: What the requester learns of a QP's state (PsnCheck ``qp_set``): every SET_QP that was
+#: written (its new state and the send PSN it left) and every move to ERROR the responder makes
+#: on its own (state = ERROR, ``sq_psn`` 0). The static fields go out as SET_QP writes them, on
+#: ``qp_arg``.
 qp_set_event_layout = data.StructLayout({
     "qpn": 24,
-    "set": 1,
     "state": 3,
     "sq_psn": 24,
-    "static": qp_static_layout,
 })
-
-#: Where SET_QP's ARG bits live in a row of the static table: (ARG, first bit, width, field,
-#: first bit in the field). The row keeps, per ARG, only the bits some field takes, packed into
-#: whole 9-bit lanes (the block RAM's byte), so that SET_QP writes an ARG's lanes in the cycle
-#: it reads that ARG and no ARG is held in flip-flops. The low 6 bits of the ring bases are 0
-#: in every row written (64-byte alignment is checked first) and are not stored.
-_ARG_BITS = (
-    (0, 8, 3, "pmtu", 0), (0, 16, 5, "min_rnr", 0), (0, 24, 5, "timeout", 0),
-    (1, 0, 24, "dest_qpn", 0),
-    (4, 0, 16, "pd", 0), (4, 16, 8, "access", 0),
-    (5, 0, 16, "rcqn", 0), (5, 16, 16, "scqn", 0),
-    (6, 6, 26, "rq_base", 6), (7, 0, 32, "rq_base", 32),
-    (8, 0, 5, "rq_log", 0), (8, 8, 5, "sq_log", 0), (8, 16, 3, "retry_cnt", 0),
-    (8, 20, 3, "rnr_retry", 0),
-    (9, 6, 26, "sq_base", 6), (10, 0, 32, "sq_base", 32),
-    (11, 0, 32, "rmac", 0), (12, 0, 16, "rmac", 32),
-    (13, 0, 32, "rip", 0),
-    (14, 0, 16, "sport", 0),
-)
-_LANE = 9
-
-
-def _row_plan():
-    """``({arg: (first lane, lanes, [(arg bit, width, field, field bit, row bit)])}, send-PSN
-    lane, lanes in all)``."""
-    plan = {}
-    lane = 0
-    for arg in sorted({a for a, *_ in _ARG_BITS}):
-        bits = []
-        pos = lane * _LANE
-        for a, lo, w, field, flo in _ARG_BITS:
-            if a == arg:
-                bits.append((lo, w, field, flo, pos))
-                pos += w
-        n = -(-(pos - lane * _LANE) // _LANE)
-        plan[arg] = (lane, n, bits)
-        lane += n
-    return plan, lane, lane + 3          # the send PSN: 24 bits in 3 lanes
-
-
-_PLAN, _SQ_LANE, _LANES = _row_plan()
 
 
 class QpContext(wiring.Component):
     """The two QP tables and the SET_QP/QUERY_QP command handler.
 
-    Rows: the static table keeps SET_QP's ARG bits in 9-bit lanes (``_ARG_BITS``) plus the
+    Rows: the static table keeps SET_QP's ARG bits in 9-bit lanes (:class:`~rnic.control.qp_args.ArgRow`) plus the
     send PSN, written an ARG at a time; the dynamic table keeps :data:`qp_dyn_layout`. Each
     table's read data is registered once (``rd_static``/``rd_dyn``, the block RAM's output
     register), and that register is both the pipeline's stage-B context and the command's.
@@ -180,10 +130,9 @@ class QpContext(wiring.Component):
         The pipeline and every outstanding execute are drained; the command may run.
     rd_addr, rd_en : In
         Pipeline read port (both tables): with ``rd_en`` the tables are read at ``rd_addr``
-        and the data of the previous read moves to ``rd_static``/``rd_sq_psn``/``rd_dyn``
+        and the data of the previous read moves to ``rd_static``/``rd_dyn``
         (two reads in flight, one per ``rd_en``); ``rd_en`` low holds both.
-    rd_static : Out(qp_static_layout)
-    rd_sq_psn : Out(24)
+    rd_static : Out(qp_recv_layout)
     rd_dyn : Out(qp_dyn_layout)
     wr_addr, wr_en : In
     wr_dyn : In(qp_dyn_layout)
@@ -198,8 +147,12 @@ class QpContext(wiring.Component):
         With ``set_valid``: the QP's RQ producer index.
     set_sq_psn : Out(24)
         With ``set_valid``: the send PSN the SET_QP left.
-    set_static : Out(qp_static_layout)
+    set_static : Out(qp_recv_layout)
         With ``set_valid``: the static fields written.
+    qp_arg : Out(stream.Signature(qp_arg_layout, always_ready=True))
+        Every ARG word an accepted SET_QP writes, in the cycle it is written (ARG0..14, before
+        ``set_valid``), and one write with ``all`` per QP of the reset sweep: for the other
+        tables of SET_QP's fields (:mod:`rnic.control.qp_args`).
     """
 
     def __init__(self, *, num_qp):
@@ -213,8 +166,7 @@ class QpContext(wiring.Component):
             "idle": In(1),
             "rd_addr": In(self.abits),
             "rd_en": In(1),
-            "rd_static": Out(qp_static_layout),
-            "rd_sq_psn": Out(24),
+            "rd_static": Out(qp_recv_layout),
             "rd_dyn": Out(qp_dyn_layout),
             "wr_addr": In(self.abits),
             "wr_en": In(1),
@@ -228,7 +180,8 @@ class QpContext(wiring.Component):
             "q_qpn": Out(self.abits),
             "q_psn": In(24),
             "q_cons": In(16),
-            "set_static": Out(qp_static_layout),
+            "set_static": Out(qp_recv_layout),
+            "qp_arg": Out(stream.Signature(qp_arg_layout, always_ready=True)),
         })
 
     def elaborate(self, platform):
@@ -258,10 +211,7 @@ class QpContext(wiring.Component):
         dq = Signal(qp_dyn_layout)
         with m.If(rd_en):
             m.d.sync += [srow.eq(srd.data), dq.eq(drd.data)]
-        st = Signal(qp_static_layout)       # srow's fields
-        for arg, (lane, _n, bits) in _PLAN.items():
-            for lo, w, field, flo, pos in bits:
-                m.d.comb += Value.cast(st[field])[flo:flo + w].eq(srow[pos:pos + w])
+        st = _ROW.decode(m, srow, "st")     # srow's fields
         sq_cur = Signal(24)
         m.d.comb += sq_cur.eq(srow[_SQ_LANE * _LANE:_SQ_LANE * _LANE + 24])
 
@@ -272,12 +222,10 @@ class QpContext(wiring.Component):
             srd.en.eq(rd_en),
             drd.en.eq(rd_en),
             self.rd_static.eq(st),
-            self.rd_sq_psn.eq(sq_cur),
             self.rd_dyn.eq(dq),
             dwr.addr.eq(Mux(owned, c_addr, self.wr_addr)),
             dwr.data.eq(Mux(owned, c_wr_dyn, self.wr_dyn)),
             dwr.en.eq(Mux(owned, c_wr_en, self.wr_en)),
-            swr.addr.eq(c_addr),
         ]
 
         op = Signal(8)
@@ -318,23 +266,19 @@ class QpContext(wiring.Component):
 
         # static-table writes: ARG ``argn``'s lanes with its bits (WRITE), the send PSN's lanes
         # (EXEC), every lane with 0 (SWEEP)
-        s_lanes = Signal(_LANES)
-        ad0 = Signal(32)
+        # (the same ARG writes go out on ``qp_arg`` to the other tables of SET_QP's fields)
         sq_new = Signal(24)
         sq_w = Signal(24)
-        m.d.comb += [ad0.eq(Mux(sweeping, 0, ad)), sq_w.eq(Mux(sweeping, 0, sq_new))]
-        for arg, (lane, nl, bits) in _PLAN.items():
-            for lo, w, field, flo, pos in bits:
-                m.d.comb += swr.data[pos:pos + w].eq(ad0[lo:lo + w])
-        m.d.comb += swr.data[_SQ_LANE * _LANE:_SQ_LANE * _LANE + 24].eq(sq_w)
+        m.d.comb += sq_w.eq(Mux(sweeping, 0, sq_new))
         s_arg_we = Signal()
         s_sq_we = Signal()
-        for arg, (lane, nl, bits) in _PLAN.items():
-            for k in range(lane, lane + nl):
-                m.d.comb += s_lanes[k].eq(sweeping | (s_arg_we & (argn == arg)))
+        aw = self.qp_arg.payload
+        m.d.comb += [self.qp_arg.valid.eq(sweeping | s_arg_we),
+                     aw.qpn.eq(c_addr), aw.arg.eq(argn), aw.data.eq(ad), aw.all.eq(sweeping)]
+        _ROW.write(m, swr, aw, self.qp_arg.valid)
+        m.d.comb += swr.data[_SQ_LANE * _LANE:_SQ_LANE * _LANE + 24].eq(sq_w)
         for k in range(_SQ_LANE, _LANES):
-            m.d.comb += s_lanes[k].eq(sweeping | s_sq_we)
-        m.d.comb += swr.en.eq(s_lanes)
+            m.d.comb += swr.en[k].eq(sweeping | s_sq_we)
 
         nd = Signal(qp_dyn_layout)
         with m.If(new_state == QpState.RESET):

@@ -16,7 +16,7 @@ Builder (per frame):
 1. **HDR**: the header is Ethernet/IPv4/UDP/BTH[/RETH][/IMMDT, IETH or AETH], 54, 58, 70 or
    74 bytes, built with the :mod:`rnic.wire` tables. The destination (MAC, IPv4, UDP source
    port, QPN) comes from the **path table**, one row per local QPN written by SET_QP
-   (``qp_path``), read as the descriptor is taken into the descriptor queue. Its lengths, IPv4
+   (``qp_arg``), read as the descriptor is taken into the descriptor queue. Its lengths, IPv4
    checksum and word counts are computed from the queue's head (5 register stages) while the
    previous frame is built.
 2. **GATHER**: each chunk's host read is issued as soon as the chunk is handed over (up to 4
@@ -50,13 +50,13 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .. import wire
+from ..control.qp_args import ArgRow, qp_arg_layout
 from ..crc import CRC32, crc_init_skipping
 from ..host.axi_master import ReadClientSignature
 from ..ifaces import NUM_COUNTERS, Counter
 from ..stream import BeatStream, Queue, beat_layout, check_width
 
-__all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "path_layout", "path_set_layout",
-           "connect_path", "TxBuild", "RETH_OPCODES",
+__all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "path_layout", "TxBuild", "RETH_OPCODES",
            "IMM4_OPCODES", "MAX_PAYLOAD", "MAX_HDR"]
 
 #: RC opcodes carrying a RETH, and those carrying 4 bytes of IMMDT or IETH after it.
@@ -75,17 +75,8 @@ path_layout = data.StructLayout({
     "dqpn": 24,
 })
 
-#: One write of the path table: a QP's addresses as SET_QP wrote them.
-path_set_layout = data.StructLayout({"qpn": 24, "path": path_layout})
-
-def connect_path(m, qp_set, qp_path):
-    """Drive a builder's ``qp_path`` from PSN Check's ``qp_set`` events: those of a SET_QP
-    (``set``), with the static fields ``rmac``, ``rip``, ``sport``, ``dest_qpn``."""
-    ev, p = qp_set.payload, qp_path.payload
-    m.d.comb += [qp_path.valid.eq(qp_set.valid & ev.set), p.qpn.eq(ev.qpn),
-                 p.path.dmac.eq(ev.static.rmac), p.path.dip.eq(ev.static.rip),
-                 p.path.sport.eq(ev.static.sport), p.path.dqpn.eq(ev.static.dest_qpn)]
-
+#: The path table's row: those fields' bits of SET_QP's ARG1 and ARG11..14, in 9-bit lanes.
+_PATH_ROW = ArgRow(("dest_qpn", "rmac", "rip", "sport"))
 
 #: One ACK/NAK frame of the responder: header fields only (no payload).
 tx_hdr_layout = data.StructLayout({
@@ -148,10 +139,11 @@ class TxBuild(wiring.Component):
         Frame descriptors (from :class:`~rnic.tx.arbiter.TxArbiter`), taken one at a time. A
         frame goes to the addresses of its ``qpn``'s path-table row as it stands when the
         descriptor is taken (``ready`` is low in a cycle that writes the table).
-    qp_path : In(stream.Signature(path_set_layout, always_ready=True))
-        Path-table writes: every SET_QP that was written (PSN Check's ``qp_set`` events with
-        ``set``), so every QP's row is written by the sweep after ``rst`` before any frame of
-        it. A ``qpn`` ≥ ``num_qp`` is ignored.
+    qp_arg : In(stream.Signature(qp_arg_layout, always_ready=True))
+        The QP context's SET_QP ARG writes (PSN Check's ``qp_arg``, :mod:`rnic.control.qp_args`):
+        the path table keeps ARG1's destination QPN and ARG11..14's remote MAC and IPv4 and UDP
+        source port; the reset sweep after ``rst`` writes every row. A ``qpn`` ≥ ``num_qp`` is
+        ignored.
     chunk : In(stream.Signature(chunk_layout))
         The packet's gather chunks, in payload order, summing exactly to ``paylen`` (none for an
         empty payload).
@@ -192,7 +184,7 @@ class TxBuild(wiring.Component):
         self.frames = frames
         super().__init__({
             "pkt": In(stream.Signature(pkt_layout)),
-            "qp_path": In(stream.Signature(path_set_layout, always_ready=True)),
+            "qp_arg": In(stream.Signature(qp_arg_layout, always_ready=True)),
             "chunk": In(stream.Signature(chunk_layout)),
             "rd": Out(ReadClientSignature(width)),
             "tx": Out(BeatStream(width)),
@@ -245,22 +237,24 @@ class TxBuild(wiring.Component):
         # one cycle after that head arrives; both pop together). No descriptor is taken in a
         # cycle that writes the table, so a read never meets a write (``no_rw_check``).
         ab = (self.num_qp - 1).bit_length()
-        m.submodules.paths = paths = Memory(shape=path_layout, depth=self.num_qp, init=[],
+        m.submodules.paths = paths = Memory(shape=_PATH_ROW.width, depth=self.num_qp, init=[],
                                             attrs={"no_rw_check": 1})
-        path_wp = paths.write_port()
+        path_wp = paths.write_port(granularity=_PATH_ROW.LANE)
         path_rp = paths.read_port()
-        qs = self.qp_path.payload
-        m.d.comb += [path_wp.addr.eq(qs.qpn[:ab]), path_wp.data.eq(qs.path),
-                     path_wp.en.eq(self.qp_path.valid & (qs.qpn < self.num_qp))]
+        qa = self.qp_arg
+        _PATH_ROW.write(m, path_wp, qa.payload, qa.valid & (qa.payload.qpn < self.num_qp))
+        row = _PATH_ROW.decode(m, path_rp.data, "path_row")
         m.submodules.pathq = pathq = Queue(path_layout, 2, buffered=False)
         took = Signal()                 # a descriptor was taken last cycle: its path is read
         m.d.comb += [
-            self.pkt.ready.eq(pktq.i.ready & ~self.qp_path.valid),
-            pktq.i.valid.eq(self.pkt.valid & ~self.qp_path.valid),
+            self.pkt.ready.eq(pktq.i.ready & ~qa.valid),
+            pktq.i.valid.eq(self.pkt.valid & ~qa.valid),
             pktq.i.payload.eq(self.pkt.payload),
             path_rp.addr.eq(self.pkt.payload.qpn[:ab]),
             # (pathq holds no more entries than pktq, one cycle behind: never full here)
-            pathq.i.valid.eq(took), pathq.i.payload.eq(path_rp.data),
+            pathq.i.valid.eq(took),
+            pathq.i.payload.dmac.eq(row.rmac), pathq.i.payload.dip.eq(row.rip),
+            pathq.i.payload.sport.eq(row.sport), pathq.i.payload.dqpn.eq(row.dest_qpn),
         ]
         m.d.sync += took.eq(self.pkt.valid & self.pkt.ready)
         hp = pathq.o.payload
