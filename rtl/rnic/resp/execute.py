@@ -22,8 +22,10 @@ a later stage decides on (design rule 3):
      with its ring index: one per QP, so every QP may have a message open) and ``cnext`` (the
      flush's start);
   2. ``wqe`` = 1: takes the WQE at ``rq_base + 64·(rq_index mod 2^rq_log)`` from the prefetch
-     pool (below) or, on a miss, reads it through :class:`~rnic.resp.rq_fetch.RqFetch`, and
-     stores it in the table (the cycle after, from the planner's register);
+     pool (below) or, on a miss, reads it through :class:`~rnic.resp.rq_fetch.RqFetch`; either
+     way its beats were written into a LUT-RAM WQE store as they came (a pool slot's row, or
+     the planner's own row), and the planner copies that row into the QP's ``wqe`` row and
+     reads it back: it cuts the pieces from the table's read data, holding no copy of the WQE;
   3. cuts the packet into at most three pieces: SEND → the overlap of ``[offset, offset +
      payload_len)`` with each SGE (zero-length SGEs skipped); RDMA WRITE → one piece at
      ``va + offset`` (none when ``dma_len`` = 0); decides the checks that need no lookup
@@ -120,7 +122,7 @@ from ..keys.key_cache import Access, InvalSignature, LookupSignature
 from ..opcodes import WcStatus
 from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
 from .psn_check import done_layout, exe_layout
-from .rq_fetch import MAX_SGE, RqFetch, sge_layout
+from .rq_fetch import MAX_SGE, WQE_BYTES, RqFetch, sge_layout
 from .scatter import ScatterPath, piece_layout
 
 __all__ = ["Execute", "RECV", "RECV_RDMA_WITH_IMM", "flush_layout"]
@@ -137,12 +139,38 @@ _slim_layout = data.StructLayout({
 _row_layout = data.StructLayout({"wqe": _slim_layout, "index": 16})
 
 
-def _slim(m, wqe, name):
-    """``wqe`` (a ``wqe_layout`` value) as :data:`_slim_layout` (combinational)."""
-    out = Signal(_slim_layout, name=name)
-    m.d.comb += [out.wr_id.eq(wqe.wr_id), out.sge.eq(wqe.sge),
-                 out.nsge.eq(Mux(wqe.num_sge > MAX_SGE, MAX_SGE + 1, wqe.num_sge[:3]))]
-    return out
+def _wqe_store(m, rows, width, beat):
+    """The fetched WQEs, :data:`_slim_layout` per row, written beat by beat from ``beat`` (the
+    :class:`RqFetch` beat stream; row ``rows − 1`` for the tag ``DEMAND`` (bit 7), else the
+    tag) and read asynchronously (LUT RAM). The WQE's 64-bit words sit at fixed lanes of fixed
+    beats (64-byte aligned): word 0 wr_id, 1 num_sge (kept as min(num_sge, 4), the reserved
+    word dropped), 2 + 2i and 3 + 2i SGE i; one RAM per word, written when its beat comes.
+    Returns (read address, read data as :data:`_slim_layout`)."""
+    per = width // 64                          # words per beat
+    rb = max(1, (rows - 1).bit_length())
+    row = Signal(rb, name="wqs_row")
+    m.d.comb += row.eq(Mux(beat.payload.tag[7], rows - 1, beat.payload.tag[:rb]))
+    addr = Signal(rb, name="wqs_raddr")
+    words = []
+    for w in range(WQE_BYTES // 8):
+        lane = beat.payload.data[(w % per) * 64:(w % per + 1) * 64]
+        if w == 1:
+            num = lane[:32]
+            shape, wdata = 3, Mux(num > MAX_SGE, MAX_SGE + 1, num[:3])
+        else:
+            shape, wdata = 64, lane
+        # LUT RAM on purpose (see the pool in ``Execute._prefetcher``)
+        mem = Memory(shape=shape, depth=max(rows, 2), init=[])
+        m.submodules[f"wqs{w}"] = mem
+        wp = mem.write_port()
+        rp = mem.read_port(domain="comb")
+        m.d.comb += [wp.addr.eq(row), wp.data.eq(wdata),
+                     wp.en.eq(beat.valid & (beat.payload.index == w // per)),
+                     rp.addr.eq(addr)]
+        words.append(rp.data)
+    out = Signal(_slim_layout, name="wqs_data")
+    m.d.comb += out.as_value().eq(Cat(*words))
+    return addr, out
 
 # Plan records. A command's plan is written once, by the planner, into small RAMs indexed by
 # its plan slot (``PLAN_SLOTS`` of them, used round robin); what travels between the stages in
@@ -364,8 +392,8 @@ class Execute(wiring.Component):
         dead_rd = dead.read_port()
         dead_wr = _LateWrite(m, dead, "dead")
         dead_rd_data = dead_wr.read(dead_rd, "dead_rd")
-        # ``no_rw_check``: the row is read in IDLE/PUSH (take_next) and written in SUMS only,
-        # so a read never meets the write
+        # ``no_rw_check``: the row is written in PF_HIT and FETCH_WAIT and read in the states
+        # after them and in IDLE/PUSH (take_next), so a read never meets the write
         m.submodules.wqet = wqet = Memory(shape=_row_layout, depth=self.num_qp, init=[],
                                           attrs={"no_rw_check": 1})
         wqe_rd = wqet.read_port()
@@ -387,22 +415,28 @@ class Execute(wiring.Component):
         wqpn_wr = wqpn.write_port()
 
         c = Signal(exe_layout)                 # the command being planned
-        wqe = Signal(_slim_layout)
-        fr_wqe = _slim(m, fetch.resp.payload.wqe, "fr_wqe")
+        # The fetched WQEs (prefetch pool slots 0..P-1, the planner's own read in row P) are
+        # written beat by beat into a LUT-RAM store; a WQE the planner takes is copied from
+        # there into the QP's row of ``wqet`` and read back: the planner works from ``wqet``'s
+        # read data (held from the read until the next one), never from a copy in registers.
+        wqs_addr, wqs_data = _wqe_store(m, P + 1, W, fetch.beat)
+        wqe = wqe_rd.data.wqe
+        # ``wqet`` is read back at c's QP this cycle: PF_DATA after a pool hit, SUMS after the
+        # planner's own read (SUMS takes the first SGE's length and ``nsge`` from the store's
+        # row P meanwhile: the row's copy is in the table only from the next cycle)
+        wqe_own = Signal()
         in_qpn = Signal(ab)
         take_flush = Signal()
         m.d.comb += [take_flush.eq(~self.exe.valid & self.flush.valid),
                      in_qpn.eq(Mux(take_flush, self.flush.payload.qpn[:ab],
                                    self.exe.payload.qpn[:ab]))]
-        m.d.comb += [dead_rd.addr.eq(in_qpn), wqe_rd.addr.eq(in_qpn), wflt_rd.addr.eq(in_qpn),
+        m.d.comb += [dead_rd.addr.eq(in_qpn), wflt_rd.addr.eq(in_qpn),
                      cnext_rd.addr.eq(in_qpn),
-                     wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.wqe.eq(wqe),
+                     wqe_rd.addr.eq(Mux(wqe_own, c.qpn[:ab], in_qpn)),
+                     wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.wqe.eq(wqs_data),
                      wqe_wr.data.index.eq(c.rq_index)]
-        # the WQE a command takes is written to the QP's row from ``wqe`` in the next cycle
-        # (SUMS; the row is read again only by a later command)
-        wqe_wpend = Signal()
-        m.d.sync += wqe_wpend.eq(0)
-        m.d.comb += wqe_wr.en.eq(wqe_wpend)
+        m.d.sync += wqe_own.eq(0)
+        m.d.comb += wqe_rd.en.eq(wqe_own)
 
         # ---- WQE reads: the planner's (tag DEMAND) and the prefetcher's (tag = pool slot) ----
         DEMAND = 0xFF
@@ -415,6 +449,8 @@ class Execute(wiring.Component):
         plan_look = Signal()                   # the planner is in PF_HIT
         pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, ab, rst, post)
                 if P else None)
+        # the store is read at the slot the planner hits (PF_HIT, ``hsel``), else at row P
+        m.d.comb += wqs_addr.eq(Mux(plan_look, pool["hsel"], P) if P else 0)
 
         # ---- counters ---------------------------------------------------------------------
         wr_cnt = Signal(16)                    # write requests issued
@@ -514,7 +550,11 @@ class Execute(wiring.Component):
         for i in range(MAX_SGE):
             sge = wqe.sge[i]
             li = Signal(32, name=f"sge_len{i}")
-            m.d.comb += li.eq(Mux(wqe.nsge > i, sge.length, 0))
+            if i == 0:
+                m.d.comb += li.eq(Mux(Mux(wqe_own, wqs_data.nsge, wqe.nsge) > i,
+                                      Mux(wqe_own, wqs_data.sge[0].length, sge.length), 0))
+            else:
+                m.d.comb += li.eq(Mux(wqe.nsge > i, sge.length, 0))
             lo = cum[i]
             hi_c = Signal(35, name=f"sge_end_c{i}")
             m.d.comb += hi_c.eq(cum[i] + li)
@@ -583,7 +623,8 @@ class Execute(wiring.Component):
         # the planner's CQE (in the plan entry; the flush's own CQEs)
         fcq = Signal(cqe_layout)
         m.d.comb += [
-            fcq.cqn.eq(c.rcqn), fcq.wr_id.eq(wqe.wr_id),
+            # (a flush's WQE is not taken into ``wqet``: its wr_id is read from the store)
+            fcq.cqn.eq(c.rcqn), fcq.wr_id.eq(Mux(flushing, wqs_data.wr_id, wqe.wr_id)),
             fcq.byte_len.eq(Mux(c.write, c.dma_len, mend)),
             fcq.imm_or_rkey.eq(Mux(c.imm_valid, c.imm, c.ieth_rkey)),
             fcq.qpn.eq(c.qpn), fcq.status.eq(cstat),
@@ -743,8 +784,7 @@ class Execute(wiring.Component):
                     m.d.sync += c.rq_index.eq(c.rq_index + 1)
                     m.next = "FL_CHK"
             with m.State("DEC"):
-                m.d.sync += [wqe.eq(wqe_rd.data.wqe),
-                             widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data.index)),
+                m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data.index)),
                              faddr.eq(faddr_c)]
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
@@ -767,11 +807,12 @@ class Execute(wiring.Component):
                     with m.If((cur == 0) | ((pool["match"] & pool["claim_d"]) != 0)):
                         m.next = "FETCH"
                     with m.Elif((cur & pool["ok"]) != 0):
-                        m.d.comb += pool["hit"].eq(1)
+                        # the slot's WQE (store row ``hsel``) into the QP's row, read back next
+                        m.d.comb += [pool["hit"].eq(1), wqe_wr.en.eq(1)]
+                        m.d.sync += wqe_own.eq(1)
                         m.next = "PF_DATA"
                 with m.State("PF_DATA"):
                     m.d.comb += take.eq(1)
-                    m.d.sync += [wqe.eq(pool["data"]), wqe_wpend.eq(1)]
                     m.next = "SUMS"
             with m.State("FETCH"):
                 m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
@@ -795,12 +836,13 @@ class Execute(wiring.Component):
                             m.next = "PUSH"
                     with m.Else():
                         m.d.comb += r.ready.eq(1)
-                        m.d.sync += wqe.eq(fr_wqe)
                         with m.If(flushing):
+                            # FL_CQE reads the wr_id from the store's row P
                             m.next = "FL_CQE"
                         with m.Else():
-                            m.d.comb += take.eq(1)
-                            m.d.sync += wqe_wpend.eq(1)
+                            # the WQE (store row P) into the QP's row, read back in SUMS
+                            m.d.comb += [take.eq(1), wqe_wr.en.eq(1)]
+                            m.d.sync += wqe_own.eq(1)
                             m.next = "SUMS"
             for i in range(MAX_SGE):
                 # the SGE prefix sums (one add per cycle) and the message end
@@ -1099,9 +1141,9 @@ class Execute(wiring.Component):
         uses: ``match_c`` (valid in PF_LOOK, the state after DEC: slots holding c's WQE),
         ``claim_d`` (the slots the prefetcher claimed in the cycle before, one-hot; none is
         claimed in PF_HIT), ``match`` (the planner's register of ``match_c``), ``valid``,
-        ``ok`` (data present), ``hit`` (driven by the planner: read the first matched slot with
-        data now; the take of the next cycle voids it) and ``data`` (the taken slot's WQE, the
-        cycle after ``hit``)."""
+        ``ok`` (data present), ``hit`` (driven by the planner: the first matched slot with data
+        is taken now; the take of the next cycle voids it) and ``hsel`` (in PF_HIT, the store
+        row of that slot)."""
         P = self.prefetch
         sb = max(1, (P - 1).bit_length())
         DEMAND = 0xFF
@@ -1156,12 +1198,8 @@ class Execute(wiring.Component):
         sidx = [Signal(16, name=f"pf_index{i}") for i in range(P)]
         # the ring the slot's WQE was read from: rq_base bits 63..6 (64-byte aligned) and rq_log
         sring = [Signal(63, name=f"pf_ring{i}") for i in range(P)]
-        # LUT RAM on purpose: in block RAM (ram_style=block, 15 DP16KD) the whole core's EBRs
-        # would be 86 % used, and with its block RAMs nearly full the core places with longer
-        # wires and congests (docs/synthesis.md, "What limits timing today")
-        m.submodules.pool = pool = Memory(shape=_slim_layout, depth=max(P, 2), init=[])
-        pool_rd = pool.read_port(domain="comb")
-        pool_wr = pool.write_port()
+        # the slots' WQEs are rows 0..P-1 of the WQE store (``_wqe_store``), written by the
+        # reads' beats
 
         match_c = Signal(P)
         match = Signal(P)
@@ -1179,13 +1217,12 @@ class Execute(wiring.Component):
             m.d.comb += match_c[i].eq(valid[i] & tag_eq[i] & ~claim_d[i])
         hit = Signal()
 
-        # responses of prefetch reads (always taken)
+        # responses of prefetch reads (always taken; the WQE is in the store by then)
         rs = fr.payload.tag[:sb]
-        m.d.comb += [pool_wr.addr.eq(rs), pool_wr.data.eq(_slim(m, fr.payload.wqe, "pf_wqe"))]
         pf_resp = Signal()
         m.d.comb += pf_resp.eq(fr.valid & (fr.payload.tag != DEMAND))
         with m.If(pf_resp):
-            m.d.comb += [fr.ready.eq(1), pool_wr.en.eq(~fr.payload.err)]
+            m.d.comb += fr.ready.eq(1)
 
         # ---- the prefetcher FSM: examine one QP at a time -------------------------------------
         D = self.prefetch_depth
@@ -1324,12 +1361,8 @@ class Execute(wiring.Component):
                 m.d.comb += hsel_c.eq(i)
         hsel = Signal(sb)
         m.d.sync += hsel.eq(Mux(plan_look, rs, hsel_c))
-        # the slot hit, read (LUT RAM, asynchronously) in the next cycle: a slot with its data
-        # gets no write (no response, no claim) in the hit's cycle
-        hit_sel = Signal(sb)
-        with m.If(hit):
-            m.d.sync += hit_sel.eq(hsel)
-        m.d.comb += pool_rd.addr.eq(hit_sel)
+        # the slot hit is read (store row ``hsel``, asynchronously) in the hit's cycle: a slot
+        # with its data gets no beat (no read out) and no claim in a PF_HIT cycle
 
         # a take of WQE i keeps the QP's slots of indices i+1 .. i+D-1 (D = 2: i+1); the
         # planner's c.rq_index is stable for cycles before a take, so its successor registered
@@ -1355,4 +1388,4 @@ class Execute(wiring.Component):
                       | (rst.valid & (sq[i] == rst_q))):
                 m.d.sync += valid[i].eq(0)
         return {"match_c": match_c, "match": match, "valid": valid, "ok": ok, "hit": hit,
-                "claim_d": claim_d, "data": pool_rd.data}
+                "claim_d": claim_d, "hsel": hsel}
