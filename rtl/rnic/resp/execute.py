@@ -187,7 +187,8 @@ _head_layout = data.StructLayout({
     "se": 1, "widx": 16,
 })
 # one piece, as the key checks read it / as stage 4 reads it
-_kpiece_layout = data.StructLayout({"key": 32, "va": 64, "len": 13})
+# (the piece's va is in a RAM of its own: the planner writes it in another cycle)
+_kpiece_layout = data.StructLayout({"key": 32, "len": 13})
 _spiece_layout = data.StructLayout({"len": 13, "src": 13})
 
 
@@ -449,8 +450,11 @@ class Execute(wiring.Component):
         plan_look = Signal()                   # the planner is in PF_HIT
         pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, ab, rst, post)
                 if P else None)
-        # the store is read at the slot the planner hits (PF_HIT, ``hsel``), else at row P
-        m.d.comb += wqs_addr.eq(Mux(plan_look, pool["hsel"], P) if P else 0)
+        # the store is read at the slot the planner hits (PF_HIT, ``hsel``), else at row P;
+        # ``in_hit`` is "the state is PF_HIT" as a flip-flop of its own (set on entry)
+        in_hit = Signal()
+        m.d.sync += in_hit.eq(0)
+        m.d.comb += wqs_addr.eq(Mux(in_hit, pool["hsel"], P) if P else 0)
 
         # ---- counters ---------------------------------------------------------------------
         wr_cnt = Signal(16)                    # write requests issued
@@ -545,20 +549,35 @@ class Execute(wiring.Component):
         mend = Signal(34)
         cum = [Const(0, 35)]
         cum_c = [Const(0, 35)]          # next prefix sum (comb), registered in SUMS<i>
+        li_cs = []                      # SGE i's length, 0 past nsge (comb)
         pv_c, pkey_c, pva_c, plen_c, psrc_c = [], [], [], [], []
         cut, cut2 = [], []                     # register assignments of states CUT and CUT2
+        # The WQE's fields come from ``wqet``'s read data (a block RAM's clock-to-out): they go
+        # into registers, or through a mux into a LUT-RAM write, never into an adder. The SGE
+        # lengths pass through ``li_r`` (SUMS<i> adds the length ``li_r`` took in SUMS<i-1>),
+        # the SGE addresses through ``a_r`` (piece i's va is written one state after ``a_r``
+        # took SGE i's address: CUT2, CALC, PUSH).
+        assert MAX_SGE == 3                    # the va schedule: CUT2, CALC, PUSH
+        li_r = Signal(32)
+        a_r = Signal(64)
         for i in range(MAX_SGE):
             sge = wqe.sge[i]
             li = Signal(32, name=f"sge_len{i}")
-            if i == 0:
+            if i < 2:
+                # SUMS takes SGE 0's and 1's lengths, from the store after the planner's own
+                # read (``wqe_own``; the table has them from SUMS1 on)
                 m.d.comb += li.eq(Mux(Mux(wqe_own, wqs_data.nsge, wqe.nsge) > i,
-                                      Mux(wqe_own, wqs_data.sge[0].length, sge.length), 0))
+                                      Mux(wqe_own, wqs_data.sge[i].length, sge.length), 0))
             else:
                 m.d.comb += li.eq(Mux(wqe.nsge > i, sge.length, 0))
             lo = cum[i]
             hi_c = Signal(35, name=f"sge_end_c{i}")
-            m.d.comb += hi_c.eq(cum[i] + li)
+            if i == 0:
+                m.d.comb += hi_c.eq(li)
+            else:
+                m.d.comb += hi_c.eq(cum[i] + li_r)
             cum_c.append(hi_c)
+            li_cs.append(li)
             hi = Signal(35, name=f"sge_end{i}")
             st = Signal(35, name=f"p_start{i}")
             en = Signal(35, name=f"p_end{i}")
@@ -572,7 +591,9 @@ class Execute(wiring.Component):
             va = Signal(64, name=f"p_va{i}")
             ln = Signal(13, name=f"p_len{i}")
             src = Signal(13, name=f"p_src{i}")
-            m.d.comb += [v.eq(v_r), va.eq(sge.addr + dl_r), ln.eq(ln_r), src.eq(src_r)]
+            # (piece 0: ``dl_r`` = ``off``, known before CUT2)
+            m.d.comb += [v.eq(v_r), va.eq(a_r + (off if i == 0 else dl_r)), ln.eq(ln_r),
+                         src.eq(src_r)]
             if i == 0:
                 # RDMA WRITE: one piece
                 with m.If(c.write):
@@ -589,8 +610,7 @@ class Execute(wiring.Component):
             cum.append(hi)
         overflow = Signal()
         m.d.comb += overflow.eq(mend > cum[MAX_SGE])
-        bad_nsge = Signal()
-        m.d.comb += bad_nsge.eq(wqe.nsge > MAX_SGE)
+        bad_nsge = Signal()                    # registered in CUT
 
         dead_rd2 = dead.read_port()            # stage 3's re-check of the marks
         dead_rd2_data = dead_wr.read(dead_rd2, "dead_rd2")
@@ -647,7 +667,13 @@ class Execute(wiring.Component):
         head_wr, pd_wr = plan_head.write_port(), plan_pd.write_port()
         head_rd, pd_rd = plan_head.read_port(domain="comb"), plan_pd.read_port(domain="comb")
         kp_wr, kp_rd, sp_wr, sp_rd, bus_wr, bus_rd = [], [], [], [], [], []
+        kva_wr, kva_rd = [], []
         for i in range(MAX_SGE):
+            mv = Memory(shape=64, depth=PLAN_SLOTS, init=[])
+            m.submodules[f"plan_kva{i}"] = mv
+            kva_wr.append(mv.write_port())
+            kva_rd.append(mv.read_port(domain="comb"))
+            m.d.comb += [kva_wr[i].addr.eq(wp), kva_wr[i].data.eq(pva_c[i])]
             mk = Memory(shape=_kpiece_layout, depth=PLAN_SLOTS, init=[])
             ms = Memory(shape=_spiece_layout, depth=PLAN_SLOTS, init=[])
             mb = Memory(shape=64, depth=PLAN_SLOTS, init=[])
@@ -661,8 +687,7 @@ class Execute(wiring.Component):
             bus_wr.append(mb.write_port())
             bus_rd.append(mb.read_port(domain="comb"))
             m.d.comb += [kp_wr[i].addr.eq(wp), sp_wr[i].addr.eq(wp),
-                         kp_wr[i].data.key.eq(pkey_c[i]), kp_wr[i].data.va.eq(pva_c[i]),
-                         kp_wr[i].data.len.eq(plen_c[i]),
+                         kp_wr[i].data.key.eq(pkey_c[i]), kp_wr[i].data.len.eq(plen_c[i]),
                          sp_wr[i].data.len.eq(plen_c[i]), sp_wr[i].data.src.eq(psrc_c[i])]
         m.d.comb += [head_wr.addr.eq(wp), head_wr.data.wr_id.eq(fcq.wr_id),
                      head_wr.data.byte_len.eq(fcq.byte_len),
@@ -796,7 +821,7 @@ class Execute(wiring.Component):
             if P:
                 with m.State("PF_LOOK"):
                     # match the pool: same QP, same ring index, same address
-                    m.d.sync += pool["match"].eq(pool["match_c"])
+                    m.d.sync += [pool["match"].eq(pool["match_c"]), in_hit.eq(1)]
                     m.next = "PF_HIT"
                 with m.State("PF_HIT"):
                     m.d.comb += plan_look.eq(1)
@@ -811,6 +836,8 @@ class Execute(wiring.Component):
                         m.d.comb += [pool["hit"].eq(1), wqe_wr.en.eq(1)]
                         m.d.sync += wqe_own.eq(1)
                         m.next = "PF_DATA"
+                    with m.Else():
+                        m.d.sync += in_hit.eq(1)
                 with m.State("PF_DATA"):
                     m.d.comb += take.eq(1)
                     m.next = "SUMS"
@@ -848,19 +875,26 @@ class Execute(wiring.Component):
                 # the SGE prefix sums (one add per cycle) and the message end
                 with m.State("SUMS" if i == 0 else f"SUMS{i}"):
                     m.d.sync += cum[i + 1].eq(cum_c[i + 1])
+                    if i + 1 < MAX_SGE:
+                        m.d.sync += li_r.eq(li_cs[i + 1])
                     if i == 0:
                         m.d.sync += mend.eq(off + plen)
                     m.next = f"SUMS{i + 1}" if i + 1 < MAX_SGE else "CUT"
             with m.State("CUT"):
                 m.d.sync += cut
+                m.d.sync += [a_r.eq(wqe.sge[0].addr), bad_nsge.eq(wqe.nsge > MAX_SGE)]
                 m.next = "CUT2"
             with m.State("CUT2"):
                 m.d.sync += cut2
+                m.d.sync += a_r.eq(wqe.sge[1].addr)
+                m.d.comb += kva_wr[0].en.eq(1)
                 m.next = "CALC"
             with m.State("CALC"):
+                m.d.sync += a_r.eq(wqe.sge[2].addr)
                 for i in range(MAX_SGE):
                     m.d.sync += pv[i].eq(pv_c[i])
                     m.d.comb += [kp_wr[i].en.eq(1), sp_wr[i].en.eq(1)]
+                m.d.comb += kva_wr[1].en.eq(1)
                 with m.If(c.status != 0):
                     fail(0, c.status, 1)
                 with m.Elif((c.send | c.wqe) & bad_nsge):
@@ -871,7 +905,8 @@ class Execute(wiring.Component):
                     m.d.sync += [cqe_on.eq(c.comp), cdone.eq(c.comp)]
                 m.next = "PUSH"
             with m.State("PUSH"):
-                m.d.comb += [kq.valid.eq(1), head_wr.en.eq(1), pd_wr.en.eq(1)]
+                m.d.comb += [kq.valid.eq(1), head_wr.en.eq(1), pd_wr.en.eq(1),
+                             kva_wr[MAX_SGE - 1].en.eq(1)]
                 with m.If(kq.ready):
                     m.d.sync += wp.eq(wp + 1)
                     take_next(False)
@@ -902,12 +937,13 @@ class Execute(wiring.Component):
         lk = self.lookup.req.payload
         m.d.comb += pd_rd.addr.eq(ke.slot)
         for i in range(MAX_SGE):
-            m.d.comb += [kp_rd[i].addr.eq(ke.slot), bus_wr[i].addr.eq(ke.slot),
+            m.d.comb += [kp_rd[i].addr.eq(ke.slot), kva_rd[i].addr.eq(ke.slot),
+                         bus_wr[i].addr.eq(ke.slot),
                          bus_wr[i].data.eq(self.lookup.resp.payload.bus_addr)]
         with m.Switch(j_d):
             for i in range(MAX_SGE):
                 with m.Case(i):
-                    m.d.sync += [lk.key.eq(kp_rd[i].data.key), lk.va.eq(kp_rd[i].data.va),
+                    m.d.sync += [lk.key.eq(kp_rd[i].data.key), lk.va.eq(kva_rd[i].data),
                                  lk.len.eq(kp_rd[i].data.len)]
         m.d.sync += [
             lk.pd.eq(pd_rd.data),
