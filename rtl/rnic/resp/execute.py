@@ -22,8 +22,10 @@ a later stage decides on (design rule 3):
      with its ring index: one per QP, so every QP may have a message open) and ``cnext`` (the
      flush's start);
   2. ``wqe`` = 1: takes the WQE at ``rq_base + 64·(rq_index mod 2^rq_log)`` from the prefetch
-     pool (below) or, on a miss, reads it through :class:`~rnic.resp.rq_fetch.RqFetch`, and
-     stores it in the table (the cycle after, from the planner's register);
+     pool (below) or, on a miss, reads it through :class:`~rnic.resp.rq_fetch.RqFetch`; either
+     way its beats were written into a LUT-RAM WQE store as they came (a pool slot's row, or
+     the planner's own row), and the planner copies that row into the QP's ``wqe`` row and
+     reads it back: it cuts the pieces from the table's read data, holding no copy of the WQE;
   3. cuts the packet into at most three pieces: SEND → the overlap of ``[offset, offset +
      payload_len)`` with each SGE (zero-length SGEs skipped); RDMA WRITE → one piece at
      ``va + offset`` (none when ``dma_len`` = 0); decides the checks that need no lookup
@@ -120,7 +122,7 @@ from ..keys.key_cache import Access, InvalSignature, LookupSignature
 from ..opcodes import WcStatus
 from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
 from .psn_check import done_layout, exe_layout
-from .rq_fetch import MAX_SGE, RqFetch, sge_layout
+from .rq_fetch import MAX_SGE, WQE_BYTES, RqFetch, sge_layout
 from .scatter import ScatterPath, piece_layout
 
 __all__ = ["Execute", "RECV", "RECV_RDMA_WITH_IMM", "flush_layout"]
@@ -137,12 +139,38 @@ _slim_layout = data.StructLayout({
 _row_layout = data.StructLayout({"wqe": _slim_layout, "index": 16})
 
 
-def _slim(m, wqe, name):
-    """``wqe`` (a ``wqe_layout`` value) as :data:`_slim_layout` (combinational)."""
-    out = Signal(_slim_layout, name=name)
-    m.d.comb += [out.wr_id.eq(wqe.wr_id), out.sge.eq(wqe.sge),
-                 out.nsge.eq(Mux(wqe.num_sge > MAX_SGE, MAX_SGE + 1, wqe.num_sge[:3]))]
-    return out
+def _wqe_store(m, rows, width, beat):
+    """The fetched WQEs, :data:`_slim_layout` per row, written beat by beat from ``beat`` (the
+    :class:`RqFetch` beat stream; row ``rows − 1`` for the tag ``DEMAND`` (bit 7), else the
+    tag) and read asynchronously (LUT RAM). The WQE's 64-bit words sit at fixed lanes of fixed
+    beats (64-byte aligned): word 0 wr_id, 1 num_sge (kept as min(num_sge, 4), the reserved
+    word dropped), 2 + 2i and 3 + 2i SGE i; one RAM per word, written when its beat comes.
+    Returns (read address, read data as :data:`_slim_layout`)."""
+    per = width // 64                          # words per beat
+    rb = max(1, (rows - 1).bit_length())
+    row = Signal(rb, name="wqs_row")
+    m.d.comb += row.eq(Mux(beat.payload.tag[7], rows - 1, beat.payload.tag[:rb]))
+    addr = Signal(rb, name="wqs_raddr")
+    words = []
+    for w in range(WQE_BYTES // 8):
+        lane = beat.payload.data[(w % per) * 64:(w % per + 1) * 64]
+        if w == 1:
+            num = lane[:32]
+            shape, wdata = 3, Mux(num > MAX_SGE, MAX_SGE + 1, num[:3])
+        else:
+            shape, wdata = 64, lane
+        # LUT RAM on purpose (see the pool in ``Execute._prefetcher``)
+        mem = Memory(shape=shape, depth=max(rows, 2), init=[])
+        m.submodules[f"wqs{w}"] = mem
+        wp = mem.write_port()
+        rp = mem.read_port(domain="comb")
+        m.d.comb += [wp.addr.eq(row), wp.data.eq(wdata),
+                     wp.en.eq(beat.valid & (beat.payload.index == w // per)),
+                     rp.addr.eq(addr)]
+        words.append(rp.data)
+    out = Signal(_slim_layout, name="wqs_data")
+    m.d.comb += out.as_value().eq(Cat(*words))
+    return addr, out
 
 # Plan records. A command's plan is written once, by the planner, into small RAMs indexed by
 # its plan slot (``PLAN_SLOTS`` of them, used round robin); what travels between the stages in
@@ -159,7 +187,8 @@ _head_layout = data.StructLayout({
     "se": 1, "widx": 16,
 })
 # one piece, as the key checks read it / as stage 4 reads it
-_kpiece_layout = data.StructLayout({"key": 32, "va": 64, "len": 13})
+# (the piece's va is in a RAM of its own: the planner writes it in another cycle)
+_kpiece_layout = data.StructLayout({"key": 32, "len": 13})
 _spiece_layout = data.StructLayout({"len": 13, "src": 13})
 
 
@@ -364,8 +393,8 @@ class Execute(wiring.Component):
         dead_rd = dead.read_port()
         dead_wr = _LateWrite(m, dead, "dead")
         dead_rd_data = dead_wr.read(dead_rd, "dead_rd")
-        # ``no_rw_check``: the row is read in IDLE/PUSH (take_next) and written in SUMS only,
-        # so a read never meets the write
+        # ``no_rw_check``: the row is written in PF_HIT and FETCH_WAIT and read in the states
+        # after them and in IDLE/PUSH (take_next), so a read never meets the write
         m.submodules.wqet = wqet = Memory(shape=_row_layout, depth=self.num_qp, init=[],
                                           attrs={"no_rw_check": 1})
         wqe_rd = wqet.read_port()
@@ -387,22 +416,28 @@ class Execute(wiring.Component):
         wqpn_wr = wqpn.write_port()
 
         c = Signal(exe_layout)                 # the command being planned
-        wqe = Signal(_slim_layout)
-        fr_wqe = _slim(m, fetch.resp.payload.wqe, "fr_wqe")
+        # The fetched WQEs (prefetch pool slots 0..P-1, the planner's own read in row P) are
+        # written beat by beat into a LUT-RAM store; a WQE the planner takes is copied from
+        # there into the QP's row of ``wqet`` and read back: the planner works from ``wqet``'s
+        # read data (held from the read until the next one), never from a copy in registers.
+        wqs_addr, wqs_data = _wqe_store(m, P + 1, W, fetch.beat)
+        wqe = wqe_rd.data.wqe
+        # ``wqet`` is read back at c's QP this cycle: PF_DATA after a pool hit, SUMS after the
+        # planner's own read (SUMS takes the first SGE's length and ``nsge`` from the store's
+        # row P meanwhile: the row's copy is in the table only from the next cycle)
+        wqe_own = Signal()
         in_qpn = Signal(ab)
         take_flush = Signal()
         m.d.comb += [take_flush.eq(~self.exe.valid & self.flush.valid),
                      in_qpn.eq(Mux(take_flush, self.flush.payload.qpn[:ab],
                                    self.exe.payload.qpn[:ab]))]
-        m.d.comb += [dead_rd.addr.eq(in_qpn), wqe_rd.addr.eq(in_qpn), wflt_rd.addr.eq(in_qpn),
+        m.d.comb += [dead_rd.addr.eq(in_qpn), wflt_rd.addr.eq(in_qpn),
                      cnext_rd.addr.eq(in_qpn),
-                     wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.wqe.eq(wqe),
+                     wqe_rd.addr.eq(Mux(wqe_own, c.qpn[:ab], in_qpn)),
+                     wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.wqe.eq(wqs_data),
                      wqe_wr.data.index.eq(c.rq_index)]
-        # the WQE a command takes is written to the QP's row from ``wqe`` in the next cycle
-        # (SUMS; the row is read again only by a later command)
-        wqe_wpend = Signal()
-        m.d.sync += wqe_wpend.eq(0)
-        m.d.comb += wqe_wr.en.eq(wqe_wpend)
+        m.d.sync += wqe_own.eq(0)
+        m.d.comb += wqe_rd.en.eq(wqe_own)
 
         # ---- WQE reads: the planner's (tag DEMAND) and the prefetcher's (tag = pool slot) ----
         DEMAND = 0xFF
@@ -415,6 +450,11 @@ class Execute(wiring.Component):
         plan_look = Signal()                   # the planner is in PF_HIT
         pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, ab, rst, post)
                 if P else None)
+        # the store is read at the slot the planner hits (PF_HIT, ``hsel``), else at row P;
+        # ``in_hit`` is "the state is PF_HIT" as a flip-flop of its own (set on entry)
+        in_hit = Signal()
+        m.d.sync += in_hit.eq(0)
+        m.d.comb += wqs_addr.eq(Mux(in_hit, pool["hsel"], P) if P else 0)
 
         # ---- counters ---------------------------------------------------------------------
         wr_cnt = Signal(16)                    # write requests issued
@@ -509,16 +549,35 @@ class Execute(wiring.Component):
         mend = Signal(34)
         cum = [Const(0, 35)]
         cum_c = [Const(0, 35)]          # next prefix sum (comb), registered in SUMS<i>
+        li_cs = []                      # SGE i's length, 0 past nsge (comb)
         pv_c, pkey_c, pva_c, plen_c, psrc_c = [], [], [], [], []
         cut, cut2 = [], []                     # register assignments of states CUT and CUT2
+        # The WQE's fields come from ``wqet``'s read data (a block RAM's clock-to-out): they go
+        # into registers, or through a mux into a LUT-RAM write, never into an adder. The SGE
+        # lengths pass through ``li_r`` (SUMS<i> adds the length ``li_r`` took in SUMS<i-1>),
+        # the SGE addresses through ``a_r`` (piece i's va is written one state after ``a_r``
+        # took SGE i's address: CUT2, CALC, PUSH).
+        assert MAX_SGE == 3                    # the va schedule: CUT2, CALC, PUSH
+        li_r = Signal(32)
+        a_r = Signal(64)
         for i in range(MAX_SGE):
             sge = wqe.sge[i]
             li = Signal(32, name=f"sge_len{i}")
-            m.d.comb += li.eq(Mux(wqe.nsge > i, sge.length, 0))
+            if i < 2:
+                # SUMS takes SGE 0's and 1's lengths, from the store after the planner's own
+                # read (``wqe_own``; the table has them from SUMS1 on)
+                m.d.comb += li.eq(Mux(Mux(wqe_own, wqs_data.nsge, wqe.nsge) > i,
+                                      Mux(wqe_own, wqs_data.sge[i].length, sge.length), 0))
+            else:
+                m.d.comb += li.eq(Mux(wqe.nsge > i, sge.length, 0))
             lo = cum[i]
             hi_c = Signal(35, name=f"sge_end_c{i}")
-            m.d.comb += hi_c.eq(cum[i] + li)
+            if i == 0:
+                m.d.comb += hi_c.eq(li)
+            else:
+                m.d.comb += hi_c.eq(cum[i] + li_r)
             cum_c.append(hi_c)
+            li_cs.append(li)
             hi = Signal(35, name=f"sge_end{i}")
             st = Signal(35, name=f"p_start{i}")
             en = Signal(35, name=f"p_end{i}")
@@ -532,7 +591,9 @@ class Execute(wiring.Component):
             va = Signal(64, name=f"p_va{i}")
             ln = Signal(13, name=f"p_len{i}")
             src = Signal(13, name=f"p_src{i}")
-            m.d.comb += [v.eq(v_r), va.eq(sge.addr + dl_r), ln.eq(ln_r), src.eq(src_r)]
+            # (piece 0: ``dl_r`` = ``off``, known before CUT2)
+            m.d.comb += [v.eq(v_r), va.eq(a_r + (off if i == 0 else dl_r)), ln.eq(ln_r),
+                         src.eq(src_r)]
             if i == 0:
                 # RDMA WRITE: one piece
                 with m.If(c.write):
@@ -549,8 +610,7 @@ class Execute(wiring.Component):
             cum.append(hi)
         overflow = Signal()
         m.d.comb += overflow.eq(mend > cum[MAX_SGE])
-        bad_nsge = Signal()
-        m.d.comb += bad_nsge.eq(wqe.nsge > MAX_SGE)
+        bad_nsge = Signal()                    # registered in CUT
 
         dead_rd2 = dead.read_port()            # stage 3's re-check of the marks
         dead_rd2_data = dead_wr.read(dead_rd2, "dead_rd2")
@@ -583,7 +643,8 @@ class Execute(wiring.Component):
         # the planner's CQE (in the plan entry; the flush's own CQEs)
         fcq = Signal(cqe_layout)
         m.d.comb += [
-            fcq.cqn.eq(c.rcqn), fcq.wr_id.eq(wqe.wr_id),
+            # (a flush's WQE is not taken into ``wqet``: its wr_id is read from the store)
+            fcq.cqn.eq(c.rcqn), fcq.wr_id.eq(Mux(flushing, wqs_data.wr_id, wqe.wr_id)),
             fcq.byte_len.eq(Mux(c.write, c.dma_len, mend)),
             fcq.imm_or_rkey.eq(Mux(c.imm_valid, c.imm, c.ieth_rkey)),
             fcq.qpn.eq(c.qpn), fcq.status.eq(cstat),
@@ -606,7 +667,13 @@ class Execute(wiring.Component):
         head_wr, pd_wr = plan_head.write_port(), plan_pd.write_port()
         head_rd, pd_rd = plan_head.read_port(domain="comb"), plan_pd.read_port(domain="comb")
         kp_wr, kp_rd, sp_wr, sp_rd, bus_wr, bus_rd = [], [], [], [], [], []
+        kva_wr, kva_rd = [], []
         for i in range(MAX_SGE):
+            mv = Memory(shape=64, depth=PLAN_SLOTS, init=[])
+            m.submodules[f"plan_kva{i}"] = mv
+            kva_wr.append(mv.write_port())
+            kva_rd.append(mv.read_port(domain="comb"))
+            m.d.comb += [kva_wr[i].addr.eq(wp), kva_wr[i].data.eq(pva_c[i])]
             mk = Memory(shape=_kpiece_layout, depth=PLAN_SLOTS, init=[])
             ms = Memory(shape=_spiece_layout, depth=PLAN_SLOTS, init=[])
             mb = Memory(shape=64, depth=PLAN_SLOTS, init=[])
@@ -620,8 +687,7 @@ class Execute(wiring.Component):
             bus_wr.append(mb.write_port())
             bus_rd.append(mb.read_port(domain="comb"))
             m.d.comb += [kp_wr[i].addr.eq(wp), sp_wr[i].addr.eq(wp),
-                         kp_wr[i].data.key.eq(pkey_c[i]), kp_wr[i].data.va.eq(pva_c[i]),
-                         kp_wr[i].data.len.eq(plen_c[i]),
+                         kp_wr[i].data.key.eq(pkey_c[i]), kp_wr[i].data.len.eq(plen_c[i]),
                          sp_wr[i].data.len.eq(plen_c[i]), sp_wr[i].data.src.eq(psrc_c[i])]
         m.d.comb += [head_wr.addr.eq(wp), head_wr.data.wr_id.eq(fcq.wr_id),
                      head_wr.data.byte_len.eq(fcq.byte_len),
@@ -743,8 +809,7 @@ class Execute(wiring.Component):
                     m.d.sync += c.rq_index.eq(c.rq_index + 1)
                     m.next = "FL_CHK"
             with m.State("DEC"):
-                m.d.sync += [wqe.eq(wqe_rd.data.wqe),
-                             widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data.index)),
+                m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data.index)),
                              faddr.eq(faddr_c)]
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
@@ -756,7 +821,7 @@ class Execute(wiring.Component):
             if P:
                 with m.State("PF_LOOK"):
                     # match the pool: same QP, same ring index, same address
-                    m.d.sync += pool["match"].eq(pool["match_c"])
+                    m.d.sync += [pool["match"].eq(pool["match_c"]), in_hit.eq(1)]
                     m.next = "PF_HIT"
                 with m.State("PF_HIT"):
                     m.d.comb += plan_look.eq(1)
@@ -767,11 +832,14 @@ class Execute(wiring.Component):
                     with m.If((cur == 0) | ((pool["match"] & pool["claim_d"]) != 0)):
                         m.next = "FETCH"
                     with m.Elif((cur & pool["ok"]) != 0):
-                        m.d.comb += pool["hit"].eq(1)
+                        # the slot's WQE (store row ``hsel``) into the QP's row, read back next
+                        m.d.comb += [pool["hit"].eq(1), wqe_wr.en.eq(1)]
+                        m.d.sync += wqe_own.eq(1)
                         m.next = "PF_DATA"
+                    with m.Else():
+                        m.d.sync += in_hit.eq(1)
                 with m.State("PF_DATA"):
                     m.d.comb += take.eq(1)
-                    m.d.sync += [wqe.eq(pool["data"]), wqe_wpend.eq(1)]
                     m.next = "SUMS"
             with m.State("FETCH"):
                 m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
@@ -795,30 +863,38 @@ class Execute(wiring.Component):
                             m.next = "PUSH"
                     with m.Else():
                         m.d.comb += r.ready.eq(1)
-                        m.d.sync += wqe.eq(fr_wqe)
                         with m.If(flushing):
+                            # FL_CQE reads the wr_id from the store's row P
                             m.next = "FL_CQE"
                         with m.Else():
-                            m.d.comb += take.eq(1)
-                            m.d.sync += wqe_wpend.eq(1)
+                            # the WQE (store row P) into the QP's row, read back in SUMS
+                            m.d.comb += [take.eq(1), wqe_wr.en.eq(1)]
+                            m.d.sync += wqe_own.eq(1)
                             m.next = "SUMS"
             for i in range(MAX_SGE):
                 # the SGE prefix sums (one add per cycle) and the message end
                 with m.State("SUMS" if i == 0 else f"SUMS{i}"):
                     m.d.sync += cum[i + 1].eq(cum_c[i + 1])
+                    if i + 1 < MAX_SGE:
+                        m.d.sync += li_r.eq(li_cs[i + 1])
                     if i == 0:
                         m.d.sync += mend.eq(off + plen)
                     m.next = f"SUMS{i + 1}" if i + 1 < MAX_SGE else "CUT"
             with m.State("CUT"):
                 m.d.sync += cut
+                m.d.sync += [a_r.eq(wqe.sge[0].addr), bad_nsge.eq(wqe.nsge > MAX_SGE)]
                 m.next = "CUT2"
             with m.State("CUT2"):
                 m.d.sync += cut2
+                m.d.sync += a_r.eq(wqe.sge[1].addr)
+                m.d.comb += kva_wr[0].en.eq(1)
                 m.next = "CALC"
             with m.State("CALC"):
+                m.d.sync += a_r.eq(wqe.sge[2].addr)
                 for i in range(MAX_SGE):
                     m.d.sync += pv[i].eq(pv_c[i])
                     m.d.comb += [kp_wr[i].en.eq(1), sp_wr[i].en.eq(1)]
+                m.d.comb += kva_wr[1].en.eq(1)
                 with m.If(c.status != 0):
                     fail(0, c.status, 1)
                 with m.Elif((c.send | c.wqe) & bad_nsge):
@@ -829,7 +905,8 @@ class Execute(wiring.Component):
                     m.d.sync += [cqe_on.eq(c.comp), cdone.eq(c.comp)]
                 m.next = "PUSH"
             with m.State("PUSH"):
-                m.d.comb += [kq.valid.eq(1), head_wr.en.eq(1), pd_wr.en.eq(1)]
+                m.d.comb += [kq.valid.eq(1), head_wr.en.eq(1), pd_wr.en.eq(1),
+                             kva_wr[MAX_SGE - 1].en.eq(1)]
                 with m.If(kq.ready):
                     m.d.sync += wp.eq(wp + 1)
                     take_next(False)
@@ -860,12 +937,13 @@ class Execute(wiring.Component):
         lk = self.lookup.req.payload
         m.d.comb += pd_rd.addr.eq(ke.slot)
         for i in range(MAX_SGE):
-            m.d.comb += [kp_rd[i].addr.eq(ke.slot), bus_wr[i].addr.eq(ke.slot),
+            m.d.comb += [kp_rd[i].addr.eq(ke.slot), kva_rd[i].addr.eq(ke.slot),
+                         bus_wr[i].addr.eq(ke.slot),
                          bus_wr[i].data.eq(self.lookup.resp.payload.bus_addr)]
         with m.Switch(j_d):
             for i in range(MAX_SGE):
                 with m.Case(i):
-                    m.d.sync += [lk.key.eq(kp_rd[i].data.key), lk.va.eq(kp_rd[i].data.va),
+                    m.d.sync += [lk.key.eq(kp_rd[i].data.key), lk.va.eq(kva_rd[i].data),
                                  lk.len.eq(kp_rd[i].data.len)]
         m.d.sync += [
             lk.pd.eq(pd_rd.data),
@@ -1099,9 +1177,9 @@ class Execute(wiring.Component):
         uses: ``match_c`` (valid in PF_LOOK, the state after DEC: slots holding c's WQE),
         ``claim_d`` (the slots the prefetcher claimed in the cycle before, one-hot; none is
         claimed in PF_HIT), ``match`` (the planner's register of ``match_c``), ``valid``,
-        ``ok`` (data present), ``hit`` (driven by the planner: read the first matched slot with
-        data now; the take of the next cycle voids it) and ``data`` (the taken slot's WQE, the
-        cycle after ``hit``)."""
+        ``ok`` (data present), ``hit`` (driven by the planner: the first matched slot with data
+        is taken now; the take of the next cycle voids it) and ``hsel`` (in PF_HIT, the store
+        row of that slot)."""
         P = self.prefetch
         sb = max(1, (P - 1).bit_length())
         DEMAND = 0xFF
@@ -1156,12 +1234,8 @@ class Execute(wiring.Component):
         sidx = [Signal(16, name=f"pf_index{i}") for i in range(P)]
         # the ring the slot's WQE was read from: rq_base bits 63..6 (64-byte aligned) and rq_log
         sring = [Signal(63, name=f"pf_ring{i}") for i in range(P)]
-        # LUT RAM on purpose: in block RAM (ram_style=block, 15 DP16KD) the whole core's EBRs
-        # would be 86 % used, and with its block RAMs nearly full the core places with longer
-        # wires and congests (docs/synthesis.md, "What limits timing today")
-        m.submodules.pool = pool = Memory(shape=_slim_layout, depth=max(P, 2), init=[])
-        pool_rd = pool.read_port(domain="comb")
-        pool_wr = pool.write_port()
+        # the slots' WQEs are rows 0..P-1 of the WQE store (``_wqe_store``), written by the
+        # reads' beats
 
         match_c = Signal(P)
         match = Signal(P)
@@ -1179,13 +1253,12 @@ class Execute(wiring.Component):
             m.d.comb += match_c[i].eq(valid[i] & tag_eq[i] & ~claim_d[i])
         hit = Signal()
 
-        # responses of prefetch reads (always taken)
+        # responses of prefetch reads (always taken; the WQE is in the store by then)
         rs = fr.payload.tag[:sb]
-        m.d.comb += [pool_wr.addr.eq(rs), pool_wr.data.eq(_slim(m, fr.payload.wqe, "pf_wqe"))]
         pf_resp = Signal()
         m.d.comb += pf_resp.eq(fr.valid & (fr.payload.tag != DEMAND))
         with m.If(pf_resp):
-            m.d.comb += [fr.ready.eq(1), pool_wr.en.eq(~fr.payload.err)]
+            m.d.comb += fr.ready.eq(1)
 
         # ---- the prefetcher FSM: examine one QP at a time -------------------------------------
         D = self.prefetch_depth
@@ -1324,12 +1397,8 @@ class Execute(wiring.Component):
                 m.d.comb += hsel_c.eq(i)
         hsel = Signal(sb)
         m.d.sync += hsel.eq(Mux(plan_look, rs, hsel_c))
-        # the slot hit, read (LUT RAM, asynchronously) in the next cycle: a slot with its data
-        # gets no write (no response, no claim) in the hit's cycle
-        hit_sel = Signal(sb)
-        with m.If(hit):
-            m.d.sync += hit_sel.eq(hsel)
-        m.d.comb += pool_rd.addr.eq(hit_sel)
+        # the slot hit is read (store row ``hsel``, asynchronously) in the hit's cycle: a slot
+        # with its data gets no beat (no read out) and no claim in a PF_HIT cycle
 
         # a take of WQE i keeps the QP's slots of indices i+1 .. i+D-1 (D = 2: i+1); the
         # planner's c.rq_index is stable for cycles before a take, so its successor registered
@@ -1355,4 +1424,4 @@ class Execute(wiring.Component):
                       | (rst.valid & (sq[i] == rst_q))):
                 m.d.sync += valid[i].eq(0)
         return {"match_c": match_c, "match": match, "valid": valid, "ok": ok, "hit": hit,
-                "claim_d": claim_d, "data": pool_rd.data}
+                "claim_d": claim_d, "hsel": hsel}

@@ -3,13 +3,14 @@
 Each request ``{addr, tag}`` becomes one :class:`~rnic.host.HostMemory` read of 64 bytes; up to
 ``depth`` reads are outstanding at once (one read client, one ARID: the data comes back in
 request order). A WQE is 64-byte aligned (every ring base is, interface.md §4.2: SET_QP refuses
-another), so it fills whole beats at every W: the beats of the oldest read are collected into a
-64-byte buffer, with no byte shift, and the response is that buffer: the WQE as
-:data:`wqe_layout` (little-endian: the layout's field order is the byte order), the request's
-``tag`` and ``err`` = some beat came back non-OKAY. Responses leave in request order, from
-registers. Latency: one cycle in the request queue, the host read, then 1 cycle; a WQE every
-``ceil(64/(W/8))`` cycles at most while the responses are taken at once (the next read's beats
-wait while a response waits).
+another), so it fills whole beats at every W, at fixed lanes: RqFetch keeps no copy of it. Each
+beat leaves on ``beat`` {data, index, tag} as it arrives (``index`` = its place in the WQE,
+bytes ``index·W/8`` on; the caller writes it into the RAM that keeps the WQE, in the layout
+:data:`wqe_layout`: the layout's field order is the byte order), and after the last beat
+``resp`` {tag, err} says the WQE is complete (``err`` = some beat came back non-OKAY). Responses
+leave in request order, from registers, one cycle after the WQE's last beat; the next read's
+beats wait while a response waits. A WQE every ``ceil(64/(W/8))`` cycles at most while the
+responses are taken at once.
 """
 
 from amaranth.hdl import Cat, Const, Module, Signal
@@ -24,10 +25,15 @@ from ..host.axi_master import ReadClientSignature
 from ..stream import Queue, check_width
 
 __all__ = ["RqFetch", "sge_layout", "wqe_layout", "WQE_BYTES", "MAX_SGE",
-           "fetch_req_layout", "fetch_resp_layout"]
+           "fetch_req_layout", "fetch_resp_layout", "fetch_beat_layout"]
 
 fetch_req_layout = data.StructLayout({"addr": 64, "tag": 8})
-fetch_resp_layout = data.StructLayout({"wqe": wqe_layout, "err": 1, "tag": 8})
+fetch_resp_layout = data.StructLayout({"err": 1, "tag": 8})
+
+
+def fetch_beat_layout(width):
+    """One beat of a WQE: ``data`` = bytes ``index·width/8`` on of the WQE, the request's tag."""
+    return data.StructLayout({"data": width, "index": 3, "tag": 8})
 
 
 class RqFetch(wiring.Component):
@@ -45,9 +51,12 @@ class RqFetch(wiring.Component):
     req : In(stream.Signature({addr 64, tag 8}))
         Bus address of the WQE (``rq_base + 64·(index mod 2^rq_log)``, 64-byte aligned: its low
         6 bits are not used) and the caller's tag.
-    resp : Out(stream.Signature({wqe: wqe_layout, err 1, tag 8}))
-        The WQE and the request's tag; ``err`` = the read got a non-OKAY response (``wqe`` is
-        then meaningless).
+    beat : Out(stream.Signature({data W, index 3, tag 8}, always_ready=True))
+        The WQE's beats as they arrive (the caller takes every one): ``data`` is bytes
+        ``index·W/8`` to ``(index+1)·W/8 − 1`` of the WQE of the request tagged ``tag``.
+    resp : Out(stream.Signature({err 1, tag 8}))
+        The WQE of the request tagged ``tag`` has been delivered on ``beat`` (in the cycles
+        before); ``err`` = the read got a non-OKAY response (the beats are then meaningless).
     mem : Out(ReadClientSignature(width))
         A read client of :class:`rnic.host.HostMemory`.
     """
@@ -57,15 +66,13 @@ class RqFetch(wiring.Component):
         self.depth = depth
         super().__init__({
             "req": In(stream.Signature(fetch_req_layout)),
+            "beat": Out(stream.Signature(fetch_beat_layout(self.width), always_ready=True)),
             "resp": Out(stream.Signature(fetch_resp_layout)),
             "mem": Out(ReadClientSignature(width)),
         })
 
     def elaborate(self, platform):
         m = Module()
-        W = self.width
-        B = W // 8
-        nbuf = WQE_BYTES // B                       # beats of one WQE (W ≤ 512: whole beats)
         fl_layout = data.StructLayout({"tag": 8})
 
         # request side: a registered queue, then one read per request while room in flight
@@ -84,22 +91,21 @@ class RqFetch(wiring.Component):
             inflight.i.payload.tag.eq(rq.payload.tag),
         ]
 
-        # response side: collect the oldest read's beats; on its last beat the buffer and its
-        # tag are complete (the in-flight entry is popped) and are the response until taken
-        buf = Signal(nbuf * W)
-        k = Signal(range(nbuf + 1))
+        # response side: pass the oldest read's beats on with their index; on its last beat the
+        # WQE is complete (the in-flight entry is popped) and its {tag, err} is the response
+        # until taken (the next read's beats wait meanwhile)
+        k = Signal(3)
         err = Signal()
         full = Signal()
         f_tag = Signal(8)
         f_err = Signal()
-        m.d.comb += [self.resp.valid.eq(full), self.resp.payload.wqe.eq(buf),
-                     self.resp.payload.err.eq(f_err), self.resp.payload.tag.eq(f_tag)]
+        m.d.comb += [self.resp.valid.eq(full), self.resp.payload.err.eq(f_err),
+                     self.resp.payload.tag.eq(f_tag)]
         r = self.mem.resp
-        m.d.comb += r.ready.eq(~full)
+        m.d.comb += [r.ready.eq(~full), self.beat.valid.eq(r.valid & ~full),
+                     self.beat.payload.data.eq(r.payload.data), self.beat.payload.index.eq(k),
+                     self.beat.payload.tag.eq(inflight.o.payload.tag)]
         with m.If(r.valid & ~full):
-            for i in range(nbuf):
-                with m.If(k == i):
-                    m.d.sync += buf[i * W:(i + 1) * W].eq(r.payload.data)
             m.d.sync += [k.eq(k + 1), err.eq(err | r.payload.err)]
             with m.If(r.payload.last):
                 m.d.comb += inflight.o.ready.eq(1)
