@@ -16,7 +16,7 @@ Builder (per frame):
 1. **HDR**: the header is Ethernet/IPv4/UDP/BTH[/RETH][/IMMDT, IETH or AETH], 54, 58, 70 or
    74 bytes, built with the :mod:`rnic.wire` tables. The destination (MAC, IPv4, UDP source
    port, QPN) comes from the **path table**, one row per local QPN written by SET_QP
-   (``qp_arg``), read as the descriptor is taken into the descriptor queue. Its lengths, IPv4
+   (``qp_arg``), read at the QPN of the descriptor queue's head. Its lengths, IPv4
    checksum and word counts are computed from the queue's head (5 register stages) while the
    previous frame is built.
 2. **GATHER**: each chunk's host read is issued as soon as the chunk is handed over (up to 4
@@ -138,7 +138,7 @@ class TxBuild(wiring.Component):
     pkt : In(stream.Signature(pkt_layout))
         Frame descriptors (from :class:`~rnic.tx.arbiter.TxArbiter`), taken one at a time. A
         frame goes to the addresses of its ``qpn``'s path-table row as it stands when the
-        descriptor is taken (``ready`` is low in a cycle that writes the table).
+        builder takes the descriptor.
     qp_arg : In(stream.Signature(qp_arg_layout, always_ready=True))
         The QP context's SET_QP ARG writes (PSN Check's ``qp_arg``, :mod:`rnic.control.qp_args`):
         the path table keeps ARG1's destination QPN and ARG11..14's remote MAC and IPv4 and UDP
@@ -232,10 +232,11 @@ class TxBuild(wiring.Component):
         m.submodules.pktq = pktq = Queue(pkt_layout, 2, buffered=False)
         h = pktq.o.payload
 
-        # ---- the path table: a QP's addresses, read by the descriptor's QPN as it is taken and
-        # queued beside it a cycle later (``pathq``: its head belongs to ``pktq``'s head from
-        # one cycle after that head arrives; both pop together). No descriptor is taken in a
-        # cycle that writes the table, so a read never meets a write (``no_rw_check``).
+        # ---- the path table: a QP's addresses, read at the queue head's QPN every cycle: its
+        # row is there from one cycle after the head arrives, and the head's values are ready
+        # only five cycles after that. A table write restarts the head's values (``hst``), so a
+        # frame's addresses and its IPv4 checksum both come from the row as it stands when the
+        # descriptor is taken, and a read that met the write (``no_rw_check``) is read again.
         ab = (self.num_qp - 1).bit_length()
         m.submodules.paths = paths = Memory(shape=_PATH_ROW.width, depth=self.num_qp, init=[],
                                             attrs={"no_rw_check": 1})
@@ -244,20 +245,11 @@ class TxBuild(wiring.Component):
         qa = self.qp_arg
         _PATH_ROW.write(m, path_wp, qa.payload, qa.valid & (qa.payload.qpn < self.num_qp))
         row = _PATH_ROW.decode(m, path_rp.data, "path_row")
-        m.submodules.pathq = pathq = Queue(path_layout, 2, buffered=False)
-        took = Signal()                 # a descriptor was taken last cycle: its path is read
-        m.d.comb += [
-            self.pkt.ready.eq(pktq.i.ready & ~qa.valid),
-            pktq.i.valid.eq(self.pkt.valid & ~qa.valid),
-            pktq.i.payload.eq(self.pkt.payload),
-            path_rp.addr.eq(self.pkt.payload.qpn[:ab]),
-            # (pathq holds no more entries than pktq, one cycle behind: never full here)
-            pathq.i.valid.eq(took),
-            pathq.i.payload.dmac.eq(row.rmac), pathq.i.payload.dip.eq(row.rip),
-            pathq.i.payload.sport.eq(row.sport), pathq.i.payload.dqpn.eq(row.dest_qpn),
-        ]
-        m.d.sync += took.eq(self.pkt.valid & self.pkt.ready)
-        hp = pathq.o.payload
+        wiring.connect(m, wiring.flipped(self.pkt), pktq.i)
+        hp = Signal(path_layout)
+        m.d.comb += [path_rp.addr.eq(h.qpn[:ab]),
+                     hp.dmac.eq(row.rmac), hp.dip.eq(row.rip), hp.sport.eq(row.sport),
+                     hp.dqpn.eq(row.dest_qpn)]
 
         def hdr_len_of(op):
             reth = Cat(*[op == o for o in RETH_OPCODES]).any()
@@ -267,11 +259,15 @@ class TxBuild(wiring.Component):
         hq = Signal(data.StructLayout({"hdr_len": range(MAX_HDR + 1), "paylen": 13}))
         m.d.sync += [hq.hdr_len.eq(hdr_len_of(h.opcode) + Mux(h.aeth, 4, 0)),
                      hq.paylen.eq(h.paylen)]
-        # the destination address's two halves added, for the IPv4 checksum: from the path
-        # queue's head, which may arrive a cycle after the descriptor's, so the checksum's
-        # chain below starts a cycle later than the lengths' and still ends before ``head_ok``
-        dsum = Signal(17)
-        m.d.sync += dsum.eq(hp.dip[16:32] + hp.dip[0:16])
+        # the destination address's two halves, for the IPv4 checksum: from the head's path
+        # row, read a cycle after the head arrives (the block RAM's output straight into
+        # registers), so the checksum's chain below starts a cycle later than the lengths' and
+        # still ends before ``head_ok``; the source address's part is a register of its own
+        dhi, dlo = Signal(16), Signal(16)
+        m.d.sync += [dhi.eq(hp.dip[16:32]), dlo.eq(hp.dip[0:16])]
+        sip = self.local_ip
+        ssum = Signal(18)
+        m.d.sync += ssum.eq(0x4500 + 0x4000 + 0x4011 + 4 - 14 + sip[16:32] + sip[0:16])
         h_hdr_len = hq.hdr_len
         h_pad = Signal(2)
         m.d.comb += h_pad.eq(-hq.paylen)
@@ -287,12 +283,11 @@ class TxBuild(wiring.Component):
         p_hkeep = Signal(nb)            # its header lanes
         p_fkeep = Signal(nb)            # the lanes of the frame's last word
         p_padw = Signal()               # the pad lies in a word the payload does not reach
-        sip = self.local_ip
         m.d.sync += [
             p_data_end.eq(h_hdr_len + hq.paylen), p_crc_end.eq(h_hdr_len + hq.paylen + h_pad),
             p_hdr_len.eq(h_hdr_len),
-            # the IPv4 total length is crc_end + 4 − 14: its 4 − 14 goes with the constants
-            p_asum.eq(0x4500 + 0x4000 + 0x4011 + 4 - 14 + sip[16:32] + sip[0:16] + dsum),
+            # (the IPv4 total length is crc_end + 4 − 14: its 4 − 14 is in ``ssum``)
+            p_asum.eq(ssum + dhi + dlo),
             p_csum_sum.eq(p_asum + p_crc_end),
             p_out_words.eq(Mux(p_crc_end < wire.MIN_FRAME - 4, -(-wire.MIN_FRAME // nb),
                                (p_crc_end + 4 + nb - 1) >> lg)),
@@ -311,7 +306,7 @@ class TxBuild(wiring.Component):
         hst = Signal(range(6))
         pop = Signal()
         head_ok = Signal()              # the head's values are ready: hst is 5 (a register)
-        with m.If(pop | ~pktq.o.valid):
+        with m.If(pop | ~pktq.o.valid | qa.valid):
             m.d.sync += [hst.eq(0), head_ok.eq(0)]
         with m.Elif(hst != 5):
             m.d.sync += [hst.eq(hst + 1), head_ok.eq(hst == 4)]
@@ -603,13 +598,18 @@ class TxBuild(wiring.Component):
             with m.Else():
                 m.next = "IDLE"
 
+        # words queued in ``outq`` or in its two read stages (``outq.level + evalid + evalid2``),
+        # kept as a count of its own so that the read's enable starts from one register
+        occ = Signal(range(8))
+        issue = Signal()                 # RUN reads a word
+        m.d.sync += occ.eq(occ + issue - (outq.o.valid & outq.o.ready))
         with m.FSM(name="emitter"):
             with m.State("IDLE"):
                 emit_load()
             with m.State("RUN"):
                 # at most 5 words queued or in flight (2 read stages): the queue never refuses one
-                with m.If(outq.level + evalid + evalid2 < 5):
-                    m.d.comb += rp.en.eq(1)
+                with m.If(occ < 5):
+                    m.d.comb += [rp.en.eq(1), issue.eq(1)]
                     m.d.sync += [evalid.eq(1), eword.eq(eaddr), eaddr.eq(eaddr + 1),
                                  rptr8.eq(rptr8 + 1)]
                     with m.If(eaddr == e_wlast):
@@ -655,7 +655,7 @@ class TxBuild(wiring.Component):
         def take_packet():
             """Take the next descriptor if its values are ready."""
             with m.If(head_ok):
-                m.d.comb += [pktq.o.ready.eq(1), pathq.o.ready.eq(1), pop.eq(1)]
+                m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
                 m.d.sync += [r_cls.eq(h_cls), r_qpn.eq(h.qpn),
                              data_end.eq(p_data_end), crc_end.eq(p_crc_end),
                              hdr_len_r.eq(p_hdr_len), ip_len.eq(p_crc_end + 4 - 14),
@@ -683,10 +683,15 @@ class TxBuild(wiring.Component):
                 m.d.comb += ce.eq(at + chq.o.payload.len)
                 lastw = Signal(WB)
                 m.d.comb += lastw.eq((at + chq.o.payload.lenm1) >> lg)
+                # (with a = at mod nb: raw beat 0 starts a word early exactly when off > a, and
+                # the chunk ends in that first word exactly when off ≤ a and a + lenm1 < nb;
+                # both from the low bits only, not from d0 and lastw)
+                a_lo, lm1 = at[:lg], chq.o.payload.lenm1
                 m.d.sync += [c_len.eq(chq.o.payload.len), parts.eq(chq.o.payload.parts),
-                             wqm1.eq(d0 >> lg), c_skip.eq(d0[lg:] != at[lg:]), c_first.eq(1),
-                             pos.eq(ce), c_lastw.eq(lastw),
-                             w_last.eq((d0 >> lg) == lastw),
+                             wqm1.eq(d0 >> lg), c_skip.eq(chq.o.payload.off > a_lo),
+                             c_first.eq(1), pos.eq(ce), c_lastw.eq(lastw),
+                             w_last.eq((chq.o.payload.off <= a_lo) & (lm1[lg:] == 0)
+                                       & ((a_lo + lm1[:lg]) < nb)),
                              c_lo.eq(1), lo_mask.eq(~((Const(1, nb + 1) << at[:lg]) - 1)),
                              lo_same.eq(at[:lg] != 0),
                              hi_mask.eq((Const(2, nb + 1)
