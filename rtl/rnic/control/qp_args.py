@@ -98,4 +98,3 @@ class ArgRow:
             for lo, w, field, flo, pos in bits:
                 m.d.comb += Value.cast(out[field])[flo:flo + w].eq(row[pos:pos + w])
         return out
-
