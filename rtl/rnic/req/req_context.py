@@ -1,11 +1,11 @@
 """The requester's view of the QP context, and its completions turned into CQEs.
 
 The responder's :class:`~rnic.resp.qp_context.QpContext` (inside PSN Check) runs the SET_QP and
-QUERY_QP commands. The requester needs a few static fields of a QP each time it starts serving
-it, on its own schedule: this block keeps them, and only them (path MTU, timeout, PD, SQ ring,
-retry counts, and the send CQN for its completions), in a table of 9-bit lanes written from the
-QP context's ``qp_arg`` ARG writes (:mod:`rnic.control.qp_args`), and the QP's state in a small
-table written from PSN Check's ``qp_set`` events (every SET_QP and every move to ERROR the
+QUERY_QP commands. The requester needs a few static fields of a QP each time it starts serving it,
+on its own schedule: this block keeps them, and only them (path MTU, timeout, PD, SQ ring, retry
+counts; the send CQN for its completions in a table of its own), in tables of 9-bit lanes written
+from the QP context's ``qp_arg`` ARG writes (:mod:`rnic.control.qp_args`), and the QP's state in a
+small table written from PSN Check's ``qp_set`` events (every SET_QP and every move to ERROR the
 responder makes on its own), and serves the requester's ``ctx_req``/``ctx_resp`` from them.
 
 It also stands between the requester's completions (``cpl``) and CQE Generation: it adds the
@@ -100,7 +100,8 @@ class ReqContext(wiring.Component):
         self.abits = (num_qp - 1).bit_length()
         self.fields = [n for n, _ in req_ctx_layout if n != "state"]
         # (every field but the state is a SET_QP field: ArgRow refuses any other)
-        self.row = ArgRow((*self.fields, "scqn"))
+        self.row = ArgRow(self.fields)
+        self.cq_row = ArgRow(("scqn",))
         super().__init__({
             "qp_set": In(stream.Signature(qp_set_event_layout, always_ready=True)),
             "qp_arg": In(stream.Signature(qp_arg_layout, always_ready=True)),
@@ -122,16 +123,20 @@ class ReqContext(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         ab = self.abits
-        R = self.row
+        R, CR = self.row, self.cq_row
 
-        # Its two read ports see a write of the same cycle (a transparent port's behaviour)
+        # The read ports see a write of the same cycle (a transparent port's behaviour)
         # through a bypass built here rather than by `transparent_for`: yosys did not recognise
         # its own transparency logic on these ports, left them asynchronous and so put the table
         # in LUT RAM, spread over nearly every RAM-capable slice of the chip.
+        # (the send CQN, read only for completions, is a table of its own: one read port per
+        # table, so that neither is duplicated for a second port)
         m.submodules.table = table = Memory(shape=R.width, depth=self.num_qp, init=[])
         wp = table.write_port(granularity=R.LANE)
         ctx_rp = _BypassedReadPort(m, table, wp, "ctx")
-        cpl_rp = _BypassedReadPort(m, table, wp, "cpl")
+        m.submodules.cqns = cqns = Memory(shape=CR.width, depth=self.num_qp, init=[])
+        cq_wp = cqns.write_port(granularity=CR.LANE)
+        cpl_rp = _BypassedReadPort(m, cqns, cq_wp, "cpl")
         m.submodules.states = states = Memory(shape=req_ctx_layout["state"].shape,
                                               depth=self.num_qp, init=[])
         st_wp = states.write_port()
@@ -152,6 +157,7 @@ class ReqContext(wiring.Component):
         arg_valid = Signal()
         m.d.sync += [arg_valid.eq(self.qp_arg.valid), arg.eq(self.qp_arg.payload)]
         R.write(m, wp, arg, arg_valid & (arg.qpn < self.num_qp))
+        CR.write(m, cq_wp, arg, arg_valid & (arg.qpn < self.num_qp))
 
         m.submodules.set_q = set_q = Queue(qp_set_layout, 8)
         m.d.comb += [set_q.i.valid.eq(ev_valid),
@@ -224,7 +230,7 @@ class ReqContext(wiring.Component):
             m.d.sync += rd_wait.eq(0)
         scqn = Signal(16)
         with m.If(rd_wait):
-            m.d.sync += scqn.eq(R.decode(m, cpl_rp.data, "cpl_fields").scqn)
+            m.d.sync += scqn.eq(CR.decode(m, cpl_rp.data, "cpl_fields").scqn)
 
         live = Signal()
         m.d.comb += live.eq(busy & ~rd_wait)
