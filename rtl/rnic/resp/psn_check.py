@@ -107,10 +107,10 @@ from ..ifaces import (NUM_COUNTERS, CommandSignature, Counter, EventType, event_
                       rx_meta_layout)
 from ..opcodes import opcode_info, WcStatus
 from ..stream import BeatStream, Queue, check_width
-from ..tx.build import tx_hdr_layout
-from .ack_table import AckTable
-from .psn_rules import op_sequence, psn_class_layout, psn_classify
 from ..control.qp_args import qp_arg_layout
+from ..tx.build import tx_hdr_layout
+from .ack_table import AckTable, ack_item_layout
+from .psn_rules import op_sequence, psn_class_layout, psn_classify
 from .qp_context import (MsgClass, QpContext, QpState, qp_dyn_layout, qp_recv_layout,
                          qp_set_event_layout)
 
@@ -729,14 +729,14 @@ class PsnCheck(wiring.Component):
         fatal_done = Signal()
         m.d.comb += fatal_done.eq(h.from_done & self.done.payload.fatal)
         f_valid = Signal()
-        f = Signal(data.StructLayout({"psn": 24, "msn": 24, "syndrome": 8}))
+        f = Signal(ack_item_layout(ab))         # the response, for the pending table
         m.d.comb += [
             # fatal 0x1F (refused invalidate): a positive ACK only if the packet asked for one
             f_valid.eq(~err & Mux(fatal_done,
                                   (self.done.payload.syndrome != 0)
                                   & ((self.done.payload.syndrome != 0x1F) | h.frame),
                                   h.frame)),
-            f.psn.eq(h.psn),
+            f.qpn.eq(h.qpn), f.psn.eq(h.psn),
             f.syndrome.eq(Mux(fatal_done, self.done.payload.syndrome, h.syndrome)),
             f.msn.eq(Mux(fatal_done, h.msn_prev, h.msn)),
         ]
@@ -812,9 +812,7 @@ class PsnCheck(wiring.Component):
         m.d.comb += [
             coal_ready.eq(1),
             acks.i.valid.eq(go & f_valid),
-            acks.i.payload.qpn.eq(h.qpn),
-            acks.i.payload.psn.eq(f.psn), acks.i.payload.msn.eq(f.msn),
-            acks.i.payload.syndrome.eq(f.syndrome),
+            acks.i.payload.eq(f),
         ]
 
         connect(m, acks.o, wiring.flipped(self.ack_tx))

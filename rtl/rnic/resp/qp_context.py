@@ -108,8 +108,8 @@ qp_set_event_layout = data.StructLayout({
 class QpContext(wiring.Component):
     """The two QP tables and the SET_QP/QUERY_QP command handler.
 
-    Rows: the static table keeps SET_QP's ARG bits in 9-bit lanes (:class:`~rnic.control.qp_args.ArgRow`) plus the
-    send PSN, written an ARG at a time; the dynamic table keeps :data:`qp_dyn_layout`. Each
+    Rows: the static table keeps SET_QP's ARG bits in 9-bit lanes
+    (:class:`~rnic.control.qp_args.ArgRow`) plus the send PSN, written an ARG at a time; the dynamic table keeps :data:`qp_dyn_layout`. Each
     table's read data is registered once (``rd_static``/``rd_dyn``, the block RAM's output
     register), and that register is both the pipeline's stage-B context and the command's.
 

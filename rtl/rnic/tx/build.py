@@ -56,7 +56,7 @@ from ..host.axi_master import ReadClientSignature
 from ..ifaces import NUM_COUNTERS, Counter
 from ..stream import BeatStream, Queue, beat_layout, check_width
 
-__all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "path_layout", "TxBuild", "RETH_OPCODES",
+__all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "TxBuild", "RETH_OPCODES",
            "IMM4_OPCODES", "MAX_PAYLOAD", "MAX_HDR"]
 
 #: RC opcodes carrying a RETH, and those carrying 4 bytes of IMMDT or IETH after it.
@@ -65,17 +65,10 @@ IMM4_OPCODES = (0x03, 0x05, 0x09, 0x0B, 0x16, 0x17)
 MAX_PAYLOAD = 4096
 MAX_HDR = 74            # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + IMMDT 4
 
-#: Where a QP's frames go: the fields SET_QP writes (interface.md §4.2: remote MAC and IPv4, UDP
-#: source port, destination QPN). The builder keeps them in its path table, by local QPN, and
-#: reads them when a descriptor enters; descriptors carry only the local QPN.
-path_layout = data.StructLayout({
-    "dmac": 48,         # wire order: dmac[47:40] is the first byte
-    "dip": 32,          # first octet in [31:24]
-    "sport": 16,
-    "dqpn": 24,
-})
-
-#: The path table's row: those fields' bits of SET_QP's ARG1 and ARG11..14, in 9-bit lanes.
+#: Where a QP's frames go: the SET_QP fields (interface.md §4.2) destination QPN (ARG1), remote
+#: MAC (ARG11/12, ``rmac[47:40]`` the first wire byte), remote IPv4 (ARG13) and UDP source port
+#: (ARG14). The builder keeps them in its path table's 9-bit lanes, by local QPN; descriptors
+#: carry only the local QPN.
 _PATH_ROW = ArgRow(("dest_qpn", "rmac", "rip", "sport"))
 
 #: One ACK/NAK frame of the responder: header fields only (no payload).
@@ -244,12 +237,9 @@ class TxBuild(wiring.Component):
         path_rp = paths.read_port()
         qa = self.qp_arg
         _PATH_ROW.write(m, path_wp, qa.payload, qa.valid & (qa.payload.qpn < self.num_qp))
-        row = _PATH_ROW.decode(m, path_rp.data, "path_row")
+        hp = _PATH_ROW.decode(m, path_rp.data, "path_row")      # the head's path
         wiring.connect(m, wiring.flipped(self.pkt), pktq.i)
-        hp = Signal(path_layout)
-        m.d.comb += [path_rp.addr.eq(h.qpn[:ab]),
-                     hp.dmac.eq(row.rmac), hp.dip.eq(row.rip), hp.sport.eq(row.sport),
-                     hp.dqpn.eq(row.dest_qpn)]
+        m.d.comb += path_rp.addr.eq(h.qpn[:ab])
 
         def hdr_len_of(op):
             reth = Cat(*[op == o for o in RETH_OPCODES]).any()
@@ -264,7 +254,7 @@ class TxBuild(wiring.Component):
         # registers), so the checksum's chain below starts a cycle later than the lengths' and
         # still ends before ``head_ok``; the source address's part is a register of its own
         dhi, dlo = Signal(16), Signal(16)
-        m.d.sync += [dhi.eq(hp.dip[16:32]), dlo.eq(hp.dip[0:16])]
+        m.d.sync += [dhi.eq(hp.rip[16:32]), dlo.eq(hp.rip[0:16])]
         sip = self.local_ip
         ssum = Signal(18)
         m.d.sync += ssum.eq(0x4500 + 0x4000 + 0x4011 + 4 - 14 + sip[16:32] + sip[0:16])
@@ -313,7 +303,7 @@ class TxBuild(wiring.Component):
 
         # the builder's packet and its path, latched with its precomputed values
         r = Signal(pkt_layout)
-        rpath = Signal(path_layout)
+        rpath = Signal(_PATH_ROW.layout)
         data_end = Signal(PB)           # first byte after the payload
         crc_end = Signal(PB)            # first byte of the ICRC
         hdr_len_r = Signal(range(MAX_HDR + 1))
@@ -331,8 +321,8 @@ class TxBuild(wiring.Component):
 
         # ---- the header bytes ---------------------------------------------------------------
         hdr_words = -(-MAX_HDR // nb)
-        dip = rpath.dip
-        eth = wire.ETH.assemble({"dst": rpath.dmac, "src": self.local_mac,
+        dip = rpath.rip
+        eth = wire.ETH.assemble({"dst": rpath.rmac, "src": self.local_mac,
                                  "ethertype": wire.ETHERTYPE_IPV4})
         ip = wire.IPV4.assemble({"version": 4, "ihl": 5, "total_length": ip_len, "flags": 2,
                                  "ttl": 64, "protocol": wire.IP_PROTO_UDP, "checksum": csum,
@@ -340,7 +330,7 @@ class TxBuild(wiring.Component):
         udp = wire.UDP.assemble({"sport": rpath.sport, "dport": wire.ROCE_UDP_PORT,
                                  "length": ip_len - 20})
         bth = wire.BTH.assemble({"opcode": r.opcode, "se": r.se, "padcnt": padcnt,
-                                 "pkey": 0xFFFF, "dqpn": rpath.dqpn, "ackreq": r.ackreq,
+                                 "pkey": 0xFFFF, "dqpn": rpath.dest_qpn, "ackreq": r.ackreq,
                                  "psn": r.psn})
         reth = wire.RETH.assemble({"va": r.va, "rkey": r.rkey, "dmalen": r.dmalen})
         imm = wire.IMMDT.assemble({"imm": r.imm})
