@@ -123,19 +123,20 @@ class AckTable(wiring.Component):
         i_reg = Signal(ack_item_layout(ab))
         m.d.sync += [i_valid.eq(self.i.valid), i_reg.eq(self.i.payload)]
 
-        # reset sweep: the take side copies the insert side for every QP
+        # reset sweep: the take side copies the insert side for every QP, at ``t_q`` (the take's
+        # QPN register counts the QPs meanwhile, so the flag RAMs' addresses are that register
+        # alone, no sweep mux in front of their reads)
         sweeping = Signal(init=1)
-        sweep_q = Signal(ab)
-        with m.If(sweeping):
-            m.d.sync += sweep_q.eq(sweep_q + 1)
-            with m.If(sweep_q == n - 1):
-                m.d.sync += sweeping.eq(0)
 
         # ---- take: T0 (the popped QPN, registered) → T1 (take: read the flags and clear them,
         # issue the table reads) → S (the block RAMs' outputs) → R (registered; emit 1–2 frames)
         t_valid = Signal()
         t_q = Signal(ab)
         head = t_q
+        with m.If(sweeping):
+            m.d.sync += t_q.eq(t_q + 1)
+            with m.If(t_q == n - 1):
+                m.d.sync += sweeping.eq(0)
         s_valid = Signal()
         s_ack = Signal()
         s_nak = Signal()
@@ -159,7 +160,7 @@ class AckTable(wiring.Component):
         take = Signal()
         m.d.comb += [
             take.eq(t_valid & (~s_valid | s_adv) & ~sweeping),
-            qf.o.ready.eq(~t_valid | take),
+            qf.o.ready.eq((~t_valid | take) & ~sweeping),
         ]
         with m.If(qf.o.valid & qf.o.ready):
             m.d.sync += [t_valid.eq(1), t_q.eq(qf.o.payload)]
@@ -170,9 +171,9 @@ class AckTable(wiring.Component):
         # the head's flags as they stand (the take reads and clears them)
         h_ins = ins_at_head.data
         h_tk = tk_at_head.data
-        m.d.comb += [ins_at_head.addr.eq(Mux(sweeping, sweep_q, head)),
-                     tk_at_head.addr.eq(Mux(sweeping, sweep_q, head)),
-                     tk_w.addr.eq(Mux(sweeping, sweep_q, head)),
+        m.d.comb += [ins_at_head.addr.eq(head),
+                     tk_at_head.addr.eq(head),
+                     tk_w.addr.eq(head),
                      tk_w.data.ack.eq(h_ins.ack), tk_w.data.nak.eq(h_ins.nak),
                      tk_w.en.eq(sweeping | take)]
         s_q = Signal(ab)

@@ -35,14 +35,15 @@ R's register), stage R (the block RAM's output), stage B (the tables' registered
 every check that needs no dynamic context — opcode decode, path MTU, position length rule, RETH
 length, the WRITE rules of a FIRST/ONLY, access, source IPv4 — and every check that does — PSN
 classification, state, opcode sequence, RNR, the WRITE rules of a MIDDLE/LAST, the residue and
-offset after the packet — all registered into C), stage C (decision, writes the dynamic
-context, pushes the outputs; the metadata read from the ring at the operation's slot). The PSN
+offset after the packet — all registered into C), stage C (decision, pushes the outputs; the
+metadata read from the ring at the operation's slot; the new dynamic context into a write
+register, which writes the table in the next cycle, stage D). The PSN
 classifier and the opcode sequencer are :mod:`rnic.resp.psn_rules`.
 
 Same-QP hazard: an operation is not issued while an operation of its QP that writes the table
-is in R or in C (its read would miss that write). The one write a read can still miss — that of
-the operation in C when it moves from R to B — is kept in one forward register, which stage B
-uses instead of the RAM data (the select a register). Operations of different QPs enter one a
+is in R, C or D (its read would miss that write). The one write a read can still miss — that of
+the operation in C when it moves from R to B — is in the write register while the reader is in
+B, and stage B uses it instead of the RAM data (the select a register). Operations of different QPs enter one a
 cycle; operations of one QP two cycles apart: a minimum frame every
 ``max(2, ⌈480/W⌉)`` cycles or better, one QP or many (design-rules.md §1). Any full output
 queue stalls all four stages together (whether the operation in C needs that queue or not, to
@@ -365,21 +366,31 @@ class PsnCheck(wiring.Component):
         c_st = Signal(qp_recv_layout)
 
         # One read-modify-write of the dynamic table: read in A (the block RAM's output in R, its
-        # register in B), decided and written in C. An operation is not issued while an operation of its QP that writes the
-        # table is in R or in C (``a_haz``): the read in A would miss that write. The one write
-        # a read can then miss is that of the operation in C on the R→B transfer (it was in B
-        # when the read was issued); that write is kept in ``w1`` and B uses it instead of the
-        # RAM data (``b_fwd``, a register). Operations of one QP are thus two cycles apart at
-        # least, operations of different QPs one cycle.
+        # register in B), decided in C into ``w1`` (a register), written from ``w1`` in the
+        # cycle after (D), so C's decision ends at a flip-flop, not at the block RAM's write
+        # port. An operation is not issued while an operation of its QP that writes the table
+        # is in R or in C, or writes from ``w1`` with none of its QP in B (``a_haz``): the read
+        # in A would miss that write (or meet it in the same cycle). The one write a read can
+        # then miss is that of the operation in B when the read was issued: it is in ``w1``
+        # when the reader is in B, and B uses it instead of the RAM data (``b_fwd``, a
+        # register), the whole row, which has the earlier writes of that QP in it. Operations
+        # of one QP are thus two cycles apart at least, operations of different QPs one cycle.
         wr_en = Signal()
         new = Signal(qp_dyn_layout)
         w1_data = Signal(qp_dyn_layout)
-        m.d.comb += [ctx.wr_en.eq(wr_en), ctx.wr_addr.eq(c_idx), ctx.wr_dyn.eq(new)]
+        w1_valid = Signal()
+        w1_idx = Signal(ab)
+        m.d.sync += w1_valid.eq(wr_en)
         with m.If(wr_en):
-            m.d.sync += w1_data.eq(new)
+            m.d.sync += [w1_data.eq(new), w1_idx.eq(c_idx)]
+        m.d.comb += [ctx.wr_en.eq(w1_valid), ctx.wr_addr.eq(w1_idx), ctx.wr_dyn.eq(w1_data)]
+        # (The write from ``w1`` does not stop an operation whose QP also writes from B: that
+        # one's write in C will be forwarded to it whole, and it read after ``w1``'s write.)
         def hazard(idx):
             return ((r_valid & (r_kind != Kind.RESP) & (r_idx == idx))
-                    | (c_valid & (c_kind != Kind.RESP) & (c_idx == idx)))
+                    | (c_valid & (c_kind != Kind.RESP) & (c_idx == idx))
+                    | (w1_valid & (w1_idx == idx)
+                       & ~(b_valid & (b_kind != Kind.RESP) & (b_idx == idx))))
         # (one compare per source, in parallel with the source select)
         haz_f = Signal()
         haz_d = Signal()
@@ -591,7 +602,7 @@ class PsnCheck(wiring.Component):
             exe.offset.eq(Mux(info.start, 0, cx.off)),
             exe.va.eq(Mux(info.start, cm.reth_va, cx.va)),
             exe.rkey.eq(Mux(info.start, cm.reth_rkey, cx.rkey)),
-            exe.dma_len.eq(Mux(info.start, cm.reth_len, cx.wlen)),
+            exe.dma_len.eq(Mux(info.start, cm.reth_len, cx.off + cx.resid)),
             exe.imm.eq(cm.imm), exe.ieth_rkey.eq(cm.ieth_rkey), exe.rq_index.eq(cx.rq_cons),
             exe.pd.eq(st.pd), exe.rcqn.eq(st.rcqn), exe.rq_base.eq(st.rq_base),
             exe.rq_log.eq(st.rq_log), exe.access.eq(st.access),
@@ -688,7 +699,7 @@ class PsnCheck(wiring.Component):
                                 c_db, cx.rq_prod)),
         ]
         with m.If(info.start & info.write):
-            m.d.comb += [nx_e.wlen.eq(cm.reth_len), nx_e.va.eq(cm.reth_va),
+            m.d.comb += [nx_e.va.eq(cm.reth_va),
                          nx_e.rkey.eq(cm.reth_rkey)]
         m.d.comb += new.eq(Mux(x_exec, nx_e, nx_n))
         with m.If(x_fail):
@@ -818,7 +829,8 @@ class PsnCheck(wiring.Component):
         connect(m, acks.o, wiring.flipped(self.ack_tx))
 
         # commands may run once everything is drained
-        m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~resp_q.o.valid & (resp_q.level == 0)
+        m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~w1_valid
+                                & ~resp_q.o.valid & (resp_q.level == 0)
                                 & ~inj_valid & ~ew_valid & ~exe_q.o.valid
                                 & fl_q.i.ready)
         return m

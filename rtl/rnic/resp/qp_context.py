@@ -12,7 +12,7 @@ Two tables of ``num_qp`` entries, both in block RAM:
   frame builder's path table, which keep the other static fields
   (:mod:`rnic.control.qp_args`);
 * the **dynamic** table (:data:`qp_dyn_layout`): what packets change: state, ePSN, MSN, the
-  sent-NAK latch, the message in progress (class, byte offset, WRITE length/VA/rkey), the
+  sent-NAK latch, the message in progress (class, byte offset, WRITE residue/VA/rkey), the
   on-chip RQ producer/consumer indices.
 
 Each table's read data is registered once (the block RAM's output register); that register is
@@ -85,8 +85,8 @@ qp_dyn_layout = data.StructLayout({
     "nak": 1,           # sent_psn_nak latch
     "open": 2,          # MsgClass of the message in progress
     "off": 32,          # bytes of the message in progress executed so far
-    "wlen": 32,         # RETH DMA length of the open WRITE
-    "resid": 32,        # bytes of the open WRITE still to come (DMA length − offset)
+    "resid": 32,        # bytes of the open WRITE still to come: its RETH DMA length is
+                        # ``off + resid`` (mod 2^32), so the length itself is not kept
     "va": 64,           # RETH VA of the open WRITE
     "rkey": 32,         # RETH rkey of the open WRITE
     "rq_prod": 16,
@@ -187,8 +187,14 @@ class QpContext(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.num_qp
-        m.submodules.smem = smem = memory.Memory(shape=_LANES * _LANE, depth=n, init=[])
-        m.submodules.dmem = dmem = memory.Memory(shape=qp_dyn_layout, depth=n, init=[])
+        # ``no_rw_check`` (design-rules.md §9): a read never meets a write of its row. The
+        # pipeline does not issue an operation whose QP is written in that cycle (PSN Check's
+        # same-QP hazard; a read that does meet it is a bubble's, never used), and the command
+        # FSM reads (ADDR, READ) and writes (SWEEP, WRITE, EXEC) in different states.
+        m.submodules.smem = smem = memory.Memory(shape=_LANES * _LANE, depth=n, init=[],
+                                                 attrs={"no_rw_check": 1})
+        m.submodules.dmem = dmem = memory.Memory(shape=qp_dyn_layout, depth=n, init=[],
+                                                 attrs={"no_rw_check": 1})
         srd = smem.read_port()
         swr = smem.write_port(granularity=_LANE)
         drd = dmem.read_port()
@@ -232,7 +238,7 @@ class QpContext(wiring.Component):
         index = Signal(24)
         result = Signal(8)
         cnt = Signal(range(16))
-        sweeping = Signal()
+        sweeping = Signal(init=1)       # the FSM is in SWEEP (a register of its own)
         sweep_cnt = Signal(self.abits)
         written = Signal()      # SET_QP's ARG lanes are written; the next read is the new row
         m.d.comb += [
@@ -280,15 +286,20 @@ class QpContext(wiring.Component):
         for k in range(_SQ_LANE, _LANES):
             m.d.comb += swr.en[k].eq(sweeping | s_sq_we)
 
-        nd = Signal(qp_dyn_layout)
         with m.If(new_state == QpState.RESET):
-            m.d.comb += [nd.eq(0), sq_new.eq(0)]
+            m.d.comb += sq_new.eq(0)
         with m.Else():
-            m.d.comb += [nd.eq(dq), nd.state.eq(new_state),
-                         sq_new.eq(Mux(new_state == QpState.RTS, arg_sq, sq_cur))]
-            with m.If(new_state == QpState.RTR):
-                m.d.comb += nd.epsn.eq(arg_epsn)
-        m.d.comb += c_wr_dyn.eq(Mux(sweeping, 0, nd))
+            m.d.comb += sq_new.eq(Mux(new_state == QpState.RTS, arg_sq, sq_cur))
+        # The dynamic write (SWEEP, EXEC): 0 for the sweep and RESET, else the row read with
+        # the new state, and ARG2's ePSN on entry to RTR. Its selects are registers decoded
+        # when ARG0 is read (``w_zero`` also covers the sweep), so each bit is one LUT from
+        # flip-flops before the pipeline's write mux.
+        w_zero = Signal(init=1)
+        w_rtr = Signal()
+        nd = Signal(qp_dyn_layout)
+        m.d.comb += [nd.eq(dq), nd.state.eq(new_state),
+                     nd.epsn.eq(Mux(w_rtr, arg_epsn, dq.epsn)),
+                     c_wr_dyn.eq(Mux(w_zero, 0, nd))]
 
         qpn_ok = Signal()       # registered: ``index`` is set on entry to LOAD/ADDR
         m.d.sync += qpn_ok.eq((index < self.num_qp) & (index > 1))
@@ -300,11 +311,10 @@ class QpContext(wiring.Component):
         with m.FSM(init="SWEEP"):
             with m.State("SWEEP"):
                 # after rst: every QP to RESET, one entry per cycle
-                m.d.comb += [busy.eq(1), sweeping.eq(1), c_wr_en.eq(1),
-                             self.set_valid.eq(1)]
+                m.d.comb += [busy.eq(1), c_wr_en.eq(1), self.set_valid.eq(1)]
                 m.d.sync += sweep_cnt.eq(sweep_cnt + 1)
                 with m.If(sweep_cnt == self.num_qp - 1):
-                    m.d.sync += owned.eq(0)
+                    m.d.sync += [owned.eq(0), sweeping.eq(0)]
                     m.next = "IDLE"
             with m.State("IDLE"):
                 m.d.comb += busy.eq(cmd.valid)
@@ -322,7 +332,9 @@ class QpContext(wiring.Component):
                 m.d.sync += cnt.eq(cnt + 1)
                 with m.Switch(argn):
                     with m.Case(0):
-                        m.d.sync += [new_state.eq(ad[0:4]), pmtu.eq(ad[8:12])]
+                        m.d.sync += [new_state.eq(ad[0:4]), pmtu.eq(ad[8:12]),
+                                     w_zero.eq(ad[0:4] == QpState.RESET),
+                                     w_rtr.eq(ad[0:4] == QpState.RTR)]
                     with m.Case(2):
                         m.d.sync += arg_epsn.eq(ad[0:24])
                     with m.Case(3):
