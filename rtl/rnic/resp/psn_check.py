@@ -291,6 +291,10 @@ class PsnCheck(wiring.Component):
             self.meta.ready.eq(adv & sel_meta & ~a_haz),
         ]
         a_info = opcode_info(m, meta.opcode, name="a_info")
+
+        def qpn_ok(q):
+            # 1 < q < num_qp (a power of two): ORs of bits, no carry chain
+            return ~q[ab:].any() & q[1:ab].any()
         a_idx = Signal(ab)
         a_qok = Signal()
         a_kind = Signal(2)
@@ -298,11 +302,11 @@ class PsnCheck(wiring.Component):
             m.d.comb += [a_idx.eq(inj_qpn), a_qok.eq(1), a_kind.eq(Kind.FATAL)]
         with m.Elif(sel_db):
             q = self.rq_db.payload.qpn
-            m.d.comb += [a_idx.eq(q[:ab]), a_qok.eq((q < self.num_qp) & (q > 1)),
+            m.d.comb += [a_idx.eq(q[:ab]), a_qok.eq(qpn_ok(q)),
                          a_kind.eq(Kind.DB)]
         with m.Else():
             q = meta.dqpn
-            m.d.comb += [a_idx.eq(q[:ab]), a_qok.eq((q < self.num_qp) & (q > 1)),
+            m.d.comb += [a_idx.eq(q[:ab]), a_qok.eq(qpn_ok(q)),
                          a_kind.eq(Mux(a_info.ack, Kind.RESP, Kind.PKT))]
         a_fire = Signal()
         m.d.comb += a_fire.eq(adv & (sel_fatal | sel_db | sel_meta) & ~a_haz)
@@ -773,7 +777,7 @@ class PsnCheck(wiring.Component):
         connect(m, wiring.flipped(self.fault), fault_q.i)
         flt = fault_q.o
         fq_ok = Signal()
-        m.d.comb += fq_ok.eq(flt.payload.qpn < self.num_qp)
+        m.d.comb += fq_ok.eq(~flt.payload.qpn[ab:].any())     # < num_qp
         # The error bits written by SET_QP (and the sweep) and by a fault go through one
         # register too (the command FSM's index and strobe, and the fault handshake, stay off
         # the LUT-RAM's write port); the sequencer's registered write has the port first, and
