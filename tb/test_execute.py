@@ -58,6 +58,12 @@ def test_execute_prefetch(width):
 
 
 @pytest.mark.parametrize("width", [64, 512])
+def test_execute_evict(width):
+    """More messages open than the WQE store holds: evicted WQEs are read again."""
+    _run(width, ["evict"], "evict")
+
+
+@pytest.mark.parametrize("width", [64, 512])
 @pytest.mark.parametrize("rdlat", [pytest.param(0, marks=pytest.mark.full), 100])
 def test_execute_bench(width, rdlat):
     _run(width, ["bench"], f"bench-rd{rdlat}", env={"EX_RDLAT": str(rdlat)})
