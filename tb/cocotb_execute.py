@@ -662,6 +662,10 @@ async def evict(dut):
             posted.append((q, wqe[0]))
             streams[q] = tb.message(q, rng.choice(["send", "send_imm", "send"]), length, pmtu,
                                     sges=sges, wqe=wqe, imm=rng.getrandbits(32))
+            if rnd == 1:
+                # the later packets' ``rq_index`` is not used: the WQE is the one the QP took
+                for p in streams[q][1:]:
+                    p[0]["rq_index"] = (wqe[0] + 7) & 0xFFFF
         # every QP's first packet, then round robin (in random QP order) to the last
         while any(streams.values()):
             for q in rng.sample(qps, len(qps)):

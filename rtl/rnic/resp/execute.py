@@ -17,15 +17,16 @@ a later stage decides on (design rule 3):
 
   1. reads the per-QP tables (block RAM, ``num_qp`` rows): ``dead`` (the QP had a fatal
      outcome here or was flushed; its younger commands are skipped until ``qp_reset``),
-     ``wflt`` (a payload write of the QP faulted), ``wqe`` (what placement needs of the
-     receive WQE the QP's message in progress holds -- wr_id, min(num_sge, 4), the SGEs --
-     with its ring index: one per QP, so every QP may have a message open) and ``cnext`` (the
-     flush's start);
-  2. ``wqe`` = 1: takes the WQE at ``rq_base + 64·(rq_index mod 2^rq_log)`` from the prefetch
-     pool (below) or, on a miss, reads it through :class:`~rnic.resp.rq_fetch.RqFetch`; either
-     way its beats were written into a LUT-RAM WQE store as they came (a pool slot's row, or
-     the planner's own row), and the planner copies that row into the QP's ``wqe`` row and
-     reads it back: it cuts the pieces from the table's read data, holding no copy of the WQE;
+     ``wflt`` (a payload write of the QP faulted), ``wqet`` (the ring index of the receive WQE
+     the QP's message in progress holds: 16 bits, so every QP may have a message open) and
+     ``cnext`` (the flush's start);
+  2. finds the WQE in the shared *WQE store* (below) by {QP, index, ring}: ``wqe`` = 1 the
+     WQE at ``rq_base + 64·(rq_index mod 2^rq_log)`` it takes (its index goes into
+     ``wqet``), else (a SEND's later packet, or ``status`` ≠ 0) the one ``wqet`` names. On a
+     miss it reads the WQE through :class:`~rnic.resp.rq_fetch.RqFetch` into the store's row
+     of its own -- for a held WQE the store lost, again: a WQE stays in its ring slot until
+     its completion, so correctness never depends on the store's size. It then cuts the
+     pieces from that row's asynchronous read, holding no copy of the WQE;
   3. cuts the packet into at most three pieces: SEND → the overlap of ``[offset, offset +
      payload_len)`` with each SGE (zero-length SGEs skipped); RDMA WRITE → one piece at
      ``va + offset`` (none when ``dma_len`` = 0); decides the checks that need no lookup
@@ -67,13 +68,30 @@ Outcomes (``done`` = {fatal, syndrome}; CQE status)
 * refused invalidate: fatal 0x1F, CQE REM_INV_REQ_ERR (the data was placed).
 * CQ full at reservation: fatal 0 syndrome 0, no CQE, nothing written.
 * ``status`` ≠ 0 (decided by PSN Check): CQE with that status for the held (or fetched) WQE.
-* WQE read non-OKAY: event 4, fatal with syndrome 0 (the QP goes to ERROR, nothing is sent),
-  no CQE (wr_id unknown); the WQE counts as completed.
+* WQE read non-OKAY (also a held WQE's read again): event 4, fatal with syndrome 0 (the QP
+  goes to ERROR, nothing is sent), no CQE (wr_id unknown); the WQE counts as completed.
 * data write non-OKAY (known only after its ``done`` left): event 4, one ``fault`` {qpn}
   transfer (the QP's owner must move it to ERROR), the QP is marked: its CQEs still waiting and
   later ones are written with LOC_QP_OP_ERR, its younger commands are skipped.
 * a QP marked dead (fatal here, flushed, or write fault): no fetch, no lookup, no write, no
   CQE; ``done`` fatal 0 (PSN Check suppresses the QP's responses anyway).
+
+WQE store
+---------
+One LUT-RAM store of ``prefetch`` + 1 rows, each what placement keeps of a WQE (wr_id,
+min(num_sge, 4), the three SGEs: 451 bits, one RAM per 64-bit word of the WQE), written beat
+by beat by the read that fills it: rows 0 to ``prefetch`` − 1 are the prefetch pool's slots,
+row ``prefetch`` takes the planner's own reads. Each row is tagged {valid, QP, index, ring}
+(``rq_base`` bits 63..6 and ``rq_log``): a WQE taken stays in its row, tagged, while its
+message runs, and the later packets of the message read it there. A row is lost to a claim
+(the prefetcher's, for a pool slot; the planner's next read, for its own row), to a take of
+another WQE of the QP (except index + 1, read ahead), to ``qp_reset``, and a pool slot also
+when the command that completes its WQE leaves the planner; the row the planner works from
+is never claimed meanwhile. LUT RAM rather than block RAM: 16 rows of 451 bits are
+113 DPR16X4 (the depth of one DPR16X4, whatever ``prefetch`` ≤ 15), read a field per state
+with no output register, while the same store in 72-bit block RAM rows would take two DP16KD
+plus, at W = 512, staging for the WQE's one 512-bit beat; a per-QP copy of the WQE
+(``num_qp`` × 451 bits) would take at least seven DP16KD at ``num_qp`` = 256.
 
 WQE prefetch
 ------------
@@ -91,11 +109,12 @@ held, but only into a free slot (a second-depth prefetch never evicts). A WQE is
 after the doorbell that posted it, so the host wrote it before the read. The planner uses a
 slot whose {qpn, index, address} are its command's (waiting if the read is still out) and
 otherwise reads the WQE itself; a prefetched read that fails is dropped silently (the
-planner's own read then reports it). Taking WQE i voids the QP's slots except the one of
-index i + 1 (depth 2), ``qp_reset`` voids all of them (a voided read in flight: its data is
-dropped). So a QP with posted WQEs holds its next one or two on chip while its current
-message runs, and strict order, the consumer index, RNR (decided by PSN Check) and flush are
-unchanged. ``prefetch`` = 0 removes the pool (reads on demand).
+planner's own read then reports it). Taking WQE i voids the QP's slots except the ones of
+index i (the WQE taken) and i + 1 (depth 2), ``qp_reset`` voids all of them (a voided read in
+flight: its data is dropped). So a QP with posted WQEs holds its next one or two on chip
+while its current message runs, and strict order, the consumer index, RNR (decided by PSN
+Check) and flush are unchanged. ``prefetch`` = 0 removes the pool (reads on demand; the
+store is the planner's row alone).
 
 Flush
 -----
@@ -394,7 +413,7 @@ class Execute(wiring.Component):
         dead_rd_data = dead_wr.read(dead_rd, "dead_rd")
         # the ring index of the WQE the QP's message in progress holds (its words are in the
         # shared WQE store, found by {QP, index, ring}). ``no_rw_check``: the row is written in
-        # PF_HIT and FETCH_WAIT and read in IDLE/PUSH (take_next), so a read never meets the
+        # HIT and FETCH_WAIT and read in IDLE/PUSH (take_next), so a read never meets the
         # write
         m.submodules.wqet = wqet = Memory(shape=16, depth=self.num_qp, init=[],
                                           attrs={"no_rw_check": 1})
@@ -425,6 +444,7 @@ class Execute(wiring.Component):
         wqe = wqs_data
         prow = Signal(range(P + 1))            # the store row the planner works from
         pin = Signal()                         # ``prow`` is a pool slot the planner uses
+        idx_same = Signal()                    # c's index was the held WQE's (DEC -> LOOK)
         m.d.comb += wqs_addr.eq(prow)
         in_qpn = Signal(ab)
         take_flush = Signal()
@@ -444,7 +464,7 @@ class Execute(wiring.Component):
         plan_fetch = Signal()                  # the planner requests a read this cycle
         m.d.comb += [fetch.req.payload.addr.eq(faddr), fetch.req.payload.tag.eq(DEMAND)]
         take = Signal()                        # the planner takes WQE c.rq_index of c.qpn
-        plan_look = Signal()                   # the planner is in PF_HIT
+        plan_look = Signal()                   # the planner is in HIT
         release = Signal()                     # the planner is done with the WQE in ``prow``
         pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, ab, rst, post,
                                  prow, pin, release)
@@ -811,7 +831,7 @@ class Execute(wiring.Component):
                     m.next = "FL_CHK"
             with m.State("DEC"):
                 m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
-                             faddr.eq(faddr_c)]
+                             faddr.eq(faddr_c), idx_same.eq(1)]
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
@@ -820,23 +840,22 @@ class Execute(wiring.Component):
                 with m.Elif(c.send | (c.status != 0)):
                     # the WQE the QP's message holds, looked up in the store by {QP, the
                     # index in ``wqet``, ring} like a WQE to take (PSN Check's ``rq_index``
-                    # names the same WQE: then the tags compared in this cycle are the ones)
-                    m.d.sync += c.rq_index.eq(wqe_rd.data)
-                    with m.If(wqe_rd.data == c.rq_index):
-                        m.next = "LOOK"
-                    with m.Else():
-                        m.next = "HELD"
+                    # names the same WQE: then the tags compared in this cycle are the ones;
+                    # else LOOK waits a cycle for the compare with the index loaded now)
+                    m.d.sync += [c.rq_index.eq(wqe_rd.data),
+                                 idx_same.eq(wqe_rd.data == c.rq_index)]
+                    m.next = "LOOK"
                 with m.Else():
                     m.next = "SUMS"
-            with m.State("HELD"):
-                # the tags are compared with c's new index in this cycle; the re-read's address
-                m.d.sync += faddr.eq(faddr_c)
-                m.next = "LOOK"
             with m.State("LOOK"):
                 # match the pool: same QP, same ring index, same ring (compared the cycle before)
-                if P:
-                    m.d.sync += pool["match"].eq(pool["match_c"])
-                m.next = "HIT"
+                with m.If(idx_same):
+                    if P:
+                        m.d.sync += pool["match"].eq(pool["match_c"])
+                    m.next = "HIT"
+                with m.Else():
+                    # the tags are compared with c's new index in this cycle; its address
+                    m.d.sync += [idx_same.eq(1), faddr.eq(faddr_c)]
             with m.State("HIT"):
                 m.d.comb += plan_look.eq(1)
                 # ``wqet`` gets the index of a WQE the command takes
@@ -1207,13 +1226,15 @@ class Execute(wiring.Component):
 
     def _prefetcher(self, m, fetch, plan_fetch, plan_look, take, c, ab, rst, rp, prow, pin,
                     release):
-        """The WQE prefetch pool (see the module docstring). Returns the signals the planner
-        uses: ``match_c`` (valid in PF_LOOK, the state after DEC: slots holding c's WQE),
+        """The WQE prefetch pool (see the module docstring): slots 0..P-1 of the WQE store.
+        ``prow``/``pin``: the planner works from slot ``prow`` (never claimed while ``pin``);
+        ``release``: it is done with that slot's WQE (completed): the slot is free. Returns the
+        signals the planner uses: ``match_c`` (valid in LOOK, the state after the one that
+        loaded c's index: slots holding c's WQE),
         ``claim_d`` (the slots the prefetcher claimed in the cycle before, one-hot; none is
-        claimed in PF_HIT), ``match`` (the planner's register of ``match_c``), ``valid``,
+        claimed in HIT), ``match`` (the planner's register of ``match_c``), ``valid``,
         ``ok`` (data present), ``hit`` (driven by the planner: the first matched slot with data
-        is taken now; the take of the next cycle voids it) and ``hsel`` (in PF_HIT, the store
-        row of that slot)."""
+        is used now) and ``hsel`` (in HIT, the store row of that slot)."""
         P = self.prefetch
         sb = max(1, (P - 1).bit_length())
         DEMAND = 0xFF
@@ -1275,10 +1296,10 @@ class Execute(wiring.Component):
         match = Signal(P)
         # A slot matches c when it holds c's QP, ring index and ring (base and size): the WQE
         # at c's address, read from the ring c uses (a ring SET_QP moved is not served from
-        # the old one). The compare is registered: made in DEC (``c`` is there from the take
-        # on), used in PF_LOOK, the state after DEC. A slot claimed in DEC has new tags by
-        # PF_LOOK, so it is left out (``claim_d``), as a slot claimed in PF_LOOK is by the
-        # planner; ``valid`` is used as it stands.
+        # the old one). The compare is registered: made in the cycle before LOOK uses it (DEC,
+        # or LOOK's first cycle when DEC changed c's index to the held WQE's). A slot claimed
+        # in that cycle has new tags by then, so it is left out (``claim_d``), as a slot
+        # claimed in LOOK's last cycle is by the planner; ``valid`` is used as it stands.
         tag_eq = Signal(P)
         claim_d = Signal(P)
         for i in range(P):
@@ -1376,7 +1397,7 @@ class Execute(wiring.Component):
                     m.next = "ALLOC"
             with m.State("ALLOC"):
                 # no claim in a cycle with a take or a qp_reset (they void by the slots' tags),
-                # nor while the planner looks at the slots (PF_HIT: it may take one)
+                # nor while the planner looks at the slots (HIT: it may take one)
                 with m.If(take | rst.valid | plan_look):
                     pass
                 with m.Elif(pf_void | ~(need0 | need1)):
@@ -1420,10 +1441,10 @@ class Execute(wiring.Component):
         m.d.sync += claim_d.eq(claim)
 
         # ---- the hit select (registered): the first slot of match & valid & ok, read on a hit --
-        # In PF_LOOK it is the first of match_c with data next cycle (a response now sets ok;
+        # In LOOK it is the first of match_c with data next cycle (a response now sets ok;
         # a reset of c's QP voids every match; a slot claimed now sends the planner to FETCH
-        # in PF_HIT, so the select never reads it). In
-        # PF_HIT, while no matched slot has data, the only way one gets it is a response: the
+        # in HIT, so the select never reads it). In
+        # HIT, while no matched slot has data, the only way one gets it is a response: the
         # next cycle's select is its slot (a don't-care when no hit follows).
         rs_ok = Signal(P)
         for i in range(P):
@@ -1437,9 +1458,9 @@ class Execute(wiring.Component):
         hsel = Signal(sb)
         m.d.sync += hsel.eq(Mux(plan_look, rs, hsel_c))
         # the slot hit is read (store row ``hsel``, asynchronously) in the hit's cycle: a slot
-        # with its data gets no beat (no read out) and no claim in a PF_HIT cycle
+        # with its data gets no beat (no read out) and no claim in a HIT cycle
 
-        # a take of WQE i keeps the QP's slots of indices i+1 .. i+D-1 (D = 2: i+1); the
+        # a take of WQE i keeps the QP's slots of indices i .. i+D-1 (D = 2: i+1); the
         # planner's c.rq_index is stable for cycles before a take, so its successor registered
         c_nxt = Signal(16)
         m.d.sync += c_nxt.eq(c.rq_index + 1)
