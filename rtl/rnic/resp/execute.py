@@ -444,7 +444,7 @@ class Execute(wiring.Component):
         wqe = wqs_data
         prow = Signal(range(P + 1))            # the store row the planner works from
         pin = Signal()                         # ``prow`` is a pool slot the planner uses
-        idx_same = Signal()                    # c's index was the held WQE's (DEC -> LOOK)
+        rq_prev = Signal(16)                   # c's index the tags were last compared with
         m.d.comb += wqs_addr.eq(prow)
         in_qpn = Signal(ab)
         take_flush = Signal()
@@ -831,7 +831,7 @@ class Execute(wiring.Component):
                     m.next = "FL_CHK"
             with m.State("DEC"):
                 m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
-                             faddr.eq(faddr_c), idx_same.eq(1)]
+                             faddr.eq(faddr_c), rq_prev.eq(c.rq_index)]
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
@@ -842,20 +842,19 @@ class Execute(wiring.Component):
                     # index in ``wqet``, ring} like a WQE to take (PSN Check's ``rq_index``
                     # names the same WQE: then the tags compared in this cycle are the ones;
                     # else LOOK waits a cycle for the compare with the index loaded now)
-                    m.d.sync += [c.rq_index.eq(wqe_rd.data),
-                                 idx_same.eq(wqe_rd.data == c.rq_index)]
+                    m.d.sync += c.rq_index.eq(wqe_rd.data)
                     m.next = "LOOK"
                 with m.Else():
                     m.next = "SUMS"
             with m.State("LOOK"):
                 # match the pool: same QP, same ring index, same ring (compared the cycle before)
-                with m.If(idx_same):
+                with m.If(c.rq_index == rq_prev):
                     if P:
                         m.d.sync += pool["match"].eq(pool["match_c"])
                     m.next = "HIT"
                 with m.Else():
                     # the tags are compared with c's new index in this cycle; its address
-                    m.d.sync += [idx_same.eq(1), faddr.eq(faddr_c)]
+                    m.d.sync += [rq_prev.eq(c.rq_index), faddr.eq(faddr_c)]
             with m.State("HIT"):
                 m.d.comb += plan_look.eq(1)
                 # ``wqet`` gets the index of a WQE the command takes
