@@ -57,10 +57,11 @@ def test_execute_prefetch(width):
     _run(width, ["prefetch"], "prefetch")
 
 
-@pytest.mark.parametrize("width", [64, 512])
-def test_execute_evict(width):
-    """More messages open than the WQE store holds: evicted WQEs are read again."""
-    _run(width, ["evict"], "evict")
+@pytest.mark.parametrize("width,prefetch", [(64, 4), (512, 4), (64, 0)])
+def test_execute_evict(width, prefetch):
+    """More messages open than the WQE store holds: evicted WQEs are read again (with no
+    pool, the planner's one row: every QP's later packet reads its WQE again)."""
+    _run(width, ["evict"], "evict", prefetch=prefetch)
 
 
 @pytest.mark.parametrize("width", [64, 512])
