@@ -275,7 +275,9 @@ class Execute(wiring.Component):
     num_qp : int
         Number of QPs (power of two): rows of the per-QP tables.
     prefetch : int
-        Slots of the WQE prefetch pool (0..16; 0: no prefetch, WQEs read on demand).
+        Slots of the WQE prefetch pool (0..16; 0: no prefetch, WQEs read on demand): rows
+        0..``prefetch`` − 1 of the WQE store, which also holds the WQEs of the messages in
+        progress (a lost one is read again).
     prefetch_depth : int
         WQEs per QP the prefetcher reads ahead (1 or 2: ``nxt``, and ``nxt`` + 1 into a free
         slot only).
