@@ -634,6 +634,52 @@ async def prefetch(dut):
 
 
 @cocotb.test()
+async def evict(dut):
+    """The WQE store loses the WQE of a message in progress: SENDs of four packets open on all
+    eight QPs at once, their packets interleaved, more messages than the pool has slots; a QP
+    whose WQE was evicted reads it again from its ring slot (it stays there until its
+    completion). Data, CQEs and ``done`` against the model, and some WQEs read more than once
+    (the re-read happened)."""
+    tb = TB(dut, seed=int(os.environ.get("EX_SEED", "11")) + 200)
+    await tb.start()
+    pmtu = 256
+    rng = tb.rng
+    cursor = BUF
+    qps = list(range(8))
+
+    def wqe_reads(qpn, idx):
+        a = rq_base(qpn) + 64 * (idx % (1 << RQ_LOG))
+        return sum(1 for (addr, _, _) in tb.mem.reads if addr - addr % (W // 8) <= a < addr + 64)
+
+    posted = []
+    for rnd in range(3):
+        streams = {}
+        for q in qps:
+            length = 3 * pmtu + rng.randrange(1, pmtu)
+            sges, cursor = alloc_sges(tb, cursor, length, rng.randint(1, 3),
+                                      zero=rng.random() < 0.3)
+            wqe = tb.post_wqe(q, sges)
+            posted.append((q, wqe[0]))
+            streams[q] = tb.message(q, rng.choice(["send", "send_imm", "send"]), length, pmtu,
+                                    sges=sges, wqe=wqe, imm=rng.getrandbits(32))
+            if rnd == 1:
+                # the later packets' ``rq_index`` is not used: the WQE is the one the QP took
+                for p in streams[q][1:]:
+                    p[0]["rq_index"] = (wqe[0] + 7) & 0xFFFF
+        # every QP's first packet, then round robin (in random QP order) to the last
+        while any(streams.values()):
+            for q in rng.sample(qps, len(qps)):
+                if streams[q]:
+                    tb.send_exe(*streams[q].pop(0))
+    assert cursor < BUF + BUF_LEN
+    await tb.finish()
+    assert not tb.event.items and not tb.fault.items
+    reads = [wqe_reads(q, i) for q, i in posted]
+    dut._log.info("WQE reads per WQE: %s", reads)
+    assert min(reads) >= 1 and max(reads) > 1, f"no WQE was read again: {reads}"
+
+
+@cocotb.test()
 async def bench(dut):
     """Benchmarks on a quiet host (no back-pressure, writes answered at once, reads after
     $EX_RDLAT cycles):

@@ -57,6 +57,13 @@ def test_execute_prefetch(width):
     _run(width, ["prefetch"], "prefetch")
 
 
+@pytest.mark.parametrize("width,prefetch", [(64, 4), (512, 4), (64, 0)])
+def test_execute_evict(width, prefetch):
+    """More messages open than the WQE store holds: evicted WQEs are read again (with no
+    pool, the planner's one row: every QP's later packet reads its WQE again)."""
+    _run(width, ["evict"], "evict", prefetch=prefetch)
+
+
 @pytest.mark.parametrize("width", [64, 512])
 @pytest.mark.parametrize("rdlat", [pytest.param(0, marks=pytest.mark.full), 100])
 def test_execute_bench(width, rdlat):

@@ -17,15 +17,16 @@ a later stage decides on (design rule 3):
 
   1. reads the per-QP tables (block RAM, ``num_qp`` rows): ``dead`` (the QP had a fatal
      outcome here or was flushed; its younger commands are skipped until ``qp_reset``),
-     ``wflt`` (a payload write of the QP faulted), ``wqe`` (what placement needs of the
-     receive WQE the QP's message in progress holds -- wr_id, min(num_sge, 4), the SGEs --
-     with its ring index: one per QP, so every QP may have a message open) and ``cnext`` (the
-     flush's start);
-  2. ``wqe`` = 1: takes the WQE at ``rq_base + 64·(rq_index mod 2^rq_log)`` from the prefetch
-     pool (below) or, on a miss, reads it through :class:`~rnic.resp.rq_fetch.RqFetch`; either
-     way its beats were written into a LUT-RAM WQE store as they came (a pool slot's row, or
-     the planner's own row), and the planner copies that row into the QP's ``wqe`` row and
-     reads it back: it cuts the pieces from the table's read data, holding no copy of the WQE;
+     ``wflt`` (a payload write of the QP faulted), ``wqet`` (the ring index of the receive WQE
+     the QP's message in progress holds: 16 bits, so every QP may have a message open) and
+     ``cnext`` (the flush's start);
+  2. finds the WQE in the shared *WQE store* (below) by {QP, index, ring}: ``wqe`` = 1 the
+     WQE at ``rq_base + 64·(rq_index mod 2^rq_log)`` it takes (its index goes into
+     ``wqet``), else (a SEND's later packet, or ``status`` ≠ 0) the one ``wqet`` names. On a
+     miss it reads the WQE through :class:`~rnic.resp.rq_fetch.RqFetch` into the store's row
+     of its own -- for a held WQE the store lost, again: a WQE stays in its ring slot until
+     its completion, so correctness never depends on the store's size. It then cuts the
+     pieces from that row's asynchronous read, holding no copy of the WQE;
   3. cuts the packet into at most three pieces: SEND → the overlap of ``[offset, offset +
      payload_len)`` with each SGE (zero-length SGEs skipped); RDMA WRITE → one piece at
      ``va + offset`` (none when ``dma_len`` = 0); decides the checks that need no lookup
@@ -67,13 +68,30 @@ Outcomes (``done`` = {fatal, syndrome}; CQE status)
 * refused invalidate: fatal 0x1F, CQE REM_INV_REQ_ERR (the data was placed).
 * CQ full at reservation: fatal 0 syndrome 0, no CQE, nothing written.
 * ``status`` ≠ 0 (decided by PSN Check): CQE with that status for the held (or fetched) WQE.
-* WQE read non-OKAY: event 4, fatal with syndrome 0 (the QP goes to ERROR, nothing is sent),
-  no CQE (wr_id unknown); the WQE counts as completed.
+* WQE read non-OKAY (also a held WQE's read again): event 4, fatal with syndrome 0 (the QP
+  goes to ERROR, nothing is sent), no CQE (wr_id unknown); the WQE counts as completed.
 * data write non-OKAY (known only after its ``done`` left): event 4, one ``fault`` {qpn}
   transfer (the QP's owner must move it to ERROR), the QP is marked: its CQEs still waiting and
   later ones are written with LOC_QP_OP_ERR, its younger commands are skipped.
 * a QP marked dead (fatal here, flushed, or write fault): no fetch, no lookup, no write, no
   CQE; ``done`` fatal 0 (PSN Check suppresses the QP's responses anyway).
+
+WQE store
+---------
+One LUT-RAM store of ``prefetch`` + 1 rows, each what placement keeps of a WQE (wr_id,
+min(num_sge, 4), the three SGEs: 451 bits, one RAM per 64-bit word of the WQE), written beat
+by beat by the read that fills it: rows 0 to ``prefetch`` − 1 are the prefetch pool's slots,
+row ``prefetch`` takes the planner's own reads. Each row is tagged {valid, QP, index, ring}
+(``rq_base`` bits 63..6 and ``rq_log``): a WQE taken stays in its row, tagged, while its
+message runs, and the later packets of the message read it there. A row is lost to a claim
+(the prefetcher's, for a pool slot; the planner's next read, for its own row), to a take of
+another WQE of the QP (except index + 1, read ahead), to ``qp_reset``, and a pool slot also
+when the command that completes its WQE leaves the planner; the row the planner works from
+is never claimed meanwhile. LUT RAM rather than block RAM: 16 rows of 451 bits are
+113 DPR16X4 (the depth of one DPR16X4, whatever ``prefetch`` ≤ 15), read a field per state
+with no output register, while the same store in 72-bit block RAM rows would take two DP16KD
+plus, at W = 512, staging for the WQE's one 512-bit beat; a per-QP copy of the WQE
+(``num_qp`` × 451 bits) would take at least seven DP16KD at ``num_qp`` = 256.
 
 WQE prefetch
 ------------
@@ -91,11 +109,12 @@ held, but only into a free slot (a second-depth prefetch never evicts). A WQE is
 after the doorbell that posted it, so the host wrote it before the read. The planner uses a
 slot whose {qpn, index, address} are its command's (waiting if the read is still out) and
 otherwise reads the WQE itself; a prefetched read that fails is dropped silently (the
-planner's own read then reports it). Taking WQE i voids the QP's slots except the one of
-index i + 1 (depth 2), ``qp_reset`` voids all of them (a voided read in flight: its data is
-dropped). So a QP with posted WQEs holds its next one or two on chip while its current
-message runs, and strict order, the consumer index, RNR (decided by PSN Check) and flush are
-unchanged. ``prefetch`` = 0 removes the pool (reads on demand).
+planner's own read then reports it). Taking WQE i voids the QP's slots except the ones of
+index i (the WQE taken) and i + 1 (depth 2), ``qp_reset`` voids all of them (a voided read in
+flight: its data is dropped). So a QP with posted WQEs holds its next one or two on chip
+while its current message runs, and strict order, the consumer index, RNR (decided by PSN
+Check) and flush are unchanged. ``prefetch`` = 0 removes the pool (reads on demand; the
+store is the planner's row alone).
 
 Flush
 -----
@@ -136,7 +155,6 @@ _cqe_entry_layout = data.StructLayout({"cqe": cqe_layout, "need": 16})
 #: (num_sge > 3 is refused; the reserved word is not kept).
 _slim_layout = data.StructLayout({
     "wr_id": 64, "nsge": 3, "sge": data.ArrayLayout(sge_layout, MAX_SGE)})
-_row_layout = data.StructLayout({"wqe": _slim_layout, "index": 16})
 
 
 def _wqe_store(m, rows, width, beat):
@@ -257,7 +275,9 @@ class Execute(wiring.Component):
     num_qp : int
         Number of QPs (power of two): rows of the per-QP tables.
     prefetch : int
-        Slots of the WQE prefetch pool (0..16; 0: no prefetch, WQEs read on demand).
+        Slots of the WQE prefetch pool (0..16; 0: no prefetch, WQEs read on demand): rows
+        0..``prefetch`` − 1 of the WQE store, which also holds the WQEs of the messages in
+        progress (a lost one is read again).
     prefetch_depth : int
         WQEs per QP the prefetcher reads ahead (1 or 2: ``nxt``, and ``nxt`` + 1 into a free
         slot only).
@@ -393,9 +413,11 @@ class Execute(wiring.Component):
         dead_rd = dead.read_port()
         dead_wr = _LateWrite(m, dead, "dead")
         dead_rd_data = dead_wr.read(dead_rd, "dead_rd")
-        # ``no_rw_check``: the row is written in PF_HIT and FETCH_WAIT and read in the states
-        # after them and in IDLE/PUSH (take_next), so a read never meets the write
-        m.submodules.wqet = wqet = Memory(shape=_row_layout, depth=self.num_qp, init=[],
+        # the ring index of the WQE the QP's message in progress holds (its words are in the
+        # shared WQE store, found by {QP, index, ring}). ``no_rw_check``: the row is written in
+        # HIT and FETCH_WAIT and read in IDLE/PUSH (take_next), so a read never meets the
+        # write
+        m.submodules.wqet = wqet = Memory(shape=16, depth=self.num_qp, init=[],
                                           attrs={"no_rw_check": 1})
         wqe_rd = wqet.read_port()
         wqe_wr = wqet.write_port()
@@ -416,16 +438,16 @@ class Execute(wiring.Component):
         wqpn_wr = wqpn.write_port()
 
         c = Signal(exe_layout)                 # the command being planned
-        # The fetched WQEs (prefetch pool slots 0..P-1, the planner's own read in row P) are
-        # written beat by beat into a LUT-RAM store; a WQE the planner takes is copied from
-        # there into the QP's row of ``wqet`` and read back: the planner works from ``wqet``'s
-        # read data (held from the read until the next one), never from a copy in registers.
+        # The shared WQE store (LUT RAM): rows 0..P-1 the pool's slots, row P the planner's
+        # own reads, each written beat by beat by its read. A QP's WQE stays in the row it was
+        # read into, tagged {QP, index, ring}, while its message runs; the planner reads the
+        # fields from the row ``prow`` (asynchronously), never from a copy in registers.
         wqs_addr, wqs_data = _wqe_store(m, P + 1, W, fetch.beat)
-        wqe = wqe_rd.data.wqe
-        # ``wqet`` is read back at c's QP this cycle: PF_DATA after a pool hit, SUMS after the
-        # planner's own read (SUMS takes the first SGE's length and ``nsge`` from the store's
-        # row P meanwhile: the row's copy is in the table only from the next cycle)
-        wqe_own = Signal()
+        wqe = wqs_data
+        prow = Signal(range(P + 1))            # the store row the planner works from
+        pin = Signal()                         # ``prow`` is a pool slot the planner uses
+        rq_prev = Signal(16)                   # c's index the tags were last compared with
+        m.d.comb += wqs_addr.eq(prow)
         in_qpn = Signal(ab)
         take_flush = Signal()
         m.d.comb += [take_flush.eq(~self.exe.valid & self.flush.valid),
@@ -433,11 +455,8 @@ class Execute(wiring.Component):
                                    self.exe.payload.qpn[:ab]))]
         m.d.comb += [dead_rd.addr.eq(in_qpn), wflt_rd.addr.eq(in_qpn),
                      cnext_rd.addr.eq(in_qpn),
-                     wqe_rd.addr.eq(Mux(wqe_own, c.qpn[:ab], in_qpn)),
-                     wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.wqe.eq(wqs_data),
-                     wqe_wr.data.index.eq(c.rq_index)]
-        m.d.sync += wqe_own.eq(0)
-        m.d.comb += wqe_rd.en.eq(wqe_own)
+                     wqe_rd.addr.eq(in_qpn),
+                     wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.eq(c.rq_index)]
 
         # ---- WQE reads: the planner's (tag DEMAND) and the prefetcher's (tag = pool slot) ----
         DEMAND = 0xFF
@@ -447,14 +466,25 @@ class Execute(wiring.Component):
         plan_fetch = Signal()                  # the planner requests a read this cycle
         m.d.comb += [fetch.req.payload.addr.eq(faddr), fetch.req.payload.tag.eq(DEMAND)]
         take = Signal()                        # the planner takes WQE c.rq_index of c.qpn
-        plan_look = Signal()                   # the planner is in PF_HIT
-        pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, ab, rst, post)
+        plan_look = Signal()                   # the planner is in HIT
+        release = Signal()                     # the planner is done with the WQE in ``prow``
+        pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, ab, rst, post,
+                                 prow, pin, release)
                 if P else None)
-        # the store is read at the slot the planner hits (PF_HIT, ``hsel``), else at row P;
-        # ``in_hit`` is "the state is PF_HIT" as a flip-flop of its own (set on entry)
-        in_hit = Signal()
-        m.d.sync += in_hit.eq(0)
-        m.d.comb += wqs_addr.eq(Mux(in_hit, pool["hsel"], P) if P else 0)
+        # the tags of row P (the planner's own reads): {valid, QP, index, ring}, set when a
+        # read for a command (not a flush) comes back OKAY, voided when the next read is
+        # issued, by a take of another WQE of the QP and by the QP's ``qp_reset``; compared
+        # with c every cycle (registered: made in the state before the look-up, as the pool's)
+        d_valid = Signal()
+        d_qpn = Signal(ab)
+        d_index = Signal(16)
+        d_ring = Signal(63)
+        d_eq = Signal()
+        c_ring = Cat(c.rq_base[6:], c.rq_log)
+        m.d.sync += d_eq.eq((d_qpn == c.qpn[:ab]) & (d_index == c.rq_index) & (d_ring == c_ring))
+        with m.If((rst.valid & (rst.payload.qpn == d_qpn))
+                  | (take & (c.qpn[:ab] == d_qpn) & (c.rq_index != d_index))):
+            m.d.sync += d_valid.eq(0)
 
         # ---- counters ---------------------------------------------------------------------
         wr_cnt = Signal(16)                    # write requests issued
@@ -552,24 +582,18 @@ class Execute(wiring.Component):
         li_cs = []                      # SGE i's length, 0 past nsge (comb)
         pv_c, pkey_c, pva_c, plen_c, psrc_c = [], [], [], [], []
         cut, cut2 = [], []                     # register assignments of states CUT and CUT2
-        # The WQE's fields come from ``wqet``'s read data (a block RAM's clock-to-out): they go
-        # into registers, or through a mux into a LUT-RAM write, never into an adder. The SGE
-        # lengths pass through ``li_r`` (SUMS<i> adds the length ``li_r`` took in SUMS<i-1>),
-        # the SGE addresses through ``a_r`` (piece i's va is written one state after ``a_r``
-        # took SGE i's address: CUT2, CALC, PUSH).
+        # The WQE's fields come from the store's asynchronous read at ``prow`` (a register):
+        # they go into registers, or through a mux into a LUT-RAM write, never into an adder.
+        # The SGE lengths pass through ``li_r`` (SUMS<i> adds the length ``li_r`` took in
+        # SUMS<i-1>), the SGE addresses through ``a_r`` (piece i's va is written one state
+        # after ``a_r`` took SGE i's address: CUT2, CALC, PUSH).
         assert MAX_SGE == 3                    # the va schedule: CUT2, CALC, PUSH
         li_r = Signal(32)
         a_r = Signal(64)
         for i in range(MAX_SGE):
             sge = wqe.sge[i]
             li = Signal(32, name=f"sge_len{i}")
-            if i < 2:
-                # SUMS takes SGE 0's and 1's lengths, from the store after the planner's own
-                # read (``wqe_own``; the table has them from SUMS1 on)
-                m.d.comb += li.eq(Mux(Mux(wqe_own, wqs_data.nsge, wqe.nsge) > i,
-                                      Mux(wqe_own, wqs_data.sge[i].length, sge.length), 0))
-            else:
-                m.d.comb += li.eq(Mux(wqe.nsge > i, sge.length, 0))
+            m.d.comb += li.eq(Mux(wqe.nsge > i, sge.length, 0))
             lo = cum[i]
             hi_c = Signal(35, name=f"sge_end_c{i}")
             if i == 0:
@@ -643,8 +667,7 @@ class Execute(wiring.Component):
         # the planner's CQE (in the plan entry; the flush's own CQEs)
         fcq = Signal(cqe_layout)
         m.d.comb += [
-            # (a flush's WQE is not taken into ``wqet``: its wr_id is read from the store)
-            fcq.cqn.eq(c.rcqn), fcq.wr_id.eq(Mux(flushing, wqs_data.wr_id, wqe.wr_id)),
+            fcq.cqn.eq(c.rcqn), fcq.wr_id.eq(wqe.wr_id),
             fcq.byte_len.eq(Mux(c.write, c.dma_len, mend)),
             fcq.imm_or_rkey.eq(Mux(c.imm_valid, c.imm, c.ieth_rkey)),
             fcq.qpn.eq(c.qpn), fcq.status.eq(cstat),
@@ -809,41 +832,68 @@ class Execute(wiring.Component):
                     m.d.sync += c.rq_index.eq(c.rq_index + 1)
                     m.next = "FL_CHK"
             with m.State("DEC"):
-                m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data.index)),
-                             faddr.eq(faddr_c)]
+                m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
+                             faddr.eq(faddr_c), rq_prev.eq(c.rq_index)]
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
                 with m.Elif(c.wqe):
-                    m.next = "PF_LOOK" if P else "FETCH"
+                    m.next = "LOOK"
+                with m.Elif(c.send | (c.status != 0)):
+                    # the WQE the QP's message holds, looked up in the store by {QP, the
+                    # index in ``wqet``, ring} like a WQE to take (PSN Check's ``rq_index``
+                    # names the same WQE: then the tags compared in this cycle are the ones;
+                    # else LOOK waits a cycle for the compare with the index loaded now)
+                    m.d.sync += c.rq_index.eq(wqe_rd.data)
+                    m.next = "LOOK"
                 with m.Else():
                     m.next = "SUMS"
-            if P:
-                with m.State("PF_LOOK"):
-                    # match the pool: same QP, same ring index, same address
-                    m.d.sync += [pool["match"].eq(pool["match_c"]), in_hit.eq(1)]
-                    m.next = "PF_HIT"
-                with m.State("PF_HIT"):
-                    m.d.comb += plan_look.eq(1)
+            with m.State("LOOK"):
+                # match the pool: same QP, same ring index, same ring (compared the cycle before)
+                with m.If(c.rq_index == rq_prev):
+                    if P:
+                        m.d.sync += pool["match"].eq(pool["match_c"])
+                    m.next = "HIT"
+                with m.Else():
+                    # the tags are compared with c's new index in this cycle; its address
+                    m.d.sync += [rq_prev.eq(c.rq_index), faddr.eq(faddr_c)]
+            with m.State("HIT"):
+                m.d.comb += plan_look.eq(1)
+                # ``wqet`` gets the index of a WQE the command takes
+                with m.If(d_valid & d_eq):
+                    # row P, the planner's own last read, holds it
+                    m.d.comb += wqe_wr.en.eq(c.wqe)
+                    m.d.sync += prow.eq(P)
+                    with m.If(c.wqe):
+                        m.next = "TAKE"
+                    with m.Else():
+                        m.next = "SUMS"
+                if P:
                     cur = pool["match"] & pool["valid"]
-                    # a matched slot the prefetcher claimed in PF_LOOK (``claim_d`` now; none is
-                    # claimed in PF_HIT) holds another WQE from now on: the planner reads the WQE
-                    # itself (rare; the prefetched copy is dropped at the take)
-                    with m.If((cur == 0) | ((pool["match"] & pool["claim_d"]) != 0)):
+                    with m.Elif((cur == 0) | ((pool["match"] & pool["claim_d"]) != 0)):
+                        # a matched slot the prefetcher claimed in LOOK (``claim_d`` now; none
+                        # is claimed in HIT) holds another WQE from now on: the planner reads
+                        # the WQE itself (rare; the prefetched copy is dropped at the take)
                         m.next = "FETCH"
                     with m.Elif((cur & pool["ok"]) != 0):
-                        # the slot's WQE (store row ``hsel``) into the QP's row, read back next
-                        m.d.comb += [pool["hit"].eq(1), wqe_wr.en.eq(1)]
-                        m.d.sync += wqe_own.eq(1)
-                        m.next = "PF_DATA"
+                        # the slot ``hsel``: the planner works from its row, pinned until PUSH
+                        m.d.comb += [pool["hit"].eq(1), wqe_wr.en.eq(c.wqe)]
+                        m.d.sync += [prow.eq(pool["hsel"]), pin.eq(1)]
+                        with m.If(c.wqe):
+                            m.next = "TAKE"
+                        with m.Else():
+                            m.next = "SUMS"
+                else:
                     with m.Else():
-                        m.d.sync += in_hit.eq(1)
-                with m.State("PF_DATA"):
-                    m.d.comb += take.eq(1)
-                    m.next = "SUMS"
+                        m.next = "FETCH"
+            with m.State("TAKE"):
+                m.d.comb += take.eq(1)
+                m.next = "SUMS"
             with m.State("FETCH"):
+                # (a WQE to take, a held WQE the store lost, or a flush's WQE) into row P
                 m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
                 with m.If(fetch.req.ready):
+                    m.d.sync += [prow.eq(P), d_valid.eq(0)]
                     m.next = "FETCH_WAIT"
             with m.State("FETCH_WAIT"):
                 r = fetch.resp
@@ -864,12 +914,13 @@ class Execute(wiring.Component):
                     with m.Else():
                         m.d.comb += r.ready.eq(1)
                         with m.If(flushing):
-                            # FL_CQE reads the wr_id from the store's row P
+                            # FL_CQE reads the wr_id from row P
                             m.next = "FL_CQE"
                         with m.Else():
-                            # the WQE (store row P) into the QP's row, read back in SUMS
-                            m.d.comb += [take.eq(1), wqe_wr.en.eq(1)]
-                            m.d.sync += wqe_own.eq(1)
+                            # row P holds c's WQE from now on (taken, or the held one again)
+                            m.d.comb += [take.eq(c.wqe), wqe_wr.en.eq(c.wqe)]
+                            m.d.sync += [d_valid.eq(1), d_qpn.eq(c.qpn[:ab]),
+                                         d_index.eq(c.rq_index), d_ring.eq(c_ring)]
                             m.next = "SUMS"
             for i in range(MAX_SGE):
                 # the SGE prefix sums (one add per cycle) and the message end
@@ -908,7 +959,9 @@ class Execute(wiring.Component):
                 m.d.comb += [kq.valid.eq(1), head_wr.en.eq(1), pd_wr.en.eq(1),
                              kva_wr[MAX_SGE - 1].en.eq(1)]
                 with m.If(kq.ready):
-                    m.d.sync += wp.eq(wp + 1)
+                    # done with the row: a pool slot whose WQE this command completes is free
+                    m.d.comb += release.eq(pin & c.comp)
+                    m.d.sync += [wp.eq(wp + 1), pin.eq(0)]
                     take_next(False)
                 with m.Else():
                     m.next = "PUSH"
@@ -1172,14 +1225,17 @@ class Execute(wiring.Component):
             m.d.comb += cqe_q.i.valid.eq(1)
         return m
 
-    def _prefetcher(self, m, fetch, plan_fetch, plan_look, take, c, ab, rst, rp):
-        """The WQE prefetch pool (see the module docstring). Returns the signals the planner
-        uses: ``match_c`` (valid in PF_LOOK, the state after DEC: slots holding c's WQE),
+    def _prefetcher(self, m, fetch, plan_fetch, plan_look, take, c, ab, rst, rp, prow, pin,
+                    release):
+        """The WQE prefetch pool (see the module docstring): slots 0..P-1 of the WQE store.
+        ``prow``/``pin``: the planner works from slot ``prow`` (never claimed while ``pin``);
+        ``release``: it is done with that slot's WQE (completed): the slot is free. Returns the
+        signals the planner uses: ``match_c`` (valid in LOOK, the state after the one that
+        loaded c's index: slots holding c's WQE),
         ``claim_d`` (the slots the prefetcher claimed in the cycle before, one-hot; none is
-        claimed in PF_HIT), ``match`` (the planner's register of ``match_c``), ``valid``,
+        claimed in HIT), ``match`` (the planner's register of ``match_c``), ``valid``,
         ``ok`` (data present), ``hit`` (driven by the planner: the first matched slot with data
-        is taken now; the take of the next cycle voids it) and ``hsel`` (in PF_HIT, the store
-        row of that slot)."""
+        is used now) and ``hsel`` (in HIT, the store row of that slot)."""
         P = self.prefetch
         sb = max(1, (P - 1).bit_length())
         DEMAND = 0xFF
@@ -1241,10 +1297,10 @@ class Execute(wiring.Component):
         match = Signal(P)
         # A slot matches c when it holds c's QP, ring index and ring (base and size): the WQE
         # at c's address, read from the ring c uses (a ring SET_QP moved is not served from
-        # the old one). The compare is registered: made in DEC (``c`` is there from the take
-        # on), used in PF_LOOK, the state after DEC. A slot claimed in DEC has new tags by
-        # PF_LOOK, so it is left out (``claim_d``), as a slot claimed in PF_LOOK is by the
-        # planner; ``valid`` is used as it stands.
+        # the old one). The compare is registered: made in the cycle before LOOK uses it (DEC,
+        # or LOOK's first cycle when DEC changed c's index to the held WQE's). A slot claimed
+        # in that cycle has new tags by then, so it is left out (``claim_d``), as a slot
+        # claimed in LOOK's last cycle is by the planner; ``valid`` is used as it stands.
         tag_eq = Signal(P)
         claim_d = Signal(P)
         for i in range(P):
@@ -1272,7 +1328,7 @@ class Execute(wiring.Component):
         pf_addr = Signal(64)
         pf_addr1 = Signal(64)
         pf_try = Signal(2)          # idx0 / idx1 already fetched in this visit
-        pf_m0 = Signal(P)           # slots tagged {pf_q, idx0} (idx ignored when D = 1)
+        pf_m0 = Signal(P)           # slots tagged {pf_q, idx0}
         pf_m1 = Signal(P)           # slots tagged {pf_q, idx1}
         pf_fa = Signal(64)          # the address of the read to issue
         pf_slot = Signal(sb)
@@ -1291,14 +1347,20 @@ class Execute(wiring.Component):
                               | (take & (c.qpn[:ab] == pst_rd.addr))
                               | (nx_pend & (nx_q == pst_rd.addr))
                               | (rp.valid & (rp.payload.qpn[:ab] == pst_rd.addr)))
+        # the slot the planner works from (``prow`` with ``pin``) is neither free nor evictable:
+        # its row must not change until the planner is done with it
+        pinned = Signal(P)
+        for i in range(P):
+            m.d.comb += pinned[i].eq(pin & (prow == i))
         free = Signal(P)
-        m.d.comb += free.eq(~valid & ~busy)
+        m.d.comb += free.eq(~valid & ~busy & ~pinned)
         fsel = Signal(sb)
         for i in reversed(range(P)):
             with m.If(free[i]):
                 m.d.comb += fsel.eq(i)
         evictable = Signal()
-        m.d.comb += evictable.eq(valid.bit_select(ev, 1) & ~busy.bit_select(ev, 1))
+        m.d.comb += evictable.eq(valid.bit_select(ev, 1) & ~busy.bit_select(ev, 1)
+                                 & ~pinned.bit_select(ev, 1))
         lmask = Signal(16)
         m.d.comb += lmask.eq((Const(1, 17) << row.log) - 1)
         need0 = Signal()            # WQE idx0 posted, not held, not yet fetched in this visit
@@ -1326,8 +1388,7 @@ class Execute(wiring.Component):
                              pf_addr.eq(row.base + ((pf_idx & lmask) << 6)),
                              pf_idx1.eq(pf_idx + 1)]
                 for i in range(P):
-                    m.d.sync += pf_m0[i].eq((sq[i] == pf_q)
-                                            & ((sidx[i] == pf_idx) if D > 1 else 1))
+                    m.d.sync += pf_m0[i].eq((sq[i] == pf_q) & (sidx[i] == pf_idx))
                 m.next = "CALC1" if D > 1 else "ALLOC"
             if D > 1:
                 with m.State("CALC1"):
@@ -1337,7 +1398,7 @@ class Execute(wiring.Component):
                     m.next = "ALLOC"
             with m.State("ALLOC"):
                 # no claim in a cycle with a take or a qp_reset (they void by the slots' tags),
-                # nor while the planner looks at the slots (PF_HIT: it may take one)
+                # nor while the planner looks at the slots (HIT: it may take one)
                 with m.If(take | rst.valid | plan_look):
                     pass
                 with m.Elif(pf_void | ~(need0 | need1)):
@@ -1381,10 +1442,10 @@ class Execute(wiring.Component):
         m.d.sync += claim_d.eq(claim)
 
         # ---- the hit select (registered): the first slot of match & valid & ok, read on a hit --
-        # In PF_LOOK it is the first of match_c with data next cycle (a response now sets ok;
+        # In LOOK it is the first of match_c with data next cycle (a response now sets ok;
         # a reset of c's QP voids every match; a slot claimed now sends the planner to FETCH
-        # in PF_HIT, so the select never reads it). In
-        # PF_HIT, while no matched slot has data, the only way one gets it is a response: the
+        # in HIT, so the select never reads it). In
+        # HIT, while no matched slot has data, the only way one gets it is a response: the
         # next cycle's select is its slot (a don't-care when no hit follows).
         rs_ok = Signal(P)
         for i in range(P):
@@ -1398,9 +1459,9 @@ class Execute(wiring.Component):
         hsel = Signal(sb)
         m.d.sync += hsel.eq(Mux(plan_look, rs, hsel_c))
         # the slot hit is read (store row ``hsel``, asynchronously) in the hit's cycle: a slot
-        # with its data gets no beat (no read out) and no claim in a PF_HIT cycle
+        # with its data gets no beat (no read out) and no claim in a HIT cycle
 
-        # a take of WQE i keeps the QP's slots of indices i+1 .. i+D-1 (D = 2: i+1); the
+        # a take of WQE i keeps the QP's slots of indices i .. i+D-1 (D = 2: i+1); the
         # planner's c.rq_index is stable for cycles before a take, so its successor registered
         c_nxt = Signal(16)
         m.d.sync += c_nxt.eq(c.rq_index + 1)
@@ -1416,12 +1477,12 @@ class Execute(wiring.Component):
                              sidx[i].eq(Mux(a_sel1, pf_idx1, pf_idx)),
                              sring[i].eq(Cat(row.base[6:], row.log)),
                              pf_m0[i].eq(~a_sel1 if D > 1 else 1), pf_m1[i].eq(a_sel1)]
-            # the slot the planner hits (and any duplicate of it) is voided by the take in the
-            # next cycle (PF_DATA; its index is c.rq_index, never c_nxt): no claim can come
-            # between (none in a PF_HIT or take cycle), so no void at the hit itself
-            keep = (sidx[i] == c_nxt) if D > 1 else Const(0, 1)
+            # a take of WQE i keeps the QP's slots of index i (the slot hit: its WQE serves the
+            # message's later packets) and i + 1 (D = 2); the others are behind or stale
+            keep = (sidx[i] == c.rq_index) | ((sidx[i] == c_nxt) if D > 1 else Const(0, 1))
             with m.If((take & (sq[i] == c.qpn[:ab]) & ~keep)
-                      | (rst.valid & (sq[i] == rst_q))):
+                      | (rst.valid & (sq[i] == rst_q))
+                      | (release & (prow == i))):
                 m.d.sync += valid[i].eq(0)
         return {"match_c": match_c, "match": match, "valid": valid, "ok": ok, "hit": hit,
                 "claim_d": claim_d, "hsel": hsel}
