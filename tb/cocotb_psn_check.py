@@ -866,7 +866,6 @@ async def qp_set_events(dut):
     assert all(e["state"] == 0 and e["sq_psn"] == 0 for e in tb.qp_sets)
     assert [w["qpn"] for w in tb.arg_writes] == list(range(NUM_QP))
     assert all(w["all"] == 1 for w in tb.arg_writes)
-    sq = {}
 
     async def set_and_check(q, state, exp_res=0, **kw):
         n, na = len(tb.qp_sets), len(tb.arg_writes)
@@ -877,11 +876,9 @@ async def qp_set_events(dut):
             assert len(tb.qp_sets) == n, tb.qp_sets[n:]
             assert len(tb.arg_writes) == na, tb.arg_writes[na:]
             return
-        if state == 3:
-            sq[q] = kw["sq_psn"]
-        elif state == 0:
-            sq[q] = 0
-        assert tb.qp_sets[n:] == [{"qpn": q, "state": state, "sq_psn": sq.get(q, 0)}], \
+        # the send PSN: ARG3 on entry to RTS, else 0
+        sq_psn = kw["sq_psn"] if state == 3 else 0
+        assert tb.qp_sets[n:] == [{"qpn": q, "state": state, "sq_psn": sq_psn}], \
             tb.qp_sets[n:]
         args = tb.qp_args(q, state, **kw)
         assert tb.arg_writes[na:] == [{"qpn": q, "arg": k, "data": args[k], "all": 0}

@@ -49,14 +49,13 @@ qp_arg_layout = data.StructLayout({"qpn": 24, "arg": 4, "data": 32, "all": 1})
 class ArgRow:
     """The row of a table that keeps ``fields`` (names in :data:`ARG_BITS`), in 9-bit lanes.
 
-    ``lanes`` lanes (``width`` bits), ``extra`` of them after the ARG lanes for the table's own
-    use (from lane ``first_extra``); ``layout`` has the fields at their full widths (the unstored
-    low bits of a ring base read as 0).
+    ``lanes`` lanes (``width`` bits); ``layout`` has the fields at their full widths (the
+    unstored low bits of a ring base read as 0).
     """
 
     LANE = 9
 
-    def __init__(self, fields, *, extra=0):
+    def __init__(self, fields):
         fields = tuple(fields)
         unknown = [f for f in fields if f not in {b[3] for b in ARG_BITS}]
         if unknown:
@@ -74,15 +73,14 @@ class ArgRow:
             n = -(-(pos - lane * self.LANE) // self.LANE)
             self.plan[arg] = (lane, n, bits)
             lane += n
-        self.first_extra = lane
-        self.lanes = lane + extra
+        self.lanes = lane
         self.width = self.lanes * self.LANE
         self.layout = data.StructLayout({f: widths[f] for f in fields})
 
     def write(self, m, wp, arg, valid):
         """Drive ``wp`` (a write port with ``granularity`` 9, ``width`` bits) from a
         :data:`qp_arg_layout` value ``arg`` with ``valid``: the ARG's lanes, or every lane with
-        ``all``. The lanes from ``first_extra`` on are left to the caller."""
+        ``all``."""
         d = Signal(32, name="arg_wdata")
         m.d.comb += [d.eq(Mux(arg.all, 0, arg.data)), wp.addr.eq(arg.qpn)]
         for a, (lane, n, bits) in self.plan.items():

@@ -189,8 +189,7 @@ class PsnCheck(wiring.Component):
         ``sq_psn``} (:data:`~rnic.resp.qp_context.qp_set_event_layout`)
 
         * for every SET_QP that was written (a refused SET_QP gives nothing): the new state and
-          the send PSN the SET_QP left (ARG3 on entry to RTS, else the QP's current one, 0 on
-          RESET);
+          the send PSN (ARG3 on entry to RTS, else 0: the requester takes it only then);
         * for every QP of the reset sweep after ``rst`` (state RESET, sq_psn 0);
         * for every move of a QP to ERROR made here (NAK 0x61, a fatal ``done``, a ``fault``):
           state ERROR, ``sq_psn`` 0 (the requester takes the send PSN only on entry to RTS) —

@@ -2,9 +2,9 @@
 
 Two tables of ``num_qp`` entries, both in block RAM:
 
-* the **static** table (:data:`qp_recv_layout` and the send PSN): what SET_QP writes that the
-  receive engine uses and nothing else changes: path MTU, min_rnr_timer, PD, access flags,
-  receive CQ, RQ ring base and size, remote IPv4, and the send PSN SET_QP left. A row keeps
+* the **static** table (:data:`qp_recv_layout`): what SET_QP writes that the receive engine
+  uses and nothing else changes: path MTU, min_rnr_timer, PD, access flags, receive CQ, RQ
+  ring base and size, remote IPv4. A row keeps
   each ARG's bits in 9-bit lanes (the block RAM's byte enables,
   :class:`~rnic.control.qp_args.ArgRow`), so SET_QP writes an ARG's lanes in the cycle it
   reads that ARG through the command port's one read port (design-rules.md §8): no ARG is held
@@ -25,7 +25,7 @@ SET_QP reads ARG0..14 twice: a first pass keeps what the checks and the dynamic 
 state, path MTU, ARG2's ePSN, ARG3's send PSN, the refusals of ARG6/8/9), the QP's row is read
 and the command judged; only an accepted SET_QP reads them again and writes each ARG's lanes
 (and sends each on ``qp_arg``), then reads the row back (``set_static`` is the row written) and
-writes the dynamic entry and the send PSN (about 40 cycles in all).
+writes the dynamic entry (about 40 cycles in all).
 
 SET_QP rules: QPN 0/1 or ≥ num_qp → result 2; state not one of 0,1,2,3,6, an illegal change
 (only RESET→INIT→RTR→RTS and any→RESET/ERROR are legal; RTS→RTS is not), log2 ring sizes > 15,
@@ -72,10 +72,10 @@ def pmtu_bytes(code):
 #: The SET_QP fields the receive engine keeps (the rest are the requester's and the TX path
 #: table's, :mod:`rnic.control.qp_args`).
 RECV_FIELDS = ("pmtu", "min_rnr", "pd", "access", "rcqn", "rq_base", "rq_log", "rip")
-#: The static row: those fields' ARG lanes, then the send PSN's three lanes.
-_ROW = ArgRow(RECV_FIELDS, extra=3)
+#: The static row: those fields' ARG lanes.
+_ROW = ArgRow(RECV_FIELDS)
 _LANE = ArgRow.LANE
-_SQ_LANE, _LANES = _ROW.first_extra, _ROW.lanes
+_LANES = _ROW.lanes
 qp_recv_layout = _ROW.layout
 
 qp_dyn_layout = data.StructLayout({
@@ -95,8 +95,9 @@ qp_dyn_layout = data.StructLayout({
 
 
 #: What the requester learns of a QP's state (PsnCheck ``qp_set``): every SET_QP that was
-#: written (its new state and the send PSN it left) and every move to ERROR the responder makes
-#: on its own (state = ERROR, ``sq_psn`` 0). The static fields go out as SET_QP writes them, on
+#: written (its new state, and ARG3's send PSN on entry to RTS, else 0: the requester takes the
+#: send PSN only then) and every move to ERROR the responder makes on its own (state = ERROR,
+#: ``sq_psn`` 0). The static fields go out as SET_QP writes them, on
 #: ``qp_arg``.
 qp_set_event_layout = data.StructLayout({
     "qpn": 24,
@@ -109,7 +110,8 @@ class QpContext(wiring.Component):
     """The two QP tables and the SET_QP/QUERY_QP command handler.
 
     Rows: the static table keeps SET_QP's ARG bits in 9-bit lanes
-    (:class:`~rnic.control.qp_args.ArgRow`) plus the send PSN, written an ARG at a time; the dynamic table keeps :data:`qp_dyn_layout`. Each
+    (:class:`~rnic.control.qp_args.ArgRow`), written an ARG at a time; the dynamic table
+    keeps :data:`qp_dyn_layout`. Each
     table's read data is registered once (``rd_static``/``rd_dyn``, the block RAM's output
     register), and that register is both the pipeline's stage-B context and the command's.
 
@@ -146,7 +148,7 @@ class QpContext(wiring.Component):
     set_prod : Out(16)
         With ``set_valid``: the QP's RQ producer index.
     set_sq_psn : Out(24)
-        With ``set_valid``: the send PSN the SET_QP left.
+        With ``set_valid``: ARG3's send PSN on entry to RTS, else 0.
     set_static : Out(qp_recv_layout)
         With ``set_valid``: the static fields written.
     qp_arg : Out(stream.Signature(qp_arg_layout, always_ready=True))
@@ -218,8 +220,6 @@ class QpContext(wiring.Component):
         with m.If(rd_en):
             m.d.sync += [srow.eq(srd.data), dq.eq(drd.data)]
         st = _ROW.decode(m, srow, "st")     # srow's fields
-        sq_cur = Signal(24)
-        m.d.comb += sq_cur.eq(srow[_SQ_LANE * _LANE:_SQ_LANE * _LANE + 24])
 
         m.d.comb += [
             srd.addr.eq(Mux(owned, c_addr, self.rd_addr)),
@@ -270,26 +270,17 @@ class QpContext(wiring.Component):
         is_query = Signal()
         m.d.sync += [is_set.eq(op == CmdOp.SET_QP), is_query.eq(op == CmdOp.QUERY_QP)]
 
-        # static-table writes: ARG ``argn``'s lanes with its bits (WRITE), the send PSN's lanes
-        # (EXEC), every lane with 0 (SWEEP)
+        # static-table writes: ARG ``argn``'s lanes with its bits (WRITE), every lane with 0
+        # (SWEEP)
         # (the same ARG writes go out on ``qp_arg`` to the other tables of SET_QP's fields)
-        sq_new = Signal(24)
-        sq_w = Signal(24)
-        m.d.comb += sq_w.eq(Mux(sweeping, 0, sq_new))
         s_arg_we = Signal()
-        s_sq_we = Signal()
         aw = self.qp_arg.payload
         m.d.comb += [self.qp_arg.valid.eq(sweeping | s_arg_we),
                      aw.qpn.eq(c_addr), aw.arg.eq(argn), aw.data.eq(ad), aw.all.eq(sweeping)]
         _ROW.write(m, swr, aw, self.qp_arg.valid)
-        m.d.comb += swr.data[_SQ_LANE * _LANE:_SQ_LANE * _LANE + 24].eq(sq_w)
-        for k in range(_SQ_LANE, _LANES):
-            m.d.comb += swr.en[k].eq(sweeping | s_sq_we)
-
-        with m.If(new_state == QpState.RESET):
-            m.d.comb += sq_new.eq(0)
-        with m.Else():
-            m.d.comb += sq_new.eq(Mux(new_state == QpState.RTS, arg_sq, sq_cur))
+        # the send PSN for the requester: ARG3 on entry to RTS, else 0 (it takes it only then)
+        sq_w = Signal(24)
+        m.d.comb += sq_w.eq(Mux(~sweeping & (new_state == QpState.RTS), arg_sq, 0))
         # The dynamic write (SWEEP, EXEC): 0 for the sweep and RESET, else the row read with
         # the new state, and ARG2's ePSN on entry to RTR. Its selects are registers decoded
         # when ARG0 is read (``w_zero`` also covers the sweep), so each bit is one LUT from
@@ -395,7 +386,7 @@ class QpContext(wiring.Component):
                         m.d.sync += result.eq(Result.BAD_ARGUMENT)
                     with m.Else():
                         m.d.sync += result.eq(Result.OK)
-                        m.d.comb += [c_wr_en.eq(1), s_sq_we.eq(1), self.set_valid.eq(1)]
+                        m.d.comb += [c_wr_en.eq(1), self.set_valid.eq(1)]
                 with m.Else():
                     m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
                 with m.If(qpn_ok & is_query):
