@@ -754,8 +754,12 @@ class PsnCheck(wiring.Component):
             f.syndrome.eq(Mux(fatal_done, self.done.payload.syndrome, h.syndrome)),
             f.msn.eq(Mux(fatal_done, h.msn_prev, h.msn)),
         ]
+        # A fatal ``done`` injects its fatal operation whether or not its QP is already in
+        # error (the error bit, a LUT-RAM read, stays off the injection's register): the QP is
+        # then in ERROR, or an earlier injection that moves it there is ahead in the pipeline,
+        # and the operation finds it in ERROR and does nothing.
         need_inj = Signal()
-        m.d.comb += need_inj.eq(~err & fatal_done)
+        m.d.comb += need_inj.eq(fatal_done)
         coal_ready = Signal()
         go = Signal()
         # (the error bit is kept out of ``go``, which pops resp_q: a fatal ``done`` waits while
