@@ -1404,8 +1404,12 @@ class Execute(wiring.Component):
                 with m.Elif(pf_void | ~(need0 | need1)):
                     m.next = "IDLE"
                 with m.Elif(need0):
-                    # WQE nxt: a free slot, else eviction
-                    with m.If(free != 0):
+                    # WQE nxt: a free slot, else eviction -- but not while the planner's slot is
+                    # about to be freed (its command completes the slot's WQE): wait for it
+                    # rather than evict another QP's next WQE
+                    with m.If((free == 0) & pin & c.comp):
+                        pass
+                    with m.Elif(free != 0):
                         m.d.comb += alloc.eq(1)
                         m.d.sync += [pf_slot.eq(fsel), pf_fa.eq(pf_addr), pf_try[0].eq(1)]
                         m.next = "ISSUE"
