@@ -210,6 +210,8 @@ async def bench(dut):
     lanes = tb.lanes
     W = lanes * 8
     payloads = [int(x) for x in os.environ.get("RB_PAYLOADS", "").split(",") if x] or PAYLOADS
+    # RB_MIN_RATE "a,b": fail below a beats/cycle on one QP, b on MANY QPs (a regression test)
+    min_rate = [float(x) for x in os.environ.get("RB_MIN_RATE", "").split(",") if x]
     mon = tb.mon
     # ---- throughput ----
     for nq in (1, MANY):
@@ -246,6 +248,9 @@ async def bench(dut):
             record("resp_top", f"rx beats/cycle, back-to-back SEND_ONLY, {qlabel}", bpc,
                    limit=1.0, target=1.0, config={"W": W, "payload": size})
             assert bpc <= 1.0
+            if min_rate:
+                floor = min_rate[0 if nq == 1 else 1]
+                assert bpc >= floor, f"{qlabel}, payload {size}: {bpc:.3f} < {floor} beats/cycle"
     # ---- latency, idle core ----
     qp = tb.qps[0]
     for size in payloads:
