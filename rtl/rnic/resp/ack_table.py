@@ -24,23 +24,26 @@ once in it, so ``num_qp`` entries never overflow) feeds a take stage that snapsh
 entry (flags, ACK, NAK) and emits its one or two frames on ``o``. A response that
 arrives for the QP in the same cycle as its take starts a fresh entry (queued again).
 
-Storage: the flags live in two small LUT RAMs, one written only by inserts and one only by
-takes, so each has one write port: a QP's ACK (NAK) is pending when its insert-side and
-take-side bits differ. An insert makes a flag pending by writing the insert-side bit to the
-complement of the take-side one; a take clears both by copying the insert-side bits to the
-take side. ``nak_first`` is a plain bit on the insert side (only meaningful while both are
-pending). The insert's lookup starts a cycle ahead, on the input: the QP's bits are read there
-and registered, each replaced by what the insert or the take of that cycle writes to the same
-QP. rst does not reach a RAM: for ``num_qp`` cycles after ``rst`` the take side copies the insert
-side for every QP, so nothing is pending; no response is decided meanwhile (PSN Check takes no
-packet while its QP context sweeps, for as long after ``rst``). ACK {PSN, MSN} and NAK {PSN, MSN,
-syndrome} are two block-RAM tables written by every response of their kind and read,
-non-transparently, by the take stage. A frame names its QP by local QPN; the TX frame builder adds
-the QP's addresses from its path table. Throughput: one frame per cycle on ``o`` (one take per
-cycle when each QP holds one frame). Latency: the input is registered, the QP FIFO has two cycles,
-the take pipeline three (the popped QPN registered; the take reads and clears the flags and issues
-the table reads; the block RAM outputs are registered before any logic) and a 4-entry output queue
-(which keeps ``o.ready`` out of the take logic) one: about 7 cycles from ``i`` to ``o``.
+Storage: the flags live in two tables, one written only by inserts and one only by takes, so
+each has one write port: a QP's ACK (NAK) is pending when its insert-side and take-side bits
+differ. An insert makes a flag pending by writing the insert-side bit to the complement of the
+take-side one; a take clears both by copying the insert-side bits to the take side.
+``nak_first`` is a plain bit on the insert side (only meaningful while both are pending). Both
+tables are read synchronously, so they are LUT RAM up to ``FLAGS_LUTRAM_MAX`` QPs and block RAM
+above (the table then grows in block RAM only): the insert reads its QP's bits when the QP is
+announced (``next_qpn``, a cycle or more ahead of its response) and holds them, each replaced by
+the newest write to the same QP since the read; the take reads the head's bits when it pops the
+QPN and holds them in the same way. rst does not reach a RAM: for ``num_qp`` cycles
+after ``rst`` the take side copies the insert side for every QP, so nothing is pending; no
+response is decided meanwhile (PSN Check takes no packet while its QP context sweeps, for as
+long after ``rst``). ACK {PSN, MSN} and NAK {PSN, MSN, syndrome} are two block-RAM tables written
+by every response of their kind and read, non-transparently, by the take stage. A frame names
+its QP by local QPN; the TX frame builder adds the QP's addresses from its path table.
+Throughput: one frame per cycle on ``o`` (one take per cycle when each QP holds one frame).
+Latency: the input is registered, the QP FIFO has two cycles, the take pipeline three (the popped QPN
+registered; the take clears the flags and issues the table reads; the block RAM outputs are
+registered before any logic) and a 4-entry output queue (which keeps ``o.ready`` out of the take
+logic) one: about 7 cycles from ``i`` to ``o``.
 
 Python twin: :func:`sim.models.psn.pending_reduce` / :func:`sim.models.psn.table_match`.
 """
@@ -52,7 +55,7 @@ from amaranth.lib.wiring import In, Out
 from ..stream import Queue
 from ..tx.build import tx_hdr_layout
 
-__all__ = ["AckTable", "ack_item_layout"]
+__all__ = ["AckTable", "ack_item_layout", "flag_ram_style", "FLAGS_LUTRAM_MAX"]
 
 
 def ack_item_layout(abits):
@@ -66,6 +69,15 @@ _nak_layout = data.StructLayout({"psn": 24, "msn": 24, "syndrome": 8})
 
 _ins_layout = data.StructLayout({"ack": 1, "nak": 1, "nak_first": 1})
 _take_layout = data.StructLayout({"ack": 1, "nak": 1})
+
+#: Largest QP count whose pending flags stay in LUT RAM; above it they are in block RAM, so the
+#: table grows in block RAM only.
+FLAGS_LUTRAM_MAX = 256
+
+
+def flag_ram_style(num_qp):
+    """yosys's ``ram_style`` for a per-QP table of a few bits (see ``FLAGS_LUTRAM_MAX``)."""
+    return "distributed" if num_qp <= FLAGS_LUTRAM_MAX else "block"
 
 
 class AckTable(wiring.Component):
@@ -83,6 +95,10 @@ class AckTable(wiring.Component):
     o : Out(stream.Signature(tx_hdr_layout))
         Frames to build (PSN Check's ``ack_tx``, to the TX frame builder): ACKNOWLEDGE (0x11)
         with an AETH, ``qpn`` the local QP.
+    next_qpn, next_load : In(abits), In(1)
+        The QP of the responses to come: ``next_qpn`` is announced with ``next_load`` at least
+        one cycle before a response for it is offered on ``i``, and every response on ``i``
+        is for the QP last announced (PSN Check announces its sequencer's head as it loads it).
     pending : Out(1)
         Some response is held.
     """
@@ -93,6 +109,8 @@ class AckTable(wiring.Component):
         super().__init__({
             "i": In(stream.Signature(ack_item_layout(self.abits))),
             "o": Out(stream.Signature(tx_hdr_layout)),
+            "next_qpn": In(self.abits),
+            "next_load": In(1),
             "pending": Out(1),
         })
 
@@ -100,12 +118,14 @@ class AckTable(wiring.Component):
         m = Module()
         n, ab = self.num_qp, self.abits
 
-        # the pending flags: insert side and take side (see the module docstring)
-        m.submodules.insm = insm = memory.Memory(shape=_ins_layout, depth=n, init=[])
-        m.submodules.tkm = tkm = memory.Memory(shape=_take_layout, depth=n, init=[])
+        # the pending flags: insert side and take side (see the module docstring); synchronous
+        # reads whose collisions with a write are resolved here (``no_rw_check``)
+        attrs = {"no_rw_check": 1, "ram_style": flag_ram_style(n)}
+        m.submodules.insm = insm = memory.Memory(shape=_ins_layout, depth=n, init=[], attrs=attrs)
+        m.submodules.tkm = tkm = memory.Memory(shape=_take_layout, depth=n, init=[], attrs=attrs)
         ins_w, tk_w = insm.write_port(), tkm.write_port()
-        ins_at_in, tk_at_in = insm.read_port(domain="comb"), tkm.read_port(domain="comb")
-        ins_at_head, tk_at_head = insm.read_port(domain="comb"), tkm.read_port(domain="comb")
+        ins_at_in, tk_at_in = insm.read_port(), tkm.read_port()
+        ins_at_head, tk_at_head = insm.read_port(), tkm.read_port()
 
         m.submodules.ackm = ackm = memory.Memory(shape=_ack_layout, depth=n, init=[])
         m.submodules.nakm = nakm = memory.Memory(shape=_nak_layout, depth=n, init=[])
@@ -118,21 +138,20 @@ class AckTable(wiring.Component):
         m.submodules.oq = oq = Queue(tx_hdr_layout, 4)
         m.d.comb += [self.o.valid.eq(oq.o.valid), self.o.payload.eq(oq.o.payload),
                      oq.o.ready.eq(self.o.ready)]
-        # the input is registered first (the insert logic then starts from registers)
-        i_valid = Signal()
-        i_reg = Signal(ack_item_layout(ab))
-        m.d.sync += [i_valid.eq(self.i.valid), i_reg.eq(self.i.payload)]
 
-        # reset sweep: the take side copies the insert side for every QP, at ``t_q`` (the take's
-        # QPN register counts the QPs meanwhile, so the flag RAMs' addresses are that register
-        # alone, no sweep mux in front of their reads)
+        # ---- take: P (pop a QPN; its flags are read) → T (the QPN registered: the take reads
+        # and clears the flags and issues the table reads) → S (the block RAMs' outputs) → R
+        # (registered; emit 1–2 frames)
+        # Reset sweep: the take side copies the insert side for every QP: the insert side is
+        # read at ``t_q`` (which counts the QPs meanwhile) and the take side written a cycle
+        # later at ``sw_q``.
         sweeping = Signal(init=1)
-
-        # ---- take: T0 (the popped QPN, registered) → T1 (take: read the flags and clear them,
-        # issue the table reads) → S (the block RAMs' outputs) → R (registered; emit 1–2 frames)
+        sw_valid = Signal()
+        sw_q = Signal(ab)
         t_valid = Signal()
         t_q = Signal(ab)
         head = t_q
+        m.d.sync += [sw_valid.eq(sweeping), sw_q.eq(t_q)]
         with m.If(sweeping):
             m.d.sync += t_q.eq(t_q + 1)
             with m.If(t_q == n - 1):
@@ -158,24 +177,54 @@ class AckTable(wiring.Component):
         s_adv = Signal()
         m.d.comb += s_adv.eq(s_valid & (~r_valid | r_done))
         take = Signal()
+        pop = Signal()
         m.d.comb += [
             take.eq(t_valid & (~s_valid | s_adv) & ~sweeping),
             qf.o.ready.eq((~t_valid | take) & ~sweeping),
+            pop.eq(qf.o.valid & qf.o.ready),
         ]
-        with m.If(qf.o.valid & qf.o.ready):
+        with m.If(pop):
             m.d.sync += [t_valid.eq(1), t_q.eq(qf.o.payload)]
         with m.Elif(take):
             m.d.sync += t_valid.eq(0)
         for rp in (ack_r, nak_r):
             m.d.comb += [rp.addr.eq(head), rp.en.eq(take)]
-        # the head's flags as they stand (the take reads and clears them)
-        h_ins = ins_at_head.data
-        h_tk = tk_at_head.data
-        m.d.comb += [ins_at_head.addr.eq(head),
-                     tk_at_head.addr.eq(head),
-                     tk_w.addr.eq(head),
-                     tk_w.data.ack.eq(h_ins.ack), tk_w.data.nak.eq(h_ins.nak),
-                     tk_w.en.eq(sweeping | take)]
+        # The head's flags are read when its QPN is popped (at ``t_q`` during the sweep) and
+        # held while it waits; a write to the head's QP since that read (in the read's cycle
+        # included) replaces the bits read (``hf_*``), so the take sees them as they stand.
+        for rp in (ins_at_head, tk_at_head):
+            m.d.comb += [rp.addr.eq(Mux(pop, qf.o.payload, t_q)), rp.en.eq(pop | sweeping)]
+        hf_ins_v = Signal()
+        hf_ins = Signal(_ins_layout)
+        hf_tk_v = Signal()
+        hf_tk = Signal(_take_layout)
+        h_addr = Signal(ab)
+        m.d.comb += h_addr.eq(Mux(pop, qf.o.payload, t_q))
+        ins_hit_h = Signal()
+        tk_hit_h = Signal()
+        m.d.comb += [ins_hit_h.eq(ins_w.en & (ins_w.addr == h_addr)),
+                     tk_hit_h.eq(tk_w.en & (tk_w.addr == h_addr))]
+        with m.If(ins_hit_h):
+            m.d.sync += [hf_ins_v.eq(1), hf_ins.eq(ins_w.data)]
+        with m.Elif(pop):
+            m.d.sync += hf_ins_v.eq(0)
+        with m.If(tk_hit_h):
+            m.d.sync += [hf_tk_v.eq(1), hf_tk.eq(tk_w.data)]
+        with m.Elif(pop):
+            m.d.sync += hf_tk_v.eq(0)
+        h_ins = Signal(_ins_layout)
+        h_tk = Signal(_take_layout)
+        m.d.comb += [h_ins.eq(Mux(hf_ins_v, hf_ins, ins_at_head.data)),
+                     h_tk.eq(Mux(hf_tk_v, hf_tk, tk_at_head.data))]
+        with m.If(sw_valid):
+            m.d.comb += [tk_w.addr.eq(sw_q),
+                         tk_w.data.ack.eq(ins_at_head.data.ack),
+                         tk_w.data.nak.eq(ins_at_head.data.nak),
+                         tk_w.en.eq(1)]
+        with m.Else():
+            m.d.comb += [tk_w.addr.eq(head),
+                         tk_w.data.ack.eq(h_ins.ack), tk_w.data.nak.eq(h_ins.nak),
+                         tk_w.en.eq(take)]
         s_q = Signal(ab)
         with m.If(take):
             m.d.sync += [s_valid.eq(1), s_q.eq(head),
@@ -201,22 +250,48 @@ class AckTable(wiring.Component):
             o.syndrome.eq(Mux(nak_now, r_n.syndrome, 0x1F)),
         ]
 
-        # ---- insert ----------------------------------------------------------------------------
-        # The inserted QP's flag bits are read a cycle ahead, at the input's QPN, and registered
-        # with it; a bit the insert or the take of that cycle writes for the same QP is
-        # replaced by what it writes (LUT RAM is written at the clock edge).
-        i = i_reg
+        # ---- insert: the input registered (I) and inserted ---------------------------------
+        # The announced QP's flags are read when it is announced (``next_load``), so they are
+        # ready when its response comes; until then a write to that QP since the read (in the
+        # read's cycle included) replaces the bits read (``nf_*``). They are registered with
+        # the input, each replaced by what the insert or the take of that cycle writes to the
+        # same QP.
+        i_valid = Signal()
+        i = Signal(ack_item_layout(ab))
+        m.d.sync += [i_valid.eq(self.i.valid), i.eq(self.i.payload)]
+        for rp in (ins_at_in, tk_at_in):
+            m.d.comb += [rp.addr.eq(self.next_qpn), rp.en.eq(self.next_load)]
+        n_q = Signal(ab)            # the announced QP
+        with m.If(self.next_load):
+            m.d.sync += n_q.eq(self.next_qpn)
+        n_addr = Signal(ab)
+        m.d.comb += n_addr.eq(Mux(self.next_load, self.next_qpn, n_q))
+        nf_ins_v = Signal()
+        nf_ins = Signal(_ins_layout)
+        nf_tk_v = Signal()
+        nf_tk = Signal(_take_layout)
+        with m.If(ins_w.en & (ins_w.addr == n_addr)):
+            m.d.sync += [nf_ins_v.eq(1), nf_ins.eq(ins_w.data)]
+        with m.Elif(self.next_load):
+            m.d.sync += nf_ins_v.eq(0)
+        with m.If(tk_w.en & (tk_w.addr == n_addr)):
+            m.d.sync += [nf_tk_v.eq(1), nf_tk.eq(tk_w.data)]
+        with m.Elif(self.next_load):
+            m.d.sync += nf_tk_v.eq(0)
         q = i.qpn
-        nq = self.i.payload.qpn
+        # q's bits as they stand at I (before I's own writes)
+        q_ins = Signal(_ins_layout)
+        q_tk = Signal(_take_layout)
+        m.d.sync += [
+            q_ins.eq(Mux(ins_w.en & (ins_w.addr == n_q), ins_w.data,
+                         Mux(nf_ins_v, nf_ins, ins_at_in.data))),
+            q_tk.eq(Mux(tk_w.en & (tk_w.addr == n_q), tk_w.data,
+                        Mux(nf_tk_v, nf_tk, tk_at_in.data))),
+        ]
         is_ack = Signal()
         m.d.comb += is_ack.eq(i.syndrome == 0x1F)
         conflict = Signal()         # this cycle's take clears the inserted QP's flags
         m.d.comb += conflict.eq(take & (head == q))
-        q_ins = Signal(_ins_layout)     # q's bits as they stand (before this cycle's writes)
-        q_tk = Signal(_take_layout)
-        m.d.comb += [ins_at_in.addr.eq(nq), tk_at_in.addr.eq(nq)]
-        m.d.sync += [q_ins.eq(Mux(ins_w.en & (q == nq), ins_w.data, ins_at_in.data)),
-                     q_tk.eq(Mux(tk_w.en & (tk_w.addr == nq), tk_w.data, tk_at_in.data))]
         # after this cycle's take: what is still pending for q
         ack_k = Signal()
         nak_k = Signal()
@@ -246,7 +321,7 @@ class AckTable(wiring.Component):
             nak_w.addr.eq(q), nak_w.en.eq(i_valid & ~is_ack),
             nak_w.data.psn.eq(i.psn), nak_w.data.msn.eq(i.msn),
             nak_w.data.syndrome.eq(i.syndrome),
-            self.pending.eq(i_valid | t_valid | s_valid | r_valid | qf.o.valid | (qf.level != 0) | oq.o.valid
-                            | (oq.level != 0)),
+            self.pending.eq(i_valid | t_valid | s_valid | r_valid | qf.o.valid
+                            | (qf.level != 0) | oq.o.valid | (oq.level != 0)),
         ]
         return m

@@ -110,7 +110,7 @@ from ..opcodes import opcode_info, WcStatus
 from ..stream import BeatStream, Queue, check_width
 from ..control.qp_args import qp_arg_layout
 from ..tx.build import tx_hdr_layout
-from .ack_table import AckTable, ack_item_layout
+from .ack_table import AckTable, ack_item_layout, flag_ram_style
 from .psn_rules import op_sequence, psn_class_layout, psn_classify
 from .qp_context import (MsgClass, QpContext, QpState, qp_dyn_layout, qp_recv_layout,
                          qp_set_event_layout)
@@ -263,7 +263,7 @@ class PsnCheck(wiring.Component):
         # the consumer's ``ready`` moves a read pointer, not the enable of a wide output register,
         # and no record is copied into a skid buffer (design-rules.md §4, §7).
         m.submodules.exe_q = exe_q = Queue(exe_layout, 8, buffered=False)
-        m.submodules.resp_q = resp_q = Queue(entry_layout, self.resp_depth)
+        m.submodules.resp_q = resp_q = Queue(entry_layout, self.resp_depth, buffered=False)
         m.submodules.dec_q = dec_q = Queue(dec_layout, 8)
         m.submodules.ack_q = ack_q = Queue(rx_meta_layout, 4, buffered=False)
         m.submodules.ev_q = ev_q = Queue(event_layout, 4)
@@ -724,20 +724,42 @@ class PsnCheck(wiring.Component):
         m.d.comb += self.pay_out.payload.eq(self.payload.payload)
 
         # ---- response sequencer --------------------------------------------------------------
-        m.submodules.errmem = errmem = memory.Memory(shape=1, depth=self.num_qp, init=[])
-        err_rd = errmem.read_port(domain="comb")
+        # The QPs' error bits (a QP's responses are suppressed once it is in error), read
+        # synchronously: LUT RAM up to FLAGS_LUTRAM_MAX QPs, block RAM above.
+        m.submodules.errmem = errmem = memory.Memory(
+            shape=1, depth=self.num_qp, init=[],
+            attrs={"no_rw_check": 1, "ram_style": flag_ram_style(self.num_qp)})
+        err_rd = errmem.read_port()
         err_wr = errmem.write_port()
-        h = resp_q.o.payload
-        hv = resp_q.o.valid
+        # The head of the response queue is loaded into ``h``, and its QP's error bit read, in
+        # the same cycle; until ``h`` leaves, a write to its QP since that read (in the read's
+        # cycle included) replaces the bit read (``er_*``).
+        h = Signal(entry_layout)
+        hv = Signal()
+        go = Signal()
+        load = Signal()
+        m.d.comb += [resp_q.o.ready.eq(~hv | go), load.eq(resp_q.o.valid & resp_q.o.ready)]
+        with m.If(load):
+            m.d.sync += [hv.eq(1), h.eq(resp_q.o.payload)]
+        with m.Elif(go):
+            m.d.sync += hv.eq(0)
+        h_addr = Signal(ab)
+        m.d.comb += [h_addr.eq(Mux(load, resp_q.o.payload.qpn, h.qpn)),
+                     err_rd.addr.eq(resp_q.o.payload.qpn), err_rd.en.eq(load)]
+        er_v = Signal()
+        er_d = Signal()
+        with m.If(err_wr.en & (err_wr.addr == h_addr)):
+            m.d.sync += [er_v.eq(1), er_d.eq(err_wr.data)]
+        with m.Elif(load):
+            m.d.sync += er_v.eq(0)
         # The sequencer's own write of the error bit is registered (``sw_*``) and lands in the
-        # LUT RAM one cycle later; until then the read is forwarded from that register, so the
-        # next entry sees the bit exactly as if it had been written at once. (The LUT RAM's
+        # table one cycle later; until then the read is forwarded from that register, so the
+        # next entry sees the bit exactly as if it had been written at once. (The table's
         # write enable then comes from a register, not from its own read and the decision.)
         sw_valid = Signal()
         sw_addr = Signal(ab)
         err = Signal()
-        m.d.comb += [err_rd.addr.eq(h.qpn),
-                     err.eq(err_rd.data | (sw_valid & (sw_addr == h.qpn)))]
+        m.d.comb += err.eq(Mux(er_v, er_d, err_rd.data) | (sw_valid & (sw_addr == h.qpn)))
         have = Signal()
         m.d.comb += have.eq(hv & (~h.wait_done | self.done.valid))
         fatal_done = Signal()
@@ -755,18 +777,16 @@ class PsnCheck(wiring.Component):
             f.msn.eq(Mux(fatal_done, h.msn_prev, h.msn)),
         ]
         # A fatal ``done`` injects its fatal operation whether or not its QP is already in
-        # error (the error bit, a LUT-RAM read, stays off the injection's register): the QP is
+        # error (the error bit, a table read, stays off the injection's register): the QP is
         # then in ERROR, or an earlier injection that moves it there is ahead in the pipeline,
         # and the operation finds it in ERROR and does nothing.
         need_inj = Signal()
         m.d.comb += need_inj.eq(fatal_done)
         coal_ready = Signal()
-        go = Signal()
-        # (the error bit is kept out of ``go``, which pops resp_q: a fatal ``done`` waits while
+        # (the error bit is kept out of ``go``, which pops the head: a fatal ``done`` waits while
         # an injection is pending whether or not its QP is already in error)
         m.d.comb += go.eq(have & (~f_valid | coal_ready) & ~(fatal_done & inj_valid))
         m.d.comb += [
-            resp_q.o.ready.eq(go),
             self.done.ready.eq(go & h.wait_done),
         ]
         seq_err_wr = Signal()
@@ -783,7 +803,7 @@ class PsnCheck(wiring.Component):
         m.d.comb += fq_ok.eq(~flt.payload.qpn[ab:].any())     # < num_qp
         # The error bits written by SET_QP (and the sweep) and by a fault go through one
         # register too (the command FSM's index and strobe, and the fault handshake, stay off
-        # the LUT-RAM's write port); the sequencer's registered write has the port first, and
+        # the table's write port); the sequencer's registered write has the port first, and
         # a SET_QP/fault write waits while it writes. Neither delay is visible: SET_QP runs
         # with the pipeline drained (nothing is read for a QP for four cycles after it, and its
         # write lands after the sequencer's last one), and a fault suppresses what is still
@@ -831,13 +851,14 @@ class PsnCheck(wiring.Component):
             coal_ready.eq(1),
             acks.i.valid.eq(go & f_valid),
             acks.i.payload.eq(f),
+            acks.next_qpn.eq(resp_q.o.payload.qpn), acks.next_load.eq(load),
         ]
 
         connect(m, acks.o, wiring.flipped(self.ack_tx))
 
         # commands may run once everything is drained
         m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~w1_valid
-                                & ~resp_q.o.valid & (resp_q.level == 0)
+                                & ~hv & ~resp_q.o.valid & (resp_q.level == 0)
                                 & ~inj_valid & ~ew_valid & ~exe_q.o.valid
                                 & fl_q.i.ready)
         return m
