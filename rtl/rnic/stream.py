@@ -102,9 +102,8 @@ class RoomFIFO(Elaboratable):
     ``w_rdy``, so writing it without ``w_en`` changes nothing a reader can see (``r_data`` is
     only meaningful with ``r_rdy``), and it takes the producer's ``valid`` — often deep logic,
     sometimes from another block — off the write enable of the whole storage (hundreds of
-    flip-flops or LUT-RAM cells), which then depends on the level register alone. On the
-    whole core that enable was the end of many of the worst paths after placement (PSN Check's
-    QP-context state → Execute's post-plan queue storage, 17.7 ns, 514 endpoints).
+    flip-flops or LUT-RAM cells), which then depends on the level register alone (a wide
+    enable driven by a late decision from another block is a long path after placement).
     ``w_rdy`` and ``r_rdy`` are registers (Amaranth's compare the level register with a
     constant), so that a queue's room, ANDed into a stage's ``can_go`` and from there into the
     enables of its registers, starts that path at a flip-flop. ``produce``, ``consume`` and

@@ -239,8 +239,7 @@ class _LateWrite:
     Drive ``addr``, ``data`` and ``en`` as those of a write port; they are registered into the
     memory's port, so the decision to write -- several priorities, some of them decided late in
     the cycle by another block's ``ready`` -- ends at a register, not at the write enable of
-    every LUT-RAM cell of the table (the whole core's path into ``dead``, 15.9 ns after
-    placement). :meth:`read` wraps a non-transparent synchronous read port: a read in the cycle
+    every LUT-RAM cell of the table. :meth:`read` wraps a non-transparent synchronous read port: a read in the cycle
     the registered write is applied returns its data, as a read one cycle after the write did.
     """
 
@@ -782,8 +781,8 @@ class Execute(wiring.Component):
             m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(0), nowrite.eq(0),
                          skip.eq(0), cdone.eq(0), flushing.eq(0), rdflt.eq(0)]
             # ``c`` is loaded in every cycle that could take (nothing reads it until the next
-            # state): its ~380 flops are enabled by the state, not by ``exe.valid`` or the
-            # flush queue's ``valid`` (PSN Check's, the whole core's worst path to it, 16.3 ns)
+            # state): its flops are enabled by the state, not by ``exe.valid`` or the flush
+            # queue's ``valid`` (PSN Check's decision, a long path in the whole core)
             if allow_flush:
                 m.d.sync += c.eq(Mux(self.exe.valid, self.exe.payload, flush_c))
             else:
@@ -978,9 +977,9 @@ class Execute(wiring.Component):
         # piece ``j`` will select next (``j_d``, the D input of ``j``), and ``lk_look`` is "the
         # next state is K_LOOK with a piece left", so the port carries exactly what the FSM's
         # combinational decode of ``j`` and its state carried before, cycle for cycle, while
-        # the paths into the Key Cache's round-robin grant and stage-1 key start at flops (the
-        # whole core's placed path ``j`` → piece mux → Key Cache → the requester's lookup skid
-        # was 16.4 ns). ``ke`` is the head of ``key_q``, valid from K_IDLE's take to K_PUSH.
+        # the paths into the Key Cache's round-robin grant and stage-1 key start at flops, not
+        # at ``j``'s decode and the piece mux. ``ke`` is the head of ``key_q``, valid from
+        # K_IDLE's take to K_PUSH.
         j_d = Signal.like(j)
         m.d.comb += j_d.eq(j)
         m.d.sync += j.eq(j_d)

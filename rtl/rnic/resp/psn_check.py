@@ -792,10 +792,10 @@ class PsnCheck(wiring.Component):
         seq_err_wr = Signal()
         m.d.comb += seq_err_wr.eq(go & ~err & (fatal_done | h.kill))
         # Faults enter through a two-entry queue, so the port's ``ready`` is a register: the
-        # take below depends on ``go`` (the response queue's head and the coalescer), and as
-        # the port's ready it ran through the fault merge's skid buffer into its registers
-        # (15.9 ns in the whole core's placement). A fault acts a cycle later than it would
-        # straight from the port; as said below, that is a fault that came a cycle later.
+        # take below depends on ``go`` (the response queue's head and the coalescer), which
+        # must not run through the fault merge's skid buffer into its registers as the port's
+        # ready. A fault acts a cycle later than it would straight from the port; as said
+        # below, that is a fault that came a cycle later.
         m.submodules.fault_q = fault_q = Queue(qpn_layout, 2, buffered=False)
         connect(m, wiring.flipped(self.fault), fault_q.i)
         flt = fault_q.o
