@@ -21,8 +21,9 @@ Rule (per QP, for responses decided while earlier ones of the same QP still wait
 
 QPs with something pending are served first come, first served: a FIFO of QPNs (each QP at most
 once in it, so ``num_qp`` entries never overflow) feeds a take stage that snapshots the QP's
-entry (flags, ACK, NAK) and emits its one or two frames on ``o``. A response that
-arrives for the QP in the same cycle as its take starts a fresh entry (queued again).
+entry (flags, ACK, NAK) and emits its one or two frames on ``o``. The take of a QP waits a
+cycle while a response for that QP is inserted, and then takes the entry with that response in
+it (so a take never reads a row being written, and an insert never meets a take of its QP).
 
 Storage: the flags live in two tables, one written only by inserts and one only by takes, so
 each has one write port: a QP's ACK (NAK) is pending when its insert-side and take-side bits
@@ -39,11 +40,12 @@ response is decided meanwhile (PSN Check takes no packet while its QP context sw
 long after ``rst``). ACK {PSN, MSN} and NAK {PSN, MSN, syndrome} are two block-RAM tables written
 by every response of their kind and read, non-transparently, by the take stage. A frame names
 its QP by local QPN; the TX frame builder adds the QP's addresses from its path table.
-Throughput: one frame per cycle on ``o`` (one take per cycle when each QP holds one frame).
-Latency: the input is registered, the QP FIFO has two cycles, the take pipeline three (the popped QPN
-registered; the take clears the flags and issues the table reads; the block RAM outputs are
-registered before any logic) and a 4-entry output queue (which keeps ``o.ready`` out of the take
-logic) one: about 7 cycles from ``i`` to ``o``.
+Throughput: one frame per cycle on ``o`` (one take per cycle when each QP holds one frame and no
+response for the head's QP arrives). Latency: the input is registered, the QP FIFO has two
+cycles, the take pipeline three (the popped QPN registered; the take clears the flags and issues
+the table reads; the block RAM outputs are registered before any logic) and a 4-entry output
+queue in LUT RAM (which keeps ``o.ready`` out of the take logic) one: about 7 cycles from ``i``
+to ``o``.
 
 Python twin: :func:`sim.models.psn.pending_reduce` / :func:`sim.models.psn.table_match`.
 """
@@ -127,15 +129,18 @@ class AckTable(wiring.Component):
         ins_at_in, tk_at_in = insm.read_port(), tkm.read_port()
         ins_at_head, tk_at_head = insm.read_port(), tkm.read_port()
 
-        m.submodules.ackm = ackm = memory.Memory(shape=_ack_layout, depth=n, init=[])
-        m.submodules.nakm = nakm = memory.Memory(shape=_nak_layout, depth=n, init=[])
+        # (no_rw_check: the take never reads the row of a QP an insert writes in that cycle)
+        m.submodules.ackm = ackm = memory.Memory(shape=_ack_layout, depth=n, init=[],
+                                                 attrs={"no_rw_check": 1})
+        m.submodules.nakm = nakm = memory.Memory(shape=_nak_layout, depth=n, init=[],
+                                                 attrs={"no_rw_check": 1})
         ack_w, nak_w = ackm.write_port(), nakm.write_port()
         ack_r, nak_r = ackm.read_port(), nakm.read_port()
 
         m.submodules.qf = qf = Queue(ab, n)
         # the frames leave through a short queue, so that the TX arbiter's ready does not
         # reach the take logic (timing)
-        m.submodules.oq = oq = Queue(tx_hdr_layout, 4)
+        m.submodules.oq = oq = Queue(tx_hdr_layout, 4, buffered=False)
         m.d.comb += [self.o.valid.eq(oq.o.valid), self.o.payload.eq(oq.o.payload),
                      oq.o.ready.eq(self.o.ready)]
 
@@ -178,8 +183,9 @@ class AckTable(wiring.Component):
         m.d.comb += s_adv.eq(s_valid & (~r_valid | r_done))
         take = Signal()
         pop = Signal()
+        clash = Signal()            # an insert for the head's QP this cycle: the take waits
         m.d.comb += [
-            take.eq(t_valid & (~s_valid | s_adv) & ~sweeping),
+            take.eq(t_valid & (~s_valid | s_adv) & ~sweeping & ~clash),
             qf.o.ready.eq((~t_valid | take) & ~sweeping),
             pop.eq(qf.o.valid & qf.o.ready),
         ]
@@ -290,29 +296,22 @@ class AckTable(wiring.Component):
         ]
         is_ack = Signal()
         m.d.comb += is_ack.eq(i.syndrome == 0x1F)
-        conflict = Signal()         # this cycle's take clears the inserted QP's flags
-        m.d.comb += conflict.eq(take & (head == q))
-        # after this cycle's take: what is still pending for q
-        ack_k = Signal()
+        m.d.comb += clash.eq(i_valid & (q == head))
+        # (no take of q in this cycle: ``clash``)
+        ack_k = Signal()            # q's ACK (NAK) is pending
         nak_k = Signal()
-        tk_a = Signal()             # q's take-side bits after this cycle's take
-        tk_n = Signal()
-        m.d.comb += [tk_a.eq(Mux(conflict, q_ins.ack, q_tk.ack)),
-                     tk_n.eq(Mux(conflict, q_ins.nak, q_tk.nak)),
-                     ack_k.eq(q_ins.ack ^ tk_a), nak_k.eq(q_ins.nak ^ tk_n)]
-        i_pend = Signal()           # q has a pending ACK or NAK (before this take)
-        m.d.comb += i_pend.eq((q_ins.ack ^ q_tk.ack) | (q_ins.nak ^ q_tk.nak))
+        m.d.comb += [ack_k.eq(q_ins.ack ^ q_tk.ack), nak_k.eq(q_ins.nak ^ q_tk.nak)]
         m.d.comb += [
             self.i.ready.eq(1),
-            qf.i.valid.eq(i_valid & ~(i_pend & ~conflict)),
+            qf.i.valid.eq(i_valid & ~(ack_k | nak_k)),
             qf.i.payload.eq(q),
         ]
         # an ACK sets the ACK flag and keeps a NAK still pending (which then came first), a NAK
         # sets the NAK flag and keeps a pending ACK
         m.d.comb += [
             ins_w.addr.eq(q), ins_w.en.eq(i_valid),
-            ins_w.data.ack.eq(Mux(is_ack, ~tk_a, q_ins.ack)),
-            ins_w.data.nak.eq(Mux(is_ack, q_ins.nak, ~tk_n)),
+            ins_w.data.ack.eq(Mux(is_ack, ~q_tk.ack, q_ins.ack)),
+            ins_w.data.nak.eq(Mux(is_ack, q_ins.nak, ~q_tk.nak)),
             ins_w.data.nak_first.eq(is_ack & nak_k),
         ]
         m.d.comb += [
