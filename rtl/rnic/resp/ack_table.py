@@ -148,11 +148,15 @@ class AckTable(wiring.Component):
         # and clears the flags and issues the table reads) → S (the block RAMs' outputs) → R
         # (registered; emit 1–2 frames)
         # Reset sweep: the take side copies the insert side for every QP: the insert side is
-        # read at ``t_q`` (which counts the QPs meanwhile) and the take side written a cycle
-        # later at ``sw_q``.
+        # read at ``t_q`` (which counts the QPs meanwhile) and the take side written two
+        # cycles later (through ``d_*``, below); ``sw_busy`` lasts until the last write.
         sweeping = Signal(init=1)
         sw_valid = Signal()
+        sw_last = Signal()
         sw_q = Signal(ab)
+        sw_busy = Signal()
+        m.d.sync += sw_last.eq(sw_valid)
+        m.d.comb += sw_busy.eq(sweeping | sw_valid | sw_last)
         t_valid = Signal()
         t_q = Signal(ab)
         head = t_q
@@ -185,8 +189,8 @@ class AckTable(wiring.Component):
         pop = Signal()
         clash = Signal()            # an insert for the head's QP this cycle: the take waits
         m.d.comb += [
-            take.eq(t_valid & (~s_valid | s_adv) & ~sweeping & ~clash),
-            qf.o.ready.eq((~t_valid | take) & ~sweeping),
+            take.eq(t_valid & (~s_valid | s_adv) & ~sw_busy & ~clash),
+            qf.o.ready.eq((~t_valid | take) & ~sw_busy),
             pop.eq(qf.o.valid & qf.o.ready),
         ]
         with m.If(pop):
@@ -222,15 +226,20 @@ class AckTable(wiring.Component):
         h_tk = Signal(_take_layout)
         m.d.comb += [h_ins.eq(Mux(hf_ins_v, hf_ins, ins_at_head.data)),
                      h_tk.eq(Mux(hf_tk_v, hf_tk, tk_at_head.data))]
+        # The take side is written from a register, a cycle after the take (or the sweep's
+        # read): the flag tables' outputs never run to the other table's write port. An insert
+        # in that cycle sees the write (below); the head's read and the insert's read catch it
+        # like any other write.
+        d_v = Signal()
+        d_q = Signal(ab)
+        d_tk = Signal(_take_layout)
+        m.d.sync += d_v.eq(sw_valid | take)
         with m.If(sw_valid):
-            m.d.comb += [tk_w.addr.eq(sw_q),
-                         tk_w.data.ack.eq(ins_at_head.data.ack),
-                         tk_w.data.nak.eq(ins_at_head.data.nak),
-                         tk_w.en.eq(1)]
+            m.d.sync += [d_q.eq(sw_q), d_tk.ack.eq(ins_at_head.data.ack),
+                         d_tk.nak.eq(ins_at_head.data.nak)]
         with m.Else():
-            m.d.comb += [tk_w.addr.eq(head),
-                         tk_w.data.ack.eq(h_ins.ack), tk_w.data.nak.eq(h_ins.nak),
-                         tk_w.en.eq(take)]
+            m.d.sync += [d_q.eq(head), d_tk.ack.eq(h_ins.ack), d_tk.nak.eq(h_ins.nak)]
+        m.d.comb += [tk_w.addr.eq(d_q), tk_w.data.eq(d_tk), tk_w.en.eq(d_v)]
         s_q = Signal(ab)
         with m.If(take):
             m.d.sync += [s_valid.eq(1), s_q.eq(head),
@@ -297,10 +306,13 @@ class AckTable(wiring.Component):
         is_ack = Signal()
         m.d.comb += is_ack.eq(i.syndrome == 0x1F)
         m.d.comb += clash.eq(i_valid & (q == head))
-        # (no take of q in this cycle: ``clash``)
+        # (no take of q in this cycle: ``clash``; a take of q in the cycle before writes the
+        # take side now)
+        tk_now = Signal(_take_layout)
+        m.d.comb += tk_now.eq(Mux(tk_w.en & (tk_w.addr == q), tk_w.data, q_tk))
         ack_k = Signal()            # q's ACK (NAK) is pending
         nak_k = Signal()
-        m.d.comb += [ack_k.eq(q_ins.ack ^ q_tk.ack), nak_k.eq(q_ins.nak ^ q_tk.nak)]
+        m.d.comb += [ack_k.eq(q_ins.ack ^ tk_now.ack), nak_k.eq(q_ins.nak ^ tk_now.nak)]
         m.d.comb += [
             self.i.ready.eq(1),
             qf.i.valid.eq(i_valid & ~(ack_k | nak_k)),
@@ -310,8 +322,8 @@ class AckTable(wiring.Component):
         # sets the NAK flag and keeps a pending ACK
         m.d.comb += [
             ins_w.addr.eq(q), ins_w.en.eq(i_valid),
-            ins_w.data.ack.eq(Mux(is_ack, ~q_tk.ack, q_ins.ack)),
-            ins_w.data.nak.eq(Mux(is_ack, q_ins.nak, ~q_tk.nak)),
+            ins_w.data.ack.eq(Mux(is_ack, ~tk_now.ack, q_ins.ack)),
+            ins_w.data.nak.eq(Mux(is_ack, q_ins.nak, ~tk_now.nak)),
             ins_w.data.nak_first.eq(is_ack & nak_k),
         ]
         m.d.comb += [
@@ -320,7 +332,7 @@ class AckTable(wiring.Component):
             nak_w.addr.eq(q), nak_w.en.eq(i_valid & ~is_ack),
             nak_w.data.psn.eq(i.psn), nak_w.data.msn.eq(i.msn),
             nak_w.data.syndrome.eq(i.syndrome),
-            self.pending.eq(i_valid | t_valid | s_valid | r_valid | qf.o.valid
+            self.pending.eq(i_valid | t_valid | d_v | s_valid | r_valid | qf.o.valid
                             | (qf.level != 0) | oq.o.valid | (oq.level != 0)),
         ]
         return m
