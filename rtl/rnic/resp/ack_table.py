@@ -42,10 +42,10 @@ by every response of their kind and read, non-transparently, by the take stage. 
 its QP by local QPN; the TX frame builder adds the QP's addresses from its path table.
 Throughput: one frame per cycle on ``o`` (one take per cycle when each QP holds one frame and no
 response for the head's QP arrives). Latency: the input is registered, the QP FIFO has two
-cycles, the take pipeline three (the popped QPN registered; the take clears the flags and issues
-the table reads; the block RAM outputs are registered before any logic) and a 4-entry output
-queue in LUT RAM (which keeps ``o.ready`` out of the take logic) one: about 7 cycles from ``i``
-to ``o``.
+cycles, the take pipeline four (the popped QPN registered; its flags read; the take clears them
+and issues the table reads; the block RAM outputs are registered before any logic) and a
+4-entry output queue in LUT RAM (which keeps ``o.ready`` out of the take logic) one: about 8
+cycles from ``i`` to ``o``.
 
 Python twin: :func:`sim.models.psn.pending_reduce` / :func:`sim.models.psn.table_match`.
 """
@@ -144,8 +144,8 @@ class AckTable(wiring.Component):
         m.d.comb += [self.o.valid.eq(oq.o.valid), self.o.payload.eq(oq.o.payload),
                      oq.o.ready.eq(self.o.ready)]
 
-        # ---- take: P (pop a QPN; its flags are read) → T (the QPN registered: the take reads
-        # and clears the flags and issues the table reads) → S (the block RAMs' outputs) → R
+        # ---- take: T (the popped QPN, registered) → U (the head: its flags read; the take
+        # clears them and issues the table reads) → S (the block RAMs' outputs) → R
         # (registered; emit 1–2 frames)
         # Reset sweep: the take side copies the insert side for every QP: the insert side is
         # read at ``t_q`` (which counts the QPs meanwhile) and the take side written two
@@ -159,7 +159,9 @@ class AckTable(wiring.Component):
         m.d.comb += sw_busy.eq(sweeping | sw_valid | sw_last)
         t_valid = Signal()
         t_q = Signal(ab)
-        head = t_q
+        u_valid = Signal()          # the head: its flags read, waiting for its take
+        u_q = Signal(ab)
+        head = u_q
         m.d.sync += [sw_valid.eq(sweeping), sw_q.eq(t_q)]
         with m.If(sweeping):
             m.d.sync += t_q.eq(t_q + 1)
@@ -187,40 +189,48 @@ class AckTable(wiring.Component):
         m.d.comb += s_adv.eq(s_valid & (~r_valid | r_done))
         take = Signal()
         pop = Signal()
+        t_adv = Signal()            # the popped QPN moves to the head, its flags read
         clash = Signal()            # an insert for the head's QP this cycle: the take waits
         m.d.comb += [
-            take.eq(t_valid & (~s_valid | s_adv) & ~sw_busy & ~clash),
-            qf.o.ready.eq((~t_valid | take) & ~sw_busy),
+            take.eq(u_valid & (~s_valid | s_adv) & ~sw_busy & ~clash),
+            t_adv.eq(t_valid & (~u_valid | take)),
+            qf.o.ready.eq((~t_valid | t_adv) & ~sw_busy),
             pop.eq(qf.o.valid & qf.o.ready),
         ]
         with m.If(pop):
             m.d.sync += [t_valid.eq(1), t_q.eq(qf.o.payload)]
-        with m.Elif(take):
+        with m.Elif(t_adv):
             m.d.sync += t_valid.eq(0)
+        with m.If(t_adv):
+            m.d.sync += [u_valid.eq(1), u_q.eq(t_q)]
+        with m.Elif(take):
+            m.d.sync += u_valid.eq(0)
         for rp in (ack_r, nak_r):
             m.d.comb += [rp.addr.eq(head), rp.en.eq(take)]
-        # The head's flags are read when its QPN is popped (at ``t_q`` during the sweep) and
-        # held while it waits; a write to the head's QP since that read (in the read's cycle
-        # included) replaces the bits read (``hf_*``), so the take sees them as they stand.
+        # The popped QPN is registered (``t_q``: the QP FIFO's block-RAM output does not run
+        # into a read address), its flags read at that register (at ``t_q`` during the sweep)
+        # as it moves to the head, and held while it waits; a write to the head's QP since that
+        # read (in the read's cycle included) replaces the bits read (``hf_*``), so the take
+        # sees them as they stand.
         for rp in (ins_at_head, tk_at_head):
-            m.d.comb += [rp.addr.eq(Mux(pop, qf.o.payload, t_q)), rp.en.eq(pop | sweeping)]
+            m.d.comb += [rp.addr.eq(t_q), rp.en.eq(t_adv | sweeping)]
         hf_ins_v = Signal()
         hf_ins = Signal(_ins_layout)
         hf_tk_v = Signal()
         hf_tk = Signal(_take_layout)
         h_addr = Signal(ab)
-        m.d.comb += h_addr.eq(Mux(pop, qf.o.payload, t_q))
+        m.d.comb += h_addr.eq(Mux(t_adv, t_q, u_q))
         ins_hit_h = Signal()
         tk_hit_h = Signal()
         m.d.comb += [ins_hit_h.eq(ins_w.en & (ins_w.addr == h_addr)),
                      tk_hit_h.eq(tk_w.en & (tk_w.addr == h_addr))]
         with m.If(ins_hit_h):
             m.d.sync += [hf_ins_v.eq(1), hf_ins.eq(ins_w.data)]
-        with m.Elif(pop):
+        with m.Elif(t_adv):
             m.d.sync += hf_ins_v.eq(0)
         with m.If(tk_hit_h):
             m.d.sync += [hf_tk_v.eq(1), hf_tk.eq(tk_w.data)]
-        with m.Elif(pop):
+        with m.Elif(t_adv):
             m.d.sync += hf_tk_v.eq(0)
         h_ins = Signal(_ins_layout)
         h_tk = Signal(_take_layout)
@@ -332,7 +342,7 @@ class AckTable(wiring.Component):
             nak_w.addr.eq(q), nak_w.en.eq(i_valid & ~is_ack),
             nak_w.data.psn.eq(i.psn), nak_w.data.msn.eq(i.msn),
             nak_w.data.syndrome.eq(i.syndrome),
-            self.pending.eq(i_valid | t_valid | d_v | s_valid | r_valid | qf.o.valid
+            self.pending.eq(i_valid | t_valid | u_valid | d_v | s_valid | r_valid | qf.o.valid
                             | (qf.level != 0) | oq.o.valid | (oq.level != 0)),
         ]
         return m
