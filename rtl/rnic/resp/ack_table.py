@@ -21,8 +21,9 @@ Rule (per QP, for responses decided while earlier ones of the same QP still wait
 
 QPs with something pending are served first come, first served: a FIFO of QPNs (each QP at most
 once in it, so ``num_qp`` entries never overflow) feeds a take stage that snapshots the QP's
-entry (flags, ACK, NAK) and emits its one or two frames on ``o``. A response that
-arrives for the QP in the same cycle as its take starts a fresh entry (queued again).
+entry (flags, ACK, NAK) and emits its one or two frames on ``o``. The take of a QP waits a
+cycle while a response for that QP is inserted, and then takes the entry with that response in
+it (so a take never reads a row being written, and an insert never meets a take of its QP).
 
 Storage: the flags live in two tables, one written only by inserts and one only by takes, so
 each has one write port: a QP's ACK (NAK) is pending when its insert-side and take-side bits
@@ -39,11 +40,12 @@ response is decided meanwhile (PSN Check takes no packet while its QP context sw
 long after ``rst``). ACK {PSN, MSN} and NAK {PSN, MSN, syndrome} are two block-RAM tables written
 by every response of their kind and read, non-transparently, by the take stage. A frame names
 its QP by local QPN; the TX frame builder adds the QP's addresses from its path table.
-Throughput: one frame per cycle on ``o`` (one take per cycle when each QP holds one frame).
-Latency: the input is registered, the QP FIFO has two cycles, the take pipeline three (the popped QPN
-registered; the take clears the flags and issues the table reads; the block RAM outputs are
-registered before any logic) and a 4-entry output queue (which keeps ``o.ready`` out of the take
-logic) one: about 7 cycles from ``i`` to ``o``.
+Throughput: one frame per cycle on ``o`` (one take per cycle when each QP holds one frame and no
+response for the head's QP arrives). Latency: the input is registered, the QP FIFO has two
+cycles, the take pipeline four (the popped QPN registered; its flags read; the take clears them
+and issues the table reads; the block RAM outputs are registered before any logic) and a
+4-entry output queue in LUT RAM (which keeps ``o.ready`` out of the take logic) one: about 8
+cycles from ``i`` to ``o``.
 
 Python twin: :func:`sim.models.psn.pending_reduce` / :func:`sim.models.psn.table_match`.
 """
@@ -127,30 +129,39 @@ class AckTable(wiring.Component):
         ins_at_in, tk_at_in = insm.read_port(), tkm.read_port()
         ins_at_head, tk_at_head = insm.read_port(), tkm.read_port()
 
-        m.submodules.ackm = ackm = memory.Memory(shape=_ack_layout, depth=n, init=[])
-        m.submodules.nakm = nakm = memory.Memory(shape=_nak_layout, depth=n, init=[])
+        # (no_rw_check: the take never reads the row of a QP an insert writes in that cycle)
+        m.submodules.ackm = ackm = memory.Memory(shape=_ack_layout, depth=n, init=[],
+                                                 attrs={"no_rw_check": 1})
+        m.submodules.nakm = nakm = memory.Memory(shape=_nak_layout, depth=n, init=[],
+                                                 attrs={"no_rw_check": 1})
         ack_w, nak_w = ackm.write_port(), nakm.write_port()
         ack_r, nak_r = ackm.read_port(), nakm.read_port()
 
         m.submodules.qf = qf = Queue(ab, n)
         # the frames leave through a short queue, so that the TX arbiter's ready does not
         # reach the take logic (timing)
-        m.submodules.oq = oq = Queue(tx_hdr_layout, 4)
+        m.submodules.oq = oq = Queue(tx_hdr_layout, 4, buffered=False)
         m.d.comb += [self.o.valid.eq(oq.o.valid), self.o.payload.eq(oq.o.payload),
                      oq.o.ready.eq(self.o.ready)]
 
-        # ---- take: P (pop a QPN; its flags are read) → T (the QPN registered: the take reads
-        # and clears the flags and issues the table reads) → S (the block RAMs' outputs) → R
+        # ---- take: T (the popped QPN, registered) → U (the head: its flags read; the take
+        # clears them and issues the table reads) → S (the block RAMs' outputs) → R
         # (registered; emit 1–2 frames)
         # Reset sweep: the take side copies the insert side for every QP: the insert side is
-        # read at ``t_q`` (which counts the QPs meanwhile) and the take side written a cycle
-        # later at ``sw_q``.
+        # read at ``t_q`` (which counts the QPs meanwhile) and the take side written two
+        # cycles later (through ``d_*``, below); ``sw_busy`` lasts until the last write.
         sweeping = Signal(init=1)
         sw_valid = Signal()
+        sw_last = Signal()
         sw_q = Signal(ab)
+        sw_busy = Signal()
+        m.d.sync += sw_last.eq(sw_valid)
+        m.d.comb += sw_busy.eq(sweeping | sw_valid | sw_last)
         t_valid = Signal()
         t_q = Signal(ab)
-        head = t_q
+        u_valid = Signal()          # the head: its flags read, waiting for its take
+        u_q = Signal(ab)
+        head = u_q
         m.d.sync += [sw_valid.eq(sweeping), sw_q.eq(t_q)]
         with m.If(sweeping):
             m.d.sync += t_q.eq(t_q + 1)
@@ -178,53 +189,67 @@ class AckTable(wiring.Component):
         m.d.comb += s_adv.eq(s_valid & (~r_valid | r_done))
         take = Signal()
         pop = Signal()
+        t_adv = Signal()            # the popped QPN moves to the head, its flags read
+        clash = Signal()            # an insert for the head's QP this cycle: the take waits
         m.d.comb += [
-            take.eq(t_valid & (~s_valid | s_adv) & ~sweeping),
-            qf.o.ready.eq((~t_valid | take) & ~sweeping),
+            take.eq(u_valid & (~s_valid | s_adv) & ~sw_busy & ~clash),
+            t_adv.eq(t_valid & (~u_valid | take)),
+            qf.o.ready.eq((~t_valid | t_adv) & ~sw_busy),
             pop.eq(qf.o.valid & qf.o.ready),
         ]
         with m.If(pop):
             m.d.sync += [t_valid.eq(1), t_q.eq(qf.o.payload)]
-        with m.Elif(take):
+        with m.Elif(t_adv):
             m.d.sync += t_valid.eq(0)
+        with m.If(t_adv):
+            m.d.sync += [u_valid.eq(1), u_q.eq(t_q)]
+        with m.Elif(take):
+            m.d.sync += u_valid.eq(0)
         for rp in (ack_r, nak_r):
             m.d.comb += [rp.addr.eq(head), rp.en.eq(take)]
-        # The head's flags are read when its QPN is popped (at ``t_q`` during the sweep) and
-        # held while it waits; a write to the head's QP since that read (in the read's cycle
-        # included) replaces the bits read (``hf_*``), so the take sees them as they stand.
+        # The popped QPN is registered (``t_q``: the QP FIFO's block-RAM output does not run
+        # into a read address), its flags read at that register (at ``t_q`` during the sweep)
+        # as it moves to the head, and held while it waits; a write to the head's QP since that
+        # read (in the read's cycle included) replaces the bits read (``hf_*``), so the take
+        # sees them as they stand.
         for rp in (ins_at_head, tk_at_head):
-            m.d.comb += [rp.addr.eq(Mux(pop, qf.o.payload, t_q)), rp.en.eq(pop | sweeping)]
+            m.d.comb += [rp.addr.eq(t_q), rp.en.eq(t_adv | sweeping)]
         hf_ins_v = Signal()
         hf_ins = Signal(_ins_layout)
         hf_tk_v = Signal()
         hf_tk = Signal(_take_layout)
         h_addr = Signal(ab)
-        m.d.comb += h_addr.eq(Mux(pop, qf.o.payload, t_q))
+        m.d.comb += h_addr.eq(Mux(t_adv, t_q, u_q))
         ins_hit_h = Signal()
         tk_hit_h = Signal()
         m.d.comb += [ins_hit_h.eq(ins_w.en & (ins_w.addr == h_addr)),
                      tk_hit_h.eq(tk_w.en & (tk_w.addr == h_addr))]
         with m.If(ins_hit_h):
             m.d.sync += [hf_ins_v.eq(1), hf_ins.eq(ins_w.data)]
-        with m.Elif(pop):
+        with m.Elif(t_adv):
             m.d.sync += hf_ins_v.eq(0)
         with m.If(tk_hit_h):
             m.d.sync += [hf_tk_v.eq(1), hf_tk.eq(tk_w.data)]
-        with m.Elif(pop):
+        with m.Elif(t_adv):
             m.d.sync += hf_tk_v.eq(0)
         h_ins = Signal(_ins_layout)
         h_tk = Signal(_take_layout)
         m.d.comb += [h_ins.eq(Mux(hf_ins_v, hf_ins, ins_at_head.data)),
                      h_tk.eq(Mux(hf_tk_v, hf_tk, tk_at_head.data))]
+        # The take side is written from a register, a cycle after the take (or the sweep's
+        # read): the flag tables' outputs never run to the other table's write port. An insert
+        # in that cycle sees the write (below); the head's read and the insert's read catch it
+        # like any other write.
+        d_v = Signal()
+        d_q = Signal(ab)
+        d_tk = Signal(_take_layout)
+        m.d.sync += d_v.eq(sw_valid | take)
         with m.If(sw_valid):
-            m.d.comb += [tk_w.addr.eq(sw_q),
-                         tk_w.data.ack.eq(ins_at_head.data.ack),
-                         tk_w.data.nak.eq(ins_at_head.data.nak),
-                         tk_w.en.eq(1)]
+            m.d.sync += [d_q.eq(sw_q), d_tk.ack.eq(ins_at_head.data.ack),
+                         d_tk.nak.eq(ins_at_head.data.nak)]
         with m.Else():
-            m.d.comb += [tk_w.addr.eq(head),
-                         tk_w.data.ack.eq(h_ins.ack), tk_w.data.nak.eq(h_ins.nak),
-                         tk_w.en.eq(take)]
+            m.d.sync += [d_q.eq(head), d_tk.ack.eq(h_ins.ack), d_tk.nak.eq(h_ins.nak)]
+        m.d.comb += [tk_w.addr.eq(d_q), tk_w.data.eq(d_tk), tk_w.en.eq(d_v)]
         s_q = Signal(ab)
         with m.If(take):
             m.d.sync += [s_valid.eq(1), s_q.eq(head),
@@ -290,29 +315,25 @@ class AckTable(wiring.Component):
         ]
         is_ack = Signal()
         m.d.comb += is_ack.eq(i.syndrome == 0x1F)
-        conflict = Signal()         # this cycle's take clears the inserted QP's flags
-        m.d.comb += conflict.eq(take & (head == q))
-        # after this cycle's take: what is still pending for q
-        ack_k = Signal()
+        m.d.comb += clash.eq(i_valid & (q == head))
+        # (no take of q in this cycle: ``clash``; a take of q in the cycle before writes the
+        # take side now)
+        tk_now = Signal(_take_layout)
+        m.d.comb += tk_now.eq(Mux(tk_w.en & (tk_w.addr == q), tk_w.data, q_tk))
+        ack_k = Signal()            # q's ACK (NAK) is pending
         nak_k = Signal()
-        tk_a = Signal()             # q's take-side bits after this cycle's take
-        tk_n = Signal()
-        m.d.comb += [tk_a.eq(Mux(conflict, q_ins.ack, q_tk.ack)),
-                     tk_n.eq(Mux(conflict, q_ins.nak, q_tk.nak)),
-                     ack_k.eq(q_ins.ack ^ tk_a), nak_k.eq(q_ins.nak ^ tk_n)]
-        i_pend = Signal()           # q has a pending ACK or NAK (before this take)
-        m.d.comb += i_pend.eq((q_ins.ack ^ q_tk.ack) | (q_ins.nak ^ q_tk.nak))
+        m.d.comb += [ack_k.eq(q_ins.ack ^ tk_now.ack), nak_k.eq(q_ins.nak ^ tk_now.nak)]
         m.d.comb += [
             self.i.ready.eq(1),
-            qf.i.valid.eq(i_valid & ~(i_pend & ~conflict)),
+            qf.i.valid.eq(i_valid & ~(ack_k | nak_k)),
             qf.i.payload.eq(q),
         ]
         # an ACK sets the ACK flag and keeps a NAK still pending (which then came first), a NAK
         # sets the NAK flag and keeps a pending ACK
         m.d.comb += [
             ins_w.addr.eq(q), ins_w.en.eq(i_valid),
-            ins_w.data.ack.eq(Mux(is_ack, ~tk_a, q_ins.ack)),
-            ins_w.data.nak.eq(Mux(is_ack, q_ins.nak, ~tk_n)),
+            ins_w.data.ack.eq(Mux(is_ack, ~tk_now.ack, q_ins.ack)),
+            ins_w.data.nak.eq(Mux(is_ack, q_ins.nak, ~tk_now.nak)),
             ins_w.data.nak_first.eq(is_ack & nak_k),
         ]
         m.d.comb += [
@@ -321,7 +342,7 @@ class AckTable(wiring.Component):
             nak_w.addr.eq(q), nak_w.en.eq(i_valid & ~is_ack),
             nak_w.data.psn.eq(i.psn), nak_w.data.msn.eq(i.msn),
             nak_w.data.syndrome.eq(i.syndrome),
-            self.pending.eq(i_valid | t_valid | s_valid | r_valid | qf.o.valid
+            self.pending.eq(i_valid | t_valid | u_valid | d_v | s_valid | r_valid | qf.o.valid
                             | (qf.level != 0) | oq.o.valid | (oq.level != 0)),
         ]
         return m
