@@ -633,9 +633,12 @@ class Requester(wiring.Component):
         ]
 
         # the in-flight record of the WQE just sent (written with the write-back), at rn, linked
-        # to the entry taken for the next rn
+        # to the entry taken for the next rn. That entry is registered (from the free list's
+        # block RAM output): it is used in WB_NEXT only, never the cycle after another WB_NEXT,
+        # and only WB_NEXT takes entries, so fresh and the free list's head are as a cycle
+        # before (the room CHECK saw is still there)
         new_rn = Signal(rb)
-        m.d.comb += new_rn.eq(Mux(fresh != D, fresh, free.o.payload))
+        m.d.sync += new_rn.eq(Mux(fresh != D, fresh, free.o.payload))
         m.d.comb += [
             infl_wp.addr.eq(ern),
             infl_wp.data.next.eq(new_rn),
