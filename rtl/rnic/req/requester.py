@@ -454,13 +454,7 @@ class Requester(wiring.Component):
         with m.If(self.qp_set.valid & self.qp_set.ready):
             m.d.comb += [live_wp.addr.eq(set_q), live_wp.data.eq(~set_reset), live_wp.en.eq(1)]
             with m.If(set_rts | set_reset):
-                psn0 = Mux(set_rts, sp.sq_psn, 0)
-                m.d.comb += [set_hit.eq(1),
-                             dyn_wp.addr.eq(set_q), dyn_wp.en.eq(1),
-                             dyn_wp.data.psn.eq(psn0), dyn_wp.data.hpsn.eq(psn0),
-                             dyn_wp.data.fpsn.eq(psn0),
-                             comp_wp.addr.eq(set_q), comp_wp.en.eq(1),
-                             comp_wp.data.una.eq(psn0), comp_wp.data.cfpsn.eq(psn0)]
+                m.d.comb += set_hit.eq(1)
             with m.If(set_reset):
                 m.d.comb += [prod_wp.addr.eq(set_q), prod_wp.data.eq(0), prod_wp.en.eq(1)]
             with m.If(set_rts | (sp.state == _ERROR)):
@@ -475,10 +469,21 @@ class Requester(wiring.Component):
             dq = self.sq_db.payload.number[:ab]
             m.d.comb += [prod_wp.addr.eq(dq), prod_wp.data.eq(self.sq_db.payload.value),
                          prod_wp.en.eq(1), work.i.valid.eq(1), work.i.payload.eq(dq)]
+        # dyn's and comp's writes: a SET_QP's (set_hit) or the write-back's, never both in one
+        # cycle. The address and the row are chosen by the write-back alone, so that only the
+        # enable waits for the SET_QP's handshake (which depends on both FSMs' states).
+        psn0 = Mux(set_rts, sp.sq_psn, 0)
+        m.d.comb += [dyn_wp.en.eq(eng_wb | set_hit), comp_wp.en.eq(cmp_wb | set_hit)]
         with m.If(eng_wb):
-            m.d.comb += [dyn_wp.addr.eq(qpn), dyn_wp.data.eq(eng_dyn), dyn_wp.en.eq(1)]
+            m.d.comb += [dyn_wp.addr.eq(qpn), dyn_wp.data.eq(eng_dyn)]
+        with m.Else():
+            m.d.comb += [dyn_wp.addr.eq(set_q), dyn_wp.data.psn.eq(psn0),
+                         dyn_wp.data.hpsn.eq(psn0), dyn_wp.data.fpsn.eq(psn0)]
         with m.If(cmp_wb):
-            m.d.comb += [comp_wp.addr.eq(aq), comp_wp.data.eq(cmp_new), comp_wp.en.eq(1)]
+            m.d.comb += [comp_wp.addr.eq(aq), comp_wp.data.eq(cmp_new)]
+        with m.Else():
+            m.d.comb += [comp_wp.addr.eq(set_q), comp_wp.data.una.eq(psn0),
+                         comp_wp.data.cfpsn.eq(psn0)]
 
         # the engine reads its QP's entries continuously
         m.d.comb += [prod_rp.addr.eq(qpn), dyn_rp.addr.eq(qpn), comp_rp.addr.eq(qpn)]
