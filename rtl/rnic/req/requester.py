@@ -128,8 +128,9 @@ _comp_layout = data.StructLayout({
     "ccons": 16,
     "cfpsn": 24,        # first PSN of the WQE at ``ccons``
     "rgen": 4,          # bumped to make the engine go back to (ccons, una)
-    "rerr": 4,          # with ``qerr``: the status for the WQE at ``ccons``
-    "qerr": 1,          # the QP ended (remote NAK, retries exhausted, killed): no more ACKs
+    "rerr": 3,          # 0: the QP is live; else it ended (remote NAK, retries exhausted,
+                        # killed: no more ACKs), with the status for the WQE at ``ccons``
+                        # in ``_rcode``'s code
     "hold": 1,          # waiting for the RNR timer: the engine sends nothing
     "armed": 1,         # the timer runs (deadline ``dl``)
     "dl": TIMER_BITS,
@@ -138,10 +139,61 @@ _comp_layout = data.StructLayout({
     "rnrw": 1,          # an RNR NAK with PSNs sent behind it: its NAK 0x60 may follow
 })
 
-#: Per QP, written by the engine from the context, read by the completer.
-#: (the timeout in µs, looked up when written: the completer adds it to the clock as read;
-#: ``ton`` = timeout ≠ 0, so that the entry of a QP the engine never served has no timer)
-_cfg_layout = data.StructLayout({"tval": 34, "ton": 1, "retry_cnt": 3, "rnr_retry": 3})
+
+def _rcode(status):
+    """``rerr``'s 3-bit code of a status that ends a QP: status − 8 for 9..13 (the remote NAKs,
+    RETRY_EXC_ERR, RNR_RETRY_EXC_ERR), 7 for WR_FLUSH_ERR; 0 is a live QP."""
+    status = WcStatus(status)
+    if status == WcStatus.WR_FLUSH_ERR:
+        return 7
+    if not 9 <= status <= 13:
+        raise ValueError(f"no code for {status!r}")
+    return status - 8
+
+
+def _rstatus(code):
+    """The status of a non-zero ``rerr`` code (the inverse of ``_rcode``)."""
+    return Mux(code == 7, int(WcStatus.WR_FLUSH_ERR), Cat(code, Const(1, 1)))
+
+
+def _sub_layout(layout, names):
+    """The fields ``names`` of the struct ``layout``, in that order."""
+    return data.StructLayout({n: layout[n].shape for n in names})
+
+
+def _pick(layout, row):
+    """The fields of ``layout`` taken by name from ``row`` (a view of a wider struct), as a
+    value of ``layout``."""
+    return Cat(*(row[name] for name, _ in layout))
+
+
+# Each per-QP table is held once per FSM that reads it (a block RAM has one read port beside
+# its write port), each copy with only the fields that FSM reads; the copies are written
+# together, with the same address, enable and row. The engine's copy of ``dyn`` lacks
+# ``parked`` (it clears it when it takes the QP); the completer's holds what it judges and
+# retires by. The engine's copy of ``comp`` holds what it rewinds to and waits on; the
+# completer reads (and writes back) every field.
+_dyn_engine_layout = _sub_layout(_dyn_layout, ["cons", "hcons", "psn", "hpsn", "fpsn", "part",
+                                               "noack", "err", "rgen"])
+_dyn_comp_layout = _sub_layout(_dyn_layout, ["psn", "hcons", "err", "parked"])
+_comp_engine_layout = _sub_layout(_comp_layout, ["una", "ccons", "cfpsn", "rgen", "rerr",
+                                                 "hold"])
+
+#: Per QP, written by the engine from the context, read by the completer (which looks the
+#: timeout up in µs; a timeout of 0, as in the entry of a QP the engine never served, is no
+#: timer).
+_cfg_layout = data.StructLayout({"timeout": 5, "retry_cnt": 3, "rnr_retry": 3})
+
+
+class _TableWrite:
+    """The write of a per-QP table held in several copies: ``addr``, ``en`` and the whole row
+    ``data`` (a view of the table's layout)."""
+
+    def __init__(self, layout, abits, name):
+        self.addr = Signal(abits, name=f"{name}_addr")
+        self.en = Signal(name=f"{name}_en")
+        self.data = Signal(layout, name=f"{name}_data")
+
 
 def _inflight_layout(rb):
     """One sent WQE waiting for its ACK: a ring entry, linked to the QP's next one by ``next``
@@ -309,9 +361,6 @@ class Requester(wiring.Component):
 
         # ---- per-QP tables ----------------------------------------------------------------
         m.submodules.prod_mem = prod_mem = Memory(shape=16, depth=self.num_qp, init=[])
-        m.submodules.dyn_mem = dyn_mem = Memory(shape=_dyn_layout, depth=self.num_qp, init=[])
-        m.submodules.comp_mem = comp_mem = Memory(shape=_comp_layout, depth=self.num_qp,
-                                                  init=[])
         m.submodules.cfg_mem = cfg_mem = Memory(shape=_cfg_layout, depth=self.num_qp, init=[])
         # The in-flight ring (docs/requester.md, "In-flight ring"): entries shared by every QP,
         # each QP's unretired WQEs a list in SQ order from ``rh`` (the completer's table) to
@@ -328,12 +377,21 @@ class Requester(wiring.Component):
         m.submodules.free = free = Queue(rb, D - self.num_qp)
         prod_wp = prod_mem.write_port()
         prod_rp = prod_mem.read_port(transparent_for=(prod_wp,))
-        dyn_wp = dyn_mem.write_port()
-        dyn_rp = dyn_mem.read_port(transparent_for=(dyn_wp,))
-        dyn_rp2 = dyn_mem.read_port(transparent_for=(dyn_wp,))        # the completer's
-        comp_wp = comp_mem.write_port()
-        comp_rp = comp_mem.read_port(transparent_for=(comp_wp,))      # the engine's
-        comp_rp2 = comp_mem.read_port(transparent_for=(comp_wp,))     # the completer's
+        # dyn and comp: one write (address, enable, row) each, into one copy per reader
+        dyn_wp = _TableWrite(_dyn_layout, ab, "dyn_w")
+        comp_wp = _TableWrite(_comp_layout, ab, "comp_w")
+
+        def copy(name, table, layout):
+            m.submodules[name] = mem = Memory(shape=layout, depth=self.num_qp, init=[])
+            wp = mem.write_port()
+            m.d.comb += [wp.addr.eq(table.addr), wp.en.eq(table.en),
+                         wp.data.as_value().eq(_pick(layout, table.data))]
+            return mem.read_port(transparent_for=(wp,))
+
+        dyn_rp = copy("dyn_mem", dyn_wp, _dyn_engine_layout)           # the engine's
+        dyn_rp2 = copy("dyn_comp_mem", dyn_wp, _dyn_comp_layout)       # the completer's
+        comp_rp = copy("comp_eng_mem", comp_wp, _comp_engine_layout)   # the engine's
+        comp_rp2 = copy("comp_mem", comp_wp, _comp_layout)             # the completer's
         cfg_wp = cfg_mem.write_port()
         cfg_rp = cfg_mem.read_port(transparent_for=(cfg_wp,))
         # (no_rw_check: the completer reads an entry a cycle after it read the engine's rn and
@@ -396,13 +454,7 @@ class Requester(wiring.Component):
         with m.If(self.qp_set.valid & self.qp_set.ready):
             m.d.comb += [live_wp.addr.eq(set_q), live_wp.data.eq(~set_reset), live_wp.en.eq(1)]
             with m.If(set_rts | set_reset):
-                psn0 = Mux(set_rts, sp.sq_psn, 0)
-                m.d.comb += [set_hit.eq(1),
-                             dyn_wp.addr.eq(set_q), dyn_wp.en.eq(1),
-                             dyn_wp.data.psn.eq(psn0), dyn_wp.data.hpsn.eq(psn0),
-                             dyn_wp.data.fpsn.eq(psn0),
-                             comp_wp.addr.eq(set_q), comp_wp.en.eq(1),
-                             comp_wp.data.una.eq(psn0), comp_wp.data.cfpsn.eq(psn0)]
+                m.d.comb += set_hit.eq(1)
             with m.If(set_reset):
                 m.d.comb += [prod_wp.addr.eq(set_q), prod_wp.data.eq(0), prod_wp.en.eq(1)]
             with m.If(set_rts | (sp.state == _ERROR)):
@@ -417,10 +469,21 @@ class Requester(wiring.Component):
             dq = self.sq_db.payload.number[:ab]
             m.d.comb += [prod_wp.addr.eq(dq), prod_wp.data.eq(self.sq_db.payload.value),
                          prod_wp.en.eq(1), work.i.valid.eq(1), work.i.payload.eq(dq)]
+        # dyn's and comp's writes: a SET_QP's (set_hit) or the write-back's, never both in one
+        # cycle. The address and the row are chosen by the write-back alone, so that only the
+        # enable waits for the SET_QP's handshake (which depends on both FSMs' states).
+        psn0 = Mux(set_rts, sp.sq_psn, 0)
+        m.d.comb += [dyn_wp.en.eq(eng_wb | set_hit), comp_wp.en.eq(cmp_wb | set_hit)]
         with m.If(eng_wb):
-            m.d.comb += [dyn_wp.addr.eq(qpn), dyn_wp.data.eq(eng_dyn), dyn_wp.en.eq(1)]
+            m.d.comb += [dyn_wp.addr.eq(qpn), dyn_wp.data.eq(eng_dyn)]
+        with m.Else():
+            m.d.comb += [dyn_wp.addr.eq(set_q), dyn_wp.data.psn.eq(psn0),
+                         dyn_wp.data.hpsn.eq(psn0), dyn_wp.data.fpsn.eq(psn0)]
         with m.If(cmp_wb):
-            m.d.comb += [comp_wp.addr.eq(aq), comp_wp.data.eq(cmp_new), comp_wp.en.eq(1)]
+            m.d.comb += [comp_wp.addr.eq(aq), comp_wp.data.eq(cmp_new)]
+        with m.Else():
+            m.d.comb += [comp_wp.addr.eq(set_q), comp_wp.data.una.eq(psn0),
+                         comp_wp.data.cfpsn.eq(psn0)]
 
         # the engine reads its QP's entries continuously
         m.d.comb += [prod_rp.addr.eq(qpn), dyn_rp.addr.eq(qpn), comp_rp.addr.eq(qpn)]
@@ -429,8 +492,8 @@ class Requester(wiring.Component):
         # then fed the CHECK compare; a doorbell seen a cycle late is still queued for service)
         prod_q = Signal(16)
         prod = Signal(16)
-        cs = Signal(_comp_layout)       # one consistent snapshot of the completer's entry
-        dyn_rd = Signal(_dyn_layout)
+        cs = Signal(_comp_engine_layout)    # one consistent snapshot of the completer's entry
+        dyn_rd = Signal(_dyn_engine_layout)
         m.d.sync += [prod_q.eq(prod_rp.data), prod.eq(prod_q), cs.eq(comp_rp.data),
                      dyn_rd.eq(dyn_rp.data)]
         m.d.comb += [rn_rp.addr.eq(qpn), rh_rpe.addr.eq(qpn)]
@@ -575,9 +638,12 @@ class Requester(wiring.Component):
         ]
 
         # the in-flight record of the WQE just sent (written with the write-back), at rn, linked
-        # to the entry taken for the next rn
+        # to the entry taken for the next rn. That entry is registered (from the free list's
+        # block RAM output): it is used in WB_NEXT only, never the cycle after another WB_NEXT,
+        # and only WB_NEXT takes entries, so fresh and the free list's head are as a cycle
+        # before (the room CHECK saw is still there)
         new_rn = Signal(rb)
-        m.d.comb += new_rn.eq(Mux(fresh != D, fresh, free.o.payload))
+        m.d.sync += new_rn.eq(Mux(fresh != D, fresh, free.o.payload))
         m.d.comb += [
             infl_wp.addr.eq(ern),
             infl_wp.data.next.eq(new_rn),
@@ -608,8 +674,7 @@ class Requester(wiring.Component):
             ecpl.payload.fault.eq(hfault),
             eng_dyn.eq(dyn),
             cfg_wp.addr.eq(qpn),
-            cfg_wp.data.tval.eq(rom(m, ctx.timeout, TIMEOUT_US, 34, "timeout_us")),
-            cfg_wp.data.ton.eq(ctx.timeout != 0),
+            cfg_wp.data.timeout.eq(ctx.timeout),
             cfg_wp.data.retry_cnt.eq(ctx.retry_cnt),
             cfg_wp.data.rnr_retry.eq(ctx.rnr_retry),
         ]
@@ -638,8 +703,9 @@ class Requester(wiring.Component):
             with m.State("CTX_WAIT"):
                 m.d.comb += [self.ctx_resp.ready.eq(1), self.busy.eq(1)]
                 with m.If(self.ctx_resp.valid):
-                    m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.eq(dyn_rd),
-                                 dyn.parked.eq(0), ern.eq(rn_rd)]
+                    m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0),
+                                 ern.eq(rn_rd)]
+                    m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
                     m.next = "CHECK_WAIT"
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
@@ -667,13 +733,13 @@ class Requester(wiring.Component):
                         with m.Else():
                             m.d.sync += [flush.eq(1), dyn.err.eq(1), beat.eq(0), hfault.eq(0)]
                             m.next = "WQE_REQ"
-                    with m.Elif(cs.qerr):
+                    with m.Elif(cs.rerr != 0):
                         m.next = "WB"             # the completer has ended it: wait its rewind
                     with m.Else():
                         m.next = "KILL"           # WQEs sent and unacknowledged: flush them too
                 with m.Elif(dyn.cons == prod):
                     m.next = "WB"
-                with m.Elif((ctx.state != _RTS) | cs.hold | cs.qerr):
+                with m.Elif((ctx.state != _RTS) | cs.hold | (cs.rerr != 0)):
                     m.next = "WB"                 # (the completer wakes the QP after RNR)
                 with m.Elif(served & work.o.valid):
                     m.next = "YIELD"              # other QPs wait: round-robin, one WQE each
@@ -694,8 +760,8 @@ class Requester(wiring.Component):
                     m.d.sync += [dyn.cons.eq(cs.ccons), dyn.psn.eq(cs.una),
                                  dyn.part.eq(cs.una != cs.cfpsn), dyn.fpsn.eq(cs.cfpsn),
                                  dyn.noack.eq(0)]
-                    with m.If(cs.qerr & (cs.rerr != 0)):
-                        m.d.sync += [pend_err.eq(1), pstat.eq(cs.rerr)]
+                    with m.If(cs.rerr != 0):
+                        m.d.sync += [pend_err.eq(1), pstat.eq(_rstatus(cs.rerr))]
                 m.next = "WB_LOOP"
             with m.State("KILL"):
                 # never waits for the completer: with a kill already pending, the scan wakes
@@ -922,7 +988,7 @@ class Requester(wiring.Component):
         a = Signal(ack_layout)
         ev = Signal(2)
         act = Signal(3)
-        ast = Signal(4)                 # status of an ending NAK
+        ast = Signal(3)                 # status of an ending NAK (``_rcode``)
         sidx = Signal(ab)               # the scan's next QP
         scan_turn = Signal()
         # the scan's read pipeline (state SCAN): QP s1q's table reads are on the read ports'
@@ -938,11 +1004,15 @@ class Requester(wiring.Component):
         wake = Signal()
         cmp = Signal(_comp_layout)
         comp_rd = Signal(_comp_layout)
-        d = Signal(_dyn_layout)         # the engine's entry, as of LOAD
-        d_rd = Signal(_dyn_layout)
+        d = Signal(_dyn_comp_layout)    # the engine's entry, as of LOAD
+        d_rd = Signal(_dyn_comp_layout)
         cfg = Signal(_cfg_layout)
         cfg_rd = Signal(_cfg_layout)
-        tval = cfg.tval                 # the QP's timeout in µs
+        # the QP's timeout in µs, looked up from cfg (each use is at least a cycle after cfg is
+        # loaded: in EVAL or ACT), and whether it has one
+        tval = Signal(34)
+        m.d.sync += tval.eq(rom(m, cfg.timeout, TIMEOUT_US, 34, "timeout_us"))
+        ton = cfg.timeout != 0
         rval = Signal(TB)               # the RNR NAK's wait in µs
         crh = Signal(rb)                # the QP's rh: the entry of its WQE at ccons
         rh_rd, rn_rd2 = Signal(rb), Signal(rb)
@@ -950,7 +1020,8 @@ class Requester(wiring.Component):
                      rh_rd.eq(rh_rp.data), rn_rd2.eq(rn_rp2.data)]
         # the scan judges from a second register of each read (synthesis folds the first into
         # the block RAM, whose clock-to-out would otherwise lead the deadline compare)
-        comp_s, d_s, cfg_s = Signal(_comp_layout), Signal(_dyn_layout), Signal(_cfg_layout)
+        comp_s, d_s, cfg_s = (Signal(_comp_layout), Signal(_dyn_comp_layout),
+                              Signal(_cfg_layout))
         rh_s, rn_s = Signal(rb), Signal(rb)
         m.d.sync += [comp_s.eq(comp_rd), d_s.eq(d_rd), cfg_s.eq(cfg_rd), rh_s.eq(rh_rd),
                      rn_s.eq(rn_rd2)]
@@ -998,14 +1069,14 @@ class Requester(wiring.Component):
         pc, pdy, pcf = comp_s, d_s, cfg_s
         p_exp = ~(now - pc.dl)[TB - 1]
         p_done = pdy.psn == pc.una
-        p_live = ~pc.qerr & ~pdy.err
+        p_live = (pc.rerr == 0) & ~pdy.err
         p_need, p_wake = Signal(), Signal()
         # ... or ring entries to drop: the QP has ended, or its list holds more than its
         # unretired WQEs (a RESET)
         p_drop = (rh_s != rn_s) & (~p_live | (pc.ccons == pdy.hcons))
         m.d.comb += [
             p_need.eq((p_live & (((pc.ccons != pdy.hcons) & p_done)
-                                 | Mux(pc.hold, p_exp, Mux(~pcf.ton | p_done,
+                                 | Mux(pc.hold, p_exp, Mux((pcf.timeout == 0) | p_done,
                                                            pc.armed, ~pc.armed | p_exp))))
                       | p_drop),
             p_wake.eq(p_live & ~pc.hold & pdy.parked & scan_room),
@@ -1016,14 +1087,14 @@ class Requester(wiring.Component):
             ccpl.payload.flags.eq(Mux(ent.imm, 0x02, 0)), ccpl.payload.byte_len.eq(ent.byte_len),
         ]
 
-        def end_qp(status):
-            m.d.sync += [cmp.qerr.eq(1), cmp.rerr.eq(status), cmp.rgen.eq(cmp.rgen + 1),
+        def end_qp(code):
+            m.d.sync += [cmp.rerr.eq(code), cmp.rgen.eq(cmp.rgen + 1),
                          cmp.armed.eq(0), cmp.hold.eq(0), wake.eq(1)]
 
         def retry():
             """Timeout or NAK 0x60: go back to una, or end the QP when the retries are used."""
             with m.If(cmp.rused == cfg.retry_cnt):
-                end_qp(int(WcStatus.RETRY_EXC_ERR))
+                end_qp(_rcode(WcStatus.RETRY_EXC_ERR))
             with m.Else():
                 m.d.sync += [cmp.rused.eq(cmp.rused + 1), cmp.rgen.eq(cmp.rgen + 1),
                              cmp.armed.eq(0), cmp.rnrw.eq(0), wake.eq(1)]
@@ -1098,10 +1169,10 @@ class Requester(wiring.Component):
                 m.next = "EVAL"
             with m.State("EVAL"):
                 typ = a.syndrome[5:7]
-                with m.If((cmp.qerr | d.err) & (ev == _EV_SCAN)):
+                with m.If(((cmp.rerr != 0) | d.err) & (ev == _EV_SCAN)):
                     m.d.sync += act.eq(_ACT_DROP)
                     m.next = "WALK"        # the QP has ended: drop its ring entries
-                with m.Elif(cmp.qerr | d.err):
+                with m.Elif((cmp.rerr != 0) | d.err):
                     m.next = "IDLE"        # the QP has ended: nothing to do
                 with m.Elif(ev == _EV_KILL):
                     m.d.sync += act.eq(_ACT_KILL)
@@ -1116,7 +1187,7 @@ class Requester(wiring.Component):
                                      cmp.armed.eq(0), cmp.rnrw.eq(0), act.eq(_ACT_NONE)]
                         # PSNs still outstanding: the timer restarts now (outside an RNR wait,
                         # whose deadline dl holds)
-                        with m.If(~cmp.hold & cfg.ton & d_more):
+                        with m.If(~cmp.hold & ton & d_more):
                             m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1)]
                         m.next = "WALK"
                     with m.Else():
@@ -1143,11 +1214,11 @@ class Requester(wiring.Component):
                         m.d.sync += act.eq(_ACT_ERR)
                         with m.Switch(a.syndrome[:7]):
                             with m.Case(0x61):
-                                m.d.sync += ast.eq(int(WcStatus.REM_INV_REQ_ERR))
+                                m.d.sync += ast.eq(_rcode(WcStatus.REM_INV_REQ_ERR))
                             with m.Case(0x62):
-                                m.d.sync += ast.eq(int(WcStatus.REM_ACCESS_ERR))
+                                m.d.sync += ast.eq(_rcode(WcStatus.REM_ACCESS_ERR))
                             with m.Default():
-                                m.d.sync += ast.eq(int(WcStatus.REM_OP_ERR))
+                                m.d.sync += ast.eq(_rcode(WcStatus.REM_OP_ERR))
                     m.next = "WALK"
             with m.State("WALK"):
                 # the engine's hcons, err and rn as of the cycle before; infl_rp reads entry rh
@@ -1193,7 +1264,7 @@ class Requester(wiring.Component):
                     with m.Case(_ACT_NONE):
                         m.d.sync += wake.eq(d.parked & wake_room)
                     with m.Case(_ACT_KILL):
-                        end_qp(int(WcStatus.WR_FLUSH_ERR))
+                        end_qp(_rcode(WcStatus.WR_FLUSH_ERR))
                     with m.Case(_ACT_DROP):
                         pass
                     with m.Case(_ACT_SEQ):
@@ -1202,7 +1273,7 @@ class Requester(wiring.Component):
                         end_qp(ast)
                     with m.Case(_ACT_RNR):
                         with m.If((cfg.rnr_retry != 7) & (cmp.nused == cfg.rnr_retry)):
-                            end_qp(int(WcStatus.RNR_RETRY_EXC_ERR))
+                            end_qp(_rcode(WcStatus.RNR_RETRY_EXC_ERR))
                         with m.Else():
                             with m.If(cfg.rnr_retry != 7):
                                 m.d.sync += cmp.nused.eq(cmp.nused + 1)
@@ -1214,7 +1285,7 @@ class Requester(wiring.Component):
                         with m.If(cmp.hold):
                             with m.If(expired):
                                 m.d.sync += [cmp.hold.eq(0), cmp.armed.eq(0), wake.eq(1)]
-                        with m.Elif(~cfg.ton | (d.psn == cmp.una)):
+                        with m.Elif(~ton | (d.psn == cmp.una)):
                             m.d.sync += [cmp.armed.eq(0), wake.eq(d.parked & scan_room)]
                         with m.Elif(~cmp.armed):
                             m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1),
