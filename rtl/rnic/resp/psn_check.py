@@ -743,9 +743,42 @@ class PsnCheck(wiring.Component):
             m.d.sync += [hv.eq(1), h.eq(resp_q.o.payload)]
         with m.Elif(go):
             m.d.sync += hv.eq(0)
+        # ``hq``: the QPN of the response queue's head, in a register (the queue's storage is
+        # LUT RAM read combinationally, which must not feed the per-QP tables' read address):
+        # a ring of the QPNs pushed, moved with the queue and read at the entry after its head,
+        # so the register is loaded with the head as it will be in the next cycle.
+        D = self.resp_depth
+        m.submodules.qring = qring = memory.Memory(shape=ab, depth=D, init=[])
+        qr_w = qring.write_port()
+        qr_1 = qring.read_port(domain="comb")
+        qr_p = Signal(range(D))
+        qr_c1 = Signal(range(D), init=1 % D)     # the entry after the head
+        qr_n = Signal(range(D + 1))
+        hq = Signal(ab)
+        q_push = Signal()
+        m.d.comb += [q_push.eq(resp_q.i.valid & resp_q.i.ready),
+                     qr_w.addr.eq(qr_p), qr_w.data.eq(resp_q.i.payload.qpn),
+                     qr_w.en.eq(q_push), qr_1.addr.eq(qr_c1)]
+        with m.If(q_push):
+            m.d.sync += qr_p.eq(Mux(qr_p == D - 1, 0, qr_p + 1))
+        with m.If(load):
+            m.d.sync += qr_c1.eq(Mux(qr_c1 == D - 1, 0, qr_c1 + 1))
+        with m.If(q_push & ~load):
+            m.d.sync += qr_n.eq(qr_n + 1)
+        with m.Elif(load & ~q_push):
+            m.d.sync += qr_n.eq(qr_n - 1)
+        # the head after this cycle: held (no load), the entry after it, or the one pushed
+        # now into a queue that is (or becomes) empty
+        with m.If(~load):
+            with m.If(qr_n == 0):
+                m.d.sync += hq.eq(resp_q.i.payload.qpn)
+        with m.Elif(qr_n == 1):
+            m.d.sync += hq.eq(resp_q.i.payload.qpn)
+        with m.Else():
+            m.d.sync += hq.eq(qr_1.data)
         h_addr = Signal(ab)
-        m.d.comb += [h_addr.eq(Mux(load, resp_q.o.payload.qpn, h.qpn)),
-                     err_rd.addr.eq(resp_q.o.payload.qpn), err_rd.en.eq(load)]
+        m.d.comb += [h_addr.eq(Mux(load, hq, h.qpn)),
+                     err_rd.addr.eq(hq), err_rd.en.eq(load)]
         er_v = Signal()
         er_d = Signal()
         with m.If(err_wr.en & (err_wr.addr == h_addr)):
@@ -851,7 +884,7 @@ class PsnCheck(wiring.Component):
             coal_ready.eq(1),
             acks.i.valid.eq(go & f_valid),
             acks.i.payload.eq(f),
-            acks.next_qpn.eq(resp_q.o.payload.qpn), acks.next_load.eq(load),
+            acks.next_qpn.eq(hq), acks.next_load.eq(load),
         ]
 
         connect(m, acks.o, wiring.flipped(self.ack_tx))
