@@ -218,20 +218,24 @@ class AckTable(wiring.Component):
         hf_ins = Signal(_ins_layout)
         hf_tk_v = Signal()
         hf_tk = Signal(_take_layout)
-        h_addr = Signal(ab)
-        m.d.comb += h_addr.eq(Mux(t_adv, t_q, u_q))
+        # (the writes are compared with both registers at once, so that the take, late in the
+        # cycle, only selects which compare counts)
+        ins_hit_t = Signal()
+        ins_hit_u = Signal()
+        tk_hit_t = Signal()
+        tk_hit_u = Signal()
+        m.d.comb += [ins_hit_t.eq(ins_w.en & (ins_w.addr == t_q)),
+                     ins_hit_u.eq(ins_w.en & (ins_w.addr == u_q)),
+                     tk_hit_t.eq(tk_w.en & (tk_w.addr == t_q)),
+                     tk_hit_u.eq(tk_w.en & (tk_w.addr == u_q))]
         ins_hit_h = Signal()
         tk_hit_h = Signal()
-        m.d.comb += [ins_hit_h.eq(ins_w.en & (ins_w.addr == h_addr)),
-                     tk_hit_h.eq(tk_w.en & (tk_w.addr == h_addr))]
-        with m.If(ins_hit_h):
-            m.d.sync += [hf_ins_v.eq(1), hf_ins.eq(ins_w.data)]
-        with m.Elif(t_adv):
-            m.d.sync += hf_ins_v.eq(0)
-        with m.If(tk_hit_h):
-            m.d.sync += [hf_tk_v.eq(1), hf_tk.eq(tk_w.data)]
-        with m.Elif(t_adv):
-            m.d.sync += hf_tk_v.eq(0)
+        m.d.comb += [ins_hit_h.eq(Mux(t_adv, ins_hit_t, ins_hit_u)),
+                     tk_hit_h.eq(Mux(t_adv, tk_hit_t, tk_hit_u))]
+        m.d.sync += [hf_ins_v.eq(ins_hit_h | (hf_ins_v & ~t_adv)),
+                     hf_ins.eq(Mux(ins_hit_h, ins_w.data, hf_ins)),
+                     hf_tk_v.eq(tk_hit_h | (hf_tk_v & ~t_adv)),
+                     hf_tk.eq(Mux(tk_hit_h, tk_w.data, hf_tk))]
         h_ins = Signal(_ins_layout)
         h_tk = Signal(_take_layout)
         m.d.comb += [h_ins.eq(Mux(hf_ins_v, hf_ins, ins_at_head.data)),
