@@ -91,3 +91,18 @@ def test_psn_rules():
             assert got["in_order"] + got["dup"] + got["ahead"] == 1
     sim.add_testbench(tb2)
     sim.run()
+
+
+def test_psn_check_parameters():
+    """Bad parameters are refused at elaboration with a clear error."""
+    from rnic.resp.ack_table import AckTable
+    from rnic.resp.psn_check import PsnCheck
+
+    for depth in (0, 1, 2.0):
+        with pytest.raises(ValueError, match="resp_depth"):
+            PsnCheck(width=64, num_qp=16, resp_depth=depth)
+    for n in (0, 1, 3, 12):
+        with pytest.raises(ValueError, match="num_qp"):
+            AckTable(num_qp=n)
+    assert PsnCheck(width=64, num_qp=16, resp_depth=2).resp_depth == 2
+    assert AckTable(num_qp=4096).abits == 12

@@ -106,6 +106,8 @@ class AckTable(wiring.Component):
     """
 
     def __init__(self, *, num_qp):
+        if not isinstance(num_qp, int) or num_qp < 2 or num_qp & (num_qp - 1):
+            raise ValueError(f"num_qp must be a power of two of at least 2, not {num_qp!r}")
         self.num_qp = num_qp
         self.abits = max(1, (num_qp - 1).bit_length())
         super().__init__({

@@ -216,6 +216,8 @@ class PsnCheck(wiring.Component):
     def __init__(self, *, width, num_qp, resp_depth=32, ack_depth=16):
         # ack_depth: unused since the per-QP pending table (kept for callers)
         self.width = check_width(width)
+        if not isinstance(resp_depth, int) or resp_depth < 2:
+            raise ValueError(f"resp_depth must be an integer of at least 2, not {resp_depth!r}")
         self.ctx = QpContext(num_qp=num_qp)
         self.num_qp = num_qp
         self.abits = self.ctx.abits
