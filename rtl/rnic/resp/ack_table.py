@@ -57,7 +57,7 @@ from amaranth.lib.wiring import In, Out
 from ..stream import Queue
 from ..tx.build import tx_hdr_layout
 
-__all__ = ["AckTable", "ack_item_layout", "flag_ram_style", "FLAGS_LUTRAM_MAX"]
+__all__ = ["AckTable", "ack_item_layout", "flag_ram_style", "held_read", "FLAGS_LUTRAM_MAX"]
 
 
 def ack_item_layout(abits):
@@ -80,6 +80,19 @@ FLAGS_LUTRAM_MAX = 256
 def flag_ram_style(num_qp):
     """yosys's ``ram_style`` for a per-QP table of a few bits (see ``FLAGS_LUTRAM_MAX``)."""
     return "distributed" if num_qp <= FLAGS_LUTRAM_MAX else "block"
+
+
+def held_read(m, data, write, hit, restart, name):
+    """What a held synchronous read stands for now: the read port's ``data`` (held since the
+    read), or the newest write to the read's address since the read, the read's own cycle
+    included (a ``no_rw_check`` table returns no defined data for that one).
+
+    ``hit``: ``write`` (a write port) writes the held address in this cycle; ``restart``: a new
+    read is issued in this cycle (``hit`` then compares with its address)."""
+    v = Signal(name=f"{name}_v")
+    d = Signal.like(write.data, name=name)
+    m.d.sync += [v.eq(hit | (v & ~restart)), d.eq(Mux(hit, write.data, d))]
+    return Mux(v, d, data)
 
 
 class AckTable(wiring.Component):
@@ -212,14 +225,10 @@ class AckTable(wiring.Component):
         # The popped QPN is registered (``t_q``: the QP FIFO's block-RAM output does not run
         # into a read address), its flags read at that register (at ``t_q`` during the sweep)
         # as it moves to the head, and held while it waits; a write to the head's QP since that
-        # read (in the read's cycle included) replaces the bits read (``hf_*``), so the take
+        # read (in the read's cycle included) replaces the bits read (``held_read``), so the take
         # sees them as they stand.
         for rp in (ins_at_head, tk_at_head):
             m.d.comb += [rp.addr.eq(t_q), rp.en.eq(t_adv | sweeping)]
-        hf_ins_v = Signal()
-        hf_ins = Signal(_ins_layout)
-        hf_tk_v = Signal()
-        hf_tk = Signal(_take_layout)
         # (the writes are compared with both registers at once, so that the take, late in the
         # cycle, only selects which compare counts)
         ins_hit_t = Signal()
@@ -234,14 +243,10 @@ class AckTable(wiring.Component):
         tk_hit_h = Signal()
         m.d.comb += [ins_hit_h.eq(Mux(t_adv, ins_hit_t, ins_hit_u)),
                      tk_hit_h.eq(Mux(t_adv, tk_hit_t, tk_hit_u))]
-        m.d.sync += [hf_ins_v.eq(ins_hit_h | (hf_ins_v & ~t_adv)),
-                     hf_ins.eq(Mux(ins_hit_h, ins_w.data, hf_ins)),
-                     hf_tk_v.eq(tk_hit_h | (hf_tk_v & ~t_adv)),
-                     hf_tk.eq(Mux(tk_hit_h, tk_w.data, hf_tk))]
         h_ins = Signal(_ins_layout)
         h_tk = Signal(_take_layout)
-        m.d.comb += [h_ins.eq(Mux(hf_ins_v, hf_ins, ins_at_head.data)),
-                     h_tk.eq(Mux(hf_tk_v, hf_tk, tk_at_head.data))]
+        m.d.comb += [h_ins.eq(held_read(m, ins_at_head.data, ins_w, ins_hit_h, t_adv, "hf_ins")),
+                     h_tk.eq(held_read(m, tk_at_head.data, tk_w, tk_hit_h, t_adv, "hf_tk"))]
         # The take side is written from a register, a cycle after the take (or the sweep's
         # read): the flag tables' outputs never run to the other table's write port. An insert
         # in that cycle sees the write (below); the head's read and the insert's read catch it
@@ -284,7 +289,7 @@ class AckTable(wiring.Component):
         # ---- insert: the input registered (I) and inserted ---------------------------------
         # The announced QP's flags are read when it is announced (``next_load``), so they are
         # ready when its response comes; until then a write to that QP since the read (in the
-        # read's cycle included) replaces the bits read (``nf_*``). They are registered with
+        # read's cycle included) replaces the bits read (``held_read``). They are registered with
         # the input, each replaced by what the insert or the take of that cycle writes to the
         # same QP.
         i_valid = Signal()
@@ -297,27 +302,17 @@ class AckTable(wiring.Component):
             m.d.sync += n_q.eq(self.next_qpn)
         n_addr = Signal(ab)
         m.d.comb += n_addr.eq(Mux(self.next_load, self.next_qpn, n_q))
-        nf_ins_v = Signal()
-        nf_ins = Signal(_ins_layout)
-        nf_tk_v = Signal()
-        nf_tk = Signal(_take_layout)
-        with m.If(ins_w.en & (ins_w.addr == n_addr)):
-            m.d.sync += [nf_ins_v.eq(1), nf_ins.eq(ins_w.data)]
-        with m.Elif(self.next_load):
-            m.d.sync += nf_ins_v.eq(0)
-        with m.If(tk_w.en & (tk_w.addr == n_addr)):
-            m.d.sync += [nf_tk_v.eq(1), nf_tk.eq(tk_w.data)]
-        with m.Elif(self.next_load):
-            m.d.sync += nf_tk_v.eq(0)
+        n_ins = held_read(m, ins_at_in.data, ins_w, ins_w.en & (ins_w.addr == n_addr),
+                          self.next_load, "nf_ins")
+        n_tk = held_read(m, tk_at_in.data, tk_w, tk_w.en & (tk_w.addr == n_addr),
+                         self.next_load, "nf_tk")
         q = i.qpn
         # q's bits as they stand at I (before I's own writes)
         q_ins = Signal(_ins_layout)
         q_tk = Signal(_take_layout)
         m.d.sync += [
-            q_ins.eq(Mux(ins_w.en & (ins_w.addr == n_q), ins_w.data,
-                         Mux(nf_ins_v, nf_ins, ins_at_in.data))),
-            q_tk.eq(Mux(tk_w.en & (tk_w.addr == n_q), tk_w.data,
-                        Mux(nf_tk_v, nf_tk, tk_at_in.data))),
+            q_ins.eq(Mux(ins_w.en & (ins_w.addr == n_q), ins_w.data, n_ins)),
+            q_tk.eq(Mux(tk_w.en & (tk_w.addr == n_q), tk_w.data, n_tk)),
         ]
         is_ack = Signal()
         m.d.comb += is_ack.eq(i.syndrome == 0x1F)

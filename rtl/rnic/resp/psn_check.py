@@ -110,7 +110,7 @@ from ..opcodes import opcode_info, WcStatus
 from ..stream import BeatStream, Queue, check_width
 from ..control.qp_args import qp_arg_layout
 from ..tx.build import tx_hdr_layout
-from .ack_table import AckTable, ack_item_layout, flag_ram_style
+from .ack_table import AckTable, ack_item_layout, flag_ram_style, held_read
 from .psn_rules import op_sequence, psn_class_layout, psn_classify
 from .qp_context import (MsgClass, QpContext, QpState, qp_dyn_layout, qp_recv_layout,
                          qp_set_event_layout)
@@ -735,7 +735,7 @@ class PsnCheck(wiring.Component):
         err_wr = errmem.write_port()
         # The head of the response queue is loaded into ``h``, and its QP's error bit read, in
         # the same cycle; until ``h`` leaves, a write to its QP since that read (in the read's
-        # cycle included) replaces the bit read (``er_*``).
+        # cycle included) replaces the bit read (``held_read``).
         h = Signal(entry_layout)
         hv = Signal()
         go = Signal()
@@ -781,12 +781,7 @@ class PsnCheck(wiring.Component):
         h_addr = Signal(ab)
         m.d.comb += [h_addr.eq(Mux(load, hq, h.qpn)),
                      err_rd.addr.eq(hq), err_rd.en.eq(load)]
-        er_v = Signal()
-        er_d = Signal()
-        with m.If(err_wr.en & (err_wr.addr == h_addr)):
-            m.d.sync += [er_v.eq(1), er_d.eq(err_wr.data)]
-        with m.Elif(load):
-            m.d.sync += er_v.eq(0)
+        h_err = held_read(m, err_rd.data, err_wr, err_wr.en & (err_wr.addr == h_addr), load, "er")
         # The sequencer's own write of the error bit is registered (``sw_*``) and lands in the
         # table one cycle later; until then the read is forwarded from that register, so the
         # next entry sees the bit exactly as if it had been written at once. (The table's
@@ -794,7 +789,7 @@ class PsnCheck(wiring.Component):
         sw_valid = Signal()
         sw_addr = Signal(ab)
         err = Signal()
-        m.d.comb += err.eq(Mux(er_v, er_d, err_rd.data) | (sw_valid & (sw_addr == h.qpn)))
+        m.d.comb += err.eq(h_err | (sw_valid & (sw_addr == h.qpn)))
         have = Signal()
         m.d.comb += have.eq(hv & (~h.wait_done | self.done.valid))
         fatal_done = Signal()
