@@ -44,7 +44,7 @@ from .host.cqe_gen import CqeGen
 from .host.axi_master import HostMemory
 from .tx.arbiter import TxArbiter
 from .tx.build import TxBuild, chunk_layout
-from .stream import SkidBuffer, StreamMerge
+from .stream import Queue, SkidBuffer, StreamMerge
 from .req.requester import Requester
 from .req.req_context import ReqContext
 
@@ -245,11 +245,15 @@ class RNIC(wiring.Component):
         wiring.connect(m, rctx.ctx_resp, req.ctx_resp)
         wiring.connect(m, req.cpl, rctx.cpl)
         wiring.connect(m, build.fault, rctx.req_fault)       # a payload read failed
-        # the requester's lookup requests through a skid buffer: the Key Cache's round-robin
-        # grant (its ``ready``) ran back into the requester's engine state across both blocks
-        m.submodules.lookup_skid = lookup_skid = SkidBuffer(lookup_req_layout)
-        wiring.connect(m, req.lookup.req, lookup_skid.i)
-        wiring.connect(m, lookup_skid.o, keys.lookup1.req)
+        # the requester's lookup requests through a one-entry register: the Key Cache's
+        # round-robin grant (its ``ready``) must not run back into the requester's engine state
+        # across both blocks. Its ``ready`` is its registered "empty": a transfer every other
+        # cycle at most, which is all the requester asks (it waits for each lookup's response
+        # before it makes the next request), at half a skid buffer's flip-flops.
+        m.submodules.lookup_reg = lookup_reg = Queue(lookup_req_layout, 1, buffered=False,
+                                                       registers=True)
+        wiring.connect(m, req.lookup.req, lookup_reg.i)
+        wiring.connect(m, lookup_reg.o, keys.lookup1.req)
         wiring.connect(m, keys.lookup1.resp, req.lookup.resp)
         wiring.connect(m, req.wqe_rd, hmem_rd["sq_wqe"])
         wiring.connect(m, build.rd, hmem_rd["gather"])
