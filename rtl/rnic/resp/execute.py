@@ -459,11 +459,11 @@ class Execute(wiring.Component):
 
         # ---- WQE reads: the planner's (tag DEMAND) and the prefetcher's (tag = pool slot) ----
         DEMAND = 0xFF
-        faddr = Signal(64)                     # the planner's WQE address (registered)
-        faddr_c = Signal(64)                   # c's WQE address (comb), faddr's next value
+        # c's WQE address: added from c's registers (c does not change while FETCH asks)
+        faddr_c = Signal(64)
         fr = fetch.resp
         plan_fetch = Signal()                  # the planner requests a read this cycle
-        m.d.comb += [fetch.req.payload.addr.eq(faddr), fetch.req.payload.tag.eq(DEMAND)]
+        m.d.comb += [fetch.req.payload.addr.eq(faddr_c), fetch.req.payload.tag.eq(DEMAND)]
         take = Signal()                        # the planner takes WQE c.rq_index of c.qpn
         plan_look = Signal()                   # the planner is in HIT
         release = Signal()                     # the planner is done with the WQE in ``prow``
@@ -812,8 +812,7 @@ class Execute(wiring.Component):
                 # registered: is the flush at its end (index reached or behind)?
                 fl_left = Signal(16)
                 m.d.comb += fl_left.eq(fl_end - c.rq_index)
-                m.d.sync += [fl_stop.eq((fl_left == 0) | fl_left[15]),
-                             faddr.eq(faddr_c)]
+                m.d.sync += fl_stop.eq((fl_left == 0) | fl_left[15])
                 m.next = "FL_NEXT"
             with m.State("FL_NEXT"):
                 with m.If(fl_stop):
@@ -832,7 +831,7 @@ class Execute(wiring.Component):
                     m.next = "FL_CHK"
             with m.State("DEC"):
                 m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
-                             faddr.eq(faddr_c), rq_prev.eq(c.rq_index)]
+                             rq_prev.eq(c.rq_index)]
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
@@ -854,8 +853,8 @@ class Execute(wiring.Component):
                         m.d.sync += pool["match"].eq(pool["match_c"])
                     m.next = "HIT"
                 with m.Else():
-                    # the tags are compared with c's new index in this cycle; its address
-                    m.d.sync += [rq_prev.eq(c.rq_index), faddr.eq(faddr_c)]
+                    # the tags are compared with c's new index in this cycle
+                    m.d.sync += rq_prev.eq(c.rq_index)
             with m.State("HIT"):
                 m.d.comb += plan_look.eq(1)
                 # ``wqet`` gets the index of a WQE the command takes
@@ -1324,12 +1323,11 @@ class Execute(wiring.Component):
         pf_idx1 = Signal(16)        # idx1 = nxt + 1
         pf_want = Signal()          # WQE idx0 is posted
         pf_want1 = Signal()         # WQE idx1 is posted
-        pf_addr = Signal(64)
-        pf_addr1 = Signal(64)
         pf_try = Signal(2)          # idx0 / idx1 already fetched in this visit
         pf_m0 = Signal(P)           # slots tagged {pf_q, idx0}
         pf_m1 = Signal(P)           # slots tagged {pf_q, idx1}
-        pf_fa = Signal(64)          # the address of the read to issue
+        pf_fi = Signal(16)          # the ring index of the read to issue (its address is
+                                    # added in ISSUE from it and ``row``, which stay put)
         pf_slot = Signal(sb)
         ev = Signal(sb)             # eviction pointer
         alloc = Signal()
@@ -1384,14 +1382,12 @@ class Execute(wiring.Component):
                 m.d.sync += [pf_want.eq(row.on & (ahead != 0) & ~ahead[15]),
                              # idx1 = idx0 + 1 posted (ahead = 2^15 left out: conservative)
                              pf_want1.eq(row.on & (ahead != 0) & (ahead != 1) & ~ahead[15]),
-                             pf_addr.eq(row.base + ((pf_idx & lmask) << 6)),
                              pf_idx1.eq(pf_idx + 1)]
                 for i in range(P):
                     m.d.sync += pf_m0[i].eq((sq[i] == pf_q) & (sidx[i] == pf_idx))
                 m.next = "CALC1" if D > 1 else "ALLOC"
             if D > 1:
                 with m.State("CALC1"):
-                    m.d.sync += pf_addr1.eq(row.base + ((pf_idx1 & lmask) << 6))
                     for i in range(P):
                         m.d.sync += pf_m1[i].eq((sq[i] == pf_q) & (sidx[i] == pf_idx1))
                     m.next = "ALLOC"
@@ -1410,12 +1406,12 @@ class Execute(wiring.Component):
                         pass
                     with m.Elif(free != 0):
                         m.d.comb += alloc.eq(1)
-                        m.d.sync += [pf_slot.eq(fsel), pf_fa.eq(pf_addr), pf_try[0].eq(1)]
+                        m.d.sync += [pf_slot.eq(fsel), pf_fi.eq(pf_idx), pf_try[0].eq(1)]
                         m.next = "ISSUE"
                     with m.Elif(evictable):
                         m.d.comb += alloc.eq(1)
                         m.d.sync += [pf_slot.eq(ev), ev.eq(Mux(ev == P - 1, 0, ev + 1)),
-                                     pf_fa.eq(pf_addr), pf_try[0].eq(1)]
+                                     pf_fi.eq(pf_idx), pf_try[0].eq(1)]
                         m.next = "ISSUE"
                     with m.Else():
                         m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
@@ -1424,13 +1420,14 @@ class Execute(wiring.Component):
                     # WQE nxt + 1: only into a free slot (a second-depth prefetch never evicts)
                     with m.If(free != 0):
                         m.d.comb += alloc.eq(1)
-                        m.d.sync += [pf_slot.eq(fsel), pf_fa.eq(pf_addr1), pf_try[1].eq(1)]
+                        m.d.sync += [pf_slot.eq(fsel), pf_fi.eq(pf_idx1), pf_try[1].eq(1)]
                         m.next = "ISSUE"
                     with m.Else():
                         m.next = "IDLE"
             with m.State("ISSUE"):
                 with m.If(~plan_fetch):
-                    m.d.comb += [fetch.req.valid.eq(1), fetch.req.payload.addr.eq(pf_fa),
+                    m.d.comb += [fetch.req.valid.eq(1),
+                                 fetch.req.payload.addr.eq(row.base + ((pf_fi & lmask) << 6)),
                                  fetch.req.payload.tag.eq(pf_slot)]
                     with m.If(fetch.req.ready):
                         # back to ALLOC: the other index may be fetched in the same visit
