@@ -272,7 +272,9 @@ class Execute(wiring.Component):
     width : int
         Data width W (64, 128, 256, 512).
     num_qp : int
-        Number of QPs (power of two): rows of the per-QP tables.
+        Number of QPs (power of two): rows of the per-QP tables. Every command's QPN is below
+        it (PSN Check drops frames to other QPNs); events and faults report the QPN as the
+        table index.
     prefetch : int
         Slots of the WQE prefetch pool (0..16; 0: no prefetch, WQEs read on demand): rows
         0..``prefetch`` − 1 of the WQE store, which also holds the WQEs of the messages in
@@ -432,7 +434,8 @@ class Execute(wiring.Component):
         cnext_wr = _LateWrite(m, cnext, "cnext")
         cnext_rd_data = cnext_wr.read(cnext_rd, "cnext_rd")
         # write tag -> QPN, by the tag's low bits: at most MAX_WRITES writes are out
-        m.submodules.wqpn = wqpn = Memory(shape=24, depth=MAX_WRITES, init=[])
+        # (the table index: a command's QPN is below ``num_qp``, PSN Check drops the others)
+        m.submodules.wqpn = wqpn = Memory(shape=ab, depth=MAX_WRITES, init=[])
         wqpn_rd = wqpn.read_port(domain="comb")
         wqpn_wr = wqpn.write_port()
 
@@ -445,6 +448,7 @@ class Execute(wiring.Component):
         wqe = wqs_data
         prow = Signal(range(P + 1))            # the store row the planner works from
         pin = Signal()                         # ``prow`` is a pool slot the planner uses
+        pchk = Signal()                        # ... just hit: its ring is tested next state
         rq_prev = Signal(16)                   # c's index the tags were last compared with
         m.d.comb += wqs_addr.eq(prow)
         in_qpn = Signal(ab)
@@ -470,6 +474,7 @@ class Execute(wiring.Component):
         pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, ab, rst, post,
                                  prow, pin, release)
                 if P else None)
+        ring_ok = pool["ring_ok"] if P else Const(1, 1)
         # the tags of row P (the planner's own reads): {valid, QP, index, ring}, set when a
         # read for a command (not a flush) comes back OKAY, voided when the next read is
         # issued, by a take of another WQE of the QP and by the QP's ``qp_reset``; compared
@@ -520,7 +525,7 @@ class Execute(wiring.Component):
         m.d.sync += room.eq(Mux(wr_inc, Mux(d1_go, wr_out < MAX_WRITES, wr_out < MAX_WRITES - 1),
                                 Mux(d1_go, wr_out < MAX_WRITES + 1, wr_out < MAX_WRITES)))
         with m.If(wd_err & d1_go):
-            m.d.comb += [wflt_wr.addr.eq(wqpn_rd.data[:ab]), wflt_wr.data.eq(1),
+            m.d.comb += [wflt_wr.addr.eq(wqpn_rd.data), wflt_wr.data.eq(1),
                          wflt_wr.en.eq(1)]
         with m.Elif(rst.valid):
             m.d.comb += [wflt_wr.addr.eq(rst.payload.qpn), wflt_wr.data.eq(0),
@@ -768,12 +773,6 @@ class Execute(wiring.Component):
             if not isinstance(with_cqe, int) or with_cqe:
                 m.d.sync += cdone.eq(with_cqe)
 
-        flush_c = Signal(exe_layout)          # a flush as the planner's command
-        m.d.comb += [flush_c.qpn.eq(self.flush.payload.qpn),
-                     flush_c.rcqn.eq(self.flush.payload.rcqn),
-                     flush_c.rq_base.eq(self.flush.payload.rq_base),
-                     flush_c.rq_log.eq(self.flush.payload.rq_log)]
-
         def take_next(allow_flush):
             """IDLE's work: read the tables for the next command (or a flush) and take it."""
             m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
@@ -783,10 +782,18 @@ class Execute(wiring.Component):
             # ``c`` is loaded in every cycle that could take (nothing reads it until the next
             # state): its flops are enabled by the state, not by ``exe.valid`` or the flush
             # queue's ``valid`` (PSN Check's decision, a long path in the whole core)
+            m.d.sync += c.eq(self.exe.payload)
             if allow_flush:
-                m.d.sync += c.eq(Mux(self.exe.valid, self.exe.payload, flush_c))
-            else:
-                m.d.sync += c.eq(self.exe.payload)
+                # a flush as the planner's command: its QP and ring, and the fields its CQEs
+                # read (``fcq``) zero; the fields only a packet's states read are left as they
+                # come (no mux in front of their flops)
+                fp = self.flush.payload
+                with m.If(~self.exe.valid):
+                    m.d.sync += [c.qpn.eq(fp.qpn), c.rcqn.eq(fp.rcqn), c.rq_base.eq(fp.rq_base),
+                                 c.rq_log.eq(fp.rq_log), c.status.eq(0)]
+                    m.d.sync += [c[f].eq(0) for f in (
+                        "write", "imm_valid", "inv", "se", "wqe", "comp", "send",
+                        "imm", "ieth_rkey")]
             with m.If(self.exe.valid):
                 m.next = "DEC"
             if allow_flush:
@@ -876,7 +883,7 @@ class Execute(wiring.Component):
                     with m.Elif((cur & pool["ok"]) != 0):
                         # the slot ``hsel``: the planner works from its row, pinned until PUSH
                         m.d.comb += [pool["hit"].eq(1), wqe_wr.en.eq(c.wqe)]
-                        m.d.sync += [prow.eq(pool["hsel"]), pin.eq(1)]
+                        m.d.sync += [prow.eq(pool["hsel"]), pin.eq(1), pchk.eq(1)]
                         with m.If(c.wqe):
                             m.next = "TAKE"
                         with m.Else():
@@ -885,11 +892,18 @@ class Execute(wiring.Component):
                     with m.Else():
                         m.next = "FETCH"
             with m.State("TAKE"):
-                m.d.comb += take.eq(1)
-                m.next = "SUMS"
+                with m.If(pchk & ~ring_ok):
+                    # the slot hit was read from another ring: the planner reads the WQE
+                    m.d.sync += [pin.eq(0), pchk.eq(0)]
+                    m.next = "FETCH"
+                with m.Else():
+                    m.d.comb += take.eq(1)
+                    m.d.sync += pchk.eq(0)
+                    m.next = "SUMS"
             with m.State("FETCH"):
                 # (a WQE to take, a held WQE the store lost, or a flush's WQE) into row P
                 m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
+                m.d.sync += pchk.eq(0)
                 with m.If(fetch.req.ready):
                     m.d.sync += [prow.eq(P), d_valid.eq(0)]
                     m.next = "FETCH_WAIT"
@@ -927,8 +941,15 @@ class Execute(wiring.Component):
                     if i + 1 < MAX_SGE:
                         m.d.sync += li_r.eq(li_cs[i + 1])
                     if i == 0:
-                        m.d.sync += mend.eq(off + plen)
-                    m.next = f"SUMS{i + 1}" if i + 1 < MAX_SGE else "CUT"
+                        m.d.sync += [mend.eq(off + plen), pchk.eq(0)]
+                        with m.If(pchk & ~ring_ok):
+                            # a held WQE's slot hit, read from another ring (see TAKE)
+                            m.d.sync += pin.eq(0)
+                            m.next = "FETCH"
+                        with m.Else():
+                            m.next = "SUMS1"
+                    else:
+                        m.next = f"SUMS{i + 1}" if i + 1 < MAX_SGE else "CUT"
             with m.State("CUT"):
                 m.d.sync += cut
                 m.d.sync += [a_r.eq(wqe.sge[0].addr), bad_nsge.eq(wqe.nsge > MAX_SGE)]
@@ -1130,7 +1151,7 @@ class Execute(wiring.Component):
             pq.payload.lane.eq(j_bus_b[:lb]),
             pq.payload.end.eq(0),
             wqpn_wr.addr.eq(wr_cnt[:MAX_WRITES.bit_length() - 1]),
-            wqpn_wr.data.eq(bh.qpn),
+            wqpn_wr.data.eq(bh.qpn[:ab]),
             self.inval.req.payload.key.eq(bh.imm_or_rkey),
             self.inval.req.payload.tag.eq(0),
             plan_ev_qpn.eq(Mux(flushing, c.qpn, bh.qpn)),
@@ -1286,25 +1307,32 @@ class Execute(wiring.Component):
         ok = Signal(P)
         sq = [Signal(ab, name=f"pf_qpn{i}") for i in range(P)]
         sidx = [Signal(16, name=f"pf_index{i}") for i in range(P)]
-        # the ring the slot's WQE was read from: rq_base bits 63..6 (64-byte aligned) and rq_log
-        sring = [Signal(63, name=f"pf_ring{i}") for i in range(P)]
+        # the ring each slot's WQE was read from, rq_base bits 63..6 (64-byte aligned) and
+        # rq_log, in LUT RAM by slot: only the slot the planner hits is compared with c's ring
+        # (``ring_ok``), not every slot every cycle
+        m.submodules.pf_ring = pf_ring = Memory(shape=63, depth=max(P, 2), init=[])
+        ring_wr = pf_ring.write_port()
+        ring_rd = pf_ring.read_port(domain="comb")
         # the slots' WQEs are rows 0..P-1 of the WQE store (``_wqe_store``), written by the
         # reads' beats
 
         match_c = Signal(P)
         match = Signal(P)
-        # A slot matches c when it holds c's QP, ring index and ring (base and size): the WQE
-        # at c's address, read from the ring c uses (a ring SET_QP moved is not served from
-        # the old one). The compare is registered: made in the cycle before LOOK uses it (DEC,
-        # or LOOK's first cycle when DEC changed c's index to the held WQE's). A slot claimed
-        # in that cycle has new tags by then, so it is left out (``claim_d``), as a slot
-        # claimed in LOOK's last cycle is by the planner; ``valid`` is used as it stands.
+        # A slot matches c when it holds c's QP and ring index. The compare is registered:
+        # made in the cycle before LOOK uses it (DEC, or LOOK's first cycle when DEC changed
+        # c's index to the held WQE's). A slot claimed in that cycle has new tags by then, so
+        # it is left out (``claim_d``), as a slot claimed in LOOK's last cycle is by the
+        # planner; ``valid`` is used as it stands. The slot hit serves c only if its WQE was
+        # read from c's ring (base and size; a ring SET_QP moved is not served from the old
+        # one): ``ring_ok``, registered in the hit's cycle from the slot's ring (``hsel``, a
+        # register, addresses the ring RAM), is tested by the planner in the state after HIT,
+        # which reads the WQE itself on a mismatch.
         tag_eq = Signal(P)
         claim_d = Signal(P)
         for i in range(P):
-            m.d.sync += tag_eq[i].eq((sq[i] == c.qpn[:ab]) & (sidx[i] == c.rq_index)
-                                     & (sring[i] == Cat(c.rq_base[6:], c.rq_log)))
+            m.d.sync += tag_eq[i].eq((sq[i] == c.qpn[:ab]) & (sidx[i] == c.rq_index))
             m.d.comb += match_c[i].eq(valid[i] & tag_eq[i] & ~claim_d[i])
+        ring_ok = Signal()
         hit = Signal()
 
         # responses of prefetch reads (always taken; the WQE is in the store by then)
@@ -1364,6 +1392,12 @@ class Execute(wiring.Component):
         need1 = Signal()
         m.d.comb += [need0.eq(pf_want & ~pf_try[0] & ((pf_m0 & valid) == 0)),
                      need1.eq(pf_want1 & ~pf_try[1] & ((pf_m1 & valid) == 0) if D > 1 else 0)]
+        # the slots tagged {pf_q, pf_key}: idx0 in CALC, idx1 in CALC1 (one bank of compares)
+        pf_key = Signal(16)
+        pf_cmp = Signal(P)
+        m.d.comb += pf_key.eq(pf_idx)
+        for i in range(P):
+            m.d.comb += pf_cmp[i].eq((sq[i] == pf_q) & (sidx[i] == pf_key))
         with m.FSM(name="prefetch"):
             with m.State("IDLE"):
                 with m.If(chk_take.o.valid | chk_post.o.valid):
@@ -1383,13 +1417,12 @@ class Execute(wiring.Component):
                              # idx1 = idx0 + 1 posted (ahead = 2^15 left out: conservative)
                              pf_want1.eq(row.on & (ahead != 0) & (ahead != 1) & ~ahead[15]),
                              pf_idx1.eq(pf_idx + 1)]
-                for i in range(P):
-                    m.d.sync += pf_m0[i].eq((sq[i] == pf_q) & (sidx[i] == pf_idx))
+                m.d.sync += pf_m0.eq(pf_cmp)
                 m.next = "CALC1" if D > 1 else "ALLOC"
             if D > 1:
                 with m.State("CALC1"):
-                    for i in range(P):
-                        m.d.sync += pf_m1[i].eq((sq[i] == pf_q) & (sidx[i] == pf_idx1))
+                    m.d.comb += pf_key.eq(pf_idx1)
+                    m.d.sync += pf_m1.eq(pf_cmp)
                     m.next = "ALLOC"
             with m.State("ALLOC"):
                 # no claim in a cycle with a take or a qp_reset (they void by the slots' tags),
@@ -1458,6 +1491,8 @@ class Execute(wiring.Component):
                 m.d.comb += hsel_c.eq(i)
         hsel = Signal(sb)
         m.d.sync += hsel.eq(Mux(plan_look, rs, hsel_c))
+        m.d.comb += ring_rd.addr.eq(hsel)
+        m.d.sync += ring_ok.eq(ring_rd.data == Cat(c.rq_base[6:], c.rq_log))
         # the slot hit is read (store row ``hsel``, asynchronously) in the hit's cycle: a slot
         # with its data gets no beat (no read out) and no claim in a HIT cycle
 
@@ -1475,7 +1510,6 @@ class Execute(wiring.Component):
             with m.If(alloc & (aslot == i)):
                 m.d.sync += [valid[i].eq(1), busy[i].eq(1), ok[i].eq(0), sq[i].eq(pf_q),
                              sidx[i].eq(Mux(a_sel1, pf_idx1, pf_idx)),
-                             sring[i].eq(Cat(row.base[6:], row.log)),
                              pf_m0[i].eq(~a_sel1 if D > 1 else 1), pf_m1[i].eq(a_sel1)]
             # a take of WQE i keeps the QP's slots of index i (the slot hit: its WQE serves the
             # message's later packets) and i + 1 (D = 2); the others are behind or stale
@@ -1484,5 +1518,7 @@ class Execute(wiring.Component):
                       | (rst.valid & (sq[i] == rst_q))
                       | (release & (prow == i))):
                 m.d.sync += valid[i].eq(0)
+        m.d.comb += [ring_wr.addr.eq(aslot), ring_wr.data.eq(Cat(row.base[6:], row.log)),
+                     ring_wr.en.eq(alloc)]
         return {"match_c": match_c, "match": match, "valid": valid, "ok": ok, "hit": hit,
-                "claim_d": claim_d, "hsel": hsel}
+                "claim_d": claim_d, "hsel": hsel, "ring_ok": ring_ok}
