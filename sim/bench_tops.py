@@ -13,8 +13,8 @@ from rnic.host.cqe_gen import CqeGen
 from rnic.ifaces import NUM_COUNTERS, CommandSignature, event_layout, rx_meta_layout
 from rnic.keys.key_cache import KeyCache
 from rnic.resp.execute import Execute, flush_layout
-from rnic.resp.psn_check import (PsnCheck, done_layout, exe_layout, qpn_layout, rq_db_layout,
-                                  rq_flush_layout)
+from rnic.resp.psn_check import (PsnCheck, ack_out_layout, done_layout, exe_layout, qpn_layout,
+                                  rq_db_layout, rq_flush_layout)
 from rnic.resp.qp_context import qp_set_event_layout
 from rnic.stream import BeatStream
 from rnic.tx.arbiter import TxArbiter
@@ -52,7 +52,7 @@ class PsnBench(wiring.Component):
             "local_mac": In(48),
             "local_ip": In(32),
             "pay_out": Out(BeatStream(width)),
-            "ack_out": Out(stream.Signature(rx_meta_layout)),
+            "ack_out": Out(stream.Signature(ack_out_layout)),
             "rq_flush": Out(stream.Signature(rq_flush_layout)),
             "event": Out(stream.Signature(event_layout)),
             "qp_reset": Out(stream.Signature(qpn_layout)),

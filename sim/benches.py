@@ -40,7 +40,7 @@ def _register():
     for w in (64, 128, 256, 512):
         cocotb_bench(f"psn_check-w{w}", lambda w=w: psn_factory(w),
                      test_module="tb.cocotb_psn_check", testcase=["benchmark"],
-                     params={"width": w, "bench": 4}, extra_env={"PSN_WIDTH": str(w)})
+                     params={"width": w, "bench": 5}, extra_env={"PSN_WIDTH": str(w)})
 
     # execute: zero-wait host memory and 100 cycles of read latency at every width; at W = 64
     # and 512 also without the WQE prefetch (prefetch=0) for comparison

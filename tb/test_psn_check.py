@@ -17,7 +17,7 @@ NUM_QP = 16
 
 
 #: bump when PsnBench changes (the Verilog cache key covers rtl/ only; also in sim/benches.py)
-BENCH_REV = 4
+BENCH_REV = 5
 
 
 def _run(width, tests=None, name=None, extra=None):

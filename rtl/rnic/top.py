@@ -281,9 +281,9 @@ class RNIC(wiring.Component):
         ao = psn.ack_out
         ack_ok = Signal()
         m.d.comb += ack_ok.eq(ao.payload.opcode == 0x11)
-        m.d.comb += [req.ack.payload.qpn.eq(ao.payload.dqpn),
+        m.d.comb += [req.ack.payload.qpn.eq(ao.payload.qpn),
                      req.ack.payload.psn.eq(ao.payload.psn),
-                     req.ack.payload.syndrome.eq(ao.payload.aeth_syndrome),
+                     req.ack.payload.syndrome.eq(ao.payload.syndrome),
                      req.ack.valid.eq(ao.valid & ack_ok),
                      ao.ready.eq(~ack_ok | req.ack.ready)]
         with m.If(ao.valid & ~ack_ok):

@@ -76,8 +76,8 @@ the ACKs of that QP's younger packets are suppressed here; the later stages must
 placement of exe commands of a QP they have reported fatal (its younger packets) and still
 return their ``done``. For an error-completion command (``status`` ≠ 0) ``done`` is ignored.
 
-Other ports: ``ack_out`` gets the metadata of response opcodes (0x0D–0x12; their payload is
-dropped) for the requester — until it exists the top drops and counts them. ``rq_flush``
+Other ports: ``ack_out`` gets {opcode, QPN, PSN, AETH syndrome} of response opcodes (0x0D–0x12;
+their payload is dropped): the top passes ACKNOWLEDGE to the requester. ``rq_flush``
 {qpn, index, rcqn, rq_base, rq_log} asks the flush stage to complete the QP's receive WQEs up to
 ``index`` (the RQ producer) with WR_FLUSH_ERR: sent when a QP enters ERROR (a NAK 0x61 here, a
 fatal ``done``, a ``fault``, or SET_QP to ERROR) and for every RQ doorbell that arrives in ERROR
@@ -134,8 +134,16 @@ rq_db_layout = data.StructLayout({"qpn": 24, "index": 16})
 rq_flush_layout = data.StructLayout({"qpn": 24, "index": 16, "rcqn": 16, "rq_base": 64,
                                      "rq_log": 5})
 qpn_layout = data.StructLayout({"qpn": 24})
+#: A response frame PSN Check accepted (an RTS QP, from its remote IPv4): what the requester
+#: reads of it (``syndrome``: the AETH's, 0 without one)
+ack_out_layout = data.StructLayout({"opcode": 8, "qpn": 24, "psn": 24, "syndrome": 8})
 
-#: the metadata fields stage B checks (the whole record waits in a ring for stage C)
+#: the metadata fields stage C reads (they wait in a ring for it): all but the QPN (C has the
+#: table index; an accepted frame's QPN is below ``num_qp``) and the source IPv4 (checked in B)
+meta_c_layout = data.StructLayout({k: v.shape for k, v in rx_meta_layout
+                                   if k not in ("dqpn", "src_ip")})
+
+#: the metadata fields stage B checks
 meta_b_layout = data.StructLayout({"opcode": 8, "psn": 24, "payload_len": 13, "padcnt": 2,
                                    "reth_len": 32, "src_ip": 32})
 
@@ -171,8 +179,8 @@ class PsnCheck(wiring.Component):
     done : In(stream.Signature(done_layout))
     pay_out : Out(BeatStream(W))
         Payload of executed frames (beats of dropped frames are drained here).
-    ack_out : Out(stream.Signature(rx_meta_layout))
-        Response-opcode metadata for the requester.
+    ack_out : Out(stream.Signature(ack_out_layout))
+        Response frames for the requester: opcode, QPN, PSN, AETH syndrome.
     rq_flush : Out(stream.Signature(rq_flush_layout))
     rq_post : Out(stream.Signature(rq_flush_layout, always_ready=True))
         Every RQ doorbell that took effect (QP in INIT, RTR or RTS): {qpn, index = the new
@@ -231,7 +239,7 @@ class PsnCheck(wiring.Component):
             "exe": Out(stream.Signature(exe_layout)),
             "done": In(stream.Signature(done_layout)),
             "pay_out": Out(BeatStream(width)),
-            "ack_out": Out(stream.Signature(rx_meta_layout)),
+            "ack_out": Out(stream.Signature(ack_out_layout)),
             "rq_flush": Out(stream.Signature(rq_flush_layout)),
             "rq_post": Out(stream.Signature(rq_flush_layout, always_ready=True)),
             "ack_tx": Out(stream.Signature(tx_hdr_layout)),
@@ -267,7 +275,7 @@ class PsnCheck(wiring.Component):
         m.submodules.exe_q = exe_q = Queue(exe_layout, 8, buffered=False)
         m.submodules.resp_q = resp_q = Queue(entry_layout, self.resp_depth, buffered=False)
         m.submodules.dec_q = dec_q = Queue(dec_layout, 8)
-        m.submodules.ack_q = ack_q = Queue(rx_meta_layout, 4, buffered=False)
+        m.submodules.ack_q = ack_q = Queue(ack_out_layout, 4, buffered=False)
         m.submodules.ev_q = ev_q = Queue(event_layout, 4)
         m.submodules.fl_q = fl_q = Queue(rq_flush_layout, 4, buffered=False)
         connect(m, exe_q.o, wiring.flipped(self.exe))
@@ -327,13 +335,14 @@ class PsnCheck(wiring.Component):
         # The frame's metadata is kept once, in a 4-entry LUT-RAM ring written in A and read
         # by stage C at the operation's slot (at most three operations are in R, B and C, so A
         # never writes the slot C reads); R and B carry only the fields B checks.
-        m.submodules.mring = mring = memory.Memory(shape=rx_meta_layout, depth=4, init=[])
+        m.submodules.mring = mring = memory.Memory(shape=meta_c_layout, depth=4, init=[])
         mr_w = mring.write_port()
         mr_r = mring.read_port(domain="comb")
         a_slot = Signal(2)
         # (written whenever A may issue, a register's enable, not the issue decision: a cycle
         # without an issue writes the free slot the next issue writes again)
-        m.d.comb += [mr_w.addr.eq(a_slot), mr_w.data.eq(meta), mr_w.en.eq(adv)]
+        m.d.comb += [mr_w.addr.eq(a_slot), mr_w.en.eq(adv)]
+        m.d.comb += [mr_w.data[f].eq(meta[f]) for f in meta_c_layout.members]
         with m.If(a_fire):
             m.d.sync += a_slot.eq(a_slot + 1)
         with m.If(adv):
@@ -363,7 +372,7 @@ class PsnCheck(wiring.Component):
         c_kind = Signal(2)
         c_idx = Signal(ab)
         c_qok = Signal()
-        c_meta = Signal(rx_meta_layout)
+        c_meta = Signal(meta_c_layout)
         c_db = Signal(16)
         c_slot = Signal(2)
         m.d.comb += [mr_r.addr.eq(c_slot), c_meta.eq(mr_r.data)]
@@ -534,7 +543,9 @@ class PsnCheck(wiring.Component):
             dec_q.i.valid.eq(fire & want_dec), dec_q.i.payload.eq(dec),
             ev_q.i.valid.eq(fire & want_ev),
             ev_q.i.payload.type.eq(EventType.QP_ERROR), ev_q.i.payload.number.eq(c_idx),
-            ack_q.i.valid.eq(fire & want_ack), ack_q.i.payload.eq(cm),
+            ack_q.i.valid.eq(fire & want_ack), ack_q.i.payload.opcode.eq(cm.opcode),
+            ack_q.i.payload.qpn.eq(c_idx), ack_q.i.payload.psn.eq(cm.psn),
+            ack_q.i.payload.syndrome.eq(cm.aeth_syndrome),
             fl_q.i.valid.eq((fire & want_fl) | (ctx.set_valid & ctx.set_to_error)),
             wr_en.eq(fire & (c_kind != Kind.RESP)),
         ]
