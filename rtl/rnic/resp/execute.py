@@ -463,11 +463,11 @@ class Execute(wiring.Component):
 
         # ---- WQE reads: the planner's (tag DEMAND) and the prefetcher's (tag = pool slot) ----
         DEMAND = 0xFF
-        # c's WQE address: added from c's registers (c does not change while FETCH asks)
-        faddr_c = Signal(64)
+        faddr = Signal(64)                     # the planner's WQE address (registered)
+        faddr_c = Signal(64)                   # c's WQE address (comb), faddr's next value
         fr = fetch.resp
         plan_fetch = Signal()                  # the planner requests a read this cycle
-        m.d.comb += [fetch.req.payload.addr.eq(faddr_c), fetch.req.payload.tag.eq(DEMAND)]
+        m.d.comb += [fetch.req.payload.addr.eq(faddr), fetch.req.payload.tag.eq(DEMAND)]
         take = Signal()                        # the planner takes WQE c.rq_index of c.qpn
         plan_look = Signal()                   # the planner is in HIT
         release = Signal()                     # the planner is done with the WQE in ``prow``
@@ -819,7 +819,8 @@ class Execute(wiring.Component):
                 # registered: is the flush at its end (index reached or behind)?
                 fl_left = Signal(16)
                 m.d.comb += fl_left.eq(fl_end - c.rq_index)
-                m.d.sync += fl_stop.eq((fl_left == 0) | fl_left[15])
+                m.d.sync += [fl_stop.eq((fl_left == 0) | fl_left[15]),
+                             faddr.eq(faddr_c)]
                 m.next = "FL_NEXT"
             with m.State("FL_NEXT"):
                 with m.If(fl_stop):
@@ -838,7 +839,7 @@ class Execute(wiring.Component):
                     m.next = "FL_CHK"
             with m.State("DEC"):
                 m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
-                             rq_prev.eq(c.rq_index)]
+                             faddr.eq(faddr_c), rq_prev.eq(c.rq_index)]
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
@@ -860,8 +861,8 @@ class Execute(wiring.Component):
                         m.d.sync += pool["match"].eq(pool["match_c"])
                     m.next = "HIT"
                 with m.Else():
-                    # the tags are compared with c's new index in this cycle
-                    m.d.sync += rq_prev.eq(c.rq_index)
+                    # the tags are compared with c's new index in this cycle; its address
+                    m.d.sync += [rq_prev.eq(c.rq_index), faddr.eq(faddr_c)]
             with m.State("HIT"):
                 m.d.comb += plan_look.eq(1)
                 # ``wqet`` gets the index of a WQE the command takes
