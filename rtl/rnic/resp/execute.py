@@ -462,6 +462,8 @@ class Execute(wiring.Component):
                      wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.eq(c.rq_index)]
 
         # ---- WQE reads: the planner's (tag DEMAND) and the prefetcher's (tag = pool slot) ----
+        # (a response is the planner's when its tag's bit 7 is set: pool slots are < 16, and
+        # the one-bit test keeps the response's decode short before the take)
         DEMAND = 0xFF
         faddr = Signal(64)                     # the planner's WQE address (registered)
         faddr_c = Signal(64)                   # c's WQE address (comb), faddr's next value
@@ -910,7 +912,7 @@ class Execute(wiring.Component):
                     m.next = "FETCH_WAIT"
             with m.State("FETCH_WAIT"):
                 r = fetch.resp
-                with m.If(r.valid & (r.payload.tag == DEMAND)):
+                with m.If(r.valid & r.payload.tag[7]):
                     with m.If(r.payload.err):
                         with m.If(flushing):
                             m.d.comb += fl_ev.eq(~wd_err)
@@ -1339,7 +1341,7 @@ class Execute(wiring.Component):
         # responses of prefetch reads (always taken; the WQE is in the store by then)
         rs = fr.payload.tag[:sb]
         pf_resp = Signal()
-        m.d.comb += pf_resp.eq(fr.valid & (fr.payload.tag != DEMAND))
+        m.d.comb += pf_resp.eq(fr.valid & ~fr.payload.tag[7])
         with m.If(pf_resp):
             m.d.comb += fr.ready.eq(1)
 
