@@ -82,7 +82,8 @@ One LUT-RAM store of ``prefetch`` + 1 rows, each what placement keeps of a WQE (
 min(num_sge, 4), the three SGEs: 451 bits, one RAM per 64-bit word of the WQE), written beat
 by beat by the read that fills it: rows 0 to ``prefetch`` − 1 are the prefetch pool's slots,
 row ``prefetch`` takes the planner's own reads. Each row is tagged {valid, QP, index, ring}
-(``rq_base`` bits 63..6 and ``rq_log``): a WQE taken stays in its row, tagged, while its
+(``rq_base`` bits 63..6 and ``rq_log``; a pool slot's ring in a LUT RAM, compared for the slot
+hit only): a WQE taken stays in its row, tagged, while its
 message runs, and the later packets of the message read it there. A row is lost to a claim
 (the prefetcher's, for a pool slot; the planner's next read, for its own row), to a take of
 another WQE of the QP (except index + 1, read ahead), to ``qp_reset``, and a pool slot also
@@ -448,7 +449,8 @@ class Execute(wiring.Component):
         wqe = wqs_data
         prow = Signal(range(P + 1))            # the store row the planner works from
         pin = Signal()                         # ``prow`` is a pool slot the planner uses
-        pchk = Signal()                        # ... just hit: its ring is tested next state
+        pchk = Signal()                        # ``prow`` is a pool slot just hit: its ring
+                                               # (``ring_ok``) is tested in the next state
         rq_prev = Signal(16)                   # c's index the tags were last compared with
         m.d.comb += wqs_addr.eq(prow)
         in_qpn = Signal(ab)
