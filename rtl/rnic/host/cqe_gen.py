@@ -497,7 +497,7 @@ class CqeGen(wiring.Component):
         # its ``done`` comes later either way).
         c = Signal(_rec_layout, reset_less=True)
         nbeats = max(1, 256 // W)
-        beat = Signal(range(nbeats + 1), reset_less=True)
+        beat = Signal(range(nbeats), reset_less=True)
         m.d.comb += [
             self.mem.req.payload.addr.eq(Cat(Const(0, 5), p_addr)),
             self.mem.req.payload.len_bytes.eq(CQE_BYTES),
@@ -575,7 +575,8 @@ class CqeGen(wiring.Component):
         d = inflight.o.payload
         d_err = self.mem.done.payload.err
         m.d.comb += [b_ev.type.eq(Mux(d_err, EventType.HOST_FAULT, EventType.COMPLETION)),
-                     b_ev.number.eq(Mux(d_err, d.qpn, d.cqn))]
+                     b_ev.number.eq(Mux(d_err, d.qpn, d.cqn)),
+                     self.fault.payload.qpn.eq(d.qpn)]     # meaningful with ``fault.valid``
 
         def pop():
             m.d.comb += [self.mem.done.ready.eq(1), inflight.o.ready.eq(1)]
@@ -598,7 +599,7 @@ class CqeGen(wiring.Component):
                         m.d.comb += self.stat[Counter.COMPLETIONS].eq(1)
                         m.next = "IDLE"
             with m.State("FAULT"):
-                m.d.comb += [self.fault.valid.eq(1), self.fault.payload.qpn.eq(d.qpn)]
+                m.d.comb += self.fault.valid.eq(1)
                 with m.If(self.fault.ready):
                     pop()
                     m.next = "IDLE"
