@@ -340,28 +340,35 @@ class CqeGen(wiring.Component):
             with m.State("IDLE"):
                 # the first word's read is addressed by the reservation or completion taken
                 take_rsv = self.reserve.valid & ~resp_valid
-                m.d.comb += rd.addr.eq(taddr(Mux(take_rsv, self.reserve.payload.cqn, cin.cqn),
-                                             0))
+                pick = Mux(take_rsv, self.reserve.payload.cqn, cin.cqn)
+                m.d.comb += rd.addr.eq(taddr(pick, 0))
+                # ``cur`` is loaded in every IDLE cycle (nothing reads it here). Its bits above
+                # the CQ index only count for a reservation or completion (range test, the
+                # overflow event's number): CQ_DB and CQ_ARM test the range on their port,
+                # which holds the CQN until the operation ends, and SET_CQ in ``idx_ok``.
+                m.d.sync += [
+                    cur[:ib].eq(Mux(self.cmd.cmd.valid, self.cmd.cmd.payload.index,
+                                    Mux(self.cq_db.valid, self.cq_db.payload.cqn,
+                                        Mux(self.cq_arm.valid, self.cq_arm.payload.cqn,
+                                            pick)))[:ib]),
+                    cur[ib:].eq(pick[ib:]),
+                ]
                 with m.If(self.cmd.cmd.valid):
                     m.d.comb += self.cmd.cmd.ready.eq(1)
                     m.d.sync += [
-                        cur.eq(self.cmd.cmd.payload.index),
                         is_set.eq(self.cmd.cmd.payload.opcode == CmdOp.SET_CQ),
                         idx_ok.eq(~self.cmd.cmd.payload.index[ib:].any()),
                     ]
                     m.next = "C1"
                 with m.Elif(self.cq_db.valid):
-                    m.d.sync += cur.eq(self.cq_db.payload.cqn)
                     m.next = "D1"
                 with m.Elif(self.cq_arm.valid):
-                    m.d.sync += cur.eq(self.cq_arm.payload.cqn)
                     m.next = "A1"
                 with m.Elif(take_rsv):
                     m.d.comb += self.reserve.ready.eq(1)
-                    m.d.sync += cur.eq(self.reserve.payload.cqn)
                     m.next = "R1"
                 with m.Elif(self.complete.valid & ~p_busy):
-                    m.d.sync += [cur.eq(cin.cqn), p_busy.eq(1)]
+                    m.d.sync += p_busy.eq(1)
                     m.next = "P1"
 
             # ---- SET_CQ: ARG n is addressed in one state and arrives in the next; ARG0 and
@@ -469,7 +476,7 @@ class CqeGen(wiring.Component):
                 m.next = "D3"
             with m.State("D3"):                   # row = word 1
                 m.d.sync += [tmp.eq(r1.prod - self.cq_db.payload.index),
-                             dbv_r.eq(r1.valid & in_range)]
+                             dbv_r.eq(r1.valid & ~self.cq_db.payload.cqn[ib:].any())]
                 m.next = "D4"
             with m.State("D4"):                   # row = word 0
                 m.d.comb += [mid.eq(tmp + r0.resv), wr.en.eq(dbv_r), self.cq_db.ready.eq(1)]
@@ -484,7 +491,8 @@ class CqeGen(wiring.Component):
             with m.State("A3"):                   # row = word 1
                 mode = self.cq_arm.payload.mode
                 m.d.comb += [wword.eq(1), lo[:2].eq(mode),
-                             wr.en.eq(r1.valid & in_range & ((mode == 1) | (mode == 2))),
+                             wr.en.eq(r1.valid & ~self.cq_arm.payload.cqn[ib:].any()
+                                      & ((mode == 1) | (mode == 2))),
                              self.cq_arm.ready.eq(1)]
                 m.next = "IDLE"
 
