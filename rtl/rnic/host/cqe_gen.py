@@ -327,6 +327,7 @@ class CqeGen(wiring.Component):
                 m.d.sync += ev_valid.eq(0)
 
         arg = self.cmd.arg_data
+        m.d.comb += self.cmd.resp.payload.result.eq(result)    # meaningful with ``resp.valid``
         set_ok = result == Result.OK
         with m.FSM(name="cqe"):
             with m.State("SWEEP"):
@@ -407,8 +408,7 @@ class CqeGen(wiring.Component):
                              wr.en.eq(set_ok)]
                 m.next = "C8"
             with m.State("C8"):
-                m.d.comb += [self.cmd.resp.valid.eq(1),
-                             self.cmd.resp.payload.result.eq(result)]
+                m.d.comb += self.cmd.resp.valid.eq(1)
                 with m.If(self.cmd.resp.ready):
                     m.next = "IDLE"
 
@@ -522,6 +522,41 @@ class CqeGen(wiring.Component):
                 m.d.sync += [p_valid.eq(0), p_busy.eq(0), beat.eq(0)]
                 m.next = "DATA"
 
+        # the beats, from the copy (meaningful with ``data.valid`` only)
+        imm = Signal(32)
+        m.d.comb += imm.eq(Mux(c.flags & WITH_IMM,
+                               Cat(c.imm_or_rkey[24:32], c.imm_or_rkey[16:24],
+                                   c.imm_or_rkey[8:16], c.imm_or_rkey[0:8]),
+                               c.imm_or_rkey))
+        entry = Signal(cqe_entry_layout, name="cqe")   # the 32-byte entry; other bits 0
+        m.d.comb += [
+            entry.wr_id.eq(c.wr_id),
+            entry.byte_len.eq(c.byte_len),
+            entry.imm_or_rkey.eq(imm),
+            entry.qpn.eq(c.qpn),
+            entry.status.eq(c.status),
+            entry.opcode.eq(c.opcode),
+            entry.flags.eq(c.flags),
+            entry.phase.eq(c.phase),
+        ]
+        cqe = entry.as_value()                # its bits, byte i = bits 8·i..8·i+7
+        assert len(cqe) == 8 * CQE_BYTES
+        m.d.comb += self.mem.data.payload.last.eq(beat == nbeats - 1)
+        if W >= 256:
+            # one beat; at W = 512 the entry in both halves, the strobes pick one
+            m.d.comb += self.mem.data.payload.data.eq(Cat(*[cqe] * (W // 256)))
+            if W == 256:
+                m.d.comb += self.mem.data.payload.strb.eq(Const(0xFFFFFFFF, 32))
+            else:
+                m.d.comb += self.mem.data.payload.strb.eq(
+                    Mux(c.half, Const(0xFFFFFFFF << 32, 64), Const(0xFFFFFFFF, 64)))
+        else:
+            with m.Switch(beat):
+                for k in range(nbeats):
+                    with m.Case(k):
+                        m.d.comb += self.mem.data.payload.data.eq(cqe[k * W:(k + 1) * W])
+            m.d.comb += self.mem.data.payload.strb.eq(Const((1 << (W // 8)) - 1, W // 8))
+
         with m.FSM(name="writer"):
             with m.State("IDLE"):
                 # ``complete.ready`` and the copy's enable come from our own registers
@@ -540,40 +575,7 @@ class CqeGen(wiring.Component):
             with m.State("REQ"):
                 request()
             with m.State("DATA"):
-                imm = Signal(32)
-                m.d.comb += imm.eq(Mux(c.flags & WITH_IMM,
-                                       Cat(c.imm_or_rkey[24:32], c.imm_or_rkey[16:24],
-                                           c.imm_or_rkey[8:16], c.imm_or_rkey[0:8]),
-                                       c.imm_or_rkey))
-                entry = Signal(cqe_entry_layout, name="cqe")   # the 32-byte entry; other bits 0
-                m.d.comb += [
-                    entry.wr_id.eq(c.wr_id),
-                    entry.byte_len.eq(c.byte_len),
-                    entry.imm_or_rkey.eq(imm),
-                    entry.qpn.eq(c.qpn),
-                    entry.status.eq(c.status),
-                    entry.opcode.eq(c.opcode),
-                    entry.flags.eq(c.flags),
-                    entry.phase.eq(c.phase),
-                ]
-                cqe = entry.as_value()            # its bits, byte i = bits 8·i..8·i+7
-                assert len(cqe) == 8 * CQE_BYTES
-                m.d.comb += [self.mem.data.valid.eq(1),
-                             self.mem.data.payload.last.eq(beat == nbeats - 1)]
-                if W >= 256:
-                    # one beat; at W = 512 the entry in both halves, the strobes pick one
-                    m.d.comb += self.mem.data.payload.data.eq(Cat(*[cqe] * (W // 256)))
-                    if W == 256:
-                        m.d.comb += self.mem.data.payload.strb.eq(Const(0xFFFFFFFF, 32))
-                    else:
-                        m.d.comb += self.mem.data.payload.strb.eq(
-                            Mux(c.half, Const(0xFFFFFFFF << 32, 64), Const(0xFFFFFFFF, 64)))
-                else:
-                    with m.Switch(beat):
-                        for k in range(nbeats):
-                            with m.Case(k):
-                                m.d.comb += self.mem.data.payload.data.eq(cqe[k * W:(k + 1) * W])
-                    m.d.comb += self.mem.data.payload.strb.eq(Const((1 << (W // 8)) - 1, W // 8))
+                m.d.comb += self.mem.data.valid.eq(1)
                 with m.If(self.mem.data.ready):
                     m.d.sync += beat.eq(beat + 1)
                     with m.If(beat == nbeats - 1):
