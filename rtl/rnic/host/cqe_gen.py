@@ -329,7 +329,15 @@ class CqeGen(wiring.Component):
         arg = self.cmd.arg_data
         m.d.comb += self.cmd.resp.payload.result.eq(result)    # meaningful with ``resp.valid``
         set_ok = result == Result.OK
-        with m.FSM(name="cqe"):
+        with m.FSM(name="cqe") as fsm:
+            # Amaranth numbers the states (binary) in the order they are first named. They are
+            # named here operation by operation, each operation's states consecutive: the state
+            # decoding is smaller than with the order IDLE would name them in (the first state
+            # of every operation, then the rest).
+            for name in ("SWEEP", "IDLE", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8",
+                         "R1", "R2", "R3", "EVENT", "P1", "P2", "P3", "P4",
+                         "D1", "D2", "D3", "D4", "A1", "A2", "A3"):
+                fsm.ongoing(name)
             with m.State("SWEEP"):
                 sw = cur[:ib + 2]
                 m.d.comb += [self.sweeping.eq(1), wr.addr.eq(sw), set_sel.eq(1),
