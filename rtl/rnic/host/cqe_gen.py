@@ -242,9 +242,11 @@ class CqeGen(wiring.Component):
 
         # Two adders on the row register, shared by the operations and the address stages:
         # ``low`` = bits 15..0 + (+1, −1 or 0; the carry into address bit 32 in word 3),
-        # ``high`` = bits 31..16 + (+1 or 0; the carry into address bit 20 in word 2); each has
-        # its carry out as bit 16. Their operands are registers set in the cycle before
-        # (``inc``, ``dec``, ``inc_hi``, ``carry``).
+        # ``high`` = bits 31..16 + (+1 or 0; the carry into address bit 20 in word 2, into bit
+        # 48 in word 3); each has its carry out as bit 16. Their operands are registers set in
+        # the cycle before (``inc``, ``dec``, ``inc_hi``, ``carry``) or row bits: the carry into
+        # bit 48 is the one into bit 32 when word 3's bit 32 (ARG1[15:0] all ones) is set, so
+        # ``high`` does not wait for ``low``'s carry chain.
         inc = Signal()
         dec = Signal()
         inc_hi = Signal()
@@ -257,7 +259,7 @@ class CqeGen(wiring.Component):
         high = Signal(17)
         m.d.comb += [
             low.eq(row[:16] + Mux(dec, 0xFFFF, inc | (s6 & carry))),
-            high.eq(row[16:32] + Cat(inc_hi, Const(0, 3), s5 & carry)),
+            high.eq(row[16:32] + Cat(inc_hi | (s6 & carry & row[32]), Const(0, 3), s5 & carry)),
         ]
         # occ ≥ 2^log2: some bit of occ at or above bit log2
         occ_full = Signal()
@@ -305,7 +307,7 @@ class CqeGen(wiring.Component):
         with m.If(s5):                        # row = word 2: address bits 31..20
             m.d.sync += [p_addr[15:27].eq(high[4:16]), carry.eq(high[16])]
         with m.If(s6):                        # row = word 3: address bits 63..32
-            m.d.sync += [p_addr[27:43].eq(low[:16]), p_addr[43:59].eq(row[16:32] + low[16]),
+            m.d.sync += [p_addr[27:43].eq(low[:16]), p_addr[43:59].eq(high[:16]),
                          p_valid.eq(1)]
 
         # event merge: the table FSM (a) and the completion FSM (b) share the event output
@@ -408,7 +410,8 @@ class CqeGen(wiring.Component):
                              setv.eq(arg), wr.en.eq(set_ok)]
                 m.next = "C6"
             with m.State("C6"):                   # ARG1 here: word 3
-                m.d.comb += [wword.eq(3), set_sel.eq(1), setv.eq(arg), wr.en.eq(set_ok)]
+                m.d.comb += [wword.eq(3), set_sel.eq(1), setv.eq(Cat(arg, arg[:16].all())),
+                             wr.en.eq(set_ok)]
                 m.next = "C7"
             with m.State("C7"):                   # word 0
                 m.d.comb += [set_sel.eq(1), setv.eq(Cat(Const(0, 32), log2_r)),
