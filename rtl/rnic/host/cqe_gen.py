@@ -7,11 +7,13 @@ up to 128 CQs):
 
 * word 0: reserved count ``resv`` [15:0], occupancy ``occ`` = producer + reserved − consumer
   [31:16] (16-bit arithmetic), log2 entries [35:32];
-* word 1: producer [15:0], arm mode [17:16], valid [18], ring base bits 22..6 [35:19];
-* word 2: ring base bits 31..23 [8:0];
-* word 3: ring base bits 63..32 [31:0].
+* word 1: arm mode [1:0], valid [2], ring base bits 15..6 [15:6] (where ARG0 has them),
+  producer [31:16], ring base bits 19..16 [35:32];
+* word 2: ARG0 as SET_CQ was given it [31:0] (ring base bits 31..0, of which 31..20 are used);
+* word 3: ARG1 (ring base bits 63..32) [31:0]; [32] set when ARG1[15:0] is all ones, so that
+  the carry into address bit 48 is known without the sum of bits 47..32.
 
-The base is 64-byte aligned, so its low six bits are not stored. Keeping ``occ`` instead of the
+The base is 64-byte aligned, so its low six bits are not used. Keeping ``occ`` instead of the
 consumer index puts every test of a reservation in word 0: a CQ is full when ``occ ≥ 2^log2``.
 CQ_DB rewrites ``occ`` from the producer and reserved count. The table is cleared by a sweep
 after ``rst`` (``sweeping`` high, no input taken) that writes every word with only bit 31 set:
@@ -125,7 +127,7 @@ _w0_layout = data.StructLayout({"resv": 16, "occ": 16, "log2": 4})
 _w1_layout = data.StructLayout({"arm": 2, "valid": 1, "spare": 3, "base_lo": 10, "prod": 16,
                                 "base_hi": 4})
 # word 2: ARG0 as SET_CQ was given it (ring base bits 31..0, of which 31..20 are used);
-# word 3: ARG1 (ring base bits 63..32)
+# word 3: ARG1 (ring base bits 63..32), bit 32 set when ARG1[15:0] is all ones
 #: What the sweep writes to every word: word 0 ``occ`` = 0x8000 (full at every size), word 1
 #: ``valid`` = 0.
 _SWEPT = 1 << 31
