@@ -263,10 +263,9 @@ class CqeGen(wiring.Component):
             low.eq(row[:16] + Mux(dec, 0xFFFF, inc | (s6 & carry))),
             high.eq(row[16:32] + Cat(inc_hi | (s6 & carry & row[32]), Const(0, 3), s5 & carry)),
         ]
-        # occ ≥ 2^log2: some bit of occ at or above bit log2
+        # occ ≥ 2^log2: some bit of occ at or above bit log2 (occ >> log2 not zero)
         occ_full = Signal()
-        m.d.comb += occ_full.eq(Cat(*[r0.occ[i:].any() for i in range(16)])
-                                .bit_select(r0.log2, 1))
+        m.d.comb += occ_full.eq((r0.occ >> r0.log2) != 0)
 
         # What a table operation writes: the row with bits 15..0 from ``low`` (the arm
         # replaced in word 1) and 31..16 from ``high`` or the CQ_DB sum; SET_CQ and the sweep
