@@ -341,8 +341,10 @@ class CqeGen(wiring.Component):
                          "D1", "D2", "D3", "D4", "A1", "A2", "A3"):
                 fsm.ongoing(name)
             with m.State("SWEEP"):
-                sw = cur[:ib + 2]
-                m.d.comb += [self.sweeping.eq(1), wr.addr.eq(sw), set_sel.eq(1),
+                # the word in cur[ib + 1:ib], the CQ in cur[ib - 1:0]: the write address is
+                # ``taddr(cur, wword)`` as in every other state
+                sw = Cat(cur[ib:ib + 2], cur[:ib])
+                m.d.comb += [self.sweeping.eq(1), wword.eq(cur[ib:ib + 2]), set_sel.eq(1),
                              setv.eq(_SWEPT), wr.en.eq(1)]
                 m.d.sync += sw.eq(sw + 1)
                 with m.If(sw == 4 * self.num_cq - 1):
