@@ -7,11 +7,13 @@ up to 128 CQs):
 
 * word 0: reserved count ``resv`` [15:0], occupancy ``occ`` = producer + reserved − consumer
   [31:16] (16-bit arithmetic), log2 entries [35:32];
-* word 1: producer [15:0], arm mode [17:16], valid [18], ring base bits 22..6 [35:19];
-* word 2: ring base bits 31..23 [8:0];
-* word 3: ring base bits 63..32 [31:0].
+* word 1: arm mode [1:0], valid [2], ring base bits 15..6 [15:6] (where ARG0 has them),
+  producer [31:16], ring base bits 19..16 [35:32];
+* word 2: ARG0 as SET_CQ was given it [31:0] (ring base bits 31..0, of which 31..20 are used);
+* word 3: ARG1 (ring base bits 63..32) [31:0]; [32] set when ARG1[15:0] is all ones, so that
+  the carry into address bit 48 is known without the sum of bits 47..32.
 
-The base is 64-byte aligned, so its low six bits are not stored. Keeping ``occ`` instead of the
+The base is 64-byte aligned, so its low six bits are not used. Keeping ``occ`` instead of the
 consumer index puts every test of a reservation in word 0: a CQ is full when ``occ ≥ 2^log2``.
 CQ_DB rewrites ``occ`` from the producer and reserved count. The table is cleared by a sweep
 after ``rst`` (``sweeping`` high, no input taken) that writes every word with only bit 31 set:
@@ -125,7 +127,7 @@ _w0_layout = data.StructLayout({"resv": 16, "occ": 16, "log2": 4})
 _w1_layout = data.StructLayout({"arm": 2, "valid": 1, "spare": 3, "base_lo": 10, "prod": 16,
                                 "base_hi": 4})
 # word 2: ARG0 as SET_CQ was given it (ring base bits 31..0, of which 31..20 are used);
-# word 3: ARG1 (ring base bits 63..32)
+# word 3: ARG1 (ring base bits 63..32), bit 32 set when ARG1[15:0] is all ones
 #: What the sweep writes to every word: word 0 ``occ`` = 0x8000 (full at every size), word 1
 #: ``valid`` = 0.
 _SWEPT = 1 << 31
@@ -242,9 +244,11 @@ class CqeGen(wiring.Component):
 
         # Two adders on the row register, shared by the operations and the address stages:
         # ``low`` = bits 15..0 + (+1, −1 or 0; the carry into address bit 32 in word 3),
-        # ``high`` = bits 31..16 + (+1 or 0; the carry into address bit 20 in word 2); each has
-        # its carry out as bit 16. Their operands are registers set in the cycle before
-        # (``inc``, ``dec``, ``inc_hi``, ``carry``).
+        # ``high`` = bits 31..16 + (+1 or 0; the carry into address bit 20 in word 2, into bit
+        # 48 in word 3); each has its carry out as bit 16. Their operands are registers set in
+        # the cycle before (``inc``, ``dec``, ``inc_hi``, ``carry``) or row bits: the carry into
+        # bit 48 is the one into bit 32 when word 3's bit 32 (ARG1[15:0] all ones) is set, so
+        # ``high`` does not wait for ``low``'s carry chain.
         inc = Signal()
         dec = Signal()
         inc_hi = Signal()
@@ -257,12 +261,11 @@ class CqeGen(wiring.Component):
         high = Signal(17)
         m.d.comb += [
             low.eq(row[:16] + Mux(dec, 0xFFFF, inc | (s6 & carry))),
-            high.eq(row[16:32] + Cat(inc_hi, Const(0, 3), s5 & carry)),
+            high.eq(row[16:32] + Cat(inc_hi | (s6 & carry & row[32]), Const(0, 3), s5 & carry)),
         ]
-        # occ ≥ 2^log2: some bit of occ at or above bit log2
+        # occ ≥ 2^log2: some bit of occ at or above bit log2 (occ >> log2 not zero)
         occ_full = Signal()
-        m.d.comb += occ_full.eq(Cat(*[r0.occ[i:].any() for i in range(16)])
-                                .bit_select(r0.log2, 1))
+        m.d.comb += occ_full.eq((r0.occ >> r0.log2) != 0)
 
         # What a table operation writes: the row with bits 15..0 from ``low`` (the arm
         # replaced in word 1) and 31..16 from ``high`` or the CQ_DB sum; SET_CQ and the sweep
@@ -305,7 +308,7 @@ class CqeGen(wiring.Component):
         with m.If(s5):                        # row = word 2: address bits 31..20
             m.d.sync += [p_addr[15:27].eq(high[4:16]), carry.eq(high[16])]
         with m.If(s6):                        # row = word 3: address bits 63..32
-            m.d.sync += [p_addr[27:43].eq(low[:16]), p_addr[43:59].eq(row[16:32] + low[16]),
+            m.d.sync += [p_addr[27:43].eq(low[:16]), p_addr[43:59].eq(high[:16]),
                          p_valid.eq(1)]
 
         # event merge: the table FSM (a) and the completion FSM (b) share the event output
@@ -326,11 +329,22 @@ class CqeGen(wiring.Component):
                 m.d.sync += ev_valid.eq(0)
 
         arg = self.cmd.arg_data
+        m.d.comb += self.cmd.resp.payload.result.eq(result)    # meaningful with ``resp.valid``
         set_ok = result == Result.OK
-        with m.FSM(name="cqe"):
+        with m.FSM(name="cqe") as fsm:
+            # Amaranth numbers the states (binary) in the order they are first named. They are
+            # named here operation by operation, each operation's states consecutive: the state
+            # decoding is smaller than with the order IDLE would name them in (the first state
+            # of every operation, then the rest).
+            for name in ("SWEEP", "IDLE", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8",
+                         "R1", "R2", "R3", "EVENT", "P1", "P2", "P3", "P4",
+                         "D1", "D2", "D3", "D4", "A1", "A2", "A3"):
+                fsm.ongoing(name)
             with m.State("SWEEP"):
-                sw = cur[:ib + 2]
-                m.d.comb += [self.sweeping.eq(1), wr.addr.eq(sw), set_sel.eq(1),
+                # the word in cur[ib + 1:ib], the CQ in cur[ib - 1:0]: the write address is
+                # ``taddr(cur, wword)`` as in every other state
+                sw = Cat(cur[ib:ib + 2], cur[:ib])
+                m.d.comb += [self.sweeping.eq(1), wword.eq(cur[ib:ib + 2]), set_sel.eq(1),
                              setv.eq(_SWEPT), wr.en.eq(1)]
                 m.d.sync += sw.eq(sw + 1)
                 with m.If(sw == 4 * self.num_cq - 1):
@@ -339,28 +353,35 @@ class CqeGen(wiring.Component):
             with m.State("IDLE"):
                 # the first word's read is addressed by the reservation or completion taken
                 take_rsv = self.reserve.valid & ~resp_valid
-                m.d.comb += rd.addr.eq(taddr(Mux(take_rsv, self.reserve.payload.cqn, cin.cqn),
-                                             0))
+                pick = Mux(take_rsv, self.reserve.payload.cqn, cin.cqn)
+                m.d.comb += rd.addr.eq(taddr(pick, 0))
+                # ``cur`` is loaded in every IDLE cycle (nothing reads it here). Its bits above
+                # the CQ index only count for a reservation or completion (range test, the
+                # overflow event's number): CQ_DB and CQ_ARM test the range on their port,
+                # which holds the CQN until the operation ends, and SET_CQ in ``idx_ok``.
+                m.d.sync += [
+                    cur[:ib].eq(Mux(self.cmd.cmd.valid, self.cmd.cmd.payload.index,
+                                    Mux(self.cq_db.valid, self.cq_db.payload.cqn,
+                                        Mux(self.cq_arm.valid, self.cq_arm.payload.cqn,
+                                            pick)))[:ib]),
+                    cur[ib:].eq(pick[ib:]),
+                ]
                 with m.If(self.cmd.cmd.valid):
                     m.d.comb += self.cmd.cmd.ready.eq(1)
                     m.d.sync += [
-                        cur.eq(self.cmd.cmd.payload.index),
                         is_set.eq(self.cmd.cmd.payload.opcode == CmdOp.SET_CQ),
                         idx_ok.eq(~self.cmd.cmd.payload.index[ib:].any()),
                     ]
                     m.next = "C1"
                 with m.Elif(self.cq_db.valid):
-                    m.d.sync += cur.eq(self.cq_db.payload.cqn)
                     m.next = "D1"
                 with m.Elif(self.cq_arm.valid):
-                    m.d.sync += cur.eq(self.cq_arm.payload.cqn)
                     m.next = "A1"
                 with m.Elif(take_rsv):
                     m.d.comb += self.reserve.ready.eq(1)
-                    m.d.sync += cur.eq(self.reserve.payload.cqn)
                     m.next = "R1"
                 with m.Elif(self.complete.valid & ~p_busy):
-                    m.d.sync += [cur.eq(cin.cqn), p_busy.eq(1)]
+                    m.d.sync += p_busy.eq(1)
                     m.next = "P1"
 
             # ---- SET_CQ: ARG n is addressed in one state and arrives in the next; ARG0 and
@@ -392,15 +413,15 @@ class CqeGen(wiring.Component):
                              setv.eq(arg), wr.en.eq(set_ok)]
                 m.next = "C6"
             with m.State("C6"):                   # ARG1 here: word 3
-                m.d.comb += [wword.eq(3), set_sel.eq(1), setv.eq(arg), wr.en.eq(set_ok)]
+                m.d.comb += [wword.eq(3), set_sel.eq(1), setv.eq(Cat(arg, arg[:16].all())),
+                             wr.en.eq(set_ok)]
                 m.next = "C7"
             with m.State("C7"):                   # word 0
                 m.d.comb += [set_sel.eq(1), setv.eq(Cat(Const(0, 32), log2_r)),
                              wr.en.eq(set_ok)]
                 m.next = "C8"
             with m.State("C8"):
-                m.d.comb += [self.cmd.resp.valid.eq(1),
-                             self.cmd.resp.payload.result.eq(result)]
+                m.d.comb += self.cmd.resp.valid.eq(1)
                 with m.If(self.cmd.resp.ready):
                     m.next = "IDLE"
 
@@ -468,7 +489,7 @@ class CqeGen(wiring.Component):
                 m.next = "D3"
             with m.State("D3"):                   # row = word 1
                 m.d.sync += [tmp.eq(r1.prod - self.cq_db.payload.index),
-                             dbv_r.eq(r1.valid & in_range)]
+                             dbv_r.eq(r1.valid & ~self.cq_db.payload.cqn[ib:].any())]
                 m.next = "D4"
             with m.State("D4"):                   # row = word 0
                 m.d.comb += [mid.eq(tmp + r0.resv), wr.en.eq(dbv_r), self.cq_db.ready.eq(1)]
@@ -483,7 +504,8 @@ class CqeGen(wiring.Component):
             with m.State("A3"):                   # row = word 1
                 mode = self.cq_arm.payload.mode
                 m.d.comb += [wword.eq(1), lo[:2].eq(mode),
-                             wr.en.eq(r1.valid & in_range & ((mode == 1) | (mode == 2))),
+                             wr.en.eq(r1.valid & ~self.cq_arm.payload.cqn[ib:].any()
+                                      & ((mode == 1) | (mode == 2))),
                              self.cq_arm.ready.eq(1)]
                 m.next = "IDLE"
 
@@ -497,7 +519,7 @@ class CqeGen(wiring.Component):
         # its ``done`` comes later either way).
         c = Signal(_rec_layout, reset_less=True)
         nbeats = max(1, 256 // W)
-        beat = Signal(range(nbeats + 1), reset_less=True)
+        beat = Signal(range(nbeats), reset_less=True)
         m.d.comb += [
             self.mem.req.payload.addr.eq(Cat(Const(0, 5), p_addr)),
             self.mem.req.payload.len_bytes.eq(CQE_BYTES),
@@ -512,6 +534,41 @@ class CqeGen(wiring.Component):
             with m.If(self.mem.req.ready):
                 m.d.sync += [p_valid.eq(0), p_busy.eq(0), beat.eq(0)]
                 m.next = "DATA"
+
+        # the beats, from the copy (meaningful with ``data.valid`` only)
+        imm = Signal(32)
+        m.d.comb += imm.eq(Mux(c.flags & WITH_IMM,
+                               Cat(c.imm_or_rkey[24:32], c.imm_or_rkey[16:24],
+                                   c.imm_or_rkey[8:16], c.imm_or_rkey[0:8]),
+                               c.imm_or_rkey))
+        entry = Signal(cqe_entry_layout, name="cqe")   # the 32-byte entry; other bits 0
+        m.d.comb += [
+            entry.wr_id.eq(c.wr_id),
+            entry.byte_len.eq(c.byte_len),
+            entry.imm_or_rkey.eq(imm),
+            entry.qpn.eq(c.qpn),
+            entry.status.eq(c.status),
+            entry.opcode.eq(c.opcode),
+            entry.flags.eq(c.flags),
+            entry.phase.eq(c.phase),
+        ]
+        cqe = entry.as_value()                # its bits, byte i = bits 8·i..8·i+7
+        assert len(cqe) == 8 * CQE_BYTES
+        m.d.comb += self.mem.data.payload.last.eq(beat == nbeats - 1)
+        if W >= 256:
+            # one beat; at W = 512 the entry in both halves, the strobes pick one
+            m.d.comb += self.mem.data.payload.data.eq(Cat(*[cqe] * (W // 256)))
+            if W == 256:
+                m.d.comb += self.mem.data.payload.strb.eq(Const(0xFFFFFFFF, 32))
+            else:
+                m.d.comb += self.mem.data.payload.strb.eq(
+                    Mux(c.half, Const(0xFFFFFFFF << 32, 64), Const(0xFFFFFFFF, 64)))
+        else:
+            with m.Switch(beat):
+                for k in range(nbeats):
+                    with m.Case(k):
+                        m.d.comb += self.mem.data.payload.data.eq(cqe[k * W:(k + 1) * W])
+            m.d.comb += self.mem.data.payload.strb.eq(Const((1 << (W // 8)) - 1, W // 8))
 
         with m.FSM(name="writer"):
             with m.State("IDLE"):
@@ -531,40 +588,7 @@ class CqeGen(wiring.Component):
             with m.State("REQ"):
                 request()
             with m.State("DATA"):
-                imm = Signal(32)
-                m.d.comb += imm.eq(Mux(c.flags & WITH_IMM,
-                                       Cat(c.imm_or_rkey[24:32], c.imm_or_rkey[16:24],
-                                           c.imm_or_rkey[8:16], c.imm_or_rkey[0:8]),
-                                       c.imm_or_rkey))
-                entry = Signal(cqe_entry_layout, name="cqe")   # the 32-byte entry; other bits 0
-                m.d.comb += [
-                    entry.wr_id.eq(c.wr_id),
-                    entry.byte_len.eq(c.byte_len),
-                    entry.imm_or_rkey.eq(imm),
-                    entry.qpn.eq(c.qpn),
-                    entry.status.eq(c.status),
-                    entry.opcode.eq(c.opcode),
-                    entry.flags.eq(c.flags),
-                    entry.phase.eq(c.phase),
-                ]
-                cqe = entry.as_value()            # its bits, byte i = bits 8·i..8·i+7
-                assert len(cqe) == 8 * CQE_BYTES
-                m.d.comb += [self.mem.data.valid.eq(1),
-                             self.mem.data.payload.last.eq(beat == nbeats - 1)]
-                if W >= 256:
-                    # one beat; at W = 512 the entry in both halves, the strobes pick one
-                    m.d.comb += self.mem.data.payload.data.eq(Cat(*[cqe] * (W // 256)))
-                    if W == 256:
-                        m.d.comb += self.mem.data.payload.strb.eq(Const(0xFFFFFFFF, 32))
-                    else:
-                        m.d.comb += self.mem.data.payload.strb.eq(
-                            Mux(c.half, Const(0xFFFFFFFF << 32, 64), Const(0xFFFFFFFF, 64)))
-                else:
-                    with m.Switch(beat):
-                        for k in range(nbeats):
-                            with m.Case(k):
-                                m.d.comb += self.mem.data.payload.data.eq(cqe[k * W:(k + 1) * W])
-                    m.d.comb += self.mem.data.payload.strb.eq(Const((1 << (W // 8)) - 1, W // 8))
+                m.d.comb += self.mem.data.valid.eq(1)
                 with m.If(self.mem.data.ready):
                     m.d.sync += beat.eq(beat + 1)
                     with m.If(beat == nbeats - 1):
@@ -575,7 +599,8 @@ class CqeGen(wiring.Component):
         d = inflight.o.payload
         d_err = self.mem.done.payload.err
         m.d.comb += [b_ev.type.eq(Mux(d_err, EventType.HOST_FAULT, EventType.COMPLETION)),
-                     b_ev.number.eq(Mux(d_err, d.qpn, d.cqn))]
+                     b_ev.number.eq(Mux(d_err, d.qpn, d.cqn)),
+                     self.fault.payload.qpn.eq(d.qpn)]     # meaningful with ``fault.valid``
 
         def pop():
             m.d.comb += [self.mem.done.ready.eq(1), inflight.o.ready.eq(1)]
@@ -598,7 +623,7 @@ class CqeGen(wiring.Component):
                         m.d.comb += self.stat[Counter.COMPLETIONS].eq(1)
                         m.next = "IDLE"
             with m.State("FAULT"):
-                m.d.comb += [self.fault.valid.eq(1), self.fault.payload.qpn.eq(d.qpn)]
+                m.d.comb += self.fault.valid.eq(1)
                 with m.If(self.fault.ready):
                     pop()
                     m.next = "IDLE"
