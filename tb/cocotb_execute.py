@@ -512,7 +512,8 @@ async def prefetch(dut):
     """WQE prefetch: only posted WQEs are read ahead (the next ring slot holds a poison WQE
     until it is posted), a QP reset and a changed ring base void what the pool holds, and
     WQEs posted ahead are read once, before their message arrives (pool hits); two deep: a
-    take keeps the next WQE's slot, small messages back to back read each WQE once."""
+    take keeps the next WQE's slot, small messages back to back read each WQE once; a ring
+    moved in the middle of a message is not served from the slot of the old one."""
     tb = TB(dut, seed=int(os.environ.get("EX_SEED", "11")) + 100)
     await tb.start()
     pmtu = 256
@@ -628,6 +629,29 @@ async def prefetch(dut):
     await drain(300)
     got = [ring_reads(rq_base(1), k) for k in range(n_e + 1)]
     assert got == [1] * n_e + [0], f"reads of QP 1's WQEs 0..{n_e}: {got}"
+    # F. the ring moves in the middle of a message: QP 6's SEND_FIRST takes WQE 0 from the pool
+    # (read from ring A); its SEND_LAST names ring B, whose WQE 0 has another wr_id. The slot
+    # still holds index 0 of ring A: the last packet must read ring B's WQE 0 (its wr_id in the
+    # CQE), not use the slot
+    tb.qp_reset.put({"qpn": 6})
+    tb.rq_index[6] = 0
+    for _ in range(5):
+        await RisingEdge(dut.clk)
+    reads_a = ring_reads(rq_base(6), 0)
+    sges, cursor = alloc_sges(tb, cursor, 300, 1)
+    tb.post_wqe(6, sges)
+    await drain(300)
+    assert ring_reads(rq_base(6), 0) == reads_a + 1, "WQE 0 of QP 6 was not prefetched"
+    ring_b = rq_base(6) + 0xC00
+    tb.wr_id += 0x1_0001
+    tb.mem.write(ring_b, tb.wqe_bytes(sges, wr_id=tb.wr_id))
+    first, last = tb.message(6, "send", 300, pmtu, sges=sges, wqe=(0, tb.wr_id))
+    tb.send_exe(*first)
+    await drain(50)
+    last[0]["rq_base"] = ring_b
+    tb.send_exe(*last)
+    await drain(100)
+    assert ring_reads(ring_b, 0) == 1, "ring B's WQE 0 was not read for the SEND_LAST"
     assert cursor < BUF + 0xF000
     await tb.finish()
     assert not tb.event.items and not tb.fault.items
