@@ -41,6 +41,9 @@ class PsnBench(wiring.Component):
     ``tx1`` feeds request descriptors to the arbiter's other input (payload-free frames: the
     builder's host read client is tied off)."""
 
+    #: bumped when the bench changes: the simulation cache key covers rtl/ only
+    REV = 5
+
     def __init__(self, width, num_qp=16):
         self.width = width
         self.num_qp = num_qp

@@ -30,17 +30,17 @@ def _register():
                      params={"width": w}, extra_env={"RXP_WIDTH": str(w)})
 
     def psn_factory(w):
-        from .bench_tops import PsnBench
         return flat_top(PsnBench(w))
 
     def exe_factory(w, prefetch=4):
         from .bench_tops import ExecuteBench, flat_top_axi
         return flat_top_axi(ExecuteBench(w, prefetch))
 
+    from .bench_tops import PsnBench
     for w in (64, 128, 256, 512):
         cocotb_bench(f"psn_check-w{w}", lambda w=w: psn_factory(w),
                      test_module="tb.cocotb_psn_check", testcase=["benchmark"],
-                     params={"width": w, "bench": 5}, extra_env={"PSN_WIDTH": str(w)})
+                     params={"width": w, "bench": PsnBench.REV}, extra_env={"PSN_WIDTH": str(w)})
 
     # execute: zero-wait host memory and 100 cycles of read latency at every width; at W = 64
     # and 512 also without the WQE prefetch (prefetch=0) for comparison

@@ -16,13 +16,9 @@ from sim.wrap import flat_top
 NUM_QP = 16
 
 
-#: bump when PsnBench changes (the Verilog cache key covers rtl/ only; also in sim/benches.py)
-BENCH_REV = 5
-
-
 def _run(width, tests=None, name=None, extra=None):
     run_cocotb("psn_check", lambda: flat_top(PsnBench(width)),
-               params={"width": width, "bench": BENCH_REV},
+               params={"width": width, "bench": PsnBench.REV},
                test_module="tb.cocotb_psn_check", testcase=tests,
                extra_env={"PSN_WIDTH": str(width), **(extra or {})},
                test_name=name or f"w{width}")
