@@ -474,9 +474,19 @@ class Execute(wiring.Component):
         m.d.comb += [fetch.req.payload.addr.eq(faddr), fetch.req.payload.tag.eq(DEMAND)]
         take = Signal()                        # the planner takes WQE c.rq_index of c.qpn
         plan_look = Signal()                   # the planner is in HIT
+        # registers the prefetcher's claims wait on (a state decode would put the planner's
+        # state register in front of every slot tag's enable), each 1 in every cycle the
+        # planner is in the states named and perhaps one cycle more: ``plan_hit_r`` in HIT
+        # (it may hit a slot and pin it); ``plan_tk`` in DEC, LOOK, HIT, TAKE, FETCH and
+        # FETCH_WAIT (from DEC to its take the planner holds the QP's next WQE, found in a
+        # slot or read itself: a prefetch of that WQE now would be a second read of it)
+        # ``plan_dec`` in DEC only (the prefetcher's QP compare with c is a cycle late there)
+        plan_hit_r = Signal()
+        plan_tk = Signal()
+        plan_dec = Signal()
         release = Signal()                     # the planner is done with the WQE in ``prow``
-        pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, take, c, ab, rst, post,
-                                 prow, pin, release)
+        pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, plan_hit_r, plan_tk,
+                                 plan_dec, take, c, ab, rst, post, prow, pin, release)
                 if P else None)
         ring_ok = pool["ring_ok"] if P else Const(1, 1)
         # the tags of row P (the planner's own reads): {valid, QP, index, ring}, set when a
@@ -799,6 +809,7 @@ class Execute(wiring.Component):
                         "write", "imm_valid", "inv", "se", "wqe", "comp", "send",
                         "imm", "ieth_rkey")]
             with m.If(self.exe.valid):
+                m.d.sync += [plan_tk.eq(1), plan_dec.eq(1)]
                 m.next = "DEC"
             if allow_flush:
                 with m.Elif(self.flush.valid & pipe_empty):
@@ -813,6 +824,7 @@ class Execute(wiring.Component):
                     m.next = "IDLE"
 
         # ==== stage 1, the planner: tables, WQE, pieces, the checks that need no lookup ====
+        m.d.sync += [plan_hit_r.eq(0), plan_tk.eq(0), plan_dec.eq(0)]
         with m.FSM(name="plan"):
             with m.State("IDLE"):
                 take_next(True)
@@ -842,6 +854,7 @@ class Execute(wiring.Component):
                     m.d.sync += c.rq_index.eq(c.rq_index + 1)
                     m.next = "FL_CHK"
             with m.State("DEC"):
+                m.d.sync += plan_tk.eq(1)
                 m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
                              faddr.eq(faddr_c), rq_prev.eq(c.rq_index)]
                 with m.If(dead_rd_data | wflt_rd.data):
@@ -859,8 +872,10 @@ class Execute(wiring.Component):
                 with m.Else():
                     m.next = "SUMS"
             with m.State("LOOK"):
+                m.d.sync += plan_tk.eq(1)
                 # match the pool: same QP, same ring index, same ring (compared the cycle before)
                 with m.If(c.rq_index == rq_prev):
+                    m.d.sync += plan_hit_r.eq(1)
                     if P:
                         m.d.sync += pool["match"].eq(pool["match_c"])
                     m.next = "HIT"
@@ -869,6 +884,7 @@ class Execute(wiring.Component):
                     m.d.sync += [rq_prev.eq(c.rq_index), faddr.eq(faddr_c)]
             with m.State("HIT"):
                 m.d.comb += plan_look.eq(1)
+                m.d.sync += [plan_hit_r.eq(1), plan_tk.eq(1)]
                 # ``wqet`` gets the index of a WQE the command takes
                 with m.If(d_valid & d_eq):
                     # row P, the planner's own last read, holds it
@@ -883,7 +899,7 @@ class Execute(wiring.Component):
                     with m.Elif((cur == 0) | ((pool["match"] & pool["claim_d"]) != 0)):
                         # a matched slot the prefetcher claimed in LOOK (``claim_d`` now; none
                         # is claimed in HIT) holds another WQE from now on: the planner reads
-                        # the WQE itself (rare; the prefetched copy is dropped at the take)
+                        # the WQE itself (rare)
                         m.next = "FETCH"
                     with m.Elif((cur & pool["ok"]) != 0):
                         # the slot ``hsel``: the planner works from its row, pinned until PUSH
@@ -897,6 +913,7 @@ class Execute(wiring.Component):
                     with m.Else():
                         m.next = "FETCH"
             with m.State("TAKE"):
+                m.d.sync += plan_tk.eq(1)
                 with m.If(pchk & ~ring_ok):
                     # the slot hit was read from another ring: the planner reads the WQE
                     m.d.sync += [pin.eq(0), pchk.eq(0)]
@@ -908,11 +925,12 @@ class Execute(wiring.Component):
             with m.State("FETCH"):
                 # (a WQE to take, a held WQE the store lost, or a flush's WQE) into row P
                 m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
-                m.d.sync += pchk.eq(0)
+                m.d.sync += [pchk.eq(0), plan_tk.eq(1)]
                 with m.If(fetch.req.ready):
                     m.d.sync += [prow.eq(P), d_valid.eq(0)]
                     m.next = "FETCH_WAIT"
             with m.State("FETCH_WAIT"):
+                m.d.sync += plan_tk.eq(1)
                 r = fetch.resp
                 with m.If(r.valid & r.payload.tag[7]):
                     with m.If(r.payload.err):
@@ -1249,11 +1267,15 @@ class Execute(wiring.Component):
             m.d.comb += cqe_q.i.valid.eq(1)
         return m
 
-    def _prefetcher(self, m, fetch, plan_fetch, plan_look, take, c, ab, rst, rp, prow, pin,
-                    release):
+    def _prefetcher(self, m, fetch, plan_fetch, plan_look, plan_hit_r, plan_tk, plan_dec,
+                    take, c, ab, rst, rp, prow, pin, release):
         """The WQE prefetch pool (see the module docstring): slots 0..P-1 of the WQE store.
         ``prow``/``pin``: the planner works from slot ``prow`` (never claimed while ``pin``);
-        ``release``: it is done with that slot's WQE (completed): the slot is free. Returns the
+        ``release``: it is done with that slot's WQE (completed): the slot is free; ``take``:
+        the planner takes WQE c.rq_index of c.qpn (the pool acts on it a cycle later, from a
+        register, while c stays as it is); ``plan_hit_r``, ``plan_tk``: registers, 1 while the
+        planner is in HIT, and from DEC to the take of c's WQE (the QP's next); ``plan_dec``:
+        1 in DEC (c was loaded in the cycle before). Returns the
         signals the planner uses: ``match_c`` (valid in LOOK, the state after the one that
         loaded c's index: slots holding c's WQE),
         ``claim_d`` (the slots the prefetcher claimed in the cycle before, one-hot; none is
@@ -1292,7 +1314,14 @@ class Execute(wiring.Component):
                          pst_wr.data.log.eq(rp.payload.rq_log), pst_wr.en.eq(1),
                          chk_post.i.valid.eq(1), chk_post.i.payload.qpn.eq(rp.payload.qpn[:ab])]
 
-        # the planner's take: next index = taken + 1, written when no qp_reset competes
+        # The planner's take, registered: its effects on the slots (those it voids, the claims
+        # it holds off) start from this register, so the take's decision (a planner state, a
+        # read response) reaches no slot's tags. c is unchanged in the cycle after a take
+        # (the planner is in SUMS). The next index and the visit's void, a few registers, are
+        # loaded from the take itself, so the QP's next visit starts a cycle sooner.
+        take_r = Signal()
+        m.d.sync += take_r.eq(take)
+        # the planner's next index = taken + 1, written when no qp_reset competes
         nx_pend = Signal()
         nx_q = Signal(ab)
         nx_v = Signal(16)
@@ -1327,8 +1356,9 @@ class Execute(wiring.Component):
         # made in the cycle before LOOK uses it (DEC, or LOOK's first cycle when DEC changed
         # c's index to the held WQE's). A slot claimed in that cycle has new tags by then, so
         # it is left out (``claim_d``), as a slot claimed in LOOK's last cycle is by the
-        # planner; ``valid`` is used as it stands. The slot hit serves c only if its WQE was
-        # read from c's ring (base and size; a ring SET_QP moved is not served from the old
+        # planner (HIT); none is claimed in HIT (``plan_look_r``); ``valid`` is used as it
+        # stands. The slot hit serves c only if its WQE was read
+        # from c's ring (base and size; a ring SET_QP moved is not served from the old
         # one): ``ring_ok``, registered in the hit's cycle from the slot's ring (``hsel``, a
         # register, addresses the ring RAM), is tested by the planner in the state after HIT,
         # which reads the WQE itself on a mismatch.
@@ -1359,13 +1389,20 @@ class Execute(wiring.Component):
         pf_try = Signal(2)          # idx0 / idx1 already fetched in this visit
         pf_m0 = Signal(P)           # slots tagged {pf_q, idx0}
         pf_m1 = Signal(P)           # slots tagged {pf_q, idx1}
-        pf_fi = Signal(16)          # the ring index of the read to issue (its address is
-                                    # added in ISSUE from it and ``row``, which stay put)
-        pf_slot = Signal(sb)
+        pf_addr = Signal(58)        # the read to issue: its WQE address, bits 63..6 (added
+                                    # in every ALLOC cycle, so the adder ends at a register)
         ev = Signal(sb)             # eviction pointer
-        alloc = Signal()
+        alloc = Signal()            # CLAIM claims slot ``a_slot`` now
+        a_slot = Signal(sb)         # ALLOC's choice: the slot to claim,
+        a_sel1 = Signal()           # for idx1 (else idx0),
+        a_ev = Signal()             # by eviction (the pointer moves on at the claim)
         with m.If((rst.valid & (rst_q == pf_q)) | (take & (c.qpn[:ab] == pf_q))):
             m.d.sync += pf_void.eq(1)
+        # the QP visited is c's (registered: pf_q is loaded in IDLE, three cycles or more before
+        # CLAIM; c.qpn is loaded in the planner's IDLE and stable to its take, so the compare
+        # is a cycle late in DEC only: there ``plan_dec`` stands for it)
+        same_q = Signal()
+        m.d.sync += same_q.eq(pf_q == c.qpn[:ab])
         m.d.comb += [pst_rd.addr.eq(Mux(chk_take.o.valid, chk_take.o.payload.qpn,
                                         chk_post.o.payload.qpn)),
                      nxt_rd.addr.eq(pst_rd.addr)]
@@ -1403,6 +1440,18 @@ class Execute(wiring.Component):
         m.d.comb += pf_key.eq(pf_idx)
         for i in range(P):
             m.d.comb += pf_cmp[i].eq((sq[i] == pf_q) & (sidx[i] == pf_key))
+        def issue():
+            # the read of the slot claimed (the planner's own reads have priority)
+            with m.If(~plan_fetch):
+                m.d.comb += [fetch.req.valid.eq(1),
+                             fetch.req.payload.addr.eq(Cat(Const(0, 6), pf_addr)),
+                             fetch.req.payload.tag.eq(a_slot)]
+                with m.If(fetch.req.ready):
+                    # back to ALLOC: the other index may be fetched in the same visit
+                    m.next = "ALLOC" if D > 1 else "IDLE"
+
+        hold = Signal()             # no claim now (see ALLOC)
+        m.d.comb += hold.eq(take_r | rst.valid | plan_hit_r)
         with m.FSM(name="prefetch"):
             with m.State("IDLE"):
                 with m.If(chk_take.o.valid | chk_post.o.valid):
@@ -1429,10 +1478,20 @@ class Execute(wiring.Component):
                     m.d.comb += pf_key.eq(pf_idx1)
                     m.d.sync += pf_m1.eq(pf_cmp)
                     m.next = "ALLOC"
+            # ALLOC decides which slot the visit claims (registered: ``a_slot``, ``a_sel1``,
+            # ``a_ev``) and CLAIM claims it, so the slot tags' enables start from registers. The
+            # choice stays good for CLAIM: only the prefetcher claims slots and only HIT pins
+            # one (no decision is made in HIT); responses, takes, resets and releases only make
+            # slots free. CLAIM goes back to ALLOC when a claim is held off there.
             with m.State("ALLOC"):
-                # no claim in a cycle with a take or a qp_reset (they void by the slots' tags),
-                # nor while the planner looks at the slots (HIT: it may take one)
-                with m.If(take | rst.valid | plan_look):
+                # the address of the WQE this cycle's decision claims (ready for CLAIM)
+                m.d.sync += pf_addr.eq(row.base[6:] + (Mux(need0, pf_idx, pf_idx1) & lmask))
+                # no claim in a cycle with a take (take_r) or a qp_reset (they void by the
+                # slots' tags), nor while the planner is in HIT (it may hit one); in CLAIM,
+                # no claim of the visited QP's next WQE (idx0) while the planner holds that
+                # WQE (``plan_tk``: from DEC to the take; after the take idx0 is stale, and
+                # the take voids the visit a cycle later)
+                with m.If(hold):
                     pass
                 with m.Elif(pf_void | ~(need0 | need1)):
                     m.next = "IDLE"
@@ -1443,46 +1502,41 @@ class Execute(wiring.Component):
                     with m.If((free == 0) & pin & c.comp):
                         pass
                     with m.Elif(free != 0):
-                        m.d.comb += alloc.eq(1)
-                        m.d.sync += [pf_slot.eq(fsel), pf_fi.eq(pf_idx), pf_try[0].eq(1)]
-                        m.next = "ISSUE"
+                        m.d.sync += [a_slot.eq(fsel), a_sel1.eq(0), a_ev.eq(0)]
+                        m.next = "CLAIM"
                     with m.Elif(evictable):
-                        m.d.comb += alloc.eq(1)
-                        m.d.sync += [pf_slot.eq(ev), ev.eq(Mux(ev == P - 1, 0, ev + 1)),
-                                     pf_fi.eq(pf_idx), pf_try[0].eq(1)]
-                        m.next = "ISSUE"
+                        m.d.sync += [a_slot.eq(ev), a_sel1.eq(0), a_ev.eq(1)]
+                        m.next = "CLAIM"
                     with m.Else():
                         m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
                         m.next = "IDLE"
                 with m.Else():
                     # WQE nxt + 1: only into a free slot (a second-depth prefetch never evicts)
                     with m.If(free != 0):
-                        m.d.comb += alloc.eq(1)
-                        m.d.sync += [pf_slot.eq(fsel), pf_fi.eq(pf_idx1), pf_try[1].eq(1)]
-                        m.next = "ISSUE"
+                        m.d.sync += [a_slot.eq(fsel), a_sel1.eq(1), a_ev.eq(0)]
+                        m.next = "CLAIM"
                     with m.Else():
                         m.next = "IDLE"
+            with m.State("CLAIM"):
+                # the slot is claimed and its read issued in the same cycle when the read port
+                # is free (else ISSUE waits for it)
+                with m.If(hold | (((plan_tk & same_q) | plan_dec) & ~a_sel1)):
+                    m.next = "ALLOC"
+                with m.Elif(pf_void):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += alloc.eq(1)
+                    m.d.sync += pf_try.bit_select(a_sel1, 1).eq(1)
+                    with m.If(a_ev):
+                        m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
+                    m.next = "ISSUE"
+                    issue()
             with m.State("ISSUE"):
-                with m.If(~plan_fetch):
-                    m.d.comb += [fetch.req.valid.eq(1),
-                                 fetch.req.payload.addr.eq(row.base + ((pf_fi & lmask) << 6)),
-                                 fetch.req.payload.tag.eq(pf_slot)]
-                    with m.If(fetch.req.ready):
-                        # back to ALLOC: the other index may be fetched in the same visit
-                        m.next = "ALLOC" if D > 1 else "IDLE"
-        aslot = Signal(sb)
-        m.d.comb += aslot.eq(Mux(free != 0, fsel, ev))
-        a_sel1 = Signal()           # the claim in ALLOC is for idx1 (comb, as ``alloc``)
-        m.d.comb += a_sel1.eq(~need0)
-        claim = Signal(P)           # the slot claimed this cycle (one-hot, comb)
-        for i in range(P):
-            m.d.comb += claim[i].eq(alloc & (aslot == i))
-        m.d.sync += claim_d.eq(claim)
+                issue()
 
         # ---- the hit select (registered): the first slot of match & valid & ok, read on a hit --
         # In LOOK it is the first of match_c with data next cycle (a response now sets ok;
-        # a reset of c's QP voids every match; a slot claimed now sends the planner to FETCH
-        # in HIT, so the select never reads it). In
+        # a reset of c's QP voids every match; no slot is claimed in LOOK). In
         # HIT, while no matched slot has data, the only way one gets it is a response: the
         # next cycle's select is its slot (a don't-care when no hit follows).
         rs_ok = Signal(P)
@@ -1507,23 +1561,26 @@ class Execute(wiring.Component):
         m.d.sync += c_nxt.eq(c.rq_index + 1)
 
         # ---- slot state updates (later ones win) -----------------------------------------------
+        claim = Signal(P)           # the slot claimed this cycle (one-hot)
+        m.d.sync += claim_d.eq(claim)
         for i in range(P):
             with m.If(pf_resp & (rs == i)):
                 m.d.sync += [busy[i].eq(0), ok[i].eq(~fr.payload.err)]
                 with m.If(fr.payload.err):
                     m.d.sync += valid[i].eq(0)
-            with m.If(alloc & (aslot == i)):
+            m.d.comb += claim[i].eq(alloc & (a_slot == i))
+            with m.If(claim[i]):
                 m.d.sync += [valid[i].eq(1), busy[i].eq(1), ok[i].eq(0), sq[i].eq(pf_q),
                              sidx[i].eq(Mux(a_sel1, pf_idx1, pf_idx)),
                              pf_m0[i].eq(~a_sel1 if D > 1 else 1), pf_m1[i].eq(a_sel1)]
             # a take of WQE i keeps the QP's slots of index i (the slot hit: its WQE serves the
             # message's later packets) and i + 1 (D = 2); the others are behind or stale
             keep = (sidx[i] == c.rq_index) | ((sidx[i] == c_nxt) if D > 1 else Const(0, 1))
-            with m.If((take & (sq[i] == c.qpn[:ab]) & ~keep)
+            with m.If((take_r & (sq[i] == c.qpn[:ab]) & ~keep)
                       | (rst.valid & (sq[i] == rst_q))
                       | (release & (prow == i))):
                 m.d.sync += valid[i].eq(0)
-        m.d.comb += [ring_wr.addr.eq(aslot), ring_wr.data.eq(Cat(row.base[6:], row.log)),
+        m.d.comb += [ring_wr.addr.eq(a_slot), ring_wr.data.eq(Cat(row.base[6:], row.log)),
                      ring_wr.en.eq(alloc)]
         return {"match_c": match_c, "match": match, "valid": valid, "ok": ok, "hit": hit,
                 "claim_d": claim_d, "hsel": hsel, "ring_ok": ring_ok}
