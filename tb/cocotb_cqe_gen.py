@@ -356,3 +356,38 @@ async def set_cq_unaligned_base(dut):
     assert tb.entry(2, 0) == cqe_ref(dict(wr_id=0xA00, qpn=0x32, opcode=RECV), 1)
     assert tb.count == 6
     tb.mem.check()
+
+
+@cocotb.test()
+async def first_cycles_after_sweep(dut):
+    """A reset clears every word of the CQ table, the sweep's last write landing as the first
+    inputs are taken: with CQ 0 set and holding room before the reset, a reservation on each CQ
+    and a completion on CQ 0, offered during the reset and the sweep, are refused or discarded
+    with event 2; SET_CQ then makes CQ 0 usable."""
+    tb = await start(dut, 7)
+    await tb.set_cq(0, 0x80000, 3)
+    assert await tb.reserve(0) == 1
+    await tb.settle(50)
+    n_rsv, n_ev, n_count = len(tb.rsv_resp.items), len(tb.events.items), tb.count
+    await FallingEdge(dut.clk)
+    dut.rst.value = 1
+    for cqn in range(NUM_CQ):
+        tb.rsv.put({"cqn": cqn})
+    tb.complete(cqn=0, wr_id=0xB0)
+    for _ in range(3):
+        await RisingEdge(dut.clk)
+    await FallingEdge(dut.clk)
+    dut.rst.value = 0
+    await wait_until(dut, lambda: not int(dut.sweeping.value), 3000, "sweep")
+    await tb.settle(100)
+    assert [r["ok"] for r in tb.rsv_resp.items[n_rsv:]] == [0] * NUM_CQ
+    assert sorted((e["type"], e["number"]) for e in tb.events.items[n_ev:]) == \
+        sorted([(2, n) for n in range(NUM_CQ)] + [(2, 0)])
+    assert tb.count == n_count
+    await tb.set_cq(0, 0x81000, 1)
+    assert await tb.reserve(0) == 1
+    tb.complete(cqn=0, wr_id=0xB1, qpn=0x33)
+    await tb.settle(200)
+    assert tb.entry(0, 0) == cqe_ref(dict(wr_id=0xB1, qpn=0x33, opcode=RECV), 1)
+    assert tb.count == n_count + 1
+    tb.mem.check()

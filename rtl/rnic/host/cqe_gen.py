@@ -21,18 +21,25 @@ an unset CQ has ``valid`` = 0, no reservation and ``occ`` = 0x8000, which is ful
 so a reservation or completion on it needs no other test; CQ_DB and CQ_ARM test ``valid``.
 
 One FSM does every operation as a read-modify-write, one operation at a time, so no forwarding
-is needed. The first word's read address comes straight from the reservation or completion
-being taken; the block RAM's output is registered (``row``) and each word is used from there:
+is needed. The first word's read address comes straight from the CQ_DB, reservation or
+completion being taken; the block RAM's output is registered (``row``) and each word is used
+from there. A write lands in the cycle after the FSM issues it, from registers (data, word,
+enable; the CQN register holds the CQ), so no adder drives the block RAMs' inputs. No read whose
+word is used is addressed in the cycle a write of that word lands (the block RAM would return the
+old word): a reservation's write lands in R3, CQ_DB's in D4, a completion's word 0 in P4, and
+the writes that land in IDLE, where word 0 is read, are to word 1 (completion, CQ_ARM) or word 3
+(the sweep's last).
 
-* reservation: read word 0, test it (registered), write it and answer: 4 cycles, the answer
-  registered one cycle later;
+* reservation: read word 0, test it and issue its write (R2), answer (R3): 4 cycles, the
+  answer registered one cycle later;
 * completion: read words 0–3 on consecutive cycles; test word 0 (has a reservation, has room:
   registered), write word 0, then word 1 (producer + 1, the arm cleared if it matches) while
   the slot and phase come from it: 5 cycles. The CQE's address ``base + 32·slot`` is added in
   three parts as words 1, 2 and 3 pass the row register, in the two cycles after the operation,
   into the *placed* register (address, phase, arm match);
-* CQ_DB: read word 1 then word 0, write word 0 (5 cycles); CQ_ARM: read and write word 1
-  (4 cycles); SET_CQ: reads ARG2 and ARG0 and checks them, then writes the four words.
+* CQ_DB: read word 0 then word 1, write word 0 (5 cycles); CQ_ARM: read and write word 1
+  (4 cycles); SET_CQ: reads ARG0 and ARG2 and checks them, issuing word 0's write as ARG2 is
+  checked, then the other three words.
 
 The completion record is not copied until it is placed: the FSM reads its fields at the
 ``complete`` port, which holds it (stream rules) until the writer takes it. The writer copies
@@ -215,8 +222,10 @@ class CqeGen(wiring.Component):
         ib = ceil_log2(self.num_cq)
         cin = self.complete.payload
 
-        # Every read that meets a write of the same address is discarded, so the block RAM needs no
-        # read-during-write logic (yosys would otherwise emulate read-first with ~80 flip-flops).
+        # A write lands a cycle after the FSM issues it, from registers (see ``wq`` below). Every
+        # read that meets a write of the same address is discarded, so the block RAM needs no
+        # read-during-write logic (yosys would otherwise emulate read-first with ~80
+        # flip-flops).
         m.submodules.table = table = Memory(shape=_WORD, depth=4 * self.num_cq, init=[],
                                             attrs={"no_rw_check": 1})
         rd = table.read_port()
@@ -232,9 +241,19 @@ class CqeGen(wiring.Component):
         in_range = Signal()
         m.d.comb += in_range.eq(~cur[ib:].any())
         rword = Signal(2)                     # word read this cycle (outside IDLE)
-        wword = Signal(2)                     # word written this cycle
+        wword = Signal(2)                     # word the write issued this cycle goes to
+        we = Signal()                         # a write is issued this cycle
+        # The write issued in one cycle lands in the next, from ``wq`` (data), ``wq_word`` and
+        # ``cur``: the block RAM's write data, address and enable come from flip-flops, not from
+        # the read-modify-write adders (at C = 1024 they fan out to eight block RAMs). ``cur``
+        # is the same in both cycles: it changes only at the end of IDLE, and in SWEEP (which
+        # still covers every address, see there).
+        wq_en = Signal()
+        wq_word = Signal(2, reset_less=True)
+        wq = Signal(_WORD, reset_less=True)
+        m.d.sync += wq_en.eq(we)
         m.d.comb += [rd.addr.eq(taddr(cur, rword)), rd.en.eq(1),
-                     wr.addr.eq(taddr(cur, wword))]
+                     wr.addr.eq(taddr(cur, wq_word)), wr.data.eq(wq), wr.en.eq(wq_en)]
         # The row register follows the RAM every cycle (no enable: EBR clock-to-out is long);
         # each word is used in the cycle it is here.
         row = Signal(_WORD, reset_less=True)
@@ -275,14 +294,20 @@ class CqeGen(wiring.Component):
         m.d.comb += [lo.eq(low[:16]), mid.eq(high[:16])]
         setv = Signal(_WORD)
         set_sel = Signal()
-        m.d.comb += wr.data.eq(Mux(set_sel, setv, Cat(lo, mid, row[32:])))
+        # ``wq`` and ``wq_word`` load in every cycle (but the bits CQ_DB holds in D3); they
+        # matter when ``wq_en`` is set, and two states read the word loaded in the state before:
+        # D3 (word 0 as D2 had it, D2 issuing no write) and P4 (word 0 as P3 wrote it).
+        fsm_d3 = Signal()
+        wdata = Signal(_WORD)
+        m.d.comb += wdata.eq(Mux(set_sel, setv, Cat(lo, mid, row[32:])))
+        m.d.sync += [wq_word.eq(wword), wq[16:32].eq(wdata[16:32])]
+        with m.If(~fsm_d3):
+            m.d.sync += [wq[:16].eq(wdata[:16]), wq[32:].eq(wdata[32:])]
+        q0 = data.View(_w0_layout, wq)
 
         # decisions, registered in the cycle after the word is in the row register
         full_r = Signal(reset_less=True)      # no room (or CQN out of range)
         sig_r = Signal(reset_less=True)       # completion: se or status ≠ 0 (arm mode 2)
-        log2_r = Signal(4, reset_less=True)
-        tmp = Signal(16, reset_less=True)     # CQ_DB: producer − index
-        dbv_r = Signal(reset_less=True)       # CQ_DB: the CQ is set
         resp_valid = Signal()                 # reservation answer (registered)
         rsv_ok = Signal(reset_less=True)
         m.d.comb += [self.reserve_resp.valid.eq(resp_valid),
@@ -290,10 +315,8 @@ class CqeGen(wiring.Component):
         with m.If(self.reserve_resp.ready):
             m.d.sync += resp_valid.eq(0)
 
-        # SET_CQ
-        is_set = Signal(reset_less=True)
-        idx_ok = Signal(reset_less=True)
-        bad = Signal(reset_less=True)
+        # SET_CQ: the result, set when the command is taken (opcode, index) and replaced by
+        # BAD_ARGUMENT as ARG0 and ARG2 are checked while it is still OK
         result = Signal(2, reset_less=True)
 
         # the placed register: a completion's slot address, phase and arm match, waiting for
@@ -341,24 +364,31 @@ class CqeGen(wiring.Component):
                          "D1", "D2", "D3", "D4", "A1", "A2", "A3"):
                 fsm.ongoing(name)
             with m.State("SWEEP"):
-                # the word in cur[ib + 1:ib], the CQ in cur[ib - 1:0]: the write address is
-                # ``taddr(cur, wword)`` as in every other state
+                # The word in cur[ib + 1:ib], the CQ in cur[ib - 1:0]. The write issued for word
+                # k of CQ n lands at ``taddr(cur, k)`` in the next cycle, when ``cur`` has moved
+                # on: at word k of CQ n for k < 3, at word 3 of CQ n + 1 for k = 3. Every word is
+                # written once, the last (word 3 of CQ 0) in the first IDLE cycle.
                 sw = Cat(cur[ib:ib + 2], cur[:ib])
                 m.d.comb += [self.sweeping.eq(1), wword.eq(cur[ib:ib + 2]), set_sel.eq(1),
-                             setv.eq(_SWEPT), wr.en.eq(1)]
+                             setv.eq(_SWEPT), we.eq(1)]
                 m.d.sync += sw.eq(sw + 1)
                 with m.If(sw == 4 * self.num_cq - 1):
                     m.next = "IDLE"
 
             with m.State("IDLE"):
-                # the first word's read is addressed by the reservation or completion taken
+                # Word 0's read is addressed by the CQ_DB, reservation or completion taken. The
+                # write landing in this cycle is never to a word 0 (P4 and A3 write word 1, the
+                # sweep's last word 3), so the read is that of the word as the previous
+                # operation left it.
                 take_rsv = self.reserve.valid & ~resp_valid
                 pick = Mux(take_rsv, self.reserve.payload.cqn, cin.cqn)
-                m.d.comb += rd.addr.eq(taddr(pick, 0))
-                # ``cur`` is loaded in every IDLE cycle (nothing reads it here). Its bits above
-                # the CQ index only count for a reservation or completion (range test, the
-                # overflow event's number): CQ_DB and CQ_ARM test the range on their port,
-                # which holds the CQN until the operation ends, and SET_CQ in ``idx_ok``.
+                m.d.comb += rd.addr.eq(taddr(Mux(self.cq_db.valid, self.cq_db.payload.cqn, pick),
+                                             0))
+                # ``cur`` is loaded in every IDLE cycle; in this cycle it is still the previous
+                # operation's CQN, where the write landing now goes. Its bits above the CQ index
+                # only count for a reservation or completion (range test, the overflow event's
+                # number): CQ_DB and CQ_ARM test the range on their port, which holds the CQN
+                # until the operation ends, and SET_CQ as it is taken.
                 m.d.sync += [
                     cur[:ib].eq(Mux(self.cmd.cmd.valid, self.cmd.cmd.payload.index,
                                     Mux(self.cq_db.valid, self.cq_db.payload.cqn,
@@ -368,10 +398,12 @@ class CqeGen(wiring.Component):
                 ]
                 with m.If(self.cmd.cmd.valid):
                     m.d.comb += self.cmd.cmd.ready.eq(1)
-                    m.d.sync += [
-                        is_set.eq(self.cmd.cmd.payload.opcode == CmdOp.SET_CQ),
-                        idx_ok.eq(~self.cmd.cmd.payload.index[ib:].any()),
-                    ]
+                    with m.If(self.cmd.cmd.payload.opcode != CmdOp.SET_CQ):
+                        m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
+                    with m.Elif(self.cmd.cmd.payload.index[ib:].any()):
+                        m.d.sync += result.eq(Result.BAD_INDEX)
+                    with m.Else():
+                        m.d.sync += result.eq(Result.OK)
                     m.next = "C1"
                 with m.Elif(self.cq_db.valid):
                     m.next = "D1"
@@ -385,40 +417,36 @@ class CqeGen(wiring.Component):
                     m.next = "P1"
 
             # ---- SET_CQ: ARG n is addressed in one state and arrives in the next; ARG0 and
-            # ARG2 are checked before anything is written --------------------------------------
+            # ARG2 are checked before anything is written (word 0 is issued as ARG2 is checked)
             with m.State("C1"):
                 m.next = "C2"                     # ARG0 addressed
             with m.State("C2"):                   # ARG0 here
                 m.d.comb += self.cmd.arg_addr.eq(2)
-                m.d.sync += bad.eq(arg[:6] != 0)  # 64-byte aligned (§4.2)
+                with m.If(arg[:6] != 0):          # 64-byte aligned (§4.2)
+                    with m.If(result == Result.OK):
+                        m.d.sync += result.eq(Result.BAD_ARGUMENT)
                 m.next = "C3"
-            with m.State("C3"):                   # ARG2 here
-                m.d.sync += log2_r.eq(arg[:4])
-                with m.If(~is_set):
-                    m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
-                with m.Elif(~idx_ok):
-                    m.d.sync += result.eq(Result.BAD_INDEX)
-                with m.Elif(bad | arg[4]):        # or log2 > 15
-                    m.d.sync += result.eq(Result.BAD_ARGUMENT)
-                with m.Else():
-                    m.d.sync += result.eq(Result.OK)
+            with m.State("C3"):                   # ARG2 here: word 0
+                with m.If(arg[4]):                # log2 > 15
+                    with m.If(result == Result.OK):
+                        m.d.sync += result.eq(Result.BAD_ARGUMENT)
+                m.d.comb += [set_sel.eq(1), setv.eq(Cat(Const(0, 32), arg[:4])),
+                             we.eq(set_ok & ~arg[4])]
                 m.next = "C4"
             with m.State("C4"):                   # ARG0 here: word 1
-                m.d.comb += [wword.eq(1), set_sel.eq(1), wr.en.eq(set_ok),
+                m.d.comb += [wword.eq(1), set_sel.eq(1), we.eq(set_ok),
                              setv.eq(Cat(Const(0b000100, 6), arg[6:16], Const(0, 16),
                                          arg[16:20]))]
                 m.next = "C5"
             with m.State("C5"):                   # ARG0 here: word 2
                 m.d.comb += [self.cmd.arg_addr.eq(1), wword.eq(2), set_sel.eq(1),
-                             setv.eq(arg), wr.en.eq(set_ok)]
+                             setv.eq(arg), we.eq(set_ok)]
                 m.next = "C6"
             with m.State("C6"):                   # ARG1 here: word 3
                 m.d.comb += [wword.eq(3), set_sel.eq(1), setv.eq(Cat(arg, arg[:16].all())),
-                             wr.en.eq(set_ok)]
+                             we.eq(set_ok)]
                 m.next = "C7"
-            with m.State("C7"):                   # word 0
-                m.d.comb += [set_sel.eq(1), setv.eq(Cat(Const(0, 32), log2_r)),
-                             wr.en.eq(set_ok)]
+            with m.State("C7"):
                 m.next = "C8"
             with m.State("C8"):
                 m.d.comb += self.cmd.resp.valid.eq(1)
@@ -426,14 +454,17 @@ class CqeGen(wiring.Component):
                     m.next = "IDLE"
 
             # ---- reservation and completion: word 0 read in IDLE, in the row register two
-            # cycles later, its tests registered and (R3, P3) written back the next cycle -------
+            # cycles later; a reservation tests and writes it back there (R2), a completion
+            # registers its tests and writes it back the next cycle (P3) -----------------------
             with m.State("R1"):
+                m.d.sync += [inc.eq(1), inc_hi.eq(1)]
                 m.next = "R2"
-            with m.State("R2"):
-                m.d.sync += [full_r.eq(occ_full | ~in_range), inc.eq(1), inc_hi.eq(1)]
+            with m.State("R2"):                   # resv + 1, occ + 1
+                full = occ_full | ~in_range
+                m.d.comb += we.eq(~full)
+                m.d.sync += full_r.eq(full)
                 m.next = "R3"
-            with m.State("R3"):                   # resv + 1, occ + 1
-                m.d.comb += wr.en.eq(~full_r)
+            with m.State("R3"):
                 m.d.sync += [resp_valid.eq(1), rsv_ok.eq(~full_r)]
                 m.next = "IDLE"
                 with m.If(full_r):
@@ -445,11 +476,11 @@ class CqeGen(wiring.Component):
                 has = Signal()                    # a reservation to use
                 m.d.comb += [rword.eq(1), has.eq(~cin.flush & (r0.resv != 0) & in_range)]
                 m.d.sync += [full_r.eq(occ_full | ~in_range), dec.eq(has), inc_hi.eq(~has),
-                             log2_r.eq(r0.log2), sig_r.eq(cin.se | (cin.status != 0))]
+                             sig_r.eq(cin.se | (cin.status != 0))]
                 m.next = "P3"
             with m.State("P3"):                   # row = word 0 still: resv − 1, or occ + 1
                 admit = dec | ~full_r
-                m.d.comb += [rword.eq(2), wr.en.eq(admit)]
+                m.d.comb += [rword.eq(2), we.eq(admit)]
                 with m.If(admit):
                     m.d.sync += inc_hi.eq(1)
                     m.next = "P4"
@@ -460,12 +491,14 @@ class CqeGen(wiring.Component):
                     with m.If(~cin.flush):
                         m.next = "EVENT"
             with m.State("P4"):                   # row = word 1: producer + 1, slot, phase, arm
+                # log2 from word 0 as P3 wrote it (in ``wq`` until this cycle's write is issued)
+                log2 = q0.log2
                 mask = Signal(16)
                 slot = Signal(15)
                 match = Signal()
                 m.d.comb += [
-                    rword.eq(3), wword.eq(1), wr.en.eq(1),
-                    mask.eq(Cat(*[log2_r > i for i in range(16)])),
+                    rword.eq(3), wword.eq(1), we.eq(1),
+                    mask.eq(Cat(*[log2 > i for i in range(16)])),
                     slot.eq(r1.prod & mask),
                     match.eq((r1.arm == 1) | ((r1.arm == 2) & sig_r)),
                 ]
@@ -474,25 +507,29 @@ class CqeGen(wiring.Component):
                 m.d.sync += [
                     Cat(p_addr[:15], carry).eq(
                         Cat(slot[0], Cat(r1.base_lo, r1.base_hi) + slot[1:])),
-                    p_phase.eq(~r1.prod.bit_select(log2_r, 1)),
+                    p_phase.eq(~r1.prod.bit_select(log2, 1)),
                     p_fire.eq(match),
                     p_cqn.eq(cur[:ib] if ib else 0),
                     s5.eq(1),
                 ]
                 m.next = "IDLE"
 
-            # ---- CQ_DB: word 1 (producer, valid), then word 0: occ = producer + resv − index
+            # ---- CQ_DB: word 0 read in IDLE, word 1 in D1; occ = producer + resv − index. D2
+            # (row = word 0) issues no write, so ``wq`` has word 0 in D3 (row = word 1), where
+            # the word is written back from it with the new occ; its other bits hold in D3.
             with m.State("D1"):
                 m.d.comb += rword.eq(1)
                 m.next = "D2"
             with m.State("D2"):
                 m.next = "D3"
-            with m.State("D3"):                   # row = word 1
-                m.d.sync += [tmp.eq(r1.prod - self.cq_db.payload.index),
-                             dbv_r.eq(r1.valid & ~self.cq_db.payload.cqn[ib:].any())]
+            with m.State("D3"):                   # row = word 1, wq = word 0
+                rmi = Signal(16)                  # resv − index, from registers and the port
+                m.d.comb += [fsm_d3.eq(1),
+                             rmi.eq(q0.resv - self.cq_db.payload.index), mid.eq(rmi + r1.prod),
+                             we.eq(r1.valid & ~self.cq_db.payload.cqn[ib:].any())]
                 m.next = "D4"
-            with m.State("D4"):                   # row = word 0
-                m.d.comb += [mid.eq(tmp + r0.resv), wr.en.eq(dbv_r), self.cq_db.ready.eq(1)]
+            with m.State("D4"):
+                m.d.comb += self.cq_db.ready.eq(1)
                 m.next = "IDLE"
 
             # ---- CQ_ARM: word 1 -------------------------------------------------------------
@@ -504,7 +541,7 @@ class CqeGen(wiring.Component):
             with m.State("A3"):                   # row = word 1
                 mode = self.cq_arm.payload.mode
                 m.d.comb += [wword.eq(1), lo[:2].eq(mode),
-                             wr.en.eq(r1.valid & ~self.cq_arm.payload.cqn[ib:].any()
+                             we.eq(r1.valid & ~self.cq_arm.payload.cqn[ib:].any()
                                       & ((mode == 1) | (mode == 2))),
                              self.cq_arm.ready.eq(1)]
                 m.next = "IDLE"
