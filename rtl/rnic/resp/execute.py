@@ -417,8 +417,8 @@ class Execute(wiring.Component):
         dead_rd_data = dead_wr.read(dead_rd, "dead_rd")
         # the ring index of the WQE the QP's message in progress holds (its words are in the
         # shared WQE store, found by {QP, index, ring}). ``no_rw_check``: the row is written in
-        # HIT and FETCH_WAIT and read in IDLE/PUSH (take_next), so a read never meets the
-        # write
+        # the cycle after a take (from registers: ``take_r``, c unchanged) and read in
+        # IDLE/PUSH (take_next), so a read never meets the write
         m.submodules.wqet = wqet = Memory(shape=16, depth=self.num_qp, init=[],
                                           attrs={"no_rw_check": 1})
         wqe_rd = wqet.read_port()
@@ -473,6 +473,9 @@ class Execute(wiring.Component):
         plan_fetch = Signal()                  # the planner requests a read this cycle
         m.d.comb += [fetch.req.payload.addr.eq(faddr), fetch.req.payload.tag.eq(DEMAND)]
         take = Signal()                        # the planner takes WQE c.rq_index of c.qpn
+        take_r = Signal()                      # take, registered (c is unchanged a cycle on)
+        m.d.sync += take_r.eq(take)
+        m.d.comb += wqe_wr.en.eq(take_r)
         plan_look = Signal()                   # the planner is in HIT
         # registers the prefetcher's claims wait on (a state decode would put the planner's
         # state register in front of every slot tag's enable), each 1 in every cycle the
@@ -486,7 +489,8 @@ class Execute(wiring.Component):
         plan_dec = Signal()
         release = Signal()                     # the planner is done with the WQE in ``prow``
         pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, plan_hit_r, plan_tk,
-                                 plan_dec, take, c, ab, rst, post, prow, pin, release)
+                                 plan_dec, take, take_r, c, ab, rst, post, prow, pin,
+                                 release)
                 if P else None)
         ring_ok = pool["ring_ok"] if P else Const(1, 1)
         # the tags of row P (the planner's own reads): {valid, QP, index, ring}, set when a
@@ -888,7 +892,6 @@ class Execute(wiring.Component):
                 # ``wqet`` gets the index of a WQE the command takes
                 with m.If(d_valid & d_eq):
                     # row P, the planner's own last read, holds it
-                    m.d.comb += wqe_wr.en.eq(c.wqe)
                     m.d.sync += prow.eq(P)
                     with m.If(c.wqe):
                         m.next = "TAKE"
@@ -903,7 +906,7 @@ class Execute(wiring.Component):
                         m.next = "FETCH"
                     with m.Elif((cur & pool["ok"]) != 0):
                         # the slot ``hsel``: the planner works from its row, pinned until PUSH
-                        m.d.comb += [pool["hit"].eq(1), wqe_wr.en.eq(c.wqe)]
+                        m.d.comb += pool["hit"].eq(1)
                         m.d.sync += [prow.eq(pool["hsel"]), pin.eq(1), pchk.eq(1)]
                         with m.If(c.wqe):
                             m.next = "TAKE"
@@ -953,7 +956,7 @@ class Execute(wiring.Component):
                             m.next = "FL_CQE"
                         with m.Else():
                             # row P holds c's WQE from now on (taken, or the held one again)
-                            m.d.comb += [take.eq(c.wqe), wqe_wr.en.eq(c.wqe)]
+                            m.d.comb += take.eq(c.wqe)
                             m.d.sync += [d_valid.eq(1), d_qpn.eq(c.qpn[:ab]),
                                          d_index.eq(c.rq_index), d_ring.eq(c_ring)]
                             m.next = "SUMS"
@@ -1268,7 +1271,7 @@ class Execute(wiring.Component):
         return m
 
     def _prefetcher(self, m, fetch, plan_fetch, plan_look, plan_hit_r, plan_tk, plan_dec,
-                    take, c, ab, rst, rp, prow, pin, release):
+                    take, take_r, c, ab, rst, rp, prow, pin, release):
         """The WQE prefetch pool (see the module docstring): slots 0..P-1 of the WQE store.
         ``prow``/``pin``: the planner works from slot ``prow`` (never claimed while ``pin``);
         ``release``: it is done with that slot's WQE (completed): the slot is free; ``take``:
@@ -1314,14 +1317,12 @@ class Execute(wiring.Component):
                          pst_wr.data.log.eq(rp.payload.rq_log), pst_wr.en.eq(1),
                          chk_post.i.valid.eq(1), chk_post.i.payload.qpn.eq(rp.payload.qpn[:ab])]
 
-        # The planner's take, registered: its effects on the slots (those it voids, the claims
-        # it holds off) start from this register, so the take's decision (a planner state, a
-        # read response) reaches no slot's tags. c is unchanged in the cycle after a take
-        # (the planner is in SUMS). The next index and the visit's void, a few registers, are
-        # loaded from the take itself, so the QP's next visit starts a cycle sooner.
-        take_r = Signal()
-        m.d.sync += take_r.eq(take)
-        # the planner's next index = taken + 1, written when no qp_reset competes
+        # A take's effects on the slots (those it voids, the claims it holds off) start from
+        # ``take_r``, so the take's decision (a planner state, a read response) reaches no
+        # slot's tags; c is unchanged in the cycle after a take (the planner is in SUMS). The
+        # next index and the visit's void, a few registers, are loaded from the take itself,
+        # so the QP's next visit starts a cycle sooner.
+        # The planner's next index = taken + 1, written when no qp_reset competes.
         nx_pend = Signal()
         nx_q = Signal(ab)
         nx_v = Signal(16)
