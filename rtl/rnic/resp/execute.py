@@ -130,6 +130,8 @@ but lacks ``rcqn``/``rq_base``/``rq_log`` and is not sent when a QP *enters* ERR
 (``docs/execute.md``).
 """
 
+import types
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -231,6 +233,70 @@ flush_layout = data.StructLayout({
 
 #: Write requests issued whose ``done`` is not back, at most (the tag is 8 bits).
 MAX_WRITES = 64
+
+
+class _BitTable:
+    """A table of ``depth`` one-bit rows in LUT RAM, the rows packed four to a 4-bit word; its
+    ports read as those of a ``Memory(shape=1)`` with one write port, cycle for cycle.
+
+    A LUT-RAM memory takes a DPR16X4 (16 words of 4 bits) per 16 words and per read port, so a
+    one-bit table of ``depth`` rows takes ``depth``/16 of them per read port, packed
+    ``depth``/64 (and one port more, below). The write is a read-modify-write of its word,
+    registered: the word is read (asynchronously) at the request, the row replaced, the
+    previous write forwarded when it is to the same word, and the new word written in the next
+    cycle from registers. (Written in the request's cycle, yosys would turn the feedback into
+    per-bit write enables and split the memory back into one-bit slices.) The reads are
+    bypassed with the registered write, so they return what the one-bit memory returns: a
+    synchronous read (not transparent) sees a write from the cycle after it, an asynchronous
+    one too. :meth:`write_port` and :meth:`read_port` return objects with a port's ``addr``,
+    ``data``, ``en``.
+    """
+
+    def __init__(self, m, depth, name):
+        self._m = m
+        self._abits = (depth - 1).bit_length()
+        self.mem = Memory(shape=4, depth=max(depth // 4, 2), init=[],
+                          attrs={"no_rw_check": 1})   # every read is bypassed (below)
+        m.submodules[name] = self.mem
+        n = name
+        self._wp = types.SimpleNamespace(addr=Signal(self._abits, name=f"{n}_wa"),
+                                         data=Signal(name=f"{n}_wd"), en=Signal(name=f"{n}_we"))
+        # the registered write: its word, row, bit and the whole new word
+        self._r_en = Signal(name=f"{n}_r_en")
+        self._r_row = Signal(self._abits, name=f"{n}_r_row")
+        self._r_bit = Signal(name=f"{n}_r_bit")
+        r_word = Signal(4, name=f"{n}_r_word")
+        wp, old = self._wp, self.mem.read_port(domain="comb")
+        port = self.mem.write_port()
+        base = Signal(4, name=f"{n}_base")
+        m.d.comb += [
+            old.addr.eq(wp.addr[2:]),
+            base.eq(Mux(self._r_en & (self._r_row[2:] == wp.addr[2:]), r_word, old.data)),
+            port.addr.eq(self._r_row[2:]), port.data.eq(r_word), port.en.eq(self._r_en),
+        ]
+        m.d.sync += [self._r_en.eq(wp.en), self._r_row.eq(wp.addr), self._r_bit.eq(wp.data)]
+        for i in range(4):
+            m.d.sync += r_word[i].eq(Mux(wp.addr[:2] == i, wp.data, base[i]))
+
+    def write_port(self):
+        return self._wp
+
+    def read_port(self, domain="sync"):
+        m = self._m
+        rp = self.mem.read_port(domain=domain)
+        addr = Signal(self._abits)
+        m.d.comb += rp.addr.eq(addr[2:])
+        hit = self._r_en & (self._r_row == addr)
+        if domain == "comb":
+            return types.SimpleNamespace(
+                addr=addr, data=Mux(hit, self._r_bit, rp.data.bit_select(addr[:2], 1)))
+        lane = Signal(2)
+        h = Signal()
+        hbit = Signal()
+        with m.If(rp.en):
+            m.d.sync += [lane.eq(addr[:2]), h.eq(hit), hbit.eq(self._r_bit)]
+        return types.SimpleNamespace(addr=addr, en=rp.en,
+                                     data=Mux(h, hbit, rp.data.bit_select(lane, 1)))
 
 
 class _LateWrite:
@@ -408,13 +474,11 @@ class Execute(wiring.Component):
         connect(m, fault_q.o, wiring.flipped(self.fault))
 
         # ---- per-QP tables ----------------------------------------------------------------
-        # ``no_rw_check`` on ``dead`` and ``cnext``: their reads go through _LateWrite's bypass,
-        # which replaces the RAM's data whenever the read meets the write of the same row
-        m.submodules.dead = dead = Memory(shape=1, depth=self.num_qp, init=[],
-                                          attrs={"no_rw_check": 1})
+        # ``dead`` and ``wflt``: one bit per QP, packed (_BitTable, written from registers)
+        dead = _BitTable(m, self.num_qp, "dead")
         dead_rd = dead.read_port()
-        dead_wr = _LateWrite(m, dead, "dead")
-        dead_rd_data = dead_wr.read(dead_rd, "dead_rd")
+        dead_wr = dead.write_port()
+        dead_rd_data = dead_rd.data
         # the ring index of the WQE the QP's message in progress holds (its words are in the
         # shared WQE store, found by {QP, index, ring}). ``no_rw_check``: the row is written in
         # the cycle after a take (from registers: ``take_r``, c unchanged) and read in
@@ -424,11 +488,13 @@ class Execute(wiring.Component):
         wqe_rd = wqet.read_port()
         wqe_wr = wqet.write_port()
         # write faults: set by a non-OKAY write done, read by the CQE release and the planner
-        m.submodules.wflt = wflt = Memory(shape=1, depth=self.num_qp, init=[])
+        wflt = _BitTable(m, self.num_qp, "wflt")
         wflt_rd = wflt.read_port()
         wflt_rel = wflt.read_port(domain="comb")
         wflt_wr = wflt.write_port()
         # index of the next receive WQE of the QP without a completion
+        # ``no_rw_check``: its reads go through _LateWrite's bypass, which replaces the RAM's
+        # data whenever the read meets the write of the same row
         m.submodules.cnext = cnext = Memory(shape=16, depth=self.num_qp, init=[],
                                             attrs={"no_rw_check": 1})
         cnext_rd = cnext.read_port()
@@ -659,7 +725,7 @@ class Execute(wiring.Component):
         bad_nsge = Signal()                    # registered in CUT
 
         dead_rd2 = dead.read_port()            # stage 3's re-check of the marks
-        dead_rd2_data = dead_wr.read(dead_rd2, "dead_rd2")
+        dead_rd2_data = dead_rd2.data
         wflt_rd2 = wflt.read_port()
         sent_w = Signal()
         sent_p = Signal()
