@@ -42,7 +42,9 @@ by every response of their kind and read, non-transparently, by the take stage. 
 its QP by local QPN; the TX frame builder adds the QP's addresses from its path table.
 Throughput: one frame per cycle on ``o`` (one take per cycle when each QP holds one frame and no
 response for the head's QP arrives). Latency: the input is registered, the QP FIFO has two
-cycles, the take pipeline four (the popped QPN registered; its flags read; the take clears them
+cycles (its output goes on into a one-entry buffer whenever the take does not pop it, so the
+FIFO's read enable and level depend on registers, not on the take; the buffer adds no cycle),
+the take pipeline four (the popped QPN registered; its flags read; the take clears them
 and issues the table reads; the block RAM outputs are registered before any logic) and a
 4-entry output queue in LUT RAM (which keeps ``o.ready`` out of the take logic) one: about 8
 cycles from ``i`` to ``o``.
@@ -163,11 +165,13 @@ class AckTable(wiring.Component):
         # clears them and issues the table reads) → S (the block RAMs' outputs) → R
         # (registered; emit 1–2 frames)
         # Reset sweep: the take side copies the insert side for every QP: the insert side is
-        # read at ``t_q`` (which counts the QPs meanwhile) and the take side written two
-        # cycles later (through ``d_*``, below); ``sw_busy`` lasts until the last write.
+        # read at ``sw_n`` (which counts the QPs) and the take side written two cycles later
+        # (through ``d_*``, below); ``sw_busy`` lasts until the last write. (A counter of its
+        # own: ``t_q``'s input is then the QP FIFO's block-RAM output through one LUT.)
         sweeping = Signal(init=1)
         sw_valid = Signal()
         sw_last = Signal()
+        sw_n = Signal(ab)
         sw_q = Signal(ab)
         sw_busy = Signal(init=1)    # sweeping | sw_valid | sw_last, as a register of its own
         m.d.sync += [sw_last.eq(sw_valid), sw_busy.eq(sweeping | sw_valid)]
@@ -176,10 +180,10 @@ class AckTable(wiring.Component):
         u_valid = Signal()          # the head: its flags read, waiting for its take
         u_q = Signal(ab)
         head = u_q
-        m.d.sync += [sw_valid.eq(sweeping), sw_q.eq(t_q)]
+        m.d.sync += [sw_valid.eq(sweeping), sw_q.eq(sw_n)]
         with m.If(sweeping):
-            m.d.sync += t_q.eq(t_q + 1)
-            with m.If(t_q == n - 1):
+            m.d.sync += sw_n.eq(sw_n + 1)
+            with m.If(sw_n == n - 1):
                 m.d.sync += sweeping.eq(0)
         s_valid = Signal()
         s_ack = Signal()
@@ -238,12 +242,12 @@ class AckTable(wiring.Component):
         for rp in (ack_r, nak_r):
             m.d.comb += [rp.addr.eq(head), rp.en.eq(take)]
         # The popped QPN is registered (``t_q``: the QP FIFO's block-RAM output does not run
-        # into a read address), its flags read at that register (at ``t_q`` during the sweep)
+        # into a read address), its flags read at that register (at ``sw_n`` during the sweep)
         # as it moves to the head, and held while it waits; a write to the head's QP since that
         # read (in the read's cycle included) replaces the bits read (``held_read``), so the take
         # sees them as they stand.
         for rp in (ins_at_head, tk_at_head):
-            m.d.comb += [rp.addr.eq(t_q), rp.en.eq(t_adv | sweeping)]
+            m.d.comb += [rp.addr.eq(Mux(sweeping, sw_n, t_q)), rp.en.eq(t_adv | sweeping)]
         # (the writes are compared with both registers at once, so that the take, late in the
         # cycle, only selects which compare counts)
         ins_hit_t = Signal()
