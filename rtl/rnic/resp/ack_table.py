@@ -42,7 +42,9 @@ by every response of their kind and read, non-transparently, by the take stage. 
 its QP by local QPN; the TX frame builder adds the QP's addresses from its path table.
 Throughput: one frame per cycle on ``o`` (one take per cycle when each QP holds one frame and no
 response for the head's QP arrives). Latency: the input is registered, the QP FIFO has two
-cycles, the take pipeline four (the popped QPN registered; its flags read; the take clears them
+cycles (its output goes on into a one-entry buffer whenever the take does not pop it, so the
+FIFO's read enable and level depend on registers, not on the take; the buffer adds no cycle),
+the take pipeline four (the popped QPN registered; its flags read; the take clears them
 and issues the table reads; the block RAM outputs are registered before any logic) and a
 4-entry output queue in LUT RAM (which keeps ``o.ready`` out of the take logic) one: about 8
 cycles from ``i`` to ``o``.
@@ -163,24 +165,25 @@ class AckTable(wiring.Component):
         # clears them and issues the table reads) → S (the block RAMs' outputs) → R
         # (registered; emit 1–2 frames)
         # Reset sweep: the take side copies the insert side for every QP: the insert side is
-        # read at ``t_q`` (which counts the QPs meanwhile) and the take side written two
-        # cycles later (through ``d_*``, below); ``sw_busy`` lasts until the last write.
+        # read at ``sw_n`` (which counts the QPs) and the take side written two cycles later
+        # (through ``d_*``, below); ``sw_busy`` lasts until the last write. (A counter of its
+        # own: ``t_q``'s input is then the QP FIFO's block-RAM output through one LUT.)
         sweeping = Signal(init=1)
         sw_valid = Signal()
         sw_last = Signal()
+        sw_n = Signal(ab)
         sw_q = Signal(ab)
-        sw_busy = Signal()
-        m.d.sync += sw_last.eq(sw_valid)
-        m.d.comb += sw_busy.eq(sweeping | sw_valid | sw_last)
+        sw_busy = Signal(init=1)    # sweeping | sw_valid | sw_last, as a register of its own
+        m.d.sync += [sw_last.eq(sw_valid), sw_busy.eq(sweeping | sw_valid)]
         t_valid = Signal()
         t_q = Signal(ab)
         u_valid = Signal()          # the head: its flags read, waiting for its take
         u_q = Signal(ab)
         head = u_q
-        m.d.sync += [sw_valid.eq(sweeping), sw_q.eq(t_q)]
+        m.d.sync += [sw_valid.eq(sweeping), sw_q.eq(sw_n)]
         with m.If(sweeping):
-            m.d.sync += t_q.eq(t_q + 1)
-            with m.If(t_q == n - 1):
+            m.d.sync += sw_n.eq(sw_n + 1)
+            with m.If(sw_n == n - 1):
                 m.d.sync += sweeping.eq(0)
         s_valid = Signal()
         s_ack = Signal()
@@ -196,24 +199,40 @@ class AckTable(wiring.Component):
         r_second = Signal()         # emitting the second of two frames
         two = Signal()
         m.d.comb += two.eq(r_ack & r_nak)
+        r_one = Signal(init=1)      # ~two | r_second: the frame being emitted is R's last
         nak_now = Signal()          # the frame being emitted is the NAK
         m.d.comb += nak_now.eq(Mux(two, r_nf ^ r_second, r_nak))
         r_done = Signal()
-        m.d.comb += r_done.eq(r_valid & oq.i.ready & (~two | r_second))
+        m.d.comb += r_done.eq(r_valid & oq.i.ready & r_one)
         s_adv = Signal()
         m.d.comb += s_adv.eq(s_valid & (~r_valid | r_done))
         take = Signal()
-        pop = Signal()
         t_adv = Signal()            # the popped QPN moves to the head, its flags read
         clash = Signal()            # an insert for the head's QP this cycle: the take waits
+        # The QP FIFO's output goes through a one-entry buffer ``k``: the FIFO is read whenever
+        # ``k`` is empty (a register), and T takes from ``k`` if it holds a QPN, else from the
+        # FIFO, so the take decision never reaches the FIFO's read enable and level (timing).
+        # T sees the same QPNs in the same cycles as it would straight from the FIFO.
+        k_valid = Signal()
+        k_q = Signal(ab)
+        src_valid = Signal()
+        src_q = Signal(ab)
+        src_ready = Signal()
+        pop = Signal()
         m.d.comb += [
             take.eq(u_valid & (~s_valid | s_adv) & ~sw_busy & ~clash),
             t_adv.eq(t_valid & (~u_valid | take)),
-            qf.o.ready.eq((~t_valid | t_adv) & ~sw_busy),
-            pop.eq(qf.o.valid & qf.o.ready),
+            src_valid.eq(k_valid | qf.o.valid),
+            src_q.eq(Mux(k_valid, k_q, qf.o.payload)),
+            src_ready.eq((~t_valid | t_adv) & ~sw_busy),
+            pop.eq(src_valid & src_ready),
+            qf.o.ready.eq(~k_valid & ~sw_busy),
         ]
+        m.d.sync += k_valid.eq(~src_ready & (k_valid | (qf.o.valid & ~sw_busy)))
+        with m.If(~k_valid):
+            m.d.sync += k_q.eq(qf.o.payload)
         with m.If(pop):
-            m.d.sync += [t_valid.eq(1), t_q.eq(qf.o.payload)]
+            m.d.sync += [t_valid.eq(1), t_q.eq(src_q)]
         with m.Elif(t_adv):
             m.d.sync += t_valid.eq(0)
         with m.If(t_adv):
@@ -223,12 +242,12 @@ class AckTable(wiring.Component):
         for rp in (ack_r, nak_r):
             m.d.comb += [rp.addr.eq(head), rp.en.eq(take)]
         # The popped QPN is registered (``t_q``: the QP FIFO's block-RAM output does not run
-        # into a read address), its flags read at that register (at ``t_q`` during the sweep)
+        # into a read address), its flags read at that register (at ``sw_n`` during the sweep)
         # as it moves to the head, and held while it waits; a write to the head's QP since that
         # read (in the read's cycle included) replaces the bits read (``held_read``), so the take
         # sees them as they stand.
         for rp in (ins_at_head, tk_at_head):
-            m.d.comb += [rp.addr.eq(t_q), rp.en.eq(t_adv | sweeping)]
+            m.d.comb += [rp.addr.eq(Mux(sweeping, sw_n, t_q)), rp.en.eq(t_adv | sweeping)]
         # (the writes are compared with both registers at once, so that the take, late in the
         # cycle, only selects which compare counts)
         ins_hit_t = Signal()
@@ -271,11 +290,12 @@ class AckTable(wiring.Component):
             m.d.sync += s_valid.eq(0)
         with m.If(s_adv):
             m.d.sync += [r_valid.eq(1), r_second.eq(0), r_ack.eq(s_ack), r_nak.eq(s_nak),
+                         r_one.eq(~(s_ack & s_nak)),
                          r_nf.eq(s_nf), r_a.eq(ack_r.data), r_n.eq(nak_r.data), r_q.eq(s_q)]
         with m.Elif(r_done):
             m.d.sync += r_valid.eq(0)
         with m.Elif(r_valid & oq.i.ready):
-            m.d.sync += r_second.eq(1)
+            m.d.sync += [r_second.eq(1), r_one.eq(1)]
 
         o = oq.i.payload
         m.d.comb += [
@@ -316,11 +336,22 @@ class AckTable(wiring.Component):
         ]
         is_ack = Signal()
         m.d.comb += is_ack.eq(i.syndrome == 0x1F)
-        m.d.comb += clash.eq(i_valid & (q == head))
+        # ``q == head`` and ``tk_w.addr == q`` compared a cycle ahead, from the registers they
+        # are loaded from (``q`` from the input, ``head`` from ``t_q`` on ``t_adv`` and ``u_q``
+        # otherwise, ``tk_w.addr`` from ``sw_q`` or ``head``), so that the take and the QP
+        # FIFO's write see one register each (timing)
+        q_is_t = Signal()
+        q_is_u = Signal()
+        q_to_u = Signal()           # t_adv of the cycle before: head is that cycle's t_q
+        q_is_d = Signal()
+        m.d.sync += [q_is_t.eq(self.i.payload.qpn == t_q), q_is_u.eq(self.i.payload.qpn == u_q),
+                     q_to_u.eq(t_adv),
+                     q_is_d.eq(self.i.payload.qpn == Mux(sw_valid, sw_q, head))]
+        m.d.comb += clash.eq(i_valid & Mux(q_to_u, q_is_t, q_is_u))
         # (no take of q in this cycle: ``clash``; a take of q in the cycle before writes the
         # take side now)
         tk_now = Signal(_take_layout)
-        m.d.comb += tk_now.eq(Mux(tk_w.en & (tk_w.addr == q), tk_w.data, q_tk))
+        m.d.comb += tk_now.eq(Mux(tk_w.en & q_is_d, tk_w.data, q_tk))
         ack_k = Signal()            # q's ACK (NAK) is pending
         nak_k = Signal()
         m.d.comb += [ack_k.eq(q_ins.ack ^ tk_now.ack), nak_k.eq(q_ins.nak ^ tk_now.nak)]
@@ -343,7 +374,7 @@ class AckTable(wiring.Component):
             nak_w.addr.eq(q), nak_w.en.eq(i_valid & ~is_ack),
             nak_w.data.psn.eq(i.psn), nak_w.data.msn.eq(i.msn),
             nak_w.data.syndrome.eq(i.syndrome),
-            self.pending.eq(i_valid | t_valid | u_valid | d_v | s_valid | r_valid | qf.o.valid
+            self.pending.eq(i_valid | t_valid | u_valid | d_v | s_valid | r_valid | k_valid | qf.o.valid
                             | (qf.level != 0) | oq.o.valid | (oq.level != 0)),
         ]
         return m

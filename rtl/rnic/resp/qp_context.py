@@ -211,7 +211,10 @@ class QpContext(wiring.Component):
         c_addr = Signal(self.abits)
         c_rd_en = Signal()
         c_wr_dyn = Signal(qp_dyn_layout)
-        c_wr_en = Signal()
+        # the dynamic write's enable (and ``set_valid``): a register, decided in the cycle
+        # before SWEEP's next write and before EXEC, so that the command's decode does not run
+        # into the write enable of the table's block RAMs (timing)
+        c_wr_en = Signal(init=1)
 
         # the read data, registered once (shared by the pipeline and the command)
         rd_en = Signal()
@@ -302,10 +305,10 @@ class QpContext(wiring.Component):
         with m.FSM(init="SWEEP"):
             with m.State("SWEEP"):
                 # after rst: every QP to RESET, one entry per cycle
-                m.d.comb += [busy.eq(1), c_wr_en.eq(1), self.set_valid.eq(1)]
+                m.d.comb += busy.eq(1)
                 m.d.sync += sweep_cnt.eq(sweep_cnt + 1)
                 with m.If(sweep_cnt == self.num_qp - 1):
-                    m.d.sync += [owned.eq(0), sweeping.eq(0)]
+                    m.d.sync += [owned.eq(0), sweeping.eq(0), c_wr_en.eq(0)]
                     m.next = "IDLE"
             with m.State("IDLE"):
                 m.d.comb += busy.eq(cmd.valid)
@@ -346,6 +349,8 @@ class QpContext(wiring.Component):
                 # the row read in ADDR moves to ``srow``/``dq``
                 m.d.comb += [busy.eq(1), c_rd_en.eq(1)]
                 with m.If(written):
+                    # (EXEC's write: only an accepted SET_QP writes its lanes, ``written``)
+                    m.d.sync += c_wr_en.eq(is_set & qpn_ok & ~bad)
                     m.next = "EXEC"
                 with m.Else():
                     m.next = "CHECK"
@@ -376,7 +381,7 @@ class QpContext(wiring.Component):
                     m.next = "ADDR"
             with m.State("EXEC"):
                 m.d.comb += busy.eq(1)
-                m.d.sync += cnt.eq(0)
+                m.d.sync += [cnt.eq(0), c_wr_en.eq(0)]
                 with m.If(~qpn_ok):
                     m.d.sync += result.eq(Result.BAD_INDEX)
                 with m.Elif(is_query):
@@ -386,7 +391,6 @@ class QpContext(wiring.Component):
                         m.d.sync += result.eq(Result.BAD_ARGUMENT)
                     with m.Else():
                         m.d.sync += result.eq(Result.OK)
-                        m.d.comb += [c_wr_en.eq(1), self.set_valid.eq(1)]
                 with m.Else():
                     m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
                 with m.If(qpn_ok & is_query):
@@ -410,7 +414,7 @@ class QpContext(wiring.Component):
                 with m.If(resp.ready):
                     m.d.sync += owned.eq(0)
                     m.next = "IDLE"
-        m.d.comb += [self.set_qpn.eq(c_addr), self.set_state.eq(Mux(sweeping, 0, new_state)),
+        m.d.comb += [self.set_valid.eq(c_wr_en), self.set_qpn.eq(c_addr), self.set_state.eq(Mux(sweeping, 0, new_state)),
                      self.set_to_error.eq(~sweeping & (new_state == QpState.ERROR)
                                           & (dq.state != QpState.ERROR)),
                      self.set_prod.eq(dq.rq_prod), self.set_static.eq(Mux(sweeping, 0, st)),
