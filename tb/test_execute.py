@@ -87,6 +87,15 @@ def test_parameters_refused():
             Execute(width=64, prefetch_depth=depth)
 
 
+def _simulate(dut, bench):
+    """Run testbench ``bench`` on ``dut`` in Amaranth's simulator (one clock)."""
+    from amaranth.sim import Simulator
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 class _LateWritePair(wiring.Component):
     """Two tables written alike: one through its own write port, one through ``_LateWrite``;
     two synchronous read ports on each."""
@@ -119,7 +128,6 @@ def test_late_write_reads_as_a_direct_write():
     bypassed: every read port must return what it would with the write applied at once,
     every cycle (reads of the address written the cycle before included)."""
     import random
-    from amaranth.sim import Simulator
     dut = _LateWritePair()
     rng = random.Random(7)
     hits = []
@@ -141,10 +149,7 @@ def test_late_write_reads_as_a_direct_write():
             last = (ctx.get(dut.waddr), ctx.get(dut.wen))
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(dut, bench)
     assert sum(hits) > 300
 
 
@@ -185,7 +190,6 @@ def test_bit_table_reads_as_a_one_bit_memory():
     word just written (the read-modify-write and its forwarding) and reads of the row or the
     word just written among them."""
     import random
-    from amaranth.sim import Simulator
     dut = _BitTablePair()
     rng = random.Random(11)
     seen = {"row": 0, "word": 0, "fwd": 0}
@@ -212,8 +216,5 @@ def test_bit_table_reads_as_a_one_bit_memory():
             last = (ctx.get(dut.waddr), ctx.get(dut.wen))
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-6)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(dut, bench)
     assert min(seen.values()) > 200, seen
