@@ -1423,7 +1423,7 @@ class Execute(wiring.Component):
         # made in the cycle before LOOK uses it (DEC, or LOOK's first cycle when DEC changed
         # c's index to the held WQE's). A slot claimed in that cycle has new tags by then, so
         # it is left out (``claim_d``), as a slot claimed in LOOK's last cycle is by the
-        # planner (HIT); none is claimed in HIT (``plan_look_r``); ``valid`` is used as it
+        # planner (HIT); none is claimed in HIT (``plan_hit_r``); ``valid`` is used as it
         # stands. The slot hit serves c only if its WQE was read
         # from c's ring (base and size; a ring SET_QP moved is not served from the old
         # one): ``ring_ok``, registered in the hit's cycle from the slot's ring (``hsel``, a
@@ -1603,7 +1603,8 @@ class Execute(wiring.Component):
 
         # ---- the hit select (registered): the first slot of match & valid & ok, read on a hit --
         # In LOOK it is the first of match_c with data next cycle (a response now sets ok;
-        # a reset of c's QP voids every match; no slot is claimed in LOOK). In
+        # a reset of c's QP voids every match; a slot claimed now sends the planner to FETCH
+        # in HIT, so the select never reads it). In
         # HIT, while no matched slot has data, the only way one gets it is a response: the
         # next cycle's select is its slot (a don't-care when no hit follows).
         rs_ok = Signal(P)
