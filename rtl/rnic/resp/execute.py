@@ -462,7 +462,8 @@ class Execute(wiring.Component):
         else:
             connect(m, wiring.flipped(self.pay), sc.pay)
         connect(m, sc.data, wiring.flipped(self.wr.data))
-        m.submodules.piece_q = piece_q = Queue(piece_layout, 4)
+        # (unbuffered: the Scatter Path's set-up register is the queue's output register)
+        m.submodules.piece_q = piece_q = Queue(piece_layout, 4, buffered=False)
         connect(m, piece_q.o, sc.piece)
         pq = piece_q.i
 

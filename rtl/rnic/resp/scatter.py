@@ -13,7 +13,9 @@ Realignment: a window ``{head, prev}`` of two source beats (``head`` = the input
 taken, ``prev`` = the beat taken before it) shifted right by a byte count; the input beat is taken
 only when the next output beat needs a later source beat, so a source beat shared by two pieces
 stays available for the second. One output beat per cycle while a piece runs; one bubble at
-most at the start of a piece and one cycle for the closing piece.
+most at the start of a piece and one cycle for the closing piece. A piece offered while the
+previous one runs is taken into a set-up register at once and starts when that one ends; one
+offered to an idle Scatter Path starts a cycle after it is taken.
 
 The byte shift is done in two registered steps (by ``sh mod 8`` bytes, then by whole 8-byte
 words), and the write beats pass through a 4-entry output queue (no combinational path from
@@ -93,10 +95,18 @@ class ScatterPath(wiring.Component):
         lo_lane = Signal(lb)
         hi_lane = Signal(lb)
         m.d.comb += [lo_lane.eq(Mux(first, lo, 0)), hi_lane.eq(Mux(lastb, hl, B - 1))]
+        # dm > 0, dm ≥ 0, dl > 0, dl ≥ 0 as registers, loaded with dm and dl (from compares
+        # of their present values, dm and dl moving by ±1), so the take decision below starts
+        # at a flip-flop rather than at a 16-bit sign test (timing)
+        dm_gt, dm_ge, dl_gt, dl_ge = Signal(), Signal(), Signal(), Signal()
         ahead = Signal()
-        m.d.comb += ahead.eq(Mux(lastb, dl, dm) > 0)
+        m.d.comb += ahead.eq(Mux(lastb, dl_gt, dm_gt))
         nxt_ahead = Signal()                  # after this beat, the next one needs a take
-        m.d.comb += nxt_ahead.eq(Mux(nlast, dl, dm) >= 0)
+        m.d.comb += nxt_ahead.eq(Mux(nlast, dl_ge, dm_ge))
+
+        def step(d):
+            """Load the flags for dm + d and dl + d (d = −1 or +1)."""
+            return [dm_gt.eq(dm > -d), dm_ge.eq(dm >= -d), dl_gt.eq(dl > -d), dl_ge.eq(dl >= -d)]
 
         window = Signal(2 * W)
         m.d.comb += window.eq(Cat(prev, self.pay.payload.data))
@@ -143,33 +153,68 @@ class ScatterPath(wiring.Component):
         with m.Else():
             m.d.comb += [self.data.valid.eq(q.valid), q.ready.eq(self.data.ready)]
 
-        # piece set-up (from the piece queue's registered output)
+        # Piece set-up in two steps: what does not depend on ``h`` is computed from the piece
+        # port into the ``n_*`` registers (a one-entry buffer, loaded while the previous piece
+        # runs), so IDLE subtracts ``h`` once and loads the FSM's registers (timing: the
+        # set-up's chained adds no longer run into ``dm``/``dl``'s multiplexers).
+        # Each is one carry chain at most, from the piece's fields (a short one of lb + 2 bits
+        # at most in front of some): with e = lane + len − 1 (the piece's last byte, counted from
+        # its first beat's lane 0) and bk = src − lane (the source byte of lane 0 of its first
+        # beat), left = e // B + 1, the last lane e mod B, the source beat of a middle beat's last
+        # byte (bk + B − 1) // B = (src + (B − 1 − lane)) // B, of the last beat's
+        # (bk + e mod B) // B = (src + (e mod B − lane)) // B, and the byte shift bk + B.
         p = self.piece.payload
         p_lane = p.lane[:lb]
-        p_bk = Signal(signed(P))
-        p_end = Signal(P)
-        m.d.comb += [p_bk.eq(p.src - p_lane), p_end.eq(p_lane + p.len - 1)]
-        p_dm = Signal(signed(P))
-        p_dl = Signal(signed(P))
-        m.d.comb += [p_dm.eq(((p_bk + (B - 1)) >> lb) - h),
-                     p_dl.eq(((p_bk + p_end[:lb]) >> lb) - h)]
+        e_lo = Signal(lb)
+        m.d.comb += e_lo.eq(p_lane + p.len[:lb] - 1)
+        fits1 = Signal()                      # lane + len ≤ B: one output beat
+        fits2 = Signal()                      # lane + len ≤ 2·B
+        m.d.comb += [fits1.eq((p.len[lb + 1:] == 0) & (p.len[:lb + 1] <= B - p_lane)),
+                     fits2.eq((p.len[lb + 2:] == 0) & (p.len[:lb + 2] <= 2 * B - p_lane))]
+        lo_d = Signal(signed(lb + 2))         # e mod B − lane, in (−B, B)
+        m.d.comb += lo_d.eq(e_lo - p_lane)
+        nv = Signal()                         # the n_* registers hold a piece
+        n_take = Signal()                     # IDLE takes it
+        n_left = Signal.like(left)
+        n_lastb, n_nlast, n_end, n_zero = Signal(), Signal(), Signal(), Signal()
+        n_lo, n_hl = Signal(lb), Signal(lb)
+        n_mb = Signal(signed(P))              # source beat of the last byte of a middle beat
+        n_lb = Signal(signed(P))              # ... of the piece's last beat
+        n_sh = Signal(lb + 2)                 # byte shift before h is subtracted
+        m.d.comb += self.piece.ready.eq(~nv | n_take)
+        with m.If(self.piece.ready):
+            m.d.sync += [
+                nv.eq(self.piece.valid),
+                n_left.eq((p.len + (p_lane + (B - 1))) >> lb),
+                n_lastb.eq(fits1),
+                n_nlast.eq(fits2 & ~fits1),
+                n_lo.eq(p_lane),
+                n_hl.eq(e_lo),
+                n_mb.eq((p.src + ~p_lane) >> lb),         # ~lane = B − 1 − lane
+                n_lb.eq((p.src + lo_d) >> lb),
+                n_sh.eq(p.src - p_lane + B),
+                n_end.eq(p.end),
+                n_zero.eq(p.len == 0),
+            ]
 
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += self.piece.ready.eq(1)
-                with m.If(self.piece.valid):
+                m.d.comb += n_take.eq(nv)
+                with m.If(nv):
                     m.d.sync += [
-                        left.eq((p_end + B) >> lb),
+                        left.eq(n_left),
                         first.eq(1),
-                        lastb.eq(((p_end + B) >> lb) == 1),
-                        nlast.eq(((p_end + B) >> lb) == 2),
-                        lo.eq(p_lane),
-                        hl.eq(p_end[:lb]),
-                        dm.eq(p_dm), dl.eq(p_dl),
-                        sh.eq(p_bk + B - (h << lb)),
-                        end.eq(p.end),
+                        lastb.eq(n_lastb),
+                        nlast.eq(n_nlast),
+                        lo.eq(n_lo),
+                        hl.eq(n_hl),
+                        dm.eq(n_mb - h), dl.eq(n_lb - h),
+                        dm_gt.eq(n_mb > h), dm_ge.eq(n_mb >= h),
+                        dl_gt.eq(n_lb > h), dl_ge.eq(n_lb >= h),
+                        sh.eq(n_sh - (h << lb)),
+                        end.eq(n_end),
                     ]
-                    with m.If(p.len == 0):
+                    with m.If(n_zero):
                         m.next = "DRAIN"
                     with m.Else():
                         m.next = "RUN"
@@ -179,7 +224,7 @@ class ScatterPath(wiring.Component):
                     with m.If(self.pay.valid):
                         m.d.comb += self.pay.ready.eq(1)
                         m.d.sync += [prev.eq(self.pay.payload.data), h.eq(h + 1),
-                                     dm.eq(dm - 1), dl.eq(dl - 1), sh.eq(sh - B)]
+                                     dm.eq(dm - 1), dl.eq(dl - 1), sh.eq(sh - B), *step(-1)]
                 with m.Else():
                     m.d.comb += a_valid.eq(self.pay.valid)
                     with m.If(self.pay.valid & a_ready):
@@ -195,7 +240,7 @@ class ScatterPath(wiring.Component):
                             m.d.comb += self.pay.ready.eq(1)
                             m.d.sync += [prev.eq(self.pay.payload.data), h.eq(h + 1)]
                         with m.Else():
-                            m.d.sync += [dm.eq(dm + 1), dl.eq(dl + 1), sh.eq(sh + B)]
+                            m.d.sync += [dm.eq(dm + 1), dl.eq(dl + 1), sh.eq(sh + B), *step(1)]
             with m.State("DRAIN"):
                 m.d.comb += [self.busy.eq(1),
                              self.pay.ready.eq(~self.pay.payload.last | a_ready),
