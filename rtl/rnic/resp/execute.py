@@ -519,6 +519,8 @@ class Execute(wiring.Component):
         pchk = Signal()                        # ``prow`` is a pool slot just hit: its ring
                                                # (``ring_ok``) is tested in the next state
         rq_prev = Signal(16)                   # c's index the tags were last compared with
+        look_eq = Signal()                     # c.rq_index == rq_prev in LOOK (registered:
+                                               # the compare ran into the state's enable)
         m.d.comb += wqs_addr.eq(prow)
         in_qpn = Signal(ab)
         take_flush = Signal()
@@ -927,7 +929,8 @@ class Execute(wiring.Component):
             with m.State("DEC"):
                 m.d.sync += plan_tk.eq(1)
                 m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
-                             faddr.eq(faddr_c), rq_prev.eq(c.rq_index)]
+                             faddr.eq(faddr_c), rq_prev.eq(c.rq_index),
+                             look_eq.eq(c.wqe | (wqe_rd.data == c.rq_index))]
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
@@ -945,14 +948,14 @@ class Execute(wiring.Component):
             with m.State("LOOK"):
                 m.d.sync += plan_tk.eq(1)
                 # match the pool: same QP, same ring index, same ring (compared the cycle before)
-                with m.If(c.rq_index == rq_prev):
+                with m.If(look_eq):
                     m.d.sync += plan_hit_r.eq(1)
                     if P:
                         m.d.sync += pool["match"].eq(pool["match_c"])
                     m.next = "HIT"
                 with m.Else():
                     # the tags are compared with c's new index in this cycle; its address
-                    m.d.sync += [rq_prev.eq(c.rq_index), faddr.eq(faddr_c)]
+                    m.d.sync += [rq_prev.eq(c.rq_index), faddr.eq(faddr_c), look_eq.eq(1)]
             with m.State("HIT"):
                 m.d.comb += plan_look.eq(1)
                 m.d.sync += [plan_hit_r.eq(1), plan_tk.eq(1)]
