@@ -723,8 +723,8 @@ class Execute(wiring.Component):
             plen_c.append(ln)
             psrc_c.append(src)
             cum.append(hi)
-        overflow = Signal()
-        m.d.comb += overflow.eq(mend > cum[MAX_SGE])
+        overflow = Signal()                    # the message ends past the SGEs (registered
+                                               # in CUT, both sums complete by then)
         bad_nsge = Signal()                    # registered in CUT
 
         dead_rd2 = dead.read_port()            # stage 3's re-check of the marks
@@ -1048,7 +1048,8 @@ class Execute(wiring.Component):
                         m.next = f"SUMS{i + 1}" if i + 1 < MAX_SGE else "CUT"
             with m.State("CUT"):
                 m.d.sync += cut
-                m.d.sync += [a_r.eq(wqe.sge[0].addr), bad_nsge.eq(wqe.nsge > MAX_SGE)]
+                m.d.sync += [a_r.eq(wqe.sge[0].addr), bad_nsge.eq(wqe.nsge > MAX_SGE),
+                             overflow.eq(mend > cum[MAX_SGE])]
                 m.next = "CUT2"
             with m.State("CUT2"):
                 m.d.sync += cut2
