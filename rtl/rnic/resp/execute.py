@@ -519,8 +519,10 @@ class Execute(wiring.Component):
         pchk = Signal()                        # ``prow`` is a pool slot just hit: its ring
                                                # (``ring_ok``) is tested in the next state
         rq_prev = Signal(16)                   # c's index the tags were last compared with
-        look_eq = Signal()                     # c.rq_index == rq_prev in LOOK (registered:
-                                               # the compare ran into the state's enable)
+        # c.rq_index == rq_prev in LOOK, as eight 2-bit compares registered in DEC (their
+        # AND in LOOK): the 16-bit compare ran into the state's enable, and in DEC one of its
+        # operands is the ``wqet`` block RAM's output, which leaves time for one LUT level
+        look_eq = Signal(8)
         m.d.comb += wqs_addr.eq(prow)
         in_qpn = Signal(ab)
         take_flush = Signal()
@@ -930,7 +932,8 @@ class Execute(wiring.Component):
                 m.d.sync += plan_tk.eq(1)
                 m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
                              faddr.eq(faddr_c), rq_prev.eq(c.rq_index),
-                             look_eq.eq(c.wqe | (wqe_rd.data == c.rq_index))]
+                             look_eq.eq(Cat(*[wqe_rd.data[k:k + 2] == c.rq_index[k:k + 2]
+                                              for k in range(0, 16, 2)]))]
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
@@ -948,14 +951,14 @@ class Execute(wiring.Component):
             with m.State("LOOK"):
                 m.d.sync += plan_tk.eq(1)
                 # match the pool: same QP, same ring index, same ring (compared the cycle before)
-                with m.If(look_eq):
+                with m.If(c.wqe | look_eq.all()):
                     m.d.sync += plan_hit_r.eq(1)
                     if P:
                         m.d.sync += pool["match"].eq(pool["match_c"])
                     m.next = "HIT"
                 with m.Else():
                     # the tags are compared with c's new index in this cycle; its address
-                    m.d.sync += [rq_prev.eq(c.rq_index), faddr.eq(faddr_c), look_eq.eq(1)]
+                    m.d.sync += [rq_prev.eq(c.rq_index), faddr.eq(faddr_c), look_eq.eq(0xFF)]
             with m.State("HIT"):
                 m.d.comb += plan_look.eq(1)
                 m.d.sync += [plan_hit_r.eq(1), plan_tk.eq(1)]
