@@ -1,6 +1,7 @@
-"""The requester context's bypassed read port (rnic.req.req_context._BypassedReadPort) against
-a Python model of a transparent synchronous read port: a read returns the data written to its
-address in the same cycle, and holds while its enable is low."""
+"""The requester context (rnic.req.req_context): its bypassed read port (_BypassedReadPort)
+against a Python model of a transparent synchronous read port (a read returns the data written
+to its address in the same cycle, and holds while its enable is low), and the send CQN its
+completions carry while SET_QP writes the same rows."""
 
 import random
 
@@ -40,3 +41,58 @@ def test_bypassed_read_port_is_transparent():
     sim.add_testbench(tb)
     sim.run()
     assert stats["bypass"] > 200 and stats["hold"] > 500     # both cases were exercised
+
+
+def test_completion_send_cqn_meets_table_writes():
+    """A completion's CQE carries its QP's send CQN as the table stands in the cycle it is taken
+    (a SET_QP write of that cycle included) or in a later cycle before the CQE is offered, with
+    SET_QP's ARG5 writes to the same QP in most cycles; the CQE holds while it waits."""
+    from rnic.opcodes import WcStatus
+    from rnic.req.req_context import ReqContext
+
+    dut = ReqContext(num_qp=2)
+    rng = random.Random(11)
+    stats = {"cqes": 0, "raced": 0}
+
+    async def tb(ctx):
+        row = [0, 0]                # the send CQNs with every ARG write up to the cycle before
+        hist = []                   # hist[n]: the table as a read in cycle n sees it
+        pending = []                # (QPN, take cycle) of completions whose CQE has not come
+        offered = None              # (cycle first offered, payload) of the CQE on offer
+        ctx.set(dut.qp_err.ready, 1)
+        ctx.set(dut.event.ready, 1)
+        for n in range(4000):
+            hist.append(list(row))
+            av = rng.random() < 0.6
+            aq, cq = rng.randrange(2), rng.randrange(1 << 16)
+            ctx.set(dut.qp_arg.valid, av)
+            ctx.set(dut.qp_arg.payload, {"qpn": aq, "arg": 5, "data": cq << 16,
+                                         "all": rng.random() < 0.05})
+            cv = rng.random() < 0.5
+            qpn = rng.randrange(2)
+            ctx.set(dut.cpl.valid, cv)
+            ctx.set(dut.cpl.payload, {"qpn": qpn, "wr_id": n, "status": WcStatus.SUCCESS})
+            ctx.set(dut.cqe.ready, rng.random() < 0.7)
+            if cv and ctx.get(dut.cpl.ready):
+                pending.append((qpn, n))
+            if ctx.get(dut.cqe.valid):
+                p = ctx.get(dut.cqe.payload)
+                if offered is None:
+                    offered = (n, p)
+                assert p == offered[1]                  # held while it waits
+                if ctx.get(dut.cqe.ready):
+                    q, t = pending.pop(0)
+                    assert p.qpn == q
+                    seen = {hist[k][q] for k in range(t, offered[0])}
+                    assert p.cqn in seen, (n, t, p.cqn, seen)
+                    stats["cqes"] += 1
+                    stats["raced"] += len(seen) > 1
+                    offered = None
+            if av:
+                row[aq] = 0 if ctx.get(dut.qp_arg.payload.all) else cq
+            await ctx.tick()
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    assert stats["cqes"] > 500 and stats["raced"] > 50      # writes met the reads

@@ -134,9 +134,13 @@ class ReqContext(wiring.Component):
         m.submodules.table = table = Memory(shape=R.width, depth=self.num_qp, init=[])
         wp = table.write_port(granularity=R.LANE)
         ctx_rp = _BypassedReadPort(m, table, wp, "ctx")
-        m.submodules.cqns = cqns = Memory(shape=CR.width, depth=self.num_qp, init=[])
+        # (the send CQN's table has no bypass: a completion's read that meets a write to its row
+        # is read again, below, so its data is never used (``no_rw_check``) and the block RAM's
+        # output goes straight into ``scqn``)
+        m.submodules.cqns = cqns = Memory(shape=CR.width, depth=self.num_qp, init=[],
+                                          attrs={"no_rw_check": 1})
         cq_wp = cqns.write_port(granularity=CR.LANE)
-        cpl_rp = _BypassedReadPort(m, cqns, cq_wp, "cpl")
+        cpl_rp = cqns.read_port()          # (always enabled: no hold logic after the block RAM)
         m.submodules.states = states = Memory(shape=req_ctx_layout["state"].shape,
                                               depth=self.num_qp, init=[])
         st_wp = states.write_port()
@@ -202,8 +206,14 @@ class ReqContext(wiring.Component):
         # ---- completions ------------------------------------------------------------------------
         # one completion (or gather fault) at a time: read its QP's send CQN, then offer the CQE,
         # the QP-to-ERROR report and the event independently; the slot frees when all are taken.
+        # The send CQN's port reads every cycle: the completion's QPN as it is taken, then the
+        # held one while busy. A read that met a write to the row (``rd_hit``, a registered
+        # address compare) returned the row as it was: the completion waits one cycle more
+        # (rd_wait stays set) for the next read, which sees the write, and so on while writes
+        # meet the reads. The CQE carries the row as of the take or of a later cycle before it.
         busy = Signal()
         rd_wait = Signal()
+        rd_hit = Signal()
         c = Signal(cpl_layout)
         need_cqe, need_err, need_ev = Signal(), Signal(), Signal()
         take_cpl = Signal()
@@ -213,9 +223,9 @@ class ReqContext(wiring.Component):
             take_flt.eq(~busy & ~self.cpl.valid & self.req_fault.valid),
             self.cpl.ready.eq(~busy),
             self.req_fault.ready.eq(~busy & ~self.cpl.valid),
-            cpl_rp.addr.eq(self.cpl.payload.qpn[:ab]),
-            cpl_rp.en.eq(take_cpl),
+            cpl_rp.addr.eq(Mux(busy, c.qpn[:ab], self.cpl.payload.qpn[:ab])),
         ]
+        m.d.sync += rd_hit.eq(cq_wp.en.any() & (cq_wp.addr == cpl_rp.addr))
         cp = self.cpl.payload
         err_status = (cp.status != WcStatus.SUCCESS) & (cp.status != WcStatus.WR_FLUSH_ERR)
         with m.If(take_cpl):
@@ -226,11 +236,9 @@ class ReqContext(wiring.Component):
         with m.If(take_flt):
             m.d.sync += [busy.eq(1), rd_wait.eq(1), c.eq(0), c.qpn.eq(self.req_fault.payload),
                          need_cqe.eq(0), need_err.eq(1), need_ev.eq(1)]
-        with m.If(rd_wait):
-            m.d.sync += rd_wait.eq(0)
         scqn = Signal(16)
-        with m.If(rd_wait):
-            m.d.sync += scqn.eq(CR.decode(m, cpl_rp.data, "cpl_fields").scqn)
+        with m.If(rd_wait & ~rd_hit):
+            m.d.sync += [rd_wait.eq(0), scqn.eq(CR.decode(m, cpl_rp.data, "cpl_fields").scqn)]
 
         live = Signal()
         m.d.comb += live.eq(busy & ~rd_wait)

@@ -28,9 +28,11 @@ Builder (per frame):
    back to back after the header.
 3. **One word at a time**: the header words and the realigned payload lanes are written into
    one word register, ``acc``, which leaves whole, once, when a write to the next word comes
-   or the frame ends: into the frame FIFO and, with the Ethernet bytes zeroed (they stand for
-   the ICRC's 8 bytes of 0xFF) and IPv4 TOS/TTL/checksum, the UDP checksum and BTH byte 4
-   forced to ones, into :class:`rnic.crc.CRC32`. Lanes never written are zero, so the pad is.
+   or the frame ends: into the frame FIFO (which takes ``acc`` at its word in every cycle it
+   holds one, so the last write is the whole word) and, with the Ethernet bytes zeroed (they
+   stand for the ICRC's 8 bytes of 0xFF) and IPv4 TOS/TTL/checksum, the UDP checksum and BTH
+   byte 4 forced to ones, into :class:`rnic.crc.CRC32`. Lanes never written are zero, so the
+   pad is.
    The ICRC is known CRC-latency cycles after the frame's last word: no second pass.
 
 The frame FIFO is one block-RAM ring (one write port, one read port). A finished frame's record
@@ -199,7 +201,8 @@ class TxBuild(wiring.Component):
 
         # ``no_rw_check``: the emitter reads only the words of frames whose record was queued
         # (every word written before), the builder writes only words the emitter has read
-        # (``room``), so an enabled read never meets an enabled write at one address.
+        # (``room``; the word of ``acc`` too, in every cycle from the write that moved acc to
+        # it), so an enabled read never meets an enabled write at one address.
         m.submodules.mem = mem = Memory(shape=W, depth=C, init=[], attrs={"no_rw_check": 1})
         wp = mem.write_port()
         rp = mem.read_port()
@@ -445,6 +448,13 @@ class TxBuild(wiring.Component):
         acc = Signal(W)
         acc_w = Signal(WB)               # its frame word index
         acc_v = Signal()
+        # acc_w's tests that the CRC input's masking uses, as flip-flops set with acc_w (from
+        # the write's word): acc_w is crc_last; acc_w is header word k (the words of the
+        # forced and the Ethernet lanes)
+        forced_at = (15, 22, 24, 25, 40, 41, 46)     # TOS, TTL, IP csum, UDP csum, BTH[4]
+        acc_last = Signal()
+        acc_hw = {k: Signal(name=f"acc_hw{k}")
+                  for k in sorted({fo // nb for fo in forced_at} | set(range(-(-14 // nb))))}
         w_en = Signal()                  # a write of w_data's w_mask lanes to frame word w_addr
         w_addr = Signal(WB)
         w_data = Signal(W)
@@ -458,7 +468,9 @@ class TxBuild(wiring.Component):
         with m.If(w_en):
             with m.If(~same):
                 m.d.comb += flush.eq(acc_v)
-                m.d.sync += [acc_w.eq(w_addr), wabs.eq(fbase + w_addr)]
+                m.d.sync += [acc_w.eq(w_addr), wabs.eq(fbase + w_addr),
+                             acc_last.eq(w_addr == crc_last)]
+                m.d.sync += [f.eq(w_addr == k) for k, f in acc_hw.items()]
             m.d.sync += acc_v.eq(1)
             for i in range(nb):
                 lane = slice(8 * i, 8 * i + 8)
@@ -472,9 +484,13 @@ class TxBuild(wiring.Component):
         feed_w = Signal(WB)
         feed_last = Signal()             # feed_w is crc_last
         in_pad = Signal()
-        m.d.comb += [wp.addr.eq(wabs[:CB]), wp.data.eq(acc), wp.en.eq(flush),
+        # The frame FIFO takes acc at its word (wabs) in every cycle acc holds one, not only as it
+        # leaves: the last of those writes is the whole word, and the write's enable, address
+        # and data are registers (the take does not reach the block RAM). No reader sees the
+        # earlier ones: the frame's record is queued only after the word has left.
+        m.d.comb += [wp.addr.eq(wabs[:CB]), wp.data.eq(acc), wp.en.eq(acc_v),
                      feed_w.eq(Mux(in_pad, crc_last, acc_w)),
-                     feed_last.eq(in_pad | (acc_w == crc_last))]
+                     feed_last.eq(in_pad | acc_last)]
         with m.If(flush):
             m.d.comb += feed_v.eq(1)
         cvalid, cdata = Signal(), Signal(W)
@@ -484,13 +500,13 @@ class TxBuild(wiring.Component):
         for i in range(nb):
             # (the forced and Ethernet words are header words, never PAD's)
             forced = Const(0, 1)
-            for fo in (15, 22, 24, 25, 40, 41, 46):      # TOS, TTL, IP csum, UDP csum, BTH[4]
+            for fo in forced_at:
                 if fo % nb == i:
-                    forced = forced | (acc_w == fo // nb)
+                    forced = forced | acc_hw[fo // nb]
             zero = Const(0, 1)
             for wi in range(-(-14 // nb)):                # the Ethernet header's lanes
                 if wi * nb + i < 14:
-                    zero = zero | (acc_w == wi)
+                    zero = zero | acc_hw[wi]
             kept = ~feed_last | ckeep_last[i]
             m.d.sync += cdata[8 * i:8 * i + 8].eq(
                 Mux(in_pad | ~kept, 0, Mux(forced, 0xFF, Mux(zero, 0, acc[8 * i:8 * i + 8]))))
@@ -725,6 +741,8 @@ class TxBuild(wiring.Component):
                     m.d.comb += recq.i.valid.eq(1)
                     m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words),
                                  wabs.eq(fbase + out_words)]
+                    # (acc_w's tests matter only once a write sets them with acc_w again)
+                    m.d.sync += [acc_last.eq(0)] + [f.eq(k == 0) for k, f in acc_hw.items()]
                     with m.If(padw):            # (acc_w is the word of data_end − 1)
                         goto("PAD")             # the pad lies in a word of its own
                     with m.Elif(bad):
