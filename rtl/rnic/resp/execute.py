@@ -1491,18 +1491,27 @@ class Execute(wiring.Component):
                               | (rp.valid & (rp.payload.qpn[:ab] == pst_rd.addr)))
         # the slot the planner works from (``prow`` with ``pin``) is neither free nor evictable:
         # its row must not change until the planner is done with it
+        # ALLOC decides from the slots' state of the cycle before (``free_r``, ``ev_r``,
+        # registers: the pin's compare and the slot flags no longer run into its decision).
+        # A slot stops being free only by a claim or by HIT's pin: a claim of the cycle before
+        # is masked (``claim_d``; after a claim, no eviction is judged: a visit claims its
+        # idx0, the one that may evict, first), and in the cycle after HIT, ALLOC holds
+        # (``plan_hit_r``). A slot freed in the cycle before waits a cycle.
         pinned = Signal(P)
         for i in range(P):
             m.d.comb += pinned[i].eq(pin & (prow == i))
+        free_r = Signal(P)
+        m.d.sync += free_r.eq(~valid & ~busy & ~pinned)
+        ev_r = Signal()
+        m.d.sync += ev_r.eq(valid.bit_select(ev, 1) & ~busy.bit_select(ev, 1)
+                            & ~pinned.bit_select(ev, 1))
         free = Signal(P)
-        m.d.comb += free.eq(~valid & ~busy & ~pinned)
+        evictable = Signal()
+        m.d.comb += [free.eq(free_r & ~claim_d), evictable.eq(ev_r & (claim_d == 0))]
         fsel = Signal(sb)
         for i in reversed(range(P)):
             with m.If(free[i]):
                 m.d.comb += fsel.eq(i)
-        evictable = Signal()
-        m.d.comb += evictable.eq(valid.bit_select(ev, 1) & ~busy.bit_select(ev, 1)
-                                 & ~pinned.bit_select(ev, 1))
         lmask = Signal(16)
         m.d.comb += lmask.eq((Const(1, 17) << row.log) - 1)
         need0 = Signal()            # WQE idx0 posted, not held, not yet fetched in this visit
