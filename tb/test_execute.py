@@ -185,7 +185,7 @@ class _BitTablePair(wiring.Component):
 
 def test_bit_table_reads_as_a_one_bit_memory():
     """Execute's ``dead`` and ``wflt`` marks are one-bit tables packed four rows to a LUT-RAM
-    word and written a cycle late: every read (synchronous and asynchronous) returns what a
+    word and written two cycles late: every read (synchronous and asynchronous) returns what a
     one-bit memory written alike returns, every cycle, with writes to the other rows of the
     word just written (the read-modify-write and its forwarding) and reads of the row or the
     word just written among them."""

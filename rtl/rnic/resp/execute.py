@@ -241,12 +241,14 @@ class _BitTable:
 
     A LUT-RAM memory takes a DPR16X4 (16 words of 4 bits) per 16 words and per read port, so a
     one-bit table of ``depth`` rows takes ``depth``/16 of them per read port, packed
-    ``depth``/64 (and one port more, below). The write is a read-modify-write of its word,
-    registered: the word is read (asynchronously) at the request, the row replaced, the
-    previous write forwarded when it is to the same word, and the new word written in the next
-    cycle from registers. (Written in the request's cycle, yosys would turn the feedback into
-    per-bit write enables and split the memory back into one-bit slices.) The reads are
-    bypassed with the registered write, so they return what the one-bit memory returns: a
+    ``depth``/64 (and one port more, below). The write is a read-modify-write of its word, in
+    two registered steps: the request (row, bit) is registered (``q``); from there its word is
+    read (asynchronously), the row replaced, the write ahead of it forwarded when it is to the
+    same word, and the new word registered (``r``), which is written in the cycle after.
+    (Written in the request's cycle, yosys would turn the feedback into per-bit write enables
+    and split the memory back into one-bit slices; read at the request, the writers' address
+    select ran into the LUT RAM's read and the merge.) The reads are bypassed with both
+    registered writes, the newer first, so they return what the one-bit memory returns: a
     synchronous read (not transparent) sees a write from the cycle after it, an asynchronous
     one too. :meth:`write_port` and :meth:`read_port` return objects with a port's ``addr``,
     ``data``, ``en``.
@@ -261,7 +263,10 @@ class _BitTable:
         n = name
         self._wp = types.SimpleNamespace(addr=Signal(self._abits, name=f"{n}_wa"),
                                          data=Signal(name=f"{n}_wd"), en=Signal(name=f"{n}_we"))
-        # the registered write: its word, row, bit and the whole new word
+        # the registered request, then the registered write: its row, bit and the whole word
+        self._q_en = Signal(name=f"{n}_q_en")
+        self._q_row = Signal(self._abits, name=f"{n}_q_row")
+        self._q_bit = Signal(name=f"{n}_q_bit")
         self._r_en = Signal(name=f"{n}_r_en")
         self._r_row = Signal(self._abits, name=f"{n}_r_row")
         self._r_bit = Signal(name=f"{n}_r_bit")
@@ -269,14 +274,17 @@ class _BitTable:
         wp, old = self._wp, self.mem.read_port(domain="comb")
         port = self.mem.write_port()
         base = Signal(4, name=f"{n}_base")
+        q_row = self._q_row
         m.d.comb += [
-            old.addr.eq(wp.addr[2:]),
-            base.eq(Mux(self._r_en & (self._r_row[2:] == wp.addr[2:]), r_word, old.data)),
+            old.addr.eq(q_row[2:]),
+            base.eq(Mux(self._r_en & (self._r_row[2:] == q_row[2:]), r_word, old.data)),
             port.addr.eq(self._r_row[2:]), port.data.eq(r_word), port.en.eq(self._r_en),
         ]
-        m.d.sync += [self._r_en.eq(wp.en), self._r_row.eq(wp.addr), self._r_bit.eq(wp.data)]
+        m.d.sync += [self._q_en.eq(wp.en), self._q_row.eq(wp.addr), self._q_bit.eq(wp.data),
+                     self._r_en.eq(self._q_en), self._r_row.eq(q_row),
+                     self._r_bit.eq(self._q_bit)]
         for i in range(4):
-            m.d.sync += r_word[i].eq(Mux(wp.addr[:2] == i, wp.data, base[i]))
+            m.d.sync += r_word[i].eq(Mux(q_row[:2] == i, self._q_bit, base[i]))
 
     def write_port(self):
         return self._wp
@@ -286,15 +294,18 @@ class _BitTable:
         rp = self.mem.read_port(domain=domain)
         addr = Signal(self._abits)
         m.d.comb += rp.addr.eq(addr[2:])
-        hit = self._r_en & (self._r_row == addr)
+        hit_q = self._q_en & (self._q_row == addr)
+        hit_r = self._r_en & (self._r_row == addr)
         if domain == "comb":
             return types.SimpleNamespace(
-                addr=addr, data=Mux(hit, self._r_bit, rp.data.bit_select(addr[:2], 1)))
+                addr=addr, data=Mux(hit_q, self._q_bit,
+                                    Mux(hit_r, self._r_bit, rp.data.bit_select(addr[:2], 1))))
         lane = Signal(2)
         h = Signal()
         hbit = Signal()
         with m.If(rp.en):
-            m.d.sync += [lane.eq(addr[:2]), h.eq(hit), hbit.eq(self._r_bit)]
+            m.d.sync += [lane.eq(addr[:2]), h.eq(hit_q | hit_r),
+                         hbit.eq(Mux(hit_q, self._q_bit, self._r_bit))]
         return types.SimpleNamespace(addr=addr, en=rp.en,
                                      data=Mux(h, hbit, rp.data.bit_select(lane, 1)))
 
