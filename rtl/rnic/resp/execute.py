@@ -911,17 +911,11 @@ class Execute(wiring.Component):
 
         # ==== stage 1, the planner: tables, WQE, pieces, the checks that need no lookup ====
         m.d.sync += [plan_hit_r.eq(0), plan_tk.eq(0), plan_dec.eq(0)]
-        fl_idx = Signal(16)                    # the flush's first index, read in FL_DEC
         with m.FSM(name="plan"):
             with m.State("IDLE"):
                 take_next(True)
             with m.State("FL_DEC"):
-                # (cnext is a block RAM: its output into a register of its own first, then
-                # into c's index with its other sources' multiplexer)
-                m.d.sync += fl_idx.eq(cnext_rd_data)
-                m.next = "FL_IDX"
-            with m.State("FL_IDX"):
-                m.d.sync += c.rq_index.eq(fl_idx)
+                m.d.sync += c.rq_index.eq(cnext_rd_data)
                 m.next = "FL_CHK"
             with m.State("FL_CHK"):
                 # registered: is the flush at its end (index reached or behind)?
