@@ -381,16 +381,20 @@ class Requester(wiring.Component):
         dyn_wp = _TableWrite(_dyn_layout, ab, "dyn_w")
         comp_wp = _TableWrite(_comp_layout, ab, "comp_w")
 
-        def copy(name, table, layout):
+        def copy(name, table, layout, transparent=True):
             m.submodules[name] = mem = Memory(shape=layout, depth=self.num_qp, init=[])
             wp = mem.write_port()
             m.d.comb += [wp.addr.eq(table.addr), wp.en.eq(table.en),
                          wp.data.as_value().eq(_pick(layout, table.data))]
-            return mem.read_port(transparent_for=(wp,))
+            return mem.read_port(transparent_for=(wp,) if transparent else ())
 
-        dyn_rp = copy("dyn_mem", dyn_wp, _dyn_engine_layout)           # the engine's
+        # The engine's copies are read without transparency: a write shows in the read a cycle
+        # later (still before the engine uses it, see dyn_rd and cs), and the register after
+        # the read port stays a flip-flop in the fabric (synthesis folds it into the block RAM
+        # behind a transparent port, whose clock-to-out then leads the logic it feeds).
+        dyn_rp = copy("dyn_mem", dyn_wp, _dyn_engine_layout, False)    # the engine's
         dyn_rp2 = copy("dyn_comp_mem", dyn_wp, _dyn_comp_layout)       # the completer's
-        comp_rp = copy("comp_eng_mem", comp_wp, _comp_engine_layout)   # the engine's
+        comp_rp = copy("comp_eng_mem", comp_wp, _comp_engine_layout, False)   # the engine's
         comp_rp2 = copy("comp_mem", comp_wp, _comp_layout)             # the completer's
         cfg_wp = cfg_mem.write_port()
         cfg_rp = cfg_mem.read_port(transparent_for=(cfg_wp,))
@@ -400,7 +404,7 @@ class Requester(wiring.Component):
         infl_wp = ring_mem.write_port()
         infl_rp = ring_mem.read_port()
         rn_wp = rn_mem.write_port()
-        rn_rp = rn_mem.read_port(transparent_for=(rn_wp,))            # the engine's
+        rn_rp = rn_mem.read_port()                                    # the engine's (as dyn_rp)
         rn_rp2 = rn_mem.read_port(transparent_for=(rn_wp,))           # the completer's
         # (no_rw_check: the completer writes rh only in its write-back, when its reads at the
         # same QP are not used; the engine's read is registered beside cs, as comp's)
@@ -513,8 +517,11 @@ class Requester(wiring.Component):
         # dyn.rgen of the cycle before: ERR never follows REWIND or CTX_WAIT, which set it).
         # Reading the table's output besides cs also keeps synthesis from folding cs into the
         # block RAM (whose clock-to-out would otherwise lead the ERR decision).
+        # (per bit: one LUT between the block RAM's output and each flip-flop)
+        rgen_x = Signal(4)
         rgen_ne = Signal()
-        m.d.sync += rgen_ne.eq(comp_rp.data.rgen != dyn.rgen)
+        m.d.sync += rgen_x.eq(comp_rp.data.rgen ^ dyn.rgen)
+        m.d.comb += rgen_ne.eq(rgen_x != 0)
         wqe = Signal(8 * SEND_WQE_BYTES)        # the send WQE as read (bit 8·i = byte i)
         sw = data.View(SendWqe, wqe)              # its fields (interface.md §5.2, rnic.formats)
         wr_id = sw.wr_id
@@ -566,11 +573,22 @@ class Requester(wiring.Component):
         pf_hit = Signal()
         m.d.comb += pf_hit.eq(pf_v & ~pf_bad & (pf_q == qpn) & (pf_c == dyn.cons))
 
+        # len0 and len1 (from LOOKUP on) select by num_sge's decode registered: the WQE does
+        # not change after WQE_DATA but for the SGE addresses, so from LOOKUP on sge1_r and
+        # sge2_r are those of the WQE, and no decode of num_sge leads the gather set-up.
+        # VALIDATE, the cycle after the last beat, sums the lengths by num_sge itself, with the
+        # adder ahead of the choice.
+        sge1_r = Signal()               # num_sge ≥ 1
+        sge2_r = Signal()               # num_sge = 2
+        m.d.sync += [sge1_r.eq(num_sge != 0), sge2_r.eq(num_sge == 2)]
         m.d.comb += [
-            len0.eq(Mux(num_sge >= 1, sge_len[0], 0)),
-            len1.eq(Mux(num_sge == 2, sge_len[1], 0)),
+            len0.eq(Mux(sge1_r, sge_len[0], 0)),
+            len1.eq(Mux(sge2_r, sge_len[1], 0)),
             self.busy.eq(0),
         ]
+        len_sum = Signal(32)            # len0 + len1, in VALIDATE
+        m.d.comb += len_sum.eq(Mux(num_sge == 2, sge_len[0] + sge_len[1],
+                                   Mux(num_sge != 0, sge_len[0], 0)))
         pmtu_b = Signal(13)
         with m.Switch(ctx.pmtu):
             for code in range(1, 6):
@@ -679,8 +697,13 @@ class Requester(wiring.Component):
             cfg_wp.data.rnr_retry.eq(ctx.rnr_retry),
         ]
 
+        # another WQE posted after cons (registered: PKT and CHUNK, where it is used, are never
+        # the cycle after cons changes; prod a cycle older is a doorbell seen a cycle late)
+        pf_more = Signal()
+        m.d.sync += pf_more.eq(dyn.cons + 1 != prod)
+
         def prefetch():
-            with m.If(~pf_v & ~flush & ~dyn.err & (dyn.cons + 1 != prod)):
+            with m.If(~pf_v & ~flush & ~dyn.err & pf_more):
                 m.d.comb += [pf_go.eq(1), self.wqe_rd.req.valid.eq(1)]
                 with m.If(self.wqe_rd.req.ready):
                     m.d.sync += [pf_v.eq(1), pf_q.eq(qpn), pf_c.eq(dyn.cons + 1), pf_bad.eq(0)]
@@ -813,7 +836,7 @@ class Requester(wiring.Component):
                         m.next = "VALIDATE"
             with m.State("VALIDATE"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [k.eq(0), sent.eq(0), total.eq(len0 + len1), resid.eq(len0 + len1)]
+                m.d.sync += [k.eq(0), sent.eq(0), total.eq(len_sum), resid.eq(len_sum)]
                 with m.If(flush):
                     m.d.sync += status.eq(int(WcStatus.WR_FLUSH_ERR))
                     m.next = "ERR"
@@ -1009,9 +1032,8 @@ class Requester(wiring.Component):
         cfg = Signal(_cfg_layout)
         cfg_rd = Signal(_cfg_layout)
         # the QP's timeout in µs, looked up from cfg (each use is at least a cycle after cfg is
-        # loaded: in EVAL or ACT), and whether it has one
+        # loaded: in EVAL or ACT; in LOAD from the value cfg loads), and whether it has one
         tval = Signal(34)
-        m.d.sync += tval.eq(rom(m, cfg.timeout, TIMEOUT_US, 34, "timeout_us"))
         ton = cfg.timeout != 0
         rval = Signal(TB)               # the RNR NAK's wait in µs
         crh = Signal(rb)                # the QP's rh: the entry of its WQE at ccons
@@ -1020,11 +1042,17 @@ class Requester(wiring.Component):
                      rh_rd.eq(rh_rp.data), rn_rd2.eq(rn_rp2.data)]
         # the scan judges from a second register of each read (synthesis folds the first into
         # the block RAM, whose clock-to-out would otherwise lead the deadline compare)
-        comp_s, d_s, cfg_s = (Signal(_comp_layout), Signal(_dyn_comp_layout),
-                              Signal(_cfg_layout))
+        comp_s, d_s, cfg_s = (Signal(_comp_layout, name="comp_s"),
+                              Signal(_dyn_comp_layout, name="d_s"),
+                              Signal(_cfg_layout, name="cfg_s"))
         rh_s, rn_s = Signal(rb), Signal(rb)
         m.d.sync += [comp_s.eq(comp_rd), d_s.eq(d_rd), cfg_s.eq(cfg_rd), rh_s.eq(rh_rd),
                      rn_s.eq(rn_rd2)]
+        # (in LOAD, from cfg_s: EVAL, the next cycle, may use it)
+        t_load = Signal()               # the completer is in LOAD (a register: set in READ3)
+        m.d.sync += t_load.eq(0)
+        m.d.sync += tval.eq(rom(m, Mux(t_load, cfg_s.timeout, cfg.timeout), TIMEOUT_US, 34,
+                                "timeout_us"))
         m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq), cfg_rp.addr.eq(aq),
                      rh_rp.addr.eq(aq), rn_rp2.addr.eq(aq),
                      infl_rp.addr.eq(crh),
@@ -1046,15 +1074,15 @@ class Requester(wiring.Component):
         # the entry's last PSN is before una (24-bit serial arithmetic)
         covered = Signal(24)
         m.d.comb += covered.eq(cmp.una - 1 - ent_lp)
-        # an ACK's PSN against una (24-bit serial arithmetic) and the next PSN, judged in JUDGE
-        # (EVAL decides from these flip-flops): a_new = a newer ACK (0 < psn + 1 − una < 2^23),
+        # an ACK's PSN against una (24-bit serial arithmetic) and the next PSN, judged in LOAD
+        # from the second registers of the reads (EVAL decides from these flip-flops): a_new = a newer ACK (0 < psn + 1 − una < 2^23),
         # b_neg = a NAK for a PSN before una, b_zero = at una, d_more = PSNs sent after it
         # (``ap1`` = psn + 1 is registered with the ACK)
         ap1 = Signal(24)
         adv = Signal(24)
         behind = Signal(24)
         a_new, b_neg, b_zero, d_more = Signal(), Signal(), Signal(), Signal()
-        m.d.comb += [adv.eq(ap1 - cmp.una), behind.eq(a.psn - cmp.una)]
+        m.d.comb += [adv.eq(ap1 - comp_s.una), behind.eq(a.psn - comp_s.una)]
         expired = Signal()
         # wake-ups of parked QPs are hints (a later scan repeats them): only with room to spare
         wake_room = Signal()
@@ -1158,14 +1186,17 @@ class Requester(wiring.Component):
             with m.State("READ"):
                 m.next = "READ2"           # comp/dyn/cfg reads of the new QPN
             with m.State("READ2"):
-                m.next = "LOAD"            # ... and their registers
+                m.next = "READ3"           # ... their first registers
+            with m.State("READ3"):
+                m.d.sync += t_load.eq(1)
+                m.next = "LOAD"            # ... and their second (comp_s, d_s, cfg_s, rh_s)
             with m.State("LOAD"):
-                m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd),
-                             rval.eq(r_rom), crh.eq(rh_rd)]
-                m.next = "JUDGE"
-            with m.State("JUDGE"):
-                m.d.sync += [a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
-                             b_zero.eq(behind == 0), d_more.eq(d.psn != ap1)]
+                # from the second registers, as the scan (not from the block RAM's output), and
+                # the ACK judged from the same registers
+                m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s),
+                             rval.eq(r_rom), crh.eq(rh_s),
+                             a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
+                             b_zero.eq(behind == 0), d_more.eq(d_s.psn != ap1)]
                 m.next = "EVAL"
             with m.State("EVAL"):
                 typ = a.syndrome[5:7]
