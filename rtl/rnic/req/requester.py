@@ -397,7 +397,7 @@ class Requester(wiring.Component):
         comp_rp = copy("comp_eng_mem", comp_wp, _comp_engine_layout, False)   # the engine's
         comp_rp2 = copy("comp_mem", comp_wp, _comp_layout)             # the completer's
         cfg_wp = cfg_mem.write_port()
-        cfg_rp = cfg_mem.read_port(transparent_for=(cfg_wp,))
+        cfg_rp = cfg_mem.read_port()        # (as the engine's copies: cfg_rd in the fabric)
         # (no_rw_check: the completer reads an entry a cycle after it read the engine's rn and
         # hcons, so an entry written in the cycle of its read is one those did not yet show as
         # filled, and its word is not used)
@@ -452,8 +452,17 @@ class Requester(wiring.Component):
         set_rts = sp.state == _RTS
         set_reset = sp.state == _RESET
         set_hit = Signal()              # a SET_QP rewrites a QP's tables this cycle
-        m.d.comb += self.qp_set.ready.eq(~eng_wb & ~cmp_wb & work.i.ready)
-        m.d.comb += self.sq_db.ready.eq(db_rd & ~self.qp_set.valid & ~wake_v & ~yield_v
+        # The readies depend on registers only (and sq_db's on qp_set.valid): e_wb_st and
+        # c_wb_st say the engine or the completer is in a state that may write its table back
+        # (YIELD included: its write-back depends on the work queue), e_yield_st and c_wake_st
+        # that it is in YIELD or WAKE, each set with the transition into the state.
+        e_wb_st = Signal()
+        e_yield_st = Signal()
+        c_wb_st = Signal()
+        c_wake_st = Signal()
+        m.d.comb += [yield_v.eq(e_yield_st), wake_v.eq(c_wake_st & ~self.qp_set.valid)]
+        m.d.comb += self.qp_set.ready.eq(~e_wb_st & ~c_wb_st & work.i.ready)
+        m.d.comb += self.sq_db.ready.eq(db_rd & ~self.qp_set.valid & ~c_wake_st & ~e_yield_st
                                         & work.i.ready)
         with m.If(self.qp_set.valid & self.qp_set.ready):
             m.d.comb += [live_wp.addr.eq(set_q), live_wp.data.eq(~set_reset), live_wp.en.eq(1)]
@@ -567,8 +576,15 @@ class Requester(wiring.Component):
         pf_q = Signal(ab)
         pf_c = Signal(16)
         pf_go = Signal()                # issue the prefetch this cycle
+        # cons + 1, cons = hcons and psn − 1, registered: used in PKT, CHUNK and WB_NEXT only,
+        # which never follow a change of cons, hcons or psn by one cycle
+        cons1 = Signal(16)
+        alloc_r = Signal()
+        psn_m1 = Signal(24)
+        m.d.sync += [cons1.eq(dyn.cons + 1), alloc_r.eq(dyn.cons == dyn.hcons),
+                     psn_m1.eq(dyn.psn - 1)]
         wqe_idx = Signal(16)
-        m.d.comb += wqe_idx.eq(Mux(pf_go, dyn.cons + 1, dyn.cons))
+        m.d.comb += wqe_idx.eq(Mux(pf_go, cons1, dyn.cons))
         pf_bad = Signal()               # a SET_QP rewrote the prefetched QP: drain it
         pf_hit = Signal()
         m.d.comb += pf_hit.eq(pf_v & ~pf_bad & (pf_q == qpn) & (pf_c == dyn.cons))
@@ -650,6 +666,10 @@ class Requester(wiring.Component):
         # set with ``left`` (in PKT, and in CHUNK when the packet continues in SGE 1), so the
         # chunk handed to the TX frame builder comes from registers only
         clen = Signal(13)
+        # set with clen: the chunk is the packet's last (left = clen), it ends the SGE
+        # (seg_left = clen)
+        pkt_end = Signal()
+        seg_end = Signal()
         m.d.comb += [
             self.chunk.payload.addr.eq(cur_addr),
             self.chunk.payload.len.eq(clen),
@@ -666,7 +686,7 @@ class Requester(wiring.Component):
             infl_wp.addr.eq(ern),
             infl_wp.data.next.eq(new_rn),
             infl_wp.data.wr_id.eq(wr_id),
-            infl_wp.data.last_psn.eq(dyn.psn - 1),
+            infl_wp.data.last_psn.eq(psn_m1),
             infl_wp.data.signaled.eq(flags[0]),
             infl_wp.data.write.eq((wop == 3) | (wop == 4)),
             infl_wp.data.imm.eq((wop == 1) | (wop == 4)),
@@ -698,16 +718,24 @@ class Requester(wiring.Component):
         ]
 
         # another WQE posted after cons (registered: PKT and CHUNK, where it is used, are never
-        # the cycle after cons changes; prod a cycle older is a doorbell seen a cycle late)
+        # within two cycles of a change of cons; prod a cycle older is a doorbell seen late)
         pf_more = Signal()
-        m.d.sync += pf_more.eq(dyn.cons + 1 != prod)
+        m.d.sync += pf_more.eq(cons1 != prod)
 
         def prefetch():
             with m.If(~pf_v & ~flush & ~dyn.err & pf_more):
                 m.d.comb += [pf_go.eq(1), self.wqe_rd.req.valid.eq(1)]
                 with m.If(self.wqe_rd.req.ready):
-                    m.d.sync += [pf_v.eq(1), pf_q.eq(qpn), pf_c.eq(dyn.cons + 1), pf_bad.eq(0)]
+                    m.d.sync += [pf_v.eq(1), pf_q.eq(qpn), pf_c.eq(cons1), pf_bad.eq(0)]
 
+        def go(state):
+            # into a state that writes the QP back: e_wb_st (and e_yield_st) for the readies
+            m.next = state
+            m.d.sync += e_wb_st.eq(1)
+            if state == "YIELD":
+                m.d.sync += e_yield_st.eq(1)
+
+        m.d.sync += [e_wb_st.eq(0), e_yield_st.eq(0)]
         with m.FSM(name="engine"):
             with m.State("IDLE"):
                 m.d.comb += work.o.ready.eq(~sweeping)
@@ -738,34 +766,34 @@ class Requester(wiring.Component):
                     # the completer ended the QP at WQE cons: its error, then the flush
                     with m.If(dyn.cons == prod):
                         m.d.sync += [dyn.err.eq(1), pend_err.eq(0)]
-                        m.next = "WB_LOOP"
+                        go("WB_LOOP")
                     with m.Else():
                         m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0)]
                         m.next = "WQE_REQ"
                 with m.Elif(dyn.err):
                     # flush posted WQEs with WR_FLUSH_ERR
                     with m.If(dyn.cons == prod):
-                        m.next = "WB"
+                        go("WB")
                     with m.Else():
                         m.d.sync += [flush.eq(1), beat.eq(0), hfault.eq(0)]
                         m.next = "WQE_REQ"
                 with m.Elif(ctx.state == _ERROR):
                     with m.If(none_unretired):
                         with m.If(dyn.cons == prod):
-                            m.next = "WB"
+                            go("WB")
                         with m.Else():
                             m.d.sync += [flush.eq(1), dyn.err.eq(1), beat.eq(0), hfault.eq(0)]
                             m.next = "WQE_REQ"
                     with m.Elif(cs.rerr != 0):
-                        m.next = "WB"             # the completer has ended it: wait its rewind
+                        go("WB")             # the completer has ended it: wait its rewind
                     with m.Else():
                         m.next = "KILL"           # WQEs sent and unacknowledged: flush them too
                 with m.Elif(dyn.cons == prod):
-                    m.next = "WB"
+                    go("WB")
                 with m.Elif((ctx.state != _RTS) | cs.hold | (cs.rerr != 0)):
-                    m.next = "WB"                 # (the completer wakes the QP after RNR)
+                    go("WB")                 # (the completer wakes the QP after RNR)
                 with m.Elif(served & work.o.valid):
-                    m.next = "YIELD"              # other QPs wait: round-robin, one WQE each
+                    go("YIELD")              # other QPs wait: round-robin, one WQE each
                 with m.Elif(slot_room & ring_ok):
                     m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0),
                                  fpsn_r.eq(Mux(dyn.part, dyn.fpsn, dyn.psn)),
@@ -774,7 +802,7 @@ class Requester(wiring.Component):
                 with m.Else():
                     # 16 WQEs unretired, or the ring full: wait for ACKs elsewhere (the scan
                     # wakes parked QPs when the work queue is empty)
-                    m.next = "PARK"
+                    go("PARK")
             with m.State("REWIND"):
                 # go back to the oldest unacknowledged PSN (go-back-N)
                 m.d.comb += self.busy.eq(1)
@@ -785,18 +813,18 @@ class Requester(wiring.Component):
                                  dyn.noack.eq(0)]
                     with m.If(cs.rerr != 0):
                         m.d.sync += [pend_err.eq(1), pstat.eq(_rstatus(cs.rerr))]
-                m.next = "WB_LOOP"
+                go("WB_LOOP")
             with m.State("KILL"):
                 # never waits for the completer: with a kill already pending, the scan wakes
                 # this parked QP again later
                 m.d.comb += self.busy.eq(1)
                 with m.If(~kill_v):
                     m.d.sync += [kill_v.eq(1), kill_q.eq(qpn)]
-                m.next = "PARK"
+                go("PARK")
             with m.State("YIELD"):
                 # write the QP back (not parked) and queue it again behind the others; when the
                 # queue cannot take it this cycle, serve one more WQE of it instead
-                m.d.comb += [yield_v.eq(1), self.busy.eq(1)]
+                m.d.comb += self.busy.eq(1)
                 with m.If(work.i.ready & ~wake_v):
                     m.d.comb += eng_wb.eq(1)
                     m.next = "IDLE"
@@ -897,7 +925,7 @@ class Requester(wiring.Component):
                              seg_left.eq(Mux(lt, len0 - soff[:32], total - soff[:32])),
                              cur_addr.eq(Mux(lt, soff[:32], soff[:32] - len0))]
                 with m.If((skipn != 0) & (soff >= total)):
-                    m.next = "WB_NEXT"            # every packet of it was already sent
+                    go("WB_NEXT")            # every packet of it was already sent
                 with m.Else():
                     m.next = "SKIP3"
             with m.State("SKIP3"):
@@ -912,7 +940,7 @@ class Requester(wiring.Component):
                 with m.Elif(cs.hold | ~psn_room):
                     # leave the QP; it resumes at this packet of this WQE
                     m.d.sync += [dyn.part.eq(dyn.psn != fpsn_r), dyn.fpsn.eq(fpsn_r)]
-                    m.next = "PARK"
+                    go("PARK")
                 with m.Else():
                     m.d.comb += self.pkt.valid.eq(1)
                     with m.If(self.pkt.ready):
@@ -920,11 +948,14 @@ class Requester(wiring.Component):
                         m.d.comb += self.retx.eq(retx)
                         with m.If(~retx):
                             m.d.sync += dyn.hpsn.eq(dyn.psn + 1)
+                        # seg_left < pay and seg_left ≤ pay: both comparisons in parallel
+                        # with ``fits``
+                        c_lt = Mux(fits, seg_left < resid, seg_left < pmtu_b)
+                        c_le = Mux(fits, seg_left <= resid, seg_left <= pmtu_b)
                         m.d.sync += [
                             left.eq(pay), sent.eq(sent + pay), resid.eq(resid - pay),
-                            # min(seg_left, pay): both comparisons in parallel with ``fits``
-                            clen.eq(Mux(Mux(fits, seg_left < resid, seg_left < pmtu_b),
-                                        seg_left, pay)),
+                            clen.eq(Mux(c_lt, seg_left, pay)),      # min(seg_left, pay)
+                            pkt_end.eq(~c_lt), seg_end.eq(c_le),
                             was_last.eq(fits),
                             dyn.psn.eq(dyn.psn + 1),
                             dyn.noack.eq(Mux(ackreq, 0, dyn.noack + 1)),
@@ -935,7 +966,7 @@ class Requester(wiring.Component):
                 prefetch()
                 with m.If(left == 0):
                     with m.If(was_last):
-                        m.next = "WB_NEXT"
+                        go("WB_NEXT")
                     with m.Else():
                         m.next = "PKT"
                 with m.Else():
@@ -946,13 +977,17 @@ class Requester(wiring.Component):
                         # the next chunk when the packet goes on (then clen was seg_left, SGE 0
                         # ends inside the packet, and the rest of the packet is in SGE 1, whose
                         # len1 = total − len0 bytes all follow: min(len1, left_n) = left_n)
-                        m.d.sync += [left.eq(left_n), clen.eq(left_n)]
-                        with m.If(left == clen):                # the packet's last chunk
+                        # (its pkt_end, and its seg_end 0: SGE 1 ends with the message, so if
+                        # it ends in this chunk, the WQE does, and cur_addr and seg_left are
+                        # not used after it)
+                        m.d.sync += [left.eq(left_n), clen.eq(left_n), pkt_end.eq(1),
+                                     seg_end.eq(0)]
+                        with m.If(pkt_end):                     # the packet's last chunk
                             with m.If(was_last):
-                                m.next = "WB_NEXT"
+                                go("WB_NEXT")
                             with m.Else():
                                 m.next = "PKT"
-                        with m.If(seg_left == clen):           # SGE 0 done: on to SGE 1
+                        with m.If(seg_end):                    # SGE 0 done: on to SGE 1
                             m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(len1)]
                         with m.Else():
                             m.d.sync += [cur_addr.eq(cur_addr + clen),
@@ -960,9 +995,9 @@ class Requester(wiring.Component):
             with m.State("WB_NEXT"):
                 # record the WQE for the ACK processor, write back, look at the producer again
                 # (a WQE sent again is in the ring already: cons < hcons)
-                alloc = dyn.cons == dyn.hcons
-                hnext = Mux(alloc, dyn.cons + 1, dyn.hcons)
-                m.d.comb += [eng_wb.eq(1), eng_dyn.cons.eq(dyn.cons + 1), eng_dyn.part.eq(0),
+                alloc = alloc_r
+                hnext = Mux(alloc, cons1, dyn.hcons)
+                m.d.comb += [eng_wb.eq(1), eng_dyn.cons.eq(cons1), eng_dyn.part.eq(0),
                              eng_dyn.hcons.eq(hnext), self.busy.eq(1)]
                 with m.If(alloc):
                     m.d.comb += [infl_wp.en.eq(1), eng_rn.eq(new_rn)]
@@ -971,7 +1006,7 @@ class Requester(wiring.Component):
                         m.d.sync += fresh.eq(fresh + 1)
                     with m.Else():
                         m.d.comb += free.o.ready.eq(1)
-                m.d.sync += [dyn.cons.eq(dyn.cons + 1), dyn.part.eq(0), dyn.hcons.eq(hnext),
+                m.d.sync += [dyn.cons.eq(cons1), dyn.part.eq(0), dyn.hcons.eq(hnext),
                              served.eq(1)]
                 m.next = "CHECK_WAIT"
             with m.State("CHECK_WAIT"):
@@ -990,13 +1025,13 @@ class Requester(wiring.Component):
                     with m.If(ecpl.ready):
                         m.d.sync += [dyn.err.eq(1), dyn.cons.eq(dyn.cons + 1), pend_err.eq(0),
                                      eoff.eq(0)]
-                        m.next = "WB_LOOP"
+                        go("WB_LOOP")
                     with m.Else():
                         m.d.sync += eoff.eq(1)
                 with m.Elif(rgen_ne & ~pend_err):
                     m.next = "REWIND"
                 with m.Else():
-                    m.next = "PARK"               # the WQE is fetched again on the wake-up
+                    go("PARK")               # the WQE is fetched again on the wake-up
             with m.State("WB_LOOP"):
                 m.d.comb += [eng_wb.eq(1), self.busy.eq(1)]
                 m.next = "CHECK_WAIT"
@@ -1031,8 +1066,8 @@ class Requester(wiring.Component):
         d_rd = Signal(_dyn_comp_layout)
         cfg = Signal(_cfg_layout)
         cfg_rd = Signal(_cfg_layout)
-        # the QP's timeout in µs, looked up from cfg (each use is at least a cycle after cfg is
-        # loaded: in EVAL or ACT; in LOAD from the value cfg loads), and whether it has one
+        # the QP's timeout in µs, looked up from cfg (each use is at least two cycles after cfg
+        # is loaded: ACT, or EVAL after LOAD, see tsrc), and whether it has one
         tval = Signal(34)
         ton = cfg.timeout != 0
         rval = Signal(TB)               # the RNR NAK's wait in µs
@@ -1048,11 +1083,12 @@ class Requester(wiring.Component):
         rh_s, rn_s = Signal(rb), Signal(rb)
         m.d.sync += [comp_s.eq(comp_rd), d_s.eq(d_rd), cfg_s.eq(cfg_rd), rh_s.eq(rh_rd),
                      rn_s.eq(rn_rd2)]
-        # (in LOAD, from cfg_s: EVAL, the next cycle, may use it)
-        t_load = Signal()               # the completer is in LOAD (a register: set in READ3)
-        m.d.sync += t_load.eq(0)
-        m.d.sync += tval.eq(rom(m, Mux(t_load, cfg_s.timeout, cfg.timeout), TIMEOUT_US, 34,
-                                "timeout_us"))
+        # tval two cycles after cfg (through tsrc), or in READ3 from cfg_rd (the value LOAD
+        # gives cfg next), so EVAL, which follows LOAD, may use it
+        t_rd3 = Signal()                # the completer is in READ3 (a register: set in READ2)
+        tsrc = Signal(5)
+        m.d.sync += [t_rd3.eq(0), tsrc.eq(Mux(t_rd3, cfg_rd.timeout, cfg.timeout)),
+                     tval.eq(rom(m, tsrc, TIMEOUT_US, 34, "timeout_us"))]
         m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq), cfg_rp.addr.eq(aq),
                      rh_rp.addr.eq(aq), rn_rp2.addr.eq(aq),
                      infl_rp.addr.eq(crh),
@@ -1140,6 +1176,7 @@ class Requester(wiring.Component):
         def hit(q):
             return set_hit & (set_q == q)
 
+        m.d.sync += c_wb_st.eq(0)
         with m.FSM(name="completer"):
             with m.State("IDLE"):
                 m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0), s4v.eq(0),
@@ -1175,6 +1212,7 @@ class Requester(wiring.Component):
                     with m.Elif(s4w):
                         m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1)]
                         m.next = "WAKE"
+                        m.d.sync += c_wake_st.eq(1)
                     with m.Elif((kill_v | self.ack.valid) & (sn == SCAN_QUOTA - 1)):
                         m.d.sync += sidx.eq(s4q + 1)
                         with m.If(kill_v):
@@ -1186,9 +1224,9 @@ class Requester(wiring.Component):
             with m.State("READ"):
                 m.next = "READ2"           # comp/dyn/cfg reads of the new QPN
             with m.State("READ2"):
+                m.d.sync += t_rd3.eq(1)
                 m.next = "READ3"           # ... their first registers
             with m.State("READ3"):
-                m.d.sync += t_load.eq(1)
                 m.next = "LOAD"            # ... and their second (comp_s, d_s, cfg_s, rh_s)
             with m.State("LOAD"):
                 # from the second registers, as the scan (not from the block RAM's output), and
@@ -1232,6 +1270,7 @@ class Requester(wiring.Component):
                     # short wait may end before it arrives): the RNR wait goes back anyway
                     m.d.sync += cmp.rnrw.eq(0)
                     m.next = "WB"
+                    m.d.sync += c_wb_st.eq(1)
                 with m.Else():
                     # a NAK at p acknowledges every PSN before p
                     with m.If(~b_zero):
@@ -1291,6 +1330,7 @@ class Requester(wiring.Component):
                     m.next = "ACT"
             with m.State("ACT"):
                 m.next = "WB"
+                m.d.sync += c_wb_st.eq(1)
                 with m.Switch(act):
                     with m.Case(_ACT_NONE):
                         m.d.sync += wake.eq(d.parked & wake_room)
@@ -1331,11 +1371,13 @@ class Requester(wiring.Component):
                              rh_wp.data.eq(crh)]
                 with m.If(wake & ~stale):
                     m.next = "WAKE"
+                    m.d.sync += c_wake_st.eq(1)
                 with m.Else():
                     m.next = "IDLE"
             with m.State("WAKE"):
                 # queue the QPN for the engine (after the qp_set that may be waiting)
-                m.d.comb += wake_v.eq(~self.qp_set.valid)
+                with m.If(~self.qp_set.valid & work.i.ready):
+                    m.d.sync += c_wake_st.eq(0)
                 with m.If(~self.qp_set.valid & work.i.ready):
                     m.next = "IDLE"
         # progress for QUERY_QP: every write of the next send PSN and of the SQ index of the
