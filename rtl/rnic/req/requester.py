@@ -458,9 +458,12 @@ class Requester(wiring.Component):
         # that it is in YIELD or WAKE, each set with the transition into the state.
         e_wb_st = Signal()
         e_yield_st = Signal()
+        e_park_st = Signal()            # (the engine is in PARK, in WB_NEXT: set likewise)
+        e_wbn_st = Signal()
         c_wb_st = Signal()
         c_wake_st = Signal()
-        m.d.comb += [yield_v.eq(e_yield_st), wake_v.eq(c_wake_st & ~self.qp_set.valid)]
+        m.d.comb += [yield_v.eq(e_yield_st), wake_v.eq(c_wake_st & ~self.qp_set.valid),
+                     eng_wb.eq(e_wb_st & (~e_yield_st | (work.i.ready & ~wake_v)))]
         m.d.comb += self.qp_set.ready.eq(~e_wb_st & ~c_wb_st & work.i.ready)
         m.d.comb += self.sq_db.ready.eq(db_rd & ~self.qp_set.valid & ~c_wake_st & ~e_yield_st
                                         & work.i.ready)
@@ -483,16 +486,17 @@ class Requester(wiring.Component):
             m.d.comb += [prod_wp.addr.eq(dq), prod_wp.data.eq(self.sq_db.payload.value),
                          prod_wp.en.eq(1), work.i.valid.eq(1), work.i.payload.eq(dq)]
         # dyn's and comp's writes: a SET_QP's (set_hit) or the write-back's, never both in one
-        # cycle. The address and the row are chosen by the write-back alone, so that only the
-        # enable waits for the SET_QP's handshake (which depends on both FSMs' states).
+        # cycle. The address and the row are chosen by the write-back's state flag alone (a
+        # register; qp_set.ready is low in those states), so that only the enable waits for
+        # the SET_QP's handshake.
         psn0 = Mux(set_rts, sp.sq_psn, 0)
         m.d.comb += [dyn_wp.en.eq(eng_wb | set_hit), comp_wp.en.eq(cmp_wb | set_hit)]
-        with m.If(eng_wb):
+        with m.If(e_wb_st):
             m.d.comb += [dyn_wp.addr.eq(qpn), dyn_wp.data.eq(eng_dyn)]
         with m.Else():
             m.d.comb += [dyn_wp.addr.eq(set_q), dyn_wp.data.psn.eq(psn0),
                          dyn_wp.data.hpsn.eq(psn0), dyn_wp.data.fpsn.eq(psn0)]
-        with m.If(cmp_wb):
+        with m.If(c_wb_st):
             m.d.comb += [comp_wp.addr.eq(aq), comp_wp.data.eq(cmp_new)]
         with m.Else():
             m.d.comb += [comp_wp.addr.eq(set_q), comp_wp.data.una.eq(psn0),
@@ -561,6 +565,7 @@ class Requester(wiring.Component):
         flush = Signal()                # the WQE is being flushed (QP in ERROR)
         fpsn_r = Signal(24)             # first PSN of the current WQE
         skipn = Signal(24)              # packets of it already sent (resume point)
+        skip0 = Signal()                # skipn = 0 (set with it)
         soff = Signal(40)               # skipn · PMTU
         sk_lt = Signal()
         pend_err = Signal()             # the completer ended the QP: error for the WQE at cons
@@ -630,6 +635,10 @@ class Requester(wiring.Component):
         # free entries, so room seen here is still there when the WQE is recorded.
         # (registered like the window flags: CHECK is never the cycle after a change)
         ring_ok = Signal()
+        # the SQ is empty (registered like the window flags: CHECK follows CHECK_WAIT or YIELD;
+        # prod a cycle older is a doorbell seen late, which queued the QP again)
+        cons_eq_prod = Signal()
+        m.d.sync += cons_eq_prod.eq(dyn.cons == prod)
         m.d.sync += ring_ok.eq((dyn.cons != dyn.hcons)
                                | (((fresh != D) | free.o.valid)
                                   & ~((cs.ccons == dyn.hcons) & (rh_e != ern))))
@@ -711,11 +720,15 @@ class Requester(wiring.Component):
             ecpl.payload.opcode.eq((wop == 3) | (wop == 4)),
             ecpl.payload.fault.eq(hfault),
             eng_dyn.eq(dyn),
+            eng_dyn.parked.eq(e_park_st),
             cfg_wp.addr.eq(qpn),
             cfg_wp.data.timeout.eq(ctx.timeout),
             cfg_wp.data.retry_cnt.eq(ctx.retry_cnt),
             cfg_wp.data.rnr_retry.eq(ctx.rnr_retry),
         ]
+        with m.If(e_wbn_st):                # WB_NEXT's row: the WQE at cons is done
+            m.d.comb += [eng_dyn.cons.eq(cons1), eng_dyn.part.eq(0),
+                         eng_dyn.hcons.eq(Mux(alloc_r, cons1, dyn.hcons))]
 
         # another WQE posted after cons (registered: PKT and CHUNK, where it is used, are never
         # within two cycles of a change of cons; prod a cycle older is a doorbell seen late)
@@ -729,13 +742,14 @@ class Requester(wiring.Component):
                     m.d.sync += [pf_v.eq(1), pf_q.eq(qpn), pf_c.eq(cons1), pf_bad.eq(0)]
 
         def go(state):
-            # into a state that writes the QP back: e_wb_st (and e_yield_st) for the readies
+            # into a state that writes the QP back: e_wb_st, and the state's own flag
             m.next = state
             m.d.sync += e_wb_st.eq(1)
-            if state == "YIELD":
-                m.d.sync += e_yield_st.eq(1)
+            flag = {"YIELD": e_yield_st, "PARK": e_park_st, "WB_NEXT": e_wbn_st}.get(state)
+            if flag is not None:
+                m.d.sync += flag.eq(1)
 
-        m.d.sync += [e_wb_st.eq(0), e_yield_st.eq(0)]
+        m.d.sync += [e_wb_st.eq(0), e_yield_st.eq(0), e_park_st.eq(0), e_wbn_st.eq(0)]
         with m.FSM(name="engine"):
             with m.State("IDLE"):
                 m.d.comb += work.o.ready.eq(~sweeping)
@@ -764,7 +778,7 @@ class Requester(wiring.Component):
                     m.next = "REWIND"
                 with m.Elif(pend_err):
                     # the completer ended the QP at WQE cons: its error, then the flush
-                    with m.If(dyn.cons == prod):
+                    with m.If(cons_eq_prod):
                         m.d.sync += [dyn.err.eq(1), pend_err.eq(0)]
                         go("WB_LOOP")
                     with m.Else():
@@ -772,14 +786,14 @@ class Requester(wiring.Component):
                         m.next = "WQE_REQ"
                 with m.Elif(dyn.err):
                     # flush posted WQEs with WR_FLUSH_ERR
-                    with m.If(dyn.cons == prod):
+                    with m.If(cons_eq_prod):
                         go("WB")
                     with m.Else():
                         m.d.sync += [flush.eq(1), beat.eq(0), hfault.eq(0)]
                         m.next = "WQE_REQ"
                 with m.Elif(ctx.state == _ERROR):
                     with m.If(none_unretired):
-                        with m.If(dyn.cons == prod):
+                        with m.If(cons_eq_prod):
                             go("WB")
                         with m.Else():
                             m.d.sync += [flush.eq(1), dyn.err.eq(1), beat.eq(0), hfault.eq(0)]
@@ -788,7 +802,7 @@ class Requester(wiring.Component):
                         go("WB")             # the completer has ended it: wait its rewind
                     with m.Else():
                         m.next = "KILL"           # WQEs sent and unacknowledged: flush them too
-                with m.Elif(dyn.cons == prod):
+                with m.Elif(cons_eq_prod):
                     go("WB")
                 with m.Elif((ctx.state != _RTS) | cs.hold | (cs.rerr != 0)):
                     go("WB")                 # (the completer wakes the QP after RNR)
@@ -797,7 +811,8 @@ class Requester(wiring.Component):
                 with m.Elif(slot_room & ring_ok):
                     m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0),
                                  fpsn_r.eq(Mux(dyn.part, dyn.fpsn, dyn.psn)),
-                                 skipn.eq(Mux(dyn.part, dyn.psn - dyn.fpsn, 0))]
+                                 skipn.eq(Mux(dyn.part, dyn.psn - dyn.fpsn, 0)),
+                                 skip0.eq(~dyn.part | (dyn.psn == dyn.fpsn))]
                     m.next = "WQE_REQ"
                 with m.Else():
                     # 16 WQEs unretired, or the ring full: wait for ACKs elsewhere (the scan
@@ -826,13 +841,12 @@ class Requester(wiring.Component):
                 # queue cannot take it this cycle, serve one more WQE of it instead
                 m.d.comb += self.busy.eq(1)
                 with m.If(work.i.ready & ~wake_v):
-                    m.d.comb += eng_wb.eq(1)
                     m.next = "IDLE"
                 with m.Else():
                     m.d.sync += served.eq(0)
                     m.next = "CHECK"
             with m.State("PARK"):
-                m.d.comb += [eng_wb.eq(1), eng_dyn.parked.eq(1), self.busy.eq(1)]
+                m.d.comb += self.busy.eq(1)
                 m.next = "IDLE"
             with m.State("WQE_REQ"):
                 m.d.comb += self.busy.eq(1)
@@ -882,7 +896,7 @@ class Requester(wiring.Component):
             with m.State("LOOKUP"):
                 m.d.comb += self.busy.eq(1)
                 cur_len = Mux(k[0], sge_len[1], sge_len[0])
-                with m.If((k == num_sge) & (skipn == 0)):
+                with m.If((k == num_sge) & skip0):
                     # from the first packet (the usual case): gather from the first non-empty SGE
                     m.d.sync += [sent.eq(0), resid.eq(total)]
                     with m.If(len0 != 0):
@@ -924,7 +938,7 @@ class Requester(wiring.Component):
                 m.d.sync += [sent.eq(soff[:32]), resid.eq(total - soff[:32]), sk_lt.eq(lt),
                              seg_left.eq(Mux(lt, len0 - soff[:32], total - soff[:32])),
                              cur_addr.eq(Mux(lt, soff[:32], soff[:32] - len0))]
-                with m.If((skipn != 0) & (soff >= total)):
+                with m.If(~skip0 & (soff >= total)):
                     go("WB_NEXT")            # every packet of it was already sent
                 with m.Else():
                     m.next = "SKIP3"
@@ -997,8 +1011,7 @@ class Requester(wiring.Component):
                 # (a WQE sent again is in the ring already: cons < hcons)
                 alloc = alloc_r
                 hnext = Mux(alloc, cons1, dyn.hcons)
-                m.d.comb += [eng_wb.eq(1), eng_dyn.cons.eq(cons1), eng_dyn.part.eq(0),
-                             eng_dyn.hcons.eq(hnext), self.busy.eq(1)]
+                m.d.comb += self.busy.eq(1)
                 with m.If(alloc):
                     m.d.comb += [infl_wp.en.eq(1), eng_rn.eq(new_rn)]
                     m.d.sync += ern.eq(new_rn)
@@ -1033,10 +1046,10 @@ class Requester(wiring.Component):
                 with m.Else():
                     go("PARK")               # the WQE is fetched again on the wake-up
             with m.State("WB_LOOP"):
-                m.d.comb += [eng_wb.eq(1), self.busy.eq(1)]
+                m.d.comb += self.busy.eq(1)
                 m.next = "CHECK_WAIT"
             with m.State("WB"):
-                m.d.comb += [eng_wb.eq(1), self.busy.eq(1)]
+                m.d.comb += self.busy.eq(1)
                 m.next = "IDLE"
 
         with m.If(set_hit & (set_q == Mux(pf_go, qpn, pf_q))):
