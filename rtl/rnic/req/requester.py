@@ -388,14 +388,16 @@ class Requester(wiring.Component):
                          wp.data.as_value().eq(_pick(layout, table.data))]
             return mem.read_port(transparent_for=(wp,) if transparent else ())
 
-        # The engine's copies are read without transparency: a write shows in the read a cycle
-        # later (still before the engine uses it, see dyn_rd and cs), and the register after
-        # the read port stays a flip-flop in the fabric (synthesis folds it into the block RAM
-        # behind a transparent port, whose clock-to-out then leads the logic it feeds).
+        # Every copy is read without transparency: a write shows in the read a cycle later
+        # (the engine's uses are a cycle older than the reads anyway, see dyn_rd and cs; the
+        # completer's scan and visits drop a write-back after a SET_QP in the read's cycle, see
+        # s1st and stale), and the register after the read port stays a flip-flop in the
+        # fabric (synthesis folds it into the block RAM behind a transparent port, whose
+        # clock-to-out then leads the logic it feeds).
         dyn_rp = copy("dyn_mem", dyn_wp, _dyn_engine_layout, False)    # the engine's
-        dyn_rp2 = copy("dyn_comp_mem", dyn_wp, _dyn_comp_layout)       # the completer's
+        dyn_rp2 = copy("dyn_comp_mem", dyn_wp, _dyn_comp_layout, False)   # the completer's
         comp_rp = copy("comp_eng_mem", comp_wp, _comp_engine_layout, False)   # the engine's
-        comp_rp2 = copy("comp_mem", comp_wp, _comp_layout)             # the completer's
+        comp_rp2 = copy("comp_mem", comp_wp, _comp_layout, False)      # the completer's
         cfg_wp = cfg_mem.write_port()
         cfg_rp = cfg_mem.read_port()        # (as the engine's copies: cfg_rd in the fabric)
         # (no_rw_check: the completer reads an entry a cycle after it read the engine's rn and
@@ -405,7 +407,7 @@ class Requester(wiring.Component):
         infl_rp = ring_mem.read_port()
         rn_wp = rn_mem.write_port()
         rn_rp = rn_mem.read_port()                                    # the engine's (as dyn_rp)
-        rn_rp2 = rn_mem.read_port(transparent_for=(rn_wp,))           # the completer's
+        rn_rp2 = rn_mem.read_port()                                   # the completer's (as dyn_rp2)
         # (no_rw_check: the completer writes rh only in its write-back, when its reads at the
         # same QP are not used; the engine's read is registered beside cs, as comp's)
         rh_wp = rh_mem.write_port()
@@ -467,24 +469,32 @@ class Requester(wiring.Component):
         m.d.comb += self.qp_set.ready.eq(~e_wb_st & ~c_wb_st & work.i.ready)
         m.d.comb += self.sq_db.ready.eq(db_rd & ~self.qp_set.valid & ~c_wake_st & ~e_yield_st
                                         & work.i.ready)
+        # The work queue's entry and prod's address and row are chosen without the handshakes
+        # (which only enable them): the SET_QP's when one may be taken (qs_sel), else the
+        # wake-up's, the yield's, the doorbell's, in the order below.
+        dq = self.sq_db.payload.number[:ab]
+        qs_sel = self.qp_set.valid & ~e_wb_st & ~c_wb_st
+        m.d.comb += [
+            work.i.payload.eq(Mux(qs_sel, set_q, Mux(c_wake_st & ~self.qp_set.valid, aq,
+                                                     Mux(e_yield_st, qpn, dq)))),
+            prod_wp.addr.eq(Mux(qs_sel, set_q, dq)),
+            prod_wp.data.eq(Mux(qs_sel, 0, self.sq_db.payload.value)),
+            live_wp.addr.eq(set_q), live_wp.data.eq(~set_reset),
+        ]
         with m.If(self.qp_set.valid & self.qp_set.ready):
-            m.d.comb += [live_wp.addr.eq(set_q), live_wp.data.eq(~set_reset), live_wp.en.eq(1)]
+            m.d.comb += live_wp.en.eq(1)
             with m.If(set_rts | set_reset):
                 m.d.comb += set_hit.eq(1)
             with m.If(set_reset):
-                m.d.comb += [prod_wp.addr.eq(set_q), prod_wp.data.eq(0), prod_wp.en.eq(1)]
+                m.d.comb += prod_wp.en.eq(1)
             with m.If(set_rts | (sp.state == _ERROR)):
                 # (ERROR: the engine flushes what is posted and kills what is in flight)
-                m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(set_q)]
-        with m.Elif(wake_v):
-            m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(aq)]
-        with m.Elif(yield_v):
-            m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(qpn)]
+                m.d.comb += work.i.valid.eq(1)
+        with m.Elif(wake_v | yield_v):
+            m.d.comb += work.i.valid.eq(1)
         with m.Elif(self.sq_db.valid & self.sq_db.ready & live_rp.data
                     & (self.sq_db.payload.number < self.num_qp)):     # others are ignored
-            dq = self.sq_db.payload.number[:ab]
-            m.d.comb += [prod_wp.addr.eq(dq), prod_wp.data.eq(self.sq_db.payload.value),
-                         prod_wp.en.eq(1), work.i.valid.eq(1), work.i.payload.eq(dq)]
+            m.d.comb += [prod_wp.en.eq(1), work.i.valid.eq(1)]
         # dyn's and comp's writes: a SET_QP's (set_hit) or the write-back's, never both in one
         # cycle. The address and the row are chosen by the write-back's state flag alone (a
         # register; qp_set.ready is low in those states), so that only the enable waits for
@@ -601,7 +611,9 @@ class Requester(wiring.Component):
         # adder ahead of the choice.
         sge1_r = Signal()               # num_sge ≥ 1
         sge2_r = Signal()               # num_sge = 2
-        m.d.sync += [sge1_r.eq(num_sge != 0), sge2_r.eq(num_sge == 2)]
+        len0_nz = Signal()              # len0 ≠ 0
+        m.d.sync += [sge1_r.eq(num_sge != 0), sge2_r.eq(num_sge == 2),
+                     len0_nz.eq((num_sge != 0) & (sge_len[0] != 0))]
         m.d.comb += [
             len0.eq(Mux(sge1_r, sge_len[0], 0)),
             len1.eq(Mux(sge2_r, sge_len[1], 0)),
@@ -750,7 +762,7 @@ class Requester(wiring.Component):
                 m.d.sync += flag.eq(1)
 
         m.d.sync += [e_wb_st.eq(0), e_yield_st.eq(0), e_park_st.eq(0), e_wbn_st.eq(0)]
-        with m.FSM(name="engine"):
+        with m.FSM(name="engine") as eng_fsm:
             with m.State("IDLE"):
                 m.d.comb += work.o.ready.eq(~sweeping)
                 m.d.sync += pend_err.eq(0)
@@ -899,7 +911,7 @@ class Requester(wiring.Component):
                 with m.If((k == num_sge) & skip0):
                     # from the first packet (the usual case): gather from the first non-empty SGE
                     m.d.sync += [sent.eq(0), resid.eq(total)]
-                    with m.If(len0 != 0):
+                    with m.If(len0_nz):
                         m.d.sync += [cur_addr.eq(bus[0]), seg_left.eq(len0)]
                     with m.Else():
                         m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(total)]
@@ -1064,12 +1076,12 @@ class Requester(wiring.Component):
         scan_turn = Signal()
         # the scan's read pipeline (state SCAN): QP s1q's table reads are on the read ports'
         # outputs, s2q's in comp_rd/d_rd/cfg_rd, s3q's in comp_s/d_s/cfg_s (judged), s4q's in
-        # cmp/d/cfg: s4n it needs a visit, s4w only a wake-up; s2st..s4st a SET_QP wrote its
-        # entry after the read
+        # cmp/d/cfg: s4n it needs a visit, s4w only a wake-up; s1st..s4st a SET_QP wrote its
+        # entry in the read's cycle or after it (the reads are not transparent)
         s1v, s2v, s3v, s4v, s4n, s4w = (Signal(name=f"s_{n}")
                                          for n in ("1v", "2v", "3v", "4v", "4n", "4w"))
         s1q, s2q, s3q, s4q = Signal(ab), Signal(ab), Signal(ab), Signal(ab)
-        s2st, s3st, s4st = Signal(), Signal(), Signal()
+        s1st, s2st, s3st, s4st = Signal(), Signal(), Signal(), Signal()
         sn = Signal(range(SCAN_QUOTA))  # QPs judged in this turn (saturating)
         stale = Signal()                # a SET_QP rewrote aq meanwhile: drop the write-back
         wake = Signal()
@@ -1088,8 +1100,8 @@ class Requester(wiring.Component):
         rh_rd, rn_rd2 = Signal(rb), Signal(rb)
         m.d.sync += [comp_rd.eq(comp_rp2.data), d_rd.eq(dyn_rp2.data), cfg_rd.eq(cfg_rp.data),
                      rh_rd.eq(rh_rp.data), rn_rd2.eq(rn_rp2.data)]
-        # the scan judges from a second register of each read (synthesis folds the first into
-        # the block RAM, whose clock-to-out would otherwise lead the deadline compare)
+        # the scan judges from a second register of each read (the first takes the block RAM's
+        # output, whose clock-to-out leaves no time for the deadline compare)
         comp_s, d_s, cfg_s = (Signal(_comp_layout, name="comp_s"),
                               Signal(_dyn_comp_layout, name="d_s"),
                               Signal(_cfg_layout, name="cfg_s"))
@@ -1138,6 +1150,10 @@ class Requester(wiring.Component):
         scan_room = Signal()
         m.d.comb += [wake_room.eq(work.level < self.work_depth // 2), scan_room.eq(work.level == 0)]
         m.d.comb += expired.eq(~(now - cmp.dl)[TB - 1])
+        # nothing sent unacknowledged (registered: ACT, where it is used, is at least three
+        # cycles after EVAL, which last changes una, and after LOAD or SCAN, which load d)
+        ps_done = Signal()
+        m.d.sync += ps_done.eq(d.psn == cmp.una)
         # The scan judges a QP from its table reads (comp_rd, d_rd, cfg_rd): it is visited (EVAL
         # … WB) when that can act on it: an RNR wait over, a timer to arm, to disarm or expired,
         # or WQEs unretired with nothing sent unacknowledged (records written after their ACK:
@@ -1190,7 +1206,7 @@ class Requester(wiring.Component):
             return set_hit & (set_q == q)
 
         m.d.sync += c_wb_st.eq(0)
-        with m.FSM(name="completer"):
+        with m.FSM(name="completer") as cmp_fsm:
             with m.State("IDLE"):
                 m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0), s4v.eq(0),
                              sn.eq(0)]
@@ -1212,7 +1228,8 @@ class Requester(wiring.Component):
                              s1v.eq(1), s1q.eq(aq), s2v.eq(s1v), s2q.eq(s1q),
                              s3v.eq(s2v), s3q.eq(s2q), s4v.eq(s3v), s4q.eq(s3q),
                              s4n.eq(p_need), s4w.eq(p_wake),
-                             s2st.eq(hit(s1q)), s3st.eq(s2st | hit(s2q)),
+                             s1st.eq(hit(aq)), s2st.eq(s1st | hit(s1q)),
+                             s3st.eq(s2st | hit(s2q)),
                              s4st.eq(s3st | hit(s3q))]
                 with m.If(~(s4v & s4n)):
                     m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s), crh.eq(rh_s)]
@@ -1242,8 +1259,8 @@ class Requester(wiring.Component):
             with m.State("READ3"):
                 m.next = "LOAD"            # ... and their second (comp_s, d_s, cfg_s, rh_s)
             with m.State("LOAD"):
-                # from the second registers, as the scan (not from the block RAM's output), and
-                # the ACK judged from the same registers
+                # from the second registers, as the scan, and the ACK judged from the same
+                # registers
                 m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s),
                              rval.eq(r_rom), crh.eq(rh_s),
                              a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
@@ -1304,8 +1321,9 @@ class Requester(wiring.Component):
                                 m.d.sync += ast.eq(_rcode(WcStatus.REM_OP_ERR))
                     m.next = "WALK"
             with m.State("WALK"):
-                # the engine's hcons, err and rn as of the cycle before; infl_rp reads entry rh
-                # now, so it holds whatever rn and hcons show as written
+                # the engine's hcons, err and rn as of two cycles before (the reads are not
+                # transparent); infl_rp reads entry rh now, so it holds whatever rn and hcons
+                # show as written
                 m.d.sync += [thcons.eq(dyn_rp2.data.hcons), terr.eq(dyn_rp2.data.err),
                              trn.eq(rn_rp2.data)]
                 m.next = "HOLD"
@@ -1369,7 +1387,7 @@ class Requester(wiring.Component):
                         with m.If(cmp.hold):
                             with m.If(expired):
                                 m.d.sync += [cmp.hold.eq(0), cmp.armed.eq(0), wake.eq(1)]
-                        with m.Elif(~ton | (d.psn == cmp.una)):
+                        with m.Elif(~ton | ps_done):
                             m.d.sync += [cmp.armed.eq(0), wake.eq(d.parked & scan_room)]
                         with m.Elif(~cmp.armed):
                             m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1),
@@ -1393,6 +1411,10 @@ class Requester(wiring.Component):
                     m.d.sync += c_wake_st.eq(0)
                 with m.If(~self.qp_set.valid & work.i.ready):
                     m.next = "IDLE"
+        # one flip-flop per state: the state decodes in front of the FSMs' many enables are
+        # then single flip-flops
+        eng_fsm.state.attrs["fsm_encoding"] = "one-hot"
+        cmp_fsm.state.attrs["fsm_encoding"] = "one-hot"
         # progress for QUERY_QP: every write of the next send PSN and of the SQ index of the
         # oldest WQE not yet retired (the SQ consumer index software may reuse up to)
         m.d.comb += [
