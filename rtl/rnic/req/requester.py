@@ -537,10 +537,9 @@ class Requester(wiring.Component):
         with m.If(~sweeping):
             m.d.comb += [rn_wp.addr.eq(qpn), rn_wp.data.eq(eng_rn), rn_wp.en.eq(eng_wb)]
         # cs.rgen != dyn.rgen for ERR, registered beside cs (from the same read and the
-        # dyn.rgen of the cycle before: ERR never follows REWIND or CTX_WAIT, which set it).
-        # Reading the table's output besides cs also keeps synthesis from folding cs into the
-        # block RAM (whose clock-to-out would otherwise lead the ERR decision).
-        # (per bit: one LUT between the block RAM's output and each flip-flop)
+        # dyn.rgen of the cycle before: ERR never follows REWIND or CTX_WAIT, which set it),
+        # bit by bit (rgen_x), so one LUT stands between the block RAM's output and each
+        # flip-flop
         rgen_x = Signal(4)
         rgen_ne = Signal()
         m.d.sync += rgen_x.eq(comp_rp.data.rgen ^ dyn.rgen)
