@@ -381,27 +381,33 @@ class Requester(wiring.Component):
         dyn_wp = _TableWrite(_dyn_layout, ab, "dyn_w")
         comp_wp = _TableWrite(_comp_layout, ab, "comp_w")
 
-        def copy(name, table, layout):
+        def copy(name, table, layout, transparent=True):
             m.submodules[name] = mem = Memory(shape=layout, depth=self.num_qp, init=[])
             wp = mem.write_port()
             m.d.comb += [wp.addr.eq(table.addr), wp.en.eq(table.en),
                          wp.data.as_value().eq(_pick(layout, table.data))]
-            return mem.read_port(transparent_for=(wp,))
+            return mem.read_port(transparent_for=(wp,) if transparent else ())
 
-        dyn_rp = copy("dyn_mem", dyn_wp, _dyn_engine_layout)           # the engine's
-        dyn_rp2 = copy("dyn_comp_mem", dyn_wp, _dyn_comp_layout)       # the completer's
-        comp_rp = copy("comp_eng_mem", comp_wp, _comp_engine_layout)   # the engine's
-        comp_rp2 = copy("comp_mem", comp_wp, _comp_layout)             # the completer's
+        # Every copy is read without transparency: a write shows in the read a cycle later
+        # (the engine's uses are a cycle older than the reads anyway, see dyn_rd and cs; the
+        # completer's scan and visits drop a write-back after a SET_QP in the read's cycle, see
+        # s1st and stale), and the register after the read port stays a flip-flop in the
+        # fabric (synthesis folds it into the block RAM behind a transparent port, whose
+        # clock-to-out then leads the logic it feeds).
+        dyn_rp = copy("dyn_mem", dyn_wp, _dyn_engine_layout, False)    # the engine's
+        dyn_rp2 = copy("dyn_comp_mem", dyn_wp, _dyn_comp_layout, False)   # the completer's
+        comp_rp = copy("comp_eng_mem", comp_wp, _comp_engine_layout, False)   # the engine's
+        comp_rp2 = copy("comp_mem", comp_wp, _comp_layout, False)      # the completer's
         cfg_wp = cfg_mem.write_port()
-        cfg_rp = cfg_mem.read_port(transparent_for=(cfg_wp,))
+        cfg_rp = cfg_mem.read_port()        # (as the engine's copies: cfg_rd in the fabric)
         # (no_rw_check: the completer reads an entry a cycle after it read the engine's rn and
         # hcons, so an entry written in the cycle of its read is one those did not yet show as
         # filled, and its word is not used)
         infl_wp = ring_mem.write_port()
         infl_rp = ring_mem.read_port()
         rn_wp = rn_mem.write_port()
-        rn_rp = rn_mem.read_port(transparent_for=(rn_wp,))            # the engine's
-        rn_rp2 = rn_mem.read_port(transparent_for=(rn_wp,))           # the completer's
+        rn_rp = rn_mem.read_port()                                    # the engine's (as dyn_rp)
+        rn_rp2 = rn_mem.read_port()                                   # the completer's (as dyn_rp2)
         # (no_rw_check: the completer writes rh only in its write-back, when its reads at the
         # same QP are not used; the engine's read is registered beside cs, as comp's)
         rh_wp = rh_mem.write_port()
@@ -448,38 +454,59 @@ class Requester(wiring.Component):
         set_rts = sp.state == _RTS
         set_reset = sp.state == _RESET
         set_hit = Signal()              # a SET_QP rewrites a QP's tables this cycle
-        m.d.comb += self.qp_set.ready.eq(~eng_wb & ~cmp_wb & work.i.ready)
-        m.d.comb += self.sq_db.ready.eq(db_rd & ~self.qp_set.valid & ~wake_v & ~yield_v
+        # The readies depend on registers only (and sq_db's on qp_set.valid): e_wb_st and
+        # c_wb_st say the engine or the completer is in a state that may write its table back
+        # (YIELD included: its write-back depends on the work queue), e_yield_st and c_wake_st
+        # that it is in YIELD or WAKE, each set with the transition into the state.
+        e_wb_st = Signal()
+        e_yield_st = Signal()
+        e_park_st = Signal()            # (the engine is in PARK, in WB_NEXT: set likewise)
+        e_wbn_st = Signal()
+        c_wb_st = Signal()
+        c_wake_st = Signal()
+        m.d.comb += [yield_v.eq(e_yield_st), wake_v.eq(c_wake_st & ~self.qp_set.valid),
+                     eng_wb.eq(e_wb_st & (~e_yield_st | (work.i.ready & ~wake_v)))]
+        m.d.comb += self.qp_set.ready.eq(~e_wb_st & ~c_wb_st & work.i.ready)
+        m.d.comb += self.sq_db.ready.eq(db_rd & ~self.qp_set.valid & ~c_wake_st & ~e_yield_st
                                         & work.i.ready)
+        # The work queue's entry and prod's address and row are chosen without the handshakes
+        # (which only enable them): the SET_QP's when one may be taken (qs_sel), else the
+        # wake-up's, the yield's, the doorbell's, in the order below.
+        dq = self.sq_db.payload.number[:ab]
+        qs_sel = self.qp_set.valid & ~e_wb_st & ~c_wb_st
+        m.d.comb += [
+            work.i.payload.eq(Mux(qs_sel, set_q, Mux(c_wake_st & ~self.qp_set.valid, aq,
+                                                     Mux(e_yield_st, qpn, dq)))),
+            prod_wp.addr.eq(Mux(qs_sel, set_q, dq)),
+            prod_wp.data.eq(Mux(qs_sel, 0, self.sq_db.payload.value)),
+            live_wp.addr.eq(set_q), live_wp.data.eq(~set_reset),
+        ]
         with m.If(self.qp_set.valid & self.qp_set.ready):
-            m.d.comb += [live_wp.addr.eq(set_q), live_wp.data.eq(~set_reset), live_wp.en.eq(1)]
+            m.d.comb += live_wp.en.eq(1)
             with m.If(set_rts | set_reset):
                 m.d.comb += set_hit.eq(1)
             with m.If(set_reset):
-                m.d.comb += [prod_wp.addr.eq(set_q), prod_wp.data.eq(0), prod_wp.en.eq(1)]
+                m.d.comb += prod_wp.en.eq(1)
             with m.If(set_rts | (sp.state == _ERROR)):
                 # (ERROR: the engine flushes what is posted and kills what is in flight)
-                m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(set_q)]
-        with m.Elif(wake_v):
-            m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(aq)]
-        with m.Elif(yield_v):
-            m.d.comb += [work.i.valid.eq(1), work.i.payload.eq(qpn)]
+                m.d.comb += work.i.valid.eq(1)
+        with m.Elif(wake_v | yield_v):
+            m.d.comb += work.i.valid.eq(1)
         with m.Elif(self.sq_db.valid & self.sq_db.ready & live_rp.data
                     & (self.sq_db.payload.number < self.num_qp)):     # others are ignored
-            dq = self.sq_db.payload.number[:ab]
-            m.d.comb += [prod_wp.addr.eq(dq), prod_wp.data.eq(self.sq_db.payload.value),
-                         prod_wp.en.eq(1), work.i.valid.eq(1), work.i.payload.eq(dq)]
+            m.d.comb += [prod_wp.en.eq(1), work.i.valid.eq(1)]
         # dyn's and comp's writes: a SET_QP's (set_hit) or the write-back's, never both in one
-        # cycle. The address and the row are chosen by the write-back alone, so that only the
-        # enable waits for the SET_QP's handshake (which depends on both FSMs' states).
+        # cycle. The address and the row are chosen by the write-back's state flag alone (a
+        # register; qp_set.ready is low in those states), so that only the enable waits for
+        # the SET_QP's handshake.
         psn0 = Mux(set_rts, sp.sq_psn, 0)
         m.d.comb += [dyn_wp.en.eq(eng_wb | set_hit), comp_wp.en.eq(cmp_wb | set_hit)]
-        with m.If(eng_wb):
+        with m.If(e_wb_st):
             m.d.comb += [dyn_wp.addr.eq(qpn), dyn_wp.data.eq(eng_dyn)]
         with m.Else():
             m.d.comb += [dyn_wp.addr.eq(set_q), dyn_wp.data.psn.eq(psn0),
                          dyn_wp.data.hpsn.eq(psn0), dyn_wp.data.fpsn.eq(psn0)]
-        with m.If(cmp_wb):
+        with m.If(c_wb_st):
             m.d.comb += [comp_wp.addr.eq(aq), comp_wp.data.eq(cmp_new)]
         with m.Else():
             m.d.comb += [comp_wp.addr.eq(set_q), comp_wp.data.una.eq(psn0),
@@ -510,11 +537,13 @@ class Requester(wiring.Component):
         with m.If(~sweeping):
             m.d.comb += [rn_wp.addr.eq(qpn), rn_wp.data.eq(eng_rn), rn_wp.en.eq(eng_wb)]
         # cs.rgen != dyn.rgen for ERR, registered beside cs (from the same read and the
-        # dyn.rgen of the cycle before: ERR never follows REWIND or CTX_WAIT, which set it).
-        # Reading the table's output besides cs also keeps synthesis from folding cs into the
-        # block RAM (whose clock-to-out would otherwise lead the ERR decision).
+        # dyn.rgen of the cycle before: ERR never follows REWIND or CTX_WAIT, which set it),
+        # bit by bit (rgen_x), so one LUT stands between the block RAM's output and each
+        # flip-flop
+        rgen_x = Signal(4)
         rgen_ne = Signal()
-        m.d.sync += rgen_ne.eq(comp_rp.data.rgen != dyn.rgen)
+        m.d.sync += rgen_x.eq(comp_rp.data.rgen ^ dyn.rgen)
+        m.d.comb += rgen_ne.eq(rgen_x != 0)
         wqe = Signal(8 * SEND_WQE_BYTES)        # the send WQE as read (bit 8·i = byte i)
         sw = data.View(SendWqe, wqe)              # its fields (interface.md §5.2, rnic.formats)
         wr_id = sw.wr_id
@@ -545,6 +574,7 @@ class Requester(wiring.Component):
         flush = Signal()                # the WQE is being flushed (QP in ERROR)
         fpsn_r = Signal(24)             # first PSN of the current WQE
         skipn = Signal(24)              # packets of it already sent (resume point)
+        skip0 = Signal()                # skipn = 0 (set with it)
         soff = Signal(40)               # skipn · PMTU
         sk_lt = Signal()
         pend_err = Signal()             # the completer ended the QP: error for the WQE at cons
@@ -560,17 +590,37 @@ class Requester(wiring.Component):
         pf_q = Signal(ab)
         pf_c = Signal(16)
         pf_go = Signal()                # issue the prefetch this cycle
+        # cons + 1, cons = hcons and psn − 1, registered: used in PKT, CHUNK and WB_NEXT only,
+        # which never follow a change of cons, hcons or psn by one cycle
+        cons1 = Signal(16)
+        alloc_r = Signal()
+        psn_m1 = Signal(24)
+        m.d.sync += [cons1.eq(dyn.cons + 1), alloc_r.eq(dyn.cons == dyn.hcons),
+                     psn_m1.eq(dyn.psn - 1)]
         wqe_idx = Signal(16)
-        m.d.comb += wqe_idx.eq(Mux(pf_go, dyn.cons + 1, dyn.cons))
+        m.d.comb += wqe_idx.eq(Mux(pf_go, cons1, dyn.cons))
         pf_bad = Signal()               # a SET_QP rewrote the prefetched QP: drain it
         pf_hit = Signal()
         m.d.comb += pf_hit.eq(pf_v & ~pf_bad & (pf_q == qpn) & (pf_c == dyn.cons))
 
+        # len0 and len1 (from LOOKUP on) select by num_sge's decode registered: the WQE does
+        # not change after WQE_DATA but for the SGE addresses, so from LOOKUP on sge1_r and
+        # sge2_r are those of the WQE, and no decode of num_sge leads the gather set-up.
+        # VALIDATE, the cycle after the last beat, sums the lengths by num_sge itself, with the
+        # adder ahead of the choice.
+        sge1_r = Signal()               # num_sge ≥ 1
+        sge2_r = Signal()               # num_sge = 2
+        len0_nz = Signal()              # len0 ≠ 0
+        m.d.sync += [sge1_r.eq(num_sge != 0), sge2_r.eq(num_sge == 2),
+                     len0_nz.eq((num_sge != 0) & (sge_len[0] != 0))]
         m.d.comb += [
-            len0.eq(Mux(num_sge >= 1, sge_len[0], 0)),
-            len1.eq(Mux(num_sge == 2, sge_len[1], 0)),
+            len0.eq(Mux(sge1_r, sge_len[0], 0)),
+            len1.eq(Mux(sge2_r, sge_len[1], 0)),
             self.busy.eq(0),
         ]
+        len_sum = Signal(32)            # len0 + len1, in VALIDATE
+        m.d.comb += len_sum.eq(Mux(num_sge == 2, sge_len[0] + sge_len[1],
+                                   Mux(num_sge != 0, sge_len[0], 0)))
         pmtu_b = Signal(13)
         with m.Switch(ctx.pmtu):
             for code in range(1, 6):
@@ -596,6 +646,10 @@ class Requester(wiring.Component):
         # free entries, so room seen here is still there when the WQE is recorded.
         # (registered like the window flags: CHECK is never the cycle after a change)
         ring_ok = Signal()
+        # the SQ is empty (registered like the window flags: CHECK follows CHECK_WAIT or YIELD;
+        # prod a cycle older is a doorbell seen late, which queued the QP again)
+        cons_eq_prod = Signal()
+        m.d.sync += cons_eq_prod.eq(dyn.cons == prod)
         m.d.sync += ring_ok.eq((dyn.cons != dyn.hcons)
                                | (((fresh != D) | free.o.valid)
                                   & ~((cs.ccons == dyn.hcons) & (rh_e != ern))))
@@ -632,6 +686,10 @@ class Requester(wiring.Component):
         # set with ``left`` (in PKT, and in CHUNK when the packet continues in SGE 1), so the
         # chunk handed to the TX frame builder comes from registers only
         clen = Signal(13)
+        # set with clen: the chunk is the packet's last (left = clen), it ends the SGE
+        # (seg_left = clen)
+        pkt_end = Signal()
+        seg_end = Signal()
         m.d.comb += [
             self.chunk.payload.addr.eq(cur_addr),
             self.chunk.payload.len.eq(clen),
@@ -648,7 +706,7 @@ class Requester(wiring.Component):
             infl_wp.addr.eq(ern),
             infl_wp.data.next.eq(new_rn),
             infl_wp.data.wr_id.eq(wr_id),
-            infl_wp.data.last_psn.eq(dyn.psn - 1),
+            infl_wp.data.last_psn.eq(psn_m1),
             infl_wp.data.signaled.eq(flags[0]),
             infl_wp.data.write.eq((wop == 3) | (wop == 4)),
             infl_wp.data.imm.eq((wop == 1) | (wop == 4)),
@@ -673,19 +731,37 @@ class Requester(wiring.Component):
             ecpl.payload.opcode.eq((wop == 3) | (wop == 4)),
             ecpl.payload.fault.eq(hfault),
             eng_dyn.eq(dyn),
+            eng_dyn.parked.eq(e_park_st),
             cfg_wp.addr.eq(qpn),
             cfg_wp.data.timeout.eq(ctx.timeout),
             cfg_wp.data.retry_cnt.eq(ctx.retry_cnt),
             cfg_wp.data.rnr_retry.eq(ctx.rnr_retry),
         ]
+        with m.If(e_wbn_st):                # WB_NEXT's row: the WQE at cons is done
+            m.d.comb += [eng_dyn.cons.eq(cons1), eng_dyn.part.eq(0),
+                         eng_dyn.hcons.eq(Mux(alloc_r, cons1, dyn.hcons))]
+
+        # another WQE posted after cons (registered: PKT and CHUNK, where it is used, are never
+        # within two cycles of a change of cons; prod a cycle older is a doorbell seen late)
+        pf_more = Signal()
+        m.d.sync += pf_more.eq(cons1 != prod)
 
         def prefetch():
-            with m.If(~pf_v & ~flush & ~dyn.err & (dyn.cons + 1 != prod)):
+            with m.If(~pf_v & ~flush & ~dyn.err & pf_more):
                 m.d.comb += [pf_go.eq(1), self.wqe_rd.req.valid.eq(1)]
                 with m.If(self.wqe_rd.req.ready):
-                    m.d.sync += [pf_v.eq(1), pf_q.eq(qpn), pf_c.eq(dyn.cons + 1), pf_bad.eq(0)]
+                    m.d.sync += [pf_v.eq(1), pf_q.eq(qpn), pf_c.eq(cons1), pf_bad.eq(0)]
 
-        with m.FSM(name="engine"):
+        def go(state):
+            # into a state that writes the QP back: e_wb_st, and the state's own flag
+            m.next = state
+            m.d.sync += e_wb_st.eq(1)
+            flag = {"YIELD": e_yield_st, "PARK": e_park_st, "WB_NEXT": e_wbn_st}.get(state)
+            if flag is not None:
+                m.d.sync += flag.eq(1)
+
+        m.d.sync += [e_wb_st.eq(0), e_yield_st.eq(0), e_park_st.eq(0), e_wbn_st.eq(0)]
+        with m.FSM(name="engine") as eng_fsm:
             with m.State("IDLE"):
                 m.d.comb += work.o.ready.eq(~sweeping)
                 m.d.sync += pend_err.eq(0)
@@ -713,45 +789,46 @@ class Requester(wiring.Component):
                     m.next = "REWIND"
                 with m.Elif(pend_err):
                     # the completer ended the QP at WQE cons: its error, then the flush
-                    with m.If(dyn.cons == prod):
+                    with m.If(cons_eq_prod):
                         m.d.sync += [dyn.err.eq(1), pend_err.eq(0)]
-                        m.next = "WB_LOOP"
+                        go("WB_LOOP")
                     with m.Else():
                         m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0)]
                         m.next = "WQE_REQ"
                 with m.Elif(dyn.err):
                     # flush posted WQEs with WR_FLUSH_ERR
-                    with m.If(dyn.cons == prod):
-                        m.next = "WB"
+                    with m.If(cons_eq_prod):
+                        go("WB")
                     with m.Else():
                         m.d.sync += [flush.eq(1), beat.eq(0), hfault.eq(0)]
                         m.next = "WQE_REQ"
                 with m.Elif(ctx.state == _ERROR):
                     with m.If(none_unretired):
-                        with m.If(dyn.cons == prod):
-                            m.next = "WB"
+                        with m.If(cons_eq_prod):
+                            go("WB")
                         with m.Else():
                             m.d.sync += [flush.eq(1), dyn.err.eq(1), beat.eq(0), hfault.eq(0)]
                             m.next = "WQE_REQ"
                     with m.Elif(cs.rerr != 0):
-                        m.next = "WB"             # the completer has ended it: wait its rewind
+                        go("WB")             # the completer has ended it: wait its rewind
                     with m.Else():
                         m.next = "KILL"           # WQEs sent and unacknowledged: flush them too
-                with m.Elif(dyn.cons == prod):
-                    m.next = "WB"
+                with m.Elif(cons_eq_prod):
+                    go("WB")
                 with m.Elif((ctx.state != _RTS) | cs.hold | (cs.rerr != 0)):
-                    m.next = "WB"                 # (the completer wakes the QP after RNR)
+                    go("WB")                 # (the completer wakes the QP after RNR)
                 with m.Elif(served & work.o.valid):
-                    m.next = "YIELD"              # other QPs wait: round-robin, one WQE each
+                    go("YIELD")              # other QPs wait: round-robin, one WQE each
                 with m.Elif(slot_room & ring_ok):
                     m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0),
                                  fpsn_r.eq(Mux(dyn.part, dyn.fpsn, dyn.psn)),
-                                 skipn.eq(Mux(dyn.part, dyn.psn - dyn.fpsn, 0))]
+                                 skipn.eq(Mux(dyn.part, dyn.psn - dyn.fpsn, 0)),
+                                 skip0.eq(~dyn.part | (dyn.psn == dyn.fpsn))]
                     m.next = "WQE_REQ"
                 with m.Else():
                     # 16 WQEs unretired, or the ring full: wait for ACKs elsewhere (the scan
                     # wakes parked QPs when the work queue is empty)
-                    m.next = "PARK"
+                    go("PARK")
             with m.State("REWIND"):
                 # go back to the oldest unacknowledged PSN (go-back-N)
                 m.d.comb += self.busy.eq(1)
@@ -762,26 +839,25 @@ class Requester(wiring.Component):
                                  dyn.noack.eq(0)]
                     with m.If(cs.rerr != 0):
                         m.d.sync += [pend_err.eq(1), pstat.eq(_rstatus(cs.rerr))]
-                m.next = "WB_LOOP"
+                go("WB_LOOP")
             with m.State("KILL"):
                 # never waits for the completer: with a kill already pending, the scan wakes
                 # this parked QP again later
                 m.d.comb += self.busy.eq(1)
                 with m.If(~kill_v):
                     m.d.sync += [kill_v.eq(1), kill_q.eq(qpn)]
-                m.next = "PARK"
+                go("PARK")
             with m.State("YIELD"):
                 # write the QP back (not parked) and queue it again behind the others; when the
                 # queue cannot take it this cycle, serve one more WQE of it instead
-                m.d.comb += [yield_v.eq(1), self.busy.eq(1)]
+                m.d.comb += self.busy.eq(1)
                 with m.If(work.i.ready & ~wake_v):
-                    m.d.comb += eng_wb.eq(1)
                     m.next = "IDLE"
                 with m.Else():
                     m.d.sync += served.eq(0)
                     m.next = "CHECK"
             with m.State("PARK"):
-                m.d.comb += [eng_wb.eq(1), eng_dyn.parked.eq(1), self.busy.eq(1)]
+                m.d.comb += self.busy.eq(1)
                 m.next = "IDLE"
             with m.State("WQE_REQ"):
                 m.d.comb += self.busy.eq(1)
@@ -813,7 +889,7 @@ class Requester(wiring.Component):
                         m.next = "VALIDATE"
             with m.State("VALIDATE"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [k.eq(0), sent.eq(0), total.eq(len0 + len1), resid.eq(len0 + len1)]
+                m.d.sync += [k.eq(0), sent.eq(0), total.eq(len_sum), resid.eq(len_sum)]
                 with m.If(flush):
                     m.d.sync += status.eq(int(WcStatus.WR_FLUSH_ERR))
                     m.next = "ERR"
@@ -831,10 +907,10 @@ class Requester(wiring.Component):
             with m.State("LOOKUP"):
                 m.d.comb += self.busy.eq(1)
                 cur_len = Mux(k[0], sge_len[1], sge_len[0])
-                with m.If((k == num_sge) & (skipn == 0)):
+                with m.If((k == num_sge) & skip0):
                     # from the first packet (the usual case): gather from the first non-empty SGE
                     m.d.sync += [sent.eq(0), resid.eq(total)]
-                    with m.If(len0 != 0):
+                    with m.If(len0_nz):
                         m.d.sync += [cur_addr.eq(bus[0]), seg_left.eq(len0)]
                     with m.Else():
                         m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(total)]
@@ -873,8 +949,8 @@ class Requester(wiring.Component):
                 m.d.sync += [sent.eq(soff[:32]), resid.eq(total - soff[:32]), sk_lt.eq(lt),
                              seg_left.eq(Mux(lt, len0 - soff[:32], total - soff[:32])),
                              cur_addr.eq(Mux(lt, soff[:32], soff[:32] - len0))]
-                with m.If((skipn != 0) & (soff >= total)):
-                    m.next = "WB_NEXT"            # every packet of it was already sent
+                with m.If(~skip0 & (soff >= total)):
+                    go("WB_NEXT")            # every packet of it was already sent
                 with m.Else():
                     m.next = "SKIP3"
             with m.State("SKIP3"):
@@ -889,7 +965,7 @@ class Requester(wiring.Component):
                 with m.Elif(cs.hold | ~psn_room):
                     # leave the QP; it resumes at this packet of this WQE
                     m.d.sync += [dyn.part.eq(dyn.psn != fpsn_r), dyn.fpsn.eq(fpsn_r)]
-                    m.next = "PARK"
+                    go("PARK")
                 with m.Else():
                     m.d.comb += self.pkt.valid.eq(1)
                     with m.If(self.pkt.ready):
@@ -897,11 +973,14 @@ class Requester(wiring.Component):
                         m.d.comb += self.retx.eq(retx)
                         with m.If(~retx):
                             m.d.sync += dyn.hpsn.eq(dyn.psn + 1)
+                        # seg_left < pay and seg_left ≤ pay: both comparisons in parallel
+                        # with ``fits``
+                        c_lt = Mux(fits, seg_left < resid, seg_left < pmtu_b)
+                        c_le = Mux(fits, seg_left <= resid, seg_left <= pmtu_b)
                         m.d.sync += [
                             left.eq(pay), sent.eq(sent + pay), resid.eq(resid - pay),
-                            # min(seg_left, pay): both comparisons in parallel with ``fits``
-                            clen.eq(Mux(Mux(fits, seg_left < resid, seg_left < pmtu_b),
-                                        seg_left, pay)),
+                            clen.eq(Mux(c_lt, seg_left, pay)),      # min(seg_left, pay)
+                            pkt_end.eq(~c_lt), seg_end.eq(c_le),
                             was_last.eq(fits),
                             dyn.psn.eq(dyn.psn + 1),
                             dyn.noack.eq(Mux(ackreq, 0, dyn.noack + 1)),
@@ -912,7 +991,7 @@ class Requester(wiring.Component):
                 prefetch()
                 with m.If(left == 0):
                     with m.If(was_last):
-                        m.next = "WB_NEXT"
+                        go("WB_NEXT")
                     with m.Else():
                         m.next = "PKT"
                 with m.Else():
@@ -923,13 +1002,17 @@ class Requester(wiring.Component):
                         # the next chunk when the packet goes on (then clen was seg_left, SGE 0
                         # ends inside the packet, and the rest of the packet is in SGE 1, whose
                         # len1 = total − len0 bytes all follow: min(len1, left_n) = left_n)
-                        m.d.sync += [left.eq(left_n), clen.eq(left_n)]
-                        with m.If(left == clen):                # the packet's last chunk
+                        # (its pkt_end, and its seg_end 0: SGE 1 ends with the message, so if
+                        # it ends in this chunk, the WQE does, and cur_addr and seg_left are
+                        # not used after it)
+                        m.d.sync += [left.eq(left_n), clen.eq(left_n), pkt_end.eq(1),
+                                     seg_end.eq(0)]
+                        with m.If(pkt_end):                     # the packet's last chunk
                             with m.If(was_last):
-                                m.next = "WB_NEXT"
+                                go("WB_NEXT")
                             with m.Else():
                                 m.next = "PKT"
-                        with m.If(seg_left == clen):           # SGE 0 done: on to SGE 1
+                        with m.If(seg_end):                    # SGE 0 done: on to SGE 1
                             m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(len1)]
                         with m.Else():
                             m.d.sync += [cur_addr.eq(cur_addr + clen),
@@ -937,10 +1020,9 @@ class Requester(wiring.Component):
             with m.State("WB_NEXT"):
                 # record the WQE for the ACK processor, write back, look at the producer again
                 # (a WQE sent again is in the ring already: cons < hcons)
-                alloc = dyn.cons == dyn.hcons
-                hnext = Mux(alloc, dyn.cons + 1, dyn.hcons)
-                m.d.comb += [eng_wb.eq(1), eng_dyn.cons.eq(dyn.cons + 1), eng_dyn.part.eq(0),
-                             eng_dyn.hcons.eq(hnext), self.busy.eq(1)]
+                alloc = alloc_r
+                hnext = Mux(alloc, cons1, dyn.hcons)
+                m.d.comb += self.busy.eq(1)
                 with m.If(alloc):
                     m.d.comb += [infl_wp.en.eq(1), eng_rn.eq(new_rn)]
                     m.d.sync += ern.eq(new_rn)
@@ -948,7 +1030,7 @@ class Requester(wiring.Component):
                         m.d.sync += fresh.eq(fresh + 1)
                     with m.Else():
                         m.d.comb += free.o.ready.eq(1)
-                m.d.sync += [dyn.cons.eq(dyn.cons + 1), dyn.part.eq(0), dyn.hcons.eq(hnext),
+                m.d.sync += [dyn.cons.eq(cons1), dyn.part.eq(0), dyn.hcons.eq(hnext),
                              served.eq(1)]
                 m.next = "CHECK_WAIT"
             with m.State("CHECK_WAIT"):
@@ -967,18 +1049,18 @@ class Requester(wiring.Component):
                     with m.If(ecpl.ready):
                         m.d.sync += [dyn.err.eq(1), dyn.cons.eq(dyn.cons + 1), pend_err.eq(0),
                                      eoff.eq(0)]
-                        m.next = "WB_LOOP"
+                        go("WB_LOOP")
                     with m.Else():
                         m.d.sync += eoff.eq(1)
                 with m.Elif(rgen_ne & ~pend_err):
                     m.next = "REWIND"
                 with m.Else():
-                    m.next = "PARK"               # the WQE is fetched again on the wake-up
+                    go("PARK")               # the WQE is fetched again on the wake-up
             with m.State("WB_LOOP"):
-                m.d.comb += [eng_wb.eq(1), self.busy.eq(1)]
+                m.d.comb += self.busy.eq(1)
                 m.next = "CHECK_WAIT"
             with m.State("WB"):
-                m.d.comb += [eng_wb.eq(1), self.busy.eq(1)]
+                m.d.comb += self.busy.eq(1)
                 m.next = "IDLE"
 
         with m.If(set_hit & (set_q == Mux(pf_go, qpn, pf_q))):
@@ -993,12 +1075,12 @@ class Requester(wiring.Component):
         scan_turn = Signal()
         # the scan's read pipeline (state SCAN): QP s1q's table reads are on the read ports'
         # outputs, s2q's in comp_rd/d_rd/cfg_rd, s3q's in comp_s/d_s/cfg_s (judged), s4q's in
-        # cmp/d/cfg: s4n it needs a visit, s4w only a wake-up; s2st..s4st a SET_QP wrote its
-        # entry after the read
+        # cmp/d/cfg: s4n it needs a visit, s4w only a wake-up; s1st..s4st a SET_QP wrote its
+        # entry in the read's cycle or after it (the reads are not transparent)
         s1v, s2v, s3v, s4v, s4n, s4w = (Signal(name=f"s_{n}")
                                          for n in ("1v", "2v", "3v", "4v", "4n", "4w"))
         s1q, s2q, s3q, s4q = Signal(ab), Signal(ab), Signal(ab), Signal(ab)
-        s2st, s3st, s4st = Signal(), Signal(), Signal()
+        s1st, s2st, s3st, s4st = Signal(), Signal(), Signal(), Signal()
         sn = Signal(range(SCAN_QUOTA))  # QPs judged in this turn (saturating)
         stale = Signal()                # a SET_QP rewrote aq meanwhile: drop the write-back
         wake = Signal()
@@ -1008,23 +1090,29 @@ class Requester(wiring.Component):
         d_rd = Signal(_dyn_comp_layout)
         cfg = Signal(_cfg_layout)
         cfg_rd = Signal(_cfg_layout)
-        # the QP's timeout in µs, looked up from cfg (each use is at least a cycle after cfg is
-        # loaded: in EVAL or ACT), and whether it has one
+        # the QP's timeout in µs, looked up from cfg (each use is at least two cycles after cfg
+        # is loaded: ACT, or EVAL after LOAD, see tsrc), and whether it has one
         tval = Signal(34)
-        m.d.sync += tval.eq(rom(m, cfg.timeout, TIMEOUT_US, 34, "timeout_us"))
         ton = cfg.timeout != 0
         rval = Signal(TB)               # the RNR NAK's wait in µs
         crh = Signal(rb)                # the QP's rh: the entry of its WQE at ccons
         rh_rd, rn_rd2 = Signal(rb), Signal(rb)
         m.d.sync += [comp_rd.eq(comp_rp2.data), d_rd.eq(dyn_rp2.data), cfg_rd.eq(cfg_rp.data),
                      rh_rd.eq(rh_rp.data), rn_rd2.eq(rn_rp2.data)]
-        # the scan judges from a second register of each read (synthesis folds the first into
-        # the block RAM, whose clock-to-out would otherwise lead the deadline compare)
-        comp_s, d_s, cfg_s = (Signal(_comp_layout), Signal(_dyn_comp_layout),
-                              Signal(_cfg_layout))
+        # the scan judges from a second register of each read (the first takes the block RAM's
+        # output, whose clock-to-out leaves no time for the deadline compare)
+        comp_s, d_s, cfg_s = (Signal(_comp_layout, name="comp_s"),
+                              Signal(_dyn_comp_layout, name="d_s"),
+                              Signal(_cfg_layout, name="cfg_s"))
         rh_s, rn_s = Signal(rb), Signal(rb)
         m.d.sync += [comp_s.eq(comp_rd), d_s.eq(d_rd), cfg_s.eq(cfg_rd), rh_s.eq(rh_rd),
                      rn_s.eq(rn_rd2)]
+        # tval two cycles after cfg (through tsrc), or in READ3 from cfg_rd (the value LOAD
+        # gives cfg next), so EVAL, which follows LOAD, may use it
+        t_rd3 = Signal()                # the completer is in READ3 (a register: set in READ2)
+        tsrc = Signal(5)
+        m.d.sync += [t_rd3.eq(0), tsrc.eq(Mux(t_rd3, cfg_rd.timeout, cfg.timeout)),
+                     tval.eq(rom(m, tsrc, TIMEOUT_US, 34, "timeout_us"))]
         m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq), cfg_rp.addr.eq(aq),
                      rh_rp.addr.eq(aq), rn_rp2.addr.eq(aq),
                      infl_rp.addr.eq(crh),
@@ -1046,21 +1134,25 @@ class Requester(wiring.Component):
         # the entry's last PSN is before una (24-bit serial arithmetic)
         covered = Signal(24)
         m.d.comb += covered.eq(cmp.una - 1 - ent_lp)
-        # an ACK's PSN against una (24-bit serial arithmetic) and the next PSN, judged in JUDGE
-        # (EVAL decides from these flip-flops): a_new = a newer ACK (0 < psn + 1 − una < 2^23),
+        # an ACK's PSN against una (24-bit serial arithmetic) and the next PSN, judged in LOAD
+        # from the second registers of the reads (EVAL decides from these flip-flops): a_new = a newer ACK (0 < psn + 1 − una < 2^23),
         # b_neg = a NAK for a PSN before una, b_zero = at una, d_more = PSNs sent after it
         # (``ap1`` = psn + 1 is registered with the ACK)
         ap1 = Signal(24)
         adv = Signal(24)
         behind = Signal(24)
         a_new, b_neg, b_zero, d_more = Signal(), Signal(), Signal(), Signal()
-        m.d.comb += [adv.eq(ap1 - cmp.una), behind.eq(a.psn - cmp.una)]
+        m.d.comb += [adv.eq(ap1 - comp_s.una), behind.eq(a.psn - comp_s.una)]
         expired = Signal()
         # wake-ups of parked QPs are hints (a later scan repeats them): only with room to spare
         wake_room = Signal()
         scan_room = Signal()
         m.d.comb += [wake_room.eq(work.level < self.work_depth // 2), scan_room.eq(work.level == 0)]
         m.d.comb += expired.eq(~(now - cmp.dl)[TB - 1])
+        # nothing sent unacknowledged (registered: ACT, where it is used, is at least three
+        # cycles after EVAL, which last changes una, and after LOAD or SCAN, which load d)
+        ps_done = Signal()
+        m.d.sync += ps_done.eq(d.psn == cmp.una)
         # The scan judges a QP from its table reads (comp_rd, d_rd, cfg_rd): it is visited (EVAL
         # … WB) when that can act on it: an RNR wait over, a timer to arm, to disarm or expired,
         # or WQEs unretired with nothing sent unacknowledged (records written after their ACK:
@@ -1112,7 +1204,8 @@ class Requester(wiring.Component):
         def hit(q):
             return set_hit & (set_q == q)
 
-        with m.FSM(name="completer"):
+        m.d.sync += c_wb_st.eq(0)
+        with m.FSM(name="completer") as cmp_fsm:
             with m.State("IDLE"):
                 m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0), s4v.eq(0),
                              sn.eq(0)]
@@ -1134,7 +1227,8 @@ class Requester(wiring.Component):
                              s1v.eq(1), s1q.eq(aq), s2v.eq(s1v), s2q.eq(s1q),
                              s3v.eq(s2v), s3q.eq(s2q), s4v.eq(s3v), s4q.eq(s3q),
                              s4n.eq(p_need), s4w.eq(p_wake),
-                             s2st.eq(hit(s1q)), s3st.eq(s2st | hit(s2q)),
+                             s1st.eq(hit(aq)), s2st.eq(s1st | hit(s1q)),
+                             s3st.eq(s2st | hit(s2q)),
                              s4st.eq(s3st | hit(s3q))]
                 with m.If(~(s4v & s4n)):
                     m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s), crh.eq(rh_s)]
@@ -1147,6 +1241,7 @@ class Requester(wiring.Component):
                     with m.Elif(s4w):
                         m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1)]
                         m.next = "WAKE"
+                        m.d.sync += c_wake_st.eq(1)
                     with m.Elif((kill_v | self.ack.valid) & (sn == SCAN_QUOTA - 1)):
                         m.d.sync += sidx.eq(s4q + 1)
                         with m.If(kill_v):
@@ -1158,14 +1253,17 @@ class Requester(wiring.Component):
             with m.State("READ"):
                 m.next = "READ2"           # comp/dyn/cfg reads of the new QPN
             with m.State("READ2"):
-                m.next = "LOAD"            # ... and their registers
+                m.d.sync += t_rd3.eq(1)
+                m.next = "READ3"           # ... their first registers
+            with m.State("READ3"):
+                m.next = "LOAD"            # ... and their second (comp_s, d_s, cfg_s, rh_s)
             with m.State("LOAD"):
-                m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd),
-                             rval.eq(r_rom), crh.eq(rh_rd)]
-                m.next = "JUDGE"
-            with m.State("JUDGE"):
-                m.d.sync += [a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
-                             b_zero.eq(behind == 0), d_more.eq(d.psn != ap1)]
+                # from the second registers, as the scan, and the ACK judged from the same
+                # registers
+                m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s),
+                             rval.eq(r_rom), crh.eq(rh_s),
+                             a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
+                             b_zero.eq(behind == 0), d_more.eq(d_s.psn != ap1)]
                 m.next = "EVAL"
             with m.State("EVAL"):
                 typ = a.syndrome[5:7]
@@ -1201,6 +1299,7 @@ class Requester(wiring.Component):
                     # short wait may end before it arrives): the RNR wait goes back anyway
                     m.d.sync += cmp.rnrw.eq(0)
                     m.next = "WB"
+                    m.d.sync += c_wb_st.eq(1)
                 with m.Else():
                     # a NAK at p acknowledges every PSN before p
                     with m.If(~b_zero):
@@ -1221,8 +1320,9 @@ class Requester(wiring.Component):
                                 m.d.sync += ast.eq(_rcode(WcStatus.REM_OP_ERR))
                     m.next = "WALK"
             with m.State("WALK"):
-                # the engine's hcons, err and rn as of the cycle before; infl_rp reads entry rh
-                # now, so it holds whatever rn and hcons show as written
+                # the engine's hcons, err and rn as of two cycles before (the reads are not
+                # transparent); infl_rp reads entry rh now, so it holds whatever rn and hcons
+                # show as written
                 m.d.sync += [thcons.eq(dyn_rp2.data.hcons), terr.eq(dyn_rp2.data.err),
                              trn.eq(rn_rp2.data)]
                 m.next = "HOLD"
@@ -1260,6 +1360,7 @@ class Requester(wiring.Component):
                     m.next = "ACT"
             with m.State("ACT"):
                 m.next = "WB"
+                m.d.sync += c_wb_st.eq(1)
                 with m.Switch(act):
                     with m.Case(_ACT_NONE):
                         m.d.sync += wake.eq(d.parked & wake_room)
@@ -1285,7 +1386,7 @@ class Requester(wiring.Component):
                         with m.If(cmp.hold):
                             with m.If(expired):
                                 m.d.sync += [cmp.hold.eq(0), cmp.armed.eq(0), wake.eq(1)]
-                        with m.Elif(~ton | (d.psn == cmp.una)):
+                        with m.Elif(~ton | ps_done):
                             m.d.sync += [cmp.armed.eq(0), wake.eq(d.parked & scan_room)]
                         with m.Elif(~cmp.armed):
                             m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1),
@@ -1300,13 +1401,19 @@ class Requester(wiring.Component):
                              rh_wp.data.eq(crh)]
                 with m.If(wake & ~stale):
                     m.next = "WAKE"
+                    m.d.sync += c_wake_st.eq(1)
                 with m.Else():
                     m.next = "IDLE"
             with m.State("WAKE"):
                 # queue the QPN for the engine (after the qp_set that may be waiting)
-                m.d.comb += wake_v.eq(~self.qp_set.valid)
+                with m.If(~self.qp_set.valid & work.i.ready):
+                    m.d.sync += c_wake_st.eq(0)
                 with m.If(~self.qp_set.valid & work.i.ready):
                     m.next = "IDLE"
+        # one flip-flop per state: the state decodes in front of the FSMs' many enables are
+        # then single flip-flops
+        eng_fsm.state.attrs["fsm_encoding"] = "one-hot"
+        cmp_fsm.state.attrs["fsm_encoding"] = "one-hot"
         # progress for QUERY_QP: every write of the next send PSN and of the SQ index of the
         # oldest WQE not yet retired (the SQ consumer index software may reuse up to)
         m.d.comb += [
