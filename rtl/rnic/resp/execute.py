@@ -526,6 +526,9 @@ class Execute(wiring.Component):
         wqs_addr, wqs_data = _wqe_store(m, P + 1, W, fetch.beat)
         wqe = wqs_data
         prow = Signal(range(P + 1))            # the store row the planner works from
+        prow_oh = Signal(max(P, 1))            # prow one-hot over the pool's slots (0 for
+                                               # row P), set with it: the slot compares start
+                                               # from flip-flops
         pin = Signal()                         # ``prow`` is a pool slot the planner uses
         pchk = Signal()                        # ``prow`` is a pool slot just hit: its ring
                                                # (``ring_ok``) is tested in the next state
@@ -571,7 +574,7 @@ class Execute(wiring.Component):
         plan_dec = Signal()
         release = Signal()                     # the planner is done with the WQE in ``prow``
         pool = (self._prefetcher(m, fetch, plan_fetch, plan_look, plan_hit_r, plan_tk,
-                                 plan_dec, take, take_r, c, ab, rst, post, prow, pin,
+                                 plan_dec, take, take_r, c, ab, rst, post, prow_oh, pin,
                                  release)
                 if P else None)
         ring_ok = pool["ring_ok"] if P else Const(1, 1)
@@ -976,7 +979,7 @@ class Execute(wiring.Component):
                 # ``wqet`` gets the index of a WQE the command takes
                 with m.If(d_valid & d_eq):
                     # row P, the planner's own last read, holds it
-                    m.d.sync += prow.eq(P)
+                    m.d.sync += [prow.eq(P), prow_oh.eq(0)]
                     with m.If(c.wqe):
                         m.next = "TAKE"
                     with m.Else():
@@ -991,7 +994,8 @@ class Execute(wiring.Component):
                     with m.Elif((cur & pool["ok"]) != 0):
                         # the slot ``hsel``: the planner works from its row, pinned until PUSH
                         m.d.comb += pool["hit"].eq(1)
-                        m.d.sync += [prow.eq(pool["hsel"]), pin.eq(1), pchk.eq(1)]
+                        m.d.sync += [prow.eq(pool["hsel"]), prow_oh.eq(1 << pool["hsel"]),
+                                     pin.eq(1), pchk.eq(1)]
                         with m.If(c.wqe):
                             m.next = "TAKE"
                         with m.Else():
@@ -1014,7 +1018,7 @@ class Execute(wiring.Component):
                 m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
                 m.d.sync += [pchk.eq(0), plan_tk.eq(1)]
                 with m.If(fetch.req.ready):
-                    m.d.sync += [prow.eq(P), d_valid.eq(0)]
+                    m.d.sync += [prow.eq(P), prow_oh.eq(0), d_valid.eq(0)]
                     m.next = "FETCH_WAIT"
             with m.State("FETCH_WAIT"):
                 m.d.sync += plan_tk.eq(1)
@@ -1356,9 +1360,10 @@ class Execute(wiring.Component):
         return m
 
     def _prefetcher(self, m, fetch, plan_fetch, plan_look, plan_hit_r, plan_tk, plan_dec,
-                    take, take_r, c, ab, rst, rp, prow, pin, release):
+                    take, take_r, c, ab, rst, rp, prow_oh, pin, release):
         """The WQE prefetch pool (see the module docstring): slots 0..P-1 of the WQE store.
-        ``prow``/``pin``: the planner works from slot ``prow`` (never claimed while ``pin``);
+        ``prow_oh``/``pin``: the planner works from the slot set in ``prow_oh`` (one-hot, 0 for
+        the planner's own row; never claimed while ``pin``);
         ``release``: it is done with that slot's WQE (completed): the slot is free; ``take``:
         the planner takes WQE c.rq_index of c.qpn (the pool acts on it a cycle later, from a
         register, while c stays as it is); ``plan_hit_r``, ``plan_tk``: registers, 1 while the
@@ -1501,24 +1506,15 @@ class Execute(wiring.Component):
                               | (nx_pend & (nx_q == pst_rd.addr))
                               | (rp.valid & (rp.payload.qpn[:ab] == pst_rd.addr)))
         # the slot the planner works from (``prow`` with ``pin``) is neither free nor evictable:
-        # its row must not change until the planner is done with it
-        # ALLOC decides from the slots' state of the cycle before (``free_r``, ``ev_r``,
-        # registers: the pin's compare and the slot flags no longer run into its decision).
-        # A slot stops being free only by a claim or by HIT's pin: a claim of the cycle before
-        # is masked (``claim_d``; after a claim, no eviction is judged: a visit claims its
-        # idx0, the one that may evict, first), and in the cycle after HIT, ALLOC holds
-        # (``plan_hit_r``). A slot freed in the cycle before waits a cycle.
+        # its row must not change until the planner is done with it (``prow_oh``: a register,
+        # so the pin's compare does not run into ALLOC's decision)
         pinned = Signal(P)
-        for i in range(P):
-            m.d.comb += pinned[i].eq(pin & (prow == i))
-        free_r = Signal(P)
-        m.d.sync += free_r.eq(~valid & ~busy & ~pinned)
-        ev_r = Signal()
-        m.d.sync += ev_r.eq(valid.bit_select(ev, 1) & ~busy.bit_select(ev, 1)
-                            & ~pinned.bit_select(ev, 1))
+        m.d.comb += pinned.eq(Mux(pin, prow_oh, 0))
         free = Signal(P)
+        m.d.comb += free.eq(~valid & ~busy & ~pinned)
         evictable = Signal()
-        m.d.comb += [free.eq(free_r & ~claim_d), evictable.eq(ev_r & (claim_d == 0))]
+        m.d.comb += evictable.eq(valid.bit_select(ev, 1) & ~busy.bit_select(ev, 1)
+                                 & ~pinned.bit_select(ev, 1))
         fsel = Signal(sb)
         for i in reversed(range(P)):
             with m.If(free[i]):
@@ -1674,7 +1670,7 @@ class Execute(wiring.Component):
             keep = (sidx[i] == c.rq_index) | ((sidx[i] == c_nxt) if D > 1 else Const(0, 1))
             with m.If((take_r & (sq[i] == c.qpn[:ab]) & ~keep)
                       | (rst.valid & (sq[i] == rst_q))
-                      | (release & (prow == i))):
+                      | (release & prow_oh[i])):
                 m.d.sync += valid[i].eq(0)
         m.d.comb += [ring_wr.addr.eq(a_slot), ring_wr.data.eq(Cat(row.base[6:], row.log)),
                      ring_wr.en.eq(alloc)]
