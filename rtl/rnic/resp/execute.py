@@ -526,9 +526,9 @@ class Execute(wiring.Component):
         wqs_addr, wqs_data = _wqe_store(m, P + 1, W, fetch.beat)
         wqe = wqs_data
         prow = Signal(range(P + 1))            # the store row the planner works from
-        prow_oh = Signal(max(P, 1))            # prow one-hot over the pool's slots (0 for
-                                               # row P), set with it: the slot compares start
-                                               # from flip-flops
+        prow_oh = Signal(max(P, 1))            # the slot a pool hit sets ``prow`` to, one-hot
+                                               # (valid while ``pin``): the slot compares
+                                               # start from flip-flops
         pin = Signal()                         # ``prow`` is a pool slot the planner uses
         pchk = Signal()                        # ``prow`` is a pool slot just hit: its ring
                                                # (``ring_ok``) is tested in the next state
@@ -975,11 +975,14 @@ class Execute(wiring.Component):
                     m.d.sync += [rq_prev.eq(c.rq_index), faddr.eq(faddr_c), look_eq.eq(0xFF)]
             with m.State("HIT"):
                 m.d.comb += plan_look.eq(1)
+                if P:
+                    # (in every HIT cycle: the last one's is the slot a pool hit takes)
+                    m.d.sync += prow_oh.eq(Cat(*[pool["hsel"] == i for i in range(P)]))
                 m.d.sync += [plan_hit_r.eq(1), plan_tk.eq(1)]
                 # ``wqet`` gets the index of a WQE the command takes
                 with m.If(d_valid & d_eq):
                     # row P, the planner's own last read, holds it
-                    m.d.sync += [prow.eq(P), prow_oh.eq(0)]
+                    m.d.sync += prow.eq(P)
                     with m.If(c.wqe):
                         m.next = "TAKE"
                     with m.Else():
@@ -994,8 +997,7 @@ class Execute(wiring.Component):
                     with m.Elif((cur & pool["ok"]) != 0):
                         # the slot ``hsel``: the planner works from its row, pinned until PUSH
                         m.d.comb += pool["hit"].eq(1)
-                        m.d.sync += [prow.eq(pool["hsel"]), prow_oh.eq(1 << pool["hsel"]),
-                                     pin.eq(1), pchk.eq(1)]
+                        m.d.sync += [prow.eq(pool["hsel"]), pin.eq(1), pchk.eq(1)]
                         with m.If(c.wqe):
                             m.next = "TAKE"
                         with m.Else():
@@ -1018,7 +1020,7 @@ class Execute(wiring.Component):
                 m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
                 m.d.sync += [pchk.eq(0), plan_tk.eq(1)]
                 with m.If(fetch.req.ready):
-                    m.d.sync += [prow.eq(P), prow_oh.eq(0), d_valid.eq(0)]
+                    m.d.sync += [prow.eq(P), d_valid.eq(0)]
                     m.next = "FETCH_WAIT"
             with m.State("FETCH_WAIT"):
                 m.d.sync += plan_tk.eq(1)
@@ -1362,8 +1364,8 @@ class Execute(wiring.Component):
     def _prefetcher(self, m, fetch, plan_fetch, plan_look, plan_hit_r, plan_tk, plan_dec,
                     take, take_r, c, ab, rst, rp, prow_oh, pin, release):
         """The WQE prefetch pool (see the module docstring): slots 0..P-1 of the WQE store.
-        ``prow_oh``/``pin``: the planner works from the slot set in ``prow_oh`` (one-hot, 0 for
-        the planner's own row; never claimed while ``pin``);
+        ``prow_oh``/``pin``: while ``pin``, the planner works from the slot set in ``prow_oh``
+        (one-hot; never claimed while ``pin``);
         ``release``: it is done with that slot's WQE (completed): the slot is free; ``take``:
         the planner takes WQE c.rq_index of c.qpn (the pool acts on it a cycle later, from a
         register, while c stays as it is); ``plan_hit_r``, ``plan_tk``: registers, 1 while the
