@@ -5,7 +5,7 @@ All links between blocks are ``amaranth.lib.stream`` interfaces and follow its t
 ``ready`` low. Framing (``last``, ``keep``, ``user``) lives inside the payload.
 """
 
-from amaranth.hdl import Elaboratable, Module, Mux, Shape, Signal, Value
+from amaranth.hdl import Cat, Elaboratable, Module, Mux, Shape, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -230,6 +230,12 @@ class Queue(wiring.Component):
         Keep the storage in flip-flops (``ram_style = "logic"``) instead of letting synthesis
         infer LUT RAM: for a short queue whose write data comes from a block RAM (LUT RAM's
         write path adds a LUT and pulls its cells together) or whose read feeds deep logic.
+    registered : tuple of str, optional
+        With ``buffered`` and a ``data.StructLayout`` shape: only these fields come from the
+        output register; the others are read combinationally from a LUT-RAM ring at the head
+        entry (design rule 4: a wide record is not copied into an output register when its
+        consumer only stores it). The ports behave exactly as the buffered queue's, cycle for
+        cycle (the ring takes the same writes and pops with the registered part).
 
     Attributes
     ----------
@@ -242,13 +248,23 @@ class Queue(wiring.Component):
         producer that stalls on several queues register its own stall decision.
     """
 
-    def __init__(self, shape, depth, *, buffered=True, registers=False):
+    def __init__(self, shape, depth, *, buffered=True, registers=False, registered=None):
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"queue depth must be a positive integer, not {depth!r}")
+        if registered is not None:
+            if not buffered or registers or not isinstance(shape, data.StructLayout):
+                raise ValueError("registered= needs a buffered queue of a data.StructLayout "
+                                 "kept in LUT RAM")
+            unknown = [f for f in registered if f not in shape.members]
+            if unknown or not registered:
+                raise ValueError(f"registered= names no field or unknown fields {unknown} of "
+                                 f"{shape!r}")
+            registered = tuple(registered)
         self._shape = shape
         self._depth = depth
         self._buffered = buffered
         self._registers = registers
+        self._registered = registered
         super().__init__({
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
@@ -258,6 +274,8 @@ class Queue(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        if self._registered is not None:
+            return self._elaborate_split(m)
         width = Shape.cast(self._shape).width
         m.submodules.fifo = q = RoomFIFO(width=width, depth=self._depth,
                                          buffered=self._buffered, registers=self._registers)
@@ -273,6 +291,36 @@ class Queue(wiring.Component):
         ]
         return m
 
+    def _elaborate_split(self, m):
+        """``registered``: the named fields in a buffered queue (which decides the ports), the
+        rest in an unbuffered ring written and popped with it. Both hold the same entries in
+        the same order, so the ring's head is the entry at the buffered queue's output."""
+        reg = self._registered
+        rest = [f for f in self._shape.members if f not in reg]
+        fields = lambda names: Cat(*[self.i.payload[f] for f in names])   # noqa: E731
+        wr = sum(Shape.cast(self._shape.members[f]).width for f in reg)
+        ww = sum(Shape.cast(self._shape.members[f]).width for f in rest)
+        m.submodules.fifo = q = RoomFIFO(width=wr, depth=self._depth, buffered=True)
+        m.submodules.ring = r = RoomFIFO(width=max(ww, 1), depth=self._depth, buffered=False)
+        push = Signal()
+        m.d.comb += [
+            push.eq(self.i.valid & q.w_rdy & r.w_rdy),
+            q.w_en.eq(push), r.w_en.eq(push),
+            q.w_data.eq(fields(reg)), r.w_data.eq(fields(rest)),
+            self.i.ready.eq(q.w_rdy & r.w_rdy),
+            self.o.valid.eq(q.r_rdy),
+            q.r_en.eq(self.o.ready), r.r_en.eq(self.o.ready & q.r_rdy),
+            self.level.eq(q.level),
+            self.room_next.eq(q.w_rdy_next & r.w_rdy_next),
+        ]
+        for names, src in ((reg, q.r_data), (rest, r.r_data)):
+            pos = 0
+            for f in names:
+                w = Shape.cast(self._shape.members[f]).width
+                m.d.comb += self.o.payload[f].eq(src[pos:pos + w])
+                pos += w
+        return m
+
 
 class StreamMerge(wiring.Component):
     """Round-robin merge of ``n`` streams of one shape into one (whole transfers, no framing).
@@ -280,16 +328,30 @@ class StreamMerge(wiring.Component):
     Each input is granted within ``n`` transfers of the output. Use it for narrow control
     streams (events, doorbells); packet streams need a framing-aware arbiter.
 
+    ``registered`` (a tuple of field names of a ``data.StructLayout`` shape): only those fields
+    are copied into the output register; the others are muxed from the granted input, which is
+    popped when the output is taken (not when it is granted), so it holds them meanwhile. For a
+    wide record whose producers already hold it (a queue's head, a register): the merge then
+    keeps no copy of it. One transfer every other cycle at most.
+
     Attributes
     ----------
     i : In(stream.Signature(shape)).array(n)
     o : Out(stream.Signature(shape))
     """
 
-    def __init__(self, shape, n):
+    def __init__(self, shape, n, *, registered=None):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"a merge needs at least one input, not {n!r}")
+        if registered is not None:
+            if not isinstance(shape, data.StructLayout) or not registered or any(
+                    f not in shape.members for f in registered):
+                raise ValueError(f"registered= must name fields of a data.StructLayout, not "
+                                 f"{registered!r}")
+            registered = tuple(registered)
         self._n = n
+        self._shape = shape
+        self._registered = registered
         super().__init__({
             "i": In(stream.Signature(shape)).array(n),
             "o": Out(stream.Signature(shape)),
@@ -307,6 +369,29 @@ class StreamMerge(wiring.Component):
                 cand = (j + 1 + k) % n
                 with m.If((last == j) & self.i[cand].valid):
                     m.d.comb += [sel.eq(cand), any_valid.eq(1)]
+        if self._registered is not None:
+            # the grant is held (``last``) until the output is taken; the input granted is
+            # popped then, and the other fields come from it
+            with m.If(self.o.valid):
+                with m.If(self.o.ready):
+                    m.d.sync += self.o.valid.eq(0)
+                    for j in range(n):
+                        m.d.comb += self.i[j].ready.eq(last == j)
+            with m.Else():
+                m.d.sync += self.o.valid.eq(any_valid)
+                with m.If(any_valid):
+                    m.d.sync += last.eq(sel)
+                    for j in range(n):
+                        with m.If(sel == j):
+                            m.d.sync += [self.o.payload[f].eq(self.i[j].payload[f])
+                                         for f in self._registered]
+            for f in self._shape.members:
+                if f not in self._registered:
+                    sig = self.i[0].payload[f]
+                    for j in range(1, n):
+                        sig = Mux(last == j, self.i[j].payload[f], sig)
+                    m.d.comb += self.o.payload[f].eq(sig)
+            return m
         with m.If(~self.o.valid | self.o.ready):
             m.d.sync += self.o.valid.eq(any_valid)
             for j in range(n):

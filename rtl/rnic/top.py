@@ -220,7 +220,10 @@ class RNIC(wiring.Component):
         wiring.connect(m, keys.inval, exe.inval)
         wiring.connect(m, exe.reserve, cqe.reserve)
         wiring.connect(m, cqe.reserve_resp, exe.reserve_resp)
-        m.submodules.cpl_merge = cpl_merge = StreamMerge(exe.complete.payload.shape(), 2)
+        # (CQE Generation addresses its CQ table with ``cqn`` as it takes the record: that field
+        # leaves from the merge's register; the record stays with its producer until taken)
+        m.submodules.cpl_merge = cpl_merge = StreamMerge(exe.complete.payload.shape(), 2,
+                                                         registered=("cqn", "status", "flush"))
         wiring.connect(m, exe.complete, cpl_merge.i[0])
         wiring.connect(m, rctx.cqe, cpl_merge.i[1])
         wiring.connect(m, cpl_merge.o, cqe.complete)

@@ -153,7 +153,10 @@ RECV = 128
 RECV_RDMA_WITH_IMM = 129
 
 _post_layout = data.StructLayout({"fatal": 1, "syndrome": 8, "beats": 1})
-_cqe_entry_layout = data.StructLayout({"cqe": cqe_layout, "need": 16})
+#: A CQE waiting for its writes' ``done``: the CQE's fields and ``need`` (the write count it
+#: waits for), flat, so the queue can register the fields its release decides on alone.
+_cqe_entry_layout = data.StructLayout({**{k: v.shape for k, v in cqe_layout}, "need": 16})
+_CQE_FIELDS = tuple(k for k, _ in cqe_layout)
 #: What placement keeps of a receive WQE: wr_id, the SGEs, and ``nsge`` = min(num_sge, 4)
 #: (num_sge > 3 is refused; the reserved word is not kept).
 _slim_layout = data.StructLayout({
@@ -479,7 +482,11 @@ class Execute(wiring.Component):
         pq = piece_q.i
 
         m.submodules.post_q = post_q = Queue(_post_layout, 8)
-        m.submodules.cqe_q = cqe_q = Queue(_cqe_entry_layout, 8)
+        # the CQE's record is read from the queue's LUT RAM at its head (the merge in front
+        # of CQE Generation registers it); what the release and the fault mark decide on
+        # leaves from the output register
+        m.submodules.cqe_q = cqe_q = Queue(_cqe_entry_layout, 8,
+                                           registered=("need", "qpn", "status", "flush"))
         m.submodules.ev_q = ev_q = Queue(event_layout, 4)
         m.submodules.fault_q = fault_q = Queue(data.StructLayout({"qpn": 24}), 4)
         connect(m, ev_q.o, wiring.flipped(self.event))
@@ -658,9 +665,9 @@ class Execute(wiring.Component):
         gap = Signal(16)
         m.d.comb += gap.eq(wr_done - ch.need)
         m.d.comb += [
-            wflt_rel.addr.eq(ch.cqe.qpn[:ab]),
+            wflt_rel.addr.eq(ch.qpn[:ab]),
             self.complete.valid.eq(cqe_q.o.valid & ~gap[15]),
-            self.complete.payload.eq(ch.cqe),
+            [getattr(self.complete.payload, k).eq(getattr(ch, k)) for k in _CQE_FIELDS],
             cqe_q.o.ready.eq(self.complete.valid & self.complete.ready),
         ]
         # A payload write of the QP faulted: the CQE reports LOC_QP_OP_ERR. The mark is sampled
@@ -670,7 +677,7 @@ class Execute(wiring.Component):
         rel_held = Signal()                    # the head CQE has been offered
         rel_flt = Signal()                     # its mark, as sampled then
         flt_now = Signal()
-        m.d.comb += flt_now.eq(wflt_rel.data & ~ch.cqe.flush & (ch.cqe.status == 0))
+        m.d.comb += flt_now.eq(wflt_rel.data & ~ch.flush & (ch.status == 0))
         with m.If(self.complete.valid & ~rel_held):
             m.d.sync += [rel_held.eq(1), rel_flt.eq(flt_now)]
         with m.If(cqe_q.o.ready):
@@ -1276,7 +1283,7 @@ class Execute(wiring.Component):
         ]
 
         # CQE and post entries (the flush's CQEs come from the planner while stage 4 is idle)
-        cq = cqe_q.i.payload.cqe
+        cq = Signal(cqe_layout)
         b_cqe = Signal(cqe_layout)
         m.d.comb += [
             b_cqe.cqn.eq(b.cqn), b_cqe.wr_id.eq(bh.wr_id), b_cqe.byte_len.eq(bh.byte_len),
@@ -1287,6 +1294,7 @@ class Execute(wiring.Component):
         ]
         m.d.comb += [
             cq.eq(Mux(fl_cqe, fcq, b_cqe)),
+            [getattr(cqe_q.i.payload, k).eq(getattr(cq, k)) for k in _CQE_FIELDS],
             cqe_q.i.payload.need.eq(wr_cnt),
             post_q.i.payload.fatal.eq(b.fatal),
             post_q.i.payload.syndrome.eq(b.syn),
