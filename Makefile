@@ -1,6 +1,6 @@
 # The project's entry points. Every target sets up what it needs first (scripts/setup.sh).
 #   make            generate build/rnic.v and an ECP5 synthesis report of the default core
-#                   (area, and the placement estimate with its worst paths: ~20 minutes)
+#                   (area and the routed Fmax: ~40 minutes on one core)
 #   make test       the regression (what CI runs)
 #   make regress-full / soak / fuzz / synth / area / clean   (see README.md)
 PY      := .venv/bin/python
@@ -23,12 +23,13 @@ setup:
 generate: setup
 	$(PY) -m rnic.cli generate -o build/rnic.v $(CONFIG)
 
-# the whole core on ECP5: placed only (routing it takes hours; `rnic synth --route-core`)
+# the whole core on ECP5, placed and routed (`rnic synth --place-only`: the placement estimate
+# and its worst paths, in about half the time)
 synth-core: generate
 	$(PY) -m rnic_flow.cli synth --target ecp5 $(CONFIG) $(RECORD)
 
-# the whole report: every block routed and the core placed on ECP5, then the core on iCE40
-# (the reduced configuration, or CONFIG's) and its xc7 area (~45 minutes on one core)
+# the whole report: every block and the core routed on ECP5, then the core on iCE40
+# (the reduced configuration, or CONFIG's) and its xc7 area (about an hour on one core)
 synth: generate
 	$(PY) -m rnic_flow.cli synth --block all --target ecp5 $(CONFIG) $(RECORD)
 	$(PY) -m rnic_flow.cli synth --target ice40,xc7 $(CONFIG) $(RECORD)

@@ -204,32 +204,33 @@ def test_real_place_only_crc32(tmp_path):
     assert res["fmax_mhz"] == pytest.approx(r["fmax_mhz"], abs=0.01)
 
 
-def test_whole_core_on_ecp5_is_placed_unless_route_core(tmp_path, monkeypatch):
-    """A plain ``rnic synth`` (what ``make`` runs) must end: the whole core on ECP5 is placed
-    only unless ``--route-core`` asks for the route (router2 does not stop by itself on it);
-    the blocks are still routed by default."""
+def test_whole_core_on_ecp5_is_routed_unless_place_only(tmp_path, monkeypatch):
+    """A plain ``rnic synth`` (what ``make`` runs) routes the whole core on ECP5, with router2
+    and the timing-weighted HeAP placer options; ``--place-only`` gives the placement
+    estimate instead, in a row of its own beside the routed one."""
     argv_file = _stand_in_place_tools(tmp_path, monkeypatch)
     stub = tmp_path / "rnic.v"
     stub.write_text("module rnic(); endmodule\n")
     monkeypatch.setitem(synth.BLOCKS, "rnic", synth.Block("rnic.top", lambda m, c: stub,
                                                           synth.ALL_PARAMS))
     out = tmp_path / "b"
-    assert main_synth(["-o", str(out), "-q"]) == 0
+    assert main_synth(["-o", str(out), "-q", "--place-only"]) == 0
     argv = json.loads(argv_file.read_text())
     assert "--no-route" in argv
     # the whole core places with the timing-weighted HeAP options (CORE_PLACER_ARGS) ...
     assert argv[argv.index("--placer-heap-timingweight") + 1] == "40"
     assert argv[argv.index("--placer-heap-critexp") + 1] == "4"
     # ... unless the user gives the option himself (nextpnr refuses an option twice)
-    assert main_synth(["-o", str(out), "-q", "--nextpnr-arg=--placer-heap-critexp",
+    assert main_synth(["-o", str(out), "-q", "--place-only", "--nextpnr-arg=--placer-heap-critexp",
                        "--nextpnr-arg=2"]) == 0
     argv = json.loads(argv_file.read_text())
     assert argv.count("--placer-heap-critexp") == 1 and argv[-2:] == [
         "--placer-heap-critexp", "2"] and "--placer-heap-timingweight" in argv
     row, = json.loads((out / "synth.json").read_text())
     assert row["block"] == "rnic" and row["stage"] == "placed" and row["fmax_mhz"] == 179.86
-    assert main_synth(["-o", str(out), "-q", "--route-core"]) == 0
+    assert main_synth(["-o", str(out), "-q"]) == 0
     argv = json.loads(argv_file.read_text())
     assert "--no-route" not in argv and argv[argv.index("--router") + 1] == "router2"
+    assert argv[argv.index("--placer-heap-timingweight") + 1] == "40"
     rows = json.loads((out / "synth.json").read_text())
     assert sorted(r.get("stage", "routed") for r in rows) == ["placed", "routed"]

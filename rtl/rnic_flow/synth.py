@@ -473,8 +473,8 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         Appended to the nextpnr command line as they are (e.g. ``--router2-heatmap heat``:
         router2 writes congestion CSVs into the run directory each iteration).
     place_only : bool
-        Place without routing (nextpnr ``--no-route --sdf placed.sdf``): minutes where the
-        whole core's route takes hours. ``fmax_mhz`` is then nextpnr's placement estimate, the
+        Place without routing (nextpnr ``--no-route --sdf placed.sdf``): the whole core's
+        route takes about as long again as its placement. ``fmax_mhz`` is then nextpnr's placement estimate, the
         row has ``stage`` ``"placed"`` (kept beside a routed row of the same block, never
         replacing it), and :mod:`rnic_flow.placed` names the paths behind the estimate: ``paths.txt``
         in ``out_dir``, the worst one summarised in ``note`` and ``worst_path``.
@@ -839,7 +839,7 @@ def _parser():
     p = argparse.ArgumentParser(
         prog="rnic synth",
         description="Synthesize the core (or one block) and report area and post-route Fmax "
-                    "(the whole core on ECP5: the placement estimate unless --route-core). "
+                    "(--place-only: nextpnr's placement estimate instead). "
                     "Exits 0 when timing is missed (reported), non-zero only if a tool fails.")
     p.add_argument("--target", default="ecp5",
                    help="ecp5, ice40 or xc7, or several separated by commas (default ecp5)")
@@ -860,14 +860,8 @@ def _parser():
                                        "--nextpnr-arg=--router2-heatmap --nextpnr-arg=heat)")
     p.add_argument("--place-only", action="store_true",
                    help="place without routing: report nextpnr's placement estimate and the "
-                        "worst paths behind it (paths.txt, rnic paths); minutes where the whole "
-                        "core's route takes hours")
-    p.add_argument("--route-core", action="store_true",
-                   help="route the whole core on ECP5 too. Without it the whole core's ECP5 "
-                        "row is its placement estimate (as --place-only): on the 85F it is "
-                        "~70 %% full and neither router finishes in hours with this nextpnr "
-                        "(router2 does not stop by itself), so a plain `rnic synth` or `make` "
-                        "would not end")
+                        "worst paths behind it (paths.txt, rnic paths); the whole core's route "
+                        "takes about as long again as its placement")
     p.add_argument("-o", "--out", default="build", metavar="DIR",
                    help="output directory for synth.json, synth.md and synth/ logs "
                         "(default build)")
@@ -945,10 +939,7 @@ def main_synth(argv=None):
             prog.line(f"ice40: reduced configuration {config_tag({k: cfg[k] for k in ALL_PARAMS})}")
         for b in blocks:
             prog.line(f"== {b} on {t} ==")
-            place_only = args.place_only or (b == "rnic" and t == "ecp5" and not args.route_core)
-            if place_only and not args.place_only:
-                prog.line("rnic on ecp5: placed only, not routed (routing the whole core takes "
-                          "hours here; --route-core to route it)")
+            place_only = args.place_only
             try:
                 rows.append(synth_block(b, cfg, t, args.out, freq_mhz=cfg["clock_mhz"],
                                         progress=prog, device=args.device, seed=args.seed,
