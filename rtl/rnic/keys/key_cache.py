@@ -236,7 +236,7 @@ class KeyCache(wiring.Component):
         # ---- lookup pipeline ------------------------------------------------------------
         lock = Signal()         # no lookup accepted this cycle
         busy = Signal()         # the FSM: from a command's acceptance to its response
-        sweep_on = Signal()     # s1 takes the CAM sweep's entry number in every nibble
+        sweep_on = Signal()     # the CAM sweep is stepping through the plane entries
         sweep_v = Signal(4)
 
         # Per-port response FIFOs and credits.
@@ -330,12 +330,12 @@ class KeyCache(wiring.Component):
         ]
 
         # s1: the key: a lookup's, or while the FSM is busy (no lookup is accepted then) its
-        # key or the sweep's entry number (both from registers: no FSM decode on this path).
+        # key (a register: no FSM decode on this path).
         key_r = Signal(32)      # the FSM's key: SET_KEY's ARG0, INVALIDATE's, IETH's
         s1_v = Signal()
         m.d.sync += [
             s1_v.eq(accept.any()),
-            s1_key.eq(Mux(busy, Mux(sweep_on, sweep_v.replicate(8), key_r), key_or)),
+            s1_key.eq(Mux(busy, key_r, key_or)),
         ]
 
         # s2: the match vector (keys are unique among valid slots: at most one bit set).
@@ -465,14 +465,18 @@ class KeyCache(wiring.Component):
         with m.If(v_we_r):
             m.d.sync += valid.bit_select(v_idx_r, 1).eq(v_val_r)
 
-        # The CAM sweep: rewrites slot `index`'s column in all planes for the key `key_r`
-        # (valid or not as ARG7 says), one plane entry v per cycle, v = 0..15. In the cycle
-        # after s1 took v in every nibble, each plane reads its entry v and the 4-bit lane
-        # holding bit `index` is registered with that bit replaced; the next cycle writes the
-        # lane back (only that lane). A read never meets a pending write of its own entry.
+        # The CAM sweep: rewrites the 4-bit lane of slot `index` (slots 4g..4g+3, g = index / 4)
+        # in all planes, one plane entry v per cycle, v = 0..15, without reading the planes:
+        # bit r of entry v of plane p is "slot 4g+r's key has nibble v at position p". For
+        # slot `index` that key is `key_r` (and the bit is 0 when ARG7 says invalid); for the
+        # three other slots of the lane it is the key of their command row, read while the
+        # FSM searches the CAM (`nb`). An invalid neighbour's column is rewritten from its
+        # stale key: harmless, its valid bit masks it and a SET_KEY rewrites it before setting
+        # it. The lane of entry v is registered the cycle after v and written the next.
         sweep_go = Signal()
-        sweep_rd = Signal()         # s1 holds v: the planes read entry v
-        sweep_wr = Signal()         # the lanes read the cycle before are written
+        sweep_rd = Signal()         # `sweep_a1` holds v: the lanes of entry v are formed
+        sweep_wr = Signal()         # the lanes formed the cycle before are written
+        sweep_a1 = Signal(4)
         sweep_addr = Signal(4)
         with m.If(sweep_go):
             m.d.sync += [sweep_on.eq(1), sweep_v.eq(0)]
@@ -480,16 +484,18 @@ class KeyCache(wiring.Component):
             m.d.sync += sweep_v.eq(sweep_v + 1)
             with m.If(sweep_v == 15):
                 m.d.sync += sweep_on.eq(0)
-        m.d.sync += [sweep_rd.eq(sweep_on), sweep_wr.eq(sweep_rd), sweep_addr.eq(s1_key[:4])]
+        m.d.sync += [sweep_rd.eq(sweep_on), sweep_wr.eq(sweep_rd), sweep_a1.eq(sweep_v),
+                     sweep_addr.eq(sweep_a1)]
         sweep_busy = sweep_on | sweep_rd | sweep_wr
         lane_q = index[2:] if ib > 2 else Const(0, 1)
+        # nb[x - 1]: the key of slot index ^ x (x = 1, 2, 3), from its command row
+        nb = [Signal(32, name=f"nb_key{x}") for x in (1, 2, 3)]
         for p, (rp, wp) in enumerate(planes):
-            nib = s1_key[4 * p:4 * p + 4]
-            bit = new_valid & (nib == key_r[4 * p:4 * p + 4])
-            old = rp.data.word_select(lane_q, 4) if K > 4 else rp.data
+            cmp = Cat(new_valid & (key_r[4 * p:4 * p + 4] == sweep_a1),
+                      *[k[4 * p:4 * p + 4] == sweep_a1 for k in nb])   # by x = r ^ index[:2]
             lane = Signal(4, name=f"plane_lane{p}")
             for r in range(4):
-                m.d.sync += lane[r].eq(Mux(index[:2] == r, bit, old[r]))
+                m.d.sync += lane[r].eq(cmp.bit_select(index[:2] ^ r, 1))
             m.d.comb += [
                 wp.addr.eq(sweep_addr),
                 wp.data.eq(lane.replicate(K // 4)),
@@ -529,7 +535,7 @@ class KeyCache(wiring.Component):
             with m.State(name + "_W2"):
                 m.next = then
 
-        with m.FSM(name="ctl"):
+        with m.FSM(name="ctl") as ctl:
             with m.State("IDLE"):
                 # After each command or invalidation the lookups get one cycle (fair), and
                 # commands and invalidations take turns (prefer_cmd): nobody waits unboundedly.
@@ -575,21 +581,26 @@ class KeyCache(wiring.Component):
                     with m.Case(8):
                         m.d.sync += a7.eq(arg)
                     with m.Case(9):
-                        m.d.sync += [mr.eq(arg[:ib]), mr_bad.eq(arg >= K)]
+                        m.d.sync += [mr.eq(arg[:ib]), mr_bad.eq(arg[ib:].any())]
                 with m.If(cnt == Mux(op == CmdOp.INVALIDATE, 1, 9)):
                     m.next = "DRAIN"
             with m.State("DRAIN"):
                 with m.If(pipe_empty):
-                    m.d.sync += [cnt.eq(0), carry.eq(0)]
+                    # the table's read port is the FSM's from here on (the pipeline is empty)
+                    m.d.sync += [cnt.eq(0), carry.eq(0), fsm_rd.eq(1)]
                     with m.If(op == CmdOp.QUERY_KEY):
-                        m.d.sync += fsm_rd.eq(1)
                         m.next = "Q_HOT"
                     with m.Else():
+                        # the command rows of the other three slots of `index`'s CAM lane,
+                        # read while the CAM is searched: `nb` takes their keys from `e` in
+                        # SET_CHECK, SET_OLD and SET_OLD_W1 (used by SET_KEY's sweep only)
+                        m.d.sync += fsm_raddr.eq(Cat(index ^ 1, 1))
                         m.next = "SEARCH1"
             with m.State("SEARCH1"):           # s1 holds the key
+                m.d.sync += fsm_raddr.eq(Cat(index ^ 2, 1))
                 m.next = "SEARCH2"
             with m.State("SEARCH2"):           # `match` holds the match vector
-                m.d.sync += [hit.eq(match.any()), hidx.eq(enc), fsm_rd.eq(1)]
+                m.d.sync += [hit.eq(match.any()), hidx.eq(enc), fsm_raddr.eq(Cat(index ^ 3, 1))]
                 with m.Switch(op):
                     with m.Case(CmdOp.SET_KEY):
                         m.next = "SET_CHECK"
@@ -784,4 +795,7 @@ class KeyCache(wiring.Component):
                     m.d.comb += [resp.valid.eq(1), resp.payload.result.eq(result)]
                     with m.If(resp.ready):
                         m.next = "IDLE"
+        for x, state in enumerate(("SET_CHECK", "SET_OLD", "SET_OLD_W1")):
+            with m.If(ctl.ongoing(state)):
+                m.d.sync += nb[x].eq(ce.key)
         return m
