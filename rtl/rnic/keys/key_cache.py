@@ -243,11 +243,26 @@ class KeyCache(wiring.Component):
         fifos = []
         credit_ok = Signal(P)
         accept = Signal(P)
+        # A FIFO entry is the response without `ok`, which is formed again at its output
+        # (ok = none of the four error bits): 76 bits, 19 DPR16X4 per port.
+        fifo_layout = data.StructLayout({
+            name: shape for name, shape in lookup_resp_layout.members.items() if name != "ok"})
         for p, port in enumerate(self.lookups):
-            q = Queue(lookup_resp_layout, self.fifo_depth, buffered=False)
+            q = Queue(fifo_layout, self.fifo_depth, buffered=False)
             m.submodules[f"resp_fifo{p}"] = q
             fifos.append(q)
-            wiring.connect(m, q.o, wiring.flipped(port.resp))
+            qo = q.o.payload
+            m.d.comb += [
+                port.resp.valid.eq(q.o.valid),
+                q.o.ready.eq(port.resp.ready),
+                port.resp.payload.ok.eq(~(qo.miss | qo.bad_pd | qo.bad_access | qo.bad_range)),
+                port.resp.payload.miss.eq(qo.miss),
+                port.resp.payload.bad_pd.eq(qo.bad_pd),
+                port.resp.payload.bad_access.eq(qo.bad_access),
+                port.resp.payload.bad_range.eq(qo.bad_range),
+                port.resp.payload.tag.eq(qo.tag),
+                port.resp.payload.bus_addr.eq(qo.bus_addr),
+            ]
             outstanding = Signal(range(self.fifo_depth + 1), name=f"outstanding{p}")
             took = port.resp.valid & port.resp.ready
             # outstanding + accept - took, with the grant only selecting between two sums that
@@ -389,10 +404,9 @@ class KeyCache(wiring.Component):
             s6_tag.eq(req.tag),
             s6_bus.eq(req.va + Cat(he.delta_lo, he.delta_hi)),
         ]
-        s6_resp = Signal(lookup_resp_layout)
+        s6_resp = Signal(fifo_layout)
         range_ok = s6_lo_ok & s6_hi_ok
         m.d.comb += [
-            s6_resp.ok.eq(s6_hit & s6_pd_ok & s6_acc_ok & range_ok),
             s6_resp.miss.eq(~s6_hit),
             s6_resp.bad_pd.eq(s6_hit & ~s6_pd_ok),
             s6_resp.bad_access.eq(s6_hit & ~s6_acc_ok),
@@ -435,8 +449,7 @@ class KeyCache(wiring.Component):
         new_acc = a7[16:24]
         new_win = new_valid & new_type[1]   # a valid window: it binds to an MR
 
-        hit = Signal()
-        hidx = Signal(ib)
+        hidx = Signal(ib)           # the slot holding the key of an invalidation
         old_bound = Signal()        # the slot held a valid window (released on rewrite)
         old_mr = Signal(ib)
         rmw_addr = Signal(ib)
@@ -445,12 +458,12 @@ class KeyCache(wiring.Component):
         win_lo_ok = Signal()
         win_hi_ok = Signal()
         # Facts about the command's arguments, registered (used several cycles after capture).
-        idx_valid_r = Signal()      # the slot named by the index is valid
-        mr_valid_r = Signal()       # the slot named by ARG8 is valid
-        m.d.sync += [
-            idx_valid_r.eq(valid.bit_select(index, 1)),
-            mr_valid_r.eq(valid.bit_select(mr, 1)),
-        ]
+        # `sel_valid_r`: the valid bit of the slot named by ARG8 in the cycle after SEARCH2
+        # (SET_CHECK reads it), else of the slot named by the index (one multiplexer for both)
+        sel_valid_r = Signal()
+        sel_mr = Signal()
+        m.d.sync += sel_valid_r.eq(valid.bit_select(Mux(sel_mr, mr, index), 1))
+        idx_valid_r = mr_valid_r = sel_valid_r
         fair = Signal()             # give the lookups a cycle before the next table change
         prefer_cmd = Signal()
 
@@ -599,8 +612,9 @@ class KeyCache(wiring.Component):
             with m.State("SEARCH1"):           # s1 holds the key
                 m.d.sync += fsm_raddr.eq(Cat(index ^ 2, 1))
                 m.next = "SEARCH2"
-            with m.State("SEARCH2"):           # `match` holds the match vector
-                m.d.sync += [hit.eq(match.any()), hidx.eq(enc), fsm_raddr.eq(Cat(index ^ 3, 1))]
+            with m.State("SEARCH2"):           # `match` holds the match vector, then s3
+                                                # its hit and slot (s3_hit, s3_idx)
+                m.d.sync += fsm_raddr.eq(Cat(index ^ 3, 1))
                 with m.Switch(op):
                     with m.Case(CmdOp.SET_KEY):
                         m.next = "SET_CHECK"
@@ -639,7 +653,7 @@ class KeyCache(wiring.Component):
 
             # -- SET_KEY: every check first, then the writes
             with m.State("SET_CHECK"):
-                dup = new_valid & hit & (hidx != index)
+                dup = new_valid & s3_hit & (s3_idx != index)
                 bad_mr_slot = new_win & (mr_bad | (mr == index) | ~mr_valid_r)
                 with m.If(dup | bad_mr_slot):
                     m.next = "REFUSE"
@@ -741,7 +755,8 @@ class KeyCache(wiring.Component):
 
             # -- INVALIDATE and remote invalidate
             with m.State("INV_SEARCHED"):
-                with m.If(~hit):
+                m.d.sync += hidx.eq(s3_idx)
+                with m.If(~s3_hit):
                     m.next = "REFUSE"       # unknown or already invalid key
                 with m.Else():
                     m.next = "INV_READ"
@@ -795,6 +810,7 @@ class KeyCache(wiring.Component):
                     m.d.comb += [resp.valid.eq(1), resp.payload.result.eq(result)]
                     with m.If(resp.ready):
                         m.next = "IDLE"
+        m.d.comb += sel_mr.eq(ctl.ongoing("SEARCH2"))
         for x, state in enumerate(("SET_CHECK", "SET_OLD", "SET_OLD_W1")):
             with m.If(ctl.ongoing(state)):
                 m.d.sync += nb[x].eq(ce.key)
