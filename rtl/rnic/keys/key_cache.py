@@ -12,13 +12,15 @@ The key table holds ``key_entries`` (K) slots.
   access, type, the MR of a window, the MR's bound-window count). A lookup reads one row.
 * **Lookup pipeline.** One lookup is accepted per cycle from ``num_ports`` requesters, served
   round-robin; it flows through 6 stages without stalls (each port's responses queue in a FIFO
-  whose space is reserved when the request is accepted). Only the 32-bit key travels in a
-  register; the rest of the request waits in a 16-entry LUT-RAM delay line that later stages read
-  at a fixed offset.
+  whose space is reserved when the request is accepted, so the FIFO never checks its room).
+  Only the 32-bit key travels in a register; the rest of the request waits in a 16-entry
+  LUT-RAM delay line that later stages read at a fixed offset.
 
 Commands (SET_KEY, QUERY_KEY, INVALIDATE) and remote invalidations are executed by one control
 FSM over a 36-bit datapath: it reads the ARGs one word a cycle, writes the table one lane a cycle
-and rewrites a slot's CAM column in 16 cycles (one plane entry per cycle, all planes at once).
+and rewrites a slot's CAM column in 16 cycles (one plane entry per cycle, all planes at once). The
+planes are written without being read: a write covers the 4-bit lane of four slots, and the FSM
+forms it from the new key and the keys of the three other slots, read from their command rows.
 While it works, the arbiter accepts no lookup and the FSM first lets the pipeline drain, so
 every table change happens with no lookup in flight: a lookup accepted before the change sees the
 old table, one accepted after sees the new one, never a mix. See ``docs/key_cache.md``.
@@ -247,14 +249,40 @@ class KeyCache(wiring.Component):
         # (ok = none of the four error bits): 76 bits, 19 DPR16X4 per port.
         fifo_layout = data.StructLayout({
             name: shape for name, shape in lookup_resp_layout.members.items() if name != "ok"})
+        # The FIFO's writes never need its room: the credits below reserve an entry for every
+        # request accepted. With a power-of-two depth it is a ring whose two pointers carry one
+        # more bit (the lap) and whose "not empty" is a register computed from their next
+        # values; no level counter. Otherwise it is a `Queue`.
+        D = self.fifo_depth
+        ring = D & (D - 1) == 0
         for p, port in enumerate(self.lookups):
-            q = Queue(fifo_layout, self.fifo_depth, buffered=False)
-            m.submodules[f"resp_fifo{p}"] = q
-            fifos.append(q)
-            qo = q.o.payload
+            if ring:
+                q = Memory(shape=fifo_layout, depth=D, init=[], attrs={"no_rw_check": 1})
+                m.submodules[f"resp_fifo{p}"] = q
+                # no_rw_check: a write goes to a free entry, the read to a held one
+                q_w, q_r = q.write_port(), q.read_port(domain="comb")
+                produce = Signal(range(2 * D), name=f"produce{p}")
+                consume = Signal(range(2 * D), name=f"consume{p}")
+                q_valid = Signal(name=f"resp_valid{p}")
+                q_in = Signal(fifo_layout, name=f"resp_in{p}")
+                q_wen = Signal(name=f"resp_wen{p}")
+                fifos.append((q_in, q_wen))
+                do_read = q_valid & port.resp.ready
+                produce_n = Mux(q_wen, produce + 1, produce)[:len(produce)]
+                consume_n = Mux(do_read, consume + 1, consume)[:len(consume)]
+                m.d.sync += [produce.eq(produce_n), consume.eq(consume_n),
+                             q_valid.eq(produce_n != consume_n)]
+                m.d.comb += [q_w.addr.eq(produce[:len(produce) - 1]), q_w.data.eq(q_in),
+                             q_w.en.eq(q_wen), q_r.addr.eq(consume[:len(consume) - 1])]
+                qo, qv = q_r.data, q_valid
+            else:
+                q = Queue(fifo_layout, D, buffered=False)
+                m.submodules[f"resp_fifo{p}"] = q
+                fifos.append((q.i.payload, q.i.valid))
+                qo, qv = q.o.payload, q.o.valid
+                m.d.comb += q.o.ready.eq(port.resp.ready)
             m.d.comb += [
-                port.resp.valid.eq(q.o.valid),
-                q.o.ready.eq(port.resp.ready),
+                port.resp.valid.eq(qv),
                 port.resp.payload.ok.eq(~(qo.miss | qo.bad_pd | qo.bad_access | qo.bad_range)),
                 port.resp.payload.miss.eq(qo.miss),
                 port.resp.payload.bad_pd.eq(qo.bad_pd),
@@ -400,7 +428,7 @@ class KeyCache(wiring.Component):
             s6_pd_ok.eq(row_pd == req.pd),
             s6_acc_ok.eq((req.access & ~row_acc) == 0),
             s6_lo_ok.eq(req.va >= Cat(he.iova_lo, he.iova_hi)),
-            s6_hi_ok.eq(s5_vend <= Cat(he.end_lo, he.end_hi, he.end_top)),
+            s6_hi_ok.eq(Cat(he.end_lo, he.end_hi, he.end_top) >= s5_vend),
             s6_tag.eq(req.tag),
             s6_bus.eq(req.va + Cat(he.delta_lo, he.delta_hi)),
         ]
@@ -414,10 +442,10 @@ class KeyCache(wiring.Component):
             s6_resp.tag.eq(s6_tag),
             s6_resp.bus_addr.eq(s6_bus),
         ]
-        for p, q in enumerate(fifos):
+        for p, (q_in, q_wen) in enumerate(fifos):
             m.d.comb += [
-                q.i.payload.eq(s6_resp),
-                q.i.valid.eq(s6_v & (s6_port == p)),
+                q_in.eq(s6_resp),
+                q_wen.eq(s6_v & (s6_port == p)),
             ]
         # "Pipeline empty", registered for the FSM's DRAIN test. The register holds
         # ~(s1_v | .. | s4_v) of the previous cycle, which is exactly "s2..s5 are empty now"
@@ -674,7 +702,7 @@ class KeyCache(wiring.Component):
             with m.State("SET_MR_CHECK"):
                 m.d.sync += [
                     win_lo_ok.eq(iova >= Cat(he.iova_lo, he.iova_hi)),
-                    win_hi_ok.eq(end <= Cat(he.end_lo, he.end_hi, he.end_top)),
+                    win_hi_ok.eq(Cat(he.end_lo, he.end_hi, he.end_top) >= end),
                 ]
                 with m.If(he.type[1]):
                     m.next = "REFUSE"       # a window binds to an MR, not to a window
