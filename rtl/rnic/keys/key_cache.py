@@ -561,10 +561,23 @@ class KeyCache(wiring.Component):
         diff_s = Signal(34)
         m.d.comb += diff_s.eq(Cat(Const(1, 1), arg) + Cat(~carry, ~iova_w))
         diff, borrow = diff_s[1:33], ~diff_s[33]
-        w_word = Signal(32)
+        # The word of the lane written, a multiplexer on `cnt` (the lane) rather than on the
+        # FSM's state: an ARG word (cnt 0, 1, 6..10: iova, key, length, bus, read again), a
+        # word of `end` (2, 3), the translation (4, 5: `diff` for an MR, its MR's for a
+        # window), or lane 5 of a command row (cnt ≥ 11: a new row's, or the window-count
+        # update's, where `cnt` is 12).
         w_extra = Signal(4)
-        use_diff = Signal()
-        m.d.comb += w_data.eq(Cat(Mux(use_diff, diff, w_word), w_extra))
+        w_rmw = Signal()
+        w_nwin = Signal(11)
+        w_is_arg = Signal()
+        m.d.comb += w_is_arg.eq((cnt < 2) | ((cnt >= 6) & (cnt <= 10)))
+        l5_word = Mux(w_rmw, Cat(ce.mr, w_nwin, ce.acc_hi, ce.type, ce.pad[:5]),
+                      Cat(mr, Const(0, 10 - ib), Const(0, 11), new_acc[4:8], new_type,
+                          Const(0, 5)))
+        delta_word = Mux(new_win, Mux(cnt[0], he.delta_hi, he.delta_lo), diff)
+        end_word = Mux(cnt[0], end[32:64], end[0:32])
+        w_word = Mux(w_is_arg, arg, Mux(cnt[3], l5_word, Mux(cnt[2], delta_word, end_word)))
+        m.d.comb += w_data.eq(Cat(w_word, w_extra))
 
         def read_row(name, addr, then):
             """States that read table row `addr`: `e` holds it in state `then`."""
@@ -689,6 +702,7 @@ class KeyCache(wiring.Component):
                     m.next = "SET_OLD"
             read_row("SET_OLD", Cat(index, 1), "SET_OLD_CHECK")
             with m.State("SET_OLD_CHECK"):
+                m.d.comb += self.cmd.arg_addr.eq(1)     # iova_lo, for lane 0 of SET_WRITE
                 m.d.sync += [old_bound.eq(idx_valid_r & ce.type[1]), old_mr.eq(ce.mr[:ib])]
                 with m.If(idx_valid_r & ~ce.type[1] & (ce.nwin != 0)):
                     m.next = "REFUSE"       # an MR with windows bound cannot be rewritten
@@ -709,6 +723,7 @@ class KeyCache(wiring.Component):
                 with m.Else():
                     m.next = "SET_MR_RANGE"
             with m.State("SET_MR_RANGE"):
+                m.d.comb += self.cmd.arg_addr.eq(1)     # iova_lo, for lane 0 of SET_WRITE
                 with m.If(~win_lo_ok | ~win_hi_ok):
                     m.next = "REFUSE"       # the window's range is not inside its MR
                 with m.Else():
@@ -721,10 +736,14 @@ class KeyCache(wiring.Component):
                     m.d.comb += sweep_go.eq(1)
                 need = Signal(4)
                 with m.Switch(cnt):
+                    with m.Case(0):
+                        m.d.comb += need.eq(2)      # iova_hi (ARG1 was addressed before)
                     with m.Case(3):
                         m.d.comb += need.eq(5)      # for lane 4: delta_lo = ARG5 − iova
                     with m.Case(4):
                         m.d.comb += need.eq(6)
+                    with m.Case(5):
+                        m.d.comb += need.eq(0)      # key
                     with m.Case(6):
                         m.d.comb += need.eq(3)      # length
                     with m.Case(7):
@@ -734,30 +753,16 @@ class KeyCache(wiring.Component):
                     with m.Case(9):
                         m.d.comb += need.eq(6)
                 m.d.comb += self.cmd.arg_addr.eq(need)
-                # (word, extra bits) of each lane; lanes 4 and 5 take `diff` for an MR
-                lanes = [
-                    (iova[0:32], new_pd[0:4]),
-                    (iova[32:64], new_pd[4:8]),
-                    (end[0:32], new_pd[8:12]),
-                    (end[32:64], new_pd[12:16]),
-                    (he.delta_lo, Cat(end[64], new_acc[0:3])),
-                    (he.delta_hi, Cat(new_acc[3:5], new_type)),
-                    (key_r, new_pd[0:4]),
-                    (arg, new_pd[4:8]),
-                    (arg, new_pd[8:12]),
-                    (arg, new_pd[12:16]),
-                    (arg, new_acc[0:4]),
-                    (Cat(mr, Const(0, 10 - ib), Const(0, 11), new_acc[4:8], new_type,
-                         Const(0, 5)), Const(0, 4)),     # nwin = 0
-                ]
+                # the extra bits of each lane (its word is `w_word`, chosen by `cnt`)
+                extras = [new_pd[0:4], new_pd[4:8], new_pd[8:12], new_pd[12:16],
+                          Cat(end[64], new_acc[0:3]), Cat(new_acc[3:5], new_type),
+                          new_pd[0:4], new_pd[4:8], new_pd[8:12], new_pd[12:16], new_acc[0:4],
+                          Const(0, 4)]
                 with m.Switch(cnt):
-                    for i, (word, extra) in enumerate(lanes):
+                    for i, extra in enumerate(extras):
                         with m.Case(i):
-                            m.d.comb += [w_word.eq(word), w_extra.eq(extra),
-                                         w_lane.eq(i % LANES),
+                            m.d.comb += [w_extra.eq(extra), w_lane.eq(i % LANES),
                                          w_addr.eq(Cat(index, Const(i // LANES, 1)))]
-                            if i in (4, 5):
-                                m.d.comb += use_diff.eq(~new_win)
                 with m.If(cnt == 4):
                     m.d.sync += carry.eq(borrow)    # into lane 5
                 m.d.comb += w_en.eq(1)
@@ -797,7 +802,8 @@ class KeyCache(wiring.Component):
                 with m.If(fr_ok):
                     m.next = "INV_OK"
                 with m.Elif(mw2):
-                    m.d.sync += [rmw_addr.eq(ce.mr[:ib]), rmw_up.eq(0), nxt.eq(0)]
+                    m.d.sync += [rmw_addr.eq(ce.mr[:ib]), rmw_up.eq(0), nxt.eq(0),
+                                 cnt.eq(12)]        # `w_word` is lane 5 of a command row
                     m.next = "RMW"
                 with m.Else():
                     m.next = "REFUSE"
@@ -811,8 +817,7 @@ class KeyCache(wiring.Component):
                 nwin = Mux(rmw_up, ce.nwin + 1, ce.nwin - 1)
                 m.d.comb += [
                     w_en.eq(1), w_addr.eq(Cat(rmw_addr, 1)), w_lane.eq(5),
-                    w_word.eq(Cat(ce.mr, nwin[:11], ce.acc_hi, ce.type, ce.pad[:5])),
-                    w_extra.eq(ce.pad[5:]),
+                    w_rmw.eq(1), w_nwin.eq(nwin[:11]), w_extra.eq(ce.pad[5:]),
                 ]
                 with m.Switch(nxt):
                     with m.Case(0):
