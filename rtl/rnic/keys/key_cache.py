@@ -244,6 +244,7 @@ class KeyCache(wiring.Component):
         # Per-port response FIFOs and credits.
         fifos = []
         credit_ok = Signal(P)
+        credit_next = Signal(P)
         accept = Signal(P)
         # A FIFO entry is the response without `ok`, which is formed again at its output
         # (ok = none of the four error bits): 76 bits, 19 DPR16X4 per port.
@@ -302,8 +303,9 @@ class KeyCache(wiring.Component):
             # `credit_ok` = outstanding < depth, kept as a register (its two candidates are
             # compared before the grant is known), so the grant starts from flip-flops
             credit = Signal(name=f"credit{p}", init=1)
-            m.d.sync += credit.eq(Mux(accept[p], out_inc < self.fifo_depth,
-                                      out_keep < self.fifo_depth))
+            m.d.comb += credit_next[p].eq(Mux(accept[p], out_inc < self.fifo_depth,
+                                              out_keep < self.fifo_depth))
+            m.d.sync += credit.eq(credit_next[p])
             m.d.comb += [
                 credit_ok[p].eq(credit),
                 port.req.ready.eq(accept[p]),
@@ -312,26 +314,30 @@ class KeyCache(wiring.Component):
         # Round-robin grant: the port after the last one granted has the highest priority.
         # `pick` is the port that would be granted were there no lock; the request's data is
         # selected by it, so the lock (the FSM's busy) reaches only the grant, not the data.
-        want = Signal(P)
+        # The order is kept as registers: `before[p, q]`, port q comes before port p, and
+        # `before_cr[p, q]`, the same and q has credit (both loaded from the next cycle's order
+        # and credits). `pick[p]` = valid & credit of p and no port before it with a valid and
+        # credit: from the flip-flops, one level of logic before the request's multiplexer.
+        def comes_before(last, p, q):       # q before p when `last` was granted last
+            order = [(last + 1 + k) % P for k in range(P)]
+            return order.index(q) < order.index(p)
+        valid_in = Cat(*[port.req.valid for port in self.lookups])
         pick = Signal(P)
-        m.d.comb += [want.eq(Cat(*[port.req.valid for port in self.lookups]) & credit_ok),
-                     accept.eq(pick & ~lock.replicate(P))]
-        last = Signal(range(P))
-        with m.Switch(last):
-            for l in range(P):
-                with m.Case(l):
-                    order = [(l + 1 + k) % P for k in range(P)]
-                    for n, p in enumerate(order):
-                        cond = want[p]
-                        for h in order[:n]:
-                            cond = cond & ~want[h]
-                        m.d.comb += pick[p].eq(cond)
-        granted = Signal(range(P))
+        m.d.comb += accept.eq(pick & ~lock.replicate(P))
         for p in range(P):
-            with m.If(accept[p]):
-                m.d.comb += granted.eq(p)
-        with m.If(accept.any()):
-            m.d.sync += last.eq(granted)
+            cond = valid_in[p] & credit_ok[p]
+            for q in range(P):
+                if q == p:
+                    continue
+                bef = Signal(name=f"before{p}_{q}", init=comes_before(0, p, q))
+                bef_cr = Signal(name=f"before_cr{p}_{q}", init=comes_before(0, p, q))
+                # after a grant to port l the order is the one that starts after l
+                bef_next = Mux(accept.any(),
+                               Cat(*[accept[l] for l in range(P) if comes_before(l, p, q)]).any(),
+                               bef)
+                m.d.sync += [bef.eq(bef_next), bef_cr.eq(bef_next & credit_next[q])]
+                cond = cond & ~(valid_in[q] & bef_cr)
+            m.d.comb += pick[p].eq(cond)
 
         # The picked request: an AND-OR multiplexer on the one-hot pick. Its key goes to s1;
         # everything else into the delay line, written every cycle at `wptr`, so a stage n
