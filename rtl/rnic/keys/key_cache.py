@@ -12,13 +12,15 @@ The key table holds ``key_entries`` (K) slots.
   access, type, the MR of a window, the MR's bound-window count). A lookup reads one row.
 * **Lookup pipeline.** One lookup is accepted per cycle from ``num_ports`` requesters, served
   round-robin; it flows through 6 stages without stalls (each port's responses queue in a FIFO
-  whose space is reserved when the request is accepted). Only the 32-bit key travels in a
-  register; the rest of the request waits in a 16-entry LUT-RAM delay line that later stages read
-  at a fixed offset.
+  whose space is reserved when the request is accepted, so the FIFO never checks its room).
+  Only the 32-bit key travels in a register; the rest of the request waits in a 16-entry
+  LUT-RAM delay line that later stages read at a fixed offset.
 
 Commands (SET_KEY, QUERY_KEY, INVALIDATE) and remote invalidations are executed by one control
 FSM over a 36-bit datapath: it reads the ARGs one word a cycle, writes the table one lane a cycle
-and rewrites a slot's CAM column in 16 cycles (one plane entry per cycle, all planes at once).
+and rewrites a slot's CAM column in 16 cycles (one plane entry per cycle, all planes at once). The
+planes are written without being read: a write covers the 4-bit lane of four slots, and the FSM
+forms it from the new key and the keys of the three other slots, read from their command rows.
 While it works, the arbiter accepts no lookup and the FSM first lets the pipeline drain, so
 every table change happens with no lookup in flight: a lookup accepted before the change sees the
 old table, one accepted after sees the new one, never a mix. See ``docs/key_cache.md``.
@@ -236,18 +238,60 @@ class KeyCache(wiring.Component):
         # ---- lookup pipeline ------------------------------------------------------------
         lock = Signal()         # no lookup accepted this cycle
         busy = Signal()         # the FSM: from a command's acceptance to its response
-        sweep_on = Signal()     # s1 takes the CAM sweep's entry number in every nibble
+        sweep_on = Signal()     # the CAM sweep is stepping through the plane entries
         sweep_v = Signal(4)
 
         # Per-port response FIFOs and credits.
         fifos = []
         credit_ok = Signal(P)
+        credit_next = Signal(P)
         accept = Signal(P)
+        # A FIFO entry is the response without `ok`, which is formed again at its output
+        # (ok = none of the four error bits): 76 bits, 19 DPR16X4 per port.
+        fifo_layout = data.StructLayout({
+            name: shape for name, shape in lookup_resp_layout.members.items() if name != "ok"})
+        # The FIFO's writes never need its room: the credits below reserve an entry for every
+        # request accepted. With a power-of-two depth it is a ring whose two pointers carry one
+        # more bit (the lap) and whose "not empty" is a register computed from their next
+        # values; no level counter. Otherwise it is a `Queue`.
+        D = self.fifo_depth
+        ring = D & (D - 1) == 0
         for p, port in enumerate(self.lookups):
-            q = Queue(lookup_resp_layout, self.fifo_depth, buffered=False)
-            m.submodules[f"resp_fifo{p}"] = q
-            fifos.append(q)
-            wiring.connect(m, q.o, wiring.flipped(port.resp))
+            if ring:
+                q = Memory(shape=fifo_layout, depth=D, init=[], attrs={"no_rw_check": 1})
+                m.submodules[f"resp_fifo{p}"] = q
+                # no_rw_check: a write goes to a free entry, the read to a held one
+                q_w, q_r = q.write_port(), q.read_port(domain="comb")
+                produce = Signal(range(2 * D), name=f"produce{p}")
+                consume = Signal(range(2 * D), name=f"consume{p}")
+                q_valid = Signal(name=f"resp_valid{p}")
+                q_in = Signal(fifo_layout, name=f"resp_in{p}")
+                q_wen = Signal(name=f"resp_wen{p}")
+                fifos.append((q_in, q_wen))
+                do_read = q_valid & port.resp.ready
+                produce_n = Mux(q_wen, produce + 1, produce)[:len(produce)]
+                consume_n = Mux(do_read, consume + 1, consume)[:len(consume)]
+                m.d.sync += [produce.eq(produce_n), consume.eq(consume_n),
+                             q_valid.eq(produce_n != consume_n)]
+                m.d.comb += [q_w.addr.eq(produce[:len(produce) - 1]), q_w.data.eq(q_in),
+                             q_w.en.eq(q_wen), q_r.addr.eq(consume[:len(consume) - 1])]
+                qo, qv = q_r.data, q_valid
+            else:
+                q = Queue(fifo_layout, D, buffered=False)
+                m.submodules[f"resp_fifo{p}"] = q
+                fifos.append((q.i.payload, q.i.valid))
+                qo, qv = q.o.payload, q.o.valid
+                m.d.comb += q.o.ready.eq(port.resp.ready)
+            m.d.comb += [
+                port.resp.valid.eq(qv),
+                port.resp.payload.ok.eq(~(qo.miss | qo.bad_pd | qo.bad_access | qo.bad_range)),
+                port.resp.payload.miss.eq(qo.miss),
+                port.resp.payload.bad_pd.eq(qo.bad_pd),
+                port.resp.payload.bad_access.eq(qo.bad_access),
+                port.resp.payload.bad_range.eq(qo.bad_range),
+                port.resp.payload.tag.eq(qo.tag),
+                port.resp.payload.bus_addr.eq(qo.bus_addr),
+            ]
             outstanding = Signal(range(self.fifo_depth + 1), name=f"outstanding{p}")
             took = port.resp.valid & port.resp.ready
             # outstanding + accept - took, with the grant only selecting between two sums that
@@ -259,8 +303,9 @@ class KeyCache(wiring.Component):
             # `credit_ok` = outstanding < depth, kept as a register (its two candidates are
             # compared before the grant is known), so the grant starts from flip-flops
             credit = Signal(name=f"credit{p}", init=1)
-            m.d.sync += credit.eq(Mux(accept[p], out_inc < self.fifo_depth,
-                                      out_keep < self.fifo_depth))
+            m.d.comb += credit_next[p].eq(Mux(accept[p], out_inc < self.fifo_depth,
+                                              out_keep < self.fifo_depth))
+            m.d.sync += credit.eq(credit_next[p])
             m.d.comb += [
                 credit_ok[p].eq(credit),
                 port.req.ready.eq(accept[p]),
@@ -269,26 +314,30 @@ class KeyCache(wiring.Component):
         # Round-robin grant: the port after the last one granted has the highest priority.
         # `pick` is the port that would be granted were there no lock; the request's data is
         # selected by it, so the lock (the FSM's busy) reaches only the grant, not the data.
-        want = Signal(P)
+        # The order is kept as registers: `before[p, q]`, port q comes before port p, and
+        # `before_cr[p, q]`, the same and q has credit (both loaded from the next cycle's order
+        # and credits). `pick[p]` = valid & credit of p and no port before it with a valid and
+        # credit: from the flip-flops, one level of logic before the request's multiplexer.
+        def comes_before(last, p, q):       # q before p when `last` was granted last
+            order = [(last + 1 + k) % P for k in range(P)]
+            return order.index(q) < order.index(p)
+        valid_in = Cat(*[port.req.valid for port in self.lookups])
         pick = Signal(P)
-        m.d.comb += [want.eq(Cat(*[port.req.valid for port in self.lookups]) & credit_ok),
-                     accept.eq(pick & ~lock.replicate(P))]
-        last = Signal(range(P))
-        with m.Switch(last):
-            for l in range(P):
-                with m.Case(l):
-                    order = [(l + 1 + k) % P for k in range(P)]
-                    for n, p in enumerate(order):
-                        cond = want[p]
-                        for h in order[:n]:
-                            cond = cond & ~want[h]
-                        m.d.comb += pick[p].eq(cond)
-        granted = Signal(range(P))
+        m.d.comb += accept.eq(pick & ~lock.replicate(P))
         for p in range(P):
-            with m.If(accept[p]):
-                m.d.comb += granted.eq(p)
-        with m.If(accept.any()):
-            m.d.sync += last.eq(granted)
+            cond = valid_in[p] & credit_ok[p]
+            for q in range(P):
+                if q == p:
+                    continue
+                bef = Signal(name=f"before{p}_{q}", init=comes_before(0, p, q))
+                bef_cr = Signal(name=f"before_cr{p}_{q}", init=comes_before(0, p, q))
+                # after a grant to port l the order is the one that starts after l
+                bef_next = Mux(accept.any(),
+                               Cat(*[accept[l] for l in range(P) if comes_before(l, p, q)]).any(),
+                               bef)
+                m.d.sync += [bef.eq(bef_next), bef_cr.eq(bef_next & credit_next[q])]
+                cond = cond & ~(valid_in[q] & bef_cr)
+            m.d.comb += pick[p].eq(cond)
 
         # The picked request: an AND-OR multiplexer on the one-hot pick. Its key goes to s1;
         # everything else into the delay line, written every cycle at `wptr`, so a stage n
@@ -330,12 +379,12 @@ class KeyCache(wiring.Component):
         ]
 
         # s1: the key: a lookup's, or while the FSM is busy (no lookup is accepted then) its
-        # key or the sweep's entry number (both from registers: no FSM decode on this path).
+        # key (a register: no FSM decode on this path).
         key_r = Signal(32)      # the FSM's key: SET_KEY's ARG0, INVALIDATE's, IETH's
         s1_v = Signal()
         m.d.sync += [
             s1_v.eq(accept.any()),
-            s1_key.eq(Mux(busy, Mux(sweep_on, sweep_v.replicate(8), key_r), key_or)),
+            s1_key.eq(Mux(busy, key_r, key_or)),
         ]
 
         # s2: the match vector (keys are unique among valid slots: at most one bit set).
@@ -385,14 +434,13 @@ class KeyCache(wiring.Component):
             s6_pd_ok.eq(row_pd == req.pd),
             s6_acc_ok.eq((req.access & ~row_acc) == 0),
             s6_lo_ok.eq(req.va >= Cat(he.iova_lo, he.iova_hi)),
-            s6_hi_ok.eq(s5_vend <= Cat(he.end_lo, he.end_hi, he.end_top)),
+            s6_hi_ok.eq(Cat(he.end_lo, he.end_hi, he.end_top) >= s5_vend),
             s6_tag.eq(req.tag),
             s6_bus.eq(req.va + Cat(he.delta_lo, he.delta_hi)),
         ]
-        s6_resp = Signal(lookup_resp_layout)
+        s6_resp = Signal(fifo_layout)
         range_ok = s6_lo_ok & s6_hi_ok
         m.d.comb += [
-            s6_resp.ok.eq(s6_hit & s6_pd_ok & s6_acc_ok & range_ok),
             s6_resp.miss.eq(~s6_hit),
             s6_resp.bad_pd.eq(s6_hit & ~s6_pd_ok),
             s6_resp.bad_access.eq(s6_hit & ~s6_acc_ok),
@@ -400,10 +448,10 @@ class KeyCache(wiring.Component):
             s6_resp.tag.eq(s6_tag),
             s6_resp.bus_addr.eq(s6_bus),
         ]
-        for p, q in enumerate(fifos):
+        for p, (q_in, q_wen) in enumerate(fifos):
             m.d.comb += [
-                q.i.payload.eq(s6_resp),
-                q.i.valid.eq(s6_v & (s6_port == p)),
+                q_in.eq(s6_resp),
+                q_wen.eq(s6_v & (s6_port == p)),
             ]
         # "Pipeline empty", registered for the FSM's DRAIN test. The register holds
         # ~(s1_v | .. | s4_v) of the previous cycle, which is exactly "s2..s5 are empty now"
@@ -435,8 +483,7 @@ class KeyCache(wiring.Component):
         new_acc = a7[16:24]
         new_win = new_valid & new_type[1]   # a valid window: it binds to an MR
 
-        hit = Signal()
-        hidx = Signal(ib)
+        hidx = Signal(ib)           # the slot holding the key of an invalidation
         old_bound = Signal()        # the slot held a valid window (released on rewrite)
         old_mr = Signal(ib)
         rmw_addr = Signal(ib)
@@ -445,12 +492,12 @@ class KeyCache(wiring.Component):
         win_lo_ok = Signal()
         win_hi_ok = Signal()
         # Facts about the command's arguments, registered (used several cycles after capture).
-        idx_valid_r = Signal()      # the slot named by the index is valid
-        mr_valid_r = Signal()       # the slot named by ARG8 is valid
-        m.d.sync += [
-            idx_valid_r.eq(valid.bit_select(index, 1)),
-            mr_valid_r.eq(valid.bit_select(mr, 1)),
-        ]
+        # `sel_valid_r`: the valid bit of the slot named by ARG8 in the cycle after SEARCH2
+        # (SET_CHECK reads it), else of the slot named by the index (one multiplexer for both)
+        sel_valid_r = Signal()
+        sel_mr = Signal()
+        m.d.sync += sel_valid_r.eq(valid.bit_select(Mux(sel_mr, mr, index), 1))
+        idx_valid_r = mr_valid_r = sel_valid_r
         fair = Signal()             # give the lookups a cycle before the next table change
         prefer_cmd = Signal()
 
@@ -465,14 +512,18 @@ class KeyCache(wiring.Component):
         with m.If(v_we_r):
             m.d.sync += valid.bit_select(v_idx_r, 1).eq(v_val_r)
 
-        # The CAM sweep: rewrites slot `index`'s column in all planes for the key `key_r`
-        # (valid or not as ARG7 says), one plane entry v per cycle, v = 0..15. In the cycle
-        # after s1 took v in every nibble, each plane reads its entry v and the 4-bit lane
-        # holding bit `index` is registered with that bit replaced; the next cycle writes the
-        # lane back (only that lane). A read never meets a pending write of its own entry.
+        # The CAM sweep: rewrites the 4-bit lane of slot `index` (slots 4g..4g+3, g = index / 4)
+        # in all planes, one plane entry v per cycle, v = 0..15, without reading the planes:
+        # bit r of entry v of plane p is "slot 4g+r's key has nibble v at position p". For
+        # slot `index` that key is `key_r` (and the bit is 0 when ARG7 says invalid); for the
+        # three other slots of the lane it is the key of their command row, read while the
+        # FSM searches the CAM (`nb`). An invalid neighbour's column is rewritten from its
+        # stale key: harmless, its valid bit masks it and a SET_KEY rewrites it before setting
+        # it. The lane of entry v is registered the cycle after v and written the next.
         sweep_go = Signal()
-        sweep_rd = Signal()         # s1 holds v: the planes read entry v
-        sweep_wr = Signal()         # the lanes read the cycle before are written
+        sweep_rd = Signal()         # `sweep_a1` holds v: the lanes of entry v are formed
+        sweep_wr = Signal()         # the lanes formed the cycle before are written
+        sweep_a1 = Signal(4)
         sweep_addr = Signal(4)
         with m.If(sweep_go):
             m.d.sync += [sweep_on.eq(1), sweep_v.eq(0)]
@@ -480,16 +531,18 @@ class KeyCache(wiring.Component):
             m.d.sync += sweep_v.eq(sweep_v + 1)
             with m.If(sweep_v == 15):
                 m.d.sync += sweep_on.eq(0)
-        m.d.sync += [sweep_rd.eq(sweep_on), sweep_wr.eq(sweep_rd), sweep_addr.eq(s1_key[:4])]
+        m.d.sync += [sweep_rd.eq(sweep_on), sweep_wr.eq(sweep_rd), sweep_a1.eq(sweep_v),
+                     sweep_addr.eq(sweep_a1)]
         sweep_busy = sweep_on | sweep_rd | sweep_wr
         lane_q = index[2:] if ib > 2 else Const(0, 1)
+        # nb[x - 1]: the key of slot index ^ x (x = 1, 2, 3), from its command row
+        nb = [Signal(32, name=f"nb_key{x}") for x in (1, 2, 3)]
         for p, (rp, wp) in enumerate(planes):
-            nib = s1_key[4 * p:4 * p + 4]
-            bit = new_valid & (nib == key_r[4 * p:4 * p + 4])
-            old = rp.data.word_select(lane_q, 4) if K > 4 else rp.data
+            cmp = Cat(new_valid & (key_r[4 * p:4 * p + 4] == sweep_a1),
+                      *[k[4 * p:4 * p + 4] == sweep_a1 for k in nb])   # by x = r ^ index[:2]
             lane = Signal(4, name=f"plane_lane{p}")
             for r in range(4):
-                m.d.sync += lane[r].eq(Mux(index[:2] == r, bit, old[r]))
+                m.d.sync += lane[r].eq(cmp.bit_select(index[:2] ^ r, 1))
             m.d.comb += [
                 wp.addr.eq(sweep_addr),
                 wp.data.eq(lane.replicate(K // 4)),
@@ -514,10 +567,23 @@ class KeyCache(wiring.Component):
         diff_s = Signal(34)
         m.d.comb += diff_s.eq(Cat(Const(1, 1), arg) + Cat(~carry, ~iova_w))
         diff, borrow = diff_s[1:33], ~diff_s[33]
-        w_word = Signal(32)
+        # The word of the lane written, a multiplexer on `cnt` (the lane) rather than on the
+        # FSM's state: an ARG word (cnt 0, 1, 6..10: iova, key, length, bus, read again), a
+        # word of `end` (2, 3), the translation (4, 5: `diff` for an MR, its MR's for a
+        # window), or lane 5 of a command row (cnt ≥ 11: a new row's, or the window-count
+        # update's, where `cnt` is 12).
         w_extra = Signal(4)
-        use_diff = Signal()
-        m.d.comb += w_data.eq(Cat(Mux(use_diff, diff, w_word), w_extra))
+        w_rmw = Signal()
+        w_nwin = Signal(11)
+        w_is_arg = Signal()
+        m.d.comb += w_is_arg.eq((cnt < 2) | ((cnt >= 6) & (cnt <= 10)))
+        l5_word = Mux(w_rmw, Cat(ce.mr, w_nwin, ce.acc_hi, ce.type, ce.pad[:5]),
+                      Cat(mr, Const(0, 10 - ib), Const(0, 11), new_acc[4:8], new_type,
+                          Const(0, 5)))
+        delta_word = Mux(new_win, Mux(cnt[0], he.delta_hi, he.delta_lo), diff)
+        end_word = Mux(cnt[0], end[32:64], end[0:32])
+        w_word = Mux(w_is_arg, arg, Mux(cnt[3], l5_word, Mux(cnt[2], delta_word, end_word)))
+        m.d.comb += w_data.eq(Cat(w_word, w_extra))
 
         def read_row(name, addr, then):
             """States that read table row `addr`: `e` holds it in state `then`."""
@@ -529,7 +595,7 @@ class KeyCache(wiring.Component):
             with m.State(name + "_W2"):
                 m.next = then
 
-        with m.FSM(name="ctl"):
+        with m.FSM(name="ctl") as ctl:
             with m.State("IDLE"):
                 # After each command or invalidation the lookups get one cycle (fair), and
                 # commands and invalidations take turns (prefer_cmd): nobody waits unboundedly.
@@ -575,21 +641,27 @@ class KeyCache(wiring.Component):
                     with m.Case(8):
                         m.d.sync += a7.eq(arg)
                     with m.Case(9):
-                        m.d.sync += [mr.eq(arg[:ib]), mr_bad.eq(arg >= K)]
+                        m.d.sync += [mr.eq(arg[:ib]), mr_bad.eq(arg[ib:].any())]
                 with m.If(cnt == Mux(op == CmdOp.INVALIDATE, 1, 9)):
                     m.next = "DRAIN"
             with m.State("DRAIN"):
                 with m.If(pipe_empty):
-                    m.d.sync += [cnt.eq(0), carry.eq(0)]
+                    # the table's read port is the FSM's from here on (the pipeline is empty)
+                    m.d.sync += [cnt.eq(0), carry.eq(0), fsm_rd.eq(1)]
                     with m.If(op == CmdOp.QUERY_KEY):
-                        m.d.sync += fsm_rd.eq(1)
                         m.next = "Q_HOT"
                     with m.Else():
+                        # the command rows of the other three slots of `index`'s CAM lane,
+                        # read while the CAM is searched: `nb` takes their keys from `e` in
+                        # SET_CHECK, SET_OLD and SET_OLD_W1 (used by SET_KEY's sweep only)
+                        m.d.sync += fsm_raddr.eq(Cat(index ^ 1, 1))
                         m.next = "SEARCH1"
             with m.State("SEARCH1"):           # s1 holds the key
+                m.d.sync += fsm_raddr.eq(Cat(index ^ 2, 1))
                 m.next = "SEARCH2"
-            with m.State("SEARCH2"):           # `match` holds the match vector
-                m.d.sync += [hit.eq(match.any()), hidx.eq(enc), fsm_rd.eq(1)]
+            with m.State("SEARCH2"):           # `match` holds the match vector, then s3
+                                                # its hit and slot (s3_hit, s3_idx)
+                m.d.sync += fsm_raddr.eq(Cat(index ^ 3, 1))
                 with m.Switch(op):
                     with m.Case(CmdOp.SET_KEY):
                         m.next = "SET_CHECK"
@@ -628,7 +700,7 @@ class KeyCache(wiring.Component):
 
             # -- SET_KEY: every check first, then the writes
             with m.State("SET_CHECK"):
-                dup = new_valid & hit & (hidx != index)
+                dup = new_valid & s3_hit & (s3_idx != index)
                 bad_mr_slot = new_win & (mr_bad | (mr == index) | ~mr_valid_r)
                 with m.If(dup | bad_mr_slot):
                     m.next = "REFUSE"
@@ -636,6 +708,7 @@ class KeyCache(wiring.Component):
                     m.next = "SET_OLD"
             read_row("SET_OLD", Cat(index, 1), "SET_OLD_CHECK")
             with m.State("SET_OLD_CHECK"):
+                m.d.comb += self.cmd.arg_addr.eq(1)     # iova_lo, for lane 0 of SET_WRITE
                 m.d.sync += [old_bound.eq(idx_valid_r & ce.type[1]), old_mr.eq(ce.mr[:ib])]
                 with m.If(idx_valid_r & ~ce.type[1] & (ce.nwin != 0)):
                     m.next = "REFUSE"       # an MR with windows bound cannot be rewritten
@@ -649,13 +722,14 @@ class KeyCache(wiring.Component):
             with m.State("SET_MR_CHECK"):
                 m.d.sync += [
                     win_lo_ok.eq(iova >= Cat(he.iova_lo, he.iova_hi)),
-                    win_hi_ok.eq(end <= Cat(he.end_lo, he.end_hi, he.end_top)),
+                    win_hi_ok.eq(Cat(he.end_lo, he.end_hi, he.end_top) >= end),
                 ]
                 with m.If(he.type[1]):
                     m.next = "REFUSE"       # a window binds to an MR, not to a window
                 with m.Else():
                     m.next = "SET_MR_RANGE"
             with m.State("SET_MR_RANGE"):
+                m.d.comb += self.cmd.arg_addr.eq(1)     # iova_lo, for lane 0 of SET_WRITE
                 with m.If(~win_lo_ok | ~win_hi_ok):
                     m.next = "REFUSE"       # the window's range is not inside its MR
                 with m.Else():
@@ -668,10 +742,14 @@ class KeyCache(wiring.Component):
                     m.d.comb += sweep_go.eq(1)
                 need = Signal(4)
                 with m.Switch(cnt):
+                    with m.Case(0):
+                        m.d.comb += need.eq(2)      # iova_hi (ARG1 was addressed before)
                     with m.Case(3):
                         m.d.comb += need.eq(5)      # for lane 4: delta_lo = ARG5 − iova
                     with m.Case(4):
                         m.d.comb += need.eq(6)
+                    with m.Case(5):
+                        m.d.comb += need.eq(0)      # key
                     with m.Case(6):
                         m.d.comb += need.eq(3)      # length
                     with m.Case(7):
@@ -681,30 +759,16 @@ class KeyCache(wiring.Component):
                     with m.Case(9):
                         m.d.comb += need.eq(6)
                 m.d.comb += self.cmd.arg_addr.eq(need)
-                # (word, extra bits) of each lane; lanes 4 and 5 take `diff` for an MR
-                lanes = [
-                    (iova[0:32], new_pd[0:4]),
-                    (iova[32:64], new_pd[4:8]),
-                    (end[0:32], new_pd[8:12]),
-                    (end[32:64], new_pd[12:16]),
-                    (he.delta_lo, Cat(end[64], new_acc[0:3])),
-                    (he.delta_hi, Cat(new_acc[3:5], new_type)),
-                    (key_r, new_pd[0:4]),
-                    (arg, new_pd[4:8]),
-                    (arg, new_pd[8:12]),
-                    (arg, new_pd[12:16]),
-                    (arg, new_acc[0:4]),
-                    (Cat(mr, Const(0, 10 - ib), Const(0, 11), new_acc[4:8], new_type,
-                         Const(0, 5)), Const(0, 4)),     # nwin = 0
-                ]
+                # the extra bits of each lane (its word is `w_word`, chosen by `cnt`)
+                extras = [new_pd[0:4], new_pd[4:8], new_pd[8:12], new_pd[12:16],
+                          Cat(end[64], new_acc[0:3]), Cat(new_acc[3:5], new_type),
+                          new_pd[0:4], new_pd[4:8], new_pd[8:12], new_pd[12:16], new_acc[0:4],
+                          Const(0, 4)]
                 with m.Switch(cnt):
-                    for i, (word, extra) in enumerate(lanes):
+                    for i, extra in enumerate(extras):
                         with m.Case(i):
-                            m.d.comb += [w_word.eq(word), w_extra.eq(extra),
-                                         w_lane.eq(i % LANES),
+                            m.d.comb += [w_extra.eq(extra), w_lane.eq(i % LANES),
                                          w_addr.eq(Cat(index, Const(i // LANES, 1)))]
-                            if i in (4, 5):
-                                m.d.comb += use_diff.eq(~new_win)
                 with m.If(cnt == 4):
                     m.d.sync += carry.eq(borrow)    # into lane 5
                 m.d.comb += w_en.eq(1)
@@ -730,7 +794,8 @@ class KeyCache(wiring.Component):
 
             # -- INVALIDATE and remote invalidate
             with m.State("INV_SEARCHED"):
-                with m.If(~hit):
+                m.d.sync += hidx.eq(s3_idx)
+                with m.If(~s3_hit):
                     m.next = "REFUSE"       # unknown or already invalid key
                 with m.Else():
                     m.next = "INV_READ"
@@ -743,7 +808,8 @@ class KeyCache(wiring.Component):
                 with m.If(fr_ok):
                     m.next = "INV_OK"
                 with m.Elif(mw2):
-                    m.d.sync += [rmw_addr.eq(ce.mr[:ib]), rmw_up.eq(0), nxt.eq(0)]
+                    m.d.sync += [rmw_addr.eq(ce.mr[:ib]), rmw_up.eq(0), nxt.eq(0),
+                                 cnt.eq(12)]        # `w_word` is lane 5 of a command row
                     m.next = "RMW"
                 with m.Else():
                     m.next = "REFUSE"
@@ -757,8 +823,7 @@ class KeyCache(wiring.Component):
                 nwin = Mux(rmw_up, ce.nwin + 1, ce.nwin - 1)
                 m.d.comb += [
                     w_en.eq(1), w_addr.eq(Cat(rmw_addr, 1)), w_lane.eq(5),
-                    w_word.eq(Cat(ce.mr, nwin[:11], ce.acc_hi, ce.type, ce.pad[:5])),
-                    w_extra.eq(ce.pad[5:]),
+                    w_rmw.eq(1), w_nwin.eq(nwin[:11]), w_extra.eq(ce.pad[5:]),
                 ]
                 with m.Switch(nxt):
                     with m.Case(0):
@@ -784,4 +849,8 @@ class KeyCache(wiring.Component):
                     m.d.comb += [resp.valid.eq(1), resp.payload.result.eq(result)]
                     with m.If(resp.ready):
                         m.next = "IDLE"
+        m.d.comb += sel_mr.eq(ctl.ongoing("SEARCH2"))
+        for x, state in enumerate(("SET_CHECK", "SET_OLD", "SET_OLD_W1")):
+            with m.If(ctl.ongoing(state)):
+                m.d.sync += nb[x].eq(ce.key)
         return m
