@@ -184,6 +184,10 @@ _comp_engine_layout = _sub_layout(_comp_layout, ["una", "ccons", "cfpsn", "rgen"
 #: timer).
 _cfg_layout = data.StructLayout({"timeout": 5, "retry_cnt": 3, "rnr_retry": 3})
 
+#: The lane of the per-QP tables' write enables: a DP16KD's byte (9 bits at 512×36), so that
+#: parts of a row written apart share one block RAM row.
+_LANE = 9
+
 
 class _TableWrite:
     """The write of a per-QP table held in several copies: ``addr``, ``en`` and the whole row
@@ -361,7 +365,6 @@ class Requester(wiring.Component):
 
         # ---- per-QP tables ----------------------------------------------------------------
         m.submodules.prod_mem = prod_mem = Memory(shape=16, depth=self.num_qp, init=[])
-        m.submodules.cfg_mem = cfg_mem = Memory(shape=_cfg_layout, depth=self.num_qp, init=[])
         # The in-flight ring (docs/requester.md, "In-flight ring"): entries shared by every QP,
         # each QP's unretired WQEs a list in SQ order from ``rh`` (the completer's table) to
         # ``rn`` (the engine's), ``rn`` being the entry the QP's next new WQE is written to and
@@ -371,22 +374,44 @@ class Requester(wiring.Component):
         # ``hcons − ccons``). Free entries: never used ones from ``fresh`` up, then ``free``.
         m.submodules.ring_mem = ring_mem = Memory(shape=ring_layout, depth=D, init=[],
                                                   attrs={"no_rw_check": 1})
-        m.submodules.rn_mem = rn_mem = Memory(shape=rb, depth=self.num_qp, init=[])
         m.submodules.rh_mem = rh_mem = Memory(shape=rb, depth=self.num_qp, init=[],
                                               attrs={"no_rw_check": 1})
         m.submodules.free = free = Queue(rb, D - self.num_qp)
         prod_wp = prod_mem.write_port()
         prod_rp = prod_mem.read_port(transparent_for=(prod_wp,))
-        # dyn and comp: one write (address, enable, row) each, into one copy per reader
+        # dyn and comp: one write (address, enable, row) each, into one copy per reader. Beside
+        # dyn's row, in lanes of their own with their own enables and dyn's address: the
+        # engine's ``rn`` (in both copies) and the completer's timer settings ``cfg`` (in the
+        # completer's copy); beside comp's row, in the completer's copy, ``rh``.
         dyn_wp = _TableWrite(_dyn_layout, ab, "dyn_w")
         comp_wp = _TableWrite(_comp_layout, ab, "comp_w")
+        rn_wp = _TableWrite(rb, ab, "rn_w")         # (addr: dyn_wp.addr)
+        cfg_wp = _TableWrite(_cfg_layout, ab, "cfg_w")   # (addr: dyn_wp.addr)
+        rh_wp = _TableWrite(rb, ab, "rh_w")         # (the completer's copy: comp_wp.addr)
 
-        def copy(name, table, layout, transparent=True):
-            m.submodules[name] = mem = Memory(shape=layout, depth=self.num_qp, init=[])
-            wp = mem.write_port()
-            m.d.comb += [wp.addr.eq(table.addr), wp.en.eq(table.en),
-                         wp.data.as_value().eq(_pick(layout, table.data))]
-            return mem.read_port(transparent_for=(wp,) if transparent else ())
+        def copy(name, table, parts):
+            """A block RAM copy of ``table``'s family, written at ``table.addr``: ``parts``
+            [(layout, write)] each in whole 9-bit lanes (``_LANE``) with the write's enable,
+            the fields of ``layout`` taken from the write's row. Returns the read port and each
+            part's fields in its data."""
+            widths = [data.Layout.cast(lay).size if isinstance(lay, data.Layout) else lay
+                      for lay, _ in parts]
+            nl = [-(-w // _LANE) for w in widths]
+            m.submodules[name] = mem = Memory(shape=_LANE * sum(nl), depth=self.num_qp,
+                                              init=[])
+            wp = mem.write_port(granularity=_LANE)
+            m.d.comb += wp.addr.eq(table.addr)
+            rp = mem.read_port(transparent_for=())
+            lane, outs = 0, []
+            for (lay, w_), w, n in zip(parts, widths, nl):
+                val = (_pick(lay, w_.data) if isinstance(lay, data.Layout)
+                       else w_.data)
+                m.d.comb += [wp.data[_LANE * lane:_LANE * lane + w].eq(val),
+                             wp.en[lane:lane + n].eq(w_.en.replicate(n))]
+                rd = rp.data[_LANE * lane:_LANE * lane + w]
+                outs.append(data.View(lay, rd) if isinstance(lay, data.Layout) else rd)
+                lane += n
+            return rp, outs
 
         # Every copy is read without transparency: a write shows in the read a cycle later
         # (the engine's uses are a cycle older than the reads anyway, see dyn_rd and cs; the
@@ -394,33 +419,38 @@ class Requester(wiring.Component):
         # s1st and stale), and the register after the read port stays a flip-flop in the
         # fabric (synthesis folds it into the block RAM behind a transparent port, whose
         # clock-to-out then leads the logic it feeds).
-        dyn_rp = copy("dyn_mem", dyn_wp, _dyn_engine_layout, False)    # the engine's
-        dyn_rp2 = copy("dyn_comp_mem", dyn_wp, _dyn_comp_layout, False)   # the completer's
-        comp_rp = copy("comp_eng_mem", comp_wp, _comp_engine_layout, False)   # the engine's
-        comp_rp2 = copy("comp_mem", comp_wp, _comp_layout, False)      # the completer's
-        cfg_wp = cfg_mem.write_port()
-        cfg_rp = cfg_mem.read_port()        # (as the engine's copies: cfg_rd in the fabric)
+        dyn_rp, (dyn_rd_w, rn_rd_w) = copy(                             # the engine's
+            "dyn_mem", dyn_wp, [(_dyn_engine_layout, dyn_wp), (rb, rn_wp)])
+        dyn_rp2, (dyn_rd2_w, cfg_rd_w, rn_rd2_w) = copy(                # the completer's
+            "dyn_comp_mem", dyn_wp,
+            [(_dyn_comp_layout, dyn_wp), (_cfg_layout, cfg_wp), (rb, rn_wp)])
+        comp_rp, (comp_rd_w,) = copy("comp_eng_mem", comp_wp,          # the engine's
+                                     [(_comp_engine_layout, comp_wp)])
+        comp_rp2, (comp_rd2_w, rh_rd_w) = copy(                         # the completer's
+            "comp_mem", comp_wp, [(_comp_layout, comp_wp), (rb, rh_wp)])
         # (no_rw_check: the completer reads an entry a cycle after it read the engine's rn and
         # hcons, so an entry written in the cycle of its read is one those did not yet show as
         # filled, and its word is not used)
         infl_wp = ring_mem.write_port()
         infl_rp = ring_mem.read_port()
-        rn_wp = rn_mem.write_port()
-        rn_rp = rn_mem.read_port()                                    # the engine's (as dyn_rp)
-        rn_rp2 = rn_mem.read_port()                                   # the completer's (as dyn_rp2)
-        # (no_rw_check: the completer writes rh only in its write-back, when its reads at the
-        # same QP are not used; the engine's read is registered beside cs, as comp's)
-        rh_wp = rh_mem.write_port()
-        rh_rp = rh_mem.read_port()                                    # the completer's
-        rh_rpe = rh_mem.read_port()                                   # the engine's
+        # the engine's copy of rh (the completer's is in comp_mem)
+        # (no_rw_check: the completer writes rh only in its write-back; the engine's read is
+        # registered beside cs, as comp's)
+        rhe_wp = rh_mem.write_port()
+        rh_rpe = rh_mem.read_port()
+        m.d.comb += [rhe_wp.addr.eq(comp_wp.addr), rhe_wp.en.eq(rh_wp.en),
+                     rhe_wp.data.eq(rh_wp.data)]
         fresh = Signal(range(D + 1), init=self.num_qp)
         # after rst, each QP q's rn = rh = entry q (an empty list), one QP per cycle; the engine
         # and the completer start after it
+        # (rn and rh share their rows with dyn and comp: a SET_QP's write, at its own address,
+        # pauses the sweep for that cycle)
         sweeping = Signal(init=1)
         sw_i = Signal(ab)
-        with m.If(sweeping):
-            m.d.comb += [rn_wp.addr.eq(sw_i), rn_wp.data.eq(sw_i), rn_wp.en.eq(1),
-                         rh_wp.addr.eq(sw_i), rh_wp.data.eq(sw_i), rh_wp.en.eq(1)]
+        sw_en = Signal()
+        with m.If(sw_en):
+            m.d.comb += [rn_wp.data.eq(sw_i), rn_wp.en.eq(1), rh_wp.data.eq(sw_i),
+                         rh_wp.en.eq(1)]
             m.d.sync += sw_i.eq(sw_i + 1)
             with m.If(sw_i == self.num_qp - 1):
                 m.d.sync += sweeping.eq(0)
@@ -462,18 +492,21 @@ class Requester(wiring.Component):
         e_yield_st = Signal()
         e_park_st = Signal()            # (the engine is in PARK, in WB_NEXT: set likewise)
         e_wbn_st = Signal()
+        e_cw_st = Signal()              # (the engine is in CHECK_WAIT, writing cfg: likewise)
         c_wb_st = Signal()
         c_wake_st = Signal()
         m.d.comb += [yield_v.eq(e_yield_st), wake_v.eq(c_wake_st & ~self.qp_set.valid),
                      eng_wb.eq(e_wb_st & (~e_yield_st | (work.i.ready & ~wake_v)))]
-        m.d.comb += self.qp_set.ready.eq(~e_wb_st & ~c_wb_st & work.i.ready)
+        m.d.comb += self.qp_set.ready.eq(~e_wb_st & ~e_cw_st & ~c_wb_st & work.i.ready)
         m.d.comb += self.sq_db.ready.eq(db_rd & ~self.qp_set.valid & ~c_wake_st & ~e_yield_st
                                         & work.i.ready)
         # The work queue's entry and prod's address and row are chosen without the handshakes
         # (which only enable them): the SET_QP's when one may be taken (qs_sel), else the
         # wake-up's, the yield's, the doorbell's, in the order below.
         dq = self.sq_db.payload.number[:ab]
-        qs_sel = self.qp_set.valid & ~e_wb_st & ~c_wb_st
+        qs_sel = Signal()
+        m.d.comb += [qs_sel.eq(self.qp_set.valid & ~e_wb_st & ~e_cw_st & ~c_wb_st),
+                     sw_en.eq(sweeping & ~qs_sel)]
         m.d.comb += [
             work.i.payload.eq(Mux(qs_sel, set_q, Mux(c_wake_st & ~self.qp_set.valid, aq,
                                                      Mux(e_yield_st, qpn, dq)))),
@@ -495,22 +528,25 @@ class Requester(wiring.Component):
         with m.Elif(self.sq_db.valid & self.sq_db.ready & live_rp.data
                     & (self.sq_db.payload.number < self.num_qp)):     # others are ignored
             m.d.comb += [prod_wp.en.eq(1), work.i.valid.eq(1)]
-        # dyn's and comp's writes: a SET_QP's (set_hit) or the write-back's, never both in one
-        # cycle. The address and the row are chosen by the write-back's state flag alone (a
-        # register; qp_set.ready is low in those states), so that only the enable waits for
-        # the SET_QP's handshake.
+        # dyn's and comp's writes: a SET_QP's (set_hit), the write-back's (with rn, or rh),
+        # CHECK_WAIT's cfg or the reset sweep's rn and rh, never two in one cycle. The address
+        # is the SET_QP's while one is offered and may be taken (qs_sel: it pauses the sweep),
+        # else the sweep's, else the engine's or the completer's QP; the row is chosen by the
+        # write-back's state flag alone (a register; qp_set.ready is low in those states), so
+        # that only the enables wait for the SET_QP's handshake.
         psn0 = Mux(set_rts, sp.sq_psn, 0)
-        m.d.comb += [dyn_wp.en.eq(eng_wb | set_hit), comp_wp.en.eq(cmp_wb | set_hit)]
+        m.d.comb += [dyn_wp.en.eq(eng_wb | set_hit), comp_wp.en.eq(cmp_wb | set_hit),
+                     dyn_wp.addr.eq(Mux(qs_sel, set_q, Mux(sweeping, sw_i, qpn))),
+                     comp_wp.addr.eq(Mux(qs_sel, set_q, Mux(sweeping, sw_i, aq)))]
         with m.If(e_wb_st):
-            m.d.comb += [dyn_wp.addr.eq(qpn), dyn_wp.data.eq(eng_dyn)]
+            m.d.comb += dyn_wp.data.eq(eng_dyn)
         with m.Else():
-            m.d.comb += [dyn_wp.addr.eq(set_q), dyn_wp.data.psn.eq(psn0),
+            m.d.comb += [dyn_wp.data.psn.eq(psn0),
                          dyn_wp.data.hpsn.eq(psn0), dyn_wp.data.fpsn.eq(psn0)]
         with m.If(c_wb_st):
-            m.d.comb += [comp_wp.addr.eq(aq), comp_wp.data.eq(cmp_new)]
+            m.d.comb += comp_wp.data.eq(cmp_new)
         with m.Else():
-            m.d.comb += [comp_wp.addr.eq(set_q), comp_wp.data.una.eq(psn0),
-                         comp_wp.data.cfpsn.eq(psn0)]
+            m.d.comb += [comp_wp.data.una.eq(psn0), comp_wp.data.cfpsn.eq(psn0)]
 
         # the engine reads its QP's entries continuously
         m.d.comb += [prod_rp.addr.eq(qpn), dyn_rp.addr.eq(qpn), comp_rp.addr.eq(qpn)]
@@ -521,12 +557,12 @@ class Requester(wiring.Component):
         prod = Signal(16)
         cs = Signal(_comp_engine_layout)    # one consistent snapshot of the completer's entry
         dyn_rd = Signal(_dyn_engine_layout)
-        m.d.sync += [prod_q.eq(prod_rp.data), prod.eq(prod_q), cs.eq(comp_rp.data),
-                     dyn_rd.eq(dyn_rp.data)]
-        m.d.comb += [rn_rp.addr.eq(qpn), rh_rpe.addr.eq(qpn)]
+        m.d.sync += [prod_q.eq(prod_rp.data), prod.eq(prod_q), cs.eq(comp_rd_w),
+                     dyn_rd.eq(dyn_rd_w)]
+        m.d.comb += rh_rpe.addr.eq(qpn)
         rn_rd = Signal(rb)              # rn as read with dyn_rd
         rh_e = Signal(rb)               # rh as read with cs
-        m.d.sync += [rn_rd.eq(rn_rp.data), rh_e.eq(rh_rpe.data)]
+        m.d.sync += [rn_rd.eq(rn_rd_w), rh_e.eq(rh_rpe.data)]
 
         # ---- engine state -------------------------------------------------------------------
         ctx = Signal(req_ctx_layout)
@@ -535,14 +571,14 @@ class Requester(wiring.Component):
         eng_rn = Signal(rb)             # rn as written back
         m.d.comb += eng_rn.eq(ern)
         with m.If(~sweeping):
-            m.d.comb += [rn_wp.addr.eq(qpn), rn_wp.data.eq(eng_rn), rn_wp.en.eq(eng_wb)]
+            m.d.comb += [rn_wp.data.eq(eng_rn), rn_wp.en.eq(eng_wb)]
         # cs.rgen != dyn.rgen for ERR, registered beside cs (from the same read and the
         # dyn.rgen of the cycle before: ERR never follows REWIND or CTX_WAIT, which set it),
         # bit by bit (rgen_x), so one LUT stands between the block RAM's output and each
         # flip-flop
         rgen_x = Signal(4)
         rgen_ne = Signal()
-        m.d.sync += rgen_x.eq(comp_rp.data.rgen ^ dyn.rgen)
+        m.d.sync += rgen_x.eq(comp_rd_w.rgen ^ dyn.rgen)
         m.d.comb += rgen_ne.eq(rgen_x != 0)
         wqe = Signal(8 * SEND_WQE_BYTES)        # the send WQE as read (bit 8·i = byte i)
         sw = data.View(SendWqe, wqe)              # its fields (interface.md §5.2, rnic.formats)
@@ -732,7 +768,6 @@ class Requester(wiring.Component):
             ecpl.payload.fault.eq(hfault),
             eng_dyn.eq(dyn),
             eng_dyn.parked.eq(e_park_st),
-            cfg_wp.addr.eq(qpn),
             cfg_wp.data.timeout.eq(ctx.timeout),
             cfg_wp.data.retry_cnt.eq(ctx.retry_cnt),
             cfg_wp.data.rnr_retry.eq(ctx.rnr_retry),
@@ -760,7 +795,8 @@ class Requester(wiring.Component):
             if flag is not None:
                 m.d.sync += flag.eq(1)
 
-        m.d.sync += [e_wb_st.eq(0), e_yield_st.eq(0), e_park_st.eq(0), e_wbn_st.eq(0)]
+        m.d.sync += [e_wb_st.eq(0), e_yield_st.eq(0), e_park_st.eq(0), e_wbn_st.eq(0),
+                     e_cw_st.eq(0)]
         with m.FSM(name="engine") as eng_fsm:
             with m.State("IDLE"):
                 m.d.comb += work.o.ready.eq(~sweeping)
@@ -782,6 +818,7 @@ class Requester(wiring.Component):
                     m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0),
                                  ern.eq(rn_rd)]
                     m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
+                    m.d.sync += e_cw_st.eq(1)
                     m.next = "CHECK_WAIT"
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
@@ -1031,7 +1068,7 @@ class Requester(wiring.Component):
                     with m.Else():
                         m.d.comb += free.o.ready.eq(1)
                 m.d.sync += [dyn.cons.eq(cons1), dyn.part.eq(0), dyn.hcons.eq(hnext),
-                             served.eq(1)]
+                             served.eq(1), e_cw_st.eq(1)]
                 m.next = "CHECK_WAIT"
             with m.State("CHECK_WAIT"):
                 # one cycle for the registered reads and window flags to see the new dyn; the
@@ -1058,6 +1095,7 @@ class Requester(wiring.Component):
                     go("PARK")               # the WQE is fetched again on the wake-up
             with m.State("WB_LOOP"):
                 m.d.comb += self.busy.eq(1)
+                m.d.sync += e_cw_st.eq(1)
                 m.next = "CHECK_WAIT"
             with m.State("WB"):
                 m.d.comb += self.busy.eq(1)
@@ -1097,8 +1135,8 @@ class Requester(wiring.Component):
         rval = Signal(TB)               # the RNR NAK's wait in µs
         crh = Signal(rb)                # the QP's rh: the entry of its WQE at ccons
         rh_rd, rn_rd2 = Signal(rb), Signal(rb)
-        m.d.sync += [comp_rd.eq(comp_rp2.data), d_rd.eq(dyn_rp2.data), cfg_rd.eq(cfg_rp.data),
-                     rh_rd.eq(rh_rp.data), rn_rd2.eq(rn_rp2.data)]
+        m.d.sync += [comp_rd.eq(comp_rd2_w), d_rd.eq(dyn_rd2_w), cfg_rd.eq(cfg_rd_w),
+                     rh_rd.eq(rh_rd_w), rn_rd2.eq(rn_rd2_w)]
         # the scan judges from a second register of each read (the first takes the block RAM's
         # output, whose clock-to-out leaves no time for the deadline compare)
         comp_s, d_s, cfg_s = (Signal(_comp_layout, name="comp_s"),
@@ -1113,8 +1151,7 @@ class Requester(wiring.Component):
         tsrc = Signal(5)
         m.d.sync += [t_rd3.eq(0), tsrc.eq(Mux(t_rd3, cfg_rd.timeout, cfg.timeout)),
                      tval.eq(rom(m, tsrc, TIMEOUT_US, 34, "timeout_us"))]
-        m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq), cfg_rp.addr.eq(aq),
-                     rh_rp.addr.eq(aq), rn_rp2.addr.eq(aq),
+        m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq),
                      infl_rp.addr.eq(crh),
                      cmp_new.eq(cmp)]
         r_rom = rom(m, a.syndrome[:5], RNR_US, TB, "rnr_us")
@@ -1323,8 +1360,8 @@ class Requester(wiring.Component):
                 # the engine's hcons, err and rn as of two cycles before (the reads are not
                 # transparent); infl_rp reads entry rh now, so it holds whatever rn and hcons
                 # show as written
-                m.d.sync += [thcons.eq(dyn_rp2.data.hcons), terr.eq(dyn_rp2.data.err),
-                             trn.eq(rn_rp2.data)]
+                m.d.sync += [thcons.eq(dyn_rd2_w.hcons), terr.eq(dyn_rd2_w.err),
+                             trn.eq(rn_rd2_w)]
                 m.next = "HOLD"
             with m.State("HOLD"):
                 # (the entry stays on the read port until TEST: rh does not change, and a
@@ -1397,8 +1434,7 @@ class Requester(wiring.Component):
                             m.d.sync += wake.eq(d.parked & scan_room)
             with m.State("WB"):
                 # (rh always: the entries freed are freed whatever SET_QP rewrote meanwhile)
-                m.d.comb += [cmp_wb.eq(~stale), rh_wp.en.eq(1), rh_wp.addr.eq(aq),
-                             rh_wp.data.eq(crh)]
+                m.d.comb += [cmp_wb.eq(~stale), rh_wp.en.eq(1), rh_wp.data.eq(crh)]
                 with m.If(wake & ~stale):
                     m.next = "WAKE"
                     m.d.sync += c_wake_st.eq(1)
