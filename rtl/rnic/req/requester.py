@@ -364,7 +364,9 @@ class Requester(wiring.Component):
             m.d.sync += now.eq(now + 1)
 
         # ---- per-QP tables ----------------------------------------------------------------
-        m.submodules.prod_mem = prod_mem = Memory(shape=16, depth=self.num_qp, init=[])
+        # (no_rw_check: prod_q does not take a read that met a write to its row, see p_hit)
+        m.submodules.prod_mem = prod_mem = Memory(shape=16, depth=self.num_qp, init=[],
+                                                  attrs={"no_rw_check": 1})
         # The in-flight ring (docs/requester.md, "In-flight ring"): entries shared by every QP,
         # each QP's unretired WQEs a list in SQ order from ``rh`` (the completer's table) to
         # ``rn`` (the engine's), ``rn`` being the entry the QP's next new WQE is written to and
@@ -378,7 +380,7 @@ class Requester(wiring.Component):
                                               attrs={"no_rw_check": 1})
         m.submodules.free = free = Queue(rb, D - self.num_qp)
         prod_wp = prod_mem.write_port()
-        prod_rp = prod_mem.read_port(transparent_for=(prod_wp,))
+        prod_rp = prod_mem.read_port()
         # dyn and comp: one write (address, enable, row) each, into one copy per reader. Beside
         # dyn's row, in lanes of their own with their own enables and dyn's address: the
         # engine's ``rn`` (in both copies) and the completer's timer settings ``cfg`` (in the
@@ -389,7 +391,7 @@ class Requester(wiring.Component):
         cfg_wp = _TableWrite(_cfg_layout, ab, "cfg_w")   # (addr: dyn_wp.addr)
         rh_wp = _TableWrite(rb, ab, "rh_w")         # (the completer's copy: comp_wp.addr)
 
-        def copy(name, table, parts):
+        def copy(name, table, parts, attrs=None):
             """A block RAM copy of ``table``'s family, written at ``table.addr``: ``parts``
             [(layout, write)] each in whole 9-bit lanes (``_LANE``) with the write's enable,
             the fields of ``layout`` taken from the write's row. Returns the read port and each
@@ -398,7 +400,7 @@ class Requester(wiring.Component):
                       for lay, _ in parts]
             nl = [-(-w // _LANE) for w in widths]
             m.submodules[name] = mem = Memory(shape=_LANE * sum(nl), depth=self.num_qp,
-                                              init=[])
+                                              init=[], attrs=attrs or {})
             wp = mem.write_port(granularity=_LANE)
             m.d.comb += wp.addr.eq(table.addr)
             rp = mem.read_port(transparent_for=())
@@ -419,15 +421,21 @@ class Requester(wiring.Component):
         # s1st and stale), and the register after the read port stays a flip-flop in the
         # fabric (synthesis folds it into the block RAM behind a transparent port, whose
         # clock-to-out then leads the logic it feeds).
+        # (no_rw_check: the word of a read that meets a write to its row is not used. The
+        # engine's CTX_WAIT waits for a read of dyn_mem after any such write (e_hit2); the
+        # completer reads its copies again after one (c_hit1: its scan re-reads the QP, LOAD
+        # and WALK their read). comp_eng_mem keeps the read-before-write behaviour: the
+        # engine's cs follows it every cycle.)
+        nrw = {"no_rw_check": 1}
         dyn_rp, (dyn_rd_w, rn_rd_w) = copy(                             # the engine's
-            "dyn_mem", dyn_wp, [(_dyn_engine_layout, dyn_wp), (rb, rn_wp)])
+            "dyn_mem", dyn_wp, [(_dyn_engine_layout, dyn_wp), (rb, rn_wp)], nrw)
         dyn_rp2, (dyn_rd2_w, cfg_rd_w, rn_rd2_w) = copy(                # the completer's
             "dyn_comp_mem", dyn_wp,
-            [(_dyn_comp_layout, dyn_wp), (_cfg_layout, cfg_wp), (rb, rn_wp)])
+            [(_dyn_comp_layout, dyn_wp), (_cfg_layout, cfg_wp), (rb, rn_wp)], nrw)
         comp_rp, (comp_rd_w,) = copy("comp_eng_mem", comp_wp,          # the engine's
                                      [(_comp_engine_layout, comp_wp)])
         comp_rp2, (comp_rd2_w, rh_rd_w) = copy(                         # the completer's
-            "comp_mem", comp_wp, [(_comp_layout, comp_wp), (rb, rh_wp)])
+            "comp_mem", comp_wp, [(_comp_layout, comp_wp), (rb, rh_wp)], nrw)
         # (no_rw_check: the completer reads an entry a cycle after it read the engine's rn and
         # hcons, so an entry written in the cycle of its read is one those did not yet show as
         # filled, and its word is not used)
@@ -557,8 +565,17 @@ class Requester(wiring.Component):
         prod = Signal(16)
         cs = Signal(_comp_engine_layout)    # one consistent snapshot of the completer's entry
         dyn_rd = Signal(_dyn_engine_layout)
-        m.d.sync += [prod_q.eq(prod_rp.data), prod.eq(prod_q), cs.eq(comp_rd_w),
-                     dyn_rd.eq(dyn_rd_w)]
+        # (a read that met a doorbell's or a RESET's write to its row is not taken: prod_q
+        # keeps the value before the write, and takes the new one a cycle later)
+        p_hit = Signal()
+        m.d.sync += [p_hit.eq(prod_wp.en & (prod_wp.addr == qpn)), prod.eq(prod_q),
+                     cs.eq(comp_rd_w), dyn_rd.eq(dyn_rd_w)]
+        with m.If(~p_hit):
+            m.d.sync += prod_q.eq(prod_rp.data)
+        # dyn_mem's read met a write to its row (e_hit1, with its data; e_hit2, with dyn_rd)
+        e_hit1, e_hit2 = Signal(), Signal()
+        m.d.sync += [e_hit1.eq((dyn_wp.en | rn_wp.en) & (dyn_wp.addr == qpn)),
+                     e_hit2.eq(e_hit1)]
         m.d.comb += rh_rpe.addr.eq(qpn)
         rn_rd = Signal(rb)              # rn as read with dyn_rd
         rh_e = Signal(rb)               # rh as read with cs
@@ -813,8 +830,9 @@ class Requester(wiring.Component):
                 with m.If(self.ctx_req.ready):
                     m.next = "CTX_WAIT"
             with m.State("CTX_WAIT"):
-                m.d.comb += [self.ctx_resp.ready.eq(1), self.busy.eq(1)]
-                with m.If(self.ctx_resp.valid):
+                # (dyn_rd from a read that met a write to the QP's row: wait for the next)
+                m.d.comb += [self.ctx_resp.ready.eq(~e_hit2), self.busy.eq(1)]
+                with m.If(self.ctx_resp.valid & ~e_hit2):
                     m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0),
                                  ern.eq(rn_rd)]
                     m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
@@ -1115,8 +1133,8 @@ class Requester(wiring.Component):
         # outputs, s2q's in comp_rd/d_rd/cfg_rd, s3q's in comp_s/d_s/cfg_s (judged), s4q's in
         # cmp/d/cfg: s4n it needs a visit, s4w only a wake-up; s1st..s4st a SET_QP wrote its
         # entry in the read's cycle or after it (the reads are not transparent)
-        s1v, s2v, s3v, s4v, s4n, s4w = (Signal(name=f"s_{n}")
-                                         for n in ("1v", "2v", "3v", "4v", "4n", "4w"))
+        s1v, s2v, s3v, s4v, s4n, s4w, s4g = (Signal(name=f"s_{n}")
+                                              for n in ("1v", "2v", "3v", "4v", "4n", "4w", "4g"))
         s1q, s2q, s3q, s4q = Signal(ab), Signal(ab), Signal(ab), Signal(ab)
         s1st, s2st, s3st, s4st = Signal(), Signal(), Signal(), Signal()
         sn = Signal(range(SCAN_QUOTA))  # QPs judged in this turn (saturating)
@@ -1137,6 +1155,15 @@ class Requester(wiring.Component):
         rh_rd, rn_rd2 = Signal(rb), Signal(rb)
         m.d.sync += [comp_rd.eq(comp_rd2_w), d_rd.eq(dyn_rd2_w), cfg_rd.eq(cfg_rd_w),
                      rh_rd.eq(rh_rd_w), rn_rd2.eq(rn_rd2_w)]
+        # The completer's copies are not read before write (no_rw_check): c_hit1 says the read
+        # whose word is on their ports met a write to its row (a SET_QP's, the engine's
+        # write-back or cfg write, the completer's own write-back, the sweep), c_hit2 and
+        # c_hit3 the same of the reads in comp_rd and comp_s. The engine's and the completer's
+        # writes are taken from their state flags (a superset of the cycles they write).
+        c_hit1, c_hit2, c_hit3 = Signal(), Signal(), Signal()
+        m.d.sync += [c_hit1.eq((set_hit & (set_q == aq)) | ((e_wb_st | e_cw_st) & (qpn == aq))
+                               | c_wb_st | sweeping),
+                     c_hit2.eq(c_hit1), c_hit3.eq(c_hit2)]
         # the scan judges from a second register of each read (the first takes the block RAM's
         # output, whose clock-to-out leaves no time for the deadline compare)
         comp_s, d_s, cfg_s = (Signal(_comp_layout, name="comp_s"),
@@ -1263,14 +1290,19 @@ class Requester(wiring.Component):
                 m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), stale.eq(0),
                              s1v.eq(1), s1q.eq(aq), s2v.eq(s1v), s2q.eq(s1q),
                              s3v.eq(s2v), s3q.eq(s2q), s4v.eq(s3v), s4q.eq(s3q),
-                             s4n.eq(p_need), s4w.eq(p_wake),
+                             s4n.eq(p_need & ~c_hit3), s4w.eq(p_wake & ~c_hit3),
+                             s4g.eq(c_hit3),
                              s1st.eq(hit(aq)), s2st.eq(s1st | hit(s1q)),
                              s3st.eq(s2st | hit(s2q)),
                              s4st.eq(s3st | hit(s3q))]
                 with m.If(~(s4v & s4n)):
                     m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s), crh.eq(rh_s)]
                 with m.If(s4v):
-                    with m.If(s4n):
+                    with m.If(s4g):
+                        # its reads met a write: read it again (the pipeline refills)
+                        m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1), s1v.eq(0), s2v.eq(0),
+                                     s3v.eq(0), s4v.eq(0)]
+                    with m.Elif(s4n):
                         # (a SET_QP write since the read drops the write-back, as in a visit)
                         m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1), ev.eq(_EV_SCAN),
                                      stale.eq(s4st | hit(s4q))]
@@ -1296,12 +1328,15 @@ class Requester(wiring.Component):
                 m.next = "LOAD"            # ... and their second (comp_s, d_s, cfg_s, rh_s)
             with m.State("LOAD"):
                 # from the second registers, as the scan, and the ACK judged from the same
-                # registers
+                # registers (or READ's reads again, when they met a write)
                 m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s),
                              rval.eq(r_rom), crh.eq(rh_s),
                              a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
                              b_zero.eq(behind == 0), d_more.eq(d_s.psn != ap1)]
-                m.next = "EVAL"
+                with m.If(c_hit3):
+                    m.next = "READ"
+                with m.Else():
+                    m.next = "EVAL"
             with m.State("EVAL"):
                 typ = a.syndrome[5:7]
                 with m.If(((cmp.rerr != 0) | d.err) & (ev == _EV_SCAN)):
@@ -1362,7 +1397,8 @@ class Requester(wiring.Component):
                 # show as written
                 m.d.sync += [thcons.eq(dyn_rd2_w.hcons), terr.eq(dyn_rd2_w.err),
                              trn.eq(rn_rd2_w)]
-                m.next = "HOLD"
+                with m.If(~c_hit1):        # (else read them again)
+                    m.next = "HOLD"
             with m.State("HOLD"):
                 # (the entry stays on the read port until TEST: rh does not change, and a
                 # write to it meanwhile means it was not yet filled, and is not used)
