@@ -422,10 +422,10 @@ class Requester(wiring.Component):
         # fabric (synthesis folds it into the block RAM behind a transparent port, whose
         # clock-to-out then leads the logic it feeds).
         # (no_rw_check: the word of a read that meets a write to its row is not used. The
-        # engine's CTX_WAIT waits for a read of dyn_mem after any such write (e_hit2); the
-        # completer reads its copies again after one (c_hit1: its scan re-reads the QP, LOAD
-        # and WALK their read). comp_eng_mem keeps the read-before-write behaviour: the
-        # engine's cs follows it every cycle.)
+        # engine's CTX_WAIT waits for a read of dyn_mem after any such write (e_hit2), and cs
+        # keeps its value over a read of comp_eng_mem that met one (ce_hit); the completer
+        # reads its copies again after one (c_hit1: its scan re-reads the QP, LOAD and WALK
+        # their read).)
         nrw = {"no_rw_check": 1}
         dyn_rp, (dyn_rd_w, rn_rd_w) = copy(                             # the engine's
             "dyn_mem", dyn_wp, [(_dyn_engine_layout, dyn_wp), (rb, rn_wp)], nrw)
@@ -433,7 +433,7 @@ class Requester(wiring.Component):
             "dyn_comp_mem", dyn_wp,
             [(_dyn_comp_layout, dyn_wp), (_cfg_layout, cfg_wp), (rb, rn_wp)], nrw)
         comp_rp, (comp_rd_w,) = copy("comp_eng_mem", comp_wp,          # the engine's
-                                     [(_comp_engine_layout, comp_wp)])
+                                     [(_comp_engine_layout, comp_wp)], nrw)
         comp_rp2, (comp_rd2_w, rh_rd_w) = copy(                         # the completer's
             "comp_mem", comp_wp, [(_comp_layout, comp_wp), (rb, rh_wp)], nrw)
         # (no_rw_check: the completer reads an entry a cycle after it read the engine's rn and
@@ -567,11 +567,21 @@ class Requester(wiring.Component):
         dyn_rd = Signal(_dyn_engine_layout)
         # (a read that met a doorbell's or a RESET's write to its row is not taken: prod_q
         # keeps the value before the write, and takes the new one a cycle later)
-        p_hit = Signal()
-        m.d.sync += [p_hit.eq(prod_wp.en & (prod_wp.addr == qpn)), prod.eq(prod_q),
-                     cs.eq(comp_rd_w), dyn_rd.eq(dyn_rd_w)]
+        # (its enable and its address compare registered apart: the enable waits for the
+        # handshakes)
+        p_hit, p_en, p_match = Signal(), Signal(), Signal()
+        m.d.sync += [p_en.eq(prod_wp.en), p_match.eq(prod_wp.addr == qpn), prod.eq(prod_q),
+                     dyn_rd.eq(dyn_rd_w)]
+        m.d.comb += p_hit.eq(p_en & p_match)
         with m.If(~p_hit):
             m.d.sync += prod_q.eq(prod_rp.data)
+        # likewise cs over a read of comp_eng_mem that met a write to its row (ce_hit, with
+        # the port's data; the writes taken from the completer's write-back state flag): it
+        # keeps the row as it was before that write, as a read before the write would give
+        ce_hit = Signal()
+        m.d.sync += ce_hit.eq((set_hit & (set_q == qpn)) | (c_wb_st & (aq == qpn)))
+        with m.If(~ce_hit):
+            m.d.sync += cs.eq(comp_rd_w)
         # dyn_mem's read met a write to its row (e_hit1, with its data; e_hit2, with dyn_rd)
         e_hit1, e_hit2 = Signal(), Signal()
         m.d.sync += [e_hit1.eq((dyn_wp.en | rn_wp.en) & (dyn_wp.addr == qpn)),
@@ -595,7 +605,7 @@ class Requester(wiring.Component):
         # flip-flop
         rgen_x = Signal(4)
         rgen_ne = Signal()
-        m.d.sync += rgen_x.eq(comp_rd_w.rgen ^ dyn.rgen)
+        m.d.sync += rgen_x.eq(Mux(ce_hit, cs.rgen, comp_rd_w.rgen) ^ dyn.rgen)
         m.d.comb += rgen_ne.eq(rgen_x != 0)
         wqe = Signal(8 * SEND_WQE_BYTES)        # the send WQE as read (bit 8·i = byte i)
         sw = data.View(SendWqe, wqe)              # its fields (interface.md §5.2, rnic.formats)
@@ -1119,7 +1129,8 @@ class Requester(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 m.next = "IDLE"
 
-        with m.If(set_hit & (set_q == Mux(pf_go, qpn, pf_q))):
+        # (the engine's QP or the prefetched one: a prefetch being issued is for qpn)
+        with m.If(set_hit & ((set_q == qpn) | (set_q == pf_q))):
             m.d.sync += pf_bad.eq(1)
 
         # ---- completer: ACKs, NAKs, timers (the Reliability Engine) -----------------------------
