@@ -1141,13 +1141,14 @@ class Requester(wiring.Component):
         sidx = Signal(ab)               # the scan's next QP
         scan_turn = Signal()
         # the scan's read pipeline (state SCAN): QP s1q's table reads are on the read ports'
-        # outputs, s2q's in comp_rd/d_rd/cfg_rd, s3q's in comp_s/d_s/cfg_s (judged), s4q's in
-        # cmp/d/cfg: s4n it needs a visit, s4w only a wake-up; s1st..s4st a SET_QP wrote its
-        # entry in the read's cycle or after it (the reads are not transparent)
-        s1v, s2v, s3v, s4v, s4n, s4w, s4g = (Signal(name=f"s_{n}")
-                                              for n in ("1v", "2v", "3v", "4v", "4n", "4w", "4g"))
-        s1q, s2q, s3q, s4q = Signal(ab), Signal(ab), Signal(ab), Signal(ab)
-        s1st, s2st, s3st, s4st = Signal(), Signal(), Signal(), Signal()
+        # outputs, s2q's in comp_rd/d_rd/cfg_rd (judged), s3q's in cmp/d/cfg: s3n it needs a
+        # visit, s3w only a wake-up, s3g its reads met a write (read it again); s1st..s3st a
+        # SET_QP wrote its entry in the read's cycle or after it (the reads are not
+        # transparent)
+        s1v, s2v, s3v, s3n, s3w, s3g = (Signal(name=f"s_{n}")
+                                        for n in ("1v", "2v", "3v", "3n", "3w", "3g"))
+        s1q, s2q, s3q = Signal(ab), Signal(ab), Signal(ab)
+        s1st, s2st, s3st = Signal(), Signal(), Signal()
         sn = Signal(range(SCAN_QUOTA))  # QPs judged in this turn (saturating)
         stale = Signal()                # a SET_QP rewrote aq meanwhile: drop the write-back
         wake = Signal()
@@ -1168,21 +1169,15 @@ class Requester(wiring.Component):
                      rh_rd.eq(rh_rd_w), rn_rd2.eq(rn_rd2_w)]
         # The completer's copies are not read before write (no_rw_check): c_hit1 says the read
         # whose word is on their ports met a write to its row (a SET_QP's, the engine's
-        # write-back or cfg write, the completer's own write-back, the sweep), c_hit2 and
-        # c_hit3 the same of the reads in comp_rd and comp_s. The engine's and the completer's
-        # writes are taken from their state flags (a superset of the cycles they write).
+        # write-back or cfg write, the completer's own write-back, the sweep), c_hit2 the same
+        # of the read in comp_rd, c_hit3 of the one before it. The engine's and the
+        # completer's writes are taken from their state flags (a superset of the cycles they
+        # write). The scan and the ACK judge from these first registers of the reads: the
+        # block RAMs' outputs go straight into them.
         c_hit1, c_hit2, c_hit3 = Signal(), Signal(), Signal()
         m.d.sync += [c_hit1.eq((set_hit & (set_q == aq)) | ((e_wb_st | e_cw_st) & (qpn == aq))
                                | c_wb_st | sweeping),
                      c_hit2.eq(c_hit1), c_hit3.eq(c_hit2)]
-        # the scan judges from a second register of each read (the first takes the block RAM's
-        # output, whose clock-to-out leaves no time for the deadline compare)
-        comp_s, d_s, cfg_s = (Signal(_comp_layout, name="comp_s"),
-                              Signal(_dyn_comp_layout, name="d_s"),
-                              Signal(_cfg_layout, name="cfg_s"))
-        rh_s, rn_s = Signal(rb), Signal(rb)
-        m.d.sync += [comp_s.eq(comp_rd), d_s.eq(d_rd), cfg_s.eq(cfg_rd), rh_s.eq(rh_rd),
-                     rn_s.eq(rn_rd2)]
         # tval two cycles after cfg (through tsrc), or in READ3 from cfg_rd (the value LOAD
         # gives cfg next), so EVAL, which follows LOAD, may use it
         t_rd3 = Signal()                # the completer is in READ3 (a register: set in READ2)
@@ -1217,7 +1212,7 @@ class Requester(wiring.Component):
         adv = Signal(24)
         behind = Signal(24)
         a_new, b_neg, b_zero, d_more = Signal(), Signal(), Signal(), Signal()
-        m.d.comb += [adv.eq(ap1 - comp_s.una), behind.eq(a.psn - comp_s.una)]
+        m.d.comb += [adv.eq(ap1 - comp_rd.una), behind.eq(a.psn - comp_rd.una)]
         expired = Signal()
         # wake-ups of parked QPs are hints (a later scan repeats them): only with room to spare
         wake_room = Signal()
@@ -1233,14 +1228,14 @@ class Requester(wiring.Component):
         # or WQEs unretired with nothing sent unacknowledged (records written after their ACK:
         # otherwise the next ACK's walk retires them). A parked QP outside an RNR wait is only
         # woken (a hint, as in ACT). A write after the read only delays a visit by a round.
-        pc, pdy, pcf = comp_s, d_s, cfg_s
+        pc, pdy, pcf = comp_rd, d_rd, cfg_rd
         p_exp = ~(now - pc.dl)[TB - 1]
         p_done = pdy.psn == pc.una
         p_live = (pc.rerr == 0) & ~pdy.err
         p_need, p_wake = Signal(), Signal()
         # ... or ring entries to drop: the QP has ended, or its list holds more than its
         # unretired WQEs (a RESET)
-        p_drop = (rh_s != rn_s) & (~p_live | (pc.ccons == pdy.hcons))
+        p_drop = (rh_rd != rn_rd2) & (~p_live | (pc.ccons == pdy.hcons))
         m.d.comb += [
             p_need.eq((p_live & (((pc.ccons != pdy.hcons) & p_done)
                                  | Mux(pc.hold, p_exp, Mux((pcf.timeout == 0) | p_done,
@@ -1282,7 +1277,7 @@ class Requester(wiring.Component):
         m.d.sync += c_wb_st.eq(0)
         with m.FSM(name="completer") as cmp_fsm:
             with m.State("IDLE"):
-                m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0), s4v.eq(0),
+                m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0),
                              sn.eq(0)]
                 with m.If(sweeping):
                     pass
@@ -1295,35 +1290,34 @@ class Requester(wiring.Component):
                     m.next = "SCAN"
             with m.State("SCAN"):
                 # A scan turn: the completer's table reads step through the QPs, one per cycle
-                # (aq → s1 → s2 → s3, judged → s4, whose entries LOAD's registers then hold). A
-                # QP judged to need it is visited from EVAL, or woken; the others are passed.
-                # The turn ends there, or after SCAN_QUOTA QPs when an ACK or a kill waits.
+                # (aq → s1 → s2, judged → s3, whose entries LOAD's registers then hold). A QP
+                # judged to need it is visited from EVAL, or woken; the others are passed. The
+                # turn ends there, or after SCAN_QUOTA QPs when an ACK or a kill waits.
                 m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), stale.eq(0),
                              s1v.eq(1), s1q.eq(aq), s2v.eq(s1v), s2q.eq(s1q),
-                             s3v.eq(s2v), s3q.eq(s2q), s4v.eq(s3v), s4q.eq(s3q),
-                             s4n.eq(p_need & ~c_hit3), s4w.eq(p_wake & ~c_hit3),
-                             s4g.eq(c_hit3),
+                             s3v.eq(s2v), s3q.eq(s2q),
+                             s3n.eq(p_need & ~c_hit2), s3w.eq(p_wake & ~c_hit2),
+                             s3g.eq(c_hit2),
                              s1st.eq(hit(aq)), s2st.eq(s1st | hit(s1q)),
-                             s3st.eq(s2st | hit(s2q)),
-                             s4st.eq(s3st | hit(s3q))]
-                with m.If(~(s4v & s4n)):
-                    m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s), crh.eq(rh_s)]
-                with m.If(s4v):
-                    with m.If(s4g):
+                             s3st.eq(s2st | hit(s2q))]
+                with m.If(~(s3v & s3n)):
+                    m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), crh.eq(rh_rd)]
+                with m.If(s3v):
+                    with m.If(s3g):
                         # its reads met a write: read it again (the pipeline refills)
-                        m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1), s1v.eq(0), s2v.eq(0),
-                                     s3v.eq(0), s4v.eq(0)]
-                    with m.Elif(s4n):
+                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), s1v.eq(0), s2v.eq(0),
+                                     s3v.eq(0)]
+                    with m.Elif(s3n):
                         # (a SET_QP write since the read drops the write-back, as in a visit)
-                        m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1), ev.eq(_EV_SCAN),
-                                     stale.eq(s4st | hit(s4q))]
+                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), ev.eq(_EV_SCAN),
+                                     stale.eq(s3st | hit(s3q))]
                         m.next = "EVAL"
-                    with m.Elif(s4w):
-                        m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1)]
+                    with m.Elif(s3w):
+                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1)]
                         m.next = "WAKE"
                         m.d.sync += c_wake_st.eq(1)
                     with m.Elif((kill_v | self.ack.valid) & (sn == SCAN_QUOTA - 1)):
-                        m.d.sync += sidx.eq(s4q + 1)
+                        m.d.sync += sidx.eq(s3q + 1)
                         with m.If(kill_v):
                             take_kill()
                         with m.Else():
@@ -1336,15 +1330,16 @@ class Requester(wiring.Component):
                 m.d.sync += t_rd3.eq(1)
                 m.next = "READ3"           # ... their first registers
             with m.State("READ3"):
-                m.next = "LOAD"            # ... and their second (comp_s, d_s, cfg_s, rh_s)
+                m.next = "LOAD"            # ... READ2's (the same row) in them
             with m.State("LOAD"):
-                # from the second registers, as the scan, and the ACK judged from the same
-                # registers (or READ's reads again, when they met a write)
-                m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s),
-                             rval.eq(r_rom), crh.eq(rh_s),
+                # from READ2's reads in the registers, as the scan, and the ACK judged from the
+                # same registers (or the reads again, when READ's, from which READ3 took the
+                # timeout, or READ2's met a write)
+                m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd),
+                             rval.eq(r_rom), crh.eq(rh_rd),
                              a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
-                             b_zero.eq(behind == 0), d_more.eq(d_s.psn != ap1)]
-                with m.If(c_hit3):
+                             b_zero.eq(behind == 0), d_more.eq(d_rd.psn != ap1)]
+                with m.If(c_hit2 | c_hit3):
                     m.next = "READ"
                 with m.Else():
                     m.next = "EVAL"
