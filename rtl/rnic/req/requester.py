@@ -169,10 +169,11 @@ def _pick(layout, row):
 
 # Each per-QP table is held once per FSM that reads it (a block RAM has one read port beside
 # its write port), each copy with only the fields that FSM reads; the copies are written
-# together, with the same address, enable and row. The engine's copy of ``dyn`` lacks
-# ``parked`` (it clears it when it takes the QP); the completer's holds what it judges and
-# retires by. The engine's copy of ``comp`` holds what it rewinds to and waits on; the
-# completer reads (and writes back) every field.
+# together, with the same address, enable and row (and values written at other times, rn, cfg
+# and rh, in lanes of their own beside the row: see copy() in Requester.elaborate). The
+# engine's copy of ``dyn`` lacks ``parked`` (it clears it when it takes the QP); the
+# completer's holds what it judges and retires by. The engine's copy of ``comp`` holds what it
+# rewinds to and waits on; the completer reads (and writes back) every field.
 _dyn_engine_layout = _sub_layout(_dyn_layout, ["cons", "hcons", "psn", "hpsn", "fpsn", "part",
                                                "noack", "err", "rgen"])
 _dyn_comp_layout = _sub_layout(_dyn_layout, ["psn", "hcons", "err", "parked"])
@@ -191,7 +192,8 @@ _LANE = 9
 
 class _TableWrite:
     """The write of a per-QP table held in several copies: ``addr``, ``en`` and the whole row
-    ``data`` (a view of the table's layout)."""
+    ``data`` (a view of the table's layout). A value kept in lanes of another table's rows has
+    one too, whose ``addr`` is unused (the rows are written at that table's address)."""
 
     def __init__(self, layout, abits, name):
         self.addr = Signal(abits, name=f"{name}_addr")
@@ -422,7 +424,7 @@ class Requester(wiring.Component):
         # fabric (synthesis folds it into the block RAM behind a transparent port, whose
         # clock-to-out then leads the logic it feeds).
         # (no_rw_check: the word of a read that meets a write to its row is not used. The
-        # engine's CTX_WAIT waits for a read of dyn_mem after any such write (e_hit2), and cs
+        # engine's CTX_WAIT waits for a read of dyn_mem after any such write (e_hit1), and cs
         # keeps its value over a read of comp_eng_mem that met one (ce_hit); the completer
         # reads its copies again after one (c_hit1: its scan re-reads the QP, LOAD and WALK
         # their read).)
@@ -502,6 +504,7 @@ class Requester(wiring.Component):
         e_wbn_st = Signal()
         e_cw_st = Signal()              # (the engine is in CHECK_WAIT, writing cfg: likewise)
         c_wb_st = Signal()
+        c_wb_st_r = Signal()            # (c_wb_st a cycle later)
         c_wake_st = Signal()
         m.d.comb += [yield_v.eq(e_yield_st), wake_v.eq(c_wake_st & ~self.qp_set.valid),
                      eng_wb.eq(e_wb_st & (~e_yield_st | (work.i.ready & ~wake_v)))]
@@ -564,32 +567,34 @@ class Requester(wiring.Component):
         prod_q = Signal(16)
         prod = Signal(16)
         cs = Signal(_comp_engine_layout)    # one consistent snapshot of the completer's entry
-        dyn_rd = Signal(_dyn_engine_layout)
+        # (dyn_mem's read, rn with it, goes straight into dyn in CTX_WAIT)
+        dyn_rd, rn_rd = dyn_rd_w, rn_rd_w
         # (a read that met a doorbell's or a RESET's write to its row is not taken: prod_q
         # keeps the value before the write, and takes the new one a cycle later)
         # (its enable and its address compare registered apart: the enable waits for the
         # handshakes)
         p_hit, p_en, p_match = Signal(), Signal(), Signal()
-        m.d.sync += [p_en.eq(prod_wp.en), p_match.eq(prod_wp.addr == qpn), prod.eq(prod_q),
-                     dyn_rd.eq(dyn_rd_w)]
+        m.d.sync += [p_en.eq(prod_wp.en), p_match.eq(prod_wp.addr == qpn), prod.eq(prod_q)]
         m.d.comb += p_hit.eq(p_en & p_match)
         with m.If(~p_hit):
             m.d.sync += prod_q.eq(prod_rp.data)
         # likewise cs over a read of comp_eng_mem that met a write to its row (ce_hit, with
         # the port's data; the writes taken from the completer's write-back state flag): it
         # keeps the row as it was before that write, as a read before the write would give
-        ce_hit = Signal()
-        m.d.sync += ce_hit.eq((set_hit & (set_q == qpn)) | (c_wb_st & (aq == qpn)))
+        # (the SET_QP's handshake and the address compares registered apart, as for p_hit)
+        ce_hit, set_r, set_qpn_r, aq_qpn_r = Signal(), Signal(), Signal(), Signal()
+        m.d.sync += [set_r.eq(set_hit), set_qpn_r.eq(set_q == qpn), aq_qpn_r.eq(aq == qpn)]
+        m.d.comb += ce_hit.eq((set_r & set_qpn_r) | (c_wb_st_r & aq_qpn_r))
         with m.If(~ce_hit):
             m.d.sync += cs.eq(comp_rd_w)
-        # dyn_mem's read met a write to its row (e_hit1, with its data; e_hit2, with dyn_rd)
-        e_hit1, e_hit2 = Signal(), Signal()
-        m.d.sync += [e_hit1.eq((dyn_wp.en | rn_wp.en) & (dyn_wp.addr == qpn)),
-                     e_hit2.eq(e_hit1)]
+        # dyn_mem's read met a write to its row (e_hit1, with its data; enable and address
+        # compare registered apart)
+        e_hit1, dyn_en_r, dyn_qpn_r = Signal(), Signal(), Signal()
+        m.d.sync += [dyn_en_r.eq(dyn_wp.en | rn_wp.en), dyn_qpn_r.eq(dyn_wp.addr == qpn)]
+        m.d.comb += e_hit1.eq(dyn_en_r & dyn_qpn_r)
         m.d.comb += rh_rpe.addr.eq(qpn)
-        rn_rd = Signal(rb)              # rn as read with dyn_rd
         rh_e = Signal(rb)               # rh as read with cs
-        m.d.sync += [rn_rd.eq(rn_rd_w), rh_e.eq(rh_rpe.data)]
+        m.d.sync += rh_e.eq(rh_rpe.data)
 
         # ---- engine state -------------------------------------------------------------------
         ctx = Signal(req_ctx_layout)
@@ -664,7 +669,11 @@ class Requester(wiring.Component):
         m.d.comb += wqe_idx.eq(Mux(pf_go, cons1, dyn.cons))
         pf_bad = Signal()               # a SET_QP rewrote the prefetched QP: drain it
         pf_hit = Signal()
-        m.d.comb += pf_hit.eq(pf_v & ~pf_bad & (pf_q == qpn) & (pf_c == dyn.cons))
+        # (the match registered: WQE_REQ, where it is used, never follows a change of pf_q,
+        # pf_c, qpn or cons by one cycle)
+        pf_match = Signal()
+        m.d.sync += pf_match.eq((pf_q == qpn) & (pf_c == dyn.cons))
+        m.d.comb += pf_hit.eq(pf_v & ~pf_bad & pf_match)
 
         # len0 and len1 (from LOOKUP on) select by num_sge's decode registered: the WQE does
         # not change after WQE_DATA but for the SGE addresses, so from LOOKUP on sge1_r and
@@ -832,7 +841,7 @@ class Requester(wiring.Component):
                     m.d.sync += [qpn.eq(work.o.payload), served.eq(0)]
                     m.next = "PRE"
             with m.State("PRE"):
-                # the table reads of the new QPN reach their registers (dyn_rd) by CTX_WAIT
+                # the table reads of the new QPN reach the read ports (dyn_rd) by CTX
                 m.d.comb += self.busy.eq(1)
                 m.next = "CTX"
             with m.State("CTX"):
@@ -841,8 +850,8 @@ class Requester(wiring.Component):
                     m.next = "CTX_WAIT"
             with m.State("CTX_WAIT"):
                 # (dyn_rd from a read that met a write to the QP's row: wait for the next)
-                m.d.comb += [self.ctx_resp.ready.eq(~e_hit2), self.busy.eq(1)]
-                with m.If(self.ctx_resp.valid & ~e_hit2):
+                m.d.comb += [self.ctx_resp.ready.eq(~e_hit1), self.busy.eq(1)]
+                with m.If(self.ctx_resp.valid & ~e_hit1):
                     m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0),
                                  ern.eq(rn_rd)]
                     m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
@@ -1174,10 +1183,13 @@ class Requester(wiring.Component):
         # completer's writes are taken from their state flags (a superset of the cycles they
         # write). The scan and the ACK judge from these first registers of the reads: the
         # block RAMs' outputs go straight into them.
+        # (the SET_QP's handshake and the address compares registered apart, as for p_hit)
         c_hit1, c_hit2, c_hit3 = Signal(), Signal(), Signal()
-        m.d.sync += [c_hit1.eq((set_hit & (set_q == aq)) | ((e_wb_st | e_cw_st) & (qpn == aq))
-                               | c_wb_st | sweeping),
-                     c_hit2.eq(c_hit1), c_hit3.eq(c_hit2)]
+        set_aq_r, e_st_r, sweep_r = Signal(), Signal(), Signal()
+        m.d.sync += [set_aq_r.eq(set_q == aq), e_st_r.eq(e_wb_st | e_cw_st),
+                     c_wb_st_r.eq(c_wb_st), sweep_r.eq(sweeping), c_hit2.eq(c_hit1),
+                     c_hit3.eq(c_hit2)]
+        m.d.comb += c_hit1.eq((set_r & set_aq_r) | (e_st_r & aq_qpn_r) | c_wb_st_r | sweep_r)
         # tval two cycles after cfg (through tsrc), or in READ3 from cfg_rd (the value LOAD
         # gives cfg next), so EVAL, which follows LOAD, may use it
         t_rd3 = Signal()                # the completer is in READ3 (a register: set in READ2)
@@ -1205,9 +1217,9 @@ class Requester(wiring.Component):
         covered = Signal(24)
         m.d.comb += covered.eq(cmp.una - 1 - ent_lp)
         # an ACK's PSN against una (24-bit serial arithmetic) and the next PSN, judged in LOAD
-        # from the second registers of the reads (EVAL decides from these flip-flops): a_new = a newer ACK (0 < psn + 1 − una < 2^23),
-        # b_neg = a NAK for a PSN before una, b_zero = at una, d_more = PSNs sent after it
-        # (``ap1`` = psn + 1 is registered with the ACK)
+        # from the read registers (EVAL decides from these flip-flops): a_new = a newer ACK
+        # (0 < psn + 1 − una < 2^23), b_neg = a NAK for a PSN before una, b_zero = at una,
+        # d_more = PSNs sent after it (``ap1`` = psn + 1 is registered with the ACK)
         ap1 = Signal(24)
         adv = Signal(24)
         behind = Signal(24)
