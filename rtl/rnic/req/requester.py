@@ -631,7 +631,6 @@ class Requester(wiring.Component):
         k = Signal(2)
         beat = Signal(range(max(2, 64 // nb)))
         status = Signal(8)
-        bad_op = Signal()               # opcode > 4 or num_sge > 2 (set in WQE_DATA)
         hfault = Signal()
         sent = Signal(32)               # message bytes handed to the TX frame builder
         resid = Signal(32)              # message bytes not yet handed over
@@ -960,12 +959,6 @@ class Requester(wiring.Component):
                                      beat.eq(beat + 1)]
                     with m.If(self.wqe_rd.resp.payload.err):
                         m.d.sync += hfault.eq(1)
-                    # VALIDATE's opcode and SGE-count check, from the beat that holds bytes
-                    # 8–10 as it arrives (registered: no compare between wqe and the state)
-                    rd = self.wqe_rd.resp.payload.data
-                    o = 8 * (8 % nb)
-                    with m.If((beat == 8 // nb) if nb < 64 else Const(1)):
-                        m.d.sync += bad_op.eq((rd[o:o + 8] > 4) | (rd[o + 16:o + 24] > 2))
                     with m.If(self.wqe_rd.resp.payload.last):
                         m.next = "VALIDATE"
             with m.State("VALIDATE"):
@@ -980,7 +973,7 @@ class Requester(wiring.Component):
                 with m.Elif(hfault):
                     m.d.sync += status.eq(0)
                     m.next = "ERR"
-                with m.Elif(bad_op):
+                with m.Elif((wop > 4) | (num_sge > 2)):
                     m.d.sync += status.eq(int(WcStatus.LOC_QP_OP_ERR))
                     m.next = "ERR"
                 with m.Else():
