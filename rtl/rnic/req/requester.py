@@ -169,10 +169,11 @@ def _pick(layout, row):
 
 # Each per-QP table is held once per FSM that reads it (a block RAM has one read port beside
 # its write port), each copy with only the fields that FSM reads; the copies are written
-# together, with the same address, enable and row. The engine's copy of ``dyn`` lacks
-# ``parked`` (it clears it when it takes the QP); the completer's holds what it judges and
-# retires by. The engine's copy of ``comp`` holds what it rewinds to and waits on; the
-# completer reads (and writes back) every field.
+# together, with the same address, enable and row (and values written at other times, rn, cfg
+# and rh, in lanes of their own beside the row: see copy() in Requester.elaborate). The
+# engine's copy of ``dyn`` lacks ``parked`` (it clears it when it takes the QP); the
+# completer's holds what it judges and retires by. The engine's copy of ``comp`` holds what it
+# rewinds to and waits on; the completer reads (and writes back) every field.
 _dyn_engine_layout = _sub_layout(_dyn_layout, ["cons", "hcons", "psn", "hpsn", "fpsn", "part",
                                                "noack", "err", "rgen"])
 _dyn_comp_layout = _sub_layout(_dyn_layout, ["psn", "hcons", "err", "parked"])
@@ -184,10 +185,15 @@ _comp_engine_layout = _sub_layout(_comp_layout, ["una", "ccons", "cfpsn", "rgen"
 #: timer).
 _cfg_layout = data.StructLayout({"timeout": 5, "retry_cnt": 3, "rnr_retry": 3})
 
+#: The lane of the per-QP tables' write enables: a DP16KD's byte (9 bits at 512×36), so that
+#: parts of a row written apart share one block RAM row.
+_LANE = 9
+
 
 class _TableWrite:
     """The write of a per-QP table held in several copies: ``addr``, ``en`` and the whole row
-    ``data`` (a view of the table's layout)."""
+    ``data`` (a view of the table's layout). A value kept in lanes of another table's rows has
+    one too, whose ``addr`` is unused (the rows are written at that table's address)."""
 
     def __init__(self, layout, abits, name):
         self.addr = Signal(abits, name=f"{name}_addr")
@@ -360,8 +366,9 @@ class Requester(wiring.Component):
             m.d.sync += now.eq(now + 1)
 
         # ---- per-QP tables ----------------------------------------------------------------
-        m.submodules.prod_mem = prod_mem = Memory(shape=16, depth=self.num_qp, init=[])
-        m.submodules.cfg_mem = cfg_mem = Memory(shape=_cfg_layout, depth=self.num_qp, init=[])
+        # (no_rw_check: prod_q does not take a read that met a write to its row, see p_hit)
+        m.submodules.prod_mem = prod_mem = Memory(shape=16, depth=self.num_qp, init=[],
+                                                  attrs={"no_rw_check": 1})
         # The in-flight ring (docs/requester.md, "In-flight ring"): entries shared by every QP,
         # each QP's unretired WQEs a list in SQ order from ``rh`` (the completer's table) to
         # ``rn`` (the engine's), ``rn`` being the entry the QP's next new WQE is written to and
@@ -371,22 +378,44 @@ class Requester(wiring.Component):
         # ``hcons − ccons``). Free entries: never used ones from ``fresh`` up, then ``free``.
         m.submodules.ring_mem = ring_mem = Memory(shape=ring_layout, depth=D, init=[],
                                                   attrs={"no_rw_check": 1})
-        m.submodules.rn_mem = rn_mem = Memory(shape=rb, depth=self.num_qp, init=[])
         m.submodules.rh_mem = rh_mem = Memory(shape=rb, depth=self.num_qp, init=[],
                                               attrs={"no_rw_check": 1})
         m.submodules.free = free = Queue(rb, D - self.num_qp)
         prod_wp = prod_mem.write_port()
-        prod_rp = prod_mem.read_port(transparent_for=(prod_wp,))
-        # dyn and comp: one write (address, enable, row) each, into one copy per reader
+        prod_rp = prod_mem.read_port()
+        # dyn and comp: one write (address, enable, row) each, into one copy per reader. Beside
+        # dyn's row, in lanes of their own with their own enables and dyn's address: the
+        # engine's ``rn`` (in both copies) and the completer's timer settings ``cfg`` (in the
+        # completer's copy); beside comp's row, in the completer's copy, ``rh``.
         dyn_wp = _TableWrite(_dyn_layout, ab, "dyn_w")
         comp_wp = _TableWrite(_comp_layout, ab, "comp_w")
+        rn_wp = _TableWrite(rb, ab, "rn_w")         # (addr: dyn_wp.addr)
+        cfg_wp = _TableWrite(_cfg_layout, ab, "cfg_w")   # (addr: dyn_wp.addr)
+        rh_wp = _TableWrite(rb, ab, "rh_w")         # (the completer's copy: comp_wp.addr)
 
-        def copy(name, table, layout, transparent=True):
-            m.submodules[name] = mem = Memory(shape=layout, depth=self.num_qp, init=[])
-            wp = mem.write_port()
-            m.d.comb += [wp.addr.eq(table.addr), wp.en.eq(table.en),
-                         wp.data.as_value().eq(_pick(layout, table.data))]
-            return mem.read_port(transparent_for=(wp,) if transparent else ())
+        def copy(name, table, parts, attrs=None):
+            """A block RAM copy of ``table``'s family, written at ``table.addr``: ``parts``
+            [(layout, write)] each in whole 9-bit lanes (``_LANE``) with the write's enable,
+            the fields of ``layout`` taken from the write's row. Returns the read port and each
+            part's fields in its data."""
+            widths = [data.Layout.cast(lay).size if isinstance(lay, data.Layout) else lay
+                      for lay, _ in parts]
+            nl = [-(-w // _LANE) for w in widths]
+            m.submodules[name] = mem = Memory(shape=_LANE * sum(nl), depth=self.num_qp,
+                                              init=[], attrs=attrs or {})
+            wp = mem.write_port(granularity=_LANE)
+            m.d.comb += wp.addr.eq(table.addr)
+            rp = mem.read_port(transparent_for=())
+            lane, outs = 0, []
+            for (lay, w_), w, n in zip(parts, widths, nl):
+                val = (_pick(lay, w_.data) if isinstance(lay, data.Layout)
+                       else w_.data)
+                m.d.comb += [wp.data[_LANE * lane:_LANE * lane + w].eq(val),
+                             wp.en[lane:lane + n].eq(w_.en.replicate(n))]
+                rd = rp.data[_LANE * lane:_LANE * lane + w]
+                outs.append(data.View(lay, rd) if isinstance(lay, data.Layout) else rd)
+                lane += n
+            return rp, outs
 
         # Every copy is read without transparency: a write shows in the read a cycle later
         # (the engine's uses are a cycle older than the reads anyway, see dyn_rd and cs; the
@@ -394,33 +423,44 @@ class Requester(wiring.Component):
         # s1st and stale), and the register after the read port stays a flip-flop in the
         # fabric (synthesis folds it into the block RAM behind a transparent port, whose
         # clock-to-out then leads the logic it feeds).
-        dyn_rp = copy("dyn_mem", dyn_wp, _dyn_engine_layout, False)    # the engine's
-        dyn_rp2 = copy("dyn_comp_mem", dyn_wp, _dyn_comp_layout, False)   # the completer's
-        comp_rp = copy("comp_eng_mem", comp_wp, _comp_engine_layout, False)   # the engine's
-        comp_rp2 = copy("comp_mem", comp_wp, _comp_layout, False)      # the completer's
-        cfg_wp = cfg_mem.write_port()
-        cfg_rp = cfg_mem.read_port()        # (as the engine's copies: cfg_rd in the fabric)
+        # (no_rw_check: the word of a read that meets a write to its row is not used. The
+        # engine's CTX_WAIT waits for a read of dyn_mem after any such write (e_hit1), and cs
+        # keeps its value over a read of comp_eng_mem that met one (ce_hit); the completer
+        # reads its copies again after one (c_hit1: its scan re-reads the QP, LOAD and WALK
+        # their read).)
+        nrw = {"no_rw_check": 1}
+        dyn_rp, (dyn_rd_w, rn_rd_w) = copy(                             # the engine's
+            "dyn_mem", dyn_wp, [(_dyn_engine_layout, dyn_wp), (rb, rn_wp)], nrw)
+        dyn_rp2, (dyn_rd2_w, cfg_rd_w, rn_rd2_w) = copy(                # the completer's
+            "dyn_comp_mem", dyn_wp,
+            [(_dyn_comp_layout, dyn_wp), (_cfg_layout, cfg_wp), (rb, rn_wp)], nrw)
+        comp_rp, (comp_rd_w,) = copy("comp_eng_mem", comp_wp,          # the engine's
+                                     [(_comp_engine_layout, comp_wp)], nrw)
+        comp_rp2, (comp_rd2_w, rh_rd_w) = copy(                         # the completer's
+            "comp_mem", comp_wp, [(_comp_layout, comp_wp), (rb, rh_wp)], nrw)
         # (no_rw_check: the completer reads an entry a cycle after it read the engine's rn and
         # hcons, so an entry written in the cycle of its read is one those did not yet show as
         # filled, and its word is not used)
         infl_wp = ring_mem.write_port()
         infl_rp = ring_mem.read_port()
-        rn_wp = rn_mem.write_port()
-        rn_rp = rn_mem.read_port()                                    # the engine's (as dyn_rp)
-        rn_rp2 = rn_mem.read_port()                                   # the completer's (as dyn_rp2)
-        # (no_rw_check: the completer writes rh only in its write-back, when its reads at the
-        # same QP are not used; the engine's read is registered beside cs, as comp's)
-        rh_wp = rh_mem.write_port()
-        rh_rp = rh_mem.read_port()                                    # the completer's
-        rh_rpe = rh_mem.read_port()                                   # the engine's
+        # the engine's copy of rh (the completer's is in comp_mem)
+        # (no_rw_check: the completer writes rh only in its write-back; the engine's read is
+        # registered beside cs, as comp's)
+        rhe_wp = rh_mem.write_port()
+        rh_rpe = rh_mem.read_port()
+        m.d.comb += [rhe_wp.addr.eq(comp_wp.addr), rhe_wp.en.eq(rh_wp.en),
+                     rhe_wp.data.eq(rh_wp.data)]
         fresh = Signal(range(D + 1), init=self.num_qp)
         # after rst, each QP q's rn = rh = entry q (an empty list), one QP per cycle; the engine
         # and the completer start after it
+        # (rn and rh share their rows with dyn and comp: a SET_QP's write, at its own address,
+        # pauses the sweep for that cycle)
         sweeping = Signal(init=1)
         sw_i = Signal(ab)
-        with m.If(sweeping):
-            m.d.comb += [rn_wp.addr.eq(sw_i), rn_wp.data.eq(sw_i), rn_wp.en.eq(1),
-                         rh_wp.addr.eq(sw_i), rh_wp.data.eq(sw_i), rh_wp.en.eq(1)]
+        sw_en = Signal()
+        with m.If(sw_en):
+            m.d.comb += [rn_wp.data.eq(sw_i), rn_wp.en.eq(1), rh_wp.data.eq(sw_i),
+                         rh_wp.en.eq(1)]
             m.d.sync += sw_i.eq(sw_i + 1)
             with m.If(sw_i == self.num_qp - 1):
                 m.d.sync += sweeping.eq(0)
@@ -462,18 +502,22 @@ class Requester(wiring.Component):
         e_yield_st = Signal()
         e_park_st = Signal()            # (the engine is in PARK, in WB_NEXT: set likewise)
         e_wbn_st = Signal()
+        e_cw_st = Signal()              # (the engine is in CHECK_WAIT, writing cfg: likewise)
         c_wb_st = Signal()
+        c_wb_st_r = Signal()            # (c_wb_st a cycle later)
         c_wake_st = Signal()
         m.d.comb += [yield_v.eq(e_yield_st), wake_v.eq(c_wake_st & ~self.qp_set.valid),
                      eng_wb.eq(e_wb_st & (~e_yield_st | (work.i.ready & ~wake_v)))]
-        m.d.comb += self.qp_set.ready.eq(~e_wb_st & ~c_wb_st & work.i.ready)
+        m.d.comb += self.qp_set.ready.eq(~e_wb_st & ~e_cw_st & ~c_wb_st & work.i.ready)
         m.d.comb += self.sq_db.ready.eq(db_rd & ~self.qp_set.valid & ~c_wake_st & ~e_yield_st
                                         & work.i.ready)
         # The work queue's entry and prod's address and row are chosen without the handshakes
         # (which only enable them): the SET_QP's when one may be taken (qs_sel), else the
         # wake-up's, the yield's, the doorbell's, in the order below.
         dq = self.sq_db.payload.number[:ab]
-        qs_sel = self.qp_set.valid & ~e_wb_st & ~c_wb_st
+        qs_sel = Signal()
+        m.d.comb += [qs_sel.eq(self.qp_set.valid & ~e_wb_st & ~e_cw_st & ~c_wb_st),
+                     sw_en.eq(sweeping & ~qs_sel)]
         m.d.comb += [
             work.i.payload.eq(Mux(qs_sel, set_q, Mux(c_wake_st & ~self.qp_set.valid, aq,
                                                      Mux(e_yield_st, qpn, dq)))),
@@ -495,22 +539,25 @@ class Requester(wiring.Component):
         with m.Elif(self.sq_db.valid & self.sq_db.ready & live_rp.data
                     & (self.sq_db.payload.number < self.num_qp)):     # others are ignored
             m.d.comb += [prod_wp.en.eq(1), work.i.valid.eq(1)]
-        # dyn's and comp's writes: a SET_QP's (set_hit) or the write-back's, never both in one
-        # cycle. The address and the row are chosen by the write-back's state flag alone (a
-        # register; qp_set.ready is low in those states), so that only the enable waits for
-        # the SET_QP's handshake.
+        # dyn's and comp's writes: a SET_QP's (set_hit), the write-back's (with rn, or rh),
+        # CHECK_WAIT's cfg or the reset sweep's rn and rh, never two in one cycle. The address
+        # is the SET_QP's while one is offered and may be taken (qs_sel: it pauses the sweep),
+        # else the sweep's, else the engine's or the completer's QP; the row is chosen by the
+        # write-back's state flag alone (a register; qp_set.ready is low in those states), so
+        # that only the enables wait for the SET_QP's handshake.
         psn0 = Mux(set_rts, sp.sq_psn, 0)
-        m.d.comb += [dyn_wp.en.eq(eng_wb | set_hit), comp_wp.en.eq(cmp_wb | set_hit)]
+        m.d.comb += [dyn_wp.en.eq(eng_wb | set_hit), comp_wp.en.eq(cmp_wb | set_hit),
+                     dyn_wp.addr.eq(Mux(qs_sel, set_q, Mux(sweeping, sw_i, qpn))),
+                     comp_wp.addr.eq(Mux(qs_sel, set_q, Mux(sweeping, sw_i, aq)))]
         with m.If(e_wb_st):
-            m.d.comb += [dyn_wp.addr.eq(qpn), dyn_wp.data.eq(eng_dyn)]
+            m.d.comb += dyn_wp.data.eq(eng_dyn)
         with m.Else():
-            m.d.comb += [dyn_wp.addr.eq(set_q), dyn_wp.data.psn.eq(psn0),
+            m.d.comb += [dyn_wp.data.psn.eq(psn0),
                          dyn_wp.data.hpsn.eq(psn0), dyn_wp.data.fpsn.eq(psn0)]
         with m.If(c_wb_st):
-            m.d.comb += [comp_wp.addr.eq(aq), comp_wp.data.eq(cmp_new)]
+            m.d.comb += comp_wp.data.eq(cmp_new)
         with m.Else():
-            m.d.comb += [comp_wp.addr.eq(set_q), comp_wp.data.una.eq(psn0),
-                         comp_wp.data.cfpsn.eq(psn0)]
+            m.d.comb += [comp_wp.data.una.eq(psn0), comp_wp.data.cfpsn.eq(psn0)]
 
         # the engine reads its QP's entries continuously
         m.d.comb += [prod_rp.addr.eq(qpn), dyn_rp.addr.eq(qpn), comp_rp.addr.eq(qpn)]
@@ -520,13 +567,34 @@ class Requester(wiring.Component):
         prod_q = Signal(16)
         prod = Signal(16)
         cs = Signal(_comp_engine_layout)    # one consistent snapshot of the completer's entry
-        dyn_rd = Signal(_dyn_engine_layout)
-        m.d.sync += [prod_q.eq(prod_rp.data), prod.eq(prod_q), cs.eq(comp_rp.data),
-                     dyn_rd.eq(dyn_rp.data)]
-        m.d.comb += [rn_rp.addr.eq(qpn), rh_rpe.addr.eq(qpn)]
-        rn_rd = Signal(rb)              # rn as read with dyn_rd
+        # (dyn_mem's read, rn with it, goes straight into dyn in CTX_WAIT)
+        dyn_rd, rn_rd = dyn_rd_w, rn_rd_w
+        # (a read that met a doorbell's or a RESET's write to its row is not taken: prod_q
+        # keeps the value before the write, and takes the new one a cycle later)
+        # (its enable and its address compare registered apart: the enable waits for the
+        # handshakes)
+        p_hit, p_en, p_match = Signal(), Signal(), Signal()
+        m.d.sync += [p_en.eq(prod_wp.en), p_match.eq(prod_wp.addr == qpn), prod.eq(prod_q)]
+        m.d.comb += p_hit.eq(p_en & p_match)
+        with m.If(~p_hit):
+            m.d.sync += prod_q.eq(prod_rp.data)
+        # likewise cs over a read of comp_eng_mem that met a write to its row (ce_hit, with
+        # the port's data; the writes taken from the completer's write-back state flag): it
+        # keeps the row as it was before that write, as a read before the write would give
+        # (the SET_QP's handshake and the address compares registered apart, as for p_hit)
+        ce_hit, set_r, set_qpn_r, aq_qpn_r = Signal(), Signal(), Signal(), Signal()
+        m.d.sync += [set_r.eq(set_hit), set_qpn_r.eq(set_q == qpn), aq_qpn_r.eq(aq == qpn)]
+        m.d.comb += ce_hit.eq((set_r & set_qpn_r) | (c_wb_st_r & aq_qpn_r))
+        with m.If(~ce_hit):
+            m.d.sync += cs.eq(comp_rd_w)
+        # dyn_mem's read met a write to its row (e_hit1, with its data; enable and address
+        # compare registered apart)
+        e_hit1, dyn_en_r, dyn_qpn_r = Signal(), Signal(), Signal()
+        m.d.sync += [dyn_en_r.eq(dyn_wp.en | rn_wp.en), dyn_qpn_r.eq(dyn_wp.addr == qpn)]
+        m.d.comb += e_hit1.eq(dyn_en_r & dyn_qpn_r)
+        m.d.comb += rh_rpe.addr.eq(qpn)
         rh_e = Signal(rb)               # rh as read with cs
-        m.d.sync += [rn_rd.eq(rn_rp.data), rh_e.eq(rh_rpe.data)]
+        m.d.sync += rh_e.eq(rh_rpe.data)
 
         # ---- engine state -------------------------------------------------------------------
         ctx = Signal(req_ctx_layout)
@@ -535,14 +603,14 @@ class Requester(wiring.Component):
         eng_rn = Signal(rb)             # rn as written back
         m.d.comb += eng_rn.eq(ern)
         with m.If(~sweeping):
-            m.d.comb += [rn_wp.addr.eq(qpn), rn_wp.data.eq(eng_rn), rn_wp.en.eq(eng_wb)]
+            m.d.comb += [rn_wp.data.eq(eng_rn), rn_wp.en.eq(eng_wb)]
         # cs.rgen != dyn.rgen for ERR, registered beside cs (from the same read and the
         # dyn.rgen of the cycle before: ERR never follows REWIND or CTX_WAIT, which set it),
         # bit by bit (rgen_x), so one LUT stands between the block RAM's output and each
         # flip-flop
         rgen_x = Signal(4)
         rgen_ne = Signal()
-        m.d.sync += rgen_x.eq(comp_rp.data.rgen ^ dyn.rgen)
+        m.d.sync += rgen_x.eq(Mux(ce_hit, cs.rgen, comp_rd_w.rgen) ^ dyn.rgen)
         m.d.comb += rgen_ne.eq(rgen_x != 0)
         wqe = Signal(8 * SEND_WQE_BYTES)        # the send WQE as read (bit 8·i = byte i)
         sw = data.View(SendWqe, wqe)              # its fields (interface.md §5.2, rnic.formats)
@@ -601,7 +669,11 @@ class Requester(wiring.Component):
         m.d.comb += wqe_idx.eq(Mux(pf_go, cons1, dyn.cons))
         pf_bad = Signal()               # a SET_QP rewrote the prefetched QP: drain it
         pf_hit = Signal()
-        m.d.comb += pf_hit.eq(pf_v & ~pf_bad & (pf_q == qpn) & (pf_c == dyn.cons))
+        # (the match registered: WQE_REQ, where it is used, never follows a change of pf_q,
+        # pf_c, qpn or cons by one cycle)
+        pf_match = Signal()
+        m.d.sync += pf_match.eq((pf_q == qpn) & (pf_c == dyn.cons))
+        m.d.comb += pf_hit.eq(pf_v & ~pf_bad & pf_match)
 
         # len0 and len1 (from LOOKUP on) select by num_sge's decode registered: the WQE does
         # not change after WQE_DATA but for the SGE addresses, so from LOOKUP on sge1_r and
@@ -732,7 +804,6 @@ class Requester(wiring.Component):
             ecpl.payload.fault.eq(hfault),
             eng_dyn.eq(dyn),
             eng_dyn.parked.eq(e_park_st),
-            cfg_wp.addr.eq(qpn),
             cfg_wp.data.timeout.eq(ctx.timeout),
             cfg_wp.data.retry_cnt.eq(ctx.retry_cnt),
             cfg_wp.data.rnr_retry.eq(ctx.rnr_retry),
@@ -760,7 +831,8 @@ class Requester(wiring.Component):
             if flag is not None:
                 m.d.sync += flag.eq(1)
 
-        m.d.sync += [e_wb_st.eq(0), e_yield_st.eq(0), e_park_st.eq(0), e_wbn_st.eq(0)]
+        m.d.sync += [e_wb_st.eq(0), e_yield_st.eq(0), e_park_st.eq(0), e_wbn_st.eq(0),
+                     e_cw_st.eq(0)]
         with m.FSM(name="engine") as eng_fsm:
             with m.State("IDLE"):
                 m.d.comb += work.o.ready.eq(~sweeping)
@@ -769,7 +841,7 @@ class Requester(wiring.Component):
                     m.d.sync += [qpn.eq(work.o.payload), served.eq(0)]
                     m.next = "PRE"
             with m.State("PRE"):
-                # the table reads of the new QPN reach their registers (dyn_rd) by CTX_WAIT
+                # the table reads of the new QPN reach the read ports (dyn_rd) by CTX
                 m.d.comb += self.busy.eq(1)
                 m.next = "CTX"
             with m.State("CTX"):
@@ -777,11 +849,13 @@ class Requester(wiring.Component):
                 with m.If(self.ctx_req.ready):
                     m.next = "CTX_WAIT"
             with m.State("CTX_WAIT"):
-                m.d.comb += [self.ctx_resp.ready.eq(1), self.busy.eq(1)]
-                with m.If(self.ctx_resp.valid):
+                # (dyn_rd from a read that met a write to the QP's row: wait for the next)
+                m.d.comb += [self.ctx_resp.ready.eq(~e_hit1), self.busy.eq(1)]
+                with m.If(self.ctx_resp.valid & ~e_hit1):
                     m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0),
                                  ern.eq(rn_rd)]
                     m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
+                    m.d.sync += e_cw_st.eq(1)
                     m.next = "CHECK_WAIT"
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
@@ -1031,7 +1105,7 @@ class Requester(wiring.Component):
                     with m.Else():
                         m.d.comb += free.o.ready.eq(1)
                 m.d.sync += [dyn.cons.eq(cons1), dyn.part.eq(0), dyn.hcons.eq(hnext),
-                             served.eq(1)]
+                             served.eq(1), e_cw_st.eq(1)]
                 m.next = "CHECK_WAIT"
             with m.State("CHECK_WAIT"):
                 # one cycle for the registered reads and window flags to see the new dyn; the
@@ -1058,12 +1132,14 @@ class Requester(wiring.Component):
                     go("PARK")               # the WQE is fetched again on the wake-up
             with m.State("WB_LOOP"):
                 m.d.comb += self.busy.eq(1)
+                m.d.sync += e_cw_st.eq(1)
                 m.next = "CHECK_WAIT"
             with m.State("WB"):
                 m.d.comb += self.busy.eq(1)
                 m.next = "IDLE"
 
-        with m.If(set_hit & (set_q == Mux(pf_go, qpn, pf_q))):
+        # (the engine's QP or the prefetched one: a prefetch being issued is for qpn)
+        with m.If(set_hit & ((set_q == qpn) | (set_q == pf_q))):
             m.d.sync += pf_bad.eq(1)
 
         # ---- completer: ACKs, NAKs, timers (the Reliability Engine) -----------------------------
@@ -1074,13 +1150,14 @@ class Requester(wiring.Component):
         sidx = Signal(ab)               # the scan's next QP
         scan_turn = Signal()
         # the scan's read pipeline (state SCAN): QP s1q's table reads are on the read ports'
-        # outputs, s2q's in comp_rd/d_rd/cfg_rd, s3q's in comp_s/d_s/cfg_s (judged), s4q's in
-        # cmp/d/cfg: s4n it needs a visit, s4w only a wake-up; s1st..s4st a SET_QP wrote its
-        # entry in the read's cycle or after it (the reads are not transparent)
-        s1v, s2v, s3v, s4v, s4n, s4w = (Signal(name=f"s_{n}")
-                                         for n in ("1v", "2v", "3v", "4v", "4n", "4w"))
-        s1q, s2q, s3q, s4q = Signal(ab), Signal(ab), Signal(ab), Signal(ab)
-        s1st, s2st, s3st, s4st = Signal(), Signal(), Signal(), Signal()
+        # outputs, s2q's in comp_rd/d_rd/cfg_rd (judged), s3q's in cmp/d/cfg: s3n it needs a
+        # visit, s3w only a wake-up, s3g its reads met a write (read it again); s1st..s3st a
+        # SET_QP wrote its entry in the read's cycle or after it (the reads are not
+        # transparent)
+        s1v, s2v, s3v, s3n, s3w, s3g = (Signal(name=f"s_{n}")
+                                        for n in ("1v", "2v", "3v", "3n", "3w", "3g"))
+        s1q, s2q, s3q = Signal(ab), Signal(ab), Signal(ab)
+        s1st, s2st, s3st = Signal(), Signal(), Signal()
         sn = Signal(range(SCAN_QUOTA))  # QPs judged in this turn (saturating)
         stale = Signal()                # a SET_QP rewrote aq meanwhile: drop the write-back
         wake = Signal()
@@ -1097,24 +1174,29 @@ class Requester(wiring.Component):
         rval = Signal(TB)               # the RNR NAK's wait in µs
         crh = Signal(rb)                # the QP's rh: the entry of its WQE at ccons
         rh_rd, rn_rd2 = Signal(rb), Signal(rb)
-        m.d.sync += [comp_rd.eq(comp_rp2.data), d_rd.eq(dyn_rp2.data), cfg_rd.eq(cfg_rp.data),
-                     rh_rd.eq(rh_rp.data), rn_rd2.eq(rn_rp2.data)]
-        # the scan judges from a second register of each read (the first takes the block RAM's
-        # output, whose clock-to-out leaves no time for the deadline compare)
-        comp_s, d_s, cfg_s = (Signal(_comp_layout, name="comp_s"),
-                              Signal(_dyn_comp_layout, name="d_s"),
-                              Signal(_cfg_layout, name="cfg_s"))
-        rh_s, rn_s = Signal(rb), Signal(rb)
-        m.d.sync += [comp_s.eq(comp_rd), d_s.eq(d_rd), cfg_s.eq(cfg_rd), rh_s.eq(rh_rd),
-                     rn_s.eq(rn_rd2)]
+        m.d.sync += [comp_rd.eq(comp_rd2_w), d_rd.eq(dyn_rd2_w), cfg_rd.eq(cfg_rd_w),
+                     rh_rd.eq(rh_rd_w), rn_rd2.eq(rn_rd2_w)]
+        # The completer's copies are not read before write (no_rw_check): c_hit1 says the read
+        # whose word is on their ports met a write to its row (a SET_QP's, the engine's
+        # write-back or cfg write, the completer's own write-back, the sweep), c_hit2 the same
+        # of the read in comp_rd, c_hit3 of the one before it. The engine's and the
+        # completer's writes are taken from their state flags (a superset of the cycles they
+        # write). The scan and the ACK judge from these first registers of the reads: the
+        # block RAMs' outputs go straight into them.
+        # (the SET_QP's handshake and the address compares registered apart, as for p_hit)
+        c_hit1, c_hit2, c_hit3 = Signal(), Signal(), Signal()
+        set_aq_r, e_st_r, sweep_r = Signal(), Signal(), Signal()
+        m.d.sync += [set_aq_r.eq(set_q == aq), e_st_r.eq(e_wb_st | e_cw_st),
+                     c_wb_st_r.eq(c_wb_st), sweep_r.eq(sweeping), c_hit2.eq(c_hit1),
+                     c_hit3.eq(c_hit2)]
+        m.d.comb += c_hit1.eq((set_r & set_aq_r) | (e_st_r & aq_qpn_r) | c_wb_st_r | sweep_r)
         # tval two cycles after cfg (through tsrc), or in READ3 from cfg_rd (the value LOAD
         # gives cfg next), so EVAL, which follows LOAD, may use it
         t_rd3 = Signal()                # the completer is in READ3 (a register: set in READ2)
         tsrc = Signal(5)
         m.d.sync += [t_rd3.eq(0), tsrc.eq(Mux(t_rd3, cfg_rd.timeout, cfg.timeout)),
                      tval.eq(rom(m, tsrc, TIMEOUT_US, 34, "timeout_us"))]
-        m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq), cfg_rp.addr.eq(aq),
-                     rh_rp.addr.eq(aq), rn_rp2.addr.eq(aq),
+        m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq),
                      infl_rp.addr.eq(crh),
                      cmp_new.eq(cmp)]
         r_rom = rom(m, a.syndrome[:5], RNR_US, TB, "rnr_us")
@@ -1135,14 +1217,14 @@ class Requester(wiring.Component):
         covered = Signal(24)
         m.d.comb += covered.eq(cmp.una - 1 - ent_lp)
         # an ACK's PSN against una (24-bit serial arithmetic) and the next PSN, judged in LOAD
-        # from the second registers of the reads (EVAL decides from these flip-flops): a_new = a newer ACK (0 < psn + 1 − una < 2^23),
-        # b_neg = a NAK for a PSN before una, b_zero = at una, d_more = PSNs sent after it
-        # (``ap1`` = psn + 1 is registered with the ACK)
+        # from the read registers (EVAL decides from these flip-flops): a_new = a newer ACK
+        # (0 < psn + 1 − una < 2^23), b_neg = a NAK for a PSN before una, b_zero = at una,
+        # d_more = PSNs sent after it (``ap1`` = psn + 1 is registered with the ACK)
         ap1 = Signal(24)
         adv = Signal(24)
         behind = Signal(24)
         a_new, b_neg, b_zero, d_more = Signal(), Signal(), Signal(), Signal()
-        m.d.comb += [adv.eq(ap1 - comp_s.una), behind.eq(a.psn - comp_s.una)]
+        m.d.comb += [adv.eq(ap1 - comp_rd.una), behind.eq(a.psn - comp_rd.una)]
         expired = Signal()
         # wake-ups of parked QPs are hints (a later scan repeats them): only with room to spare
         wake_room = Signal()
@@ -1158,14 +1240,14 @@ class Requester(wiring.Component):
         # or WQEs unretired with nothing sent unacknowledged (records written after their ACK:
         # otherwise the next ACK's walk retires them). A parked QP outside an RNR wait is only
         # woken (a hint, as in ACT). A write after the read only delays a visit by a round.
-        pc, pdy, pcf = comp_s, d_s, cfg_s
+        pc, pdy, pcf = comp_rd, d_rd, cfg_rd
         p_exp = ~(now - pc.dl)[TB - 1]
         p_done = pdy.psn == pc.una
         p_live = (pc.rerr == 0) & ~pdy.err
         p_need, p_wake = Signal(), Signal()
         # ... or ring entries to drop: the QP has ended, or its list holds more than its
         # unretired WQEs (a RESET)
-        p_drop = (rh_s != rn_s) & (~p_live | (pc.ccons == pdy.hcons))
+        p_drop = (rh_rd != rn_rd2) & (~p_live | (pc.ccons == pdy.hcons))
         m.d.comb += [
             p_need.eq((p_live & (((pc.ccons != pdy.hcons) & p_done)
                                  | Mux(pc.hold, p_exp, Mux((pcf.timeout == 0) | p_done,
@@ -1207,7 +1289,7 @@ class Requester(wiring.Component):
         m.d.sync += c_wb_st.eq(0)
         with m.FSM(name="completer") as cmp_fsm:
             with m.State("IDLE"):
-                m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0), s4v.eq(0),
+                m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0),
                              sn.eq(0)]
                 with m.If(sweeping):
                     pass
@@ -1220,30 +1302,34 @@ class Requester(wiring.Component):
                     m.next = "SCAN"
             with m.State("SCAN"):
                 # A scan turn: the completer's table reads step through the QPs, one per cycle
-                # (aq → s1 → s2 → s3, judged → s4, whose entries LOAD's registers then hold). A
-                # QP judged to need it is visited from EVAL, or woken; the others are passed.
-                # The turn ends there, or after SCAN_QUOTA QPs when an ACK or a kill waits.
+                # (aq → s1 → s2, judged → s3, whose entries LOAD's registers then hold). A QP
+                # judged to need it is visited from EVAL, or woken; the others are passed. The
+                # turn ends there, or after SCAN_QUOTA QPs when an ACK or a kill waits.
                 m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), stale.eq(0),
                              s1v.eq(1), s1q.eq(aq), s2v.eq(s1v), s2q.eq(s1q),
-                             s3v.eq(s2v), s3q.eq(s2q), s4v.eq(s3v), s4q.eq(s3q),
-                             s4n.eq(p_need), s4w.eq(p_wake),
+                             s3v.eq(s2v), s3q.eq(s2q),
+                             s3n.eq(p_need & ~c_hit2), s3w.eq(p_wake & ~c_hit2),
+                             s3g.eq(c_hit2),
                              s1st.eq(hit(aq)), s2st.eq(s1st | hit(s1q)),
-                             s3st.eq(s2st | hit(s2q)),
-                             s4st.eq(s3st | hit(s3q))]
-                with m.If(~(s4v & s4n)):
-                    m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s), crh.eq(rh_s)]
-                with m.If(s4v):
-                    with m.If(s4n):
+                             s3st.eq(s2st | hit(s2q))]
+                with m.If(~(s3v & s3n)):
+                    m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), crh.eq(rh_rd)]
+                with m.If(s3v):
+                    with m.If(s3g):
+                        # its reads met a write: read it again (the pipeline refills)
+                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), s1v.eq(0), s2v.eq(0),
+                                     s3v.eq(0)]
+                    with m.Elif(s3n):
                         # (a SET_QP write since the read drops the write-back, as in a visit)
-                        m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1), ev.eq(_EV_SCAN),
-                                     stale.eq(s4st | hit(s4q))]
+                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), ev.eq(_EV_SCAN),
+                                     stale.eq(s3st | hit(s3q))]
                         m.next = "EVAL"
-                    with m.Elif(s4w):
-                        m.d.sync += [aq.eq(s4q), sidx.eq(s4q + 1)]
+                    with m.Elif(s3w):
+                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1)]
                         m.next = "WAKE"
                         m.d.sync += c_wake_st.eq(1)
                     with m.Elif((kill_v | self.ack.valid) & (sn == SCAN_QUOTA - 1)):
-                        m.d.sync += sidx.eq(s4q + 1)
+                        m.d.sync += sidx.eq(s3q + 1)
                         with m.If(kill_v):
                             take_kill()
                         with m.Else():
@@ -1256,15 +1342,19 @@ class Requester(wiring.Component):
                 m.d.sync += t_rd3.eq(1)
                 m.next = "READ3"           # ... their first registers
             with m.State("READ3"):
-                m.next = "LOAD"            # ... and their second (comp_s, d_s, cfg_s, rh_s)
+                m.next = "LOAD"            # ... READ2's (the same row) in them
             with m.State("LOAD"):
-                # from the second registers, as the scan, and the ACK judged from the same
-                # registers
-                m.d.sync += [cmp.eq(comp_s), d.eq(d_s), cfg.eq(cfg_s),
-                             rval.eq(r_rom), crh.eq(rh_s),
+                # from READ2's reads in the registers, as the scan, and the ACK judged from the
+                # same registers (or the reads again, when READ's, from which READ3 took the
+                # timeout, or READ2's met a write)
+                m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd),
+                             rval.eq(r_rom), crh.eq(rh_rd),
                              a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
-                             b_zero.eq(behind == 0), d_more.eq(d_s.psn != ap1)]
-                m.next = "EVAL"
+                             b_zero.eq(behind == 0), d_more.eq(d_rd.psn != ap1)]
+                with m.If(c_hit2 | c_hit3):
+                    m.next = "READ"
+                with m.Else():
+                    m.next = "EVAL"
             with m.State("EVAL"):
                 typ = a.syndrome[5:7]
                 with m.If(((cmp.rerr != 0) | d.err) & (ev == _EV_SCAN)):
@@ -1323,9 +1413,10 @@ class Requester(wiring.Component):
                 # the engine's hcons, err and rn as of two cycles before (the reads are not
                 # transparent); infl_rp reads entry rh now, so it holds whatever rn and hcons
                 # show as written
-                m.d.sync += [thcons.eq(dyn_rp2.data.hcons), terr.eq(dyn_rp2.data.err),
-                             trn.eq(rn_rp2.data)]
-                m.next = "HOLD"
+                m.d.sync += [thcons.eq(dyn_rd2_w.hcons), terr.eq(dyn_rd2_w.err),
+                             trn.eq(rn_rd2_w)]
+                with m.If(~c_hit1):        # (else read them again)
+                    m.next = "HOLD"
             with m.State("HOLD"):
                 # (the entry stays on the read port until TEST: rh does not change, and a
                 # write to it meanwhile means it was not yet filled, and is not used)
@@ -1397,8 +1488,7 @@ class Requester(wiring.Component):
                             m.d.sync += wake.eq(d.parked & scan_room)
             with m.State("WB"):
                 # (rh always: the entries freed are freed whatever SET_QP rewrote meanwhile)
-                m.d.comb += [cmp_wb.eq(~stale), rh_wp.en.eq(1), rh_wp.addr.eq(aq),
-                             rh_wp.data.eq(crh)]
+                m.d.comb += [cmp_wb.eq(~stale), rh_wp.en.eq(1), rh_wp.data.eq(crh)]
                 with m.If(wake & ~stale):
                     m.next = "WAKE"
                     m.d.sync += c_wake_st.eq(1)
