@@ -192,6 +192,19 @@ def test_queue_refuses_bad_depth():
         Queue(8, 0)
 
 
+def _merge_producer(dut, k, items, rng, stall):
+    """A testbench that offers ``items`` on the merge's input ``k``, pausing at random."""
+    async def run(ctx):
+        for x in items:
+            ctx.set(dut.i[k].payload, x)
+            ctx.set(dut.i[k].valid, 1)
+            await ctx.tick().until(dut.i[k].ready)
+            ctx.set(dut.i[k].valid, 0)
+            while rng.random() < stall:
+                await ctx.tick()
+    return run
+
+
 def test_merge_round_robin():
     n = 3
     dut = StreamMerge(16, n)
@@ -200,15 +213,7 @@ def test_merge_round_robin():
     got = []
 
     def producer(k):
-        async def run(ctx):
-            for x in sent[k]:
-                ctx.set(dut.i[k].payload, x)
-                ctx.set(dut.i[k].valid, 1)
-                await ctx.tick().until(dut.i[k].ready)
-                ctx.set(dut.i[k].valid, 0)
-                while rng.random() < 0.2:
-                    await ctx.tick()
-        return run
+        return _merge_producer(dut, k, sent[k], rng, 0.2)
 
     async def consumer(ctx):
         ctx.set(dut.o.ready, 1)
@@ -304,15 +309,7 @@ def test_merge_registered_fields():
     got = []
 
     def producer(k):
-        async def run(ctx):
-            for x in sent[k]:
-                ctx.set(dut.i[k].payload, x)
-                ctx.set(dut.i[k].valid, 1)
-                await ctx.tick().until(dut.i[k].ready)
-                ctx.set(dut.i[k].valid, 0)
-                while rng.random() < 0.3:
-                    await ctx.tick()
-        return run
+        return _merge_producer(dut, k, sent[k], rng, 0.3)
 
     async def consumer(ctx):
         held = None
