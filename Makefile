@@ -1,6 +1,6 @@
 # The project's entry points. Every target sets up what it needs first (scripts/setup.sh).
 #   make            generate build/rnic.v and an ECP5 synthesis report of the default core
-#                   (area and the routed Fmax: ~40 minutes on one core)
+#                   (area and the routed Fmax: ~30 minutes on one core)
 #   make test       the regression (what CI runs)
 #   make regress-full / soak / fuzz / synth / area / clean   (see README.md)
 PY      := .venv/bin/python
