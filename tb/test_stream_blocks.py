@@ -205,6 +205,17 @@ def _merge_producer(dut, k, items, rng, stall):
     return run
 
 
+def _run_merge(dut, producers, consumer, cycles, process=False):
+    """Simulate the merge with its producer testbenches and a consumer (a testbench, or a
+    sampling process) for ``cycles`` clock periods."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    for p in producers:
+        sim.add_testbench(p)
+    (sim.add_process if process else sim.add_testbench)(consumer)
+    sim.run_until(1e-8 * cycles)
+
+
 def test_merge_round_robin():
     n = 3
     dut = StreamMerge(16, n)
@@ -221,12 +232,7 @@ def test_merge_round_robin():
             if valid:
                 got.append(payload)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    for k in range(n):
-        sim.add_testbench(producer(k))
-    sim.add_process(consumer)
-    sim.run_until(1e-8 * 600)
+    _run_merge(dut, [producer(k) for k in range(n)], consumer, 600, process=True)
     for k in range(n):
         assert [x for x in got if x >> 8 == k] == sent[k]     # per-input order, nothing lost
     assert len(got) == sum(len(v) for v in sent.values())
@@ -327,12 +333,7 @@ def test_merge_registered_fields():
                     held = p
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    for k in range(n):
-        sim.add_testbench(producer(k))
-    sim.add_testbench(consumer)
-    sim.run_until(1e-8 * 1300)
+    _run_merge(dut, [producer(k) for k in range(n)], consumer, 1300)
     as_int = lambda d: d["k"] | d["x"] << 2 | d["y"] << 16      # noqa: E731
     for k in range(n):
         assert [x for x in got if x & 3 == k] == [as_int(d) for d in sent[k]]
