@@ -328,6 +328,7 @@ async def random_traffic(dut):
     reordering, interleaving and back-pressure; data checked byte for byte, guards untouched."""
     await reset(dut)
     tb = Bench(dut, seed=1)
+    tb.mem.max_latency = 60         # long enough that a later short write's B overtakes
     rbase, rsize = 0x200000, 0x10000
     tb.mem.write(rbase, random.Random(5).randbytes(rsize))
     shadow = {}

@@ -148,9 +148,9 @@ class _Splitter:
 
     Each client's request lives in three small LUT-RAM tables indexed by client: its 4 KiB page
     (address bits 63..12), its tag, and its progress {beat offset from the start of the first
-    page (0..3 pages: a request is at most 8191 bytes), beats left - 1}. One three-stage
+    page (0..3 pages: a request is at most 8191 bytes), beats left - 1}. One four-stage
     pipeline visits the clients in turn, one client per cycle, each every ``P = max(clients,
-    3)`` cycles (so a client's row is written back before its next visit):
+    3)`` cycles:
 
     * S0 reads the client's progress; the beats to its page end - 1 are the offset's complement;
     * S1 takes the next burst: ``min(beats left, beats to the page end, burst limit)`` (kept
@@ -160,13 +160,19 @@ class _Splitter:
     * S2 either accepts a new request (an idle client: ``ready`` is high in this one cycle, the
       tables are written from its payload) or fires the burst (``cand`` and the registered
       ``ok``) when the channel register is free: the register is loaded with {page + pages
-      crossed, offset} (the channel's one 52-bit adder), the progress written back.
+      crossed, offset} (the channel's one 52-bit adder);
+    * S3 writes the tables from registers: an accepted request's payload (sampled in S2) or a
+      fired burst's progress. S0 of the same client, which meets this write when ``P`` is 3,
+      takes the progress from it (a bypass), so a client's next visit sees its row as if the
+      tables had been written in S2. No client's request bus reaches the tables' write data
+      or their burst-length adder in the cycle it is sampled.
 
     A stale ``ok`` never fires: its inputs change between S1 and S2 only by a fire in S2 of
     another client, after which the channel register is busy for a cycle. The turns are the
     round robin; a client that cannot reserve (a reader whose buffer is full) lets its turn
     pass. Every handshake signal towards a client (``ready``) and every table write enable is
-    decoded from pipeline registers: a client's ``valid`` reaches only its ``active`` flag.
+    decoded from pipeline registers: a client's ``valid`` reaches only its ``active`` flag,
+    its payload only S3's request register.
     """
 
     def __init__(self, m, name, reqs, lb, max_beats):
@@ -216,7 +222,10 @@ class _Splitter:
         slot = Signal(range(P), name=f"{name}_slot")
         m.d.sync += slot.eq(Mux(slot == P - 1, 0, slot + 1))
         m.d.comb += prog_r.addr.eq(slot)
-        off0, lm1_0 = prog_r.data[:ow + 2], prog_r.data[ow + 2:]
+        # S3's write of this row (same cycle) bypasses the table
+        s3_hit = Signal(name=f"{name}_s3_hit")
+        prog0 = Mux(s3_hit, prog_w.data, prog_r.data)
+        off0, lm1_0 = prog0[:ow + 2], prog0[ow + 2:]
         s1_v = Signal(name=f"{name}_s1_v")
         s1_c = Signal(range(nb), name=f"{name}_s1_c")
         s1_acc = Signal(name=f"{name}_s1_acc")
@@ -257,27 +266,35 @@ class _Splitter:
             for i, r in enumerate(reqs):
                 with m.Case(i):
                     m.d.comb += [req.eq(r.payload), req_valid.eq(r.valid), r.ready.eq(acc)]
+        bm1_ow = Cat(self.bm1, Const(0, ow + 2 - len(self.bm1)))
+        bm1_lw = Cat(self.bm1, Const(0, lwb - len(self.bm1)))
+        # S3: the table writes, from registers. The tables of an idle client are written in
+        # its accept turn whether or not a request is there (nothing reads them before it is
+        # active).
+        s3_acc = Signal(name=f"{name}_s3_acc")
+        s3_fire = Signal(name=f"{name}_s3_fire")
+        s3_c = Signal(range(nb), name=f"{name}_s3_c")
+        s3_req = Signal(req_layout, name=f"{name}_s3_req")
+        # after the burst: offset + bm1 + 1 and beats left - 1 - (bm1 + 1), one adder each
+        s3_prog = Signal(ow + 2 + lwb, name=f"{name}_s3_prog")
+        m.d.sync += [s3_acc.eq(acc), s3_fire.eq(self.fire), s3_c.eq(s2_c), s3_req.eq(req),
+                     s3_prog.eq(Cat((s2_off - ~bm1_ow)[:ow + 2], (s2_lm1 + ~bm1_lw)[:lwb]))]
         # beats of the request - 1: (addr % B + len - 1) // B, one 14-bit adder (the -1 goes
         # into the small operand: addr % B - 1, all ones when addr % B is 0); len_bytes 0
         # moves one beat
-        a = req.addr[:lb]
+        a = s3_req.addr[:lb]
         lm1 = Signal(lw, name=f"{name}_lm1")
-        m.d.comb += lm1.eq(Mux(req.len_bytes == 0, 0,
-                               (req.len_bytes + Cat((a - 1)[:lb], (a == 0).replicate(14 - lb)))
-                               [lb:14]))
-        bm1_ow = Cat(self.bm1, Const(0, ow + 2 - len(self.bm1)))
-        bm1_lw = Cat(self.bm1, Const(0, lwb - len(self.bm1)))
-        # the tables of an idle client are written in its accept turn whether or not a
-        # request is there (nothing reads them before it is active)
+        m.d.comb += lm1.eq(Mux(s3_req.len_bytes == 0, 0,
+                               (s3_req.len_bytes + Cat((a - 1)[:lb],
+                                                       (a == 0).replicate(14 - lb)))[lb:14]))
         m.d.comb += [
-            prog_w.addr.eq(s2_c), page_w.addr.eq(s2_c), tag_w.addr.eq(s2_c),
+            prog_w.addr.eq(s3_c), page_w.addr.eq(s3_c), tag_w.addr.eq(s3_c),
             page_r.addr.eq(s2_c), tag_r.addr.eq(s2_c),
-            prog_w.en.eq(acc | self.fire),
-            # after the burst: offset + bm1 + 1 and beats left - 1 - (bm1 + 1), one adder each
-            prog_w.data.eq(Mux(acc, Cat(req.addr[lb:12], Const(0, 2), lm1),
-                               Cat((s2_off - ~bm1_ow)[:ow + 2], (s2_lm1 + ~bm1_lw)[:lwb]))),
-            page_w.en.eq(acc), page_w.data.eq(req.addr[12:]),
-            tag_w.en.eq(acc), tag_w.data.eq(req.tag),
+            prog_w.en.eq(s3_acc | s3_fire),
+            prog_w.data.eq(Mux(s3_acc, Cat(s3_req.addr[lb:12], Const(0, 2), lm1), s3_prog)),
+            page_w.en.eq(s3_acc), page_w.data.eq(s3_req.addr[12:]),
+            tag_w.en.eq(s3_acc), tag_w.data.eq(s3_req.tag),
+            s3_hit.eq((s3_acc | s3_fire) & (s3_c == slot)),
             self.g_tag.eq(tag_r.data),
         ]
         with m.If(acc & req_valid):

@@ -772,6 +772,7 @@ class Execute(wiring.Component):
         widx = Signal(16)
         flushing = Signal()
         fl_end = Signal(16)
+        fl_start = Signal(16)                  # the flush's first index (``cnext``)
         fl_stop = Signal()
 
         mask = Signal(16)
@@ -925,7 +926,12 @@ class Execute(wiring.Component):
             with m.State("IDLE"):
                 take_next(True)
             with m.State("FL_DEC"):
-                m.d.sync += c.rq_index.eq(cnext_rd_data)
+                # the block RAM's output (4.3 ns from the clock on an ECP5) ends in a register
+                # of its own, not behind ``c``'s input multiplexer
+                m.d.sync += fl_start.eq(cnext_rd_data)
+                m.next = "FL_LD"
+            with m.State("FL_LD"):
+                m.d.sync += c.rq_index.eq(fl_start)
                 m.next = "FL_CHK"
             with m.State("FL_CHK"):
                 # registered: is the flush at its end (index reached or behind)?
