@@ -235,7 +235,9 @@ class Queue(wiring.Component):
         output register; the others are read combinationally from a LUT-RAM ring at the head
         entry (design rule 4: a wide record is not copied into an output register when its
         consumer only stores it). The ports behave exactly as the buffered queue's, cycle for
-        cycle (the ring takes the same writes and pops with the registered part).
+        cycle. One ring and one set of pointers hold both parts, and the entry presented is
+        never written while it is presented, so the stream rules hold from any state of the
+        queue, reachable or not (a block that uses it can prove its own by induction).
 
     Attributes
     ----------
@@ -276,6 +278,9 @@ class Queue(wiring.Component):
         m = Module()
         if self._registered is not None:
             return self._elaborate_split(m)
+        return self._elaborate_plain(m)
+
+    def _elaborate_plain(self, m):
         width = Shape.cast(self._shape).width
         m.submodules.fifo = q = RoomFIFO(width=width, depth=self._depth,
                                          buffered=self._buffered, registers=self._registers)
@@ -292,31 +297,83 @@ class Queue(wiring.Component):
         return m
 
     def _elaborate_split(self, m):
-        """``registered``: the named fields in a buffered queue (which decides the ports), the
-        rest in an unbuffered ring written and popped with it. Both hold the same entries in
-        the same order, so the ring's head is the entry at the buffered queue's output."""
-        reg = self._registered
-        rest = [f for f in self._shape.members if f not in reg]
+        """``registered``: one ring of ``depth`` entries, one set of pointers.
+
+        The flags (``w_rdy``, ``r_rdy``, the inner level and its flags) are the buffered
+        :class:`RoomFIFO`'s, register for register, so the ports move as the buffered queue's.
+        Every entry is written at ``produce`` into two LUT-RAM memories of ``depth`` entries,
+        one of the named fields and one of the rest. The named fields are read synchronously
+        at ``consume`` (the next entry out) into the output register; when that load happens,
+        ``head`` takes ``consume``, so ``head`` is the slot of the entry the output register
+        holds, and the other fields are read combinationally there.
+
+        The presented payload cannot change while ``o.valid`` and not ``o.ready``, from any
+        state, reachable or not: the output register and ``head`` are loaded only by the inner
+        read, which needs ``~o.valid | o.ready``, and the rest memory is never written at
+        ``head`` (its write enable is ``w_rdy`` and ``produce != head``). In a reachable state
+        ``head`` is ``consume − 1`` and ``produce`` is ``consume`` plus the inner level, so
+        ``produce = head`` only with the inner level at depth − 1, never while ``w_rdy``: the
+        compare holds back no write there. It makes the rule a property of the queue's every
+        state, which a proof by induction from an arbitrary state needs (a second ring whose
+        pointers only mirror the registered part's agrees with it in reachable states alone)."""
+        depth, shape, reg = self._depth, self._shape, self._registered
+        rest = [f for f in shape.members if f not in reg]
+        width = lambda names: sum(Shape.cast(shape.members[f]).width for f in names)  # noqa: E731
+        if depth == 1 or not rest:
+            # one entry is the output register itself: the plain buffered queue
+            return self._elaborate_plain(m)
+        # the buffered RoomFIFO's flags over an inner level of depth − 1 entries
+        inner_depth = depth - 1
+        inner_level = Signal(range(inner_depth + 1))
+        inner_r_rdy = Signal()
+        w_rdy = Signal(init=1)
+        r_rdy = Signal()
+        do_write = w_rdy & self.i.valid
+        do_inner_read = inner_r_rdy & (~r_rdy | self.o.ready)
+        RoomFIFO._ready_flags(m, inner_level, inner_depth, do_write, do_inner_read,
+                              w_rdy, inner_r_rdy, self.room_next)
+        with m.If(do_write & ~do_inner_read):
+            m.d.sync += inner_level.eq(inner_level + 1)
+        with m.If(do_inner_read & ~do_write):
+            m.d.sync += inner_level.eq(inner_level - 1)
+        with m.If(do_inner_read):
+            m.d.sync += r_rdy.eq(1)
+        with m.Elif(self.o.ready):
+            m.d.sync += r_rdy.eq(0)
+
+        produce = Signal(range(depth))
+        consume = Signal(range(depth))
+        head = Signal(range(depth), init=depth - 1)     # consume − 1, from reset on
+        with m.If(do_write):
+            m.d.sync += produce.eq(_incr(produce, depth))
+        with m.If(do_inner_read):
+            m.d.sync += [consume.eq(_incr(consume, depth)), head.eq(consume)]
+
+        # written in every cycle with room, as RoomFIFO's storage (the slot is free then);
+        # ``no_rw_check``: the synchronous read (an entry held) and a write (a free slot) never
+        # meet at one address in a reachable state, and a read elsewhere only loads the output
+        # register when its old value may go
+        m.submodules.reg_ring = reg_ring = Memory(shape=width(reg), depth=depth, init=[],
+                                                  attrs={"no_rw_check": 1})
+        m.submodules.rest_ring = rest_ring = Memory(shape=width(rest), depth=depth, init=[])
+        reg_w, rest_w = reg_ring.write_port(), rest_ring.write_port()
+        reg_r = reg_ring.read_port(domain="sync")
+        rest_r = rest_ring.read_port(domain="comb")
         fields = lambda names: Cat(*[self.i.payload[f] for f in names])   # noqa: E731
-        wr = sum(Shape.cast(self._shape.members[f]).width for f in reg)
-        ww = sum(Shape.cast(self._shape.members[f]).width for f in rest)
-        m.submodules.fifo = q = RoomFIFO(width=wr, depth=self._depth, buffered=True)
-        m.submodules.ring = r = RoomFIFO(width=max(ww, 1), depth=self._depth, buffered=False)
-        push = Signal()
         m.d.comb += [
-            push.eq(self.i.valid & q.w_rdy & r.w_rdy),
-            q.w_en.eq(push), r.w_en.eq(push),
-            q.w_data.eq(fields(reg)), r.w_data.eq(fields(rest)),
-            self.i.ready.eq(q.w_rdy & r.w_rdy),
-            self.o.valid.eq(q.r_rdy),
-            q.r_en.eq(self.o.ready), r.r_en.eq(self.o.ready & q.r_rdy),
-            self.level.eq(q.level),
-            self.room_next.eq(q.w_rdy_next & r.w_rdy_next),
+            reg_w.addr.eq(produce), reg_w.data.eq(fields(reg)), reg_w.en.eq(w_rdy),
+            rest_w.addr.eq(produce), rest_w.data.eq(fields(rest)),
+            rest_w.en.eq(w_rdy & (produce != head)),
+            reg_r.addr.eq(consume), reg_r.en.eq(do_inner_read),
+            rest_r.addr.eq(head),
+            self.i.ready.eq(w_rdy),
+            self.o.valid.eq(r_rdy),
+            self.level.eq(inner_level + r_rdy),
         ]
-        for names, src in ((reg, q.r_data), (rest, r.r_data)):
+        for names, src in ((reg, reg_r.data), (rest, rest_r.data)):
             pos = 0
             for f in names:
-                w = Shape.cast(self._shape.members[f]).width
+                w = Shape.cast(shape.members[f]).width
                 m.d.comb += self.o.payload[f].eq(src[pos:pos + w])
                 pos += w
         return m

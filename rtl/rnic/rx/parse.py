@@ -731,8 +731,14 @@ class RxParse(wiring.Component):
         m.d.comb += self.stat.eq(stat)
 
         # ================================ read side ================================
-        m.submodules.meta_q = meta_q = Queue(rx_meta_layout, 5)
-        m.submodules.out_q = out_q = Queue(beat_layout(self.width), self.out_depth)
+        # Only what the consumers decide on leaves from the output registers; the rest is read
+        # from the queues' LUT RAM at the head entry (design rule 4): PSN Check addresses its
+        # tables with ``dqpn`` and selects the operation with ``opcode`` in the cycle it takes
+        # the meta, and only stores the other fields; its payload router pops a frame's
+        # decision on ``last`` and passes the beat on to Execute's payload FIFO.
+        m.submodules.meta_q = meta_q = Queue(rx_meta_layout, 5, registered=("opcode", "dqpn"))
+        m.submodules.out_q = out_q = Queue(beat_layout(self.width), self.out_depth,
+                                           registered=("last",))
         wiring.connect(m, wiring.flipped(self.meta), meta_q.o)
         wiring.connect(m, wiring.flipped(self.payload), out_q.o)
 
