@@ -314,8 +314,9 @@ class Queue(wiring.Component):
         ``head`` is ``consume − 1`` and ``produce`` is ``consume`` plus the inner level, so
         ``produce = head`` only with the inner level at depth − 1, never while ``w_rdy``: the
         compare holds back no write there. It makes the rule a property of the queue's every
-        state, which a proof by induction from an arbitrary state needs (a second ring whose
-        pointers only mirror the registered part's agrees with it in reachable states alone)."""
+        state, which a proof by induction from an arbitrary state needs. ``head`` is a register
+        of its own rather than ``consume − 1`` so that the combinational read's address comes
+        straight from a flip-flop."""
         depth, shape, reg = self._depth, self._shape, self._registered
         rest = [f for f in shape.members if f not in reg]
         width = lambda names: sum(Shape.cast(shape.members[f]).width for f in names)  # noqa: E731
