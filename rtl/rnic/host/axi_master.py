@@ -157,11 +157,11 @@ class _Splitter:
       as ``bm1``, beats - 1) and whether it is the request's last, and asks the caller's
       reservation test (``pre_client``/``pre_final``/``pre_lm1``/``pre_em1`` in, ``ok`` out
       in the same cycle), registered into S2;
-    * S2 either accepts a new request (an idle client: ``ready`` is high in this one cycle, the
-      tables are written from its payload) or fires the burst (``cand`` and the registered
+    * S2 either accepts a new request (an idle client: ``ready`` is high in this one cycle, its
+      payload is sampled for S3) or fires the burst (``cand`` and the registered
       ``ok``) when the channel register is free: the register is loaded with {page + pages
       crossed, offset} (the channel's one 52-bit adder);
-    * S3 writes the tables from registers: an accepted request's payload (sampled in S2) or a
+    * S3 writes the tables from registers: an accepted request's payload or a
       fired burst's progress. S0 of the same client, which meets this write when ``P`` is 3,
       takes the progress from it (a bypass), so a client's next visit sees its row as if the
       tables had been written in S2. No client's request bus reaches the tables' write data
