@@ -43,8 +43,8 @@ from .keys.key_cache import KeyCache, lookup_req_layout
 from .host.cqe_gen import CqeGen
 from .host.axi_master import HostMemory
 from .tx.arbiter import TxArbiter
-from .tx.build import TxBuild, chunk_layout
-from .stream import Queue, SkidBuffer, StreamMerge
+from .tx.build import TxBuild
+from .stream import Queue, StreamMerge
 from .req.requester import Requester
 from .req.req_context import ReqContext
 
@@ -297,11 +297,8 @@ class RNIC(wiring.Component):
         wiring.connect(m, psn.ack_tx, arb.ack)
         wiring.connect(m, req.pkt, arb.req)
         wiring.connect(m, arb.o, build.pkt)
-        # (a skid buffer: the builder's chunk.ready depends on the chunk, and the requester
-        # drives register enables from it)
-        m.submodules.chunk_skid = chunk_skid = SkidBuffer(chunk_layout)
-        wiring.connect(m, req.chunk, chunk_skid.i)
-        wiring.connect(m, chunk_skid.o, build.chunk)
+        # (the builder's chunk.ready comes from its input skid buffer's register)
+        wiring.connect(m, req.chunk, build.chunk)
         m.d.comb += [build.local_mac.eq(ctl.local_mac), build.local_ip.eq(ctl.local_ip)]
         o = build.tx
         m.d.comb += [
@@ -316,7 +313,11 @@ class RNIC(wiring.Component):
             m.d.comb += req_stat[Counter.RETRANSMITS].eq(req.retx)
         if hasattr(req, "stat"):
             m.d.comb += req_stat.eq(req.stat)
-        m.submodules.event_merge = events = StreamMerge(event_layout, 4)
+        # (registered: an input is popped from the merge's registers when its event is taken, so
+        # no producer's ready depends on another producer's valid; events are rare, one every
+        # other cycle is enough)
+        m.submodules.event_merge = events = StreamMerge(event_layout, 4,
+                                                        registered=("type", "number"))
         wiring.connect(m, psn.event, events.i[0])
         wiring.connect(m, exe.event, events.i[1])
         wiring.connect(m, cqe.event, events.i[2])

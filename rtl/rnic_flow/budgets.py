@@ -52,7 +52,7 @@ BUDGETS = (
            2800, 1500, 5, ("requester", "req_context")),
     # the one TX frame builder (every frame: requests, ACK/NAKs) and the arbiter ahead of it
     Budget("tx", "TX: one frame builder and one ICRC generator for every frame, arbiter",
-           2200, 900, 3, ("tx_arbiter", "tx_build", "chunk_skid")),
+           2200, 900, 3, ("tx_arbiter", "tx_build")),
     Budget("axi", "host-memory AXI4 master",
            900, 700, 1, ("host_memory",)),
     Budget("control", "control plane",

@@ -56,7 +56,7 @@ from ..control.qp_args import ArgRow, qp_arg_layout
 from ..crc import CRC32, crc_init_skipping
 from ..host.axi_master import ReadClientSignature
 from ..ifaces import NUM_COUNTERS, Counter
-from ..stream import BeatStream, Queue, beat_layout, check_width
+from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
 
 __all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "TxBuild", "RETH_OPCODES",
            "IMM4_OPCODES", "MAX_PAYLOAD", "MAX_HDR"]
@@ -141,7 +141,8 @@ class TxBuild(wiring.Component):
         ignored.
     chunk : In(stream.Signature(chunk_layout))
         The packet's gather chunks, in payload order, summing exactly to ``paylen`` (none for an
-        empty payload).
+        empty payload). ``ready`` comes from a register (a skid buffer at the input), so the
+        producer may drive register enables from it.
     rd : Out(ReadClientSignature(W))
         Host-memory read client (requests tagged 0), at most ``read_beats`` bus words each.
     tx : Out(BeatStream(W))
@@ -364,14 +365,31 @@ class TxBuild(wiring.Component):
         s_len = Signal(13)               # bytes of the chunk still to request
         s_final = Signal()               # s_len fits in one part
         s_plen = Signal(13)              # the next part's length: min(s_len, 2**RBB)
-        c_addr, c_len0 = self.chunk.payload.addr, self.chunk.payload.len
+        # The chunk enters through a skid buffer that also carries its first part's length and
+        # last flag, computed before the buffer: the chunk is taken (``ready``) when its last
+        # part is requested, and that test then starts at registers, not at an adder and a
+        # comparison on the chunk.
+        cin_layout = data.StructLayout({"chunk": chunk_layout, "final": 1, "plen": 13})
+        m.submodules.cin = cin = SkidBuffer(cin_layout)
+        i_room = Signal(RBB + 1)
+        i_final = Signal()
+        m.d.comb += [
+            i_room.eq((1 << RBB) - self.chunk.payload.addr[:RBB]),
+            i_final.eq(self.chunk.payload.len <= i_room),
+            cin.i.payload.chunk.eq(self.chunk.payload),
+            cin.i.payload.final.eq(i_final),
+            cin.i.payload.plen.eq(Mux(i_final, self.chunk.payload.len, i_room)),
+            cin.i.valid.eq(self.chunk.valid),
+            self.chunk.ready.eq(cin.i.ready),
+        ]
+        chunk = cin.o
+        c_addr, c_len0 = chunk.payload.chunk.addr, chunk.payload.chunk.len
         c_room = Signal(RBB + 1)         # bytes to the chunk's first part boundary
         m.d.comb += c_room.eq((1 << RBB) - c_addr[:RBB])
-        c_final = Signal()
-        c_plen = Signal(13)
+        c_final = chunk.payload.final
+        c_plen = chunk.payload.plen
         c_rest = Signal(13)              # bytes after the first part (when it is not the last)
-        m.d.comb += [c_final.eq(c_len0 <= c_room), c_plen.eq(Mux(c_final, c_len0, c_room)),
-                     c_rest.eq(c_len0 - c_room)]
+        m.d.comb += c_rest.eq(c_len0 - c_room)
         final = Signal()
         part_len = Signal(13)
         m.d.comb += [final.eq(Mux(issuing, s_final, c_final)),
@@ -388,16 +406,16 @@ class TxBuild(wiring.Component):
             self.rd.req.payload.addr.eq(Mux(issuing, s_addr, c_addr)),
             self.rd.req.payload.len_bytes.eq(part_len),
             self.rd.req.payload.tag.eq(0),
-            self.rd.req.valid.eq(self.chunk.valid & (issuing | chq.i.ready)),
+            self.rd.req.valid.eq(chunk.valid & (issuing | chq.i.ready)),
             chq.i.payload.off.eq(c_addr[:lg]),
             chq.i.payload.len.eq(c_len0),
             chq.i.payload.lenm1.eq(c_len0 - 1),
             chq.i.payload.parts.eq((c_span >> RBB) + 1),
-            chq.i.valid.eq(self.chunk.valid & ~issuing & self.rd.req.ready),
+            chq.i.valid.eq(chunk.valid & ~issuing & self.rd.req.ready),
         ]
         with m.If(self.rd.req.valid & self.rd.req.ready):
             with m.If(final):
-                m.d.comb += self.chunk.ready.eq(1)
+                m.d.comb += chunk.ready.eq(1)
                 m.d.sync += issuing.eq(0)
             with m.Else():
                 m.d.sync += [issuing.eq(1), s_addr.eq(Cat(Const(0, RBB), n_addr_hi)),
