@@ -564,7 +564,8 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         cmd += ["--pcf-allow-unconstrained"]
     cmd += ["--json", pnr_json.name, "--freq", f"{float(freq_mhz):g}", "--timing-allow-fail",
             "--seed", str(seed), "--router", router, "--report", report.name,
-            *(["--no-route", "--sdf", "placed.sdf"] if place_only else []), *nextpnr_args]
+            *(["--no-route", "--sdf", "placed.sdf"] if place_only
+              else ["--sdf", "routed.sdf"] if target == "ecp5" else []), *nextpnr_args]
     with prog.step(f"{binary} {' '.join(dev.flags)} --freq {float(freq_mhz):g}") as st:
         rc = _run(cmd, plog, work)
         if rc != 0 or not report.exists():
@@ -592,6 +593,7 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
                        met=bool(achieved >= float(freq_mhz)))
             st.result = (f"Fmax {row['fmax_mhz']:.1f} MHz, target {float(freq_mhz):g} MHz "
                          f"{'met' if row['met'] else 'MISSED'}")
+            _routed_paths(work, freq_mhz)
     if target == "ecp5":
         used = rep["used"]
         row.update(lut=used.get("TRELLIS_COMB", lut), ff=used.get("TRELLIS_FF", ff),
@@ -621,6 +623,17 @@ def _placed_result(row, work, plog, freq_mhz, prog):
         prog.line(f"  worst path after placement: {worst['delay_ns']:.2f} ns, "
                   f"{worst['start']} -> {worst['end']}")
     row["note"] = (row["note"] + "; " if row["note"] else "") + note
+
+
+def _routed_paths(work, freq_mhz):
+    """The worst 20 paths of a routed design (``paths.txt``, from nextpnr's ``routed.sdf``):
+    nextpnr's report names only the one critical path per clock."""
+    from .placed import format_paths, placed_paths
+    sdf = work / "routed.sdf"
+    if sdf.exists():
+        res = placed_paths(sdf.read_text(), freq_mhz=freq_mhz, paths=20)
+        (work / "paths.txt").write_text(format_paths(res))
+        sdf.unlink()            # large; the paths are what is kept
 
 
 def _first_error(text):
