@@ -664,25 +664,28 @@ class Execute(wiring.Component):
         ch = cqe_q.o.payload
         gap = Signal(16)
         m.d.comb += gap.eq(wr_done - ch.need)
-        m.d.comb += [
-            wflt_rel.addr.eq(ch.qpn[:ab]),
-            self.complete.valid.eq(cqe_q.o.valid & ~gap[15]),
-            [getattr(self.complete.payload, k).eq(getattr(ch, k)) for k in _CQE_FIELDS],
-            cqe_q.o.ready.eq(self.complete.valid & self.complete.ready),
-        ]
-        # A payload write of the QP faulted: the CQE reports LOC_QP_OP_ERR. The mark is sampled
-        # in the first cycle the CQE is offered and held until it is taken, so the payload is
-        # stable while it waits (stream rules) even if the mark changes meanwhile (a younger
-        # packet's fault, a QP reset).
-        rel_held = Signal()                    # the head CQE has been offered
-        rel_flt = Signal()                     # its mark, as sampled then
+        # ``complete.valid`` and the CQE's status are registers: the head CQE is judged (its
+        # payload writes done, its QP's write-fault mark) in one cycle and offered from the
+        # next, so the judgement (a subtraction, a LUT-RAM read) does not run on into the merge
+        # and CQE Generation. The cycle after a CQE is taken judges the next one.
+        rel_v = Signal()                       # the head CQE is offered
+        rel_flt = Signal()                     # its QP's write-fault mark, as judged
         flt_now = Signal()
         m.d.comb += flt_now.eq(wflt_rel.data & ~ch.flush & (ch.status == 0))
-        with m.If(self.complete.valid & ~rel_held):
-            m.d.sync += [rel_held.eq(1), rel_flt.eq(flt_now)]
-        with m.If(cqe_q.o.ready):
-            m.d.sync += rel_held.eq(0)
-        with m.If(Mux(rel_held, rel_flt, flt_now)):
+        m.d.comb += [
+            wflt_rel.addr.eq(ch.qpn[:ab]),
+            self.complete.valid.eq(rel_v),
+            [getattr(self.complete.payload, k).eq(getattr(ch, k)) for k in _CQE_FIELDS],
+            cqe_q.o.ready.eq(rel_v & self.complete.ready),
+        ]
+        # A payload write of the QP faulted: the CQE reports LOC_QP_OP_ERR. The mark is held
+        # while the CQE is offered, so the payload is stable while it waits (stream rules) even
+        # if the mark changes meanwhile (a younger packet's fault, a QP reset).
+        with m.If(~rel_v):
+            m.d.sync += [rel_v.eq(cqe_q.o.valid & ~gap[15]), rel_flt.eq(flt_now)]
+        with m.Elif(self.complete.ready):
+            m.d.sync += rel_v.eq(0)
+        with m.If(rel_flt):
             m.d.comb += self.complete.payload.status.eq(WcStatus.LOC_QP_OP_ERR)
 
         # ---- piece calculation: SUMS (prefix sums), CUT (overlaps), CUT2 (lengths), CALC -------

@@ -6,10 +6,16 @@ Two sources of frame descriptors: the responder's ACK/NAK frames (PSN Check's ``
 frame state; a request's gather chunks go straight to the builder, which takes them for the
 request descriptors in the order the arbiter passed them.
 
+The grant is a register: a source is picked from the ``valid`` inputs into it in one cycle and
+its descriptor passes in a later one, so neither source's ``ready`` depends on the other's
+``valid`` (nor on its own) and the builder sees ``valid`` and the source from registers. After a
+transfer the other source, if it waits, is granted in the same cycle; a source alone is granted
+again a cycle later, so it passes one descriptor every other cycle (a frame takes the builder
+more cycles than that).
+
 Priority: round-robin by frame. When both sources wait, the one not served last goes first, so
 an ACK/NAK waits behind at most one request frame and a request behind at most one ACK/NAK
-(plus the frames already in the builder). A source alone is served every cycle the builder
-takes a descriptor. ACK/NAKs cannot starve requests in any case: PSN Check's pending table
+(plus the frames already in the builder). ACK/NAKs cannot starve requests in any case: PSN Check's pending table
 keeps at most an ACK and a NAK per QP.
 """
 
@@ -46,20 +52,27 @@ class TxArbiter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         prio = Signal()         # 1: the request source goes first at the next pick
-        pick = Signal()         # 1: request, 0: ACK/NAK
+        pick = Signal()         # 1: request, 0: ACK/NAK (from the inputs' valid)
         m.d.comb += pick.eq(Mux(prio, self.req.valid, ~self.ack.valid))
+        g_valid = Signal()      # a source is granted (its valid is high and stays so)
+        g_req = Signal()        # the source granted: 1 request, 0 ACK/NAK
         a, r, o = self.ack.payload, self.req.payload, self.o.payload
-        with m.If(pick):
+        with m.If(g_req):
             m.d.comb += o.eq(r)
             m.d.comb += [o.aeth.eq(0), o.syndrome.eq(0), o.msn.eq(0)]
         with m.Else():
             m.d.comb += [getattr(o, f).eq(getattr(a, f)) for f in
                          ("qpn", "opcode", "se", "ackreq", "psn", "aeth", "syndrome", "msn")]
         m.d.comb += [
-            self.o.valid.eq(self.ack.valid | self.req.valid),
-            self.ack.ready.eq(self.o.ready & ~pick),
-            self.req.ready.eq(self.o.ready & pick),
+            self.o.valid.eq(g_valid),
+            self.ack.ready.eq(self.o.ready & g_valid & ~g_req),
+            self.req.ready.eq(self.o.ready & g_valid & g_req),
         ]
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += prio.eq(~pick)
+        with m.If(g_valid):
+            with m.If(self.o.ready):
+                # the other source next, if it waits (its valid holds until it is taken)
+                m.d.sync += [prio.eq(~g_req), g_req.eq(~g_req),
+                             g_valid.eq(Mux(g_req, self.ack.valid, self.req.valid))]
+        with m.Else():
+            m.d.sync += [g_valid.eq(self.ack.valid | self.req.valid), g_req.eq(pick)]
         return m
