@@ -44,7 +44,7 @@ from .host.cqe_gen import CqeGen
 from .host.axi_master import HostMemory
 from .tx.arbiter import TxArbiter
 from .tx.build import TxBuild
-from .stream import Queue, StreamMerge
+from .stream import Queue, SkidBuffer, StreamMerge
 from .req.requester import Requester
 from .req.req_context import ReqContext
 
@@ -204,7 +204,11 @@ class RNIC(wiring.Component):
         # PSN Check <-> execute
         wiring.connect(m, psn.exe, exe.exe)
         wiring.connect(m, psn.pay_out, exe.pay)
-        wiring.connect(m, exe.done, psn.done)
+        # (a skid buffer: PSN Check's done.ready and Execute's done.valid each end at registers;
+        # the handshake ran from one block's pipeline through the other's into its own queues)
+        m.submodules.done_skid = done_skid = SkidBuffer(exe.done.payload.shape())
+        wiring.connect(m, exe.done, done_skid.i)
+        wiring.connect(m, done_skid.o, psn.done)
         wiring.connect(m, psn.qp_reset, exe.qp_reset)
         wiring.connect(m, psn.rq_flush, exe.flush)
         wiring.connect(m, psn.rq_post, exe.rq_post)         # RQ doorbells: WQE prefetch

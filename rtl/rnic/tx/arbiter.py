@@ -7,8 +7,9 @@ frame state; a request's gather chunks go straight to the builder, which takes t
 request descriptors in the order the arbiter passed them.
 
 The grant is a register: a source is picked from the ``valid`` inputs into it in one cycle and
-its descriptor passes in a later one, so neither source's ``ready`` depends on the other's
-``valid`` (nor on its own) and the builder sees ``valid`` and the source from registers. After a
+its descriptor passes in a later one, so neither source's ``ready`` depends on a ``valid`` and
+the payload multiplexer's select is a register. ``o.valid`` is the granted source's ``valid``
+(the requester may withdraw a descriptor when it rewinds; the grant is then dropped). After a
 transfer the other source, if it waits, is granted in the same cycle; a source alone is granted
 again a cycle later, so it passes one descriptor every other cycle (a frame takes the builder
 more cycles than that).
@@ -63,14 +64,19 @@ class TxArbiter(wiring.Component):
         with m.Else():
             m.d.comb += [getattr(o, f).eq(getattr(a, f)) for f in
                          ("qpn", "opcode", "se", "ackreq", "psn", "aeth", "syndrome", "msn")]
+        g_in = Signal()         # the granted source's valid
         m.d.comb += [
-            self.o.valid.eq(g_valid),
+            g_in.eq(Mux(g_req, self.req.valid, self.ack.valid)),
+            self.o.valid.eq(g_valid & g_in),
             self.ack.ready.eq(self.o.ready & g_valid & ~g_req),
             self.req.ready.eq(self.o.ready & g_valid & g_req),
         ]
         with m.If(g_valid):
-            with m.If(self.o.ready):
-                # the other source next, if it waits (its valid holds until it is taken)
+            with m.If(~g_in):
+                # the requester withdraws a descriptor when it rewinds: pick again
+                m.d.sync += g_valid.eq(0)
+            with m.Elif(self.o.ready):
+                # the other source next, if it waits
                 m.d.sync += [prio.eq(~g_req), g_req.eq(~g_req),
                              g_valid.eq(Mux(g_req, self.ack.valid, self.req.valid))]
         with m.Else():
