@@ -16,8 +16,8 @@ more cycles than that).
 
 Priority: round-robin by frame. When both sources wait, the one not served last goes first, so
 an ACK/NAK waits behind at most one request frame and a request behind at most one ACK/NAK
-(plus the frames already in the builder). ACK/NAKs cannot starve requests in any case: PSN Check's pending table
-keeps at most an ACK and a NAK per QP.
+(plus the frames already in the builder). ACK/NAKs cannot starve requests in any case: PSN
+Check's pending table keeps at most an ACK and a NAK per QP.
 """
 
 from amaranth.hdl import Module, Mux, Signal
@@ -55,7 +55,7 @@ class TxArbiter(wiring.Component):
         prio = Signal()         # 1: the request source goes first at the next pick
         pick = Signal()         # 1: request, 0: ACK/NAK (from the inputs' valid)
         m.d.comb += pick.eq(Mux(prio, self.req.valid, ~self.ack.valid))
-        g_valid = Signal()      # a source is granted (its valid is high and stays so)
+        g_valid = Signal()      # a source is granted
         g_req = Signal()        # the source granted: 1 request, 0 ACK/NAK
         a, r, o = self.ack.payload, self.req.payload, self.o.payload
         with m.If(g_req):
