@@ -146,9 +146,10 @@ import json, os, sys
 a = sys.argv
 open(os.environ["FAKE_PNR_ARGV"], "w").write(json.dumps(a[1:]))
 rep = json.load(open(os.environ["FAKE_REPORT"]))
+if "--sdf" in a:
+    open(a[a.index("--sdf") + 1], "w").write(open(os.environ["FAKE_SDF"]).read())
 if "--no-route" in a:
     rep["fmax"] = {}
-    open(a[a.index("--sdf") + 1], "w").write(open(os.environ["FAKE_SDF"]).read())
     print("Info: Max frequency for clock 'clk': 170.00 MHz (PASS at 156.25 MHz)")
     print("Info: Max frequency for clock 'clk': 179.86 MHz (PASS at 156.25 MHz)")
 open(a[a.index("--report") + 1], "w").write(json.dumps(rep))
@@ -176,6 +177,11 @@ def test_place_only_flow(tmp_path, monkeypatch):
     assert main_synth(["--block", "crc32", "-o", str(out), "-q"]) == 0           # routed row
     argv = json.loads(argv_file.read_text())
     assert "--no-route" not in argv and "--placer-heap-timingweight" not in argv   # a block
+    # a routed run lists its worst paths from the routed SDF, and does not keep the SDF
+    assert argv[argv.index("--sdf") + 1] == "routed.sdf"
+    run = Path(json.loads((out / "synth.json").read_text())[0]["log_dir"])
+    assert (run / "paths.txt").read_text().startswith("worst register-to-register delay 5.56 ns")
+    assert not (run / "routed.sdf").exists()
     assert main_synth(["--block", "crc32", "-o", str(out), "-q", "--place-only"]) == 0
     argv = json.loads(argv_file.read_text())
     assert "--no-route" in argv and argv[argv.index("--sdf") + 1] == "placed.sdf"
