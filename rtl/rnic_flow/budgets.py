@@ -63,7 +63,7 @@ TOTAL = Budget("total", "whole core, glue included", 15000, 8000, 24)
 
 #: Instances of ``rnic`` that are glue on purpose (stream merges and skid buffers between
 #: blocks); any other instance no row names is reported as unmapped.
-GLUE_PATHS = ("cpl_merge", "event_merge", "fault_merge", "lookup_reg")
+GLUE_PATHS = ("cpl_merge", "done_skid", "event_merge", "fault_merge", "lookup_reg")
 
 
 def budgets_for(config):
