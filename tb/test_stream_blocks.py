@@ -192,6 +192,15 @@ def test_queue_refuses_bad_depth():
         Queue(8, 0)
 
 
+def test_merge_refuses_bad_options():
+    from amaranth.lib import data
+    layout = data.StructLayout({"a": 5, "b": 11})
+    for args, kw in (((layout, 0), {}), ((layout, 2), {"registered": ("x",)}),
+                     ((layout, 2), {"grant_cycle": True}), ((16, 2), {"registered": ("a",)})):
+        with pytest.raises(ValueError):
+            StreamMerge(*args, **kw)
+
+
 def _merge_producer(dut, k, items, rng, stall):
     """A testbench that offers ``items`` on the merge's input ``k``, pausing at random."""
     async def run(ctx):
@@ -301,14 +310,15 @@ def test_queue_registered_refuses_bad_use():
         Queue(16, 4, registered=("a",))
 
 
-def test_merge_registered_fields():
+@pytest.mark.parametrize("n,grant_cycle", [(2, False), (3, False), (4, True)])
+def test_merge_registered_fields(n, grant_cycle):
     """``StreamMerge(registered=...)``: per-input order kept, nothing lost or duplicated, every
     field of every transfer intact, an input popped only when the output is taken, and the
-    payload stable while ``o.valid`` waits for ``ready`` (random valid/ready)."""
+    payload stable while ``o.valid`` waits for ``ready`` (random valid/ready); with
+    ``grant_cycle`` too."""
     from amaranth.lib import data
-    n = 2
     layout = data.StructLayout({"k": 2, "x": 14, "y": 16})
-    dut = StreamMerge(layout, n, registered=("x",))
+    dut = StreamMerge(layout, n, registered=("x",), grant_cycle=grant_cycle)
     rng = random.Random(7)
     sent = {k: [{"k": k, "x": rng.getrandbits(14), "y": rng.getrandbits(16)} for _ in range(60)]
             for k in range(n)}
@@ -319,7 +329,7 @@ def test_merge_registered_fields():
 
     async def consumer(ctx):
         held = None
-        for _ in range(1200):
+        for _ in range(600 * n):
             ctx.set(dut.o.ready, rng.random() < 0.5)
             await ctx.delay(1e-9)
             if ctx.get(dut.o.valid):
@@ -333,7 +343,7 @@ def test_merge_registered_fields():
                     held = p
             await ctx.tick()
 
-    _run_merge(dut, [producer(k) for k in range(n)], consumer, 1300)
+    _run_merge(dut, [producer(k) for k in range(n)], consumer, 600 * n + 100)
     as_int = lambda d: d["k"] | d["x"] << 2 | d["y"] << 16      # noqa: E731
     for k in range(n):
         assert [x for x in got if x & 3 == k] == [as_int(d) for d in sent[k]]

@@ -392,13 +392,18 @@ class StreamMerge(wiring.Component):
     wide record whose producers already hold it (a queue's head, a register): the merge then
     keeps no copy of it. One transfer every other cycle at most.
 
+    ``grant_cycle`` (with ``registered``): the pick is registered a cycle before the output
+    register is loaded, by a mux whose select is that register. Without it ABC decodes the
+    round-robin pick into every bit's load mux, several times the LUTs of the mux itself from
+    three inputs on. One transfer every third cycle at most.
+
     Attributes
     ----------
     i : In(stream.Signature(shape)).array(n)
     o : Out(stream.Signature(shape))
     """
 
-    def __init__(self, shape, n, *, registered=None):
+    def __init__(self, shape, n, *, registered=None, grant_cycle=False):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"a merge needs at least one input, not {n!r}")
         if registered is not None:
@@ -410,6 +415,9 @@ class StreamMerge(wiring.Component):
         self._n = n
         self._shape = shape
         self._registered = registered
+        if grant_cycle and registered is None:
+            raise ValueError("grant_cycle= needs registered=")
+        self._grant_cycle = bool(grant_cycle)
         super().__init__({
             "i": In(stream.Signature(shape)).array(n),
             "o": Out(stream.Signature(shape)),
@@ -435,14 +443,31 @@ class StreamMerge(wiring.Component):
                     m.d.sync += self.o.valid.eq(0)
                     for j in range(n):
                         m.d.comb += self.i[j].ready.eq(last == j)
-            with m.Else():
-                m.d.sync += self.o.valid.eq(any_valid)
-                with m.If(any_valid):
-                    m.d.sync += last.eq(sel)
-                    for j in range(n):
-                        with m.If(sel == j):
-                            m.d.sync += [self.o.payload[f].eq(self.i[j].payload[f])
-                                         for f in self._registered]
+            if self._grant_cycle:
+                # the pick is registered (``last``, ``granted``) a cycle before the output is
+                # loaded, so the load is a mux by a register
+                granted = Signal()
+                with m.Elif(granted):
+                    m.d.sync += [self.o.valid.eq(1), granted.eq(0)]
+                with m.Else():
+                    m.d.sync += granted.eq(any_valid)
+                    with m.If(any_valid):
+                        m.d.sync += last.eq(sel)
+                with m.If(~self.o.valid):
+                    for f in self._registered:
+                        sig = self.i[0].payload[f]
+                        for j in range(1, n):
+                            sig = Mux(last == j, self.i[j].payload[f], sig)
+                        m.d.sync += self.o.payload[f].eq(sig)
+            else:
+                with m.Else():
+                    m.d.sync += self.o.valid.eq(any_valid)
+                    with m.If(any_valid):
+                        m.d.sync += last.eq(sel)
+                        for j in range(n):
+                            with m.If(sel == j):
+                                m.d.sync += [self.o.payload[f].eq(self.i[j].payload[f])
+                                             for f in self._registered]
             for f in self._shape.members:
                 if f not in self._registered:
                     sig = self.i[0].payload[f]

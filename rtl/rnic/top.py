@@ -318,10 +318,10 @@ class RNIC(wiring.Component):
         if hasattr(req, "stat"):
             m.d.comb += req_stat.eq(req.stat)
         # (registered: an input is popped from the merge's registers when its event is taken, so
-        # no producer's ready depends on another producer's valid; events are rare, one every
-        # other cycle is enough)
-        m.submodules.event_merge = events = StreamMerge(event_layout, 4,
-                                                        registered=("type", "number"))
+        # no producer's ready depends on another producer's valid; the pick a cycle before the
+        # load keeps the merge a 4:1 mux; events are rare, one every third cycle is enough)
+        m.submodules.event_merge = events = StreamMerge(
+            event_layout, 4, registered=("type", "number"), grant_cycle=True)
         wiring.connect(m, psn.event, events.i[0])
         wiring.connect(m, exe.event, events.i[1])
         wiring.connect(m, cqe.event, events.i[2])
