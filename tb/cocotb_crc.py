@@ -15,6 +15,9 @@ async def crc_against_zlib(dut):
     width = int(os.environ["CRC_WIDTH"])
     nb = width // 8
     skip = int(os.environ.get("CRC_SKIP", "0"))
+    # a checker (``residue=``): each body carries its CRC, every third one corrupted in one bit
+    check = int(os.environ.get("CRC_CHECK", "0"))
+    latency = int(os.environ["CRC_LATENCY"])
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.rst.value = 1
     dut.i_valid.value = 0
@@ -27,19 +30,36 @@ async def crc_against_zlib(dut):
     expected = []
     got = []
 
+    lasts = []          # cycle of each packet's last beat
+    cycle = 0
+
     async def collect():
+        nonlocal cycle
         while True:
             await RisingEdge(dut.clk)
             await ReadOnly()
+            cycle += 1
+            if dut.i_valid.value and (int(dut.i_payload.value) >> (width + nb + 1)) & 1:
+                lasts.append(cycle - 1)         # offered in the cycle before this edge
             if dut.o_valid.value:
                 got.append(int(dut.o_payload.value))
+                assert cycle - lasts[len(got) - 1] == latency
 
     cocotb.start_soon(collect())
     layout_first = 1 << (width + nb)       # data, keep, first, last
     layout_last = 1 << (width + nb + 1)
     for n, body in enumerate(bodies):
+        crc = zlib.crc32(b"\xff" * 8 + body) if skip else zlib.crc32(body)
+        if check:
+            body = body + crc.to_bytes(4, "little")
+            good = n % 3 != 2
+            if not good:
+                bit = rng.randrange(8 * len(body))
+                body = (int.from_bytes(body, "little") ^ (1 << bit)).to_bytes(len(body), "little")
+            expected.append(int(good))
+        else:
+            expected.append(crc)
         pkt = bytes(skip) + body if skip else body
-        expected.append(zlib.crc32(b"\xff" * 8 + body) if skip else zlib.crc32(body))
         beats = [pkt[i:i + nb] for i in range(0, len(pkt), nb)]
         if len(beats[-1]) == nb and n % 2:
             beats.append(b"")                  # the region ended on the previous, full beat

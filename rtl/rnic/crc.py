@@ -12,6 +12,11 @@ corrected afterwards by ``A^-k``, applied as ``log2(W/8)+1`` conditional 32×32 
 32-bit state alone. The wide data term is computed ahead of the feedback loop (per 64-bit chunk,
 then XORed), so only a 32×32 matrix and one XOR stay inside the loop.
 
+A checker needs no correction: run over a packet that ends with its own CRC, the register holds a
+constant residue ``R`` exactly when the packet is intact, and ``A^k·R`` after ``k`` trailing zero
+bytes, so with ``residue=`` the unit compares the uncorrected state with the one of ``W/8 + 1``
+constants that ``k`` selects, and answers one bit.
+
 The initial state is a parameter: with ``init=crc_init_skipping(n, prefix)`` a stream may start
 with ``n`` bytes forced to zero and behave as though it had begun with ``prefix`` (this is how
 RX Parse replaces the 14-byte Ethernet header by the ICRC's eight 0xFF bytes of masked LRH).
@@ -110,6 +115,10 @@ class CRC32(wiring.Component):
     premasked : bool
         The source zeroes the bytes outside ``keep`` itself (default False: the unit masks
         them, one level of logic before its data term).
+    residue : int or None
+        A checker: ``o.payload`` is one bit, 1 when ``zlib.crc32`` of the packet equals
+        ``residue`` (``0x2144DF1C`` for a packet that ends with its own CRC-32, little-endian).
+        Same ``latency``; no correction stages.
 
     Attributes
     ----------
@@ -117,17 +126,21 @@ class CRC32(wiring.Component):
         ``data`` (W), ``keep`` (W/8, contiguous from bit 0, any value including 0 on the last
         beat; all ones otherwise), ``first`` (first beat of a packet: restarts from ``init``),
         ``last`` (last beat of a packet).
-    o : Out(stream.Signature(32, always_ready=True))
+    o : Out(stream.Signature(32 or 1, always_ready=True))
         ``payload`` is ``zlib.crc32`` of the packet (final XOR applied): its wire bytes are
-        ``payload.to_bytes(4, "little")``. Valid for one cycle per packet.
+        ``payload.to_bytes(4, "little")``; with ``residue``, whether it equals ``residue``.
+        Valid for one cycle per packet.
     latency : int
         Cycles from the last beat accepted to ``o.valid``.
     """
 
-    def __init__(self, width, *, init=CRC_INIT, premasked=False):
+    def __init__(self, width, *, init=CRC_INIT, premasked=False, residue=None):
         self.width = check_width(width)
         self.init = init
         self.premasked = premasked
+        if residue is not None and not (isinstance(residue, int) and 0 <= residue < 1 << 32):
+            raise ValueError(f"residue must be a 32-bit value, not {residue!r}")
+        self.residue = residue
         self.nbytes = width // 8
         self.kbits = self.nbytes.bit_length()          # k in 0 .. W/8
         self.chunks = max(1, width // 64)
@@ -135,7 +148,7 @@ class CRC32(wiring.Component):
         layout = data.StructLayout({"data": width, "keep": width // 8, "first": 1, "last": 1})
         super().__init__({
             "i": In(stream.Signature(layout, always_ready=True)),
-            "o": Out(stream.Signature(32, always_ready=True)),
+            "o": Out(stream.Signature(32 if residue is None else 1, always_ready=True)),
         })
 
     def elaborate(self, platform):
@@ -190,6 +203,25 @@ class CRC32(wiring.Component):
         with m.If(s2_valid):
             m.d.sync += state.eq(nxt)
         m.d.sync += [tail_valid.eq(s2_valid & s2_last), tail.eq(nxt), tail_missing.eq(s2_missing)]
+
+        if self.residue is not None:
+            # The residue after k trailing zero bytes is A^k·R: compare with the k-th constant,
+            # then delay the verdict to ``latency``.
+            raw = self.residue ^ CRC_XOROUT
+            consts = [crc32_update(raw, bytes(k)) for k in range(nb + 1)]
+            want = Signal(32)
+            with m.Switch(tail_missing):
+                for k, c in enumerate(consts):
+                    with m.Case(k):
+                        m.d.comb += want.eq(c)
+            cur_v, cur_ok = tail_valid, Signal()
+            m.d.comb += cur_ok.eq(tail == want)
+            for j in range(self.kbits):
+                nv, nok = Signal(name=f"d{j}_valid"), Signal(name=f"d{j}_ok")
+                m.d.sync += [nv.eq(cur_v), nok.eq(cur_ok)]
+                cur_v, cur_ok = nv, nok
+            m.d.comb += [self.o.valid.eq(cur_v), self.o.payload.eq(cur_ok)]
+            return m
 
         # Correction stages: undo the zero bytes of a partial last beat, A^-(2^j) per bit j.
         cur_v, cur_s, cur_k = tail_valid, tail, tail_missing

@@ -398,7 +398,8 @@ class RxParse(wiring.Component):
                 m.d.sync += hdr[n].eq(byte[l])
 
         # ICRC feed.
-        m.submodules.crc = crc = CRC32(self.width, init=crc_init_skipping(14, b"\xff" * 8))
+        m.submodules.crc = crc = CRC32(self.width, init=crc_init_skipping(14, b"\xff" * 8),
+                                       residue=ICRC_RESIDUE)
         lane = list(byte)
         for p in range(_IP):
             if p // L <= cap:
@@ -717,7 +718,7 @@ class RxParse(wiring.Component):
         final = Signal(3)
         hr = reason_q.r_data
         with m.If((hr == 0) | (hr == 5)):
-            m.d.comb += final.eq(Mux(crc.o.payload != ICRC_RESIDUE, 4, hr))
+            m.d.comb += final.eq(Mux(crc.o.payload, hr, 4))
         with m.Else():
             m.d.comb += final.eq(hr)
         m.d.comb += [
