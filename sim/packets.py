@@ -156,7 +156,7 @@ def expected_meta(frame):
     reth = d.get("reth", {})
     meta.update(
         reth_va=reth.get("va", 0), reth_rkey=reth.get("rkey", 0), reth_len=reth.get("dmalen", 0),
-        imm=d.get("immdt", {}).get("imm", 0), ieth_rkey=d.get("ieth", {}).get("rkey", 0),
+        imm_or_rkey=d.get("immdt", {}).get("imm", d.get("ieth", {}).get("rkey", 0)),
         aeth_syndrome=d.get("aeth", {}).get("syndrome", 0),
         src_ip=d["ipv4"]["src"], payload_len=len(d["payload"]),
     )

@@ -158,7 +158,7 @@ class TB:
                 "payload_len": len(payload), "padcnt": 0, "se": 0, "ackreq": 1, "msn": 0,
                 "first": 0, "last": 0, "wqe": 0, "comp": 0, "send": 0, "write": 0,
                 "imm_valid": 0, "inv": 0, "offset": 0, "va": 0, "rkey": 0, "dma_len": 0,
-                "imm": 0, "ieth_rkey": 0, "rq_index": 0, "pd": PD, "rcqn": 1,
+                "imm_or_rkey": 0, "rq_index": 0, "pd": PD, "rcqn": 1,
                 "rq_base": rq_base(fields["qpn"]), "rq_log": RQ_LOG,
                 "access": LOCAL_WRITE | REMOTE_WRITE}
         base.update(fields)
@@ -200,7 +200,7 @@ class TB:
                  "wqe": int(takes), "comp": int(last and holds), "send": int(send),
                  "write": int(not send), "imm_valid": int(last and kind.endswith("imm")),
                  "inv": int(last and kind == "send_inv"), "offset": i * pmtu,
-                 "imm": imm if last else 0, "ieth_rkey": inv_key if last else 0,
+                 "imm_or_rkey": (imm if kind.endswith("imm") else inv_key) if last else 0,
                  "rq_index": wqe[0] if wqe else 0, "rcqn": cqn}
             if not send:
                 f.update({"va": va, "rkey": rkey, "dma_len": length})

@@ -98,10 +98,10 @@ def parse_frame(b):
         meta.update(aeth_syndrome=a["syndrome"])
         off += 4
     if info.immdt:
-        meta["imm"] = wire.IMMDT.unpack(b[off:])["imm"]
+        meta["imm_or_rkey"] = wire.IMMDT.unpack(b[off:])["imm"]
         off += 4
     if info.ieth:
-        meta["ieth_rkey"] = wire.IETH.unpack(b[off:])["rkey"]
+        meta["imm_or_rkey"] = wire.IETH.unpack(b[off:])["rkey"]
         off += 4
     if bth["opcode"] in (0x13, 0x14):
         off += 28

@@ -126,8 +126,7 @@ rx_meta_layout = data.StructLayout({
     "reth_va": 64,
     "reth_rkey": 32,
     "reth_len": 32,
-    "imm": 32,
-    "ieth_rkey": 32,
+    "imm_or_rkey": 32,      # the ImmDt, or the IETH's rkey (no opcode carries both)
     "aeth_syndrome": 8,
     "src_ip": 32,           # compared with the QP's remote IPv4
     "payload_len": 13,      # payload bytes, pad and ICRC excluded (≤ 4200)

@@ -515,14 +515,14 @@ class TopResponderModel:
             pieces.append((r["bus_addr"], payload))
         for addr, data in pieces:
             self.mem.write(addr, data)
-        if info.ieth and not self.keys.invalidate(mt["ieth_rkey"]):
+        if info.ieth and not self.keys.invalidate(mt["imm_or_rkey"]):
             self._cqe(qpn, wqe, 9, opcode)
             return 0x1F
         if info.comp:
             if info.immdt:
-                imm, flags = mt["imm"].to_bytes(4, "big"), 0x02
+                imm, flags = mt["imm_or_rkey"].to_bytes(4, "big"), 0x02
             elif info.ieth:
-                imm, flags = struct.pack("<I", mt["ieth_rkey"]), 0x04
+                imm, flags = struct.pack("<I", mt["imm_or_rkey"]), 0x04
             else:
                 imm, flags = b"\0\0\0\0", 0
             self._cqe(qpn, wqe, 0, opcode, q.wlen if info.write else off + length, imm, flags)

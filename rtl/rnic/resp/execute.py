@@ -60,7 +60,7 @@ until ``qp_reset``, and the flush reads from ``cnext``). A flush runs in stage 1
 Outcomes (``done`` = {fatal, syndrome}; CQE status)
 ---------------------------------------------------
 * success: fatal 0; CQE (``comp``) SUCCESS, byte_len = offset + payload_len (SEND) or dma_len
-  (WRITE_WITH_IMM), imm (wire order, as ``exe.imm``) or the invalidated rkey, flags.
+  (WRITE_WITH_IMM), imm (wire order, as ``exe.imm_or_rkey``) or the invalidated rkey, flags.
 * num_sge > 3, message longer than the buffer, failed lkey/range: fatal 0x63, CQE LOC_QP_OP_ERR,
   nothing of the packet written.
 * failed rkey: fatal 0x62, CQE REM_ACCESS_ERR only when the command takes a WQE (``wqe`` = 1,
@@ -787,7 +787,7 @@ class Execute(wiring.Component):
         m.d.comb += [
             fcq.cqn.eq(c.rcqn), fcq.wr_id.eq(wqe.wr_id),
             fcq.byte_len.eq(Mux(c.write, c.dma_len, mend)),
-            fcq.imm_or_rkey.eq(Mux(c.imm_valid, c.imm, c.ieth_rkey)),
+            fcq.imm_or_rkey.eq(c.imm_or_rkey),
             fcq.qpn.eq(c.qpn), fcq.status.eq(cstat),
             fcq.opcode.eq(Mux(c.write & c.imm_valid, RECV_RDMA_WITH_IMM, RECV)),
             fcq.flags.eq(Mux(c.imm_valid, WITH_IMM, 0) | Mux(c.inv, WITH_INVALIDATE, 0)),
@@ -907,7 +907,7 @@ class Execute(wiring.Component):
                                  c.rq_log.eq(fp.rq_log), c.status.eq(0)]
                     m.d.sync += [c[f].eq(0) for f in (
                         "write", "imm_valid", "inv", "se", "wqe", "comp", "send",
-                        "imm", "ieth_rkey")]
+                        "imm_or_rkey")]
             with m.If(self.exe.valid):
                 m.d.sync += [plan_tk.eq(1), plan_dec.eq(1)]
                 m.next = "DEC"

@@ -63,7 +63,7 @@ packet), ``first``/``last`` (START/END of the message), ``wqe`` (RWR: the messag
 receive WQE ``rq_index`` on this packet), ``comp`` (the packet completes a receive WQE: CQE),
 ``send``/``write``/``imm_valid``/``inv``, ``offset`` (bytes of the message before this
 packet), ``va``/``rkey``/``dma_len`` (the WRITE's RETH, carried on every packet of the message;
-placement address = ``va + offset``), ``imm``, ``ieth_rkey``, ``rq_index`` (the RQ consumer
+placement address = ``va + offset``), ``imm_or_rkey`` (the ImmDt or the IETH's rkey), ``rq_index`` (the RQ consumer
 index: ring entry of the WQE), ``pd``, ``rcqn``, ``rq_base``, ``rq_log``, ``access``.
 
 ``done`` (in, :data:`done_layout`): exactly one per ``exe`` command, in the same order.
@@ -124,7 +124,7 @@ exe_layout = data.StructLayout({
     "first": 1, "last": 1, "wqe": 1, "comp": 1,
     "send": 1, "write": 1, "imm_valid": 1, "inv": 1,
     "offset": 32, "va": 64, "rkey": 32, "dma_len": 32,
-    "imm": 32, "ieth_rkey": 32, "rq_index": 16,
+    "imm_or_rkey": 32, "rq_index": 16,
     "pd": 16, "rcqn": 16, "rq_base": 64, "rq_log": 5, "access": 8,
 })
 
@@ -619,7 +619,7 @@ class PsnCheck(wiring.Component):
             exe.va.eq(Mux(info.start, cm.reth_va, cx.va)),
             exe.rkey.eq(Mux(info.start, cm.reth_rkey, cx.rkey)),
             exe.dma_len.eq(Mux(info.start, cm.reth_len, cx.off + cx.resid)),
-            exe.imm.eq(cm.imm), exe.ieth_rkey.eq(cm.ieth_rkey), exe.rq_index.eq(cx.rq_cons),
+            exe.imm_or_rkey.eq(cm.imm_or_rkey), exe.rq_index.eq(cx.rq_cons),
             exe.pd.eq(st.pd), exe.rcqn.eq(st.rcqn), exe.rq_base.eq(st.rq_base),
             exe.rq_log.eq(st.rq_log), exe.access.eq(st.access),
         ]
