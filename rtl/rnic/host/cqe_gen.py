@@ -111,8 +111,8 @@ WITH_INVALIDATE = CQE_WITH_INVALIDATE
 
 #: One completion as a client submits it.
 #: ``imm_or_rkey``: with ``flags & WITH_IMM`` the immediate as an integer whose bits [31:24] are
-#: its first wire byte (``rx_meta_layout.imm_or_rkey``); CQE Generation stores it in wire byte order.
-#: Otherwise the invalidated rkey (stored little-endian).
+#: its first wire byte (``rx_meta_layout.imm_or_rkey``); CQE Generation stores it in wire byte
+#: order. Otherwise the invalidated rkey (stored little-endian).
 cqe_layout = data.StructLayout({
     "cqn": 16,
     "wr_id": 64,

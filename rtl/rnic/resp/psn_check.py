@@ -63,8 +63,9 @@ packet), ``first``/``last`` (START/END of the message), ``wqe`` (RWR: the messag
 receive WQE ``rq_index`` on this packet), ``comp`` (the packet completes a receive WQE: CQE),
 ``send``/``write``/``imm_valid``/``inv``, ``offset`` (bytes of the message before this
 packet), ``va``/``rkey``/``dma_len`` (the WRITE's RETH, carried on every packet of the message;
-placement address = ``va + offset``), ``imm_or_rkey`` (the ImmDt or the IETH's rkey), ``rq_index`` (the RQ consumer
-index: ring entry of the WQE), ``pd``, ``rcqn``, ``rq_base``, ``rq_log``, ``access``.
+placement address = ``va + offset``), ``imm_or_rkey`` (the ImmDt or the IETH's rkey),
+``rq_index`` (the RQ consumer index: ring entry of the WQE), ``pd``, ``rcqn``, ``rq_base``,
+``rq_log``, ``access``.
 
 ``done`` (in, :data:`done_layout`): exactly one per ``exe`` command, in the same order.
 ``fatal`` = 0: success, the ACK (if AckReq) leaves. ``fatal`` = 1: the QP moves to ERROR
