@@ -438,6 +438,12 @@ class StreamMerge(wiring.Component):
         if self._registered is not None:
             # the grant is held (``last``) until the output is taken; the input granted is
             # popped then, and the other fields come from it
+            def granted_field(f):
+                sig = self.i[0].payload[f]
+                for j in range(1, n):
+                    sig = Mux(last == j, self.i[j].payload[f], sig)
+                return sig
+
             with m.If(self.o.valid):
                 with m.If(self.o.ready):
                     m.d.sync += self.o.valid.eq(0)
@@ -454,11 +460,8 @@ class StreamMerge(wiring.Component):
                     with m.If(any_valid):
                         m.d.sync += last.eq(sel)
                 with m.If(~self.o.valid):
-                    for f in self._registered:
-                        sig = self.i[0].payload[f]
-                        for j in range(1, n):
-                            sig = Mux(last == j, self.i[j].payload[f], sig)
-                        m.d.sync += self.o.payload[f].eq(sig)
+                    m.d.sync += [self.o.payload[f].eq(granted_field(f))
+                                 for f in self._registered]
             else:
                 with m.Else():
                     m.d.sync += self.o.valid.eq(any_valid)
@@ -468,12 +471,8 @@ class StreamMerge(wiring.Component):
                             with m.If(sel == j):
                                 m.d.sync += [self.o.payload[f].eq(self.i[j].payload[f])
                                              for f in self._registered]
-            for f in self._shape.members:
-                if f not in self._registered:
-                    sig = self.i[0].payload[f]
-                    for j in range(1, n):
-                        sig = Mux(last == j, self.i[j].payload[f], sig)
-                    m.d.comb += self.o.payload[f].eq(sig)
+            m.d.comb += [self.o.payload[f].eq(granted_field(f))
+                         for f in self._shape.members if f not in self._registered]
             return m
         with m.If(~self.o.valid | self.o.ready):
             m.d.sync += self.o.valid.eq(any_valid)
