@@ -101,7 +101,7 @@ Latency (cycles, idle outputs, measured by ``tb/cocotb_rx_parse.py``): see
 :func:`rx_parse_latency`.
 """
 
-from amaranth.hdl import Cat, Elaboratable, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -416,31 +416,38 @@ class RxParse(wiring.Component):
         tb = (_IP + 2) // L
         tot_in = Signal(16)
         m.d.comb += tot_in.eq(Cat(byte[(_IP + 3) % L], byte[(_IP + 2) % L]))
-        rem = Signal(17)
-        # rem_gt[j] == (rem > j), registered with ``rem`` (a per-lane thermometer), so that a
-        # lane's ``keep`` is an AND of registers instead of a 17-bit compare (``rem`` itself only
-        # feeds its own update and ``rem_gtl``); rem_gtl == (rem > L): the datagram goes on past
-        # this beat
-        rem_gt = Signal(L)
-        rem_gtl = Signal()
+        # ``rem`` (bytes of the datagram left from the start of the beat, saturating at 0) is
+        # kept split at the lane bits, so that every compare a lane needs is a register: ``hi``
+        # = rem // L (a beat down-counter), ``lo_th[j]`` == (rem % L > j) (a thermometer, fixed
+        # while whole beats are taken off), ``hi_nz`` == (rem >= L), ``hi_ge2`` == (rem >= 2L).
+        # Then rem > j (a lane's ``keep``) is ``hi_nz | lo_th[j]`` and rem > L (the datagram
+        # goes on past this beat) ``hi_ge2 | (hi_nz & lo_th[0])``: no wide compare sits between
+        # these registers and the lanes, nor under the accept enable (``i.ready``'s AND, late).
+        hi = Signal(17 - lg)
+        hi_nz = Signal()
+        hi_ge2 = Signal()
+        lo_th = Signal(L)
         nxt = (tb + 1) * L - _IP                # bytes of the datagram in beats 0 .. tb
         before_tb = Cat(*at[:tb]).any() if tb else 0   # idx < tb
         after_tb = ~Cat(*at[:tb + 1]).any()     # idx > tb
+        t0 = Signal(17)                         # tot_in - nxt, taken when tot_in > nxt
+        pos0 = Signal()
+        m.d.comb += [t0.eq(tot_in - nxt), pos0.eq(tot_in > nxt)]
         with m.If(accept):
             with m.If(at[tb]):
-                m.d.sync += rem.eq(Mux(tot_in > nxt, tot_in - nxt, 0))
-                m.d.sync += [rem_gt[j].eq(tot_in > nxt + j) for j in range(L)]
-                m.d.sync += rem_gtl.eq(tot_in > nxt + L)
+                m.d.sync += [hi.eq(Mux(pos0, t0[lg:], 0)),
+                             hi_nz.eq(tot_in >= nxt + L), hi_ge2.eq(tot_in >= nxt + 2 * L)]
+                m.d.sync += [lo_th[j].eq(pos0 & (t0[:lg] > j)) for j in range(L)]
             with m.Else():
-                m.d.sync += rem.eq(Mux(rem > L, rem - L, 0))
-                # rem > L + j, split at the lane bits: rem ≥ 2L, or rem in L..2L−1 with its
-                # low bits > j (no 17-bit compare per lane)
-                r_hi, r_lo = rem[lg:], rem[:lg]
-                r_2l = Signal()
-                r_1l = Signal()
-                m.d.comb += [r_2l.eq(r_hi[1:] != 0), r_1l.eq(r_hi == 1)]
-                m.d.sync += [rem_gt[j].eq(r_2l | (r_1l & (r_lo > j))) for j in range(L)]
-                m.d.sync += rem_gtl.eq(rem > 2 * L)
+                with m.If(hi_nz):
+                    m.d.sync += hi.eq(hi - 1)
+                with m.Else():
+                    m.d.sync += lo_th.eq(0)     # rem < L: nothing left after this beat
+                m.d.sync += [hi_nz.eq(hi_ge2), hi_ge2.eq(hi >= 3)]
+        rem_gt = Signal(L)                      # rem > j
+        rem_gtl = Signal()                      # rem > L
+        m.d.comb += [rem_gt.eq(Mux(hi_nz, Const(-1, L), lo_th)),
+                     rem_gtl.eq(hi_ge2 | (hi_nz & lo_th[0]))]
         in_dgram = [before_tb | (at[tb] & (tot_in > tb * L + j - _IP))
                     | (after_tb & rem_gt[j]) for j in range(L)]
         # Bytes after the datagram (Ethernet padding, a trailer) are not the ICRC's: the CRC
