@@ -307,11 +307,8 @@ class ControlPlane(wiring.Component):
                 with m.Case(t):
                     m.d.comb += [blk_addr.eq(p.arg_addr), blk_we.eq(p.arg_we),
                                  blk_wdata.eq(p.arg_wdata)]
-        # A block's ARG write is registered before the RAM (its answer logic, in another block,
-        # ends at these flip-flops) and lands a cycle later, while the command is still busy:
-        # every block writes its last ARG at least a cycle before its response.
-        bw_addr, bw_en, bw_data = Signal(4), Signal(), Signal(32)
-        m.d.sync += [bw_addr.eq(blk_addr), bw_en.eq(blk_we), bw_data.eq(blk_wdata)]
+        # A block's ARG write goes straight to the RAM (a LUT RAM writes on the clock edge, so
+        # its address, data and enable end there as they would at flip-flops).
         blk_rdata = Signal(32)
         m.d.comb += a_rd.addr.eq(Mux(blk_owns, blk_addr, word_r[:4]))
         m.d.sync += blk_rdata.eq(a_rd.data)
@@ -325,7 +322,7 @@ class ControlPlane(wiring.Component):
         with m.If(clearing):
             m.d.comb += [a_wr.addr.eq(scan), a_wr.data.eq(0), a_wr.en.eq(1)]
         with m.Elif(busy):
-            m.d.comb += [a_wr.addr.eq(bw_addr), a_wr.data.eq(bw_data), a_wr.en.eq(bw_en)]
+            m.d.comb += [a_wr.addr.eq(blk_addr), a_wr.data.eq(blk_wdata), a_wr.en.eq(blk_we)]
         with m.Else():
             m.d.comb += [a_wr.addr.eq(word_w[:4]), a_wr.data.eq(slave.wr_data),
                          a_wr.en.eq(sw_arg)]
