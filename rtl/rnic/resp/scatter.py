@@ -119,14 +119,16 @@ class ScatterPath(wiring.Component):
         m.submodules.out_q = out_q = Queue(out_layout, 4)
         o = out_q.i
 
-        # The byte shift (sh < 2·W/8 when a beat leaves) in two registered steps: by
-        # sh mod 8 bytes into stage 1, then by whole 8-byte words into the output queue.
+        # The byte shift (sh < 2·W/8 when a beat leaves) in two registered steps: by whole
+        # 8-byte words into stage 1, keeping the W + 56 bits the second step can reach, then by
+        # sh mod 8 bytes into the output queue (the wide word multiplexer works on W + 56 bits,
+        # the 8-way byte multiplexer on W, rather than 8-way on 2·W bits then words on W).
         a_valid = Signal()                    # a beat (or a marker) enters stage 1
         a_ready = Signal()
         a_mark = Signal()
         s1_valid = Signal()
-        s1_win = Signal(2 * W)
-        s1_hi = Signal(max(lb - 2, 1))
+        s1_win = Signal(W + 56)
+        s1_lo = Signal(3)
         s1_strb = Signal(B)
         s1_last = Signal()
         s1_mark = Signal()
@@ -134,11 +136,11 @@ class ScatterPath(wiring.Component):
         with m.If(a_ready):
             # the data registers load whenever stage 1 is free (their enable does not wait for
             # the FSM's decision); ``s1_valid`` says whether they hold a beat
-            m.d.sync += [s1_valid.eq(a_valid), s1_win.eq(window >> (sh[:3] * 8)),
-                         s1_hi.eq(sh[3:lb + 1]), s1_strb.eq(strb), s1_last.eq(lastb),
-                         s1_mark.eq(a_mark)]
-        shifted = Signal(2 * W)
-        m.d.comb += shifted.eq(s1_win >> (s1_hi * 64))
+            m.d.sync += [s1_valid.eq(a_valid),
+                         s1_win.eq((window >> (sh[3:lb + 1] * 64))[:W + 56]), s1_lo.eq(sh[:3]),
+                         s1_strb.eq(strb), s1_last.eq(lastb), s1_mark.eq(a_mark)]
+        shifted = Signal(W + 56)
+        m.d.comb += shifted.eq(s1_win >> (s1_lo * 8))
         m.d.comb += [
             o.valid.eq(s1_valid),
             o.payload.beat.data.eq(shifted[:W]),
