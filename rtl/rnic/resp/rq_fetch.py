@@ -11,10 +11,53 @@ bytes ``index·W/8`` on; the caller writes it into the RAM that keeps the WQE, i
 leave in request order, from registers, one cycle after the WQE's last beat; the next read's
 beats wait while a response waits. A WQE every ``ceil(64/(W/8))`` cycles at most while the
 responses are taken at once.
+
+WQE store
+---------
+(Used by the planner, stage 1 of :class:`~rnic.resp.execute.Execute`.)
+One LUT-RAM store of ``prefetch`` + 1 rows, each what placement keeps of a WQE (wr_id,
+min(num_sge, 4), the three SGEs: 451 bits, one RAM per 64-bit word of the WQE), written beat
+by beat by the read that fills it: rows 0 to ``prefetch`` − 1 are the prefetch pool's slots,
+row ``prefetch`` takes the planner's own reads. Each row is tagged {valid, QP, index, ring}
+(``rq_base`` bits 63..6 and ``rq_log``; a pool slot's ring in a LUT RAM, compared for the slot
+hit only): a WQE taken stays in its row, tagged, while its
+message runs, and the later packets of the message read it there. A row is lost to a claim
+(the prefetcher's, for a pool slot; the planner's next read, for its own row), to a take of
+another WQE of the QP (except index + 1, read ahead), to ``qp_reset``, and a pool slot also
+when the command that completes its WQE leaves the planner; the row the planner works from
+is never claimed meanwhile. LUT RAM rather than block RAM: 16 rows of 451 bits are
+113 DPR16X4 (the depth of one DPR16X4, whatever ``prefetch`` ≤ 15), read a field per state
+with no output register, while the same store in 72-bit block RAM rows would take two DP16KD
+plus, at W = 512, staging for the WQE's one 512-bit beat; a per-QP copy of the WQE
+(``num_qp`` × 451 bits) would take at least seven DP16KD at ``num_qp`` = 256.
+
+WQE prefetch
+------------
+``rq_post`` {qpn, index, rq_base, rq_log} (``rcqn`` unused) reports every RQ doorbell that took
+effect (QP in INIT, RTR or RTS; PSN Check knows the state and the ring): per QP the producer
+index and the ring are kept (table ``pst``, cleared by ``qp_reset``), beside the index of the
+next WQE the QP's messages will take (table ``nxt``: the last taken + 1, 0 after ``qp_reset``).
+After a doorbell, and after a message took its WQE, a prefetcher examines the QP: when WQE
+``nxt`` is posted (behind the producer) and no pool slot holds {QP, ``nxt``}, it reads it into
+a slot of a pool of ``prefetch`` slots {qpn, index, address, the WQE as placement keeps it}
+(a free slot, else
+the next one round robin that has its data: the least recently filled QPs lose theirs); with
+``prefetch_depth`` = 2 it then reads WQE ``nxt`` + 1 the same way when it is posted and not
+held, but only into a free slot (a second-depth prefetch never evicts). A WQE is only read
+after the doorbell that posted it, so the host wrote it before the read. The planner uses a
+slot whose {qpn, index, address} are its command's (waiting if the read is still out) and
+otherwise reads the WQE itself; a prefetched read that fails is dropped silently (the
+planner's own read then reports it). Taking WQE i voids the QP's slots except the ones of
+index i (the WQE taken) and i + 1 (depth 2), ``qp_reset`` voids all of them (a voided read in
+flight: its data is dropped). So a QP with posted WQEs holds its next one or two on chip
+while its current message runs, and strict order, the consumer index, RNR (decided by PSN
+Check) and flush are unchanged. ``prefetch`` = 0 removes the pool (reads on demand; the
+store is the planner's row alone).
 """
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect
 
 # the receive WQE exactly as it lies in host memory (bit 8·i = byte i) and its scatter/gather
@@ -24,7 +67,8 @@ from ..formats import RecvWqe as wqe_layout, Sge as sge_layout
 from ..host.axi_master import ReadClientSignature
 from ..stream import Queue, check_width
 
-__all__ = ["RqFetch", "sge_layout", "wqe_layout", "WQE_BYTES", "MAX_SGE",
+__all__ = ["RqFetch", "wqe_store", "prefetch_pool", "slim_layout",
+           "sge_layout", "wqe_layout", "WQE_BYTES", "MAX_SGE",
            "fetch_req_layout", "fetch_resp_layout", "fetch_beat_layout"]
 
 fetch_req_layout = data.StructLayout({"addr": 64, "tag": 8})
@@ -114,3 +158,363 @@ class RqFetch(wiring.Component):
         with m.If(self.resp.ready):
             m.d.sync += full.eq(0)
         return m
+
+
+#: What placement keeps of a receive WQE: wr_id, the SGEs, and ``nsge`` = min(num_sge, 4)
+#: (num_sge > 3 is refused; the reserved word is not kept).
+slim_layout = data.StructLayout({
+    "wr_id": 64, "nsge": 3, "sge": data.ArrayLayout(sge_layout, MAX_SGE)})
+
+
+def wqe_store(m, rows, width, beat):
+    """The fetched WQEs, :data:`slim_layout` per row, written beat by beat from ``beat`` (the
+    :class:`RqFetch` beat stream; row ``rows − 1`` for the tag ``DEMAND`` (bit 7), else the
+    tag) and read asynchronously (LUT RAM). The WQE's 64-bit words sit at fixed lanes of fixed
+    beats (64-byte aligned): word 0 wr_id, 1 num_sge (kept as min(num_sge, 4), the reserved
+    word dropped), 2 + 2i and 3 + 2i SGE i; one RAM per word, written when its beat comes.
+    Returns (read address, read data as :data:`slim_layout`)."""
+    per = width // 64                          # words per beat
+    rb = max(1, (rows - 1).bit_length())
+    row = Signal(rb, name="wqs_row")
+    m.d.comb += row.eq(Mux(beat.payload.tag[7], rows - 1, beat.payload.tag[:rb]))
+    addr = Signal(rb, name="wqs_raddr")
+    words = []
+    for w in range(WQE_BYTES // 8):
+        lane = beat.payload.data[(w % per) * 64:(w % per + 1) * 64]
+        if w == 1:
+            num = lane[:32]
+            shape, wdata = 3, Mux(num > MAX_SGE, MAX_SGE + 1, num[:3])
+        else:
+            shape, wdata = 64, lane
+        # LUT RAM on purpose (see the pool, :func:`prefetch_pool`)
+        mem = Memory(shape=shape, depth=max(rows, 2), init=[])
+        m.submodules[f"wqs{w}"] = mem
+        wp = mem.write_port()
+        rp = mem.read_port(domain="comb")
+        m.d.comb += [wp.addr.eq(row), wp.data.eq(wdata),
+                     wp.en.eq(beat.valid & (beat.payload.index == w // per)),
+                     rp.addr.eq(addr)]
+        words.append(rp.data)
+    out = Signal(slim_layout, name="wqs_data")
+    m.d.comb += out.as_value().eq(Cat(*words))
+    return addr, out
+
+
+def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, plan_look,
+                  plan_hit_r, plan_tk, plan_dec, take, take_r, c, ab, rst, rp, prow_oh, pin,
+                  release):
+    """The WQE prefetch pool (see the module docstring): slots 0..P-1 of the WQE store.
+    ``prow_oh``/``pin``: while ``pin``, the planner works from the slot set in ``prow_oh``
+    (one-hot; never claimed while ``pin``);
+    ``release``: it is done with that slot's WQE (completed): the slot is free; ``take``:
+    the planner takes WQE c.rq_index of c.qpn (the pool acts on it a cycle later, from a
+    register, while c stays as it is); ``plan_hit_r``, ``plan_tk``: registers, 1 while the
+    planner is in HIT, and from DEC to the take of c's WQE (the QP's next); ``plan_dec``:
+    1 in DEC (c was loaded in the cycle before). Returns the
+    signals the planner uses: ``match_c`` (valid in LOOK, the state after the one that
+    loaded c's index: slots holding c's WQE),
+    ``claim_d`` (the slots the prefetcher claimed in the cycle before, one-hot; none is
+    claimed in HIT), ``match`` (the planner's register of ``match_c``), ``valid``,
+    ``ok`` (data present), ``hit`` (driven by the planner: the first matched slot with data
+    is used now) and ``hsel`` (in HIT, the store row of that slot)."""
+    P = prefetch
+    sb = max(1, (P - 1).bit_length())
+    DEMAND = 0xFF
+    fr = fetch.resp
+    rst_q = rst.payload.qpn
+
+    # per-QP: the producer index and ring of the last RQ doorbell that took effect
+    post_row = data.StructLayout({"on": 1, "prod": 16, "base": 64, "log": 5})
+    # ``no_rw_check`` on ``pst`` and ``nxt``: a read in IDLE that meets a write of the same
+    # row is voided (``hazard``), so its data is never used
+    m.submodules.pst = pst = Memory(shape=post_row, depth=num_qp, init=[],
+                                    attrs={"no_rw_check": 1})
+    pst_rd = pst.read_port()
+    pst_wr = pst.write_port()
+    # per-QP: the ring index of the next WQE the QP's messages will take
+    m.submodules.nxt = nxt = Memory(shape=16, depth=num_qp, init=[],
+                                    attrs={"no_rw_check": 1})
+    nxt_rd = nxt.read_port()
+    nxt_wr = nxt.write_port()
+
+    # QPs to examine: after a doorbell, after a message took its WQE
+    m.submodules.chk_post = chk_post = Queue(data.StructLayout({"qpn": ab}), 4)
+    m.submodules.chk_take = chk_take = Queue(data.StructLayout({"qpn": ab}), 2)
+    with m.If(rst.valid):
+        m.d.comb += [pst_wr.addr.eq(rst_q), pst_wr.data.eq(0), pst_wr.en.eq(1)]
+    with m.Elif(rp.valid):
+        m.d.comb += [pst_wr.addr.eq(rp.payload.qpn[:ab]), pst_wr.data.on.eq(1),
+                     pst_wr.data.prod.eq(rp.payload.index),
+                     pst_wr.data.base.eq(rp.payload.rq_base),
+                     pst_wr.data.log.eq(rp.payload.rq_log), pst_wr.en.eq(1),
+                     chk_post.i.valid.eq(1), chk_post.i.payload.qpn.eq(rp.payload.qpn[:ab])]
+
+    # A take's effects on the slots (those it voids, the claims it holds off) start from
+    # ``take_r``, so the take's decision (a planner state, a read response) reaches no
+    # slot's tags; c is unchanged in the cycle after a take (the planner is in SUMS). The
+    # next index and the visit's void, a few registers, are loaded from the take itself,
+    # so the QP's next visit starts a cycle sooner.
+    # The planner's next index = taken + 1, written when no qp_reset competes.
+    nx_pend = Signal()
+    nx_q = Signal(ab)
+    nx_v = Signal(16)
+    with m.If(take):
+        m.d.sync += [nx_pend.eq(1), nx_q.eq(c.qpn[:ab]), nx_v.eq(c.rq_index + 1)]
+    with m.If(rst.valid):
+        m.d.comb += [nxt_wr.addr.eq(rst_q), nxt_wr.data.eq(0), nxt_wr.en.eq(1)]
+    with m.Elif(nx_pend):
+        m.d.comb += [nxt_wr.addr.eq(nx_q), nxt_wr.data.eq(nx_v), nxt_wr.en.eq(1),
+                     chk_take.i.valid.eq(1), chk_take.i.payload.qpn.eq(nx_q)]
+        with m.If(~take):
+            m.d.sync += nx_pend.eq(0)
+
+    # ---- the pool: P slots {valid, busy (read in flight), ok (data), qpn, index, addr} ----
+    valid = Signal(P)
+    busy = Signal(P)
+    ok = Signal(P)
+    sq = [Signal(ab, name=f"pf_qpn{i}") for i in range(P)]
+    sidx = [Signal(16, name=f"pf_index{i}") for i in range(P)]
+    # the ring each slot's WQE was read from, rq_base bits 63..6 (64-byte aligned) and
+    # rq_log, in LUT RAM by slot: only the slot the planner hits is compared with c's ring
+    # (``ring_ok``), not every slot every cycle
+    m.submodules.pf_ring = pf_ring = Memory(shape=63, depth=max(P, 2), init=[])
+    ring_wr = pf_ring.write_port()
+    ring_rd = pf_ring.read_port(domain="comb")
+    # the slots' WQEs are rows 0..P-1 of the WQE store (:func:`wqe_store`), written by the
+    # reads' beats
+
+    match_c = Signal(P)
+    match = Signal(P)
+    # A slot matches c when it holds c's QP and ring index. The compare is registered:
+    # made in the cycle before LOOK uses it (DEC, or LOOK's first cycle when DEC changed
+    # c's index to the held WQE's). A slot claimed in that cycle has new tags by then, so
+    # it is left out (``claim_d``), as a slot claimed in LOOK's last cycle is by the
+    # planner (HIT); none is claimed in HIT (``plan_hit_r``); ``valid`` is used as it
+    # stands. The slot hit serves c only if its WQE was read
+    # from c's ring (base and size; a ring SET_QP moved is not served from the old
+    # one): ``ring_ok``, registered in the hit's cycle from the slot's ring (``hsel``, a
+    # register, addresses the ring RAM), is tested by the planner in the state after HIT,
+    # which reads the WQE itself on a mismatch.
+    tag_eq = Signal(P)
+    claim_d = Signal(P)
+    for i in range(P):
+        m.d.sync += tag_eq[i].eq((sq[i] == c.qpn[:ab]) & (sidx[i] == c.rq_index))
+        m.d.comb += match_c[i].eq(valid[i] & tag_eq[i] & ~claim_d[i])
+    ring_ok = Signal()
+    hit = Signal()
+
+    # responses of prefetch reads (always taken; the WQE is in the store by then)
+    rs = fr.payload.tag[:sb]
+    pf_resp = Signal()
+    m.d.comb += pf_resp.eq(fr.valid & ~fr.payload.tag[7])
+    with m.If(pf_resp):
+        m.d.comb += fr.ready.eq(1)
+
+    # ---- the prefetcher FSM: examine one QP at a time -------------------------------------
+    D = prefetch_depth
+    pf_q = Signal(ab)
+    pf_void = Signal()          # the QP was reset or took a WQE since its tables were read
+    row = Signal(post_row)
+    pf_idx = Signal(16)         # idx0 = nxt
+    pf_idx1 = Signal(16)        # idx1 = nxt + 1
+    pf_want = Signal()          # WQE idx0 is posted
+    pf_want1 = Signal()         # WQE idx1 is posted
+    pf_try = Signal(2)          # idx0 / idx1 already fetched in this visit
+    pf_m0 = Signal(P)           # slots tagged {pf_q, idx0}
+    pf_m1 = Signal(P)           # slots tagged {pf_q, idx1}
+    pf_addr = Signal(58)        # the read to issue: its WQE address, bits 63..6 (added
+                                # in every ALLOC cycle, so the adder ends at a register)
+    ev = Signal(sb)             # eviction pointer
+    alloc = Signal()            # CLAIM claims slot ``a_slot`` now
+    a_slot = Signal(sb)         # ALLOC's choice: the slot to claim,
+    a_sel1 = Signal()           # for idx1 (else idx0),
+    a_ev = Signal()             # by eviction (the pointer moves on at the claim)
+    with m.If((rst.valid & (rst_q == pf_q)) | (take & (c.qpn[:ab] == pf_q))):
+        m.d.sync += pf_void.eq(1)
+    # the QP visited is c's (registered: pf_q is loaded in IDLE, three cycles or more before
+    # CLAIM; c.qpn is loaded in the planner's IDLE and stable to its take, so the compare
+    # is a cycle late in DEC only: there ``plan_dec`` stands for it)
+    same_q = Signal()
+    m.d.sync += same_q.eq(pf_q == c.qpn[:ab])
+    m.d.comb += [pst_rd.addr.eq(Mux(chk_take.o.valid, chk_take.o.payload.qpn,
+                                    chk_post.o.payload.qpn)),
+                 nxt_rd.addr.eq(pst_rd.addr)]
+    # the tables read in IDLE may miss a write of this or the previous cycle (read ports
+    # not transparent): a take being written to ``nxt`` (nx_pend), a take, a reset or a
+    # doorbell (``pst``; the doorbell queues the QP again) now
+    hazard = Signal()
+    m.d.comb += hazard.eq((rst.valid & (rst_q == pst_rd.addr))
+                          | (take & (c.qpn[:ab] == pst_rd.addr))
+                          | (nx_pend & (nx_q == pst_rd.addr))
+                          | (rp.valid & (rp.payload.qpn[:ab] == pst_rd.addr)))
+    # the slot the planner works from (``prow`` with ``pin``) is neither free nor evictable:
+    # its row must not change until the planner is done with it (``prow_oh``: a register,
+    # so the pin's compare does not run into ALLOC's decision)
+    pinned = Signal(P)
+    m.d.comb += pinned.eq(Mux(pin, prow_oh, 0))
+    free = Signal(P)
+    m.d.comb += free.eq(~valid & ~busy & ~pinned)
+    evictable = Signal()
+    m.d.comb += evictable.eq(valid.bit_select(ev, 1) & ~busy.bit_select(ev, 1)
+                             & ~pinned.bit_select(ev, 1))
+    fsel = Signal(sb)
+    for i in reversed(range(P)):
+        with m.If(free[i]):
+            m.d.comb += fsel.eq(i)
+    lmask = Signal(16)
+    m.d.comb += lmask.eq((Const(1, 17) << row.log) - 1)
+    need0 = Signal()            # WQE idx0 posted, not held, not yet fetched in this visit
+    need1 = Signal()
+    m.d.comb += [need0.eq(pf_want & ~pf_try[0] & ((pf_m0 & valid) == 0)),
+                 need1.eq(pf_want1 & ~pf_try[1] & ((pf_m1 & valid) == 0) if D > 1 else 0)]
+    # the slots tagged {pf_q, pf_key}: idx0 in CALC, idx1 in CALC1 (one bank of compares)
+    pf_key = Signal(16)
+    pf_cmp = Signal(P)
+    m.d.comb += pf_key.eq(pf_idx)
+    for i in range(P):
+        m.d.comb += pf_cmp[i].eq((sq[i] == pf_q) & (sidx[i] == pf_key))
+    def issue():
+        # the read of the slot claimed (the planner's own reads have priority)
+        with m.If(~plan_fetch):
+            m.d.comb += [fetch.req.valid.eq(1),
+                         fetch.req.payload.addr.eq(Cat(Const(0, 6), pf_addr)),
+                         fetch.req.payload.tag.eq(a_slot)]
+            with m.If(fetch.req.ready):
+                # back to ALLOC: the other index may be fetched in the same visit
+                m.next = "ALLOC" if D > 1 else "IDLE"
+
+    hold = Signal()             # no claim now (see ALLOC)
+    m.d.comb += hold.eq(take_r | rst.valid | plan_hit_r)
+    with m.FSM(name="prefetch"):
+        with m.State("IDLE"):
+            with m.If(chk_take.o.valid | chk_post.o.valid):
+                m.d.comb += [pst_rd.en.eq(1), nxt_rd.en.eq(1),
+                             chk_take.o.ready.eq(1),
+                             chk_post.o.ready.eq(~chk_take.o.valid)]
+                m.d.sync += [pf_q.eq(pst_rd.addr), pf_void.eq(hazard), pf_try.eq(0)]
+                m.next = "READ"
+        with m.State("READ"):
+            # the tables' read data registered as is (block RAM clock-to-out)
+            m.d.sync += [row.eq(pst_rd.data), pf_idx.eq(nxt_rd.data)]
+            m.next = "CALC"
+        with m.State("CALC"):
+            ahead = Signal(16)
+            m.d.comb += ahead.eq(row.prod - pf_idx)
+            m.d.sync += [pf_want.eq(row.on & (ahead != 0) & ~ahead[15]),
+                         # idx1 = idx0 + 1 posted (ahead = 2^15 left out: conservative)
+                         pf_want1.eq(row.on & (ahead != 0) & (ahead != 1) & ~ahead[15]),
+                         pf_idx1.eq(pf_idx + 1)]
+            m.d.sync += pf_m0.eq(pf_cmp)
+            m.next = "CALC1" if D > 1 else "ALLOC"
+        if D > 1:
+            with m.State("CALC1"):
+                m.d.comb += pf_key.eq(pf_idx1)
+                m.d.sync += pf_m1.eq(pf_cmp)
+                m.next = "ALLOC"
+        # ALLOC decides which slot the visit claims (registered: ``a_slot``, ``a_sel1``,
+        # ``a_ev``) and CLAIM claims it, so the slot tags' enables start from registers. The
+        # choice stays good for CLAIM: only the prefetcher claims slots and only HIT pins
+        # one (no decision is made in HIT); responses, takes, resets and releases only make
+        # slots free. CLAIM goes back to ALLOC when a claim is held off there.
+        with m.State("ALLOC"):
+            # the address of the WQE this cycle's decision claims (ready for CLAIM)
+            m.d.sync += pf_addr.eq(row.base[6:] + (Mux(need0, pf_idx, pf_idx1) & lmask))
+            # no claim in a cycle with a take (take_r) or a qp_reset (they void by the
+            # slots' tags), nor while the planner is in HIT (it may hit one); in CLAIM,
+            # no claim of the visited QP's next WQE (idx0) while the planner holds that
+            # WQE (``plan_tk``: from DEC to the take; after the take idx0 is stale, and
+            # the take voids the visit a cycle later)
+            with m.If(hold):
+                pass
+            with m.Elif(pf_void | ~(need0 | need1)):
+                m.next = "IDLE"
+            with m.Elif(need0):
+                # WQE nxt: a free slot, else eviction -- but not while the planner's slot is
+                # about to be freed (its command completes the slot's WQE): wait for it
+                # rather than evict another QP's next WQE
+                with m.If((free == 0) & pin & c.comp):
+                    pass
+                with m.Elif(free != 0):
+                    m.d.sync += [a_slot.eq(fsel), a_sel1.eq(0), a_ev.eq(0)]
+                    m.next = "CLAIM"
+                with m.Elif(evictable):
+                    m.d.sync += [a_slot.eq(ev), a_sel1.eq(0), a_ev.eq(1)]
+                    m.next = "CLAIM"
+                with m.Else():
+                    m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
+                    m.next = "IDLE"
+            with m.Else():
+                # WQE nxt + 1: only into a free slot (a second-depth prefetch never evicts)
+                with m.If(free != 0):
+                    m.d.sync += [a_slot.eq(fsel), a_sel1.eq(1), a_ev.eq(0)]
+                    m.next = "CLAIM"
+                with m.Else():
+                    m.next = "IDLE"
+        with m.State("CLAIM"):
+            # the slot is claimed and its read issued in the same cycle when the read port
+            # is free (else ISSUE waits for it)
+            with m.If(hold | (((plan_tk & same_q) | plan_dec) & ~a_sel1)):
+                m.next = "ALLOC"
+            with m.Elif(pf_void):
+                m.next = "IDLE"
+            with m.Else():
+                m.d.comb += alloc.eq(1)
+                m.d.sync += pf_try.bit_select(a_sel1, 1).eq(1)
+                with m.If(a_ev):
+                    m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
+                m.next = "ISSUE"
+                issue()
+        with m.State("ISSUE"):
+            issue()
+
+    # ---- the hit select (registered): the first slot of match & valid & ok, read on a hit --
+    # In LOOK it is the first of match_c with data next cycle (a response now sets ok;
+    # a reset of c's QP voids every match; a slot claimed now sends the planner to FETCH
+    # in HIT, so the select never reads it). In
+    # HIT, while no matched slot has data, the only way one gets it is a response: the
+    # next cycle's select is its slot (a don't-care when no hit follows).
+    rs_ok = Signal(P)
+    for i in range(P):
+        m.d.comb += rs_ok[i].eq(pf_resp & ~fr.payload.err & (rs == i))
+    look = Signal(P)
+    m.d.comb += look.eq(match_c & (ok | rs_ok))
+    hsel_c = Signal(sb)
+    for i in reversed(range(P)):
+        with m.If(look[i]):
+            m.d.comb += hsel_c.eq(i)
+    hsel = Signal(sb)
+    m.d.sync += hsel.eq(Mux(plan_look, rs, hsel_c))
+    m.d.comb += ring_rd.addr.eq(hsel)
+    m.d.sync += ring_ok.eq(ring_rd.data == Cat(c.rq_base[6:], c.rq_log))
+    # the slot hit is read (store row ``hsel``, asynchronously) in the hit's cycle: a slot
+    # with its data gets no beat (no read out) and no claim in a HIT cycle
+
+    # a take of WQE i keeps the QP's slots of indices i .. i+D-1 (D = 2: i+1); the
+    # planner's c.rq_index is stable for cycles before a take, so its successor registered
+    c_nxt = Signal(16)
+    m.d.sync += c_nxt.eq(c.rq_index + 1)
+
+    # ---- slot state updates (later ones win) -----------------------------------------------
+    claim = Signal(P)           # the slot claimed this cycle (one-hot)
+    m.d.sync += claim_d.eq(claim)
+    for i in range(P):
+        with m.If(pf_resp & (rs == i)):
+            m.d.sync += [busy[i].eq(0), ok[i].eq(~fr.payload.err)]
+            with m.If(fr.payload.err):
+                m.d.sync += valid[i].eq(0)
+        m.d.comb += claim[i].eq(alloc & (a_slot == i))
+        with m.If(claim[i]):
+            m.d.sync += [valid[i].eq(1), busy[i].eq(1), ok[i].eq(0), sq[i].eq(pf_q),
+                         sidx[i].eq(Mux(a_sel1, pf_idx1, pf_idx)),
+                         pf_m0[i].eq(~a_sel1 if D > 1 else 1), pf_m1[i].eq(a_sel1)]
+        # a take of WQE i keeps the QP's slots of index i (the slot hit: its WQE serves the
+        # message's later packets) and i + 1 (D = 2); the others are behind or stale
+        keep = (sidx[i] == c.rq_index) | ((sidx[i] == c_nxt) if D > 1 else Const(0, 1))
+        with m.If((take_r & (sq[i] == c.qpn[:ab]) & ~keep)
+                  | (rst.valid & (sq[i] == rst_q))
+                  | (release & prow_oh[i])):
+            m.d.sync += valid[i].eq(0)
+    m.d.comb += [ring_wr.addr.eq(a_slot), ring_wr.data.eq(Cat(row.base[6:], row.log)),
+                 ring_wr.en.eq(alloc)]
+    return {"match_c": match_c, "match": match, "valid": valid, "ok": ok, "hit": hit,
+            "claim_d": claim_d, "hsel": hsel, "ring_ok": ring_ok}
