@@ -24,7 +24,7 @@ Builder (per frame):
    split into parts at multiples of ``read_beats`` bus words, so that the next part is requested
    while the previous one drains (the host-memory master issues a burst only when the client's
    buffer has room for all of it). The raw aligned beats are realigned once
-   (``{cur, prev} >> 8·rot``) onto the frame byte position, so chunks of any alignment land
+   (``{cur, prev} >> 8·(rotm + 1)``) onto the frame byte position, so chunks of any alignment land
    back to back after the header.
 3. **One word at a time**: the header words and the realigned payload lanes are written into
    one word register, ``acc``, which leaves whole, once, when a write to the next word comes
@@ -425,7 +425,10 @@ class TxBuild(wiring.Component):
         pos = Signal(PB)                 # where the next chunk starts in the frame
         c_len = Signal(13)
         parts = Signal(13 - RBB + 2)     # parts of the chunk still to come back
-        rot = Signal(lg + 1)             # nb − ((pos − off) mod nb), 1..nb
+        # the funnel's shift in bytes less 1: nb − 1 − ((pos − off) mod nb) (the shift is 1..nb,
+        # so the funnel drops {cur, prev}'s first byte and shifts by 0..nb − 1: an nb-way byte
+        # multiplexer, not a 2·nb-way one)
+        rotm = Signal(lg)
         prev = Signal(W)
         bad = Signal()
         wcount = Signal(range(-(-MAX_HDR // nb) + 1))     # header word
@@ -435,7 +438,7 @@ class TxBuild(wiring.Component):
         # the raw beat being taken (DATA); in FLUSH the lanes that come from it lie past the
         # chunk's end and are not written (gmask), so it needs no state decode
         cur = self.rd.resp.payload.data
-        m.d.comb += funnel.eq(Cat(prev, cur) >> (rot * 8))
+        m.d.comb += funnel.eq(Cat(prev, cur)[8:] >> (rotm * 8))
         wqm1 = Signal(WB)                # the word the current raw beat completes
         c_lastw = Signal(WB)             # the word holding the chunk's last byte
         c_skip = Signal()                # the chunk's first raw beat completes no word of it
@@ -720,7 +723,7 @@ class TxBuild(wiring.Component):
                              lo_same.eq(at[:lg] != 0),
                              hi_mask.eq((Const(2, nb + 1)
                                          << (at[:lg] + chq.o.payload.lenm1[:lg])[:lg]) - 1),
-                             rot.eq(nb - d0[:lg]), prev.eq(0)]
+                             rotm.eq(~d0[:lg]), prev.eq(0)]
                 goto("DATA")
             with m.Else():
                 goto("CHUNK")
