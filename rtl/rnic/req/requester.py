@@ -665,6 +665,8 @@ class Requester(wiring.Component):
         psn_m1 = Signal(24)
         m.d.sync += [cons1.eq(dyn.cons + 1), alloc_r.eq(dyn.cons == dyn.hcons),
                      psn_m1.eq(dyn.psn - 1)]
+        wqe_idx = Signal(16)
+        m.d.comb += wqe_idx.eq(Mux(pf_go, cons1, dyn.cons))
         pf_bad = Signal()               # a SET_QP rewrote the prefetched QP: drain it
         pf_hit = Signal()
         # (the match registered: WQE_REQ, where it is used, never follows a change of pf_q,
@@ -783,23 +785,11 @@ class Requester(wiring.Component):
             infl_wp.data.byte_len.eq(total),
         ]
 
-        # The WQE read address, from registers in two steps (the ring index, then the add), so
-        # that neither the ring mask nor the 58-bit add sits in the host read arbiter's cone:
-        # the WQE at cons for CHECK, WQE_REQ and PF_DRAIN, where the WQE is fetched (the index
-        # taken in the cycle before CHECK, CHECK_WAIT or YIELD, where cons and ctx are final);
-        # the one after it elsewhere, for the prefetch in PKT and CHUNK (at least three cycles
-        # after WQE_REQ, and never within two cycles of a change of cons).
-        wqe_ix = Signal(16)
-        wqe_addr = Signal(58)           # sq_base[63:6] + the ring index
-        at_fetch = Signal()
-        ring_mask = ((Const(1, 17) << ctx.sq_log) - 1)[:16]
-        m.d.sync += [wqe_ix.eq(Mux(at_fetch, dyn.cons, (dyn.cons + 1)[:16]) & ring_mask),
-                     wqe_addr.eq(ctx.sq_base[6:] + wqe_ix)]
-
         # ports driven from registers
         m.d.comb += [
             self.ctx_req.payload.eq(qpn),
-            self.wqe_rd.req.payload.addr.eq(Cat(Const(0, 6), wqe_addr)),
+            self.wqe_rd.req.payload.addr.eq(
+                ctx.sq_base + ((wqe_idx & ((Const(1, 17) << ctx.sq_log) - 1)) << 6)),
             self.wqe_rd.req.payload.len_bytes.eq(64),
             self.wqe_rd.req.payload.tag.eq(0),
             self.lookup.req.payload.key.eq(Mux(k[0], sge_key[1], sge_key[0])),
@@ -1514,9 +1504,6 @@ class Requester(wiring.Component):
         # then single flip-flops
         eng_fsm.state.attrs["fsm_encoding"] = "one-hot"
         cmp_fsm.state.attrs["fsm_encoding"] = "one-hot"
-        m.d.comb += at_fetch.eq(eng_fsm.ongoing("CHECK_WAIT") | eng_fsm.ongoing("YIELD")
-                                | eng_fsm.ongoing("CHECK") | eng_fsm.ongoing("WQE_REQ")
-                                | eng_fsm.ongoing("PF_DRAIN"))
         # progress for QUERY_QP: every write of the next send PSN and of the SQ index of the
         # oldest WQE not yet retired (the SQ consumer index software may reuse up to)
         m.d.comb += [
