@@ -8,9 +8,9 @@ the index range, then hands the command to the block that owns the opcode throug
 transfer ({result}). Only one command is outstanding at a time. Between the two the block reaches
 ARG0..ARG15 one 32-bit word at a time through the port's ARG access: it puts an ARG number on
 ``arg_addr`` and finds that ARG on ``arg_data`` in the next cycle (a synchronous read); with
-``arg_we`` high, ``arg_wdata`` is written to ARG ``arg_addr`` (query results; the control plane
-registers the write and stores it a cycle later, so a block writes its last ARG at least one
-cycle before its response and does not read back an ARG it has just written).
+``arg_we`` high, ``arg_wdata`` is written to ARG ``arg_addr`` at the end of the cycle (query
+results; a read of that ARG in the same cycle finds the old word, from the next cycle on the new
+one; a block writes its last ARG no later than the cycle of its response).
 The ARGs hold still while a command runs (software writes to them are ignored while busy), so a
 block reads only the words it needs, when it needs them, and keeps no copy of the others.
 ``resp.result`` is the ``CMD_STATUS`` result code (0 ok, 3 bad argument / illegal state change);
