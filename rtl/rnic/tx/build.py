@@ -366,39 +366,45 @@ class TxBuild(wiring.Component):
         s_final = Signal()               # s_len fits in one part
         s_plen = Signal(13)              # the next part's length: min(s_len, 2**RBB)
         # The chunk enters through a skid buffer that also carries its first part's length and
-        # last flag, computed before the buffer: the chunk is taken (``ready``) when its last
-        # part is requested, and that test then starts at registers, not at an adder and a
-        # comparison on the chunk.
-        cin_layout = data.StructLayout({"chunk": chunk_layout, "final": 1, "plen": 13})
+        # last flag and, for a chunk of several parts, the bytes after the first part and whether
+        # they fit in one part, all computed before the buffer: the chunk is taken (``ready``)
+        # when its last part is requested, and that test and the next part's registers then
+        # start at registers, not at chained adders and comparisons on the chunk.
+        cin_layout = data.StructLayout({"chunk": chunk_layout, "final": 1, "plen": 13,
+                                        "rest": 13, "rest_final": 1})
         m.submodules.cin = cin = SkidBuffer(cin_layout)
         i_room = Signal(RBB + 1)
         i_final = Signal()
+        i_rest = Signal(13)
         m.d.comb += [
             i_room.eq((1 << RBB) - self.chunk.payload.addr[:RBB]),
             i_final.eq(self.chunk.payload.len <= i_room),
+            i_rest.eq(self.chunk.payload.len - i_room),
             cin.i.payload.chunk.eq(self.chunk.payload),
             cin.i.payload.final.eq(i_final),
             cin.i.payload.plen.eq(Mux(i_final, self.chunk.payload.len, i_room)),
+            cin.i.payload.rest.eq(i_rest),
+            cin.i.payload.rest_final.eq(i_rest <= (1 << RBB)),
             cin.i.valid.eq(self.chunk.valid),
             self.chunk.ready.eq(cin.i.ready),
         ]
         chunk = cin.o
         c_addr, c_len0 = chunk.payload.chunk.addr, chunk.payload.chunk.len
-        c_room = Signal(RBB + 1)         # bytes to the chunk's first part boundary
-        m.d.comb += c_room.eq((1 << RBB) - c_addr[:RBB])
         c_final = chunk.payload.final
         c_plen = chunk.payload.plen
-        c_rest = Signal(13)              # bytes after the first part (when it is not the last)
-        m.d.comb += c_rest.eq(c_len0 - c_room)
         final = Signal()
         part_len = Signal(13)
         m.d.comb += [final.eq(Mux(issuing, s_final, c_final)),
                      part_len.eq(Mux(issuing, s_plen, c_plen))]
-        # the next part's address and length (used when this part is not the chunk's last)
+        # the next part's address and length (used when this part is not the chunk's last),
+        # and whether that part is the last: s_len − 2**RBB ≤ 2**RBB is s_len ≤ 2**(RBB+1),
+        # a comparison on the register beside the subtraction rather than after it
         n_addr_hi = Signal(64 - RBB)
         n_len = Signal(13)
+        n_final = Signal()
         m.d.comb += [n_addr_hi.eq(Mux(issuing, s_addr[RBB:] + 1, c_addr[RBB:] + 1)),
-                     n_len.eq(Mux(issuing, s_len - (1 << RBB), c_rest))]
+                     n_len.eq(Mux(issuing, s_len - (1 << RBB), chunk.payload.rest)),
+                     n_final.eq(Mux(issuing, s_len <= (2 << RBB), chunk.payload.rest_final))]
         # parts spanned by the chunk: only the address bits below a part boundary matter
         c_span = Signal(14)
         m.d.comb += c_span.eq(c_addr[:RBB] + c_len0 - 1)
@@ -419,8 +425,8 @@ class TxBuild(wiring.Component):
                 m.d.sync += issuing.eq(0)
             with m.Else():
                 m.d.sync += [issuing.eq(1), s_addr.eq(Cat(Const(0, RBB), n_addr_hi)),
-                             s_len.eq(n_len), s_final.eq(n_len <= (1 << RBB)),
-                             s_plen.eq(Mux(n_len <= (1 << RBB), n_len, 1 << RBB))]
+                             s_len.eq(n_len), s_final.eq(n_final),
+                             s_plen.eq(Mux(n_final, n_len, 1 << RBB))]
 
         pos = Signal(PB)                 # where the next chunk starts in the frame
         c_len = Signal(13)
