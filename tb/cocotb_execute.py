@@ -795,14 +795,13 @@ async def bench(dut):
     assert bpc <= B
 
 
-@cocotb.test(skip=os.environ.get("EX_TOP") != "scatter")
-async def scatter(dut):
-    """ScatterPath alone: random packets cut into 1-4 contiguous pieces at random bus lanes,
-    each output beat checked (bytes under strb, strb, last) against a Python model, with idle
-    input and back-pressured output; ``pkt_done`` once per packet."""
+async def _scatter_run(dut, packets):
+    """Feed ``packets`` (each ``(payload, [(src, len, lane), ...])``, the pieces contiguous
+    from byte 0; any tail past the last piece is dropped by the closing piece) to the
+    ScatterPath with idle input and back-pressured output, and check every output beat (bytes
+    under strb, strb, last) against a Python model, and ``pkt_done`` once per packet."""
     from rnic.host.axi_master import write_beat_layout
     from rnic.resp.scatter import piece_layout
-    rng = random.Random(7)
     B = W // 8
     pieces = Source(dut, "piece", piece_layout, dut.clk, rng=random.Random(8), idle=0.3)
     pay = AxiStreamSource(AxiStreamBus.from_prefix(dut, "pay"), dut.clk, dut.rst)
@@ -811,23 +810,15 @@ async def scatter(dut):
     out = Sink(dut, "data", write_beat_layout(W), dut.clk, rng=random.Random(10), stall=0.3)
     await reset(dut)
     expect = []
-    npkt = 60
-    for _ in range(npkt):
-        plen = rng.choice([1, 2, B - 1, B, B + 1, rng.randrange(1, 700)])
-        payload = rng.randbytes(plen)
-        cuts = sorted(rng.sample(range(1, plen), min(plen - 1, rng.randint(0, 3))))
-        bounds = [0] + cuts + [plen]
-        if rng.random() < 0.3 and len(bounds) > 2:
-            bounds = bounds[:-1]              # the tail is dropped by the closing piece
-        for a, b in zip(bounds, bounds[1:]):
-            lane = rng.randrange(B)
-            pieces.put({"src": a, "len": b - a, "lane": lane, "end": 0})
-            chunk = bytes(lane) + payload[a:b]
+    for payload, cut in packets:
+        for a, n, lane in cut:
+            pieces.put({"src": a, "len": n, "lane": lane, "end": 0})
+            chunk = bytes(lane) + payload[a:a + n]
             chunk += bytes(-len(chunk) % B)
             nb = len(chunk) // B
             for k in range(nb):
                 lo = lane if k == 0 else 0
-                hi = (lane + b - a - 1) % B if k == nb - 1 else B - 1
+                hi = (lane + n - 1) % B if k == nb - 1 else B - 1
                 strb = sum(1 << i for i in range(lo, hi + 1))
                 expect.append((chunk[k * B:(k + 1) * B], strb, int(k == nb - 1)))
         pieces.put({"src": 0, "len": 0, "lane": 0, "end": 1})
@@ -841,8 +832,9 @@ async def scatter(dut):
             done[0] += int(dut.pkt_done.value)
 
     cocotb.start_soon(count())
-    await wait_until(dut, lambda: len(out.items) >= len(expect) and done[0] >= npkt, 100000,
-                     "scatter output")
+    npkt = len(packets)
+    await wait_until(dut, lambda: len(out.items) >= len(expect) and done[0] >= npkt,
+                     100000 + 4 * len(expect), "scatter output")
     for _ in range(20):
         await RisingEdge(dut.clk)
     assert len(out.items) == len(expect) and done[0] == npkt
@@ -851,3 +843,39 @@ async def scatter(dut):
         assert g["strb"] == strb and g["last"] == last, f"beat {k}: {g['strb']:x} {strb:x}"
         masked = bytes(gd[i] if strb >> i & 1 else 0 for i in range(B))
         assert masked == data_, f"beat {k}: {masked.hex()} expected {data_.hex()}"
+
+
+@cocotb.test(skip=os.environ.get("EX_TOP") != "scatter")
+async def scatter(dut):
+    """ScatterPath alone: random packets cut into 1-4 contiguous pieces at random bus lanes
+    (30 % of them with a dropped tail)."""
+    rng = random.Random(7)
+    B = W // 8
+    packets = []
+    for _ in range(60):
+        plen = rng.choice([1, 2, B - 1, B, B + 1, rng.randrange(1, 700)])
+        payload = rng.randbytes(plen)
+        cuts = sorted(rng.sample(range(1, plen), min(plen - 1, rng.randint(0, 3))))
+        bounds = [0] + cuts + [plen]
+        if rng.random() < 0.3 and len(bounds) > 2:
+            bounds = bounds[:-1]              # the tail is dropped by the closing piece
+        packets.append((payload, [(a, b - a, rng.randrange(B))
+                                  for a, b in zip(bounds, bounds[1:])]))
+    await _scatter_run(dut, packets)
+
+
+@cocotb.test(skip=os.environ.get("EX_TOP") != "scatter")
+async def scatter_sweep(dut):
+    """ScatterPath alone: every (source byte offset mod B, destination lane) pair, so every
+    shift the realignment can make from every lane: B packets of B three-byte pieces (3 is odd:
+    piece ``i`` starts at source offset 3·i, which runs through every residue mod B), packet
+    ``t``'s piece ``i`` at lane (7·i + t) mod B; the pieces at the top lanes cross a beat."""
+    rng = random.Random(11)
+    B = W // 8
+    packets = []
+    for t in range(B):
+        payload = rng.randbytes(3 * B)
+        packets.append((payload, [(3 * i, 3, (7 * i + t) % B) for i in range(B)]))
+    pairs = {(a % B, lane) for _, cut in packets for a, _, lane in cut}
+    assert len(pairs) == B * B
+    await _scatter_run(dut, packets)

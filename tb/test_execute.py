@@ -73,7 +73,7 @@ def test_execute_bench(width, rdlat):
 @pytest.mark.parametrize("width", [64, 512])
 def test_scatter(width):
     run_cocotb("scatter", lambda: flat_top(ScatterPath(width=width)), params={"width": width},
-               test_module="tb.cocotb_execute", testcase=["scatter"],
+               test_module="tb.cocotb_execute", testcase=["scatter", "scatter_sweep"],
                extra_env={"EX_WIDTH": str(width), "EX_TOP": "scatter"}, test_name=f"w{width}")
 
 
