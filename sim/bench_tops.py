@@ -10,10 +10,11 @@ from amaranth.lib.wiring import In, Out, connect
 from rnic.control.qp_args import qp_arg_layout
 from rnic.host.axi_master import AxiSignature, HostMemory
 from rnic.host.cqe_gen import CqeGen
-from rnic.ifaces import NUM_COUNTERS, CommandSignature, event_layout, rx_meta_layout
+from rnic.ifaces import (NUM_COUNTERS, CommandSignature, QpnStream, event_layout,
+                         rx_meta_layout)
 from rnic.keys.key_cache import KeyCache
 from rnic.resp.execute import Execute, flush_layout
-from rnic.resp.psn_check import (PsnCheck, ack_out_layout, done_layout, exe_layout, qpn_layout,
+from rnic.resp.psn_check import (PsnCheck, ack_out_layout, done_layout, exe_layout,
                                   rq_db_layout, rq_flush_layout)
 from rnic.resp.qp_context import qp_set_event_layout
 from rnic.stream import BeatStream
@@ -58,10 +59,10 @@ class PsnBench(wiring.Component):
             "ack_out": Out(stream.Signature(ack_out_layout)),
             "rq_flush": Out(stream.Signature(rq_flush_layout)),
             "event": Out(stream.Signature(event_layout)),
-            "qp_reset": Out(stream.Signature(qpn_layout)),
+            "qp_reset": Out(QpnStream()),
             "qp_set": Out(stream.Signature(qp_set_event_layout, always_ready=True)),
             "qp_arg": Out(stream.Signature(qp_arg_layout, always_ready=True)),
-            "fault": In(stream.Signature(qpn_layout)),
+            "fault": In(QpnStream()),
             "tx": Out(BeatStream(width)),
             "tx1": In(stream.Signature(pkt_layout)),
             "stat": Out(NUM_COUNTERS),
@@ -130,13 +131,13 @@ class ExecuteBench(wiring.Component):
             "exe": In(stream.Signature(exe_layout)),
             "pay": In(BeatStream(width)),
             "done": Out(stream.Signature(done_layout)),
-            "qp_reset": In(stream.Signature(data.StructLayout({"qpn": 24}))),
+            "qp_reset": In(QpnStream()),
             "flush": In(stream.Signature(flush_layout)),
             "rq_post": In(stream.Signature(flush_layout)),
             "key_cmd": Out(CommandSignature()),
             "cq_cmd": Out(CommandSignature()),
             "event": Out(stream.Signature(event_layout)),
-            "fault": Out(stream.Signature(data.StructLayout({"qpn": 24}))),
+            "fault": Out(QpnStream()),
             "cq_event": Out(stream.Signature(event_layout)),
             "cq_sweeping": Out(1),
             "axi": Out(AxiSignature(width)),

@@ -12,7 +12,7 @@ from amaranth.lib import data
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
 from rnic.host.cqe_gen import cqe_layout
-from rnic.ifaces import event_layout
+from rnic.ifaces import event_layout, qpn_layout
 from sim.hostmem import AxiResp, HostMem
 from tb.cocotb_axi_master import Sink, Source, reset, wait_until
 from tb.cocotb_mailbox import ArgRegs, CommandSink, CommandSource
@@ -56,7 +56,7 @@ class Tb:
                              stall=0.3)
         self.comp = Source(dut, "complete", cqe_layout, clk, rng=r(7), idle=0.2)
         self.events = Sink(dut, "event", event_layout, clk, rng=r(8), stall=0.3)
-        self.faults = Sink(dut, "fault", data.StructLayout({"qpn": 24}), clk, rng=r(9), stall=0.3)
+        self.faults = Sink(dut, "fault", qpn_layout, clk, rng=r(9), stall=0.3)
         self.count = 0
         cocotb.start_soon(self._stat())
         self.cq = {}

@@ -11,10 +11,9 @@ import random
 
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
-from amaranth.lib import data
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
-from rnic.ifaces import event_layout
+from rnic.ifaces import event_layout, qpn_layout
 from rnic.resp.execute import flush_layout
 from rnic.resp.psn_check import done_layout, exe_layout
 from sim.bench import record
@@ -43,7 +42,7 @@ SEND_FIRST, SEND_MIDDLE, SEND_LAST, SEND_LAST_IMM, SEND_ONLY, SEND_ONLY_IMM = 0,
 WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM = \
     6, 7, 8, 9, 10, 11
 SEND_LAST_INV, SEND_ONLY_INV = 0x16, 0x17
-_QPN = data.StructLayout({"qpn": 24})
+_QPN = qpn_layout
 
 
 def rq_base(qpn):

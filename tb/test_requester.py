@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from rnic.control.qp_args import qp_arg_layout
 from rnic.host import HostMemory
 from rnic.host.axi_master import AxiSignature
-from rnic.ifaces import CommandSignature
+from rnic.ifaces import CommandSignature, QpnStream
 from rnic.keys.key_cache import KeyCache
 from rnic.req import Requester, ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
 from rnic.req.requester import doorbell_layout
@@ -34,12 +34,12 @@ class ReqHarness(wiring.Component):
             "sq_db": In(stream.Signature(doorbell_layout)),
             "qp_set": In(stream.Signature(qp_set_layout)),
             "qp_arg": In(stream.Signature(qp_arg_layout)),
-            "ctx_req": Out(stream.Signature(24)),
+            "ctx_req": Out(QpnStream()),
             "ctx_resp": In(stream.Signature(req_ctx_layout)),
             "ack": In(stream.Signature(ack_layout)),
             "key": Out(CommandSignature()),
             "cpl": Out(stream.Signature(cpl_layout)),
-            "fault": Out(stream.Signature(24)),
+            "fault": Out(QpnStream()),
             "local_mac": In(48),
             "local_ip": In(32),
             "us_cycles": In(8),

@@ -33,8 +33,8 @@ from amaranth.lib.wiring import In, Out
 
 __all__ = [
     "NUM_ARGS", "NUM_COUNTERS", "CmdOp", "Result", "EventType",
-    "cmd_layout", "resp_layout", "CommandSignature", "event_layout", "bth_fields",
-    "rx_meta_layout",
+    "cmd_layout", "resp_layout", "CommandSignature", "event_layout", "qpn_layout", "QpnStream",
+    "bth_fields", "rx_meta_layout",
     "Counter",
 ]
 
@@ -111,6 +111,15 @@ event_layout = data.StructLayout({
     "type": 4,
     "number": 24,
 })
+
+#: One QP number: the payload of every stream that names a QP and nothing else (resets,
+#: faults, the requester's context requests).
+qpn_layout = data.StructLayout({"qpn": 24})
+
+
+def QpnStream():
+    """A stream of QP numbers: ``stream.Signature(qpn_layout)``."""
+    return stream.Signature(qpn_layout)
 
 
 #: The BTH fields a later stage reads, in the order every header record here lists them.

@@ -100,7 +100,7 @@ from amaranth.utils import ceil_log2
 from ..formats import CQE_BYTES, CQE_WITH_IMM, CQE_WITH_INVALIDATE
 from ..formats import Cqe as cqe_entry_layout
 from ..ifaces import NUM_COUNTERS, CmdOp, CommandSignature, Counter, EventType, Result
-from ..ifaces import event_layout
+from ..ifaces import QpnStream, event_layout
 from ..stream import Queue, check_width
 from .axi_master import WriteClientSignature
 
@@ -211,7 +211,7 @@ class CqeGen(wiring.Component):
             "complete": In(stream.Signature(cqe_layout)),
             "mem": Out(WriteClientSignature(width)),
             "event": Out(stream.Signature(event_layout)),
-            "fault": Out(stream.Signature(data.StructLayout({"qpn": 24}))),
+            "fault": Out(QpnStream()),
             "stat": Out(NUM_COUNTERS),
             "sweeping": Out(1),
         })

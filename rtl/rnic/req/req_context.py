@@ -30,12 +30,12 @@ req_qp_set : Out(stream.Signature(qp_set_layout))
     To the requester's ``qp_set`` through an 8-entry queue (SET_QP is a slow-path command that
     takes tens of cycles; responder-made ERROR moves are one per fatal event; the requester
     takes one per cycle).
-ctx_req : In(stream.Signature(24)) / ctx_resp : Out(stream.Signature(req_ctx_layout))
+ctx_req : In(QpnStream()) / ctx_resp : Out(stream.Signature(req_ctx_layout))
     One response per request, in order, two cycles later at the earliest. Every field of
     ``req_ctx_layout`` except ``state`` is the static field of the same name.
 cpl : In(stream.Signature(cpl_layout)) → cqe : Out(stream.Signature(cqe_layout)),
-qp_err : Out(stream.Signature(qpn_layout)), event : Out(stream.Signature(event_layout))
-req_fault : In(stream.Signature(24))
+qp_err : Out(QpnStream()), event : Out(stream.Signature(event_layout))
+req_fault : In(QpnStream())
 prog_psn : In(stream.Signature({qpn, psn}, always_ready=True)),
 prog_cons : In(stream.Signature({qpn, cons}, always_ready=True))
     Every write of the requester's next send PSN and SQ consumer index (retired WQEs), kept
@@ -50,7 +50,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..host.cqe_gen import cqe_layout
-from ..ifaces import EventType, event_layout
+from ..ifaces import EventType, QpnStream, event_layout
 from ..opcodes import WcStatus
 from ..control.qp_args import ArgRow, qp_arg_layout
 from ..resp.qp_context import qp_set_event_layout
@@ -59,7 +59,6 @@ from .requester import cpl_layout, qp_set_layout, req_ctx_layout
 
 __all__ = ["ReqContext"]
 
-_qpn_layout = data.StructLayout({"qpn": 24})
 prog_psn_layout = data.StructLayout({"qpn": 24, "psn": 24})
 prog_cons_layout = data.StructLayout({"qpn": 24, "cons": 16})
 
@@ -106,12 +105,12 @@ class ReqContext(wiring.Component):
             "qp_set": In(stream.Signature(qp_set_event_layout, always_ready=True)),
             "qp_arg": In(stream.Signature(qp_arg_layout, always_ready=True)),
             "req_qp_set": Out(stream.Signature(qp_set_layout)),
-            "ctx_req": In(stream.Signature(24)),
+            "ctx_req": In(QpnStream()),
             "ctx_resp": Out(stream.Signature(req_ctx_layout)),
             "cpl": In(stream.Signature(cpl_layout)),
-            "req_fault": In(stream.Signature(24)),
+            "req_fault": In(QpnStream()),
             "cqe": Out(stream.Signature(cqe_layout)),
-            "qp_err": Out(stream.Signature(_qpn_layout)),
+            "qp_err": Out(QpnStream()),
             "event": Out(stream.Signature(event_layout)),
             "prog_psn": In(stream.Signature(prog_psn_layout, always_ready=True)),
             "prog_cons": In(stream.Signature(prog_cons_layout, always_ready=True)),
@@ -173,9 +172,9 @@ class ReqContext(wiring.Component):
         rv = Signal()
         m.d.comb += [
             self.ctx_req.ready.eq(~rv | self.ctx_resp.ready),
-            ctx_rp.addr.eq(self.ctx_req.payload[:ab]),
+            ctx_rp.addr.eq(self.ctx_req.payload.qpn[:ab]),
             ctx_rp.en.eq(self.ctx_req.ready),
-            st_rp.addr.eq(self.ctx_req.payload[:ab]),
+            st_rp.addr.eq(self.ctx_req.payload.qpn[:ab]),
             st_rp.en.eq(self.ctx_req.ready),
             self.ctx_resp.valid.eq(rv),
             self.ctx_resp.payload.state.eq(st_rp.data),
@@ -234,7 +233,7 @@ class ReqContext(wiring.Component):
                          need_err.eq(cp.fault | err_status),
                          need_ev.eq(cp.fault)]
         with m.If(take_flt):
-            m.d.sync += [busy.eq(1), rd_wait.eq(1), c.eq(0), c.qpn.eq(self.req_fault.payload),
+            m.d.sync += [busy.eq(1), rd_wait.eq(1), c.eq(0), c.qpn.eq(self.req_fault.payload.qpn),
                          need_cqe.eq(0), need_err.eq(1), need_ev.eq(1)]
         scqn = Signal(16)
         with m.If(rd_wait & ~rd_hit):

@@ -59,6 +59,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..formats import SEND_MAX_SGE, SEND_WQE_BYTES, SendWqe
 from ..host.axi_master import ReadClientSignature
+from ..ifaces import QpnStream
 from ..keys.key_cache import LookupSignature
 from ..opcodes import WcStatus
 from ..resp.qp_context import QpState
@@ -261,7 +262,7 @@ class Requester(wiring.Component):
     qp_set : In(stream.Signature(qp_set_layout))
         Every SET_QP that was written. RESET clears the QP's SQ indices; RTS loads the send PSN
         (``sq_psn``) and queues the QP (doorbells recorded in INIT/RTR then run).
-    ctx_req : Out(stream.Signature(24))
+    ctx_req : Out(QpnStream())
         QPN whose context the engine needs; exactly one ``ctx_resp`` answers each, in order.
     ctx_resp : In(stream.Signature(req_ctx_layout))
     lookup : In(LookupSignature())
@@ -317,7 +318,7 @@ class Requester(wiring.Component):
         super().__init__({
             "sq_db": In(stream.Signature(doorbell_layout)),
             "qp_set": In(stream.Signature(qp_set_layout)),
-            "ctx_req": Out(stream.Signature(24)),
+            "ctx_req": Out(QpnStream()),
             "ctx_resp": In(stream.Signature(req_ctx_layout)),
             "lookup": In(LookupSignature()),
             "wqe_rd": Out(ReadClientSignature(width)),
@@ -787,7 +788,7 @@ class Requester(wiring.Component):
 
         # ports driven from registers
         m.d.comb += [
-            self.ctx_req.payload.eq(qpn),
+            self.ctx_req.payload.qpn.eq(qpn),
             self.wqe_rd.req.payload.addr.eq(
                 ctx.sq_base + ((wqe_idx & ((Const(1, 17) << ctx.sq_log) - 1)) << 6)),
             self.wqe_rd.req.payload.len_bytes.eq(64),

@@ -100,7 +100,7 @@ from amaranth.lib.wiring import In, Out, connect
 
 from ..host.axi_master import ReadClientSignature, WriteClientSignature
 from ..host.cqe_gen import WITH_IMM, WITH_INVALIDATE, cqe_layout
-from ..ifaces import EventType, event_layout
+from ..ifaces import EventType, QpnStream, event_layout, qpn_layout
 from ..keys.key_cache import Access, InvalSignature, LookupSignature
 from ..opcodes import WcStatus
 from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
@@ -348,7 +348,7 @@ class Execute(wiring.Component):
             "exe": In(stream.Signature(exe_layout)),
             "pay": In(BeatStream(width)),
             "done": Out(stream.Signature(done_layout)),
-            "qp_reset": In(stream.Signature(data.StructLayout({"qpn": 24}))),
+            "qp_reset": In(QpnStream()),
             "flush": In(stream.Signature(flush_layout)),
             "rq_post": In(stream.Signature(flush_layout, always_ready=True)),
             "rd": Out(ReadClientSignature(width)),
@@ -359,7 +359,7 @@ class Execute(wiring.Component):
             "reserve_resp": In(stream.Signature(data.StructLayout({"ok": 1}))),
             "complete": Out(stream.Signature(cqe_layout)),
             "event": Out(stream.Signature(event_layout)),
-            "fault": Out(stream.Signature(data.StructLayout({"qpn": 24}))),
+            "fault": Out(QpnStream()),
         })
 
     def elaborate(self, platform):
@@ -410,7 +410,7 @@ class Execute(wiring.Component):
         m.submodules.cqe_q = cqe_q = Queue(_cqe_entry_layout, 8,
                                            registered=("need", "qpn", "status", "flush"))
         m.submodules.ev_q = ev_q = Queue(event_layout, 4)
-        m.submodules.fault_q = fault_q = Queue(data.StructLayout({"qpn": 24}), 4)
+        m.submodules.fault_q = fault_q = Queue(qpn_layout, 4)
         connect(m, ev_q.o, wiring.flipped(self.event))
         connect(m, fault_q.o, wiring.flipped(self.fault))
 

@@ -105,8 +105,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
-from ..ifaces import (NUM_COUNTERS, CommandSignature, Counter, EventType, event_layout,
-                      rx_meta_layout)
+from ..ifaces import (NUM_COUNTERS, CommandSignature, Counter, EventType, QpnStream,
+                      event_layout, qpn_layout, rx_meta_layout)
 from ..opcodes import opcode_info, WcStatus
 from ..stream import BeatStream, Queue, check_width
 from ..control.qp_args import qp_arg_layout
@@ -116,8 +116,7 @@ from .psn_rules import op_sequence, psn_class_layout, psn_classify
 from .qp_context import (MsgClass, QpContext, QpState, qp_dyn_layout, qp_recv_layout,
                          qp_set_event_layout)
 
-__all__ = ["PsnCheck", "exe_layout", "done_layout", "rq_db_layout", "rq_flush_layout",
-           "qpn_layout"]
+__all__ = ["PsnCheck", "exe_layout", "done_layout", "rq_db_layout", "rq_flush_layout"]
 
 exe_layout = data.StructLayout({
     "qpn": 24, "opcode": 8, "psn": 24, "status": 8,
@@ -134,7 +133,6 @@ done_layout = data.StructLayout({"fatal": 1, "syndrome": 8})
 rq_db_layout = data.StructLayout({"qpn": 24, "index": 16})
 rq_flush_layout = data.StructLayout({"qpn": 24, "index": 16, "rcqn": 16, "rq_base": 64,
                                      "rq_log": 5})
-qpn_layout = data.StructLayout({"qpn": 24})
 #: A response frame PSN Check accepted (an RTS QP, from its remote IPv4): what the requester
 #: reads of it (``syndrome``: the AETH's, 0 without one)
 ack_out_layout = data.StructLayout({"opcode": 8, "qpn": 24, "psn": 24, "syndrome": 8})
@@ -214,10 +212,10 @@ class PsnCheck(wiring.Component):
         QUERY_QP's next send PSN and SQ consumer index come from the requester's context:
         ``q_qpn`` is the queried QP, ``q_psn``/``q_cons`` its values one cycle later
         (:class:`~rnic.resp.qp_context.QpContext`).
-    qp_reset : Out(stream.Signature(qpn_layout))
+    qp_reset : Out(QpnStream())
         One transfer when SET_QP (or the reset sweep) puts a QP in RESET. The consumer must be
         always ready (``ready`` is ignored).
-    fault : In(stream.Signature(qpn_layout))
+    fault : In(QpnStream())
         A later stage found a fault on the QP (host-memory write error): the QP moves to ERROR
         (event 3, ``rq_flush``) and its responses still queued here are suppressed.
     """
@@ -251,8 +249,8 @@ class PsnCheck(wiring.Component):
             "q_qpn": Out(self.abits),
             "q_psn": In(24),
             "q_cons": In(16),
-            "qp_reset": Out(stream.Signature(qpn_layout)),
-            "fault": In(stream.Signature(qpn_layout)),
+            "qp_reset": Out(QpnStream()),
+            "fault": In(QpnStream()),
         })
 
     def elaborate(self, platform):

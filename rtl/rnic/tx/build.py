@@ -55,7 +55,7 @@ from .. import wire
 from ..control.qp_args import ArgRow, qp_arg_layout
 from ..crc import CRC32, crc_init_skipping
 from ..host.axi_master import ReadClientSignature
-from ..ifaces import NUM_COUNTERS, Counter
+from ..ifaces import NUM_COUNTERS, Counter, QpnStream
 from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
 
 __all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "TxBuild", "RETH_OPCODES",
@@ -149,7 +149,7 @@ class TxBuild(wiring.Component):
         Frames, byte 0 in ``data[7:0]``; ``user`` always 0; no gap within a frame.
     local_mac : In(48)
     local_ip : In(32)
-    fault : Out(stream.Signature(24))
+    fault : Out(QpnStream())
         QPN of a packet dropped because a host read returned a non-OKAY response (no frame
         is sent for it).
     stat : Out(NUM_COUNTERS)
@@ -186,7 +186,7 @@ class TxBuild(wiring.Component):
             "tx": Out(BeatStream(width)),
             "local_mac": In(48),
             "local_ip": In(32),
-            "fault": Out(stream.Signature(24)),
+            "fault": Out(QpnStream()),
             "stat": Out(NUM_COUNTERS),
         })
 
@@ -658,7 +658,7 @@ class TxBuild(wiring.Component):
         # frame's counter class (see ``outq``) and QPN are kept from the take
         r_cls = Signal(3)
         r_qpn = Signal(24)
-        m.d.comb += self.fault.payload.eq(r_qpn)
+        m.d.comb += self.fault.payload.qpn.eq(r_qpn)
         h_cls = Signal(3)
         syn = h.syndrome
         with m.If(h.opcode == 0x11):
