@@ -91,6 +91,8 @@ other bit 0. On an error CQE (status ≠ 0) byte_len, bytes 12–15 and flags ar
 (only wr_id, QPN, status and opcode are valid).
 """
 
+import types
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -334,26 +336,21 @@ class CqeGen(wiring.Component):
             m.d.sync += [p_addr[27:43].eq(low[:16]), p_addr[43:59].eq(high[:16]),
                          p_valid.eq(1)]
 
-        # event merge: the table FSM (a) and the completion FSM (b) share the event output
-        a_valid, a_ready = Signal(), Signal()
-        b_valid, b_ready, b_ev = Signal(), Signal(), Signal(event_layout)
-        ev_valid = Signal()
-        ev = Signal(event_layout, reset_less=True)
-        m.d.comb += [self.event.valid.eq(ev_valid), self.event.payload.eq(ev)]
-        with m.If(~ev_valid | self.event.ready):
-            with m.If(a_valid):
-                m.d.comb += a_ready.eq(1)
-                m.d.sync += [ev.type.eq(EventType.CQ_OVERFLOW), ev.number.eq(cur),
-                             ev_valid.eq(1)]
-            with m.Elif(b_valid):
-                m.d.comb += b_ready.eq(1)
-                m.d.sync += [ev.eq(b_ev), ev_valid.eq(1)]
-            with m.Else():
-                m.d.sync += ev_valid.eq(0)
+        evm = self._event_merge(m, cur)
+        a_valid, a_ready = evm.a_valid, evm.a_ready
 
         arg = self.cmd.arg_data
         m.d.comb += self.cmd.resp.payload.result.eq(result)    # meaningful with ``resp.valid``
         set_ok = result == Result.OK
+        # the table operations' states: SET_CQ, reservation and completion, CQ_DB and
+        # CQ_ARM, each in a method of its own below; they share these signals
+        t = types.SimpleNamespace(
+            ib=ib, cin=cin, cur=cur, in_range=in_range, rword=rword, wword=wword, we=we,
+            r0=r0, r1=r1, q0=q0, inc=inc, dec=dec, inc_hi=inc_hi, carry=carry, s5=s5, lo=lo,
+            mid=mid, setv=setv, set_sel=set_sel, fsm_d3=fsm_d3, occ_full=occ_full,
+            full_r=full_r, sig_r=sig_r, resp_valid=resp_valid, rsv_ok=rsv_ok, result=result,
+            arg=arg, set_ok=set_ok, p_busy=p_busy, p_addr=p_addr, p_phase=p_phase,
+            p_fire=p_fire, p_cqn=p_cqn)
         with m.FSM(name="cqe") as fsm:
             # Amaranth numbers the states (binary) in the order they are first named. They are
             # named here operation by operation, each operation's states consecutive: the state
@@ -416,141 +413,191 @@ class CqeGen(wiring.Component):
                     m.d.sync += p_busy.eq(1)
                     m.next = "P1"
 
-            # ---- SET_CQ: ARG n is addressed in one state and arrives in the next; ARG0 and
-            # ARG2 are checked before anything is written (word 0 is issued as ARG2 is checked)
-            with m.State("C1"):
-                m.next = "C2"                     # ARG0 addressed
-            with m.State("C2"):                   # ARG0 here
-                m.d.comb += self.cmd.arg_addr.eq(2)
-                with m.If(arg[:6] != 0):          # 64-byte aligned (§4.2)
-                    with m.If(result == Result.OK):
-                        m.d.sync += result.eq(Result.BAD_ARGUMENT)
-                m.next = "C3"
-            with m.State("C3"):                   # ARG2 here: word 0
-                with m.If(arg[4]):                # log2 > 15
-                    with m.If(result == Result.OK):
-                        m.d.sync += result.eq(Result.BAD_ARGUMENT)
-                m.d.comb += [set_sel.eq(1), setv.eq(Cat(Const(0, 32), arg[:4])),
-                             we.eq(set_ok & ~arg[4])]
-                m.next = "C4"
-            with m.State("C4"):                   # ARG0 here: word 1
-                m.d.comb += [wword.eq(1), set_sel.eq(1), we.eq(set_ok),
-                             setv.eq(Cat(Const(0b000100, 6), arg[6:16], Const(0, 16),
-                                         arg[16:20]))]
-                m.next = "C5"
-            with m.State("C5"):                   # ARG0 here: word 2
-                m.d.comb += [self.cmd.arg_addr.eq(1), wword.eq(2), set_sel.eq(1),
-                             setv.eq(arg), we.eq(set_ok)]
-                m.next = "C6"
-            with m.State("C6"):                   # ARG1 here: word 3
-                m.d.comb += [wword.eq(3), set_sel.eq(1), setv.eq(Cat(arg, arg[:16].all())),
-                             we.eq(set_ok)]
-                m.next = "C7"
-            with m.State("C7"):
-                m.next = "C8"
-            with m.State("C8"):
-                m.d.comb += self.cmd.resp.valid.eq(1)
-                with m.If(self.cmd.resp.ready):
-                    m.next = "IDLE"
-
-            # ---- reservation and completion: word 0 read in IDLE, in the row register two
-            # cycles later; a reservation tests and writes it back there (R2), a completion
-            # registers its tests and writes it back the next cycle (P3) -----------------------
-            with m.State("R1"):
-                m.d.sync += [inc.eq(1), inc_hi.eq(1)]
-                m.next = "R2"
-            with m.State("R2"):                   # resv + 1, occ + 1
-                full = occ_full | ~in_range
-                m.d.comb += we.eq(~full)
-                m.d.sync += full_r.eq(full)
-                m.next = "R3"
-            with m.State("R3"):
-                m.d.sync += [resp_valid.eq(1), rsv_ok.eq(~full_r)]
-                m.next = "IDLE"
-                with m.If(full_r):
-                    m.next = "EVENT"
-
-            with m.State("P1"):
-                m.next = "P2"
-            with m.State("P2"):                   # row = word 0: the tests
-                has = Signal()                    # a reservation to use
-                m.d.comb += [rword.eq(1), has.eq(~cin.flush & (r0.resv != 0) & in_range)]
-                m.d.sync += [full_r.eq(occ_full | ~in_range), dec.eq(has), inc_hi.eq(~has),
-                             sig_r.eq(cin.se | (cin.status != 0))]
-                m.next = "P3"
-            with m.State("P3"):                   # row = word 0 still: resv − 1, or occ + 1
-                admit = dec | ~full_r
-                m.d.comb += [rword.eq(2), we.eq(admit)]
-                with m.If(admit):
-                    m.d.sync += inc_hi.eq(1)
-                    m.next = "P4"
-                with m.Else():                    # discarded
-                    m.d.comb += self.complete.ready.eq(1)
-                    m.d.sync += p_busy.eq(0)
-                    m.next = "IDLE"
-                    with m.If(~cin.flush):
-                        m.next = "EVENT"
-            with m.State("P4"):                   # row = word 1: producer + 1, slot, phase, arm
-                # log2 from word 0 as P3 wrote it (in ``wq`` until this cycle's write is issued)
-                log2 = q0.log2
-                mask = Signal(16)
-                slot = Signal(15)
-                match = Signal()
-                m.d.comb += [
-                    rword.eq(3), wword.eq(1), we.eq(1),
-                    mask.eq(Cat(*[log2 > i for i in range(16)])),
-                    slot.eq(r1.prod & mask),
-                    match.eq((r1.arm == 1) | ((r1.arm == 2) & sig_r)),
-                ]
-                with m.If(match):
-                    m.d.comb += lo[:2].eq(0)
-                m.d.sync += [
-                    Cat(p_addr[:15], carry).eq(
-                        Cat(slot[0], Cat(r1.base_lo, r1.base_hi) + slot[1:])),
-                    p_phase.eq(~r1.prod.bit_select(log2, 1)),
-                    p_fire.eq(match),
-                    p_cqn.eq(cur[:ib] if ib else 0),
-                    s5.eq(1),
-                ]
-                m.next = "IDLE"
-
-            # ---- CQ_DB: word 0 read in IDLE, word 1 in D1; occ = producer + resv − index. D2
-            # (row = word 0) issues no write, so ``wq`` has word 0 in D3 (row = word 1), where
-            # the word is written back from it with the new occ; its other bits hold in D3.
-            with m.State("D1"):
-                m.d.comb += rword.eq(1)
-                m.next = "D2"
-            with m.State("D2"):
-                m.next = "D3"
-            with m.State("D3"):                   # row = word 1, wq = word 0
-                rmi = Signal(16)                  # resv − index, from registers and the port
-                m.d.comb += [fsm_d3.eq(1),
-                             rmi.eq(q0.resv - self.cq_db.payload.index), mid.eq(rmi + r1.prod),
-                             we.eq(r1.valid & ~self.cq_db.payload.cqn[ib:].any())]
-                m.next = "D4"
-            with m.State("D4"):
-                m.d.comb += self.cq_db.ready.eq(1)
-                m.next = "IDLE"
-
-            # ---- CQ_ARM: word 1 -------------------------------------------------------------
-            with m.State("A1"):
-                m.d.comb += rword.eq(1)
-                m.next = "A2"
-            with m.State("A2"):
-                m.next = "A3"
-            with m.State("A3"):                   # row = word 1
-                mode = self.cq_arm.payload.mode
-                m.d.comb += [wword.eq(1), lo[:2].eq(mode),
-                             we.eq(r1.valid & ~self.cq_arm.payload.cqn[ib:].any()
-                                      & ((mode == 1) | (mode == 2))),
-                             self.cq_arm.ready.eq(1)]
-                m.next = "IDLE"
+            self._set_cq_states(m, t)
+            self._reserve_complete_states(m, t)
+            self._db_arm_states(m, t)
 
             with m.State("EVENT"):
                 m.d.comb += a_valid.eq(1)
                 with m.If(a_ready):
                     m.next = "IDLE"
 
+        self._writer(m, cin, inflight, p_valid, p_busy, p_addr, p_phase, p_fire, p_cqn)
+        self._done(m, inflight, evm)
+        return m
+
+    def _event_merge(self, m, cur):
+        """The event output, shared by the table FSM (``a``: CQ overflow, the number from
+        ``cur``) and the completion FSM (``b``: ``b_ev``); a registered output."""
+        a_valid, a_ready = Signal(), Signal()
+        b_valid, b_ready, b_ev = Signal(), Signal(), Signal(event_layout)
+        ev_valid = Signal()
+        ev = Signal(event_layout, reset_less=True)
+        m.d.comb += [self.event.valid.eq(ev_valid), self.event.payload.eq(ev)]
+        with m.If(~ev_valid | self.event.ready):
+            with m.If(a_valid):
+                m.d.comb += a_ready.eq(1)
+                m.d.sync += [ev.type.eq(EventType.CQ_OVERFLOW), ev.number.eq(cur),
+                             ev_valid.eq(1)]
+            with m.Elif(b_valid):
+                m.d.comb += b_ready.eq(1)
+                m.d.sync += [ev.eq(b_ev), ev_valid.eq(1)]
+            with m.Else():
+                m.d.sync += ev_valid.eq(0)
+        return types.SimpleNamespace(a_valid=a_valid, a_ready=a_ready, b_valid=b_valid,
+                                     b_ready=b_ready, b_ev=b_ev)
+
+    def _set_cq_states(self, m, t):
+        """SET_CQ's states C1..C8 (inside the table FSM)."""
+        arg, result, set_ok = t.arg, t.result, t.set_ok
+        set_sel, setv, we, wword = t.set_sel, t.setv, t.we, t.wword
+        # ---- SET_CQ: ARG n is addressed in one state and arrives in the next; ARG0 and
+        # ARG2 are checked before anything is written (word 0 is issued as ARG2 is checked)
+        with m.State("C1"):
+            m.next = "C2"                     # ARG0 addressed
+        with m.State("C2"):                   # ARG0 here
+            m.d.comb += self.cmd.arg_addr.eq(2)
+            with m.If(arg[:6] != 0):          # 64-byte aligned (§4.2)
+                with m.If(result == Result.OK):
+                    m.d.sync += result.eq(Result.BAD_ARGUMENT)
+            m.next = "C3"
+        with m.State("C3"):                   # ARG2 here: word 0
+            with m.If(arg[4]):                # log2 > 15
+                with m.If(result == Result.OK):
+                    m.d.sync += result.eq(Result.BAD_ARGUMENT)
+            m.d.comb += [set_sel.eq(1), setv.eq(Cat(Const(0, 32), arg[:4])),
+                         we.eq(set_ok & ~arg[4])]
+            m.next = "C4"
+        with m.State("C4"):                   # ARG0 here: word 1
+            m.d.comb += [wword.eq(1), set_sel.eq(1), we.eq(set_ok),
+                         setv.eq(Cat(Const(0b000100, 6), arg[6:16], Const(0, 16),
+                                     arg[16:20]))]
+            m.next = "C5"
+        with m.State("C5"):                   # ARG0 here: word 2
+            m.d.comb += [self.cmd.arg_addr.eq(1), wword.eq(2), set_sel.eq(1),
+                         setv.eq(arg), we.eq(set_ok)]
+            m.next = "C6"
+        with m.State("C6"):                   # ARG1 here: word 3
+            m.d.comb += [wword.eq(3), set_sel.eq(1), setv.eq(Cat(arg, arg[:16].all())),
+                         we.eq(set_ok)]
+            m.next = "C7"
+        with m.State("C7"):
+            m.next = "C8"
+        with m.State("C8"):
+            m.d.comb += self.cmd.resp.valid.eq(1)
+            with m.If(self.cmd.resp.ready):
+                m.next = "IDLE"
+
+    def _reserve_complete_states(self, m, t):
+        """The reservation's (R1..R3) and the completion's (P1..P4) states."""
+        ib, cin, cur, in_range, rword, wword, we = (t.ib, t.cin, t.cur, t.in_range, t.rword,
+                                                    t.wword, t.we)
+        r0, r1, q0, inc, dec, inc_hi, lo = t.r0, t.r1, t.q0, t.inc, t.dec, t.inc_hi, t.lo
+        occ_full, full_r, sig_r, resp_valid, rsv_ok = (t.occ_full, t.full_r, t.sig_r,
+                                                      t.resp_valid, t.rsv_ok)
+        p_busy, p_addr, p_phase, p_fire, p_cqn = (t.p_busy, t.p_addr, t.p_phase, t.p_fire,
+                                                  t.p_cqn)
+        carry, s5 = t.carry, t.s5
+        # ---- reservation and completion: word 0 read in IDLE, in the row register two
+        # cycles later; a reservation tests and writes it back there (R2), a completion
+        # registers its tests and writes it back the next cycle (P3) -----------------------
+        with m.State("R1"):
+            m.d.sync += [inc.eq(1), inc_hi.eq(1)]
+            m.next = "R2"
+        with m.State("R2"):                   # resv + 1, occ + 1
+            full = occ_full | ~in_range
+            m.d.comb += we.eq(~full)
+            m.d.sync += full_r.eq(full)
+            m.next = "R3"
+        with m.State("R3"):
+            m.d.sync += [resp_valid.eq(1), rsv_ok.eq(~full_r)]
+            m.next = "IDLE"
+            with m.If(full_r):
+                m.next = "EVENT"
+
+        with m.State("P1"):
+            m.next = "P2"
+        with m.State("P2"):                   # row = word 0: the tests
+            has = Signal()                    # a reservation to use
+            m.d.comb += [rword.eq(1), has.eq(~cin.flush & (r0.resv != 0) & in_range)]
+            m.d.sync += [full_r.eq(occ_full | ~in_range), dec.eq(has), inc_hi.eq(~has),
+                         sig_r.eq(cin.se | (cin.status != 0))]
+            m.next = "P3"
+        with m.State("P3"):                   # row = word 0 still: resv − 1, or occ + 1
+            admit = dec | ~full_r
+            m.d.comb += [rword.eq(2), we.eq(admit)]
+            with m.If(admit):
+                m.d.sync += inc_hi.eq(1)
+                m.next = "P4"
+            with m.Else():                    # discarded
+                m.d.comb += self.complete.ready.eq(1)
+                m.d.sync += p_busy.eq(0)
+                m.next = "IDLE"
+                with m.If(~cin.flush):
+                    m.next = "EVENT"
+        with m.State("P4"):                   # row = word 1: producer + 1, slot, phase, arm
+            # log2 from word 0 as P3 wrote it (in ``wq`` until this cycle's write is issued)
+            log2 = q0.log2
+            mask = Signal(16)
+            slot = Signal(15)
+            match = Signal()
+            m.d.comb += [
+                rword.eq(3), wword.eq(1), we.eq(1),
+                mask.eq(Cat(*[log2 > i for i in range(16)])),
+                slot.eq(r1.prod & mask),
+                match.eq((r1.arm == 1) | ((r1.arm == 2) & sig_r)),
+            ]
+            with m.If(match):
+                m.d.comb += lo[:2].eq(0)
+            m.d.sync += [
+                Cat(p_addr[:15], carry).eq(
+                    Cat(slot[0], Cat(r1.base_lo, r1.base_hi) + slot[1:])),
+                p_phase.eq(~r1.prod.bit_select(log2, 1)),
+                p_fire.eq(match),
+                p_cqn.eq(cur[:ib] if ib else 0),
+                s5.eq(1),
+            ]
+            m.next = "IDLE"
+
+    def _db_arm_states(self, m, t):
+        """CQ_DB's (D1..D4) and CQ_ARM's (A1..A3) states."""
+        ib, rword, wword, we, r1, q0 = t.ib, t.rword, t.wword, t.we, t.r1, t.q0
+        lo, mid, fsm_d3 = t.lo, t.mid, t.fsm_d3
+        # ---- CQ_DB: word 0 read in IDLE, word 1 in D1; occ = producer + resv − index. D2
+        # (row = word 0) issues no write, so ``wq`` has word 0 in D3 (row = word 1), where
+        # the word is written back from it with the new occ; its other bits hold in D3.
+        with m.State("D1"):
+            m.d.comb += rword.eq(1)
+            m.next = "D2"
+        with m.State("D2"):
+            m.next = "D3"
+        with m.State("D3"):                   # row = word 1, wq = word 0
+            rmi = Signal(16)                  # resv − index, from registers and the port
+            m.d.comb += [fsm_d3.eq(1),
+                         rmi.eq(q0.resv - self.cq_db.payload.index), mid.eq(rmi + r1.prod),
+                         we.eq(r1.valid & ~self.cq_db.payload.cqn[ib:].any())]
+            m.next = "D4"
+        with m.State("D4"):
+            m.d.comb += self.cq_db.ready.eq(1)
+            m.next = "IDLE"
+
+        # ---- CQ_ARM: word 1 -------------------------------------------------------------
+        with m.State("A1"):
+            m.d.comb += rword.eq(1)
+            m.next = "A2"
+        with m.State("A2"):
+            m.next = "A3"
+        with m.State("A3"):                   # row = word 1
+            mode = self.cq_arm.payload.mode
+            m.d.comb += [wword.eq(1), lo[:2].eq(mode),
+                         we.eq(r1.valid & ~self.cq_arm.payload.cqn[ib:].any()
+                                  & ((mode == 1) | (mode == 2))),
+                         self.cq_arm.ready.eq(1)]
+            m.next = "IDLE"
+
+    def _writer(self, m, cin, inflight, p_valid, p_busy, p_addr, p_phase, p_fire, p_cqn):
+        """The writer: takes the placed completion, requests its CQE write, sends the beats."""
+        W = self.width
         # ---- the writer: takes the placed record as it issues the request, then one burst --
         # The in-flight entry is pushed as the record is taken (before the request is taken:
         # its ``done`` comes later either way).
@@ -631,6 +678,9 @@ class CqeGen(wiring.Component):
                     with m.If(beat == nbeats - 1):
                         m.next = "IDLE"
 
+    def _done(self, m, inflight, evm):
+        """The ``done`` of each CQE write: the count, the armed CQ's event, a fault."""
+        b_valid, b_ready, b_ev = evm.b_valid, evm.b_ready, evm.b_ev
         # ---- completions of CQE writes: count, arm events, faults. The ``done`` and its
         # in-flight entry are held until their event (and fault) have left.
         d = inflight.o.payload
@@ -664,4 +714,3 @@ class CqeGen(wiring.Component):
                 with m.If(self.fault.ready):
                     pop()
                     m.next = "IDLE"
-        return m
