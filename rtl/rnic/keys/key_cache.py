@@ -26,6 +26,8 @@ every table change happens with no lookup in flight: a lookup accepted before th
 old table, one accepted after sees the new one, never a mix. See ``docs/key_cache.md``.
 """
 
+import types
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
@@ -595,6 +597,18 @@ class KeyCache(wiring.Component):
             with m.State(name + "_W2"):
                 m.next = then
 
+        # the commands' states (QUERY_KEY, SET_KEY, INVALIDATE with the window-count
+        # update) are in methods of their own below; they share these signals
+        t = types.SimpleNamespace(
+            ib=ib, read_row=read_row, index=index, he=he, ce=ce, cnt=cnt, fair=fair,
+            fsm_rd=fsm_rd, busy=busy, result=result, ok_bit=ok_bit, idx_valid_r=idx_valid_r,
+            mr_valid_r=mr_valid_r, s3_hit=s3_hit, s3_idx=s3_idx, new_valid=new_valid,
+            new_win=new_win, new_pd=new_pd, new_acc=new_acc, new_type=new_type, mr=mr,
+            mr_bad=mr_bad, iova=iova, end=end, carry=carry, borrow=borrow, hidx=hidx,
+            old_bound=old_bound, old_mr=old_mr, win_lo_ok=win_lo_ok, win_hi_ok=win_hi_ok,
+            rmw_addr=rmw_addr, rmw_up=rmw_up, nxt=nxt, sweep_go=sweep_go,
+            sweep_busy=sweep_busy, v_we=v_we, v_idx=v_idx, v_val=v_val, w_en=w_en,
+            w_addr=w_addr, w_lane=w_lane, w_extra=w_extra, w_rmw=w_rmw, w_nwin=w_nwin)
         with m.FSM(name="ctl") as ctl:
             with m.State("IDLE"):
                 # After each command or invalidation the lookups get one cycle (fair), and
@@ -668,170 +682,9 @@ class KeyCache(wiring.Component):
                     with m.Default():           # INVALIDATE, remote invalidate
                         m.next = "INV_SEARCHED"
 
-            # -- QUERY_KEY: ARG1/ARG2 (iova) from the lookup row, the rest from the command row
-            read_row("Q_HOT", index, "Q_IOVA_LO")
-            with m.State("Q_IOVA_LO"):
-                m.d.comb += [self.cmd.arg_addr.eq(1), self.cmd.arg_we.eq(1),
-                             self.cmd.arg_wdata.eq(he.iova_lo)]
-                m.next = "Q_IOVA_HI"
-            with m.State("Q_IOVA_HI"):
-                m.d.comb += [self.cmd.arg_addr.eq(2), self.cmd.arg_we.eq(1),
-                             self.cmd.arg_wdata.eq(he.iova_hi)]
-                m.next = "Q_COLD"
-            read_row("Q_COLD", Cat(index, 1), "Q_ANSWER")
-            with m.State("Q_ANSWER"):
-                # ARG0 and ARG3..8 in the SET_KEY layout, then 0 in ARG9..15, one word per
-                # cycle; the lookups run again from ARG8 on (the row is no longer needed)
-                words = {0: ce.key, 3: ce.len_lo, 4: ce.len_hi, 5: ce.bus_lo, 6: ce.bus_hi,
-                         7: Cat(ce.pd0, ce.pd1, ce.pd2, ce.pd3, ce.acc_lo, ce.acc_hi, ce.type,
-                                Const(0, 2), idx_valid_r),
-                         8: ce.mr[:ib]}
-                m.d.comb += [self.cmd.arg_addr.eq(cnt), self.cmd.arg_we.eq(1)]
-                with m.Switch(cnt):
-                    for i, w in words.items():
-                        with m.Case(i):
-                            m.d.comb += self.cmd.arg_wdata.eq(w)
-                with m.If(cnt == 8):
-                    m.d.sync += [fair.eq(1), fsm_rd.eq(0), busy.eq(0)]
-                m.d.sync += cnt.eq(Mux(cnt == 0, 3, cnt + 1))     # ARG1/2 are written
-                with m.If(cnt == 15):
-                    m.d.sync += result.eq(Result.OK)
-                    m.next = "RESPOND"
-
-            # -- SET_KEY: every check first, then the writes
-            with m.State("SET_CHECK"):
-                dup = new_valid & s3_hit & (s3_idx != index)
-                bad_mr_slot = new_win & (mr_bad | (mr == index) | ~mr_valid_r)
-                with m.If(dup | bad_mr_slot):
-                    m.next = "REFUSE"
-                with m.Else():
-                    m.next = "SET_OLD"
-            read_row("SET_OLD", Cat(index, 1), "SET_OLD_CHECK")
-            with m.State("SET_OLD_CHECK"):
-                m.d.comb += self.cmd.arg_addr.eq(1)     # iova_lo, for lane 0 of SET_WRITE
-                m.d.sync += [old_bound.eq(idx_valid_r & ce.type[1]), old_mr.eq(ce.mr[:ib])]
-                with m.If(idx_valid_r & ~ce.type[1] & (ce.nwin != 0)):
-                    m.next = "REFUSE"       # an MR with windows bound cannot be rewritten
-                with m.Elif(new_win):
-                    m.next = "SET_MR"
-                with m.Else():
-                    m.next = "SET_WRITE"
-            # a window: its MR's lookup row stays in `e` until the writes below have taken its
-            # translation (nothing writes row `mr` before)
-            read_row("SET_MR", mr, "SET_MR_CHECK")
-            with m.State("SET_MR_CHECK"):
-                m.d.sync += [
-                    win_lo_ok.eq(iova >= Cat(he.iova_lo, he.iova_hi)),
-                    win_hi_ok.eq(Cat(he.end_lo, he.end_hi, he.end_top) >= end),
-                ]
-                with m.If(he.type[1]):
-                    m.next = "REFUSE"       # a window binds to an MR, not to a window
-                with m.Else():
-                    m.next = "SET_MR_RANGE"
-            with m.State("SET_MR_RANGE"):
-                m.d.comb += self.cmd.arg_addr.eq(1)     # iova_lo, for lane 0 of SET_WRITE
-                with m.If(~win_lo_ok | ~win_hi_ok):
-                    m.next = "REFUSE"       # the window's range is not inside its MR
-                with m.Else():
-                    m.next = "SET_WRITE"
-            with m.State("SET_WRITE"):
-                # lanes 0..5 of the lookup row, then 0..5 of the command row, one per cycle
-                # (cnt); the ARG a lane needs is addressed the cycle before. The CAM column is
-                # rewritten meanwhile (18 cycles).
-                with m.If(cnt == 0):
-                    m.d.comb += sweep_go.eq(1)
-                need = Signal(4)
-                with m.Switch(cnt):
-                    with m.Case(0):
-                        m.d.comb += need.eq(2)      # iova_hi (ARG1 was addressed before)
-                    with m.Case(3):
-                        m.d.comb += need.eq(5)      # for lane 4: delta_lo = ARG5 − iova
-                    with m.Case(4):
-                        m.d.comb += need.eq(6)
-                    with m.Case(5):
-                        m.d.comb += need.eq(0)      # key
-                    with m.Case(6):
-                        m.d.comb += need.eq(3)      # length
-                    with m.Case(7):
-                        m.d.comb += need.eq(4)
-                    with m.Case(8):
-                        m.d.comb += need.eq(5)      # bus
-                    with m.Case(9):
-                        m.d.comb += need.eq(6)
-                m.d.comb += self.cmd.arg_addr.eq(need)
-                # the extra bits of each lane (its word is `w_word`, chosen by `cnt`)
-                extras = [new_pd[0:4], new_pd[4:8], new_pd[8:12], new_pd[12:16],
-                          Cat(end[64], new_acc[0:3]), Cat(new_acc[3:5], new_type),
-                          new_pd[0:4], new_pd[4:8], new_pd[8:12], new_pd[12:16], new_acc[0:4],
-                          Const(0, 4)]
-                with m.Switch(cnt):
-                    for i, extra in enumerate(extras):
-                        with m.Case(i):
-                            m.d.comb += [w_extra.eq(extra), w_lane.eq(i % LANES),
-                                         w_addr.eq(Cat(index, Const(i // LANES, 1)))]
-                with m.If(cnt == 4):
-                    m.d.sync += carry.eq(borrow)    # into lane 5
-                m.d.comb += w_en.eq(1)
-                m.d.sync += cnt.eq(cnt + 1)
-                with m.If(cnt == 11):
-                    with m.If(old_bound):
-                        # the slot held a bound window: release it from its MR
-                        m.d.sync += [rmw_addr.eq(old_mr), rmw_up.eq(0), nxt.eq(1)]
-                        m.next = "RMW"
-                    with m.Else():
-                        m.next = "SET_BIND"
-            with m.State("SET_BIND"):
-                with m.If(new_win):
-                    m.d.sync += [rmw_addr.eq(mr), rmw_up.eq(1), nxt.eq(2)]
-                    m.next = "RMW"
-                with m.Else():
-                    m.next = "SET_END"
-            with m.State("SET_END"):
-                with m.If(~sweep_busy & ~sweep_go):
-                    m.d.comb += [v_we.eq(1), v_idx.eq(index), v_val.eq(new_valid)]
-                    m.d.sync += result.eq(Result.OK)
-                    m.next = "RESPOND"
-
-            # -- INVALIDATE and remote invalidate
-            with m.State("INV_SEARCHED"):
-                m.d.sync += hidx.eq(s3_idx)
-                with m.If(~s3_hit):
-                    m.next = "REFUSE"       # unknown or already invalid key
-                with m.Else():
-                    m.next = "INV_READ"
-            read_row("INV_READ", Cat(hidx, 1), "INV_CHECK")
-            with m.State("INV_CHECK"):
-                fr_ok = (ce.type == KeyType.FAST_REG_MR) & (ce.nwin == 0)
-                mw2 = ce.type == KeyType.MW_TYPE2
-                with m.If(fr_ok | mw2):
-                    m.d.comb += [v_we.eq(1), v_idx.eq(hidx), v_val.eq(0)]
-                with m.If(fr_ok):
-                    m.next = "INV_OK"
-                with m.Elif(mw2):
-                    m.d.sync += [rmw_addr.eq(ce.mr[:ib]), rmw_up.eq(0), nxt.eq(0),
-                                 cnt.eq(12)]        # `w_word` is lane 5 of a command row
-                    m.next = "RMW"
-                with m.Else():
-                    m.next = "REFUSE"
-            with m.State("INV_OK"):
-                m.d.sync += [result.eq(Result.OK), ok_bit.eq(1)]
-                m.next = "RESPOND"
-
-            # -- read-modify-write of an MR's bound-window count (lane 5 of its command row)
-            read_row("RMW", Cat(rmw_addr, 1), "RMW_WRITE")
-            with m.State("RMW_WRITE"):
-                nwin = Mux(rmw_up, ce.nwin + 1, ce.nwin - 1)
-                m.d.comb += [
-                    w_en.eq(1), w_addr.eq(Cat(rmw_addr, 1)), w_lane.eq(5),
-                    w_rmw.eq(1), w_nwin.eq(nwin[:11]), w_extra.eq(ce.pad[5:]),
-                ]
-                with m.Switch(nxt):
-                    with m.Case(0):
-                        m.next = "INV_OK"
-                    with m.Case(1):
-                        m.next = "SET_BIND"
-                    with m.Default():
-                        m.next = "SET_END"
+            self._query_states(m, t)
+            self._set_key_states(m, t)
+            self._invalidate_states(m, t)
 
             with m.State("REFUSE"):
                 m.d.sync += [result.eq(Result.BAD_ARGUMENT), ok_bit.eq(0)]
@@ -854,3 +707,195 @@ class KeyCache(wiring.Component):
             with m.If(ctl.ongoing(state)):
                 m.d.sync += nb[x].eq(ce.key)
         return m
+
+    def _query_states(self, m, t):
+        """QUERY_KEY's states (inside the control FSM): the slot's words into the ARGs."""
+        ib, read_row, index, he, ce, cnt = t.ib, t.read_row, t.index, t.he, t.ce, t.cnt
+        fair, fsm_rd, busy, result, idx_valid_r = (t.fair, t.fsm_rd, t.busy, t.result,
+                                                   t.idx_valid_r)
+        # -- QUERY_KEY: ARG1/ARG2 (iova) from the lookup row, the rest from the command row
+        read_row("Q_HOT", index, "Q_IOVA_LO")
+        with m.State("Q_IOVA_LO"):
+            m.d.comb += [self.cmd.arg_addr.eq(1), self.cmd.arg_we.eq(1),
+                         self.cmd.arg_wdata.eq(he.iova_lo)]
+            m.next = "Q_IOVA_HI"
+        with m.State("Q_IOVA_HI"):
+            m.d.comb += [self.cmd.arg_addr.eq(2), self.cmd.arg_we.eq(1),
+                         self.cmd.arg_wdata.eq(he.iova_hi)]
+            m.next = "Q_COLD"
+        read_row("Q_COLD", Cat(index, 1), "Q_ANSWER")
+        with m.State("Q_ANSWER"):
+            # ARG0 and ARG3..8 in the SET_KEY layout, then 0 in ARG9..15, one word per
+            # cycle; the lookups run again from ARG8 on (the row is no longer needed)
+            words = {0: ce.key, 3: ce.len_lo, 4: ce.len_hi, 5: ce.bus_lo, 6: ce.bus_hi,
+                     7: Cat(ce.pd0, ce.pd1, ce.pd2, ce.pd3, ce.acc_lo, ce.acc_hi, ce.type,
+                            Const(0, 2), idx_valid_r),
+                     8: ce.mr[:ib]}
+            m.d.comb += [self.cmd.arg_addr.eq(cnt), self.cmd.arg_we.eq(1)]
+            with m.Switch(cnt):
+                for i, w in words.items():
+                    with m.Case(i):
+                        m.d.comb += self.cmd.arg_wdata.eq(w)
+            with m.If(cnt == 8):
+                m.d.sync += [fair.eq(1), fsm_rd.eq(0), busy.eq(0)]
+            m.d.sync += cnt.eq(Mux(cnt == 0, 3, cnt + 1))     # ARG1/2 are written
+            with m.If(cnt == 15):
+                m.d.sync += result.eq(Result.OK)
+                m.next = "RESPOND"
+
+    def _set_key_states(self, m, t):
+        """SET_KEY's states (inside the control FSM): the checks, then the writes."""
+        ib, read_row, index, he, ce, cnt = t.ib, t.read_row, t.index, t.he, t.ce, t.cnt
+        result, idx_valid_r, mr_valid_r = t.result, t.idx_valid_r, t.mr_valid_r
+        s3_hit, s3_idx, mr, mr_bad, iova, end = t.s3_hit, t.s3_idx, t.mr, t.mr_bad, t.iova, t.end
+        new_valid, new_win, new_pd, new_acc, new_type = (t.new_valid, t.new_win, t.new_pd,
+                                                         t.new_acc, t.new_type)
+        carry, borrow, old_bound, old_mr = t.carry, t.borrow, t.old_bound, t.old_mr
+        win_lo_ok, win_hi_ok, sweep_go, sweep_busy = (t.win_lo_ok, t.win_hi_ok, t.sweep_go,
+                                                      t.sweep_busy)
+        rmw_addr, rmw_up, nxt = t.rmw_addr, t.rmw_up, t.nxt
+        v_we, v_idx, v_val = t.v_we, t.v_idx, t.v_val
+        w_en, w_addr, w_lane, w_extra = t.w_en, t.w_addr, t.w_lane, t.w_extra
+        # -- SET_KEY: every check first, then the writes
+        with m.State("SET_CHECK"):
+            dup = new_valid & s3_hit & (s3_idx != index)
+            bad_mr_slot = new_win & (mr_bad | (mr == index) | ~mr_valid_r)
+            with m.If(dup | bad_mr_slot):
+                m.next = "REFUSE"
+            with m.Else():
+                m.next = "SET_OLD"
+        read_row("SET_OLD", Cat(index, 1), "SET_OLD_CHECK")
+        with m.State("SET_OLD_CHECK"):
+            m.d.comb += self.cmd.arg_addr.eq(1)     # iova_lo, for lane 0 of SET_WRITE
+            m.d.sync += [old_bound.eq(idx_valid_r & ce.type[1]), old_mr.eq(ce.mr[:ib])]
+            with m.If(idx_valid_r & ~ce.type[1] & (ce.nwin != 0)):
+                m.next = "REFUSE"       # an MR with windows bound cannot be rewritten
+            with m.Elif(new_win):
+                m.next = "SET_MR"
+            with m.Else():
+                m.next = "SET_WRITE"
+        # a window: its MR's lookup row stays in `e` until the writes below have taken its
+        # translation (nothing writes row `mr` before)
+        read_row("SET_MR", mr, "SET_MR_CHECK")
+        with m.State("SET_MR_CHECK"):
+            m.d.sync += [
+                win_lo_ok.eq(iova >= Cat(he.iova_lo, he.iova_hi)),
+                win_hi_ok.eq(Cat(he.end_lo, he.end_hi, he.end_top) >= end),
+            ]
+            with m.If(he.type[1]):
+                m.next = "REFUSE"       # a window binds to an MR, not to a window
+            with m.Else():
+                m.next = "SET_MR_RANGE"
+        with m.State("SET_MR_RANGE"):
+            m.d.comb += self.cmd.arg_addr.eq(1)     # iova_lo, for lane 0 of SET_WRITE
+            with m.If(~win_lo_ok | ~win_hi_ok):
+                m.next = "REFUSE"       # the window's range is not inside its MR
+            with m.Else():
+                m.next = "SET_WRITE"
+        with m.State("SET_WRITE"):
+            # lanes 0..5 of the lookup row, then 0..5 of the command row, one per cycle
+            # (cnt); the ARG a lane needs is addressed the cycle before. The CAM column is
+            # rewritten meanwhile (18 cycles).
+            with m.If(cnt == 0):
+                m.d.comb += sweep_go.eq(1)
+            need = Signal(4)
+            with m.Switch(cnt):
+                with m.Case(0):
+                    m.d.comb += need.eq(2)      # iova_hi (ARG1 was addressed before)
+                with m.Case(3):
+                    m.d.comb += need.eq(5)      # for lane 4: delta_lo = ARG5 − iova
+                with m.Case(4):
+                    m.d.comb += need.eq(6)
+                with m.Case(5):
+                    m.d.comb += need.eq(0)      # key
+                with m.Case(6):
+                    m.d.comb += need.eq(3)      # length
+                with m.Case(7):
+                    m.d.comb += need.eq(4)
+                with m.Case(8):
+                    m.d.comb += need.eq(5)      # bus
+                with m.Case(9):
+                    m.d.comb += need.eq(6)
+            m.d.comb += self.cmd.arg_addr.eq(need)
+            # the extra bits of each lane (its word is `w_word`, chosen by `cnt`)
+            extras = [new_pd[0:4], new_pd[4:8], new_pd[8:12], new_pd[12:16],
+                      Cat(end[64], new_acc[0:3]), Cat(new_acc[3:5], new_type),
+                      new_pd[0:4], new_pd[4:8], new_pd[8:12], new_pd[12:16], new_acc[0:4],
+                      Const(0, 4)]
+            with m.Switch(cnt):
+                for i, extra in enumerate(extras):
+                    with m.Case(i):
+                        m.d.comb += [w_extra.eq(extra), w_lane.eq(i % LANES),
+                                     w_addr.eq(Cat(index, Const(i // LANES, 1)))]
+            with m.If(cnt == 4):
+                m.d.sync += carry.eq(borrow)    # into lane 5
+            m.d.comb += w_en.eq(1)
+            m.d.sync += cnt.eq(cnt + 1)
+            with m.If(cnt == 11):
+                with m.If(old_bound):
+                    # the slot held a bound window: release it from its MR
+                    m.d.sync += [rmw_addr.eq(old_mr), rmw_up.eq(0), nxt.eq(1)]
+                    m.next = "RMW"
+                with m.Else():
+                    m.next = "SET_BIND"
+        with m.State("SET_BIND"):
+            with m.If(new_win):
+                m.d.sync += [rmw_addr.eq(mr), rmw_up.eq(1), nxt.eq(2)]
+                m.next = "RMW"
+            with m.Else():
+                m.next = "SET_END"
+        with m.State("SET_END"):
+            with m.If(~sweep_busy & ~sweep_go):
+                m.d.comb += [v_we.eq(1), v_idx.eq(index), v_val.eq(new_valid)]
+                m.d.sync += result.eq(Result.OK)
+                m.next = "RESPOND"
+
+    def _invalidate_states(self, m, t):
+        """INVALIDATE's and the remote invalidate's states, and the read-modify-write of
+        an MR's bound-window count (inside the control FSM)."""
+        ib, read_row, ce, cnt, result, ok_bit = t.ib, t.read_row, t.ce, t.cnt, t.result, t.ok_bit
+        s3_hit, s3_idx, hidx = t.s3_hit, t.s3_idx, t.hidx
+        rmw_addr, rmw_up, nxt = t.rmw_addr, t.rmw_up, t.nxt
+        v_we, v_idx, v_val = t.v_we, t.v_idx, t.v_val
+        w_en, w_addr, w_lane, w_extra, w_rmw, w_nwin = (t.w_en, t.w_addr, t.w_lane, t.w_extra,
+                                                        t.w_rmw, t.w_nwin)
+        # -- INVALIDATE and remote invalidate
+        with m.State("INV_SEARCHED"):
+            m.d.sync += hidx.eq(s3_idx)
+            with m.If(~s3_hit):
+                m.next = "REFUSE"       # unknown or already invalid key
+            with m.Else():
+                m.next = "INV_READ"
+        read_row("INV_READ", Cat(hidx, 1), "INV_CHECK")
+        with m.State("INV_CHECK"):
+            fr_ok = (ce.type == KeyType.FAST_REG_MR) & (ce.nwin == 0)
+            mw2 = ce.type == KeyType.MW_TYPE2
+            with m.If(fr_ok | mw2):
+                m.d.comb += [v_we.eq(1), v_idx.eq(hidx), v_val.eq(0)]
+            with m.If(fr_ok):
+                m.next = "INV_OK"
+            with m.Elif(mw2):
+                m.d.sync += [rmw_addr.eq(ce.mr[:ib]), rmw_up.eq(0), nxt.eq(0),
+                             cnt.eq(12)]        # `w_word` is lane 5 of a command row
+                m.next = "RMW"
+            with m.Else():
+                m.next = "REFUSE"
+        with m.State("INV_OK"):
+            m.d.sync += [result.eq(Result.OK), ok_bit.eq(1)]
+            m.next = "RESPOND"
+
+        # -- read-modify-write of an MR's bound-window count (lane 5 of its command row)
+        read_row("RMW", Cat(rmw_addr, 1), "RMW_WRITE")
+        with m.State("RMW_WRITE"):
+            nwin = Mux(rmw_up, ce.nwin + 1, ce.nwin - 1)
+            m.d.comb += [
+                w_en.eq(1), w_addr.eq(Cat(rmw_addr, 1)), w_lane.eq(5),
+                w_rmw.eq(1), w_nwin.eq(nwin[:11]), w_extra.eq(ce.pad[5:]),
+            ]
+            with m.Switch(nxt):
+                with m.Case(0):
+                    m.next = "INV_OK"
+                with m.Case(1):
+                    m.next = "SET_BIND"
+                with m.Default():
+                    m.next = "SET_END"
