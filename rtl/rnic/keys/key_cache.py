@@ -243,103 +243,9 @@ class KeyCache(wiring.Component):
         sweep_on = Signal()     # the CAM sweep is stepping through the plane entries
         sweep_v = Signal(4)
 
-        # Per-port response FIFOs and credits.
-        fifos = []
-        credit_ok = Signal(P)
-        credit_next = Signal(P)
-        accept = Signal(P)
-        # A FIFO entry is the response without `ok`, which is formed again at its output
-        # (ok = none of the four error bits): 76 bits, 19 DPR16X4 per port.
-        fifo_layout = data.StructLayout({
-            name: shape for name, shape in lookup_resp_layout.members.items() if name != "ok"})
-        # The FIFO's writes never need its room: the credits below reserve an entry for every
-        # request accepted. With a power-of-two depth it is a ring whose two pointers carry one
-        # more bit (the lap) and whose "not empty" is a register computed from their next
-        # values; no level counter. Otherwise it is a `Queue`.
-        D = self.fifo_depth
-        ring = D & (D - 1) == 0
-        for p, port in enumerate(self.lookups):
-            if ring:
-                q = Memory(shape=fifo_layout, depth=D, init=[], attrs={"no_rw_check": 1})
-                m.submodules[f"resp_fifo{p}"] = q
-                # no_rw_check: a write goes to a free entry, the read to a held one
-                q_w, q_r = q.write_port(), q.read_port(domain="comb")
-                produce = Signal(range(2 * D), name=f"produce{p}")
-                consume = Signal(range(2 * D), name=f"consume{p}")
-                q_valid = Signal(name=f"resp_valid{p}")
-                q_in = Signal(fifo_layout, name=f"resp_in{p}")
-                q_wen = Signal(name=f"resp_wen{p}")
-                fifos.append((q_in, q_wen))
-                do_read = q_valid & port.resp.ready
-                produce_n = Mux(q_wen, produce + 1, produce)[:len(produce)]
-                consume_n = Mux(do_read, consume + 1, consume)[:len(consume)]
-                m.d.sync += [produce.eq(produce_n), consume.eq(consume_n),
-                             q_valid.eq(produce_n != consume_n)]
-                m.d.comb += [q_w.addr.eq(produce[:len(produce) - 1]), q_w.data.eq(q_in),
-                             q_w.en.eq(q_wen), q_r.addr.eq(consume[:len(consume) - 1])]
-                qo, qv = q_r.data, q_valid
-            else:
-                q = Queue(fifo_layout, D, buffered=False)
-                m.submodules[f"resp_fifo{p}"] = q
-                fifos.append((q.i.payload, q.i.valid))
-                qo, qv = q.o.payload, q.o.valid
-                m.d.comb += q.o.ready.eq(port.resp.ready)
-            m.d.comb += [
-                port.resp.valid.eq(qv),
-                port.resp.payload.ok.eq(~(qo.miss | qo.bad_pd | qo.bad_access | qo.bad_range)),
-                port.resp.payload.miss.eq(qo.miss),
-                port.resp.payload.bad_pd.eq(qo.bad_pd),
-                port.resp.payload.bad_access.eq(qo.bad_access),
-                port.resp.payload.bad_range.eq(qo.bad_range),
-                port.resp.payload.tag.eq(qo.tag),
-                port.resp.payload.bus_addr.eq(qo.bus_addr),
-            ]
-            outstanding = Signal(range(self.fifo_depth + 1), name=f"outstanding{p}")
-            took = port.resp.valid & port.resp.ready
-            # outstanding + accept - took, with the grant only selecting between two sums that
-            # do not depend on it (the grant comes late; it stays off the carry chain).
-            out_keep = Signal.like(outstanding, name=f"out_keep{p}")
-            out_inc = Signal.like(outstanding, name=f"out_inc{p}")
-            m.d.comb += [out_keep.eq(outstanding - took), out_inc.eq(outstanding + 1 - took)]
-            m.d.sync += outstanding.eq(Mux(accept[p], out_inc, out_keep))
-            # `credit_ok` = outstanding < depth, kept as a register (its two candidates are
-            # compared before the grant is known), so the grant starts from flip-flops
-            credit = Signal(name=f"credit{p}", init=1)
-            m.d.comb += credit_next[p].eq(Mux(accept[p], out_inc < self.fifo_depth,
-                                              out_keep < self.fifo_depth))
-            m.d.sync += credit.eq(credit_next[p])
-            m.d.comb += [
-                credit_ok[p].eq(credit),
-                port.req.ready.eq(accept[p]),
-            ]
-
-        # Round-robin grant: the port after the last one granted has the highest priority.
-        # `pick` is the port that would be granted were there no lock; the request's data is
-        # selected by it, so the lock (the FSM's busy) reaches only the grant, not the data.
-        # The order is kept as registers: `before[p, q]`, port q comes before port p, and
-        # `before_cr[p, q]`, the same and q has credit (both loaded from the next cycle's order
-        # and credits). `pick[p]` = valid & credit of p and no port before it with a valid and
-        # credit: from the flip-flops, one level of logic before the request's multiplexer.
-        def comes_before(last, p, q):       # q before p when `last` was granted last
-            order = [(last + 1 + k) % P for k in range(P)]
-            return order.index(q) < order.index(p)
-        valid_in = Cat(*[port.req.valid for port in self.lookups])
-        pick = Signal(P)
-        m.d.comb += accept.eq(pick & ~lock.replicate(P))
-        for p in range(P):
-            cond = valid_in[p] & credit_ok[p]
-            for q in range(P):
-                if q == p:
-                    continue
-                bef = Signal(name=f"before{p}_{q}", init=comes_before(0, p, q))
-                bef_cr = Signal(name=f"before_cr{p}_{q}", init=comes_before(0, p, q))
-                # after a grant to port l the order is the one that starts after l
-                bef_next = Mux(accept.any(),
-                               Cat(*[accept[l] for l in range(P) if comes_before(l, p, q)]).any(),
-                               bef)
-                m.d.sync += [bef.eq(bef_next), bef_cr.eq(bef_next & credit_next[q])]
-                cond = cond & ~(valid_in[q] & bef_cr)
-            m.d.comb += pick[p].eq(cond)
+        # the ports: response FIFOs, credits and the round-robin grant (``pick``, and
+        # ``accept`` = pick unless locked)
+        fifos, fifo_layout, accept, pick = self._ports(m, lock)
 
         # The picked request: an AND-OR multiplexer on the one-hot pick. Its key goes to s1;
         # everything else into the delay line, written every cycle at `wptr`, so a stage n
@@ -707,6 +613,112 @@ class KeyCache(wiring.Component):
             with m.If(ctl.ongoing(state)):
                 m.d.sync += nb[x].eq(ce.key)
         return m
+
+    def _ports(self, m, lock):
+        """The lookup ports: each port's response FIFO and credits, and the round-robin
+        grant over the ports with a request and credit. Returns the FIFOs' write sides
+        (``(data, enable)`` per port), the FIFO entry layout, ``accept`` (the port whose
+        request is taken this cycle, one-hot; none while ``lock``) and ``pick`` (the port
+        that would be granted, unlocked)."""
+        P = self.num_ports
+        # Per-port response FIFOs and credits.
+        fifos = []
+        credit_ok = Signal(P)
+        credit_next = Signal(P)
+        accept = Signal(P)
+        # A FIFO entry is the response without `ok`, which is formed again at its output
+        # (ok = none of the four error bits): 76 bits, 19 DPR16X4 per port.
+        fifo_layout = data.StructLayout({
+            name: shape for name, shape in lookup_resp_layout.members.items() if name != "ok"})
+        # The FIFO's writes never need its room: the credits below reserve an entry for every
+        # request accepted. With a power-of-two depth it is a ring whose two pointers carry one
+        # more bit (the lap) and whose "not empty" is a register computed from their next
+        # values; no level counter. Otherwise it is a `Queue`.
+        D = self.fifo_depth
+        ring = D & (D - 1) == 0
+        for p, port in enumerate(self.lookups):
+            if ring:
+                q = Memory(shape=fifo_layout, depth=D, init=[], attrs={"no_rw_check": 1})
+                m.submodules[f"resp_fifo{p}"] = q
+                # no_rw_check: a write goes to a free entry, the read to a held one
+                q_w, q_r = q.write_port(), q.read_port(domain="comb")
+                produce = Signal(range(2 * D), name=f"produce{p}")
+                consume = Signal(range(2 * D), name=f"consume{p}")
+                q_valid = Signal(name=f"resp_valid{p}")
+                q_in = Signal(fifo_layout, name=f"resp_in{p}")
+                q_wen = Signal(name=f"resp_wen{p}")
+                fifos.append((q_in, q_wen))
+                do_read = q_valid & port.resp.ready
+                produce_n = Mux(q_wen, produce + 1, produce)[:len(produce)]
+                consume_n = Mux(do_read, consume + 1, consume)[:len(consume)]
+                m.d.sync += [produce.eq(produce_n), consume.eq(consume_n),
+                             q_valid.eq(produce_n != consume_n)]
+                m.d.comb += [q_w.addr.eq(produce[:len(produce) - 1]), q_w.data.eq(q_in),
+                             q_w.en.eq(q_wen), q_r.addr.eq(consume[:len(consume) - 1])]
+                qo, qv = q_r.data, q_valid
+            else:
+                q = Queue(fifo_layout, D, buffered=False)
+                m.submodules[f"resp_fifo{p}"] = q
+                fifos.append((q.i.payload, q.i.valid))
+                qo, qv = q.o.payload, q.o.valid
+                m.d.comb += q.o.ready.eq(port.resp.ready)
+            m.d.comb += [
+                port.resp.valid.eq(qv),
+                port.resp.payload.ok.eq(~(qo.miss | qo.bad_pd | qo.bad_access | qo.bad_range)),
+                port.resp.payload.miss.eq(qo.miss),
+                port.resp.payload.bad_pd.eq(qo.bad_pd),
+                port.resp.payload.bad_access.eq(qo.bad_access),
+                port.resp.payload.bad_range.eq(qo.bad_range),
+                port.resp.payload.tag.eq(qo.tag),
+                port.resp.payload.bus_addr.eq(qo.bus_addr),
+            ]
+            outstanding = Signal(range(self.fifo_depth + 1), name=f"outstanding{p}")
+            took = port.resp.valid & port.resp.ready
+            # outstanding + accept - took, with the grant only selecting between two sums that
+            # do not depend on it (the grant comes late; it stays off the carry chain).
+            out_keep = Signal.like(outstanding, name=f"out_keep{p}")
+            out_inc = Signal.like(outstanding, name=f"out_inc{p}")
+            m.d.comb += [out_keep.eq(outstanding - took), out_inc.eq(outstanding + 1 - took)]
+            m.d.sync += outstanding.eq(Mux(accept[p], out_inc, out_keep))
+            # `credit_ok` = outstanding < depth, kept as a register (its two candidates are
+            # compared before the grant is known), so the grant starts from flip-flops
+            credit = Signal(name=f"credit{p}", init=1)
+            m.d.comb += credit_next[p].eq(Mux(accept[p], out_inc < self.fifo_depth,
+                                              out_keep < self.fifo_depth))
+            m.d.sync += credit.eq(credit_next[p])
+            m.d.comb += [
+                credit_ok[p].eq(credit),
+                port.req.ready.eq(accept[p]),
+            ]
+
+        # Round-robin grant: the port after the last one granted has the highest priority.
+        # `pick` is the port that would be granted were there no lock; the request's data is
+        # selected by it, so the lock (the FSM's busy) reaches only the grant, not the data.
+        # The order is kept as registers: `before[p, q]`, port q comes before port p, and
+        # `before_cr[p, q]`, the same and q has credit (both loaded from the next cycle's order
+        # and credits). `pick[p]` = valid & credit of p and no port before it with a valid and
+        # credit: from the flip-flops, one level of logic before the request's multiplexer.
+        def comes_before(last, p, q):       # q before p when `last` was granted last
+            order = [(last + 1 + k) % P for k in range(P)]
+            return order.index(q) < order.index(p)
+        valid_in = Cat(*[port.req.valid for port in self.lookups])
+        pick = Signal(P)
+        m.d.comb += accept.eq(pick & ~lock.replicate(P))
+        for p in range(P):
+            cond = valid_in[p] & credit_ok[p]
+            for q in range(P):
+                if q == p:
+                    continue
+                bef = Signal(name=f"before{p}_{q}", init=comes_before(0, p, q))
+                bef_cr = Signal(name=f"before_cr{p}_{q}", init=comes_before(0, p, q))
+                # after a grant to port l the order is the one that starts after l
+                bef_next = Mux(accept.any(),
+                               Cat(*[accept[l] for l in range(P) if comes_before(l, p, q)]).any(),
+                               bef)
+                m.d.sync += [bef.eq(bef_next), bef_cr.eq(bef_next & credit_next[q])]
+                cond = cond & ~(valid_in[q] & bef_cr)
+            m.d.comb += pick[p].eq(cond)
+        return fifos, fifo_layout, accept, pick
 
     def _query_states(self, m, t):
         """QUERY_KEY's states (inside the control FSM): the slot's words into the ARGs."""
