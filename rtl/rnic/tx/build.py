@@ -347,86 +347,7 @@ class TxBuild(wiring.Component):
         hdr = Signal(8 * hdr_words * nb)
         m.d.comb += hdr.eq(Cat(*hdr_bytes))
 
-        # ---- gather: chunk reads are issued as soon as the engine hands them over, split at
-        # multiples of ``read_beats`` bus words, so that the next part of a long chunk is
-        # requested while the previous one drains (the host-memory master issues a burst only
-        # when the client's response buffer has room for all of it). The builder takes the
-        # beats in order (the read client returns them in request order); the parts of a chunk
-        # are aligned to the bus, so their beats are exactly the chunk's beats.
-        RBB = self.read_beats.bit_length() - 1 + lg      # log2 of a part's span in bytes
-        meta = data.StructLayout({"off": lg, "len": 13, "lenm1": 13, "parts": 13 - RBB + 2})
-        # (registered output: the chunk's start below begins from registers)
-        m.submodules.chq = chq = Queue(meta, 4)
-        issuing = Signal()               # a chunk's later parts are being requested
-        # a later part starts on a part boundary (s_addr, its low RBB bits zero) and its length
-        # and last flag are kept in registers (s_len, s_final, s_plen); a chunk's first part is
-        # sized from the chunk. ``issuing`` only selects between the two at the end.
-        s_addr = Signal(64)
-        s_len = Signal(13)               # bytes of the chunk still to request
-        s_final = Signal()               # s_len fits in one part
-        s_plen = Signal(13)              # the next part's length: min(s_len, 2**RBB)
-        # The chunk enters through a skid buffer that also carries its first part's length and
-        # last flag and, for a chunk of several parts, the bytes after the first part and whether
-        # they fit in one part, all computed before the buffer: the chunk is taken (``ready``)
-        # when its last part is requested, and that test and the next part's registers then
-        # start at registers, not at chained adders and comparisons on the chunk.
-        cin_layout = data.StructLayout({"chunk": chunk_layout, "final": 1, "plen": 13,
-                                        "rest": 13, "rest_final": 1})
-        m.submodules.cin = cin = SkidBuffer(cin_layout)
-        i_room = Signal(RBB + 1)
-        i_final = Signal()
-        i_rest = Signal(13)
-        m.d.comb += [
-            i_room.eq((1 << RBB) - self.chunk.payload.addr[:RBB]),
-            i_final.eq(self.chunk.payload.len <= i_room),
-            i_rest.eq(self.chunk.payload.len - i_room),
-            cin.i.payload.chunk.eq(self.chunk.payload),
-            cin.i.payload.final.eq(i_final),
-            cin.i.payload.plen.eq(Mux(i_final, self.chunk.payload.len, i_room)),
-            cin.i.payload.rest.eq(i_rest),
-            cin.i.payload.rest_final.eq(i_rest <= (1 << RBB)),
-            cin.i.valid.eq(self.chunk.valid),
-            self.chunk.ready.eq(cin.i.ready),
-        ]
-        chunk = cin.o
-        c_addr, c_len0 = chunk.payload.chunk.addr, chunk.payload.chunk.len
-        c_final = chunk.payload.final
-        c_plen = chunk.payload.plen
-        final = Signal()
-        part_len = Signal(13)
-        m.d.comb += [final.eq(Mux(issuing, s_final, c_final)),
-                     part_len.eq(Mux(issuing, s_plen, c_plen))]
-        # the next part's address and length (used when this part is not the chunk's last),
-        # and whether that part is the last: s_len − 2**RBB ≤ 2**RBB is s_len ≤ 2**(RBB+1),
-        # a comparison on the register beside the subtraction rather than after it
-        n_addr_hi = Signal(64 - RBB)
-        n_len = Signal(13)
-        n_final = Signal()
-        m.d.comb += [n_addr_hi.eq(Mux(issuing, s_addr[RBB:] + 1, c_addr[RBB:] + 1)),
-                     n_len.eq(Mux(issuing, s_len - (1 << RBB), chunk.payload.rest)),
-                     n_final.eq(Mux(issuing, s_len <= (2 << RBB), chunk.payload.rest_final))]
-        # parts spanned by the chunk: only the address bits below a part boundary matter
-        c_span = Signal(14)
-        m.d.comb += c_span.eq(c_addr[:RBB] + c_len0 - 1)
-        m.d.comb += [
-            self.rd.req.payload.addr.eq(Mux(issuing, s_addr, c_addr)),
-            self.rd.req.payload.len_bytes.eq(part_len),
-            self.rd.req.payload.tag.eq(0),
-            self.rd.req.valid.eq(chunk.valid & (issuing | chq.i.ready)),
-            chq.i.payload.off.eq(c_addr[:lg]),
-            chq.i.payload.len.eq(c_len0),
-            chq.i.payload.lenm1.eq(c_len0 - 1),
-            chq.i.payload.parts.eq((c_span >> RBB) + 1),
-            chq.i.valid.eq(chunk.valid & ~issuing & self.rd.req.ready),
-        ]
-        with m.If(self.rd.req.valid & self.rd.req.ready):
-            with m.If(final):
-                m.d.comb += chunk.ready.eq(1)
-                m.d.sync += issuing.eq(0)
-            with m.Else():
-                m.d.sync += [issuing.eq(1), s_addr.eq(Cat(Const(0, RBB), n_addr_hi)),
-                             s_len.eq(n_len), s_final.eq(n_final),
-                             s_plen.eq(Mux(n_final, n_len, 1 << RBB))]
+        RBB, chq, chunk = self._gather_reads(m, lg)
 
         pos = Signal(PB)                 # where the next chunk starts in the frame
         c_len = Signal(13)
@@ -820,3 +741,89 @@ class TxBuild(wiring.Component):
         with m.If(~in_hdr):
             m.d.sync += [r.eq(h), rpath.eq(hp)]
         return m
+
+    def _gather_reads(self, m, lg):
+        """The payload reads of the frame's gather chunks (see the comment below). Returns
+        log2 of a read part's span in bytes, the chunk-metadata queue (``chq``) the builder
+        takes the beats by, and the chunk stream after its skid buffer."""
+        # ---- gather: chunk reads are issued as soon as the engine hands them over, split at
+        # multiples of ``read_beats`` bus words, so that the next part of a long chunk is
+        # requested while the previous one drains (the host-memory master issues a burst only
+        # when the client's response buffer has room for all of it). The builder takes the
+        # beats in order (the read client returns them in request order); the parts of a chunk
+        # are aligned to the bus, so their beats are exactly the chunk's beats.
+        RBB = self.read_beats.bit_length() - 1 + lg      # log2 of a part's span in bytes
+        meta = data.StructLayout({"off": lg, "len": 13, "lenm1": 13, "parts": 13 - RBB + 2})
+        # (registered output: the chunk's start below begins from registers)
+        m.submodules.chq = chq = Queue(meta, 4)
+        issuing = Signal()               # a chunk's later parts are being requested
+        # a later part starts on a part boundary (s_addr, its low RBB bits zero) and its length
+        # and last flag are kept in registers (s_len, s_final, s_plen); a chunk's first part is
+        # sized from the chunk. ``issuing`` only selects between the two at the end.
+        s_addr = Signal(64)
+        s_len = Signal(13)               # bytes of the chunk still to request
+        s_final = Signal()               # s_len fits in one part
+        s_plen = Signal(13)              # the next part's length: min(s_len, 2**RBB)
+        # The chunk enters through a skid buffer that also carries its first part's length and
+        # last flag and, for a chunk of several parts, the bytes after the first part and whether
+        # they fit in one part, all computed before the buffer: the chunk is taken (``ready``)
+        # when its last part is requested, and that test and the next part's registers then
+        # start at registers, not at chained adders and comparisons on the chunk.
+        cin_layout = data.StructLayout({"chunk": chunk_layout, "final": 1, "plen": 13,
+                                        "rest": 13, "rest_final": 1})
+        m.submodules.cin = cin = SkidBuffer(cin_layout)
+        i_room = Signal(RBB + 1)
+        i_final = Signal()
+        i_rest = Signal(13)
+        m.d.comb += [
+            i_room.eq((1 << RBB) - self.chunk.payload.addr[:RBB]),
+            i_final.eq(self.chunk.payload.len <= i_room),
+            i_rest.eq(self.chunk.payload.len - i_room),
+            cin.i.payload.chunk.eq(self.chunk.payload),
+            cin.i.payload.final.eq(i_final),
+            cin.i.payload.plen.eq(Mux(i_final, self.chunk.payload.len, i_room)),
+            cin.i.payload.rest.eq(i_rest),
+            cin.i.payload.rest_final.eq(i_rest <= (1 << RBB)),
+            cin.i.valid.eq(self.chunk.valid),
+            self.chunk.ready.eq(cin.i.ready),
+        ]
+        chunk = cin.o
+        c_addr, c_len0 = chunk.payload.chunk.addr, chunk.payload.chunk.len
+        c_final = chunk.payload.final
+        c_plen = chunk.payload.plen
+        final = Signal()
+        part_len = Signal(13)
+        m.d.comb += [final.eq(Mux(issuing, s_final, c_final)),
+                     part_len.eq(Mux(issuing, s_plen, c_plen))]
+        # the next part's address and length (used when this part is not the chunk's last),
+        # and whether that part is the last: s_len − 2**RBB ≤ 2**RBB is s_len ≤ 2**(RBB+1),
+        # a comparison on the register beside the subtraction rather than after it
+        n_addr_hi = Signal(64 - RBB)
+        n_len = Signal(13)
+        n_final = Signal()
+        m.d.comb += [n_addr_hi.eq(Mux(issuing, s_addr[RBB:] + 1, c_addr[RBB:] + 1)),
+                     n_len.eq(Mux(issuing, s_len - (1 << RBB), chunk.payload.rest)),
+                     n_final.eq(Mux(issuing, s_len <= (2 << RBB), chunk.payload.rest_final))]
+        # parts spanned by the chunk: only the address bits below a part boundary matter
+        c_span = Signal(14)
+        m.d.comb += c_span.eq(c_addr[:RBB] + c_len0 - 1)
+        m.d.comb += [
+            self.rd.req.payload.addr.eq(Mux(issuing, s_addr, c_addr)),
+            self.rd.req.payload.len_bytes.eq(part_len),
+            self.rd.req.payload.tag.eq(0),
+            self.rd.req.valid.eq(chunk.valid & (issuing | chq.i.ready)),
+            chq.i.payload.off.eq(c_addr[:lg]),
+            chq.i.payload.len.eq(c_len0),
+            chq.i.payload.lenm1.eq(c_len0 - 1),
+            chq.i.payload.parts.eq((c_span >> RBB) + 1),
+            chq.i.valid.eq(chunk.valid & ~issuing & self.rd.req.ready),
+        ]
+        with m.If(self.rd.req.valid & self.rd.req.ready):
+            with m.If(final):
+                m.d.comb += chunk.ready.eq(1)
+                m.d.sync += issuing.eq(0)
+            with m.Else():
+                m.d.sync += [issuing.eq(1), s_addr.eq(Cat(Const(0, RBB), n_addr_hi)),
+                             s_len.eq(n_len), s_final.eq(n_final),
+                             s_plen.eq(Mux(n_final, n_len, 1 << RBB))]
+        return RBB, chq, chunk
