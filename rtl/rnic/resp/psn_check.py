@@ -101,6 +101,8 @@ the rule and why it is safe for the requester). Frames of different QPs may leav
 order than decided once responses wait in the table.
 """
 
+import types
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
@@ -735,6 +737,31 @@ class PsnCheck(wiring.Component):
                 ]
         m.d.comb += self.pay_out.payload.eq(self.payload.payload)
 
+        rs = self._response_sequencer(m, ab, ctx, entry_layout, inj_qpn, inj_valid, resp_q)
+        coal_ready, ew_valid, f, f_valid, go, hq, hv, load = (
+            rs.coal_ready, rs.ew_valid, rs.f, rs.f_valid, rs.go, rs.hq, rs.hv, rs.load)
+
+        # ---- per-QP pending-response table (TX back-pressure never reaches receive) ----------
+        m.submodules.acks = acks = AckTable(num_qp=self.num_qp)
+        m.d.comb += [
+            coal_ready.eq(1),
+            acks.i.valid.eq(go & f_valid),
+            acks.i.payload.eq(f),
+            acks.next_qpn.eq(hq), acks.next_load.eq(load),
+        ]
+
+        connect(m, acks.o, wiring.flipped(self.ack_tx))
+
+        # commands may run once everything is drained
+        m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~w1_valid
+                                & ~hv & ~resp_q.o.valid & (resp_q.level == 0)
+                                & ~inj_valid & ~ew_valid & ~exe_q.o.valid
+                                & fl_q.i.ready)
+        return m
+
+    def _response_sequencer(self, m, ab, ctx, entry_layout, inj_qpn, inj_valid, resp_q):
+        """The response sequencer: the responses of the response queue, in order, into the
+        pending table's item ``f`` (see the comments below)."""
         # ---- response sequencer --------------------------------------------------------------
         # The QPs' error bits (a QP's responses are suppressed once it is in error), read
         # synchronously: LUT RAM up to FLAGS_LUTRAM_MAX QPs, block RAM above.
@@ -884,22 +911,5 @@ class PsnCheck(wiring.Component):
         with m.Elif(fault_take & fq_ok):
             m.d.sync += [ew_valid.eq(1), ew_addr.eq(flt.payload.qpn[:ab]),
                          ew_data.eq(1)]
-
-        # ---- per-QP pending-response table (TX back-pressure never reaches receive) ----------
-        m.submodules.acks = acks = AckTable(num_qp=self.num_qp)
-        m.d.comb += [
-            coal_ready.eq(1),
-            acks.i.valid.eq(go & f_valid),
-            acks.i.payload.eq(f),
-            acks.next_qpn.eq(hq), acks.next_load.eq(load),
-        ]
-
-        connect(m, acks.o, wiring.flipped(self.ack_tx))
-
-        # commands may run once everything is drained
-        m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~w1_valid
-                                & ~hv & ~resp_q.o.valid & (resp_q.level == 0)
-                                & ~inj_valid & ~ew_valid & ~exe_q.o.valid
-                                & fl_q.i.ready)
-        return m
-
+        return types.SimpleNamespace(coal_ready=coal_ready, ew_valid=ew_valid, f=f,
+                                     f_valid=f_valid, go=go, hq=hq, hv=hv, load=load)
