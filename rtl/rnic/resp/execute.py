@@ -1042,147 +1042,10 @@ class Execute(wiring.Component):
                 with m.Else():
                     m.next = "PUSH"
 
-        # ==== stage 2: key checks (one lookup per piece, serially) ==========================
-        kh = key_q.o
-        j = Signal(range(MAX_SGE + 1))
-        k_fail = Signal()
-        kv = Signal(MAX_SGE)
-        m.d.comb += kv.eq(Mux(ke.nowrite, 0, ke.pv))
-        k_first = first_valid(kv)
-        k_next = first_valid(kv, j)
-        # The lookup request leaves from registers: its payload is loaded every cycle from the
-        # piece ``j`` will select next (``j_d``, the D input of ``j``), and ``lk_look`` is "the
-        # next state is K_LOOK with a piece left", so the port carries exactly what the FSM's
-        # combinational decode of ``j`` and its state carried before, cycle for cycle, while
-        # the paths into the Key Cache's round-robin grant and stage-1 key start at flops, not
-        # at ``j``'s decode and the piece mux. ``ke`` is the head of ``key_q``, valid from
-        # K_IDLE's take to K_PUSH.
-        j_d = Signal.like(j)
-        m.d.comb += j_d.eq(j)
-        m.d.sync += j.eq(j_d)
-        lk_look = Signal()
-        lk_look_d = Signal()
-        m.d.sync += lk_look.eq(lk_look_d)
-        lk = self.lookup.req.payload
-        m.d.comb += pd_rd.addr.eq(ke.slot)
-        for i in range(MAX_SGE):
-            m.d.comb += [kp_rd[i].addr.eq(ke.slot), kva_rd[i].addr.eq(ke.slot),
-                         bus_wr[i].addr.eq(ke.slot),
-                         bus_wr[i].data.eq(self.lookup.resp.payload.bus_addr)]
-        with m.Switch(j_d):
-            for i in range(MAX_SGE):
-                with m.Case(i):
-                    m.d.sync += [lk.key.eq(kp_rd[i].data.key), lk.va.eq(kva_rd[i].data),
-                                 lk.len.eq(kp_rd[i].data.len)]
-        m.d.sync += [
-            lk.pd.eq(pd_rd.data),
-            lk.access.eq(Mux(ke.write, Access.REMOTE_WRITE, Access.LOCAL_WRITE)),
-            lk.tag.eq(j_d),
-        ]
-        iq = iss_q.i
-        # the entry as it leaves the key checks
-        for name in ("slot", "qpn", "cqn", "write", "inv", "has_beats", "cstat", "fatal", "syn",
-                     "cqe_on", "nowrite", "skip", "cdone", "rdflt", "pv"):
-            m.d.comb += getattr(iq.payload, name).eq(getattr(ke, name))
-        with m.If(k_fail):
-            # failed key: 0x62 (rkey; a CQE only when the packet takes a WQE) or 0x63 (lkey)
-            m.d.comb += [iq.payload.fatal.eq(1), iq.payload.nowrite.eq(1),
-                         iq.payload.syn.eq(Mux(ke.write, 0x62, 0x63)),
-                         iq.payload.cstat.eq(Mux(ke.write, WcStatus.REM_ACCESS_ERR,
-                                                 WcStatus.LOC_QP_OP_ERR)),
-                         iq.payload.cqe_on.eq(~ke.write | ke.wqe),
-                         iq.payload.cdone.eq(~ke.write | ke.wqe)]
-        m.d.comb += iq.payload.invc.eq(ke.inv & ~iq.payload.nowrite)
-        with m.FSM(name="keys"):
-            with m.State("K_IDLE"):
-                m.d.comb += [k_idle.eq(1), j_d.eq(k_first)]
-                m.d.sync += k_fail.eq(0)
-                with m.If(kh.valid):
-                    m.d.comb += lk_look_d.eq(k_first != MAX_SGE)
-                    m.next = "K_LOOK"
-            with m.State("K_LOOK"):
-                # (``lk_look`` is ``j != MAX_SGE`` here)
-                with m.If(~lk_look):
-                    m.next = "K_PUSH"
-                with m.Elif(inv_pend == 0):
-                    # an older packet's invalidate is done before this packet's lookups
-                    m.d.comb += self.lookup.req.valid.eq(1)
-                    with m.If(self.lookup.req.ready):
-                        m.next = "K_WAIT"
-                    with m.Else():
-                        m.d.comb += lk_look_d.eq(1)
-                with m.Else():
-                    m.d.comb += lk_look_d.eq(1)
-            with m.State("K_WAIT"):
-                rr = self.lookup.resp
-                m.d.comb += rr.ready.eq(1)
-                with m.If(rr.valid):
-                    for i in range(MAX_SGE):
-                        m.d.comb += bus_wr[i].en.eq(j == i)
-                    m.d.comb += j_d.eq(k_next)
-                    with m.If(~rr.payload.ok):
-                        m.d.sync += k_fail.eq(1)
-                        m.next = "K_PUSH"
-                    with m.Elif(k_next == MAX_SGE):
-                        m.next = "K_PUSH"
-                    with m.Else():
-                        m.d.comb += lk_look_d.eq(1)
-                        m.next = "K_LOOK"
-            with m.State("K_PUSH"):
-                m.d.comb += iq.valid.eq(1)
-                with m.If(iq.ready):
-                    m.d.comb += [kh.ready.eq(1), inv_inc.eq(iq.payload.invc)]
-                    m.next = "K_IDLE"
-
-        # ==== stage 3: CQE slot (reservation) ================================================
-        # Its own stage, so the next packet's slot is reserved while stage 4 issues this one
-        # and CqeGen writes the previous CQE.
-        m.submodules.post_plan_q = pp_q = Queue(iss_tok, 2)
-        m.d.comb += post_plan_busy.eq(pp_q.level != 0)
-        r = Signal(iss_tok)
-        post_dead_w = Signal()                 # stage 4 writes a dead mark this cycle
-        m.d.comb += [dead_rd2.addr.eq(iss_q.o.payload.qpn),
-                     wflt_rd2.addr.eq(iss_q.o.payload.qpn),
-                     self.reserve.payload.cqn.eq(r.cqn),
-                     pp_q.i.payload.eq(r)]
-        with m.FSM(name="resv"):
-            with m.State("R_IDLE"):
-                m.d.comb += [r_idle.eq(1), iss_q.o.ready.eq(1), dead_rd2.en.eq(1),
-                             wflt_rd2.en.eq(1)]
-                with m.If(iss_q.o.valid):
-                    m.d.sync += r.eq(iss_q.o.payload)
-                    m.next = "R_CHK"
-            with m.State("R_CHK"):
-                # the QP may have gone dead after stage 1 read its mark (an older packet's
-                # outcome, marked when that packet left this stage; or a write fault): skip
-                with m.If(dead_rd2_data | wflt_rd2.data):
-                    m.d.sync += [r.skip.eq(1), r.nowrite.eq(1), r.fatal.eq(0), r.syn.eq(0),
-                                 r.cqe_on.eq(0), r.cdone.eq(0)]
-                m.next = "R_RESV"
-            with m.State("R_RESV"):
-                with m.If(~r.cqe_on):
-                    m.next = "R_PUSH"
-                with m.Else():
-                    m.d.comb += self.reserve.valid.eq(1)
-                    with m.If(self.reserve.ready):
-                        m.next = "R_WAIT"
-            with m.State("R_WAIT"):
-                m.d.comb += self.reserve_resp.ready.eq(1)
-                with m.If(self.reserve_resp.valid):
-                    with m.If(~self.reserve_resp.payload.ok):
-                        # CQ full: no CQE, nothing written
-                        m.d.sync += [r.fatal.eq(1), r.syn.eq(0), r.cstat.eq(0),
-                                     r.cqe_on.eq(0), r.nowrite.eq(1)]
-                    m.next = "R_PUSH"
-            with m.State("R_PUSH"):
-                # a fatal outcome marks the QP dead now, so the younger packets behind are
-                # skipped before they reserve anything
-                with m.If(pp_q.i.ready & ~rst.valid & ~post_dead_w):
-                    m.d.comb += pp_q.i.valid.eq(1)
-                    with m.If(r.fatal):
-                        m.d.comb += [dead_wr.addr.eq(r.qpn), dead_wr.data.eq(1),
-                                     dead_wr.en.eq(1)]
-                    m.next = "R_IDLE"
+        self._key_checks(m, bus_wr, first_valid, inv_inc, inv_pend, iss_q, k_idle, ke, key_q,
+                         kp_rd, kva_rd, pd_rd)
+        post_dead_w, pp_q = self._reservation(m, dead_rd2, dead_rd2_data, dead_wr, iss_q, iss_tok,
+                                              post_plan_busy, r, r_idle, rst, wflt_rd2)
 
         # ==== stage 4: writes, closing piece, invalidate, done/CQE ===========================
         b = Signal(iss_tok)
@@ -1301,3 +1164,155 @@ class Execute(wiring.Component):
         with m.If(fl_cqe):
             m.d.comb += cqe_q.i.valid.eq(1)
         return m
+
+    def _key_checks(self, m, bus_wr, first_valid, inv_inc, inv_pend, iss_q, k_idle, ke, key_q,
+                    kp_rd, kva_rd, pd_rd):
+        """Stage 2, the key checks: one Key Cache lookup per piece of the plan at the head of
+        ``key_q``, into ``iss_q`` (see the module docstring)."""
+        # ==== stage 2: key checks (one lookup per piece, serially) ==========================
+        kh = key_q.o
+        j = Signal(range(MAX_SGE + 1))
+        k_fail = Signal()
+        kv = Signal(MAX_SGE)
+        m.d.comb += kv.eq(Mux(ke.nowrite, 0, ke.pv))
+        k_first = first_valid(kv)
+        k_next = first_valid(kv, j)
+        # The lookup request leaves from registers: its payload is loaded every cycle from the
+        # piece ``j`` will select next (``j_d``, the D input of ``j``), and ``lk_look`` is "the
+        # next state is K_LOOK with a piece left", so the port carries exactly what the FSM's
+        # combinational decode of ``j`` and its state carried before, cycle for cycle, while
+        # the paths into the Key Cache's round-robin grant and stage-1 key start at flops, not
+        # at ``j``'s decode and the piece mux. ``ke`` is the head of ``key_q``, valid from
+        # K_IDLE's take to K_PUSH.
+        j_d = Signal.like(j)
+        m.d.comb += j_d.eq(j)
+        m.d.sync += j.eq(j_d)
+        lk_look = Signal()
+        lk_look_d = Signal()
+        m.d.sync += lk_look.eq(lk_look_d)
+        lk = self.lookup.req.payload
+        m.d.comb += pd_rd.addr.eq(ke.slot)
+        for i in range(MAX_SGE):
+            m.d.comb += [kp_rd[i].addr.eq(ke.slot), kva_rd[i].addr.eq(ke.slot),
+                         bus_wr[i].addr.eq(ke.slot),
+                         bus_wr[i].data.eq(self.lookup.resp.payload.bus_addr)]
+        with m.Switch(j_d):
+            for i in range(MAX_SGE):
+                with m.Case(i):
+                    m.d.sync += [lk.key.eq(kp_rd[i].data.key), lk.va.eq(kva_rd[i].data),
+                                 lk.len.eq(kp_rd[i].data.len)]
+        m.d.sync += [
+            lk.pd.eq(pd_rd.data),
+            lk.access.eq(Mux(ke.write, Access.REMOTE_WRITE, Access.LOCAL_WRITE)),
+            lk.tag.eq(j_d),
+        ]
+        iq = iss_q.i
+        # the entry as it leaves the key checks
+        for name in ("slot", "qpn", "cqn", "write", "inv", "has_beats", "cstat", "fatal", "syn",
+                     "cqe_on", "nowrite", "skip", "cdone", "rdflt", "pv"):
+            m.d.comb += getattr(iq.payload, name).eq(getattr(ke, name))
+        with m.If(k_fail):
+            # failed key: 0x62 (rkey; a CQE only when the packet takes a WQE) or 0x63 (lkey)
+            m.d.comb += [iq.payload.fatal.eq(1), iq.payload.nowrite.eq(1),
+                         iq.payload.syn.eq(Mux(ke.write, 0x62, 0x63)),
+                         iq.payload.cstat.eq(Mux(ke.write, WcStatus.REM_ACCESS_ERR,
+                                                 WcStatus.LOC_QP_OP_ERR)),
+                         iq.payload.cqe_on.eq(~ke.write | ke.wqe),
+                         iq.payload.cdone.eq(~ke.write | ke.wqe)]
+        m.d.comb += iq.payload.invc.eq(ke.inv & ~iq.payload.nowrite)
+        with m.FSM(name="keys"):
+            with m.State("K_IDLE"):
+                m.d.comb += [k_idle.eq(1), j_d.eq(k_first)]
+                m.d.sync += k_fail.eq(0)
+                with m.If(kh.valid):
+                    m.d.comb += lk_look_d.eq(k_first != MAX_SGE)
+                    m.next = "K_LOOK"
+            with m.State("K_LOOK"):
+                # (``lk_look`` is ``j != MAX_SGE`` here)
+                with m.If(~lk_look):
+                    m.next = "K_PUSH"
+                with m.Elif(inv_pend == 0):
+                    # an older packet's invalidate is done before this packet's lookups
+                    m.d.comb += self.lookup.req.valid.eq(1)
+                    with m.If(self.lookup.req.ready):
+                        m.next = "K_WAIT"
+                    with m.Else():
+                        m.d.comb += lk_look_d.eq(1)
+                with m.Else():
+                    m.d.comb += lk_look_d.eq(1)
+            with m.State("K_WAIT"):
+                rr = self.lookup.resp
+                m.d.comb += rr.ready.eq(1)
+                with m.If(rr.valid):
+                    for i in range(MAX_SGE):
+                        m.d.comb += bus_wr[i].en.eq(j == i)
+                    m.d.comb += j_d.eq(k_next)
+                    with m.If(~rr.payload.ok):
+                        m.d.sync += k_fail.eq(1)
+                        m.next = "K_PUSH"
+                    with m.Elif(k_next == MAX_SGE):
+                        m.next = "K_PUSH"
+                    with m.Else():
+                        m.d.comb += lk_look_d.eq(1)
+                        m.next = "K_LOOK"
+            with m.State("K_PUSH"):
+                m.d.comb += iq.valid.eq(1)
+                with m.If(iq.ready):
+                    m.d.comb += [kh.ready.eq(1), inv_inc.eq(iq.payload.invc)]
+                    m.next = "K_IDLE"
+
+    def _reservation(self, m, dead_rd2, dead_rd2_data, dead_wr, iss_q, iss_tok, post_plan_busy, r,
+                     r_idle, rst, wflt_rd2):
+        """Stage 3, the reservation: the dead/write-fault marks read again, a CQE slot
+        reserved, the QP marked dead on a fatal outcome. Returns the dead-mark write request
+        stage 4 shares and the queue into stage 4."""
+        # ==== stage 3: CQE slot (reservation) ================================================
+        # Its own stage, so the next packet's slot is reserved while stage 4 issues this one
+        # and CqeGen writes the previous CQE.
+        m.submodules.post_plan_q = pp_q = Queue(iss_tok, 2)
+        m.d.comb += post_plan_busy.eq(pp_q.level != 0)
+        r = Signal(iss_tok)
+        post_dead_w = Signal()                 # stage 4 writes a dead mark this cycle
+        m.d.comb += [dead_rd2.addr.eq(iss_q.o.payload.qpn),
+                     wflt_rd2.addr.eq(iss_q.o.payload.qpn),
+                     self.reserve.payload.cqn.eq(r.cqn),
+                     pp_q.i.payload.eq(r)]
+        with m.FSM(name="resv"):
+            with m.State("R_IDLE"):
+                m.d.comb += [r_idle.eq(1), iss_q.o.ready.eq(1), dead_rd2.en.eq(1),
+                             wflt_rd2.en.eq(1)]
+                with m.If(iss_q.o.valid):
+                    m.d.sync += r.eq(iss_q.o.payload)
+                    m.next = "R_CHK"
+            with m.State("R_CHK"):
+                # the QP may have gone dead after stage 1 read its mark (an older packet's
+                # outcome, marked when that packet left this stage; or a write fault): skip
+                with m.If(dead_rd2_data | wflt_rd2.data):
+                    m.d.sync += [r.skip.eq(1), r.nowrite.eq(1), r.fatal.eq(0), r.syn.eq(0),
+                                 r.cqe_on.eq(0), r.cdone.eq(0)]
+                m.next = "R_RESV"
+            with m.State("R_RESV"):
+                with m.If(~r.cqe_on):
+                    m.next = "R_PUSH"
+                with m.Else():
+                    m.d.comb += self.reserve.valid.eq(1)
+                    with m.If(self.reserve.ready):
+                        m.next = "R_WAIT"
+            with m.State("R_WAIT"):
+                m.d.comb += self.reserve_resp.ready.eq(1)
+                with m.If(self.reserve_resp.valid):
+                    with m.If(~self.reserve_resp.payload.ok):
+                        # CQ full: no CQE, nothing written
+                        m.d.sync += [r.fatal.eq(1), r.syn.eq(0), r.cstat.eq(0),
+                                     r.cqe_on.eq(0), r.nowrite.eq(1)]
+                    m.next = "R_PUSH"
+            with m.State("R_PUSH"):
+                # a fatal outcome marks the QP dead now, so the younger packets behind are
+                # skipped before they reserve anything
+                with m.If(pp_q.i.ready & ~rst.valid & ~post_dead_w):
+                    m.d.comb += pp_q.i.valid.eq(1)
+                    with m.If(r.fatal):
+                        m.d.comb += [dead_wr.addr.eq(r.qpn), dead_wr.data.eq(1),
+                                     dead_wr.en.eq(1)]
+                    m.next = "R_IDLE"
+        return post_dead_w, pp_q
