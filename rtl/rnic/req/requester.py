@@ -52,6 +52,8 @@ QPNs wait in the work queue, the engine re-queues its QP after each WQE sent (on
 and takes the next one.
 """
 
+import types
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -1143,6 +1145,31 @@ class Requester(wiring.Component):
         with m.If(set_hit & ((set_q == qpn) | (set_q == pf_q))):
             m.d.sync += pf_bad.eq(1)
 
+        # the completer (a method of its own below) shares these with the engine
+        t = types.SimpleNamespace(
+            TB=TB, ab=ab, aq=aq, aq_qpn_r=aq_qpn_r, c_test=c_test,
+            c_wake_st=c_wake_st, c_wb_st=c_wb_st, c_wb_st_r=c_wb_st_r, ccpl=ccpl,
+            cfg_rd_w=cfg_rd_w, cmp_new=cmp_new, cmp_wb=cmp_wb, comp_rd2_w=comp_rd2_w,
+            comp_rp2=comp_rp2, comp_wp=comp_wp, dyn_rd2_w=dyn_rd2_w, dyn_rp2=dyn_rp2,
+            dyn_wp=dyn_wp, e_cw_st=e_cw_st, e_wb_st=e_wb_st, eng_fsm=eng_fsm, free=free,
+            infl_rp=infl_rp, kill_q=kill_q, kill_v=kill_v, now=now, rb=rb, rh_rd_w=rh_rd_w,
+            rh_wp=rh_wp, rn_rd2_w=rn_rd2_w, set_hit=set_hit, set_q=set_q, set_r=set_r,
+            sweeping=sweeping, work=work)
+        self._completer(m, t)
+        return m
+
+    def _completer(self, m, t):
+        """The completer, the Reliability Engine: ACKs, NAKs, timers, completions (see the
+        module docstring)."""
+        (TB, ab, aq, aq_qpn_r, c_test, c_wake_st, c_wb_st, c_wb_st_r, ccpl, cfg_rd_w, cmp_new,
+         cmp_wb, comp_rd2_w, comp_rp2, comp_wp, dyn_rd2_w, dyn_rp2, dyn_wp, e_cw_st, e_wb_st,
+         eng_fsm, free, infl_rp, kill_q, kill_v, now, rb, rh_rd_w, rh_wp, rn_rd2_w, set_hit,
+         set_q, set_r, sweeping, work) = (
+            t.TB, t.ab, t.aq, t.aq_qpn_r, t.c_test, t.c_wake_st, t.c_wb_st, t.c_wb_st_r, t.ccpl,
+            t.cfg_rd_w, t.cmp_new, t.cmp_wb, t.comp_rd2_w, t.comp_rp2, t.comp_wp,
+            t.dyn_rd2_w, t.dyn_rp2, t.dyn_wp, t.e_cw_st, t.e_wb_st, t.eng_fsm, t.free, t.infl_rp,
+            t.kill_q, t.kill_v, t.now, t.rb, t.rh_rd_w, t.rh_wp, t.rn_rd2_w, t.set_hit,
+            t.set_q, t.set_r, t.sweeping, t.work)
         # ---- completer: ACKs, NAKs, timers (the Reliability Engine) -----------------------------
         a = Signal(ack_layout)
         ev = Signal(2)
@@ -1513,4 +1540,3 @@ class Requester(wiring.Component):
             self.prog_cons.valid.eq(comp_wp.en), self.prog_cons.payload.qpn.eq(comp_wp.addr),
             self.prog_cons.payload.cons.eq(comp_wp.data.ccons),
         ]
-        return m
