@@ -536,81 +536,9 @@ class Execute(wiring.Component):
         m.d.sync += [sc_out.eq(sc_out + push_close - sc.pkt_done),
                      tok.eq(tok + sc.pkt_done - pop_tok)]
 
-        # ---- write completions: count, fault report ---------------------------------------
-        # (registered first: the tag -> QPN table read and what follows start from a register)
-        wd = self.wr.done
-        d1_v = Signal()
-        d1_tag = Signal(8)
-        d1_err = Signal()
-        d1_go = Signal()
-        wd_err = Signal()
-        m.d.comb += [wd_err.eq(d1_v & d1_err),
-                     d1_go.eq(d1_v & (~d1_err | (ev_q.i.ready & fault_q.i.ready))),
-                     wd.ready.eq(~d1_v | d1_go),
-                     wqpn_rd.addr.eq(d1_tag[:MAX_WRITES.bit_length() - 1])]
-        with m.If(wd.ready):
-            m.d.sync += [d1_v.eq(wd.valid), d1_tag.eq(wd.payload.tag), d1_err.eq(wd.payload.err)]
-        with m.If(d1_go):
-            m.d.sync += wr_done.eq(wr_done + 1)
-        # stage 4's room check ``wr_cnt − wr_done < MAX_WRITES`` one cycle ahead: the compares
-        # of the present difference registered, selected by this cycle's issue and done
-        wr_out = Signal(16)
-        m.d.comb += wr_out.eq(wr_cnt - wr_done)
-        m.d.sync += room.eq(Mux(wr_inc, Mux(d1_go, wr_out < MAX_WRITES, wr_out < MAX_WRITES - 1),
-                                Mux(d1_go, wr_out < MAX_WRITES + 1, wr_out < MAX_WRITES)))
-        with m.If(wd_err & d1_go):
-            m.d.comb += [wflt_wr.addr.eq(wqpn_rd.data), wflt_wr.data.eq(1),
-                         wflt_wr.en.eq(1)]
-        with m.Elif(rst.valid):
-            m.d.comb += [wflt_wr.addr.eq(rst.payload.qpn), wflt_wr.data.eq(0),
-                         wflt_wr.en.eq(1)]
-        plan_ev = Signal()
-        plan_ev_qpn = Signal(24)
-        m.d.comb += [
-            ev_q.i.valid.eq(Mux(wd_err, d1_go, plan_ev)),
-            ev_q.i.payload.type.eq(EventType.HOST_FAULT),
-            ev_q.i.payload.number.eq(Mux(wd_err, wqpn_rd.data, plan_ev_qpn)),
-            fault_q.i.valid.eq(wd_err & d1_go),
-            fault_q.i.payload.qpn.eq(wqpn_rd.data),
-        ]
-
-        # ---- done and CQE release -----------------------------------------------------------
-        ph = post_q.o.payload
-        can_done = Signal()
-        m.d.comb += [
-            can_done.eq(post_q.o.valid & (~ph.beats | (tok != 0))),
-            self.done.valid.eq(can_done),
-            self.done.payload.fatal.eq(ph.fatal),
-            self.done.payload.syndrome.eq(ph.syndrome),
-            post_q.o.ready.eq(can_done & self.done.ready),
-            pop_tok.eq(can_done & self.done.ready & ph.beats),
-        ]
-        ch = cqe_q.o.payload
-        gap = Signal(16)
-        m.d.comb += gap.eq(wr_done - ch.need)
-        # ``complete.valid`` and the CQE's status are registers: the head CQE is judged (its
-        # payload writes done, its QP's write-fault mark) in one cycle and offered from the
-        # next, so the judgement (a subtraction, a LUT-RAM read) does not run on into the merge
-        # and CQE Generation. The cycle after a CQE is taken judges the next one.
-        rel_v = Signal()                       # the head CQE is offered
-        rel_flt = Signal()                     # its QP's write-fault mark, as judged
-        flt_now = Signal()
-        m.d.comb += flt_now.eq(wflt_rel.data & ~ch.flush & (ch.status == 0))
-        m.d.comb += [
-            wflt_rel.addr.eq(ch.qpn[:ab]),
-            self.complete.valid.eq(rel_v),
-            [getattr(self.complete.payload, k).eq(getattr(ch, k)) for k in _CQE_FIELDS],
-            cqe_q.o.ready.eq(rel_v & self.complete.ready),
-        ]
-        # A payload write of the QP faulted: the CQE reports LOC_QP_OP_ERR. The mark is held
-        # while the CQE is offered, so the payload is stable while it waits (stream rules) even
-        # if the mark changes meanwhile (a younger packet's fault, a QP reset).
-        with m.If(~rel_v):
-            m.d.sync += [rel_v.eq(cqe_q.o.valid & ~gap[15]), rel_flt.eq(flt_now)]
-        with m.Elif(self.complete.ready):
-            m.d.sync += rel_v.eq(0)
-        with m.If(rel_flt):
-            m.d.comb += self.complete.payload.status.eq(WcStatus.LOC_QP_OP_ERR)
+        plan_ev, plan_ev_qpn, wd_err = self._write_completions(
+            m, ev_q, fault_q, room, rst, wflt_wr, wqpn_rd, wr_cnt, wr_done, wr_inc)
+        self._release(m, ab, cqe_q, pop_tok, post_q, tok, wflt_rel, wr_done)
 
         # ---- piece calculation: SUMS (prefix sums), CUT (overlaps), CUT2 (lengths), CALC -------
         off = c.offset
@@ -1164,6 +1092,91 @@ class Execute(wiring.Component):
         with m.If(fl_cqe):
             m.d.comb += cqe_q.i.valid.eq(1)
         return m
+
+    def _write_completions(self, m, ev_q, fault_q, room, rst, wflt_wr, wqpn_rd, wr_cnt, wr_done,
+                           wr_inc):
+        """The payload writes' ``done``: counted (and stage 4's room for more), a non-OKAY one
+        marked on its QP and reported (event 4, ``fault``). Returns the planner's event request
+        (``plan_ev``, ``plan_ev_qpn``, sharing the event queue) and ``wd_err``."""
+        # ---- write completions: count, fault report ---------------------------------------
+        # (registered first: the tag -> QPN table read and what follows start from a register)
+        wd = self.wr.done
+        d1_v = Signal()
+        d1_tag = Signal(8)
+        d1_err = Signal()
+        d1_go = Signal()
+        wd_err = Signal()
+        m.d.comb += [wd_err.eq(d1_v & d1_err),
+                     d1_go.eq(d1_v & (~d1_err | (ev_q.i.ready & fault_q.i.ready))),
+                     wd.ready.eq(~d1_v | d1_go),
+                     wqpn_rd.addr.eq(d1_tag[:MAX_WRITES.bit_length() - 1])]
+        with m.If(wd.ready):
+            m.d.sync += [d1_v.eq(wd.valid), d1_tag.eq(wd.payload.tag), d1_err.eq(wd.payload.err)]
+        with m.If(d1_go):
+            m.d.sync += wr_done.eq(wr_done + 1)
+        # stage 4's room check ``wr_cnt − wr_done < MAX_WRITES`` one cycle ahead: the compares
+        # of the present difference registered, selected by this cycle's issue and done
+        wr_out = Signal(16)
+        m.d.comb += wr_out.eq(wr_cnt - wr_done)
+        m.d.sync += room.eq(Mux(wr_inc, Mux(d1_go, wr_out < MAX_WRITES, wr_out < MAX_WRITES - 1),
+                                Mux(d1_go, wr_out < MAX_WRITES + 1, wr_out < MAX_WRITES)))
+        with m.If(wd_err & d1_go):
+            m.d.comb += [wflt_wr.addr.eq(wqpn_rd.data), wflt_wr.data.eq(1),
+                         wflt_wr.en.eq(1)]
+        with m.Elif(rst.valid):
+            m.d.comb += [wflt_wr.addr.eq(rst.payload.qpn), wflt_wr.data.eq(0),
+                         wflt_wr.en.eq(1)]
+        plan_ev = Signal()
+        plan_ev_qpn = Signal(24)
+        m.d.comb += [
+            ev_q.i.valid.eq(Mux(wd_err, d1_go, plan_ev)),
+            ev_q.i.payload.type.eq(EventType.HOST_FAULT),
+            ev_q.i.payload.number.eq(Mux(wd_err, wqpn_rd.data, plan_ev_qpn)),
+            fault_q.i.valid.eq(wd_err & d1_go),
+            fault_q.i.payload.qpn.eq(wqpn_rd.data),
+        ]
+        return plan_ev, plan_ev_qpn, wd_err
+
+    def _release(self, m, ab, cqe_q, pop_tok, post_q, tok, wflt_rel, wr_done):
+        """The ``done`` of each command and its CQE, released in order (see the module
+        docstring)."""
+        # ---- done and CQE release -----------------------------------------------------------
+        ph = post_q.o.payload
+        can_done = Signal()
+        m.d.comb += [
+            can_done.eq(post_q.o.valid & (~ph.beats | (tok != 0))),
+            self.done.valid.eq(can_done),
+            self.done.payload.fatal.eq(ph.fatal),
+            self.done.payload.syndrome.eq(ph.syndrome),
+            post_q.o.ready.eq(can_done & self.done.ready),
+            pop_tok.eq(can_done & self.done.ready & ph.beats),
+        ]
+        ch = cqe_q.o.payload
+        gap = Signal(16)
+        m.d.comb += gap.eq(wr_done - ch.need)
+        # ``complete.valid`` and the CQE's status are registers: the head CQE is judged (its
+        # payload writes done, its QP's write-fault mark) in one cycle and offered from the
+        # next, so the judgement (a subtraction, a LUT-RAM read) does not run on into the merge
+        # and CQE Generation. The cycle after a CQE is taken judges the next one.
+        rel_v = Signal()                       # the head CQE is offered
+        rel_flt = Signal()                     # its QP's write-fault mark, as judged
+        flt_now = Signal()
+        m.d.comb += flt_now.eq(wflt_rel.data & ~ch.flush & (ch.status == 0))
+        m.d.comb += [
+            wflt_rel.addr.eq(ch.qpn[:ab]),
+            self.complete.valid.eq(rel_v),
+            [getattr(self.complete.payload, k).eq(getattr(ch, k)) for k in _CQE_FIELDS],
+            cqe_q.o.ready.eq(rel_v & self.complete.ready),
+        ]
+        # A payload write of the QP faulted: the CQE reports LOC_QP_OP_ERR. The mark is held
+        # while the CQE is offered, so the payload is stable while it waits (stream rules) even
+        # if the mark changes meanwhile (a younger packet's fault, a QP reset).
+        with m.If(~rel_v):
+            m.d.sync += [rel_v.eq(cqe_q.o.valid & ~gap[15]), rel_flt.eq(flt_now)]
+        with m.Elif(self.complete.ready):
+            m.d.sync += rel_v.eq(0)
+        with m.If(rel_flt):
+            m.d.comb += self.complete.payload.status.eq(WcStatus.LOC_QP_OP_ERR)
 
     def _key_checks(self, m, bus_wr, first_valid, inv_inc, inv_pend, iss_q, k_idle, ke, key_q,
                     kp_rd, kva_rd, pd_rd):
