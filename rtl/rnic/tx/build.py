@@ -466,112 +466,7 @@ class TxBuild(wiring.Component):
             crc.i.payload.last.eq(clast),
         ]
 
-        # ---- frames built, waiting for their ICRC and the emitter ----------------------------
-        rec_layout = data.StructLayout({"base": CB, "data_end": PB, "crc_end": PB,
-                                        "words": WB, "keep": nb, "cls": 3, "drop": 1})
-        # (the records' queue has a registered output: the emitter's load starts from registers)
-        m.submodules.recq = recq = Queue(rec_layout, self.frames)
-        m.submodules.icq = icq = Queue(32, self.frames, buffered=False)
-        m.d.comb += [icq.i.valid.eq(crc.o.valid), icq.i.payload.eq(crc.o.payload)]
-
-        # room for the builder's writes: at most C − 8 words held or being assembled, as of
-        # the cycle before (the builder's index moves at most 3 words in between)
-        room = Signal()
-        fill = Signal(CB + 1)
-        m.d.comb += fill.eq(wabs - rptr8)
-        m.d.sync += room.eq(~fill[CB])
-
-        # ---- EMIT: payload, zero pad, ICRC (little-endian), Ethernet padding -------------------
-        e_base = Signal(CB)
-        e_wlast = Signal(WB)             # the frame's last word
-        e_icrc = Signal(32)
-        # the frame's lanes per word, from registers set when it is loaded: payload in words
-        # before e_dword and in e_dmask of it; the ICRC in e_imask of word e_cw (lanes from
-        # crc_end mod nb) and, when it crosses a word, e_imask1 of the next; e_fkeep the last
-        # word's keep
-        e_dword, e_cw, e_cw1 = Signal(WB), Signal(WB), Signal(WB)
-        e_dmask, e_fkeep = Signal(nb), Signal(nb)
-        e_imask = Signal(nb + 4)
-        e_c2 = Signal(2)                 # crc_end mod 4
-        eaddr = Signal(WB)
-        evalid = Signal()
-        eword = Signal(WB)
-        m.d.comb += rp.addr.eq((e_base + eaddr)[:CB])
-        m.d.sync += evalid.eq(0)
-        evalid2, edata = Signal(), Signal(W)
-        m.d.sync += [evalid2.eq(evalid), edata.eq(rp.data)]
-        # the ICRC travels with the word through the two read stages
-        eicrc1, eicrc2 = Signal(32), Signal(32)
-        m.d.sync += [eicrc1.eq(e_icrc), eicrc2.eq(eicrc1)]
-        sdata, sicrc, sidx = Signal(nb), Signal(nb), Signal(2 * nb)
-        m.d.sync += [
-            sdata.eq(Mux(eword < e_dword, ONES, Mux(eword == e_dword, e_dmask, 0))),
-            sicrc.eq(Mux(eword == e_cw, e_imask[:nb], Mux(eword == e_cw1, e_imask[nb:], 0))),
-        ]
-        for i in range(nb):
-            m.d.sync += sidx[2 * i:2 * i + 2].eq(i - e_c2)
-        ekeep, elast = Signal(nb), Signal()
-        e_cls, ecls = Signal(3), Signal(3)
-        m.d.sync += [ekeep.eq(Mux(eword == e_wlast, e_fkeep, ONES)),
-                     elast.eq(eword == e_wlast), ecls.eq(e_cls)]
-        out_lanes = [Mux(sdata[i], edata[8 * i:8 * i + 8],
-                         Mux(sicrc[i], eicrc2.word_select(sidx[2 * i:2 * i + 2], 8), 0))
-                     for i in range(nb)]
-        m.d.comb += [
-            outq.i.valid.eq(evalid2),
-            outq.i.payload.beat.data.eq(Cat(*out_lanes)),
-            outq.i.payload.beat.keep.eq(ekeep),
-            outq.i.payload.beat.last.eq(elast),
-            outq.i.payload.cls.eq(ecls),
-        ]
-
-        def emit_load():
-            """Take the next built frame with its ICRC; a dropped one only frees its words."""
-            rec = recq.o.payload
-            with m.If(recq.o.valid & icq.o.valid):
-                m.d.comb += [recq.o.ready.eq(1), icq.o.ready.eq(1)]
-                with m.If(rec.drop):
-                    m.d.sync += rptr8.eq(rptr8 + rec.words)
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.sync += [
-                        e_base.eq(rec.base),
-                        e_dword.eq(rec.data_end >> lg),
-                        e_dmask.eq((Const(1, nb + 1) << rec.data_end[:lg]) - 1),
-                        e_cw.eq(rec.crc_end >> lg),
-                        e_cw1.eq((rec.crc_end >> lg) + 1),
-                        e_imask.eq(Const(0xF, nb + 4) << rec.crc_end[:lg]),
-                        e_c2.eq(rec.crc_end[:2]),
-                        e_fkeep.eq(rec.keep),
-                        e_wlast.eq(rec.words - 1),
-                        e_cls.eq(rec.cls),
-                        e_icrc.eq(icq.o.payload),
-                        eaddr.eq(0),
-                    ]
-                    m.next = "RUN"
-            with m.Else():
-                m.next = "IDLE"
-
-        # words queued in ``outq`` or in its two read stages (``outq.level + evalid + evalid2``),
-        # kept as a count of its own so that the read's enable starts from one register
-        occ = Signal(range(8))
-        issue = Signal()                 # RUN reads a word
-        m.d.sync += occ.eq(occ + issue - (outq.o.valid & outq.o.ready))
-        with m.FSM(name="emitter"):
-            with m.State("IDLE"):
-                emit_load()
-            with m.State("RUN"):
-                # at most 5 words queued or in flight (2 read stages): the queue never refuses one
-                with m.If(occ < 5):
-                    m.d.comb += [rp.en.eq(1), issue.eq(1)]
-                    m.d.sync += [evalid.eq(1), eword.eq(eaddr), eaddr.eq(eaddr + 1),
-                                 rptr8.eq(rptr8 + 1)]
-                    with m.If(eaddr == e_wlast):
-                        m.next = "DRAIN"
-            with m.State("DRAIN"):
-                # the last word is in read stage 1 (its lane selections use the e_* values now):
-                # the next frame's values are latched at the end of this cycle
-                emit_load()
+        recq, room = self._emitter(m, CB, ONES, PB, WB, crc, lg, nb, outq, rp, rptr8, wabs)
 
         # ---- the builder ---------------------------------------------------------------------
         # ``r`` follows the queue's head except while the header is written (it is the
@@ -741,6 +636,119 @@ class TxBuild(wiring.Component):
         with m.If(~in_hdr):
             m.d.sync += [r.eq(h), rpath.eq(hp)]
         return m
+
+    def _emitter(self, m, CB, ONES, PB, WB, crc, lg, nb, outq, rp, rptr8, wabs):
+        """The frames built, waiting for their ICRC, and the emitter that sends them (payload,
+        zero pad, ICRC, Ethernet padding). Returns the frame-record queue and the room
+        flag the builder writes by."""
+        W = self.width
+        # ---- frames built, waiting for their ICRC and the emitter ----------------------------
+        rec_layout = data.StructLayout({"base": CB, "data_end": PB, "crc_end": PB,
+                                        "words": WB, "keep": nb, "cls": 3, "drop": 1})
+        # (the records' queue has a registered output: the emitter's load starts from registers)
+        m.submodules.recq = recq = Queue(rec_layout, self.frames)
+        m.submodules.icq = icq = Queue(32, self.frames, buffered=False)
+        m.d.comb += [icq.i.valid.eq(crc.o.valid), icq.i.payload.eq(crc.o.payload)]
+
+        # room for the builder's writes: at most C − 8 words held or being assembled, as of
+        # the cycle before (the builder's index moves at most 3 words in between)
+        room = Signal()
+        fill = Signal(CB + 1)
+        m.d.comb += fill.eq(wabs - rptr8)
+        m.d.sync += room.eq(~fill[CB])
+
+        # ---- EMIT: payload, zero pad, ICRC (little-endian), Ethernet padding -------------------
+        e_base = Signal(CB)
+        e_wlast = Signal(WB)             # the frame's last word
+        e_icrc = Signal(32)
+        # the frame's lanes per word, from registers set when it is loaded: payload in words
+        # before e_dword and in e_dmask of it; the ICRC in e_imask of word e_cw (lanes from
+        # crc_end mod nb) and, when it crosses a word, e_imask1 of the next; e_fkeep the last
+        # word's keep
+        e_dword, e_cw, e_cw1 = Signal(WB), Signal(WB), Signal(WB)
+        e_dmask, e_fkeep = Signal(nb), Signal(nb)
+        e_imask = Signal(nb + 4)
+        e_c2 = Signal(2)                 # crc_end mod 4
+        eaddr = Signal(WB)
+        evalid = Signal()
+        eword = Signal(WB)
+        m.d.comb += rp.addr.eq((e_base + eaddr)[:CB])
+        m.d.sync += evalid.eq(0)
+        evalid2, edata = Signal(), Signal(W)
+        m.d.sync += [evalid2.eq(evalid), edata.eq(rp.data)]
+        # the ICRC travels with the word through the two read stages
+        eicrc1, eicrc2 = Signal(32), Signal(32)
+        m.d.sync += [eicrc1.eq(e_icrc), eicrc2.eq(eicrc1)]
+        sdata, sicrc, sidx = Signal(nb), Signal(nb), Signal(2 * nb)
+        m.d.sync += [
+            sdata.eq(Mux(eword < e_dword, ONES, Mux(eword == e_dword, e_dmask, 0))),
+            sicrc.eq(Mux(eword == e_cw, e_imask[:nb], Mux(eword == e_cw1, e_imask[nb:], 0))),
+        ]
+        for i in range(nb):
+            m.d.sync += sidx[2 * i:2 * i + 2].eq(i - e_c2)
+        ekeep, elast = Signal(nb), Signal()
+        e_cls, ecls = Signal(3), Signal(3)
+        m.d.sync += [ekeep.eq(Mux(eword == e_wlast, e_fkeep, ONES)),
+                     elast.eq(eword == e_wlast), ecls.eq(e_cls)]
+        out_lanes = [Mux(sdata[i], edata[8 * i:8 * i + 8],
+                         Mux(sicrc[i], eicrc2.word_select(sidx[2 * i:2 * i + 2], 8), 0))
+                     for i in range(nb)]
+        m.d.comb += [
+            outq.i.valid.eq(evalid2),
+            outq.i.payload.beat.data.eq(Cat(*out_lanes)),
+            outq.i.payload.beat.keep.eq(ekeep),
+            outq.i.payload.beat.last.eq(elast),
+            outq.i.payload.cls.eq(ecls),
+        ]
+
+        def emit_load():
+            """Take the next built frame with its ICRC; a dropped one only frees its words."""
+            rec = recq.o.payload
+            with m.If(recq.o.valid & icq.o.valid):
+                m.d.comb += [recq.o.ready.eq(1), icq.o.ready.eq(1)]
+                with m.If(rec.drop):
+                    m.d.sync += rptr8.eq(rptr8 + rec.words)
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += [
+                        e_base.eq(rec.base),
+                        e_dword.eq(rec.data_end >> lg),
+                        e_dmask.eq((Const(1, nb + 1) << rec.data_end[:lg]) - 1),
+                        e_cw.eq(rec.crc_end >> lg),
+                        e_cw1.eq((rec.crc_end >> lg) + 1),
+                        e_imask.eq(Const(0xF, nb + 4) << rec.crc_end[:lg]),
+                        e_c2.eq(rec.crc_end[:2]),
+                        e_fkeep.eq(rec.keep),
+                        e_wlast.eq(rec.words - 1),
+                        e_cls.eq(rec.cls),
+                        e_icrc.eq(icq.o.payload),
+                        eaddr.eq(0),
+                    ]
+                    m.next = "RUN"
+            with m.Else():
+                m.next = "IDLE"
+
+        # words queued in ``outq`` or in its two read stages (``outq.level + evalid + evalid2``),
+        # kept as a count of its own so that the read's enable starts from one register
+        occ = Signal(range(8))
+        issue = Signal()                 # RUN reads a word
+        m.d.sync += occ.eq(occ + issue - (outq.o.valid & outq.o.ready))
+        with m.FSM(name="emitter"):
+            with m.State("IDLE"):
+                emit_load()
+            with m.State("RUN"):
+                # at most 5 words queued or in flight (2 read stages): the queue never refuses one
+                with m.If(occ < 5):
+                    m.d.comb += [rp.en.eq(1), issue.eq(1)]
+                    m.d.sync += [evalid.eq(1), eword.eq(eaddr), eaddr.eq(eaddr + 1),
+                                 rptr8.eq(rptr8 + 1)]
+                    with m.If(eaddr == e_wlast):
+                        m.next = "DRAIN"
+            with m.State("DRAIN"):
+                # the last word is in read stage 1 (its lane selections use the e_* values now):
+                # the next frame's values are latched at the end of this cycle
+                emit_load()
+        return recq, room
 
     def _gather_reads(self, m, lg):
         """The payload reads of the frame's gather chunks (see the comment below). Returns
