@@ -503,6 +503,12 @@ class KeyCache(wiring.Component):
             with m.State(name + "_W2"):
                 m.next = then
 
+        def to_rmw(slot, up, back):
+            """Go to RMW: one more (``up``) or one fewer window bound to MR ``slot``, then on to
+            ``nxt`` = ``back`` (0 INV_OK, 1 SET_BIND, 2 SET_END)."""
+            m.d.sync += [rmw_addr.eq(slot), rmw_up.eq(up), nxt.eq(back)]
+            m.next = "RMW"
+
         # the commands' states (QUERY_KEY, SET_KEY, INVALIDATE with the window-count
         # update) are in methods of their own below; they share these signals
         t = types.SimpleNamespace(
@@ -512,7 +518,7 @@ class KeyCache(wiring.Component):
             new_win=new_win, new_pd=new_pd, new_acc=new_acc, new_type=new_type, mr=mr,
             mr_bad=mr_bad, iova=iova, end=end, carry=carry, borrow=borrow, hidx=hidx,
             old_bound=old_bound, old_mr=old_mr, win_lo_ok=win_lo_ok, win_hi_ok=win_hi_ok,
-            rmw_addr=rmw_addr, rmw_up=rmw_up, nxt=nxt, sweep_go=sweep_go,
+            rmw_addr=rmw_addr, rmw_up=rmw_up, nxt=nxt, to_rmw=to_rmw, sweep_go=sweep_go,
             sweep_busy=sweep_busy, v_we=v_we, v_idx=v_idx, v_val=v_val, w_en=w_en,
             w_addr=w_addr, w_lane=w_lane, w_extra=w_extra, w_rmw=w_rmw, w_nwin=w_nwin)
         with m.FSM(name="ctl") as ctl:
@@ -765,7 +771,7 @@ class KeyCache(wiring.Component):
         carry, borrow, old_bound, old_mr = t.carry, t.borrow, t.old_bound, t.old_mr
         win_lo_ok, win_hi_ok, sweep_go, sweep_busy = (t.win_lo_ok, t.win_hi_ok, t.sweep_go,
                                                       t.sweep_busy)
-        rmw_addr, rmw_up, nxt = t.rmw_addr, t.rmw_up, t.nxt
+        to_rmw = t.to_rmw
         v_we, v_idx, v_val = t.v_we, t.v_idx, t.v_val
         w_en, w_addr, w_lane, w_extra = t.w_en, t.w_addr, t.w_lane, t.w_extra
         # -- SET_KEY: every check first, then the writes
@@ -846,14 +852,12 @@ class KeyCache(wiring.Component):
             with m.If(cnt == 11):
                 with m.If(old_bound):
                     # the slot held a bound window: release it from its MR
-                    m.d.sync += [rmw_addr.eq(old_mr), rmw_up.eq(0), nxt.eq(1)]
-                    m.next = "RMW"
+                    to_rmw(old_mr, 0, 1)
                 with m.Else():
                     m.next = "SET_BIND"
         with m.State("SET_BIND"):
             with m.If(new_win):
-                m.d.sync += [rmw_addr.eq(mr), rmw_up.eq(1), nxt.eq(2)]
-                m.next = "RMW"
+                to_rmw(mr, 1, 2)
             with m.Else():
                 m.next = "SET_END"
         with m.State("SET_END"):
@@ -867,7 +871,7 @@ class KeyCache(wiring.Component):
         an MR's bound-window count (inside the control FSM)."""
         ib, read_row, ce, cnt, result, ok_bit = t.ib, t.read_row, t.ce, t.cnt, t.result, t.ok_bit
         s3_hit, s3_idx, hidx = t.s3_hit, t.s3_idx, t.hidx
-        rmw_addr, rmw_up, nxt = t.rmw_addr, t.rmw_up, t.nxt
+        rmw_addr, rmw_up, nxt, to_rmw = t.rmw_addr, t.rmw_up, t.nxt, t.to_rmw
         v_we, v_idx, v_val = t.v_we, t.v_idx, t.v_val
         w_en, w_addr, w_lane, w_extra, w_rmw, w_nwin = (t.w_en, t.w_addr, t.w_lane, t.w_extra,
                                                         t.w_rmw, t.w_nwin)
@@ -887,9 +891,8 @@ class KeyCache(wiring.Component):
             with m.If(fr_ok):
                 m.next = "INV_OK"
             with m.Elif(mw2):
-                m.d.sync += [rmw_addr.eq(ce.mr[:ib]), rmw_up.eq(0), nxt.eq(0),
-                             cnt.eq(12)]        # `w_word` is lane 5 of a command row
-                m.next = "RMW"
+                to_rmw(ce.mr[:ib], 0, 0)
+                m.d.sync += cnt.eq(12)          # `w_word` is lane 5 of a command row
             with m.Else():
                 m.next = "REFUSE"
         with m.State("INV_OK"):
