@@ -461,11 +461,12 @@ class Execute(wiring.Component):
         pin = Signal()                         # ``prow`` is a pool slot the planner uses
         pchk = Signal()                        # ``prow`` is a pool slot just hit: its ring
                                                # (``ring_ok``) is tested in the next state
-        rq_prev = Signal(16)                   # c's index the tags were last compared with
-        # c.rq_index == rq_prev in LOOK, as eight 2-bit compares registered in DEC (their
-        # AND in LOOK): the 16-bit compare ran into the state's enable, and in DEC one of its
-        # operands is the ``wqet`` block RAM's output, which leaves time for one LUT level
+        # the tags were compared with c's index (held WQE: c's index is ``wqet``'s row), as
+        # eight 2-bit compares registered in DEC and ANDed in LOOK: the 16-bit compare ran
+        # into the state's enable, and in DEC one of its operands is the ``wqet`` block RAM's
+        # output, which leaves time for one LUT level
         look_eq = Signal(8)
+        wq_held = Signal(16)                   # ``wqet``'s row, registered in DEC
         m.d.comb += wqs_addr.eq(prow)
         in_qpn = Signal(ab)
         take_flush = Signal()
@@ -813,7 +814,8 @@ class Execute(wiring.Component):
             with m.State("DEC"):
                 m.d.sync += plan_tk.eq(1)
                 m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
-                             faddr.eq(faddr_c), rq_prev.eq(c.rq_index),
+                             wq_held.eq(wqe_rd.data),
+                             faddr.eq(faddr_c),
                              look_eq.eq(Cat(*[wqe_rd.data[k:k + 2] == c.rq_index[k:k + 2]
                                               for k in range(0, 16, 2)]))]
                 with m.If(dead_rd_data | wflt_rd.data):
@@ -825,8 +827,7 @@ class Execute(wiring.Component):
                     # the WQE the QP's message holds, looked up in the store by {QP, the
                     # index in ``wqet``, ring} like a WQE to take (PSN Check's ``rq_index``
                     # names the same WQE: then the tags compared in this cycle are the ones;
-                    # else LOOK waits a cycle for the compare with the index loaded now)
-                    m.d.sync += c.rq_index.eq(wqe_rd.data)
+                    # else LOOK loads ``wq_held`` into c and compares again)
                     m.next = "LOOK"
                 with m.Else():
                     m.next = "SUMS"
@@ -839,8 +840,15 @@ class Execute(wiring.Component):
                         m.d.sync += pool["match"].eq(pool["match_c"])
                     m.next = "HIT"
                 with m.Else():
-                    # the tags are compared with c's new index in this cycle; its address
-                    m.d.sync += [rq_prev.eq(c.rq_index), faddr.eq(faddr_c), look_eq.eq(0xFF)]
+                    # the held index is not c's: c takes it (from ``wq_held``, a register:
+                    # the ``wqet`` block RAM's output goes into no multiplexer of c's)
+                    m.d.sync += c.rq_index.eq(wq_held)
+                    m.next = "LOOK_LD"
+            with m.State("LOOK_LD"):
+                m.d.sync += plan_tk.eq(1)
+                # the tags are compared with c's new index in this cycle; its address
+                m.d.sync += [faddr.eq(faddr_c), look_eq.eq(0xFF)]
+                m.next = "LOOK"
             with m.State("HIT"):
                 m.d.comb += plan_look.eq(1)
                 if P:
