@@ -14,7 +14,7 @@ from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rnic.ifaces import event_layout, qpn_layout
-from rnic.resp.execute import flush_layout
+from rnic.resp.execute import PREFETCH_DEPTH, flush_layout
 from rnic.resp.psn_check import done_layout, exe_layout
 from sim.bench import record
 from sim.hostmem import AxiResp, HostMem
@@ -609,10 +609,10 @@ async def prefetch(dut):
             tb.send_exe(*p)
         await drain(200)
     assert all(ring_reads(rq_base(7), k) == 1 for k in range(4))
-    # E. two-deep prefetch: six WQEs posted ahead on QP 1 (the slot past the producer holds a
-    # poison WQE): WQEs 0 and 1 are read ahead, not 2; then six small messages back to back:
-    # a take of WQE i keeps the slot of i+1 (no second read), each WQE is read exactly once
-    # and nothing past the producer
+    # E. PREFETCH_DEPTH-deep prefetch: six WQEs posted ahead on QP 1 (the slot past the
+    # producer holds a poison WQE): WQEs 0 .. depth − 1 are read ahead, not the next; then six
+    # small messages back to back: a take of WQE i keeps the slots of i+1 .. i+depth−1 (no
+    # second read), each WQE is read exactly once and nothing past the producer
     n_e = 6
     tb.mem.write(rq_base(1) + 64 * (n_e % (1 << RQ_LOG)), poison)
     posted = []
@@ -620,8 +620,8 @@ async def prefetch(dut):
         sges, cursor = alloc_sges(tb, cursor, 64, rng.randint(1, 2))
         posted.append((tb.post_wqe(1, sges), sges))
     await drain(300)
-    assert [ring_reads(rq_base(1), k) for k in range(3)] == [1, 1, 0], \
-        [ring_reads(rq_base(1), k) for k in range(3)]
+    ahead = [ring_reads(rq_base(1), k) for k in range(PREFETCH_DEPTH + 1)]
+    assert ahead == [1] * PREFETCH_DEPTH + [0], ahead
     for w, sges in posted:
         for p in tb.message(1, "send", rng.choice([0, 8, 33, 64]), pmtu, sges=sges, wqe=w):
             tb.send_exe(*p)

@@ -82,7 +82,7 @@ def test_parameters_refused():
         Execute(width=48)
     with pytest.raises(ValueError):
         Execute(width=64, num_qp=6)
-    for depth in (0, 3):
+    for depth in (0, 4):
         with pytest.raises(ValueError):
             Execute(width=64, prefetch_depth=depth)
 

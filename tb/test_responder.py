@@ -110,11 +110,11 @@ def test_responder_trace_every_scenario():
 
 
 def test_responder_rate():
-    """Back-to-back 0-byte SEND_ONLY at the top (W=64, WQEs posted ahead): at least 0.6 beats
-    per cycle on one QP and 0.8 on 8 QPs round robin, which the WQE prefetch must keep up
+    """Back-to-back 0-byte SEND_ONLY at the top (W=64, WQEs posted ahead): at least 0.85 beats
+    per cycle on one QP and 0.88 on 8 QPs round robin, which the WQE prefetch must keep up
     (the responder bench of ``rnic bench resp_top-w64`` with its figures asserted)."""
     c = CONFIGS["w64"]
     run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.cocotb_resp_bench", testcase=["bench"],
-               extra_env={"RB_PAYLOADS": "0", "RB_MIN_RATE": "0.6,0.8"},
+               extra_env={"RB_PAYLOADS": "0", "RB_MIN_RATE": "0.85,0.88"},
                test_name="resp-rate-w64")

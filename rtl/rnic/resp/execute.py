@@ -108,10 +108,13 @@ from .psn_check import done_layout, exe_layout
 from .rq_fetch import MAX_SGE, RqFetch, prefetch_pool, sge_layout, slim_layout, wqe_store
 from .scatter import ScatterPath, piece_layout
 
-__all__ = ["Execute", "RECV", "RECV_RDMA_WITH_IMM", "flush_layout"]
+__all__ = ["Execute", "RECV", "RECV_RDMA_WITH_IMM", "flush_layout", "PREFETCH_DEPTH"]
 
 RECV = 128
 RECV_RDMA_WITH_IMM = 129
+#: WQEs per QP the prefetcher reads ahead by default (``nxt`` .. ``nxt`` + 2): with two, one
+#: QP's back-to-back small SENDs wait for their WQE's read (the next read starts at a take)
+PREFETCH_DEPTH = 3
 
 _post_layout = data.StructLayout({"fatal": 1, "syndrome": 8, "beats": 1})
 #: A CQE waiting for its writes' ``done``: the CQE's fields and ``need`` (the write count it
@@ -283,8 +286,8 @@ class Execute(wiring.Component):
         0..``prefetch`` − 1 of the WQE store, which also holds the WQEs of the messages in
         progress (a lost one is read again).
     prefetch_depth : int
-        WQEs per QP the prefetcher reads ahead (1 or 2: ``nxt``, and ``nxt`` + 1 into a free
-        slot only).
+        WQEs per QP the prefetcher reads ahead (1, 2 or 3, default :data:`PREFETCH_DEPTH`:
+        ``nxt``, and ``nxt`` + 1 and ``nxt`` + 2 into free slots only).
     pay_depth : int
         Beats of the payload FIFO in front of the Scatter Path (0: none, and no skid buffer
         either). Default 64: a whole
@@ -330,14 +333,15 @@ class Execute(wiring.Component):
         last ``qp_reset``.
     """
 
-    def __init__(self, *, width, num_qp=64, prefetch=8, prefetch_depth=2, pay_depth=64):
+    def __init__(self, *, width, num_qp=64, prefetch=8, prefetch_depth=PREFETCH_DEPTH,
+                 pay_depth=64):
         self.width = check_width(width)
         if not isinstance(num_qp, int) or num_qp < 4 or num_qp & (num_qp - 1):
             raise ValueError(f"num_qp must be a power of two ≥ 4, not {num_qp!r}")
         if not isinstance(prefetch, int) or not 0 <= prefetch <= 16:
             raise ValueError(f"prefetch must be an integer 0..16, not {prefetch!r}")
-        if not isinstance(prefetch_depth, int) or not 1 <= prefetch_depth <= 2:
-            raise ValueError(f"prefetch_depth must be 1 or 2, not {prefetch_depth!r}")
+        if not isinstance(prefetch_depth, int) or not 1 <= prefetch_depth <= 3:
+            raise ValueError(f"prefetch_depth must be 1, 2 or 3, not {prefetch_depth!r}")
         if not isinstance(pay_depth, int) or pay_depth < 0:
             raise ValueError(f"pay_depth must be an integer ≥ 0, not {pay_depth!r}")
         self.num_qp = num_qp
@@ -467,6 +471,7 @@ class Execute(wiring.Component):
         # output, which leaves time for one LUT level
         look_eq = Signal(8)
         wq_held = Signal(16)                   # ``wqet``'s row, registered in DEC
+        zlen = Signal()                        # c has no payload at offset 0 (DEC)
         m.d.comb += wqs_addr.eq(prow)
         in_qpn = Signal(ab)
         take_flush = Signal()
@@ -560,6 +565,7 @@ class Execute(wiring.Component):
         assert MAX_SGE == 3                    # the va schedule: CUT2, CALC, PUSH
         li_r = Signal(32)
         a_r = Signal(64)
+        v_rs = []                              # the pieces' valid flags (CUT2, or SUMS)
         for i in range(MAX_SGE):
             sge = wqe.sge[i]
             li = Signal(32, name=f"sge_len{i}")
@@ -577,6 +583,7 @@ class Execute(wiring.Component):
             en = Signal(35, name=f"p_end{i}")
             cut += [st.eq(Mux(off > lo, off, lo)), en.eq(Mux(mend < hi, mend, hi))]
             v_r = Signal(name=f"p_valid_r{i}")
+            v_rs.append(v_r)
             dl_r = Signal(35, name=f"p_delta_r{i}")
             ln_r = Signal(13, name=f"p_len_r{i}")
             src_r = Signal(13, name=f"p_src_r{i}")
@@ -815,6 +822,7 @@ class Execute(wiring.Component):
                 m.d.sync += plan_tk.eq(1)
                 m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
                              wq_held.eq(wqe_rd.data),
+                             zlen.eq((plen == 0) & (off == 0)),
                              faddr.eq(faddr_c),
                              look_eq.eq(Cat(*[wqe_rd.data[k:k + 2] == c.rq_index[k:k + 2]
                                               for k in range(0, 16, 2)]))]
@@ -938,6 +946,17 @@ class Execute(wiring.Component):
                             # a held WQE's slot hit, read from another ring (see TAKE)
                             m.d.sync += pin.eq(0)
                             m.next = "FETCH"
+                        with m.Elif(c.write | zlen):
+                            # no piece from the SGEs: an RDMA WRITE's piece is c's (its va
+                            # is written in CALC), and a SEND of no payload at offset 0 has
+                            # none (the message ends at 0: no overflow)
+                            m.d.sync += [bad_nsge.eq(wqe.nsge > MAX_SGE), overflow.eq(0),
+                                         *[v.eq(0) for v in v_rs]]
+                            m.next = "CALC"
+                        with m.Elif(wqe.nsge[1:] == 0):
+                            # at most one SGE: the later sums add nothing
+                            m.d.sync += [cum[k].eq(cum_c[1]) for k in range(2, MAX_SGE + 1)]
+                            m.next = "CUT"
                         with m.Else():
                             m.next = "SUMS1"
                     else:
@@ -954,6 +973,9 @@ class Execute(wiring.Component):
                 m.next = "CALC"
             with m.State("CALC"):
                 m.d.sync += a_r.eq(wqe.sge[2].addr)
+                with m.If(c.write):
+                    # (a WRITE comes here from SUMS: its piece's va, from c)
+                    m.d.comb += kva_wr[0].en.eq(1)
                 for i in range(MAX_SGE):
                     m.d.sync += pv[i].eq(pv_c[i])
                     m.d.comb += [kp_wr[i].en.eq(1), sp_wr[i].en.eq(1)]

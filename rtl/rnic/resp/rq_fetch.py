@@ -42,14 +42,14 @@ After a doorbell, and after a message took its WQE, a prefetcher examines the QP
 a slot of a pool of ``prefetch`` slots {qpn, index, address, the WQE as placement keeps it}
 (a free slot, else
 the next one round robin that has its data: the least recently filled QPs lose theirs); with
-``prefetch_depth`` = 2 it then reads WQE ``nxt`` + 1 the same way when it is posted and not
-held, but only into a free slot (a second-depth prefetch never evicts). A WQE is only read
+``prefetch_depth`` ≥ 2 it then reads WQE ``nxt`` + 1 (and with 3, ``nxt`` + 2) the same way
+when it is posted and not held, but only into a free slot (a deeper prefetch never evicts). A WQE is only read
 after the doorbell that posted it, so the host wrote it before the read. The planner uses a
 slot whose {qpn, index, address} are its command's (waiting if the read is still out) and
 otherwise reads the WQE itself; a prefetched read that fails is dropped silently (the
 planner's own read then reports it). Taking WQE i voids the QP's slots except the ones of
-index i (the WQE taken) and i + 1 (depth 2), ``qp_reset`` voids all of them (a voided read in
-flight: its data is dropped). So a QP with posted WQEs holds its next one or two on chip
+index i (the WQE taken) to i + depth − 1, ``qp_reset`` voids all of them (a voided read in
+flight: its data is dropped). So a QP with posted WQEs holds its next ones on chip
 while its current message runs, and strict order, the consumer index, RNR (decided by PSN
 Check) and flush are unchanged. ``prefetch`` = 0 removes the pool (reads on demand; the
 store is the planner's row alone).
@@ -317,20 +317,30 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     row = Signal(post_row)
     pf_idx = Signal(16)         # idx0 = nxt
     pf_idx1 = Signal(16)        # idx1 = nxt + 1
+    pf_idx2 = Signal(16)        # idx2 = nxt + 2
     pf_want = Signal()          # WQE idx0 is posted
     pf_want1 = Signal()         # WQE idx1 is posted
-    pf_try = Signal(2)          # idx0 / idx1 already fetched in this visit
+    pf_want2 = Signal()         # WQE idx2 is posted
+    pf_try = Signal(3)          # idx0 / idx1 / idx2 already fetched in this visit
     pf_m0 = Signal(P)           # slots tagged {pf_q, idx0}
     pf_m1 = Signal(P)           # slots tagged {pf_q, idx1}
+    pf_m2 = Signal(P)           # slots tagged {pf_q, idx2}
     pf_addr = Signal(58)        # the read to issue: its WQE address, bits 63..6 (added
                                 # in every ALLOC cycle, so the adder ends at a register)
     ev = Signal(sb)             # eviction pointer
     alloc = Signal()            # CLAIM claims slot ``a_slot`` now
     a_slot = Signal(sb)         # ALLOC's choice: the slot to claim,
-    a_sel1 = Signal()           # for idx1 (else idx0),
+    a_sel1 = Signal()           # for a deeper index (else idx0): idx1, or idx2 with
+    a_k2 = Signal()             # this,
     a_ev = Signal()             # by eviction (the pointer moves on at the claim)
-    with m.If((rst.valid & (rst_q == pf_q)) | (take & (c.qpn[:ab] == pf_q))):
+    # A take of the visited QP's idx0 leaves idx1 wanted (the take keeps its slot): the visit
+    # goes on without idx0; any other take of the QP, or its reset, voids the visit.
+    take_q = Signal()
+    m.d.comb += take_q.eq(take & (c.qpn[:ab] == pf_q))
+    with m.If((rst.valid & (rst_q == pf_q)) | (take_q & (c.rq_index != pf_idx))):
         m.d.sync += pf_void.eq(1)
+    with m.Elif(take_q):
+        m.d.sync += pf_try[0].eq(1)
     # the QP visited is c's (registered: pf_q is loaded in IDLE, three cycles or more before
     # CLAIM; c.qpn is loaded in the planner's IDLE and stable to its take, so the compare
     # is a cycle late in DEC only: there ``plan_dec`` stands for it)
@@ -365,9 +375,12 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     m.d.comb += lmask.eq((Const(1, 17) << row.log) - 1)
     need0 = Signal()            # WQE idx0 posted, not held, not yet fetched in this visit
     need1 = Signal()
+    need2 = Signal()
     m.d.comb += [need0.eq(pf_want & ~pf_try[0] & ((pf_m0 & valid) == 0)),
-                 need1.eq(pf_want1 & ~pf_try[1] & ((pf_m1 & valid) == 0) if D > 1 else 0)]
-    # the slots tagged {pf_q, pf_key}: idx0 in CALC, idx1 in CALC1 (one bank of compares)
+                 need1.eq(pf_want1 & ~pf_try[1] & ((pf_m1 & valid) == 0) if D > 1 else 0),
+                 need2.eq(pf_want2 & ~pf_try[2] & ((pf_m2 & valid) == 0) if D > 2 else 0)]
+    # the slots tagged {pf_q, pf_key}: idx0 in CALC, idx1 in CALC1, idx2 in CALC2 (one bank
+    # of compares)
     pf_key = Signal(16)
     pf_cmp = Signal(P)
     m.d.comb += pf_key.eq(pf_idx)
@@ -384,7 +397,13 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
                 m.next = "ALLOC" if D > 1 else "IDLE"
 
     hold = Signal()             # no claim now (see ALLOC)
-    m.d.comb += hold.eq(take_r | rst.valid | plan_hit_r)
+    m.d.comb += hold.eq(take_r | rst.valid)
+    # While the planner is in HIT (``plan_hit_r``: it may hit a slot, and it may wait there
+    # for a matched slot's data) a visit claims only a free slot outside the planner's
+    # match: it decides no eviction (HIT may pin the slot), and a slot of ``match`` freed
+    # since LOOK is not re-tagged under it (HIT would take the new tags for c's).
+    hit_hold = Signal()
+    m.d.comb += hit_hold.eq(plan_hit_r & (a_ev | match.bit_select(a_slot, 1)))
     with m.FSM(name="prefetch"):
         with m.State("IDLE"):
             with m.If(chk_take.o.valid | chk_post.o.valid):
@@ -403,13 +422,20 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
             m.d.sync += [pf_want.eq(row.on & (ahead != 0) & ~ahead[15]),
                          # idx1 = idx0 + 1 posted (ahead = 2^15 left out: conservative)
                          pf_want1.eq(row.on & (ahead != 0) & (ahead != 1) & ~ahead[15]),
-                         pf_idx1.eq(pf_idx + 1)]
+                         pf_want2.eq(row.on & (ahead != 0) & (ahead != 1) & (ahead != 2)
+                                     & ~ahead[15]),
+                         pf_idx1.eq(pf_idx + 1), pf_idx2.eq(pf_idx + 2)]
             m.d.sync += pf_m0.eq(pf_cmp)
             m.next = "CALC1" if D > 1 else "ALLOC"
         if D > 1:
             with m.State("CALC1"):
                 m.d.comb += pf_key.eq(pf_idx1)
                 m.d.sync += pf_m1.eq(pf_cmp)
+                m.next = "CALC2" if D > 2 else "ALLOC"
+        if D > 2:
+            with m.State("CALC2"):
+                m.d.comb += pf_key.eq(pf_idx2)
+                m.d.sync += pf_m2.eq(pf_cmp)
                 m.next = "ALLOC"
         # ALLOC decides which slot the visit claims (registered: ``a_slot``, ``a_sel1``,
         # ``a_ev``) and CLAIM claims it, so the slot tags' enables start from registers. The
@@ -418,15 +444,16 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
         # slots free. CLAIM goes back to ALLOC when a claim is held off there.
         with m.State("ALLOC"):
             # the address of the WQE this cycle's decision claims (ready for CLAIM)
-            m.d.sync += pf_addr.eq(row.base[6:] + (Mux(need0, pf_idx, pf_idx1) & lmask))
+            m.d.sync += pf_addr.eq(row.base[6:] + (Mux(need0, pf_idx, Mux(need1, pf_idx1,
+                                                                          pf_idx2)) & lmask))
             # no claim in a cycle with a take (take_r) or a qp_reset (they void by the
-            # slots' tags), nor while the planner is in HIT (it may hit one); in CLAIM,
+            # slots' tags), nor an eviction while the planner is in HIT; in CLAIM,
             # no claim of the visited QP's next WQE (idx0) while the planner holds that
             # WQE (``plan_tk``: from DEC to the take; after the take idx0 is stale, and
             # the take voids the visit a cycle later)
             with m.If(hold):
                 pass
-            with m.Elif(pf_void | ~(need0 | need1)):
+            with m.Elif(pf_void | ~(need0 | need1 | need2)):
                 m.next = "IDLE"
             with m.Elif(need0):
                 # WQE nxt: a free slot, else eviction -- but not while the planner's slot is
@@ -437,6 +464,8 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
                 with m.Elif(free != 0):
                     m.d.sync += [a_slot.eq(fsel), a_sel1.eq(0), a_ev.eq(0)]
                     m.next = "CLAIM"
+                with m.Elif(plan_hit_r):
+                    pass
                 with m.Elif(evictable):
                     m.d.sync += [a_slot.eq(ev), a_sel1.eq(0), a_ev.eq(1)]
                     m.next = "CLAIM"
@@ -444,22 +473,23 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
                     m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
                     m.next = "IDLE"
             with m.Else():
-                # WQE nxt + 1: only into a free slot (a second-depth prefetch never evicts)
+                # WQE nxt + 1 (or + 2): only into a free slot (a deeper prefetch never
+                # evicts)
                 with m.If(free != 0):
-                    m.d.sync += [a_slot.eq(fsel), a_sel1.eq(1), a_ev.eq(0)]
+                    m.d.sync += [a_slot.eq(fsel), a_sel1.eq(1), a_k2.eq(~need1), a_ev.eq(0)]
                     m.next = "CLAIM"
                 with m.Else():
                     m.next = "IDLE"
         with m.State("CLAIM"):
             # the slot is claimed and its read issued in the same cycle when the read port
             # is free (else ISSUE waits for it)
-            with m.If(hold | (((plan_tk & same_q) | plan_dec) & ~a_sel1)):
+            with m.If(hold | hit_hold | (((plan_tk & same_q) | plan_dec) & ~a_sel1)):
                 m.next = "ALLOC"
             with m.Elif(pf_void):
                 m.next = "IDLE"
             with m.Else():
                 m.d.comb += alloc.eq(1)
-                m.d.sync += pf_try.bit_select(a_sel1, 1).eq(1)
+                m.d.sync += pf_try.bit_select(Mux(a_sel1, Mux(a_k2, 2, 1), 0), 1).eq(1)
                 with m.If(a_ev):
                     m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
                 m.next = "ISSUE"
@@ -489,10 +519,11 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     # the slot hit is read (store row ``hsel``, asynchronously) in the hit's cycle: a slot
     # with its data gets no beat (no read out) and no claim in a HIT cycle
 
-    # a take of WQE i keeps the QP's slots of indices i .. i+D-1 (D = 2: i+1); the
+    # a take of WQE i keeps the QP's slots of indices i .. i+D-1; the
     # planner's c.rq_index is stable for cycles before a take, so its successor registered
     c_nxt = Signal(16)
-    m.d.sync += c_nxt.eq(c.rq_index + 1)
+    c_nxt2 = Signal(16)
+    m.d.sync += [c_nxt.eq(c.rq_index + 1), c_nxt2.eq(c.rq_index + 2)]
 
     # ---- slot state updates (later ones win) -----------------------------------------------
     claim = Signal(P)           # the slot claimed this cycle (one-hot)
@@ -505,11 +536,13 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
         m.d.comb += claim[i].eq(alloc & (a_slot == i))
         with m.If(claim[i]):
             m.d.sync += [valid[i].eq(1), busy[i].eq(1), ok[i].eq(0), sq[i].eq(pf_q),
-                         sidx[i].eq(Mux(a_sel1, pf_idx1, pf_idx)),
-                         pf_m0[i].eq(~a_sel1 if D > 1 else 1), pf_m1[i].eq(a_sel1)]
+                         sidx[i].eq(Mux(a_sel1, Mux(a_k2, pf_idx2, pf_idx1), pf_idx)),
+                         pf_m0[i].eq(~a_sel1 if D > 1 else 1), pf_m1[i].eq(a_sel1 & ~a_k2),
+                         pf_m2[i].eq(a_sel1 & a_k2)]
         # a take of WQE i keeps the QP's slots of index i (the slot hit: its WQE serves the
-        # message's later packets) and i + 1 (D = 2); the others are behind or stale
-        keep = (sidx[i] == c.rq_index) | ((sidx[i] == c_nxt) if D > 1 else Const(0, 1))
+        # message's later packets) and i + 1 .. i + D − 1; the others are behind or stale
+        keep = ((sidx[i] == c.rq_index) | ((sidx[i] == c_nxt) if D > 1 else Const(0, 1))
+                | ((sidx[i] == c_nxt2) if D > 2 else Const(0, 1)))
         with m.If((take_r & (sq[i] == c.qpn[:ab]) & ~keep)
                   | (rst.valid & (sq[i] == rst_q))
                   | (release & prow_oh[i])):
