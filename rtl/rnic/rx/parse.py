@@ -101,6 +101,8 @@ Latency (cycles, idle outputs, measured by ``tb/cocotb_rx_parse.py``): see
 :func:`rx_parse_latency`.
 """
 
+import types
+
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -263,6 +265,10 @@ class RxParse(wiring.Component):
         self.cap = -(-wire.MAX_FRAME // self.lanes)                 # beats of a maximum frame
         self.depth = 1 << (buffer_frames * self.cap - 1).bit_length()
         self.abits = self.depth.bit_length() - 1
+        self.ptrw = self.abits + 1                  # buffer pointers: the address and a lap bit
+        # the payload's distinct shifts (offset mod L): the read side's ``sel`` is an index into
+        # them (2 at W=64: the realignment is a 2-way mux, not one of 6 header lengths)
+        self.shifts = sorted({o % self.lanes for o in PAYLOAD_OFFSETS})
         self.buffer_frames = buffer_frames
         # frames in flight / queued: enough for the buffer full of minimum (60-byte) frames, so
         # short frames arriving while a maximum frame drains never stall the input (132 at the
@@ -281,16 +287,33 @@ class RxParse(wiring.Component):
         })
 
     def elaborate(self, platform):
+        """The parts, in the order they are built: the write side, the header capture, the ICRC
+        feed, check stages V0–V4, the descriptor and reason/verdict queues, the verdict and
+        counters, the read side, the realignment."""
         m = Module()
-        L, lg, cap = self.lanes, self.lg, self.cap
-        ptrw = self.abits + 1
-        ncode = len(HDR_LENS)
-        # the payload's distinct shifts (offset mod L): the read side's ``sel`` is an index into
-        # them (2 at W=64: the realignment is a 2-way mux, not one of 6 header lengths)
-        shifts = sorted({o % L for o in PAYLOAD_OFFSETS})
-        nsh = len(shifts)
 
         # ================================ write side ================================
+        wr = self._write_side(m)
+        hdr, hdr_next = self._header_capture(m, wr.beat, wr.byte, wr.at)
+        crc = self._icrc_feed(m, wr.beat, wr.byte, wr.at, wr.accept, wr.first)
+
+        # ================================ check pipeline ================================
+        v01 = self._check_v0_v1(m, wr, hdr, hdr_next)
+        v24 = self._check_v2_v4(m, v01)
+        q = self._descriptor_queues(m, v01.end_frame, v01.mraw_now, v24)
+        self._verdict(m, crc, q.reason_q, q.verdict_q, v01.end_frame)
+
+        # ================================ read side ================================
+        out_q, tok, tok1, tok2 = self._read_side(m, wr, q)
+        self._realign(m, wr.rp, out_q, tok, tok1, tok2)
+        return m
+
+    def _write_side(self, m):
+        """The frame buffer and its write side: every beat of a frame (up to ``cap``) written into
+        the ring, the beat index and its one-hot flags ``at``, the room checks behind
+        ``i.ready`` (buffer space, descriptor slots). Returns a namespace of the signals later
+        parts use; the read side drives ``rd_free`` and ``slot_give`` and reads through ``rp``."""
+        L, cap, ptrw = self.lanes, self.cap, self.ptrw
         # ``no_rw_check``: a beat the read side uses belongs to a whole frame, which lies in
         # [rd_free, wr_ptr) and so in a slot the write side does not write while fewer than
         # ``depth`` beats are held (``space_ok``); reads of any other address (the buffer is
@@ -370,7 +393,16 @@ class RxParse(wiring.Component):
             m.d.sync += [slots_used.eq(slots_dec), slot_ok.eq(1)]
         with m.Else():
             m.d.sync += slot_ok.eq(lt_now)
+        return types.SimpleNamespace(
+            rp=rp, beat=beat, byte=byte, accept=accept, idx=idx, longf=longf, wr_ptr=wr_ptr,
+            frame_base=frame_base, rd_free=rd_free, slot_give=slot_give, first=first,
+            write_this=write_this, at=at, at_cap=at_cap, at_cap1=at_cap1)
 
+    def _header_capture(self, m, beat, byte, at):
+        """The 74 header bytes, captured once as their beats arrive. Returns ``hdr`` (the
+        registers, the frame's header in the cycle after its last beat) and ``hdr_next`` (their
+        next values)."""
+        L = self.lanes
         # Header capture, kept once: byte n of the frame sits in beat j = n // L, lane n % L.
         # The bytes of beat j follow the input in every cycle ``at[j]`` is high, not only with
         # ``accept``: ``at`` moves only on an accepted beat, so the last cycle of ``at[j]`` is
@@ -396,7 +428,13 @@ class RxParse(wiring.Component):
                 m.d.sync += hdr[n].eq(0)
             with m.Elif(load):
                 m.d.sync += hdr[n].eq(byte[l])
+        return hdr, hdr_next
 
+    def _icrc_feed(self, m, beat, byte, at, accept, first):
+        """The ICRC: the CRC-32 and its registered input, the masked bytes of the datagram only
+        (Ethernet header as zeros, variant fields as 0xFF, nothing past 14 + total length).
+        Returns the CRC block, whose ``o`` is a frame's ICRC result."""
+        L, lg, cap = self.lanes, self.lg, self.cap
         # ICRC feed.
         m.submodules.crc = crc = CRC32(self.width, init=crc_init_skipping(14, b"\xff" * 8),
                                        residue=ICRC_RESIDUE)
@@ -473,8 +511,18 @@ class RxParse(wiring.Component):
                 crc.i.payload.keep.eq(Cat(*[beat.keep[j] & in_dgram[j] for j in range(L)])),
                 crc.i.payload.first.eq(first),
             ]
+        return crc
 
-        # ================================ check pipeline ================================
+    def _check_v0_v1(self, m, wr, hdr, hdr_next):
+        """Check stages V0 (the frame's length and where it sits, at its last beat) and V1 (the
+        header's fields and equality checks, the operands of V2's arithmetic), and the raw
+        metadata fields written into the descriptor queue. Returns a namespace of the V1
+        registers, ``end_frame`` and ``mraw_now``."""
+        L, lg, cap, ptrw = self.lanes, self.lg, self.cap, self.ptrw
+        ncode = len(HDR_LENS)
+        beat, accept, idx, longf, first = wr.beat, wr.accept, wr.idx, wr.longf, wr.first
+        at_cap, at_cap1, wr_ptr, frame_base = wr.at_cap, wr.at_cap1, wr.wr_ptr, wr.frame_base
+        write_this = wr.write_this
         frame_len = Signal(range(cap * L + L + 1))
         n_keep = Signal(range(L + 1))
         m.d.comb += [n_keep.eq(sum(beat.keep[j] for j in range(L))),
@@ -587,7 +635,25 @@ class RxParse(wiring.Component):
                 v1_need.eq(need_now),
             ]
             m.d.sync += [r.eq(p) for r, p in zip(v1_pair, pair)]
+        return types.SimpleNamespace(
+            end_frame=end_frame, mraw_now=mraw_now, v1_valid=v1_valid, v1_r1=v1_r1,
+            v1_r2=v1_r2, v1_r3=v1_r3, v1_r5=v1_r5, v1_flags=v1_flags, v1_code=v1_code,
+            v1_base=v1_base, v1_end=v1_end, v1_len=v1_len, v1_dmin=v1_dmin, v1_udp=v1_udp,
+            v1_udp20=v1_udp20, v1_tot=v1_tot, v1_need=v1_need, v1_pair=v1_pair)
 
+    def _check_v2_v4(self, m, v01):
+        """Check stages V2 (length compares, payload length), V3 (checksum sum, payload span)
+        and V4 (checksum verdict, the header drop reason ``hreason``, the descriptor fields).
+        Returns a namespace of V3's and V4's signals the queues are written from."""
+        L, lg, cap, ptrw = self.lanes, self.lg, self.cap, self.ptrw
+        ncode = len(HDR_LENS)
+        shifts = self.shifts
+        nsh = len(shifts)
+        v1_valid, v1_r1, v1_r2, v1_r3, v1_r5 = (v01.v1_valid, v01.v1_r1, v01.v1_r2, v01.v1_r3,
+                                                v01.v1_r5)
+        v1_flags, v1_code, v1_base, v1_end = v01.v1_flags, v01.v1_code, v01.v1_base, v01.v1_end
+        v1_len, v1_dmin, v1_udp, v1_udp20 = v01.v1_len, v01.v1_dmin, v01.v1_udp, v01.v1_udp20
+        v1_tot, v1_need, v1_pair = v01.v1_tot, v01.v1_need, v01.v1_pair
         # V2: length compares, payload length, checksum partial sums.
         pl_diff = Signal(18)
         m.d.comb += pl_diff.eq(v1_udp - v1_need)
@@ -674,7 +740,22 @@ class RxParse(wiring.Component):
             m.d.comb += hreason.eq(3)
         with m.Elif(v4_r5):
             m.d.comb += hreason.eq(5)
+        return types.SimpleNamespace(
+            v3_valid=v3_valid, v3_shi=v3_shi, v4_valid=v4_valid, v4_len=v4_len,
+            v4_flags=v4_flags, v4_first=v4_first, v4_end=v4_end, v4_reads=v4_reads,
+            v4_has=v4_has, v4_one=v4_one, v4_flush=v4_flush, v4_last_keep=v4_last_keep,
+            hreason=hreason)
 
+    def _descriptor_queues(self, m, end_frame, mraw_now, v24):
+        """The descriptor queue (its ``m`` part written at the last beat, its ``d`` part by V3)
+        and the reason and verdict queues (one entry per frame each). Returns a namespace of
+        the queues and the descriptor layouts."""
+        L, cap, ptrw = self.lanes, self.cap, self.ptrw
+        nsh = len(self.shifts)
+        v3_valid, v3_shi, v4_valid, hreason = v24.v3_valid, v24.v3_shi, v24.v4_valid, v24.hreason
+        v4_len, v4_flags, v4_first, v4_end = v24.v4_len, v24.v4_flags, v24.v4_first, v24.v4_end
+        v4_reads, v4_has, v4_one = v24.v4_reads, v24.v4_has, v24.v4_one
+        v4_flush, v4_last_keep = v24.v4_flush, v24.v4_last_keep
         # The descriptor, in two parts of one in-order queue: ``m`` (the raw metadata fields)
         # written at the last beat, ``d`` (payload length, opcode flags, where the payload
         # sits) by V3.
@@ -717,7 +798,12 @@ class RxParse(wiring.Component):
             reason_q.w_en.eq(v4_valid),
             reason_q.w_data.eq(hreason),
         ]
+        return types.SimpleNamespace(d_layout=d_layout, desc_layout=desc_layout, desc_q=desc_q,
+                                     reason_q=reason_q, verdict_q=verdict_q)
 
+    def _verdict(self, m, crc, reason_q, verdict_q, end_frame):
+        """Each frame's verdict (its ICRC result meets its header reason, the lowest wins) into
+        ``verdict_q`` (drop or not), and the counter strobes on ``stat``."""
         # Verdict: the ICRC result of a frame meets its header reason (frames stay in order).
         stat = Signal(NUM_COUNTERS)
         m.d.sync += stat.eq(0)
@@ -738,7 +824,16 @@ class RxParse(wiring.Component):
                 m.d.sync += stat[r].eq(final == r)
         m.d.comb += self.stat.eq(stat)
 
-        # ================================ read side ================================
+    def _read_side(self, m, wr, q):
+        """The read side: the output queues, the head descriptor in registers, the decision to
+        take it (its meta pushed, or a dropped frame's space released) and the tokens (buffer
+        read, payload beat) of its payload. Returns the payload queue and the tokens of this
+        cycle and of the two read stages, for :meth:`_realign`."""
+        L, cap, ptrw = self.lanes, self.cap, self.ptrw
+        nsh = len(self.shifts)
+        rp, rd_free, slot_give = wr.rp, wr.rd_free, wr.slot_give
+        d_layout, desc_layout = q.d_layout, q.desc_layout
+        desc_q, verdict_q = q.desc_q, q.verdict_q
         # Only what the consumers decide on leaves from the output registers; the rest is read
         # from the queues' LUT RAM at the head entry (design rule 4): PSN Check addresses its
         # tables with ``dqpn`` and selects the operation with ``opcode`` in the cycle it takes
@@ -814,23 +909,7 @@ class RxParse(wiring.Component):
         m.d.sync += meta_room.eq(meta_q.level < 3)
         head_ok = verdict_q.r_rdy & head_v & (drop | meta_room)
         # the payload does not wait for the decision (no decode in front of the queue's data)
-        raw = head_m.o.payload
-        xb = [raw.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
-        reth, immdt, ieth, aeth = head.flags
-        mq = meta_q.i.payload
-        m.d.comb += [
-            mq.opcode.eq(raw.opcode), mq.se.eq(raw.se), mq.padcnt.eq(raw.padcnt),
-            mq.dqpn.eq(raw.dqpn), mq.ackreq.eq(raw.ackreq), mq.psn.eq(raw.psn),
-            mq.reth_va.eq(Mux(reth, wire.RETH.extract("va", xb), 0)),
-            mq.reth_rkey.eq(Mux(reth, wire.RETH.extract("rkey", xb), 0)),
-            mq.reth_len.eq(Mux(reth, wire.RETH.extract("dmalen", xb), 0)),
-            mq.imm_or_rkey.eq(Mux(immdt, Mux(reth, wire.IMMDT.extract("imm", xb[16:]),
-                                             wire.IMMDT.extract("imm", xb)),
-                                  Mux(ieth, wire.IETH.extract("rkey", xb), 0))),
-            mq.aeth_syndrome.eq(Mux(aeth, wire.AETH.extract("syndrome", xb), 0)),
-            mq.src_ip.eq(raw.src_ip),
-            mq.payload_len.eq(head.payload_len),
-        ]
+        self._meta_fields(m, meta_q, head_m, head)
 
         with m.If(credit):
             with m.If(busy):
@@ -875,7 +954,34 @@ class RxParse(wiring.Component):
         # register as before in every cycle (it held the last asked-for read then too).
         m.d.comb += rd_addr.eq(Mux(busy, addr, head.first))
         m.d.comb += [rp.addr.eq(rd_addr[:self.abits]), rp.en.eq(1)]
+        return out_q, tok, tok1, tok2
 
+    def _meta_fields(self, m, meta_q, head_m, head):
+        """The meta queue's write data, ``rx_meta_layout``, from the head descriptor's raw
+        fields (``head_m``) and its opcode flags (``head``); fields of absent headers 0."""
+        raw = head_m.o.payload
+        xb = [raw.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
+        reth, immdt, ieth, aeth = head.flags
+        mq = meta_q.i.payload
+        m.d.comb += [
+            mq.opcode.eq(raw.opcode), mq.se.eq(raw.se), mq.padcnt.eq(raw.padcnt),
+            mq.dqpn.eq(raw.dqpn), mq.ackreq.eq(raw.ackreq), mq.psn.eq(raw.psn),
+            mq.reth_va.eq(Mux(reth, wire.RETH.extract("va", xb), 0)),
+            mq.reth_rkey.eq(Mux(reth, wire.RETH.extract("rkey", xb), 0)),
+            mq.reth_len.eq(Mux(reth, wire.RETH.extract("dmalen", xb), 0)),
+            mq.imm_or_rkey.eq(Mux(immdt, Mux(reth, wire.IMMDT.extract("imm", xb[16:]),
+                                             wire.IMMDT.extract("imm", xb)),
+                                  Mux(ieth, wire.IETH.extract("rkey", xb), 0))),
+            mq.aeth_syndrome.eq(Mux(aeth, wire.AETH.extract("syndrome", xb), 0)),
+            mq.src_ip.eq(raw.src_ip),
+            mq.payload_len.eq(head.payload_len),
+        ]
+
+    def _realign(self, m, rp, out_q, tok, tok1, tok2):
+        """Read stages S1 (memory read in flight) and S2 (registered read data): the payload
+        realigned to lane 0 (``{cur, prev} >> 8·sel``) into the payload queue ``out_q``."""
+        L = self.lanes
+        shifts = self.shifts
         # S1: memory read in flight; S2: registered read data, realign into the payload queue.
         data2 = Signal(self.width)
         prev = Signal(self.width)
@@ -897,4 +1003,3 @@ class RxParse(wiring.Component):
             out_q.i.payload.keep.eq(Cat(*[tok2.keep > j for j in range(L)])),
             out_q.i.payload.last.eq(tok2.last),
         ]
-        return m
