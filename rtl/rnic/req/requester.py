@@ -173,7 +173,7 @@ def _pick(layout, row):
 # Each per-QP table is held once per FSM that reads it (a block RAM has one read port beside
 # its write port), each copy with only the fields that FSM reads; the copies are written
 # together, with the same address, enable and row (and values written at other times, rn, cfg
-# and rh, in lanes of their own beside the row: see copy() in Requester.elaborate). The
+# and rh, in lanes of their own beside the row: see copy() in Requester._tables). The
 # engine's copy of ``dyn`` lacks ``parked`` (it clears it when it takes the QP); the
 # completer's holds what it judges and retires by. The engine's copy of ``comp`` holds what it
 # rewinds to and waits on; the completer reads (and writes back) every field.
@@ -202,6 +202,14 @@ class _TableWrite:
         self.addr = Signal(abits, name=f"{name}_addr")
         self.en = Signal(name=f"{name}_en")
         self.data = Signal(layout, name=f"{name}_data")
+
+
+def _add(t, part):
+    """Add the signals and values of ``part`` (a namespace a part of ``Requester.elaborate``
+    returns) to the namespace ``t`` the parts share; each name is made once."""
+    for name, value in vars(part).items():
+        assert not hasattr(t, name), name
+        setattr(t, name, value)
 
 
 def _inflight_layout(rb):
@@ -344,7 +352,45 @@ class Requester(wiring.Component):
         rb = (D - 1).bit_length()
         TB = TIMER_BITS
         ring_layout = _inflight_layout(rb)
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
+        t = types.SimpleNamespace(W=W, nb=nb, ab=ab, D=D, rb=rb, TB=TB, ring_layout=ring_layout)
+        _add(t, self._cpl_merge(m, t))
 
+        # the microsecond clock
+        now = Signal(TB)
+        with m.If(self.us_tick):
+            m.d.sync += now.eq(now + 1)
+        t.now = now
+
+        _add(t, self._tables(m, t))
+        _add(t, self._scheduler(m, t))
+        _add(t, self._engine_reads(m, t))
+        _add(t, self._engine_state(m, t))
+        _add(t, self._engine_outputs(m, t))
+        _add(t, self._engine(m, t))
+        _add(t, self._completer(m, t))
+        _add(t, self._completer_fsm(m, t))
+        eng_fsm, cmp_fsm, dyn_wp, comp_wp = t.eng_fsm, t.cmp_fsm, t.dyn_wp, t.comp_wp
+        # one flip-flop per state: the state decodes in front of the FSMs' many enables are
+        # then single flip-flops
+        eng_fsm.state.attrs["fsm_encoding"] = "one-hot"
+        cmp_fsm.state.attrs["fsm_encoding"] = "one-hot"
+        # progress for QUERY_QP: every write of the next send PSN and of the SQ index of the
+        # oldest WQE not yet retired (the SQ consumer index software may reuse up to)
+        m.d.comb += [
+            self.prog_psn.valid.eq(dyn_wp.en), self.prog_psn.payload.qpn.eq(dyn_wp.addr),
+            self.prog_psn.payload.psn.eq(dyn_wp.data.psn),
+            self.prog_cons.valid.eq(comp_wp.en), self.prog_cons.payload.qpn.eq(comp_wp.addr),
+            self.prog_cons.payload.cons.eq(comp_wp.data.ccons),
+        ]
+        return m
+
+    def _cpl_merge(self, m, t):
+        """The ``cpl`` register and its two sources, the engine's completions (``ecpl``) and the
+        completer's (``ccpl``): the completer's first, while it is in TEST (``c_test``, which it
+        drives). Adds ``ecpl``, ``ccpl`` and ``c_test``."""
         # The completions of the engine and of the completer go straight into ``cpl``'s
         # register, which takes one only when empty (the FSMs offer one every four cycles at
         # most), so neither ready depends on ``cpl.ready`` or on the other FSM's valid: only on
@@ -362,12 +408,16 @@ class Requester(wiring.Component):
         with m.If(~self.cpl.valid):
             m.d.sync += [self.cpl.valid.eq(ccpl.valid | (ecpl.valid & ~c_test)),
                          self.cpl.payload.eq(Mux(c_test, ccpl.payload, ecpl.payload))]
+        return types.SimpleNamespace(ecpl=ecpl, ccpl=ccpl, c_test=c_test)
 
-        # the microsecond clock
-        now = Signal(TB)
-        with m.If(self.us_tick):
-            m.d.sync += now.eq(now + 1)
-
+    def _tables(self, m, t):
+        """The per-QP tables and the in-flight ring: the SQ producer index (``prod_mem``), ``dyn``
+        and ``comp`` in one block RAM copy per reading FSM (``rn``, ``cfg`` and ``rh`` in lanes
+        beside their rows), the engine's copy of ``rh``, the ring and its free entries (``fresh``,
+        ``free``), and the sweep after reset that sets each QP's ``rn`` and ``rh`` (``sweeping``).
+        Adds the writes (``*_wp``), the read ports and their data; the other parts drive the
+        addresses, enables and rows."""
+        D, ab, rb, ring_layout = t.D, t.ab, t.rb, t.ring_layout
         # ---- per-QP tables ----------------------------------------------------------------
         # (no_rw_check: prod_q does not take a read that met a write to its row, see p_hit)
         m.submodules.prod_mem = prod_mem = Memory(shape=16, depth=self.num_qp, init=[],
@@ -467,7 +517,24 @@ class Requester(wiring.Component):
             m.d.sync += sw_i.eq(sw_i + 1)
             with m.If(sw_i == self.num_qp - 1):
                 m.d.sync += sweeping.eq(0)
+        return types.SimpleNamespace(
+            free=free, prod_wp=prod_wp, prod_rp=prod_rp, dyn_wp=dyn_wp, comp_wp=comp_wp,
+            rn_wp=rn_wp, cfg_wp=cfg_wp, rh_wp=rh_wp, dyn_rp=dyn_rp, dyn_rd_w=dyn_rd_w,
+            rn_rd_w=rn_rd_w, dyn_rp2=dyn_rp2, dyn_rd2_w=dyn_rd2_w, cfg_rd_w=cfg_rd_w,
+            rn_rd2_w=rn_rd2_w, comp_rp=comp_rp, comp_rd_w=comp_rd_w, comp_rp2=comp_rp2,
+            comp_rd2_w=comp_rd2_w, rh_rd_w=rh_rd_w, infl_wp=infl_wp, infl_rp=infl_rp, rh_rpe=rh_rpe,
+            fresh=fresh, sweeping=sweeping, sw_i=sw_i, sw_en=sw_en)
 
+    def _scheduler(self, m, t):
+        """The work queue of QPNs for the engine and what feeds it, in this order: SET_QP (which
+        also rewrites ``dyn`` and ``comp``, and clears ``prod`` on RESET), the completer's
+        wake-ups, the engine's yields, SQ doorbells (``prod``; dropped for a QP in RESET, see
+        ``live_mem``); and the address, enable and row of each table write (the write-backs go
+        before a SET_QP). Adds the work queue, the engine's and the completer's QP (``qpn``,
+        ``aq``), the write-backs' strobes and rows, and the state flags the FSMs set (``e_*_st``,
+        ``c_*_st``), from which the readies are made."""
+        (ab, comp_wp, dyn_wp, prod_wp, sw_en, sw_i, sweeping) = (
+            t.ab, t.comp_wp, t.dyn_wp, t.prod_wp, t.sw_en, t.sw_i, t.sweeping)
         m.submodules.work = work = Queue(ab, self.work_depth, buffered=False)
 
         # SQ_DB of a QP in RESET is ignored (interface.md §4.3): one bit per QP, "not in
@@ -561,7 +628,21 @@ class Requester(wiring.Component):
             m.d.comb += comp_wp.data.eq(cmp_new)
         with m.Else():
             m.d.comb += [comp_wp.data.una.eq(psn0), comp_wp.data.cfpsn.eq(psn0)]
+        return types.SimpleNamespace(
+            work=work, eng_wb=eng_wb, eng_dyn=eng_dyn, cmp_wb=cmp_wb, cmp_new=cmp_new,
+            wake_v=wake_v, qpn=qpn, aq=aq, set_q=set_q, set_hit=set_hit, e_wb_st=e_wb_st,
+            e_yield_st=e_yield_st, e_park_st=e_park_st, e_wbn_st=e_wbn_st, e_cw_st=e_cw_st,
+            c_wb_st=c_wb_st, c_wb_st_r=c_wb_st_r, c_wake_st=c_wake_st)
 
+    def _engine_reads(self, m, t):
+        """The engine's registered reads of its QP's entries: ``prod``, ``cs`` (its copy of
+        ``comp``) and ``rh_e``, each kept over a read that met a write to its row, and dyn_mem's
+        read as is (``dyn_rd``, ``rn_rd``) with ``e_hit1`` saying it met one. Adds these, and the
+        registered compares the completer shares (``set_r``, ``aq_qpn_r``)."""
+        (aq, c_wb_st_r, comp_rd_w, comp_rp, dyn_rd_w, dyn_rp, dyn_wp, prod_rp, prod_wp, qpn, rb,
+         rh_rpe, rn_rd_w, rn_wp, set_hit, set_q) = (
+            t.aq, t.c_wb_st_r, t.comp_rd_w, t.comp_rp, t.dyn_rd_w, t.dyn_rp, t.dyn_wp, t.prod_rp,
+            t.prod_wp, t.qpn, t.rb, t.rh_rpe, t.rn_rd_w, t.rn_wp, t.set_hit, t.set_q)
         # the engine reads its QP's entries continuously
         m.d.comb += [prod_rp.addr.eq(qpn), dyn_rp.addr.eq(qpn), comp_rp.addr.eq(qpn)]
         # registered copies of the table reads (one cycle older: every use is conservative)
@@ -598,7 +679,19 @@ class Requester(wiring.Component):
         m.d.comb += rh_rpe.addr.eq(qpn)
         rh_e = Signal(rb)               # rh as read with cs
         m.d.sync += rh_e.eq(rh_rpe.data)
+        return types.SimpleNamespace(
+            prod=prod, cs=cs, dyn_rd=dyn_rd, rn_rd=rn_rd, ce_hit=ce_hit, set_r=set_r,
+            aq_qpn_r=aq_qpn_r, e_hit1=e_hit1, rh_e=rh_e)
 
+    def _engine_state(self, m, t):
+        """The engine's registers (the QP's context and ``dyn``, the send WQE and its fields, the
+        gather and segmentation state, the prefetch, the error and kill hand-offs) and what its
+        states decide from, registered: the SGE lengths, the PMTU in bytes, the PSN and WQE windows,
+        room in the in-flight ring, an empty SQ, a rewind to do. Adds them all."""
+        (D, ab, ce_hit, comp_rd_w, cs, eng_wb, free, fresh, nb, prod, qpn, rb, rh_e, rn_wp,
+         sweeping) = (
+            t.D, t.ab, t.ce_hit, t.comp_rd_w, t.cs, t.eng_wb, t.free, t.fresh, t.nb, t.prod, t.qpn,
+            t.rb, t.rh_e, t.rn_wp, t.sweeping)
         # ---- engine state -------------------------------------------------------------------
         ctx = Signal(req_ctx_layout)
         dyn = Signal(_dyn_layout)
@@ -733,7 +826,33 @@ class Requester(wiring.Component):
         rewind = Signal()
         m.d.sync += rewind.eq((cs.rgen != dyn.rgen)
                               | (~dyn.err & (unretired[15] | outstanding[23])))
+        return types.SimpleNamespace(
+            ctx=ctx, dyn=dyn, ern=ern, eng_rn=eng_rn, rgen_ne=rgen_ne, wqe=wqe, sw=sw, wr_id=wr_id,
+            wop=wop, flags=flags, num_sge=num_sge, immf=immf, raddr=raddr, rkey=rkey,
+            sge_addr=sge_addr, k=k, sge_len=sge_len, sge_key=sge_key, len0=len0, total=total,
+            bus=bus, beat=beat, status=status, hfault=hfault, sent=sent, resid=resid,
+            cur_addr=cur_addr, seg_left=seg_left, len1=len1, left=left, was_last=was_last,
+            flush=flush, fpsn_r=fpsn_r, skipn=skipn, skip0=skip0, soff=soff, sk_lt=sk_lt,
+            pend_err=pend_err, eoff=eoff, pstat=pstat, kill_v=kill_v, kill_q=kill_q, served=served,
+            pf_v=pf_v, pf_q=pf_q, pf_c=pf_c, pf_go=pf_go, cons1=cons1, alloc_r=alloc_r,
+            psn_m1=psn_m1, wqe_idx=wqe_idx, pf_bad=pf_bad, pf_hit=pf_hit, len0_nz=len0_nz,
+            len_sum=len_sum, pmtu_b=pmtu_b, psn_room=psn_room, slot_room=slot_room,
+            none_unretired=none_unretired, ring_ok=ring_ok, cons_eq_prod=cons_eq_prod,
+            rewind=rewind)
 
+    def _engine_outputs(self, m, t):
+        """What the engine drives from its registers: the packet descriptor (``pkt``: opcode by
+        segment, SE, AckReq), the gather chunk, the in-flight record of the WQE just sent (linked to
+        the entry for the next ``rn``), the context, WQE and Key Cache requests, its completion
+        (``ecpl``), its write-back row and the completer's ``cfg``. Adds the registers PKT and CHUNK
+        step (``fits``, ``pay``, ``clen``, ...) and ``new_rn``."""
+        (D, alloc_r, cfg_wp, cons1, ctx, cur_addr, dyn, e_park_st, e_wbn_st, ecpl, eng_dyn, ern,
+         flags, free, fresh, hfault, immf, infl_wp, k, pmtu_b, prod, psn_m1, qpn, raddr, rb, resid,
+         rkey, sent, sge_addr, sge_key, sge_len, status, total, wop, wqe_idx, wr_id) = (
+            t.D, t.alloc_r, t.cfg_wp, t.cons1, t.ctx, t.cur_addr, t.dyn, t.e_park_st, t.e_wbn_st,
+            t.ecpl, t.eng_dyn, t.ern, t.flags, t.free, t.fresh, t.hfault, t.immf, t.infl_wp, t.k,
+            t.pmtu_b, t.prod, t.psn_m1, t.qpn, t.raddr, t.rb, t.resid, t.rkey, t.sent, t.sge_addr,
+            t.sge_key, t.sge_len, t.status, t.total, t.wop, t.wqe_idx, t.wr_id)
         # segmentation of the next packet
         # (registered: PKT is never the cycle after resid, ctx or pmtu_b changes; LOOKUP's
         # resid = total is the value VALIDATE wrote)
@@ -819,6 +938,26 @@ class Requester(wiring.Component):
         # within two cycles of a change of cons; prod a cycle older is a doorbell seen late)
         pf_more = Signal()
         m.d.sync += pf_more.eq(cons1 != prod)
+        return types.SimpleNamespace(
+            fits=fits, pay=pay, ackreq=ackreq, clen=clen, pkt_end=pkt_end, seg_end=seg_end,
+            new_rn=new_rn, pf_more=pf_more)
+
+    def _engine(self, m, t):
+        """The engine FSM: it takes a QPN from the work queue, loads its context and ``dyn``,
+        decides in CHECK (rewind, error and flush, window, round-robin, the next WQE) and writes the
+        QP back; the states of one WQE are :meth:`_engine_wqe`'s. A SET_QP of the engine's QP or of
+        the prefetched one makes the prefetch unusable (``pf_bad``). Adds ``eng_fsm``."""
+        (beat, cfg_wp, cons1, cons_eq_prod, cs, ctx, dyn, dyn_rd, e_cw_st, e_hit1, e_park_st,
+         e_wb_st, e_wbn_st, e_yield_st, ecpl, eoff, ern, flush, fpsn_r, hfault, kill_q, kill_v,
+         none_unretired, pend_err, pf_bad, pf_c, pf_go, pf_more, pf_q, pf_v, pstat, qpn, rewind,
+         rgen_ne, ring_ok, rn_rd, served, set_hit, set_q, skip0, skipn, slot_room, sweeping, wake_v,
+         work) = (
+            t.beat, t.cfg_wp, t.cons1, t.cons_eq_prod, t.cs, t.ctx, t.dyn, t.dyn_rd, t.e_cw_st,
+            t.e_hit1, t.e_park_st, t.e_wb_st, t.e_wbn_st, t.e_yield_st, t.ecpl, t.eoff, t.ern,
+            t.flush, t.fpsn_r, t.hfault, t.kill_q, t.kill_v, t.none_unretired, t.pend_err, t.pf_bad,
+            t.pf_c, t.pf_go, t.pf_more, t.pf_q, t.pf_v, t.pstat, t.qpn, t.rewind, t.rgen_ne,
+            t.ring_ok, t.rn_rd, t.served, t.set_hit, t.set_q, t.skip0, t.skipn, t.slot_room,
+            t.sweeping, t.wake_v, t.work)
 
         def prefetch():
             with m.If(~pf_v & ~flush & ~dyn.err & pf_more):
@@ -936,180 +1075,8 @@ class Requester(wiring.Component):
             with m.State("PARK"):
                 m.d.comb += self.busy.eq(1)
                 m.next = "IDLE"
-            with m.State("WQE_REQ"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(pf_hit):
-                    m.d.sync += pf_v.eq(0)
-                    m.next = "WQE_DATA"           # already asked for
-                with m.Elif(pf_v):
-                    m.next = "PF_DRAIN"           # a prefetch this WQE cannot use
-                with m.Else():
-                    m.d.comb += self.wqe_rd.req.valid.eq(1)
-                    with m.If(self.wqe_rd.req.ready):
-                        m.next = "WQE_DATA"
-            with m.State("PF_DRAIN"):
-                m.d.comb += [self.wqe_rd.resp.ready.eq(1), self.busy.eq(1)]
-                with m.If(self.wqe_rd.resp.valid & self.wqe_rd.resp.payload.last):
-                    m.d.sync += pf_v.eq(0)
-                    m.next = "WQE_REQ"
-            with m.State("WQE_DATA"):
-                m.d.comb += [self.wqe_rd.resp.ready.eq(1), self.busy.eq(1)]
-                with m.If(self.wqe_rd.resp.valid):
-                    if nb == 64:
-                        m.d.sync += wqe.eq(self.wqe_rd.resp.payload.data)
-                    else:
-                        m.d.sync += [wqe.word_select(beat, W).eq(self.wqe_rd.resp.payload.data),
-                                     beat.eq(beat + 1)]
-                    with m.If(self.wqe_rd.resp.payload.err):
-                        m.d.sync += hfault.eq(1)
-                    with m.If(self.wqe_rd.resp.payload.last):
-                        m.next = "VALIDATE"
-            with m.State("VALIDATE"):
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += [k.eq(0), sent.eq(0), total.eq(len_sum), resid.eq(len_sum)]
-                with m.If(flush):
-                    m.d.sync += status.eq(int(WcStatus.WR_FLUSH_ERR))
-                    m.next = "ERR"
-                with m.Elif(pend_err):
-                    m.d.sync += status.eq(pstat)
-                    m.next = "ERR"
-                with m.Elif(hfault):
-                    m.d.sync += status.eq(0)
-                    m.next = "ERR"
-                with m.Elif((wop > 4) | (num_sge > 2)):
-                    m.d.sync += status.eq(int(WcStatus.LOC_QP_OP_ERR))
-                    m.next = "ERR"
-                with m.Else():
-                    m.next = "LOOKUP"
-            with m.State("LOOKUP"):
-                m.d.comb += self.busy.eq(1)
-                cur_len = Mux(k[0], sge_len[1], sge_len[0])
-                with m.If((k == num_sge) & skip0):
-                    # from the first packet (the usual case): gather from the first non-empty SGE
-                    m.d.sync += [sent.eq(0), resid.eq(total)]
-                    with m.If(len0_nz):
-                        m.d.sync += [cur_addr.eq(bus[0]), seg_left.eq(len0)]
-                    with m.Else():
-                        m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(total)]
-                    m.next = "PKT"
-                with m.Elif(k == num_sge):
-                    m.next = "SKIP"
-                with m.Elif(cur_len == 0):
-                    m.d.sync += k.eq(k + 1)
-                with m.Else():
-                    m.d.comb += self.lookup.req.valid.eq(1)
-                    with m.If(self.lookup.req.ready):
-                        m.next = "LK_WAIT"
-            with m.State("LK_WAIT"):
-                m.d.comb += [self.lookup.resp.ready.eq(1), self.busy.eq(1)]
-                with m.If(self.lookup.resp.valid):
-                    with m.If(self.lookup.resp.payload.ok):
-                        for i in range(2):
-                            with m.If(k == i):
-                                m.d.sync += sw.sge[i].addr.eq(
-                                    self.lookup.resp.payload.bus_addr)
-                        m.d.sync += k.eq(k + 1)
-                        m.next = "LOOKUP"
-                    with m.Else():
-                        m.d.sync += status.eq(int(WcStatus.LOC_PROT_ERR))
-                        m.next = "ERR"
-            with m.State("SKIP"):
-                # byte offset of the first packet to send: skipn whole PMTUs
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += soff.eq(skipn << (ctx.pmtu + 7))
-                m.next = "SKIP2"
-            with m.State("SKIP2"):
-                # gather from SGE 0 at soff, or from SGE 1 at soff − len0; the offset in cur_addr
-                # (its address added next cycle)
-                m.d.comb += self.busy.eq(1)
-                lt = soff[:32] < len0
-                m.d.sync += [sent.eq(soff[:32]), resid.eq(total - soff[:32]), sk_lt.eq(lt),
-                             seg_left.eq(Mux(lt, len0 - soff[:32], total - soff[:32])),
-                             cur_addr.eq(Mux(lt, soff[:32], soff[:32] - len0))]
-                with m.If(~skip0 & (soff >= total)):
-                    go("WB_NEXT")            # every packet of it was already sent
-                with m.Else():
-                    m.next = "SKIP3"
-            with m.State("SKIP3"):
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += cur_addr.eq(Mux(sk_lt, bus[0], bus[1]) + cur_addr[:32])
-                m.next = "PKT"
-            with m.State("PKT"):
-                m.d.comb += self.busy.eq(1)
-                prefetch()
-                with m.If(rewind):
-                    m.next = "REWIND"             # abandon this WQE
-                with m.Elif(cs.hold | ~psn_room):
-                    # leave the QP; it resumes at this packet of this WQE
-                    m.d.sync += [dyn.part.eq(dyn.psn != fpsn_r), dyn.fpsn.eq(fpsn_r)]
-                    go("PARK")
-                with m.Else():
-                    m.d.comb += self.pkt.valid.eq(1)
-                    with m.If(self.pkt.ready):
-                        retx = (dyn.psn - dyn.hpsn)[23]
-                        m.d.comb += self.retx.eq(retx)
-                        with m.If(~retx):
-                            m.d.sync += dyn.hpsn.eq(dyn.psn + 1)
-                        # seg_left < pay and seg_left ≤ pay: both comparisons in parallel
-                        # with ``fits``
-                        c_lt = Mux(fits, seg_left < resid, seg_left < pmtu_b)
-                        c_le = Mux(fits, seg_left <= resid, seg_left <= pmtu_b)
-                        m.d.sync += [
-                            left.eq(pay), sent.eq(sent + pay), resid.eq(resid - pay),
-                            clen.eq(Mux(c_lt, seg_left, pay)),      # min(seg_left, pay)
-                            pkt_end.eq(~c_lt), seg_end.eq(c_le),
-                            was_last.eq(fits),
-                            dyn.psn.eq(dyn.psn + 1),
-                            dyn.noack.eq(Mux(ackreq, 0, dyn.noack + 1)),
-                        ]
-                        m.next = "CHUNK"
-            with m.State("CHUNK"):
-                m.d.comb += self.busy.eq(1)
-                prefetch()
-                with m.If(left == 0):
-                    with m.If(was_last):
-                        go("WB_NEXT")
-                    with m.Else():
-                        m.next = "PKT"
-                with m.Else():
-                    m.d.comb += self.chunk.valid.eq(1)
-                    with m.If(self.chunk.ready):
-                        left_n = Signal(13)
-                        m.d.comb += left_n.eq(left - clen)
-                        # the next chunk when the packet goes on (then clen was seg_left, SGE 0
-                        # ends inside the packet, and the rest of the packet is in SGE 1, whose
-                        # len1 = total − len0 bytes all follow: min(len1, left_n) = left_n)
-                        # (its pkt_end, and its seg_end 0: SGE 1 ends with the message, so if
-                        # it ends in this chunk, the WQE does, and cur_addr and seg_left are
-                        # not used after it)
-                        m.d.sync += [left.eq(left_n), clen.eq(left_n), pkt_end.eq(1),
-                                     seg_end.eq(0)]
-                        with m.If(pkt_end):                     # the packet's last chunk
-                            with m.If(was_last):
-                                go("WB_NEXT")
-                            with m.Else():
-                                m.next = "PKT"
-                        with m.If(seg_end):                    # SGE 0 done: on to SGE 1
-                            m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(len1)]
-                        with m.Else():
-                            m.d.sync += [cur_addr.eq(cur_addr + clen),
-                                         seg_left.eq(seg_left - clen)]
-            with m.State("WB_NEXT"):
-                # record the WQE for the ACK processor, write back, look at the producer again
-                # (a WQE sent again is in the ring already: cons < hcons)
-                alloc = alloc_r
-                hnext = Mux(alloc, cons1, dyn.hcons)
-                m.d.comb += self.busy.eq(1)
-                with m.If(alloc):
-                    m.d.comb += [infl_wp.en.eq(1), eng_rn.eq(new_rn)]
-                    m.d.sync += ern.eq(new_rn)
-                    with m.If(fresh != D):
-                        m.d.sync += fresh.eq(fresh + 1)
-                    with m.Else():
-                        m.d.comb += free.o.ready.eq(1)
-                m.d.sync += [dyn.cons.eq(cons1), dyn.part.eq(0), dyn.hcons.eq(hnext),
-                             served.eq(1), e_cw_st.eq(1)]
-                m.next = "CHECK_WAIT"
+            # WQE_REQ … WB_NEXT: one WQE fetched, checked and sent
+            self._engine_wqe(m, t, go, prefetch)
             with m.State("CHECK_WAIT"):
                 # one cycle for the registered reads and window flags to see the new dyn; the
                 # completer's copy of the QP's timer settings (from ctx)
@@ -1144,32 +1111,213 @@ class Requester(wiring.Component):
         # (the engine's QP or the prefetched one: a prefetch being issued is for qpn)
         with m.If(set_hit & ((set_q == qpn) | (set_q == pf_q))):
             m.d.sync += pf_bad.eq(1)
+        return types.SimpleNamespace(eng_fsm=eng_fsm)
 
-        # the completer (a method of its own below) shares these with the engine
-        t = types.SimpleNamespace(
-            TB=TB, ab=ab, aq=aq, aq_qpn_r=aq_qpn_r, c_test=c_test,
-            c_wake_st=c_wake_st, c_wb_st=c_wb_st, c_wb_st_r=c_wb_st_r, ccpl=ccpl,
-            cfg_rd_w=cfg_rd_w, cmp_new=cmp_new, cmp_wb=cmp_wb, comp_rd2_w=comp_rd2_w,
-            comp_rp2=comp_rp2, comp_wp=comp_wp, dyn_rd2_w=dyn_rd2_w, dyn_rp2=dyn_rp2,
-            dyn_wp=dyn_wp, e_cw_st=e_cw_st, e_wb_st=e_wb_st, eng_fsm=eng_fsm, free=free,
-            infl_rp=infl_rp, kill_q=kill_q, kill_v=kill_v, now=now, rb=rb, rh_rd_w=rh_rd_w,
-            rh_wp=rh_wp, rn_rd2_w=rn_rd2_w, set_hit=set_hit, set_q=set_q, set_r=set_r,
-            sweeping=sweeping, work=work)
-        self._completer(m, t)
-        return m
+    def _engine_wqe(self, m, t, go, prefetch):
+        """The engine's states for one WQE, in its FSM (between PARK and CHECK_WAIT): fetch it (or
+        take the prefetched one), validate it, look its SGEs up in the Key Cache, find the packet to
+        resume at, hand its packets and their chunks over, and record it for the completer
+        (WB_NEXT). ``go`` enters a state that writes the QP back, ``prefetch`` issues the read of
+        the next WQE (both :meth:`_engine`'s)."""
+        (D, W, ackreq, alloc_r, beat, bus, clen, cons1, cs, ctx, cur_addr, dyn, e_cw_st, eng_rn,
+         ern, fits, flush, fpsn_r, free, fresh, hfault, infl_wp, k, left, len0, len0_nz, len1,
+         len_sum, nb, new_rn, num_sge, pay, pend_err, pf_hit, pf_v, pkt_end, pmtu_b, psn_room,
+         pstat, resid, rewind, seg_end, seg_left, sent, served, sge_len, sk_lt, skip0, skipn, soff,
+         status, sw, total, was_last, wop, wqe) = (
+            t.D, t.W, t.ackreq, t.alloc_r, t.beat, t.bus, t.clen, t.cons1, t.cs, t.ctx, t.cur_addr,
+            t.dyn, t.e_cw_st, t.eng_rn, t.ern, t.fits, t.flush, t.fpsn_r, t.free, t.fresh, t.hfault,
+            t.infl_wp, t.k, t.left, t.len0, t.len0_nz, t.len1, t.len_sum, t.nb, t.new_rn, t.num_sge,
+            t.pay, t.pend_err, t.pf_hit, t.pf_v, t.pkt_end, t.pmtu_b, t.psn_room, t.pstat, t.resid,
+            t.rewind, t.seg_end, t.seg_left, t.sent, t.served, t.sge_len, t.sk_lt, t.skip0, t.skipn,
+            t.soff, t.status, t.sw, t.total, t.was_last, t.wop, t.wqe)
+        with m.State("WQE_REQ"):
+            m.d.comb += self.busy.eq(1)
+            with m.If(pf_hit):
+                m.d.sync += pf_v.eq(0)
+                m.next = "WQE_DATA"           # already asked for
+            with m.Elif(pf_v):
+                m.next = "PF_DRAIN"           # a prefetch this WQE cannot use
+            with m.Else():
+                m.d.comb += self.wqe_rd.req.valid.eq(1)
+                with m.If(self.wqe_rd.req.ready):
+                    m.next = "WQE_DATA"
+        with m.State("PF_DRAIN"):
+            m.d.comb += [self.wqe_rd.resp.ready.eq(1), self.busy.eq(1)]
+            with m.If(self.wqe_rd.resp.valid & self.wqe_rd.resp.payload.last):
+                m.d.sync += pf_v.eq(0)
+                m.next = "WQE_REQ"
+        with m.State("WQE_DATA"):
+            m.d.comb += [self.wqe_rd.resp.ready.eq(1), self.busy.eq(1)]
+            with m.If(self.wqe_rd.resp.valid):
+                if nb == 64:
+                    m.d.sync += wqe.eq(self.wqe_rd.resp.payload.data)
+                else:
+                    m.d.sync += [wqe.word_select(beat, W).eq(self.wqe_rd.resp.payload.data),
+                                 beat.eq(beat + 1)]
+                with m.If(self.wqe_rd.resp.payload.err):
+                    m.d.sync += hfault.eq(1)
+                with m.If(self.wqe_rd.resp.payload.last):
+                    m.next = "VALIDATE"
+        with m.State("VALIDATE"):
+            m.d.comb += self.busy.eq(1)
+            m.d.sync += [k.eq(0), sent.eq(0), total.eq(len_sum), resid.eq(len_sum)]
+            with m.If(flush):
+                m.d.sync += status.eq(int(WcStatus.WR_FLUSH_ERR))
+                m.next = "ERR"
+            with m.Elif(pend_err):
+                m.d.sync += status.eq(pstat)
+                m.next = "ERR"
+            with m.Elif(hfault):
+                m.d.sync += status.eq(0)
+                m.next = "ERR"
+            with m.Elif((wop > 4) | (num_sge > 2)):
+                m.d.sync += status.eq(int(WcStatus.LOC_QP_OP_ERR))
+                m.next = "ERR"
+            with m.Else():
+                m.next = "LOOKUP"
+        with m.State("LOOKUP"):
+            m.d.comb += self.busy.eq(1)
+            cur_len = Mux(k[0], sge_len[1], sge_len[0])
+            with m.If((k == num_sge) & skip0):
+                # from the first packet (the usual case): gather from the first non-empty SGE
+                m.d.sync += [sent.eq(0), resid.eq(total)]
+                with m.If(len0_nz):
+                    m.d.sync += [cur_addr.eq(bus[0]), seg_left.eq(len0)]
+                with m.Else():
+                    m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(total)]
+                m.next = "PKT"
+            with m.Elif(k == num_sge):
+                m.next = "SKIP"
+            with m.Elif(cur_len == 0):
+                m.d.sync += k.eq(k + 1)
+            with m.Else():
+                m.d.comb += self.lookup.req.valid.eq(1)
+                with m.If(self.lookup.req.ready):
+                    m.next = "LK_WAIT"
+        with m.State("LK_WAIT"):
+            m.d.comb += [self.lookup.resp.ready.eq(1), self.busy.eq(1)]
+            with m.If(self.lookup.resp.valid):
+                with m.If(self.lookup.resp.payload.ok):
+                    for i in range(2):
+                        with m.If(k == i):
+                            m.d.sync += sw.sge[i].addr.eq(
+                                self.lookup.resp.payload.bus_addr)
+                    m.d.sync += k.eq(k + 1)
+                    m.next = "LOOKUP"
+                with m.Else():
+                    m.d.sync += status.eq(int(WcStatus.LOC_PROT_ERR))
+                    m.next = "ERR"
+        with m.State("SKIP"):
+            # byte offset of the first packet to send: skipn whole PMTUs
+            m.d.comb += self.busy.eq(1)
+            m.d.sync += soff.eq(skipn << (ctx.pmtu + 7))
+            m.next = "SKIP2"
+        with m.State("SKIP2"):
+            # gather from SGE 0 at soff, or from SGE 1 at soff − len0; the offset in cur_addr
+            # (its address added next cycle)
+            m.d.comb += self.busy.eq(1)
+            lt = soff[:32] < len0
+            m.d.sync += [sent.eq(soff[:32]), resid.eq(total - soff[:32]), sk_lt.eq(lt),
+                         seg_left.eq(Mux(lt, len0 - soff[:32], total - soff[:32])),
+                         cur_addr.eq(Mux(lt, soff[:32], soff[:32] - len0))]
+            with m.If(~skip0 & (soff >= total)):
+                go("WB_NEXT")            # every packet of it was already sent
+            with m.Else():
+                m.next = "SKIP3"
+        with m.State("SKIP3"):
+            m.d.comb += self.busy.eq(1)
+            m.d.sync += cur_addr.eq(Mux(sk_lt, bus[0], bus[1]) + cur_addr[:32])
+            m.next = "PKT"
+        with m.State("PKT"):
+            m.d.comb += self.busy.eq(1)
+            prefetch()
+            with m.If(rewind):
+                m.next = "REWIND"             # abandon this WQE
+            with m.Elif(cs.hold | ~psn_room):
+                # leave the QP; it resumes at this packet of this WQE
+                m.d.sync += [dyn.part.eq(dyn.psn != fpsn_r), dyn.fpsn.eq(fpsn_r)]
+                go("PARK")
+            with m.Else():
+                m.d.comb += self.pkt.valid.eq(1)
+                with m.If(self.pkt.ready):
+                    retx = (dyn.psn - dyn.hpsn)[23]
+                    m.d.comb += self.retx.eq(retx)
+                    with m.If(~retx):
+                        m.d.sync += dyn.hpsn.eq(dyn.psn + 1)
+                    # seg_left < pay and seg_left ≤ pay: both comparisons in parallel
+                    # with ``fits``
+                    c_lt = Mux(fits, seg_left < resid, seg_left < pmtu_b)
+                    c_le = Mux(fits, seg_left <= resid, seg_left <= pmtu_b)
+                    m.d.sync += [
+                        left.eq(pay), sent.eq(sent + pay), resid.eq(resid - pay),
+                        clen.eq(Mux(c_lt, seg_left, pay)),      # min(seg_left, pay)
+                        pkt_end.eq(~c_lt), seg_end.eq(c_le),
+                        was_last.eq(fits),
+                        dyn.psn.eq(dyn.psn + 1),
+                        dyn.noack.eq(Mux(ackreq, 0, dyn.noack + 1)),
+                    ]
+                    m.next = "CHUNK"
+        with m.State("CHUNK"):
+            m.d.comb += self.busy.eq(1)
+            prefetch()
+            with m.If(left == 0):
+                with m.If(was_last):
+                    go("WB_NEXT")
+                with m.Else():
+                    m.next = "PKT"
+            with m.Else():
+                m.d.comb += self.chunk.valid.eq(1)
+                with m.If(self.chunk.ready):
+                    left_n = Signal(13)
+                    m.d.comb += left_n.eq(left - clen)
+                    # the next chunk when the packet goes on (then clen was seg_left, SGE 0
+                    # ends inside the packet, and the rest of the packet is in SGE 1, whose
+                    # len1 = total − len0 bytes all follow: min(len1, left_n) = left_n)
+                    # (its pkt_end, and its seg_end 0: SGE 1 ends with the message, so if
+                    # it ends in this chunk, the WQE does, and cur_addr and seg_left are
+                    # not used after it)
+                    m.d.sync += [left.eq(left_n), clen.eq(left_n), pkt_end.eq(1),
+                                 seg_end.eq(0)]
+                    with m.If(pkt_end):                     # the packet's last chunk
+                        with m.If(was_last):
+                            go("WB_NEXT")
+                        with m.Else():
+                            m.next = "PKT"
+                    with m.If(seg_end):                    # SGE 0 done: on to SGE 1
+                        m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(len1)]
+                    with m.Else():
+                        m.d.sync += [cur_addr.eq(cur_addr + clen),
+                                     seg_left.eq(seg_left - clen)]
+        with m.State("WB_NEXT"):
+            # record the WQE for the ACK processor, write back, look at the producer again
+            # (a WQE sent again is in the ring already: cons < hcons)
+            alloc = alloc_r
+            hnext = Mux(alloc, cons1, dyn.hcons)
+            m.d.comb += self.busy.eq(1)
+            with m.If(alloc):
+                m.d.comb += [infl_wp.en.eq(1), eng_rn.eq(new_rn)]
+                m.d.sync += ern.eq(new_rn)
+                with m.If(fresh != D):
+                    m.d.sync += fresh.eq(fresh + 1)
+                with m.Else():
+                    m.d.comb += free.o.ready.eq(1)
+            m.d.sync += [dyn.cons.eq(cons1), dyn.part.eq(0), dyn.hcons.eq(hnext),
+                         served.eq(1), e_cw_st.eq(1)]
+            m.next = "CHECK_WAIT"
 
     def _completer(self, m, t):
-        """The completer, the Reliability Engine: ACKs, NAKs, timers, completions (see the
-        module docstring)."""
-        (TB, ab, aq, aq_qpn_r, c_test, c_wake_st, c_wb_st, c_wb_st_r, ccpl, cfg_rd_w, cmp_new,
-         cmp_wb, comp_rd2_w, comp_rp2, comp_wp, dyn_rd2_w, dyn_rp2, dyn_wp, e_cw_st, e_wb_st,
-         eng_fsm, free, infl_rp, kill_q, kill_v, now, rb, rh_rd_w, rh_wp, rn_rd2_w, set_hit,
+        """The completer (the Reliability Engine: ACKs, NAKs, timers, completions; see the module
+        docstring), all but its FSM: its registers, the scan's read pipeline, its table reads
+        registered (``c_hit*``: a read met a write), the timeouts looked up, the ACK against
+        ``una``, the scan's judgement of a QP (``p_need``, ``p_wake``) and its SUCCESS completion
+        (``ccpl``'s payload). Adds what :meth:`_completer_fsm` and :meth:`_completer_walk` use."""
+        (TB, ab, aq, aq_qpn_r, c_wb_st, c_wb_st_r, ccpl, cfg_rd_w, cmp_new, comp_rd2_w, comp_rp2,
+         dyn_rd2_w, dyn_rp2, e_cw_st, e_wb_st, free, infl_rp, now, rb, rh_rd_w, rn_rd2_w, set_hit,
          set_q, set_r, sweeping, work) = (
-            t.TB, t.ab, t.aq, t.aq_qpn_r, t.c_test, t.c_wake_st, t.c_wb_st, t.c_wb_st_r, t.ccpl,
-            t.cfg_rd_w, t.cmp_new, t.cmp_wb, t.comp_rd2_w, t.comp_rp2, t.comp_wp,
-            t.dyn_rd2_w, t.dyn_rp2, t.dyn_wp, t.e_cw_st, t.e_wb_st, t.eng_fsm, t.free, t.infl_rp,
-            t.kill_q, t.kill_v, t.now, t.rb, t.rh_rd_w, t.rh_wp, t.rn_rd2_w, t.set_hit,
-            t.set_q, t.set_r, t.sweeping, t.work)
+            t.TB, t.ab, t.aq, t.aq_qpn_r, t.c_wb_st, t.c_wb_st_r, t.ccpl, t.cfg_rd_w, t.cmp_new,
+            t.comp_rd2_w, t.comp_rp2, t.dyn_rd2_w, t.dyn_rp2, t.e_cw_st, t.e_wb_st, t.free,
+            t.infl_rp, t.now, t.rb, t.rh_rd_w, t.rn_rd2_w, t.set_hit, t.set_q, t.set_r, t.sweeping,
+            t.work)
         # ---- completer: ACKs, NAKs, timers (the Reliability Engine) -----------------------------
         a = Signal(ack_layout)
         ev = Signal(2)
@@ -1288,6 +1436,34 @@ class Requester(wiring.Component):
             ccpl.payload.status.eq(int(WcStatus.SUCCESS)), ccpl.payload.opcode.eq(ent.write),
             ccpl.payload.flags.eq(Mux(ent.imm, 0x02, 0)), ccpl.payload.byte_len.eq(ent.byte_len),
         ]
+        return types.SimpleNamespace(
+            a=a, ev=ev, act=act, ast=ast, sidx=sidx, scan_turn=scan_turn, s1v=s1v, s2v=s2v, s3v=s3v,
+            s3n=s3n, s3w=s3w, s3g=s3g, s1q=s1q, s2q=s2q, s3q=s3q, s1st=s1st, s2st=s2st, s3st=s3st,
+            sn=sn, stale=stale, wake=wake, cmp=cmp, comp_rd=comp_rd, d=d, d_rd=d_rd, cfg=cfg,
+            cfg_rd=cfg_rd, tval=tval, ton=ton, rval=rval, crh=crh, rh_rd=rh_rd, c_hit1=c_hit1,
+            c_hit2=c_hit2, c_hit3=c_hit3, t_rd3=t_rd3, r_rom=r_rom, ent=ent, thcons=thcons,
+            terr=terr, trn=trn, retire=retire, drop=drop, ent_lp=ent_lp, ent_sig=ent_sig,
+            covered=covered, ap1=ap1, adv=adv, behind=behind, a_new=a_new, b_neg=b_neg,
+            b_zero=b_zero, d_more=d_more, expired=expired, wake_room=wake_room, scan_room=scan_room,
+            ps_done=ps_done, p_need=p_need, p_wake=p_wake)
+
+    def _completer_fsm(self, m, t):
+        """The completer FSM (the Reliability Engine, see the module docstring): it takes a kill, an
+        ACK or a scan turn, judges it (EVAL), walks the QP's in-flight list, retiring and dropping
+        entries (WALK … TEST, :meth:`_completer_walk`), acts (retry, RNR wait, end of the QP,
+        timer) and writes the QP back (WB), waking the engine when it must act. Adds ``cmp_fsm``."""
+        (a, a_new, ab, act, adv, ap1, aq, ast, b_neg, b_zero, behind, c_hit2, c_hit3, c_wake_st,
+         c_wb_st, cfg, cfg_rd, cmp, cmp_wb, comp_rd, crh, d, d_more, d_rd, ev, expired, kill_q,
+         kill_v, now, p_need, p_wake, ps_done, r_rom, rh_rd, rh_wp, rval, s1q, s1st, s1v, s2q, s2st,
+         s2v, s3g, s3n, s3q, s3st, s3v, s3w, scan_room, scan_turn, set_hit, set_q, sidx, sn, stale,
+         sweeping, t_rd3, ton, tval, wake, wake_room, work) = (
+            t.a, t.a_new, t.ab, t.act, t.adv, t.ap1, t.aq, t.ast, t.b_neg, t.b_zero, t.behind,
+            t.c_hit2, t.c_hit3, t.c_wake_st, t.c_wb_st, t.cfg, t.cfg_rd, t.cmp, t.cmp_wb, t.comp_rd,
+            t.crh, t.d, t.d_more, t.d_rd, t.ev, t.expired, t.kill_q, t.kill_v, t.now, t.p_need,
+            t.p_wake, t.ps_done, t.r_rom, t.rh_rd, t.rh_wp, t.rval, t.s1q, t.s1st, t.s1v, t.s2q,
+            t.s2st, t.s2v, t.s3g, t.s3n, t.s3q, t.s3st, t.s3v, t.s3w, t.scan_room, t.scan_turn,
+            t.set_hit, t.set_q, t.sidx, t.sn, t.stale, t.sweeping, t.t_rd3, t.ton, t.tval, t.wake,
+            t.wake_room, t.work)
 
         def end_qp(code):
             m.d.sync += [cmp.rerr.eq(code), cmp.rgen.eq(cmp.rgen + 1),
@@ -1437,46 +1613,8 @@ class Requester(wiring.Component):
                             with m.Default():
                                 m.d.sync += ast.eq(_rcode(WcStatus.REM_OP_ERR))
                     m.next = "WALK"
-            with m.State("WALK"):
-                # the engine's hcons, err and rn as of two cycles before (the reads are not
-                # transparent); infl_rp reads entry rh now, so it holds whatever rn and hcons
-                # show as written
-                m.d.sync += [thcons.eq(dyn_rd2_w.hcons), terr.eq(dyn_rd2_w.err),
-                             trn.eq(rn_rd2_w)]
-                with m.If(~c_hit1):        # (else read them again)
-                    m.next = "HOLD"
-            with m.State("HOLD"):
-                # (the entry stays on the read port until TEST: rh does not change, and a
-                # write to it meanwhile means it was not yet filled, and is not used)
-                m.d.sync += [ent_lp.eq(ent.last_psn), ent_sig.eq(ent.signaled)]
-                m.next = "DECIDE"
-            with m.State("DECIDE"):
-                m.d.sync += [
-                    retire.eq((cmp.ccons != thcons) & ~covered[23] & ~terr & (act != _ACT_DROP)),
-                    drop.eq((crh != trn) & ((act == _ACT_DROP) | terr | (cmp.ccons == thcons))),
-                ]
-                m.next = "TEST"
-            with m.State("TEST"):
-                m.d.comb += c_test.eq(1)
-                with m.If(retire):
-                    with m.If(ent_sig):
-                        m.d.comb += ccpl.valid.eq(1)
-                        with m.If(ccpl.ready):
-                            m.d.comb += free.i.valid.eq(1)
-                            m.d.sync += [cmp.ccons.eq(cmp.ccons + 1),
-                                         cmp.cfpsn.eq(ent_lp + 1), crh.eq(ent.next)]
-                            m.next = "WALK"
-                    with m.Else():
-                        m.d.comb += free.i.valid.eq(1)
-                        m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent_lp + 1),
-                                     crh.eq(ent.next)]
-                        m.next = "WALK"
-                with m.Elif(drop):
-                    m.d.comb += free.i.valid.eq(1)
-                    m.d.sync += crh.eq(ent.next)
-                    m.next = "WALK"
-                with m.Else():
-                    m.next = "ACT"
+            # WALK … TEST: the QP's in-flight list
+            self._completer_walk(m, t)
             with m.State("ACT"):
                 m.next = "WB"
                 m.d.sync += c_wb_st.eq(1)
@@ -1528,15 +1666,54 @@ class Requester(wiring.Component):
                     m.d.sync += c_wake_st.eq(0)
                 with m.If(~self.qp_set.valid & work.i.ready):
                     m.next = "IDLE"
-        # one flip-flop per state: the state decodes in front of the FSMs' many enables are
-        # then single flip-flops
-        eng_fsm.state.attrs["fsm_encoding"] = "one-hot"
-        cmp_fsm.state.attrs["fsm_encoding"] = "one-hot"
-        # progress for QUERY_QP: every write of the next send PSN and of the SQ index of the
-        # oldest WQE not yet retired (the SQ consumer index software may reuse up to)
-        m.d.comb += [
-            self.prog_psn.valid.eq(dyn_wp.en), self.prog_psn.payload.qpn.eq(dyn_wp.addr),
-            self.prog_psn.payload.psn.eq(dyn_wp.data.psn),
-            self.prog_cons.valid.eq(comp_wp.en), self.prog_cons.payload.qpn.eq(comp_wp.addr),
-            self.prog_cons.payload.cons.eq(comp_wp.data.ccons),
-        ]
+        return types.SimpleNamespace(cmp_fsm=cmp_fsm)
+
+    def _completer_walk(self, m, t):
+        """The completer's states WALK … TEST, in its FSM (from EVAL, on to ACT): the walk of the
+        QP's in-flight list from ``rh`` (``crh``), one entry per round, retiring the WQEs whose
+        last PSN is before ``una`` (a SUCCESS completion for the signaled ones) and dropping the
+        entries of an ended or reset QP, each entry freed."""
+        (act, c_hit1, c_test, ccpl, cmp, covered, crh, drop, dyn_rd2_w, ent, ent_lp, ent_sig, free,
+         retire, rn_rd2_w, terr, thcons, trn) = (
+            t.act, t.c_hit1, t.c_test, t.ccpl, t.cmp, t.covered, t.crh, t.drop, t.dyn_rd2_w, t.ent,
+            t.ent_lp, t.ent_sig, t.free, t.retire, t.rn_rd2_w, t.terr, t.thcons, t.trn)
+        with m.State("WALK"):
+            # the engine's hcons, err and rn as of two cycles before (the reads are not
+            # transparent); infl_rp reads entry rh now, so it holds whatever rn and hcons
+            # show as written
+            m.d.sync += [thcons.eq(dyn_rd2_w.hcons), terr.eq(dyn_rd2_w.err),
+                         trn.eq(rn_rd2_w)]
+            with m.If(~c_hit1):        # (else read them again)
+                m.next = "HOLD"
+        with m.State("HOLD"):
+            # (the entry stays on the read port until TEST: rh does not change, and a
+            # write to it meanwhile means it was not yet filled, and is not used)
+            m.d.sync += [ent_lp.eq(ent.last_psn), ent_sig.eq(ent.signaled)]
+            m.next = "DECIDE"
+        with m.State("DECIDE"):
+            m.d.sync += [
+                retire.eq((cmp.ccons != thcons) & ~covered[23] & ~terr & (act != _ACT_DROP)),
+                drop.eq((crh != trn) & ((act == _ACT_DROP) | terr | (cmp.ccons == thcons))),
+            ]
+            m.next = "TEST"
+        with m.State("TEST"):
+            m.d.comb += c_test.eq(1)
+            with m.If(retire):
+                with m.If(ent_sig):
+                    m.d.comb += ccpl.valid.eq(1)
+                    with m.If(ccpl.ready):
+                        m.d.comb += free.i.valid.eq(1)
+                        m.d.sync += [cmp.ccons.eq(cmp.ccons + 1),
+                                     cmp.cfpsn.eq(ent_lp + 1), crh.eq(ent.next)]
+                        m.next = "WALK"
+                with m.Else():
+                    m.d.comb += free.i.valid.eq(1)
+                    m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent_lp + 1),
+                                 crh.eq(ent.next)]
+                    m.next = "WALK"
+            with m.Elif(drop):
+                m.d.comb += free.i.valid.eq(1)
+                m.d.sync += crh.eq(ent.next)
+                m.next = "WALK"
+            with m.Else():
+                m.next = "ACT"
