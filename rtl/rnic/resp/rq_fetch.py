@@ -38,21 +38,20 @@ effect (QP in INIT, RTR or RTS; PSN Check knows the state and the ring): per QP 
 index and the ring are kept (table ``pst``, cleared by ``qp_reset``), beside the index of the
 next WQE the QP's messages will take (table ``nxt``: the last taken + 1, 0 after ``qp_reset``).
 After a doorbell, and after a message took its WQE, a prefetcher examines the QP: when WQE
-``nxt`` is posted (behind the producer) and no pool slot holds {QP, ``nxt``}, it reads it into
-a slot of a pool of ``prefetch`` slots {qpn, index, address, the WQE as placement keeps it}
-(a free slot, else
-the next one round robin that has its data: the least recently filled QPs lose theirs); with
-``prefetch_depth`` ≥ 2 it then reads WQE ``nxt`` + 1 (and with 3, ``nxt`` + 2) the same way
-when it is posted and not held, but only into a free slot (a deeper prefetch never evicts). A WQE is only read
-after the doorbell that posted it, so the host wrote it before the read. The planner uses a
-slot whose {qpn, index, address} are its command's (waiting if the read is still out) and
-otherwise reads the WQE itself; a prefetched read that fails is dropped silently (the
-planner's own read then reports it). Taking WQE i voids the QP's slots except the ones of
-index i (the WQE taken) to i + depth − 1, ``qp_reset`` voids all of them (a voided read in
-flight: its data is dropped). So a QP with posted WQEs holds its next ones on chip
-while its current message runs, and strict order, the consumer index, RNR (decided by PSN
-Check) and flush are unchanged. ``prefetch`` = 0 removes the pool (reads on demand; the
-store is the planner's row alone).
+``nxt`` is posted (behind the producer) and no pool slot holds {QP, ``nxt``}, it reads it
+into a slot of a pool of ``prefetch`` slots {qpn, index, address, the WQE as placement keeps
+it} (a free slot, else the next one round robin that has its data: the least recently filled
+QPs lose theirs); with ``prefetch_depth`` ≥ 2 it then reads WQE ``nxt`` + 1 (and with 3,
+``nxt`` + 2) the same way when it is posted and not held, but only into a free slot (a
+deeper prefetch never evicts). A WQE is only read after the doorbell that posted it, so the
+host wrote it before the read. The planner uses a slot whose {qpn, index, address} are its
+command's (waiting if the read is still out) and otherwise reads the WQE itself; a
+prefetched read that fails is dropped silently (the planner's own read then reports it).
+Taking WQE i voids the QP's slots except the ones of index i (the WQE taken) to i + depth −
+1, ``qp_reset`` voids all of them (a voided read in flight: its data is dropped). So a QP
+with posted WQEs holds its next ones on chip while its current message runs, and strict
+order, the consumer index, RNR (decided by PSN Check) and flush are unchanged. ``prefetch``
+= 0 removes the pool (reads on demand; the store is the planner's row alone).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
