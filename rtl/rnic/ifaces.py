@@ -34,7 +34,7 @@ from amaranth.lib.wiring import In, Out
 __all__ = [
     "NUM_ARGS", "NUM_COUNTERS", "CmdOp", "Result", "EventType",
     "cmd_layout", "resp_layout", "CommandSignature", "event_layout", "qpn_layout", "QpnStream",
-    "bth_fields", "rx_meta_layout",
+    "bth_fields", "rx_meta_layout", "read_job_layout",
     "Counter",
 ]
 
@@ -120,6 +120,15 @@ qpn_layout = data.StructLayout({"qpn": 24})
 def QpnStream():
     """A stream of QP numbers: ``stream.Signature(qpn_layout)``."""
     return stream.Signature(qpn_layout)
+
+
+#: One RDMA READ to answer (interface.md §7), from the execute stage to the READ response
+#: engine, in command order: the local QPN, the PSN of the first response, the MSN its AETHs
+#: carry, the bus address of the first byte (the rkey's translation of the RETH VA), the byte
+#: count (0..2^31) and the QP's path MTU code (1..5: 256 << (code - 1) bytes per response).
+read_job_layout = data.StructLayout({
+    "qpn": 24, "psn": 24, "msn": 24, "addr": 64, "len": 32, "pmtu": 3,
+})
 
 
 #: The BTH fields a later stage reads, in the order every header record here lists them.
