@@ -361,7 +361,7 @@ class TB:
         return r["result"], r["args"]
 
     def qp_args(self, q, state, epsn=0, sq_psn=0, access=0x02, min_rnr=12, pmtu=PMTU_CODE,
-                log_rq=4):
+                log_rq=4, ord_ird=0x21):
         r = remote(q)
         a = [0] * 16
         a[0] = state | (pmtu << 8) | (min_rnr << 16) | (14 << 24)
@@ -377,6 +377,7 @@ class TB:
         a[12] = r["mac"] >> 32
         a[13] = r["ip"]
         a[14] = r["sport"]
+        a[15] = ord_ird
         return a
 
     async def set_qp(self, q, state, **kw):
@@ -897,7 +898,7 @@ async def qp_set_events(dut):
     """qp_set (for the requester): the reset sweep, every SET_QP written (none when refused),
     every move to ERROR made here (NAK 0x61, fatal done, fault), each exactly once; qp_arg
     (for the other tables of SET_QP's fields): the sweep's clearing write for every QP, and
-    ARG0..14 as given, in order, for every SET_QP written (none when refused, none for a move
+    ARG0..15 as given, in order, for every SET_QP written (none when refused, none for a move
     to ERROR)."""
     tb = TB(dut)
     await tb.start()
@@ -921,7 +922,7 @@ async def qp_set_events(dut):
             tb.qp_sets[n:]
         args = tb.qp_args(q, state, **kw)
         assert tb.arg_writes[na:] == [{"qpn": q, "arg": k, "data": args[k], "all": 0}
-                                      for k in range(15)], tb.arg_writes[na:]
+                                      for k in range(16)], tb.arg_writes[na:]
 
     for q in (2, 3, 4):
         for st in (0, 1, 2, 3):

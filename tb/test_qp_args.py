@@ -13,18 +13,19 @@ from rnic.control.qp_args import ArgRow, qp_arg_layout
 
 
 def model_fields(args):
-    """interface.md §4.2, SET_QP: the static fields from ARG0..14."""
+    """interface.md §4.2, SET_QP: the static fields from ARG0..15."""
     a = args
     return {"pmtu": a[0] >> 8 & 0x7, "min_rnr": a[0] >> 16 & 0x1F, "timeout": a[0] >> 24 & 0x1F,
             "dest_qpn": a[1] & 0xFFFFFF, "pd": a[4] & 0xFFFF, "access": a[4] >> 16 & 0xFF,
             "rcqn": a[5] & 0xFFFF, "scqn": a[5] >> 16, "rq_base": (a[6] | a[7] << 32) & ~0x3F,
             "rq_log": a[8] & 0x1F, "sq_log": a[8] >> 8 & 0x1F, "retry_cnt": a[8] >> 16 & 7,
             "rnr_retry": a[8] >> 20 & 7, "sq_base": (a[9] | a[10] << 32) & ~0x3F,
-            "rmac": a[11] | (a[12] & 0xFFFF) << 32, "rip": a[13], "sport": a[14] & 0xFFFF}
+            "rmac": a[11] | (a[12] & 0xFFFF) << 32, "rip": a[13], "sport": a[14] & 0xFFFF,
+            "ord": a[15] & 0xF, "ird": a[15] >> 4 & 0xF}
 
 
 @pytest.mark.parametrize("fields", [
-    ("pmtu", "min_rnr", "pd", "access", "rcqn", "rq_base", "rq_log", "rip"),
+    ("pmtu", "min_rnr", "pd", "access", "rcqn", "rq_base", "rq_log", "rip", "ird"),
     ("pmtu", "pd", "sq_base", "sq_log", "timeout", "retry_cnt", "rnr_retry", "scqn"),
     ("dest_qpn", "rmac", "rip", "sport"),
 ])
@@ -42,15 +43,15 @@ def test_arg_row_round_trip(fields):
     async def tb(ctx):
         for trial in range(6):
             q = trial % 4
-            args = [rng.getrandbits(32) for _ in range(15)]
-            # the sweep's clearing write first, then ARG0..14 one a cycle (the ring bases
+            args = [rng.getrandbits(32) for _ in range(16)]
+            # the sweep's clearing write first, then ARG0..15 one a cycle (the ring bases
             # arrive 64-byte aligned: SET_QP refuses any other before writing)
             args[6] &= ~0x3F
             args[9] &= ~0x3F
             ctx.set(valid, 1)
             ctx.set(arg, {"qpn": q, "arg": 0, "data": 0xFFFFFFFF, "all": 1})
             await ctx.tick()
-            for k in range(15):
+            for k in range(16):
                 ctx.set(arg, {"qpn": q, "arg": k, "data": args[k], "all": 0})
                 await ctx.tick()
             ctx.set(valid, 0)

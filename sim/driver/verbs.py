@@ -104,6 +104,8 @@ class Qp:
     rnr_retry: int = 7
     rq_psn: int = 0
     sq_psn: int = 0
+    ord: int = 0            # RDMA READs outstanding as requester (0 means 1, at most 8)
+    ird: int = 0            # READs held for duplicates as responder (0 means 1, at most 8)
     state: QpState = QpState.RESET
     rq_producer: int = 0
     sq_producer: int = 0
@@ -240,6 +242,7 @@ class Device:
             | ((qp.rnr_retry & 7) << 20),
             qp.sq_base & 0xFFFFFFFF, qp.sq_base >> 32,
             mac_lo, mac_hi, ip_to_reg(qp.remote_ip), qp.udp_sport & 0xFFFF,
+            (qp.ord & 0xF) | ((qp.ird & 0xF) << 4),
         ]
 
     async def _set_qp(self, qp, state, check=True):

@@ -10,7 +10,7 @@ and nowhere else:
 * the TX frame builder's path table (:class:`~rnic.tx.build.TxBuild`): remote MAC and IPv4, UDP
   source port, destination QPN.
 
-The QP context's command handler reads an accepted SET_QP's ARG0..14 a second time and sends
+The QP context's command handler reads an accepted SET_QP's ARG0..15 a second time and sends
 each word, in the cycle it reads it, on its ``qp_arg`` stream (:data:`qp_arg_layout`: QPN,
 ARG number, the word). Each table keeps, per ARG, only the bits of its own fields, packed into
 whole 9-bit lanes (the block RAM's byte enables, :class:`ArgRow`), and writes that ARG's lanes
@@ -39,6 +39,7 @@ ARG_BITS = (
     (11, 0, 32, "rmac", 0), (12, 0, 16, "rmac", 32),      # rmac[47:40]: the first wire byte
     (13, 0, 32, "rip", 0),                                  # rip[31:24]: the first octet
     (14, 0, 16, "sport", 0),
+    (15, 0, 4, "ord", 0), (15, 4, 4, "ird", 0),           # version 2: READs (0 means 1)
 )
 
 #: One write of SET_QP's ARG ``arg`` (``data``) for QP ``qpn``; ``all``: the reset sweep (every

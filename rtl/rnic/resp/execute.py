@@ -65,6 +65,12 @@ Outcomes (``done`` = {fatal, syndrome}; CQE status)
   nothing of the packet written.
 * failed rkey: fatal 0x62, CQE REM_ACCESS_ERR only when the command takes a WQE (``wqe`` = 1,
   WRITE_*_WITH_IMMEDIATE), nothing written.
+* RDMA READ (interface.md §7): its one piece is its whole range, checked (REMOTE_READ, PD,
+  range; not for a zero-length READ) and not written; success: fatal 0, one ``read`` job
+  {QPN, PSN, MSN, bus address, length, path MTU} pushed with the ``done``; failed rkey: fatal
+  0x62; no CQE either way. The planner keeps per QP the start PSNs of its last IRD READs
+  (``rd_ring``): a new READ takes the oldest slot; a duplicate (``dup``) whose PSN is before
+  the oldest held start → fatal 0x61, nothing answered.
 * refused invalidate: fatal 0x1F, CQE REM_INV_REQ_ERR (the data was placed).
 * CQ full at reservation: fatal 0 syndrome 0, no CQE, nothing written.
 * ``status`` ≠ 0 (decided by PSN Check): CQE with that status for the held (or fetched) WQE.
@@ -100,7 +106,7 @@ from amaranth.lib.wiring import In, Out, connect
 
 from ..host.axi_master import ReadClientSignature, WriteClientSignature
 from ..host.cqe_gen import WITH_IMM, WITH_INVALIDATE, cqe_layout
-from ..ifaces import EventType, QpnStream, event_layout, qpn_layout
+from ..ifaces import EventType, QpnStream, event_layout, qpn_layout, read_job_layout
 from ..keys.key_cache import Access, InvalSignature, LookupSignature
 from ..opcodes import WcStatus
 from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
@@ -138,6 +144,10 @@ _head_layout = data.StructLayout({
 # one piece, as the key checks read it / as stage 4 reads it
 # (the piece's va is in a RAM of its own: the planner writes it in another cycle)
 _kpiece_layout = data.StructLayout({"key": 32, "len": 13})
+#: piece 0's: an RDMA READ's one piece is its whole range, up to 2^31 bytes
+_kpiece0_layout = data.StructLayout({"key": 32, "len": 32})
+#: IRD: READs held per QP for duplicates at most (interface.md §4.2, ARG15[7:4] + 1)
+MAX_IRD = 8
 _spiece_layout = data.StructLayout({"len": 13, "src": 13})
 
 
@@ -146,7 +156,7 @@ def _token_layout(ab, stage):
     fields = {
         "slot": _SLOT_BITS, "qpn": ab, "write": 1, "inv": 1, "has_beats": 1, "fatal": 1,
         "syn": 8, "cstat": 8, "cqe_on": 1, "nowrite": 1, "skip": 1, "cdone": 1, "rdflt": 1,
-        "pv": MAX_SGE, "cqn": 16,
+        "pv": MAX_SGE, "cqn": 16, "read": 1,
     }
     fields.update({"wqe": 1} if stage == "key" else {"invc": 1})
     return data.StructLayout(fields)
@@ -325,6 +335,9 @@ class Execute(wiring.Component):
         Event 4 (host-memory fault) with the QPN.
     fault : Out(stream.Signature({qpn 24}))
         A payload write came back non-OKAY after its ``done`` left: move this QP to ERROR.
+    read : Out(stream.Signature(read_job_layout))
+        One job per RDMA READ request answered (interface.md §7), in command order, pushed no
+        later than the command's ``done``: the READ response engine's input.
     rq_post : In(stream.Signature(flush_layout, always_ready=True))
         Valid for one cycle per RQ doorbell that took effect (QP in INIT, RTR or RTS):
         {qpn, index = the new producer index, rq_base, rq_log} (``rcqn`` unused). Drives the
@@ -364,6 +377,7 @@ class Execute(wiring.Component):
             "complete": Out(stream.Signature(cqe_layout)),
             "event": Out(stream.Signature(event_layout)),
             "fault": Out(QpnStream()),
+            "read": Out(stream.Signature(read_job_layout)),
         })
 
     def elaborate(self, platform):
@@ -452,6 +466,24 @@ class Execute(wiring.Component):
         wqpn_wr = wqpn.write_port()
 
         c = Signal(exe_layout)                 # the command being planned
+        # The READs held for duplicates (interface.md §7, IRD): per QP the start PSNs of its
+        # last IRD READs, a ring of MAX_IRD entries (``rd_ring``, block RAM, row {QP, slot}), and
+        # its next slot and fill (``rd_meta``). A duplicate READ is answered when its PSN is
+        # at or after the oldest held READ's start (it is behind ePSN, PSN Check made sure);
+        # else fatal 0x61.
+        m.submodules.rd_meta = rd_meta = Memory(
+            shape=data.StructLayout({"wp": 3, "cnt": 4}), depth=self.num_qp, init=[])
+        rdm_rd = rd_meta.read_port()
+        rdm_wr = rd_meta.write_port()
+        m.submodules.rd_ring = rd_ring = Memory(shape=24, depth=self.num_qp * MAX_IRD, init=[])
+        rdr_rd = rd_ring.read_port()
+        rdr_wr = rd_ring.write_port()
+        rd_cnt = Signal(4)                     # held READs (≤ IRD), registered in RD_META
+        m.d.comb += [rdm_rd.addr.eq(c.qpn[:ab]), rdm_wr.addr.eq(c.qpn[:ab]),
+                     rdr_wr.data.eq(c.psn)]
+        with m.If(rst.valid):
+            # qp_reset: no READ held
+            m.d.comb += [rdm_wr.addr.eq(rst.payload.qpn), rdm_wr.data.eq(0), rdm_wr.en.eq(1)]
         # The shared WQE store (LUT RAM): rows 0..P-1 the pool's slots, row P the planner's
         # own reads, each written beat by beat by its read. A QP's WQE stays in the row it was
         # read into, tagged {QP, index, ring}, while its message runs; the planner reads the
@@ -593,18 +625,26 @@ class Execute(wiring.Component):
             ln = Signal(13, name=f"p_len{i}")
             src = Signal(13, name=f"p_src{i}")
             # (piece 0: ``dl_r`` = ``off``, known before CUT2)
-            m.d.comb += [v.eq(v_r), va.eq(a_r + (off if i == 0 else dl_r)), ln.eq(ln_r),
-                         src.eq(src_r)]
+            m.d.comb += [v.eq(v_r), va.eq(a_r + (off if i == 0 else dl_r)), src.eq(src_r)]
+            if i:
+                m.d.comb += ln.eq(ln_r)
             if i == 0:
-                # RDMA WRITE: one piece
+                # RDMA WRITE: one piece; RDMA READ: one piece, its whole range (checked, not
+                # written; none for a zero-length READ)
+                ln = Signal(32, name=f"p_len{i}")
                 with m.If(c.write):
                     m.d.comb += [v.eq((c.dma_len != 0) & (plen != 0)),
                                  va.eq(c.va + c.offset), ln.eq(plen), src.eq(0)]
+                with m.Elif(c.read):
+                    m.d.comb += [v.eq(c.dma_len != 0), va.eq(c.va), ln.eq(c.dma_len),
+                                 src.eq(0)]
+                with m.Else():
+                    m.d.comb += ln.eq(ln_r)
             else:
-                with m.If(c.write):
+                with m.If(c.write | c.read):
                     m.d.comb += v.eq(0)
             pv_c.append(v)
-            pkey_c.append(Mux(c.write, c.rkey, sge.lkey))
+            pkey_c.append(Mux(c.write | c.read, c.rkey, sge.lkey))
             pva_c.append(va)
             plen_c.append(ln)
             psrc_c.append(src)
@@ -646,7 +686,7 @@ class Execute(wiring.Component):
         fcq = Signal(cqe_layout)
         m.d.comb += [
             fcq.cqn.eq(c.rcqn), fcq.wr_id.eq(wqe.wr_id),
-            fcq.byte_len.eq(Mux(c.write, c.dma_len, mend)),
+            fcq.byte_len.eq(Mux(c.write | c.read, c.dma_len, mend)),
             fcq.imm_or_rkey.eq(c.imm_or_rkey),
             fcq.qpn.eq(c.qpn), fcq.status.eq(cstat),
             fcq.opcode.eq(Mux(c.write & c.imm_valid, RECV_RDMA_WITH_IMM, RECV)),
@@ -675,7 +715,8 @@ class Execute(wiring.Component):
             kva_wr.append(mv.write_port())
             kva_rd.append(mv.read_port(domain="comb"))
             m.d.comb += [kva_wr[i].addr.eq(wp), kva_wr[i].data.eq(pva_c[i])]
-            mk = Memory(shape=_kpiece_layout, depth=PLAN_SLOTS, init=[])
+            mk = Memory(shape=_kpiece0_layout if i == 0 else _kpiece_layout, depth=PLAN_SLOTS,
+                        init=[])
             ms = Memory(shape=_spiece_layout, depth=PLAN_SLOTS, init=[])
             mb = Memory(shape=64, depth=PLAN_SLOTS, init=[])
             m.submodules[f"plan_kp{i}"] = mk
@@ -689,8 +730,10 @@ class Execute(wiring.Component):
             bus_rd.append(mb.read_port(domain="comb"))
             m.d.comb += [kp_wr[i].addr.eq(wp), sp_wr[i].addr.eq(wp),
                          kp_wr[i].data.key.eq(pkey_c[i]), kp_wr[i].data.len.eq(plen_c[i]),
-                         sp_wr[i].data.len.eq(plen_c[i]), sp_wr[i].data.src.eq(psrc_c[i])]
-        m.d.comb += [head_wr.addr.eq(wp), head_wr.data.wr_id.eq(fcq.wr_id),
+                         sp_wr[i].data.len.eq(plen_c[i][:13]), sp_wr[i].data.src.eq(psrc_c[i])]
+        # (a READ has no CQE: its wr_id field carries the response's PSN, MSN and path MTU)
+        m.d.comb += [head_wr.addr.eq(wp),
+                     head_wr.data.wr_id.eq(Mux(c.read, Cat(c.psn, c.msn, c.pmtu), fcq.wr_id)),
                      head_wr.data.byte_len.eq(fcq.byte_len),
                      head_wr.data.imm_or_rkey.eq(fcq.imm_or_rkey), head_wr.data.qpn.eq(c.qpn),
                      head_wr.data.rdma_imm.eq(c.write & c.imm_valid),
@@ -718,7 +761,7 @@ class Execute(wiring.Component):
             kq.payload.fatal.eq(fatal), kq.payload.syn.eq(syn),
             kq.payload.cqe_on.eq(cqe_on), kq.payload.nowrite.eq(nowrite),
             kq.payload.skip.eq(skip), kq.payload.cdone.eq(cdone),
-            kq.payload.rdflt.eq(rdflt), kq.payload.pv.eq(pv),
+            kq.payload.rdflt.eq(rdflt), kq.payload.pv.eq(pv), kq.payload.read.eq(c.read),
         ]
 
         def first_valid(vec, after=None):
@@ -766,7 +809,7 @@ class Execute(wiring.Component):
                     m.d.sync += [c.qpn.eq(fp.qpn), c.rcqn.eq(fp.rcqn), c.rq_base.eq(fp.rq_base),
                                  c.rq_log.eq(fp.rq_log), c.status.eq(0)]
                     m.d.sync += [c[f].eq(0) for f in (
-                        "write", "imm_valid", "inv", "se", "wqe", "comp", "send",
+                        "write", "read", "imm_valid", "inv", "se", "wqe", "comp", "send",
                         "imm_or_rkey")]
             with m.If(self.exe.valid):
                 m.d.sync += [plan_tk.eq(1), plan_dec.eq(1)]
@@ -829,6 +872,8 @@ class Execute(wiring.Component):
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
+                with m.Elif(c.read):
+                    m.next = "RD_META"
                 with m.Elif(c.wqe):
                     m.next = "LOOK"
                 with m.Elif(c.send | (c.status != 0)):
@@ -839,6 +884,33 @@ class Execute(wiring.Component):
                     m.next = "LOOK"
                 with m.Else():
                     m.next = "SUMS"
+            with m.State("RD_META"):
+                # a READ: its QP's held READs (``rd_meta`` read in DEC); a new READ takes the
+                # next slot (the oldest, once IRD are held), a duplicate reads the oldest
+                ird = Signal(4)
+                cnt_e = Signal(4)
+                md = rdm_rd.data
+                # (ARG15's IRD: 0 means 1, at most 8)
+                m.d.comb += [ird.eq(Mux(c.ird == 0, 1, Mux(c.ird > MAX_IRD, MAX_IRD, c.ird))),
+                             cnt_e.eq(Mux(md.cnt > ird, ird, md.cnt)),
+                             rdr_rd.addr.eq(Cat((md.wp - cnt_e)[:3], c.qpn[:ab])),
+                             rdr_wr.addr.eq(Cat(md.wp, c.qpn[:ab]))]
+                m.d.sync += rd_cnt.eq(cnt_e)
+                with m.If(~rst.valid):
+                    with m.If(~c.dup):
+                        m.d.comb += [rdr_wr.en.eq(1), rdm_wr.en.eq(1),
+                                     rdm_wr.data.wp.eq(md.wp + 1),
+                                     rdm_wr.data.cnt.eq(Mux(cnt_e == ird, ird, cnt_e + 1))]
+                        m.next = "SUMS"
+                    with m.Else():
+                        m.next = "RD_HELD"
+            with m.State("RD_HELD"):
+                # a duplicate READ: held if its PSN is at or after the oldest held start
+                dist = Signal(24)
+                m.d.comb += dist.eq(c.psn - rdr_rd.data)
+                with m.If((rd_cnt == 0) | dist[23]):
+                    fail(0x61, 0, 0)
+                m.next = "SUMS"
             with m.State("LOOK"):
                 m.d.sync += plan_tk.eq(1)
                 # match the pool: same QP, same ring index, same ring (compared the cycle before)
@@ -946,7 +1018,7 @@ class Execute(wiring.Component):
                             # a held WQE's slot hit, read from another ring (see TAKE)
                             m.d.sync += pin.eq(0)
                             m.next = "FETCH"
-                        with m.Elif(c.write | zlen):
+                        with m.Elif(c.write | c.read | zlen):
                             # no piece from the SGEs: an RDMA WRITE's piece is c's (its va
                             # is written in CALC), and a SEND of no payload at offset 0 has
                             # none (the message ends at 0: no overflow)
@@ -973,8 +1045,8 @@ class Execute(wiring.Component):
                 m.next = "CALC"
             with m.State("CALC"):
                 m.d.sync += a_r.eq(wqe.sge[2].addr)
-                with m.If(c.write):
-                    # (a WRITE comes here from SUMS: its piece's va, from c)
+                with m.If(c.write | c.read):
+                    # (a WRITE or READ comes here from SUMS: its piece's va, from c)
                     m.d.comb += kva_wr[0].en.eq(1)
                 for i in range(MAX_SGE):
                     m.d.sync += pv[i].eq(pv_c[i])
@@ -1036,6 +1108,14 @@ class Execute(wiring.Component):
             plan_ev.eq(fl_ev | b_ev),
         ]
 
+        # an answered READ's job (its PSN, MSN and path MTU in the head's wr_id field)
+        m.submodules.read_q = read_q = Queue(read_job_layout, 2)
+        connect(m, read_q.o, wiring.flipped(self.read))
+        rq = read_q.i
+        m.d.comb += [rq.payload.qpn.eq(bh.qpn), rq.payload.psn.eq(bh.wr_id[0:24]),
+                     rq.payload.msn.eq(bh.wr_id[24:48]), rq.payload.pmtu.eq(bh.wr_id[48:51]),
+                     rq.payload.addr.eq(bus_rd[0].data), rq.payload.len.eq(bh.byte_len)]
+
         # CQE and post entries (the flush's CQEs come from the planner while stage 4 is idle)
         cq = Signal(cqe_layout)
         b_cqe = Signal(cqe_layout)
@@ -1061,7 +1141,8 @@ class Execute(wiring.Component):
                     m.d.sync += [b.eq(pp_q.o.payload), jb.eq(pp_first)]
                     m.next = "ISSUE"
             with m.State("ISSUE"):
-                with m.If(b.nowrite | (jb == MAX_SGE)):
+                # (a READ's piece was checked, not written)
+                with m.If(b.nowrite | b.read | (jb == MAX_SGE)):
                     m.next = "CLOSE"
                 with m.Elif(room):
                     m.d.comb += [self.wr.req.valid.eq(~sent_w), pq.valid.eq(~sent_p)]
@@ -1105,12 +1186,16 @@ class Execute(wiring.Component):
             with m.State("POST"):
                 go = Signal()
                 evn = Signal()
+                rjob = Signal()
                 m.d.comb += [evn.eq(b.rdflt & ~b.skip),
+                             rjob.eq(b.read & ~b.fatal & ~b.skip),
                              go.eq(post_q.i.ready & (~b.cqe_on | cqe_q.i.ready)
+                                   & (~rjob | rq.ready)
                                    & ~rst.valid
                                    & (~evn | (~wd_err & ev_q.i.ready)))]
                 with m.If(go):
                     m.d.comb += [post_q.i.valid.eq(1), cqe_q.i.valid.eq(b.cqe_on & ~b.skip),
+                                 rq.valid.eq(rjob),
                                  b_ev.eq(evn), inv_dec.eq(b.invc)]
                     with m.If(b.fatal):
                         m.d.comb += [dead_wr.addr.eq(b.qpn), dead_wr.data.eq(1),
@@ -1246,22 +1331,26 @@ class Execute(wiring.Component):
                                  lk.len.eq(kp_rd[i].data.len)]
         m.d.sync += [
             lk.pd.eq(pd_rd.data),
-            lk.access.eq(Mux(ke.write, Access.REMOTE_WRITE, Access.LOCAL_WRITE)),
+            lk.access.eq(Mux(ke.write, Access.REMOTE_WRITE,
+                             Mux(ke.read, Access.REMOTE_READ, Access.LOCAL_WRITE))),
             lk.tag.eq(j_d),
         ]
         iq = iss_q.i
         # the entry as it leaves the key checks
         for name in ("slot", "qpn", "cqn", "write", "inv", "has_beats", "cstat", "fatal", "syn",
-                     "cqe_on", "nowrite", "skip", "cdone", "rdflt", "pv"):
+                     "cqe_on", "nowrite", "skip", "cdone", "rdflt", "pv", "read"):
             m.d.comb += getattr(iq.payload, name).eq(getattr(ke, name))
         with m.If(k_fail):
-            # failed key: 0x62 (rkey; a CQE only when the packet takes a WQE) or 0x63 (lkey)
+            # failed key: 0x62 (rkey of a WRITE or READ; a CQE only when the packet takes a
+            # WQE) or 0x63 (lkey)
+            rk = Signal()
+            m.d.comb += rk.eq(ke.write | ke.read)
             m.d.comb += [iq.payload.fatal.eq(1), iq.payload.nowrite.eq(1),
-                         iq.payload.syn.eq(Mux(ke.write, 0x62, 0x63)),
-                         iq.payload.cstat.eq(Mux(ke.write, WcStatus.REM_ACCESS_ERR,
+                         iq.payload.syn.eq(Mux(rk, 0x62, 0x63)),
+                         iq.payload.cstat.eq(Mux(rk, WcStatus.REM_ACCESS_ERR,
                                                  WcStatus.LOC_QP_OP_ERR)),
-                         iq.payload.cqe_on.eq(~ke.write | ke.wqe),
-                         iq.payload.cdone.eq(~ke.write | ke.wqe)]
+                         iq.payload.cqe_on.eq(~rk | ke.wqe),
+                         iq.payload.cdone.eq(~rk | ke.wqe)]
         m.d.comb += iq.payload.invc.eq(ke.inv & ~iq.payload.nowrite)
         with m.FSM(name="keys"):
             with m.State("K_IDLE"):

@@ -7,11 +7,12 @@ interface.md wins): for each request frame's metadata from RX Parse, in order,
    dropped, counter 6.
 2. PSN (24-bit serial compare against the ePSN): ahead → NAK 0x60 with PSN = ePSN the first time
    (sets the sent-NAK latch), silent drop afterwards; behind → duplicate: ACK 0x1F at ePSN−1 (the
-   last executed PSN), always (AckReq ignored), no re-execution, counter 7; equal → clears the
-   latch and goes on.
+   last executed PSN), always (AckReq ignored), no re-execution, counter 7 — except a duplicate
+   RDMA READ, which goes to the execute stage again (``dup``, its own RETH and PSN, the current
+   MSN; no state change; interface.md §7), counter 7; equal → clears the latch and goes on.
 3. Opcode sequence (FIRST→MIDDLE→LAST of SEND and WRITE) → NAK 0x61.
-4. QP access: READ and atomics → NAK 0x61 (interface.md §6); WRITE without REMOTE_WRITE →
-   NAK 0x61.
+4. QP access: READ without REMOTE_READ, WRITE without REMOTE_WRITE, atomics → NAK 0x61
+   (interface.md §6, §7).
 5. Receive resources: an RWR packet (SEND_FIRST, SEND_ONLY*, WRITE_*_WITH_IMMEDIATE) with the
    on-chip RQ producer == consumer → RNR NAK ``0x20 | min_rnr_timer``, PSN = the packet's, no
    state change.
@@ -19,9 +20,11 @@ interface.md wins): for each request frame's metadata from RX Parse, in order,
    rules (resid > PMTU: payload == PMTU and PadCnt 0; else payload == resid and
    PadCnt == −resid & 3) → NAK 0x61. (rxe checks the WRITE rules after the rkey; here they come
    before it, so a packet failing both draws 0x61 where rxe would send 0x62. Both are fatal.)
-7. Execute: ePSN+1, MSN+1 on LAST/ONLY, message-in-progress updated, the RQ consumer index +1
-   when a message that holds a receive WQE ends; an *execute command* goes to the later stages
-   with the frame's payload.
+7. Execute: ePSN+1 (a READ of L bytes: + max(1, ⌈L/PMTU⌉), one PSN per response), MSN+1 on
+   LAST/ONLY and READ, message-in-progress updated, the RQ consumer index +1 when a message
+   that holds a receive WQE ends; an *execute command* goes to the later stages with the
+   frame's payload. A READ request with payload is a length error (0x61). A READ is answered
+   by its responses (the READ response engine), not by an ACK.
 
 Every NAK 0x61 moves the QP to ERROR at once (event 3); the QP's younger frames are then
 dropped (counter 6).
@@ -65,7 +68,8 @@ receive WQE ``rq_index`` on this packet), ``comp`` (the packet completes a recei
 packet), ``va``/``rkey``/``dma_len`` (the WRITE's RETH, carried on every packet of the message;
 placement address = ``va + offset``), ``imm_or_rkey`` (the ImmDt or the IETH's rkey),
 ``rq_index`` (the RQ consumer index: ring entry of the WQE), ``pd``, ``rcqn``, ``rq_base``,
-``rq_log``, ``access``.
+``rq_log``, ``access``; for RDMA READ ``read``, ``dup`` (a duplicate: answer it if the READ is
+still held), ``pmtu`` (the path MTU code) and ``ird`` (SET_QP ARG15[7:4]).
 
 ``done`` (in, :data:`done_layout`): exactly one per ``exe`` command, in the same order.
 ``fatal`` = 0: success, the ACK (if AckReq) leaves. ``fatal`` = 1: the QP moves to ERROR
@@ -128,6 +132,7 @@ exe_layout = data.StructLayout({
     "offset": 32, "va": 64, "rkey": 32, "dma_len": 32,
     "imm_or_rkey": 32, "rq_index": 16,
     "pd": 16, "rcqn": 16, "rq_base": 64, "rq_log": 5, "access": 8,
+    "read": 1, "dup": 1, "pmtu": 3, "ird": 4,
 })
 
 done_layout = data.StructLayout({"fatal": 1, "syndrome": 8})
@@ -333,6 +338,10 @@ class PsnCheck(wiring.Component):
         r_db = Signal(16)
         r_slot = Signal(2)
         r_info = Signal.like(a_info, name="r_info")
+        # a READ's response count less one is (DMA length − 1) >> log2(PMTU) (0 for length 0):
+        # the decrement is made here, the shift in B
+        r_rlm1 = Signal(32)
+        r_rlz = Signal()
         # The frame's metadata is kept once, in a 4-entry LUT-RAM ring written in A and read
         # by stage C at the operation's slot (at most three operations are in R, B and C, so A
         # never writes the slot C reads); R and B carry only the fields B checks.
@@ -349,7 +358,8 @@ class PsnCheck(wiring.Component):
         with m.If(adv):
             m.d.sync += [r_valid.eq(a_fire), r_kind.eq(a_kind), r_idx.eq(a_idx),
                          r_qok.eq(a_qok), r_db.eq(self.rq_db.payload.index), r_slot.eq(a_slot),
-                         r_info.eq(a_info)]
+                         r_info.eq(a_info), r_rlm1.eq(meta.reth_len - 1),
+                         r_rlz.eq(meta.reth_len == 0)]
             for f in meta_b_layout.members:
                 m.d.sync += r_meta[f].eq(meta[f])
 
@@ -363,6 +373,8 @@ class PsnCheck(wiring.Component):
         b_slot = Signal(2)
         # (the opcode decoded in A, registered through R: B's checks start from flip-flops)
         b_info = Signal.like(a_info, name="b_info")
+        b_rlm1 = Signal(32)
+        b_rlz = Signal()
         # the QP's row as read: the tables' registered read data (C's write of the R→B cycle
         # aside, see below)
         b_ctx = ctx.rd_dyn
@@ -416,7 +428,7 @@ class PsnCheck(wiring.Component):
         with m.If(adv):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
                          b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db), b_slot.eq(r_slot),
-                         b_info.eq(r_info),
+                         b_info.eq(r_info), b_rlm1.eq(r_rlm1), b_rlz.eq(r_rlz),
                          b_fwd.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx))]
         fwd = Signal(qp_dyn_layout)
         m.d.comb += fwd.eq(Mux(b_fwd, w1_data, b_ctx))
@@ -491,13 +503,23 @@ class PsnCheck(wiring.Component):
         c_drop = Signal()               # bad QPN or source IPv4 not the QP's
         c_len_nz = Signal()
         c_pkt_ok = Signal()             # a request packet of a usable QP, access allowed
+        # a READ of L bytes takes max(1, ⌈L/PMTU⌉) PSNs (interface.md §7): that count less one
+        b_rd_nm1 = Signal(24)
+        with m.If(b_info.read & ~b_rlz):
+            with m.Switch(b_st.pmtu):
+                for code in range(1, 6):
+                    with m.Case(code):
+                        m.d.comb += b_rd_nm1.eq(b_rlm1 >> (7 + code))
         b_pre_bad = Signal()
         b_acc_bad = Signal()
         b_drop = Signal()
         m.d.comb += [
             b_pre_bad.eq(b_pos_bad | (b_info.reth & (rl > (1 << 31)))
-                         | (b_info.write & b_info.start & b_wstart_bad)),
-            b_acc_bad.eq(b_info.read | b_info.atomic | (b_info.write & ~b_st.access[1])),
+                         | (b_info.write & b_info.start & b_wstart_bad)
+                         | (b_info.read & (b_len != 0))),
+            # READ needs REMOTE_READ (0x04), WRITE REMOTE_WRITE (0x02); atomics are refused
+            b_acc_bad.eq((b_info.read & ~b_st.access[2]) | b_info.atomic
+                         | (b_info.write & ~b_st.access[1])),
             b_drop.eq(~b_qok | (b_meta.src_ip != b_st.rip)),
         ]
         with m.If(adv):
@@ -507,7 +529,7 @@ class PsnCheck(wiring.Component):
                          c_info.eq(b_info), c_pmtu.eq(b_pmtu),
                          c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
                          c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad),
-                         c_len_nz.eq(b_len != 0), c_psn1.eq(b_meta.psn + 1)]
+                         c_len_nz.eq(b_len != 0), c_psn1.eq(b_meta.psn + 1 + b_rd_nm1)]
 
         # ---- stage C: decide --------------------------------------------------------------------
         cm, cx, st = c_meta, c_ctx, c_st
@@ -623,6 +645,7 @@ class PsnCheck(wiring.Component):
             exe.imm_or_rkey.eq(cm.imm_or_rkey), exe.rq_index.eq(cx.rq_cons),
             exe.pd.eq(st.pd), exe.rcqn.eq(st.rcqn), exe.rq_base.eq(st.rq_base),
             exe.rq_log.eq(st.rq_log), exe.access.eq(st.access),
+            exe.read.eq(info.read), exe.pmtu.eq(st.pmtu), exe.ird.eq(st.ird),
         ]
 
         with m.Switch(c_kind):
@@ -645,6 +668,14 @@ class PsnCheck(wiring.Component):
                 m.d.comb += [want_dec.eq(1), dec.beats.eq(c_len_nz)]
                 with m.If(c_drop | ~state_ok):
                     m.d.comb += stat_c[Counter.NO_QP].eq(1)
+                with m.Elif(pcls.dup & info.read):
+                    # a duplicate READ is executed again from its own RETH, numbered from its
+                    # own PSN, with the current MSN; no state changes. The execute stage answers
+                    # it if it still holds the READ (IRD), else it reports fatal 0x61.
+                    m.d.comb += [stat_c[Counter.DUPLICATES].eq(1), want_rq.eq(1),
+                                 want_exe.eq(1), exe.dup.eq(1), exe.msn.eq(cx.msn),
+                                 ent.wait_done.eq(1), ent.from_done.eq(1),
+                                 ent.syndrome.eq(0x1F)]
                 with m.Elif(pcls.dup):
                     # duplicate: ACK at the last executed PSN, always
                     m.d.comb += [stat_c[Counter.DUPLICATES].eq(1), want_rq.eq(1),
@@ -669,7 +700,9 @@ class PsnCheck(wiring.Component):
                         # execute
                         m.d.comb += [
                             want_exe.eq(1), want_rq.eq(1), dec.pass_.eq(1),
-                            ent.wait_done.eq(1), ent.from_done.eq(1), ent.frame.eq(cm.ackreq),
+                            ent.wait_done.eq(1), ent.from_done.eq(1),
+                            # (a READ is answered by its responses, not by an ACK)
+                            ent.frame.eq(cm.ackreq & ~info.read),
                             ent.syndrome.eq(0x1F), ent.msn.eq(msn_inc),
                         ]
                     with m.If(fail_61):

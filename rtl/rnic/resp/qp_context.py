@@ -4,7 +4,7 @@ Two tables of ``num_qp`` entries, both in block RAM:
 
 * the **static** table (:data:`qp_recv_layout`): what SET_QP writes that the receive engine
   uses and nothing else changes: path MTU, min_rnr_timer, PD, access flags, receive CQ, RQ
-  ring base and size, remote IPv4. A row keeps
+  ring base and size, remote IPv4, IRD (ARG15[7:4]). A row keeps
   each ARG's bits in 9-bit lanes (the block RAM's byte enables,
   :class:`~rnic.control.qp_args.ArgRow`), so SET_QP writes an ARG's lanes in the cycle it
   reads that ARG through the command port's one read port (design-rules.md §8): no ARG is held
@@ -21,7 +21,7 @@ PSN Check's stage-B context and the command's view of the QP. The PSN Check pipe
 pipeline ports; this block serves SET_QP (0x01) and QUERY_QP (0x02) of the command mailbox
 (interface.md §4.2) through the same ports while the pipeline is drained.
 
-SET_QP reads ARG0..14 twice: a first pass keeps what the checks and the dynamic write need (new
+SET_QP reads ARG0..15 twice: a first pass keeps what the checks and the dynamic write need (new
 state, path MTU, ARG2's ePSN, ARG3's send PSN, the refusals of ARG6/8/9), the QP's row is read
 and the command judged; only an accepted SET_QP reads them again and writes each ARG's lanes
 (and sends each on ``qp_arg``), then reads the row back (``set_static`` is the row written) and
@@ -71,7 +71,7 @@ def pmtu_bytes(code):
 
 #: The SET_QP fields the receive engine keeps (the rest are the requester's and the TX path
 #: table's, :mod:`rnic.control.qp_args`).
-RECV_FIELDS = ("pmtu", "min_rnr", "pd", "access", "rcqn", "rq_base", "rq_log", "rip")
+RECV_FIELDS = ("pmtu", "min_rnr", "pd", "access", "rcqn", "rq_base", "rq_log", "rip", "ird")
 #: The static row: those fields' ARG lanes.
 _ROW = ArgRow(RECV_FIELDS)
 _LANE = ArgRow.LANE
@@ -152,7 +152,7 @@ class QpContext(wiring.Component):
     set_static : Out(qp_recv_layout)
         With ``set_valid``: the static fields written.
     qp_arg : Out(stream.Signature(qp_arg_layout, always_ready=True))
-        Every ARG word an accepted SET_QP writes, in the cycle it is written (ARG0..14, before
+        Every ARG word an accepted SET_QP writes, in the cycle it is written (ARG0..15, before
         ``set_valid``), and one write with ``all`` per QP of the reset sweep: for the other
         tables of SET_QP's fields (:mod:`rnic.control.qp_args`).
     """
@@ -240,7 +240,7 @@ class QpContext(wiring.Component):
         op = Signal(8)
         index = Signal(24)
         result = Signal(8)
-        cnt = Signal(range(16))
+        cnt = Signal(range(17))
         sweeping = Signal(init=1)       # the FSM is in SWEEP (a register of its own)
         sweep_cnt = Signal(self.abits)
         written = Signal()      # SET_QP's ARG lanes are written; the next read is the new row
@@ -321,7 +321,7 @@ class QpContext(wiring.Component):
                     with m.Else():
                         m.next = "ADDR"
             with m.State("LOAD"):
-                # ARG cnt is addressed this cycle and arrives the next: ARG0..14 in 16 cycles
+                # ARG cnt is addressed this cycle and arrives the next: ARG0..15 in 17 cycles
                 m.d.comb += busy.eq(1)
                 m.d.sync += cnt.eq(cnt + 1)
                 with m.Switch(argn):
@@ -340,7 +340,7 @@ class QpContext(wiring.Component):
                     with m.Case(8):
                         with m.If((ad[0:5] > 15) | (ad[8:13] > 15)):
                             m.d.sync += arg_bad.eq(1)
-                with m.If(cnt == 15):
+                with m.If(cnt == 16):
                     m.next = "ADDR"
             with m.State("ADDR"):
                 m.d.comb += [busy.eq(1), c_rd_en.eq(1)]
@@ -373,10 +373,10 @@ class QpContext(wiring.Component):
                 with m.Else():
                     m.next = "WRITE"
             with m.State("WRITE"):
-                # ARG0..14 again, each written into its lanes of the static row as it arrives
+                # ARG0..15 again, each written into its lanes of the static row as it arrives
                 m.d.comb += [busy.eq(1), s_arg_we.eq(cnt != 0)]
                 m.d.sync += cnt.eq(cnt + 1)
-                with m.If(cnt == 15):
+                with m.If(cnt == 16):
                     m.d.sync += written.eq(1)
                     m.next = "ADDR"
             with m.State("EXEC"):
