@@ -19,7 +19,7 @@ from rnic.resp.psn_check import (PsnCheck, ack_out_layout, done_layout, exe_layo
 from rnic.resp.qp_context import qp_set_event_layout
 from rnic.stream import BeatStream
 from rnic.tx.arbiter import TxArbiter
-from rnic.tx.build import TxBuild, pkt_layout
+from rnic.tx.build import TxBuild, pkt_layout, tx_hdr_layout
 
 from .wrap import flat_top
 
@@ -43,7 +43,7 @@ class PsnBench(wiring.Component):
     builder's host read client is tied off)."""
 
     #: bumped when the bench changes: the simulation cache key covers rtl/ only
-    REV = 5
+    REV = 6
 
     def __init__(self, width, num_qp=16):
         self.width = width
@@ -88,11 +88,15 @@ class PsnBench(wiring.Component):
             connect(m, wiring.flipped(getattr(self, name)), getattr(psn, name))
         for name in ("pay_out", "ack_out", "rq_flush", "event", "qp_reset", "qp_set"):
             connect(m, getattr(psn, name), wiring.flipped(getattr(self, name)))
-        connect(m, psn.ack_tx, arb.ack)
+        at, ar = psn.ack_tx, arb.resp
+        m.d.comb += [ar.valid.eq(at.valid), at.ready.eq(ar.ready)]
+        m.d.comb += [getattr(ar.payload, f).eq(getattr(at.payload, f)) for f, _ in tx_hdr_layout]
         connect(m, wiring.flipped(self.tx1), arb.req)
         connect(m, arb.o, build.pkt)
+        connect(m, arb.chunk, build.chunk)
         connect(m, build.tx, wiring.flipped(self.tx))
-        m.d.comb += [build.chunk.valid.eq(0), build.rd.req.ready.eq(0),
+        m.d.comb += [arb.resp_chunk.valid.eq(0), arb.req_chunk.valid.eq(0),
+                     build.rd.req.ready.eq(0),
                      build.rd.resp.valid.eq(0), build.fault.ready.eq(1)]
         # the requester's send PSN as QUERY_QP sees it: loaded as the requester loads it, from
         # the qp_set events that move a QP to RTS (the SET_QP's send PSN) or RESET (0)

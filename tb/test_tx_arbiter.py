@@ -1,150 +1,263 @@
-"""TX arbiter against a model: whole descriptors, exactly once and in order per source, the
-requester's withdrawn descriptors never sent, a waiting source served after at most one frame of
-the other, a lone source every other cycle, both sources alternating every cycle (Amaranth
-simulator, one testbench driving and checking every cycle)."""
+"""TX arbiter against a model: whole descriptors, exactly once and in order per source, withdrawn
+descriptors never sent, a waiting source served after at most one frame of the other, a lone source
+every other cycle, both sources alternating every cycle; the gather chunks of both sources routed to
+``chunk`` in grant order, each exactly once, and no frame with payload passed while ``depth`` of
+them wait for their chunks, header-only ones still passing (Amaranth simulator, one testbench
+driving and checking every cycle)."""
+import gc
 import random
+import warnings
 
 import pytest
 from amaranth.sim import Simulator
 
 from rnic.tx.arbiter import TxArbiter
-from rnic.tx.build import pkt_layout, tx_hdr_layout
+from rnic.tx.build import chunk_layout, pkt_layout
 
-ACK_FIELDS = [name for name, _ in tx_hdr_layout]
 PKT_FIELDS = [name for name, _ in pkt_layout]
+CHUNK_FIELDS = [name for name, _ in chunk_layout]
+SRCS = ("resp", "req")
 
 
-def _ack(rng, i):
-    return {"qpn": i, "opcode": 0x11, "se": 0, "ackreq": 0, "psn": rng.getrandbits(24),
-            "aeth": 1, "syndrome": rng.getrandbits(8), "msn": rng.getrandbits(24)}
+def _chunks(rng, paylen, most):
+    """A frame's gather chunks: 1..most lengths summing to ``paylen``, random addresses."""
+    if paylen == 0:
+        return []
+    n = rng.randint(1, min(most, paylen))
+    cuts = sorted(rng.sample(range(1, paylen), n - 1))
+    lens = [b - a for a, b in zip([0] + cuts, cuts + [paylen])]
+    return [{"addr": rng.getrandbits(64), "len": n} for n in lens]
 
 
-def _req(rng, i):
-    return {"opcode": rng.choice((0x04, 0x06, 0x0A)), "se": rng.getrandbits(1),
-            "ackreq": rng.getrandbits(1), "psn": rng.getrandbits(24), "va": rng.getrandbits(64),
-            "rkey": rng.getrandbits(32), "dmalen": rng.getrandbits(32),
-            "imm": rng.getrandbits(32), "paylen": rng.getrandbits(13), "qpn": 0x1000 + i,
-            # a request's AETH fields are sent as 0
-            "aeth": 1, "syndrome": 0x5A, "msn": 7}
+def _resp(rng, i, p_pay):
+    """An ACK/NAK (no payload) or a READ response (payload, one chunk)."""
+    if rng.random() >= p_pay:
+        d = {"qpn": i, "opcode": 0x11, "se": 0, "ackreq": 0, "psn": rng.getrandbits(24),
+             "aeth": 1, "syndrome": rng.getrandbits(8), "msn": rng.getrandbits(24), "paylen": 0}
+    else:
+        d = {"qpn": i, "opcode": rng.choice((0x0D, 0x0E, 0x0F, 0x10)), "se": 0, "ackreq": 0,
+             "psn": rng.getrandbits(24), "aeth": 1, "syndrome": 0x1F,
+             "msn": rng.getrandbits(24), "paylen": rng.randint(1, 4096)}
+    d.update({f: 0 for f in PKT_FIELDS if f not in d})
+    return d, _chunks(rng, d["paylen"], 1)
+
+
+def _req(rng, i, p_pay, most):
+    d = {"opcode": rng.choice((0x04, 0x06, 0x0A)), "se": rng.getrandbits(1),
+         "ackreq": rng.getrandbits(1), "psn": rng.getrandbits(24), "va": rng.getrandbits(64),
+         "rkey": rng.getrandbits(32), "dmalen": rng.getrandbits(32),
+         "imm": rng.getrandbits(32), "qpn": 0x1000 + i,
+         "paylen": rng.randint(1, 4096) if rng.random() < p_pay else 0,
+         # a request's AETH fields are sent as 0
+         "aeth": 1, "syndrome": 0x5A, "msn": 7}
+    return d, _chunks(rng, d["paylen"], most)
 
 
 def _expected(src, d):
     """The builder descriptor the arbiter passes for ``d`` from ``src``."""
-    out = {f: 0 for f in PKT_FIELDS}
-    if src == "ack":
-        out.update({f: d[f] for f in ACK_FIELDS})
-    else:
-        out.update(d)
+    out = dict(d)
+    if src == "req":
         out.update(aeth=0, syndrome=0, msn=0)
     return out
 
 
-def _simulate(seed, n_ack, n_req, *, stall_ack, stall_req, withdraw, ready_p, cycles):
-    """Drive both sources and the output for ``cycles`` cycles; check every transfer against
-    the model; return what was sent, per source, and the transfer trace."""
+def _simulate(seed, n_resp, n_req, *, stall_resp, stall_req, withdraw, ready_p, cycles,
+              p_pay=0.5, most=3, stall_chunk=0.3, chunk_ready_p=0.7, chunk_hold=0, depth=4):
+    """Drive both sources, their chunks and both outputs for ``cycles`` cycles; check every
+    transfer against the model; return what was sent, per source, and the transfer trace.
+    ``chunk_hold``: no chunk is offered before that cycle."""
     rng = random.Random(seed)
-    dut = TxArbiter()
-    items = {"ack": [_ack(rng, i) for i in range(n_ack)],
-             "req": [_req(rng, i) for i in range(n_req)]}
-    port = {"ack": dut.ack, "req": dut.req}
-    fields = {"ack": ACK_FIELDS, "req": PKT_FIELDS}
-    nxt = {"ack": 0, "req": 0}          # index of the item offered (or to offer)
-    offering = {"ack": False, "req": False}
-    other_sent = {"ack": 0, "req": 0}   # frames of the other source since this offer began
-    sent = {"ack": [], "req": []}       # indices passed, in order
-    withdrawn = []
+    dut = TxArbiter(depth=depth)
+    items = {"resp": [_resp(rng, i, p_pay) for i in range(n_resp)],
+             "req": [_req(rng, i, p_pay, most) for i in range(n_req)]}
+    port = {"resp": dut.resp, "req": dut.req}
+    cport = {"resp": dut.resp_chunk, "req": dut.req_chunk}
+    nxt = {s: 0 for s in SRCS}          # index of the item offered (or to offer)
+    offering = {s: False for s in SRCS}
+    other_sent = {s: 0 for s in SRCS}   # frames of the other source since this offer began
+    sent = {s: [] for s in SRCS}        # indices passed, in order
+    withdrawn = {s: [] for s in SRCS}
+    pending = {s: [] for s in SRCS}     # chunks of passed frames not yet offered or taken
+    coffer = {s: False for s in SRCS}
+    expect = []                         # (source, chunk) in grant order, not yet routed
+    routed = []                         # (source, chunk) as routed
+    open_frames = []                    # [chunks not yet routed] per frame with payload passed
     trace = []                          # per cycle: the source that passed a frame, or None
-    offers = []                         # per cycle: which sources offered a descriptor
+    offers = []                         # per cycle: which sources offered a descriptor that
+    #                                     could pass (no payload, or the frame queue not full)
 
     async def bench(ctx):
-        for _ in range(cycles):
-            for s in ("ack", "req"):
+        for cyc in range(cycles):
+            full = len(open_frames) >= depth
+            for s in SRCS:
                 if not offering[s] and nxt[s] < len(items[s]) and rng.random() >= (
-                        stall_ack if s == "ack" else stall_req):
+                        stall_resp if s == "resp" else stall_req):
                     offering[s] = True
                     other_sent[s] = 0
-                    for f in fields[s]:
-                        ctx.set(port[s].payload[f], items[s][nxt[s]][f])
+                    for f in PKT_FIELDS:
+                        ctx.set(port[s].payload[f], items[s][nxt[s]][0][f])
                 ctx.set(port[s].valid, offering[s])
+                if not coffer[s] and pending[s] and cyc >= chunk_hold and \
+                        rng.random() >= stall_chunk:
+                    coffer[s] = True
+                    for f in CHUNK_FIELDS:
+                        ctx.set(cport[s].payload[f], pending[s][0][f])
+                ctx.set(cport[s].valid, coffer[s])
+            eligible = {s: offering[s] and not (full and items[s][nxt[s]][0]["paylen"])
+                        for s in SRCS}
+            for s in SRCS:
+                if offering[s] and not eligible[s]:
+                    other_sent[s] = 0       # the bound counts from when it can pass
             ctx.set(dut.o.ready, rng.random() < ready_p)
+            ctx.set(dut.chunk.ready, rng.random() < chunk_ready_p)
             await ctx.delay(1e-10)
-            took = [s for s in ("ack", "req") if offering[s] and ctx.get(port[s].ready)]
+            took = [s for s in SRCS if offering[s] and ctx.get(port[s].ready)]
             assert len(took) <= 1
             assert bool(took) == bool(ctx.get(dut.o.valid) and ctx.get(dut.o.ready))
+            ctook = [s for s in SRCS if coffer[s] and ctx.get(cport[s].ready)]
+            assert len(ctook) <= 1
+            assert bool(ctook) == bool(ctx.get(dut.chunk.valid) and ctx.get(dut.chunk.ready))
+            if ctook:
+                s = ctook[0]
+                out = {f: ctx.get(dut.chunk.payload[f]) for f in CHUNK_FIELDS}
+                c = pending[s].pop(0)
+                assert out == c
+                assert expect and expect[0] == (s, c), ("chunk out of grant order", s, c)
+                routed.append(expect.pop(0))
+                coffer[s] = False
+                open_frames[0] -= 1
+                if not open_frames[0]:
+                    open_frames.pop(0)
             if took:
                 s = took[0]
+                d, chunks = items[s][nxt[s]]
                 out = {f: ctx.get(dut.o.payload[f]) for f in PKT_FIELDS}
-                assert out == _expected(s, items[s][nxt[s]]), (s, nxt[s])
+                assert out == _expected(s, d), (s, nxt[s])
                 # round robin: a waiting source goes after at most one frame of the other
                 assert other_sent[s] <= 1, (s, nxt[s], other_sent[s])
                 sent[s].append(nxt[s])
+                pending[s] += chunks
+                expect.extend((s, c) for c in chunks)
+                assert not (full and chunks), "a frame with payload passed a full queue"
+                if chunks:
+                    open_frames.append(len(chunks))
                 nxt[s] += 1
                 offering[s] = False
-                o = "req" if s == "ack" else "ack"
+                o = "req" if s == "resp" else "resp"
                 if offering[o]:
                     other_sent[o] += 1
             trace.append(took[0] if took else None)
-            offers.append(dict(offering))
+            offers.append(eligible)
             await ctx.tick()
-            # the requester may withdraw a descriptor not taken (it rewinds): offered again
-            # later, or (half the time) never
-            if offering["req"] and not took == ["req"] and rng.random() < withdraw:
-                offering["req"] = False
-                if rng.random() < 0.5:
-                    withdrawn.append(nxt["req"])
-                    nxt["req"] += 1
+            # a source may withdraw a descriptor not taken: offered again later, or (half the
+            # time) never
+            for s in SRCS:
+                if offering[s] and took != [s] and rng.random() < withdraw:
+                    offering[s] = False
+                    if rng.random() < 0.5:
+                        withdrawn[s].append(nxt[s])
+                        nxt[s] += 1
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
     _check_round_robin(trace, offers)
-    return items, sent, withdrawn, trace
+    return {"items": items, "sent": sent, "withdrawn": withdrawn, "trace": trace,
+            "routed": routed, "expect": expect}
 
 
 def _check_round_robin(trace, offers):
     """When a source passes two frames in a row, the other did not offer one all along from the
     first, nor from the first cycle after it in which anything was offered: it would have been
-    granted first (the grant goes to the source not served last). A requester that withdraws
-    its offer in between has the grant picked again, so only unbroken offers count."""
+    granted first (the grant goes to the source not served last). A source that withdraws its
+    offer in between has the grant picked again, so only unbroken offers count."""
     passed = [t for t, s in enumerate(trace) if s]
     for t1, t2 in zip(passed, passed[1:]):
         s = trace[t1]
         if trace[t2] != s:
             continue
-        o = "req" if s == "ack" else "ack"
-        tg = next((t for t in range(t1 + 1, t2) if offers[t]["ack"] or offers[t]["req"]), t2)
-        # (unless the requester withdrew its offer in between: the grant is then picked again)
+        o = "req" if s == "resp" else "resp"
+        tg = next((t for t in range(t1 + 1, t2) if offers[t]["resp"] or offers[t]["req"]), t2)
+        # (unless the other withdrew its offer in between: the grant is then picked again)
         assert not all(offers[t][o] for t in range(t1, t2 + 1)), (t1, t2, s)
         if all(offers[t][o] for t in range(tg, t2 + 1)):
             assert tg == t2, (t1, t2, tg, s)
 
 
+def _all_chunks(r, s):
+    return [(s, c) for k in r["sent"][s] for c in r["items"][s][k][1]]
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_traffic(seed):
-    """Random valid, ready and withdrawals: every ACK/NAK once, in order; every request not
-    withdrawn for good once, in order; no withdrawn one sent."""
-    items, sent, withdrawn, trace = _simulate(
-        seed, 150, 150, stall_ack=0.4, stall_req=0.4, withdraw=0.15, ready_p=0.7, cycles=4000)
-    assert sent["ack"] == list(range(150))
-    assert sent["req"] == [i for i in range(150) if i not in withdrawn]
-    assert withdrawn and not set(withdrawn) & set(sent["req"])
+    """Random valid, ready and withdrawals on both sources, frames with and without payload:
+    every descriptor not withdrawn for good once, in order; no withdrawn one sent; every chunk
+    of every frame passed routed once, in grant order (checked as it passes)."""
+    r = _simulate(seed, 150, 150, stall_resp=0.4, stall_req=0.4, withdraw=0.15, ready_p=0.7,
+                  cycles=5000)
+    for s in SRCS:
+        assert r["sent"][s] == [i for i in range(150) if i not in r["withdrawn"][s]]
+        assert r["withdrawn"][s] and not set(r["withdrawn"][s]) & set(r["sent"][s])
+    assert not r["expect"], "chunks left unrouted"
+    assert sorted(map(repr, r["routed"])) == sorted(
+        map(repr, _all_chunks(r, "resp") + _all_chunks(r, "req")))
+    # the frames of the two sources did interleave, several chunks per request frame too
+    assert sum(1 for a, b in zip(r["routed"], r["routed"][1:]) if a[0] != b[0]) > 50
+    assert any(len(r["items"]["req"][k][1]) == 3 for k in r["sent"]["req"])
 
 
 def test_both_waiting_alternate_every_cycle():
-    """Both sources always valid, output always ready: one frame a cycle, alternating."""
-    _, sent, _, trace = _simulate(4, 40, 40, stall_ack=0, stall_req=0, withdraw=0,
-                                  ready_p=1, cycles=60)
-    passed = [s for s in trace if s]
+    """Both sources always valid, output always ready: one frame a cycle, alternating (chunks
+    taken as they come)."""
+    r = _simulate(4, 40, 40, stall_resp=0, stall_req=0, withdraw=0, ready_p=1, cycles=60,
+                  p_pay=0.3, most=1, stall_chunk=0, chunk_ready_p=1)
+    passed = [s for s in r["trace"] if s]
     assert len(passed) >= 58
     assert all(a != b for a, b in zip(passed, passed[1:]))
 
 
-@pytest.mark.parametrize("src", ["ack", "req"])
+@pytest.mark.parametrize("src", SRCS)
 def test_lone_source_every_other_cycle(src):
     """One source always valid, the other idle: one frame every other cycle, no faster."""
-    n = (40, 0) if src == "ack" else (0, 40)
-    _, sent, _, trace = _simulate(5, *n, stall_ack=0, stall_req=0, withdraw=0, ready_p=1,
-                                  cycles=41)
-    assert len(sent[src]) == 20
-    assert all(not (a and b) for a, b in zip(trace, trace[1:]))
+    n = (40, 0) if src == "resp" else (0, 40)
+    r = _simulate(5, *n, stall_resp=0, stall_req=0, withdraw=0, ready_p=1, cycles=41,
+                  p_pay=0.5, most=1, stall_chunk=0, chunk_ready_p=1)
+    assert len(r["sent"][src]) == 20
+    assert all(not (a and b) for a, b in zip(r["trace"], r["trace"][1:]))
+
+
+@pytest.mark.parametrize("depth", [1, 4])
+def test_chunk_queue_full(depth):
+    """No chunk is offered for 300 cycles: exactly ``depth`` frames with payload pass, header-only
+    frames of either source go on passing until the source's next frame has payload; once chunks
+    come, everything drains in grant order."""
+    r = _simulate(6, 60, 60, stall_resp=0.2, stall_req=0.2, withdraw=0, ready_p=0.9,
+                  cycles=1500, p_pay=0.5, most=2, chunk_hold=300, depth=depth)
+    items, sent, trace = r["items"], r["sent"], r["trace"]
+    seq = []                 # per cycle up to 300: (source, item) passed
+    counts = {s: 0 for s in SRCS}
+    for t in range(300):
+        s = trace[t]
+        if s:
+            seq.append((s, sent[s][counts[s]]))
+            counts[s] += 1
+    with_pay = [x for x in seq if items[x[0]][x[1]][0]["paylen"]]
+    assert len(with_pay) == depth, with_pay
+    # each source stopped at a frame with payload: its header-only frames before it all passed
+    for s in SRCS:
+        assert items[s][counts[s]][0]["paylen"], (s, counts[s])
+    assert len(seq) > depth
+    for s in SRCS:
+        assert sent[s] == list(range(60))
+    assert not r["expect"]
+    assert len(r["routed"]) == sum(len(items[s][k][1]) for s in SRCS for k in sent[s])
+
+
+def test_parameters_refused():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")         # the refused instances are never elaborated
+        for depth in (0, 17, 2.0):
+            with pytest.raises(ValueError):
+                TxArbiter(depth=depth)
+        gc.collect()

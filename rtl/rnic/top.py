@@ -296,13 +296,18 @@ class RNIC(wiring.Component):
         with m.If(ao.valid & ~ack_ok):
             m.d.comb += stat[Counter.NO_QP].eq(1)
 
-        # MAC transmit: ACK/NAK and request descriptors -> TX arbiter (whole frames) -> the TX
-        # frame builder, which takes the requester's gather chunks for its request frames
-        wiring.connect(m, psn.ack_tx, arb.ack)
+        # MAC transmit: ACK/NAK and request descriptors -> TX arbiter (whole frames, and their
+        # gather chunks in the same order) -> the TX frame builder. The ACK/NAKs have no chunks.
+        at, ar = psn.ack_tx, arb.resp
+        m.d.comb += [ar.valid.eq(at.valid), at.ready.eq(ar.ready)]
+        m.d.comb += [getattr(ar.payload, f).eq(getattr(at.payload, f)) for f in
+                     ("qpn", "opcode", "se", "ackreq", "psn", "aeth", "syndrome", "msn")]
+        m.d.comb += arb.resp_chunk.valid.eq(0)
         wiring.connect(m, req.pkt, arb.req)
+        wiring.connect(m, req.chunk, arb.req_chunk)
         wiring.connect(m, arb.o, build.pkt)
         # (the builder's chunk.ready comes from its input skid buffer's register)
-        wiring.connect(m, req.chunk, build.chunk)
+        wiring.connect(m, arb.chunk, build.chunk)
         m.d.comb += [build.local_mac.eq(ctl.local_mac), build.local_ip.eq(ctl.local_ip)]
         o = build.tx
         m.d.comb += [

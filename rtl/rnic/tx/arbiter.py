@@ -1,84 +1,154 @@
-"""TX arbiter: picks the next frame for the one TX frame builder, by whole frames.
+"""TX arbiter: picks the next frame for the one TX frame builder, by whole frames, and routes
+the gather chunks of the frames it passed to the builder in the same order.
 
-Two sources of frame descriptors: the responder's ACK/NAK frames (PSN Check's ``ack_tx``,
-:data:`~rnic.tx.build.tx_hdr_layout`) and the requester's request packets (its ``pkt``,
-:data:`~rnic.tx.build.pkt_layout`). A descriptor is a whole frame, so the arbiter needs no
-frame state; a request's gather chunks go straight to the builder, which takes them for the
-request descriptors in the order the arbiter passed them.
+Two sources of frame descriptors (:data:`~rnic.tx.build.pkt_layout`), each with its own gather
+chunks (:data:`~rnic.tx.build.chunk_layout`): the responder (``resp``/``resp_chunk``: its ACK/NAK
+frames, header only, and its READ responses, one chunk per frame with payload) and the requester
+(``req``/``req_chunk``: its request packets, one chunk per SGE a packet's payload touches). A
+descriptor is a whole frame, so picking frames needs no frame state.
+
+The builder takes the chunks of its frames in descriptor order, so the arbiter remembers, in
+grant order, each frame with payload it passed (its source and ``paylen``) in a small queue
+(``depth`` entries) and routes to ``chunk`` only the chunks of the source of the queue's head,
+popping the entry when that frame's chunks have summed to its ``paylen``. While the queue is
+full no descriptor with payload is granted (header-only descriptors still are). This cannot
+deadlock as long as each source sends a frame's chunks after its descriptor and without waiting
+for a later descriptor of its own to pass (both do: a descriptor, then its chunks): the head's
+chunks then always come, since its descriptor has passed and every earlier frame's chunks have
+been routed.
 
 The grant is a register: a source is picked from the ``valid`` inputs into it in one cycle and
 its descriptor passes in a later one, so neither source's ``ready`` depends on a ``valid`` and
 the payload multiplexer's select is a register. ``o.valid`` is the granted source's ``valid``
-(the requester may withdraw a descriptor when it rewinds; the grant is then dropped). After a
+(a source may withdraw a descriptor not yet taken: the requester when it rewinds, the READ
+response engine when a payload fault ends its READ; the grant is then dropped). After a
 transfer the other source, if it waits, is granted in the same cycle; a source alone is granted
 again a cycle later, so it passes one descriptor every other cycle (a frame takes the builder
 more cycles than that).
 
-Priority: round-robin by frame. When both sources wait, the one not served last goes first, so
-an ACK/NAK waits behind at most one request frame and a request behind at most one ACK/NAK
-(plus the frames already in the builder). ACK/NAKs cannot starve requests in any case: PSN
-Check's pending table keeps at most an ACK and a NAK per QP.
+Priority: round-robin by frame. When both sources wait (with a descriptor that can pass), the
+one not served last goes first, so a responder frame waits behind at most one request frame and
+a request behind at most one responder frame (plus the frames already in the builder; a frame
+with payload also waits while the frame queue is full, and the other source's header-only
+frames may pass meanwhile).
 """
 
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .build import pkt_layout, tx_hdr_layout
+from ..stream import Queue
+from .build import chunk_layout, pkt_layout
 
 __all__ = ["TxArbiter"]
 
 
 class TxArbiter(wiring.Component):
-    """Two-input frame round-robin arbiter ahead of :class:`~rnic.tx.build.TxBuild`.
+    """Two-input frame round-robin arbiter ahead of :class:`~rnic.tx.build.TxBuild`, with the
+    chunk routing that follows its grants.
+
+    Parameters
+    ----------
+    depth : int
+        Frames with payload passed whose chunks have not all been routed yet, at most
+        (1..16; default 4).
 
     Attributes
     ----------
-    ack : In(stream.Signature(tx_hdr_layout))
-        Responder ACK/NAK frames.
+    resp : In(stream.Signature(pkt_layout))
+        Responder frames: ACK/NAKs and READ responses (:class:`~rnic.tx.read_resp.ReadResp`).
+    resp_chunk : In(stream.Signature(chunk_layout))
+        The responder frames' gather chunks, after their descriptors, in frame order.
     req : In(stream.Signature(pkt_layout))
         Requester request frames (their ``aeth`` fields are ignored and sent as 0).
+    req_chunk : In(stream.Signature(chunk_layout))
+        The request frames' gather chunks, after their descriptors, in frame order.
     o : Out(stream.Signature(pkt_layout))
         To the builder's ``pkt``. ``o.ready`` must not depend on ``o.valid`` (the builder's
         input queue: its room).
+    chunk : Out(stream.Signature(chunk_layout))
+        To the builder's ``chunk``: the chunks of the frames passed on ``o``, in that order.
     """
 
-    def __init__(self):
+    def __init__(self, *, depth=4):
+        if not isinstance(depth, int) or not 1 <= depth <= 16:
+            raise ValueError(f"depth must be an integer in 1..16, not {depth!r}")
+        self.depth = depth
         super().__init__({
-            "ack": In(stream.Signature(tx_hdr_layout)),
+            "resp": In(stream.Signature(pkt_layout)),
+            "resp_chunk": In(stream.Signature(chunk_layout)),
             "req": In(stream.Signature(pkt_layout)),
+            "req_chunk": In(stream.Signature(chunk_layout)),
             "o": Out(stream.Signature(pkt_layout)),
+            "chunk": Out(stream.Signature(chunk_layout)),
         })
 
     def elaborate(self, platform):
         m = Module()
+        # the frames with payload passed, in grant order: source (1 request) and payload bytes
+        m.submodules.frames = fq = Queue(data.StructLayout({"req": 1, "paylen": 13}),
+                                         self.depth)
+
+        # ---- the grant -------------------------------------------------------------------------
+        s, r, o = self.resp.payload, self.req.payload, self.o.payload
+        # a source may be granted when it offers a descriptor that can pass: no payload, or
+        # room in the frame queue for its entry
+        e_resp, e_req = Signal(), Signal()
+        m.d.comb += [e_resp.eq(self.resp.valid & ((s.paylen == 0) | fq.i.ready)),
+                     e_req.eq(self.req.valid & ((r.paylen == 0) | fq.i.ready))]
         prio = Signal()         # 1: the request source goes first at the next pick
-        pick = Signal()         # 1: request, 0: ACK/NAK (from the inputs' valid)
-        m.d.comb += pick.eq(Mux(prio, self.req.valid, ~self.ack.valid))
+        pick = Signal()         # 1: request, 0: responder
+        m.d.comb += pick.eq(Mux(prio, e_req, ~e_resp))
         g_valid = Signal()      # a source is granted
-        g_req = Signal()        # the source granted: 1 request, 0 ACK/NAK
-        a, r, o = self.ack.payload, self.req.payload, self.o.payload
+        g_req = Signal()        # the source granted: 1 request, 0 responder
         with m.If(g_req):
             m.d.comb += o.eq(r)
             m.d.comb += [o.aeth.eq(0), o.syndrome.eq(0), o.msn.eq(0)]
         with m.Else():
-            m.d.comb += [getattr(o, f).eq(getattr(a, f)) for f in
-                         ("qpn", "opcode", "se", "ackreq", "psn", "aeth", "syndrome", "msn")]
+            m.d.comb += o.eq(s)
         g_in = Signal()         # the granted source's valid
+        g_pass = Signal()       # its descriptor may pass: no payload, or room for its entry
         m.d.comb += [
-            g_in.eq(Mux(g_req, self.req.valid, self.ack.valid)),
-            self.o.valid.eq(g_valid & g_in),
-            self.ack.ready.eq(self.o.ready & g_valid & ~g_req),
-            self.req.ready.eq(self.o.ready & g_valid & g_req),
+            g_in.eq(Mux(g_req, self.req.valid, self.resp.valid)),
+            g_pass.eq(Mux(g_req, r.paylen == 0, s.paylen == 0) | fq.i.ready),
+            self.o.valid.eq(g_valid & g_in & g_pass),
+            self.resp.ready.eq(self.o.ready & g_valid & ~g_req & g_pass),
+            self.req.ready.eq(self.o.ready & g_valid & g_req & g_pass),
+            fq.i.valid.eq(self.o.valid & self.o.ready & (o.paylen != 0)),
+            fq.i.payload.req.eq(g_req),
+            fq.i.payload.paylen.eq(o.paylen),
         ]
         with m.If(g_valid):
-            with m.If(~g_in):
-                # the requester withdraws a descriptor when it rewinds: pick again
+            with m.If(~g_in | ~g_pass):
+                # a source withdrew its descriptor (see above), or it has payload and the frame
+                # queue is full (the grant was made a cycle before a transfer took the last
+                # entry): pick again
                 m.d.sync += g_valid.eq(0)
             with m.Elif(self.o.ready):
                 # the other source next, if it waits
                 m.d.sync += [prio.eq(~g_req), g_req.eq(~g_req),
-                             g_valid.eq(Mux(g_req, self.ack.valid, self.req.valid))]
+                             g_valid.eq(Mux(g_req, e_resp, e_req))]
         with m.Else():
-            m.d.sync += [g_valid.eq(self.ack.valid | self.req.valid), g_req.eq(pick)]
+            m.d.sync += [g_valid.eq(e_resp | e_req), g_req.eq(pick)]
+
+        # ---- the chunks: those of the head frame's source, until they sum to its paylen ---------
+        head = fq.o.payload
+        used = Signal(13)       # bytes of the head frame's chunks passed so far
+        total = Signal(14)
+        m.d.comb += [
+            self.chunk.valid.eq(fq.o.valid & Mux(head.req, self.req_chunk.valid,
+                                                 self.resp_chunk.valid)),
+            self.chunk.payload.eq(Mux(head.req, self.req_chunk.payload,
+                                      self.resp_chunk.payload)),
+            self.req_chunk.ready.eq(self.chunk.ready & fq.o.valid & head.req),
+            self.resp_chunk.ready.eq(self.chunk.ready & fq.o.valid & ~head.req),
+            total.eq(used + self.chunk.payload.len),
+        ]
+        with m.If(self.chunk.valid & self.chunk.ready):
+            # (≥: a frame's chunks sum exactly to its paylen in a well-formed stream)
+            with m.If(total >= head.paylen):
+                m.d.comb += fq.o.ready.eq(1)
+                m.d.sync += used.eq(0)
+            with m.Else():
+                m.d.sync += used.eq(total)
         return m

@@ -1,11 +1,13 @@
 """The TX frame builder: every frame the core sends, one descriptor each.
 
 A descriptor (:data:`pkt_layout`) names the headers and the payload length: a request packet
-of the requester (with its RETH/IMMDT/IETH) or an ACK/NAK of the responder (with its AETH). A
-request's payload arrives as gather chunks (:data:`chunk_layout`: bus address and length, in
-message order), each read from host memory through a :class:`rnic.host.HostMemory` read
-client; an ACK/NAK has no payload. The :class:`~rnic.tx.arbiter.TxArbiter` ahead of the builder
-picks whole frames, so the chunks always belong to the request descriptors in their order.
+of the requester (with its RETH/IMMDT/IETH), an ACK/NAK of the responder (with its AETH, no
+payload) or a READ response of the responder (FIRST, LAST and ONLY with an AETH, MIDDLE without;
+all with payload). A frame's payload arrives as gather chunks (:data:`chunk_layout`: bus address
+and length, in payload order), each read from host memory through a :class:`rnic.host.HostMemory`
+read client. The :class:`~rnic.tx.arbiter.TxArbiter` ahead of the builder picks whole frames and
+routes their chunks in the same order, so the chunks always belong to the descriptors with
+payload in their order.
 
 The whole frame is in an on-chip frame FIFO before its first beat leaves, because the MAC takes
 no gaps (interface.md §2). This block holds the transmit side's one IPv4 checksum and its one
@@ -85,7 +87,8 @@ tx_hdr_layout = data.StructLayout({
     "msn": 24,
 })
 
-#: One frame to build: a request packet, or an ACK/NAK (``aeth`` set, no payload).
+#: One frame to build: a request packet, an ACK/NAK (``aeth`` set, no payload) or a READ
+#: response (``aeth`` set on FIRST, LAST and ONLY; payload from its chunk).
 pkt_layout = data.StructLayout({
     "opcode": 8,        # RC opcode; RETH/IMMDT/IETH follow from it
     "se": 1,
@@ -140,8 +143,9 @@ class TxBuild(wiring.Component):
         source port; the reset sweep after ``rst`` writes every row. A ``qpn`` ≥ ``num_qp`` is
         ignored.
     chunk : In(stream.Signature(chunk_layout))
-        The packet's gather chunks, in payload order, summing exactly to ``paylen`` (none for an
-        empty payload). ``ready`` comes from a register (a skid buffer at the input), so the
+        The gather chunks of the descriptors with payload (requests and READ responses), in
+        descriptor and payload order, summing exactly to each ``paylen`` (none for an empty
+        payload). ``ready`` comes from a register (a skid buffer at the input), so the
         producer may drive register enables from it.
     rd : Out(ReadClientSignature(W))
         Host-memory read client (requests tagged 0), at most ``read_beats`` bus words each.
