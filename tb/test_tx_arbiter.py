@@ -77,6 +77,7 @@ def _simulate(seed, n_resp, n_req, *, stall_resp, stall_req, withdraw, ready_p, 
     other_sent = {s: 0 for s in SRCS}   # frames of the other source since this offer began
     sent = {s: [] for s in SRCS}        # indices passed, in order
     withdrawn = {s: [] for s in SRCS}
+    cool = {s: False for s in SRCS}     # withdrawn in the last cycle: valid stays low
     pending = {s: [] for s in SRCS}     # chunks of passed frames not yet offered or taken
     coffer = {s: False for s in SRCS}
     expect = []                         # (source, chunk) in grant order, not yet routed
@@ -90,8 +91,8 @@ def _simulate(seed, n_resp, n_req, *, stall_resp, stall_req, withdraw, ready_p, 
         for cyc in range(cycles):
             full = len(open_frames) >= depth
             for s in SRCS:
-                if not offering[s] and nxt[s] < len(items[s]) and rng.random() >= (
-                        stall_resp if s == "resp" else stall_req):
+                if not offering[s] and not cool[s] and nxt[s] < len(items[s]) and \
+                        rng.random() >= (stall_resp if s == "resp" else stall_req):
                     offering[s] = True
                     other_sent[s] = 0
                     for f in PKT_FIELDS:
@@ -150,10 +151,12 @@ def _simulate(seed, n_resp, n_req, *, stall_resp, stall_req, withdraw, ready_p, 
             offers.append(eligible)
             await ctx.tick()
             # a source may withdraw a descriptor not taken: offered again later, or (half the
-            # time) never
+            # time) never; valid is then low for at least a cycle
             for s in SRCS:
+                cool[s] = False
                 if offering[s] and took != [s] and rng.random() < withdraw:
                     offering[s] = False
+                    cool[s] = True
                     if rng.random() < 0.5:
                         withdrawn[s].append(nxt[s])
                         nxt[s] += 1

@@ -18,13 +18,14 @@ chunks then always come, since its descriptor has passed and every earlier frame
 been routed.
 
 The grant is a register: a source is picked from the ``valid`` inputs into it in one cycle and
-its descriptor passes in a later one, so neither source's ``ready`` depends on a ``valid`` and
-the payload multiplexer's select is a register. ``o.valid`` is the granted source's ``valid``
-(a source may withdraw a descriptor not yet taken: the requester when it rewinds, the READ
-response engine when a payload fault ends its READ; the grant is then dropped). After a
-transfer the other source, if it waits, is granted in the same cycle; a source alone is granted
-again a cycle later, so it passes one descriptor every other cycle (a frame takes the builder
-more cycles than that).
+its descriptor passes in a later one, so neither source's ``ready`` depends on a ``valid`` or a
+payload (whether the granted descriptor has payload is registered with the grant) and the
+payload multiplexer's select is a register. ``o.valid`` is the granted source's ``valid`` (a
+source may withdraw a descriptor not yet taken: the requester when it rewinds, the READ response
+engine when a payload fault ends its READ; the grant is then dropped; ``valid`` stays low for a
+cycle before another descriptor is offered). After a transfer the other source, if it waits, is
+granted in the same cycle; a source alone is granted again a cycle later, so it passes one
+descriptor every other cycle (a frame takes the builder more cycles than that).
 
 Priority: round-robin by frame. When both sources wait (with a descriptor that can pass), the
 one not served last goes first, so a responder frame waits behind at most one request frame and
@@ -93,14 +94,20 @@ class TxArbiter(wiring.Component):
         s, r, o = self.resp.payload, self.req.payload, self.o.payload
         # a source may be granted when it offers a descriptor that can pass: no payload, or
         # room in the frame queue for its entry
+        z_resp, z_req = Signal(), Signal()      # the descriptor offered has no payload
         e_resp, e_req = Signal(), Signal()
-        m.d.comb += [e_resp.eq(self.resp.valid & ((s.paylen == 0) | fq.i.ready)),
-                     e_req.eq(self.req.valid & ((r.paylen == 0) | fq.i.ready))]
+        m.d.comb += [z_resp.eq(s.paylen == 0), z_req.eq(r.paylen == 0),
+                     e_resp.eq(self.resp.valid & (z_resp | fq.i.ready)),
+                     e_req.eq(self.req.valid & (z_req | fq.i.ready))]
         prio = Signal()         # 1: the request source goes first at the next pick
         pick = Signal()         # 1: request, 0: responder
         m.d.comb += pick.eq(Mux(prio, e_req, ~e_resp))
         g_valid = Signal()      # a source is granted
         g_req = Signal()        # the source granted: 1 request, 0 responder
+        # the granted descriptor has no payload: registered with the grant (a descriptor does
+        # not change while offered, and one withdrawn drops the grant), so the sources' ready
+        # starts at registers, not at their payload
+        g_zero = Signal()
         with m.If(g_req):
             m.d.comb += o.eq(r)
             m.d.comb += [o.aeth.eq(0), o.syndrome.eq(0), o.msn.eq(0)]
@@ -110,11 +117,11 @@ class TxArbiter(wiring.Component):
         g_pass = Signal()       # its descriptor may pass: no payload, or room for its entry
         m.d.comb += [
             g_in.eq(Mux(g_req, self.req.valid, self.resp.valid)),
-            g_pass.eq(Mux(g_req, r.paylen == 0, s.paylen == 0) | fq.i.ready),
+            g_pass.eq(g_zero | fq.i.ready),
             self.o.valid.eq(g_valid & g_in & g_pass),
             self.resp.ready.eq(self.o.ready & g_valid & ~g_req & g_pass),
             self.req.ready.eq(self.o.ready & g_valid & g_req & g_pass),
-            fq.i.valid.eq(self.o.valid & self.o.ready & (o.paylen != 0)),
+            fq.i.valid.eq(self.o.valid & self.o.ready & ~g_zero),
             fq.i.payload.req.eq(g_req),
             fq.i.payload.paylen.eq(o.paylen),
         ]
@@ -127,28 +134,40 @@ class TxArbiter(wiring.Component):
             with m.Elif(self.o.ready):
                 # the other source next, if it waits
                 m.d.sync += [prio.eq(~g_req), g_req.eq(~g_req),
-                             g_valid.eq(Mux(g_req, e_resp, e_req))]
+                             g_valid.eq(Mux(g_req, e_resp, e_req)),
+                             g_zero.eq(Mux(g_req, z_resp, z_req))]
         with m.Else():
-            m.d.sync += [g_valid.eq(e_resp | e_req), g_req.eq(pick)]
+            m.d.sync += [g_valid.eq(e_resp | e_req), g_req.eq(pick),
+                         g_zero.eq(Mux(pick, z_req, z_resp))]
 
         # ---- the chunks: those of the head frame's source, until they sum to its paylen ---------
+        # ``need``, the head frame's bytes still to come, is a register loaded from the head a
+        # cycle after it arrives (``need_ok``), so the pop test is one comparison of an input
         head = fq.o.payload
-        used = Signal(13)       # bytes of the head frame's chunks passed so far
-        total = Signal(14)
+        need = Signal(13)
+        need_ok = Signal()
+        with m.If(~need_ok & fq.o.valid):
+            m.d.sync += [need.eq(head.paylen), need_ok.eq(1)]
+        on = Signal()           # the head's chunks may pass
+        # the pop test, "this chunk ends the head frame", for each source's chunk in parallel
+        # (compared before the multiplexer, not behind it)
+        end_resp, end_req = Signal(), Signal()
+        m.d.comb += [end_resp.eq(self.resp_chunk.payload.len >= need),
+                     end_req.eq(self.req_chunk.payload.len >= need)]
         m.d.comb += [
-            self.chunk.valid.eq(fq.o.valid & Mux(head.req, self.req_chunk.valid,
-                                                 self.resp_chunk.valid)),
+            on.eq(fq.o.valid & need_ok),
+            self.chunk.valid.eq(on & Mux(head.req, self.req_chunk.valid,
+                                         self.resp_chunk.valid)),
             self.chunk.payload.eq(Mux(head.req, self.req_chunk.payload,
                                       self.resp_chunk.payload)),
-            self.req_chunk.ready.eq(self.chunk.ready & fq.o.valid & head.req),
-            self.resp_chunk.ready.eq(self.chunk.ready & fq.o.valid & ~head.req),
-            total.eq(used + self.chunk.payload.len),
+            self.req_chunk.ready.eq(self.chunk.ready & on & head.req),
+            self.resp_chunk.ready.eq(self.chunk.ready & on & ~head.req),
         ]
         with m.If(self.chunk.valid & self.chunk.ready):
             # (≥: a frame's chunks sum exactly to its paylen in a well-formed stream)
-            with m.If(total >= head.paylen):
+            with m.If(Mux(head.req, end_req, end_resp)):
                 m.d.comb += fq.o.ready.eq(1)
-                m.d.sync += used.eq(0)
+                m.d.sync += need_ok.eq(0)
             with m.Else():
-                m.d.sync += used.eq(total)
+                m.d.sync += need.eq(need - self.chunk.payload.len)
         return m
