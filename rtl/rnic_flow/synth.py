@@ -144,6 +144,8 @@ BLOCKS = {
                      lambda m, c: m.CqeGen(width=c.data_width, num_cq=c.num_cq),
                      ("data_width", "num_cq")),
     "tx_arbiter": Block("rnic.tx.arbiter", lambda m, c: m.TxArbiter(), ()),
+    "read_resp": Block("rnic.tx.read_resp", lambda m, c: m.ReadResp(num_qp=c.num_qp),
+                       ("num_qp",)),
     "requester": Block("rnic.req.requester",
                        lambda m, c: m.Requester(width=c.data_width, num_qp=c.num_qp),
                        ("data_width", "num_qp")),
