@@ -90,12 +90,12 @@ class ReadResp(wiring.Component):
         j = self.job.payload
         ab = (self.num_qp - 1).bit_length()
 
-        # the job in progress and its next frame. PMTU is 256 << (code − 1), kept one-hot as
+        # The job in progress and its next frame. PMTU is 256 << (code − 1), kept one-hot as
         # PMTU / 256 (``pm``): the address and the bytes left move by it above their low 8
         # bits, and "at most PMTU" is a test of zero bits, not a comparator.
-        # the frame sequence, one flip-flop per state (the outputs and enables start at one):
+        # The frame sequence, one flip-flop per state (the outputs and enables start at one):
         # idle → settle1 → settle2 → offer (the descriptor) → chunk (payload > 0) → settle1 …;
-        # the two settle cycles let ``last`` follow a new ``rem`` (below)
+        # the two settle cycles let ``last`` follow a new ``rem`` (below).
         idle = Signal(init=1)
         settle1, settle2 = Signal(), Signal()
         offer = Signal()        # the descriptor is offered
