@@ -7,7 +7,9 @@ sim/hostmem.py, and checks every frame sent with scapy (Ethernet/IPv4/UDP/BTH; t
 from the bytes after the BTH) against a Python model of the responses (opcode, PSN, AETH, MSN,
 payload bytes from the host-memory model), the ICRC of sim/packets.py and scapy's own.
 """
+import gc
 import random
+import warnings
 
 import pytest
 from amaranth.hdl import Fragment, Module
@@ -260,6 +262,12 @@ def test_read_resp_alone(seed, cycles=9000):
 
 
 def test_ports():
-    rr = ReadResp()
-    assert set(rr.signature.members) == {"job", "ack", "pkt", "chunk", "fault"}
-    Fragment.get(rr, None)
+    for rr in (ReadResp(), ReadResp(num_qp=4096)):
+        assert set(rr.signature.members) == {"job", "ack", "pkt", "chunk", "fault"}
+        Fragment.get(rr, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")         # the refused instances are never elaborated
+        for n in (0, 6, 2**17, 256.0):
+            with pytest.raises(ValueError):
+                ReadResp(num_qp=n)
+        gc.collect()

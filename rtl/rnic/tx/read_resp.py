@@ -49,10 +49,10 @@ class ReadResp(wiring.Component):
 
     Parameters
     ----------
-    num_qp : int
+    num_qp : int or None
         Local QPNs (a power of two, 2..65536, as the builder's path table): the engine keeps
         and compares only the QPN bits below ``num_qp`` (the jobs' and faults' QPNs are below
-        it).
+        it). ``None`` (default): all 24 bits.
 
     Attributes
     ----------
@@ -73,8 +73,9 @@ class ReadResp(wiring.Component):
         The builder's payload-read faults (QPN of the frame dropped); always ready.
     """
 
-    def __init__(self, *, num_qp=256):
-        if not isinstance(num_qp, int) or num_qp & (num_qp - 1) or not 2 <= num_qp <= 65536:
+    def __init__(self, *, num_qp=None):
+        if num_qp is not None and (not isinstance(num_qp, int) or num_qp & (num_qp - 1)
+                                   or not 2 <= num_qp <= 65536):
             raise ValueError(f"num_qp must be a power of two in 2..65536, not {num_qp!r}")
         self.num_qp = num_qp
         super().__init__({
@@ -88,7 +89,7 @@ class ReadResp(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         j = self.job.payload
-        ab = (self.num_qp - 1).bit_length()
+        ab = 24 if self.num_qp is None else (self.num_qp - 1).bit_length()
 
         # The job in progress and its next frame. PMTU is 256 << (code − 1), kept one-hot as
         # PMTU / 256 (``pm``): the address and the bytes left move by it above their low 8
