@@ -85,6 +85,8 @@ def _register_top():
             top_bench(f"resp_top-w{w}" + (f"-rd{lat}" if lat else ""), w,
                       test_module="tb.cocotb_resp_bench", testcase=["bench"],
                       extra_env={RDLAT_ENV: str(lat)} if lat else None)
+        # RDMA READ as responder: latency and goodput of its responses
+        top_bench(f"read_top-w{w}", w, test_module="tb.cocotb_read", testcase=["read_bench"])
 
 
 _register_top()

@@ -4,15 +4,17 @@ This is the composer of the core (the LUNA pattern): it instantiates the blocks 
 them, so the data path reads top to bottom here (``docs/architecture.md`` has the picture):
 
 * **Responder**: MAC receive → RX Parse → PSN Check (QP context, pending ACK/NAKs) → Execute
-  (RQ fetch, Key Cache lookups, Scatter, invalidate) → CQE Generation; ACK/NAK descriptors →
-  TX arbiter.
+  (RQ fetch, Key Cache lookups, Scatter, invalidate) → CQE Generation; ACK/NAK descriptors and
+  Execute's RDMA READ jobs → the READ response engine (:class:`~rnic.tx.read_resp.ReadResp`:
+  one ordered stream of READ responses and ACK/NAKs, with the responses' gather chunks) → TX
+  arbiter.
 * **Requester**: SQ_DB → Requester (WQE fetch, lkey checks through Key Cache port 1,
   segmentation) → packet descriptors → TX arbiter, gather chunks → TX frame builder; received ACKNOWLEDGE frames (PSN Check's ``ack_out``: opcode 0x11 to
   an RTS QP from its remote IPv4) → Requester; its completions → :class:`~rnic.req.req_context.ReqContext`
   (send CQN, flush marking, QP-to-ERROR reports, event 4) → CQE Generation. The requester sees
   the QP context through ``ReqContext``'s shadow table, written from PSN Check's ``qp_set``.
-* **Transmit**: the TX arbiter picks whole frames (ACK/NAK and request descriptors, round-robin)
-  for the one TX frame builder (:class:`~rnic.tx.build.TxBuild`: headers, gather reads, IPv4
+* **Transmit**: the TX arbiter picks whole frames (the responder's and the requester's
+  descriptors, round-robin; each frame's gather chunks follow it) for the one TX frame builder (:class:`~rnic.tx.build.TxBuild`: headers, gather reads, IPv4
   checksum, ICRC), which drives the MAC transmit stream.
 * **Host memory**: one AXI4 master (:class:`~rnic.host.axi_master.HostMemory`): read clients
   0 receive WQEs (Execute), 1 send WQEs (Requester), 2 gather data (TX frame builder); write clients 0 scatter
@@ -20,8 +22,8 @@ them, so the data path reads top to bottom here (``docs/architecture.md`` has th
 * **Errors**: Execute's and CQE Generation's host faults and the requester's error completions
   reach PSN Check's ``fault`` port, which moves the QP to ERROR (event 3) for both halves.
 * Response frames for an unknown QPN, a QP not in RTS or from another IPv4 are counted as 6 by
-  PSN Check; response opcodes other than ACKNOWLEDGE (READ responses, atomic ACK: not in
-  version 1) are dropped here and counted as 6.
+  PSN Check; response opcodes other than ACKNOWLEDGE (READ responses: the requester's READ is
+  not built yet; atomic ACK) are dropped here and counted as 6.
 * ``US_CYCLES`` divides the clock into the microsecond strobe of the requester's timers.
 
 The reset sweep: for ``max(num_qp, num_cq, key_entries)`` cycles after ``rst`` — the time a
@@ -44,6 +46,7 @@ from .host.cqe_gen import CqeGen
 from .host.axi_master import HostMemory
 from .tx.arbiter import TxArbiter
 from .tx.build import TxBuild
+from .tx.read_resp import ReadResp
 from .stream import Queue, SkidBuffer, StreamMerge
 from .req.requester import Requester
 from .req.req_context import ReqContext
@@ -167,6 +170,7 @@ class RNIC(wiring.Component):
             width=W, read_clients=len(READ_CLIENTS), write_clients=2,
             read_buffer=tuple(beats for _, beats in READ_CLIENTS), max_burst=64)
         hmem_rd = {name: getattr(hmem, f"read_{i}") for i, (name, _) in enumerate(READ_CLIENTS)}
+        m.submodules.read_resp = rdr = ReadResp(num_qp=cfg.num_qp)
         m.submodules.tx_arbiter = arb = TxArbiter()
         m.submodules.tx_build = build = TxBuild(W, num_qp=cfg.num_qp)
         m.submodules.requester = req = Requester(width=W, num_qp=cfg.num_qp)
@@ -251,7 +255,11 @@ class RNIC(wiring.Component):
         wiring.connect(m, req.ctx_req, rctx.ctx_req)
         wiring.connect(m, rctx.ctx_resp, req.ctx_resp)
         wiring.connect(m, req.cpl, rctx.cpl)
-        wiring.connect(m, build.fault, rctx.req_fault)       # a payload read failed
+        # a payload read failed: the requester context moves the QP to ERROR (event 4); a READ
+        # response's ends its READ
+        wiring.connect(m, build.fault, rctx.req_fault)
+        m.d.comb += [rdr.fault.valid.eq(build.fault.valid & build.fault.ready),
+                     rdr.fault.payload.eq(build.fault.payload)]
         # the requester's lookup requests through a one-entry register: the Key Cache's
         # round-robin grant (its ``ready``) must not run back into the requester's engine state
         # across both blocks. Its ``ready`` is its registered "empty": a transfer every other
@@ -296,13 +304,14 @@ class RNIC(wiring.Component):
         with m.If(ao.valid & ~ack_ok):
             m.d.comb += stat[Counter.NO_QP].eq(1)
 
-        # MAC transmit: ACK/NAK and request descriptors -> TX arbiter (whole frames, and their
-        # gather chunks in the same order) -> the TX frame builder. The ACK/NAKs have no chunks.
-        at, ar = psn.ack_tx, arb.resp
-        m.d.comb += [ar.valid.eq(at.valid), at.ready.eq(ar.ready)]
-        m.d.comb += [getattr(ar.payload, f).eq(getattr(at.payload, f)) for f in
-                     ("qpn", "opcode", "se", "ackreq", "psn", "aeth", "syndrome", "msn")]
-        m.d.comb += arb.resp_chunk.valid.eq(0)
+        # MAC transmit: the responder's READ responses and ACK/NAKs (one ordered stream, so an
+        # ACK decided after a READ never overtakes its responses) and the requester's packets
+        # -> TX arbiter (whole frames, and their gather chunks in the same order) -> the TX
+        # frame builder
+        wiring.connect(m, exe.read, rdr.job)
+        wiring.connect(m, psn.ack_tx, rdr.ack)
+        wiring.connect(m, rdr.pkt, arb.resp)
+        wiring.connect(m, rdr.chunk, arb.resp_chunk)
         wiring.connect(m, req.pkt, arb.req)
         wiring.connect(m, req.chunk, arb.req_chunk)
         wiring.connect(m, arb.o, build.pkt)

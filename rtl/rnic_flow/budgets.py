@@ -50,9 +50,11 @@ BUDGETS = (
            700, 400, 1, ("cqe_gen",)),
     Budget("requester", "requester with the Reliability Engine",
            2800, 1500, 5, ("requester", "req_context")),
-    # the one TX frame builder (every frame: requests, ACK/NAKs) and the arbiter ahead of it
-    Budget("tx", "TX: one frame builder and one ICRC generator for every frame, arbiter",
-           2200, 900, 3, ("tx_arbiter", "tx_build")),
+    # the one TX frame builder (every frame: requests, ACK/NAKs, READ responses), the arbiter
+    # ahead of it and the READ response engine
+    Budget("tx", "TX: one frame builder and one ICRC generator for every frame, arbiter, "
+                 "READ responses",
+           2200, 900, 3, ("tx_arbiter", "tx_build", "read_resp")),
     Budget("axi", "host-memory AXI4 master",
            900, 700, 1, ("host_memory",)),
     Budget("control", "control plane",

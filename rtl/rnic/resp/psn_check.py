@@ -99,7 +99,8 @@ never refuses one: per QP it keeps the newest positive ACK and the newest NAK (p
 coalesce into the newest; a NAK is never merged into an ACK, and replaces only an older NAK of
 the same QP still pending), sent in the order they were decided; QPs with something pending are
 served first come, first served on ``ack_tx`` as frame descriptors for the TX frame builder
-(:class:`~rnic.tx.build.TxBuild`, through :class:`~rnic.tx.arbiter.TxArbiter`). TX
+(:class:`~rnic.tx.build.TxBuild`, through :class:`~rnic.tx.read_resp.ReadResp` and
+:class:`~rnic.tx.arbiter.TxArbiter`). TX
 back-pressure therefore never stalls receive, however long it lasts (see ``ack_table.py`` for
 the rule and why it is safe for the requester). Frames of different QPs may leave in another
 order than decided once responses wait in the table.
@@ -192,8 +193,9 @@ class PsnCheck(wiring.Component):
         Every RQ doorbell that took effect (QP in INIT, RTR or RTS): {qpn, index = the new
         producer, rcqn, rq_base, rq_log}, for the execute stage's WQE prefetch.
     ack_tx : Out(stream.Signature(tx_hdr_layout))
-        ACK/NAK frames to send, as descriptors (to :class:`~rnic.tx.arbiter.TxArbiter`'s
-        ``ack``; the TX frame builder counts them, counters 8–11, as they leave).
+        ACK/NAK frames to send, as descriptors (to :class:`~rnic.tx.read_resp.ReadResp`'s
+        ``ack``, which merges them with the READ responses; the TX frame builder counts them,
+        counters 8–11, as they leave).
     stat : Out(NUM_COUNTERS)
         Counters 6 and 7.
     event : Out(stream.Signature(event_layout))

@@ -479,6 +479,18 @@ class TxBuild(wiring.Component):
         r_cls = Signal(3)
         r_qpn = Signal(24)
         m.d.comb += self.fault.payload.qpn.eq(r_qpn)
+        # A READ's responses end at a payload fault (interface.md §7): after a READ response
+        # of QP ``rk_qpn`` was dropped for a fault, its later MIDDLE/LAST frames already handed
+        # over are dropped too (``kill``: not reported again), until a FIRST/ONLY of that QP
+        # starts another READ.
+        rk_v = Signal()
+        rk_qpn = Signal(24)
+        r_rdr = Signal()                # the frame is a READ response
+        kill = Signal()
+        h_rdr = Signal()
+        h_cont = Signal()
+        m.d.comb += [h_rdr.eq((h.opcode >= 0x0D) & (h.opcode <= 0x10)),
+                     h_cont.eq((h.opcode == 0x0E) | (h.opcode == 0x0F))]
         h_cls = Signal(3)
         syn = h.syndrome
         with m.If(h.opcode == 0x11):
@@ -491,7 +503,7 @@ class TxBuild(wiring.Component):
             recq.i.payload.words.eq(out_words),
             recq.i.payload.keep.eq(fkeep),
             recq.i.payload.cls.eq(r_cls),
-            recq.i.payload.drop.eq(bad),
+            recq.i.payload.drop.eq(bad | kill),
         ]
 
         # the builder's states that the write and the flush decode, as flip-flops set with each
@@ -518,7 +530,10 @@ class TxBuild(wiring.Component):
                              hkeep.eq(p_hkeep), fkeep.eq(p_fkeep), padw.eq(p_padw),
                              has_reth.eq(Cat(*[h.opcode == op for op in RETH_OPCODES]).any()),
                              padcnt.eq(-h.paylen),
-                             wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0)]
+                             wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0),
+                             r_rdr.eq(h_rdr), kill.eq(rk_v & h_cont & (h.qpn == rk_qpn))]
+                with m.If(h_rdr & ~h_cont & (h.qpn == rk_qpn)):
+                    m.d.sync += rk_v.eq(0)
                 goto("HDR")
             with m.Else():
                 goto("IDLE")
@@ -605,6 +620,8 @@ class TxBuild(wiring.Component):
             with m.State("FAULT"):
                 m.d.comb += self.fault.valid.eq(1)
                 with m.If(self.fault.ready):
+                    with m.If(r_rdr):
+                        m.d.sync += [rk_v.eq(1), rk_qpn.eq(r_qpn)]
                     goto("IDLE")
         # the write's word, lanes and data are selected by the state only (HDR: the header
         # template's word ``wcount``; otherwise the gather's), not by its enable: ``w_en`` (the
