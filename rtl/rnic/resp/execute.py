@@ -146,8 +146,10 @@ _head_layout = data.StructLayout({
 _kpiece_layout = data.StructLayout({"key": 32, "len": 13})
 #: piece 0's: an RDMA READ's one piece is its whole range, up to 2^31 bytes
 _kpiece0_layout = data.StructLayout({"key": 32, "len": 32})
-#: IRD: READs held per QP for duplicates at most (interface.md §4.2, ARG15[7:4] + 1)
+#: IRD: READs held per QP for duplicates at most (interface.md §4.2, ARG15[7:4]; 0 means 1)
 MAX_IRD = 8
+#: READ jobs that may wait for the READ response engine (one IRD's worth)
+READ_JOBS = 8
 _spiece_layout = data.StructLayout({"len": 13, "src": 13})
 
 
@@ -1108,8 +1110,11 @@ class Execute(wiring.Component):
             plan_ev.eq(fl_ev | b_ev),
         ]
 
-        # an answered READ's job (its PSN, MSN and path MTU in the head's wr_id field)
-        m.submodules.read_q = read_q = Queue(read_job_layout, 2)
+        # an answered READ's job (its PSN, MSN and path MTU in the head's wr_id field). The jobs
+        # wait here while a long READ's responses are sent (stage 4 stalls only when READ_JOBS
+        # wait), in LUT RAM read at the head (the READ response engine registers the job it
+        # takes)
+        m.submodules.read_q = read_q = Queue(read_job_layout, READ_JOBS, buffered=False)
         connect(m, read_q.o, wiring.flipped(self.read))
         rq = read_q.i
         m.d.comb += [rq.payload.qpn.eq(bh.qpn), rq.payload.psn.eq(bh.wr_id[0:24]),
