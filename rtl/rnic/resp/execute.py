@@ -480,7 +480,14 @@ class Execute(wiring.Component):
         m.submodules.rd_ring = rd_ring = Memory(shape=24, depth=self.num_qp * MAX_IRD, init=[])
         rdr_rd = rd_ring.read_port()
         rdr_wr = rd_ring.write_port()
-        rd_cnt = Signal(4)                     # held READs (≤ IRD), registered in RD_META
+        rm_wp = Signal(3)                      # rd_meta's row, registered (RD_META)
+        rm_cnt = Signal(4)
+        rm_ird = Signal(4)                     # the QP's IRD, 1..8
+        rd_cnt = Signal(4)                     # held READs (≤ IRD)          (RD_CALC)
+        rd_old = Signal(3)                     # the oldest held READ's slot (RD_CALC)
+        rd_nw = Signal(4)                      # the count after a new READ  (RD_CALC)
+        rd_first = Signal(24)                  # the oldest held READ's first PSN (RD_DATA)
+        rd_bad = Signal()                      # a duplicate of no held READ  (RD_HELD)
         m.d.comb += [rdm_rd.addr.eq(c.qpn[:ab]), rdm_wr.addr.eq(c.qpn[:ab]),
                      rdr_wr.data.eq(c.psn)]
         with m.If(rst.valid):
@@ -887,30 +894,43 @@ class Execute(wiring.Component):
                 with m.Else():
                     m.next = "SUMS"
             with m.State("RD_META"):
-                # a READ: its QP's held READs (``rd_meta`` read in DEC); a new READ takes the
-                # next slot (the oldest, once IRD are held), a duplicate reads the oldest
-                ird = Signal(4)
-                cnt_e = Signal(4)
+                # a READ: its QP's held READs (``rd_meta``, read in DEC), registered off the
+                # block RAM's output, with the QP's IRD (ARG15: 0 means 1, at most 8)
                 md = rdm_rd.data
-                # (ARG15's IRD: 0 means 1, at most 8)
-                m.d.comb += [ird.eq(Mux(c.ird == 0, 1, Mux(c.ird > MAX_IRD, MAX_IRD, c.ird))),
-                             cnt_e.eq(Mux(md.cnt > ird, ird, md.cnt)),
-                             rdr_rd.addr.eq(Cat((md.wp - cnt_e)[:3], c.qpn[:ab])),
-                             rdr_wr.addr.eq(Cat(md.wp, c.qpn[:ab]))]
-                m.d.sync += rd_cnt.eq(cnt_e)
+                m.d.sync += [rm_wp.eq(md.wp), rm_cnt.eq(md.cnt),
+                             rm_ird.eq(Mux(c.ird == 0, 1, Mux(c.ird > MAX_IRD, MAX_IRD, c.ird)))]
+                m.next = "RD_CALC"
+            with m.State("RD_CALC"):
+                # the held count (IRD may have been lowered since), the oldest held slot and
+                # the count after a new READ, into registers
+                cnt_e = Signal(4)
+                m.d.comb += cnt_e.eq(Mux(rm_cnt > rm_ird, rm_ird, rm_cnt))
+                m.d.sync += [rd_cnt.eq(cnt_e), rd_old.eq(rm_wp - cnt_e),
+                             rd_nw.eq(Mux(cnt_e == rm_ird, rm_ird, cnt_e + 1))]
+                m.next = "RD_RING"
+            with m.State("RD_RING"):
+                # a new READ takes the next slot (the oldest, once IRD are held); a duplicate
+                # reads the oldest held READ's first PSN
+                m.d.comb += [rdr_rd.addr.eq(Cat(rd_old, c.qpn[:ab])),
+                             rdr_wr.addr.eq(Cat(rm_wp, c.qpn[:ab]))]
                 with m.If(~rst.valid):
                     with m.If(~c.dup):
                         m.d.comb += [rdr_wr.en.eq(1), rdm_wr.en.eq(1),
-                                     rdm_wr.data.wp.eq(md.wp + 1),
-                                     rdm_wr.data.cnt.eq(Mux(cnt_e == ird, ird, cnt_e + 1))]
+                                     rdm_wr.data.wp.eq(rm_wp + 1), rdm_wr.data.cnt.eq(rd_nw)]
                         m.next = "SUMS"
                     with m.Else():
-                        m.next = "RD_HELD"
+                        m.next = "RD_DATA"
+            with m.State("RD_DATA"):
+                m.d.sync += rd_first.eq(rdr_rd.data)
+                m.next = "RD_HELD"
             with m.State("RD_HELD"):
-                # a duplicate READ: held if its PSN is at or after the oldest held start
+                # held if its PSN is at or after the oldest held READ's first PSN
                 dist = Signal(24)
-                m.d.comb += dist.eq(c.psn - rdr_rd.data)
-                with m.If((rd_cnt == 0) | dist[23]):
+                m.d.comb += dist.eq(c.psn - rd_first)
+                m.d.sync += rd_bad.eq((rd_cnt == 0) | dist[23])
+                m.next = "RD_JUDGE"
+            with m.State("RD_JUDGE"):
+                with m.If(rd_bad):
                     fail(0x61, 0, 0)
                 m.next = "SUMS"
             with m.State("LOOK"):
