@@ -631,7 +631,8 @@ class Execute(wiring.Component):
             cut2 += [v_r.eq(st < en), dl_r.eq(st - lo), ln_r.eq(en - st), src_r.eq(st - off)]
             v = Signal(name=f"p_valid{i}")
             va = Signal(64, name=f"p_va{i}")
-            ln = Signal(13, name=f"p_len{i}")
+            # (piece 0's length is 32 bits: a READ's whole range)
+            ln = Signal(32 if i == 0 else 13, name=f"p_len{i}")
             src = Signal(13, name=f"p_src{i}")
             # (piece 0: ``dl_r`` = ``off``, known before CUT2)
             m.d.comb += [v.eq(v_r), va.eq(a_r + (off if i == 0 else dl_r)), src.eq(src_r)]
@@ -640,7 +641,6 @@ class Execute(wiring.Component):
             if i == 0:
                 # RDMA WRITE: one piece; RDMA READ: one piece, its whole range (checked, not
                 # written; none for a zero-length READ)
-                ln = Signal(32, name=f"p_len{i}")
                 with m.If(c.write):
                     m.d.comb += [v.eq((c.dma_len != 0) & (plen != 0)),
                                  va.eq(c.va + c.offset), ln.eq(plen), src.eq(0)]
