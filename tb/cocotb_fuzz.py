@@ -6,8 +6,8 @@ payloads, random opcodes, runt and jumbo frames, MAC errors, garbage) are mixed 
 and RDMA WRITE traffic on two *clean* QPs. Host memory answers with zero wait.
 
 QPs: 2 (clean, SENDs into posted receive WQEs), 3 (clean, RDMA WRITEs under an rkey),
-4..7 (*victims*: connected, with receive WQEs and a REMOTE_WRITE key, fair game for frames that
-pass the parser), every other QPN in RESET. A mutant built from a clean QP's next packet (the most
+4..7 (*victims*: connected, with receive WQEs and a REMOTE_WRITE and REMOTE_READ key, fair game
+for frames that pass the parser, RDMA READs among them), every other QPN in RESET. A mutant built from a clean QP's next packet (the most
 dangerous frame: the right QPN and the expected PSN) is sent only when the reference
 (``sim.packets.drop_reason``) says RX Parse must drop it; a mutant that would pass the parser is
 sent only when its (full 24-bit) destination QPN is not a clean QP, or when it comes from a
@@ -237,6 +237,13 @@ class Fuzzer:
                           "dmalen": r.choice([len(kw["payload"]), r.getrandbits(12)])}
             if kw["opcode"] == Op.RDMA_WRITE_FIRST:
                 kw["payload"] = self.payload(PMTU)
+            elif r.random() < 0.3:
+                # an RDMA READ of the victims' region (or around it, or under another rkey):
+                # answered from inside the key only
+                kw["opcode"] = Op.RDMA_READ_REQUEST
+                kw["payload"] = b""
+                kw["reth"]["dmalen"] = r.choice([0, r.getrandbits(8), r.getrandbits(12),
+                                                 r.getrandbits(15)])
         if r.random() < 0.5:
             self.victim_psn[q] = (psn + 1) & 0xFFFFFF
         return bytearray(self.build(kw)), 0
@@ -350,7 +357,7 @@ class FuzzTB:
         await dev.reg_mr(1, key=K_CLEAN_WRITE, addr=self.write_pool, length=1 << 22, pd=PD,
                          access=Access.LOCAL_WRITE | Access.REMOTE_WRITE)
         await dev.reg_mr(2, key=K_VICTIM, addr=self.victim_base, length=VICTIM_SPAN, pd=PD,
-                         access=Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+                         access=Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ)
         self.send_next = self.send_pool
         self.write_next = self.write_pool
         self.qps = {}
@@ -359,7 +366,8 @@ class FuzzTB:
             self.qps[q] = await dev.create_qp(
                 q, recv_cq=cq, send_cq=cq, pd=PD, dest_qpn=DEST[q], remote_mac=REMOTE_MAC,
                 remote_ip=REMOTE_IP, udp_sport=0xC123, pmtu=PMTU, rq_psn=PSN0[q],
-                access=Access.REMOTE_WRITE, min_rnr_timer=1, rq_log2=6)
+                access=Access.REMOTE_WRITE | (Access.REMOTE_READ if q in VICTIMS else 0),
+                min_rnr_timer=1, rq_log2=6)
             await dev.connect(self.qps[q])
         for q in VICTIMS:
             await self.arm_victim(q, reset=False)
@@ -656,7 +664,15 @@ async def _fuzz(dut):
             inv("tx_icrc_ok", dd["icrc_ok"], "a transmitted frame with a bad ICRC")
             owner = [q for q in CONNECTED if DEST[q] == dd["bth"]["dqpn"]]
             if inv("tx_known_qpn", owner, f"a response to unknown QPN {dd['bth']['dqpn']:#x}"):
-                acks[owner[0]].append(dd)
+                # a READ is answered by one FIRST or ONLY and its MIDDLE/LAST frames: count
+                # one response per READ
+                op = dd["bth"]["opcode"]
+                if op in (Op.RDMA_READ_RESPONSE_MIDDLE, Op.RDMA_READ_RESPONSE_LAST):
+                    inv("victim_read_response",
+                        owner[0] in VICTIMS and len(dd["payload"]) <= PMTU,
+                        f"QP {owner[0]}: {dd['bth']} with {len(dd['payload'])} bytes")
+                else:
+                    acks[owner[0]].append(dd)
         cum_elig_total += n_elig
         for q in VICTIMS:
             cum_elig[q] += eligible[q]

@@ -153,6 +153,11 @@ async def read_duplicates(dut):
         # B again (the most recent READ is always held)
         await _read(tb, b, buf + 100, 10)
         await _expect_read(tb, b, 10, 2, data, 100)
+        # B again with a payload (malformed): a plain duplicate, ACKed at ePSN − 1; the core
+        # goes on (a hang here once: the execute stage waited for beats PSN Check drained)
+        await tb.send(Op.RDMA_READ_REQUEST, b"junk", psn=b, ackreq=1,
+                      reth={"va": buf + 100, "rkey": KEY, "dmalen": 10})
+        tb.expect_ack(await tb.recv_frame(), b, 2)
         # a retry from inside A (its second response on): held only when IRD ≥ 2
         await _read(tb, a + 1, buf + PMTU, 2 * PMTU)
         if ird >= 2:

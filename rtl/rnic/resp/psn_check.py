@@ -670,10 +670,12 @@ class PsnCheck(wiring.Component):
                 m.d.comb += [want_dec.eq(1), dec.beats.eq(c_len_nz)]
                 with m.If(c_drop | ~state_ok):
                     m.d.comb += stat_c[Counter.NO_QP].eq(1)
-                with m.Elif(pcls.dup & info.read):
+                with m.Elif(pcls.dup & info.read & ~c_len_nz):
                     # a duplicate READ is executed again from its own RETH, numbered from its
                     # own PSN, with the current MSN; no state changes. The execute stage answers
-                    # it if it still holds the READ (IRD), else it reports fatal 0x61.
+                    # it if it still holds the READ (IRD), else it reports fatal 0x61. (One with
+                    # a payload, malformed, is a plain duplicate below: its beats are drained
+                    # here, and the execute stage must not wait for them.)
                     m.d.comb += [stat_c[Counter.DUPLICATES].eq(1), want_rq.eq(1),
                                  want_exe.eq(1), exe.dup.eq(1), exe.msn.eq(cx.msn),
                                  ent.wait_done.eq(1), ent.from_done.eq(1),
