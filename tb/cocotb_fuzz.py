@@ -7,8 +7,9 @@ and RDMA WRITE traffic on two *clean* QPs. Host memory answers with zero wait.
 
 QPs: 2 (clean, SENDs into posted receive WQEs), 3 (clean, RDMA WRITEs under an rkey),
 4..7 (*victims*: connected, with receive WQEs and a REMOTE_WRITE and REMOTE_READ key, fair game
-for frames that pass the parser, RDMA READs among them), every other QPN in RESET. A mutant built from a clean QP's next packet (the most
-dangerous frame: the right QPN and the expected PSN) is sent only when the reference
+for frames that pass the parser, RDMA READs among them), every other QPN in RESET. A mutant
+built from a clean QP's next packet (the most dangerous frame: the right QPN and the expected
+PSN) is sent only when the reference
 (``sim.packets.drop_reason``) says RX Parse must drop it; a mutant that would pass the parser is
 sent only when its (full 24-bit) destination QPN is not a clean QP, or when it comes from a
 foreign source IPv4 (then it must count as 6 and change nothing).
