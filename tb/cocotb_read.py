@@ -192,42 +192,6 @@ async def read_host_fault(dut):
     assert any(e.type == 4 and e.number == QPN for e in evs), evs
 
 
-class _Watch:
-    """Per cycle: the last beat of each frame on ``s_axis_rx``, the first/last beat of each
-    frame on ``m_axis_tx`` and the beats sent, the first AR and R handshakes on ``m_axi``."""
-
-    def __init__(self, dut):
-        self.dut = dut
-        self.cycle = 0
-        self.rx_last, self.tx_first, self.tx_last, self.ar, self.r = [], [], [], [], []
-        self.tx_beats = 0
-        self._in = False
-        cocotb.start_soon(self._run())
-
-    async def _run(self):
-        from cocotb.triggers import ReadOnly, RisingEdge
-        d = self.dut
-        while True:
-            await RisingEdge(d.clk)
-            await ReadOnly()
-            self.cycle += 1
-            c = self.cycle
-            if int(d.s_axis_rx_tvalid.value) and int(d.s_axis_rx_tready.value) \
-                    and int(d.s_axis_rx_tlast.value):
-                self.rx_last.append(c)
-            if int(d.m_axis_tx_tvalid.value) and int(d.m_axis_tx_tready.value):
-                self.tx_beats += 1
-                if not self._in:
-                    self.tx_first.append(c)
-                self._in = not int(d.m_axis_tx_tlast.value)
-                if not self._in:
-                    self.tx_last.append(c)
-            if int(d.m_axi_arvalid.value) and int(d.m_axi_arready.value):
-                self.ar.append(c)
-            if int(d.m_axi_rvalid.value) and int(d.m_axi_rready.value):
-                self.r.append(c)
-
-
 def _frame_beats(paylen, aeth, lanes):
     """Beats of one READ response frame: headers, payload, pad, ICRC, Ethernet minimum 60."""
     n = 14 + 20 + 8 + 12 + (4 if aeth else 0) + paylen + ((-paylen) & 3) + 4
@@ -245,7 +209,8 @@ async def read_bench(dut):
     tb, buf, data = await _setup(dut, size=1 << 17)
     await tb.dev.modify_qp(tb.qp, 0, pmtu=4096)
     await tb.dev.connect(tb.qp)
-    w = _Watch(dut)
+    from tb.cocotb_resp_bench import Mon
+    w = Mon(dut)
     cfg = {"W": lanes * 8, "pmtu": 4096}
     psn, msn = PSN0, 0
     # latency: one short READ at a time
@@ -255,7 +220,7 @@ async def read_bench(dut):
         ar0 = len(w.ar)
         await _read(tb, psn, buf + 64 * i, 64)
         await _expect_read(tb, psn, 64, msn, data, 64 * i, 4096)
-        lat.append(w.tx_first[-1] - w.rx_last[-1])
+        lat.append(w.tx_first[-1] - w.rx_tlast[-1])
         a = w.ar[ar0]
         host.append(min(c for c in w.r if c >= a) - a)
         psn += 1

@@ -85,7 +85,10 @@ class Mon:
         self.rx_first = self.rx_last = None
         self.rx_tlast = []
         self.tx_first = []
+        self.tx_last = []
         self.aw = []
+        self.ar = []                    # cycles of AR handshakes
+        self.r = []                     # cycles of R beats
         self.wlast = []
         self._in_tx = False
         # RB_PROBE=1: also the handshakes inside the core (where a message's cycles go)
@@ -126,6 +129,12 @@ class Mon:
                 if not self._in_tx:
                     self.tx_first.append(c)
                 self._in_tx = not int(d.m_axis_tx_tlast.value)
+                if not self._in_tx:
+                    self.tx_last.append(c)
+            if int(d.m_axi_arvalid.value) and int(d.m_axi_arready.value):
+                self.ar.append(c)
+            if int(d.m_axi_rvalid.value) and int(d.m_axi_rready.value):
+                self.r.append(c)
             if int(d.m_axi_awvalid.value) and int(d.m_axi_awready.value):
                 self.aw.append(int(d.m_axi_awaddr.value))
             if int(d.m_axi_wvalid.value) and int(d.m_axi_wready.value) and \
