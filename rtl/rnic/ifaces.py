@@ -35,6 +35,8 @@ __all__ = [
     "NUM_ARGS", "NUM_COUNTERS", "CmdOp", "Result", "EventType",
     "cmd_layout", "resp_layout", "CommandSignature", "event_layout", "qpn_layout", "QpnStream",
     "bth_fields", "rx_meta_layout", "read_job_layout",
+    "resp_hdr_layout", "ack_layout", "AckKind", "READ_SLOT_BITS", "read_rec_layout",
+    "read_dec_layout",
     "Counter",
 ]
 
@@ -129,6 +131,40 @@ def QpnStream():
 read_job_layout = data.StructLayout({
     "qpn": 24, "psn": 24, "msn": 24, "addr": 64, "len": 32, "pmtu": 3,
 })
+
+
+#: A response frame PSN Check accepted for the requester (an RTS QP, from its remote IPv4):
+#: ACKNOWLEDGE 0x11 or a READ response 0x0D–0x10, its QPN (local), PSN, AETH syndrome (0 for
+#: MIDDLE) and payload length in bytes (pad excluded). A READ response with ``len`` > 0 has its
+#: payload beats on PSN Check's ``rr_pay``, in the same order.
+resp_hdr_layout = data.StructLayout({"opcode": 8, "qpn": 24, "psn": 24, "syndrome": 8,
+                                     "len": 13})
+
+
+class AckKind(enum.IntEnum, shape=2):
+    """What an ``ack_layout`` record into the requester's completer is."""
+    WIRE = 0        #: a received ACKNOWLEDGE (its PSN and syndrome as on the wire)
+    PLACED = 1      #: the READ response at ``psn`` is placed (every write of it OKAY)
+    DECIDE = 2      #: may the READ response at ``psn`` be placed? (answered on ``read_dec``)
+
+
+#: One event for the requester's completer (see :class:`AckKind`).
+ack_layout = data.StructLayout({"qpn": 24, "psn": 24, "syndrome": 8, "kind": AckKind})
+
+#: Bits of a READ slot index (at most 64 READs outstanding over every QP).
+READ_SLOT_BITS = 6
+
+#: A READ slot written by the requester's engine when it first sends a READ: what placing its
+#: responses needs. ``fpsn``/``lpsn`` the first and last PSN of the READ's responses, ``pmtu``
+#: the path MTU code (1..5), ``total`` the byte count, and its destination: ``len0`` bytes at bus
+#: address ``addr0`` (SGE 0), then the rest at ``addr1`` (SGE 1).
+read_rec_layout = data.StructLayout({
+    "idx": READ_SLOT_BITS, "fpsn": 24, "lpsn": 24, "pmtu": 3, "total": 32,
+    "addr0": 64, "len0": 32, "addr1": 64,
+})
+
+#: The completer's answer to a DECIDE: ``ok`` = place it, through READ slot ``idx``.
+read_dec_layout = data.StructLayout({"ok": 1, "idx": READ_SLOT_BITS})
 
 
 #: The BTH fields a later stage reads, in the order every header record here lists them.

@@ -61,7 +61,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..formats import SEND_MAX_SGE, SEND_WQE_BYTES, SendWqe
 from ..host.axi_master import ReadClientSignature
-from ..ifaces import QpnStream
+from ..ifaces import AckKind, QpnStream, ack_layout
 from ..keys.key_cache import LookupSignature
 from ..opcodes import WcStatus
 from ..resp.qp_context import QpState
@@ -81,8 +81,6 @@ doorbell_layout = data.StructLayout({"value": 16, "number": 16})
 #: and ARG3's send PSN (used on entry to RTS).
 qp_set_layout = data.StructLayout({"qpn": 24, "state": 3, "sq_psn": 24})
 
-#: A received ACKNOWLEDGE (opcode 0x11) for one of our QPs: its BTH PSN and AETH syndrome.
-ack_layout = data.StructLayout({"qpn": 24, "psn": 24, "syndrome": 8})
 
 #: What the requester needs of a QP's context (static fields, by their ``qp_static_layout``
 #: names and widths, and the state).
