@@ -1,0 +1,356 @@
+"""READ Place: the requester's READ response placement (interface.md §7, requester side).
+
+PSN Check hands every response header it accepted for the requester (ACKNOWLEDGE 0x11 and READ
+responses 0x0D–0x10, :data:`~rnic.ifaces.resp_hdr_layout`) to this block on ``hdr`` in arrival
+order, and the payload beats of each READ response with ``len`` > 0 on ``pay`` (lane-0 aligned,
+``last`` on its last beat; bytes beyond ``len`` in the last beat are ignored). Headers are
+handled strictly one at a time, in order:
+
+* **ACKNOWLEDGE**: forwarded on ``ack`` as kind WIRE {qpn, psn, syndrome}, once every earlier
+  placement's event is out (the pending queue below is empty), so an ACK never reaches the
+  completer before the PLACED events of the READ responses that arrived before it.
+* **READ response** at QP q, PSN p: accepted through READ slot s, found either by the *fast
+  path*, a one-entry cache {valid, qpn, idx, next} of the READ last accepted (q = qpn and
+  p = next: slot idx, nothing asked), or by the *slow path*: once nothing is pending, a DECIDE
+  {q, p, 0} goes out on ``ack`` and the completer's one answer comes on ``dec`` (``ok`` 0: the
+  response is dropped; ``ok`` 1: slot ``dec.idx``). With record r = slot s and
+  PMTU = 128 << r.pmtu, off = (p − r.fpsn mod 2^24) · PMTU; the response must be in the READ
+  ((p − fpsn) ≤ (lpsn − fpsn), 24-bit serial), a FIRST/MIDDLE of PMTU bytes when p ≠ lpsn, a
+  LAST/ONLY of total − off bytes when p = lpsn; one that is not is dropped. An accepted one
+  writes bytes [off, off + len) of the READ's destination (``len0`` bytes at ``addr0``, then
+  the rest at ``addr1``): at most two host write requests, each with a
+  :class:`~rnic.resp.scatter.ScatterPath` piece that realigns its bytes; the cache becomes
+  {q, s, p + 1} (invalid after the READ's last response).
+* A dropped response strobes ``drop`` and invalidates the cache; its beats (if ``len`` > 0) are
+  drained by a closing piece of length 0, with no write.
+
+Every accepted response enters a pending queue {qpn, psn, writes} (8 deep) in acceptance order.
+The write completions (``wr.done``, one per request, in request order) are counted against its
+head; when all of the head's writes are back, the head leaves as PLACED {q, p, 0} on ``ack``,
+or, if a completion had ``err``, as ``fault`` {q} (no PLACED; the cache is invalidated). A
+placement without writes (``len`` 0) leaves as soon as it is the head. The fast path goes on
+with the next header while earlier responses stream and their writes are outstanding; only
+the slow path and WIRE wait for the queue to drain.
+
+Timing (cycles from the header being taken on ``hdr``): the fast path hands the first piece
+and write request to their output registers after 6 cycles (one more for a second part); the
+slow path offers DECIDE on ``ack`` 3 cycles after the header is taken when nothing is pending
+(the event register loaded in the cycle after the check), and continues 2 cycles after the
+answer (``dec`` is registered). A header is taken every 7 cycles on the fast path with one
+piece, 8 with two.
+
+``qp_set`` naming the cached QPN, or a ``rec`` write of the cached slot, invalidates the cache
+(also when it meets the cache's update in the same cycle). The slot table is LUT RAM of R rows
+(written by ``rec``, read asynchronously at the slot being worked on); a slot must not be
+rewritten while responses of its READ are being accepted.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..host.axi_master import WriteClientSignature
+from ..ifaces import (READ_SLOT_BITS, AckKind, QpnStream, ack_layout, qpn_layout,
+                      read_dec_layout, read_rec_layout, resp_hdr_layout)
+from ..resp.scatter import ScatterPath, piece_layout
+from ..stream import BeatStream, Queue, check_width
+
+__all__ = ["ReadPlace"]
+
+ACKNOWLEDGE = 0x11
+FIRST, MIDDLE, LAST, ONLY = 0x0D, 0x0E, 0x0F, 0x10
+
+#: The slot table's row: a READ record without its index.
+_row_layout = data.StructLayout({f: s for f, s in read_rec_layout.members.items() if f != "idx"})
+
+#: A pending placement: its event fields and its number of write requests (0..2).
+_pend_layout = data.StructLayout({"qpn": 24, "psn": 24, "n": 2})
+
+
+class ReadPlace(wiring.Component):
+    """READ responses → host writes and PLACED events; ACKNOWLEDGEs forwarded behind them.
+
+    Parameters
+    ----------
+    width : int
+        Data width W (64, 128, 256, 512).
+    slots : int
+        READ slots R (a power of two, 2..64; default 16): rows of the slot table.
+
+    Attributes
+    ----------
+    hdr : In(stream.Signature(resp_hdr_layout))
+        Response headers from PSN Check, in arrival order. ``ready`` is a state register.
+    pay : In(BeatStream(W))
+        Payload beats of the READ responses with ``len`` > 0, in the same order.
+    rec : In(stream.Signature(read_rec_layout, always_ready=True))
+        Slot table writes (``idx`` < R).
+    ack : Out(stream.Signature(ack_layout))
+        Events to the completer, in order: WIRE, DECIDE, PLACED. Registered.
+    dec : In(stream.Signature(read_dec_layout))
+        One answer per DECIDE, in order; ``ready`` is constant 1 (the input is registered).
+    wr : Out(WriteClientSignature(W))
+        Host write client (``req`` registered, ``data`` from the Scatter Path's output queue;
+        ``done.ready`` from registers).
+    fault : Out(QpnStream())
+        A placed response's write came back with ``err``: its QPN. Registered.
+    qp_set : In(stream.Signature(qpn_layout, always_ready=True))
+        A SET_QP of this QPN was written: invalidates the cache if it names the cached QPN.
+    drop : Out(1)
+        One-cycle strobe per READ response dropped here (refused or inconsistent). Registered.
+    """
+
+    def __init__(self, *, width, slots=16):
+        self.width = check_width(width)
+        if (not isinstance(slots, int) or isinstance(slots, bool) or slots & (slots - 1)
+                or not 2 <= slots <= 1 << READ_SLOT_BITS):
+            raise ValueError(f"slots must be a power of two in 2..64, not {slots!r}")
+        self.slots = slots
+        super().__init__({
+            "hdr": In(stream.Signature(resp_hdr_layout)),
+            "pay": In(BeatStream(width)),
+            "rec": In(stream.Signature(read_rec_layout, always_ready=True)),
+            "ack": Out(stream.Signature(ack_layout)),
+            "dec": In(stream.Signature(read_dec_layout)),
+            "wr": Out(WriteClientSignature(width)),
+            "fault": Out(QpnStream()),
+            "qp_set": In(stream.Signature(qpn_layout, always_ready=True)),
+            "drop": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W, R = self.width, self.slots
+        B = W // 8
+        lb = B.bit_length() - 1
+        sb = (R - 1).bit_length()
+
+        # ---- the slot table: LUT RAM, written by ``rec``, read asynchronously at ``slot`` ----
+        m.submodules.table = table = Memory(shape=_row_layout, depth=R, init=[])
+        tw = table.write_port()
+        tr = table.read_port(domain="comb")
+        rp = self.rec.payload
+        m.d.comb += [tw.addr.eq(rp.idx[:sb]), tw.en.eq(self.rec.valid)]
+        m.d.comb += [getattr(tw.data, f).eq(getattr(rp, f)) for f in _row_layout.members]
+        slot = Signal(sb)
+        m.d.comb += tr.addr.eq(slot)
+        r = tr.data
+
+        # ---- the Scatter Path and the output registers in front of it and of ``wr.req`` ----
+        m.submodules.sp = sp = ScatterPath(width=W)
+        wiring.connect(m, wiring.flipped(self.pay), sp.pay)
+        m.d.comb += [self.wr.data.valid.eq(sp.data.valid),
+                     self.wr.data.payload.eq(sp.data.payload),
+                     sp.data.ready.eq(self.wr.data.ready)]
+        pc_valid = Signal()
+        pc = Signal(piece_layout)
+        rq_valid = Signal()
+        rq_addr = Signal(64)
+        rq_len = Signal(13)
+        m.d.comb += [sp.piece.valid.eq(pc_valid), sp.piece.payload.eq(pc),
+                     self.wr.req.valid.eq(rq_valid), self.wr.req.payload.addr.eq(rq_addr),
+                     self.wr.req.payload.len_bytes.eq(rq_len),
+                     self.wr.req.payload.tag.eq(0)]
+        with m.If(sp.piece.ready):
+            m.d.sync += pc_valid.eq(0)
+        with m.If(self.wr.req.ready):
+            m.d.sync += rq_valid.eq(0)
+        out_free = Signal()             # both output registers empty (a piece may be loaded)
+        m.d.comb += out_free.eq(~pc_valid & ~rq_valid)
+
+        # ---- the event register (``ack``) and the fault register ----
+        a_valid = Signal()
+        a = Signal(ack_layout)
+        m.d.comb += [self.ack.valid.eq(a_valid), self.ack.payload.eq(a)]
+        with m.If(self.ack.ready):
+            m.d.sync += a_valid.eq(0)
+        a_free = Signal()
+        m.d.comb += a_free.eq(~a_valid)
+        f_valid = Signal()
+        f_qpn = Signal(24)
+        m.d.comb += [self.fault.valid.eq(f_valid), self.fault.payload.qpn.eq(f_qpn)]
+        with m.If(self.fault.ready):
+            m.d.sync += f_valid.eq(0)
+
+        # ---- the pending queue and its head ----
+        m.submodules.pend = pend = Queue(_pend_layout, 8, registered=("n",))
+        po = pend.o
+        got = Signal(2)                 # completions of the head counted
+        herr = Signal()                 # ... one of them had ``err``
+        inval_err = Signal()
+        m.d.comb += self.wr.done.ready.eq(po.valid & (got != po.payload.n))
+        with m.If(self.wr.done.valid & self.wr.done.ready):
+            m.d.sync += [got.eq(got + 1), herr.eq(herr | self.wr.done.payload.err)]
+        with m.If(po.valid & (got == po.payload.n)):
+            with m.If(herr):
+                with m.If(~f_valid):
+                    m.d.comb += [po.ready.eq(1), inval_err.eq(1)]
+                    m.d.sync += [f_valid.eq(1), f_qpn.eq(po.payload.qpn), got.eq(0),
+                                 herr.eq(0)]
+            with m.Elif(a_free):
+                m.d.comb += po.ready.eq(1)
+                m.d.sync += [a_valid.eq(1), a.qpn.eq(po.payload.qpn), a.psn.eq(po.payload.psn),
+                             a.syndrome.eq(0), a.kind.eq(AckKind.PLACED), got.eq(0)]
+        idle_q = Signal()               # nothing pending (the head's event, if any, is out)
+        m.d.comb += idle_q.eq(pend.level == 0)
+
+        # ---- the completer's answer, registered ----
+        d_valid = Signal()
+        d = Signal(read_dec_layout)
+        m.d.comb += self.dec.ready.eq(1)
+        m.d.sync += [d_valid.eq(self.dec.valid), d.eq(self.dec.payload)]
+
+        # ---- the header and the cache ----
+        h = Signal(resp_hdr_layout)
+        c_valid = Signal()
+        c_qpn = Signal(24)
+        c_idx = Signal(sb)
+        c_next = Signal(24)
+        # this cycle's update of the cache (by the FSM or a fault); invalidations by ``qp_set``
+        # and ``rec`` are compared with the value the cache would take
+        set_c = Signal()                # the FSM accepted a response that is not the last
+        clr_c = Signal()                # the FSM (or a fault) invalidates it
+        n_qpn = Signal(24)
+        n_idx = Signal(sb)
+        m.d.comb += [n_qpn.eq(Mux(set_c, h.qpn, c_qpn)), n_idx.eq(Mux(set_c, slot, c_idx))]
+        kill = Signal()
+        m.d.comb += kill.eq((self.qp_set.valid & (self.qp_set.payload.qpn == n_qpn))
+                            | (self.rec.valid & (rp.idx[:sb] == n_idx)) | inval_err)
+        with m.If(set_c):
+            m.d.sync += [c_qpn.eq(h.qpn), c_idx.eq(slot), c_next.eq(h.psn + 1)]
+        with m.If(kill | clr_c):
+            m.d.sync += c_valid.eq(0)
+        with m.Elif(set_c):
+            m.d.sync += c_valid.eq(1)
+
+        # ---- the checks, in registered steps ----
+        dpsn = Signal(24)               # p − fpsn
+        span = Signal(24)               # lpsn − fpsn
+        is_last = Signal()              # p = lpsn
+        pmc = Signal(3)
+        off = Signal(32)                # byte offset of the response in the READ
+        in_range = Signal()
+        pmtu = Signal(14)
+        ok = Signal()                   # the response is consistent
+        a0 = Signal(13)                 # bytes of the first part (below len0)
+        a1 = Signal(13)                 # bytes of the second part
+        p1off = Signal(32)              # offset of the second part from addr1
+        drop = Signal()
+        m.d.sync += drop.eq(0)
+        m.d.comb += self.drop.eq(drop)
+
+        op = h.opcode
+        fm = (op == FIRST) | (op == MIDDLE)
+        lo = (op == LAST) | (op == ONLY)
+        rem = Signal(32)                # total − off
+        m.d.comb += rem.eq(r.total - off)
+        d0 = Signal(33)                 # len0 − off (negative: the response is all in part 1)
+        m.d.comb += d0.eq(Cat(r.len0, Const(0, 1)) - Cat(off, Const(0, 1)))
+        below = d0[32] | (d0 == 0)      # off ≥ len0
+        # part 0 = min(len, len0 − off) when off < len0
+        short = Signal()                # off < len0 and len0 − off < len
+        m.d.comb += short.eq(~below & (d0[13:32] == 0) & (d0[:13] < h.len))
+
+        addr_a = Signal(64)
+        addr_b = Signal(64)
+        m.d.comb += [addr_a.eq(r.addr0 + off), addr_b.eq(r.addr1 + p1off)]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.hdr.ready.eq(1)
+                with m.If(self.hdr.valid):
+                    m.d.sync += h.eq(self.hdr.payload)
+                    m.next = "HEAD"
+            with m.State("HEAD"):
+                with m.If(op == ACKNOWLEDGE):
+                    m.next = "WIRE"
+                with m.Elif(c_valid & (h.qpn == c_qpn) & (h.psn == c_next)):
+                    m.d.sync += slot.eq(c_idx)
+                    m.next = "C1"
+                with m.Else():
+                    m.next = "ASK"
+            with m.State("WIRE"):
+                with m.If(idle_q & a_free):
+                    m.d.sync += [a_valid.eq(1), a.qpn.eq(h.qpn), a.psn.eq(h.psn),
+                                 a.syndrome.eq(h.syndrome), a.kind.eq(AckKind.WIRE)]
+                    m.next = "IDLE"
+            with m.State("ASK"):
+                with m.If(idle_q & a_free):
+                    m.d.sync += [a_valid.eq(1), a.qpn.eq(h.qpn), a.psn.eq(h.psn),
+                                 a.syndrome.eq(0), a.kind.eq(AckKind.DECIDE)]
+                    m.next = "WAIT"
+            with m.State("WAIT"):
+                with m.If(d_valid):
+                    with m.If(d.ok):
+                        m.d.sync += slot.eq(d.idx[:sb])
+                        m.next = "C1"
+                    with m.Else():
+                        m.next = "REFUSE"
+            with m.State("C1"):
+                m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.lpsn - r.fpsn),
+                             is_last.eq(h.psn == r.lpsn), pmc.eq(r.pmtu)]
+                m.next = "C2"
+            with m.State("C2"):
+                m.d.sync += [off.eq(Cat(Const(0, 7), dpsn) << pmc),
+                             pmtu.eq(Const(128, 14) << pmc), in_range.eq(dpsn <= span)]
+                m.next = "C3"
+            with m.State("C3"):
+                m.d.sync += [
+                    ok.eq(in_range & Mux(is_last,
+                                         lo & (rem[13:] == 0) & (rem[:13] == h.len),
+                                         fm & (Cat(h.len, Const(0, 1)) == pmtu))),
+                    a0.eq(Mux(below, 0, Mux(short, d0[:13], h.len))),
+                    a1.eq(Mux(below, h.len, Mux(short, h.len - d0[:13], 0))),
+                    p1off.eq(Mux(below, -d0[:32], 0)),
+                ]
+                m.next = "C4"
+            with m.State("C4"):
+                with m.If(ok):
+                    m.d.comb += [pend.i.valid.eq(1), pend.i.payload.qpn.eq(h.qpn),
+                                 pend.i.payload.psn.eq(h.psn),
+                                 pend.i.payload.n.eq((a0 != 0).as_unsigned()
+                                                     + (a1 != 0).as_unsigned())]
+                    with m.If(pend.i.ready):
+                        m.d.comb += [set_c.eq(~is_last), clr_c.eq(is_last)]
+                        with m.If(a0 != 0):
+                            m.next = "P0"
+                        with m.Elif(a1 != 0):
+                            m.next = "P1"
+                        with m.Else():
+                            m.next = "IDLE"
+                with m.Else():
+                    m.d.comb += clr_c.eq(1)
+                    m.d.sync += drop.eq(1)
+                    with m.If(h.len == 0):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "DRAIN"
+            with m.State("REFUSE"):
+                m.d.comb += clr_c.eq(1)
+                m.d.sync += drop.eq(1)
+                with m.If(h.len == 0):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "DRAIN"
+            with m.State("P0"):
+                with m.If(out_free):
+                    m.d.sync += [rq_valid.eq(1), rq_addr.eq(addr_a), rq_len.eq(a0),
+                                 pc_valid.eq(1), pc.src.eq(0), pc.len.eq(a0),
+                                 pc.lane.eq(addr_a[:lb]), pc.end.eq(a1 == 0)]
+                    with m.If(a1 != 0):
+                        m.next = "P1"
+                    with m.Else():
+                        m.next = "IDLE"
+            with m.State("P1"):
+                with m.If(out_free):
+                    m.d.sync += [rq_valid.eq(1), rq_addr.eq(addr_b), rq_len.eq(a1),
+                                 pc_valid.eq(1), pc.src.eq(a0), pc.len.eq(a1),
+                                 pc.lane.eq(addr_b[:lb]), pc.end.eq(1)]
+                    m.next = "IDLE"
+            with m.State("DRAIN"):
+                with m.If(out_free):
+                    m.d.sync += [pc_valid.eq(1), pc.src.eq(0), pc.len.eq(0), pc.lane.eq(0),
+                                 pc.end.eq(1)]
+                    m.next = "IDLE"
+        return m
