@@ -13,14 +13,17 @@ Realignment: a window ``{head, prev}`` of two source beats (``head`` = the input
 taken, ``prev`` = the beat taken before it) shifted right by a byte count; the input beat is taken
 only when the next output beat needs a later source beat, so a source beat shared by two pieces
 stays available for the second. One output beat per cycle while a piece runs; one bubble at
-most at the start of a piece and one cycle for the closing piece. A piece offered while the
+most at the start of a piece and one cycle for the closing piece (none when a closing piece
+with bytes ends on the packet's ``last`` beat: that beat is taken with the piece's last output
+beat). A piece offered while the
 previous one runs is taken into a set-up register at once and starts when that one ends; one
 offered to an idle Scatter Path starts a cycle after it is taken.
 
 The byte shift is done in two registered steps (by ``sh mod 8`` bytes, then by whole 8-byte
 words), and the write beats pass through a 4-entry output queue (no combinational path from
 ``pay`` to ``data``); the closing piece puts a marker into it, which is dropped at the queue's output and
-pulses ``pkt_done`` there, so ``pkt_done`` means the packet's last write beat was taken.
+pulses ``pkt_done`` there (or flags its own last beat, whose taking pulses ``pkt_done``), so
+``pkt_done`` means the packet's last write beat was taken.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
@@ -115,7 +118,9 @@ class ScatterPath(wiring.Component):
         top = Signal(lb)
         m.d.comb += top.eq(B - 1 - hi_lane)
         m.d.comb += strb.eq((ones << lo_lane)[:B] & (ones >> top))
-        out_layout = data.StructLayout({"beat": write_beat_layout(W), "mark": 1})
+        # ``mark``: a marker (no beat), dropped at the queue's output; ``done``: the packet's
+        # last beat (a closing piece that took the packet's ``last`` beat itself)
+        out_layout = data.StructLayout({"beat": write_beat_layout(W), "mark": 1, "done": 1})
         m.submodules.out_q = out_q = Queue(out_layout, 4)
         o = out_q.i
 
@@ -126,19 +131,22 @@ class ScatterPath(wiring.Component):
         a_valid = Signal()                    # a beat (or a marker) enters stage 1
         a_ready = Signal()
         a_mark = Signal()
+        a_done = Signal()
         s1_valid = Signal()
         s1_win = Signal(W + 56)
         s1_lo = Signal(3)
         s1_strb = Signal(B)
         s1_last = Signal()
         s1_mark = Signal()
+        s1_done = Signal()
         m.d.comb += a_ready.eq(~s1_valid | o.ready)
         with m.If(a_ready):
             # the data registers load whenever stage 1 is free (their enable does not wait for
             # the FSM's decision); ``s1_valid`` says whether they hold a beat
             m.d.sync += [s1_valid.eq(a_valid),
                          s1_win.eq((window >> (sh[3:lb + 1] * 64))[:W + 56]), s1_lo.eq(sh[:3]),
-                         s1_strb.eq(strb), s1_last.eq(lastb), s1_mark.eq(a_mark)]
+                         s1_strb.eq(strb), s1_last.eq(lastb), s1_mark.eq(a_mark),
+                         s1_done.eq(a_done)]
         shifted = Signal(W + 56)
         m.d.comb += shifted.eq(s1_win >> (s1_lo * 8))
         m.d.comb += [
@@ -147,13 +155,15 @@ class ScatterPath(wiring.Component):
             o.payload.beat.strb.eq(s1_strb),
             o.payload.beat.last.eq(s1_last),
             o.payload.mark.eq(s1_mark),
+            o.payload.done.eq(s1_done),
         ]
         q = out_q.o
         m.d.comb += [self.data.payload.eq(q.payload.beat)]
         with m.If(q.payload.mark):
             m.d.comb += [q.ready.eq(1), self.pkt_done.eq(q.valid)]
         with m.Else():
-            m.d.comb += [self.data.valid.eq(q.valid), q.ready.eq(self.data.ready)]
+            m.d.comb += [self.data.valid.eq(q.valid), q.ready.eq(self.data.ready),
+                         self.pkt_done.eq(q.valid & self.data.ready & q.payload.done)]
 
         # Piece set-up in two steps: what does not depend on ``h`` is computed from the piece
         # port into the ``n_*`` registers (a one-entry buffer, loaded while the previous piece
@@ -233,7 +243,13 @@ class ScatterPath(wiring.Component):
                         m.d.sync += [left.eq(left - 1), first.eq(0), lastb.eq(nlast),
                                      nlast.eq(left == 3)]
                         with m.If(lastb):
-                            with m.If(end):
+                            with m.If(end & self.pay.payload.last):
+                                # the head is the packet's last beat and this output beat is
+                                # the last it feeds: take it now, no DRAIN cycle
+                                m.d.comb += [self.pay.ready.eq(1), a_done.eq(1)]
+                                m.d.sync += h.eq(0)
+                                m.next = "IDLE"
+                            with m.Elif(end):
                                 m.next = "DRAIN"
                             with m.Else():
                                 m.next = "IDLE"
