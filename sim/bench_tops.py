@@ -56,6 +56,7 @@ class PsnBench(wiring.Component):
             "local_mac": In(48),
             "local_ip": In(32),
             "pay_out": Out(BeatStream(width)),
+            "rr_pay": Out(BeatStream(width)),
             "ack_out": Out(stream.Signature(ack_out_layout)),
             "rq_flush": Out(stream.Signature(rq_flush_layout)),
             "event": Out(stream.Signature(event_layout)),
@@ -86,7 +87,7 @@ class PsnBench(wiring.Component):
                      self.qp_arg.payload.eq(psn.qp_arg.payload)]
         for name in ("meta", "payload", "rq_db", "cmd", "fault"):
             connect(m, wiring.flipped(getattr(self, name)), getattr(psn, name))
-        for name in ("pay_out", "ack_out", "rq_flush", "event", "qp_reset", "qp_set"):
+        for name in ("pay_out", "rr_pay", "ack_out", "rq_flush", "event", "qp_reset", "qp_set"):
             connect(m, getattr(psn, name), wiring.flipped(getattr(self, name)))
         at, ar = psn.ack_tx, arb.resp
         m.d.comb += [ar.valid.eq(at.valid), at.ready.eq(ar.ready)]

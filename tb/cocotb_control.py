@@ -141,7 +141,7 @@ async def identity_and_rw_registers(dut):
     tb = await _setup(dut)
     r = tb.regs
     assert await r.read("ID") == ID_VALUE == 0x524E4943
-    assert await r.read("VERSION") == 0x00010000
+    assert await r.read("VERSION") == 0x00020000
     caps = await r.read("CAPS0")
     assert caps & 0xFF == CFG["W"] // 8
     assert (caps >> 8) & 0xFF == CFG["NUM_QP"].bit_length() - 1

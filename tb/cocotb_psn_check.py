@@ -235,6 +235,7 @@ class TB:
         d.local_ip.value = LOCAL_IP
         d.tx_tready.value = 1
         d.pay_out_tready.value = 1
+        d.rr_pay_tready.value = 1
         for name in ("ack_out_ready", "rq_flush_ready", "event_ready", "cmd__resp_ready",
                      "qp_reset_ready"):
             getattr(d, name).value = 1
@@ -1027,8 +1028,8 @@ async def doorbell_and_ack_out(dut):
     await tb.drain()
     ring = dict(rcqn=1, rq_base=0x1_0000_0000 + 0x20000, rq_log=4)
     assert tb.flushes == [dict(qpn=2, index=5, **ring), dict(qpn=2, index=9, **ring)]
-    assert tb.ack_outs == [dict(opcode=0x11, qpn=meta["dqpn"], psn=meta["psn"], syndrome=0x1F)], \
-        tb.ack_outs
+    assert tb.ack_outs == [dict(opcode=0x11, qpn=meta["dqpn"], psn=meta["psn"], syndrome=0x1F,
+                                len=meta["payload_len"])], tb.ack_outs
     assert six >= 1 and tb.stats[6] == six + 1, (six, tb.stats)
 
 

@@ -90,7 +90,7 @@ class TB:
             await FallingEdge(self.dut.clk)
             while served < len(self.ctx_req.items):
                 c = self.ctx[self.ctx_req.items[served]]
-                self.ctx_resp.put({k: c[k] for k, _ in req_ctx_layout})
+                self.ctx_resp.put({k: c.get(k, 0) for k, _ in req_ctx_layout})
                 served += 1
 
     async def watch_gaps(self):

@@ -212,7 +212,7 @@ class Pair:
                                         flags=(1 if signaled else 0) | (2 if solicited else 0),
                                         psn=self.sent_psn[key], imm=imm_field,
                                         raddr=remote_addr, rkey=rkey, noack=self.noack[key])
-        self.sent_psn[key] = (self.sent_psn[key] + len(pkts)) & 0xFFFFFF
+        self.sent_psn[key] = (self.sent_psn[key] + sum(p["npsn"] for p in pkts)) & 0xFFFFFF
         data = b"".join(self.s[s].dev.read(a, n) for a, n, _ in sges)
         for p in pkts:
             p["data"] = data[p["off"]:p["off"] + p["len"]]
@@ -228,8 +228,8 @@ class Pair:
         for _, s, b in self.wire.frames:
             d = decode_frame(b)
             check_frame_fields(d, s, SPORT[s])
-            if d["bth"]["opcode"] == 0x11:
-                continue
+            if 0x0D <= d["bth"]["opcode"] <= 0x11:
+                continue                      # responses (READ responses: tb/cocotb_read_pair.py)
             qpn = d["bth"]["dqpn"]            # QPNs are equal on both sides here
             exp = self.expect[(s, qpn)]
             assert exp, f"unexpected request frame from {s}: {d['bth']}"

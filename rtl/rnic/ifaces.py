@@ -149,7 +149,7 @@ class AckKind(enum.IntEnum, shape=2):
 
 
 #: One event for the requester's completer (see :class:`AckKind`).
-ack_layout = data.StructLayout({"qpn": 24, "psn": 24, "syndrome": 8, "kind": AckKind})
+ack_layout = data.StructLayout({"qpn": 24, "psn": 24, "syndrome": 8, "kind": 2})
 
 #: Bits of a READ slot index (at most 64 READs outstanding over every QP).
 READ_SLOT_BITS = 6

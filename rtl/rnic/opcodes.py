@@ -149,5 +149,6 @@ class WcStatus(enum.IntEnum, shape=8):
 class WcOpcode(enum.IntEnum, shape=8):
     SEND = 0
     RDMA_WRITE = 1
+    RDMA_READ = 2
     RECV = 128
     RECV_RDMA_WITH_IMM = 129

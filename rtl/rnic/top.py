@@ -9,21 +9,25 @@ them, so the data path reads top to bottom here (``docs/architecture.md`` has th
   one ordered stream of READ responses and ACK/NAKs, with the responses' gather chunks) → TX
   arbiter.
 * **Requester**: SQ_DB → Requester (WQE fetch, lkey checks through Key Cache port 1,
-  segmentation) → packet descriptors → TX arbiter, gather chunks → TX frame builder; received ACKNOWLEDGE frames (PSN Check's ``ack_out``: opcode 0x11 to
-  an RTS QP from its remote IPv4) → Requester; its completions → :class:`~rnic.req.req_context.ReqContext`
+  segmentation) → packet descriptors → TX arbiter, gather chunks → TX frame builder; received
+  ACKNOWLEDGE and READ response frames (PSN Check's ``ack_out``, to an RTS QP from its remote
+  IPv4; a READ response's payload on ``rr_pay``) → READ placement
+  (:class:`~rnic.req.read_place.ReadPlace`: the requester's completer judges each READ
+  response, the placement writes it through the READ's SGEs) → Requester; its completions → :class:`~rnic.req.req_context.ReqContext`
   (send CQN, flush marking, QP-to-ERROR reports, event 4) → CQE Generation. The requester sees
   the QP context through ``ReqContext``'s shadow table, written from PSN Check's ``qp_set``.
 * **Transmit**: the TX arbiter picks whole frames (the responder's and the requester's
   descriptors, round-robin; each frame's gather chunks follow it) for the one TX frame builder (:class:`~rnic.tx.build.TxBuild`: headers, gather reads, IPv4
   checksum, ICRC), which drives the MAC transmit stream.
 * **Host memory**: one AXI4 master (:class:`~rnic.host.axi_master.HostMemory`): read clients
-  0 receive WQEs (Execute), 1 send WQEs (Requester), 2 gather data (TX frame builder); write clients 0 scatter
-  data (Execute), 1 CQEs. ARID/AWID = client number.
+  0 receive WQEs (Execute), 1 send WQEs (Requester), 2 gather data (TX frame builder); write
+  clients 0 scatter data (Execute), 1 CQEs, 2 READ response data (READ placement). ARID/AWID =
+  client number.
 * **Errors**: Execute's and CQE Generation's host faults and the requester's error completions
   reach PSN Check's ``fault`` port, which moves the QP to ERROR (event 3) for both halves.
 * Response frames for an unknown QPN, a QP not in RTS or from another IPv4 are counted as 6 by
-  PSN Check; response opcodes other than ACKNOWLEDGE (READ responses: the requester's READ is
-  not built yet; atomic ACK) are dropped here and counted as 6.
+  PSN Check; atomic ACKs are dropped here and READ responses the READ placement does not place
+  (out of sequence, duplicates, inconsistent) there, both counted as 6.
 * ``US_CYCLES`` divides the clock into the microsecond strobe of the requester's timers.
 
 The reset sweep: for ``max(num_qp, num_cq, key_entries)`` cycles after ``rst`` — the time a
@@ -50,6 +54,7 @@ from .tx.read_resp import ReadResp
 from .stream import Queue, SkidBuffer, StreamMerge
 from .req.requester import Requester
 from .req.req_context import ReqContext
+from .req.read_place import ReadPlace
 
 #: HostMemory's read clients in port order, each with its read buffer in beats: the responder's
 #: receive-WQE fetch, the requester's send-WQE fetch and its gather path. The gather buffer
@@ -70,6 +75,7 @@ STAT_SOURCES = (
     ("tx_build", (Counter.TX_FRAMES, Counter.SEQ_NAKS, Counter.RNR_NAKS, Counter.OTHER_NAKS,
                   Counter.ACKS)),
     ("requester", (Counter.RETRANSMITS,)),
+    ("read_place", (Counter.NO_QP,)),           # READ responses not placed
 )
 
 
@@ -167,7 +173,7 @@ class RNIC(wiring.Component):
         m.submodules.key_cache = keys = KeyCache(key_entries=cfg.key_entries, num_ports=2)
         m.submodules.cqe_gen = cqe = CqeGen(width=W, num_cq=cfg.num_cq)
         m.submodules.host_memory = hmem = HostMemory(
-            width=W, read_clients=len(READ_CLIENTS), write_clients=2,
+            width=W, read_clients=len(READ_CLIENTS), write_clients=3,
             read_buffer=tuple(beats for _, beats in READ_CLIENTS), max_burst=64)
         hmem_rd = {name: getattr(hmem, f"read_{i}") for i, (name, _) in enumerate(READ_CLIENTS)}
         m.submodules.read_resp = rdr = ReadResp(num_qp=cfg.num_qp)
@@ -175,6 +181,7 @@ class RNIC(wiring.Component):
         m.submodules.tx_build = build = TxBuild(W, num_qp=cfg.num_qp)
         m.submodules.requester = req = Requester(width=W, num_qp=cfg.num_qp)
         m.submodules.req_context = rctx = ReqContext(num_qp=cfg.num_qp)
+        m.submodules.read_place = rpl = ReadPlace(width=W, slots=req.read_slots)
 
         # MAC receive
         m.d.comb += [
@@ -255,9 +262,12 @@ class RNIC(wiring.Component):
         wiring.connect(m, req.ctx_req, rctx.ctx_req)
         wiring.connect(m, rctx.ctx_resp, req.ctx_resp)
         wiring.connect(m, req.cpl, rctx.cpl)
-        # a payload read failed: the requester context moves the QP to ERROR (event 4); a READ
-        # response's ends its READ
-        wiring.connect(m, build.fault, rctx.req_fault)
+        # a payload read failed, or a READ response's write: the requester context moves the
+        # QP to ERROR (event 4); a READ response's read ends its READ
+        m.submodules.req_fault_merge = rf_merge = StreamMerge(build.fault.payload.shape(), 2)
+        wiring.connect(m, build.fault, rf_merge.i[0])
+        wiring.connect(m, rpl.fault, rf_merge.i[1])
+        wiring.connect(m, rf_merge.o, rctx.req_fault)
         m.d.comb += [rdr.fault.valid.eq(build.fault.valid & build.fault.ready),
                      rdr.fault.payload.eq(build.fault.payload)]
         # the requester's lookup requests through a one-entry register: the Key Cache's
@@ -290,19 +300,28 @@ class RNIC(wiring.Component):
             m.d.comb += req.us_tick.eq(tick)
 
         # Response frames that PSN Check accepted (an RTS QP, from its remote IPv4):
-        # ACKNOWLEDGE (0x11) goes to the requester; READ responses and atomic ACKs (not in
-        # version 1) are counted as 6.
+        # ACKNOWLEDGE (0x11) and READ responses (0x0D–0x10, their payload on rr_pay) go to the
+        # READ placement, which places the responses it may (asking the requester's completer)
+        # and passes the ACKs on in order; atomic ACKs (not in version 2) are counted as 6, as
+        # are READ responses it drops.
         stat = Signal(NUM_COUNTERS)
         ao = psn.ack_out
         ack_ok = Signal()
-        m.d.comb += ack_ok.eq(ao.payload.opcode == 0x11)
-        m.d.comb += [req.ack.payload.qpn.eq(ao.payload.qpn),
-                     req.ack.payload.psn.eq(ao.payload.psn),
-                     req.ack.payload.syndrome.eq(ao.payload.syndrome),
-                     req.ack.valid.eq(ao.valid & ack_ok),
-                     ao.ready.eq(~ack_ok | req.ack.ready)]
+        m.d.comb += ack_ok.eq((ao.payload.opcode >= 0x0D) & (ao.payload.opcode <= 0x11))
+        m.d.comb += [rpl.hdr.payload.eq(ao.payload), rpl.hdr.valid.eq(ao.valid & ack_ok),
+                     ao.ready.eq(~ack_ok | rpl.hdr.ready)]
         with m.If(ao.valid & ~ack_ok):
             m.d.comb += stat[Counter.NO_QP].eq(1)
+        rpl_stat = Signal(NUM_COUNTERS)
+        m.d.comb += rpl_stat[Counter.NO_QP].eq(rpl.drop)
+        wiring.connect(m, psn.rr_pay, rpl.pay)
+        wiring.connect(m, rpl.ack, req.ack)
+        wiring.connect(m, req.read_dec, rpl.dec)
+        wiring.connect(m, req.read_rec, rpl.rec)
+        wiring.connect(m, rpl.wr, hmem.write_2)
+        # (any SET_QP of a QP ends ReadPlace's fast path for it)
+        m.d.comb += [rpl.qp_set.valid.eq(req.qp_set.valid & req.qp_set.ready),
+                     rpl.qp_set.payload.qpn.eq(req.qp_set.payload.qpn)]
 
         # MAC transmit: the responder's READ responses and ACK/NAKs (one ordered stream, so an
         # ACK decided after a READ never overtakes its responses) and the requester's packets
@@ -345,7 +364,8 @@ class RNIC(wiring.Component):
         # the blocks' strobe logic (some of it a handshake, e.g. the transmit arbiter's) ends
         # here instead of running on through the sum and the 32-bit saturating add.
         strobes = {"top": stat, "rx_parse": rx.stat, "psn_check": psn.stat,
-                   "cqe_gen": cqe.stat, "tx_build": build.stat, "requester": req_stat}
+                   "cqe_gen": cqe.stat, "tx_build": build.stat, "requester": req_stat,
+                   "read_place": rpl_stat}
         assert set(strobes) == {name for name, _ in STAT_SOURCES}
         for i in range(NUM_COUNTERS):
             m.d.sync += ctl.stat_inc[i].eq(sum(strobes[name][i] for name, drives in STAT_SOURCES

@@ -64,6 +64,7 @@ class SendOp(enum.IntEnum):
     SEND_WITH_INV = 2
     RDMA_WRITE = 3
     RDMA_WRITE_WITH_IMM = 4
+    RDMA_READ = 5
 
 
 PMTU_CODE = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}
@@ -330,3 +331,11 @@ class Device:
         if doorbell:
             await self.regs.doorbell("SQ_DB", qp.qpn, qp.sq_producer)
         return slot
+
+    async def post_read(self, qp, wr_id, sges, *, remote_addr, rkey, signaled=True,
+                        doorbell=True):
+        """Post an RDMA READ (interface.md §7): the bytes at ``remote_addr`` (``rkey``, with
+        REMOTE_READ on the remote QP's PD) land in ``sges`` (lkeys with LOCAL_WRITE), their
+        lengths summed; it completes with opcode 2 (RDMA_READ) and the byte count."""
+        return await self.post_send(qp, wr_id, SendOp.RDMA_READ, sges, signaled=signaled,
+                                    remote_addr=remote_addr, rkey=rkey, doorbell=doorbell)

@@ -15,11 +15,12 @@ Written from interface.md §5.2 and roce-reference.md §5 (rxe's ``next_opcode_r
 import struct
 
 __all__ = ["WrOp", "SEND", "SEND_WITH_IMM", "SEND_WITH_INV", "RDMA_WRITE", "RDMA_WRITE_WITH_IMM",
+           "RDMA_READ", "read_psns",
            "SIGNALED", "SOLICITED", "MAX_NOACK", "segment", "wqe_bytes", "ext_bytes",
            "psn_before", "timeout_us", "rnr_us", "nak_status", "SendQp"]
 
-SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA_WRITE, RDMA_WRITE_WITH_IMM = range(5)
-WrOp = (SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA_WRITE, RDMA_WRITE_WITH_IMM)
+SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ = range(6)
+WrOp = (SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ)
 SIGNALED, SOLICITED = 0x01, 0x02
 MAX_NOACK = 64          # rxe RXE_MAX_PKT_PER_ACK: the 66th consecutive non-AckReq packet asks
 
@@ -43,11 +44,25 @@ def ext_bytes(imm_field, opcode):
     return bytes(imm_field)
 
 
+def read_psns(length, pmtu):
+    """PSNs an RDMA READ of ``length`` bytes takes: its responses, max(1, ⌈length/PMTU⌉)
+    (interface.md §7)."""
+    return max(1, -(-length // pmtu))
+
+
 def segment(opcode, length, pmtu, *, flags=0, psn=0, imm=b"\0\0\0\0", raddr=0, rkey=0,
             noack=0, start=0):
     """The packets of one WQE whose first PSN is ``psn``, from its packet ``start`` (a
     retransmission resuming mid-message). ``noack`` is the QP's count of consecutive
-    non-AckReq packets before the first one returned; returns ``(packets, noack_after)``."""
+    non-AckReq packets before the first one returned; returns ``(packets, noack_after)``.
+    Each packet's ``npsn`` is the PSNs it takes: 1, or for an RDMA READ (one request for the
+    bytes from response ``start`` on, AckReq set) the responses still to come."""
+    if opcode == RDMA_READ:
+        off = start * pmtu
+        return [dict(opcode=0x0C, psn=(psn + start) & 0xFFFFFF, se=0, ackreq=1, padcnt=0,
+                     off=0, len=0, npsn=read_psns(length, pmtu) - start,
+                     reth=dict(va=(raddr + off) & (2**64 - 1), rkey=rkey, dmalen=length - off),
+                     imm=None)], 0
     first_op, mid_op, last_op, only_op = _OPS[opcode]
     pkts, off = [], start * pmtu
     while True:
@@ -64,7 +79,7 @@ def segment(opcode, length, pmtu, *, flags=0, psn=0, imm=b"\0\0\0\0", raddr=0, r
                  and opcode in (SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA_WRITE_WITH_IMM))
         pkts.append(dict(
             opcode=op, psn=(psn + start + len(pkts)) & 0xFFFFFF, se=se, ackreq=ackreq,
-            padcnt=(-n) & 3, off=off, len=n,
+            padcnt=(-n) & 3, off=off, len=n, npsn=1,
             reth=dict(va=raddr, rkey=rkey, dmalen=length) if op in _RETH else None,
             imm=ext_bytes(imm, opcode) if op in _IMM4 else None))
         off += n

@@ -9,7 +9,7 @@ from typing import NamedTuple
 __all__ = ["Reg", "REGISTERS", "BY_NAME", "ID_VALUE", "VERSION_VALUE", "markdown"]
 
 ID_VALUE = 0x524E4943          # "RNIC"
-VERSION_VALUE = (1 << 16) | 0  # 1.0
+VERSION_VALUE = (2 << 16) | 0  # 2.0: RDMA READ (interface.md §7)
 
 
 class Reg(NamedTuple):
@@ -22,7 +22,7 @@ class Reg(NamedTuple):
 
 REGISTERS = [
     Reg("ID", 0x0000, "R", 'Identity, 0x524E4943 ("RNIC")'),
-    Reg("VERSION", 0x0004, "R", "major<<16 | minor: 1.0"),
+    Reg("VERSION", 0x0004, "R", "major<<16 | minor: 2.0"),
     Reg("CAPS0", 0x0008, "R", "W/8 [7:0], log2(num_qp) [15:8], log2(num_cq) [23:16], "
                               "log2(key_entries) [31:24]"),
     Reg("MAC_LO", 0x0010, "RW", "local MAC bytes 2..5 (02:00:00:00:00:01 -> 0x00000001)"),

@@ -61,7 +61,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..formats import SEND_MAX_SGE, SEND_WQE_BYTES, SendWqe
 from ..host.axi_master import ReadClientSignature
-from ..ifaces import AckKind, QpnStream, ack_layout
+from ..ifaces import (READ_SLOT_BITS, AckKind, QpnStream, ack_layout, read_dec_layout,
+                      read_rec_layout)
 from ..keys.key_cache import LookupSignature
 from ..opcodes import WcStatus
 from ..resp.qp_context import QpState
@@ -93,6 +94,7 @@ req_ctx_layout = data.StructLayout({
     "timeout": 5,       # retransmit timer 4.096 µs · 2^timeout, 0 = none
     "retry_cnt": 3,     # retries after a timeout or NAK 0x60 (7 = seven)
     "rnr_retry": 3,     # retries after an RNR NAK (7 = forever)
+    "ord": 4,           # RDMA READs outstanding at most (0 means 1, above 8 means 8)
 })
 
 #: A send completion (interface.md §5.4): SUCCESS for a signaled WQE retired by an ACK, or an
@@ -102,7 +104,7 @@ cpl_layout = data.StructLayout({
     "qpn": 24,
     "wr_id": 64,
     "status": 8,
-    "opcode": 8,        # 0 SEND, 1 RDMA_WRITE
+    "opcode": 8,        # 0 SEND, 1 RDMA_WRITE, 2 RDMA_READ
     "flags": 8,         # 0x02 WITH_IMM
     "byte_len": 32,
     "fault": 1,
@@ -120,6 +122,7 @@ _dyn_layout = data.StructLayout({
     "err": 1,           # the QP is in error here: flush everything
     "parked": 1,        # the engine left the QP waiting (window, ACKs): wake it on progress
     "rgen": 4,          # the completer's rewind generation last acted on
+    "rds": 4,           # READ WQEs recorded in the ring (mod 16): rds − crds are outstanding
 })
 
 #: Per QP, owned by the completer: the oldest unacknowledged PSN, the oldest unretired WQE (SQ
@@ -138,6 +141,8 @@ _comp_layout = data.StructLayout({
     "rused": 3,         # retries used since the last progress (timeout, NAK 0x60)
     "nused": 3,         # RNR retries used since the last progress
     "rnrw": 1,          # an RNR NAK with PSNs sent behind it: its NAK 0x60 may follow
+    "crds": 4,          # READ WQEs retired (mod 16)
+    "gapr": 1,          # a READ response gap at una already made the engine go back
 })
 
 
@@ -176,10 +181,10 @@ def _pick(layout, row):
 # completer's holds what it judges and retires by. The engine's copy of ``comp`` holds what it
 # rewinds to and waits on; the completer reads (and writes back) every field.
 _dyn_engine_layout = _sub_layout(_dyn_layout, ["cons", "hcons", "psn", "hpsn", "fpsn", "part",
-                                               "noack", "err", "rgen"])
+                                               "noack", "err", "rgen", "rds"])
 _dyn_comp_layout = _sub_layout(_dyn_layout, ["psn", "hcons", "err", "parked"])
 _comp_engine_layout = _sub_layout(_comp_layout, ["una", "ccons", "cfpsn", "rgen", "rerr",
-                                                 "hold"])
+                                                 "hold", "crds"])
 
 #: Per QP, written by the engine from the context, read by the completer (which looks the
 #: timeout up in µs; a timeout of 0, as in the entry of a QP the engine never served, is no
@@ -210,15 +215,17 @@ def _add(t, part):
         setattr(t, name, value)
 
 
-def _inflight_layout(rb):
+def _inflight_layout(rb, sb):
     """One sent WQE waiting for its ACK: a ring entry, linked to the QP's next one by ``next``
-    (``rb`` = ring index bits)."""
+    (``rb`` = ring index bits); a READ's holds its READ slot (``sb`` bits)."""
     return data.StructLayout({
         "wr_id": 64,
         "last_psn": 24,
         "signaled": 1,
         "write": 1,
         "imm": 1,
+        "read": 1,
+        "ridx": sb,
         "byte_len": 32,
         "next": rb,
     })
@@ -232,13 +239,14 @@ _RTS = QpState.RTS
 _RESET = QpState.RESET
 _ERROR = QpState.ERROR
 
-# (first, middle, last, only) RC opcodes per WQE opcode 0..4
+# (first, middle, last, only) RC opcodes per WQE opcode 0..5 (a READ is one request packet)
 _OPS = [(0x00, 0x01, 0x02, 0x04), (0x00, 0x01, 0x03, 0x05), (0x00, 0x01, 0x16, 0x17),
-        (0x06, 0x07, 0x08, 0x0A), (0x06, 0x07, 0x09, 0x0B)]
+        (0x06, 0x07, 0x08, 0x0A), (0x06, 0x07, 0x09, 0x0B), (0x0C, 0x0C, 0x0C, 0x0C)]
+_WOP_READ = 5
 
 # completer events and NAK actions
 _EV_ACK, _EV_SCAN, _EV_KILL = 0, 1, 2
-_ACT_NONE, _ACT_SEQ, _ACT_RNR, _ACT_ERR, _ACT_SCAN, _ACT_KILL, _ACT_DROP = range(7)
+_ACT_NONE, _ACT_SEQ, _ACT_RNR, _ACT_ERR, _ACT_SCAN, _ACT_KILL, _ACT_DROP, _ACT_DEC = range(8)
 #: QPs the scan judges per turn when an ACK or a kill waits: a turn (4 cycles to fill the read
 #: pipeline, then one QP per cycle) costs what one ACK's processing does, so a stream of ACKs
 #: still leaves the scan half of the completer.
@@ -261,6 +269,10 @@ class Requester(wiring.Component):
         Entries of the in-flight ring shared by every QP (power of two, > ``num_qp``): each QP
         holds one entry for its next WQE, the other ``ring_depth − num_qp`` are the WQEs sent
         and not yet retired, over all QPs. Default: the power of two ≥ ``num_qp + 256``.
+    read_slots : int
+        READ slots shared by every QP (a power of two, 2..64): each READ sent and not yet
+        retired holds one (its destination, for :class:`~rnic.req.read_place.ReadPlace`); a
+        new READ waits for a free one, as for ORD.
 
     Attributes
     ----------
@@ -283,12 +295,24 @@ class Requester(wiring.Component):
         Each packet's gather chunks, in payload order, after its descriptor (to the TX frame
         builder, which reads them from host memory).
     ack : In(stream.Signature(ack_layout))
-        Received ACKNOWLEDGE packets of our QPs. A positive ACK (syndrome bits 6:5 = 0)
+        Events of our QPs, in order (``kind``, :class:`~rnic.ifaces.AckKind`): received
+        ACKNOWLEDGE packets (WIRE), READ responses placed (PLACED: a positive ACK of its PSN)
+        and READ responses to judge (DECIDE, answered on ``read_dec``). A positive ACK (syndrome bits 6:5 = 0)
         acknowledges every PSN up to its own and retires the WQEs whose last PSN it covers
         (coalesced ACKs retire several). A NAK at PSN p acknowledges every PSN before p; then
         0x60 goes back to p, an RNR NAK (0x20–0x3F) waits its timer and goes back to p, any
         other NAK ends the QP (0x61 REM_INV_REQ_ERR, 0x62 REM_ACCESS_ERR, else REM_OP_ERR).
-        A NAK for a PSN before ``una`` is stale and ignored.
+        A NAK for a PSN before ``una`` is stale and ignored. Neither moves ``una`` past the
+        first READ response not yet placed (interface.md §7): an ACK or NAK beyond it stops
+        there and, once per ``una``, makes the engine go back (a gap, counted as a retry).
+        DECIDE at PSN p acknowledges every PSN before p likewise (IBA implicit ACK) and is
+        answered ``ok`` when the oldest unretired WQE is then a READ whose first response not
+        yet placed is p.
+    read_dec : Out(stream.Signature(read_dec_layout))
+        One answer per DECIDE, in order: ``ok`` and the READ's slot.
+    read_rec : Out(stream.Signature(read_rec_layout, always_ready=True))
+        A READ's slot, written when the READ is first sent (its PSNs, PMTU, length and the bus
+        addresses its SGEs translate to).
     cpl : Out(stream.Signature(cpl_layout))
         Send completions in SQ order: SUCCESS for each retired signaled WQE; an error
         (LOC_QP_OP_ERR, LOC_PROT_ERR, a WQE-fetch host fault with ``fault``, REM_INV_REQ_ERR,
@@ -308,7 +332,7 @@ class Requester(wiring.Component):
         Every write of a QP's SQ consumer index: the oldest WQE not yet retired (QUERY_QP).
     """
 
-    def __init__(self, *, width=64, num_qp=256, work_depth=16, ring_depth=None):
+    def __init__(self, *, width=64, num_qp=256, work_depth=16, ring_depth=None, read_slots=16):
         check_width(width)
         if num_qp & (num_qp - 1) or not 4 <= num_qp <= 4096:
             raise ValueError(f"num_qp must be a power of two in 4..4096, not {num_qp!r}")
@@ -320,6 +344,10 @@ class Requester(wiring.Component):
             # one entry per QP is its next WQE's; at least one more to send anything
             raise ValueError(f"ring_depth must be a power of two above num_qp, "
                              f"not {ring_depth!r}")
+        if read_slots & (read_slots - 1) or not 2 <= read_slots <= 1 << READ_SLOT_BITS:
+            raise ValueError(f"read_slots must be a power of two in 2..{1 << READ_SLOT_BITS}, "
+                             f"not {read_slots!r}")
+        self.read_slots = read_slots
         self.width, self.num_qp, self.work_depth = width, num_qp, work_depth
         self.ring_depth = ring_depth
         self.abits = (num_qp - 1).bit_length()
@@ -333,6 +361,8 @@ class Requester(wiring.Component):
             "pkt": Out(stream.Signature(pkt_layout)),
             "chunk": Out(stream.Signature(chunk_layout)),
             "ack": In(stream.Signature(ack_layout)),
+            "read_dec": Out(stream.Signature(read_dec_layout)),
+            "read_rec": Out(stream.Signature(read_rec_layout, always_ready=True)),
             "cpl": Out(stream.Signature(cpl_layout)),
             "us_tick": In(1),
             "retx": Out(1),
@@ -349,11 +379,14 @@ class Requester(wiring.Component):
         D = self.ring_depth
         rb = (D - 1).bit_length()
         TB = TIMER_BITS
-        ring_layout = _inflight_layout(rb)
+        R = self.read_slots
+        sb = (R - 1).bit_length()
+        ring_layout = _inflight_layout(rb, sb)
         # The parts below share their signals through ``t``: each takes from it what it reads
         # and adds what it makes (_add). They are called in the order their statements had in
         # one method, which the generated Verilog follows.
-        t = types.SimpleNamespace(W=W, nb=nb, ab=ab, D=D, rb=rb, TB=TB, ring_layout=ring_layout)
+        t = types.SimpleNamespace(W=W, nb=nb, ab=ab, D=D, rb=rb, TB=TB, ring_layout=ring_layout,
+                                  R=R, sb=sb)
         _add(t, self._cpl_merge(m, t))
 
         # the microsecond clock
@@ -363,6 +396,7 @@ class Requester(wiring.Component):
         t.now = now
 
         _add(t, self._tables(m, t))
+        _add(t, self._read_slots(m, t))
         _add(t, self._scheduler(m, t))
         _add(t, self._engine_reads(m, t))
         _add(t, self._engine_state(m, t))
@@ -522,6 +556,25 @@ class Requester(wiring.Component):
             rn_rd2_w=rn_rd2_w, comp_rp=comp_rp, comp_rd_w=comp_rd_w, comp_rp2=comp_rp2,
             comp_rd2_w=comp_rd2_w, rh_rd_w=rh_rd_w, infl_wp=infl_wp, infl_rp=infl_rp, rh_rpe=rh_rpe,
             fresh=fresh, sweeping=sweeping, sw_i=sw_i, sw_en=sw_en)
+
+    def _read_slots(self, m, t):
+        """The READ slots' free list (never used ones from ``rfresh`` up, then ``rfree``: the
+        engine takes one when it first sends a READ, the completer gives it back when it retires
+        or drops the READ's ring entry), and the engine's READ registers: ``is_rd`` (the WQE is a
+        READ), the request's VA and PSN count (``rd_va``, ``rd_n``, set in RD_PREP/RD_PREP2),
+        the slot it takes (``new_ri``, registered off the free list, and ``e_ri`` as taken)."""
+        R, sb = t.R, t.sb
+        m.submodules.rfree = rfree = Queue(sb, R)
+        rfresh = Signal(range(R + 1))
+        new_ri = Signal(sb)
+        m.d.sync += new_ri.eq(Mux(rfresh != R, rfresh, rfree.o.payload))
+        rslot_ok = Signal()             # a slot is free (registered)
+        m.d.sync += rslot_ok.eq((rfresh != R) | rfree.o.valid)
+        return types.SimpleNamespace(
+            rfree=rfree, rfresh=rfresh, new_ri=new_ri, rslot_ok=rslot_ok,
+            is_rd=Signal(name="is_rd"), rd_va=Signal(64, name="rd_va"),
+            rd_n=Signal(24, name="rd_n"), rd_rm1=Signal(32, name="rd_rm1"),
+            rd_z=Signal(name="rd_z"), e_ri=Signal(sb, name="e_ri"))
 
     def _scheduler(self, m, t):
         """The work queue of QPNs for the engine and what feeds it, in this order: SET_QP (which
@@ -864,15 +917,31 @@ class Requester(wiring.Component):
                 with m.Case(o):
                     m.d.comb += opcode.eq(Mux(is_first, Mux(fits, on, f), Mux(fits, la, mid)))
         ackreq = Signal()
-        m.d.comb += ackreq.eq(fits | (dyn.noack > MAX_NOACK))
+        is_rd = t.is_rd
+        m.d.comb += ackreq.eq(fits | is_rd | (dyn.noack > MAX_NOACK))
         imm_word = Mux(wop == 2, immf, Cat(immf[24:32], immf[16:24], immf[8:16], immf[0:8]))
         pk = self.pkt.payload
         m.d.comb += [
             pk.opcode.eq(opcode),
-            pk.se.eq(fits & flags[1] & (wop != 3)), pk.ackreq.eq(ackreq), pk.psn.eq(dyn.psn),
-            pk.va.eq(raddr), pk.rkey.eq(rkey), pk.dmalen.eq(total), pk.imm.eq(imm_word),
-            pk.paylen.eq(pay), pk.qpn.eq(qpn),
+            pk.se.eq(fits & flags[1] & (wop != 3) & ~is_rd), pk.ackreq.eq(ackreq),
+            pk.psn.eq(dyn.psn),
+            # (a READ: its remaining bytes from the VA advanced past the responses placed)
+            pk.va.eq(Mux(is_rd, t.rd_va, raddr)), pk.rkey.eq(rkey),
+            pk.dmalen.eq(Mux(is_rd, resid, total)), pk.imm.eq(imm_word),
+            pk.paylen.eq(Mux(is_rd, 0, pay)), pk.qpn.eq(qpn),
         ]
+        # a READ's slot, written as the READ is first sent
+        rr = self.read_rec.payload
+        m.d.comb += [
+            rr.idx.eq(t.new_ri), rr.fpsn.eq(t.fpsn_r), rr.lpsn.eq(t.fpsn_r + t.rd_n - 1),
+            rr.pmtu.eq(ctx.pmtu), rr.total.eq(total), rr.addr0.eq(sge_addr[0]),
+            rr.len0.eq(t.len0), rr.addr1.eq(sge_addr[1]),
+        ]
+        # room for one more READ of this QP (ORD: 0 means 1, at most 8; registered: VALIDATE
+        # is never the cycle after a change of rds, crds or ctx)
+        ord_ok = Signal()
+        ordn = Mux(ctx.ord == 0, 1, Mux(ctx.ord > 8, 8, ctx.ord))
+        m.d.sync += ord_ok.eq((dyn.rds - t.cs.crds)[:4] < ordn)
 
         # gather chunk of the current packet: clen = min(seg_left, left), kept in a register
         # set with ``left`` (in PKT, and in CHUNK when the packet continues in SGE 1), so the
@@ -902,6 +971,7 @@ class Requester(wiring.Component):
             infl_wp.data.signaled.eq(flags[0]),
             infl_wp.data.write.eq((wop == 3) | (wop == 4)),
             infl_wp.data.imm.eq((wop == 1) | (wop == 4)),
+            infl_wp.data.read.eq(is_rd), infl_wp.data.ridx.eq(t.e_ri),
             infl_wp.data.byte_len.eq(total),
         ]
 
@@ -914,13 +984,13 @@ class Requester(wiring.Component):
             self.wqe_rd.req.payload.tag.eq(0),
             self.lookup.req.payload.key.eq(Mux(k[0], sge_key[1], sge_key[0])),
             self.lookup.req.payload.pd.eq(ctx.pd),
-            self.lookup.req.payload.access.eq(0),
+            self.lookup.req.payload.access.eq(is_rd),     # a READ's SGEs: LOCAL_WRITE (0x01)
             self.lookup.req.payload.va.eq(Mux(k[0], sge_addr[1], sge_addr[0])),
             self.lookup.req.payload.len.eq(Mux(k[0], sge_len[1], sge_len[0])),
             self.lookup.req.payload.tag.eq(k),
             ecpl.payload.qpn.eq(qpn), ecpl.payload.wr_id.eq(wr_id),
             ecpl.payload.status.eq(status),
-            ecpl.payload.opcode.eq((wop == 3) | (wop == 4)),
+            ecpl.payload.opcode.eq(Mux(wop == _WOP_READ, 2, (wop == 3) | (wop == 4))),
             ecpl.payload.fault.eq(hfault),
             eng_dyn.eq(dyn),
             eng_dyn.parked.eq(e_park_st),
@@ -930,7 +1000,8 @@ class Requester(wiring.Component):
         ]
         with m.If(e_wbn_st):                # WB_NEXT's row: the WQE at cons is done
             m.d.comb += [eng_dyn.cons.eq(cons1), eng_dyn.part.eq(0),
-                         eng_dyn.hcons.eq(Mux(alloc_r, cons1, dyn.hcons))]
+                         eng_dyn.hcons.eq(Mux(alloc_r, cons1, dyn.hcons)),
+                         eng_dyn.rds.eq(dyn.rds + (alloc_r & is_rd))]
 
         # another WQE posted after cons (registered: PKT and CHUNK, where it is used, are never
         # within two cycles of a change of cons; prod a cycle older is a doorbell seen late)
@@ -938,7 +1009,7 @@ class Requester(wiring.Component):
         m.d.sync += pf_more.eq(cons1 != prod)
         return types.SimpleNamespace(
             fits=fits, pay=pay, ackreq=ackreq, clen=clen, pkt_end=pkt_end, seg_end=seg_end,
-            new_rn=new_rn, pf_more=pf_more)
+            new_rn=new_rn, pf_more=pf_more, ord_ok=ord_ok)
 
     def _engine(self, m, t):
         """The engine FSM: it takes a QPN from the work queue, loads its context and ``dyn``,
@@ -1158,7 +1229,8 @@ class Requester(wiring.Component):
                     m.next = "VALIDATE"
         with m.State("VALIDATE"):
             m.d.comb += self.busy.eq(1)
-            m.d.sync += [k.eq(0), sent.eq(0), total.eq(len_sum), resid.eq(len_sum)]
+            m.d.sync += [k.eq(0), sent.eq(0), total.eq(len_sum), resid.eq(len_sum),
+                         t.is_rd.eq(wop == _WOP_READ)]
             with m.If(flush):
                 m.d.sync += status.eq(int(WcStatus.WR_FLUSH_ERR))
                 m.next = "ERR"
@@ -1168,9 +1240,13 @@ class Requester(wiring.Component):
             with m.Elif(hfault):
                 m.d.sync += status.eq(0)
                 m.next = "ERR"
-            with m.Elif((wop > 4) | (num_sge > 2)):
+            with m.Elif((wop > _WOP_READ) | (num_sge > 2)):
                 m.d.sync += status.eq(int(WcStatus.LOC_QP_OP_ERR))
                 m.next = "ERR"
+            with m.Elif((wop == _WOP_READ) & alloc_r & ~(t.rslot_ok & t.ord_ok)):
+                # a new READ beyond ORD, or no READ slot free: wait (the completer wakes the QP
+                # when it retires a READ, the scan otherwise); the WQE is fetched again
+                go("PARK")
             with m.Else():
                 m.next = "LOOKUP"
         with m.State("LOOKUP"):
@@ -1184,6 +1260,8 @@ class Requester(wiring.Component):
                 with m.Else():
                     m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(total)]
                 m.next = "PKT"
+                with m.If(t.is_rd):
+                    m.next = "RD_PREP"
             with m.Elif(k == num_sge):
                 m.next = "SKIP"
             with m.Elif(cur_len == 0):
@@ -1226,6 +1304,24 @@ class Requester(wiring.Component):
             m.d.comb += self.busy.eq(1)
             m.d.sync += cur_addr.eq(Mux(sk_lt, bus[0], bus[1]) + cur_addr[:32])
             m.next = "PKT"
+            with m.If(t.is_rd):
+                m.next = "RD_PREP"
+        with m.State("RD_PREP"):
+            # a READ request for the bytes from ``sent`` on (all of them, or the rest after the
+            # responses already placed): its VA, and the PSNs it takes, max(1, ⌈resid/PMTU⌉)
+            m.d.comb += self.busy.eq(1)
+            m.d.sync += [t.rd_va.eq(t.raddr + sent), t.rd_rm1.eq(resid - 1),
+                         t.rd_z.eq(resid == 0)]
+            m.next = "RD_PREP2"
+        with m.State("RD_PREP2"):
+            m.d.comb += self.busy.eq(1)
+            with m.Switch(ctx.pmtu):
+                for code in range(1, 6):
+                    with m.Case(code):
+                        m.d.sync += t.rd_n.eq(Mux(t.rd_z, 1, (t.rd_rm1 >> (code + 7)) + 1))
+                with m.Default():
+                    m.d.sync += t.rd_n.eq(Mux(t.rd_z, 1, (t.rd_rm1 >> 8) + 1))
+            m.next = "PKT"
         with m.State("PKT"):
             m.d.comb += self.busy.eq(1)
             prefetch()
@@ -1255,6 +1351,19 @@ class Requester(wiring.Component):
                         dyn.noack.eq(Mux(ackreq, 0, dyn.noack + 1)),
                     ]
                     m.next = "CHUNK"
+                    with m.If(t.is_rd):
+                        # one request, no payload, rd_n PSNs; a new READ takes a slot
+                        m.d.sync += [left.eq(0), was_last.eq(1),
+                                     dyn.psn.eq(dyn.psn + t.rd_n)]
+                        with m.If(~retx):
+                            m.d.sync += dyn.hpsn.eq(dyn.psn + t.rd_n)
+                        with m.If(alloc_r):
+                            m.d.comb += self.read_rec.valid.eq(1)
+                            m.d.sync += t.e_ri.eq(t.new_ri)
+                            with m.If(t.rfresh != t.R):
+                                m.d.sync += t.rfresh.eq(t.rfresh + 1)
+                            with m.Else():
+                                m.d.comb += t.rfree.o.ready.eq(1)
         with m.State("CHUNK"):
             m.d.comb += self.busy.eq(1)
             prefetch()
@@ -1300,7 +1409,7 @@ class Requester(wiring.Component):
                 with m.Else():
                     m.d.comb += free.o.ready.eq(1)
             m.d.sync += [dyn.cons.eq(cons1), dyn.part.eq(0), dyn.hcons.eq(hnext),
-                         served.eq(1), e_cw_st.eq(1)]
+                         dyn.rds.eq(dyn.rds + (alloc & t.is_rd)), served.eq(1), e_cw_st.eq(1)]
             m.next = "CHECK_WAIT"
 
     def _completer(self, m, t):
@@ -1398,6 +1507,17 @@ class Requester(wiring.Component):
         adv = Signal(24)
         behind = Signal(24)
         a_new, b_neg, b_zero, d_more = Signal(), Signal(), Signal(), Signal()
+        # READs (interface.md §7): a_sent = the event's PSN was sent (DECIDE), una0 = una before
+        # the event, clampable = the event may not move una past a READ's first response not
+        # yet placed (WIRE, DECIDE), clamp/ur = it tried (ur: where una stops), gap = una
+        # stopped there, acc/acc_r = a DECIDE's answer, ri_r its slot, dec_wb = write back after
+        # answering
+        a_sent, clampable, clamp, gap, acc, acc_r, dec_wb = (
+            Signal(name=f"c_{n}") for n in ("a_sent", "clampable", "clamp", "gap", "acc",
+                                            "acc_r", "dec_wb"))
+        una0, ur = Signal(24), Signal(24)
+        ent_rd = Signal()
+        ri_r = Signal(t.sb)
         m.d.comb += [adv.eq(ap1 - comp_rd.una), behind.eq(a.psn - comp_rd.una)]
         expired = Signal()
         # wake-ups of parked QPs are hints (a later scan repeats them): only with room to spare
@@ -1431,7 +1551,8 @@ class Requester(wiring.Component):
         ]
         m.d.comb += [
             ccpl.payload.qpn.eq(aq), ccpl.payload.wr_id.eq(ent.wr_id),
-            ccpl.payload.status.eq(int(WcStatus.SUCCESS)), ccpl.payload.opcode.eq(ent.write),
+            ccpl.payload.status.eq(int(WcStatus.SUCCESS)),
+            ccpl.payload.opcode.eq(Mux(ent.read, 2, ent.write)),
             ccpl.payload.flags.eq(Mux(ent.imm, 0x02, 0)), ccpl.payload.byte_len.eq(ent.byte_len),
         ]
         return types.SimpleNamespace(
@@ -1442,7 +1563,9 @@ class Requester(wiring.Component):
             c_hit2=c_hit2, c_hit3=c_hit3, t_rd3=t_rd3, r_rom=r_rom, ent=ent, thcons=thcons,
             terr=terr, trn=trn, retire=retire, drop=drop, ent_lp=ent_lp, ent_sig=ent_sig,
             covered=covered, ap1=ap1, adv=adv, behind=behind, a_new=a_new, b_neg=b_neg,
-            b_zero=b_zero, d_more=d_more, expired=expired, wake_room=wake_room, scan_room=scan_room,
+            b_zero=b_zero, d_more=d_more, a_sent=a_sent, clampable=clampable, clamp=clamp, gap=gap,
+            acc=acc, acc_r=acc_r, dec_wb=dec_wb, una0=una0, ur=ur, ent_rd=ent_rd, ri_r=ri_r,
+            expired=expired, wake_room=wake_room, scan_room=scan_room,
             ps_done=ps_done, p_need=p_need, p_wake=p_wake)
 
     def _completer_fsm(self, m, t):
@@ -1552,16 +1675,22 @@ class Requester(wiring.Component):
                 m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd),
                              rval.eq(r_rom), crh.eq(rh_rd),
                              a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
-                             b_zero.eq(behind == 0), d_more.eq(d_rd.psn != ap1)]
+                             b_zero.eq(behind == 0), d_more.eq(d_rd.psn != ap1),
+                             t.a_sent.eq(behind < (d_rd.psn - comp_rd.una)[:24])]
                 with m.If(c_hit2 | c_hit3):
                     m.next = "READ"
                 with m.Else():
                     m.next = "EVAL"
             with m.State("EVAL"):
                 typ = a.syndrome[5:7]
+                is_dec = (ev == _EV_ACK) & (a.kind == AckKind.DECIDE)
+                m.d.sync += [t.una0.eq(cmp.una), t.gap.eq(0), t.acc_r.eq(0), t.dec_wb.eq(0),
+                             t.clampable.eq((ev == _EV_ACK) & (a.kind != AckKind.PLACED))]
                 with m.If(((cmp.rerr != 0) | d.err) & (ev == _EV_SCAN)):
                     m.d.sync += act.eq(_ACT_DROP)
                     m.next = "WALK"        # the QP has ended: drop its ring entries
+                with m.Elif(is_dec & ((cmp.rerr != 0) | d.err | b_neg | ~t.a_sent)):
+                    m.next = "DECO"        # refused: the QP has ended, stale, or never sent
                 with m.Elif((cmp.rerr != 0) | d.err):
                     m.next = "IDLE"        # the QP has ended: nothing to do
                 with m.Elif(ev == _EV_KILL):
@@ -1570,11 +1699,17 @@ class Requester(wiring.Component):
                 with m.Elif(ev == _EV_SCAN):
                     m.d.sync += act.eq(_ACT_SCAN)
                     m.next = "WALK"        # also retires WQEs recorded after their ACK
+                with m.Elif(is_dec):
+                    # a READ response at p acknowledges every PSN before p (the walk stops at a
+                    # READ whose responses before p are missing: a gap)
+                    m.d.sync += [cmp.una.eq(a.psn), act.eq(_ACT_DEC)]
+                    m.next = "WALK"
                 with m.Elif(typ == 0):
                     # a newer ACK (0 < a.psn + 1 − una < 2^23) moves una and restarts the timer
                     with m.If(a_new):
                         m.d.sync += [cmp.una.eq(ap1), cmp.rused.eq(0), cmp.nused.eq(0),
-                                     cmp.armed.eq(0), cmp.rnrw.eq(0), act.eq(_ACT_NONE)]
+                                     cmp.armed.eq(0), cmp.rnrw.eq(0), cmp.gapr.eq(0),
+                                     act.eq(_ACT_NONE)]
                         # PSNs still outstanding: the timer restarts now (outside an RNR wait,
                         # whose deadline dl holds)
                         with m.If(~cmp.hold & ton & d_more):
@@ -1619,6 +1754,15 @@ class Requester(wiring.Component):
                 with m.Switch(act):
                     with m.Case(_ACT_NONE):
                         m.d.sync += wake.eq(d.parked & wake_room)
+                        with m.If(t.gap & ~cmp.gapr):
+                            retry()                 # an ACK beyond a READ's missing responses
+                            m.d.sync += cmp.gapr.eq(1)
+                    with m.Case(_ACT_DEC):
+                        m.d.sync += [c_wb_st.eq(0), t.dec_wb.eq(1)]
+                        m.next = "DECO"
+                        with m.If(t.gap & ~cmp.gapr):
+                            retry()                 # a response after a gap
+                            m.d.sync += cmp.gapr.eq(1)
                     with m.Case(_ACT_KILL):
                         end_qp(_rcode(WcStatus.WR_FLUSH_ERR))
                     with m.Case(_ACT_DROP):
@@ -1650,6 +1794,18 @@ class Requester(wiring.Component):
                             retry()
                         with m.Else():
                             m.d.sync += wake.eq(d.parked & scan_room)
+            with m.State("DECO"):
+                # a DECIDE's answer (ReadPlace waits for it), then the write-back if the walk
+                # ran (a SET_QP meanwhile refuses it)
+                m.d.comb += [self.read_dec.valid.eq(1),
+                             self.read_dec.payload.ok.eq(t.acc_r & ~stale),
+                             self.read_dec.payload.idx.eq(t.ri_r)]
+                with m.If(self.read_dec.ready):
+                    with m.If(t.dec_wb):
+                        m.next = "WB"
+                        m.d.sync += c_wb_st.eq(1)
+                    with m.Else():
+                        m.next = "IDLE"
             with m.State("WB"):
                 # (rh always: the entries freed are freed whatever SET_QP rewrote meanwhile)
                 m.d.comb += [cmp_wb.eq(~stale), rh_wp.en.eq(1), rh_wp.data.eq(crh)]
@@ -1686,32 +1842,53 @@ class Requester(wiring.Component):
         with m.State("HOLD"):
             # (the entry stays on the read port until TEST: rh does not change, and a
             # write to it meanwhile means it was not yet filled, and is not used)
-            m.d.sync += [ent_lp.eq(ent.last_psn), ent_sig.eq(ent.signaled)]
+            m.d.sync += [ent_lp.eq(ent.last_psn), ent_sig.eq(ent.signaled), t.ent_rd.eq(ent.read),
+                         t.ri_r.eq(ent.ridx)]
             m.next = "DECIDE"
         with m.State("DECIDE"):
+            # A READ at the head not yet placed up to una0 (interface.md §7): una stops at its
+            # first response not yet placed, ur = max(una0, its first PSN); an event that
+            # moved una beyond (not PLACED, which moves it by one) is a gap (clamp). A DECIDE
+            # at ur is accepted (acc).
+            head = (cmp.ccons != thcons) & ~terr & (act != _ACT_DROP)
+            ur_v = Mux((t.una0 - cmp.cfpsn)[23], cmp.cfpsn, t.una0)
+            dif = Signal(24)
+            m.d.comb += dif.eq(cmp.una - ur_v)
+            over = (dif != 0) & ~dif[23]
+            open_rd = head & t.ent_rd & ~(ent_lp - t.una0)[23]
+            clamp_v = open_rd & t.clampable & over
             m.d.sync += [
-                retire.eq((cmp.ccons != thcons) & ~covered[23] & ~terr & (act != _ACT_DROP)),
+                retire.eq(head & ~covered[23] & ~clamp_v),
                 drop.eq((crh != trn) & ((act == _ACT_DROP) | terr | (cmp.ccons == thcons))),
+                t.clamp.eq(clamp_v), t.ur.eq(ur_v),
+                t.acc.eq(head & t.ent_rd & covered[23] & ~over),
             ]
             m.next = "TEST"
         with m.State("TEST"):
             m.d.comb += c_test.eq(1)
+            # (an entry freed gives back its READ slot; a READ retired counts for ORD)
+            m.d.comb += [t.rfree.i.valid.eq(free.i.valid & t.ent_rd),
+                         t.rfree.i.payload.eq(t.ri_r)]
             with m.If(retire):
                 with m.If(ent_sig):
                     m.d.comb += ccpl.valid.eq(1)
                     with m.If(ccpl.ready):
                         m.d.comb += free.i.valid.eq(1)
                         m.d.sync += [cmp.ccons.eq(cmp.ccons + 1),
-                                     cmp.cfpsn.eq(ent_lp + 1), crh.eq(ent.next)]
+                                     cmp.cfpsn.eq(ent_lp + 1), crh.eq(ent.next),
+                                     cmp.crds.eq(cmp.crds + t.ent_rd)]
                         m.next = "WALK"
                 with m.Else():
                     m.d.comb += free.i.valid.eq(1)
                     m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent_lp + 1),
-                                 crh.eq(ent.next)]
+                                 crh.eq(ent.next), cmp.crds.eq(cmp.crds + t.ent_rd)]
                     m.next = "WALK"
             with m.Elif(drop):
                 m.d.comb += free.i.valid.eq(1)
                 m.d.sync += crh.eq(ent.next)
                 m.next = "WALK"
             with m.Else():
+                m.d.sync += t.acc_r.eq(t.acc)
+                with m.If(t.clamp):
+                    m.d.sync += [cmp.una.eq(t.ur), t.gap.eq(1)]
                 m.next = "ACT"

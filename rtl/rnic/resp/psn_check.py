@@ -81,8 +81,10 @@ the ACKs of that QP's younger packets are suppressed here; the later stages must
 placement of exe commands of a QP they have reported fatal (its younger packets) and still
 return their ``done``. For an error-completion command (``status`` ≠ 0) ``done`` is ignored.
 
-Other ports: ``ack_out`` gets {opcode, QPN, PSN, AETH syndrome} of response opcodes (0x0D–0x12;
-their payload is dropped): the top passes ACKNOWLEDGE to the requester. ``rq_flush``
+Other ports: ``ack_out`` gets {opcode, QPN, PSN, AETH syndrome, payload length} of response
+opcodes (0x0D–0x12); the payload of a READ response (0x0D–0x10) comes on ``rr_pay`` in the same
+order (lane-0 aligned, ``last`` on its last beat), any other response's is dropped: the top
+passes ACKNOWLEDGE and READ responses to the requester's READ placement. ``rq_flush``
 {qpn, index, rcqn, rq_base, rq_log} asks the flush stage to complete the QP's receive WQEs up to
 ``index`` (the RQ producer) with WR_FLUSH_ERR: sent when a QP enters ERROR (a NAK 0x61 here, a
 fatal ``done``, a ``fault``, or SET_QP to ERROR) and for every RQ doorbell that arrives in ERROR
@@ -113,7 +115,7 @@ from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out, connect
 
 from ..ifaces import (NUM_COUNTERS, CommandSignature, Counter, EventType, QpnStream,
-                      event_layout, qpn_layout, rx_meta_layout)
+                      event_layout, qpn_layout, resp_hdr_layout, rx_meta_layout)
 from ..opcodes import opcode_info, WcStatus
 from ..stream import BeatStream, Queue, check_width
 from ..control.qp_args import qp_arg_layout
@@ -142,8 +144,8 @@ rq_db_layout = data.StructLayout({"qpn": 24, "index": 16})
 rq_flush_layout = data.StructLayout({"qpn": 24, "index": 16, "rcqn": 16, "rq_base": 64,
                                      "rq_log": 5})
 #: A response frame PSN Check accepted (an RTS QP, from its remote IPv4): what the requester
-#: reads of it (``syndrome``: the AETH's, 0 without one)
-ack_out_layout = data.StructLayout({"opcode": 8, "qpn": 24, "psn": 24, "syndrome": 8})
+#: reads of it (:data:`rnic.ifaces.resp_hdr_layout`; ``syndrome``: the AETH's, 0 without one)
+ack_out_layout = resp_hdr_layout
 
 #: the metadata fields stage C reads (they wait in a ring for it): all but the QPN (C has the
 #: table index; an accepted frame's QPN is below ``num_qp``) and the source IPv4 (checked in B)
@@ -187,6 +189,7 @@ class PsnCheck(wiring.Component):
     pay_out : Out(BeatStream(W))
         Payload of executed frames (beats of dropped frames are drained here).
     ack_out : Out(stream.Signature(ack_out_layout))
+    rr_pay : Out(BeatStream(W))
         Response frames for the requester: opcode, QPN, PSN, AETH syndrome.
     rq_flush : Out(stream.Signature(rq_flush_layout))
     rq_post : Out(stream.Signature(rq_flush_layout, always_ready=True))
@@ -248,6 +251,7 @@ class PsnCheck(wiring.Component):
             "done": In(stream.Signature(done_layout)),
             "pay_out": Out(BeatStream(width)),
             "ack_out": Out(stream.Signature(ack_out_layout)),
+            "rr_pay": Out(BeatStream(width)),
             "rq_flush": Out(stream.Signature(rq_flush_layout)),
             "rq_post": Out(stream.Signature(rq_flush_layout, always_ready=True)),
             "ack_tx": Out(stream.Signature(tx_hdr_layout)),
@@ -275,7 +279,7 @@ class PsnCheck(wiring.Component):
             "qpn": ab, "wait_done": 1, "from_done": 1, "frame": 1, "kill": 1,
             "syndrome": 8, "psn": 24, "msn": 24, "msn_prev": 24,
         })
-        dec_layout = data.StructLayout({"pass_": 1, "beats": 1})
+        dec_layout = data.StructLayout({"pass_": 1, "beats": 1, "rr": 1})
 
         # The output queues keep their storage in LUT RAM, read combinationally (unbuffered):
         # the consumer's ``ready`` moves a read pointer, not the enable of a wide output register,
@@ -571,6 +575,7 @@ class PsnCheck(wiring.Component):
             ack_q.i.valid.eq(fire & want_ack), ack_q.i.payload.opcode.eq(cm.opcode),
             ack_q.i.payload.qpn.eq(c_idx), ack_q.i.payload.psn.eq(cm.psn),
             ack_q.i.payload.syndrome.eq(cm.aeth_syndrome),
+            ack_q.i.payload.len.eq(cm.payload_len),
             fl_q.i.valid.eq((fire & want_fl) | (ctx.set_valid & ctx.set_to_error)),
             wr_en.eq(fire & (c_kind != Kind.RESP)),
         ]
@@ -658,7 +663,9 @@ class PsnCheck(wiring.Component):
                 with m.If(c_drop | (cx.state != QpState.RTS)):
                     m.d.comb += stat_c[Counter.NO_QP].eq(1)
                 with m.Else():
-                    m.d.comb += want_ack.eq(1)
+                    # (a READ response's payload goes to the requester's READ placement)
+                    m.d.comb += [want_ack.eq(1),
+                                 dec.rr.eq((cm.opcode >= 0x0D) & (cm.opcode <= 0x10))]
             with m.Case(Kind.DB):
                 with m.If(c_qok & (cx.state != QpState.RESET)):
                     with m.If(cx.state == QpState.ERROR):
@@ -767,12 +774,15 @@ class PsnCheck(wiring.Component):
                 m.d.comb += d.ready.eq(1)
             with m.Else():
                 m.d.comb += [
-                    self.payload.ready.eq(Mux(d.payload.pass_, self.pay_out.ready, 1)),
+                    self.payload.ready.eq(Mux(d.payload.pass_, self.pay_out.ready,
+                                              Mux(d.payload.rr, self.rr_pay.ready, 1))),
                     self.pay_out.valid.eq(self.payload.valid & d.payload.pass_),
+                    self.rr_pay.valid.eq(self.payload.valid & d.payload.rr),
                     d.ready.eq(self.payload.valid & self.payload.ready
                                & self.payload.payload.last),
                 ]
-        m.d.comb += self.pay_out.payload.eq(self.payload.payload)
+        m.d.comb += [self.pay_out.payload.eq(self.payload.payload),
+                     self.rr_pay.payload.eq(self.payload.payload)]
 
         rs = self._response_sequencer(m, ab, ctx, entry_layout, inj_qpn, inj_valid, resp_q)
         coal_ready, ew_valid, f, f_valid, go, hq, hv, load = (

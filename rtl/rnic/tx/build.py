@@ -64,7 +64,7 @@ __all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "TxBuild", "RETH_OPCOD
            "IMM4_OPCODES", "MAX_PAYLOAD", "MAX_HDR"]
 
 #: RC opcodes carrying a RETH, and those carrying 4 bytes of IMMDT or IETH after it.
-RETH_OPCODES = (0x06, 0x0A, 0x0B)
+RETH_OPCODES = (0x06, 0x0A, 0x0B, 0x0C)
 IMM4_OPCODES = (0x03, 0x05, 0x09, 0x0B, 0x16, 0x17)
 MAX_PAYLOAD = 4096
 MAX_HDR = 74            # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + IMMDT 4
@@ -94,7 +94,7 @@ pkt_layout = data.StructLayout({
     "se": 1,
     "ackreq": 1,
     "psn": 24,
-    "va": 64,           # RETH fields (opcodes 0x06, 0x0A, 0x0B)
+    "va": 64,           # RETH fields (opcodes 0x06, 0x0A, 0x0B, 0x0C)
     "rkey": 32,
     "dmalen": 32,
     "imm": 32,          # IMMDT or IETH as a big-endian word: imm[31:24] is the first wire byte

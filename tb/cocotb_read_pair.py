@@ -1,0 +1,213 @@
+"""RDMA READ between two `rnic` cores (interface.md §7), through the contract only.
+
+A posts READs (``Device.post_read``) of B's memory into its own buffers; B answers as responder.
+The two-core harness of ``tb/cocotb_two_rnic.py`` (:class:`Pair`, the wire, host memories with
+guard regions) is reused. Checked against independent references: the bytes placed in A's memory
+equal B's source bytes (and nothing around them moves), A's completions (opcode 2, byte count,
+in SQ order), every READ request frame against the requester model
+(``sim.models.requester.segment``: opcode 0x0C, PSN, RETH), every READ response frame against a
+model of §7 (opcode by position, PSN, AETH on FIRST/LAST/ONLY, PMTU bytes but the last, the bytes
+of B's memory), and the pcap decoded by tshark with no error.
+"""
+
+import os
+import random
+
+import cocotb
+from cocotb.triggers import ClockCycles
+
+from rnic.opcodes import WcOpcode, WcStatus
+from sim.driver.verbs import Access, SendOp
+from sim.models.requester import read_psns
+from sim.packets import decode_frame
+
+from .cocotb_two_rnic import Pair
+
+RKEY = 0x0B00_0001
+LKEY = 0x0A00_0001
+ACCESS_B = Access.REMOTE_WRITE | Access.REMOTE_READ
+
+
+def read_responses(length, pmtu, psn):
+    """The READ response packets of a READ of ``length`` bytes from PSN ``psn`` (§7):
+    [(opcode, psn, offset, length)]."""
+    n = read_psns(length, pmtu)
+    out = []
+    for k in range(n):
+        op = 0x10 if n == 1 else 0x0D if k == 0 else 0x0F if k == n - 1 else 0x0E
+        out.append((op, (psn + k) & 0xFFFFFF, k * pmtu, min(pmtu, length - k * pmtu)))
+    return out
+
+
+class ReadPair(Pair):
+    """A :class:`Pair` whose QPs allow REMOTE_READ, with a source region on B (one key) and a
+    destination region on A (one key), and READs posted with the requester model."""
+
+    async def setup(self, *, src_len=70_000, dst_len=140_000, ord=4, ird=4, **attrs):
+        await self.start(access=ACCESS_B, ord=ord, ird=ird, **attrs)
+        self.src = self.buffer("b", src_len)
+        await self.mr("b", 0, self.src, src_len, RKEY, access=ACCESS_B)
+        self.src_data = bytes(self.rng.randrange(256) for _ in range(src_len))
+        self.s["b"].dev.write(self.src, self.src_data)
+        self.dst = self.buffer("a", dst_len)
+        await self.mr("a", 0, self.dst, dst_len, LKEY, access=Access.LOCAL_WRITE)
+        self.dst_len = dst_len
+        self.reads = []                  # (psn, remote offset, length) per READ posted
+        self.dst_next = 0
+
+    def alloc_dst(self, n):
+        """``n`` bytes of A's destination region (a random gap before them, never reused)."""
+        self.dst_next += self.rng.randrange(0, 40)
+        addr = self.dst + self.dst_next
+        self.dst_next += n
+        assert self.dst_next <= self.dst_len
+        return addr
+
+    async def post_read(self, wr_id, roff, n, *, nsge=1, qpn=2):
+        """A READ of ``n`` bytes at B's source offset ``roff`` into ``nsge`` pieces of A's
+        region; returns its SGEs."""
+        cut = self.rng.randrange(n + 1) if nsge == 2 else n
+        sges = [(self.alloc_dst(cut), cut, LKEY)]
+        if nsge == 2:
+            sges.append((self.alloc_dst(n - cut), n - cut, LKEY))
+        self.reads.append((self.sent_psn[("a", qpn)], roff, n))
+        await self.post_send("a", qpn, wr_id, SendOp.RDMA_READ, sges, n,
+                             remote_addr=self.src + roff, rkey=RKEY)
+        return sges
+
+    def placed(self, sges):
+        return b"".join(self.s["a"].dev.read(a, n) for a, n, _ in sges)
+
+    def check_responses(self, qpn=2):
+        """B's READ response frames, in order, equal the §7 model of the READs posted (the
+        first transmission of each; a retransmitted READ's responses are checked against the
+        same bytes)."""
+        want = {}
+        for psn, roff, n in self.reads:
+            for op, p, off, ln in read_responses(n, self.pmtu, psn):
+                want[p] = (op, roff + off, ln, p == psn)
+        n = 0
+        for _, s, b in self.wire.frames:
+            d = decode_frame(b)
+            op = d["bth"]["opcode"]
+            if s != "b" or not 0x0D <= op <= 0x10:
+                continue
+            p = d["bth"]["psn"]
+            assert p in want, f"READ response at PSN {p:#x} for no READ"
+            wop, roff, ln, _ = want[p]
+            # a READ sent again from response k answers with FIRST (or ONLY) at k
+            if op in (0x0D, 0x10):
+                assert wop in (0x0D, 0x10, 0x0E, 0x0F) and (op == 0x10) == (wop in (0x10, 0x0F))
+            else:
+                assert op == wop, (hex(p), hex(op), hex(wop))
+            assert d["payload"] == self.src_data[roff:roff + ln], hex(p)
+            assert ("aeth" in d) == (op != 0x0E), hex(op)
+            n += 1
+        return n
+
+
+async def _reads(dut, sizes, *, pmtu, mixed=False, nsge_choices=(1, 2), title):
+    p = ReadPair(dut, pmtu=pmtu, seed=3)
+    await p.setup()
+    a, b = p.s["a"], p.s["b"]
+    p.trace.section(title)
+    jobs = []                            # (wr_id, kind, sges, bytes expected)
+    roff = 0
+    # for the mixed case: B's receive buffers and a WRITE target on B
+    if mixed:
+        rbuf = p.buffer("b", 4096)
+        await p.mr("b", 1, rbuf, 4096, 0x0B00_0002, access=ACCESS_B | Access.LOCAL_WRITE)
+        wsrc = p.buffer("a", 4096)
+        await p.mr("a", 1, wsrc, 4096, 0x0A00_0002, access=Access.LOCAL_WRITE)
+        wdata = bytes(p.rng.randrange(256) for _ in range(4096))
+        a.dev.write(wsrc, wdata)
+    nrecv = 0
+    for i, n in enumerate(sizes):
+        roff = p.rng.randrange(0, len(p.src_data) - n + 1)
+        sges = await p.post_read(0x100 + i, roff, n, nsge=p.rng.choice(nsge_choices))
+        jobs.append((0x100 + i, WcOpcode.RDMA_READ, sges, p.src_data[roff:roff + n]))
+        if mixed:
+            k = i % 2
+            ln = p.rng.randrange(1, 3000)
+            if k == 0:
+                await b.dev.post_recv(p.qps[("b", 2)], 0x900 + i, [(rbuf, 4096, 0x0B00_0002)])
+                nrecv += 1
+                await p.post_send("a", 2, 0x200 + i, SendOp.SEND, [(wsrc, ln, 0x0A00_0002)],
+                                  ln)
+                jobs.append((0x200 + i, WcOpcode.SEND, None, None))
+            else:
+                await p.post_send("a", 2, 0x200 + i, SendOp.RDMA_WRITE,
+                                  [(wsrc, ln, 0x0A00_0002)], ln, remote_addr=rbuf,
+                                  rkey=0x0B00_0002)
+                jobs.append((0x200 + i, WcOpcode.RDMA_WRITE, None, None))
+    got = await p.wait_cqes("a", len(jobs), limit=2_000_000)
+    assert len(got) == len(jobs), got
+    for c, (wr_id, op, sges, want) in zip(got, jobs):
+        assert (c.wr_id, c.status, c.qpn, c.opcode) == (wr_id, WcStatus.SUCCESS, 2, op), c
+        if op == WcOpcode.RDMA_READ:
+            assert c.byte_len == len(want), c
+            assert p.placed(sges) == want, f"READ {wr_id:#x}: bytes differ"
+    if mixed:
+        await p.wait_cqes("b", nrecv)
+    n = await p.finish(title.replace(" ", "_"))
+    nr = p.check_responses()
+    dut._log.info("%s: %d request frames, %d READ responses checked", title, n, nr)
+    return p
+
+
+SIZES = [0, 1, 3, 255, 256, 257, 1000, 1024, 1025, 4096, 4097, 9000, 65536]
+
+
+@cocotb.test()
+async def read_sizes(dut):
+    """READs of every kind of size (0 to 64 KiB) at PMTU 1024, one or two SGEs, odd
+    addresses; completions opcode 2 with the byte count; bytes exact; wire as §7."""
+    await _reads(dut, SIZES, pmtu=1024, title="READ sizes")
+
+
+@cocotb.test()
+async def read_mixed(dut):
+    """READs mixed with SENDs and WRITEs on the same QP at PMTU 256 (ORD 4 outstanding):
+    completions in SQ order, every byte where it belongs."""
+    sizes = [random.Random(7).randrange(0, 5000) for _ in range(10)]
+    await _reads(dut, sizes, pmtu=256, mixed=True, title="READ mixed")
+
+
+@cocotb.test()
+async def read_ord_one(dut):
+    """ORD 1: never a second READ request on the wire before the first one's last response."""
+    p = ReadPair(dut, pmtu=256, seed=4)
+    await p.setup(ord=1)
+    sg = []
+    for i in range(4):
+        sg.append(await p.post_read(0x300 + i, 100 * i, 700))
+    got = await p.wait_cqes("a", 4)
+    assert [c.wr_id for c in got] == [0x300 + i for i in range(4)]
+    outstanding = 0
+    for _, s, b in p.wire.frames:
+        op = decode_frame(b)["bth"]["opcode"]
+        if s == "a" and op == 0x0C:
+            outstanding += 1
+            assert outstanding <= 1, "a second READ before the first one's responses"
+        elif s == "b" and op in (0x0F, 0x10):
+            outstanding -= 1
+    await p.finish("read_ord_one")
+    for i in range(4):
+        assert p.placed(sg[i]) == p.src_data[100 * i:100 * i + 700]
+
+
+@cocotb.test()
+async def read_remote_errors(dut):
+    """A READ with an rkey B does not know → REM_ACCESS_ERR (NAK 0x62), the WQE behind it
+    WR_FLUSH_ERR; on a fresh pair, a READ to a QP without REMOTE_READ → REM_INV_REQ_ERR."""
+    p = ReadPair(dut, pmtu=256, seed=5)
+    await p.setup()
+    d = p.alloc_dst(100)
+    await p.s["a"].dev.post_read(p.qps[("a", 2)], 0x401, [(d, 100, LKEY)],
+                                 remote_addr=p.src, rkey=0x0BAD_0001)
+    await p.s["a"].dev.post_read(p.qps[("a", 2)], 0x402, [(d, 100, LKEY)],
+                                 remote_addr=p.src, rkey=RKEY)
+    got = await p.wait_cqes("a", 2)
+    assert [(c.wr_id, c.status, c.opcode) for c in got] == [
+        (0x401, WcStatus.REM_ACCESS_ERR, WcOpcode.RDMA_READ),
+        (0x402, WcStatus.WR_FLUSH_ERR, WcOpcode.RDMA_READ)], got
