@@ -72,6 +72,10 @@ def _register():
                          testcase=["goodput"], params=pair_config(w).as_dict(),
                          toplevel="rnic_pair", build="pair",
                          extra_env={RDLAT_ENV: str(lat)} if lat else None)
+        # RDMA READ A <- B: the responses' share of the wire
+        cocotb_bench(f"read_pair-w{w}", lambda w=w: pair_factory(w),
+                     test_module="tb.cocotb_read_pair", testcase=["read_goodput"],
+                     params=pair_config(w).as_dict(), toplevel="rnic_pair", build="pair")
 
 
 _register()

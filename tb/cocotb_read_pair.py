@@ -43,8 +43,9 @@ class ReadPair(Pair):
     """A :class:`Pair` whose QPs allow REMOTE_READ, with a source region on B (one key) and a
     destination region on A (one key), and READs posted with the requester model."""
 
-    async def setup(self, *, src_len=70_000, dst_len=140_000, ord=4, ird=4, **attrs):
-        await self.start(access=ACCESS_B, ord=ord, ird=ird, **attrs)
+    async def setup(self, *, src_len=70_000, dst_len=140_000, ord=4, ird=4, access=ACCESS_B,
+                    **attrs):
+        await self.start(access=access, ord=ord, ird=ird, **attrs)
         self.src = self.buffer("b", src_len)
         await self.mr("b", 0, self.src, src_len, RKEY, access=ACCESS_B)
         self.src_data = bytes(self.rng.randrange(256) for _ in range(src_len))
@@ -151,6 +152,10 @@ async def _reads(dut, sizes, *, pmtu, mixed=False, nsge_choices=(1, 2), title):
         await p.wait_cqes("b", nrecv)
     n = await p.finish(title.replace(" ", "_"))
     nr = p.check_responses()
+    # tshark decoded every frame (finish); the READ opcodes are among them, as READ
+    rows = p.wire.pcap(os.path.join(os.getcwd(), title.replace(" ", "_") + ".pcap"))
+    ops = {r["opcode"] for r in rows}
+    assert 0x0C in ops and ops & {0x0D, 0x0E, 0x0F, 0x10}, ops
     dut._log.info("%s: %d request frames, %d READ responses checked", title, n, nr)
     return p
 
@@ -211,3 +216,66 @@ async def read_remote_errors(dut):
     assert [(c.wr_id, c.status, c.opcode) for c in got] == [
         (0x401, WcStatus.REM_ACCESS_ERR, WcOpcode.RDMA_READ),
         (0x402, WcStatus.WR_FLUSH_ERR, WcOpcode.RDMA_READ)], got
+
+
+@cocotb.test()
+async def read_without_remote_read(dut):
+    """A READ to a QP whose access lacks REMOTE_READ: NAK 0x61 → REM_INV_REQ_ERR, the READ
+    behind it WR_FLUSH_ERR, nothing written into A's buffer."""
+    p = ReadPair(dut, pmtu=256, seed=6)
+    await p.setup(access=Access.REMOTE_WRITE)
+    d = p.alloc_dst(300)
+    before = p.s["a"].dev.read(d, 300)
+    for wr_id in (0x501, 0x502):
+        await p.s["a"].dev.post_read(p.qps[("a", 2)], wr_id, [(d, 300, LKEY)],
+                                     remote_addr=p.src, rkey=RKEY)
+    got = await p.wait_cqes("a", 2)
+    assert [(c.wr_id, c.status, c.opcode) for c in got] == [
+        (0x501, WcStatus.REM_INV_REQ_ERR, WcOpcode.RDMA_READ),
+        (0x502, WcStatus.WR_FLUSH_ERR, WcOpcode.RDMA_READ)], got
+    assert p.s["a"].dev.read(d, 300) == before
+
+
+@cocotb.test()
+async def read_goodput(dut):
+    """READ goodput (the benchmark ``read_pair-w<W>``): A reads 4 KiB and 64 KiB messages of B
+    back to back (PMTU 4096, ORD 4, zero-wait host memories). Figures: the READ responses' beats
+    on the wire over the cycles from the first response's first beat to the last one's end
+    (1.0 = the wire's limit), and the cycles from the doorbell to the completion of one 4 KiB
+    READ."""
+    from sim.bench import record
+    width = len(dut.a_m_axis_tx_tdata)
+    lanes = width // 8
+    p = ReadPair(dut, pmtu=4096, seed=8)
+    await p.setup(src_len=1 << 17, dst_len=(1 << 18) + 4096)
+    for size, count in ((4096, 16), (65536, 4)):
+        start = len(p.wire.frames)
+        before = len(p.s["a"].cqes[p.s["a"].cq.cqn])
+        p.dst_next = 0
+        for k in range(count):
+            n = size
+            d = p.dst + p.dst_next
+            p.dst_next += n
+            await p.s["a"].dev.post_read(p.qps[("a", 2)], k, [(d, n, LKEY)],
+                                         remote_addr=p.src, rkey=RKEY,
+                                         signaled=(k == count - 1), doorbell=False)
+        t_db = p.wire.cycle
+        await p.s["a"].regs.doorbell("SQ_DB", 2, p.qps[("a", 2)].sq_producer)
+        await p.wait_cqes("a", before + 1, limit=20_000_000)
+        t_done = p.wire.cycle
+        resp = [(c, b) for c, s, b in p.wire.frames[start:]
+                if s == "b" and 0x0D <= b[42] <= 0x10]
+        beats = sum(-(-len(b) // lanes) for _, b in resp)
+        first = resp[0][0] - (-(-len(resp[0][1]) // lanes))
+        cycles = resp[-1][0] - first
+        share = beats / cycles
+        dut._log.info("READ %d B x%d: %d response beats in %d cycles (%.4f of the wire); "
+                      "doorbell to completion %d cycles", size, count, beats, cycles, share,
+                      t_done - t_db)
+        record("requester+responder", f"READ goodput, {size} B messages, share of the wire",
+               share, limit=1.0, target=0.97, config={"W": width, "PMTU": 4096})
+        if count and size == 4096:
+            record("requester+responder", "READ 4 KiB x16: doorbell to completion",
+                   t_done - t_db, unit="cycles", config={"W": width, "PMTU": 4096})
+        for k in range(count):
+            assert p.s["a"].dev.read(p.dst + k * size, size) == p.src_data[:size]

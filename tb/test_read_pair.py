@@ -3,7 +3,8 @@ import pytest
 
 from .test_two_rnic import _run
 
-READ_TESTS = ["read_sizes", "read_mixed", "read_ord_one", "read_remote_errors"]
+READ_TESTS = ["read_sizes", "read_mixed", "read_ord_one", "read_remote_errors",
+              "read_without_remote_read"]
 
 
 @pytest.mark.parametrize("cfg", ["w64", "w512"])
