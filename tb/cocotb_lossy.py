@@ -23,7 +23,7 @@ from cocotb.triggers import ClockCycles
 from rnic.opcodes import WcStatus
 from rnic.resp.qp_context import QpState
 from sim.driver.verbs import Access, SendOp
-from sim.models.requester import rnr_us, timeout_us
+from sim.models.requester import RDMA_READ, rnr_us, segment, timeout_us
 from sim.packets import decode_frame
 from tb.cocotb_two_rnic import SPORT, Pair, check_frame_fields, random_traffic
 
@@ -80,21 +80,33 @@ class Filter:
 
 def check_wire_lossy(p):
     """Every request frame equals the model's packet of its PSN; every packet was sent. Returns
-    the request frames sent again, per side."""
-    exp = {}
+    the request frames sent again, per side.
+
+    READ response frames (0x0D–0x10) are not requests: they are checked elsewhere
+    (``tb/cocotb_read_lossy.py``). A READ request may also be sent again from its response k
+    (interface.md §7: PSN of that response, VA and length advanced): that frame must equal the
+    model's ``segment(..., start=k)`` packet and counts as sent again."""
+    exp, resume = {}, {}
     for key, q in p.expect.items():
         for pk in q:
             exp[(key, pk["psn"])] = pk
+            if pk["opcode"] == 0x0C:
+                r = pk["reth"]
+                for k in range(1, pk["npsn"]):
+                    (rp,), _ = segment(RDMA_READ, r["dmalen"], p.pmtu, psn=pk["psn"],
+                                       raddr=r["va"], rkey=r["rkey"], start=k)
+                    rp["data"] = b""
+                    resume[(key, rp["psn"])] = rp
     seen, again = set(), Counter()
     for _, s, b in p.wire.frames:
         d = decode_frame(b)
         check_frame_fields(d, s, SPORT[s])
         bth = d["bth"]
-        if bth["opcode"] == 0x11:
+        if 0x0D <= bth["opcode"] <= 0x11:
             continue
         k = ((s, bth["dqpn"]), bth["psn"])
-        assert k in exp, f"request frame with no model packet: {s} {bth}"
-        pk = exp[k]
+        assert k in exp or k in resume, f"request frame with no model packet: {s} {bth}"
+        pk = exp[k] if k in exp else resume[k]
         got = (bth["opcode"], bth["se"], bth["ackreq"], bth["padcnt"])
         assert got == (pk["opcode"], pk["se"], pk["ackreq"], pk["padcnt"]), (k, got)
         if pk["reth"] is not None:
@@ -107,7 +119,7 @@ def check_wire_lossy(p):
             raw = b[54 + (16 if "reth" in d else 0):][:4]
             assert raw == pk["imm"], k
         assert d["payload"] == pk["data"], k
-        if k in seen:
+        if k in seen or k in resume:
             again[s] += 1
         seen.add(k)
     missing = set(exp) - seen

@@ -1,0 +1,434 @@
+"""RDMA READ between two `rnic` cores on a lossy wire (interface.md §7; tb/test_read_lossy.py).
+
+Built on :class:`tb.cocotb_read_pair.ReadPair` (B's source region, A's destination region, READs
+posted with the requester model) and on the lossy wire of ``tb/cocotb_lossy.py`` (:class:`Lossy`
+for the random run, :class:`Filter` for the directed faults). What is checked:
+
+* every WQE completes exactly once, SUCCESS, in SQ order per QP; a READ with opcode 2 and its
+  byte count, its bytes already in A's memory when its completion is seen (polled every few
+  cycles); A's destination bytes equal B's source bytes exactly, no guard byte touched; B's
+  receive completions for the SENDs once each, the SEND and WRITE bytes exact on B;
+* every request frame equals the model's packet of its PSN, a READ sent again from its response
+  k included (``check_wire_lossy``); counter 13 equals the request frames sent again;
+* every READ response frame is a correct §7 response (``check_read_responses``): per QP, a run
+  FIRST, MIDDLE…, LAST (or ONLY) starting at the PSN of a READ request A did send (first
+  transmission or sent again from response k), numbered on from there, PMTU bytes but the last,
+  AETH with syndrome 0x1F on FIRST/LAST/ONLY only, the payload equal to B's memory at the
+  response's offset;
+* directed: a lost MIDDLE response, a lost request, a lost LAST response, and a READ whose
+  responses are all lost while the ACK of the SEND behind it arrives;
+* the wire's pcap decoded by tshark with no error.
+"""
+
+import os
+
+import cocotb
+from cocotb.triggers import ClockCycles
+
+from rnic.opcodes import WcOpcode, WcStatus
+from sim.driver.verbs import Access, SendOp
+from sim.models.requester import RDMA_READ, read_psns, segment, timeout_us
+from sim.packets import decode_frame
+
+from .cocotb_lossy import TIMEOUT, US, Filter, Lossy, check_wire_lossy, set_us
+from .cocotb_read_pair import ACCESS_B, LKEY, RKEY, ReadPair
+
+M24 = 0xFFFFFF
+WKEY_A = 0x0A00_0002                  # A's source of SENDs and WRITEs
+WKEY_B = 0x0B00_0002                  # B's receive buffers and WRITE targets
+
+
+class LossyReadPair(ReadPair):
+    """A :class:`ReadPair` that remembers the QP of each READ (two QPs may share PSNs)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.rd = []                     # (qpn, first psn, remote offset, length) per READ
+
+    def alloc_dst(self, n):
+        """``n`` bytes of A's destination region, 8 to 40 guarded bytes before and after."""
+        self.dst_next += self.rng.randrange(8, 40)
+        addr = self.dst + self.dst_next
+        self.dst_next += n
+        assert self.dst_next + 8 <= self.dst_len
+        self.s["a"].mem.add_guard(addr - 8, 8)
+        self.s["a"].mem.add_guard(addr + n, 8)
+        return addr
+
+    async def post_read(self, wr_id, roff, n, *, nsge=1, qpn=2):
+        psn = self.sent_psn[("a", qpn)]
+        sges = await super().post_read(wr_id, roff, n, nsge=nsge, qpn=qpn)
+        self.rd.append((qpn, psn, roff, n))
+        return sges
+
+    def read_requests(self, qpn=2):
+        """(cycle, bth, reth) of the READ request frames A sent on ``qpn``."""
+        out = []
+        for c, s, b in self.wire.frames:
+            d = decode_frame(b)
+            if s == "a" and d["bth"]["opcode"] == 0x0C and d["bth"]["dqpn"] == qpn:
+                out.append((c, d["bth"], d["reth"]))
+        return out
+
+
+def check_read_responses(p):
+    """Every READ response frame B sent is a correct §7 response of one of the READs posted.
+    Returns (responses checked, runs that started mid-READ)."""
+    pmtu = p.pmtu
+    where = {}                           # (qpn, psn) -> (roff, length, k) of the READ's response k
+    for qpn, psn, roff, n in p.rd:
+        for k in range(read_psns(n, pmtu)):
+            where[(qpn, (psn + k) & M24)] = (roff, n, k)
+    requested = set()                    # (qpn, psn) of every READ request frame A sent
+    run = {}                             # qpn -> PSN the open response run continues at
+    count = resumed = 0
+    for _, s, b in p.wire.frames:
+        d = decode_frame(b)
+        bth = d["bth"]
+        op, psn, qpn = bth["opcode"], bth["psn"], bth["dqpn"]
+        if s == "a" and op == 0x0C:
+            requested.add((qpn, psn))
+            continue
+        if s != "b" or not 0x0D <= op <= 0x10:
+            continue
+        key = (qpn, psn)
+        assert key in where, f"READ response on QP {qpn} at PSN {psn:#x} of no READ"
+        roff, n, k = where[key]
+        total = read_psns(n, pmtu)
+        if op in (0x0D, 0x10):
+            assert qpn not in run, f"QP {qpn}: {op:#x} at {psn:#x} inside a run at {run[qpn]:#x}"
+            assert key in requested, f"QP {qpn}: a run at {psn:#x} with no READ request there"
+            assert (op == 0x10) == (k == total - 1), (qpn, hex(psn), hex(op), k, total)
+            resumed += k > 0
+        else:
+            assert run.get(qpn) == psn, (qpn, hex(psn), hex(op), run.get(qpn))
+            assert op == (0x0F if k == total - 1 else 0x0E), (qpn, hex(psn), hex(op), k, total)
+        off = k * pmtu
+        ln = min(pmtu, n - off)
+        assert d["payload"] == p.src_data[roff + off:roff + off + ln], (qpn, hex(psn))
+        assert ("aeth" in d) == (op != 0x0E), (qpn, hex(psn), hex(op))
+        if "aeth" in d:
+            assert d["aeth"]["syndrome"] == 0x1F, (qpn, hex(psn), d["aeth"])
+        assert bth["padcnt"] == (-ln) & 3, (qpn, hex(psn), bth["padcnt"])
+        if op in (0x0F, 0x10):
+            run.pop(qpn, None)
+        else:
+            run[qpn] = (psn + 1) & M24
+        count += 1
+    assert not run, f"response runs never finished: {run}"
+    return count, resumed
+
+
+async def wait_checked(p, jobs, limit=3_000_000, every=20):
+    """Poll A's CQ every ``every`` cycles until ``len(jobs)`` completions; a READ's bytes must be
+    in A's memory when its completion is seen. ``jobs``: wr_id -> (qpn, opcode, sges, bytes)."""
+    a = p.s["a"]
+    got = a.cqes[a.cq.cqn]
+    seen = len(got)
+    for _ in range(limit // every):
+        if len(got) >= len(jobs):
+            break
+        await a.poll(a.cq)
+        for c in got[seen:]:
+            assert c.wr_id in jobs, c
+            qpn, op, sges, want = jobs[c.wr_id]
+            if op == WcOpcode.RDMA_READ and c.status == WcStatus.SUCCESS:
+                assert p.placed(sges) == want, \
+                    f"READ {c.wr_id:#x} completed (cycle {p.wire.cycle}) without its bytes"
+        seen = len(got)
+        await ClockCycles(p.dut.clk, every)
+    assert len(got) >= len(jobs), f"A: expected {len(jobs)} CQEs, got {len(got)}: {got}"
+    return got
+
+
+def check_completions(got, jobs, order):
+    """Each WQE once, SUCCESS, opcode and byte count, in SQ order per QP (``order``: qpn ->
+    wr_ids as posted)."""
+    assert sorted(c.wr_id for c in got) == sorted(jobs), "a WQE completed twice or never"
+    for qpn, ids in order.items():
+        assert [c.wr_id for c in got if c.qpn == qpn] == ids, f"QP {qpn}: out of SQ order"
+    for c in got:
+        qpn, op, sges, want = jobs[c.wr_id]
+        assert (c.status, c.qpn, c.opcode) == (WcStatus.SUCCESS, qpn, op), c
+        if op == WcOpcode.RDMA_READ:
+            assert c.byte_len == len(want), c
+
+
+async def finish_lossy(p, name):
+    """Quiet wire, guards, request frames (with counter 13), READ responses, the pcap in
+    tshark. Returns (frames sent again per side, READ responses checked, runs resumed)."""
+    await ClockCycles(p.dut.clk, 300)
+    for side in p.s.values():
+        side.mem.check()
+    assert not p.wire.gaps, f"tvalid fell inside a frame: {p.wire.gaps[:5]}"
+    again = check_wire_lossy(p)
+    for s, side in p.s.items():
+        c = await side.regs.counters()
+        assert c[13] == again[s], (s, c[13], again[s])
+    nresp, resumed = check_read_responses(p)
+    rows = p.wire.pcap(os.path.join(os.getcwd(), f"{name}.pcap"))
+    assert len(rows) == len(p.wire.frames)
+    ops = {r["opcode"] for r in rows}
+    assert 0x0C in ops and ops & {0x0D, 0x10}, ops    # tshark saw the READ request/responses
+    return again, nresp, resumed
+
+
+# ---- random READ/SEND/WRITE on a lossy wire -----------------------------------------------------
+
+async def _read_lossy_random(dut, *, pmtu, seed, count, prob, max_read, qpns=(2, 3)):
+    fault = Lossy(seed, prob)
+    p = LossyReadPair(dut, fault=fault, pmtu=pmtu, seed=seed)
+    await p.setup(qpns=qpns, timeout=TIMEOUT, retry_cnt=7, rnr_retry=7, src_len=40_000,
+                  dst_len=count * (max_read + 100) + 4096)
+    await set_us(p, US)
+    a, b = p.s["a"], p.s["b"]
+    rng = p.rng
+    p.trace.section(f"READ lossy random, PMTU {pmtu}")
+    # A's source of SENDs/WRITEs; B's receive buffers and WRITE targets (never reused)
+    wlen = 4096
+    wsrc = p.buffer("a", wlen)
+    await p.mr("a", 1, wsrc, wlen, WKEY_A, access=Access.LOCAL_WRITE)
+    wdata = bytes(rng.randrange(256) for _ in range(wlen))
+    a.dev.write(wsrc, wdata)
+    blen = count * 3100 + 4096
+    bbuf = p.buffer("b", blen)
+    await p.mr("b", 1, bbuf, blen, WKEY_B, access=ACCESS_B | Access.LOCAL_WRITE)
+    bnext = [0]
+
+    def take_b(n):
+        bnext[0] += rng.randrange(8, 40)
+        addr = bbuf + bnext[0]
+        bnext[0] += n
+        assert bnext[0] <= blen
+        p.s["b"].mem.add_guard(addr - 8, 8)
+        p.s["b"].mem.add_guard(addr + n, 8)
+        return addr
+
+    jobs, order, recvs, landed = {}, {q: [] for q in qpns}, {q: [] for q in qpns}, []
+    nread = 0
+    for i in range(count):
+        qpn = rng.choice(qpns)
+        kind = rng.random()
+        wr_id = 0x1000 + i
+        if kind < 0.5:
+            r = rng.random()
+            n = (0 if r < 0.08 else rng.randrange(1, 2 * pmtu + 2) if r < 0.55
+                 else rng.randrange(1, max_read + 1))
+            roff = rng.randrange(0, len(p.src_data) - n + 1)
+            sges = await p.post_read(wr_id, roff, n, nsge=rng.choice((1, 2)), qpn=qpn)
+            jobs[wr_id] = (qpn, WcOpcode.RDMA_READ, sges, p.src_data[roff:roff + n])
+            nread += 1
+        else:
+            n = rng.randrange(0, 3001)
+            off = rng.randrange(0, wlen - n + 1)
+            dst = take_b(n)
+            if kind < 0.75:
+                await b.dev.post_recv(p.qps[("b", qpn)], 0x9000 + i, [(dst, max(n, 1), WKEY_B)])
+                recvs[qpn].append((0x9000 + i, n))
+                await p.post_send("a", qpn, wr_id, SendOp.SEND, [(wsrc + off, n, WKEY_A)], n)
+                jobs[wr_id] = (qpn, WcOpcode.SEND, None, None)
+            else:
+                await p.post_send("a", qpn, wr_id, SendOp.RDMA_WRITE, [(wsrc + off, n, WKEY_A)],
+                                  n, remote_addr=dst, rkey=WKEY_B)
+                jobs[wr_id] = (qpn, WcOpcode.RDMA_WRITE, None, None)
+            landed.append((dst, wdata[off:off + n]))
+        order[qpn].append(wr_id)
+    got = await wait_checked(p, jobs)
+    nrecv = sum(len(v) for v in recvs.values())
+    gotb = await p.wait_cqes("b", nrecv, limit=1_000_000)
+    # nothing more: a late duplicate would complete twice
+    await ClockCycles(dut.clk, timeout_us(TIMEOUT) * US + 500)
+    await a.poll(a.cq)
+    await b.poll(b.cq)
+    check_completions(got, jobs, order)
+    assert len(gotb) == nrecv, (len(gotb), nrecv)
+    for qpn in qpns:
+        mine = [c for c in gotb if c.qpn == qpn]
+        assert [(c.wr_id, c.byte_len, c.status) for c in mine] == \
+            [(w, n, WcStatus.SUCCESS) for w, n in recvs[qpn]], qpn
+    for wr_id, (qpn, op, sges, want) in jobs.items():
+        if op == WcOpcode.RDMA_READ:
+            assert p.placed(sges) == want, hex(wr_id)
+    for dst, data in landed:
+        assert b.dev.read(dst, len(data)) == data, hex(dst)
+    again, nresp, resumed = await finish_lossy(p, f"read_lossy_random_{pmtu}")
+    reqs = sum(len(p.read_requests(q)) for q in qpns)
+    c6 = (await a.regs.counters())[6]
+    dut._log.info("READ lossy random PMTU %d: %d WQEs (%d READs), faults %s, request frames "
+                  "sent again %s, READ requests sent again %d (%d from a response k > 0), "
+                  "%d READ responses checked, A counter 6 = %d, %d cycles", pmtu, count, nread,
+                  dict(fault.stats), dict(again), reqs - nread, resumed, nresp, c6,
+                  p.wire.cycle)
+    assert sum(fault.stats.values()) > 0
+    return fault, again, reqs - nread
+
+
+@cocotb.test()
+async def read_lossy_random(dut):
+    """READs (0 to ~10 KiB, 1 or 2 SGEs) mixed with SENDs and WRITEs on two QPs, PMTU 256,
+    over a wire dropping, duplicating, corrupting and reordering READ_LOSSY_P of the frames
+    each, the retransmit timer on."""
+    await _read_lossy_random(
+        dut, pmtu=int(os.environ.get("READ_LOSSY_PMTU", "256")),
+        seed=int(os.environ.get("READ_LOSSY_SEED", "21")),
+        count=int(os.environ.get("READ_LOSSY_COUNT", "30")),
+        prob=float(os.environ.get("READ_LOSSY_P", "0.03")),
+        max_read=int(os.environ.get("READ_LOSSY_MAX", "10240")))
+
+
+@cocotb.test()
+async def read_lossy_random_1024(dut):
+    """As read_lossy_random at PMTU 1024 (another seed)."""
+    await _read_lossy_random(
+        dut, pmtu=1024, seed=int(os.environ.get("READ_LOSSY_SEED", "21")) + 1,
+        count=int(os.environ.get("READ_LOSSY_COUNT", "30")),
+        prob=float(os.environ.get("READ_LOSSY_P", "0.03")),
+        max_read=int(os.environ.get("READ_LOSSY_MAX", "10240")))
+
+
+# ---- directed faults ------------------------------------------------------------------------------
+
+L5 = 5 * 256 - 9                         # five responses at PMTU 256
+ROFF = 1001
+
+
+async def _directed(dut, f):
+    p = LossyReadPair(dut, fault=f, pmtu=256, seed=8)
+    await p.setup(timeout=TIMEOUT, retry_cnt=7)
+    await set_us(p, US)
+    return p
+
+
+async def _one_read(p, n=L5, roff=ROFF, wr_id=0x501, nsge=2):
+    first = p.sent_psn[("a", 2)]
+    sges = await p.post_read(wr_id, roff, n, nsge=nsge)
+    return first, sges, {wr_id: (2, WcOpcode.RDMA_READ, sges, p.src_data[roff:roff + n])}
+
+
+def _is_resp(d, op=None, psn=None):
+    o = d["bth"]["opcode"]
+    return ((0x0D <= o <= 0x10) if op is None else o == op) and \
+        (psn is None or d["bth"]["psn"] == psn)
+
+
+def _resent_from(p, first, k, n=L5, roff=ROFF):
+    """The model's READ request sent again from response ``k``."""
+    (pk,), _ = segment(RDMA_READ, n, p.pmtu, psn=first, raddr=p.src + roff, rkey=RKEY, start=k)
+    return pk
+
+
+def _assert_request(req, pk):
+    _, bth, reth = req
+    assert (bth["psn"], reth["va"], reth["rkey"], reth["dmalen"]) == \
+        (pk["psn"], pk["reth"]["va"], pk["reth"]["rkey"], pk["reth"]["dmalen"]), (bth, reth, pk)
+
+
+async def _done(p, jobs, name):
+    got = await wait_checked(p, jobs, limit=400_000)
+    await ClockCycles(p.dut.clk, timeout_us(TIMEOUT) * US + 500)
+    await p.s["a"].poll(p.s["a"].cq)
+    check_completions(got, jobs, {2: list(jobs)})
+    for wr_id, (qpn, op, sges, want) in jobs.items():
+        if op == WcOpcode.RDMA_READ:
+            assert p.placed(sges) == want, hex(wr_id)
+    return await finish_lossy(p, name)
+
+
+@cocotb.test()
+async def read_lost_response(dut):
+    """A MIDDLE response (the 3rd of 5) is lost: A sees the gap and sends the READ again from
+    that response (its PSN, VA + 2·PMTU, length − 2·PMTU), completes it once, bytes exact."""
+    f = Filter()
+    p = await _directed(dut, f)
+    first = p.sent_psn[("a", 2)]
+    f.rule = lambda s, d: s == "b" and _is_resp(d, 0x0E, (first + 2) & M24) and not f.dropped
+    first, sges, jobs = await _one_read(p)
+    again, nresp, resumed = await _done(p, jobs, "read_lost_response")
+    reqs = p.read_requests()
+    assert len(reqs) == 2, [r[1] for r in reqs]
+    _assert_request(reqs[0], _resent_from(p, first, 0))
+    _assert_request(reqs[1], _resent_from(p, first, 2))
+    assert again["a"] == 1 and resumed == 1 and nresp == 5 + 3, (again, resumed, nresp)
+    dut._log.info("read_lost_response: A counter 6 = %d", (await p.s["a"].regs.counters())[6])
+
+
+@cocotb.test()
+async def read_lost_request(dut):
+    """The READ request is lost: after the timeout A sends it again whole (same PSN, VA and
+    length), completes it once."""
+    f = Filter()
+    p = await _directed(dut, f)
+    f.rule = lambda s, d: s == "a" and d["bth"]["opcode"] == 0x0C and not f.dropped
+    first, sges, jobs = await _one_read(p)
+    again, nresp, resumed = await _done(p, jobs, "read_lost_request")
+    reqs = p.read_requests()
+    assert len(reqs) == 2, [r[1] for r in reqs]
+    _assert_request(reqs[0], _resent_from(p, first, 0))
+    _assert_request(reqs[1], _resent_from(p, first, 0))
+    assert reqs[1][0] - reqs[0][0] >= timeout_us(TIMEOUT) * US, (reqs[0][0], reqs[1][0])
+    assert again["a"] == 1 and resumed == 0 and nresp == 5, (again, resumed, nresp)
+
+
+@cocotb.test()
+async def read_lost_last(dut):
+    """The LAST response is lost (no gap to see): after the timeout A sends the READ again from
+    it (PSN first + 4, VA + 4·PMTU, the last 247 bytes); B answers with ONLY."""
+    f = Filter()
+    p = await _directed(dut, f)
+    first = p.sent_psn[("a", 2)]
+    f.rule = lambda s, d: s == "b" and _is_resp(d, 0x0F) and not f.dropped
+    first, sges, jobs = await _one_read(p)
+    again, nresp, resumed = await _done(p, jobs, "read_lost_last")
+    reqs = p.read_requests()
+    assert len(reqs) == 2, [r[1] for r in reqs]
+    _assert_request(reqs[1], _resent_from(p, first, 4))
+    assert reqs[1][1]["psn"] == (first + 4) & M24
+    last_resp = [c for c, s, b in p.wire.frames
+                 if s == "b" and decode_frame(b)["bth"]["opcode"] == 0x0F][0]
+    assert reqs[1][0] - last_resp >= timeout_us(TIMEOUT) * US, (last_resp, reqs[1][0])
+    only = [decode_frame(b)["bth"] for _, s, b in p.wire.frames
+            if s == "b" and decode_frame(b)["bth"]["opcode"] == 0x10]
+    assert [o["psn"] for o in only] == [(first + 4) & M24], only
+    assert again["a"] == 1 and resumed == 1 and nresp == 6, (again, resumed, nresp)
+
+
+@cocotb.test()
+async def read_then_send_ack(dut):
+    """A READ (3 responses) then a SEND: every response of the READ is lost once, the SEND's
+    ACK arrives. A must not complete the READ from that ACK (a READ completes only when its
+    data is placed): it sends the READ again and completes both, in order; B receives the SEND
+    once."""
+    f = Filter()
+    p = await _directed(dut, f)
+    a, b = p.s["a"], p.s["b"]
+    lost = set()
+
+    def rule(s, d):
+        if s == "b" and _is_resp(d) and d["bth"]["psn"] not in lost:
+            lost.add(d["bth"]["psn"])
+            return True
+        return False
+    f.rule = rule
+    src = p.buffer("a", 300)
+    await p.mr("a", 1, src, 300, WKEY_A, access=Access.LOCAL_WRITE)
+    a.dev.write(src, bytes(range(256)) + bytes(44))
+    rbuf = p.buffer("b", 300)
+    await p.mr("b", 1, rbuf, 300, WKEY_B, access=ACCESS_B | Access.LOCAL_WRITE)
+    await b.dev.post_recv(p.qps[("b", 2)], 0xB1, [(rbuf, 300, WKEY_B)])
+    first, sges, jobs = await _one_read(p, n=700, nsge=1)
+    await p.post_send("a", 2, 0x502, SendOp.SEND, [(src, 300, WKEY_A)], 300)
+    jobs[0x502] = (2, WcOpcode.SEND, None, None)
+    again, nresp, resumed = await _done(p, jobs, "read_then_send_ack")
+    (cb,) = await p.wait_cqes("b", 1)
+    await b.poll(b.cq)
+    assert [(c.wr_id, c.status, c.byte_len) for c in b.cqes[b.cq.cqn]] == [(0xB1, 0, 300)]
+    assert b.dev.read(rbuf, 300) == bytes(range(256)) + bytes(44)
+    assert len(f.dropped) == 3, len(f.dropped)
+    acks = [c for c, s, bb in p.wire.frames
+            if s == "b" and decode_frame(bb)["bth"]["opcode"] == 0x11]
+    reqs = p.read_requests()
+    assert len(reqs) >= 2, [r[1] for r in reqs]
+    _assert_request(reqs[1], _resent_from(p, first, 0, n=700))
+    assert acks and acks[0] < reqs[1][0], (acks, reqs[1][0])   # the ACK came, the READ again
+    dut._log.info("read_then_send_ack: READ sent %d times, %d ACKs, resent %s", len(reqs),
+                  len(acks), dict(again))
