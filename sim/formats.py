@@ -52,6 +52,7 @@ def markdown():
         "",
         *_section(RECV_WQE_FORMAT),
         *_section(SEND_WQE_FORMAT),
+        "For RDMA_READ the SGEs name where the data read lands (their lkeys need LOCAL_WRITE). "
         "A bad opcode or num_sge completes the WQE with LOC_QP_OP_ERR; a gather lkey or range "
         "failure with LOC_PROT_ERR; both move the QP to ERROR.",
         "",

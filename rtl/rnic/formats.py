@@ -212,14 +212,14 @@ RECV_WQE_FORMAT = Format("Receive WQE", RECV_WQE_BYTES, [
 SEND_WQE_FORMAT = Format("Send WQE", SEND_WQE_BYTES, [
     Field("wr_id", 0, 8, "wr_id"),
     Field("opcode", 8, 1, "opcode: 0 SEND, 1 SEND_WITH_IMM, 2 SEND_WITH_INV, 3 RDMA_WRITE, "
-                          "4 RDMA_WRITE_WITH_IMM"),
+                          "4 RDMA_WRITE_WITH_IMM, 5 RDMA_READ"),
     Field("flags", 9, 1, "flags: 0x01 signaled, 0x02 solicited"),
     Field("num_sge", 10, 1, f"num_sge (0..{SEND_MAX_SGE})"),
     Field("rsvd0", 11, 1, "reserved"),
     Field("imm_or_inv_rkey", 12, 4, "immediate data, stored in wire byte order (WITH_IMM); or "
                                     "the rkey to invalidate, little-endian (SEND_WITH_INV)"),
-    Field("remote_addr", 16, 8, "remote address (RDMA WRITE)"),
-    Field("rkey", 24, 4, "rkey (RDMA WRITE)"),
+    Field("remote_addr", 16, 8, "remote address (RDMA WRITE, RDMA READ)"),
+    Field("rkey", 24, 4, "rkey (RDMA WRITE, RDMA READ)"),
     Field("rsvd1", 28, 4, "reserved"),
     Field("sge", 32, SGE_BYTES, "SGE", element=SGE_FORMAT, count=SEND_MAX_SGE),
 ], "entry i at SQ base + 64·(i mod 2^log2)")
@@ -234,7 +234,7 @@ CQE_FORMAT = Format("Completion queue entry", CQE_BYTES, [
     Field("status", 20, 1, "status (IB numbering: 0 SUCCESS, 2 LOC_QP_OP_ERR, 4 LOC_PROT_ERR, "
                            "5 WR_FLUSH_ERR, 9 REM_INV_REQ_ERR, 10 REM_ACCESS_ERR, 11 REM_OP_ERR, "
                            "12 RETRY_EXC_ERR, 13 RNR_RETRY_EXC_ERR)"),
-    Field("opcode", 21, 1, "opcode: 0 SEND, 1 RDMA_WRITE (send side); 128 RECV, "
+    Field("opcode", 21, 1, "opcode: 0 SEND, 1 RDMA_WRITE, 2 RDMA_READ (send side); 128 RECV, "
                            "129 RECV_RDMA_WITH_IMM (receive side); set on every CQE"),
     Field("flags", 22, 1, "flags: 0x02 WITH_IMM, 0x04 WITH_INVALIDATE"),
     Field("rsvd", 23, 8, "reserved"),
