@@ -1,4 +1,5 @@
-"""RDMA READ between two `rnic` cores on a lossy wire (tb/cocotb_read_lossy.py; cocotb, Icarus)."""
+"""RDMA READ between two `rnic` cores on a lossy wire (tb/cocotb_read_lossy.py; cocotb on
+Verilator, the two-core build of tb/test_two_rnic.py)."""
 import pytest
 
 from .test_two_rnic import _run
@@ -11,20 +12,20 @@ RANDOM = ["read_lossy_random", "read_lossy_random_1024"]
 def test_read_lossy_directed(cfg):
     """A lost MIDDLE response, a lost request, a lost LAST response, a READ whose responses are
     all lost while the SEND behind it is ACKed (W=512 under ``make regress-full``)."""
-    _run(cfg, "icarus", DIRECTED, f"read-lossy-{cfg}", module="tb.cocotb_read_lossy")
+    _run(cfg, "verilator", DIRECTED, f"read-lossy-{cfg}", module="tb.cocotb_read_lossy")
 
 
 @pytest.mark.parametrize("cfg", ["w64", pytest.param("w512", marks=pytest.mark.full)])
 def test_read_lossy_random(cfg):
     """READs mixed with SENDs and WRITEs on two QPs over a lossy wire (3 % of frames each
-    dropped, duplicated, corrupted, reordered), 8 WQEs at PMTU 256 and 8 at PMTU 1024 (~2 min
-    at W=64 on Icarus; W=512 under ``make regress-full``)."""
-    _run(cfg, "icarus", RANDOM, f"read-lossy-random-{cfg}", module="tb.cocotb_read_lossy",
-         env={"READ_LOSSY_COUNT": "8", "READ_LOSSY_SEED": "21" if cfg == "w64" else "31"})
+    dropped, duplicated, corrupted, reordered), 24 WQEs at PMTU 256 and 24 at PMTU 1024 (~1 min
+    at W=64; W=512 under ``make regress-full``)."""
+    _run(cfg, "verilator", RANDOM, f"read-lossy-random-{cfg}", module="tb.cocotb_read_lossy",
+         env={"READ_LOSSY_COUNT": "24", "READ_LOSSY_SEED": "21" if cfg == "w64" else "31"})
 
 
 @pytest.mark.full
 def test_read_lossy_random_long():
-    """30 WQEs per PMTU at W=64 (make regress-full)."""
-    _run("w64", "icarus", RANDOM, "read-lossy-random-long", module="tb.cocotb_read_lossy",
-         env={"READ_LOSSY_COUNT": "30", "READ_LOSSY_SEED": "41"})
+    """80 WQEs per PMTU at W=64 (make regress-full)."""
+    _run("w64", "verilator", RANDOM, "read-lossy-random-long", module="tb.cocotb_read_lossy",
+         env={"READ_LOSSY_COUNT": "80", "READ_LOSSY_SEED": "41"})

@@ -48,8 +48,8 @@ BUDGETS = (
            1200, 600, 2, ("key_cache",)),
     Budget("cqe", "CQE Generation and the CQ table",
            700, 400, 1, ("cqe_gen",)),
-    Budget("requester", "requester with the Reliability Engine",
-           2800, 1500, 5, ("requester", "req_context")),
+    Budget("requester", "requester with the Reliability Engine and READ placement",
+           2800, 1500, 5, ("requester", "req_context", "read_place")),
     # the one TX frame builder (every frame: requests, ACK/NAKs, READ responses), the arbiter
     # ahead of it and the READ response engine
     Budget("tx", "TX: one frame builder and one ICRC generator for every frame, arbiter, "
@@ -65,7 +65,8 @@ TOTAL = Budget("total", "whole core, glue included", 15000, 8000, 24)
 
 #: Instances of ``rnic`` that are glue on purpose (stream merges and skid buffers between
 #: blocks); any other instance no row names is reported as unmapped.
-GLUE_PATHS = ("cpl_merge", "done_skid", "event_merge", "fault_merge", "lookup_reg")
+GLUE_PATHS = ("cpl_merge", "done_skid", "event_merge", "fault_merge", "lookup_reg",
+              "req_fault_merge")
 
 
 def budgets_for(config):
