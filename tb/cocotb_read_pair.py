@@ -239,7 +239,7 @@ async def read_without_remote_read(dut):
 @cocotb.test()
 async def read_goodput(dut):
     """READ goodput (the benchmark ``read_pair-w<W>``): A reads 4 KiB and 64 KiB messages of B
-    back to back (PMTU 4096, ORD 4, zero-wait host memories). Figures: the READ responses' beats
+    back to back (PMTU 4096, ORD 8, zero-wait host memories). Figures: the READ responses' beats
     on the wire over the cycles from the first response's first beat to the last one's end
     (1.0 = the wire's limit), and the cycles from the doorbell to the completion of one 4 KiB
     READ."""
@@ -247,7 +247,7 @@ async def read_goodput(dut):
     width = len(dut.a_m_axis_tx_tdata)
     lanes = width // 8
     p = ReadPair(dut, pmtu=4096, seed=8)
-    await p.setup(src_len=1 << 17, dst_len=(1 << 18) + 4096)
+    await p.setup(src_len=1 << 17, dst_len=(1 << 18) + 4096, ord=8, ird=8)
     for size, count in ((4096, 16), (65536, 4)):
         start = len(p.wire.frames)
         before = len(p.s["a"].cqes[p.s["a"].cq.cqn])
@@ -273,7 +273,7 @@ async def read_goodput(dut):
                       "doorbell to completion %d cycles", size, count, beats, cycles, share,
                       t_done - t_db)
         record("requester+responder", f"READ goodput, {size} B messages, share of the wire",
-               share, limit=1.0, target=0.97, config={"W": width, "PMTU": 4096})
+               share, limit=1.0, target=0.97, config={"W": width, "PMTU": 4096, "ORD": 8})
         if count and size == 4096:
             record("requester+responder", "READ 4 KiB x16: doorbell to completion",
                    t_done - t_db, unit="cycles", config={"W": width, "PMTU": 4096})
