@@ -243,10 +243,14 @@ class ReadPlace(wiring.Component):
         op = h.opcode
         fm = (op == FIRST) | (op == MIDDLE)
         lo = (op == LAST) | (op == ONLY)
+        # (the slot's total and len0 registered in C2: the LUT RAM's output does not lead the
+        # subtractions and the choices of C3)
+        tot_r = Signal(32)
+        len0_r = Signal(32)
         rem = Signal(32)                # total − off
-        m.d.comb += rem.eq(r.total - off)
+        m.d.comb += rem.eq(tot_r - off)
         d0 = Signal(33)                 # len0 − off (negative: the response is all in part 1)
-        m.d.comb += d0.eq(Cat(r.len0, Const(0, 1)) - Cat(off, Const(0, 1)))
+        m.d.comb += d0.eq(Cat(len0_r, Const(0, 1)) - Cat(off, Const(0, 1)))
         below = d0[32] | (d0 == 0)      # off ≥ len0
         # part 0 = min(len, len0 − off) when off < len0
         short = Signal()                # off < len0 and len0 − off < len
@@ -293,7 +297,8 @@ class ReadPlace(wiring.Component):
                 m.next = "C2"
             with m.State("C2"):
                 m.d.sync += [off.eq(Cat(Const(0, 7), dpsn) << pmc),
-                             pmtu.eq(Const(128, 14) << pmc), in_range.eq(dpsn <= span)]
+                             pmtu.eq(Const(128, 14) << pmc), in_range.eq(dpsn <= span),
+                             tot_r.eq(r.total), len0_r.eq(r.len0)]
                 m.next = "C3"
             with m.State("C3"):
                 m.d.sync += [

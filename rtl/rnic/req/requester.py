@@ -1843,7 +1843,9 @@ class Requester(wiring.Component):
             # (the entry stays on the read port until TEST: rh does not change, and a
             # write to it meanwhile means it was not yet filled, and is not used)
             m.d.sync += [ent_lp.eq(ent.last_psn), ent_sig.eq(ent.signaled), t.ent_rd.eq(ent.read),
-                         t.ri_r.eq(ent.ridx)]
+                         t.ri_r.eq(ent.ridx),
+                         # (ur for DECIDE: una0 and cfpsn do not change before TEST)
+                         t.ur.eq(Mux((t.una0 - cmp.cfpsn)[23], cmp.cfpsn, t.una0))]
             m.next = "DECIDE"
         with m.State("DECIDE"):
             # A READ at the head not yet placed up to una0 (interface.md §7): una stops at its
@@ -1851,16 +1853,15 @@ class Requester(wiring.Component):
             # moved una beyond (not PLACED, which moves it by one) is a gap (clamp). A DECIDE
             # at ur is accepted (acc).
             head = (cmp.ccons != thcons) & ~terr & (act != _ACT_DROP)
-            ur_v = Mux((t.una0 - cmp.cfpsn)[23], cmp.cfpsn, t.una0)
             dif = Signal(24)
-            m.d.comb += dif.eq(cmp.una - ur_v)
+            m.d.comb += dif.eq(cmp.una - t.ur)
             over = (dif != 0) & ~dif[23]
             open_rd = head & t.ent_rd & ~(ent_lp - t.una0)[23]
             clamp_v = open_rd & t.clampable & over
             m.d.sync += [
                 retire.eq(head & ~covered[23] & ~clamp_v),
                 drop.eq((crh != trn) & ((act == _ACT_DROP) | terr | (cmp.ccons == thcons))),
-                t.clamp.eq(clamp_v), t.ur.eq(ur_v),
+                t.clamp.eq(clamp_v),
                 t.acc.eq(head & t.ent_rd & covered[23] & ~over),
             ]
             m.next = "TEST"
