@@ -325,12 +325,7 @@ class ReadPlace(wiring.Component):
                         with m.Else():
                             m.next = "IDLE"
                 with m.Else():
-                    m.d.comb += clr_c.eq(1)
-                    m.d.sync += drop.eq(1)
-                    with m.If(h.len == 0):
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.next = "DRAIN"
+                    m.next = "REFUSE"           # inconsistent: dropped like a refusal
             with m.State("REFUSE"):
                 m.d.comb += clr_c.eq(1)
                 m.d.sync += drop.eq(1)
