@@ -20,7 +20,14 @@ handled strictly one at a time, in order:
   writes bytes [off, off + len) of the READ's destination (``len0`` bytes at ``addr0``, then
   the rest at ``addr1``): at most two host write requests, each with a
   :class:`~rnic.resp.scatter.ScatterPath` piece that realigns its bytes; the cache becomes
-  {q, s, p + 1} (invalid after the READ's last response).
+  {q, s, p + 1}. After the READ's last response it becomes {q, t, p + 1} when slot t holds the
+  READ *linked* to s, else invalid.
+* **Links**: a slot record written on ``rec`` right after the record of slot s (no record
+  between them), of the same QPN and with ``fpsn`` = s's ``lpsn`` + 1, is linked to s: it is
+  the next WQE of that QP, so the first response after s's last one is its first response, and
+  every PSN before it is acknowledged by s's responses. A stream of READs on one QP is thus
+  placed without asking the completer between them. A record written to a slot unlinks it from
+  both sides (links to it and from it).
 * A dropped response strobes ``drop`` and invalidates the cache; its beats (if ``len`` > 0) are
   drained by a closing piece of length 0, with no write.
 
@@ -40,7 +47,10 @@ answer (``dec`` is registered). A header is taken every 7 cycles on the fast pat
 piece, 8 with two.
 
 ``qp_set`` naming the cached QPN, or a ``rec`` write of the cached slot, invalidates the cache
-(also when it meets the cache's update in the same cycle). The slot table is LUT RAM of R rows
+(also when it meets the cache's update in the same cycle). A link is made with the later
+record's write (``rec`` compared with registers of the record before; not when the record
+before was written in the cycle just before: the requester's are further apart). The cache
+follows a link only if it is there when the last response is accepted. The slot table is LUT RAM of R rows
 (written by ``rec``, read asynchronously at the slot being worked on); a slot must not be
 rewritten while responses of its READ are being accepted.
 """
@@ -61,8 +71,9 @@ __all__ = ["ReadPlace"]
 ACKNOWLEDGE = 0x11
 FIRST, MIDDLE, LAST, ONLY = 0x0D, 0x0E, 0x0F, 0x10
 
-#: The slot table's row: a READ record without its index.
-_row_layout = data.StructLayout({f: s for f, s in read_rec_layout.members.items() if f != "idx"})
+#: The slot table's row: a READ record without its index and QPN.
+_row_layout = data.StructLayout({f: s for f, s in read_rec_layout.members.items()
+                                 if f not in ("idx", "qpn")})
 
 #: A pending placement: its event fields and its number of write requests (0..2).
 _pend_layout = data.StructLayout({"qpn": 24, "psn": 24, "n": 2})
@@ -85,7 +96,7 @@ class ReadPlace(wiring.Component):
     pay : In(BeatStream(W))
         Payload beats of the READ responses with ``len`` > 0, in the same order.
     rec : In(stream.Signature(read_rec_layout, always_ready=True))
-        Slot table writes (``idx`` < R).
+        Slot table writes (``idx`` < R), in the order the READs are first sent.
     ack : Out(stream.Signature(ack_layout))
         Events to the completer, in order: WIRE, DECIDE, PLACED. Registered.
     dec : In(stream.Signature(read_dec_layout))
@@ -201,6 +212,41 @@ class ReadPlace(wiring.Component):
         m.d.comb += self.dec.ready.eq(1)
         m.d.sync += [d_valid.eq(self.dec.valid), d.eq(self.dec.payload)]
 
+        # ---- links between READs recorded one after the other on one QP ----
+        lnk_v = Signal(R)               # slot s has a link: the READ in slot lnk_i[s] follows it
+        lnk_i = [Signal(sb, name=f"lnk_i{i}") for i in range(R)]
+        p_v = Signal()                  # the record written last: QPN, lpsn (+ 1), slot
+        p_qpn = Signal(24)
+        p_lpsn = Signal(24)
+        p_np = Signal(24)               # (a cycle after p_lpsn)
+        p_idx = Signal(sb)
+        p_new = Signal()                # a record last cycle: p_np not yet there, no link
+        m.d.sync += [p_np.eq(p_lpsn + 1), p_new.eq(self.rec.valid)]
+        with m.If(self.rec.valid):
+            m.d.sync += [p_v.eq(1), p_qpn.eq(rp.qpn), p_lpsn.eq(rp.lpsn), p_idx.eq(rp.idx[:sb])]
+        lnk_next = Signal(R)
+        m.d.comb += lnk_next.eq(lnk_v)
+        with m.If(self.rec.valid):
+            # the slot rewritten: no link from it, none to it (at once: the FSM may be about
+            # to follow one), but for the link it makes
+            for i in range(R):
+                with m.If((rp.idx[:sb] == i) | (lnk_i[i] == rp.idx[:sb])):
+                    m.d.comb += lnk_next[i].eq(0)
+        with m.If(self.rec.valid & p_v & ~p_new & (rp.qpn == p_qpn) & (rp.fpsn == p_np)
+                  & (rp.idx[:sb] != p_idx)):
+            for i in range(R):
+                with m.If(p_idx == i):
+                    m.d.comb += lnk_next[i].eq(1)
+                    m.d.sync += lnk_i[i].eq(rp.idx[:sb])
+        m.d.sync += lnk_v.eq(lnk_next)
+        lnk_here = Signal()             # the slot being worked on has a link, to lnk_to
+        lnk_to = Signal(sb)
+        m.d.comb += lnk_here.eq(lnk_v.bit_select(slot, 1))
+        with m.Switch(slot):
+            for i in range(R):
+                with m.Case(i):
+                    m.d.comb += lnk_to.eq(lnk_i[i])
+
         # ---- the header and the cache ----
         h = Signal(resp_hdr_layout)
         c_valid = Signal()
@@ -210,18 +256,20 @@ class ReadPlace(wiring.Component):
         # this cycle's update of the cache (by the FSM or a fault); invalidations by ``qp_set``
         # and ``rec`` are compared with the value the cache would take
         set_c = Signal()                # the FSM accepted a response that is not the last
+        set_l = Signal()                # ... that is the last, of a READ with a link
         clr_c = Signal()                # the FSM (or a fault) invalidates it
         n_qpn = Signal(24)
         n_idx = Signal(sb)
-        m.d.comb += [n_qpn.eq(Mux(set_c, h.qpn, c_qpn)), n_idx.eq(Mux(set_c, slot, c_idx))]
+        m.d.comb += [n_qpn.eq(Mux(set_c | set_l, h.qpn, c_qpn)),
+                     n_idx.eq(Mux(set_l, lnk_to, Mux(set_c, slot, c_idx)))]
         kill = Signal()
         m.d.comb += kill.eq((self.qp_set.valid & (self.qp_set.payload.qpn == n_qpn))
                             | (self.rec.valid & (rp.idx[:sb] == n_idx)) | inval_err)
-        with m.If(set_c):
-            m.d.sync += [c_qpn.eq(h.qpn), c_idx.eq(slot), c_next.eq(h.psn + 1)]
+        with m.If(set_c | set_l):
+            m.d.sync += [c_qpn.eq(n_qpn), c_idx.eq(n_idx), c_next.eq(h.psn + 1)]
         with m.If(kill | clr_c):
             m.d.sync += c_valid.eq(0)
-        with m.Elif(set_c):
+        with m.Elif(set_c | set_l):
             m.d.sync += c_valid.eq(1)
 
         # ---- the checks, in registered steps ----
@@ -317,7 +365,8 @@ class ReadPlace(wiring.Component):
                                  pend.i.payload.n.eq((a0 != 0).as_unsigned()
                                                      + (a1 != 0).as_unsigned())]
                     with m.If(pend.i.ready):
-                        m.d.comb += [set_c.eq(~is_last), clr_c.eq(is_last)]
+                        m.d.comb += [set_c.eq(~is_last), set_l.eq(is_last & lnk_here),
+                                     clr_c.eq(is_last & ~lnk_here)]
                         with m.If(a0 != 0):
                             m.next = "P0"
                         with m.Elif(a1 != 0):

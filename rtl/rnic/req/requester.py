@@ -311,8 +311,8 @@ class Requester(wiring.Component):
     read_dec : Out(stream.Signature(read_dec_layout))
         One answer per DECIDE, in order: ``ok`` and the READ's slot.
     read_rec : Out(stream.Signature(read_rec_layout, always_ready=True))
-        A READ's slot, written when the READ is first sent (its PSNs, PMTU, length and the bus
-        addresses its SGEs translate to).
+        A READ's slot, written when the READ is first sent (its QPN, PSNs, PMTU, length and the
+        bus addresses its SGEs translate to).
     cpl : Out(stream.Signature(cpl_layout))
         Send completions in SQ order: SUCCESS for each retired signaled WQE; an error
         (LOC_QP_OP_ERR, LOC_PROT_ERR, a WQE-fetch host fault with ``fault``, REM_INV_REQ_ERR,
@@ -933,7 +933,8 @@ class Requester(wiring.Component):
         # a READ's slot, written as the READ is first sent
         rr = self.read_rec.payload
         m.d.comb += [
-            rr.idx.eq(t.new_ri), rr.fpsn.eq(t.fpsn_r), rr.lpsn.eq(t.fpsn_r + t.rd_n - 1),
+            rr.idx.eq(t.new_ri), rr.qpn.eq(qpn), rr.fpsn.eq(t.fpsn_r),
+            rr.lpsn.eq(t.fpsn_r + t.rd_n - 1),
             rr.pmtu.eq(ctx.pmtu), rr.total.eq(total), rr.addr0.eq(sge_addr[0]),
             rr.len0.eq(t.len0), rr.addr1.eq(sge_addr[1]),
         ]
