@@ -220,7 +220,7 @@ def _table(head, rule, widths, rows):
 
 def render_goodput(bench):
     block = "requester+responder"
-    widths = _widths(bench, block)
+    widths = _widths([r for r in bench if r["figure"].startswith("goodput A->B")], block)
     if not widths:
         return "(no recorded figure: `make bench` runs `pair-w*`)"
 
