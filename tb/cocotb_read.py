@@ -13,6 +13,7 @@ from cocotb.triggers import ClockCycles
 
 from rnic.opcodes import Op
 from sim.driver.verbs import Access
+from sim.models.responder import read_responses
 from tb.cocotb_responder import PD, PSN0, QPN, TB
 
 PMTU = 1024
@@ -21,21 +22,7 @@ KEY, SLOT = 0x5150, 5
 
 def expected_responses(psn, length, msn, pmtu=PMTU):
     """[(opcode, psn, aeth msn or None, payload offset, payload length)] of a READ (§7)."""
-    n = max(1, -(-length // pmtu))
-    out = []
-    for i in range(n):
-        if n == 1:
-            op = Op.RDMA_READ_RESPONSE_ONLY
-        elif i == 0:
-            op = Op.RDMA_READ_RESPONSE_FIRST
-        elif i == n - 1:
-            op = Op.RDMA_READ_RESPONSE_LAST
-        else:
-            op = Op.RDMA_READ_RESPONSE_MIDDLE
-        ln = min(pmtu, length - i * pmtu)
-        out.append((op, (psn + i) & 0xFFFFFF,
-                    None if op == Op.RDMA_READ_RESPONSE_MIDDLE else msn, i * pmtu, ln))
-    return out
+    return read_responses(psn, length, pmtu, msn)
 
 
 async def _setup(dut, *, access=Access.REMOTE_READ | Access.REMOTE_WRITE, ird=0,

@@ -10,7 +10,7 @@ for the random run, :class:`Filter` for the directed faults). What is checked:
   receive completions for the SENDs once each, the SEND and WRITE bytes exact on B;
 * every request frame equals the model's packet of its PSN, a READ sent again from its response
   k included (``check_wire_lossy``); counter 13 equals the request frames sent again;
-* every READ response frame is a correct §7 response (``check_read_responses``): per QP, a run
+* every READ response frame is a correct §7 response (``ReadPair.check_responses``): per QP, a run
   FIRST, MIDDLE…, LAST (or ONLY) starting at the PSN of a READ request A did send (first
   transmission or sent again from response k), numbered on from there, PMTU bytes but the last,
   AETH with syndrome 0x1F on FIRST/LAST/ONLY only, the payload equal to B's memory at the
@@ -22,14 +22,15 @@ for the random run, :class:`Filter` for the directed faults). What is checked:
 
 import os
 import random
+from collections import Counter
 
 import cocotb
 from cocotb.triggers import ClockCycles
 
 from rnic.opcodes import WcOpcode, WcStatus
 from sim.driver.verbs import Access, SendOp
-from sim.models.requester import RDMA_READ, read_psns, segment, timeout_us
-from sim.packets import decode_frame
+from sim.models.requester import RDMA_READ, segment, timeout_us
+from sim.packets import build_frame, decode_frame
 
 from .cocotb_lossy import TIMEOUT, US, Filter, Lossy, check_wire_lossy, set_us
 from .cocotb_read_pair import ACCESS_B, LKEY, RKEY, ReadPair
@@ -40,11 +41,7 @@ WKEY_B = 0x0B00_0002                  # B's receive buffers and WRITE targets
 
 
 class LossyReadPair(ReadPair):
-    """A :class:`ReadPair` that remembers the QP of each READ (two QPs may share PSNs)."""
-
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self.rd = []                     # (qpn, first psn, remote offset, length) per READ
+    """A :class:`ReadPair` with guard bytes around every destination."""
 
     def alloc_dst(self, n):
         """``n`` bytes of A's destination region, 8 to 40 guarded bytes before and after."""
@@ -56,12 +53,6 @@ class LossyReadPair(ReadPair):
         self.s["a"].mem.add_guard(addr + n, 8)
         return addr
 
-    async def post_read(self, wr_id, roff, n, *, nsge=1, qpn=2):
-        psn = self.sent_psn[("a", qpn)]
-        sges = await super().post_read(wr_id, roff, n, nsge=nsge, qpn=qpn)
-        self.rd.append((qpn, psn, roff, n))
-        return sges
-
     def read_requests(self, qpn=2):
         """(cycle, bth, reth) of the READ request frames A sent on ``qpn``."""
         out = []
@@ -70,54 +61,6 @@ class LossyReadPair(ReadPair):
             if s == "a" and d["bth"]["opcode"] == 0x0C and d["bth"]["dqpn"] == qpn:
                 out.append((c, d["bth"], d["reth"]))
         return out
-
-
-def check_read_responses(p):
-    """Every READ response frame B sent is a correct §7 response of one of the READs posted.
-    Returns (responses checked, runs that started mid-READ)."""
-    pmtu = p.pmtu
-    where = {}                           # (qpn, psn) -> (roff, length, k) of the READ's response k
-    for qpn, psn, roff, n in p.rd:
-        for k in range(read_psns(n, pmtu)):
-            where[(qpn, (psn + k) & M24)] = (roff, n, k)
-    requested = set()                    # (qpn, psn) of every READ request frame A sent
-    run = {}                             # qpn -> PSN the open response run continues at
-    count = resumed = 0
-    for _, s, b in p.wire.frames:
-        d = decode_frame(b)
-        bth = d["bth"]
-        op, psn, qpn = bth["opcode"], bth["psn"], bth["dqpn"]
-        if s == "a" and op == 0x0C:
-            requested.add((qpn, psn))
-            continue
-        if s != "b" or not 0x0D <= op <= 0x10:
-            continue
-        key = (qpn, psn)
-        assert key in where, f"READ response on QP {qpn} at PSN {psn:#x} of no READ"
-        roff, n, k = where[key]
-        total = read_psns(n, pmtu)
-        if op in (0x0D, 0x10):
-            assert qpn not in run, f"QP {qpn}: {op:#x} at {psn:#x} inside a run at {run[qpn]:#x}"
-            assert key in requested, f"QP {qpn}: a run at {psn:#x} with no READ request there"
-            assert (op == 0x10) == (k == total - 1), (qpn, hex(psn), hex(op), k, total)
-            resumed += k > 0
-        else:
-            assert run.get(qpn) == psn, (qpn, hex(psn), hex(op), run.get(qpn))
-            assert op == (0x0F if k == total - 1 else 0x0E), (qpn, hex(psn), hex(op), k, total)
-        off = k * pmtu
-        ln = min(pmtu, n - off)
-        assert d["payload"] == p.src_data[roff + off:roff + off + ln], (qpn, hex(psn))
-        assert ("aeth" in d) == (op != 0x0E), (qpn, hex(psn), hex(op))
-        if "aeth" in d:
-            assert d["aeth"]["syndrome"] == 0x1F, (qpn, hex(psn), d["aeth"])
-        assert bth["padcnt"] == (-ln) & 3, (qpn, hex(psn), bth["padcnt"])
-        if op in (0x0F, 0x10):
-            run.pop(qpn, None)
-        else:
-            run[qpn] = (psn + 1) & M24
-        count += 1
-    assert not run, f"response runs never finished: {run}"
-    return count, resumed
 
 
 async def wait_checked(p, jobs, limit=1_000_000, every=20, stall=None):
@@ -178,7 +121,7 @@ async def finish_lossy(p, name):
     for s, side in p.s.items():
         c = await side.regs.counters()
         assert c[13] == again[s], (s, c[13], again[s])
-    nresp, resumed = check_read_responses(p)
+    nresp, resumed = p.check_responses()
     rows = p.wire.pcap(os.path.join(os.getcwd(), f"{name}.pcap"))
     assert len(rows) == len(p.wire.frames)
     ops = {r["opcode"] for r in rows}
@@ -447,3 +390,105 @@ async def read_then_send_ack(dut):
     assert acks and acks[0] < reqs[1][0], (acks, reqs[1][0])   # the ACK came, the READ again
     print("read_then_send_ack: READ sent %d times, %d ACKs, resent %s, ACK at %d, READ again "
           "at %d" % (len(reqs), len(acks), dict(again), acks[0], reqs[1][0]))
+
+
+# ---- a hostile responder: forged READ responses -----------------------------------------------
+
+class Forger:
+    """B's READ responses, each with probability ``p``, joined on the wire by a forged one (a
+    well-formed frame, ICRC and all, built by ``sim.packets.build_frame``) that READ Place must
+    drop without writing a byte:
+
+    * ``length`` (before the real one): its PSN and opcode, ``k`` bytes more or fewer;
+    * ``opcode`` (before): LAST where a FIRST/MIDDLE belongs, MIDDLE where a LAST/ONLY does;
+    * ``qpn`` (before): the same response to ``idle_qpn``, a connected QP with no READ;
+    * ``ahead`` (after): a MIDDLE of PMTU bytes 2 to 4 PSNs ahead of a response sent for the
+      first time (so not the next response the requester expects).
+
+    The forged payloads are 0xA5 bytes (no source byte is). A copy of a response with other
+    bytes is not among them: it is the real thing whenever the real one was not placed (a
+    requester going back refuses a response whose request it is about to send again), as a
+    forged response at the PSN the requester expects, with the length and opcode its place
+    calls for, always is."""
+
+    def __init__(self, seed, p, pmtu, idle_qpn):
+        self.rng, self.p, self.pmtu, self.idle_qpn = random.Random(seed), p, pmtu, idle_qpn
+        self.stats = Counter()
+        self.top = {}                    # qpn -> the newest response PSN B sent on it
+
+    def __call__(self, s, b):
+        if s != "b":
+            return [b]
+        d = decode_frame(b)
+        bth = d["bth"]
+        op = bth["opcode"]
+        if not 0x0D <= op <= 0x10:
+            return [b]
+        # (ahead only of a response sent for the first time: ahead of one sent again, a PSN
+        # may be the next the requester expects, and a forged frame there is the real thing)
+        top = self.top.get(bth["dqpn"])
+        new = top is None or 0 < (bth["psn"] - top) & M24 < 1 << 23
+        if new:
+            self.top[bth["dqpn"]] = bth["psn"]
+        if self.rng.random() >= self.p:
+            return [b]
+        kind = self.rng.choice(("length", "opcode", "qpn") + (("ahead",) if new else ()))
+        n = len(d["payload"])
+        aeth = d.get("aeth", {"syndrome": 0x1F, "msn": 0})
+        fop, psn, qpn = op, bth["psn"], bth["dqpn"]
+        if kind == "length":
+            k = self.rng.randrange(1, 9)
+            n = n + k if n <= k or self.rng.random() < 0.5 else n - k
+        elif kind == "opcode":
+            fop = 0x0F if op in (0x0D, 0x0E) else 0x0E
+        elif kind == "qpn":
+            qpn = self.idle_qpn
+        elif kind == "ahead":
+            fop, psn, n = 0x0E, (psn + self.rng.randrange(2, 5)) & M24, self.pmtu
+        e, ip, udp = d["eth"], d["ipv4"], d["udp"]
+        forged = build_frame(fop, b"\xA5" * n, psn=psn, dqpn=qpn, aeth=aeth,
+                             src_mac=e["src"], dst_mac=e["dst"], src_ip=ip["src"],
+                             dst_ip=ip["dst"], sport=udp["sport"], ttl=ip["ttl"])
+        self.stats[kind] += 1
+        return [b, forged] if kind == "ahead" else [forged, b]
+
+
+@cocotb.test()
+async def read_hostile_responder(dut):
+    """READs (0 to 3,000 bytes, 1 or 2 SGEs) on two QPs at PMTU 256, B's responses joined by
+    forged ones (:class:`Forger`, 25 % of the responses, every kind): every forged response is dropped and
+    counted (counter 6 on A), none writes a byte (A's bytes exact, its guards untouched, no 0xA5
+    anywhere it placed), and every READ completes in order."""
+    pmtu, count = 256, int(os.environ.get("READ_LOSSY_COUNT", "10")) * 3
+    forger = Forger(51, 0.25, pmtu, idle_qpn=4)
+    p = LossyReadPair(dut, fault=forger, pmtu=pmtu, seed=51)
+    await p.setup(qpns=(2, 3, 4), timeout=TIMEOUT, retry_cnt=7, src_len=20_000,
+                  dst_len=count * 3100 + 4096)
+    await set_us(p, US)
+    p.s["b"].dev.write(p.src, p.src_data.replace(b"\xA5", b"\x5A"))
+    p.src_data = p.src_data.replace(b"\xA5", b"\x5A")
+    rng = p.rng
+    p.trace.section("READ from a hostile responder")
+    jobs, order = {}, {2: [], 3: []}
+    for i in range(count):
+        qpn = rng.choice((2, 3))
+        n = 0 if rng.random() < 0.1 else rng.randrange(1, 3001)
+        roff = rng.randrange(0, len(p.src_data) - n + 1)
+        sges = await p.post_read(0x2000 + i, roff, n, nsge=rng.choice((1, 2)), qpn=qpn)
+        jobs[0x2000 + i] = (qpn, WcOpcode.RDMA_READ, sges, p.src_data[roff:roff + n])
+        order[qpn].append(0x2000 + i)
+    got = await wait_checked(p, jobs)
+    await ClockCycles(dut.clk, timeout_us(TIMEOUT) * US + 500)
+    await p.s["a"].poll(p.s["a"].cq)
+    check_completions(got, jobs, order)
+    for wr_id, (qpn, op, sges, want) in jobs.items():
+        assert p.placed(sges) == want, hex(wr_id)
+    again, nresp, resumed = await finish_lossy(p, "read_hostile_responder")
+    c = await p.s["a"].regs.counters()
+    forged = sum(forger.stats.values())
+    print("READ hostile responder: %d READs, forged %s, A counters %s, request frames sent "
+          "again %s, %d READ responses checked (%d runs resumed)" % (
+              count, dict(forger.stats), {k: v for k, v in enumerate(c) if v}, dict(again),
+              nresp, resumed), flush=True)
+    assert len(forger.stats) == 4, forger.stats
+    assert c[6] >= forged, (c[6], forged)

@@ -18,7 +18,7 @@ from cocotb.triggers import ClockCycles
 
 from rnic.opcodes import WcOpcode, WcStatus
 from sim.driver.verbs import Access, SendOp
-from sim.models.requester import read_psns
+from sim.models.responder import read_responses
 from sim.packets import decode_frame
 
 from .cocotb_two_rnic import Pair
@@ -26,17 +26,6 @@ from .cocotb_two_rnic import Pair
 RKEY = 0x0B00_0001
 LKEY = 0x0A00_0001
 ACCESS_B = Access.REMOTE_WRITE | Access.REMOTE_READ
-
-
-def read_responses(length, pmtu, psn):
-    """The READ response packets of a READ of ``length`` bytes from PSN ``psn`` (§7):
-    [(opcode, psn, offset, length)]."""
-    n = read_psns(length, pmtu)
-    out = []
-    for k in range(n):
-        op = 0x10 if n == 1 else 0x0D if k == 0 else 0x0F if k == n - 1 else 0x0E
-        out.append((op, (psn + k) & 0xFFFFFF, k * pmtu, min(pmtu, length - k * pmtu)))
-    return out
 
 
 class ReadPair(Pair):
@@ -53,7 +42,7 @@ class ReadPair(Pair):
         self.dst = self.buffer("a", dst_len)
         await self.mr("a", 0, self.dst, dst_len, LKEY, access=Access.LOCAL_WRITE)
         self.dst_len = dst_len
-        self.reads = []                  # (psn, remote offset, length) per READ posted
+        self.reads = []                  # (qpn, first psn, remote offset, length) per READ
         self.dst_next = 0
 
     def alloc_dst(self, n):
@@ -71,7 +60,7 @@ class ReadPair(Pair):
         sges = [(self.alloc_dst(cut), cut, LKEY)]
         if nsge == 2:
             sges.append((self.alloc_dst(n - cut), n - cut, LKEY))
-        self.reads.append((self.sent_psn[("a", qpn)], roff, n))
+        self.reads.append((qpn, self.sent_psn[("a", qpn)], roff, n))
         await self.post_send("a", qpn, wr_id, SendOp.RDMA_READ, sges, n,
                              remote_addr=self.src + roff, rkey=RKEY)
         return sges
@@ -79,32 +68,54 @@ class ReadPair(Pair):
     def placed(self, sges):
         return b"".join(self.s["a"].dev.read(a, n) for a, n, _ in sges)
 
-    def check_responses(self, qpn=2):
-        """B's READ response frames, in order, equal the §7 model of the READs posted (the
-        first transmission of each; a retransmitted READ's responses are checked against the
-        same bytes)."""
-        want = {}
-        for psn, roff, n in self.reads:
-            for op, p, off, ln in read_responses(n, self.pmtu, psn):
-                want[p] = (op, roff + off, ln, p == psn)
-        n = 0
+    def check_responses(self):
+        """Every READ response frame B sent is a correct §7 response (``read_responses``) of
+        one of the READs posted: per QP, a run starts with FIRST or ONLY at a PSN where A sent
+        a READ request (a READ sent again from its response k starts at k) and goes on at
+        consecutive PSNs with MIDDLE and LAST as the READ's position says; payload = B's bytes
+        at the READ's offset, AETH (syndrome ACK) on all but MIDDLE, pad count; every run
+        ends. Returns (responses checked, runs that started inside a READ)."""
+        where = {}                       # (qpn, psn) -> (opcode, offset, length, remote offset)
+        for qpn, psn, roff, n in self.reads:
+            for op, p, _, off, ln in read_responses(psn, n, self.pmtu):
+                where[(qpn, p)] = (op, off, ln, roff)
+        requested = set()                # (qpn, psn) of every READ request frame A sent
+        run = {}                         # qpn -> PSN the open response run continues at
+        count = resumed = 0
         for _, s, b in self.wire.frames:
             d = decode_frame(b)
-            op = d["bth"]["opcode"]
+            bth = d["bth"]
+            op, psn, qpn = bth["opcode"], bth["psn"], bth["dqpn"]
+            if s == "a" and op == 0x0C:
+                requested.add((qpn, psn))
+                continue
             if s != "b" or not 0x0D <= op <= 0x10:
                 continue
-            p = d["bth"]["psn"]
-            assert p in want, f"READ response at PSN {p:#x} for no READ"
-            wop, roff, ln, _ = want[p]
-            # a READ sent again from response k answers with FIRST (or ONLY) at k
+            key = (qpn, psn)
+            assert key in where, f"READ response on QP {qpn} at PSN {psn:#x} of no READ"
+            wop, off, ln, roff = where[key]
             if op in (0x0D, 0x10):
-                assert wop in (0x0D, 0x10, 0x0E, 0x0F) and (op == 0x10) == (wop in (0x10, 0x0F))
+                assert qpn not in run, \
+                    f"QP {qpn}: {op:#x} at {psn:#x} inside a run at {run[qpn]:#x}"
+                assert key in requested, f"QP {qpn}: a run at {psn:#x} with no READ request there"
+                # (from response k of a READ sent again: FIRST, or ONLY at its last response)
+                assert (op == 0x10) == (wop in (0x0F, 0x10)), (qpn, hex(psn), hex(op), hex(wop))
+                resumed += off > 0
             else:
-                assert op == wop, (hex(p), hex(op), hex(wop))
-            assert d["payload"] == self.src_data[roff:roff + ln], hex(p)
-            assert ("aeth" in d) == (op != 0x0E), hex(op)
-            n += 1
-        return n
+                assert run.get(qpn) == psn, (qpn, hex(psn), hex(op), run.get(qpn))
+                assert op == wop, (qpn, hex(psn), hex(op), hex(wop))
+            assert d["payload"] == self.src_data[roff + off:roff + off + ln], (qpn, hex(psn))
+            assert ("aeth" in d) == (op != 0x0E), (qpn, hex(psn), hex(op))
+            if "aeth" in d:
+                assert d["aeth"]["syndrome"] == 0x1F, (qpn, hex(psn), d["aeth"])
+            assert bth["padcnt"] == (-ln) & 3, (qpn, hex(psn), bth["padcnt"])
+            if op in (0x0F, 0x10):
+                run.pop(qpn, None)
+            else:
+                run[qpn] = (psn + 1) & 0xFFFFFF
+            count += 1
+        assert not run, f"response runs never finished: {run}"
+        return count, resumed
 
 
 async def _reads(dut, sizes, *, pmtu, mixed=False, nsge_choices=(1, 2), title):
@@ -151,7 +162,8 @@ async def _reads(dut, sizes, *, pmtu, mixed=False, nsge_choices=(1, 2), title):
     if mixed:
         await p.wait_cqes("b", nrecv)
     n = await p.finish(title.replace(" ", "_"))
-    nr = p.check_responses()
+    nr, resumed = p.check_responses()
+    assert resumed == 0, resumed            # (a clean wire: no READ is sent again)
     # tshark decoded every frame (finish); the READ opcodes are among them, as READ
     rows = p.wire.pcap(os.path.join(os.getcwd(), title.replace(" ", "_") + ".pcap"))
     ops = {r["opcode"] for r in rows}

@@ -246,7 +246,8 @@ class TB:
         last = psn == s["lpsn"]
         good = dp <= ((s["lpsn"] - s["fpsn"]) & M24) and (
             op in (LAST, ONLY) and length == s["total"] - off if last
-            else op in (FIRST, MIDDLE) and length == pm)
+            else op in (FIRST, MIDDLE) and length == pm) and (
+            psn != s["fpsn"] or op in (FIRST, ONLY))
         if not good:
             self.exp_drops += 1
             self.cache = None
@@ -391,8 +392,8 @@ async def run_reads(tb, reads):
 
 @cocotb.test()
 async def place_drops(dut):
-    """Drops: completer refusal, a wrong length, a wrong opcode (LAST before lpsn, MIDDLE at
-    lpsn), a PSN beyond lpsn (passed by the completer), a refusal of a zero-length response;
+    """Drops: completer refusal, a wrong length, a wrong opcode (MIDDLE at fpsn, LAST before
+    lpsn, MIDDLE at lpsn), a PSN beyond lpsn (passed by the completer), a refusal of a zero-length response;
     the responses after each are placed (their beats not mixed up)."""
     tb = await start(dut, seed=2)
     pm = 256
@@ -403,6 +404,7 @@ async def place_drops(dut):
     f = lambda i: res[i * pm:(i + 1) * pm]     # noqa: E731
     out = []
     out.append(tb.put_resp(4, FIRST, 0x500, f(0), decide=(0, 0)))          # refused
+    out.append(tb.put_resp(4, MIDDLE, 0x500, f(0)))                        # MIDDLE first: drop
     out.append(tb.put_resp(4, FIRST, 0x500, f(0)))                         # asked again: ok
     out.append(tb.put_resp(4, MIDDLE, 0x501, f(1)[:-1]))                   # short: dropped
     out.append(tb.put_resp(4, MIDDLE, 0x501, f(1)))                        # slow path, ok
@@ -417,7 +419,7 @@ async def place_drops(dut):
     out.append(tb.put_resp(5, ONLY, 0x900, b"", decide=(0, 4)))            # refused, len 0
     out.append(tb.put_resp(5, ONLY, 0x900, b"", decide=(1, 4)))            # placed, len 0
     out.append(tb.put_resp(5, ONLY, 0x900, b"\x01\x02", decide=(1, 4)))    # len 2 ≠ 0: drop
-    assert out == ["refused", "placed", "dropped", "placed", "dropped", "placed", "placed",
+    assert out == ["refused", "dropped", "placed", "dropped", "placed", "dropped", "placed", "placed",
                    "dropped", "dropped", "dropped", "placed", "refused", "placed",
                    "dropped"], out
     await tb.settle()

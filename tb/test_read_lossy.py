@@ -29,3 +29,13 @@ def test_read_lossy_random_long():
     """80 WQEs per PMTU at W=64 (make regress-full)."""
     _run("w64", "verilator", RANDOM, "read-lossy-random-long", module="tb.cocotb_read_lossy",
          env={"READ_LOSSY_COUNT": "80", "READ_LOSSY_SEED": "41"})
+
+
+def test_read_hostile_responder():
+    """READs on two QPs while the wire adds forged READ responses (wrong length, wrong opcode
+    for the position, an idle QP, PSNs ahead): all dropped and counted, no byte
+    written, every READ complete (W=64)."""
+    _run("w64", "verilator", ["read_hostile_responder"], "read-hostile-w64",
+         module="tb.cocotb_read_lossy")
+
+

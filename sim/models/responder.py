@@ -25,7 +25,29 @@ from typing import NamedTuple
 
 from rnic.opcodes import OPCODES, Op
 
-__all__ = ["ResponderModel", "Frame", "Outcome", "QpState", "coalesced_match"]
+__all__ = ["ResponderModel", "Frame", "Outcome", "QpState", "coalesced_match", "read_responses"]
+
+
+def read_responses(psn, length, pmtu, msn=None):
+    """The RDMA READ response packets of a READ of ``length`` bytes whose request had PSN
+    ``psn`` (interface.md §7): ``[(opcode, psn, aeth, offset, length)]``, n = max(1,
+    ⌈length/PMTU⌉) packets, ONLY when n is 1, else FIRST, MIDDLE…, LAST; PMTU payload bytes
+    each but the last; ``aeth`` = ``msn`` on FIRST/LAST/ONLY, ``None`` on MIDDLE (no AETH)."""
+    n = max(1, -(-length // pmtu))
+    out = []
+    for k in range(n):
+        if n == 1:
+            op = Op.RDMA_READ_RESPONSE_ONLY
+        elif k == 0:
+            op = Op.RDMA_READ_RESPONSE_FIRST
+        elif k == n - 1:
+            op = Op.RDMA_READ_RESPONSE_LAST
+        else:
+            op = Op.RDMA_READ_RESPONSE_MIDDLE
+        out.append((int(op), (psn + k) & 0xFFFFFF,
+                    None if op == Op.RDMA_READ_RESPONSE_MIDDLE else msn, k * pmtu,
+                    min(pmtu, length - k * pmtu)))
+    return out
 
 
 class QpState:

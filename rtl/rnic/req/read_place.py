@@ -16,7 +16,9 @@ handled strictly one at a time, in order:
   response is dropped; ``ok`` 1: slot ``dec.idx``). With record r = slot s and
   PMTU = 128 << r.pmtu, off = (p − r.fpsn mod 2^24) · PMTU; the response must be in the READ
   ((p − fpsn) ≤ (lpsn − fpsn), 24-bit serial), a FIRST/MIDDLE of PMTU bytes when p ≠ lpsn, a
-  LAST/ONLY of total − off bytes when p = lpsn; one that is not is dropped. An accepted one
+  LAST/ONLY of total − off bytes when p = lpsn, and a FIRST/ONLY when p = fpsn (a READ's
+  responses never start with MIDDLE or LAST; a FIRST after fpsn, or an ONLY at lpsn, answers a
+  READ sent again from that response); one that is not is dropped. An accepted one
   writes bytes [off, off + len) of the READ's destination (``len0`` bytes at ``addr0``, then
   the rest at ``addr1``): at most two host write requests, each with a
   :class:`~rnic.resp.scatter.ScatterPath` piece that realigns its bytes; the cache becomes
@@ -276,6 +278,7 @@ class ReadPlace(wiring.Component):
         dpsn = Signal(24)               # p − fpsn
         span = Signal(24)               # lpsn − fpsn
         is_last = Signal()              # p = lpsn
+        is_first = Signal()             # p = fpsn
         pmc = Signal(3)
         off = Signal(32)                # byte offset of the response in the READ
         in_range = Signal()
@@ -341,7 +344,8 @@ class ReadPlace(wiring.Component):
                         m.next = "REFUSE"
             with m.State("C1"):
                 m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.lpsn - r.fpsn),
-                             is_last.eq(h.psn == r.lpsn), pmc.eq(r.pmtu)]
+                             is_last.eq(h.psn == r.lpsn), pmc.eq(r.pmtu),
+                             is_first.eq(h.psn == r.fpsn)]
                 m.next = "C2"
             with m.State("C2"):
                 m.d.sync += [off.eq(Cat(Const(0, 7), dpsn) << pmc),
@@ -350,9 +354,9 @@ class ReadPlace(wiring.Component):
                 m.next = "C3"
             with m.State("C3"):
                 m.d.sync += [
-                    ok.eq(in_range & Mux(is_last,
-                                         lo & (rem[13:] == 0) & (rem[:13] == h.len),
-                                         fm & (Cat(h.len, Const(0, 1)) == pmtu))),
+                    ok.eq(in_range & (~is_first | (op == FIRST) | (op == ONLY))
+                          & Mux(is_last, lo & (rem[13:] == 0) & (rem[:13] == h.len),
+                                fm & (Cat(h.len, Const(0, 1)) == pmtu))),
                     a0.eq(Mux(below, 0, Mux(short, d0[:13], h.len))),
                     a1.eq(Mux(below, h.len, Mux(short, h.len - d0[:13], 0))),
                     p1off.eq(Mux(below, -d0[:32], 0)),
