@@ -52,9 +52,9 @@ piece, 8 with two.
 (also when it meets the cache's update in the same cycle). A link is made with the later
 record's write (``rec`` compared with registers of the record before; not when the record
 before was written in the cycle just before: the requester's are further apart). The cache
-follows a link only if it is there when the last response is accepted. The slot table is LUT RAM of R rows
-(written by ``rec``, read asynchronously at the slot being worked on); a slot must not be
-rewritten while responses of its READ are being accepted.
+follows a link only if it is there when the last response's checks begin. The slot table is
+LUT RAM of R rows (written by ``rec``, read asynchronously at the slot being worked on); a slot
+must not be rewritten while responses of its READ are being accepted.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -241,13 +241,10 @@ class ReadPlace(wiring.Component):
                     m.d.comb += lnk_next[i].eq(1)
                     m.d.sync += lnk_i[i].eq(rp.idx[:sb])
         m.d.sync += lnk_v.eq(lnk_next)
-        lnk_here = Signal()             # the slot being worked on has a link, to lnk_to
+        # the slot being worked on has a link, to lnk_to (registered in C1: a link made later
+        # is not followed; a rewrite of its target meanwhile kills the cache it sets, below)
+        lnk_here = Signal()
         lnk_to = Signal(sb)
-        m.d.comb += lnk_here.eq(lnk_v.bit_select(slot, 1))
-        with m.Switch(slot):
-            for i in range(R):
-                with m.Case(i):
-                    m.d.comb += lnk_to.eq(lnk_i[i])
 
         # ---- the header and the cache ----
         h = Signal(resp_hdr_layout)
@@ -294,14 +291,15 @@ class ReadPlace(wiring.Component):
         op = h.opcode
         fm = (op == FIRST) | (op == MIDDLE)
         lo = (op == LAST) | (op == ONLY)
-        # (the slot's total and len0 registered in C2: the LUT RAM's output does not lead the
-        # subtractions and the choices of C3)
+        # (the slot's total and len0 registered in C1: the LUT RAM's output does not lead the
+        # subtractions; len0 − off registered in C2: it does not lead the choices of C3)
         tot_r = Signal(32)
         len0_r = Signal(32)
         rem = Signal(32)                # total − off
         m.d.comb += rem.eq(tot_r - off)
+        off_c = Signal(32)              # off, as C2 registers it
+        m.d.comb += off_c.eq(Cat(Const(0, 7), dpsn) << pmc)
         d0 = Signal(33)                 # len0 − off (negative: the response is all in part 1)
-        m.d.comb += d0.eq(Cat(len0_r, Const(0, 1)) - Cat(off, Const(0, 1)))
         below = d0[32] | (d0 == 0)      # off ≥ len0
         # part 0 = min(len, len0 − off) when off < len0
         short = Signal()                # off < len0 and len0 − off < len
@@ -345,12 +343,17 @@ class ReadPlace(wiring.Component):
             with m.State("C1"):
                 m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.lpsn - r.fpsn),
                              is_last.eq(h.psn == r.lpsn), pmc.eq(r.pmtu),
-                             is_first.eq(h.psn == r.fpsn)]
+                             is_first.eq(h.psn == r.fpsn), tot_r.eq(r.total),
+                             len0_r.eq(r.len0), lnk_here.eq(lnk_v.bit_select(slot, 1))]
+                with m.Switch(slot):
+                    for i in range(R):
+                        with m.Case(i):
+                            m.d.sync += lnk_to.eq(lnk_i[i])
                 m.next = "C2"
             with m.State("C2"):
-                m.d.sync += [off.eq(Cat(Const(0, 7), dpsn) << pmc),
-                             pmtu.eq(Const(128, 14) << pmc), in_range.eq(dpsn <= span),
-                             tot_r.eq(r.total), len0_r.eq(r.len0)]
+                m.d.sync += [off.eq(off_c),
+                             d0.eq(Cat(len0_r, Const(0, 1)) - Cat(off_c, Const(0, 1))),
+                             pmtu.eq(Const(128, 14) << pmc), in_range.eq(dpsn <= span)]
                 m.next = "C3"
             with m.State("C3"):
                 m.d.sync += [
