@@ -44,8 +44,12 @@ padding to 60 bytes, and keeps ``tvalid`` high from the first beat to the last. 
 writes only words the emitter has read, so it fills the next frame while the previous one
 leaves.
 
-Throughput: a frame takes the builder ``header words + payload beats + ~1 per chunk + 3``
-cycles and the emitter ``frame words + 1``; the two overlap.
+Throughput: a frame takes the builder ``header words + payload beats + 1 per chunk`` cycles
+when the next descriptor's values are ready as its last chunk ends (the frame's record is then
+queued and the next descriptor taken in the same cycle; its last word leaves in the next
+frame's first header cycle), one more (FIN) for a frame without payload, with a failed read or
+with nothing ready to follow, and one more again (PAD) when the pad lies in a word of its own.
+The emitter takes ``frame words + 1``; the two overlap.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
@@ -204,10 +208,11 @@ class TxBuild(wiring.Component):
         WB = (self.frame_words + 1).bit_length() + 1    # bits of a frame word index (+1)
         ONES = (1 << nb) - 1
 
-        # ``no_rw_check``: the emitter reads only the words of frames whose record was queued
-        # (every word written before), the builder writes only words the emitter has read
-        # (``room``; the word of ``acc`` too, in every cycle from the write that moved acc to
-        # it), so an enabled read never meets an enabled write at one address.
+        # ``no_rw_check``: the emitter reads only the words of frames whose ICRC was queued
+        # (every word written before: the ICRC follows the last word), the builder writes
+        # only words the emitter has read (``room``; the word of ``acc`` too, in every cycle
+        # from the write that moved acc to it), so an enabled read never meets an enabled
+        # write at one address.
         m.submodules.mem = mem = Memory(shape=W, depth=C, init=[], attrs={"no_rw_check": 1})
         wp = mem.write_port()
         rp = mem.read_port()
@@ -281,6 +286,7 @@ class TxBuild(wiring.Component):
         p_hkeep = Signal(nb)            # its header lanes
         p_fkeep = Signal(nb)            # the lanes of the frame's last word
         p_padw = Signal()               # the pad lies in a word the payload does not reach
+        p_nopay = Signal()              # no payload
         m.d.sync += [
             p_data_end.eq(h_hdr_len + hq.paylen), p_crc_end.eq(h_hdr_len + hq.paylen + h_pad),
             p_hdr_len.eq(h_hdr_len),
@@ -291,6 +297,7 @@ class TxBuild(wiring.Component):
                                (p_crc_end + 4 + nb - 1) >> lg)),
             p_crc_last.eq((p_crc_end - 1) >> lg),
             p_padw.eq(((p_data_end - 1) >> lg) != ((p_crc_end - 1) >> lg)),
+            p_nopay.eq(hq.paylen == 0),
             p_ckeep.eq((Const(2, nb + 1) << (p_crc_end - 1)[:lg]) - 1),
             p_hdr_last.eq((p_hdr_len - 1) >> lg),
             p_hkeep.eq((Const(2, nb + 1) << (p_hdr_len - 1)[:lg]) - 1),
@@ -383,9 +390,9 @@ class TxBuild(wiring.Component):
         lo_same = Signal()
         hi_mask = Signal(nb)
         w_last = Signal()
-        # the frame-end tests, registered: ``pos_end`` is pos == data_end after the header (set
-        # with pos); ``c_done`` is pos == data_end as of the cycle before (FLUSH follows DATA,
-        # and pos moves to the chunk's end when the chunk starts)
+        # the frame-end tests, registered: ``pos_end`` is "no payload" (set with the take);
+        # ``c_done`` is pos == data_end as of the cycle before (FLUSH follows DATA, and pos
+        # moves to the chunk's end when the chunk starts)
         pos_end = Signal()
         c_done = Signal()
         m.d.sync += c_done.eq(pos == data_end)
@@ -417,6 +424,17 @@ class TxBuild(wiring.Component):
         wabs = Signal(CB + 1)            # acc's buffer word, fbase + acc_w (set with them)
         # the next word the emitter reads (absolute), less the 8 words of slack ``room`` keeps
         rptr8 = Signal(CB + 1, init=(1 << (CB + 1)) - 8)
+        # the cycle after a take (the first HDR cycle): the previous frame's last word, if acc
+        # still holds it (FLUSH took the descriptor), leaves now, with or without the header's
+        # write (``ckeep_last`` is the previous frame's until the end of this cycle, when it
+        # is loaded from ``p_ckeep``, still the taken frame's for three cycles after the take)
+        ck_ld = Signal()
+        m.d.sync += ck_ld.eq(0)
+        with m.If(ck_ld):
+            m.d.sync += ckeep_last.eq(p_ckeep)
+            with m.If(acc_v):
+                m.d.comb += flush.eq(1)
+                m.d.sync += acc_v.eq(0)
         with m.If(w_en):
             with m.If(~same):
                 m.d.comb += flush.eq(acc_v)
@@ -439,7 +457,7 @@ class TxBuild(wiring.Component):
         # The frame FIFO takes acc at its word (wabs) in every cycle acc holds one, not only as it
         # leaves: the last of those writes is the whole word, and the write's enable, address
         # and data are registers (the take does not reach the block RAM). No reader sees the
-        # earlier ones: the frame's record is queued only after the word has left.
+        # earlier ones: the emitter starts a frame only with its ICRC, which follows its last word.
         m.d.comb += [wp.addr.eq(wabs[:CB]), wp.data.eq(acc), wp.en.eq(acc_v),
                      feed_w.eq(Mux(in_pad, crc_last, acc_w)),
                      feed_last.eq(in_pad | acc_last)]
@@ -526,11 +544,12 @@ class TxBuild(wiring.Component):
                              hdr_len_r.eq(p_hdr_len), ip_len.eq(p_crc_end + 4 - 14),
                              csum.eq(p_csum),
                              out_words.eq(p_out_words), crc_last.eq(p_crc_last),
-                             ckeep_last.eq(p_ckeep), hdr_last.eq(p_hdr_last),
+                             ck_ld.eq(1), hdr_last.eq(p_hdr_last),
                              hkeep.eq(p_hkeep), fkeep.eq(p_fkeep), padw.eq(p_padw),
                              has_reth.eq(Cat(*[h.opcode == op for op in RETH_OPCODES]).any()),
                              padcnt.eq(-h.paylen),
                              wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0),
+                             pos.eq(p_hdr_len), pos_end.eq(p_nopay),
                              r_rdr.eq(h_rdr), kill.eq(rk_v & h_cont & (h.qpn == rk_qpn))]
                 with m.If(h_rdr & ~h_cont & (h.qpn == rk_qpn)):
                     m.d.sync += rk_v.eq(0)
@@ -578,13 +597,12 @@ class TxBuild(wiring.Component):
                 with m.If(room):
                     m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
                     with m.If(hlast):
-                        m.d.sync += [pos.eq(hdr_len_r), pos_end.eq(hdr_len_r == data_end)]
-                        goto("CHUNK")
+                        with m.If(pos_end):
+                            goto("FIN")
+                        with m.Else():
+                            start_chunk(pos)
             with m.State("CHUNK"):
-                with m.If(pos_end):
-                    goto("FIN")
-                with m.Else():
-                    start_chunk(pos)
+                start_chunk(pos)
             with m.State("DATA"):
                 # (the beat's take, ``take``, below)
                 with m.If(take & self.rd.resp.payload.last & (parts == 1)):
@@ -594,7 +612,16 @@ class TxBuild(wiring.Component):
                 # the next chunk or the frame's end
                 with m.If(room):
                     with m.If(c_done):
-                        goto("FIN")
+                        # the common end, without FIN: the record is queued now and the next
+                        # descriptor taken; acc's word (the frame's last) leaves in the next
+                        # frame's first HDR cycle (``ck_ld``). A pad word of its own, a fault or
+                        # no room for the record go through FIN.
+                        with m.If(recq.i.ready & ~padw & ~bad & head_ok):
+                            m.d.comb += recq.i.valid.eq(1)
+                            m.d.sync += fbase.eq(fbase + out_words)
+                            take_packet()
+                        with m.Else():
+                            goto("FIN")
                     with m.Else():
                         start_chunk(pos)
             with m.State("FIN"):
