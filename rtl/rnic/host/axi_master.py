@@ -437,13 +437,18 @@ class HostMemory(wiring.Component):
         sp = _Splitter(m, "ar", [p.req for p in self.read_ports], lb, self.max_burst)
         outstanding = Signal(range(self.max_reads + 1), name="reads_outstanding")
         retire = Signal()
-        # the read issued in the last cycle: its word is on the RAM's output now
+        # the read issued in the last cycle, or held since: its word is on the RAM's output now
         pend = Signal(name="rd_pend")
         pend_client = Signal(range(max(R, 2)), name="rd_pend_client")
         rd_last = Signal(range(max(R, 2)), name="rd_last")
         wants, raddrs = [], []
         rd_sel = Signal(range(max(R, 2)), name="rd_sel")
         mdepth = max(8, self.max_reads)
+        # the pending word's client holds its beat and no client reads: the word stays on the
+        # RAM's output (read enable low) and lands when the beat is taken, so a client that
+        # stalls loses no cycle when it resumes
+        hold = Signal(name="rd_hold")
+        lands = []
         # the reservation test of the burst in S1 (registered into S2). Its inputs can change
         # before S2 only by a fire in S2 of another client, and after a fire the channel
         # register is busy in the next cycle, so a stale answer never fires; this client's
@@ -472,10 +477,12 @@ class HostMemory(wiring.Component):
                 m.d.sync += wptr.eq(wptr + 1)
             taken = o_valid & port.resp.ready
             # the word read in the last cycle lands in the output register if that is free or
-            # being taken; else it is dropped and read again (the issue pointer goes back one)
+            # being taken; else it is held on the RAM's output (``hold``) or, when another read
+            # is issued, dropped and read again (the issue pointer goes back one)
             mine_rd = pend & (pend_client == i)
             land = Signal(name=f"rland_{i}")
             m.d.comb += land.eq(mine_rd & (~o_valid | port.resp.ready))
+            lands.append(land)
             with m.If(land):
                 m.d.sync += [o_word.eq(rp.data), o_valid.eq(1)]
             with m.Elif(taken):
@@ -487,7 +494,7 @@ class HostMemory(wiring.Component):
             m.d.comb += want.eq((iptr != wptr) & (~o_valid | port.resp.ready))
             wants.append(want)
             raddrs.append(region(i, iptr))
-            back = mine_rd & ~land
+            back = mine_rd & ~land & ~hold
             with m.If(back | (want & (rd_sel == i))):
                 m.d.sync += iptr.eq(iptr + Cat(Const(1, 1), back.replicate(len(iptr) - 1)))
             m.d.comb += [
@@ -512,7 +519,11 @@ class HostMemory(wiring.Component):
             m.d.sync += [res.eq(Mux(mine, neg, 0)), credit.eq(credit + res + taken)]
         m.d.comb += wp.data.eq(Cat(axi.r_data, axi.r_last, axi.r_resp != 0))
         m.d.comb += rd_sel.eq(_round_robin(m, wants, rd_last, "rd"))
-        m.d.sync += [pend.eq(Cat(*wants).any()), pend_client.eq(rd_sel)]
+        m.d.comb += [hold.eq(pend & ~Cat(*lands).any() & ~Cat(*wants).any()),
+                     rp.en.eq(~hold)]
+        m.d.sync += pend.eq(Cat(*wants).any() | hold)
+        with m.If(~hold):
+            m.d.sync += pend_client.eq(rd_sel)
         with m.If(Cat(*wants).any()):
             m.d.sync += rd_last.eq(rd_sel)
         with m.Switch(rd_sel):
