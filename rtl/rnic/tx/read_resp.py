@@ -18,9 +18,10 @@ Per frame the engine offers the descriptor, then (payload > 0) the chunk, then t
 descriptor: registers hold the bytes left (``rem``), the next bus address, the next PSN and
 whether the frame is the first and the last; PMTU is ``256 << (code − 1)``, kept one-hot. A job
 is copied into these registers when taken, so ``job.ready`` comes from registers (the job is not
-held on ``job`` until its last frame). The frames leave faster than the builder builds them (a
-frame every ~5 cycles through the arbiter, against the builder's header words + payload beats +
-~4).
+held on ``job`` until its last frame). A job's first descriptor is offered the cycle after the
+job is taken; later ones three cycles after the previous frame's chunk. The frames leave faster
+than the builder builds them (a frame every ~5 cycles through the arbiter, against the
+builder's header words + payload beats + ~2).
 
 Faults: a ``fault`` (the builder dropped a frame because its payload read failed) naming the QPN
 of the job in progress ends the job, a cycle later: a descriptor offered and not taken is
@@ -95,8 +96,9 @@ class ReadResp(wiring.Component):
         # PMTU / 256 (``pm``): the address and the bytes left move by it above their low 8
         # bits, and "at most PMTU" is a test of zero bits, not a comparator.
         # The frame sequence, one flip-flop per state (the outputs and enables start at one):
-        # idle → settle1 → settle2 → offer (the descriptor) → chunk (payload > 0) → settle1 …;
-        # the two settle cycles let ``last`` follow a new ``rem`` (below).
+        # idle → offer (the descriptor) → chunk (payload > 0) → settle1 → settle2 → offer …;
+        # the two settle cycles let ``last`` follow a new ``rem`` (below); the job's first
+        # ``last`` is loaded with the job.
         idle = Signal(init=1)
         settle1, settle2 = Signal(), Signal()
         offer = Signal()        # the descriptor is offered
@@ -117,16 +119,23 @@ class ReadResp(wiring.Component):
         m.d.comb += pmtu.eq(Cat(Const(0, 8), pm))
         paylen = Signal(13)
         m.d.comb += paylen.eq(Mux(last, rem[:13], pmtu))
-        # rem ≤ PMTU = 2^k: no bit of rem above k, and bit k only with none below it. One test
-        # for the job's first frame and every later one, two cycles behind rem (the zero tests
-        # of its bits 13 up and 0..7 registered first)
+        # rem ≤ PMTU = 2^k: no bit of rem above k, and bit k only with none below it. For every
+        # frame after the first, two cycles behind rem (the zero tests of its bits 13 up and
+        # 0..7 registered first); for the first, the same test on the job as it is taken
+        def at_most_pmtu(hi0, lo0, mid, pm, pm_above, pm_below):
+            return (hi0 & ((mid & pm_above) == 0)
+                    & (((mid & pm) == 0) | lo0 & ((mid & pm_below) == 0)))
         hi0, lo0 = Signal(), Signal()
-        mid = rem[8:13]
-        m.d.sync += [
-            hi0.eq(rem[13:] == 0), lo0.eq(rem[:8] == 0),
-            last.eq(hi0 & ((mid & pm_above) == 0)
-                    & (((mid & pm) == 0) | lo0 & ((mid & pm_below) == 0))),
-        ]
+        m.d.sync += [hi0.eq(rem[13:] == 0), lo0.eq(rem[:8] == 0),
+                     last.eq(at_most_pmtu(hi0, lo0, rem[8:13], pm, pm_above, pm_below))]
+        # the job's PMTU code, decoded as ``pm``, ``pm_above`` and ``pm_below`` (codes other
+        # than 1..5 act as 1)
+        j_pm, j_above, j_below = Signal(5), Signal(5), Signal(5)
+        with m.Switch(j.pmtu):
+            for c in range(1, 6):
+                with m.Case(*([c] if c > 1 else [0, 1, 6, 7])):
+                    m.d.comb += [j_pm.eq(1 << (c - 1)), j_above.eq(0x1F & -(2 << (c - 1))),
+                                 j_below.eq((1 << (c - 1)) - 1)]
 
         # a fault naming the job's QPN, registered (the builder's fault is a block away); a job
         # loaded meanwhile is not named by it (idle in the cycle of the load)
@@ -166,22 +175,22 @@ class ReadResp(wiring.Component):
         ]
         # the next state: a descriptor offered is withdrawn when the job is killed, unless it
         # is taken in that cycle (its chunk then still goes); ``pkt.valid`` is then low for a
-        # cycle (settle2) before an ACK/NAK may be offered
+        # cycle (settle2) before an ACK/NAK may be offered. (A fault cannot kill the job in
+        # the cycle after its load: ``hit`` names only a job loaded before.)
         m.d.sync += [
             idle.eq(idle & ~load | took & nil | sent & (last | kill) | (settle1 | settle2) & kill),
-            settle1.eq(load | sent & ~last & ~kill),
+            settle1.eq(sent & ~last & ~kill),
             settle2.eq(settle1 & ~kill | offer & kill & ~self.pkt.ready),
-            offer.eq(settle2 & ~kill | offer & ~kill & ~self.pkt.ready),
+            offer.eq(load | settle2 & ~kill | offer & ~kill & ~self.pkt.ready),
             in_chunk.eq(took & ~nil | in_chunk & ~self.chunk.ready),
         ]
         with m.If(load):
             m.d.sync += [dead.eq(0), first.eq(1), nil.eq(j.len == 0), rem.eq(j.len),
-                         addr.eq(j.addr), psn.eq(j.psn), qpn.eq(j.qpn[:ab]), msn.eq(j.msn)]
-            with m.Switch(j.pmtu):
-                for c in range(1, 6):
-                    with m.Case(*([c] if c > 1 else [0, 1, 6, 7])):
-                        m.d.sync += [pm.eq(1 << (c - 1)), pm_above.eq(0x1F & -(2 << (c - 1))),
-                                     pm_below.eq((1 << (c - 1)) - 1)]
+                         addr.eq(j.addr), psn.eq(j.psn), qpn.eq(j.qpn[:ab]), msn.eq(j.msn),
+                         pm.eq(j_pm), pm_above.eq(j_above), pm_below.eq(j_below),
+                         hi0.eq(j.len[13:] == 0), lo0.eq(j.len[:8] == 0),
+                         last.eq(at_most_pmtu(j.len[13:] == 0, j.len[:8] == 0, j.len[8:13],
+                                              j_pm, j_above, j_below))]
         with m.If(hit & ~idle):
             m.d.sync += dead.eq(1)          # (a hit while idle names the job before)
         with m.If(took):
