@@ -141,21 +141,22 @@ class TxArbiter(wiring.Component):
                          g_zero.eq(Mux(pick, z_req, z_resp))]
 
         # ---- the chunks: those of the head frame's source, until they sum to its paylen ---------
-        # ``need``, the head frame's bytes still to come, is a register loaded from the head a
-        # cycle after it arrives (``need_ok``), so the pop test is one comparison of an input
+        # the head frame's bytes still to come (``cur_need``): its ``paylen`` (the queue's output
+        # register) until a chunk of it has passed, then ``need`` (``need_ok``); so the head's
+        # first chunk passes in the cycle the head arrives
         head = fq.o.payload
         need = Signal(13)
         need_ok = Signal()
-        with m.If(~need_ok & fq.o.valid):
-            m.d.sync += [need.eq(head.paylen), need_ok.eq(1)]
+        cur_need = Signal(13)
+        m.d.comb += cur_need.eq(Mux(need_ok, need, head.paylen))
         on = Signal()           # the head's chunks may pass
         # the pop test, "this chunk ends the head frame", for each source's chunk in parallel
         # (compared before the multiplexer, not behind it)
         end_resp, end_req = Signal(), Signal()
-        m.d.comb += [end_resp.eq(self.resp_chunk.payload.len >= need),
-                     end_req.eq(self.req_chunk.payload.len >= need)]
+        m.d.comb += [end_resp.eq(self.resp_chunk.payload.len >= cur_need),
+                     end_req.eq(self.req_chunk.payload.len >= cur_need)]
         m.d.comb += [
-            on.eq(fq.o.valid & need_ok),
+            on.eq(fq.o.valid),
             self.chunk.valid.eq(on & Mux(head.req, self.req_chunk.valid,
                                          self.resp_chunk.valid)),
             self.chunk.payload.eq(Mux(head.req, self.req_chunk.payload,
@@ -169,5 +170,5 @@ class TxArbiter(wiring.Component):
                 m.d.comb += fq.o.ready.eq(1)
                 m.d.sync += need_ok.eq(0)
             with m.Else():
-                m.d.sync += need.eq(need - self.chunk.payload.len)
+                m.d.sync += [need.eq(cur_need - self.chunk.payload.len), need_ok.eq(1)]
         return m
