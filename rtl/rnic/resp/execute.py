@@ -1164,11 +1164,20 @@ class Execute(wiring.Component):
                 m.d.comb += [b_idle.eq(1), pp_q.o.ready.eq(1)]
                 with m.If(pp_q.o.valid):
                     m.d.sync += [b.eq(pp_q.o.payload), jb.eq(pp_first)]
-                    m.next = "ISSUE"
+                    # (as ISSUE would: nothing to write, close or invalidate)
+                    t = pp_q.o.payload
+                    with m.If((t.nowrite | t.read) & ~t.has_beats & (~t.inv | t.nowrite)):
+                        m.next = "POST"
+                    with m.Else():
+                        m.next = "ISSUE"
             with m.State("ISSUE"):
-                # (a READ's piece was checked, not written)
+                # (a READ's piece was checked, not written; a command with nothing to close or
+                # invalidate goes straight to POST)
                 with m.If(b.nowrite | b.read | (jb == MAX_SGE)):
-                    m.next = "CLOSE"
+                    with m.If(~b.has_beats & (~b.inv | b.nowrite)):
+                        m.next = "POST"
+                    with m.Else():
+                        m.next = "CLOSE"
                 with m.Elif(room):
                     m.d.comb += [self.wr.req.valid.eq(~sent_w), pq.valid.eq(~sent_p)]
                     w_ok = Signal()
@@ -1447,7 +1456,11 @@ class Execute(wiring.Component):
                 with m.If(dead_rd2_data | wflt_rd2.data):
                     m.d.sync += [r.skip.eq(1), r.nowrite.eq(1), r.fatal.eq(0), r.syn.eq(0),
                                  r.cqe_on.eq(0), r.cdone.eq(0)]
-                m.next = "R_RESV"
+                    m.next = "R_PUSH"
+                with m.Elif(~r.cqe_on):
+                    m.next = "R_PUSH"
+                with m.Else():
+                    m.next = "R_RESV"
             with m.State("R_RESV"):
                 with m.If(~r.cqe_on):
                     m.next = "R_PUSH"
