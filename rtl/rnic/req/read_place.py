@@ -242,9 +242,17 @@ class ReadPlace(wiring.Component):
                     m.d.sync += lnk_i[i].eq(rp.idx[:sb])
         m.d.sync += lnk_v.eq(lnk_next)
         # the slot being worked on has a link, to lnk_to (registered in C1: a link made later
-        # is not followed; a rewrite of its target meanwhile kills the cache it sets, below)
+        # is not followed; a rewrite of its target from C1 on drops it: in C1 against lnk_sel,
+        # in C2–C4 against lnk_to, and in the cycle the cache takes it by the kill below)
         lnk_here = Signal()
         lnk_to = Signal(sb)
+        lnk_sel = Signal(sb)
+        with m.Switch(slot):
+            for i in range(R):
+                with m.Case(i):
+                    m.d.comb += lnk_sel.eq(lnk_i[i])
+        tgt_new = Signal()              # a record is written to lnk_to now
+        m.d.comb += tgt_new.eq(self.rec.valid & (rp.idx[:sb] == lnk_to))
 
         # ---- the header and the cache ----
         h = Signal(resp_hdr_layout)
@@ -344,18 +352,20 @@ class ReadPlace(wiring.Component):
                 m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.lpsn - r.fpsn),
                              is_last.eq(h.psn == r.lpsn), pmc.eq(r.pmtu),
                              is_first.eq(h.psn == r.fpsn), tot_r.eq(r.total),
-                             len0_r.eq(r.len0), lnk_here.eq(lnk_v.bit_select(slot, 1))]
-                with m.Switch(slot):
-                    for i in range(R):
-                        with m.Case(i):
-                            m.d.sync += lnk_to.eq(lnk_i[i])
+                             len0_r.eq(r.len0), lnk_to.eq(lnk_sel),
+                             lnk_here.eq(lnk_v.bit_select(slot, 1)
+                                         & ~(self.rec.valid & (rp.idx[:sb] == lnk_sel)))]
                 m.next = "C2"
             with m.State("C2"):
+                with m.If(tgt_new):
+                    m.d.sync += lnk_here.eq(0)
                 m.d.sync += [off.eq(off_c),
                              d0.eq(Cat(len0_r, Const(0, 1)) - Cat(off_c, Const(0, 1))),
                              pmtu.eq(Const(128, 14) << pmc), in_range.eq(dpsn <= span)]
                 m.next = "C3"
             with m.State("C3"):
+                with m.If(tgt_new):
+                    m.d.sync += lnk_here.eq(0)
                 m.d.sync += [
                     ok.eq(in_range & (~is_first | (op == FIRST) | (op == ONLY))
                           & Mux(is_last, lo & (rem[13:] == 0) & (rem[:13] == h.len),
@@ -366,6 +376,8 @@ class ReadPlace(wiring.Component):
                 ]
                 m.next = "C4"
             with m.State("C4"):
+                with m.If(tgt_new):
+                    m.d.sync += lnk_here.eq(0)
                 with m.If(ok):
                     m.d.comb += [pend.i.valid.eq(1), pend.i.payload.qpn.eq(h.qpn),
                                  pend.i.payload.psn.eq(h.psn),
