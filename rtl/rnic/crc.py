@@ -9,8 +9,11 @@ state by W/8 bytes and ``G`` is the data term. Every beat, full or partial, goes
 single full-width update with its invalid bytes forced to zero. Trailing zero bytes only advance
 the state (``A^k``), and ``A`` is invertible, so a last beat with ``k`` missing bytes is
 corrected afterwards by ``A^-k``, applied as ``log2(W/8)+1`` conditional 32×32 stages on the
-32-bit state alone. The wide data term is computed ahead of the feedback loop (per 64-bit chunk,
-then XORed), so only a 32×32 matrix and one XOR stay inside the loop.
+32-bit state alone (fewer when the source promises the packet's length modulo 4,
+``end_mod4``: the ICRC's input always ends 2 bytes past a multiple of 4, after the 14-byte
+Ethernet header and a payload padded to 4 bytes). The wide data term is computed ahead of the
+feedback loop (per 64-bit chunk, XORed in a stage of its own above two chunks), so only a 32×32
+matrix and the XOR of at most two terms stay inside the loop.
 
 A checker needs no correction: run over a packet that ends with its own CRC, the register holds a
 constant residue ``R`` exactly when the packet is intact, and ``A^k·R`` after ``k`` trailing zero
@@ -118,7 +121,15 @@ class CRC32(wiring.Component):
     residue : int or None
         A checker: ``o.payload`` is one bit, 1 when ``zlib.crc32`` of the packet equals
         ``residue`` (``0x2144DF1C`` for a packet that ends with its own CRC-32, little-endian).
-        Same ``latency``; no correction stages.
+        No correction stages.
+    end_mod4 : int or None
+        Every packet's length in bytes is ``end_mod4`` modulo 4 (a promise of the source: the
+        last beat's ``keep`` takes only the values that allow), so the correction of k's two low
+        bits is one constant map, applied with the first of the others: ``log2(W/8) − 2``
+        correction stages instead of ``log2(W/8) + 1`` (fewer with a non-zero ``end_mod4``).
+    latency : int or None
+        Of a checker only: a latency longer than its least (its result delayed); a generator's
+        latency is its least. Default: the least.
 
     Attributes
     ----------
@@ -131,20 +142,43 @@ class CRC32(wiring.Component):
         ``payload.to_bytes(4, "little")``; with ``residue``, whether it equals ``residue``.
         Valid for one cycle per packet.
     latency : int
-        Cycles from the last beat accepted to ``o.valid``.
+        Cycles from the last beat accepted to ``o.valid``: 2 (one stage for the data term, one
+        for the feedback), one more above W = 128 (the data term's chunks XORed), plus the
+        correction stages of a generator.
     """
 
-    def __init__(self, width, *, init=CRC_INIT, premasked=False, residue=None):
+    def __init__(self, width, *, init=CRC_INIT, premasked=False, residue=None, end_mod4=None,
+                 latency=None):
         self.width = check_width(width)
         self.init = init
         self.premasked = premasked
         if residue is not None and not (isinstance(residue, int) and 0 <= residue < 1 << 32):
             raise ValueError(f"residue must be a 32-bit value, not {residue!r}")
         self.residue = residue
+        if end_mod4 not in (None, 0, 1, 2, 3):
+            raise ValueError(f"end_mod4 must be None or 0..3, not {end_mod4!r}")
+        self.end_mod4 = end_mod4
         self.nbytes = width // 8
         self.kbits = self.nbytes.bit_length()          # k in 0 .. W/8
         self.chunks = max(1, width // 64)
-        self.latency = 3 + self.kbits
+        # the data term's chunks are XORed in a stage of their own above two chunks, inside
+        # the feedback stage otherwise
+        self.xor_stage = self.chunks > 2
+        # correction stages: one per bit of k that may be set; with ``end_mod4`` k's two low
+        # bits are a constant, applied with the first stage of the others
+        if end_mod4 is None:
+            self.fixed, self.kstages = 0, list(range(self.kbits))
+        else:
+            self.fixed = -end_mod4 % 4
+            k_max = self.nbytes if end_mod4 == 0 else self.nbytes - end_mod4
+            self.kstages = list(range(2, k_max.bit_length()))
+        least = 2 + self.xor_stage + (len(self.kstages) if residue is None else 0)
+        if latency is None:
+            latency = least
+        if not isinstance(latency, int) or latency < least or residue is None and latency != least:
+            raise ValueError(f"latency must be {least} for this unit"
+                             f"{' or more' if residue is not None else ''}, not {latency!r}")
+        self.latency = latency
         layout = data.StructLayout({"data": width, "keep": width // 8, "first": 1, "last": 1})
         super().__init__({
             "i": In(stream.Signature(layout, always_ready=True)),
@@ -180,23 +214,30 @@ class CRC32(wiring.Component):
             s1_missing.eq(missing),
         ]
 
-        # Stage 2: combine chunk terms.
-        s2_term = Signal(32)
-        s2_valid, s2_first, s2_last = Signal(), Signal(), Signal()
-        s2_missing = Signal(self.kbits)
-        acc = s1_terms[0]
-        for t in s1_terms[1:]:
-            acc = acc ^ t
-        m.d.sync += [
-            s2_term.eq(acc), s2_valid.eq(s1_valid), s2_first.eq(s1_first),
-            s2_last.eq(s1_last), s2_missing.eq(s1_missing),
-        ]
+        # Stage 2 (above two chunks): combine chunk terms.
+        if self.xor_stage:
+            s2_term = Signal(32)
+            s2_valid, s2_first, s2_last = Signal(), Signal(), Signal()
+            s2_missing = Signal(self.kbits)
+            acc = s1_terms[0]
+            for t in s1_terms[1:]:
+                acc = acc ^ t
+            m.d.sync += [
+                s2_term.eq(acc), s2_valid.eq(s1_valid), s2_first.eq(s1_first),
+                s2_last.eq(s1_last), s2_missing.eq(s1_missing),
+            ]
+            terms = [s2_term]
+        else:
+            terms = s1_terms
+            s2_valid, s2_first, s2_last, s2_missing = s1_valid, s1_first, s1_last, s1_missing
 
-        # Stage 3: the feedback loop (32x32 matrix and one XOR).
+        # Stage 3: the feedback loop (32x32 matrix and the XOR of the terms).
         a_rows = _advance_rows(nb)
         state = Signal(32, init=self.init)
         adv_init = _apply(a_rows, self.init)
-        nxt = Mux(s2_first, Const(adv_init, 32), _xor_rows(a_rows, state)) ^ s2_term
+        nxt = Mux(s2_first, Const(adv_init, 32), _xor_rows(a_rows, state))
+        for t in terms:
+            nxt = nxt ^ t
         tail_valid = Signal()
         tail = Signal(32)
         tail_missing = Signal(self.kbits)
@@ -216,22 +257,26 @@ class CRC32(wiring.Component):
                         m.d.comb += want.eq(c)
             cur_v, cur_ok = tail_valid, Signal()
             m.d.comb += cur_ok.eq(tail == want)
-            for j in range(self.kbits):
+            for j in range(self.latency - (2 + self.xor_stage)):
                 nv, nok = Signal(name=f"d{j}_valid"), Signal(name=f"d{j}_ok")
                 m.d.sync += [nv.eq(cur_v), nok.eq(cur_ok)]
                 cur_v, cur_ok = nv, nok
             m.d.comb += [self.o.valid.eq(cur_v), self.o.payload.eq(cur_ok)]
             return m
 
-        # Correction stages: undo the zero bytes of a partial last beat, A^-(2^j) per bit j.
+        # Correction stages: undo the zero bytes of a partial last beat, A^-(2^j) per bit j of
+        # k (the first stage also applies the constant A^-fixed of ``end_mod4``).
         cur_v, cur_s, cur_k = tail_valid, tail, tail_missing
-        for j in range(self.kbits):
-            inv = _mat_inv(_advance_rows(1 << j))
+        for n, j in enumerate(self.kstages):
+            fixed = self.fixed if n == 0 else 0
+            on = _mat_inv(_advance_rows((1 << j) + fixed))
+            off = _mat_inv(_advance_rows(fixed)) if fixed else None
             nv, ns, nk = Signal(name=f"c{j}_valid"), Signal(32, name=f"c{j}_s"), \
                 Signal(self.kbits, name=f"c{j}_k")
             m.d.sync += [
                 nv.eq(cur_v),
-                ns.eq(Mux(cur_k[j], _xor_rows(inv, cur_s), cur_s)),
+                ns.eq(Mux(cur_k[j], _xor_rows(on, cur_s),
+                          _xor_rows(off, cur_s) if off else cur_s)),
                 nk.eq(cur_k),
             ]
             cur_v, cur_s, cur_k = nv, ns, nk

@@ -26,7 +26,7 @@ Data path
   cycle's end), so V1 reads it there: no snapshot. Three pipeline stages check it (V1: fields,
   equality checks; V2: length compares, payload length; V3: header checksum, payload span) and
   V4 has the header drop reason, four cycles after the last beat, before its ICRC verdict
-  (``CRC32.latency`` + 1 ≥ 8 cycles).
+  (:data:`ICRC_LATENCY` + 1 = 8 cycles).
 * The metadata is not carried through these stages: its raw fields (BTH fields, the 20 bytes
   after the BTH, the IPv4 source: :data:`mraw_layout`, 252 bits) are written once, at the last
   beat, into the descriptor queue's ``m`` RAM; V3 writes the ``d`` part (payload length, the
@@ -45,8 +45,8 @@ Data path
   ICRC, the datagram's last 4 bytes, is included, bytes after the datagram (Ethernet padding, a
   trailer) are not, and a good frame leaves the CRC-32 residue ``0x2144DF1C``.
 * The verdict (lowest reason of interface.md §4.5 wins: 1 MAC error, 2 not for us, 3 bad
-  IPv4/UDP or too long, 4 bad ICRC, 5 bad BTH) is final ``CRC32.latency`` + 1 cycles after the
-  last beat (the CRC's input is registered once). Dropped frames are counted then and skipped
+  IPv4/UDP or too long, 4 bad ICRC, 5 bad BTH) is final :data:`ICRC_LATENCY` + 1 cycles after
+  the last beat (the CRC's input is registered once). Dropped frames are counted then and skipped
   by the read side (their buffer space is released without reading them); nothing of them is
   ever forwarded.
 * The read side takes one descriptor and its verdict, pushes the metadata and streams the payload
@@ -129,19 +129,25 @@ PAYLOAD_OFFSETS = [_BTH + h for h in HDR_LENS]
 _ICRC_FF = (_IP + 1, _IP + 8, _IP + 10, _IP + 11, _UDP + 6, _UDP + 7, _BTH + 4)
 
 
+#: Cycles from the ICRC checker's last input to its verdict: the checker answers in 2–3 cycles
+#: and is delayed to meet the header's drop reason, out of ``reason_q`` 7 cycles after the last
+#: beat (V4, then the queue's two), with the verdict at 1 + this.
+ICRC_LATENCY = 7
+
+
 def rx_parse_latency(width):
     """Latencies in cycles of :class:`RxParse` with idle outputs (always ready).
 
     ``meta``: from the cycle the last beat of a frame is accepted on ``i`` to the cycle its meta
     is first offered; ``payload``: to the cycle its first payload beat is offered (both measured
-    by the benchmark of ``tb/cocotb_rx_parse.py``: 12/15 cycles at W=64 up to 15/18 at W=512);
+    by the benchmark of ``tb/cocotb_rx_parse.py``: 12/15 cycles at every width);
     ``stat``: to the cycle the drop-reason strobe is high (bit 0 is one cycle after the last
-    beat). The ICRC dominates: its input is registered once, so the verdict is known
-    ``crc`` = ``CRC32.latency`` + 1 = 5 + log2(W/8) cycles after the last beat; the verdict queue
+    beat). The verdict is known ``crc`` = :data:`ICRC_LATENCY` + 1 = 8 cycles after the last
+    beat (the ICRC checker's input is registered once); the verdict queue
     (registered output) adds two cycles before the descriptor is taken, the meta queue two more;
     the buffer read, its output register and the payload queue five.
     """
-    crc = CRC32(width).latency + 1          # + the register in front of the CRC
+    crc = ICRC_LATENCY + 1                  # + the register in front of the CRC
     return {"meta": crc + 4, "payload": crc + 7, "stat": crc + 1}
 
 
@@ -437,7 +443,7 @@ class RxParse(wiring.Component):
         L, lg, cap = self.lanes, self.lg, self.cap
         # ICRC feed.
         m.submodules.crc = crc = CRC32(self.width, init=crc_init_skipping(14, b"\xff" * 8),
-                                       residue=ICRC_RESIDUE)
+                                       residue=ICRC_RESIDUE, latency=ICRC_LATENCY)
         lane = list(byte)
         for p in range(_IP):
             if p // L <= cap:
@@ -493,7 +499,7 @@ class RxParse(wiring.Component):
         # beat, if the frame ends first), ``last`` on beat e, so its result is the datagram's.
         # Beat e is held in the CRC's input register (``past``) and fed, as the packet's last,
         # with the frame's last beat, so the verdict keeps its time (the frame's last beat
-        # + CRC32.latency + 1) whatever follows the datagram.
+        # + ICRC_LATENCY + 1) whatever follows the datagram.
         more = Signal()                         # the datagram goes on past this beat
         m.d.comb += more.eq(before_tb | (at[tb] & (tot_in > nxt)) | (after_tb & rem_gtl))
         past = Signal()                         # beat e taken, the frame's last beat not yet
@@ -790,7 +796,7 @@ class RxParse(wiring.Component):
         ]
         # Buffered too: the reason meets the residue compare and verdict_q's write from a register,
         # not a LUT-RAM read. Written by V4 five cycles after the last beat is accepted, it is out
-        # two cycles later, before the verdict (1 + CRC32.latency ≥ 8 cycles after).
+        # two cycles later, before the verdict (ICRC_LATENCY + 1 = 8 cycles after).
         m.submodules.reason_q = reason_q = RoomFIFO(width=3, depth=self.slots, buffered=True)
         # Buffered: the read side's decision starts from a register, not a LUT-RAM read.
         m.submodules.verdict_q = verdict_q = RoomFIFO(width=1, depth=self.slots, buffered=True)
@@ -900,7 +906,7 @@ class RxParse(wiring.Component):
         m.d.comb += [head_q.o.ready.eq(take), head_m.o.ready.eq(take)]
         drop = verdict_q.r_data[0]
         # The decision to take the head descriptor is a small function of registers:
-        # * a frame's descriptor is pushed (V3) before its verdict (CRC32.latency + 1 > 4 cycles
+        # * a frame's descriptor is pushed (V3) before its verdict (ICRC_LATENCY + 1 > 4 cycles
         #   after the last beat), so it reaches ``head`` before its verdict reaches the head of
         #   verdict_q (``head_v`` is in the test all the same);
         # * ``meta_room``: the meta queue held < 3 entries last cycle, so (one push a cycle) it

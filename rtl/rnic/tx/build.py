@@ -216,8 +216,9 @@ class TxBuild(wiring.Component):
         m.submodules.mem = mem = Memory(shape=W, depth=C, init=[], attrs={"no_rw_check": 1})
         wp = mem.write_port()
         rp = mem.read_port()
+        # (the ICRC's input, Ethernet header to pad, is 14 bytes + a multiple of 4 long)
         m.submodules.crc = crc = CRC32(W, init=crc_init_skipping(14, b"\xff" * 8),
-                                       premasked=True)
+                                       premasked=True, end_mod4=2)
         # each beat carries the frame's counter class (0: not an ACKNOWLEDGE, 1 ACK, 2 RNR NAK,
         # 3 NAK 0x60, 4 other NAK), used on its last beat
         m.submodules.outq = outq = Queue(data.StructLayout({"beat": beat_layout(W), "cls": 3}),
