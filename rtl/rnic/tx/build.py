@@ -38,8 +38,9 @@ Builder (per frame):
    The ICRC is known CRC-latency cycles after the frame's last word: no second pass.
 
 The frame FIFO is one block-RAM ring (one write port, one read port). A finished frame's record
-(base word, lengths, counter class) and then its ICRC are queued; the **emitter** starts a frame
-only when both are there, muxes in the zero pad, the ICRC (little-endian) and the Ethernet
+(base word, lengths, counter class) and then its ICRC are queued; the **emitter** loads the
+record as soon as it is there and starts the frame when its ICRC is (queued, or leaving the CRC
+unit in that cycle), muxes in the zero pad, the ICRC (little-endian) and the Ethernet
 padding to 60 bytes, and keeps ``tvalid`` high from the first beat to the last. The builder
 writes only words the emitter has read, so it fills the next frame while the previous one
 leaves.
@@ -208,8 +209,8 @@ class TxBuild(wiring.Component):
         WB = (self.frame_words + 1).bit_length() + 1    # bits of a frame word index (+1)
         ONES = (1 << nb) - 1
 
-        # ``no_rw_check``: the emitter reads only the words of frames whose ICRC was queued
-        # (every word written before: the ICRC follows the last word), the builder writes
+        # ``no_rw_check``: the emitter reads only the words of frames whose ICRC has left the
+        # CRC unit (every word written before: the ICRC follows the last word), the builder writes
         # only words the emitter has read (``room``; the word of ``acc`` too, in every cycle
         # from the write that moved acc to it), so an enabled read never meets an enabled
         # write at one address.
@@ -697,7 +698,15 @@ class TxBuild(wiring.Component):
         # (the records' queue has a registered output: the emitter's load starts from registers)
         m.submodules.recq = recq = Queue(rec_layout, self.frames)
         m.submodules.icq = icq = Queue(32, self.frames, buffered=False)
-        m.d.comb += [icq.i.valid.eq(crc.o.valid), icq.i.payload.eq(crc.o.payload)]
+        # The ICRCs come in frame order, each after its frame's record: the oldest, queued or
+        # out of the CRC unit this cycle (when none is queued), is the ICRC of the frame the
+        # emitter loaded or is loading. One the emitter takes as it comes out is not queued.
+        ic_v, ic_d, ic_take = Signal(), Signal(32), Signal()
+        m.d.comb += [ic_v.eq(icq.o.valid | crc.o.valid),
+                     ic_d.eq(Mux(icq.o.valid, icq.o.payload, crc.o.payload)),
+                     icq.o.ready.eq(ic_take),
+                     icq.i.valid.eq(crc.o.valid & ~(ic_take & ~icq.o.valid)),
+                     icq.i.payload.eq(crc.o.payload)]
 
         # room for the builder's writes: at most C − 8 words held or being assembled, as of
         # the cycle before (the builder's index moves at most 3 words in between)
@@ -725,9 +734,11 @@ class TxBuild(wiring.Component):
         m.d.sync += evalid.eq(0)
         evalid2, edata = Signal(), Signal(W)
         m.d.sync += [evalid2.eq(evalid), edata.eq(rp.data)]
-        # the ICRC travels with the word through the two read stages
-        eicrc1, eicrc2 = Signal(32), Signal(32)
-        m.d.sync += [eicrc1.eq(e_icrc), eicrc2.eq(eicrc1)]
+        # the ICRC travels with the word through the two read stages (``icrc_now``: e_icrc, or
+        # in WAIT the ICRC taken with the frame's first read)
+        eicrc1, eicrc2, icrc_now = Signal(32), Signal(32), Signal(32)
+        m.d.comb += icrc_now.eq(e_icrc)
+        m.d.sync += [eicrc1.eq(icrc_now), eicrc2.eq(eicrc1)]
         sdata, sicrc, sidx = Signal(nb), Signal(nb), Signal(2 * nb)
         m.d.sync += [
             sdata.eq(Mux(eword < e_dword, ONES, Mux(eword == e_dword, e_dmask, 0))),
@@ -751,11 +762,13 @@ class TxBuild(wiring.Component):
         ]
 
         def emit_load():
-            """Take the next built frame with its ICRC; a dropped one only frees its words."""
+            """Take the next built frame's record, with its ICRC if it is there (else WAIT for
+            it); a dropped frame only frees its words, with its ICRC."""
             rec = recq.o.payload
-            with m.If(recq.o.valid & icq.o.valid):
-                m.d.comb += [recq.o.ready.eq(1), icq.o.ready.eq(1)]
+            with m.If(recq.o.valid & (~rec.drop | ic_v)):
+                m.d.comb += recq.o.ready.eq(1)
                 with m.If(rec.drop):
+                    m.d.comb += ic_take.eq(1)
                     m.d.sync += rptr8.eq(rptr8 + rec.words)
                     m.next = "IDLE"
                 with m.Else():
@@ -770,10 +783,14 @@ class TxBuild(wiring.Component):
                         e_fkeep.eq(rec.keep),
                         e_wlast.eq(rec.words - 1),
                         e_cls.eq(rec.cls),
-                        e_icrc.eq(icq.o.payload),
+                        e_icrc.eq(ic_d),
                         eaddr.eq(0),
                     ]
-                    m.next = "RUN"
+                    with m.If(ic_v):
+                        m.d.comb += ic_take.eq(1)
+                        m.next = "RUN"
+                    with m.Else():
+                        m.next = "WAIT"
             with m.Else():
                 m.next = "IDLE"
 
@@ -782,17 +799,28 @@ class TxBuild(wiring.Component):
         occ = Signal(range(8))
         issue = Signal()                 # RUN reads a word
         m.d.sync += occ.eq(occ + issue - (outq.o.valid & outq.o.ready))
+
+        def read_word():
+            # at most 5 words queued or in flight (2 read stages): the queue never refuses one
+            with m.If(occ < 5):
+                m.d.comb += [rp.en.eq(1), issue.eq(1)]
+                m.d.sync += [evalid.eq(1), eword.eq(eaddr), eaddr.eq(eaddr + 1),
+                             rptr8.eq(rptr8 + 1)]
+                with m.If(eaddr == e_wlast):
+                    m.next = "DRAIN"
+
         with m.FSM(name="emitter"):
             with m.State("IDLE"):
                 emit_load()
+            with m.State("WAIT"):
+                # the frame's record is loaded; it starts in the cycle its ICRC comes
+                with m.If(ic_v):
+                    m.d.comb += [ic_take.eq(1), icrc_now.eq(ic_d)]
+                    m.d.sync += e_icrc.eq(ic_d)
+                    m.next = "RUN"
+                    read_word()
             with m.State("RUN"):
-                # at most 5 words queued or in flight (2 read stages): the queue never refuses one
-                with m.If(occ < 5):
-                    m.d.comb += [rp.en.eq(1), issue.eq(1)]
-                    m.d.sync += [evalid.eq(1), eword.eq(eaddr), eaddr.eq(eaddr + 1),
-                                 rptr8.eq(rptr8 + 1)]
-                    with m.If(eaddr == e_wlast):
-                        m.next = "DRAIN"
+                read_word()
             with m.State("DRAIN"):
                 # the last word is in read stage 1 (its lane selections use the e_* values now):
                 # the next frame's values are latched at the end of this cycle
