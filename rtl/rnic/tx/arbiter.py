@@ -86,9 +86,11 @@ class TxArbiter(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # the frames with payload passed, in grant order: source (1 request) and payload bytes
+        # the frames with payload passed, in grant order: source (1 request) and payload bytes;
+        # unbuffered, in flip-flops (a 14-bit word, read through a ``depth``-way multiplexer):
+        # a frame is at the head the cycle after its descriptor passed
         m.submodules.frames = fq = Queue(data.StructLayout({"req": 1, "paylen": 13}),
-                                         self.depth)
+                                         self.depth, buffered=False, registers=True)
 
         # ---- the grant -------------------------------------------------------------------------
         s, r, o = self.resp.payload, self.req.payload, self.o.payload
@@ -141,8 +143,8 @@ class TxArbiter(wiring.Component):
                          g_zero.eq(Mux(pick, z_req, z_resp))]
 
         # ---- the chunks: those of the head frame's source, until they sum to its paylen ---------
-        # the head frame's bytes still to come (``cur_need``): its ``paylen`` (the queue's output
-        # register) until a chunk of it has passed, then ``need`` (``need_ok``); so the head's
+        # the head frame's bytes still to come (``cur_need``): its ``paylen`` (the queue's head
+        # entry) until a chunk of it has passed, then ``need`` (``need_ok``); so the head's
         # first chunk passes in the cycle the head arrives
         head = fq.o.payload
         need = Signal(13)
