@@ -31,7 +31,9 @@ only if its buffer holds about L + ``max_burst`` beats. A client holds at most
 ``max(8, max_reads)`` bursts in flight and in its buffer together. Every client's buffer is a
 region (its size rounded up to a power of two) of one block RAM written by ``R`` and read one
 word a cycle, round-robin, into the client's output register; a client that does not take
-its beat is not read for, so it holds up no other client.
+its beat is not read for, so it holds up no other client. An ``R`` beat that finds its
+client's buffer empty and the output register free (or being taken) also goes straight into
+that register: on an idle client a beat is offered the cycle after ``R``, not three.
 The data is **not realigned**: the client receives the raw aligned bus beats covering ``[addr, addr + len_bytes)``; byte ``addr % (W/8)`` of the first beat
 is the first requested byte, and the client knows the offset from its own ``addr``. ``last``
 marks the last beat of the request; ``err`` is 1 on every beat whose ``RRESP`` was not OKAY.
@@ -483,8 +485,15 @@ class HostMemory(wiring.Component):
             land = Signal(name=f"rland_{i}")
             m.d.comb += land.eq(mine_rd & (~o_valid | port.resp.ready))
             lands.append(land)
+            # an R beat that finds the buffer empty (every word written read, none in flight)
+            # and the output register free or being taken goes straight into that register; it
+            # is written into the buffer all the same, and counted read
+            direct = Signal(name=f"rdirect_{i}")
+            m.d.comb += direct.eq(hit & (iptr == wptr) & ~mine_rd & (~o_valid | port.resp.ready))
             with m.If(land):
                 m.d.sync += [o_word.eq(rp.data), o_valid.eq(1)]
+            with m.Elif(direct):
+                m.d.sync += [o_word.eq(wp.data), o_valid.eq(1)]
             with m.Elif(taken):
                 m.d.sync += o_valid.eq(0)
             # read a word when there is one not yet read and the output register is free or
@@ -495,7 +504,7 @@ class HostMemory(wiring.Component):
             wants.append(want)
             raddrs.append(region(i, iptr))
             back = mine_rd & ~land & ~hold
-            with m.If(back | (want & (rd_sel == i))):
+            with m.If(back | (want & (rd_sel == i)) | direct):
                 m.d.sync += iptr.eq(iptr + Cat(Const(1, 1), back.replicate(len(iptr) - 1)))
             m.d.comb += [
                 port.resp.valid.eq(o_valid),
