@@ -30,15 +30,20 @@ a later stage decides on (design rule 3):
   3. cuts the packet into at most three pieces: SEND → the overlap of ``[offset, offset +
      payload_len)`` with each SGE (zero-length SGEs skipped); RDMA WRITE → one piece at
      ``va + offset`` (none when ``dma_len`` = 0); decides the checks that need no lookup
-     (``status`` ≠ 0, ``num_sge``, buffer overflow);
+     (``status`` ≠ 0, ``num_sge``, buffer overflow). A new RDMA READ (``status`` 0, not a
+     duplicate) of a live QP needs none of this: its plan is the command's own, and it goes to
+     stage 2 from DEC, the cycle after its take, while the planner records its PSN for
+     duplicates (below);
 
 * **stage 2, key checks**: one Key Cache lookup per piece (LOCAL_WRITE with the SGE's lkey,
   the QP's PD and the piece's range; REMOTE_WRITE with the rkey), keeping the bus addresses;
-  it waits while an older packet's invalidate is still to be done (the lookups must see it);
+  it waits while an older packet's invalidate is still to be done (the lookups must see it).
+  The response of a packet's last lookup passes the entry on in its own cycle;
 * **stage 3, reservation**: re-reads the ``dead``/``wflt`` marks (an older command may have
   made the QP dead after stage 1 read them: the packet is then skipped), reserves a CQE slot
   when a CQE will be written, and marks the QP dead on a fatal outcome (so the younger packets
-  behind are skipped before they reserve anything);
+  behind are skipped before they reserve anything); an entry with nothing to reserve leaves in
+  the cycle the marks are read;
 * **stage 4, issue**: issues one host-memory write request per piece and the piece to
   :class:`~rnic.resp.scatter.ScatterPath`, then a closing piece that drops the packet's
   remaining beats (also when nothing is written); SEND_*_WITH_INVALIDATE: once the packet's
@@ -488,6 +493,8 @@ class Execute(wiring.Component):
         rd_nw = Signal(4)                      # the count after a new READ  (RD_CALC)
         rd_first = Signal(24)                  # the oldest held READ's first PSN (RD_DATA)
         rd_bad = Signal()                      # a duplicate of no held READ  (RD_HELD)
+        rd_new = Signal()                      # c is a new READ, status 0 (registered at take)
+        rd_sent = Signal()                     # c (a new READ) went into ``key_q`` in DEC
         m.d.comb += [rdm_rd.addr.eq(c.qpn[:ab]), rdm_wr.addr.eq(c.qpn[:ab]),
                      rdr_wr.data.eq(c.psn)]
         with m.If(rst.valid):
@@ -804,7 +811,10 @@ class Execute(wiring.Component):
             m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
                          wflt_rd.en.eq(1), cnext_rd.en.eq(1)]
             m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(0), nowrite.eq(0),
-                         skip.eq(0), cdone.eq(0), flushing.eq(0), rdflt.eq(0)]
+                         skip.eq(0), cdone.eq(0), flushing.eq(0), rdflt.eq(0), rd_sent.eq(0)]
+            # (only DEC reads it, entered on ``exe.valid``: the flush's c leaves it unused)
+            ep = self.exe.payload
+            m.d.sync += rd_new.eq(ep.read & ~ep.dup & (ep.status == 0))
             # ``c`` is loaded in every cycle that could take (nothing reads it until the next
             # state): its flops are enabled by the state, not by ``exe.valid`` or the flush
             # queue's ``valid`` (PSN Check's decision, a long path in the whole core)
@@ -882,6 +892,15 @@ class Execute(wiring.Component):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
                 with m.Elif(c.read):
+                    with m.If(rd_new & kq.ready):
+                        # a new READ of a live QP: its plan is c's alone (one piece, its whole
+                        # range; the outcome so far is success), so it goes to the key checks
+                        # now; the IRD states behind only record its PSN (the next command's
+                        # DEC reads ``rd_meta`` after RD_RING's write)
+                        m.d.comb += [kq.valid.eq(1), kq.payload.pv.eq(Cat(*pv_c)),
+                                     head_wr.en.eq(1), pd_wr.en.eq(1),
+                                     kp_wr[0].en.eq(1), kva_wr[0].en.eq(1)]
+                        m.d.sync += [wp.eq(wp + 1), rd_sent.eq(1)]
                     m.next = "RD_META"
                 with m.Elif(c.wqe):
                     m.next = "LOOK"
@@ -917,7 +936,11 @@ class Execute(wiring.Component):
                     with m.If(~c.dup):
                         m.d.comb += [rdr_wr.en.eq(1), rdm_wr.en.eq(1),
                                      rdm_wr.data.wp.eq(rm_wp + 1), rdm_wr.data.cnt.eq(rd_nw)]
-                        m.next = "SUMS"
+                        with m.If(rd_sent):
+                            take_next(False)
+                        with m.Else():
+                            # (SUMS does nothing for a READ: its piece is c's)
+                            m.next = "CALC"
                     with m.Else():
                         m.next = "RD_DATA"
             with m.State("RD_DATA"):
@@ -932,7 +955,7 @@ class Execute(wiring.Component):
             with m.State("RD_JUDGE"):
                 with m.If(rd_bad):
                     fail(0x61, 0, 0)
-                m.next = "SUMS"
+                m.next = "CALC"
             with m.State("LOOK"):
                 m.d.sync += plan_tk.eq(1)
                 # match the pool: same QP, same ring index, same ring (compared the cycle before)
@@ -1040,7 +1063,7 @@ class Execute(wiring.Component):
                             # a held WQE's slot hit, read from another ring (see TAKE)
                             m.d.sync += pin.eq(0)
                             m.next = "FETCH"
-                        with m.Elif(c.write | c.read | zlen):
+                        with m.Elif(c.write | zlen):
                             # no piece from the SGEs: an RDMA WRITE's piece is c's (its va
                             # is written in CALC), and a SEND of no payload at offset 0 has
                             # none (the message ends at 0: no overflow)
@@ -1068,7 +1091,8 @@ class Execute(wiring.Component):
             with m.State("CALC"):
                 m.d.sync += a_r.eq(wqe.sge[2].addr)
                 with m.If(c.write | c.read):
-                    # (a WRITE or READ comes here from SUMS: its piece's va, from c)
+                    # (a WRITE comes here from SUMS, a READ from its IRD states: the piece's
+                    # va, from c)
                     m.d.comb += kva_wr[0].en.eq(1)
                 for i in range(MAX_SGE):
                     m.d.sync += pv[i].eq(pv_c[i])
@@ -1334,7 +1358,9 @@ class Execute(wiring.Component):
         # ==== stage 2: key checks (one lookup per piece, serially) ==========================
         kh = key_q.o
         j = Signal(range(MAX_SGE + 1))
-        k_fail = Signal()
+        k_fail = Signal()                      # a lookup failed (registered: K_PUSH)
+        k_fail_c = Signal()                    # a lookup failed: the entry's outcome
+        m.d.comb += k_fail_c.eq(k_fail)
         kv = Signal(MAX_SGE)
         m.d.comb += kv.eq(Mux(ke.nowrite, 0, ke.pv))
         k_first = first_valid(kv)
@@ -1374,7 +1400,7 @@ class Execute(wiring.Component):
         for name in ("slot", "qpn", "cqn", "write", "inv", "has_beats", "cstat", "fatal", "syn",
                      "cqe_on", "nowrite", "skip", "cdone", "rdflt", "pv", "read"):
             m.d.comb += getattr(iq.payload, name).eq(getattr(ke, name))
-        with m.If(k_fail):
+        with m.If(k_fail_c):
             # failed key: 0x62 (rkey of a WRITE or READ; a CQE only when the packet takes a
             # WQE) or 0x63 (lkey)
             rk = Signal()
@@ -1413,11 +1439,16 @@ class Execute(wiring.Component):
                     for i in range(MAX_SGE):
                         m.d.comb += bus_wr[i].en.eq(j == i)
                     m.d.comb += j_d.eq(k_next)
-                    with m.If(~rr.payload.ok):
-                        m.d.sync += k_fail.eq(1)
-                        m.next = "K_PUSH"
-                    with m.Elif(k_next == MAX_SGE):
-                        m.next = "K_PUSH"
+                    with m.If(~rr.payload.ok | (k_next == MAX_SGE)):
+                        # the entry's last lookup: it leaves now if ``iss_q`` has room, else
+                        # from K_PUSH (its outcome registered)
+                        m.d.comb += [k_fail_c.eq(~rr.payload.ok), iq.valid.eq(1)]
+                        m.d.sync += k_fail.eq(~rr.payload.ok)
+                        with m.If(iq.ready):
+                            m.d.comb += [kh.ready.eq(1), inv_inc.eq(iq.payload.invc)]
+                            m.next = "K_IDLE"
+                        with m.Else():
+                            m.next = "K_PUSH"
                     with m.Else():
                         m.d.comb += lk_look_d.eq(1)
                         m.next = "K_LOOK"
@@ -1439,6 +1470,16 @@ class Execute(wiring.Component):
         m.d.comb += post_plan_busy.eq(pp_q.level != 0)
         r = Signal(iss_tok)
         post_dead_w = Signal()                 # stage 4 writes a dead mark this cycle
+        r_go = Signal()                        # the entry may go into ``post_plan_q`` now
+        m.d.comb += r_go.eq(pp_q.i.ready & ~rst.valid & ~post_dead_w)
+
+        def r_push():
+            # a fatal outcome marks the QP dead now, so the younger packets behind are
+            # skipped before they reserve anything
+            m.d.comb += pp_q.i.valid.eq(1)
+            with m.If(r.fatal):
+                m.d.comb += [dead_wr.addr.eq(r.qpn), dead_wr.data.eq(1), dead_wr.en.eq(1)]
+            m.next = "R_IDLE"
         m.d.comb += [dead_rd2.addr.eq(iss_q.o.payload.qpn),
                      wflt_rd2.addr.eq(iss_q.o.payload.qpn),
                      self.reserve.payload.cqn.eq(r.cqn),
@@ -1458,7 +1499,11 @@ class Execute(wiring.Component):
                                  r.cqe_on.eq(0), r.cdone.eq(0)]
                     m.next = "R_PUSH"
                 with m.Elif(~r.cqe_on):
-                    m.next = "R_PUSH"
+                    # nothing to reserve: the entry leaves now if it can (as from R_PUSH)
+                    with m.If(r_go):
+                        r_push()
+                    with m.Else():
+                        m.next = "R_PUSH"
                 with m.Else():
                     m.next = "R_RESV"
             with m.State("R_RESV"):
@@ -1477,12 +1522,6 @@ class Execute(wiring.Component):
                                      r.cqe_on.eq(0), r.nowrite.eq(1)]
                     m.next = "R_PUSH"
             with m.State("R_PUSH"):
-                # a fatal outcome marks the QP dead now, so the younger packets behind are
-                # skipped before they reserve anything
-                with m.If(pp_q.i.ready & ~rst.valid & ~post_dead_w):
-                    m.d.comb += pp_q.i.valid.eq(1)
-                    with m.If(r.fatal):
-                        m.d.comb += [dead_wr.addr.eq(r.qpn), dead_wr.data.eq(1),
-                                     dead_wr.en.eq(1)]
-                    m.next = "R_IDLE"
+                with m.If(r_go):
+                    r_push()
         return post_dead_w, pp_q
