@@ -6,11 +6,12 @@ It implements the execute-outcome interface of :class:`~rnic.resp.psn_check.PsnC
 
 Structure
 ---------
-Four stages, each an FSM working on one command at a time, joined by 2-entry plan queues,
-so four commands are worked on at once while the Scatter Path streams an older packet's
-payload. A command's plan (its pieces, the fields of its CQE) is written once by the planner
-into small RAMs indexed by the command's plan slot; the queues and the stage registers carry
-a token of at most 64 bits: the slot, the QP's table index, the outcome so far and the flags
+Four stages, each an FSM working on one command at a time, joined by 2-entry plan queues
+(unbuffered: an entry is at the head in the cycle after its push), so four commands are
+worked on at once while the Scatter Path streams an older packet's payload. A command's
+plan (its pieces, the fields of its CQE) is written once by the planner into small RAMs
+indexed by the command's plan slot; the queues and the stage registers carry a token of at
+most 64 bits: the slot, the QP's table index, the outcome so far and the flags
 a later stage decides on (design rule 3):
 
 * **stage 1, the planner**:
@@ -713,8 +714,10 @@ class Execute(wiring.Component):
         # ---- plan queues: planner -> key checks -> issue ------------------------------------
         key_tok = _token_layout(ab, "key")
         iss_tok = _token_layout(ab, "issue")
-        m.submodules.key_q = key_q = Queue(key_tok, 2)
-        m.submodules.iss_q = iss_q = Queue(iss_tok, 2)
+        # (unbuffered: an entry is at the head the cycle after its push, read from the queue's
+        # LUT RAM; the stage behind registers what it takes)
+        m.submodules.key_q = key_q = Queue(key_tok, 2, buffered=False)
+        m.submodules.iss_q = iss_q = Queue(iss_tok, 2, buffered=False)
         # the plan RAMs (LUT RAM, PLAN_SLOTS rows): written by the planner in its own slot
         # ``wp`` (pieces in CALC, the rest in PUSH), read by slot by the stages behind; the
         # bus addresses of the pieces written by the key checks, read by stage 4
@@ -888,6 +891,12 @@ class Execute(wiring.Component):
                              faddr.eq(faddr_c),
                              look_eq.eq(Cat(*[wqe_rd.data[k:k + 2] == c.rq_index[k:k + 2]
                                               for k in range(0, 16, 2)]))]
+                with m.If(c.read):
+                    # a READ's plan records, from c, into the planner's own slot (CALC and PUSH
+                    # write the same when it leaves later, or is skipped): their write enables
+                    # wait neither for the marks nor for the queue's room
+                    m.d.comb += [head_wr.en.eq(1), pd_wr.en.eq(1),
+                                 kp_wr[0].en.eq(1), kva_wr[0].en.eq(1)]
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
@@ -897,9 +906,7 @@ class Execute(wiring.Component):
                         # range; the outcome so far is success), so it goes to the key checks
                         # now; the IRD states behind only record its PSN (the next command's
                         # DEC reads ``rd_meta`` after RD_RING's write)
-                        m.d.comb += [kq.valid.eq(1), kq.payload.pv.eq(Cat(*pv_c)),
-                                     head_wr.en.eq(1), pd_wr.en.eq(1),
-                                     kp_wr[0].en.eq(1), kva_wr[0].en.eq(1)]
+                        m.d.comb += [kq.valid.eq(1), kq.payload.pv.eq(Cat(*pv_c))]
                         m.d.sync += [wp.eq(wp + 1), rd_sent.eq(1)]
                     m.next = "RD_META"
                 with m.Elif(c.wqe):
@@ -1466,7 +1473,7 @@ class Execute(wiring.Component):
         # ==== stage 3: CQE slot (reservation) ================================================
         # Its own stage, so the next packet's slot is reserved while stage 4 issues this one
         # and CqeGen writes the previous CQE.
-        m.submodules.post_plan_q = pp_q = Queue(iss_tok, 2)
+        m.submodules.post_plan_q = pp_q = Queue(iss_tok, 2, buffered=False)
         m.d.comb += post_plan_busy.eq(pp_q.level != 0)
         r = Signal(iss_tok)
         post_dead_w = Signal()                 # stage 4 writes a dead mark this cycle
