@@ -74,7 +74,7 @@ def test_key_cache_grants_preloaded_bmc_depth12():
     stale key): every lookup response agrees with the shadow table (no grant without a valid
     key, PD, access and range; none refused that should pass; miss exactly when no valid key;
     the MR translation), with symbolic lookups, commands and remote invalidations, for 12
-    cycles (lookups are answered from cycle 8)."""
+    cycles (lookups are answered from cycle 7)."""
     from tb.formal.key_cache import PRELOAD, KeyCacheHarness
     _check(prove(KeyCacheHarness(4, preload=PRELOAD), "key_cache_pre_bmc12", depth=12))
 
@@ -105,7 +105,7 @@ def test_key_cache_grants_bmc_depth50():
     that should pass; miss exactly when no valid key; the MR translation), for 50 cycles from
     reset: past the first depth at which a lookup accepted after a SET_KEY can be answered (a
     SET_KEY's response comes 40 cycles after reset, ten of them reading its ARGs, and a lookup
-    takes 7)."""
+    takes 6)."""
     from tb.formal.key_cache import KeyCacheHarness
     _check(prove(KeyCacheHarness(4), "key_cache_bmc50", depth=50, timeout=14400,
                  engine=DEEP_ENGINE))

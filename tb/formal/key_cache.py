@@ -17,12 +17,12 @@ Properties (asserted on every response the lookup port delivers, in request orde
 Two starting points:
 
 * ``preload=None``: reset, an empty table; the first grant possible needs a SET_KEY (its
-  response 40 cycles after reset) then a lookup (7): bounded proofs must reach depth 49;
+  response 40 cycles after reset) then a lookup (6): bounded proofs must reach depth 48;
 * ``preload=PRELOAD``: the table starts as if SET_KEYs had filled it with edge cases (an MR whose
   range ends past 2^64, a type 2 window bound to it, an empty fast-reg MR of another PD, an
   invalid slot with a stale key), the shadow likewise; the harness elaborates the unchanged
   Key Cache with those initial values (``_preloaded``). Lookups (symbolic key, PD, access, va,
-  len) are answered from cycle 8 on, commands and invalidations change the table as before.
+  len) are answered from cycle 7 on, commands and invalidations change the table as before.
 
 Environment: every input is free (``AnySeq``) except that the mailbox's opcode is one of SET_KEY,
 QUERY_KEY, INVALIDATE with an index below ``key_entries`` (the mailbox checks both), and the

@@ -12,7 +12,8 @@ The key table holds ``key_entries`` (K) slots.
   access, type, the MR of a window, the MR's bound-window count). A lookup reads one row.
 * **Lookup pipeline.** One lookup is accepted per cycle from ``num_ports`` requesters, served
   round-robin; it flows through 6 stages without stalls (each port's responses queue in a FIFO
-  whose space is reserved when the request is accepted, so the FIFO never checks its room).
+  whose space is reserved when the request is accepted, so the FIFO never checks its room; into
+  an empty FIFO the response is offered in the cycle it is written, from s6's registers).
   Only the 32-bit key travels in a register; the rest of the request waits in a 16-entry
   LUT-RAM delay line that later stages read at a fixed offset.
 
@@ -89,7 +90,7 @@ inval_req_layout = data.StructLayout({"key": 32, "tag": 8})
 inval_resp_layout = data.StructLayout({"ok": 1, "tag": 8})
 
 #: Cycles from a lookup request's acceptance to its response's ``valid`` (with an empty FIFO).
-LOOKUP_LATENCY = 7
+LOOKUP_LATENCY = 6
 
 #: Width of a table lane: one DP16KD in its 512 × 36 mode. A row is six lanes.
 LANE = 36
@@ -654,20 +655,33 @@ class KeyCache(wiring.Component):
                 q_in = Signal(fifo_layout, name=f"resp_in{p}")
                 q_wen = Signal(name=f"resp_wen{p}")
                 fifos.append((q_in, q_wen))
-                do_read = q_valid & port.resp.ready
+                # fall-through: into an empty FIFO the response written this cycle (s6) is
+                # offered at once; taken, it leaves the ring in the same cycle (its entry is
+                # written and passed by both pointers)
+                qv = Signal(name=f"resp_offer{p}")
+                qo = Signal(fifo_layout, name=f"resp_out{p}")
+                m.d.comb += [qv.eq(q_valid | q_wen), qo.eq(Mux(q_valid, q_r.data, q_in))]
+                do_read = qv & port.resp.ready
                 produce_n = Mux(q_wen, produce + 1, produce)[:len(produce)]
                 consume_n = Mux(do_read, consume + 1, consume)[:len(consume)]
                 m.d.sync += [produce.eq(produce_n), consume.eq(consume_n),
                              q_valid.eq(produce_n != consume_n)]
                 m.d.comb += [q_w.addr.eq(produce[:len(produce) - 1]), q_w.data.eq(q_in),
                              q_w.en.eq(q_wen), q_r.addr.eq(consume[:len(consume) - 1])]
-                qo, qv = q_r.data, q_valid
             else:
                 q = Queue(fifo_layout, D, buffered=False)
                 m.submodules[f"resp_fifo{p}"] = q
-                fifos.append((q.i.payload, q.i.valid))
-                qo, qv = q.o.payload, q.o.valid
-                m.d.comb += q.o.ready.eq(port.resp.ready)
+                q_in = Signal(fifo_layout, name=f"resp_in{p}")
+                q_wen = Signal(name=f"resp_wen{p}")
+                fifos.append((q_in, q_wen))
+                # the same fall-through: a response taken as it comes is not stored
+                qv = Signal(name=f"resp_offer{p}")
+                qo = Signal(fifo_layout, name=f"resp_out{p}")
+                m.d.comb += [qv.eq(q.o.valid | q_wen),
+                             qo.eq(Mux(q.o.valid, q.o.payload, q_in)),
+                             q.i.payload.eq(q_in),
+                             q.i.valid.eq(q_wen & (q.o.valid | ~port.resp.ready)),
+                             q.o.ready.eq(port.resp.ready)]
             m.d.comb += [
                 port.resp.valid.eq(qv),
                 port.resp.payload.ok.eq(~(qo.miss | qo.bad_pd | qo.bad_access | qo.bad_range)),
@@ -686,11 +700,14 @@ class KeyCache(wiring.Component):
             out_inc = Signal.like(outstanding, name=f"out_inc{p}")
             m.d.comb += [out_keep.eq(outstanding - took), out_inc.eq(outstanding + 1 - took)]
             m.d.sync += outstanding.eq(Mux(accept[p], out_inc, out_keep))
-            # `credit_ok` = outstanding < depth, kept as a register (its two candidates are
-            # compared before the grant is known), so the grant starts from flip-flops
+            # `credit_ok` = outstanding < depth, kept as a register (its four candidates are
+            # compared from `outstanding` alone, before the grant and the response's handshake
+            # are known: both only select), so the grant starts from flip-flops
             credit = Signal(name=f"credit{p}", init=1)
-            m.d.comb += credit_next[p].eq(Mux(accept[p], out_inc < self.fifo_depth,
-                                              out_keep < self.fifo_depth))
+            w = len(outstanding)
+            m.d.comb += credit_next[p].eq(
+                Mux(accept[p], Mux(took, outstanding < D, (outstanding + 1)[:w] < D),
+                    Mux(took, (outstanding - 1)[:w] < D, outstanding < D)))
             m.d.sync += credit.eq(credit_next[p])
             m.d.comb += [
                 credit_ok[p].eq(credit),
