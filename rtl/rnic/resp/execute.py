@@ -897,6 +897,8 @@ class Execute(wiring.Component):
                     # wait neither for the marks nor for the queue's room
                     m.d.comb += [head_wr.en.eq(1), pd_wr.en.eq(1),
                                  kp_wr[0].en.eq(1), kva_wr[0].en.eq(1)]
+                # (the entry's piece flags as CALC would register them: read only with a push)
+                m.d.comb += kq.payload.pv.eq(Cat(*pv_c))
                 with m.If(dead_rd_data | wflt_rd.data):
                     m.d.sync += [skip.eq(1), nowrite.eq(1)]
                     m.next = "PUSH"
@@ -906,7 +908,7 @@ class Execute(wiring.Component):
                         # range; the outcome so far is success), so it goes to the key checks
                         # now; the IRD states behind only record its PSN (the next command's
                         # DEC reads ``rd_meta`` after RD_RING's write)
-                        m.d.comb += [kq.valid.eq(1), kq.payload.pv.eq(Cat(*pv_c))]
+                        m.d.comb += kq.valid.eq(1)
                         m.d.sync += [wp.eq(wp + 1), rd_sent.eq(1)]
                     m.next = "RD_META"
                 with m.Elif(c.wqe):
@@ -1391,9 +1393,11 @@ class Execute(wiring.Component):
             m.d.comb += [kp_rd[i].addr.eq(ke.slot), kva_rd[i].addr.eq(ke.slot),
                          bus_wr[i].addr.eq(ke.slot),
                          bus_wr[i].data.eq(self.lookup.resp.payload.bus_addr)]
+        # (loaded in every cycle, the last piece's also for ``j_d`` = MAX_SGE, when no lookup
+        # follows: ``j_d`` selects the data, it enables no flop)
         with m.Switch(j_d):
             for i in range(MAX_SGE):
-                with m.Case(i):
+                with (m.Case(i) if i < MAX_SGE - 1 else m.Default()):
                     m.d.sync += [lk.key.eq(kp_rd[i].data.key), lk.va.eq(kva_rd[i].data),
                                  lk.len.eq(kp_rd[i].data.len)]
         m.d.sync += [
