@@ -328,21 +328,24 @@ async def s11b_s11c_writes(dut):
 
 @cocotb.test()
 async def s8bcd_sequence_and_length_errors(dut):
-    """S8b/S8c/S8d: after SEND_FIRST, a SEND_ONLY, a MIDDLE of 1000 B (≠ PMTU) or an empty LAST
-    each draw NAK 0x61; the WQE taken by the FIRST completes REM_INV_REQ_ERR, the QP goes to
-    ERROR. Each case on a fresh QP (RESET, then connected again)."""
+    """S8b/S8c/S8d: after SEND_FIRST, a SEND_ONLY, a MIDDLE of 1000 B (≠ PMTU), an empty LAST or
+    an RDMA READ request each draw NAK 0x61; the WQE taken by the FIRST completes
+    REM_INV_REQ_ERR (with its own wr_id, also after the READ), the QP goes to ERROR. Each case
+    on a fresh QP (RESET, then connected again)."""
     tb = TB(dut)
     await tb.start()
     buf = await _one_buffer(tb, wqes=0)
-    cases = [(Op.SEND_ONLY, b"o" * 10), (Op.SEND_MIDDLE, b"m" * 1000), (Op.SEND_LAST, b"")]
-    for n, (op, payload) in enumerate(cases):
+    cases = [(Op.SEND_ONLY, b"o" * 10, None), (Op.SEND_MIDDLE, b"m" * 1000, None),
+             (Op.SEND_LAST, b"", None),
+             (Op.RDMA_READ_REQUEST, b"", {"va": buf, "rkey": 0x4321, "dmalen": 64})]
+    for n, (op, payload, reth) in enumerate(cases):
         if n:
             await tb.dev.modify_qp(tb.qp, 0)                      # RESET clears the QP
             await tb.dev.connect(tb.qp)
         await tb.dev.post_recv(tb.qp, 200 + n, [(buf, 4096, 0x4321)])
         await tb.dev.post_recv(tb.qp, 300 + n, [(buf, 4096, 0x4321)])
         await tb.send(Op.SEND_FIRST, b"f" * 1024, psn=PSN0)
-        await tb.send(op, payload, psn=PSN0 + 1, ackreq=1)
+        await tb.send(op, payload, psn=PSN0 + 1, ackreq=1, **({"reth": reth} if reth else {}))
         tb.expect_ack(await tb.recv_frame(), PSN0 + 1, 0, syndrome=0x61)
         cqes = await tb.wait_cqes(2)
         assert [(c.wr_id, c.status) for c in cqes] == [(200 + n, WcStatus.REM_INV_REQ_ERR),

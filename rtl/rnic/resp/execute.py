@@ -79,7 +79,8 @@ Outcomes (``done`` = {fatal, syndrome}; CQE status)
   the oldest held start → fatal 0x61, nothing answered.
 * refused invalidate: fatal 0x1F, CQE REM_INV_REQ_ERR (the data was placed).
 * CQ full at reservation: fatal 0 syndrome 0, no CQE, nothing written.
-* ``status`` ≠ 0 (decided by PSN Check): CQE with that status for the held (or fetched) WQE.
+* ``status`` ≠ 0 (decided by PSN Check): CQE with that status for the held (or fetched) WQE,
+  whatever the opcode (a READ request that broke a SEND's sequence included).
 * WQE read non-OKAY (also a held WQE's read again): event 4, fatal with syndrome 0 (the QP
   goes to ERROR, nothing is sent), no CQE (wr_id unknown); the WQE counts as completed.
 * data write non-OKAY (known only after its ``done`` left): event 4, one ``fault`` {qpn}
@@ -822,6 +823,9 @@ class Execute(wiring.Component):
             # state): its flops are enabled by the state, not by ``exe.valid`` or the flush
             # queue's ``valid`` (PSN Check's decision, a long path in the whole core)
             m.d.sync += c.eq(self.exe.payload)
+            # a command with ``status`` ≠ 0 only completes the held WQE in error, whatever its
+            # opcode (a READ request that broke a SEND's sequence is not a READ here)
+            m.d.sync += c.read.eq(ep.read & (ep.status == 0))
             if allow_flush:
                 # a flush as the planner's command: its QP and ring, and the fields its CQEs
                 # read (``fcq``) zero; the fields only a packet's states read are left as they
