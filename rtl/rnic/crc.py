@@ -8,8 +8,9 @@ CRC-32 is linear over GF(2): after one W-bit beat, ``s' = A·s ⊕ G·d`` where 
 state by W/8 bytes and ``G`` is the data term. Every beat, full or partial, goes through that
 single full-width update with its invalid bytes forced to zero. Trailing zero bytes only advance
 the state (``A^k``), and ``A`` is invertible, so a last beat with ``k`` missing bytes is
-corrected afterwards by ``A^-k``, applied as ``log2(W/8)+1`` conditional 32×32 stages on the
-32-bit state alone (fewer when the source promises the packet's length modulo 4,
+corrected afterwards by ``A^-k``, applied on the 32-bit state alone in stages of two bits of
+``k`` each (a choice of four 32×32 maps), ``⌈(log2(W/8)+1)/2⌉`` of them (fewer when the source
+promises the packet's length modulo 4,
 ``end_mod4``: the ICRC's input always ends 2 bytes past a multiple of 4, after the 14-byte
 Ethernet header and a payload padded to 4 bytes). The wide data term is computed ahead of the
 feedback loop (per 64-bit chunk, XORed in a stage of its own above two chunks), so only a 32×32
@@ -125,8 +126,9 @@ class CRC32(wiring.Component):
     end_mod4 : int or None
         Every packet's length in bytes is ``end_mod4`` modulo 4 (a promise of the source: the
         last beat's ``keep`` takes only the values that allow), so the correction of k's two low
-        bits is one constant map, applied with the first of the others: ``log2(W/8) − 2``
-        correction stages instead of ``log2(W/8) + 1`` (fewer with a non-zero ``end_mod4``).
+        bits is one constant map, applied with the first of the others: the bits of k from 2
+        up that may be set, two to a correction stage (``⌈(log2(W/8) − 2)/2⌉`` stages with a
+        non-zero ``end_mod4``: 1, 1, 2, 2 at W = 64 … 512).
     latency : int or None
         Of a checker only: a latency longer than its least (its result delayed); a generator's
         latency is its least. Default: the least.
@@ -164,15 +166,16 @@ class CRC32(wiring.Component):
         # the data term's chunks are XORed in a stage of their own above two chunks, inside
         # the feedback stage otherwise
         self.xor_stage = self.chunks > 2
-        # correction stages: one per bit of k that may be set; with ``end_mod4`` k's two low
-        # bits are a constant, applied with the first stage of the others
+        # correction: the bits of k that may be set, two to a stage; with ``end_mod4`` k's two
+        # low bits are a constant, applied with the first stage of the others
         if end_mod4 is None:
             self.fixed, self.kstages = 0, list(range(self.kbits))
         else:
             self.fixed = -end_mod4 % 4
             k_max = self.nbytes if end_mod4 == 0 else self.nbytes - end_mod4
             self.kstages = list(range(2, k_max.bit_length()))
-        least = 2 + self.xor_stage + (len(self.kstages) if residue is None else 0)
+        self.kgroups = [self.kstages[i:i + 2] for i in range(0, len(self.kstages), 2)]
+        least = 2 + self.xor_stage + (len(self.kgroups) if residue is None else 0)
         if latency is None:
             latency = least
         if not isinstance(latency, int) or latency < least or residue is None and latency != least:
@@ -265,20 +268,21 @@ class CRC32(wiring.Component):
             return m
 
         # Correction stages: undo the zero bytes of a partial last beat, A^-(2^j) per bit j of
-        # k (the first stage also applies the constant A^-fixed of ``end_mod4``).
+        # k, two bits a stage: one of four maps, chosen by them (the first stage also applies
+        # the constant A^-fixed of ``end_mod4``).
         cur_v, cur_s, cur_k = tail_valid, tail, tail_missing
-        for n, j in enumerate(self.kstages):
+        for n, bits in enumerate(self.kgroups):
             fixed = self.fixed if n == 0 else 0
-            on = _mat_inv(_advance_rows((1 << j) + fixed))
-            off = _mat_inv(_advance_rows(fixed)) if fixed else None
-            nv, ns, nk = Signal(name=f"c{j}_valid"), Signal(32, name=f"c{j}_s"), \
-                Signal(self.kbits, name=f"c{j}_k")
-            m.d.sync += [
-                nv.eq(cur_v),
-                ns.eq(Mux(cur_k[j], _xor_rows(on, cur_s),
-                          _xor_rows(off, cur_s) if off else cur_s)),
-                nk.eq(cur_k),
-            ]
+            tag = "_".join(str(j) for j in bits)
+            nv, ns, nk = Signal(name=f"c{tag}_valid"), Signal(32, name=f"c{tag}_s"), \
+                Signal(self.kbits, name=f"c{tag}_k")
+            m.d.sync += [nv.eq(cur_v), nk.eq(cur_k)]
+            with m.Switch(Cat(*[cur_k[j] for j in bits])):
+                for v in range(1 << len(bits)):
+                    amount = fixed + sum(1 << j for b, j in enumerate(bits) if v >> b & 1)
+                    with m.Case(v):
+                        m.d.sync += ns.eq(_xor_rows(_mat_inv(_advance_rows(amount)), cur_s)
+                                          if amount else cur_s)
             cur_v, cur_s, cur_k = nv, ns, nk
 
         m.d.comb += [self.o.valid.eq(cur_v), self.o.payload.eq(cur_s ^ CRC_XOROUT)]
