@@ -25,7 +25,7 @@ import random
 from collections import Counter
 
 import cocotb
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from rnic.opcodes import WcOpcode, WcStatus
 from sim.driver.verbs import Access, SendOp
@@ -390,6 +390,55 @@ async def read_then_send_ack(dut):
     assert acks and acks[0] < reqs[1][0], (acks, reqs[1][0])   # the ACK came, the READ again
     print("read_then_send_ack: READ sent %d times, %d ACKs, resent %s, ACK at %d, READ again "
           "at %d" % (len(reqs), len(acks), dict(again), acks[0], reqs[1][0]))
+
+
+@cocotb.test()
+async def read_stale_replays(dut):
+    """A READ of 40 responses whose request reaches B 8 times (the wire repeats it): B answers
+    every copy (a duplicate READ is answered again), A places the first run and drops the other
+    280 responses (counter 6), the READ completes once, bytes exact. At W=64 the drops keep up
+    with the wire: A's ``s_axis_rx_tready`` never falls (interface.md §2: this host memory never
+    back-pressures). (Asking the completer for each stale response, READ Place took 47 cycles a
+    response against 41 on the wire: receive fell behind by hundreds of frames. At W=512 a
+    256-byte response is 5 beats on the wire, fewer cycles than READ Place spends on one,
+    placed or dropped (a drop by the stale mark: 6 beyond its 4 payload beats), so receive may
+    stall there.)"""
+    copies, n = 8, 40 * 256 - 9
+
+    def repeat(s, b):
+        return [b] * copies if s == "a" and decode_frame(b)["bth"]["opcode"] == 0x0C else [b]
+    p = LossyReadPair(dut, fault=repeat, pmtu=256, seed=9)
+    await p.setup(timeout=TIMEOUT, retry_cnt=7)
+    await set_us(p, US)
+    stalls = []
+
+    async def watch():
+        v, r = dut.a_s_axis_rx_tvalid, dut.a_s_axis_rx_tready
+        while True:
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            if int(v.value) and not int(r.value):
+                stalls.append(p.wire.cycle)
+    cocotb.start_soon(watch())
+    first, sges, jobs = await _one_read(p, n=n, roff=3001)
+    got = await wait_checked(p, jobs, limit=400_000)
+    a = p.s["a"]
+    for _ in range(400):                 # every copy answered, and dropped by A
+        if (sum(1 for _, s, _b in p.wire.frames if s == "b") >= copies * 40 and a.rx.idle()
+                and (await a.regs.counters())[6] >= (copies - 1) * 40):
+            break
+        await ClockCycles(dut.clk, 100)
+    await a.poll(a.cq)
+    check_completions(got, jobs, {2: list(jobs)})
+    assert p.placed(sges) == jobs[0x501][3]
+    again, nresp, resumed = await finish_lossy(p, "read_stale_replays")
+    c6 = (await a.regs.counters())[6]
+    print("read_stale_replays: %d READ responses, A counter 6 = %d, s_axis_rx_tready low %d "
+          "cycles" % (nresp, c6, len(stalls)))
+    if len(dut.a_m_axis_tx_tdata) == 64:
+        assert not stalls, f"A's s_axis_rx_tready fell for {len(stalls)} cycles, from {stalls[0]}"
+    assert nresp == copies * 40 and c6 == (copies - 1) * 40 and again["a"] == 0, \
+        (nresp, c6, dict(again))
 
 
 # ---- a hostile responder: forged READ responses -----------------------------------------------

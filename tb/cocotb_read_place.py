@@ -123,7 +123,8 @@ class TB:
         self.qp_set = Pulser(dut, "qp_set", qpn_layout, dut.clk)
         dut.dec_valid.value = 0
         dut.dec_payload.value = 0
-        self.dec_q = deque()                # answers due: (cycle, ok, idx)
+        self.dec_q = deque()                # answers due: (cycle, ok, idx, una or None, gap)
+        self.dec_delay = None               # cycles to each answer (None: 1, or 1..6 hostile)
         self.hostile = hostile
         self.init = self.rng.randbytes(MRLEN)
         self.mem.write(BUS, self.init)
@@ -133,9 +134,11 @@ class TB:
         self.masked = []                    # (start, end) not compared (faulted placements)
         self.slots = {}                     # idx → record dict (+ "data": the READ's bytes)
         self.cache = None                   # the model's cache: (qpn, idx, next)
+        self.mark = None                    # the model's stale mark: (qpn, una, gap)
         self.links = {}                     # slot → the slot of the READ recorded after it
         self.prev = None                    # the record written last
-        self.script = {}                    # (qpn, psn) → deque of (ok, idx): the completer's answers
+        self.script = {}                    # (qpn, psn) → deque of (ok, idx, una, gap): the
+        #                                     completer's answers (una None: ``una_v`` 0)
         self.exp = []                       # ack events expected
         self.exp_faults = []
         self.exp_drops = 0
@@ -148,16 +151,18 @@ class TB:
 
     # ---- the completer ----------------------------------------------------------------------
     def on_decide(self, a):
-        ok, idx = self.script[(a["qpn"], a["psn"])].popleft()
-        self.dec_q.append((self.cycle + self.rng.randint(1, 6 if self.hostile else 1), ok, idx))
+        ok, idx, una, gap = self.script[(a["qpn"], a["psn"])].popleft()
+        delay = self.dec_delay or self.rng.randint(1, 6 if self.hostile else 1)
+        self.dec_q.append((self.cycle + delay, ok, idx, una, gap))
 
     async def _dec(self):
         d = self.dut
         while True:
             await FallingEdge(d.clk)
             if self.dec_q and self.dec_q[0][0] <= self.cycle:
-                _, ok, idx = self.dec_q.popleft()
-                d.dec_payload.value = pack(read_dec_layout, dict(ok=ok, idx=idx))
+                _, ok, idx, una, gap = self.dec_q.popleft()
+                d.dec_payload.value = pack(read_dec_layout, dict(
+                    ok=ok, idx=idx, una=una or 0, una_v=int(una is not None), gap=int(gap)))
                 d.dec_valid.value = 1
             else:
                 d.dec_valid.value = 0
@@ -196,6 +201,8 @@ class TB:
         self.qp_set.q.append(dict(qpn=qpn))
         if self.cache is not None and self.cache[0] == qpn:
             self.cache = None
+        if self.mark is not None and self.mark[0] == qpn:
+            self.mark = None
 
     def responses(self, s):
         """The READ responses of slot record ``s``: (opcode, psn, bytes)."""
@@ -212,9 +219,11 @@ class TB:
         self.hdr.put(dict(opcode=ACKNOWLEDGE, qpn=qpn, psn=psn, syndrome=syndrome, len=0))
         self.exp.append((WIRE, qpn, psn, syndrome))
 
-    def put_resp(self, qpn, op, psn, payload, decide=None, fault=False):
-        """One READ response; ``decide`` = the completer's answer (ok, idx) if asked (default:
-        ok through the slot whose READ holds ``psn``)."""
+    def put_resp(self, qpn, op, psn, payload, decide=None, fault=False, keep=True):
+        """One READ response; ``decide`` = the completer's answer (ok, idx[, una[, gap]]) if
+        asked (default: ok through the slot whose READ holds ``psn``; una None: not given).
+        ``keep``: the model keeps the answer's una as the stale mark (False: a SET_QP of the
+        QP meets the answer)."""
         length = len(payload)
         self.hdr.put(dict(opcode=op, qpn=qpn, psn=psn, syndrome=0x1F if op != MIDDLE else 0,
                           len=length))
@@ -227,13 +236,23 @@ class TB:
                                    (1 << n) - 1, int(k == nb - 1)))
         # the model
         c = self.cache
+        mk = self.mark
         if c is not None and c[0] == qpn and c[2] == psn:
             idx = c[1]
+        elif mk is not None and mk[0] == qpn and ((psn - mk[1]) & M24 >= 1 << 23
+                                                  or mk[2] and psn != mk[1]):
+            self.exp_drops += 1                 # before the mark's una (or after, after a
+            #                                     gap): refused, not asked
+            self.cache = None
+            return "stale"
         else:
             if decide is None:
                 decide = (1, self.find(qpn, psn))
+            decide = tuple(decide) + (None, False)[len(decide) - 2:]
             self.script.setdefault((qpn, psn), deque()).append(decide)
             self.exp.append((DECIDE, qpn, psn, 0))
+            if decide[2] is not None and keep:
+                self.mark = (qpn, decide[2], decide[3])
             if not decide[0]:
                 self.exp_drops += 1
                 self.cache = None
@@ -252,6 +271,8 @@ class TB:
             self.exp_drops += 1
             self.cache = None
             return "dropped"
+        if self.mark is not None and self.mark[0] == qpn:
+            self.mark = self.mark[:2] + (False,)      # accepted: no gap any more
         if not last:
             self.cache = (qpn, idx, (psn + 1) & M24)
         elif idx in self.links:
@@ -562,3 +583,112 @@ async def place_rate(dut):
              for k in range(n)]
     await _rate(tb, reads, f"{n} READs")
     assert sum(1 for e in tb.exp if e[0] == DECIDE) == 2
+
+
+async def _coupled(tb, qpn, resps, **kw):
+    """``resps`` offered as RX Parse hands them on: each header only once the previous
+    response's last payload beat is taken. Returns the cycles from each response's last beat
+    taken to the next one's first (the block's own time per response beyond its beats)."""
+    gaps = []
+    for op, psn, b in resps:
+        n0 = tb.pay.taken_n
+        s0 = len(tb.pay.stamps)
+        tb.put_resp(qpn, op, psn, b, **kw)
+        nb = -(-len(b) // B)
+        while tb.pay.taken_n < n0 + nb:
+            await RisingEdge(tb.dut.clk)
+        if s0:
+            gaps.append(tb.pay.stamps[s0] - tb.pay.stamps[s0 - 1])
+    return gaps
+
+
+@cocotb.test()
+async def place_stale(dut):
+    """The stale mark (each answer's ``una`` and ``gap``): a READ placed, then its responses
+    again (the responder answering a duplicate READ): the first is asked (refused, una past the
+    READ), the others are refused without a DECIDE; a response at una is asked; an answer
+    without una leaves the mark, one with una moves it (one entry: the first QP's stale
+    responses are asked again); an answer a SET_QP of its QP met (between the DECIDE and the
+    answer) leaves no mark; a SET_QP of the mark's QP clears it. After a gap (a response lost,
+    the next refused with ``gap``) the responses after una are refused at once too, until the
+    one at una is placed. Then the rate, responses offered as RX Parse
+    hands them on (a header once the previous payload is through): a run of stale responses
+    refused by the mark follow each other within a few cycles; asked one by one they would
+    each wait for the completer."""
+    tb = await start(dut, seed=7, hostile=False)
+    pm = 256
+    r = tb.add_read(2, 6, 0x700, 6 * pm, 1, dest(tb, 6 * pm), 6 * pm, 0)
+    u = tb.add_read(3, 7, 0x40, 2 * pm, 1, dest(tb, 2 * pm), 2 * pm, 0)
+    await ClockCycles(dut.clk, 4)
+    tb.put_read(r)
+    tb.put_read(u)
+    await tb.settle()
+    rr, ru = tb.responses(r), tb.responses(u)
+    n0 = len(tb.exp)
+    out = [tb.put_resp(6, *rr[0], decide=(0, 0, 0x706))]        # asked: una 0x706
+    out += [tb.put_resp(6, *x) for x in rr[1:]]                 # stale: refused at once
+    out.append(tb.put_resp(6, MIDDLE, 0x706, rr[1][2], decide=(0, 0, 0x706)))   # at una
+    out.append(tb.put_resp(7, *ru[0], decide=(0, 0)))           # no una: the mark stays
+    out.append(tb.put_resp(6, *rr[2]))                          # still stale
+    out.append(tb.put_resp(7, *ru[1], decide=(0, 0, 0x42)))     # the mark moves to QP 7
+    out.append(tb.put_resp(6, *rr[3], decide=(0, 0, 0x706)))    # asked again (QP 6 again)
+    await tb.settle()
+    tb.set_qp(6)                                                # clears the mark
+    await ClockCycles(dut.clk, 4)
+    out.append(tb.put_resp(6, *rr[4], decide=(0, 0, 0x706), keep=False))
+    # ... whose answer a SET_QP of QP 6 meets: not kept
+    tb.dec_delay = 12
+    while not [e for e in tb.ack.items[n0:] if e[0] == DECIDE and e[2] == 0x704]:
+        await RisingEdge(dut.clk)
+    tb.set_qp(6)
+    await tb.settle()
+    tb.dec_delay = None
+    out.append(tb.put_resp(6, *rr[5], decide=(0, 0, 0x706)))    # asked: no mark was kept
+    out.append(tb.put_resp(6, *rr[0]))                          # stale again
+    await tb.settle()
+    assert out == ["refused"] + ["stale"] * 5 + ["refused", "refused", "stale", "refused",
+                                                 "refused", "refused", "refused",
+                                                 "stale"], out
+    decides = [(e[1], e[2]) for e in tb.exp[n0:] if e[0] == DECIDE]
+    assert decides == [(6, 0x700), (6, 0x706), (7, 0x40), (7, 0x41), (6, 0x703), (6, 0x704),
+                       (6, 0x705)], decides
+    tb.check()
+    # after a gap: a READ's 2nd response lost, the 3rd asked (refused, una at the 2nd, gap):
+    # the rest of the run, and its 1st again, refused at once; the 2nd asked and placed, which
+    # clears the gap (the 3rd, after the cache is lost to another QP's refusal, is asked)
+    g = tb.add_read(5, 10, 0xA00, 6 * pm, 1, dest(tb, 6 * pm), 6 * pm, 0)
+    await ClockCycles(dut.clk, 4)
+    rg = tb.responses(g)
+    n2 = len(tb.exp)
+    out = [tb.put_resp(10, *rg[0]), tb.put_resp(10, *rg[2], decide=(0, 0, 0xA01, True))]
+    out += [tb.put_resp(10, *x) for x in rg[3:] + rg[:1]]
+    out.append(tb.put_resp(10, *rg[1]))
+    out.append(tb.put_resp(7, *ru[0], decide=(0, 0)))
+    out += [tb.put_resp(10, *x) for x in rg[2:]]
+    await tb.settle()
+    assert out == ["placed", "refused"] + ["stale"] * 4 + ["placed", "refused"] + \
+        ["placed"] * 4, out
+    decides = [(e[1], e[2]) for e in tb.exp[n2:] if e[0] == DECIDE]
+    assert decides == [(10, 0xA00), (10, 0xA02), (10, 0xA01), (7, 0x40), (10, 0xA02)], decides
+    tb.check()
+    # the rate: a READ of 12 responses placed, then answered again twice: through the mark,
+    # then asked one by one (answers without una)
+    n = 12
+    q = tb.add_read(4, 9, 0x900, n * pm, 1, dest(tb, n * pm), n * pm, 0)
+    await ClockCycles(dut.clk, 4)
+    rq = tb.responses(q)
+    await _coupled(tb, 9, rq)
+    n1 = len(tb.exp)
+    tb.set_qp(9)
+    await ClockCycles(dut.clk, 4)
+    g_mark = await _coupled(tb, 9, rq[:1], decide=(0, 0, 0x900 + n)) + \
+        await _coupled(tb, 9, rq[1:])
+    tb.set_qp(9)
+    await ClockCycles(dut.clk, 4)
+    g_ask = await _coupled(tb, 9, rq, decide=(0, 0))
+    await tb.settle()
+    assert sum(1 for e in tb.exp[n1:] if e[0] == DECIDE) == 1 + n
+    tb.check()
+    dut._log.warning("W=%d: cycles from a stale response's last beat to the next one's first: "
+                     "%s refused by the mark, %s asked", W, g_mark[1:], g_ask[1:])
+    assert max(g_mark[1:]) <= 6, g_mark

@@ -4,14 +4,16 @@ import pytest
 
 from .test_two_rnic import _run
 
-DIRECTED = ["read_lost_response", "read_lost_request", "read_lost_last", "read_then_send_ack"]
+DIRECTED = ["read_lost_response", "read_lost_request", "read_lost_last", "read_then_send_ack",
+            "read_stale_replays"]
 RANDOM = ["read_lossy_random", "read_lossy_random_1024"]
 
 
 @pytest.mark.parametrize("cfg", ["w64", pytest.param("w512", marks=pytest.mark.full)])
 def test_read_lossy_directed(cfg):
     """A lost MIDDLE response, a lost request, a lost LAST response, a READ whose responses are
-    all lost while the SEND behind it is ACKed (W=512 under ``make regress-full``)."""
+    all lost while the SEND behind it is ACKed, a READ request repeated by the wire (its
+    answers dropped at the wire's rate) (W=512 under ``make regress-full``)."""
     _run(cfg, "verilator", DIRECTED, f"read-lossy-{cfg}", module="tb.cocotb_read_lossy")
 
 

@@ -56,14 +56,16 @@ class ReadPlaceHarness(wiring.Component):
         return m
 
 
-TESTS = ["place_all", "place_drops", "place_cache", "place_fault", "place_links", "place_rate"]
+TESTS = ["place_all", "place_drops", "place_cache", "place_fault", "place_links", "place_rate",
+         "place_stale"]
 
 
 @pytest.mark.parametrize("width", [64, 512])
 def test_read_place(width):
     """Every case of tb/cocotb_read_place.py (one simulator run per width): placement of READs
     of many lengths, PMTU 256 and 4096, odd addresses, two SGEs, zero length, ACKs between
-    responses; drops; cache invalidation; links; write faults; the placement rate."""
+    responses; drops; cache invalidation; links; write faults; the placement rate; the stale
+    mark."""
     run_cocotb("read_place", lambda: flat_top_axi(ReadPlaceHarness(width)),
                params={"width": width}, test_module="tb.cocotb_read_place", testcase=TESTS,
                extra_env={"RP_WIDTH": str(width)}, test_name=f"w{width}")

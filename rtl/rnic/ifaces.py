@@ -164,8 +164,14 @@ read_rec_layout = data.StructLayout({
     "addr0": 64, "len0": 32, "addr1": 64,
 })
 
-#: The completer's answer to a DECIDE: ``ok`` = place it, through READ slot ``idx``.
-read_dec_layout = data.StructLayout({"ok": 1, "idx": READ_SLOT_BITS})
+#: The completer's answer to a DECIDE: ``ok`` = place it, through READ slot ``idx``; ``una``
+#: = the QP's oldest unacknowledged PSN as the answer leaves it (every PSN before it is
+#: acknowledged: a READ response there is stale and would be refused), valid when ``una_v``
+#: (0 when a SET_QP of the QP met the answer); ``gap`` = refused after a gap: the oldest WQE is
+#: a READ whose response at ``una`` is missing, so every response after ``una`` would be
+#: refused until that one is placed.
+read_dec_layout = data.StructLayout({"ok": 1, "idx": READ_SLOT_BITS, "una": 24, "una_v": 1,
+                                     "gap": 1})
 
 
 #: The BTH fields a later stage reads, in the order every header record here lists them.

@@ -30,6 +30,18 @@ handled strictly one at a time, in order:
   every PSN before it is acknowledged by s's responses. A stream of READs on one QP is thus
   placed without asking the completer between them. A record written to a slot unlinks it from
   both sides (links to it and from it).
+* **Stale responses**: each answer on ``dec`` also carries the QP's ``una`` (every PSN before
+  it is acknowledged; it only grows while the QP lives) and ``gap`` (refused after a gap: the
+  oldest WQE is a READ whose response at ``una`` is missing). The last one (``una_v`` set, and
+  no ``qp_set`` of its QPN since the header was taken) is kept as the *stale mark* {qpn, una,
+  gap}; a response of that QP that the cache does not take is refused at once, without a
+  DECIDE, when it is before ``una`` (24-bit serial) or, with ``gap``, after it: the completer
+  would refuse it, and it changes nothing there. Accepting a response of the mark's QP (the
+  one at ``una`` first) clears ``gap``; a ``qp_set`` of its QPN clears the mark. A run of
+  responses that cannot be placed (a duplicate READ answered again, a run after a lost
+  response) is thus dropped at the rate its beats arrive: through DECIDE each would cost the
+  completer's round trip on top of its beats, and the next header only comes after its beats
+  (RX Parse), so receive would fall behind the wire.
 * A dropped response strobes ``drop`` and invalidates the cache; its beats (if ``len`` > 0) are
   drained by a closing piece of length 0, with no write.
 
@@ -46,7 +58,8 @@ and write request to their output registers after 6 cycles (one more for a secon
 slow path offers DECIDE on ``ack`` 3 cycles after the header is taken when nothing is pending
 (the event register loaded in the cycle after the check), and continues 2 cycles after the
 answer (``dec`` is registered). A header is taken every 7 cycles on the fast path with one
-piece, 8 with two.
+piece, 8 with two; a response refused by the stale mark hands its closing piece to its
+output register 2 cycles after its header is taken.
 
 ``qp_set`` naming the cached QPN, or a ``rec`` write of the cached slot, invalidates the cache
 (also when it meets the cache's update in the same cycle). A link is made with the later
@@ -102,7 +115,8 @@ class ReadPlace(wiring.Component):
     ack : Out(stream.Signature(ack_layout))
         Events to the completer, in order: WIRE, DECIDE, PLACED. Registered.
     dec : In(stream.Signature(read_dec_layout))
-        One answer per DECIDE, in order; ``ready`` is constant 1 (the input is registered).
+        One answer per DECIDE, in order, with the QP's ``una``; ``ready`` is constant 1 (the
+        input is registered).
     wr : Out(WriteClientSignature(W))
         Host write client (``req`` registered, ``data`` from the Scatter Path's output queue;
         ``done.ready`` from registers).
@@ -214,6 +228,17 @@ class ReadPlace(wiring.Component):
         m.d.comb += self.dec.ready.eq(1)
         m.d.sync += [d_valid.eq(self.dec.valid), d.eq(self.dec.payload)]
 
+        # ---- the stale mark: the ``una`` of QP s_qpn with the completer's last answer (every
+        # PSN before it is acknowledged, and una only grows while the QP lives), so a response
+        # before it is refused at once; a SET_QP of s_qpn clears it, and an answer that a SET_QP
+        # of its QPN met after the header was taken (``qs_seen``) is not kept
+        s_valid = Signal()
+        s_qpn = Signal(24)
+        s_una = Signal(24)
+        s_gap = Signal()                # ... refused after a gap: responses after s_una too,
+        #                                 until one of s_qpn is accepted (the one at s_una)
+        qs_seen = Signal()
+
         # ---- links between READs recorded one after the other on one QP ----
         lnk_v = Signal(R)               # slot s has a link: the READ in slot lnk_i[s] follows it
         lnk_i = [Signal(sb, name=f"lnk_i{i}") for i in range(R)]
@@ -279,6 +304,25 @@ class ReadPlace(wiring.Component):
         with m.Elif(set_c | set_l):
             m.d.sync += c_valid.eq(1)
 
+        s_set = Signal()                # the FSM keeps the answer's una
+        qs_now = Signal()               # a SET_QP of the header's QPN this cycle
+        m.d.comb += qs_now.eq(self.qp_set.valid & (self.qp_set.payload.qpn == h.qpn))
+        with m.If(self.hdr.valid & self.hdr.ready):
+            m.d.sync += qs_seen.eq(0)
+        with m.Elif(qs_now):
+            m.d.sync += qs_seen.eq(1)
+        s_acc = Signal()                # the FSM accepts a response
+        with m.If(s_set):
+            m.d.sync += [s_valid.eq(1), s_qpn.eq(h.qpn), s_una.eq(d.una), s_gap.eq(d.gap)]
+        with m.Elif(self.qp_set.valid & (self.qp_set.payload.qpn == s_qpn)):
+            m.d.sync += s_valid.eq(0)
+        with m.Elif(s_acc & (h.qpn == s_qpn)):
+            m.d.sync += s_gap.eq(0)
+        s_hit = Signal()                # the header's response is stale by the mark
+        s_dp = Signal(24)
+        m.d.comb += [s_dp.eq(h.psn - s_una),
+                     s_hit.eq(s_valid & (h.qpn == s_qpn) & (s_dp[23] | (s_gap & (s_dp != 0))))]
+
         # ---- the checks, in registered steps ----
         dpsn = Signal(24)               # p − fpsn
         span = Signal(24)               # lpsn − fpsn
@@ -329,6 +373,15 @@ class ReadPlace(wiring.Component):
                 with m.Elif(c_valid & (h.qpn == c_qpn) & (h.psn == c_next)):
                     m.d.sync += slot.eq(c_idx)
                     m.next = "C1"
+                with m.Elif(s_hit):
+                    # before the QP's una (or after it, after a gap): refused at once (as in
+                    # REFUSE), nothing asked
+                    m.d.comb += clr_c.eq(1)
+                    m.d.sync += drop.eq(1)
+                    with m.If(h.len == 0):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "DRAIN"
                 with m.Else():
                     m.next = "ASK"
             with m.State("WIRE"):
@@ -343,6 +396,8 @@ class ReadPlace(wiring.Component):
                     m.next = "WAIT"
             with m.State("WAIT"):
                 with m.If(d_valid):
+                    with m.If(d.una_v & ~qs_seen & ~qs_now):
+                        m.d.comb += s_set.eq(1)
                     with m.If(d.ok):
                         m.d.sync += slot.eq(d.idx[:sb])
                         m.next = "C1"
@@ -385,7 +440,7 @@ class ReadPlace(wiring.Component):
                                                      + (a1 != 0).as_unsigned())]
                     with m.If(pend.i.ready):
                         m.d.comb += [set_c.eq(~is_last), set_l.eq(is_last & lnk_here),
-                                     clr_c.eq(is_last & ~lnk_here)]
+                                     clr_c.eq(is_last & ~lnk_here), s_acc.eq(1)]
                         with m.If(a0 != 0):
                             m.next = "P0"
                         with m.Elif(a1 != 0):

@@ -309,7 +309,10 @@ class Requester(wiring.Component):
         answered ``ok`` when the oldest unretired WQE is then a READ whose first response not
         yet placed is p.
     read_dec : Out(stream.Signature(read_dec_layout))
-        One answer per DECIDE, in order: ``ok`` and the READ's slot.
+        One answer per DECIDE, in order: ``ok`` and the READ's slot, and the QP's ``una`` as
+        the answer leaves it (``una_v`` 0 when a SET_QP met it) with ``gap`` (refused after a
+        gap at ``una``): READ Place refuses the responses before ``una`` (and, after a gap,
+        those after it until the one at ``una`` is placed) without asking again.
     read_rec : Out(stream.Signature(read_rec_layout, always_ready=True))
         A READ's slot, written when the READ is first sent (its QPN, PSNs, PMTU, length and the
         bus addresses its SGEs translate to).
@@ -1800,7 +1803,14 @@ class Requester(wiring.Component):
                 # ran (a SET_QP meanwhile refuses it)
                 m.d.comb += [self.read_dec.valid.eq(1),
                              self.read_dec.payload.ok.eq(t.acc_r & ~stale),
-                             self.read_dec.payload.idx.eq(t.ri_r)]
+                             self.read_dec.payload.idx.eq(t.ri_r),
+                             # (una only grows while the QP lives: a response before it stays
+                             # stale until a SET_QP, which READ Place sees too; after a gap
+                             # (clamp) una is the head READ's first response not placed, and a
+                             # response after it is refused, with no effect, until it is)
+                             self.read_dec.payload.una.eq(cmp.una),
+                             self.read_dec.payload.una_v.eq(~stale),
+                             self.read_dec.payload.gap.eq(t.gap & ~stale)]
                 with m.If(self.read_dec.ready):
                     with m.If(t.dec_wb):
                         m.next = "WB"
