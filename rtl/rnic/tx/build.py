@@ -39,9 +39,11 @@ Builder (per frame):
 
 The frame FIFO is one block-RAM ring (one write port, one read port). A finished frame's record
 (base word, lengths, counter class) and then its ICRC are queued; the **emitter** loads the
-record as soon as it is there and starts the frame when its ICRC is (queued, or leaving the CRC
-unit in that cycle), muxes in the zero pad, the ICRC (little-endian) and the Ethernet
-padding to 60 bytes, and keeps ``tvalid`` high from the first beat to the last. The builder
+record as soon as it is there and starts the frame as soon as its ICRC is sure to be there
+when the word that carries it is read (the CRC unit's latency is fixed: up to that word's
+index cycles before the ICRC, once the frame's last word is in the unit), muxes in the zero
+pad, the ICRC (little-endian) and the Ethernet padding to 60 bytes, and keeps ``tvalid`` high
+from the first beat to the last; its output queue falls through when empty. The builder
 writes only words the emitter has read, so it fills the next frame while the previous one
 leaves.
 
@@ -50,7 +52,8 @@ when the next descriptor's values are ready as its last chunk ends (the frame's 
 queued and the next descriptor taken in the same cycle; its last word leaves in the next
 frame's first header cycle), one more (FIN) for a frame without payload, with a failed read or
 with nothing ready to follow, and one more again (PAD) when the pad lies in a word of its own.
-The emitter takes ``frame words + 1``; the two overlap.
+The emitter takes ``frame words`` cycles when the next frame may start as the previous one's
+last word is read (``frame words + 1`` otherwise); the two overlap.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
@@ -209,11 +212,11 @@ class TxBuild(wiring.Component):
         WB = (self.frame_words + 1).bit_length() + 1    # bits of a frame word index (+1)
         ONES = (1 << nb) - 1
 
-        # ``no_rw_check``: the emitter reads only the words of frames whose ICRC has left the
-        # CRC unit (every word written before: the ICRC follows the last word), the builder writes
-        # only words the emitter has read (``room``; the word of ``acc`` too, in every cycle
-        # from the write that moved acc to it), so an enabled read never meets an enabled
-        # write at one address.
+        # ``no_rw_check``: the emitter reads only the words of frames whose last word has gone
+        # into the CRC unit (every word written before: the CRC input follows the write), the
+        # builder writes only words the emitter has read (``room``; the word of ``acc`` too,
+        # in every cycle from the write that moved acc to it), so an enabled read never meets
+        # an enabled write at one address.
         m.submodules.mem = mem = Memory(shape=W, depth=C, init=[], attrs={"no_rw_check": 1})
         wp = mem.write_port()
         rp = mem.read_port()
@@ -224,11 +227,10 @@ class TxBuild(wiring.Component):
         # 3 NAK 0x60, 4 other NAK), used on its last beat
         m.submodules.outq = outq = Queue(data.StructLayout({"beat": beat_layout(W), "cls": 3}),
                                          6, buffered=False)
-        m.d.comb += [self.tx.valid.eq(outq.o.valid), self.tx.payload.eq(outq.o.payload.beat),
-                     outq.o.ready.eq(self.tx.ready)]
-        with m.If(self.tx.valid & self.tx.ready & outq.o.payload.beat.last):
+        out_cls = Signal(3)             # the counter class of the beat on ``tx``
+        with m.If(self.tx.valid & self.tx.ready & self.tx.payload.last):
             m.d.comb += self.stat[Counter.TX_FRAMES].eq(1)
-            cls = outq.o.payload.cls
+            cls = out_cls
             for c, ctr in ((1, Counter.ACKS), (2, Counter.RNR_NAKS), (3, Counter.SEQ_NAKS),
                            (4, Counter.OTHER_NAKS)):
                 with m.If(cls == c):
@@ -490,7 +492,8 @@ class TxBuild(wiring.Component):
             crc.i.payload.last.eq(clast),
         ]
 
-        recq, room = self._emitter(m, CB, ONES, PB, WB, crc, lg, nb, outq, rp, rptr8, wabs)
+        recq, room = self._emitter(m, CB, ONES, PB, WB, crc, lg, nb, outq, out_cls, rp, rptr8,
+                                   wabs)
 
         # ---- the builder ---------------------------------------------------------------------
         # ``r`` follows the queue's head except while the header is written (it is the
@@ -687,7 +690,7 @@ class TxBuild(wiring.Component):
             m.d.sync += [r.eq(h), rpath.eq(hp)]
         return m
 
-    def _emitter(self, m, CB, ONES, PB, WB, crc, lg, nb, outq, rp, rptr8, wabs):
+    def _emitter(self, m, CB, ONES, PB, WB, crc, lg, nb, outq, out_cls, rp, rptr8, wabs):
         """The frames built, waiting for their ICRC, and the emitter that sends them (payload,
         zero pad, ICRC, Ethernet padding). Returns the frame-record queue and the room
         flag the builder writes by."""
@@ -727,10 +730,24 @@ class TxBuild(wiring.Component):
         e_dmask, e_fkeep = Signal(nb), Signal(nb)
         e_imask = Signal(nb + 4)
         e_c2 = Signal(2)                 # crc_end mod 4
+        # A frame may start before its ICRC when the ICRC is sure to be there by the time the
+        # word that carries it is read: the CRC unit has a fixed latency L and no back-pressure,
+        # so an ICRC whose last input word went in j cycles ago comes out in L − j cycles
+        # (``pend[j]``), and the words before ``e_cw`` are read one a cycle at most. The loaded
+        # frame's ICRC is the oldest one not taken (the emitter takes each frame's ICRC before
+        # it loads the next record), so when none is queued or coming out, it is the oldest
+        # one in the unit. ``e_cw_ge[k]``: e_cw ≥ k, set with the record.
+        L = crc.latency
+        pend = Signal(L)
+        m.d.comb += pend[0].eq(crc.i.valid & crc.i.payload.last)
+        if L > 1:
+            m.d.sync += pend[1:].eq(pend[:-1])
+        e_cw_ge = Signal(L + 1)
+        soon = Signal()                  # the loaded frame's ICRC comes in time for e_cw
+        m.d.comb += soon.eq(Cat(*[pend[j] & e_cw_ge[L - j] for j in range(L)]).any())
         eaddr = Signal(WB)
         evalid = Signal()
         eword = Signal(WB)
-        m.d.comb += rp.addr.eq((e_base + eaddr)[:CB])
         m.d.sync += evalid.eq(0)
         evalid2, edata = Signal(), Signal(W)
         m.d.sync += [evalid2.eq(evalid), edata.eq(rp.data)]
@@ -753,18 +770,47 @@ class TxBuild(wiring.Component):
         out_lanes = [Mux(sdata[i], edata[8 * i:8 * i + 8],
                          Mux(sicrc[i], eicrc2.word_select(sidx[2 * i:2 * i + 2], 8), 0))
                      for i in range(nb)]
+        # the output queue falls through: a word leaving read stage 2 while the queue is empty
+        # is offered on ``tx`` at once and queued only if ``tx`` does not take it (the queue's
+        # ``o.valid`` is a register: it is empty exactly when it is low)
+        sbeat = Signal(beat_layout(W))
+        # ``tvalid`` is ``outq.o.valid | evalid2``, kept as a register of its own (the queue
+        # holds an entry in the next cycle exactly when its next level is not 0): the port
+        # comes straight from a flip-flop
+        txv = Signal()
+        q_next = Signal()
+        m.d.comb += q_next.eq((outq.level - (outq.o.valid & outq.o.ready)
+                               + (outq.i.valid & outq.i.ready)) != 0)
+        m.d.sync += txv.eq(q_next | evalid)
         m.d.comb += [
-            outq.i.valid.eq(evalid2),
-            outq.i.payload.beat.data.eq(Cat(*out_lanes)),
-            outq.i.payload.beat.keep.eq(ekeep),
-            outq.i.payload.beat.last.eq(elast),
+            sbeat.data.eq(Cat(*out_lanes)),
+            sbeat.keep.eq(ekeep),
+            sbeat.last.eq(elast),
+            outq.i.valid.eq(evalid2 & (outq.o.valid | ~self.tx.ready)),
+            outq.i.payload.beat.eq(sbeat),
             outq.i.payload.cls.eq(ecls),
+            self.tx.valid.eq(txv),
+            self.tx.payload.eq(Mux(outq.o.valid, outq.o.payload.beat, sbeat)),
+            out_cls.eq(Mux(outq.o.valid, outq.o.payload.cls, ecls)),
+            outq.o.ready.eq(self.tx.ready),
         ]
+
+        # words queued in ``outq`` or in its two read stages (``outq.level + evalid + evalid2``),
+        # kept as a count of its own so that the read's enable starts from one register
+        occ = Signal(range(8))
+        issue = Signal()                 # a word is read
+        m.d.sync += occ.eq(occ + issue - (self.tx.valid & self.tx.ready))
+
+        rec = recq.o.payload
+        rec_cw = Signal(WB)
+        rec_soon = Signal()              # ``soon`` for the record at the queue's head
+        m.d.comb += [rec_cw.eq(rec.crc_end >> lg),
+                     rec_soon.eq(Cat(*[pend[j] & (rec_cw >= L - j) for j in range(L)]).any())]
 
         def emit_load():
             """Take the next built frame's record, with its ICRC if it is there (else WAIT for
-            it); a dropped frame only frees its words, with its ICRC."""
-            rec = recq.o.payload
+            it) and read its first word if the ICRC is there or ``soon``; a dropped frame only
+            frees its words, with its ICRC."""
             with m.If(recq.o.valid & (~rec.drop | ic_v)):
                 m.d.comb += recq.o.ready.eq(1)
                 with m.If(rec.drop):
@@ -778,6 +824,7 @@ class TxBuild(wiring.Component):
                         e_dmask.eq((Const(1, nb + 1) << rec.data_end[:lg]) - 1),
                         e_cw.eq(rec.crc_end >> lg),
                         e_cw1.eq((rec.crc_end >> lg) + 1),
+                        e_cw_ge.eq(Cat(*[(rec.crc_end >> lg) >= k for k in range(L + 1)])),
                         e_imask.eq(Const(0xF, nb + 4) << rec.crc_end[:lg]),
                         e_c2.eq(rec.crc_end[:2]),
                         e_fkeep.eq(rec.keep),
@@ -787,18 +834,21 @@ class TxBuild(wiring.Component):
                         eaddr.eq(0),
                     ]
                     with m.If(ic_v):
-                        m.d.comb += ic_take.eq(1)
+                        m.d.comb += [ic_take.eq(1), icrc_now.eq(ic_d)]
                         m.next = "RUN"
+                    with m.Elif(rec_soon):
+                        m.next = "EARLY"
                     with m.Else():
                         m.next = "WAIT"
+                    # the first word's read (at ``rec.base``: ``rp.addr`` in IDLE and DRAIN)
+                    with m.If((ic_v | rec_soon) & (occ < 5)):
+                        m.d.comb += [rp.en.eq(1), issue.eq(1)]
+                        m.d.sync += [evalid.eq(1), eword.eq(0), eaddr.eq(1),
+                                     rptr8.eq(rptr8 + 1)]
+                        with m.If(rec.words == 1):
+                            m.next = "DRAIN"
             with m.Else():
                 m.next = "IDLE"
-
-        # words queued in ``outq`` or in its two read stages (``outq.level + evalid + evalid2``),
-        # kept as a count of its own so that the read's enable starts from one register
-        occ = Signal(range(8))
-        issue = Signal()                 # RUN reads a word
-        m.d.sync += occ.eq(occ + issue - (outq.o.valid & outq.o.ready))
 
         def read_word():
             # at most 5 words queued or in flight (2 read stages): the queue never refuses one
@@ -809,21 +859,37 @@ class TxBuild(wiring.Component):
                 with m.If(eaddr == e_wlast):
                     m.next = "DRAIN"
 
-        with m.FSM(name="emitter"):
+        with m.FSM(name="emitter") as efsm:
+            m.d.comb += rp.addr.eq(Mux(efsm.ongoing("IDLE") | efsm.ongoing("DRAIN"), rec.base,
+                                       e_base + eaddr)[:CB])
             with m.State("IDLE"):
                 emit_load()
             with m.State("WAIT"):
-                # the frame's record is loaded; it starts in the cycle its ICRC comes
+                # the frame's record is loaded; it starts in the cycle its ICRC comes, or
+                # earlier, as soon as the ICRC is sure to come in time (``soon``)
                 with m.If(ic_v):
                     m.d.comb += [ic_take.eq(1), icrc_now.eq(ic_d)]
                     m.d.sync += e_icrc.eq(ic_d)
                     m.next = "RUN"
                     read_word()
+                with m.Elif(soon):
+                    m.next = "EARLY"
+                    read_word()
+            with m.State("EARLY"):
+                # words before the ICRC's are read while the ICRC is on its way; it comes at
+                # the latest in the cycle the word e_cw is read (``soon``), and travels from
+                # there with that word
+                with m.If(ic_v):
+                    m.d.comb += [ic_take.eq(1), icrc_now.eq(ic_d)]
+                    m.d.sync += e_icrc.eq(ic_d)
+                    m.next = "RUN"
+                read_word()
             with m.State("RUN"):
                 read_word()
             with m.State("DRAIN"):
                 # the last word is in read stage 1 (its lane selections use the e_* values now):
-                # the next frame's values are latched at the end of this cycle
+                # the next frame's values are latched at the end of this cycle, and its first
+                # word read in this cycle when it may start (back to back)
                 emit_load()
         return recq, room
 
