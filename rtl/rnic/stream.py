@@ -10,7 +10,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["WIDTHS", "check_width", "beat_layout", "BeatStream", "SkidBuffer", "Queue"]
+__all__ = ["WIDTHS", "check_width", "beat_layout", "BeatStream", "SkidBuffer", "Queue",
+           "RoomFIFO", "BypassFIFO"]
 
 #: Data widths of the MAC and host-memory buses this design supports.
 WIDTHS = (64, 128, 256, 512)
@@ -210,6 +211,53 @@ class RoomFIFO(Elaboratable):
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
         m.d.comb += self.level.eq(inner_level + self.r_rdy)
+        return m
+
+
+class BypassFIFO(Elaboratable):
+    """A buffered :class:`RoomFIFO` (registered output) with a bypass register in front: a write
+    that finds the FIFO empty and the bypass register free or being read goes into the
+    register and is readable in the next cycle (through the FIFO it takes two). Entries leave
+    in write order: the register, when it holds one, holds the oldest. ``r_data`` is a
+    multiplexer of two registers and ``r_rdy`` an OR of two, so a consumer's decision still
+    starts at flip-flops. Holds up to ``depth`` + 1 entries; ``w_rdy`` is the FIFO's (a
+    producer that never overfills ``depth`` entries may ignore it).
+    """
+
+    def __init__(self, *, width, depth):
+        self.width, self.depth = width, depth
+        self.w_data = Signal(width)
+        self.w_en = Signal()
+        self.w_rdy = Signal()
+        self.r_data = Signal(width)
+        self.r_en = Signal()
+        self.r_rdy = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fifo = q = RoomFIFO(width=self.width, depth=self.depth, buffered=True)
+        b_v = Signal()
+        b_d = Signal(self.width)
+        to_b = Signal()
+        # the FIFO holds nothing: a register of its own (its next level compared), not a
+        # compare of the FIFO's level (an adder) in front of the write enables
+        q_empty = Signal(init=1)
+        q_next = Signal(range(self.depth + 2))
+        m.d.comb += q_next.eq(q.level + (q.w_en & q.w_rdy) - (q.r_en & q.r_rdy))
+        m.d.sync += q_empty.eq(q_next == 0)
+        m.d.comb += [
+            to_b.eq(self.w_en & q_empty & (~b_v | self.r_en)),
+            q.w_en.eq(self.w_en & ~to_b),
+            q.w_data.eq(self.w_data),
+            q.r_en.eq(self.r_en & ~b_v),
+            self.w_rdy.eq(q.w_rdy),
+            self.r_rdy.eq(b_v | q.r_rdy),
+            self.r_data.eq(Mux(b_v, b_d, q.r_data)),
+        ]
+        with m.If(to_b):
+            m.d.sync += [b_v.eq(1), b_d.eq(self.w_data)]
+        with m.Elif(self.r_en):
+            m.d.sync += b_v.eq(0)
         return m
 
 

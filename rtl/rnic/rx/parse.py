@@ -26,7 +26,7 @@ Data path
   cycle's end), so V1 reads it there: no snapshot. Three pipeline stages check it (V1: fields,
   equality checks; V2: length compares, payload length; V3: header checksum, payload span) and
   V4 has the header drop reason, four cycles after the last beat, before its ICRC verdict
-  (:data:`ICRC_LATENCY` + 1 = 7 cycles).
+  (:data:`ICRC_LATENCY` + 1 = 6 cycles).
 * The metadata is not carried through these stages: its raw fields (BTH fields, the 20 bytes
   after the BTH, the IPv4 source: :data:`mraw_layout`, 252 bits) are written once, at the last
   beat, into the descriptor queue's ``m`` RAM; V3 writes the ``d`` part (payload length, the
@@ -112,7 +112,7 @@ from .. import wire
 from ..crc import CRC32, crc_init_skipping
 from ..ifaces import NUM_COUNTERS, Counter, bth_fields, rx_meta_layout
 from ..opcodes import OPCODES, opcode_info
-from ..stream import BeatStream, Queue, RoomFIFO, beat_layout, check_width
+from ..stream import BeatStream, BypassFIFO, Queue, beat_layout, check_width
 
 __all__ = ["RxParse", "rx_parse_latency", "HDR_BYTES", "PAYLOAD_OFFSETS", "ICRC_RESIDUE"]
 
@@ -130,10 +130,10 @@ _ICRC_FF = (_IP + 1, _IP + 8, _IP + 10, _IP + 11, _UDP + 6, _UDP + 7, _BTH + 4)
 
 
 #: Cycles from the ICRC checker's last input to its verdict: the checker answers in 2–3 cycles
-#: and is delayed to meet the header's drop reason, out of ``reason_q`` 7 cycles after the last
-#: beat (V4, then the queue's two), in the cycle of the verdict (1 + this: the checker's input
-#: is registered once).
-ICRC_LATENCY = 6
+#: and is delayed to meet the header's drop reason, out of ``reason_q`` at the latest 6 cycles
+#: after the last beat (V4, then the queue's two), in the cycle of the verdict (1 + this: the
+#: checker's input is registered once).
+ICRC_LATENCY = 5
 
 
 def rx_parse_latency(width):
@@ -141,12 +141,14 @@ def rx_parse_latency(width):
 
     ``meta``: from the cycle the last beat of a frame is accepted on ``i`` to the cycle its meta
     is first offered; ``payload``: to the cycle its first payload beat is offered (both measured
-    by the benchmark of ``tb/cocotb_rx_parse.py``: 11/14 cycles at every width);
+    by the benchmark of ``tb/cocotb_rx_parse.py``: 10/13 cycles at every width);
     ``stat``: to the cycle the drop-reason strobe is high (bit 0 is one cycle after the last
-    beat). The verdict is known ``crc`` = :data:`ICRC_LATENCY` + 1 = 7 cycles after the last
-    beat (the ICRC checker's input is registered once); the verdict queue
-    (registered output) adds two cycles before the descriptor is taken, the meta queue two more;
-    the buffer read, its output register and the payload queue five.
+    beat). The verdict is known ``crc`` = :data:`ICRC_LATENCY` + 1 = 6 cycles after the last
+    beat (the ICRC checker's input is registered once) and is at the verdict queue's head in the
+    next cycle; the head descriptor (V3, the descriptor queue's block RAM, its output register
+    and the head queue) is there a cycle later, 8 cycles after the last beat, and is taken
+    then; the meta queue adds two cycles; the buffer read, its output register and the payload
+    queue five.
     """
     crc = ICRC_LATENCY + 1                  # + the register in front of the CRC
     return {"meta": crc + 4, "payload": crc + 7, "stat": crc + 1}
@@ -795,12 +797,14 @@ class RxParse(wiring.Component):
             desc_q.b_data.flush.eq(v4_flush),
             desc_q.b_data.last_keep.eq(v4_last_keep),
         ]
-        # Buffered too: the reason meets the residue compare and verdict_q's write from a register,
-        # not a LUT-RAM read. Written by V4 five cycles after the last beat is accepted, it is out
-        # two cycles later, in the cycle of the verdict (ICRC_LATENCY + 1 = 7 cycles after).
-        m.submodules.reason_q = reason_q = RoomFIFO(width=3, depth=self.slots, buffered=True)
-        # Buffered: the read side's decision starts from a register, not a LUT-RAM read.
-        m.submodules.verdict_q = verdict_q = RoomFIFO(width=1, depth=self.slots, buffered=True)
+        # Registered output (a bypass register in front): the reason meets the residue compare
+        # and verdict_q's write from a register, not a LUT-RAM read. Written by V4 four cycles
+        # after the last beat is accepted, it is out at the latest two cycles later, in the
+        # cycle of the verdict (ICRC_LATENCY + 1 = 6 cycles after).
+        m.submodules.reason_q = reason_q = BypassFIFO(width=3, depth=self.slots)
+        # The read side's decision starts from registers, not a LUT-RAM read; a verdict that
+        # finds the queue empty is there in the next cycle.
+        m.submodules.verdict_q = verdict_q = BypassFIFO(width=1, depth=self.slots)
         m.d.comb += [
             reason_q.w_en.eq(v4_valid),
             reason_q.w_data.eq(hreason),
