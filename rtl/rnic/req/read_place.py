@@ -361,6 +361,15 @@ class ReadPlace(wiring.Component):
         addr_b = Signal(64)
         m.d.comb += [addr_a.eq(r.addr0 + off), addr_b.eq(r.addr1 + p1off)]
 
+        def refuse():
+            """The response is not placed: dropped, its payload drained."""
+            m.d.comb += clr_c.eq(1)
+            m.d.sync += drop.eq(1)
+            with m.If(h.len == 0):
+                m.next = "IDLE"
+            with m.Else():
+                m.next = "DRAIN"
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.hdr.ready.eq(1)
@@ -374,14 +383,9 @@ class ReadPlace(wiring.Component):
                     m.d.sync += slot.eq(c_idx)
                     m.next = "C1"
                 with m.Elif(s_hit):
-                    # before the QP's una (or after it, after a gap): refused at once (as in
-                    # REFUSE), nothing asked
-                    m.d.comb += clr_c.eq(1)
-                    m.d.sync += drop.eq(1)
-                    with m.If(h.len == 0):
-                        m.next = "IDLE"
-                    with m.Else():
-                        m.next = "DRAIN"
+                    # before the QP's una (or after it, after a gap): refused at once, nothing
+                    # asked
+                    refuse()
                 with m.Else():
                     m.next = "ASK"
             with m.State("WIRE"):
@@ -450,12 +454,7 @@ class ReadPlace(wiring.Component):
                 with m.Else():
                     m.next = "REFUSE"           # inconsistent: dropped like a refusal
             with m.State("REFUSE"):
-                m.d.comb += clr_c.eq(1)
-                m.d.sync += drop.eq(1)
-                with m.If(h.len == 0):
-                    m.next = "IDLE"
-                with m.Else():
-                    m.next = "DRAIN"
+                refuse()
             with m.State("P0"):
                 with m.If(out_free):
                     m.d.sync += [rq_valid.eq(1), rq_addr.eq(addr_a), rq_len.eq(a0),

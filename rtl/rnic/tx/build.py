@@ -736,15 +736,19 @@ class TxBuild(wiring.Component):
         # (``pend[j]``), and the words before ``e_cw`` are read one a cycle at most. The loaded
         # frame's ICRC is the oldest one not taken (the emitter takes each frame's ICRC before
         # it loads the next record), so when none is queued or coming out, it is the oldest
-        # one in the unit. ``e_cw_ge[k]``: e_cw ≥ k, set with the record.
+        # one in the unit.
         L = crc.latency
         pend = Signal(L)
         m.d.comb += pend[0].eq(crc.i.valid & crc.i.payload.last)
         if L > 1:
             m.d.sync += pend[1:].eq(pend[:-1])
-        e_cw_ge = Signal(L + 1)
-        soon = Signal()                  # the loaded frame's ICRC comes in time for e_cw
-        m.d.comb += soon.eq(Cat(*[pend[j] & e_cw_ge[L - j] for j in range(L)]).any())
+
+        def soon_for(cw):
+            """The oldest ICRC in the unit comes by the time word ``cw`` can be read."""
+            return Cat(*[pend[j] & (cw >= L - j) for j in range(L)]).any()
+
+        soon = Signal()                  # for the loaded frame (its ICRC word e_cw)
+        m.d.comb += soon.eq(soon_for(e_cw))
         eaddr = Signal(WB)
         evalid = Signal()
         eword = Signal(WB)
@@ -802,10 +806,13 @@ class TxBuild(wiring.Component):
         m.d.sync += occ.eq(occ + issue - (self.tx.valid & self.tx.ready))
 
         rec = recq.o.payload
-        rec_cw = Signal(WB)
         rec_soon = Signal()              # ``soon`` for the record at the queue's head
-        m.d.comb += [rec_cw.eq(rec.crc_end >> lg),
-                     rec_soon.eq(Cat(*[pend[j] & (rec_cw >= L - j) for j in range(L)]).any())]
+        m.d.comb += rec_soon.eq(soon_for(rec.crc_end >> lg))
+
+        def take_icrc():
+            """The ICRC coming (queued or out of the unit) is the loaded frame's."""
+            m.d.comb += [ic_take.eq(1), icrc_now.eq(ic_d)]
+            m.d.sync += e_icrc.eq(ic_d)
 
         def emit_load():
             """Take the next built frame's record, with its ICRC if it is there (else WAIT for
@@ -824,17 +831,15 @@ class TxBuild(wiring.Component):
                         e_dmask.eq((Const(1, nb + 1) << rec.data_end[:lg]) - 1),
                         e_cw.eq(rec.crc_end >> lg),
                         e_cw1.eq((rec.crc_end >> lg) + 1),
-                        e_cw_ge.eq(Cat(*[(rec.crc_end >> lg) >= k for k in range(L + 1)])),
                         e_imask.eq(Const(0xF, nb + 4) << rec.crc_end[:lg]),
                         e_c2.eq(rec.crc_end[:2]),
                         e_fkeep.eq(rec.keep),
                         e_wlast.eq(rec.words - 1),
                         e_cls.eq(rec.cls),
-                        e_icrc.eq(ic_d),
                         eaddr.eq(0),
                     ]
                     with m.If(ic_v):
-                        m.d.comb += [ic_take.eq(1), icrc_now.eq(ic_d)]
+                        take_icrc()
                         m.next = "RUN"
                     with m.Elif(rec_soon):
                         m.next = "EARLY"
@@ -868,8 +873,7 @@ class TxBuild(wiring.Component):
                 # the frame's record is loaded; it starts in the cycle its ICRC comes, or
                 # earlier, as soon as the ICRC is sure to come in time (``soon``)
                 with m.If(ic_v):
-                    m.d.comb += [ic_take.eq(1), icrc_now.eq(ic_d)]
-                    m.d.sync += e_icrc.eq(ic_d)
+                    take_icrc()
                     m.next = "RUN"
                     read_word()
                 with m.Elif(soon):
@@ -880,8 +884,7 @@ class TxBuild(wiring.Component):
                 # the latest in the cycle the word e_cw is read (``soon``), and travels from
                 # there with that word
                 with m.If(ic_v):
-                    m.d.comb += [ic_take.eq(1), icrc_now.eq(ic_d)]
-                    m.d.sync += e_icrc.eq(ic_d)
+                    take_icrc()
                     m.next = "RUN"
                 read_word()
             with m.State("RUN"):
