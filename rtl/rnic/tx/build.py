@@ -19,7 +19,7 @@ Builder (per frame):
    74 bytes, built with the :mod:`rnic.wire` tables. The destination (MAC, IPv4, UDP source
    port, QPN) comes from the **path table**, one row per local QPN written by SET_QP
    (``qp_arg``), read at the QPN of the descriptor queue's head. Its lengths, IPv4
-   checksum and word counts are computed from the queue's head (5 register stages) while the
+   checksum and word counts are computed from the queue's head (4 register stages) while the
    previous frame is built.
 2. **GATHER**: each chunk's host read is issued as soon as the chunk is handed over (up to 4
    ahead, and two descriptors may wait ahead, so host latency overlaps the previous packet),
@@ -237,16 +237,17 @@ class TxBuild(wiring.Component):
                     m.d.comb += self.stat[ctr].eq(1)
 
         # ---- the next descriptor's lengths and IPv4 checksum, computed from the queue head
-        # while the previous frame is built (a register chain of 5 stages, the first a copy of
+        # while the previous frame is built (a register chain of 4 stages, the first a copy of
         # the head's fields they need: ``hst`` counts them)
         m.submodules.pktq = pktq = Queue(pkt_layout, 2, buffered=False)
         h = pktq.o.payload
 
         # ---- the path table: a QP's addresses, read at the queue head's QPN every cycle: its
         # row is there from one cycle after the head arrives, and the head's values are ready
-        # only five cycles after that. A table write restarts the head's values (``hst``), so a
-        # frame's addresses and its IPv4 checksum both come from the row as it stands when the
-        # descriptor is taken, and a read that met the write (``no_rw_check``) is read again.
+        # four cycles after it arrives. A table write restarts the head's values (``hst``), so
+        # a frame's addresses and its IPv4 checksum both come from the row as it stands when
+        # the descriptor is taken, and a read that met the write (``no_rw_check``) is read
+        # again.
         ab = (self.num_qp - 1).bit_length()
         m.submodules.paths = paths = Memory(shape=_PATH_ROW.width, depth=self.num_qp, init=[],
                                             attrs={"no_rw_check": 1})
@@ -280,7 +281,6 @@ class TxBuild(wiring.Component):
         m.d.comb += h_pad.eq(-hq.paylen)
         p_data_end, p_crc_end = Signal(PB), Signal(PB)
         p_hdr_len = Signal(range(MAX_HDR + 1))
-        p_asum = Signal(19)             # the checksum's terms but the length, less 10
         p_csum_sum = Signal(20)
         p_csum = Signal(16)
         p_out_words = Signal(WB)        # words sent: max(crc_end + 4, 60) bytes
@@ -295,8 +295,8 @@ class TxBuild(wiring.Component):
             p_data_end.eq(h_hdr_len + hq.paylen), p_crc_end.eq(h_hdr_len + hq.paylen + h_pad),
             p_hdr_len.eq(h_hdr_len),
             # (the IPv4 total length is crc_end + 4 − 14: its 4 − 14 is in ``ssum``)
-            p_asum.eq(ssum + dhi + dlo),
-            p_csum_sum.eq(p_asum + p_crc_end),
+            # (one four-term sum: the checksum's chain ends with the lengths')
+            p_csum_sum.eq(ssum + dhi + dlo + p_crc_end),
             p_out_words.eq(Mux(p_crc_end < wire.MIN_FRAME - 4, -(-wire.MIN_FRAME // nb),
                                (p_crc_end + 4 + nb - 1) >> lg)),
             p_crc_last.eq((p_crc_end - 1) >> lg),
@@ -312,13 +312,13 @@ class TxBuild(wiring.Component):
         fold1 = Signal(17)
         m.d.comb += fold1.eq(p_csum_sum[0:16] + p_csum_sum[16:20])
         m.d.sync += p_csum.eq(~(fold1[0:16] + fold1[16]))
-        hst = Signal(range(6))
+        hst = Signal(range(5))
         pop = Signal()
-        head_ok = Signal()              # the head's values are ready: hst is 5 (a register)
+        head_ok = Signal()              # the head's values are ready: hst is 4 (a register)
         with m.If(pop | ~pktq.o.valid | qa.valid):
             m.d.sync += [hst.eq(0), head_ok.eq(0)]
-        with m.Elif(hst != 5):
-            m.d.sync += [hst.eq(hst + 1), head_ok.eq(hst == 4)]
+        with m.Elif(hst != 4):
+            m.d.sync += [hst.eq(hst + 1), head_ok.eq(hst == 3)]
 
         # the builder's packet and its path, latched with its precomputed values
         r = Signal(pkt_layout)
