@@ -606,3 +606,68 @@ async def r_bypass(dut):
     await tb.drain()
     watcher.cancel()
     tb.check_reads(0)
+
+
+@cocotb.test()
+async def fast_fire(dut):
+    """A request of one burst on an idle master leaves on AR (AW) exactly two cycles after its
+    ``req`` handshake (it fires from the splitter's S3, without waiting for its client's next
+    turn); a request of several bursts, and one-burst requests of several clients at once,
+    still leave as their reference bursts, in order."""
+    await reset(dut)
+    tb = Bench(dut, seed=11, hostile=False)
+    base = 0x900000
+    tb.mem.write(base, random.Random(11).randbytes(0x8000))
+    seen = {"AR": [], "AW": [], "r": [], "w": []}
+    cycle = 0
+
+    async def watch():
+        nonlocal cycle
+        while True:
+            await FallingEdge(dut.clk)     # (the values the next rising edge takes)
+            await ReadOnly()
+            cycle += 1
+            for ch in ("ar", "aw"):
+                if int(getattr(dut, f"m_axi_{ch}valid").value) \
+                        and int(getattr(dut, f"m_axi_{ch}ready").value):
+                    seen[ch.upper()].append(cycle)
+            for i in range(tb.R):
+                if int(getattr(dut, f"read_{i}__req_valid").value) \
+                        and int(getattr(dut, f"read_{i}__req_ready").value):
+                    seen["r"].append(cycle)
+            for j in range(tb.C):
+                if int(getattr(dut, f"write_{j}__req_valid").value) \
+                        and int(getattr(dut, f"write_{j}__req_ready").value):
+                    seen["w"].append(cycle)
+    watcher = cocotb.start_soon(watch())
+    lone = [(0, 8), (5, 3 * tb.lanes), (0x1000 - 2 * tb.lanes, 2 * tb.lanes)]
+    for k, (off, n) in enumerate(lone):
+        for i in range(tb.R):
+            for v in seen.values():
+                v.clear()
+            tb.read(i, base + off + 0x1000 * i, n, k)
+            await tb.drain()
+            assert len(seen["r"]) == 1 and seen["AR"] == [seen["r"][0] + 2], (i, off, n, seen)
+        for j in range(tb.C):
+            for v in seen.values():
+                v.clear()
+            data = random.Random(k).randbytes(n)
+            tb.write(j, base + 0x10000 + off + 0x1000 * j, data, k)
+            await tb.drain()
+            assert tb.mem.read(base + 0x10000 + off + 0x1000 * j, n) == data, (j, off, n)
+            assert len(seen["w"]) == 1 and seen["AW"] == [seen["w"][0] + 2], (j, off, n, seen)
+    # several bursts (a page crossed), and every client at once
+    tb.read(0, base + 0x1000 - tb.lanes, 3 * tb.lanes, 9)
+    for i in range(tb.R):
+        tb.read(i, base + 0x3000 + 0x100 * i, 2 * tb.lanes + i, 10 + i)
+    last = [random.Random(j).randbytes(50) for j in range(tb.C)]
+    for j in range(tb.C):
+        tb.write(j, base + 0x20800 + 0x100 * j, last[j], 20 + j)
+    await tb.drain()
+    watcher.cancel()
+    tb.check_bursts()
+    for i in range(tb.R):
+        tb.check_reads(i)
+    for j in range(tb.C):
+        assert tb.mem.read(base + 0x20800 + 0x100 * j, 50) == last[j], j
+        assert all(d["err"] == 0 for d in tb.wdone[j].items)

@@ -40,8 +40,9 @@ def test_axi_master_configs(cfg):
     c = OTHER_CFGS[cfg]
     run_cocotb("axi_master", lambda: flat_top_axi(HostMemory(width=64, **c)),
                params={"width": 64, **c}, test_module="tb.cocotb_axi_master",
-               testcase=["faults", "slow_reader", "top_of_address_space", "many_clients"]
-               if c["read_clients"] > 1 else ["top_of_address_space", "many_clients"],
+               testcase=["faults", "slow_reader", "top_of_address_space", "many_clients",
+                         "fast_fire"]
+               if c["read_clients"] > 1 else ["top_of_address_space", "many_clients", "fast_fire"],
                extra_env={"HM_WIDTH": "64",
                           **{f"HM_{k.upper()}": ",".join(map(str, v)) if isinstance(v, tuple)
                              else str(v) for k, v in c.items()}},

@@ -7,11 +7,14 @@ AR and on AW, bounds the bursts outstanding, and returns read data and write com
 client in that client's request order.
 
 Each address channel has one splitter for all its clients: a client's request is held in small
-LUT-RAM tables (page, tag, progress) and a three-stage pipeline visits the clients in turn,
+LUT-RAM tables (page, tag, progress) and a four-stage pipeline visits the clients in turn,
 one a cycle, each every ``max(clients, 3)`` cycles. In its turn an idle client's ``req`` is
 taken (``ready`` is high in that cycle only) or a busy client's next burst is offered to the
-channel; the turns are the round robin. Bursts are the longest the request, the 4 KiB page and
-the burst limit allow, from the request's first beat on.
+channel; the turns are the round robin. A request of one burst (inside its 4 KiB page, at
+most the burst limit) is offered in the next cycle already when the channel and the client's
+room allow: on an idle master the address leaves two cycles after the request is taken.
+Bursts are the longest the request, the 4 KiB page and the burst limit allow, from the
+request's first beat on.
 
 ID map
 ------
@@ -167,10 +170,13 @@ class _Splitter:
       fired burst's progress. S0 of the same client, which meets this write when ``P`` is 3,
       takes the progress from it (a bypass), so a client's next visit sees its row as if the
       tables had been written in S2. No client's request bus reaches the tables' write data
-      or their burst-length adder in the cycle it is sampled.
+      or their burst-length adder in the cycle it is sampled. An accepted request of one burst
+      fires from S3 (``s3_gone``: the caller's second test, ``f_client``/``f_lm1`` in,
+      ``ok3`` out, on the current state) when the register is free and S2 does not fire; its
+      client is idle again at its next turn.
 
-    A stale ``ok`` never fires: its inputs change between S1 and S2 only by a fire in S2 of
-    another client, after which the channel register is busy for a cycle. The turns are the
+    A stale ``ok`` never fires: its inputs change between S1 and S2 only by a fire of another
+    client, after which the channel register is busy for a cycle. The turns are the
     round robin; a client that cannot reserve (a reader whose buffer is full) lets its turn
     pass. Every handshake signal towards a client (``ready``) and every table write enable is
     decoded from pipeline registers: a client's ``valid`` reaches only its ``active`` flag,
@@ -193,11 +199,18 @@ class _Splitter:
         self.pre_lm1 = Signal(lw, name=f"{name}_pre_lm1")      # beats left - 1
         self.pre_em1 = Signal(ow, name=f"{name}_pre_em1")      # beats to the page end - 1
         self.ok = Signal(name=f"{name}_ok")                                       # in
+        # the request S3 holds, just accepted, for the caller's second reservation test (a
+        # request of one burst fires from S3 when it passes: ``ok3`` in, the same cycle)
+        self.f_client = Signal(range(nb), name=f"{name}_f_client")
+        self.f_lm1 = Signal(lw, name=f"{name}_f_lm1")          # its beats - 1
+        self.ok3 = Signal(name=f"{name}_ok3")                                     # in
         self.handshake = Signal(name=f"{name}_hs")                                # in
         self.cand = Signal(name=f"{name}_cand")
         self.fire = Signal(name=f"{name}_fire")
         self.grant = Signal(range(nb), name=f"{name}_grant")
-        self.bm1 = Signal(range(lim_max), name=f"{name}_bm1")         # burst beats - 1
+        # the burst fired this cycle (with ``fire``): its client, beats - 1, last of its request,
+        # tag
+        self.bm1 = Signal(range(lim_max), name=f"{name}_bm1")
         self.final = Signal(name=f"{name}_final")
         self.g_tag = Signal(8, name=f"{name}_g_tag")
         # the address-channel register
@@ -219,6 +232,7 @@ class _Splitter:
         page_r, page_w = pages.read_port(domain="comb"), pages.write_port()
         tag_r, tag_w = tags.read_port(domain="comb"), tags.write_port()
         active = Signal(n, name=f"{name}_active")              # holds a request
+        s3_c = Signal(range(nb), name=f"{name}_s3_c")
 
         # S0: the client of this turn
         slot = Signal(range(P), name=f"{name}_slot")
@@ -234,7 +248,9 @@ class _Splitter:
         s1_off = Signal(ow + 2, name=f"{name}_s1_off")
         s1_lm1 = Signal(lw, name=f"{name}_s1_lm1")
         s1_em1 = Signal(ow, name=f"{name}_s1_em1")           # beats to the page end - 1
-        m.d.sync += [s1_v.eq(slot < n), s1_c.eq(slot), s1_acc.eq(~active.bit_select(slot, 1)),
+        s3_gone = Signal(name=f"{name}_s3_gone")     # S3 fires its request whole (below)
+        m.d.sync += [s1_v.eq(slot < n), s1_c.eq(slot),
+                     s1_acc.eq(~active.bit_select(slot, 1) | (s3_gone & (s3_c == slot))),
                      s1_off.eq(off0), s1_lm1.eq(lm1_0), s1_em1.eq(~off0[:ow])]
 
         # S1: the next burst
@@ -251,35 +267,38 @@ class _Splitter:
             final = in_page & (s1_lm1 < max_beats)
             bm1 = Mux(final, s1_lm1, Mux(s1_em1 < max_beats, s1_em1, max_beats - 1))
         ok_r = Signal(name=f"{name}_ok_r")
+        s2_bm1 = Signal(range(lim_max), name=f"{name}_s2_bm1")
+        s2_final = Signal(name=f"{name}_s2_final")
         m.d.comb += [self.pre_client.eq(s1_c), self.pre_final.eq(final),
                      self.pre_lm1.eq(s1_lm1), self.pre_em1.eq(s1_em1)]
         m.d.sync += [s2_v.eq(s1_v), s2_c.eq(s1_c), s2_acc.eq(s1_acc), s2_off.eq(s1_off),
-                     s2_lm1.eq(s1_lm1), self.bm1.eq(bm1), self.final.eq(final),
+                     s2_lm1.eq(s1_lm1), s2_bm1.eq(bm1), s2_final.eq(final),
                      ok_r.eq(self.ok)]
 
         # S2: accept a request or offer the burst
         acc = Signal(name=f"{name}_acc")
+        fire2 = Signal(name=f"{name}_fire2")
         m.d.comb += [acc.eq(s2_v & s2_acc), self.cand.eq(s2_v & ~s2_acc),
-                     self.grant.eq(s2_c),
-                     self.fire.eq(self.cand & ok_r & ~self.valid)]
+                     fire2.eq(self.cand & ok_r & ~self.valid)]
         req = Signal(req_layout, name=f"{name}_req")
         req_valid = Signal(name=f"{name}_req_valid")
         with m.Switch(s2_c):
             for i, r in enumerate(reqs):
                 with m.Case(i):
                     m.d.comb += [req.eq(r.payload), req_valid.eq(r.valid), r.ready.eq(acc)]
-        bm1_ow = Cat(self.bm1, Const(0, ow + 2 - len(self.bm1)))
-        bm1_lw = Cat(self.bm1, Const(0, lwb - len(self.bm1)))
+        bm1_ow = Cat(s2_bm1, Const(0, ow + 2 - len(s2_bm1)))
+        bm1_lw = Cat(s2_bm1, Const(0, lwb - len(s2_bm1)))
         # S3: the table writes, from registers. The tables of an idle client are written in
         # its accept turn whether or not a request is there (nothing reads them before it is
         # active).
         s3_acc = Signal(name=f"{name}_s3_acc")
+        s3_reqv = Signal(name=f"{name}_s3_reqv")      # S2 took a request
         s3_fire = Signal(name=f"{name}_s3_fire")
-        s3_c = Signal(range(nb), name=f"{name}_s3_c")
         s3_req = Signal(req_layout, name=f"{name}_s3_req")
         # after the burst: offset + bm1 + 1 and beats left - 1 - (bm1 + 1), one adder each
         s3_prog = Signal(ow + 2 + lwb, name=f"{name}_s3_prog")
-        m.d.sync += [s3_acc.eq(acc), s3_fire.eq(self.fire), s3_c.eq(s2_c), s3_req.eq(req),
+        m.d.sync += [s3_acc.eq(acc), s3_reqv.eq(acc & req_valid), s3_fire.eq(fire2),
+                     s3_c.eq(s2_c), s3_req.eq(req),
                      s3_prog.eq(Cat((s2_off - ~bm1_ow)[:ow + 2], (s2_lm1 + ~bm1_lw)[:lwb]))]
         # beats of the request - 1: (addr % B + len - 1) // B, one 14-bit adder (the -1 goes
         # into the small operand: addr % B - 1, all ones when addr % B is 0); len_bytes 0
@@ -297,15 +316,35 @@ class _Splitter:
             page_w.en.eq(s3_acc), page_w.data.eq(s3_req.addr[12:]),
             tag_w.en.eq(s3_acc), tag_w.data.eq(s3_req.tag),
             s3_hit.eq((s3_acc | s3_fire) & (s3_c == slot)),
-            self.g_tag.eq(tag_r.data),
         ]
+        # A request of one burst (inside its page, at most the burst limit) fires from S3, the
+        # cycle after it was accepted, when the channel register is free, S2 does not fire and
+        # the caller's test passes (``ok3``, on the current state: the last fire, of another
+        # client, is already counted): its client is then idle again for its next turn (the
+        # S0 bypass ``s3_gone``). Otherwise it waits for its turn as any request.
+        # (a cycle after its accept, S3's client neither fired nor was asked for in S1)
+        one = (lm1 <= ~s3_req.addr[lb:12]) & (lm1 < max_beats)
+        m.d.comb += [self.f_client.eq(s3_c), self.f_lm1.eq(lm1),
+                     s3_gone.eq(s3_reqv & one & self.ok3 & ~self.valid & ~fire2),
+                     self.fire.eq(fire2 | s3_gone)]
+        with m.If(s3_gone):
+            m.d.comb += [self.grant.eq(s3_c), self.bm1.eq(lm1), self.final.eq(1),
+                         self.g_tag.eq(s3_req.tag)]
+        with m.Else():
+            m.d.comb += [self.grant.eq(s2_c), self.bm1.eq(s2_bm1), self.final.eq(s2_final),
+                         self.g_tag.eq(tag_r.data)]
         with m.If(acc & req_valid):
             m.d.sync += active.bit_select(s2_c, 1).eq(1)
-        with m.If(self.fire & self.final):
+        with m.If(fire2 & s2_final):
             m.d.sync += active.bit_select(s2_c, 1).eq(0)
+        with m.If(s3_gone):
+            m.d.sync += active.bit_select(s3_c, 1).eq(0)
 
-        with m.If(self.fire):
-            m.d.sync += [self.valid.eq(1), self.client.eq(s2_c), self.len.eq(self.bm1),
+        with m.If(s3_gone):
+            m.d.sync += [self.valid.eq(1), self.client.eq(s3_c), self.len.eq(lm1),
+                         self.addr.eq(Cat(Const(0, lb), s3_req.addr[lb:]))]
+        with m.Elif(fire2):
+            m.d.sync += [self.valid.eq(1), self.client.eq(s2_c), self.len.eq(s2_bm1),
                          self.addr.eq(Cat(Const(0, lb), s2_off[:ow],
                                           page_r.data + s2_off[ow:]))]
         with m.Elif(self.handshake):
@@ -462,6 +501,11 @@ class HostMemory(wiring.Component):
         if self.max_burst < (PAGE >> lb):
             fits |= g_credit >= self.max_burst
         m.d.comb += sp.ok.eq(fits & g_room & (outstanding < self.max_reads))
+        # and of the one-burst request in S3 (current credit: this client did not fire in the
+        # last two cycles, so its credit has no reservation still to take)
+        f_credit = Signal(range(max(bufs) + 1), name="rd_f_credit")
+        f_room = Signal(name="rd_f_room")
+        m.d.comb += sp.ok3.eq((f_credit > sp.f_lm1) & f_room & (outstanding < self.max_reads))
         for i, port in enumerate(self.read_ports):
             size = bufs[i]
             # per burst {tag, final}, from the grant until the client has taken its last beat
@@ -522,6 +566,8 @@ class HostMemory(wiring.Component):
             ]
             with m.If(sp.pre_client == i):
                 m.d.comb += [g_credit.eq(credit), g_room.eq(meta.i.ready)]
+            with m.If(sp.f_client == i):
+                m.d.comb += [f_credit.eq(credit), f_room.eq(meta.i.ready)]
             # the reservation is taken from the credit a cycle later (this client's next
             # turn is three cycles away)
             neg = ~Cat(sp.bm1, Const(0, len(credit) - len(sp.bm1)))    # -(bm1 + 1)
@@ -577,6 +623,9 @@ class HostMemory(wiring.Component):
             with m.If(sp.pre_client == j):
                 m.d.comb += sp.ok.eq(metas[j].i.ready & (~sp.pre_final | (dcredits[j] != 0))
                                      & jobs.i.ready & (outstanding < self.max_writes))
+            with m.If(sp.f_client == j):
+                m.d.comb += sp.ok3.eq(metas[j].i.ready & (dcredits[j] != 0) & jobs.i.ready
+                                      & (outstanding < self.max_writes))
         m.d.comb += [
             sp.handshake.eq(sp.valid & axi.aw_ready),
             axi.aw_valid.eq(sp.valid),
