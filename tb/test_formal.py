@@ -51,13 +51,15 @@ def test_op_sequencer_exhaustive_bmc_depth1():
     _check(prove(OpSequencerHarness(), "op_sequencer", depth=1))
 
 
+@pytest.mark.parametrize("bypass", [False, True])
 @pytest.mark.parametrize("depth", [2, 5, 8])
-def test_queue_registered_stream_rules_kinduction_k1(depth):
-    """``Queue(registered=...)``: valid held and payload stable until ready, from every state
-    of its registers and memories (k-induction, k = 1, no invariant given), under free
-    inputs."""
+def test_queue_registered_stream_rules_kinduction_k1(depth, bypass):
+    """``Queue(registered=...)``, with and without ``bypass``: valid held and payload stable
+    until ready, from every state of its registers and memories (k-induction, k = 1, no
+    invariant given), under free inputs."""
     from tb.formal.queue import QueueHarness
-    _check(prove(QueueHarness(depth), f"queue_registered_ind_d{depth}", depth=1, mode="prove"))
+    _check(prove(QueueHarness(depth, bypass), f"queue_registered_ind_d{depth}_b{int(bypass)}",
+                 depth=1, mode="prove"))
 
 
 def test_rx_parse_stream_rules_kinduction_k1():

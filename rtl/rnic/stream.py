@@ -286,6 +286,11 @@ class Queue(wiring.Component):
         cycle. One ring and one set of pointers hold both parts, and the entry presented is
         never written while it is presented, so the stream rules hold from any state of the
         queue, reachable or not (a block that uses it can prove its own by induction).
+    bypass : bool
+        With ``registered``: an entry written while the queue is empty (or its one entry is
+        being taken) is offered in the next cycle, its registered fields loaded straight from
+        ``i.payload`` (one cycle of latency, as an unbuffered queue, from flip-flops); the ports
+        otherwise move as the buffered queue's.
 
     Attributes
     ----------
@@ -298,7 +303,8 @@ class Queue(wiring.Component):
         producer that stalls on several queues register its own stall decision.
     """
 
-    def __init__(self, shape, depth, *, buffered=True, registers=False, registered=None):
+    def __init__(self, shape, depth, *, buffered=True, registers=False, registered=None,
+                 bypass=False):
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"queue depth must be a positive integer, not {depth!r}")
         if registered is not None:
@@ -311,6 +317,9 @@ class Queue(wiring.Component):
                                  f"{shape!r}")
             registered = tuple(registered)
         self._shape = shape
+        if bypass and registered is None:
+            raise ValueError("bypass= needs registered=")
+        self._bypass = bypass
         self._depth = depth
         self._buffered = buffered
         self._registers = registers
@@ -378,12 +387,19 @@ class Queue(wiring.Component):
         w_rdy = Signal(init=1)
         r_rdy = Signal()
         do_write = w_rdy & self.i.valid
-        do_inner_read = inner_r_rdy & (~r_rdy | self.o.ready)
-        RoomFIFO._ready_flags(m, inner_level, inner_depth, do_write, do_inner_read,
+        # ``bypass``: a write into an empty inner ring is read out in its own cycle when the
+        # output register may be loaded (``byp``): the inner level and its flags see neither
+        # (``lv_write``, ``lv_read``), the pointers and the output register see both
+        byp = Signal()
+        if self._bypass:
+            m.d.comb += byp.eq(do_write & ~inner_r_rdy & (~r_rdy | self.o.ready))
+        do_inner_read = (inner_r_rdy | byp) & (~r_rdy | self.o.ready)
+        lv_write, lv_read = do_write & ~byp, do_inner_read & ~byp
+        RoomFIFO._ready_flags(m, inner_level, inner_depth, lv_write, lv_read,
                               w_rdy, inner_r_rdy, self.room_next)
-        with m.If(do_write & ~do_inner_read):
+        with m.If(lv_write & ~lv_read):
             m.d.sync += inner_level.eq(inner_level + 1)
-        with m.If(do_inner_read & ~do_write):
+        with m.If(lv_read & ~lv_write):
             m.d.sync += inner_level.eq(inner_level - 1)
         with m.If(do_inner_read):
             m.d.sync += r_rdy.eq(1)
@@ -406,20 +422,31 @@ class Queue(wiring.Component):
                                                   attrs={"no_rw_check": 1})
         m.submodules.rest_ring = rest_ring = Memory(shape=width(rest), depth=depth, init=[])
         reg_w, rest_w = reg_ring.write_port(), rest_ring.write_port()
-        reg_r = reg_ring.read_port(domain="sync")
         rest_r = rest_ring.read_port(domain="comb")
         fields = lambda names: Cat(*[self.i.payload[f] for f in names])   # noqa: E731
+        if self._bypass:
+            # the output register of its own: the ring's entry or, on a bypass, the input's
+            reg_c = reg_ring.read_port(domain="comb")
+            reg_d = Signal(width(reg))
+            m.d.comb += reg_c.addr.eq(consume)
+            with m.If(byp):
+                m.d.sync += reg_d.eq(fields(reg))
+            with m.Elif(do_inner_read):
+                m.d.sync += reg_d.eq(reg_c.data)
+        else:
+            reg_r = reg_ring.read_port(domain="sync")
+            reg_d = reg_r.data
+            m.d.comb += [reg_r.addr.eq(consume), reg_r.en.eq(do_inner_read)]
         m.d.comb += [
             reg_w.addr.eq(produce), reg_w.data.eq(fields(reg)), reg_w.en.eq(w_rdy),
             rest_w.addr.eq(produce), rest_w.data.eq(fields(rest)),
             rest_w.en.eq(w_rdy & (produce != head)),
-            reg_r.addr.eq(consume), reg_r.en.eq(do_inner_read),
             rest_r.addr.eq(head),
             self.i.ready.eq(w_rdy),
             self.o.valid.eq(r_rdy),
             self.level.eq(inner_level + r_rdy),
         ]
-        for names, src in ((reg, reg_r.data), (rest, rest_r.data)):
+        for names, src in ((reg, reg_d), (rest, rest_r.data)):
             pos = 0
             for f in names:
                 w = Shape.cast(shape.members[f]).width

@@ -1,5 +1,5 @@
 """Formal harness of the stream rules on ``Queue(registered=...)``'s output
-(``rtl/rnic/stream.py``), for a proof by k-induction from an arbitrary state.
+(``rtl/rnic/stream.py``), with or without ``bypass``, for a proof by k-induction from an arbitrary state.
 
 Environment: every input is free (``i.valid``, ``i.payload`` and ``o.ready`` change at will).
 Reset is asserted in the first cycle.
@@ -20,13 +20,15 @@ __all__ = ["QueueHarness"]
 
 
 class QueueHarness(Elaboratable):
-    def __init__(self, depth=5):
+    def __init__(self, depth=5, bypass=False):
         self.depth = depth
+        self.bypass = bypass
 
     def elaborate(self, platform):
         m = Module()
         layout = data.StructLayout({"a": 5, "b": 11, "c": 3, "d": 7})
-        m.submodules.dut = dut = Queue(layout, self.depth, registered=("b", "d"))
+        m.submodules.dut = dut = Queue(layout, self.depth, registered=("b", "d"),
+                                       bypass=self.bypass)
         m.d.comb += Assume(ResetSignal() == Initial())
         m.d.comb += [
             dut.i.valid.eq(AnySeq(1)),

@@ -141,17 +141,17 @@ def rx_parse_latency(width):
 
     ``meta``: from the cycle the last beat of a frame is accepted on ``i`` to the cycle its meta
     is first offered; ``payload``: to the cycle its first payload beat is offered (both measured
-    by the benchmark of ``tb/cocotb_rx_parse.py``: 10/13 cycles at every width);
+    by the benchmark of ``tb/cocotb_rx_parse.py``: 9/12 cycles at every width);
     ``stat``: to the cycle the drop-reason strobe is high (bit 0 is one cycle after the last
     beat). The verdict is known ``crc`` = :data:`ICRC_LATENCY` + 1 = 6 cycles after the last
     beat (the ICRC checker's input is registered once) and is at the verdict queue's head in the
     next cycle; the head descriptor (V3, the descriptor queue's block RAM, its output register
     and the head queue) is there a cycle later, 8 cycles after the last beat, and is taken
-    then; the meta queue adds two cycles; the buffer read, its output register and the payload
-    queue five.
+    then; the meta queue adds one cycle (its bypass); the buffer read, its output register and
+    the payload queue four.
     """
     crc = ICRC_LATENCY + 1                  # + the register in front of the CRC
-    return {"meta": crc + 4, "payload": crc + 7, "stat": crc + 1}
+    return {"meta": crc + 3, "payload": crc + 6, "stat": crc + 1}
 
 
 #: The metadata's raw fields, written once into the descriptor queue: BTH fields, the 20 bytes
@@ -850,9 +850,11 @@ class RxParse(wiring.Component):
         # tables with ``dqpn`` and selects the operation with ``opcode`` in the cycle it takes
         # the meta, and only stores the other fields; its payload router pops a frame's
         # decision on ``last`` and passes the beat on to Execute's payload FIFO.
-        m.submodules.meta_q = meta_q = Queue(rx_meta_layout, 5, registered=("opcode", "dqpn"))
+        # (an entry into an empty queue is offered in the next cycle: ``bypass``)
+        m.submodules.meta_q = meta_q = Queue(rx_meta_layout, 5, registered=("opcode", "dqpn"),
+                                             bypass=True)
         m.submodules.out_q = out_q = Queue(beat_layout(self.width), self.out_depth,
-                                           registered=("last",))
+                                           registered=("last",), bypass=True)
         wiring.connect(m, wiring.flipped(self.meta), meta_q.o)
         wiring.connect(m, wiring.flipped(self.payload), out_q.o)
 
