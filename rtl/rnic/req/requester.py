@@ -708,14 +708,22 @@ class Requester(wiring.Component):
         # (dyn_mem's read, rn with it, goes straight into dyn in CTX_WAIT)
         dyn_rd, rn_rd = dyn_rd_w, rn_rd_w
         # (a read that met a doorbell's or a RESET's write to its row is not taken: prod_q
-        # keeps the value before the write, and takes the new one a cycle later)
+        # keeps the value before the write when it holds that row, and takes the new one a
+        # cycle later; when it holds another QP's row (the engine has just changed QP), it
+        # takes the value written, as it must never show another QP's producer index)
         # (its enable and its address compare registered apart: the enable waits for the
         # handshakes)
         p_hit, p_en, p_match = Signal(), Signal(), Signal()
-        m.d.sync += [p_en.eq(prod_wp.en), p_match.eq(prod_wp.addr == qpn), prod.eq(prod_q)]
+        p_data = Signal(16)             # the value that write wrote
+        p_row = Signal.like(qpn)        # the QP of the read on the port
+        pq_row = Signal.like(qpn)       # the QP whose row prod_q holds
+        m.d.sync += [p_en.eq(prod_wp.en), p_match.eq(prod_wp.addr == qpn), prod.eq(prod_q),
+                     p_data.eq(prod_wp.data), p_row.eq(qpn)]
         m.d.comb += p_hit.eq(p_en & p_match)
         with m.If(~p_hit):
-            m.d.sync += prod_q.eq(prod_rp.data)
+            m.d.sync += [prod_q.eq(prod_rp.data), pq_row.eq(p_row)]
+        with m.Elif(pq_row != p_row):
+            m.d.sync += [prod_q.eq(p_data), pq_row.eq(p_row)]
         # likewise cs over a read of comp_eng_mem that met a write to its row (ce_hit, with
         # the port's data; the writes taken from the completer's write-back state flag): it
         # keeps the row as it was before that write, as a read before the write would give
