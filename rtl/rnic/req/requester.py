@@ -39,7 +39,9 @@ Data path, top to bottom (see ``docs/requester.md``):
    and RNR timers against a microsecond clock (``us_tick``), and on a timeout or a NAK 0x60
    asks the engine to go back to ``una`` (a generation count ``rgen`` in its table, which the
    engine compares with its own). Remote NAKs and exhausted retries end the QP: the engine
-   writes the error ``cpl`` for the oldest unretired WQE and flushes the rest.
+   writes the error ``cpl`` for the oldest unretired WQE and flushes the rest. It never waits
+   for room in the work queue: a wake-up that finds none is kept as owed in its table and
+   made by the QP's next event or scan visit (doorbells never take the queue's last entry).
 
 Replay Buffer: there is none on chip. Retransmission re-reads the WQE from the SQ ring and the
 payload from host memory (the ring slot and buffers stay owned by the hardware until the WQE's
@@ -143,6 +145,7 @@ _comp_layout = data.StructLayout({
     "rnrw": 1,          # an RNR NAK with PSNs sent behind it: its NAK 0x60 may follow
     "crds": 4,          # READ WQEs retired (mod 16)
     "gapr": 1,          # a READ response gap at una already made the engine go back
+    "wk": 1,            # a wake-up owed: the work queue had no room for it (a visit queues it)
 })
 
 
@@ -633,8 +636,10 @@ class Requester(wiring.Component):
         m.d.comb += [yield_v.eq(e_yield_st), wake_v.eq(c_wake_st & ~self.qp_set.valid),
                      eng_wb.eq(e_wb_st & (~e_yield_st | (work.i.ready & ~wake_v)))]
         m.d.comb += self.qp_set.ready.eq(~e_wb_st & ~e_cw_st & ~c_wb_st & work.i.ready)
+        # (a doorbell never takes the queue's last entry: it is left to the completer's
+        # wake-ups, which would otherwise wait behind a stream of doorbells, see WAKE)
         m.d.comb += self.sq_db.ready.eq(db_rd & ~self.qp_set.valid & ~c_wake_st & ~e_yield_st
-                                        & work.i.ready)
+                                        & (work.level < self.work_depth - 1))
         # The work queue's entry and prod's address and row are chosen without the handshakes
         # (which only enable them): the SET_QP's when one may be taken (qs_sel), else the
         # wake-up's, the yield's, the doorbell's, in the order below.
@@ -1456,6 +1461,7 @@ class Requester(wiring.Component):
         sn = Signal(range(SCAN_QUOTA))  # QPs judged in this turn (saturating)
         stale = Signal()                # a SET_QP rewrote aq meanwhile: drop the write-back
         wake = Signal()
+        wbw = Signal()                  # WAKE follows a write-back (cmp holds aq's row)
         cmp = Signal(_comp_layout)
         comp_rd = Signal(_comp_layout)
         d = Signal(_dyn_comp_layout)    # the engine's entry, as of LOAD
@@ -1544,8 +1550,9 @@ class Requester(wiring.Component):
         # The scan judges a QP from its table reads (comp_rd, d_rd, cfg_rd): it is visited (EVAL
         # … WB) when that can act on it: an RNR wait over, a timer to arm, to disarm or expired,
         # or WQEs unretired with nothing sent unacknowledged (records written after their ACK:
-        # otherwise the next ACK's walk retires them). A parked QP outside an RNR wait is only
-        # woken (a hint, as in ACT). A write after the read only delays a visit by a round.
+        # otherwise the next ACK's walk retires them), or a wake-up owed (wk). A parked QP
+        # outside an RNR wait is only woken (a hint, as in ACT). A write after the read only
+        # delays a visit by a round.
         pc, pdy, pcf = comp_rd, d_rd, cfg_rd
         p_exp = ~(now - pc.dl)[TB - 1]
         p_done = pdy.psn == pc.una
@@ -1558,7 +1565,7 @@ class Requester(wiring.Component):
             p_need.eq((p_live & (((pc.ccons != pdy.hcons) & p_done)
                                  | Mux(pc.hold, p_exp, Mux((pcf.timeout == 0) | p_done,
                                                            pc.armed, ~pc.armed | p_exp))))
-                      | p_drop),
+                      | p_drop | pc.wk),
             p_wake.eq(p_live & ~pc.hold & pdy.parked & scan_room),
         ]
         m.d.comb += [
@@ -1570,7 +1577,7 @@ class Requester(wiring.Component):
         return types.SimpleNamespace(
             a=a, ev=ev, act=act, ast=ast, sidx=sidx, scan_turn=scan_turn, s1v=s1v, s2v=s2v, s3v=s3v,
             s3n=s3n, s3w=s3w, s3g=s3g, s1q=s1q, s2q=s2q, s3q=s3q, s1st=s1st, s2st=s2st, s3st=s3st,
-            sn=sn, stale=stale, wake=wake, cmp=cmp, comp_rd=comp_rd, d=d, d_rd=d_rd, cfg=cfg,
+            sn=sn, stale=stale, wake=wake, wbw=wbw, cmp=cmp, comp_rd=comp_rd, d=d, d_rd=d_rd, cfg=cfg,
             cfg_rd=cfg_rd, tval=tval, ton=ton, rval=rval, crh=crh, rh_rd=rh_rd, c_hit1=c_hit1,
             c_hit2=c_hit2, c_hit3=c_hit3, t_rd3=t_rd3, r_rom=r_rom, ent=ent, thcons=thcons,
             terr=terr, trn=trn, retire=retire, drop=drop, ent_lp=ent_lp, ent_sig=ent_sig,
@@ -1589,14 +1596,14 @@ class Requester(wiring.Component):
          c_wb_st, cfg, cfg_rd, cmp, cmp_wb, comp_rd, crh, d, d_more, d_rd, ev, expired, kill_q,
          kill_v, now, p_need, p_wake, ps_done, r_rom, rh_rd, rh_wp, rval, s1q, s1st, s1v, s2q, s2st,
          s2v, s3g, s3n, s3q, s3st, s3v, s3w, scan_room, scan_turn, set_hit, set_q, sidx, sn, stale,
-         sweeping, t_rd3, ton, tval, wake, wake_room, work) = (
+         sweeping, t_rd3, ton, tval, wake, wake_room, wbw, work) = (
             t.a, t.a_new, t.ab, t.act, t.adv, t.ap1, t.aq, t.ast, t.b_neg, t.b_zero, t.behind,
             t.c_hit2, t.c_hit3, t.c_wake_st, t.c_wb_st, t.cfg, t.cfg_rd, t.cmp, t.cmp_wb, t.comp_rd,
             t.crh, t.d, t.d_more, t.d_rd, t.ev, t.expired, t.kill_q, t.kill_v, t.now, t.p_need,
             t.p_wake, t.ps_done, t.r_rom, t.rh_rd, t.rh_wp, t.rval, t.s1q, t.s1st, t.s1v, t.s2q,
             t.s2st, t.s2v, t.s3g, t.s3n, t.s3q, t.s3st, t.s3v, t.s3w, t.scan_room, t.scan_turn,
             t.set_hit, t.set_q, t.sidx, t.sn, t.stale, t.sweeping, t.t_rd3, t.ton, t.tval, t.wake,
-            t.wake_room, t.work)
+            t.wake_room, t.wbw, t.work)
 
         def end_qp(code):
             m.d.sync += [cmp.rerr.eq(code), cmp.rgen.eq(cmp.rgen + 1),
@@ -1662,7 +1669,7 @@ class Requester(wiring.Component):
                                      stale.eq(s3st | hit(s3q))]
                         m.next = "EVAL"
                     with m.Elif(s3w):
-                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1)]
+                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), wbw.eq(0)]
                         m.next = "WAKE"
                         m.d.sync += c_wake_st.eq(1)
                     with m.Elif((kill_v | self.ack.valid) & (sn == SCAN_QUOTA - 1)):
@@ -1806,6 +1813,10 @@ class Requester(wiring.Component):
                             retry()
                         with m.Else():
                             m.d.sync += wake.eq(d.parked & scan_room)
+                # a wake-up owed is made now (written back as done; WAKE owes it again when
+                # the queue still has no room)
+                with m.If(cmp.wk):
+                    m.d.sync += [wake.eq(1), cmp.wk.eq(0)]
             with m.State("DECO"):
                 # a DECIDE's answer (ReadPlace waits for it), then the write-back if the walk
                 # ran (a SET_QP meanwhile refuses it)
@@ -1830,14 +1841,23 @@ class Requester(wiring.Component):
                 m.d.comb += [cmp_wb.eq(~stale), rh_wp.en.eq(1), rh_wp.data.eq(crh)]
                 with m.If(wake & ~stale):
                     m.next = "WAKE"
-                    m.d.sync += c_wake_st.eq(1)
+                    m.d.sync += [c_wake_st.eq(1), wbw.eq(1)]
                 with m.Else():
                     m.next = "IDLE"
             with m.State("WAKE"):
-                # queue the QPN for the engine (after the qp_set that may be waiting)
+                # queue the QPN for the engine (after the qp_set that may be waiting), in this
+                # one cycle: the completer never waits for the work queue, which only the
+                # engine drains (a READ DECIDE or an ACK waiting behind it would stall receive
+                # for as long as the engine serves one QP). Without room, a write-back's
+                # wake-up is written back as owed (wk) and made by the QP's next visit or
+                # event; the scan's (a hint) is dropped, the next round repeats it.
+                m.d.sync += c_wake_st.eq(0)
                 with m.If(~self.qp_set.valid & work.i.ready):
-                    m.d.sync += c_wake_st.eq(0)
-                with m.If(~self.qp_set.valid & work.i.ready):
+                    m.next = "IDLE"
+                with m.Elif(wbw):
+                    m.d.sync += [cmp.wk.eq(1), wake.eq(0), c_wb_st.eq(1)]
+                    m.next = "WB"
+                with m.Else():
                     m.next = "IDLE"
         return types.SimpleNamespace(cmp_fsm=cmp_fsm)
 
