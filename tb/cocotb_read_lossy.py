@@ -15,8 +15,9 @@ for the random run, :class:`Filter` for the directed faults). What is checked:
   transmission or sent again from response k), numbered on from there, PMTU bytes but the last,
   AETH with syndrome 0x1F on FIRST/LAST/ONLY only, the payload equal to B's memory at the
   response's offset;
-* directed: a lost MIDDLE response, a lost request, a lost LAST response, and a READ whose
-  responses are all lost while the ACK of the SEND behind it arrives;
+* directed: a lost MIDDLE response, a lost request, a lost LAST response, a READ whose
+  responses are all lost while the ACK of the SEND behind it arrives, and a lost MIDDLE
+  response while doorbells keep A's work queue full (receive never stalls for long);
 * the wire's pcap decoded by tshark with no error.
 """
 
@@ -439,6 +440,102 @@ async def read_stale_replays(dut):
         assert not stalls, f"A's s_axis_rx_tready fell for {len(stalls)} cycles, from {stalls[0]}"
     assert nresp == copies * 40 and c6 == (copies - 1) * 40 and again["a"] == 0, \
         (nresp, c6, dict(again))
+
+
+async def _rx_stalls(p):
+    """The runs of cycles A's ``s_axis_rx_tready`` stays low with a beat offered: a list,
+    filled as they end, of (first cycle, length)."""
+    dut, runs = p.dut, []
+
+    async def watch():
+        v, r = dut.a_s_axis_rx_tvalid, dut.a_s_axis_rx_tready
+        n = 0
+        while True:
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            if int(v.value) and not int(r.value):
+                n += 1
+            elif n:
+                runs.append((p.wire.cycle - n, n))
+                n = 0
+    cocotb.start_soon(watch())
+    return runs
+
+
+@cocotb.test()
+async def read_wake_queue_full(dut):
+    """A READ on QP 2 loses a MIDDLE response, so the completer must make the engine go back (a
+    wake-up), while A's work queue is kept full by SQ doorbells of QP 3, whose 40 SENDs the
+    engine is serving, and while the responses of a READ on QP 4 arrive. The completer never
+    waits for room in the work queue: waiting, it would answer no READ DECIDE and take no ACK
+    or PLACED event, and receive would stall for as long as the engine serves QP 3. At W=64
+    A's ``s_axis_rx_tready`` never stays low for more than 200 cycles with a beat offered (it
+    did for 2,406 when the completer waited); both READs (QP 2's sent again from the lost
+    response) and every SEND complete once, in order, bytes exact, and no WQE beyond the
+    posted ones is sent (the engine once took QP 2's producer index for QP 3's when a doorbell
+    of QP 3 met its read just after the engine changed QP)."""
+    f = Filter()
+    p = LossyReadPair(dut, fault=f, pmtu=256, seed=12)
+    await p.setup(qpns=(2, 3, 4), timeout=TIMEOUT, retry_cnt=7, rnr_retry=7)
+    await set_us(p, US)
+    a, b = p.s["a"], p.s["b"]
+    first = p.sent_psn[("a", 2)]
+    f.rule = lambda s, d: (s == "b" and d["bth"]["dqpn"] == 2 and not f.dropped
+                           and _is_resp(d, 0x0E, (first + 2) & M24))
+    src = p.buffer("a", 4096)
+    await p.mr("a", 1, src, 4096, WKEY_A, access=Access.LOCAL_WRITE)
+    sdata = bytes(p.rng.randrange(256) for _ in range(4096))
+    a.dev.write(src, sdata)
+    nsend, slen = 40, 1024
+    rbuf = p.buffer("b", nsend * slen)
+    await p.mr("b", 1, rbuf, nsend * slen, WKEY_B, access=ACCESS_B | Access.LOCAL_WRITE)
+    for i in range(nsend):
+        await b.dev.post_recv(p.qps[("b", 3)], 0xB00 + i, [(rbuf + i * slen, slen, WKEY_B)])
+    stalls = await _rx_stalls(p)
+    # QP 3's SENDs written with no doorbell; the READs on QP 2 and QP 4; then QP 3's doorbell
+    # again and again (its producer index as posted): the work queue full
+    post, jobs = a.dev.post_send, {}
+    a.dev.post_send = lambda *args, **kw: post(*args, doorbell=False, **kw)
+    for i in range(nsend):
+        off = (i * 97) % (4096 - slen)
+        await p.post_send("a", 3, 0x600 + i, SendOp.SEND, [(src + off, slen, WKEY_A)], slen)
+        jobs[0x600 + i] = (3, WcOpcode.SEND, None, None)
+    a.dev.post_send = post
+    n = 40 * 256 - 9
+    first, sges, rjob = await _one_read(p, n=n, roff=2001)
+    jobs.update(rjob)
+    sges4 = await p.post_read(0x502, 5003, n, qpn=4)
+    jobs[0x502] = (4, WcOpcode.RDMA_READ, sges4, p.src_data[5003:5003 + n])
+    done = []
+
+    async def hammer():
+        qp = p.qps[("a", 3)]
+        while not done:
+            await a.regs.doorbell("SQ_DB", 3, qp.sq_producer)
+    cocotb.start_soon(hammer())
+    got = await wait_checked(p, jobs, limit=400_000)
+    done.append(1)
+    await ClockCycles(dut.clk, timeout_us(TIMEOUT) * US + 500)
+    await a.poll(a.cq)
+    check_completions(got, jobs, {2: [0x501], 4: [0x502], 3: [0x600 + i for i in range(nsend)]})
+    for wr_id in (0x501, 0x502):
+        assert p.placed(jobs[wr_id][2]) == jobs[wr_id][3], hex(wr_id)
+    gotb = await p.wait_cqes("b", nsend)
+    assert [(c.wr_id, c.byte_len, c.status) for c in gotb] == \
+        [(0xB00 + i, slen, WcStatus.SUCCESS) for i in range(nsend)]
+    for i in range(nsend):
+        off = (i * 97) % (4096 - slen)
+        assert b.dev.read(rbuf + i * slen, slen) == sdata[off:off + slen], i
+    longest = max(stalls, key=lambda r: r[1], default=(0, 0))
+    print("read_wake_queue_full: longest s_axis_rx_tready stall %d cycles (from %d)" % (
+        longest[1], longest[0]), flush=True)
+    again, nresp, resumed = await finish_lossy(p, "read_wake_queue_full")
+    print("read_wake_queue_full: READ requests %d (%d resumed), request frames sent again %s" % (
+        len(p.read_requests()), resumed, dict(again)))
+    assert len(f.dropped) == 1 and resumed >= 1, (len(f.dropped), resumed)
+    if len(dut.a_m_axis_tx_tdata) == 64:      # (at W=512 READ Place may lag the wire, see above)
+        assert longest[1] <= 200, \
+            f"A's receive stalled {longest[1]} cycles from cycle {longest[0]}"
 
 
 # ---- a hostile responder: forged READ responses -----------------------------------------------

@@ -5,7 +5,7 @@ import pytest
 from .test_two_rnic import _run
 
 DIRECTED = ["read_lost_response", "read_lost_request", "read_lost_last", "read_then_send_ack",
-            "read_stale_replays"]
+            "read_stale_replays", "read_wake_queue_full"]
 RANDOM = ["read_lossy_random", "read_lossy_random_1024"]
 
 
@@ -13,7 +13,8 @@ RANDOM = ["read_lossy_random", "read_lossy_random_1024"]
 def test_read_lossy_directed(cfg):
     """A lost MIDDLE response, a lost request, a lost LAST response, a READ whose responses are
     all lost while the SEND behind it is ACKed, a READ request repeated by the wire (its
-    answers dropped at the wire's rate) (W=512 under ``make regress-full``)."""
+    answers dropped at the wire's rate), a lost MIDDLE response while doorbells keep the work
+    queue full (W=512 under ``make regress-full``)."""
     _run(cfg, "verilator", DIRECTED, f"read-lossy-{cfg}", module="tb.cocotb_read_lossy")
 
 
@@ -28,9 +29,13 @@ def test_read_lossy_random(cfg):
 
 @pytest.mark.full
 def test_read_lossy_random_long():
-    """80 WQEs per PMTU at W=64 (make regress-full)."""
+    """80 WQEs per PMTU at W=64 (make regress-full), retransmit timeout code 10 (~8,400
+    cycles): at code 8 (~2,100 cycles) a READ of ~30 responses on B's shared link (~1,230
+    cycles a run, behind the other QP's) outlasts the timeout, so its request is sent again
+    before its answer is in, and B's answers to those copies were still on the wire when the
+    run ended."""
     _run("w64", "verilator", RANDOM, "read-lossy-random-long", module="tb.cocotb_read_lossy",
-         env={"READ_LOSSY_COUNT": "80", "READ_LOSSY_SEED": "41"})
+         env={"READ_LOSSY_COUNT": "80", "READ_LOSSY_SEED": "41", "LOSSY_TIMEOUT": "10"})
 
 
 def test_read_hostile_responder():
