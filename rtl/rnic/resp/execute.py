@@ -182,6 +182,28 @@ flush_layout = data.StructLayout({
 MAX_WRITES = 64
 
 
+def _first_valid(m, vec, after=None):
+    """Lowest piece index with its bit set in ``vec`` (> ``after``), MAX_SGE if none."""
+    out = Signal(range(MAX_SGE + 1))
+    m.d.comb += out.eq(MAX_SGE)
+    for i in reversed(range(MAX_SGE)):
+        if after is None:
+            with m.If(vec[i]):
+                m.d.comb += out.eq(i)
+        else:
+            with m.If(vec[i] & (after < i)):
+                m.d.comb += out.eq(i)
+    return out
+
+
+def _add(t, part):
+    """Add the signals and values of ``part`` (a namespace a part of ``Execute.elaborate``
+    returns) to the namespace ``t`` the parts share; each name is made once."""
+    for name, value in vars(part).items():
+        assert not hasattr(t, name), name
+        setattr(t, name, value)
+
+
 class _BitTable:
     """A table of ``depth`` one-bit rows in LUT RAM, the rows packed four to a 4-bit word; its
     ports read as those of a ``Memory(shape=1)`` with one write port, cycle for cycle.
@@ -391,11 +413,40 @@ class Execute(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        W = self.width
-        B = W // 8
-        lb = B.bit_length() - 1
-        ab = (self.num_qp - 1).bit_length()
+        B = self.width // 8
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows (so the write completions and the
+        # release come between the planner's parts).
+        t = types.SimpleNamespace(W=self.width, lb=B.bit_length() - 1,
+                                  ab=(self.num_qp - 1).bit_length(), P=self.prefetch)
+        _add(t, self._ports(m, t))
+        _add(t, self._tables(m, t))
+        # stage 1, the planner: its command and the IRD tables, the WQE store and its reads
+        _add(t, self._plan_command(m, t))
+        _add(t, self._wqe_reads(m, t))
+        # the write counters, the writes' done, and the done/CQE release at the output
+        _add(t, self._counters(m, t))
+        _add(t, self._write_completions(m, t))
+        self._release(m, t)
+        # stage 1: the pieces, the outcome registers, the plan records and queues, its FSM
+        _add(t, self._pieces(m, t))
+        _add(t, self._outcome(m, t))
+        _add(t, self._plan_records(m, t))
+        self._planner(m, t)
+        # stages 2, 3 and 4
+        self._key_checks(m, t)
+        _add(t, self._reservation(m, t))
+        _add(t, self._issue_select(m, t))
+        self._issue(m, t)
+        return m
 
+    def _ports(self, m, t):
+        """The port registers and the blocks around the stages: ``qp_reset`` and ``rq_post``
+        registered (``rst``, ``post``), the WQE reads (``fetch``), the Scatter Path (``sc``) with
+        the payload FIFO in front and its piece queue (``pq``, its input), and the queues toward
+        the outputs (``post_q``, ``cqe_q``, ``ev_q``, ``fault_q``). Adds these."""
+        W, ab = t.W, t.ab
         # ``qp_reset`` and ``rq_post`` are registered here, together (their order is kept):
         # ``qp_reset`` leaves PSN Check's command decode and drives the priorities of every
         # per-QP table write and the prefetch pool's claim, so inside this block it starts
@@ -407,7 +458,6 @@ class Execute(wiring.Component):
                      rst.payload.qpn.eq(self.qp_reset.payload.qpn[:ab]),
                      post.valid.eq(self.rq_post.valid), post.payload.eq(self.rq_post.payload)]
 
-        P = self.prefetch
         m.submodules.fetch = fetch = RqFetch(width=W, depth=4)
         m.submodules.scatter = sc = ScatterPath(width=W)
         connect(m, fetch.mem, wiring.flipped(self.rd))
@@ -440,7 +490,15 @@ class Execute(wiring.Component):
         m.submodules.fault_q = fault_q = Queue(qpn_layout, 4)
         connect(m, ev_q.o, wiring.flipped(self.event))
         connect(m, fault_q.o, wiring.flipped(self.fault))
+        return types.SimpleNamespace(
+            cqe_q=cqe_q, ev_q=ev_q, fault_q=fault_q, fetch=fetch, post=post, post_q=post_q, pq=pq,
+            rst=rst, sc=sc)
 
+    def _tables(self, m, t):
+        """The per-QP tables (``dead``, ``wqet``, ``wflt``, ``cnext``) and the write tag -> QPN
+        table (``wqpn``). Adds their ports; the parts behind drive the addresses, enables and
+        rows."""
+        ab = t.ab
         # ---- per-QP tables ----------------------------------------------------------------
         # ``dead`` and ``wflt``: one bit per QP, packed (_BitTable, written from registers)
         dead = _BitTable(m, self.num_qp, "dead")
@@ -450,7 +508,7 @@ class Execute(wiring.Component):
         # the ring index of the WQE the QP's message in progress holds (its words are in the
         # shared WQE store, found by {QP, index, ring}). ``no_rw_check``: the row is written in
         # the cycle after a take (from registers: ``take_r``, c unchanged) and read in
-        # IDLE/PUSH (take_next), so a read never meets the write
+        # IDLE/PUSH (_take_next), so a read never meets the write
         m.submodules.wqet = wqet = Memory(shape=16, depth=self.num_qp, init=[],
                                           attrs={"no_rw_check": 1})
         wqe_rd = wqet.read_port()
@@ -473,7 +531,19 @@ class Execute(wiring.Component):
         m.submodules.wqpn = wqpn = Memory(shape=ab, depth=MAX_WRITES, init=[])
         wqpn_rd = wqpn.read_port(domain="comb")
         wqpn_wr = wqpn.write_port()
+        return types.SimpleNamespace(
+            cnext_rd=cnext_rd, cnext_rd_data=cnext_rd_data, cnext_wr=cnext_wr, dead=dead,
+            dead_rd=dead_rd, dead_rd_data=dead_rd_data, dead_wr=dead_wr, wflt=wflt,
+            wflt_rd=wflt_rd, wflt_rel=wflt_rel, wflt_wr=wflt_wr, wqe_rd=wqe_rd, wqe_wr=wqe_wr,
+            wqpn_rd=wqpn_rd, wqpn_wr=wqpn_wr)
 
+    def _plan_command(self, m, t):
+        """The planner's command ``c``, the IRD tables (``rd_meta``, ``rd_ring``) and the registers
+        of the IRD states, the shared WQE store (``wqe``, read at ``prow``) and the registers of
+        the store look-up; and the addresses of the per-QP tables' reads for the command (or flush)
+        offered. Adds these."""
+        (P, W, ab, cnext_rd, dead_rd, fetch, rst, wflt_rd, wqe_rd, wqe_wr) = (
+            t.P, t.W, t.ab, t.cnext_rd, t.dead_rd, t.fetch, t.rst, t.wflt_rd, t.wqe_rd, t.wqe_wr)
         c = Signal(exe_layout)                 # the command being planned
         # The READs held for duplicates (interface.md §7, IRD): per QP the start PSNs of its
         # last IRD READs, a ring of MAX_IRD entries (``rd_ring``, block RAM, row {QP, slot}), and
@@ -532,14 +602,24 @@ class Execute(wiring.Component):
                      cnext_rd.addr.eq(in_qpn),
                      wqe_rd.addr.eq(in_qpn),
                      wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.eq(c.rq_index)]
+        return types.SimpleNamespace(
+            c=c, look_eq=look_eq, pchk=pchk, pin=pin, prow=prow, prow_oh=prow_oh, rd_bad=rd_bad,
+            rd_cnt=rd_cnt, rd_first=rd_first, rd_new=rd_new, rd_nw=rd_nw, rd_old=rd_old,
+            rd_sent=rd_sent, rdm_rd=rdm_rd, rdm_wr=rdm_wr, rdr_rd=rdr_rd, rdr_wr=rdr_wr,
+            rm_cnt=rm_cnt, rm_ird=rm_ird, rm_wp=rm_wp, wq_held=wq_held, wqe=wqe, zlen=zlen)
 
+    def _wqe_reads(self, m, t):
+        """The WQE reads: the planner's own (tag DEMAND, address ``faddr``), the prefetch pool
+        (``pool``, with the planner's strobes it waits on) and the tags of the store's row P
+        (``d_*``). Adds these."""
+        (P, ab, c, fetch, pin, post, prow_oh, rst, wqe_wr) = (
+            t.P, t.ab, t.c, t.fetch, t.pin, t.post, t.prow_oh, t.rst, t.wqe_wr)
         # ---- WQE reads: the planner's (tag DEMAND) and the prefetcher's (tag = pool slot) ----
         # (a response is the planner's when its tag's bit 7 is set: pool slots are < 16, and
         # the one-bit test keeps the response's decode short before the take)
         DEMAND = 0xFF
         faddr = Signal(64)                     # the planner's WQE address (registered)
         faddr_c = Signal(64)                   # c's WQE address (comb), faddr's next value
-        fr = fetch.resp
         plan_fetch = Signal()                  # the planner requests a read this cycle
         m.d.comb += [fetch.req.payload.addr.eq(faddr), fetch.req.payload.tag.eq(DEMAND)]
         take = Signal()                        # the planner takes WQE c.rq_index of c.qpn
@@ -579,7 +659,17 @@ class Execute(wiring.Component):
         with m.If((rst.valid & (rst.payload.qpn == d_qpn))
                   | (take & (c.qpn[:ab] == d_qpn) & (c.rq_index != d_index))):
             m.d.sync += d_valid.eq(0)
+        return types.SimpleNamespace(
+            c_ring=c_ring, d_eq=d_eq, d_index=d_index, d_qpn=d_qpn, d_ring=d_ring, d_valid=d_valid,
+            faddr=faddr, faddr_c=faddr_c, plan_dec=plan_dec, plan_fetch=plan_fetch,
+            plan_hit_r=plan_hit_r, plan_look=plan_look, plan_tk=plan_tk, pool=pool,
+            release=release, ring_ok=ring_ok, take=take)
 
+    def _counters(self, m, t):
+        """The write requests issued and done (``wr_cnt``, ``wr_done``, stage 4's ``room``), the
+        closing pieces pushed and the packets the Scatter Path finished (``sc_out``, ``tok``). Adds
+        these and their strobes."""
+        sc = t.sc
         # ---- counters ---------------------------------------------------------------------
         wr_cnt = Signal(16)                    # write requests issued
         wr_done = Signal(16)                   # their done transfers back
@@ -591,11 +681,104 @@ class Execute(wiring.Component):
         pop_tok = Signal()
         m.d.sync += [sc_out.eq(sc_out + push_close - sc.pkt_done),
                      tok.eq(tok + sc.pkt_done - pop_tok)]
+        return types.SimpleNamespace(
+            pop_tok=pop_tok, push_close=push_close, room=room, sc_out=sc_out, tok=tok,
+            wr_cnt=wr_cnt, wr_done=wr_done, wr_inc=wr_inc)
 
-        plan_ev, plan_ev_qpn, wd_err = self._write_completions(
-            m, ev_q, fault_q, room, rst, wflt_wr, wqpn_rd, wr_cnt, wr_done, wr_inc)
-        self._release(m, ab, cqe_q, pop_tok, post_q, tok, wflt_rel, wr_done)
+    def _write_completions(self, m, t):
+        """The payload writes' ``done``: counted (and stage 4's room for more), a non-OKAY one
+        marked on its QP and reported (event 4, ``fault``). Adds the planner's event request
+        (``plan_ev``, ``plan_ev_qpn``, sharing the event queue) and ``wd_err``."""
+        (ev_q, fault_q, room, rst, wflt_wr, wqpn_rd, wr_cnt, wr_done, wr_inc) = (
+            t.ev_q, t.fault_q, t.room, t.rst, t.wflt_wr, t.wqpn_rd, t.wr_cnt, t.wr_done, t.wr_inc)
+        # ---- write completions: count, fault report ---------------------------------------
+        # (registered first: the tag -> QPN table read and what follows start from a register)
+        wd = self.wr.done
+        d1_v = Signal()
+        d1_tag = Signal(8)
+        d1_err = Signal()
+        d1_go = Signal()
+        wd_err = Signal()
+        m.d.comb += [wd_err.eq(d1_v & d1_err),
+                     d1_go.eq(d1_v & (~d1_err | (ev_q.i.ready & fault_q.i.ready))),
+                     wd.ready.eq(~d1_v | d1_go),
+                     wqpn_rd.addr.eq(d1_tag[:MAX_WRITES.bit_length() - 1])]
+        with m.If(wd.ready):
+            m.d.sync += [d1_v.eq(wd.valid), d1_tag.eq(wd.payload.tag), d1_err.eq(wd.payload.err)]
+        with m.If(d1_go):
+            m.d.sync += wr_done.eq(wr_done + 1)
+        # stage 4's room check ``wr_cnt − wr_done < MAX_WRITES`` one cycle ahead: the compares
+        # of the present difference registered, selected by this cycle's issue and done
+        wr_out = Signal(16)
+        m.d.comb += wr_out.eq(wr_cnt - wr_done)
+        m.d.sync += room.eq(Mux(wr_inc, Mux(d1_go, wr_out < MAX_WRITES, wr_out < MAX_WRITES - 1),
+                                Mux(d1_go, wr_out < MAX_WRITES + 1, wr_out < MAX_WRITES)))
+        with m.If(wd_err & d1_go):
+            m.d.comb += [wflt_wr.addr.eq(wqpn_rd.data), wflt_wr.data.eq(1),
+                         wflt_wr.en.eq(1)]
+        with m.Elif(rst.valid):
+            m.d.comb += [wflt_wr.addr.eq(rst.payload.qpn), wflt_wr.data.eq(0),
+                         wflt_wr.en.eq(1)]
+        plan_ev = Signal()
+        plan_ev_qpn = Signal(24)
+        m.d.comb += [
+            ev_q.i.valid.eq(Mux(wd_err, d1_go, plan_ev)),
+            ev_q.i.payload.type.eq(EventType.HOST_FAULT),
+            ev_q.i.payload.number.eq(Mux(wd_err, wqpn_rd.data, plan_ev_qpn)),
+            fault_q.i.valid.eq(wd_err & d1_go),
+            fault_q.i.payload.qpn.eq(wqpn_rd.data),
+        ]
+        return types.SimpleNamespace(plan_ev=plan_ev, plan_ev_qpn=plan_ev_qpn, wd_err=wd_err)
 
+    def _release(self, m, t):
+        """The ``done`` of each command and its CQE, released in order (see the module
+        docstring)."""
+        (ab, cqe_q, pop_tok, post_q, tok, wflt_rel, wr_done) = (
+            t.ab, t.cqe_q, t.pop_tok, t.post_q, t.tok, t.wflt_rel, t.wr_done)
+        # ---- done and CQE release -----------------------------------------------------------
+        ph = post_q.o.payload
+        can_done = Signal()
+        m.d.comb += [
+            can_done.eq(post_q.o.valid & (~ph.beats | (tok != 0))),
+            self.done.valid.eq(can_done),
+            self.done.payload.fatal.eq(ph.fatal),
+            self.done.payload.syndrome.eq(ph.syndrome),
+            post_q.o.ready.eq(can_done & self.done.ready),
+            pop_tok.eq(can_done & self.done.ready & ph.beats),
+        ]
+        ch = cqe_q.o.payload
+        gap = Signal(16)
+        m.d.comb += gap.eq(wr_done - ch.need)
+        # ``complete.valid`` and the CQE's status are registers: the head CQE is judged (its
+        # payload writes done, its QP's write-fault mark) in one cycle and offered from the
+        # next, so the judgement (a subtraction, a LUT-RAM read) does not run on into the merge
+        # and CQE Generation. The cycle after a CQE is taken judges the next one.
+        rel_v = Signal()                       # the head CQE is offered
+        rel_flt = Signal()                     # its QP's write-fault mark, as judged
+        flt_now = Signal()
+        m.d.comb += flt_now.eq(wflt_rel.data & ~ch.flush & (ch.status == 0))
+        m.d.comb += [
+            wflt_rel.addr.eq(ch.qpn[:ab]),
+            self.complete.valid.eq(rel_v),
+            [getattr(self.complete.payload, k).eq(getattr(ch, k)) for k in _CQE_FIELDS],
+            cqe_q.o.ready.eq(rel_v & self.complete.ready),
+        ]
+        # A payload write of the QP faulted: the CQE reports LOC_QP_OP_ERR. The mark is held
+        # while the CQE is offered, so the payload is stable while it waits (stream rules) even
+        # if the mark changes meanwhile (a younger packet's fault, a QP reset).
+        with m.If(~rel_v):
+            m.d.sync += [rel_v.eq(cqe_q.o.valid & ~gap[15]), rel_flt.eq(flt_now)]
+        with m.Elif(self.complete.ready):
+            m.d.sync += rel_v.eq(0)
+        with m.If(rel_flt):
+            m.d.comb += self.complete.payload.status.eq(WcStatus.LOC_QP_OP_ERR)
+
+    def _pieces(self, m, t):
+        """The piece calculation of states SUMS (prefix sums), CUT (overlaps), CUT2 (lengths) and
+        CALC: the SGE sums and pieces' registers, and each piece's valid flag, key, va, length and
+        source offset as the plan records take them (``*_c``). Adds these, with ``off``, ``plen``
+        and ``has_beats``."""
+        c, wqe = t.c, t.wqe
         # ---- piece calculation: SUMS (prefix sums), CUT (overlaps), CUT2 (lengths), CALC -------
         off = c.offset
         plen = c.payload_len
@@ -670,7 +853,19 @@ class Execute(wiring.Component):
         overflow = Signal()                    # the message ends past the SGEs (registered
                                                # in CUT, both sums complete by then)
         bad_nsge = Signal()                    # registered in CUT
+        return types.SimpleNamespace(
+            a_r=a_r, bad_nsge=bad_nsge, cum=cum, cum_c=cum_c, cut=cut, cut2=cut2,
+            has_beats=has_beats, li_cs=li_cs, li_r=li_r, mend=mend, off=off, overflow=overflow,
+            pkey_c=pkey_c, plen=plen, plen_c=plen_c, psrc_c=psrc_c, pv_c=pv_c, pva_c=pva_c,
+            v_rs=v_rs)
 
+    def _outcome(self, m, t):
+        """Stage 3's second read ports of the marks, the planner's outcome registers (carried in
+        the plan entry: ``fatal``, ``syn``, ``cstat``, ``pv``...), the flush's registers, the
+        strobes of the flush's CQE and of the event requests, stage 4's sent flags, c's WQE
+        address (``faddr_c``) and the planner's CQE (``fcq``: the plan's, and the flush's own
+        CQEs). Adds these."""
+        c, dead, faddr_c, mend, wflt, wqe = t.c, t.dead, t.faddr_c, t.mend, t.wflt, t.wqe
         dead_rd2 = dead.read_port()            # stage 3's re-check of the marks
         dead_rd2_data = dead_rd2.data
         wflt_rd2 = wflt.read_port()
@@ -711,7 +906,21 @@ class Execute(wiring.Component):
             fcq.flags.eq(Mux(c.imm_valid, WITH_IMM, 0) | Mux(c.inv, WITH_INVALIDATE, 0)),
             fcq.se.eq(c.se), fcq.flush.eq(flushing),
         ]
+        return types.SimpleNamespace(
+            b_ev=b_ev, cdone=cdone, cqe_on=cqe_on, cstat=cstat, dead_rd2=dead_rd2,
+            dead_rd2_data=dead_rd2_data, fatal=fatal, fcq=fcq, fl_cqe=fl_cqe, fl_end=fl_end,
+            fl_ev=fl_ev, fl_start=fl_start, fl_stop=fl_stop, flushing=flushing, nowrite=nowrite,
+            pv=pv, rdflt=rdflt, sent_p=sent_p, sent_w=sent_w, skip=skip, syn=syn,
+            wflt_rd2=wflt_rd2, widx=widx)
 
+    def _plan_records(self, m, t):
+        """The plan queues (planner -> ``key_q`` -> key checks -> ``iss_q``) and the plan RAMs
+        written in the planner's slot ``wp``, the entry the planner pushes (``kq``), the count of
+        invalidates pending and the stages' idle flags (``pipe_empty``). Adds these."""
+        (ab, c, cdone, cqe_on, cstat, fatal, fcq, has_beats, nowrite, pkey_c, plen_c, psrc_c, pv,
+         pva_c, rdflt, skip, syn, widx) = (
+            t.ab, t.c, t.cdone, t.cqe_on, t.cstat, t.fatal, t.fcq, t.has_beats, t.nowrite,
+            t.pkey_c, t.plen_c, t.psrc_c, t.pv, t.pva_c, t.rdflt, t.skip, t.syn, t.widx)
         # ---- plan queues: planner -> key checks -> issue ------------------------------------
         key_tok = _token_layout(ab, "key")
         iss_tok = _token_layout(ab, "issue")
@@ -783,591 +992,420 @@ class Execute(wiring.Component):
             kq.payload.skip.eq(skip), kq.payload.cdone.eq(cdone),
             kq.payload.rdflt.eq(rdflt), kq.payload.pv.eq(pv), kq.payload.read.eq(c.read),
         ]
+        return types.SimpleNamespace(
+            b_idle=b_idle, bus_rd=bus_rd, bus_wr=bus_wr, head_rd=head_rd, head_wr=head_wr,
+            inv_dec=inv_dec, inv_inc=inv_inc, inv_pend=inv_pend, iss_q=iss_q, iss_tok=iss_tok,
+            k_idle=k_idle, ke=ke, key_q=key_q, kp_rd=kp_rd, kp_wr=kp_wr, kq=kq, kva_rd=kva_rd,
+            kva_wr=kva_wr, pd_rd=pd_rd, pd_wr=pd_wr, pipe_empty=pipe_empty,
+            post_plan_busy=post_plan_busy, r_idle=r_idle, sp_rd=sp_rd, sp_wr=sp_wr, wp=wp)
 
-        def first_valid(vec, after=None):
-            """Lowest piece index with its bit set in ``vec`` (> ``after``), MAX_SGE if none."""
-            out = Signal(range(MAX_SGE + 1))
-            m.d.comb += out.eq(MAX_SGE)
-            for i in reversed(range(MAX_SGE)):
-                if after is None:
-                    with m.If(vec[i]):
-                        m.d.comb += out.eq(i)
-                else:
-                    with m.If(vec[i] & (after < i)):
-                        m.d.comb += out.eq(i)
-            return out
-
+    def _planner(self, m, t):
+        """Stage 1, the planner's FSM (its states in the parts below, in this order); ``qp_reset``
+        clears the dead mark and the completion index first."""
+        (cnext_wr, dead_wr, plan_dec, plan_hit_r, plan_tk, rst) = (
+            t.cnext_wr, t.dead_wr, t.plan_dec, t.plan_hit_r, t.plan_tk, t.rst)
         # qp_reset clears the dead mark (priority over the planner's write)
         with m.If(rst.valid):
             m.d.comb += [dead_wr.addr.eq(rst.payload.qpn), dead_wr.data.eq(0),
                          dead_wr.en.eq(1),
                          cnext_wr.addr.eq(rst.payload.qpn), cnext_wr.data.eq(0),
                          cnext_wr.en.eq(1)]
-
-        def fail(syndrome, status, with_cqe):
-            m.d.sync += [fatal.eq(1), syn.eq(syndrome), cstat.eq(status), cqe_on.eq(with_cqe),
-                         nowrite.eq(1)]
-            if not isinstance(with_cqe, int) or with_cqe:
-                m.d.sync += cdone.eq(with_cqe)
-
-        def take_next(allow_flush):
-            """IDLE's work: read the tables for the next command (or a flush) and take it."""
-            m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
-                         wflt_rd.en.eq(1), cnext_rd.en.eq(1)]
-            m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(0), nowrite.eq(0),
-                         skip.eq(0), cdone.eq(0), flushing.eq(0), rdflt.eq(0), rd_sent.eq(0)]
-            # (only DEC reads it, entered on ``exe.valid``: the flush's c leaves it unused)
-            ep = self.exe.payload
-            m.d.sync += rd_new.eq(ep.read & ~ep.dup & (ep.status == 0))
-            # ``c`` is loaded in every cycle that could take (nothing reads it until the next
-            # state): its flops are enabled by the state, not by ``exe.valid`` or the flush
-            # queue's ``valid`` (PSN Check's decision, a long path in the whole core)
-            m.d.sync += c.eq(self.exe.payload)
-            # a command with ``status`` ≠ 0 only completes the held WQE in error, whatever its
-            # opcode (a READ request that broke a SEND's sequence is not a READ here)
-            m.d.sync += c.read.eq(ep.read & (ep.status == 0))
-            if allow_flush:
-                # a flush as the planner's command: its QP and ring, and the fields its CQEs
-                # read (``fcq``) zero; the fields only a packet's states read are left as they
-                # come (no mux in front of their flops)
-                fp = self.flush.payload
-                with m.If(~self.exe.valid):
-                    m.d.sync += [c.qpn.eq(fp.qpn), c.rcqn.eq(fp.rcqn), c.rq_base.eq(fp.rq_base),
-                                 c.rq_log.eq(fp.rq_log), c.status.eq(0)]
-                    m.d.sync += [c[f].eq(0) for f in (
-                        "write", "read", "imm_valid", "inv", "se", "wqe", "comp", "send",
-                        "imm_or_rkey")]
-            with m.If(self.exe.valid):
-                m.d.sync += [plan_tk.eq(1), plan_dec.eq(1)]
-                m.next = "DEC"
-            if allow_flush:
-                with m.Elif(self.flush.valid & pipe_empty):
-                    m.d.comb += self.flush.ready.eq(1)
-                    m.d.sync += [fl_end.eq(self.flush.payload.index), flushing.eq(1),
-                                 cstat.eq(WcStatus.WR_FLUSH_ERR)]
-                    m.next = "FL_DEC"
-                with m.Else():
-                    m.next = "IDLE"
-            else:
-                with m.Else():
-                    m.next = "IDLE"
-
         # ==== stage 1, the planner: tables, WQE, pieces, the checks that need no lookup ====
         m.d.sync += [plan_hit_r.eq(0), plan_tk.eq(0), plan_dec.eq(0)]
         with m.FSM(name="plan"):
             with m.State("IDLE"):
-                take_next(True)
-            with m.State("FL_DEC"):
-                # the block RAM's output (4.3 ns from the clock on an ECP5) ends in a register
-                # of its own, not behind ``c``'s input multiplexer
-                m.d.sync += fl_start.eq(cnext_rd_data)
-                m.next = "FL_LD"
-            with m.State("FL_LD"):
-                m.d.sync += c.rq_index.eq(fl_start)
+                self._take_next(m, t, True)
+            self._plan_flush(m, t)
+            self._plan_dec(m, t)
+            self._plan_ird(m, t)
+            self._plan_wqe(m, t)
+            self._plan_pieces(m, t)
+
+    def _fail(self, m, t, syndrome, status, with_cqe):
+        """The planner's outcome: fatal with ``syndrome``, the CQE status ``status``, a CQE if
+        ``with_cqe``, nothing written."""
+        (cdone, cqe_on, cstat, fatal, nowrite, syn) = (
+            t.cdone, t.cqe_on, t.cstat, t.fatal, t.nowrite, t.syn)
+        m.d.sync += [fatal.eq(1), syn.eq(syndrome), cstat.eq(status), cqe_on.eq(with_cqe),
+                     nowrite.eq(1)]
+        if not isinstance(with_cqe, int) or with_cqe:
+            m.d.sync += cdone.eq(with_cqe)
+
+    def _take_next(self, m, t, allow_flush):
+        """IDLE's work: read the tables for the next command (or a flush, if ``allow_flush``) and
+        take it."""
+        (c, cdone, cnext_rd, cqe_on, cstat, dead_rd, fatal, fl_end, flushing, nowrite, pipe_empty,
+         plan_dec, plan_tk, rd_new, rd_sent, rdflt, skip, syn, wflt_rd, wqe_rd) = (
+            t.c, t.cdone, t.cnext_rd, t.cqe_on, t.cstat, t.dead_rd, t.fatal, t.fl_end, t.flushing,
+            t.nowrite, t.pipe_empty, t.plan_dec, t.plan_tk, t.rd_new, t.rd_sent, t.rdflt, t.skip,
+            t.syn, t.wflt_rd, t.wqe_rd)
+        m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
+                     wflt_rd.en.eq(1), cnext_rd.en.eq(1)]
+        m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(0), nowrite.eq(0),
+                     skip.eq(0), cdone.eq(0), flushing.eq(0), rdflt.eq(0), rd_sent.eq(0)]
+        # (only DEC reads it, entered on ``exe.valid``: the flush's c leaves it unused)
+        ep = self.exe.payload
+        m.d.sync += rd_new.eq(ep.read & ~ep.dup & (ep.status == 0))
+        # ``c`` is loaded in every cycle that could take (nothing reads it until the next
+        # state): its flops are enabled by the state, not by ``exe.valid`` or the flush
+        # queue's ``valid`` (PSN Check's decision, a long path in the whole core)
+        m.d.sync += c.eq(self.exe.payload)
+        # a command with ``status`` ≠ 0 only completes the held WQE in error, whatever its
+        # opcode (a READ request that broke a SEND's sequence is not a READ here)
+        m.d.sync += c.read.eq(ep.read & (ep.status == 0))
+        if allow_flush:
+            # a flush as the planner's command: its QP and ring, and the fields its CQEs
+            # read (``fcq``) zero; the fields only a packet's states read are left as they
+            # come (no mux in front of their flops)
+            fp = self.flush.payload
+            with m.If(~self.exe.valid):
+                m.d.sync += [c.qpn.eq(fp.qpn), c.rcqn.eq(fp.rcqn), c.rq_base.eq(fp.rq_base),
+                             c.rq_log.eq(fp.rq_log), c.status.eq(0)]
+                m.d.sync += [c[f].eq(0) for f in (
+                    "write", "read", "imm_valid", "inv", "se", "wqe", "comp", "send",
+                    "imm_or_rkey")]
+        with m.If(self.exe.valid):
+            m.d.sync += [plan_tk.eq(1), plan_dec.eq(1)]
+            m.next = "DEC"
+        if allow_flush:
+            with m.Elif(self.flush.valid & pipe_empty):
+                m.d.comb += self.flush.ready.eq(1)
+                m.d.sync += [fl_end.eq(self.flush.payload.index), flushing.eq(1),
+                             cstat.eq(WcStatus.WR_FLUSH_ERR)]
+                m.next = "FL_DEC"
+            with m.Else():
+                m.next = "IDLE"
+        else:
+            with m.Else():
+                m.next = "IDLE"
+
+    def _plan_flush(self, m, t):
+        """The planner's flush states: from the QP's completion index (``cnext``) to the flush's
+        end, each WQE read (FETCH) and its CQE pushed (FL_CQE); then the QP's completion index
+        written and the QP marked dead."""
+        (ab, c, cnext_rd_data, cnext_wr, cqe_q, dead_wr, faddr, faddr_c, fl_cqe, fl_end, fl_start,
+         fl_stop, rst) = (
+            t.ab, t.c, t.cnext_rd_data, t.cnext_wr, t.cqe_q, t.dead_wr, t.faddr, t.faddr_c,
+            t.fl_cqe, t.fl_end, t.fl_start, t.fl_stop, t.rst)
+        with m.State("FL_DEC"):
+            # the block RAM's output (4.3 ns from the clock on an ECP5) ends in a register
+            # of its own, not behind ``c``'s input multiplexer
+            m.d.sync += fl_start.eq(cnext_rd_data)
+            m.next = "FL_LD"
+        with m.State("FL_LD"):
+            m.d.sync += c.rq_index.eq(fl_start)
+            m.next = "FL_CHK"
+        with m.State("FL_CHK"):
+            # registered: is the flush at its end (index reached or behind)?
+            fl_left = Signal(16)
+            m.d.comb += fl_left.eq(fl_end - c.rq_index)
+            m.d.sync += [fl_stop.eq((fl_left == 0) | fl_left[15]),
+                         faddr.eq(faddr_c)]
+            m.next = "FL_NEXT"
+        with m.State("FL_NEXT"):
+            with m.If(fl_stop):
+                with m.If(~rst.valid):
+                    m.d.comb += [cnext_wr.addr.eq(c.qpn[:ab]), cnext_wr.data.eq(c.rq_index),
+                                 cnext_wr.en.eq(1),
+                                 dead_wr.addr.eq(c.qpn[:ab]), dead_wr.data.eq(1),
+                                 dead_wr.en.eq(1)]
+                    m.next = "IDLE"
+            with m.Else():
+                m.next = "FETCH"
+        with m.State("FL_CQE"):
+            m.d.comb += fl_cqe.eq(1)
+            with m.If(cqe_q.i.ready):
+                m.d.sync += c.rq_index.eq(c.rq_index + 1)
                 m.next = "FL_CHK"
-            with m.State("FL_CHK"):
-                # registered: is the flush at its end (index reached or behind)?
-                fl_left = Signal(16)
-                m.d.comb += fl_left.eq(fl_end - c.rq_index)
-                m.d.sync += [fl_stop.eq((fl_left == 0) | fl_left[15]),
-                             faddr.eq(faddr_c)]
-                m.next = "FL_NEXT"
-            with m.State("FL_NEXT"):
-                with m.If(fl_stop):
-                    with m.If(~rst.valid):
-                        m.d.comb += [cnext_wr.addr.eq(c.qpn[:ab]), cnext_wr.data.eq(c.rq_index),
-                                     cnext_wr.en.eq(1),
-                                     dead_wr.addr.eq(c.qpn[:ab]), dead_wr.data.eq(1),
-                                     dead_wr.en.eq(1)]
-                        m.next = "IDLE"
+
+    def _plan_dec(self, m, t):
+        """The planner's state DEC: the tables read for the command, and its way on: skipped (dead
+        or write fault), a READ (sent on now if new), a WQE to look up, or the pieces."""
+        (c, dead_rd_data, faddr, faddr_c, head_wr, kp_wr, kq, kva_wr, look_eq, nowrite, off, pd_wr,
+         plan_tk, plen, pv_c, rd_new, rd_sent, skip, wflt_rd, widx, wp, wq_held, wqe_rd, zlen) = (
+            t.c, t.dead_rd_data, t.faddr, t.faddr_c, t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.look_eq,
+            t.nowrite, t.off, t.pd_wr, t.plan_tk, t.plen, t.pv_c, t.rd_new, t.rd_sent, t.skip,
+            t.wflt_rd, t.widx, t.wp, t.wq_held, t.wqe_rd, t.zlen)
+        with m.State("DEC"):
+            m.d.sync += plan_tk.eq(1)
+            m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
+                         wq_held.eq(wqe_rd.data),
+                         zlen.eq((plen == 0) & (off == 0)),
+                         faddr.eq(faddr_c),
+                         look_eq.eq(Cat(*[wqe_rd.data[k:k + 2] == c.rq_index[k:k + 2]
+                                          for k in range(0, 16, 2)]))]
+            with m.If(c.read):
+                # a READ's plan records, from c, into the planner's own slot (CALC and PUSH
+                # write the same when it leaves later, or is skipped): their write enables
+                # wait neither for the marks nor for the queue's room
+                m.d.comb += [head_wr.en.eq(1), pd_wr.en.eq(1),
+                             kp_wr[0].en.eq(1), kva_wr[0].en.eq(1)]
+            # (the entry's piece flags as CALC would register them: read only with a push)
+            m.d.comb += kq.payload.pv.eq(Cat(*pv_c))
+            with m.If(dead_rd_data | wflt_rd.data):
+                m.d.sync += [skip.eq(1), nowrite.eq(1)]
+                m.next = "PUSH"
+            with m.Elif(c.read):
+                with m.If(rd_new & kq.ready):
+                    # a new READ of a live QP: its plan is c's alone (one piece, its whole
+                    # range; the outcome so far is success), so it goes to the key checks
+                    # now; the IRD states behind only record its PSN (the next command's
+                    # DEC reads ``rd_meta`` after RD_RING's write)
+                    m.d.comb += kq.valid.eq(1)
+                    m.d.sync += [wp.eq(wp + 1), rd_sent.eq(1)]
+                m.next = "RD_META"
+            with m.Elif(c.wqe):
+                m.next = "LOOK"
+            with m.Elif(c.send | (c.status != 0)):
+                # the WQE the QP's message holds, looked up in the store by {QP, the
+                # index in ``wqet``, ring} like a WQE to take (PSN Check's ``rq_index``
+                # names the same WQE: then the tags compared in this cycle are the ones;
+                # else LOOK loads ``wq_held`` into c and compares again)
+                m.next = "LOOK"
+            with m.Else():
+                m.next = "SUMS"
+
+    def _plan_ird(self, m, t):
+        """The planner's IRD states (a READ): a new READ's PSN recorded in ``rd_ring``, a duplicate
+        checked against the oldest held READ (0x61 if none holds it)."""
+        (ab, c, rd_bad, rd_cnt, rd_first, rd_nw, rd_old, rd_sent, rdm_rd, rdm_wr, rdr_rd, rdr_wr,
+         rm_cnt, rm_ird, rm_wp, rst) = (
+            t.ab, t.c, t.rd_bad, t.rd_cnt, t.rd_first, t.rd_nw, t.rd_old, t.rd_sent, t.rdm_rd,
+            t.rdm_wr, t.rdr_rd, t.rdr_wr, t.rm_cnt, t.rm_ird, t.rm_wp, t.rst)
+        with m.State("RD_META"):
+            # a READ: its QP's held READs (``rd_meta``, read in DEC), registered off the
+            # block RAM's output, with the QP's IRD (ARG15: 0 means 1, at most 8)
+            md = rdm_rd.data
+            m.d.sync += [rm_wp.eq(md.wp), rm_cnt.eq(md.cnt),
+                         rm_ird.eq(Mux(c.ird == 0, 1, Mux(c.ird > MAX_IRD, MAX_IRD, c.ird)))]
+            m.next = "RD_CALC"
+        with m.State("RD_CALC"):
+            # the held count (IRD may have been lowered since), the oldest held slot and
+            # the count after a new READ, into registers
+            cnt_e = Signal(4)
+            m.d.comb += cnt_e.eq(Mux(rm_cnt > rm_ird, rm_ird, rm_cnt))
+            m.d.sync += [rd_cnt.eq(cnt_e), rd_old.eq(rm_wp - cnt_e),
+                         rd_nw.eq(Mux(cnt_e == rm_ird, rm_ird, cnt_e + 1))]
+            m.next = "RD_RING"
+        with m.State("RD_RING"):
+            # a new READ takes the next slot (the oldest, once IRD are held); a duplicate
+            # reads the oldest held READ's first PSN
+            m.d.comb += [rdr_rd.addr.eq(Cat(rd_old, c.qpn[:ab])),
+                         rdr_wr.addr.eq(Cat(rm_wp, c.qpn[:ab]))]
+            with m.If(~rst.valid):
+                with m.If(~c.dup):
+                    m.d.comb += [rdr_wr.en.eq(1), rdm_wr.en.eq(1),
+                                 rdm_wr.data.wp.eq(rm_wp + 1), rdm_wr.data.cnt.eq(rd_nw)]
+                    with m.If(rd_sent):
+                        self._take_next(m, t, False)
+                    with m.Else():
+                        # (SUMS does nothing for a READ: its piece is c's)
+                        m.next = "CALC"
                 with m.Else():
-                    m.next = "FETCH"
-            with m.State("FL_CQE"):
-                m.d.comb += fl_cqe.eq(1)
-                with m.If(cqe_q.i.ready):
-                    m.d.sync += c.rq_index.eq(c.rq_index + 1)
-                    m.next = "FL_CHK"
-            with m.State("DEC"):
-                m.d.sync += plan_tk.eq(1)
-                m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
-                             wq_held.eq(wqe_rd.data),
-                             zlen.eq((plen == 0) & (off == 0)),
-                             faddr.eq(faddr_c),
-                             look_eq.eq(Cat(*[wqe_rd.data[k:k + 2] == c.rq_index[k:k + 2]
-                                              for k in range(0, 16, 2)]))]
-                with m.If(c.read):
-                    # a READ's plan records, from c, into the planner's own slot (CALC and PUSH
-                    # write the same when it leaves later, or is skipped): their write enables
-                    # wait neither for the marks nor for the queue's room
-                    m.d.comb += [head_wr.en.eq(1), pd_wr.en.eq(1),
-                                 kp_wr[0].en.eq(1), kva_wr[0].en.eq(1)]
-                # (the entry's piece flags as CALC would register them: read only with a push)
-                m.d.comb += kq.payload.pv.eq(Cat(*pv_c))
-                with m.If(dead_rd_data | wflt_rd.data):
-                    m.d.sync += [skip.eq(1), nowrite.eq(1)]
-                    m.next = "PUSH"
-                with m.Elif(c.read):
-                    with m.If(rd_new & kq.ready):
-                        # a new READ of a live QP: its plan is c's alone (one piece, its whole
-                        # range; the outcome so far is success), so it goes to the key checks
-                        # now; the IRD states behind only record its PSN (the next command's
-                        # DEC reads ``rd_meta`` after RD_RING's write)
-                        m.d.comb += kq.valid.eq(1)
-                        m.d.sync += [wp.eq(wp + 1), rd_sent.eq(1)]
-                    m.next = "RD_META"
-                with m.Elif(c.wqe):
-                    m.next = "LOOK"
-                with m.Elif(c.send | (c.status != 0)):
-                    # the WQE the QP's message holds, looked up in the store by {QP, the
-                    # index in ``wqet``, ring} like a WQE to take (PSN Check's ``rq_index``
-                    # names the same WQE: then the tags compared in this cycle are the ones;
-                    # else LOOK loads ``wq_held`` into c and compares again)
-                    m.next = "LOOK"
+                    m.next = "RD_DATA"
+        with m.State("RD_DATA"):
+            m.d.sync += rd_first.eq(rdr_rd.data)
+            m.next = "RD_HELD"
+        with m.State("RD_HELD"):
+            # held if its PSN is at or after the oldest held READ's first PSN
+            dist = Signal(24)
+            m.d.comb += dist.eq(c.psn - rd_first)
+            m.d.sync += rd_bad.eq((rd_cnt == 0) | dist[23])
+            m.next = "RD_JUDGE"
+        with m.State("RD_JUDGE"):
+            with m.If(rd_bad):
+                self._fail(m, t, 0x61, 0, 0)
+            m.next = "CALC"
+
+    def _plan_wqe(self, m, t):
+        """The planner's WQE states: LOOK (the store's tags compared), HIT (the planner's row or a
+        pool slot), TAKE, and FETCH/FETCH_WAIT (the WQE read into row P)."""
+        (P, ab, c, c_ring, cdone, d_eq, d_index, d_qpn, d_ring, d_valid, ev_q, faddr, faddr_c,
+         fetch, fl_ev, flushing, look_eq, pchk, pin, plan_fetch, plan_hit_r, plan_look, plan_tk,
+         pool, prow, prow_oh, rdflt, ring_ok, take, wd_err, wq_held) = (
+            t.P, t.ab, t.c, t.c_ring, t.cdone, t.d_eq, t.d_index, t.d_qpn, t.d_ring, t.d_valid,
+            t.ev_q, t.faddr, t.faddr_c, t.fetch, t.fl_ev, t.flushing, t.look_eq, t.pchk, t.pin,
+            t.plan_fetch, t.plan_hit_r, t.plan_look, t.plan_tk, t.pool, t.prow, t.prow_oh, t.rdflt,
+            t.ring_ok, t.take, t.wd_err, t.wq_held)
+        with m.State("LOOK"):
+            m.d.sync += plan_tk.eq(1)
+            # match the pool: same QP, same ring index, same ring (compared the cycle before)
+            with m.If(c.wqe | look_eq.all()):
+                m.d.sync += plan_hit_r.eq(1)
+                if P:
+                    m.d.sync += pool["match"].eq(pool["match_c"])
+                m.next = "HIT"
+            with m.Else():
+                # the held index is not c's: c takes it (from ``wq_held``, a register:
+                # the ``wqet`` block RAM's output goes into no multiplexer of c's)
+                m.d.sync += c.rq_index.eq(wq_held)
+                m.next = "LOOK_LD"
+        with m.State("LOOK_LD"):
+            m.d.sync += plan_tk.eq(1)
+            # the tags are compared with c's new index in this cycle; its address
+            m.d.sync += [faddr.eq(faddr_c), look_eq.eq(0xFF)]
+            m.next = "LOOK"
+        with m.State("HIT"):
+            m.d.comb += plan_look.eq(1)
+            if P:
+                # (in every HIT cycle: the last one's is the slot a pool hit takes)
+                m.d.sync += prow_oh.eq(Cat(*[pool["hsel"] == i for i in range(P)]))
+            m.d.sync += [plan_hit_r.eq(1), plan_tk.eq(1)]
+            # ``wqet`` gets the index of a WQE the command takes
+            with m.If(d_valid & d_eq):
+                # row P, the planner's own last read, holds it
+                m.d.sync += prow.eq(P)
+                with m.If(c.wqe):
+                    m.next = "TAKE"
                 with m.Else():
                     m.next = "SUMS"
-            with m.State("RD_META"):
-                # a READ: its QP's held READs (``rd_meta``, read in DEC), registered off the
-                # block RAM's output, with the QP's IRD (ARG15: 0 means 1, at most 8)
-                md = rdm_rd.data
-                m.d.sync += [rm_wp.eq(md.wp), rm_cnt.eq(md.cnt),
-                             rm_ird.eq(Mux(c.ird == 0, 1, Mux(c.ird > MAX_IRD, MAX_IRD, c.ird)))]
-                m.next = "RD_CALC"
-            with m.State("RD_CALC"):
-                # the held count (IRD may have been lowered since), the oldest held slot and
-                # the count after a new READ, into registers
-                cnt_e = Signal(4)
-                m.d.comb += cnt_e.eq(Mux(rm_cnt > rm_ird, rm_ird, rm_cnt))
-                m.d.sync += [rd_cnt.eq(cnt_e), rd_old.eq(rm_wp - cnt_e),
-                             rd_nw.eq(Mux(cnt_e == rm_ird, rm_ird, cnt_e + 1))]
-                m.next = "RD_RING"
-            with m.State("RD_RING"):
-                # a new READ takes the next slot (the oldest, once IRD are held); a duplicate
-                # reads the oldest held READ's first PSN
-                m.d.comb += [rdr_rd.addr.eq(Cat(rd_old, c.qpn[:ab])),
-                             rdr_wr.addr.eq(Cat(rm_wp, c.qpn[:ab]))]
-                with m.If(~rst.valid):
-                    with m.If(~c.dup):
-                        m.d.comb += [rdr_wr.en.eq(1), rdm_wr.en.eq(1),
-                                     rdm_wr.data.wp.eq(rm_wp + 1), rdm_wr.data.cnt.eq(rd_nw)]
-                        with m.If(rd_sent):
-                            take_next(False)
-                        with m.Else():
-                            # (SUMS does nothing for a READ: its piece is c's)
-                            m.next = "CALC"
-                    with m.Else():
-                        m.next = "RD_DATA"
-            with m.State("RD_DATA"):
-                m.d.sync += rd_first.eq(rdr_rd.data)
-                m.next = "RD_HELD"
-            with m.State("RD_HELD"):
-                # held if its PSN is at or after the oldest held READ's first PSN
-                dist = Signal(24)
-                m.d.comb += dist.eq(c.psn - rd_first)
-                m.d.sync += rd_bad.eq((rd_cnt == 0) | dist[23])
-                m.next = "RD_JUDGE"
-            with m.State("RD_JUDGE"):
-                with m.If(rd_bad):
-                    fail(0x61, 0, 0)
-                m.next = "CALC"
-            with m.State("LOOK"):
-                m.d.sync += plan_tk.eq(1)
-                # match the pool: same QP, same ring index, same ring (compared the cycle before)
-                with m.If(c.wqe | look_eq.all()):
-                    m.d.sync += plan_hit_r.eq(1)
-                    if P:
-                        m.d.sync += pool["match"].eq(pool["match_c"])
-                    m.next = "HIT"
-                with m.Else():
-                    # the held index is not c's: c takes it (from ``wq_held``, a register:
-                    # the ``wqet`` block RAM's output goes into no multiplexer of c's)
-                    m.d.sync += c.rq_index.eq(wq_held)
-                    m.next = "LOOK_LD"
-            with m.State("LOOK_LD"):
-                m.d.sync += plan_tk.eq(1)
-                # the tags are compared with c's new index in this cycle; its address
-                m.d.sync += [faddr.eq(faddr_c), look_eq.eq(0xFF)]
-                m.next = "LOOK"
-            with m.State("HIT"):
-                m.d.comb += plan_look.eq(1)
-                if P:
-                    # (in every HIT cycle: the last one's is the slot a pool hit takes)
-                    m.d.sync += prow_oh.eq(Cat(*[pool["hsel"] == i for i in range(P)]))
-                m.d.sync += [plan_hit_r.eq(1), plan_tk.eq(1)]
-                # ``wqet`` gets the index of a WQE the command takes
-                with m.If(d_valid & d_eq):
-                    # row P, the planner's own last read, holds it
-                    m.d.sync += prow.eq(P)
+            if P:
+                cur = pool["match"] & pool["valid"]
+                with m.Elif((cur == 0) | ((pool["match"] & pool["claim_d"]) != 0)):
+                    # a matched slot the prefetcher claimed in LOOK (``claim_d`` now; none
+                    # is claimed in HIT) holds another WQE from now on: the planner reads
+                    # the WQE itself (rare)
+                    m.next = "FETCH"
+                with m.Elif((cur & pool["ok"]) != 0):
+                    # the slot ``hsel``: the planner works from its row, pinned until PUSH
+                    m.d.comb += pool["hit"].eq(1)
+                    m.d.sync += [prow.eq(pool["hsel"]), pin.eq(1), pchk.eq(1)]
                     with m.If(c.wqe):
                         m.next = "TAKE"
                     with m.Else():
                         m.next = "SUMS"
-                if P:
-                    cur = pool["match"] & pool["valid"]
-                    with m.Elif((cur == 0) | ((pool["match"] & pool["claim_d"]) != 0)):
-                        # a matched slot the prefetcher claimed in LOOK (``claim_d`` now; none
-                        # is claimed in HIT) holds another WQE from now on: the planner reads
-                        # the WQE itself (rare)
-                        m.next = "FETCH"
-                    with m.Elif((cur & pool["ok"]) != 0):
-                        # the slot ``hsel``: the planner works from its row, pinned until PUSH
-                        m.d.comb += pool["hit"].eq(1)
-                        m.d.sync += [prow.eq(pool["hsel"]), pin.eq(1), pchk.eq(1)]
-                        with m.If(c.wqe):
-                            m.next = "TAKE"
-                        with m.Else():
-                            m.next = "SUMS"
-                else:
-                    with m.Else():
-                        m.next = "FETCH"
-            with m.State("TAKE"):
-                m.d.sync += plan_tk.eq(1)
-                with m.If(pchk & ~ring_ok):
-                    # the slot hit was read from another ring: the planner reads the WQE
-                    m.d.sync += [pin.eq(0), pchk.eq(0)]
+            else:
+                with m.Else():
                     m.next = "FETCH"
-                with m.Else():
-                    m.d.comb += take.eq(1)
-                    m.d.sync += pchk.eq(0)
-                    m.next = "SUMS"
-            with m.State("FETCH"):
-                # (a WQE to take, a held WQE the store lost, or a flush's WQE) into row P
-                m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
-                m.d.sync += [pchk.eq(0), plan_tk.eq(1)]
-                with m.If(fetch.req.ready):
-                    m.d.sync += [prow.eq(P), d_valid.eq(0)]
-                    m.next = "FETCH_WAIT"
-            with m.State("FETCH_WAIT"):
-                m.d.sync += plan_tk.eq(1)
-                r = fetch.resp
-                with m.If(r.valid & r.payload.tag[7]):
-                    with m.If(r.payload.err):
-                        with m.If(flushing):
-                            m.d.comb += fl_ev.eq(~wd_err)
-                            with m.If(~wd_err & ev_q.i.ready):
-                                m.d.comb += r.ready.eq(1)
-                                m.d.sync += c.rq_index.eq(c.rq_index + 1)
-                                m.next = "FL_CHK"
-                        with m.Else():
-                            # event 4 when the entry is posted (not if the QP is dead by then)
+        with m.State("TAKE"):
+            m.d.sync += plan_tk.eq(1)
+            with m.If(pchk & ~ring_ok):
+                # the slot hit was read from another ring: the planner reads the WQE
+                m.d.sync += [pin.eq(0), pchk.eq(0)]
+                m.next = "FETCH"
+            with m.Else():
+                m.d.comb += take.eq(1)
+                m.d.sync += pchk.eq(0)
+                m.next = "SUMS"
+        with m.State("FETCH"):
+            # (a WQE to take, a held WQE the store lost, or a flush's WQE) into row P
+            m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
+            m.d.sync += [pchk.eq(0), plan_tk.eq(1)]
+            with m.If(fetch.req.ready):
+                m.d.sync += [prow.eq(P), d_valid.eq(0)]
+                m.next = "FETCH_WAIT"
+        with m.State("FETCH_WAIT"):
+            m.d.sync += plan_tk.eq(1)
+            r = fetch.resp
+            with m.If(r.valid & r.payload.tag[7]):
+                with m.If(r.payload.err):
+                    with m.If(flushing):
+                        m.d.comb += fl_ev.eq(~wd_err)
+                        with m.If(~wd_err & ev_q.i.ready):
                             m.d.comb += r.ready.eq(1)
-                            fail(0, 0, 0)
-                            m.d.sync += [cdone.eq(1), rdflt.eq(1)]
-                            m.next = "PUSH"
+                            m.d.sync += c.rq_index.eq(c.rq_index + 1)
+                            m.next = "FL_CHK"
                     with m.Else():
+                        # event 4 when the entry is posted (not if the QP is dead by then)
                         m.d.comb += r.ready.eq(1)
-                        with m.If(flushing):
-                            # FL_CQE reads the wr_id from row P
-                            m.next = "FL_CQE"
-                        with m.Else():
-                            # row P holds c's WQE from now on (taken, or the held one again)
-                            m.d.comb += take.eq(c.wqe)
-                            m.d.sync += [d_valid.eq(1), d_qpn.eq(c.qpn[:ab]),
-                                         d_index.eq(c.rq_index), d_ring.eq(c_ring)]
-                            m.next = "SUMS"
-            for i in range(MAX_SGE):
-                # the SGE prefix sums (one add per cycle) and the message end
-                with m.State("SUMS" if i == 0 else f"SUMS{i}"):
-                    m.d.sync += cum[i + 1].eq(cum_c[i + 1])
-                    if i + 1 < MAX_SGE:
-                        m.d.sync += li_r.eq(li_cs[i + 1])
-                    if i == 0:
-                        m.d.sync += [mend.eq(off + plen), pchk.eq(0)]
-                        with m.If(pchk & ~ring_ok):
-                            # a held WQE's slot hit, read from another ring (see TAKE)
-                            m.d.sync += pin.eq(0)
-                            m.next = "FETCH"
-                        with m.Elif(c.write | zlen):
-                            # no piece from the SGEs: an RDMA WRITE's piece is c's (its va
-                            # is written in CALC), and a SEND of no payload at offset 0 has
-                            # none (the message ends at 0: no overflow)
-                            m.d.sync += [bad_nsge.eq(wqe.nsge > MAX_SGE), overflow.eq(0),
-                                         *[v.eq(0) for v in v_rs]]
-                            m.next = "CALC"
-                        with m.Elif(wqe.nsge[1:] == 0):
-                            # at most one SGE: the later sums add nothing
-                            m.d.sync += [cum[k].eq(cum_c[1]) for k in range(2, MAX_SGE + 1)]
-                            m.next = "CUT"
-                        with m.Else():
-                            m.next = "SUMS1"
-                    else:
-                        m.next = f"SUMS{i + 1}" if i + 1 < MAX_SGE else "CUT"
-            with m.State("CUT"):
-                m.d.sync += cut
-                m.d.sync += [a_r.eq(wqe.sge[0].addr), bad_nsge.eq(wqe.nsge > MAX_SGE),
-                             overflow.eq(mend > cum[MAX_SGE])]
-                m.next = "CUT2"
-            with m.State("CUT2"):
-                m.d.sync += cut2
-                m.d.sync += a_r.eq(wqe.sge[1].addr)
-                m.d.comb += kva_wr[0].en.eq(1)
-                m.next = "CALC"
-            with m.State("CALC"):
-                m.d.sync += a_r.eq(wqe.sge[2].addr)
-                with m.If(c.write | c.read):
-                    # (a WRITE comes here from SUMS, a READ from its IRD states: the piece's
-                    # va, from c)
-                    m.d.comb += kva_wr[0].en.eq(1)
-                for i in range(MAX_SGE):
-                    m.d.sync += pv[i].eq(pv_c[i])
-                    m.d.comb += [kp_wr[i].en.eq(1), sp_wr[i].en.eq(1)]
-                m.d.comb += kva_wr[1].en.eq(1)
-                with m.If(c.status != 0):
-                    fail(0, c.status, 1)
-                with m.Elif((c.send | c.wqe) & bad_nsge):
-                    fail(0x63, WcStatus.LOC_QP_OP_ERR, 1)
-                with m.Elif(c.send & overflow):
-                    fail(0x63, WcStatus.LOC_QP_OP_ERR, 1)
+                        self._fail(m, t, 0, 0, 0)
+                        m.d.sync += [cdone.eq(1), rdflt.eq(1)]
+                        m.next = "PUSH"
                 with m.Else():
-                    m.d.sync += [cqe_on.eq(c.comp), cdone.eq(c.comp)]
-                m.next = "PUSH"
-            with m.State("PUSH"):
-                m.d.comb += [kq.valid.eq(1), head_wr.en.eq(1), pd_wr.en.eq(1),
-                             kva_wr[MAX_SGE - 1].en.eq(1)]
-                with m.If(kq.ready):
-                    # done with the row: a pool slot whose WQE this command completes is free
-                    m.d.comb += release.eq(pin & c.comp)
-                    m.d.sync += [wp.eq(wp + 1), pin.eq(0)]
-                    take_next(False)
-                with m.Else():
-                    m.next = "PUSH"
+                    m.d.comb += r.ready.eq(1)
+                    with m.If(flushing):
+                        # FL_CQE reads the wr_id from row P
+                        m.next = "FL_CQE"
+                    with m.Else():
+                        # row P holds c's WQE from now on (taken, or the held one again)
+                        m.d.comb += take.eq(c.wqe)
+                        m.d.sync += [d_valid.eq(1), d_qpn.eq(c.qpn[:ab]),
+                                     d_index.eq(c.rq_index), d_ring.eq(c_ring)]
+                        m.next = "SUMS"
 
-        self._key_checks(m, bus_wr, first_valid, inv_inc, inv_pend, iss_q, k_idle, ke, key_q,
-                         kp_rd, kva_rd, pd_rd)
-        post_dead_w, pp_q = self._reservation(m, dead_rd2, dead_rd2_data, dead_wr, iss_q, iss_tok,
-                                              post_plan_busy, r, r_idle, rst, wflt_rd2)
-
-        # ==== stage 4: writes, closing piece, invalidate, done/CQE ===========================
-        b = Signal(iss_tok)
-        jb = Signal(range(MAX_SGE + 1))
-        pp_first = first_valid(pp_q.o.payload.pv)
-        b_next = first_valid(b.pv, jb)
-        bh = head_rd.data
-        m.d.comb += head_rd.addr.eq(b.slot)
-        j_len_b, j_src_b, j_bus_b = Signal(13), Signal(13), Signal(64)
+    def _plan_pieces(self, m, t):
+        """The planner's piece states: SUMS, CUT, CUT2, CALC (the pieces and the checks that need
+        no lookup) and PUSH (the entry into ``key_q``)."""
+        (a_r, bad_nsge, c, cdone, cqe_on, cum, cum_c, cut, cut2, head_wr, kp_wr, kq, kva_wr, li_cs,
+         li_r, mend, off, overflow, pchk, pd_wr, pin, plen, pv, pv_c, release, ring_ok, sp_wr,
+         v_rs, wp, wqe, zlen) = (
+            t.a_r, t.bad_nsge, t.c, t.cdone, t.cqe_on, t.cum, t.cum_c, t.cut, t.cut2, t.head_wr,
+            t.kp_wr, t.kq, t.kva_wr, t.li_cs, t.li_r, t.mend, t.off, t.overflow, t.pchk, t.pd_wr,
+            t.pin, t.plen, t.pv, t.pv_c, t.release, t.ring_ok, t.sp_wr, t.v_rs, t.wp, t.wqe,
+            t.zlen)
         for i in range(MAX_SGE):
-            m.d.comb += [sp_rd[i].addr.eq(b.slot), bus_rd[i].addr.eq(b.slot)]
-        with m.Switch(jb):
+            # the SGE prefix sums (one add per cycle) and the message end
+            with m.State("SUMS" if i == 0 else f"SUMS{i}"):
+                m.d.sync += cum[i + 1].eq(cum_c[i + 1])
+                if i + 1 < MAX_SGE:
+                    m.d.sync += li_r.eq(li_cs[i + 1])
+                if i == 0:
+                    m.d.sync += [mend.eq(off + plen), pchk.eq(0)]
+                    with m.If(pchk & ~ring_ok):
+                        # a held WQE's slot hit, read from another ring (see TAKE)
+                        m.d.sync += pin.eq(0)
+                        m.next = "FETCH"
+                    with m.Elif(c.write | zlen):
+                        # no piece from the SGEs: an RDMA WRITE's piece is c's (its va
+                        # is written in CALC), and a SEND of no payload at offset 0 has
+                        # none (the message ends at 0: no overflow)
+                        m.d.sync += [bad_nsge.eq(wqe.nsge > MAX_SGE), overflow.eq(0),
+                                     *[v.eq(0) for v in v_rs]]
+                        m.next = "CALC"
+                    with m.Elif(wqe.nsge[1:] == 0):
+                        # at most one SGE: the later sums add nothing
+                        m.d.sync += [cum[k].eq(cum_c[1]) for k in range(2, MAX_SGE + 1)]
+                        m.next = "CUT"
+                    with m.Else():
+                        m.next = "SUMS1"
+                else:
+                    m.next = f"SUMS{i + 1}" if i + 1 < MAX_SGE else "CUT"
+        with m.State("CUT"):
+            m.d.sync += cut
+            m.d.sync += [a_r.eq(wqe.sge[0].addr), bad_nsge.eq(wqe.nsge > MAX_SGE),
+                         overflow.eq(mend > cum[MAX_SGE])]
+            m.next = "CUT2"
+        with m.State("CUT2"):
+            m.d.sync += cut2
+            m.d.sync += a_r.eq(wqe.sge[1].addr)
+            m.d.comb += kva_wr[0].en.eq(1)
+            m.next = "CALC"
+        with m.State("CALC"):
+            m.d.sync += a_r.eq(wqe.sge[2].addr)
+            with m.If(c.write | c.read):
+                # (a WRITE comes here from SUMS, a READ from its IRD states: the piece's
+                # va, from c)
+                m.d.comb += kva_wr[0].en.eq(1)
             for i in range(MAX_SGE):
-                with m.Case(i):
-                    m.d.comb += [j_len_b.eq(sp_rd[i].data.len), j_src_b.eq(sp_rd[i].data.src),
-                                 j_bus_b.eq(bus_rd[i].data)]
-        m.d.comb += [
-            self.wr.req.payload.addr.eq(j_bus_b),
-            self.wr.req.payload.len_bytes.eq(j_len_b),
-            self.wr.req.payload.tag.eq(wr_cnt[:8]),
-            pq.payload.src.eq(j_src_b),
-            pq.payload.len.eq(j_len_b),
-            pq.payload.lane.eq(j_bus_b[:lb]),
-            pq.payload.end.eq(0),
-            wqpn_wr.addr.eq(wr_cnt[:MAX_WRITES.bit_length() - 1]),
-            wqpn_wr.data.eq(bh.qpn[:ab]),
-            self.inval.req.payload.key.eq(bh.imm_or_rkey),
-            self.inval.req.payload.tag.eq(0),
-            plan_ev_qpn.eq(Mux(flushing, c.qpn, bh.qpn)),
-            plan_ev.eq(fl_ev | b_ev),
-        ]
+                m.d.sync += pv[i].eq(pv_c[i])
+                m.d.comb += [kp_wr[i].en.eq(1), sp_wr[i].en.eq(1)]
+            m.d.comb += kva_wr[1].en.eq(1)
+            with m.If(c.status != 0):
+                self._fail(m, t, 0, c.status, 1)
+            with m.Elif((c.send | c.wqe) & bad_nsge):
+                self._fail(m, t, 0x63, WcStatus.LOC_QP_OP_ERR, 1)
+            with m.Elif(c.send & overflow):
+                self._fail(m, t, 0x63, WcStatus.LOC_QP_OP_ERR, 1)
+            with m.Else():
+                m.d.sync += [cqe_on.eq(c.comp), cdone.eq(c.comp)]
+            m.next = "PUSH"
+        with m.State("PUSH"):
+            m.d.comb += [kq.valid.eq(1), head_wr.en.eq(1), pd_wr.en.eq(1),
+                         kva_wr[MAX_SGE - 1].en.eq(1)]
+            with m.If(kq.ready):
+                # done with the row: a pool slot whose WQE this command completes is free
+                m.d.comb += release.eq(pin & c.comp)
+                m.d.sync += [wp.eq(wp + 1), pin.eq(0)]
+                self._take_next(m, t, False)
+            with m.Else():
+                m.next = "PUSH"
 
-        # an answered READ's job (its PSN, MSN and path MTU in the head's wr_id field). The jobs
-        # wait here while a long READ's responses are sent (stage 4 stalls only when READ_JOBS
-        # wait), in LUT RAM read at the head (the READ response engine registers the job it
-        # takes)
-        m.submodules.read_q = read_q = Queue(read_job_layout, READ_JOBS, buffered=False)
-        connect(m, read_q.o, wiring.flipped(self.read))
-        rq = read_q.i
-        m.d.comb += [rq.payload.qpn.eq(bh.qpn), rq.payload.psn.eq(bh.wr_id[0:24]),
-                     rq.payload.msn.eq(bh.wr_id[24:48]), rq.payload.pmtu.eq(bh.wr_id[48:51]),
-                     rq.payload.addr.eq(bus_rd[0].data), rq.payload.len.eq(bh.byte_len)]
-
-        # CQE and post entries (the flush's CQEs come from the planner while stage 4 is idle)
-        cq = Signal(cqe_layout)
-        b_cqe = Signal(cqe_layout)
-        m.d.comb += [
-            b_cqe.cqn.eq(b.cqn), b_cqe.wr_id.eq(bh.wr_id), b_cqe.byte_len.eq(bh.byte_len),
-            b_cqe.imm_or_rkey.eq(bh.imm_or_rkey), b_cqe.qpn.eq(bh.qpn), b_cqe.status.eq(b.cstat),
-            b_cqe.opcode.eq(Mux(bh.rdma_imm, RECV_RDMA_WITH_IMM, RECV)),
-            b_cqe.flags.eq(Mux(bh.imm, WITH_IMM, 0) | Mux(b.inv, WITH_INVALIDATE, 0)),
-            b_cqe.se.eq(bh.se), b_cqe.flush.eq(0),
-        ]
-        m.d.comb += [
-            cq.eq(Mux(fl_cqe, fcq, b_cqe)),
-            [getattr(cqe_q.i.payload, k).eq(getattr(cq, k)) for k in _CQE_FIELDS],
-            cqe_q.i.payload.need.eq(wr_cnt),
-            post_q.i.payload.fatal.eq(b.fatal),
-            post_q.i.payload.syndrome.eq(b.syn),
-            post_q.i.payload.beats.eq(b.has_beats),
-        ]
-        with m.FSM(name="issue"):
-            with m.State("B_IDLE"):
-                m.d.comb += [b_idle.eq(1), pp_q.o.ready.eq(1)]
-                with m.If(pp_q.o.valid):
-                    m.d.sync += [b.eq(pp_q.o.payload), jb.eq(pp_first)]
-                    # (as ISSUE would: nothing to write, close or invalidate)
-                    t = pp_q.o.payload
-                    with m.If((t.nowrite | t.read) & ~t.has_beats & (~t.inv | t.nowrite)):
-                        m.next = "POST"
-                    with m.Else():
-                        m.next = "ISSUE"
-            with m.State("ISSUE"):
-                # (a READ's piece was checked, not written; a command with nothing to close or
-                # invalidate goes straight to POST)
-                with m.If(b.nowrite | b.read | (jb == MAX_SGE)):
-                    with m.If(~b.has_beats & (~b.inv | b.nowrite)):
-                        m.next = "POST"
-                    with m.Else():
-                        m.next = "CLOSE"
-                with m.Elif(room):
-                    m.d.comb += [self.wr.req.valid.eq(~sent_w), pq.valid.eq(~sent_p)]
-                    w_ok = Signal()
-                    p_ok = Signal()
-                    m.d.comb += [w_ok.eq(sent_w | self.wr.req.ready),
-                                 p_ok.eq(sent_p | pq.ready)]
-                    with m.If(w_ok & p_ok):
-                        m.d.comb += [wqpn_wr.en.eq(1), wr_inc.eq(1)]
-                        m.d.sync += [sent_w.eq(0), sent_p.eq(0), jb.eq(b_next),
-                                     wr_cnt.eq(wr_cnt + 1)]
-                        with m.If(b_next == MAX_SGE):
-                            m.next = "CLOSE"
-                    with m.Else():
-                        m.d.sync += [sent_w.eq(w_ok), sent_p.eq(p_ok)]
-            with m.State("CLOSE"):
-                with m.If(~b.has_beats):
-                    m.next = "INV"
-                with m.Else():
-                    m.d.comb += [pq.valid.eq(1), pq.payload.len.eq(0),
-                                 pq.payload.end.eq(1)]
-                    with m.If(pq.ready):
-                        m.d.comb += push_close.eq(1)
-                        m.next = "INV"
-            with m.State("INV"):
-                with m.If(~b.inv | b.nowrite):
-                    m.next = "POST"
-                with m.Elif((sc_out == 0) & ~push_close):
-                    m.next = "INV_REQ"
-            with m.State("INV_REQ"):
-                m.d.comb += self.inval.req.valid.eq(1)
-                with m.If(self.inval.req.ready):
-                    m.next = "INV_WAIT"
-            with m.State("INV_WAIT"):
-                m.d.comb += self.inval.resp.ready.eq(1)
-                with m.If(self.inval.resp.valid):
-                    with m.If(~self.inval.resp.payload.ok):
-                        m.d.sync += [b.fatal.eq(1), b.syn.eq(0x1F),
-                                     b.cstat.eq(WcStatus.REM_INV_REQ_ERR)]
-                    m.next = "POST"
-            with m.State("POST"):
-                go = Signal()
-                evn = Signal()
-                rjob = Signal()
-                m.d.comb += [evn.eq(b.rdflt & ~b.skip),
-                             rjob.eq(b.read & ~b.fatal & ~b.skip),
-                             go.eq(post_q.i.ready & (~b.cqe_on | cqe_q.i.ready)
-                                   & (~rjob | rq.ready)
-                                   & ~rst.valid
-                                   & (~evn | (~wd_err & ev_q.i.ready)))]
-                with m.If(go):
-                    m.d.comb += [post_q.i.valid.eq(1), cqe_q.i.valid.eq(b.cqe_on & ~b.skip),
-                                 rq.valid.eq(rjob),
-                                 b_ev.eq(evn), inv_dec.eq(b.invc)]
-                    with m.If(b.fatal):
-                        m.d.comb += [dead_wr.addr.eq(b.qpn), dead_wr.data.eq(1),
-                                     dead_wr.en.eq(1), post_dead_w.eq(1)]
-                    with m.If(b.cdone & ~b.skip):
-                        m.d.comb += [cnext_wr.addr.eq(b.qpn), cnext_wr.data.eq(bh.widx + 1),
-                                     cnext_wr.en.eq(1)]
-                    m.next = "B_IDLE"
-        with m.If(fl_cqe):
-            m.d.comb += cqe_q.i.valid.eq(1)
-        return m
-
-    def _write_completions(self, m, ev_q, fault_q, room, rst, wflt_wr, wqpn_rd, wr_cnt, wr_done,
-                           wr_inc):
-        """The payload writes' ``done``: counted (and stage 4's room for more), a non-OKAY one
-        marked on its QP and reported (event 4, ``fault``). Returns the planner's event request
-        (``plan_ev``, ``plan_ev_qpn``, sharing the event queue) and ``wd_err``."""
-        # ---- write completions: count, fault report ---------------------------------------
-        # (registered first: the tag -> QPN table read and what follows start from a register)
-        wd = self.wr.done
-        d1_v = Signal()
-        d1_tag = Signal(8)
-        d1_err = Signal()
-        d1_go = Signal()
-        wd_err = Signal()
-        m.d.comb += [wd_err.eq(d1_v & d1_err),
-                     d1_go.eq(d1_v & (~d1_err | (ev_q.i.ready & fault_q.i.ready))),
-                     wd.ready.eq(~d1_v | d1_go),
-                     wqpn_rd.addr.eq(d1_tag[:MAX_WRITES.bit_length() - 1])]
-        with m.If(wd.ready):
-            m.d.sync += [d1_v.eq(wd.valid), d1_tag.eq(wd.payload.tag), d1_err.eq(wd.payload.err)]
-        with m.If(d1_go):
-            m.d.sync += wr_done.eq(wr_done + 1)
-        # stage 4's room check ``wr_cnt − wr_done < MAX_WRITES`` one cycle ahead: the compares
-        # of the present difference registered, selected by this cycle's issue and done
-        wr_out = Signal(16)
-        m.d.comb += wr_out.eq(wr_cnt - wr_done)
-        m.d.sync += room.eq(Mux(wr_inc, Mux(d1_go, wr_out < MAX_WRITES, wr_out < MAX_WRITES - 1),
-                                Mux(d1_go, wr_out < MAX_WRITES + 1, wr_out < MAX_WRITES)))
-        with m.If(wd_err & d1_go):
-            m.d.comb += [wflt_wr.addr.eq(wqpn_rd.data), wflt_wr.data.eq(1),
-                         wflt_wr.en.eq(1)]
-        with m.Elif(rst.valid):
-            m.d.comb += [wflt_wr.addr.eq(rst.payload.qpn), wflt_wr.data.eq(0),
-                         wflt_wr.en.eq(1)]
-        plan_ev = Signal()
-        plan_ev_qpn = Signal(24)
-        m.d.comb += [
-            ev_q.i.valid.eq(Mux(wd_err, d1_go, plan_ev)),
-            ev_q.i.payload.type.eq(EventType.HOST_FAULT),
-            ev_q.i.payload.number.eq(Mux(wd_err, wqpn_rd.data, plan_ev_qpn)),
-            fault_q.i.valid.eq(wd_err & d1_go),
-            fault_q.i.payload.qpn.eq(wqpn_rd.data),
-        ]
-        return plan_ev, plan_ev_qpn, wd_err
-
-    def _release(self, m, ab, cqe_q, pop_tok, post_q, tok, wflt_rel, wr_done):
-        """The ``done`` of each command and its CQE, released in order (see the module
-        docstring)."""
-        # ---- done and CQE release -----------------------------------------------------------
-        ph = post_q.o.payload
-        can_done = Signal()
-        m.d.comb += [
-            can_done.eq(post_q.o.valid & (~ph.beats | (tok != 0))),
-            self.done.valid.eq(can_done),
-            self.done.payload.fatal.eq(ph.fatal),
-            self.done.payload.syndrome.eq(ph.syndrome),
-            post_q.o.ready.eq(can_done & self.done.ready),
-            pop_tok.eq(can_done & self.done.ready & ph.beats),
-        ]
-        ch = cqe_q.o.payload
-        gap = Signal(16)
-        m.d.comb += gap.eq(wr_done - ch.need)
-        # ``complete.valid`` and the CQE's status are registers: the head CQE is judged (its
-        # payload writes done, its QP's write-fault mark) in one cycle and offered from the
-        # next, so the judgement (a subtraction, a LUT-RAM read) does not run on into the merge
-        # and CQE Generation. The cycle after a CQE is taken judges the next one.
-        rel_v = Signal()                       # the head CQE is offered
-        rel_flt = Signal()                     # its QP's write-fault mark, as judged
-        flt_now = Signal()
-        m.d.comb += flt_now.eq(wflt_rel.data & ~ch.flush & (ch.status == 0))
-        m.d.comb += [
-            wflt_rel.addr.eq(ch.qpn[:ab]),
-            self.complete.valid.eq(rel_v),
-            [getattr(self.complete.payload, k).eq(getattr(ch, k)) for k in _CQE_FIELDS],
-            cqe_q.o.ready.eq(rel_v & self.complete.ready),
-        ]
-        # A payload write of the QP faulted: the CQE reports LOC_QP_OP_ERR. The mark is held
-        # while the CQE is offered, so the payload is stable while it waits (stream rules) even
-        # if the mark changes meanwhile (a younger packet's fault, a QP reset).
-        with m.If(~rel_v):
-            m.d.sync += [rel_v.eq(cqe_q.o.valid & ~gap[15]), rel_flt.eq(flt_now)]
-        with m.Elif(self.complete.ready):
-            m.d.sync += rel_v.eq(0)
-        with m.If(rel_flt):
-            m.d.comb += self.complete.payload.status.eq(WcStatus.LOC_QP_OP_ERR)
-
-    def _key_checks(self, m, bus_wr, first_valid, inv_inc, inv_pend, iss_q, k_idle, ke, key_q,
-                    kp_rd, kva_rd, pd_rd):
+    def _key_checks(self, m, t):
         """Stage 2, the key checks: one Key Cache lookup per piece of the plan at the head of
         ``key_q``, into ``iss_q`` (see the module docstring)."""
+        (bus_wr, inv_inc, inv_pend, iss_q, k_idle, ke, key_q, kp_rd, kva_rd, pd_rd) = (
+            t.bus_wr, t.inv_inc, t.inv_pend, t.iss_q, t.k_idle, t.ke, t.key_q, t.kp_rd, t.kva_rd,
+            t.pd_rd)
         # ==== stage 2: key checks (one lookup per piece, serially) ==========================
         kh = key_q.o
         j = Signal(range(MAX_SGE + 1))
@@ -1376,8 +1414,8 @@ class Execute(wiring.Component):
         m.d.comb += k_fail_c.eq(k_fail)
         kv = Signal(MAX_SGE)
         m.d.comb += kv.eq(Mux(ke.nowrite, 0, ke.pv))
-        k_first = first_valid(kv)
-        k_next = first_valid(kv, j)
+        k_first = _first_valid(m, kv)
+        k_next = _first_valid(m, kv, j)
         # The lookup request leaves from registers: its payload is loaded every cycle from the
         # piece ``j`` will select next (``j_d``, the D input of ``j``), and ``lk_look`` is "the
         # next state is K_LOOK with a piece left", so the port carries exactly what the FSM's
@@ -1473,11 +1511,14 @@ class Execute(wiring.Component):
                     m.d.comb += [kh.ready.eq(1), inv_inc.eq(iq.payload.invc)]
                     m.next = "K_IDLE"
 
-    def _reservation(self, m, dead_rd2, dead_rd2_data, dead_wr, iss_q, iss_tok, post_plan_busy, r,
-                     r_idle, rst, wflt_rd2):
-        """Stage 3, the reservation: the dead/write-fault marks read again, a CQE slot
-        reserved, the QP marked dead on a fatal outcome. Returns the dead-mark write request
-        stage 4 shares and the queue into stage 4."""
+    def _reservation(self, m, t):
+        """Stage 3, the reservation: the dead/write-fault marks read again, a CQE slot reserved,
+        the QP marked dead on a fatal outcome. Adds the dead-mark write request stage 4 shares
+        (``post_dead_w``) and the queue into stage 4 (``pp_q``)."""
+        (dead_rd2, dead_rd2_data, dead_wr, iss_q, iss_tok, post_plan_busy, r_idle, rst,
+         wflt_rd2) = (
+            t.dead_rd2, t.dead_rd2_data, t.dead_wr, t.iss_q, t.iss_tok, t.post_plan_busy, t.r_idle,
+            t.rst, t.wflt_rd2)
         # ==== stage 3: CQE slot (reservation) ================================================
         # Its own stage, so the next packet's slot is reserved while stage 4 issues this one
         # and CqeGen writes the previous CQE.
@@ -1539,4 +1580,167 @@ class Execute(wiring.Component):
             with m.State("R_PUSH"):
                 with m.If(r_go):
                     r_push()
-        return post_dead_w, pp_q
+        return types.SimpleNamespace(post_dead_w=post_dead_w, pp_q=pp_q)
+
+    def _issue_select(self, m, t):
+        """Stage 4's entry (``b``, from ``post_plan_q``) and piece (``jb``), and what it offers:
+        the write request and the piece of piece ``jb``, the READ job (``rq``, into ``read_q``),
+        the CQE and the post entry. Adds these."""
+        (ab, b_ev, bus_rd, c, cqe_q, fcq, fl_cqe, fl_ev, flushing, head_rd, iss_tok, lb, plan_ev,
+         plan_ev_qpn, post_q, pp_q, pq, sp_rd, wqpn_wr, wr_cnt) = (
+            t.ab, t.b_ev, t.bus_rd, t.c, t.cqe_q, t.fcq, t.fl_cqe, t.fl_ev, t.flushing, t.head_rd,
+            t.iss_tok, t.lb, t.plan_ev, t.plan_ev_qpn, t.post_q, t.pp_q, t.pq, t.sp_rd, t.wqpn_wr,
+            t.wr_cnt)
+        # ==== stage 4: writes, closing piece, invalidate, done/CQE ===========================
+        b = Signal(iss_tok)
+        jb = Signal(range(MAX_SGE + 1))
+        pp_first = _first_valid(m, pp_q.o.payload.pv)
+        b_next = _first_valid(m, b.pv, jb)
+        bh = head_rd.data
+        m.d.comb += head_rd.addr.eq(b.slot)
+        j_len_b, j_src_b, j_bus_b = Signal(13), Signal(13), Signal(64)
+        for i in range(MAX_SGE):
+            m.d.comb += [sp_rd[i].addr.eq(b.slot), bus_rd[i].addr.eq(b.slot)]
+        with m.Switch(jb):
+            for i in range(MAX_SGE):
+                with m.Case(i):
+                    m.d.comb += [j_len_b.eq(sp_rd[i].data.len), j_src_b.eq(sp_rd[i].data.src),
+                                 j_bus_b.eq(bus_rd[i].data)]
+        m.d.comb += [
+            self.wr.req.payload.addr.eq(j_bus_b),
+            self.wr.req.payload.len_bytes.eq(j_len_b),
+            self.wr.req.payload.tag.eq(wr_cnt[:8]),
+            pq.payload.src.eq(j_src_b),
+            pq.payload.len.eq(j_len_b),
+            pq.payload.lane.eq(j_bus_b[:lb]),
+            pq.payload.end.eq(0),
+            wqpn_wr.addr.eq(wr_cnt[:MAX_WRITES.bit_length() - 1]),
+            wqpn_wr.data.eq(bh.qpn[:ab]),
+            self.inval.req.payload.key.eq(bh.imm_or_rkey),
+            self.inval.req.payload.tag.eq(0),
+            plan_ev_qpn.eq(Mux(flushing, c.qpn, bh.qpn)),
+            plan_ev.eq(fl_ev | b_ev),
+        ]
+
+        # an answered READ's job (its PSN, MSN and path MTU in the head's wr_id field). The jobs
+        # wait here while a long READ's responses are sent (stage 4 stalls only when READ_JOBS
+        # wait), in LUT RAM read at the head (the READ response engine registers the job it
+        # takes)
+        m.submodules.read_q = read_q = Queue(read_job_layout, READ_JOBS, buffered=False)
+        connect(m, read_q.o, wiring.flipped(self.read))
+        rq = read_q.i
+        m.d.comb += [rq.payload.qpn.eq(bh.qpn), rq.payload.psn.eq(bh.wr_id[0:24]),
+                     rq.payload.msn.eq(bh.wr_id[24:48]), rq.payload.pmtu.eq(bh.wr_id[48:51]),
+                     rq.payload.addr.eq(bus_rd[0].data), rq.payload.len.eq(bh.byte_len)]
+
+        # CQE and post entries (the flush's CQEs come from the planner while stage 4 is idle)
+        cq = Signal(cqe_layout)
+        b_cqe = Signal(cqe_layout)
+        m.d.comb += [
+            b_cqe.cqn.eq(b.cqn), b_cqe.wr_id.eq(bh.wr_id), b_cqe.byte_len.eq(bh.byte_len),
+            b_cqe.imm_or_rkey.eq(bh.imm_or_rkey), b_cqe.qpn.eq(bh.qpn), b_cqe.status.eq(b.cstat),
+            b_cqe.opcode.eq(Mux(bh.rdma_imm, RECV_RDMA_WITH_IMM, RECV)),
+            b_cqe.flags.eq(Mux(bh.imm, WITH_IMM, 0) | Mux(b.inv, WITH_INVALIDATE, 0)),
+            b_cqe.se.eq(bh.se), b_cqe.flush.eq(0),
+        ]
+        m.d.comb += [
+            cq.eq(Mux(fl_cqe, fcq, b_cqe)),
+            [getattr(cqe_q.i.payload, k).eq(getattr(cq, k)) for k in _CQE_FIELDS],
+            cqe_q.i.payload.need.eq(wr_cnt),
+            post_q.i.payload.fatal.eq(b.fatal),
+            post_q.i.payload.syndrome.eq(b.syn),
+            post_q.i.payload.beats.eq(b.has_beats),
+        ]
+        return types.SimpleNamespace(b=b, b_next=b_next, bh=bh, jb=jb, pp_first=pp_first, rq=rq)
+
+    def _issue(self, m, t):
+        """Stage 4, the issue FSM: the writes, the closing piece, the invalidate, then the post
+        entry with its CQE, READ job or event (and the dead mark on a fatal outcome)."""
+        (b, b_ev, b_idle, b_next, bh, cnext_wr, cqe_q, dead_wr, ev_q, fl_cqe, inv_dec, jb,
+         post_dead_w, post_q, pp_first, pp_q, pq, push_close, room, rq, rst, sc_out, sent_p,
+         sent_w, wd_err, wqpn_wr, wr_cnt, wr_inc) = (
+            t.b, t.b_ev, t.b_idle, t.b_next, t.bh, t.cnext_wr, t.cqe_q, t.dead_wr, t.ev_q,
+            t.fl_cqe, t.inv_dec, t.jb, t.post_dead_w, t.post_q, t.pp_first, t.pp_q, t.pq,
+            t.push_close, t.room, t.rq, t.rst, t.sc_out, t.sent_p, t.sent_w, t.wd_err, t.wqpn_wr,
+            t.wr_cnt, t.wr_inc)
+        with m.FSM(name="issue"):
+            with m.State("B_IDLE"):
+                m.d.comb += [b_idle.eq(1), pp_q.o.ready.eq(1)]
+                with m.If(pp_q.o.valid):
+                    m.d.sync += [b.eq(pp_q.o.payload), jb.eq(pp_first)]
+                    # (as ISSUE would: nothing to write, close or invalidate)
+                    h = pp_q.o.payload
+                    with m.If((h.nowrite | h.read) & ~h.has_beats & (~h.inv | h.nowrite)):
+                        m.next = "POST"
+                    with m.Else():
+                        m.next = "ISSUE"
+            with m.State("ISSUE"):
+                # (a READ's piece was checked, not written; a command with nothing to close or
+                # invalidate goes straight to POST)
+                with m.If(b.nowrite | b.read | (jb == MAX_SGE)):
+                    with m.If(~b.has_beats & (~b.inv | b.nowrite)):
+                        m.next = "POST"
+                    with m.Else():
+                        m.next = "CLOSE"
+                with m.Elif(room):
+                    m.d.comb += [self.wr.req.valid.eq(~sent_w), pq.valid.eq(~sent_p)]
+                    w_ok = Signal()
+                    p_ok = Signal()
+                    m.d.comb += [w_ok.eq(sent_w | self.wr.req.ready),
+                                 p_ok.eq(sent_p | pq.ready)]
+                    with m.If(w_ok & p_ok):
+                        m.d.comb += [wqpn_wr.en.eq(1), wr_inc.eq(1)]
+                        m.d.sync += [sent_w.eq(0), sent_p.eq(0), jb.eq(b_next),
+                                     wr_cnt.eq(wr_cnt + 1)]
+                        with m.If(b_next == MAX_SGE):
+                            m.next = "CLOSE"
+                    with m.Else():
+                        m.d.sync += [sent_w.eq(w_ok), sent_p.eq(p_ok)]
+            with m.State("CLOSE"):
+                with m.If(~b.has_beats):
+                    m.next = "INV"
+                with m.Else():
+                    m.d.comb += [pq.valid.eq(1), pq.payload.len.eq(0),
+                                 pq.payload.end.eq(1)]
+                    with m.If(pq.ready):
+                        m.d.comb += push_close.eq(1)
+                        m.next = "INV"
+            with m.State("INV"):
+                with m.If(~b.inv | b.nowrite):
+                    m.next = "POST"
+                with m.Elif((sc_out == 0) & ~push_close):
+                    m.next = "INV_REQ"
+            with m.State("INV_REQ"):
+                m.d.comb += self.inval.req.valid.eq(1)
+                with m.If(self.inval.req.ready):
+                    m.next = "INV_WAIT"
+            with m.State("INV_WAIT"):
+                m.d.comb += self.inval.resp.ready.eq(1)
+                with m.If(self.inval.resp.valid):
+                    with m.If(~self.inval.resp.payload.ok):
+                        m.d.sync += [b.fatal.eq(1), b.syn.eq(0x1F),
+                                     b.cstat.eq(WcStatus.REM_INV_REQ_ERR)]
+                    m.next = "POST"
+            with m.State("POST"):
+                go = Signal()
+                evn = Signal()
+                rjob = Signal()
+                m.d.comb += [evn.eq(b.rdflt & ~b.skip),
+                             rjob.eq(b.read & ~b.fatal & ~b.skip),
+                             go.eq(post_q.i.ready & (~b.cqe_on | cqe_q.i.ready)
+                                   & (~rjob | rq.ready)
+                                   & ~rst.valid
+                                   & (~evn | (~wd_err & ev_q.i.ready)))]
+                with m.If(go):
+                    m.d.comb += [post_q.i.valid.eq(1), cqe_q.i.valid.eq(b.cqe_on & ~b.skip),
+                                 rq.valid.eq(rjob),
+                                 b_ev.eq(evn), inv_dec.eq(b.invc)]
+                    with m.If(b.fatal):
+                        m.d.comb += [dead_wr.addr.eq(b.qpn), dead_wr.data.eq(1),
+                                     dead_wr.en.eq(1), post_dead_w.eq(1)]
+                    with m.If(b.cdone & ~b.skip):
+                        m.d.comb += [cnext_wr.addr.eq(b.qpn), cnext_wr.data.eq(bh.widx + 1),
+                                     cnext_wr.en.eq(1)]
+                    m.next = "B_IDLE"
+        with m.If(fl_cqe):
+            m.d.comb += cqe_q.i.valid.eq(1)
