@@ -157,6 +157,15 @@ meta_b_layout = data.StructLayout({"opcode": 8, "psn": 24, "payload_len": 13, "p
                                    "reth_len": 32, "src_ip": 32})
 
 
+
+def _add(t, part):
+    """Add the signals and values of ``part`` (a namespace a part of ``PsnCheck.elaborate``
+    returns) to the namespace ``t`` the parts share; each name is made once."""
+    for name, value in vars(part).items():
+        assert not hasattr(t, name), name
+        setattr(t, name, value)
+
+
 class Kind(enum.IntEnum, shape=2):
     PKT = 0
     DB = 1
@@ -268,7 +277,28 @@ class PsnCheck(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        ab = self.abits
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
+        t = types.SimpleNamespace(ab=self.abits)
+        _add(t, self._context_and_queues(m, t))
+        _add(t, self._stage_a(m, t))
+        _add(t, self._stage_r(m, t))
+        _add(t, self._stage_b_regs(m, t))
+        _add(t, self._stage_b_checks(m, t))
+        _add(t, self._stage_c_outputs(m, t))
+        _add(t, self._stage_c_decide(m, t))
+        self._next_context(m, t)
+        self._payload_router(m, t)
+        _add(t, self._response_sequencer(m, t))
+        self._pending_table(m, t)
+        return m
+
+    def _context_and_queues(self, m, t):
+        """The QP context (``ctx``, its command and ARG ports, QUERY_QP's values) and the output
+        queues (``exe_q``, ``resp_q``, ``dec_q``, ``ack_q``, ``ev_q``, ``fl_q``) with the layouts
+        of the response and payload-decision entries. Adds these."""
+        ab = t.ab
         m.submodules.ctx = ctx = self.ctx
         connect(m, wiring.flipped(self.cmd), ctx.cmd)
         connect(m, ctx.qp_arg, wiring.flipped(self.qp_arg))
@@ -294,7 +324,16 @@ class PsnCheck(wiring.Component):
         connect(m, ack_q.o, wiring.flipped(self.ack_out))
         connect(m, ev_q.o, wiring.flipped(self.event))
         connect(m, fl_q.o, wiring.flipped(self.rq_flush))
+        return types.SimpleNamespace(
+            ack_q=ack_q, ctx=ctx, dec_layout=dec_layout, dec_q=dec_q, entry_layout=entry_layout,
+            ev_q=ev_q, exe_q=exe_q, fl_q=fl_q, resp_q=resp_q)
 
+    def _stage_a(self, m, t):
+        """Stage A, the input select (fatal report > RQ doorbell > frame metadata) and the issue of
+        the context read. Adds the selected operation (``a_*``), the stall ``adv``, the injection
+        register (``inj_valid``, ``inj_qpn``) and the hazard strobe ``a_haz`` the forwarding part
+        drives."""
+        ab, ctx = t.ab, t.ctx
         # ---- stage A: select ------------------------------------------------------------------
         adv = Signal()
         inj_valid = Signal()
@@ -334,7 +373,16 @@ class PsnCheck(wiring.Component):
         with m.If(adv & sel_fatal & ~a_haz):
             m.d.sync += inj_valid.eq(0)
         m.d.comb += [ctx.rd_addr.eq(a_idx), ctx.rd_en.eq(adv)]
+        return types.SimpleNamespace(
+            a_fire=a_fire, a_haz=a_haz, a_idx=a_idx, a_info=a_info, a_kind=a_kind, a_qok=a_qok,
+            adv=adv, inj_qpn=inj_qpn, inj_valid=inj_valid, meta=meta, sel_db=sel_db,
+            sel_fatal=sel_fatal, sel_meta=sel_meta)
 
+    def _stage_r(self, m, t):
+        """Stage R, the operation while the block RAM reads (``r_*``), and the metadata ring
+        (``mring``) written in A and read by stage C. Adds these."""
+        (a_fire, a_idx, a_info, a_kind, a_qok, ab, adv, meta) = (
+            t.a_fire, t.a_idx, t.a_info, t.a_kind, t.a_qok, t.ab, t.adv, t.meta)
         # ---- stage R: the tables' read data (EBR output, registered into B) -----------------
         r_valid = Signal()
         r_kind = Signal(2)
@@ -368,8 +416,20 @@ class PsnCheck(wiring.Component):
                          r_rlz.eq(meta.reth_len == 0)]
             for f in meta_b_layout.members:
                 m.d.sync += r_meta[f].eq(meta[f])
+        return types.SimpleNamespace(
+            mr_r=mr_r, r_db=r_db, r_idx=r_idx, r_info=r_info, r_kind=r_kind, r_meta=r_meta,
+            r_qok=r_qok, r_rlm1=r_rlm1, r_rlz=r_rlz, r_slot=r_slot, r_valid=r_valid)
 
-        # ---- stage B: forwarding and the checks that need no dynamic context ----------------
+    def _stage_b_regs(self, m, t):
+        """The registers of stages B and C (``b_*``, ``c_*``), the write register ``w1`` of the
+        dynamic table (written from C's decision ``new``), the same-QP hazard (``a_haz``) and stage
+        B's forwarded context ``fwd``. Adds these."""
+        (a_haz, a_info, ab, adv, ctx, inj_qpn, meta, mr_r, r_db, r_idx, r_info, r_kind,
+         r_meta, r_qok, r_rlm1, r_rlz, r_slot, r_valid, sel_db, sel_fatal, sel_meta) = (
+            t.a_haz, t.a_info, t.ab, t.adv, t.ctx, t.inj_qpn, t.meta, t.mr_r, t.r_db, t.r_idx,
+            t.r_info, t.r_kind, t.r_meta, t.r_qok, t.r_rlm1, t.r_rlz, t.r_slot, t.r_valid,
+            t.sel_db, t.sel_fatal, t.sel_meta)
+        # ---- stage B: the registers and forwarding (its checks: _stage_b_checks) ------------
         b_valid = Signal()
         b_kind = Signal(2)
         b_idx = Signal(ab)
@@ -438,7 +498,22 @@ class PsnCheck(wiring.Component):
                          b_fwd.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx))]
         fwd = Signal(qp_dyn_layout)
         m.d.comb += fwd.eq(Mux(b_fwd, w1_data, b_ctx))
+        return types.SimpleNamespace(
+            b_db=b_db, b_idx=b_idx, b_info=b_info, b_kind=b_kind, b_meta=b_meta, b_qok=b_qok,
+            b_rlm1=b_rlm1, b_rlz=b_rlz, b_slot=b_slot, b_st=b_st, b_valid=b_valid, c_ctx=c_ctx,
+            c_db=c_db, c_idx=c_idx, c_kind=c_kind, c_meta=c_meta, c_qok=c_qok, c_slot=c_slot,
+            c_st=c_st, c_valid=c_valid, fwd=fwd, new=new, w1_valid=w1_valid, wr_en=wr_en)
 
+    def _stage_b_checks(self, m, t):
+        """Stage B's checks, registered into C: those that need no dynamic context (path MTU,
+        position length rule, RETH length, the start WRITE rules, access, source IPv4) and those
+        against the context ``fwd`` (``c_ck``). Adds C's check registers, and the outcome strobes
+        and next contexts the later parts drive (``x_*``, ``nx_e``, ``nx_n``)."""
+        (adv, b_db, b_idx, b_info, b_kind, b_meta, b_qok, b_rlm1, b_rlz, b_slot, b_st,
+         b_valid, c_ctx, c_db, c_idx, c_kind, c_qok, c_slot, c_st, c_valid, fwd) = (
+            t.adv, t.b_db, t.b_idx, t.b_info, t.b_kind, t.b_meta, t.b_qok, t.b_rlm1, t.b_rlz,
+            t.b_slot, t.b_st, t.b_valid, t.c_ctx, t.c_db, t.c_idx, t.c_kind, t.c_qok, t.c_slot,
+            t.c_st, t.c_valid, t.fwd)
         # context-free checks, registered into C
         b_pmtu = Signal(13)
         with m.Switch(b_st.pmtu):
@@ -536,10 +611,22 @@ class PsnCheck(wiring.Component):
                          c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
                          c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad),
                          c_len_nz.eq(b_len != 0), c_psn1.eq(b_meta.psn + 1 + b_rd_nm1)]
+        return types.SimpleNamespace(
+            c_acc_bad=c_acc_bad, c_ck=c_ck, c_drop=c_drop, c_info=c_info, c_len_nz=c_len_nz,
+            c_pkt_ok=c_pkt_ok, c_pre_bad=c_pre_bad, c_psn1=c_psn1, nx_e=nx_e, nx_n=nx_n,
+            x_exec=x_exec, x_fail=x_fail, x_fatal=x_fatal)
 
+    def _stage_c_outputs(self, m, t):
+        """Stage C's outputs: the queue pushes on ``fire`` (the ``want_*`` strobes and records the
+        decision drives), the stall register ``adv``, ``qp_set``, the flush request, ``rq_post``,
+        ``qp_reset`` and the response entry's defaults. Adds the strobes and records."""
+        (ack_q, adv, b_valid, c_ctx, c_db, c_idx, c_kind, c_meta, c_qok, c_st, c_valid, ctx,
+         dec_layout, dec_q, entry_layout, ev_q, exe_q, fl_q, resp_q, wr_en) = (
+            t.ack_q, t.adv, t.b_valid, t.c_ctx, t.c_db, t.c_idx, t.c_kind, t.c_meta, t.c_qok,
+            t.c_st, t.c_valid, t.ctx, t.dec_layout, t.dec_q, t.entry_layout, t.ev_q, t.exe_q,
+            t.fl_q, t.resp_q, t.wr_en)
         # ---- stage C: decide --------------------------------------------------------------------
         cm, cx, st = c_meta, c_ctx, c_st
-        info = c_info
         want_exe = Signal()
         want_rq = Signal()
         want_dec = Signal()
@@ -616,8 +703,21 @@ class PsnCheck(wiring.Component):
         # response entry defaults
         m.d.comb += [ent.qpn.eq(c_idx), ent.msn.eq(cx.msn),
                      ent.msn_prev.eq(cx.msn), ent.psn.eq(cm.psn)]
+        return types.SimpleNamespace(
+            dec=dec, ent=ent, exe=exe, stat_c=stat_c, want_ack=want_ack, want_dec=want_dec,
+            want_ev=want_ev, want_exe=want_exe, want_fl=want_fl, want_rq=want_rq)
 
-        pmtu = c_pmtu
+    def _stage_c_decide(self, m, t):
+        """Stage C's decision, per operation kind: the ``exe`` command, the response entry, the
+        payload decision, the counters, and NAK 0x61 (``fail_61``). Adds the checks' results the
+        next context reads."""
+        (c_acc_bad, c_ck, c_ctx, c_drop, c_idx, c_info, c_kind, c_len_nz, c_meta, c_pre_bad,
+         c_qok, c_st, dec, ent, exe, stat_c, want_ack, want_dec, want_ev, want_exe, want_fl,
+         want_rq) = (
+            t.c_acc_bad, t.c_ck, t.c_ctx, t.c_drop, t.c_idx, t.c_info, t.c_kind, t.c_len_nz,
+            t.c_meta, t.c_pre_bad, t.c_qok, t.c_st, t.dec, t.ent, t.exe, t.stat_c, t.want_ack,
+            t.want_dec, t.want_ev, t.want_exe, t.want_fl, t.want_rq)
+        cm, cx, st, info = c_meta, c_ctx, c_st, c_info
         length = cm.payload_len
         op = cm.opcode
         pcls = c_ck.cls     # every context check below was made in B (see there)
@@ -723,11 +823,25 @@ class PsnCheck(wiring.Component):
                             ent.kill.eq(1), ent.wait_done.eq(held),
                             want_exe.eq(held), exe.status.eq(WcStatus.REM_INV_REQ_ERR),
                         ]
+        return types.SimpleNamespace(
+            acc_bad=acc_bad, len_bad=len_bad, msn_inc=msn_inc, off_next=off_next, oseq=oseq,
+            pcls=pcls, resid_next=resid_next, rnr=rnr, seq_ok=seq_ok, state_ok=state_ok)
 
-        # ---- the next dynamic context, flat (the decision → new → c_ctx loop) -----------------
-        # Same decisions as the Switch above, written as one AND per outcome and one 2:1 mux per
-        # field: ``nx_e`` if C executes, ``nx_n`` if not (both from registers only), then the
-        # NAK 0x61 changes. x_exec is an AND of registers.
+    def _next_context(self, m, t):
+        """The next dynamic context ``new``, flat: one AND per outcome, one 2:1 mux per field (the
+        same decisions as :meth:`_stage_c_decide`)."""
+        (acc_bad, c_ck, c_ctx, c_db, c_drop, c_info, c_kind, c_meta, c_pkt_ok, c_pre_bad,
+         c_psn1, c_qok, len_bad, msn_inc, new, nx_e, nx_n, off_next, oseq, pcls,
+         resid_next, rnr, seq_ok, state_ok, x_exec, x_fail, x_fatal) = (
+            t.acc_bad, t.c_ck, t.c_ctx, t.c_db, t.c_drop, t.c_info, t.c_kind, t.c_meta, t.c_pkt_ok,
+            t.c_pre_bad, t.c_psn1, t.c_qok, t.len_bad, t.msn_inc, t.new, t.nx_e, t.nx_n,
+            t.off_next, t.oseq, t.pcls, t.resid_next, t.rnr, t.seq_ok, t.state_ok, t.x_exec,
+            t.x_fail, t.x_fatal)
+        cm, cx, info = c_meta, c_ctx, c_info
+        # ---- the next dynamic context, flat (the decision → new → c_ctx loop) ---------------
+        # Same decisions as the Switch of _stage_c_decide, written as one AND per outcome and one
+        # 2:1 mux per field: ``nx_e`` if C executes, ``nx_n`` if not (both from registers only),
+        # then the NAK 0x61 changes. x_exec is an AND of registers.
         k_pkt = Signal()
         ok_in = Signal()                # a request packet of a usable QP, in order
         x_held = Signal()
@@ -767,6 +881,10 @@ class PsnCheck(wiring.Component):
             m.d.comb += [new.state.eq(QpState.ERROR),
                          new.rq_cons.eq(Mux(x_held, cons_1, cx.rq_cons))]
 
+    def _payload_router(self, m, t):
+        """The payload router: each frame's beats to ``pay_out`` (executed), ``rr_pay`` (a READ
+        response) or dropped, as its entry in ``dec_q`` says."""
+        dec_q = t.dec_q
         # ---- payload router ------------------------------------------------------------------
         d = dec_q.o
         with m.If(d.valid):
@@ -784,31 +902,11 @@ class PsnCheck(wiring.Component):
         m.d.comb += [self.pay_out.payload.eq(self.payload.payload),
                      self.rr_pay.payload.eq(self.payload.payload)]
 
-        rs = self._response_sequencer(m, ab, ctx, entry_layout, inj_qpn, inj_valid, resp_q)
-        coal_ready, ew_valid, f, f_valid, go, hq, hv, load = (
-            rs.coal_ready, rs.ew_valid, rs.f, rs.f_valid, rs.go, rs.hq, rs.hv, rs.load)
-
-        # ---- per-QP pending-response table (TX back-pressure never reaches receive) ----------
-        m.submodules.acks = acks = AckTable(num_qp=self.num_qp)
-        m.d.comb += [
-            coal_ready.eq(1),
-            acks.i.valid.eq(go & f_valid),
-            acks.i.payload.eq(f),
-            acks.next_qpn.eq(hq), acks.next_load.eq(load),
-        ]
-
-        connect(m, acks.o, wiring.flipped(self.ack_tx))
-
-        # commands may run once everything is drained
-        m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~w1_valid
-                                & ~hv & ~resp_q.o.valid & (resp_q.level == 0)
-                                & ~inj_valid & ~ew_valid & ~exe_q.o.valid
-                                & fl_q.i.ready)
-        return m
-
-    def _response_sequencer(self, m, ab, ctx, entry_layout, inj_qpn, inj_valid, resp_q):
-        """The response sequencer: the responses of the response queue, in order, into the
-        pending table's item ``f`` (see the comments below)."""
+    def _response_sequencer(self, m, t):
+        """The response sequencer: the responses of the response queue, in order, into the pending
+        table's item ``f`` (see the comments below)."""
+        (ab, ctx, entry_layout, inj_qpn, inj_valid, resp_q) = (
+            t.ab, t.ctx, t.entry_layout, t.inj_qpn, t.inj_valid, t.resp_q)
         # ---- response sequencer --------------------------------------------------------------
         # The QPs' error bits (a QP's responses are suppressed once it is in error), read
         # synchronously: LUT RAM up to FLAGS_LUTRAM_MAX QPs, block RAM above.
@@ -960,3 +1058,27 @@ class PsnCheck(wiring.Component):
                          ew_data.eq(1)]
         return types.SimpleNamespace(coal_ready=coal_ready, ew_valid=ew_valid, f=f,
                                      f_valid=f_valid, go=go, hq=hq, hv=hv, load=load)
+
+    def _pending_table(self, m, t):
+        """The per-QP pending-response table (``acks``) fed by the sequencer, and the context's
+        ``idle`` (commands run once everything is drained)."""
+        (b_valid, c_valid, coal_ready, ctx, ew_valid, exe_q, f, f_valid, fl_q, go, hq, hv,
+         inj_valid, load, r_valid, resp_q, w1_valid) = (
+            t.b_valid, t.c_valid, t.coal_ready, t.ctx, t.ew_valid, t.exe_q, t.f, t.f_valid, t.fl_q,
+            t.go, t.hq, t.hv, t.inj_valid, t.load, t.r_valid, t.resp_q, t.w1_valid)
+        # ---- per-QP pending-response table (TX back-pressure never reaches receive) ----------
+        m.submodules.acks = acks = AckTable(num_qp=self.num_qp)
+        m.d.comb += [
+            coal_ready.eq(1),
+            acks.i.valid.eq(go & f_valid),
+            acks.i.payload.eq(f),
+            acks.next_qpn.eq(hq), acks.next_load.eq(load),
+        ]
+
+        connect(m, acks.o, wiring.flipped(self.ack_tx))
+
+        # commands may run once everything is drained
+        m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~w1_valid
+                                & ~hv & ~resp_q.o.valid & (resp_q.level == 0)
+                                & ~inj_valid & ~ew_valid & ~exe_q.o.valid
+                                & fl_q.i.ready)
