@@ -56,6 +56,8 @@ The emitter takes ``frame words`` cycles when the next frame may start as the pr
 last word is read (``frame words + 1`` otherwise); the two overlap.
 """
 
+import types
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -118,6 +120,14 @@ chunk_layout = data.StructLayout({
     "addr": 64,
     "len": 13,
 })
+
+
+def _add(t, part):
+    """Add the signals and values of ``part`` (a namespace a part of ``TxBuild.elaborate``
+    returns) to the namespace ``t`` the parts share; each name is made once."""
+    for name, value in vars(part).items():
+        assert not hasattr(t, name), name
+        setattr(t, name, value)
 
 
 class TxBuild(wiring.Component):
@@ -211,7 +221,29 @@ class TxBuild(wiring.Component):
         PB = 14                                     # bits of a frame byte position
         WB = (self.frame_words + 1).bit_length() + 1    # bits of a frame word index (+1)
         ONES = (1 << nb) - 1
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
+        t = types.SimpleNamespace(W=W, nb=nb, lg=lg, C=C, CB=CB, PB=PB, WB=WB, ONES=ONES)
+        _add(t, self._frame_fifo(m, t))
+        _add(t, self._head_values(m, t))
+        _add(t, self._header(m, t))
+        t.RBB, t.chq, t.chunk = self._gather_reads(m, lg)
+        _add(t, self._realign(m, t))
+        _add(t, self._word_register(m, t))
+        _add(t, self._crc_feed(m, t))
+        _add(t, self._emitter(m, t))
+        _add(t, self._frame_record(m, t))
+        _add(t, self._builder_fsm(m, t))
+        self._write_select(m, t)
+        return m
 
+    def _frame_fifo(self, m, t):
+        """The frame FIFO's block-RAM ring (``mem``), the CRC unit and the emitter's output queue
+        (``outq``), with the frame counters strobed as a frame's last beat leaves on ``tx``. Adds
+        the ring's ports (``wp``, ``rp``), ``crc``, ``outq`` and ``out_cls`` (the counter class of
+        the beat on ``tx``, which the emitter drives)."""
+        C, W = t.C, t.W
         # ``no_rw_check``: the emitter reads only the words of frames whose last word has gone
         # into the CRC unit (every word written before: the CRC input follows the write), the
         # builder writes only words the emitter has read (``room``; the word of ``acc`` too,
@@ -235,7 +267,14 @@ class TxBuild(wiring.Component):
                            (4, Counter.OTHER_NAKS)):
                 with m.If(cls == c):
                     m.d.comb += self.stat[ctr].eq(1)
+        return types.SimpleNamespace(wp=wp, rp=rp, crc=crc, outq=outq, out_cls=out_cls)
 
+    def _head_values(self, m, t):
+        """The descriptor queue (``pktq``, its head ``h``), the path table read at the head's QPN
+        (``hp``), and the head's lengths, IPv4 checksum and word counts, computed in registers while
+        the previous frame is built (``p_*``, ready when ``head_ok``). Adds them, with ``pop`` (the
+        builder takes the head) and ``sip``."""
+        PB, WB, lg, nb = t.PB, t.WB, t.lg, t.nb
         # ---- the next descriptor's lengths and IPv4 checksum, computed from the queue head
         # while the previous frame is built (a register chain of 4 stages, the first a copy of
         # the head's fields they need: ``hst`` counts them)
@@ -279,7 +318,7 @@ class TxBuild(wiring.Component):
         h_hdr_len = hq.hdr_len
         h_pad = Signal(2)
         m.d.comb += h_pad.eq(-hq.paylen)
-        p_data_end, p_crc_end = Signal(PB), Signal(PB)
+        p_data_end, p_crc_end = [Signal(PB) for _ in range(2)]
         p_hdr_len = Signal(range(MAX_HDR + 1))
         p_csum_sum = Signal(20)
         p_csum = Signal(16)
@@ -319,7 +358,17 @@ class TxBuild(wiring.Component):
             m.d.sync += [hst.eq(0), head_ok.eq(0)]
         with m.Elif(hst != 4):
             m.d.sync += [hst.eq(hst + 1), head_ok.eq(hst == 3)]
+        return types.SimpleNamespace(
+            pktq=pktq, h=h, hp=hp, sip=sip, p_data_end=p_data_end, p_crc_end=p_crc_end,
+            p_hdr_len=p_hdr_len, p_csum=p_csum, p_out_words=p_out_words, p_crc_last=p_crc_last,
+            p_ckeep=p_ckeep, p_hdr_last=p_hdr_last, p_hkeep=p_hkeep, p_fkeep=p_fkeep, p_padw=p_padw,
+            p_nopay=p_nopay, pop=pop, head_ok=head_ok)
 
+    def _header(self, m, t):
+        """The builder's frame registers, latched when it takes a descriptor (``r``, ``rpath``, the
+        lengths and lane masks), and the header template ``hdr`` (``hdr_words`` words) assembled
+        from them with the :mod:`rnic.wire` tables. Adds them."""
+        PB, WB, nb, sip = t.PB, t.WB, t.nb, t.sip
         # the builder's packet and its path, latched with its precomputed values
         r = Signal(pkt_layout)
         rpath = Signal(_PATH_ROW.layout)
@@ -361,9 +410,20 @@ class TxBuild(wiring.Component):
         hdr_bytes += [Const(0, 8)] * (hdr_words * nb - len(hdr_bytes))
         hdr = Signal(8 * hdr_words * nb)
         m.d.comb += hdr.eq(Cat(*hdr_bytes))
+        return types.SimpleNamespace(
+            r=r, rpath=rpath, data_end=data_end, crc_end=crc_end, hdr_len_r=hdr_len_r,
+            ip_len=ip_len, csum=csum, out_words=out_words, crc_last=crc_last, ckeep_last=ckeep_last,
+            hdr_last=hdr_last, hkeep=hkeep, fkeep=fkeep, padw=padw, has_reth=has_reth,
+            padcnt=padcnt, hdr_words=hdr_words, hdr=hdr)
 
-        RBB, chq, chunk = self._gather_reads(m, lg)
-
+    def _realign(self, m, t):
+        """The gather's position and realignment registers: where the next chunk starts in the frame
+        (``pos``), the funnel that shifts a raw beat onto the frame byte position (``funnel``, by
+        ``rotm``), the word each raw beat completes (``wqm1``) and the lanes a write takes
+        (``gmask``), with the header word counter (``wcount``) and the frame-end tests. Adds them;
+        the builder sets them."""
+        (ONES, PB, RBB, W, WB, data_end, lg, nb) = (
+            t.ONES, t.PB, t.RBB, t.W, t.WB, t.data_end, t.lg, t.nb)
         pos = Signal(PB)                 # where the next chunk starts in the frame
         c_len = Signal(13)
         parts = Signal(13 - RBB + 2)     # parts of the chunk still to come back
@@ -402,7 +462,20 @@ class TxBuild(wiring.Component):
         m.d.sync += c_done.eq(pos == data_end)
         gmask = Signal(nb)
         m.d.comb += gmask.eq(Mux(c_lo, lo_mask, ONES) & Mux(w_last, hi_mask, ONES))
+        return types.SimpleNamespace(
+            pos=pos, c_len=c_len, parts=parts, rotm=rotm, prev=prev, bad=bad, wcount=wcount,
+            hlast=hlast, funnel=funnel, wqm1=wqm1, c_lastw=c_lastw, c_skip=c_skip, c_first=c_first,
+            c_lo=c_lo, lo_mask=lo_mask, lo_same=lo_same, hi_mask=hi_mask, w_last=w_last,
+            pos_end=pos_end, c_done=c_done, gmask=gmask)
 
+    def _word_register(self, m, t):
+        """The word register ``acc``: the frame word being assembled, filled by a write of
+        ``w_data``'s ``w_mask`` lanes to frame word ``w_addr`` (``w_en``), leaving whole (``flush``)
+        when a write to the next word comes or the frame ends; with the frame's place in the buffer
+        (``fbase``, ``wabs``) and the emitter's read pointer less its slack (``rptr8``). Adds them;
+        the builder drives the write."""
+        (CB, W, WB, ckeep_last, crc_last, nb, p_ckeep) = (
+            t.CB, t.W, t.WB, t.ckeep_last, t.crc_last, t.nb, t.p_ckeep)
         # ---- the frame word being assembled -----------------------------------------------------
         # Every frame word is assembled in ``acc`` (the header's last word and the payload's
         # first, a chunk's last and the next chunk's first share one) and leaves it once, whole,
@@ -450,6 +523,19 @@ class TxBuild(wiring.Component):
                 lane = slice(8 * i, 8 * i + 8)
                 m.d.sync += acc[lane].eq(Mux(w_mask[i], w_data[lane],
                                              Mux(same, acc[lane], 0)))
+        return types.SimpleNamespace(
+            acc=acc, acc_w=acc_w, acc_v=acc_v, forced_at=forced_at, acc_last=acc_last,
+            acc_hw=acc_hw, w_en=w_en, w_addr=w_addr, w_data=w_data, w_mask=w_mask, flush=flush,
+            same=same, fbase=fbase, wabs=wabs, rptr8=rptr8, ck_ld=ck_ld)
+
+    def _crc_feed(self, m, t):
+        """The frame FIFO's write of ``acc`` at its word, and the CRC unit's input: ``acc``'s word
+        as it leaves (or PAD's word of zeros, ``in_pad``), registered and masked. Adds ``feed_v``
+        and ``in_pad``, which the builder drives in FIN and PAD."""
+        (CB, ONES, W, WB, acc, acc_hw, acc_last, acc_v, acc_w, ckeep_last, crc, crc_last, flush,
+         forced_at, nb, wabs, wp) = (
+            t.CB, t.ONES, t.W, t.WB, t.acc, t.acc_hw, t.acc_last, t.acc_v, t.acc_w, t.ckeep_last,
+            t.crc, t.crc_last, t.flush, t.forced_at, t.nb, t.wabs, t.wp)
         # the CRC input, registered and masked here (the unit takes it as it is): acc's word,
         # or PAD's word of zeros (index crc_last); the Ethernet lanes zeroed, the forced lanes
         # ones, the lanes past the ICRC input's end zero. The word, its index and the lanes are
@@ -491,210 +577,16 @@ class TxBuild(wiring.Component):
             crc.i.payload.first.eq(cfirst),
             crc.i.payload.last.eq(clast),
         ]
+        return types.SimpleNamespace(feed_v=feed_v, in_pad=in_pad)
 
-        recq, room = self._emitter(m, CB, ONES, PB, WB, crc, lg, nb, outq, out_cls, rp, rptr8,
-                                   wabs)
-
-        # ---- the builder ---------------------------------------------------------------------
-        # ``r`` follows the queue's head except while the header is written (it is the
-        # header's template only), so its wide load enable does not wait for the take; the
-        # frame's counter class (see ``outq``) and QPN are kept from the take
-        r_cls = Signal(3)
-        r_qpn = Signal(24)
-        m.d.comb += self.fault.payload.qpn.eq(r_qpn)
-        # A READ's responses end at a payload fault (interface.md §7): after a READ response
-        # of QP ``rk_qpn`` was dropped for a fault, its later MIDDLE/LAST frames already handed
-        # over are dropped too (``kill``: not reported again), until a FIRST/ONLY of that QP
-        # starts another READ.
-        rk_v = Signal()
-        rk_qpn = Signal(24)
-        r_rdr = Signal()                # the frame is a READ response
-        kill = Signal()
-        h_rdr = Signal()
-        h_cont = Signal()
-        m.d.comb += [h_rdr.eq((h.opcode >= 0x0D) & (h.opcode <= 0x10)),
-                     h_cont.eq((h.opcode == 0x0E) | (h.opcode == 0x0F))]
-        h_cls = Signal(3)
-        syn = h.syndrome
-        with m.If(h.opcode == 0x11):
-            m.d.comb += h_cls.eq(Mux(syn[5:7] == 0, 1, Mux(syn[5:7] == 1, 2,
-                                                          Mux(syn == 0x60, 3, 4))))
-        m.d.comb += [
-            recq.i.payload.base.eq(fbase[:CB]),
-            recq.i.payload.data_end.eq(data_end),
-            recq.i.payload.crc_end.eq(crc_end),
-            recq.i.payload.words.eq(out_words),
-            recq.i.payload.keep.eq(fkeep),
-            recq.i.payload.cls.eq(r_cls),
-            recq.i.payload.drop.eq(bad | kill),
-        ]
-
-        # the builder's states that the write and the flush decode, as flip-flops set with each
-        # transition (the same as the FSM's state): ``w_en``, ``flush`` and the write's
-        # selects start from them, not from a decode of the state
-        st = {n: Signal(name=f"st_{n.lower()}") for n in ("HDR", "DATA", "FLUSH", "FIN", "PAD")}
-
-        take = Signal()                  # DATA takes a raw beat
-
-        def goto(state):
-            m.next = state
-            m.d.sync += [f.eq(n == state) for n, f in st.items()]
-
-        def take_packet():
-            """Take the next descriptor if its values are ready."""
-            with m.If(head_ok):
-                m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
-                m.d.sync += [r_cls.eq(h_cls), r_qpn.eq(h.qpn),
-                             data_end.eq(p_data_end), crc_end.eq(p_crc_end),
-                             hdr_len_r.eq(p_hdr_len), ip_len.eq(p_crc_end + 4 - 14),
-                             csum.eq(p_csum),
-                             out_words.eq(p_out_words), crc_last.eq(p_crc_last),
-                             ck_ld.eq(1), hdr_last.eq(p_hdr_last),
-                             hkeep.eq(p_hkeep), fkeep.eq(p_fkeep), padw.eq(p_padw),
-                             has_reth.eq(Cat(*[h.opcode == op for op in RETH_OPCODES]).any()),
-                             padcnt.eq(-h.paylen),
-                             wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0),
-                             pos.eq(p_hdr_len), pos_end.eq(p_nopay),
-                             r_rdr.eq(h_rdr), kill.eq(rk_v & h_cont & (h.qpn == rk_qpn))]
-                with m.If(h_rdr & ~h_cont & (h.qpn == rk_qpn)):
-                    m.d.sync += rk_v.eq(0)
-                goto("HDR")
-            with m.Else():
-                goto("IDLE")
-
-        def start_chunk(at):
-            """Take the next chunk (payload byte position ``at``) if there is one."""
-            m.d.comb += chq.o.ready.eq(1)
-            with m.If(chq.o.valid):
-                # D = at − off; raw beat 0's low part goes to word floor(D / nb): before the
-                # word of ``at`` (−1 when D < 0) when off > at mod nb, and then it writes no
-                # byte of the chunk (c_skip)
-                d0 = Signal(signed(PB + 1))
-                m.d.comb += d0.eq(at - chq.o.payload.off)
-                ce = Signal(PB)
-                m.d.comb += ce.eq(at + chq.o.payload.len)
-                lastw = Signal(WB)
-                m.d.comb += lastw.eq((at + chq.o.payload.lenm1) >> lg)
-                # (with a = at mod nb: raw beat 0 starts a word early exactly when off > a, and
-                # the chunk ends in that first word exactly when off ≤ a and a + lenm1 < nb;
-                # both from the low bits only, not from d0 and lastw)
-                a_lo, lm1 = at[:lg], chq.o.payload.lenm1
-                m.d.sync += [c_len.eq(chq.o.payload.len), parts.eq(chq.o.payload.parts),
-                             wqm1.eq(d0 >> lg), c_skip.eq(chq.o.payload.off > a_lo),
-                             c_first.eq(1), pos.eq(ce), c_lastw.eq(lastw),
-                             w_last.eq((chq.o.payload.off <= a_lo) & (lm1[lg:] == 0)
-                                       & ((a_lo + lm1[:lg]) < nb)),
-                             c_lo.eq(1), lo_mask.eq(~((Const(1, nb + 1) << at[:lg]) - 1)),
-                             lo_same.eq(at[:lg] != 0),
-                             hi_mask.eq((Const(2, nb + 1)
-                                         << (at[:lg] + chq.o.payload.lenm1[:lg])[:lg]) - 1),
-                             rotm.eq(~d0[:lg]), prev.eq(0)]
-                goto("DATA")
-            with m.Else():
-                goto("CHUNK")
-
-        with m.FSM(name="builder"):
-            with m.State("IDLE"):
-                take_packet()
-            with m.State("HDR"):
-                # header words 0 .. hdr_last (the payload fills the rest of the last; the
-                # template's bytes past the header, e.g. an unused IMMDT, are not written)
-                with m.If(room):
-                    m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
-                    with m.If(hlast):
-                        with m.If(pos_end):
-                            goto("FIN")
-                        with m.Else():
-                            start_chunk(pos)
-            with m.State("CHUNK"):
-                start_chunk(pos)
-            with m.State("DATA"):
-                # (the beat's take, ``take``, below)
-                with m.If(take & self.rd.resp.payload.last & (parts == 1)):
-                    goto("FLUSH")
-            with m.State("FLUSH"):
-                # the last raw beat's upper bytes, if the chunk has any in the next word; then
-                # the next chunk or the frame's end
-                with m.If(room):
-                    with m.If(c_done):
-                        # the common end, without FIN: the record is queued now and the next
-                        # descriptor taken; acc's word (the frame's last) leaves in the next
-                        # frame's first HDR cycle (``ck_ld``). A pad word of its own, a fault or
-                        # no room for the record go through FIN.
-                        with m.If(recq.i.ready & ~padw & ~bad & head_ok):
-                            m.d.comb += recq.i.valid.eq(1)
-                            m.d.sync += fbase.eq(fbase + out_words)
-                            take_packet()
-                        with m.Else():
-                            goto("FIN")
-                    with m.Else():
-                        start_chunk(pos)
-            with m.State("FIN"):
-                # the last word leaves acc; the frame's record is queued (its ICRC follows)
-                with m.If(room & recq.i.ready):
-                    m.d.comb += recq.i.valid.eq(1)
-                    m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words),
-                                 wabs.eq(fbase + out_words)]
-                    # (acc_w's tests matter only once a write sets them with acc_w again)
-                    m.d.sync += [acc_last.eq(0)] + [f.eq(k == 0) for k, f in acc_hw.items()]
-                    with m.If(padw):            # (acc_w is the word of data_end − 1)
-                        goto("PAD")             # the pad lies in a word of its own
-                    with m.Elif(bad):
-                        goto("FAULT")
-                    with m.Else():
-                        take_packet()
-            with m.State("PAD"):
-                # the word of pad bytes the payload did not reach: zeros, to the CRC only
-                with m.If(bad):
-                    goto("FAULT")
-                with m.Else():
-                    take_packet()
-            with m.State("FAULT"):
-                m.d.comb += self.fault.valid.eq(1)
-                with m.If(self.fault.ready):
-                    with m.If(r_rdr):
-                        m.d.sync += [rk_v.eq(1), rk_qpn.eq(r_qpn)]
-                    goto("IDLE")
-        # the write's word, lanes and data are selected by the state only (HDR: the header
-        # template's word ``wcount``; otherwise the gather's), not by its enable: ``w_en`` (the
-        # take of a raw beat, ``room``) reaches ``acc`` only as its load enable
-        in_hdr = st["HDR"]
-        m.d.comb += [
-            in_pad.eq(st["PAD"]),
-            self.rd.resp.ready.eq(st["DATA"] & room),
-            take.eq(st["DATA"] & room & self.rd.resp.valid),
-            w_en.eq(room & st["HDR"] | take & ~(c_first & c_skip) | room & st["FLUSH"] & w_last),
-        ]
-        # a raw beat taken (DATA)
-        with m.If(take):
-            m.d.sync += [prev.eq(self.rd.resp.payload.data), wqm1.eq(wqm1 + 1),
-                         w_last.eq((wqm1 + 1)[:WB] == c_lastw), c_first.eq(0)]
-            with m.If(~(c_first & c_skip)):
-                m.d.sync += c_lo.eq(0)
-            with m.If(self.rd.resp.payload.err):
-                m.d.sync += bad.eq(1)
-            with m.If(self.rd.resp.payload.last):
-                m.d.sync += parts.eq(parts - 1)
-        with m.If(st["FIN"] & room & recq.i.ready):
-            m.d.comb += flush.eq(1)
-        with m.If(st["PAD"]):
-            m.d.comb += feed_v.eq(1)
-        m.d.comb += [
-            w_addr.eq(Mux(in_hdr, wcount, wqm1)),
-            w_mask.eq(Mux(in_hdr, Mux(hlast, hkeep, ONES), gmask)),
-            w_data.eq(Mux(in_hdr, hdr.word_select(wcount[:max(1, (hdr_words - 1).bit_length())]
-                                                  if hdr_words > 1 else 0, W), funnel[:W])),
-            same.eq(~in_hdr & c_lo & lo_same),
-        ]
-        with m.If(~in_hdr):
-            m.d.sync += [r.eq(h), rpath.eq(hp)]
-        return m
-
-    def _emitter(self, m, CB, ONES, PB, WB, crc, lg, nb, outq, out_cls, rp, rptr8, wabs):
-        """The frames built, waiting for their ICRC, and the emitter that sends them (payload,
-        zero pad, ICRC, Ethernet padding). Returns the frame-record queue and the room
-        flag the builder writes by."""
-        W = self.width
+    def _emitter(self, m, t):
+        """The frames built, waiting for their ICRC (records ``recq``, ICRCs ``icq``), and the
+        emitter that sends them (payload, zero pad, ICRC, Ethernet padding) through two read stages
+        and the output queue onto ``tx``. Adds the frame-record queue and the room flag the builder
+        writes by."""
+        (CB, ONES, PB, W, WB, crc, lg, nb, out_cls, outq, rp, rptr8, wabs) = (
+            t.CB, t.ONES, t.PB, t.W, t.WB, t.crc, t.lg, t.nb, t.out_cls, t.outq, t.rp, t.rptr8,
+            t.wabs)
         # ---- frames built, waiting for their ICRC and the emitter ----------------------------
         rec_layout = data.StructLayout({"base": CB, "data_end": PB, "crc_end": PB,
                                         "words": WB, "keep": nb, "cls": 3, "drop": 1})
@@ -894,7 +786,243 @@ class TxBuild(wiring.Component):
                 # the next frame's values are latched at the end of this cycle, and its first
                 # word read in this cycle when it may start (back to back)
                 emit_load()
-        return recq, room
+        return types.SimpleNamespace(recq=recq, room=room)
+
+    def _frame_record(self, m, t):
+        """What the builder keeps of a frame besides ``r``: its counter class and QPN (``r_cls``,
+        ``r_qpn``, ``fault``'s payload), the drop of a READ's later responses after a payload fault
+        (``rk_v``, ``rk_qpn``, ``kill``), and the record it queues for the emitter. Adds them, with
+        the head's decodes (``h_rdr``, ``h_cont``, ``h_cls``)."""
+        (CB, bad, crc_end, data_end, fbase, fkeep, h, out_words, recq) = (
+            t.CB, t.bad, t.crc_end, t.data_end, t.fbase, t.fkeep, t.h, t.out_words, t.recq)
+        # ``r`` follows the queue's head except while the header is written (it is the
+        # header's template only), so its wide load enable does not wait for the take; the
+        # frame's counter class (see ``outq``) and QPN are kept from the take
+        r_cls = Signal(3)
+        r_qpn = Signal(24)
+        m.d.comb += self.fault.payload.qpn.eq(r_qpn)
+        # A READ's responses end at a payload fault (interface.md §7): after a READ response
+        # of QP ``rk_qpn`` was dropped for a fault, its later MIDDLE/LAST frames already handed
+        # over are dropped too (``kill``: not reported again), until a FIRST/ONLY of that QP
+        # starts another READ.
+        rk_v = Signal()
+        rk_qpn = Signal(24)
+        r_rdr = Signal()                # the frame is a READ response
+        kill = Signal()
+        h_rdr = Signal()
+        h_cont = Signal()
+        m.d.comb += [h_rdr.eq((h.opcode >= 0x0D) & (h.opcode <= 0x10)),
+                     h_cont.eq((h.opcode == 0x0E) | (h.opcode == 0x0F))]
+        h_cls = Signal(3)
+        syn = h.syndrome
+        with m.If(h.opcode == 0x11):
+            m.d.comb += h_cls.eq(Mux(syn[5:7] == 0, 1, Mux(syn[5:7] == 1, 2,
+                                                          Mux(syn == 0x60, 3, 4))))
+        m.d.comb += [
+            recq.i.payload.base.eq(fbase[:CB]),
+            recq.i.payload.data_end.eq(data_end),
+            recq.i.payload.crc_end.eq(crc_end),
+            recq.i.payload.words.eq(out_words),
+            recq.i.payload.keep.eq(fkeep),
+            recq.i.payload.cls.eq(r_cls),
+            recq.i.payload.drop.eq(bad | kill),
+        ]
+        return types.SimpleNamespace(
+            r_cls=r_cls, r_qpn=r_qpn, rk_v=rk_v, rk_qpn=rk_qpn, r_rdr=r_rdr, kill=kill, h_rdr=h_rdr,
+            h_cont=h_cont, h_cls=h_cls)
+
+    def _builder_fsm(self, m, t):
+        """The builder's FSM: takes a descriptor once its values are ready, writes the header words,
+        starts each chunk, takes its raw beats, and queues the frame's record (FIN, PAD and FAULT
+        when the frame does not end in FLUSH). Adds ``st``, the state flags set with each
+        transition, and ``take`` (DATA takes a raw beat)."""
+        (PB, WB, acc_hw, acc_last, acc_v, acc_w, bad, c_done, c_first, c_lastw, c_len, c_lo, c_skip,
+         chq, ck_ld, crc_end, crc_last, csum, data_end, fbase, fkeep, h, h_cls, h_cont, h_rdr,
+         has_reth, hdr_last, hdr_len_r, head_ok, hi_mask, hkeep, hlast, ip_len, kill, lg, lo_mask,
+         lo_same, nb, out_words, p_crc_end, p_crc_last, p_csum, p_data_end, p_fkeep, p_hdr_last,
+         p_hdr_len, p_hkeep, p_nopay, p_out_words, p_padw, padcnt, padw, parts, pktq, pop, pos,
+         pos_end, prev, r_cls, r_qpn, r_rdr, recq, rk_qpn, rk_v, room, rotm, w_last, wabs, wcount,
+         wqm1) = (
+            t.PB, t.WB, t.acc_hw, t.acc_last, t.acc_v, t.acc_w, t.bad, t.c_done, t.c_first,
+            t.c_lastw, t.c_len, t.c_lo, t.c_skip, t.chq, t.ck_ld, t.crc_end, t.crc_last, t.csum,
+            t.data_end, t.fbase, t.fkeep, t.h, t.h_cls, t.h_cont, t.h_rdr, t.has_reth, t.hdr_last,
+            t.hdr_len_r, t.head_ok, t.hi_mask, t.hkeep, t.hlast, t.ip_len, t.kill, t.lg, t.lo_mask,
+            t.lo_same, t.nb, t.out_words, t.p_crc_end, t.p_crc_last, t.p_csum, t.p_data_end,
+            t.p_fkeep, t.p_hdr_last, t.p_hdr_len, t.p_hkeep, t.p_nopay, t.p_out_words, t.p_padw,
+            t.padcnt, t.padw, t.parts, t.pktq, t.pop, t.pos, t.pos_end, t.prev, t.r_cls, t.r_qpn,
+            t.r_rdr, t.recq, t.rk_qpn, t.rk_v, t.room, t.rotm, t.w_last, t.wabs, t.wcount, t.wqm1)
+        # the builder's states that the write and the flush decode, as flip-flops set with each
+        # transition (the same as the FSM's state): ``w_en``, ``flush`` and the write's
+        # selects start from them, not from a decode of the state
+        st = {n: Signal(name=f"st_{n.lower()}") for n in ("HDR", "DATA", "FLUSH", "FIN", "PAD")}
+
+        take = Signal()                  # DATA takes a raw beat
+
+        def goto(state):
+            m.next = state
+            m.d.sync += [f.eq(n == state) for n, f in st.items()]
+
+        def take_packet():
+            """Take the next descriptor if its values are ready."""
+            with m.If(head_ok):
+                m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
+                m.d.sync += [r_cls.eq(h_cls), r_qpn.eq(h.qpn),
+                             data_end.eq(p_data_end), crc_end.eq(p_crc_end),
+                             hdr_len_r.eq(p_hdr_len), ip_len.eq(p_crc_end + 4 - 14),
+                             csum.eq(p_csum),
+                             out_words.eq(p_out_words), crc_last.eq(p_crc_last),
+                             ck_ld.eq(1), hdr_last.eq(p_hdr_last),
+                             hkeep.eq(p_hkeep), fkeep.eq(p_fkeep), padw.eq(p_padw),
+                             has_reth.eq(Cat(*[h.opcode == op for op in RETH_OPCODES]).any()),
+                             padcnt.eq(-h.paylen),
+                             wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0),
+                             pos.eq(p_hdr_len), pos_end.eq(p_nopay),
+                             r_rdr.eq(h_rdr), kill.eq(rk_v & h_cont & (h.qpn == rk_qpn))]
+                with m.If(h_rdr & ~h_cont & (h.qpn == rk_qpn)):
+                    m.d.sync += rk_v.eq(0)
+                goto("HDR")
+            with m.Else():
+                goto("IDLE")
+
+        def start_chunk(at):
+            """Take the next chunk (payload byte position ``at``) if there is one."""
+            m.d.comb += chq.o.ready.eq(1)
+            with m.If(chq.o.valid):
+                # D = at − off; raw beat 0's low part goes to word floor(D / nb): before the
+                # word of ``at`` (−1 when D < 0) when off > at mod nb, and then it writes no
+                # byte of the chunk (c_skip)
+                d0 = Signal(signed(PB + 1))
+                m.d.comb += d0.eq(at - chq.o.payload.off)
+                ce = Signal(PB)
+                m.d.comb += ce.eq(at + chq.o.payload.len)
+                lastw = Signal(WB)
+                m.d.comb += lastw.eq((at + chq.o.payload.lenm1) >> lg)
+                # (with a = at mod nb: raw beat 0 starts a word early exactly when off > a, and
+                # the chunk ends in that first word exactly when off ≤ a and a + lenm1 < nb;
+                # both from the low bits only, not from d0 and lastw)
+                a_lo, lm1 = at[:lg], chq.o.payload.lenm1
+                m.d.sync += [c_len.eq(chq.o.payload.len), parts.eq(chq.o.payload.parts),
+                             wqm1.eq(d0 >> lg), c_skip.eq(chq.o.payload.off > a_lo),
+                             c_first.eq(1), pos.eq(ce), c_lastw.eq(lastw),
+                             w_last.eq((chq.o.payload.off <= a_lo) & (lm1[lg:] == 0)
+                                       & ((a_lo + lm1[:lg]) < nb)),
+                             c_lo.eq(1), lo_mask.eq(~((Const(1, nb + 1) << at[:lg]) - 1)),
+                             lo_same.eq(at[:lg] != 0),
+                             hi_mask.eq((Const(2, nb + 1)
+                                         << (at[:lg] + chq.o.payload.lenm1[:lg])[:lg]) - 1),
+                             rotm.eq(~d0[:lg]), prev.eq(0)]
+                goto("DATA")
+            with m.Else():
+                goto("CHUNK")
+
+        with m.FSM(name="builder"):
+            with m.State("IDLE"):
+                take_packet()
+            with m.State("HDR"):
+                # header words 0 .. hdr_last (the payload fills the rest of the last; the
+                # template's bytes past the header, e.g. an unused IMMDT, are not written)
+                with m.If(room):
+                    m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
+                    with m.If(hlast):
+                        with m.If(pos_end):
+                            goto("FIN")
+                        with m.Else():
+                            start_chunk(pos)
+            with m.State("CHUNK"):
+                start_chunk(pos)
+            with m.State("DATA"):
+                # (the beat's take, ``take``, below)
+                with m.If(take & self.rd.resp.payload.last & (parts == 1)):
+                    goto("FLUSH")
+            with m.State("FLUSH"):
+                # the last raw beat's upper bytes, if the chunk has any in the next word; then
+                # the next chunk or the frame's end
+                with m.If(room):
+                    with m.If(c_done):
+                        # the common end, without FIN: the record is queued now and the next
+                        # descriptor taken; acc's word (the frame's last) leaves in the next
+                        # frame's first HDR cycle (``ck_ld``). A pad word of its own, a fault or
+                        # no room for the record go through FIN.
+                        with m.If(recq.i.ready & ~padw & ~bad & head_ok):
+                            m.d.comb += recq.i.valid.eq(1)
+                            m.d.sync += fbase.eq(fbase + out_words)
+                            take_packet()
+                        with m.Else():
+                            goto("FIN")
+                    with m.Else():
+                        start_chunk(pos)
+            with m.State("FIN"):
+                # the last word leaves acc; the frame's record is queued (its ICRC follows)
+                with m.If(room & recq.i.ready):
+                    m.d.comb += recq.i.valid.eq(1)
+                    m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words),
+                                 wabs.eq(fbase + out_words)]
+                    # (acc_w's tests matter only once a write sets them with acc_w again)
+                    m.d.sync += [acc_last.eq(0)] + [f.eq(k == 0) for k, f in acc_hw.items()]
+                    with m.If(padw):            # (acc_w is the word of data_end − 1)
+                        goto("PAD")             # the pad lies in a word of its own
+                    with m.Elif(bad):
+                        goto("FAULT")
+                    with m.Else():
+                        take_packet()
+            with m.State("PAD"):
+                # the word of pad bytes the payload did not reach: zeros, to the CRC only
+                with m.If(bad):
+                    goto("FAULT")
+                with m.Else():
+                    take_packet()
+            with m.State("FAULT"):
+                m.d.comb += self.fault.valid.eq(1)
+                with m.If(self.fault.ready):
+                    with m.If(r_rdr):
+                        m.d.sync += [rk_v.eq(1), rk_qpn.eq(r_qpn)]
+                    goto("IDLE")
+        return types.SimpleNamespace(st=st, take=take)
+
+    def _write_select(self, m, t):
+        """The write into ``acc``, selected by the state flags only (HDR: the header template's
+        word; otherwise the gather's), a raw beat's take, the flushes of FIN and PAD, and the load
+        of ``r`` and ``rpath`` from the queue head outside HDR."""
+        (ONES, W, WB, bad, c_first, c_lastw, c_lo, c_skip, feed_v, flush, funnel, gmask, h, hdr,
+         hdr_words, hkeep, hlast, hp, in_pad, lo_same, parts, prev, r, recq, room, rpath, same, st,
+         take, w_addr, w_data, w_en, w_last, w_mask, wcount, wqm1) = (
+            t.ONES, t.W, t.WB, t.bad, t.c_first, t.c_lastw, t.c_lo, t.c_skip, t.feed_v, t.flush,
+            t.funnel, t.gmask, t.h, t.hdr, t.hdr_words, t.hkeep, t.hlast, t.hp, t.in_pad, t.lo_same,
+            t.parts, t.prev, t.r, t.recq, t.room, t.rpath, t.same, t.st, t.take, t.w_addr, t.w_data,
+            t.w_en, t.w_last, t.w_mask, t.wcount, t.wqm1)
+        # the write's word, lanes and data are selected by the state only (HDR: the header
+        # template's word ``wcount``; otherwise the gather's), not by its enable: ``w_en`` (the
+        # take of a raw beat, ``room``) reaches ``acc`` only as its load enable
+        in_hdr = st["HDR"]
+        m.d.comb += [
+            in_pad.eq(st["PAD"]),
+            self.rd.resp.ready.eq(st["DATA"] & room),
+            take.eq(st["DATA"] & room & self.rd.resp.valid),
+            w_en.eq(room & st["HDR"] | take & ~(c_first & c_skip) | room & st["FLUSH"] & w_last),
+        ]
+        # a raw beat taken (DATA)
+        with m.If(take):
+            m.d.sync += [prev.eq(self.rd.resp.payload.data), wqm1.eq(wqm1 + 1),
+                         w_last.eq((wqm1 + 1)[:WB] == c_lastw), c_first.eq(0)]
+            with m.If(~(c_first & c_skip)):
+                m.d.sync += c_lo.eq(0)
+            with m.If(self.rd.resp.payload.err):
+                m.d.sync += bad.eq(1)
+            with m.If(self.rd.resp.payload.last):
+                m.d.sync += parts.eq(parts - 1)
+        with m.If(st["FIN"] & room & recq.i.ready):
+            m.d.comb += flush.eq(1)
+        with m.If(st["PAD"]):
+            m.d.comb += feed_v.eq(1)
+        m.d.comb += [
+            w_addr.eq(Mux(in_hdr, wcount, wqm1)),
+            w_mask.eq(Mux(in_hdr, Mux(hlast, hkeep, ONES), gmask)),
+            w_data.eq(Mux(in_hdr, hdr.word_select(wcount[:max(1, (hdr_words - 1).bit_length())]
+                                                  if hdr_words > 1 else 0, W), funnel[:W])),
+            same.eq(~in_hdr & c_lo & lo_same),
+        ]
+        with m.If(~in_hdr):
+            m.d.sync += [r.eq(h), rpath.eq(hp)]
 
     def _gather_reads(self, m, lg):
         """The payload reads of the frame's gather chunks (see the comment below). Returns
