@@ -70,6 +70,8 @@ LUT RAM of R rows (written by ``rec``, read asynchronously at the slot being wor
 must not be rewritten while responses of its READ are being accepted.
 """
 
+import types
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -92,6 +94,14 @@ _row_layout = data.StructLayout({f: s for f, s in read_rec_layout.members.items(
 
 #: A pending placement: its event fields and its number of write requests (0..2).
 _pend_layout = data.StructLayout({"qpn": 24, "psn": 24, "n": 2})
+
+
+def _add(t, part):
+    """Add the signals and values of ``part`` (a namespace a part of ``ReadPlace.elaborate``
+    returns) to the namespace ``t`` the parts share; each name is made once."""
+    for name, value in vars(part).items():
+        assert not hasattr(t, name), name
+        setattr(t, name, value)
 
 
 class ReadPlace(wiring.Component):
@@ -152,7 +162,25 @@ class ReadPlace(wiring.Component):
         B = W // 8
         lb = B.bit_length() - 1
         sb = (R - 1).bit_length()
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
+        t = types.SimpleNamespace(W=W, R=R, lb=lb, sb=sb)
+        _add(t, self._slot_table(m, t))
+        _add(t, self._outputs(m, t))
+        _add(t, self._pending(m, t))
+        _add(t, self._answer(m, t))
+        _add(t, self._links(m, t))
+        _add(t, self._cache(m, t))
+        _add(t, self._stale_mark(m, t))
+        _add(t, self._checks(m, t))
+        self._header_fsm(m, t)
+        return m
 
+    def _slot_table(self, m, t):
+        """The slot table (LUT RAM of R rows, written by ``rec``), read asynchronously at ``slot``,
+        the slot being worked on. Adds ``rp`` (``rec``'s payload), ``slot`` and its row ``r``."""
+        R, sb = t.R, t.sb
         # ---- the slot table: LUT RAM, written by ``rec``, read asynchronously at ``slot`` ----
         m.submodules.table = table = Memory(shape=_row_layout, depth=R, init=[])
         tw = table.write_port()
@@ -163,7 +191,14 @@ class ReadPlace(wiring.Component):
         slot = Signal(sb)
         m.d.comb += tr.addr.eq(slot)
         r = tr.data
+        return types.SimpleNamespace(rp=rp, slot=slot, r=r)
 
+    def _outputs(self, m, t):
+        """What leaves the block, from registers: the Scatter Path with the piece register in front
+        of it (``pc``) and the write-request register (``rq_*``; both empty: ``out_free``), the
+        event register on ``ack`` (``a``, ``a_valid``; empty: ``a_free``) and the fault register
+        (``f_*``). Adds them."""
+        W = t.W
         # ---- the Scatter Path and the output registers in front of it and of ``wr.req`` ----
         m.submodules.sp = sp = ScatterPath(width=W)
         wiring.connect(m, wiring.flipped(self.pay), sp.pay)
@@ -199,7 +234,16 @@ class ReadPlace(wiring.Component):
         m.d.comb += [self.fault.valid.eq(f_valid), self.fault.payload.qpn.eq(f_qpn)]
         with m.If(self.fault.ready):
             m.d.sync += f_valid.eq(0)
+        return types.SimpleNamespace(
+            pc_valid=pc_valid, pc=pc, rq_valid=rq_valid, rq_addr=rq_addr, rq_len=rq_len,
+            out_free=out_free, a_valid=a_valid, a=a, a_free=a_free, f_valid=f_valid, f_qpn=f_qpn)
 
+    def _pending(self, m, t):
+        """The pending queue of accepted placements and its head: the head's write completions are
+        counted (``got``, ``herr``), and it leaves as PLACED on ``ack`` or, after a failed write, as
+        ``fault`` (``inval_err``: the cache is invalidated). Adds the queue, ``inval_err`` and
+        ``idle_q`` (nothing pending)."""
+        a, a_free, a_valid, f_qpn, f_valid = t.a, t.a_free, t.a_valid, t.f_qpn, t.f_valid
         # ---- the pending queue and its head ----
         m.submodules.pend = pend = Queue(_pend_layout, 8, registered=("n",))
         po = pend.o
@@ -221,24 +265,23 @@ class ReadPlace(wiring.Component):
                              a.syndrome.eq(0), a.kind.eq(AckKind.PLACED), got.eq(0)]
         idle_q = Signal()               # nothing pending (the head's event, if any, is out)
         m.d.comb += idle_q.eq(pend.level == 0)
+        return types.SimpleNamespace(pend=pend, inval_err=inval_err, idle_q=idle_q)
 
+    def _answer(self, m, t):
+        """The completer's answer on ``dec``, registered (``d_valid``, ``d``). Adds them."""
         # ---- the completer's answer, registered ----
         d_valid = Signal()
         d = Signal(read_dec_layout)
         m.d.comb += self.dec.ready.eq(1)
         m.d.sync += [d_valid.eq(self.dec.valid), d.eq(self.dec.payload)]
+        return types.SimpleNamespace(d_valid=d_valid, d=d)
 
-        # ---- the stale mark: the ``una`` of QP s_qpn with the completer's last answer (every
-        # PSN before it is acknowledged, and una only grows while the QP lives), so a response
-        # before it is refused at once; a SET_QP of s_qpn clears it, and an answer that a SET_QP
-        # of its QPN met after the header was taken (``qs_seen``) is not kept
-        s_valid = Signal()
-        s_qpn = Signal(24)
-        s_una = Signal(24)
-        s_gap = Signal()                # ... refused after a gap: responses after s_una too,
-        #                                 until one of s_qpn is accepted (the one at s_una)
-        qs_seen = Signal()
-
+    def _links(self, m, t):
+        """The links between READs recorded one after the other on one QP (``lnk_v``, ``lnk_i``),
+        made and unmade by ``rec`` writes, and the link of the slot being worked on (``lnk_sel``;
+        registered in C1 as ``lnk_here`` and ``lnk_to``; ``tgt_new``: a record is written to
+        ``lnk_to`` now). Adds them."""
+        R, rp, sb, slot = t.R, t.rp, t.sb, t.slot
         # ---- links between READs recorded one after the other on one QP ----
         lnk_v = Signal(R)               # slot s has a link: the READ in slot lnk_i[s] follows it
         lnk_i = [Signal(sb, name=f"lnk_i{i}") for i in range(R)]
@@ -278,7 +321,14 @@ class ReadPlace(wiring.Component):
                     m.d.comb += lnk_sel.eq(lnk_i[i])
         tgt_new = Signal()              # a record is written to lnk_to now
         m.d.comb += tgt_new.eq(self.rec.valid & (rp.idx[:sb] == lnk_to))
+        return types.SimpleNamespace(
+            lnk_v=lnk_v, lnk_here=lnk_here, lnk_to=lnk_to, lnk_sel=lnk_sel, tgt_new=tgt_new)
 
+    def _cache(self, m, t):
+        """The header register ``h`` and the fast path's cache {``c_valid``, ``c_qpn``, ``c_idx``,
+        ``c_next``}, updated by the FSM (``set_c``, ``set_l``, ``clr_c``) and invalidated by
+        ``qp_set`` and ``rec`` (``kill``) or a fault. Adds them."""
+        inval_err, lnk_to, rp, sb, slot = t.inval_err, t.lnk_to, t.rp, t.sb, t.slot
         # ---- the header and the cache ----
         h = Signal(resp_hdr_layout)
         c_valid = Signal()
@@ -303,7 +353,27 @@ class ReadPlace(wiring.Component):
             m.d.sync += c_valid.eq(0)
         with m.Elif(set_c | set_l):
             m.d.sync += c_valid.eq(1)
+        return types.SimpleNamespace(
+            h=h, c_valid=c_valid, c_qpn=c_qpn, c_idx=c_idx, c_next=c_next, set_c=set_c, set_l=set_l,
+            clr_c=clr_c)
 
+    def _stale_mark(self, m, t):
+        """The stale mark {``s_qpn``, ``s_una``, ``s_gap``} kept from the completer's last answer
+        (``s_set``) unless a SET_QP of its QPN came since the header was taken (``qs_seen``,
+        ``qs_now``). Adds ``s_hit`` (the header's response is refused by the mark at once), the
+        FSM's strobes ``s_set`` and ``s_acc`` (it accepts a response), ``qs_seen`` and
+        ``qs_now``."""
+        d, h = t.d, t.h
+        # ---- the stale mark: the ``una`` of QP s_qpn with the completer's last answer (every
+        # PSN before it is acknowledged, and una only grows while the QP lives), so a response
+        # before it is refused at once; a SET_QP of s_qpn clears it, and an answer that a SET_QP
+        # of its QPN met after the header was taken (``qs_seen``) is not kept
+        s_valid = Signal()
+        s_qpn = Signal(24)
+        s_una = Signal(24)
+        s_gap = Signal()                # ... refused after a gap: responses after s_una too,
+        #                                 until one of s_qpn is accepted (the one at s_una)
+        qs_seen = Signal()
         s_set = Signal()                # the FSM keeps the answer's una
         qs_now = Signal()               # a SET_QP of the header's QPN this cycle
         m.d.comb += qs_now.eq(self.qp_set.valid & (self.qp_set.payload.qpn == h.qpn))
@@ -322,7 +392,14 @@ class ReadPlace(wiring.Component):
         s_dp = Signal(24)
         m.d.comb += [s_dp.eq(h.psn - s_una),
                      s_hit.eq(s_valid & (h.qpn == s_qpn) & (s_dp[23] | (s_gap & (s_dp != 0))))]
+        return types.SimpleNamespace(
+            qs_seen=qs_seen, s_set=s_set, qs_now=qs_now, s_acc=s_acc, s_hit=s_hit)
 
+    def _checks(self, m, t):
+        """The registers of the checks C1–C4 (the response's PSN against the READ's, its offset and
+        length, ``ok``), the split of its bytes into the two parts (``a0``, ``a1``) and their host
+        addresses (``addr_a``, ``addr_b``), and the ``drop`` strobe. Adds them."""
+        h, r = t.h, t.r
         # ---- the checks, in registered steps ----
         dpsn = Signal(24)               # p − fpsn
         span = Signal(24)               # lpsn − fpsn
@@ -360,7 +437,28 @@ class ReadPlace(wiring.Component):
         addr_a = Signal(64)
         addr_b = Signal(64)
         m.d.comb += [addr_a.eq(r.addr0 + off), addr_b.eq(r.addr1 + p1off)]
+        return types.SimpleNamespace(
+            dpsn=dpsn, span=span, is_last=is_last, is_first=is_first, pmc=pmc, off=off,
+            in_range=in_range, pmtu=pmtu, ok=ok, a0=a0, a1=a1, p1off=p1off, drop=drop, op=op, fm=fm,
+            lo=lo, tot_r=tot_r, len0_r=len0_r, rem=rem, off_c=off_c, d0=d0, below=below,
+            short=short, addr_a=addr_a, addr_b=addr_b)
 
+    def _header_fsm(self, m, t):
+        """The FSM that takes the headers one at a time: an ACKNOWLEDGE goes out as WIRE; a READ
+        response is found by the cache, refused by the stale mark, or asked for (ASK, WAIT), then
+        checked (C1–C4) and placed (P0, P1) or refused (its payload drained, DRAIN)."""
+        (a, a0, a1, a_free, a_valid, addr_a, addr_b, below, c_idx, c_next, c_qpn, c_valid, clr_c, d,
+         d0, d_valid, dpsn, drop, fm, h, idle_q, in_range, is_first, is_last, lb, len0_r, lnk_here,
+         lnk_sel, lnk_to, lnk_v, lo, off, off_c, ok, op, out_free, p1off, pc, pc_valid, pend, pmc,
+         pmtu, qs_now, qs_seen, r, rem, rp, rq_addr, rq_len, rq_valid, s_acc, s_hit, s_set, sb,
+         set_c, set_l, short, slot, span, tgt_new, tot_r) = (
+            t.a, t.a0, t.a1, t.a_free, t.a_valid, t.addr_a, t.addr_b, t.below, t.c_idx, t.c_next,
+            t.c_qpn, t.c_valid, t.clr_c, t.d, t.d0, t.d_valid, t.dpsn, t.drop, t.fm, t.h, t.idle_q,
+            t.in_range, t.is_first, t.is_last, t.lb, t.len0_r, t.lnk_here, t.lnk_sel, t.lnk_to,
+            t.lnk_v, t.lo, t.off, t.off_c, t.ok, t.op, t.out_free, t.p1off, t.pc, t.pc_valid,
+            t.pend, t.pmc, t.pmtu, t.qs_now, t.qs_seen, t.r, t.rem, t.rp, t.rq_addr, t.rq_len,
+            t.rq_valid, t.s_acc, t.s_hit, t.s_set, t.sb, t.set_c, t.set_l, t.short, t.slot, t.span,
+            t.tgt_new, t.tot_r)
         def refuse():
             """The response is not placed: dropped, its payload drained."""
             m.d.comb += clr_c.eq(1)
@@ -475,4 +573,3 @@ class ReadPlace(wiring.Component):
                     m.d.sync += [pc_valid.eq(1), pc.src.eq(0), pc.len.eq(0), pc.lane.eq(0),
                                  pc.end.eq(1)]
                     m.next = "IDLE"
-        return m
