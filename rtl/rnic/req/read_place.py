@@ -82,6 +82,7 @@ from ..ifaces import (READ_SLOT_BITS, AckKind, QpnStream, ack_layout, qpn_layout
                       read_dec_layout, read_rec_layout, resp_hdr_layout)
 from ..resp.scatter import ScatterPath, piece_layout
 from ..stream import BeatStream, Queue, check_width
+from ..parts import add as _add
 
 __all__ = ["ReadPlace"]
 
@@ -95,13 +96,6 @@ _row_layout = data.StructLayout({f: s for f, s in read_rec_layout.members.items(
 #: A pending placement: its event fields and its number of write requests (0..2).
 _pend_layout = data.StructLayout({"qpn": 24, "psn": 24, "n": 2})
 
-
-def _add(t, part):
-    """Add the signals and values of ``part`` (a namespace a part of ``ReadPlace.elaborate``
-    returns) to the namespace ``t`` the parts share; each name is made once."""
-    for name, value in vars(part).items():
-        assert not hasattr(t, name), name
-        setattr(t, name, value)
 
 
 class ReadPlace(wiring.Component):

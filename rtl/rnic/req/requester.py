@@ -71,6 +71,7 @@ from ..resp.qp_context import QpState
 from ..stream import BeatStream, Queue, check_width
 from .retry import RNR_US, TIMEOUT_US, TIMER_BITS, rom
 from ..tx.build import chunk_layout, pkt_layout
+from ..parts import add as _add
 
 __all__ = ["Requester", "req_ctx_layout", "qp_set_layout", "ack_layout", "cpl_layout",
            "doorbell_layout", "MAX_NOACK", "INFLIGHT", "MAX_OUTSTANDING"]
@@ -209,13 +210,6 @@ class _TableWrite:
         self.en = Signal(name=f"{name}_en")
         self.data = Signal(layout, name=f"{name}_data")
 
-
-def _add(t, part):
-    """Add the signals and values of ``part`` (a namespace a part of ``Requester.elaborate``
-    returns) to the namespace ``t`` the parts share; each name is made once."""
-    for name, value in vars(part).items():
-        assert not hasattr(t, name), name
-        setattr(t, name, value)
 
 
 def _inflight_layout(rb, sb):

@@ -120,6 +120,7 @@ from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
 from .psn_check import done_layout, exe_layout
 from .rq_fetch import MAX_SGE, RqFetch, prefetch_pool, sge_layout, slim_layout, wqe_store
 from .scatter import ScatterPath, piece_layout
+from ..parts import add as _add
 
 __all__ = ["Execute", "RECV", "RECV_RDMA_WITH_IMM", "flush_layout", "PREFETCH_DEPTH"]
 
@@ -195,13 +196,6 @@ def _first_valid(m, vec, after=None):
                 m.d.comb += out.eq(i)
     return out
 
-
-def _add(t, part):
-    """Add the signals and values of ``part`` (a namespace a part of ``Execute.elaborate``
-    returns) to the namespace ``t`` the parts share; each name is made once."""
-    for name, value in vars(part).items():
-        assert not hasattr(t, name), name
-        setattr(t, name, value)
 
 
 class _BitTable:

@@ -124,6 +124,7 @@ from .ack_table import AckTable, ack_item_layout, flag_ram_style, held_read
 from .psn_rules import op_sequence, psn_class_layout, psn_classify
 from .qp_context import (MsgClass, QpContext, QpState, qp_dyn_layout, qp_recv_layout,
                          qp_set_event_layout)
+from ..parts import add as _add
 
 __all__ = ["PsnCheck", "exe_layout", "done_layout", "rq_db_layout", "rq_flush_layout"]
 
@@ -157,13 +158,6 @@ meta_b_layout = data.StructLayout({"opcode": 8, "psn": 24, "payload_len": 13, "p
                                    "reth_len": 32, "src_ip": 32})
 
 
-
-def _add(t, part):
-    """Add the signals and values of ``part`` (a namespace a part of ``PsnCheck.elaborate``
-    returns) to the namespace ``t`` the parts share; each name is made once."""
-    for name, value in vars(part).items():
-        assert not hasattr(t, name), name
-        setattr(t, name, value)
 
 
 class Kind(enum.IntEnum, shape=2):

@@ -69,6 +69,7 @@ from ..crc import CRC32, crc_init_skipping
 from ..host.axi_master import ReadClientSignature
 from ..ifaces import NUM_COUNTERS, Counter, QpnStream
 from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
+from ..parts import add as _add
 
 __all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "TxBuild", "RETH_OPCODES",
            "IMM4_OPCODES", "MAX_PAYLOAD", "MAX_HDR"]
@@ -121,13 +122,6 @@ chunk_layout = data.StructLayout({
     "len": 13,
 })
 
-
-def _add(t, part):
-    """Add the signals and values of ``part`` (a namespace a part of ``TxBuild.elaborate``
-    returns) to the namespace ``t`` the parts share; each name is made once."""
-    for name, value in vars(part).items():
-        assert not hasattr(t, name), name
-        setattr(t, name, value)
 
 
 class TxBuild(wiring.Component):
