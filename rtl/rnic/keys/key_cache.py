@@ -35,6 +35,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..ifaces import CmdOp, CommandSignature, Result
+from ..parts import add as _add
 from ..stream import Queue
 
 __all__ = [
@@ -198,12 +199,30 @@ class KeyCache(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        K = self.key_entries
-        P = self.num_ports
-        ib = _bits_for(K)
-        pbits = _bits_for(P)
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
+        t = types.SimpleNamespace(K=self.key_entries, P=self.num_ports,
+                                  ib=_bits_for(self.key_entries), pbits=_bits_for(self.num_ports))
+        _add(t, self._cam(m, t))
+        _add(t, self._table(m, t))
+        _add(t, self._request_select(m, t))
+        _add(t, self._search_stages(m, t))
+        _add(t, self._check_stages(m, t))
+        _add(t, self._command_registers(m, t))
+        _add(t, self._valid_writes(m, t))
+        _add(t, self._cam_sweep(m, t))
+        self._lookup_lock(m, t)
+        _add(t, self._lane_word(m, t))
+        self._control_fsm(m, t)
+        return m
 
-        # ---- the CAM: 8 nibble planes in LUT RAM, the valid bits in registers --------------
+    def _cam(self, m, t):
+        """The CAM: the 8 nibble planes in LUT RAM (read at the nibbles of ``s1_key``, the key
+        searched this cycle) and the slots' valid bits in registers; ``vec``, their AND, is the
+        match vector of ``s1_key``. Adds ``valid``, ``s1_key``, ``planes`` (read and write port
+        of each) and ``vec``."""
+        K = t.K
         valid = Signal(K)
         s1_key = Signal(32)         # the key searched in this cycle (a lookup's or the FSM's)
         planes = []
@@ -215,8 +234,15 @@ class KeyCache(wiring.Component):
         vec = valid
         for rp, _ in planes:
             vec = vec & rp.data
+        return types.SimpleNamespace(valid=valid, s1_key=s1_key, planes=planes, vec=vec)
 
-        # ---- the table: lookup rows 0..K-1, command rows K..2K-1 ---------------------------
+    def _table(self, m, t):
+        """The table (lookup rows 0..K-1, command rows K..2K-1) in one block RAM, its read port,
+        the row read two cycles ago (``e``, seen as ``he`` and ``ce``) and the FSM's write path:
+        one 36-bit lane register replicated to the six lanes, the lane's enable selecting.
+        Adds ``rd``, ``e``, ``he``, ``ce`` and the write orders ``w_en``, ``w_addr``,
+        ``w_lane``, ``w_data``."""
+        K, ib = t.K, t.ib
         # `no_rw_check`: no read-during-write bypass. A lookup never meets a write (the lock),
         # and the FSM uses a row it read only after a fresh read issued after its last write.
         m.submodules.table = table = Memory(shape=LANE * LANES, depth=2 * K, init=[],
@@ -237,8 +263,17 @@ class KeyCache(wiring.Component):
         m.d.sync += [wr.addr.eq(w_addr), wd.eq(w_data),
                      wr.en.eq(Mux(w_en, Const(1, 1) << w_lane, 0))]
         m.d.comb += wr.data.eq(wd.replicate(LANES))
+        return types.SimpleNamespace(rd=rd, e=e, he=he, ce=ce, w_en=w_en, w_addr=w_addr,
+                                     w_lane=w_lane, w_data=w_data)
 
-        # ---- lookup pipeline ------------------------------------------------------------
+    def _request_select(self, m, t):
+        """The lookup pipeline's entry: the ports (:meth:`_ports`), the picked request's AND-OR
+        multiplexer (its key for s1) and the delay line that holds the rest of the request for
+        s4 and s5, so only the key travels in a register. Also makes the lock, busy and CAM
+        sweep signals the later parts drive. Adds ``lock``, ``busy``, ``sweep_on``,
+        ``sweep_v``, ``fifos``, ``fifo_layout``, ``accept``, ``pick``, ``key_or`` and the
+        delay line's read ports ``dl_a_r``, ``dl_b_r``."""
+        pbits = t.pbits
         lock = Signal()         # no lookup accepted this cycle
         busy = Signal()         # the FSM: from a command's acceptance to its response
         sweep_on = Signal()     # the CAM sweep is stepping through the plane entries
@@ -286,20 +321,30 @@ class KeyCache(wiring.Component):
             dl_a_r.addr.eq(rptr_a),
             dl_b_r.addr.eq(rptr_b),
         ]
+        return types.SimpleNamespace(
+            lock=lock, busy=busy, sweep_on=sweep_on, sweep_v=sweep_v, fifos=fifos,
+            fifo_layout=fifo_layout, accept=accept, pick=pick, key_or=key_or, dl_a_r=dl_a_r,
+            dl_b_r=dl_b_r)
 
+    def _search_stages(self, m, t):
+        """Stages s1 to s3, the CAM search: s1 registers the key (a lookup's, or the FSM's
+        ``key_r`` while it is busy), s2 the match vector, s3 the hit and the slot number, which
+        addresses the lookup row unless the table's read port is the FSM's (``fsm_rd``). Adds
+        ``key_r``, the stages' valids and results, ``fsm_rd`` and ``fsm_raddr``."""
+        K, ib, rd = t.K, t.ib, t.rd
         # s1: the key: a lookup's, or while the FSM is busy (no lookup is accepted then) its
         # key (a register: no FSM decode on this path).
         key_r = Signal(32)      # the FSM's key: SET_KEY's ARG0, INVALIDATE's, IETH's
         s1_v = Signal()
         m.d.sync += [
-            s1_v.eq(accept.any()),
-            s1_key.eq(Mux(busy, key_r, key_or)),
+            s1_v.eq(t.accept.any()),
+            t.s1_key.eq(Mux(t.busy, key_r, t.key_or)),
         ]
 
         # s2: the match vector (keys are unique among valid slots: at most one bit set).
         s2_v = Signal()
         match = Signal(K)
-        m.d.sync += [s2_v.eq(s1_v), match.eq(vec)]
+        m.d.sync += [s2_v.eq(s1_v), match.eq(t.vec)]
 
         # s3: hit and slot number, registered; the lookup row's read address (or the FSM's).
         s3_v = Signal()
@@ -311,9 +356,20 @@ class KeyCache(wiring.Component):
         fsm_raddr = Signal(ib + 1)
         m.d.comb += rd.addr.eq(Mux(fsm_rd, fsm_raddr, s3_idx))
         m.d.sync += [s3_v.eq(s2_v), s3_hit.eq(match.any()), s3_idx.eq(enc)]
+        return types.SimpleNamespace(
+            key_r=key_r, s1_v=s1_v, s2_v=s2_v, match=match, s3_v=s3_v, s3_hit=s3_hit,
+            s3_idx=s3_idx, fsm_rd=fsm_rd, fsm_raddr=fsm_raddr)
 
-        # s4: the row comes out of the block RAM (and is registered into `e`, see above); the
-        # request's end `va + len` (65 bits) from the delay line.
+    def _check_stages(self, m, t):
+        """Stages s4 to s6, the checks: s4 waits for the row (in ``e``) and adds the request's
+        end, s5 compares PD, access and bounds and adds the translation, each registered as it
+        comes out of its comparator or adder, and s6 forms the response bits on the way into
+        the port's FIFO. Adds ``pipe_empty``, the registered "s2..s5 are empty" of the FSM's
+        DRAIN."""
+        he, fifo_layout, dl_a_r = t.he, t.fifo_layout, t.dl_a_r
+        s1_v, s2_v, s3_v, s3_hit = t.s1_v, t.s2_v, t.s3_v, t.s3_hit
+        # s4: the row comes out of the block RAM (and is registered into `e`, see _table);
+        # the request's end `va + len` (65 bits) from the delay line.
         s4_v = Signal()
         s4_hit = Signal()
         m.d.sync += [s4_v.eq(s3_v), s4_hit.eq(s3_hit)]
@@ -327,7 +383,7 @@ class KeyCache(wiring.Component):
         # come out of their comparators and adders; s6: the response bits are formed on the
         # way into the port's FIFO (no logic after a carry chain in the same cycle).
         s6_v = Signal()
-        s6_port = Signal(pbits)
+        s6_port = Signal(t.pbits)
         s6_hit = Signal()
         s6_pd_ok = Signal()
         s6_acc_ok = Signal()
@@ -335,7 +391,7 @@ class KeyCache(wiring.Component):
         s6_hi_ok = Signal()
         s6_tag = Signal(8)
         s6_bus = Signal(64)
-        req = dl_b_r.data
+        req = t.dl_b_r.data
         row_pd = Cat(he.pd0, he.pd1, he.pd2, he.pd3)
         row_acc = Cat(he.acc_lo, he.acc_hi)
         m.d.sync += [
@@ -357,7 +413,7 @@ class KeyCache(wiring.Component):
             s6_resp.tag.eq(s6_tag),
             s6_resp.bus_addr.eq(s6_bus),
         ]
-        for p, (q_in, q_wen) in enumerate(fifos):
+        for p, (q_in, q_wen) in enumerate(t.fifos):
             m.d.comb += [
                 q_in.eq(s6_resp),
                 q_wen.eq(s6_v & (s6_port == p)),
@@ -368,12 +424,15 @@ class KeyCache(wiring.Component):
         # it only while the lock has held since the previous cycle, so s1 is empty too.
         pipe_empty = Signal()
         m.d.sync += pipe_empty.eq(~(s1_v | s2_v | s3_v | s4_v))
+        return types.SimpleNamespace(pipe_empty=pipe_empty)
 
-        # ---- control FSM: commands and invalidations -------------------------------------
-        cmd = self.cmd.cmd
-        resp = self.cmd.resp
-        inv = self.inval
-
+    def _command_registers(self, m, t):
+        """The control FSM's registers: the command (``op``, ``index``, the invalidate's tag,
+        the result), the ARG counter ``cnt``, the ARGs it keeps (ARG7 and its fields, the MR
+        slot of a window, iova and end), the invalidation's slot, the window bookkeeping, the
+        registered valid bit of the slot the command names (``sel_valid_r``, seen as
+        ``idx_valid_r`` and ``mr_valid_r``) and the fairness flags. Adds these."""
+        ib = t.ib
         op = Signal(8)              # CmdOp, or 0 for a remote invalidate
         index = Signal(ib)
         itag = Signal(8)
@@ -405,12 +464,22 @@ class KeyCache(wiring.Component):
         # (SET_CHECK reads it), else of the slot named by the index (one multiplexer for both)
         sel_valid_r = Signal()
         sel_mr = Signal()
-        m.d.sync += sel_valid_r.eq(valid.bit_select(Mux(sel_mr, mr, index), 1))
+        m.d.sync += sel_valid_r.eq(t.valid.bit_select(Mux(sel_mr, mr, index), 1))
         idx_valid_r = mr_valid_r = sel_valid_r
         fair = Signal()             # give the lookups a cycle before the next table change
         prefer_cmd = Signal()
+        return types.SimpleNamespace(
+            op=op, index=index, itag=itag, result=result, ok_bit=ok_bit, cnt=cnt, a7=a7, mr=mr,
+            mr_bad=mr_bad, iova=iova, end=end, carry=carry, new_valid=new_valid,
+            new_type=new_type, new_pd=new_pd, new_acc=new_acc, new_win=new_win, hidx=hidx,
+            old_bound=old_bound, old_mr=old_mr, rmw_addr=rmw_addr, rmw_up=rmw_up, nxt=nxt,
+            win_lo_ok=win_lo_ok, win_hi_ok=win_hi_ok, sel_mr=sel_mr, idx_valid_r=idx_valid_r,
+            mr_valid_r=mr_valid_r, fair=fair, prefer_cmd=prefer_cmd)
 
-        # Valid-bit writes, registered once (they land one cycle after the FSM orders them).
+    def _valid_writes(self, m, t):
+        """The valid-bit writes: the FSM orders one (``v_we``, ``v_idx``, ``v_val``) and it is
+        registered once, landing one cycle later. Adds the three orders."""
+        ib = t.ib
         v_we = Signal()
         v_idx = Signal(ib)
         v_val = Signal()
@@ -419,8 +488,16 @@ class KeyCache(wiring.Component):
         v_val_r = Signal()
         m.d.sync += [v_we_r.eq(v_we), v_idx_r.eq(v_idx), v_val_r.eq(v_val)]
         with m.If(v_we_r):
-            m.d.sync += valid.bit_select(v_idx_r, 1).eq(v_val_r)
+            m.d.sync += t.valid.bit_select(v_idx_r, 1).eq(v_val_r)
+        return types.SimpleNamespace(v_we=v_we, v_idx=v_idx, v_val=v_val)
 
+    def _cam_sweep(self, m, t):
+        """The CAM sweep, which rewrites slot ``index``'s 4-bit lane in all planes in 16 cycles
+        (started by ``sweep_go``), writing each plane entry from the keys without reading the
+        planes; and the ``sweeping`` output, always 0. Adds ``sweep_go``, ``sweep_busy`` and
+        ``nb``, the neighbours' keys the FSM loads."""
+        K, ib, index, key_r, new_valid = t.K, t.ib, t.index, t.key_r, t.new_valid
+        sweep_on, sweep_v = t.sweep_on, t.sweep_v
         # The CAM sweep: rewrites the 4-bit lane of slot `index` (slots 4g..4g+3, g = index / 4)
         # in all planes, one plane entry v per cycle, v = 0..15, without reading the planes:
         # bit r of entry v of plane p is "slot 4g+r's key has nibble v at position p". For
@@ -446,7 +523,7 @@ class KeyCache(wiring.Component):
         lane_q = index[2:] if ib > 2 else Const(0, 1)
         # nb[x - 1]: the key of slot index ^ x (x = 1, 2, 3), from its command row
         nb = [Signal(32, name=f"nb_key{x}") for x in (1, 2, 3)]
-        for p, (rp, wp) in enumerate(planes):
+        for p, (rp, wp) in enumerate(t.planes):
             cmp = Cat(new_valid & (key_r[4 * p:4 * p + 4] == sweep_a1),
                       *[k[4 * p:4 * p + 4] == sweep_a1 for k in nb])   # by x = r ^ index[:2]
             lane = Signal(4, name=f"plane_lane{p}")
@@ -459,12 +536,22 @@ class KeyCache(wiring.Component):
             ]
 
         m.d.comb += self.sweeping.eq(0)
+        return types.SimpleNamespace(sweep_go=sweep_go, sweep_busy=sweep_busy, nb=nb)
 
-        # The lookup lock: a pending command or invalidate request (the idle FSM takes it this
-        # cycle unless the lookups have their fair cycle), then the whole command until the
-        # response. Registered except for the two valids, so no FSM decode is on this path.
-        m.d.comb += lock.eq(busy | ((inv.req.valid | cmd.valid) & ~fair))
+    def _lookup_lock(self, m, t):
+        """The lookup lock: a pending command or invalidate request (the idle FSM takes it this
+        cycle unless the lookups have their fair cycle), then the whole command until the
+        response. Registered except for the two valids, so no FSM decode is on this path."""
+        m.d.comb += t.lock.eq(t.busy | ((self.inval.req.valid | self.cmd.cmd.valid) & ~t.fair))
 
+    def _lane_word(self, m, t):
+        """The FSM's datapath into the table: one 32-bit adder (``add``, for end = iova +
+        length) and one subtractor (``borrow`` out, for delta = bus − iova), each a single
+        carry chain over one word a cycle, and the 36-bit word of the lane written
+        (``w_data``), a multiplexer on ``cnt`` rather than on the FSM's state. Adds ``arg``,
+        ``add``, ``borrow`` and the lane's other inputs ``w_extra``, ``w_rmw``, ``w_nwin``."""
+        cnt, iova, carry, end, mr, ib = t.cnt, t.iova, t.carry, t.end, t.mr, t.ib
+        he, ce, new_acc, new_type = t.he, t.ce, t.new_acc, t.new_type
         arg = self.cmd.arg_data
         # One 32-bit adder and one subtractor, each a single carry chain with the carry (or
         # borrow) of the previous word entering at its bottom: `add` = iova word + ARG + carry
@@ -489,137 +576,157 @@ class KeyCache(wiring.Component):
         l5_word = Mux(w_rmw, Cat(ce.mr, w_nwin, ce.acc_hi, ce.type, ce.pad[:5]),
                       Cat(mr, Const(0, 10 - ib), Const(0, 11), new_acc[4:8], new_type,
                           Const(0, 5)))
-        delta_word = Mux(new_win, Mux(cnt[0], he.delta_hi, he.delta_lo), diff)
+        delta_word = Mux(t.new_win, Mux(cnt[0], he.delta_hi, he.delta_lo), diff)
         end_word = Mux(cnt[0], end[32:64], end[0:32])
         w_word = Mux(w_is_arg, arg, Mux(cnt[3], l5_word, Mux(cnt[2], delta_word, end_word)))
-        m.d.comb += w_data.eq(Cat(w_word, w_extra))
+        m.d.comb += t.w_data.eq(Cat(w_word, w_extra))
+        return types.SimpleNamespace(arg=arg, add=add, borrow=borrow, w_extra=w_extra,
+                                     w_rmw=w_rmw, w_nwin=w_nwin)
 
-        def read_row(name, addr, then):
-            """States that read table row `addr`: `e` holds it in state `then`."""
-            with m.State(name):
-                m.d.sync += fsm_raddr.eq(addr)
-                m.next = name + "_W1"
-            with m.State(name + "_W1"):
-                m.next = name + "_W2"
-            with m.State(name + "_W2"):
-                m.next = then
+    def _read_row(self, m, t, name, addr, then):
+        """States that read table row ``addr`` (inside the control FSM): ``e`` holds it in
+        state ``then``, two cycles after ``name`` (the block RAM's latency)."""
+        with m.State(name):
+            m.d.sync += t.fsm_raddr.eq(addr)
+            m.next = name + "_W1"
+        with m.State(name + "_W1"):
+            m.next = name + "_W2"
+        with m.State(name + "_W2"):
+            m.next = then
 
-        def to_rmw(slot, up, back):
-            """Go to RMW: one more (``up``) or one fewer window bound to MR ``slot``, then on to
-            ``nxt`` = ``back`` (0 INV_OK, 1 SET_BIND, 2 SET_END)."""
-            m.d.sync += [rmw_addr.eq(slot), rmw_up.eq(up), nxt.eq(back)]
-            m.next = "RMW"
+    def _to_rmw(self, m, t, slot, up, back):
+        """Go to RMW: one more (``up``) or one fewer window bound to MR ``slot``, then on to
+        ``nxt`` = ``back`` (0 INV_OK, 1 SET_BIND, 2 SET_END)."""
+        m.d.sync += [t.rmw_addr.eq(slot), t.rmw_up.eq(up), t.nxt.eq(back)]
+        m.next = "RMW"
 
-        # the commands' states (QUERY_KEY, SET_KEY, INVALIDATE with the window-count
-        # update) are in methods of their own below; they share these signals
-        t = types.SimpleNamespace(
-            ib=ib, read_row=read_row, index=index, he=he, ce=ce, cnt=cnt, fair=fair,
-            fsm_rd=fsm_rd, busy=busy, result=result, ok_bit=ok_bit, idx_valid_r=idx_valid_r,
-            mr_valid_r=mr_valid_r, s3_hit=s3_hit, s3_idx=s3_idx, new_valid=new_valid,
-            new_win=new_win, new_pd=new_pd, new_acc=new_acc, new_type=new_type, mr=mr,
-            mr_bad=mr_bad, iova=iova, end=end, carry=carry, borrow=borrow, hidx=hidx,
-            old_bound=old_bound, old_mr=old_mr, win_lo_ok=win_lo_ok, win_hi_ok=win_hi_ok,
-            rmw_addr=rmw_addr, rmw_up=rmw_up, nxt=nxt, to_rmw=to_rmw, sweep_go=sweep_go,
-            sweep_busy=sweep_busy, v_we=v_we, v_idx=v_idx, v_val=v_val, w_en=w_en,
-            w_addr=w_addr, w_lane=w_lane, w_extra=w_extra, w_rmw=w_rmw, w_nwin=w_nwin)
+    def _control_fsm(self, m, t):
+        """The control FSM ``ctl``, one for the commands (SET_KEY, QUERY_KEY, INVALIDATE) and
+        the remote invalidations, composed of the states of the parts below, and what it
+        drives from its state: the ARG8 select of ``sel_valid_r`` and the loads of the
+        neighbours' keys ``nb`` for the CAM sweep."""
         with m.FSM(name="ctl") as ctl:
-            with m.State("IDLE"):
-                # After each command or invalidation the lookups get one cycle (fair), and
-                # commands and invalidations take turns (prefer_cmd): nobody waits unboundedly.
-                m.d.sync += fair.eq(0)
-                with m.If(fair):
-                    pass
-                with m.Elif(inv.req.valid & ~(cmd.valid & prefer_cmd)):
-                    m.d.sync += prefer_cmd.eq(1)
-                    m.d.comb += inv.req.ready.eq(1)
-                    m.d.sync += busy.eq(1)
-                    m.d.sync += [op.eq(0), key_r.eq(inv.req.payload.key),
-                                 itag.eq(inv.req.payload.tag)]
-                    m.next = "DRAIN"
-                with m.Elif(cmd.valid):
-                    m.d.sync += prefer_cmd.eq(0)
-                    m.d.comb += cmd.ready.eq(1)
-                    m.d.sync += busy.eq(1)
-                    m.d.sync += [op.eq(cmd.payload.opcode), index.eq(cmd.payload.index),
-                                 cnt.eq(0), carry.eq(0)]
-                    with m.If(cmd.payload.opcode == CmdOp.QUERY_KEY):
-                        m.next = "DRAIN"
-                    with m.Else():
-                        m.next = "ARGS"
-            with m.State("ARGS"):
-                # ARG cnt is addressed this cycle and arrives the next: SET_KEY's ARG0..8 in
-                # 10 cycles (ARG5/ARG6 are read again when the table is written), INVALIDATE's
-                # ARG0 in 2. The lookups are locked from the command's acceptance: a lookup
-                # taken after it sees the new table.
-                m.d.comb += self.cmd.arg_addr.eq(cnt)
-                m.d.sync += cnt.eq(cnt + 1)
-                # end = iova + length, a word a cycle (ARG3 then ARG4) on one adder
-                with m.Switch(cnt):
-                    with m.Case(1):
-                        m.d.sync += key_r.eq(arg)
-                    with m.Case(2):
-                        m.d.sync += iova[0:32].eq(arg)
-                    with m.Case(3):
-                        m.d.sync += iova[32:64].eq(arg)
-                    with m.Case(4):
-                        m.d.sync += [end[0:32].eq(add[:32]), carry.eq(add[32])]
-                    with m.Case(5):
-                        m.d.sync += end[32:65].eq(add)
-                    with m.Case(8):
-                        m.d.sync += a7.eq(arg)
-                    with m.Case(9):
-                        m.d.sync += [mr.eq(arg[:ib]), mr_bad.eq(arg[ib:].any())]
-                with m.If(cnt == Mux(op == CmdOp.INVALIDATE, 1, 9)):
-                    m.next = "DRAIN"
-            with m.State("DRAIN"):
-                with m.If(pipe_empty):
-                    # the table's read port is the FSM's from here on (the pipeline is empty)
-                    m.d.sync += [cnt.eq(0), carry.eq(0), fsm_rd.eq(1)]
-                    with m.If(op == CmdOp.QUERY_KEY):
-                        m.next = "Q_HOT"
-                    with m.Else():
-                        # the command rows of the other three slots of `index`'s CAM lane,
-                        # read while the CAM is searched: `nb` takes their keys from `e` in
-                        # SET_CHECK, SET_OLD and SET_OLD_W1 (used by SET_KEY's sweep only)
-                        m.d.sync += fsm_raddr.eq(Cat(index ^ 1, 1))
-                        m.next = "SEARCH1"
-            with m.State("SEARCH1"):           # s1 holds the key
-                m.d.sync += fsm_raddr.eq(Cat(index ^ 2, 1))
-                m.next = "SEARCH2"
-            with m.State("SEARCH2"):           # `match` holds the match vector, then s3
-                                                # its hit and slot (s3_hit, s3_idx)
-                m.d.sync += fsm_raddr.eq(Cat(index ^ 3, 1))
-                with m.Switch(op):
-                    with m.Case(CmdOp.SET_KEY):
-                        m.next = "SET_CHECK"
-                    with m.Default():           # INVALIDATE, remote invalidate
-                        m.next = "INV_SEARCHED"
-
+            self._intake_states(m, t)
+            self._search_states(m, t)
             self._query_states(m, t)
             self._set_key_states(m, t)
             self._invalidate_states(m, t)
-
-            with m.State("REFUSE"):
-                m.d.sync += [result.eq(Result.BAD_ARGUMENT), ok_bit.eq(0)]
-                m.next = "RESPOND"
-
-            with m.State("RESPOND"):
-                # The table is already updated: lookups run again while the answer waits.
-                m.d.sync += [fair.eq(1), fsm_rd.eq(0), busy.eq(0)]
-                with m.If(op == 0):
-                    m.d.comb += [inv.resp.valid.eq(1), inv.resp.payload.ok.eq(ok_bit),
-                                 inv.resp.payload.tag.eq(itag)]
-                    with m.If(inv.resp.ready):
-                        m.next = "IDLE"
-                with m.Else():
-                    m.d.comb += [resp.valid.eq(1), resp.payload.result.eq(result)]
-                    with m.If(resp.ready):
-                        m.next = "IDLE"
-        m.d.comb += sel_mr.eq(ctl.ongoing("SEARCH2"))
+            self._respond_states(m, t)
+        m.d.comb += t.sel_mr.eq(ctl.ongoing("SEARCH2"))
         for x, state in enumerate(("SET_CHECK", "SET_OLD", "SET_OLD_W1")):
             with m.If(ctl.ongoing(state)):
-                m.d.sync += nb[x].eq(ce.key)
-        return m
+                m.d.sync += t.nb[x].eq(t.ce.key)
+
+    def _intake_states(self, m, t):
+        """IDLE and ARGS (inside the control FSM): the choice between a command and a remote
+        invalidation, taking turns and leaving the lookups a cycle after each, and the reading
+        of a command's ARGs, one word a cycle, with end = iova + length on the adder."""
+        cmd, inv, arg, add, ib = self.cmd.cmd, self.inval, t.arg, t.add, t.ib
+        fair, prefer_cmd, busy, op, key_r, itag = (t.fair, t.prefer_cmd, t.busy, t.op, t.key_r,
+                                                   t.itag)
+        index, cnt, carry, iova, end = t.index, t.cnt, t.carry, t.iova, t.end
+        a7, mr, mr_bad = t.a7, t.mr, t.mr_bad
+        with m.State("IDLE"):
+            # After each command or invalidation the lookups get one cycle (fair), and
+            # commands and invalidations take turns (prefer_cmd): nobody waits unboundedly.
+            m.d.sync += fair.eq(0)
+            with m.If(fair):
+                pass
+            with m.Elif(inv.req.valid & ~(cmd.valid & prefer_cmd)):
+                m.d.sync += prefer_cmd.eq(1)
+                m.d.comb += inv.req.ready.eq(1)
+                m.d.sync += busy.eq(1)
+                m.d.sync += [op.eq(0), key_r.eq(inv.req.payload.key),
+                             itag.eq(inv.req.payload.tag)]
+                m.next = "DRAIN"
+            with m.Elif(cmd.valid):
+                m.d.sync += prefer_cmd.eq(0)
+                m.d.comb += cmd.ready.eq(1)
+                m.d.sync += busy.eq(1)
+                m.d.sync += [op.eq(cmd.payload.opcode), index.eq(cmd.payload.index),
+                             cnt.eq(0), carry.eq(0)]
+                with m.If(cmd.payload.opcode == CmdOp.QUERY_KEY):
+                    m.next = "DRAIN"
+                with m.Else():
+                    m.next = "ARGS"
+        with m.State("ARGS"):
+            # ARG cnt is addressed this cycle and arrives the next: SET_KEY's ARG0..8 in
+            # 10 cycles (ARG5/ARG6 are read again when the table is written), INVALIDATE's
+            # ARG0 in 2. The lookups are locked from the command's acceptance: a lookup
+            # taken after it sees the new table.
+            m.d.comb += self.cmd.arg_addr.eq(cnt)
+            m.d.sync += cnt.eq(cnt + 1)
+            # end = iova + length, a word a cycle (ARG3 then ARG4) on one adder
+            with m.Switch(cnt):
+                with m.Case(1):
+                    m.d.sync += key_r.eq(arg)
+                with m.Case(2):
+                    m.d.sync += iova[0:32].eq(arg)
+                with m.Case(3):
+                    m.d.sync += iova[32:64].eq(arg)
+                with m.Case(4):
+                    m.d.sync += [end[0:32].eq(add[:32]), carry.eq(add[32])]
+                with m.Case(5):
+                    m.d.sync += end[32:65].eq(add)
+                with m.Case(8):
+                    m.d.sync += a7.eq(arg)
+                with m.Case(9):
+                    m.d.sync += [mr.eq(arg[:ib]), mr_bad.eq(arg[ib:].any())]
+            with m.If(cnt == Mux(op == CmdOp.INVALIDATE, 1, 9)):
+                m.next = "DRAIN"
+
+    def _search_states(self, m, t):
+        """DRAIN, SEARCH1 and SEARCH2 (inside the control FSM): wait until the lookup pipeline
+        is empty, take the table's read port, and search the CAM for the command's key while
+        reading the command rows of the three other slots of ``index``'s CAM lane."""
+        op, index, cnt, carry, fsm_rd, fsm_raddr = (t.op, t.index, t.cnt, t.carry, t.fsm_rd,
+                                                    t.fsm_raddr)
+        with m.State("DRAIN"):
+            with m.If(t.pipe_empty):
+                # the table's read port is the FSM's from here on (the pipeline is empty)
+                m.d.sync += [cnt.eq(0), carry.eq(0), fsm_rd.eq(1)]
+                with m.If(op == CmdOp.QUERY_KEY):
+                    m.next = "Q_HOT"
+                with m.Else():
+                    # the command rows of the other three slots of `index`'s CAM lane,
+                    # read while the CAM is searched: `nb` takes their keys from `e` in
+                    # SET_CHECK, SET_OLD and SET_OLD_W1 (used by SET_KEY's sweep only)
+                    m.d.sync += fsm_raddr.eq(Cat(index ^ 1, 1))
+                    m.next = "SEARCH1"
+        with m.State("SEARCH1"):           # s1 holds the key
+            m.d.sync += fsm_raddr.eq(Cat(index ^ 2, 1))
+            m.next = "SEARCH2"
+        with m.State("SEARCH2"):           # `match` holds the match vector, then s3
+                                            # its hit and slot (s3_hit, s3_idx)
+            m.d.sync += fsm_raddr.eq(Cat(index ^ 3, 1))
+            with m.Switch(op):
+                with m.Case(CmdOp.SET_KEY):
+                    m.next = "SET_CHECK"
+                with m.Default():           # INVALIDATE, remote invalidate
+                    m.next = "INV_SEARCHED"
+
+    def _respond_states(self, m, t):
+        """REFUSE and RESPOND (inside the control FSM): the answer, to the mailbox or to the
+        remote invalidate port; the table is already updated, so the lookups run again while
+        it waits."""
+        result, ok_bit, fair, fsm_rd, busy = t.result, t.ok_bit, t.fair, t.fsm_rd, t.busy
+        resp, inv = self.cmd.resp, self.inval
+        with m.State("REFUSE"):
+            m.d.sync += [result.eq(Result.BAD_ARGUMENT), ok_bit.eq(0)]
+            m.next = "RESPOND"
+
+        with m.State("RESPOND"):
+            # The table is already updated: lookups run again while the answer waits.
+            m.d.sync += [fair.eq(1), fsm_rd.eq(0), busy.eq(0)]
+            with m.If(t.op == 0):
+                m.d.comb += [inv.resp.valid.eq(1), inv.resp.payload.ok.eq(ok_bit),
+                             inv.resp.payload.tag.eq(t.itag)]
+                with m.If(inv.resp.ready):
+                    m.next = "IDLE"
+            with m.Else():
+                m.d.comb += [resp.valid.eq(1), resp.payload.result.eq(result)]
+                with m.If(resp.ready):
+                    m.next = "IDLE"
 
     def _ports(self, m, lock):
         """The lookup ports: each port's response FIFO and credits, and the round-robin
@@ -745,11 +852,11 @@ class KeyCache(wiring.Component):
 
     def _query_states(self, m, t):
         """QUERY_KEY's states (inside the control FSM): the slot's words into the ARGs."""
-        ib, read_row, index, he, ce, cnt = t.ib, t.read_row, t.index, t.he, t.ce, t.cnt
+        ib, index, he, ce, cnt = t.ib, t.index, t.he, t.ce, t.cnt
         fair, fsm_rd, busy, result, idx_valid_r = (t.fair, t.fsm_rd, t.busy, t.result,
                                                    t.idx_valid_r)
         # -- QUERY_KEY: ARG1/ARG2 (iova) from the lookup row, the rest from the command row
-        read_row("Q_HOT", index, "Q_IOVA_LO")
+        self._read_row(m, t, "Q_HOT", index, "Q_IOVA_LO")
         with m.State("Q_IOVA_LO"):
             m.d.comb += [self.cmd.arg_addr.eq(1), self.cmd.arg_we.eq(1),
                          self.cmd.arg_wdata.eq(he.iova_lo)]
@@ -758,7 +865,7 @@ class KeyCache(wiring.Component):
             m.d.comb += [self.cmd.arg_addr.eq(2), self.cmd.arg_we.eq(1),
                          self.cmd.arg_wdata.eq(he.iova_hi)]
             m.next = "Q_COLD"
-        read_row("Q_COLD", Cat(index, 1), "Q_ANSWER")
+        self._read_row(m, t, "Q_COLD", Cat(index, 1), "Q_ANSWER")
         with m.State("Q_ANSWER"):
             # ARG0 and ARG3..8 in the SET_KEY layout, then 0 in ARG9..15, one word per
             # cycle; the lookups run again from ARG8 on (the row is no longer needed)
@@ -780,7 +887,7 @@ class KeyCache(wiring.Component):
 
     def _set_key_states(self, m, t):
         """SET_KEY's states (inside the control FSM): the checks, then the writes."""
-        ib, read_row, index, he, ce, cnt = t.ib, t.read_row, t.index, t.he, t.ce, t.cnt
+        ib, index, he, ce, cnt = t.ib, t.index, t.he, t.ce, t.cnt
         result, idx_valid_r, mr_valid_r = t.result, t.idx_valid_r, t.mr_valid_r
         s3_hit, s3_idx, mr, mr_bad, iova, end = t.s3_hit, t.s3_idx, t.mr, t.mr_bad, t.iova, t.end
         new_valid, new_win, new_pd, new_acc, new_type = (t.new_valid, t.new_win, t.new_pd,
@@ -788,7 +895,6 @@ class KeyCache(wiring.Component):
         carry, borrow, old_bound, old_mr = t.carry, t.borrow, t.old_bound, t.old_mr
         win_lo_ok, win_hi_ok, sweep_go, sweep_busy = (t.win_lo_ok, t.win_hi_ok, t.sweep_go,
                                                       t.sweep_busy)
-        to_rmw = t.to_rmw
         v_we, v_idx, v_val = t.v_we, t.v_idx, t.v_val
         w_en, w_addr, w_lane, w_extra = t.w_en, t.w_addr, t.w_lane, t.w_extra
         # -- SET_KEY: every check first, then the writes
@@ -799,7 +905,7 @@ class KeyCache(wiring.Component):
                 m.next = "REFUSE"
             with m.Else():
                 m.next = "SET_OLD"
-        read_row("SET_OLD", Cat(index, 1), "SET_OLD_CHECK")
+        self._read_row(m, t, "SET_OLD", Cat(index, 1), "SET_OLD_CHECK")
         with m.State("SET_OLD_CHECK"):
             m.d.comb += self.cmd.arg_addr.eq(1)     # iova_lo, for lane 0 of SET_WRITE
             m.d.sync += [old_bound.eq(idx_valid_r & ce.type[1]), old_mr.eq(ce.mr[:ib])]
@@ -811,7 +917,7 @@ class KeyCache(wiring.Component):
                 m.next = "SET_WRITE"
         # a window: its MR's lookup row stays in `e` until the writes below have taken its
         # translation (nothing writes row `mr` before)
-        read_row("SET_MR", mr, "SET_MR_CHECK")
+        self._read_row(m, t, "SET_MR", mr, "SET_MR_CHECK")
         with m.State("SET_MR_CHECK"):
             m.d.sync += [
                 win_lo_ok.eq(iova >= Cat(he.iova_lo, he.iova_hi)),
@@ -869,12 +975,12 @@ class KeyCache(wiring.Component):
             with m.If(cnt == 11):
                 with m.If(old_bound):
                     # the slot held a bound window: release it from its MR
-                    to_rmw(old_mr, 0, 1)
+                    self._to_rmw(m, t, old_mr, 0, 1)
                 with m.Else():
                     m.next = "SET_BIND"
         with m.State("SET_BIND"):
             with m.If(new_win):
-                to_rmw(mr, 1, 2)
+                self._to_rmw(m, t, mr, 1, 2)
             with m.Else():
                 m.next = "SET_END"
         with m.State("SET_END"):
@@ -886,9 +992,9 @@ class KeyCache(wiring.Component):
     def _invalidate_states(self, m, t):
         """INVALIDATE's and the remote invalidate's states, and the read-modify-write of
         an MR's bound-window count (inside the control FSM)."""
-        ib, read_row, ce, cnt, result, ok_bit = t.ib, t.read_row, t.ce, t.cnt, t.result, t.ok_bit
+        ib, ce, cnt, result, ok_bit = t.ib, t.ce, t.cnt, t.result, t.ok_bit
         s3_hit, s3_idx, hidx = t.s3_hit, t.s3_idx, t.hidx
-        rmw_addr, rmw_up, nxt, to_rmw = t.rmw_addr, t.rmw_up, t.nxt, t.to_rmw
+        rmw_addr, rmw_up, nxt = t.rmw_addr, t.rmw_up, t.nxt
         v_we, v_idx, v_val = t.v_we, t.v_idx, t.v_val
         w_en, w_addr, w_lane, w_extra, w_rmw, w_nwin = (t.w_en, t.w_addr, t.w_lane, t.w_extra,
                                                         t.w_rmw, t.w_nwin)
@@ -899,7 +1005,7 @@ class KeyCache(wiring.Component):
                 m.next = "REFUSE"       # unknown or already invalid key
             with m.Else():
                 m.next = "INV_READ"
-        read_row("INV_READ", Cat(hidx, 1), "INV_CHECK")
+        self._read_row(m, t, "INV_READ", Cat(hidx, 1), "INV_CHECK")
         with m.State("INV_CHECK"):
             fr_ok = (ce.type == KeyType.FAST_REG_MR) & (ce.nwin == 0)
             mw2 = ce.type == KeyType.MW_TYPE2
@@ -908,7 +1014,7 @@ class KeyCache(wiring.Component):
             with m.If(fr_ok):
                 m.next = "INV_OK"
             with m.Elif(mw2):
-                to_rmw(ce.mr[:ib], 0, 0)
+                self._to_rmw(m, t, ce.mr[:ib], 0, 0)
                 m.d.sync += cnt.eq(12)          # `w_word` is lane 5 of a command row
             with m.Else():
                 m.next = "REFUSE"
@@ -917,7 +1023,7 @@ class KeyCache(wiring.Component):
             m.next = "RESPOND"
 
         # -- read-modify-write of an MR's bound-window count (lane 5 of its command row)
-        read_row("RMW", Cat(rmw_addr, 1), "RMW_WRITE")
+        self._read_row(m, t, "RMW", Cat(rmw_addr, 1), "RMW_WRITE")
         with m.State("RMW_WRITE"):
             nwin = Mux(rmw_up, ce.nwin + 1, ce.nwin - 1)
             m.d.comb += [
