@@ -54,6 +54,8 @@ order, the consumer index, RNR (decided by PSN Check) and flush are unchanged. `
 = 0 removes the pool (reads on demand; the store is the planner's row alone).
 """
 
+import types
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -64,6 +66,7 @@ from amaranth.lib.wiring import In, Out, connect
 from ..formats import RECV_MAX_SGE as MAX_SGE, RECV_WQE_BYTES as WQE_BYTES
 from ..formats import RecvWqe as wqe_layout, Sge as sge_layout
 from ..host.axi_master import ReadClientSignature
+from ..parts import add as _add
 from ..stream import Queue, check_width
 
 __all__ = ["RqFetch", "wqe_store", "prefetch_pool", "slim_layout",
@@ -216,22 +219,44 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     claimed in HIT), ``match`` (the planner's register of ``match_c``), ``valid``,
     ``ok`` (data present), ``hit`` (driven by the planner: the first matched slot with data
     is used now) and ``hsel`` (in HIT, the store row of that slot)."""
-    P = prefetch
-    sb = max(1, (P - 1).bit_length())
-    DEMAND = 0xFF
-    fr = fetch.resp
-    rst_q = rst.payload.qpn
+    # The parts below share their signals through ``t``: each takes from it what it reads
+    # and adds what it makes (_add). They are called in the order their statements had in
+    # one function, which the generated Verilog follows.
+    t = types.SimpleNamespace(
+        P=prefetch, sb=max(1, (prefetch - 1).bit_length()), D=prefetch_depth, num_qp=num_qp,
+        fetch=fetch, fr=fetch.resp, plan_fetch=plan_fetch, plan_look=plan_look,
+        plan_hit_r=plan_hit_r, plan_tk=plan_tk, plan_dec=plan_dec, take=take, take_r=take_r,
+        c=c, ab=ab, rst=rst, rst_q=rst.payload.qpn, rp=rp, prow_oh=prow_oh, pin=pin,
+        release=release)
+    _add(t, _qp_tables(m, t))
+    _add(t, _next_index(m, t))
+    _add(t, _pool_slots(m, t))
+    _add(t, _visit_registers(m, t))
+    _add(t, _visit_choice(m, t))
+    _prefetcher_fsm(m, t)
+    _add(t, _hit_select(m, t))
+    _slot_updates(m, t)
+    return {"match_c": t.match_c, "match": t.match, "valid": t.valid, "ok": t.ok, "hit": t.hit,
+            "claim_d": t.claim_d, "hsel": t.hsel, "ring_ok": t.ring_ok}
 
+
+def _qp_tables(m, t):
+    """The pool's per-QP tables: ``pst``, the producer index and ring of the last RQ doorbell
+    that took effect (written by ``rq_post``, cleared by ``qp_reset``), and ``nxt``, the index
+    of the next WQE the QP's messages will take; and the queues of QPs to examine, after a
+    doorbell (``chk_post``) and after a take (``chk_take``). Adds ``post_row``, the tables'
+    ports and the two queues."""
+    ab, rst, rst_q, rp = t.ab, t.rst, t.rst_q, t.rp
     # per-QP: the producer index and ring of the last RQ doorbell that took effect
     post_row = data.StructLayout({"on": 1, "prod": 16, "base": 64, "log": 5})
     # ``no_rw_check`` on ``pst`` and ``nxt``: a read in IDLE that meets a write of the same
     # row is voided (``hazard``), so its data is never used
-    m.submodules.pst = pst = Memory(shape=post_row, depth=num_qp, init=[],
+    m.submodules.pst = pst = Memory(shape=post_row, depth=t.num_qp, init=[],
                                     attrs={"no_rw_check": 1})
     pst_rd = pst.read_port()
     pst_wr = pst.write_port()
     # per-QP: the ring index of the next WQE the QP's messages will take
-    m.submodules.nxt = nxt = Memory(shape=16, depth=num_qp, init=[],
+    m.submodules.nxt = nxt = Memory(shape=16, depth=t.num_qp, init=[],
                                     attrs={"no_rw_check": 1})
     nxt_rd = nxt.read_port()
     nxt_wr = nxt.write_port()
@@ -247,7 +272,15 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
                      pst_wr.data.base.eq(rp.payload.rq_base),
                      pst_wr.data.log.eq(rp.payload.rq_log), pst_wr.en.eq(1),
                      chk_post.i.valid.eq(1), chk_post.i.payload.qpn.eq(rp.payload.qpn[:ab])]
+    return types.SimpleNamespace(post_row=post_row, pst_rd=pst_rd, nxt_rd=nxt_rd,
+                                 nxt_wr=nxt_wr, chk_post=chk_post, chk_take=chk_take)
 
+
+def _next_index(m, t):
+    """The write of ``nxt`` after a take: the planner's next index (taken + 1), loaded into
+    registers from the take itself and written when no ``qp_reset`` competes, which then
+    queues the QP on ``chk_take``. Adds the pending write ``nx_pend``, ``nx_q``."""
+    take, c, ab, rst, nxt_wr, chk_take = t.take, t.c, t.ab, t.rst, t.nxt_wr, t.chk_take
     # A take's effects on the slots (those it voids, the claims it holds off) start from
     # ``take_r``, so the take's decision (a planner state, a read response) reaches no
     # slot's tags; c is unchanged in the cycle after a take (the planner is in SUMS). The
@@ -260,13 +293,22 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     with m.If(take):
         m.d.sync += [nx_pend.eq(1), nx_q.eq(c.qpn[:ab]), nx_v.eq(c.rq_index + 1)]
     with m.If(rst.valid):
-        m.d.comb += [nxt_wr.addr.eq(rst_q), nxt_wr.data.eq(0), nxt_wr.en.eq(1)]
+        m.d.comb += [nxt_wr.addr.eq(t.rst_q), nxt_wr.data.eq(0), nxt_wr.en.eq(1)]
     with m.Elif(nx_pend):
         m.d.comb += [nxt_wr.addr.eq(nx_q), nxt_wr.data.eq(nx_v), nxt_wr.en.eq(1),
                      chk_take.i.valid.eq(1), chk_take.i.payload.qpn.eq(nx_q)]
         with m.If(~take):
             m.d.sync += nx_pend.eq(0)
+    return types.SimpleNamespace(nx_pend=nx_pend, nx_q=nx_q)
 
+
+def _pool_slots(m, t):
+    """The pool's P slots, their tags {valid, busy (read in flight), ok (data), qpn, index}
+    in registers and their rings in a LUT RAM; the registered compare of every slot with c
+    (``match_c``); and the responses of the prefetch reads, always taken. Adds the slots'
+    tags, the ring RAM's ports, ``match_c``, ``match``, ``claim_d``, ``ring_ok``, ``hit``,
+    the response's slot ``rs`` and ``pf_resp``."""
+    P, ab, c, fr = t.P, t.ab, t.c, t.fr
     # ---- the pool: P slots {valid, busy (read in flight), ok (data), qpn, index, addr} ----
     valid = Signal(P)
     busy = Signal(P)
@@ -303,17 +345,29 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     hit = Signal()
 
     # responses of prefetch reads (always taken; the WQE is in the store by then)
-    rs = fr.payload.tag[:sb]
+    rs = fr.payload.tag[:t.sb]
     pf_resp = Signal()
     m.d.comb += pf_resp.eq(fr.valid & ~fr.payload.tag[7])
     with m.If(pf_resp):
         m.d.comb += fr.ready.eq(1)
+    return types.SimpleNamespace(
+        valid=valid, busy=busy, ok=ok, sq=sq, sidx=sidx, ring_wr=ring_wr, ring_rd=ring_rd,
+        match_c=match_c, match=match, claim_d=claim_d, ring_ok=ring_ok, hit=hit, rs=rs,
+        pf_resp=pf_resp)
 
+
+def _visit_registers(m, t):
+    """The prefetcher's registers for the QP it visits (``pf_q``): the QP's tables as read,
+    its indices idx0..idx2 (``nxt`` and the next two), which of them are posted, fetched
+    and held, the claim ALLOC decides; the void of the visit by a reset or a take of the
+    QP; the tables' read address (a take's QP first) and the ``hazard`` of that read.
+    Adds these."""
+    P, sb, ab, c, rst, rst_q, take = t.P, t.sb, t.ab, t.c, t.rst, t.rst_q, t.take
+    pst_rd, nxt_rd, chk_post, chk_take = t.pst_rd, t.nxt_rd, t.chk_post, t.chk_take
     # ---- the prefetcher FSM: examine one QP at a time -------------------------------------
-    D = prefetch_depth
     pf_q = Signal(ab)
     pf_void = Signal()          # the QP was reset or took a WQE since its tables were read
-    row = Signal(post_row)
+    row = Signal(t.post_row)
     pf_idx = Signal(16)         # idx0 = nxt
     pf_idx1 = Signal(16)        # idx1 = nxt + 1
     pf_idx2 = Signal(16)        # idx2 = nxt + 2
@@ -354,13 +408,28 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     hazard = Signal()
     m.d.comb += hazard.eq((rst.valid & (rst_q == pst_rd.addr))
                           | (take & (c.qpn[:ab] == pst_rd.addr))
-                          | (nx_pend & (nx_q == pst_rd.addr))
-                          | (rp.valid & (rp.payload.qpn[:ab] == pst_rd.addr)))
+                          | (t.nx_pend & (t.nx_q == pst_rd.addr))
+                          | (t.rp.valid & (t.rp.payload.qpn[:ab] == pst_rd.addr)))
+    return types.SimpleNamespace(
+        pf_q=pf_q, pf_void=pf_void, row=row, pf_idx=pf_idx, pf_idx1=pf_idx1, pf_idx2=pf_idx2,
+        pf_want=pf_want, pf_want1=pf_want1, pf_want2=pf_want2, pf_try=pf_try, pf_m0=pf_m0,
+        pf_m1=pf_m1, pf_m2=pf_m2, pf_addr=pf_addr, ev=ev, alloc=alloc, a_slot=a_slot,
+        a_sel1=a_sel1, a_k2=a_k2, a_ev=a_ev, same_q=same_q, hazard=hazard)
+
+
+def _visit_choice(m, t):
+    """What ALLOC decides from: the free slots (neither valid, busy nor pinned by the
+    planner) and the first of them (``fsel``), whether the slot at the eviction pointer is
+    evictable, which of idx0..idx2 the visit still needs (``need0``..``need2``), the bank of
+    slot compares that finds them (``pf_cmp`` for ``pf_key``), and the holds on a claim
+    (``hold``, ``hit_hold``). Adds these and the ring mask ``lmask``."""
+    P, sb, D, valid, busy, ev = t.P, t.sb, t.D, t.valid, t.busy, t.ev
+    pf_try, pf_idx, pf_q, sq, sidx = t.pf_try, t.pf_idx, t.pf_q, t.sq, t.sidx
     # the slot the planner works from (``prow`` with ``pin``) is neither free nor evictable:
     # its row must not change until the planner is done with it (``prow_oh``: a register,
     # so the pin's compare does not run into ALLOC's decision)
     pinned = Signal(P)
-    m.d.comb += pinned.eq(Mux(pin, prow_oh, 0))
+    m.d.comb += pinned.eq(Mux(t.pin, t.prow_oh, 0))
     free = Signal(P)
     m.d.comb += free.eq(~valid & ~busy & ~pinned)
     evictable = Signal()
@@ -371,13 +440,13 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
         with m.If(free[i]):
             m.d.comb += fsel.eq(i)
     lmask = Signal(16)
-    m.d.comb += lmask.eq((Const(1, 17) << row.log) - 1)
+    m.d.comb += lmask.eq((Const(1, 17) << t.row.log) - 1)
     need0 = Signal()            # WQE idx0 posted, not held, not yet fetched in this visit
     need1 = Signal()
     need2 = Signal()
-    m.d.comb += [need0.eq(pf_want & ~pf_try[0] & ((pf_m0 & valid) == 0)),
-                 need1.eq(pf_want1 & ~pf_try[1] & ((pf_m1 & valid) == 0) if D > 1 else 0),
-                 need2.eq(pf_want2 & ~pf_try[2] & ((pf_m2 & valid) == 0) if D > 2 else 0)]
+    m.d.comb += [need0.eq(t.pf_want & ~pf_try[0] & ((t.pf_m0 & valid) == 0)),
+                 need1.eq(t.pf_want1 & ~pf_try[1] & ((t.pf_m1 & valid) == 0) if D > 1 else 0),
+                 need2.eq(t.pf_want2 & ~pf_try[2] & ((t.pf_m2 & valid) == 0) if D > 2 else 0)]
     # the slots tagged {pf_q, pf_key}: idx0 in CALC, idx1 in CALC1, idx2 in CALC2 (one bank
     # of compares)
     pf_key = Signal(16)
@@ -385,117 +454,158 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     m.d.comb += pf_key.eq(pf_idx)
     for i in range(P):
         m.d.comb += pf_cmp[i].eq((sq[i] == pf_q) & (sidx[i] == pf_key))
-    def issue():
-        # the read of the slot claimed (the planner's own reads have priority)
-        with m.If(~plan_fetch):
-            m.d.comb += [fetch.req.valid.eq(1),
-                         fetch.req.payload.addr.eq(Cat(Const(0, 6), pf_addr)),
-                         fetch.req.payload.tag.eq(a_slot)]
-            with m.If(fetch.req.ready):
-                # back to ALLOC: the other index may be fetched in the same visit
-                m.next = "ALLOC" if D > 1 else "IDLE"
 
     hold = Signal()             # no claim now (see ALLOC)
-    m.d.comb += hold.eq(take_r | rst.valid)
+    m.d.comb += hold.eq(t.take_r | t.rst.valid)
     # While the planner is in HIT (``plan_hit_r``: it may hit a slot, and it may wait there
     # for a matched slot's data) a visit claims only a free slot outside the planner's
     # match: it decides no eviction (HIT may pin the slot), and a slot of ``match`` freed
     # since LOOK is not re-tagged under it (HIT would take the new tags for c's).
     hit_hold = Signal()
-    m.d.comb += hit_hold.eq(plan_hit_r & (a_ev | match.bit_select(a_slot, 1)))
-    with m.FSM(name="prefetch"):
-        with m.State("IDLE"):
-            with m.If(chk_take.o.valid | chk_post.o.valid):
-                m.d.comb += [pst_rd.en.eq(1), nxt_rd.en.eq(1),
-                             chk_take.o.ready.eq(1),
-                             chk_post.o.ready.eq(~chk_take.o.valid)]
-                m.d.sync += [pf_q.eq(pst_rd.addr), pf_void.eq(hazard), pf_try.eq(0)]
-                m.next = "READ"
-        with m.State("READ"):
-            # the tables' read data registered as is (block RAM clock-to-out)
-            m.d.sync += [row.eq(pst_rd.data), pf_idx.eq(nxt_rd.data)]
-            m.next = "CALC"
-        with m.State("CALC"):
-            ahead = Signal(16)
-            m.d.comb += ahead.eq(row.prod - pf_idx)
-            m.d.sync += [pf_want.eq(row.on & (ahead != 0) & ~ahead[15]),
-                         # idx1 = idx0 + 1 posted (ahead = 2^15 left out: conservative)
-                         pf_want1.eq(row.on & (ahead != 0) & (ahead != 1) & ~ahead[15]),
-                         pf_want2.eq(row.on & (ahead != 0) & (ahead != 1) & (ahead != 2)
-                                     & ~ahead[15]),
-                         pf_idx1.eq(pf_idx + 1), pf_idx2.eq(pf_idx + 2)]
-            m.d.sync += pf_m0.eq(pf_cmp)
-            m.next = "CALC1" if D > 1 else "ALLOC"
-        if D > 1:
-            with m.State("CALC1"):
-                m.d.comb += pf_key.eq(pf_idx1)
-                m.d.sync += pf_m1.eq(pf_cmp)
-                m.next = "CALC2" if D > 2 else "ALLOC"
-        if D > 2:
-            with m.State("CALC2"):
-                m.d.comb += pf_key.eq(pf_idx2)
-                m.d.sync += pf_m2.eq(pf_cmp)
-                m.next = "ALLOC"
-        # ALLOC decides which slot the visit claims (registered: ``a_slot``, ``a_sel1``,
-        # ``a_ev``) and CLAIM claims it, so the slot tags' enables start from registers. The
-        # choice stays good for CLAIM: only the prefetcher claims slots and only HIT pins
-        # one (no decision is made in HIT); responses, takes, resets and releases only make
-        # slots free. CLAIM goes back to ALLOC when a claim is held off there.
-        with m.State("ALLOC"):
-            # the address of the WQE this cycle's decision claims (ready for CLAIM)
-            m.d.sync += pf_addr.eq(row.base[6:] + (Mux(need0, pf_idx, Mux(need1, pf_idx1,
-                                                                          pf_idx2)) & lmask))
-            # no claim in a cycle with a take (take_r) or a qp_reset (they void by the
-            # slots' tags), nor an eviction while the planner is in HIT; in CLAIM,
-            # no claim of the visited QP's next WQE (idx0) while the planner holds that
-            # WQE (``plan_tk``: from DEC to the take; after the take idx0 is stale, and
-            # the take voids the visit a cycle later)
-            with m.If(hold):
-                pass
-            with m.Elif(pf_void | ~(need0 | need1 | need2)):
-                m.next = "IDLE"
-            with m.Elif(need0):
-                # WQE nxt: a free slot, else eviction -- but not while the planner's slot is
-                # about to be freed (its command completes the slot's WQE): wait for it
-                # rather than evict another QP's next WQE
-                with m.If((free == 0) & pin & c.comp):
-                    pass
-                with m.Elif(free != 0):
-                    m.d.sync += [a_slot.eq(fsel), a_sel1.eq(0), a_ev.eq(0)]
-                    m.next = "CLAIM"
-                with m.Elif(plan_hit_r):
-                    pass
-                with m.Elif(evictable):
-                    m.d.sync += [a_slot.eq(ev), a_sel1.eq(0), a_ev.eq(1)]
-                    m.next = "CLAIM"
-                with m.Else():
-                    m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
-                    m.next = "IDLE"
-            with m.Else():
-                # WQE nxt + 1 (or + 2): only into a free slot (a deeper prefetch never
-                # evicts)
-                with m.If(free != 0):
-                    m.d.sync += [a_slot.eq(fsel), a_sel1.eq(1), a_k2.eq(~need1), a_ev.eq(0)]
-                    m.next = "CLAIM"
-                with m.Else():
-                    m.next = "IDLE"
-        with m.State("CLAIM"):
-            # the slot is claimed and its read issued in the same cycle when the read port
-            # is free (else ISSUE waits for it)
-            with m.If(hold | hit_hold | (((plan_tk & same_q) | plan_dec) & ~a_sel1)):
-                m.next = "ALLOC"
-            with m.Elif(pf_void):
-                m.next = "IDLE"
-            with m.Else():
-                m.d.comb += alloc.eq(1)
-                m.d.sync += pf_try.bit_select(Mux(a_sel1, Mux(a_k2, 2, 1), 0), 1).eq(1)
-                with m.If(a_ev):
-                    m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
-                m.next = "ISSUE"
-                issue()
-        with m.State("ISSUE"):
-            issue()
+    m.d.comb += hit_hold.eq(t.plan_hit_r & (t.a_ev | t.match.bit_select(t.a_slot, 1)))
+    return types.SimpleNamespace(
+        pinned=pinned, free=free, evictable=evictable, fsel=fsel, lmask=lmask, need0=need0,
+        need1=need1, need2=need2, pf_key=pf_key, pf_cmp=pf_cmp, hold=hold, hit_hold=hit_hold)
 
+
+def _prefetcher_fsm(m, t):
+    """The prefetcher FSM ``prefetch``, which examines one QP at a time: its visit reads the
+    QP's tables and compares the slots (:func:`_visit_read_states`), then claims a slot and
+    issues the read of each WQE it needs (:func:`_visit_claim_states`)."""
+    with m.FSM(name="prefetch"):
+        _visit_read_states(m, t)
+        _visit_claim_states(m, t)
+
+
+def _visit_read_states(m, t):
+    """IDLE, READ, CALC and (with a deeper prefetch) CALC1, CALC2 (inside the prefetcher FSM):
+    take a QP to examine, register its tables' read data, find which of idx0..idx2 are posted
+    and which slots hold each, one bank of compares a cycle."""
+    D, row, pf_idx, pf_cmp, pf_key = t.D, t.row, t.pf_idx, t.pf_cmp, t.pf_key
+    pst_rd, nxt_rd, chk_post, chk_take = t.pst_rd, t.nxt_rd, t.chk_post, t.chk_take
+    with m.State("IDLE"):
+        with m.If(chk_take.o.valid | chk_post.o.valid):
+            m.d.comb += [pst_rd.en.eq(1), nxt_rd.en.eq(1),
+                         chk_take.o.ready.eq(1),
+                         chk_post.o.ready.eq(~chk_take.o.valid)]
+            m.d.sync += [t.pf_q.eq(pst_rd.addr), t.pf_void.eq(t.hazard), t.pf_try.eq(0)]
+            m.next = "READ"
+    with m.State("READ"):
+        # the tables' read data registered as is (block RAM clock-to-out)
+        m.d.sync += [row.eq(pst_rd.data), pf_idx.eq(nxt_rd.data)]
+        m.next = "CALC"
+    with m.State("CALC"):
+        ahead = Signal(16)
+        m.d.comb += ahead.eq(row.prod - pf_idx)
+        m.d.sync += [t.pf_want.eq(row.on & (ahead != 0) & ~ahead[15]),
+                     # idx1 = idx0 + 1 posted (ahead = 2^15 left out: conservative)
+                     t.pf_want1.eq(row.on & (ahead != 0) & (ahead != 1) & ~ahead[15]),
+                     t.pf_want2.eq(row.on & (ahead != 0) & (ahead != 1) & (ahead != 2)
+                                   & ~ahead[15]),
+                     t.pf_idx1.eq(pf_idx + 1), t.pf_idx2.eq(pf_idx + 2)]
+        m.d.sync += t.pf_m0.eq(pf_cmp)
+        m.next = "CALC1" if D > 1 else "ALLOC"
+    if D > 1:
+        with m.State("CALC1"):
+            m.d.comb += pf_key.eq(t.pf_idx1)
+            m.d.sync += t.pf_m1.eq(pf_cmp)
+            m.next = "CALC2" if D > 2 else "ALLOC"
+    if D > 2:
+        with m.State("CALC2"):
+            m.d.comb += pf_key.eq(t.pf_idx2)
+            m.d.sync += t.pf_m2.eq(pf_cmp)
+            m.next = "ALLOC"
+
+
+def _visit_claim_states(m, t):
+    """ALLOC, CLAIM and ISSUE (inside the prefetcher FSM): decide the slot the visit claims
+    (a free one, else for idx0 the evictable one at the pointer), claim it, and issue its
+    read (:func:`_issue`); back to ALLOC for a deeper index, to IDLE when nothing is left."""
+    P, ev, a_slot, a_sel1, a_k2, a_ev = t.P, t.ev, t.a_slot, t.a_sel1, t.a_k2, t.a_ev
+    need0, need1, need2, free, fsel, hold = t.need0, t.need1, t.need2, t.free, t.fsel, t.hold
+    pf_void, plan_hit_r, c = t.pf_void, t.plan_hit_r, t.c
+    # ALLOC decides which slot the visit claims (registered: ``a_slot``, ``a_sel1``,
+    # ``a_ev``) and CLAIM claims it, so the slot tags' enables start from registers. The
+    # choice stays good for CLAIM: only the prefetcher claims slots and only HIT pins
+    # one (no decision is made in HIT); responses, takes, resets and releases only make
+    # slots free. CLAIM goes back to ALLOC when a claim is held off there.
+    with m.State("ALLOC"):
+        # the address of the WQE this cycle's decision claims (ready for CLAIM)
+        m.d.sync += t.pf_addr.eq(t.row.base[6:] + (Mux(need0, t.pf_idx,
+                                                       Mux(need1, t.pf_idx1, t.pf_idx2))
+                                                   & t.lmask))
+        # no claim in a cycle with a take (take_r) or a qp_reset (they void by the
+        # slots' tags), nor an eviction while the planner is in HIT; in CLAIM,
+        # no claim of the visited QP's next WQE (idx0) while the planner holds that
+        # WQE (``plan_tk``: from DEC to the take; after the take idx0 is stale, and
+        # the take voids the visit a cycle later)
+        with m.If(hold):
+            pass
+        with m.Elif(pf_void | ~(need0 | need1 | need2)):
+            m.next = "IDLE"
+        with m.Elif(need0):
+            # WQE nxt: a free slot, else eviction -- but not while the planner's slot is
+            # about to be freed (its command completes the slot's WQE): wait for it
+            # rather than evict another QP's next WQE
+            with m.If((free == 0) & t.pin & c.comp):
+                pass
+            with m.Elif(free != 0):
+                m.d.sync += [a_slot.eq(fsel), a_sel1.eq(0), a_ev.eq(0)]
+                m.next = "CLAIM"
+            with m.Elif(plan_hit_r):
+                pass
+            with m.Elif(t.evictable):
+                m.d.sync += [a_slot.eq(ev), a_sel1.eq(0), a_ev.eq(1)]
+                m.next = "CLAIM"
+            with m.Else():
+                m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
+                m.next = "IDLE"
+        with m.Else():
+            # WQE nxt + 1 (or + 2): only into a free slot (a deeper prefetch never
+            # evicts)
+            with m.If(free != 0):
+                m.d.sync += [a_slot.eq(fsel), a_sel1.eq(1), a_k2.eq(~need1), a_ev.eq(0)]
+                m.next = "CLAIM"
+            with m.Else():
+                m.next = "IDLE"
+    with m.State("CLAIM"):
+        # the slot is claimed and its read issued in the same cycle when the read port
+        # is free (else ISSUE waits for it)
+        with m.If(hold | t.hit_hold | (((t.plan_tk & t.same_q) | t.plan_dec) & ~a_sel1)):
+            m.next = "ALLOC"
+        with m.Elif(pf_void):
+            m.next = "IDLE"
+        with m.Else():
+            m.d.comb += t.alloc.eq(1)
+            m.d.sync += t.pf_try.bit_select(Mux(a_sel1, Mux(a_k2, 2, 1), 0), 1).eq(1)
+            with m.If(a_ev):
+                m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
+            m.next = "ISSUE"
+            _issue(m, t)
+    with m.State("ISSUE"):
+        _issue(m, t)
+
+
+def _issue(m, t):
+    """The read of the slot claimed (inside CLAIM or ISSUE): a prefetch read of WQE address
+    ``pf_addr`` tagged with the slot, unless the planner's own read has the port (it has
+    priority); once taken, back to ALLOC (the other index may be fetched in the same visit)
+    or, with a prefetch depth of 1, to IDLE."""
+    fetch = t.fetch
+    with m.If(~t.plan_fetch):
+        m.d.comb += [fetch.req.valid.eq(1),
+                     fetch.req.payload.addr.eq(Cat(Const(0, 6), t.pf_addr)),
+                     fetch.req.payload.tag.eq(t.a_slot)]
+        with m.If(fetch.req.ready):
+            # back to ALLOC: the other index may be fetched in the same visit
+            m.next = "ALLOC" if t.D > 1 else "IDLE"
+
+
+def _hit_select(m, t):
+    """The hit select (registered): ``hsel``, the first slot of the planner's match with data,
+    read on a hit, which also addresses the ring RAM for ``ring_ok``; and c's next two
+    indices, registered, for the slots a take keeps. Adds ``hsel``, ``c_nxt``, ``c_nxt2``."""
+    P, sb, c, fr, rs = t.P, t.sb, t.c, t.fr, t.rs
     # ---- the hit select (registered): the first slot of match & valid & ok, read on a hit --
     # In LOOK it is the first of match_c with data next cycle (a response now sets ok;
     # a reset of c's QP voids every match; a slot claimed now sends the planner to FETCH
@@ -504,17 +614,17 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     # next cycle's select is its slot (a don't-care when no hit follows).
     rs_ok = Signal(P)
     for i in range(P):
-        m.d.comb += rs_ok[i].eq(pf_resp & ~fr.payload.err & (rs == i))
+        m.d.comb += rs_ok[i].eq(t.pf_resp & ~fr.payload.err & (rs == i))
     look = Signal(P)
-    m.d.comb += look.eq(match_c & (ok | rs_ok))
+    m.d.comb += look.eq(t.match_c & (t.ok | rs_ok))
     hsel_c = Signal(sb)
     for i in reversed(range(P)):
         with m.If(look[i]):
             m.d.comb += hsel_c.eq(i)
     hsel = Signal(sb)
-    m.d.sync += hsel.eq(Mux(plan_look, rs, hsel_c))
-    m.d.comb += ring_rd.addr.eq(hsel)
-    m.d.sync += ring_ok.eq(ring_rd.data == Cat(c.rq_base[6:], c.rq_log))
+    m.d.sync += hsel.eq(Mux(t.plan_look, rs, hsel_c))
+    m.d.comb += t.ring_rd.addr.eq(hsel)
+    m.d.sync += t.ring_ok.eq(t.ring_rd.data == Cat(c.rq_base[6:], c.rq_log))
     # the slot hit is read (store row ``hsel``, asynchronously) in the hit's cycle: a slot
     # with its data gets no beat (no read out) and no claim in a HIT cycle
 
@@ -523,30 +633,38 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     c_nxt = Signal(16)
     c_nxt2 = Signal(16)
     m.d.sync += [c_nxt.eq(c.rq_index + 1), c_nxt2.eq(c.rq_index + 2)]
+    return types.SimpleNamespace(hsel=hsel, c_nxt=c_nxt, c_nxt2=c_nxt2)
 
+
+def _slot_updates(m, t):
+    """The slots' tag updates, later ones winning: a prefetch response (data present, or
+    the slot freed on an error), a claim (new tags, a read in flight), and the voids (a
+    take of another WQE of the QP, except the ones it keeps; ``qp_reset``; the planner's
+    release); and the claimed slot's ring, written into the ring RAM."""
+    P, D, ab, c, fr, rs, rst = t.P, t.D, t.ab, t.c, t.fr, t.rs, t.rst
+    valid, busy, ok, sq, sidx = t.valid, t.busy, t.ok, t.sq, t.sidx
+    alloc, a_slot, a_sel1, a_k2, row = t.alloc, t.a_slot, t.a_sel1, t.a_k2, t.row
     # ---- slot state updates (later ones win) -----------------------------------------------
     claim = Signal(P)           # the slot claimed this cycle (one-hot)
-    m.d.sync += claim_d.eq(claim)
+    m.d.sync += t.claim_d.eq(claim)
     for i in range(P):
-        with m.If(pf_resp & (rs == i)):
+        with m.If(t.pf_resp & (rs == i)):
             m.d.sync += [busy[i].eq(0), ok[i].eq(~fr.payload.err)]
             with m.If(fr.payload.err):
                 m.d.sync += valid[i].eq(0)
         m.d.comb += claim[i].eq(alloc & (a_slot == i))
         with m.If(claim[i]):
-            m.d.sync += [valid[i].eq(1), busy[i].eq(1), ok[i].eq(0), sq[i].eq(pf_q),
-                         sidx[i].eq(Mux(a_sel1, Mux(a_k2, pf_idx2, pf_idx1), pf_idx)),
-                         pf_m0[i].eq(~a_sel1 if D > 1 else 1), pf_m1[i].eq(a_sel1 & ~a_k2),
-                         pf_m2[i].eq(a_sel1 & a_k2)]
+            m.d.sync += [valid[i].eq(1), busy[i].eq(1), ok[i].eq(0), sq[i].eq(t.pf_q),
+                         sidx[i].eq(Mux(a_sel1, Mux(a_k2, t.pf_idx2, t.pf_idx1), t.pf_idx)),
+                         t.pf_m0[i].eq(~a_sel1 if D > 1 else 1),
+                         t.pf_m1[i].eq(a_sel1 & ~a_k2), t.pf_m2[i].eq(a_sel1 & a_k2)]
         # a take of WQE i keeps the QP's slots of index i (the slot hit: its WQE serves the
         # message's later packets) and i + 1 .. i + D − 1; the others are behind or stale
-        keep = ((sidx[i] == c.rq_index) | ((sidx[i] == c_nxt) if D > 1 else Const(0, 1))
-                | ((sidx[i] == c_nxt2) if D > 2 else Const(0, 1)))
-        with m.If((take_r & (sq[i] == c.qpn[:ab]) & ~keep)
-                  | (rst.valid & (sq[i] == rst_q))
-                  | (release & prow_oh[i])):
+        keep = ((sidx[i] == c.rq_index) | ((sidx[i] == t.c_nxt) if D > 1 else Const(0, 1))
+                | ((sidx[i] == t.c_nxt2) if D > 2 else Const(0, 1)))
+        with m.If((t.take_r & (sq[i] == c.qpn[:ab]) & ~keep)
+                  | (rst.valid & (sq[i] == t.rst_q))
+                  | (t.release & t.prow_oh[i])):
             m.d.sync += valid[i].eq(0)
-    m.d.comb += [ring_wr.addr.eq(a_slot), ring_wr.data.eq(Cat(row.base[6:], row.log)),
-                 ring_wr.en.eq(alloc)]
-    return {"match_c": match_c, "match": match, "valid": valid, "ok": ok, "hit": hit,
-            "claim_d": claim_d, "hsel": hsel, "ring_ok": ring_ok}
+    m.d.comb += [t.ring_wr.addr.eq(a_slot), t.ring_wr.data.eq(Cat(row.base[6:], row.log)),
+                 t.ring_wr.en.eq(alloc)]
