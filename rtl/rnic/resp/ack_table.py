@@ -47,7 +47,10 @@ FIFO's read enable and level depend on registers, not on the take; the buffer ad
 the take pipeline four (the popped QPN registered; its flags read; the take clears them
 and issues the table reads; the block RAM outputs are registered before any logic) and a
 4-entry output queue in LUT RAM (which keeps ``o.ready`` out of the take logic) one: about 8
-cycles from ``i`` to ``o``.
+cycles from ``i`` to ``o``. A response that finds nothing held (no flag pending, no QPN queued
+or being taken, room in the output queue) skips the table: from the input register it goes
+straight into the output queue, 2 cycles from ``i`` to ``o``, and sets no flag. Being the only
+response held, it is served first come, first served like any other.
 
 Python twin: :func:`sim.models.psn.pending_reduce` / :func:`sim.models.psn.table_match`.
 """
@@ -297,14 +300,27 @@ class AckTable(wiring.Component):
         with m.Elif(r_valid & oq.i.ready):
             m.d.sync += [r_second.eq(1), r_one.eq(1)]
 
+        # ``byp``: a response registered at I while nothing is held (no flag pending, no QPN
+        # queued or being taken) goes straight into the output queue, not into the table: it is
+        # the only response held, so serving it now is first come, first served
+        byp = Signal()
+        i_valid = Signal()
+        i = Signal(ack_item_layout(ab))
         o = oq.i.payload
         m.d.comb += [
-            oq.i.valid.eq(r_valid),
-            o.qpn.eq(r_q), o.opcode.eq(0x11), o.aeth.eq(1),
-            o.psn.eq(Mux(nak_now, r_n.psn, r_a.psn)),
-            o.msn.eq(Mux(nak_now, r_n.msn, r_a.msn)),
-            o.syndrome.eq(Mux(nak_now, r_n.syndrome, 0x1F)),
+            oq.i.valid.eq(r_valid | byp),
+            o.opcode.eq(0x11), o.aeth.eq(1),
         ]
+        with m.If(r_valid):
+            m.d.comb += [
+                o.qpn.eq(r_q),
+                o.psn.eq(Mux(nak_now, r_n.psn, r_a.psn)),
+                o.msn.eq(Mux(nak_now, r_n.msn, r_a.msn)),
+                o.syndrome.eq(Mux(nak_now, r_n.syndrome, 0x1F)),
+            ]
+        with m.Else():
+            m.d.comb += [o.qpn.eq(i.qpn), o.psn.eq(i.psn), o.msn.eq(i.msn),
+                         o.syndrome.eq(i.syndrome)]
 
         # ---- insert: the input registered (I) and inserted ---------------------------------
         # The announced QP's flags are read when it is announced (``next_load``), so they are
@@ -312,9 +328,12 @@ class AckTable(wiring.Component):
         # read's cycle included) replaces the bits read (``held_read``). They are registered with
         # the input, each replaced by what the insert or the take of that cycle writes to the
         # same QP.
-        i_valid = Signal()
-        i = Signal(ack_item_layout(ab))
         m.d.sync += [i_valid.eq(self.i.valid), i.eq(self.i.payload)]
+        # nothing held (every term a register): the table's flags all clear, no take pending
+        idle = Signal()
+        m.d.comb += idle.eq(~(sw_busy | t_valid | u_valid | d_v | s_valid | r_valid | k_valid
+                              | qf.o.valid | (qf.level != 0)))
+        m.d.comb += byp.eq(i_valid & idle & oq.i.ready)
         for rp in (ins_at_in, tk_at_in):
             m.d.comb += [rp.addr.eq(self.next_qpn), rp.en.eq(self.next_load)]
         n_q = Signal(ab)            # the announced QP
@@ -357,13 +376,13 @@ class AckTable(wiring.Component):
         m.d.comb += [ack_k.eq(q_ins.ack ^ tk_now.ack), nak_k.eq(q_ins.nak ^ tk_now.nak)]
         m.d.comb += [
             self.i.ready.eq(1),
-            qf.i.valid.eq(i_valid & ~(ack_k | nak_k)),
+            qf.i.valid.eq(i_valid & ~(ack_k | nak_k) & ~byp),
             qf.i.payload.eq(q),
         ]
         # an ACK sets the ACK flag and keeps a NAK still pending (which then came first), a NAK
         # sets the NAK flag and keeps a pending ACK
         m.d.comb += [
-            ins_w.addr.eq(q), ins_w.en.eq(i_valid),
+            ins_w.addr.eq(q), ins_w.en.eq(i_valid & ~byp),
             ins_w.data.ack.eq(Mux(is_ack, ~tk_now.ack, q_ins.ack)),
             ins_w.data.nak.eq(Mux(is_ack, q_ins.nak, ~tk_now.nak)),
             ins_w.data.nak_first.eq(is_ack & nak_k),
