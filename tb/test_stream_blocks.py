@@ -388,9 +388,12 @@ def test_queue_registered_refuses_bad_use():
     from amaranth.lib import data
     layout = data.StructLayout({"a": 5, "b": 11})
     for kw in ({"registered": ("x",)}, {"registered": ()},
-               {"registered": ("a",), "buffered": False}, {"bypass": True}):
+               {"registered": ("a",), "buffered": False}, {"bypass": True},
+               {"registered": ("a", "b"), "bypass": True}):
         with pytest.raises(ValueError):
             Queue(layout, 4, **kw)
+    with pytest.raises(ValueError):
+        Queue(layout, 1, registered=("a",), bypass=True)
     with pytest.raises(ValueError):
         Queue(16, 4, registered=("a",))
 

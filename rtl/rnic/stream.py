@@ -287,7 +287,7 @@ class Queue(wiring.Component):
         never written while it is presented, so the stream rules hold from any state of the
         queue, reachable or not (a block that uses it can prove its own by induction).
     bypass : bool
-        With ``registered``: an entry written while the queue is empty (or its one entry is
+        With ``registered`` (some fields, not all) and a depth of at least 2: an entry written while the queue is empty (or its one entry is
         being taken) is offered in the next cycle, its registered fields loaded straight from
         ``i.payload`` (one cycle of latency, as an unbuffered queue, from flip-flops); the ports
         otherwise move as the buffered queue's.
@@ -317,8 +317,10 @@ class Queue(wiring.Component):
                                  f"{shape!r}")
             registered = tuple(registered)
         self._shape = shape
-        if bypass and registered is None:
-            raise ValueError("bypass= needs registered=")
+        if bypass and (registered is None or depth == 1
+                       or set(registered) == set(shape.members)):
+            raise ValueError("bypass= needs registered= naming some but not all fields, and "
+                             "a depth of at least 2")
         self._bypass = bypass
         self._depth = depth
         self._buffered = buffered

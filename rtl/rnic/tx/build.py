@@ -584,8 +584,12 @@ class TxBuild(wiring.Component):
         # ---- frames built, waiting for their ICRC and the emitter ----------------------------
         rec_layout = data.StructLayout({"base": CB, "data_end": PB, "crc_end": PB,
                                         "words": WB, "keep": nb, "cls": 3, "drop": 1})
-        # (the records' queue has a registered output: the emitter's load starts from registers)
-        m.submodules.recq = recq = Queue(rec_layout, self.frames)
+        # (the records' queue has a registered output for what the emitter's load decides on:
+        # that starts from registers; the lane masks and class, only stored, are read from the
+        # ring at the head. A record queued while none waits is offered the next cycle)
+        m.submodules.recq = recq = Queue(
+            rec_layout, self.frames, registered=("base", "data_end", "crc_end", "words", "drop"),
+            bypass=True)
         m.submodules.icq = icq = Queue(32, self.frames, buffered=False)
         # The ICRCs come in frame order, each after its frame's record: the oldest, queued or
         # out of the CRC unit this cycle (when none is queued), is the ICRC of the frame the
