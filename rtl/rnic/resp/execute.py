@@ -474,12 +474,16 @@ class Execute(wiring.Component):
         connect(m, piece_q.o, sc.piece)
         pq = piece_q.i
 
-        m.submodules.post_q = post_q = Queue(_post_layout, 8)
+        # (what ``done``'s handshake decides on from the output register, the syndrome from the
+        # ring; an entry posted while none waits is offered the next cycle)
+        m.submodules.post_q = post_q = Queue(_post_layout, 8, registered=("fatal", "beats"),
+                                             bypass=True)
         # the CQE's record is read from the queue's LUT RAM at its head (the merge in front
         # of CQE Generation registers it); what the release and the fault mark decide on
         # leaves from the output register
         m.submodules.cqe_q = cqe_q = Queue(_cqe_entry_layout, 8,
-                                           registered=("need", "qpn", "status", "flush"))
+                                           registered=("need", "qpn", "status", "flush"),
+                                           bypass=True)
         m.submodules.ev_q = ev_q = Queue(event_layout, 4)
         m.submodules.fault_q = fault_q = Queue(qpn_layout, 4)
         connect(m, ev_q.o, wiring.flipped(self.event))
