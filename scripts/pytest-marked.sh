@@ -14,6 +14,6 @@ if [ $rc = 5 ]; then
   exit 0
 fi
 if [ "$1" = fuzz ]; then
-  PYTHONPATH=.:rtl .venv/bin/python -m tb.fuzz_summary
+  PYTHONPATH=.:rtl .venv/bin/python -m tb.system.fuzz_summary
 fi
 exit $rc

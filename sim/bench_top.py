@@ -1,6 +1,6 @@
 """Benchmarks of the whole ``rnic`` top (registered by :mod:`sim.benches`).
 
-They run on the configuration of the top's scenario tests (``tb/test_responder.py``: 16 QPs,
+They run on the configuration of the top's scenario tests (``tb/system/test_responder.py``: 16 QPs,
 4 CQs, 16 key slots) under the build name ``rnic``, so the Verilog and the Verilator model
 are the ones those tests already built (``sim/runner.py`` caches by name, parameters and RTL).
 """

@@ -1,6 +1,6 @@
 """Bench tops: a block with the neighbours its bench needs, as one Component to simulate.
 
-Used by the block tests in ``tb/`` and by ``rnic bench`` (:mod:`sim.benches`) alike, so the
+Used by the block tests in ``tb/blocks/`` and by ``rnic bench`` (:mod:`sim.benches`) alike, so the
 benchmarks run exactly the tops the tests check.
 """
 from amaranth.hdl import Module

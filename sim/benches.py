@@ -26,7 +26,7 @@ def _register():
 
     for w in (64, 128, 256, 512):
         cocotb_bench(f"rx_parse-w{w}", lambda w=w: flat_top(RxParse(width=w)),
-                     test_module="tb.cocotb_rx_parse", testcase=["benchmark"],
+                     test_module="tb.blocks.cocotb_rx_parse", testcase=["benchmark"],
                      params={"width": w}, extra_env={"RXP_WIDTH": str(w)})
 
     def psn_factory(w):
@@ -39,7 +39,7 @@ def _register():
     from .bench_tops import PsnBench
     for w in (64, 128, 256, 512):
         cocotb_bench(f"psn_check-w{w}", lambda w=w: psn_factory(w),
-                     test_module="tb.cocotb_psn_check", testcase=["benchmark"],
+                     test_module="tb.blocks.cocotb_psn_check", testcase=["benchmark"],
                      params={"width": w, "bench": PsnBench.REV}, extra_env={"PSN_WIDTH": str(w)})
 
     # execute: zero-wait host memory and 100 cycles of read latency at every width; at W = 64
@@ -49,13 +49,13 @@ def _register():
             for lat in ((100,) if pf == 0 else (0, 100)):
                 cocotb_bench(f"execute-w{w}-rd{lat}" + ("-noprefetch" if pf == 0 else ""),
                              lambda w=w, pf=pf: exe_factory(w, pf),
-                             test_module="tb.cocotb_execute", testcase=["bench"],
+                             test_module="tb.blocks.cocotb_execute", testcase=["bench"],
                              params={"width": w, "prefetch": pf},
                              extra_env={"EX_WIDTH": str(w), "EX_SEED": "11",
                                         "EX_PREFETCH": str(pf), "EX_RDLAT": str(lat)})
 
     # two cores on one wire: goodput A -> B at every width (W = 64 and 512 share the build of
-    # tb/test_two_rnic.py; 128 and 256 use the same configuration at their width)
+    # tb/system/test_two_rnic.py; 128 and 256 use the same configuration at their width)
     def pair_config(w):
         from rnic.params import RnicConfig
         return RnicConfig(data_width=w, num_qp=16, num_cq=4, key_entries=16)
@@ -68,13 +68,13 @@ def _register():
     for w in (64, 128, 256, 512):
         for lat in (0, 100):
             cocotb_bench(f"pair-w{w}" + (f"-rd{lat}" if lat else ""),
-                         lambda w=w: pair_factory(w), test_module="tb.cocotb_two_rnic",
+                         lambda w=w: pair_factory(w), test_module="tb.system.cocotb_two_rnic",
                          testcase=["goodput"], params=pair_config(w).as_dict(),
                          toplevel="rnic_pair", build="pair",
                          extra_env={RDLAT_ENV: str(lat)} if lat else None)
         # RDMA READ A <- B: the responses' share of the wire
         cocotb_bench(f"read_pair-w{w}", lambda w=w: pair_factory(w),
-                     test_module="tb.cocotb_read_pair", testcase=["read_goodput"],
+                     test_module="tb.system.cocotb_read_pair", testcase=["read_goodput"],
                      params=pair_config(w).as_dict(), toplevel="rnic_pair", build="pair")
 
 
@@ -87,10 +87,10 @@ def _register_top():
     for w in (64, 128, 256, 512):
         for lat in (0, 100):
             top_bench(f"resp_top-w{w}" + (f"-rd{lat}" if lat else ""), w,
-                      test_module="tb.cocotb_resp_bench", testcase=["bench"],
+                      test_module="tb.system.cocotb_resp_bench", testcase=["bench"],
                       extra_env={RDLAT_ENV: str(lat)} if lat else None)
         # RDMA READ as responder: latency and goodput of its responses
-        top_bench(f"read_top-w{w}", w, test_module="tb.cocotb_read", testcase=["read_bench"])
+        top_bench(f"read_top-w{w}", w, test_module="tb.system.cocotb_read", testcase=["read_bench"])
 
 
 _register_top()

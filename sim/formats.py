@@ -3,7 +3,7 @@
 The formats are defined once, in ``rtl/rnic/formats.py`` (interface.md §5): one field table per
 format, from which come the Amaranth layouts the hardware uses and the pack/unpack helpers of the
 driver (``sim/driver/verbs.py``). This module only renders those tables as Markdown
-(``make formats-doc``; ``tb/test_formats_doc.py`` fails when the page is stale).
+(``make formats-doc``; ``tb/flow/test_formats_doc.py`` fails when the page is stale).
 
 ``python -m sim.formats`` prints the page.
 """
@@ -46,7 +46,8 @@ def markdown():
         "`SendWqe`, `Sge`, `Cqe`; bit 8·i is byte i of the entry) and the driver "
         "(`sim/driver/verbs.py`) packs and unpacks them with the helpers made from the same "
         "tables (`RECV_WQE_FORMAT.pack`, `CQE_FORMAT.unpack`, ...). Do not edit by hand; "
-        "`tb/test_formats_doc.py` fails when this page is stale, and `tb/test_formats.py` checks "
+        "`tb/flow/test_formats_doc.py` fails when this page is stale, and "
+        "`tb/blocks/test_formats.py` checks "
         "the tables against interface.md §5. All integers little-endian; reserved bytes, and the "
         "bits of a byte above a narrower field, are written as 0.",
         "",

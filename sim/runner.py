@@ -7,7 +7,7 @@ Typical use from a pytest function::
 
     def test_thing():
         run_cocotb("thing", lambda: flat_top(Thing(width=64)), params={"width": 64},
-                   test_module="tb.cocotb_thing", testcase="test_basic")
+                   test_module="tb.blocks.cocotb_thing", testcase="test_basic")
 
 * The Verilog is generated once per ``(name, params)`` into ``build/sim/<name>-<key>/`` (a file
   lock makes concurrent pytest-xdist workers share it), and reused while the RTL sources are

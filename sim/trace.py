@@ -323,7 +323,7 @@ class Tracer:
             self._edge_ns = t
             for lab, p, v, r in live:
                 # an internal handshake still X (before the first edges of reset) is no transfer;
-                # the ports' own rule is checked by tb/cocotb_ports.py
+                # the ports' own rule is checked by tb/system/cocotb_ports.py
                 vv, rv = v.value, r.value
                 if vv.is_resolvable and rv.is_resolvable and int(vv) and int(rv):
                     frame = None
@@ -634,7 +634,7 @@ the wire as a pcap (`.pcap`, timestamps = cycle numbers in µs; open it in Wires
 
 _PAIR_INTRO = """## Two cores: requester A, responder B
 
-`tb/test_two_rnic.py`'s directed scenarios (`tb/cocotb_two_rnic.py`) on two `rnic` cores joined
+`tb/system/test_two_rnic.py`'s directed scenarios (`tb/system/cocotb_two_rnic.py`) on two `rnic` cores joined
 by the testbench's wire (`sim/pair.py`), Icarus, W=64, path MTU 256. Lines marked **A** happen in
 the requester's core, **B** in the responder's; a frame appears twice, leaving one core
 (`MAC transmit`) and entering the other (`MAC receive`) a cycle or two later (the wire is the
@@ -674,7 +674,7 @@ revoked key.
 
 _ONE_INTRO = """## One core: the responder scenarios
 
-The responder scenarios of `tb/cocotb_responder.py` at one `rnic` top (Icarus, W=64): the
+The responder scenarios of `tb/system/cocotb_responder.py` at one `rnic` top (Icarus, W=64): the
 testbench plays the requester, so only the responder's blocks appear.
 
 Reading the 9-step SEND against the book (chapter "SEND", "All 9 steps"): step 1, the posted
@@ -686,7 +686,7 @@ the payload writes are issued — it does not wait for the CQE. Steps 2, 3, 8 an
 on the requester's host (the two-core traces above).
 
 Every other responder scenario records its trace the same way when the tests run with
-`RNIC_TRACE=1` (for example `RNIC_TRACE=1 .venv/bin/python -m pytest -n 0 tb/test_responder.py
+`RNIC_TRACE=1` (for example `RNIC_TRACE=1 .venv/bin/python -m pytest -n 0 tb/system/test_responder.py
 -k "scenarios and w64 and icarus"`, then `.venv/bin/python -m sim.trace show
 build/trace/w64-icarus/*.jsonl`); `make regress-full` runs them all traced
 (`test_responder_trace_every_scenario`).

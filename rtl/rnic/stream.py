@@ -109,7 +109,7 @@ class RoomFIFO(Elaboratable):
     constant), so that a queue's room, ANDed into a stage's ``can_go`` and from there into the
     enables of its registers, starts that path at a flip-flop. ``produce``, ``consume`` and
     ``level`` move exactly as in Amaranth's (checked against it cycle by cycle in
-    ``tb/test_stream_blocks.py``).
+    ``tb/blocks/test_stream_blocks.py``).
     """
 
     def __init__(self, *, width, depth, buffered, registers=False):

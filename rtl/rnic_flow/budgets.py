@@ -9,7 +9,7 @@ no larger in any table (``num_qp``, ``num_cq``, ``key_entries``) at W = 64 or 12
 the whole core may take :data:`TOTAL_LUT4_W128` LUT4. Other configurations have no budget.
 
 ``python -m rnic_flow.budgets [docs/area.md]`` rewrites the generated section of the doc
-(``make docs`` runs it; ``tb/test_area.py`` fails when the doc is stale).
+(``make docs`` runs it; ``tb/flow/test_area.py`` fails when the doc is stale).
 """
 
 import sys

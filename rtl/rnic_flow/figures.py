@@ -11,7 +11,7 @@ by the command that measures them:
 
 The README's tables are rendered from those files between ``<!-- figures:NAME begin -->`` and
 ``<!-- figures:NAME end -->``; ``python -m rnic_flow.figures readme README.md`` rewrites them
-(``make docs``), and ``tb/test_docs.py`` fails when a table differs from its rendering, so a
+(``make docs``), and ``tb/flow/test_docs.py`` fails when a table differs from its rendering, so a
 figure the README shows is always the last recorded measurement.
 """
 
@@ -289,7 +289,7 @@ def render(name, figures=FIGURES):
     return fn(*[json.loads(p.read_text()) for p in paths])
 
 
-#: The pages with rendered figure sections (`make docs`, tb/test_docs.py).
+#: The pages with rendered figure sections (`make docs`, tb/flow/test_docs.py).
 PAGES = ("README.md", "docs/bench.md", "docs/synthesis.md")
 
 

@@ -12,8 +12,8 @@ SDF and does the same static timing analysis: every cell arc (``IOPATH``) and ne
 (``INTERCONNECT``) is an edge, a path starts at a clock-to-output arc (flip-flop ``Q``, block-RAM
 ``DO``) and ends at a port with a setup check, and the longest arrival is found by one pass in
 topological order. Its worst path agrees with nextpnr's printed estimate (checked by
-``tb/test_placed.py`` on a placed block), and it lists the worst endpoints with every cell and net
-on their paths, the logic and the route delay, the LUT levels, and how the failing endpoints
+``tb/flow/test_placed.py`` on a placed block), and it lists the worst endpoints with every cell and
+net on their paths, the logic and the route delay, the LUT levels, and how the failing endpoints
 are spread over pairs of blocks.
 
 The *block* of a cell is the first component of its hierarchical name

@@ -17,7 +17,7 @@ or ``packet(meta, execute=fn)`` asks ``fn`` for it.
 
 :class:`TopResponderModel` is the whole responder at the ``rnic`` top on top of it (frames in;
 ACK/NAKs, placed bytes, CQEs, events and counters out), the scoreboard of
-``tb/cocotb_resp_random.py``.
+``tb/system/cocotb_resp_random.py``.
 """
 
 from dataclasses import dataclass, field

@@ -6,5 +6,5 @@
 * :mod:`.bram_axi` — host memory on block RAM behind an AXI4 slave.
 * :mod:`.sequencer` — plays the script into the core and checks what comes back.
 * :mod:`.top` — ``BoardCore`` (core + RAM + sequencer, pass/fail outputs; simulated by
-  ``tb/test_board.py``) and ``ECPIX5Top`` (PLL, reset, LEDs) for ``make bitstream``.
+  ``tb/system/test_board.py``) and ``ECPIX5Top`` (PLL, reset, LEDs) for ``make bitstream``.
 """

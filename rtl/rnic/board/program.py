@@ -1,8 +1,8 @@
 """The board sequencer's script: what :class:`~rnic.board.sequencer.Sequencer` plays and checks.
 
 A :class:`Program` is data, made outside the hardware: ``sim/board_program.py`` records it from
-the project's own driver (the book's 9-step SEND), and the board build and ``tb/test_board.py``
-pass it to :class:`~rnic.board.top.BoardCore`.
+the project's own driver (the book's 9-step SEND), and the board build and
+``tb/system/test_board.py`` pass it to :class:`~rnic.board.top.BoardCore`.
 """
 
 from dataclasses import dataclass, field

@@ -4,7 +4,7 @@
 RAM (:class:`~rnic.board.bram_axi.BramAxi`, loaded with the image the driver left) + the
 :class:`~rnic.board.sequencer.Sequencer` that programs the core over AXI4-Lite, plays the
 9-step SEND in and checks the ACK and the CQE. Its outputs ``passed``, ``failed`` and ``stage``
-are all a board needs; ``tb/test_board.py`` simulates it to PASS.
+are all a board needs; ``tb/system/test_board.py`` simulates it to PASS.
 
 ``ECPIX5Top`` puts ``BoardCore`` on the ECPIX-5 85F (``amaranth_boards.ecpix5``): the 100 MHz
 oscillator through an EHXPLLL to a 50 MHz core clock, reset held while the PLL is unlocked or the

@@ -97,7 +97,7 @@ of the next frame may be offered while the payload of the current one is still s
 payload of a frame never waits for its meta to be taken, so a consumer may take meta then
 payload, or both independently.
 
-Latency (cycles, idle outputs, measured by ``tb/cocotb_rx_parse.py``): see
+Latency (cycles, idle outputs, measured by ``tb/blocks/cocotb_rx_parse.py``): see
 :func:`rx_parse_latency`.
 """
 
@@ -141,7 +141,7 @@ def rx_parse_latency(width):
 
     ``meta``: from the cycle the last beat of a frame is accepted on ``i`` to the cycle its meta
     is first offered; ``payload``: to the cycle its first payload beat is offered (both measured
-    by the benchmark of ``tb/cocotb_rx_parse.py``: 9/12 cycles at every width);
+    by the benchmark of ``tb/blocks/cocotb_rx_parse.py``: 9/12 cycles at every width);
     ``stat``: to the cycle the drop-reason strobe is high (bit 0 is one cycle after the last
     beat). The verdict is known ``crc`` = :data:`ICRC_LATENCY` + 1 = 6 cycles after the last
     beat (the ICRC checker's input is registered once) and is at the verdict queue's head in the

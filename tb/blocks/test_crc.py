@@ -1,0 +1,70 @@
+"""CRC-32 unit against zlib at every width and every tkeep on the last beat (cocotb, Icarus)."""
+import zlib
+
+import pytest
+
+from rnic.crc import CRC32, crc_init_skipping, crc32_update, CRC_INIT
+from rnic.rx.parse import ICRC_RESIDUE
+from sim.runner import run_cocotb
+from sim.wrap import flat_top
+
+
+#: (skip, check, end_mod4, latency): the generator and the checker at their least latency; the
+#: generator told every packet's length modulo 4 (the TX builder's 2, and 0); a checker delayed
+#: (RX Parse's)
+CASES = [(0, False, None, None), (14, False, None, None), (0, True, None, None),
+         (14, True, None, None), (14, False, 2, None), (0, False, 0, None), (14, True, None, 7)]
+
+
+@pytest.mark.parametrize("width", [64, 128, 256, 512])
+@pytest.mark.parametrize("skip,check,end4,lat", CASES)
+def test_crc(width, skip, check, end4, lat):
+    """The CRC (``check``: the residue checker, good and corrupted packets) against zlib, with
+    every packet's result ``latency`` cycles after its last beat; with ``end4``, packets of
+    those lengths only."""
+    init = crc_init_skipping(14, b"\xff" * 8) if skip else CRC_INIT
+    residue = ICRC_RESIDUE if check else None
+
+    def unit():
+        return CRC32(width, init=init, residue=residue, end_mod4=end4, latency=lat)
+    run_cocotb("crc", lambda: flat_top(unit()),
+               params={"width": width, "init": init, "residue": residue, "end4": end4,
+                       "latency": lat},
+               test_module="tb.blocks.cocotb_crc",
+               extra_env={"CRC_WIDTH": str(width), "CRC_SKIP": str(skip),
+                          "CRC_CHECK": str(int(check)), "CRC_LATENCY": str(unit().latency),
+                          "CRC_END4": "" if end4 is None else str(end4)},
+               test_name=f"w{width}-s{skip}-c{int(check)}-e{end4}-l{lat}")
+
+
+def test_latencies():
+    """The least latencies the units promise (RX Parse and the TX builder count on them)."""
+    for w, gen, chk, tx in ((64, 4, 2, 3), (128, 5, 2, 3), (256, 6, 3, 5), (512, 7, 3, 5)):
+        assert CRC32(w).latency == gen
+        assert CRC32(w, residue=ICRC_RESIDUE).latency == chk
+        assert CRC32(w, end_mod4=2).latency == tx
+
+
+def test_residue_constant():
+    # zlib.crc32 of any message followed by its own CRC-32 (little-endian)
+    for m in (b"", b"123456789", bytes(range(200))):
+        assert zlib.crc32(m + zlib.crc32(m).to_bytes(4, "little")) == ICRC_RESIDUE
+
+
+def test_refuses_bad_residue():
+    for r in (-1, 1 << 32, "x"):
+        with pytest.raises(ValueError):
+            CRC32(64, residue=r)
+
+
+def test_refuses_bad_end_and_latency():
+    for kw in ({"end_mod4": 4}, {"end_mod4": -1}, {"latency": 7}, {"latency": 1},
+               {"residue": ICRC_RESIDUE, "latency": 1}, {"residue": ICRC_RESIDUE, "latency": "7"}):
+        with pytest.raises(ValueError):
+            CRC32(64, **kw)
+
+
+def test_skip_init_model():
+    # the skipping init reproduces a prefix: 14 zero bytes from it == 8 x 0xFF from INIT
+    init = crc_init_skipping(14, b"\xff" * 8)
+    assert crc32_update(init, bytes(14)) == crc32_update(CRC_INIT, b"\xff" * 8)

@@ -1,0 +1,220 @@
+"""Execute stage (rnic.resp.execute.Execute) with HostMemory, KeyCache and CqeGen around it,
+against the hostile AxiRam of sim/hostmem.py and a Python model of placement and completion."""
+import pytest
+from amaranth.hdl import Module
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from rnic.host.axi_master import HostMemory
+from rnic.host.cqe_gen import CqeGen
+from rnic.keys.key_cache import KeyCache
+from rnic.resp.execute import Execute, _BitTable, _LateWrite
+from rnic.resp.scatter import ScatterPath
+from sim.bench_tops import ExecuteBench, flat_top_axi
+from sim.runner import run_cocotb
+from sim.wrap import flat_top
+
+NUM_QP = 8
+
+
+def _run(width, testcase, label, seed=11, prefetch=4, env=None):
+    run_cocotb("execute", lambda: flat_top_axi(ExecuteBench(width, prefetch, NUM_QP)),
+               params={"width": width, "num_qp": NUM_QP, "prefetch": prefetch},
+               test_module="tb.blocks.cocotb_execute", testcase=testcase,
+               extra_env={"EX_WIDTH": str(width), "EX_SEED": str(seed),
+                          "EX_PREFETCH": str(prefetch), **(env or {})},
+               test_name=f"w{width}-p{prefetch}-{label}-s{seed}")
+
+
+@pytest.mark.parametrize("width", [64, 512, pytest.param(128, marks=pytest.mark.full),
+                                   pytest.param(256, marks=pytest.mark.full)])
+def test_execute_messages(width):
+    _run(width, ["messages"], "messages")
+
+
+@pytest.mark.parametrize("prefetch", [1, pytest.param(0, marks=pytest.mark.full)])
+def test_execute_messages_pool(prefetch):
+    """One pool slot for four QPs (every prefetch evicts another QP's), and no prefetch."""
+    _run(64, ["messages", "errors"], "messages", prefetch=prefetch)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("seed", [21, 22, 23, 24])
+def test_execute_messages_seeds(width, seed):
+    _run(width, ["messages"], "messages", seed)
+
+
+@pytest.mark.parametrize("width", [64, 512, pytest.param(128, marks=pytest.mark.full),
+                                   pytest.param(256, marks=pytest.mark.full)])
+def test_execute_errors(width):
+    _run(width, ["errors"], "errors")
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_execute_prefetch(width):
+    _run(width, ["prefetch"], "prefetch")
+
+
+@pytest.mark.parametrize("width,prefetch", [(64, 4), (512, 4), (64, 0)])
+def test_execute_evict(width, prefetch):
+    """More messages open than the WQE store holds: evicted WQEs are read again (with no
+    pool, the planner's one row: every QP's later packet reads its WQE again)."""
+    _run(width, ["evict"], "evict", prefetch=prefetch)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("rdlat", [pytest.param(0, marks=pytest.mark.full), 100])
+def test_execute_bench(width, rdlat):
+    _run(width, ["bench"], f"bench-rd{rdlat}", env={"EX_RDLAT": str(rdlat)})
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_scatter(width):
+    run_cocotb("scatter", lambda: flat_top(ScatterPath(width=width)), params={"width": width},
+               test_module="tb.blocks.cocotb_execute", testcase=["scatter", "scatter_sweep"],
+               extra_env={"EX_WIDTH": str(width), "EX_TOP": "scatter"}, test_name=f"w{width}")
+
+
+def test_parameters_refused():
+    with pytest.raises(ValueError):
+        Execute(width=48)
+    with pytest.raises(ValueError):
+        Execute(width=64, num_qp=6)
+    for depth in (0, 4):
+        with pytest.raises(ValueError):
+            Execute(width=64, prefetch_depth=depth)
+
+
+def _simulate(dut, bench):
+    """Run testbench ``bench`` on ``dut`` in Amaranth's simulator (one clock)."""
+    from amaranth.sim import Simulator
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+class _LateWritePair(wiring.Component):
+    """Two tables written alike: one through its own write port, one through ``_LateWrite``;
+    two synchronous read ports on each."""
+
+    def __init__(self):
+        super().__init__({
+            "waddr": In(3), "wdata": In(4), "wen": In(1),
+            "raddr": In(3).array(2), "ren": In(1).array(2),
+            "ref": Out(4).array(2), "dut": Out(4).array(2),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.a = a = Memory(shape=4, depth=8, init=[])
+        m.submodules.b = b = Memory(shape=4, depth=8, init=[])
+        wa = a.write_port()
+        m.d.comb += [wa.addr.eq(self.waddr), wa.data.eq(self.wdata), wa.en.eq(self.wen)]
+        wb = _LateWrite(m, b, "b")
+        m.d.comb += [wb.addr.eq(self.waddr), wb.data.eq(self.wdata), wb.en.eq(self.wen)]
+        for k in range(2):
+            ra, rb = a.read_port(), b.read_port()
+            for rp in (ra, rb):
+                m.d.comb += [rp.addr.eq(self.raddr[k]), rp.en.eq(self.ren[k])]
+            m.d.comb += [self.ref[k].eq(ra.data), self.dut[k].eq(wb.read(rb, f"b{k}"))]
+        return m
+
+
+def test_late_write_reads_as_a_direct_write():
+    """Execute's ``dead`` and ``cnext`` tables are written a cycle late with their reads
+    bypassed: every read port must return what it would with the write applied at once,
+    every cycle (reads of the address written the cycle before included)."""
+    import random
+    dut = _LateWritePair()
+    rng = random.Random(7)
+    hits = []
+
+    async def bench(ctx):
+        last = (0, 0)                   # the write of the cycle before
+        for _ in range(4000):
+            ctx.set(dut.waddr, rng.randrange(8))
+            ctx.set(dut.wdata, rng.randrange(16))
+            ctx.set(dut.wen, rng.random() < 0.5)
+            for k in range(2):
+                ctx.set(dut.raddr[k], rng.randrange(8))
+                ctx.set(dut.ren[k], rng.random() < 0.8)
+            for k in range(2):
+                assert ctx.get(dut.dut[k]) == ctx.get(dut.ref[k])
+            # a read of the address written the cycle before: the bypassed case
+            hits.append(last[1] and any(ctx.get(dut.ren[k]) and ctx.get(dut.raddr[k]) == last[0]
+                                        for k in range(2)))
+            last = (ctx.get(dut.waddr), ctx.get(dut.wen))
+            await ctx.tick()
+
+    _simulate(dut, bench)
+    assert sum(hits) > 300
+
+
+class _BitTablePair(wiring.Component):
+    """A one-bit table as a plain ``Memory(shape=1)`` and as a ``_BitTable`` (rows packed four
+    to a word, written from registers, reads bypassed), written alike; a synchronous and an
+    asynchronous read port on each."""
+
+    DEPTH = 16
+
+    def __init__(self):
+        super().__init__({
+            "waddr": In(4), "wdata": In(1), "wen": In(1),
+            "raddr": In(4).array(2), "ren": In(1),
+            "ref": Out(1).array(2), "dut": Out(1).array(2),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.a = a = Memory(shape=1, depth=self.DEPTH, init=[])
+        b = _BitTable(m, self.DEPTH, "b")
+        for wp in (a.write_port(), b.write_port()):
+            m.d.comb += [wp.addr.eq(self.waddr), wp.data.eq(self.wdata), wp.en.eq(self.wen)]
+        ra, rb = a.read_port(), b.read_port()
+        for rp in (ra, rb):
+            m.d.comb += [rp.addr.eq(self.raddr[0]), rp.en.eq(self.ren)]
+        ca, cb = a.read_port(domain="comb"), b.read_port(domain="comb")
+        m.d.comb += [ca.addr.eq(self.raddr[1]), cb.addr.eq(self.raddr[1])]
+        m.d.comb += [self.ref[0].eq(ra.data), self.dut[0].eq(rb.data),
+                     self.ref[1].eq(ca.data), self.dut[1].eq(cb.data)]
+        return m
+
+
+def test_bit_table_reads_as_a_one_bit_memory():
+    """Execute's ``dead`` and ``wflt`` marks are one-bit tables packed four rows to a LUT-RAM
+    word and written two cycles late: every read (synchronous and asynchronous) returns what a
+    one-bit memory written alike returns, every cycle, with writes to the other rows of the
+    word just written (the read-modify-write and its forwarding) and reads of the row or the
+    word just written among them."""
+    import random
+    dut = _BitTablePair()
+    rng = random.Random(11)
+    seen = {"row": 0, "word": 0, "fwd": 0}
+
+    async def bench(ctx):
+        last = None
+        for _ in range(4000):
+            # mostly the word written last cycle: the forwarding and the bypasses
+            near = last[0] if last and rng.random() < 0.6 else rng.randrange(16)
+            ctx.set(dut.waddr, (near & ~3) | rng.randrange(4))
+            ctx.set(dut.wdata, rng.randrange(2))
+            ctx.set(dut.wen, rng.random() < 0.6)
+            for k in range(2):
+                near = last[0] if last and rng.random() < 0.5 else rng.randrange(16)
+                ctx.set(dut.raddr[k], (near & ~3) | rng.randrange(4))
+            ctx.set(dut.ren, rng.random() < 0.8)
+            for k in range(2):
+                assert ctx.get(dut.dut[k]) == ctx.get(dut.ref[k])
+            if last and last[1]:
+                r, w = ctx.get(dut.raddr[0]), ctx.get(dut.waddr)
+                seen["row"] += r == last[0]
+                seen["word"] += (r >> 2) == (last[0] >> 2) and r != last[0]
+                seen["fwd"] += ctx.get(dut.wen) and (w >> 2) == (last[0] >> 2) and w != last[0]
+            last = (ctx.get(dut.waddr), ctx.get(dut.wen))
+            await ctx.tick()
+
+    _simulate(dut, bench)
+    assert min(seen.values()) > 200, seen

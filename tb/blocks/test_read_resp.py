@@ -1,0 +1,273 @@
+"""READ responses (rnic.tx.read_resp) through the TX arbiter and the TX frame builder, with
+host memory (cocotb on Icarus, the generated Verilog, W=64 and W=512).
+
+The bench (``tb/blocks/cocotb_read_resp.py``) queues READ jobs, ACK/NAK descriptors and request
+frames (on the arbiter's requester side), reads the payload from the hostile host memory of
+sim/hostmem.py, and checks every frame sent with scapy (Ethernet/IPv4/UDP/BTH; the AETH read
+from the bytes after the BTH) against a Python model of the responses (opcode, PSN, AETH, MSN,
+payload bytes from the host-memory model), the ICRC of sim/packets.py and scapy's own.
+"""
+import gc
+import random
+import warnings
+
+import pytest
+from amaranth.hdl import Fragment, Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from rnic.control.qp_args import qp_arg_layout
+from rnic.host import HostMemory
+from rnic.host.axi_master import AxiSignature
+from rnic.ifaces import NUM_COUNTERS, read_job_layout
+from rnic.stream import BeatStream
+from rnic.tx.arbiter import TxArbiter
+from rnic.tx.build import TxBuild, chunk_layout, pkt_layout, tx_hdr_layout
+from rnic.tx.read_resp import ReadResp
+from sim.bench_tops import flat_top_axi
+from sim.runner import run_cocotb
+
+NUM_QP = 16
+
+
+class ReadRespHarness(wiring.Component):
+    """ReadResp + TxArbiter (its requester side driven by the bench) + TxBuild + HostMemory (one
+    read client, the builder's gather reads); the builder's faults go to ReadResp and are shown
+    on ``fault_valid``/``fault_qpn``, ReadResp's descriptors taken on ``rr_taken``/``rr_pkt``."""
+
+    def __init__(self, width):
+        self.width = width
+        super().__init__({
+            "axi": Out(AxiSignature(width)),
+            "tx": Out(BeatStream(width)),
+            "job": In(stream.Signature(read_job_layout)),
+            "ack": In(stream.Signature(tx_hdr_layout)),
+            "req": In(stream.Signature(pkt_layout)),
+            "req_chunk": In(stream.Signature(chunk_layout)),
+            "qp_arg": In(stream.Signature(qp_arg_layout)),
+            "local_mac": In(48),
+            "local_ip": In(32),
+            "fault_valid": Out(1),
+            "fault_qpn": Out(24),
+            "rr_taken": Out(1),
+            "rr_pkt": Out(pkt_layout),
+            "stat": Out(NUM_COUNTERS),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.rr = rr = ReadResp(num_qp=NUM_QP)
+        m.submodules.arb = arb = TxArbiter()
+        m.submodules.build = build = TxBuild(self.width, num_qp=NUM_QP)
+        m.submodules.hm = hm = HostMemory(width=self.width, read_clients=1, write_clients=0,
+                                          max_reads=4, read_buffer=64)
+        wiring.connect(m, wiring.flipped(self.axi), hm.axi)
+        wiring.connect(m, build.rd, hm.read_0)
+        wiring.connect(m, wiring.flipped(self.job), rr.job)
+        wiring.connect(m, wiring.flipped(self.ack), rr.ack)
+        wiring.connect(m, rr.pkt, arb.resp)
+        wiring.connect(m, rr.chunk, arb.resp_chunk)
+        wiring.connect(m, wiring.flipped(self.req), arb.req)
+        wiring.connect(m, wiring.flipped(self.req_chunk), arb.req_chunk)
+        wiring.connect(m, arb.o, build.pkt)
+        wiring.connect(m, arb.chunk, build.chunk)
+        wiring.connect(m, build.fault, rr.fault)
+        wiring.connect(m, build.tx, wiring.flipped(self.tx))
+        m.d.comb += [
+            build.qp_arg.valid.eq(self.qp_arg.valid),
+            build.qp_arg.payload.eq(self.qp_arg.payload), self.qp_arg.ready.eq(1),
+            build.local_mac.eq(self.local_mac), build.local_ip.eq(self.local_ip),
+            self.fault_valid.eq(build.fault.valid), self.fault_qpn.eq(build.fault.payload.qpn),
+            self.rr_taken.eq(rr.pkt.valid & rr.pkt.ready), self.rr_pkt.eq(rr.pkt.payload),
+            self.stat.eq(build.stat),
+        ]
+        return m
+
+
+def _run(width, test):
+    run_cocotb("read_resp", lambda: flat_top_axi(ReadRespHarness(width)),
+               params={"width": width}, test_module="tb.blocks.cocotb_read_resp", testcase=test,
+               extra_env={"RR_WIDTH": str(width)}, test_name=f"w{width}-{test}")
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_read_lengths(width):
+    """READs of 0, 1, 3, PMTU−1, PMTU, PMTU+1, 3·PMTU, 3·PMTU+5 bytes at unaligned addresses,
+    PMTU 256 and 1024 (and one at 4096), on four QPs, the PSN wrapping through 0; ACK/NAK
+    descriptors offered before, between and behind the jobs; frame and ACK counters."""
+    _run(width, "read_lengths")
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_read_with_requests(width):
+    """READ jobs and request frames with payload (one or two chunks each) offered together:
+    both kinds interleave on the wire, every frame whole and right."""
+    _run(width, "read_with_requests")
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_read_rate(width):
+    """A READ of 16 × 256 bytes leaves at the rate the builder takes the same frames offered
+    as requests (within a cycle per frame: the AETH's 4 bytes)."""
+    _run(width, "read_rate")
+
+
+def test_read_fault():
+    """A READ whose host range answers SLVERR: its frames are dropped, the fault reported, the
+    job aborted (ReadResp stops offering its frames); the next job and a later ACK go on."""
+    _run(64, "read_fault")
+
+
+# ---- ReadResp alone (Amaranth simulator): stream rules, sequence, ordering, faults -----------
+
+def _frames(job):
+    """Frames of ``job``: max(1, ⌈len/PMTU⌉)."""
+    pm = 256 << (job["pmtu"] - 1)
+    return max(1, -(-job["len"] // pm))
+
+
+def _frame(job, i):
+    """(opcode, psn, aeth, paylen, chunk address) of frame ``i`` of ``job`` (interface.md §7)."""
+    pm = 256 << (job["pmtu"] - 1)
+    n = _frames(job)
+    op = 0x10 if n == 1 else 0x0D if i == 0 else 0x0F if i == n - 1 else 0x0E
+    return (op, (job["psn"] + i) & 0xFFFFFF, int(op != 0x0E),
+            pm if i < n - 1 else job["len"] - (n - 1) * pm, (job["addr"] + i * pm) % 2**64)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_read_resp_alone(seed, cycles=9000):
+    """Random jobs, ACK/NAKs, back-pressure on both outputs and faults: the descriptors and
+    chunks of each job as the model says (a prefix once a fault named its QPN), a chunk after
+    each descriptor with payload and before the next descriptor; ``pkt`` and ``chunk`` held
+    while not taken (a descriptor withdrawn only after a fault); an ACK/NAK offered only with
+    no job running or waiting, held until taken (no job taken meanwhile), and after every
+    frame of the jobs taken before it."""
+    rng = random.Random(seed)
+    dut = ReadResp()
+    jobs = []
+    for _ in range(150):
+        code = rng.choice((1, 1, 2, 3, 4, 5))
+        pm = 256 << (code - 1)
+        jobs.append(dict(qpn=rng.choice((1, 2, 3)),
+                         psn=rng.choice((0xFFFFFE, rng.getrandbits(24))),
+                         msn=rng.getrandbits(24), addr=rng.getrandbits(64), pmtu=code,
+                         len=rng.choice((0, 1, 3, pm - 1, pm, pm + 1, 2 * pm - 1, 2 * pm,
+                                         2 * pm + 1, 3 * pm + 5))))
+    # the longest READ last (it runs to the end): 2^31 bytes at PMTU 4096
+    jobs.append(dict(qpn=3, psn=5, msn=6, addr=2**64 - 4096 * 3 - 1, pmtu=5, len=2**31))
+    acks = [dict(qpn=rng.getrandbits(24), opcode=0x11, se=0, ackreq=0, psn=rng.getrandbits(24),
+                 aeth=1, syndrome=rng.getrandbits(8), msn=rng.getrandbits(24))
+            for _ in range(150)]
+    stats = {"faulted": 0, "withdrawn": 0, "acks": 0}
+
+    async def bench(ctx):
+        nj = na = 0
+        job_on = ack_on = False
+        taken_jobs = []             # [job, frames seen, chunk pending, cycle of its fault]
+        prev = None                 # last cycle's (pkt valid, ready, payload), (chunk ...)
+        fault_seen = set()          # QPNs a fault named (this job or earlier)
+        ack_first = None            # jobs taken when the ACK offered was first seen
+        for cyc in range(cycles):
+            if not job_on and nj < len(jobs) and rng.random() < 0.08:
+                job_on = True
+                for k, v in jobs[nj].items():
+                    ctx.set(dut.job.payload[k], v)
+            if not ack_on and na < len(acks) and rng.random() < 0.15:
+                ack_on = True
+                for k, v in acks[na].items():
+                    ctx.set(dut.ack.payload[k], v)
+            ctx.set(dut.job.valid, job_on)
+            ctx.set(dut.ack.valid, ack_on)
+            ctx.set(dut.pkt.ready, rng.random() < 0.45)
+            ctx.set(dut.chunk.ready, rng.random() < 0.6)
+            cur = taken_jobs[-1] if taken_jobs else None
+            # (more often while a READ descriptor waits: it is then withdrawn)
+            waits = (prev is not None and prev[0][0] and not prev[0][1]
+                     and prev[0][2]["opcode"] != 0x11)
+            fault = (cur is not None and cur[0]["len"] < 2**31
+                     and rng.random() < (0.1 if waits else 0.002))
+            ctx.set(dut.fault.valid, fault)
+            ctx.set(dut.fault.payload.qpn, cur[0]["qpn"] if fault else rng.getrandbits(24))
+            await ctx.delay(1e-10)
+            assert ctx.get(dut.fault.ready)
+            pv, pr = ctx.get(dut.pkt.valid), ctx.get(dut.pkt.ready)
+            pay = {k: ctx.get(dut.pkt.payload[k]) for k, _ in pkt_layout}
+            cv, cr = ctx.get(dut.chunk.valid), ctx.get(dut.chunk.ready)
+            cpay = (ctx.get(dut.chunk.payload.addr), ctx.get(dut.chunk.payload.len))
+            if prev is not None:
+                (ppv, ppr, ppay), (pcv, pcr, pcpay) = prev
+                if ppv and not ppr:
+                    if pv:
+                        assert pay == ppay, "descriptor changed while offered"
+                    else:
+                        assert fault_seen, "descriptor withdrawn without a fault"
+                        stats["withdrawn"] += 1
+                if pcv and not pcr:
+                    assert cv and cpay == pcpay, "chunk changed or withdrawn while offered"
+            prev = ((pv, pr, pay), (cv, cr, cpay))
+            jt = job_on and ctx.get(dut.job.ready)
+            if pv and pay["opcode"] == 0x11:
+                # an ACK/NAK offered: nothing running or left unfinished, no job taken now
+                if ack_first is None:
+                    ack_first = len(taken_jobs)
+                    assert not jt
+                for j in taken_jobs:
+                    assert j[1] == _frames(j[0]) or j[3] is not None, "ACK inside a READ"
+                    assert not j[2]
+                assert not jt, "a job taken while an ACK/NAK is offered"
+            if pv and pr:
+                if pay["opcode"] == 0x11:
+                    assert ack_on and pay == {**{k: 0 for k, _ in pkt_layout}, **acks[na]}
+                    stats["acks"] += 1
+                    ack_on, na, ack_first = False, na + 1, None
+                else:
+                    j = taken_jobs[-1]
+                    assert not j[2], "a descriptor before the previous frame's chunk"
+                    # (the fault is registered: a descriptor may still be taken a cycle later)
+                    assert j[3] is None or cyc <= j[3] + 1, "a descriptor after the job's fault"
+                    op, psn, aeth, plen, addr = _frame(j[0], j[1])
+                    exp = {k: 0 for k, _ in pkt_layout}
+                    exp.update(opcode=op, psn=psn, aeth=aeth, paylen=plen, qpn=j[0]["qpn"],
+                               syndrome=0x1F, msn=j[0]["msn"])
+                    assert pay == exp, (j[0], j[1])
+                    j[1] += 1
+                    j[2] = (addr, plen) if plen else None
+            if cv and cr:
+                j = taken_jobs[-1]
+                assert j[2] is not None and cpay == j[2], "chunk not after its descriptor"
+                j[2] = None
+            if fault:
+                fault_seen.add(cur[0]["qpn"])
+                if cur[3] is None:
+                    cur[3] = cyc
+                stats["faulted"] += 1
+            if jt:
+                taken_jobs.append([jobs[nj], 0, None, None])
+                job_on, nj = False, nj + 1
+                fault_seen = set()
+            await ctx.tick()
+        # every job taken: whole, or a prefix when faulted; at most the last one unfinished
+        for j in taken_jobs[:-1]:
+            assert j[1] == _frames(j[0]) or j[3] is not None, j
+        assert taken_jobs[-1][0]["len"] == 2**31 and taken_jobs[-1][1] > 3
+        assert len(taken_jobs) > 100 and stats["acks"] > 60 and stats["faulted"] > 3, stats
+        assert stats["withdrawn"] > 0, stats
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_ports():
+    for rr in (ReadResp(), ReadResp(num_qp=4096)):
+        assert set(rr.signature.members) == {"job", "ack", "pkt", "chunk", "fault"}
+        Fragment.get(rr, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")         # the refused instances are never elaborated
+        for n in (0, 6, 2**17, 256.0):
+            with pytest.raises(ValueError):
+                ReadResp(num_qp=n)
+        gc.collect()

@@ -1,0 +1,76 @@
+"""Generated documentation stays in step with the tables it is made from, and the README with
+the code and the last recorded measurements."""
+import json
+import re
+
+from rnic.control.regmap import markdown
+from rnic_flow import budgets, figures
+from sim.runner import ROOT
+
+
+def test_register_doc_current():
+    text = (ROOT / "docs" / "registers.md").read_text()
+    assert markdown() in text, "docs/registers.md is stale: run `make docs`"
+
+
+README = ROOT / "README.md"
+
+
+def _block(text, lang):
+    m = re.search(rf"```{lang}\n(.*?)```", text, re.S)
+    assert m, f"README has no {lang} example"
+    return m.group(1)
+
+
+def test_readme_is_short():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines (at most 150)"
+
+
+def test_figure_tables_current():
+    """Every figure table of the README and the docs is the rendering of the last
+    recorded measurement in docs/figures/ (`make docs` rewrites them)."""
+    for page in figures.PAGES:
+        page = ROOT / page
+        stale = figures.update_readme(page, ROOT / figures.FIGURES, check=True)
+        assert not stale, f"{page.name}: stale figure tables {stale}: run `make docs`"
+
+
+def test_area_record_matches_budgets():
+    """The recorded area report is of the reference configuration, row for row the budgets
+    of rtl/rnic_flow/budgets.py (a budget change needs `make area` again)."""
+    rec = json.loads((ROOT / figures.FIGURES / "area.json").read_text())
+    assert rec["config"] == budgets.REFERENCE
+    want = {b.key: (b.lut4, b.ff, b.dp16kd) for b in (*budgets.BUDGETS, budgets.TOTAL)}
+    got = {r["block"]: tuple(r["budget"][k] for k in ("lut4", "ff", "dp16kd"))
+           for r in rec["rows"] if r.get("budget")}
+    assert got == want
+
+
+def test_readme_verilog_example_connects_every_port():
+    from rnic.params import RnicConfig
+    from rnic.top import port_list
+    named = re.findall(r"\.(\w+)\(", _block(README.read_text(), "verilog"))
+    assert len(named) == len(set(named)), "a port connected twice"
+    assert set(named) == {*port_list(RnicConfig()), "clk", "rst"}
+
+
+def test_readme_amaranth_example_runs():
+    from amaranth.hdl import Fragment
+    env = {}
+    exec(_block(README.read_text(), "python"), env)   # noqa: S102 - the README's own example
+    assert env["rnic"].s_axis_rx_tdata.shape().width == env["rnic"].config.data_width
+    Fragment.get(env["m"], None)
+
+
+def test_goodput_table_places_each_figure():
+    """A figure lands in the row of its size and host latency and the column of its width."""
+    def row(size, w, value, **cfg):
+        return {"block": "requester+responder", "figure": f"goodput A->B, SEND {size} B",
+                "value": value, "unit": "B/cycle", "limit": 4.0, "target": None,
+                "config": {"W": w, "PMTU": 4096, **cfg}}
+    text = figures.render_goodput([row(64, 64, 2.5), row(4096, 512, 30.0, rd_latency=100),
+                                   row(256, 64, 9.9)])
+    assert "| 64 B | 0 cycles | 2.50 of 4.00 | – |" in text
+    assert "| 4 KiB | 100 cycles | – | 30.00 of 4.00 |" in text
+    assert "9.90" not in text and "| 4 KiB | 0 cycles" not in text   # not a README row

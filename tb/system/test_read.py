@@ -1,0 +1,19 @@
+"""RDMA READ as responder at the `rnic` top (interface.md §7): every size class, the errors,
+duplicates within and beyond IRD, a host read fault (cocotb, `tb/system/cocotb_read.py`)."""
+import pytest
+
+from rnic.params import RnicConfig
+from rnic.top import RNIC
+from sim.runner import run_cocotb
+
+CONFIGS = {"w64": RnicConfig(num_qp=16, num_cq=4, key_entries=16),
+           "w512": RnicConfig(data_width=512, num_qp=16, num_cq=4, key_entries=16)}
+TESTS = ["read_sizes", "read_errors", "read_duplicates", "read_host_fault"]
+
+
+@pytest.mark.parametrize("cfg", list(CONFIGS))
+def test_read_responder(cfg):
+    c = CONFIGS[cfg]
+    run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
+               test_module="tb.system.cocotb_read", testcase=TESTS, test_name=f"read-{cfg}",
+               ports_only=True)
