@@ -42,7 +42,14 @@ PROBE_PATHS = {
     "meta": "psn_check.meta", "exe": "execute.exe", "pay": "execute.pay",
     "key": "execute.lookup__req", "resv": "execute.reserve", "wr_req": "host_memory.write_0__req",
     "done": "psn_check.done", "complete": "execute.complete", "cqe_aw": "host_memory.write_1__req",
+    "resv_resp": "execute.reserve_resp", "exe_done": "execute.done", "ack_tx": "psn_check.ack_tx",
+    "tx_pkt": "tx_build.pkt",
 }
+#: Strobes sampled with them: the queue writes between execute's stages (planner → key_q → key
+#: checks → iss_q → reservation → post_plan_q → issue) and the TX builder's words into its CRC
+PROBE_STROBES = {"key_q": "execute.key_q.w_en", "iss_q": "execute.iss_q.w_en",
+                 "post_plan_q": "execute.post_plan_q.w_en", "piece_q": "execute.piece_q.w_en",
+                 "crc_in": "tx_build.crc.i__valid"}
 
 
 def _handle(dut, path):
@@ -98,6 +105,10 @@ class Mon:
                 v, r = (_handle(dut, path + "__valid"), _handle(dut, path + "__ready"))
                 if v is not None and r is not None:
                     self.probe[key] = (v, r, [])
+            for key, path in PROBE_STROBES.items():
+                w = _handle(dut, path)
+                if w is not None:
+                    self.probe[key] = (w, w, [])
         cocotb.start_soon(self._run())
 
     def reset(self):
@@ -223,7 +234,8 @@ async def bench(dut):
     min_rate = [float(x) for x in os.environ.get("RB_MIN_RATE", "").split(",") if x]
     mon = tb.mon
     # ---- throughput ----
-    for nq in (1, MANY):
+    # RB_LATENCY_ONLY=1: only the idle-core latencies (with RB_PROBE=1: where their cycles go)
+    for nq in (() if os.environ.get("RB_LATENCY_ONLY") == "1" else (1, MANY)):
         qps = tb.qps[:nq]
         for size in payloads:
             data = bytes((7 * i + size) & 0xFF for i in range(size))
@@ -280,6 +292,10 @@ async def bench(dut):
         assert len(cqe_w) == 1, (mon.aw[aw0:], mon.wlast[w0:])
         cql = cqe_w[0] - last
         pb = _beats(size, lanes)
+        if mon.probe:
+            dut._log.warning("PROBE W=%d payload %d, cycles after the request's last beat: %s",
+                             W, size, " ".join(f"{k} {[c - last for c in ev][:4]}"
+                                               for k, (_, _, ev) in mon.probe.items() if ev))
         dut._log.warning("BENCH W=%d payload %d: last beat -> ACK first beat %d cycles (floor %d)"
                          ", -> CQE last W beat %d cycles (floor %d)", W, size, ack, max(1, pb),
                          cql, pb + 1 + _beats(32, lanes))
