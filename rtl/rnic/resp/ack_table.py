@@ -55,10 +55,13 @@ response held, it is served first come, first served like any other.
 Python twin: :func:`sim.models.psn.pending_reduce` / :func:`sim.models.psn.table_match`.
 """
 
+import types
+
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..parts import add as _add
 from ..stream import Queue
 from ..tx.build import tx_hdr_layout
 
@@ -138,8 +141,34 @@ class AckTable(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        n, ab = self.num_qp, self.abits
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
+        t = types.SimpleNamespace(n=self.num_qp, ab=self.abits)
+        _add(t, self._flag_tables(m, t))
+        _add(t, self._frame_tables(m, t))
+        _add(t, self._queues(m, t))
+        # ---- take: T (the popped QPN, registered) → U (the head: its flags read; the take
+        # clears them and issues the table reads) → S (the block RAMs' outputs) → R
+        # (registered; emit 1–2 frames)
+        _add(t, self._sweep(m, t))
+        _add(t, self._emit_control(m, t))
+        _add(t, self._head_select(m, t))
+        _add(t, self._head_flags(m, t))
+        _add(t, self._take_write(m, t))
+        self._take_stages(m, t)
+        _add(t, self._output(m, t))
+        # ---- insert: the input registered (I) and inserted
+        _add(t, self._insert_read(m, t))
+        self._insert_write(m, t)
+        return m
 
+    def _flag_tables(self, m, t):
+        """The pending flags, insert side (``insm``) and take side (``tkm``), one write port
+        each, read at the announced QP (``*_at_in``) and at the head (``*_at_head``). Adds the
+        ports ``ins_w``, ``tk_w``, ``ins_at_in``, ``tk_at_in``, ``ins_at_head``,
+        ``tk_at_head``."""
+        n = t.n
         # the pending flags: insert side and take side (see the module docstring); synchronous
         # reads whose collisions with a write are resolved here (``no_rw_check``)
         attrs = {"no_rw_check": 1, "ram_style": flag_ram_style(n)}
@@ -148,7 +177,14 @@ class AckTable(wiring.Component):
         ins_w, tk_w = insm.write_port(), tkm.write_port()
         ins_at_in, tk_at_in = insm.read_port(), tkm.read_port()
         ins_at_head, tk_at_head = insm.read_port(), tkm.read_port()
+        return types.SimpleNamespace(ins_w=ins_w, tk_w=tk_w, ins_at_in=ins_at_in,
+                                     tk_at_in=tk_at_in, ins_at_head=ins_at_head,
+                                     tk_at_head=tk_at_head)
 
+    def _frame_tables(self, m, t):
+        """The ACK {PSN, MSN} and NAK {PSN, MSN, syndrome} block RAMs, written by every response
+        of their kind and read by the take. Adds ``ack_w``, ``nak_w``, ``ack_r``, ``nak_r``."""
+        n = t.n
         # (no_rw_check: the take never reads the row of a QP an insert writes in that cycle)
         m.submodules.ackm = ackm = memory.Memory(shape=_ack_layout, depth=n, init=[],
                                                  attrs={"no_rw_check": 1})
@@ -156,17 +192,23 @@ class AckTable(wiring.Component):
                                                  attrs={"no_rw_check": 1})
         ack_w, nak_w = ackm.write_port(), nakm.write_port()
         ack_r, nak_r = ackm.read_port(), nakm.read_port()
+        return types.SimpleNamespace(ack_w=ack_w, nak_w=nak_w, ack_r=ack_r, nak_r=nak_r)
 
-        m.submodules.qf = qf = Queue(ab, n)
+    def _queues(self, m, t):
+        """The QP FIFO (``qf``, the QPs with something pending, each at most once) and the
+        output queue (``oq``) in front of ``o``. Adds ``qf`` and ``oq``."""
+        m.submodules.qf = qf = Queue(t.ab, t.n)
         # the frames leave through a short queue, so that the TX arbiter's ready does not
         # reach the take logic (timing)
         m.submodules.oq = oq = Queue(tx_hdr_layout, 4, buffered=False)
         m.d.comb += [self.o.valid.eq(oq.o.valid), self.o.payload.eq(oq.o.payload),
                      oq.o.ready.eq(self.o.ready)]
+        return types.SimpleNamespace(qf=qf, oq=oq)
 
-        # ---- take: T (the popped QPN, registered) → U (the head: its flags read; the take
-        # clears them and issues the table reads) → S (the block RAMs' outputs) → R
-        # (registered; emit 1–2 frames)
+    def _sweep(self, m, t):
+        """The reset sweep, which clears every QP's flags after ``rst`` (RAMs are not reset).
+        Adds ``sweeping``, ``sw_valid``, ``sw_n``, ``sw_q`` and ``sw_busy``."""
+        n, ab = t.n, t.ab
         # Reset sweep: the take side copies the insert side for every QP: the insert side is
         # read at ``sw_n`` (which counts the QPs) and the take side written two cycles later
         # (through ``d_*``, below); ``sw_busy`` lasts until the last write. (A counter of its
@@ -178,16 +220,19 @@ class AckTable(wiring.Component):
         sw_q = Signal(ab)
         sw_busy = Signal(init=1)    # sweeping | sw_valid | sw_last, as a register of its own
         m.d.sync += [sw_last.eq(sw_valid), sw_busy.eq(sweeping | sw_valid)]
-        t_valid = Signal()
-        t_q = Signal(ab)
-        u_valid = Signal()          # the head: its flags read, waiting for its take
-        u_q = Signal(ab)
-        head = u_q
         m.d.sync += [sw_valid.eq(sweeping), sw_q.eq(sw_n)]
         with m.If(sweeping):
             m.d.sync += sw_n.eq(sw_n + 1)
             with m.If(sw_n == n - 1):
                 m.d.sync += sweeping.eq(0)
+        return types.SimpleNamespace(sweeping=sweeping, sw_valid=sw_valid, sw_n=sw_n,
+                                     sw_q=sw_q, sw_busy=sw_busy)
+
+    def _emit_control(self, m, t):
+        """The registers of S (the taken flags) and R (the frames being emitted), and R's
+        handshake: R emits one frame, or the ACK and the NAK in their order (``nak_now``), and
+        takes S's when its last is accepted (``s_adv``). Adds these."""
+        ab, oq = t.ab, t.oq
         s_valid = Signal()
         s_ack = Signal()
         s_nak = Signal()
@@ -209,6 +254,23 @@ class AckTable(wiring.Component):
         m.d.comb += r_done.eq(r_valid & oq.i.ready & r_one)
         s_adv = Signal()
         m.d.comb += s_adv.eq(s_valid & (~r_valid | r_done))
+        return types.SimpleNamespace(
+            s_valid=s_valid, s_ack=s_ack, s_nak=s_nak, s_nf=s_nf, r_valid=r_valid, r_ack=r_ack,
+            r_nak=r_nak, r_nf=r_nf, r_a=r_a, r_n=r_n, r_q=r_q, r_second=r_second, r_one=r_one,
+            nak_now=nak_now, r_done=r_done, s_adv=s_adv)
+
+    def _head_select(self, m, t):
+        """T and U: the QPN popped from the QP FIFO (through the buffer ``k``) is registered at
+        T and moves to U, the head, which the take (``take``) hands to S; the take issues the
+        ACK and NAK table reads at the head. Makes ``clash``, which the insert drives. Adds
+        ``t_valid``, ``t_q``, ``u_valid``, ``u_q``, ``head``, ``take``, ``t_adv``, ``clash``
+        and ``k_valid``."""
+        ab, qf, sw_busy = t.ab, t.qf, t.sw_busy
+        t_valid = Signal()
+        t_q = Signal(ab)
+        u_valid = Signal()          # the head: its flags read, waiting for its take
+        u_q = Signal(ab)
+        head = u_q
         take = Signal()
         t_adv = Signal()            # the popped QPN moves to the head, its flags read
         clash = Signal()            # an insert for the head's QP this cycle: the take waits
@@ -223,7 +285,7 @@ class AckTable(wiring.Component):
         src_ready = Signal()
         pop = Signal()
         m.d.comb += [
-            take.eq(u_valid & (~s_valid | s_adv) & ~sw_busy & ~clash),
+            take.eq(u_valid & (~t.s_valid | t.s_adv) & ~sw_busy & ~clash),
             t_adv.eq(t_valid & (~u_valid | take)),
             src_valid.eq(k_valid | qf.o.valid),
             src_q.eq(Mux(k_valid, k_q, qf.o.payload)),
@@ -242,15 +304,24 @@ class AckTable(wiring.Component):
             m.d.sync += [u_valid.eq(1), u_q.eq(t_q)]
         with m.Elif(take):
             m.d.sync += u_valid.eq(0)
-        for rp in (ack_r, nak_r):
+        for rp in (t.ack_r, t.nak_r):
             m.d.comb += [rp.addr.eq(head), rp.en.eq(take)]
+        return types.SimpleNamespace(t_valid=t_valid, t_q=t_q, u_valid=u_valid, u_q=u_q,
+                                     head=head, take=take, t_adv=t_adv, clash=clash,
+                                     k_valid=k_valid)
+
+    def _head_flags(self, m, t):
+        """The head's flags, read as its QPN moves from T to U (each QP's insert-side bits
+        during the sweep) and held as they stand. Adds ``h_ins`` and ``h_tk``."""
+        ins_w, tk_w, t_q, u_q, t_adv = t.ins_w, t.tk_w, t.t_q, t.u_q, t.t_adv
+        ins_at_head, tk_at_head = t.ins_at_head, t.tk_at_head
         # The popped QPN is registered (``t_q``: the QP FIFO's block-RAM output does not run
         # into a read address), its flags read at that register (at ``sw_n`` during the sweep)
         # as it moves to the head, and held while it waits; a write to the head's QP since that
         # read (in the read's cycle included) replaces the bits read (``held_read``), so the take
         # sees them as they stand.
         for rp in (ins_at_head, tk_at_head):
-            m.d.comb += [rp.addr.eq(Mux(sweeping, sw_n, t_q)), rp.en.eq(t_adv | sweeping)]
+            m.d.comb += [rp.addr.eq(Mux(t.sweeping, t.sw_n, t_q)), rp.en.eq(t_adv | t.sweeping)]
         # (the writes are compared with both registers at once, so that the take, late in the
         # cycle, only selects which compare counts)
         ins_hit_t = Signal()
@@ -269,6 +340,12 @@ class AckTable(wiring.Component):
         h_tk = Signal(_take_layout)
         m.d.comb += [h_ins.eq(held_read(m, ins_at_head.data, ins_w, ins_hit_h, t_adv, "hf_ins")),
                      h_tk.eq(held_read(m, tk_at_head.data, tk_w, tk_hit_h, t_adv, "hf_tk"))]
+        return types.SimpleNamespace(h_ins=h_ins, h_tk=h_tk)
+
+    def _take_write(self, m, t):
+        """The take side's one write, a cycle after the take or the sweep's read: it copies the
+        insert-side flags, so the QP has nothing pending. Adds ``d_v``."""
+        ab = t.ab
         # The take side is written from a register, a cycle after the take (or the sweep's
         # read): the flag tables' outputs never run to the other table's write port. An insert
         # in that cycle sees the write (below); the head's read and the insert's read catch it
@@ -276,36 +353,48 @@ class AckTable(wiring.Component):
         d_v = Signal()
         d_q = Signal(ab)
         d_tk = Signal(_take_layout)
-        m.d.sync += d_v.eq(sw_valid | take)
-        with m.If(sw_valid):
-            m.d.sync += [d_q.eq(sw_q), d_tk.ack.eq(ins_at_head.data.ack),
-                         d_tk.nak.eq(ins_at_head.data.nak)]
+        m.d.sync += d_v.eq(t.sw_valid | t.take)
+        with m.If(t.sw_valid):
+            m.d.sync += [d_q.eq(t.sw_q), d_tk.ack.eq(t.ins_at_head.data.ack),
+                         d_tk.nak.eq(t.ins_at_head.data.nak)]
         with m.Else():
-            m.d.sync += [d_q.eq(head), d_tk.ack.eq(h_ins.ack), d_tk.nak.eq(h_ins.nak)]
-        m.d.comb += [tk_w.addr.eq(d_q), tk_w.data.eq(d_tk), tk_w.en.eq(d_v)]
-        s_q = Signal(ab)
-        with m.If(take):
-            m.d.sync += [s_valid.eq(1), s_q.eq(head),
-                         s_ack.eq(h_ins.ack ^ h_tk.ack),
-                         s_nak.eq(h_ins.nak ^ h_tk.nak),
-                         s_nf.eq(h_ins.nak_first)]
-        with m.Elif(s_adv):
-            m.d.sync += s_valid.eq(0)
-        with m.If(s_adv):
-            m.d.sync += [r_valid.eq(1), r_second.eq(0), r_ack.eq(s_ack), r_nak.eq(s_nak),
-                         r_one.eq(~(s_ack & s_nak)),
-                         r_nf.eq(s_nf), r_a.eq(ack_r.data), r_n.eq(nak_r.data), r_q.eq(s_q)]
-        with m.Elif(r_done):
-            m.d.sync += r_valid.eq(0)
-        with m.Elif(r_valid & oq.i.ready):
-            m.d.sync += [r_second.eq(1), r_one.eq(1)]
+            m.d.sync += [d_q.eq(t.head), d_tk.ack.eq(t.h_ins.ack), d_tk.nak.eq(t.h_ins.nak)]
+        m.d.comb += [t.tk_w.addr.eq(d_q), t.tk_w.data.eq(d_tk), t.tk_w.en.eq(d_v)]
+        return types.SimpleNamespace(d_v=d_v)
 
+    def _take_stages(self, m, t):
+        """S and R: the take registers the head's pending flags at S while the ACK and NAK
+        tables are read; R registers the tables' outputs and emits the frames."""
+        take, s_adv, r_valid, h_ins, h_tk = t.take, t.s_adv, t.r_valid, t.h_ins, t.h_tk
+        s_q = Signal(t.ab)
+        with m.If(take):
+            m.d.sync += [t.s_valid.eq(1), s_q.eq(t.head),
+                         t.s_ack.eq(h_ins.ack ^ h_tk.ack),
+                         t.s_nak.eq(h_ins.nak ^ h_tk.nak),
+                         t.s_nf.eq(h_ins.nak_first)]
+        with m.Elif(s_adv):
+            m.d.sync += t.s_valid.eq(0)
+        with m.If(s_adv):
+            m.d.sync += [r_valid.eq(1), t.r_second.eq(0), t.r_ack.eq(t.s_ack),
+                         t.r_nak.eq(t.s_nak), t.r_one.eq(~(t.s_ack & t.s_nak)),
+                         t.r_nf.eq(t.s_nf), t.r_a.eq(t.ack_r.data), t.r_n.eq(t.nak_r.data),
+                         t.r_q.eq(s_q)]
+        with m.Elif(t.r_done):
+            m.d.sync += r_valid.eq(0)
+        with m.Elif(r_valid & t.oq.i.ready):
+            m.d.sync += [t.r_second.eq(1), t.r_one.eq(1)]
+
+    def _output(self, m, t):
+        """The output queue's input: R's frame, or the input register's response when it
+        bypasses the table (``byp``). Makes the input register, which the insert drives. Adds
+        ``byp``, ``i_valid`` and ``i``."""
+        oq, r_valid, nak_now, r_a, r_n = t.oq, t.r_valid, t.nak_now, t.r_a, t.r_n
         # ``byp``: a response registered at I while nothing is held (no flag pending, no QPN
         # queued or being taken) goes straight into the output queue, not into the table: it is
         # the only response held, so serving it now is first come, first served
         byp = Signal()
         i_valid = Signal()
-        i = Signal(ack_item_layout(ab))
+        i = Signal(ack_item_layout(t.ab))
         o = oq.i.payload
         m.d.comb += [
             oq.i.valid.eq(r_valid | byp),
@@ -313,7 +402,7 @@ class AckTable(wiring.Component):
         ]
         with m.If(r_valid):
             m.d.comb += [
-                o.qpn.eq(r_q),
+                o.qpn.eq(t.r_q),
                 o.psn.eq(Mux(nak_now, r_n.psn, r_a.psn)),
                 o.msn.eq(Mux(nak_now, r_n.msn, r_a.msn)),
                 o.syndrome.eq(Mux(nak_now, r_n.syndrome, 0x1F)),
@@ -321,8 +410,15 @@ class AckTable(wiring.Component):
         with m.Else():
             m.d.comb += [o.qpn.eq(i.qpn), o.psn.eq(i.psn), o.msn.eq(i.msn),
                          o.syndrome.eq(i.syndrome)]
+        return types.SimpleNamespace(byp=byp, i_valid=i_valid, i=i)
 
-        # ---- insert: the input registered (I) and inserted ---------------------------------
+    def _insert_read(self, m, t):
+        """The insert's side of the flags: the input registered at I, the bypass decision, and
+        the flags of the response's QP as they stand (read when the QP is announced, each
+        replaced by the writes since); ``clash`` holds the take of that QP. Adds ``is_ack``,
+        ``tk_now``, ``q_ins``, ``ack_k`` and ``nak_k``."""
+        ab, i, i_valid, ins_w, tk_w = t.ab, t.i, t.i_valid, t.ins_w, t.tk_w
+        ins_at_in, tk_at_in = t.ins_at_in, t.tk_at_in
         # The announced QP's flags are read when it is announced (``next_load``), so they are
         # ready when its response comes; until then a write to that QP since the read (in the
         # read's cycle included) replaces the bits read (``held_read``). They are registered with
@@ -331,9 +427,9 @@ class AckTable(wiring.Component):
         m.d.sync += [i_valid.eq(self.i.valid), i.eq(self.i.payload)]
         # nothing held (every term a register): the table's flags all clear, no take pending
         idle = Signal()
-        m.d.comb += idle.eq(~(sw_busy | t_valid | u_valid | d_v | s_valid | r_valid | k_valid
-                              | qf.o.valid | (qf.level != 0)))
-        m.d.comb += byp.eq(i_valid & idle & oq.i.ready)
+        m.d.comb += idle.eq(~(t.sw_busy | t.t_valid | t.u_valid | t.d_v | t.s_valid | t.r_valid
+                              | t.k_valid | t.qf.o.valid | (t.qf.level != 0)))
+        m.d.comb += t.byp.eq(i_valid & idle & t.oq.i.ready)
         for rp in (ins_at_in, tk_at_in):
             m.d.comb += [rp.addr.eq(self.next_qpn), rp.en.eq(self.next_load)]
         n_q = Signal(ab)            # the announced QP
@@ -345,7 +441,6 @@ class AckTable(wiring.Component):
                           self.next_load, "nf_ins")
         n_tk = held_read(m, tk_at_in.data, tk_w, tk_w.en & (tk_w.addr == n_addr),
                          self.next_load, "nf_tk")
-        q = i.qpn
         # q's bits as they stand at I (before I's own writes)
         q_ins = Signal(_ins_layout)
         q_tk = Signal(_take_layout)
@@ -363,10 +458,11 @@ class AckTable(wiring.Component):
         q_is_u = Signal()
         q_to_u = Signal()           # t_adv of the cycle before: head is that cycle's t_q
         q_is_d = Signal()
-        m.d.sync += [q_is_t.eq(self.i.payload.qpn == t_q), q_is_u.eq(self.i.payload.qpn == u_q),
-                     q_to_u.eq(t_adv),
-                     q_is_d.eq(self.i.payload.qpn == Mux(sw_valid, sw_q, head))]
-        m.d.comb += clash.eq(i_valid & Mux(q_to_u, q_is_t, q_is_u))
+        m.d.sync += [q_is_t.eq(self.i.payload.qpn == t.t_q),
+                     q_is_u.eq(self.i.payload.qpn == t.u_q),
+                     q_to_u.eq(t.t_adv),
+                     q_is_d.eq(self.i.payload.qpn == Mux(t.sw_valid, t.sw_q, t.head))]
+        m.d.comb += t.clash.eq(i_valid & Mux(q_to_u, q_is_t, q_is_u))
         # (no take of q in this cycle: ``clash``; a take of q in the cycle before writes the
         # take side now)
         tk_now = Signal(_take_layout)
@@ -374,9 +470,18 @@ class AckTable(wiring.Component):
         ack_k = Signal()            # q's ACK (NAK) is pending
         nak_k = Signal()
         m.d.comb += [ack_k.eq(q_ins.ack ^ tk_now.ack), nak_k.eq(q_ins.nak ^ tk_now.nak)]
+        return types.SimpleNamespace(is_ack=is_ack, tk_now=tk_now, q_ins=q_ins, ack_k=ack_k,
+                                     nak_k=nak_k)
+
+    def _insert_write(self, m, t):
+        """The insert's writes: the response's QP into the QP FIFO when it had nothing pending,
+        its flags (unless it bypasses the table) and its ACK or NAK row; and ``pending``."""
+        i, i_valid, byp, is_ack, tk_now, q_ins = t.i, t.i_valid, t.byp, t.is_ack, t.tk_now, t.q_ins
+        ins_w, ack_w, nak_w, qf, oq = t.ins_w, t.ack_w, t.nak_w, t.qf, t.oq
+        q = i.qpn
         m.d.comb += [
             self.i.ready.eq(1),
-            qf.i.valid.eq(i_valid & ~(ack_k | nak_k) & ~byp),
+            qf.i.valid.eq(i_valid & ~(t.ack_k | t.nak_k) & ~byp),
             qf.i.payload.eq(q),
         ]
         # an ACK sets the ACK flag and keeps a NAK still pending (which then came first), a NAK
@@ -385,7 +490,7 @@ class AckTable(wiring.Component):
             ins_w.addr.eq(q), ins_w.en.eq(i_valid & ~byp),
             ins_w.data.ack.eq(Mux(is_ack, ~tk_now.ack, q_ins.ack)),
             ins_w.data.nak.eq(Mux(is_ack, q_ins.nak, ~tk_now.nak)),
-            ins_w.data.nak_first.eq(is_ack & nak_k),
+            ins_w.data.nak_first.eq(is_ack & t.nak_k),
         ]
         m.d.comb += [
             ack_w.addr.eq(q), ack_w.en.eq(i_valid & is_ack),
@@ -393,7 +498,7 @@ class AckTable(wiring.Component):
             nak_w.addr.eq(q), nak_w.en.eq(i_valid & ~is_ack),
             nak_w.data.psn.eq(i.psn), nak_w.data.msn.eq(i.msn),
             nak_w.data.syndrome.eq(i.syndrome),
-            self.pending.eq(i_valid | t_valid | u_valid | d_v | s_valid | r_valid | k_valid | qf.o.valid
-                            | (qf.level != 0) | oq.o.valid | (oq.level != 0)),
+            self.pending.eq(i_valid | t.t_valid | t.u_valid | t.d_v | t.s_valid | t.r_valid
+                            | t.k_valid | qf.o.valid | (qf.level != 0) | oq.o.valid
+                            | (oq.level != 0)),
         ]
-        return m
