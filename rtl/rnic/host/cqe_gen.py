@@ -103,6 +103,7 @@ from ..formats import CQE_BYTES, CQE_WITH_IMM, CQE_WITH_INVALIDATE
 from ..formats import Cqe as cqe_entry_layout
 from ..ifaces import NUM_COUNTERS, CmdOp, CommandSignature, Counter, EventType, Result
 from ..ifaces import QpnStream, event_layout
+from ..parts import add as _add
 from ..stream import Queue, check_width
 from .axi_master import WriteClientSignature
 
@@ -155,6 +156,12 @@ _rec_layout = data.StructLayout({
     "phase": 1,
     "half": 1,
 })
+
+
+def _taddr(cqn, word, ib):
+    """The CQ table address of word ``word`` (an int or a 2-bit value) of CQ ``cqn``, which has
+    ``ib`` index bits: ``4·cqn + word``."""
+    return Cat(Const(word, 2) if isinstance(word, int) else word, cqn[:ib])
 
 
 class CqeGen(wiring.Component):
@@ -220,10 +227,28 @@ class CqeGen(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        W = self.width
-        ib = ceil_log2(self.num_cq)
-        cin = self.complete.payload
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
+        t = types.SimpleNamespace(ib=ceil_log2(self.num_cq), cin=self.complete.payload)
+        _add(t, self._tables(m, t))
+        _add(t, self._table_access(m, t))
+        _add(t, self._adders(m, t))
+        _add(t, self._write_data(m, t))
+        _add(t, self._results(m, t))
+        _add(t, self._placed(m, t))
+        _add(t, self._event_merge(m, t))
+        _add(t, self._command(m, t))
+        self._table_fsm(m, t)
+        self._writer(m, t)
+        self._done(m, t)
+        return m
 
+    def _tables(self, m, t):
+        """The CQ table (four words per CQ in one block RAM) with its read and write port, and
+        the queue of the CQE writes in flight (their QP, CQ and arm match, for ``done``). Adds
+        ``rd``, ``wr`` and ``inflight``."""
+        ib = t.ib
         # A write lands a cycle after the FSM issues it, from registers (see ``wq`` below). Every
         # read that meets a write of the same address is discarded, so the block RAM needs no
         # read-during-write logic (yosys would otherwise emulate read-first with ~80
@@ -235,10 +260,15 @@ class CqeGen(wiring.Component):
         _inflight_layout = data.StructLayout({"qpn": 24, "cqn": max(ib, 1), "fire": 1})
         m.submodules.inflight = inflight = Queue(_inflight_layout, self.max_inflight,
                                                  buffered=False)
+        return types.SimpleNamespace(rd=rd, wr=wr, inflight=inflight)
 
-        def taddr(cqn, word):
-            return Cat(Const(word, 2) if isinstance(word, int) else word, cqn[:ib])
-
+    def _table_access(self, m, t):
+        """The table's addresses and the row register: the operation's CQN ``cur`` (and
+        ``in_range``), the word read (``rword``) and the word written (``wword``) and its
+        enable (``we``) as the FSM sets them, the write landing a cycle later from
+        registers (``wq_word``, ``wq``), and ``row``, the word read, also seen as word 0
+        (``r0``) and word 1 (``r1``). Adds these."""
+        ib, rd, wr = t.ib, t.rd, t.wr
         cur = Signal(16)                      # CQN of the operation (the sweep: word address)
         in_range = Signal()
         m.d.comb += in_range.eq(~cur[ib:].any())
@@ -254,15 +284,22 @@ class CqeGen(wiring.Component):
         wq_word = Signal(2, reset_less=True)
         wq = Signal(_WORD, reset_less=True)
         m.d.sync += wq_en.eq(we)
-        m.d.comb += [rd.addr.eq(taddr(cur, rword)), rd.en.eq(1),
-                     wr.addr.eq(taddr(cur, wq_word)), wr.data.eq(wq), wr.en.eq(wq_en)]
+        m.d.comb += [rd.addr.eq(_taddr(cur, rword, ib)), rd.en.eq(1),
+                     wr.addr.eq(_taddr(cur, wq_word, ib)), wr.data.eq(wq), wr.en.eq(wq_en)]
         # The row register follows the RAM every cycle (no enable: EBR clock-to-out is long);
         # each word is used in the cycle it is here.
         row = Signal(_WORD, reset_less=True)
         m.d.sync += row.eq(rd.data)
         r0 = data.View(_w0_layout, row)
         r1 = data.View(_w1_layout, row)
+        return types.SimpleNamespace(cur=cur, in_range=in_range, rword=rword, wword=wword,
+                                     we=we, wq_word=wq_word, wq=wq, row=row, r0=r0, r1=r1)
 
+    def _adders(self, m, t):
+        """The two adders on the row register (``low``, ``high``), their operand registers
+        (``inc``, ``dec``, ``inc_hi``, ``carry``) and the address stages after the FSM (``s5``,
+        ``s6``), and ``occ_full``, word 0's room test. Adds these."""
+        row, r0 = t.row, t.r0
         # Two adders on the row register, shared by the operations and the address stages:
         # ``low`` = bits 15..0 + (+1, −1 or 0; the carry into address bit 32 in word 3),
         # ``high`` = bits 31..16 + (+1 or 0; the carry into address bit 20 in word 2, into bit
@@ -287,7 +324,15 @@ class CqeGen(wiring.Component):
         # occ ≥ 2^log2: some bit of occ at or above bit log2 (occ >> log2 not zero)
         occ_full = Signal()
         m.d.comb += occ_full.eq((r0.occ >> r0.log2) != 0)
+        return types.SimpleNamespace(inc=inc, dec=dec, inc_hi=inc_hi, carry=carry, s5=s5,
+                                     s6=s6, low=low, high=high, occ_full=occ_full)
 
+    def _write_data(self, m, t):
+        """What a table operation writes, loaded into ``wq``: the row with the adders' sums
+        (``lo``, ``mid``), or ``setv`` when ``set_sel``; ``fsm_d3`` holds the bits CQ_DB keeps
+        in D3. Adds ``lo``, ``mid``, ``setv``, ``set_sel``, ``fsm_d3`` and ``q0`` (``wq`` seen
+        as word 0)."""
+        row, low, high, wq, wq_word = t.row, t.low, t.high, t.wq, t.wq_word
         # What a table operation writes: the row with bits 15..0 from ``low`` (the arm
         # replaced in word 1) and 31..16 from ``high`` or the CQ_DB sum; SET_CQ and the sweep
         # write ``setv`` instead.
@@ -302,11 +347,17 @@ class CqeGen(wiring.Component):
         fsm_d3 = Signal()
         wdata = Signal(_WORD)
         m.d.comb += wdata.eq(Mux(set_sel, setv, Cat(lo, mid, row[32:])))
-        m.d.sync += [wq_word.eq(wword), wq[16:32].eq(wdata[16:32])]
+        m.d.sync += [wq_word.eq(t.wword), wq[16:32].eq(wdata[16:32])]
         with m.If(~fsm_d3):
             m.d.sync += [wq[:16].eq(wdata[:16]), wq[32:].eq(wdata[32:])]
         q0 = data.View(_w0_layout, wq)
+        return types.SimpleNamespace(lo=lo, mid=mid, setv=setv, set_sel=set_sel, fsm_d3=fsm_d3,
+                                     q0=q0)
 
+    def _results(self, m, t):
+        """The registered outcomes the FSM's states set: a reservation's or completion's tests
+        (``full_r``, ``sig_r``), the reservation's answer on ``reserve_resp`` (``resp_valid``,
+        ``rsv_ok``) and SET_CQ's result (``result``). Adds these."""
         # decisions, registered in the cycle after the word is in the row register
         full_r = Signal(reset_less=True)      # no room (or CQN out of range)
         sig_r = Signal(reset_less=True)       # completion: se or status ≠ 0 (arm mode 2)
@@ -320,7 +371,15 @@ class CqeGen(wiring.Component):
         # SET_CQ: the result, set when the command is taken (opcode, index) and replaced by
         # BAD_ARGUMENT as ARG0 and ARG2 are checked while it is still OK
         result = Signal(2, reset_less=True)
+        return types.SimpleNamespace(full_r=full_r, sig_r=sig_r, resp_valid=resp_valid,
+                                     rsv_ok=rsv_ok, result=result)
 
+    def _placed(self, m, t):
+        """The placed register, a completion's CQE address, phase, arm match and CQ for the
+        writer; the address's upper bits are added as words 2 and 3 pass the row register (in
+        ``s5``, ``s6``). Adds ``p_busy``, ``p_valid``, ``p_addr``, ``p_phase``, ``p_fire`` and
+        ``p_cqn``."""
+        ib, low, high, carry = t.ib, t.low, t.high, t.carry
         # the placed register: a completion's slot address, phase and arm match, waiting for
         # the writer; ``p_busy`` from the completion's acceptance until the writer's request
         # is taken (the record stays at ``complete`` until the writer copies it)
@@ -330,27 +389,49 @@ class CqeGen(wiring.Component):
         p_phase = Signal(reset_less=True)
         p_fire = Signal(reset_less=True)
         p_cqn = Signal(max(ib, 1), reset_less=True)
-        with m.If(s5):                        # row = word 2: address bits 31..20
+        with m.If(t.s5):                      # row = word 2: address bits 31..20
             m.d.sync += [p_addr[15:27].eq(high[4:16]), carry.eq(high[16])]
-        with m.If(s6):                        # row = word 3: address bits 63..32
+        with m.If(t.s6):                      # row = word 3: address bits 63..32
             m.d.sync += [p_addr[27:43].eq(low[:16]), p_addr[43:59].eq(high[:16]),
                          p_valid.eq(1)]
+        return types.SimpleNamespace(p_busy=p_busy, p_valid=p_valid, p_addr=p_addr,
+                                     p_phase=p_phase, p_fire=p_fire, p_cqn=p_cqn)
 
-        evm = self._event_merge(m, cur)
-        a_valid, a_ready = evm.a_valid, evm.a_ready
+    def _event_merge(self, m, t):
+        """The event output, shared by the table FSM (``a``: CQ overflow, the number from
+        ``cur``) and the completion FSM (``b``: ``b_ev``); a registered output. Adds
+        ``a_valid``, ``a_ready``, ``b_valid``, ``b_ready`` and ``b_ev``."""
+        a_valid, a_ready = Signal(), Signal()
+        b_valid, b_ready, b_ev = Signal(), Signal(), Signal(event_layout)
+        ev_valid = Signal()
+        ev = Signal(event_layout, reset_less=True)
+        m.d.comb += [self.event.valid.eq(ev_valid), self.event.payload.eq(ev)]
+        with m.If(~ev_valid | self.event.ready):
+            with m.If(a_valid):
+                m.d.comb += a_ready.eq(1)
+                m.d.sync += [ev.type.eq(EventType.CQ_OVERFLOW), ev.number.eq(t.cur),
+                             ev_valid.eq(1)]
+            with m.Elif(b_valid):
+                m.d.comb += b_ready.eq(1)
+                m.d.sync += [ev.eq(b_ev), ev_valid.eq(1)]
+            with m.Else():
+                m.d.sync += ev_valid.eq(0)
+        return types.SimpleNamespace(a_valid=a_valid, a_ready=a_ready, b_valid=b_valid,
+                                     b_ready=b_ready, b_ev=b_ev)
 
+    def _command(self, m, t):
+        """The command port's result (SET_CQ's ``result``) and its ARG word, as SET_CQ's states
+        read them. Adds ``arg`` and ``set_ok``."""
         arg = self.cmd.arg_data
-        m.d.comb += self.cmd.resp.payload.result.eq(result)    # meaningful with ``resp.valid``
-        set_ok = result == Result.OK
+        m.d.comb += self.cmd.resp.payload.result.eq(t.result)  # meaningful with ``resp.valid``
+        set_ok = t.result == Result.OK
+        return types.SimpleNamespace(arg=arg, set_ok=set_ok)
+
+    def _table_fsm(self, m, t):
+        """The table FSM ``cqe``: every table operation, one at a time, as a read-modify-write;
+        its states are in the parts below, named in the order given here."""
         # the table operations' states: SET_CQ, reservation and completion, CQ_DB and
-        # CQ_ARM, each in a method of its own below; they share these signals
-        t = types.SimpleNamespace(
-            ib=ib, cin=cin, cur=cur, in_range=in_range, rword=rword, wword=wword, we=we,
-            r0=r0, r1=r1, q0=q0, inc=inc, dec=dec, inc_hi=inc_hi, carry=carry, s5=s5, lo=lo,
-            mid=mid, setv=setv, set_sel=set_sel, fsm_d3=fsm_d3, occ_full=occ_full,
-            full_r=full_r, sig_r=sig_r, resp_valid=resp_valid, rsv_ok=rsv_ok, result=result,
-            arg=arg, set_ok=set_ok, p_busy=p_busy, p_addr=p_addr, p_phase=p_phase,
-            p_fire=p_fire, p_cqn=p_cqn)
+        # CQ_ARM, each in a method of its own below
         with m.FSM(name="cqe") as fsm:
             # Amaranth numbers the states (binary) in the order they are first named. They are
             # named here operation by operation, each operation's states consecutive: the state
@@ -360,92 +441,77 @@ class CqeGen(wiring.Component):
                          "R1", "R2", "R3", "EVENT", "P1", "P2", "P3", "P4",
                          "D1", "D2", "D3", "D4", "A1", "A2", "A3"):
                 fsm.ongoing(name)
-            with m.State("SWEEP"):
-                # The word in cur[ib + 1:ib], the CQ in cur[ib - 1:0]. The write issued for word
-                # k of CQ n lands at ``taddr(cur, k)`` in the next cycle, when ``cur`` has moved
-                # on: at word k of CQ n for k < 3, at word 3 of CQ n + 1 for k = 3. Every word is
-                # written once, the last (word 3 of CQ 0) in the first IDLE cycle.
-                sw = Cat(cur[ib:ib + 2], cur[:ib])
-                m.d.comb += [self.sweeping.eq(1), wword.eq(cur[ib:ib + 2]), set_sel.eq(1),
-                             setv.eq(_SWEPT), we.eq(1)]
-                m.d.sync += sw.eq(sw + 1)
-                with m.If(sw == 4 * self.num_cq - 1):
-                    m.next = "IDLE"
-
-            with m.State("IDLE"):
-                # Word 0's read is addressed by the CQ_DB, reservation or completion taken. The
-                # write landing in this cycle is never to a word 0 (P4 and A3 write word 1, the
-                # sweep's last word 3), so the read is that of the word as the previous
-                # operation left it.
-                take_rsv = self.reserve.valid & ~resp_valid
-                pick = Mux(take_rsv, self.reserve.payload.cqn, cin.cqn)
-                m.d.comb += rd.addr.eq(taddr(Mux(self.cq_db.valid, self.cq_db.payload.cqn, pick),
-                                             0))
-                # ``cur`` is loaded in every IDLE cycle; in this cycle it is still the previous
-                # operation's CQN, where the write landing now goes. Its bits above the CQ index
-                # only count for a reservation or completion (range test, the overflow event's
-                # number): CQ_DB and CQ_ARM test the range on their port, which holds the CQN
-                # until the operation ends, and SET_CQ as it is taken.
-                m.d.sync += [
-                    cur[:ib].eq(Mux(self.cmd.cmd.valid, self.cmd.cmd.payload.index,
-                                    Mux(self.cq_db.valid, self.cq_db.payload.cqn,
-                                        Mux(self.cq_arm.valid, self.cq_arm.payload.cqn,
-                                            pick)))[:ib]),
-                    cur[ib:].eq(pick[ib:]),
-                ]
-                with m.If(self.cmd.cmd.valid):
-                    m.d.comb += self.cmd.cmd.ready.eq(1)
-                    with m.If(self.cmd.cmd.payload.opcode != CmdOp.SET_CQ):
-                        m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
-                    with m.Elif(self.cmd.cmd.payload.index[ib:].any()):
-                        m.d.sync += result.eq(Result.BAD_INDEX)
-                    with m.Else():
-                        m.d.sync += result.eq(Result.OK)
-                    m.next = "C1"
-                with m.Elif(self.cq_db.valid):
-                    m.next = "D1"
-                with m.Elif(self.cq_arm.valid):
-                    m.next = "A1"
-                with m.Elif(take_rsv):
-                    m.d.comb += self.reserve.ready.eq(1)
-                    m.next = "R1"
-                with m.Elif(self.complete.valid & ~p_busy):
-                    m.d.sync += p_busy.eq(1)
-                    m.next = "P1"
-
+            self._sweep_state(m, t)
+            self._idle_state(m, t)
             self._set_cq_states(m, t)
             self._reserve_complete_states(m, t)
             self._db_arm_states(m, t)
 
             with m.State("EVENT"):
-                m.d.comb += a_valid.eq(1)
-                with m.If(a_ready):
+                m.d.comb += t.a_valid.eq(1)
+                with m.If(t.a_ready):
                     m.next = "IDLE"
 
-        self._writer(m, cin, inflight, p_valid, p_busy, p_addr, p_phase, p_fire, p_cqn)
-        self._done(m, inflight, evm)
-        return m
+    def _sweep_state(self, m, t):
+        """SWEEP (inside the table FSM): after reset, every word of the table is written once
+        (``_SWEPT``), so every CQ is unset."""
+        ib, cur, wword, set_sel, setv, we = t.ib, t.cur, t.wword, t.set_sel, t.setv, t.we
+        with m.State("SWEEP"):
+            # The word in cur[ib + 1:ib], the CQ in cur[ib - 1:0]. The write issued for word
+            # k of CQ n lands at ``_taddr(cur, k, ib)`` in the next cycle, when ``cur`` has moved
+            # on: at word k of CQ n for k < 3, at word 3 of CQ n + 1 for k = 3. Every word is
+            # written once, the last (word 3 of CQ 0) in the first IDLE cycle.
+            sw = Cat(cur[ib:ib + 2], cur[:ib])
+            m.d.comb += [self.sweeping.eq(1), wword.eq(cur[ib:ib + 2]), set_sel.eq(1),
+                         setv.eq(_SWEPT), we.eq(1)]
+            m.d.sync += sw.eq(sw + 1)
+            with m.If(sw == 4 * self.num_cq - 1):
+                m.next = "IDLE"
 
-    def _event_merge(self, m, cur):
-        """The event output, shared by the table FSM (``a``: CQ overflow, the number from
-        ``cur``) and the completion FSM (``b``: ``b_ev``); a registered output."""
-        a_valid, a_ready = Signal(), Signal()
-        b_valid, b_ready, b_ev = Signal(), Signal(), Signal(event_layout)
-        ev_valid = Signal()
-        ev = Signal(event_layout, reset_less=True)
-        m.d.comb += [self.event.valid.eq(ev_valid), self.event.payload.eq(ev)]
-        with m.If(~ev_valid | self.event.ready):
-            with m.If(a_valid):
-                m.d.comb += a_ready.eq(1)
-                m.d.sync += [ev.type.eq(EventType.CQ_OVERFLOW), ev.number.eq(cur),
-                             ev_valid.eq(1)]
-            with m.Elif(b_valid):
-                m.d.comb += b_ready.eq(1)
-                m.d.sync += [ev.eq(b_ev), ev_valid.eq(1)]
-            with m.Else():
-                m.d.sync += ev_valid.eq(0)
-        return types.SimpleNamespace(a_valid=a_valid, a_ready=a_ready, b_valid=b_valid,
-                                     b_ready=b_ready, b_ev=b_ev)
+    def _idle_state(self, m, t):
+        """IDLE (inside the table FSM): the choice of the next operation (a command, CQ_DB,
+        CQ_ARM, a reservation, a completion, in this priority) and word 0's read for it."""
+        ib, cin, cur, rd, result, p_busy = t.ib, t.cin, t.cur, t.rd, t.result, t.p_busy
+        with m.State("IDLE"):
+            # Word 0's read is addressed by the CQ_DB, reservation or completion taken. The
+            # write landing in this cycle is never to a word 0 (P4 and A3 write word 1, the
+            # sweep's last word 3), so the read is that of the word as the previous
+            # operation left it.
+            take_rsv = self.reserve.valid & ~t.resp_valid
+            pick = Mux(take_rsv, self.reserve.payload.cqn, cin.cqn)
+            m.d.comb += rd.addr.eq(_taddr(Mux(self.cq_db.valid, self.cq_db.payload.cqn, pick),
+                                          0, ib))
+            # ``cur`` is loaded in every IDLE cycle; in this cycle it is still the previous
+            # operation's CQN, where the write landing now goes. Its bits above the CQ index
+            # only count for a reservation or completion (range test, the overflow event's
+            # number): CQ_DB and CQ_ARM test the range on their port, which holds the CQN
+            # until the operation ends, and SET_CQ as it is taken.
+            m.d.sync += [
+                cur[:ib].eq(Mux(self.cmd.cmd.valid, self.cmd.cmd.payload.index,
+                                Mux(self.cq_db.valid, self.cq_db.payload.cqn,
+                                    Mux(self.cq_arm.valid, self.cq_arm.payload.cqn,
+                                        pick)))[:ib]),
+                cur[ib:].eq(pick[ib:]),
+            ]
+            with m.If(self.cmd.cmd.valid):
+                m.d.comb += self.cmd.cmd.ready.eq(1)
+                with m.If(self.cmd.cmd.payload.opcode != CmdOp.SET_CQ):
+                    m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
+                with m.Elif(self.cmd.cmd.payload.index[ib:].any()):
+                    m.d.sync += result.eq(Result.BAD_INDEX)
+                with m.Else():
+                    m.d.sync += result.eq(Result.OK)
+                m.next = "C1"
+            with m.Elif(self.cq_db.valid):
+                m.next = "D1"
+            with m.Elif(self.cq_arm.valid):
+                m.next = "A1"
+            with m.Elif(take_rsv):
+                m.d.comb += self.reserve.ready.eq(1)
+                m.next = "R1"
+            with m.Elif(self.complete.valid & ~p_busy):
+                m.d.sync += p_busy.eq(1)
+                m.next = "P1"
 
     def _set_cq_states(self, m, t):
         """SET_CQ's states C1..C8 (inside the table FSM)."""
@@ -595,9 +661,11 @@ class CqeGen(wiring.Component):
                          self.cq_arm.ready.eq(1)]
             m.next = "IDLE"
 
-    def _writer(self, m, cin, inflight, p_valid, p_busy, p_addr, p_phase, p_fire, p_cqn):
+    def _writer(self, m, t):
         """The writer: takes the placed completion, requests its CQE write, sends the beats."""
         W = self.width
+        cin, inflight, p_valid, p_busy = t.cin, t.inflight, t.p_valid, t.p_busy
+        p_addr, p_phase, p_fire, p_cqn = t.p_addr, t.p_phase, t.p_fire, t.p_cqn
         # ---- the writer: takes the placed record as it issues the request, then one burst --
         # The in-flight entry is pushed as the record is taken (before the request is taken:
         # its ``done`` comes later either way).
@@ -678,9 +746,9 @@ class CqeGen(wiring.Component):
                     with m.If(beat == nbeats - 1):
                         m.next = "IDLE"
 
-    def _done(self, m, inflight, evm):
+    def _done(self, m, t):
         """The ``done`` of each CQE write: the count, the armed CQ's event, a fault."""
-        b_valid, b_ready, b_ev = evm.b_valid, evm.b_ready, evm.b_ev
+        inflight, b_valid, b_ready, b_ev = t.inflight, t.b_valid, t.b_ready, t.b_ev
         # ---- completions of CQE writes: count, arm events, faults. The ``done`` and its
         # in-flight entry are held until their event (and fault) have left.
         d = inflight.o.payload
