@@ -36,12 +36,15 @@ PSN from ARG3 only on entry to RTS; RESET clears every dynamic field. SET_QP doe
 event 3 (the event reports errors the hardware found, not software's own choice).
 """
 
+import types
+
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..control.qp_args import ArgRow, qp_arg_layout
 from ..ifaces import CmdOp, CommandSignature, Result
+from ..parts import add as _add
 
 __all__ = ["QpState", "MsgClass", "qp_recv_layout", "qp_dyn_layout", "QpContext",
            "pmtu_bytes", "qp_set_event_layout", "RECV_FIELDS"]
@@ -188,7 +191,26 @@ class QpContext(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        n = self.num_qp
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
+        t = types.SimpleNamespace(n=self.num_qp)
+        _add(t, self._tables(m, t))
+        _add(t, self._port_select(m, t))
+        _add(t, self._command_registers(m, t))
+        _add(t, self._set_args(m, t))
+        _add(t, self._checks(m, t))
+        _add(t, self._static_write(m, t))
+        _add(t, self._dynamic_write(m, t))
+        _add(t, self._busy(m, t))
+        self._command_fsm(m, t)
+        self._set_outputs(m, t)
+        return m
+
+    def _tables(self, m, t):
+        """The static and the dynamic table in block RAM, each with one read and one write port.
+        Adds ``srd``, ``swr``, ``drd`` and ``dwr``."""
+        n = t.n
         # ``no_rw_check`` (design-rules.md §9): a read never meets a write of its row. The
         # pipeline does not issue an operation whose QP is written in that cycle (PSN Check's
         # same-QP hazard; a read that does meet it is a bubble's, never used), and the command
@@ -201,9 +223,14 @@ class QpContext(wiring.Component):
         swr = smem.write_port(granularity=_LANE)
         drd = dmem.read_port()
         dwr = dmem.write_port()
+        return types.SimpleNamespace(srd=srd, swr=swr, drd=drd, dwr=dwr)
 
-        cmd = self.cmd.cmd
-        resp = self.cmd.resp
+    def _port_select(self, m, t):
+        """The tables' ports, the pipeline's or, while ``owned``, the command FSM's (``c_*``),
+        and the read data registered once (``dq``, and ``st``, the static row's fields), for
+        both. Adds ``owned``, ``c_addr``, ``c_rd_en``, ``c_wr_dyn``, ``c_wr_en``, ``dq`` and
+        ``st``."""
+        srd, drd, dwr = t.srd, t.drd, t.dwr
         # the command FSM drives the memory ports: a register, from taking a command (or rst)
         # to its response (or the sweep's end), so that it reaches the wide write-data and
         # address muxes straight from a flip-flop
@@ -236,7 +263,13 @@ class QpContext(wiring.Component):
             dwr.data.eq(Mux(owned, c_wr_dyn, self.wr_dyn)),
             dwr.en.eq(Mux(owned, c_wr_en, self.wr_en)),
         ]
+        return types.SimpleNamespace(owned=owned, c_addr=c_addr, c_rd_en=c_rd_en,
+                                     c_wr_dyn=c_wr_dyn, c_wr_en=c_wr_en, dq=dq, st=st)
 
+    def _command_registers(self, m, t):
+        """The command's registers: opcode, index (the QPN), result, the ARG counter ``cnt``,
+        the reset sweep's ``sweeping`` and ``sweep_cnt``, and ``written``; the command FSM's
+        table address ``c_addr`` comes from them. Adds these."""
         op = Signal(8)
         index = Signal(24)
         result = Signal(8)
@@ -245,11 +278,17 @@ class QpContext(wiring.Component):
         sweep_cnt = Signal(self.abits)
         written = Signal()      # SET_QP's ARG lanes are written; the next read is the new row
         m.d.comb += [
-            c_addr.eq(Mux(sweeping, sweep_cnt, index[:self.abits])),
-            resp.payload.result.eq(result),
+            t.c_addr.eq(Mux(sweeping, sweep_cnt, index[:self.abits])),
+            self.cmd.resp.payload.result.eq(result),
             self.cmd.arg_addr.eq(cnt),
         ]
+        return types.SimpleNamespace(op=op, index=index, result=result, cnt=cnt,
+                                     sweeping=sweeping, sweep_cnt=sweep_cnt, written=written)
 
+    def _set_args(self, m, t):
+        """What SET_QP keeps of its ARGs (LOAD sets them), and ``argn``, the number of the ARG
+        on ``arg_data``. Adds ``new_state``, ``pmtu``, ``arg_epsn``, ``arg_sq``, ``arg_bad``,
+        ``ad`` (the ARG word) and ``argn``."""
         # What SET_QP's checks and its dynamic write need, kept while the ARGs are read: the
         # new state and path MTU (ARG0), ePSN (ARG2), send PSN (ARG3), and the refusals found
         # in ARG6 (RQ base alignment), ARG8 (log2 sizes) and ARG9 (SQ base alignment).
@@ -260,8 +299,14 @@ class QpContext(wiring.Component):
         arg_bad = Signal()
         ad = self.cmd.arg_data
         argn = Signal(4)        # the ARG on ``arg_data`` (read in the previous cycle)
-        m.d.comb += argn.eq(cnt - 1)
+        m.d.comb += argn.eq(t.cnt - 1)
+        return types.SimpleNamespace(new_state=new_state, pmtu=pmtu, arg_epsn=arg_epsn,
+                                     arg_sq=arg_sq, arg_bad=arg_bad, ad=ad, argn=argn)
 
+    def _checks(self, m, t):
+        """SET_QP's judgement: ``legal`` (the state change), ``bad`` (set in CHECK) and the
+        decoded opcode (``is_set``, ``is_query``). Adds these."""
+        new_state, dq, op = t.new_state, t.dq, t.op
         legal = Signal()
         m.d.comb += legal.eq(
             (new_state == QpState.RESET) | (new_state == QpState.ERROR)
@@ -272,18 +317,31 @@ class QpContext(wiring.Component):
         is_set = Signal()
         is_query = Signal()
         m.d.sync += [is_set.eq(op == CmdOp.SET_QP), is_query.eq(op == CmdOp.QUERY_QP)]
+        return types.SimpleNamespace(legal=legal, bad=bad, is_set=is_set, is_query=is_query)
 
+    def _static_write(self, m, t):
+        """The static table's writes, also sent on ``qp_arg``: an ARG's lanes in WRITE
+        (``s_arg_we``), every lane with 0 in SWEEP. Adds ``s_arg_we``."""
+        sweeping = t.sweeping
         # static-table writes: ARG ``argn``'s lanes with its bits (WRITE), every lane with 0
         # (SWEEP)
         # (the same ARG writes go out on ``qp_arg`` to the other tables of SET_QP's fields)
         s_arg_we = Signal()
         aw = self.qp_arg.payload
         m.d.comb += [self.qp_arg.valid.eq(sweeping | s_arg_we),
-                     aw.qpn.eq(c_addr), aw.arg.eq(argn), aw.data.eq(ad), aw.all.eq(sweeping)]
-        _ROW.write(m, swr, aw, self.qp_arg.valid)
+                     aw.qpn.eq(t.c_addr), aw.arg.eq(t.argn), aw.data.eq(t.ad),
+                     aw.all.eq(sweeping)]
+        _ROW.write(m, t.swr, aw, self.qp_arg.valid)
+        return types.SimpleNamespace(s_arg_we=s_arg_we)
+
+    def _dynamic_write(self, m, t):
+        """The dynamic table's write data ``c_wr_dyn`` (SWEEP, EXEC) with its selects
+        ``w_zero`` and ``w_rtr`` (LOAD sets them), and ``sq_w``, the send PSN for the
+        requester. Adds ``sq_w``, ``w_zero`` and ``w_rtr``."""
+        new_state, dq = t.new_state, t.dq
         # the send PSN for the requester: ARG3 on entry to RTS, else 0 (it takes it only then)
         sq_w = Signal(24)
-        m.d.comb += sq_w.eq(Mux(~sweeping & (new_state == QpState.RTS), arg_sq, 0))
+        m.d.comb += sq_w.eq(Mux(~t.sweeping & (new_state == QpState.RTS), t.arg_sq, 0))
         # The dynamic write (SWEEP, EXEC): 0 for the sweep and RESET, else the row read with
         # the new state, and ARG2's ePSN on entry to RTR. Its selects are registers decoded
         # when ARG0 is read (``w_zero`` also covers the sweep), so each bit is one LUT from
@@ -292,131 +350,170 @@ class QpContext(wiring.Component):
         w_rtr = Signal()
         nd = Signal(qp_dyn_layout)
         m.d.comb += [nd.eq(dq), nd.state.eq(new_state),
-                     nd.epsn.eq(Mux(w_rtr, arg_epsn, dq.epsn)),
-                     c_wr_dyn.eq(Mux(w_zero, 0, nd))]
+                     nd.epsn.eq(Mux(w_rtr, t.arg_epsn, dq.epsn)),
+                     t.c_wr_dyn.eq(Mux(w_zero, 0, nd))]
+        return types.SimpleNamespace(sq_w=sq_w, w_zero=w_zero, w_rtr=w_rtr)
 
+    def _busy(self, m, t):
+        """``qpn_ok``, the QPN's range test, registered, and ``busy`` (the FSM's states drive
+        it) with its register ``busy_r`` on the ``busy`` output. Adds these."""
         qpn_ok = Signal()       # registered: ``index`` is set on entry to LOAD/ADDR
-        m.d.sync += qpn_ok.eq((index < self.num_qp) & (index > 1))
+        m.d.sync += qpn_ok.eq((t.index < self.num_qp) & (t.index > 1))
 
         busy = Signal()
         busy_r = Signal(init=1)
         m.d.sync += busy_r.eq(busy)
         m.d.comb += self.busy.eq(busy_r)
+        return types.SimpleNamespace(qpn_ok=qpn_ok, busy=busy, busy_r=busy_r)
+
+    def _command_fsm(self, m, t):
+        """The command FSM: the reset sweep, then SET_QP and QUERY_QP one at a time; its
+        states are in the parts below, in this order."""
         with m.FSM(init="SWEEP"):
-            with m.State("SWEEP"):
-                # after rst: every QP to RESET, one entry per cycle
-                m.d.comb += busy.eq(1)
-                m.d.sync += sweep_cnt.eq(sweep_cnt + 1)
-                with m.If(sweep_cnt == self.num_qp - 1):
-                    m.d.sync += [owned.eq(0), sweeping.eq(0), c_wr_en.eq(0)]
-                    m.next = "IDLE"
-            with m.State("IDLE"):
-                m.d.comb += busy.eq(cmd.valid)
-                with m.If(cmd.valid & self.idle & busy_r):
-                    m.d.comb += cmd.ready.eq(1)
-                    m.d.sync += [op.eq(cmd.payload.opcode), index.eq(cmd.payload.index),
-                                 cnt.eq(0), written.eq(0), arg_bad.eq(0), owned.eq(1)]
-                    with m.If(cmd.payload.opcode == CmdOp.SET_QP):
-                        m.next = "LOAD"
-                    with m.Else():
-                        m.next = "ADDR"
-            with m.State("LOAD"):
-                # ARG cnt is addressed this cycle and arrives the next: ARG0..15 in 17 cycles
-                m.d.comb += busy.eq(1)
-                m.d.sync += cnt.eq(cnt + 1)
-                with m.Switch(argn):
-                    with m.Case(0):
-                        m.d.sync += [new_state.eq(ad[0:4]), pmtu.eq(ad[8:12]),
-                                     w_zero.eq(ad[0:4] == QpState.RESET),
-                                     w_rtr.eq(ad[0:4] == QpState.RTR)]
-                    with m.Case(2):
-                        m.d.sync += arg_epsn.eq(ad[0:24])
-                    with m.Case(3):
-                        m.d.sync += arg_sq.eq(ad[0:24])
-                    with m.Case(6, 9):
-                        # ring bases are 64-byte aligned (interface.md §4.2): RQ ARG6, SQ ARG9
-                        with m.If(ad[0:6].any()):
-                            m.d.sync += arg_bad.eq(1)
-                    with m.Case(8):
-                        with m.If((ad[0:5] > 15) | (ad[8:13] > 15)):
-                            m.d.sync += arg_bad.eq(1)
-                with m.If(cnt == 16):
+            self._intake_states(m, t)
+            self._judge_states(m, t)
+            self._answer_states(m, t)
+
+    def _intake_states(self, m, t):
+        """SWEEP, IDLE and LOAD (inside the command FSM): the reset sweep, the command's
+        acceptance, and SET_QP's first pass over ARG0..15."""
+        cmd, busy, busy_r, owned, cnt, argn, ad = (self.cmd.cmd, t.busy, t.busy_r, t.owned,
+                                                    t.cnt, t.argn, t.ad)
+        sweep_cnt, arg_bad = t.sweep_cnt, t.arg_bad
+        with m.State("SWEEP"):
+            # after rst: every QP to RESET, one entry per cycle
+            m.d.comb += busy.eq(1)
+            m.d.sync += sweep_cnt.eq(sweep_cnt + 1)
+            with m.If(sweep_cnt == self.num_qp - 1):
+                m.d.sync += [owned.eq(0), t.sweeping.eq(0), t.c_wr_en.eq(0)]
+                m.next = "IDLE"
+        with m.State("IDLE"):
+            m.d.comb += busy.eq(cmd.valid)
+            with m.If(cmd.valid & self.idle & busy_r):
+                m.d.comb += cmd.ready.eq(1)
+                m.d.sync += [t.op.eq(cmd.payload.opcode), t.index.eq(cmd.payload.index),
+                             cnt.eq(0), t.written.eq(0), arg_bad.eq(0), owned.eq(1)]
+                with m.If(cmd.payload.opcode == CmdOp.SET_QP):
+                    m.next = "LOAD"
+                with m.Else():
                     m.next = "ADDR"
-            with m.State("ADDR"):
-                m.d.comb += [busy.eq(1), c_rd_en.eq(1)]
-                m.next = "READ"
-            with m.State("READ"):
-                # the row read in ADDR moves to ``srow``/``dq``
-                m.d.comb += [busy.eq(1), c_rd_en.eq(1)]
-                with m.If(written):
-                    # (EXEC's write: only an accepted SET_QP writes its lanes, ``written``)
-                    m.d.sync += c_wr_en.eq(is_set & qpn_ok & ~bad)
-                    m.next = "EXEC"
+        with m.State("LOAD"):
+            # ARG cnt is addressed this cycle and arrives the next: ARG0..15 in 17 cycles
+            m.d.comb += busy.eq(1)
+            m.d.sync += cnt.eq(cnt + 1)
+            with m.Switch(argn):
+                with m.Case(0):
+                    m.d.sync += [t.new_state.eq(ad[0:4]), t.pmtu.eq(ad[8:12]),
+                                 t.w_zero.eq(ad[0:4] == QpState.RESET),
+                                 t.w_rtr.eq(ad[0:4] == QpState.RTR)]
+                with m.Case(2):
+                    m.d.sync += t.arg_epsn.eq(ad[0:24])
+                with m.Case(3):
+                    m.d.sync += t.arg_sq.eq(ad[0:24])
+                with m.Case(6, 9):
+                    # ring bases are 64-byte aligned (interface.md §4.2): RQ ARG6, SQ ARG9
+                    with m.If(ad[0:6].any()):
+                        m.d.sync += arg_bad.eq(1)
+                with m.Case(8):
+                    with m.If((ad[0:5] > 15) | (ad[8:13] > 15)):
+                        m.d.sync += arg_bad.eq(1)
+            with m.If(cnt == 16):
+                m.next = "ADDR"
+
+    def _judge_states(self, m, t):
+        """ADDR, READ, CHECK, ACCEPT and WRITE (inside the command FSM): the QP's row read and
+        the command judged, and an accepted SET_QP's second pass, which writes its ARGs."""
+        busy, cnt, c_rd_en, written, new_state, pmtu = (t.busy, t.cnt, t.c_rd_en, t.written,
+                                                        t.new_state, t.pmtu)
+        is_set, qpn_ok, bad = t.is_set, t.qpn_ok, t.bad
+        with m.State("ADDR"):
+            m.d.comb += [busy.eq(1), c_rd_en.eq(1)]
+            m.next = "READ"
+        with m.State("READ"):
+            # the row read in ADDR moves to ``srow``/``dq``
+            m.d.comb += [busy.eq(1), c_rd_en.eq(1)]
+            with m.If(written):
+                # (EXEC's write: only an accepted SET_QP writes its lanes, ``written``)
+                m.d.sync += t.c_wr_en.eq(is_set & qpn_ok & ~bad)
+                m.next = "EXEC"
+            with m.Else():
+                m.next = "CHECK"
+        with m.State("CHECK"):
+            m.d.comb += busy.eq(1)
+            m.d.sync += [
+                bad.eq(~t.legal | t.arg_bad
+                       | (((new_state == QpState.RTR) | (new_state == QpState.RTS))
+                          & ((pmtu < 1) | (pmtu > 5)))),
+                cnt.eq(0),
+            ]
+            with m.If(is_set & qpn_ok):
+                m.next = "ACCEPT"
+            with m.Else():
+                m.next = "EXEC"
+        with m.State("ACCEPT"):
+            m.d.comb += busy.eq(1)
+            with m.If(bad):
+                m.next = "EXEC"
+            with m.Else():
+                m.next = "WRITE"
+        with m.State("WRITE"):
+            # ARG0..15 again, each written into its lanes of the static row as it arrives
+            m.d.comb += [busy.eq(1), t.s_arg_we.eq(cnt != 0)]
+            m.d.sync += cnt.eq(cnt + 1)
+            with m.If(cnt == 16):
+                m.d.sync += written.eq(1)
+                m.next = "ADDR"
+
+    def _answer_states(self, m, t):
+        """EXEC, ANSWER and RESP (inside the command FSM): the dynamic write and the result,
+        QUERY_QP's ARG words, and the response."""
+        busy, cnt, result, dq, qpn_ok, is_query = (t.busy, t.cnt, t.result, t.dq, t.qpn_ok,
+                                                   t.is_query)
+        resp = self.cmd.resp
+        with m.State("EXEC"):
+            m.d.comb += busy.eq(1)
+            m.d.sync += [cnt.eq(0), t.c_wr_en.eq(0)]
+            with m.If(~qpn_ok):
+                m.d.sync += result.eq(Result.BAD_INDEX)
+            with m.Elif(is_query):
+                m.d.sync += result.eq(Result.OK)
+            with m.Elif(t.is_set):
+                with m.If(t.bad):
+                    m.d.sync += result.eq(Result.BAD_ARGUMENT)
                 with m.Else():
-                    m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.comb += busy.eq(1)
-                m.d.sync += [
-                    bad.eq(~legal | arg_bad
-                           | (((new_state == QpState.RTR) | (new_state == QpState.RTS))
-                              & ((pmtu < 1) | (pmtu > 5)))),
-                    cnt.eq(0),
-                ]
-                with m.If(is_set & qpn_ok):
-                    m.next = "ACCEPT"
-                with m.Else():
-                    m.next = "EXEC"
-            with m.State("ACCEPT"):
-                m.d.comb += busy.eq(1)
-                with m.If(bad):
-                    m.next = "EXEC"
-                with m.Else():
-                    m.next = "WRITE"
-            with m.State("WRITE"):
-                # ARG0..15 again, each written into its lanes of the static row as it arrives
-                m.d.comb += [busy.eq(1), s_arg_we.eq(cnt != 0)]
-                m.d.sync += cnt.eq(cnt + 1)
-                with m.If(cnt == 16):
-                    m.d.sync += written.eq(1)
-                    m.next = "ADDR"
-            with m.State("EXEC"):
-                m.d.comb += busy.eq(1)
-                m.d.sync += [cnt.eq(0), c_wr_en.eq(0)]
-                with m.If(~qpn_ok):
-                    m.d.sync += result.eq(Result.BAD_INDEX)
-                with m.Elif(is_query):
                     m.d.sync += result.eq(Result.OK)
-                with m.Elif(is_set):
-                    with m.If(bad):
-                        m.d.sync += result.eq(Result.BAD_ARGUMENT)
-                    with m.Else():
-                        m.d.sync += result.eq(Result.OK)
-                with m.Else():
-                    m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
-                with m.If(qpn_ok & is_query):
-                    m.next = "ANSWER"
-                with m.Else():
-                    m.next = "RESP"
-            with m.State("ANSWER"):
-                # QUERY_QP: ARG0..5 from the row read (held) and the requester's context, and 0
-                # in ARG6..15, written one per cycle before the response
-                m.d.comb += [busy.eq(1), self.cmd.arg_we.eq(1)]
-                m.d.sync += cnt.eq(cnt + 1)
-                answer = (dq.state, dq.epsn, self.q_psn, dq.msn, dq.rq_cons, self.q_cons)
-                with m.Switch(cnt):
-                    for k, word in enumerate(answer):       # ARG0..5 of interface.md §4.2
-                        with m.Case(k):
-                            m.d.comb += self.cmd.arg_wdata.eq(word)
-                with m.If(cnt == 15):
-                    m.next = "RESP"
-            with m.State("RESP"):
-                m.d.comb += [busy.eq(1), resp.valid.eq(1)]
-                with m.If(resp.ready):
-                    m.d.sync += owned.eq(0)
-                    m.next = "IDLE"
-        m.d.comb += [self.set_valid.eq(c_wr_en), self.set_qpn.eq(c_addr), self.set_state.eq(Mux(sweeping, 0, new_state)),
+            with m.Else():
+                m.d.sync += result.eq(Result.UNKNOWN_OPCODE)
+            with m.If(qpn_ok & is_query):
+                m.next = "ANSWER"
+            with m.Else():
+                m.next = "RESP"
+        with m.State("ANSWER"):
+            # QUERY_QP: ARG0..5 from the row read (held) and the requester's context, and 0
+            # in ARG6..15, written one per cycle before the response
+            m.d.comb += [busy.eq(1), self.cmd.arg_we.eq(1)]
+            m.d.sync += cnt.eq(cnt + 1)
+            answer = (dq.state, dq.epsn, self.q_psn, dq.msn, dq.rq_cons, self.q_cons)
+            with m.Switch(cnt):
+                for k, word in enumerate(answer):       # ARG0..5 of interface.md §4.2
+                    with m.Case(k):
+                        m.d.comb += self.cmd.arg_wdata.eq(word)
+            with m.If(cnt == 15):
+                m.next = "RESP"
+        with m.State("RESP"):
+            m.d.comb += [busy.eq(1), resp.valid.eq(1)]
+            with m.If(resp.ready):
+                m.d.sync += t.owned.eq(0)
+                m.next = "IDLE"
+
+    def _set_outputs(self, m, t):
+        """What SET_QP (and the reset sweep) tells the other blocks as it writes a QP
+        (``set_*``, strobed by the dynamic write's enable), and the QPN of the requester's
+        context read (``q_qpn``)."""
+        sweeping, new_state, dq = t.sweeping, t.new_state, t.dq
+        m.d.comb += [self.set_valid.eq(t.c_wr_en), self.set_qpn.eq(t.c_addr),
+                     self.set_state.eq(Mux(sweeping, 0, new_state)),
                      self.set_to_error.eq(~sweeping & (new_state == QpState.ERROR)
                                           & (dq.state != QpState.ERROR)),
-                     self.set_prod.eq(dq.rq_prod), self.set_static.eq(Mux(sweeping, 0, st)),
-                     self.set_sq_psn.eq(sq_w), self.q_qpn.eq(index)]
-        return m
+                     self.set_prod.eq(dq.rq_prod), self.set_static.eq(Mux(sweeping, 0, t.st)),
+                     self.set_sq_psn.eq(t.sq_w), self.q_qpn.eq(t.index)]
