@@ -287,10 +287,11 @@ class Queue(wiring.Component):
         never written while it is presented, so the stream rules hold from any state of the
         queue, reachable or not (a block that uses it can prove its own by induction).
     bypass : bool
-        With ``registered`` (some fields, not all) and a depth of at least 2: an entry written while the queue is empty (or its one entry is
-        being taken) is offered in the next cycle, its registered fields loaded straight from
-        ``i.payload`` (one cycle of latency, as an unbuffered queue, from flip-flops); the ports
-        otherwise move as the buffered queue's.
+        With ``registered`` (some fields, not all) and a depth of at least 2: an entry written
+        while the queue is empty (or its one entry is being taken) is offered in the next cycle,
+        its registered fields loaded straight from ``i.payload`` (one cycle of latency, as an
+        unbuffered queue, from flip-flops); the ports otherwise move as the buffered queue's.
+        (:class:`BypassFIFO` does the same for a plain-width FIFO whose output is all register.)
 
     Attributes
     ----------
