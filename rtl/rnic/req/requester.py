@@ -400,9 +400,11 @@ class Requester(wiring.Component):
         _add(t, self._scheduler(m, t))
         _add(t, self._engine_reads(m, t))
         _add(t, self._engine_state(m, t))
+        _add(t, self._engine_flags(m, t))
         _add(t, self._engine_outputs(m, t))
         _add(t, self._engine(m, t))
         _add(t, self._completer(m, t))
+        _add(t, self._completer_judge(m, t))
         _add(t, self._completer_fsm(m, t))
         eng_fsm, cmp_fsm, dyn_wp, comp_wp = t.eng_fsm, t.cmp_fsm, t.dyn_wp, t.comp_wp
         # one flip-flop per state: the state decodes in front of the FSMs' many enables are
@@ -746,13 +748,10 @@ class Requester(wiring.Component):
 
     def _engine_state(self, m, t):
         """The engine's registers (the QP's context and ``dyn``, the send WQE and its fields, the
-        gather and segmentation state, the prefetch, the error and kill hand-offs) and what its
-        states decide from, registered: the SGE lengths, the PMTU in bytes, the PSN and WQE windows,
-        room in the in-flight ring, an empty SQ, a rewind to do. Adds them all."""
-        (D, ab, ce_hit, comp_rd_w, cs, eng_wb, free, fresh, nb, prod, qpn, rb, rh_e, rn_wp,
-         sweeping) = (
-            t.D, t.ab, t.ce_hit, t.comp_rd_w, t.cs, t.eng_wb, t.free, t.fresh, t.nb, t.prod, t.qpn,
-            t.rb, t.rh_e, t.rn_wp, t.sweeping)
+        gather and segmentation state, the prefetch, the error and kill hand-offs); what its
+        states decide from are :meth:`_engine_flags`'s. Adds them all."""
+        (ab, ce_hit, comp_rd_w, cs, eng_wb, nb, qpn, rb, rn_wp, sweeping) = (
+            t.ab, t.ce_hit, t.comp_rd_w, t.cs, t.eng_wb, t.nb, t.qpn, t.rb, t.rn_wp, t.sweeping)
         # ---- engine state -------------------------------------------------------------------
         ctx = Signal(req_ctx_layout)
         dyn = Signal(_dyn_layout)
@@ -831,7 +830,23 @@ class Requester(wiring.Component):
         pf_match = Signal()
         m.d.sync += pf_match.eq((pf_q == qpn) & (pf_c == dyn.cons))
         m.d.comb += pf_hit.eq(pf_v & ~pf_bad & pf_match)
+        return types.SimpleNamespace(
+            ctx=ctx, dyn=dyn, ern=ern, eng_rn=eng_rn, rgen_ne=rgen_ne, wqe=wqe, sw=sw, wr_id=wr_id,
+            wop=wop, flags=flags, num_sge=num_sge, immf=immf, raddr=raddr, rkey=rkey,
+            sge_addr=sge_addr, k=k, sge_len=sge_len, sge_key=sge_key, len0=len0, total=total,
+            bus=bus, beat=beat, status=status, hfault=hfault, sent=sent, resid=resid,
+            cur_addr=cur_addr, seg_left=seg_left, len1=len1, left=left, was_last=was_last,
+            flush=flush, fpsn_r=fpsn_r, skipn=skipn, skip0=skip0, soff=soff, sk_lt=sk_lt,
+            pend_err=pend_err, eoff=eoff, pstat=pstat, kill_v=kill_v, kill_q=kill_q, served=served,
+            pf_v=pf_v, pf_q=pf_q, pf_c=pf_c, pf_go=pf_go, cons1=cons1, alloc_r=alloc_r,
+            psn_m1=psn_m1, wqe_idx=wqe_idx, pf_bad=pf_bad, pf_hit=pf_hit)
 
+    def _engine_flags(self, m, t):
+        """What the engine's states decide from, registered: the SGE lengths, the PMTU in bytes, the
+        PSN and WQE windows, room in the in-flight ring, an empty SQ, a rewind to do. Adds them."""
+        (D, cs, ctx, dyn, ern, free, fresh, len0, len1, num_sge, prod, rh_e, sge_len) = (
+            t.D, t.cs, t.ctx, t.dyn, t.ern, t.free, t.fresh, t.len0, t.len1, t.num_sge, t.prod,
+            t.rh_e, t.sge_len)
         # len0 and len1 (from LOOKUP on) select by num_sge's decode registered: the WQE does
         # not change after WQE_DATA but for the SGE addresses, so from LOOKUP on sge1_r and
         # sge2_r are those of the WQE, and no decode of num_sge leads the gather set-up.
@@ -888,16 +903,7 @@ class Requester(wiring.Component):
         m.d.sync += rewind.eq((cs.rgen != dyn.rgen)
                               | (~dyn.err & (unretired[15] | outstanding[23])))
         return types.SimpleNamespace(
-            ctx=ctx, dyn=dyn, ern=ern, eng_rn=eng_rn, rgen_ne=rgen_ne, wqe=wqe, sw=sw, wr_id=wr_id,
-            wop=wop, flags=flags, num_sge=num_sge, immf=immf, raddr=raddr, rkey=rkey,
-            sge_addr=sge_addr, k=k, sge_len=sge_len, sge_key=sge_key, len0=len0, total=total,
-            bus=bus, beat=beat, status=status, hfault=hfault, sent=sent, resid=resid,
-            cur_addr=cur_addr, seg_left=seg_left, len1=len1, left=left, was_last=was_last,
-            flush=flush, fpsn_r=fpsn_r, skipn=skipn, skip0=skip0, soff=soff, sk_lt=sk_lt,
-            pend_err=pend_err, eoff=eoff, pstat=pstat, kill_v=kill_v, kill_q=kill_q, served=served,
-            pf_v=pf_v, pf_q=pf_q, pf_c=pf_c, pf_go=pf_go, cons1=cons1, alloc_r=alloc_r,
-            psn_m1=psn_m1, wqe_idx=wqe_idx, pf_bad=pf_bad, pf_hit=pf_hit, len0_nz=len0_nz,
-            len_sum=len_sum, pmtu_b=pmtu_b, psn_room=psn_room, slot_room=slot_room,
+            len0_nz=len0_nz, len_sum=len_sum, pmtu_b=pmtu_b, psn_room=psn_room, slot_room=slot_room,
             none_unretired=none_unretired, ring_ok=ring_ok, cons_eq_prod=cons_eq_prod,
             rewind=rewind)
 
@@ -1025,19 +1031,14 @@ class Requester(wiring.Component):
     def _engine(self, m, t):
         """The engine FSM: it takes a QPN from the work queue, loads its context and ``dyn``,
         decides in CHECK (rewind, error and flush, window, round-robin, the next WQE) and writes the
-        QP back; the states of one WQE are :meth:`_engine_wqe`'s. A SET_QP of the engine's QP or of
-        the prefetched one makes the prefetch unusable (``pf_bad``). Adds ``eng_fsm``."""
-        (beat, cfg_wp, cons1, cons_eq_prod, cs, ctx, dyn, dyn_rd, e_cw_st, e_hit1, e_park_st,
-         e_wb_st, e_wbn_st, e_yield_st, ecpl, eoff, ern, flush, fpsn_r, hfault, kill_q, kill_v,
-         none_unretired, pend_err, pf_bad, pf_c, pf_go, pf_more, pf_q, pf_v, pstat, qpn, rewind,
-         rgen_ne, ring_ok, rn_rd, served, set_hit, set_q, skip0, skipn, slot_room, sweeping, wake_v,
-         work) = (
-            t.beat, t.cfg_wp, t.cons1, t.cons_eq_prod, t.cs, t.ctx, t.dyn, t.dyn_rd, t.e_cw_st,
-            t.e_hit1, t.e_park_st, t.e_wb_st, t.e_wbn_st, t.e_yield_st, t.ecpl, t.eoff, t.ern,
-            t.flush, t.fpsn_r, t.hfault, t.kill_q, t.kill_v, t.none_unretired, t.pend_err, t.pf_bad,
-            t.pf_c, t.pf_go, t.pf_more, t.pf_q, t.pf_v, t.pstat, t.qpn, t.rewind, t.rgen_ne,
-            t.ring_ok, t.rn_rd, t.served, t.set_hit, t.set_q, t.skip0, t.skipn, t.slot_room,
-            t.sweeping, t.wake_v, t.work)
+        QP back. Its states are in the parts below, in this order: :meth:`_engine_load_states`,
+        :meth:`_engine_check_states`, :meth:`_engine_wqe` (the states of one WQE) and
+        :meth:`_engine_end_states`. A SET_QP of the engine's QP or of the prefetched one makes the
+        prefetch unusable (``pf_bad``). Adds ``eng_fsm``."""
+        (cons1, dyn, e_cw_st, e_park_st, e_wb_st, e_wbn_st, e_yield_st, flush, pf_bad, pf_c, pf_go,
+         pf_more, pf_q, pf_v, qpn, set_hit, set_q) = (
+            t.cons1, t.dyn, t.e_cw_st, t.e_park_st, t.e_wb_st, t.e_wbn_st, t.e_yield_st, t.flush,
+            t.pf_bad, t.pf_c, t.pf_go, t.pf_more, t.pf_q, t.pf_v, t.qpn, t.set_hit, t.set_q)
 
         def prefetch():
             with m.If(~pf_v & ~flush & ~dyn.err & pf_more):
@@ -1056,160 +1057,152 @@ class Requester(wiring.Component):
         m.d.sync += [e_wb_st.eq(0), e_yield_st.eq(0), e_park_st.eq(0), e_wbn_st.eq(0),
                      e_cw_st.eq(0)]
         with m.FSM(name="engine") as eng_fsm:
-            with m.State("IDLE"):
-                m.d.comb += work.o.ready.eq(~sweeping)
-                m.d.sync += pend_err.eq(0)
-                with m.If(work.o.valid & ~sweeping):
-                    m.d.sync += [qpn.eq(work.o.payload), served.eq(0)]
-                    m.next = "PRE"
-            with m.State("PRE"):
-                # the table reads of the new QPN reach the read ports (dyn_rd) by CTX
-                m.d.comb += self.busy.eq(1)
-                m.next = "CTX"
-            with m.State("CTX"):
-                m.d.comb += [self.ctx_req.valid.eq(1), self.busy.eq(1)]
-                with m.If(self.ctx_req.ready):
-                    m.next = "CTX_WAIT"
-            with m.State("CTX_WAIT"):
-                # (dyn_rd from a read that met a write to the QP's row: wait for the next)
-                m.d.comb += [self.ctx_resp.ready.eq(~e_hit1), self.busy.eq(1)]
-                with m.If(self.ctx_resp.valid & ~e_hit1):
-                    m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0),
-                                 ern.eq(rn_rd)]
-                    m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
-                    m.d.sync += e_cw_st.eq(1)
-                    m.next = "CHECK_WAIT"
-            with m.State("CHECK"):
-                m.d.comb += self.busy.eq(1)
-                with m.If(rewind):
-                    m.next = "REWIND"
-                with m.Elif(pend_err):
-                    # the completer ended the QP at WQE cons: its error, then the flush
-                    with m.If(cons_eq_prod):
-                        m.d.sync += [dyn.err.eq(1), pend_err.eq(0)]
-                        go("WB_LOOP")
-                    with m.Else():
-                        m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0)]
-                        m.next = "WQE_REQ"
-                with m.Elif(dyn.err):
-                    # flush posted WQEs with WR_FLUSH_ERR
-                    with m.If(cons_eq_prod):
-                        go("WB")
-                    with m.Else():
-                        m.d.sync += [flush.eq(1), beat.eq(0), hfault.eq(0)]
-                        m.next = "WQE_REQ"
-                with m.Elif(ctx.state == _ERROR):
-                    with m.If(none_unretired):
-                        with m.If(cons_eq_prod):
-                            go("WB")
-                        with m.Else():
-                            m.d.sync += [flush.eq(1), dyn.err.eq(1), beat.eq(0), hfault.eq(0)]
-                            m.next = "WQE_REQ"
-                    with m.Elif(cs.rerr != 0):
-                        go("WB")             # the completer has ended it: wait its rewind
-                    with m.Else():
-                        m.next = "KILL"           # WQEs sent and unacknowledged: flush them too
-                with m.Elif(cons_eq_prod):
-                    go("WB")
-                with m.Elif((ctx.state != _RTS) | cs.hold | (cs.rerr != 0)):
-                    go("WB")                 # (the completer wakes the QP after RNR)
-                with m.Elif(served & work.o.valid):
-                    go("YIELD")              # other QPs wait: round-robin, one WQE each
-                with m.Elif(slot_room & ring_ok):
-                    m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0),
-                                 fpsn_r.eq(Mux(dyn.part, dyn.fpsn, dyn.psn)),
-                                 skipn.eq(Mux(dyn.part, dyn.psn - dyn.fpsn, 0)),
-                                 skip0.eq(~dyn.part | (dyn.psn == dyn.fpsn))]
-                    m.next = "WQE_REQ"
-                with m.Else():
-                    # 16 WQEs unretired, or the ring full: wait for ACKs elsewhere (the scan
-                    # wakes parked QPs when the work queue is empty)
-                    go("PARK")
-            with m.State("REWIND"):
-                # go back to the oldest unacknowledged PSN (go-back-N)
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += dyn.rgen.eq(cs.rgen)
-                with m.If(~dyn.err):
-                    m.d.sync += [dyn.cons.eq(cs.ccons), dyn.psn.eq(cs.una),
-                                 dyn.part.eq(cs.una != cs.cfpsn), dyn.fpsn.eq(cs.cfpsn),
-                                 dyn.noack.eq(0)]
-                    with m.If(cs.rerr != 0):
-                        m.d.sync += [pend_err.eq(1), pstat.eq(_rstatus(cs.rerr))]
-                go("WB_LOOP")
-            with m.State("KILL"):
-                # never waits for the completer: with a kill already pending, the scan wakes
-                # this parked QP again later
-                m.d.comb += self.busy.eq(1)
-                with m.If(~kill_v):
-                    m.d.sync += [kill_v.eq(1), kill_q.eq(qpn)]
-                go("PARK")
-            with m.State("YIELD"):
-                # write the QP back (not parked) and queue it again behind the others; when the
-                # queue cannot take it this cycle, serve one more WQE of it instead
-                m.d.comb += self.busy.eq(1)
-                with m.If(work.i.ready & ~wake_v):
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.sync += served.eq(0)
-                    m.next = "CHECK"
-            with m.State("PARK"):
-                m.d.comb += self.busy.eq(1)
-                m.next = "IDLE"
+            self._engine_load_states(m, t)
+            self._engine_check_states(m, t, go)
             # WQE_REQ … WB_NEXT: one WQE fetched, checked and sent
             self._engine_wqe(m, t, go, prefetch)
-            with m.State("CHECK_WAIT"):
-                # one cycle for the registered reads and window flags to see the new dyn; the
-                # completer's copy of the QP's timer settings (from ctx)
-                m.d.comb += [self.busy.eq(1), cfg_wp.en.eq(1)]
-                m.next = "CHECK"
-            with m.State("ERR"):
-                # completions stay in SQ order: wait until every earlier WQE is retired. Once
-                # offered, the completion stays offered until taken (``eoff``), whatever
-                # rgen_ne or none_unretired do meanwhile: it is handed over exactly once.
-                m.d.comb += self.busy.eq(1)
-                with m.If(eoff | (~(rgen_ne & ~pend_err)
-                                  & (pend_err | dyn.err | none_unretired))):
-                    m.d.comb += ecpl.valid.eq(1)
-                    with m.If(ecpl.ready):
-                        m.d.sync += [dyn.err.eq(1), dyn.cons.eq(dyn.cons + 1), pend_err.eq(0),
-                                     eoff.eq(0)]
-                        go("WB_LOOP")
-                    with m.Else():
-                        m.d.sync += eoff.eq(1)
-                with m.Elif(rgen_ne & ~pend_err):
-                    m.next = "REWIND"
-                with m.Else():
-                    go("PARK")               # the WQE is fetched again on the wake-up
-            with m.State("WB_LOOP"):
-                m.d.comb += self.busy.eq(1)
-                m.d.sync += e_cw_st.eq(1)
-                m.next = "CHECK_WAIT"
-            with m.State("WB"):
-                m.d.comb += self.busy.eq(1)
-                m.next = "IDLE"
+            self._engine_end_states(m, t, go)
 
         # (the engine's QP or the prefetched one: a prefetch being issued is for qpn)
         with m.If(set_hit & ((set_q == qpn) | (set_q == pf_q))):
             m.d.sync += pf_bad.eq(1)
         return types.SimpleNamespace(eng_fsm=eng_fsm)
 
+    def _engine_load_states(self, m, t):
+        """IDLE … CTX_WAIT, in the engine's FSM: take a QPN from the work queue, ask for its context
+        and load it with ``dyn`` and ``rn``."""
+        (ctx, dyn, dyn_rd, e_cw_st, e_hit1, ern, pend_err, qpn, rn_rd, served, sweeping, work) = (
+            t.ctx, t.dyn, t.dyn_rd, t.e_cw_st, t.e_hit1, t.ern, t.pend_err, t.qpn, t.rn_rd,
+            t.served, t.sweeping, t.work)
+        with m.State("IDLE"):
+            m.d.comb += work.o.ready.eq(~sweeping)
+            m.d.sync += pend_err.eq(0)
+            with m.If(work.o.valid & ~sweeping):
+                m.d.sync += [qpn.eq(work.o.payload), served.eq(0)]
+                m.next = "PRE"
+        with m.State("PRE"):
+            # the table reads of the new QPN reach the read ports (dyn_rd) by CTX
+            m.d.comb += self.busy.eq(1)
+            m.next = "CTX"
+        with m.State("CTX"):
+            m.d.comb += [self.ctx_req.valid.eq(1), self.busy.eq(1)]
+            with m.If(self.ctx_req.ready):
+                m.next = "CTX_WAIT"
+        with m.State("CTX_WAIT"):
+            # (dyn_rd from a read that met a write to the QP's row: wait for the next)
+            m.d.comb += [self.ctx_resp.ready.eq(~e_hit1), self.busy.eq(1)]
+            with m.If(self.ctx_resp.valid & ~e_hit1):
+                m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0),
+                             ern.eq(rn_rd)]
+                m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
+                m.d.sync += e_cw_st.eq(1)
+                m.next = "CHECK_WAIT"
+
+    def _engine_check_states(self, m, t, go):
+        """CHECK and the states it leaves the QP by, in the engine's FSM: CHECK decides (rewind,
+        error and flush, window, round-robin, the next WQE), REWIND goes back to the oldest
+        unacknowledged PSN, KILL hands an ERROR QP's unacknowledged WQEs to the completer, YIELD
+        and PARK leave the QP."""
+        (beat, cons_eq_prod, cs, ctx, dyn, flush, fpsn_r, hfault, kill_q, kill_v, none_unretired,
+         pend_err, pstat, qpn, rewind, ring_ok, served, skip0, skipn, slot_room, wake_v, work) = (
+            t.beat, t.cons_eq_prod, t.cs, t.ctx, t.dyn, t.flush, t.fpsn_r, t.hfault, t.kill_q,
+            t.kill_v, t.none_unretired, t.pend_err, t.pstat, t.qpn, t.rewind, t.ring_ok, t.served,
+            t.skip0, t.skipn, t.slot_room, t.wake_v, t.work)
+        with m.State("CHECK"):
+            m.d.comb += self.busy.eq(1)
+            with m.If(rewind):
+                m.next = "REWIND"
+            with m.Elif(pend_err):
+                # the completer ended the QP at WQE cons: its error, then the flush
+                with m.If(cons_eq_prod):
+                    m.d.sync += [dyn.err.eq(1), pend_err.eq(0)]
+                    go("WB_LOOP")
+                with m.Else():
+                    m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0)]
+                    m.next = "WQE_REQ"
+            with m.Elif(dyn.err):
+                # flush posted WQEs with WR_FLUSH_ERR
+                with m.If(cons_eq_prod):
+                    go("WB")
+                with m.Else():
+                    m.d.sync += [flush.eq(1), beat.eq(0), hfault.eq(0)]
+                    m.next = "WQE_REQ"
+            with m.Elif(ctx.state == _ERROR):
+                with m.If(none_unretired):
+                    with m.If(cons_eq_prod):
+                        go("WB")
+                    with m.Else():
+                        m.d.sync += [flush.eq(1), dyn.err.eq(1), beat.eq(0), hfault.eq(0)]
+                        m.next = "WQE_REQ"
+                with m.Elif(cs.rerr != 0):
+                    go("WB")             # the completer has ended it: wait its rewind
+                with m.Else():
+                    m.next = "KILL"           # WQEs sent and unacknowledged: flush them too
+            with m.Elif(cons_eq_prod):
+                go("WB")
+            with m.Elif((ctx.state != _RTS) | cs.hold | (cs.rerr != 0)):
+                go("WB")                 # (the completer wakes the QP after RNR)
+            with m.Elif(served & work.o.valid):
+                go("YIELD")              # other QPs wait: round-robin, one WQE each
+            with m.Elif(slot_room & ring_ok):
+                m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0),
+                             fpsn_r.eq(Mux(dyn.part, dyn.fpsn, dyn.psn)),
+                             skipn.eq(Mux(dyn.part, dyn.psn - dyn.fpsn, 0)),
+                             skip0.eq(~dyn.part | (dyn.psn == dyn.fpsn))]
+                m.next = "WQE_REQ"
+            with m.Else():
+                # 16 WQEs unretired, or the ring full: wait for ACKs elsewhere (the scan
+                # wakes parked QPs when the work queue is empty)
+                go("PARK")
+        with m.State("REWIND"):
+            # go back to the oldest unacknowledged PSN (go-back-N)
+            m.d.comb += self.busy.eq(1)
+            m.d.sync += dyn.rgen.eq(cs.rgen)
+            with m.If(~dyn.err):
+                m.d.sync += [dyn.cons.eq(cs.ccons), dyn.psn.eq(cs.una),
+                             dyn.part.eq(cs.una != cs.cfpsn), dyn.fpsn.eq(cs.cfpsn),
+                             dyn.noack.eq(0)]
+                with m.If(cs.rerr != 0):
+                    m.d.sync += [pend_err.eq(1), pstat.eq(_rstatus(cs.rerr))]
+            go("WB_LOOP")
+        with m.State("KILL"):
+            # never waits for the completer: with a kill already pending, the scan wakes
+            # this parked QP again later
+            m.d.comb += self.busy.eq(1)
+            with m.If(~kill_v):
+                m.d.sync += [kill_v.eq(1), kill_q.eq(qpn)]
+            go("PARK")
+        with m.State("YIELD"):
+            # write the QP back (not parked) and queue it again behind the others; when the
+            # queue cannot take it this cycle, serve one more WQE of it instead
+            m.d.comb += self.busy.eq(1)
+            with m.If(work.i.ready & ~wake_v):
+                m.next = "IDLE"
+            with m.Else():
+                m.d.sync += served.eq(0)
+                m.next = "CHECK"
+        with m.State("PARK"):
+            m.d.comb += self.busy.eq(1)
+            m.next = "IDLE"
+
     def _engine_wqe(self, m, t, go, prefetch):
         """The engine's states for one WQE, in its FSM (between PARK and CHECK_WAIT): fetch it (or
         take the prefetched one), validate it, look its SGEs up in the Key Cache, find the packet to
         resume at, hand its packets and their chunks over, and record it for the completer
-        (WB_NEXT). ``go`` enters a state that writes the QP back, ``prefetch`` issues the read of
-        the next WQE (both :meth:`_engine`'s)."""
-        (D, W, ackreq, alloc_r, beat, bus, clen, cons1, cs, ctx, cur_addr, dyn, e_cw_st, eng_rn,
-         ern, fits, flush, fpsn_r, free, fresh, hfault, infl_wp, k, left, len0, len0_nz, len1,
-         len_sum, nb, new_rn, num_sge, pay, pend_err, pf_hit, pf_v, pkt_end, pmtu_b, psn_room,
-         pstat, resid, rewind, seg_end, seg_left, sent, served, sge_len, sk_lt, skip0, skipn, soff,
-         status, sw, total, was_last, wop, wqe) = (
-            t.D, t.W, t.ackreq, t.alloc_r, t.beat, t.bus, t.clen, t.cons1, t.cs, t.ctx, t.cur_addr,
-            t.dyn, t.e_cw_st, t.eng_rn, t.ern, t.fits, t.flush, t.fpsn_r, t.free, t.fresh, t.hfault,
-            t.infl_wp, t.k, t.left, t.len0, t.len0_nz, t.len1, t.len_sum, t.nb, t.new_rn, t.num_sge,
-            t.pay, t.pend_err, t.pf_hit, t.pf_v, t.pkt_end, t.pmtu_b, t.psn_room, t.pstat, t.resid,
-            t.rewind, t.seg_end, t.seg_left, t.sent, t.served, t.sge_len, t.sk_lt, t.skip0, t.skipn,
-            t.soff, t.status, t.sw, t.total, t.was_last, t.wop, t.wqe)
+        (WB_NEXT), in the parts :meth:`_engine_fetch_states`, :meth:`_engine_start_states` and
+        :meth:`_engine_send_states`. ``go`` enters a state that writes the QP back, ``prefetch``
+        issues the read of the next WQE (both :meth:`_engine`'s)."""
+        self._engine_fetch_states(m, t, go)
+        self._engine_start_states(m, t, go)
+        self._engine_send_states(m, t, go, prefetch)
+
+    def _engine_fetch_states(self, m, t, go):
+        """WQE_REQ … VALIDATE, in the engine's FSM: fetch the WQE (or take the prefetched one, or
+        drain one it cannot use) and validate it."""
+        (W, alloc_r, beat, flush, hfault, k, len_sum, nb, num_sge, pend_err, pf_hit, pf_v, pstat,
+         resid, sent, status, total, wop, wqe) = (
+            t.W, t.alloc_r, t.beat, t.flush, t.hfault, t.k, t.len_sum, t.nb, t.num_sge, t.pend_err,
+            t.pf_hit, t.pf_v, t.pstat, t.resid, t.sent, t.status, t.total, t.wop, t.wqe)
         with m.State("WQE_REQ"):
             m.d.comb += self.busy.eq(1)
             with m.If(pf_hit):
@@ -1260,6 +1253,14 @@ class Requester(wiring.Component):
                 go("PARK")
             with m.Else():
                 m.next = "LOOKUP"
+
+    def _engine_start_states(self, m, t, go):
+        """LOOKUP … RD_PREP2, in the engine's FSM: look the WQE's SGEs up in the Key Cache, find the
+        packet to resume at (SKIP … SKIP3) and, for a READ, the request's VA and PSNs."""
+        (bus, ctx, cur_addr, k, len0, len0_nz, num_sge, resid, seg_left, sent, sge_len, sk_lt,
+         skip0, skipn, soff, status, sw, total) = (
+            t.bus, t.ctx, t.cur_addr, t.k, t.len0, t.len0_nz, t.num_sge, t.resid, t.seg_left,
+            t.sent, t.sge_len, t.sk_lt, t.skip0, t.skipn, t.soff, t.status, t.sw, t.total)
         with m.State("LOOKUP"):
             m.d.comb += self.busy.eq(1)
             cur_len = Mux(k[0], sge_len[1], sge_len[0])
@@ -1333,6 +1334,18 @@ class Requester(wiring.Component):
                 with m.Default():
                     m.d.sync += t.rd_n.eq(Mux(t.rd_z, 1, (t.rd_rm1 >> 8) + 1))
             m.next = "PKT"
+
+    def _engine_send_states(self, m, t, go, prefetch):
+        """PKT, CHUNK and WB_NEXT, in the engine's FSM: hand each packet of the WQE and its gather
+        chunks over (prefetching the next WQE meanwhile), then record the WQE in the in-flight
+        ring and write the QP back."""
+        (D, ackreq, alloc_r, bus, clen, cons1, cs, cur_addr, dyn, e_cw_st, eng_rn, ern, fits,
+         fpsn_r, free, fresh, infl_wp, left, len1, new_rn, pay, pkt_end, pmtu_b, psn_room, resid,
+         rewind, seg_end, seg_left, sent, served, was_last) = (
+            t.D, t.ackreq, t.alloc_r, t.bus, t.clen, t.cons1, t.cs, t.cur_addr, t.dyn, t.e_cw_st,
+            t.eng_rn, t.ern, t.fits, t.fpsn_r, t.free, t.fresh, t.infl_wp, t.left, t.len1, t.new_rn,
+            t.pay, t.pkt_end, t.pmtu_b, t.psn_room, t.resid, t.rewind, t.seg_end, t.seg_left,
+            t.sent, t.served, t.was_last)
         with m.State("PKT"):
             m.d.comb += self.busy.eq(1)
             prefetch()
@@ -1423,19 +1436,54 @@ class Requester(wiring.Component):
                          dyn.rds.eq(dyn.rds + (alloc & t.is_rd)), served.eq(1), e_cw_st.eq(1)]
             m.next = "CHECK_WAIT"
 
+    def _engine_end_states(self, m, t, go):
+        """The engine's states after a WQE or a decision, in its FSM: CHECK_WAIT (the reads see the
+        new ``dyn``), ERR (a WQE's error or flush completion, in SQ order), WB_LOOP and WB (the
+        write-back, on to CHECK again or to IDLE)."""
+        (cfg_wp, dyn, e_cw_st, ecpl, eoff, none_unretired, pend_err, rgen_ne) = (
+            t.cfg_wp, t.dyn, t.e_cw_st, t.ecpl, t.eoff, t.none_unretired, t.pend_err, t.rgen_ne)
+        with m.State("CHECK_WAIT"):
+            # one cycle for the registered reads and window flags to see the new dyn; the
+            # completer's copy of the QP's timer settings (from ctx)
+            m.d.comb += [self.busy.eq(1), cfg_wp.en.eq(1)]
+            m.next = "CHECK"
+        with m.State("ERR"):
+            # completions stay in SQ order: wait until every earlier WQE is retired. Once
+            # offered, the completion stays offered until taken (``eoff``), whatever
+            # rgen_ne or none_unretired do meanwhile: it is handed over exactly once.
+            m.d.comb += self.busy.eq(1)
+            with m.If(eoff | (~(rgen_ne & ~pend_err)
+                              & (pend_err | dyn.err | none_unretired))):
+                m.d.comb += ecpl.valid.eq(1)
+                with m.If(ecpl.ready):
+                    m.d.sync += [dyn.err.eq(1), dyn.cons.eq(dyn.cons + 1), pend_err.eq(0),
+                                 eoff.eq(0)]
+                    go("WB_LOOP")
+                with m.Else():
+                    m.d.sync += eoff.eq(1)
+            with m.Elif(rgen_ne & ~pend_err):
+                m.next = "REWIND"
+            with m.Else():
+                go("PARK")               # the WQE is fetched again on the wake-up
+        with m.State("WB_LOOP"):
+            m.d.comb += self.busy.eq(1)
+            m.d.sync += e_cw_st.eq(1)
+            m.next = "CHECK_WAIT"
+        with m.State("WB"):
+            m.d.comb += self.busy.eq(1)
+            m.next = "IDLE"
+
     def _completer(self, m, t):
         """The completer (the Reliability Engine: ACKs, NAKs, timers, completions; see the module
-        docstring), all but its FSM: its registers, the scan's read pipeline, its table reads
-        registered (``c_hit*``: a read met a write), the timeouts looked up, the ACK against
-        ``una``, the scan's judgement of a QP (``p_need``, ``p_wake``) and its SUCCESS completion
-        (``ccpl``'s payload). Adds what :meth:`_completer_fsm` and :meth:`_completer_walk` use."""
-        (TB, ab, aq, aq_qpn_r, c_wb_st, c_wb_st_r, ccpl, cfg_rd_w, cmp_new, comp_rd2_w, comp_rp2,
-         dyn_rd2_w, dyn_rp2, e_cw_st, e_wb_st, free, infl_rp, now, rb, rh_rd_w, rn_rd2_w, set_hit,
-         set_q, set_r, sweeping, work) = (
-            t.TB, t.ab, t.aq, t.aq_qpn_r, t.c_wb_st, t.c_wb_st_r, t.ccpl, t.cfg_rd_w, t.cmp_new,
-            t.comp_rd2_w, t.comp_rp2, t.dyn_rd2_w, t.dyn_rp2, t.e_cw_st, t.e_wb_st, t.free,
-            t.infl_rp, t.now, t.rb, t.rh_rd_w, t.rn_rd2_w, t.set_hit, t.set_q, t.set_r, t.sweeping,
-            t.work)
+        docstring), its registers: the scan's read pipeline, its table reads registered
+        (``c_hit*``: a read met a write), the timeouts looked up; what it judges from them is
+        :meth:`_completer_judge`'s. Adds what :meth:`_completer_fsm` and its parts use."""
+        (TB, ab, aq, aq_qpn_r, c_wb_st, c_wb_st_r, cfg_rd_w, cmp_new, comp_rd2_w, comp_rp2,
+         dyn_rd2_w, dyn_rp2, e_cw_st, e_wb_st, infl_rp, rb, rh_rd_w, rn_rd2_w, set_hit, set_q,
+         set_r, sweeping) = (
+            t.TB, t.ab, t.aq, t.aq_qpn_r, t.c_wb_st, t.c_wb_st_r, t.cfg_rd_w, t.cmp_new,
+            t.comp_rd2_w, t.comp_rp2, t.dyn_rd2_w, t.dyn_rp2, t.e_cw_st, t.e_wb_st, t.infl_rp, t.rb,
+            t.rh_rd_w, t.rn_rd2_w, t.set_hit, t.set_q, t.set_r, t.sweeping)
         # ---- completer: ACKs, NAKs, timers (the Reliability Engine) -----------------------------
         a = Signal(ack_layout)
         ev = Signal(2)
@@ -1497,6 +1545,22 @@ class Requester(wiring.Component):
         r_rom = rom(m, a.syndrome[:5], RNR_US, TB, "rnr_us")
         with m.If(set_hit & (set_q == aq)):
             m.d.sync += stale.eq(1)
+        return types.SimpleNamespace(
+            a=a, ev=ev, act=act, ast=ast, sidx=sidx, scan_turn=scan_turn, s1v=s1v, s2v=s2v, s3v=s3v,
+            s3n=s3n, s3w=s3w, s3g=s3g, s1q=s1q, s2q=s2q, s3q=s3q, s1st=s1st, s2st=s2st, s3st=s3st,
+            sn=sn, stale=stale, wake=wake, wbw=wbw, cmp=cmp, comp_rd=comp_rd, d=d, d_rd=d_rd,
+            cfg=cfg, cfg_rd=cfg_rd, tval=tval, ton=ton, rval=rval, crh=crh, rh_rd=rh_rd,
+            rn_rd2=rn_rd2, c_hit1=c_hit1, c_hit2=c_hit2, c_hit3=c_hit3, t_rd3=t_rd3, r_rom=r_rom)
+
+    def _completer_judge(self, m, t):
+        """The completer's judgements, from its registers: the walk's entry (``ent``, its last PSN
+        before ``una``: ``covered``), an ACK's PSN against ``una`` (READs' clamp included), the
+        timer's expiry, room for wake-ups, the scan's judgement of a QP (``p_need``, ``p_wake``)
+        and the SUCCESS completion (``ccpl``'s payload). Adds these."""
+        (TB, a, aq, ccpl, cfg_rd, cmp, comp_rd, crh, d, d_rd, free, infl_rp, now, rb, rh_rd, rn_rd2,
+         work) = (
+            t.TB, t.a, t.aq, t.ccpl, t.cfg_rd, t.cmp, t.comp_rd, t.crh, t.d, t.d_rd, t.free,
+            t.infl_rp, t.now, t.rb, t.rh_rd, t.rn_rd2, t.work)
         ent = infl_rp.data
         m.d.comb += free.i.payload.eq(crh)
         thcons = Signal(16)
@@ -1569,47 +1633,41 @@ class Requester(wiring.Component):
             ccpl.payload.flags.eq(Mux(ent.imm, 0x02, 0)), ccpl.payload.byte_len.eq(ent.byte_len),
         ]
         return types.SimpleNamespace(
-            a=a, ev=ev, act=act, ast=ast, sidx=sidx, scan_turn=scan_turn, s1v=s1v, s2v=s2v, s3v=s3v,
-            s3n=s3n, s3w=s3w, s3g=s3g, s1q=s1q, s2q=s2q, s3q=s3q, s1st=s1st, s2st=s2st, s3st=s3st,
-            sn=sn, stale=stale, wake=wake, wbw=wbw, cmp=cmp, comp_rd=comp_rd, d=d, d_rd=d_rd, cfg=cfg,
-            cfg_rd=cfg_rd, tval=tval, ton=ton, rval=rval, crh=crh, rh_rd=rh_rd, c_hit1=c_hit1,
-            c_hit2=c_hit2, c_hit3=c_hit3, t_rd3=t_rd3, r_rom=r_rom, ent=ent, thcons=thcons,
-            terr=terr, trn=trn, retire=retire, drop=drop, ent_lp=ent_lp, ent_sig=ent_sig,
-            covered=covered, ap1=ap1, adv=adv, behind=behind, a_new=a_new, b_neg=b_neg,
-            b_zero=b_zero, d_more=d_more, a_sent=a_sent, clampable=clampable, clamp=clamp, gap=gap,
-            acc=acc, acc_r=acc_r, dec_wb=dec_wb, una0=una0, ur=ur, ent_rd=ent_rd, ri_r=ri_r,
-            expired=expired, wake_room=wake_room, scan_room=scan_room,
+            ent=ent, thcons=thcons, terr=terr, trn=trn, retire=retire, drop=drop, ent_lp=ent_lp,
+            ent_sig=ent_sig, covered=covered, ap1=ap1, adv=adv, behind=behind, a_new=a_new,
+            b_neg=b_neg, b_zero=b_zero, d_more=d_more, a_sent=a_sent, clampable=clampable,
+            clamp=clamp, gap=gap, acc=acc, acc_r=acc_r, dec_wb=dec_wb, una0=una0, ur=ur,
+            ent_rd=ent_rd, ri_r=ri_r, expired=expired, wake_room=wake_room, scan_room=scan_room,
             ps_done=ps_done, p_need=p_need, p_wake=p_wake)
 
     def _completer_fsm(self, m, t):
         """The completer FSM (the Reliability Engine, see the module docstring): it takes a kill, an
         ACK or a scan turn, judges it (EVAL), walks the QP's in-flight list, retiring and dropping
         entries (WALK … TEST, :meth:`_completer_walk`), acts (retry, RNR wait, end of the QP,
-        timer) and writes the QP back (WB), waking the engine when it must act. Adds ``cmp_fsm``."""
-        (a, a_new, ab, act, adv, ap1, aq, ast, b_neg, b_zero, behind, c_hit2, c_hit3, c_wake_st,
-         c_wb_st, cfg, cfg_rd, cmp, cmp_wb, comp_rd, crh, d, d_more, d_rd, ev, expired, kill_q,
-         kill_v, now, p_need, p_wake, ps_done, r_rom, rh_rd, rh_wp, rval, s1q, s1st, s1v, s2q, s2st,
-         s2v, s3g, s3n, s3q, s3st, s3v, s3w, scan_room, scan_turn, set_hit, set_q, sidx, sn, stale,
-         sweeping, t_rd3, ton, tval, wake, wake_room, wbw, work) = (
-            t.a, t.a_new, t.ab, t.act, t.adv, t.ap1, t.aq, t.ast, t.b_neg, t.b_zero, t.behind,
-            t.c_hit2, t.c_hit3, t.c_wake_st, t.c_wb_st, t.cfg, t.cfg_rd, t.cmp, t.cmp_wb, t.comp_rd,
-            t.crh, t.d, t.d_more, t.d_rd, t.ev, t.expired, t.kill_q, t.kill_v, t.now, t.p_need,
-            t.p_wake, t.ps_done, t.r_rom, t.rh_rd, t.rh_wp, t.rval, t.s1q, t.s1st, t.s1v, t.s2q,
-            t.s2st, t.s2v, t.s3g, t.s3n, t.s3q, t.s3st, t.s3v, t.s3w, t.scan_room, t.scan_turn,
-            t.set_hit, t.set_q, t.sidx, t.sn, t.stale, t.sweeping, t.t_rd3, t.ton, t.tval, t.wake,
-            t.wake_room, t.wbw, t.work)
+        timer) and writes the QP back (WB), waking the engine when it must act. Its states are in
+        the parts below, in this order. Adds ``cmp_fsm``."""
+        c_wb_st = t.c_wb_st
+        m.d.sync += c_wb_st.eq(0)
+        with m.FSM(name="completer") as cmp_fsm:
+            self._completer_intake_states(m, t)
+            self._completer_eval_states(m, t)
+            # WALK … TEST: the QP's in-flight list
+            self._completer_walk(m, t)
+            self._completer_act_state(m, t)
+            self._completer_answer_states(m, t)
+        return types.SimpleNamespace(cmp_fsm=cmp_fsm)
 
-        def end_qp(code):
-            m.d.sync += [cmp.rerr.eq(code), cmp.rgen.eq(cmp.rgen + 1),
-                         cmp.armed.eq(0), cmp.hold.eq(0), wake.eq(1)]
-
-        def retry():
-            """Timeout or NAK 0x60: go back to una, or end the QP when the retries are used."""
-            with m.If(cmp.rused == cfg.retry_cnt):
-                end_qp(_rcode(WcStatus.RETRY_EXC_ERR))
-            with m.Else():
-                m.d.sync += [cmp.rused.eq(cmp.rused + 1), cmp.rgen.eq(cmp.rgen + 1),
-                             cmp.armed.eq(0), cmp.rnrw.eq(0), wake.eq(1)]
+    def _completer_intake_states(self, m, t):
+        """IDLE and SCAN, in the completer's FSM: take a kill, an ACK or a scan turn; SCAN steps the
+        table reads through the QPs, visiting those that need it (EVAL) and waking those that
+        only need a wake-up."""
+        (a, ab, ap1, aq, c_hit2, c_wake_st, cfg, cfg_rd, cmp, comp_rd, crh, d, d_rd, ev, kill_q,
+         kill_v, p_need, p_wake, rh_rd, s1q, s1st, s1v, s2q, s2st, s2v, s3g, s3n, s3q, s3st, s3v,
+         s3w, scan_turn, set_hit, set_q, sidx, sn, stale, sweeping, wake, wbw) = (
+            t.a, t.ab, t.ap1, t.aq, t.c_hit2, t.c_wake_st, t.cfg, t.cfg_rd, t.cmp, t.comp_rd, t.crh,
+            t.d, t.d_rd, t.ev, t.kill_q, t.kill_v, t.p_need, t.p_wake, t.rh_rd, t.s1q, t.s1st,
+            t.s1v, t.s2q, t.s2st, t.s2v, t.s3g, t.s3n, t.s3q, t.s3st, t.s3v, t.s3w, t.scan_turn,
+            t.set_hit, t.set_q, t.sidx, t.sn, t.stale, t.sweeping, t.wake, t.wbw)
 
         def take_kill():
             m.d.sync += [kill_v.eq(0), ev.eq(_EV_KILL), aq.eq(kill_q)]
@@ -1624,236 +1682,149 @@ class Requester(wiring.Component):
         def hit(q):
             return set_hit & (set_q == q)
 
-        m.d.sync += c_wb_st.eq(0)
-        with m.FSM(name="completer") as cmp_fsm:
-            with m.State("IDLE"):
-                m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0),
-                             sn.eq(0)]
-                with m.If(sweeping):
-                    pass
-                with m.Elif(kill_v):
-                    take_kill()
-                with m.Elif(self.ack.valid & ~scan_turn):
-                    take_ack()
-                with m.Else():
-                    m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), scan_turn.eq(0)]
-                    m.next = "SCAN"
-            with m.State("SCAN"):
-                # A scan turn: the completer's table reads step through the QPs, one per cycle
-                # (aq → s1 → s2, judged → s3, whose entries LOAD's registers then hold). A QP
-                # judged to need it is visited from EVAL, or woken; the others are passed. The
-                # turn ends there, or after SCAN_QUOTA QPs when an ACK or a kill waits.
-                m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), stale.eq(0),
-                             s1v.eq(1), s1q.eq(aq), s2v.eq(s1v), s2q.eq(s1q),
-                             s3v.eq(s2v), s3q.eq(s2q),
-                             s3n.eq(p_need & ~c_hit2), s3w.eq(p_wake & ~c_hit2),
-                             s3g.eq(c_hit2),
-                             s1st.eq(hit(aq)), s2st.eq(s1st | hit(s1q)),
-                             s3st.eq(s2st | hit(s2q))]
-                with m.If(~(s3v & s3n)):
-                    m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), crh.eq(rh_rd)]
-                with m.If(s3v):
-                    with m.If(s3g):
-                        # its reads met a write: read it again (the pipeline refills)
-                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), s1v.eq(0), s2v.eq(0),
-                                     s3v.eq(0)]
-                    with m.Elif(s3n):
-                        # (a SET_QP write since the read drops the write-back, as in a visit)
-                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), ev.eq(_EV_SCAN),
-                                     stale.eq(s3st | hit(s3q))]
-                        m.next = "EVAL"
-                    with m.Elif(s3w):
-                        m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), wbw.eq(0)]
-                        m.next = "WAKE"
-                        m.d.sync += c_wake_st.eq(1)
-                    with m.Elif((kill_v | self.ack.valid) & (sn == SCAN_QUOTA - 1)):
-                        m.d.sync += sidx.eq(s3q + 1)
-                        with m.If(kill_v):
-                            take_kill()
-                        with m.Else():
-                            take_ack()
-                    with m.Elif(sn != SCAN_QUOTA - 1):
-                        m.d.sync += sn.eq(sn + 1)
-            with m.State("READ"):
-                m.next = "READ2"           # comp/dyn/cfg reads of the new QPN
-            with m.State("READ2"):
-                m.d.sync += t_rd3.eq(1)
-                m.next = "READ3"           # ... their first registers
-            with m.State("READ3"):
-                m.next = "LOAD"            # ... READ2's (the same row) in them
-            with m.State("LOAD"):
-                # from READ2's reads in the registers, as the scan, and the ACK judged from the
-                # same registers (or the reads again, when READ's, from which READ3 took the
-                # timeout, or READ2's met a write)
-                m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd),
-                             rval.eq(r_rom), crh.eq(rh_rd),
-                             a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
-                             b_zero.eq(behind == 0), d_more.eq(d_rd.psn != ap1),
-                             t.a_sent.eq(behind < (d_rd.psn - comp_rd.una)[:24])]
-                with m.If(c_hit2 | c_hit3):
-                    m.next = "READ"
-                with m.Else():
+        with m.State("IDLE"):
+            m.d.sync += [stale.eq(0), wake.eq(0), s1v.eq(0), s2v.eq(0), s3v.eq(0),
+                         sn.eq(0)]
+            with m.If(sweeping):
+                pass
+            with m.Elif(kill_v):
+                take_kill()
+            with m.Elif(self.ack.valid & ~scan_turn):
+                take_ack()
+            with m.Else():
+                m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), scan_turn.eq(0)]
+                m.next = "SCAN"
+        with m.State("SCAN"):
+            # A scan turn: the completer's table reads step through the QPs, one per cycle
+            # (aq → s1 → s2, judged → s3, whose entries LOAD's registers then hold). A QP
+            # judged to need it is visited from EVAL, or woken; the others are passed. The
+            # turn ends there, or after SCAN_QUOTA QPs when an ACK or a kill waits.
+            m.d.sync += [aq.eq(sidx), sidx.eq(sidx + 1), stale.eq(0),
+                         s1v.eq(1), s1q.eq(aq), s2v.eq(s1v), s2q.eq(s1q),
+                         s3v.eq(s2v), s3q.eq(s2q),
+                         s3n.eq(p_need & ~c_hit2), s3w.eq(p_wake & ~c_hit2),
+                         s3g.eq(c_hit2),
+                         s1st.eq(hit(aq)), s2st.eq(s1st | hit(s1q)),
+                         s3st.eq(s2st | hit(s2q))]
+            with m.If(~(s3v & s3n)):
+                m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd), crh.eq(rh_rd)]
+            with m.If(s3v):
+                with m.If(s3g):
+                    # its reads met a write: read it again (the pipeline refills)
+                    m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), s1v.eq(0), s2v.eq(0),
+                                 s3v.eq(0)]
+                with m.Elif(s3n):
+                    # (a SET_QP write since the read drops the write-back, as in a visit)
+                    m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), ev.eq(_EV_SCAN),
+                                 stale.eq(s3st | hit(s3q))]
                     m.next = "EVAL"
-            with m.State("EVAL"):
-                typ = a.syndrome[5:7]
-                is_dec = (ev == _EV_ACK) & (a.kind == AckKind.DECIDE)
-                m.d.sync += [t.una0.eq(cmp.una), t.gap.eq(0), t.acc_r.eq(0), t.dec_wb.eq(0),
-                             t.clampable.eq((ev == _EV_ACK) & (a.kind != AckKind.PLACED))]
-                with m.If(((cmp.rerr != 0) | d.err) & (ev == _EV_SCAN)):
-                    m.d.sync += act.eq(_ACT_DROP)
-                    m.next = "WALK"        # the QP has ended: drop its ring entries
-                with m.Elif(is_dec & ((cmp.rerr != 0) | d.err | b_neg | ~t.a_sent)):
-                    m.next = "DECO"        # refused: the QP has ended, stale, or never sent
-                with m.Elif((cmp.rerr != 0) | d.err):
-                    m.next = "IDLE"        # the QP has ended: nothing to do
-                with m.Elif(ev == _EV_KILL):
-                    m.d.sync += act.eq(_ACT_KILL)
-                    m.next = "ACT"
-                with m.Elif(ev == _EV_SCAN):
-                    m.d.sync += act.eq(_ACT_SCAN)
-                    m.next = "WALK"        # also retires WQEs recorded after their ACK
-                with m.Elif(is_dec):
-                    # a READ response at p acknowledges every PSN before p (the walk stops at a
-                    # READ whose responses before p are missing: a gap)
-                    m.d.sync += [cmp.una.eq(a.psn), act.eq(_ACT_DEC)]
-                    m.next = "WALK"
-                with m.Elif(typ == 0):
-                    # a newer ACK (0 < a.psn + 1 − una < 2^23) moves una and restarts the timer
-                    with m.If(a_new):
-                        m.d.sync += [cmp.una.eq(ap1), cmp.rused.eq(0), cmp.nused.eq(0),
-                                     cmp.armed.eq(0), cmp.rnrw.eq(0), cmp.gapr.eq(0),
-                                     act.eq(_ACT_NONE)]
-                        # PSNs still outstanding: the timer restarts now (outside an RNR wait,
-                        # whose deadline dl holds)
-                        with m.If(~cmp.hold & ton & d_more):
-                            m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1)]
-                        m.next = "WALK"
+                with m.Elif(s3w):
+                    m.d.sync += [aq.eq(s3q), sidx.eq(s3q + 1), wbw.eq(0)]
+                    m.next = "WAKE"
+                    m.d.sync += c_wake_st.eq(1)
+                with m.Elif((kill_v | self.ack.valid) & (sn == SCAN_QUOTA - 1)):
+                    m.d.sync += sidx.eq(s3q + 1)
+                    with m.If(kill_v):
+                        take_kill()
                     with m.Else():
-                        m.next = "IDLE"
-                with m.Elif(b_neg):
-                    m.next = "IDLE"        # a NAK for a PSN already acknowledged: stale
-                with m.Elif((cmp.hold | (cmp.rnrw & b_zero))
-                            & (a.syndrome[:7] == 0x60)):
-                    # the sequence error that follows an RNR NAK (the responder's answer to the
-                    # packets sent behind the refused one), during the wait or after it (a
-                    # short wait may end before it arrives): the RNR wait goes back anyway
-                    m.d.sync += cmp.rnrw.eq(0)
-                    m.next = "WB"
-                    m.d.sync += c_wb_st.eq(1)
+                        take_ack()
+                with m.Elif(sn != SCAN_QUOTA - 1):
+                    m.d.sync += sn.eq(sn + 1)
+
+    def _completer_eval_states(self, m, t):
+        """READ … EVAL, in the completer's FSM: the QP's entries read into the registers (LOAD,
+        again when a read met a write), and the event judged (EVAL): the action to take and
+        whether to walk the in-flight list."""
+        (a, a_new, act, adv, ap1, ast, b_neg, b_zero, behind, c_hit2, c_hit3, c_wb_st, cfg, cfg_rd,
+         cmp, comp_rd, crh, d, d_more, d_rd, ev, now, r_rom, rh_rd, rval, t_rd3, ton, tval) = (
+            t.a, t.a_new, t.act, t.adv, t.ap1, t.ast, t.b_neg, t.b_zero, t.behind, t.c_hit2,
+            t.c_hit3, t.c_wb_st, t.cfg, t.cfg_rd, t.cmp, t.comp_rd, t.crh, t.d, t.d_more, t.d_rd,
+            t.ev, t.now, t.r_rom, t.rh_rd, t.rval, t.t_rd3, t.ton, t.tval)
+        with m.State("READ"):
+            m.next = "READ2"           # comp/dyn/cfg reads of the new QPN
+        with m.State("READ2"):
+            m.d.sync += t_rd3.eq(1)
+            m.next = "READ3"           # ... their first registers
+        with m.State("READ3"):
+            m.next = "LOAD"            # ... READ2's (the same row) in them
+        with m.State("LOAD"):
+            # from READ2's reads in the registers, as the scan, and the ACK judged from the
+            # same registers (or the reads again, when READ's, from which READ3 took the
+            # timeout, or READ2's met a write)
+            m.d.sync += [cmp.eq(comp_rd), d.eq(d_rd), cfg.eq(cfg_rd),
+                         rval.eq(r_rom), crh.eq(rh_rd),
+                         a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
+                         b_zero.eq(behind == 0), d_more.eq(d_rd.psn != ap1),
+                         t.a_sent.eq(behind < (d_rd.psn - comp_rd.una)[:24])]
+            with m.If(c_hit2 | c_hit3):
+                m.next = "READ"
+            with m.Else():
+                m.next = "EVAL"
+        with m.State("EVAL"):
+            typ = a.syndrome[5:7]
+            is_dec = (ev == _EV_ACK) & (a.kind == AckKind.DECIDE)
+            m.d.sync += [t.una0.eq(cmp.una), t.gap.eq(0), t.acc_r.eq(0), t.dec_wb.eq(0),
+                         t.clampable.eq((ev == _EV_ACK) & (a.kind != AckKind.PLACED))]
+            with m.If(((cmp.rerr != 0) | d.err) & (ev == _EV_SCAN)):
+                m.d.sync += act.eq(_ACT_DROP)
+                m.next = "WALK"        # the QP has ended: drop its ring entries
+            with m.Elif(is_dec & ((cmp.rerr != 0) | d.err | b_neg | ~t.a_sent)):
+                m.next = "DECO"        # refused: the QP has ended, stale, or never sent
+            with m.Elif((cmp.rerr != 0) | d.err):
+                m.next = "IDLE"        # the QP has ended: nothing to do
+            with m.Elif(ev == _EV_KILL):
+                m.d.sync += act.eq(_ACT_KILL)
+                m.next = "ACT"
+            with m.Elif(ev == _EV_SCAN):
+                m.d.sync += act.eq(_ACT_SCAN)
+                m.next = "WALK"        # also retires WQEs recorded after their ACK
+            with m.Elif(is_dec):
+                # a READ response at p acknowledges every PSN before p (the walk stops at a
+                # READ whose responses before p are missing: a gap)
+                m.d.sync += [cmp.una.eq(a.psn), act.eq(_ACT_DEC)]
+                m.next = "WALK"
+            with m.Elif(typ == 0):
+                # a newer ACK (0 < a.psn + 1 − una < 2^23) moves una and restarts the timer
+                with m.If(a_new):
+                    m.d.sync += [cmp.una.eq(ap1), cmp.rused.eq(0), cmp.nused.eq(0),
+                                 cmp.armed.eq(0), cmp.rnrw.eq(0), cmp.gapr.eq(0),
+                                 act.eq(_ACT_NONE)]
+                    # PSNs still outstanding: the timer restarts now (outside an RNR wait,
+                    # whose deadline dl holds)
+                    with m.If(~cmp.hold & ton & d_more):
+                        m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1)]
+                    m.next = "WALK"
                 with m.Else():
-                    # a NAK at p acknowledges every PSN before p
-                    with m.If(~b_zero):
-                        m.d.sync += [cmp.una.eq(a.psn), cmp.rused.eq(0), cmp.nused.eq(0),
-                                     cmp.rnrw.eq(0)]
-                    with m.If(a.syndrome[:7] == 0x60):
-                        m.d.sync += act.eq(_ACT_SEQ)
-                    with m.Elif(typ == 1):
-                        m.d.sync += act.eq(_ACT_RNR)
-                    with m.Else():
-                        m.d.sync += act.eq(_ACT_ERR)
-                        with m.Switch(a.syndrome[:7]):
-                            with m.Case(0x61):
-                                m.d.sync += ast.eq(_rcode(WcStatus.REM_INV_REQ_ERR))
-                            with m.Case(0x62):
-                                m.d.sync += ast.eq(_rcode(WcStatus.REM_ACCESS_ERR))
-                            with m.Default():
-                                m.d.sync += ast.eq(_rcode(WcStatus.REM_OP_ERR))
-                    m.next = "WALK"
-            # WALK … TEST: the QP's in-flight list
-            self._completer_walk(m, t)
-            with m.State("ACT"):
+                    m.next = "IDLE"
+            with m.Elif(b_neg):
+                m.next = "IDLE"        # a NAK for a PSN already acknowledged: stale
+            with m.Elif((cmp.hold | (cmp.rnrw & b_zero))
+                        & (a.syndrome[:7] == 0x60)):
+                # the sequence error that follows an RNR NAK (the responder's answer to the
+                # packets sent behind the refused one), during the wait or after it (a
+                # short wait may end before it arrives): the RNR wait goes back anyway
+                m.d.sync += cmp.rnrw.eq(0)
                 m.next = "WB"
                 m.d.sync += c_wb_st.eq(1)
-                with m.Switch(act):
-                    with m.Case(_ACT_NONE):
-                        m.d.sync += wake.eq(d.parked & wake_room)
-                        with m.If(t.gap & ~cmp.gapr):
-                            retry()                 # an ACK beyond a READ's missing responses
-                            m.d.sync += cmp.gapr.eq(1)
-                    with m.Case(_ACT_DEC):
-                        m.d.sync += [c_wb_st.eq(0), t.dec_wb.eq(1)]
-                        m.next = "DECO"
-                        with m.If(t.gap & ~cmp.gapr):
-                            retry()                 # a response after a gap
-                            m.d.sync += cmp.gapr.eq(1)
-                    with m.Case(_ACT_KILL):
-                        end_qp(_rcode(WcStatus.WR_FLUSH_ERR))
-                    with m.Case(_ACT_DROP):
-                        pass
-                    with m.Case(_ACT_SEQ):
-                        retry()
-                    with m.Case(_ACT_ERR):
-                        end_qp(ast)
-                    with m.Case(_ACT_RNR):
-                        with m.If((cfg.rnr_retry != 7) & (cmp.nused == cfg.rnr_retry)):
-                            end_qp(_rcode(WcStatus.RNR_RETRY_EXC_ERR))
-                        with m.Else():
-                            with m.If(cfg.rnr_retry != 7):
-                                m.d.sync += cmp.nused.eq(cmp.nused + 1)
-                            m.d.sync += [cmp.hold.eq(1), cmp.armed.eq(1),
-                                         cmp.rnrw.eq(d_more),
-                                         cmp.dl.eq(now + rval + 1),
-                                         cmp.rgen.eq(cmp.rgen + 1), wake.eq(1)]
-                    with m.Case(_ACT_SCAN):
-                        with m.If(cmp.hold):
-                            with m.If(expired):
-                                m.d.sync += [cmp.hold.eq(0), cmp.armed.eq(0), wake.eq(1)]
-                        with m.Elif(~ton | ps_done):
-                            m.d.sync += [cmp.armed.eq(0), wake.eq(d.parked & scan_room)]
-                        with m.Elif(~cmp.armed):
-                            m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1),
-                                         wake.eq(d.parked & scan_room)]
-                        with m.Elif(expired):
-                            retry()
-                        with m.Else():
-                            m.d.sync += wake.eq(d.parked & scan_room)
-                # a wake-up owed is made now (written back as done; WAKE owes it again when
-                # the queue still has no room)
-                with m.If(cmp.wk):
-                    m.d.sync += [wake.eq(1), cmp.wk.eq(0)]
-            with m.State("DECO"):
-                # a DECIDE's answer (ReadPlace waits for it), then the write-back if the walk
-                # ran (a SET_QP meanwhile refuses it)
-                m.d.comb += [self.read_dec.valid.eq(1),
-                             self.read_dec.payload.ok.eq(t.acc_r & ~stale),
-                             self.read_dec.payload.idx.eq(t.ri_r),
-                             # (una only grows while the QP lives: a response before it stays
-                             # stale until a SET_QP, which READ Place sees too; after a gap
-                             # (clamp) una is the head READ's first response not placed, and a
-                             # response after it is refused, with no effect, until it is)
-                             self.read_dec.payload.una.eq(cmp.una),
-                             self.read_dec.payload.una_v.eq(~stale),
-                             self.read_dec.payload.gap.eq(t.gap & ~stale)]
-                with m.If(self.read_dec.ready):
-                    with m.If(t.dec_wb):
-                        m.next = "WB"
-                        m.d.sync += c_wb_st.eq(1)
-                    with m.Else():
-                        m.next = "IDLE"
-            with m.State("WB"):
-                # (rh always: the entries freed are freed whatever SET_QP rewrote meanwhile)
-                m.d.comb += [cmp_wb.eq(~stale), rh_wp.en.eq(1), rh_wp.data.eq(crh)]
-                with m.If(wake & ~stale):
-                    m.next = "WAKE"
-                    m.d.sync += [c_wake_st.eq(1), wbw.eq(1)]
+            with m.Else():
+                # a NAK at p acknowledges every PSN before p
+                with m.If(~b_zero):
+                    m.d.sync += [cmp.una.eq(a.psn), cmp.rused.eq(0), cmp.nused.eq(0),
+                                 cmp.rnrw.eq(0)]
+                with m.If(a.syndrome[:7] == 0x60):
+                    m.d.sync += act.eq(_ACT_SEQ)
+                with m.Elif(typ == 1):
+                    m.d.sync += act.eq(_ACT_RNR)
                 with m.Else():
-                    m.next = "IDLE"
-            with m.State("WAKE"):
-                # queue the QPN for the engine (after the qp_set that may be waiting), in this
-                # one cycle: the completer never waits for the work queue, which only the
-                # engine drains (a READ DECIDE or an ACK waiting behind it would stall receive
-                # for as long as the engine serves one QP). Without room, a write-back's
-                # wake-up is written back as owed (wk) and made by the QP's next visit or
-                # event; the scan's (a hint) is dropped, the next round repeats it.
-                m.d.sync += c_wake_st.eq(0)
-                with m.If(~self.qp_set.valid & work.i.ready):
-                    m.next = "IDLE"
-                with m.Elif(wbw):
-                    m.d.sync += [cmp.wk.eq(1), wake.eq(0), c_wb_st.eq(1)]
-                    m.next = "WB"
-                with m.Else():
-                    m.next = "IDLE"
-        return types.SimpleNamespace(cmp_fsm=cmp_fsm)
+                    m.d.sync += act.eq(_ACT_ERR)
+                    with m.Switch(a.syndrome[:7]):
+                        with m.Case(0x61):
+                            m.d.sync += ast.eq(_rcode(WcStatus.REM_INV_REQ_ERR))
+                        with m.Case(0x62):
+                            m.d.sync += ast.eq(_rcode(WcStatus.REM_ACCESS_ERR))
+                        with m.Default():
+                            m.d.sync += ast.eq(_rcode(WcStatus.REM_OP_ERR))
+                m.next = "WALK"
 
     def _completer_walk(self, m, t):
         """The completer's states WALK … TEST, in its FSM (from EVAL, on to ACT): the walk of the
@@ -1926,3 +1897,122 @@ class Requester(wiring.Component):
                 with m.If(t.clamp):
                     m.d.sync += [cmp.una.eq(t.ur), t.gap.eq(1)]
                 m.next = "ACT"
+
+    def _completer_act_state(self, m, t):
+        """ACT, in the completer's FSM: the action EVAL chose (retry, RNR wait, end of the QP,
+        timer, a wake-up), on to WB (or DECO for a DECIDE)."""
+        (act, ast, c_wb_st, cfg, cmp, d, d_more, expired, now, ps_done, rval, scan_room, ton, tval,
+         wake, wake_room) = (
+            t.act, t.ast, t.c_wb_st, t.cfg, t.cmp, t.d, t.d_more, t.expired, t.now, t.ps_done,
+            t.rval, t.scan_room, t.ton, t.tval, t.wake, t.wake_room)
+
+        def end_qp(code):
+            m.d.sync += [cmp.rerr.eq(code), cmp.rgen.eq(cmp.rgen + 1),
+                         cmp.armed.eq(0), cmp.hold.eq(0), wake.eq(1)]
+
+        def retry():
+            """Timeout or NAK 0x60: go back to una, or end the QP when the retries are used."""
+            with m.If(cmp.rused == cfg.retry_cnt):
+                end_qp(_rcode(WcStatus.RETRY_EXC_ERR))
+            with m.Else():
+                m.d.sync += [cmp.rused.eq(cmp.rused + 1), cmp.rgen.eq(cmp.rgen + 1),
+                             cmp.armed.eq(0), cmp.rnrw.eq(0), wake.eq(1)]
+
+        with m.State("ACT"):
+            m.next = "WB"
+            m.d.sync += c_wb_st.eq(1)
+            with m.Switch(act):
+                with m.Case(_ACT_NONE):
+                    m.d.sync += wake.eq(d.parked & wake_room)
+                    with m.If(t.gap & ~cmp.gapr):
+                        retry()                 # an ACK beyond a READ's missing responses
+                        m.d.sync += cmp.gapr.eq(1)
+                with m.Case(_ACT_DEC):
+                    m.d.sync += [c_wb_st.eq(0), t.dec_wb.eq(1)]
+                    m.next = "DECO"
+                    with m.If(t.gap & ~cmp.gapr):
+                        retry()                 # a response after a gap
+                        m.d.sync += cmp.gapr.eq(1)
+                with m.Case(_ACT_KILL):
+                    end_qp(_rcode(WcStatus.WR_FLUSH_ERR))
+                with m.Case(_ACT_DROP):
+                    pass
+                with m.Case(_ACT_SEQ):
+                    retry()
+                with m.Case(_ACT_ERR):
+                    end_qp(ast)
+                with m.Case(_ACT_RNR):
+                    with m.If((cfg.rnr_retry != 7) & (cmp.nused == cfg.rnr_retry)):
+                        end_qp(_rcode(WcStatus.RNR_RETRY_EXC_ERR))
+                    with m.Else():
+                        with m.If(cfg.rnr_retry != 7):
+                            m.d.sync += cmp.nused.eq(cmp.nused + 1)
+                        m.d.sync += [cmp.hold.eq(1), cmp.armed.eq(1),
+                                     cmp.rnrw.eq(d_more),
+                                     cmp.dl.eq(now + rval + 1),
+                                     cmp.rgen.eq(cmp.rgen + 1), wake.eq(1)]
+                with m.Case(_ACT_SCAN):
+                    with m.If(cmp.hold):
+                        with m.If(expired):
+                            m.d.sync += [cmp.hold.eq(0), cmp.armed.eq(0), wake.eq(1)]
+                    with m.Elif(~ton | ps_done):
+                        m.d.sync += [cmp.armed.eq(0), wake.eq(d.parked & scan_room)]
+                    with m.Elif(~cmp.armed):
+                        m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1),
+                                     wake.eq(d.parked & scan_room)]
+                    with m.Elif(expired):
+                        retry()
+                    with m.Else():
+                        m.d.sync += wake.eq(d.parked & scan_room)
+            # a wake-up owed is made now (written back as done; WAKE owes it again when
+            # the queue still has no room)
+            with m.If(cmp.wk):
+                m.d.sync += [wake.eq(1), cmp.wk.eq(0)]
+
+    def _completer_answer_states(self, m, t):
+        """DECO, WB and WAKE, in the completer's FSM: a READ DECIDE's answer, the QP's write-back,
+        and the wake-up queued for the engine."""
+        (c_wake_st, c_wb_st, cmp, cmp_wb, crh, rh_wp, stale, wake, wbw, work) = (
+            t.c_wake_st, t.c_wb_st, t.cmp, t.cmp_wb, t.crh, t.rh_wp, t.stale, t.wake, t.wbw, t.work)
+        with m.State("DECO"):
+            # a DECIDE's answer (ReadPlace waits for it), then the write-back if the walk
+            # ran (a SET_QP meanwhile refuses it)
+            m.d.comb += [self.read_dec.valid.eq(1),
+                         self.read_dec.payload.ok.eq(t.acc_r & ~stale),
+                         self.read_dec.payload.idx.eq(t.ri_r),
+                         # (una only grows while the QP lives: a response before it stays
+                         # stale until a SET_QP, which READ Place sees too; after a gap
+                         # (clamp) una is the head READ's first response not placed, and a
+                         # response after it is refused, with no effect, until it is)
+                         self.read_dec.payload.una.eq(cmp.una),
+                         self.read_dec.payload.una_v.eq(~stale),
+                         self.read_dec.payload.gap.eq(t.gap & ~stale)]
+            with m.If(self.read_dec.ready):
+                with m.If(t.dec_wb):
+                    m.next = "WB"
+                    m.d.sync += c_wb_st.eq(1)
+                with m.Else():
+                    m.next = "IDLE"
+        with m.State("WB"):
+            # (rh always: the entries freed are freed whatever SET_QP rewrote meanwhile)
+            m.d.comb += [cmp_wb.eq(~stale), rh_wp.en.eq(1), rh_wp.data.eq(crh)]
+            with m.If(wake & ~stale):
+                m.next = "WAKE"
+                m.d.sync += [c_wake_st.eq(1), wbw.eq(1)]
+            with m.Else():
+                m.next = "IDLE"
+        with m.State("WAKE"):
+            # queue the QPN for the engine (after the qp_set that may be waiting), in this
+            # one cycle: the completer never waits for the work queue, which only the
+            # engine drains (a READ DECIDE or an ACK waiting behind it would stall receive
+            # for as long as the engine serves one QP). Without room, a write-back's
+            # wake-up is written back as owed (wk) and made by the QP's next visit or
+            # event; the scan's (a hint) is dropped, the next round repeats it.
+            m.d.sync += c_wake_st.eq(0)
+            with m.If(~self.qp_set.valid & work.i.ready):
+                m.next = "IDLE"
+            with m.Elif(wbw):
+                m.d.sync += [cmp.wk.eq(1), wake.eq(0), c_wb_st.eq(1)]
+                m.next = "WB"
+            with m.Else():
+                m.next = "IDLE"
