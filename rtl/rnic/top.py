@@ -35,13 +35,16 @@ block takes to clear a table of that depth one entry per cycle — CMD_STATUS re
 received frames are dropped and counted as 2. Blocks with their own sweep OR theirs in.
 """
 
+import types
+
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .control.control_plane import ControlPlane
 from .ifaces import NUM_COUNTERS, Counter, event_layout
 from .params import RnicConfig
+from .parts import add as _add
 from .rx.parse import RxParse
 from .resp.psn_check import PsnCheck
 from .resp.execute import Execute
@@ -145,9 +148,25 @@ class RNIC(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self.config
-        lanes = cfg.data_width // 8
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
+        t = types.SimpleNamespace(cfg=self.config)
+        _add(t, self._control(m, t))
+        _add(t, self._sweep(m, t))
+        _add(t, self._blocks(m, t))
+        self._receive(m, t)
+        self._responder(m, t)
+        self._requester(m, t)
+        _add(t, self._responses(m, t))
+        self._transmit(m, t)
+        self._counters(m, t)
+        return m
 
+    def _control(self, m, t):
+        """The control plane (registers, commands, doorbells, events, counters) on the AXI4-Lite
+        slave and ``irq``. Adds ``ctl``."""
+        cfg = t.cfg
         m.submodules.control = ctl = ControlPlane(cfg, max_inc=stat_bounds())
         for sig in ("awaddr", "awvalid", "wdata", "wstrb", "wvalid", "bready", "araddr",
                     "arvalid", "rready"):
@@ -156,17 +175,25 @@ class RNIC(wiring.Component):
                     "rvalid"):
             m.d.comb += getattr(self, f"s_axil_{sig}").eq(getattr(ctl.axil, sig))
         m.d.comb += self.irq.eq(ctl.irq)
+        return types.SimpleNamespace(ctl=ctl)
 
+    def _sweep(self, m, t):
+        """The reset sweep's counter, for the depth of the largest table (``sweep``, 0 when done).
+        Adds ``sweep``."""
+        cfg = t.cfg
         # ---- reset sweep ------------------------------------------------------------------
         depth = max(cfg.num_qp, cfg.num_cq, cfg.key_entries)
         sweep = Signal(range(depth + 1), init=depth)
         with m.If(sweep != 0):
             m.d.sync += sweep.eq(sweep - 1)
+        return types.SimpleNamespace(sweep=sweep)
 
+    def _blocks(self, m, t):
+        """The blocks of the core, each a submodule. Adds them (``rx``, ``psn``, ``exe``, ``keys``,
+        ``cqe``, ``hmem`` with ``hmem_rd``, its read clients by name, ``rdr``, ``arb``,
+        ``build``, ``req``, ``rctx``, ``rpl``)."""
+        cfg = t.cfg
         W = cfg.data_width
-
-        # ---- the responder: RX Parse -> PSN Check -> execute (RQ fetch, Scatter, invalidate)
-        #      -> CQE Generation; ACK/NAK frames -> TX arbiter -> MAC transmit -----------------
         m.submodules.rx_parse = rx = RxParse(width=W)
         m.submodules.psn_check = psn = PsnCheck(width=W, num_qp=cfg.num_qp)
         m.submodules.execute = exe = Execute(width=W, num_qp=cfg.num_qp)
@@ -182,7 +209,16 @@ class RNIC(wiring.Component):
         m.submodules.requester = req = Requester(width=W, num_qp=cfg.num_qp)
         m.submodules.req_context = rctx = ReqContext(num_qp=cfg.num_qp)
         m.submodules.read_place = rpl = ReadPlace(width=W, slots=req.read_slots)
+        return types.SimpleNamespace(
+            rx=rx, psn=psn, exe=exe, keys=keys, cqe=cqe, hmem=hmem, hmem_rd=hmem_rd, rdr=rdr,
+            arb=arb, build=build, req=req, rctx=rctx, rpl=rpl)
 
+    def _receive(self, m, t):
+        """The responder's input: the MAC receive stream into RX Parse, on to PSN Check; the control
+        plane's command ports and doorbells to their blocks."""
+        cqe, ctl, keys, psn, req, rx = t.cqe, t.ctl, t.keys, t.psn, t.req, t.rx
+        # ---- the responder: RX Parse -> PSN Check -> execute (RQ fetch, Scatter, invalidate)
+        #      -> CQE Generation; ACK/NAK frames -> TX arbiter -> MAC transmit -----------------
         # MAC receive
         m.d.comb += [
             rx.i.payload.data.eq(self.s_axis_rx_tdata),
@@ -212,6 +248,12 @@ class RNIC(wiring.Component):
                      req.sq_db.payload.value.eq(ctl.sq_db.payload.value),
                      req.sq_db.valid.eq(ctl.sq_db.valid), ctl.sq_db.ready.eq(req.sq_db.ready)]
 
+    def _responder(self, m, t):
+        """The responder from PSN Check on: Execute (with its done skid buffer), the faults that
+        move a QP to ERROR, the Key Cache's lookup and invalidate ports, CQE Generation and host
+        memory."""
+        (cqe, exe, hmem, hmem_rd, keys, psn, rctx) = (
+            t.cqe, t.exe, t.hmem, t.hmem_rd, t.keys, t.psn, t.rctx)
         # PSN Check <-> execute
         wiring.connect(m, psn.exe, exe.exe)
         wiring.connect(m, psn.pay_out, exe.pay)
@@ -251,6 +293,11 @@ class RNIC(wiring.Component):
             ours = getattr(hmem.axi, name)
             m.d.comb += (ours.eq(port) if member.flow == In else port.eq(ours))
 
+    def _requester(self, m, t):
+        """The requester: its context, faults, Key Cache lookups, WQE and gather reads, QUERY_QP's
+        progress and the microsecond strobe of its timers."""
+        (build, ctl, hmem_rd, keys, psn, rctx, rdr, req, rpl) = (
+            t.build, t.ctl, t.hmem_rd, t.keys, t.psn, t.rctx, t.rdr, t.req, t.rpl)
         # ---- the requester: SQ doorbells -> WQE fetch -> packet descriptors -> TX arbiter, gather
         #      chunks -> TX frame builder; ACKs from PSN Check; completions through ReqContext
         #      into CQE Generation ------------------------------------------------------------
@@ -299,6 +346,10 @@ class RNIC(wiring.Component):
                          tick.eq(Mux(tick, ctl.us_cycles <= 1, us_cnt + 2 >= ctl.us_cycles))]
             m.d.comb += req.us_tick.eq(tick)
 
+    def _responses(self, m, t):
+        """Response frames that PSN Check accepted, to the READ placement and on to the requester.
+        Adds ``stat`` and ``rpl_stat``, their counter strobes."""
+        hmem, psn, req, rpl = t.hmem, t.psn, t.req, t.rpl
         # Response frames that PSN Check accepted (an RTS QP, from its remote IPv4):
         # ACKNOWLEDGE (0x11) and READ responses (0x0D–0x10, their payload on rr_pay) go to the
         # READ placement, which places the responses it may (asking the requester's completer)
@@ -322,7 +373,12 @@ class RNIC(wiring.Component):
         # (any SET_QP of a QP ends ReadPlace's fast path for it)
         m.d.comb += [rpl.qp_set.valid.eq(req.qp_set.valid & req.qp_set.ready),
                      rpl.qp_set.payload.qpn.eq(req.qp_set.payload.qpn)]
+        return types.SimpleNamespace(stat=stat, rpl_stat=rpl_stat)
 
+    def _transmit(self, m, t):
+        """MAC transmit: the responder's READ responses and ACK/NAKs and the requester's packets
+        through the TX arbiter to the TX frame builder."""
+        arb, build, ctl, exe, psn, rdr, req = t.arb, t.build, t.ctl, t.exe, t.psn, t.rdr, t.req
         # MAC transmit: the responder's READ responses and ACK/NAKs (one ordered stream, so an
         # ACK decided after a READ never overtakes its responses) and the requester's packets
         # -> TX arbiter (whole frames, and their gather chunks in the same order) -> the TX
@@ -344,6 +400,12 @@ class RNIC(wiring.Component):
             self.m_axis_tx_tvalid.eq(o.valid), o.ready.eq(self.m_axis_tx_tready),
         ]
 
+    def _counters(self, m, t):
+        """Events, counters and the sweep: the blocks' events merged into the control plane, the
+        counter strobes summed per counter, and ``sweeping``."""
+        (build, cqe, ctl, exe, keys, psn, rctx, req, rpl_stat, rx, stat, sweep) = (
+            t.build, t.cqe, t.ctl, t.exe, t.keys, t.psn, t.rctx, t.req, t.rpl_stat, t.rx, t.stat,
+            t.sweep)
         # events, counters, sweep
         req_stat = Signal(NUM_COUNTERS)
         if hasattr(req, "retx"):
@@ -371,7 +433,6 @@ class RNIC(wiring.Component):
             m.d.sync += ctl.stat_inc[i].eq(sum(strobes[name][i] for name, drives in STAT_SOURCES
                                                if i in drives))
         m.d.comb += ctl.sweeping.eq((sweep != 0) | keys.sweeping | cqe.sweeping)
-        return m
 
 
 def build_verilog(config, path=None):
