@@ -226,9 +226,12 @@ class TxBuild(wiring.Component):
         _add(t, self._realign(m, t))
         _add(t, self._word_register(m, t))
         _add(t, self._crc_feed(m, t))
+        _add(t, self._frame_queues(m, t))
         _add(t, self._emitter(m, t))
+        self._emitter_fsm(m, t)
         _add(t, self._frame_record(m, t))
-        _add(t, self._builder_fsm(m, t))
+        _add(t, self._builder_flags(m, t))
+        self._builder_fsm(m, t)
         self._write_select(m, t)
         return m
 
@@ -573,14 +576,12 @@ class TxBuild(wiring.Component):
         ]
         return types.SimpleNamespace(feed_v=feed_v, in_pad=in_pad)
 
-    def _emitter(self, m, t):
-        """The frames built, waiting for their ICRC (records ``recq``, ICRCs ``icq``), and the
-        emitter that sends them (payload, zero pad, ICRC, Ethernet padding) through two read stages
-        and the output queue onto ``tx``. Adds the frame-record queue and the room flag the builder
-        writes by."""
-        (CB, ONES, PB, W, WB, crc, lg, nb, out_cls, outq, rp, rptr8, wabs) = (
-            t.CB, t.ONES, t.PB, t.W, t.WB, t.crc, t.lg, t.nb, t.out_cls, t.outq, t.rp, t.rptr8,
-            t.wabs)
+    def _frame_queues(self, m, t):
+        """The frames built, waiting for their ICRC (records ``recq``, ICRCs ``icq``), for the
+        emitter that sends them (payload, zero pad, ICRC, Ethernet padding: :meth:`_emitter` and
+        :meth:`_emitter_fsm`), and the room flag the builder writes by. Adds the queues' ends the
+        emitter takes from (``recq``, ``ic_v``, ``ic_d``, ``ic_take``) and ``room``."""
+        CB, PB, WB, crc, nb, rptr8, wabs = t.CB, t.PB, t.WB, t.crc, t.nb, t.rptr8, t.wabs
         # ---- frames built, waiting for their ICRC and the emitter ----------------------------
         rec_layout = data.StructLayout({"base": CB, "data_end": PB, "crc_end": PB,
                                         "words": WB, "keep": nb, "cls": 3, "drop": 1})
@@ -594,7 +595,7 @@ class TxBuild(wiring.Component):
         # The ICRCs come in frame order, each after its frame's record: the oldest, queued or
         # out of the CRC unit this cycle (when none is queued), is the ICRC of the frame the
         # emitter loaded or is loading. One the emitter takes as it comes out is not queued.
-        ic_v, ic_d, ic_take = Signal(), Signal(32), Signal()
+        ic_v, ic_d, ic_take = [Signal(w) for w in (1, 32, 1)]
         m.d.comb += [ic_v.eq(icq.o.valid | crc.o.valid),
                      ic_d.eq(Mux(icq.o.valid, icq.o.payload, crc.o.payload)),
                      icq.o.ready.eq(ic_take),
@@ -607,7 +608,15 @@ class TxBuild(wiring.Component):
         fill = Signal(CB + 1)
         m.d.comb += fill.eq(wabs - rptr8)
         m.d.sync += room.eq(~fill[CB])
+        return types.SimpleNamespace(recq=recq, ic_v=ic_v, ic_d=ic_d, ic_take=ic_take, room=room)
 
+    def _emitter(self, m, t):
+        """The emitter's datapath: the frame's lanes per word (payload, ICRC) from registers set
+        when it is loaded, the ICRC's arrival (``soon``), two read stages and the output queue
+        onto ``tx``. Adds what :meth:`_emitter_fsm` sets and reads (the ``e_*`` registers,
+        ``eaddr``, ``evalid``, ``eword``, ``occ``, ``issue``, ``rec``, ``soon``, ``rec_soon``)."""
+        (CB, ONES, W, WB, crc, lg, nb, out_cls, outq, recq, rp) = (
+            t.CB, t.ONES, t.W, t.WB, t.crc, t.lg, t.nb, t.out_cls, t.outq, t.recq, t.rp)
         # ---- EMIT: payload, zero pad, ICRC (little-endian), Ethernet padding -------------------
         e_base = Signal(CB)
         e_wlast = Signal(WB)             # the frame's last word
@@ -616,8 +625,8 @@ class TxBuild(wiring.Component):
         # before e_dword and in e_dmask of it; the ICRC in e_imask of word e_cw (lanes from
         # crc_end mod nb) and, when it crosses a word, e_imask1 of the next; e_fkeep the last
         # word's keep
-        e_dword, e_cw, e_cw1 = Signal(WB), Signal(WB), Signal(WB)
-        e_dmask, e_fkeep = Signal(nb), Signal(nb)
+        e_dword, e_cw, e_cw1 = [Signal(WB) for _ in range(3)]
+        e_dmask, e_fkeep = [Signal(nb) for _ in range(2)]
         e_imask = Signal(nb + 4)
         e_c2 = Signal(2)                 # crc_end mod 4
         # A frame may start before its ICRC when the ICRC is sure to be there by the time the
@@ -647,7 +656,7 @@ class TxBuild(wiring.Component):
         m.d.sync += [evalid2.eq(evalid), edata.eq(rp.data)]
         # the ICRC travels with the word through the two read stages (``icrc_now``: e_icrc, or
         # in WAIT the ICRC taken with the frame's first read)
-        eicrc1, eicrc2, icrc_now = Signal(32), Signal(32), Signal(32)
+        eicrc1, eicrc2, icrc_now = [Signal(32) for _ in range(3)]
         m.d.comb += icrc_now.eq(e_icrc)
         m.d.sync += [eicrc1.eq(icrc_now), eicrc2.eq(eicrc1)]
         sdata, sicrc, sidx = Signal(nb), Signal(nb), Signal(2 * nb)
@@ -658,7 +667,7 @@ class TxBuild(wiring.Component):
         for i in range(nb):
             m.d.sync += sidx[2 * i:2 * i + 2].eq(i - e_c2)
         ekeep, elast = Signal(nb), Signal()
-        e_cls, ecls = Signal(3), Signal(3)
+        e_cls, ecls = [Signal(3) for _ in range(2)]
         m.d.sync += [ekeep.eq(Mux(eword == e_wlast, e_fkeep, ONES)),
                      elast.eq(eword == e_wlast), ecls.eq(e_cls)]
         out_lanes = [Mux(sdata[i], edata[8 * i:8 * i + 8],
@@ -698,6 +707,23 @@ class TxBuild(wiring.Component):
         rec = recq.o.payload
         rec_soon = Signal()              # ``soon`` for the record at the queue's head
         m.d.comb += rec_soon.eq(soon_for(rec.crc_end >> lg))
+        return types.SimpleNamespace(
+            e_base=e_base, e_wlast=e_wlast, e_icrc=e_icrc, e_dword=e_dword, e_cw=e_cw, e_cw1=e_cw1,
+            e_dmask=e_dmask, e_fkeep=e_fkeep, e_imask=e_imask, e_c2=e_c2, soon=soon, eaddr=eaddr,
+            evalid=evalid, eword=eword, icrc_now=icrc_now, e_cls=e_cls, occ=occ, issue=issue,
+            rec=rec, rec_soon=rec_soon)
+
+    def _emitter_fsm(self, m, t):
+        """The emitter's FSM: it loads a built frame's record (with its ICRC, or waits for it, or
+        starts early when the ICRC is sure to come in time) and reads the frame's words into the
+        read stages, back to back across frames."""
+        (CB, e_base, e_c2, e_cls, e_cw, e_cw1, e_dmask, e_dword, e_fkeep, e_icrc, e_imask, e_wlast,
+         eaddr, evalid, eword, ic_d, ic_take, ic_v, icrc_now, issue, lg, nb, occ, rec, rec_soon,
+         recq, rp, rptr8, soon) = (
+            t.CB, t.e_base, t.e_c2, t.e_cls, t.e_cw, t.e_cw1, t.e_dmask, t.e_dword, t.e_fkeep,
+            t.e_icrc, t.e_imask, t.e_wlast, t.eaddr, t.evalid, t.eword, t.ic_d, t.ic_take, t.ic_v,
+            t.icrc_now, t.issue, t.lg, t.nb, t.occ, t.rec, t.rec_soon, t.recq, t.rp, t.rptr8,
+            t.soon)
 
         def take_icrc():
             """The ICRC coming (queued or out of the unit) is the loaded frame's."""
@@ -784,7 +810,6 @@ class TxBuild(wiring.Component):
                 # the next frame's values are latched at the end of this cycle, and its first
                 # word read in this cycle when it may start (back to back)
                 emit_load()
-        return types.SimpleNamespace(recq=recq, room=room)
 
     def _frame_record(self, m, t):
         """What the builder keeps of a frame besides ``r``: its counter class and QPN (``r_cls``,
@@ -829,32 +854,36 @@ class TxBuild(wiring.Component):
             r_cls=r_cls, r_qpn=r_qpn, rk_v=rk_v, rk_qpn=rk_qpn, r_rdr=r_rdr, kill=kill, h_rdr=h_rdr,
             h_cont=h_cont, h_cls=h_cls)
 
-    def _builder_fsm(self, m, t):
-        """The builder's FSM: takes a descriptor once its values are ready, writes the header words,
-        starts each chunk, takes its raw beats, and queues the frame's record (FIN, PAD and FAULT
-        when the frame does not end in FLUSH). Adds ``st``, the state flags set with each
-        transition, and ``take`` (DATA takes a raw beat)."""
-        (PB, WB, acc_hw, acc_last, acc_v, acc_w, bad, c_done, c_first, c_lastw, c_len, c_lo, c_skip,
-         chq, ck_ld, crc_end, crc_last, csum, data_end, fbase, fkeep, h, h_cls, h_cont, h_rdr,
-         has_reth, hdr_last, hdr_len_r, head_ok, hi_mask, hkeep, hlast, ip_len, kill, lg, lo_mask,
-         lo_same, nb, out_words, p_crc_end, p_crc_last, p_csum, p_data_end, p_fkeep, p_hdr_last,
-         p_hdr_len, p_hkeep, p_nopay, p_out_words, p_padw, padcnt, padw, parts, pktq, pop, pos,
-         pos_end, prev, r_cls, r_qpn, r_rdr, recq, rk_qpn, rk_v, room, rotm, w_last, wabs, wcount,
-         wqm1) = (
-            t.PB, t.WB, t.acc_hw, t.acc_last, t.acc_v, t.acc_w, t.bad, t.c_done, t.c_first,
-            t.c_lastw, t.c_len, t.c_lo, t.c_skip, t.chq, t.ck_ld, t.crc_end, t.crc_last, t.csum,
-            t.data_end, t.fbase, t.fkeep, t.h, t.h_cls, t.h_cont, t.h_rdr, t.has_reth, t.hdr_last,
-            t.hdr_len_r, t.head_ok, t.hi_mask, t.hkeep, t.hlast, t.ip_len, t.kill, t.lg, t.lo_mask,
-            t.lo_same, t.nb, t.out_words, t.p_crc_end, t.p_crc_last, t.p_csum, t.p_data_end,
-            t.p_fkeep, t.p_hdr_last, t.p_hdr_len, t.p_hkeep, t.p_nopay, t.p_out_words, t.p_padw,
-            t.padcnt, t.padw, t.parts, t.pktq, t.pop, t.pos, t.pos_end, t.prev, t.r_cls, t.r_qpn,
-            t.r_rdr, t.recq, t.rk_qpn, t.rk_v, t.room, t.rotm, t.w_last, t.wabs, t.wcount, t.wqm1)
+    def _builder_flags(self, m, t):
+        """The builder's state flags ``st`` (HDR, DATA, FLUSH, FIN, PAD) and ``take`` (DATA takes a
+        raw beat), which its FSM drives. Adds these."""
         # the builder's states that the write and the flush decode, as flip-flops set with each
         # transition (the same as the FSM's state): ``w_en``, ``flush`` and the write's
         # selects start from them, not from a decode of the state
         st = {n: Signal(name=f"st_{n.lower()}") for n in ("HDR", "DATA", "FLUSH", "FIN", "PAD")}
 
         take = Signal()                  # DATA takes a raw beat
+        return types.SimpleNamespace(st=st, take=take)
+
+    def _builder_fsm(self, m, t):
+        """The builder's FSM: takes a descriptor once its values are ready, writes the header words,
+        starts each chunk, takes its raw beats, and queues the frame's record (FIN, PAD and FAULT
+        when the frame does not end in FLUSH), setting the state flags ``st`` with each transition.
+        Its states are :meth:`_builder_states`; here are the steps they share."""
+        (PB, WB, bad, c_first, c_lastw, c_len, c_lo, c_skip, chq, ck_ld, crc_end, crc_last, csum,
+         data_end, fkeep, h, h_cls, h_cont, h_rdr, has_reth, hdr_last, hdr_len_r, head_ok, hi_mask,
+         hkeep, hlast, ip_len, kill, lg, lo_mask, lo_same, nb, out_words, p_crc_end, p_crc_last,
+         p_csum, p_data_end, p_fkeep, p_hdr_last, p_hdr_len, p_hkeep, p_nopay, p_out_words, p_padw,
+         padcnt, padw, parts, pktq, pop, pos, pos_end, prev, r_cls, r_qpn, r_rdr, rk_qpn, rk_v,
+         rotm, st, w_last, wcount, wqm1) = (
+            t.PB, t.WB, t.bad, t.c_first, t.c_lastw, t.c_len, t.c_lo, t.c_skip, t.chq, t.ck_ld,
+            t.crc_end, t.crc_last, t.csum, t.data_end, t.fkeep, t.h, t.h_cls, t.h_cont, t.h_rdr,
+            t.has_reth, t.hdr_last, t.hdr_len_r, t.head_ok, t.hi_mask, t.hkeep, t.hlast, t.ip_len,
+            t.kill, t.lg, t.lo_mask, t.lo_same, t.nb, t.out_words, t.p_crc_end, t.p_crc_last,
+            t.p_csum, t.p_data_end, t.p_fkeep, t.p_hdr_last, t.p_hdr_len, t.p_hkeep, t.p_nopay,
+            t.p_out_words, t.p_padw, t.padcnt, t.padw, t.parts, t.pktq, t.pop, t.pos, t.pos_end,
+            t.prev, t.r_cls, t.r_qpn, t.r_rdr, t.rk_qpn, t.rk_v, t.rotm, t.st, t.w_last, t.wcount,
+            t.wqm1)
 
         def goto(state):
             m.next = state
@@ -914,68 +943,79 @@ class TxBuild(wiring.Component):
                 goto("CHUNK")
 
         with m.FSM(name="builder"):
-            with m.State("IDLE"):
-                take_packet()
-            with m.State("HDR"):
-                # header words 0 .. hdr_last (the payload fills the rest of the last; the
-                # template's bytes past the header, e.g. an unused IMMDT, are not written)
-                with m.If(room):
-                    m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
-                    with m.If(hlast):
-                        with m.If(pos_end):
-                            goto("FIN")
-                        with m.Else():
-                            start_chunk(pos)
-            with m.State("CHUNK"):
-                start_chunk(pos)
-            with m.State("DATA"):
-                # (the beat's take, ``take``, below)
-                with m.If(take & self.rd.resp.payload.last & (parts == 1)):
-                    goto("FLUSH")
-            with m.State("FLUSH"):
-                # the last raw beat's upper bytes, if the chunk has any in the next word; then
-                # the next chunk or the frame's end
-                with m.If(room):
-                    with m.If(c_done):
-                        # the common end, without FIN: the record is queued now and the next
-                        # descriptor taken; acc's word (the frame's last) leaves in the next
-                        # frame's first HDR cycle (``ck_ld``). A pad word of its own, a fault or
-                        # no room for the record go through FIN.
-                        with m.If(recq.i.ready & ~padw & ~bad & head_ok):
-                            m.d.comb += recq.i.valid.eq(1)
-                            m.d.sync += fbase.eq(fbase + out_words)
-                            take_packet()
-                        with m.Else():
-                            goto("FIN")
+            self._builder_states(m, t, goto, take_packet, start_chunk)
+
+    def _builder_states(self, m, t, goto, take_packet, start_chunk):
+        """The builder's states, in its FSM: IDLE takes a descriptor, HDR writes the header words,
+        CHUNK and DATA start each chunk and take its raw beats, FLUSH ends a chunk, FIN, PAD and
+        FAULT end a frame that does not end in FLUSH. ``goto``, ``take_packet`` and
+        ``start_chunk`` are :meth:`_builder_fsm`'s."""
+        (acc_hw, acc_last, acc_v, acc_w, bad, c_done, fbase, hdr_last, head_ok, hlast, out_words,
+         padw, parts, pos, pos_end, r_qpn, r_rdr, recq, rk_qpn, rk_v, room, take, wabs, wcount) = (
+            t.acc_hw, t.acc_last, t.acc_v, t.acc_w, t.bad, t.c_done, t.fbase, t.hdr_last, t.head_ok,
+            t.hlast, t.out_words, t.padw, t.parts, t.pos, t.pos_end, t.r_qpn, t.r_rdr, t.recq,
+            t.rk_qpn, t.rk_v, t.room, t.take, t.wabs, t.wcount)
+        with m.State("IDLE"):
+            take_packet()
+        with m.State("HDR"):
+            # header words 0 .. hdr_last (the payload fills the rest of the last; the
+            # template's bytes past the header, e.g. an unused IMMDT, are not written)
+            with m.If(room):
+                m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
+                with m.If(hlast):
+                    with m.If(pos_end):
+                        goto("FIN")
                     with m.Else():
                         start_chunk(pos)
-            with m.State("FIN"):
-                # the last word leaves acc; the frame's record is queued (its ICRC follows)
-                with m.If(room & recq.i.ready):
-                    m.d.comb += recq.i.valid.eq(1)
-                    m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words),
-                                 wabs.eq(fbase + out_words)]
-                    # (acc_w's tests matter only once a write sets them with acc_w again)
-                    m.d.sync += [acc_last.eq(0)] + [f.eq(k == 0) for k, f in acc_hw.items()]
-                    with m.If(padw):            # (acc_w is the word of data_end − 1)
-                        goto("PAD")             # the pad lies in a word of its own
-                    with m.Elif(bad):
-                        goto("FAULT")
-                    with m.Else():
+        with m.State("CHUNK"):
+            start_chunk(pos)
+        with m.State("DATA"):
+            # (the beat's take, ``take``, below)
+            with m.If(take & self.rd.resp.payload.last & (parts == 1)):
+                goto("FLUSH")
+        with m.State("FLUSH"):
+            # the last raw beat's upper bytes, if the chunk has any in the next word; then
+            # the next chunk or the frame's end
+            with m.If(room):
+                with m.If(c_done):
+                    # the common end, without FIN: the record is queued now and the next
+                    # descriptor taken; acc's word (the frame's last) leaves in the next
+                    # frame's first HDR cycle (``ck_ld``). A pad word of its own, a fault or
+                    # no room for the record go through FIN.
+                    with m.If(recq.i.ready & ~padw & ~bad & head_ok):
+                        m.d.comb += recq.i.valid.eq(1)
+                        m.d.sync += fbase.eq(fbase + out_words)
                         take_packet()
-            with m.State("PAD"):
-                # the word of pad bytes the payload did not reach: zeros, to the CRC only
-                with m.If(bad):
+                    with m.Else():
+                        goto("FIN")
+                with m.Else():
+                    start_chunk(pos)
+        with m.State("FIN"):
+            # the last word leaves acc; the frame's record is queued (its ICRC follows)
+            with m.If(room & recq.i.ready):
+                m.d.comb += recq.i.valid.eq(1)
+                m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words),
+                             wabs.eq(fbase + out_words)]
+                # (acc_w's tests matter only once a write sets them with acc_w again)
+                m.d.sync += [acc_last.eq(0)] + [f.eq(k == 0) for k, f in acc_hw.items()]
+                with m.If(padw):            # (acc_w is the word of data_end − 1)
+                    goto("PAD")             # the pad lies in a word of its own
+                with m.Elif(bad):
                     goto("FAULT")
                 with m.Else():
                     take_packet()
-            with m.State("FAULT"):
-                m.d.comb += self.fault.valid.eq(1)
-                with m.If(self.fault.ready):
-                    with m.If(r_rdr):
-                        m.d.sync += [rk_v.eq(1), rk_qpn.eq(r_qpn)]
-                    goto("IDLE")
-        return types.SimpleNamespace(st=st, take=take)
+        with m.State("PAD"):
+            # the word of pad bytes the payload did not reach: zeros, to the CRC only
+            with m.If(bad):
+                goto("FAULT")
+            with m.Else():
+                take_packet()
+        with m.State("FAULT"):
+            m.d.comb += self.fault.valid.eq(1)
+            with m.If(self.fault.ready):
+                with m.If(r_rdr):
+                    m.d.sync += [rk_v.eq(1), rk_qpn.eq(r_qpn)]
+                goto("IDLE")
 
     def _write_select(self, m, t):
         """The write into ``acc``, selected by the state flags only (HDR: the header template's
