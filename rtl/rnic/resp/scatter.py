@@ -26,11 +26,14 @@ pulses ``pkt_done`` there (or flags its own last beat, whose taking pulses ``pkt
 ``pkt_done`` means the packet's last write beat was taken.
 """
 
+import types
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..host.axi_master import write_beat_layout
+from ..parts import add as _add
 from ..stream import BeatStream, Queue, check_width
 
 __all__ = ["ScatterPath", "piece_layout"]
@@ -78,7 +81,22 @@ class ScatterPath(wiring.Component):
         B = W // 8
         lb = B.bit_length() - 1
         P = 16                                # bits of signed byte positions in a packet
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
+        t = types.SimpleNamespace(W=W, B=B, lb=lb, P=P)
+        _add(t, self._registers(m, t))
+        _add(t, self._output_stages(m, t))
+        _add(t, self._piece_setup(m, t))
+        self._piece_fsm(m, t)
+        return m
 
+    def _registers(self, m, t):
+        """The window's and the piece's registers: the source beat ``prev`` before the head, the
+        head's index ``h``, the output beats ``left``, the piece's lanes, the take decision's
+        ``dm``/``dl`` with their flags, and the byte shift ``sh``. Adds these, with ``step``,
+        which loads the flags for a move of ``dm`` and ``dl``."""
+        B, P, W, lb = t.B, t.P, t.W, t.lb
         prev = Signal(W)
         h = Signal(range(4096 // B + 2))      # index of the source beat at the input head
         left = Signal(range(4096 // B + 2))   # output beats of the piece still to go
@@ -111,6 +129,18 @@ class ScatterPath(wiring.Component):
             """Load the flags for dm + d and dl + d (d = −1 or +1)."""
             return [dm_gt.eq(dm > -d), dm_ge.eq(dm >= -d), dl_gt.eq(dl > -d), dl_ge.eq(dl >= -d)]
 
+        return types.SimpleNamespace(
+            prev=prev, h=h, left=left, first=first, lastb=lastb, nlast=nlast, lo=lo, hl=hl, end=end,
+            dm=dm, dl=dl, sh=sh, lo_lane=lo_lane, hi_lane=hi_lane, dm_gt=dm_gt, dm_ge=dm_ge,
+            dl_gt=dl_gt, dl_ge=dl_ge, ahead=ahead, nxt_ahead=nxt_ahead, step=step)
+
+    def _output_stages(self, m, t):
+        """The output beat: the {head, prev} window, its strobes, the two registered shift steps
+        into the 4-entry output queue ``out_q``, and the queue's output onto ``data`` and
+        ``pkt_done`` (a marker is dropped there). Adds stage 1's inputs (``a_valid``,
+        ``a_ready``, ``a_mark``, ``a_done``)."""
+        (B, W, hi_lane, lastb, lb, lo_lane, prev, sh) = (
+            t.B, t.W, t.hi_lane, t.lastb, t.lb, t.lo_lane, t.prev, t.sh)
         window = Signal(2 * W)
         m.d.comb += window.eq(Cat(prev, self.pay.payload.data))
         ones = Const((1 << B) - 1, B)
@@ -164,7 +194,13 @@ class ScatterPath(wiring.Component):
         with m.Else():
             m.d.comb += [self.data.valid.eq(q.valid), q.ready.eq(self.data.ready),
                          self.pkt_done.eq(q.valid & self.data.ready & q.payload.done)]
+        return types.SimpleNamespace(a_valid=a_valid, a_ready=a_ready, a_mark=a_mark, a_done=a_done)
 
+    def _piece_setup(self, m, t):
+        """The piece port into the ``n_*`` registers: the set-up that does not depend on ``h``, a
+        one-entry buffer loaded while the previous piece runs. Adds them, with ``nv`` and
+        ``n_take`` (IDLE takes the piece)."""
+        B, P, lb, left = t.B, t.P, t.lb, t.left
         # Piece set-up in two steps: what does not depend on ``h`` is computed from the piece
         # port into the ``n_*`` registers (a one-entry buffer, loaded while the previous piece
         # runs), so IDLE subtracts ``h`` once and loads the FSM's registers (timing: the
@@ -208,7 +244,21 @@ class ScatterPath(wiring.Component):
                 n_end.eq(p.end),
                 n_zero.eq(p.len == 0),
             ]
+        return types.SimpleNamespace(
+            nv=nv, n_take=n_take, n_left=n_left, n_lastb=n_lastb, n_nlast=n_nlast, n_end=n_end,
+            n_zero=n_zero, n_lo=n_lo, n_hl=n_hl, n_mb=n_mb, n_lb=n_lb, n_sh=n_sh)
 
+    def _piece_fsm(self, m, t):
+        """The FSM: IDLE loads the next piece's registers from ``n_*`` (subtracting ``h``), RUN
+        sends its output beats, taking input beats as they are needed, and DRAIN drops the rest
+        of a closed packet's beats."""
+        (B, a_done, a_mark, a_ready, a_valid, ahead, dl, dl_ge, dl_gt, dm, dm_ge, dm_gt, end, first,
+         h, hl, lastb, lb, left, lo, n_end, n_hl, n_lastb, n_lb, n_left, n_lo, n_mb, n_nlast, n_sh,
+         n_take, n_zero, nlast, nv, nxt_ahead, prev, sh, step) = (
+            t.B, t.a_done, t.a_mark, t.a_ready, t.a_valid, t.ahead, t.dl, t.dl_ge, t.dl_gt, t.dm,
+            t.dm_ge, t.dm_gt, t.end, t.first, t.h, t.hl, t.lastb, t.lb, t.left, t.lo, t.n_end,
+            t.n_hl, t.n_lastb, t.n_lb, t.n_left, t.n_lo, t.n_mb, t.n_nlast, t.n_sh, t.n_take,
+            t.n_zero, t.nlast, t.nv, t.nxt_ahead, t.prev, t.sh, t.step)
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += n_take.eq(nv)
@@ -267,4 +317,3 @@ class ScatterPath(wiring.Component):
                 with m.If(self.pay.valid & self.pay.payload.last & a_ready):
                     m.d.sync += h.eq(0)
                     m.next = "IDLE"
-        return m
