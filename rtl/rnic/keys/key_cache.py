@@ -25,6 +25,10 @@ forms it from the new key and the keys of the three other slots, read from their
 While it works, the arbiter accepts no lookup and the FSM first lets the pipeline drain, so
 every table change happens with no lookup in flight: a lookup accepted before the change sees the
 old table, one accepted after sees the new one, never a mix. See ``docs/key_cache.md``.
+
+The invalidate unit (INVALIDATE and remote invalidation) is the FSM's INV_* states, in
+:mod:`rnic.keys.invalidate` (``invalidate.py``), whose docstring tells which of the states here
+it goes through.
 """
 
 import types
@@ -37,6 +41,7 @@ from amaranth.lib.wiring import In, Out
 from ..ifaces import CmdOp, CommandSignature, Result
 from ..parts import add as _add
 from ..stream import Queue
+from .invalidate import invalidate_states
 
 __all__ = [
     "KeyType", "Access", "lookup_req_layout", "lookup_resp_layout", "inval_req_layout",
@@ -602,15 +607,17 @@ class KeyCache(wiring.Component):
 
     def _control_fsm(self, m, t):
         """The control FSM ``ctl``, one for the commands (SET_KEY, QUERY_KEY, INVALIDATE) and
-        the remote invalidations, composed of the states of the parts below, and what it
-        drives from its state: the ARG8 select of ``sel_valid_r`` and the loads of the
-        neighbours' keys ``nb`` for the CAM sweep."""
+        the remote invalidations, composed of the states of the parts below and of the
+        invalidate unit (:func:`~rnic.keys.invalidate.invalidate_states`), and what it drives
+        from its state: the ARG8 select of ``sel_valid_r`` and the loads of the neighbours'
+        keys ``nb`` for the CAM sweep."""
         with m.FSM(name="ctl") as ctl:
             self._intake_states(m, t)
             self._search_states(m, t)
             self._query_states(m, t)
             self._set_key_states(m, t)
-            self._invalidate_states(m, t)
+            invalidate_states(self, m, t)
+            self._window_count_states(m, t)
             self._respond_states(m, t)
         m.d.comb += t.sel_mr.eq(ctl.ongoing("SEARCH2"))
         for x, state in enumerate(("SET_CHECK", "SET_OLD", "SET_OLD_W1")):
@@ -989,39 +996,13 @@ class KeyCache(wiring.Component):
                 m.d.sync += result.eq(Result.OK)
                 m.next = "RESPOND"
 
-    def _invalidate_states(self, m, t):
-        """INVALIDATE's and the remote invalidate's states, and the read-modify-write of
-        an MR's bound-window count (inside the control FSM)."""
-        ib, ce, cnt, result, ok_bit = t.ib, t.ce, t.cnt, t.result, t.ok_bit
-        s3_hit, s3_idx, hidx = t.s3_hit, t.s3_idx, t.hidx
-        rmw_addr, rmw_up, nxt = t.rmw_addr, t.rmw_up, t.nxt
-        v_we, v_idx, v_val = t.v_we, t.v_idx, t.v_val
+    def _window_count_states(self, m, t):
+        """The read-modify-write of an MR's bound-window count (inside the control FSM): one more
+        or one fewer window bound to MR ``rmw_addr``, for SET_KEY (a window bound or released)
+        and for an invalidated type 2 window, then on to ``nxt``'s state."""
+        ce, rmw_addr, rmw_up, nxt = t.ce, t.rmw_addr, t.rmw_up, t.nxt
         w_en, w_addr, w_lane, w_extra, w_rmw, w_nwin = (t.w_en, t.w_addr, t.w_lane, t.w_extra,
                                                         t.w_rmw, t.w_nwin)
-        # -- INVALIDATE and remote invalidate
-        with m.State("INV_SEARCHED"):
-            m.d.sync += hidx.eq(s3_idx)
-            with m.If(~s3_hit):
-                m.next = "REFUSE"       # unknown or already invalid key
-            with m.Else():
-                m.next = "INV_READ"
-        self._read_row(m, t, "INV_READ", Cat(hidx, 1), "INV_CHECK")
-        with m.State("INV_CHECK"):
-            fr_ok = (ce.type == KeyType.FAST_REG_MR) & (ce.nwin == 0)
-            mw2 = ce.type == KeyType.MW_TYPE2
-            with m.If(fr_ok | mw2):
-                m.d.comb += [v_we.eq(1), v_idx.eq(hidx), v_val.eq(0)]
-            with m.If(fr_ok):
-                m.next = "INV_OK"
-            with m.Elif(mw2):
-                self._to_rmw(m, t, ce.mr[:ib], 0, 0)
-                m.d.sync += cnt.eq(12)          # `w_word` is lane 5 of a command row
-            with m.Else():
-                m.next = "REFUSE"
-        with m.State("INV_OK"):
-            m.d.sync += [result.eq(Result.OK), ok_bit.eq(1)]
-            m.next = "RESPOND"
-
         # -- read-modify-write of an MR's bound-window count (lane 5 of its command row)
         self._read_row(m, t, "RMW", Cat(rmw_addr, 1), "RMW_WRITE")
         with m.State("RMW_WRITE"):
