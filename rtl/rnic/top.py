@@ -13,12 +13,14 @@ them, so the data path reads top to bottom here (``docs/architecture.md`` has th
   ACKNOWLEDGE and READ response frames (PSN Check's ``ack_out``, to an RTS QP from its remote
   IPv4; a READ response's payload on ``rr_pay``) → READ placement
   (:class:`~rnic.req.read_place.ReadPlace`: the requester's completer judges each READ
-  response, the placement writes it through the READ's SGEs) → Requester; its completions → :class:`~rnic.req.req_context.ReqContext`
-  (send CQN, flush marking, QP-to-ERROR reports, event 4) → CQE Generation. The requester sees
-  the QP context through ``ReqContext``'s shadow table, written from PSN Check's ``qp_set``.
+  response, the placement writes it through the READ's SGEs) → Requester; its completions →
+  :class:`~rnic.req.req_context.ReqContext` (send CQN, flush marking, QP-to-ERROR reports, event 4)
+  → CQE Generation. The requester sees the QP context through ``ReqContext``'s shadow table, written
+  from PSN Check's ``qp_set``.
 * **Transmit**: the TX arbiter picks whole frames (the responder's and the requester's
-  descriptors, round-robin; each frame's gather chunks follow it) for the one TX frame builder (:class:`~rnic.tx.build.TxBuild`: headers, gather reads, IPv4
-  checksum, ICRC), which drives the MAC transmit stream.
+  descriptors, round-robin; each frame's gather chunks follow it) for the one TX frame builder
+  (:class:`~rnic.tx.build.TxBuild`: headers, gather reads, IPv4 checksum, ICRC), which drives the
+  MAC transmit stream.
 * **Host memory**: one AXI4 master (:class:`~rnic.host.axi_master.HostMemory`): read clients
   0 receive WQEs (Execute), 1 send WQEs (Requester), 2 gather data (TX frame builder); write
   clients 0 scatter data (Execute), 1 CQEs, 2 READ response data (READ placement). ARID/AWID =

@@ -37,9 +37,10 @@ word a cycle, round-robin, into the client's output register; a client that does
 its beat is not read for, so it holds up no other client. An ``R`` beat that finds its
 client's buffer empty and the output register free (or being taken) also goes straight into
 that register: on an idle client a beat is offered the cycle after ``R``, not three.
-The data is **not realigned**: the client receives the raw aligned bus beats covering ``[addr, addr + len_bytes)``; byte ``addr % (W/8)`` of the first beat
-is the first requested byte, and the client knows the offset from its own ``addr``. ``last``
-marks the last beat of the request; ``err`` is 1 on every beat whose ``RRESP`` was not OKAY.
+The data is **not realigned**: the client receives the raw aligned bus beats covering
+``[addr, addr + len_bytes)``; byte ``addr % (W/8)`` of the first beat is the first requested byte,
+and the client knows the offset from its own ``addr``. ``last`` marks the last beat of the request;
+``err`` is 1 on every beat whose ``RRESP`` was not OKAY.
 
 Writes
 ------

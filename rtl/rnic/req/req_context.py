@@ -185,7 +185,7 @@ class ReqContext(wiring.Component):
         with m.If(self.ctx_req.ready):
             m.d.sync += rv.eq(self.ctx_req.valid)
 
-        # ---- the requester's progress, for QUERY_QP ------------------------------------------------
+        # ---- the requester's progress, for QUERY_QP ----------------------------------------------
         # Each write is registered before the table: the requester's completer logic that makes
         # it then ends at these flip-flops instead of running on through the table's write
         # address and the read port's forwarding compare. QUERY_QP (a slow-path command) sees a

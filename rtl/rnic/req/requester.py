@@ -294,14 +294,14 @@ class Requester(wiring.Component):
     ack : In(stream.Signature(ack_layout))
         Events of our QPs, in order (``kind``, :class:`~rnic.ifaces.AckKind`): received
         ACKNOWLEDGE packets (WIRE), READ responses placed (PLACED: a positive ACK of its PSN)
-        and READ responses to judge (DECIDE, answered on ``read_dec``). A positive ACK (syndrome bits 6:5 = 0)
-        acknowledges every PSN up to its own and retires the WQEs whose last PSN it covers
-        (coalesced ACKs retire several). A NAK at PSN p acknowledges every PSN before p; then
-        0x60 goes back to p, an RNR NAK (0x20–0x3F) waits its timer and goes back to p, any
-        other NAK ends the QP (0x61 REM_INV_REQ_ERR, 0x62 REM_ACCESS_ERR, else REM_OP_ERR).
-        A NAK for a PSN before ``una`` is stale and ignored. Neither moves ``una`` past the
-        first READ response not yet placed (interface.md §7): an ACK or NAK beyond it stops
-        there and, once per ``una``, makes the engine go back (a gap, counted as a retry).
+        and READ responses to judge (DECIDE, answered on ``read_dec``). A positive ACK (syndrome
+        bits 6:5 = 0) acknowledges every PSN up to its own and retires the WQEs whose last PSN it
+        covers (coalesced ACKs retire several). A NAK at PSN p acknowledges every PSN before p; then
+        0x60 goes back to p, an RNR NAK (0x20–0x3F) waits its timer and goes back to p, any other
+        NAK ends the QP (0x61 REM_INV_REQ_ERR, 0x62 REM_ACCESS_ERR, else REM_OP_ERR). A NAK for a
+        PSN before ``una`` is stale and ignored. Neither moves ``una`` past the first READ response
+        not yet placed (interface.md §7): an ACK or NAK beyond it stops there and, once per ``una``,
+        makes the engine go back (a gap, counted as a retry).
         DECIDE at PSN p acknowledges every PSN before p likewise (IBA implicit ACK) and is
         answered ``ok`` when the oldest unretired WQE is then a READ whose first response not
         yet placed is p.

@@ -280,8 +280,9 @@ class _LateWrite:
     Drive ``addr``, ``data`` and ``en`` as those of a write port; they are registered into the
     memory's port, so the decision to write -- several priorities, some of them decided late in
     the cycle by another block's ``ready`` -- ends at a register, not at the write enable of
-    every LUT-RAM cell of the table. :meth:`read` wraps a non-transparent synchronous read port: a read in the cycle
-    the registered write is applied returns its data, as a read one cycle after the write did.
+    every LUT-RAM cell of the table. :meth:`read` wraps a non-transparent synchronous read port: a
+    read in the cycle the registered write is applied returns its data, as a read one cycle after
+    the write did.
     """
 
     def __init__(self, m, mem, name):

@@ -46,13 +46,12 @@ classifier and the opcode sequencer are :mod:`rnic.resp.psn_rules`.
 Same-QP hazard: an operation is not issued while an operation of its QP that writes the table
 is in R, C or D (its read would miss that write). The one write a read can still miss — that of
 the operation in C when it moves from R to B — is in the write register while the reader is in
-B, and stage B uses it instead of the RAM data (the select a register). Operations of different QPs enter one a
-cycle; operations of one QP two cycles apart: a minimum frame every
-``max(2, ⌈480/W⌉)`` cycles or better, one QP or many (design-rules.md §1). Any full output
-queue stalls all four stages together (whether the operation in C needs that queue or not, to
-keep the decision out of the clock-enable path). Commands (SET_QP/QUERY_QP) wait until the
-pipeline and all outstanding executes are drained, with new frames held back meanwhile; a
-``fault`` is not taken while a command runs.
+B, and stage B uses it instead of the RAM data (the select a register). Operations of different QPs
+enter one a cycle; operations of one QP two cycles apart: a minimum frame every ``max(2, ⌈480/W⌉)``
+cycles or better, one QP or many (design-rules.md §1). Any full output queue stalls all four stages
+together (whether the operation in C needs that queue or not, to keep the decision out of the
+clock-enable path). Commands (SET_QP/QUERY_QP) wait until the pipeline and all outstanding executes
+are drained, with new frames held back meanwhile; a ``fault`` is not taken while a command runs.
 
 Execute-outcome interface (for Key Cache, scatter, invalidate, CQE)
 ------------------------------------------------------------------
