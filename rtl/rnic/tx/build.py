@@ -9,9 +9,10 @@ read client. The :class:`~rnic.tx.arbiter.TxArbiter` ahead of the builder picks 
 routes their chunks in the same order, so the chunks always belong to the descriptors with
 payload in their order.
 
-The whole frame is in an on-chip frame FIFO before its first beat leaves, because the MAC takes
-no gaps (interface.md §2). This block holds the transmit side's one IPv4 checksum and its one
-ICRC generator.
+A frame with payload is whole in an on-chip frame FIFO before its first beat leaves, because
+the MAC takes no gaps (interface.md §2); a frame without payload may leave while its header is
+still written (cut-through, below), its words being written one a cycle. This block holds the
+transmit side's one IPv4 checksum and its one ICRC generator.
 
 Builder (per frame):
 
@@ -45,7 +46,11 @@ index cycles before the ICRC, once the frame's last word is in the unit), muxes 
 pad, the ICRC (little-endian) and the Ethernet padding to 60 bytes, and keeps ``tvalid`` high
 from the first beat to the last; its output queue falls through when empty. The builder
 writes only words the emitter has read, so it fills the next frame while the previous one
-leaves.
+leaves. **Cut-through**: a frame without payload whose header spans three words or more (every
+such frame at W = 64 and 128) has its record queued as its first header word is written; the
+emitter may start it once the ICRC is sure to be there when its word is read, counting the
+cycles until the builder's last word reaches the CRC unit, and no word is read sooner than two
+cycles after its write.
 
 Throughput: a frame takes the builder ``header words + payload beats + 1 per chunk`` cycles
 when the next descriptor's values are ready as its last chunk ends (the frame's record is then
@@ -227,10 +232,10 @@ class TxBuild(wiring.Component):
         _add(t, self._word_register(m, t))
         _add(t, self._crc_feed(m, t))
         _add(t, self._frame_queues(m, t))
+        _add(t, self._builder_flags(m, t))
         _add(t, self._emitter(m, t))
         self._emitter_fsm(m, t)
         _add(t, self._frame_record(m, t))
-        _add(t, self._builder_flags(m, t))
         self._builder_fsm(m, t)
         self._write_select(m, t)
         return m
@@ -241,11 +246,12 @@ class TxBuild(wiring.Component):
         the ring's ports (``wp``, ``rp``), ``crc``, ``outq`` and ``out_cls`` (the counter class of
         the beat on ``tx``, which the emitter drives)."""
         C, W = t.C, t.W
-        # ``no_rw_check``: the emitter reads only the words of frames whose last word has gone
-        # into the CRC unit (every word written before: the CRC input follows the write), the
-        # builder writes only words the emitter has read (``room``; the word of ``acc`` too,
-        # in every cycle from the write that moved acc to it), so an enabled read never meets
-        # an enabled write at one address.
+        # ``no_rw_check``: the emitter reads only words whose last write is done (a frame whose
+        # last word has gone into the CRC unit, every word written before it; a cut-through
+        # frame's word two cycles after its write, see :meth:`_emitter`), the builder writes
+        # only words the emitter has read (``room``; the word of ``acc`` too, in every cycle
+        # from the write that moved acc to it), so an enabled read never meets an enabled
+        # write at one address.
         m.submodules.mem = mem = Memory(shape=W, depth=C, init=[], attrs={"no_rw_check": 1})
         wp = mem.write_port()
         rp = mem.read_port()
@@ -544,7 +550,7 @@ class TxBuild(wiring.Component):
         # The frame FIFO takes acc at its word (wabs) in every cycle acc holds one, not only as it
         # leaves: the last of those writes is the whole word, and the write's enable, address
         # and data are registers (the take does not reach the block RAM). No reader sees the
-        # earlier ones: the emitter starts a frame only with its ICRC, which follows its last word.
+        # earlier ones: the emitter reads a word after its last write (:meth:`_emitter`).
         m.d.comb += [wp.addr.eq(wabs[:CB]), wp.data.eq(acc), wp.en.eq(acc_v),
                      feed_w.eq(Mux(in_pad, crc_last, acc_w)),
                      feed_last.eq(in_pad | acc_last)]
@@ -646,8 +652,24 @@ class TxBuild(wiring.Component):
             """The oldest ICRC in the unit comes by the time word ``cw`` can be read."""
             return Cat(*[pend[j] & (cw >= L - j) for j in range(L)]).any()
 
+        # A cut-through frame (no payload, its record queued as its header starts: see
+        # :meth:`_builder_states`) may start while the builder still writes it. Once the emitter
+        # is at it, every earlier frame's words are read, so ``room`` holds and the builder
+        # writes its words one a cycle without a stall; word k is in the ring two cycles after
+        # its write (``acc`` writes it as it leaves), and its last word goes into the CRC unit
+        # in hdr_last − wcount + 2 cycles from HDR, 1 from FIN. So it may start when the ICRC
+        # is sure to be there by the time word ``cw`` is read, and two words or more are
+        # written (in FIN all are: the builder queues only frames of three words or more so).
+        st, ct, fbase, hdr_last, wcount, room = t.st, t.ct, t.fbase, t.hdr_last, t.wcount, t.room
+
+        def built_soon(base, cw):
+            """The frame at ``base`` is the builder's cut-through frame and may start now."""
+            in_hdr = st["HDR"] & (wcount >= 2) & (cw >= hdr_last - wcount + 2 + L)
+            in_fin = st["FIN"] & (cw >= 1 + L)
+            return ct & room & (base == fbase[:CB]) & (in_hdr | in_fin)
+
         soon = Signal()                  # for the loaded frame (its ICRC word e_cw)
-        m.d.comb += soon.eq(soon_for(e_cw))
+        m.d.comb += soon.eq(soon_for(e_cw) | built_soon(e_base, e_cw))
         eaddr = Signal(WB)
         evalid = Signal()
         eword = Signal(WB)
@@ -706,7 +728,8 @@ class TxBuild(wiring.Component):
 
         rec = recq.o.payload
         rec_soon = Signal()              # ``soon`` for the record at the queue's head
-        m.d.comb += rec_soon.eq(soon_for(rec.crc_end >> lg))
+        m.d.comb += rec_soon.eq(soon_for(rec.crc_end >> lg)
+                                | built_soon(rec.base, rec.crc_end >> lg))
         return types.SimpleNamespace(
             e_base=e_base, e_wlast=e_wlast, e_icrc=e_icrc, e_dword=e_dword, e_cw=e_cw, e_cw1=e_cw1,
             e_dmask=e_dmask, e_fkeep=e_fkeep, e_imask=e_imask, e_c2=e_c2, soon=soon, eaddr=eaddr,
@@ -863,7 +886,10 @@ class TxBuild(wiring.Component):
         st = {n: Signal(name=f"st_{n.lower()}") for n in ("HDR", "DATA", "FLUSH", "FIN", "PAD")}
 
         take = Signal()                  # DATA takes a raw beat
-        return types.SimpleNamespace(st=st, take=take)
+        # the frame being built is a cut-through frame: its record was queued in its first HDR
+        # cycle (see :meth:`_builder_states`); cleared as its last word leaves (FIN)
+        ct = Signal()
+        return types.SimpleNamespace(st=st, take=take, ct=ct)
 
     def _builder_fsm(self, m, t):
         """The builder's FSM: takes a descriptor once its values are ready, writes the header words,
@@ -950,11 +976,12 @@ class TxBuild(wiring.Component):
         CHUNK and DATA start each chunk and take its raw beats, FLUSH ends a chunk, FIN, PAD and
         FAULT end a frame that does not end in FLUSH. ``goto``, ``take_packet`` and
         ``start_chunk`` are :meth:`_builder_fsm`'s."""
-        (acc_hw, acc_last, acc_v, acc_w, bad, c_done, fbase, hdr_last, head_ok, hlast, out_words,
-         padw, parts, pos, pos_end, r_qpn, r_rdr, recq, rk_qpn, rk_v, room, take, wabs, wcount) = (
-            t.acc_hw, t.acc_last, t.acc_v, t.acc_w, t.bad, t.c_done, t.fbase, t.hdr_last, t.head_ok,
-            t.hlast, t.out_words, t.padw, t.parts, t.pos, t.pos_end, t.r_qpn, t.r_rdr, t.recq,
-            t.rk_qpn, t.rk_v, t.room, t.take, t.wabs, t.wcount)
+        (acc_hw, acc_last, acc_v, acc_w, bad, c_done, ct, fbase, hdr_last, head_ok, hlast, kill,
+         out_words, padw, parts, pos, pos_end, r_qpn, r_rdr, recq, rk_qpn, rk_v, room, take, wabs,
+         wcount) = (
+            t.acc_hw, t.acc_last, t.acc_v, t.acc_w, t.bad, t.c_done, t.ct, t.fbase, t.hdr_last,
+            t.head_ok, t.hlast, t.kill, t.out_words, t.padw, t.parts, t.pos, t.pos_end, t.r_qpn,
+            t.r_rdr, t.recq, t.rk_qpn, t.rk_v, t.room, t.take, t.wabs, t.wcount)
         with m.State("IDLE"):
             take_packet()
         with m.State("HDR"):
@@ -962,6 +989,12 @@ class TxBuild(wiring.Component):
             # template's bytes past the header, e.g. an unused IMMDT, are not written)
             with m.If(room):
                 m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
+                # cut-through: a frame without payload, of three header words or more, has
+                # its record queued as its first word is written (``ct``), so the emitter may
+                # start it before its last word is written (:meth:`_emitter`)
+                with m.If((wcount == 0) & pos_end & (hdr_last >= 2) & ~kill & recq.i.ready):
+                    m.d.comb += recq.i.valid.eq(1)
+                    m.d.sync += ct.eq(1)
                 with m.If(hlast):
                     with m.If(pos_end):
                         goto("FIN")
@@ -991,10 +1024,12 @@ class TxBuild(wiring.Component):
                 with m.Else():
                     start_chunk(pos)
         with m.State("FIN"):
-            # the last word leaves acc; the frame's record is queued (its ICRC follows)
-            with m.If(room & recq.i.ready):
-                m.d.comb += recq.i.valid.eq(1)
-                m.d.sync += [acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words),
+            # the last word leaves acc; the frame's record is queued (its ICRC follows), unless
+            # it was queued cut-through
+            with m.If(room & (recq.i.ready | ct)):
+                with m.If(~ct):
+                    m.d.comb += recq.i.valid.eq(1)
+                m.d.sync += [ct.eq(0), acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words),
                              wabs.eq(fbase + out_words)]
                 # (acc_w's tests matter only once a write sets them with acc_w again)
                 m.d.sync += [acc_last.eq(0)] + [f.eq(k == 0) for k, f in acc_hw.items()]
@@ -1048,7 +1083,7 @@ class TxBuild(wiring.Component):
                 m.d.sync += bad.eq(1)
             with m.If(self.rd.resp.payload.last):
                 m.d.sync += parts.eq(parts - 1)
-        with m.If(st["FIN"] & room & recq.i.ready):
+        with m.If(st["FIN"] & room & (recq.i.ready | t.ct)):
             m.d.comb += flush.eq(1)
         with m.If(st["PAD"]):
             m.d.comb += feed_v.eq(1)
