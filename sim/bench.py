@@ -14,21 +14,23 @@ not raised. Only a broken benchmark (no figure, or a figure above its physical l
 """
 
 import json
-import os
 from pathlib import Path
+
+from .knobs import knob
 
 __all__ = ["record", "BENCH_ENV", "RDLAT_ENV", "read_latency", "load", "merge", "table",
            "run_benches", "BENCHES"]
 
+#: the knob naming the file a benchmark's figures go to
 BENCH_ENV = "RNIC_BENCH_OUT"
-#: cycles of host read latency a benchmark of the top runs with (0 = zero-wait host memory);
-#: every figure it records carries ``rd_latency`` in its config
-RDLAT_ENV = "RNIC_BENCH_RDLAT"
+#: the knob giving the cycles of host read latency a benchmark runs with (0 = zero-wait host
+#: memory); every figure it records carries ``rd_latency`` in its config
+RDLAT_ENV = "RNIC_BENCH_READ_LATENCY"
 
 
 def read_latency():
-    """The host read latency the running benchmark asks for ($RNIC_BENCH_RDLAT, default 0)."""
-    return int(os.environ.get(RDLAT_ENV, "0") or 0)
+    """The host read latency the running benchmark asks for ($RNIC_BENCH_READ_LATENCY)."""
+    return knob(RDLAT_ENV)
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +44,7 @@ def record(block, figure, value, *, limit=None, unit="", config=None, target=Non
         config.setdefault("rd_latency", read_latency())
     row = {"block": block, "figure": figure, "value": round(float(value), 4), "unit": unit,
            "limit": limit, "target": target, "config": config}
-    path = os.environ.get(BENCH_ENV)
+    path = knob(BENCH_ENV)
     if path:
         with open(path, "a") as f:
             f.write(json.dumps(row, sort_keys=True) + "\n")

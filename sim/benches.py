@@ -27,7 +27,7 @@ def _register():
     for w in (64, 128, 256, 512):
         cocotb_bench(f"rx_parse-w{w}", lambda w=w: flat_top(RxParse(width=w)),
                      test_module="tb.blocks.cocotb_rx_parse", testcase=["benchmark"],
-                     params={"width": w}, extra_env={"RXP_WIDTH": str(w)})
+                     params={"width": w}, extra_env={"RX_PARSE_WIDTH": str(w)})
 
     def psn_factory(w):
         return flat_top(PsnBench(w))
@@ -40,7 +40,8 @@ def _register():
     for w in (64, 128, 256, 512):
         cocotb_bench(f"psn_check-w{w}", lambda w=w: psn_factory(w),
                      test_module="tb.blocks.cocotb_psn_check", testcase=["benchmark"],
-                     params={"width": w, "bench": PsnBench.REV}, extra_env={"PSN_WIDTH": str(w)})
+                     params={"width": w, "bench": PsnBench.REV},
+                     extra_env={"PSN_CHECK_WIDTH": str(w)})
 
     # execute: zero-wait host memory and 100 cycles of read latency at every width; at W = 64
     # and 512 also without the WQE prefetch (prefetch=0) for comparison
@@ -51,8 +52,9 @@ def _register():
                              lambda w=w, pf=pf: exe_factory(w, pf),
                              test_module="tb.blocks.cocotb_execute", testcase=["bench"],
                              params={"width": w, "prefetch": pf},
-                             extra_env={"EX_WIDTH": str(w), "EX_SEED": "11",
-                                        "EX_PREFETCH": str(pf), "EX_RDLAT": str(lat)})
+                             extra_env={"EXECUTE_WIDTH": str(w), "EXECUTE_SEED": "11",
+                                        "EXECUTE_PREFETCH": str(pf),
+                                        "EXECUTE_READ_LATENCY": str(lat)})
 
     # two cores on one wire: goodput A -> B at every width (W = 64 and 512 share the build of
     # tb/system/test_two_rnic.py; 128 and 256 use the same configuration at their width)

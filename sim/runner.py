@@ -26,6 +26,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from .knobs import check_env, knob
+
 __all__ = ["ROOT", "BUILD", "run_cocotb", "generate_verilog", "simulator_default",
            "verilator_env"]
 
@@ -34,7 +36,7 @@ BUILD = ROOT / "build" / "sim"
 
 
 def simulator_default():
-    return os.environ.get("RNIC_SIM", "icarus")
+    return knob("RNIC_SIM")
 
 
 def _rtl_hash():
@@ -132,8 +134,14 @@ def run_cocotb(name, factory, *, test_module, testcase=None, params=None, toplev
     ``ports_only``: the test drives and watches only the top's ports, so on Verilator, unless a
     waveform or the block trace (``RNIC_TRACE``, which reads internal signals) is asked for, it
     runs on the ports-only model of :func:`run_fast_verilator` at ``-O0``: about half the build
-    time of the every-signal-public model, and several times its speed."""
+    time of the every-signal-public model, and several times its speed.
+
+    ``extra_env`` may name only declared knobs (:mod:`sim.knobs`): a misspelt name would be
+    ignored by the cocotb module and the run would test something else. The variables of this
+    process's environment reach the cocotb module too, and win over ``extra_env`` (cocotb's
+    runner applies them last)."""
     from cocotb_tools.runner import get_runner
+    check_env(extra_env or {})
     simulator = simulator or simulator_default()
     tests = testcase if isinstance(testcase, (list, tuple)) else [testcase] if testcase else []
     label = test_name or "-".join([simulator, *[t for t in tests]] or [simulator])
@@ -204,9 +212,10 @@ def run_fast_verilator(factory, params, *, test_module, testcase, extra_env, tes
     """
     from cocotb_tools.runner import Verilator
 
-    if name == "rnic" and os.environ.get("FUZZ_VERILOG"):
-        # a pinned snapshot (a build/sim/rnic-*/rnic.v): fuzz campaigns unaffected by RTL edits
-        vpath = Path(os.environ["FUZZ_VERILOG"]).resolve()
+    check_env(extra_env)
+    if name == "rnic" and knob("RNIC_PINNED_VERILOG"):
+        # a pinned snapshot (a build/sim/rnic-*/rnic.v): campaigns unaffected by RTL edits
+        vpath = Path(knob("RNIC_PINNED_VERILOG")).resolve()
         cfg = vpath.parent
     else:
         cfg, vpath = generate_verilog(name, factory, params, toplevel=toplevel)

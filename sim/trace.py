@@ -38,6 +38,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .knobs import knob
+
 __all__ = ["Tracer", "PROBES", "load", "steps", "timeline_text", "render_svg", "render",
            "compare", "main"]
 
@@ -188,7 +190,7 @@ class Tracer:
 
     @classmethod
     def attach(cls, dut, *, test=None, out_dir=None, force=False, cores=None):
-        if not force and os.environ.get("RNIC_TRACE", "0") != "1":
+        if not force and not knob("RNIC_TRACE"):
             return _Null()
         return cls(dut, test=test, out_dir=out_dir, cores=cores)
 
@@ -206,7 +208,7 @@ class Tracer:
         label = f"w{self.width}-{self.sim}"
         if cores:
             label = "pair-" + label if len(cores) == 2 else f"{len(cores)}cores-{label}"
-        d = Path(out_dir or os.environ.get("RNIC_TRACE_DIR") or ROOT / "build" / "trace") / label
+        d = Path(out_dir or knob("RNIC_TRACE_DIR") or ROOT / "build" / "trace") / label
         d.mkdir(parents=True, exist_ok=True)
         self.path = d / f"{self.test}.jsonl"
         self.pcap_path = d / f"{self.test}.pcap"

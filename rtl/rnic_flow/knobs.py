@@ -144,8 +144,8 @@ class Registry:
         """The knobs as Markdown: one table per group, then the variables of other programs."""
         out = []
         for title, where, knobs in self.groups:
-            out += [f"**{title}** ({where})", "", "| variable | type | default | set by | meaning |",
-                    "|---|---|---|---|---|"]
+            out += [f"**{title}** ({where})", "",
+                    "| variable | type | default | set by | meaning |", "|---|---|---|---|---|"]
             for k in knobs:
                 out.append(f"| `{k.name}` | {TYPES[k.type][1]} | {k.default_text()} | "
                            f"{k.set_by or 'you'} | {k.meaning} |")

@@ -4,7 +4,6 @@ Also holds the small stream drivers (:class:`Source`, :class:`Sink`) other host-
 import. Drive on FallingEdge, sample after ReadOnly (values then hold until the next rising
 edge, where the transfer happens).
 """
-import os
 import random
 from collections import deque
 
@@ -14,6 +13,7 @@ from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
 from rnic.host import done_layout, read_beat_layout, req_layout, write_beat_layout
 from sim.hostmem import AxiResp, HostMem
+from sim.knobs import knob
 from sim.wrap import pack, unpack
 
 
@@ -189,13 +189,12 @@ def ref_bursts(addr, length, lanes, max_beats):
 class Bench:
     def __init__(self, dut, seed, *, hostile=True, wrap=False):
         self.dut = dut
-        env = os.environ
-        self.W = int(env["HM_WIDTH"])
+        self.W = knob("HOST_MEM_WIDTH")
         self.lanes = self.W // 8
-        self.R = int(env["HM_READ_CLIENTS"])
-        self.C = int(env["HM_WRITE_CLIENTS"])
-        bufs = [int(x) for x in env["HM_READ_BUFFER"].split(",")]
-        self.max_burst = int(env.get("HM_MAX_BURST", min([256] + bufs)))
+        self.R = knob("HOST_MEM_READ_CLIENTS")
+        self.C = knob("HOST_MEM_WRITE_CLIENTS")
+        self.max_burst = (knob("HOST_MEM_MAX_BURST")
+                          or min([256] + knob("HOST_MEM_READ_BUFFER")))
         self.rng = random.Random(seed)
         clk = dut.clk
         if hostile:
@@ -218,7 +217,7 @@ class Bench:
             check(ch, xid, addr, length, *rest)
         self.mem._check_burst = record
         idle, stall = (0.3, 0.3) if hostile else (0.0, 0.0)
-        self.check = BusChecker(dut, int(env["HM_MAX_READS"]), int(env["HM_MAX_WRITES"]))
+        self.check = BusChecker(dut, knob("HOST_MEM_MAX_READS"), knob("HOST_MEM_MAX_WRITES"))
         r = lambda k: random.Random(seed * 100 + k)
         self.rreq = [Source(dut, f"read_{i}__req", req_layout, clk, rng=r(i), idle=idle)
                      for i in range(self.R)]
@@ -270,7 +269,7 @@ class Bench:
             return page - self.rng.randint(1, max(1, length - 1)) if length > 1 else page - 1
         return base + self.rng.randint(0, size - length - 1)
 
-    async def drain(self, limit=int(os.environ.get('HM_LIMIT', 60000))):
+    async def drain(self, limit=knob("HOST_MEM_DRAIN_CYCLES")):
         def done():
             return (all(len([b for b in s.items if b["last"]]) == len(q)
                         for s, q in zip(self.rresp, self.reads))
@@ -339,7 +338,7 @@ async def random_traffic(dut):
         tb.mem.add_guard(base - 0x1000, 0x1000)
         tb.mem.add_guard(base + 0x10000, 0x1000)
     tb.mem.add_guard(rbase, rsize)
-    nreq = int(os.environ.get('HM_NREQ', 14))
+    nreq = knob("HOST_MEM_REQUESTS_PER_CLIENT")
     for n in range(nreq):
         for i in range(tb.R):
             length = tb.rand_len()
@@ -456,11 +455,11 @@ async def throughput(dut):
 
 @cocotb.test()
 async def deep_buffer(dut):
-    """Per-client buffers (HM_READ_BUFFER = "32,128", bursts of 32 beats) against a memory with
-    40 cycles of read latency: client 0's buffer holds one burst, so it has one burst in flight
+    """Per-client buffers (HOST_MEM_READ_BUFFER = "32,128", bursts of 32 beats) against a memory
+    with 40 cycles of read latency: client 0's buffer holds one burst, so it has one burst in flight
     at a time; client 1's holds four, so it keeps up to ``max_reads`` in flight and streams
     several times faster."""
-    bufs = [int(x) for x in os.environ["HM_READ_BUFFER"].split(",")]
+    bufs = knob("HOST_MEM_READ_BUFFER")
     await reset(dut)
     tb = Bench(dut, seed=5, hostile=False)
     tb.mem.min_latency = tb.mem.max_latency = 40
@@ -479,7 +478,7 @@ async def deep_buffer(dut):
     await tb.drain()
     tb.check_reads(0)
     tb.check_reads(1)
-    max_reads = int(os.environ["HM_MAX_READS"])
+    max_reads = knob("HOST_MEM_MAX_READS")
     assert bufs[0] < 2 * min(bufs) and tb.check.id_peak[0] == 1, tb.check.id_peak
     assert tb.check.id_peak[1] == min(max_reads, bufs[1] // min(bufs)), tb.check.id_peak
     assert rate[1] > 2 * rate[0], rate
@@ -546,7 +545,7 @@ async def many_clients(dut):
         return (0 if k < 0.1 else tb.rng.randint(1, tb.lanes) if k < 0.4
                 else tb.rng.randint(1, 600) if k < 0.85 else tb.rng.randint(3000, 4096))
 
-    for n in range(int(os.environ.get("HM_NREQ", 14))):
+    for n in range(knob("HOST_MEM_REQUESTS_PER_CLIENT")):
         for i in range(tb.R):
             ln = length()
             tb.read(i, tb.rand_addr(rbase, rsize, max(ln, 1)), ln, (n * 3 + i) & 0xFF)

@@ -6,7 +6,6 @@ from the RTL.
 """
 
 import itertools
-import os
 import random
 
 import cocotb
@@ -18,9 +17,12 @@ from rnic.control.control_plane import doorbell_layout
 from rnic.control.regmap import BY_NAME, ID_VALUE, REGISTERS
 from rnic.ifaces import NUM_ARGS, CmdOp, cmd_layout, event_layout, resp_layout
 from sim.driver.regs import Regs
+from sim.knobs import knob
 from sim.wrap import pack, unpack
 
-CFG = {k: int(os.environ[k]) for k in ("W", "NUM_QP", "NUM_CQ", "KEYS", "US")}
+CFG = {"W": knob("CONTROL_WIDTH"), "NUM_QP": knob("CONTROL_NUM_QP"),
+       "NUM_CQ": knob("CONTROL_NUM_CQ"), "KEYS": knob("CONTROL_KEY_ENTRIES"),
+       "US": knob("CONTROL_US_CYCLES")}
 
 
 class TB:

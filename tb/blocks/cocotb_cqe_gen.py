@@ -3,7 +3,6 @@
 The reference is a Python model of each CQ (producer, consumer, reservations, arm) and a
 ``struct``-built 32-byte CQE; host memory is sim/hostmem.py's HostMem (latency, back-pressure).
 """
-import os
 import random
 import struct
 
@@ -14,11 +13,12 @@ from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 from rnic.host.cqe_gen import cqe_layout
 from rnic.ifaces import event_layout, qpn_layout
 from sim.hostmem import AxiResp, HostMem
+from sim.knobs import knob
 from tb.blocks.cocotb_axi_master import Sink, Source, reset, wait_until
 from tb.blocks.cocotb_mailbox import ArgRegs, CommandSink, CommandSource
 
-W = int(os.environ.get("CQ_WIDTH", "64"))
-NUM_CQ = int(os.environ.get("CQ_NUM", "4"))
+W = knob("CQE_GEN_WIDTH")
+NUM_CQ = knob("CQE_GEN_NUM_CQ")
 SUCCESS, LOC_QP_OP_ERR, WR_FLUSH_ERR, REM_ACCESS_ERR = 0, 2, 5, 10
 RECV, RECV_RDMA_WITH_IMM, SEND = 128, 129, 0
 WITH_IMM, WITH_INV = 0x02, 0x04

@@ -1,5 +1,4 @@
 """cocotb bench for the CRC-32 unit (driven through sim.wrap.flat_top names)."""
-import os
 import random
 import zlib
 
@@ -8,16 +7,17 @@ from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
 from rnic.crc import crc_init_skipping
+from sim.knobs import knob
 
 
 @cocotb.test()
 async def crc_against_zlib(dut):
-    width = int(os.environ["CRC_WIDTH"])
+    width = knob("CRC_WIDTH")
     nb = width // 8
-    skip = int(os.environ.get("CRC_SKIP", "0"))
+    skip = knob("CRC_SKIP_BYTES")
     # a checker (``residue=``): each body carries its CRC, every third one corrupted in one bit
-    check = int(os.environ.get("CRC_CHECK", "0"))
-    latency = int(os.environ["CRC_LATENCY"])
+    check = int(knob("CRC_CHECKER"))
+    latency = knob("CRC_LATENCY")
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.rst.value = 1
     dut.i_valid.value = 0
@@ -29,9 +29,9 @@ async def crc_against_zlib(dut):
     bodies = [rng.randbytes(nb * extra + tail) for extra in (0, 2) for tail in range(1, nb + 1)]
     # a unit told the packets' length modulo 4 gets only such packets (the region's bytes: the
     # skipped ones and, for a checker, the CRC too)
-    end4 = os.environ.get("CRC_END4", "")
-    if end4:
-        bodies = [b for b in bodies if (skip + len(b) + 4 * check) % 4 == int(end4)]
+    end4 = knob("CRC_END_MOD4")
+    if end4 is not None:
+        bodies = [b for b in bodies if (skip + len(b) + 4 * check) % 4 == end4]
         assert len(bodies) >= nb // 2
     expected = []
     got = []

@@ -6,7 +6,6 @@ of the buffer area (filled with a random pattern first, so every byte outside th
 guard byte) and lists the CQEs; the test compares the whole area byte by byte, every ``done``
 in order and every CQE field.
 """
-import os
 import random
 
 import cocotb
@@ -18,11 +17,12 @@ from rnic.resp.execute import PREFETCH_DEPTH, flush_layout
 from rnic.resp.psn_check import done_layout, exe_layout
 from sim.bench import record
 from sim.hostmem import AxiResp, HostMem
+from sim.knobs import knob
 from sim.models.keys import FAST_REG_MR, MR, set_args
 from tb.blocks.cocotb_axi_master import Sink, Source, reset, wait_until
 from tb.blocks.cocotb_mailbox import ArgRegs, CommandSink, CommandSource
 
-W = int(os.environ.get("EX_WIDTH", "64"))
+W = knob("EXECUTE_WIDTH")
 PD = 5
 CQ_BASE = 0x20000
 CQ_LOG = 8
@@ -297,7 +297,7 @@ def alloc_sges(tb, cursor, total, nsge, lkey=K_RECV, zero=False):
 @cocotb.test()
 async def messages(dut):
     """Random SEND/WRITE messages of 0..several PMTUs, 1-3 SGEs, interleaved across QPs."""
-    tb = TB(dut, seed=int(os.environ.get("EX_SEED", "11")))
+    tb = TB(dut, seed=knob("EXECUTE_SEED"))
     await tb.start()
     pmtu = 256
     cursor = BUF
@@ -501,7 +501,7 @@ async def errors(dut):
     await wait_until(tb.dut, lambda: len(tb.event.items) >= 2, 20000, "read fault")
     assert (tb.event.items[1]["type"], tb.event.items[1]["number"]) == (4, 2)
     nread = sum(1 for (a, _, _) in tb.mem.reads[n_reads:] if a - a % (W // 8) <= bad < a + 64)
-    assert nread == (2 if int(os.environ.get("EX_PREFETCH", "4")) else 1), nread
+    assert nread == (2 if knob("EXECUTE_PREFETCH") else 1), nread
     tb.mem.clear_faults()
     await tb.finish()
 
@@ -513,7 +513,7 @@ async def prefetch(dut):
     WQEs posted ahead are read once, before their message arrives (pool hits); two deep: a
     take keeps the next WQE's slot, small messages back to back read each WQE once; a ring
     moved in the middle of a message is not served from the slot of the old one."""
-    tb = TB(dut, seed=int(os.environ.get("EX_SEED", "11")) + 100)
+    tb = TB(dut, seed=knob("EXECUTE_SEED") + 100)
     await tb.start()
     pmtu = 256
     rng = tb.rng
@@ -663,7 +663,7 @@ async def evict(dut):
     whose WQE was evicted reads it again from its ring slot (it stays there until its
     completion). Data, CQEs and ``done`` against the model, and some WQEs read more than once
     (the re-read happened)."""
-    tb = TB(dut, seed=int(os.environ.get("EX_SEED", "11")) + 200)
+    tb = TB(dut, seed=knob("EXECUTE_SEED") + 200)
     await tb.start()
     pmtu = 256
     rng = tb.rng
@@ -705,7 +705,7 @@ async def evict(dut):
 @cocotb.test()
 async def bench(dut):
     """Benchmarks on a quiet host (no back-pressure, writes answered at once, reads after
-    $EX_RDLAT cycles):
+    $EXECUTE_READ_LATENCY cycles):
 
     * throughput: four 12 KiB SENDs (PMTU 4096, one SGE each) back to back on one QP, their
       WQEs posted as the first packet arrives; payload bytes per cycle from the first payload
@@ -715,8 +715,8 @@ async def bench(dut):
       payload at one beat per cycle: the payload is stored whole upstream) to the last W beat
       of its CQE; the first message and the mean of the others.
     """
-    lat = int(os.environ.get("EX_RDLAT", "0"))
-    pf = int(os.environ.get("EX_PREFETCH", "4"))
+    lat = knob("EXECUTE_READ_LATENCY")
+    pf = knob("EXECUTE_PREFETCH")
     tb = TB(dut, seed=3, backpressure=False, idle=0.0, max_latency=0)
     if lat:
         tb.mem.set_read_latency(lat)
@@ -844,7 +844,7 @@ async def _scatter_run(dut, packets):
         assert masked == data_, f"beat {k}: {masked.hex()} expected {data_.hex()}"
 
 
-@cocotb.test(skip=os.environ.get("EX_TOP") != "scatter")
+@cocotb.test(skip=knob("EXECUTE_DUT") != "scatter")
 async def scatter(dut):
     """ScatterPath alone: random packets cut into 1-4 contiguous pieces at random bus lanes
     (30 % of them with a dropped tail)."""
@@ -863,7 +863,7 @@ async def scatter(dut):
     await _scatter_run(dut, packets)
 
 
-@cocotb.test(skip=os.environ.get("EX_TOP") != "scatter")
+@cocotb.test(skip=knob("EXECUTE_DUT") != "scatter")
 async def scatter_sweep(dut):
     """ScatterPath alone: every (source byte offset mod B, destination lane) pair, so every
     shift the realignment can make from every lane: B packets of B three-byte pieces (3 is odd:

@@ -1,6 +1,5 @@
 """cocotb bench for the Key Cache: random registration, lookup and invalidation traffic against
 sim.models.keys.KeyModel, with lookups offered on every port every cycle (flat_top names)."""
-import os
 import random
 
 import cocotb
@@ -11,6 +10,7 @@ from rnic.ifaces import CmdOp, cmd_layout, resp_layout
 from tb.blocks.cocotb_mailbox import ArgRegs
 from rnic.keys import (inval_req_layout, inval_resp_layout, lookup_req_layout,
                        lookup_resp_layout)
+from sim.knobs import knob
 from sim.models.keys import FAST_REG_MR, MR, MW_TYPE1, MW_TYPE2, KeyModel, set_args
 from sim.wrap import pack, unpack
 
@@ -84,10 +84,10 @@ async def reset(dut):
 
 @cocotb.test()
 async def random_against_model(dut):
-    entries = int(os.environ["KC_ENTRIES"])
-    ports = int(os.environ["KC_PORTS"])
-    cycles = int(os.environ.get("KC_CYCLES", "5000"))
-    rng = random.Random(int(os.environ.get("KC_SEED", "1")))
+    entries = knob("KEY_CACHE_ENTRIES")
+    ports = knob("KEY_CACHE_PORTS")
+    cycles = knob("KEY_CACHE_CYCLES")
+    rng = random.Random(knob("KEY_CACHE_SEED"))
     tr = Traffic(dut, entries, ports, rng)
     model = tr.model
     lk = [(getattr(dut, f"lookup{p}__req_valid"), getattr(dut, f"lookup{p}__req_ready"),

@@ -27,12 +27,13 @@ from rnic.resp.psn_check import ack_out_layout, exe_layout, rq_flush_layout
 from rnic.control.qp_args import qp_arg_layout
 from rnic.resp.qp_context import qp_set_event_layout
 from rnic.tx.build import pkt_layout
+from sim.knobs import knob
 from sim.models.psn import pending_reduce, table_match, tail_reduced
 from sim.models.responder import Frame, ResponderModel
 from sim.wrap import pack, unpack
 from tb.blocks.cocotb_mailbox import ArgRegs
 
-W = int(os.environ.get("PSN_WIDTH", "64"))
+W = knob("PSN_CHECK_WIDTH")
 NB = W // 8
 NUM_QP = 16
 LOCAL_MAC = 0x020000000001
@@ -1226,7 +1227,7 @@ async def run_random(dut, n_pkts, seed, pace, exact):
 @cocotb.test()
 async def random_sequences(dut):
     """Back to back: ACKs may coalesce (checked as the model's frames minus coalescable ACKs)."""
-    await run_random(dut, int(os.environ.get("PSN_RANDOM_PACKETS", "1000")), 4791 + W, 0, False)
+    await run_random(dut, knob("PSN_CHECK_RANDOM_PACKETS"), 4791 + W, 0, False)
 
 
 @cocotb.test()

@@ -8,7 +8,6 @@ and gives the exact sequence of ``ack`` events, the drops, the faults and the ho
 after placement; host memory is compared byte for byte over the whole region, with guard
 regions around it.
 """
-import os
 import random
 from collections import deque
 
@@ -20,10 +19,11 @@ from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
 from rnic.ifaces import AckKind, ack_layout, qpn_layout, read_dec_layout, read_rec_layout
 from rnic.ifaces import resp_hdr_layout
 from sim.hostmem import AxiResp, HostMem
+from sim.knobs import knob
 from sim.wrap import pack, unpack
 from tb.blocks.cocotb_axi_master import Sink, Source
 
-W = int(os.environ.get("RP_WIDTH", "64"))
+W = knob("READ_PLACE_WIDTH")
 B = W // 8
 BUS, MRLEN = 0x0010_0000, 0x20000
 ACKNOWLEDGE, FIRST, MIDDLE, LAST, ONLY = 0x11, 0x0D, 0x0E, 0x0F, 0x10

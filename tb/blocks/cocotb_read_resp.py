@@ -10,7 +10,6 @@ payload bytes from the bench's copy of host memory), the ACK/NAKs and requests a
 IPv4 checksum and the ICRC are recomputed by scapy and by sim/packets.py's ICRC model.
 """
 import logging
-import os
 import random
 
 import cocotb
@@ -26,11 +25,12 @@ from rnic.control.qp_args import qp_arg_layout
 from rnic.ifaces import Counter, read_job_layout
 from rnic.tx.build import chunk_layout, pkt_layout, tx_hdr_layout
 from sim.hostmem import AxiResp, HostMem
+from sim.knobs import knob
 from sim.packets import icrc
 from sim.wrap import unpack
 from tb.blocks.cocotb_axi_master import Source
 
-W = int(os.environ.get("RR_WIDTH", "64"))
+W = knob("READ_RESP_WIDTH")
 LMAC, LIP = 0x020000000001, 0x0A000001
 BUS, MRLEN = 0x0010_0000, 0x10000
 FIRST, MIDDLE, LAST, ONLY = 0x0D, 0x0E, 0x0F, 0x10

@@ -8,7 +8,6 @@ buffers byte for byte.
 """
 import itertools
 import logging
-import os
 import random
 import struct
 
@@ -28,13 +27,14 @@ from rnic.req import ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
 from rnic.control.qp_args import qp_arg_layout
 from rnic.req.requester import doorbell_layout
 from sim.hostmem import HostMem
+from sim.knobs import knob
 from sim.models import requester as model
 from sim.models.keys import set_args
 from sim.wrap import pack, unpack
 from tb.blocks.cocotb_axi_master import Sink, Source
 
-W = int(os.environ.get("RQ_WIDTH", "64"))
-WINDOW = os.environ.get("RQ_WINDOW", "1") == "1"      # the 129-packet window test
+W = knob("REQUESTER_WIDTH")
+WINDOW = knob("REQUESTER_WINDOW_TEST")      # the 129-packet window test
 LMAC, LIP = 0x020000000001, 0x0A000001
 PD = 5
 KEY, KEY_OTHER_PD = 0x12345601, 0x22222202
@@ -261,7 +261,7 @@ async def start(dut, us_cycles=1):
     return tb, src
 
 
-@cocotb.test(skip=os.environ.get("RQ_TEST", "frames") != "frames")
+@cocotb.test(skip=knob("REQUESTER_TEST_GROUP") != "frames")
 async def requester_frames(dut):
     tb, src = await start(dut)
     rng = tb.rng
@@ -470,7 +470,7 @@ async def window(tb, src):
 
 # ---- the Reliability Engine ----------------------------------------------------------------------
 
-US = int(os.environ.get("RQ_US", "2"))     # clock cycles per microsecond (US_CYCLES)
+US = knob("REQUESTER_US_CYCLES")     # clock cycles per microsecond (US_CYCLES)
 RT = 6                                     # timeout code: 4.096 µs · 64 → 263 µs
 
 
@@ -560,7 +560,7 @@ async def quiet(tb, cycles, label):
     assert await tb.completions(0, label) == [], f"{label}: unexpected completion"
 
 
-@cocotb.test(skip=os.environ.get("RQ_TEST", "frames") != "retry")
+@cocotb.test(skip=knob("REQUESTER_TEST_GROUP") != "retry")
 async def requester_retry(dut):
     """Lost request, lost ACK, go-back-N mid-message, RNR, exhaustion, remote NAKs, kill."""
     tb, src = await start(dut, US)
@@ -722,7 +722,7 @@ async def requester_retry(dut):
 
 # ---- timer bounds (interface.md §6) ---------------------------------------------------------------
 
-NUM_QP_T = int(os.environ.get("RQ_NUM_QP", "16"))
+NUM_QP_T = knob("REQUESTER_NUM_QP")
 RT_1MS = 8              # retransmit timeout code 8: 4.096 µs · 2^8 = 1048.576 µs
 RNR_1MS = 14            # RNR NAK timer code 14: 1.28 ms (roce-reference.md §2)
 SCAN_QUOTA = 8          # QPs judged per scan turn while an ACK waits (docs/requester.md)
@@ -756,7 +756,7 @@ class AckWatch:
                     self.taken.setdefault(key, now())
 
 
-@cocotb.test(skip=os.environ.get("RQ_TEST", "frames") != "timers")
+@cocotb.test(skip=knob("REQUESTER_TEST_GROUP") != "timers")
 async def requester_timers(dut):
     """Retransmit (timeout 8, 1.05 ms) and RNR (code 14, 1.28 ms) timers at NUM_QP_T QPs, with
     the completer idle, then under a continuous stream of ACKs: each retransmission starts no
@@ -876,7 +876,7 @@ async def requester_timers(dut):
 
 # ---- the shared in-flight ring (docs/requester.md, "In-flight ring") -------------------------------
 
-RING_FREE = int(os.environ.get("RQ_RING", "0")) - 16    # entries beyond one per QP (N = 16)
+RING_FREE = knob("REQUESTER_RING_DEPTH") - 16    # entries beyond one per QP (N = 16)
 
 
 async def ring_frames(tb, rels, exp, n, label, cycles=3000):
@@ -893,7 +893,7 @@ async def ring_frames(tb, rels, exp, n, label, cycles=3000):
     assert tb.tx.empty(), f"{label}: more than {n} frames"
 
 
-@cocotb.test(skip=os.environ.get("RQ_TEST", "frames") != "ring")
+@cocotb.test(skip=knob("REQUESTER_TEST_GROUP") != "ring")
 async def requester_ring(dut):
     """A ring of 16 entries beyond the QPs' own: WQEs of three QPs beyond it wait (the QPs park)
     and go on ACKs; a QP reset with WQEs unretired and a QP ended by a NAK give their entries

@@ -1,10 +1,8 @@
 """cocotb bench for RX Parse (rnic.rx.RxParse through sim.wrap.flat_top names).
 
-Environment: RXP_WIDTH (data width), RXP_FULL=1 (full cross product), RXP_OUT (JSON results
-file for the benchmark and latency numbers).
+Knobs: the RX_PARSE_* of sim/knobs.py (docs/testing.md).
 """
 import json
-import os
 import random
 
 import cocotb
@@ -15,12 +13,13 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStream
 from rnic import wire
 from rnic.ifaces import rx_meta_layout
 from rnic.opcodes import Op
+from sim.knobs import knob
 from sim.packets import (LOCAL_IP, LOCAL_MAC, build_frame, drop_reason, expected_meta, icrc)
 from sim.wrap import unpack
 
-WIDTH = int(os.environ.get("RXP_WIDTH", "64"))
+WIDTH = knob("RX_PARSE_WIDTH")
 LANES = WIDTH // 8
-FULL = os.environ.get("RXP_FULL") == "1"
+FULL = knob("RX_PARSE_FULL")
 
 SENDS = [Op.SEND_FIRST, Op.SEND_MIDDLE, Op.SEND_LAST, Op.SEND_LAST_WITH_IMMEDIATE,
          Op.SEND_ONLY, Op.SEND_ONLY_WITH_IMMEDIATE, Op.SEND_LAST_WITH_INVALIDATE,
@@ -672,7 +671,7 @@ async def benchmark(dut):
                         ("max", "back-to-back 4,198-byte frames")):
         record("rx_parse", f"beats/cycle, {label}", results[name]["beats_per_cycle"],
                limit=1.0, target=1.0, config={"W": WIDTH})
-    out = os.environ.get("RXP_OUT")
+    out = knob("RX_PARSE_BENCH_FILE")
     if out:
         with open(out, "w") as fh:
             json.dump(results, fh)
@@ -680,12 +679,13 @@ async def benchmark(dut):
 
 
 
-@cocotb.test(skip=os.environ.get("RXP_DBG") is None)
+@cocotb.test(skip=knob("RX_PARSE_DEBUG_FRAMES") is None)
 async def debug(dut):
-    """RXP_DBG="op:len,op:len;..." sends each ';'-group and logs what came out (for debugging)."""
+    """RX_PARSE_DEBUG_FRAMES="op:len,op:len;..." sends each ';'-group and logs what came out
+    (for debugging)."""
     tb = await new_tb(dut)
     rng = random.Random(1)
-    for spec in os.environ.get("RXP_DBG", "").split(";"):
+    for spec in knob("RX_PARSE_DEBUG_FRAMES").split(";"):
         ops = [(int(a.split(":")[0], 0), int(a.split(":")[1])) for a in spec.split(",")]
         frames = [random_frame(rng, op, n) for op, n in ops]
         got = await tb.run(frames, check=False)

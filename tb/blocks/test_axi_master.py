@@ -19,8 +19,8 @@ CFG = dict(read_clients=2, write_clients=2, max_reads=3, max_writes=3, read_buff
 def test_axi_master(width):
     run_cocotb("axi_master", lambda: flat_top_axi(HostMemory(width=width, **CFG)),
                params={"width": width, **CFG}, test_module="tb.blocks.cocotb_axi_master",
-               extra_env={"HM_WIDTH": str(width),
-                          **{f"HM_{k.upper()}": ",".join(map(str, v)) if isinstance(v, tuple)
+               extra_env={"HOST_MEM_WIDTH": str(width),
+                          **{f"HOST_MEM_{k.upper()}": ",".join(map(str, v)) if isinstance(v, tuple)
                              else str(v) for k, v in CFG.items()}},
                test_name=f"w{width}")
 
@@ -43,8 +43,8 @@ def test_axi_master_configs(cfg):
                testcase=["faults", "slow_reader", "top_of_address_space", "many_clients",
                          "fast_fire"]
                if c["read_clients"] > 1 else ["top_of_address_space", "many_clients", "fast_fire"],
-               extra_env={"HM_WIDTH": "64",
-                          **{f"HM_{k.upper()}": ",".join(map(str, v)) if isinstance(v, tuple)
+               extra_env={"HOST_MEM_WIDTH": "64",
+                          **{f"HOST_MEM_{k.upper()}": ",".join(map(str, v)) if isinstance(v, tuple)
                              else str(v) for k, v in c.items()}},
                test_name=f"w64-{cfg}")
 

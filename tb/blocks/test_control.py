@@ -22,6 +22,7 @@ def test_control(cfg):
     c = CONFIGS[cfg]
     run_cocotb("control", lambda: flat_top(ControlPlane(c)), params=c.as_dict(),
                test_module="tb.blocks.cocotb_control", testcase=TESTS, test_name=cfg,
-               extra_env={"W": str(c.data_width), "NUM_QP": str(c.num_qp),
-                          "NUM_CQ": str(c.num_cq), "KEYS": str(c.key_entries),
-                          "US": str(c.us_cycles)})
+               extra_env={"CONTROL_WIDTH": str(c.data_width),
+                          "CONTROL_NUM_QP": str(c.num_qp), "CONTROL_NUM_CQ": str(c.num_cq),
+                          "CONTROL_KEY_ENTRIES": str(c.key_entries),
+                          "CONTROL_US_CYCLES": str(c.us_cycles)})

@@ -42,7 +42,7 @@ class CqeTop(wiring.Component):
 def test_cqe_gen(width):
     run_cocotb("cqe_gen", lambda: flat_top_axi(CqeTop(width, NUM_CQ)),
                params={"width": width, "num_cq": NUM_CQ}, test_module="tb.blocks.cocotb_cqe_gen",
-               extra_env={"CQ_WIDTH": str(width), "CQ_NUM": str(NUM_CQ)},
+               extra_env={"CQE_GEN_WIDTH": str(width), "CQE_GEN_NUM_CQ": str(NUM_CQ)},
                test_name=f"w{width}")
 
 

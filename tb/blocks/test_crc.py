@@ -31,9 +31,9 @@ def test_crc(width, skip, check, end4, lat):
                params={"width": width, "init": init, "residue": residue, "end4": end4,
                        "latency": lat},
                test_module="tb.blocks.cocotb_crc",
-               extra_env={"CRC_WIDTH": str(width), "CRC_SKIP": str(skip),
-                          "CRC_CHECK": str(int(check)), "CRC_LATENCY": str(unit().latency),
-                          "CRC_END4": "" if end4 is None else str(end4)},
+               extra_env={"CRC_WIDTH": str(width), "CRC_SKIP_BYTES": str(skip),
+                          "CRC_CHECKER": str(int(check)), "CRC_LATENCY": str(unit().latency),
+                          "CRC_END_MOD4": "" if end4 is None else str(end4)},
                test_name=f"w{width}-s{skip}-c{int(check)}-e{end4}-l{lat}")
 
 

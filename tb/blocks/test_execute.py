@@ -22,8 +22,8 @@ def _run(width, testcase, label, seed=11, prefetch=4, env=None):
     run_cocotb("execute", lambda: flat_top_axi(ExecuteBench(width, prefetch, NUM_QP)),
                params={"width": width, "num_qp": NUM_QP, "prefetch": prefetch},
                test_module="tb.blocks.cocotb_execute", testcase=testcase,
-               extra_env={"EX_WIDTH": str(width), "EX_SEED": str(seed),
-                          "EX_PREFETCH": str(prefetch), **(env or {})},
+               extra_env={"EXECUTE_WIDTH": str(width), "EXECUTE_SEED": str(seed),
+                          "EXECUTE_PREFETCH": str(prefetch), **(env or {})},
                test_name=f"w{width}-p{prefetch}-{label}-s{seed}")
 
 
@@ -67,14 +67,15 @@ def test_execute_evict(width, prefetch):
 @pytest.mark.parametrize("width", [64, 512])
 @pytest.mark.parametrize("rdlat", [pytest.param(0, marks=pytest.mark.full), 100])
 def test_execute_bench(width, rdlat):
-    _run(width, ["bench"], f"bench-rd{rdlat}", env={"EX_RDLAT": str(rdlat)})
+    _run(width, ["bench"], f"bench-rd{rdlat}", env={"EXECUTE_READ_LATENCY": str(rdlat)})
 
 
 @pytest.mark.parametrize("width", [64, 512])
 def test_scatter(width):
     run_cocotb("scatter", lambda: flat_top(ScatterPath(width=width)), params={"width": width},
                test_module="tb.blocks.cocotb_execute", testcase=["scatter", "scatter_sweep"],
-               extra_env={"EX_WIDTH": str(width), "EX_TOP": "scatter"}, test_name=f"w{width}")
+               extra_env={"EXECUTE_WIDTH": str(width), "EXECUTE_DUT": "scatter"},
+               test_name=f"w{width}")
 
 
 def test_parameters_refused():

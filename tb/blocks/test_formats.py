@@ -14,6 +14,7 @@ import pytest
 from rnic.formats import (CQE_FORMAT, CQE_WITH_IMM, CQE_WITH_INVALIDATE, RECV_WQE_FORMAT,
                           SEND_SIGNALED, SEND_SOLICITED, SEND_WQE_FORMAT, Cqe, RecvWqe, SendWqe,
                           Sge)
+from sim.knobs import knob
 from sim.runner import ROOT
 
 # interface.md §5, verbatim
@@ -126,7 +127,7 @@ def test_flag_values_are_the_contract():
 
 def _contract_path():
     """interface.md: ``$RNIC_INTERFACE_MD``, else the shared spec beside the checkout."""
-    path = os.environ.get("RNIC_INTERFACE_MD")
+    path = knob("RNIC_INTERFACE_MD")
     if path:
         return path
     shared = os.path.join(ROOT, "..", "shared", "spec", "interface.md")

@@ -510,8 +510,8 @@ def _cocotb(entries, ports, cycles, seed):
     from sim.wrap import flat_top
     run_cocotb("key_cache", lambda: flat_top(KeyCache(key_entries=entries, num_ports=ports)),
                params={"entries": entries, "ports": ports}, test_module="tb.blocks.cocotb_key_cache",
-               extra_env={"KC_ENTRIES": str(entries), "KC_PORTS": str(ports),
-                          "KC_CYCLES": str(cycles), "KC_SEED": str(seed)},
+               extra_env={"KEY_CACHE_ENTRIES": str(entries), "KEY_CACHE_PORTS": str(ports),
+                          "KEY_CACHE_CYCLES": str(cycles), "KEY_CACHE_SEED": str(seed)},
                test_name=f"k{entries}-p{ports}-s{seed}-c{cycles}")
 
 

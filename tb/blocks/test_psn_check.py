@@ -20,7 +20,7 @@ def _run(width, tests=None, name=None, extra=None):
     run_cocotb("psn_check", lambda: flat_top(PsnBench(width)),
                params={"width": width, "bench": PsnBench.REV},
                test_module="tb.blocks.cocotb_psn_check", testcase=tests,
-               extra_env={"PSN_WIDTH": str(width), **(extra or {})},
+               extra_env={"PSN_CHECK_WIDTH": str(width), **(extra or {})},
                test_name=name or f"w{width}")
 
 
@@ -34,7 +34,7 @@ def test_psn_check(width):
 @pytest.mark.parametrize("width", [64, 512])
 def test_psn_check_random_long(width):
     _run(width, tests=["random_sequences", "tshark_decodes_every_frame"], name=f"w{width}-long",
-         extra={"PSN_RANDOM_PACKETS": "20000"})
+         extra={"PSN_CHECK_RANDOM_PACKETS": "20000"})
 
 
 def test_psn_rules():

@@ -68,7 +68,7 @@ def test_read_place(width):
     mark."""
     run_cocotb("read_place", lambda: flat_top_axi(ReadPlaceHarness(width)),
                params={"width": width}, test_module="tb.blocks.cocotb_read_place", testcase=TESTS,
-               extra_env={"RP_WIDTH": str(width)}, test_name=f"w{width}")
+               extra_env={"READ_PLACE_WIDTH": str(width)}, test_name=f"w{width}")
 
 
 def test_params():

@@ -88,7 +88,7 @@ class ReadRespHarness(wiring.Component):
 def _run(width, test):
     run_cocotb("read_resp", lambda: flat_top_axi(ReadRespHarness(width)),
                params={"width": width}, test_module="tb.blocks.cocotb_read_resp", testcase=test,
-               extra_env={"RR_WIDTH": str(width)}, test_name=f"w{width}-{test}")
+               extra_env={"READ_RESP_WIDTH": str(width)}, test_name=f"w{width}-{test}")
 
 
 @pytest.mark.parametrize("width", [64, 512])

@@ -88,9 +88,10 @@ def _run(width, window, label, test="frames", us=2, num_qp=NUM_QP, simulator=Non
         params["ring_depth"] = ring_depth
     run_cocotb("requester", lambda: flat_top_axi(ReqHarness(width, num_qp, ring_depth)),
                params=params, test_module="tb.blocks.cocotb_requester", simulator=simulator,
-               extra_env={"RQ_WIDTH": str(width), "RQ_WINDOW": str(int(window)),
-                          "RQ_TEST": test, "RQ_US": str(us), "RQ_NUM_QP": str(num_qp),
-                          "RQ_RING": str(ring_depth or 0)},
+               extra_env={"REQUESTER_WIDTH": str(width),
+                          "REQUESTER_WINDOW_TEST": str(int(window)), "REQUESTER_TEST_GROUP": test,
+                          "REQUESTER_US_CYCLES": str(us), "REQUESTER_NUM_QP": str(num_qp),
+                          "REQUESTER_RING_DEPTH": str(ring_depth or 0)},
                test_name=f"w{width}-{label}")
 
 

@@ -23,7 +23,7 @@ TESTS = ["good_frames", "icrc_vectors", "icrc_coverage", "drop_1_mac_error",
 def _run(width, tests, label, env=None):
     return run_cocotb("rx_parse", lambda: flat_top(RxParse(width=width)),
                       params={"width": width}, test_module="tb.blocks.cocotb_rx_parse",
-                      testcase=tests, extra_env={"RXP_WIDTH": str(width), **(env or {})},
+                      testcase=tests, extra_env={"RX_PARSE_WIDTH": str(width), **(env or {})},
                       test_name=f"w{width}-{label}")
 
 
@@ -53,7 +53,7 @@ def test_rx_parse_max_frames_backpressure(width):
 @pytest.mark.parametrize("width", WIDTHS)
 def test_rx_parse_benchmark(width, tmp_path):
     out = tmp_path / "bench.json"
-    _run(width, ["benchmark"], "bench", {"RXP_OUT": str(out)})
+    _run(width, ["benchmark"], "bench", {"RX_PARSE_BENCH_FILE": str(out)})
     res = json.loads(out.read_text())
     print(f"RX Parse W={width}: {res}")
     for name in ("min60", "min62_1B", "max"):
@@ -63,7 +63,7 @@ def test_rx_parse_benchmark(width, tmp_path):
 @pytest.mark.full
 @pytest.mark.parametrize("width", WIDTHS)
 def test_rx_parse_full(width):
-    _run(width, ["good_frames"], "full", {"RXP_FULL": "1"})
+    _run(width, ["good_frames"], "full", {"RX_PARSE_FULL": "1"})
 
 
 # ---- Python side: the packet model against the reference vectors and scapy -------------------

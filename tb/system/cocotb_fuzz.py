@@ -30,19 +30,8 @@ Invariants, checked after every batch of frames (and ``tready`` on its edges):
 5. the clean traffic completes byte-exact: one CQE per SEND with its wr_id and length, the data
    in its buffer, every WRITE's data in place, the clean QPs' ePSN as expected.
 
-Environment: ``FUZZ_FRAMES`` (hostile frames, default 600), ``FUZZ_SEED``, ``FUZZ_BATCH``
-(frames per check, default 40), ``FUZZ_JUMBO`` (1 = include jumbo frames), ``FUZZ_REPORT`` (a
-JSON file for the figures), ``FUZZ_RUNT_SLOT`` (1 = pace runts at a 60-byte frame's time),
-``FUZZ_STRICT_ACK`` (1, the default = an ACKNOWLEDGE from a foreign IPv4 / to a QP in RESET must count 6; 0 = the behaviour before that fix),
-``FUZZ_IFG`` (idle cycles after every frame, default 0),
-``FUZZ_SERIAL`` (1 = attribution mode: every hostile frame alone, counter 6 checked after each),
-``FUZZ_KEEP_GOING`` (1 = count every invariant violation and fail at the end, 0 = fail at the
-first), ``FUZZ_SCAPY_FIRST``/``FUZZ_SCAPY_EVERY`` (frames compared with scapy's build, see
-tb/system/fuzz_frames.py), ``FUZZ_PROFILE`` (a cProfile output file), ``FUZZ_DUMP_BATCH`` /
-``FUZZ_DUMP_FILE`` (write that batch's frames, as sent, to a file), ``FUZZ_TRACE`` (a file: PSN
-Check's inputs and decisions cycle by cycle; Icarus only, it reads internal signals),
-``FUZZ_TRACE_STALL`` = ``lo,hi`` with ``FUZZ_TRACE_FILE`` (the RX Parse / PSN Check / Execute
-handshakes on every cycle in [lo, hi); Icarus only).
+Knobs: the FUZZ_* of sim/knobs.py (docs/testing.md), among them the campaign's size and seed,
+attribution modes and traces.
 
 Every check is counted per invariant (``invariants`` in the report: checks, violations, the
 first messages). Checks run once the core is quiescent: counters, AXI traffic and the transmit
@@ -55,7 +44,6 @@ QP at PSNs behind, at and ahead of its ePSN count as 6 and draw nothing.
 """
 
 import json
-import os
 import random
 import struct
 import time
@@ -68,6 +56,7 @@ from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 from rnic.opcodes import OPCODES, Op, WcStatus
 from sim.driver.regs import Regs
 from sim.driver.verbs import Access, Device, QpState
+from sim.knobs import knob
 from sim.packets import (LOCAL_IP, LOCAL_MAC, REMOTE_IP, REMOTE_MAC, build_frame, decode_frame,
                          drop_reason, icrc)
 from tb.system.fuzz_frames import CheckedBuilder
@@ -123,8 +112,8 @@ class Fuzzer:
         self.rng = rng
         self.jumbo = jumbo
         #: scapy's build_frame, packed by struct and compared with scapy on a sample
-        self.frame = CheckedBuilder(int(os.environ.get("FUZZ_SCAPY_FIRST", "100")),
-                                    int(os.environ.get("FUZZ_SCAPY_EVERY", "250")))
+        self.frame = CheckedBuilder(knob("FUZZ_SCAPY_CHECK_FIRST"),
+                                    knob("FUZZ_SCAPY_CHECK_EVERY"))
         self.victim_psn = dict(PSN0)
 
     def payload(self, n):
@@ -256,13 +245,13 @@ RUNT = 60
 SETTLE = 200                   # cycles of no activity that make the core quiescent
 #: 1: a frame shorter than 60 bytes is followed by idle beats up to a 60-byte frame's time
 #: (as on a real wire); 0 (default): runts back to back, one beat after the other
-RUNT_SLOT = int(os.environ.get("FUZZ_RUNT_SLOT", "0"))
+RUNT_SLOT = knob("FUZZ_RUNT_PACING")
 NUM_QP = 16
 #: idle cycles after every frame (0, the default: frames back to back, one beat a cycle, harsher
 #: than any wire; 3 at W=64 = the 24 bytes of FCS, preamble and inter-frame gap of Ethernet)
-IFG = int(os.environ.get("FUZZ_IFG", "0"))
-SERIAL = int(os.environ.get("FUZZ_SERIAL", "0"))
-STRICT_ACK = int(os.environ.get("FUZZ_STRICT_ACK", "1"))
+IFG = knob("FUZZ_GAP_CYCLES")
+SERIAL = knob("FUZZ_SERIAL_HOSTILE")
+STRICT_ACK = knob("FUZZ_STRICT_ACK")
 
 
 class FuzzTB:
@@ -296,9 +285,9 @@ class FuzzTB:
                 self.low_at.append((t0, n, self.src.current, before))
 
     async def trace_psn(self, path):
-        """FUZZ_TRACE (Icarus only: needs the internal signals): one line per request entering
-        PSN Check (its dqpn) and per stage-C decision (kind, QP index, drop, counter-6 strobe),
-        for attributing a counter-6 shortfall to a frame."""
+        """FUZZ_TRACE_PSN_FILE (Icarus only: needs the internal signals): one line per request
+        entering PSN Check (its dqpn) and per stage-C decision (kind, QP index, drop, counter-6
+        strobe), for attributing a counter-6 shortfall to a frame."""
         p = self.dut.psn_check
         with open(path, "w", buffering=1) as fh:        # line-buffered: the end of a run counts
             while True:
@@ -315,8 +304,9 @@ class FuzzTB:
                     fh.write(f"{cyc} ack_out\n")
 
     async def trace_stall(self, path, lo, hi):
-        """FUZZ_TRACE_STALL=lo,hi (Icarus only): per cycle in [lo, hi), the handshakes between
-        RX Parse, PSN Check and Execute, for locating what holds ``s_axis_rx_tready`` low."""
+        """FUZZ_TRACE_STALL_CYCLES=lo,hi (Icarus only): per cycle in [lo, hi), the handshakes
+        between RX Parse, PSN Check and Execute, for locating what holds ``s_axis_rx_tready``
+        low."""
         d, p = self.dut, self.dut.psn_check
         sig = [("rx_tready", d.s_axis_rx_tready), ("rx_tvalid", d.s_axis_rx_tvalid),
                ("meta_v", p.meta__valid), ("meta_r", p.meta__ready),
@@ -374,11 +364,11 @@ class FuzzTB:
             await self.arm_victim(q, reset=False)
         self.epsn = {q: PSN0[q] for q in CLEAN}
         cocotb.start_soon(self.watch_tready())
-        if os.environ.get("FUZZ_TRACE"):
-            cocotb.start_soon(self.trace_psn(os.environ["FUZZ_TRACE"]))
-        if os.environ.get("FUZZ_TRACE_STALL"):
-            lo, hi = (int(x) for x in os.environ["FUZZ_TRACE_STALL"].split(","))
-            cocotb.start_soon(self.trace_stall(os.environ.get("FUZZ_TRACE_FILE", "stall.txt"),
+        if knob("FUZZ_TRACE_PSN_FILE"):
+            cocotb.start_soon(self.trace_psn(knob("FUZZ_TRACE_PSN_FILE")))
+        if knob("FUZZ_TRACE_STALL_CYCLES"):
+            lo, hi = knob("FUZZ_TRACE_STALL_CYCLES")
+            cocotb.start_soon(self.trace_stall(knob("FUZZ_TRACE_STALL_FILE"),
                                                lo, hi))
         await ClockCycles(dut.clk, 10)
         self.monitoring = True
@@ -397,7 +387,7 @@ class FuzzTB:
 @cocotb.test()
 async def fuzz(dut):
     prof = None
-    if os.environ.get("FUZZ_PROFILE"):
+    if knob("FUZZ_PROFILE_FILE"):
         import cProfile
         prof = cProfile.Profile()
         prof.enable()
@@ -406,18 +396,18 @@ async def fuzz(dut):
     finally:
         if prof is not None:
             prof.disable()
-            prof.dump_stats(os.environ["FUZZ_PROFILE"])
+            prof.dump_stats(knob("FUZZ_PROFILE_FILE"))
 
 
 async def _fuzz(dut):
-    seed = int(os.environ.get("FUZZ_SEED", "1"))
-    total = int(os.environ.get("FUZZ_FRAMES", "600"))
-    batch = int(os.environ.get("FUZZ_BATCH", "40"))
+    seed = knob("FUZZ_SEED")
+    total = knob("FUZZ_FRAMES")
+    batch = knob("FUZZ_BATCH")
     rng = random.Random(seed)
     tb = FuzzTB(dut, seed)
     await tb.start()
     dev, mem, regs = tb.dev, tb.mem, tb.regs
-    fz = Fuzzer(rng, os.environ.get("FUZZ_JUMBO", "1") == "1")
+    fz = Fuzzer(rng, knob("FUZZ_JUMBO"))
     fz.victim_base = tb.victim_base
 
     stats = {"frames": 0, "hostile": 0, "clean_frames": 0, "clean_messages": 0,
@@ -440,7 +430,7 @@ async def _fuzz(dut):
     sweep_frames = [(bytes(sweep[:n]), 0) for n in range(1, len(sweep))]
 
     invariants = stats["invariants"] = {}
-    keep_going = os.environ.get("FUZZ_KEEP_GOING", "0") == "1"
+    keep_going = knob("FUZZ_KEEP_GOING")
 
     def inv(name, ok, msg):
         """Count one check of invariant ``name``; a violation raises at once, or with
@@ -562,9 +552,9 @@ async def _fuzz(dut):
         for h in hostile:
             seq.insert(rng.randint(0, len(seq)), h)
         n_clean = len(clean_seq)
-        if os.environ.get("FUZZ_DUMP_BATCH") == str(stats["batches"]):
+        if knob("FUZZ_DUMP_BATCH") == stats["batches"]:
             # the batch as sent, one frame a line (for tracing a violation)
-            with open(os.environ.get("FUZZ_DUMP_FILE", "fuzz-batch.txt"), "w") as fh:
+            with open(knob("FUZZ_DUMP_BATCH_FILE"), "w") as fh:
                 for i, (f, tu, reason, elig, kind) in enumerate(seq):
                     h = f.ljust(74, b"\0")
                     fh.write(f"{i} {kind} reason={reason} elig={elig} tuser={tu} len={len(f)} "
@@ -714,12 +704,12 @@ async def _fuzz(dut):
             dut._log.info("fuzz: %d frames (%d hostile), %.1f frames/s, reasons %s",
                           stats["frames"], stats["hostile"],
                           stats["frames"] / (time.monotonic() - t0), stats["by_reason"])
-            if os.environ.get("FUZZ_REPORT"):
+            if knob("FUZZ_REPORT_FILE"):
                 # progress of a long run: the figures so far
                 stats["wall_seconds"] = round(time.monotonic() - t0, 1)
                 stats["sim_cycles"] = tb.mem.cycle - cyc0
                 stats["frames_per_second"] = round(stats["frames"] / stats["wall_seconds"], 1)
-                with open(os.environ["FUZZ_REPORT"] + ".progress", "w") as fh:
+                with open(knob("FUZZ_REPORT_FILE") + ".progress", "w") as fh:
                     json.dump(stats, fh, indent=1)
         vc = await dev.poll_cq(tb.vcq)
         cum_victim_ok += sum(1 for x in vc if x.status == WcStatus.SUCCESS)
@@ -782,7 +772,7 @@ async def _fuzz(dut):
     dut._log.info("fuzz figures: %s", json.dumps(stats))
     stats["invariant_checks"] = sum(v["checked"] for v in invariants.values())
     stats["invariant_violations"] = sum(v["violated"] for v in invariants.values())
-    out = os.environ.get("FUZZ_REPORT")
+    out = knob("FUZZ_REPORT_FILE")
     if out:
         with open(out, "w") as fh:
             json.dump(stats, fh, indent=1)
@@ -818,7 +808,7 @@ async def foreign_ip_duplicate(dut):
         not tb.mem.writes, tb.mem.writes
 
 
-@cocotb.test(skip=os.environ.get("FUZZ_SPEED") is None)
+@cocotb.test(skip=knob("FUZZ_IDLE_SPEED_CYCLES") is None)
 async def idle_speed(dut):
     """Raw simulator speed: the clock alone (no Python per cycle), for the fuzz's profile."""
     from cocotb.triggers import Timer
@@ -826,7 +816,7 @@ async def idle_speed(dut):
     dut.rst.value = 1
     await Timer(100, "ns")
     dut.rst.value = 0
-    n = int(os.environ.get("FUZZ_SPEED"))
+    n = knob("FUZZ_IDLE_SPEED_CYCLES")
     t = time.monotonic()
     await Timer(10 * n, "ns")
     dt = time.monotonic() - t

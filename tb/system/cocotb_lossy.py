@@ -23,12 +23,13 @@ from cocotb.triggers import ClockCycles
 from rnic.opcodes import WcStatus
 from rnic.resp.qp_context import QpState
 from sim.driver.verbs import Access, SendOp
+from sim.knobs import knob
 from sim.models.requester import RDMA_READ, rnr_us, segment, timeout_us
 from sim.packets import decode_frame
 from tb.system.cocotb_two_rnic import SPORT, Pair, check_frame_fields, random_traffic
 
-US = int(os.environ.get("LOSSY_US", "2"))      # US_CYCLES for the tests that set it
-TIMEOUT = int(os.environ.get("LOSSY_TIMEOUT", "8"))
+US = knob("LOSSY_US_CYCLES")      # US_CYCLES for the tests that set it
+TIMEOUT = knob("LOSSY_TIMEOUT_CODE")
 
 
 class Lossy:
@@ -135,11 +136,11 @@ async def set_us(p, us):
 @cocotb.test()
 async def lossy_random(dut):
     """Random messages both ways over a wire that drops, duplicates, reorders and corrupts
-    LOSSY_P of the frames each: delivered exactly once, in order, byte for byte."""
-    count = int(os.environ.get("LOSSY_MESSAGES", "40"))
-    max_len = int(os.environ.get("LOSSY_MAX_LEN", "900"))
-    fault = Lossy(int(os.environ.get("LOSSY_SEED", "5")), float(os.environ.get("LOSSY_P", "0.03")))
-    p = Pair(dut, fault=fault, seed=int(os.environ.get("LOSSY_SEED", "5")))
+    LOSSY_FAULT_RATE of the frames each: delivered exactly once, in order, byte for byte."""
+    count = knob("LOSSY_MESSAGES")
+    max_len = knob("LOSSY_MAX_LENGTH")
+    fault = Lossy(knob("LOSSY_SEED"), knob("LOSSY_FAULT_RATE"))
+    p = Pair(dut, fault=fault, seed=knob("LOSSY_SEED"))
     await p.start(qpns=(2, 3), timeout=TIMEOUT, retry_cnt=7, rnr_retry=7)
     await set_us(p, US)
     await random_traffic(p, count, max_len=max_len)

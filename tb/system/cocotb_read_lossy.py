@@ -30,6 +30,7 @@ from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
 from rnic.opcodes import WcOpcode, WcStatus
 from sim.driver.verbs import Access, SendOp
+from sim.knobs import knob
 from sim.models.requester import RDMA_READ, segment, timeout_us
 from sim.packets import build_frame, decode_frame
 
@@ -224,25 +225,25 @@ async def _read_lossy_random(dut, *, pmtu, seed, count, prob, max_read, qpns=(2,
 @cocotb.test()
 async def read_lossy_random(dut):
     """READs (0 to ~10 KiB, 1 or 2 SGEs; 60 %) mixed with SENDs and WRITEs (0 to 1,500 bytes)
-    on two QPs, READ_LOSSY_COUNT WQEs (10), PMTU 256,
-    over a wire dropping, duplicating, corrupting and reordering READ_LOSSY_P of the frames
+    on two QPs, READ_LOSSY_WQES WQEs (10), PMTU 256,
+    over a wire dropping, duplicating, corrupting and reordering READ_LOSSY_FAULT_RATE of the frames
     each, the retransmit timer on."""
     await _read_lossy_random(
-        dut, pmtu=int(os.environ.get("READ_LOSSY_PMTU", "256")),
-        seed=int(os.environ.get("READ_LOSSY_SEED", "21")),
-        count=int(os.environ.get("READ_LOSSY_COUNT", "10")),
-        prob=float(os.environ.get("READ_LOSSY_P", "0.03")),
-        max_read=int(os.environ.get("READ_LOSSY_MAX", "10240")))
+        dut, pmtu=knob("READ_LOSSY_PMTU"),
+        seed=knob("READ_LOSSY_SEED"),
+        count=knob("READ_LOSSY_WQES"),
+        prob=knob("READ_LOSSY_FAULT_RATE"),
+        max_read=knob("READ_LOSSY_MAX_READ"))
 
 
 @cocotb.test()
 async def read_lossy_random_1024(dut):
     """As read_lossy_random at PMTU 1024 (another seed)."""
     await _read_lossy_random(
-        dut, pmtu=1024, seed=int(os.environ.get("READ_LOSSY_SEED", "21")) + 1,
-        count=int(os.environ.get("READ_LOSSY_COUNT", "10")),
-        prob=float(os.environ.get("READ_LOSSY_P", "0.03")),
-        max_read=int(os.environ.get("READ_LOSSY_MAX", "10240")))
+        dut, pmtu=1024, seed=knob("READ_LOSSY_SEED") + 1,
+        count=knob("READ_LOSSY_WQES"),
+        prob=knob("READ_LOSSY_FAULT_RATE"),
+        max_read=knob("READ_LOSSY_MAX_READ"))
 
 
 # ---- directed faults ------------------------------------------------------------------------------
@@ -605,7 +606,7 @@ async def read_hostile_responder(dut):
     forged ones (:class:`Forger`, 25 % of the responses, every kind): every forged response is dropped and
     counted (counter 6 on A), none writes a byte (A's bytes exact, its guards untouched, no 0xA5
     anywhere it placed), and every READ completes in order."""
-    pmtu, count = 256, int(os.environ.get("READ_LOSSY_COUNT", "10")) * 3
+    pmtu, count = 256, knob("READ_LOSSY_WQES") * 3
     forger = Forger(51, 0.25, pmtu, idle_qpn=4)
     p = LossyReadPair(dut, fault=forger, pmtu=pmtu, seed=51)
     await p.setup(qpns=(2, 3, 4), timeout=TIMEOUT, retry_cnt=7, src_len=20_000,

@@ -16,7 +16,6 @@ Figures go through :func:`sim.bench.record`; the test fails only if a message is
 never because a figure is low.
 """
 
-import os
 
 import cocotb
 from cocotb.clock import Clock
@@ -29,15 +28,15 @@ from sim.bench import read_latency, record
 from sim.driver.regs import Regs
 from sim.driver.verbs import Access, Device
 from sim.hostmem import HostMem
+from sim.knobs import knob
 from sim.packets import LOCAL_IP, LOCAL_MAC, REMOTE_IP, REMOTE_MAC, build_frame, decode_frame
 
-PAYLOADS = (0, 256, 1024, 4096)
 MANY = 8
 PD = 1
 LKEY = 0x4000
 
 
-#: Internal handshakes sampled under RB_PROBE=1 (instance.port of the generated Verilog).
+#: Internal handshakes sampled under RESP_BENCH_PROBE=1 (instance.port of the generated Verilog).
 PROBE_PATHS = {
     "meta": "psn_check.meta", "exe": "execute.exe", "pay": "execute.pay",
     "key": "execute.lookup__req", "resv": "execute.reserve", "wr_req": "host_memory.write_0__req",
@@ -98,9 +97,9 @@ class Mon:
         self.r = []                     # cycles of R beats
         self.wlast = []
         self._in_tx = False
-        # RB_PROBE=1: also the handshakes inside the core (where a message's cycles go)
+        # RESP_BENCH_PROBE=1: also the handshakes inside the core (where a message's cycles go)
         self.probe = {}
-        if os.environ.get("RB_PROBE") == "1":
+        if knob("RESP_BENCH_PROBE"):
             for key, path in PROBE_PATHS.items():
                 v, r = (_handle(dut, path + "__valid"), _handle(dut, path + "__ready"))
                 if v is not None and r is not None:
@@ -229,13 +228,15 @@ async def bench(dut):
     await tb.start()
     lanes = tb.lanes
     W = lanes * 8
-    payloads = [int(x) for x in os.environ.get("RB_PAYLOADS", "").split(",") if x] or PAYLOADS
-    # RB_MIN_RATE "a,b": fail below a beats/cycle on one QP, b on MANY QPs (a regression test)
-    min_rate = [float(x) for x in os.environ.get("RB_MIN_RATE", "").split(",") if x]
+    payloads = knob("RESP_BENCH_PAYLOADS")
+    # RESP_BENCH_MIN_RATE "a,b": fail below a beats/cycle on one QP, b on MANY QPs (a regression
+    # test)
+    min_rate = knob("RESP_BENCH_MIN_RATE") or []
     mon = tb.mon
     # ---- throughput ----
-    # RB_LATENCY_ONLY=1: only the idle-core latencies (with RB_PROBE=1: where their cycles go)
-    for nq in (() if os.environ.get("RB_LATENCY_ONLY") == "1" else (1, MANY)):
+    # RESP_BENCH_LATENCY_ONLY=1: only the idle-core latencies (with RESP_BENCH_PROBE=1: where
+    # their cycles go)
+    for nq in (() if knob("RESP_BENCH_LATENCY_ONLY") else (1, MANY)):
         qps = tb.qps[:nq]
         for size in payloads:
             data = bytes((7 * i + size) & 0xFF for i in range(size))

@@ -1,6 +1,6 @@
 """Random responder traffic at the ``rnic`` top, through the contract only, against the model.
 
-Several QPs (2..2+RR_QPS-1) take random messages of every SEND and RDMA WRITE opcode
+Several QPs (2..2+RESP_RANDOM_QPS-1) take random messages of every SEND and RDMA WRITE opcode
 (FIRST/MIDDLE/LAST/ONLY, WITH_IMMEDIATE, WITH_INVALIDATE), 0 to 4 PMTUs long, from a go-back-N
 requester that loses, duplicates, reorders and corrupts frames (bad ICRC, IPv4 checksum, MAC,
 UDP port, P_Key, TVer, length, ``tuser``, foreign source IPv4, unknown QPN), meets empty receive
@@ -24,14 +24,9 @@ A QP whose frame fails after PSN Check (NAK 0x62/0x63, refused invalidate) gets 
 in that round: in the hardware its younger frames already decided are skipped rather than dropped,
 which only a cycle-accurate model could predict (``TopResponderModel.fatal_late``).
 
-Environment: RR_SEED, RR_MSGS (messages, default 300), RR_QPS (6), RR_ROUND (messages per
-round, 40), RR_BP (host-memory hostility 0..1, default 0.2), RR_TXBP (1: random TX
-back-pressure in some rounds), RR_BUG_CLASSJ (1: tolerate the known deviation of PSN Check
-sending a positive ACK for a refused invalidate without AckReq; see the module docstring of
-``sim.models.responder``).
+Knobs: the RESP_RANDOM_* of sim/knobs.py (docs/testing.md).
 """
 
-import os
 import random
 import time
 
@@ -46,6 +41,7 @@ from rnic.opcodes import Op
 from sim.driver.regs import Regs
 from sim.driver.verbs import Access, Device, QpState
 from sim.hostmem import HostMem
+from sim.knobs import knob
 from sim.models.keys import FAST_REG_MR, MR, set_args
 from sim.models.psn import table_match
 from sim.models.responder import Frame, TeeMem, TopResponderModel
@@ -125,14 +121,15 @@ def _qp_diff(expected, got):
 
 
 class Bench:
-    def __init__(self, dut):
+    def __init__(self, dut, qps=None):
         self.dut = dut
-        self.rng = random.Random(int(os.environ.get("RR_SEED", "1")))
+        self.nqp = qps or knob("RESP_RANDOM_QPS")       # QPs taking traffic
+        self.rng = random.Random(knob("RESP_RANDOM_SEED"))
         cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         self.src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_rx"), dut.clk, dut.rst)
         self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_tx"), dut.clk, dut.rst)
-        bp = float(os.environ.get("RR_BP", "0.2"))
+        bp = knob("RESP_RANDOM_HOST_HOSTILITY")
         self.mem = HostMem(dut, "m_axi", dut.clk, dut.rst, seed=self.rng.randrange(1 << 30),
                            backpressure=bp if bp > 0 else False,
                            max_latency=int(60 * bp) if bp > 0 else 0)
@@ -168,15 +165,16 @@ class Bench:
         self.lanes = caps & 0xFF
         self.model = TopResponderModel(self.num_qp, self.num_keys, local_mac=LOCAL_MAC,
                                        local_ip=LOCAL_IP)
-        # RR_BUG_CLASSJ=1: accept the known deviation (a refused invalidate ACKed without AckReq)
-        self.model.psn.classj_always_ack = os.environ.get("RR_BUG_CLASSJ", "0") == "1"
+        # RESP_RANDOM_ACCEPT_CLASSJ_BUG=1: accept the known deviation (a refused invalidate
+        # ACKed without AckReq)
+        self.model.psn.classj_always_ack = knob("RESP_RANDOM_ACCEPT_CLASSJ_BUG")
         self.dev = Device(self.regs, TeeMem(self.mem, self.model.mem), base=0x1000_0000,
                           size=1 << 26)
         await self.dev.open(LOCAL_MAC, LOCAL_IP)
         cocotb.start_soon(self._collect())
         cocotb.start_soon(self._watchdog())
         rng = self.rng
-        nqp = int(os.environ.get("RR_QPS", "6"))
+        nqp = self.nqp
         assert 2 * nqp + 2 <= self.num_keys and 2 + nqp <= self.num_qp
         self.qpns = list(range(2, 2 + nqp))
         self.cqs = {}
@@ -415,7 +413,7 @@ class Bench:
         prng = random.Random(rng.randrange(1 << 30))     # used while the simulation runs
         self.src.set_pause_generator(None if _pct(rng, 0.7) else
                                      iter(lambda: prng.random() < 0.2, None))
-        if os.environ.get("RR_TXBP", "1") == "1" and _pct(rng, 0.3):
+        if knob("RESP_RANDOM_TX_BACKPRESSURE") and _pct(rng, 0.3):
             self.sink.set_pause_generator(iter(lambda: prng.random() < 0.5, None))
         else:
             self.sink.set_pause_generator(None)
@@ -615,8 +613,8 @@ async def run_random(dut):
     for cq in tb.cqs.values():
         cq.done = 0
     tb.ev_seen = 0
-    total = int(os.environ.get("RR_MSGS", "300"))
-    per = int(os.environ.get("RR_ROUND", "40"))
+    total = knob("RESP_RANDOM_MESSAGES")
+    per = knob("RESP_RANDOM_ROUND_MESSAGES")
     stats = dict(messages=0, frames=0, lost=0, dup=0, reorder=0, corrupt=0, resets=0, acks=0,
                  cqes=0, cqe_ok=0, pos_acks=0, rounds=0)
     t0 = time.time()
@@ -629,7 +627,7 @@ async def run_random(dut):
     stats["seconds"] = round(dt, 1)
     stats["msgs_per_s"] = round(stats["messages"] / dt, 1)
     cocotb.log.warning("resp_random: %s counters %s", stats, tb.model.counters)
-    out = os.environ.get("RR_STATS")
+    out = knob("RESP_RANDOM_STATS_FILE")
     if out:
         with open(out, "a") as f:
             f.write(repr(stats) + "\n")
@@ -650,8 +648,7 @@ async def classj_without_ackreq(dut):
     """Minimal reproducer: SEND_ONLY_WITH_INVALIDATE with AckReq = 0 naming an ordinary MR.
     The invalidation is refused (normative choice 3): REM_INV_REQ_ERR, the QP to ERROR, and a
     positive ACK *only if AckReq* — here nothing may be sent (roce-reference.md §3.10/§3.11)."""
-    tb = Bench(dut)
-    os.environ["RR_QPS"] = "1"
+    tb = Bench(dut, qps=1)
     await tb.start()
     qpn = tb.qpns[0]
     await tb.post_recv(qpn)

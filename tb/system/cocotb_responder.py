@@ -6,7 +6,6 @@ over AXI4-Lite through the verbs-style driver. Expected values come from the ref
 from the RTL.
 """
 
-import os
 
 import cocotb
 from cocotb.clock import Clock
@@ -18,6 +17,7 @@ from rnic.opcodes import Op, WcOpcode, WcStatus
 from sim.driver.regs import Regs
 from sim.driver.verbs import Access, Device, KeyType
 from sim.hostmem import HostMem
+from sim.knobs import knob
 from sim.packets import LOCAL_IP, LOCAL_MAC, REMOTE_IP, REMOTE_MAC, build_frame, decode_frame
 from sim.trace import Tracer
 
@@ -32,7 +32,7 @@ class TB:
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         self.src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_rx"), dut.clk, dut.rst)
         self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_tx"), dut.clk, dut.rst)
-        bp = os.environ.get("RESP_BACKPRESSURE", "0") == "1"
+        bp = knob("RESP_BACKPRESSURE")
         self.mem = HostMem(dut, "m_axi", dut.clk, dut.rst, seed=3, backpressure=bp,
                            max_latency=20 if bp else 0)
         self.regs = Regs(self.axil)

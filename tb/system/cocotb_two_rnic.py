@@ -29,6 +29,7 @@ from sim.bench import read_latency
 from sim.driver.regs import Regs
 from sim.driver.verbs import Access, Device, KeyType, SendOp
 from sim.hostmem import HostMem
+from sim.knobs import knob
 from sim.models.requester import segment
 from sim.packets import decode_frame
 from sim.pcap import check_rroce, write_pcap
@@ -576,10 +577,10 @@ async def random_messages(dut):
     """Random SEND/SEND_WITH_IMM/WRITE/WRITE_WITH_IMM both ways on two QP pairs: 0 to several
     PMTUs, 1-2 gather SGEs and 1-3 scatter SGEs at random alignments, byte-exact, every
     completion once and in order, every request frame as the model says, the pcap clean."""
-    count = int(os.environ.get("PAIR_MESSAGES", "40"))
-    max_len = int(os.environ.get("PAIR_MAX_LEN", "900"))
-    p = Pair(dut, hostile=os.environ.get("PAIR_HOSTILE", "0") == "1",
-             seed=int(os.environ.get("PAIR_SEED", "1")))
+    count = knob("PAIR_MESSAGES")
+    max_len = knob("PAIR_MAX_LENGTH")
+    p = Pair(dut, hostile=knob("PAIR_HOSTILE"),
+             seed=knob("PAIR_SEED"))
     await p.start(qpns=(2, 3))
     await random_traffic(p, count, max_len=max_len)
     await p.finish("two_rnic_random")
@@ -609,9 +610,8 @@ async def goodput(dut):
     p = Pair(dut, pmtu=4096)
     await p.start()
     a, b = p.s["a"], p.s["b"]
-    sizes = [int(x) for x in os.environ.get("PAIR_SIZES",
-                                            "64,256,1024,4096,16384,65536,1048576").split(",")]
-    budget = int(os.environ.get("PAIR_BUDGET", "262144"))     # bytes per size
+    sizes = knob("PAIR_GOODPUT_SIZES")
+    budget = knob("PAIR_GOODPUT_BYTES")     # bytes per size
     src = a.dev.alloc(1 << 20, 4096)
     dst = b.dev.alloc(1 << 20, 4096)
     await p.mr("a", 0, src, 1 << 20, 0x0A)

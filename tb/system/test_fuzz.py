@@ -5,11 +5,10 @@ The regression runs a short campaign on Icarus (W=64, the responder tests' small
 frames per mutation kind and per drop reason, writes checked, tready-low cycles) to
 ``build/fuzz/<name>.json``.
 """
-import os
-
 import pytest
 
 from rnic.top import RNIC
+from sim.knobs import is_set, knob
 from sim.runner import ROOT, run_cocotb, run_fast_verilator
 from tb.system.test_responder import CONFIGS
 
@@ -21,11 +20,13 @@ def _run(name, frames, simulator, seed=1, batch=40, jumbo=True, testcase="fuzz",
     c = CONFIGS["w64"]
     out = ROOT / "build" / "fuzz"
     out.mkdir(parents=True, exist_ok=True)
+    if is_set("FUZZ_KEEP_GOING"):
+        keep_going = knob("FUZZ_KEEP_GOING")
+    # the other FUZZ_* knobs reach the campaign from this process's environment (the cocotb
+    # runner passes it on)
     env = {"FUZZ_FRAMES": str(frames), "FUZZ_SEED": str(seed), "FUZZ_BATCH": str(batch),
-           "FUZZ_JUMBO": "1" if jumbo else "0", "FUZZ_REPORT": str(out / f"{name}.json"),
-           "FUZZ_KEEP_GOING": os.environ.get("FUZZ_KEEP_GOING", "1" if keep_going else "0")}
-    env.update({k: v for k, v in os.environ.items() if k.startswith("FUZZ_") and k not in env
-                and k != "FUZZ_FRAMES"})
+           "FUZZ_JUMBO": "1" if jumbo else "0", "FUZZ_REPORT_FILE": str(out / f"{name}.json"),
+           "FUZZ_KEEP_GOING": "1" if keep_going else "0"}
     if simulator == "verilator-fast":
         return run_fast_verilator(lambda: RNIC(c), c.as_dict(), test_module="tb.system.cocotb_fuzz",
                                   testcase=testcase, extra_env=env, test_name=f"fuzz-{name}")
@@ -37,7 +38,7 @@ def _run(name, frames, simulator, seed=1, batch=40, jumbo=True, testcase="fuzz",
 def test_fuzz_short():
     """A short campaign (Icarus, W=64): 300 hostile frames, the truncation sweep included,
     every invariant of tb/system/cocotb_fuzz.py checked after every batch of 50."""
-    _run("short", int(os.environ.get("FUZZ_FRAMES", "300")), "icarus", batch=50)
+    _run("short", knob("FUZZ_SHORT_FRAMES"), "icarus", batch=50)
 
 
 @pytest.mark.fuzz
@@ -45,7 +46,7 @@ def test_fuzz_short():
 def test_fuzz_long(seed):
     """make fuzz: 4 x 25,000 hostile frames (>= 100,000 in all), batches of 100, on a Verilator
     model built for speed (run_fast_verilator)."""
-    _run(f"long-{seed}", int(os.environ.get("FUZZ_LONG_FRAMES", "25000")), "verilator-fast",
+    _run(f"long-{seed}", knob("FUZZ_LONG_FRAMES"), "verilator-fast",
          seed=seed, batch=100, keep_going=True)
 
 

@@ -1,8 +1,8 @@
 """Two `rnic` cores on a lossy wire: the Reliability Engine end to end (tb/system/cocotb_lossy.py)."""
-import os
 
 import pytest
 
+from sim.knobs import knob
 from tb.system.test_two_rnic import CONFIGS, _run as _run_pair, _run_fast
 
 DIRECTED = ["lost_request_default_us", "lost_ack", "go_back_n_mid_message",
@@ -38,14 +38,14 @@ def test_lossy_random(cfg):
 def test_lossy_random_icarus():
     """30 messages at 5 % of each fault on Icarus (~90 s of simulation)."""
     _run("w64", "icarus", ["lossy_random"], "lossy-random-icarus",
-         {"LOSSY_MESSAGES": "30", "LOSSY_SEED": "9", "LOSSY_P": "0.05"})
+         {"LOSSY_MESSAGES": "30", "LOSSY_SEED": "9", "LOSSY_FAULT_RATE": "0.05"})
 
 
 @pytest.mark.soak
 @pytest.mark.parametrize("cfg", list(CONFIGS))
 def test_lossy_soak(cfg):
-    """10,000 random messages on a lossy wire (make soak; ``LOSSY_SOAK_MSGS`` sets the number),
+    """10,000 random messages on a lossy wire (make soak; ``LOSSY_SOAK_MESSAGES`` sets the number),
     on the two-core model built for speed."""
     _run_fast(cfg, ["lossy_random"], f"lossy-soak-{cfg}",
-              {"LOSSY_MESSAGES": os.environ.get("LOSSY_SOAK_MSGS", "10000"), "LOSSY_SEED": "13",
-               "LOSSY_MAX_LEN": "2000"}, module="tb.system.cocotb_lossy")
+              {"LOSSY_MESSAGES": str(knob("LOSSY_SOAK_MESSAGES")), "LOSSY_SEED": "13",
+               "LOSSY_MAX_LENGTH": "2000"}, module="tb.system.cocotb_lossy")

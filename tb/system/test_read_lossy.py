@@ -24,7 +24,7 @@ def test_read_lossy_random(cfg):
     dropped, duplicated, corrupted, reordered), 24 WQEs at PMTU 256 and 24 at PMTU 1024 (~1 min
     at W=64; W=512 under ``make regress-full``)."""
     _run(cfg, "verilator", RANDOM, f"read-lossy-random-{cfg}", module="tb.system.cocotb_read_lossy",
-         env={"READ_LOSSY_COUNT": "24", "READ_LOSSY_SEED": "21" if cfg == "w64" else "31"})
+         env={"READ_LOSSY_WQES": "24", "READ_LOSSY_SEED": "21" if cfg == "w64" else "31"})
 
 
 @pytest.mark.full
@@ -35,7 +35,7 @@ def test_read_lossy_random_long():
     before its answer is in, and B's answers to those copies were still on the wire when the
     run ended."""
     _run("w64", "verilator", RANDOM, "read-lossy-random-long", module="tb.system.cocotb_read_lossy",
-         env={"READ_LOSSY_COUNT": "80", "READ_LOSSY_SEED": "41", "LOSSY_TIMEOUT": "10"})
+         env={"READ_LOSSY_WQES": "80", "READ_LOSSY_SEED": "41", "LOSSY_TIMEOUT_CODE": "10"})
 
 
 def test_read_hostile_responder():

@@ -2,12 +2,12 @@
 tb/system/cocotb_resp_random.py. The regression runs 100 messages on Icarus at W=64; `make regress-full`
 adds a shorter run on Verilator at W=512 (the build of tb/system/test_responder.py, shared); `make soak`
 runs 10,000+ messages on Verilator."""
-import os
 
 import pytest
 
 from rnic.params import RnicConfig
 from rnic.top import RNIC
+from sim.knobs import knob
 from sim.runner import run_cocotb, run_fast_verilator
 
 CONFIGS = {"w64": RnicConfig(num_qp=16, num_cq=4, key_entries=16),
@@ -23,12 +23,14 @@ def _run(cfg, simulator, name, **env):
 
 
 def test_resp_random_w64_icarus():
-    _run("w64", "icarus", "resp-random-w64-icarus", RR_SEED=1, RR_MSGS=100)
+    _run("w64", "icarus", "resp-random-w64-icarus", RESP_RANDOM_SEED=1,
+         RESP_RANDOM_MESSAGES=100)
 
 
 @pytest.mark.full
 def test_resp_random_w512_verilator():
-    _run("w512", "verilator", "resp-random-w512-verilator", RR_SEED=2, RR_MSGS=40, RR_BP=0.3)
+    _run("w512", "verilator", "resp-random-w512-verilator", RESP_RANDOM_SEED=2,
+         RESP_RANDOM_MESSAGES=40, RESP_RANDOM_HOST_HOSTILITY=0.3)
 
 
 @pytest.mark.soak
@@ -37,8 +39,9 @@ def test_resp_random_soak(cfg):
     """10,000 messages per width on Verilator, hostile host memory; on the model built for
     speed (only the top level public, -O2: the bench uses the top's ports only)."""
     c = CONFIGS[cfg]
-    env = dict(RR_SEED=100 + len(cfg), RR_MSGS=int(os.environ.get("RR_SOAK_MSGS", "10000")),
-               RR_ROUND=60, RR_BP=0.2)
+    env = dict(RESP_RANDOM_SEED=100 + len(cfg),
+               RESP_RANDOM_MESSAGES=knob("RESP_RANDOM_SOAK_MESSAGES"),
+               RESP_RANDOM_ROUND_MESSAGES=60, RESP_RANDOM_HOST_HOSTILITY=0.2)
     run_fast_verilator(lambda: RNIC(c), c.as_dict(), test_module="tb.system.cocotb_resp_random",
                        testcase="random_traffic", extra_env={k: str(v) for k, v in env.items()},
                        test_name=f"resp-random-soak-{cfg}")

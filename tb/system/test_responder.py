@@ -3,6 +3,7 @@ import pytest
 
 from rnic.params import RnicConfig
 from rnic.top import RNIC
+from sim.knobs import knob
 from sim.runner import run_cocotb
 
 CONFIGS = {"w64": RnicConfig(num_qp=16, num_cq=4, key_entries=16),
@@ -52,7 +53,7 @@ def _trace_run(simulator, tests, label):
 
     from sim.runner import ROOT
     c = CONFIGS["w64"]
-    waves = os.environ.get("RNIC_WAVES", "0") == "1"
+    waves = knob("RNIC_WAVES")
     out = ROOT / "build" / "trace"
     params = {**c.as_dict(), "waves": True} if waves else c.as_dict()
     test_dir = run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=params,
@@ -116,5 +117,5 @@ def test_responder_rate():
     c = CONFIGS["w64"]
     run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.system.cocotb_resp_bench", testcase=["bench"],
-               extra_env={"RB_PAYLOADS": "0", "RB_MIN_RATE": "0.85,0.88"},
+               extra_env={"RESP_BENCH_PAYLOADS": "0", "RESP_BENCH_MIN_RATE": "0.85,0.88"},
                test_name="resp-rate-w64")

@@ -1,11 +1,11 @@
 """Two `rnic` cores on a clean wire: the requester end to end (cocotb, Icarus and Verilator)."""
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from rnic.params import RnicConfig
+from sim.knobs import knob
 from sim.pair import RnicPair
 from sim.runner import ROOT, run_cocotb, run_fast_verilator
 
@@ -42,9 +42,9 @@ def _trace_env(cfg, simulator):
     """With ``RNIC_TRACE=1`` (``make trace``) the W=64 directed runs record the block trace of
     both cores into ``build/trace/pair-w64-<simulator>/`` (``RNIC_WAVES=1``: and the Icarus run
     its waveform); otherwise nothing (no regression time)."""
-    if cfg != "w64" or os.environ.get("RNIC_TRACE", "0") != "1":
+    if cfg != "w64" or not knob("RNIC_TRACE"):
         return None, False
-    waves = simulator == "icarus" and os.environ.get("RNIC_WAVES", "0") == "1"
+    waves = simulator == "icarus" and knob("RNIC_WAVES")
     return {"RNIC_TRACE": "1", "RNIC_TRACE_DIR": str(ROOT / "build" / "trace")}, waves
 
 
@@ -136,8 +136,8 @@ def test_pair_random_icarus_hostile():
 @pytest.mark.soak
 @pytest.mark.parametrize("cfg", list(CONFIGS))
 def test_pair_soak(cfg):
-    """10,000 random messages both ways (make soak; ``PAIR_SOAK_MSGS`` sets the number), on the
+    """10,000 random messages both ways (make soak; ``PAIR_SOAK_MESSAGES`` sets the number), on the
     model built for speed."""
     _run_fast(cfg, ["random_messages"], f"pair-soak-{cfg}",
-              {"PAIR_MESSAGES": os.environ.get("PAIR_SOAK_MSGS", "10000"), "PAIR_SEED": "11",
-               "PAIR_MAX_LEN": "2000"})
+              {"PAIR_MESSAGES": str(knob("PAIR_SOAK_MESSAGES")), "PAIR_SEED": "11",
+               "PAIR_MAX_LENGTH": "2000"})
