@@ -1,6 +1,6 @@
 # The project's entry points. Every target sets up what it needs first (scripts/setup.sh).
 #   make            generate build/rnic.v and an ECP5 synthesis report of the default core
-#                   (area and the routed Fmax: ~20 minutes on one core)
+#                   (area and the routed Fmax; the router is stopped after ROUTE_MINUTES)
 #   make test       the regression (what CI runs)
 #   make regress-full / soak / fuzz / synth / area / clean   (see README.md)
 PY      := .venv/bin/python
@@ -13,6 +13,10 @@ CONFIG  ?=
 RECORD  := $(if $(strip $(CONFIG)),,--record)
 # nextpnr's seed for the whole core (docs/synthesis.md gives seeds 1, 2 and 3)
 SEED    ?= 1
+# the whole core's router is stopped this many minutes after it starts (`rnic synth
+# --route-minutes`): a route that does not converge ends as a 'not routed' row with the
+# placement estimate, instead of running on for hours
+ROUTE_MINUTES ?= 15
 
 .PHONY: all setup generate synth synth-core area test regress-full soak fuzz clean regmap docs \
         bench
@@ -28,12 +32,14 @@ generate: setup
 # the whole core on ECP5, placed and routed (`rnic synth --place-only`: the placement estimate
 # and its worst paths, in about half the time)
 synth-core: generate
-	$(PY) -m rnic_flow.cli synth --target ecp5 --seed $(SEED) $(CONFIG) $(RECORD)
+	$(PY) -m rnic_flow.cli synth --target ecp5 --seed $(SEED) --route-minutes $(ROUTE_MINUTES) \
+		$(CONFIG) $(RECORD)
 
 # the whole report: every block and the core routed on ECP5, then the core on iCE40
 # (the reduced configuration, or CONFIG's) and its xc7 area (about an hour on one core)
 synth: generate
-	$(PY) -m rnic_flow.cli synth --block all --target ecp5 --seed $(SEED) $(CONFIG) $(RECORD)
+	$(PY) -m rnic_flow.cli synth --block all --target ecp5 --seed $(SEED) \
+		--route-minutes $(ROUTE_MINUTES) $(CONFIG) $(RECORD)
 	$(PY) -m rnic_flow.cli synth --target ice40,xc7 $(CONFIG) $(RECORD)
 
 # area per block against the budgets of rtl/rnic_flow/budgets.py (docs/area.md): one yosys run with

@@ -276,6 +276,8 @@ KNOBS = Registry([
         K("FAKE_PNR_NOFIT", "flag", False, "the stand-in nextpnr fails for want of room",
           "tb/flow"),
         K("FAKE_PNR_FAIL", "flag", False, "the stand-in nextpnr fails otherwise", "tb/flow"),
+        K("FAKE_PNR_HANG", "flag", False, "the stand-in nextpnr's router runs on (the route "
+          "time limit stops it)", "tb/flow"),
     ]),
 ])
 KNOBS.include(_flow.KNOBS)

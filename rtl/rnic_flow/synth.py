@@ -241,14 +241,38 @@ def _tool(name, env_var):
                      f"or set {env_var})")
 
 
-def _run(cmd, log_path, cwd):
-    """Run a tool with its output in ``log_path``; return its exit code."""
+#: what nextpnr prints as its router starts (the route time limit counts from there)
+_ROUTE_START = "Running main router loop"
+
+
+def _run(cmd, log_path, cwd, route_limit=None):
+    """Run a tool with its output in ``log_path``; return its exit code. With ``route_limit``
+    (seconds), a nextpnr run is stopped that long after its router started
+    (:data:`_ROUTE_START` in the log), and ``None`` is returned."""
     with open(log_path, "a") as log:
         log.write("$ " + " ".join(shlex.quote(str(c)) for c in cmd) + "\n")
         log.flush()
-        proc = subprocess.run([str(c) for c in cmd], cwd=cwd, stdout=log,
-                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    return proc.returncode
+        start = log.tell()
+        proc = subprocess.Popen([str(c) for c in cmd], cwd=cwd, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        routing_since = None
+        while True:
+            try:
+                return proc.wait(timeout=1 if route_limit is not None else None)
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if routing_since is None:
+                with open(log_path, errors="replace") as f:
+                    f.seek(start)
+                    if _ROUTE_START in f.read():
+                        routing_since = now
+            elif now - routing_since > route_limit:
+                proc.kill()
+                proc.wait()
+                log.write(f"\n(rnic synth: router stopped after {route_limit / 60:g} min, "
+                          f"the route time limit)\n")
+                return None
 
 
 def _tail(path, n=15):
@@ -451,7 +475,8 @@ _NOFIT = re.compile(r"(unable to place|unable to find (a )?legal placement|no be
 
 
 def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, device=None,
-              seed=1, extra_verilog=(), router="router1", nextpnr_args=(), place_only=False):
+              seed=1, extra_verilog=(), router="router1", nextpnr_args=(), place_only=False,
+              route_minutes=None):
     """Synthesize (and for ecp5/ice40 place and route) one Verilog file; return a result row.
 
     Parameters
@@ -485,12 +510,18 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         row has ``stage`` ``"placed"`` (kept beside a routed row of the same block, never
         replacing it), and :mod:`rnic_flow.placed` names the paths behind the estimate: ``paths.txt``
         in ``out_dir``, the worst one summarised in ``note`` and ``worst_path``.
+    route_minutes : float, optional
+        Stop the router this many minutes after it started (placement is not limited). A
+        stopped run gives a row with ``status`` ``"not routed"`` and ``stage`` ``"placed"``:
+        ``fmax_mhz`` is the placement estimate, ``met`` False, and ``note`` says where the
+        router was (router2's last iteration: the wires still overused).
 
     Returns
     -------
     dict
         ``target, part, lut, ff, bram, dsp, fmax_mhz, target_mhz, met, status, note, cells,
-        clock, seconds, log_dir``; ``status`` is ``"ok"`` or ``"does not fit"`` (``met`` None).
+        clock, seconds, log_dir``; ``status`` is ``"ok"``, ``"does not fit"`` (``met`` None)
+        or ``"not routed"`` (``route_minutes``).
         ECP5 rows also carry ``levels`` and ``deep``, the deepest register-to-register path in
         LUT levels and the endpoints at 8 levels or more (:mod:`rnic_flow.depth`; the full report
         is ``depth.txt`` in ``out_dir``, with the cells per block and the memories in LUT RAM
@@ -573,8 +604,14 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
             "--seed", str(seed), "--router", router, "--report", report.name,
             *(["--no-route", "--sdf", "placed.sdf"] if place_only
               else ["--sdf", "routed.sdf"] if target == "ecp5" else []), *nextpnr_args]
+    limit = None if place_only or route_minutes is None else 60 * float(route_minutes)
     with prog.step(f"{binary} {' '.join(dev.flags)} --freq {float(freq_mhz):g}") as st:
-        rc = _run(cmd, plog, work)
+        rc = _run(cmd, plog, work, route_limit=limit)
+        if rc is None:
+            _unrouted_result(row, plog, route_minutes, freq_mhz)
+            st.result = row["note"]
+            row["seconds"] = round(time.monotonic() - t0, 1)
+            return row
         if rc != 0 or not report.exists():
             tail = _tail(plog, 40)
             if _NOFIT.search(tail):
@@ -607,6 +644,27 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
                    bram=used.get("DP16KD", bram), dsp=used.get("MULT18X18D", dsp))
     row["seconds"] = round(time.monotonic() - t0, 1)
     return row
+
+
+#: router2's progress line: ``iter=N wires=W overused=O overuse=U archfail=NA``
+_ROUTER2_ITER = re.compile(r"iter=(\d+)\s+wires=\d+\s+overused=(\d+)")
+
+
+def _unrouted_result(row, plog, route_minutes, freq_mhz):
+    """Fill ``row`` from a run whose router was stopped (``route_minutes``): the placement
+    estimate, and where router2 was."""
+    from .placed import estimate_from_log
+    text = plog.read_text(errors="replace")
+    est = estimate_from_log(text)
+    row.update(stage="placed", status="not routed", fmax_mhz=est, met=False)
+    note = f"not routed: router stopped after {float(route_minutes):g} min"
+    iters = _ROUTER2_ITER.findall(text)
+    if iters:
+        best = min(int(o) for _, o in iters)
+        note += (f" (router2 iteration {iters[-1][0]}: {iters[-1][1]} wires overused, "
+                 f"fewest {best})")
+    note += "; Fmax is the placement estimate"
+    row["note"] = (row["note"] + "; " if row["note"] else "") + note
 
 
 def _placed_result(row, work, plog, freq_mhz, prog):
@@ -694,13 +752,13 @@ def _base_row(name, config, target, device, freq_mhz):
 
 def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, device=None,
                 seed=1, verilog_path=None, router="router1", nextpnr_args=(),
-                place_only=False):
+                place_only=False, route_minutes=None):
     """Build block ``name`` for ``config`` (a dict of RnicConfig fields) and synthesize it.
 
     Returns a full result row (``block``, ``config`` and the fields of :func:`run_synth`);
     a block whose module does not exist yet gives a row with ``status`` ``"skipped"``.
     ``verilog_path`` (only for ``rnic``) synthesizes that file instead of generating one;
-    ``nextpnr_args`` and ``place_only`` go to :func:`run_synth`.
+    ``nextpnr_args``, ``place_only`` and ``route_minutes`` go to :func:`run_synth`.
     """
     import importlib
     prog = progress if isinstance(progress, Progress) else Progress(bool(progress))
@@ -748,7 +806,8 @@ def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, devic
             except Exception as e:
                 raise SynthError(f"could not elaborate {name}: {type(e).__name__}: {e}") from e
     row = run_synth(target, vpath, top, run_dir, freq_mhz, prog, device=device, seed=seed,
-                    router=router, nextpnr_args=nextpnr_args, place_only=place_only)
+                    router=router, nextpnr_args=nextpnr_args, place_only=place_only,
+                    route_minutes=route_minutes)
     return {**base, **row}
 
 
@@ -882,6 +941,10 @@ def _parser():
                    help="place without routing: report nextpnr's placement estimate and the "
                         "worst paths behind it (paths.txt, rnic paths); the whole core's route "
                         "takes about as long again as its placement")
+    p.add_argument("--route-minutes", type=float, default=None, metavar="M",
+                   help="stop the router M minutes after it started (placement is not "
+                        "limited); the row is then 'not routed', with the placement estimate "
+                        "(default: no limit)")
     p.add_argument("-o", "--out", default="build", metavar="DIR",
                    help="output directory for synth.json, synth.md and synth/ logs "
                         "(default build)")
@@ -969,7 +1032,8 @@ def main_synth(argv=None):
                                         nextpnr_args=(_core_nextpnr_args(args.nextpnr_args)
                                                       if b == "rnic" and t == "ecp5"
                                                       else args.nextpnr_args),
-                                        place_only=place_only))
+                                        place_only=place_only,
+                                        route_minutes=args.route_minutes))
             except SynthError as e:
                 print(f"rnic synth: error: {b} on {t}: {e}", file=sys.stderr)
                 failed.append((b, t))

@@ -190,6 +190,15 @@ if os.environ.get("FAKE_PNR_NOFIT"):
     sys.exit(1)
 if os.environ.get("FAKE_PNR_FAIL"):
     print("ERROR: something else broke"); sys.exit(1)
+if os.environ.get("FAKE_PNR_HANG"):
+    import time
+    print("Info: Max frequency for clock 'clk': 61.40 MHz (FAIL at 156.25 MHz)")
+    print("Info: Running main router loop...")
+    for i, o in ((1, 5000), (2, 180), (3, 240)):
+        print(f"Info:     iter={i} wires=700000 overused={o} overuse={o} archfail=NA")
+    sys.stdout.flush()
+    time.sleep(120)
+    sys.exit(0)
 assert "--timing-allow-fail" in a and os.path.exists(a[a.index("--json") + 1])
 if os.environ.get("FAKE_PNR_ARGV"):
     open(os.environ["FAKE_PNR_ARGV"], "w").write(json.dumps(a[1:]))
@@ -251,6 +260,24 @@ def test_run_synth_nofit_and_failure(tmp_path, fake_tools):
     fake_tools.setenv("FAKE_PNR_FAIL", "1")
     with pytest.raises(synth.SynthError, match="something else broke"):
         run_synth("ecp5", v, "blk", tmp_path / "f", 100, progress=False)
+
+
+def test_run_synth_route_limit(tmp_path, fake_tools):
+    """A router that does not finish is stopped ``route_minutes`` after it started: the row is
+    'not routed', with the placement estimate and where router2 was."""
+    import time
+    v = tmp_path / "blk.v"
+    v.write_text("module blk(); endmodule\n")
+    fake_tools.setenv("FAKE_PNR_HANG", "1")
+    t0 = time.monotonic()
+    row = run_synth("ecp5", v, "blk", tmp_path / "h", 156.25, progress=False,
+                    route_minutes=0.05)
+    assert time.monotonic() - t0 < 60
+    assert row["status"] == "not routed" and row["stage"] == "placed"
+    assert row["fmax_mhz"] == 61.4 and row["met"] is False
+    assert "router stopped after 0.05 min" in row["note"]
+    assert "iteration 3: 240 wires overused, fewest 180" in row["note"]
+    assert "router stopped" in (tmp_path / "h" / "nextpnr.log").read_text()
 
 
 def test_run_synth_ice40_wraps_wide_ports(tmp_path, fake_tools, monkeypatch):
