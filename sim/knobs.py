@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rnic_flow import knobs as _flow
 from rnic_flow.knobs import REQUIRED, Knob, Registry
+from rnic_flow.sections import update_section
 
 __all__ = ["KNOBS", "EXTERNAL", "knob", "is_set", "check_env", "markdown", "update_doc",
            "DOC_BEGIN", "DOC_END"]
@@ -317,16 +318,7 @@ def markdown():
 def update_doc(path, check=False):
     """Rewrite the generated section of ``path``; True when it changed (``check``: only say
     whether it would)."""
-    path = Path(path)
-    text = path.read_text()
-    head, sep, rest = text.partition(DOC_BEGIN)
-    _, sep2, tail = rest.partition(DOC_END)
-    if not sep or not sep2:
-        raise ValueError(f"{path}: no generated section ({DOC_BEGIN} ... {DOC_END})")
-    new = f"{head}{DOC_BEGIN}\n{markdown()}{DOC_END}{tail}"
-    if new != text and not check:
-        path.write_text(new)
-    return new != text
+    return update_section(path, DOC_BEGIN, DOC_END, "\n" + markdown(), check=check)
 
 
 if __name__ == "__main__":

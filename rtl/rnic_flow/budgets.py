@@ -14,7 +14,8 @@ the whole core may take :data:`TOTAL_LUT4_W128` LUT4. Other configurations have 
 
 import sys
 from dataclasses import dataclass
-from pathlib import Path
+
+from .sections import update_section
 
 __all__ = ["Budget", "BUDGETS", "TOTAL", "GLUE_PATHS", "REFERENCE", "TOTAL_LUT4_W128",
            "budgets_for", "markdown", "update_doc", "DOC_BEGIN", "DOC_END"]
@@ -112,16 +113,7 @@ DOC_END = "<!-- generated: end -->"
 
 def update_doc(path):
     """Rewrite the generated section of ``path``; True when the file changed."""
-    path = Path(path)
-    text = path.read_text()
-    head, sep, rest = text.partition(DOC_BEGIN)
-    _, sep2, tail = rest.partition(DOC_END)
-    if not sep or not sep2:
-        raise ValueError(f"{path}: no generated section ({DOC_BEGIN} ... {DOC_END})")
-    new = f"{head}{DOC_BEGIN}\n{markdown()}{DOC_END}{tail}"
-    if new != text:
-        path.write_text(new)
-    return new != text
+    return update_section(path, DOC_BEGIN, DOC_END, "\n" + markdown())
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ import re
 import sys
 from pathlib import Path
 
+from .sections import replace_section
+
 __all__ = ["FIGURES", "record_area", "record_synth", "record_bench", "SECTIONS", "render",
            "update_readme", "main"]
 
@@ -307,14 +309,10 @@ def update_readme(path, figures=FIGURES, check=False):
         begin, end = _marks(name)
         if begin not in text:
             continue
-        head, _, rest = text.partition(begin)
-        old, sep, tail = rest.partition(end)
-        if not sep:
-            raise ValueError(f"{path}: {begin} without {end}")
-        new = "\n" + render(name, figures) + "\n"
-        if old != new:
+        text, changed = replace_section(text, begin, end, "\n" + render(name, figures) + "\n",
+                                        where=str(path))
+        if changed:
             stale.append(name)
-        text = head + begin + new + end + tail
     if stale and not check:
         path.write_text(text)
     return stale
