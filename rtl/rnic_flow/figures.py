@@ -59,12 +59,13 @@ def _synth_key(row):
 
 def record_synth(rows, dst=FIGURES / "synth.json"):
     """Merge ``rnic synth`` result rows into the record, one per block, target, configuration,
-    seed and stage (placed or routed); a failed run replaces nothing."""
+    seed and stage (placed or routed); a failed run replaces nothing. A run whose router was
+    stopped (``status`` "not routed") is recorded as placed, with its status."""
     keep = ("block", "target", "config", "part", "lut", "ff", "bram", "fmax_mhz", "target_mhz",
-            "seed", "stage", "date")
+            "seed", "stage", "status", "date")
     old = {_synth_key(r): r for r in _load(dst, [])}
     for r in rows:
-        if r.get("status", "ok") != "ok" or r.get("fmax_mhz") is None:
+        if r.get("status", "ok") not in ("ok", "not routed") or r.get("fmax_mhz") is None:
             continue
         r = {k: r[k] for k in keep if k in r}
         r.setdefault("seed", 1)
@@ -178,7 +179,8 @@ def render_fmax(synth):
         first = g[min(g)]
         fm = " / ".join(f"{g[s]['fmax_mhz']:.1f}" if s in g else "–" for s in (1, 2, 3))
         if stage == "placed":
-            fm += " (placed, estimate)"
+            fm += (" (not routed: router stopped; placement estimate)"
+                   if first.get("status") == "not routed" else " (placed, estimate)")
         lines.append(f"| {blk} | {cfg} | {_n(first['lut'])} | {_n(first['ff'])} | "
                      f"{first['bram']} | {fm} | {first['target_mhz']:g} |")
     return "\n".join(lines)

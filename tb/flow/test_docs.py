@@ -74,3 +74,20 @@ def test_goodput_table_places_each_figure():
     assert "| 64 B | 0 cycles | 2.50 of 4.00 | – |" in text
     assert "| 4 KiB | 100 cycles | – | 30.00 of 4.00 |" in text
     assert "9.90" not in text and "| 4 KiB | 0 cycles" not in text   # not a README row
+
+
+def test_unrouted_core_is_recorded_as_placed(tmp_path):
+    """A whole-core run whose router was stopped is recorded as placed, with its status, and
+    the Fmax table says it is a placement estimate of a core that did not route; a failed run
+    is not recorded."""
+    base = {"block": "rnic", "target": "ecp5", "part": "LFE5UM-85F",
+            "config": {"data_width": 64, "num_qp": 256, "num_cq": 64, "key_entries": 64},
+            "lut": 37478, "ff": 16919, "bram": 87, "target_mhz": 156.25, "seed": 1}
+    dst = tmp_path / "synth.json"
+    figures.record_synth([{**base, "stage": "placed", "status": "not routed", "fmax_mhz": 61.4},
+                          {**base, "seed": 2, "status": "error", "fmax_mhz": None}], dst)
+    rec = json.loads(dst.read_text())
+    assert [(r["seed"], r["stage"], r["status"]) for r in rec] == [(1, "placed", "not routed")]
+    text = figures.render_fmax(rec)
+    assert "| rnic | W=64 N=256 C=64 K=64 | 37,478 | 16,919 | 87 | 61.4 / – / – (not routed: " \
+           "router stopped; placement estimate) | 156.25 |" in text
