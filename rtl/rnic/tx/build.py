@@ -658,18 +658,24 @@ class TxBuild(wiring.Component):
         # writes its words one a cycle without a stall; word k is in the ring two cycles after
         # its write (``acc`` writes it as it leaves), and its last word goes into the CRC unit
         # in hdr_last − wcount + 2 cycles from HDR, 1 from FIN. So it may start when the ICRC
-        # is sure to be there by the time word ``cw`` is read, and two words or more are
-        # written (in FIN all are: the builder queues only frames of three words or more so).
-        st, ct, fbase, hdr_last, wcount, room = t.st, t.ct, t.fbase, t.hdr_last, t.wcount, t.room
-
-        def built_soon(base, cw):
-            """The frame at ``base`` is the builder's cut-through frame and may start now."""
-            in_hdr = st["HDR"] & (wcount >= 2) & (cw >= hdr_last - wcount + 2 + L)
-            in_fin = st["FIN"] & (cw >= 1 + L)
-            return ct & room & (base == fbase[:CB]) & (in_hdr | in_fin)
+        # is sure to be there by the time its word cw is read and two words or more are
+        # written: in HDR once wcount ≥ max(2, hdr_last + 2 + L − cw), in FIN when
+        # cw ≥ 1 + L (all are written: the builder queues only frames of three words or more
+        # so). The builder keeps that as a flag, ``ct_ready`` (:meth:`_builder_states`). The
+        # frame at the queue's head is the cut-through one when it is the only record queued
+        # (``rq_one``), the loaded frame when none is (``rq_none``): the cut-through frame is
+        # the last one queued, and it leaves only after its ICRC, so after its FIN. All of
+        # these are registers.
+        ct, ct_ready, room = t.ct, t.ct_ready, t.room
+        rq_level = Signal(range(self.frames + 1))
+        rq_none, rq_one = Signal(init=1), Signal()
+        rq_next = (rq_level + (recq.i.valid & recq.i.ready)
+                   - (recq.o.valid & recq.o.ready))[:len(rq_level)]
+        m.d.sync += [rq_level.eq(rq_next), rq_none.eq(rq_next == 0), rq_one.eq(rq_next == 1)]
+        ct_go = ct & ct_ready & room
 
         soon = Signal()                  # for the loaded frame (its ICRC word e_cw)
-        m.d.comb += soon.eq(soon_for(e_cw) | built_soon(e_base, e_cw))
+        m.d.comb += soon.eq(soon_for(e_cw) | (ct_go & rq_none))
         eaddr = Signal(WB)
         evalid = Signal()
         eword = Signal(WB)
@@ -728,8 +734,7 @@ class TxBuild(wiring.Component):
 
         rec = recq.o.payload
         rec_soon = Signal()              # ``soon`` for the record at the queue's head
-        m.d.comb += rec_soon.eq(soon_for(rec.crc_end >> lg)
-                                | built_soon(rec.base, rec.crc_end >> lg))
+        m.d.comb += rec_soon.eq(soon_for(rec.crc_end >> lg) | (ct_go & rq_one))
         return types.SimpleNamespace(
             e_base=e_base, e_wlast=e_wlast, e_icrc=e_icrc, e_dword=e_dword, e_cw=e_cw, e_cw1=e_cw1,
             e_dmask=e_dmask, e_fkeep=e_fkeep, e_imask=e_imask, e_c2=e_c2, soon=soon, eaddr=eaddr,
@@ -889,7 +894,13 @@ class TxBuild(wiring.Component):
         # the frame being built is a cut-through frame: its record was queued in its first HDR
         # cycle (see :meth:`_builder_states`); cleared as its last word leaves (FIN)
         ct = Signal()
-        return types.SimpleNamespace(st=st, take=take, ct=ct)
+        # ... and it may start now as far as the builder goes (:meth:`_emitter`): its words up
+        # to the one carrying the ICRC are written, and the ICRC comes, in time
+        ct_ready = Signal()
+        # the frame taken may be cut-through: no payload, three header words or more (set at
+        # the take)
+        ct_can = Signal()
+        return types.SimpleNamespace(st=st, take=take, ct=ct, ct_ready=ct_ready, ct_can=ct_can)
 
     def _builder_fsm(self, m, t):
         """The builder's FSM: takes a descriptor once its values are ready, writes the header words,
@@ -929,6 +940,7 @@ class TxBuild(wiring.Component):
                              has_reth.eq(Cat(*[h.opcode == op for op in RETH_OPCODES]).any()),
                              padcnt.eq(-h.paylen),
                              wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0),
+                             t.ct_can.eq(p_nopay & (p_hdr_last >= 2)),
                              pos.eq(p_hdr_len), pos_end.eq(p_nopay),
                              r_rdr.eq(h_rdr), kill.eq(rk_v & h_cont & (h.qpn == rk_qpn))]
                 with m.If(h_rdr & ~h_cont & (h.qpn == rk_qpn)):
@@ -976,25 +988,41 @@ class TxBuild(wiring.Component):
         CHUNK and DATA start each chunk and take its raw beats, FLUSH ends a chunk, FIN, PAD and
         FAULT end a frame that does not end in FLUSH. ``goto``, ``take_packet`` and
         ``start_chunk`` are :meth:`_builder_fsm`'s."""
-        (acc_hw, acc_last, acc_v, acc_w, bad, c_done, ct, fbase, hdr_last, head_ok, hlast, kill,
-         out_words, padw, parts, pos, pos_end, r_qpn, r_rdr, recq, rk_qpn, rk_v, room, take, wabs,
-         wcount) = (
-            t.acc_hw, t.acc_last, t.acc_v, t.acc_w, t.bad, t.c_done, t.ct, t.fbase, t.hdr_last,
-            t.head_ok, t.hlast, t.kill, t.out_words, t.padw, t.parts, t.pos, t.pos_end, t.r_qpn,
-            t.r_rdr, t.recq, t.rk_qpn, t.rk_v, t.room, t.take, t.wabs, t.wcount)
+        (acc_hw, acc_last, acc_v, acc_w, bad, c_done, crc_end, ct, ct_ready, fbase, hdr_last,
+         head_ok, hlast, kill, lg, out_words, padw, parts, pos, pos_end, r_qpn, r_rdr, recq, rk_qpn,
+         rk_v, room, take, wabs, wcount) = (
+            t.acc_hw, t.acc_last, t.acc_v, t.acc_w, t.bad, t.c_done, t.crc_end, t.ct, t.ct_ready,
+            t.fbase, t.hdr_last, t.head_ok, t.hlast, t.kill, t.lg, t.out_words, t.padw, t.parts,
+            t.pos, t.pos_end, t.r_qpn, t.r_rdr, t.recq, t.rk_qpn, t.rk_v, t.room, t.take, t.wabs,
+            t.wcount)
+        # the cut-through frame's start conditions (see :meth:`_emitter`), from registers set
+        # at the take, registered in its first HDR cycle: ct_thr = max(2, hdr_last + 2 + L −
+        # cw), ct_fin = cw ≥ 1 + L, with cw the word of the frame's ICRC (crc_end / nb)
+        L = t.crc.latency
+        cw = crc_end >> lg
+        ct_thr = Signal(range(-(-MAX_HDR // t.nb) + 4), init=2)
+        ct_fin = Signal()
+        need = Signal(signed(max(len(hdr_last), len(cw)) + 2))
+        m.d.comb += need.eq(hdr_last + 2 + L - cw)
+
         with m.State("IDLE"):
             take_packet()
         with m.State("HDR"):
             # header words 0 .. hdr_last (the payload fills the rest of the last; the
             # template's bytes past the header, e.g. an unused IMMDT, are not written)
+            with m.If(wcount == 0):
+                m.d.sync += [ct_thr.eq(Mux(need < 2, 2, need)), ct_fin.eq(cw >= 1 + L)]
             with m.If(room):
                 m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
                 # cut-through: a frame without payload, of three header words or more, has
                 # its record queued as its first word is written (``ct``), so the emitter may
-                # start it before its last word is written (:meth:`_emitter`)
-                with m.If((wcount == 0) & pos_end & (hdr_last >= 2) & ~kill & recq.i.ready):
+                # start it before its last word is written (:meth:`_emitter`); ``ct_ready``
+                # is its condition for the next cycle: wcount ≥ ct_thr in HDR (ct_thr ≥ 2,
+                # set in the first HDR cycle), cw ≥ 1 + L in FIN (``ct_fin``)
+                with m.If((wcount == 0) & t.ct_can & ~kill & recq.i.ready):
                     m.d.comb += recq.i.valid.eq(1)
                     m.d.sync += ct.eq(1)
+                m.d.sync += ct_ready.eq(Mux(hlast, ct_fin, wcount + 1 >= ct_thr))
                 with m.If(hlast):
                     with m.If(pos_end):
                         goto("FIN")
@@ -1029,7 +1057,8 @@ class TxBuild(wiring.Component):
             with m.If(room & (recq.i.ready | ct)):
                 with m.If(~ct):
                     m.d.comb += recq.i.valid.eq(1)
-                m.d.sync += [ct.eq(0), acc_v.eq(0), acc_w.eq(0), fbase.eq(fbase + out_words),
+                m.d.sync += [ct.eq(0), ct_ready.eq(0), acc_v.eq(0), acc_w.eq(0),
+                             fbase.eq(fbase + out_words),
                              wabs.eq(fbase + out_words)]
                 # (acc_w's tests matter only once a write sets them with acc_w again)
                 m.d.sync += [acc_last.eq(0)] + [f.eq(k == 0) for k, f in acc_hw.items()]
