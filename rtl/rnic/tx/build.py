@@ -667,11 +667,10 @@ class TxBuild(wiring.Component):
         # the last one queued, and it leaves only after its ICRC, so after its FIN. All of
         # these are registers.
         ct, ct_ready, room = t.ct, t.ct_ready, t.room
-        rq_level = Signal(range(self.frames + 1))
         rq_none, rq_one = Signal(init=1), Signal()
-        rq_next = (rq_level + (recq.i.valid & recq.i.ready)
-                   - (recq.o.valid & recq.o.ready))[:len(rq_level)]
-        m.d.sync += [rq_level.eq(rq_next), rq_none.eq(rq_next == 0), rq_one.eq(rq_next == 1)]
+        rq_next = (recq.level + (recq.i.valid & recq.i.ready)
+                   - (recq.o.valid & recq.o.ready))[:len(recq.level)]
+        m.d.sync += [rq_none.eq(rq_next == 0), rq_one.eq(rq_next == 1)]
         ct_go = ct & ct_ready & room
 
         soon = Signal()                  # for the loaded frame (its ICRC word e_cw)
