@@ -17,6 +17,7 @@ from rnic.resp.execute import Execute, flush_layout
 from rnic.resp.psn_check import (PsnCheck, ack_out_layout, done_layout, exe_layout,
                                   rq_db_layout, rq_flush_layout)
 from rnic.resp.qp_context import qp_set_event_layout
+from rnic.resp.scatter import SharedScatter
 from rnic.stream import BeatStream
 from rnic.tx.arbiter import TxArbiter
 from rnic.tx.build import TxBuild, pkt_layout, tx_hdr_layout
@@ -158,14 +159,17 @@ class ExecuteBench(wiring.Component):
         m.submodules.kc = kc = KeyCache(16, 1)
         m.submodules.cq = cq = CqeGen(width=W, num_cq=4)
         connect(m, wiring.flipped(self.exe), ex.exe)
-        connect(m, wiring.flipped(self.pay), ex.pay)
+        # (the shared Scatter Path with client 0 only: the top's READ placement is client 1)
+        m.submodules.sc = sc = SharedScatter(width=W)
+        connect(m, wiring.flipped(self.pay), sc.pay0)
+        connect(m, ex.wr, sc.client0)
         connect(m, ex.done, wiring.flipped(self.done))
         connect(m, wiring.flipped(self.qp_reset), ex.qp_reset)
         connect(m, wiring.flipped(self.flush), ex.flush)
         m.d.comb += [ex.rq_post.valid.eq(self.rq_post.valid),
                      ex.rq_post.payload.eq(self.rq_post.payload), self.rq_post.ready.eq(1)]
         connect(m, ex.rd, hm.read_0)
-        connect(m, ex.wr, hm.write_0)
+        connect(m, sc.wr, hm.write_0)
         connect(m, cq.mem, hm.write_1)
         connect(m, kc.lookup0, ex.lookup)
         connect(m, kc.inval, ex.inval)

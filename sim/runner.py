@@ -51,11 +51,18 @@ def _rtl_hash():
 _RTL_HASH = None
 
 
-def _config_dir(name, params):
+def _config_dir(name, params, factory=None):
+    """The build directory of one configuration: ``params``, the RTL and, when ``factory`` is
+    given, the source file that defines it (a harness written in a test module shapes the
+    Verilog too)."""
     global _RTL_HASH
     if _RTL_HASH is None:
         _RTL_HASH = _rtl_hash()
-    key = hashlib.sha256(json.dumps([params, _RTL_HASH], sort_keys=True, default=str)
+    parts = [params, _RTL_HASH]
+    code = getattr(factory, "__code__", None)
+    if code is not None and os.path.isfile(code.co_filename):
+        parts.append(hashlib.sha256(Path(code.co_filename).read_bytes()).hexdigest()[:12])
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str)
                          .encode()).hexdigest()[:10]
     return BUILD / f"{name}-{key}"
 
@@ -82,7 +89,7 @@ def generate_verilog(name, factory, params=None, *, toplevel="dut"):
     signature) or a pair ``(elaboratable, ports)``.
     """
     from rnic.emit import verilog
-    cfg = _config_dir(name, params or {})
+    cfg = _config_dir(name, params or {}, factory)
     path = cfg / f"{toplevel}.v"
     with _Lock(cfg / ".lock"):
         if not path.exists():

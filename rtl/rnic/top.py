@@ -23,8 +23,10 @@ them, so the data path reads top to bottom here (``docs/architecture.md`` has th
   MAC transmit stream.
 * **Host memory**: one AXI4 master (:class:`~rnic.host.axi_master.HostMemory`): read clients
   0 receive WQEs (Execute), 1 send WQEs (Requester), 2 gather data (TX frame builder); write
-  clients 0 scatter data (Execute), 1 CQEs, 2 READ response data (READ placement). ARID/AWID =
-  client number.
+  clients 0 placed payload, 1 CQEs. ARID/AWID = client number. One Scatter Path
+  (:class:`~rnic.resp.scatter.SharedScatter`, with the payload FIFO) places both the payload
+  Execute writes (SEND, RDMA WRITE) and the READ responses the READ placement accepts, in the
+  order their packets arrive, through write client 0.
 * **Errors**: Execute's and CQE Generation's host faults and the requester's error completions
   reach PSN Check's ``fault`` port, which moves the QP to ERROR (event 3) for both halves.
 * Response frames for an unknown QPN, a QP not in RTS or from another IPv4 are counted as 6 by
@@ -60,6 +62,7 @@ from .stream import Queue, SkidBuffer, StreamMerge
 from .req.requester import Requester
 from .req.req_context import ReqContext
 from .req.read_place import ReadPlace
+from .resp.scatter import SharedScatter
 
 #: HostMemory's read clients in port order, each with its read buffer in beats: the responder's
 #: receive-WQE fetch, the requester's send-WQE fetch and its gather path. The gather buffer
@@ -201,8 +204,9 @@ class RNIC(wiring.Component):
         m.submodules.execute = exe = Execute(width=W, num_qp=cfg.num_qp)
         m.submodules.key_cache = keys = KeyCache(key_entries=cfg.key_entries, num_ports=2)
         m.submodules.cqe_gen = cqe = CqeGen(width=W, num_cq=cfg.num_cq)
+        m.submodules.scatter = scatter = SharedScatter(width=W)
         m.submodules.host_memory = hmem = HostMemory(
-            width=W, read_clients=len(READ_CLIENTS), write_clients=3,
+            width=W, read_clients=len(READ_CLIENTS), write_clients=2,
             read_buffer=tuple(beats for _, beats in READ_CLIENTS), max_burst=64)
         hmem_rd = {name: getattr(hmem, f"read_{i}") for i, (name, _) in enumerate(READ_CLIENTS)}
         m.submodules.read_resp = rdr = ReadResp(num_qp=cfg.num_qp)
@@ -213,7 +217,7 @@ class RNIC(wiring.Component):
         m.submodules.read_place = rpl = ReadPlace(width=W, slots=req.read_slots)
         return types.SimpleNamespace(
             rx=rx, psn=psn, exe=exe, keys=keys, cqe=cqe, hmem=hmem, hmem_rd=hmem_rd, rdr=rdr,
-            arb=arb, build=build, req=req, rctx=rctx, rpl=rpl)
+            arb=arb, build=build, req=req, rctx=rctx, rpl=rpl, scatter=scatter)
 
     def _receive(self, m, t):
         """The responder's input: the MAC receive stream into RX Parse, on to PSN Check; the control
@@ -258,7 +262,7 @@ class RNIC(wiring.Component):
             t.cqe, t.exe, t.hmem, t.hmem_rd, t.keys, t.psn, t.rctx)
         # PSN Check <-> execute
         wiring.connect(m, psn.exe, exe.exe)
-        wiring.connect(m, psn.pay_out, exe.pay)
+        wiring.connect(m, psn.pay_out, t.scatter.pay0)
         # (a skid buffer: PSN Check's done.ready and Execute's done.valid each end at registers;
         # the handshake ran from one block's pipeline through the other's into its own queues)
         m.submodules.done_skid = done_skid = SkidBuffer(exe.done.payload.shape())
@@ -287,7 +291,8 @@ class RNIC(wiring.Component):
         wiring.connect(m, rctx.cqe, cpl_merge.i[1])
         wiring.connect(m, cpl_merge.o, cqe.complete)
         wiring.connect(m, exe.rd, hmem_rd["rq_wqe"])
-        wiring.connect(m, exe.wr, hmem.write_0)
+        wiring.connect(m, exe.wr, t.scatter.client0)
+        wiring.connect(m, t.scatter.wr, hmem.write_0)
         wiring.connect(m, cqe.mem, hmem.write_1)
         for name, member in hmem.axi.signature.members.items():
             ch, sig = name.split("_", 1)
@@ -367,11 +372,11 @@ class RNIC(wiring.Component):
             m.d.comb += stat[Counter.NO_QP].eq(1)
         rpl_stat = Signal(NUM_COUNTERS)
         m.d.comb += rpl_stat[Counter.NO_QP].eq(rpl.drop)
-        wiring.connect(m, psn.rr_pay, rpl.pay)
+        wiring.connect(m, psn.rr_pay, t.scatter.pay1)
         wiring.connect(m, rpl.ack, req.ack)
         wiring.connect(m, req.read_dec, rpl.dec)
         wiring.connect(m, req.read_rec, rpl.rec)
-        wiring.connect(m, rpl.wr, hmem.write_2)
+        wiring.connect(m, rpl.wr, t.scatter.client1)
         # (any SET_QP of a QP ends ReadPlace's fast path for it)
         m.d.comb += [rpl.qp_set.valid.eq(req.qp_set.valid & req.qp_set.ready),
                      rpl.qp_set.payload.qpn.eq(req.qp_set.payload.qpn)]

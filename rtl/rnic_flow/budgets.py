@@ -44,7 +44,7 @@ BUDGETS = (
                       "pending ACK/NAK",
            1900, 1000, 4, ("psn_check",)),
     Budget("rq_scatter", "RQ fetch (WQE prefetch), Scatter Path, invalidate step",
-           1800, 1000, 3, ("execute",)),
+           1800, 1000, 3, ("execute", "scatter")),
     Budget("key_cache", "Key Cache and its checks",
            1200, 600, 2, ("key_cache",)),
     Budget("cqe", "CQE Generation and the CQ table",

@@ -136,6 +136,9 @@ BLOCKS = {
                      ("data_width", "num_qp")),
     "rq_fetch": Block("rnic.resp.rq_fetch", lambda m, c: m.RqFetch(width=c.data_width, depth=4)),
     "scatter": Block("rnic.resp.scatter", lambda m, c: m.ScatterPath(width=c.data_width)),
+    # the Scatter Path with its payload FIFO, shared by Execute and READ Place
+    "shared_scatter": Block("rnic.resp.scatter",
+                            lambda m, c: m.SharedScatter(width=c.data_width)),
     "key_cache": Block("rnic.keys.key_cache",
                        lambda m, c: m.KeyCache(key_entries=c.key_entries, num_ports=3),
                        ("key_entries",)),

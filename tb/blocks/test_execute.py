@@ -6,11 +6,12 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from rnic.host.axi_master import HostMemory
+from rnic.host.axi_master import AxiSignature, HostMemory
 from rnic.host.cqe_gen import CqeGen
 from rnic.keys.key_cache import KeyCache
 from rnic.resp.execute import Execute, _BitTable, _LateWrite
-from rnic.resp.scatter import ScatterPath
+from rnic.resp.scatter import PlaceSignature, ScatterPath, SharedScatter
+from rnic.stream import BeatStream
 from sim.bench_tops import ExecuteBench, flat_top_axi
 from sim.runner import run_cocotb
 from sim.wrap import flat_top
@@ -68,6 +69,39 @@ def test_execute_evict(width, prefetch):
 @pytest.mark.parametrize("rdlat", [pytest.param(0, marks=pytest.mark.full), 100])
 def test_execute_bench(width, rdlat):
     _run(width, ["bench"], f"bench-rd{rdlat}", env={"EXECUTE_READ_LATENCY": str(rdlat)})
+
+
+class SharedScatterBench(wiring.Component):
+    """SharedScatter with HostMemory behind it (one write client)."""
+
+    def __init__(self, width):
+        self.width = width
+        super().__init__({
+            "pay0": In(BeatStream(width)), "pay1": In(BeatStream(width)),
+            "client0": In(PlaceSignature()), "client1": In(PlaceSignature()),
+            "axi": Out(AxiSignature(width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.sc = sc = SharedScatter(width=self.width)
+        m.submodules.hm = hm = HostMemory(width=self.width, read_clients=0, write_clients=1,
+                                          max_writes=4)
+        for name in ("pay0", "pay1", "client0", "client1"):
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(sc, name))
+        wiring.connect(m, sc.wr, hm.write_0)
+        wiring.connect(m, hm.axi, wiring.flipped(self.axi))
+        return m
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_shared_scatter(width):
+    """Two clients' packets through one Scatter Path: tb/blocks/cocotb_shared_scatter.py."""
+    run_cocotb("shared_scatter", lambda: flat_top_axi(SharedScatterBench(width)),
+               params={"width": width}, test_module="tb.blocks.cocotb_shared_scatter",
+               testcase=["shared"],
+               extra_env={"EXECUTE_WIDTH": str(width), "EXECUTE_SEED": "3"},
+               test_name=f"w{width}")
 
 
 @pytest.mark.parametrize("width", [64, 512])

@@ -19,6 +19,7 @@ from rnic.host.axi_master import AxiSignature
 from rnic.ifaces import (QpnStream, ack_layout, qpn_layout, read_dec_layout, read_rec_layout,
                          resp_hdr_layout)
 from rnic.req.read_place import ReadPlace
+from rnic.resp.scatter import SharedScatter
 from rnic.stream import BeatStream
 from sim.bench_tops import flat_top_axi
 from sim.runner import run_cocotb
@@ -46,9 +47,13 @@ class ReadPlaceHarness(wiring.Component):
         m.submodules.rp = rp = ReadPlace(width=self.width)
         m.submodules.hm = hm = HostMemory(width=self.width, read_clients=0, write_clients=1,
                                           max_writes=4)
+        # (the shared Scatter Path with READ placement as client 1, as at the top)
+        m.submodules.sc = sc = SharedScatter(width=self.width)
         wiring.connect(m, wiring.flipped(self.axi), hm.axi)
-        wiring.connect(m, rp.wr, hm.write_0)
-        for name in ("hdr", "pay", "rec", "dec", "qp_set"):
+        wiring.connect(m, wiring.flipped(self.pay), sc.pay1)
+        wiring.connect(m, rp.wr, sc.client1)
+        wiring.connect(m, sc.wr, hm.write_0)
+        for name in ("hdr", "rec", "dec", "qp_set"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(rp, name))
         for name in ("ack", "fault"):
             wiring.connect(m, getattr(rp, name), wiring.flipped(getattr(self, name)))
@@ -75,7 +80,7 @@ def test_params():
     for w in (64, 128, 256, 512):
         for r in (2, 16, 64):
             rp = ReadPlace(width=w, slots=r)
-            assert set(rp.signature.members) == {"hdr", "pay", "rec", "ack", "dec", "wr",
+            assert set(rp.signature.members) == {"hdr", "rec", "ack", "dec", "wr",
                                                  "fault", "qp_set", "drop"}
     Fragment.get(ReadPlace(width=64), None)
     with warnings.catch_warnings():

@@ -2,8 +2,10 @@
 
 PSN Check hands every response header it accepted for the requester (ACKNOWLEDGE 0x11 and READ
 responses 0x0D–0x10, :data:`~rnic.ifaces.resp_hdr_layout`) to this block on ``hdr`` in arrival
-order, and the payload beats of each READ response with ``len`` > 0 on ``pay`` (lane-0 aligned,
-``last`` on its last beat; bytes beyond ``len`` in the last beat are ignored). Headers are
+order, and the payload beats of each READ response with ``len`` > 0 to the shared Scatter Path
+(:class:`~rnic.resp.scatter.SharedScatter`, lane-0 aligned, ``last`` on its last beat; bytes
+beyond ``len`` in the last beat are ignored), which this block drives through its client port
+``wr``. Headers are
 handled strictly one at a time, in order:
 
 * **ACKNOWLEDGE**: forwarded on ``ack`` as kind WIRE {qpn, psn, syndrome}, once every earlier
@@ -20,8 +22,8 @@ handled strictly one at a time, in order:
   responses never start with MIDDLE or LAST; a FIRST after fpsn, or an ONLY at lpsn, answers a
   READ sent again from that response); one that is not is dropped. An accepted one
   writes bytes [off, off + len) of the READ's destination (``len0`` bytes at ``addr0``, then
-  the rest at ``addr1``): at most two host write requests, each with a
-  :class:`~rnic.resp.scatter.ScatterPath` piece that realigns its bytes; the cache becomes
+  the rest at ``addr1``): at most two host write requests, each with a Scatter Path
+  piece that realigns its bytes; the cache becomes
   {q, s, p + 1}. After the READ's last response it becomes {q, t, p + 1} when slot t holds the
   READ *linked* to s, else invalid.
 * **Links**: a slot record written on ``rec`` right after the record of slot s (no record
@@ -77,11 +79,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..host.axi_master import WriteClientSignature
 from ..ifaces import (READ_SLOT_BITS, AckKind, QpnStream, ack_layout, qpn_layout,
                       read_dec_layout, read_rec_layout, resp_hdr_layout)
-from ..resp.scatter import ScatterPath, piece_layout
-from ..stream import BeatStream, Queue, check_width
+from ..resp.scatter import PlaceSignature, piece_layout
+from ..stream import Queue, check_width
 from ..parts import add as _add
 
 __all__ = ["ReadPlace"]
@@ -112,8 +113,6 @@ class ReadPlace(wiring.Component):
     ----------
     hdr : In(stream.Signature(resp_hdr_layout))
         Response headers from PSN Check, in arrival order. ``ready`` is a state register.
-    pay : In(BeatStream(W))
-        Payload beats of the READ responses with ``len`` > 0, in the same order.
     rec : In(stream.Signature(read_rec_layout, always_ready=True))
         Slot table writes (``idx`` < R), in the order the READs are first sent.
     ack : Out(stream.Signature(ack_layout))
@@ -121,9 +120,9 @@ class ReadPlace(wiring.Component):
     dec : In(stream.Signature(read_dec_layout))
         One answer per DECIDE, in order, with the QP's ``una``; ``ready`` is constant 1 (the
         input is registered).
-    wr : Out(WriteClientSignature(W))
-        Host write client (``req`` registered, ``data`` from the Scatter Path's output queue;
-        ``done.ready`` from registers).
+    wr : Out(PlaceSignature())
+        A client port of :class:`~rnic.resp.scatter.SharedScatter` (``req`` and ``piece``
+        registered, ``done.ready`` from registers; tag 0).
     fault : Out(QpnStream())
         A placed response's write came back with ``err``: its QPN. Registered.
     qp_set : In(stream.Signature(qpn_layout, always_ready=True))
@@ -140,11 +139,10 @@ class ReadPlace(wiring.Component):
         self.slots = slots
         super().__init__({
             "hdr": In(stream.Signature(resp_hdr_layout)),
-            "pay": In(BeatStream(width)),
             "rec": In(stream.Signature(read_rec_layout, always_ready=True)),
             "ack": Out(stream.Signature(ack_layout)),
             "dec": In(stream.Signature(read_dec_layout)),
-            "wr": Out(WriteClientSignature(width)),
+            "wr": Out(PlaceSignature()),
             "fault": Out(QpnStream()),
             "qp_set": In(stream.Signature(qpn_layout, always_ready=True)),
             "drop": Out(1),
@@ -188,27 +186,21 @@ class ReadPlace(wiring.Component):
         return types.SimpleNamespace(rp=rp, slot=slot, r=r)
 
     def _outputs(self, m, t):
-        """What leaves the block, from registers: the Scatter Path with the piece register in front
-        of it (``pc``) and the write-request register (``rq_*``; both empty: ``out_free``), the
+        """What leaves the block, from registers: the piece register (``pc``) and the
+        write-request register (``rq_*``; both empty: ``out_free``), the
         event register on ``ack`` (``a``, ``a_valid``; empty: ``a_free``) and the fault register
         (``f_*``). Adds them."""
-        W = t.W
-        # ---- the Scatter Path and the output registers in front of it and of ``wr.req`` ----
-        m.submodules.sp = sp = ScatterPath(width=W)
-        wiring.connect(m, wiring.flipped(self.pay), sp.pay)
-        m.d.comb += [self.wr.data.valid.eq(sp.data.valid),
-                     self.wr.data.payload.eq(sp.data.payload),
-                     sp.data.ready.eq(self.wr.data.ready)]
+        # ---- the output registers of ``wr.piece`` and ``wr.req`` ----
         pc_valid = Signal()
         pc = Signal(piece_layout)
         rq_valid = Signal()
         rq_addr = Signal(64)
         rq_len = Signal(13)
-        m.d.comb += [sp.piece.valid.eq(pc_valid), sp.piece.payload.eq(pc),
+        m.d.comb += [self.wr.piece.valid.eq(pc_valid), self.wr.piece.payload.eq(pc),
                      self.wr.req.valid.eq(rq_valid), self.wr.req.payload.addr.eq(rq_addr),
                      self.wr.req.payload.len_bytes.eq(rq_len),
                      self.wr.req.payload.tag.eq(0)]
-        with m.If(sp.piece.ready):
+        with m.If(self.wr.piece.ready):
             m.d.sync += pc_valid.eq(0)
         with m.If(self.wr.req.ready):
             m.d.sync += rq_valid.eq(0)

@@ -2,13 +2,15 @@
 the hand-off to CQE Generation (roce-reference.md §3.7–3.9, §3.11; interface.md §5.1, §5.4, §6).
 
 It implements the execute-outcome interface of :class:`~rnic.resp.psn_check.PsnCheck`
-(``exe`` commands, ``pay`` beats, one ``done`` per command, in order). See ``docs/execute.md``.
+(``exe`` commands, one ``done`` per command, in order; the commands' payload beats go to the
+shared Scatter Path, :class:`~rnic.resp.scatter.SharedScatter`, which this stage drives through
+its client port ``wr``). See ``docs/execute.md``.
 
 Structure
 ---------
 Four stages, each an FSM working on one command at a time, joined by 2-entry plan queues
 (unbuffered: an entry is at the head in the cycle after its push), so four commands are
-worked on at once while the Scatter Path streams an older packet's payload. A command's
+worked on at once while the shared Scatter Path streams an older packet's payload. A command's
 plan (its pieces, the fields of its CQE) is written once by the planner into small RAMs
 indexed by the command's plan slot; the queues and the stage registers carry a token of at
 most 64 bits: the slot, the QP's table index, the outcome so far and the flags
@@ -45,17 +47,16 @@ a later stage decides on (design rule 3):
   when a CQE will be written, and marks the QP dead on a fatal outcome (so the younger packets
   behind are skipped before they reserve anything); an entry with nothing to reserve leaves in
   the cycle the marks are read;
-* **stage 4, issue**: issues one host-memory write request per piece and the piece to
-  :class:`~rnic.resp.scatter.ScatterPath`, then a closing piece that drops the packet's
-  remaining beats (also when nothing is written); SEND_*_WITH_INVALIDATE: once the packet's
+* **stage 4, issue**: issues one host-memory write request per piece and the piece to the
+  shared :class:`~rnic.resp.scatter.ScatterPath` (``wr``), then a closing piece that drops the
+  packet's remaining beats (also when nothing is written); SEND_*_WITH_INVALIDATE: once the packet's
   last write beat is taken, the Key Cache ``inval``; pushes the ``done`` entry (released when
   the Scatter Path has finished the packet) and the CQE (released when every write issued so
   far has its OKAY-or-not ``done``); marks the QP dead on a fatal outcome (again: a refused
   invalidate is decided here; no younger packet passed stage 2 meanwhile).
 
-The payload beats wait in a ``pay_depth``-beat FIFO (and a skid buffer, two more) in front of
-the Scatter Path, so the stage before (RX Parse's read side) reaches the next packet's header
-while this one is planned.
+The payload beats wait in the shared Scatter Path's FIFO, so the stage before (RX Parse's read
+side) reaches the next packet's header while this one is planned.
 Everything with an effect outside the stage (reservation, dead mark: stage 3; writes,
 invalidate, ``done``, CQE, event 4 of a failed WQE read: stage 4) happens in command order;
 stages 1 and 2
@@ -111,15 +112,15 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out, connect
 
-from ..host.axi_master import ReadClientSignature, WriteClientSignature
+from ..host.axi_master import ReadClientSignature
 from ..host.cqe_gen import WITH_IMM, WITH_INVALIDATE, cqe_layout
 from ..ifaces import EventType, QpnStream, event_layout, qpn_layout, read_job_layout
 from ..keys.key_cache import Access, InvalSignature, LookupSignature
 from ..opcodes import WcStatus
-from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
+from ..stream import Queue, check_width
 from .psn_check import done_layout, exe_layout
 from .rq_fetch import MAX_SGE, RqFetch, prefetch_pool, sge_layout, slim_layout, wqe_store
-from .scatter import ScatterPath, piece_layout
+from .scatter import CLIENT_TAG_BIT, PlaceSignature, piece_layout
 from ..parts import add as _add
 
 __all__ = ["Execute", "RECV", "RECV_RDMA_WITH_IMM", "flush_layout", "PREFETCH_DEPTH"]
@@ -179,8 +180,10 @@ flush_layout = data.StructLayout({
     "qpn": 24, "index": 16, "rcqn": 16, "rq_base": 64, "rq_log": 5,
 })
 
-#: Write requests issued whose ``done`` is not back, at most (the tag is 8 bits).
+#: Write requests issued whose ``done`` is not back, at most (their tags count modulo 2 ×
+#: MAX_WRITES, below the bit the shared Scatter Path takes).
 MAX_WRITES = 64
+assert 2 * MAX_WRITES <= 1 << CLIENT_TAG_BIT
 
 
 def _first_valid(m, vec, after=None):
@@ -324,18 +327,12 @@ class Execute(wiring.Component):
     prefetch_depth : int
         WQEs per QP the prefetcher reads ahead (1, 2 or 3, default :data:`PREFETCH_DEPTH`:
         ``nxt``, and ``nxt`` + 1 and ``nxt`` + 2 into free slots only).
-    pay_depth : int
-        Beats of the payload FIFO in front of the Scatter Path (0: none, and no skid buffer
-        either). Default 64: a whole
-        4 KiB packet at W=512, so the next command is planned (≈ 40 cycles) while the FIFO
-        still feeds the AXI W channel (32 left the W channel idle 8 cycles per 4 KiB packet).
 
     Attributes
     ----------
     exe : In(stream.Signature(exe_layout))
-        Execute commands from PSN Check.
-    pay : In(BeatStream(W))
-        Their payload beats (lane 0 aligned; none when ``payload_len`` = 0).
+        Execute commands from PSN Check (their payload beats, none when ``payload_len`` = 0,
+        go to the Scatter Path's input of this client).
     done : Out(stream.Signature(done_layout))
         One outcome per command, in order.
     qp_reset : In(stream.Signature({qpn 24}))
@@ -347,8 +344,9 @@ class Execute(wiring.Component):
         Taken only while no ``exe`` command is waiting.
     rd : Out(ReadClientSignature(W))
         HostMemory read client (WQE fetch).
-    wr : Out(WriteClientSignature(W))
-        HostMemory write client (payload).
+    wr : Out(PlaceSignature())
+        A client port of :class:`~rnic.resp.scatter.SharedScatter`: the payload writes and
+        their pieces (tags below bit ``CLIENT_TAG_BIT``).
     lookup : In(LookupSignature())
         A Key Cache lookup port (``lookup.req`` out, ``lookup.resp`` in).
     inval : In(InvalSignature())
@@ -372,8 +370,7 @@ class Execute(wiring.Component):
         last ``qp_reset``.
     """
 
-    def __init__(self, *, width, num_qp=64, prefetch=8, prefetch_depth=PREFETCH_DEPTH,
-                 pay_depth=64):
+    def __init__(self, *, width, num_qp=64, prefetch=8, prefetch_depth=PREFETCH_DEPTH):
         self.width = check_width(width)
         if not isinstance(num_qp, int) or num_qp < 4 or num_qp & (num_qp - 1):
             raise ValueError(f"num_qp must be a power of two ≥ 4, not {num_qp!r}")
@@ -381,21 +378,17 @@ class Execute(wiring.Component):
             raise ValueError(f"prefetch must be an integer 0..16, not {prefetch!r}")
         if not isinstance(prefetch_depth, int) or not 1 <= prefetch_depth <= 3:
             raise ValueError(f"prefetch_depth must be 1, 2 or 3, not {prefetch_depth!r}")
-        if not isinstance(pay_depth, int) or pay_depth < 0:
-            raise ValueError(f"pay_depth must be an integer ≥ 0, not {pay_depth!r}")
         self.num_qp = num_qp
         self.prefetch = prefetch
         self.prefetch_depth = prefetch_depth
-        self.pay_depth = pay_depth
         super().__init__({
             "exe": In(stream.Signature(exe_layout)),
-            "pay": In(BeatStream(width)),
             "done": Out(stream.Signature(done_layout)),
             "qp_reset": In(QpnStream()),
             "flush": In(stream.Signature(flush_layout)),
             "rq_post": In(stream.Signature(flush_layout, always_ready=True)),
             "rd": Out(ReadClientSignature(width)),
-            "wr": Out(WriteClientSignature(width)),
+            "wr": Out(PlaceSignature()),
             "lookup": In(LookupSignature()),
             "inval": In(InvalSignature()),
             "reserve": Out(stream.Signature(data.StructLayout({"cqn": 16}))),
@@ -438,8 +431,8 @@ class Execute(wiring.Component):
 
     def _ports(self, m, t):
         """The port registers and the blocks around the stages: ``qp_reset`` and ``rq_post``
-        registered (``rst``, ``post``), the WQE reads (``fetch``), the Scatter Path (``sc``) with
-        the payload FIFO in front and its piece queue (``pq``, its input), and the queues toward
+        registered (``rst``, ``post``), the WQE reads (``fetch``), the piece queue toward the
+        shared Scatter Path (``pq``, its input), and the queues toward
         the outputs (``post_q``, ``cqe_q``, ``ev_q``, ``fault_q``). Adds these."""
         W, ab = t.W, t.ab
         # ``qp_reset`` and ``rq_post`` are registered here, together (their order is kept):
@@ -454,25 +447,10 @@ class Execute(wiring.Component):
                      post.valid.eq(self.rq_post.valid), post.payload.eq(self.rq_post.payload)]
 
         m.submodules.fetch = fetch = RqFetch(width=W, depth=4)
-        m.submodules.scatter = sc = ScatterPath(width=W)
         connect(m, fetch.mem, wiring.flipped(self.rd))
-        if self.pay_depth:
-            # payload FIFO: the packet's beats move on while its command is still planned, so
-            # the stage before (RX Parse's read side) reaches the next packet's header early
-            m.submodules.pay_q = pay_q = Queue(beat_layout(W), self.pay_depth)
-            connect(m, wiring.flipped(self.pay), pay_q.i)
-            # and a skid buffer behind it: at depth 64 the queue is block RAM whose output is
-            # its last register (4 ns clock-to-out on ECP5), and the Scatter Path's ``ready``
-            # depends on the beat (``last``); it went back into the block RAM's read enable
-            m.submodules.pay_skid = pay_skid = SkidBuffer(beat_layout(W))
-            connect(m, pay_q.o, pay_skid.i)
-            connect(m, pay_skid.o, sc.pay)
-        else:
-            connect(m, wiring.flipped(self.pay), sc.pay)
-        connect(m, sc.data, wiring.flipped(self.wr.data))
         # (unbuffered: the Scatter Path's set-up register is the queue's output register)
         m.submodules.piece_q = piece_q = Queue(piece_layout, 4, buffered=False)
-        connect(m, piece_q.o, sc.piece)
+        connect(m, piece_q.o, wiring.flipped(self.wr.piece))
         pq = piece_q.i
 
         # (what ``done``'s handshake decides on from the output register, the syndrome from the
@@ -491,7 +469,7 @@ class Execute(wiring.Component):
         connect(m, fault_q.o, wiring.flipped(self.fault))
         return types.SimpleNamespace(
             cqe_q=cqe_q, ev_q=ev_q, fault_q=fault_q, fetch=fetch, post=post, post_q=post_q, pq=pq,
-            rst=rst, sc=sc)
+            rst=rst)
 
     def _tables(self, m, t):
         """The per-QP tables (``dead``, ``wqet``, ``wflt``, ``cnext``) and the write tag -> QPN
@@ -668,7 +646,6 @@ class Execute(wiring.Component):
         """The write requests issued and done (``wr_cnt``, ``wr_done``, stage 4's ``room``), the
         closing pieces pushed and the packets the Scatter Path finished (``sc_out``, ``tok``). Adds
         these and their strobes."""
-        sc = t.sc
         # ---- counters ---------------------------------------------------------------------
         wr_cnt = Signal(16)                    # write requests issued
         wr_done = Signal(16)                   # their done transfers back
@@ -678,8 +655,8 @@ class Execute(wiring.Component):
         tok = Signal(range(16))                # packets finished, done not yet returned
         push_close = Signal()
         pop_tok = Signal()
-        m.d.sync += [sc_out.eq(sc_out + push_close - sc.pkt_done),
-                     tok.eq(tok + sc.pkt_done - pop_tok)]
+        m.d.sync += [sc_out.eq(sc_out + push_close - self.wr.pkt_done),
+                     tok.eq(tok + self.wr.pkt_done - pop_tok)]
         return types.SimpleNamespace(
             pop_tok=pop_tok, push_close=push_close, room=room, sc_out=sc_out, tok=tok,
             wr_cnt=wr_cnt, wr_done=wr_done, wr_inc=wr_inc)

@@ -24,6 +24,9 @@ words), and the write beats pass through a 4-entry output queue (no combinationa
 ``pay`` to ``data``); the closing piece puts a marker into it, which is dropped at the queue's
 output and pulses ``pkt_done`` there (or flags its own last beat, whose taking pulses ``pkt_done``),
 so ``pkt_done`` means the packet's last write beat was taken.
+
+:class:`SharedScatter` puts one Scatter Path, and the payload FIFO in front of it, behind two
+clients: the responder's execute stage and the requester's READ placement.
 """
 
 import types
@@ -32,11 +35,11 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..host.axi_master import write_beat_layout
+from ..host.axi_master import WriteClientSignature, done_layout, req_layout, write_beat_layout
 from ..parts import add as _add
-from ..stream import BeatStream, Queue, check_width
+from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
 
-__all__ = ["ScatterPath", "piece_layout"]
+__all__ = ["ScatterPath", "SharedScatter", "PlaceSignature", "piece_layout", "CLIENT_TAG_BIT"]
 
 #: One piece of a packet's payload (see the module docstring).
 piece_layout = data.StructLayout({"src": 13, "len": 13, "lane": 6, "end": 1})
@@ -317,3 +320,159 @@ class ScatterPath(wiring.Component):
                 with m.If(self.pay.valid & self.pay.payload.last & a_ready):
                     m.d.sync += h.eq(0)
                     m.next = "IDLE"
+
+
+#: The bit of a write request's ``tag`` that :class:`SharedScatter` replaces with the client's
+#: number (a client's ``done`` comes back with it): clients use the bits below it.
+CLIENT_TAG_BIT = 7
+
+
+def PlaceSignature():
+    """A client port of :class:`SharedScatter`, as the client sees it: its host-memory write
+    requests (``req``) and their pieces (``piece``) out, the requests' ``done`` and the
+    ``pkt_done`` pulses of its packets in."""
+    return wiring.Signature({
+        "req": Out(stream.Signature(req_layout)),
+        "piece": Out(stream.Signature(piece_layout)),
+        "done": In(stream.Signature(done_layout)),
+        "pkt_done": In(1),
+    })
+
+
+class SharedScatter(wiring.Component):
+    """One Scatter Path for two clients, with the payload FIFO in front of it.
+
+    The payload of the packets both clients place arrives on ``pay0`` (client 0's packets) and
+    ``pay1`` (client 1's), whole packets at a time: a packet's beats are never interleaved with
+    another's (the two inputs are taken a packet at a time, ``pay0`` first when both start one
+    in the same cycle). Their beats go on, in the order the packets were taken, through one
+    ``pay_depth``-beat FIFO (and a skid buffer, two more) into the Scatter Path; the owner of
+    each packet is queued beside them (16 packets at most: a 17th waits).
+
+    Each client sends, for each of its packets with payload and in its packets' order, the
+    packet's pieces (the last one with ``end``) and, for each piece with ``len`` > 0 and in the
+    same order, one write request: its host-memory write client's ``req``, whose data beats
+    are that piece's. The Scatter Path takes pieces from the owner of the packet at the head of
+    the owner queue, so it works through the packets in the order their beats come; the write
+    requests go to the one write client ``wr`` in the order of their pieces (a request waits
+    until its piece is taken, so its data always follows), with bit :data:`CLIENT_TAG_BIT` of
+    the ``tag`` replaced by the client's number. Each ``done`` goes back to the client that bit
+    names (the bit as sent by the master, the others as the client set them), and a client's
+    ``pkt_done`` pulses when the Scatter Path finished one of its packets.
+
+    Parameters
+    ----------
+    width : int
+        Data width W (64, 128, 256, 512).
+    pay_depth : int
+        Beats of the payload FIFO (0: none, and no skid buffer either). Default 64: a whole
+        4 KiB packet at W=512, so the next command is planned while the FIFO still feeds the
+        AXI W channel.
+
+    Attributes
+    ----------
+    pay0, pay1 : In(BeatStream(W))
+        The payload of client 0's and client 1's packets (lane 0 aligned, ``last`` on each
+        packet's last beat).
+    client0, client1 : In(PlaceSignature())
+        The clients' requests, pieces, completions and packet pulses.
+    wr : Out(WriteClientSignature(W))
+        The host-memory write client.
+    """
+
+    def __init__(self, *, width, pay_depth=64):
+        self.width = check_width(width)
+        if not isinstance(pay_depth, int) or pay_depth < 0:
+            raise ValueError(f"pay_depth must be an integer ≥ 0, not {pay_depth!r}")
+        self.pay_depth = pay_depth
+        super().__init__({
+            "pay0": In(BeatStream(width)),
+            "pay1": In(BeatStream(width)),
+            "client0": In(PlaceSignature()),
+            "client1": In(PlaceSignature()),
+            "wr": Out(WriteClientSignature(width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        m.submodules.scatter = sc = ScatterPath(width=W)
+        clients = (self.client0, self.client1)
+        # owners (1: client 1), in order: of the packets whose beats were taken (``own_q``, popped
+        # by their closing pieces), of the pieces taken with a write request still to pass
+        # (``req_q``), of the packets the Scatter Path works on (``pkt_q``, popped by pkt_done)
+        m.submodules.own_q = own_q = Queue(1, 16, buffered=False)
+        m.submodules.req_q = req_q = Queue(1, 16, buffered=False)
+        m.submodules.pkt_q = pkt_q = Queue(1, 16, buffered=False)
+
+        # ---- the payload: a packet at a time from either input, into the FIFO ----
+        # (a packet's owner is queued when its first beat is offered, so the Scatter Path can
+        # take the packet's first piece, and then the beat, even with no FIFO in between)
+        beats = stream.Signature(beat_layout(W)).create()
+        ann = Signal()                        # the owner of the input's packet is queued
+        cur = Signal()                        # ... and it is this input
+        pick = Signal()
+        m.d.comb += pick.eq(Mux(ann, cur, ~self.pay0.valid))
+        inp = Mux(pick, self.pay1.valid, self.pay0.valid)
+        m.d.comb += [
+            own_q.i.valid.eq(inp & ~ann),
+            own_q.i.payload.eq(pick),
+            beats.valid.eq(inp & (ann | own_q.i.ready)),
+            beats.payload.eq(Mux(pick, self.pay1.payload, self.pay0.payload)),
+            self.pay0.ready.eq(~pick & (ann | own_q.i.ready) & beats.ready),
+            self.pay1.ready.eq(pick & (ann | own_q.i.ready) & beats.ready),
+        ]
+        with m.If(own_q.i.valid & own_q.i.ready):
+            m.d.sync += [ann.eq(1), cur.eq(pick)]
+        with m.If(beats.valid & beats.ready & beats.payload.last):
+            m.d.sync += ann.eq(0)
+        if self.pay_depth:
+            m.submodules.pay_q = pay_q = Queue(beat_layout(W), self.pay_depth)
+            # a skid buffer behind it: at depth 64 the queue is block RAM whose output is its
+            # last register, and the Scatter Path's ``ready`` depends on the beat (``last``)
+            m.submodules.pay_skid = pay_skid = SkidBuffer(beat_layout(W))
+            wiring.connect(m, beats, pay_q.i)
+            wiring.connect(m, pay_q.o, pay_skid.i)
+            wiring.connect(m, pay_skid.o, sc.pay)
+        else:
+            wiring.connect(m, beats, sc.pay)
+
+        # ---- the pieces: from the owner of the packet at the head ----
+        po = own_q.o.payload
+        pc = Mux(po, self.client1.piece.payload, self.client0.piece.payload)
+        pvalid = Mux(po, self.client1.piece.valid, self.client0.piece.valid)
+        take = Signal()
+        m.d.comb += [
+            sc.piece.valid.eq(own_q.o.valid & pvalid & req_q.i.ready & pkt_q.i.ready),
+            sc.piece.payload.eq(pc),
+            take.eq(sc.piece.valid & sc.piece.ready),
+            self.client0.piece.ready.eq(take & ~po),
+            self.client1.piece.ready.eq(take & po),
+            own_q.o.ready.eq(take & sc.piece.payload.end),
+            req_q.i.valid.eq(take & (sc.piece.payload.len != 0)),
+            req_q.i.payload.eq(po),
+            pkt_q.i.valid.eq(take & sc.piece.payload.end),
+            pkt_q.i.payload.eq(po),
+        ]
+        wiring.connect(m, sc.data, wiring.flipped(self.wr.data))
+
+        # ---- the write requests, in the order of their pieces; done back by the tag ----
+        ro = req_q.o.payload
+        req = self.wr.req
+        m.d.comb += [
+            req.valid.eq(req_q.o.valid & Mux(ro, self.client1.req.valid,
+                                             self.client0.req.valid)),
+            req.payload.eq(Mux(ro, self.client1.req.payload, self.client0.req.payload)),
+            req.payload.tag[CLIENT_TAG_BIT].eq(ro),
+            req_q.o.ready.eq(req.valid & req.ready),
+            self.client0.req.ready.eq(req.ready & req_q.o.valid & ~ro),
+            self.client1.req.ready.eq(req.ready & req_q.o.valid & ro),
+        ]
+        done = self.wr.done
+        dto = done.payload.tag[CLIENT_TAG_BIT]
+        for i, c in enumerate(clients):
+            m.d.comb += [c.done.valid.eq(done.valid & (dto == i)), c.done.payload.eq(done.payload),
+                         c.pkt_done.eq(sc.pkt_done & (pkt_q.o.payload == i))]
+        m.d.comb += [done.ready.eq(Mux(dto, self.client1.done.ready, self.client0.done.ready)),
+                     pkt_q.o.ready.eq(sc.pkt_done)]
+        return m
