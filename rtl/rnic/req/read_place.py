@@ -330,6 +330,12 @@ class ReadPlace(wiring.Component):
         n_idx = Signal(sb)
         m.d.comb += [n_qpn.eq(Mux(set_c | set_l, h.qpn, c_qpn)),
                      n_idx.eq(Mux(set_l, lnk_to, Mux(set_c, slot, c_idx)))]
+        # the fast path's compare, registered as the header is taken (c_qpn and c_next change
+        # only in C4, never between a take and HEAD; c_valid is used as it stands)
+        c_eq = Signal()
+        with m.If(self.hdr.valid & self.hdr.ready):
+            m.d.sync += c_eq.eq((self.hdr.payload.qpn == c_qpn)
+                                & (self.hdr.payload.psn == c_next))
         kill = Signal()
         m.d.comb += kill.eq((self.qp_set.valid & (self.qp_set.payload.qpn == n_qpn))
                             | (self.rec.valid & (rp.idx[:sb] == n_idx)) | inval_err)
@@ -340,7 +346,7 @@ class ReadPlace(wiring.Component):
         with m.Elif(set_c | set_l):
             m.d.sync += c_valid.eq(1)
         return types.SimpleNamespace(
-            h=h, c_valid=c_valid, c_qpn=c_qpn, c_idx=c_idx, c_next=c_next, set_c=set_c, set_l=set_l,
+            h=h, c_valid=c_valid, c_eq=c_eq, c_qpn=c_qpn, c_idx=c_idx, c_next=c_next, set_c=set_c, set_l=set_l,
             clr_c=clr_c)
 
     def _stale_mark(self, m, t):
@@ -375,9 +381,18 @@ class ReadPlace(wiring.Component):
         with m.Elif(s_acc & (h.qpn == s_qpn)):
             m.d.sync += s_gap.eq(0)
         s_hit = Signal()                # the header's response is stale by the mark
+        # (its compares are registered as the header is taken: s_qpn, s_una and s_gap change
+        # only in WAIT and C4, never between a take and HEAD; s_valid is used as it stands)
+        hp = self.hdr.payload
         s_dp = Signal(24)
-        m.d.comb += [s_dp.eq(h.psn - s_una),
-                     s_hit.eq(s_valid & (h.qpn == s_qpn) & (s_dp[23] | (s_gap & (s_dp != 0))))]
+        s_eq = Signal()                 # the header's QPN is the mark's
+        s_before = Signal()             # its PSN is before s_una
+        s_after = Signal()              # ... after it
+        m.d.comb += s_dp.eq(hp.psn - s_una)
+        with m.If(self.hdr.valid & self.hdr.ready):
+            m.d.sync += [s_eq.eq(hp.qpn == s_qpn), s_before.eq(s_dp[23]),
+                         s_after.eq(~s_dp[23] & (s_dp != 0))]
+        m.d.comb += s_hit.eq(s_valid & s_eq & (s_before | (s_gap & s_after)))
         return types.SimpleNamespace(
             qs_seen=qs_seen, s_set=s_set, qs_now=qs_now, s_acc=s_acc, s_hit=s_hit)
 
@@ -420,9 +435,11 @@ class ReadPlace(wiring.Component):
         short = Signal()                # off < len0 and len0 − off < len
         m.d.comb += short.eq(~below & (d0[13:32] == 0) & (d0[:13] < h.len))
 
+        # the parts' host addresses, registered in C3 and C4 (off is C2's, p1off C3's): the
+        # slot table's LUT-RAM read and the 64-bit adds do not lead into the request register
         addr_a = Signal(64)
         addr_b = Signal(64)
-        m.d.comb += [addr_a.eq(r.addr0 + off), addr_b.eq(r.addr1 + p1off)]
+        m.d.sync += [addr_a.eq(r.addr0 + off), addr_b.eq(r.addr1 + p1off)]
         return types.SimpleNamespace(
             dpsn=dpsn, span=span, is_last=is_last, is_first=is_first, pmc=pmc, off=off,
             in_range=in_range, pmtu=pmtu, ok=ok, a0=a0, a1=a1, p1off=p1off, drop=drop, op=op, fm=fm,
@@ -433,6 +450,7 @@ class ReadPlace(wiring.Component):
         """The FSM that takes the headers one at a time: an ACKNOWLEDGE goes out as WIRE; a READ
         response is found by the cache, refused by the stale mark, or asked for (ASK, WAIT), then
         checked (C1–C4) and placed (P0, P1) or refused (its payload drained, DRAIN)."""
+        c_eq = t.c_eq
         (a, a0, a1, a_free, a_valid, addr_a, addr_b, below, c_idx, c_next, c_qpn, c_valid, clr_c, d,
          d0, d_valid, dpsn, drop, fm, h, idle_q, in_range, is_first, is_last, lb, len0_r, lnk_here,
          lnk_sel, lnk_to, lnk_v, lo, off, off_c, ok, op, out_free, p1off, pc, pc_valid, pend, pmc,
@@ -463,7 +481,7 @@ class ReadPlace(wiring.Component):
             with m.State("HEAD"):
                 with m.If(op == ACKNOWLEDGE):
                     m.next = "WIRE"
-                with m.Elif(c_valid & (h.qpn == c_qpn) & (h.psn == c_next)):
+                with m.Elif(c_valid & c_eq):
                     m.d.sync += slot.eq(c_idx)
                     m.next = "C1"
                 with m.Elif(s_hit):

@@ -37,7 +37,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..host.axi_master import WriteClientSignature, done_layout, req_layout, write_beat_layout
 from ..parts import add as _add
-from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
+from ..stream import BeatStream, Queue, beat_layout, check_width
 
 __all__ = ["ScatterPath", "SharedScatter", "PlaceSignature", "piece_layout", "CLIENT_TAG_BIT"]
 
@@ -346,8 +346,9 @@ class SharedScatter(wiring.Component):
     ``pay1`` (client 1's), whole packets at a time: a packet's beats are never interleaved with
     another's (the two inputs are taken a packet at a time, ``pay0`` first when both start one
     in the same cycle). Their beats go on, in the order the packets were taken, through one
-    ``pay_depth``-beat FIFO (and a skid buffer, two more) into the Scatter Path; the owner of
+    ``pay_depth``-beat FIFO (and two more beats in flip-flops) into the Scatter Path; the owner of
     each packet is queued beside them (16 packets at most: a 17th waits).
+    A piece passes a register on its way from the client to the Scatter Path (one cycle).
 
     Each client sends, for each of its packets with payload and in its packets' order, the
     packet's pieces (the last one with ``end``) and, for each piece with ``len`` > 0 and in the
@@ -365,7 +366,7 @@ class SharedScatter(wiring.Component):
     width : int
         Data width W (64, 128, 256, 512).
     pay_depth : int
-        Beats of the payload FIFO (0: none, and no skid buffer either). Default 64: a whole
+        Beats of the payload FIFO (0: none, and no two-beat queue behind it either). Default 64: a whole
         4 KiB packet at W=512, so the next command is planned while the FIFO still feeds the
         AXI W channel.
 
@@ -428,32 +429,45 @@ class SharedScatter(wiring.Component):
             m.d.sync += ann.eq(0)
         if self.pay_depth:
             m.submodules.pay_q = pay_q = Queue(beat_layout(W), self.pay_depth)
-            # a skid buffer behind it: at depth 64 the queue is block RAM whose output is its
-            # last register, and the Scatter Path's ``ready`` depends on the beat (``last``)
-            m.submodules.pay_skid = pay_skid = SkidBuffer(beat_layout(W))
+            # a two-entry queue in flip-flops behind it: at depth 64 the queue is block RAM
+            # whose output is its last register, and the Scatter Path's ``ready`` depends on
+            # the beat (``last``); each entry loads straight from the block RAM's output (no
+            # multiplexer after its 4 ns clock-to-out), the entry taken is selected after them
+            m.submodules.pay_skid = pay_skid = Queue(beat_layout(W), 2, buffered=False,
+                                                     registers=True)
             wiring.connect(m, beats, pay_q.i)
             wiring.connect(m, pay_q.o, pay_skid.i)
             wiring.connect(m, pay_skid.o, sc.pay)
         else:
             wiring.connect(m, beats, sc.pay)
 
-        # ---- the pieces: from the owner of the packet at the head ----
+        # ---- the pieces: from the owner of the packet at the head, through a register ----
+        # (``pr``: the Scatter Path's set-up arithmetic starts at flip-flops, not at the owner
+        # queue's LUT-RAM read and the client multiplexer)
         po = own_q.o.payload
-        pc = Mux(po, self.client1.piece.payload, self.client0.piece.payload)
+        pc = Signal(piece_layout)
+        m.d.comb += pc.eq(Mux(po, self.client1.piece.payload, self.client0.piece.payload))
         pvalid = Mux(po, self.client1.piece.valid, self.client0.piece.valid)
-        take = Signal()
+        pr_v = Signal()
+        pr = Signal(piece_layout)
+        take = Signal()                       # a client's piece goes into ``pr``
         m.d.comb += [
-            sc.piece.valid.eq(own_q.o.valid & pvalid & req_q.i.ready & pkt_q.i.ready),
-            sc.piece.payload.eq(pc),
-            take.eq(sc.piece.valid & sc.piece.ready),
+            sc.piece.valid.eq(pr_v),
+            sc.piece.payload.eq(pr),
+            take.eq(own_q.o.valid & pvalid & req_q.i.ready & pkt_q.i.ready
+                    & (~pr_v | sc.piece.ready)),
             self.client0.piece.ready.eq(take & ~po),
             self.client1.piece.ready.eq(take & po),
-            own_q.o.ready.eq(take & sc.piece.payload.end),
-            req_q.i.valid.eq(take & (sc.piece.payload.len != 0)),
+            own_q.o.ready.eq(take & pc.end),
+            req_q.i.valid.eq(take & (pc.len != 0)),
             req_q.i.payload.eq(po),
-            pkt_q.i.valid.eq(take & sc.piece.payload.end),
+            pkt_q.i.valid.eq(take & pc.end),
             pkt_q.i.payload.eq(po),
         ]
+        with m.If(sc.piece.ready):
+            m.d.sync += pr_v.eq(0)
+        with m.If(take):
+            m.d.sync += [pr_v.eq(1), pr.eq(pc)]
         wiring.connect(m, sc.data, wiring.flipped(self.wr.data))
 
         # ---- the write requests, in the order of their pieces; done back by the tag ----
