@@ -619,7 +619,9 @@ class KeyCache(wiring.Component):
             invalidate_states(self, m, t)
             self._window_count_states(m, t)
             self._respond_states(m, t)
-        m.d.comb += t.sel_mr.eq(ctl.ongoing("SEARCH2"))
+        # "in SEARCH2", as a register (SEARCH1 always goes on to SEARCH2, one cycle each): the
+        # valid-bit multiplexer's select starts at a flip-flop, not at the state's decode
+        m.d.sync += t.sel_mr.eq(ctl.ongoing("SEARCH1"))
         for x, state in enumerate(("SET_CHECK", "SET_OLD", "SET_OLD_W1")):
             with m.If(ctl.ongoing(state)):
                 m.d.sync += t.nb[x].eq(t.ce.key)
@@ -807,7 +809,11 @@ class KeyCache(wiring.Component):
                 port.resp.payload.bus_addr.eq(qo.bus_addr),
             ]
             outstanding = Signal(range(self.fifo_depth + 1), name=f"outstanding{p}")
-            took = port.resp.valid & port.resp.ready
+            # a response taken returns its credit a cycle later (``took`` registered): the
+            # count is one high for that cycle, never low, and the path from the last stage
+            # through the FIFO's fall-through and the port's ``ready`` ends at this register
+            took = Signal(name=f"took{p}")
+            m.d.sync += took.eq(port.resp.valid & port.resp.ready)
             # outstanding + accept - took, with the grant only selecting between two sums that
             # do not depend on it (the grant comes late; it stays off the carry chain).
             out_keep = Signal.like(outstanding, name=f"out_keep{p}")
@@ -905,9 +911,12 @@ class KeyCache(wiring.Component):
         v_we, v_idx, v_val = t.v_we, t.v_idx, t.v_val
         w_en, w_addr, w_lane, w_extra = t.w_en, t.w_addr, t.w_lane, t.w_extra
         # -- SET_KEY: every check first, then the writes
+        # ARG8 out of range or the slot itself, registered (both are captured cycles before)
+        mr_self = Signal()
+        m.d.sync += mr_self.eq(mr_bad | (mr == index))
         with m.State("SET_CHECK"):
             dup = new_valid & s3_hit & (s3_idx != index)
-            bad_mr_slot = new_win & (mr_bad | (mr == index) | ~mr_valid_r)
+            bad_mr_slot = new_win & (mr_self | ~mr_valid_r)
             with m.If(dup | bad_mr_slot):
                 m.next = "REFUSE"
             with m.Else():
