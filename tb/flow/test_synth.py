@@ -386,7 +386,8 @@ def test_real_flow_crc32(tmp_path, target):
                      "-o", str(out)])
     assert rc == 0
     r, = json.loads((out / "synth.json").read_text())
-    assert r["status"] == "ok" and r["lut"] > 500 and r["ff"] >= 200
+    # (the W=64 CRC unit: its 32-bit state and the registered 64-bit input at least)
+    assert r["status"] == "ok" and r["lut"] > 500 and r["ff"] >= 96
     assert 50 < r["fmax_mhz"] < 600
     assert r["met"] == (r["fmax_mhz"] >= 156.25)
     assert (Path(r["log_dir"]) / "nextpnr.log").exists()
