@@ -2,7 +2,7 @@
 the hostile AxiRam of sim/hostmem.py (tb/blocks/test_execute.py builds the harness).
 
 The bench plays PSN Check's payload router (whole packets, one at a time, on ``pay0`` or
-``pay1`` by owner, with gaps) and both clients (each sends its packets' pieces and write
+``pay1`` by owner, with gaps: cocotbext-axi sources) and both clients (each sends its packets' pieces and write
 requests in its own order, at its own pace). A Python model cuts every packet and gives the
 bytes each write must leave in host memory; every write region has guards around it, one
 region answers SLVERR. Checked: host memory byte for byte, no write outside the regions, each
@@ -10,10 +10,10 @@ client's ``done`` in its request order with its tag (bit 7 = the client) and ``e
 fault is, each client's ``pkt_done`` count, the AXI rules.
 """
 import random
-from collections import deque
 
 import cocotb
-from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rnic.host import done_layout, req_layout
 from rnic.resp.scatter import CLIENT_TAG_BIT, piece_layout
@@ -28,51 +28,13 @@ REGION = 0x2000                               # one write region per piece, guar
 FAULT = 7                                     # the region index that answers SLVERR
 
 
-class PaySource:
-    """PSN Check's payload router: packets {owner, payload} one at a time, each beat on
-    ``pay<owner>`` (AXI-Stream names), with random gaps."""
-
-    def __init__(self, dut, rng, idle):
-        self.dut, self.rng, self.idle = dut, rng, idle
-        self.q = deque()
-        for i in (0, 1):
-            for s, v in (("tvalid", 0), ("tdata", 0), ("tkeep", 0), ("tlast", 0),
-                         ("tuser", 0)):
-                getattr(dut, f"pay{i}_{s}").value = v
-        cocotb.start_soon(self._run())
-
-    @property
-    def busy(self):
-        return bool(self.q)
-
-    async def _run(self):
-        d = self.dut
-        while True:
-            await FallingEdge(d.clk)
-            if not self.q:
-                continue
-            owner, payload = self.q[0]
-            nb = -(-len(payload) // B)
-            pad = payload + self.rng.randbytes(nb * B - len(payload))
-            k = 0
-            while k < nb:
-                if self.rng.random() < self.idle:
-                    getattr(d, f"pay{owner}_tvalid").value = 0
-                    await FallingEdge(d.clk)
-                    continue
-                n = min(B, len(payload) - k * B)
-                p = f"pay{owner}_"
-                getattr(d, p + "tdata").value = int.from_bytes(pad[k * B:(k + 1) * B], "little")
-                getattr(d, p + "tkeep").value = (1 << n) - 1
-                getattr(d, p + "tlast").value = int(k == nb - 1)
-                getattr(d, p + "tvalid").value = 1
-                await ReadOnly()
-                taken = int(getattr(d, p + "tready").value)
-                await FallingEdge(d.clk)
-                if taken:
-                    k += 1
-            getattr(d, f"pay{owner}_tvalid").value = 0
-            self.q.popleft()
+async def route(sources, packets):
+    """PSN Check's payload router: ``packets`` {owner, payload} one at a time, each on the
+    source of its owner (``pay0``/``pay1``), the next only once the previous one's beats are
+    all taken."""
+    for owner, payload in packets:
+        await sources[owner].send(AxiStreamFrame(payload))
+        await sources[owner].wait()
 
 
 class PktCounter:
@@ -116,7 +78,13 @@ async def shared(dut):
     mem = HostMem(dut, "m_axi", dut.clk, dut.rst, seed=5, max_latency=20, backpressure=True,
                   interleave=True)
     mem.add_fault(BUS + FAULT * REGION, REGION, "w", AxiResp.SLVERR)
-    pay = PaySource(dut, random.Random(rng.random()), 0.15)
+    pay = []
+    for i in (0, 1):
+        src = AxiStreamSource(AxiStreamBus.from_prefix(dut, f"pay{i}"), dut.clk, dut.rst)
+        prng = random.Random(rng.random())
+        src.set_pause_generator(iter(lambda prng=prng: prng.random() < 0.15, None))
+        pay.append(src)
+    packets = []
     piece = [Source(dut, f"client{i}__piece", piece_layout, dut.clk,
                     rng=random.Random(rng.random()), idle=0.3) for i in (0, 1)]
     req = [Source(dut, f"client{i}__req", req_layout, dut.clk,
@@ -134,7 +102,7 @@ async def shared(dut):
         plen = rng.choice([1, B - 1, B, B + 1, 2 * B + 3, rng.randrange(1, 600)])
         payload = rng.randbytes(plen)
         parts, closing = _cut(rng, plen)
-        pay.q.append((owner, payload))
+        packets.append((owner, payload))
         exp_pkts[owner] += 1
         pieces = []
         for j, (src, n) in enumerate(parts):
@@ -156,10 +124,11 @@ async def shared(dut):
         for p in pieces:
             piece[owner].put(p)
 
+    router = cocotb.start_soon(route(pay, packets))
     total = sum(len(e) for e in exp_done)
     for _ in range(200000):
         if (sum(len(d.items) for d in done) >= total and sum(pkts.n) >= sum(exp_pkts)
-                and not pay.busy):
+                and router.done()):
             break
         await RisingEdge(dut.clk)
     else:

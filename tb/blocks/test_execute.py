@@ -2,13 +2,11 @@
 against the hostile AxiRam of sim/hostmem.py and a Python model of placement and completion."""
 import pytest
 from amaranth.hdl import Module
-from amaranth.lib import data, wiring
+from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from rnic.host.axi_master import AxiSignature, HostMemory
-from rnic.host.cqe_gen import CqeGen
-from rnic.keys.key_cache import KeyCache
 from rnic.resp.execute import Execute, _BitTable, _LateWrite
 from rnic.resp.scatter import PlaceSignature, ScatterPath, SharedScatter
 from rnic.stream import BeatStream

@@ -119,7 +119,7 @@ from ..keys.key_cache import Access, InvalSignature, LookupSignature
 from ..opcodes import WcStatus
 from ..stream import Queue, check_width
 from .psn_check import done_layout, exe_layout
-from .rq_fetch import MAX_SGE, RqFetch, prefetch_pool, sge_layout, slim_layout, wqe_store
+from .rq_fetch import MAX_SGE, RqFetch, prefetch_pool, wqe_store
 from .scatter import CLIENT_TAG_BIT, PlaceSignature, piece_layout
 from ..parts import add as _add
 

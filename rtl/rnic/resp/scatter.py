@@ -399,8 +399,8 @@ class SharedScatter(wiring.Component):
         W = self.width
         m.submodules.scatter = sc = ScatterPath(width=W)
         clients = (self.client0, self.client1)
-        # owners (1: client 1), in order: of the packets whose beats were taken (``own_q``, popped
-        # by their closing pieces), of the pieces taken with a write request still to pass
+        # owners (1: client 1), in order: of the packets whose first beat was offered (``own_q``,
+        # popped by their closing pieces), of the pieces taken with a write request still to pass
         # (``req_q``), of the packets the Scatter Path works on (``pkt_q``, popped by pkt_done)
         m.submodules.own_q = own_q = Queue(1, 16, buffered=False)
         m.submodules.req_q = req_q = Queue(1, 16, buffered=False)
@@ -433,11 +433,11 @@ class SharedScatter(wiring.Component):
             # whose output is its last register, and the Scatter Path's ``ready`` depends on
             # the beat (``last``); each entry loads straight from the block RAM's output (no
             # multiplexer after its 4 ns clock-to-out), the entry taken is selected after them
-            m.submodules.pay_skid = pay_skid = Queue(beat_layout(W), 2, buffered=False,
-                                                     registers=True)
+            m.submodules.pay_ff = pay_ff = Queue(beat_layout(W), 2, buffered=False,
+                                                 registers=True)
             wiring.connect(m, beats, pay_q.i)
-            wiring.connect(m, pay_q.o, pay_skid.i)
-            wiring.connect(m, pay_skid.o, sc.pay)
+            wiring.connect(m, pay_q.o, pay_ff.i)
+            wiring.connect(m, pay_ff.o, sc.pay)
         else:
             wiring.connect(m, beats, sc.pay)
 
