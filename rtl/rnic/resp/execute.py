@@ -750,22 +750,16 @@ class Execute(wiring.Component):
             m.d.comb += self.complete.payload.status.eq(WcStatus.LOC_QP_OP_ERR)
 
     def _pieces(self, m, t):
-        """The piece calculation of states SUMS (prefix sums), CUT (overlaps), CUT2 (lengths) and
-        CALC: the SGE sums and pieces' registers, and each piece's valid flag, key, va, length and
-        source offset as the plan records take them (``*_c``). Adds these, with ``off``, ``plen``
-        and ``has_beats``."""
+        """The piece calculation of states SUMS (prefix sums, the cut), CUT, CUT2 and CALC: the
+        SGE sums, the pieces' registers, and each piece's valid flag, key, va, length and source
+        offset as the plan records take them (``*_c``). Adds these, with ``off``, ``plen`` and
+        ``has_beats``."""
         c, wqe = t.c, t.wqe
-        # ---- piece calculation: SUMS (prefix sums), CUT (overlaps), CUT2 (lengths), CALC -------
         off = c.offset
         plen = c.payload_len
         has_beats = Signal()            # payload beats come on ``pay`` (none for status ≠ 0)
         m.d.comb += has_beats.eq((plen != 0) & (c.status == 0))
         mend = Signal(34)
-        cum = [Const(0, 35)]
-        cum_c = [Const(0, 35)]          # next prefix sum (comb), registered in SUMS<i>
-        li_cs = []                      # SGE i's length, 0 past nsge (comb)
-        pv_c, pkey_c, pva_c, plen_c, psrc_c = [], [], [], [], []
-        cut, cut2 = [], []                     # register assignments of states CUT and CUT2
         # The WQE's fields come from the store's asynchronous read at ``prow`` (a register):
         # they go into registers, or through a mux into a LUT-RAM write, never into an adder.
         # The SGE lengths pass through ``li_r`` (SUMS<i> adds the length ``li_r`` took in
@@ -774,38 +768,63 @@ class Execute(wiring.Component):
         assert MAX_SGE == 3                    # the va schedule: CUT2, CALC, PUSH
         li_r = Signal(32)
         a_r = Signal(64)
-        v_rs = []                              # the pieces' valid flags (CUT2, or SUMS)
+        li_cs = []                      # SGE i's length, 0 past nsge (comb)
         for i in range(MAX_SGE):
-            sge = wqe.sge[i]
             li = Signal(32, name=f"sge_len{i}")
-            m.d.comb += li.eq(Mux(wqe.nsge > i, sge.length, 0))
-            lo = cum[i]
-            hi_c = Signal(35, name=f"sge_end_c{i}")
-            if i == 0:
-                m.d.comb += hi_c.eq(li)
-            else:
-                m.d.comb += hi_c.eq(cum[i] + li_r)
-            cum_c.append(hi_c)
+            m.d.comb += li.eq(Mux(wqe.nsge > i, wqe.sge[i].length, 0))
             li_cs.append(li)
-            hi = Signal(35, name=f"sge_end{i}")
-            st = Signal(35, name=f"p_start{i}")
-            en = Signal(35, name=f"p_end{i}")
-            cut += [st.eq(Mux(off > lo, off, lo)), en.eq(Mux(mend < hi, mend, hi))]
-            v_r = Signal(name=f"p_valid_r{i}")
-            v_rs.append(v_r)
-            dl_r = Signal(35, name=f"p_delta_r{i}")
-            ln_r = Signal(13, name=f"p_len_r{i}")
-            src_r = Signal(13, name=f"p_src_r{i}")
-            cut2 += [v_r.eq(st < en), dl_r.eq(st - lo), ln_r.eq(en - st), src_r.eq(st - off)]
+        # The SGEs' ranges in the message, one a state: SUMS<i> loads SGE i's [lo, hi)
+        # (``ca_lo``, ``ca_hi``; ``run``, the sum so far, is the next lo) and ``ca_on``. The
+        # cut is two registered steps that run every cycle on what was loaded the cycle
+        # before (one set of compares and subtractions for the three pieces):
+        #   A: the overlap with the packet, start = max(offset, lo), end = min(mend, hi);
+        #   B: piece ``cb_i``'s valid flag (start < end), length, source offset in the packet
+        #      and offset in its SGE (``dl_r``, for its va), into that piece's registers.
+        # So with three SGEs piece 0 is done in SUMS2, piece 2 in CUT2; with one (SUMS goes
+        # to CUT) piece 0 in CUT2, and pieces 1 and 2 are cleared by SUMS.
+        run = Signal(35)
+        run_c = Signal(35)
+        m.d.comb += run_c.eq(run + li_r)
+        ca_lo = Signal(35)
+        ca_hi = Signal(35)
+        ca_on = Signal()
+        ca_i = Signal(2)
+        cb_st = Signal(35)
+        cb_en = Signal(35)
+        cb_lo = Signal(35)
+        cb_on = Signal()
+        cb_i = Signal(2)
+        m.d.sync += [ca_on.eq(0),
+                     cb_st.eq(Mux(off > ca_lo, off, ca_lo)),
+                     cb_en.eq(Mux(mend < ca_hi, mend, ca_hi)),
+                     cb_lo.eq(ca_lo), cb_on.eq(ca_on), cb_i.eq(ca_i)]
+        v_rs = [Signal(name=f"p_valid_r{i}") for i in range(MAX_SGE)]
+        ln_rs = [Signal(13, name=f"p_len_r{i}") for i in range(MAX_SGE)]
+        src_rs = [Signal(13, name=f"p_src_r{i}") for i in range(MAX_SGE)]
+        dl_rs = [None] + [Signal(35, name=f"p_delta_r{i}") for i in range(1, MAX_SGE)]
+        with m.If(cb_on):
+            for i in range(MAX_SGE):
+                with m.If(cb_i == i):
+                    m.d.sync += [v_rs[i].eq(cb_st < cb_en), ln_rs[i].eq(cb_en - cb_st),
+                                 src_rs[i].eq(cb_st - off)]
+                    if i:
+                        m.d.sync += dl_rs[i].eq(cb_st - cb_lo)
+        # the pieces' va: one adder, a_r + ``va_op`` (``off`` for piece 0 in CUT2, piece 1's
+        # offset in its SGE in CALC, piece 2's in PUSH), the operand a register loaded the
+        # state before
+        va_op = Signal(35)
+        sva = Signal(64)
+        m.d.comb += sva.eq(a_r + va_op)
+        pv_c, pkey_c, pva_c, plen_c, psrc_c = [], [], [], [], []
+        for i in range(MAX_SGE):
             v = Signal(name=f"p_valid{i}")
             va = Signal(64, name=f"p_va{i}")
             # (piece 0's length is 32 bits: a READ's whole range)
             ln = Signal(32 if i == 0 else 13, name=f"p_len{i}")
             src = Signal(13, name=f"p_src{i}")
-            # (piece 0: ``dl_r`` = ``off``, known before CUT2)
-            m.d.comb += [v.eq(v_r), va.eq(a_r + (off if i == 0 else dl_r)), src.eq(src_r)]
+            m.d.comb += [v.eq(v_rs[i]), va.eq(sva), src.eq(src_rs[i])]
             if i:
-                m.d.comb += ln.eq(ln_r)
+                m.d.comb += ln.eq(ln_rs[i])
             if i == 0:
                 # RDMA WRITE: one piece; RDMA READ: one piece, its whole range (checked, not
                 # written; none for a zero-length READ)
@@ -816,24 +835,23 @@ class Execute(wiring.Component):
                     m.d.comb += [v.eq(c.dma_len != 0), va.eq(c.va), ln.eq(c.dma_len),
                                  src.eq(0)]
                 with m.Else():
-                    m.d.comb += ln.eq(ln_r)
+                    m.d.comb += ln.eq(ln_rs[0])
             else:
                 with m.If(c.write | c.read):
                     m.d.comb += v.eq(0)
             pv_c.append(v)
-            pkey_c.append(Mux(c.write | c.read, c.rkey, sge.lkey))
+            pkey_c.append(Mux(c.write | c.read, c.rkey, wqe.sge[i].lkey))
             pva_c.append(va)
             plen_c.append(ln)
             psrc_c.append(src)
-            cum.append(hi)
         overflow = Signal()                    # the message ends past the SGEs (registered
-                                               # in CUT, both sums complete by then)
+                                               # in CUT, the sum complete by then)
         bad_nsge = Signal()                    # registered in CUT
         return types.SimpleNamespace(
-            a_r=a_r, bad_nsge=bad_nsge, cum=cum, cum_c=cum_c, cut=cut, cut2=cut2,
-            has_beats=has_beats, li_cs=li_cs, li_r=li_r, mend=mend, off=off, overflow=overflow,
-            pkey_c=pkey_c, plen=plen, plen_c=plen_c, psrc_c=psrc_c, pv_c=pv_c, pva_c=pva_c,
-            v_rs=v_rs)
+            a_r=a_r, bad_nsge=bad_nsge, ca_hi=ca_hi, ca_i=ca_i, ca_lo=ca_lo, ca_on=ca_on,
+            dl_rs=dl_rs, has_beats=has_beats, li_cs=li_cs, li_r=li_r, mend=mend, off=off,
+            overflow=overflow, pkey_c=pkey_c, plen=plen, plen_c=plen_c, psrc_c=psrc_c,
+            pv_c=pv_c, pva_c=pva_c, run=run, run_c=run_c, v_rs=v_rs, va_op=va_op)
 
     def _outcome(self, m, t):
         """Stage 3's second read ports of the marks, the planner's outcome registers (carried in
@@ -1302,52 +1320,53 @@ class Execute(wiring.Component):
     def _plan_pieces(self, m, t):
         """The planner's piece states: SUMS, CUT, CUT2, CALC (the pieces and the checks that need
         no lookup) and PUSH (the entry into ``key_q``)."""
-        (a_r, bad_nsge, c, cdone, cqe_on, cum, cum_c, cut, cut2, head_wr, kp_wr, kq, kva_wr, li_cs,
-         li_r, mend, off, overflow, pchk, pd_wr, pin, plen, pv, pv_c, release, ring_ok, sp_wr,
-         v_rs, wp, wqe, zlen) = (
-            t.a_r, t.bad_nsge, t.c, t.cdone, t.cqe_on, t.cum, t.cum_c, t.cut, t.cut2, t.head_wr,
-            t.kp_wr, t.kq, t.kva_wr, t.li_cs, t.li_r, t.mend, t.off, t.overflow, t.pchk, t.pd_wr,
-            t.pin, t.plen, t.pv, t.pv_c, t.release, t.ring_ok, t.sp_wr, t.v_rs, t.wp, t.wqe,
-            t.zlen)
-        for i in range(MAX_SGE):
-            # the SGE prefix sums (one add per cycle) and the message end
-            with m.State("SUMS" if i == 0 else f"SUMS{i}"):
-                m.d.sync += cum[i + 1].eq(cum_c[i + 1])
+        (a_r, bad_nsge, c, ca_hi, ca_i, ca_lo, ca_on, cdone, cqe_on, dl_rs, head_wr, kp_wr, kq,
+         kva_wr, li_cs, li_r, mend, off, overflow, pchk, pd_wr, pin, plen, pv, pv_c, release,
+         ring_ok, run, run_c, sp_wr, v_rs, va_op, wp, wqe, zlen) = (
+            t.a_r, t.bad_nsge, t.c, t.ca_hi, t.ca_i, t.ca_lo, t.ca_on, t.cdone, t.cqe_on, t.dl_rs,
+            t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.li_cs, t.li_r, t.mend, t.off, t.overflow,
+            t.pchk, t.pd_wr, t.pin, t.plen, t.pv, t.pv_c, t.release, t.ring_ok, t.run, t.run_c,
+            t.sp_wr, t.v_rs, t.va_op, t.wp, t.wqe, t.zlen)
+        with m.State("SUMS"):
+            # SGE 0's range [0, len0) to the cut, the message end
+            m.d.sync += [run.eq(li_cs[0]), li_r.eq(li_cs[1]), ca_lo.eq(0), ca_hi.eq(li_cs[0]),
+                         ca_i.eq(0), mend.eq(off + plen), pchk.eq(0)]
+            with m.If(pchk & ~ring_ok):
+                # a held WQE's slot hit, read from another ring (see TAKE)
+                m.d.sync += pin.eq(0)
+                m.next = "FETCH"
+            with m.Elif(c.write | zlen):
+                # no piece from the SGEs: an RDMA WRITE's piece is c's (its va is written in
+                # CALC), and a SEND of no payload at offset 0 has none (the message ends at
+                # 0: no overflow)
+                m.d.sync += [bad_nsge.eq(wqe.nsge > MAX_SGE), overflow.eq(0),
+                             *[v.eq(0) for v in v_rs]]
+                m.next = "CALC"
+            with m.Elif(wqe.nsge[1:] == 0):
+                # at most one SGE: one piece, the others empty
+                m.d.sync += [ca_on.eq(1), *[v.eq(0) for v in v_rs[1:]]]
+                m.next = "CUT"
+            with m.Else():
+                m.d.sync += ca_on.eq(1)
+                m.next = "SUMS1"
+        for i in range(1, MAX_SGE):
+            # SGE i's range [run, run + len_i) to the cut (one add a cycle)
+            with m.State(f"SUMS{i}"):
+                m.d.sync += [run.eq(run_c), ca_lo.eq(run), ca_hi.eq(run_c), ca_i.eq(i),
+                             ca_on.eq(1)]
                 if i + 1 < MAX_SGE:
                     m.d.sync += li_r.eq(li_cs[i + 1])
-                if i == 0:
-                    m.d.sync += [mend.eq(off + plen), pchk.eq(0)]
-                    with m.If(pchk & ~ring_ok):
-                        # a held WQE's slot hit, read from another ring (see TAKE)
-                        m.d.sync += pin.eq(0)
-                        m.next = "FETCH"
-                    with m.Elif(c.write | zlen):
-                        # no piece from the SGEs: an RDMA WRITE's piece is c's (its va
-                        # is written in CALC), and a SEND of no payload at offset 0 has
-                        # none (the message ends at 0: no overflow)
-                        m.d.sync += [bad_nsge.eq(wqe.nsge > MAX_SGE), overflow.eq(0),
-                                     *[v.eq(0) for v in v_rs]]
-                        m.next = "CALC"
-                    with m.Elif(wqe.nsge[1:] == 0):
-                        # at most one SGE: the later sums add nothing
-                        m.d.sync += [cum[k].eq(cum_c[1]) for k in range(2, MAX_SGE + 1)]
-                        m.next = "CUT"
-                    with m.Else():
-                        m.next = "SUMS1"
-                else:
-                    m.next = f"SUMS{i + 1}" if i + 1 < MAX_SGE else "CUT"
+                m.next = f"SUMS{i + 1}" if i + 1 < MAX_SGE else "CUT"
         with m.State("CUT"):
-            m.d.sync += cut
             m.d.sync += [a_r.eq(wqe.sge[0].addr), bad_nsge.eq(wqe.nsge > MAX_SGE),
-                         overflow.eq(mend > cum[MAX_SGE])]
+                         overflow.eq(mend > run), va_op.eq(off)]
             m.next = "CUT2"
         with m.State("CUT2"):
-            m.d.sync += cut2
-            m.d.sync += a_r.eq(wqe.sge[1].addr)
+            m.d.sync += [a_r.eq(wqe.sge[1].addr), va_op.eq(dl_rs[1])]
             m.d.comb += kva_wr[0].en.eq(1)
             m.next = "CALC"
         with m.State("CALC"):
-            m.d.sync += a_r.eq(wqe.sge[2].addr)
+            m.d.sync += [a_r.eq(wqe.sge[2].addr), va_op.eq(dl_rs[2])]
             with m.If(c.write | c.read):
                 # (a WRITE comes here from SUMS, a READ from its IRD states: the piece's
                 # va, from c)
