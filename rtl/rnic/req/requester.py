@@ -1327,12 +1327,14 @@ class Requester(wiring.Component):
             m.next = "RD_PREP2"
         with m.State("RD_PREP2"):
             m.d.comb += self.busy.eq(1)
+            # (the shift selected by the path MTU, then one increment)
+            rd_q = Signal(24)
+            m.d.comb += rd_q.eq(t.rd_rm1 >> 8)
             with m.Switch(ctx.pmtu):
-                for code in range(1, 6):
+                for code in range(2, 6):
                     with m.Case(code):
-                        m.d.sync += t.rd_n.eq(Mux(t.rd_z, 1, (t.rd_rm1 >> (code + 7)) + 1))
-                with m.Default():
-                    m.d.sync += t.rd_n.eq(Mux(t.rd_z, 1, (t.rd_rm1 >> 8) + 1))
+                        m.d.comb += rd_q.eq(t.rd_rm1 >> (code + 7))
+            m.d.sync += t.rd_n.eq(Mux(t.rd_z, 1, rd_q + 1))
             m.next = "PKT"
 
     def _engine_send_states(self, m, t, go, prefetch):
