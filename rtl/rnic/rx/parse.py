@@ -112,6 +112,7 @@ from .. import wire
 from ..crc import CRC32, crc_init_skipping
 from ..ifaces import NUM_COUNTERS, Counter, bth_fields, rx_meta_layout
 from ..opcodes import OPCODES, opcode_info
+from ..parts import add as _add
 from ..stream import BeatStream, BypassFIFO, Queue, beat_layout, check_width
 
 __all__ = ["RxParse", "rx_parse_latency", "HDR_BYTES", "PAYLOAD_OFFSETS", "ICRC_RESIDUE"]
@@ -527,8 +528,22 @@ class RxParse(wiring.Component):
         header's fields and equality checks, the operands of V2's arithmetic), and the raw
         metadata fields written into the descriptor queue. Returns a namespace of the V1
         registers, ``end_frame`` and ``mraw_now``."""
+        # The parts below share their signals through ``t`` (see rnic.parts), called in the
+        # order of their statements.
+        t = types.SimpleNamespace(wr=wr, hdr=hdr, hdr_next=hdr_next)
+        _add(t, self._check_v0(m, t))
+        _add(t, self._check_v1_fields(m, t))
+        _add(t, self._raw_metadata(t))
+        v1 = self._check_v1_regs(m, t)
+        return types.SimpleNamespace(end_frame=t.end_frame, mraw_now=t.mraw_now, **vars(v1))
+
+    def _check_v0(self, m, t):
+        """Check stage V0: the frame's length (``frame_len``, from the beat index and the last
+        beat's ``keep``) and where it sits in the buffer, registered in the cycle of its last
+        beat (``end_frame``), so that V1 reads them in the cycle its header is in ``hdr``.
+        Returns ``frame_len``, ``end_frame`` and the V0 registers."""
         L, lg, cap, ptrw = self.lanes, self.lg, self.cap, self.ptrw
-        ncode = len(HDR_LENS)
+        wr = t.wr
         beat, accept, idx, longf, first = wr.beat, wr.accept, wr.idx, wr.longf, wr.first
         at_cap, at_cap1, wr_ptr, frame_base = wr.at_cap, wr.at_cap1, wr.wr_ptr, wr.frame_base
         write_this = wr.write_this
@@ -558,7 +573,19 @@ class RxParse(wiring.Component):
             v0_base.eq(Mux(first, wr_ptr, frame_base)),
             v0_end.eq(wr_ptr + write_this),
         ]
-        b = hdr
+        return types.SimpleNamespace(
+            frame_len=frame_len, end_frame=end_frame, v0_valid=v0_valid, v0_len=v0_len,
+            v0_long=v0_long, v0_user=v0_user, v0_dropall=v0_dropall, v0_base=v0_base,
+            v0_end=v0_end)
+
+    def _check_v1_fields(self, m, t):
+        """The inputs of check stage V1, from the captured header ``hdr``: the opcode's
+        information, the drop reasons the equality checks decide (``r2``, ``r3a``, ``r5a``),
+        the operands of V2's length compares, the IPv4 checksum's word pairs and the header
+        length's code. Combinational; V1 registers them (:meth:`_check_v1_regs`)."""
+        ncode = len(HDR_LENS)
+        v0_dropall, v0_long = t.v0_dropall, t.v0_long
+        b = t.hdr
 
         def f(header, base, name):
             return header.extract(name, b[base:base + header.size])
@@ -604,7 +631,15 @@ class RxParse(wiring.Component):
             for c, h in enumerate(HDR_LENS):
                 with m.Case(h):
                     m.d.comb += code.eq(c)
+        return types.SimpleNamespace(
+            info=info, tot=tot, udp_len=udp_len, r2=r2, r3a=r3a, r5a=r5a, dmin=dmin,
+            need_now=need_now, pair=pair, code=code)
 
+    def _raw_metadata(self, t):
+        """The raw metadata fields (``mraw_now``, ``mraw_layout``'s members) of the frame whose
+        last beat is being taken, from ``hdr_next``: written once into the descriptor queue's
+        first part at ``end_frame``, not copied through the check stages."""
+        hdr_next = t.hdr_next
         # The metadata is not copied through the check stages: its raw fields (``mraw_layout``)
         # are written once into the descriptor queue's first part (see ``_SplitQueue``); the
         # read side forms ``rx_meta_layout`` from them with the opcode's flags (carried here,
@@ -624,7 +659,20 @@ class RxParse(wiring.Component):
             "ext": Cat(*hdr_next[_EXT:HDR_BYTES]),
             "src_ip": fd(wire.IPV4, _IP, "src"),
         }
+        return types.SimpleNamespace(mraw_now=mraw_now)
 
+    def _check_v1_regs(self, m, t):
+        """Check stage V1's registers, loaded in the cycle after the frame's last beat
+        (``v0_valid``): the drop reasons so far, the opcode's flags, the header length's code,
+        where the frame sits and the operands of V2's compares and checksum sums. Returns
+        them, the namespace :meth:`_check_v2_v4` reads."""
+        ncode = len(HDR_LENS)
+        ptrw = self.ptrw
+        frame_len, info, pair = t.frame_len, t.info, t.pair
+        v0_valid, v0_user, v0_base, v0_end, v0_len = (t.v0_valid, t.v0_user, t.v0_base,
+                                                      t.v0_end, t.v0_len)
+        r2, r3a, r5a, code, dmin = t.r2, t.r3a, t.r5a, t.code, t.dmin
+        udp_len, tot, need_now = t.udp_len, t.tot, t.need_now
         v1_valid = Signal()
         v1_r1, v1_r2, v1_r3, v1_r5 = Signal(), Signal(), Signal(), Signal()
         v1_flags = Signal(4)
@@ -645,10 +693,10 @@ class RxParse(wiring.Component):
             ]
             m.d.sync += [r.eq(p) for r, p in zip(v1_pair, pair)]
         return types.SimpleNamespace(
-            end_frame=end_frame, mraw_now=mraw_now, v1_valid=v1_valid, v1_r1=v1_r1,
-            v1_r2=v1_r2, v1_r3=v1_r3, v1_r5=v1_r5, v1_flags=v1_flags, v1_code=v1_code,
-            v1_base=v1_base, v1_end=v1_end, v1_len=v1_len, v1_dmin=v1_dmin, v1_udp=v1_udp,
-            v1_udp20=v1_udp20, v1_tot=v1_tot, v1_need=v1_need, v1_pair=v1_pair)
+            v1_valid=v1_valid, v1_r1=v1_r1, v1_r2=v1_r2, v1_r3=v1_r3, v1_r5=v1_r5,
+            v1_flags=v1_flags, v1_code=v1_code, v1_base=v1_base, v1_end=v1_end, v1_len=v1_len,
+            v1_dmin=v1_dmin, v1_udp=v1_udp, v1_udp20=v1_udp20, v1_tot=v1_tot, v1_need=v1_need,
+            v1_pair=v1_pair)
 
     def _check_v2_v4(self, m, v01):
         """Check stages V2 (length compares, payload length), V3 (checksum sum, payload span)
