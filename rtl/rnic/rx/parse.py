@@ -702,15 +702,24 @@ class RxParse(wiring.Component):
         """Check stages V2 (length compares, payload length), V3 (checksum sum, payload span)
         and V4 (checksum verdict, the header drop reason ``hreason``, the descriptor fields).
         Returns a namespace of V3's and V4's signals the queues are written from."""
-        L, lg, cap, ptrw = self.lanes, self.lg, self.cap, self.ptrw
+        # The parts below share their signals through ``t`` (see rnic.parts), called in the
+        # order of their statements.
+        t = types.SimpleNamespace(**vars(v01))
+        _add(t, self._check_v2(m, t))
+        _add(t, self._check_v3(m, t))
+        v4 = self._check_v4(m, t)
+        return types.SimpleNamespace(v3_valid=t.v3_valid, v3_shi=t.v3_shi, **vars(v4))
+
+    def _check_v2(self, m, t):
+        """Check stage V2's registers: the length compares of V1's operands (frame against the
+        minimum, UDP against IPv4 length, UDP against the headers' need) merged into the drop
+        reasons, the payload length, and the checksum's two partial sums. Returns them."""
         ncode = len(HDR_LENS)
-        shifts = self.shifts
-        nsh = len(shifts)
-        v1_valid, v1_r1, v1_r2, v1_r3, v1_r5 = (v01.v1_valid, v01.v1_r1, v01.v1_r2, v01.v1_r3,
-                                                v01.v1_r5)
-        v1_flags, v1_code, v1_base, v1_end = v01.v1_flags, v01.v1_code, v01.v1_base, v01.v1_end
-        v1_len, v1_dmin, v1_udp, v1_udp20 = v01.v1_len, v01.v1_dmin, v01.v1_udp, v01.v1_udp20
-        v1_tot, v1_need, v1_pair = v01.v1_tot, v01.v1_need, v01.v1_pair
+        ptrw = self.ptrw
+        v1_valid, v1_r1, v1_r2, v1_r3, v1_r5 = t.v1_valid, t.v1_r1, t.v1_r2, t.v1_r3, t.v1_r5
+        v1_flags, v1_code, v1_base, v1_end = t.v1_flags, t.v1_code, t.v1_base, t.v1_end
+        v1_len, v1_dmin, v1_udp, v1_udp20 = t.v1_len, t.v1_dmin, t.v1_udp, t.v1_udp20
+        v1_tot, v1_need, v1_pair = t.v1_tot, t.v1_need, t.v1_pair
         # V2: length compares, payload length, checksum partial sums.
         pl_diff = Signal(18)
         m.d.comb += pl_diff.eq(v1_udp - v1_need)
@@ -732,7 +741,22 @@ class RxParse(wiring.Component):
                 v2_q[0].eq(v1_pair[0] + v1_pair[1] + v1_pair[2]),
                 v2_q[1].eq(v1_pair[3] + v1_pair[4]),
             ]
+        return types.SimpleNamespace(
+            v2_valid=v2_valid, v2_r1=v2_r1, v2_r2=v2_r2, v2_r3=v2_r3, v2_r5=v2_r5,
+            v2_len=v2_len, v2_flags=v2_flags, v2_code=v2_code, v2_base=v2_base, v2_end=v2_end,
+            v2_q=v2_q)
 
+    def _check_v3(self, m, t):
+        """Check stage V3's registers: the checksum's sum, and the payload's span in the buffer
+        from the header length's code (its first beat, the shift index ``v3_shi``, the length
+        less one and the span's end from the lane offset). Returns them."""
+        L, ptrw = self.lanes, self.ptrw
+        shifts = self.shifts
+        nsh = len(shifts)
+        v2_valid, v2_r1, v2_r2, v2_r3, v2_r5 = t.v2_valid, t.v2_r1, t.v2_r2, t.v2_r3, t.v2_r5
+        v2_len, v2_flags, v2_code, v2_base, v2_end = (t.v2_len, t.v2_flags, t.v2_code,
+                                                      t.v2_base, t.v2_end)
+        v2_q = t.v2_q
         # V3: checksum sum, payload span.
         sel = Signal(range(L))
         shi = Signal(range(nsh))
@@ -760,7 +784,20 @@ class RxParse(wiring.Component):
                 v3_csum.eq(v2_q[0] + v2_q[1]),
                 v3_lm1.eq(v2_len - 1), v3_span.eq(v2_len + sel - 1), v3_has.eq(v2_len != 0),
             ]
+        return types.SimpleNamespace(
+            v3_valid=v3_valid, v3_r1=v3_r1, v3_r2=v3_r2, v3_r3=v3_r3, v3_r5=v3_r5,
+            v3_len=v3_len, v3_flags=v3_flags, v3_shi=v3_shi, v3_first=v3_first, v3_end=v3_end,
+            v3_csum=v3_csum, v3_lm1=v3_lm1, v3_span=v3_span, v3_has=v3_has)
 
+    def _check_v4(self, m, t):
+        """Check stage V4: the checksum verdict merged into the drop reasons, the header drop
+        reason ``hreason`` (the lowest wins), and the descriptor fields, which are V3's
+        registers and combinational values of them (the descriptor RAM's write data). Returns
+        what the descriptor, reason and verdict queues are written from."""
+        L, lg, cap = self.lanes, self.lg, self.cap
+        v3_valid, v3_r1, v3_r2, v3_r3, v3_r5 = t.v3_valid, t.v3_r1, t.v3_r2, t.v3_r3, t.v3_r5
+        v3_len, v3_flags, v3_first, v3_end = t.v3_len, t.v3_flags, t.v3_first, t.v3_end
+        v3_csum, v3_lm1, v3_span, v3_has = t.v3_csum, t.v3_lm1, t.v3_span, t.v3_has
         # V4: checksum verdict (the sum of ten words is < 0xA0000, so its one's complement
         # fold is 0xFFFF exactly when low + high == 0xFFFF), descriptor fields.
         v4_valid = Signal()
@@ -798,10 +835,9 @@ class RxParse(wiring.Component):
         with m.Elif(v4_r5):
             m.d.comb += hreason.eq(5)
         return types.SimpleNamespace(
-            v3_valid=v3_valid, v3_shi=v3_shi, v4_valid=v4_valid, v4_len=v4_len,
-            v4_flags=v4_flags, v4_first=v4_first, v4_end=v4_end, v4_reads=v4_reads,
-            v4_has=v4_has, v4_one=v4_one, v4_flush=v4_flush, v4_last_keep=v4_last_keep,
-            hreason=hreason)
+            v4_valid=v4_valid, v4_len=v4_len, v4_flags=v4_flags, v4_first=v4_first,
+            v4_end=v4_end, v4_reads=v4_reads, v4_has=v4_has, v4_one=v4_one, v4_flush=v4_flush,
+            v4_last_keep=v4_last_keep, hreason=hreason)
 
     def _descriptor_queues(self, m, end_frame, mraw_now, v24):
         """The descriptor queue (its ``m`` part written at the last beat, its ``d`` part by V3)
