@@ -924,11 +924,19 @@ class RxParse(wiring.Component):
         take it (its meta pushed, or a dropped frame's space released) and the tokens (buffer
         read, payload beat) of its payload. Returns the payload queue and the tokens of this
         cycle and of the two read stages, for :meth:`_realign`."""
-        L, cap, ptrw = self.lanes, self.cap, self.ptrw
-        nsh = len(self.shifts)
-        rp, rd_free, slot_give = wr.rp, wr.rd_free, wr.slot_give
-        d_layout, desc_layout = q.d_layout, q.desc_layout
-        desc_q, verdict_q = q.desc_q, q.verdict_q
+        # The parts below share their signals through ``t`` (see rnic.parts), called in the
+        # order of their statements.
+        t = types.SimpleNamespace(wr=wr, q=q)
+        _add(t, self._read_queues(m, t))
+        _add(t, self._read_state(m, t))
+        _add(t, self._read_head(m, t))
+        self._read_take(m, t)
+        return t.out_q, t.tok, t.tok1, t.tok2
+
+    def _read_queues(self, m, t):
+        """The read side's output queues, ``meta_q`` (one entry per accepted frame) and
+        ``out_q`` (the realigned payload beats), connected to the ``meta`` and ``payload``
+        ports. Returns them."""
         # Only what the consumers decide on leaves from the output registers; the rest is read
         # from the queues' LUT RAM at the head entry (design rule 4): PSN Check addresses its
         # tables with ``dqpn`` and selects the operation with ``opcode`` in the cycle it takes
@@ -941,7 +949,16 @@ class RxParse(wiring.Component):
                                            registered=("last",), bypass=True)
         wiring.connect(m, wiring.flipped(self.meta), meta_q.o)
         wiring.connect(m, wiring.flipped(self.payload), out_q.o)
+        return types.SimpleNamespace(meta_q=meta_q, out_q=out_q)
 
+    def _read_state(self, m, t):
+        """The read side's state: the tokens (this cycle's ``tok`` and the two read stages'),
+        the frame being read (``busy``, its next address, beats left, shift and last ``keep``),
+        the pending flush beat of a frame read to its end (``pend``), and the payload queue's
+        registered ``credit`` for one more token. Returns them."""
+        L, cap, ptrw = self.lanes, self.cap, self.ptrw
+        nsh = len(self.shifts)
+        out_q = t.out_q
         tok_layout = data.StructLayout({
             "rd": 1, "emit": 1, "last": 1, "sel": range(nsh), "keep": range(L + 1)})
         tok = Signal(tok_layout)
@@ -964,6 +981,20 @@ class RxParse(wiring.Component):
         # those held now plus every token in flight now (including this cycle's).
         credit = Signal()
         m.d.sync += credit.eq((out_q.level + tok.emit + tok1.emit + tok2.emit) < self.out_depth)
+        return types.SimpleNamespace(
+            tok=tok, tok1=tok1, tok2=tok2, rd_addr=rd_addr, busy=busy, addr=addr, left=left,
+            f_sel=f_sel, f_keep=f_keep, f_flush=f_flush, f_end=f_end, pend=pend, p_sel=p_sel,
+            p_keep=p_keep, credit=credit)
+
+    def _read_head(self, m, t):
+        """The head descriptor in registers: a register after the descriptor queue's block RAM
+        (``pr_d``), then a two-entry queue of its ``d`` part in flip-flops (``head``) and a
+        LUT-RAM twin for the raw metadata, popped by ``take``; the meta queue's write data;
+        and ``head_ok``, whether the head may be taken now (its verdict is out, and the meta
+        queue has room unless it is dropped). Returns ``take``, ``head``, ``drop``,
+        ``head_ok``."""
+        d_layout, desc_layout = t.q.d_layout, t.q.desc_layout
+        desc_q, verdict_q, meta_q = t.q.desc_q, t.q.verdict_q, t.meta_q
         # The head descriptor in registers of its own: desc_q sits in block RAM (132 slots),
         # whose clock-to-out (~4 ns on ECP5) must not feed the read address and its adders.
         # A two-entry ``Queue`` (``buffered=False``: ``RoomFIFO`` with registered ready flags;
@@ -1007,7 +1038,20 @@ class RxParse(wiring.Component):
         head_ok = verdict_q.r_rdy & head_v & (drop | meta_room)
         # the payload does not wait for the decision (no decode in front of the queue's data)
         self._meta_fields(m, meta_q, head_m, head)
+        return types.SimpleNamespace(take=take, head=head, drop=drop, head_ok=head_ok)
 
+    def _read_take(self, m, t):
+        """The read side's decision, while the payload queue has ``credit``: the next beat of
+        the frame being read (releasing the beats before it), else the pending flush beat and
+        the take of the head descriptor (its meta pushed and its first read, or a dropped
+        frame's space released); then the buffer's read address, read in every cycle."""
+        L = self.lanes
+        rp, rd_free, slot_give = t.wr.rp, t.wr.rd_free, t.wr.slot_give
+        verdict_q, meta_q = t.q.verdict_q, t.meta_q
+        tok, rd_addr, busy, addr, left = t.tok, t.rd_addr, t.busy, t.addr, t.left
+        f_sel, f_keep, f_flush, f_end = t.f_sel, t.f_keep, t.f_flush, t.f_end
+        pend, p_sel, p_keep, credit = t.pend, t.p_sel, t.p_keep, t.credit
+        take, head, drop, head_ok = t.take, t.head, t.drop, t.head_ok
         with m.If(credit):
             with m.If(busy):
                 m.d.comb += [
@@ -1051,7 +1095,6 @@ class RxParse(wiring.Component):
         # register as before in every cycle (it held the last asked-for read then too).
         m.d.comb += rd_addr.eq(Mux(busy, addr, head.first))
         m.d.comb += [rp.addr.eq(rd_addr[:self.abits]), rp.en.eq(1)]
-        return out_q, tok, tok1, tok2
 
     def _meta_fields(self, m, meta_q, head_m, head):
         """The meta queue's write data, ``rx_meta_layout``, from the head descriptor's raw
