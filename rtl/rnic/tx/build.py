@@ -233,7 +233,7 @@ class TxBuild(wiring.Component):
         _add(t, self._crc_feed(m, t))
         _add(t, self._frame_queues(m, t))
         _add(t, self._builder_flags(m, t))
-        _add(t, self._emitter(m, t))
+        self._emitter(m, t)
         self._emitter_fsm(m, t)
         _add(t, self._frame_record(m, t))
         self._builder_fsm(m, t)
@@ -619,10 +619,27 @@ class TxBuild(wiring.Component):
     def _emitter(self, m, t):
         """The emitter's datapath: the frame's lanes per word (payload, ICRC) from registers set
         when it is loaded, the ICRC's arrival (``soon``), two read stages and the output queue
-        onto ``tx``. Adds what :meth:`_emitter_fsm` sets and reads (the ``e_*`` registers,
-        ``eaddr``, ``evalid``, ``eword``, ``occ``, ``issue``, ``rec``, ``soon``, ``rec_soon``)."""
-        (CB, ONES, W, WB, crc, lg, nb, out_cls, outq, recq, rp) = (
-            t.CB, t.ONES, t.W, t.WB, t.crc, t.lg, t.nb, t.out_cls, t.outq, t.recq, t.rp)
+        onto ``tx``. Its parts add what :meth:`_emitter_fsm` sets and reads (the ``e_*``
+        registers, ``eaddr``, ``evalid``, ``eword``, ``occ``, ``issue``, ``rec``, ``soon``,
+        ``rec_soon``) and what they share."""
+        # its parts, called in the order of their statements
+        _add(t, self._emitter_frame(m, t))
+        _add(t, self._emitter_start(m, t))
+        _add(t, self._emitter_reads(m, t))
+        _add(t, self._emitter_output(m, t))
+
+    def _icrc_soon(self, t, cw):
+        """Whether the oldest ICRC in the CRC unit comes by the time word ``cw`` can be read:
+        one whose last input went in ``j`` cycles ago (``pend[j]``) comes out in ``L − j``."""
+        L, pend = t.crc.latency, t.pend
+        return Cat(*[pend[j] & (cw >= L - j) for j in range(L)]).any()
+
+    def _emitter_frame(self, m, t):
+        """The loaded frame's registers (``e_*``: its base, last word, ICRC and where its
+        payload and ICRC lanes are in its words), set when the emitter loads its record, and
+        ``pend``, the CRC unit's ICRCs in flight by age, from which :meth:`_icrc_soon` tells
+        whether a frame may start before its ICRC. Adds them."""
+        CB, WB, crc, nb = t.CB, t.WB, t.crc, t.nb
         # ---- EMIT: payload, zero pad, ICRC (little-endian), Ethernet padding -------------------
         e_base = Signal(CB)
         e_wlast = Signal(WB)             # the frame's last word
@@ -647,11 +664,15 @@ class TxBuild(wiring.Component):
         m.d.comb += pend[0].eq(crc.i.valid & crc.i.payload.last)
         if L > 1:
             m.d.sync += pend[1:].eq(pend[:-1])
+        return types.SimpleNamespace(
+            e_base=e_base, e_wlast=e_wlast, e_icrc=e_icrc, e_dword=e_dword, e_cw=e_cw, e_cw1=e_cw1,
+            e_dmask=e_dmask, e_fkeep=e_fkeep, e_imask=e_imask, e_c2=e_c2, pend=pend)
 
-        def soon_for(cw):
-            """The oldest ICRC in the unit comes by the time word ``cw`` can be read."""
-            return Cat(*[pend[j] & (cw >= L - j) for j in range(L)]).any()
-
+    def _emitter_start(self, m, t):
+        """When a cut-through frame may start (``ct_go``, with ``rq_none``/``rq_one``: which
+        record it is), and ``soon``: the loaded frame's ICRC is sure to be there by the time
+        its ICRC word ``e_cw`` is read. Adds them."""
+        e_cw, recq = t.e_cw, t.recq
         # A cut-through frame (no payload, its record queued as its header starts: see
         # :meth:`_builder_states`) may start while the builder still writes it. Once the emitter
         # is at it, every earlier frame's words are read, so ``room`` holds and the builder
@@ -674,7 +695,17 @@ class TxBuild(wiring.Component):
         ct_go = ct & ct_ready & room
 
         soon = Signal()                  # for the loaded frame (its ICRC word e_cw)
-        m.d.comb += soon.eq(soon_for(e_cw) | (ct_go & rq_none))
+        m.d.comb += soon.eq(self._icrc_soon(t, e_cw) | (ct_go & rq_none))
+        return types.SimpleNamespace(rq_one=rq_one, ct_go=ct_go, soon=soon)
+
+    def _emitter_reads(self, m, t):
+        """The emitter's two read stages: the word read (``eaddr``, ``eword``, ``evalid``), its
+        data and ICRC carried along, and per lane whether it is payload, ICRC (and which
+        byte) or zero, with the word's ``keep``, ``last`` and class. Adds the read's
+        registers and stage 2's lanes (``out_lanes``) with their ``keep``/``last``/class."""
+        (ONES, W, WB, e_c2, e_cw, e_cw1, e_dmask, e_dword, e_fkeep, e_icrc, e_imask, e_wlast,
+         nb, rp) = (t.ONES, t.W, t.WB, t.e_c2, t.e_cw, t.e_cw1, t.e_dmask, t.e_dword, t.e_fkeep,
+                    t.e_icrc, t.e_imask, t.e_wlast, t.nb, t.rp)
         eaddr = Signal(WB)
         evalid = Signal()
         eword = Signal(WB)
@@ -700,6 +731,18 @@ class TxBuild(wiring.Component):
         out_lanes = [Mux(sdata[i], edata[8 * i:8 * i + 8],
                          Mux(sicrc[i], eicrc2.word_select(sidx[2 * i:2 * i + 2], 8), 0))
                      for i in range(nb)]
+        return types.SimpleNamespace(
+            eaddr=eaddr, evalid=evalid, eword=eword, evalid2=evalid2, icrc_now=icrc_now,
+            ekeep=ekeep, elast=elast, e_cls=e_cls, ecls=ecls, out_lanes=out_lanes)
+
+    def _emitter_output(self, m, t):
+        """The emitter's output: read stage 2's word into the falling-through output queue and
+        onto ``tx`` (``tvalid`` from a register of its own), the count of words read and not
+        yet sent (``occ``, by ``issue``), and the record at the queue's head with its
+        ``rec_soon``. Adds ``occ``, ``issue``, ``rec``, ``rec_soon``."""
+        (W, ct_go, ecls, ekeep, elast, evalid, evalid2, lg, out_cls, out_lanes, outq, recq,
+         rq_one) = (t.W, t.ct_go, t.ecls, t.ekeep, t.elast, t.evalid, t.evalid2, t.lg, t.out_cls,
+                    t.out_lanes, t.outq, t.recq, t.rq_one)
         # the output queue falls through: a word leaving read stage 2 while the queue is empty
         # is offered on ``tx`` at once and queued only if ``tx`` does not take it (the queue's
         # ``o.valid`` is a register: it is empty exactly when it is low)
@@ -733,12 +776,8 @@ class TxBuild(wiring.Component):
 
         rec = recq.o.payload
         rec_soon = Signal()              # ``soon`` for the record at the queue's head
-        m.d.comb += rec_soon.eq(soon_for(rec.crc_end >> lg) | (ct_go & rq_one))
-        return types.SimpleNamespace(
-            e_base=e_base, e_wlast=e_wlast, e_icrc=e_icrc, e_dword=e_dword, e_cw=e_cw, e_cw1=e_cw1,
-            e_dmask=e_dmask, e_fkeep=e_fkeep, e_imask=e_imask, e_c2=e_c2, soon=soon, eaddr=eaddr,
-            evalid=evalid, eword=eword, icrc_now=icrc_now, e_cls=e_cls, occ=occ, issue=issue,
-            rec=rec, rec_soon=rec_soon)
+        m.d.comb += rec_soon.eq(self._icrc_soon(t, rec.crc_end >> lg) | (ct_go & rq_one))
+        return types.SimpleNamespace(occ=occ, issue=issue, rec=rec, rec_soon=rec_soon)
 
     def _emitter_fsm(self, m, t):
         """The emitter's FSM: it loads a built frame's record (with its ICRC, or waits for it, or
