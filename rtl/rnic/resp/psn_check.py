@@ -278,7 +278,7 @@ class PsnCheck(wiring.Component):
         _add(t, self._stage_a(m, t))
         _add(t, self._stage_r(m, t))
         _add(t, self._stage_b_regs(m, t))
-        _add(t, self._stage_b_checks(m, t))
+        self._stage_b_checks(m, t)
         _add(t, self._stage_c_outputs(m, t))
         _add(t, self._stage_c_decide(m, t))
         self._next_context(m, t)
@@ -500,13 +500,32 @@ class PsnCheck(wiring.Component):
     def _stage_b_checks(self, m, t):
         """Stage B's checks, registered into C: those that need no dynamic context (path MTU,
         position length rule, RETH length, the start WRITE rules, access, source IPv4) and those
-        against the context ``fwd`` (``c_ck``). Adds C's check registers, and the outcome strobes
-        and next contexts the later parts drive (``x_*``, ``nx_e``, ``nx_n``)."""
-        (adv, b_db, b_idx, b_info, b_kind, b_meta, b_qok, b_rlm1, b_rlz, b_slot, b_st,
-         b_valid, c_ctx, c_db, c_idx, c_kind, c_qok, c_slot, c_st, c_valid, fwd) = (
-            t.adv, t.b_db, t.b_idx, t.b_info, t.b_kind, t.b_meta, t.b_qok, t.b_rlm1, t.b_rlz,
-            t.b_slot, t.b_st, t.b_valid, t.c_ctx, t.c_db, t.c_idx, t.c_kind, t.c_qok, t.c_slot,
-            t.c_st, t.c_valid, t.fwd)
+        against the context ``fwd`` (``c_ck``). Its parts add C's check registers, and the
+        outcome strobes and next contexts the later parts drive (``x_*``, ``nx_e``, ``nx_n``)."""
+        # its parts, called in the order of their statements
+        _add(t, self._stage_b_rules(m, t))
+        _add(t, self._stage_b_context(m, t))
+        _add(t, self._stage_b_to_c(m, t))
+
+    def _w_rules_bad(self, m, pmtu, length, padcnt, resid, name):
+        """Whether a packet of payload ``length`` and PadCnt ``padcnt`` breaks the WRITE rules
+        against the residue ``resid`` with path MTU ``pmtu`` (a signal named ``name``): one rule
+        for a FIRST/ONLY (resid = its RETH length) and a MIDDLE/LAST (the context's residue)."""
+        # the WRITE rules against the residue: resid > PMTU → payload == PMTU, PadCnt 0;
+        # else payload == resid, PadCnt == −resid & 3
+        bad = Signal(name=name)
+        with m.If(resid > pmtu):
+            m.d.comb += bad.eq((length != pmtu) | (padcnt != 0))
+        with m.Else():
+            m.d.comb += bad.eq((length != resid) | (padcnt != (-resid)[0:2]))
+        return bad
+
+    def _stage_b_rules(self, m, t):
+        """Stage B's length checks that need no dynamic context: the path MTU in bytes
+        (``b_pmtu``), the position length rule (``b_pos_bad``) and the WRITE rules of a
+        FIRST/ONLY against its RETH length (``b_wstart_bad``). Adds these, with the payload
+        and RETH lengths (``b_len``, ``rl``) the other checks read."""
+        b_info, b_meta, b_st = t.b_info, t.b_meta, t.b_st
         # context-free checks, registered into C
         b_pmtu = Signal(13)
         with m.Switch(b_st.pmtu):
@@ -523,18 +542,18 @@ class PsnCheck(wiring.Component):
             m.d.comb += b_pos_bad.eq((b_len == 0) | (b_len > b_pmtu))
         rl = b_meta.reth_len
 
-        def w_rules_bad(resid, name):
-            # the WRITE rules against the residue: resid > PMTU → payload == PMTU, PadCnt 0;
-            # else payload == resid, PadCnt == −resid & 3
-            bad = Signal(name=name)
-            with m.If(resid > b_pmtu):
-                m.d.comb += bad.eq((b_len != b_pmtu) | (b_meta.padcnt != 0))
-            with m.Else():
-                m.d.comb += bad.eq((b_len != resid) | (b_meta.padcnt != (-resid)[0:2]))
-            return bad
+        # FIRST/ONLY: resid = RETH length
+        b_wstart_bad = self._w_rules_bad(m, b_pmtu, b_len, b_meta.padcnt, rl, "b_wstart_bad")
+        return types.SimpleNamespace(b_pmtu=b_pmtu, b_len=b_len, b_pos_bad=b_pos_bad, rl=rl,
+                                     b_wstart_bad=b_wstart_bad)
 
-        b_wstart_bad = w_rules_bad(rl, "b_wstart_bad")  # FIRST/ONLY: resid = RETH length
-
+    def _stage_b_context(self, m, t):
+        """Stage B's checks against the QP's current dynamic context ``fwd`` (PSN class, state,
+        opcode sequence, RNR, the WRITE rules of a MIDDLE/LAST, the residue and offset after
+        the packet), registered into C as ``c_ck``; and the outcome strobes and next contexts
+        of stage C (``x_*``, ``nx_e``, ``nx_n``, defined there). Adds these and ``c_psn1``."""
+        adv, b_info, b_len, b_meta, b_pmtu, fwd, rl = (t.adv, t.b_info, t.b_len, t.b_meta,
+                                                       t.b_pmtu, t.fwd, t.rl)
         # The checks that need the dynamic context, against the QP's current context ``fwd``.
         chk_layout = data.StructLayout({
             "cls": psn_class_layout, "state_ok": 1, "seq_ok": 1, "rnr": 1, "w_bad": 1,
@@ -551,7 +570,8 @@ class PsnCheck(wiring.Component):
                 ck.seq_ok.eq(op_sequence(m, b_meta.opcode, x.open, name=f"{name}_op_seq").ok),
                 ck.rnr.eq(b_info.rwr & (x.rq_prod == x.rq_cons)),
                 ck.w_bad.eq(b_info.write & ~b_info.start
-                            & w_rules_bad(x.resid, f"{name}_w_bad")),
+                            & self._w_rules_bad(m, b_pmtu, b_len, b_meta.padcnt, x.resid,
+                                                f"{name}_w_bad")),
                 ck.resid.eq(resid - b_len),                         # residue after the packet
                 ck.off.eq(Mux(b_info.start, 0, x.off) + b_len),     # offset after the packet
             ]
@@ -570,6 +590,20 @@ class PsnCheck(wiring.Component):
         c_psn1 = Signal(24)
         with m.If(adv):
             m.d.sync += c_ck.eq(ck)
+        return types.SimpleNamespace(c_ck=c_ck, c_psn1=c_psn1, nx_e=nx_e, nx_n=nx_n,
+                                     x_exec=x_exec, x_fail=x_fail, x_fatal=x_fatal)
+
+    def _stage_b_to_c(self, m, t):
+        """Stage B's remaining checks that need no dynamic context (the length rules together,
+        access, a bad QPN or source IPv4, a READ's PSN count) and the registers of stage C they
+        and B's operation are loaded into on ``adv``. Adds C's check registers."""
+        (adv, b_db, b_idx, b_info, b_kind, b_len, b_meta, b_pmtu, b_pos_bad, b_qok, b_rlm1,
+         b_rlz, b_slot, b_st, b_valid, b_wstart_bad, c_ctx, c_db, c_idx, c_kind, c_psn1, c_qok,
+         c_slot, c_st, c_valid, fwd, rl) = (
+            t.adv, t.b_db, t.b_idx, t.b_info, t.b_kind, t.b_len, t.b_meta, t.b_pmtu, t.b_pos_bad,
+            t.b_qok, t.b_rlm1, t.b_rlz, t.b_slot, t.b_st, t.b_valid, t.b_wstart_bad, t.c_ctx,
+            t.c_db, t.c_idx, t.c_kind, t.c_psn1, t.c_qok, t.c_slot, t.c_st, t.c_valid, t.fwd,
+            t.rl)
         c_info = Signal.like(b_info)
         c_pmtu = Signal(13)
         c_pre_bad = Signal()            # position rule, RETH length > 2^31, start WRITE rules
@@ -605,9 +639,8 @@ class PsnCheck(wiring.Component):
                          c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad),
                          c_len_nz.eq(b_len != 0), c_psn1.eq(b_meta.psn + 1 + b_rd_nm1)]
         return types.SimpleNamespace(
-            c_acc_bad=c_acc_bad, c_ck=c_ck, c_drop=c_drop, c_info=c_info, c_len_nz=c_len_nz,
-            c_pkt_ok=c_pkt_ok, c_pre_bad=c_pre_bad, c_psn1=c_psn1, nx_e=nx_e, nx_n=nx_n,
-            x_exec=x_exec, x_fail=x_fail, x_fatal=x_fatal)
+            c_acc_bad=c_acc_bad, c_drop=c_drop, c_info=c_info, c_len_nz=c_len_nz,
+            c_pkt_ok=c_pkt_ok, c_pre_bad=c_pre_bad)
 
     def _stage_c_outputs(self, m, t):
         """Stage C's outputs: the queue pushes on ``fire`` (the ``want_*`` strobes and records the
