@@ -280,7 +280,7 @@ class PsnCheck(wiring.Component):
         _add(t, self._stage_b_regs(m, t))
         self._stage_b_checks(m, t)
         _add(t, self._stage_c_outputs(m, t))
-        _add(t, self._stage_c_decide(m, t))
+        self._stage_c_decide(m, t)
         self._next_context(m, t)
         self._payload_router(m, t)
         _add(t, self._response_sequencer(m, t))
@@ -735,16 +735,21 @@ class PsnCheck(wiring.Component):
 
     def _stage_c_decide(self, m, t):
         """Stage C's decision, per operation kind: the ``exe`` command, the response entry, the
-        payload decision, the counters, and NAK 0x61 (``fail_61``). Adds the checks' results the
-        next context reads."""
-        (c_acc_bad, c_ck, c_ctx, c_drop, c_idx, c_info, c_kind, c_len_nz, c_meta, c_pre_bad,
-         c_qok, c_st, dec, ent, exe, stat_c, want_ack, want_dec, want_ev, want_exe, want_fl,
-         want_rq) = (
-            t.c_acc_bad, t.c_ck, t.c_ctx, t.c_drop, t.c_idx, t.c_info, t.c_kind, t.c_len_nz,
-            t.c_meta, t.c_pre_bad, t.c_qok, t.c_st, t.dec, t.ent, t.exe, t.stat_c, t.want_ack,
-            t.want_dec, t.want_ev, t.want_exe, t.want_fl, t.want_rq)
-        cm, cx, st, info = c_meta, c_ctx, c_st, c_info
-        length = cm.payload_len
+        payload decision, the counters, and NAK 0x61 (``fail_61``). Its parts add the checks'
+        results the next context reads."""
+        # its parts, called in the order of their statements
+        _add(t, self._stage_c_checks(m, t))
+        self._exe_fields(m, t)
+        self._stage_c_kinds(m, t)
+
+    def _stage_c_checks(self, m, t):
+        """Stage C's check results, from the registers B loaded (``c_ck`` and the context-free
+        ones): the PSN class, opcode sequence, access, RNR and length rules, with the next MSN,
+        offset and residue, and the NAK 0x61 strobe ``fail_61`` and its ``held`` (whether the
+        QP's held WQE completes in error), which the decision drives. Adds these."""
+        c_acc_bad, c_ck, c_ctx, c_info, c_meta, c_pre_bad = (
+            t.c_acc_bad, t.c_ck, t.c_ctx, t.c_info, t.c_meta, t.c_pre_bad)
+        cm, cx, info = c_meta, c_ctx, c_info
         op = cm.opcode
         pcls = c_ck.cls     # every context check below was made in B (see there)
         oseq = op_sequence(m, op, cx.open, name="c_op_seq")     # (its next_open)
@@ -762,7 +767,21 @@ class PsnCheck(wiring.Component):
         m.d.comb += msn_inc.eq(cx.msn + info.end)
         fail_61 = Signal()
         held = Signal()
+        return types.SimpleNamespace(
+            acc_bad=acc_bad, fail_61=fail_61, held=held, len_bad=len_bad, msn_inc=msn_inc,
+            off_next=off_next, oseq=oseq, pcls=pcls, resid_next=resid_next, rnr=rnr,
+            seq_ok=seq_ok, state_ok=state_ok)
 
+    def _exe_fields(self, m, t):
+        """The fields of the ``exe`` command stage C pushes for its packet: the packet's own
+        (from its meta and opcode), the message's (from its RETH at the start, else from the
+        context) and the QP's (its static context); the decision sets ``dup`` and ``status``
+        and may replace ``msn``."""
+        c_ctx, c_idx, c_info, c_meta, c_st, exe, msn_inc = (
+            t.c_ctx, t.c_idx, t.c_info, t.c_meta, t.c_st, t.exe, t.msn_inc)
+        cm, cx, st, info = c_meta, c_ctx, c_st, c_info
+        length = cm.payload_len
+        op = cm.opcode
         # exe command fields
         m.d.comb += [
             exe.qpn.eq(c_idx), exe.opcode.eq(op), exe.psn.eq(cm.psn),
@@ -781,6 +800,14 @@ class PsnCheck(wiring.Component):
             exe.read.eq(info.read), exe.pmtu.eq(st.pmtu), exe.ird.eq(st.ird),
         ]
 
+    def _stage_c_kinds(self, m, t):
+        """Stage C's decision by operation kind: a response (to the requester's ACK path, or
+        counted and dropped), an RQ doorbell (a flush of a QP in ERROR), a fatal report (the QP
+        to ERROR) and a request packet (:meth:`_stage_c_packet`)."""
+        c_ctx, c_drop, c_kind, c_len_nz, c_meta, c_qok, dec, stat_c = (
+            t.c_ctx, t.c_drop, t.c_kind, t.c_len_nz, t.c_meta, t.c_qok, t.dec, t.stat_c)
+        want_ack, want_dec, want_ev, want_fl = t.want_ack, t.want_dec, t.want_ev, t.want_fl
+        cm, cx = c_meta, c_ctx
         with m.Switch(c_kind):
             with m.Case(Kind.RESP):
                 # a response is for the requester of an RTS QP whose remote it comes from;
@@ -800,58 +827,69 @@ class PsnCheck(wiring.Component):
                 with m.If((cx.state != QpState.RESET) & (cx.state != QpState.ERROR)):
                     m.d.comb += [want_ev.eq(1), want_fl.eq(1)]
             with m.Case(Kind.PKT):
-                m.d.comb += [want_dec.eq(1), dec.beats.eq(c_len_nz)]
-                with m.If(c_drop | ~state_ok):
-                    m.d.comb += stat_c[Counter.NO_QP].eq(1)
-                with m.Elif(pcls.dup & info.read & ~c_len_nz):
-                    # a duplicate READ is executed again from its own RETH, numbered from its
-                    # own PSN, with the current MSN; no state changes. The execute stage answers
-                    # it if it still holds the READ (IRD), else it reports fatal 0x61. (One with
-                    # a payload, malformed, is a plain duplicate below: its beats are drained
-                    # here, and the execute stage must not wait for them.)
-                    m.d.comb += [stat_c[Counter.DUPLICATES].eq(1), want_rq.eq(1),
-                                 want_exe.eq(1), exe.dup.eq(1), exe.msn.eq(cx.msn),
-                                 ent.wait_done.eq(1), ent.from_done.eq(1),
-                                 ent.syndrome.eq(0x1F)]
-                with m.Elif(pcls.dup):
-                    # duplicate: ACK at the last executed PSN, always
-                    m.d.comb += [stat_c[Counter.DUPLICATES].eq(1), want_rq.eq(1),
-                                 ent.frame.eq(1), ent.syndrome.eq(0x1F),
-                                 ent.psn.eq(cx.epsn - 1)]
-                with m.Elif(pcls.ahead):
-                    with m.If(~cx.nak):
-                        m.d.comb += [want_rq.eq(1), ent.frame.eq(1),
-                                     ent.syndrome.eq(0x60), ent.psn.eq(cx.epsn)]
-                with m.Else():
-                    with m.If(~seq_ok):
-                        m.d.comb += [fail_61.eq(1), held.eq(cx.open == MsgClass.SEND)]
-                    with m.Elif(acc_bad):
-                        m.d.comb += fail_61.eq(1)
-                    with m.Elif(rnr):
-                        m.d.comb += [want_rq.eq(1), ent.frame.eq(1),
-                                     ent.syndrome.eq(0x20 | st.min_rnr)]
-                    with m.Elif(len_bad):
-                        m.d.comb += [fail_61.eq(1),
-                                     held.eq((cx.open == MsgClass.SEND) | info.rwr)]
-                    with m.Else():
-                        # execute
-                        m.d.comb += [
-                            want_exe.eq(1), want_rq.eq(1), dec.pass_.eq(1),
-                            ent.wait_done.eq(1), ent.from_done.eq(1),
-                            # (a READ is answered by its responses, not by an ACK)
-                            ent.frame.eq(cm.ackreq & ~info.read),
-                            ent.syndrome.eq(0x1F), ent.msn.eq(msn_inc),
-                        ]
-                    with m.If(fail_61):
-                        m.d.comb += [
-                            want_ev.eq(1), want_fl.eq(1),
-                            want_rq.eq(1), ent.frame.eq(1), ent.syndrome.eq(0x61),
-                            ent.kill.eq(1), ent.wait_done.eq(held),
-                            want_exe.eq(held), exe.status.eq(WcStatus.REM_INV_REQ_ERR),
-                        ]
-        return types.SimpleNamespace(
-            acc_bad=acc_bad, len_bad=len_bad, msn_inc=msn_inc, off_next=off_next, oseq=oseq,
-            pcls=pcls, resid_next=resid_next, rnr=rnr, seq_ok=seq_ok, state_ok=state_ok)
+                self._stage_c_packet(m, t)
+
+    def _stage_c_packet(self, m, t):
+        """Stage C's decision for a request packet, by its checks in order of precedence:
+        dropped (bad QP or state), a duplicate READ (executed again), a duplicate (ACK), ahead
+        of sequence (NAK 0x60 once), then the order, access, RNR and length checks of an
+        in-order packet (NAK 0x61 with the QP to ERROR, or RNR NAK), else executed."""
+        (acc_bad, c_ctx, c_drop, c_info, c_len_nz, c_meta, c_st, dec, ent, exe, fail_61, held,
+         len_bad, msn_inc, pcls, rnr, seq_ok, stat_c, state_ok, want_dec, want_ev, want_exe,
+         want_fl, want_rq) = (
+            t.acc_bad, t.c_ctx, t.c_drop, t.c_info, t.c_len_nz, t.c_meta, t.c_st, t.dec, t.ent,
+            t.exe, t.fail_61, t.held, t.len_bad, t.msn_inc, t.pcls, t.rnr, t.seq_ok, t.stat_c,
+            t.state_ok, t.want_dec, t.want_ev, t.want_exe, t.want_fl, t.want_rq)
+        cm, cx, st, info = c_meta, c_ctx, c_st, c_info
+        m.d.comb += [want_dec.eq(1), dec.beats.eq(c_len_nz)]
+        with m.If(c_drop | ~state_ok):
+            m.d.comb += stat_c[Counter.NO_QP].eq(1)
+        with m.Elif(pcls.dup & info.read & ~c_len_nz):
+            # a duplicate READ is executed again from its own RETH, numbered from its
+            # own PSN, with the current MSN; no state changes. The execute stage answers
+            # it if it still holds the READ (IRD), else it reports fatal 0x61. (One with
+            # a payload, malformed, is a plain duplicate below: its beats are drained
+            # here, and the execute stage must not wait for them.)
+            m.d.comb += [stat_c[Counter.DUPLICATES].eq(1), want_rq.eq(1),
+                         want_exe.eq(1), exe.dup.eq(1), exe.msn.eq(cx.msn),
+                         ent.wait_done.eq(1), ent.from_done.eq(1),
+                         ent.syndrome.eq(0x1F)]
+        with m.Elif(pcls.dup):
+            # duplicate: ACK at the last executed PSN, always
+            m.d.comb += [stat_c[Counter.DUPLICATES].eq(1), want_rq.eq(1),
+                         ent.frame.eq(1), ent.syndrome.eq(0x1F),
+                         ent.psn.eq(cx.epsn - 1)]
+        with m.Elif(pcls.ahead):
+            with m.If(~cx.nak):
+                m.d.comb += [want_rq.eq(1), ent.frame.eq(1),
+                             ent.syndrome.eq(0x60), ent.psn.eq(cx.epsn)]
+        with m.Else():
+            with m.If(~seq_ok):
+                m.d.comb += [fail_61.eq(1), held.eq(cx.open == MsgClass.SEND)]
+            with m.Elif(acc_bad):
+                m.d.comb += fail_61.eq(1)
+            with m.Elif(rnr):
+                m.d.comb += [want_rq.eq(1), ent.frame.eq(1),
+                             ent.syndrome.eq(0x20 | st.min_rnr)]
+            with m.Elif(len_bad):
+                m.d.comb += [fail_61.eq(1),
+                             held.eq((cx.open == MsgClass.SEND) | info.rwr)]
+            with m.Else():
+                # execute
+                m.d.comb += [
+                    want_exe.eq(1), want_rq.eq(1), dec.pass_.eq(1),
+                    ent.wait_done.eq(1), ent.from_done.eq(1),
+                    # (a READ is answered by its responses, not by an ACK)
+                    ent.frame.eq(cm.ackreq & ~info.read),
+                    ent.syndrome.eq(0x1F), ent.msn.eq(msn_inc),
+                ]
+            with m.If(fail_61):
+                m.d.comb += [
+                    want_ev.eq(1), want_fl.eq(1),
+                    want_rq.eq(1), ent.frame.eq(1), ent.syndrome.eq(0x61),
+                    ent.kill.eq(1), ent.wait_done.eq(held),
+                    want_exe.eq(held), exe.status.eq(WcStatus.REM_INV_REQ_ERR),
+                ]
 
     def _next_context(self, m, t):
         """The next dynamic context ``new``, flat: one AND per outcome, one 2:1 mux per field (the
@@ -865,9 +903,9 @@ class PsnCheck(wiring.Component):
             t.x_fail, t.x_fatal)
         cm, cx, info = c_meta, c_ctx, c_info
         # ---- the next dynamic context, flat (the decision → new → c_ctx loop) ---------------
-        # Same decisions as the Switch of _stage_c_decide, written as one AND per outcome and one
-        # 2:1 mux per field: ``nx_e`` if C executes, ``nx_n`` if not (both from registers only),
-        # then the NAK 0x61 changes. x_exec is an AND of registers.
+        # Same decisions as the Switch of _stage_c_kinds and _stage_c_packet, written as one AND
+        # per outcome and one 2:1 mux per field: ``nx_e`` if C executes, ``nx_n`` if not (both
+        # from registers only), then the NAK 0x61 changes. x_exec is an AND of registers.
         k_pkt = Signal()
         ok_in = Signal()                # a request packet of a usable QP, in order
         x_held = Signal()
