@@ -283,7 +283,7 @@ class PsnCheck(wiring.Component):
         self._stage_c_decide(m, t)
         self._next_context(m, t)
         self._payload_router(m, t)
-        _add(t, self._response_sequencer(m, t))
+        self._response_sequencer(m, t)
         self._pending_table(m, t)
         return m
 
@@ -968,10 +968,20 @@ class PsnCheck(wiring.Component):
 
     def _response_sequencer(self, m, t):
         """The response sequencer: the responses of the response queue, in order, into the pending
-        table's item ``f`` (see the comments below)."""
-        (ab, ctx, entry_layout, inj_qpn, inj_valid, resp_q) = (
-            t.ab, t.ctx, t.entry_layout, t.inj_qpn, t.inj_valid, t.resp_q)
+        table's item ``f`` (see the comments in its parts). Its parts add what the pending
+        table reads."""
         # ---- response sequencer --------------------------------------------------------------
+        # its parts, called in the order of their statements
+        _add(t, self._seq_head(m, t))
+        _add(t, self._seq_head_qpn(m, t))
+        _add(t, self._seq_response(m, t))
+        _add(t, self._seq_errors(m, t))
+
+    def _seq_head(self, m, t):
+        """The sequencer's head: the QPs' error bits (``errmem``, a QP's responses are
+        suppressed once it is in error) and the response queue's head loaded into ``h``
+        (``hv``) on ``load``, popped on ``go``. Adds the error table's ports and these."""
+        entry_layout, resp_q = t.entry_layout, t.resp_q
         # The QPs' error bits (a QP's responses are suppressed once it is in error), read
         # synchronously: LUT RAM up to FLAGS_LUTRAM_MAX QPs, block RAM above.
         m.submodules.errmem = errmem = memory.Memory(
@@ -991,6 +1001,13 @@ class PsnCheck(wiring.Component):
             m.d.sync += [hv.eq(1), h.eq(resp_q.o.payload)]
         with m.Elif(go):
             m.d.sync += hv.eq(0)
+        return types.SimpleNamespace(err_rd=err_rd, err_wr=err_wr, go=go, h=h, hv=hv, load=load)
+
+    def _seq_head_qpn(self, m, t):
+        """``hq``, the QPN of the response queue's head as it will be in the next cycle, in a
+        register: from a ring of the QPNs pushed (``qring``), moved with the queue, so that
+        the per-QP tables' read address does not come from the queue's LUT RAM. Adds ``hq``."""
+        ab, load, resp_q = t.ab, t.load, t.resp_q
         # ``hq``: the QPN of the response queue's head, in a register (the queue's storage is
         # LUT RAM read combinationally, which must not feed the per-QP tables' read address):
         # a ring of the QPNs pushed, moved with the queue and read at the entry after its head,
@@ -1024,6 +1041,16 @@ class PsnCheck(wiring.Component):
             m.d.sync += hq.eq(resp_q.i.payload.qpn)
         with m.Else():
             m.d.sync += hq.eq(qr_1.data)
+        return types.SimpleNamespace(hq=hq)
+
+    def _seq_response(self, m, t):
+        """The head's response: its QP's error bit (``err``, the table's read with the writes
+        since forwarded), whether it is ready (``have``: its ``done`` is there if it waits for
+        one), the item ``f`` for the pending table (``f_valid``: not suppressed, and a frame
+        to send), the pop ``go`` and the sequencer's own write of the error bit
+        (``seq_err_wr``, registered into ``sw_*``). Adds these."""
+        ab, err_rd, err_wr, go, h, hq, hv, inj_valid, load = (
+            t.ab, t.err_rd, t.err_wr, t.go, t.h, t.hq, t.hv, t.inj_valid, t.load)
         h_addr = Signal(ab)
         m.d.comb += [h_addr.eq(Mux(load, hq, h.qpn)),
                      err_rd.addr.eq(hq), err_rd.en.eq(load)]
@@ -1067,6 +1094,19 @@ class PsnCheck(wiring.Component):
         ]
         seq_err_wr = Signal()
         m.d.comb += seq_err_wr.eq(go & ~err & (fatal_done | h.kill))
+        return types.SimpleNamespace(
+            coal_ready=coal_ready, f=f, f_valid=f_valid, fatal_done=fatal_done, have=have,
+            need_inj=need_inj, seq_err_wr=seq_err_wr, sw_addr=sw_addr, sw_valid=sw_valid)
+
+    def _seq_errors(self, m, t):
+        """The faults from later stages (through ``fault_q``) and the injection of a fatal
+        operation (``inj_*``: for a fatal ``done`` or a fault), and the error table's one write
+        port: the sequencer's registered write first, else SET_QP's or a fault's, registered
+        too (``ew_*``). Adds ``ew_valid``."""
+        (ab, ctx, err_wr, fatal_done, go, h, have, inj_qpn, inj_valid, need_inj, seq_err_wr,
+         sw_addr, sw_valid) = (
+            t.ab, t.ctx, t.err_wr, t.fatal_done, t.go, t.h, t.have, t.inj_qpn, t.inj_valid,
+            t.need_inj, t.seq_err_wr, t.sw_addr, t.sw_valid)
         # Faults enter through a two-entry queue, so the port's ``ready`` is a register: the
         # take below depends on ``go`` (the response queue's head and the coalescer), which
         # must not run through the fault merge's skid buffer into its registers as the port's
@@ -1120,8 +1160,7 @@ class PsnCheck(wiring.Component):
         with m.Elif(fault_take & fq_ok):
             m.d.sync += [ew_valid.eq(1), ew_addr.eq(flt.payload.qpn[:ab]),
                          ew_data.eq(1)]
-        return types.SimpleNamespace(coal_ready=coal_ready, ew_valid=ew_valid, f=f,
-                                     f_valid=f_valid, go=go, hq=hq, hv=hv, load=load)
+        return types.SimpleNamespace(ew_valid=ew_valid)
 
     def _pending_table(self, m, t):
         """The per-QP pending-response table (``acks``) fed by the sequencer, and the context's
