@@ -32,17 +32,28 @@ or when no job runs, is ignored; one of an earlier frame of the job's QP (a requ
 earlier READ's) ends the job too: the QP goes to ERROR either way (elsewhere).
 """
 
+import types
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..ifaces import QpnStream, read_job_layout
+from ..parts import add as _add
 from .build import chunk_layout, pkt_layout, tx_hdr_layout
 
 __all__ = ["ReadResp"]
 
 #: BTH opcodes of the READ responses
 FIRST, MIDDLE, LAST, ONLY = 0x0D, 0x0E, 0x0F, 0x10
+
+
+def _at_most_pmtu(hi0, lo0, mid, pm, pm_above, pm_below):
+    """rem ≤ PMTU = 2^k (``pm`` one-hot at k − 8, ``pm_above``/``pm_below`` its bits above and
+    below), from the zero tests of rem's bits 13 up (``hi0``) and 0..7 (``lo0``) and its bits
+    8..12 (``mid``): no bit of rem above k, and bit k only with none below it."""
+    return (hi0 & ((mid & pm_above) == 0)
+            & (((mid & pm) == 0) | lo0 & ((mid & pm_below) == 0)))
 
 
 class ReadResp(wiring.Component):
@@ -88,10 +99,28 @@ class ReadResp(wiring.Component):
         })
 
     def elaborate(self, platform):
+        """The parts, in the order of their statements: the job's and frame's registers, the
+        "last frame" test and the job's PMTU decode, the fault and ACK/NAK conditions, the
+        offers on ``pkt``/``chunk``/``ack``/``job``, and the frame sequence's next state."""
         m = Module()
-        j = self.job.payload
-        ab = 24 if self.num_qp is None else (self.num_qp - 1).bit_length()
+        # The parts below share their signals through ``t`` (see rnic.parts): each takes from
+        # it what it reads and adds what it makes.
+        t = types.SimpleNamespace(
+            j=self.job.payload,
+            ab=24 if self.num_qp is None else (self.num_qp - 1).bit_length())
+        _add(t, self._frame_state(m, t))
+        _add(t, self._last_test(m, t))
+        _add(t, self._fault_and_ack(m, t))
+        _add(t, self._offers(m, t))
+        self._next_state(m, t)
+        return m
 
+    def _frame_state(self, m, t):
+        """The job in progress and its next frame, in registers: the frame sequence's states
+        (one flip-flop each), the first/last flags, the bytes left, bus address, PSN, QPN, MSN
+        and the PMTU (one-hot as PMTU / 256, ``pm``), with the PMTU in bytes and the frame's
+        payload length. Adds these."""
+        ab = t.ab
         # The job in progress and its next frame. PMTU is 256 << (code − 1), kept one-hot as
         # PMTU / 256 (``pm``): the address and the bytes left move by it above their low 8
         # bits, and "at most PMTU" is a test of zero bits, not a comparator.
@@ -119,15 +148,23 @@ class ReadResp(wiring.Component):
         m.d.comb += pmtu.eq(Cat(Const(0, 8), pm))
         paylen = Signal(13)
         m.d.comb += paylen.eq(Mux(last, rem[:13], pmtu))
+        return types.SimpleNamespace(
+            idle=idle, settle1=settle1, settle2=settle2, offer=offer, in_chunk=in_chunk,
+            dead=dead, nil=nil, first=first, last=last, rem=rem, addr=addr, psn=psn, qpn=qpn,
+            msn=msn, pm=pm, pm_above=pm_above, pm_below=pm_below, paylen=paylen)
+
+    def _last_test(self, m, t):
+        """``last`` (rem ≤ PMTU) for every frame after the job's first, from the zero tests
+        of ``rem``'s bits 13 up and 0..7 registered first (``hi0``, ``lo0``), and the job's
+        PMTU code decoded as ``pm``, ``pm_above``, ``pm_below`` (``j_*``), loaded with the
+        job. Adds these."""
+        j, last, pm, pm_above, pm_below, rem = t.j, t.last, t.pm, t.pm_above, t.pm_below, t.rem
         # rem ≤ PMTU = 2^k: no bit of rem above k, and bit k only with none below it. For every
         # frame after the first, two cycles behind rem (the zero tests of its bits 13 up and
         # 0..7 registered first); for the first, the same test on the job as it is taken
-        def at_most_pmtu(hi0, lo0, mid, pm, pm_above, pm_below):
-            return (hi0 & ((mid & pm_above) == 0)
-                    & (((mid & pm) == 0) | lo0 & ((mid & pm_below) == 0)))
         hi0, lo0 = Signal(), Signal()
         m.d.sync += [hi0.eq(rem[13:] == 0), lo0.eq(rem[:8] == 0),
-                     last.eq(at_most_pmtu(hi0, lo0, rem[8:13], pm, pm_above, pm_below))]
+                     last.eq(_at_most_pmtu(hi0, lo0, rem[8:13], pm, pm_above, pm_below))]
         # the job's PMTU code, decoded as ``pm``, ``pm_above`` and ``pm_below`` (codes other
         # than 1..5 act as 1)
         j_pm, j_above, j_below = Signal(5), Signal(5), Signal(5)
@@ -136,7 +173,14 @@ class ReadResp(wiring.Component):
                 with m.Case(*([c] if c > 1 else [0, 1, 6, 7])):
                     m.d.comb += [j_pm.eq(1 << (c - 1)), j_above.eq(0x1F & -(2 << (c - 1))),
                                  j_below.eq((1 << (c - 1)) - 1)]
+        return types.SimpleNamespace(hi0=hi0, lo0=lo0, j_pm=j_pm, j_above=j_above,
+                                     j_below=j_below)
 
+    def _fault_and_ack(self, m, t):
+        """Whether a fault ends the job in progress (``hit``, registered; ``kill``: now or
+        before), and when an ACK/NAK may be offered: only while no job runs or waits, held
+        once offered until taken (``ack_ok``, ``ack_on``). Adds these."""
+        ab, dead, idle, qpn = t.ab, t.dead, t.idle, t.qpn
         # a fault naming the job's QPN, registered (the builder's fault is a block away); a job
         # loaded meanwhile is not named by it (idle in the cycle of the load)
         hit = Signal()
@@ -149,7 +193,16 @@ class ReadResp(wiring.Component):
         ack_ok = Signal()
         m.d.comb += ack_ok.eq(idle & (ack_on | ~self.job.valid))
         m.d.sync += ack_on.eq(ack_ok & self.ack.valid & ~self.pkt.ready)
+        return types.SimpleNamespace(hit=hit, kill=kill, ack_on=ack_on, ack_ok=ack_ok)
 
+    def _offers(self, m, t):
+        """The ports: the descriptor on ``pkt`` (a READ response's while a job runs, else the
+        ACK/NAK's), the chunk, and the handshakes of ``job``, ``ack`` and ``fault``, with the
+        strobes the frame sequence moves on (``load``: a job taken, ``took``: its descriptor,
+        ``sent``: its chunk). Adds the strobes."""
+        (ack_ok, ack_on, addr, first, idle, in_chunk, last, msn, offer, paylen, psn, qpn) = (
+            t.ack_ok, t.ack_on, t.addr, t.first, t.idle, t.in_chunk, t.last, t.msn, t.offer,
+            t.paylen, t.psn, t.qpn)
         p, a = self.pkt.payload, self.ack.payload
         with m.If(~idle):
             m.d.comb += [
@@ -173,6 +226,18 @@ class ReadResp(wiring.Component):
             took.eq(offer & self.pkt.ready),                # the descriptor taken
             sent.eq(in_chunk & self.chunk.ready),           # the chunk taken
         ]
+        return types.SimpleNamespace(load=load, took=took, sent=sent)
+
+    def _next_state(self, m, t):
+        """The frame sequence's next state, a job's registers loaded as it is taken (its first
+        ``last`` tested on the job itself), the dead mark of a fault, and the move to the next
+        frame when a chunk is taken (PSN + 1, address and bytes left by PMTU)."""
+        (ab, addr, dead, first, hi0, hit, idle, in_chunk, j, j_above, j_below, j_pm, kill, last,
+         lo0, load, msn, nil, offer, pm, pm_above, pm_below, psn, qpn, rem, sent, settle1,
+         settle2, took) = (
+            t.ab, t.addr, t.dead, t.first, t.hi0, t.hit, t.idle, t.in_chunk, t.j, t.j_above,
+            t.j_below, t.j_pm, t.kill, t.last, t.lo0, t.load, t.msn, t.nil, t.offer, t.pm,
+            t.pm_above, t.pm_below, t.psn, t.qpn, t.rem, t.sent, t.settle1, t.settle2, t.took)
         # the next state: a descriptor offered is withdrawn when the job is killed, unless it
         # is taken in that cycle (its chunk then still goes); ``pkt.valid`` is then low for a
         # cycle (settle2) before an ACK/NAK may be offered. (A fault cannot kill the job in
@@ -189,8 +254,8 @@ class ReadResp(wiring.Component):
                          addr.eq(j.addr), psn.eq(j.psn), qpn.eq(j.qpn[:ab]), msn.eq(j.msn),
                          pm.eq(j_pm), pm_above.eq(j_above), pm_below.eq(j_below),
                          hi0.eq(j.len[13:] == 0), lo0.eq(j.len[:8] == 0),
-                         last.eq(at_most_pmtu(j.len[13:] == 0, j.len[:8] == 0, j.len[8:13],
-                                              j_pm, j_above, j_below))]
+                         last.eq(_at_most_pmtu(j.len[13:] == 0, j.len[:8] == 0, j.len[8:13],
+                                               j_pm, j_above, j_below))]
         with m.If(hit & ~idle):
             m.d.sync += dead.eq(1)          # (a hit while idle names the job before)
         with m.If(took):
@@ -198,4 +263,3 @@ class ReadResp(wiring.Component):
         with m.If(sent):
             # the next frame (rem > PMTU unless this one was the last)
             m.d.sync += [psn.eq(psn + 1), addr[8:].eq(addr[8:] + pm), rem[8:].eq(rem[8:] - pm)]
-        return m
