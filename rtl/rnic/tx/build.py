@@ -248,7 +248,7 @@ class TxBuild(wiring.Component):
         C, W = t.C, t.W
         # ``no_rw_check``: the emitter reads only words whose last write is done (a frame whose
         # last word has gone into the CRC unit, every word written before it; a cut-through
-        # frame's word two cycles after its write, see :meth:`_emitter`), the builder writes
+        # frame's word two cycles after its write, see :meth:`_emitter_start`), the builder writes
         # only words the emitter has read (``room``; the word of ``acc`` too, in every cycle
         # from the write that moved acc to it), so an enabled read never meets an enabled
         # write at one address.
@@ -932,7 +932,7 @@ class TxBuild(wiring.Component):
         # the frame being built is a cut-through frame: its record was queued in its first HDR
         # cycle (see :meth:`_builder_states`); cleared as its last word leaves (FIN)
         ct = Signal()
-        # ... and it may start now as far as the builder goes (:meth:`_emitter`): its words up
+        # ... and it may start now as far as the builder goes (:meth:`_emitter_start`): its words up
         # to the one carrying the ICRC are written, and the ICRC comes, in time
         ct_ready = Signal()
         # the frame taken may be cut-through: no payload, three header words or more (set at
@@ -1033,7 +1033,7 @@ class TxBuild(wiring.Component):
             t.fbase, t.hdr_last, t.head_ok, t.hlast, t.kill, t.lg, t.out_words, t.padw, t.parts,
             t.pos, t.pos_end, t.r_qpn, t.r_rdr, t.recq, t.rk_qpn, t.rk_v, t.room, t.take, t.wabs,
             t.wcount)
-        # the cut-through frame's start conditions (see :meth:`_emitter`), from registers set
+        # the cut-through frame's start conditions (see :meth:`_emitter_start`), from registers set
         # at the take, registered in its first HDR cycle: ct_thr = max(2, hdr_last + 2 + L −
         # cw), ct_fin = cw ≥ 1 + L, with cw the word of the frame's ICRC (crc_end / nb)
         L = t.crc.latency
@@ -1054,7 +1054,7 @@ class TxBuild(wiring.Component):
                 m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
                 # cut-through: a frame without payload, of three header words or more, has
                 # its record queued as its first word is written (``ct``), so the emitter may
-                # start it before its last word is written (:meth:`_emitter`); ``ct_ready``
+                # start it before its last word is written (:meth:`_emitter_start`); ``ct_ready``
                 # is its condition for the next cycle: wcount ≥ ct_thr in HDR (ct_thr ≥ 2,
                 # set in the first HDR cycle), cw ≥ 1 + L in FIN (``ct_fin``)
                 with m.If((wcount == 0) & t.ct_can & ~kill & recq.i.ready):
