@@ -738,11 +738,11 @@ class KeyCache(wiring.Component):
                     m.next = "IDLE"
 
     def _ports(self, m, lock):
-        """The lookup ports: each port's response FIFO and credits, and the round-robin
-        grant over the ports with a request and credit. Returns the FIFOs' write sides
-        (``(data, enable)`` per port), the FIFO entry layout, ``accept`` (the port whose
-        request is taken this cycle, one-hot; none while ``lock``) and ``pick`` (the port
-        that would be granted, unlocked)."""
+        """The lookup ports: each port's response FIFO (:meth:`_resp_fifo`) and credits
+        (:meth:`_credit`), and the round-robin grant over the ports with a request and credit
+        (:meth:`_grant`). Returns the FIFOs' write sides (``(data, enable)`` per port), the FIFO
+        entry layout, ``accept`` (the port whose request is taken this cycle, one-hot; none
+        while ``lock``) and ``pick`` (the port that would be granted, unlocked)."""
         P = self.num_ports
         # Per-port response FIFOs and credits.
         fifos = []
@@ -753,90 +753,111 @@ class KeyCache(wiring.Component):
         # (ok = none of the four error bits): 76 bits, 19 DPR16X4 per port.
         fifo_layout = data.StructLayout({
             name: shape for name, shape in lookup_resp_layout.members.items() if name != "ok"})
-        # The FIFO's writes never need its room: the credits below reserve an entry for every
-        # request accepted. With a power-of-two depth it is a ring whose two pointers carry one
-        # more bit (the lap) and whose "not empty" is a register computed from their next
-        # values; no level counter. Otherwise it is a `Queue`.
+        for p, port in enumerate(self.lookups):
+            fifos.append(self._resp_fifo(m, p, port, fifo_layout))
+            self._credit(m, p, port, accept, credit_ok, credit_next)
+        pick = self._grant(m, lock, accept, credit_ok, credit_next)
+        return fifos, fifo_layout, accept, pick
+
+    def _resp_fifo(self, m, p, port, fifo_layout):
+        """Port ``p``'s response FIFO and its output to ``port.resp`` (``ok`` formed again from
+        the four error bits). Its writes never need its room: the credits (:meth:`_credit`)
+        reserve an entry for every request accepted. A response written into an empty FIFO is
+        offered at once (fall-through), so an empty FIFO adds no cycle to a lookup.
+        Returns the write side ``(data, enable)``, which the last lookup stage drives."""
+        # With a power-of-two depth the FIFO is a ring whose two pointers carry one more bit
+        # (the lap) and whose "not empty" is a register computed from their next values; no
+        # level counter. Otherwise it is a `Queue`.
         D = self.fifo_depth
         ring = D & (D - 1) == 0
-        for p, port in enumerate(self.lookups):
-            if ring:
-                q = Memory(shape=fifo_layout, depth=D, init=[], attrs={"no_rw_check": 1})
-                m.submodules[f"resp_fifo{p}"] = q
-                # no_rw_check: a write goes to a free entry, the read to a held one
-                q_w, q_r = q.write_port(), q.read_port(domain="comb")
-                produce = Signal(range(2 * D), name=f"produce{p}")
-                consume = Signal(range(2 * D), name=f"consume{p}")
-                q_valid = Signal(name=f"resp_valid{p}")
-                q_in = Signal(fifo_layout, name=f"resp_in{p}")
-                q_wen = Signal(name=f"resp_wen{p}")
-                fifos.append((q_in, q_wen))
-                # fall-through: into an empty FIFO the response written this cycle (s6) is
-                # offered at once; taken, it leaves the ring in the same cycle (its entry is
-                # written and passed by both pointers)
-                qv = Signal(name=f"resp_offer{p}")
-                qo = Signal(fifo_layout, name=f"resp_out{p}")
-                m.d.comb += [qv.eq(q_valid | q_wen), qo.eq(Mux(q_valid, q_r.data, q_in))]
-                do_read = qv & port.resp.ready
-                produce_n = Mux(q_wen, produce + 1, produce)[:len(produce)]
-                consume_n = Mux(do_read, consume + 1, consume)[:len(consume)]
-                m.d.sync += [produce.eq(produce_n), consume.eq(consume_n),
-                             q_valid.eq(produce_n != consume_n)]
-                m.d.comb += [q_w.addr.eq(produce[:len(produce) - 1]), q_w.data.eq(q_in),
-                             q_w.en.eq(q_wen), q_r.addr.eq(consume[:len(consume) - 1])]
-            else:
-                q = Queue(fifo_layout, D, buffered=False)
-                m.submodules[f"resp_fifo{p}"] = q
-                q_in = Signal(fifo_layout, name=f"resp_in{p}")
-                q_wen = Signal(name=f"resp_wen{p}")
-                fifos.append((q_in, q_wen))
-                # the same fall-through: a response taken as it comes is not stored
-                qv = Signal(name=f"resp_offer{p}")
-                qo = Signal(fifo_layout, name=f"resp_out{p}")
-                m.d.comb += [qv.eq(q.o.valid | q_wen),
-                             qo.eq(Mux(q.o.valid, q.o.payload, q_in)),
-                             q.i.payload.eq(q_in),
-                             q.i.valid.eq(q_wen & (q.o.valid | ~port.resp.ready)),
-                             q.o.ready.eq(port.resp.ready)]
-            m.d.comb += [
-                port.resp.valid.eq(qv),
-                port.resp.payload.ok.eq(~(qo.miss | qo.bad_pd | qo.bad_access | qo.bad_range)),
-                port.resp.payload.miss.eq(qo.miss),
-                port.resp.payload.bad_pd.eq(qo.bad_pd),
-                port.resp.payload.bad_access.eq(qo.bad_access),
-                port.resp.payload.bad_range.eq(qo.bad_range),
-                port.resp.payload.tag.eq(qo.tag),
-                port.resp.payload.bus_addr.eq(qo.bus_addr),
-            ]
-            outstanding = Signal(range(self.fifo_depth + 1), name=f"outstanding{p}")
-            # a response taken returns its credit a cycle later (``took`` registered): the
-            # count is one high for that cycle, never low, and the path from the last stage
-            # through the FIFO's fall-through and the port's ``ready`` ends at this register
-            took = Signal(name=f"took{p}")
-            m.d.sync += took.eq(port.resp.valid & port.resp.ready)
-            # outstanding + accept - took, with the grant only selecting between two sums that
-            # do not depend on it (the grant comes late; it stays off the carry chain).
-            out_keep = Signal.like(outstanding, name=f"out_keep{p}")
-            out_inc = Signal.like(outstanding, name=f"out_inc{p}")
-            m.d.comb += [out_keep.eq(outstanding - took), out_inc.eq(outstanding + 1 - took)]
-            m.d.sync += outstanding.eq(Mux(accept[p], out_inc, out_keep))
-            # `credit_ok` = outstanding < depth, kept as a register (its four candidates are
-            # compared from `outstanding` alone, before the grant and the response's handshake
-            # are known: both only select), so the grant starts from flip-flops
-            credit = Signal(name=f"credit{p}", init=1)
-            w = len(outstanding)
-            m.d.comb += credit_next[p].eq(
-                Mux(accept[p], Mux(took, outstanding < D, (outstanding + 1)[:w] < D),
-                    Mux(took, (outstanding - 1)[:w] < D, outstanding < D)))
-            m.d.sync += credit.eq(credit_next[p])
-            m.d.comb += [
-                credit_ok[p].eq(credit),
-                port.req.ready.eq(accept[p]),
-            ]
+        if ring:
+            q = Memory(shape=fifo_layout, depth=D, init=[], attrs={"no_rw_check": 1})
+            m.submodules[f"resp_fifo{p}"] = q
+            # no_rw_check: a write goes to a free entry, the read to a held one
+            q_w, q_r = q.write_port(), q.read_port(domain="comb")
+            produce = Signal(range(2 * D), name=f"produce{p}")
+            consume = Signal(range(2 * D), name=f"consume{p}")
+            q_valid = Signal(name=f"resp_valid{p}")
+            q_in = Signal(fifo_layout, name=f"resp_in{p}")
+            q_wen = Signal(name=f"resp_wen{p}")
+            # fall-through: into an empty FIFO the response written this cycle (s6) is
+            # offered at once; taken, it leaves the ring in the same cycle (its entry is
+            # written and passed by both pointers)
+            qv = Signal(name=f"resp_offer{p}")
+            qo = Signal(fifo_layout, name=f"resp_out{p}")
+            m.d.comb += [qv.eq(q_valid | q_wen), qo.eq(Mux(q_valid, q_r.data, q_in))]
+            do_read = qv & port.resp.ready
+            produce_n = Mux(q_wen, produce + 1, produce)[:len(produce)]
+            consume_n = Mux(do_read, consume + 1, consume)[:len(consume)]
+            m.d.sync += [produce.eq(produce_n), consume.eq(consume_n),
+                         q_valid.eq(produce_n != consume_n)]
+            m.d.comb += [q_w.addr.eq(produce[:len(produce) - 1]), q_w.data.eq(q_in),
+                         q_w.en.eq(q_wen), q_r.addr.eq(consume[:len(consume) - 1])]
+        else:
+            q = Queue(fifo_layout, D, buffered=False)
+            m.submodules[f"resp_fifo{p}"] = q
+            q_in = Signal(fifo_layout, name=f"resp_in{p}")
+            q_wen = Signal(name=f"resp_wen{p}")
+            # the same fall-through: a response taken as it comes is not stored
+            qv = Signal(name=f"resp_offer{p}")
+            qo = Signal(fifo_layout, name=f"resp_out{p}")
+            m.d.comb += [qv.eq(q.o.valid | q_wen),
+                         qo.eq(Mux(q.o.valid, q.o.payload, q_in)),
+                         q.i.payload.eq(q_in),
+                         q.i.valid.eq(q_wen & (q.o.valid | ~port.resp.ready)),
+                         q.o.ready.eq(port.resp.ready)]
+        m.d.comb += [
+            port.resp.valid.eq(qv),
+            port.resp.payload.ok.eq(~(qo.miss | qo.bad_pd | qo.bad_access | qo.bad_range)),
+            port.resp.payload.miss.eq(qo.miss),
+            port.resp.payload.bad_pd.eq(qo.bad_pd),
+            port.resp.payload.bad_access.eq(qo.bad_access),
+            port.resp.payload.bad_range.eq(qo.bad_range),
+            port.resp.payload.tag.eq(qo.tag),
+            port.resp.payload.bus_addr.eq(qo.bus_addr),
+        ]
+        return q_in, q_wen
 
-        # Round-robin grant: the port after the last one granted has the highest priority.
-        # `pick` is the port that would be granted were there no lock; the request's data is
-        # selected by it, so the lock (the FSM's busy) reaches only the grant, not the data.
+    def _credit(self, m, p, port, accept, credit_ok, credit_next):
+        """Port ``p``'s credits: the responses it is owed or holds (``outstanding``, at most
+        the FIFO's depth), so that a request is accepted only when its response has an entry
+        waiting. Drives ``credit_ok[p]`` (from a register, so the grant starts from
+        flip-flops), ``credit_next[p]`` (its next value, for the grant's order registers) and
+        the port's ``req.ready`` (``accept[p]``)."""
+        D = self.fifo_depth
+        outstanding = Signal(range(self.fifo_depth + 1), name=f"outstanding{p}")
+        # a response taken returns its credit a cycle later (``took`` registered): the
+        # count is one high for that cycle, never low, and the path from the last stage
+        # through the FIFO's fall-through and the port's ``ready`` ends at this register
+        took = Signal(name=f"took{p}")
+        m.d.sync += took.eq(port.resp.valid & port.resp.ready)
+        # outstanding + accept - took, with the grant only selecting between two sums that
+        # do not depend on it (the grant comes late; it stays off the carry chain).
+        out_keep = Signal.like(outstanding, name=f"out_keep{p}")
+        out_inc = Signal.like(outstanding, name=f"out_inc{p}")
+        m.d.comb += [out_keep.eq(outstanding - took), out_inc.eq(outstanding + 1 - took)]
+        m.d.sync += outstanding.eq(Mux(accept[p], out_inc, out_keep))
+        # `credit_ok` = outstanding < depth, kept as a register (its four candidates are
+        # compared from `outstanding` alone, before the grant and the response's handshake
+        # are known: both only select), so the grant starts from flip-flops
+        credit = Signal(name=f"credit{p}", init=1)
+        w = len(outstanding)
+        m.d.comb += credit_next[p].eq(
+            Mux(accept[p], Mux(took, outstanding < D, (outstanding + 1)[:w] < D),
+                Mux(took, (outstanding - 1)[:w] < D, outstanding < D)))
+        m.d.sync += credit.eq(credit_next[p])
+        m.d.comb += [
+            credit_ok[p].eq(credit),
+            port.req.ready.eq(accept[p]),
+        ]
+
+    def _grant(self, m, lock, accept, credit_ok, credit_next):
+        """The round-robin grant over the ports with a request and credit: the port after the
+        last one granted has the highest priority. Returns ``pick``, the port that would be
+        granted were there no lock, and drives ``accept`` = ``pick`` unless ``lock``; the
+        request's data is selected by ``pick``, so the lock (the FSM's busy) reaches only the
+        grant, not the data."""
+        P = self.num_ports
         # The order is kept as registers: `before[p, q]`, port q comes before port p, and
         # `before_cr[p, q]`, the same and q has credit (both loaded from the next cycle's order
         # and credits). `pick[p]` = valid & credit of p and no port before it with a valid and
@@ -861,7 +882,7 @@ class KeyCache(wiring.Component):
                 m.d.sync += [bef.eq(bef_next), bef_cr.eq(bef_next & credit_next[q])]
                 cond = cond & ~(valid_in[q] & bef_cr)
             m.d.comb += pick[p].eq(cond)
-        return fifos, fifo_layout, accept, pick
+        return pick
 
     def _query_states(self, m, t):
         """QUERY_KEY's states (inside the control FSM): the slot's words into the ARGs."""
