@@ -615,7 +615,8 @@ class KeyCache(wiring.Component):
             self._intake_states(m, t)
             self._search_states(m, t)
             self._query_states(m, t)
-            self._set_key_states(m, t)
+            self._set_check_states(m, t)
+            self._set_write_states(m, t)
             invalidate_states(self, m, t)
             self._window_count_states(m, t)
             self._respond_states(m, t)
@@ -919,18 +920,17 @@ class KeyCache(wiring.Component):
                 m.d.sync += result.eq(Result.OK)
                 m.next = "RESPOND"
 
-    def _set_key_states(self, m, t):
-        """SET_KEY's states (inside the control FSM): the checks, then the writes."""
-        ib, index, he, ce, cnt = t.ib, t.index, t.he, t.ce, t.cnt
-        result, idx_valid_r, mr_valid_r = t.result, t.idx_valid_r, t.mr_valid_r
+    def _set_check_states(self, m, t):
+        """SET_KEY's checks (inside the control FSM): SET_CHECK to SET_MR_RANGE refuse a key
+        another slot holds, a bad ARG8 slot, an MR with windows bound, a window on a window and
+        a window outside its MR, before anything is written, so a refused SET_KEY leaves the
+        table as it was. They go on to SET_WRITE (:meth:`_set_write_states`) and leave in
+        ``old_bound``/``old_mr`` the window binding the slot held."""
+        ib, index, he, ce = t.ib, t.index, t.he, t.ce
+        idx_valid_r, mr_valid_r = t.idx_valid_r, t.mr_valid_r
         s3_hit, s3_idx, mr, mr_bad, iova, end = t.s3_hit, t.s3_idx, t.mr, t.mr_bad, t.iova, t.end
-        new_valid, new_win, new_pd, new_acc, new_type = (t.new_valid, t.new_win, t.new_pd,
-                                                         t.new_acc, t.new_type)
-        carry, borrow, old_bound, old_mr = t.carry, t.borrow, t.old_bound, t.old_mr
-        win_lo_ok, win_hi_ok, sweep_go, sweep_busy = (t.win_lo_ok, t.win_hi_ok, t.sweep_go,
-                                                      t.sweep_busy)
-        v_we, v_idx, v_val = t.v_we, t.v_idx, t.v_val
-        w_en, w_addr, w_lane, w_extra = t.w_en, t.w_addr, t.w_lane, t.w_extra
+        new_valid, new_win = t.new_valid, t.new_win
+        old_bound, old_mr, win_lo_ok, win_hi_ok = t.old_bound, t.old_mr, t.win_lo_ok, t.win_hi_ok
         # -- SET_KEY: every check first, then the writes
         # ARG8 out of range or the slot itself, registered (both are captured cycles before)
         mr_self = Signal()
@@ -970,6 +970,21 @@ class KeyCache(wiring.Component):
                 m.next = "REFUSE"       # the window's range is not inside its MR
             with m.Else():
                 m.next = "SET_WRITE"
+
+    def _set_write_states(self, m, t):
+        """SET_KEY's writes (inside the control FSM), once every check has passed: SET_WRITE
+        writes the slot's lookup and command rows one lane a cycle while the CAM sweep rewrites
+        the slot's CAM column; SET_BIND moves the bound-window counts of the MRs involved
+        (through RMW); SET_END waits for the sweep, sets the slot's valid bit and answers OK.
+        The valid bit comes last, so no lookup sees a half-written slot."""
+        index, cnt = t.index, t.cnt
+        result, mr, end = t.result, t.mr, t.end
+        new_valid, new_win, new_pd, new_acc, new_type = (t.new_valid, t.new_win, t.new_pd,
+                                                         t.new_acc, t.new_type)
+        carry, borrow, old_bound, old_mr = t.carry, t.borrow, t.old_bound, t.old_mr
+        sweep_go, sweep_busy = t.sweep_go, t.sweep_busy
+        v_we, v_idx, v_val = t.v_we, t.v_idx, t.v_val
+        w_en, w_addr, w_lane, w_extra = t.w_en, t.w_addr, t.w_lane, t.w_extra
         with m.State("SET_WRITE"):
             # lanes 0..5 of the lookup row, then 0..5 of the command row, one per cycle
             # (cnt); the ARG a lane needs is addressed the cycle before. The CAM column is
