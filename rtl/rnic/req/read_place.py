@@ -449,131 +449,158 @@ class ReadPlace(wiring.Component):
     def _header_fsm(self, m, t):
         """The FSM that takes the headers one at a time: an ACKNOWLEDGE goes out as WIRE; a READ
         response is found by the cache, refused by the stale mark, or asked for (ASK, WAIT), then
-        checked (C1–C4) and placed (P0, P1) or refused (its payload drained, DRAIN)."""
-        c_eq = t.c_eq
-        (a, a0, a1, a_free, a_valid, addr_a, addr_b, below, c_idx, c_next, c_qpn, c_valid, clr_c, d,
-         d0, d_valid, dpsn, drop, fm, h, idle_q, in_range, is_first, is_last, lb, len0_r, lnk_here,
-         lnk_sel, lnk_to, lnk_v, lo, off, off_c, ok, op, out_free, p1off, pc, pc_valid, pend, pmc,
-         pmtu, qs_now, qs_seen, r, rem, rp, rq_addr, rq_len, rq_valid, s_acc, s_hit, s_set, sb,
-         set_c, set_l, short, slot, span, tgt_new, tot_r) = (
-            t.a, t.a0, t.a1, t.a_free, t.a_valid, t.addr_a, t.addr_b, t.below, t.c_idx, t.c_next,
-            t.c_qpn, t.c_valid, t.clr_c, t.d, t.d0, t.d_valid, t.dpsn, t.drop, t.fm, t.h, t.idle_q,
-            t.in_range, t.is_first, t.is_last, t.lb, t.len0_r, t.lnk_here, t.lnk_sel, t.lnk_to,
-            t.lnk_v, t.lo, t.off, t.off_c, t.ok, t.op, t.out_free, t.p1off, t.pc, t.pc_valid,
-            t.pend, t.pmc, t.pmtu, t.qs_now, t.qs_seen, t.r, t.rem, t.rp, t.rq_addr, t.rq_len,
-            t.rq_valid, t.s_acc, t.s_hit, t.s_set, t.sb, t.set_c, t.set_l, t.short, t.slot, t.span,
-            t.tgt_new, t.tot_r)
-        def refuse():
-            """The response is not placed: dropped, its payload drained."""
-            m.d.comb += clr_c.eq(1)
-            m.d.sync += drop.eq(1)
-            with m.If(h.len == 0):
-                m.next = "IDLE"
-            with m.Else():
-                m.next = "DRAIN"
-
+        checked (C1–C4) and placed (P0, P1) or refused (its payload drained, DRAIN). Its states
+        are those of :meth:`_find_states`, :meth:`_check_states` and :meth:`_place_states`."""
         with m.FSM():
-            with m.State("IDLE"):
-                m.d.comb += self.hdr.ready.eq(1)
-                with m.If(self.hdr.valid):
-                    m.d.sync += h.eq(self.hdr.payload)
-                    m.next = "HEAD"
-            with m.State("HEAD"):
-                with m.If(op == ACKNOWLEDGE):
-                    m.next = "WIRE"
-                with m.Elif(c_valid & c_eq):
-                    m.d.sync += slot.eq(c_idx)
+            self._find_states(m, t)
+            self._check_states(m, t)
+            self._place_states(m, t)
+
+    def _refuse(self, m, t):
+        """The response is not placed: dropped, its payload drained."""
+        m.d.comb += t.clr_c.eq(1)
+        m.d.sync += t.drop.eq(1)
+        with m.If(t.h.len == 0):
+            m.next = "IDLE"
+        with m.Else():
+            m.next = "DRAIN"
+
+    def _find_states(self, m, t):
+        """IDLE to WAIT (inside the header FSM): take a header and find its READ's slot. An
+        ACKNOWLEDGE is forwarded (WIRE); a READ response the cache takes goes straight to the
+        checks, one the stale mark refuses (before the QP's ``una``, or after it after a gap) is
+        dropped at once, and any other is asked of the completer (ASK: a DECIDE on ``ack``),
+        whose answer on ``dec`` gives the slot or drops it (WAIT). The cache and the mark spare
+        the completer's round trip, which would let receive fall behind the wire."""
+        (a, a_free, a_valid, c_eq, c_idx, c_valid, d, d_valid, h, idle_q, op, qs_now, qs_seen,
+         s_hit, s_set, sb, slot) = (
+            t.a, t.a_free, t.a_valid, t.c_eq, t.c_idx, t.c_valid, t.d, t.d_valid, t.h, t.idle_q,
+            t.op, t.qs_now, t.qs_seen, t.s_hit, t.s_set, t.sb, t.slot)
+        with m.State("IDLE"):
+            m.d.comb += self.hdr.ready.eq(1)
+            with m.If(self.hdr.valid):
+                m.d.sync += h.eq(self.hdr.payload)
+                m.next = "HEAD"
+        with m.State("HEAD"):
+            with m.If(op == ACKNOWLEDGE):
+                m.next = "WIRE"
+            with m.Elif(c_valid & c_eq):
+                m.d.sync += slot.eq(c_idx)
+                m.next = "C1"
+            with m.Elif(s_hit):
+                # before the QP's una (or after it, after a gap): refused at once, nothing
+                # asked
+                self._refuse(m, t)
+            with m.Else():
+                m.next = "ASK"
+        with m.State("WIRE"):
+            with m.If(idle_q & a_free):
+                m.d.sync += [a_valid.eq(1), a.qpn.eq(h.qpn), a.psn.eq(h.psn),
+                             a.syndrome.eq(h.syndrome), a.kind.eq(AckKind.WIRE)]
+                m.next = "IDLE"
+        with m.State("ASK"):
+            with m.If(idle_q & a_free):
+                m.d.sync += [a_valid.eq(1), a.qpn.eq(h.qpn), a.psn.eq(h.psn),
+                             a.syndrome.eq(0), a.kind.eq(AckKind.DECIDE)]
+                m.next = "WAIT"
+        with m.State("WAIT"):
+            with m.If(d_valid):
+                with m.If(d.una_v & ~qs_seen & ~qs_now):
+                    m.d.comb += s_set.eq(1)
+                with m.If(d.ok):
+                    m.d.sync += slot.eq(d.idx[:sb])
                     m.next = "C1"
-                with m.Elif(s_hit):
-                    # before the QP's una (or after it, after a gap): refused at once, nothing
-                    # asked
-                    refuse()
                 with m.Else():
-                    m.next = "ASK"
-            with m.State("WIRE"):
-                with m.If(idle_q & a_free):
-                    m.d.sync += [a_valid.eq(1), a.qpn.eq(h.qpn), a.psn.eq(h.psn),
-                                 a.syndrome.eq(h.syndrome), a.kind.eq(AckKind.WIRE)]
-                    m.next = "IDLE"
-            with m.State("ASK"):
-                with m.If(idle_q & a_free):
-                    m.d.sync += [a_valid.eq(1), a.qpn.eq(h.qpn), a.psn.eq(h.psn),
-                                 a.syndrome.eq(0), a.kind.eq(AckKind.DECIDE)]
-                    m.next = "WAIT"
-            with m.State("WAIT"):
-                with m.If(d_valid):
-                    with m.If(d.una_v & ~qs_seen & ~qs_now):
-                        m.d.comb += s_set.eq(1)
-                    with m.If(d.ok):
-                        m.d.sync += slot.eq(d.idx[:sb])
-                        m.next = "C1"
-                    with m.Else():
-                        m.next = "REFUSE"
-            with m.State("C1"):
-                m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.lpsn - r.fpsn),
-                             is_last.eq(h.psn == r.lpsn), pmc.eq(r.pmtu),
-                             is_first.eq(h.psn == r.fpsn), tot_r.eq(r.total),
-                             len0_r.eq(r.len0), lnk_to.eq(lnk_sel),
-                             lnk_here.eq(lnk_v.bit_select(slot, 1)
-                                         & ~(self.rec.valid & (rp.idx[:sb] == lnk_sel)))]
-                m.next = "C2"
-            with m.State("C2"):
-                with m.If(tgt_new):
-                    m.d.sync += lnk_here.eq(0)
-                m.d.sync += [off.eq(off_c),
-                             d0.eq(Cat(len0_r, Const(0, 1)) - Cat(off_c, Const(0, 1))),
-                             pmtu.eq(Const(128, 14) << pmc), in_range.eq(dpsn <= span)]
-                m.next = "C3"
-            with m.State("C3"):
-                with m.If(tgt_new):
-                    m.d.sync += lnk_here.eq(0)
-                m.d.sync += [
-                    ok.eq(in_range & (~is_first | (op == FIRST) | (op == ONLY))
-                          & Mux(is_last, lo & (rem[13:] == 0) & (rem[:13] == h.len),
-                                fm & (Cat(h.len, Const(0, 1)) == pmtu))),
-                    a0.eq(Mux(below, 0, Mux(short, d0[:13], h.len))),
-                    a1.eq(Mux(below, h.len, Mux(short, h.len - d0[:13], 0))),
-                    p1off.eq(Mux(below, -d0[:32], 0)),
-                ]
-                m.next = "C4"
-            with m.State("C4"):
-                with m.If(tgt_new):
-                    m.d.sync += lnk_here.eq(0)
-                with m.If(ok):
-                    m.d.comb += [pend.i.valid.eq(1), pend.i.payload.qpn.eq(h.qpn),
-                                 pend.i.payload.psn.eq(h.psn),
-                                 pend.i.payload.n.eq((a0 != 0).as_unsigned()
-                                                     + (a1 != 0).as_unsigned())]
-                    with m.If(pend.i.ready):
-                        m.d.comb += [set_c.eq(~is_last), set_l.eq(is_last & lnk_here),
-                                     clr_c.eq(is_last & ~lnk_here), s_acc.eq(1)]
-                        with m.If(a0 != 0):
-                            m.next = "P0"
-                        with m.Elif(a1 != 0):
-                            m.next = "P1"
-                        with m.Else():
-                            m.next = "IDLE"
-                with m.Else():
-                    m.next = "REFUSE"           # inconsistent: dropped like a refusal
-            with m.State("REFUSE"):
-                refuse()
-            with m.State("P0"):
-                with m.If(out_free):
-                    m.d.sync += [rq_valid.eq(1), rq_addr.eq(addr_a), rq_len.eq(a0),
-                                 pc_valid.eq(1), pc.src.eq(0), pc.len.eq(a0),
-                                 pc.lane.eq(addr_a[:lb]), pc.end.eq(a1 == 0)]
-                    with m.If(a1 != 0):
+                    m.next = "REFUSE"
+
+    def _check_states(self, m, t):
+        """C1 to C4 (inside the header FSM): check the response against its slot's row (in the
+        READ's PSN range, the opcode and length its position requires) over four cycles of
+        registers, and cut its payload into at most two pieces (``a0`` bytes into the READ's
+        first buffer, ``a1`` into its second). One that passes is pushed on the pending queue
+        (its PLACED waits for its writes) and updates the cache, then goes to P0/P1; one that
+        fails is refused like a response the completer dropped."""
+        (a0, a1, below, clr_c, d0, dpsn, fm, h, in_range, is_first, is_last, len0_r, lnk_here,
+         lnk_sel, lnk_to, lnk_v, lo, off, off_c, ok, op, p1off, pend, pmc, pmtu, r, rem, rp,
+         s_acc, sb, set_c, set_l, short, slot, span, tgt_new, tot_r) = (
+            t.a0, t.a1, t.below, t.clr_c, t.d0, t.dpsn, t.fm, t.h, t.in_range, t.is_first,
+            t.is_last, t.len0_r, t.lnk_here, t.lnk_sel, t.lnk_to, t.lnk_v, t.lo, t.off, t.off_c,
+            t.ok, t.op, t.p1off, t.pend, t.pmc, t.pmtu, t.r, t.rem, t.rp, t.s_acc, t.sb, t.set_c,
+            t.set_l, t.short, t.slot, t.span, t.tgt_new, t.tot_r)
+        with m.State("C1"):
+            m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.lpsn - r.fpsn),
+                         is_last.eq(h.psn == r.lpsn), pmc.eq(r.pmtu),
+                         is_first.eq(h.psn == r.fpsn), tot_r.eq(r.total),
+                         len0_r.eq(r.len0), lnk_to.eq(lnk_sel),
+                         lnk_here.eq(lnk_v.bit_select(slot, 1)
+                                     & ~(self.rec.valid & (rp.idx[:sb] == lnk_sel)))]
+            m.next = "C2"
+        with m.State("C2"):
+            with m.If(tgt_new):
+                m.d.sync += lnk_here.eq(0)
+            m.d.sync += [off.eq(off_c),
+                         d0.eq(Cat(len0_r, Const(0, 1)) - Cat(off_c, Const(0, 1))),
+                         pmtu.eq(Const(128, 14) << pmc), in_range.eq(dpsn <= span)]
+            m.next = "C3"
+        with m.State("C3"):
+            with m.If(tgt_new):
+                m.d.sync += lnk_here.eq(0)
+            m.d.sync += [
+                ok.eq(in_range & (~is_first | (op == FIRST) | (op == ONLY))
+                      & Mux(is_last, lo & (rem[13:] == 0) & (rem[:13] == h.len),
+                            fm & (Cat(h.len, Const(0, 1)) == pmtu))),
+                a0.eq(Mux(below, 0, Mux(short, d0[:13], h.len))),
+                a1.eq(Mux(below, h.len, Mux(short, h.len - d0[:13], 0))),
+                p1off.eq(Mux(below, -d0[:32], 0)),
+            ]
+            m.next = "C4"
+        with m.State("C4"):
+            with m.If(tgt_new):
+                m.d.sync += lnk_here.eq(0)
+            with m.If(ok):
+                m.d.comb += [pend.i.valid.eq(1), pend.i.payload.qpn.eq(h.qpn),
+                             pend.i.payload.psn.eq(h.psn),
+                             pend.i.payload.n.eq((a0 != 0).as_unsigned()
+                                                 + (a1 != 0).as_unsigned())]
+                with m.If(pend.i.ready):
+                    m.d.comb += [set_c.eq(~is_last), set_l.eq(is_last & lnk_here),
+                                 clr_c.eq(is_last & ~lnk_here), s_acc.eq(1)]
+                    with m.If(a0 != 0):
+                        m.next = "P0"
+                    with m.Elif(a1 != 0):
                         m.next = "P1"
                     with m.Else():
                         m.next = "IDLE"
-            with m.State("P1"):
-                with m.If(out_free):
-                    m.d.sync += [rq_valid.eq(1), rq_addr.eq(addr_b), rq_len.eq(a1),
-                                 pc_valid.eq(1), pc.src.eq(a0), pc.len.eq(a1),
-                                 pc.lane.eq(addr_b[:lb]), pc.end.eq(1)]
+            with m.Else():
+                m.next = "REFUSE"           # inconsistent: dropped like a refusal
+
+    def _place_states(self, m, t):
+        """REFUSE, P0, P1 and DRAIN (inside the header FSM): a refused response is dropped and
+        its payload drained by a closing piece; a placed one issues one host-memory write and
+        one Scatter Path piece per buffer piece (``a0`` at ``addr_a``, then ``a1`` at
+        ``addr_b``), each when the output registers are free."""
+        a0, a1, addr_a, addr_b, lb, out_free, pc, pc_valid, rq_addr, rq_len, rq_valid = (
+            t.a0, t.a1, t.addr_a, t.addr_b, t.lb, t.out_free, t.pc, t.pc_valid, t.rq_addr,
+            t.rq_len, t.rq_valid)
+        with m.State("REFUSE"):
+            self._refuse(m, t)
+        with m.State("P0"):
+            with m.If(out_free):
+                m.d.sync += [rq_valid.eq(1), rq_addr.eq(addr_a), rq_len.eq(a0),
+                             pc_valid.eq(1), pc.src.eq(0), pc.len.eq(a0),
+                             pc.lane.eq(addr_a[:lb]), pc.end.eq(a1 == 0)]
+                with m.If(a1 != 0):
+                    m.next = "P1"
+                with m.Else():
                     m.next = "IDLE"
-            with m.State("DRAIN"):
-                with m.If(out_free):
-                    m.d.sync += [pc_valid.eq(1), pc.src.eq(0), pc.len.eq(0), pc.lane.eq(0),
-                                 pc.end.eq(1)]
-                    m.next = "IDLE"
+        with m.State("P1"):
+            with m.If(out_free):
+                m.d.sync += [rq_valid.eq(1), rq_addr.eq(addr_b), rq_len.eq(a1),
+                             pc_valid.eq(1), pc.src.eq(a0), pc.len.eq(a1),
+                             pc.lane.eq(addr_b[:lb]), pc.end.eq(1)]
+                m.next = "IDLE"
+        with m.State("DRAIN"):
+            with m.If(out_free):
+                m.d.sync += [pc_valid.eq(1), pc.src.eq(0), pc.len.eq(0), pc.lane.eq(0),
+                             pc.end.eq(1)]
+                m.next = "IDLE"
