@@ -44,6 +44,8 @@ q_qpn : In(range(num_qp)) → q_psn : Out(24), q_cons : Out(16)
     QUERY_QP's read of those tables, one cycle after the address (registered).
 """
 
+import types
+
 from amaranth.hdl import Cat, Module, Mux, Shape, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -53,6 +55,7 @@ from ..host.cqe_gen import cqe_layout
 from ..ifaces import EventType, QpnStream, event_layout
 from ..opcodes import WcStatus
 from ..control.qp_args import ArgRow, qp_arg_layout
+from ..parts import add as _add
 from ..resp.qp_context import qp_set_event_layout
 from ..stream import Queue
 from .requester import cpl_layout, qp_set_layout, req_ctx_layout
@@ -121,8 +124,26 @@ class ReqContext(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        ab = self.abits
-        R, CR = self.row, self.cq_row
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
+        t = types.SimpleNamespace(ab=self.abits, R=self.row, CR=self.cq_row)
+        _add(t, self._tables(m, t))
+        self._table_writes(m, t)
+        self._ctx_read(m, t)
+        self._progress(m, t)
+        _add(t, self._completion_take(m, t))
+        self._completion_outputs(m, t)
+        return m
+
+    def _tables(self, m, t):
+        """The three tables: the QP's static fields (``table``, 9-bit lanes), its send CQN
+        (``cqns``) and its state (``states``), each with its write port and one read port (one
+        read port per table, so that none is duplicated). The ``ctx_req`` reads of the fields
+        and the state see a write of the same cycle (:class:`_BypassedReadPort`); the send
+        CQN's read does not, and a completion reads it again instead
+        (:meth:`_completion_take`). Adds the ports."""
+        R, CR = t.R, t.CR
 
         # The read ports see a write of the same cycle (a transparent port's behaviour)
         # through a bypass built here rather than by `transparent_for`: yosys did not recognise
@@ -134,8 +155,8 @@ class ReqContext(wiring.Component):
         wp = table.write_port(granularity=R.LANE)
         ctx_rp = _BypassedReadPort(m, table, wp, "ctx")
         # (the send CQN's table has no bypass: a completion's read that meets a write to its row
-        # is read again, below, so its data is never used (``no_rw_check``) and the block RAM's
-        # output goes straight into ``scqn``)
+        # is read again (_completion_take), so its data is never used (``no_rw_check``) and the
+        # block RAM's output goes straight into ``scqn``)
         m.submodules.cqns = cqns = Memory(shape=CR.width, depth=self.num_qp, init=[],
                                           attrs={"no_rw_check": 1})
         cq_wp = cqns.write_port(granularity=CR.LANE)
@@ -144,7 +165,15 @@ class ReqContext(wiring.Component):
                                               depth=self.num_qp, init=[])
         st_wp = states.write_port()
         st_rp = _BypassedReadPort(m, states, st_wp, "state")
+        return types.SimpleNamespace(wp=wp, ctx_rp=ctx_rp, cq_wp=cq_wp, cpl_rp=cpl_rp,
+                                     st_wp=st_wp, st_rp=st_rp)
 
+    def _table_writes(self, m, t):
+        """The table writes and the requester's ``qp_set``: PSN Check's ``qp_set`` events into
+        the state table and through an 8-entry queue to the requester, and SET_QP's ARG words
+        (``qp_arg``) into their lanes of the QP's rows. Both are registered first, so PSN
+        Check's decisions end at flip-flops."""
+        ab, R, CR, wp, cq_wp, st_wp = t.ab, t.R, t.CR, t.wp, t.cq_wp, t.st_wp
         # ---- table writes, and the requester's qp_set -------------------------------------------
         # The event is registered first: PSN Check's pipeline decides its moves to ERROR in the
         # cycle it emits them, and without this register that decision ran on through the
@@ -168,6 +197,11 @@ class ReqContext(wiring.Component):
                      set_q.i.payload.sq_psn.eq(ev.sq_psn)]
         wiring.connect(m, set_q.o, wiring.flipped(self.req_qp_set))
 
+    def _ctx_read(self, m, t):
+        """``ctx_req`` -> ``ctx_resp``: one registered read of the QP's fields and state per
+        request, in order, held in the output register until taken (the read ports hold their
+        data while ``ready`` is low)."""
+        ab, R, ctx_rp, st_rp = t.ab, t.R, t.ctx_rp, t.st_rp
         # ---- ctx_req -> ctx_resp (one registered read) -----------------------------------------
         rv = Signal()
         m.d.comb += [
@@ -185,6 +219,11 @@ class ReqContext(wiring.Component):
         with m.If(self.ctx_req.ready):
             m.d.sync += rv.eq(self.ctx_req.valid)
 
+    def _progress(self, m, t):
+        """The requester's progress for QUERY_QP: two small tables of its next send PSN and SQ
+        consumer index per QP, written from ``prog_psn``/``prog_cons`` through a register
+        (so the completer's logic that makes them ends at flip-flops) and read at ``q_qpn``."""
+        ab = t.ab
         # ---- the requester's progress, for QUERY_QP ----------------------------------------------
         # Each write is registered before the table: the requester's completer logic that makes
         # it then ends at these flip-flops instead of running on through the table's write
@@ -202,6 +241,13 @@ class ReqContext(wiring.Component):
             m.d.comb += [pw.addr.eq(w_addr), pw.data.eq(w_data), pw.en.eq(w_en),
                          pr.addr.eq(self.q_qpn), getattr(self, f"q_{name}").eq(pr.data)]
 
+    def _completion_take(self, m, t):
+        """Take one completion (``cpl``) or gather fault (``req_fault``) at a time, the
+        completion first, and read its QP's send CQN into ``scqn``, again while a write to the
+        row met the read. Adds ``busy``, ``rd_wait`` (the CQN is not read yet), the held
+        completion ``c`` and what it still needs to offer (``need_cqe``, ``need_err``,
+        ``need_ev``), and ``scqn``."""
+        ab, CR, cq_wp, cpl_rp = t.ab, t.CR, t.cq_wp, t.cpl_rp
         # ---- completions ------------------------------------------------------------------------
         # one completion (or gather fault) at a time: read its QP's send CQN, then offer the CQE,
         # the QP-to-ERROR report and the event independently; the slot frees when all are taken.
@@ -238,7 +284,16 @@ class ReqContext(wiring.Component):
         scqn = Signal(16)
         with m.If(rd_wait & ~rd_hit):
             m.d.sync += [rd_wait.eq(0), scqn.eq(CR.decode(m, cpl_rp.data, "cpl_fields").scqn)]
+        return types.SimpleNamespace(busy=busy, rd_wait=rd_wait, c=c, need_cqe=need_cqe,
+                                     need_err=need_err, need_ev=need_ev, scqn=scqn)
 
+    def _completion_outputs(self, m, t):
+        """The held completion's three outputs, offered independently once its CQN is read:
+        the CQE (with the send CQN; WR_FLUSH_ERR marked ``flush``), the QPN on ``qp_err`` (an
+        error completion or a fault) and event 4 (a fault); the slot frees when every one it
+        needs is taken."""
+        busy, rd_wait, c, scqn = t.busy, t.rd_wait, t.c, t.scqn
+        need_cqe, need_err, need_ev = t.need_cqe, t.need_err, t.need_ev
         live = Signal()
         m.d.comb += live.eq(busy & ~rd_wait)
         q = self.cqe.payload
@@ -259,4 +314,3 @@ class ReqContext(wiring.Component):
             m.d.sync += [need_cqe.eq(nc), need_err.eq(ne), need_ev.eq(nv)]
             with m.If(~nc & ~ne & ~nv):
                 m.d.sync += busy.eq(0)
-        return m
