@@ -180,7 +180,7 @@ def _pick(layout, row):
 # Each per-QP table is held once per FSM that reads it (a block RAM has one read port beside
 # its write port), each copy with only the fields that FSM reads; the copies are written
 # together, with the same address, enable and row (and values written at other times, rn, cfg
-# and rh, in lanes of their own beside the row: see copy() in Requester._tables). The
+# and rh, in lanes of their own beside the row: see Requester._copy). The
 # engine's copy of ``dyn`` lacks ``parked`` (it clears it when it takes the QP); the
 # completer's holds what it judges and retires by. The engine's copy of ``comp`` holds what it
 # rewinds to and waits on; the completer reads (and writes back) every field.
@@ -396,6 +396,8 @@ class Requester(wiring.Component):
         t.now = now
 
         _add(t, self._tables(m, t))
+        _add(t, self._table_copies(m, t))
+        _add(t, self._ring_ports(m, t))
         _add(t, self._read_slots(m, t))
         _add(t, self._scheduler(m, t))
         _add(t, self._engine_reads(m, t))
@@ -445,12 +447,12 @@ class Requester(wiring.Component):
         return types.SimpleNamespace(ecpl=ecpl, ccpl=ccpl, c_test=c_test)
 
     def _tables(self, m, t):
-        """The per-QP tables and the in-flight ring: the SQ producer index (``prod_mem``), ``dyn``
-        and ``comp`` in one block RAM copy per reading FSM (``rn``, ``cfg`` and ``rh`` in lanes
-        beside their rows), the engine's copy of ``rh``, the ring and its free entries (``fresh``,
-        ``free``), and the sweep after reset that sets each QP's ``rn`` and ``rh`` (``sweeping``).
-        Adds the writes (``*_wp``), the read ports and their data; the other parts drive the
-        addresses, enables and rows."""
+        """The per-QP tables and the in-flight ring: the SQ producer index (``prod_mem``), the
+        ring (``ring_mem``), the engine's copy of ``rh`` (``rh_mem``), the ring's free list
+        (``free``), and the one write of each of ``dyn``, ``comp`` and the lanes beside their
+        rows (``rn``, ``cfg``, ``rh``) that every copy of them takes (:meth:`_table_copies`).
+        Adds the memories, the free list, ``prod``'s ports and the writes (``*_wp``); the other
+        parts drive the addresses, enables and rows."""
         D, ab, rb, ring_layout = t.D, t.ab, t.rb, t.ring_layout
         # ---- per-QP tables ----------------------------------------------------------------
         # (no_rw_check: prod_q does not take a read that met a write to its row, see p_hit)
@@ -479,31 +481,42 @@ class Requester(wiring.Component):
         rn_wp = _TableWrite(rb, ab, "rn_w")         # (addr: dyn_wp.addr)
         cfg_wp = _TableWrite(_cfg_layout, ab, "cfg_w")   # (addr: dyn_wp.addr)
         rh_wp = _TableWrite(rb, ab, "rh_w")         # (the completer's copy: comp_wp.addr)
+        return types.SimpleNamespace(
+            ring_mem=ring_mem, rh_mem=rh_mem, free=free, prod_wp=prod_wp, prod_rp=prod_rp,
+            dyn_wp=dyn_wp, comp_wp=comp_wp, rn_wp=rn_wp, cfg_wp=cfg_wp, rh_wp=rh_wp)
 
-        def copy(name, table, parts, attrs=None):
-            """A block RAM copy of ``table``'s family, written at ``table.addr``: ``parts``
-            [(layout, write)] each in whole 9-bit lanes (``_LANE``) with the write's enable,
-            the fields of ``layout`` taken from the write's row. Returns the read port and each
-            part's fields in its data."""
-            widths = [data.Layout.cast(lay).size if isinstance(lay, data.Layout) else lay
-                      for lay, _ in parts]
-            nl = [-(-w // _LANE) for w in widths]
-            m.submodules[name] = mem = Memory(shape=_LANE * sum(nl), depth=self.num_qp,
-                                              init=[], attrs=attrs or {})
-            wp = mem.write_port(granularity=_LANE)
-            m.d.comb += wp.addr.eq(table.addr)
-            rp = mem.read_port(transparent_for=())
-            lane, outs = 0, []
-            for (lay, w_), w, n in zip(parts, widths, nl):
-                val = (_pick(lay, w_.data) if isinstance(lay, data.Layout)
-                       else w_.data)
-                m.d.comb += [wp.data[_LANE * lane:_LANE * lane + w].eq(val),
-                             wp.en[lane:lane + n].eq(w_.en.replicate(n))]
-                rd = rp.data[_LANE * lane:_LANE * lane + w]
-                outs.append(data.View(lay, rd) if isinstance(lay, data.Layout) else rd)
-                lane += n
-            return rp, outs
+    def _copy(self, m, name, table, parts, attrs=None):
+        """A block RAM copy of ``table``'s family, written at ``table.addr``: ``parts``
+        [(layout, write)] each in whole 9-bit lanes (``_LANE``) with the write's enable,
+        the fields of ``layout`` taken from the write's row. Returns the read port and each
+        part's fields in its data. One copy per reader keeps every block RAM at one read
+        port."""
+        widths = [data.Layout.cast(lay).size if isinstance(lay, data.Layout) else lay
+                  for lay, _ in parts]
+        nl = [-(-w // _LANE) for w in widths]
+        m.submodules[name] = mem = Memory(shape=_LANE * sum(nl), depth=self.num_qp,
+                                          init=[], attrs=attrs or {})
+        wp = mem.write_port(granularity=_LANE)
+        m.d.comb += wp.addr.eq(table.addr)
+        rp = mem.read_port(transparent_for=())
+        lane, outs = 0, []
+        for (lay, w_), w, n in zip(parts, widths, nl):
+            val = (_pick(lay, w_.data) if isinstance(lay, data.Layout)
+                   else w_.data)
+            m.d.comb += [wp.data[_LANE * lane:_LANE * lane + w].eq(val),
+                         wp.en[lane:lane + n].eq(w_.en.replicate(n))]
+            rd = rp.data[_LANE * lane:_LANE * lane + w]
+            outs.append(data.View(lay, rd) if isinstance(lay, data.Layout) else rd)
+            lane += n
+        return rp, outs
 
+    def _table_copies(self, m, t):
+        """The block RAM copies of ``dyn`` and ``comp`` (:meth:`_copy`), one per reading FSM:
+        the engine's ``dyn_mem`` (with ``rn``) and ``comp_eng_mem``, the completer's
+        ``dyn_comp_mem`` (with ``cfg`` and ``rn``) and ``comp_mem`` (with ``rh``), so that each
+        block RAM has one read port. Adds the read ports and the fields in their data."""
+        rb, dyn_wp, comp_wp, rn_wp, cfg_wp, rh_wp = (t.rb, t.dyn_wp, t.comp_wp, t.rn_wp,
+                                                     t.cfg_wp, t.rh_wp)
         # Every copy is read without transparency: a write shows in the read a cycle later
         # (the engine's uses are a cycle older than the reads anyway, see dyn_rd and cs; the
         # completer's scan and visits drop a write-back after a SET_QP in the read's cycle, see
@@ -516,15 +529,28 @@ class Requester(wiring.Component):
         # reads its copies again after one (c_hit1: its scan re-reads the QP, LOAD and WALK
         # their read).)
         nrw = {"no_rw_check": 1}
-        dyn_rp, (dyn_rd_w, rn_rd_w) = copy(                             # the engine's
-            "dyn_mem", dyn_wp, [(_dyn_engine_layout, dyn_wp), (rb, rn_wp)], nrw)
-        dyn_rp2, (dyn_rd2_w, cfg_rd_w, rn_rd2_w) = copy(                # the completer's
-            "dyn_comp_mem", dyn_wp,
+        dyn_rp, (dyn_rd_w, rn_rd_w) = self._copy(                       # the engine's
+            m, "dyn_mem", dyn_wp, [(_dyn_engine_layout, dyn_wp), (rb, rn_wp)], nrw)
+        dyn_rp2, (dyn_rd2_w, cfg_rd_w, rn_rd2_w) = self._copy(          # the completer's
+            m, "dyn_comp_mem", dyn_wp,
             [(_dyn_comp_layout, dyn_wp), (_cfg_layout, cfg_wp), (rb, rn_wp)], nrw)
-        comp_rp, (comp_rd_w,) = copy("comp_eng_mem", comp_wp,          # the engine's
-                                     [(_comp_engine_layout, comp_wp)], nrw)
-        comp_rp2, (comp_rd2_w, rh_rd_w) = copy(                         # the completer's
-            "comp_mem", comp_wp, [(_comp_layout, comp_wp), (rb, rh_wp)], nrw)
+        comp_rp, (comp_rd_w,) = self._copy(                             # the engine's
+            m, "comp_eng_mem", comp_wp, [(_comp_engine_layout, comp_wp)], nrw)
+        comp_rp2, (comp_rd2_w, rh_rd_w) = self._copy(                   # the completer's
+            m, "comp_mem", comp_wp, [(_comp_layout, comp_wp), (rb, rh_wp)], nrw)
+        return types.SimpleNamespace(
+            dyn_rp=dyn_rp, dyn_rd_w=dyn_rd_w, rn_rd_w=rn_rd_w, dyn_rp2=dyn_rp2,
+            dyn_rd2_w=dyn_rd2_w, cfg_rd_w=cfg_rd_w, rn_rd2_w=rn_rd2_w, comp_rp=comp_rp,
+            comp_rd_w=comp_rd_w, comp_rp2=comp_rp2, comp_rd2_w=comp_rd2_w, rh_rd_w=rh_rd_w)
+
+    def _ring_ports(self, m, t):
+        """The in-flight ring's ports, the engine's copy of ``rh`` (written with the
+        completer's), the ring's never-used entries from ``fresh`` up, and the sweep after
+        reset that makes each QP's list empty (``rn`` = ``rh`` = entry q, one QP per cycle, the
+        engine and the completer waiting for it: ``sweeping``). Adds the ports, ``fresh`` and
+        the sweep's ``sweeping``, ``sw_i``, ``sw_en``."""
+        D, ab, ring_mem, rh_mem, comp_wp, rn_wp, rh_wp = (t.D, t.ab, t.ring_mem, t.rh_mem,
+                                                          t.comp_wp, t.rn_wp, t.rh_wp)
         # (no_rw_check: the completer reads an entry a cycle after it read the engine's rn and
         # hcons, so an entry written in the cycle of its read is one those did not yet show as
         # filled, and its word is not used)
@@ -551,13 +577,8 @@ class Requester(wiring.Component):
             m.d.sync += sw_i.eq(sw_i + 1)
             with m.If(sw_i == self.num_qp - 1):
                 m.d.sync += sweeping.eq(0)
-        return types.SimpleNamespace(
-            free=free, prod_wp=prod_wp, prod_rp=prod_rp, dyn_wp=dyn_wp, comp_wp=comp_wp,
-            rn_wp=rn_wp, cfg_wp=cfg_wp, rh_wp=rh_wp, dyn_rp=dyn_rp, dyn_rd_w=dyn_rd_w,
-            rn_rd_w=rn_rd_w, dyn_rp2=dyn_rp2, dyn_rd2_w=dyn_rd2_w, cfg_rd_w=cfg_rd_w,
-            rn_rd2_w=rn_rd2_w, comp_rp=comp_rp, comp_rd_w=comp_rd_w, comp_rp2=comp_rp2,
-            comp_rd2_w=comp_rd2_w, rh_rd_w=rh_rd_w, infl_wp=infl_wp, infl_rp=infl_rp, rh_rpe=rh_rpe,
-            fresh=fresh, sweeping=sweeping, sw_i=sw_i, sw_en=sw_en)
+        return types.SimpleNamespace(infl_wp=infl_wp, infl_rp=infl_rp, rh_rpe=rh_rpe,
+                                     fresh=fresh, sweeping=sweeping, sw_i=sw_i, sw_en=sw_en)
 
     def _read_slots(self, m, t):
         """The READ slots' free list (never used ones from ``rfresh`` up, then ``rfree``: the
