@@ -400,6 +400,8 @@ class Requester(wiring.Component):
         _add(t, self._ring_ports(m, t))
         _add(t, self._read_slots(m, t))
         _add(t, self._scheduler(m, t))
+        _add(t, self._work_push(m, t))
+        self._set_writes(m, t)
         _add(t, self._engine_reads(m, t))
         _add(t, self._engine_state(m, t))
         _add(t, self._engine_flags(m, t))
@@ -600,15 +602,15 @@ class Requester(wiring.Component):
             rd_z=Signal(name="rd_z"), e_ri=Signal(sb, name="e_ri"))
 
     def _scheduler(self, m, t):
-        """The work queue of QPNs for the engine and what feeds it, in this order: SET_QP (which
-        also rewrites ``dyn`` and ``comp``, and clears ``prod`` on RESET), the completer's
-        wake-ups, the engine's yields, SQ doorbells (``prod``; dropped for a QP in RESET, see
-        ``live_mem``); and the address, enable and row of each table write (the write-backs go
-        before a SET_QP). Adds the work queue, the engine's and the completer's QP (``qpn``,
-        ``aq``), the write-backs' strobes and rows, and the state flags the FSMs set (``e_*_st``,
-        ``c_*_st``), from which the readies are made."""
-        (ab, comp_wp, dyn_wp, prod_wp, sw_en, sw_i, sweeping) = (
-            t.ab, t.comp_wp, t.dyn_wp, t.prod_wp, t.sw_en, t.sw_i, t.sweeping)
+        """The work queue of QPNs for the engine and the readies of what feeds it, in this
+        order: SET_QP (which also rewrites ``dyn`` and ``comp``, and clears ``prod`` on RESET),
+        the completer's wake-ups, the engine's yields, SQ doorbells (``prod``; dropped for a QP
+        in RESET, see ``live_mem``). The readies depend on registers only: the state flags the
+        FSMs set (``e_*_st``, ``c_*_st``). What enters the queue is :meth:`_work_push`, the
+        table writes :meth:`_set_writes`. Adds the work queue, ``live_mem``'s ports, the
+        engine's and the completer's QP (``qpn``, ``aq``), the write-backs' strobes and rows,
+        the SET_QP's QPN and state compares, and the state flags."""
+        ab = t.ab
         m.submodules.work = work = Queue(ab, self.work_depth, buffered=False)
 
         # SQ_DB of a QP in RESET is ignored (interface.md §4.3): one bit per QP, "not in
@@ -657,6 +659,25 @@ class Requester(wiring.Component):
         # wake-ups, which would otherwise wait behind a stream of doorbells, see WAKE)
         m.d.comb += self.sq_db.ready.eq(db_rd & ~self.qp_set.valid & ~c_wake_st & ~e_yield_st
                                         & (work.level < self.work_depth - 1))
+        return types.SimpleNamespace(
+            work=work, eng_wb=eng_wb, eng_dyn=eng_dyn, cmp_wb=cmp_wb, cmp_new=cmp_new,
+            wake_v=wake_v, qpn=qpn, aq=aq, set_q=set_q, set_hit=set_hit, e_wb_st=e_wb_st,
+            e_yield_st=e_yield_st, e_park_st=e_park_st, e_wbn_st=e_wbn_st, e_cw_st=e_cw_st,
+            c_wb_st=c_wb_st, c_wb_st_r=c_wb_st_r, c_wake_st=c_wake_st, live_wp=live_wp,
+            live_rp=live_rp, yield_v=yield_v, set_rts=set_rts, set_reset=set_reset)
+
+    def _work_push(self, m, t):
+        """What enters the work queue and ``prod``: the SET_QP's QPN when one may be taken
+        (``qs_sel``, which also pauses the reset sweep), else the completer's wake-up, the
+        engine's yield, the doorbell's, in that order. The entry, address and row are chosen
+        without the handshakes, which only enable them, so the data paths do not wait for
+        ``ready``. Adds ``qs_sel``."""
+        (ab, aq, c_wake_st, c_wb_st, e_cw_st, e_wb_st, e_yield_st, live_rp, live_wp, prod_wp,
+         qpn, set_hit, set_q, set_reset, set_rts, sw_en, sweeping, wake_v, work, yield_v) = (
+            t.ab, t.aq, t.c_wake_st, t.c_wb_st, t.e_cw_st, t.e_wb_st, t.e_yield_st, t.live_rp,
+            t.live_wp, t.prod_wp, t.qpn, t.set_hit, t.set_q, t.set_reset, t.set_rts, t.sw_en,
+            t.sweeping, t.wake_v, t.work, t.yield_v)
+        sp = self.qp_set.payload
         # The work queue's entry and prod's address and row are chosen without the handshakes
         # (which only enable them): the SET_QP's when one may be taken (qs_sel), else the
         # wake-up's, the yield's, the doorbell's, in the order below.
@@ -685,6 +706,18 @@ class Requester(wiring.Component):
         with m.Elif(self.sq_db.valid & self.sq_db.ready & live_rp.data
                     & (self.sq_db.payload.number < self.num_qp)):     # others are ignored
             m.d.comb += [prod_wp.en.eq(1), work.i.valid.eq(1)]
+        return types.SimpleNamespace(qs_sel=qs_sel)
+
+    def _set_writes(self, m, t):
+        """The address, enable and row of ``dyn``'s and ``comp``'s writes, which every copy of
+        the tables takes: a SET_QP's (its start PSN on RTS, else 0) or a write-back's (the
+        engine's ``eng_dyn``, the completer's ``cmp_new``), the address the SET_QP's, the reset
+        sweep's or the FSM's QP. Only the enables wait for the SET_QP's handshake."""
+        (aq, c_wb_st, cmp_new, cmp_wb, comp_wp, dyn_wp, e_wb_st, eng_dyn, eng_wb, qpn, qs_sel,
+         set_hit, set_q, set_rts, sw_i, sweeping) = (
+            t.aq, t.c_wb_st, t.cmp_new, t.cmp_wb, t.comp_wp, t.dyn_wp, t.e_wb_st, t.eng_dyn,
+            t.eng_wb, t.qpn, t.qs_sel, t.set_hit, t.set_q, t.set_rts, t.sw_i, t.sweeping)
+        sp = self.qp_set.payload
         # dyn's and comp's writes: a SET_QP's (set_hit), the write-back's (with rn, or rh),
         # CHECK_WAIT's cfg or the reset sweep's rn and rh, never two in one cycle. The address
         # is the SET_QP's while one is offered and may be taken (qs_sel: it pauses the sweep),
@@ -704,11 +737,6 @@ class Requester(wiring.Component):
             m.d.comb += comp_wp.data.eq(cmp_new)
         with m.Else():
             m.d.comb += [comp_wp.data.una.eq(psn0), comp_wp.data.cfpsn.eq(psn0)]
-        return types.SimpleNamespace(
-            work=work, eng_wb=eng_wb, eng_dyn=eng_dyn, cmp_wb=cmp_wb, cmp_new=cmp_new,
-            wake_v=wake_v, qpn=qpn, aq=aq, set_q=set_q, set_hit=set_hit, e_wb_st=e_wb_st,
-            e_yield_st=e_yield_st, e_park_st=e_park_st, e_wbn_st=e_wbn_st, e_cw_st=e_cw_st,
-            c_wb_st=c_wb_st, c_wb_st_r=c_wb_st_r, c_wake_st=c_wake_st)
 
     def _engine_reads(self, m, t):
         """The engine's registered reads of its QP's entries: ``prod``, ``cs`` (its copy of
