@@ -405,7 +405,9 @@ class Requester(wiring.Component):
         _add(t, self._engine_reads(m, t))
         _add(t, self._engine_state(m, t))
         _add(t, self._engine_flags(m, t))
-        _add(t, self._engine_outputs(m, t))
+        _add(t, self._engine_packet(m, t))
+        _add(t, self._engine_inflight(m, t))
+        _add(t, self._engine_requests(m, t))
         _add(t, self._engine(m, t))
         _add(t, self._completer(m, t))
         _add(t, self._completer_judge(m, t))
@@ -956,19 +958,16 @@ class Requester(wiring.Component):
             none_unretired=none_unretired, ring_ok=ring_ok, cons_eq_prod=cons_eq_prod,
             rewind=rewind)
 
-    def _engine_outputs(self, m, t):
-        """What the engine drives from its registers: the packet descriptor (``pkt``: opcode by
-        segment, SE, AckReq), the gather chunk, the in-flight record of the WQE just sent (linked to
-        the entry for the next ``rn``), the context, WQE and Key Cache requests, its completion
-        (``ecpl``), its write-back row and the completer's ``cfg``. Adds the registers PKT and CHUNK
-        step (``fits``, ``pay``, ``clen``, ...) and ``new_rn``."""
-        (D, alloc_r, cfg_wp, cons1, ctx, cur_addr, dyn, e_park_st, e_wbn_st, ecpl, eng_dyn, ern,
-         flags, free, fresh, hfault, immf, infl_wp, k, pmtu_b, prod, psn_m1, qpn, raddr, rb, resid,
-         rkey, sent, sge_addr, sge_key, sge_len, status, total, wop, wqe_idx, wr_id) = (
-            t.D, t.alloc_r, t.cfg_wp, t.cons1, t.ctx, t.cur_addr, t.dyn, t.e_park_st, t.e_wbn_st,
-            t.ecpl, t.eng_dyn, t.ern, t.flags, t.free, t.fresh, t.hfault, t.immf, t.infl_wp, t.k,
-            t.pmtu_b, t.prod, t.psn_m1, t.qpn, t.raddr, t.rb, t.resid, t.rkey, t.sent, t.sge_addr,
-            t.sge_key, t.sge_len, t.status, t.total, t.wop, t.wqe_idx, t.wr_id)
+    def _engine_packet(self, m, t):
+        """The packet the engine sends next, from its registers: the segmentation (``fits``: the
+        rest of the message fits in the packet; ``pay``: its payload; both registered), the
+        packet descriptor (``pkt``: opcode by segment, SE, AckReq), the READ slot record
+        written as a READ is first sent (``read_rec``), and the room for one more READ of the
+        QP under its ORD (``ord_ok``, registered). Adds ``fits``, ``pay``, ``ackreq`` and
+        ``ord_ok``."""
+        (ctx, dyn, flags, immf, pmtu_b, qpn, raddr, resid, rkey, sent, sge_addr, total, wop) = (
+            t.ctx, t.dyn, t.flags, t.immf, t.pmtu_b, t.qpn, t.raddr, t.resid, t.rkey, t.sent,
+            t.sge_addr, t.total, t.wop)
         # segmentation of the next packet
         # (registered: PKT is never the cycle after resid, ctx or pmtu_b changes; LOOKUP's
         # resid = total is the value VALIDATE wrote)
@@ -1008,7 +1007,18 @@ class Requester(wiring.Component):
         ord_ok = Signal()
         ordn = Mux(ctx.ord == 0, 1, Mux(ctx.ord > 8, 8, ctx.ord))
         m.d.sync += ord_ok.eq((dyn.rds - t.cs.crds)[:4] < ordn)
+        return types.SimpleNamespace(fits=fits, pay=pay, ackreq=ackreq, ord_ok=ord_ok)
 
+    def _engine_inflight(self, m, t):
+        """The gather chunk the engine hands to the TX frame builder (``chunk``, from the
+        registers ``clen``, ``pkt_end``, ``seg_end`` that CHUNK and PKT set) and the in-flight
+        record of the WQE just sent, written at ``rn`` with the write-back and linked to the
+        entry taken for the next ``rn`` (``new_rn``, registered off the free list). Adds
+        ``clen``, ``pkt_end``, ``seg_end`` and ``new_rn``."""
+        (D, cur_addr, ern, flags, free, fresh, infl_wp, psn_m1, rb, total, wop, wr_id) = (
+            t.D, t.cur_addr, t.ern, t.flags, t.free, t.fresh, t.infl_wp, t.psn_m1, t.rb,
+            t.total, t.wop, t.wr_id)
+        is_rd = t.is_rd
         # gather chunk of the current packet: clen = min(seg_left, left), kept in a register
         # set with ``left`` (in PKT, and in CHUNK when the packet continues in SGE 1), so the
         # chunk handed to the TX frame builder comes from registers only
@@ -1040,7 +1050,19 @@ class Requester(wiring.Component):
             infl_wp.data.read.eq(is_rd), infl_wp.data.ridx.eq(t.e_ri),
             infl_wp.data.byte_len.eq(total),
         ]
+        return types.SimpleNamespace(clen=clen, pkt_end=pkt_end, seg_end=seg_end, new_rn=new_rn)
 
+    def _engine_requests(self, m, t):
+        """The engine's requests and rows, driven from its registers: the context, WQE and Key
+        Cache requests, its completion (``ecpl``), its write-back row (``eng_dyn``; WB_NEXT's
+        retires the WQE at ``cons``) and the completer's ``cfg``, and ``pf_more`` (another WQE
+        is posted after ``cons``, registered). Adds ``pf_more``."""
+        (alloc_r, cfg_wp, cons1, ctx, dyn, e_park_st, e_wbn_st, ecpl, eng_dyn, hfault, k, prod,
+         qpn, sge_addr, sge_key, sge_len, status, wop, wqe_idx, wr_id) = (
+            t.alloc_r, t.cfg_wp, t.cons1, t.ctx, t.dyn, t.e_park_st, t.e_wbn_st, t.ecpl,
+            t.eng_dyn, t.hfault, t.k, t.prod, t.qpn, t.sge_addr, t.sge_key, t.sge_len, t.status,
+            t.wop, t.wqe_idx, t.wr_id)
+        is_rd = t.is_rd
         # ports driven from registers
         m.d.comb += [
             self.ctx_req.payload.qpn.eq(qpn),
@@ -1073,9 +1095,7 @@ class Requester(wiring.Component):
         # within two cycles of a change of cons; prod a cycle older is a doorbell seen late)
         pf_more = Signal()
         m.d.sync += pf_more.eq(cons1 != prod)
-        return types.SimpleNamespace(
-            fits=fits, pay=pay, ackreq=ackreq, clen=clen, pkt_end=pkt_end, seg_end=seg_end,
-            new_rn=new_rn, pf_more=pf_more, ord_ok=ord_ok)
+        return types.SimpleNamespace(pf_more=pf_more)
 
     def _engine(self, m, t):
         """The engine FSM: it takes a QPN from the work queue, loads its context and ``dyn``,
