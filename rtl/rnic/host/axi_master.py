@@ -63,11 +63,14 @@ may cross several 4 KiB pages). ``len_bytes`` = 0 moves one beat: a reader gets 
 writer must send one beat (with ``strb`` = 0 it writes nothing).
 """
 
+import types
+
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..parts import add as _add
 from ..stream import Queue, check_width
 
 __all__ = ["HostMemory", "AxiSignature", "ReadClientSignature", "WriteClientSignature",
@@ -185,6 +188,12 @@ class _Splitter:
     """
 
     def __init__(self, m, name, reqs, lb, max_beats):
+        """Build, into ``m``, the splitter of channel ``name`` (``ar`` or ``aw``) for the client
+        request streams ``reqs``: ``lb`` is log2 of the bus width in bytes, ``max_beats`` the
+        burst limit. Its parts are the methods below, in pipeline order."""
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
         n = len(reqs)
         nb = max(n, 2)
         P = max(n, 3)
@@ -193,6 +202,23 @@ class _Splitter:
         lim_max = min(pb, max_beats)
         lw = range((2 * PAGE >> lb) + 2)
         lwb = Shape.cast(lw).width
+        t = types.SimpleNamespace(name=name, n=n, nb=nb, P=P, pb=pb, ow=ow, lim_max=lim_max,
+                                  lw=lw, lwb=lwb, lb=lb, max_beats=max_beats)
+        self._interface(t)
+        _add(t, self._tables(m, t))
+        _add(t, self._stage0(m, t))
+        _add(t, self._stage1(m, t))
+        _add(t, self._stage2(m, t, reqs))
+        _add(t, self._stage3(m, t))
+        self._fire(m, t)
+
+    def _interface(self, t):
+        """The splitter's signals towards its caller, as attributes: the burst S1 is taking and
+        the request S3 holds, for the caller's reservation tests (``ok``, ``ok3`` in, answered
+        in the same cycle), the channel's ``handshake`` (in), the burst fired this cycle
+        (``fire``, ``grant``, ``bm1``, ``final``, ``g_tag``) and the address-channel register
+        (``valid``, ``client``, ``addr``, ``len``) the caller drives the channel from."""
+        name, nb, ow, lim_max, lw = t.name, t.nb, t.ow, t.lim_max, t.lw
         # the burst S1 is taking, for the caller's reservation test (``ok``, answered in
         # the same cycle and registered: a fire in S2 needs no comparison)
         self.pre_client = Signal(range(nb), name=f"{name}_pre_client")
@@ -220,6 +246,12 @@ class _Splitter:
         self.addr = Signal(64, name=f"{name}_addr")
         self.len = Signal(8, name=f"{name}_len")
 
+    def _tables(self, m, t):
+        """The three tables indexed by client (``prog``: beat offset and beats left - 1,
+        ``pages``: the 4 KiB page, ``tags``), in LUT RAM with asynchronous reads, and the
+        clients' ``active`` flags (a request is held) and S3's client ``s3_c``. Adds the tables'
+        ports, ``active`` and ``s3_c``."""
+        name, n, nb, ow, lwb = t.name, t.n, t.nb, t.ow, t.lwb
         # {beat offset from the start of the request's first page (0..3 pages), beats left
         # - 1}: counts minus one, so that the beats to the page end are the offset's complement
         # and the burst's AXI length needs no subtraction
@@ -234,7 +266,17 @@ class _Splitter:
         tag_r, tag_w = tags.read_port(domain="comb"), tags.write_port()
         active = Signal(n, name=f"{name}_active")              # holds a request
         s3_c = Signal(range(nb), name=f"{name}_s3_c")
+        return types.SimpleNamespace(prog_r=prog_r, prog_w=prog_w, page_r=page_r,
+                                     page_w=page_w, tag_r=tag_r, tag_w=tag_w, active=active,
+                                     s3_c=s3_c)
 
+    def _stage0(self, m, t):
+        """S0: the turn's client (``slot``, one a cycle, each every ``P`` cycles) and its
+        progress, read from the table or, when S3 writes the same row in this cycle, taken from
+        the write (the bypass needed when ``P`` is 3); registered into S1 with the beats to the
+        page end. Adds ``slot``, ``s3_hit``, ``s3_gone`` and S1's registers."""
+        name, n, nb, P, ow, lw = t.name, t.n, t.nb, t.P, t.ow, t.lw
+        prog_r, prog_w, active, s3_c = t.prog_r, t.prog_w, t.active, t.s3_c
         # S0: the client of this turn
         slot = Signal(range(P), name=f"{name}_slot")
         m.d.sync += slot.eq(Mux(slot == P - 1, 0, slot + 1))
@@ -253,7 +295,19 @@ class _Splitter:
         m.d.sync += [s1_v.eq(slot < n), s1_c.eq(slot),
                      s1_acc.eq(~active.bit_select(slot, 1) | (s3_gone & (s3_c == slot))),
                      s1_off.eq(off0), s1_lm1.eq(lm1_0), s1_em1.eq(~off0[:ow])]
+        return types.SimpleNamespace(slot=slot, s3_hit=s3_hit, s1_v=s1_v, s1_c=s1_c,
+                                     s1_acc=s1_acc, s1_off=s1_off, s1_lm1=s1_lm1, s1_em1=s1_em1,
+                                     s3_gone=s3_gone)
 
+    def _stage1(self, m, t):
+        """S1: the client's next burst, the longest its request, its page and the burst limit
+        allow (``bm1``, beats - 1), and whether it is the request's last; the caller's
+        reservation test answers for it in this cycle (``ok``), registered into S2 with the
+        burst, so a fire in S2 needs no comparison. Adds S2's registers and ``ok_r``."""
+        name, nb, ow, lw, pb, lim_max, max_beats = (t.name, t.nb, t.ow, t.lw, t.pb, t.lim_max,
+                                                    t.max_beats)
+        s1_v, s1_c, s1_acc, s1_off, s1_lm1, s1_em1 = (t.s1_v, t.s1_c, t.s1_acc, t.s1_off,
+                                                      t.s1_lm1, t.s1_em1)
         # S1: the next burst
         s2_v = Signal(name=f"{name}_s2_v")
         s2_c = Signal(range(nb), name=f"{name}_s2_c")
@@ -275,7 +329,17 @@ class _Splitter:
         m.d.sync += [s2_v.eq(s1_v), s2_c.eq(s1_c), s2_acc.eq(s1_acc), s2_off.eq(s1_off),
                      s2_lm1.eq(s1_lm1), s2_bm1.eq(bm1), s2_final.eq(final),
                      ok_r.eq(self.ok)]
+        return types.SimpleNamespace(s2_v=s2_v, s2_c=s2_c, s2_acc=s2_acc, s2_off=s2_off,
+                                     s2_lm1=s2_lm1, ok_r=ok_r, s2_bm1=s2_bm1, s2_final=s2_final)
 
+    def _stage2(self, m, t, reqs):
+        """S2: an idle client's request is accepted (``acc``: its ``ready`` is high in this one
+        cycle, its payload sampled for S3), or a busy client's burst is offered (``cand``) and
+        fires (``fire2``) when the reservation passed and the channel register is free. Adds
+        ``acc``, ``fire2``, the request ``req``/``req_valid`` and the burst's beats - 1 widened
+        for S3's adders (``bm1_ow``, ``bm1_lw``)."""
+        name, ow, lwb = t.name, t.ow, t.lwb
+        s2_v, s2_c, s2_acc, s2_bm1, ok_r = t.s2_v, t.s2_c, t.s2_acc, t.s2_bm1, t.ok_r
         # S2: accept a request or offer the burst
         acc = Signal(name=f"{name}_acc")
         fire2 = Signal(name=f"{name}_fire2")
@@ -289,6 +353,19 @@ class _Splitter:
                     m.d.comb += [req.eq(r.payload), req_valid.eq(r.valid), r.ready.eq(acc)]
         bm1_ow = Cat(s2_bm1, Const(0, ow + 2 - len(s2_bm1)))
         bm1_lw = Cat(s2_bm1, Const(0, lwb - len(s2_bm1)))
+        return types.SimpleNamespace(acc=acc, fire2=fire2, req=req, req_valid=req_valid,
+                                     bm1_ow=bm1_ow, bm1_lw=bm1_lw)
+
+    def _stage3(self, m, t):
+        """S3: the table writes, from registers (an accepted request's page, tag and progress,
+        or a fired burst's progress), so no client's request bus reaches the tables' write data
+        or their adders in the cycle it is sampled; and ``lm1``, an accepted request's beats
+        - 1. Adds ``s3_reqv`` (S2 took a request), ``s3_req`` and ``lm1``."""
+        name, ow, lw, lwb, lb = t.name, t.ow, t.lw, t.lwb, t.lb
+        acc, req_valid, fire2, req, s2_c, s2_off, s2_lm1 = (t.acc, t.req_valid, t.fire2, t.req,
+                                                            t.s2_c, t.s2_off, t.s2_lm1)
+        bm1_ow, bm1_lw, s3_c, slot, s3_hit = t.bm1_ow, t.bm1_lw, t.s3_c, t.slot, t.s3_hit
+        prog_w, page_w, tag_w, page_r, tag_r = t.prog_w, t.page_w, t.tag_w, t.page_r, t.tag_r
         # S3: the table writes, from registers. The tables of an idle client are written in
         # its accept turn whether or not a request is there (nothing reads them before it is
         # active).
@@ -318,6 +395,19 @@ class _Splitter:
             tag_w.en.eq(s3_acc), tag_w.data.eq(s3_req.tag),
             s3_hit.eq((s3_acc | s3_fire) & (s3_c == slot)),
         ]
+        return types.SimpleNamespace(s3_reqv=s3_reqv, s3_req=s3_req, lm1=lm1)
+
+    def _fire(self, m, t):
+        """The burst that fires and the address-channel register: S2's burst, or an accepted
+        request of one burst straight from S3 (``s3_gone``, when the caller's second test
+        passes, the register is free and S2 does not fire), which saves the request its wait
+        for its next turn; the clients' ``active`` flags; and the register, loaded with the
+        fired burst's client, address and length and freed by the channel's handshake."""
+        lb, ow, max_beats, active = t.lb, t.ow, t.max_beats, t.active
+        s2_c, s2_off, s2_bm1, s2_final, acc, req_valid, fire2 = (
+            t.s2_c, t.s2_off, t.s2_bm1, t.s2_final, t.acc, t.req_valid, t.fire2)
+        s3_c, s3_req, s3_reqv, s3_gone, lm1, page_r, tag_r = (
+            t.s3_c, t.s3_req, t.s3_reqv, t.s3_gone, t.lm1, t.page_r, t.tag_r)
         # A request of one burst (inside its page, at most the burst limit) fires from S3, the
         # cycle after it was accepted, when the channel register is free, S2 does not fire and
         # the caller's test passes (``ok3``, on the current state: the last fire, of another
