@@ -538,12 +538,30 @@ class HostMemory(wiring.Component):
         return m
 
     def _elaborate_reads(self, m, lb):
+        """The read side: the response buffers (:meth:`_read_buffer`), the AR splitter and the
+        reservation tests it asks (:meth:`_read_reservation`), each client's buffer pointers,
+        credit and output register (:meth:`_read_client`), and the buffer's one read port
+        shared round-robin between the clients and the AR channel (:meth:`_read_issue`).
+        Nothing when there is no read client."""
         R = self.read_clients
         if R == 0:
             return
-        axi = self.axi
-        W = self.width
-        bufs = self.read_buffer
+        # The parts below share their signals through ``t``: each takes from it what it reads
+        # and adds what it makes (_add). They are called in the order their statements had in
+        # one method, which the generated Verilog follows.
+        t = types.SimpleNamespace(R=R, W=self.width, lb=lb, bufs=self.read_buffer)
+        _add(t, self._read_buffer(m, t))
+        _add(t, self._read_reservation(m, t))
+        for i, port in enumerate(self.read_ports):
+            self._read_client(m, t, i, port)
+        self._read_issue(m, t)
+
+    def _read_buffer(self, m, t):
+        """The one block RAM that holds every read client's response buffer, a region of it
+        per client, and ``region(i, ptr)``, the RAM address of client ``i``'s word ``ptr``.
+        Adds the RAM's write and read ports (``wp``, ``rp``), ``kbits`` (each region's
+        address width) and ``region``."""
+        R, W, bufs = t.R, t.W, t.bufs
         # One block RAM holds every client's response buffer: client i owns a region of
         # read_buffer[i] beats rounded up to a power of two (its credit is the exact figure).
         # Largest first, every region sits at a base aligned to its size, so a region address
@@ -566,6 +584,18 @@ class HostMemory(wiring.Component):
             k = kbits[i]
             return Cat(ptr[:k], Const(base[i] >> k, aw - k))
 
+        return types.SimpleNamespace(wp=wp, rp=rp, kbits=kbits, region=region)
+
+    def _read_reservation(self, m, t):
+        """The AR splitter (``sp``) and the reservation tests it asks: a burst is issued only
+        when its client's buffer has room reserved for all of its beats (the client's
+        ``credit``), its per-burst records have room, and fewer than ``max_reads`` bursts are
+        out, so ``rready`` is always 1. Also makes the signals the clients and the read issue
+        share. Adds ``sp``, ``outstanding``, ``retire``, the read issue's ``pend``,
+        ``pend_client``, ``rd_last``, ``rd_sel``, ``hold``, their per-client lists ``wants``,
+        ``raddrs``, ``lands``, the record depth ``mdepth`` and the tests' inputs (``g_*``,
+        ``f_*``)."""
+        R, lb, bufs = t.R, t.lb, t.bufs
         sp = _Splitter(m, "ar", [p.req for p in self.read_ports], lb, self.max_burst)
         outstanding = Signal(range(self.max_reads + 1), name="reads_outstanding")
         retire = Signal()
@@ -597,72 +627,100 @@ class HostMemory(wiring.Component):
         f_credit = Signal(range(max(bufs) + 1), name="rd_f_credit")
         f_room = Signal(name="rd_f_room")
         m.d.comb += sp.ok3.eq((f_credit > sp.f_lm1) & f_room & (outstanding < self.max_reads))
-        for i, port in enumerate(self.read_ports):
-            size = bufs[i]
-            # per burst {tag, final}, from the grant until the client has taken its last beat
-            meta = Queue(_meta_layout, mdepth, buffered=False)
-            m.submodules[f"rmeta_{i}"] = meta
-            credit = Signal(range(size + 1), init=size, name=f"rcredit_{i}")
-            res = Signal(len(credit), name=f"rres_{i}")        # -(beats) of the last grant
-            wptr = Signal(kbits[i] + 1, name=f"rwptr_{i}")      # the next word to write
-            iptr = Signal(kbits[i] + 1, name=f"riptr_{i}")      # the next word to read
-            o_valid = Signal(name=f"ro_valid_{i}")
-            o_word = Signal(W + 2, name=f"ro_word_{i}")          # {data, burst end, err}
-            hit = axi.r_valid & (axi.r_id == i)
-            with m.If(hit):
-                m.d.comb += [wp.en.eq(1), wp.addr.eq(region(i, wptr)), retire.eq(axi.r_last)]
-                m.d.sync += wptr.eq(wptr + 1)
-            taken = o_valid & port.resp.ready
-            # the word read in the last cycle lands in the output register if that is free or
-            # being taken; else it is held on the RAM's output (``hold``) or, when another read
-            # is issued, dropped and read again (the issue pointer goes back one)
-            mine_rd = pend & (pend_client == i)
-            land = Signal(name=f"rland_{i}")
-            m.d.comb += land.eq(mine_rd & (~o_valid | port.resp.ready))
-            lands.append(land)
-            # an R beat that finds the buffer empty (every word written read, none in flight)
-            # and the output register free or being taken goes straight into that register; it
-            # is written into the buffer all the same, and counted read
-            direct = Signal(name=f"rdirect_{i}")
-            m.d.comb += direct.eq(hit & (iptr == wptr) & ~mine_rd & (~o_valid | port.resp.ready))
-            with m.If(land):
-                m.d.sync += [o_word.eq(rp.data), o_valid.eq(1)]
-            with m.Elif(direct):
-                m.d.sync += [o_word.eq(wp.data), o_valid.eq(1)]
-            with m.Elif(taken):
-                m.d.sync += o_valid.eq(0)
-            # read a word when there is one not yet read and the output register is free or
-            # being taken (a client that holds its beat is not read for, so a drop and an
-            # issue of the same client never meet)
-            want = Signal(name=f"rwant_{i}")
-            m.d.comb += want.eq((iptr != wptr) & (~o_valid | port.resp.ready))
-            wants.append(want)
-            raddrs.append(region(i, iptr))
-            back = mine_rd & ~land & ~hold
-            with m.If(back | (want & (rd_sel == i)) | direct):
-                m.d.sync += iptr.eq(iptr + Cat(Const(1, 1), back.replicate(len(iptr) - 1)))
-            m.d.comb += [
-                port.resp.valid.eq(o_valid),
-                port.resp.payload.data.eq(o_word[:W]),
-                port.resp.payload.err.eq(o_word[W + 1]),
-                port.resp.payload.tag.eq(meta.o.payload.tag),
-                port.resp.payload.last.eq(o_word[W] & meta.o.payload.final),
-                meta.o.ready.eq(taken & o_word[W]),
-            ]
-            mine = sp.fire & (sp.grant == i)
-            m.d.comb += [
-                meta.i.valid.eq(mine),
-                meta.i.payload.tag.eq(sp.g_tag),
-                meta.i.payload.final.eq(sp.final),
-            ]
-            with m.If(sp.pre_client == i):
-                m.d.comb += [g_credit.eq(credit), g_room.eq(meta.i.ready)]
-            with m.If(sp.f_client == i):
-                m.d.comb += [f_credit.eq(credit), f_room.eq(meta.i.ready)]
-            # the reservation is taken from the credit a cycle later (this client's next
-            # turn is three cycles away)
-            neg = ~Cat(sp.bm1, Const(0, len(credit) - len(sp.bm1)))    # -(bm1 + 1)
-            m.d.sync += [res.eq(Mux(mine, neg, 0)), credit.eq(credit + res + taken)]
+        return types.SimpleNamespace(
+            sp=sp, outstanding=outstanding, retire=retire, pend=pend, pend_client=pend_client,
+            rd_last=rd_last, wants=wants, raddrs=raddrs, rd_sel=rd_sel, mdepth=mdepth, hold=hold,
+            lands=lands, g_credit=g_credit, g_room=g_room, f_credit=f_credit, f_room=f_room)
+
+    def _read_client(self, m, t, i, port):
+        """Read client ``i`` (``port``): its per-burst records {tag, final}, its credit (the
+        buffer's free words not yet reserved), its region's write pointer (written by the
+        ``R`` beats with ID ``i``) and read pointer, and its output register, loaded from the
+        word read for it, or straight from ``R`` when the buffer is empty, so an idle client
+        sees a beat the cycle after ``R``. Appends its read request to ``wants``, ``raddrs``
+        and ``lands``."""
+        W, bufs, kbits, wp, rp, region = t.W, t.bufs, t.kbits, t.wp, t.rp, t.region
+        sp, retire, pend, pend_client, hold, rd_sel, mdepth = (
+            t.sp, t.retire, t.pend, t.pend_client, t.hold, t.rd_sel, t.mdepth)
+        wants, raddrs, lands = t.wants, t.raddrs, t.lands
+        g_credit, g_room, f_credit, f_room = t.g_credit, t.g_room, t.f_credit, t.f_room
+        axi = self.axi
+        size = bufs[i]
+        # per burst {tag, final}, from the grant until the client has taken its last beat
+        meta = Queue(_meta_layout, mdepth, buffered=False)
+        m.submodules[f"rmeta_{i}"] = meta
+        credit = Signal(range(size + 1), init=size, name=f"rcredit_{i}")
+        res = Signal(len(credit), name=f"rres_{i}")        # -(beats) of the last grant
+        wptr = Signal(kbits[i] + 1, name=f"rwptr_{i}")      # the next word to write
+        iptr = Signal(kbits[i] + 1, name=f"riptr_{i}")      # the next word to read
+        o_valid = Signal(name=f"ro_valid_{i}")
+        o_word = Signal(W + 2, name=f"ro_word_{i}")          # {data, burst end, err}
+        hit = axi.r_valid & (axi.r_id == i)
+        with m.If(hit):
+            m.d.comb += [wp.en.eq(1), wp.addr.eq(region(i, wptr)), retire.eq(axi.r_last)]
+            m.d.sync += wptr.eq(wptr + 1)
+        taken = o_valid & port.resp.ready
+        # the word read in the last cycle lands in the output register if that is free or
+        # being taken; else it is held on the RAM's output (``hold``) or, when another read
+        # is issued, dropped and read again (the issue pointer goes back one)
+        mine_rd = pend & (pend_client == i)
+        land = Signal(name=f"rland_{i}")
+        m.d.comb += land.eq(mine_rd & (~o_valid | port.resp.ready))
+        lands.append(land)
+        # an R beat that finds the buffer empty (every word written read, none in flight)
+        # and the output register free or being taken goes straight into that register; it
+        # is written into the buffer all the same, and counted read
+        direct = Signal(name=f"rdirect_{i}")
+        m.d.comb += direct.eq(hit & (iptr == wptr) & ~mine_rd & (~o_valid | port.resp.ready))
+        with m.If(land):
+            m.d.sync += [o_word.eq(rp.data), o_valid.eq(1)]
+        with m.Elif(direct):
+            m.d.sync += [o_word.eq(wp.data), o_valid.eq(1)]
+        with m.Elif(taken):
+            m.d.sync += o_valid.eq(0)
+        # read a word when there is one not yet read and the output register is free or
+        # being taken (a client that holds its beat is not read for, so a drop and an
+        # issue of the same client never meet)
+        want = Signal(name=f"rwant_{i}")
+        m.d.comb += want.eq((iptr != wptr) & (~o_valid | port.resp.ready))
+        wants.append(want)
+        raddrs.append(region(i, iptr))
+        back = mine_rd & ~land & ~hold
+        with m.If(back | (want & (rd_sel == i)) | direct):
+            m.d.sync += iptr.eq(iptr + Cat(Const(1, 1), back.replicate(len(iptr) - 1)))
+        m.d.comb += [
+            port.resp.valid.eq(o_valid),
+            port.resp.payload.data.eq(o_word[:W]),
+            port.resp.payload.err.eq(o_word[W + 1]),
+            port.resp.payload.tag.eq(meta.o.payload.tag),
+            port.resp.payload.last.eq(o_word[W] & meta.o.payload.final),
+            meta.o.ready.eq(taken & o_word[W]),
+        ]
+        mine = sp.fire & (sp.grant == i)
+        m.d.comb += [
+            meta.i.valid.eq(mine),
+            meta.i.payload.tag.eq(sp.g_tag),
+            meta.i.payload.final.eq(sp.final),
+        ]
+        with m.If(sp.pre_client == i):
+            m.d.comb += [g_credit.eq(credit), g_room.eq(meta.i.ready)]
+        with m.If(sp.f_client == i):
+            m.d.comb += [f_credit.eq(credit), f_room.eq(meta.i.ready)]
+        # the reservation is taken from the credit a cycle later (this client's next
+        # turn is three cycles away)
+        neg = ~Cat(sp.bm1, Const(0, len(credit) - len(sp.bm1)))    # -(bm1 + 1)
+        m.d.sync += [res.eq(Mux(mine, neg, 0)), credit.eq(credit + res + taken)]
+
+    def _read_issue(self, m, t):
+        """The read buffer's write data (every ``R`` beat, with its burst end and error), its
+        one read port, given each cycle round-robin to a client that wants a word (``rd_sel``)
+        and held while the word read waits for its client (``hold``), the AR channel from the
+        splitter's register, and the count of bursts out."""
+        R, wp, rp, sp, outstanding, retire = t.R, t.wp, t.rp, t.sp, t.outstanding, t.retire
+        pend, pend_client, rd_last, rd_sel, hold = (t.pend, t.pend_client, t.rd_last, t.rd_sel,
+                                                    t.hold)
+        wants, raddrs, lands = t.wants, t.raddrs, t.lands
+        axi = self.axi
         m.d.comb += wp.data.eq(Cat(axi.r_data, axi.r_last, axi.r_resp != 0))
         m.d.comb += rd_sel.eq(_round_robin(m, wants, rd_last, "rd"))
         m.d.comb += [hold.eq(pend & ~Cat(*lands).any() & ~Cat(*wants).any()),
