@@ -19,8 +19,8 @@ beat). A piece offered while the
 previous one runs is taken into a set-up register at once and starts when that one ends; one
 offered to an idle Scatter Path starts a cycle after it is taken.
 
-The byte shift is done in two registered steps (by ``sh mod 8`` bytes, then by whole 8-byte
-words), and the write beats pass through a 4-entry output queue (no combinational path from
+The byte shift is done in two registered steps (by whole 8-byte words, then by ``sh mod 8``
+bytes), and the write beats pass through a 4-entry output queue (no combinational path from
 ``pay`` to ``data``); the closing piece puts a marker into it, which is dropped at the queue's
 output and pulses ``pkt_done`` there (or flags its own last beat, whose taking pulses ``pkt_done``),
 so ``pkt_done`` means the packet's last write beat was taken.

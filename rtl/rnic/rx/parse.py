@@ -83,9 +83,7 @@ frame buffer (or the descriptor queue, ``slots`` frames) is full because ``meta`
 are back-pressured. ``slots`` covers two maximum frames' worth of minimum (60-byte) frames
 (``(buffer_frames + 1) · ceil(4200 / lanes) / ceil(60 / lanes)``, 132 by default at every
 width), so any mix of short frames arriving while a maximum frame drains fits; only a flood of runts
-shorter than 60 bytes (which a MAC does not deliver) can fill it first. (With 16 slots, the
-first fuzz campaign saw ``ready`` fall for 5–137 cycles when short frames queued behind a long
-one.)
+shorter than 60 bytes (which a MAC does not deliver) can fill it first.
 
 Ordering guarantee
 ------------------
