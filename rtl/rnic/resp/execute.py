@@ -1278,10 +1278,9 @@ class Execute(wiring.Component):
                 m.d.sync += [pin.eq(0), pchk.eq(0)]
                 m.next = "FETCH"
             with m.Else():
-                # the WQE is c's: taken, and SUMS's work done now (its row is read here)
                 m.d.comb += take.eq(1)
                 m.d.sync += pchk.eq(0)
-                self._sum_first(m, t)
+                m.next = "SUMS"
         with m.State("FETCH"):
             # (a WQE to take, a held WQE the store lost, or a flush's WQE) into row P
             m.d.comb += [fetch.req.valid.eq(1), plan_fetch.eq(1)]
@@ -1318,49 +1317,38 @@ class Execute(wiring.Component):
                                      d_index.eq(c.rq_index), d_ring.eq(c_ring)]
                         m.next = "SUMS"
 
-    def _sum_first(self, m, t):
-        """The work of state SUMS (also done by TAKE, whose WQE row is read in the same cycle):
-        SGE 0's range [0, len0) to the cut, the message end, and the way on: CALC when no
-        piece comes from the SGEs, CUT for one SGE, SUMS1 for more."""
-        (bad_nsge, c, ca_hi, ca_i, ca_lo, ca_on, li_cs, li_r, mend, off, overflow, plen, run,
-         v_rs, wqe, zlen) = (
-            t.bad_nsge, t.c, t.ca_hi, t.ca_i, t.ca_lo, t.ca_on, t.li_cs, t.li_r, t.mend, t.off,
-            t.overflow, t.plen, t.run, t.v_rs, t.wqe, t.zlen)
-        m.d.sync += [run.eq(li_cs[0]), li_r.eq(li_cs[1]), ca_lo.eq(0), ca_hi.eq(li_cs[0]),
-                     ca_i.eq(0), mend.eq(off + plen)]
-        with m.If(c.write | zlen):
-            # no piece from the SGEs: an RDMA WRITE's piece is c's (its va is written in
-            # CALC), and a SEND of no payload at offset 0 has none (the message ends at 0: no
-            # overflow)
-            m.d.sync += [bad_nsge.eq(wqe.nsge > MAX_SGE), overflow.eq(0),
-                         *[v.eq(0) for v in v_rs]]
-            m.next = "CALC"
-        with m.Elif(wqe.nsge[1:] == 0):
-            # at most one SGE: one piece, the others empty
-            m.d.sync += [ca_on.eq(1), *[v.eq(0) for v in v_rs[1:]]]
-            m.next = "CUT"
-        with m.Else():
-            m.d.sync += ca_on.eq(1)
-            m.next = "SUMS1"
-
     def _plan_pieces(self, m, t):
         """The planner's piece states: SUMS, CUT, CUT2, CALC (the pieces and the checks that need
         no lookup) and PUSH (the entry into ``key_q``)."""
         (a_r, bad_nsge, c, ca_hi, ca_i, ca_lo, ca_on, cdone, cqe_on, dl_rs, head_wr, kp_wr, kq,
-         kva_wr, li_cs, li_r, mend, off, overflow, pchk, pd_wr, pin, pv, pv_c, release, ring_ok,
-         run, run_c, sp_wr, va_op, wp, wqe) = (
+         kva_wr, li_cs, li_r, mend, off, overflow, pchk, pd_wr, pin, plen, pv, pv_c, release,
+         ring_ok, run, run_c, sp_wr, v_rs, va_op, wp, wqe, zlen) = (
             t.a_r, t.bad_nsge, t.c, t.ca_hi, t.ca_i, t.ca_lo, t.ca_on, t.cdone, t.cqe_on, t.dl_rs,
             t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.li_cs, t.li_r, t.mend, t.off, t.overflow,
-            t.pchk, t.pd_wr, t.pin, t.pv, t.pv_c, t.release, t.ring_ok, t.run, t.run_c, t.sp_wr,
-            t.va_op, t.wp, t.wqe)
+            t.pchk, t.pd_wr, t.pin, t.plen, t.pv, t.pv_c, t.release, t.ring_ok, t.run, t.run_c,
+            t.sp_wr, t.v_rs, t.va_op, t.wp, t.wqe, t.zlen)
         with m.State("SUMS"):
-            m.d.sync += pchk.eq(0)
+            # SGE 0's range [0, len0) to the cut, the message end
+            m.d.sync += [run.eq(li_cs[0]), li_r.eq(li_cs[1]), ca_lo.eq(0), ca_hi.eq(li_cs[0]),
+                         ca_i.eq(0), mend.eq(off + plen), pchk.eq(0)]
             with m.If(pchk & ~ring_ok):
                 # a held WQE's slot hit, read from another ring (see TAKE)
                 m.d.sync += pin.eq(0)
                 m.next = "FETCH"
+            with m.Elif(c.write | zlen):
+                # no piece from the SGEs: an RDMA WRITE's piece is c's (its va is written in
+                # CALC), and a SEND of no payload at offset 0 has none (the message ends at
+                # 0: no overflow)
+                m.d.sync += [bad_nsge.eq(wqe.nsge > MAX_SGE), overflow.eq(0),
+                             *[v.eq(0) for v in v_rs]]
+                m.next = "CALC"
+            with m.Elif(wqe.nsge[1:] == 0):
+                # at most one SGE: one piece, the others empty
+                m.d.sync += [ca_on.eq(1), *[v.eq(0) for v in v_rs[1:]]]
+                m.next = "CUT"
             with m.Else():
-                self._sum_first(m, t)
+                m.d.sync += ca_on.eq(1)
+                m.next = "SUMS1"
         for i in range(1, MAX_SGE):
             # SGE i's range [run, run + len_i) to the cut (one add a cycle)
             with m.State(f"SUMS{i}"):
