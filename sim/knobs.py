@@ -237,7 +237,7 @@ KNOBS = Registry([
         K("FUZZ_KEEP_GOING", "flag", False, "count every invariant violation and fail at the "
           "end, instead of at the first (`make fuzz` sets it)", "test_fuzz.py"),
         K("FUZZ_STRICT_ACK", "flag", True, "an ACKNOWLEDGE from a foreign IPv4 or to a QP in "
-          "RESET must count 6 (0: unchecked, the behaviour before that fix)"),
+          "RESET must count 6 (0: not checked)"),
         K("FUZZ_SERIAL_HOSTILE", "flag", False, "attribution mode: every hostile frame sent "
           "alone, counter 6 checked after each"),
         K("FUZZ_RUNT_PACING", "flag", False, "a frame shorter than 60 bytes is followed by "
