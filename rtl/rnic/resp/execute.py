@@ -419,6 +419,7 @@ class Execute(wiring.Component):
         self._release(m, t)
         # stage 1: the pieces, the outcome registers, the plan records and queues, its FSM
         _add(t, self._pieces(m, t))
+        _add(t, self._piece_fields(m, t))
         _add(t, self._outcome(m, t))
         _add(t, self._plan_records(m, t))
         self._planner(m, t)
@@ -750,10 +751,9 @@ class Execute(wiring.Component):
             m.d.comb += self.complete.payload.status.eq(WcStatus.LOC_QP_OP_ERR)
 
     def _pieces(self, m, t):
-        """The piece calculation of states SUMS (prefix sums, the cut), CUT, CUT2 and CALC: the
-        SGE sums, the pieces' registers, and each piece's valid flag, key, va, length and source
-        offset as the plan records take them (``*_c``). Adds these, with ``off``, ``plen`` and
-        ``has_beats``."""
+        """The piece calculation of states SUMS (the SGE ranges), CUT and CUT2 (the cut): the
+        running sum, the cut unit and each piece's registers. Adds these, with ``off``, ``plen``
+        and ``has_beats``."""
         c, wqe = t.c, t.wqe
         off = c.offset
         plen = c.payload_len
@@ -809,6 +809,18 @@ class Execute(wiring.Component):
                                  src_rs[i].eq(cb_st - off)]
                     if i:
                         m.d.sync += dl_rs[i].eq(cb_st - cb_lo)
+        return types.SimpleNamespace(
+            a_r=a_r, ca_hi=ca_hi, ca_i=ca_i, ca_lo=ca_lo, ca_on=ca_on, dl_rs=dl_rs,
+            has_beats=has_beats, li_cs=li_cs, li_r=li_r, ln_rs=ln_rs, mend=mend, off=off,
+            plen=plen, run=run, run_c=run_c, src_rs=src_rs, v_rs=v_rs)
+
+    def _piece_fields(self, m, t):
+        """Each piece's valid flag, key, va, length and source offset as the plan records take
+        them (``*_c``): the SGE pieces' from the cut's registers and the one va adder, an RDMA
+        WRITE's or READ's one piece from c. Adds these, ``va_op`` (the adder's operand, loaded
+        by the planner) and the outcome flags ``overflow``, ``bad_nsge``."""
+        a_r, c, ln_rs, plen, src_rs, v_rs, wqe = (
+            t.a_r, t.c, t.ln_rs, t.plen, t.src_rs, t.v_rs, t.wqe)
         # the pieces' va: one adder, a_r + ``va_op`` (``off`` for piece 0 in CUT2, piece 1's
         # offset in its SGE in CALC, piece 2's in PUSH), the operand a register loaded the
         # state before
@@ -848,10 +860,8 @@ class Execute(wiring.Component):
                                                # in CUT, the sum complete by then)
         bad_nsge = Signal()                    # registered in CUT
         return types.SimpleNamespace(
-            a_r=a_r, bad_nsge=bad_nsge, ca_hi=ca_hi, ca_i=ca_i, ca_lo=ca_lo, ca_on=ca_on,
-            dl_rs=dl_rs, has_beats=has_beats, li_cs=li_cs, li_r=li_r, mend=mend, off=off,
-            overflow=overflow, pkey_c=pkey_c, plen=plen, plen_c=plen_c, psrc_c=psrc_c,
-            pv_c=pv_c, pva_c=pva_c, run=run, run_c=run_c, v_rs=v_rs, va_op=va_op)
+            bad_nsge=bad_nsge, overflow=overflow, pkey_c=pkey_c, plen_c=plen_c, psrc_c=psrc_c,
+            pv_c=pv_c, pva_c=pva_c, va_op=va_op)
 
     def _outcome(self, m, t):
         """Stage 3's second read ports of the marks, the planner's outcome registers (carried in
@@ -1213,14 +1223,19 @@ class Execute(wiring.Component):
 
     def _plan_wqe(self, m, t):
         """The planner's WQE states: LOOK (the store's tags compared), HIT (the planner's row or a
-        pool slot), TAKE, and FETCH/FETCH_WAIT (the WQE read into row P)."""
-        (P, ab, c, c_ring, cdone, d_eq, d_index, d_qpn, d_ring, d_valid, ev_q, faddr, faddr_c,
-         fetch, fl_ev, flushing, look_eq, pchk, pin, plan_fetch, plan_hit_r, plan_look, plan_tk,
-         pool, prow, prow_oh, rdflt, ring_ok, take, wd_err, wq_held) = (
-            t.P, t.ab, t.c, t.c_ring, t.cdone, t.d_eq, t.d_index, t.d_qpn, t.d_ring, t.d_valid,
-            t.ev_q, t.faddr, t.faddr_c, t.fetch, t.fl_ev, t.flushing, t.look_eq, t.pchk, t.pin,
-            t.plan_fetch, t.plan_hit_r, t.plan_look, t.plan_tk, t.pool, t.prow, t.prow_oh, t.rdflt,
-            t.ring_ok, t.take, t.wd_err, t.wq_held)
+        pool slot), TAKE, and FETCH/FETCH_WAIT (the WQE read into row P), in the parts
+        :meth:`_plan_look` and :meth:`_plan_take`."""
+        self._plan_look(m, t)
+        self._plan_take(m, t)
+
+    def _plan_look(self, m, t):
+        """LOOK, LOOK_LD and HIT: the store's tags compared with c's WQE, the held index loaded
+        when it is not c's, and the row the planner works from chosen (its own row P, or a pool
+        slot with data, pinned), else a read of its own."""
+        (P, c, d_eq, d_valid, faddr, faddr_c, look_eq, pchk, pin, plan_hit_r, plan_look, plan_tk,
+         pool, prow, prow_oh, wq_held) = (
+            t.P, t.c, t.d_eq, t.d_valid, t.faddr, t.faddr_c, t.look_eq, t.pchk, t.pin, t.plan_hit_r,
+            t.plan_look, t.plan_tk, t.pool, t.prow, t.prow_oh, t.wq_held)
         with m.State("LOOK"):
             m.d.sync += plan_tk.eq(1)
             # match the pool: same QP, same ring index, same ring (compared the cycle before)
@@ -1271,6 +1286,15 @@ class Execute(wiring.Component):
             else:
                 with m.Else():
                     m.next = "FETCH"
+
+    def _plan_take(self, m, t):
+        """TAKE (a pool slot's ring tested, the WQE taken), FETCH and FETCH_WAIT (the WQE read
+        into row P: a WQE to take, a held WQE the store lost, or a flush's WQE)."""
+        (P, ab, c, c_ring, cdone, d_index, d_qpn, d_ring, d_valid, ev_q, fetch, fl_ev, flushing,
+         pchk, pin, plan_fetch, plan_tk, prow, rdflt, ring_ok, take, wd_err) = (
+            t.P, t.ab, t.c, t.c_ring, t.cdone, t.d_index, t.d_qpn, t.d_ring, t.d_valid, t.ev_q,
+            t.fetch, t.fl_ev, t.flushing, t.pchk, t.pin, t.plan_fetch, t.plan_tk, t.prow, t.rdflt,
+            t.ring_ok, t.take, t.wd_err)
         with m.State("TAKE"):
             m.d.sync += plan_tk.eq(1)
             with m.If(pchk & ~ring_ok):
@@ -1397,7 +1421,16 @@ class Execute(wiring.Component):
 
     def _key_checks(self, m, t):
         """Stage 2, the key checks: one Key Cache lookup per piece of the plan at the head of
-        ``key_q``, into ``iss_q`` (see the module docstring)."""
+        ``key_q``, into ``iss_q`` (see the module docstring), in the parts
+        :meth:`_key_request` and :meth:`_key_fsm`."""
+        _add(t, self._key_request(m, t))
+        self._key_fsm(m, t)
+
+    def _key_request(self, m, t):
+        """The key checks' registers: the piece ``j`` looked up, the lookup request loaded from
+        registers every cycle (the piece ``j`` selects next), the bus addresses written back,
+        and the entry as it leaves into ``iss_q`` with a failed key's outcome. Adds what the
+        FSM drives and tests."""
         (bus_wr, inv_inc, inv_pend, iss_q, k_idle, ke, key_q, kp_rd, kva_rd, pd_rd) = (
             t.bus_wr, t.inv_inc, t.inv_pend, t.iss_q, t.k_idle, t.ke, t.key_q, t.kp_rd, t.kva_rd,
             t.pd_rd)
@@ -1460,6 +1493,18 @@ class Execute(wiring.Component):
                          iq.payload.cqe_on.eq(~rk | ke.wqe),
                          iq.payload.cdone.eq(~rk | ke.wqe)]
         m.d.comb += iq.payload.invc.eq(ke.inv & ~iq.payload.nowrite)
+        return types.SimpleNamespace(
+            iq=iq, j=j, j_d=j_d, k_fail=k_fail, k_fail_c=k_fail_c, k_first=k_first, k_next=k_next,
+            kh=kh, lk_look=lk_look, lk_look_d=lk_look_d)
+
+    def _key_fsm(self, m, t):
+        """The key checks' FSM ``keys``: K_IDLE takes the plan at ``key_q``'s head, K_LOOK issues
+        a piece's lookup (after an older packet's invalidate), K_WAIT writes its bus address
+        and goes on to the next piece or pushes the entry (K_PUSH when ``iss_q`` is full)."""
+        (bus_wr, inv_inc, inv_pend, iq, iss_q, j, j_d, k_fail, k_fail_c, k_first, k_idle, k_next,
+         kh, lk_look, lk_look_d) = (
+            t.bus_wr, t.inv_inc, t.inv_pend, t.iq, t.iss_q, t.j, t.j_d, t.k_fail, t.k_fail_c,
+            t.k_first, t.k_idle, t.k_next, t.kh, t.lk_look, t.lk_look_d)
         with m.FSM(name="keys"):
             with m.State("K_IDLE"):
                 m.d.comb += [k_idle.eq(1), j_d.eq(k_first)]
