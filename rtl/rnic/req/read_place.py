@@ -346,8 +346,8 @@ class ReadPlace(wiring.Component):
         with m.Elif(set_c | set_l):
             m.d.sync += c_valid.eq(1)
         return types.SimpleNamespace(
-            h=h, c_valid=c_valid, c_eq=c_eq, c_qpn=c_qpn, c_idx=c_idx, c_next=c_next, set_c=set_c, set_l=set_l,
-            clr_c=clr_c)
+            h=h, c_valid=c_valid, c_eq=c_eq, c_qpn=c_qpn, c_idx=c_idx, c_next=c_next, set_c=set_c,
+            set_l=set_l, clr_c=clr_c)
 
     def _stale_mark(self, m, t):
         """The stale mark {``s_qpn``, ``s_una``, ``s_gap``} kept from the completer's last answer

@@ -774,7 +774,7 @@ class Execute(wiring.Component):
             m.d.comb += li.eq(Mux(wqe.nsge > i, wqe.sge[i].length, 0))
             li_cs.append(li)
         # The SGEs' ranges in the message, one a state: SUMS<i> loads SGE i's [lo, hi)
-        # (``ca_lo``, ``ca_hi``; ``run``, the sum so far, is the next lo) and ``ca_on``. The
+        # (``ca_lo``, and ``run``, the sum so far, which is the range's hi) and ``ca_on``. The
         # cut is two registered steps that run every cycle on what was loaded the cycle
         # before (one set of compares and subtractions for the three pieces):
         #   A: the overlap with the packet, start = max(offset, lo), end = min(mend, hi);
@@ -786,7 +786,6 @@ class Execute(wiring.Component):
         run_c = Signal(35)
         m.d.comb += run_c.eq(run + li_r)
         ca_lo = Signal(35)
-        ca_hi = Signal(35)
         ca_on = Signal()
         ca_i = Signal(2)
         cb_st = Signal(35)
@@ -796,7 +795,7 @@ class Execute(wiring.Component):
         cb_i = Signal(2)
         m.d.sync += [ca_on.eq(0),
                      cb_st.eq(Mux(off > ca_lo, off, ca_lo)),
-                     cb_en.eq(Mux(mend < ca_hi, mend, ca_hi)),
+                     cb_en.eq(Mux(mend < run, mend, run)),
                      cb_lo.eq(ca_lo), cb_on.eq(ca_on), cb_i.eq(ca_i)]
         v_rs = [Signal(name=f"p_valid_r{i}") for i in range(MAX_SGE)]
         ln_rs = [Signal(13, name=f"p_len_r{i}") for i in range(MAX_SGE)]
@@ -810,7 +809,7 @@ class Execute(wiring.Component):
                     if i:
                         m.d.sync += dl_rs[i].eq(cb_st - cb_lo)
         return types.SimpleNamespace(
-            a_r=a_r, ca_hi=ca_hi, ca_i=ca_i, ca_lo=ca_lo, ca_on=ca_on, dl_rs=dl_rs,
+            a_r=a_r, ca_i=ca_i, ca_lo=ca_lo, ca_on=ca_on, dl_rs=dl_rs,
             has_beats=has_beats, li_cs=li_cs, li_r=li_r, ln_rs=ln_rs, mend=mend, off=off,
             plen=plen, run=run, run_c=run_c, src_rs=src_rs, v_rs=v_rs)
 
@@ -1344,16 +1343,16 @@ class Execute(wiring.Component):
     def _plan_pieces(self, m, t):
         """The planner's piece states: SUMS, CUT, CUT2, CALC (the pieces and the checks that need
         no lookup) and PUSH (the entry into ``key_q``)."""
-        (a_r, bad_nsge, c, ca_hi, ca_i, ca_lo, ca_on, cdone, cqe_on, dl_rs, head_wr, kp_wr, kq,
+        (a_r, bad_nsge, c, ca_i, ca_lo, ca_on, cdone, cqe_on, dl_rs, head_wr, kp_wr, kq,
          kva_wr, li_cs, li_r, mend, off, overflow, pchk, pd_wr, pin, plen, pv, pv_c, release,
          ring_ok, run, run_c, sp_wr, v_rs, va_op, wp, wqe, zlen) = (
-            t.a_r, t.bad_nsge, t.c, t.ca_hi, t.ca_i, t.ca_lo, t.ca_on, t.cdone, t.cqe_on, t.dl_rs,
+            t.a_r, t.bad_nsge, t.c, t.ca_i, t.ca_lo, t.ca_on, t.cdone, t.cqe_on, t.dl_rs,
             t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.li_cs, t.li_r, t.mend, t.off, t.overflow,
             t.pchk, t.pd_wr, t.pin, t.plen, t.pv, t.pv_c, t.release, t.ring_ok, t.run, t.run_c,
             t.sp_wr, t.v_rs, t.va_op, t.wp, t.wqe, t.zlen)
         with m.State("SUMS"):
             # SGE 0's range [0, len0) to the cut, the message end
-            m.d.sync += [run.eq(li_cs[0]), li_r.eq(li_cs[1]), ca_lo.eq(0), ca_hi.eq(li_cs[0]),
+            m.d.sync += [run.eq(li_cs[0]), li_r.eq(li_cs[1]), ca_lo.eq(0),
                          ca_i.eq(0), mend.eq(off + plen), pchk.eq(0)]
             with m.If(pchk & ~ring_ok):
                 # a held WQE's slot hit, read from another ring (see TAKE)
@@ -1376,7 +1375,7 @@ class Execute(wiring.Component):
         for i in range(1, MAX_SGE):
             # SGE i's range [run, run + len_i) to the cut (one add a cycle)
             with m.State(f"SUMS{i}"):
-                m.d.sync += [run.eq(run_c), ca_lo.eq(run), ca_hi.eq(run_c), ca_i.eq(i),
+                m.d.sync += [run.eq(run_c), ca_lo.eq(run), ca_i.eq(i),
                              ca_on.eq(1)]
                 if i + 1 < MAX_SGE:
                     m.d.sync += li_r.eq(li_cs[i + 1])

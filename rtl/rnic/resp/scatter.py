@@ -366,9 +366,9 @@ class SharedScatter(wiring.Component):
     width : int
         Data width W (64, 128, 256, 512).
     pay_depth : int
-        Beats of the payload FIFO (0: none, and no two-beat queue behind it either). Default 64: a whole
-        4 KiB packet at W=512, so the next command is planned while the FIFO still feeds the
-        AXI W channel.
+        Beats of the payload FIFO (0: none, and no two-beat queue behind it either). Default
+        64: a whole 4 KiB packet at W=512, so the next command is planned while the FIFO still
+        feeds the AXI W channel.
 
     Attributes
     ----------
