@@ -1,8 +1,8 @@
 """Where a packet is, cycle by cycle: a block trace of ``rnic`` cores for cocotb tests.
 
 While a test runs, :class:`Tracer` samples the handshakes between the blocks *inside* the core
-through the simulator's hierarchy (``dut.psn_check.meta__valid`` …; no port is added to ``rnic``;
-Icarus sees every net, Verilator sees them because the cocotb runner builds with
+through the simulator's hierarchy (``dut.resp.psn_check.meta__valid`` …; no port is added to
+``rnic``; Icarus sees every net, Verilator sees them because the cocotb runner builds with
 ``--public-flat-rw``). Each probe is a ``valid``/``ready`` pair named by the instance and port names
 Amaranth gives the generated Verilog; a probe whose handles are absent (a block renamed or not
 wired in this version of the top) is skipped and listed as ``missing`` in the trace's header.
@@ -65,50 +65,50 @@ def _p(key, block, text, valid, ready, side="responder"):
 PROBES = [
     # ---- requester (present once the requester is wired into the top) ----------------------
     _p("sq_db", "Send Queue", "SQ doorbell taken: the requester sees the posted send WQE",
-       "requester.sq_db__valid", "requester.sq_db__ready", "requester"),
+       "req.requester.sq_db__valid", "req.requester.sq_db__ready", "requester"),
     _p("sq_ctx", "WQE fetch", "QP context read for the requester",
-       "requester.ctx_req__valid", "requester.ctx_req__ready", "requester"),
+       "req.requester.ctx_req__valid", "req.requester.ctx_req__ready", "requester"),
     _p("wqe_rd", "WQE fetch", "send WQE read issued to host memory",
        "host_memory.read_1__req__valid", "host_memory.read_1__req__ready", "requester"),
     _p("wqe_data", "WQE fetch", "send WQE back from host memory",
-       "requester.wqe_rd__resp__valid", "requester.wqe_rd__resp__ready", "requester"),
+       "req.requester.wqe_rd__resp__valid", "req.requester.wqe_rd__resp__ready", "requester"),
     _p("gather_key", "Key Cache", "lkey of the source buffer looked up",
-       "requester.lookup__req__valid", "requester.lookup__req__ready", "requester"),
+       "req.requester.lookup__req__valid", "req.requester.lookup__req__ready", "requester"),
     _p("gather_key_resp", "Key Cache", "lkey answer back",
-       "requester.lookup__resp__valid", "requester.lookup__resp__ready", "requester"),
+       "req.requester.lookup__resp__valid", "req.requester.lookup__resp__ready", "requester"),
     _p("gather", "Gather Path", "payload read issued to host memory",
        "host_memory.read_2__req__valid", "host_memory.read_2__req__ready", "requester"),
     _p("gather_data", "Gather Path", "payload beats back from host memory",
        "tx_build.rd__resp__valid", "tx_build.rd__resp__ready", "requester"),
     _p("tx_build", "TX frame builder", "request packet handed to the TX frame builder",
-       "requester.pkt__valid", "requester.pkt__ready", "requester"),
+       "req.requester.pkt__valid", "req.requester.pkt__ready", "requester"),
     # ---- responder: software's side ----------------------------------------------------------
     _p("rq_db", "RQ doorbell", "the application posted a receive WQE: RQ doorbell taken",
-       "psn_check.rq_db__valid", "psn_check.rq_db__ready"),
+       "resp.psn_check.rq_db__valid", "resp.psn_check.rq_db__ready"),
     # ---- the wire in ------------------------------------------------------------------------
     _p("rx_in", "MAC receive", "frame beats arrive on s_axis_rx",
        "s_axis_rx_tvalid", "s_axis_rx_tready"),
     _p("rx_meta", "RX Parse", "headers and ICRC checked: the packet's metadata leaves RX Parse",
-       "psn_check.meta__valid", "psn_check.meta__ready"),
+       "resp.psn_check.meta__valid", "resp.psn_check.meta__ready"),
     # ---- requester: the ACK comes back ------------------------------------------------------
     _p("ack_in", "Replay Buffer", "ACK/NAK taken by the requester",
-       "requester.ack__valid", "requester.ack__ready", "requester"),
+       "req.requester.ack__valid", "req.requester.ack__ready", "requester"),
     _p("retire", "Replay Buffer", "WQE retired: send completion handed on",
-       "requester.cpl__valid", "requester.cpl__ready", "requester"),
+       "req.requester.cpl__valid", "req.requester.cpl__ready", "requester"),
     _p("send_cqe", "CQE Generation", "send completion handed to CQE Generation",
-       "req_context.cqe__valid", "req_context.cqe__ready", "requester"),
+       "req.req_context.cqe__valid", "req.req_context.cqe__ready", "requester"),
     # ---- responder ----------------------------------------------------------------------------
     _p("psn_exe", "PSN Check", "PSN, opcode and access judged: command to execute",
-       "execute.exe__valid", "execute.exe__ready"),
+       "resp.execute.exe__valid", "resp.execute.exe__ready"),
     _p("rq_rd", "RQ fetch", "receive WQE read issued to host memory",
        "host_memory.read_0__req__valid", "host_memory.read_0__req__ready"),
     _p("rq_data", "RQ fetch", "receive WQE back from host memory",
-       "host_memory.read_0__resp__valid", ("execute.rd__resp__ready",
+       "host_memory.read_0__resp__valid", ("resp.execute.rd__resp__ready",
                                            "host_memory.read_0__resp__ready")),
     _p("key_req", "Key Cache", "lkey/rkey lookup issued",
-       "execute.lookup__req__valid", "execute.lookup__req__ready"),
+       "resp.execute.lookup__req__valid", "resp.execute.lookup__req__ready"),
     _p("key_resp", "Key Cache", "lookup answer back",
-       "execute.lookup__resp__valid", "execute.lookup__resp__ready"),
+       "resp.execute.lookup__resp__valid", "resp.execute.lookup__resp__ready"),
     _p("wr_req", "Scatter Path", "payload write burst issued (AW)",
        "host_memory.write_0__req__valid", "host_memory.write_0__req__ready"),
     _p("wr_data", "Scatter Path", "payload beats written to host memory",
@@ -118,11 +118,11 @@ PROBES = [
     _p("inval_resp", "invalidate", "invalidation answered",
        "key_cache.inval__resp__valid", "key_cache.inval__resp__ready"),
     _p("done", "PSN Check", "execute reports the packet placed (writes issued): ACK released",
-       "psn_check.done__valid", "psn_check.done__ready"),
+       "resp.psn_check.done__valid", "resp.psn_check.done__ready"),
     _p("ack_build", "TX frame builder", "ACK/NAK handed to the TX frame builder by PSN Check",
-       "psn_check.ack_tx__valid", "psn_check.ack_tx__ready"),
+       "resp.psn_check.ack_tx__valid", "resp.psn_check.ack_tx__ready"),
     _p("complete", "CQE Generation", "completion handed to CQE Generation",
-       "execute.complete__valid", "execute.complete__ready"),
+       "resp.execute.complete__valid", "resp.execute.complete__ready"),
     _p("cqe_req", "CQE Generation", "CQE write burst issued (AW)",
        "host_memory.write_1__req__valid", "host_memory.write_1__req__ready"),
     _p("cqe_data", "CQE Generation", "CQE written to the completion queue",
@@ -223,7 +223,7 @@ class Tracer:
                     self.missing.append(f"{lab}.{p.key}" if lab else p.key)
                 else:
                     self.live.append((lab, p, v, r))
-            self._meta_payload[lab] = _resolve(dut, core, "psn_check.meta__payload")
+            self._meta_payload[lab] = _resolve(dut, core, "resp.psn_check.meta__payload")
             pre = core[1]
             for key, port in (("rx_in", "s_axis_rx"), ("tx_out", "m_axis_tx")):
                 self._streams[(lab, key)] = [[], getattr(dut, f"{pre}{port}_tdata"),
@@ -465,7 +465,8 @@ def compare(dir1, dir2, tests):
     return diffs
 
 
-_COLORS = {"RQ doorbell": "#7f7f7f", "MAC receive": "#7f7f7f", "RX Parse": "#1f77b4", "PSN Check": "#ff7f0e",
+_COLORS = {"RQ doorbell": "#7f7f7f", "MAC receive": "#7f7f7f", "RX Parse": "#1f77b4",
+           "PSN Check": "#ff7f0e",
            "RQ fetch": "#2ca02c", "Key Cache": "#d62728", "Scatter Path": "#9467bd",
            "invalidate": "#8c564b", "ACK/NAK builder": "#e377c2", "CQE Generation": "#17becf",
            "MAC transmit": "#bcbd22", "Send Queue": "#7f7f7f", "WQE fetch": "#2ca02c",
@@ -636,7 +637,8 @@ the wire as a pcap (`.pcap`, timestamps = cycle numbers in µs; open it in Wires
 
 _PAIR_INTRO = """## Two cores: requester A, responder B
 
-`tb/system/test_two_rnic.py`'s directed scenarios (`tb/system/cocotb_two_rnic.py`) on two `rnic` cores joined
+`tb/system/test_two_rnic.py`'s directed scenarios (`tb/system/cocotb_two_rnic.py`) on two `rnic` \
+cores joined
 by the testbench's wire (`sim/pair.py`), Icarus, W=64, path MTU 256. Lines marked **A** happen in
 the requester's core, **B** in the responder's; a frame appears twice, leaving one core
 (`MAC transmit`) and entering the other (`MAC receive`) a cycle or two later (the wire is the
@@ -648,17 +650,24 @@ message from two SGEs, so three packets (SEND_FIRST, SEND_MIDDLE, SEND_LAST at P
 
 | book step | in the trace |
 |---|---|
-| 1. B's application has posted a receive WQE | B RQ doorbell, B RQ fetch (the WQE is prefetched on its doorbell) |
+| 1. B's application has posted a receive WQE | B RQ doorbell, B RQ fetch (the WQE is prefetched \
+on its doorbell) |
 | 2. A's application writes the SEND WQE and rings the doorbell | A Send Queue: SQ doorbell taken |
-| 3. RNIC A reads the WQE and the QP's context | A WQE fetch: context read, WQE read issued and back |
-| 4. the Key Cache checks the lkey, the DMA engine reads the payload | A Key Cache (one lookup per SGE), A Gather Path |
-| 5. TX Packet Build puts a BTH in front of the payload; the packet leaves | A TX frame builder, A MAC transmit (three frames) |
+| 3. RNIC A reads the WQE and the QP's context | A WQE fetch: context read, WQE read issued and \
+back |
+| 4. the Key Cache checks the lkey, the DMA engine reads the payload | A Key Cache (one lookup per \
+SGE), A Gather Path |
+| 5. TX Packet Build puts a BTH in front of the payload; the packet leaves | A TX frame builder, A \
+MAC transmit (three frames) |
 | 6. RX Parse on B checks the PSN | B MAC receive, B RX Parse, B PSN Check |
 | 7. the receive WQE at the head of the RQ | B RQ fetch (already on chip: read at step 1) |
 | 8. the Key Cache checks B's lkey, the payload is written | B Key Cache, B Scatter Path |
-| 9. CQE Generation writes the receive completion; the ACK leaves | B PSN Check releases the ACK when the last packet's writes are issued; B CQE Generation, B ACK/NAK builder, B MAC transmit (the ACK does not wait for the CQE; building its frame takes longer than the CQE write here) |
+| 9. CQE Generation writes the receive completion; the ACK leaves | B PSN Check releases the ACK \
+when the last packet's writes are issued; B CQE Generation, B ACK/NAK builder, B MAC transmit (the \
+ACK does not wait for the CQE; building its frame takes longer than the CQE write here) |
 | 10. completion event (only if the CQ was armed) | not armed in this test |
-| 11. the ACK returns; RX Parse on A matches it, the entry retires | A MAC receive, A RX Parse, A Replay Buffer: ACK taken, WQE retired |
+| 11. the ACK returns; RX Parse on A matches it, the entry retires | A MAC receive, A RX Parse, A \
+Replay Buffer: ACK taken, WQE retired |
 | 12. A writes the send completion | A CQE Generation |
 | 13. with immediate: only the receive CQE differs | the SEND with immediate below |
 
@@ -688,7 +697,8 @@ the payload writes are issued — it does not wait for the CQE. Steps 2, 3, 8 an
 on the requester's host (the two-core traces above).
 
 Every other responder scenario records its trace the same way when the tests run with
-`RNIC_TRACE=1` (for example `RNIC_TRACE=1 .venv/bin/python -m pytest -n 0 tb/system/test_responder.py
+`RNIC_TRACE=1` (for example `RNIC_TRACE=1 .venv/bin/python -m pytest -n 0 \
+tb/system/test_responder.py
 -k "scenarios and w64 and icarus"`, then `.venv/bin/python -m sim.trace show
 build/trace/w64-icarus/*.jsonl`); `make regress-full` runs them all traced
 (`test_responder_trace_every_scenario`).

@@ -1,7 +1,23 @@
 """The ``rnic`` top module: every port of interface.md §2 by its exact Verilog name.
 
-This is the composer of the core (the LUNA pattern): it instantiates the blocks and connects
-them, so the data path reads top to bottom here (``docs/architecture.md`` has the picture):
+This is the composer of the core (the LUNA pattern), with a composer per layer under it: the
+responder layer (:class:`~rnic.resp.layer.ResponderLayer`, instance ``resp``: PSN Check, Execute,
+CQE Generation and the merges and the skid buffer between them) and the requester layer
+(:class:`~rnic.req.layer.RequesterLayer`, instance ``req``: the Requester, its context, READ
+Place, their merge and lookup register). Each layer's ports are its blocks' own, passed through.
+
+What both layers use stays here, one of each (design-rules.md §5), and this module connects
+it to both: RX Parse (its frames carry requests for the responder and responses for the
+requester, both judged by PSN Check), the Key Cache (lookup port 0 the responder's, 1 the
+requester's), the Scatter Path (Execute's payload and the READ responses READ Place accepts, in
+arrival order), the host-memory AXI master, the TX side (READ response engine, arbiter, frame
+builder: frames of both layers), the control plane with its event merge and counters, and
+the microsecond strobe. So do the few connections between the layers: SET_QP and QUERY_QP
+between PSN Check and the requester context, the response frames for READ Place, the
+requester's completions and error completions into the responder layer's merges. CQE
+Generation sits in the responder layer, the consumer of Execute's reservations, with the
+requester's completions one input of its merge. The data path reads top to bottom here
+(``docs/architecture.md`` has the picture):
 
 * **Responder**: MAC receive → RX Parse → PSN Check (QP context, pending ACK/NAKs) → Execute
   (RQ fetch, Key Cache lookups, Scatter, invalidate) → CQE Generation; ACK/NAK descriptors and
@@ -14,9 +30,9 @@ them, so the data path reads top to bottom here (``docs/architecture.md`` has th
   IPv4; a READ response's payload on ``rr_pay``) → READ placement
   (:class:`~rnic.req.read_place.ReadPlace`: the requester's completer judges each READ
   response, the placement writes it through the READ's SGEs) → Requester; its completions →
-  :class:`~rnic.req.req_context.ReqContext` (send CQN, flush marking, QP-to-ERROR reports, event 4)
-  → CQE Generation. The requester sees the QP context through ``ReqContext``'s shadow table, written
-  from PSN Check's ``qp_set``.
+  :class:`~rnic.req.req_context.ReqContext` (send CQN, flush marking, QP-to-ERROR reports,
+  event 4) → CQE Generation. The requester sees the QP context through ``ReqContext``'s shadow
+  table, written from PSN Check's ``qp_set``.
 * **Transmit**: the TX arbiter picks whole frames (the responder's and the requester's
   descriptors, round-robin; each frame's gather chunks follow it) for the one TX frame builder
   (:class:`~rnic.tx.build.TxBuild`: headers, gather reads, IPv4 checksum, ICRC), which drives the
@@ -50,18 +66,14 @@ from .ifaces import NUM_COUNTERS, Counter, event_layout
 from .params import RnicConfig
 from .parts import add as _add
 from .rx.parse import RxParse
-from .resp.psn_check import PsnCheck
-from .resp.execute import Execute
-from .keys.key_cache import KeyCache, lookup_req_layout
-from .host.cqe_gen import CqeGen
+from .resp.layer import ResponderLayer
+from .keys.key_cache import KeyCache
 from .host.axi_master import HostMemory
 from .tx.arbiter import TxArbiter
 from .tx.build import TxBuild
 from .tx.read_resp import ReadResp
-from .stream import Queue, SkidBuffer, StreamMerge
-from .req.requester import Requester
-from .req.req_context import ReqContext
-from .req.read_place import ReadPlace
+from .stream import StreamMerge
+from .req.layer import RequesterLayer
 from .resp.scatter import SharedScatter
 
 #: HostMemory's read clients in port order, each with its read buffer in beats: the responder's
@@ -194,16 +206,14 @@ class RNIC(wiring.Component):
         return types.SimpleNamespace(sweep=sweep)
 
     def _blocks(self, m, t):
-        """The blocks of the core, each a submodule. Adds them (``rx``, ``psn``, ``exe``, ``keys``,
-        ``cqe``, ``hmem`` with ``hmem_rd``, its read clients by name, ``rdr``, ``arb``,
-        ``build``, ``req``, ``rctx``, ``rpl``)."""
+        """The layers and the shared blocks of the core, each a submodule. Adds them (``rx``,
+        ``resp``, ``req``, ``keys``, ``hmem`` with ``hmem_rd``, its read clients by name,
+        ``scatter``, ``rdr``, ``arb``, ``build``)."""
         cfg = t.cfg
         W = cfg.data_width
         m.submodules.rx_parse = rx = RxParse(width=W)
-        m.submodules.psn_check = psn = PsnCheck(width=W, num_qp=cfg.num_qp)
-        m.submodules.execute = exe = Execute(width=W, num_qp=cfg.num_qp)
+        m.submodules.resp = resp = ResponderLayer(width=W, num_qp=cfg.num_qp, num_cq=cfg.num_cq)
         m.submodules.key_cache = keys = KeyCache(key_entries=cfg.key_entries, num_ports=2)
-        m.submodules.cqe_gen = cqe = CqeGen(width=W, num_cq=cfg.num_cq)
         m.submodules.scatter = scatter = SharedScatter(width=W)
         m.submodules.host_memory = hmem = HostMemory(
             width=W, read_clients=len(READ_CLIENTS), write_clients=2,
@@ -212,19 +222,15 @@ class RNIC(wiring.Component):
         m.submodules.read_resp = rdr = ReadResp(num_qp=cfg.num_qp)
         m.submodules.tx_arbiter = arb = TxArbiter()
         m.submodules.tx_build = build = TxBuild(W, num_qp=cfg.num_qp)
-        m.submodules.requester = req = Requester(width=W, num_qp=cfg.num_qp)
-        m.submodules.req_context = rctx = ReqContext(num_qp=cfg.num_qp)
-        m.submodules.read_place = rpl = ReadPlace(width=W, slots=req.read_slots)
+        m.submodules.req = req = RequesterLayer(width=W, num_qp=cfg.num_qp)
         return types.SimpleNamespace(
-            rx=rx, psn=psn, exe=exe, keys=keys, cqe=cqe, hmem=hmem, hmem_rd=hmem_rd, rdr=rdr,
-            arb=arb, build=build, req=req, rctx=rctx, rpl=rpl, scatter=scatter)
+            rx=rx, resp=resp, keys=keys, hmem=hmem, hmem_rd=hmem_rd, rdr=rdr, arb=arb,
+            build=build, req=req, scatter=scatter)
 
     def _receive(self, m, t):
         """The responder's input: the MAC receive stream into RX Parse, on to PSN Check; the control
         plane's command ports and doorbells to their blocks."""
-        cqe, ctl, keys, psn, req, rx = t.cqe, t.ctl, t.keys, t.psn, t.req, t.rx
-        # ---- the responder: RX Parse -> PSN Check -> execute (RQ fetch, Scatter, invalidate)
-        #      -> CQE Generation; ACK/NAK frames -> TX arbiter -> MAC transmit -----------------
+        ctl, keys, resp, req, rx = t.ctl, t.keys, t.resp, t.req, t.rx
         # MAC receive
         m.d.comb += [
             rx.i.payload.data.eq(self.s_axis_rx_tdata),
@@ -236,16 +242,16 @@ class RNIC(wiring.Component):
             rx.local_mac.eq(ctl.local_mac), rx.local_ip.eq(ctl.local_ip),
             rx.drop_all.eq(ctl.drop_all),
         ]
-        wiring.connect(m, rx.meta, psn.meta)
-        wiring.connect(m, rx.payload, psn.payload)
+        wiring.connect(m, rx.meta, resp.meta)
+        wiring.connect(m, rx.payload, resp.payload)
 
         # command ports and doorbells
-        wiring.connect(m, ctl.qp, psn.cmd)
-        wiring.connect(m, ctl.cq, cqe.cmd)
+        wiring.connect(m, ctl.qp, resp.qp_cmd)
+        wiring.connect(m, ctl.cq, resp.cq_cmd)
         wiring.connect(m, ctl.key, keys.cmd)
-        for src, dst, fields in ((ctl.rq_db, psn.rq_db, ("qpn", "index")),
-                                 (ctl.cq_db, cqe.cq_db, ("cqn", "index")),
-                                 (ctl.cq_arm, cqe.cq_arm, ("cqn", "mode"))):
+        for src, dst, fields in ((ctl.rq_db, resp.rq_db, ("qpn", "index")),
+                                 (ctl.cq_db, resp.cq_db, ("cqn", "index")),
+                                 (ctl.cq_arm, resp.cq_arm, ("cqn", "mode"))):
             num, val = fields
             m.d.comb += [getattr(dst.payload, num).eq(src.payload.number),
                          getattr(dst.payload, val).eq(src.payload.value),
@@ -255,45 +261,19 @@ class RNIC(wiring.Component):
                      req.sq_db.valid.eq(ctl.sq_db.valid), ctl.sq_db.ready.eq(req.sq_db.ready)]
 
     def _responder(self, m, t):
-        """The responder from PSN Check on: Execute (with its done skid buffer), the faults that
-        move a QP to ERROR, the Key Cache's lookup and invalidate ports, CQE Generation and host
-        memory."""
-        (cqe, exe, hmem, hmem_rd, keys, psn, rctx) = (
-            t.cqe, t.exe, t.hmem, t.hmem_rd, t.keys, t.psn, t.rctx)
-        # PSN Check <-> execute
-        wiring.connect(m, psn.exe, exe.exe)
-        wiring.connect(m, psn.pay_out, t.scatter.pay0)
-        # (a skid buffer: PSN Check's done.ready and Execute's done.valid each end at registers;
-        # the handshake ran from one block's pipeline through the other's into its own queues)
-        m.submodules.done_skid = done_skid = SkidBuffer(exe.done.payload.shape())
-        wiring.connect(m, exe.done, done_skid.i)
-        wiring.connect(m, done_skid.o, psn.done)
-        wiring.connect(m, psn.qp_reset, exe.qp_reset)
-        wiring.connect(m, psn.rq_flush, exe.flush)
-        wiring.connect(m, psn.rq_post, exe.rq_post)         # RQ doorbells: WQE prefetch
-        m.submodules.fault_merge = faults = StreamMerge(exe.fault.payload.shape(), 3)
-        wiring.connect(m, exe.fault, faults.i[0])
-        wiring.connect(m, cqe.fault, faults.i[1])
-        wiring.connect(m, rctx.qp_err, faults.i[2])
-        # (PSN Check's fault port has a registered ready: its own two-entry queue)
-        wiring.connect(m, faults.o, psn.fault)
-
-        # execute <-> Key Cache, CQE Generation, host memory
-        wiring.connect(m, keys.lookup0, exe.lookup)
-        wiring.connect(m, keys.inval, exe.inval)
-        wiring.connect(m, exe.reserve, cqe.reserve)
-        wiring.connect(m, cqe.reserve_resp, exe.reserve_resp)
-        # (CQE Generation addresses its CQ table with ``cqn`` as it takes the record: that field
-        # leaves from the merge's register; the record stays with its producer until taken)
-        m.submodules.cpl_merge = cpl_merge = StreamMerge(exe.complete.payload.shape(), 2,
-                                                         registered=("cqn", "status", "flush"))
-        wiring.connect(m, exe.complete, cpl_merge.i[0])
-        wiring.connect(m, rctx.cqe, cpl_merge.i[1])
-        wiring.connect(m, cpl_merge.o, cqe.complete)
-        wiring.connect(m, exe.rd, hmem_rd["rq_wqe"])
-        wiring.connect(m, exe.wr, t.scatter.client0)
+        """The responder layer's shared resources: the Scatter Path for its payload, the Key
+        Cache's lookup port 0 and invalidate port, host memory (receive WQEs, CQEs) and the
+        requester's completions and error completions into it."""
+        hmem, hmem_rd, keys, req, resp = t.hmem, t.hmem_rd, t.keys, t.req, t.resp
+        wiring.connect(m, resp.pay_out, t.scatter.pay0)
+        wiring.connect(m, req.qp_err, resp.req_err)
+        wiring.connect(m, keys.lookup0, resp.lookup)
+        wiring.connect(m, keys.inval, resp.inval)
+        wiring.connect(m, req.cqe, resp.req_cpl)
+        wiring.connect(m, resp.rd, hmem_rd["rq_wqe"])
+        wiring.connect(m, resp.wr, t.scatter.client0)
         wiring.connect(m, t.scatter.wr, hmem.write_0)
-        wiring.connect(m, cqe.mem, hmem.write_1)
+        wiring.connect(m, resp.mem, hmem.write_1)
         for name, member in hmem.axi.signature.members.items():
             ch, sig = name.split("_", 1)
             port = getattr(self, f"m_axi_{ch}{sig}")
@@ -301,46 +281,26 @@ class RNIC(wiring.Component):
             m.d.comb += (ours.eq(port) if member.flow == In else port.eq(ours))
 
     def _requester(self, m, t):
-        """The requester: its context, faults, Key Cache lookups, WQE and gather reads, QUERY_QP's
-        progress and the microsecond strobe of its timers."""
-        (build, ctl, hmem_rd, keys, psn, rctx, rdr, req, rpl) = (
-            t.build, t.ctl, t.hmem_rd, t.keys, t.psn, t.rctx, t.rdr, t.req, t.rpl)
-        # ---- the requester: SQ doorbells -> WQE fetch -> packet descriptors -> TX arbiter, gather
-        #      chunks -> TX frame builder; ACKs from PSN Check; completions through ReqContext
-        #      into CQE Generation ------------------------------------------------------------
-        wiring.connect(m, psn.qp_set, rctx.qp_set)
+        """The requester layer: the QP context's shadow from PSN Check, its faults, Key Cache
+        lookups, WQE and gather reads, QUERY_QP's progress and the microsecond strobe of its
+        timers."""
+        build, ctl, hmem_rd, keys, rdr, req, resp = (
+            t.build, t.ctl, t.hmem_rd, t.keys, t.rdr, t.req, t.resp)
+        wiring.connect(m, resp.qp_set, req.qp_set)
         # SET_QP's ARG writes, to the requester's context and the builder's path table
-        for dst in (rctx.qp_arg, build.qp_arg):
-            m.d.comb += [dst.valid.eq(psn.qp_arg.valid), dst.payload.eq(psn.qp_arg.payload)]
-        wiring.connect(m, rctx.req_qp_set, req.qp_set)
-        wiring.connect(m, req.ctx_req, rctx.ctx_req)
-        wiring.connect(m, rctx.ctx_resp, req.ctx_resp)
-        wiring.connect(m, req.cpl, rctx.cpl)
-        # a payload read failed, or a READ response's write: the requester context moves the
-        # QP to ERROR (event 4); a READ response's read ends its READ
-        m.submodules.req_fault_merge = rf_merge = StreamMerge(build.fault.payload.shape(), 2)
-        wiring.connect(m, build.fault, rf_merge.i[0])
-        wiring.connect(m, rpl.fault, rf_merge.i[1])
-        wiring.connect(m, rf_merge.o, rctx.req_fault)
+        for dst in (req.qp_arg, build.qp_arg):
+            m.d.comb += [dst.valid.eq(resp.qp_arg.valid), dst.payload.eq(resp.qp_arg.payload)]
+        # a payload read failed: the requester context moves the QP to ERROR (event 4); a READ
+        # response's read ends its READ
+        wiring.connect(m, build.fault, req.tx_fault)
         m.d.comb += [rdr.fault.valid.eq(build.fault.valid & build.fault.ready),
                      rdr.fault.payload.eq(build.fault.payload)]
-        # the requester's lookup requests through a one-entry register: the Key Cache's
-        # round-robin grant (its ``ready``) must not run back into the requester's engine state
-        # across both blocks. Its ``ready`` is its registered "empty": a transfer every other
-        # cycle at most, which is all the requester asks (it waits for each lookup's response
-        # before it makes the next request), at half a skid buffer's flip-flops.
-        m.submodules.lookup_reg = lookup_reg = Queue(lookup_req_layout, 1, buffered=False,
-                                                       registers=True)
-        wiring.connect(m, req.lookup.req, lookup_reg.i)
-        wiring.connect(m, lookup_reg.o, keys.lookup1.req)
-        wiring.connect(m, keys.lookup1.resp, req.lookup.resp)
+        wiring.connect(m, keys.lookup1, req.lookup)
         wiring.connect(m, req.wqe_rd, hmem_rd["sq_wqe"])
         wiring.connect(m, build.rd, hmem_rd["gather"])
         # QUERY_QP's next send PSN and SQ consumer index: the requester's, through ReqContext
-        m.d.comb += [rctx.q_qpn.eq(psn.q_qpn), psn.q_psn.eq(rctx.q_psn),
-                     psn.q_cons.eq(rctx.q_cons)]
-        wiring.connect(m, req.prog_psn, rctx.prog_psn)
-        wiring.connect(m, req.prog_cons, rctx.prog_cons)
+        m.d.comb += [req.q_qpn.eq(resp.q_qpn), resp.q_psn.eq(req.q_psn),
+                     resp.q_cons.eq(req.q_cons)]
         if hasattr(req, "us_tick"):
             # one strobe per microsecond of US_CYCLES clock cycles (the time base of every timer)
             # (``tick`` is a register, the compare made a cycle ahead: it reaches every timer
@@ -354,44 +314,38 @@ class RNIC(wiring.Component):
             m.d.comb += req.us_tick.eq(tick)
 
     def _responses(self, m, t):
-        """Response frames that PSN Check accepted, to the READ placement and on to the requester.
+        """Response frames that PSN Check accepted, to the READ placement of the requester layer.
         Adds ``stat`` and ``rpl_stat``, their counter strobes."""
-        hmem, psn, req, rpl = t.hmem, t.psn, t.req, t.rpl
+        req, resp = t.req, t.resp
         # Response frames that PSN Check accepted (an RTS QP, from its remote IPv4):
         # ACKNOWLEDGE (0x11) and READ responses (0x0D–0x10, their payload on rr_pay) go to the
         # READ placement, which places the responses it may (asking the requester's completer)
         # and passes the ACKs on in order; atomic ACKs (not in version 2) are counted as 6, as
         # are READ responses it drops.
         stat = Signal(NUM_COUNTERS)
-        ao = psn.ack_out
+        ao = resp.ack_out
         ack_ok = Signal()
         m.d.comb += ack_ok.eq((ao.payload.opcode >= 0x0D) & (ao.payload.opcode <= 0x11))
-        m.d.comb += [rpl.hdr.payload.eq(ao.payload), rpl.hdr.valid.eq(ao.valid & ack_ok),
-                     ao.ready.eq(~ack_ok | rpl.hdr.ready)]
+        m.d.comb += [req.hdr.payload.eq(ao.payload), req.hdr.valid.eq(ao.valid & ack_ok),
+                     ao.ready.eq(~ack_ok | req.hdr.ready)]
         with m.If(ao.valid & ~ack_ok):
             m.d.comb += stat[Counter.NO_QP].eq(1)
         rpl_stat = Signal(NUM_COUNTERS)
-        m.d.comb += rpl_stat[Counter.NO_QP].eq(rpl.drop)
-        wiring.connect(m, psn.rr_pay, t.scatter.pay1)
-        wiring.connect(m, rpl.ack, req.ack)
-        wiring.connect(m, req.read_dec, rpl.dec)
-        wiring.connect(m, req.read_rec, rpl.rec)
-        wiring.connect(m, rpl.wr, t.scatter.client1)
-        # (any SET_QP of a QP ends ReadPlace's fast path for it)
-        m.d.comb += [rpl.qp_set.valid.eq(req.qp_set.valid & req.qp_set.ready),
-                     rpl.qp_set.payload.qpn.eq(req.qp_set.payload.qpn)]
+        m.d.comb += rpl_stat[Counter.NO_QP].eq(req.rpl_drop)
+        wiring.connect(m, resp.rr_pay, t.scatter.pay1)
+        wiring.connect(m, req.wr, t.scatter.client1)
         return types.SimpleNamespace(stat=stat, rpl_stat=rpl_stat)
 
     def _transmit(self, m, t):
         """MAC transmit: the responder's READ responses and ACK/NAKs and the requester's packets
         through the TX arbiter to the TX frame builder."""
-        arb, build, ctl, exe, psn, rdr, req = t.arb, t.build, t.ctl, t.exe, t.psn, t.rdr, t.req
+        arb, build, ctl, rdr, req, resp = t.arb, t.build, t.ctl, t.rdr, t.req, t.resp
         # MAC transmit: the responder's READ responses and ACK/NAKs (one ordered stream, so an
         # ACK decided after a READ never overtakes its responses) and the requester's packets
         # -> TX arbiter (whole frames, and their gather chunks in the same order) -> the TX
         # frame builder
-        wiring.connect(m, exe.read, rdr.job)
-        wiring.connect(m, psn.ack_tx, rdr.ack)
+        wiring.connect(m, resp.read, rdr.job)
+        wiring.connect(m, resp.ack_tx, rdr.ack)
         wiring.connect(m, rdr.pkt, arb.resp)
         wiring.connect(m, rdr.chunk, arb.resp_chunk)
         wiring.connect(m, req.pkt, arb.req)
@@ -410,36 +364,33 @@ class RNIC(wiring.Component):
     def _counters(self, m, t):
         """Events, counters and the sweep: the blocks' events merged into the control plane, the
         counter strobes summed per counter, and ``sweeping``."""
-        (build, cqe, ctl, exe, keys, psn, rctx, req, rpl_stat, rx, stat, sweep) = (
-            t.build, t.cqe, t.ctl, t.exe, t.keys, t.psn, t.rctx, t.req, t.rpl_stat, t.rx, t.stat,
-            t.sweep)
+        (build, ctl, keys, req, resp, rpl_stat, rx, stat, sweep) = (
+            t.build, t.ctl, t.keys, t.req, t.resp, t.rpl_stat, t.rx, t.stat, t.sweep)
         # events, counters, sweep
         req_stat = Signal(NUM_COUNTERS)
         if hasattr(req, "retx"):
             m.d.comb += req_stat[Counter.RETRANSMITS].eq(req.retx)
-        if hasattr(req, "stat"):
-            m.d.comb += req_stat.eq(req.stat)
         # (registered: an input is popped from the merge's registers when its event is taken, so
         # no producer's ready depends on another producer's valid; the pick a cycle before the
         # load keeps the merge a 4:1 mux; events are rare, one every third cycle is enough)
         m.submodules.event_merge = events = StreamMerge(
             event_layout, 4, registered=("type", "number"), grant_cycle=True)
-        wiring.connect(m, psn.event, events.i[0])
-        wiring.connect(m, exe.event, events.i[1])
-        wiring.connect(m, cqe.event, events.i[2])
-        wiring.connect(m, rctx.event, events.i[3])
+        wiring.connect(m, resp.psn_event, events.i[0])
+        wiring.connect(m, resp.exe_event, events.i[1])
+        wiring.connect(m, resp.cqe_event, events.i[2])
+        wiring.connect(m, req.event, events.i[3])
         wiring.connect(m, events.o, ctl.event)
         # The per-counter sums are registered: a counter moves one cycle after its event, and
         # the blocks' strobe logic (some of it a handshake, e.g. the transmit arbiter's) ends
         # here instead of running on through the sum and the 32-bit saturating add.
-        strobes = {"top": stat, "rx_parse": rx.stat, "psn_check": psn.stat,
-                   "cqe_gen": cqe.stat, "tx_build": build.stat, "requester": req_stat,
+        strobes = {"top": stat, "rx_parse": rx.stat, "psn_check": resp.psn_stat,
+                   "cqe_gen": resp.cqe_stat, "tx_build": build.stat, "requester": req_stat,
                    "read_place": rpl_stat}
         assert set(strobes) == {name for name, _ in STAT_SOURCES}
         for i in range(NUM_COUNTERS):
             m.d.sync += ctl.stat_inc[i].eq(sum(strobes[name][i] for name, drives in STAT_SOURCES
                                                if i in drives))
-        m.d.comb += ctl.sweeping.eq((sweep != 0) | keys.sweeping | cqe.sweeping)
+        m.d.comb += ctl.sweeping.eq((sweep != 0) | keys.sweeping | resp.sweeping)
 
 
 def build_verilog(config, path=None):

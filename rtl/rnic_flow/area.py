@@ -5,12 +5,13 @@
 
 One yosys run of module ``rnic`` with its hierarchy kept at the blocks: the script of
 ``rnic synth`` (``read_verilog; hierarchy; proc``, the keep-flip-flop step,
-:data:`rnic_flow.synth.KEEP_FFS`, ``synth_ecp5``) with ``keep_hierarchy`` set on every instance of
-``rnic`` and on the nested paths a budget row names (:func:`kept_modules`; ``rnic`` and the
-kept modules holding kept modules are LUT-mapped by the classic ``abc``, see
-:func:`yosys_script`), then ``stat -json``. Amaranth names every module by its instance path (``rnic.psn_check.hb``), so
-each kept module's cells, and those of the kept modules under it, are summed into the budget
-row that names its path (:mod:`rnic_flow.budgets`).
+:data:`rnic_flow.synth.KEEP_FFS`, ``synth_ecp5``) with ``keep_hierarchy`` set on every instance
+of ``rnic`` and of its layers (:data:`rnic_flow.budgets.LAYER_PATHS`) and on the nested paths a
+budget row names (:func:`kept_modules`; ``rnic``, the layers and the kept modules holding kept
+modules are LUT-mapped by the classic ``abc``, see :func:`yosys_script`), then ``stat -json``.
+Amaranth names every module by its instance path (``rnic.resp.psn_check``), so each kept
+module's cells, and those of the kept modules under it, are summed into the budget row that
+names its path (:mod:`rnic_flow.budgets`).
 
 Counts: LUT4-equivalents as ``rnic synth`` counts them (:func:`rnic_flow.synth.area_from_cells`):
 one per ``LUT4``, two per ``CCU2C`` (a carry cell is two LUT4s of a slice), four per
@@ -31,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from .budgets import BUDGETS, GLUE_PATHS, budgets_for
+from .budgets import BUDGETS, GLUE_PATHS, LAYER_PATHS, budgets_for
 
 __all__ = ["module_tree", "sum_by_block", "check_budgets", "area_report", "markdown",
            "kept_modules", "yosys_script", "run_area", "main_area", "FIELDS"]
@@ -80,12 +81,14 @@ def _row_of(path, rows):
     return best
 
 
-def sum_by_block(stat, top="rnic", budgets=BUDGETS, glue_paths=GLUE_PATHS):
+def sum_by_block(stat, top="rnic", budgets=BUDGETS, glue_paths=GLUE_PATHS, layers=LAYER_PATHS):
     """Cells of ``top`` summed per budget row.
 
     Returns ``{"rows": {key: Counter of cell types}, "unmapped": [instance paths]}`` with a
-    row for every budget, ``"glue"`` (``top``'s own cells, ``glue_paths`` and unmapped
-    instances) and ``"total"``. A module instantiated n times counts n times.
+    row for every budget, ``"glue"`` (the own cells of ``top`` and its ``layers``,
+    ``glue_paths`` and unmapped instances) and ``"total"``. A module instantiated n times
+    counts n times; an instance of ``top`` or of a layer that no row names and that is not
+    glue is unmapped.
     """
     tree = module_tree(stat)
     if top not in tree:
@@ -97,7 +100,8 @@ def sum_by_block(stat, top="rnic", budgets=BUDGETS, glue_paths=GLUE_PATHS):
     def path_of(module):
         return module[len(top) + 1:] if module.startswith(top + ".") else module
 
-    # iterative walk: (module, multiplicity, row of the parent, parent is top)
+    composers = {top} | {f"{top}.{p}" for p in layers}
+    # iterative walk: (module, multiplicity, row of the parent, parent is top or a layer)
     stack = [(top, 1, "glue", False)]
     while stack:
         mod, mult, row, under_top = stack.pop()
@@ -107,13 +111,13 @@ def sum_by_block(stat, top="rnic", budgets=BUDGETS, glue_paths=GLUE_PATHS):
             named = _row_of(path, rows)
             if named is not None:
                 row = named
-            elif under_top and not any(path == g or path.startswith(g + ".")
-                                       for g in glue_paths):
+            elif under_top and mod not in composers and not any(
+                    path == g or path.startswith(g + ".") for g in glue_paths):
                 unmapped.append(path)
         for t, n in own.items():
             sums[row][t] += n * mult
         for kid, n in kids.items():       # (yosys' hierarchy pass rejects recursion)
-            stack.append((kid, mult * n, row, mod == top))
+            stack.append((kid, mult * n, row, mod in composers))
     total = collections.Counter()
     for c in sums.values():
         total.update(c)
@@ -269,13 +273,15 @@ def _text_table(report):
     return "\n".join(lines)
 
 
-def kept_modules(verilog, top="rnic", budgets=BUDGETS):
-    """The modules whose hierarchy the run keeps: every instance of ``top`` and every nested
-    path a budget row names (``psn_check.hb``), as found in the Verilog text ``verilog``."""
+def kept_modules(verilog, top="rnic", budgets=BUDGETS, layers=LAYER_PATHS):
+    """The modules whose hierarchy the run keeps: every instance of ``top`` and of its
+    ``layers``, and every nested path a budget row names (``psn_check.hb``), as found in the
+    Verilog text ``verilog``."""
     names = set(re.findall(r"^module\s+\\?([^\s(]+)", verilog, re.M))
     nested = {f"{top}.{p}" for b in budgets for p in b.paths if "." in p}
+    parents = {top} | {f"{top}.{p}" for p in layers}
     return sorted(n for n in names if n.startswith(top + ".")
-                  and ("." not in n[len(top) + 1:] or n in nested))
+                  and (n.rsplit(".", 1)[0] in parents or n in nested))
 
 
 def yosys_script(verilog_name, kept, top="rnic", stat_name="rnic.stat.json"):
@@ -339,7 +345,8 @@ def main_area(argv=None):
     p = argparse.ArgumentParser(
         prog="rnic area",
         description="ECP5 area of the core per block (yosys synth_ecp5, block hierarchy kept) "
-                    "against the budgets of rtl/rnic_flow/budgets.py. Exit 1 when a block or the total is over.")
+                    "against the budgets of rtl/rnic_flow/budgets.py. Exit 1 when a block or "
+                    "the total is over.")
     config_args(p)
     p.add_argument("--json", default="build/area.json", metavar="PATH",
                    help="the report as JSON (default build/area.json)")

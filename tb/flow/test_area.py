@@ -21,20 +21,23 @@ def _mod(**cells):
 STAT = {
     "modules": {
         "\\rnic": {"num_cells_by_type": {
-            "LUT4": 10, "TRELLIS_FF": 5, "$scopeinfo": 3, "rnic.psn_check": 1,
-            "rnic.requester": 1, "rnic.tx_arbiter": 1, "rnic.tx_build": 1, "rnic.cpl_merge": 1,
-            "rnic.new_block": 1, "rnic.control": 1}},
-        "\\rnic.psn_check": {"num_cells_by_type": {
+            "LUT4": 10, "TRELLIS_FF": 5, "$scopeinfo": 3, "rnic.resp": 1, "rnic.req": 1,
+            "rnic.tx_arbiter": 1, "rnic.tx_build": 1, "rnic.new_block": 1, "rnic.control": 1}},
+        # the layers: composers, their own cells glue, their instances blocks
+        "\\rnic.resp": {"num_cells_by_type": {
+            "LUT4": 1, "rnic.resp.psn_check": 1, "rnic.resp.cpl_merge": 1}},
+        "\\rnic.req": {"num_cells_by_type": {"rnic.req.requester": 1}},
+        "\\rnic.resp.psn_check": {"num_cells_by_type": {
             "LUT4": 100, "CCU2C": 4, "TRELLIS_FF": 50, "DP16KD": 2,
-            "rnic.psn_check.ctx": 1}},
-        "\\rnic.psn_check.ctx": {"num_cells_by_type": {"LUT4": 7, "TRELLIS_DPR16X4": 3}},
+            "rnic.resp.psn_check.ctx": 1}},
+        "\\rnic.resp.psn_check.ctx": {"num_cells_by_type": {"LUT4": 7, "TRELLIS_DPR16X4": 3}},
         "\\rnic.tx_build": {"num_cells_by_type": {
             "LUT4": 540, "CCU2C": 10, "TRELLIS_FF": 20, "rnic.tx_build.crc": 1}},
         "\\rnic.tx_build.crc": {"num_cells_by_type": {"LUT4": 300, "TRELLIS_FF": 32}},
-        "\\rnic.requester": {"num_cells_by_type": {
+        "\\rnic.req.requester": {"num_cells_by_type": {
             "LUT4": 1000, "$paramod$abc\\TRELLIS_FF": 900}},
         "\\rnic.tx_arbiter": {"num_cells_by_type": {"LUT4": 20, "TRELLIS_FF": 8}},
-        "\\rnic.cpl_merge": {"num_cells_by_type": {"LUT4": 6, "TRELLIS_FF": 2}},
+        "\\rnic.resp.cpl_merge": {"num_cells_by_type": {"LUT4": 6, "TRELLIS_FF": 2}},
         "\\rnic.new_block": {"num_cells_by_type": {"LUT4": 1, "rnic.new_block.leaf": 2}},
         "\\rnic.new_block.leaf": {"num_cells_by_type": {"LUT4": 4}},
         "\\rnic.control": {"num_cells_by_type": {"LUT4": 950, "TRELLIS_FF": 10}},
@@ -45,7 +48,7 @@ STAT = {
 
 # The forms yosys' write_verilog gives registers and memories (`rnic generate`'s output).
 VERILOG = r"""
-module \rnic.psn_check (clk, q);
+module \rnic.resp.psn_check (clk, q);
   reg [411:0] r_meta = 412'h0;
   reg [31:0] \$signal$36  = 32'd0;
   reg busy = 1'h0;
@@ -76,21 +79,23 @@ def test_register_bits_and_largest():
     """Registers are what a clocked block assigns with <=, at their declared widths; memories and
     combinational regs are not registers; rows follow the budget paths."""
     regs = register_bits(VERILOG)
-    assert regs["rnic.psn_check"] == {"r_meta": 412, "$signal$36": 32, "busy": 1}
+    assert regs["rnic.resp.psn_check"] == {"r_meta": 412, "$signal$36": 32, "busy": 1}
     assert regs["rnic"] == {"stat_inc": 64}
     widest = largest_registers(VERILOG, count=2)
-    assert widest["receive"] == [(412, "psn_check.r_meta"), (32, "psn_check.$signal$36")]
+    assert widest["receive"] == [(412, "resp.psn_check.r_meta"),
+                                 (32, "resp.psn_check.$signal$36")]
     assert widest["glue"] == [(64, "stat_inc")]
     md = markdown(area_report(STAT, REFERENCE, verilog=VERILOG))
-    assert "`psn_check.r_meta` 412" in md
+    assert "`resp.psn_check.r_meta` 412" in md
 
 
 def test_module_tree():
     tree = module_tree(json.dumps(STAT))
     own, kids = tree["rnic"]
     assert own == {"LUT4": 10, "TRELLIS_FF": 5}                 # $scopeinfo dropped
-    assert kids["rnic.psn_check"] == 1 and "rnic.psn_check" not in own
-    assert tree["rnic.requester"][0]["TRELLIS_FF"] == 900       # $paramod name -> base type
+    assert kids["rnic.resp"] == 1 and "rnic.resp" not in own
+    assert tree["rnic.resp"][1] == {"rnic.resp.psn_check": 1, "rnic.resp.cpl_merge": 1}
+    assert tree["rnic.req.requester"][0]["TRELLIS_FF"] == 900   # $paramod name -> base type
     assert tree["rnic.new_block"][1] == {"rnic.new_block.leaf": 2}
 
 
@@ -102,13 +107,14 @@ def test_sum_by_block():
                                "TRELLIS_DPR16X4": 3}
     assert rows["tx"] == {"LUT4": 40 + 300 + 500 + 20, "TRELLIS_FF": 20 + 32 + 8, "CCU2C": 10}
     assert rows["requester"] == {"LUT4": 1000, "TRELLIS_FF": 900}
-    # glue: rnic's own cells, a glue instance, an unmapped one (its leaf instantiated twice)
-    assert rows["glue"] == {"LUT4": 10 + 6 + 1 + 2 * 4, "TRELLIS_FF": 5 + 2}
+    # glue: rnic's and a layer's own cells, a glue instance in a layer, an unmapped one (its
+    # leaf instantiated twice)
+    assert rows["glue"] == {"LUT4": 10 + 1 + 6 + 1 + 2 * 4, "TRELLIS_FF": 5 + 2}
     assert s["unmapped"] == ["new_block"]
     assert rows["rx_parse"] == {}
     total = sum(rows["total"].values())
     assert total == sum(sum(c.values()) for k, c in rows.items() if k != "total")
-    assert rows["total"]["LUT4"] == 10 + 107 + 340 + 1000 + 500 + 20 + 6 + 9 + 950
+    assert rows["total"]["LUT4"] == 10 + 1 + 107 + 340 + 1000 + 500 + 20 + 6 + 9 + 950
 
 
 def test_report_and_budget_check():
@@ -157,21 +163,24 @@ def test_kept_modules_and_script():
     verilog = ("module rnic(a, b);\nendmodule\nmodule \\rnic.psn_check (a);\nendmodule\n"
                "module \\rnic.psn_check.hb (a);\nendmodule\n"
                "module \\rnic.psn_check.ack_q (a);\nendmodule\n"
-               "module \\rnic.new_block (a);\nendmodule\n")
+               "module \\rnic.new_block (a);\nendmodule\n"
+               "module \\rnic.req (a);\nendmodule\nmodule \\rnic.req.requester (a);\nendmodule\n"
+               "module \\rnic.req.requester.ring (a);\nendmodule\n")
     # a budget row naming a nested path (the default rows name none)
     rows = (budgets.Budget("hb", "a nested block", 1, 1, 0, ("psn_check.hb",)),)
     kept = kept_modules(verilog, budgets=rows)
-    # every instance of rnic (mapped or not), and the nested paths a row names
-    assert kept == ["rnic.new_block", "rnic.psn_check", "rnic.psn_check.hb"]
+    # every instance of rnic (mapped or not) and of a layer, and the nested paths a row names
+    assert kept == ["rnic.new_block", "rnic.psn_check", "rnic.psn_check.hb", "rnic.req",
+                    "rnic.req.requester"]
     script = yosys_script("rnic.v", kept)
     assert script.startswith("read_verilog rnic.v; hierarchy -top rnic; proc; setattr -set keep")
-    keep = "rnic.new_block rnic.psn_check rnic.psn_check.hb"
+    keep = "rnic.new_block rnic.psn_check rnic.psn_check.hb rnic.req rnic.req.requester"
     assert f"setattr -mod -set keep_hierarchy 1 {keep}; synth_ecp5 -top rnic -run :map_luts;" \
         in script
     # ABC9 on the kept modules without kept modules inside, the classic abc on rnic and on
     # the modules holding kept modules, then the rest of synth_ecp5
-    assert ("select rnic.new_block rnic.psn_check.hb; abc9 -W 300; select -clear; "
-            "abc -lut 4 -dress rnic rnic.psn_check; clean; "
+    assert ("select rnic.new_block rnic.psn_check.hb rnic.req.requester; abc9 -W 300; "
+            "select -clear; abc -lut 4 -dress rnic rnic.psn_check rnic.req; clean; "
             "synth_ecp5 -top rnic -run map_cells:; tee -q -o rnic.stat.json stat -json") \
         in script
 

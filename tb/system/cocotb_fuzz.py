@@ -288,7 +288,7 @@ class FuzzTB:
         """FUZZ_TRACE_PSN_FILE (Icarus only: needs the internal signals): one line per request
         entering PSN Check (its dqpn) and per stage-C decision (kind, QP index, drop, counter-6
         strobe), for attributing a counter-6 shortfall to a frame."""
-        p = self.dut.psn_check
+        p = self.dut.resp.psn_check
         with open(path, "w", buffering=1) as fh:        # line-buffered: the end of a run counts
             while True:
                 await RisingEdge(self.dut.clk)
@@ -300,14 +300,14 @@ class FuzzTB:
                     fh.write(f"{cyc} fire kind={int(p.c_kind.value)} idx={int(p.c_idx.value)} "
                              f"drop={int(p.c_drop.value)} qok={int(p.c_qok.value)} "
                              f"stat6={int(p.stat.value) >> 6 & 1}\n")
-                if self.dut.psn_check.ack_out__valid.value:
+                if self.dut.resp.psn_check.ack_out__valid.value:
                     fh.write(f"{cyc} ack_out\n")
 
     async def trace_stall(self, path, lo, hi):
         """FUZZ_TRACE_STALL_CYCLES=lo,hi (Icarus only): per cycle in [lo, hi), the handshakes
         between RX Parse, PSN Check and Execute, for locating what holds ``s_axis_rx_tready``
         low."""
-        d, p = self.dut, self.dut.psn_check
+        d, p = self.dut, self.dut.resp.psn_check
         sig = [("rx_tready", d.s_axis_rx_tready), ("rx_tvalid", d.s_axis_rx_tvalid),
                ("meta_v", p.meta__valid), ("meta_r", p.meta__ready),
                ("pay_v", p.payload__valid), ("pay_r", p.payload__ready),
@@ -412,7 +412,8 @@ async def _fuzz(dut):
 
     stats = {"frames": 0, "hostile": 0, "clean_frames": 0, "clean_messages": 0,
              "by_kind": {}, "by_reason": {str(i): 0 for i in range(7)},
-             "discarded_mutants": 0, "clean_qpn_foreign_ip": 0, "ack_unchecked": 0, "batches": 0, "checked_writes": 0, "tx_frames": 0,
+             "discarded_mutants": 0, "clean_qpn_foreign_ip": 0, "ack_unchecked": 0, "batches": 0,
+             "checked_writes": 0, "tx_frames": 0,
              "victim_rearms": 0, "victim_cqes": 0, "truncation_sweep": 0}
     counters = await regs.counters()
     assert all(c == 0 for c in counters[:16]), counters
@@ -723,7 +724,8 @@ async def _fuzz(dut):
                 f"a write of {len(data)} B at {a:#x} outside every granted buffer")
         stats["checked_writes"] += len(mem.writes)
         mem.writes.clear()
-        inv("no_guard_write", not mem.violations, f"writes into guard regions: {mem.violations[:5]}")
+        inv("no_guard_write", not mem.violations,
+            f"writes into guard regions: {mem.violations[:5]}")
         inv("axi_protocol", not mem.errors, "AXI protocol errors: " + "; ".join(mem.errors[:5]))
         mem.violations.clear()
         mem.errors.clear()
@@ -745,7 +747,8 @@ async def _fuzz(dut):
         for q in VICTIMS:
             if eligible[q]:
                 st = await dev.query_qp(tb.qps[q])
-                if st["state"] == QpState.ERROR or st["rq_ci"] != tb.qps[q].rq_producer - VICTIM_WQES:
+                if (st["state"] == QpState.ERROR
+                        or st["rq_ci"] != tb.qps[q].rq_producer - VICTIM_WQES):
                     await ClockCycles(dut.clk, 50)
                     await tb.arm_victim(q)
                     fz.victim_psn[q] = PSN0[q]

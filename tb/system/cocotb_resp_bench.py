@@ -38,16 +38,20 @@ LKEY = 0x4000
 
 #: Internal handshakes sampled under RESP_BENCH_PROBE=1 (instance.port of the generated Verilog).
 PROBE_PATHS = {
-    "meta": "psn_check.meta", "exe": "execute.exe", "pay": "execute.pay",
-    "key": "execute.lookup__req", "resv": "execute.reserve", "wr_req": "host_memory.write_0__req",
-    "done": "psn_check.done", "complete": "execute.complete", "cqe_aw": "host_memory.write_1__req",
-    "resv_resp": "execute.reserve_resp", "exe_done": "execute.done", "ack_tx": "psn_check.ack_tx",
+    "meta": "resp.psn_check.meta", "exe": "resp.execute.exe", "pay": "resp.execute.pay",
+    "key": "resp.execute.lookup__req", "resv": "resp.execute.reserve",
+    "wr_req": "host_memory.write_0__req", "done": "resp.psn_check.done",
+    "complete": "resp.execute.complete", "cqe_aw": "host_memory.write_1__req",
+    "resv_resp": "resp.execute.reserve_resp", "exe_done": "resp.execute.done",
+    "ack_tx": "resp.psn_check.ack_tx",
     "tx_pkt": "tx_build.pkt",
 }
-#: Strobes sampled with them: the queue writes between execute's stages (planner → key_q → key
-#: checks → iss_q → reservation → post_plan_q → issue) and the TX builder's words into its CRC
-PROBE_STROBES = {"key_q": "execute.key_q.w_en", "iss_q": "execute.iss_q.w_en",
-                 "post_plan_q": "execute.post_plan_q.w_en", "piece_q": "execute.piece_q.w_en",
+#: Strobes sampled with them: the queue writes between execute's stages (planner →
+#: key_q → key checks → iss_q → reservation → post_plan_q → issue) and the TX builder's
+#: words into its CRC
+PROBE_STROBES = {"key_q": "resp.execute.key_q.w_en", "iss_q": "resp.execute.iss_q.w_en",
+                 "post_plan_q": "resp.execute.post_plan_q.w_en",
+                 "piece_q": "resp.execute.piece_q.w_en",
                  "crc_in": "tx_build.crc.i__valid"}
 
 
