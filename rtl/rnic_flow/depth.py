@@ -31,8 +31,9 @@ the requester alone, deepest path 10.9 levels, routes at 102 MHz (≈ 0.9 ns a l
 whole core, deepest 12.9, was placed at an estimated 48.95 MHz (≈ 1.6 ns a level: the same
 logic spread over 72 % of the device). 156.25 MHz (6.4 ns) needs ≈ 6 levels in a block alone.
 
-The *block* of a cell is the first component of its hierarchical name (yosys names a flattened
-cell after the net it drives, ``execute.pool_rd__addr_TRELLIS_FF_Q``); a path whose start and
+The *block* of a cell is the first component of its hierarchical name, the first two in a layer
+of the top (:data:`rnic_flow.budgets.LAYER_PATHS`; yosys names a flattened cell after the net it
+drives, ``resp.execute.pool_rd__addr_TRELLIS_FF_Q``: block ``resp.execute``); a path whose start and
 end are in different blocks is *cross-block*. yosys names the LUTs of a path after one of the
 nets they feed, so the blocks named along a path are a guide, its two ends exact.
 """
@@ -42,6 +43,8 @@ import collections
 import json
 import sys
 from pathlib import Path
+
+from .budgets import LAYER_PATHS
 
 __all__ = ["logic_depth", "area_by_block", "format_depth", "format_area", "main_depth",
            "DEEP_LEVELS"]
@@ -69,9 +72,15 @@ def _base(cell_type):
 
 
 def block_of(name):
-    """The block a cell or net belongs to: the first component of its hierarchical name."""
+    """The block a cell or net belongs to: the first component of its hierarchical name, the
+    first two when the first is a layer (``resp.psn_check``; a layer's own nets: the layer)."""
     name = name.lstrip("\\")
-    return name.split(".", 1)[0] if "." in name else "(top)"
+    if "." not in name:
+        return "(top)"
+    first, rest = name.split(".", 1)
+    if first in LAYER_PATHS and "." in rest:
+        return f"{first}.{rest.split('.', 1)[0]}"
+    return first
 
 
 def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
@@ -101,6 +110,41 @@ def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
         netlist = json.loads(Path(netlist).read_text())
     mod = netlist["modules"][top]
     cells = mod.get("cells", {})
+    names = _bit_names(mod)
+    arrival = _Arrivals(cells)
+    ends = []
+    for cn, c in cells.items():
+        t = _base(c["type"])
+        if t not in _SRC and t != "TRELLIS_DPR16X4":
+            continue
+        dirs = c.get("port_directions", {})
+        for p, bits in c["connections"].items():
+            if dirs.get(p) != "input" or p in _CLOCKS or (t == "TRELLIS_DPR16X4" and p == "RAD"):
+                continue
+            for b in bits:
+                if isinstance(b, int):
+                    arrival.solve(b, names)
+                    a = arrival[b]
+                    if a is not None:
+                        ends.append((a[0], cn, p, b))
+    ends.sort(key=lambda e: -e[0])
+    hist = collections.Counter(int(a) for a, *_ in ends)
+    pairs, by_block = _by_blocks(ends, arrival, deep)
+    return {
+        "max_levels": round(ends[0][0], 2) if ends else 0.0,
+        "endpoints": len(ends),
+        "deep": sum(1 for a, *_ in ends if a >= deep),
+        "deep_levels": deep,
+        "histogram": dict(sorted(hist.items())),
+        "blocks": dict(sorted(by_block.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))),
+        "pairs": sorted(((round(v, 2), s, d) for (s, d), v in pairs.items()),
+                        key=lambda x: (-x[0], x[1], x[2])),
+        "paths": _deepest_paths(ends, arrival, names, paths),
+    }
+
+
+def _bit_names(mod):
+    """``{bit: net name}`` of a netlist module: per bit the shortest visible name."""
     names = {}
     for n, v in mod.get("netnames", {}).items():
         for i, b in enumerate(v["bits"]):
@@ -110,28 +154,37 @@ def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
             old = names.get(b)
             if old is None or (not v.get("hide_name") and len(label) < len(old)):
                 names[b] = label
-    driver = {}
-    for cn, c in cells.items():
-        dirs = c.get("port_directions", {})
-        for p, bits in c["connections"].items():
-            if dirs.get(p) == "output":
-                for b in bits:
-                    if isinstance(b, int):
-                        driver[b] = (cn, p)
+    return names
 
-    # arrival[bit] = (levels, previous bit on the path or None, source name)
-    arrival = {}
 
-    def inputs_of(b):
-        cn, p = driver[b]
-        c = cells[cn]
+class _Arrivals(dict):
+    """``{bit: (levels, previous bit on the path or None, source name)}``, filled by
+    :meth:`solve` (None for a bit on the search's stack: a loop stops there)."""
+
+    def __init__(self, cells):
+        super().__init__()
+        self.cells = cells
+        self.driver = {}
+        for cn, c in cells.items():
+            dirs = c.get("port_directions", {})
+            for p, bits in c["connections"].items():
+                if dirs.get(p) == "output":
+                    for b in bits:
+                        if isinstance(b, int):
+                            self.driver[b] = (cn, p)
+
+    def inputs_of(self, b):
+        cn, p = self.driver[b]
+        c = self.cells[cn]
         for ip, dl in _ARCS[_base(c["type"])][p]:
             for ib in c["connections"].get(ip, []):
                 if isinstance(ib, int):
                     yield ib, dl
 
-    def solve(bit):
+    def solve(self, bit, names):
+        """The arrival at ``bit`` and every bit behind it (``names``: for a module input)."""
         # iterative depth-first search (carry chains are thousands deep)
+        arrival, driver, cells = self, self.driver, self.cells
         stack = [(bit, False)]
         while stack:
             b, expanded = stack.pop()
@@ -151,35 +204,21 @@ def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
             if not expanded:
                 arrival[b] = None                 # on the stack: a loop stops here
                 stack.append((b, True))
-                for ib, _ in inputs_of(b):
+                for ib, _ in self.inputs_of(b):
                     if ib not in arrival:
                         stack.append((ib, False))
                 continue
             best = (0.0, None, cn)
-            for ib, dl in inputs_of(b):
+            for ib, dl in self.inputs_of(b):
                 a = arrival.get(ib)
                 if a is not None and a[0] + dl > best[0]:
                     best = (a[0] + dl, ib, a[2])
             arrival[b] = best
 
-    ends = []
-    for cn, c in cells.items():
-        t = _base(c["type"])
-        if t not in _SRC and t != "TRELLIS_DPR16X4":
-            continue
-        dirs = c.get("port_directions", {})
-        for p, bits in c["connections"].items():
-            if dirs.get(p) != "input" or p in _CLOCKS or (t == "TRELLIS_DPR16X4" and p == "RAD"):
-                continue
-            for b in bits:
-                if isinstance(b, int):
-                    solve(b)
-                    a = arrival[b]
-                    if a is not None:
-                        ends.append((a[0], cn, p, b))
-    ends.sort(key=lambda e: -e[0])
 
-    hist = collections.Counter(int(a) for a, *_ in ends)
+def _by_blocks(ends, arrival, deep):
+    """The deepest path between each pair of different blocks, and per sink block the
+    endpoints at ``deep`` levels or more with the deepest."""
     pairs = {}
     for a, cn, p, b in ends:
         src = arrival[b][2]
@@ -190,6 +229,11 @@ def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
     for a, cn, p, b in ends:
         n, worst = by_block.get(block_of(cn), (0, 0.0))
         by_block[block_of(cn)] = (n + (a >= deep), max(worst, round(a, 2)))
+    return pairs, by_block
+
+
+def _deepest_paths(ends, arrival, names, paths):
+    """The ``paths`` deepest endpoints, one per source and sink, with the nets along each."""
     out_paths, seen = [], set()
     for a, cn, p, b in ends:
         if len(out_paths) >= paths:
@@ -204,21 +248,12 @@ def logic_depth(netlist, top, *, paths=10, deep=DEEP_LEVELS):
             x = arrival[x][1]
         out_paths.append({"levels": round(a, 2), "source": src, "sink": f"{cn}.{p}",
                           "nets": nets[::-1]})
-    return {
-        "max_levels": round(ends[0][0], 2) if ends else 0.0,
-        "endpoints": len(ends),
-        "deep": sum(1 for a, *_ in ends if a >= deep),
-        "deep_levels": deep,
-        "histogram": dict(sorted(hist.items())),
-        "blocks": dict(sorted(by_block.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))),
-        "pairs": sorted(((round(v, 2), s, d) for (s, d), v in pairs.items()),
-                        key=lambda x: (-x[0], x[1], x[2])),
-        "paths": out_paths,
-    }
+    return out_paths
 
 
 def _memory_of(cell_name):
-    """The memory a mapped RAM cell belongs to: ``req_context.table.0.222`` -> ``req_context.table``
+    """The memory a mapped RAM cell belongs to: ``req.req_context.table.0.222`` ->
+    ``req.req_context.table``
     (yosys names each piece ``<memory>.<row>.<column>``)."""
     parts = cell_name.lstrip("\\").split(".")
     while len(parts) > 1 and parts[-1].isdigit():

@@ -158,80 +158,117 @@ def placed_paths(sdf, *, freq_mhz=156.25, paths=10):
         sdf = Path(sdf).read_text()
     if isinstance(sdf, str):
         sdf = parse_sdf(sdf)
-    period = 1e6 / float(freq_mhz)      # ps
-    idx = {}
-    names = []
+    g = _Timing(sdf, 1e6 / float(freq_mhz))
+    ends = g.endpoints()
+    by_blocks, hist, regs, failing = g.tally(ends)
+    worst = ends[0][0] if ends else 0.0
+    # the worst endpoint of each (start register, end register) pair, so that the list is not
+    # the 64 bits of one register
+    listed, seen = [], set()
+    for _, v, s in ends:
+        if len(listed) >= paths:
+            break
+        key = (register_of(g.start_of(v)), register_of(g.names[v][0]))
+        if key not in seen:
+            seen.add(key)
+            listed.append(g.trace(v, s))
+    return {"freq_mhz": float(freq_mhz), "worst_ns": round(worst / 1000, 3),
+            "fmax_mhz": round(1e6 / worst, 2) if worst > 0 else None,
+            "endpoints": len(ends), "failing": failing,
+            "paths": listed,
+            "by_blocks": [(a, b, n) for (a, b), n in by_blocks.most_common()],
+            "by_registers": [(a, b, round(t / 1000, 3), n) for (a, b), (t, n) in
+                             sorted(regs.items(), key=lambda kv: -kv[1][0])][:max(paths, 40)],
+            "histogram": sorted(hist.items()), "unordered": g.unordered}
 
-    def node(cell, port):
+
+class _Timing:
+    """The timing graph of a parsed SDF (nodes: (cell, port) pins; edges: cell and net arcs)
+    with the longest arrival at every pin, for a clock period of ``period`` ps."""
+
+    def __init__(self, sdf, period):
+        self.sdf, self.period = sdf, period
+        self.idx, self.names = {}, []
+        self.succ = collections.defaultdict(list)
+        self.start = {}
+        for cell, frm, to, d in sdf["iopath"]:
+            v = self.node(cell, to)
+            if frm in _CLOCK_PORTS:
+                if d > self.start.get(v, -1.0):
+                    self.start[v] = d
+            else:
+                u = self.node(cell, frm)
+                self.succ[u].append((v, d, "cell"))
+        for fc, fp, tc, tp, d in sdf["net"]:
+            if tp in _CLOCK_PORTS:
+                continue
+            self.succ[self.node(fc, fp)].append((self.node(tc, tp), d, "net"))
+        self._arrivals()
+
+    def node(self, cell, port):
         k = (cell, port)
-        n = idx.get(k)
+        n = self.idx.get(k)
         if n is None:
-            n = idx[k] = len(names)
-            names.append(k)
+            n = self.idx[k] = len(self.names)
+            self.names.append(k)
         return n
 
-    succ = collections.defaultdict(list)
-    start = {}
-    for cell, frm, to, d in sdf["iopath"]:
-        v = node(cell, to)
-        if frm in _CLOCK_PORTS:
-            if d > start.get(v, -1.0):
-                start[v] = d
-        else:
-            u = node(cell, frm)
-            succ[u].append((v, d, "cell"))
-    for fc, fp, tc, tp, d in sdf["net"]:
-        if tp in _CLOCK_PORTS:
-            continue
-        succ[node(fc, fp)].append((node(tc, tp), d, "net"))
-    n_nodes = len(names)
-    indeg = [0] * n_nodes
-    for u, outs in succ.items():
-        for v, _, _ in outs:
-            indeg[v] += 1
-    arr = [float("-inf")] * n_nodes
-    pred = [None] * n_nodes
-    for v, d in start.items():
-        arr[v] = d
-    order = [u for u in range(n_nodes) if indeg[u] == 0]
-    seen = 0
-    while order:
-        u = order.pop()
-        seen += 1
-        au = arr[u]
-        for v, d, kind in succ.get(u, ()):
-            if au != float("-inf") and au + d > arr[v]:
-                arr[v] = au + d
-                pred[v] = (u, d, kind)
-            indeg[v] -= 1
-            if indeg[v] == 0:
-                order.append(v)
-    unordered = n_nodes - seen
+    def _arrivals(self):
+        """The longest arrival ``arr`` and its predecessor ``pred`` at every pin, one pass in
+        topological order; ``unordered``: the pins the pass never reached."""
+        succ = self.succ
+        n_nodes = len(self.names)
+        indeg = [0] * n_nodes
+        for u, outs in succ.items():
+            for v, _, _ in outs:
+                indeg[v] += 1
+        arr = [float("-inf")] * n_nodes
+        pred = [None] * n_nodes
+        for v, d in self.start.items():
+            arr[v] = d
+        order = [u for u in range(n_nodes) if indeg[u] == 0]
+        seen = 0
+        while order:
+            u = order.pop()
+            seen += 1
+            au = arr[u]
+            for v, d, kind in succ.get(u, ()):
+                if au != float("-inf") and au + d > arr[v]:
+                    arr[v] = au + d
+                    pred[v] = (u, d, kind)
+                indeg[v] -= 1
+                if indeg[v] == 0:
+                    order.append(v)
+        self.arr, self.pred, self.unordered = arr, pred, n_nodes - seen
 
-    ends = []
-    for cell, port, setup in sdf["setup"]:
-        v = idx.get((cell, port))
-        if v is None or arr[v] == float("-inf"):
-            continue
-        ends.append((arr[v] + setup, v, setup))
-    # one entry per endpoint (a port has a check per edge): keep the largest
-    best = {}
-    for t, v, s in ends:
-        if v not in best or t > best[v][0]:
-            best[v] = (t, s)
-    ends = sorted(((t, v, s) for v, (t, s) in best.items()), reverse=True)
+    def endpoints(self):
+        """``[(arrival + setup, pin, setup)]``, one per endpoint, the latest first."""
+        ends = []
+        for cell, port, setup in self.sdf["setup"]:
+            v = self.idx.get((cell, port))
+            if v is None or self.arr[v] == float("-inf"):
+                continue
+            ends.append((self.arr[v] + setup, v, setup))
+        # one entry per endpoint (a port has a check per edge): keep the largest
+        best = {}
+        for t, v, s in ends:
+            if v not in best or t > best[v][0]:
+                best[v] = (t, s)
+        return sorted(((t, v, s) for v, (t, s) in best.items()), reverse=True)
 
-    def trace(v, setup):
+    def trace(self, v, setup):
+        """The worst path into pin ``v``: its segments, delays, levels and blocks."""
+        names, pred = self.names, self.pred
         segs = [("setup", *names[v], setup)]
         while pred[v] is not None:
             u, d, kind = pred[v]
             segs.append((kind, *names[v], d))
             v = u
-        segs.append(("clk-q", *names[v], start.get(v, 0.0)))
+        segs.append(("clk-q", *names[v], self.start.get(v, 0.0)))
         segs.reverse()
         logic = sum(s[3] for s in segs if s[0] in ("clk-q", "cell", "setup"))
         route = sum(s[3] for s in segs if s[0] == "net")
-        ctypes = sdf["celltype"]
+        ctypes = self.sdf["celltype"]
         levels = sum(1 for s in segs if s[0] == "cell" and ctypes.get(s[1]) == "TRELLIS_COMB"
                      and s[2] == "F")
         blocks = []
@@ -240,51 +277,37 @@ def placed_paths(sdf, *, freq_mhz=156.25, paths=10):
             if not blocks or blocks[-1] != b:
                 blocks.append(b)
         return {"delay_ns": round((logic + route) / 1000, 3), "slack_ns":
-                round((period - logic - route) / 1000, 3),
+                round((self.period - logic - route) / 1000, 3),
                 "logic_ns": round(logic / 1000, 3), "route_ns": round(route / 1000, 3),
                 "levels": levels, "start": segs[0][1], "end": f"{segs[-1][1]}/{segs[-1][2]}",
                 "blocks": blocks,
                 "segments": [(k, c, p, round(d / 1000, 3)) for k, c, p, d in segs]}
 
-    def start_of(v):
-        while pred[v] is not None:
-            v = pred[v][0]
-        return names[v][0]
+    def start_of(self, v):
+        """The cell the worst path into pin ``v`` starts at."""
+        while self.pred[v] is not None:
+            v = self.pred[v][0]
+        return self.names[v][0]
 
-    by_blocks = collections.Counter()
-    hist = collections.Counter()
-    regs = {}                # (start register, end register) -> [worst ps, endpoints failing]
-    failing = 0
-    for t, v, _ in ends:
-        slack = period - t
-        hist[int((slack // 1000))] += 1
-        if slack < 0:
-            failing += 1
-            src = start_of(v)
-            by_blocks[(block_of(src), block_of(names[v][0]))] += 1
-            key = (register_of(src), register_of(names[v][0]))
-            if key not in regs:
-                regs[key] = [t, 0]
-            regs[key][1] += 1
-    worst = ends[0][0] if ends else 0.0
-    # the worst endpoint of each (start register, end register) pair, so that the list is not
-    # the 64 bits of one register
-    listed, seen = [], set()
-    for _, v, s in ends:
-        if len(listed) >= paths:
-            break
-        key = (register_of(start_of(v)), register_of(names[v][0]))
-        if key not in seen:
-            seen.add(key)
-            listed.append(trace(v, s))
-    return {"freq_mhz": float(freq_mhz), "worst_ns": round(worst / 1000, 3),
-            "fmax_mhz": round(1e6 / worst, 2) if worst > 0 else None,
-            "endpoints": len(ends), "failing": failing,
-            "paths": listed,
-            "by_blocks": [(a, b, n) for (a, b), n in by_blocks.most_common()],
-            "by_registers": [(a, b, round(t / 1000, 3), n) for (a, b), (t, n) in
-                             sorted(regs.items(), key=lambda kv: -kv[1][0])][:max(paths, 40)],
-            "histogram": sorted(hist.items()), "unordered": unordered}
+    def tally(self, ends):
+        """The failing endpoints counted by (start block, end block) and by (start register,
+        end register) with the worst arrival, the slack histogram, and how many fail."""
+        by_blocks = collections.Counter()
+        hist = collections.Counter()
+        regs = {}            # (start register, end register) -> [worst ps, endpoints failing]
+        failing = 0
+        for t, v, _ in ends:
+            slack = self.period - t
+            hist[int((slack // 1000))] += 1
+            if slack < 0:
+                failing += 1
+                src = self.start_of(v)
+                by_blocks[(block_of(src), block_of(self.names[v][0]))] += 1
+                key = (register_of(src), register_of(self.names[v][0]))
+                if key not in regs:
+                    regs[key] = [t, 0]
+                regs[key][1] += 1
+        return by_blocks, hist, regs, failing
 
 
 _BIT = re.compile(r"(_TRELLIS_FF_Q|_TRELLIS_FF)(_\d+)?$|(\$DPRAM_COMB\d|\$RAMW)$")

