@@ -42,7 +42,8 @@ def simulator_default():
 def _rtl_hash():
     h = hashlib.sha256()
     srcs = sorted((ROOT / "rtl").rglob("*.py"))
-    srcs += [ROOT / "sim" / n for n in ("wrap.py", "runner.py", "pair.py", "bench_tops.py")]  # they shape the Verilog
+    # they shape the Verilog
+    srcs += [ROOT / "sim" / n for n in ("wrap.py", "runner.py", "pair.py", "bench_tops.py")]
     for p in srcs:
         h.update(p.read_bytes())
     return h.hexdigest()[:12]
@@ -209,8 +210,8 @@ def run_fast_verilator(factory, params, *, test_module, testcase, extra_env, tes
     two-core ``rnic_pair`` with ``name="pair"``) built for speed, in its own build directory
     (the fuzz campaign, the responder soak, the two-core soaks).
 
-    The shared models (:func:`run_cocotb`) are built with ``--public-flat-rw`` (cocotb's default: every
-    internal signal visible through VPI, which keeps Verilator from optimising the design) and
+    The shared models (:func:`run_cocotb`) are built with ``--public-flat-rw`` (cocotb's default:
+    every internal signal visible through VPI, which keeps Verilator from optimising the design) and
     C++ ``-O0``. A test that drives and watches only the top's ports can use a model that makes
     only the top level public (``--public-depth 1``), compiled at ``-O2``: a long campaign is
     bound by the model's speed, not the build (~50x faster than the shared model).

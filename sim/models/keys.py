@@ -5,7 +5,8 @@ Written from the contract, not from the RTL: the test benches check the hardware
 * ``set_key(slot, args)`` → 0 ok / 3 refused (SET_KEY, ARG0..ARG8).
 * ``query(slot)`` → ARG0..ARG8 in the SET_KEY layout, valid [28] = current state.
 * ``invalidate(key)`` → True if accepted (INVALIDATE command or IETH; same rules).
-* ``lookup(key, pd, access, va, length)`` → dict(ok, miss, bad_pd, bad_access, bad_range, bus_addr).
+* ``lookup(key, pd, access, va, length)`` → dict(ok, miss, bad_pd, bad_access, bad_range,
+  bus_addr).
 """
 
 __all__ = ["MR", "FAST_REG_MR", "MW_TYPE1", "MW_TYPE2", "KeyModel", "pack_arg7", "set_args"]

@@ -1,6 +1,6 @@
-"""Python model of the responder's PSN Check (``roce-reference.md`` §3.2–3.7, §3.10–3.13 with the
-normative choices, interface.md §4.2/§6): what the hardware of ``rnic.resp.psn_check`` must do,
-written independently of it, frame for frame.
+"""Python model of the responder's PSN Check (``roce-reference.md`` §3.2–3.7, §3.10–3.13
+with the normative choices, interface.md §4.2/§6): what the hardware of
+``rnic.resp.psn_check`` must do, written independently of it, frame for frame.
 
 Use::
 

@@ -120,7 +120,8 @@ async def random_against_model(dut):
                 lk[p][2].value = pack(lookup_req_layout, pending[p])
             lk[p][0].value = 1                                       # a lookup every cycle
             lk[p][4].value = int(rng.random() < 0.85)
-        if cmd_pending is None and cmd_expect is None and rng.random() < (0.3 if cycle < 400 else 0.02):
+        cmd_rate = 0.3 if cycle < 400 else 0.02
+        if cmd_pending is None and cmd_expect is None and rng.random() < cmd_rate:
             r = rng.random()
             if r < 0.6 or cycle < 400:
                 slot, args = tr.set_key_args()

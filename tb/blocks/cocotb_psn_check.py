@@ -649,7 +649,7 @@ async def opseq_write_then_send_middle(dut):
     assert got == [Frame(2, P0 + 1, 0x61, 0)] and len(tb.exe) == 1
 
 
-# ---- §3.4 access, interface.md §6 READ/atomic ---------------------------------------------------
+# ---- §3.4 access, interface.md §6 READ/atomic --------------------------------------------------
 
 @cocotb.test()
 async def access_rules(dut):

@@ -416,8 +416,8 @@ async def run_reads(tb, reads):
 @cocotb.test()
 async def place_drops(dut):
     """Drops: completer refusal, a wrong length, a wrong opcode (MIDDLE at fpsn, LAST before
-    lpsn, MIDDLE at lpsn), a PSN beyond lpsn (passed by the completer), a refusal of a zero-length response;
-    the responses after each are placed (their beats not mixed up)."""
+    lpsn, MIDDLE at lpsn), a PSN beyond lpsn (passed by the completer), a refusal of a zero-length
+    response; the responses after each are placed (their beats not mixed up)."""
     tb = await start(dut, seed=2)
     pm = 256
     r = tb.add_read(3, 4, 0x500, 4 * pm + 10, 1, dest(tb, 3 * pm), 3 * pm, dest(tb, pm + 10))
@@ -442,8 +442,8 @@ async def place_drops(dut):
     out.append(tb.put_resp(5, ONLY, 0x900, b"", decide=(0, 4)))            # refused, len 0
     out.append(tb.put_resp(5, ONLY, 0x900, b"", decide=(1, 4)))            # placed, len 0
     out.append(tb.put_resp(5, ONLY, 0x900, b"\x01\x02", decide=(1, 4)))    # len 2 ≠ 0: drop
-    assert out == ["refused", "dropped", "placed", "dropped", "placed", "dropped", "placed", "placed",
-                   "dropped", "dropped", "dropped", "placed", "refused", "placed",
+    assert out == ["refused", "dropped", "placed", "dropped", "placed", "dropped", "placed",
+                   "placed", "dropped", "dropped", "dropped", "placed", "refused", "placed",
                    "dropped"], out
     await tb.settle()
     tb.check()

@@ -720,7 +720,7 @@ async def requester_retry(dut):
     tb.mem.check()
 
 
-# ---- timer bounds (interface.md §6) ---------------------------------------------------------------
+# ---- timer bounds (interface.md §6) -------------------------------------------------------------
 
 NUM_QP_T = knob("REQUESTER_NUM_QP")
 RT_1MS = 8              # retransmit timeout code 8: 4.096 µs · 2^8 = 1048.576 µs
@@ -874,7 +874,7 @@ async def requester_timers(dut):
     tb.mem.check()
 
 
-# ---- the shared in-flight ring (docs/requester.md, "In-flight ring") -------------------------------
+# ---- the shared in-flight ring (docs/requester.md, "In-flight ring") -----------------------------
 
 RING_FREE = knob("REQUESTER_RING_DEPTH") - 16    # entries beyond one per QP (N = 16)
 

@@ -2,9 +2,9 @@
 the hostile AxiRam of sim/hostmem.py (tb/blocks/test_execute.py builds the harness).
 
 The bench plays PSN Check's payload router (whole packets, one at a time, on ``pay0`` or
-``pay1`` by owner, with gaps: cocotbext-axi sources) and both clients (each sends its packets' pieces and write
-requests in its own order, at its own pace). A Python model cuts every packet and gives the
-bytes each write must leave in host memory; every write region has guards around it, one
+``pay1`` by owner, with gaps: cocotbext-axi sources) and both clients (each sends its packets'
+pieces and write requests in its own order, at its own pace). A Python model cuts every packet and
+gives the bytes each write must leave in host memory; every write region has guards around it, one
 region answers SLVERR. Checked: host memory byte for byte, no write outside the regions, each
 client's ``done`` in its request order with its tag (bit 7 = the client) and ``err`` where the
 fault is, each client's ``pkt_done`` count, the AXI rules.

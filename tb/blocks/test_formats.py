@@ -33,7 +33,8 @@ SPEC_SEND = """\
 | bytes | field |
 |---|---|
 | 0–7 | wr_id |
-| 8 | opcode: 0 SEND, 1 SEND_WITH_IMM, 2 SEND_WITH_INV, 3 RDMA_WRITE, 4 RDMA_WRITE_WITH_IMM, 5 RDMA_READ (version 2) |
+| 8 | opcode: 0 SEND, 1 SEND_WITH_IMM, 2 SEND_WITH_INV, 3 RDMA_WRITE, 4 RDMA_WRITE_WITH_IMM, 5 \
+RDMA_READ (version 2) |
 | 9 | flags: 0x01 signaled, 0x02 solicited |
 | 10 | num_sge (0..2) |
 | 11 | reserved |
@@ -50,14 +51,19 @@ SPEC_CQE = """\
 |---|---|
 | 0–7 | wr_id |
 | 8–11 | byte_len (payload bytes of the message; immediate and IETH excluded) |
-| 12–15 | immediate data in wire byte order (with WITH_IMM), or the invalidated rkey, little-endian (with WITH_INVALIDATE) |
+| 12–15 | immediate data in wire byte order (with WITH_IMM), or the invalidated rkey, \
+little-endian (with WITH_INVALIDATE) |
 | 16–19 | QPN [23:0] |
-| 20 | status (IB numbering: 0 SUCCESS, 2 LOC_QP_OP_ERR, 4 LOC_PROT_ERR, 5 WR_FLUSH_ERR, 9 REM_INV_REQ_ERR, 10 REM_ACCESS_ERR, 11 REM_OP_ERR, 12 RETRY_EXC_ERR, 13 RNR_RETRY_EXC_ERR) |
-| 21 | opcode: 0 SEND, 1 RDMA_WRITE, 2 RDMA_READ (send side); 128 RECV, 129 RECV_RDMA_WITH_IMM (receive side) — set on every CQE, errors included |
+| 20 | status (IB numbering: 0 SUCCESS, 2 LOC_QP_OP_ERR, 4 LOC_PROT_ERR, 5 WR_FLUSH_ERR, 9 \
+REM_INV_REQ_ERR, 10 REM_ACCESS_ERR, 11 REM_OP_ERR, 12 RETRY_EXC_ERR, 13 RNR_RETRY_EXC_ERR) |
+| 21 | opcode: 0 SEND, 1 RDMA_WRITE, 2 RDMA_READ (send side); 128 RECV, 129 RECV_RDMA_WITH_IMM \
+(receive side) — set on every CQE, errors included |
 | 22 | flags: 0x02 WITH_IMM, 0x04 WITH_INVALIDATE |
 | 23–30 | reserved |
-| 31 | bit 0: phase. It is 1 on the first pass through the ring and flips on every wrap; software owns the entry once the phase matches its own pass. The whole entry is written in one burst, after OKAY write responses for all the data it reports. |
-"""  # noqa: E501
+| 31 | bit 0: phase. It is 1 on the first pass through the ring and flips on every wrap; software \
+owns the entry once the phase matches its own pass. The whole entry is written in one burst, after \
+OKAY write responses for all the data it reports. |
+"""
 
 # the spec's words for a field -> the table's field name (the first word of the spec's text)
 NAMES = {"wr_id": "wr_id", "num_sge": "num_sge", "opcode:": "opcode", "flags:": "flags",

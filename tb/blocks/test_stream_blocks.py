@@ -190,9 +190,9 @@ def test_room_fifo_writes_without_w_en():
 @pytest.mark.parametrize("depth", [2, 4, 7])
 def test_bypass_fifo(depth):
     """BypassFIFO against a Python FIFO under random writes (with ``w_rdy``, never more than
-    ``depth`` held) and reads: entries leave in order, none lost or made up; one written into an empty FIFO
-    is readable in the next cycle, and ``r_rdy`` is high whenever one has been held for two
-    cycles (the registered FIFO's latency)."""
+    ``depth`` held) and reads: entries leave in order, none lost or made up; one written into an
+    empty FIFO is readable in the next cycle, and ``r_rdy`` is high whenever one has been held for
+    two cycles (the registered FIFO's latency)."""
     dut = BypassFIFO(width=8, depth=depth)
     rng = random.Random(depth)
     model = []          # [value, cycles held]
@@ -343,7 +343,8 @@ def test_queue_registered_fields_match_buffered(depth):
 def test_queue_registered_bypass(depth):
     """``Queue(registered=..., bypass=True)`` against a Python FIFO under random valid, ready and
     payload: entries leave in order, whole, none lost or made up; ``level`` counts them and
-    ``i.ready`` never offers room beyond ``depth``; an entry written into an empty queue (or behind one being taken) is offered in the next cycle,
+    ``i.ready`` never offers room beyond ``depth``; an entry written into an empty queue (or behind
+    one being taken) is offered in the next cycle,
     and ``o.valid`` is high whenever one has been held for two cycles."""
     from amaranth.lib import data
     layout = data.StructLayout({"a": 5, "b": 11, "c": 3, "d": 7})

@@ -125,7 +125,8 @@ def test_area_by_block(tmp_path, capsys):
     assert a["lut_ram"] == {"beta.lutram": 1} and a["ebr"] == {"gamma.ram": 1}
     # yosys names the pieces of a mapped memory <memory>.<row>.<column>
     dpr = {"type": "TRELLIS_DPR16X4", "port_directions": {}, "connections": {}}
-    two = {"modules": {"t": {"cells": {"q.tab.0.0": dpr, "q.tab.0.1": dpr, "q.fifo.storage.0.0": dpr,
+    two = {"modules": {"t": {"cells": {"q.tab.0.0": dpr, "q.tab.0.1": dpr,
+                                       "q.fifo.storage.0.0": dpr,
                                        "r.x": dict(dpr, type="$paramod$y\\DP16KD")}}}}
     a2 = area_by_block(two, "t")
     assert a2["lut_ram"] == {"q.tab": 2, "q.fifo.storage": 1} and a2["ebr"] == {"r.x": 1}

@@ -26,7 +26,8 @@ def _cell(ctype, inst, iopaths=(), setups=()):
     out = [f'  (CELL\n    (CELLTYPE "{ctype}")\n    (INSTANCE {inst})']
     if iopaths:
         out.append("    (DELAY\n      (ABSOLUTE")
-        out += [f"        (IOPATH {a} {b} (0:{d // 2}:{d}) (0:{d // 2}:{d}))" for a, b, d in iopaths]
+        out += [f"        (IOPATH {a} {b} (0:{d // 2}:{d}) (0:{d // 2}:{d}))"
+                for a, b, d in iopaths]
         out.append("      )\n    )")
     if setups:
         out.append("    (TIMINGCHECK")
@@ -39,10 +40,12 @@ def _cell(ctype, inst, iopaths=(), setups=()):
 
 
 def _sdf(nets, cells):
-    ic = "\n".join(f"        (INTERCONNECT {a} {b} ({d}:{d}:{d}) ({d}:{d}:{d}))" for a, b, d in nets)
+    ic = "\n".join(f"        (INTERCONNECT {a} {b} ({d}:{d}:{d}) ({d}:{d}:{d}))"
+                   for a, b, d in nets)
     return ("(DELAYFILE\n  (SDFVERSION \"3.0\")\n  (DESIGN \"top\")\n  (DIVIDER /)\n"
             "  (TIMESCALE 1ps)\n  (CELL\n    (CELLTYPE \"top\")\n    (INSTANCE )\n"
-            f"    (DELAY\n      (ABSOLUTE\n{ic}\n      )\n    )\n    )\n" + "\n".join(cells) + "\n)\n")
+            f"    (DELAY\n      (ABSOLUTE\n{ic}\n      )\n    )\n    )\n"
+            + "\n".join(cells) + "\n)\n")
 
 
 # Two paths into blk_b.r2/DI, one from a flip-flop through two LUTs (400 + 100 + 200 + 300 +

@@ -1,9 +1,9 @@
 """The synthesis flow (rnic_flow.synth).
 
-Fast tests (well under 5 s): report parsing against captured nextpnr / yosys outputs in tb/flow/data,
-the merge of result rows, the Markdown table, the iCE40 I/O wrapper (on Icarus, against a Python
-parity model), and the whole flow's plumbing with stand-in tools that replay those captured
-outputs (exit codes: 0 on missed timing and on "does not fit", 1 on a tool failure).
+Fast tests (well under 5 s): report parsing against captured nextpnr / yosys outputs in
+tb/flow/data, the merge of result rows, the Markdown table, the iCE40 I/O wrapper (on Icarus,
+against a Python parity model), and the whole flow's plumbing with stand-in tools that replay those
+captured outputs (exit codes: 0 on missed timing and on "does not fit", 1 on a tool failure).
 
 ``@pytest.mark.full``: the real YoWASP flow on CRC32 W=64 (ECP5 and iCE40).
 """

@@ -41,7 +41,8 @@ def find_solver():
 
 class FormalResult:
     def __init__(self, ok, status, seconds, log, workdir):
-        self.ok, self.status, self.seconds, self.log, self.workdir = ok, status, seconds, log, workdir
+        self.ok, self.status, self.seconds = ok, status, seconds
+        self.log, self.workdir = log, workdir
 
     def __repr__(self):
         return f"FormalResult({self.status}, {self.seconds:.1f} s, {self.workdir})"
@@ -93,8 +94,8 @@ def prove(harness, name, *, depth, mode="bmc", solver=None, workdir=None, timeou
         path = bindir / exe if (bindir / exe).exists() else shutil.which(exe)
         if path:
             tools += [opt, str(path)]
-    proc = subprocess.run([sby_tool(), *tools, "-f", f"{name}.sby"], cwd=workdir, capture_output=True,
-                          text=True, timeout=timeout,
+    proc = subprocess.run([sby_tool(), *tools, "-f", f"{name}.sby"], cwd=workdir,
+                          capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep
                                + os.environ.get("PATH", "")})
     dt = time.monotonic() - t0

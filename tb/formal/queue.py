@@ -1,5 +1,6 @@
 """Formal harness of the stream rules on ``Queue(registered=...)``'s output
-(``rtl/rnic/stream.py``), with or without ``bypass``, for a proof by k-induction from an arbitrary state.
+(``rtl/rnic/stream.py``), with or without ``bypass``, for a proof by k-induction from an arbitrary
+state.
 
 Environment: every input is free (``i.valid``, ``i.payload`` and ``o.ready`` change at will).
 Reset is asserted in the first cycle.

@@ -1,8 +1,8 @@
 """Two `rnic` cores on a lossy wire: the Reliability Engine end to end (tb/system/test_lossy.py).
 
-Built on the clean-wire bench ``tb/system/cocotb_two_rnic.py`` (:class:`Pair`, :func:`random_traffic`):
-the wire's fault model drops, duplicates, reorders and corrupts frames, or a directed test's
-filter removes exactly the frame it names. What is checked:
+Built on the clean-wire bench ``tb/system/cocotb_two_rnic.py`` (:class:`Pair`,
+:func:`random_traffic`): the wire's fault model drops, duplicates, reorders and corrupts frames, or
+a directed test's filter removes exactly the frame it names. What is checked:
 
 * random traffic both ways: every byte placed once and in order, every completion once and in
   order (``random_traffic``); every request frame on the wire equal to the model's packet of its

@@ -1,8 +1,9 @@
-"""RDMA READ between two `rnic` cores on a lossy wire (interface.md §7; tb/system/test_read_lossy.py).
+"""RDMA READ between two `rnic` cores on a lossy wire (interface.md §7;
+tb/system/test_read_lossy.py).
 
-Built on :class:`tb.system.cocotb_read_pair.ReadPair` (B's source region, A's destination region, READs
-posted with the requester model) and on the lossy wire of ``tb/system/cocotb_lossy.py`` (:class:`Lossy`
-for the random run, :class:`Filter` for the directed faults). What is checked:
+Built on :class:`tb.system.cocotb_read_pair.ReadPair` (B's source region, A's destination region,
+READs posted with the requester model) and on the lossy wire of ``tb/system/cocotb_lossy.py``
+(:class:`Lossy` for the random run, :class:`Filter` for the directed faults). What is checked:
 
 * every WQE completes exactly once, SUCCESS, in SQ order per QP; a READ with opcode 2 and its
   byte count, its bytes already in A's memory when its completion is seen (polled every few
@@ -246,7 +247,7 @@ async def read_lossy_random_1024(dut):
         max_read=knob("READ_LOSSY_MAX_READ"))
 
 
-# ---- directed faults ------------------------------------------------------------------------------
+# ---- directed faults -----------------------------------------------------------------------------
 
 L5 = 5 * 256 - 9                         # five responses at PMTU 256
 ROFF = 1001
@@ -603,9 +604,9 @@ class Forger:
 @cocotb.test()
 async def read_hostile_responder(dut):
     """READs (0 to 3,000 bytes, 1 or 2 SGEs) on two QPs at PMTU 256, B's responses joined by
-    forged ones (:class:`Forger`, 25 % of the responses, every kind): every forged response is dropped and
-    counted (counter 6 on A), none writes a byte (A's bytes exact, its guards untouched, no 0xA5
-    anywhere it placed), and every READ completes in order."""
+    forged ones (:class:`Forger`, 25 % of the responses, every kind): every forged response is
+    dropped and counted (counter 6 on A), none writes a byte (A's bytes exact, its guards untouched,
+    no 0xA5 anywhere it placed), and every READ completes in order."""
     pmtu, count = 256, knob("READ_LOSSY_WQES") * 3
     forger = Forger(51, 0.25, pmtu, idle_qpn=4)
     p = LossyReadPair(dut, fault=forger, pmtu=pmtu, seed=51)

@@ -1,10 +1,10 @@
 """RDMA READ between two `rnic` cores (interface.md §7), through the contract only.
 
 A posts READs (``Device.post_read``) of B's memory into its own buffers; B answers as responder.
-The two-core harness of ``tb/system/cocotb_two_rnic.py`` (:class:`Pair`, the wire, host memories with
-guard regions) is reused. Checked against independent references: the bytes placed in A's memory
-equal B's source bytes (and nothing around them moves), A's completions (opcode 2, byte count,
-in SQ order), every READ request frame against the requester model
+The two-core harness of ``tb/system/cocotb_two_rnic.py`` (:class:`Pair`, the wire, host memories
+with guard regions) is reused. Checked against independent references: the bytes placed in A's
+memory equal B's source bytes (and nothing around them moves), A's completions (opcode 2, byte
+count, in SQ order), every READ request frame against the requester model
 (``sim.models.requester.segment``: opcode 0x0C, PSN, RETH), every READ response frame against a
 model of §7 (opcode by position, PSN, AETH on FIRST/LAST/ONLY, PMTU bytes but the last, the bytes
 of B's memory), and the pcap decoded by tshark with no error.

@@ -230,7 +230,8 @@ class Pair:
             d = decode_frame(b)
             check_frame_fields(d, s, SPORT[s])
             if 0x0D <= d["bth"]["opcode"] <= 0x11:
-                continue                      # responses (READ responses: tb/system/cocotb_read_pair.py)
+                # responses (READ responses: tb/system/cocotb_read_pair.py)
+                continue
             qpn = d["bth"]["dqpn"]            # QPNs are equal on both sides here
             exp = self.expect[(s, qpn)]
             assert exp, f"unexpected request frame from {s}: {d['bth']}"
@@ -462,7 +463,7 @@ async def doorbells_in_reset_ignored(dut):
         side.mem.check()
 
 
-# ---- random traffic -------------------------------------------------------------------------------
+# ---- random traffic ------------------------------------------------------------------------------
 
 async def random_traffic(p, count, *, max_len, qpns=(2, 3), batch=12):
     """``count`` random messages, A→B on the first QP pair and B→A on the second, in batches:
@@ -586,7 +587,7 @@ async def random_messages(dut):
     await p.finish("two_rnic_random")
 
 
-# ---- benchmark: goodput A -> B --------------------------------------------------------------------
+# ---- benchmark: goodput A -> B -------------------------------------------------------------------
 
 def wire_beats(length, pmtu, width):
     """Beats on the wire for one SEND of ``length`` bytes (headers, pad and ICRC included)."""

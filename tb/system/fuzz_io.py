@@ -214,7 +214,8 @@ class RxDriver:
         self.lanes = lanes
         self.tdata, self.tkeep = getattr(dut, f"{prefix}_tdata"), getattr(dut, f"{prefix}_tkeep")
         self.tlast, self.tuser = getattr(dut, f"{prefix}_tlast"), getattr(dut, f"{prefix}_tuser")
-        self.tvalid, self.tready = getattr(dut, f"{prefix}_tvalid"), getattr(dut, f"{prefix}_tready")
+        self.tvalid = getattr(dut, f"{prefix}_tvalid")
+        self.tready = getattr(dut, f"{prefix}_tready")
         self.clock = clock
         self.queue = []        # beats: (data, keep, last, user) or ("gap", n)
         self.pos = 0

@@ -1,6 +1,8 @@
-"""Summary of fuzz campaign reports (``build/fuzz/<name>.json``, written by tb/system/cocotb_fuzz.py).
+"""Summary of fuzz campaign reports (``build/fuzz/<name>.json``, written by
+tb/system/cocotb_fuzz.py).
 
-    python -m tb.system.fuzz_summary [build/fuzz/long-*.json ...]   (default: build/fuzz/long-*.json)
+    python -m tb.system.fuzz_summary [build/fuzz/long-*.json ...]   (default:
+    build/fuzz/long-*.json)
 
 Prints (and writes to ``build/fuzz/summary.md``) frames, wall time, frames per second, simulated
 cycles, the drop reasons and every invariant with its number of checks and of violations.

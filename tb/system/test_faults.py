@@ -1,6 +1,6 @@
-"""Host-memory faults at the `rnic` top (tb/system/cocotb_faults.py): SLVERR and DECERR on a receive-WQE
-fetch, a scatter write, a CQE write and a gather read put the affected QP in ERROR with event 4,
-and another QP keeps working (Icarus, W=64)."""
+"""Host-memory faults at the `rnic` top (tb/system/cocotb_faults.py): SLVERR and DECERR on a
+receive-WQE fetch, a scatter write, a CQE write and a gather read put the affected QP in ERROR with
+event 4, and another QP keeps working (Icarus, W=64)."""
 import pytest
 
 from rnic.top import RNIC

@@ -1,4 +1,5 @@
-"""Fuzz campaign at the `rnic` top (tb/system/cocotb_fuzz.py): hostile frames mixed with valid traffic.
+"""Fuzz campaign at the `rnic` top (tb/system/cocotb_fuzz.py): hostile frames mixed with valid
+traffic.
 
 The regression runs a short campaign on Icarus (W=64, the responder tests' small configuration);
 ``make fuzz`` runs >= 100,000 frames on Verilator. Each run writes its figures (frames per second,

@@ -1,4 +1,5 @@
-"""Two `rnic` cores on a lossy wire: the Reliability Engine end to end (tb/system/cocotb_lossy.py)."""
+"""Two `rnic` cores on a lossy wire: the Reliability Engine end to end
+(tb/system/cocotb_lossy.py)."""
 
 import pytest
 

@@ -2,9 +2,9 @@
 
 Each case runs the `rnic generate` command itself, builds its output with cocotb's runner and
 that runner's own flags (Icarus ``-g2012``; Verilator with none added) and runs
-``tb/system/cocotb_ports.py`` with X left as X: every handshake output, ``irq`` and AXI-Lite response
-is 0 or 1 from the first rising edge with ``rst`` high, and payloads are defined whenever their
-valid is high, through reset and a short SEND exchange in both directions.
+``tb/system/cocotb_ports.py`` with X left as X: every handshake output, ``irq`` and AXI-Lite
+response is 0 or 1 from the first rising edge with ``rst`` high, and payloads are defined whenever
+their valid is high, through reset and a short SEND exchange in both directions.
 """
 import os
 import subprocess

@@ -1,7 +1,8 @@
 """Random responder traffic at the `rnic` top against the Python model (cocotb): see
-tb/system/cocotb_resp_random.py. The regression runs 100 messages on Icarus at W=64; `make regress-full`
-adds a shorter run on Verilator at W=512 (the build of tb/system/test_responder.py, shared); `make soak`
-runs 10,000+ messages on Verilator."""
+tb/system/cocotb_resp_random.py. The regression runs 100 messages on Icarus at W=64; `make
+regress-full`
+adds a shorter run on Verilator at W=512 (the build of tb/system/test_responder.py, shared); `make
+soak` runs 10,000+ messages on Verilator."""
 
 import pytest
 

@@ -57,7 +57,8 @@ def _trace_run(simulator, tests, label):
     out = ROOT / "build" / "trace"
     params = {**c.as_dict(), "waves": True} if waves else c.as_dict()
     test_dir = run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=params,
-                          test_module="tb.system.cocotb_responder", testcase=tests, simulator=simulator,
+                          test_module="tb.system.cocotb_responder", testcase=tests,
+                          simulator=simulator,
                           test_name=label, waves=waves,
                           extra_env={"RNIC_TRACE": "1", "RNIC_TRACE_DIR": str(out)})
     if waves:                            # keep the waveform beside the trace and the pcaps
