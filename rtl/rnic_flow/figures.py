@@ -113,17 +113,26 @@ AREA_FMAX = {"rx_parse": "rx_parse", "receive": "psn_check", "rq_scatter": "exec
              "total": "rnic"}
 
 
-def _fmax_by_block(synth, config):
-    """``{block: {seed: MHz}}`` of the routed ECP5 rows whose configuration agrees with
-    ``config``."""
+def _fmax_by_block(synth, config, stage="routed"):
+    """``{block: {seed: MHz}}`` of the ECP5 rows of ``stage`` (routed, or placed: the placement
+    estimate) whose configuration agrees with ``config``."""
     out = {}
     for r in synth:
         cfg = r.get("config") or {}
-        if r["target"] != "ecp5" or r.get("stage", "routed") != "routed":
+        if r["target"] != "ecp5" or r.get("stage", "routed") != stage:
             continue
         if all(config.get(k, v) == v for k, v in cfg.items()):
             out.setdefault(r["block"], {})[r.get("seed", 1)] = r["fmax_mhz"]
     return out
+
+
+def _fmax_cell(routed, placed):
+    """Seeds 1 / 2 / 3 of a block's routed Fmax; a block with none routed shows its placement
+    estimates, so marked."""
+    g, note = (routed, "") if routed else (placed, " (not routed: placement estimate)")
+    if not g:
+        return ""
+    return " / ".join(f"{g[s]:.1f}" if s in g else "–" for s in (1, 2, 3)) + note
 
 
 def render_area(area, synth=None):
@@ -131,6 +140,7 @@ def render_area(area, synth=None):
     on seeds 1 / 2 / 3 in a last column."""
     cfg = _config_tag(area["config"])
     fm = None if synth is None else _fmax_by_block(synth, area["config"])
+    est = None if synth is None else _fmax_by_block(synth, area["config"], "placed")
     head = (f"`make area`, {cfg}, yosys `synth_ecp5` with the block hierarchy kept; each figure "
             "beside its budget ([docs/area.md](docs/area.md))")
     cols = "| block | LUT4-eq | FF | DP16KD | within budget |"
@@ -156,9 +166,8 @@ def render_area(area, synth=None):
             name, cells = f"**{name}**", [f"**{c}**" for c in cells]
         cells.append(("yes" if ok else "no") if b else "")
         if fm is not None:
-            g = fm.get(AREA_FMAX.get(r["block"]), {})
-            cells.append(" / ".join(f"{g[s]:.1f}" if s in g else "–" for s in (1, 2, 3))
-                         if g else "")
+            blk = AREA_FMAX.get(r["block"])
+            cells.append(_fmax_cell(fm.get(blk, {}), est.get(blk, {})))
         lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
@@ -210,6 +219,10 @@ def _size(b):
 GOODPUT_ROWS = ((64, 0), (4096, 0), (4096, 100), (65536, 100))
 RESPONDER_PAYLOADS = (0, 256)
 
+#: The responder's latency limits, shown beside its figures: cycles from a SEND_ONLY's last
+#: beat to the first beat of its ACK on an idle core, by payload bytes.
+ACK_LATENCY_LIMITS = {0: 16, 256: 24}
+
 
 def _table(head, rule, widths, rows):
     """Columns ``head`` (aligned by ``rule``) then one per width; rows ``(lead cells, {W:
@@ -255,7 +268,9 @@ def render_responder(bench):
     for size in RESPONDER_PAYLOADS:
         rows.append((f"{_size(size)} | rx beats/cycle, 1 QP / 8 QPs (limit 1)",
                      {w: pair(w, size, rate, lambda v: f"{v:.3f}") for w in widths}))
-        rows.append((f"{_size(size)} | cycles, last beat → first ACK beat / CQE written",
+        limit = ACK_LATENCY_LIMITS.get(size)
+        within = "" if limit is None else f" (limit {limit})"
+        rows.append((f"{_size(size)} | cycles, last beat → first ACK beat{within} / CQE written",
                      {w: pair(w, size, lat, lambda v: f"{v:g}") for w in widths}))
     return _table("payload | figure", "|--:|---|", widths, rows)
 

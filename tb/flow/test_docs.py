@@ -91,3 +91,33 @@ def test_unrouted_core_is_recorded_as_placed(tmp_path):
     text = figures.render_fmax(rec)
     assert "| rnic | W=64 N=256 C=64 K=64 | 37,478 | 16,919 | 87 | 61.4 / – / – (not routed: " \
            "router stopped; placement estimate) | 156.25 |" in text
+
+
+def test_responder_table_shows_latency_limits():
+    """The responder's ACK latency rows carry their limits, as the rate rows do."""
+    def row(figure, value, payload):
+        return {"block": "resp_top", "figure": figure, "value": value, "unit": "cycles",
+                "limit": None, "target": None, "config": {"W": 64, "payload": payload}}
+    ack = "cycles, request last beat to first ACK beat"
+    cqe = "cycles, request last beat to CQE last write beat"
+    text = figures.render_responder([row(ack, 12.0, 0), row(cqe, 20.0, 0), row(ack, 30.0, 256)])
+    assert "| 0 B | cycles, last beat → first ACK beat (limit 16) / CQE written | 12 / 20 |" \
+        in text
+    assert "| 256 B | cycles, last beat → first ACK beat (limit 24) / CQE written | 30 / – |" \
+        in text
+
+
+def test_area_table_shows_the_unrouted_core_estimate():
+    """A block with no routed run shows its placement estimate in the area table, so marked."""
+    cfg = dict(budgets.REFERENCE)
+    area = {"config": cfg, "rows": [
+        {"block": "cqe", "title": "CQE Generation", "lut4_eq": 690, "ff": 390, "dp16kd": 1,
+         "budget": {"lut4": 700, "ff": 400, "dp16kd": 1}},
+        {"block": "total", "title": "whole core", "lut4_eq": 38000, "ff": 16000, "dp16kd": 87,
+         "budget": {"lut4": 15000, "ff": 8000, "dp16kd": 24}}]}
+    base = {"target": "ecp5", "config": cfg, "lut": 1, "ff": 1, "bram": 1, "target_mhz": 156.25}
+    synth = [{**base, "block": "cqe_gen", "seed": 2, "stage": "routed", "fmax_mhz": 170.0},
+             {**base, "block": "rnic", "seed": 1, "stage": "placed", "fmax_mhz": 69.8}]
+    text = figures.render_area(area, synth)
+    assert "| CQE Generation | 690 of 700 | 390 of 400 | 1 of 1 | yes | – / 170.0 / – |" in text
+    assert "| no | 69.8 / – / – (not routed: placement estimate) |" in text
