@@ -77,7 +77,7 @@ docs: setup
 clean:
 	rm -rf build
 
-# ---- issue 12: show it (traces, pictures, board build) -----------------------------------
+# ---- show it: traces, pictures, board build ----------------------------------------------
 .PHONY: trace pictures bitstream board-test formats-doc
 
 # the block trace on: the two-core scenarios (requester A, responder B) on Icarus and Verilator,

@@ -42,7 +42,7 @@ def test_responder_backpressure(cfg):
                ports_only=True)
 
 
-# ---- the block trace (sim/trace.py, issue 12) --------------------------------------------------
+# ---- the block trace (sim/trace.py) ------------------------------------------------------------
 TRACE_TESTS = ["send_9_steps", "send_with_immediate", "send_with_invalidate_then_stale_write"]
 
 
