@@ -132,11 +132,17 @@ class KeyCacheHarness(Elaboratable):
             m.submodules.dut = dut
         m.d.comb += Assume(ResetSignal() == Initial())
 
-        cmd, cresp = dut.cmd.cmd, dut.cmd.resp
-        inv = dut.inval
-        lk = dut.lookup0
+        self._free_inputs(m, dut)
+        p_op, p_index, p_args = self._command(m, dut)
+        shadow = self._shadow(m, dut, p_op, p_index, p_args)
+        self._lookups(m, dut, shadow)
+        return m
 
-        # ---- free inputs --------------------------------------------------------------
+    def _free_inputs(self, m, dut):
+        """Every input of the Key Cache free, within the commands it takes."""
+        K = self.K
+        cmd, cresp = dut.cmd.cmd, dut.cmd.resp
+        inv, lk = dut.inval, dut.lookup0
         m.d.comb += [
             cmd.valid.eq(AnySeq(1)),
             cmd.payload.opcode.eq(AnySeq(8)),
@@ -160,7 +166,10 @@ class KeyCacheHarness(Elaboratable):
                            | (cmd.payload.opcode == CmdOp.QUERY_KEY)
                            | (cmd.payload.opcode == CmdOp.INVALIDATE))
 
-        # ---- the command in flight ----------------------------------------------------
+    def _command(self, m, dut):
+        """The command in flight (or the remote invalidation) and software's ARGs for it."""
+        K = self.K
+        cmd, inv = dut.cmd.cmd, dut.inval
         p_op = Signal(8)       # 0: a remote invalidation
         p_index = Signal(range(K))
         p_args = [Signal(32, name=f"p_arg{i}") for i in range(9)]
@@ -179,8 +188,12 @@ class KeyCacheHarness(Elaboratable):
         m.d.comb += dut.cmd.arg_data.eq(arg_rd)
         with m.If(inv.req.valid & inv.req.ready):
             m.d.sync += [p_op.eq(0), p_args[0].eq(inv.req.payload.key)]
+        return p_op, p_index, p_args
 
-        # ---- the shadow table ---------------------------------------------------------
+    def _shadow(self, m, dut, p_op, p_index, p_args):
+        """The shadow table: each slot as the commands that succeeded left it."""
+        K = self.K
+        cresp, inv = dut.cmd.resp, dut.inval
         pre = self.preload or [(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)] * K
         sv = [Signal(name=f"sv{i}", init=pre[i][0]) for i in range(K)]
         skey = [Signal(32, name=f"skey{i}", init=pre[i][1]) for i in range(K)]
@@ -211,8 +224,13 @@ class KeyCacheHarness(Elaboratable):
                 ]
             with m.Elif(inv_ok & (skey[i] == p_args[0])):
                 m.d.sync += sv[i].eq(0)
+        return sv, skey, spd, sacc, siova, slen, smr, sdelta
 
-        # ---- lookups: justified at acceptance, checked at the response -------------------
+    def _lookups(self, m, dut, shadow):
+        """Lookups: justified by the shadow table at acceptance, checked at the response."""
+        K = self.K
+        lk = dut.lookup0
+        sv, skey, spd, sacc, siova, slen, smr, sdelta = shadow
         rq = lk.req.payload
         hit_any = Signal()
         just = Signal()
@@ -263,4 +281,3 @@ class KeyCacheHarness(Elaboratable):
                 m.d.sync += [q_just[i].eq(just), q_hit[i].eq(hit_any), q_mr[i].eq(mr_hit),
                              q_bus[i].eq(exp_bus)]
         m.d.sync += count.eq(count + push - pop)
-        return m
