@@ -88,7 +88,7 @@ shorter than 60 bytes (which a MAC does not deliver) can fill it first.
 Ordering guarantee
 ------------------
 ``meta`` entries and payload frames come in the same order (frame order on the wire, dropped
-frames removed). A frame's meta enters the meta queue (5 entries) at least three cycles before
+frames removed). A frame's meta enters the meta queue (5 entries) at least two cycles before
 its first payload beat is offered, so once every earlier meta has been taken it is offered no
 later than that beat; a frame with ``payload_len`` 0 has a meta and no payload beats. The meta
 of the next frame may be offered while the payload of the current one is still streaming. The
@@ -140,17 +140,18 @@ def rx_parse_latency(width):
 
     ``meta``: from the cycle the last beat of a frame is accepted on ``i`` to the cycle its meta
     is first offered; ``payload``: to the cycle its first payload beat is offered (both measured
-    by the benchmark of ``tb/blocks/cocotb_rx_parse.py``: 9/12 cycles at every width);
+    by the benchmark of ``tb/blocks/cocotb_rx_parse.py``: 10/12 cycles at every width);
     ``stat``: to the cycle the drop-reason strobe is high (bit 0 is one cycle after the last
     beat). The verdict is known ``crc`` = :data:`ICRC_LATENCY` + 1 = 6 cycles after the last
     beat (the ICRC checker's input is registered once) and is at the verdict queue's head in the
     next cycle; the head descriptor (V3, the descriptor queue's block RAM, its output register
     and the head queue) is there a cycle later, 8 cycles after the last beat, and is taken
-    then; the meta queue adds one cycle (its bypass); the buffer read, its output register and
+    then; the meta push a cycle later (the taken entry's raw fields read from the descriptor
+    queue) and the meta queue one more (its bypass); the buffer read, its output register and
     the payload queue four.
     """
     crc = ICRC_LATENCY + 1                  # + the register in front of the CRC
-    return {"meta": crc + 3, "payload": crc + 6, "stat": crc + 1}
+    return {"meta": crc + 4, "payload": crc + 6, "stat": crc + 1}
 
 
 #: The metadata's raw fields, written once into the descriptor queue: BTH fields, the 20 bytes
@@ -166,7 +167,10 @@ class _SplitQueue(Elaboratable):
     """An in-order queue (``SyncFIFOBuffered`` at its read side) whose entries are written in
     two parts at different times, each into a block RAM of its own: part ``a`` of an entry
     first (``a_en``), part ``b`` later (``b_en``); an entry is readable once its ``b`` part is
-    written. Both parts are read at one address into ``r_a``/``r_b``. The writer never pushes
+    written. The ``b`` parts are read in order into ``r_b`` (``r_rdy``/``r_en``). The ``a``
+    parts are read later, on a pointer of their own: ``a_next`` names the oldest entry whose
+    ``a`` part is not yet read, which must be one already read into ``r_b``; its ``a`` part is
+    on ``r_a`` in the next cycle (held until the next ``a_next``). The writer never pushes
     more than ``depth`` entries (not checked here: RX Parse's slot count bounds them); both
     RAMs are written in every cycle at their write pointers (free slots), so the strobes only
     move the pointers.
@@ -183,20 +187,23 @@ class _SplitQueue(Elaboratable):
         self.r_b = Signal(b_shape)
         self.r_rdy = Signal()
         self.r_en = Signal()
+        self.a_next = Signal()
 
     def elaborate(self, platform):
         m = Module()
         n = 1 << self.abits
-        # ``no_rw_check``: the read address ``c`` holds an entry with both parts written, the
-        # write addresses ``pa``/``pb`` free slots, and fewer than ``n`` entries are ever held
-        # (at most ``depth`` < ``n``), so a read never meets a write and the block
-        # RAMs need no read-during-write logic (yosys would emulate it with a register on every
-        # data bit).
+        # ``no_rw_check``: the read addresses ``c`` and ``ca`` hold entries whose parts are
+        # written (``ca`` an entry already read into ``r_b``, its ``a`` part written earlier),
+        # the write addresses ``pa``/``pb`` free slots, and fewer than ``n`` entries are ever
+        # held (at most ``depth`` < ``n``), so a read never meets a write and the block RAMs
+        # need no read-during-write logic (yosys would emulate it with a register on every
+        # data bit). ``mem_a`` is read in every cycle: its data is used only after ``a_next``.
         m.submodules.mem_a = mem_a = Memory(shape=len(self.a_data.as_value()), depth=n,
                                             init=[], attrs={"no_rw_check": 1})
         m.submodules.mem_b = mem_b = Memory(shape=len(self.b_data.as_value()), depth=n,
                                             init=[], attrs={"no_rw_check": 1})
         pa, pb, c = Signal(self.abits), Signal(self.abits), Signal(self.abits)
+        ca = Signal(self.abits)
         wa, wb = mem_a.write_port(), mem_b.write_port()
         ra, rb = mem_a.read_port(domain="sync"), mem_b.read_port(domain="sync")
         # entries with both parts written and not yet read into r_a/r_b; the "not empty"
@@ -208,7 +215,7 @@ class _SplitQueue(Elaboratable):
         m.d.comb += [
             wa.addr.eq(pa), wa.data.eq(self.a_data), wa.en.eq(1),
             wb.addr.eq(pb), wb.data.eq(self.b_data), wb.en.eq(1),
-            ra.addr.eq(c), rb.addr.eq(c), ra.en.eq(do_read), rb.en.eq(do_read),
+            ra.addr.eq(ca), ra.en.eq(1), rb.addr.eq(c), rb.en.eq(do_read),
             self.r_a.eq(ra.data), self.r_b.eq(rb.data),
         ]
         with m.If(self.a_en):
@@ -217,6 +224,8 @@ class _SplitQueue(Elaboratable):
             m.d.sync += pb.eq(pb + 1)
         with m.If(do_read):
             m.d.sync += c.eq(c + 1)
+        with m.If(self.a_next):
+            m.d.sync += ca.eq(ca + 1)
         with m.If(self.b_en & ~do_read):
             m.d.sync += level.eq(level + 1)
         with m.If(do_read & ~self.b_en):
@@ -862,7 +871,6 @@ class RxParse(wiring.Component):
             "flush": 1,
             "last_keep": range(L + 1),
         })
-        desc_layout = data.StructLayout({"m": mraw_layout, "d": d_layout})
         m.submodules.desc_q = desc_q = _SplitQueue(mraw_layout, d_layout, self.slots)
         m.d.comb += [
             desc_q.a_en.eq(end_frame),
@@ -891,7 +899,7 @@ class RxParse(wiring.Component):
             reason_q.w_en.eq(v4_valid),
             reason_q.w_data.eq(hreason),
         ]
-        return types.SimpleNamespace(d_layout=d_layout, desc_layout=desc_layout, desc_q=desc_q,
+        return types.SimpleNamespace(d_layout=d_layout, desc_q=desc_q,
                                      reason_q=reason_q, verdict_q=verdict_q)
 
     def _verdict(self, m, crc, reason_q, verdict_q, end_frame):
@@ -986,12 +994,12 @@ class RxParse(wiring.Component):
 
     def _read_head(self, m, t):
         """The head descriptor in registers: a register after the descriptor queue's block RAM
-        (``pr_d``), then a two-entry queue of its ``d`` part in flip-flops (``head``) and a
-        LUT-RAM twin for the raw metadata, popped by ``take``; the meta queue's write data;
-        and ``head_ok``, whether the head may be taken now (its verdict is out, and the meta
-        queue has room unless it is dropped). Returns ``take``, ``head``, ``drop``,
-        ``head_ok``."""
-        d_layout, desc_layout = t.q.d_layout, t.q.desc_layout
+        (``pr_d``), then a two-entry queue of its ``d`` part in flip-flops (``head``), popped by
+        ``take``; the meta queue's push, a cycle after the take, with the raw metadata read from
+        the descriptor queue then; and ``head_ok``, whether the head may be taken now (its
+        verdict is out, and the meta queue has room unless it is dropped). Returns ``take``,
+        ``push`` (the take pushes a meta), ``head``, ``drop``, ``head_ok``."""
+        d_layout = t.q.d_layout
         desc_q, verdict_q, meta_q = t.q.desc_q, t.q.verdict_q, t.meta_q
         # The head descriptor in registers of its own: desc_q sits in block RAM (132 slots),
         # whose clock-to-out (~4 ns on ECP5) must not feed the read address and its adders.
@@ -1003,12 +1011,11 @@ class RxParse(wiring.Component):
         # The next descriptor is at its head by the cycle after a take exactly when it was in
         # a single ``head`` reloaded in the take's cycle, so the takes happen in the same
         # cycles.
-        # Only the descriptor's ``d`` part (what the read side decides on) is in flip-flops;
-        # the raw metadata, which only feeds the meta queue's write data, waits in a LUT-RAM
-        # twin of it, pushed and popped with it.
+        # Only the descriptor's ``d`` part (what the read side decides on) travels; the raw
+        # metadata stays in the descriptor queue's ``m`` RAM until the take names it.
         m.submodules.head_q = head_q = Queue(d_layout, 2, buffered=False, registers=True)
-        m.submodules.head_m = head_m = Queue(mraw_layout, 2, buffered=False)
         take = Signal()
+        push = Signal()
         head = head_q.o.payload
         head_v = head_q.o.valid
         # A plain register between the block RAM and the head queue: its data input is the
@@ -1016,27 +1023,28 @@ class RxParse(wiring.Component):
         # enable a function of registers, so the RAM's clock-to-out (about two thirds of a
         # 156.25 MHz cycle on ECP5) meets a route and at most the enable's LUT.
         pr_v = Signal()
-        pr_d = Signal(desc_layout)
+        pr_d = Signal(d_layout)
         pr_go = Signal()
         m.d.comb += [pr_go.eq(~pr_v | head_q.i.ready), desc_q.r_en.eq(pr_go),
-                     head_q.i.valid.eq(pr_v), head_q.i.payload.eq(pr_d.d),
-                     head_m.i.valid.eq(pr_v), head_m.i.payload.eq(pr_d.m)]
+                     head_q.i.valid.eq(pr_v), head_q.i.payload.eq(pr_d)]
         with m.If(pr_go):
-            m.d.sync += [pr_v.eq(desc_q.r_rdy), pr_d.eq(Cat(desc_q.r_a, desc_q.r_b))]
-        m.d.comb += [head_q.o.ready.eq(take), head_m.o.ready.eq(take)]
+            m.d.sync += [pr_v.eq(desc_q.r_rdy), pr_d.eq(desc_q.r_b)]
+        m.d.comb += [head_q.o.ready.eq(take), desc_q.a_next.eq(take)]
         drop = verdict_q.r_data[0]
         # The decision to take the head descriptor is a small function of registers:
         # * a frame's descriptor is pushed (V3) before its verdict (ICRC_LATENCY + 1 > 4 cycles
         #   after the last beat), so it reaches ``head`` before its verdict reaches the head of
         #   verdict_q (``head_v`` is in the test all the same);
-        # * ``meta_room``: the meta queue held < 3 entries last cycle, so (one push a cycle) it
-        #   holds <= 3 of 5 now and takes a push.
+        # * ``meta_room``: the meta queue held < 3 entries last cycle; a take pushes a cycle
+        #   later, so with the push of the cycle before it and this cycle's it holds <= 4 of 5
+        #   when the push comes, and takes it.
         meta_room = Signal(init=1)
         m.d.sync += meta_room.eq(meta_q.level < 3)
         head_ok = verdict_q.r_rdy & head_v & (drop | meta_room)
         # the payload does not wait for the decision (no decode in front of the queue's data)
-        self._meta_fields(m, meta_q, head_m, head)
-        return types.SimpleNamespace(take=take, head=head, drop=drop, head_ok=head_ok)
+        self._meta_fields(m, meta_q, desc_q, head, push)
+        return types.SimpleNamespace(take=take, push=push, head=head, drop=drop,
+                                     head_ok=head_ok)
 
     def _read_take(self, m, t):
         """The read side's decision, while the payload queue has ``credit``: the next beat of
@@ -1049,7 +1057,7 @@ class RxParse(wiring.Component):
         tok, rd_addr, busy, addr, left = t.tok, t.rd_addr, t.busy, t.addr, t.left
         f_sel, f_keep, f_flush, f_end = t.f_sel, t.f_keep, t.f_flush, t.f_end
         pend, p_sel, p_keep, credit = t.pend, t.p_sel, t.p_keep, t.credit
-        take, head, drop, head_ok = t.take, t.head, t.drop, t.head_ok
+        take, push, head, drop, head_ok = t.take, t.push, t.head, t.drop, t.head_ok
         with m.If(credit):
             with m.If(busy):
                 m.d.comb += [
@@ -1075,7 +1083,7 @@ class RxParse(wiring.Component):
                     with m.If(drop | ~head.has):
                         m.d.sync += rd_free.eq(head.end)
                     with m.If(~drop):
-                        m.d.comb += meta_q.i.valid.eq(1)
+                        m.d.comb += push.eq(1)
                         with m.If(head.has):
                             m.d.comb += tok.rd.eq(1)
                             with m.If(head.one):
@@ -1094,25 +1102,37 @@ class RxParse(wiring.Component):
         m.d.comb += rd_addr.eq(Mux(busy, addr, head.first))
         m.d.comb += [rp.addr.eq(rd_addr[:self.abits]), rp.en.eq(1)]
 
-    def _meta_fields(self, m, meta_q, head_m, head):
-        """The meta queue's write data, ``rx_meta_layout``, from the head descriptor's raw
-        fields (``head_m``) and its opcode flags (``head``); fields of absent headers 0."""
-        raw = head_m.o.payload
-        xb = [raw.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
+    def _meta_fields(self, m, meta_q, desc_q, head, push):
+        """The meta queue's push, ``rx_meta_layout``, in the cycle after a take that pushes
+        (``push``): the raw fields are the taken entry's ``m`` part, read from the descriptor
+        queue in that cycle; the opcode flags and the payload length were the head's in the
+        take's cycle. Fields of absent headers 0."""
+        # The flags are registered as the selects each field needs, so that every meta bit is
+        # one LUT of the RAM's output and these registers (the RAM's clock-to-out is long).
+        mpush = Signal()
+        m_len = Signal.like(head.payload_len)
+        m_reth, m_aeth, m_imm16, m_imm0 = Signal(), Signal(), Signal(), Signal()
         reth, immdt, ieth, aeth = head.flags
+        m.d.sync += [
+            mpush.eq(push), m_len.eq(head.payload_len), m_reth.eq(reth), m_aeth.eq(aeth),
+            # ImmDt after a RETH, or ImmDt / IETH rkey right after the BTH (the same bytes)
+            m_imm16.eq(immdt & reth), m_imm0.eq((immdt & ~reth) | ieth),
+        ]
+        raw = data.View(mraw_layout, desc_q.r_a)
+        xb = [raw.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
         mq = meta_q.i.payload
         m.d.comb += [
+            meta_q.i.valid.eq(mpush),
             mq.opcode.eq(raw.opcode), mq.se.eq(raw.se), mq.padcnt.eq(raw.padcnt),
             mq.dqpn.eq(raw.dqpn), mq.ackreq.eq(raw.ackreq), mq.psn.eq(raw.psn),
-            mq.reth_va.eq(Mux(reth, wire.RETH.extract("va", xb), 0)),
-            mq.reth_rkey.eq(Mux(reth, wire.RETH.extract("rkey", xb), 0)),
-            mq.reth_len.eq(Mux(reth, wire.RETH.extract("dmalen", xb), 0)),
-            mq.imm_or_rkey.eq(Mux(immdt, Mux(reth, wire.IMMDT.extract("imm", xb[16:]),
-                                             wire.IMMDT.extract("imm", xb)),
-                                  Mux(ieth, wire.IETH.extract("rkey", xb), 0))),
-            mq.aeth_syndrome.eq(Mux(aeth, wire.AETH.extract("syndrome", xb), 0)),
+            mq.reth_va.eq(Mux(m_reth, wire.RETH.extract("va", xb), 0)),
+            mq.reth_rkey.eq(Mux(m_reth, wire.RETH.extract("rkey", xb), 0)),
+            mq.reth_len.eq(Mux(m_reth, wire.RETH.extract("dmalen", xb), 0)),
+            mq.imm_or_rkey.eq(Mux(m_imm16, wire.IMMDT.extract("imm", xb[16:]), 0)
+                              | Mux(m_imm0, wire.IMMDT.extract("imm", xb), 0)),
+            mq.aeth_syndrome.eq(Mux(m_aeth, wire.AETH.extract("syndrome", xb), 0)),
             mq.src_ip.eq(raw.src_ip),
-            mq.payload_len.eq(head.payload_len),
+            mq.payload_len.eq(m_len),
         ]
 
     def _realign(self, m, rp, out_q, tok, tok1, tok2):
