@@ -31,8 +31,10 @@ Data path
   after the BTH, the IPv4 source: :data:`mraw_layout`, 252 bits) are written once, at the last
   beat, into the descriptor queue's ``m`` RAM; V3 writes the ``d`` part (payload length, the
   opcode's RETH/ImmDt/IETH/AETH flags, where the payload sits) into its ``d`` RAM, one entry
-  per frame in both, read together (:class:`_SplitQueue`). The read side forms
-  ``rx_meta_layout`` from them (fields of absent headers 0) in front of the meta queue.
+  per frame in both (:class:`_SplitQueue`). Only the ``d`` part travels to the read side's
+  head registers; the ``m`` part is read when the read side takes the entry, and the meta
+  queue is pushed in the next cycle with ``rx_meta_layout`` formed from it (fields of absent
+  headers 0).
 * Both descriptor RAMs are written from the inputs of the stage that would hold them (``hdr``'s
   next value, V3's results): yosys emulates the read-first rule between a DP16KD's two ports by
   delaying the write a cycle through registers on the write data, and those registers then are
