@@ -29,12 +29,13 @@ Data path
   (:data:`ICRC_LATENCY` + 1 = 6 cycles).
 * The metadata is not carried through these stages: its raw fields (BTH fields, the 20 bytes
   after the BTH, the IPv4 source: :data:`mraw_layout`, 252 bits) are written once, at the last
-  beat, into the descriptor queue's ``m`` RAM; V3 writes the ``d`` part (payload length, the
-  opcode's RETH/ImmDt/IETH/AETH flags, where the payload sits) into its ``d`` RAM, one entry
-  per frame in both (:class:`_SplitQueue`). Only the ``d`` part travels to the read side's
-  head registers; the ``m`` part is read when the read side takes the entry, and the meta
-  queue is pushed in the next cycle with ``rx_meta_layout`` formed from it (fields of absent
-  headers 0).
+  beat, into the descriptor queue's ``m`` RAM; V3 writes the ``d`` part (payload length and
+  where the payload sits, 36 bits at W=64: one DP16KD) into its ``d`` RAM, one entry per frame
+  in both (:class:`_SplitQueue`). Only the ``d`` part travels to the read side's head
+  registers; the ``m`` part is read when the read side takes the entry, and the meta queue is
+  pushed in the next cycle with ``rx_meta_layout`` formed from it and the opcode's
+  RETH/ImmDt/IETH/AETH flags, which travel with the frame's drop reason and verdict (fields of
+  absent headers 0).
 * Both descriptor RAMs are written from the inputs of the stage that would hold them (``hdr``'s
   next value, V3's results): yosys emulates the read-first rule between a DP16KD's two ports by
   delaying the write a cycle through registers on the write data, and those registers then are
@@ -781,9 +782,6 @@ class RxParse(wiring.Component):
         v3_shi = Signal(range(nsh))
         v3_first, v3_end = Signal(ptrw), Signal(ptrw)
         v3_csum = Signal(20)
-        v3_lm1 = Signal(13)                       # payload_len - 1 (len > 0)
-        v3_span = Signal(14)                      # sel + len - 1
-        v3_has = Signal()
         m.d.sync += v3_valid.eq(v2_valid)
         with m.If(v2_valid):
             m.d.sync += [
@@ -791,48 +789,39 @@ class RxParse(wiring.Component):
                 v3_len.eq(v2_len), v3_flags.eq(v2_flags), v3_shi.eq(shi),
                 v3_first.eq(v2_base + skip), v3_end.eq(v2_end),
                 v3_csum.eq(v2_q[0] + v2_q[1]),
-                v3_lm1.eq(v2_len - 1), v3_span.eq(v2_len + sel - 1), v3_has.eq(v2_len != 0),
             ]
         return types.SimpleNamespace(
             v3_valid=v3_valid, v3_r1=v3_r1, v3_r2=v3_r2, v3_r3=v3_r3, v3_r5=v3_r5,
             v3_len=v3_len, v3_flags=v3_flags, v3_shi=v3_shi, v3_first=v3_first, v3_end=v3_end,
-            v3_csum=v3_csum, v3_lm1=v3_lm1, v3_span=v3_span, v3_has=v3_has)
+            v3_csum=v3_csum)
 
     def _check_v4(self, m, t):
         """Check stage V4: the checksum verdict merged into the drop reasons, the header drop
         reason ``hreason`` (the lowest wins), and the descriptor fields, which are V3's
         registers and combinational values of them (the descriptor RAM's write data). Returns
         what the descriptor, reason and verdict queues are written from."""
-        L, lg, cap = self.lanes, self.lg, self.cap
         v3_valid, v3_r1, v3_r2, v3_r3, v3_r5 = t.v3_valid, t.v3_r1, t.v3_r2, t.v3_r3, t.v3_r5
         v3_len, v3_flags, v3_first, v3_end = t.v3_len, t.v3_flags, t.v3_first, t.v3_end
-        v3_csum, v3_lm1, v3_span, v3_has = t.v3_csum, t.v3_lm1, t.v3_span, t.v3_has
+        v3_csum = t.v3_csum
         # V4: checksum verdict (the sum of ten words is < 0xA0000, so its one's complement
-        # fold is 0xFFFF exactly when low + high == 0xFFFF), descriptor fields.
+        # fold is 0xFFFF exactly when low + high == 0xFFFF), the opcode's flags as the meta
+        # fields' selects (``v4_fl``: RETH, AETH, ImmDt or IETH; they go with the reason).
         v4_valid = Signal()
         v4_r1, v4_r2, v4_r3, v4_r5 = Signal(), Signal(), Signal(), Signal()
+        v4_fl = Signal(3)
         fold = Signal(17)
         m.d.comb += fold.eq(v3_csum[:16] + v3_csum[16:])
         m.d.sync += v4_valid.eq(v3_valid)
+        reth, immdt, ieth, aeth = v3_flags
         with m.If(v3_valid):
             m.d.sync += [
                 v4_r1.eq(v3_r1), v4_r2.eq(v3_r2), v4_r3.eq(v3_r3 | (fold != 0xFFFF)),
-                v4_r5.eq(v3_r5),
+                v4_r5.eq(v3_r5), v4_fl.eq(Cat(reth, aeth, immdt | ieth)),
             ]
         # The descriptor fields are not V4 registers of their own: they are the write data of
         # the descriptor RAM's ``d`` part, written with ``v3_valid``, whose write port synthesis
         # delays a cycle with registers (the read-first rule of two DP16KD ports, see V0).
-        v4_reads = Signal(range(cap + 2))
-        v4_has, v4_one = Signal(), Signal()       # reads != 0, reads == 1
-        v4_flush = Signal()
-        v4_last_keep = Signal(range(L + 1))
-        m.d.comb += [
-            v4_reads.eq(Mux(v3_has, (v3_span >> lg) + 1, 0)),
-            v4_has.eq(v3_has), v4_one.eq(v3_has & ((v3_span >> lg) == 0)),
-            v4_flush.eq((v3_span >> lg) == (v3_lm1 >> lg)),
-            v4_last_keep.eq(v3_lm1[:lg] + 1),
-        ]
-        v4_len, v4_flags, v4_first, v4_end = v3_len, v3_flags, v3_first, v3_end
+        v4_len, v4_first, v4_end = v3_len, v3_first, v3_end
 
         hreason = Signal(3)
         with m.If(v4_r1):
@@ -844,34 +833,27 @@ class RxParse(wiring.Component):
         with m.Elif(v4_r5):
             m.d.comb += hreason.eq(5)
         return types.SimpleNamespace(
-            v4_valid=v4_valid, v4_len=v4_len, v4_flags=v4_flags, v4_first=v4_first,
-            v4_end=v4_end, v4_reads=v4_reads, v4_has=v4_has, v4_one=v4_one, v4_flush=v4_flush,
-            v4_last_keep=v4_last_keep, hreason=hreason)
+            v4_valid=v4_valid, v4_len=v4_len, v4_fl=v4_fl, v4_first=v4_first, v4_end=v4_end,
+            hreason=hreason)
 
     def _descriptor_queues(self, m, end_frame, mraw_now, v24):
         """The descriptor queue (its ``m`` part written at the last beat, its ``d`` part by V3)
         and the reason and verdict queues (one entry per frame each). Returns a namespace of
         the queues and the descriptor layouts."""
-        L, cap, ptrw = self.lanes, self.cap, self.ptrw
+        ptrw = self.ptrw
         nsh = len(self.shifts)
         v3_valid, v3_shi, v4_valid, hreason = v24.v3_valid, v24.v3_shi, v24.v4_valid, v24.hreason
-        v4_len, v4_flags, v4_first, v4_end = v24.v4_len, v24.v4_flags, v24.v4_first, v24.v4_end
-        v4_reads, v4_has, v4_one = v24.v4_reads, v24.v4_has, v24.v4_one
-        v4_flush, v4_last_keep = v24.v4_flush, v24.v4_last_keep
+        v4_len, v4_fl, v4_first, v4_end = v24.v4_len, v24.v4_fl, v24.v4_first, v24.v4_end
         # The descriptor, in two parts of one in-order queue: ``m`` (the raw metadata fields)
-        # written at the last beat, ``d`` (payload length, opcode flags, where the payload
-        # sits) by V3.
+        # written at the last beat, ``d`` (payload length, where the payload sits) by V3. The
+        # ``d`` part keeps only what the read side cannot derive: 36 bits at W=64, one DP16KD
+        # row (the beat counts and the last ``keep`` are computed after the RAM, the opcode's
+        # flags travel with the reason and the verdict).
         d_layout = data.StructLayout({
             "payload_len": 13,
-            "flags": 4,                 # reth, immdt, ieth, aeth
             "first": ptrw,
             "end": ptrw,
-            "reads": range(cap + 2),
-            "has": 1,
-            "one": 1,
             "sel": range(nsh),              # index into the shifts
-            "flush": 1,
-            "last_keep": range(L + 1),
         })
         m.submodules.desc_q = desc_q = _SplitQueue(mraw_layout, d_layout, self.slots)
         m.d.comb += [
@@ -879,27 +861,24 @@ class RxParse(wiring.Component):
             desc_q.a_data.eq(Cat(*[mraw_now[k] for k in mraw_layout.members])),
             desc_q.b_en.eq(v3_valid),
             desc_q.b_data.payload_len.eq(v4_len),
-            desc_q.b_data.flags.eq(v4_flags),
             desc_q.b_data.first.eq(v4_first),
             desc_q.b_data.end.eq(v4_end),
-            desc_q.b_data.reads.eq(v4_reads),
-            desc_q.b_data.has.eq(v4_has),
-            desc_q.b_data.one.eq(v4_one),
             desc_q.b_data.sel.eq(v3_shi),
-            desc_q.b_data.flush.eq(v4_flush),
-            desc_q.b_data.last_keep.eq(v4_last_keep),
         ]
         # Registered output (a bypass register in front): the reason meets the residue compare
         # and verdict_q's write from a register, not a LUT-RAM read. Written by V4 four cycles
         # after the last beat is accepted, it is out at the latest two cycles later, in the
         # cycle of the verdict (ICRC_LATENCY + 1 = 6 cycles after).
-        m.submodules.reason_q = reason_q = BypassFIFO(width=3, depth=self.slots)
+        # Its entry: the reason and the opcode's flags (``v4_fl``), which the verdict queue
+        # passes on to the read side's meta.
+        m.submodules.reason_q = reason_q = BypassFIFO(width=6, depth=self.slots)
         # The read side's decision starts from registers, not a LUT-RAM read; a verdict that
         # finds the queue empty is there in the next cycle.
-        m.submodules.verdict_q = verdict_q = BypassFIFO(width=1, depth=self.slots)
+        # Its entry: drop, and the opcode's flags (one DPR16X4 column, as the drop bit alone).
+        m.submodules.verdict_q = verdict_q = BypassFIFO(width=4, depth=self.slots)
         m.d.comb += [
             reason_q.w_en.eq(v4_valid),
-            reason_q.w_data.eq(hreason),
+            reason_q.w_data.eq(Cat(hreason, v4_fl)),
         ]
         return types.SimpleNamespace(d_layout=d_layout, desc_q=desc_q,
                                      reason_q=reason_q, verdict_q=verdict_q)
@@ -912,7 +891,7 @@ class RxParse(wiring.Component):
         m.d.sync += stat.eq(0)
         m.d.sync += stat[Counter.RX_FRAMES].eq(end_frame)
         final = Signal(3)
-        hr = reason_q.r_data
+        hr = reason_q.r_data[:3]
         with m.If((hr == 0) | (hr == 5)):
             m.d.comb += final.eq(Mux(crc.o.payload, hr, 4))
         with m.Else():
@@ -920,7 +899,7 @@ class RxParse(wiring.Component):
         m.d.comb += [
             reason_q.r_en.eq(crc.o.valid),
             verdict_q.w_en.eq(crc.o.valid),
-            verdict_q.w_data.eq(final != 0),
+            verdict_q.w_data.eq(Cat(final != 0, reason_q.r_data[3:])),
         ]
         with m.If(crc.o.valid):
             for r in (1, 2, 3, 4, 5):
@@ -1015,7 +994,9 @@ class RxParse(wiring.Component):
         # cycles.
         # Only the descriptor's ``d`` part (what the read side decides on) travels; the raw
         # metadata stays in the descriptor queue's ``m`` RAM until the take names it.
-        m.submodules.head_q = head_q = Queue(d_layout, 2, buffered=False, registers=True)
+        pr_d = Signal(d_layout)
+        head_in = self._head_fields(m, pr_d)
+        m.submodules.head_q = head_q = Queue(head_in.shape(), 2, buffered=False, registers=True)
         take = Signal()
         push = Signal()
         head = head_q.o.payload
@@ -1025,10 +1006,9 @@ class RxParse(wiring.Component):
         # enable a function of registers, so the RAM's clock-to-out (about two thirds of a
         # 156.25 MHz cycle on ECP5) meets a route and at most the enable's LUT.
         pr_v = Signal()
-        pr_d = Signal(d_layout)
         pr_go = Signal()
         m.d.comb += [pr_go.eq(~pr_v | head_q.i.ready), desc_q.r_en.eq(pr_go),
-                     head_q.i.valid.eq(pr_v), head_q.i.payload.eq(pr_d)]
+                     head_q.i.valid.eq(pr_v), head_q.i.payload.eq(head_in)]
         with m.If(pr_go):
             m.d.sync += [pr_v.eq(desc_q.r_rdy), pr_d.eq(desc_q.r_b)]
         m.d.comb += [head_q.o.ready.eq(take), desc_q.a_next.eq(take)]
@@ -1044,9 +1024,46 @@ class RxParse(wiring.Component):
         m.d.sync += meta_room.eq(meta_q.level < 3)
         head_ok = verdict_q.r_rdy & head_v & (drop | meta_room)
         # the payload does not wait for the decision (no decode in front of the queue's data)
-        self._meta_fields(m, meta_q, desc_q, head, push)
+        self._meta_fields(m, meta_q, desc_q, head, verdict_q.r_data[1:], push)
         return types.SimpleNamespace(take=take, push=push, head=head, drop=drop,
                                      head_ok=head_ok)
+
+    def _head_fields(self, m, d):
+        """The head queue's entry, from the descriptor ``d`` part ``d`` (payload length, first
+        and end beat, shift index): the buffer reads of the payload (``reads``; ``has`` = some,
+        ``one`` = one), whether its last beat needs a flush beat after the last read
+        (``flush``) and the ``keep`` count of its last beat. Combinational."""
+        L, lg, cap = self.lanes, self.lg, self.cap
+        shifts = self.shifts
+        head_layout = data.StructLayout({
+            "payload_len": 13,
+            "first": len(d.first),
+            "end": len(d.end),
+            "reads": range(cap + 2),
+            "has": 1,
+            "one": 1,
+            "sel": range(len(shifts)),      # index into the shifts
+            "flush": 1,
+            "last_keep": range(L + 1),
+        })
+        h = Signal(head_layout)
+        shift = Signal(range(L))
+        with m.Switch(d.sel):
+            for c, sh in enumerate(shifts):
+                with m.Case(c):
+                    m.d.comb += shift.eq(sh)
+        lm1 = Signal(13)                            # payload_len - 1 (len > 0)
+        span = Signal(14)                           # shift + len - 1
+        m.d.comb += [
+            lm1.eq(d.payload_len - 1), span.eq(d.payload_len + shift - 1),
+            h.payload_len.eq(d.payload_len), h.first.eq(d.first), h.end.eq(d.end),
+            h.sel.eq(d.sel), h.has.eq(d.payload_len != 0),
+            h.reads.eq(Mux(h.has, (span >> lg) + 1, 0)),
+            h.one.eq(h.has & ((span >> lg) == 0)),
+            h.flush.eq((span >> lg) == (lm1 >> lg)),
+            h.last_keep.eq(lm1[:lg] + 1),
+        ]
+        return h
 
     def _read_take(self, m, t):
         """The read side's decision, while the payload queue has ``credit``: the next beat of
@@ -1104,21 +1121,22 @@ class RxParse(wiring.Component):
         m.d.comb += rd_addr.eq(Mux(busy, addr, head.first))
         m.d.comb += [rp.addr.eq(rd_addr[:self.abits]), rp.en.eq(1)]
 
-    def _meta_fields(self, m, meta_q, desc_q, head, push):
+    def _meta_fields(self, m, meta_q, desc_q, head, fl, push):
         """The meta queue's push, ``rx_meta_layout``, in the cycle after a take that pushes
         (``push``): the raw fields are the taken entry's ``m`` part, read from the descriptor
-        queue in that cycle; the opcode flags and the payload length were the head's in the
-        take's cycle. Fields of absent headers 0."""
+        queue in that cycle; the opcode's flags (``fl``: RETH, AETH, ImmDt or IETH, from the
+        verdict queue) and the payload length were the head's in the take's cycle. Fields of
+        absent headers 0."""
         # The flags are registered as the selects each field needs, so that every meta bit is
         # one LUT of the RAM's output and these registers (the RAM's clock-to-out is long).
         mpush = Signal()
         m_len = Signal.like(head.payload_len)
         m_reth, m_aeth, m_imm16, m_imm0 = Signal(), Signal(), Signal(), Signal()
-        reth, immdt, ieth, aeth = head.flags
+        reth, aeth, imm = fl
         m.d.sync += [
             mpush.eq(push), m_len.eq(head.payload_len), m_reth.eq(reth), m_aeth.eq(aeth),
             # ImmDt after a RETH, or ImmDt / IETH rkey right after the BTH (the same bytes)
-            m_imm16.eq(immdt & reth), m_imm0.eq((immdt & ~reth) | ieth),
+            m_imm16.eq(imm & reth), m_imm0.eq(imm & ~reth),
         ]
         raw = data.View(mraw_layout, desc_q.r_a)
         xb = [raw.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
