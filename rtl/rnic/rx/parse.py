@@ -166,6 +166,11 @@ mraw_layout = data.StructLayout({
 })
 
 
+#: The meta queue's entry: the raw fields, the opcode's flags (RETH, AETH, ImmDt or IETH) and
+#: the payload length; the ``meta`` port's fields are formed from it at the queue's head.
+_mq_layout = data.StructLayout({**mraw_layout.members, "fl": 3, "payload_len": 13})
+
+
 class _SplitQueue(Elaboratable):
     """An in-order queue (``SyncFIFOBuffered`` at its read side) whose entries are written in
     two parts at different times, each into a block RAM of its own: part ``a`` of an entry
@@ -930,11 +935,14 @@ class RxParse(wiring.Component):
         # the meta, and only stores the other fields; its payload router pops a frame's
         # decision on ``last`` and passes the beat on to Execute's payload FIFO.
         # (an entry into an empty queue is offered in the next cycle: ``bypass``)
-        m.submodules.meta_q = meta_q = Queue(rx_meta_layout, 5, registered=("opcode", "dqpn"),
+        # The meta queue holds the raw fields as the descriptor RAM delivers them (its write
+        # data is the RAM's output, no logic after the RAM's long clock-to-out) and the
+        # ``meta`` port is formed from its head entry (:meth:`_meta_fields`).
+        m.submodules.meta_q = meta_q = Queue(_mq_layout, 5, registered=("opcode", "dqpn"),
                                              bypass=True)
         m.submodules.out_q = out_q = Queue(beat_layout(self.width), self.out_depth,
                                            registered=("last",), bypass=True)
-        wiring.connect(m, wiring.flipped(self.meta), meta_q.o)
+        m.d.comb += [self.meta.valid.eq(meta_q.o.valid), meta_q.o.ready.eq(self.meta.ready)]
         wiring.connect(m, wiring.flipped(self.payload), out_q.o)
         return types.SimpleNamespace(meta_q=meta_q, out_q=out_q)
 
@@ -1122,37 +1130,37 @@ class RxParse(wiring.Component):
         m.d.comb += [rp.addr.eq(rd_addr[:self.abits]), rp.en.eq(1)]
 
     def _meta_fields(self, m, meta_q, desc_q, head, fl, push):
-        """The meta queue's push, ``rx_meta_layout``, in the cycle after a take that pushes
-        (``push``): the raw fields are the taken entry's ``m`` part, read from the descriptor
-        queue in that cycle; the opcode's flags (``fl``: RETH, AETH, ImmDt or IETH, from the
-        verdict queue) and the payload length were the head's in the take's cycle. Fields of
-        absent headers 0."""
-        # The flags are registered as the selects each field needs, so that every meta bit is
-        # one LUT of the RAM's output and these registers (the RAM's clock-to-out is long).
+        """The meta queue's push, in the cycle after a take that pushes (``push``): the raw
+        fields are the taken entry's ``m`` part, read from the descriptor queue in that cycle;
+        the opcode's flags (``fl``: RETH, AETH, ImmDt or IETH, from the verdict queue) and the
+        payload length were the head's in the take's cycle. The ``meta`` port,
+        ``rx_meta_layout``, is formed from the queue's head entry: fields of absent headers 0
+        (one LUT per bit after the queue's LUT-RAM read)."""
         mpush = Signal()
         m_len = Signal.like(head.payload_len)
-        m_reth, m_aeth, m_imm16, m_imm0 = Signal(), Signal(), Signal(), Signal()
-        reth, aeth, imm = fl
-        m.d.sync += [
-            mpush.eq(push), m_len.eq(head.payload_len), m_reth.eq(reth), m_aeth.eq(aeth),
-            # ImmDt after a RETH, or ImmDt / IETH rkey right after the BTH (the same bytes)
-            m_imm16.eq(imm & reth), m_imm0.eq(imm & ~reth),
-        ]
+        m_fl = Signal(3)
+        m.d.sync += [mpush.eq(push), m_len.eq(head.payload_len), m_fl.eq(fl)]
         raw = data.View(mraw_layout, desc_q.r_a)
-        xb = [raw.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
         mq = meta_q.i.payload
+        m.d.comb += [meta_q.i.valid.eq(mpush), mq.fl.eq(m_fl),
+                     mq.payload_len.eq(m_len)]
+        m.d.comb += [getattr(mq, k).eq(getattr(raw, k)) for k in mraw_layout.members]
+        h = meta_q.o.payload
+        reth, aeth, imm = h.fl
+        xb = [h.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
+        o = self.meta.payload
         m.d.comb += [
-            meta_q.i.valid.eq(mpush),
-            mq.opcode.eq(raw.opcode), mq.se.eq(raw.se), mq.padcnt.eq(raw.padcnt),
-            mq.dqpn.eq(raw.dqpn), mq.ackreq.eq(raw.ackreq), mq.psn.eq(raw.psn),
-            mq.reth_va.eq(Mux(m_reth, wire.RETH.extract("va", xb), 0)),
-            mq.reth_rkey.eq(Mux(m_reth, wire.RETH.extract("rkey", xb), 0)),
-            mq.reth_len.eq(Mux(m_reth, wire.RETH.extract("dmalen", xb), 0)),
-            mq.imm_or_rkey.eq(Mux(m_imm16, wire.IMMDT.extract("imm", xb[16:]), 0)
-                              | Mux(m_imm0, wire.IMMDT.extract("imm", xb), 0)),
-            mq.aeth_syndrome.eq(Mux(m_aeth, wire.AETH.extract("syndrome", xb), 0)),
-            mq.src_ip.eq(raw.src_ip),
-            mq.payload_len.eq(m_len),
+            o.opcode.eq(h.opcode), o.se.eq(h.se), o.padcnt.eq(h.padcnt),
+            o.dqpn.eq(h.dqpn), o.ackreq.eq(h.ackreq), o.psn.eq(h.psn),
+            o.reth_va.eq(Mux(reth, wire.RETH.extract("va", xb), 0)),
+            o.reth_rkey.eq(Mux(reth, wire.RETH.extract("rkey", xb), 0)),
+            o.reth_len.eq(Mux(reth, wire.RETH.extract("dmalen", xb), 0)),
+            # ImmDt after a RETH, or ImmDt / IETH rkey right after the BTH (the same bytes)
+            o.imm_or_rkey.eq(Mux(imm, Mux(reth, wire.IMMDT.extract("imm", xb[16:]),
+                                          wire.IMMDT.extract("imm", xb)), 0)),
+            o.aeth_syndrome.eq(Mux(aeth, wire.AETH.extract("syndrome", xb), 0)),
+            o.src_ip.eq(h.src_ip),
+            o.payload_len.eq(h.payload_len),
         ]
 
     def _realign(self, m, rp, out_q, tok, tok1, tok2):
