@@ -32,10 +32,10 @@ Data path
   beat, into the descriptor queue's ``m`` RAM; V3 writes the ``d`` part (payload length and
   where the payload sits, 36 bits at W=64: one DP16KD) into its ``d`` RAM, one entry per frame
   in both (:class:`_SplitQueue`). Only the ``d`` part travels to the read side's head
-  registers; the ``m`` part is read when the read side takes the entry, and the meta queue is
-  pushed in the next cycle with ``rx_meta_layout`` formed from it and the opcode's
-  RETH/ImmDt/IETH/AETH flags, which travel with the frame's drop reason and verdict (fields of
-  absent headers 0).
+  registers; the ``m`` part is read when the read side takes the entry and pushed as it is
+  into the meta queue in the next cycle, with the payload length and the opcode's
+  RETH/ImmDt/IETH/AETH flags, which travel with the frame's drop reason and verdict. The
+  ``meta`` port's ``rx_meta_layout`` is formed at the queue's head (fields of absent headers 0).
 * Both descriptor RAMs are written from the inputs of the stage that would hold them (``hdr``'s
   next value, V3's results): yosys emulates the read-first rule between a DP16KD's two ports by
   delaying the write a cycle through registers on the write data, and those registers then are
@@ -657,8 +657,8 @@ class RxParse(wiring.Component):
         hdr_next = t.hdr_next
         # The metadata is not copied through the check stages: its raw fields (``mraw_layout``)
         # are written once into the descriptor queue's first part (see ``_SplitQueue``); the
-        # read side forms ``rx_meta_layout`` from them with the opcode's flags (carried here,
-        # 4 bits) in front of the meta queue.
+        # ``meta`` port forms ``rx_meta_layout`` from them with the opcode's flags (carried by
+        # the check stages, then with the reason and the verdict) at the meta queue's head.
         # Written from ``hdr_next`` in the last beat's cycle (``end_frame``): the RAM's write
         # port, delayed a cycle by synthesis (yosys emulates the read-first collision rule of
         # two DP16KD ports with registers on the write data), then shares ``hdr``'s registers.
