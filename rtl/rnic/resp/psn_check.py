@@ -300,7 +300,7 @@ class PsnCheck(wiring.Component):
 
         entry_layout = data.StructLayout({
             "qpn": ab, "wait_done": 1, "from_done": 1, "frame": 1, "kill": 1,
-            "syndrome": 8, "psn": 24, "msn": 24, "msn_prev": 24,
+            "syndrome": 8, "psn": 24, "msn": 24, "inc": 1,
         })
         dec_layout = data.StructLayout({"pass_": 1, "beats": 1, "rr": 1})
 
@@ -557,7 +557,7 @@ class PsnCheck(wiring.Component):
         # The checks that need the dynamic context, against the QP's current context ``fwd``.
         chk_layout = data.StructLayout({
             "cls": psn_class_layout, "state_ok": 1, "seq_ok": 1, "rnr": 1, "w_bad": 1,
-            "resid": 32, "off": 32,
+            "resid": 32, "off": 24,
         })
 
         def context_checks(x, state_ok, name):
@@ -573,7 +573,9 @@ class PsnCheck(wiring.Component):
                             & self._w_rules_bad(m, b_pmtu, b_len, b_meta.padcnt, x.resid,
                                                 f"{name}_w_bad")),
                 ck.resid.eq(resid - b_len),                         # residue after the packet
-                ck.off.eq(Mux(b_info.start, 0, x.off) + b_len),     # offset after the packet
+                # offset after the packet, in units of 256 (the context's ``off``): kept only
+                # after an executed packet that is not a message's last, a path MTU long
+                ck.off.eq(Mux(b_info.start, 0, x.off) + b_len[8:]),
             ]
             return ck
 
@@ -727,8 +729,9 @@ class PsnCheck(wiring.Component):
         m.d.comb += [self.qp_reset.valid.eq(ctx.set_valid & (ctx.set_state == QpState.RESET)),
                      self.qp_reset.payload.qpn.eq(ctx.set_qpn)]
         # response entry defaults
-        m.d.comb += [ent.qpn.eq(c_idx), ent.msn.eq(cx.msn),
-                     ent.msn_prev.eq(cx.msn), ent.psn.eq(cm.psn)]
+        # (``msn``: the QP's MSN before the packet; ``inc``: the response's MSN is one more,
+        # unless a fatal ``done`` says the message did not complete)
+        m.d.comb += [ent.qpn.eq(c_idx), ent.msn.eq(cx.msn), ent.psn.eq(cm.psn)]
         return types.SimpleNamespace(
             dec=dec, ent=ent, exe=exe, stat_c=stat_c, want_ack=want_ack, want_dec=want_dec,
             want_ev=want_ev, want_exe=want_exe, want_fl=want_fl, want_rq=want_rq)
@@ -790,10 +793,11 @@ class PsnCheck(wiring.Component):
             exe.first.eq(info.start), exe.last.eq(info.end), exe.wqe.eq(info.rwr),
             exe.comp.eq(info.comp), exe.send.eq(info.send), exe.write.eq(info.write),
             exe.imm_valid.eq(info.immdt), exe.inv.eq(info.ieth),
-            exe.offset.eq(Mux(info.start, 0, cx.off)),
+            exe.offset.eq(Cat(Const(0, 8), Mux(info.start, 0, cx.off))),
             exe.va.eq(Mux(info.start, cm.reth_va, cx.va)),
             exe.rkey.eq(Mux(info.start, cm.reth_rkey, cx.rkey)),
-            exe.dma_len.eq(Mux(info.start, cm.reth_len, cx.off + cx.resid)),
+            exe.dma_len.eq(Mux(info.start, cm.reth_len,
+                               Cat(cx.resid[:8], cx.off + cx.resid[8:]))),
             exe.imm_or_rkey.eq(cm.imm_or_rkey), exe.rq_index.eq(cx.rq_cons),
             exe.pd.eq(st.pd), exe.rcqn.eq(st.rcqn), exe.rq_base.eq(st.rq_base),
             exe.rq_log.eq(st.rq_log), exe.access.eq(st.access),
@@ -881,7 +885,7 @@ class PsnCheck(wiring.Component):
                     ent.wait_done.eq(1), ent.from_done.eq(1),
                     # (a READ is answered by its responses, not by an ACK)
                     ent.frame.eq(cm.ackreq & ~info.read),
-                    ent.syndrome.eq(0x1F), ent.msn.eq(msn_inc),
+                    ent.syndrome.eq(0x1F), ent.inc.eq(info.end),
                 ]
             with m.If(fail_61):
                 m.d.comb += [
@@ -937,9 +941,10 @@ class PsnCheck(wiring.Component):
             nx_n.rq_prod.eq(Mux((c_kind == Kind.DB) & c_qok & (cx.state != QpState.RESET),
                                 c_db, cx.rq_prod)),
         ]
-        with m.If(info.start & info.write):
-            m.d.comb += [nx_e.va.eq(cm.reth_va),
-                         nx_e.rkey.eq(cm.reth_rkey)]
+        # The open WRITE's VA and rkey: the ``exe`` command's (the RETH's on a FIRST/ONLY, else
+        # the context's), one mux for both. A start packet that executes opens a message (or
+        # none), so the context's VA and rkey it replaces are dead; only an open WRITE reads them.
+        m.d.comb += [nx_e.va.eq(t.exe.va), nx_e.rkey.eq(t.exe.rkey)]
         m.d.comb += new.eq(Mux(x_exec, nx_e, nx_n))
         with m.If(x_fail):
             m.d.comb += [new.state.eq(QpState.ERROR),
@@ -1067,6 +1072,8 @@ class PsnCheck(wiring.Component):
         m.d.comb += have.eq(hv & (~h.wait_done | self.done.valid))
         fatal_done = Signal()
         m.d.comb += fatal_done.eq(h.from_done & self.done.payload.fatal)
+        h_msn1 = Signal(24)         # the response's MSN unless fatal (from registers only)
+        m.d.comb += h_msn1.eq(h.msn + h.inc)
         f_valid = Signal()
         f = Signal(ack_item_layout(ab))         # the response, for the pending table
         m.d.comb += [
@@ -1077,7 +1084,7 @@ class PsnCheck(wiring.Component):
                                   h.frame)),
             f.qpn.eq(h.qpn), f.psn.eq(h.psn),
             f.syndrome.eq(Mux(fatal_done, self.done.payload.syndrome, h.syndrome)),
-            f.msn.eq(Mux(fatal_done, h.msn_prev, h.msn)),
+            f.msn.eq(Mux(fatal_done, h.msn, h_msn1)),
         ]
         # A fatal ``done`` injects its fatal operation whether or not its QP is already in
         # error (the error bit, a table read, stays off the injection's register): the QP is

@@ -87,7 +87,8 @@ qp_dyn_layout = data.StructLayout({
     "msn": 24,
     "nak": 1,           # sent_psn_nak latch
     "open": 2,          # MsgClass of the message in progress
-    "off": 32,          # bytes of the message in progress executed so far
+    "off": 24,          # bytes of the message in progress executed so far, in units of 256:
+                        # every packet before its last is a path MTU (256 << 0..4 bytes)
     "resid": 32,        # bytes of the open WRITE still to come: its RETH DMA length is
                         # ``off + resid`` (mod 2^32), so the length itself is not kept
     "va": 64,           # RETH VA of the open WRITE
