@@ -73,7 +73,7 @@ from ..control.qp_args import ArgRow, qp_arg_layout
 from ..crc import CRC32, crc_init_skipping
 from ..host.axi_master import ReadClientSignature
 from ..ifaces import NUM_COUNTERS, Counter, QpnStream
-from ..stream import BeatStream, Queue, SkidBuffer, beat_layout, check_width
+from ..stream import BeatStream, Queue, RoomFIFO, beat_layout, check_width
 from ..parts import add as _add
 
 __all__ = ["pkt_layout", "chunk_layout", "tx_hdr_layout", "TxBuild", "RETH_OPCODES",
@@ -162,7 +162,7 @@ class TxBuild(wiring.Component):
     chunk : In(stream.Signature(chunk_layout))
         The gather chunks of the descriptors with payload (requests and READ responses), in
         descriptor and payload order, summing exactly to each ``paylen`` (none for an empty
-        payload). ``ready`` comes from a register (a skid buffer at the input), so the
+        payload). ``ready`` comes from a register (a two-entry queue at the input), so the
         producer may drive register enables from it.
     rd : Out(ReadClientSignature(W))
         Host-memory read client (requests tagged 0), at most ``read_beats`` bus words each.
@@ -272,6 +272,62 @@ class TxBuild(wiring.Component):
                     m.d.comb += self.stat[ctr].eq(1)
         return types.SimpleNamespace(wp=wp, rp=rp, crc=crc, outq=outq, out_cls=out_cls)
 
+    def _desc_ring(self, m):
+        """The descriptor queue: two descriptors wait (``pkt.ready`` and the head's ``valid`` are
+        registers, as an unbuffered two-entry queue's), in a ring of four LUT-RAM slots read
+        combinationally. The fields the head's precomputation reads (``h``) are read at the head's
+        slot; the header template's (``r``: the BTH fields, RETH, IMMDT/IETH and AETH as wire
+        bytes, whether there is a RETH and whether an AETH) at the slot of the descriptor
+        taken last, which stays unwritten while its frame is built: the two waiting are the two
+        slots after it. Returns the queue (its head stream ends ``o.valid``, ``o.ready``), ``h`` and
+        ``r``."""
+        p = self.pkt.payload
+        head_layout = data.StructLayout({f: pkt_layout.members[f]
+                                         for f in ("opcode", "aeth", "paylen", "qpn", "syndrome")})
+        # the 20 bytes after the BTH: RETH bytes 4..15 and IMMDT/IETH, as the RETH opcodes place
+        # them, and the first 4 (RETH, AETH or IMMDT/IETH) chosen as the header is written (the
+        # bytes past the header are never written into the frame)
+        hdr_layout = data.StructLayout({"opcode": 8, "se": 1, "ackreq": 1, "psn": 24,
+                                        "reth": 8 * 16, "imm": 32, "aeth": 32,
+                                        "has_reth": 1, "has_aeth": 1})
+        reth = wire.RETH.assemble({"va": p.va, "rkey": p.rkey, "dmalen": p.dmalen})
+        imm = wire.IMMDT.assemble({"imm": p.imm})
+        aeth = wire.AETH.assemble({"syndrome": p.syndrome, "msn": p.msn})
+        has_reth = Cat(*[p.opcode == o for o in RETH_OPCODES]).any()
+        slots = 4
+        heads = Memory(shape=head_layout, depth=slots, init=[], attrs={"no_rw_check": 1})
+        hdrs = Memory(shape=hdr_layout, depth=slots, init=[], attrs={"no_rw_check": 1})
+        m.submodules.pkt_heads, m.submodules.pkt_hdrs = heads, hdrs
+        hw, hr = heads.write_port(), heads.read_port(domain="comb")
+        tw, tr = hdrs.write_port(), hdrs.read_port(domain="comb")
+        produce, consume = Signal(2), Signal(2)
+        cur = Signal(2, init=slots - 1)          # the slot taken last: consume − 1
+        level = Signal(range(3))
+        w_rdy, r_rdy, w_rdy_next = Signal(init=1), Signal(), Signal()
+        o = types.SimpleNamespace(valid=r_rdy, ready=Signal())
+        do_write = self.pkt.valid & w_rdy
+        do_read = r_rdy & o.ready
+        RoomFIFO._ready_flags(m, level, 2, do_write, do_read, w_rdy, r_rdy, w_rdy_next)
+        with m.If(do_write & ~do_read):
+            m.d.sync += level.eq(level + 1)
+        with m.If(do_read & ~do_write):
+            m.d.sync += level.eq(level - 1)
+        with m.If(do_write):
+            m.d.sync += produce.eq(produce + 1)
+        with m.If(do_read):
+            m.d.sync += [consume.eq(consume + 1), cur.eq(consume)]
+        # (written whenever there is room: ``produce`` is then ``consume`` or the slot after it,
+        # never ``cur``; an enabled read of the head meets no write: it is held)
+        m.d.comb += [
+            self.pkt.ready.eq(w_rdy),
+            hw.addr.eq(produce), hw.en.eq(w_rdy), tw.addr.eq(produce), tw.en.eq(w_rdy),
+            hw.data.eq(Cat(*[getattr(p, f) for f in head_layout.members])),
+            tw.data.eq(Cat(p.opcode, p.se, p.ackreq, p.psn, *reth, *imm, *aeth, has_reth,
+                           p.aeth)),
+            hr.addr.eq(consume), tr.addr.eq(cur),
+        ]
+        return types.SimpleNamespace(o=o), hr.data, tr.data
+
     def _head_values(self, m, t):
         """The descriptor queue (``pktq``, its head ``h``), the path table read at the head's QPN
         (``hp``), and the head's lengths, IPv4 checksum and word counts, computed in registers while
@@ -281,8 +337,7 @@ class TxBuild(wiring.Component):
         # ---- the next descriptor's lengths and IPv4 checksum, computed from the queue head
         # while the previous frame is built (a register chain of 4 stages, the first a copy of
         # the head's fields they need: ``hst`` counts them)
-        m.submodules.pktq = pktq = Queue(pkt_layout, 2, buffered=False)
-        h = pktq.o.payload
+        pktq, h, r = self._desc_ring(m)
 
         # ---- the path table: a QP's addresses, read at the queue head's QPN every cycle: its
         # row is there from one cycle after the head arrives, and the head's values are ready
@@ -298,7 +353,6 @@ class TxBuild(wiring.Component):
         qa = self.qp_arg
         _PATH_ROW.write(m, path_wp, qa.payload, qa.valid & (qa.payload.qpn < self.num_qp))
         hp = _PATH_ROW.decode(m, path_rp.data, "path_row")      # the head's path
-        wiring.connect(m, wiring.flipped(self.pkt), pktq.i)
         m.d.comb += path_rp.addr.eq(h.qpn[:ab])
 
         def hdr_len_of(op):
@@ -342,7 +396,9 @@ class TxBuild(wiring.Component):
             p_out_words.eq(Mux(p_crc_end < wire.MIN_FRAME - 4, -(-wire.MIN_FRAME // nb),
                                (p_crc_end + 4 + nb - 1) >> lg)),
             p_crc_last.eq((p_crc_end - 1) >> lg),
-            p_padw.eq(((p_data_end - 1) >> lg) != ((p_crc_end - 1) >> lg)),
+            # (data_end − 1 is crc_end − 1 − pad: in an earlier word exactly when
+            # (crc_end − 1) mod nb < pad)
+            p_padw.eq((p_crc_end - 1)[:lg] < h_pad),
             p_nopay.eq(hq.paylen == 0),
             p_ckeep.eq((Const(2, nb + 1) << (p_crc_end - 1)[:lg]) - 1),
             p_hdr_last.eq((p_hdr_len - 1) >> lg),
@@ -362,7 +418,7 @@ class TxBuild(wiring.Component):
         with m.Elif(hst != 4):
             m.d.sync += [hst.eq(hst + 1), head_ok.eq(hst == 3)]
         return types.SimpleNamespace(
-            pktq=pktq, h=h, hp=hp, sip=sip, p_data_end=p_data_end, p_crc_end=p_crc_end,
+            pktq=pktq, h=h, r=r, hp=hp, sip=sip, p_data_end=p_data_end, p_crc_end=p_crc_end,
             p_hdr_len=p_hdr_len, p_csum=p_csum, p_out_words=p_out_words, p_crc_last=p_crc_last,
             p_ckeep=p_ckeep, p_hdr_last=p_hdr_last, p_hkeep=p_hkeep, p_fkeep=p_fkeep, p_padw=p_padw,
             p_nopay=p_nopay, pop=pop, head_ok=head_ok)
@@ -372,8 +428,9 @@ class TxBuild(wiring.Component):
         lengths and lane masks), and the header template ``hdr`` (``hdr_words`` words) assembled
         from them with the :mod:`rnic.wire` tables. Adds them."""
         PB, WB, nb, sip = t.PB, t.WB, t.nb, t.sip
-        # the builder's packet and its path, latched with its precomputed values
-        r = Signal(pkt_layout)
+        # the builder's packet (its ring slot, ``r``) and its path, latched with its precomputed
+        # values
+        r = t.r
         rpath = Signal(_PATH_ROW.layout)
         data_end = Signal(PB)           # first byte after the payload
         crc_end = Signal(PB)            # first byte of the ICRC
@@ -387,7 +444,6 @@ class TxBuild(wiring.Component):
         hkeep = Signal(nb)
         fkeep = Signal(nb)
         padw = Signal()
-        has_reth = Signal()              # decoded when the descriptor is taken
         padcnt = Signal(2)
 
         # ---- the header bytes ---------------------------------------------------------------
@@ -403,20 +459,19 @@ class TxBuild(wiring.Component):
         bth = wire.BTH.assemble({"opcode": r.opcode, "se": r.se, "padcnt": padcnt,
                                  "pkey": 0xFFFF, "dqpn": rpath.dest_qpn, "ackreq": r.ackreq,
                                  "psn": r.psn})
-        reth = wire.RETH.assemble({"va": r.va, "rkey": r.rkey, "dmalen": r.dmalen})
-        imm = wire.IMMDT.assemble({"imm": r.imm})
-        aeth = wire.AETH.assemble({"syndrome": r.syndrome, "msn": r.msn})
-        imm = [Mux(r.aeth, aeth[i], imm[i]) for i in range(4)]
-        tail = [Mux(has_reth, reth[i], imm[i] if i < 4 else Const(0, 8)) for i in range(16)]
-        tail += [Mux(has_reth, imm[i], Const(0, 8)) for i in range(4)]
+        reth = [r.reth[8 * i:8 * i + 8] for i in range(16)]
+        imm = [r.imm[8 * i:8 * i + 8] for i in range(4)]
+        aeth = [r.aeth[8 * i:8 * i + 8] for i in range(4)]
+        tail = [Mux(r.has_reth, reth[i], Mux(r.has_aeth, aeth[i], imm[i])) for i in range(4)]
+        tail += reth[4:] + imm
         hdr_bytes = eth + ip + udp + bth + tail
         hdr_bytes += [Const(0, 8)] * (hdr_words * nb - len(hdr_bytes))
         hdr = Signal(8 * hdr_words * nb)
         m.d.comb += hdr.eq(Cat(*hdr_bytes))
         return types.SimpleNamespace(
-            r=r, rpath=rpath, data_end=data_end, crc_end=crc_end, hdr_len_r=hdr_len_r,
+            rpath=rpath, data_end=data_end, crc_end=crc_end, hdr_len_r=hdr_len_r,
             ip_len=ip_len, csum=csum, out_words=out_words, crc_last=crc_last, ckeep_last=ckeep_last,
-            hdr_last=hdr_last, hkeep=hkeep, fkeep=fkeep, padw=padw, has_reth=has_reth,
+            hdr_last=hdr_last, hkeep=hkeep, fkeep=fkeep, padw=padw,
             padcnt=padcnt, hdr_words=hdr_words, hdr=hdr)
 
     def _realign(self, m, t):
@@ -946,14 +1001,14 @@ class TxBuild(wiring.Component):
         when the frame does not end in FLUSH), setting the state flags ``st`` with each transition.
         Its states are :meth:`_builder_states`; here are the steps they share."""
         (PB, WB, bad, c_first, c_lastw, c_len, c_lo, c_skip, chq, ck_ld, crc_end, crc_last, csum,
-         data_end, fkeep, h, h_cls, h_cont, h_rdr, has_reth, hdr_last, hdr_len_r, head_ok, hi_mask,
+         data_end, fkeep, h, h_cls, h_cont, h_rdr, hdr_last, hdr_len_r, head_ok, hi_mask,
          hkeep, hlast, ip_len, kill, lg, lo_mask, lo_same, nb, out_words, p_crc_end, p_crc_last,
          p_csum, p_data_end, p_fkeep, p_hdr_last, p_hdr_len, p_hkeep, p_nopay, p_out_words, p_padw,
          padcnt, padw, parts, pktq, pop, pos, pos_end, prev, r_cls, r_qpn, r_rdr, rk_qpn, rk_v,
          rotm, st, w_last, wcount, wqm1) = (
             t.PB, t.WB, t.bad, t.c_first, t.c_lastw, t.c_len, t.c_lo, t.c_skip, t.chq, t.ck_ld,
             t.crc_end, t.crc_last, t.csum, t.data_end, t.fkeep, t.h, t.h_cls, t.h_cont, t.h_rdr,
-            t.has_reth, t.hdr_last, t.hdr_len_r, t.head_ok, t.hi_mask, t.hkeep, t.hlast, t.ip_len,
+            t.hdr_last, t.hdr_len_r, t.head_ok, t.hi_mask, t.hkeep, t.hlast, t.ip_len,
             t.kill, t.lg, t.lo_mask, t.lo_same, t.nb, t.out_words, t.p_crc_end, t.p_crc_last,
             t.p_csum, t.p_data_end, t.p_fkeep, t.p_hdr_last, t.p_hdr_len, t.p_hkeep, t.p_nopay,
             t.p_out_words, t.p_padw, t.padcnt, t.padw, t.parts, t.pktq, t.pop, t.pos, t.pos_end,
@@ -975,7 +1030,6 @@ class TxBuild(wiring.Component):
                              out_words.eq(p_out_words), crc_last.eq(p_crc_last),
                              ck_ld.eq(1), hdr_last.eq(p_hdr_last),
                              hkeep.eq(p_hkeep), fkeep.eq(p_fkeep), padw.eq(p_padw),
-                             has_reth.eq(Cat(*[h.opcode == op for op in RETH_OPCODES]).any()),
                              padcnt.eq(-h.paylen),
                              wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0),
                              t.ct_can.eq(p_nopay & (p_hdr_last >= 2)),
@@ -1162,12 +1216,12 @@ class TxBuild(wiring.Component):
             same.eq(~in_hdr & c_lo & lo_same),
         ]
         with m.If(~in_hdr):
-            m.d.sync += [r.eq(h), rpath.eq(hp)]
+            m.d.sync += rpath.eq(hp)
 
     def _gather_reads(self, m, lg):
         """The payload reads of the frame's gather chunks (see the comment below). Returns
         log2 of a read part's span in bytes, the chunk-metadata queue (``chq``) the builder
-        takes the beats by, and the chunk stream after its skid buffer."""
+        takes the beats by, and the chunk stream after its input queue."""
         # ---- gather: chunk reads are issued as soon as the engine hands them over, split at
         # multiples of ``read_beats`` bus words, so that the next part of a long chunk is
         # requested while the previous one drains (the host-memory master issues a burst only
@@ -1186,14 +1240,16 @@ class TxBuild(wiring.Component):
         s_len = Signal(13)               # bytes of the chunk still to request
         s_final = Signal()               # s_len fits in one part
         s_plen = Signal(13)              # the next part's length: min(s_len, 2**RBB)
-        # The chunk enters through a skid buffer that also carries its first part's length and
+        # The chunk enters through a queue that also carries its first part's length and
         # last flag and, for a chunk of several parts, the bytes after the first part and whether
-        # they fit in one part, all computed before the buffer: the chunk is taken (``ready``)
+        # they fit in one part, all computed before the queue: the chunk is taken (``ready``)
         # when its last part is requested, and that test and the next part's registers then
-        # start at registers, not at chained adders and comparisons on the chunk.
+        # start at the queue's entry, not at chained adders and comparisons on the chunk.
         cin_layout = data.StructLayout({"chunk": chunk_layout, "final": 1, "plen": 13,
                                         "rest": 13, "rest_final": 1})
-        m.submodules.cin = cin = SkidBuffer(cin_layout)
+        # (a two-entry queue in LUT RAM: ``ready`` and ``valid`` are registers, the entry is read
+        # combinationally, with no copy in flip-flops)
+        m.submodules.cin = cin = Queue(cin_layout, 2, buffered=False)
         i_room = Signal(RBB + 1)
         i_final = Signal()
         i_rest = Signal(13)
@@ -1220,17 +1276,19 @@ class TxBuild(wiring.Component):
         # the next part's address and length (used when this part is not the chunk's last),
         # and whether that part is the last: s_len − 2**RBB ≤ 2**RBB is s_len ≤ 2**(RBB+1),
         # a comparison on the register beside the subtraction rather than after it
+        # (one incrementer, behind the address the request carries)
+        a_sel = Signal(64)
         n_addr_hi = Signal(64 - RBB)
         n_len = Signal(13)
         n_final = Signal()
-        m.d.comb += [n_addr_hi.eq(Mux(issuing, s_addr[RBB:] + 1, c_addr[RBB:] + 1)),
+        m.d.comb += [a_sel.eq(Mux(issuing, s_addr, c_addr)), n_addr_hi.eq(a_sel[RBB:] + 1),
                      n_len.eq(Mux(issuing, s_len - (1 << RBB), chunk.payload.rest)),
                      n_final.eq(Mux(issuing, s_len <= (2 << RBB), chunk.payload.rest_final))]
         # parts spanned by the chunk: only the address bits below a part boundary matter
         c_span = Signal(14)
         m.d.comb += c_span.eq(c_addr[:RBB] + c_len0 - 1)
         m.d.comb += [
-            self.rd.req.payload.addr.eq(Mux(issuing, s_addr, c_addr)),
+            self.rd.req.payload.addr.eq(a_sel),
             self.rd.req.payload.len_bytes.eq(part_len),
             self.rd.req.payload.tag.eq(0),
             self.rd.req.valid.eq(chunk.valid & (issuing | chq.i.ready)),
