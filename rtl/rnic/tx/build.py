@@ -1067,7 +1067,7 @@ class TxBuild(wiring.Component):
                              lo_same.eq(at[:lg] != 0),
                              hi_mask.eq((Const(2, nb + 1)
                                          << (at[:lg] + chq.o.payload.lenm1[:lg])[:lg]) - 1),
-                             rotm.eq(~d0[:lg]), prev.eq(0)]
+                             rotm.eq(~d0[:lg])]
                 goto("DATA")
             with m.Else():
                 goto("CHUNK")
@@ -1080,22 +1080,25 @@ class TxBuild(wiring.Component):
         CHUNK and DATA start each chunk and take its raw beats, FLUSH ends a chunk, FIN, PAD and
         FAULT end a frame that does not end in FLUSH. ``goto``, ``take_packet`` and
         ``start_chunk`` are :meth:`_builder_fsm`'s."""
-        (acc_hw, acc_last, acc_v, acc_w, bad, c_done, crc_end, ct, ct_ready, fbase, hdr_last,
+        (acc_hw, acc_last, acc_v, acc_w, bad, c_done, ct, ct_ready, fbase, hdr_last,
          head_ok, hlast, kill, lg, out_words, padw, parts, pos, pos_end, r_qpn, r_rdr, recq, rk_qpn,
          rk_v, room, take, wabs, wcount) = (
-            t.acc_hw, t.acc_last, t.acc_v, t.acc_w, t.bad, t.c_done, t.crc_end, t.ct, t.ct_ready,
+            t.acc_hw, t.acc_last, t.acc_v, t.acc_w, t.bad, t.c_done, t.ct, t.ct_ready,
             t.fbase, t.hdr_last, t.head_ok, t.hlast, t.kill, t.lg, t.out_words, t.padw, t.parts,
             t.pos, t.pos_end, t.r_qpn, t.r_rdr, t.recq, t.rk_qpn, t.rk_v, t.room, t.take, t.wabs,
             t.wcount)
         # the cut-through frame's start conditions (see :meth:`_emitter_start`), from registers set
         # at the take, registered in its first HDR cycle: ct_thr = max(2, hdr_last + 2 + L −
         # cw), ct_fin = cw ≥ 1 + L, with cw the word of the frame's ICRC (crc_end / nb)
+        # (a cut-through frame has no payload: its ICRC starts at the header's end, so cw is
+        # the header's length over nb, a narrower value than crc_end's)
         L = t.crc.latency
-        cw = crc_end >> lg
+        hwb = (-(-MAX_HDR // t.nb)).bit_length()
+        cw = t.hdr_len_r >> lg
         ct_thr = Signal(range(-(-MAX_HDR // t.nb) + 4), init=2)
         ct_fin = Signal()
-        need = Signal(signed(max(len(hdr_last), len(cw)) + 2))
-        m.d.comb += need.eq(hdr_last + 2 + L - cw)
+        need = Signal(signed(max(hwb, len(cw)) + 2))
+        m.d.comb += need.eq(hdr_last[:hwb] + 2 + L - cw)
 
         with m.State("IDLE"):
             take_packet()
