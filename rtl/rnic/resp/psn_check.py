@@ -38,23 +38,20 @@ R's register), stage R (the block RAM's output), stage B (the tables' registered
 every check that needs no dynamic context — opcode decode, path MTU, position length rule, RETH
 length, the WRITE rules of a FIRST/ONLY, access, source IPv4 — and every check that does — PSN
 classification, state, opcode sequence, RNR, the WRITE rules of a MIDDLE/LAST, the residue and
-offset after the packet — all registered into C, with the terms of the operation's outcome for
-its QP's row), stage C (decision, pushes the outputs; the metadata read from the ring at the
-operation's slot; the new dynamic context, one mux per field selected by registers, written into
-the table in the same cycle). The PSN classifier and the opcode sequencer are
-:mod:`rnic.resp.psn_rules`.
+offset after the packet — all registered into C), stage C (decision, pushes the outputs; the
+metadata read from the ring at the operation's slot; the new dynamic context into a write
+register, which writes the table in the next cycle, stage D). The PSN
+classifier and the opcode sequencer are :mod:`rnic.resp.psn_rules`.
 
 Same-QP hazard: an operation is not issued while an operation of its QP that writes the table
-is in R or C (its read would miss that write, or meet it). The one write a read can still miss —
-that of the operation in C when the reader moves from R to B — goes into the tables' read
-register instead of the RAM's data (the row the reader then sees in B), so the row is held in
-that register, in C's copy and in the table, and nowhere else. Operations of different QPs
-enter one a cycle; operations of one QP two cycles apart: a minimum frame every
-``max(2, ⌈480/W⌉)`` cycles or better, one QP or many (design-rules.md §1). Any full output queue
-stalls all stages together (whether the operation in C needs that queue or not, to keep the
-decision out of the clock-enable path). Commands (SET_QP/QUERY_QP) wait until the pipeline and
-all outstanding executes are drained, with new frames held back meanwhile; a ``fault`` is not
-taken while a command runs.
+is in R, C or D (its read would miss that write). The one write a read can still miss — that of
+the operation in C when it moves from R to B — is in the write register while the reader is in
+B, and stage B uses it instead of the RAM data (the select a register). Operations of different QPs
+enter one a cycle; operations of one QP two cycles apart: a minimum frame every ``max(2, ⌈480/W⌉)``
+cycles or better, one QP or many (design-rules.md §1). Any full output queue stalls all four stages
+together (whether the operation in C needs that queue or not, to keep the decision out of the
+clock-enable path). Commands (SET_QP/QUERY_QP) wait until the pipeline and all outstanding executes
+are drained, with new frames held back meanwhile; a ``fault`` is not taken while a command runs.
 
 Execute-outcome interface (for Key Cache, scatter, invalidate, CQE)
 ------------------------------------------------------------------
@@ -303,7 +300,7 @@ class PsnCheck(wiring.Component):
 
         entry_layout = data.StructLayout({
             "qpn": ab, "wait_done": 1, "from_done": 1, "frame": 1, "kill": 1,
-            "syndrome": 8, "psn": 24, "msn": 24, "inc": 1,
+            "syndrome": 8, "psn": 24, "msn": 24, "msn_prev": 24,
         })
         dec_layout = data.StructLayout({"pass_": 1, "beats": 1, "rr": 1})
 
@@ -417,9 +414,9 @@ class PsnCheck(wiring.Component):
             r_qok=r_qok, r_rlm1=r_rlm1, r_rlz=r_rlz, r_slot=r_slot, r_valid=r_valid)
 
     def _stage_b_regs(self, m, t):
-        """The registers of stages B and C (``b_*``, ``c_*``), the dynamic table's write from C's
-        decision ``new`` and its forward into the read register, the same-QP hazard (``a_haz``)
-        and stage B's context ``fwd``. Adds these."""
+        """The registers of stages B and C (``b_*``, ``c_*``), the write register ``w1`` of the
+        dynamic table (written from C's decision ``new``), the same-QP hazard (``a_haz``) and stage
+        B's forwarded context ``fwd``. Adds these."""
         (a_haz, a_info, ab, adv, ctx, inj_qpn, meta, mr_r, r_db, r_idx, r_info, r_kind,
          r_meta, r_qok, r_rlm1, r_rlz, r_slot, r_valid, sel_db, sel_fatal, sel_meta) = (
             t.a_haz, t.a_info, t.ab, t.adv, t.ctx, t.inj_qpn, t.meta, t.mr_r, t.r_db, t.r_idx,
@@ -437,10 +434,11 @@ class PsnCheck(wiring.Component):
         b_info = Signal.like(a_info, name="b_info")
         b_rlm1 = Signal(32)
         b_rlz = Signal()
-        # the QP's row: the tables' registered read data (with C's write of the R→B cycle in
-        # it, see below)
+        # the QP's row as read: the tables' registered read data (C's write of the R→B cycle
+        # aside, see below)
         b_ctx = ctx.rd_dyn
         b_st = ctx.rd_static
+        b_fwd = Signal()                # the read missed the write of the operation ahead
 
         c_valid = Signal()
         c_kind = Signal(2)
@@ -454,23 +452,31 @@ class PsnCheck(wiring.Component):
         c_st = Signal(qp_recv_layout)
 
         # One read-modify-write of the dynamic table: read in A (the block RAM's output in R, its
-        # register in B), decided in C and written in the same cycle. An operation is not issued
-        # while an operation of its QP that writes the table is in R or in C (``a_haz``): its
-        # read would miss that write, or meet it in the same cycle. The one write a read can
-        # then miss is that of the operation in B when the read was issued: it is written as
-        # the reader moves from R to B, and the tables' read register takes that row (``new``,
-        # the whole row, which has the earlier writes of that QP in it) instead of the RAM's
-        # (``ctx.fwd_en``). So the read register is the only copy of the row before C's and
-        # the forward costs no register of its own. Operations of one QP are thus two cycles
-        # apart at least, operations of different QPs one cycle.
+        # register in B), decided in C into ``w1`` (a register), written from ``w1`` in the
+        # cycle after (D), so C's decision ends at a flip-flop, not at the block RAM's write
+        # port. An operation is not issued while an operation of its QP that writes the table
+        # is in R or in C, or writes from ``w1`` with none of its QP in B (``a_haz``): the read
+        # in A would miss that write (or meet it in the same cycle). The one write a read can
+        # then miss is that of the operation in B when the read was issued: it is in ``w1``
+        # when the reader is in B, and B uses it instead of the RAM data (``b_fwd``, a
+        # register), the whole row, which has the earlier writes of that QP in it. Operations
+        # of one QP are thus two cycles apart at least, operations of different QPs one cycle.
         wr_en = Signal()
         new = Signal(qp_dyn_layout)
-        m.d.comb += [ctx.wr_en.eq(wr_en), ctx.wr_addr.eq(c_idx), ctx.wr_dyn.eq(new),
-                     ctx.fwd_en.eq(wr_en & (c_idx == r_idx))]
-
+        w1_data = Signal(qp_dyn_layout)
+        w1_valid = Signal()
+        w1_idx = Signal(ab)
+        m.d.sync += w1_valid.eq(wr_en)
+        with m.If(wr_en):
+            m.d.sync += [w1_data.eq(new), w1_idx.eq(c_idx)]
+        m.d.comb += [ctx.wr_en.eq(w1_valid), ctx.wr_addr.eq(w1_idx), ctx.wr_dyn.eq(w1_data)]
+        # (The write from ``w1`` does not stop an operation whose QP also writes from B: that
+        # one's write in C will be forwarded to it whole, and it read after ``w1``'s write.)
         def hazard(idx):
             return ((r_valid & (r_kind != Kind.RESP) & (r_idx == idx))
-                    | (c_valid & (c_kind != Kind.RESP) & (c_idx == idx)))
+                    | (c_valid & (c_kind != Kind.RESP) & (c_idx == idx))
+                    | (w1_valid & (w1_idx == idx)
+                       & ~(b_valid & (b_kind != Kind.RESP) & (b_idx == idx))))
         # (one compare per source, in parallel with the source select)
         haz_f = Signal()
         haz_d = Signal()
@@ -481,24 +487,25 @@ class PsnCheck(wiring.Component):
         with m.If(adv):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
                          b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db), b_slot.eq(r_slot),
-                         b_info.eq(r_info), b_rlm1.eq(r_rlm1), b_rlz.eq(r_rlz)]
-        fwd = b_ctx             # the QP's current row (see above)
+                         b_info.eq(r_info), b_rlm1.eq(r_rlm1), b_rlz.eq(r_rlz),
+                         b_fwd.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx))]
+        fwd = Signal(qp_dyn_layout)
+        m.d.comb += fwd.eq(Mux(b_fwd, w1_data, b_ctx))
         return types.SimpleNamespace(
             b_db=b_db, b_idx=b_idx, b_info=b_info, b_kind=b_kind, b_meta=b_meta, b_qok=b_qok,
             b_rlm1=b_rlm1, b_rlz=b_rlz, b_slot=b_slot, b_st=b_st, b_valid=b_valid, c_ctx=c_ctx,
             c_db=c_db, c_idx=c_idx, c_kind=c_kind, c_meta=c_meta, c_qok=c_qok, c_slot=c_slot,
-            c_st=c_st, c_valid=c_valid, fwd=fwd, new=new, wr_en=wr_en)
+            c_st=c_st, c_valid=c_valid, fwd=fwd, new=new, w1_valid=w1_valid, wr_en=wr_en)
 
     def _stage_b_checks(self, m, t):
         """Stage B's checks, registered into C: those that need no dynamic context (path MTU,
         position length rule, RETH length, the start WRITE rules, access, source IPv4) and those
-        against the context ``fwd`` (``c_ck``), and the outcome for the QP's row (``cx_*``).
-        Its parts add C's check and outcome registers."""
+        against the context ``fwd`` (``c_ck``). Its parts add C's check registers, and the
+        outcome strobes and next contexts the later parts drive (``x_*``, ``nx_e``, ``nx_n``)."""
         # its parts, called in the order of their statements
         _add(t, self._stage_b_rules(m, t))
         _add(t, self._stage_b_context(m, t))
         _add(t, self._stage_b_to_c(m, t))
-        _add(t, self._stage_b_outcome(m, t))
 
     def _w_rules_bad(self, m, pmtu, length, padcnt, resid, name):
         """Whether a packet of payload ``length`` and PadCnt ``padcnt`` breaks the WRITE rules
@@ -543,14 +550,14 @@ class PsnCheck(wiring.Component):
     def _stage_b_context(self, m, t):
         """Stage B's checks against the QP's current dynamic context ``fwd`` (PSN class, state,
         opcode sequence, RNR, the WRITE rules of a MIDDLE/LAST, the residue and offset after
-        the packet), registered into C as ``c_ck`` (and ``b_ck``, before the register). Adds
-        these and ``c_psn1``."""
+        the packet), registered into C as ``c_ck``; and the outcome strobes and next contexts
+        of stage C (``x_*``, ``nx_e``, ``nx_n``, defined there). Adds these and ``c_psn1``."""
         adv, b_info, b_len, b_meta, b_pmtu, fwd, rl = (t.adv, t.b_info, t.b_len, t.b_meta,
                                                        t.b_pmtu, t.fwd, t.rl)
         # The checks that need the dynamic context, against the QP's current context ``fwd``.
         chk_layout = data.StructLayout({
             "cls": psn_class_layout, "state_ok": 1, "seq_ok": 1, "rnr": 1, "w_bad": 1,
-            "resid": 32, "off": 24,
+            "resid": 32, "off": 32,
         })
 
         def context_checks(x, state_ok, name):
@@ -566,21 +573,25 @@ class PsnCheck(wiring.Component):
                             & self._w_rules_bad(m, b_pmtu, b_len, b_meta.padcnt, x.resid,
                                                 f"{name}_w_bad")),
                 ck.resid.eq(resid - b_len),                         # residue after the packet
-                # offset after the packet, in units of 256 (the context's ``off``): kept only
-                # after an executed packet that is not a message's last, a path MTU long
-                ck.off.eq(Mux(b_info.start, 0, x.off) + b_len[8:]),
+                ck.off.eq(Mux(b_info.start, 0, x.off) + b_len),     # offset after the packet
             ]
             return ck
 
         def state_ok_of(state):
             return (state == QpState.RTR) | (state == QpState.RTS)
 
+        x_exec = Signal()           # stage C executes its packet (defined with stage C)
+        x_fail = Signal()           # stage C's packet draws NAK 0x61 (QP → ERROR)
+        x_fatal = Signal()          # stage C's fatal report moves the QP to ERROR
+        nx_e = Signal(qp_dyn_layout)
+        nx_n = Signal(qp_dyn_layout)
         ck = context_checks(fwd, state_ok_of(fwd.state), "b_ck")
         c_ck = Signal(chk_layout)
         c_psn1 = Signal(24)
         with m.If(adv):
             m.d.sync += c_ck.eq(ck)
-        return types.SimpleNamespace(b_ck=ck, c_ck=c_ck, c_psn1=c_psn1)
+        return types.SimpleNamespace(c_ck=c_ck, c_psn1=c_psn1, nx_e=nx_e, nx_n=nx_n,
+                                     x_exec=x_exec, x_fail=x_fail, x_fatal=x_fatal)
 
     def _stage_b_to_c(self, m, t):
         """Stage B's remaining checks that need no dynamic context (the length rules together,
@@ -599,6 +610,7 @@ class PsnCheck(wiring.Component):
         c_acc_bad = Signal()
         c_drop = Signal()               # bad QPN or source IPv4 not the QP's
         c_len_nz = Signal()
+        c_pkt_ok = Signal()             # a request packet of a usable QP, access allowed
         # a READ of L bytes takes max(1, ⌈L/PMTU⌉) PSNs (interface.md §7): that count less one
         b_rd_nm1 = Signal(24)
         with m.If(b_info.read & ~b_rlz):
@@ -624,52 +636,11 @@ class PsnCheck(wiring.Component):
                          c_ctx.eq(fwd), c_st.eq(b_st),
                          c_info.eq(b_info), c_pmtu.eq(b_pmtu),
                          c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
+                         c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad),
                          c_len_nz.eq(b_len != 0), c_psn1.eq(b_meta.psn + 1 + b_rd_nm1)]
         return types.SimpleNamespace(
-            b_acc_bad=b_acc_bad, b_drop=b_drop,
             c_acc_bad=c_acc_bad, c_drop=c_drop, c_info=c_info, c_len_nz=c_len_nz,
-            c_pre_bad=c_pre_bad)
-
-    def _stage_b_outcome(self, m, t):
-        """What stage C's operation does to its QP's row, its terms decided in B and registered
-        into C (``cx_*``), all but the ends of B's three deep checks (PSN class, the length
-        rules: ``c_ck``, ``c_pre_bad``), so that C's write of the row is a LUT or two and one
-        mux per field from registers: the same outcomes as the decision of
-        :meth:`_stage_c_decide`. Adds ``cx_*`` and ``c_cons1``."""
-        (adv, b_acc_bad, b_ck, b_drop, b_info, b_kind, b_meta, b_qok, fwd) = (
-            t.adv, t.b_acc_bad, t.b_ck, t.b_drop, t.b_info, t.b_kind, t.b_meta, t.b_qok, t.fwd)
-        ck = b_ck
-        send_open = fwd.open == MsgClass.SEND
-        q_ok = (b_kind == Kind.PKT) & ~b_drop & ck.state_ok
-        cx_ok = Signal()            # a request packet of a usable QP
-        cx_exok = Signal()          # ... that executes if in order and of a good length
-        cx_f1 = Signal()            # ... that draws NAK 0x61 if in order (sequence, access)
-        cx_nrnr = Signal()          # ... not RNR (whose length is then checked)
-        cx_held = Signal()          # a NAK 0x61 completes the held receive WQE in error
-        cx_fatal = Signal()         # a fatal report moves the QP to ERROR
-        cx_cons_e = Signal()        # an executed packet ends a message that holds a WQE
-        cx_prod = Signal()          # the RQ producer from the doorbell
-        cx_open = Signal(2)         # the message class after an executed packet
-        c_cons1 = Signal(16)        # the RQ consumer + 1
-        with m.If(adv):
-            m.d.sync += [
-                cx_ok.eq(q_ok),
-                cx_exok.eq(q_ok & ~b_acc_bad & ck.seq_ok & ~ck.rnr),
-                cx_f1.eq(~ck.seq_ok | b_acc_bad),
-                cx_nrnr.eq(~ck.rnr),
-                cx_held.eq(Mux(~ck.seq_ok | b_acc_bad, ~ck.seq_ok & send_open,
-                               send_open | b_info.rwr)),
-                cx_fatal.eq((b_kind == Kind.FATAL) & (fwd.state != QpState.RESET)
-                            & (fwd.state != QpState.ERROR)),
-                cx_cons_e.eq(b_info.end & (b_info.send | b_info.rwr)),
-                cx_prod.eq((b_kind == Kind.DB) & b_qok & (fwd.state != QpState.RESET)),
-                cx_open.eq(op_sequence(m, b_meta.opcode, fwd.open, name="b_op_next").next_open),
-                c_cons1.eq(fwd.rq_cons + 1),
-            ]
-        return types.SimpleNamespace(
-            cx_ok=cx_ok, cx_exok=cx_exok, cx_f1=cx_f1, cx_nrnr=cx_nrnr, cx_held=cx_held,
-            cx_fatal=cx_fatal, cx_cons_e=cx_cons_e, cx_prod=cx_prod, cx_open=cx_open,
-            c_cons1=c_cons1)
+            c_pkt_ok=c_pkt_ok, c_pre_bad=c_pre_bad)
 
     def _stage_c_outputs(self, m, t):
         """Stage C's outputs: the queue pushes on ``fire`` (the ``want_*`` strobes and records the
@@ -756,9 +727,8 @@ class PsnCheck(wiring.Component):
         m.d.comb += [self.qp_reset.valid.eq(ctx.set_valid & (ctx.set_state == QpState.RESET)),
                      self.qp_reset.payload.qpn.eq(ctx.set_qpn)]
         # response entry defaults
-        # (``msn``: the QP's MSN before the packet; ``inc``: the response's MSN is one more,
-        # unless a fatal ``done`` says the message did not complete)
-        m.d.comb += [ent.qpn.eq(c_idx), ent.msn.eq(cx.msn), ent.psn.eq(cm.psn)]
+        m.d.comb += [ent.qpn.eq(c_idx), ent.msn.eq(cx.msn),
+                     ent.msn_prev.eq(cx.msn), ent.psn.eq(cm.psn)]
         return types.SimpleNamespace(
             dec=dec, ent=ent, exe=exe, stat_c=stat_c, want_ack=want_ack, want_dec=want_dec,
             want_ev=want_ev, want_exe=want_exe, want_fl=want_fl, want_rq=want_rq)
@@ -820,11 +790,10 @@ class PsnCheck(wiring.Component):
             exe.first.eq(info.start), exe.last.eq(info.end), exe.wqe.eq(info.rwr),
             exe.comp.eq(info.comp), exe.send.eq(info.send), exe.write.eq(info.write),
             exe.imm_valid.eq(info.immdt), exe.inv.eq(info.ieth),
-            exe.offset.eq(Cat(Const(0, 8), Mux(info.start, 0, cx.off))),
+            exe.offset.eq(Mux(info.start, 0, cx.off)),
             exe.va.eq(Mux(info.start, cm.reth_va, cx.va)),
             exe.rkey.eq(Mux(info.start, cm.reth_rkey, cx.rkey)),
-            exe.dma_len.eq(Mux(info.start, cm.reth_len,
-                               Cat(cx.resid[:8], cx.off + cx.resid[8:]))),
+            exe.dma_len.eq(Mux(info.start, cm.reth_len, cx.off + cx.resid)),
             exe.imm_or_rkey.eq(cm.imm_or_rkey), exe.rq_index.eq(cx.rq_cons),
             exe.pd.eq(st.pd), exe.rcqn.eq(st.rcqn), exe.rq_base.eq(st.rq_base),
             exe.rq_log.eq(st.rq_log), exe.access.eq(st.access),
@@ -912,7 +881,7 @@ class PsnCheck(wiring.Component):
                     ent.wait_done.eq(1), ent.from_done.eq(1),
                     # (a READ is answered by its responses, not by an ACK)
                     ent.frame.eq(cm.ackreq & ~info.read),
-                    ent.syndrome.eq(0x1F), ent.inc.eq(info.end),
+                    ent.syndrome.eq(0x1F), ent.msn.eq(msn_inc),
                 ]
             with m.If(fail_61):
                 m.d.comb += [
@@ -923,44 +892,58 @@ class PsnCheck(wiring.Component):
                 ]
 
     def _next_context(self, m, t):
-        """The next dynamic context ``new``: one mux per field, its select a LUT or two of the
-        outcome terms registered in B (:meth:`_stage_b_outcome`) and the ends of B's deep
-        checks; the same decisions as :meth:`_stage_c_decide`."""
-        (c_ck, c_cons1, c_ctx, c_db, c_meta, c_pre_bad, c_psn1, cx_cons_e, cx_exok, cx_f1,
-         cx_fatal, cx_held, cx_nrnr, cx_ok, cx_open, cx_prod, msn_inc, new, off_next,
-         resid_next) = (
-            t.c_ck, t.c_cons1, t.c_ctx, t.c_db, t.c_meta, t.c_pre_bad, t.c_psn1, t.cx_cons_e,
-            t.cx_exok, t.cx_f1, t.cx_fatal, t.cx_held, t.cx_nrnr, t.cx_ok, t.cx_open,
-            t.cx_prod, t.msn_inc, t.new, t.off_next, t.resid_next)
-        cm, cx, info = c_meta, c_ctx, t.c_info
-        in_order = c_ck.cls.in_order
-        x_exec = Signal()           # the packet executes
-        x_fail = Signal()           # NAK 0x61: the QP to ERROR
-        x_cons = Signal()           # the RQ consumer + 1
+        """The next dynamic context ``new``, flat: one AND per outcome, one 2:1 mux per field (the
+        same decisions as :meth:`_stage_c_decide`)."""
+        (acc_bad, c_ck, c_ctx, c_db, c_drop, c_info, c_kind, c_meta, c_pkt_ok, c_pre_bad,
+         c_psn1, c_qok, len_bad, msn_inc, new, nx_e, nx_n, off_next, oseq, pcls,
+         resid_next, rnr, seq_ok, state_ok, x_exec, x_fail, x_fatal) = (
+            t.acc_bad, t.c_ck, t.c_ctx, t.c_db, t.c_drop, t.c_info, t.c_kind, t.c_meta, t.c_pkt_ok,
+            t.c_pre_bad, t.c_psn1, t.c_qok, t.len_bad, t.msn_inc, t.new, t.nx_e, t.nx_n,
+            t.off_next, t.oseq, t.pcls, t.resid_next, t.rnr, t.seq_ok, t.state_ok, t.x_exec,
+            t.x_fail, t.x_fatal)
+        cm, cx, info = c_meta, c_ctx, c_info
+        # ---- the next dynamic context, flat (the decision → new → c_ctx loop) ---------------
+        # Same decisions as the Switch of _stage_c_kinds and _stage_c_packet, written as one AND
+        # per outcome and one 2:1 mux per field: ``nx_e`` if C executes, ``nx_n`` if not (both
+        # from registers only), then the NAK 0x61 changes. x_exec is an AND of registers.
+        k_pkt = Signal()
+        ok_in = Signal()                # a request packet of a usable QP, in order
+        x_held = Signal()
+        cons_1 = Signal(16)
         m.d.comb += [
-            x_exec.eq(cx_exok & in_order & ~c_pre_bad & ~c_ck.w_bad),
-            x_fail.eq(cx_ok & in_order & (cx_f1 | (cx_nrnr & (c_pre_bad | c_ck.w_bad)))),
-            x_cons.eq(Mux(x_exec, cx_cons_e, x_fail & cx_held)),
+            k_pkt.eq(c_kind == Kind.PKT),
+            ok_in.eq(k_pkt & ~c_drop & state_ok & pcls.in_order),
+            x_fail.eq(ok_in & (~seq_ok | acc_bad | (~rnr & len_bad))),
+            x_exec.eq(c_pkt_ok & ~c_pre_bad & state_ok & pcls.in_order & seq_ok & ~rnr
+                      & ~c_ck.w_bad),
+            x_held.eq(Mux(~seq_ok | acc_bad, ~seq_ok & (cx.open == MsgClass.SEND),
+                          (cx.open == MsgClass.SEND) | info.rwr)),
+            x_fatal.eq((c_kind == Kind.FATAL) & (cx.state != QpState.RESET)
+                       & (cx.state != QpState.ERROR)),
+            cons_1.eq(cx.rq_cons + 1),
         ]
-        # ---- the next dynamic context: C's write of the row, in the cycle it decides ----------
-        # (an executed packet: ePSN, MSN, message class, offset, residue and the RQ consumer;
-        # a start packet also the VA and rkey; a doorbell the RQ producer; NAK 0x61 and a fatal
-        # report the state, NAK 0x61 with a held WQE the RQ consumer; the sent-NAK latch is
-        # cleared by an in-order packet and set by one ahead of sequence)
         m.d.comb += [
-            new.eq(cx),
-            new.state.eq(Mux(x_fail | cx_fatal, QpState.ERROR, cx.state)),
-            new.epsn.eq(Mux(x_exec, c_psn1, cx.epsn)),
-            new.msn.eq(Mux(x_exec, msn_inc, cx.msn)),
-            new.nak.eq(Mux(cx_ok & in_order, 0, (cx_ok & c_ck.cls.ahead) | cx.nak)),
-            new.open.eq(Mux(x_exec, cx_open, cx.open)),
-            new.off.eq(Mux(x_exec, Mux(info.end, 0, off_next), cx.off)),
-            new.resid.eq(Mux(x_exec, resid_next, cx.resid)),
-            new.va.eq(Mux(x_exec & info.start, cm.reth_va, cx.va)),
-            new.rkey.eq(Mux(x_exec & info.start, cm.reth_rkey, cx.rkey)),
-            new.rq_prod.eq(Mux(cx_prod, c_db, cx.rq_prod)),
-            new.rq_cons.eq(Mux(x_cons, c_cons1, cx.rq_cons)),
+            nx_e.eq(cx),
+            nx_e.nak.eq(0),
+            nx_e.epsn.eq(c_psn1),
+            nx_e.msn.eq(msn_inc),
+            nx_e.rq_cons.eq(Mux(info.end & (info.send | info.rwr), cons_1, cx.rq_cons)),
+            nx_e.open.eq(oseq.next_open),
+            nx_e.off.eq(Mux(info.end, 0, off_next)),
+            nx_e.resid.eq(resid_next),
+            nx_n.eq(cx),
+            nx_n.state.eq(Mux(x_fatal, QpState.ERROR, cx.state)),
+            nx_n.nak.eq(Mux(ok_in, 0, Mux(k_pkt & ~c_drop & state_ok & pcls.ahead, 1, cx.nak))),
+            nx_n.rq_prod.eq(Mux((c_kind == Kind.DB) & c_qok & (cx.state != QpState.RESET),
+                                c_db, cx.rq_prod)),
         ]
+        with m.If(info.start & info.write):
+            m.d.comb += [nx_e.va.eq(cm.reth_va),
+                         nx_e.rkey.eq(cm.reth_rkey)]
+        m.d.comb += new.eq(Mux(x_exec, nx_e, nx_n))
+        with m.If(x_fail):
+            m.d.comb += [new.state.eq(QpState.ERROR),
+                         new.rq_cons.eq(Mux(x_held, cons_1, cx.rq_cons))]
 
     def _payload_router(self, m, t):
         """The payload router: each frame's beats to ``pay_out`` (executed), ``rr_pay`` (a READ
@@ -1084,8 +1067,6 @@ class PsnCheck(wiring.Component):
         m.d.comb += have.eq(hv & (~h.wait_done | self.done.valid))
         fatal_done = Signal()
         m.d.comb += fatal_done.eq(h.from_done & self.done.payload.fatal)
-        h_msn1 = Signal(24)         # the response's MSN unless fatal (from registers only)
-        m.d.comb += h_msn1.eq(h.msn + h.inc)
         f_valid = Signal()
         f = Signal(ack_item_layout(ab))         # the response, for the pending table
         m.d.comb += [
@@ -1096,7 +1077,7 @@ class PsnCheck(wiring.Component):
                                   h.frame)),
             f.qpn.eq(h.qpn), f.psn.eq(h.psn),
             f.syndrome.eq(Mux(fatal_done, self.done.payload.syndrome, h.syndrome)),
-            f.msn.eq(Mux(fatal_done, h.msn, h_msn1)),
+            f.msn.eq(Mux(fatal_done, h.msn_prev, h.msn)),
         ]
         # A fatal ``done`` injects its fatal operation whether or not its QP is already in
         # error (the error bit, a table read, stays off the injection's register): the QP is
@@ -1185,9 +1166,9 @@ class PsnCheck(wiring.Component):
         """The per-QP pending-response table (``acks``) fed by the sequencer, and the context's
         ``idle`` (commands run once everything is drained)."""
         (b_valid, c_valid, coal_ready, ctx, ew_valid, exe_q, f, f_valid, fl_q, go, hq, hv,
-         inj_valid, load, r_valid, resp_q) = (
+         inj_valid, load, r_valid, resp_q, w1_valid) = (
             t.b_valid, t.c_valid, t.coal_ready, t.ctx, t.ew_valid, t.exe_q, t.f, t.f_valid, t.fl_q,
-            t.go, t.hq, t.hv, t.inj_valid, t.load, t.r_valid, t.resp_q)
+            t.go, t.hq, t.hv, t.inj_valid, t.load, t.r_valid, t.resp_q, t.w1_valid)
         # ---- per-QP pending-response table (TX back-pressure never reaches receive) ----------
         m.submodules.acks = acks = AckTable(num_qp=self.num_qp)
         m.d.comb += [
@@ -1200,7 +1181,7 @@ class PsnCheck(wiring.Component):
         connect(m, acks.o, wiring.flipped(self.ack_tx))
 
         # commands may run once everything is drained
-        m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid
+        m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~w1_valid
                                 & ~hv & ~resp_q.o.valid & (resp_q.level == 0)
                                 & ~inj_valid & ~ew_valid & ~exe_q.o.valid
                                 & fl_q.i.ready)

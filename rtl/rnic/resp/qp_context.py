@@ -87,8 +87,7 @@ qp_dyn_layout = data.StructLayout({
     "msn": 24,
     "nak": 1,           # sent_psn_nak latch
     "open": 2,          # MsgClass of the message in progress
-    "off": 24,          # bytes of the message in progress executed so far, in units of 256:
-                        # every packet before its last is a path MTU (256 << 0..4 bytes)
+    "off": 32,          # bytes of the message in progress executed so far
     "resid": 32,        # bytes of the open WRITE still to come: its RETH DMA length is
                         # ``off + resid`` (mod 2^32), so the length itself is not kept
     "va": 64,           # RETH VA of the open WRITE
@@ -143,9 +142,6 @@ class QpContext(wiring.Component):
     wr_addr, wr_en : In
     wr_dyn : In(qp_dyn_layout)
         Pipeline write port of the dynamic table.
-    fwd_en : In(1)
-        With ``rd_en``: the pipeline's write of this cycle is to the row moving to ``rd_dyn``,
-        which takes ``wr_dyn`` instead of the RAM's data (the read missed that write).
     set_valid : Out(1)
         One-cycle strobe when SET_QP writes a QP, with ``set_qpn`` and ``set_state``.
     set_qpn : Out(range(num_qp))
@@ -180,7 +176,6 @@ class QpContext(wiring.Component):
             "wr_addr": In(self.abits),
             "wr_en": In(1),
             "wr_dyn": In(qp_dyn_layout),
-            "fwd_en": In(1),
             "set_valid": Out(1),
             "set_qpn": Out(self.abits),
             "set_state": Out(3),
@@ -253,7 +248,7 @@ class QpContext(wiring.Component):
         srow = Signal(_LANES * _LANE)
         dq = Signal(qp_dyn_layout)
         with m.If(rd_en):
-            m.d.sync += [srow.eq(srd.data), dq.eq(Mux(self.fwd_en, self.wr_dyn, drd.data))]
+            m.d.sync += [srow.eq(srd.data), dq.eq(drd.data)]
         st = _ROW.decode(m, srow, "st")     # srow's fields
 
         m.d.comb += [
