@@ -351,7 +351,7 @@ class RNIC(wiring.Component):
         wiring.connect(m, req.pkt, arb.req)
         wiring.connect(m, req.chunk, arb.req_chunk)
         wiring.connect(m, arb.o, build.pkt)
-        # (the builder's chunk.ready comes from its input skid buffer's register)
+        # (the builder's chunk.ready comes from a register of its two-entry input queue)
         wiring.connect(m, arb.chunk, build.chunk)
         m.d.comb += [build.local_mac.eq(ctl.local_mac), build.local_ip.eq(ctl.local_ip)]
         o = build.tx
