@@ -59,15 +59,19 @@ def strobe_runs(strb, lanes):
             i += 1
 
 
-class _Read(AxiRamRead):
+class _OwnTask:
+    """A channel model that runs one coroutine of its own (``_task``), killed at reset."""
     owner = None
+    _task = None
 
     def _handle_reset(self, state):
-        cr = getattr(self, "_accept_cr", None)
-        if state and cr is not None:
-            cr.kill()
-            self._accept_cr = None
+        if state and self._task is not None:
+            self._task.kill()
+            self._task = None
         super()._handle_reset(state)
+
+
+class _Read(_OwnTask, AxiRamRead):
 
     async def _accept(self, pending):
         o = self.owner
@@ -87,7 +91,7 @@ class _Read(AxiRamRead):
     async def _process_read(self):
         o = self.owner
         pending = []
-        self._accept_cr = cocotb.start_soon(self._accept(pending))
+        self._task = cocotb.start_soon(self._accept(pending))
         current = None
         while True:
             heads, seen = [], set()
@@ -121,15 +125,7 @@ class _Read(AxiRamRead):
             await self.r_channel.send(r)
 
 
-class _Write(AxiRamWrite):
-    owner = None
-
-    def _handle_reset(self, state):
-        cr = getattr(self, "_b_cr", None)
-        if state and cr is not None:
-            cr.kill()
-            self._b_cr = None
-        super()._handle_reset(state)
+class _Write(_OwnTask, AxiRamWrite):
 
     async def _send_b(self, pending):
         o = self.owner
@@ -155,7 +151,7 @@ class _Write(AxiRamWrite):
     async def _process_write(self):
         o = self.owner
         pending = []
-        self._b_cr = cocotb.start_soon(self._send_b(pending))
+        self._task = cocotb.start_soon(self._send_b(pending))
         lanes = self.byte_lanes
         while True:
             while len(pending) >= o.max_writes:

@@ -15,16 +15,15 @@ SENDs to it are placed byte-exact, completed and ACKed before and after the faul
 """
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, with_timeout
-from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame,
-                           AxiStreamSink, AxiStreamSource)
+from cocotbext.axi import AxiStreamFrame
 
 from rnic.opcodes import Op, WcStatus
 from sim.driver.regs import Regs
 from sim.driver.verbs import Access, Device, QpState, SendOp
 from sim.hostmem import AxiResp, HostMem
 from sim.packets import LOCAL_IP, LOCAL_MAC, REMOTE_IP, REMOTE_MAC, build_frame, decode_frame
+from sim.top_ports import top_ports
 
 PD = 1
 BYSTANDER = 3
@@ -36,10 +35,7 @@ RESPS = (AxiResp.SLVERR, AxiResp.DECERR)
 class TB:
     def __init__(self, dut):
         self.dut = dut
-        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-        self.src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_rx"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_tx"), dut.clk, dut.rst)
+        self.axil, self.src, self.sink = top_ports(dut)
         self.mem = HostMem(dut, "m_axi", dut.clk, dut.rst, seed=5, backpressure=False,
                            max_latency=4)
         self.regs = Regs(self.axil)

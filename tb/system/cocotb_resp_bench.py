@@ -18,10 +18,8 @@ never because a figure is low.
 
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
-from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame,
-                           AxiStreamSink, AxiStreamSource)
+from cocotbext.axi import AxiStreamFrame
 
 from rnic.opcodes import Op
 from sim.bench import read_latency, record
@@ -30,6 +28,7 @@ from sim.driver.verbs import Access, Device
 from sim.hostmem import HostMem
 from sim.knobs import knob
 from sim.packets import LOCAL_IP, LOCAL_MAC, REMOTE_IP, REMOTE_MAC, build_frame, decode_frame
+from sim.top_ports import top_ports
 
 MANY = 8
 PD = 1
@@ -159,10 +158,7 @@ class Mon:
 class TB:
     def __init__(self, dut):
         self.dut = dut
-        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-        self.src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_rx"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_tx"), dut.clk, dut.rst)
+        self.axil, self.src, self.sink = top_ports(dut)
         self.mem = HostMem(dut, "m_axi", dut.clk, dut.rst, seed=5, backpressure=False,
                            min_latency=0, max_latency=0, interleave=False)
         if read_latency():

@@ -31,10 +31,8 @@ import random
 import time
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, with_timeout
-from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame,
-                           AxiStreamSink, AxiStreamSource)
+from cocotbext.axi import AxiStreamFrame
 
 from rnic.ifaces import CmdOp
 from rnic.opcodes import Op
@@ -46,6 +44,7 @@ from sim.models.keys import FAST_REG_MR, MR, set_args
 from sim.models.psn import table_match
 from sim.models.responder import Frame, TeeMem, TopResponderModel
 from sim.packets import LOCAL_IP, LOCAL_MAC, REMOTE_IP, REMOTE_MAC, build_frame, decode_frame
+from sim.top_ports import top_ports
 
 M24 = 0xFFFFFF
 GUARD = 256
@@ -125,10 +124,7 @@ class Bench:
         self.dut = dut
         self.nqp = qps or knob("RESP_RANDOM_QPS")       # QPs taking traffic
         self.rng = random.Random(knob("RESP_RANDOM_SEED"))
-        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-        self.src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_rx"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_tx"), dut.clk, dut.rst)
+        self.axil, self.src, self.sink = top_ports(dut)
         bp = knob("RESP_RANDOM_HOST_HOSTILITY")
         self.mem = HostMem(dut, "m_axi", dut.clk, dut.rst, seed=self.rng.randrange(1 << 30),
                            backpressure=bp if bp > 0 else False,

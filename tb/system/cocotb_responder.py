@@ -8,10 +8,8 @@ from the RTL.
 
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, with_timeout
-from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame,
-                           AxiStreamSink, AxiStreamSource)
+from cocotbext.axi import AxiStreamFrame
 
 from rnic.opcodes import Op, WcOpcode, WcStatus
 from sim.driver.regs import Regs
@@ -19,6 +17,7 @@ from sim.driver.verbs import Access, Device, KeyType
 from sim.hostmem import HostMem
 from sim.knobs import knob
 from sim.packets import LOCAL_IP, LOCAL_MAC, REMOTE_IP, REMOTE_MAC, build_frame, decode_frame
+from sim.top_ports import top_ports
 from sim.trace import Tracer
 
 QPN, DEST_QPN, PSN0 = 2, 0x11, 1000
@@ -28,10 +27,7 @@ PD = 1
 class TB:
     def __init__(self, dut):
         self.dut = dut
-        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-        self.src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_rx"), dut.clk, dut.rst)
-        self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_tx"), dut.clk, dut.rst)
+        self.axil, self.src, self.sink = top_ports(dut)
         bp = knob("RESP_BACKPRESSURE")
         self.mem = HostMem(dut, "m_axi", dut.clk, dut.rst, seed=3, backpressure=bp,
                            max_latency=20 if bp else 0)
