@@ -9,10 +9,21 @@ by the command that measures them:
   target and nextpnr seed, merged over runs;
 * ``bench.json``: ``rnic bench --record`` (``make bench``), the cycle figures, merged over runs.
 
-The README's tables are rendered from those files between ``<!-- figures:NAME begin -->`` and
-``<!-- figures:NAME end -->``; ``python -m rnic_flow.figures readme README.md`` rewrites them
-(``make docs``), and ``tb/flow/test_docs.py`` fails when a table differs from its rendering, so a
-figure the README shows is always the last recorded measurement.
+The tables of the README and the docs pages are rendered from those files between
+``<!-- figures:NAME begin -->`` and ``<!-- figures:NAME end -->``; ``python -m rnic_flow.figures
+readme`` rewrites them (``make docs``), and ``tb/flow/test_docs.py`` fails when a table differs
+from its rendering, so a figure a page shows is always the last recorded measurement. NAME is a
+whole table (``blocks``, ``fmax``, ``bench``, ``goodput``, ``responder``) or one block's part of
+one, for a block's own page:
+
+* ``area:ROW``: the ``make area`` row ROW (a key of ``rnic_flow.budgets``) beside its budget,
+  with the routed Fmax of its block on seeds 1 / 2 / 3;
+* ``fmax:BLOCK[,BLOCK...]``: the ``rnic synth --block`` rows of those blocks, every
+  configuration;
+* ``bench:BLOCK[,BLOCK...]``: the benchmark figures of those blocks beside their limits.
+
+Measured figures live only in such sections: :func:`hand_figures` finds a number with a unit of
+area or clock written anywhere else on a page, and ``tb/flow/test_docs.py`` fails on one.
 """
 
 import argparse
@@ -24,7 +35,7 @@ from pathlib import Path
 from .sections import replace_section
 
 __all__ = ["FIGURES", "record_area", "record_synth", "record_bench", "SECTIONS", "render",
-           "update_readme", "main"]
+           "pages", "update_readme", "section_names", "hand_figures", "main"]
 
 #: The recorded measurements, relative to the repository root.
 FIGURES = Path("docs/figures")
@@ -151,29 +162,66 @@ def render_area(area, synth=None):
         cols += " Fmax MHz, seeds 1 / 2 / 3 |"
         rule += "--:|"
     lines = [head + ":", "", cols, rule]
-    for r in area["rows"]:
-        b = r.get("budget") or {}
-        cells = []
-        ok = True
-        for k, kb in (("lut4_eq", "lut4"), ("ff", "ff"), ("dp16kd", "dp16kd")):
-            if kb in b:
-                cells.append(f"{_n(r[k])} of {_n(b[kb])}")
-                ok &= r[k] <= b[kb]
-            else:
-                cells.append(_n(r[k]))
-        name = r["title"].split(":")[0]
-        if r["block"] == "total":
-            name, cells = f"**{name}**", [f"**{c}**" for c in cells]
-        cells.append(("yes" if ok else "no") if b else "")
-        if fm is not None:
-            blk = AREA_FMAX.get(r["block"])
-            cells.append(_fmax_cell(fm.get(blk, {}), est.get(blk, {})))
-        lines.append(f"| {name} | {' | '.join(cells)} |")
+    lines += [_area_row(r, fm, est) for r in area["rows"]]
     return "\n".join(lines)
 
 
-def render_fmax(synth):
-    """One row per block and configuration: cells on seed 1, Fmax on every recorded seed."""
+def _area_row(r, fm, est):
+    """One row of the area table: each figure beside its budget, whether all are within it,
+    and with ``fm``/``est`` (routed / placed Fmax by block) the Fmax cell."""
+    b = r.get("budget") or {}
+    cells = []
+    ok = True
+    for k, kb in (("lut4_eq", "lut4"), ("ff", "ff"), ("dp16kd", "dp16kd")):
+        if kb in b:
+            cells.append(f"{_n(r[k])} of {_n(b[kb])}")
+            ok &= r[k] <= b[kb]
+        else:
+            cells.append(_n(r[k]))
+    name = r["title"].split(":")[0]
+    if r["block"] == "total":
+        name, cells = f"**{name}**", [f"**{c}**" for c in cells]
+    cells.append(("yes" if ok else "no") if b else "")
+    if fm is not None:
+        blk = AREA_FMAX.get(r["block"])
+        cells.append(_fmax_cell(fm.get(blk, {}), est.get(blk, {})))
+    return f"| {name} | {' | '.join(cells)} |"
+
+
+def render_block_area(area, synth, row):
+    """One block's row of the area table (``row``: its key in ``rnic_flow.budgets``), for the
+    block's own page: its figures beside its budget and its routed Fmax on seeds 1 / 2 / 3."""
+    rows = [r for r in area["rows"] if r["block"] == row]
+    if not rows:
+        raise ValueError(f"no area row {row!r} (rows: {[r['block'] for r in area['rows']]})")
+    blk = AREA_FMAX.get(row)
+    how = f"`rnic synth --block {blk}`" if blk != "rnic" else "`rnic synth`"
+    head = (f"`make area` inside the core, {_config_tag(area['config'])}, each figure beside "
+            f"its budget ([area.md](area.md)); Fmax routed out of context ({how}), target "
+            "156.25 MHz ([synthesis.md](synthesis.md)):")
+    fm = _fmax_by_block(synth, area["config"])
+    est = _fmax_by_block(synth, area["config"], "placed")
+    return "\n".join([head, "", "| block | LUT4-eq | FF | DP16KD | within budget | "
+                       "Fmax MHz, seeds 1 / 2 / 3 |", "|---|--:|--:|--:|:-:|--:|",
+                       _area_row(rows[0], fm, est)])
+
+
+def _blocks(arg, have):
+    """The blocks a section names (``a,b``), each checked to have a recorded row in ``have``
+    (a section naming a block with none is a typo, not an empty table)."""
+    names = arg.split(",")
+    missing = [b for b in names if b not in have]
+    if missing:
+        raise ValueError(f"no recorded figure of {', '.join(missing)}")
+    return names
+
+
+def render_fmax(synth, blocks=None):
+    """One row per block and configuration: cells on seed 1, Fmax on every recorded seed;
+    with ``blocks`` (``a,b``) only those blocks' rows."""
+    if blocks is not None:
+        keep = _blocks(blocks, {r["block"] for r in synth if r["target"] == "ecp5"})
+        synth = [r for r in synth if r["block"] in keep]
     groups = {}
     for r in synth:
         if r["target"] != "ecp5":
@@ -275,8 +323,12 @@ def render_responder(bench):
     return _table("payload | figure", "|--:|---|", widths, rows)
 
 
-def render_bench(bench):
-    """Every recorded figure, one row each, beside its limit."""
+def render_bench(bench, blocks=None):
+    """Every recorded figure, one row each, beside its limit; with ``blocks`` (``a,b``) only
+    those blocks' figures."""
+    if blocks is not None:
+        keep = _blocks(blocks, {r["block"] for r in bench})
+        bench = [r for r in bench if r["block"] in keep]
     def cfg_of(r):
         return ", ".join(f"{k}={v}" for k, v in sorted(r["config"].items()))
     lines = ["| block | figure | config | value | limit |", "|---|---|---|--:|--:|"]
@@ -288,44 +340,105 @@ def render_bench(bench):
     return "\n".join(lines)
 
 
-#: section → (recorded file, renderer, what records it)
+#: section kind → (recorded file, renderer, what records it, argument: None never, False
+#: optional, True required)
 SECTIONS = {
-    "bench": ("bench.json", render_bench, "make bench"),
-    "blocks": (("area.json", "synth.json"), render_area, "make area and make synth"),
-    "fmax": ("synth.json", render_fmax, "make synth"),
-    "goodput": ("bench.json", render_goodput, "make bench"),
-    "responder": ("bench.json", render_responder, "make bench"),
+    "area": (("area.json", "synth.json"), render_block_area, "make area and make synth", True),
+    "bench": ("bench.json", render_bench, "make bench", False),
+    "blocks": (("area.json", "synth.json"), render_area, "make area and make synth", None),
+    "fmax": ("synth.json", render_fmax, "make synth", False),
+    "goodput": ("bench.json", render_goodput, "make bench", None),
+    "responder": ("bench.json", render_responder, "make bench", None),
 }
 
 
 def render(name, figures=FIGURES):
-    fnames, fn, how = SECTIONS[name]
+    """The section ``name`` (``KIND`` or ``KIND:ARG``) rendered from the records."""
+    kind, _, arg = name.partition(":")
+    if kind not in SECTIONS:
+        raise ValueError(f"unknown figures section {name!r} (kinds: {', '.join(SECTIONS)})")
+    fnames, fn, how, takes = SECTIONS[kind]
+    if (takes is None and arg) or (takes is True and not arg):
+        raise ValueError(f"figures section {name!r}: {kind} takes "
+                         f"{'no argument' if takes is None else 'an argument'}")
     fnames = (fnames,) if isinstance(fnames, str) else fnames
     paths = [Path(figures) / f for f in fnames]
     missing = [f for f, p in zip(fnames, paths) if not p.exists()]
     if missing:
         return f"(no recorded measurement: `{how}` records {FIGURES / missing[0]})"
-    return fn(*[json.loads(p.read_text()) for p in paths])
+    return fn(*[json.loads(p.read_text()) for p in paths], *([arg] if arg else []))
 
 
-#: The pages with rendered figure sections (`make docs`, tb/flow/test_docs.py).
-PAGES = ("README.md", "docs/bench.md", "docs/synthesis.md")
+#: Pages generated whole by a command of their own (no hand-written text to check).
+GENERATED_PAGES = ("docs/registers.md", "docs/trace.md", "docs/host_memory_formats.md")
+
+
+def pages(root="."):
+    """The hand-written pages under ``root`` (the README and every page of docs/ not generated
+    whole): those that may have figure sections (`make docs` renders them) and must have no
+    measured figure outside them (tb/flow/test_docs.py)."""
+    root = Path(root)
+    docs = sorted(p.relative_to(root).as_posix() for p in (root / "docs").glob("*.md"))
+    return ["README.md", *(p for p in docs if p not in GENERATED_PAGES)]
+
+
+_SECTION_RE = re.compile(r"<!-- figures:(\S+) begin -->")
+
+#: What a page may not write by hand: a number with a unit of area or clock (a measured figure
+#: belongs in a rendered section). "LUT RAM" is a kind of memory, not a count of LUTs.
+FIGURE_RE = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?\s*(?:MHz|GHz|LUT4-eqs?|LUT4s?|LUTs?"
+                       r"|FFs?|flip-flops|DP16KDs?|DPR16X4s?|CCU2Cs?)(?![\w-])(?!\s+RAM)")
+
+#: Generated text inside a hand-written page: the figure sections, the sections of the other
+#: generators (``<!-- generated by ...: begin -->`` to ``<!-- generated: end -->``) and code.
+_GENERATED_RE = re.compile(r"<!-- figures:(\S+) begin -->.*?<!-- figures:\1 end -->"
+                           r"|<!-- generated by [^>]*: begin -->.*?<!-- generated: end -->"
+                           r"|^```.*?^```", re.S | re.M)
+
+#: A figure the design fixes shows its arithmetic in its own clause: the text from the clause's
+#: start (after ``.``, ``;``, ``|`` or a blank line) to the figure has a ``×`` or a width in bits.
+_CLAUSE_START = re.compile(r"\.\s|;|\||\n\s*\n")
+_DERIVED_RE = re.compile(r"×|\b\d+ bits\b|\d+-bit\b")
+
+
+def hand_figures(text, allow=()):
+    """The measured figures written by hand in a page's ``text``: ``[(line number, figure)]``
+    for each number with a unit of area or clock outside the generated sections and code blocks,
+    unless its clause shows the arithmetic that fixes it (``8 × 27 bits = 216 flip-flops``) or
+    it lies inside one of the phrases ``allow`` (a requirement, quoted; whitespace in a phrase
+    matches any line break)."""
+    blank = _GENERATED_RE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+    spans = [m.span() for a in allow
+             for m in re.finditer(r"\s+".join(map(re.escape, a.split())), blank)]
+    out = []
+    for m in FIGURE_RE.finditer(blank):
+        a, b = m.span()
+        if any(i <= a and b <= j for i, j in spans):
+            continue
+        starts = [c.end() for c in _CLAUSE_START.finditer(blank, 0, a)]
+        if _DERIVED_RE.search(blank, starts[-1] if starts else 0, a):
+            continue
+        out.append((blank.count("\n", 0, a) + 1, " ".join(m.group(0).split())))
+    return out
 
 
 def _marks(name):
     return f"<!-- figures:{name} begin -->", f"<!-- figures:{name} end -->"
 
 
+def section_names(text):
+    """The names of the figure sections of a page, in order."""
+    return _SECTION_RE.findall(text)
+
+
 def update_readme(path, figures=FIGURES, check=False):
-    """Re-render the figure sections of a page (the README, docs/bench.md); return the names
-    of those that differed (rewriting the file unless ``check``)."""
+    """Re-render the figure sections of a page (the README, a docs page); return the names of
+    those that differed (rewriting the file unless ``check``)."""
     path = Path(path)
     text = path.read_text()
     stale = []
-    for name in SECTIONS:
+    for name in dict.fromkeys(section_names(text)):
         begin, end = _marks(name)
-        if begin not in text:
-            continue
         text, changed = replace_section(text, begin, end, "\n" + render(name, figures) + "\n",
                                         where=str(path))
         if changed:
@@ -343,12 +456,12 @@ def main(argv=None):
         s = sub.add_parser(f"record-{kind}", help=f"record {kind} results into {FIGURES}")
         s.add_argument("src", nargs="+", help="JSON written by the measuring command")
     s = sub.add_parser("readme", help="re-render the figure sections of pages")
-    s.add_argument("path", nargs="*", default=list(PAGES))
+    s.add_argument("path", nargs="*", help="pages (default: every hand-written page)")
     s.add_argument("--check", action="store_true", help="only report stale sections (exit 1)")
     args = p.parse_args(argv)
     if args.cmd == "readme":
         any_stale = False
-        for path in args.path:
+        for path in args.path or pages():
             stale = update_readme(path, check=args.check)
             any_stale |= bool(stale)
             verb = "stale" if args.check else "rewritten"
