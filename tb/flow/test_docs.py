@@ -28,12 +28,91 @@ def test_readme_is_short():
 
 
 def test_figure_tables_current():
-    """Every figure table of the README and the docs is the rendering of the last
-    recorded measurement in docs/figures/ (`make docs` rewrites them)."""
-    for page in figures.PAGES:
+    """Every figure table of the README and the docs pages (the whole tables and each block's
+    part on its own page) is the rendering of the last recorded measurement in docs/figures/
+    (`make docs` rewrites them); a section naming no known table or block fails."""
+    seen = set()
+    for page in figures.pages(ROOT):
         page = ROOT / page
+        seen |= {n.partition(":")[0] for n in figures.section_names(page.read_text())}
         stale = figures.update_readme(page, ROOT / figures.FIGURES, check=True)
         assert not stale, f"{page.name}: stale figure tables {stale}: run `make docs`"
+    assert seen == set(figures.SECTIONS), f"kinds no page shows: {set(figures.SECTIONS) - seen}"
+
+
+def _requirements():
+    """Clock figures the pages may quote: requirements and parameters, taken from the code."""
+    from rnic.board.top import CORE_MHZ
+    from rnic.params import RnicConfig
+    return (f"{RnicConfig().clock_mhz:g} MHz",        # the core's target clock (interface.md)
+            f"{CORE_MHZ} MHz")                        # the board build's core clock
+
+
+#: Quoted figures that are no measurement of this core, page by page, each with its reason
+#: (keep it short: a requirement is better taken from the code, in _requirements).
+ALLOW = {}
+
+
+def test_no_hand_written_figures():
+    """A docs page or the README writes no measured area or clock figure by hand: outside the
+    rendered sections, a number with MHz, LUT4, LUT4-eq, FF, DP16KD (...) is a requirement
+    taken from the code, a figure whose arithmetic stands beside it, or in ALLOW."""
+    found = []
+    for page in figures.pages(ROOT):
+        allow = _requirements() + ALLOW.get(page, ())
+        found += [f"{page}:{no}: {fig}"
+                  for no, fig in figures.hand_figures((ROOT / page).read_text(), allow)]
+    assert not found, ("measured figures written by hand (render them from docs/figures/ "
+                       "with a `<!-- figures:... -->` section, or link to one):\n"
+                       + "\n".join(found))
+
+
+def test_hand_written_figure_check_can_fail():
+    """The check finds a hand-written figure, and only outside rendered sections, code and a
+    figure's own arithmetic."""
+    text = ("# Block\n\nThe block takes 4,999 LUT4-eq and\n2,197 FF, closes at\n162.2 MHz "
+            "with 17 DP16KD; a 16 × 4 LUT RAM.\n\n"
+            "<!-- figures:area:receive begin -->\n| 4,999 LUT4 |\n"
+            "<!-- figures:area:receive end -->\n\n```\nrnic synth  # 170 MHz\n```\n\n"
+            "The table is 8 × 27 bits = 216 flip-flops. Its budget: 1,900 LUT4.\n")
+    assert figures.hand_figures(text) == [(3, "4,999 LUT4-eq"), (4, "2,197 FF"),
+                                          (5, "162.2 MHz"), (5, "17 DP16KD"),
+                                          (15, "1,900 LUT4")]
+    assert figures.hand_figures(text, ("closes at 162.2 MHz",))[2] == (5, "17 DP16KD")
+
+
+#: A commit named on a page: a hash (7 to 40 hex digits, letters and digits, not a 0x constant)
+#: or "at commit".
+_COMMIT = re.compile(r"(?<![\w])(?<!0x)(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w])"
+                     r"|\bat commit\b", re.I)
+
+
+def test_no_commit_named_on_pages():
+    """History belongs to git: no docs page or README names a commit."""
+    assert _COMMIT.search("back to its pipeline before e516fb6")
+    assert _COMMIT.search("measured at commit HEAD") and not _COMMIT.search("rkey 0x0B0000FF")
+    found = [f"{page}:{no}: {m.group(0)}" for page in figures.pages(ROOT)
+             for no, line in enumerate((ROOT / page).read_text().splitlines(), 1)
+             for m in _COMMIT.finditer(line)]
+    assert not found, "commits named on pages (history belongs to git):\n" + "\n".join(found)
+
+
+def test_block_sections_render():
+    """A block's page shows its area row beside its budget with its Fmax, its synthesis rows
+    and its bench rows; a section naming an unknown kind or block is an error."""
+    import pytest
+    rec = ROOT / figures.FIGURES
+    area = figures.render("area:receive", rec)
+    assert "| receive engine |" in area and area.count("\n| ") == 2
+    fmax = figures.render("fmax:psn_check", rec)
+    assert all(line.startswith(("| psn_check |", "|---", "| block"))
+               for line in fmax.splitlines())
+    bench = figures.render("bench:psn_check", rec)
+    assert "| psn_check |" in bench and "| rx_parse |" not in bench
+    for bad in ("nosuch", "area", "area:nosuch", "fmax:nosuch", "bench:psn_check,nosuch",
+                "goodput:x"):
+        with pytest.raises(ValueError):
+            figures.render(bad, rec)
 
 
 def test_area_record_matches_budgets():
