@@ -160,53 +160,13 @@ class ResponderModel:
             else:
                 out.ack_out = True
             return out
-        if q.state not in (QpState.RTR, QpState.RTS) or mt["src_ip"] != q.static["rip"]:
-            out.count(6)
+        if not self._in_sequence(q, qpn, mt, out):
             return out
         psn = mt["psn"]
-        diff = (psn - q.epsn) & M24
-        if diff & 0x800000:
-            out.count(7)
-            out.frames.append(Frame(qpn, (q.epsn - 1) & M24, 0x1F, q.msn))
+        err, held = self._check(q, mt, info)
+        if err is not None and err >> 5 == 1:
+            out.frames.append(Frame(qpn, psn, err, q.msn))         # RNR NAK: nothing changes
             return out
-        if diff:
-            if not q.nak:
-                q.nak = 1
-                out.frames.append(Frame(qpn, q.epsn, 0x60, q.msn))
-            return out
-        q.nak = 0
-        pmtu = 128 << q.static["pmtu"]
-        length = mt["payload_len"]
-        held = False
-        err = None
-        if (op in SEND_CONT) if q.open == "send" else (op in WRITE_CONT) if q.open == "write" \
-                else not (op in SEND_CONT or op in WRITE_CONT):
-            if info.read or info.atomic or (info.write and not q.static["access"] & 0x02):
-                err = 0x61
-            elif info.rwr and q.rq_prod == q.rq_cons:
-                out.frames.append(Frame(qpn, psn, 0x20 | q.static["min_rnr"], q.msn))
-                return out
-            else:
-                if info.start and info.end:
-                    bad = length > pmtu
-                elif not info.end:
-                    bad = length != pmtu
-                else:
-                    bad = length == 0 or length > pmtu
-                if info.reth and mt["reth_len"] > 1 << 31:
-                    bad = True
-                if info.write:
-                    resid = mt["reth_len"] if info.start else (q.wlen - q.off) & 0xFFFFFFFF
-                    if resid > pmtu:
-                        bad |= length != pmtu or mt["padcnt"] != 0
-                    else:
-                        bad |= length != resid or mt["padcnt"] != (-resid) & 3
-                if bad:
-                    err = 0x61
-                    held = q.open == "send" or info.rwr
-        else:
-            err = 0x61
-            held = q.open == "send"
         if err is not None:
             q.state = QpState.ERROR
             out.events.append(qpn)
@@ -217,7 +177,66 @@ class ResponderModel:
                 q.rq_cons = (q.rq_cons + 1) & 0xFFFF
             out.frames.append(Frame(qpn, psn, err, q.msn))
             return out
-        # execute
+        self._execute(q, mt, info, out, outcome, execute)
+        return out
+
+    def _in_sequence(self, q, qpn, mt, out):
+        """True for a request at the QP's expected PSN. Otherwise the frame is decided here: a
+        QP not in RTR/RTS or a foreign source IPv4 counts 6; a duplicate counts 7 and is
+        re-ACKed; a PSN ahead draws one sequence NAK until the expected PSN arrives."""
+        if q.state not in (QpState.RTR, QpState.RTS) or mt["src_ip"] != q.static["rip"]:
+            out.count(6)
+            return False
+        diff = (mt["psn"] - q.epsn) & M24
+        if diff & 0x800000:
+            out.count(7)
+            out.frames.append(Frame(qpn, (q.epsn - 1) & M24, 0x1F, q.msn))
+            return False
+        if diff:
+            if not q.nak:
+                q.nak = 1
+                out.frames.append(Frame(qpn, q.epsn, 0x60, q.msn))
+            return False
+        q.nak = 0
+        return True
+
+    @staticmethod
+    def _check(q, mt, info):
+        """(syndrome, held) for a request at the expected PSN: syndrome ``None`` when it
+        executes, an RNR NAK's (0x20 | timer) when no receive WQE is posted, else 0x61 (invalid
+        request); ``held``: the failed request takes a receive WQE (completed in error)."""
+        op = mt["opcode"]
+        if not ((op in SEND_CONT) if q.open == "send" else (op in WRITE_CONT)
+                if q.open == "write" else not (op in SEND_CONT or op in WRITE_CONT)):
+            return 0x61, q.open == "send"
+        if info.read or info.atomic or (info.write and not q.static["access"] & 0x02):
+            return 0x61, False
+        if info.rwr and q.rq_prod == q.rq_cons:
+            return 0x20 | q.static["min_rnr"], False
+        pmtu = 128 << q.static["pmtu"]
+        length = mt["payload_len"]
+        if info.start and info.end:
+            bad = length > pmtu
+        elif not info.end:
+            bad = length != pmtu
+        else:
+            bad = length == 0 or length > pmtu
+        if info.reth and mt["reth_len"] > 1 << 31:
+            bad = True
+        if info.write:
+            resid = mt["reth_len"] if info.start else (q.wlen - q.off) & 0xFFFFFFFF
+            if resid > pmtu:
+                bad |= length != pmtu or mt["padcnt"] != 0
+            else:
+                bad |= length != resid or mt["padcnt"] != (-resid) & 3
+        if bad:
+            return 0x61, q.open == "send" or info.rwr
+        return None, False
+
+    def _execute(self, q, mt, info, out, outcome, execute):
+        """A valid request at the expected PSN: the execute command, the QP's new state, and
+        the ACK (AckReq) or the later stages' fatal outcome."""
+        qpn, psn, op, length = mt["dqpn"], mt["psn"], mt["opcode"], mt["payload_len"]
         msn_prev = q.msn
         exe = dict(qpn=qpn, psn=psn, status=0, opcode=op, offset=0 if info.start else q.off,
                    rq_index=q.rq_cons, payload_len=length)
@@ -246,7 +265,6 @@ class ResponderModel:
             if outcome == 0x1F and (mt["ackreq"] or self.classj_always_ack) \
                     or outcome in (0x62, 0x63):
                 out.frames.append(Frame(qpn, psn, outcome, msn_prev))
-        return out
 
 
 def coalesced_match(expected, got):
