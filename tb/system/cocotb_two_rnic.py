@@ -465,112 +465,145 @@ async def doorbells_in_reset_ignored(dut):
 
 # ---- random traffic ------------------------------------------------------------------------------
 
+OPS = [SendOp.SEND, SendOp.SEND_WITH_IMM, SendOp.RDMA_WRITE, SendOp.RDMA_WRITE_WITH_IMM]
+
+
+class _Traffic:
+    """The state of :func:`random_traffic`: one big region per side (gathers, receives and
+    remote writes), taken from in turn, and the completions each side must see, in order."""
+
+    def __init__(self, p):
+        self.p, self.rng = p, p.rng
+        self.region = {}
+        self.want_cqe = {"a": [], "b": []}
+
+    async def regions(self):
+        """One big lkey per side for gathers, one per side for receives / remote writes."""
+        for k, s in enumerate(("a", "b")):
+            size = 1 << 20
+            base = self.p.s[s].dev.alloc(size, 4096)
+            self.region[s] = [base, base, size]
+            await self.p.mr(s, 0, base, size, 0x100 + k)
+
+    def take(self, s, n):
+        r = self.region[s]
+        addr = r[1] + 32 + self.rng.randrange(64)
+        r[1] = addr + n + 32
+        return addr
+
+    def recycle(self):
+        """Reuse the regions once half is used."""
+        for s in ("a", "b"):
+            r = self.region[s]
+            if r[1] - r[0] > r[2] // 2:
+                r[1] = r[0]
+                self.p.s[s].mem.guards.clear()
+
+    def destinations(self, o, n, write, key_o):
+        """(receive SGEs, [(address, first byte, end byte)]) of a message of ``n`` bytes to
+        side ``o``: a WRITE's one range, or 1-3 receive SGEs covering at least ``n`` bytes."""
+        rng = self.rng
+        if write:
+            dst = self.take(o, max(n, 1))
+            return None, [(dst, 0, n)]
+        k = rng.choice([1, 2, 3]) if n >= 3 else 1
+        bounds = [0] + (sorted(rng.sample(range(1, n), k - 1)) if k > 1 else []) + [n]
+        rsges, rdst = [], []
+        for lo, hi in zip(bounds, bounds[1:]):
+            room = hi - lo + (rng.randrange(4) if hi == n else 0)
+            a_ = self.take(o, max(room, 1))
+            rsges.append((a_, max(room, 1), key_o))
+            rdst.append((a_, lo, hi))
+        return rsges, rdst
+
+    async def message(self, s, qpn, max_len, signal):
+        """Post one random message from side ``s`` on ``qpn`` (and its receive WQE); ``signal``
+        forces a signaled WQE. Returns (receiving side, data, destination ranges)."""
+        p, rng = self.p, self.rng
+        o = other(s)
+        op = rng.choice(OPS)
+        n = rng.choice([0, 1, 3, rng.randrange(max_len + 1), rng.randrange(max_len + 1)])
+        key_s, key_o = 0x100 + "ab".index(s), 0x100 + "ab".index(o)
+        data = bytes(rng.randrange(256) for _ in range(n))
+        # gather from 1-2 SGEs
+        nsge = 1 if n < 2 else rng.choice([1, 2])
+        cut = rng.randrange(1, n) if nsge == 2 else n
+        sges = []
+        for lo, hi in ((0, cut), (cut, n))[:nsge]:
+            addr = self.take(s, hi - lo)
+            p.s[s].dev.write(addr, data[lo:hi])
+            sges.append((addr, hi - lo, key_s))
+        write = op in (SendOp.RDMA_WRITE, SendOp.RDMA_WRITE_WITH_IMM)
+        imm = bytes(rng.randrange(256) for _ in range(4))
+        rsges, rdst = self.destinations(o, n, write, key_o)
+        for a_, lo, hi in rdst:
+            p.s[o].mem.add_guard(a_ - 16, 16)
+            p.s[o].mem.add_guard(a_ + hi - lo, 16)
+        if op != SendOp.RDMA_WRITE:
+            wr = rng.getrandbits(48)
+            await p.s[o].dev.post_recv(p.qps[(o, qpn)], wr, [] if write else rsges)
+            self.want_cqe[o].append((wr, n, op, imm))
+        signaled = rng.random() < 0.7 or signal
+        wr_s = rng.getrandbits(48)
+        await p.post_send(s, qpn, wr_s, op, sges, n, signaled=signaled, imm=imm,
+                          remote_addr=rdst[0][0] if write else 0,
+                          rkey=key_o if write else 0)
+        if signaled:
+            self.want_cqe[s].append((wr_s, n, op, None))
+        return o, data, rdst
+
+    def check_completions(self):
+        """Every side's completions, in order, once."""
+        p = self.p
+        for s in ("a", "b"):
+            got = p.s[s].cqes[p.s[s].cq.cqn]
+            want = self.want_cqe[s]
+            assert len(got) == len(want), (s, len(got), len(want))
+            recv = [c for c in got if c.opcode >= 128]
+            send = [c for c in got if c.opcode < 128]
+            wrecv = [w for w in want if w[3] is not None]
+            wsend = [w for w in want if w[3] is None]
+            assert [c.wr_id for c in recv] == [w[0] for w in wrecv], s
+            assert [c.wr_id for c in send] == [w[0] for w in wsend], s
+            for c, (wr, n, op, imm) in zip(recv, wrecv):
+                assert c.status == WcStatus.SUCCESS and c.byte_len == n, c
+                if op in (SendOp.SEND_WITH_IMM, SendOp.RDMA_WRITE_WITH_IMM):
+                    assert c.flags == 0x02 and c.imm == imm, c
+                assert c.opcode == (WcOpcode.RECV_RDMA_WITH_IMM
+                                    if op == SendOp.RDMA_WRITE_WITH_IMM else WcOpcode.RECV), c
+            for c, (wr, n, op, _) in zip(send, wsend):
+                assert c.status == WcStatus.SUCCESS, c
+                assert c.opcode == (WcOpcode.RDMA_WRITE if op in (SendOp.RDMA_WRITE,
+                                                                  SendOp.RDMA_WRITE_WITH_IMM)
+                                    else WcOpcode.SEND), c
+
+
 async def random_traffic(p, count, *, max_len, qpns=(2, 3), batch=12):
     """``count`` random messages, A→B on the first QP pair and B→A on the second, in batches:
     every byte placed, every signaled WQE completed once, every receive WQE once, in order."""
     rng = p.rng
-    ops = [SendOp.SEND, SendOp.SEND_WITH_IMM, SendOp.RDMA_WRITE, SendOp.RDMA_WRITE_WITH_IMM]
     dirs = [("a", qpns[0]), ("b", qpns[-1])]
-    # one big lkey per side for gathers, one per side for receives / remote writes
-    region = {}
-    for k, s in enumerate(("a", "b")):
-        size = 1 << 20
-        base = p.s[s].dev.alloc(size, 4096)
-        region[s] = [base, base, size]
-        await p.mr(s, 0, base, size, 0x100 + k)
-    want_cqe = {"a": [], "b": []}
-
-    def take(s, n):
-        r = region[s]
-        addr = r[1] + 32 + rng.randrange(64)
-        r[1] = addr + n + 32
-        return addr
-
+    tr = _Traffic(p)
+    await tr.regions()
     done = 0
     while done < count:
         k_batch = min(batch, count - done)
-        for s in ("a", "b"):                 # reuse the regions once half is used
-            r = region[s]
-            if r[1] - r[0] > r[2] // 2:
-                r[1] = r[0]
-                p.s[s].mem.guards.clear()
+        tr.recycle()
         plan = [rng.choice(dirs) for _ in range(k_batch)]
         last = {d: i for i, d in enumerate(plan)}
         pending = []
         for i, (s, qpn) in enumerate(plan):
-            o = other(s)
-            op = rng.choice(ops)
-            n = rng.choice([0, 1, 3, rng.randrange(max_len + 1), rng.randrange(max_len + 1)])
-            key_s, key_o = 0x100 + "ab".index(s), 0x100 + "ab".index(o)
-            data = bytes(rng.randrange(256) for _ in range(n))
-            # gather from 1-2 SGEs
-            nsge = 1 if n < 2 else rng.choice([1, 2])
-            cut = rng.randrange(1, n) if nsge == 2 else n
-            sges = []
-            for lo, hi in ((0, cut), (cut, n))[:nsge]:
-                addr = take(s, hi - lo)
-                p.s[s].dev.write(addr, data[lo:hi])
-                sges.append((addr, hi - lo, key_s))
-            write = op in (SendOp.RDMA_WRITE, SendOp.RDMA_WRITE_WITH_IMM)
-            imm = bytes(rng.randrange(256) for _ in range(4))
-            if write:
-                dst = take(o, max(n, 1))
-                rdst = [(dst, 0, n)]
-            else:
-                # scatter into 1-3 SGEs covering at least n bytes
-                k = rng.choice([1, 2, 3]) if n >= 3 else 1
-                bounds = [0] + (sorted(rng.sample(range(1, n), k - 1)) if k > 1 else []) + [n]
-                rsges, rdst = [], []
-                for lo, hi in zip(bounds, bounds[1:]):
-                    room = hi - lo + (rng.randrange(4) if hi == n else 0)
-                    a_ = take(o, max(room, 1))
-                    rsges.append((a_, max(room, 1), key_o))
-                    rdst.append((a_, lo, hi))
-            for a_, lo, hi in rdst:
-                p.s[o].mem.add_guard(a_ - 16, 16)
-                p.s[o].mem.add_guard(a_ + hi - lo, 16)
-            if op != SendOp.RDMA_WRITE:
-                wr = rng.getrandbits(48)
-                await p.s[o].dev.post_recv(p.qps[(o, qpn)], wr, [] if write else rsges)
-                want_cqe[o].append((wr, n, op, imm))
-            signaled = rng.random() < 0.7 or last[(s, qpn)] == i
-            wr_s = rng.getrandbits(48)
-            await p.post_send(s, qpn, wr_s, op, sges, n, signaled=signaled, imm=imm,
-                              remote_addr=rdst[0][0] if write else 0,
-                              rkey=key_o if write else 0)
-            if signaled:
-                want_cqe[s].append((wr_s, n, op, None))
-            pending.append((o, data, rdst))
+            pending.append(await tr.message(s, qpn, max_len, last[(s, qpn)] == i))
         # the batch's last WQE per QP is signaled: its CQE means all of the batch arrived
         for s in ("a", "b"):
-            await p.wait_cqes(s, len(want_cqe[s]))
+            await p.wait_cqes(s, len(tr.want_cqe[s]))
         await ClockCycles(p.dut.clk, 100)       # a plain WRITE's data may still be in flight
         for o, data, rdst in pending:
             for a_, lo, hi in rdst:
                 assert p.s[o].dev.read(a_, hi - lo) == data[lo:hi], (o, hex(a_), lo, hi)
         done += len(pending)
         print(f"random_traffic: {done}/{count} messages, cycle {p.wire.cycle}", flush=True)
-    # completions, in order, once
-    for s in ("a", "b"):
-        got = p.s[s].cqes[p.s[s].cq.cqn]
-        assert len(got) == len(want_cqe[s]), (s, len(got), len(want_cqe[s]))
-        recv = [c for c in got if c.opcode >= 128]
-        send = [c for c in got if c.opcode < 128]
-        wrecv = [w for w in want_cqe[s] if w[3] is not None]
-        wsend = [w for w in want_cqe[s] if w[3] is None]
-        assert [c.wr_id for c in recv] == [w[0] for w in wrecv], s
-        assert [c.wr_id for c in send] == [w[0] for w in wsend], s
-        for c, (wr, n, op, imm) in zip(recv, wrecv):
-            assert c.status == WcStatus.SUCCESS and c.byte_len == n, c
-            if op in (SendOp.SEND_WITH_IMM, SendOp.RDMA_WRITE_WITH_IMM):
-                assert c.flags == 0x02 and c.imm == imm, c
-            assert c.opcode == (WcOpcode.RECV_RDMA_WITH_IMM if op == SendOp.RDMA_WRITE_WITH_IMM
-                                else WcOpcode.RECV), c
-        for c, (wr, n, op, _) in zip(send, wsend):
-            assert c.status == WcStatus.SUCCESS, c
-            assert c.opcode == (WcOpcode.RDMA_WRITE if op in (SendOp.RDMA_WRITE,
-                                                              SendOp.RDMA_WRITE_WITH_IMM)
-                                else WcOpcode.SEND), c
+    tr.check_completions()
 
 
 @cocotb.test()
