@@ -61,6 +61,115 @@ def _expected(src, d):
     return out
 
 
+class _Bench:
+    """The state of one :func:`_simulate` run: what each source offers, what passed and what
+    is still expected, per cycle; every random choice from ``rng`` in a fixed order."""
+
+    def __init__(self, rng, dut, items, *, stall_resp, stall_req, stall_chunk, chunk_hold, depth):
+        self.rng, self.dut, self.items = rng, dut, items
+        self.stall = {"resp": stall_resp, "req": stall_req}
+        self.stall_chunk, self.chunk_hold, self.depth = stall_chunk, chunk_hold, depth
+        self.port = {"resp": dut.resp, "req": dut.req}
+        self.cport = {"resp": dut.resp_chunk, "req": dut.req_chunk}
+        self.nxt = {s: 0 for s in SRCS}          # index of the item offered (or to offer)
+        self.offering = {s: False for s in SRCS}
+        self.other_sent = {s: 0 for s in SRCS}   # frames of the other source since this offer
+        self.sent = {s: [] for s in SRCS}        # indices passed, in order
+        self.withdrawn = {s: [] for s in SRCS}
+        self.cool = {s: False for s in SRCS}     # withdrawn in the last cycle: valid stays low
+        self.pending = {s: [] for s in SRCS}     # chunks of passed frames not offered or taken
+        self.coffer = {s: False for s in SRCS}
+        self.expect = []                    # (source, chunk) in grant order, not yet routed
+        self.routed = []                    # (source, chunk) as routed
+        self.open_frames = []               # [chunks not yet routed] per frame with payload
+        self.trace = []                     # per cycle: the source that passed a frame, or None
+        self.offers = []                    # per cycle: which sources offered a descriptor that
+        #                                     could pass (no payload, or the frame queue not full)
+
+    def drive(self, ctx, cyc, full):
+        """Offer descriptors and chunks; returns which sources' offers could pass."""
+        rng, items = self.rng, self.items
+        for s in SRCS:
+            if not self.offering[s] and not self.cool[s] and self.nxt[s] < len(items[s]) and \
+                    rng.random() >= self.stall[s]:
+                self.offering[s] = True
+                self.other_sent[s] = 0
+                for f in PKT_FIELDS:
+                    ctx.set(self.port[s].payload[f], items[s][self.nxt[s]][0][f])
+            ctx.set(self.port[s].valid, self.offering[s])
+            if not self.coffer[s] and self.pending[s] and cyc >= self.chunk_hold and \
+                    rng.random() >= self.stall_chunk:
+                self.coffer[s] = True
+                for f in CHUNK_FIELDS:
+                    ctx.set(self.cport[s].payload[f], self.pending[s][0][f])
+            ctx.set(self.cport[s].valid, self.coffer[s])
+        eligible = {s: self.offering[s] and not (full and items[s][self.nxt[s]][0]["paylen"])
+                    for s in SRCS}
+        for s in SRCS:
+            if self.offering[s] and not eligible[s]:
+                self.other_sent[s] = 0       # the bound counts from when it can pass
+        return eligible
+
+    def chunk_taken(self, ctx, s):
+        """A chunk of ``s`` routed: the next one of the frames in grant order."""
+        out = {f: ctx.get(self.dut.chunk.payload[f]) for f in CHUNK_FIELDS}
+        c = self.pending[s].pop(0)
+        assert out == c
+        assert self.expect and self.expect[0] == (s, c), ("chunk out of grant order", s, c)
+        self.routed.append(self.expect.pop(0))
+        self.coffer[s] = False
+        self.open_frames[0] -= 1
+        if not self.open_frames[0]:
+            self.open_frames.pop(0)
+
+    def frame_taken(self, ctx, s, full):
+        """A descriptor of ``s`` passed: the one offered, within the round-robin bound."""
+        nxt = self.nxt
+        d, chunks = self.items[s][nxt[s]]
+        out = {f: ctx.get(self.dut.o.payload[f]) for f in PKT_FIELDS}
+        assert out == _expected(s, d), (s, nxt[s])
+        # round robin: a waiting source goes after at most one frame of the other
+        assert self.other_sent[s] <= 1, (s, nxt[s], self.other_sent[s])
+        self.sent[s].append(nxt[s])
+        self.pending[s] += chunks
+        self.expect.extend((s, c) for c in chunks)
+        assert not (full and chunks), "a frame with payload passed a full queue"
+        if chunks:
+            self.open_frames.append(len(chunks))
+        nxt[s] += 1
+        self.offering[s] = False
+        o = "req" if s == "resp" else "resp"
+        if self.offering[o]:
+            self.other_sent[o] += 1
+
+    def sample(self, ctx, full):
+        """Check this cycle's transfers; returns the sources whose descriptor passed."""
+        dut = self.dut
+        took = [s for s in SRCS if self.offering[s] and ctx.get(self.port[s].ready)]
+        assert len(took) <= 1
+        assert bool(took) == bool(ctx.get(dut.o.valid) and ctx.get(dut.o.ready))
+        ctook = [s for s in SRCS if self.coffer[s] and ctx.get(self.cport[s].ready)]
+        assert len(ctook) <= 1
+        assert bool(ctook) == bool(ctx.get(dut.chunk.valid) and ctx.get(dut.chunk.ready))
+        if ctook:
+            self.chunk_taken(ctx, ctook[0])
+        if took:
+            self.frame_taken(ctx, took[0], full)
+        return took
+
+    def withdraw(self, took, p):
+        """A source may withdraw a descriptor not taken: offered again later, or (half the
+        time) never; valid is then low for at least a cycle."""
+        for s in SRCS:
+            self.cool[s] = False
+            if self.offering[s] and took != [s] and self.rng.random() < p:
+                self.offering[s] = False
+                self.cool[s] = True
+                if self.rng.random() < 0.5:
+                    self.withdrawn[s].append(self.nxt[s])
+                    self.nxt[s] += 1
+
+
 def _simulate(seed, n_resp, n_req, *, stall_resp, stall_req, withdraw, ready_p, cycles,
               p_pay=0.5, most=3, stall_chunk=0.3, chunk_ready_p=0.7, chunk_hold=0, depth=4):
     """Drive both sources, their chunks and both outputs for ``cycles`` cycles; check every
@@ -70,104 +179,29 @@ def _simulate(seed, n_resp, n_req, *, stall_resp, stall_req, withdraw, ready_p, 
     dut = TxArbiter(depth=depth)
     items = {"resp": [_resp(rng, i, p_pay) for i in range(n_resp)],
              "req": [_req(rng, i, p_pay, most) for i in range(n_req)]}
-    port = {"resp": dut.resp, "req": dut.req}
-    cport = {"resp": dut.resp_chunk, "req": dut.req_chunk}
-    nxt = {s: 0 for s in SRCS}          # index of the item offered (or to offer)
-    offering = {s: False for s in SRCS}
-    other_sent = {s: 0 for s in SRCS}   # frames of the other source since this offer began
-    sent = {s: [] for s in SRCS}        # indices passed, in order
-    withdrawn = {s: [] for s in SRCS}
-    cool = {s: False for s in SRCS}     # withdrawn in the last cycle: valid stays low
-    pending = {s: [] for s in SRCS}     # chunks of passed frames not yet offered or taken
-    coffer = {s: False for s in SRCS}
-    expect = []                         # (source, chunk) in grant order, not yet routed
-    routed = []                         # (source, chunk) as routed
-    open_frames = []                    # [chunks not yet routed] per frame with payload passed
-    trace = []                          # per cycle: the source that passed a frame, or None
-    offers = []                         # per cycle: which sources offered a descriptor that
-    #                                     could pass (no payload, or the frame queue not full)
+    b = _Bench(rng, dut, items, stall_resp=stall_resp, stall_req=stall_req,
+               stall_chunk=stall_chunk, chunk_hold=chunk_hold, depth=depth)
 
     async def bench(ctx):
         for cyc in range(cycles):
-            full = len(open_frames) >= depth
-            for s in SRCS:
-                if not offering[s] and not cool[s] and nxt[s] < len(items[s]) and \
-                        rng.random() >= (stall_resp if s == "resp" else stall_req):
-                    offering[s] = True
-                    other_sent[s] = 0
-                    for f in PKT_FIELDS:
-                        ctx.set(port[s].payload[f], items[s][nxt[s]][0][f])
-                ctx.set(port[s].valid, offering[s])
-                if not coffer[s] and pending[s] and cyc >= chunk_hold and \
-                        rng.random() >= stall_chunk:
-                    coffer[s] = True
-                    for f in CHUNK_FIELDS:
-                        ctx.set(cport[s].payload[f], pending[s][0][f])
-                ctx.set(cport[s].valid, coffer[s])
-            eligible = {s: offering[s] and not (full and items[s][nxt[s]][0]["paylen"])
-                        for s in SRCS}
-            for s in SRCS:
-                if offering[s] and not eligible[s]:
-                    other_sent[s] = 0       # the bound counts from when it can pass
+            full = len(b.open_frames) >= depth
+            eligible = b.drive(ctx, cyc, full)
             ctx.set(dut.o.ready, rng.random() < ready_p)
             ctx.set(dut.chunk.ready, rng.random() < chunk_ready_p)
             await ctx.delay(1e-10)
-            took = [s for s in SRCS if offering[s] and ctx.get(port[s].ready)]
-            assert len(took) <= 1
-            assert bool(took) == bool(ctx.get(dut.o.valid) and ctx.get(dut.o.ready))
-            ctook = [s for s in SRCS if coffer[s] and ctx.get(cport[s].ready)]
-            assert len(ctook) <= 1
-            assert bool(ctook) == bool(ctx.get(dut.chunk.valid) and ctx.get(dut.chunk.ready))
-            if ctook:
-                s = ctook[0]
-                out = {f: ctx.get(dut.chunk.payload[f]) for f in CHUNK_FIELDS}
-                c = pending[s].pop(0)
-                assert out == c
-                assert expect and expect[0] == (s, c), ("chunk out of grant order", s, c)
-                routed.append(expect.pop(0))
-                coffer[s] = False
-                open_frames[0] -= 1
-                if not open_frames[0]:
-                    open_frames.pop(0)
-            if took:
-                s = took[0]
-                d, chunks = items[s][nxt[s]]
-                out = {f: ctx.get(dut.o.payload[f]) for f in PKT_FIELDS}
-                assert out == _expected(s, d), (s, nxt[s])
-                # round robin: a waiting source goes after at most one frame of the other
-                assert other_sent[s] <= 1, (s, nxt[s], other_sent[s])
-                sent[s].append(nxt[s])
-                pending[s] += chunks
-                expect.extend((s, c) for c in chunks)
-                assert not (full and chunks), "a frame with payload passed a full queue"
-                if chunks:
-                    open_frames.append(len(chunks))
-                nxt[s] += 1
-                offering[s] = False
-                o = "req" if s == "resp" else "resp"
-                if offering[o]:
-                    other_sent[o] += 1
-            trace.append(took[0] if took else None)
-            offers.append(eligible)
+            took = b.sample(ctx, full)
+            b.trace.append(took[0] if took else None)
+            b.offers.append(eligible)
             await ctx.tick()
-            # a source may withdraw a descriptor not taken: offered again later, or (half the
-            # time) never; valid is then low for at least a cycle
-            for s in SRCS:
-                cool[s] = False
-                if offering[s] and took != [s] and rng.random() < withdraw:
-                    offering[s] = False
-                    cool[s] = True
-                    if rng.random() < 0.5:
-                        withdrawn[s].append(nxt[s])
-                        nxt[s] += 1
+            b.withdraw(took, withdraw)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    _check_round_robin(trace, offers)
-    return {"items": items, "sent": sent, "withdrawn": withdrawn, "trace": trace,
-            "routed": routed, "expect": expect}
+    _check_round_robin(b.trace, b.offers)
+    return {"items": items, "sent": b.sent, "withdrawn": b.withdrawn, "trace": b.trace,
+            "routed": b.routed, "expect": b.expect}
 
 
 def _check_round_robin(trace, offers):
