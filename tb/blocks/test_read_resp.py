@@ -136,6 +136,148 @@ def _frame(job, i):
             pm if i < n - 1 else job["len"] - (n - 1) * pm, (job["addr"] + i * pm) % 2**64)
 
 
+def _alone_inputs(rng):
+    """150 random READ jobs, then the longest READ (it runs to the end: 2^31 bytes at PMTU
+    4096), and 150 random ACK/NAK descriptors."""
+    jobs = []
+    for _ in range(150):
+        code = rng.choice((1, 1, 2, 3, 4, 5))
+        pm = 256 << (code - 1)
+        jobs.append(dict(qpn=rng.choice((1, 2, 3)),
+                         psn=rng.choice((0xFFFFFE, rng.getrandbits(24))),
+                         msn=rng.getrandbits(24), addr=rng.getrandbits(64), pmtu=code,
+                         len=rng.choice((0, 1, 3, pm - 1, pm, pm + 1, 2 * pm - 1, 2 * pm,
+                                         2 * pm + 1, 3 * pm + 5))))
+    jobs.append(dict(qpn=3, psn=5, msn=6, addr=2**64 - 4096 * 3 - 1, pmtu=5, len=2**31))
+    acks = [dict(qpn=rng.getrandbits(24), opcode=0x11, se=0, ackreq=0, psn=rng.getrandbits(24),
+                 aeth=1, syndrome=rng.getrandbits(8), msn=rng.getrandbits(24))
+            for _ in range(150)]
+    return jobs, acks
+
+
+class _Alone:
+    """The state of :func:`test_read_resp_alone`'s bench, per cycle: what is offered, the jobs
+    taken (``[job, frames seen, chunk pending, cycle of its fault]``) and the last cycle's
+    transfers; every random choice from ``rng`` in a fixed order."""
+
+    def __init__(self, rng, dut, jobs, acks):
+        self.rng, self.dut, self.jobs, self.acks = rng, dut, jobs, acks
+        self.stats = {"faulted": 0, "withdrawn": 0, "acks": 0}
+        self.nj = self.na = 0
+        self.job_on = self.ack_on = False
+        self.taken_jobs = []
+        self.prev = None            # last cycle's (pkt valid, ready, payload), (chunk ...)
+        self.fault_seen = set()     # QPNs a fault named (this job or earlier)
+        self.ack_first = None       # jobs taken when the ACK offered was first seen
+
+    def drive(self, ctx):
+        """Offer a job, an ACK/NAK, both readies and perhaps a fault; returns (the job
+        running, whether a fault is offered)."""
+        rng, dut = self.rng, self.dut
+        if not self.job_on and self.nj < len(self.jobs) and rng.random() < 0.08:
+            self.job_on = True
+            for k, v in self.jobs[self.nj].items():
+                ctx.set(dut.job.payload[k], v)
+        if not self.ack_on and self.na < len(self.acks) and rng.random() < 0.15:
+            self.ack_on = True
+            for k, v in self.acks[self.na].items():
+                ctx.set(dut.ack.payload[k], v)
+        ctx.set(dut.job.valid, self.job_on)
+        ctx.set(dut.ack.valid, self.ack_on)
+        ctx.set(dut.pkt.ready, rng.random() < 0.45)
+        ctx.set(dut.chunk.ready, rng.random() < 0.6)
+        cur = self.taken_jobs[-1] if self.taken_jobs else None
+        # (more often while a READ descriptor waits: it is then withdrawn)
+        prev = self.prev
+        waits = (prev is not None and prev[0][0] and not prev[0][1]
+                 and prev[0][2]["opcode"] != 0x11)
+        fault = (cur is not None and cur[0]["len"] < 2**31
+                 and rng.random() < (0.1 if waits else 0.002))
+        ctx.set(dut.fault.valid, fault)
+        ctx.set(dut.fault.payload.qpn, cur[0]["qpn"] if fault else rng.getrandbits(24))
+        return cur, fault
+
+    def check_held(self, pv, pay, cv, cpay):
+        """``pkt`` and ``chunk`` held while not taken (a descriptor withdrawn after a fault)."""
+        if self.prev is not None:
+            (ppv, ppr, ppay), (pcv, pcr, pcpay) = self.prev
+            if ppv and not ppr:
+                if pv:
+                    assert pay == ppay, "descriptor changed while offered"
+                else:
+                    assert self.fault_seen, "descriptor withdrawn without a fault"
+                    self.stats["withdrawn"] += 1
+            if pcv and not pcr:
+                assert cv and cpay == pcpay, "chunk changed or withdrawn while offered"
+
+    def check_ack_offered(self, jt):
+        """An ACK/NAK offered: nothing running or left unfinished, no job taken now."""
+        if self.ack_first is None:
+            self.ack_first = len(self.taken_jobs)
+            assert not jt
+        for j in self.taken_jobs:
+            assert j[1] == _frames(j[0]) or j[3] is not None, "ACK inside a READ"
+            assert not j[2]
+        assert not jt, "a job taken while an ACK/NAK is offered"
+
+    def pkt_taken(self, pay, cyc):
+        """A descriptor taken: the ACK/NAK offered, or the job's next frame."""
+        if pay["opcode"] == 0x11:
+            assert self.ack_on and pay == {**{k: 0 for k, _ in pkt_layout}, **self.acks[self.na]}
+            self.stats["acks"] += 1
+            self.ack_on, self.na, self.ack_first = False, self.na + 1, None
+            return
+        j = self.taken_jobs[-1]
+        assert not j[2], "a descriptor before the previous frame's chunk"
+        # (the fault is registered: a descriptor may still be taken a cycle later)
+        assert j[3] is None or cyc <= j[3] + 1, "a descriptor after the job's fault"
+        op, psn, aeth, plen, addr = _frame(j[0], j[1])
+        exp = {k: 0 for k, _ in pkt_layout}
+        exp.update(opcode=op, psn=psn, aeth=aeth, paylen=plen, qpn=j[0]["qpn"],
+                   syndrome=0x1F, msn=j[0]["msn"])
+        assert pay == exp, (j[0], j[1])
+        j[1] += 1
+        j[2] = (addr, plen) if plen else None
+
+    def sample(self, ctx, cyc, cur, fault):
+        """Check this cycle's outputs and transfers."""
+        dut = self.dut
+        assert ctx.get(dut.fault.ready)
+        pv, pr = ctx.get(dut.pkt.valid), ctx.get(dut.pkt.ready)
+        pay = {k: ctx.get(dut.pkt.payload[k]) for k, _ in pkt_layout}
+        cv, cr = ctx.get(dut.chunk.valid), ctx.get(dut.chunk.ready)
+        cpay = (ctx.get(dut.chunk.payload.addr), ctx.get(dut.chunk.payload.len))
+        self.check_held(pv, pay, cv, cpay)
+        self.prev = ((pv, pr, pay), (cv, cr, cpay))
+        jt = self.job_on and ctx.get(dut.job.ready)
+        if pv and pay["opcode"] == 0x11:
+            self.check_ack_offered(jt)
+        if pv and pr:
+            self.pkt_taken(pay, cyc)
+        if cv and cr:
+            j = self.taken_jobs[-1]
+            assert j[2] is not None and cpay == j[2], "chunk not after its descriptor"
+            j[2] = None
+        if fault:
+            self.fault_seen.add(cur[0]["qpn"])
+            if cur[3] is None:
+                cur[3] = cyc
+            self.stats["faulted"] += 1
+        if jt:
+            self.taken_jobs.append([self.jobs[self.nj], 0, None, None])
+            self.job_on, self.nj = False, self.nj + 1
+            self.fault_seen = set()
+
+    def check_end(self):
+        """Every job taken: whole, or a prefix when faulted; at most the last one unfinished."""
+        taken_jobs, stats = self.taken_jobs, self.stats
+        for j in taken_jobs[:-1]:
+            assert j[1] == _frames(j[0]) or j[3] is not None, j
+        assert taken_jobs[-1][0]["len"] == 2**31 and taken_jobs[-1][1] > 3
+        assert len(taken_jobs) > 100 and stats["acks"] > 60 and stats["faulted"] > 3, stats
+        assert stats["withdrawn"] > 0, stats
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_read_resp_alone(seed, cycles=9000):
     """Random jobs, ACK/NAKs, back-pressure on both outputs and faults: the descriptors and
@@ -146,114 +288,16 @@ def test_read_resp_alone(seed, cycles=9000):
     frame of the jobs taken before it."""
     rng = random.Random(seed)
     dut = ReadResp()
-    jobs = []
-    for _ in range(150):
-        code = rng.choice((1, 1, 2, 3, 4, 5))
-        pm = 256 << (code - 1)
-        jobs.append(dict(qpn=rng.choice((1, 2, 3)),
-                         psn=rng.choice((0xFFFFFE, rng.getrandbits(24))),
-                         msn=rng.getrandbits(24), addr=rng.getrandbits(64), pmtu=code,
-                         len=rng.choice((0, 1, 3, pm - 1, pm, pm + 1, 2 * pm - 1, 2 * pm,
-                                         2 * pm + 1, 3 * pm + 5))))
-    # the longest READ last (it runs to the end): 2^31 bytes at PMTU 4096
-    jobs.append(dict(qpn=3, psn=5, msn=6, addr=2**64 - 4096 * 3 - 1, pmtu=5, len=2**31))
-    acks = [dict(qpn=rng.getrandbits(24), opcode=0x11, se=0, ackreq=0, psn=rng.getrandbits(24),
-                 aeth=1, syndrome=rng.getrandbits(8), msn=rng.getrandbits(24))
-            for _ in range(150)]
-    stats = {"faulted": 0, "withdrawn": 0, "acks": 0}
+    jobs, acks = _alone_inputs(rng)
+    b = _Alone(rng, dut, jobs, acks)
 
     async def bench(ctx):
-        nj = na = 0
-        job_on = ack_on = False
-        taken_jobs = []             # [job, frames seen, chunk pending, cycle of its fault]
-        prev = None                 # last cycle's (pkt valid, ready, payload), (chunk ...)
-        fault_seen = set()          # QPNs a fault named (this job or earlier)
-        ack_first = None            # jobs taken when the ACK offered was first seen
         for cyc in range(cycles):
-            if not job_on and nj < len(jobs) and rng.random() < 0.08:
-                job_on = True
-                for k, v in jobs[nj].items():
-                    ctx.set(dut.job.payload[k], v)
-            if not ack_on and na < len(acks) and rng.random() < 0.15:
-                ack_on = True
-                for k, v in acks[na].items():
-                    ctx.set(dut.ack.payload[k], v)
-            ctx.set(dut.job.valid, job_on)
-            ctx.set(dut.ack.valid, ack_on)
-            ctx.set(dut.pkt.ready, rng.random() < 0.45)
-            ctx.set(dut.chunk.ready, rng.random() < 0.6)
-            cur = taken_jobs[-1] if taken_jobs else None
-            # (more often while a READ descriptor waits: it is then withdrawn)
-            waits = (prev is not None and prev[0][0] and not prev[0][1]
-                     and prev[0][2]["opcode"] != 0x11)
-            fault = (cur is not None and cur[0]["len"] < 2**31
-                     and rng.random() < (0.1 if waits else 0.002))
-            ctx.set(dut.fault.valid, fault)
-            ctx.set(dut.fault.payload.qpn, cur[0]["qpn"] if fault else rng.getrandbits(24))
+            cur, fault = b.drive(ctx)
             await ctx.delay(1e-10)
-            assert ctx.get(dut.fault.ready)
-            pv, pr = ctx.get(dut.pkt.valid), ctx.get(dut.pkt.ready)
-            pay = {k: ctx.get(dut.pkt.payload[k]) for k, _ in pkt_layout}
-            cv, cr = ctx.get(dut.chunk.valid), ctx.get(dut.chunk.ready)
-            cpay = (ctx.get(dut.chunk.payload.addr), ctx.get(dut.chunk.payload.len))
-            if prev is not None:
-                (ppv, ppr, ppay), (pcv, pcr, pcpay) = prev
-                if ppv and not ppr:
-                    if pv:
-                        assert pay == ppay, "descriptor changed while offered"
-                    else:
-                        assert fault_seen, "descriptor withdrawn without a fault"
-                        stats["withdrawn"] += 1
-                if pcv and not pcr:
-                    assert cv and cpay == pcpay, "chunk changed or withdrawn while offered"
-            prev = ((pv, pr, pay), (cv, cr, cpay))
-            jt = job_on and ctx.get(dut.job.ready)
-            if pv and pay["opcode"] == 0x11:
-                # an ACK/NAK offered: nothing running or left unfinished, no job taken now
-                if ack_first is None:
-                    ack_first = len(taken_jobs)
-                    assert not jt
-                for j in taken_jobs:
-                    assert j[1] == _frames(j[0]) or j[3] is not None, "ACK inside a READ"
-                    assert not j[2]
-                assert not jt, "a job taken while an ACK/NAK is offered"
-            if pv and pr:
-                if pay["opcode"] == 0x11:
-                    assert ack_on and pay == {**{k: 0 for k, _ in pkt_layout}, **acks[na]}
-                    stats["acks"] += 1
-                    ack_on, na, ack_first = False, na + 1, None
-                else:
-                    j = taken_jobs[-1]
-                    assert not j[2], "a descriptor before the previous frame's chunk"
-                    # (the fault is registered: a descriptor may still be taken a cycle later)
-                    assert j[3] is None or cyc <= j[3] + 1, "a descriptor after the job's fault"
-                    op, psn, aeth, plen, addr = _frame(j[0], j[1])
-                    exp = {k: 0 for k, _ in pkt_layout}
-                    exp.update(opcode=op, psn=psn, aeth=aeth, paylen=plen, qpn=j[0]["qpn"],
-                               syndrome=0x1F, msn=j[0]["msn"])
-                    assert pay == exp, (j[0], j[1])
-                    j[1] += 1
-                    j[2] = (addr, plen) if plen else None
-            if cv and cr:
-                j = taken_jobs[-1]
-                assert j[2] is not None and cpay == j[2], "chunk not after its descriptor"
-                j[2] = None
-            if fault:
-                fault_seen.add(cur[0]["qpn"])
-                if cur[3] is None:
-                    cur[3] = cyc
-                stats["faulted"] += 1
-            if jt:
-                taken_jobs.append([jobs[nj], 0, None, None])
-                job_on, nj = False, nj + 1
-                fault_seen = set()
+            b.sample(ctx, cyc, cur, fault)
             await ctx.tick()
-        # every job taken: whole, or a prefix when faulted; at most the last one unfinished
-        for j in taken_jobs[:-1]:
-            assert j[1] == _frames(j[0]) or j[3] is not None, j
-        assert taken_jobs[-1][0]["len"] == 2**31 and taken_jobs[-1][1] > 3
-        assert len(taken_jobs) > 100 and stats["acks"] > 60 and stats["faulted"] > 3, stats
-        assert stats["withdrawn"] > 0, stats
+        b.check_end()
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
