@@ -82,102 +82,99 @@ async def reset(dut):
     dut.rst.value = 0
 
 
-@cocotb.test()
-async def random_against_model(dut):
-    entries = knob("KEY_CACHE_ENTRIES")
-    ports = knob("KEY_CACHE_PORTS")
-    cycles = knob("KEY_CACHE_CYCLES")
-    rng = random.Random(knob("KEY_CACHE_SEED"))
-    tr = Traffic(dut, entries, ports, rng)
-    model = tr.model
-    lk = [(getattr(dut, f"lookup{p}__req_valid"), getattr(dut, f"lookup{p}__req_ready"),
-           getattr(dut, f"lookup{p}__req_payload"), getattr(dut, f"lookup{p}__resp_valid"),
-           getattr(dut, f"lookup{p}__resp_ready"), getattr(dut, f"lookup{p}__resp_payload"))
-          for p in range(ports)]
-    for v, _, _, _, r, _ in lk:
-        v.value = 0
-        r.value = 0
-    dut.cmd__cmd_valid.value = 0
-    dut.cmd__resp_ready.value = 1
-    regs = ArgRegs(dut, "cmd__", dut.clk)      # ARG0..15, read by the block one word a cycle
-    dut.inval__req_valid.value = 0
-    dut.inval__resp_ready.value = 1
-    await reset(dut)
+class _Bench:
+    """The state of :func:`random_against_model`: the request offered on each lookup port, the
+    command and the invalidation offered, and what each must answer (from the model)."""
 
-    pending = [None] * ports            # request being offered on each port
-    expect = [[] for _ in range(ports)]
-    cmd_pending = cmd_expect = None
-    inv_pending = inv_expect = None
-    tag = 0
-    stats = dict(lookups=0, ok=0, miss=0, set=0, set_refused=0, query=0, inval=0, inval_ok=0)
-    for cycle in range(cycles):
-        await FallingEdge(dut.clk)
-        # -- drive
-        for p in range(ports):
-            if pending[p] is None:
-                tag = (tag + 1) & 0xFF
-                pending[p] = tr.lookup_req(tag)
-                lk[p][2].value = pack(lookup_req_layout, pending[p])
+    def __init__(self, dut, tr, rng):
+        self.dut, self.tr, self.model, self.rng = dut, tr, tr.model, rng
+        self.regs = None                         # the ArgRegs of the command port
+        ports = tr.p
+        self.lk = [(getattr(dut, f"lookup{p}__req_valid"), getattr(dut, f"lookup{p}__req_ready"),
+                    getattr(dut, f"lookup{p}__req_payload"),
+                    getattr(dut, f"lookup{p}__resp_valid"),
+                    getattr(dut, f"lookup{p}__resp_ready"),
+                    getattr(dut, f"lookup{p}__resp_payload"))
+                   for p in range(ports)]
+        self.pending = [None] * ports            # request being offered on each port
+        self.expect = [[] for _ in range(ports)]
+        self.cmd_pending = self.cmd_expect = None
+        self.inv_pending = self.inv_expect = None
+        self.tag = 0
+        self.stats = dict(lookups=0, ok=0, miss=0, set=0, set_refused=0, query=0, inval=0,
+                          inval_ok=0)
+
+    def drive(self, cycle):
+        """Offer a lookup on every port every cycle, perhaps a command and an invalidation."""
+        dut, tr, rng, lk = self.dut, self.tr, self.rng, self.lk
+        for p in range(tr.p):
+            if self.pending[p] is None:
+                self.tag = (self.tag + 1) & 0xFF
+                self.pending[p] = tr.lookup_req(self.tag)
+                lk[p][2].value = pack(lookup_req_layout, self.pending[p])
             lk[p][0].value = 1                                       # a lookup every cycle
             lk[p][4].value = int(rng.random() < 0.85)
         cmd_rate = 0.3 if cycle < 400 else 0.02
-        if cmd_pending is None and cmd_expect is None and rng.random() < cmd_rate:
+        if self.cmd_pending is None and self.cmd_expect is None and rng.random() < cmd_rate:
             r = rng.random()
             if r < 0.6 or cycle < 400:
                 slot, args = tr.set_key_args()
-                cmd_pending = (CmdOp.SET_KEY, slot, args)
+                self.cmd_pending = (CmdOp.SET_KEY, slot, args)
             elif r < 0.75:
-                cmd_pending = (CmdOp.QUERY_KEY, rng.randrange(entries), [])
+                self.cmd_pending = (CmdOp.QUERY_KEY, rng.randrange(tr.k), [])
             else:
-                cmd_pending = (CmdOp.INVALIDATE, 0, [rng.choice(tr.pool)])
-            op, idx, args = cmd_pending
+                self.cmd_pending = (CmdOp.INVALIDATE, 0, [rng.choice(tr.pool)])
+            op, idx, args = self.cmd_pending
             dut.cmd__cmd_payload.value = pack(cmd_layout, dict(opcode=op, index=idx))
-        dut.cmd__cmd_valid.value = int(cmd_pending is not None)
-        if inv_pending is None and inv_expect is None and rng.random() < 0.015:
-            tag = (tag + 1) & 0xFF
-            inv_pending = dict(key=rng.choice(tr.pool), tag=tag)
-            dut.inval__req_payload.value = pack(inval_req_layout, inv_pending)
-        dut.inval__req_valid.value = int(inv_pending is not None)
-        # -- sample the transfers of this cycle
-        await ReadOnly()
+        dut.cmd__cmd_valid.value = int(self.cmd_pending is not None)
+        if self.inv_pending is None and self.inv_expect is None and rng.random() < 0.015:
+            self.tag = (self.tag + 1) & 0xFF
+            self.inv_pending = dict(key=rng.choice(tr.pool), tag=self.tag)
+            dut.inval__req_payload.value = pack(inval_req_layout, self.inv_pending)
+        dut.inval__req_valid.value = int(self.inv_pending is not None)
+
+    def lookups(self, cycle):
+        """The lookups taken and answered this cycle; returns how many were taken."""
         accepted_lookups = 0
-        for p in range(ports):
-            v, rdy, _, rv, rr, rp = lk[p]
+        stats = self.stats
+        for p in range(self.tr.p):
+            v, rdy, _, rv, rr, rp = self.lk[p]
             if v.value and rdy.value:
-                q = pending[p]
-                exp = model.lookup(q["key"], q["pd"], q["access"], q["va"], q["len"])
-                expect[p].append((q, exp))
-                pending[p] = None
+                q = self.pending[p]
+                exp = self.model.lookup(q["key"], q["pd"], q["access"], q["va"], q["len"])
+                self.expect[p].append((q, exp))
+                self.pending[p] = None
                 accepted_lookups += 1
             if rv.value and rr.value:
                 got = unpack(lookup_resp_layout, int(rp.value))
-                assert expect[p], f"port {p}: response without request"
-                q, exp = expect[p].pop(0)
+                assert self.expect[p], f"port {p}: response without request"
+                q, exp = self.expect[p].pop(0)
                 bus = exp["bus_addr"]
                 want = dict(exp, tag=q["tag"], bus_addr=got["bus_addr"] if bus is None else bus)
                 assert got == want, f"cycle {cycle} port {p}: {q} -> {got}, expected {want}"
                 stats["lookups"] += 1
                 stats["ok"] += got["ok"]
                 stats["miss"] += got["miss"]
-        assert accepted_lookups <= 1
-        cmd_taken = cmd_pending is not None and dut.cmd__cmd_ready.value
-        inv_taken = inv_pending is not None and dut.inval__req_ready.value
-        assert not (accepted_lookups and (cmd_taken or inv_taken)), "lookup beside a table change"
-        assert not (cmd_taken and inv_taken)
+        return accepted_lookups
+
+    def command(self, cycle, cmd_taken):
+        """The command taken this cycle (applied to the model) and its answer."""
+        dut, model, stats = self.dut, self.model, self.stats
         if cmd_taken:
-            op, idx, args = cmd_pending
-            regs.load(args)
+            op, idx, args = self.cmd_pending
+            self.regs.load(args)
             if op == CmdOp.SET_KEY:
-                cmd_expect = (op, model.set_key(idx, args), None)
+                self.cmd_expect = (op, model.set_key(idx, args), None)
             elif op == CmdOp.QUERY_KEY:
-                cmd_expect = (op, 0, model.query(idx))
+                self.cmd_expect = (op, 0, model.query(idx))
             else:
-                cmd_expect = (op, 0 if model.invalidate(args[0]) else 3, None)
-            cmd_pending = None
+                self.cmd_expect = (op, 0 if model.invalidate(args[0]) else 3, None)
+            self.cmd_pending = None
         if dut.cmd__resp_valid.value:
-            got = regs.answer(unpack(resp_layout, int(dut.cmd__resp_payload.value))["result"])
-            assert cmd_expect is not None
-            op, res, qargs = cmd_expect
+            got = self.regs.answer(
+                unpack(resp_layout, int(dut.cmd__resp_payload.value))["result"])
+            assert self.cmd_expect is not None
+            op, res, qargs = self.cmd_expect
             assert got["result"] == res, f"cycle {cycle}: command {op} result {got['result']}"
             assert got["write_args"] == int(qargs is not None)
             if qargs is not None:
@@ -187,16 +184,59 @@ async def random_against_model(dut):
             stats["query"] += op == CmdOp.QUERY_KEY
             stats["inval"] += op == CmdOp.INVALIDATE
             stats["inval_ok"] += op == CmdOp.INVALIDATE and res == 0
-            cmd_expect = None
+            self.cmd_expect = None
+
+    def invalidation(self, inv_taken):
+        """The invalidation taken this cycle (applied to the model) and its answer."""
+        dut = self.dut
         if inv_taken:
-            inv_expect = (inv_pending["tag"], int(model.invalidate(inv_pending["key"])))
-            inv_pending = None
+            self.inv_expect = (self.inv_pending["tag"],
+                               int(self.model.invalidate(self.inv_pending["key"])))
+            self.inv_pending = None
         if dut.inval__resp_valid.value:
             got = unpack(inval_resp_layout, int(dut.inval__resp_payload.value))
-            assert inv_expect is not None and (got["tag"], got["ok"]) == inv_expect
-            stats["inval"] += 1
-            stats["inval_ok"] += got["ok"]
-            inv_expect = None
+            assert self.inv_expect is not None and (got["tag"], got["ok"]) == self.inv_expect
+            self.stats["inval"] += 1
+            self.stats["inval_ok"] += got["ok"]
+            self.inv_expect = None
+
+    def sample(self, cycle):
+        """Check the transfers of this cycle."""
+        dut = self.dut
+        accepted_lookups = self.lookups(cycle)
+        assert accepted_lookups <= 1
+        cmd_taken = self.cmd_pending is not None and dut.cmd__cmd_ready.value
+        inv_taken = self.inv_pending is not None and dut.inval__req_ready.value
+        assert not (accepted_lookups and (cmd_taken or inv_taken)), "lookup beside a table change"
+        assert not (cmd_taken and inv_taken)
+        self.command(cycle, cmd_taken)
+        self.invalidation(inv_taken)
+
+
+@cocotb.test()
+async def random_against_model(dut):
+    entries = knob("KEY_CACHE_ENTRIES")
+    ports = knob("KEY_CACHE_PORTS")
+    cycles = knob("KEY_CACHE_CYCLES")
+    rng = random.Random(knob("KEY_CACHE_SEED"))
+    tr = Traffic(dut, entries, ports, rng)
+    b = _Bench(dut, tr, rng)
+    for v, _, _, _, r, _ in b.lk:
+        v.value = 0
+        r.value = 0
+    dut.cmd__cmd_valid.value = 0
+    dut.cmd__resp_ready.value = 1
+    b.regs = ArgRegs(dut, "cmd__", dut.clk)    # ARG0..15, read by the block one word a cycle
+    dut.inval__req_valid.value = 0
+    dut.inval__resp_ready.value = 1
+    await reset(dut)
+
+    for cycle in range(cycles):
+        await FallingEdge(dut.clk)
+        b.drive(cycle)
+        await ReadOnly()
+        b.sample(cycle)
+    stats = b.stats
     dut._log.info("stats: %s", stats)
     with open("stats.txt", "w") as f:          # in the run's test_dir
         f.write(f"{cycles} cycles: {stats}\n")
