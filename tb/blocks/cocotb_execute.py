@@ -329,29 +329,31 @@ async def messages(dut):
     assert not tb.event.items and not tb.fault.items
 
 
-@cocotb.test()
-async def errors(dut):
-    """Every error path: overflow, bad lkey, num_sge, rkey, zero-length WRITE, invalidate,
-    PSN-Check errors, dead QPs and qp_reset, CQ full, write and read faults."""
-    tb = TB(dut, seed=5)
-    await tb.start()
-    pmtu = 256
-    rng = tb.rng
+def _err_cqe(wqe, qpn, status, opcode=128):
+    """The error CQE of receive WQE ``wqe`` (index, wr_id)."""
+    return {"wr_id": wqe[1], "byte_len": 0, "qpn": qpn, "status": status, "opcode": opcode,
+            "flags": 0, "imm": bytes(4)}
 
-    def run(pkts, dones=None, cqe_over=None):
+
+class _Errors:
+    """What the phases of :func:`errors` share: the bench, PMTU 256, and their helpers."""
+
+    def __init__(self, tb):
+        self.tb, self.rng, self.pmtu = tb, tb.rng, 256
+
+    def run(self, pkts, dones=None, cqe_over=None):
+        """Send ``pkts``, with their ``done`` and CQE replaced where given (by index)."""
         for k, p in enumerate(pkts):
             f, chunk, done, cqe = p
             if dones is not None:
                 done = dones[k]
             if cqe_over is not None and k in cqe_over:
                 cqe = cqe_over[k]
-            tb.send_exe(f, chunk, done, cqe)
+            self.tb.send_exe(f, chunk, done, cqe)
 
-    def err_cqe(wqe, qpn, status, opcode=128):
-        return {"wr_id": wqe[1], "byte_len": 0, "qpn": qpn, "status": status, "opcode": opcode,
-                "flags": 0, "imm": bytes(4)}
-
-    async def reset_qp(qpn):
+    async def reset_qp(self, qpn):
+        """Reset ``qpn`` once every command sent so far is done."""
+        tb = self.tb
         await wait_until(tb.dut, lambda: len(tb.done.items) >= len(tb.expect_done), 50000,
                          "drain")
         tb.qp_reset.put({"qpn": qpn})
@@ -359,6 +361,10 @@ async def errors(dut):
         for _ in range(3):
             await RisingEdge(tb.dut.clk)
 
+
+async def _errors_receive(e):
+    """Receive-side errors: overflow, lkey, num_sge, range."""
+    tb, rng, pmtu, run, err_cqe, reset_qp = e.tb, e.rng, e.pmtu, e.run, _err_cqe, e.reset_qp
     # 1. SEND_ONLY longer than the buffer: 0x63, LOC_QP_OP_ERR, nothing written
     sges = [(BUF + 0x13, 100, K_RECV)]
     wqe = tb.post_wqe(2, sges)
@@ -391,6 +397,11 @@ async def errors(dut):
     run(tb.message(3, "send", 40, pmtu, sges=sg, wqe=wqe, place=False),
         dones=[(1, 0x63)], cqe_over={0: err_cqe(wqe, 3, 2)})
     await reset_qp(3)
+
+
+async def _errors_write(e):
+    """RDMA WRITE errors: rkey, off the key's end, zero length."""
+    tb, rng, pmtu, run, err_cqe, reset_qp = e.tb, e.rng, e.pmtu, e.run, _err_cqe, e.reset_qp
     # 7. RDMA WRITE with an unknown rkey: 0x62, no CQE; WRITE_ONLY_WITH_IMM: CQE REM_ACCESS_ERR
     run(tb.message(4, "write", 40, pmtu, va=IOVA_W + 0x100, rkey=0xDEAD, place=False),
         dones=[(1, 0x62)])
@@ -412,6 +423,11 @@ async def errors(dut):
     run(tb.message(4, "write", 0, pmtu, va=0, rkey=0xBAD))
     wqe = tb.post_wqe(4, [])
     run(tb.message(4, "write_imm", 0, pmtu, wqe=wqe, va=0, rkey=0xBAD, imm=0xA1B2C3D4))
+
+
+async def _errors_invalidate_psn(e):
+    """Invalidate accepted and refused; errors decided by PSN Check."""
+    tb, rng, pmtu, run, err_cqe, reset_qp = e.tb, e.rng, e.pmtu, e.run, _err_cqe, e.reset_qp
     # 9. SEND with invalidate: fast-reg MR accepted, then its key fails as an lkey
     sg = [(BUF + 0x900, 300, K_RECV)]
     wqe = tb.post_wqe(5, sg)
@@ -443,6 +459,11 @@ async def errors(dut):
     f = dict(pk[1][0], status=9, wqe=0, comp=0, payload_len=pmtu)
     tb.send_exe(f, b"", (1, 0), err_cqe(wqe, 6, 9))
     await reset_qp(6)
+
+
+async def _errors_cq_full_flush(e):
+    """CQ full; flush of a QP in ERROR."""
+    tb, pmtu, run, err_cqe, reset_qp = e.tb, e.pmtu, e.run, _err_cqe, e.reset_qp
     # 11. CQ full (CQ 2 of 2 entries): the third completion gets (1, 0), event 2, no write
     await tb.set_cq(2, CQ_BASE + 0x4000, 1)
     for k in range(3):
@@ -475,6 +496,11 @@ async def errors(dut):
     await reset_qp(6)
     assert [(e["type"], e["number"]) for e in tb.cq_event.items] == [(2, 2)], tb.cq_event.items
     assert not tb.event.items and not tb.fault.items
+
+
+async def _errors_faults(e):
+    """Host-memory write and WQE read faults."""
+    tb, pmtu, run, err_cqe, reset_qp = e.tb, e.pmtu, e.run, _err_cqe, e.reset_qp
     # 12. write fault: event 4 + fault {qpn}; 13. WQE read fault: (1, 0), event 4, no CQE
     tb.mem.add_fault(BUF + 0x1100, 0x40, "w", AxiResp.SLVERR)
     sg = [(BUF + 0x1100, 0x40, K_RECV)]
@@ -507,29 +533,45 @@ async def errors(dut):
 
 
 @cocotb.test()
-async def prefetch(dut):
-    """WQE prefetch: only posted WQEs are read ahead (the next ring slot holds a poison WQE
-    until it is posted), a QP reset and a changed ring base void what the pool holds, and
-    WQEs posted ahead are read once, before their message arrives (pool hits); two deep: a
-    take keeps the next WQE's slot, small messages back to back read each WQE once; a ring
-    moved in the middle of a message is not served from the slot of the old one."""
-    tb = TB(dut, seed=knob("EXECUTE_SEED") + 100)
+async def errors(dut):
+    """Every error path: overflow, bad lkey, num_sge, rkey, zero-length WRITE, invalidate,
+    PSN-Check errors, dead QPs and qp_reset, CQ full, write and read faults."""
+    tb = TB(dut, seed=5)
     await tb.start()
-    pmtu = 256
-    rng = tb.rng
-    poison = tb.wqe_bytes([(BUF + 0xF000, 0x800, K_RECV)], wr_id=0xBAD)
-    cursor = BUF
+    e = _Errors(tb)
+    await _errors_receive(e)
+    await _errors_write(e)
+    await _errors_invalidate_psn(e)
+    await _errors_cq_full_flush(e)
+    await _errors_faults(e)
 
-    async def drain(extra=0):
-        await wait_until(dut, lambda: len(tb.done.items) >= len(tb.expect_done)
+
+class _Prefetch:
+    """What the phases of :func:`prefetch` share: the bench, PMTU 256, the poison WQE in the
+    ring slot past the producer, and their helpers."""
+
+    def __init__(self, tb):
+        self.tb, self.pmtu = tb, 256
+        self.poison = tb.wqe_bytes([(BUF + 0xF000, 0x800, K_RECV)], wr_id=0xBAD)
+
+    async def drain(self, extra=0):
+        """Wait until every command is done and nothing is being sent, then ``extra`` cycles."""
+        tb = self.tb
+        await wait_until(tb.dut, lambda: len(tb.done.items) >= len(tb.expect_done)
                          and not tb.rq_post.busy and not tb.exe.busy, 50000, "drain")
         for _ in range(extra):
-            await RisingEdge(dut.clk)
+            await RisingEdge(tb.dut.clk)
 
-    def ring_reads(base, idx):
+    def ring_reads(self, base, idx):
+        """Host-memory reads so far that covered WQE ``idx`` of the ring at ``base``."""
         a = base + 64 * (idx % (1 << RQ_LOG))
-        return sum(1 for (addr, _, _) in tb.mem.reads if addr - addr % (W // 8) <= a < addr + 64)
+        return sum(1 for (addr, _, _) in self.tb.mem.reads
+                   if addr - addr % (W // 8) <= a < addr + 64)
 
+
+async def _prefetch_lazy(p, cursor):
+    """A: only posted WQEs are read ahead."""
+    tb, rng, pmtu, poison, drain = p.tb, p.tb.rng, p.pmtu, p.poison, p.drain
     # A. lazy posting on three QPs: slot idx+1 holds a poison WQE until it is posted
     for rnd in range(6):
         for q in rng.sample([2, 3, 4], 3):
@@ -544,6 +586,12 @@ async def prefetch(dut):
             if rng.random() < 0.5:
                 await drain(rng.randrange(0, 200))
     await drain(200)
+    return cursor
+
+
+async def _prefetch_reset(p, cursor):
+    """B: a QP reset voids what the pool holds."""
+    tb, dut, pmtu, drain, ring_reads = p.tb, p.tb.dut, p.pmtu, p.drain, p.ring_reads
     # B. a QP reset voids what the pool holds for the QP: WQE 0 of QP 5 read ahead, never
     # used, then the QP is reset and a new WQE 0 posted; then the same with WQE 1
     sges, cursor = alloc_sges(tb, cursor, 50, 1)
@@ -579,6 +627,12 @@ async def prefetch(dut):
         for p in tb.message(5, "send", 70, pmtu, sges=sges, wqe=w):
             tb.send_exe(*p)
     await drain(300)
+    return cursor
+
+
+async def _prefetch_moved(p, cursor):
+    """C: a WQE of a moved ring is not used."""
+    tb, pmtu, drain, ring_reads = p.tb, p.pmtu, p.drain, p.ring_reads
     # C. the ring moves (SET_QP with a new base): the WQE prefetched from the old ring is
     # not used for a command naming the new one
     sges, cursor = alloc_sges(tb, cursor, 40, 1)
@@ -597,6 +651,12 @@ async def prefetch(dut):
         p[0]["rq_base"] = nb
         tb.send_exe(*p)
     await drain(100)
+    return cursor
+
+
+async def _prefetch_ahead(p, cursor):
+    """D: WQEs posted ahead, each read once."""
+    tb, rng, pmtu, drain, ring_reads = p.tb, p.tb.rng, p.pmtu, p.drain, p.ring_reads
     # D. four WQEs posted ahead on QP 7: each read exactly once, before its message
     posted = []
     for k in range(4):
@@ -609,6 +669,13 @@ async def prefetch(dut):
             tb.send_exe(*p)
         await drain(200)
     assert all(ring_reads(rq_base(7), k) == 1 for k in range(4))
+    return cursor
+
+
+async def _prefetch_deep(p, cursor):
+    """E: PREFETCH_DEPTH WQEs read ahead, each once."""
+    tb, rng, pmtu, poison = p.tb, p.tb.rng, p.pmtu, p.poison
+    drain, ring_reads = p.drain, p.ring_reads
     # E. PREFETCH_DEPTH-deep prefetch: six WQEs posted ahead on QP 1 (the slot past the
     # producer holds a poison WQE): WQEs 0 .. depth − 1 are read ahead, not the next; then six
     # small messages back to back: a take of WQE i keeps the slots of i+1 .. i+depth−1 (no
@@ -628,6 +695,12 @@ async def prefetch(dut):
     await drain(300)
     got = [ring_reads(rq_base(1), k) for k in range(n_e + 1)]
     assert got == [1] * n_e + [0], f"reads of QP 1's WQEs 0..{n_e}: {got}"
+    return cursor
+
+
+async def _prefetch_moved_mid(p, cursor):
+    """F: a ring moved in the middle of a message."""
+    tb, dut, pmtu, drain, ring_reads = p.tb, p.tb.dut, p.pmtu, p.drain, p.ring_reads
     # F. the ring moves in the middle of a message: QP 6's SEND_FIRST takes WQE 0 from the pool
     # (read from ring A); its SEND_LAST names ring B, whose WQE 0 has another wr_id. The slot
     # still holds index 0 of ring A: the last packet must read ring B's WQE 0 (its wr_id in the
@@ -651,6 +724,23 @@ async def prefetch(dut):
     tb.send_exe(*last)
     await drain(100)
     assert ring_reads(ring_b, 0) == 1, "ring B's WQE 0 was not read for the SEND_LAST"
+    return cursor
+
+
+@cocotb.test()
+async def prefetch(dut):
+    """WQE prefetch: only posted WQEs are read ahead (the next ring slot holds a poison WQE
+    until it is posted), a QP reset and a changed ring base void what the pool holds, and
+    WQEs posted ahead are read once, before their message arrives (pool hits); two deep: a
+    take keeps the next WQE's slot, small messages back to back read each WQE once; a ring
+    moved in the middle of a message is not served from the slot of the old one."""
+    tb = TB(dut, seed=knob("EXECUTE_SEED") + 100)
+    await tb.start()
+    p = _Prefetch(tb)
+    cursor = BUF
+    for phase in (_prefetch_lazy, _prefetch_reset, _prefetch_moved, _prefetch_ahead,
+                  _prefetch_deep, _prefetch_moved_mid):
+        cursor = await phase(p, cursor)
     assert cursor < BUF + 0xF000
     await tb.finish()
     assert not tb.event.items and not tb.fault.items
