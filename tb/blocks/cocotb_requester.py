@@ -261,23 +261,21 @@ async def start(dut, us_cycles=1):
     return tb, src
 
 
-@cocotb.test(skip=knob("REQUESTER_TEST_GROUP") != "frames")
-async def requester_frames(dut):
-    tb, src = await start(dut)
-    rng = tb.rng
+def sges_for(src, length, nsge, base_off):
+    """SGEs (va, len, lkey) over the MR and the message they gather."""
+    va = IOVA + base_off
+    if nsge == 1:
+        return [(va, length, KEY)], src[base_off:base_off + length]
+    a = length // 3
+    va2 = IOVA + base_off + 1500 + 3          # a second, unrelated and odd place
+    msg = src[base_off:base_off + a] + src[base_off + 1503:base_off + 1503 + length - a]
+    return [(va, a, KEY), (va2, length - a, KEY)], msg
 
-    def sges_for(length, nsge, base_off):
-        """SGEs (va, len, lkey) over the MR and the message they gather."""
-        va = IOVA + base_off
-        if nsge == 1:
-            return [(va, length, KEY)], src[base_off:base_off + length]
-        a = length // 3
-        va2 = IOVA + base_off + 1500 + 3          # a second, unrelated and odd place
-        msg = src[base_off:base_off + a] + src[base_off + 1503:base_off + 1503 + length - a]
-        return [(va, a, KEY), (va2, length - a, KEY)], msg
 
+async def _frames_rtr(tb, src, qp):
+    """A doorbell recorded in RTR runs on RTS; old ACK, NAK, ACK."""
+    dut = tb.dut
     # --- doorbell recorded in RTR, executed on RTS ---------------------------------------
-    qp = 2
     tb.set_qp(qp, 2)
     await ClockCycles(dut.clk, 5)
     tb.post(qp, model.wqe_bytes(0x11, model.SEND, model.SIGNALED, [(IOVA + 7, 5, KEY)]))
@@ -295,6 +293,10 @@ async def requester_frames(dut):
     tb.ack.put(dict(qpn=qp, psn=p[0]["psn"], syndrome=0x1F))
     assert await tb.completions(1, "ack") == tb.acked(qp, p[0]["psn"])
 
+
+async def _frames_segmentation(tb, src, qp):
+    """Every length around the PMTU, one and two SGEs, in batches; returns the cases."""
+    rng = tb.rng
     # --- segmentation sweep -------------------------------------------------------------------
     lengths = [0, 1, PMTU - 1, PMTU, PMTU + 1, 3 * PMTU + 5]
     cases = []
@@ -308,7 +310,7 @@ async def requester_frames(dut):
     batch, nbatch = [], 0
     for c in cases:
         length, nsge, op, flags, off = c
-        sges, msg = sges_for(length, nsge, off) if length else ([], b"")
+        sges, msg = sges_for(src, length, nsge, off) if length else ([], b"")
         imm = bytes(rng.randrange(256) for _ in range(4))
         raddr, rkey = rng.randrange(1 << 64), rng.randrange(1 << 32)
         wr_id = rng.randrange(1 << 64)
@@ -327,11 +329,12 @@ async def requester_frames(dut):
                 exp += tb.acked(qp, psn)
             assert await tb.completions(len(exp), "batch") == exp, f"batch {nbatch}"
             batch, nbatch = [], nbatch + 1
+    return cases
 
-    # --- the 128-PSN window (and AckReq on the 66th packet without it) ------------------------
-    if WINDOW:
-        await window(tb, src)
 
+async def _frames_errors(tb, qp):
+    """WQEs in error: no frame, an error completion, WR_FLUSH_ERR for the rest."""
+    dut = tb.dut
     # --- errors: no frame, an error completion, then WR_FLUSH_ERR for the rest ---------------
     errs = [
         (3, model.wqe_bytes(0x33, model.SEND, 0, [(IOVA, 64, 0xBAD0BAD0)]), 4),      # unknown
@@ -366,6 +369,10 @@ async def requester_frames(dut):
     assert tb.tx.empty()
     tb.mem.clear_faults()
 
+
+async def _frames_error_order(tb, src, cases):
+    """An error after sent WQEs, SET_QP to ERROR; the count of frames checked."""
+    dut = tb.dut
     # an error waits for the completions of the WQEs sent before it
     qe = 10
     tb.set_qp(qe, 3)
@@ -394,6 +401,10 @@ async def requester_frames(dut):
                   cocotb.utils.get_sim_time("ns") // 4)
     assert tb.frames == 2 + sum(max(1, -(-c[0] // PMTU)) for c in cases) + 129 * WINDOW + 1
 
+
+async def _frames_round_robin(tb):
+    """Two QPs with work take turns."""
+    dut = tb.dut
     # --- round robin: two QPs with work take turns, one WQE each (docs/requester.md) ---------
     qa, qb = 12, 13
     for q in (qa, qb):
@@ -412,6 +423,10 @@ async def requester_frames(dut):
     assert max(runs) <= 2, f"no round robin between QPs with work: {order}"
     dut._log.info("round robin order %s", order)
 
+
+async def _frames_reset_doorbell(tb, src):
+    """SQ_DB in RESET is ignored."""
+    dut = tb.dut
     # --- SQ_DB in RESET is ignored (interface.md §4.3), also once the QP is in RTS; the next
     #     doorbell (a smaller producer index) posts from index 0 ----------------------------
     qr = 14
@@ -436,6 +451,22 @@ async def requester_frames(dut):
     await ClockCycles(dut.clk, 300)
     assert tb.tx.empty(), "more than the one WQE posted after RESET was sent"
     tb.mem.check()
+
+
+@cocotb.test(skip=knob("REQUESTER_TEST_GROUP") != "frames")
+async def requester_frames(dut):
+    tb, src = await start(dut)
+    qp = 2
+    await _frames_rtr(tb, src, qp)
+    cases = await _frames_segmentation(tb, src, qp)
+    # --- the 128-PSN window (and AckReq on the 66th packet without it) ------------------------
+    if WINDOW:
+        await window(tb, src)
+
+    await _frames_errors(tb, qp)
+    await _frames_error_order(tb, src, cases)
+    await _frames_round_robin(tb)
+    await _frames_reset_doorbell(tb, src)
 
 
 async def window(tb, src):
@@ -560,13 +591,16 @@ async def quiet(tb, cycles, label):
     assert await tb.completions(0, label) == [], f"{label}: unexpected completion"
 
 
-@cocotb.test(skip=knob("REQUESTER_TEST_GROUP") != "retry")
-async def requester_retry(dut):
-    """Lost request, lost ACK, go-back-N mid-message, RNR, exhaustion, remote NAKs, kill."""
-    tb, src = await start(dut, US)
-    retx = Retx(dut)
-    T = model.timeout_us(RT) * US
+class _Retry:
+    """What the phases of :func:`requester_retry` share."""
 
+    def __init__(self, tb, src, retx, timeout):
+        self.tb, self.src, self.retx, self.T = tb, src, retx, timeout
+
+
+async def _retry_lost_request(r):
+    """A lost request: the timer resends the whole message."""
+    tb, src, retx, T, dut = r.tb, r.src, r.retx, r.T, r.tb.dut
     # --- lost request: the timer resends the whole message; other QPs are not held -----------
     q = Rel(tb, src, 2, timeout=RT, retry_cnt=3)
     o = Rel(tb, src, 15)
@@ -590,6 +624,10 @@ async def requester_retry(dut):
     await q.cqes(q.m.ack(pk[-1]["psn"])[0], "after resend")
     await quiet(tb, 2 * T, "acked: no more resends")
 
+
+async def _retry_lost_ack(r):
+    """A lost ACK covered by a later one; the last ACK lost."""
+    tb, src, retx, T = r.tb, r.src, r.retx, r.T
     # --- lost ACK: a later ACK covers it; the last ACK lost: resent, completed once --------------
     q = Rel(tb, src, 3, timeout=RT)
     q.post(0x301, model.SEND, 10)
@@ -610,6 +648,10 @@ async def requester_retry(dut):
     await q.cqes(q.m.ack(pk[-1]["psn"])[0], "once")
     await quiet(tb, 2 * T, "after the duplicate ACK")
 
+
+async def _retry_go_back_n(r):
+    """Go-back-N mid-message and from a message's first PSN."""
+    tb, src, retx = r.tb, r.src, r.retx
     # --- go-back-N mid-message (MIDDLE/LAST, no RETH), earlier WQEs retired by the NAK ---------
     q = Rel(tb, src, 4)
     q.post(0x401, model.SEND, 100, flags=0)
@@ -639,6 +681,10 @@ async def requester_retry(dut):
     q.ack(pk[-1]["psn"])
     await q.cqes(q.m.ack(pk[-1]["psn"])[0], "gbn 2 done")
 
+
+async def _retry_rnr(r):
+    """An RNR NAK, then recovery after the coded wait."""
+    tb, src, dut = r.tb, r.src, r.tb.dut
     # --- RNR NAK then recovery after the coded wait ----------------------------------------------
     q = Rel(tb, src, 5, rnr_retry=2)
     q.post(0x501, model.SEND, 64)
@@ -658,6 +704,10 @@ async def requester_retry(dut):
     q.ack(pk[0]["psn"])
     await q.cqes(q.m.ack(pk[0]["psn"])[0], "rnr recovered")
 
+
+async def _retry_rnr_exhausted(r):
+    """RNR exhaustion: RNR_RETRY_EXC_ERR, the rest flushed."""
+    tb, src = r.tb, r.src
     # --- RNR exhaustion: RNR_RETRY_EXC_ERR even unsignaled, the rest flushed --------------------
     q = Rel(tb, src, 6, rnr_retry=1)
     q.post(0x601, model.SEND, 30, flags=0)
@@ -676,6 +726,10 @@ async def requester_retry(dut):
     await q.cqes([dict(wr_id=0x603, status=5, opcode=0)], "flushed after rnr exc")
     await quiet(tb, 300, "rnr exc: nothing sent")
 
+
+async def _retry_exhausted(r):
+    """Retry exhaustion on a cut link: RETRY_EXC_ERR."""
+    tb, src, T = r.tb, r.src, r.T
     # --- retry exhaustion on a cut link: retry_cnt + 1 transmissions, then RETRY_EXC_ERR -------
     q = Rel(tb, src, 7, timeout=RT, retry_cnt=2)
     q.post(0x701, model.SEND, 16)
@@ -690,6 +744,10 @@ async def requester_retry(dut):
     await q.cqes(c, "retry exhausted")
     await quiet(tb, 2 * T, "retry exc: nothing sent")
 
+
+async def _retry_remote_naks(r):
+    """Remote NAKs end the QP."""
+    tb, src = r.tb, r.src
     # --- remote NAKs end the QP: status on the NAKed WQE, earlier ones retired ------------------
     for n, (qpn, syn) in enumerate([(8, 0x61), (9, 0x62), (10, 0x63), (11, 0x65)]):
         q = Rel(tb, src, qpn)
@@ -706,6 +764,10 @@ async def requester_retry(dut):
         q.ack(pk[-1]["psn"])                             # too late: the QP has ended
         await quiet(tb, 300, f"nak {syn:#x} ended")
 
+
+async def _retry_kill(r):
+    """SET_QP to ERROR with a WQE in flight."""
+    tb, src, T = r.tb, r.src, r.T
     # --- SET_QP to ERROR with a WQE in flight: WR_FLUSH_ERR, no frame ---------------------------
     q = Rel(tb, src, 12, timeout=RT)
     q.post(0xC01, model.SEND, 12, flags=0)
@@ -714,6 +776,19 @@ async def requester_retry(dut):
     tb.set_qp(12, 6)
     await q.cqes([dict(wr_id=0xC01, status=5, opcode=0)], "killed in flight")
     await quiet(tb, 2 * T, "killed")
+
+
+@cocotb.test(skip=knob("REQUESTER_TEST_GROUP") != "retry")
+async def requester_retry(dut):
+    """Lost request, lost ACK, go-back-N mid-message, RNR, exhaustion, remote NAKs, kill."""
+    tb, src = await start(dut, US)
+    retx = Retx(dut)
+    T = model.timeout_us(RT) * US
+    r = _Retry(tb, src, retx, T)
+    for phase in (_retry_lost_request, _retry_lost_ack, _retry_go_back_n, _retry_rnr,
+                  _retry_rnr_exhausted, _retry_exhausted, _retry_remote_naks,
+                  _retry_kill):
+        await phase(r)
 
     assert tb.gap_errors == 0
     dut._log.info("retry bench: %d frames, %d retransmitted, %d cycles", tb.frames, retx.n, now())
@@ -756,64 +831,49 @@ class AckWatch:
                     self.taken.setdefault(key, now())
 
 
-@cocotb.test(skip=knob("REQUESTER_TEST_GROUP") != "timers")
-async def requester_timers(dut):
-    """Retransmit (timeout 8, 1.05 ms) and RNR (code 14, 1.28 ms) timers at NUM_QP_T QPs, with
-    the completer idle, then under a continuous stream of ACKs: each retransmission starts no
-    earlier than the timer's value after the original frame's last beat (or the NAK taken), its
-    last beat is within twice the value of the original's first beat (or the NAK offered)
-    (interface.md §6), and it is no later than docs/requester.md's scan bound allows."""
-    n = NUM_QP_T
-    assert n >= 64, "the bench spreads 32 QPs over the QPN space"
-    tb, src = await start(dut, US)
-    tb.tx.clear_pause_generator()         # frame times without TX back-pressure
-    tb.tx.pause = False
-    watch = AckWatch(dut)
-    t_rt = 4.096 * 2**RT_1MS * US         # the exact values, in cycles
-    t_rnr = model.rnr_us(RNR_1MS) * US
-    qpns = sorted({2 + (i * (n - 3)) // 32 for i in range(32)})
-    assert len(qpns) == 32
-    got = 0                               # frames taken from tx so far
+class _Timers:
+    """The state of :func:`requester_timers`: the frames taken from ``tx`` so far and the
+    stream of ACKs offered meanwhile (``load``)."""
 
-    async def frame():
+    def __init__(self, tb, src, watch, n):
+        self.tb, self.dut, self.src, self.watch, self.n = tb, tb.dut, src, watch, n
+        self.t_rt = 4.096 * 2**RT_1MS * US         # the exact values, in cycles
+        self.t_rnr = model.rnr_us(RNR_1MS) * US
+        self.got = 0                               # frames taken from tx so far
+        self.load = {"on": False, "psn": 0}
+
+    async def frame(self):
         """The next frame: (dest QPN − 0x100, BTH PSN, bytes, first beat, last beat cycles)."""
-        nonlocal got
-        f = await with_timeout(tb.tx.recv(), int(10 * (t_rnr + t_rt)) * 4, "ns")
-        while len(tb.frame_ends) <= got:
-            await RisingEdge(dut.clk)
+        tb = self.tb
+        f = await with_timeout(tb.tx.recv(), int(10 * (self.t_rnr + self.t_rt)) * 4, "ns")
+        while len(tb.frame_ends) <= self.got:
+            await RisingEdge(self.dut.clk)
         data = bytes(f.tdata)
         bth = Ether(data)[BTH]
-        got += 1
+        self.got += 1
+        got = self.got
         return bth.dqpn - 0x100, bth.psn, data, tb.frame_starts[got - 1], tb.frame_ends[got - 1]
 
-    load = {"on": False, "psn": 0}
-
-    async def ack_load():
+    async def ack_load(self):
         """Keeps ``ack`` valid: ACKs of QP 1 (never set up), each acknowledging one more PSN
         (a full ACK event in the completer that retires nothing)."""
+        load = self.load
         while True:
-            await FallingEdge(dut.clk)
-            while load["on"] and len(tb.ack.q) < 2:
-                tb.ack.put(dict(qpn=1, psn=load["psn"], syndrome=0x1F))
+            await FallingEdge(self.dut.clk)
+            while load["on"] and len(self.tb.ack.q) < 2:
+                self.tb.ack.put(dict(qpn=1, psn=load["psn"], syndrome=0x1F))
                 load["psn"] += 1
 
-    cocotb.start_soon(ack_load())
-    for phase, under_load in (("idle", False), ("ack load", True)):
-        mine = qpns[:16] if not under_load else qpns[16:]
-        rnr_q = set(mine[3::8])                      # two RNR QPs, the rest retransmit
-        qs = {}
-        for i, qpn in enumerate(mine):
-            q = Rel(tb, src, qpn, timeout=RT_1MS, retry_cnt=7, rnr_retry=7)
-            q.off = 0x200 * i                        # inside the MR whatever the QPN
-            qs[qpn] = q
-        load["on"] = under_load
-        await ClockCycles(dut.clk, 50)
+    async def first_pass(self, phase, qs, rnr_q):
+        """Each QP's WQE sent once; the QPs of ``rnr_q`` get an RNR NAK, the others time out.
+        Returns, per QP, (kind, what its timer counts from, the packets to come again)."""
+        tb = self.tb
         first, pend = {}, {}
         for q in qs.values():
             q.post(0x10000 * q.qpn + 1, model.SEND, 64)
             pend[q.qpn] = q.send_posted()[0]
         for _ in qs:
-            qpn, psn, data, s0, e0 = await frame()
+            qpn, psn, data, s0, e0 = await self.frame()
             p = pend.pop(qpn)
             tb.check_frame(qpn, p, qs[qpn].msg[p["wr_id"]], data, f"{phase} qp {qpn} sent")
             q = qs[qpn]
@@ -826,9 +886,15 @@ async def requester_timers(dut):
                 c, again = q.m.timeout()
                 first[qpn] = ("rt", (s0, e0), again)
             assert c == [] and len(again) == 1, (qpn, c, again)
+        return first
+
+    async def second_pass(self, phase, qs, first):
+        """Each QP's WQE sent again, within the timer's bounds of interface.md §6; returns,
+        per QP, (kind, cycles beyond the timer's value)."""
+        tb, watch, t_rt, t_rnr = self.tb, self.watch, self.t_rt, self.t_rnr
         late = {}
         for _ in qs:
-            qpn, psn, data, s1, e1 = await frame()
+            qpn, psn, data, s1, e1 = await self.frame()
             kind, ref, again = first.pop(qpn)
             q = qs[qpn]
             tb.check_frame(qpn, q.tag(again)[0], q.msg[again[0]["wr_id"]], data,
@@ -844,11 +910,14 @@ async def requester_timers(dut):
                 assert s1 - e0 >= t_rt, f"{phase} retransmit early: {s1 - e0} < {t_rt}"
                 assert e1 - s0 <= 2 * t_rt, f"{phase} retransmit late: {e1 - s0} > 2 · {t_rt}"
                 late[qpn] = ("rt", s1 - e0 - t_rt)
-        load["on"] = False
-        # the design's bound (docs/requester.md): the scan arms a retransmit timer within a
-        # round of the send and fires it within a round of its deadline; an RNR NAK arms it
-        # at once. Each round here: every QP of the phase may need a visit, and with the ACK
-        # stream an ACK is taken after every SCAN_QUOTA QPs judged or a visit.
+        return late
+
+    def check_late(self, phase, late, mine, under_load):
+        """The design's bound (docs/requester.md): the scan arms a retransmit timer within a
+        round of the send and fires it within a round of its deadline; an RNR NAK arms it at
+        once. Each round here: every QP of the phase may need a visit, and with the ACK stream
+        an ACK is taken after every SCAN_QUOTA QPs judged or a visit."""
+        n, dut = self.n, self.dut
         acks = (n // SCAN_QUOTA + len(mine) + 1) if under_load else 0
         rnd = scan_round(n, len(mine), acks)
         for qpn, (kind, lat) in sorted(late.items()):
@@ -859,8 +928,11 @@ async def requester_timers(dut):
         dut._log.info("%s: worst retransmit %d, RNR %d cycles late; US_CYCLES %d, N %d",
                       phase, max(v for k, v in late.values() if k == "rt"),
                       max(v for k, v in late.values() if k == "rnr"), US, n)
-        # every WQE completes once on its ACK
-        await ClockCycles(dut.clk, 100)
+
+    async def complete(self, phase, qs):
+        """Every WQE completes once on its ACK."""
+        tb = self.tb
+        await ClockCycles(self.dut.clk, 100)
         exp = []
         for q in qs.values():
             psn = q.m.sent[-1]["first_psn"]
@@ -870,6 +942,44 @@ async def requester_timers(dut):
         key = lambda c: (c["qpn"], c["wr_id"])
         assert sorted(got_c, key=key) == sorted(exp, key=key), f"{phase}: {got_c} != {exp}"
         assert tb.tx.empty(), f"{phase}: a frame sent after the ACKs"
+
+    async def phase(self, phase, under_load, mine):
+        """The QPs ``mine``: two RNR QPs, the rest retransmit; with or without the ACKs."""
+        rnr_q = set(mine[3::8])                      # two RNR QPs, the rest retransmit
+        qs = {}
+        for i, qpn in enumerate(mine):
+            q = Rel(self.tb, self.src, qpn, timeout=RT_1MS, retry_cnt=7, rnr_retry=7)
+            q.off = 0x200 * i                        # inside the MR whatever the QPN
+            qs[qpn] = q
+        self.load["on"] = under_load
+        await ClockCycles(self.dut.clk, 50)
+        first = await self.first_pass(phase, qs, rnr_q)
+        late = await self.second_pass(phase, qs, first)
+        self.load["on"] = False
+        self.check_late(phase, late, mine, under_load)
+        await self.complete(phase, qs)
+
+
+@cocotb.test(skip=knob("REQUESTER_TEST_GROUP") != "timers")
+async def requester_timers(dut):
+    """Retransmit (timeout 8, 1.05 ms) and RNR (code 14, 1.28 ms) timers at NUM_QP_T QPs, with
+    the completer idle, then under a continuous stream of ACKs: each retransmission starts no
+    earlier than the timer's value after the original frame's last beat (or the NAK taken), its
+    last beat is within twice the value of the original's first beat (or the NAK offered)
+    (interface.md §6), and it is no later than docs/requester.md's scan bound allows."""
+    n = NUM_QP_T
+    assert n >= 64, "the bench spreads 32 QPs over the QPN space"
+    tb, src = await start(dut, US)
+    tb.tx.clear_pause_generator()         # frame times without TX back-pressure
+    tb.tx.pause = False
+    watch = AckWatch(dut)
+    qpns = sorted({2 + (i * (n - 3)) // 32 for i in range(32)})
+    assert len(qpns) == 32
+    t = _Timers(tb, src, watch, n)
+    cocotb.start_soon(t.ack_load())
+    for phase, under_load in (("idle", False), ("ack load", True)):
+        mine = qpns[:16] if not under_load else qpns[16:]
+        await t.phase(phase, under_load, mine)
     assert tb.gap_errors == 0
     tb.mem.check()
 
