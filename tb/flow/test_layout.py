@@ -4,6 +4,8 @@
   support (``sim``) nor the test benches (``tb``).
 - ``rtl/rnic_flow`` imports the hardware, never ``tb``.
 - ``sim`` (bench harnesses, models, driver) never imports ``tb``.
+- No function or method in ``rtl`` (the hardware and the flow), ``sim`` or ``tb`` is longer
+  than 100 lines, so that each reads at once.
 """
 import ast
 
@@ -45,3 +47,52 @@ def test_flow_is_a_separate_package():
         assert not (ROOT / "rtl" / "rnic" / f"{name}.py").exists(), name
         assert (ROOT / "rtl" / "rnic_flow" / f"{name}.py").exists(), name
     assert 'rnic = "rnic_flow.cli:main"' in (ROOT / "pyproject.toml").read_text()
+
+
+MAX_FUNCTION_LINES = 100
+
+
+def long_functions(text, filename="<text>", limit=MAX_FUNCTION_LINES):
+    """(qualified name, lines) of every function or method in the Python source ``text`` longer
+    than ``limit`` lines, counted from its ``def`` line to its last line (decorators apart);
+    nested functions and methods of nested classes included."""
+    out = []
+
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = prefix + child.name
+                lines = child.end_lineno - child.lineno + 1
+                if lines > limit:
+                    out.append((name, lines))
+                walk(child, name + ".")
+            elif isinstance(child, ast.ClassDef):
+                walk(child, prefix + child.name + ".")
+            else:
+                walk(child, prefix)
+
+    walk(ast.parse(text, filename), "")
+    return out
+
+
+def test_functions_at_most_100_lines():
+    """Every function and method of the hardware, the flow, the simulation support and the
+    benches is at most 100 lines long."""
+    bad = [f"{path.relative_to(ROOT)}: {name} is {lines} lines"
+           for sub in ("rtl", "sim", "tb") for path in _files(sub)
+           for name, lines in long_functions(path.read_text(), str(path))]
+    assert not bad, (f"functions longer than {MAX_FUNCTION_LINES} lines (split them into "
+                     "named helpers):\n" + "\n".join(bad))
+
+
+def test_long_functions_are_found():
+    """The check counts from ``def`` to the last line and names methods and nested functions."""
+    body = "    x = 1\n" * (MAX_FUNCTION_LINES - 1)
+    text = (f"def fits():\n{body}\n"
+            f"@decorated\nasync def over():\n{body}    x = 2\n"
+            "class A:\n    def m(self):\n        def inner():\n"
+            + body.replace("    ", "            ") + "            x = 2\n"
+            "        return inner\n")
+    assert long_functions(text) == [("over", MAX_FUNCTION_LINES + 1),
+                                    ("A.m", MAX_FUNCTION_LINES + 3),
+                                    ("A.m.inner", MAX_FUNCTION_LINES + 1)]
