@@ -399,67 +399,77 @@ async def fuzz(dut):
             prof.dump_stats(knob("FUZZ_PROFILE_FILE"))
 
 
-async def _fuzz(dut):
-    seed = knob("FUZZ_SEED")
-    total = knob("FUZZ_FRAMES")
-    batch = knob("FUZZ_BATCH")
-    rng = random.Random(seed)
-    tb = FuzzTB(dut, seed)
-    await tb.start()
-    dev, mem, regs = tb.dev, tb.mem, tb.regs
-    fz = Fuzzer(rng, knob("FUZZ_JUMBO"))
-    fz.victim_base = tb.victim_base
+class _Campaign:
+    """The state of one fuzz campaign (:func:`_fuzz`): the bench, the figures reported
+    (``stats``, ``invariants`` among them), the clean traffic still to complete and the sums
+    the invariants compare across batches. One batch: :meth:`clean_traffic`,
+    :meth:`hostile_frames`, :meth:`merge`, :meth:`send`, :meth:`settle`, then the checks."""
 
-    stats = {"frames": 0, "hostile": 0, "clean_frames": 0, "clean_messages": 0,
-             "by_kind": {}, "by_reason": {str(i): 0 for i in range(7)},
-             "discarded_mutants": 0, "clean_qpn_foreign_ip": 0, "ack_unchecked": 0, "batches": 0,
-             "checked_writes": 0, "tx_frames": 0,
-             "victim_rearms": 0, "victim_cqes": 0, "truncation_sweep": 0}
-    counters = await regs.counters()
-    assert all(c == 0 for c in counters[:16]), counters
-    expect_cqes = []              # clean CQEs still to come: (wr_id, len)
-    send_msgs = []                # (buf, data) placed by clean SENDs
-    write_msgs = []               # (va, data)
-    wr_id = 1
-    t0 = time.monotonic()
-    cyc0 = tb.mem.cycle
+    def __init__(self, dut, tb, rng):
+        self.dut, self.tb, self.rng = dut, tb, rng
+        self.dev, self.mem, self.regs = tb.dev, tb.mem, tb.regs
+        self.total = knob("FUZZ_FRAMES")
+        self.batch = knob("FUZZ_BATCH")
+        self.fz = Fuzzer(rng, knob("FUZZ_JUMBO"))
+        self.fz.victim_base = tb.victim_base
+        self.stats = {"frames": 0, "hostile": 0, "clean_frames": 0, "clean_messages": 0,
+                      "by_kind": {}, "by_reason": {str(i): 0 for i in range(7)},
+                      "discarded_mutants": 0, "clean_qpn_foreign_ip": 0, "ack_unchecked": 0,
+                      "batches": 0, "checked_writes": 0, "tx_frames": 0,
+                      "victim_rearms": 0, "victim_cqes": 0, "truncation_sweep": 0}
+        self.counters = None
+        self.expect_cqes = []         # clean CQEs still to come: (wr_id, len)
+        self.send_msgs = []           # (buf, data) placed by clean SENDs
+        self.write_msgs = []          # (va, data)
+        self.wr_id = 1
+        self.t0 = self.cyc0 = None    # wall time and cycle of the start
+        self.sweep_frames = []
+        self.invariants = None
+        self.keep_going = knob("FUZZ_KEEP_GOING")
+        self.low0 = self.nr0 = 0
+        self.sent_hostile = 0
+        self.cum_elig = {q: 0 for q in CONNECTED}
+        self.cum_resp = {q: 0 for q in CONNECTED}
+        self.cum_elig_total = 0
+        self.cum_victim_ok = 0
 
-    # the truncation sweep: one clean-QP SEND frame cut at every byte (all must drop: 3)
-    sweep_kw = fz.template(CLEAN_SEND, tb.epsn[CLEAN_SEND])
-    sweep_kw.update(opcode=Op.SEND_ONLY, payload=fz.payload(40))
-    sweep = fz.build(sweep_kw)
-    sweep_frames = [(bytes(sweep[:n]), 0) for n in range(1, len(sweep))]
+    async def start(self):
+        """The counters all 0; the truncation sweep: one clean-QP SEND frame cut at every byte
+        (all must drop: 3)."""
+        fz, tb = self.fz, self.tb
+        self.counters = await self.regs.counters()
+        assert all(c == 0 for c in self.counters[:16]), self.counters
+        self.t0 = time.monotonic()
+        self.cyc0 = tb.mem.cycle
+        sweep_kw = fz.template(CLEAN_SEND, tb.epsn[CLEAN_SEND])
+        sweep_kw.update(opcode=Op.SEND_ONLY, payload=fz.payload(40))
+        sweep = fz.build(sweep_kw)
+        self.sweep_frames = [(bytes(sweep[:n]), 0) for n in range(1, len(sweep))]
+        self.invariants = self.stats["invariants"] = {}
 
-    invariants = stats["invariants"] = {}
-    keep_going = knob("FUZZ_KEEP_GOING")
+    def more(self):
+        """Hostile frames (or the truncation sweep) still to send."""
+        return self.sent_hostile < self.total or self.sweep_frames
 
-    def inv(name, ok, msg):
+    def inv(self, name, ok, msg):
         """Count one check of invariant ``name``; a violation raises at once, or with
         FUZZ_KEEP_GOING=1 is recorded (the run fails at its end)."""
-        rec = invariants.setdefault(name, {"checked": 0, "violated": 0, "first": []})
+        rec = self.invariants.setdefault(name, {"checked": 0, "violated": 0, "first": []})
         rec["checked"] += 1
         if not ok:
             rec["violated"] += 1
             text = str(msg() if callable(msg) else msg)
             if len(rec["first"]) < 3:
                 rec["first"].append(text[:3000])
-            dut._log.error("fuzz invariant %s violated: %s", name, text[:3000])
-            if not keep_going:
+            self.dut._log.error("fuzz invariant %s violated: %s", name, text[:3000])
+            if not self.keep_going:
                 raise AssertionError(text)
         return ok
 
-    low0 = nr0 = 0
-    sent_hostile = 0
-    cum_elig = {q: 0 for q in CONNECTED}
-    cum_resp = {q: 0 for q in CONNECTED}
-    cum_elig_total = 0
-    cum_victim_ok = 0
-    while sent_hostile < total or sweep_frames:
-        stats["batches"] += 1
-        frames = []                # (bytes, tuser, reason, eligible_qp or None, kind)
-        eligible = {q: 0 for q in CONNECTED}
-        eligible["ack"] = 0
-        # ---- clean traffic for this batch ----------------------------------------------
+    async def clean_traffic(self):
+        """This batch's clean messages: a SEND on QP 2 (its receive WQE posted), a WRITE on
+        QP 3. Returns their frames [(qpn, frame)] in order and each clean QP's last PSN."""
+        rng, fz, tb = self.rng, self.fz, self.tb
         clean_seq = []
         # a SEND on QP 2
         n = rng.randint(1, 3 * PMTU)
@@ -467,10 +477,10 @@ async def _fuzz(dut):
         buf = tb.send_next
         tb.send_next += (n + 63) // 64 * 64 + 64
         tb.allowed.append((buf, buf + n))
-        await dev.post_recv(tb.qps[CLEAN_SEND], wr_id, [(buf, n, K_CLEAN_RECV)])
-        expect_cqes.append((wr_id, n))
-        send_msgs.append((buf, data))
-        wr_id += 1
+        await self.dev.post_recv(tb.qps[CLEAN_SEND], self.wr_id, [(buf, n, K_CLEAN_RECV)])
+        self.expect_cqes.append((self.wr_id, n))
+        self.send_msgs.append((buf, data))
+        self.wr_id += 1
         chunks = [data[i:i + PMTU] for i in range(0, n, PMTU)]
         for k, ch in enumerate(chunks):
             op = (Op.SEND_ONLY if len(chunks) == 1 else Op.SEND_FIRST if k == 0
@@ -485,7 +495,7 @@ async def _fuzz(dut):
         va = tb.write_next + rng.randrange(64)
         tb.write_next = (va + n + 63) // 64 * 64 + 64
         tb.allowed.append((va, va + n))
-        write_msgs.append((va, data))
+        self.write_msgs.append((va, data))
         chunks = [data[i:i + PMTU] for i in range(0, n, PMTU)]
         for k, ch in enumerate(chunks):
             op = (Op.RDMA_WRITE_ONLY if len(chunks) == 1 else Op.RDMA_WRITE_FIRST if k == 0
@@ -496,65 +506,85 @@ async def _fuzz(dut):
                                                        psn=tb.epsn[CLEAN_WRITE], reth=reth,
                                                        ackreq=int(last))))
             tb.epsn[CLEAN_WRITE] = (tb.epsn[CLEAN_WRITE] + 1) & 0xFFFFFF
-        stats["clean_messages"] += 2
+        self.stats["clean_messages"] += 2
         last_psn = {q: (tb.epsn[q] - 1) & 0xFFFFFF for q in CLEAN}
+        return clean_seq, last_psn
 
-        # ---- hostile frames, interleaved -------------------------------------------------
+    def hostile_frame(self):
+        """The next hostile frame: (bytes, tuser, kind), or None for a kind not run."""
+        rng, fz, tb = self.rng, self.fz, self.tb
+        if self.sweep_frames:
+            f, tu = self.sweep_frames.pop(0)
+            self.stats["truncation_sweep"] += 1
+            return f, tu, "truncate_sweep"
+        kind = rng.choices(Fuzzer.KINDS, Fuzzer.WEIGHTS)[0]
+        if kind == "jumbo" and not fz.jumbo:
+            return None
+        if kind in ("victim_valid", "victim_write"):
+            f, tu = fz.victim_frame(kind == "victim_write")
+        else:
+            # templates aimed at a clean QP's *next* PSN, or a victim, or anywhere
+            tgt = rng.random()
+            if tgt < 0.5:
+                q = rng.choice(CLEAN)
+                kw = fz.template(q, tb.epsn[q])
+            elif tgt < 0.85:
+                q = rng.choice(VICTIMS)
+                kw = fz.template(q, fz.victim_psn[q])
+            else:
+                kw = fz.template(rng.getrandbits(24), rng.getrandbits(24))
+            f, tu = fz.mutate(kw, kind)
+        return f, tu, kind
+
+    def classify(self, f, tu, kind):
+        """(frame, tuser, reason, eligible, kind) of a hostile frame: the reference's drop
+        reason (6 for a parser-passing frame no QP takes) and the victim (or "ack") that may
+        take it; None for a parser-passing mutant of a clean QP (not sent)."""
+        stats = self.stats
+        f = bytes(f)
+        reason = drop_reason(f, tuser=bool(tu))
+        if reason != 0:
+            return f, tu, reason, None, kind
+        h = decode_frame(f.ljust(74, b"\0"))
+        dq = h["bth"]["dqpn"]
+        ok_src = h["ipv4"]["src"] == REMOTE_IP
+        if dq in CLEAN and ok_src:
+            stats["discarded_mutants"] += 1
+            return None
+        if dq in CLEAN:
+            stats["clean_qpn_foreign_ip"] += 1
+        elig = dq if (dq in VICTIMS and ok_src) else None
+        if (elig is None and h["bth"]["opcode"] == Op.ACKNOWLEDGE and 1 < dq < NUM_QP
+                and not STRICT_ACK):
+            # the top hands every ACKNOWLEDGE to QPN 2..N-1 to the requester without the
+            # source-IPv4/QP-state checks of counter 6 (reported; FUZZ_STRICT_ACK=1
+            # expects 6 as interface.md §4.5 says)
+            elig = "ack"
+            stats["ack_unchecked"] += 1
+        if elig is None:
+            reason = 6
+        return f, tu, reason, elig, kind
+
+    def hostile_frames(self):
+        """This batch's hostile frames: (frame, tuser, reason, eligible, kind)."""
         hostile = []
-        while len(hostile) < batch and (sent_hostile + len(hostile) < total or sweep_frames):
-            if sweep_frames:
-                f, tu = sweep_frames.pop(0)
-                kind = "truncate_sweep"
-                stats["truncation_sweep"] += 1
-            else:
-                kind = rng.choices(Fuzzer.KINDS, Fuzzer.WEIGHTS)[0]
-                if kind == "jumbo" and not fz.jumbo:
-                    continue
-                if kind in ("victim_valid", "victim_write"):
-                    f, tu = fz.victim_frame(kind == "victim_write")
-                else:
-                    # templates aimed at a clean QP's *next* PSN, or a victim, or anywhere
-                    tgt = rng.random()
-                    if tgt < 0.5:
-                        q = rng.choice(CLEAN)
-                        kw = fz.template(q, tb.epsn[q])
-                    elif tgt < 0.85:
-                        q = rng.choice(VICTIMS)
-                        kw = fz.template(q, fz.victim_psn[q])
-                    else:
-                        kw = fz.template(rng.getrandbits(24), rng.getrandbits(24))
-                    f, tu = fz.mutate(kw, kind)
-            f = bytes(f)
-            reason = drop_reason(f, tuser=bool(tu))
-            if reason == 0:
-                h = decode_frame(f.ljust(74, b"\0"))
-                dq = h["bth"]["dqpn"]
-                ok_src = h["ipv4"]["src"] == REMOTE_IP
-                if dq in CLEAN and ok_src:
-                    stats["discarded_mutants"] += 1
-                    continue
-                if dq in CLEAN:
-                    stats["clean_qpn_foreign_ip"] += 1
-                elig = dq if (dq in VICTIMS and ok_src) else None
-                if (elig is None and h["bth"]["opcode"] == Op.ACKNOWLEDGE and 1 < dq < NUM_QP
-                        and not STRICT_ACK):
-                    # the top hands every ACKNOWLEDGE to QPN 2..N-1 to the requester without the
-                    # source-IPv4/QP-state checks of counter 6 (reported; FUZZ_STRICT_ACK=1
-                    # expects 6 as interface.md §4.5 says)
-                    elig = "ack"
-                    stats["ack_unchecked"] += 1
-                if elig is None:
-                    reason = 6
-            else:
-                elig = None
-            hostile.append((f, tu, reason, elig, kind))
-        # merge: clean frames in order, hostile frames at random places
+        while len(hostile) < self.batch and (self.sent_hostile + len(hostile) < self.total
+                                             or self.sweep_frames):
+            x = self.hostile_frame()
+            if x is None:
+                continue
+            x = self.classify(*x)
+            if x is not None:
+                hostile.append(x)
+        return hostile
+
+    def merge(self, clean_seq, hostile):
+        """Clean frames in order, hostile frames at random places (FUZZ_DUMP_BATCH: the batch
+        as sent, one frame a line, for tracing a violation)."""
         seq = [(f, 0, 0, q, "clean") for q, f in clean_seq]
         for h in hostile:
-            seq.insert(rng.randint(0, len(seq)), h)
-        n_clean = len(clean_seq)
-        if knob("FUZZ_DUMP_BATCH") == stats["batches"]:
-            # the batch as sent, one frame a line (for tracing a violation)
+            seq.insert(self.rng.randint(0, len(seq)), h)
+        if knob("FUZZ_DUMP_BATCH") == self.stats["batches"]:
             with open(knob("FUZZ_DUMP_BATCH_FILE"), "w") as fh:
                 for i, (f, tu, reason, elig, kind) in enumerate(seq):
                     h = f.ljust(74, b"\0")
@@ -562,8 +592,29 @@ async def _fuzz(dut):
                              f"op={h[42]:#x} dqpn={int.from_bytes(h[47:50], 'big'):#x} "
                              f"psn={int.from_bytes(h[51:54], 'big'):#x} src={h[26:30].hex()} "
                              f"hex={f[:80].hex()}\n")
+        return seq
 
-        c_before = counters
+    async def send_serial(self, f, tu, tag, reason, kind):
+        """Attribution mode: a hostile frame alone, counter 6 checked after it."""
+        tb, regs = self.tb, self.regs
+        await tb.src.wait()
+        c6 = await regs.counter(6)
+        c0 = await regs.counter(0)
+        tb.src.send_nowait(f, tu, tag)
+        await tb.src.wait()
+        while await regs.counter(0) == c0:
+            await Timer(100, "ns")
+        await Timer(2000, "ns")
+        got6 = await regs.counter(6) - c6
+        if reason == 6 and got6 != 1:
+            raise AssertionError(f"frame {kind} should count 6, counted {got6}: "
+                                 f"{decode_frame(f.ljust(74, bytes(1)))['bth']} "
+                                 f"src {f[26:30].hex()} len {len(f)} hex {f.hex()}")
+
+    async def send(self, seq, eligible):
+        """Send the batch (counted per kind and reason, and per victim in ``eligible``);
+        returns the frames sent per drop reason."""
+        stats, tb = self.stats, self.tb
         sent_reason = [0] * 7
         for f, tu, reason, elig, kind in seq:
             if kind != "clean":
@@ -576,20 +627,7 @@ async def _fuzz(dut):
                 stats["by_reason"]["0"] += 1
             tag = (kind, len(f), reason)
             if SERIAL and kind != "clean":
-                # attribution mode: each hostile frame alone, counter 6 checked after it
-                await tb.src.wait()
-                c6 = await regs.counter(6)
-                c0 = await regs.counter(0)
-                tb.src.send_nowait(f, tu, tag)
-                await tb.src.wait()
-                while await regs.counter(0) == c0:
-                    await Timer(100, "ns")
-                await Timer(2000, "ns")
-                got6 = await regs.counter(6) - c6
-                if reason == 6 and got6 != 1:
-                    raise AssertionError(f"frame {kind} should count 6, counted {got6}: "
-                                         f"{decode_frame(f.ljust(74, bytes(1)))['bth']} "
-                                         f"src {f[26:30].hex()} len {len(f)} hex {f.hex()}")
+                await self.send_serial(f, tu, tag, reason, kind)
                 continue
             # the whole batch is queued at once: the driver sends it back to back
             tb.src.send_nowait(f, tu, tag)
@@ -597,12 +635,13 @@ async def _fuzz(dut):
                 # a runt still occupies a minimum frame's time on the wire
                 tb.src.gap(max(0, -(-RUNT // LANES) - -(-len(f) // LANES)))
             tb.src.gap(IFG)
-        sent_hostile += len(hostile)
-        stats["frames"] += len(seq)
-        stats["hostile"] += len(hostile)
-        stats["clean_frames"] += n_clean
+        return sent_reason
+
+    async def settle(self, seq, c_before):
+        """Wait for every frame to be counted, then for the core to be quiescent; returns the
+        counters' increments over the batch."""
+        tb, regs = self.tb, self.regs
         await tb.src.wait()
-        # wait for every frame to be counted, then for the responses to settle
         for _ in range(2000):
             if (await regs.counter(0)) - c_before[0] >= len(seq):
                 break
@@ -625,10 +664,15 @@ async def _fuzz(dut):
             if c2 == c and a2 == a0:
                 break
             c, a0 = c2, a2
-        inv("quiescent", k < 399, f"the core did not settle within 400 x {settle} cycles")
+        self.inv("quiescent", k < 399, f"the core did not settle within 400 x {settle} cycles")
         d = [(c[i] - c_before[i]) & 0xFFFFFFFF for i in range(16)]
-        counters = c
-        # 2. counters
+        self.counters = c
+        return d
+
+    def check_counters(self, d, seq, sent_reason, n_clean, eligible):
+        """2. counter 0 = frames sent, 1–5 = the reference, 15 = 0, 6 at least the certain
+        no-QP frames, the frames accepted between the clean ones and those plus the eligible."""
+        inv, stats = self.inv, self.stats
         inv("counter0_eq_frames", d[0] == len(seq), f"counter 0 {d[0]} != frames sent {len(seq)}")
         for r in range(1, 6):
             inv(f"counter{r}_eq_reference", d[r] == sent_reason[r],
@@ -645,14 +689,19 @@ async def _fuzz(dut):
                                 hex(h["ipv4"]["src"]), h["bth"]["psn"], len(f)))
         inv("counter6_ge_certain", d[6] >= sent_reason[6],
             lambda: f"counter 6 {d[6]} < certain no-QP frames {sent_reason[6]} (batch "
-                    f"{stats['batches']}): {six}; counters {d}; clean epsn {tb.epsn}")
+                    f"{stats['batches']}): {six}; counters {d}; clean epsn {self.tb.epsn}")
         inv("accepted_in_range", n_clean <= accepted <= n_clean + n_elig,
             f"accepted {accepted} not in [{n_clean}, {n_clean + n_elig}] (counters {d})")
-        # 4. responses
+        return n_elig
+
+    def check_responses(self, eligible, n_elig, last_psn):
+        """4. every frame sent answers a connected QP; the victims answered no more than they
+        were sent; the clean QPs ACK (never NAK) up to their last PSN."""
+        inv, tb = self.inv, self.tb
         acks = {q: [] for q in CONNECTED}
         while not tb.sink.empty():
             dd = decode_frame(tb.sink.recv_nowait())
-            stats["tx_frames"] += 1
+            self.stats["tx_frames"] += 1
             inv("tx_icrc_ok", dd["icrc_ok"], "a transmitted frame with a bad ICRC")
             owner = [q for q in CONNECTED if DEST[q] == dd["bth"]["dqpn"]]
             if inv("tx_known_qpn", owner, f"a response to unknown QPN {dd['bth']['dqpn']:#x}"):
@@ -665,12 +714,13 @@ async def _fuzz(dut):
                         f"QP {owner[0]}: {dd['bth']} with {len(dd['payload'])} bytes")
                 else:
                     acks[owner[0]].append(dd)
-        cum_elig_total += n_elig
+        self.cum_elig_total += n_elig
         for q in VICTIMS:
-            cum_elig[q] += eligible[q]
-            cum_resp[q] += len(acks[q])
-            inv("victim_responses_le_frames", cum_resp[q] <= cum_elig[q],
-                f"QP {q}: {cum_resp[q]} responses for {cum_elig[q]} parser-passing frames")
+            self.cum_elig[q] += eligible[q]
+            self.cum_resp[q] += len(acks[q])
+            inv("victim_responses_le_frames", self.cum_resp[q] <= self.cum_elig[q],
+                f"QP {q}: {self.cum_resp[q]} responses for {self.cum_elig[q]} parser-passing "
+                "frames")
         for q in CLEAN:
             if not inv("clean_ack", acks[q], f"clean QP {q}: no ACK"):
                 continue
@@ -680,9 +730,12 @@ async def _fuzz(dut):
                     f"clean QP {q} answered {a['bth']} {a.get('aeth')}")
             inv("clean_ack_last_psn", acks[q][-1]["bth"]["psn"] == last_psn[q],
                 (q, hex(acks[q][-1]["bth"]["psn"]), hex(last_psn[q])))
-        # 5. clean completions and data
+
+    async def check_clean(self):
+        """5. the clean completions, exact and in order, and the clean data in place."""
+        inv, dev, expect_cqes = self.inv, self.dev, self.expect_cqes
         for _ in range(50):
-            got = await dev.poll_cq(tb.ccq)
+            got = await dev.poll_cq(self.tb.ccq)
             for cqe in got:
                 if not inv("clean_cqe_expected", expect_cqes, f"an unexpected clean CQE {cqe}"):
                     continue
@@ -694,30 +747,39 @@ async def _fuzz(dut):
             await Timer(500, "ns")
         inv("clean_cqes_all", not expect_cqes, f"clean CQEs missing: {expect_cqes}")
         expect_cqes.clear()
-        for b, data in send_msgs:
+        for b, data in self.send_msgs:
             inv("clean_send_data", dev.read(b, len(data)) == data, f"SEND data at {b:#x} differs")
-        for va, data in write_msgs:
+        for va, data in self.write_msgs:
             inv("clean_write_data", dev.read(va, len(data)) == data,
                 f"WRITE data at {va:#x} differs")
-        send_msgs.clear()
-        write_msgs.clear()
+        self.send_msgs.clear()
+        self.write_msgs.clear()
+
+    def progress(self):
+        """Every 20 batches: a log line, and the figures so far (FUZZ_REPORT_FILE)."""
+        stats = self.stats
         if stats["batches"] % 20 == 0:
-            dut._log.info("fuzz: %d frames (%d hostile), %.1f frames/s, reasons %s",
-                          stats["frames"], stats["hostile"],
-                          stats["frames"] / (time.monotonic() - t0), stats["by_reason"])
+            self.dut._log.info("fuzz: %d frames (%d hostile), %.1f frames/s, reasons %s",
+                               stats["frames"], stats["hostile"],
+                               stats["frames"] / (time.monotonic() - self.t0), stats["by_reason"])
             if knob("FUZZ_REPORT_FILE"):
                 # progress of a long run: the figures so far
-                stats["wall_seconds"] = round(time.monotonic() - t0, 1)
-                stats["sim_cycles"] = tb.mem.cycle - cyc0
+                stats["wall_seconds"] = round(time.monotonic() - self.t0, 1)
+                stats["sim_cycles"] = self.tb.mem.cycle - self.cyc0
                 stats["frames_per_second"] = round(stats["frames"] / stats["wall_seconds"], 1)
                 with open(knob("FUZZ_REPORT_FILE") + ".progress", "w") as fh:
                     json.dump(stats, fh, indent=1)
-        vc = await dev.poll_cq(tb.vcq)
-        cum_victim_ok += sum(1 for x in vc if x.status == WcStatus.SUCCESS)
-        stats["victim_cqes"] += len(vc)
-        inv("victim_cqes_le_frames", cum_victim_ok <= cum_elig_total,
-            f"{cum_victim_ok} victim success CQEs for {cum_elig_total} parser-passing frames")
-        # 3. every write
+
+    async def victim_cqes(self):
+        """Poll the victims' CQ: their success CQEs so far."""
+        vc = await self.dev.poll_cq(self.tb.vcq)
+        self.cum_victim_ok += sum(1 for x in vc if x.status == WcStatus.SUCCESS)
+        self.stats["victim_cqes"] += len(vc)
+
+    def check_writes_tready(self):
+        """3. every host-memory write in a granted buffer, no guard written, no AXI error;
+        1. ``s_axis_rx_tready`` never low."""
+        inv, tb, mem, stats = self.inv, self.tb, self.mem, self.stats
         for a, data, _ in mem.writes:
             e = a + len(data)
             inv("write_in_granted_buffer", any(s <= a and e <= t for s, t in tb.allowed),
@@ -729,59 +791,104 @@ async def _fuzz(dut):
         inv("axi_protocol", not mem.errors, "AXI protocol errors: " + "; ".join(mem.errors[:5]))
         mem.violations.clear()
         mem.errors.clear()
-        # 1. tready
+        low0, nr0 = self.low0, self.nr0
         inv("tready_high", tb.tready_low == low0 and tb.src.not_ready == nr0,
             lambda: f"{tb.src.not_ready - nr0} beats waited for tready; s_axis_rx_tready low for "
                     f"{tb.tready_low - low0} cycles (batch {stats['batches']}): (cycle it fell, "
                     f"cycles low, frame being sent, [(cycle, frame) started before]) "
                     f"{tb.low_at[-1:]}")
         stats["tready_low_runs"] = tb.low_at
-        low0, nr0 = tb.tready_low, tb.src.not_ready
-        # the clean QPs' state
+        self.low0, self.nr0 = tb.tready_low, tb.src.not_ready
+
+    async def check_qps(self, eligible):
+        """The clean QPs' state (every 8 batches); victims that went to ERROR re-armed (and
+        their receive queues topped up)."""
+        tb, dev, stats = self.tb, self.dev, self.stats
         if stats["batches"] % 8 == 1:
             for q in CLEAN:
                 st = await dev.query_qp(tb.qps[q])
-                inv("clean_qp_state", st["state"] == QpState.RTS and st["epsn"] == tb.epsn[q],
-                    (q, st))
-        # re-arm victims that went to ERROR (and top up their receive queues)
+                self.inv("clean_qp_state",
+                         st["state"] == QpState.RTS and st["epsn"] == tb.epsn[q], (q, st))
         for q in VICTIMS:
             if eligible[q]:
                 st = await dev.query_qp(tb.qps[q])
                 if (st["state"] == QpState.ERROR
                         or st["rq_ci"] != tb.qps[q].rq_producer - VICTIM_WQES):
-                    await ClockCycles(dut.clk, 50)
+                    await ClockCycles(self.dut.clk, 50)
                     await tb.arm_victim(q)
-                    fz.victim_psn[q] = PSN0[q]
+                    self.fz.victim_psn[q] = PSN0[q]
                     stats["victim_rearms"] += 1
+
+    async def run_batch(self):
+        """One batch: clean and hostile frames sent, the core settled, every invariant."""
+        stats = self.stats
+        stats["batches"] += 1
+        eligible = {q: 0 for q in CONNECTED}
+        eligible["ack"] = 0
+        clean_seq, last_psn = await self.clean_traffic()
+        hostile = self.hostile_frames()
+        seq = self.merge(clean_seq, hostile)
+        n_clean = len(clean_seq)
+        c_before = self.counters
+        sent_reason = await self.send(seq, eligible)
+        self.sent_hostile += len(hostile)
+        stats["frames"] += len(seq)
+        stats["hostile"] += len(hostile)
+        stats["clean_frames"] += n_clean
+        d = await self.settle(seq, c_before)
+        n_elig = self.check_counters(d, seq, sent_reason, n_clean, eligible)
+        self.check_responses(eligible, n_elig, last_psn)
+        await self.check_clean()
+        self.progress()
+        await self.victim_cqes()
+        self.inv("victim_cqes_le_frames", self.cum_victim_ok <= self.cum_elig_total,
+                 f"{self.cum_victim_ok} victim success CQEs for {self.cum_elig_total} "
+                 "parser-passing frames")
+        self.check_writes_tready()
+        await self.check_qps(eligible)
         if stats["batches"] % 20 == 0:
-            dut._log.info("fuzz: %d frames (%d hostile), %.1f frames/s, reasons %s",
-                          stats["frames"], stats["hostile"],
-                          stats["frames"] / (time.monotonic() - t0), stats["by_reason"])
-        vc = await dev.poll_cq(tb.vcq)
-        cum_victim_ok += sum(1 for x in vc if x.status == WcStatus.SUCCESS)
-        stats["victim_cqes"] += len(vc)
-        await dev.events()
-    dt = time.monotonic() - t0
-    stats["sim_cycles"] = tb.mem.cycle - cyc0
-    stats["tready_low_cycles"] = tb.tready_low
-    stats["rx_beats"] = tb.src.beats
-    stats["rx_beats_not_ready"] = tb.src.not_ready
-    stats["scapy_checked_frames"] = fz.frame.checked
-    stats["frames_built"] = fz.frame.built
-    stats["axi"] = dict(tb.mem.stats)
-    stats["wall_seconds"] = round(dt, 1)
-    stats["frames_per_second"] = round(stats["frames"] / dt, 1)
-    stats["counters"] = await regs.counters()
-    dut._log.info("fuzz figures: %s", json.dumps(stats))
-    stats["invariant_checks"] = sum(v["checked"] for v in invariants.values())
-    stats["invariant_violations"] = sum(v["violated"] for v in invariants.values())
-    out = knob("FUZZ_REPORT_FILE")
-    if out:
-        with open(out, "w") as fh:
-            json.dump(stats, fh, indent=1)
-    bad = {k: v["violated"] for k, v in invariants.items() if v["violated"]}
-    assert not bad, f"invariants violated (checks: violations): {bad}; first: " + \
-        "; ".join(f"{k}: {invariants[k]['first'][0][:500]}" for k in bad)
+            self.dut._log.info("fuzz: %d frames (%d hostile), %.1f frames/s, reasons %s",
+                               stats["frames"], stats["hostile"],
+                               stats["frames"] / (time.monotonic() - self.t0), stats["by_reason"])
+        await self.victim_cqes()
+        await self.dev.events()
+
+    async def finish(self):
+        """The figures (logged, FUZZ_REPORT_FILE); fails on any invariant violated."""
+        tb, fz, stats, invariants = self.tb, self.fz, self.stats, self.invariants
+        dt = time.monotonic() - self.t0
+        stats["sim_cycles"] = tb.mem.cycle - self.cyc0
+        stats["tready_low_cycles"] = tb.tready_low
+        stats["rx_beats"] = tb.src.beats
+        stats["rx_beats_not_ready"] = tb.src.not_ready
+        stats["scapy_checked_frames"] = fz.frame.checked
+        stats["frames_built"] = fz.frame.built
+        stats["axi"] = dict(tb.mem.stats)
+        stats["wall_seconds"] = round(dt, 1)
+        stats["frames_per_second"] = round(stats["frames"] / dt, 1)
+        stats["counters"] = await self.regs.counters()
+        self.dut._log.info("fuzz figures: %s", json.dumps(stats))
+        stats["invariant_checks"] = sum(v["checked"] for v in invariants.values())
+        stats["invariant_violations"] = sum(v["violated"] for v in invariants.values())
+        out = knob("FUZZ_REPORT_FILE")
+        if out:
+            with open(out, "w") as fh:
+                json.dump(stats, fh, indent=1)
+        bad = {k: v["violated"] for k, v in invariants.items() if v["violated"]}
+        assert not bad, f"invariants violated (checks: violations): {bad}; first: " + \
+            "; ".join(f"{k}: {invariants[k]['first'][0][:500]}" for k in bad)
+
+
+async def _fuzz(dut):
+    seed = knob("FUZZ_SEED")
+    rng = random.Random(seed)
+    tb = FuzzTB(dut, seed)
+    await tb.start()
+    c = _Campaign(dut, tb, rng)
+    await c.start()
+    while c.more():
+        await c.run_batch()
+    await c.finish()
 
 
 @cocotb.test()
