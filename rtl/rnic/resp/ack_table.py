@@ -57,7 +57,7 @@ Python twin: :func:`sim.models.psn.pending_reduce` / :func:`sim.models.psn.table
 
 import types
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -65,7 +65,8 @@ from ..parts import add as _add
 from ..stream import Queue
 from ..tx.build import tx_hdr_layout
 
-__all__ = ["AckTable", "ack_item_layout", "flag_ram_style", "held_read", "FLAGS_LUTRAM_MAX"]
+__all__ = ["AckTable", "ack_item_layout", "flag_ram_style", "held_read", "slim_queue",
+           "FLAGS_LUTRAM_MAX"]
 
 
 def ack_item_layout(abits):
@@ -75,6 +76,17 @@ def ack_item_layout(abits):
 
 _ack_layout = data.StructLayout({"psn": 24, "msn": 24})
 _nak_layout = data.StructLayout({"psn": 24, "msn": 24, "syndrome": 8})
+
+#: A QP's row of the frame table: its newest ACK in lanes 0–5 and its newest NAK in lanes 6–11
+#: (9-bit lanes, the block RAM's byte enables), so that an insert writes one of the two and the
+#: take reads both in one read. A NAK's syndrome is 0x20–0x3F (RNR) or 0x60–0x63: bit 5 is 1
+#: and bit 7 is 0, so the row keeps bits 6 and 4..0 (``syn6``).
+_LANE = 9
+_ACK_LANES = 6
+_row_layout = data.StructLayout({
+    "ack": _ack_layout, "ack_pad": _ACK_LANES * _LANE - _ack_layout.size,
+    "nak": data.StructLayout({"psn": 24, "msn": 24, "syn6": 6}),
+})
 
 
 _ins_layout = data.StructLayout({"ack": 1, "nak": 1, "nak_first": 1})
@@ -101,6 +113,28 @@ def held_read(m, data, write, hit, restart, name):
     d = Signal.like(write.data, name=name)
     m.d.sync += [v.eq(hit | (v & ~restart)), d.eq(Mux(hit, write.data, d))]
     return Mux(v, d, data)
+
+
+def slim_queue(m, name, layout, depth, slim, out, rebuild=None):
+    """An unbuffered queue of ``layout`` records in LUT RAM that keeps, of each field named in
+    ``slim`` (``{field: (lo, width)}``), only bits ``[lo, lo + width)``: the others are 0 in
+    every record this block pushes (a local QPN below ``num_qp``, a 64-byte-aligned ring base).
+    The record is presented whole on ``out`` (the block's port), the dropped bits 0, or the
+    field made from its kept bits by ``rebuild[field]`` (a status that is 0 or 9, kept as one
+    bit; a field kept with no bits, ``(0, 0)``, that is the same in every record). Returns the
+    queue and the record to push (``rec``, for ``i.payload``)."""
+    rebuild = rebuild or {}
+    stored = data.StructLayout({f: slim[f][1] if f in slim else v.width for f, v in layout})
+    m.submodules[name] = q = Queue(stored, depth, buffered=False)
+    rec = Signal(layout, name=f"{name}_rec")
+    for f, v in layout:
+        lo, w = slim.get(f, (0, v.width))
+        kept = q.o.payload[f]
+        m.d.comb += [q.i.payload[f].eq(rec[f][lo:lo + w]),
+                     out.payload[f].eq(rebuild[f](kept) if f in rebuild
+                                       else Cat(Const(0, lo), kept))]
+    m.d.comb += [out.valid.eq(q.o.valid), q.o.ready.eq(out.ready)]
+    return q, rec
 
 
 class AckTable(wiring.Component):
@@ -182,28 +216,34 @@ class AckTable(wiring.Component):
                                      tk_at_head=tk_at_head)
 
     def _frame_tables(self, m, t):
-        """The ACK {PSN, MSN} and NAK {PSN, MSN, syndrome} block RAMs, written by every response
-        of their kind and read by the take. Adds ``ack_w``, ``nak_w``, ``ack_r``, ``nak_r``."""
+        """The frame table in block RAM (``_row_layout``): per QP the newest ACK {PSN, MSN} and
+        the newest NAK {PSN, MSN, syndrome}, each written by every response of its kind (its
+        lanes only) and both read by the take. Adds ``row_w``, ``row_r``, ``ack_rd`` and
+        ``nak_rd`` (the read row's ACK and NAK)."""
         n = t.n
         # (no_rw_check: the take never reads the row of a QP an insert writes in that cycle)
-        m.submodules.ackm = ackm = memory.Memory(shape=_ack_layout, depth=n, init=[],
+        m.submodules.rowm = rowm = memory.Memory(shape=_row_layout.size, depth=n, init=[],
                                                  attrs={"no_rw_check": 1})
-        m.submodules.nakm = nakm = memory.Memory(shape=_nak_layout, depth=n, init=[],
-                                                 attrs={"no_rw_check": 1})
-        ack_w, nak_w = ackm.write_port(), nakm.write_port()
-        ack_r, nak_r = ackm.read_port(), nakm.read_port()
-        return types.SimpleNamespace(ack_w=ack_w, nak_w=nak_w, ack_r=ack_r, nak_r=nak_r)
+        row_w = rowm.write_port(granularity=_LANE)
+        row_r = rowm.read_port()
+        rd = _row_layout(row_r.data)
+        ack_rd = Signal(_ack_layout)
+        nak_rd = Signal(_nak_layout)
+        m.d.comb += [ack_rd.eq(rd.ack), nak_rd.psn.eq(rd.nak.psn), nak_rd.msn.eq(rd.nak.msn),
+                     nak_rd.syndrome.eq(Cat(rd.nak.syn6[:5], 1, rd.nak.syn6[5], 0))]
+        return types.SimpleNamespace(row_w=row_w, row_r=row_r, ack_rd=ack_rd, nak_rd=nak_rd)
 
     def _queues(self, m, t):
         """The QP FIFO (``qf``, the QPs with something pending, each at most once) and the
         output queue (``oq``) in front of ``o``. Adds ``qf`` and ``oq``."""
         m.submodules.qf = qf = Queue(t.ab, t.n)
         # the frames leave through a short queue, so that the TX arbiter's ready does not
-        # reach the take logic (timing)
-        m.submodules.oq = oq = Queue(tx_hdr_layout, 4, buffered=False)
-        m.d.comb += [self.o.valid.eq(oq.o.valid), self.o.payload.eq(oq.o.payload),
-                     oq.o.ready.eq(self.o.ready)]
-        return types.SimpleNamespace(qf=qf, oq=oq)
+        # reach the take logic (timing); it keeps what differs from frame to frame
+        oq, oq_rec = slim_queue(m, "oq", tx_hdr_layout, 4,
+                                {"qpn": (0, t.ab), "opcode": (0, 0), "se": (0, 0),
+                                 "ackreq": (0, 0), "aeth": (0, 0)}, self.o,
+                                rebuild={"opcode": lambda v: 0x11, "aeth": lambda v: 1})
+        return types.SimpleNamespace(qf=qf, oq=oq, oq_rec=oq_rec)
 
     def _sweep(self, m, t):
         """The reset sweep, which clears every QP's flags after ``rst`` (RAMs are not reset).
@@ -304,8 +344,7 @@ class AckTable(wiring.Component):
             m.d.sync += [u_valid.eq(1), u_q.eq(t_q)]
         with m.Elif(take):
             m.d.sync += u_valid.eq(0)
-        for rp in (t.ack_r, t.nak_r):
-            m.d.comb += [rp.addr.eq(head), rp.en.eq(take)]
+        m.d.comb += [t.row_r.addr.eq(head), t.row_r.en.eq(take)]
         return types.SimpleNamespace(t_valid=t_valid, t_q=t_q, u_valid=u_valid, u_q=u_q,
                                      head=head, take=take, t_adv=t_adv, clash=clash,
                                      k_valid=k_valid)
@@ -377,7 +416,7 @@ class AckTable(wiring.Component):
         with m.If(s_adv):
             m.d.sync += [r_valid.eq(1), t.r_second.eq(0), t.r_ack.eq(t.s_ack),
                          t.r_nak.eq(t.s_nak), t.r_one.eq(~(t.s_ack & t.s_nak)),
-                         t.r_nf.eq(t.s_nf), t.r_a.eq(t.ack_r.data), t.r_n.eq(t.nak_r.data),
+                         t.r_nf.eq(t.s_nf), t.r_a.eq(t.ack_rd), t.r_n.eq(t.nak_rd),
                          t.r_q.eq(s_q)]
         with m.Elif(t.r_done):
             m.d.sync += r_valid.eq(0)
@@ -395,7 +434,7 @@ class AckTable(wiring.Component):
         byp = Signal()
         i_valid = Signal()
         i = Signal(ack_item_layout(t.ab))
-        o = oq.i.payload
+        o = t.oq_rec
         m.d.comb += [
             oq.i.valid.eq(r_valid | byp),
             o.opcode.eq(0x11), o.aeth.eq(1),
@@ -477,8 +516,9 @@ class AckTable(wiring.Component):
         """The insert's writes: the response's QP into the QP FIFO when it had nothing pending,
         its flags (unless it bypasses the table) and its ACK or NAK row; and ``pending``."""
         i, i_valid, byp, is_ack, tk_now, q_ins = t.i, t.i_valid, t.byp, t.is_ack, t.tk_now, t.q_ins
-        ins_w, ack_w, nak_w, qf, oq = t.ins_w, t.ack_w, t.nak_w, t.qf, t.oq
+        ins_w, row_w, qf, oq = t.ins_w, t.row_w, t.qf, t.oq
         q = i.qpn
+        wrow = _row_layout(row_w.data)
         m.d.comb += [
             self.i.ready.eq(1),
             qf.i.valid.eq(i_valid & ~(t.ack_k | t.nak_k) & ~byp),
@@ -493,11 +533,12 @@ class AckTable(wiring.Component):
             ins_w.data.nak_first.eq(is_ack & t.nak_k),
         ]
         m.d.comb += [
-            ack_w.addr.eq(q), ack_w.en.eq(i_valid & is_ack),
-            ack_w.data.psn.eq(i.psn), ack_w.data.msn.eq(i.msn),
-            nak_w.addr.eq(q), nak_w.en.eq(i_valid & ~is_ack),
-            nak_w.data.psn.eq(i.psn), nak_w.data.msn.eq(i.msn),
-            nak_w.data.syndrome.eq(i.syndrome),
+            row_w.addr.eq(q),
+            row_w.en.eq(Cat((i_valid & is_ack).replicate(_ACK_LANES),
+                            (i_valid & ~is_ack).replicate(len(row_w.en) - _ACK_LANES))),
+            wrow.ack.psn.eq(i.psn), wrow.ack.msn.eq(i.msn),
+            wrow.nak.psn.eq(i.psn), wrow.nak.msn.eq(i.msn),
+            wrow.nak.syn6.eq(Cat(i.syndrome[:5], i.syndrome[6])),
             self.pending.eq(i_valid | t.t_valid | t.u_valid | t.d_v | t.s_valid | t.r_valid
                             | t.k_valid | qf.o.valid | (qf.level != 0) | oq.o.valid
                             | (oq.level != 0)),

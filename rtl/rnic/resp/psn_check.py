@@ -119,7 +119,7 @@ from ..opcodes import opcode_info, WcStatus
 from ..stream import BeatStream, Queue, check_width
 from ..control.qp_args import qp_arg_layout
 from ..tx.build import tx_hdr_layout
-from .ack_table import AckTable, ack_item_layout, flag_ram_style, held_read
+from .ack_table import AckTable, ack_item_layout, flag_ram_style, held_read, slim_queue
 from .psn_rules import op_sequence, psn_class_layout, psn_classify
 from .qp_context import (MsgClass, QpContext, QpState, qp_dyn_layout, qp_recv_layout,
                          qp_set_event_layout)
@@ -155,8 +155,6 @@ meta_c_layout = data.StructLayout({k: v.shape for k, v in rx_meta_layout
 #: the metadata fields stage B checks
 meta_b_layout = data.StructLayout({"opcode": 8, "psn": 24, "payload_len": 13, "padcnt": 2,
                                    "reth_len": 32, "src_ip": 32})
-
-
 
 
 class Kind(enum.IntEnum, shape=2):
@@ -300,26 +298,34 @@ class PsnCheck(wiring.Component):
 
         entry_layout = data.StructLayout({
             "qpn": ab, "wait_done": 1, "from_done": 1, "frame": 1, "kill": 1,
-            "syndrome": 8, "psn": 24, "msn": 24, "msn_prev": 24,
+            "syndrome": 8, "psn": 24, "msn": 24, "inc": 1,
         })
         dec_layout = data.StructLayout({"pass_": 1, "beats": 1, "rr": 1})
 
         # The output queues keep their storage in LUT RAM, read combinationally (unbuffered):
         # the consumer's ``ready`` moves a read pointer, not the enable of a wide output register,
         # and no record is copied into a skid buffer (design-rules.md §4, §7).
-        m.submodules.exe_q = exe_q = Queue(exe_layout, 8, buffered=False)
+        # Each queue keeps only the bits that can be non-zero (``slim_queue``): QPNs as local
+        # indices, ring bases without their 6 zero bits, the status as one bit (0 or 9).
+        exe_q, exe_rec = slim_queue(m, "exe_q", exe_layout, 8,
+                                     {"qpn": (0, ab), "status": (0, 1), "rq_base": (6, 58)},
+                                     self.exe, rebuild={"status": lambda v: Mux(
+                                         v, WcStatus.REM_INV_REQ_ERR, 0)})
         m.submodules.resp_q = resp_q = Queue(entry_layout, self.resp_depth, buffered=False)
         m.submodules.dec_q = dec_q = Queue(dec_layout, 8)
-        m.submodules.ack_q = ack_q = Queue(ack_out_layout, 4, buffered=False)
-        m.submodules.ev_q = ev_q = Queue(event_layout, 4)
-        m.submodules.fl_q = fl_q = Queue(rq_flush_layout, 4, buffered=False)
-        connect(m, exe_q.o, wiring.flipped(self.exe))
-        connect(m, ack_q.o, wiring.flipped(self.ack_out))
-        connect(m, ev_q.o, wiring.flipped(self.event))
-        connect(m, fl_q.o, wiring.flipped(self.rq_flush))
+        ack_q, ack_rec = slim_queue(m, "ack_q", ack_out_layout, 4, {"qpn": (0, ab)},
+                                     self.ack_out)
+        # (every event here is a QP_ERROR: the queue keeps the QP)
+        m.submodules.ev_q = ev_q = Queue(data.StructLayout({"number": ab}), 4)
+        m.d.comb += [self.event.valid.eq(ev_q.o.valid), ev_q.o.ready.eq(self.event.ready),
+                     self.event.payload.type.eq(EventType.QP_ERROR),
+                     self.event.payload.number.eq(ev_q.o.payload.number)]
+        fl_q, fl_rec = slim_queue(m, "fl_q", rq_flush_layout, 4,
+                                   {"qpn": (0, ab), "rq_base": (6, 58)}, self.rq_flush)
         return types.SimpleNamespace(
-            ack_q=ack_q, ctx=ctx, dec_layout=dec_layout, dec_q=dec_q, entry_layout=entry_layout,
-            ev_q=ev_q, exe_q=exe_q, fl_q=fl_q, resp_q=resp_q)
+            ack_q=ack_q, ack_rec=ack_rec, ctx=ctx, dec_layout=dec_layout, dec_q=dec_q,
+            entry_layout=entry_layout, ev_q=ev_q, exe_q=exe_q, exe_rec=exe_rec, fl_q=fl_q,
+            fl_rec=fl_rec, resp_q=resp_q)
 
     def _stage_a(self, m, t):
         """Stage A, the input select (fatal report > RQ doorbell > frame metadata) and the issue of
@@ -651,6 +657,7 @@ class PsnCheck(wiring.Component):
             t.ack_q, t.adv, t.b_valid, t.c_ctx, t.c_db, t.c_idx, t.c_kind, t.c_meta, t.c_qok,
             t.c_st, t.c_valid, t.ctx, t.dec_layout, t.dec_q, t.entry_layout, t.ev_q, t.exe_q,
             t.fl_q, t.resp_q, t.wr_en)
+        ack_rec, fl_rec = t.ack_rec, t.fl_rec
         # ---- stage C: decide --------------------------------------------------------------------
         cm, cx, st = c_meta, c_ctx, c_st
         want_exe = Signal()
@@ -679,17 +686,26 @@ class PsnCheck(wiring.Component):
                              | (exe_q.room_next & resp_q.room_next & dec_q.room_next
                                 & ev_q.room_next & ack_q.room_next & fl_q.room_next))
         m.d.comb += [fire.eq(c_valid & can_go), adv.eq(adv_r)]
+        # The flush of a SET_QP to ERROR is pushed in the cycle after its write, from stage C's
+        # registers: SET_QP runs with the pipeline drained, whose registers then load the
+        # tables' read registers every cycle (``adv``), so C holds the QP's row as the command
+        # read it (its RQ producer, which a move to ERROR keeps, and its static fields). The
+        # queue has room: a command starts only with room in it, and nothing else pushes to it
+        # while the command runs.
+        set_fl = Signal()
+        set_fl_qpn = Signal(t.ab)
+        m.d.sync += [set_fl.eq(ctx.set_valid & ctx.set_to_error), set_fl_qpn.eq(ctx.set_qpn)]
         m.d.comb += [
-            exe_q.i.valid.eq(fire & want_exe), exe_q.i.payload.eq(exe),
+            exe_q.i.valid.eq(fire & want_exe), t.exe_rec.eq(exe),
             resp_q.i.valid.eq(fire & want_rq), resp_q.i.payload.eq(ent),
             dec_q.i.valid.eq(fire & want_dec), dec_q.i.payload.eq(dec),
             ev_q.i.valid.eq(fire & want_ev),
-            ev_q.i.payload.type.eq(EventType.QP_ERROR), ev_q.i.payload.number.eq(c_idx),
-            ack_q.i.valid.eq(fire & want_ack), ack_q.i.payload.opcode.eq(cm.opcode),
-            ack_q.i.payload.qpn.eq(c_idx), ack_q.i.payload.psn.eq(cm.psn),
-            ack_q.i.payload.syndrome.eq(cm.aeth_syndrome),
-            ack_q.i.payload.len.eq(cm.payload_len),
-            fl_q.i.valid.eq((fire & want_fl) | (ctx.set_valid & ctx.set_to_error)),
+            ev_q.i.payload.number.eq(c_idx),
+            ack_q.i.valid.eq(fire & want_ack), ack_rec.opcode.eq(cm.opcode),
+            ack_rec.qpn.eq(c_idx), ack_rec.psn.eq(cm.psn),
+            ack_rec.syndrome.eq(cm.aeth_syndrome),
+            ack_rec.len.eq(cm.payload_len),
+            fl_q.i.valid.eq((fire & want_fl) | set_fl),
             wr_en.eq(fire & (c_kind != Kind.RESP)),
         ]
         # the requester's view: every SET_QP written (incl. the sweep to RESET after rst), and
@@ -707,16 +723,10 @@ class PsnCheck(wiring.Component):
                          self.qp_set.payload.state.eq(QpState.ERROR)]
         m.d.comb += self.stat.eq(Mux(fire, stat_c, 0))
 
-        with m.If(ctx.set_valid):
-            m.d.comb += [fl_q.i.payload.qpn.eq(ctx.set_qpn), fl_q.i.payload.index.eq(ctx.set_prod),
-                         fl_q.i.payload.rcqn.eq(ctx.set_static.rcqn),
-                         fl_q.i.payload.rq_base.eq(ctx.set_static.rq_base),
-                         fl_q.i.payload.rq_log.eq(ctx.set_static.rq_log)]
-        with m.Else():
-            m.d.comb += [fl_q.i.payload.qpn.eq(c_idx),
-                         fl_q.i.payload.index.eq(Mux(c_kind == Kind.DB, c_db, cx.rq_prod)),
-                         fl_q.i.payload.rcqn.eq(st.rcqn), fl_q.i.payload.rq_base.eq(st.rq_base),
-                         fl_q.i.payload.rq_log.eq(st.rq_log)]
+        m.d.comb += [fl_rec.qpn.eq(Mux(set_fl, set_fl_qpn, c_idx)),
+                     fl_rec.index.eq(Mux((c_kind == Kind.DB) & ~set_fl, c_db, cx.rq_prod)),
+                     fl_rec.rcqn.eq(st.rcqn), fl_rec.rq_base.eq(st.rq_base),
+                     fl_rec.rq_log.eq(st.rq_log)]
         m.d.comb += [
             self.rq_post.valid.eq(fire & (c_kind == Kind.DB) & c_qok
                                   & (cx.state != QpState.RESET) & (cx.state != QpState.ERROR)),
@@ -726,9 +736,9 @@ class PsnCheck(wiring.Component):
         ]
         m.d.comb += [self.qp_reset.valid.eq(ctx.set_valid & (ctx.set_state == QpState.RESET)),
                      self.qp_reset.payload.qpn.eq(ctx.set_qpn)]
-        # response entry defaults
-        m.d.comb += [ent.qpn.eq(c_idx), ent.msn.eq(cx.msn),
-                     ent.msn_prev.eq(cx.msn), ent.psn.eq(cm.psn)]
+        # response entry defaults (``msn``: the QP's MSN before the packet; ``inc``: the
+        # response's MSN is one more, unless a fatal ``done`` says the message did not complete)
+        m.d.comb += [ent.qpn.eq(c_idx), ent.msn.eq(cx.msn), ent.psn.eq(cm.psn)]
         return types.SimpleNamespace(
             dec=dec, ent=ent, exe=exe, stat_c=stat_c, want_ack=want_ack, want_dec=want_dec,
             want_ev=want_ev, want_exe=want_exe, want_fl=want_fl, want_rq=want_rq)
@@ -835,10 +845,10 @@ class PsnCheck(wiring.Component):
         of sequence (NAK 0x60 once), then the order, access, RNR and length checks of an
         in-order packet (NAK 0x61 with the QP to ERROR, or RNR NAK), else executed."""
         (acc_bad, c_ctx, c_drop, c_info, c_len_nz, c_meta, c_st, dec, ent, exe, fail_61, held,
-         len_bad, msn_inc, pcls, rnr, seq_ok, stat_c, state_ok, want_dec, want_ev, want_exe,
+         len_bad, pcls, rnr, seq_ok, stat_c, state_ok, want_dec, want_ev, want_exe,
          want_fl, want_rq) = (
             t.acc_bad, t.c_ctx, t.c_drop, t.c_info, t.c_len_nz, t.c_meta, t.c_st, t.dec, t.ent,
-            t.exe, t.fail_61, t.held, t.len_bad, t.msn_inc, t.pcls, t.rnr, t.seq_ok, t.stat_c,
+            t.exe, t.fail_61, t.held, t.len_bad, t.pcls, t.rnr, t.seq_ok, t.stat_c,
             t.state_ok, t.want_dec, t.want_ev, t.want_exe, t.want_fl, t.want_rq)
         cm, cx, st, info = c_meta, c_ctx, c_st, c_info
         m.d.comb += [want_dec.eq(1), dec.beats.eq(c_len_nz)]
@@ -881,7 +891,7 @@ class PsnCheck(wiring.Component):
                     ent.wait_done.eq(1), ent.from_done.eq(1),
                     # (a READ is answered by its responses, not by an ACK)
                     ent.frame.eq(cm.ackreq & ~info.read),
-                    ent.syndrome.eq(0x1F), ent.msn.eq(msn_inc),
+                    ent.syndrome.eq(0x1F), ent.inc.eq(info.end),
                 ]
             with m.If(fail_61):
                 m.d.comb += [
@@ -1067,6 +1077,8 @@ class PsnCheck(wiring.Component):
         m.d.comb += have.eq(hv & (~h.wait_done | self.done.valid))
         fatal_done = Signal()
         m.d.comb += fatal_done.eq(h.from_done & self.done.payload.fatal)
+        h_msn1 = Signal(24)         # the response's MSN unless a fatal ``done`` (from registers)
+        m.d.comb += h_msn1.eq(h.msn + h.inc)
         f_valid = Signal()
         f = Signal(ack_item_layout(ab))         # the response, for the pending table
         m.d.comb += [
@@ -1077,7 +1089,7 @@ class PsnCheck(wiring.Component):
                                   h.frame)),
             f.qpn.eq(h.qpn), f.psn.eq(h.psn),
             f.syndrome.eq(Mux(fatal_done, self.done.payload.syndrome, h.syndrome)),
-            f.msn.eq(Mux(fatal_done, h.msn_prev, h.msn)),
+            f.msn.eq(Mux(fatal_done, h.msn, h_msn1)),
         ]
         # A fatal ``done`` injects its fatal operation whether or not its QP is already in
         # error (the error bit, a table read, stays off the injection's register): the QP is
@@ -1112,11 +1124,14 @@ class PsnCheck(wiring.Component):
         # must not run through the fault merge's skid buffer into its registers as the port's
         # ready. A fault acts a cycle later than it would straight from the port; as said
         # below, that is a fault that came a cycle later.
-        m.submodules.fault_q = fault_q = Queue(qpn_layout, 2, buffered=False)
-        connect(m, wiring.flipped(self.fault), fault_q.i)
+        # (it keeps the local QPN and whether the QPN is below ``num_qp``)
+        m.submodules.fault_q = fault_q = Queue(data.StructLayout({"qpn": ab, "ok": 1}), 2,
+                                               buffered=False)
+        m.d.comb += [fault_q.i.valid.eq(self.fault.valid), self.fault.ready.eq(fault_q.i.ready),
+                     fault_q.i.payload.qpn.eq(self.fault.payload.qpn[:ab]),
+                     fault_q.i.payload.ok.eq(~self.fault.payload.qpn[ab:].any())]
         flt = fault_q.o
-        fq_ok = Signal()
-        m.d.comb += fq_ok.eq(~flt.payload.qpn[ab:].any())     # < num_qp
+        fq_ok = flt.payload.ok
         # The error bits written by SET_QP (and the sweep) and by a fault go through one
         # register too (the command FSM's index and strobe, and the fault handshake, stay off
         # the table's write port); the sequencer's registered write has the port first, and
