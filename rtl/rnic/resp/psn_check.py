@@ -408,8 +408,11 @@ class PsnCheck(wiring.Component):
         m.d.comb += [mr_w.data[f].eq(meta[f]) for f in meta_c_layout.members]
         with m.If(a_fire):
             m.d.sync += a_slot.eq(a_slot + 1)
+        # (a bubble carries the kind RESP, which changes nothing: while a command runs, stage
+        # C's next context is its row as read, which the command's write takes)
         with m.If(adv):
-            m.d.sync += [r_valid.eq(a_fire), r_kind.eq(a_kind), r_idx.eq(a_idx),
+            m.d.sync += [r_valid.eq(a_fire), r_kind.eq(Mux(a_fire, a_kind, Kind.RESP)),
+                         r_idx.eq(a_idx),
                          r_qok.eq(a_qok), r_db.eq(self.rq_db.payload.index), r_slot.eq(a_slot),
                          r_info.eq(a_info), r_rlm1.eq(meta.reth_len - 1),
                          r_rlz.eq(meta.reth_len == 0)]
@@ -467,14 +470,24 @@ class PsnCheck(wiring.Component):
         # when the reader is in B, and B uses it instead of the RAM data (``b_fwd``, a
         # register), the whole row, which has the earlier writes of that QP in it. Operations
         # of one QP are thus two cycles apart at least, operations of different QPs one cycle.
+        #
+        # ``w1`` is the table's one writer: a command's row write (``ctx.cw_*``, the pipeline
+        # drained) goes through it too, cleared (the sweep, SET_QP to RESET) or from ``new``,
+        # which is then C's row as read with the command's state and ePSN (``_next_context``).
         wr_en = Signal()
         new = Signal(qp_dyn_layout)
         w1_data = Signal(qp_dyn_layout)
         w1_valid = Signal()
         w1_idx = Signal(ab)
-        m.d.sync += w1_valid.eq(wr_en)
-        with m.If(wr_en):
-            m.d.sync += [w1_data.eq(new), w1_idx.eq(c_idx)]
+        w1_load = Signal()
+        m.d.comb += w1_load.eq(wr_en | ctx.cw_valid)
+        m.d.sync += w1_valid.eq(w1_load)
+        with m.If(ctx.cw_clr):
+            m.d.sync += w1_data.eq(0)
+        with m.Elif(w1_load):
+            m.d.sync += w1_data.eq(new)
+        with m.If(w1_load):
+            m.d.sync += w1_idx.eq(Mux(ctx.cw_valid, ctx.cw_qpn, c_idx))
         m.d.comb += [ctx.wr_en.eq(w1_valid), ctx.wr_addr.eq(w1_idx), ctx.wr_dyn.eq(w1_data)]
         # (The write from ``w1`` does not stop an operation whose QP also writes from B: that
         # one's write in C will be forwarded to it whole, and it read after ``w1``'s write.)
@@ -911,7 +924,7 @@ class PsnCheck(wiring.Component):
             t.c_pre_bad, t.c_psn1, t.c_qok, t.len_bad, t.msn_inc, t.new, t.nx_e, t.nx_n,
             t.off_next, t.oseq, t.pcls, t.resid_next, t.rnr, t.seq_ok, t.state_ok, t.x_exec,
             t.x_fail, t.x_fatal)
-        cm, cx, info = c_meta, c_ctx, c_info
+        cm, cx, info, ctx = c_meta, c_ctx, c_info, t.ctx
         # ---- the next dynamic context, flat (the decision → new → c_ctx loop) ---------------
         # Same decisions as the Switch of _stage_c_kinds and _stage_c_packet, written as one AND
         # per outcome and one 2:1 mux per field: ``nx_e`` if C executes, ``nx_n`` if not (both
@@ -942,7 +955,10 @@ class PsnCheck(wiring.Component):
             nx_e.off.eq(Mux(info.end, 0, off_next)),
             nx_e.resid.eq(resid_next),
             nx_n.eq(cx),
-            nx_n.state.eq(Mux(x_fatal, QpState.ERROR, cx.state)),
+            # (a command's write: its state, and its ePSN on entry to RTR)
+            nx_n.state.eq(Mux(ctx.cw_valid, ctx.cw_state,
+                              Mux(x_fatal, QpState.ERROR, cx.state))),
+            nx_n.epsn.eq(Mux(ctx.cw_valid & ctx.cw_rtr, ctx.cw_epsn, cx.epsn)),
             nx_n.nak.eq(Mux(ok_in, 0, Mux(k_pkt & ~c_drop & state_ok & pcls.ahead, 1, cx.nak))),
             nx_n.rq_prod.eq(Mux((c_kind == Kind.DB) & c_qok & (cx.state != QpState.RESET),
                                 c_db, cx.rq_prod)),

@@ -19,7 +19,9 @@ Each table's read data is registered once (the block RAM's output register); tha
 PSN Check's stage-B context and the command's view of the QP. The PSN Check pipeline
 (``psn_check.py``) owns the read-modify-write of the dynamic table through :class:`QpContext`'s
 pipeline ports; this block serves SET_QP (0x01) and QUERY_QP (0x02) of the command mailbox
-(interface.md §4.2) through the same ports while the pipeline is drained.
+(interface.md §4.2) through the same read port while the pipeline is drained. The dynamic table
+has one writer, the pipeline's write register: a command's row write (``cw_*``) is made by the
+pipeline from the row the command read, which its drained stages hold.
 
 SET_QP reads ARG0..15 twice: a first pass keeps what the checks and the dynamic write need (new
 state, path MTU, ARG2's ePSN, ARG3's send PSN, the refusals of ARG6/8/9), the QP's row is read
@@ -141,7 +143,16 @@ class QpContext(wiring.Component):
     rd_dyn : Out(qp_dyn_layout)
     wr_addr, wr_en : In
     wr_dyn : In(qp_dyn_layout)
-        Pipeline write port of the dynamic table.
+        The dynamic table's write port (the pipeline's write register).
+    cw_valid : Out(1)
+        The command's write of the dynamic row, one cycle after ``set_valid``: the pipeline
+        writes QP ``cw_qpn`` with 0 (``cw_clr``, which comes with ``cw_valid``) or with the row
+        the command read (``rd_dyn`` of the cycle before: the drained pipeline's stages hold
+        it), its state ``cw_state`` and, with ``cw_rtr``, its ePSN ``cw_epsn``. Registers.
+    cw_qpn : Out(range(num_qp))
+    cw_clr, cw_rtr : Out(1)
+    cw_state : Out(3)
+    cw_epsn : Out(24)
     set_valid : Out(1)
         One-cycle strobe when SET_QP writes a QP, with ``set_qpn`` and ``set_state``.
     set_qpn : Out(range(num_qp))
@@ -176,6 +187,12 @@ class QpContext(wiring.Component):
             "wr_addr": In(self.abits),
             "wr_en": In(1),
             "wr_dyn": In(qp_dyn_layout),
+            "cw_valid": Out(1),
+            "cw_qpn": Out(self.abits),
+            "cw_clr": Out(1),
+            "cw_rtr": Out(1),
+            "cw_state": Out(3),
+            "cw_epsn": Out(24),
             "set_valid": Out(1),
             "set_qpn": Out(self.abits),
             "set_state": Out(3),
@@ -213,8 +230,9 @@ class QpContext(wiring.Component):
         n = t.n
         # ``no_rw_check`` (design-rules.md §9): a read never meets a write of its row. The
         # pipeline does not issue an operation whose QP is written in that cycle (PSN Check's
-        # same-QP hazard; a read that does meet it is a bubble's, never used), and the command
-        # FSM reads (ADDR, READ) and writes (SWEEP, WRITE, EXEC) in different states.
+        # same-QP hazard; a read that does meet it is a bubble's, never used), the command FSM
+        # reads (ADDR, READ) and writes the static table (WRITE) in different states, and a
+        # command starts only once the pipeline's write register has written its last row.
         m.submodules.smem = smem = memory.Memory(shape=_LANES * _LANE, depth=n, init=[],
                                                  attrs={"no_rw_check": 1})
         m.submodules.dmem = dmem = memory.Memory(shape=qp_dyn_layout, depth=n, init=[],
@@ -226,21 +244,19 @@ class QpContext(wiring.Component):
         return types.SimpleNamespace(srd=srd, swr=swr, drd=drd, dwr=dwr)
 
     def _port_select(self, m, t):
-        """The tables' ports, the pipeline's or, while ``owned``, the command FSM's (``c_*``),
-        and the read data registered once (``dq``, and ``st``, the static row's fields), for
-        both. Adds ``owned``, ``c_addr``, ``c_rd_en``, ``c_wr_dyn``, ``c_wr_en``, ``dq`` and
-        ``st``."""
+        """The tables' read ports, the pipeline's or, while ``owned``, the command FSM's
+        (``c_*``), and the read data registered once (``dq``, and ``st``, the static row's
+        fields), for both; the dynamic table's write port (the pipeline's). Adds ``owned``,
+        ``c_addr``, ``c_rd_en``, ``c_wr_en``, ``dq`` and ``st``."""
         srd, drd, dwr = t.srd, t.drd, t.dwr
-        # the command FSM drives the memory ports: a register, from taking a command (or rst)
-        # to its response (or the sweep's end), so that it reaches the wide write-data and
-        # address muxes straight from a flip-flop
+        # the command FSM drives the read ports: a register, from taking a command (or rst)
+        # to its response (or the sweep's end), so that it reaches the address muxes straight
+        # from a flip-flop
         owned = Signal(init=1)
         c_addr = Signal(self.abits)
         c_rd_en = Signal()
-        c_wr_dyn = Signal(qp_dyn_layout)
-        # the dynamic write's enable (and ``set_valid``): a register, decided in the cycle
-        # before SWEEP's next write and before EXEC, so that the command's decode does not run
-        # into the write enable of the table's block RAMs (timing)
+        # the command's dynamic write (``set_valid``, and ``cw_valid`` a cycle later): a
+        # register, decided in the cycle before SWEEP's next write and before EXEC
         c_wr_en = Signal(init=1)
 
         # the read data, registered once (shared by the pipeline and the command)
@@ -259,12 +275,12 @@ class QpContext(wiring.Component):
             drd.en.eq(rd_en),
             self.rd_static.eq(st),
             self.rd_dyn.eq(dq),
-            dwr.addr.eq(Mux(owned, c_addr, self.wr_addr)),
-            dwr.data.eq(Mux(owned, c_wr_dyn, self.wr_dyn)),
-            dwr.en.eq(Mux(owned, c_wr_en, self.wr_en)),
+            dwr.addr.eq(self.wr_addr),
+            dwr.data.eq(self.wr_dyn),
+            dwr.en.eq(self.wr_en),
         ]
         return types.SimpleNamespace(owned=owned, c_addr=c_addr, c_rd_en=c_rd_en,
-                                     c_wr_dyn=c_wr_dyn, c_wr_en=c_wr_en, dq=dq, st=st)
+                                     c_wr_en=c_wr_en, dq=dq, st=st)
 
     def _command_registers(self, m, t):
         """The command's registers: opcode, index (the QPN), result, the ARG counter ``cnt``,
@@ -335,23 +351,24 @@ class QpContext(wiring.Component):
         return types.SimpleNamespace(s_arg_we=s_arg_we)
 
     def _dynamic_write(self, m, t):
-        """The dynamic table's write data ``c_wr_dyn`` (SWEEP, EXEC) with its selects
-        ``w_zero`` and ``w_rtr`` (LOAD sets them), and ``sq_w``, the send PSN for the
-        requester. Adds ``sq_w``, ``w_zero`` and ``w_rtr``."""
-        new_state, dq = t.new_state, t.dq
+        """The command's dynamic write (SWEEP, EXEC), made by the pipeline a cycle after
+        ``set_valid`` (``cw_*``), with its selects ``w_zero`` and ``w_rtr`` (LOAD sets them),
+        and ``sq_w``, the send PSN for the requester. Adds ``sq_w``, ``w_zero`` and
+        ``w_rtr``."""
+        new_state = t.new_state
         # the send PSN for the requester: ARG3 on entry to RTS, else 0 (it takes it only then)
         sq_w = Signal(24)
         m.d.comb += sq_w.eq(Mux(~t.sweeping & (new_state == QpState.RTS), t.arg_sq, 0))
         # The dynamic write (SWEEP, EXEC): 0 for the sweep and RESET, else the row read with
         # the new state, and ARG2's ePSN on entry to RTR. Its selects are registers decoded
-        # when ARG0 is read (``w_zero`` also covers the sweep), so each bit is one LUT from
-        # flip-flops before the pipeline's write mux.
+        # when ARG0 is read (``w_zero`` also covers the sweep); the strobe, the QPN and the
+        # clear are registered with ``set_valid`` (the QPN of the sweep moves every cycle).
         w_zero = Signal(init=1)
         w_rtr = Signal()
-        nd = Signal(qp_dyn_layout)
-        m.d.comb += [nd.eq(dq), nd.state.eq(new_state),
-                     nd.epsn.eq(Mux(w_rtr, t.arg_epsn, dq.epsn)),
-                     t.c_wr_dyn.eq(Mux(w_zero, 0, nd))]
+        m.d.sync += [self.cw_valid.eq(t.c_wr_en), self.cw_qpn.eq(t.c_addr),
+                     self.cw_clr.eq(t.c_wr_en & w_zero)]
+        m.d.comb += [self.cw_rtr.eq(w_rtr), self.cw_state.eq(new_state),
+                     self.cw_epsn.eq(t.arg_epsn)]
         return types.SimpleNamespace(sq_w=sq_w, w_zero=w_zero, w_rtr=w_rtr)
 
     def _busy(self, m, t):
