@@ -468,18 +468,24 @@ class AckTable(wiring.Component):
         idle = Signal()
         m.d.comb += idle.eq(~(t.sw_busy | t.t_valid | t.u_valid | t.d_v | t.s_valid | t.r_valid
                               | t.k_valid | t.qf.o.valid | (t.qf.level != 0)))
-        m.d.comb += t.byp.eq(i_valid & idle & t.oq.i.ready)
+        # The bypass reads ``idle`` a cycle late, from a register, so that the insert's write
+        # enables start at flip-flops (timing): nothing was held then and nothing has been
+        # inserted since, so nothing is held now. In the cycle after the table drains it says
+        # "held", and a response takes the table's path, where it is the only one held.
+        idle_r = Signal()
+        m.d.sync += idle_r.eq(idle & ~ins_w.en)
+        m.d.comb += t.byp.eq(i_valid & idle_r & t.oq.i.ready)
         for rp in (ins_at_in, tk_at_in):
             m.d.comb += [rp.addr.eq(self.next_qpn), rp.en.eq(self.next_load)]
         n_q = Signal(ab)            # the announced QP
         with m.If(self.next_load):
             m.d.sync += n_q.eq(self.next_qpn)
-        n_addr = Signal(ab)
-        m.d.comb += n_addr.eq(Mux(self.next_load, self.next_qpn, n_q))
-        n_ins = held_read(m, ins_at_in.data, ins_w, ins_w.en & (ins_w.addr == n_addr),
-                          self.next_load, "nf_ins")
-        n_tk = held_read(m, tk_at_in.data, tk_w, tk_w.en & (tk_w.addr == n_addr),
-                         self.next_load, "nf_tk")
+        # (the writes are compared with the announced QPN and with ``n_q`` at once, so that
+        # ``next_load``, late in the cycle, only selects which compare counts)
+        def hit(w):
+            return Mux(self.next_load, w.en & (w.addr == self.next_qpn), w.en & (w.addr == n_q))
+        n_ins = held_read(m, ins_at_in.data, ins_w, hit(ins_w), self.next_load, "nf_ins")
+        n_tk = held_read(m, tk_at_in.data, tk_w, hit(tk_w), self.next_load, "nf_tk")
         # q's bits as they stand at I (before I's own writes)
         q_ins = Signal(_ins_layout)
         q_tk = Signal(_take_layout)

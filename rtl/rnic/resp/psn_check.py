@@ -443,6 +443,20 @@ class PsnCheck(wiring.Component):
         b_info = Signal.like(a_info, name="b_info")
         b_rlm1 = Signal(32)
         b_rlz = Signal()
+        # The compares of the RETH length and the payload length with every path MTU (bit 0:
+        # MTU 0, for a code outside 1..5; bit c: ``128 << c``), made in R from its registers:
+        # B only selects by the QP's code (the static row's register), which reaches no carry
+        # chain (timing: the MTU's compares were the block's worst paths).
+        # (x > 2^k is an OR of x's bits, x == 2^k an AND: no carry chain)
+        def gt(x, k):
+            return x.any() if k is None else x[k + 1:].any() | (x[k] & x[:k].any())
+
+        def eq(x, k):
+            return ~x.any() if k is None else x[k] & ~x[k + 1:].any() & ~x[:k].any()
+        mtus = [None] + [7 + c for c in range(1, 6)]       # log2 of each MTU (None: 0)
+        b_rl_gt = Signal(6)
+        b_len_gt = Signal(6)
+        b_len_eq = Signal(6)
         # the QP's row as read: the tables' registered read data (C's write of the R→B cycle
         # aside, see below)
         b_ctx = ctx.rd_dyn
@@ -507,12 +521,16 @@ class PsnCheck(wiring.Component):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
                          b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db), b_slot.eq(r_slot),
                          b_info.eq(r_info), b_rlm1.eq(r_rlm1), b_rlz.eq(r_rlz),
+                         b_rl_gt.eq(Cat(gt(r_meta.reth_len, k) for k in mtus)),
+                         b_len_gt.eq(Cat(gt(r_meta.payload_len, k) for k in mtus)),
+                         b_len_eq.eq(Cat(eq(r_meta.payload_len, k) for k in mtus)),
                          b_fwd.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx))]
         fwd = Signal(qp_dyn_layout)
         m.d.comb += fwd.eq(Mux(b_fwd, w1_data, b_ctx))
         return types.SimpleNamespace(
             b_db=b_db, b_idx=b_idx, b_info=b_info, b_kind=b_kind, b_meta=b_meta, b_qok=b_qok,
-            b_rlm1=b_rlm1, b_rlz=b_rlz, b_slot=b_slot, b_st=b_st, b_valid=b_valid, c_ctx=c_ctx,
+            b_rlm1=b_rlm1, b_rlz=b_rlz, b_rl_gt=b_rl_gt, b_len_gt=b_len_gt, b_len_eq=b_len_eq,
+            b_slot=b_slot, b_st=b_st, b_valid=b_valid, c_ctx=c_ctx,
             c_db=c_db, c_idx=c_idx, c_kind=c_kind, c_meta=c_meta, c_qok=c_qok, c_slot=c_slot,
             c_st=c_st, c_valid=c_valid, fwd=fwd, new=new, w1_valid=w1_valid, wr_en=wr_en)
 
@@ -526,15 +544,16 @@ class PsnCheck(wiring.Component):
         _add(t, self._stage_b_context(m, t))
         _add(t, self._stage_b_to_c(m, t))
 
-    def _w_rules_bad(self, m, pmtu, length, padcnt, resid, name):
+    def _w_rules_bad(self, m, resid_gt, len_ne, length, padcnt, resid, name):
         """Whether a packet of payload ``length`` and PadCnt ``padcnt`` breaks the WRITE rules
-        against the residue ``resid`` with path MTU ``pmtu`` (a signal named ``name``): one rule
-        for a FIRST/ONLY (resid = its RETH length) and a MIDDLE/LAST (the context's residue)."""
+        against the residue ``resid`` (a signal named ``name``; ``resid_gt``: resid > the path
+        MTU, ``len_ne``: length != the path MTU): one rule for a FIRST/ONLY (resid = its RETH
+        length) and a MIDDLE/LAST (the context's residue)."""
         # the WRITE rules against the residue: resid > PMTU → payload == PMTU, PadCnt 0;
         # else payload == resid, PadCnt == −resid & 3
         bad = Signal(name=name)
-        with m.If(resid > pmtu):
-            m.d.comb += bad.eq((length != pmtu) | (padcnt != 0))
+        with m.If(resid_gt):
+            m.d.comb += bad.eq(len_ne | (padcnt != 0))
         with m.Else():
             m.d.comb += bad.eq((length != resid) | (padcnt != (-resid)[0:2]))
         return bad
@@ -552,19 +571,32 @@ class PsnCheck(wiring.Component):
                 with m.Case(code):
                     m.d.comb += b_pmtu.eq(128 << code)
         b_len = b_meta.payload_len
+        # the compares made in R, selected by the QP's path MTU code
+        rl_gt = Signal()            # RETH length > path MTU
+        len_gt = Signal()           # payload length > path MTU
+        len_ne = Signal()           # payload length != path MTU
+        with m.Switch(b_st.pmtu):
+            for code in range(1, 6):
+                with m.Case(code):
+                    m.d.comb += [rl_gt.eq(t.b_rl_gt[code]), len_gt.eq(t.b_len_gt[code]),
+                                 len_ne.eq(~t.b_len_eq[code])]
+            with m.Default():
+                m.d.comb += [rl_gt.eq(t.b_rl_gt[0]), len_gt.eq(t.b_len_gt[0]),
+                             len_ne.eq(~t.b_len_eq[0])]
         b_pos_bad = Signal()
         with m.If(b_info.start & b_info.end):
-            m.d.comb += b_pos_bad.eq(b_len > b_pmtu)
+            m.d.comb += b_pos_bad.eq(len_gt)
         with m.Elif(~b_info.end):
-            m.d.comb += b_pos_bad.eq(b_len != b_pmtu)
+            m.d.comb += b_pos_bad.eq(len_ne)
         with m.Else():
-            m.d.comb += b_pos_bad.eq((b_len == 0) | (b_len > b_pmtu))
+            m.d.comb += b_pos_bad.eq((b_len == 0) | len_gt)
         rl = b_meta.reth_len
 
         # FIRST/ONLY: resid = RETH length
-        b_wstart_bad = self._w_rules_bad(m, b_pmtu, b_len, b_meta.padcnt, rl, "b_wstart_bad")
+        b_wstart_bad = self._w_rules_bad(m, rl_gt, len_ne, b_len, b_meta.padcnt, rl,
+                                         "b_wstart_bad")
         return types.SimpleNamespace(b_pmtu=b_pmtu, b_len=b_len, b_pos_bad=b_pos_bad, rl=rl,
-                                     b_wstart_bad=b_wstart_bad)
+                                     b_wstart_bad=b_wstart_bad, len_ne=len_ne)
 
     def _stage_b_context(self, m, t):
         """Stage B's checks against the QP's current dynamic context ``fwd`` (PSN class, state,
@@ -589,8 +621,8 @@ class PsnCheck(wiring.Component):
                 ck.seq_ok.eq(op_sequence(m, b_meta.opcode, x.open, name=f"{name}_op_seq").ok),
                 ck.rnr.eq(b_info.rwr & (x.rq_prod == x.rq_cons)),
                 ck.w_bad.eq(b_info.write & ~b_info.start
-                            & self._w_rules_bad(m, b_pmtu, b_len, b_meta.padcnt, x.resid,
-                                                f"{name}_w_bad")),
+                            & self._w_rules_bad(m, x.resid > b_pmtu, t.len_ne, b_len,
+                                                b_meta.padcnt, x.resid, f"{name}_w_bad")),
                 ck.resid.eq(resid - b_len),                         # residue after the packet
                 ck.off.eq(Mux(b_info.start, 0, x.off) + b_len),     # offset after the packet
             ]
