@@ -37,8 +37,9 @@ the newest write to the same QP since the read; the take reads the head's bits w
 QPN and holds them in the same way. rst does not reach a RAM: for ``num_qp`` cycles
 after ``rst`` the take side copies the insert side for every QP, so nothing is pending; no
 response is decided meanwhile (PSN Check takes no packet while its QP context sweeps, for as
-long after ``rst``). ACK {PSN, MSN} and NAK {PSN, MSN, syndrome} are two block-RAM tables written
-by every response of their kind and read, non-transparently, by the take stage. A frame names
+long after ``rst``). ACK {PSN, MSN} and NAK {PSN, MSN, syndrome} share one block-RAM row per
+QP, in separate 9-bit lanes (``_row_layout``), written by every response of their kind (its
+lanes only) and read, both at once and non-transparently, by the take stage. A frame names
 its QP by local QPN; the TX frame builder adds the QP's addresses from its path table.
 Throughput: one frame per cycle on ``o`` (one take per cycle when each QP holds one frame and no
 response for the head's QP arrives). Latency: the input is registered, the QP FIFO has two
@@ -47,8 +48,9 @@ FIFO's read enable and level depend on registers, not on the take; the buffer ad
 the take pipeline four (the popped QPN registered; its flags read; the take clears them
 and issues the table reads; the block RAM outputs are registered before any logic) and a
 4-entry output queue in LUT RAM (which keeps ``o.ready`` out of the take logic) one: about 8
-cycles from ``i`` to ``o``. A response that finds nothing held (no flag pending, no QPN queued
-or being taken, room in the output queue) skips the table: from the input register it goes
+cycles from ``i`` to ``o``. A response that finds nothing held, in its cycle and the one before
+(no flag pending, no QPN queued or being taken; room in the output queue) skips the table:
+from the input register it goes
 straight into the output queue, 2 cycles from ``i`` to ``o``, and sets no flag. Being the only
 response held, it is served first come, first served like any other.
 

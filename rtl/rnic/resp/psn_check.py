@@ -34,13 +34,15 @@ Pipeline and forwarding
 One read-modify-write of the QP context (:class:`~rnic.resp.qp_context.QpContext`): stage A
 (input select: fatal report > RQ doorbell > frame metadata; issues the read of both context
 tables; the frame's metadata goes into a 4-entry LUT-RAM ring, the fields stage B checks into
-R's register), stage R (the block RAM's output), stage B (the tables' registered read data:
+R's register), stage R (the block RAM's output; the RETH and payload lengths compared with each
+path MTU), stage B (the tables' registered read data:
 every check that needs no dynamic context — opcode decode, path MTU, position length rule, RETH
 length, the WRITE rules of a FIRST/ONLY, access, source IPv4 — and every check that does — PSN
 classification, state, opcode sequence, RNR, the WRITE rules of a MIDDLE/LAST, the residue and
 offset after the packet — all registered into C), stage C (decision, pushes the outputs; the
 metadata read from the ring at the operation's slot; the new dynamic context into a write
-register, which writes the table in the next cycle, stage D). The PSN
+register, which writes the table in the next cycle, stage D: the table's one writer, which
+also makes a command's row write). The PSN
 classifier and the opcode sequencer are :mod:`rnic.resp.psn_rules`.
 
 Same-QP hazard: an operation is not issued while an operation of its QP that writes the table

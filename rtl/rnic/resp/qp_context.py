@@ -26,8 +26,8 @@ pipeline from the row the command read, which its drained stages hold.
 SET_QP reads ARG0..15 twice: a first pass keeps what the checks and the dynamic write need (new
 state, path MTU, ARG2's ePSN, ARG3's send PSN, the refusals of ARG6/8/9), the QP's row is read
 and the command judged; only an accepted SET_QP reads them again and writes each ARG's lanes
-(and sends each on ``qp_arg``), then reads the row back (``set_static`` is the row written) and
-writes the dynamic entry (about 40 cycles in all).
+(and sends each on ``qp_arg``), then reads the row back and has the pipeline write the dynamic
+entry from it (about 40 cycles in all).
 
 SET_QP rules: QPN 0/1 or ≥ num_qp → result 2; state not one of 0,1,2,3,6, an illegal change
 (only RESET→INIT→RTR→RTS and any→RESET/ERROR are legal; RTS→RTS is not), log2 ring sizes > 15,
@@ -159,12 +159,8 @@ class QpContext(wiring.Component):
     set_state : Out(3)
     set_to_error : Out(1)
         With ``set_valid``: SET_QP moves the QP from another state into ERROR.
-    set_prod : Out(16)
-        With ``set_valid``: the QP's RQ producer index.
     set_sq_psn : Out(24)
         With ``set_valid``: ARG3's send PSN on entry to RTS, else 0.
-    set_static : Out(qp_recv_layout)
-        With ``set_valid``: the static fields written.
     qp_arg : Out(stream.Signature(qp_arg_layout, always_ready=True))
         Every ARG word an accepted SET_QP writes, in the cycle it is written (ARG0..15, before
         ``set_valid``), and one write with ``all`` per QP of the reset sweep: for the other
@@ -197,12 +193,10 @@ class QpContext(wiring.Component):
             "set_qpn": Out(self.abits),
             "set_state": Out(3),
             "set_to_error": Out(1),
-            "set_prod": Out(16),
             "set_sq_psn": Out(24),
             "q_qpn": Out(self.abits),
             "q_psn": In(24),
             "q_cons": In(16),
-            "set_static": Out(qp_recv_layout),
             "qp_arg": Out(stream.Signature(qp_arg_layout, always_ready=True)),
         })
 
@@ -532,5 +526,4 @@ class QpContext(wiring.Component):
                      self.set_state.eq(Mux(sweeping, 0, new_state)),
                      self.set_to_error.eq(~sweeping & (new_state == QpState.ERROR)
                                           & (dq.state != QpState.ERROR)),
-                     self.set_prod.eq(dq.rq_prod), self.set_static.eq(Mux(sweeping, 0, t.st)),
                      self.set_sq_psn.eq(t.sq_w), self.q_qpn.eq(t.index)]
