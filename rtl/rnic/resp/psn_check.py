@@ -278,6 +278,7 @@ class PsnCheck(wiring.Component):
         _add(t, self._stage_a(m, t))
         _add(t, self._stage_r(m, t))
         _add(t, self._stage_b_regs(m, t))
+        _add(t, self._stage_r_compares(m, t))
         self._stage_b_checks(m, t)
         _add(t, self._stage_c_outputs(m, t))
         self._stage_c_decide(m, t)
@@ -445,20 +446,6 @@ class PsnCheck(wiring.Component):
         b_info = Signal.like(a_info, name="b_info")
         b_rlm1 = Signal(32)
         b_rlz = Signal()
-        # The compares of the RETH length and the payload length with every path MTU (bit 0:
-        # MTU 0, for a code outside 1..5; bit c: ``128 << c``), made in R from its registers:
-        # B only selects by the QP's code (the static row's register), which reaches no carry
-        # chain (timing: the MTU's compares were the block's worst paths).
-        # (x > 2^k is an OR of x's bits, x == 2^k an AND: no carry chain)
-        def gt(x, k):
-            return x.any() if k is None else x[k + 1:].any() | (x[k] & x[:k].any())
-
-        def eq(x, k):
-            return ~x.any() if k is None else x[k] & ~x[k + 1:].any() & ~x[:k].any()
-        mtus = [None] + [7 + c for c in range(1, 6)]       # log2 of each MTU (None: 0)
-        b_rl_gt = Signal(6)
-        b_len_gt = Signal(6)
-        b_len_eq = Signal(6)
         # the QP's row as read: the tables' registered read data (C's write of the R→B cycle
         # aside, see below)
         b_ctx = ctx.rd_dyn
@@ -523,18 +510,37 @@ class PsnCheck(wiring.Component):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
                          b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db), b_slot.eq(r_slot),
                          b_info.eq(r_info), b_rlm1.eq(r_rlm1), b_rlz.eq(r_rlz),
-                         b_rl_gt.eq(Cat(gt(r_meta.reth_len, k) for k in mtus)),
-                         b_len_gt.eq(Cat(gt(r_meta.payload_len, k) for k in mtus)),
-                         b_len_eq.eq(Cat(eq(r_meta.payload_len, k) for k in mtus)),
                          b_fwd.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx))]
         fwd = Signal(qp_dyn_layout)
         m.d.comb += fwd.eq(Mux(b_fwd, w1_data, b_ctx))
         return types.SimpleNamespace(
             b_db=b_db, b_idx=b_idx, b_info=b_info, b_kind=b_kind, b_meta=b_meta, b_qok=b_qok,
-            b_rlm1=b_rlm1, b_rlz=b_rlz, b_rl_gt=b_rl_gt, b_len_gt=b_len_gt, b_len_eq=b_len_eq,
-            b_slot=b_slot, b_st=b_st, b_valid=b_valid, c_ctx=c_ctx,
+            b_rlm1=b_rlm1, b_rlz=b_rlz, b_slot=b_slot, b_st=b_st, b_valid=b_valid, c_ctx=c_ctx,
             c_db=c_db, c_idx=c_idx, c_kind=c_kind, c_meta=c_meta, c_qok=c_qok, c_slot=c_slot,
             c_st=c_st, c_valid=c_valid, fwd=fwd, new=new, w1_valid=w1_valid, wr_en=wr_en)
+
+    def _stage_r_compares(self, m, t):
+        """The length compares stage R makes for B (``b_rl_gt``, ``b_len_gt``, ``b_len_eq``, one
+        bit per path MTU, loaded on ``adv`` with B's registers). Adds these."""
+        r_meta = t.r_meta
+        # The compares of the RETH length and the payload length with every path MTU (bit 0:
+        # MTU 0, for a code outside 1..5; bit c: ``128 << c``), made in R from its registers:
+        # B only selects by the QP's code (the static row's register), so the code reaches no
+        # carry chain (timing). x > 2^k is an OR of x's bits, x == 2^k an AND.
+        def gt(x, k):
+            return x.any() if k is None else x[k + 1:].any() | (x[k] & x[:k].any())
+
+        def eq(x, k):
+            return ~x.any() if k is None else x[k] & ~x[k + 1:].any() & ~x[:k].any()
+        mtus = [None] + [7 + c for c in range(1, 6)]       # log2 of each MTU (None: 0)
+        b_rl_gt = Signal(6)
+        b_len_gt = Signal(6)
+        b_len_eq = Signal(6)
+        with m.If(t.adv):
+            m.d.sync += [b_rl_gt.eq(Cat(gt(r_meta.reth_len, k) for k in mtus)),
+                         b_len_gt.eq(Cat(gt(r_meta.payload_len, k) for k in mtus)),
+                         b_len_eq.eq(Cat(eq(r_meta.payload_len, k) for k in mtus))]
+        return types.SimpleNamespace(b_rl_gt=b_rl_gt, b_len_gt=b_len_gt, b_len_eq=b_len_eq)
 
     def _stage_b_checks(self, m, t):
         """Stage B's checks, registered into C: those that need no dynamic context (path MTU,
