@@ -865,6 +865,8 @@ class Requester(wiring.Component):
         pf_q = Signal(ab)
         pf_c = Signal(16)
         pf_go = Signal()                # issue the prefetch this cycle
+        pf_cw = Signal()                # the read of (qpn, cons) was issued in the last cycle
+        cw_new = Signal()               # CHECK_WAIT follows CTX_WAIT (a new visit)
         # cons + 1, cons = hcons and psn − 1, registered: used in PKT, CHUNK and WB_NEXT only,
         # which never follow a change of cons, hcons or psn by one cycle
         cons1 = Signal(16)
@@ -880,7 +882,8 @@ class Requester(wiring.Component):
         # pf_c, qpn or cons by one cycle)
         pf_match = Signal()
         m.d.sync += pf_match.eq((pf_q == qpn) & (pf_c == dyn.cons))
-        m.d.comb += pf_hit.eq(pf_v & ~pf_bad & pf_match)
+        # (pf_cw: CHECK_WAIT issued the read of this WQE a cycle ago, before pf_match saw it)
+        m.d.comb += pf_hit.eq(pf_v & ~pf_bad & (pf_match | pf_cw))
         return types.SimpleNamespace(
             ctx=ctx, dyn=dyn, ern=ern, eng_rn=eng_rn, rgen_ne=rgen_ne, wqe=wqe, sw=sw, wr_id=wr_id,
             wop=wop, flags=flags, num_sge=num_sge, immf=immf, raddr=raddr, rkey=rkey,
@@ -889,7 +892,8 @@ class Requester(wiring.Component):
             cur_addr=cur_addr, seg_left=seg_left, len1=len1, left=left, was_last=was_last,
             flush=flush, fpsn_r=fpsn_r, skipn=skipn, skip0=skip0, soff=soff, sk_lt=sk_lt,
             pend_err=pend_err, eoff=eoff, pstat=pstat, kill_v=kill_v, kill_q=kill_q, served=served,
-            pf_v=pf_v, pf_q=pf_q, pf_c=pf_c, pf_go=pf_go, cons1=cons1, alloc_r=alloc_r,
+            pf_v=pf_v, pf_q=pf_q, pf_c=pf_c, pf_go=pf_go, pf_cw=pf_cw, cw_new=cw_new,
+            cons1=cons1, alloc_r=alloc_r,
             psn_m1=psn_m1, wqe_idx=wqe_idx, pf_bad=pf_bad, pf_hit=pf_hit)
 
     def _engine_flags(self, m, t):
@@ -1124,7 +1128,7 @@ class Requester(wiring.Component):
                 m.d.sync += flag.eq(1)
 
         m.d.sync += [e_wb_st.eq(0), e_yield_st.eq(0), e_park_st.eq(0), e_wbn_st.eq(0),
-                     e_cw_st.eq(0)]
+                     e_cw_st.eq(0), t.pf_cw.eq(0), t.cw_new.eq(0)]
         with m.FSM(name="engine") as eng_fsm:
             self._engine_load_states(m, t)
             self._engine_check_states(m, t, go)
@@ -1164,7 +1168,7 @@ class Requester(wiring.Component):
                 m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0),
                              ern.eq(rn_rd)]
                 m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
-                m.d.sync += e_cw_st.eq(1)
+                m.d.sync += [e_cw_st.eq(1), t.cw_new.eq(1)]
                 m.next = "CHECK_WAIT"
 
     def _engine_check_states(self, m, t, go):
@@ -1218,7 +1222,19 @@ class Requester(wiring.Component):
                              fpsn_r.eq(Mux(dyn.part, dyn.fpsn, dyn.psn)),
                              skipn.eq(Mux(dyn.part, dyn.psn - dyn.fpsn, 0)),
                              skip0.eq(~dyn.part | (dyn.psn == dyn.fpsn))]
-                m.next = "WQE_REQ"
+                # WQE_REQ's work done here for the usual cases: the WQE already asked for,
+                # or its read issued now (a prefetch of another WQE: WQE_REQ drains it)
+                with m.If(t.pf_hit):
+                    m.d.sync += t.pf_v.eq(0)
+                    m.next = "WQE_DATA"
+                with m.Elif(~t.pf_v):
+                    m.d.comb += self.wqe_rd.req.valid.eq(1)
+                    with m.If(self.wqe_rd.req.ready):
+                        m.next = "WQE_DATA"
+                    with m.Else():
+                        m.next = "WQE_REQ"
+                with m.Else():
+                    m.next = "WQE_REQ"
             with m.Else():
                 # 16 WQEs unretired, or the ring full: wait for ACKs elsewhere (the scan
                 # wakes parked QPs when the work queue is empty)
@@ -1515,8 +1531,16 @@ class Requester(wiring.Component):
             t.cfg_wp, t.dyn, t.e_cw_st, t.ecpl, t.eoff, t.none_unretired, t.pend_err, t.rgen_ne)
         with m.State("CHECK_WAIT"):
             # one cycle for the registered reads and window flags to see the new dyn; the
-            # completer's copy of the QP's timer settings (from ctx)
+            # completer's copy of the QP's timer settings (from ctx). On a new visit with a
+            # WQE posted at cons, its read is issued here, ahead of CHECK's decision: a read
+            # CHECK does not use waits as a prefetch of (qpn, cons), used on a later visit
+            # or drained by WQE_REQ, as any other.
             m.d.comb += [self.busy.eq(1), cfg_wp.en.eq(1)]
+            with m.If(t.cw_new & ~t.pf_v & (dyn.cons != t.prod)):
+                m.d.comb += self.wqe_rd.req.valid.eq(1)
+                with m.If(self.wqe_rd.req.ready):
+                    m.d.sync += [t.pf_v.eq(1), t.pf_q.eq(t.qpn), t.pf_c.eq(dyn.cons),
+                                 t.pf_bad.eq(0), t.pf_cw.eq(1)]
             m.next = "CHECK"
         with m.State("ERR"):
             # completions stay in SQ order: wait until every earlier WQE is retired. Once
