@@ -44,9 +44,10 @@ def test_bypassed_read_port_is_transparent():
 
 
 def test_completion_send_cqn_meets_table_writes():
-    """A completion's CQE carries its QP's send CQN as the table stands in the cycle it is taken
-    (a SET_QP write of that cycle included) or in a later cycle before the CQE is offered, with
-    SET_QP's ARG5 writes to the same QP in most cycles; the CQE holds while it waits."""
+    """A completion's CQE carries its QP's send CQN as the table stands in the cycle it is first
+    offered (a SET_QP write of that cycle included) or in a later cycle before the CQE is
+    offered, with SET_QP's ARG5 writes to the same QP in most cycles; the CQE holds while it
+    waits, and the completion is taken once its CQE is."""
     from rnic.opcodes import WcStatus
     from rnic.req.req_context import ReqContext
 
@@ -59,6 +60,7 @@ def test_completion_send_cqn_meets_table_writes():
         hist = []                   # hist[n]: the table as a read in cycle n sees it
         pending = []                # (QPN, take cycle) of completions whose CQE has not come
         offered = None              # (cycle first offered, payload) of the CQE on offer
+        offer = None                # (QPN, cycle first offered) of the completion on offer
         ctx.set(dut.qp_err.ready, 1)
         ctx.set(dut.event.ready, 1)
         for n in range(4000):
@@ -68,13 +70,20 @@ def test_completion_send_cqn_meets_table_writes():
             ctx.set(dut.qp_arg.valid, av)
             ctx.set(dut.qp_arg.payload, {"qpn": aq, "arg": 5, "data": cq << 16,
                                          "all": rng.random() < 0.05})
-            cv = rng.random() < 0.5
-            qpn = rng.randrange(2)
+            # a completion offered holds until taken (stream rules: ReqContext reads it
+            # where it waits, and takes it once its CQE is taken)
+            if offer is None and rng.random() < 0.5:
+                offer = (rng.randrange(2), n)
+            cv = offer is not None
             ctx.set(dut.cpl.valid, cv)
-            ctx.set(dut.cpl.payload, {"qpn": qpn, "wr_id": n, "status": WcStatus.SUCCESS})
+            if cv:
+                ctx.set(dut.cpl.payload, {"qpn": offer[0], "wr_id": offer[1],
+                                          "status": WcStatus.SUCCESS})
             ctx.set(dut.cqe.ready, rng.random() < 0.7)
+            if cv and offer[1] == n:
+                pending.append((offer[0], n))   # (its QPN, the cycle it was first offered)
             if cv and ctx.get(dut.cpl.ready):
-                pending.append((qpn, n))
+                offer = None
             if ctx.get(dut.cqe.valid):
                 p = ctx.get(dut.cqe.payload)
                 if offered is None:

@@ -35,6 +35,8 @@ ctx_req : In(QpnStream()) / ctx_resp : Out(stream.Signature(req_ctx_layout))
     ``req_ctx_layout`` except ``state`` is the static field of the same name.
 cpl : In(stream.Signature(cpl_layout)) → cqe : Out(stream.Signature(cqe_layout)),
 qp_err : Out(QpnStream()), event : Out(stream.Signature(event_layout))
+    A completion is read where it waits (the requester's register) and taken when every
+    output it needs was taken: its payload must hold while it waits (stream rules).
 req_fault : In(QpnStream())
 prog_psn : In(stream.Signature({qpn, psn}, always_ready=True)),
 prog_cons : In(stream.Signature({qpn, cons}, always_ready=True))
@@ -244,56 +246,64 @@ class ReqContext(wiring.Component):
     def _completion_take(self, m, t):
         """Take one completion (``cpl``) or gather fault (``req_fault``) at a time, the
         completion first, and read its QP's send CQN into ``scqn``, again while a write to the
-        row met the read. Adds ``busy``, ``rd_wait`` (the CQN is not read yet), the held
-        completion ``c`` and what it still needs to offer (``need_cqe``, ``need_err``,
+        row met the read. A completion is not copied: it stays in the requester's ``cpl``
+        register (a stream's payload holds while it waits), which is taken (``ready``) when
+        every output it needs was taken; a fault, taken at once, leaves its QPN in ``fq``.
+        Adds ``busy``, ``rd_wait`` (the CQN is not read yet), ``flt`` (the held one is a
+        fault), ``fq``, what it still needs to offer (``need_cqe``, ``need_err``,
         ``need_ev``), and ``scqn``."""
         ab, CR, cq_wp, cpl_rp = t.ab, t.CR, t.cq_wp, t.cpl_rp
         # ---- completions ------------------------------------------------------------------------
         # one completion (or gather fault) at a time: read its QP's send CQN, then offer the CQE,
         # the QP-to-ERROR report and the event independently; the slot frees when all are taken.
-        # The send CQN's port reads every cycle: the completion's QPN as it is taken, then the
-        # held one while busy. A read that met a write to the row (``rd_hit``, a registered
-        # address compare) returned the row as it was: the completion waits one cycle more
-        # (rd_wait stays set) for the next read, which sees the write, and so on while writes
-        # meet the reads. The CQE carries the row as of the take or of a later cycle before it.
+        # The send CQN's port reads every cycle at the completion's QPN, which holds while it
+        # waits. A read that met a write to the row (``rd_hit``, a registered address compare)
+        # returned the row as it was: the completion waits one cycle more (rd_wait stays set)
+        # for the next read, which sees the write, and so on while writes meet the reads. The
+        # CQE carries the row as of the cycle the completion was first seen or of a later cycle
+        # before the CQE. (A fault reads the row too, and does not use it.)
         busy = Signal()
         rd_wait = Signal()
         rd_hit = Signal()
-        c = Signal(cpl_layout)
+        flt = Signal()                  # the held one is a gather fault (its QPN in fq)
+        fq = Signal(24)
         need_cqe, need_err, need_ev = Signal(), Signal(), Signal()
         take_cpl = Signal()
         take_flt = Signal()
         m.d.comb += [
             take_cpl.eq(~busy & self.cpl.valid),
             take_flt.eq(~busy & ~self.cpl.valid & self.req_fault.valid),
-            self.cpl.ready.eq(~busy),
             self.req_fault.ready.eq(~busy & ~self.cpl.valid),
-            cpl_rp.addr.eq(Mux(busy, c.qpn[:ab], self.cpl.payload.qpn[:ab])),
+            cpl_rp.addr.eq(self.cpl.payload.qpn[:ab]),
         ]
         m.d.sync += rd_hit.eq(cq_wp.en.any() & (cq_wp.addr == cpl_rp.addr))
         cp = self.cpl.payload
         err_status = (cp.status != WcStatus.SUCCESS) & (cp.status != WcStatus.WR_FLUSH_ERR)
         with m.If(take_cpl):
-            m.d.sync += [busy.eq(1), rd_wait.eq(1), c.eq(cp),
+            m.d.sync += [busy.eq(1), rd_wait.eq(1), flt.eq(0),
                          need_cqe.eq(~cp.fault),
                          need_err.eq(cp.fault | err_status),
                          need_ev.eq(cp.fault)]
         with m.If(take_flt):
-            m.d.sync += [busy.eq(1), rd_wait.eq(1), c.eq(0), c.qpn.eq(self.req_fault.payload.qpn),
+            m.d.sync += [busy.eq(1), rd_wait.eq(1), flt.eq(1),
+                         fq.eq(self.req_fault.payload.qpn),
                          need_cqe.eq(0), need_err.eq(1), need_ev.eq(1)]
         scqn = Signal(16)
         with m.If(rd_wait & ~rd_hit):
             m.d.sync += [rd_wait.eq(0), scqn.eq(CR.decode(m, cpl_rp.data, "cpl_fields").scqn)]
-        return types.SimpleNamespace(busy=busy, rd_wait=rd_wait, c=c, need_cqe=need_cqe,
-                                     need_err=need_err, need_ev=need_ev, scqn=scqn)
+        return types.SimpleNamespace(busy=busy, rd_wait=rd_wait, flt=flt, fq=fq,
+                                     need_cqe=need_cqe, need_err=need_err, need_ev=need_ev,
+                                     scqn=scqn)
 
     def _completion_outputs(self, m, t):
         """The held completion's three outputs, offered independently once its CQN is read:
         the CQE (with the send CQN; WR_FLUSH_ERR marked ``flush``), the QPN on ``qp_err`` (an
         error completion or a fault) and event 4 (a fault); the slot frees when every one it
         needs is taken."""
-        busy, rd_wait, c, scqn = t.busy, t.rd_wait, t.c, t.scqn
+        busy, rd_wait, flt, fq, scqn = t.busy, t.rd_wait, t.flt, t.fq, t.scqn
         need_cqe, need_err, need_ev = t.need_cqe, t.need_err, t.need_ev
+        c = self.cpl.payload            # the held completion (a fault needs only fq)
+        qpn = Mux(flt, fq, c.qpn)
         live = Signal()
         m.d.comb += live.eq(busy & ~rd_wait)
         q = self.cqe.payload
@@ -302,10 +312,10 @@ class ReqContext(wiring.Component):
             q.cqn.eq(scqn), q.wr_id.eq(c.wr_id), q.byte_len.eq(c.byte_len), q.imm_or_rkey.eq(0),
             q.qpn.eq(c.qpn), q.status.eq(c.status), q.opcode.eq(c.opcode), q.flags.eq(c.flags),
             q.se.eq(0), q.flush.eq(c.status == WcStatus.WR_FLUSH_ERR),
-            self.qp_err.valid.eq(live & need_err), self.qp_err.payload.qpn.eq(c.qpn),
+            self.qp_err.valid.eq(live & need_err), self.qp_err.payload.qpn.eq(qpn),
             self.event.valid.eq(live & need_ev),
             self.event.payload.type.eq(EventType.HOST_FAULT),
-            self.event.payload.number.eq(c.qpn),
+            self.event.payload.number.eq(qpn),
         ]
         nc, ne, nv = Signal(), Signal(), Signal()
         m.d.comb += [nc.eq(need_cqe & ~self.cqe.ready), ne.eq(need_err & ~self.qp_err.ready),
@@ -314,3 +324,5 @@ class ReqContext(wiring.Component):
             m.d.sync += [need_cqe.eq(nc), need_err.eq(ne), need_ev.eq(nv)]
             with m.If(~nc & ~ne & ~nv):
                 m.d.sync += busy.eq(0)
+                # (the completion leaves the requester's register as its last output is taken)
+                m.d.comb += self.cpl.ready.eq(~flt)
