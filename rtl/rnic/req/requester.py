@@ -599,7 +599,9 @@ class Requester(wiring.Component):
         m.d.sync += rslot_ok.eq((rfresh != R) | rfree.o.valid)
         return types.SimpleNamespace(
             rfree=rfree, rfresh=rfresh, new_ri=new_ri, rslot_ok=rslot_ok,
-            is_rd=Signal(name="is_rd"), rd_va=Signal(64, name="rd_va"),
+            is_rd=Signal(name="is_rd"), op_rd_r=Signal(name="op_rd_r"),
+            lk_out=Signal(name="lk_out"), lk_drop=Signal(name="lk_drop"),
+            rd_va=Signal(64, name="rd_va"),
             rd_n=Signal(24, name="rd_n"), rd_rm1=Signal(32, name="rd_rm1"),
             rd_z=Signal(name="rd_z"), e_ri=Signal(sb, name="e_ri"))
 
@@ -749,8 +751,13 @@ class Requester(wiring.Component):
          rh_rpe, rn_rd_w, rn_wp, set_hit, set_q) = (
             t.aq, t.c_wb_st_r, t.comp_rd_w, t.comp_rp, t.dyn_rd_w, t.dyn_rp, t.dyn_wp, t.prod_rp,
             t.prod_wp, t.qpn, t.rb, t.rh_rpe, t.rn_rd_w, t.rn_wp, t.set_hit, t.set_q)
-        # the engine reads its QP's entries continuously
-        m.d.comb += [prod_rp.addr.eq(qpn), dyn_rp.addr.eq(qpn), comp_rp.addr.eq(qpn)]
+        # the engine reads its QP's entries continuously; prod at the work queue's head while
+        # the engine is in IDLE (e_idle), so that its two registers hold the new QP's row by
+        # CHECK_WAIT, three cycles after IDLE took it
+        e_idle = Signal()
+        rq = Signal.like(qpn)           # the QP of prod's read
+        m.d.comb += [rq.eq(Mux(e_idle, t.work.o.payload, qpn)),
+                     prod_rp.addr.eq(rq), dyn_rp.addr.eq(qpn), comp_rp.addr.eq(qpn)]
         # registered copies of the table reads (one cycle older: every use is conservative)
         # (prod twice: synthesis folds the first register into the block RAM, whose clock-to-out
         # then fed the CHECK compare; a doorbell seen a cycle late is still queued for service)
@@ -769,8 +776,8 @@ class Requester(wiring.Component):
         p_data = Signal(16)             # the value that write wrote
         p_row = Signal.like(qpn)        # the QP of the read on the port
         pq_row = Signal.like(qpn)       # the QP whose row prod_q holds
-        m.d.sync += [p_en.eq(prod_wp.en), p_match.eq(prod_wp.addr == qpn), prod.eq(prod_q),
-                     p_data.eq(prod_wp.data), p_row.eq(qpn)]
+        m.d.sync += [p_en.eq(prod_wp.en), p_match.eq(prod_wp.addr == rq), prod.eq(prod_q),
+                     p_data.eq(prod_wp.data), p_row.eq(rq)]
         m.d.comb += p_hit.eq(p_en & p_match)
         with m.If(~p_hit):
             m.d.sync += [prod_q.eq(prod_rp.data), pq_row.eq(p_row)]
@@ -795,6 +802,7 @@ class Requester(wiring.Component):
         m.d.sync += rh_e.eq(rh_rpe.data)
         return types.SimpleNamespace(
             prod=prod, cs=cs, dyn_rd=dyn_rd, rn_rd=rn_rd, ce_hit=ce_hit, set_r=set_r,
+            e_idle=e_idle,
             aq_qpn_r=aq_qpn_r, e_hit1=e_hit1, rh_e=rh_e)
 
     def _engine_state(self, m, t):
@@ -1076,7 +1084,9 @@ class Requester(wiring.Component):
             self.wqe_rd.req.payload.tag.eq(0),
             self.lookup.req.payload.key.eq(Mux(k[0], sge_key[1], sge_key[0])),
             self.lookup.req.payload.pd.eq(ctx.pd),
-            self.lookup.req.payload.access.eq(is_rd),     # a READ's SGEs: LOCAL_WRITE (0x01)
+            # a READ's SGEs: LOCAL_WRITE (0x01); (wop == 5 registered: the early lookup in
+            # WQE_DATA is made before VALIDATE sets is_rd)
+            self.lookup.req.payload.access.eq(t.op_rd_r),
             self.lookup.req.payload.va.eq(Mux(k[0], sge_addr[1], sge_addr[0])),
             self.lookup.req.payload.len.eq(Mux(k[0], sge_len[1], sge_len[0])),
             self.lookup.req.payload.tag.eq(k),
@@ -1136,6 +1146,13 @@ class Requester(wiring.Component):
             self._engine_wqe(m, t, go, prefetch)
             self._engine_end_states(m, t, go)
 
+        # the answer to an early lookup whose WQE went no further, dropped in any state (LOOKUP
+        # makes no lookup while one is outstanding, so it is the next answer)
+        with m.If(t.lk_drop):
+            m.d.comb += self.lookup.resp.ready.eq(1)
+            with m.If(self.lookup.resp.valid):
+                m.d.sync += [t.lk_drop.eq(0), t.lk_out.eq(0)]
+        m.d.sync += t.op_rd_r.eq(t.wop == _WOP_READ)
         # (the engine's QP or the prefetched one: a prefetch being issued is for qpn)
         with m.If(set_hit & ((set_q == qpn) | (set_q == pf_q))):
             m.d.sync += pf_bad.eq(1)
@@ -1148,23 +1165,23 @@ class Requester(wiring.Component):
             t.ctx, t.dyn, t.dyn_rd, t.e_cw_st, t.e_hit1, t.ern, t.pend_err, t.qpn, t.rn_rd,
             t.served, t.sweeping, t.work)
         with m.State("IDLE"):
-            m.d.comb += work.o.ready.eq(~sweeping)
+            # (prod is read at the queue's head here: see e_idle)
+            m.d.comb += [work.o.ready.eq(~sweeping), t.e_idle.eq(1)]
             m.d.sync += pend_err.eq(0)
             with m.If(work.o.valid & ~sweeping):
                 m.d.sync += [qpn.eq(work.o.payload), served.eq(0)]
-                m.next = "PRE"
-        with m.State("PRE"):
-            # the table reads of the new QPN reach the read ports (dyn_rd) by CTX
-            m.d.comb += self.busy.eq(1)
-            m.next = "CTX"
+                m.next = "CTX"
         with m.State("CTX"):
+            # the table reads of the new QPN are on the read ports from the next cycle on,
+            # when the context's answer comes at the earliest
             m.d.comb += [self.ctx_req.valid.eq(1), self.busy.eq(1)]
             with m.If(self.ctx_req.ready):
                 m.next = "CTX_WAIT"
         with m.State("CTX_WAIT"):
-            # (dyn_rd from a read that met a write to the QP's row: wait for the next)
-            m.d.comb += [self.ctx_resp.ready.eq(~e_hit1), self.busy.eq(1)]
-            with m.If(self.ctx_resp.valid & ~e_hit1):
+            # (dyn_rd from a read that met a write to the QP's row: wait for the next; cs
+            # likewise, which keeps its value, another QP's row for the first read, over one)
+            m.d.comb += [self.ctx_resp.ready.eq(~e_hit1 & ~t.ce_hit), self.busy.eq(1)]
+            with m.If(self.ctx_resp.valid & ~e_hit1 & ~t.ce_hit):
                 m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0),
                              ern.eq(rn_rd)]
                 m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
@@ -1306,6 +1323,8 @@ class Requester(wiring.Component):
                 m.next = "WQE_REQ"
         with m.State("WQE_DATA"):
             m.d.comb += [self.wqe_rd.resp.ready.eq(1), self.busy.eq(1)]
+            m.d.sync += k.eq(0)
+            self._early_lookup(m, t)
             with m.If(self.wqe_rd.resp.valid):
                 if nb == 64:
                     m.d.sync += wqe.eq(self.wqe_rd.resp.payload.data)
@@ -1320,6 +1339,8 @@ class Requester(wiring.Component):
             m.d.comb += self.busy.eq(1)
             m.d.sync += [k.eq(0), sent.eq(0), total.eq(len_sum), resid.eq(len_sum),
                          t.is_rd.eq(wop == _WOP_READ)]
+            # (every branch but the last leaves the WQE: the early lookup's answer is dropped)
+            m.d.sync += t.lk_drop.eq(t.lk_out)
             with m.If(flush):
                 m.d.sync += status.eq(int(WcStatus.WR_FLUSH_ERR))
                 m.next = "ERR"
@@ -1337,7 +1358,31 @@ class Requester(wiring.Component):
                 # when it retires a READ, the scan otherwise); the WQE is fetched again
                 go("PARK")
             with m.Else():
-                m.next = "LOOKUP"
+                m.d.sync += t.lk_drop.eq(t.lk_drop)
+                with m.If(t.lk_out & ~t.lk_drop):
+                    m.next = "LK_WAIT"            # SGE 0's lookup was made in WQE_DATA
+                with m.Else():
+                    m.next = "LOOKUP"
+
+    def _early_lookup(self, m, t):
+        """In WQE_DATA, at W = 64: SGE 0's Key Cache lookup made as soon as its beat and the
+        opcode's are in (bytes 8..47, a cycle later through the registered checks), before the
+        WQE's last beat, when nothing known yet stops the WQE (``lk_out``; VALIDATE then goes to
+        LK_WAIT, or drops the answer when the WQE goes no further: ``lk_drop``)."""
+        idx = 47 // t.nb                # the beat that holds byte 47 (SGE 0's lkey)
+        if idx + 2 >= 64 // t.nb:
+            return                      # (it would come with VALIDATE: nothing to gain)
+        beat, sw = t.beat, t.sw
+        b_ok = Signal()                 # SGE 0's beat was in a cycle ago (registered)
+        pre_ok = Signal()               # the WQE would look SGE 0 up (registered)
+        m.d.sync += [b_ok.eq(beat > idx),
+                     pre_ok.eq((sw.opcode <= _WOP_READ) & (sw.num_sge != 0)
+                               & (sw.num_sge <= 2) & (sw.sge[0].length != 0))]
+        with m.If(b_ok & (beat > idx) & pre_ok & ~t.lk_out & ~t.flush & ~t.pend_err
+                  & ~t.hfault):
+            m.d.comb += self.lookup.req.valid.eq(1)
+            with m.If(self.lookup.req.ready):
+                m.d.sync += t.lk_out.eq(1)
 
     def _engine_start_states(self, m, t, go):
         """LOOKUP … RD_PREP2, in the engine's FSM: look the WQE's SGEs up in the Key Cache, find the
@@ -1363,13 +1408,14 @@ class Requester(wiring.Component):
                 m.next = "SKIP"
             with m.Elif(cur_len == 0):
                 m.d.sync += k.eq(k + 1)
-            with m.Else():
+            with m.Elif(~t.lk_out):              # (an answer to drop comes first)
                 m.d.comb += self.lookup.req.valid.eq(1)
                 with m.If(self.lookup.req.ready):
                     m.next = "LK_WAIT"
         with m.State("LK_WAIT"):
             m.d.comb += [self.lookup.resp.ready.eq(1), self.busy.eq(1)]
             with m.If(self.lookup.resp.valid):
+                m.d.sync += t.lk_out.eq(0)
                 with m.If(self.lookup.resp.payload.ok):
                     for i in range(2):
                         with m.If(k == i):
