@@ -966,7 +966,7 @@ class Requester(wiring.Component):
         m.d.sync += rewind.eq((cs.rgen != dyn.rgen)
                               | (~dyn.err & (unretired[15] | outstanding[23])))
         return types.SimpleNamespace(
-            len0_nz=len0_nz, len_sum=len_sum, pmtu_b=pmtu_b, psn_room=psn_room, slot_room=slot_room,
+            sge2_r=sge2_r, len0_nz=len0_nz, len_sum=len_sum, pmtu_b=pmtu_b, psn_room=psn_room, slot_room=slot_room,
             none_unretired=none_unretired, ring_ok=ring_ok, cons_eq_prod=cons_eq_prod,
             rewind=rewind)
 
@@ -1423,6 +1423,12 @@ class Requester(wiring.Component):
                                 self.lookup.resp.payload.bus_addr)
                     m.d.sync += k.eq(k + 1)
                     m.next = "LOOKUP"
+                    with m.If((k == 0) & ~t.sge2_r & skip0 & ~t.is_rd):
+                        # the one SGE of a message sent from its first packet: LOOKUP's
+                        # gather set-up here (sent and resid are VALIDATE's)
+                        m.d.sync += [cur_addr.eq(self.lookup.resp.payload.bus_addr),
+                                     seg_left.eq(len0)]
+                        m.next = "PKT"
                 with m.Else():
                     m.d.sync += status.eq(int(WcStatus.LOC_PROT_ERR))
                     m.next = "ERR"
