@@ -795,7 +795,11 @@ class Requester(wiring.Component):
         # dyn_mem's read met a write to its row (e_hit1, with its data; enable and address
         # compare registered apart)
         e_hit1, dyn_en_r, dyn_qpn_r = Signal(), Signal(), Signal()
-        m.d.sync += [dyn_en_r.eq(dyn_wp.en | rn_wp.en), dyn_qpn_r.eq(dyn_wp.addr == qpn)]
+        # (dyn_wp.addr == qpn, the compares made beside the address's choice: the SET_QP's,
+        # the sweep's, or the engine's own QP)
+        m.d.sync += [dyn_en_r.eq(dyn_wp.en | rn_wp.en),
+                     dyn_qpn_r.eq(Mux(t.qs_sel, set_q == qpn,
+                                      Mux(t.sweeping, t.sw_i == qpn, 1)))]
         m.d.comb += e_hit1.eq(dyn_en_r & dyn_qpn_r)
         m.d.comb += rh_rpe.addr.eq(qpn)
         rh_e = Signal(rb)               # rh as read with cs
@@ -1200,6 +1204,8 @@ class Requester(wiring.Component):
             t.skip0, t.skipn, t.slot_room, t.wake_v, t.work)
         with m.State("CHECK"):
             m.d.comb += self.busy.eq(1)
+            with m.If(t.pf_cw & cons_eq_prod):
+                m.d.sync += t.pf_bad.eq(1)        # (CHECK_WAIT's read of a WQE not posted)
             with m.If(rewind):
                 m.next = "REWIND"
             with m.Elif(pend_err):
@@ -1391,9 +1397,12 @@ class Requester(wiring.Component):
          skip0, skipn, soff, status, sw, total) = (
             t.bus, t.ctx, t.cur_addr, t.k, t.len0, t.len0_nz, t.num_sge, t.resid, t.seg_left,
             t.sent, t.sge_len, t.sk_lt, t.skip0, t.skipn, t.soff, t.status, t.sw, t.total)
+        # the SGE lengths' zero tests registered (LOOKUP is at least a cycle after the WQE's
+        # last beat; LK_WAIT rewrites only the addresses)
+        len_z = Signal(2)
+        m.d.sync += len_z.eq(Cat(sge_len[0] == 0, sge_len[1] == 0))
         with m.State("LOOKUP"):
             m.d.comb += self.busy.eq(1)
-            cur_len = Mux(k[0], sge_len[1], sge_len[0])
             with m.If((k == num_sge) & skip0):
                 # from the first packet (the usual case): gather from the first non-empty SGE
                 m.d.sync += [sent.eq(0), resid.eq(total)]
@@ -1406,7 +1415,7 @@ class Requester(wiring.Component):
                     m.next = "RD_PREP"
             with m.Elif(k == num_sge):
                 m.next = "SKIP"
-            with m.Elif(cur_len == 0):
+            with m.Elif(Mux(k[0], len_z[1], len_z[0])):
                 m.d.sync += k.eq(k + 1)
             with m.Elif(~t.lk_out):              # (an answer to drop comes first)
                 m.d.comb += self.lookup.req.valid.eq(1)
@@ -1583,12 +1592,13 @@ class Requester(wiring.Component):
             t.cfg_wp, t.dyn, t.e_cw_st, t.ecpl, t.eoff, t.none_unretired, t.pend_err, t.rgen_ne)
         with m.State("CHECK_WAIT"):
             # one cycle for the registered reads and window flags to see the new dyn; the
-            # completer's copy of the QP's timer settings (from ctx). On a new visit with a
-            # WQE posted at cons, its read is issued here, ahead of CHECK's decision: a read
-            # CHECK does not use waits as a prefetch of (qpn, cons), used on a later visit
-            # or drained by WQE_REQ, as any other.
+            # completer's copy of the QP's timer settings (from ctx). On a new visit the read
+            # of the WQE at cons is issued here, ahead of CHECK's decision (and of the
+            # registered cons == prod): a read CHECK does not use waits as a prefetch of (qpn,
+            # cons), used on a later visit or drained by WQE_REQ, as any other; CHECK marks it
+            # unusable (pf_bad) when the SQ was empty, as its WQE may not be posted yet.
             m.d.comb += [self.busy.eq(1), cfg_wp.en.eq(1)]
-            with m.If(t.cw_new & ~t.pf_v & (dyn.cons != t.prod)):
+            with m.If(t.cw_new & ~t.pf_v):
                 m.d.comb += self.wqe_rd.req.valid.eq(1)
                 with m.If(self.wqe_rd.req.ready):
                     m.d.sync += [t.pf_v.eq(1), t.pf_q.eq(t.qpn), t.pf_c.eq(dyn.cons),
