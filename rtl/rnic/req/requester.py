@@ -970,7 +970,8 @@ class Requester(wiring.Component):
         m.d.sync += rewind.eq((cs.rgen != dyn.rgen)
                               | (~dyn.err & (unretired[15] | outstanding[23])))
         return types.SimpleNamespace(
-            sge2_r=sge2_r, len0_nz=len0_nz, len_sum=len_sum, pmtu_b=pmtu_b, psn_room=psn_room, slot_room=slot_room,
+            sge2_r=sge2_r, len0_nz=len0_nz, len_sum=len_sum, pmtu_b=pmtu_b, psn_room=psn_room,
+            slot_room=slot_room,
             none_unretired=none_unretired, ring_ok=ring_ok, cons_eq_prod=cons_eq_prod,
             rewind=rewind)
 
