@@ -1151,13 +1151,20 @@ class Requester(wiring.Component):
             self._engine_wqe(m, t, go, prefetch)
             self._engine_end_states(m, t, go)
 
-        # the answer to an early lookup whose WQE went no further, dropped in any state (LOOKUP
-        # makes no lookup while one is outstanding, so it is the next answer)
+        # the answer to an early lookup, taken in any state once VALIDATE has run (LOOKUP makes
+        # no lookup while one is outstanding, so it is the next answer): dropped, or used by
+        # LK_WAIT, which takes it in the same cycle
         with m.If(t.lk_drop):
             m.d.comb += self.lookup.resp.ready.eq(1)
             with m.If(self.lookup.resp.valid):
                 m.d.sync += [t.lk_drop.eq(0), t.lk_out.eq(0)]
         m.d.sync += t.op_rd_r.eq(t.wop == _WOP_READ)
+        # a prefetch made unusable (CHECK_WAIT's read of a WQE not posted, a SET_QP) is drained
+        # while the engine is idle, not only by the next WQE_REQ
+        with m.If(pf_v & pf_bad & t.e_idle):
+            m.d.comb += self.wqe_rd.resp.ready.eq(1)
+            with m.If(self.wqe_rd.resp.valid & self.wqe_rd.resp.payload.last):
+                m.d.sync += pf_v.eq(0)
         # (the engine's QP or the prefetched one: a prefetch being issued is for qpn)
         with m.If(set_hit & ((set_q == qpn) | (set_q == pf_q))):
             m.d.sync += pf_bad.eq(1)
@@ -1346,7 +1353,8 @@ class Requester(wiring.Component):
             m.d.comb += self.busy.eq(1)
             m.d.sync += [k.eq(0), sent.eq(0), total.eq(len_sum), resid.eq(len_sum),
                          t.is_rd.eq(wop == _WOP_READ)]
-            # (every branch but the last leaves the WQE: the early lookup's answer is dropped)
+            # (the early lookup's answer is taken by the drop below from now on, by LK_WAIT
+            # too when the WQE goes on there: every other branch leaves the WQE)
             m.d.sync += t.lk_drop.eq(t.lk_out)
             with m.If(flush):
                 m.d.sync += status.eq(int(WcStatus.WR_FLUSH_ERR))
@@ -1365,7 +1373,6 @@ class Requester(wiring.Component):
                 # when it retires a READ, the scan otherwise); the WQE is fetched again
                 go("PARK")
             with m.Else():
-                m.d.sync += t.lk_drop.eq(t.lk_drop)
                 with m.If(t.lk_out & ~t.lk_drop):
                     m.next = "LK_WAIT"            # SGE 0's lookup was made in WQE_DATA
                 with m.Else():
