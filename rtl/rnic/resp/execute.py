@@ -114,7 +114,7 @@ from amaranth.lib.wiring import In, Out, connect
 
 from ..host.axi_master import ReadClientSignature
 from ..host.cqe_gen import WITH_IMM, WITH_INVALIDATE, cqe_layout
-from ..ifaces import EventType, QpnStream, event_layout, qpn_layout, read_job_layout
+from ..ifaces import EventType, QpnStream, event_layout, read_job_layout
 from ..keys.key_cache import Access, InvalSignature, LookupSignature
 from ..opcodes import WcStatus
 from ..stream import Queue, check_width
@@ -132,10 +132,34 @@ RECV_RDMA_WITH_IMM = 129
 PREFETCH_DEPTH = 3
 
 _post_layout = data.StructLayout({"fatal": 1, "syndrome": 8, "beats": 1})
-#: A CQE waiting for its writes' ``done``: the CQE's fields and ``need`` (the write count it
-#: waits for), flat, so the queue can register the fields its release decides on alone.
-_cqe_entry_layout = data.StructLayout({**{k: v.shape for k, v in cqe_layout}, "need": 16})
-_CQE_FIELDS = tuple(k for k, _ in cqe_layout)
+
+
+def _cqe_entry_layout(ab):
+    """A CQE waiting for its writes' ``done``: the CQE's fields, flat, so the queue can register
+    the fields its release decides on alone, and ``need`` (the write count it waits for). What
+    the CQE's fields can hold is stored, not the fields: the QPN as the QP's table index (a
+    command's QPN is below ``num_qp``), the opcode as ``rdma_imm`` (RECV_RDMA_WITH_IMM, else
+    RECV) and the flags as ``imm`` (WITH_IMM) and ``inv`` (WITH_INVALIDATE)."""
+    return data.StructLayout({
+        "cqn": 16, "wr_id": 64, "byte_len": 32, "imm_or_rkey": 32, "qpn": ab, "status": 8,
+        "rdma_imm": 1, "imm": 1, "inv": 1, "se": 1, "flush": 1, "need": 16})
+
+
+#: CQE fields stored as they are in a queue entry
+_CQE_COPIED = ("cqn", "wr_id", "byte_len", "imm_or_rkey", "qpn", "status", "se", "flush")
+
+
+def _read_entry_layout(ab):
+    """A READ job waiting for the READ response engine: ``read_job_layout`` with the QPN as the
+    QP's table index."""
+    return data.StructLayout({k: (ab if k == "qpn" else v.shape) for k, v in read_job_layout})
+
+
+def _cqe_out(m, cqe, entry):
+    """Drive the fields of the CQE ``cqe`` (``cqe_layout``) from the queue entry ``entry``."""
+    m.d.comb += [getattr(cqe, k).eq(getattr(entry, k)) for k in _CQE_COPIED]
+    m.d.comb += [cqe.opcode.eq(Mux(entry.rdma_imm, RECV_RDMA_WITH_IMM, RECV)),
+                 cqe.flags.eq(Mux(entry.imm, WITH_IMM, 0) | Mux(entry.inv, WITH_INVALIDATE, 0))]
 # Plan records. A command's plan is written once, by the planner, into small RAMs indexed by
 # its plan slot (``PLAN_SLOTS`` of them, used round robin); what travels between the stages in
 # the 2-entry plan queues is a token of at most 64 bits: the slot, the QP's table index, the
@@ -145,9 +169,10 @@ _CQE_FIELDS = tuple(k for k, _ in cqe_layout)
 PLAN_SLOTS = 16
 _SLOT_BITS = 4
 # read by stage 4: the CQE's fields the token does not carry (``imm_or_rkey`` is also the
-# invalidate's key: no opcode has both ImmDt and IETH), the completed WQE's index
+# invalidate's key: no opcode has both ImmDt and IETH; the QP is the token's), the completed
+# WQE's index
 _head_layout = data.StructLayout({
-    "wr_id": 64, "byte_len": 32, "imm_or_rkey": 32, "qpn": 24, "rdma_imm": 1, "imm": 1,
+    "wr_id": 64, "byte_len": 32, "imm_or_rkey": 32, "rdma_imm": 1, "imm": 1,
     "se": 1, "widx": 16,
 })
 # one piece, as the key checks read it / as stage 4 reads it
@@ -461,13 +486,18 @@ class Execute(wiring.Component):
         # the CQE's record is read from the queue's LUT RAM at its head (the merge in front
         # of CQE Generation registers it); what the release and the fault mark decide on
         # leaves from the output register
-        m.submodules.cqe_q = cqe_q = Queue(_cqe_entry_layout, 8,
+        m.submodules.cqe_q = cqe_q = Queue(_cqe_entry_layout(ab), 8,
                                            registered=("need", "qpn", "status", "flush"),
                                            bypass=True)
-        m.submodules.ev_q = ev_q = Queue(event_layout, 4)
-        m.submodules.fault_q = fault_q = Queue(qpn_layout, 4)
-        connect(m, ev_q.o, wiring.flipped(self.event))
-        connect(m, fault_q.o, wiring.flipped(self.fault))
+        # (event 4 and faults: the QP's table index, which is its QPN)
+        qi_layout = data.StructLayout({"qpn": ab})
+        m.submodules.ev_q = ev_q = Queue(qi_layout, 4)
+        m.submodules.fault_q = fault_q = Queue(qi_layout, 4)
+        for q, port in ((ev_q, self.event), (fault_q, self.fault)):
+            m.d.comb += [port.valid.eq(q.o.valid), q.o.ready.eq(port.ready)]
+        m.d.comb += [self.event.payload.type.eq(EventType.HOST_FAULT),
+                     self.event.payload.number.eq(ev_q.o.payload.qpn),
+                     self.fault.payload.qpn.eq(fault_q.o.payload.qpn)]
         return types.SimpleNamespace(
             cqe_q=cqe_q, ev_q=ev_q, fault_q=fault_q, fetch=fetch, post=post, post_q=post_q, pq=pq,
             rst=rst)
@@ -697,11 +727,10 @@ class Execute(wiring.Component):
             m.d.comb += [wflt_wr.addr.eq(rst.payload.qpn), wflt_wr.data.eq(0),
                          wflt_wr.en.eq(1)]
         plan_ev = Signal()
-        plan_ev_qpn = Signal(24)
+        plan_ev_qpn = Signal(t.ab)
         m.d.comb += [
             ev_q.i.valid.eq(Mux(wd_err, d1_go, plan_ev)),
-            ev_q.i.payload.type.eq(EventType.HOST_FAULT),
-            ev_q.i.payload.number.eq(Mux(wd_err, wqpn_rd.data, plan_ev_qpn)),
+            ev_q.i.payload.qpn.eq(Mux(wd_err, wqpn_rd.data, plan_ev_qpn)),
             fault_q.i.valid.eq(wd_err & d1_go),
             fault_q.i.payload.qpn.eq(wqpn_rd.data),
         ]
@@ -737,9 +766,9 @@ class Execute(wiring.Component):
         m.d.comb += [
             wflt_rel.addr.eq(ch.qpn[:ab]),
             self.complete.valid.eq(rel_v),
-            [getattr(self.complete.payload, k).eq(getattr(ch, k)) for k in _CQE_FIELDS],
             cqe_q.o.ready.eq(rel_v & self.complete.ready),
         ]
+        _cqe_out(m, self.complete.payload, ch)
         # A payload write of the QP faulted: the CQE reports LOC_QP_OP_ERR. The mark is held
         # while the CQE is offered, so the payload is stable while it waits (stream rules) even
         # if the mark changes meanwhile (a younger packet's fault, a QP reset).
@@ -865,10 +894,9 @@ class Execute(wiring.Component):
     def _outcome(self, m, t):
         """Stage 3's second read ports of the marks, the planner's outcome registers (carried in
         the plan entry: ``fatal``, ``syn``, ``cstat``, ``pv``...), the flush's registers, the
-        strobes of the flush's CQE and of the event requests, stage 4's sent flags, c's WQE
-        address (``faddr_c``) and the planner's CQE (``fcq``: the plan's, and the flush's own
-        CQEs). Adds these."""
-        c, dead, faddr_c, mend, wflt, wqe = t.c, t.dead, t.faddr_c, t.mend, t.wflt, t.wqe
+        strobes of the flush's CQE and of the event requests, stage 4's sent flags and c's WQE
+        address (``faddr_c``). Adds these."""
+        c, dead, faddr_c, wflt = t.c, t.dead, t.faddr_c, t.wflt
         dead_rd2 = dead.read_port()            # stage 3's re-check of the marks
         dead_rd2_data = dead_rd2.data
         wflt_rd2 = wflt.read_port()
@@ -898,20 +926,9 @@ class Execute(wiring.Component):
         m.d.comb += [mask.eq((Const(1, 17) << c.rq_log) - 1),
                      faddr_c.eq(c.rq_base + ((c.rq_index & mask) << 6))]
 
-        # the planner's CQE (in the plan entry; the flush's own CQEs)
-        fcq = Signal(cqe_layout)
-        m.d.comb += [
-            fcq.cqn.eq(c.rcqn), fcq.wr_id.eq(wqe.wr_id),
-            fcq.byte_len.eq(Mux(c.write | c.read, c.dma_len, mend)),
-            fcq.imm_or_rkey.eq(c.imm_or_rkey),
-            fcq.qpn.eq(c.qpn), fcq.status.eq(cstat),
-            fcq.opcode.eq(Mux(c.write & c.imm_valid, RECV_RDMA_WITH_IMM, RECV)),
-            fcq.flags.eq(Mux(c.imm_valid, WITH_IMM, 0) | Mux(c.inv, WITH_INVALIDATE, 0)),
-            fcq.se.eq(c.se), fcq.flush.eq(flushing),
-        ]
         return types.SimpleNamespace(
             b_ev=b_ev, cdone=cdone, cqe_on=cqe_on, cstat=cstat, dead_rd2=dead_rd2,
-            dead_rd2_data=dead_rd2_data, fatal=fatal, fcq=fcq, fl_cqe=fl_cqe, fl_end=fl_end,
+            dead_rd2_data=dead_rd2_data, fatal=fatal, fl_cqe=fl_cqe, fl_end=fl_end,
             fl_ev=fl_ev, fl_start=fl_start, fl_stop=fl_stop, flushing=flushing, nowrite=nowrite,
             pv=pv, rdflt=rdflt, sent_p=sent_p, sent_w=sent_w, skip=skip, syn=syn,
             wflt_rd2=wflt_rd2, widx=widx)
@@ -920,10 +937,10 @@ class Execute(wiring.Component):
         """The plan queues (planner -> ``key_q`` -> key checks -> ``iss_q``) and the plan RAMs
         written in the planner's slot ``wp``, the entry the planner pushes (``kq``), the count of
         invalidates pending and the stages' idle flags (``pipe_empty``). Adds these."""
-        (ab, c, cdone, cqe_on, cstat, fatal, fcq, has_beats, nowrite, pkey_c, plen_c, psrc_c, pv,
-         pva_c, rdflt, skip, syn, widx) = (
-            t.ab, t.c, t.cdone, t.cqe_on, t.cstat, t.fatal, t.fcq, t.has_beats, t.nowrite,
-            t.pkey_c, t.plen_c, t.psrc_c, t.pv, t.pva_c, t.rdflt, t.skip, t.syn, t.widx)
+        (ab, c, cdone, cqe_on, cstat, fatal, has_beats, mend, nowrite, pkey_c, plen_c, psrc_c, pv,
+         pva_c, rdflt, skip, syn, widx, wqe) = (
+            t.ab, t.c, t.cdone, t.cqe_on, t.cstat, t.fatal, t.has_beats, t.mend, t.nowrite,
+            t.pkey_c, t.plen_c, t.psrc_c, t.pv, t.pva_c, t.rdflt, t.skip, t.syn, t.widx, t.wqe)
         # ---- plan queues: planner -> key checks -> issue ------------------------------------
         key_tok = _token_layout(ab, "key")
         iss_tok = _token_layout(ab, "issue")
@@ -931,6 +948,8 @@ class Execute(wiring.Component):
         # LUT RAM; the stage behind registers what it takes)
         m.submodules.key_q = key_q = Queue(key_tok, 2, buffered=False)
         m.submodules.iss_q = iss_q = Queue(iss_tok, 2, buffered=False)
+        # stage 4's entry (loaded by stage 4, and by a flush while stages 2 to 4 are empty)
+        b = Signal(iss_tok)
         # the plan RAMs (LUT RAM, PLAN_SLOTS rows): written by the planner in its own slot
         # ``wp`` (pieces in CALC, the rest in PUSH), read by slot by the stages behind; the
         # bus addresses of the pieces written by the key checks, read by stage 4
@@ -963,11 +982,12 @@ class Execute(wiring.Component):
             m.d.comb += [kp_wr[i].addr.eq(wp), sp_wr[i].addr.eq(wp),
                          kp_wr[i].data.key.eq(pkey_c[i]), kp_wr[i].data.len.eq(plen_c[i]),
                          sp_wr[i].data.len.eq(plen_c[i][:13]), sp_wr[i].data.src.eq(psrc_c[i])]
-        # (a READ has no CQE: its wr_id field carries the response's PSN, MSN and path MTU)
+        # (a READ has no CQE: its wr_id field carries the response's PSN, MSN and path MTU; a
+        # flush writes its WQE's CQE fields here too, c's flags zero)
         m.d.comb += [head_wr.addr.eq(wp),
-                     head_wr.data.wr_id.eq(Mux(c.read, Cat(c.psn, c.msn, c.pmtu), fcq.wr_id)),
-                     head_wr.data.byte_len.eq(fcq.byte_len),
-                     head_wr.data.imm_or_rkey.eq(fcq.imm_or_rkey), head_wr.data.qpn.eq(c.qpn),
+                     head_wr.data.wr_id.eq(Mux(c.read, Cat(c.psn, c.msn, c.pmtu), wqe.wr_id)),
+                     head_wr.data.byte_len.eq(Mux(c.write | c.read, c.dma_len, mend)),
+                     head_wr.data.imm_or_rkey.eq(c.imm_or_rkey),
                      head_wr.data.rdma_imm.eq(c.write & c.imm_valid),
                      head_wr.data.imm.eq(c.imm_valid), head_wr.data.se.eq(c.se),
                      head_wr.data.widx.eq(widx),
@@ -996,7 +1016,7 @@ class Execute(wiring.Component):
             kq.payload.rdflt.eq(rdflt), kq.payload.pv.eq(pv), kq.payload.read.eq(c.read),
         ]
         return types.SimpleNamespace(
-            b_idle=b_idle, bus_rd=bus_rd, bus_wr=bus_wr, head_rd=head_rd, head_wr=head_wr,
+            b=b, b_idle=b_idle, bus_rd=bus_rd, bus_wr=bus_wr, head_rd=head_rd, head_wr=head_wr,
             inv_dec=inv_dec, inv_inc=inv_inc, inv_pend=inv_pend, iss_q=iss_q, iss_tok=iss_tok,
             k_idle=k_idle, ke=ke, key_q=key_q, kp_rd=kp_rd, kp_wr=kp_wr, kq=kq, kva_rd=kva_rd,
             kva_wr=kva_wr, pd_rd=pd_rd, pd_wr=pd_wr, pipe_empty=pipe_empty,
@@ -1086,14 +1106,18 @@ class Execute(wiring.Component):
         """The planner's flush states: from the QP's completion index (``cnext``) to the flush's
         end, each WQE read (FETCH) and its CQE pushed (FL_CQE); then the QP's completion index
         written and the QP marked dead."""
-        (ab, c, cnext_rd_data, cnext_wr, cqe_q, dead_wr, faddr, faddr_c, fl_cqe, fl_end, fl_start,
-         fl_stop, rst) = (
-            t.ab, t.c, t.cnext_rd_data, t.cnext_wr, t.cqe_q, t.dead_wr, t.faddr, t.faddr_c,
-            t.fl_cqe, t.fl_end, t.fl_start, t.fl_stop, t.rst)
+        (ab, b, c, cnext_rd_data, cnext_wr, cqe_q, dead_wr, faddr, faddr_c, fl_cqe, fl_end,
+         fl_start, fl_stop, rst, wp) = (
+            t.ab, t.b, t.c, t.cnext_rd_data, t.cnext_wr, t.cqe_q, t.dead_wr, t.faddr, t.faddr_c,
+            t.fl_cqe, t.fl_end, t.fl_start, t.fl_stop, t.rst, t.wp)
         with m.State("FL_DEC"):
             # the block RAM's output (4.3 ns from the clock on an ECP5) ends in a register
             # of its own, not behind ``c``'s input multiplexer
             m.d.sync += fl_start.eq(cnext_rd_data)
+            # the flush's CQEs leave as stage 4's (idle until the flush ends) from ``b`` and
+            # the plan head of the planner's slot (written in FETCH_WAIT)
+            m.d.sync += [b.slot.eq(wp), b.qpn.eq(c.qpn[:ab]), b.cqn.eq(c.rcqn),
+                         b.cstat.eq(WcStatus.WR_FLUSH_ERR), b.inv.eq(0)]
             m.next = "FL_LD"
         with m.State("FL_LD"):
             m.d.sync += c.rq_index.eq(fl_start)
@@ -1290,10 +1314,10 @@ class Execute(wiring.Component):
         """TAKE (a pool slot's ring tested, the WQE taken), FETCH and FETCH_WAIT (the WQE read
         into row P: a WQE to take, a held WQE the store lost, or a flush's WQE)."""
         (P, ab, c, c_ring, cdone, d_index, d_qpn, d_ring, d_valid, ev_q, fetch, fl_ev, flushing,
-         pchk, pin, plan_fetch, plan_tk, prow, rdflt, ring_ok, take, wd_err) = (
+         head_wr, pchk, pin, plan_fetch, plan_tk, prow, rdflt, ring_ok, take, wd_err) = (
             t.P, t.ab, t.c, t.c_ring, t.cdone, t.d_index, t.d_qpn, t.d_ring, t.d_valid, t.ev_q,
-            t.fetch, t.fl_ev, t.flushing, t.pchk, t.pin, t.plan_fetch, t.plan_tk, t.prow, t.rdflt,
-            t.ring_ok, t.take, t.wd_err)
+            t.fetch, t.fl_ev, t.flushing, t.head_wr, t.pchk, t.pin, t.plan_fetch, t.plan_tk,
+            t.prow, t.rdflt, t.ring_ok, t.take, t.wd_err)
         with m.State("TAKE"):
             m.d.sync += plan_tk.eq(1)
             with m.If(pchk & ~ring_ok):
@@ -1313,6 +1337,9 @@ class Execute(wiring.Component):
                 m.next = "FETCH_WAIT"
         with m.State("FETCH_WAIT"):
             m.d.sync += plan_tk.eq(1)
+            # a flush's WQE: its CQE fields into the plan head (the last write, in the cycle
+            # of the response, has the whole WQE)
+            m.d.comb += head_wr.en.eq(flushing)
             r = fetch.resp
             with m.If(r.valid & r.payload.tag[7]):
                 with m.If(r.payload.err):
@@ -1625,13 +1652,11 @@ class Execute(wiring.Component):
         """Stage 4's entry (``b``, from ``post_plan_q``) and piece (``jb``), and what it offers:
         the write request and the piece of piece ``jb``, the READ job (``rq``, into ``read_q``),
         the CQE and the post entry. Adds these."""
-        (ab, b_ev, bus_rd, c, cqe_q, fcq, fl_cqe, fl_ev, flushing, head_rd, iss_tok, lb, plan_ev,
-         plan_ev_qpn, post_q, pp_q, pq, sp_rd, wqpn_wr, wr_cnt) = (
-            t.ab, t.b_ev, t.bus_rd, t.c, t.cqe_q, t.fcq, t.fl_cqe, t.fl_ev, t.flushing, t.head_rd,
-            t.iss_tok, t.lb, t.plan_ev, t.plan_ev_qpn, t.post_q, t.pp_q, t.pq, t.sp_rd, t.wqpn_wr,
-            t.wr_cnt)
+        (ab, b, b_ev, bus_rd, cqe_q, fl_cqe, fl_ev, head_rd, lb, plan_ev, plan_ev_qpn, post_q,
+         pp_q, pq, sp_rd, wqpn_wr, wr_cnt) = (
+            t.ab, t.b, t.b_ev, t.bus_rd, t.cqe_q, t.fl_cqe, t.fl_ev, t.head_rd, t.lb, t.plan_ev,
+            t.plan_ev_qpn, t.post_q, t.pp_q, t.pq, t.sp_rd, t.wqpn_wr, t.wr_cnt)
         # ==== stage 4: writes, closing piece, invalidate, done/CQE ===========================
-        b = Signal(iss_tok)
         jb = Signal(range(MAX_SGE + 1))
         pp_first = _first_valid(m, pp_q.o.payload.pv)
         b_next = _first_valid(m, b.pv, jb)
@@ -1654,10 +1679,10 @@ class Execute(wiring.Component):
             pq.payload.lane.eq(j_bus_b[:lb]),
             pq.payload.end.eq(0),
             wqpn_wr.addr.eq(wr_cnt[:MAX_WRITES.bit_length() - 1]),
-            wqpn_wr.data.eq(bh.qpn[:ab]),
+            wqpn_wr.data.eq(b.qpn),
             self.inval.req.payload.key.eq(bh.imm_or_rkey),
             self.inval.req.payload.tag.eq(0),
-            plan_ev_qpn.eq(Mux(flushing, c.qpn, bh.qpn)),
+            plan_ev_qpn.eq(b.qpn),
             plan_ev.eq(fl_ev | b_ev),
         ]
 
@@ -1665,32 +1690,31 @@ class Execute(wiring.Component):
         # wait here while a long READ's responses are sent (stage 4 stalls only when READ_JOBS
         # wait), in LUT RAM read at the head (the READ response engine registers the job it
         # takes)
-        m.submodules.read_q = read_q = Queue(read_job_layout, READ_JOBS, buffered=False)
-        connect(m, read_q.o, wiring.flipped(self.read))
+        m.submodules.read_q = read_q = Queue(_read_entry_layout(ab), READ_JOBS, buffered=False)
+        m.d.comb += [self.read.valid.eq(read_q.o.valid), read_q.o.ready.eq(self.read.ready),
+                     *[getattr(self.read.payload, k).eq(getattr(read_q.o.payload, k))
+                       for k, _ in read_job_layout]]
         rq = read_q.i
-        m.d.comb += [rq.payload.qpn.eq(bh.qpn), rq.payload.psn.eq(bh.wr_id[0:24]),
+        m.d.comb += [rq.payload.qpn.eq(b.qpn), rq.payload.psn.eq(bh.wr_id[0:24]),
                      rq.payload.msn.eq(bh.wr_id[24:48]), rq.payload.pmtu.eq(bh.wr_id[48:51]),
                      rq.payload.addr.eq(bus_rd[0].data), rq.payload.len.eq(bh.byte_len)]
 
-        # CQE and post entries (the flush's CQEs come from the planner while stage 4 is idle)
-        cq = Signal(cqe_layout)
-        b_cqe = Signal(cqe_layout)
+        # CQE and post entries (a flush's CQEs come from the planner while stage 4 is idle: it
+        # loads ``b`` and writes the plan head of its slot, so they take the same path)
+        cq = cqe_q.i.payload
         m.d.comb += [
-            b_cqe.cqn.eq(b.cqn), b_cqe.wr_id.eq(bh.wr_id), b_cqe.byte_len.eq(bh.byte_len),
-            b_cqe.imm_or_rkey.eq(bh.imm_or_rkey), b_cqe.qpn.eq(bh.qpn), b_cqe.status.eq(b.cstat),
-            b_cqe.opcode.eq(Mux(bh.rdma_imm, RECV_RDMA_WITH_IMM, RECV)),
-            b_cqe.flags.eq(Mux(bh.imm, WITH_IMM, 0) | Mux(b.inv, WITH_INVALIDATE, 0)),
-            b_cqe.se.eq(bh.se), b_cqe.flush.eq(0),
+            cq.cqn.eq(b.cqn), cq.wr_id.eq(bh.wr_id), cq.byte_len.eq(bh.byte_len),
+            cq.imm_or_rkey.eq(bh.imm_or_rkey), cq.qpn.eq(b.qpn), cq.status.eq(b.cstat),
+            cq.rdma_imm.eq(bh.rdma_imm), cq.imm.eq(bh.imm), cq.inv.eq(b.inv),
+            cq.se.eq(bh.se), cq.flush.eq(fl_cqe),
         ]
         m.d.comb += [
-            cq.eq(Mux(fl_cqe, fcq, b_cqe)),
-            [getattr(cqe_q.i.payload, k).eq(getattr(cq, k)) for k in _CQE_FIELDS],
             cqe_q.i.payload.need.eq(wr_cnt),
             post_q.i.payload.fatal.eq(b.fatal),
             post_q.i.payload.syndrome.eq(b.syn),
             post_q.i.payload.beats.eq(b.has_beats),
         ]
-        return types.SimpleNamespace(b=b, b_next=b_next, bh=bh, jb=jb, pp_first=pp_first, rq=rq)
+        return types.SimpleNamespace(b_next=b_next, bh=bh, jb=jb, pp_first=pp_first, rq=rq)
 
     def _issue(self, m, t):
         """Stage 4, the issue FSM: the writes, the closing piece, the invalidate, then the post
