@@ -168,13 +168,16 @@ def _cqe_out(m, cqe, entry):
 #: post_plan_q 2, stage 4 1) plus the planner's own, so the planner writes its slot at will.
 PLAN_SLOTS = 16
 _SLOT_BITS = 4
-# read by stage 4: the CQE's fields the token does not carry (``imm_or_rkey`` is also the
-# invalidate's key: no opcode has both ImmDt and IETH; the QP is the token's), the completed
-# WQE's index
+# read by stage 4: the CQE's fields the token does not carry (the QP is the token's), the
+# completed WQE's index
 _head_layout = data.StructLayout({
-    "wr_id": 64, "byte_len": 32, "imm_or_rkey": 32, "rdma_imm": 1, "imm": 1,
-    "se": 1, "widx": 16,
+    "wr_id": 64, "byte_len": 32, "rdma_imm": 1, "imm": 1, "widx": 16,
 })
+# the same, written from ``exe`` when the planner takes the command (so they are not held in
+# the planner's command register): ``imm_or_rkey`` is also the invalidate's key (no opcode has
+# both ImmDt and IETH). A flush's CQEs leave them as they are: an error CQE has no immediate
+# (CQE Generation writes 0) and is solicited whatever ``se``
+_take_layout = data.StructLayout({"imm_or_rkey": 32, "se": 1})
 # one piece, as the key checks read it / as stage 4 reads it
 # (the piece's va is in a RAM of its own: the planner writes it in another cycle)
 _kpiece_layout = data.StructLayout({"key": 32, "len": 13})
@@ -869,8 +872,9 @@ class Execute(wiring.Component):
                 # RDMA WRITE: one piece; RDMA READ: one piece, its whole range (checked, not
                 # written; none for a zero-length READ)
                 with m.If(c.write):
+                    # (va + offset from the shared adder: SUMS loaded its operands)
                     m.d.comb += [v.eq((c.dma_len != 0) & (plen != 0)),
-                                 va.eq(c.va + c.offset), ln.eq(plen), src.eq(0)]
+                                 ln.eq(plen), src.eq(0)]
                 with m.Elif(c.read):
                     m.d.comb += [v.eq(c.dma_len != 0), va.eq(c.va), ln.eq(c.dma_len),
                                  src.eq(0)]
@@ -955,9 +959,18 @@ class Execute(wiring.Component):
         # bus addresses of the pieces written by the key checks, read by stage 4
         wp = Signal(_SLOT_BITS)
         m.submodules.plan_head = plan_head = Memory(shape=_head_layout, depth=PLAN_SLOTS, init=[])
+        # (the PD and ``_take_layout``'s fields: written at the take, ``tk_slot``)
         m.submodules.plan_pd = plan_pd = Memory(shape=16, depth=PLAN_SLOTS, init=[])
+        m.submodules.plan_take = plan_take = Memory(shape=_take_layout, depth=PLAN_SLOTS,
+                                                    init=[])
         head_wr, pd_wr = plan_head.write_port(), plan_pd.write_port()
         head_rd, pd_rd = plan_head.read_port(domain="comb"), plan_pd.read_port(domain="comb")
+        tk_wr, tk_rd = plan_take.write_port(), plan_take.read_port(domain="comb")
+        tk_slot = Signal(_SLOT_BITS)
+        ep = self.exe.payload
+        m.d.comb += [pd_wr.addr.eq(tk_slot), pd_wr.data.eq(ep.pd), pd_wr.en.eq(tk_wr.en),
+                     tk_wr.addr.eq(tk_slot), tk_wr.data.imm_or_rkey.eq(ep.imm_or_rkey),
+                     tk_wr.data.se.eq(ep.se)]
         kp_wr, kp_rd, sp_wr, sp_rd, bus_wr, bus_rd = [], [], [], [], [], []
         kva_wr, kva_rd = [], []
         for i in range(MAX_SGE):
@@ -987,11 +1000,9 @@ class Execute(wiring.Component):
         m.d.comb += [head_wr.addr.eq(wp),
                      head_wr.data.wr_id.eq(Mux(c.read, Cat(c.psn, c.msn, c.pmtu), wqe.wr_id)),
                      head_wr.data.byte_len.eq(Mux(c.write | c.read, c.dma_len, mend)),
-                     head_wr.data.imm_or_rkey.eq(c.imm_or_rkey),
                      head_wr.data.rdma_imm.eq(c.write & c.imm_valid),
-                     head_wr.data.imm.eq(c.imm_valid), head_wr.data.se.eq(c.se),
-                     head_wr.data.widx.eq(widx),
-                     pd_wr.addr.eq(wp), pd_wr.data.eq(c.pd)]
+                     head_wr.data.imm.eq(c.imm_valid),
+                     head_wr.data.widx.eq(widx)]
         kq = key_q.i
         ke = key_q.o.payload
         inv_pend = Signal(range(8))            # entries past the key checks that may invalidate
@@ -1019,7 +1030,8 @@ class Execute(wiring.Component):
             b=b, b_idle=b_idle, bus_rd=bus_rd, bus_wr=bus_wr, head_rd=head_rd, head_wr=head_wr,
             inv_dec=inv_dec, inv_inc=inv_inc, inv_pend=inv_pend, iss_q=iss_q, iss_tok=iss_tok,
             k_idle=k_idle, ke=ke, key_q=key_q, kp_rd=kp_rd, kp_wr=kp_wr, kq=kq, kva_rd=kva_rd,
-            kva_wr=kva_wr, pd_rd=pd_rd, pd_wr=pd_wr, pipe_empty=pipe_empty,
+            kva_wr=kva_wr, pd_rd=pd_rd, pipe_empty=pipe_empty, tk_rd=tk_rd, tk_slot=tk_slot,
+            tk_wr=tk_wr,
             post_plan_busy=post_plan_busy, r_idle=r_idle, sp_rd=sp_rd, sp_wr=sp_wr, wp=wp)
 
     def _planner(self, m, t):
@@ -1037,7 +1049,7 @@ class Execute(wiring.Component):
         m.d.sync += [plan_hit_r.eq(0), plan_tk.eq(0), plan_dec.eq(0)]
         with m.FSM(name="plan"):
             with m.State("IDLE"):
-                self._take_next(m, t, True)
+                self._take_next(m, t, True, t.wp)
             self._plan_flush(m, t)
             self._plan_dec(m, t)
             self._plan_ird(m, t)
@@ -1054,9 +1066,9 @@ class Execute(wiring.Component):
         if not isinstance(with_cqe, int) or with_cqe:
             m.d.sync += cdone.eq(with_cqe)
 
-    def _take_next(self, m, t, allow_flush):
+    def _take_next(self, m, t, allow_flush, slot):
         """IDLE's work: read the tables for the next command (or a flush, if ``allow_flush``) and
-        take it."""
+        take it; ``slot`` is the plan slot it will have (``wp`` once it is planned)."""
         (c, cdone, cnext_rd, cqe_on, cstat, dead_rd, fatal, fl_end, flushing, nowrite, pipe_empty,
          plan_dec, plan_tk, rd_new, rd_sent, rdflt, skip, syn, wflt_rd, wqe_rd) = (
             t.c, t.cdone, t.cnext_rd, t.cqe_on, t.cstat, t.dead_rd, t.fatal, t.fl_end, t.flushing,
@@ -1064,6 +1076,8 @@ class Execute(wiring.Component):
             t.syn, t.wflt_rd, t.wqe_rd)
         m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
                      wflt_rd.en.eq(1), cnext_rd.en.eq(1)]
+        # (like c, written in every cycle that could take: the slot is the planner's own)
+        m.d.comb += [t.tk_slot.eq(slot), t.tk_wr.en.eq(1)]
         m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(0), nowrite.eq(0),
                      skip.eq(0), cdone.eq(0), flushing.eq(0), rdflt.eq(0), rd_sent.eq(0)]
         # (only DEC reads it, entered on ``exe.valid``: the flush's c leaves it unused)
@@ -1085,8 +1099,7 @@ class Execute(wiring.Component):
                 m.d.sync += [c.qpn.eq(fp.qpn), c.rcqn.eq(fp.rcqn), c.rq_base.eq(fp.rq_base),
                              c.rq_log.eq(fp.rq_log), c.status.eq(0)]
                 m.d.sync += [c[f].eq(0) for f in (
-                    "write", "read", "imm_valid", "inv", "se", "wqe", "comp", "send",
-                    "imm_or_rkey")]
+                    "write", "read", "imm_valid", "inv", "wqe", "comp", "send")]
         with m.If(self.exe.valid):
             m.d.sync += [plan_tk.eq(1), plan_dec.eq(1)]
             m.next = "DEC"
@@ -1148,10 +1161,10 @@ class Execute(wiring.Component):
     def _plan_dec(self, m, t):
         """The planner's state DEC: the tables read for the command, and its way on: skipped (dead
         or write fault), a READ (sent on now if new), a WQE to look up, or the pieces."""
-        (c, dead_rd_data, faddr, faddr_c, head_wr, kp_wr, kq, kva_wr, look_eq, nowrite, off, pd_wr,
+        (c, dead_rd_data, faddr, faddr_c, head_wr, kp_wr, kq, kva_wr, look_eq, nowrite, off,
          plan_tk, plen, pv_c, rd_new, rd_sent, skip, wflt_rd, widx, wp, wq_held, wqe_rd, zlen) = (
             t.c, t.dead_rd_data, t.faddr, t.faddr_c, t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.look_eq,
-            t.nowrite, t.off, t.pd_wr, t.plan_tk, t.plen, t.pv_c, t.rd_new, t.rd_sent, t.skip,
+            t.nowrite, t.off, t.plan_tk, t.plen, t.pv_c, t.rd_new, t.rd_sent, t.skip,
             t.wflt_rd, t.widx, t.wp, t.wq_held, t.wqe_rd, t.zlen)
         with m.State("DEC"):
             m.d.sync += plan_tk.eq(1)
@@ -1165,7 +1178,7 @@ class Execute(wiring.Component):
                 # a READ's plan records, from c, into the planner's own slot (CALC and PUSH
                 # write the same when it leaves later, or is skipped): their write enables
                 # wait neither for the marks nor for the queue's room
-                m.d.comb += [head_wr.en.eq(1), pd_wr.en.eq(1),
+                m.d.comb += [head_wr.en.eq(1),
                              kp_wr[0].en.eq(1), kva_wr[0].en.eq(1)]
             # (the entry's piece flags as CALC would register them: read only with a push)
             m.d.comb += kq.payload.pv.eq(Cat(*pv_c))
@@ -1224,7 +1237,7 @@ class Execute(wiring.Component):
                     m.d.comb += [rdr_wr.en.eq(1), rdm_wr.en.eq(1),
                                  rdm_wr.data.wp.eq(rm_wp + 1), rdm_wr.data.cnt.eq(rd_nw)]
                     with m.If(rd_sent):
-                        self._take_next(m, t, False)
+                        self._take_next(m, t, False, t.wp)
                     with m.Else():
                         # (SUMS does nothing for a READ: its piece is c's)
                         m.next = "CALC"
@@ -1371,11 +1384,11 @@ class Execute(wiring.Component):
         """The planner's piece states: SUMS, CUT, CUT2, CALC (the pieces and the checks that need
         no lookup) and PUSH (the entry into ``key_q``)."""
         (a_r, bad_nsge, c, ca_i, ca_lo, ca_on, cdone, cqe_on, dl_rs, head_wr, kp_wr, kq,
-         kva_wr, li_cs, li_r, mend, off, overflow, pchk, pd_wr, pin, plen, pv, pv_c, release,
+         kva_wr, li_cs, li_r, mend, off, overflow, pchk, pin, plen, pv, pv_c, release,
          ring_ok, run, run_c, sp_wr, v_rs, va_op, wp, wqe, zlen) = (
             t.a_r, t.bad_nsge, t.c, t.ca_i, t.ca_lo, t.ca_on, t.cdone, t.cqe_on, t.dl_rs,
             t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.li_cs, t.li_r, t.mend, t.off, t.overflow,
-            t.pchk, t.pd_wr, t.pin, t.plen, t.pv, t.pv_c, t.release, t.ring_ok, t.run, t.run_c,
+            t.pchk, t.pin, t.plen, t.pv, t.pv_c, t.release, t.ring_ok, t.run, t.run_c,
             t.sp_wr, t.v_rs, t.va_op, t.wp, t.wqe, t.zlen)
         with m.State("SUMS"):
             # SGE 0's range [0, len0) to the cut, the message end
@@ -1386,11 +1399,11 @@ class Execute(wiring.Component):
                 m.d.sync += pin.eq(0)
                 m.next = "FETCH"
             with m.Elif(c.write | zlen):
-                # no piece from the SGEs: an RDMA WRITE's piece is c's (its va is written in
-                # CALC), and a SEND of no payload at offset 0 has none (the message ends at
-                # 0: no overflow)
+                # no piece from the SGEs: an RDMA WRITE's piece is c's (its va, va + offset
+                # from the shared adder, is written in CALC), and a SEND of no payload at
+                # offset 0 has none (the message ends at 0: no overflow)
                 m.d.sync += [bad_nsge.eq(wqe.nsge > MAX_SGE), overflow.eq(0),
-                             *[v.eq(0) for v in v_rs]]
+                             a_r.eq(c.va), va_op.eq(off), *[v.eq(0) for v in v_rs]]
                 m.next = "CALC"
             with m.Elif(wqe.nsge[1:] == 0):
                 # at most one SGE: one piece, the others empty
@@ -1435,13 +1448,13 @@ class Execute(wiring.Component):
                 m.d.sync += [cqe_on.eq(c.comp), cdone.eq(c.comp)]
             m.next = "PUSH"
         with m.State("PUSH"):
-            m.d.comb += [kq.valid.eq(1), head_wr.en.eq(1), pd_wr.en.eq(1),
+            m.d.comb += [kq.valid.eq(1), head_wr.en.eq(1),
                          kva_wr[MAX_SGE - 1].en.eq(1)]
             with m.If(kq.ready):
                 # done with the row: a pool slot whose WQE this command completes is free
                 m.d.comb += release.eq(pin & c.comp)
                 m.d.sync += [wp.eq(wp + 1), pin.eq(0)]
-                self._take_next(m, t, False)
+                self._take_next(m, t, False, wp + 1)
             with m.Else():
                 m.next = "PUSH"
 
@@ -1661,7 +1674,8 @@ class Execute(wiring.Component):
         pp_first = _first_valid(m, pp_q.o.payload.pv)
         b_next = _first_valid(m, b.pv, jb)
         bh = head_rd.data
-        m.d.comb += head_rd.addr.eq(b.slot)
+        bt = t.tk_rd.data
+        m.d.comb += [head_rd.addr.eq(b.slot), t.tk_rd.addr.eq(b.slot)]
         j_len_b, j_src_b, j_bus_b = Signal(13), Signal(13), Signal(64)
         for i in range(MAX_SGE):
             m.d.comb += [sp_rd[i].addr.eq(b.slot), bus_rd[i].addr.eq(b.slot)]
@@ -1680,7 +1694,7 @@ class Execute(wiring.Component):
             pq.payload.end.eq(0),
             wqpn_wr.addr.eq(wr_cnt[:MAX_WRITES.bit_length() - 1]),
             wqpn_wr.data.eq(b.qpn),
-            self.inval.req.payload.key.eq(bh.imm_or_rkey),
+            self.inval.req.payload.key.eq(bt.imm_or_rkey),
             self.inval.req.payload.tag.eq(0),
             plan_ev_qpn.eq(b.qpn),
             plan_ev.eq(fl_ev | b_ev),
@@ -1704,9 +1718,9 @@ class Execute(wiring.Component):
         cq = cqe_q.i.payload
         m.d.comb += [
             cq.cqn.eq(b.cqn), cq.wr_id.eq(bh.wr_id), cq.byte_len.eq(bh.byte_len),
-            cq.imm_or_rkey.eq(bh.imm_or_rkey), cq.qpn.eq(b.qpn), cq.status.eq(b.cstat),
+            cq.imm_or_rkey.eq(bt.imm_or_rkey), cq.qpn.eq(b.qpn), cq.status.eq(b.cstat),
             cq.rdma_imm.eq(bh.rdma_imm), cq.imm.eq(bh.imm), cq.inv.eq(b.inv),
-            cq.se.eq(bh.se), cq.flush.eq(fl_cqe),
+            cq.se.eq(bt.se), cq.flush.eq(fl_cqe),
         ]
         m.d.comb += [
             cqe_q.i.payload.need.eq(wr_cnt),
