@@ -972,13 +972,22 @@ class Execute(wiring.Component):
                      tk_wr.addr.eq(tk_slot), tk_wr.data.imm_or_rkey.eq(ep.imm_or_rkey),
                      tk_wr.data.se.eq(ep.se)]
         kp_wr, kp_rd, sp_wr, sp_rd, bus_wr, bus_rd = [], [], [], [], [], []
-        kva_wr, kva_rd = [], []
+        # The pieces' va, one RAM, row {slot mod 4, piece}: the key checks read only the slots
+        # of ``key_q`` (two at most, the planner's last pushes) while the planner writes its
+        # own, the next one, so three consecutive slots are in use at most. The planner writes
+        # one piece's va a cycle (``kva_wr[i].en``; in CALC a WRITE's or READ's piece 0, whose
+        # piece 1 is empty); the key checks read the piece ``j_d`` selects.
+        assert PLAN_SLOTS >= 4
+        m.submodules.plan_kva = plan_kva = Memory(shape=64, depth=4 * 4, init=[])
+        kva_port = plan_kva.write_port()
+        kva_rd = plan_kva.read_port(domain="comb")
+        kva_wr = [types.SimpleNamespace(en=Signal(name=f"kva_we{i}")) for i in range(MAX_SGE)]
+        kva_j = Signal(2)
+        m.d.comb += kva_j.eq(Mux(kva_wr[0].en, 0, Mux(kva_wr[1].en, 1, 2)))
+        m.d.comb += [kva_port.addr.eq(Cat(kva_j, wp[:2])),
+                     kva_port.data.eq(pva_c[0]),      # (sva, or a READ's va)
+                     kva_port.en.eq(Cat(*[w.en for w in kva_wr]).any())]
         for i in range(MAX_SGE):
-            mv = Memory(shape=64, depth=PLAN_SLOTS, init=[])
-            m.submodules[f"plan_kva{i}"] = mv
-            kva_wr.append(mv.write_port())
-            kva_rd.append(mv.read_port(domain="comb"))
-            m.d.comb += [kva_wr[i].addr.eq(wp), kva_wr[i].data.eq(pva_c[i])]
             mk = Memory(shape=_kpiece0_layout if i == 0 else _kpiece_layout, depth=PLAN_SLOTS,
                         init=[])
             ms = Memory(shape=_spiece_layout, depth=PLAN_SLOTS, init=[])
@@ -1499,16 +1508,17 @@ class Execute(wiring.Component):
         lk = self.lookup.req.payload
         m.d.comb += pd_rd.addr.eq(ke.slot)
         for i in range(MAX_SGE):
-            m.d.comb += [kp_rd[i].addr.eq(ke.slot), kva_rd[i].addr.eq(ke.slot),
+            m.d.comb += [kp_rd[i].addr.eq(ke.slot),
                          bus_wr[i].addr.eq(ke.slot),
                          bus_wr[i].data.eq(self.lookup.resp.payload.bus_addr)]
         # (loaded in every cycle, the last piece's also for ``j_d`` = MAX_SGE, when no lookup
         # follows: ``j_d`` selects the data, it enables no flop)
+        m.d.comb += kva_rd.addr.eq(Cat(j_d[:2], ke.slot[:2]))
+        m.d.sync += lk.va.eq(kva_rd.data)
         with m.Switch(j_d):
             for i in range(MAX_SGE):
                 with (m.Case(i) if i < MAX_SGE - 1 else m.Default()):
-                    m.d.sync += [lk.key.eq(kp_rd[i].data.key), lk.va.eq(kva_rd[i].data),
-                                 lk.len.eq(kp_rd[i].data.len)]
+                    m.d.sync += [lk.key.eq(kp_rd[i].data.key), lk.len.eq(kp_rd[i].data.len)]
         m.d.sync += [
             lk.pd.eq(pd_rd.data),
             lk.access.eq(Mux(ke.write, Access.REMOTE_WRITE,
