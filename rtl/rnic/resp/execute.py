@@ -971,7 +971,7 @@ class Execute(wiring.Component):
         m.d.comb += [pd_wr.addr.eq(tk_slot), pd_wr.data.eq(ep.pd), pd_wr.en.eq(tk_wr.en),
                      tk_wr.addr.eq(tk_slot), tk_wr.data.imm_or_rkey.eq(ep.imm_or_rkey),
                      tk_wr.data.se.eq(ep.se)]
-        kp_wr, kp_rd, sp_wr, sp_rd, bus_wr, bus_rd = [], [], [], [], [], []
+        kp_wr, kp_rd, sp_wr, sp_rd = [], [], [], []
         # The pieces' va, one RAM, row {slot mod 4, piece}: the key checks read only the slots
         # of ``key_q`` (two at most, the planner's last pushes) while the planner writes its
         # own, the next one, so three consecutive slots are in use at most. The planner writes
@@ -987,20 +987,23 @@ class Execute(wiring.Component):
         m.d.comb += [kva_port.addr.eq(Cat(kva_j, wp[:2])),
                      kva_port.data.eq(pva_c[0]),      # (sva, or a READ's va)
                      kva_port.en.eq(Cat(*[w.en for w in kva_wr]).any())]
+        # The pieces' bus addresses, one RAM, row {slot mod 8, piece}: written by the key checks
+        # (a piece a lookup), read by stage 4, and from the key checks' entry back to stage 4's
+        # there are seven at most (``iss_q`` 2, stage 3, ``post_plan_q`` 2, stage 4).
+        assert PLAN_SLOTS >= 8
+        m.submodules.plan_bus = plan_bus = Memory(shape=64, depth=8 * 4, init=[])
+        bus_wr = plan_bus.write_port()
+        bus_rd = plan_bus.read_port(domain="comb")
         for i in range(MAX_SGE):
             mk = Memory(shape=_kpiece0_layout if i == 0 else _kpiece_layout, depth=PLAN_SLOTS,
                         init=[])
             ms = Memory(shape=_spiece_layout, depth=PLAN_SLOTS, init=[])
-            mb = Memory(shape=64, depth=PLAN_SLOTS, init=[])
             m.submodules[f"plan_kp{i}"] = mk
             m.submodules[f"plan_sp{i}"] = ms
-            m.submodules[f"plan_bus{i}"] = mb
             kp_wr.append(mk.write_port())
             kp_rd.append(mk.read_port(domain="comb"))
             sp_wr.append(ms.write_port())
             sp_rd.append(ms.read_port(domain="comb"))
-            bus_wr.append(mb.write_port())
-            bus_rd.append(mb.read_port(domain="comb"))
             m.d.comb += [kp_wr[i].addr.eq(wp), sp_wr[i].addr.eq(wp),
                          kp_wr[i].data.key.eq(pkey_c[i]), kp_wr[i].data.len.eq(plen_c[i]),
                          sp_wr[i].data.len.eq(plen_c[i][:13]), sp_wr[i].data.src.eq(psrc_c[i])]
@@ -1508,9 +1511,9 @@ class Execute(wiring.Component):
         lk = self.lookup.req.payload
         m.d.comb += pd_rd.addr.eq(ke.slot)
         for i in range(MAX_SGE):
-            m.d.comb += [kp_rd[i].addr.eq(ke.slot),
-                         bus_wr[i].addr.eq(ke.slot),
-                         bus_wr[i].data.eq(self.lookup.resp.payload.bus_addr)]
+            m.d.comb += kp_rd[i].addr.eq(ke.slot)
+        m.d.comb += [bus_wr.addr.eq(Cat(j[:2], ke.slot[:3])),
+                     bus_wr.data.eq(self.lookup.resp.payload.bus_addr)]
         # (loaded in every cycle, the last piece's also for ``j_d`` = MAX_SGE, when no lookup
         # follows: ``j_d`` selects the data, it enables no flop)
         m.d.comb += kva_rd.addr.eq(Cat(j_d[:2], ke.slot[:2]))
@@ -1578,8 +1581,7 @@ class Execute(wiring.Component):
                 rr = self.lookup.resp
                 m.d.comb += rr.ready.eq(1)
                 with m.If(rr.valid):
-                    for i in range(MAX_SGE):
-                        m.d.comb += bus_wr[i].en.eq(j == i)
+                    m.d.comb += bus_wr.en.eq(1)
                     m.d.comb += j_d.eq(k_next)
                     with m.If(~rr.payload.ok | (k_next == MAX_SGE)):
                         # the entry's last lookup: it leaves now if ``iss_q`` has room, else
@@ -1688,12 +1690,13 @@ class Execute(wiring.Component):
         m.d.comb += [head_rd.addr.eq(b.slot), t.tk_rd.addr.eq(b.slot)]
         j_len_b, j_src_b, j_bus_b = Signal(13), Signal(13), Signal(64)
         for i in range(MAX_SGE):
-            m.d.comb += [sp_rd[i].addr.eq(b.slot), bus_rd[i].addr.eq(b.slot)]
+            m.d.comb += sp_rd[i].addr.eq(b.slot)
+        # (a READ's piece is piece 0: ``jb`` stays 0 to POST)
+        m.d.comb += [bus_rd.addr.eq(Cat(jb[:2], b.slot[:3])), j_bus_b.eq(bus_rd.data)]
         with m.Switch(jb):
             for i in range(MAX_SGE):
                 with m.Case(i):
-                    m.d.comb += [j_len_b.eq(sp_rd[i].data.len), j_src_b.eq(sp_rd[i].data.src),
-                                 j_bus_b.eq(bus_rd[i].data)]
+                    m.d.comb += [j_len_b.eq(sp_rd[i].data.len), j_src_b.eq(sp_rd[i].data.src)]
         m.d.comb += [
             self.wr.req.payload.addr.eq(j_bus_b),
             self.wr.req.payload.len_bytes.eq(j_len_b),
@@ -1721,7 +1724,7 @@ class Execute(wiring.Component):
         rq = read_q.i
         m.d.comb += [rq.payload.qpn.eq(b.qpn), rq.payload.psn.eq(bh.wr_id[0:24]),
                      rq.payload.msn.eq(bh.wr_id[24:48]), rq.payload.pmtu.eq(bh.wr_id[48:51]),
-                     rq.payload.addr.eq(bus_rd[0].data), rq.payload.len.eq(bh.byte_len)]
+                     rq.payload.addr.eq(bus_rd.data), rq.payload.len.eq(bh.byte_len)]
 
         # CQE and post entries (a flush's CQEs come from the planner while stage 4 is idle: it
         # loads ``b`` and writes the plan head of its slot, so they take the same path)
