@@ -175,8 +175,9 @@ _head_layout = data.StructLayout({
 })
 # the same, written from ``exe`` when the planner takes the command (so they are not held in
 # the planner's command register): ``imm_or_rkey`` is also the invalidate's key (no opcode has
-# both ImmDt and IETH). A flush's CQEs leave them as they are: an error CQE has no immediate
-# (CQE Generation writes 0) and is solicited whatever ``se``
+# both ImmDt and IETH), and a READ's {MSN, path MTU} (a READ has no CQE). A flush's CQEs leave
+# them as they are: an error CQE has no immediate (CQE Generation writes 0) and is solicited
+# whatever ``se``
 _take_layout = data.StructLayout({"imm_or_rkey": 32, "se": 1})
 # one piece, as the key checks read it / as stage 4 reads it
 # (the piece's va is in a RAM of its own: the planner writes it in another cycle)
@@ -884,7 +885,9 @@ class Execute(wiring.Component):
                 with m.If(c.write | c.read):
                     m.d.comb += v.eq(0)
             pv_c.append(v)
-            pkey_c.append(Mux(c.write | c.read, c.rkey, wqe.sge[i].lkey))
+            # (a WRITE's or READ's one piece is piece 0)
+            pkey_c.append(Mux(c.write | c.read, c.rkey, wqe.sge[i].lkey) if i == 0
+                          else wqe.sge[i].lkey)
             pva_c.append(va)
             plen_c.append(ln)
             psrc_c.append(src)
@@ -969,7 +972,9 @@ class Execute(wiring.Component):
         tk_slot = Signal(_SLOT_BITS)
         ep = self.exe.payload
         m.d.comb += [pd_wr.addr.eq(tk_slot), pd_wr.data.eq(ep.pd), pd_wr.en.eq(tk_wr.en),
-                     tk_wr.addr.eq(tk_slot), tk_wr.data.imm_or_rkey.eq(ep.imm_or_rkey),
+                     tk_wr.addr.eq(tk_slot),
+                     tk_wr.data.imm_or_rkey.eq(Mux(ep.read, Cat(ep.msn, ep.pmtu),
+                                                   ep.imm_or_rkey)),
                      tk_wr.data.se.eq(ep.se)]
         kp_wr, kp_rd, sp_wr, sp_rd = [], [], [], []
         # The pieces' va, one RAM, row {slot mod 4, piece}: the key checks read only the slots
@@ -1007,10 +1012,12 @@ class Execute(wiring.Component):
             m.d.comb += [kp_wr[i].addr.eq(wp), sp_wr[i].addr.eq(wp),
                          kp_wr[i].data.key.eq(pkey_c[i]), kp_wr[i].data.len.eq(plen_c[i]),
                          sp_wr[i].data.len.eq(plen_c[i][:13]), sp_wr[i].data.src.eq(psrc_c[i])]
-        # (a READ has no CQE: its wr_id field carries the response's PSN, MSN and path MTU; a
-        # flush writes its WQE's CQE fields here too, c's flags zero)
+        # (a READ has no CQE: its wr_id field carries the response's PSN in its low bits, the
+        # MSN and path MTU are in ``plan_take``; a flush writes its WQE's CQE fields here too,
+        # c's flags zero)
         m.d.comb += [head_wr.addr.eq(wp),
-                     head_wr.data.wr_id.eq(Mux(c.read, Cat(c.psn, c.msn, c.pmtu), wqe.wr_id)),
+                     head_wr.data.wr_id.eq(Cat(Mux(c.read, c.psn, wqe.wr_id[:24]),
+                                               wqe.wr_id[24:])),
                      head_wr.data.byte_len.eq(Mux(c.write | c.read, c.dma_len, mend)),
                      head_wr.data.rdma_imm.eq(c.write & c.imm_valid),
                      head_wr.data.imm.eq(c.imm_valid),
@@ -1713,17 +1720,18 @@ class Execute(wiring.Component):
             plan_ev.eq(fl_ev | b_ev),
         ]
 
-        # an answered READ's job (its PSN, MSN and path MTU in the head's wr_id field). The jobs
-        # wait here while a long READ's responses are sent (stage 4 stalls only when READ_JOBS
-        # wait), in LUT RAM read at the head (the READ response engine registers the job it
-        # takes)
+        # an answered READ's job (its PSN in the head's wr_id field, MSN and path MTU in
+        # ``plan_take``'s imm_or_rkey). The jobs wait here while a long READ's responses are
+        # sent (stage 4 stalls only when READ_JOBS wait), in LUT RAM read at the head (the READ
+        # response engine registers the job it takes)
         m.submodules.read_q = read_q = Queue(_read_entry_layout(ab), READ_JOBS, buffered=False)
         m.d.comb += [self.read.valid.eq(read_q.o.valid), read_q.o.ready.eq(self.read.ready),
                      *[getattr(self.read.payload, k).eq(getattr(read_q.o.payload, k))
                        for k, _ in read_job_layout]]
         rq = read_q.i
         m.d.comb += [rq.payload.qpn.eq(b.qpn), rq.payload.psn.eq(bh.wr_id[0:24]),
-                     rq.payload.msn.eq(bh.wr_id[24:48]), rq.payload.pmtu.eq(bh.wr_id[48:51]),
+                     rq.payload.msn.eq(bt.imm_or_rkey[0:24]),
+                     rq.payload.pmtu.eq(bt.imm_or_rkey[24:27]),
                      rq.payload.addr.eq(bus_rd.data), rq.payload.len.eq(bh.byte_len)]
 
         # CQE and post entries (a flush's CQEs come from the planner while stage 4 is idle: it
