@@ -9,8 +9,8 @@ bytes ``index·W/8`` on; the caller writes it into the RAM that keeps the WQE, i
 :data:`wqe_layout`: the layout's field order is the byte order), and after the last beat
 ``resp`` {tag, err} says the WQE is complete (``err`` = some beat came back non-OKAY). Responses
 leave in request order, from registers, one cycle after the WQE's last beat; the next read's
-beats wait while a response waits. A request every other cycle at most; a WQE every
-``max(2, ceil(64/(W/8)))`` cycles at most while the responses are taken at once.
+beats wait while a response waits. A WQE every ``ceil(64/(W/8))`` cycles at most while the
+responses are taken at once.
 
 WQE store
 ---------
@@ -121,10 +121,8 @@ class RqFetch(wiring.Component):
         m = Module()
         fl_layout = data.StructLayout({"tag": 8})
 
-        # request side: one register (a request every other cycle: the planner reads once per
-        # command, the prefetcher once per claim), then one read per request while room in
-        # flight
-        m.submodules.req_q = req_q = Queue(fetch_req_layout, 1)
+        # request side: a registered queue, then one read per request while room in flight
+        m.submodules.req_q = req_q = Queue(fetch_req_layout, 2)
         connect(m, wiring.flipped(self.req), req_q.i)
         m.submodules.inflight = inflight = Queue(fl_layout, self.depth, buffered=False)
         rq = req_q.o
