@@ -180,10 +180,9 @@ _head_layout = data.StructLayout({
 # whatever ``se``
 _take_layout = data.StructLayout({"imm_or_rkey": 32, "se": 1})
 # one piece, as the key checks read it / as stage 4 reads it
-# (the piece's va is in a RAM of its own: the planner writes it in another cycle)
-_kpiece_layout = data.StructLayout({"key": 32, "len": 13})
-#: piece 0's: an RDMA READ's one piece is its whole range, up to 2^31 bytes
-_kpiece0_layout = data.StructLayout({"key": 32, "len": 32})
+# (the piece's va is in a RAM of its own: the planner writes it in another cycle; the length
+# is 32 bits: an RDMA READ's one piece is its whole range, up to 2^31 bytes)
+_kpiece_layout = data.StructLayout({"key": 32, "len": 32})
 #: IRD: READs held per QP for duplicates at most (interface.md §4.2, ARG15[7:4]; 0 means 1)
 MAX_IRD = 8
 #: READ jobs that may wait for the READ response engine (one IRD's worth)
@@ -976,7 +975,6 @@ class Execute(wiring.Component):
                      tk_wr.data.imm_or_rkey.eq(Mux(ep.read, Cat(ep.msn, ep.pmtu),
                                                    ep.imm_or_rkey)),
                      tk_wr.data.se.eq(ep.se)]
-        kp_wr, kp_rd, sp_wr, sp_rd = [], [], [], []
         # The pieces' va, one RAM, row {slot mod 4, piece}: the key checks read only the slots
         # of ``key_q`` (two at most, the planner's last pushes) while the planner writes its
         # own, the next one, so three consecutive slots are in use at most. The planner writes
@@ -999,19 +997,31 @@ class Execute(wiring.Component):
         m.submodules.plan_bus = plan_bus = Memory(shape=64, depth=8 * 4, init=[])
         bus_wr = plan_bus.write_port()
         bus_rd = plan_bus.read_port(domain="comb")
+        # The pieces as the key checks read them (``plan_kp``, row {slot mod 4, piece}, as
+        # ``plan_kva``), one piece a cycle, in the first state its cut is complete in: piece 1
+        # in CUT2, piece 0 in CALC, piece 2 in PUSH (``kp_wr[i].en``; a READ's piece 0 also in
+        # DEC). A piece the path skips (one SGE, WRITE, READ) is empty, whatever its row holds.
+        m.submodules.plan_kp = plan_kp = Memory(shape=_kpiece_layout, depth=4 * 4, init=[])
+        kp_port, kp_rd = plan_kp.write_port(), plan_kp.read_port(domain="comb")
+        kp_wr = [types.SimpleNamespace(en=Signal(name=f"kp_we{i}")) for i in range(MAX_SGE)]
+        kp_j = Signal(2)
+        m.d.comb += kp_j.eq(Mux(kp_wr[0].en, 0, Mux(kp_wr[1].en, 1, 2)))
+        with m.Switch(kp_j):
+            for i in range(MAX_SGE):
+                with (m.Case(i) if i < MAX_SGE - 1 else m.Default()):
+                    m.d.comb += [kp_port.data.key.eq(pkey_c[i]), kp_port.data.len.eq(plen_c[i])]
+        m.d.comb += [kp_port.addr.eq(Cat(kp_j, wp[:2])),
+                     kp_port.en.eq(Cat(*[w.en for w in kp_wr]).any())]
+        # ... and as stage 4 reads them (the planner's slot and stage 4's are up to nine
+        # apart: one RAM a piece, by slot, all three written in CALC)
+        sp_wr, sp_rd = [], []
         for i in range(MAX_SGE):
-            mk = Memory(shape=_kpiece0_layout if i == 0 else _kpiece_layout, depth=PLAN_SLOTS,
-                        init=[])
             ms = Memory(shape=_spiece_layout, depth=PLAN_SLOTS, init=[])
-            m.submodules[f"plan_kp{i}"] = mk
             m.submodules[f"plan_sp{i}"] = ms
-            kp_wr.append(mk.write_port())
-            kp_rd.append(mk.read_port(domain="comb"))
             sp_wr.append(ms.write_port())
             sp_rd.append(ms.read_port(domain="comb"))
-            m.d.comb += [kp_wr[i].addr.eq(wp), sp_wr[i].addr.eq(wp),
-                         kp_wr[i].data.key.eq(pkey_c[i]), kp_wr[i].data.len.eq(plen_c[i]),
-                         sp_wr[i].data.len.eq(plen_c[i][:13]), sp_wr[i].data.src.eq(psrc_c[i])]
+            m.d.comb += [sp_wr[i].addr.eq(wp), sp_wr[i].data.len.eq(plen_c[i][:13]),
+                         sp_wr[i].data.src.eq(psrc_c[i])]
         # (a READ has no CQE: its wr_id field carries the response's PSN in its low bits, the
         # MSN and path MTU are in ``plan_take``; a flush writes its WQE's CQE fields here too,
         # c's flags zero)
@@ -1445,7 +1455,7 @@ class Execute(wiring.Component):
             m.next = "CUT2"
         with m.State("CUT2"):
             m.d.sync += [a_r.eq(wqe.sge[1].addr), va_op.eq(dl_rs[1])]
-            m.d.comb += kva_wr[0].en.eq(1)
+            m.d.comb += [kva_wr[0].en.eq(1), kp_wr[1].en.eq(1)]
             m.next = "CALC"
         with m.State("CALC"):
             m.d.sync += [a_r.eq(wqe.sge[2].addr), va_op.eq(dl_rs[2])]
@@ -1455,8 +1465,8 @@ class Execute(wiring.Component):
                 m.d.comb += kva_wr[0].en.eq(1)
             for i in range(MAX_SGE):
                 m.d.sync += pv[i].eq(pv_c[i])
-                m.d.comb += [kp_wr[i].en.eq(1), sp_wr[i].en.eq(1)]
-            m.d.comb += kva_wr[1].en.eq(1)
+                m.d.comb += sp_wr[i].en.eq(1)
+            m.d.comb += [kva_wr[1].en.eq(1), kp_wr[0].en.eq(1)]
             with m.If(c.status != 0):
                 self._fail(m, t, 0, c.status, 1)
             with m.Elif((c.send | c.wqe) & bad_nsge):
@@ -1468,7 +1478,7 @@ class Execute(wiring.Component):
             m.next = "PUSH"
         with m.State("PUSH"):
             m.d.comb += [kq.valid.eq(1), head_wr.en.eq(1),
-                         kva_wr[MAX_SGE - 1].en.eq(1)]
+                         kva_wr[MAX_SGE - 1].en.eq(1), kp_wr[MAX_SGE - 1].en.eq(1)]
             with m.If(kq.ready):
                 # done with the row: a pool slot whose WQE this command completes is free
                 m.d.comb += release.eq(pin & c.comp)
@@ -1517,18 +1527,13 @@ class Execute(wiring.Component):
         m.d.sync += lk_look.eq(lk_look_d)
         lk = self.lookup.req.payload
         m.d.comb += pd_rd.addr.eq(ke.slot)
-        for i in range(MAX_SGE):
-            m.d.comb += kp_rd[i].addr.eq(ke.slot)
         m.d.comb += [bus_wr.addr.eq(Cat(j[:2], ke.slot[:3])),
                      bus_wr.data.eq(self.lookup.resp.payload.bus_addr)]
-        # (loaded in every cycle, the last piece's also for ``j_d`` = MAX_SGE, when no lookup
-        # follows: ``j_d`` selects the data, it enables no flop)
-        m.d.comb += kva_rd.addr.eq(Cat(j_d[:2], ke.slot[:2]))
-        m.d.sync += lk.va.eq(kva_rd.data)
-        with m.Switch(j_d):
-            for i in range(MAX_SGE):
-                with (m.Case(i) if i < MAX_SGE - 1 else m.Default()):
-                    m.d.sync += [lk.key.eq(kp_rd[i].data.key), lk.len.eq(kp_rd[i].data.len)]
+        # (loaded in every cycle, also for ``j_d`` = MAX_SGE, when no lookup follows: ``j_d``
+        # addresses the data, it enables no flop)
+        m.d.comb += [kva_rd.addr.eq(Cat(j_d[:2], ke.slot[:2])),
+                     kp_rd.addr.eq(Cat(j_d[:2], ke.slot[:2]))]
+        m.d.sync += [lk.va.eq(kva_rd.data), lk.key.eq(kp_rd.data.key), lk.len.eq(kp_rd.data.len)]
         m.d.sync += [
             lk.pd.eq(pd_rd.data),
             lk.access.eq(Mux(ke.write, Access.REMOTE_WRITE,
@@ -1698,7 +1703,8 @@ class Execute(wiring.Component):
         j_len_b, j_src_b, j_bus_b = Signal(13), Signal(13), Signal(64)
         for i in range(MAX_SGE):
             m.d.comb += sp_rd[i].addr.eq(b.slot)
-        # (a READ's piece is piece 0: ``jb`` stays 0 to POST)
+        # (a READ's piece is piece 0: ``jb`` stays 0 to POST; rows of ``jb`` = MAX_SGE are
+        # never written: zero)
         m.d.comb += [bus_rd.addr.eq(Cat(jb[:2], b.slot[:3])), j_bus_b.eq(bus_rd.data)]
         with m.Switch(jb):
             for i in range(MAX_SGE):
