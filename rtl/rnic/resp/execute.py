@@ -943,10 +943,10 @@ class Execute(wiring.Component):
         """The plan queues (planner -> ``key_q`` -> key checks -> ``iss_q``) and the plan RAMs
         written in the planner's slot ``wp``, the entry the planner pushes (``kq``), the count of
         invalidates pending and the stages' idle flags (``pipe_empty``). Adds these."""
-        (ab, c, cdone, cqe_on, cstat, fatal, has_beats, mend, nowrite, pkey_c, plen_c, psrc_c, pv,
-         pva_c, rdflt, skip, syn, widx, wqe) = (
-            t.ab, t.c, t.cdone, t.cqe_on, t.cstat, t.fatal, t.has_beats, t.mend, t.nowrite,
-            t.pkey_c, t.plen_c, t.psrc_c, t.pv, t.pva_c, t.rdflt, t.skip, t.syn, t.widx, t.wqe)
+        (ab, c, cdone, cqe_on, cstat, fatal, has_beats, mend, nowrite, pv, rdflt, skip, syn, widx,
+         wqe) = (
+            t.ab, t.c, t.cdone, t.cqe_on, t.cstat, t.fatal, t.has_beats, t.mend, t.nowrite, t.pv,
+            t.rdflt, t.skip, t.syn, t.widx, t.wqe)
         # ---- plan queues: planner -> key checks -> issue ------------------------------------
         key_tok = _token_layout(ab, "key")
         iss_tok = _token_layout(ab, "issue")
@@ -957,8 +957,8 @@ class Execute(wiring.Component):
         # stage 4's entry (loaded by stage 4, and by a flush while stages 2 to 4 are empty)
         b = Signal(iss_tok)
         # the plan RAMs (LUT RAM, PLAN_SLOTS rows): written by the planner in its own slot
-        # ``wp`` (pieces in CALC, the rest in PUSH), read by slot by the stages behind; the
-        # bus addresses of the pieces written by the key checks, read by stage 4
+        # ``wp`` (the head in PUSH), read by slot by the stages behind; the pieces' RAMs in
+        # :meth:`_piece_rams`
         wp = Signal(_SLOT_BITS)
         m.submodules.plan_head = plan_head = Memory(shape=_head_layout, depth=PLAN_SLOTS, init=[])
         # (the PD and ``_take_layout``'s fields: written at the take, ``tk_slot``)
@@ -975,6 +975,53 @@ class Execute(wiring.Component):
                      tk_wr.data.imm_or_rkey.eq(Mux(ep.read, Cat(ep.msn, ep.pmtu),
                                                    ep.imm_or_rkey)),
                      tk_wr.data.se.eq(ep.se)]
+        pr = self._piece_rams(m, t, wp)
+        # (a READ has no CQE: its wr_id field carries the response's PSN in its low bits, the
+        # MSN and path MTU are in ``plan_take``; a flush writes its WQE's CQE fields here too,
+        # c's flags zero)
+        m.d.comb += [head_wr.addr.eq(wp),
+                     head_wr.data.wr_id.eq(Cat(Mux(c.read, c.psn, wqe.wr_id[:24]),
+                                               wqe.wr_id[24:])),
+                     head_wr.data.byte_len.eq(Mux(c.write | c.read, c.dma_len, mend)),
+                     head_wr.data.rdma_imm.eq(c.write & c.imm_valid),
+                     head_wr.data.imm.eq(c.imm_valid),
+                     head_wr.data.widx.eq(widx)]
+        kq = key_q.i
+        ke = key_q.o.payload
+        inv_pend = Signal(range(8))            # entries past the key checks that may invalidate
+        inv_inc = Signal()
+        inv_dec = Signal()
+        m.d.sync += inv_pend.eq(inv_pend + inv_inc - inv_dec)
+        k_idle = Signal()
+        r_idle = Signal()
+        b_idle = Signal()
+        pipe_empty = Signal()
+        post_plan_busy = Signal()
+        m.d.comb += pipe_empty.eq((key_q.level == 0) & (iss_q.level == 0) & k_idle & r_idle
+                                  & b_idle & ~post_plan_busy)
+
+        m.d.comb += [
+            kq.payload.slot.eq(wp), kq.payload.qpn.eq(c.qpn[:ab]), kq.payload.cqn.eq(c.rcqn),
+            kq.payload.write.eq(c.write), kq.payload.wqe.eq(c.wqe), kq.payload.inv.eq(c.inv),
+            kq.payload.has_beats.eq(has_beats), kq.payload.cstat.eq(cstat),
+            kq.payload.fatal.eq(fatal), kq.payload.syn.eq(syn),
+            kq.payload.cqe_on.eq(cqe_on), kq.payload.nowrite.eq(nowrite),
+            kq.payload.skip.eq(skip), kq.payload.cdone.eq(cdone),
+            kq.payload.rdflt.eq(rdflt), kq.payload.pv.eq(pv), kq.payload.read.eq(c.read),
+        ]
+        return types.SimpleNamespace(
+            **vars(pr), b=b, b_idle=b_idle, head_rd=head_rd, head_wr=head_wr, inv_dec=inv_dec,
+            inv_inc=inv_inc, inv_pend=inv_pend, iss_q=iss_q, iss_tok=iss_tok, k_idle=k_idle,
+            ke=ke, key_q=key_q, kq=kq, pd_rd=pd_rd, pipe_empty=pipe_empty, tk_rd=tk_rd,
+            tk_slot=tk_slot, tk_wr=tk_wr, post_plan_busy=post_plan_busy, r_idle=r_idle, wp=wp)
+
+    def _piece_rams(self, m, t, wp):
+        """The plan RAMs of the pieces: their va and {key, length} as the key checks read them
+        (``kva_*``, ``kp_*``), their bus addresses (``bus_*``, written by the key checks) and
+        {length, source offset} as stage 4 reads them (``sp_*``); the planner's enables per
+        piece (``kva_wr[i].en``, ``kp_wr[i].en``, ``sp_wr[i].en``), its slot ``wp``. Returns
+        these."""
+        pkey_c, plen_c, psrc_c, pva_c = t.pkey_c, t.plen_c, t.psrc_c, t.pva_c
         # The pieces' va, one RAM, row {slot mod 4, piece}: the key checks read only the slots
         # of ``key_q`` (two at most, the planner's last pushes) while the planner writes its
         # own, the next one, so three consecutive slots are in use at most. The planner writes
@@ -1022,46 +1069,8 @@ class Execute(wiring.Component):
             sp_rd.append(ms.read_port(domain="comb"))
             m.d.comb += [sp_wr[i].addr.eq(wp), sp_wr[i].data.len.eq(plen_c[i][:13]),
                          sp_wr[i].data.src.eq(psrc_c[i])]
-        # (a READ has no CQE: its wr_id field carries the response's PSN in its low bits, the
-        # MSN and path MTU are in ``plan_take``; a flush writes its WQE's CQE fields here too,
-        # c's flags zero)
-        m.d.comb += [head_wr.addr.eq(wp),
-                     head_wr.data.wr_id.eq(Cat(Mux(c.read, c.psn, wqe.wr_id[:24]),
-                                               wqe.wr_id[24:])),
-                     head_wr.data.byte_len.eq(Mux(c.write | c.read, c.dma_len, mend)),
-                     head_wr.data.rdma_imm.eq(c.write & c.imm_valid),
-                     head_wr.data.imm.eq(c.imm_valid),
-                     head_wr.data.widx.eq(widx)]
-        kq = key_q.i
-        ke = key_q.o.payload
-        inv_pend = Signal(range(8))            # entries past the key checks that may invalidate
-        inv_inc = Signal()
-        inv_dec = Signal()
-        m.d.sync += inv_pend.eq(inv_pend + inv_inc - inv_dec)
-        k_idle = Signal()
-        r_idle = Signal()
-        b_idle = Signal()
-        pipe_empty = Signal()
-        post_plan_busy = Signal()
-        m.d.comb += pipe_empty.eq((key_q.level == 0) & (iss_q.level == 0) & k_idle & r_idle
-                                  & b_idle & ~post_plan_busy)
-
-        m.d.comb += [
-            kq.payload.slot.eq(wp), kq.payload.qpn.eq(c.qpn[:ab]), kq.payload.cqn.eq(c.rcqn),
-            kq.payload.write.eq(c.write), kq.payload.wqe.eq(c.wqe), kq.payload.inv.eq(c.inv),
-            kq.payload.has_beats.eq(has_beats), kq.payload.cstat.eq(cstat),
-            kq.payload.fatal.eq(fatal), kq.payload.syn.eq(syn),
-            kq.payload.cqe_on.eq(cqe_on), kq.payload.nowrite.eq(nowrite),
-            kq.payload.skip.eq(skip), kq.payload.cdone.eq(cdone),
-            kq.payload.rdflt.eq(rdflt), kq.payload.pv.eq(pv), kq.payload.read.eq(c.read),
-        ]
-        return types.SimpleNamespace(
-            b=b, b_idle=b_idle, bus_rd=bus_rd, bus_wr=bus_wr, head_rd=head_rd, head_wr=head_wr,
-            inv_dec=inv_dec, inv_inc=inv_inc, inv_pend=inv_pend, iss_q=iss_q, iss_tok=iss_tok,
-            k_idle=k_idle, ke=ke, key_q=key_q, kp_rd=kp_rd, kp_wr=kp_wr, kq=kq, kva_rd=kva_rd,
-            kva_wr=kva_wr, pd_rd=pd_rd, pipe_empty=pipe_empty, tk_rd=tk_rd, tk_slot=tk_slot,
-            tk_wr=tk_wr,
-            post_plan_busy=post_plan_busy, r_idle=r_idle, sp_rd=sp_rd, sp_wr=sp_wr, wp=wp)
+        return types.SimpleNamespace(bus_rd=bus_rd, bus_wr=bus_wr, kp_rd=kp_rd, kp_wr=kp_wr,
+                                     kva_rd=kva_rd, kva_wr=kva_wr, sp_rd=sp_rd, sp_wr=sp_wr)
 
     def _planner(self, m, t):
         """Stage 1, the planner's FSM (its states in the parts below, in this order); ``qp_reset``

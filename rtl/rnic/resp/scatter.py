@@ -348,7 +348,7 @@ class SharedScatter(wiring.Component):
     ``pay1`` (client 1's), whole packets at a time: a packet's beats are never interleaved with
     another's (the two inputs are taken a packet at a time, ``pay0`` first when both start one
     in the same cycle). Their beats go on, in the order the packets were taken, through one
-    ``pay_depth``-beat FIFO (and two more beats in flip-flops) into the Scatter Path; the owner of
+    ``pay_depth``-beat FIFO (and two more beats in LUT RAM) into the Scatter Path; the owner of
     each packet is queued beside them (16 packets at most: a 17th waits).
     A piece passes a register on its way from the client to the Scatter Path (one cycle).
 
