@@ -968,9 +968,14 @@ class Execute(wiring.Component):
         head_wr, pd_wr = plan_head.write_port(), plan_pd.write_port()
         head_rd, pd_rd = plan_head.read_port(domain="comb"), plan_pd.read_port(domain="comb")
         tk_wr, tk_rd = plan_take.write_port(), plan_take.read_port(domain="comb")
+        # Written in every cycle, like c: at ``wp`` in the states that take into slot ``wp``
+        # (IDLE, RD_RING after a READ went on from DEC: ``tk_here``), else at ``wp`` + 1, the
+        # next command's slot, which no stage reads (so no state decode reaches the enables)
+        tk_here = Signal()
         tk_slot = Signal(_SLOT_BITS)
         ep = self.exe.payload
-        m.d.comb += [pd_wr.addr.eq(tk_slot), pd_wr.data.eq(ep.pd), pd_wr.en.eq(tk_wr.en),
+        m.d.comb += [tk_slot.eq(Mux(tk_here, wp, wp + 1)), tk_wr.en.eq(1),
+                     pd_wr.addr.eq(tk_slot), pd_wr.data.eq(ep.pd), pd_wr.en.eq(1),
                      tk_wr.addr.eq(tk_slot),
                      tk_wr.data.imm_or_rkey.eq(Mux(ep.read, Cat(ep.msn, ep.pmtu),
                                                    ep.imm_or_rkey)),
@@ -1013,7 +1018,7 @@ class Execute(wiring.Component):
             **vars(pr), b=b, b_idle=b_idle, head_rd=head_rd, head_wr=head_wr, inv_dec=inv_dec,
             inv_inc=inv_inc, inv_pend=inv_pend, iss_q=iss_q, iss_tok=iss_tok, k_idle=k_idle,
             ke=ke, key_q=key_q, kq=kq, pd_rd=pd_rd, pipe_empty=pipe_empty, tk_rd=tk_rd,
-            tk_slot=tk_slot, tk_wr=tk_wr, post_plan_busy=post_plan_busy, r_idle=r_idle, wp=wp)
+            tk_here=tk_here, post_plan_busy=post_plan_busy, r_idle=r_idle, wp=wp)
 
     def _piece_rams(self, m, t, wp):
         """The plan RAMs of the pieces: their va and {key, length} as the key checks read them
@@ -1087,7 +1092,8 @@ class Execute(wiring.Component):
         m.d.sync += [plan_hit_r.eq(0), plan_tk.eq(0), plan_dec.eq(0)]
         with m.FSM(name="plan"):
             with m.State("IDLE"):
-                self._take_next(m, t, True, t.wp)
+                m.d.comb += t.tk_here.eq(1)
+                self._take_next(m, t, True)
             self._plan_flush(m, t)
             self._plan_dec(m, t)
             self._plan_ird(m, t)
@@ -1104,9 +1110,9 @@ class Execute(wiring.Component):
         if not isinstance(with_cqe, int) or with_cqe:
             m.d.sync += cdone.eq(with_cqe)
 
-    def _take_next(self, m, t, allow_flush, slot):
+    def _take_next(self, m, t, allow_flush):
         """IDLE's work: read the tables for the next command (or a flush, if ``allow_flush``) and
-        take it; ``slot`` is the plan slot it will have (``wp`` once it is planned)."""
+        take it."""
         (c, cdone, cnext_rd, cqe_on, cstat, dead_rd, fatal, fl_end, flushing, nowrite, pipe_empty,
          plan_dec, plan_tk, rd_new, rd_sent, rdflt, skip, syn, wflt_rd, wqe_rd) = (
             t.c, t.cdone, t.cnext_rd, t.cqe_on, t.cstat, t.dead_rd, t.fatal, t.fl_end, t.flushing,
@@ -1114,8 +1120,6 @@ class Execute(wiring.Component):
             t.syn, t.wflt_rd, t.wqe_rd)
         m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
                      wflt_rd.en.eq(1), cnext_rd.en.eq(1)]
-        # (like c, written in every cycle that could take: the slot is the planner's own)
-        m.d.comb += [t.tk_slot.eq(slot), t.tk_wr.en.eq(1)]
         m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(0), nowrite.eq(0),
                      skip.eq(0), cdone.eq(0), flushing.eq(0), rdflt.eq(0), rd_sent.eq(0)]
         # (only DEC reads it, entered on ``exe.valid``: the flush's c leaves it unused)
@@ -1268,6 +1272,7 @@ class Execute(wiring.Component):
         with m.State("RD_RING"):
             # a new READ takes the next slot (the oldest, once IRD are held); a duplicate
             # reads the oldest held READ's first PSN
+            m.d.comb += t.tk_here.eq(rd_sent)
             m.d.comb += [rdr_rd.addr.eq(Cat(rd_old, c.qpn[:ab])),
                          rdr_wr.addr.eq(Cat(rm_wp, c.qpn[:ab]))]
             with m.If(~rst.valid):
@@ -1275,7 +1280,7 @@ class Execute(wiring.Component):
                     m.d.comb += [rdr_wr.en.eq(1), rdm_wr.en.eq(1),
                                  rdm_wr.data.wp.eq(rm_wp + 1), rdm_wr.data.cnt.eq(rd_nw)]
                     with m.If(rd_sent):
-                        self._take_next(m, t, False, t.wp)
+                        self._take_next(m, t, False)
                     with m.Else():
                         # (SUMS does nothing for a READ: its piece is c's)
                         m.next = "CALC"
@@ -1492,7 +1497,7 @@ class Execute(wiring.Component):
                 # done with the row: a pool slot whose WQE this command completes is free
                 m.d.comb += release.eq(pin & c.comp)
                 m.d.sync += [wp.eq(wp + 1), pin.eq(0)]
-                self._take_next(m, t, False, wp + 1)
+                self._take_next(m, t, False)
             with m.Else():
                 m.next = "PUSH"
 
