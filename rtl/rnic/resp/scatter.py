@@ -154,9 +154,7 @@ class ScatterPath(wiring.Component):
         # ``mark``: a marker (no beat), dropped at the queue's output; ``done``: the packet's
         # last beat (a closing piece that took the packet's ``last`` beat itself)
         out_layout = data.StructLayout({"beat": write_beat_layout(W), "mark": 1, "done": 1})
-        # (unbuffered: its head is read from the LUT RAM at a registered address, its ``valid``
-        # and ``ready`` are registers; no output register holds a third copy of the beat)
-        m.submodules.out_q = out_q = Queue(out_layout, 4, buffered=False)
+        m.submodules.out_q = out_q = Queue(out_layout, 4)
         o = out_q.i
 
         # The byte shift (sh < 2·W/8 when a beat leaves) in two registered steps: by whole
@@ -431,12 +429,12 @@ class SharedScatter(wiring.Component):
             m.d.sync += ann.eq(0)
         if self.pay_depth:
             m.submodules.pay_q = pay_q = Queue(beat_layout(W), self.pay_depth)
-            # a two-entry queue behind it: at depth 64 the queue is block RAM whose output is
-            # its last register, and the Scatter Path's ``ready`` depends on the beat
-            # (``last``); each entry is written straight from the block RAM's output (no
-            # multiplexer after its 4 ns clock-to-out) into LUT RAM, whose head is read at a
-            # registered address
-            m.submodules.pay_ff = pay_ff = Queue(beat_layout(W), 2, buffered=False)
+            # a two-entry queue in flip-flops behind it: at depth 64 the queue is block RAM
+            # whose output is its last register, and the Scatter Path's ``ready`` depends on
+            # the beat (``last``); each entry loads straight from the block RAM's output (no
+            # multiplexer after its 4 ns clock-to-out), the entry taken is selected after them
+            m.submodules.pay_ff = pay_ff = Queue(beat_layout(W), 2, buffered=False,
+                                                 registers=True)
             wiring.connect(m, beats, pay_q.i)
             wiring.connect(m, pay_q.o, pay_ff.i)
             wiring.connect(m, pay_ff.o, sc.pay)
