@@ -5,13 +5,13 @@ All links between blocks are ``amaranth.lib.stream`` interfaces and follow its t
 ``ready`` low. Framing (``last``, ``keep``, ``user``) lives inside the payload.
 """
 
-from amaranth.hdl import Cat, Elaboratable, Module, Mux, Shape, Signal, Value
+from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Shape, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["WIDTHS", "check_width", "beat_layout", "BeatStream", "SkidBuffer", "Queue",
-           "RoomFIFO", "BypassFIFO"]
+           "slim_queue", "RoomFIFO", "BypassFIFO"]
 
 #: Data widths of the MAC and host-memory buses this design supports.
 WIDTHS = (64, 128, 256, 512)
@@ -456,6 +456,28 @@ class Queue(wiring.Component):
                 m.d.comb += self.o.payload[f].eq(src[pos:pos + w])
                 pos += w
         return m
+
+
+def slim_queue(m, name, layout, depth, slim, out, rebuild=None):
+    """An unbuffered queue of ``layout`` records in LUT RAM that keeps, of each field named in
+    ``slim`` (``{field: (lo, width)}``), only bits ``[lo, lo + width)``: the others are 0 in
+    every record this block pushes (a local QPN below ``num_qp``, a 64-byte-aligned ring base).
+    The record is presented whole on ``out`` (the block's port), the dropped bits 0, or the
+    field made from its kept bits by ``rebuild[field]`` (a status that is 0 or 9, kept as one
+    bit; a field kept with no bits, ``(0, 0)``, that is the same in every record). Returns the
+    queue and the record to push (``rec``, for ``i.payload``)."""
+    rebuild = rebuild or {}
+    stored = data.StructLayout({f: slim[f][1] if f in slim else v.width for f, v in layout})
+    m.submodules[name] = q = Queue(stored, depth, buffered=False)
+    rec = Signal(layout, name=f"{name}_rec")
+    for f, v in layout:
+        lo, w = slim.get(f, (0, v.width))
+        kept = q.o.payload[f]
+        m.d.comb += [q.i.payload[f].eq(rec[f][lo:lo + w]),
+                     out.payload[f].eq(rebuild[f](kept) if f in rebuild
+                                       else Cat(Const(0, lo), kept))]
+    m.d.comb += [out.valid.eq(q.o.valid), q.o.ready.eq(out.ready)]
+    return q, rec
 
 
 class StreamMerge(wiring.Component):

@@ -59,16 +59,15 @@ Python twin: :func:`sim.models.psn.pending_reduce` / :func:`sim.models.psn.table
 
 import types
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..parts import add as _add
-from ..stream import Queue
+from ..stream import Queue, slim_queue
 from ..tx.build import tx_hdr_layout
 
-__all__ = ["AckTable", "ack_item_layout", "flag_ram_style", "held_read", "slim_queue",
-           "FLAGS_LUTRAM_MAX"]
+__all__ = ["AckTable", "ack_item_layout", "flag_ram_style", "held_read", "FLAGS_LUTRAM_MAX"]
 
 
 def ack_item_layout(abits):
@@ -115,28 +114,6 @@ def held_read(m, data, write, hit, restart, name):
     d = Signal.like(write.data, name=name)
     m.d.sync += [v.eq(hit | (v & ~restart)), d.eq(Mux(hit, write.data, d))]
     return Mux(v, d, data)
-
-
-def slim_queue(m, name, layout, depth, slim, out, rebuild=None):
-    """An unbuffered queue of ``layout`` records in LUT RAM that keeps, of each field named in
-    ``slim`` (``{field: (lo, width)}``), only bits ``[lo, lo + width)``: the others are 0 in
-    every record this block pushes (a local QPN below ``num_qp``, a 64-byte-aligned ring base).
-    The record is presented whole on ``out`` (the block's port), the dropped bits 0, or the
-    field made from its kept bits by ``rebuild[field]`` (a status that is 0 or 9, kept as one
-    bit; a field kept with no bits, ``(0, 0)``, that is the same in every record). Returns the
-    queue and the record to push (``rec``, for ``i.payload``)."""
-    rebuild = rebuild or {}
-    stored = data.StructLayout({f: slim[f][1] if f in slim else v.width for f, v in layout})
-    m.submodules[name] = q = Queue(stored, depth, buffered=False)
-    rec = Signal(layout, name=f"{name}_rec")
-    for f, v in layout:
-        lo, w = slim.get(f, (0, v.width))
-        kept = q.o.payload[f]
-        m.d.comb += [q.i.payload[f].eq(rec[f][lo:lo + w]),
-                     out.payload[f].eq(rebuild[f](kept) if f in rebuild
-                                       else Cat(Const(0, lo), kept))]
-    m.d.comb += [out.valid.eq(q.o.valid), q.o.ready.eq(out.ready)]
-    return q, rec
 
 
 class AckTable(wiring.Component):
@@ -240,7 +217,8 @@ class AckTable(wiring.Component):
         output queue (``oq``) in front of ``o``. Adds ``qf`` and ``oq``."""
         m.submodules.qf = qf = Queue(t.ab, t.n)
         # the frames leave through a short queue, so that the TX arbiter's ready does not
-        # reach the take logic (timing); it keeps what differs from frame to frame
+        # reach the take logic (timing); it keeps what differs from frame to frame (every
+        # frame is an ACKNOWLEDGE with an AETH: the opcode and ``aeth`` are made at its output)
         oq, oq_rec = slim_queue(m, "oq", tx_hdr_layout, 4,
                                 {"qpn": (0, t.ab), "opcode": (0, 0), "se": (0, 0),
                                  "ackreq": (0, 0), "aeth": (0, 0)}, self.o,
@@ -437,10 +415,7 @@ class AckTable(wiring.Component):
         i_valid = Signal()
         i = Signal(ack_item_layout(t.ab))
         o = t.oq_rec
-        m.d.comb += [
-            oq.i.valid.eq(r_valid | byp),
-            o.opcode.eq(0x11), o.aeth.eq(1),
-        ]
+        m.d.comb += oq.i.valid.eq(r_valid | byp)
         with m.If(r_valid):
             m.d.comb += [
                 o.qpn.eq(t.r_q),

@@ -118,10 +118,10 @@ from amaranth.lib.wiring import In, Out, connect
 from ..ifaces import (NUM_COUNTERS, CommandSignature, Counter, EventType, QpnStream,
                       event_layout, qpn_layout, resp_hdr_layout, rx_meta_layout)
 from ..opcodes import opcode_info, WcStatus
-from ..stream import BeatStream, Queue, check_width
+from ..stream import BeatStream, Queue, check_width, slim_queue
 from ..control.qp_args import qp_arg_layout
 from ..tx.build import tx_hdr_layout
-from .ack_table import AckTable, ack_item_layout, flag_ram_style, held_read, slim_queue
+from .ack_table import AckTable, ack_item_layout, flag_ram_style, held_read
 from .psn_rules import op_sequence, psn_class_layout, psn_classify
 from .qp_context import (MsgClass, QpContext, QpState, qp_dyn_layout, qp_recv_layout,
                          qp_set_event_layout)
