@@ -228,6 +228,23 @@ def _first_valid(m, vec, after=None):
     return out
 
 
+def _piece_ram(m, name, prefix, shape, wp, write):
+    """A plan RAM of rows {slot mod 4, piece} (``Memory`` ``name``), written by the planner one
+    piece a cycle: ``wr[i].en`` (signals ``<prefix>_we<i>``) writes piece i's row of slot ``wp``
+    with the statements ``write(i, row)``, the lowest piece enabled if several are. Returns
+    ``(wr, rd)``, ``rd`` a combinational read port."""
+    m.submodules[name] = mem = Memory(shape=shape, depth=4 * 4, init=[])
+    port, rd = mem.write_port(), mem.read_port(domain="comb")
+    wr = [types.SimpleNamespace(en=Signal(name=f"{prefix}_we{i}")) for i in range(MAX_SGE)]
+    j = Signal(2, name=f"{prefix}_j")
+    m.d.comb += j.eq(Mux(wr[0].en, 0, Mux(wr[1].en, 1, 2)))
+    with m.Switch(j):
+        for i in range(MAX_SGE):
+            with (m.Case(i) if i < MAX_SGE - 1 else m.Default()):
+                m.d.comb += write(i, port.data)
+    m.d.comb += [port.addr.eq(Cat(j, wp[:2])), port.en.eq(Cat(*[w.en for w in wr]).any())]
+    return wr, rd
+
 
 class _BitTable:
     """A table of ``depth`` one-bit rows in LUT RAM, the rows packed four to a 4-bit word; its
@@ -1033,15 +1050,9 @@ class Execute(wiring.Component):
         # one piece's va a cycle (``kva_wr[i].en``; in CALC a WRITE's or READ's piece 0, whose
         # piece 1 is empty); the key checks read the piece ``j_d`` selects.
         assert PLAN_SLOTS >= 4
-        m.submodules.plan_kva = plan_kva = Memory(shape=64, depth=4 * 4, init=[])
-        kva_port = plan_kva.write_port()
-        kva_rd = plan_kva.read_port(domain="comb")
-        kva_wr = [types.SimpleNamespace(en=Signal(name=f"kva_we{i}")) for i in range(MAX_SGE)]
-        kva_j = Signal(2)
-        m.d.comb += kva_j.eq(Mux(kva_wr[0].en, 0, Mux(kva_wr[1].en, 1, 2)))
-        m.d.comb += [kva_port.addr.eq(Cat(kva_j, wp[:2])),
-                     kva_port.data.eq(pva_c[0]),      # (sva, or a READ's va)
-                     kva_port.en.eq(Cat(*[w.en for w in kva_wr]).any())]
+        # (the va is ``pva_c[0]`` for every piece: sva, or a READ's va)
+        kva_wr, kva_rd = _piece_ram(m, "plan_kva", "kva", 64, wp,
+                                    lambda i, row: row.eq(pva_c[0]))
         # The pieces' bus addresses, one RAM, row {slot mod 8, piece}: written by the key checks
         # (a piece a lookup), read by stage 4, and from the key checks' entry back to stage 4's
         # there are seven at most (``iss_q`` 2, stage 3, ``post_plan_q`` 2, stage 4).
@@ -1053,17 +1064,8 @@ class Execute(wiring.Component):
         # ``plan_kva``), one piece a cycle, in the first state its cut is complete in: piece 1
         # in CUT2, piece 0 in CALC, piece 2 in PUSH (``kp_wr[i].en``; a READ's piece 0 also in
         # DEC). A piece the path skips (one SGE, WRITE, READ) is empty, whatever its row holds.
-        m.submodules.plan_kp = plan_kp = Memory(shape=_kpiece_layout, depth=4 * 4, init=[])
-        kp_port, kp_rd = plan_kp.write_port(), plan_kp.read_port(domain="comb")
-        kp_wr = [types.SimpleNamespace(en=Signal(name=f"kp_we{i}")) for i in range(MAX_SGE)]
-        kp_j = Signal(2)
-        m.d.comb += kp_j.eq(Mux(kp_wr[0].en, 0, Mux(kp_wr[1].en, 1, 2)))
-        with m.Switch(kp_j):
-            for i in range(MAX_SGE):
-                with (m.Case(i) if i < MAX_SGE - 1 else m.Default()):
-                    m.d.comb += [kp_port.data.key.eq(pkey_c[i]), kp_port.data.len.eq(plen_c[i])]
-        m.d.comb += [kp_port.addr.eq(Cat(kp_j, wp[:2])),
-                     kp_port.en.eq(Cat(*[w.en for w in kp_wr]).any())]
+        kp_wr, kp_rd = _piece_ram(m, "plan_kp", "kp", _kpiece_layout, wp,
+                                  lambda i, row: [row.key.eq(pkey_c[i]), row.len.eq(plen_c[i])])
         # ... and as stage 4 reads them (the planner's slot and stage 4's are up to nine
         # apart: one RAM a piece, by slot, all three written in CALC)
         sp_wr, sp_rd = [], []
