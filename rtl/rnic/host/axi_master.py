@@ -36,7 +36,9 @@ region (its size rounded up to a power of two) of one block RAM written by ``R``
 word a cycle, round-robin, into the client's output register; a client that does not take
 its beat is not read for, so it holds up no other client. An ``R`` beat that finds its
 client's buffer empty and the output register free (or being taken) also goes straight into
-that register: on an idle client a beat is offered the cycle after ``R``, not three.
+that register when no word read from the buffer lands in that cycle (every output register
+loads from one shared word): on an idle client a beat is offered the cycle after ``R``, not
+three.
 The data is **not realigned**: the client receives the raw aligned bus beats covering
 ``[addr, addr + len_bytes)``; byte ``addr % (W/8)`` of the first beat is the first requested byte,
 and the client knows the offset from its own ``addr``. ``last`` marks the last beat of the request;
@@ -167,24 +169,26 @@ class _Splitter:
       reservation test (``pre_client``/``pre_final``/``pre_lm1``/``pre_em1`` in, ``ok`` out
       in the same cycle), registered into S2;
     * S2 either accepts a new request (an idle client: ``ready`` is high in this one cycle, its
-      payload is sampled for S3) or fires the burst (``cand`` and the registered
+      page and tag are written into their tables from the request bus, its address bits
+      11..0 and length sampled for S3) or fires the burst (``cand`` and the registered
       ``ok``) when the channel register is free: the register is loaded with {page + pages
       crossed, offset} (the channel's one 52-bit adder);
-    * S3 writes the tables from registers: an accepted request's payload or a
-      fired burst's progress. S0 of the same client, which meets this write when ``P`` is 3,
-      takes the progress from it (a bypass), so a client's next visit sees its row as if the
-      tables had been written in S2. No client's request bus reaches the tables' write data
-      or their burst-length adder in the cycle it is sampled. An accepted request of one burst
-      fires from S3 (``s3_gone``: the caller's second test, ``f_client``/``f_lm1`` in,
-      ``ok3`` out, on the current state) when the register is free and S2 does not fire; its
-      client is idle again at its next turn.
+    * S3 writes the progress table from registers: an accepted request's first progress or a
+      fired burst's. S0 of the same client, which meets this write when ``P`` is 3, takes the
+      progress from it (a bypass), so a client's next visit sees its row as if the table had
+      been written in S2. No client's request bus reaches the burst-length adders in the
+      cycle it is sampled. An accepted request of one burst fires from S3 (``s3_gone``: the
+      caller's second test, ``f_client``/``f_lm1`` in, ``ok3`` out, on the current state)
+      when the register is free and S2 offers no burst (the page and tag tables are then
+      read at S3's row, so one read of them serves both ways of firing); its client is idle
+      again at its next turn.
 
     A stale ``ok`` never fires: its inputs change between S1 and S2 only by a fire of another
     client, after which the channel register is busy for a cycle. The turns are the
     round robin; a client that cannot reserve (a reader whose buffer is full) lets its turn
     pass. Every handshake signal towards a client (``ready``) and every table write enable is
     decoded from pipeline registers: a client's ``valid`` reaches only its ``active`` flag,
-    its payload only S3's request register.
+    its payload only the page and tag tables' write data and S3's 25-bit register.
     """
 
     def __init__(self, m, name, reqs, lb, max_beats):
@@ -334,7 +338,7 @@ class _Splitter:
 
     def _stage2(self, m, t, reqs):
         """S2: an idle client's request is accepted (``acc``: its ``ready`` is high in this one
-        cycle, its payload sampled for S3), or a busy client's burst is offered (``cand``) and
+        cycle, its page and tag written, the rest sampled for S3), or a busy client's burst is offered (``cand``) and
         fires (``fire2``) when the reservation passed and the channel register is free. Adds
         ``acc``, ``fire2``, the request ``req``/``req_valid`` and the burst's beats - 1 widened
         for S3's adders (``bm1_ow``, ``bm1_lw``)."""
@@ -357,73 +361,79 @@ class _Splitter:
                                      bm1_ow=bm1_ow, bm1_lw=bm1_lw)
 
     def _stage3(self, m, t):
-        """S3: the table writes, from registers (an accepted request's page, tag and progress,
-        or a fired burst's progress), so no client's request bus reaches the tables' write data
-        or their adders in the cycle it is sampled; and ``lm1``, an accepted request's beats
-        - 1. Adds ``s3_reqv`` (S2 took a request), ``s3_req`` and ``lm1``."""
+        """S3: the progress table's write, from registers (an accepted request's first
+        progress, or a fired burst's), so no client's request bus reaches the progress adders
+        in the cycle it is sampled; and ``lm1``, an accepted request's beats - 1. The page and
+        tag of an accepted request are written in S2, from the request bus: only the low 12
+        address bits and the length reach S3. Adds ``s3_reqv`` (S2 took a request), ``s3_lo``
+        (its address bits 11..0) and ``lm1``."""
         name, ow, lw, lwb, lb = t.name, t.ow, t.lw, t.lwb, t.lb
         acc, req_valid, fire2, req, s2_c, s2_off, s2_lm1 = (t.acc, t.req_valid, t.fire2, t.req,
                                                             t.s2_c, t.s2_off, t.s2_lm1)
         bm1_ow, bm1_lw, s3_c, slot, s3_hit = t.bm1_ow, t.bm1_lw, t.s3_c, t.slot, t.s3_hit
         prog_w, page_w, tag_w, page_r, tag_r = t.prog_w, t.page_w, t.tag_w, t.page_r, t.tag_r
-        # S3: the table writes, from registers. The tables of an idle client are written in
-        # its accept turn whether or not a request is there (nothing reads them before it is
-        # active).
+        # The tables of an idle client are written in its accept turn whether or not a request
+        # is there (nothing reads them before it is active).
         s3_acc = Signal(name=f"{name}_s3_acc")
         s3_reqv = Signal(name=f"{name}_s3_reqv")      # S2 took a request
         s3_fire = Signal(name=f"{name}_s3_fire")
-        s3_req = Signal(req_layout, name=f"{name}_s3_req")
+        s3_lo = Signal(12, name=f"{name}_s3_lo")
+        s3_len = Signal(13, name=f"{name}_s3_len")
         # after the burst: offset + bm1 + 1 and beats left - 1 - (bm1 + 1), one adder each
         s3_prog = Signal(ow + 2 + lwb, name=f"{name}_s3_prog")
         m.d.sync += [s3_acc.eq(acc), s3_reqv.eq(acc & req_valid), s3_fire.eq(fire2),
-                     s3_c.eq(s2_c), s3_req.eq(req),
+                     s3_c.eq(s2_c), s3_lo.eq(req.addr[:12]), s3_len.eq(req.len_bytes),
                      s3_prog.eq(Cat((s2_off - ~bm1_ow)[:ow + 2], (s2_lm1 + ~bm1_lw)[:lwb]))]
         # beats of the request - 1: (addr % B + len - 1) // B, one 14-bit adder (the -1 goes
         # into the small operand: addr % B - 1, all ones when addr % B is 0); len_bytes 0
         # moves one beat
-        a = s3_req.addr[:lb]
+        a = s3_lo[:lb]
         lm1 = Signal(lw, name=f"{name}_lm1")
-        m.d.comb += lm1.eq(Mux(s3_req.len_bytes == 0, 0,
-                               (s3_req.len_bytes + Cat((a - 1)[:lb],
-                                                       (a == 0).replicate(14 - lb)))[lb:14]))
+        m.d.comb += lm1.eq(Mux(s3_len == 0, 0,
+                               (s3_len + Cat((a - 1)[:lb], (a == 0).replicate(14 - lb)))[lb:14]))
+        # page and tag: read for S2's burst, else for S3's request (which fires from S3 only
+        # when S2 offers no burst); written in S2's accept turn
+        rsel = Mux(self.cand, s2_c, s3_c)
         m.d.comb += [
-            prog_w.addr.eq(s3_c), page_w.addr.eq(s3_c), tag_w.addr.eq(s3_c),
-            page_r.addr.eq(s2_c), tag_r.addr.eq(s2_c),
+            prog_w.addr.eq(s3_c), page_w.addr.eq(s2_c), tag_w.addr.eq(s2_c),
+            page_r.addr.eq(rsel), tag_r.addr.eq(rsel),
             prog_w.en.eq(s3_acc | s3_fire),
-            prog_w.data.eq(Mux(s3_acc, Cat(s3_req.addr[lb:12], Const(0, 2), lm1), s3_prog)),
-            page_w.en.eq(s3_acc), page_w.data.eq(s3_req.addr[12:]),
-            tag_w.en.eq(s3_acc), tag_w.data.eq(s3_req.tag),
+            prog_w.data.eq(Mux(s3_acc, Cat(s3_lo[lb:12], Const(0, 2), lm1), s3_prog)),
+            page_w.en.eq(acc), page_w.data.eq(req.addr[12:]),
+            tag_w.en.eq(acc), tag_w.data.eq(req.tag),
             s3_hit.eq((s3_acc | s3_fire) & (s3_c == slot)),
         ]
-        return types.SimpleNamespace(s3_reqv=s3_reqv, s3_req=s3_req, lm1=lm1)
+        return types.SimpleNamespace(s3_reqv=s3_reqv, s3_lo=s3_lo, lm1=lm1)
 
     def _fire(self, m, t):
         """The burst that fires and the address-channel register: S2's burst, or an accepted
         request of one burst straight from S3 (``s3_gone``, when the caller's second test
-        passes, the register is free and S2 does not fire), which saves the request its wait
+        passes, the register is free and S2 offers no burst), which saves the request its wait
         for its next turn; the clients' ``active`` flags; and the register, loaded with the
         fired burst's client, address and length and freed by the channel's handshake."""
         lb, ow, max_beats, active = t.lb, t.ow, t.max_beats, t.active
         s2_c, s2_off, s2_bm1, s2_final, acc, req_valid, fire2 = (
             t.s2_c, t.s2_off, t.s2_bm1, t.s2_final, t.acc, t.req_valid, t.fire2)
-        s3_c, s3_req, s3_reqv, s3_gone, lm1, page_r, tag_r = (
-            t.s3_c, t.s3_req, t.s3_reqv, t.s3_gone, t.lm1, t.page_r, t.tag_r)
+        s3_c, s3_lo, s3_reqv, s3_gone, lm1, page_r, tag_r = (
+            t.s3_c, t.s3_lo, t.s3_reqv, t.s3_gone, t.lm1, t.page_r, t.tag_r)
         # A request of one burst (inside its page, at most the burst limit) fires from S3, the
-        # cycle after it was accepted, when the channel register is free, S2 does not fire and
-        # the caller's test passes (``ok3``, on the current state: the last fire, of another
-        # client, is already counted): its client is then idle again for its next turn (the
-        # S0 bypass ``s3_gone``). Otherwise it waits for its turn as any request.
+        # cycle after it was accepted, when the channel register is free, S2 offers no burst
+        # (the page and tag tables are read for S3 then) and the caller's test passes
+        # (``ok3``, on the current state: the last fire, of another client, is already
+        # counted): its client is then idle again for its next turn (the S0 bypass
+        # ``s3_gone``). Otherwise it waits for its turn as any request.
         # (a cycle after its accept, S3's client neither fired nor was asked for in S1)
-        one = (lm1 <= ~s3_req.addr[lb:12]) & (lm1 < max_beats)
+        one = (lm1 <= ~s3_lo[lb:12]) & (lm1 < max_beats)
+        cand = self.cand
         m.d.comb += [self.f_client.eq(s3_c), self.f_lm1.eq(lm1),
-                     s3_gone.eq(s3_reqv & one & self.ok3 & ~self.valid & ~fire2),
-                     self.fire.eq(fire2 | s3_gone)]
-        with m.If(s3_gone):
-            m.d.comb += [self.grant.eq(s3_c), self.bm1.eq(lm1), self.final.eq(1),
-                         self.g_tag.eq(s3_req.tag)]
-        with m.Else():
-            m.d.comb += [self.grant.eq(s2_c), self.bm1.eq(s2_bm1), self.final.eq(s2_final),
-                         self.g_tag.eq(tag_r.data)]
+                     s3_gone.eq(s3_reqv & one & self.ok3 & ~self.valid & ~cand),
+                     self.fire.eq(fire2 | s3_gone),
+                     # S2's burst when S2 offers one, else S3's request (``cand`` is decoded
+                     # from registers: these selects wait for no test)
+                     self.grant.eq(Mux(cand, s2_c, s3_c)),
+                     self.bm1.eq(Mux(cand, s2_bm1, lm1)),
+                     self.final.eq(~cand | s2_final),
+                     self.g_tag.eq(tag_r.data)]
         with m.If(acc & req_valid):
             m.d.sync += active.bit_select(s2_c, 1).eq(1)
         with m.If(fire2 & s2_final):
@@ -431,13 +441,12 @@ class _Splitter:
         with m.If(s3_gone):
             m.d.sync += active.bit_select(s3_c, 1).eq(0)
 
-        with m.If(s3_gone):
-            m.d.sync += [self.valid.eq(1), self.client.eq(s3_c), self.len.eq(lm1),
-                         self.addr.eq(Cat(Const(0, lb), s3_req.addr[lb:]))]
-        with m.Elif(fire2):
-            m.d.sync += [self.valid.eq(1), self.client.eq(s2_c), self.len.eq(s2_bm1),
-                         self.addr.eq(Cat(Const(0, lb), s2_off[:ow],
-                                          page_r.data + s2_off[ow:]))]
+        # the page is read at the firing client's row either way: S3's request is in its first
+        # page, S2's burst adds the pages crossed
+        with m.If(self.fire):
+            m.d.sync += [self.valid.eq(1), self.client.eq(self.grant), self.len.eq(self.bm1),
+                         self.addr.eq(Cat(Const(0, lb), Mux(cand, s2_off[:ow], s3_lo[lb:12]),
+                                          page_r.data + (s2_off[ow:] & cand.replicate(2))))]
         with m.Elif(self.handshake):
             m.d.sync += self.valid.eq(0)
 
@@ -611,6 +620,11 @@ class HostMemory(wiring.Component):
         # stalls loses no cycle when it resumes
         hold = Signal(name="rd_hold")
         lands = []
+        # the one word every output register loads from: the RAM's word when it lands for some
+        # client, else the R beat (an R beat goes straight to its client only when no word
+        # lands), so each client's register only chooses whether to load
+        land_any = Signal(name="rd_land_any")
+        o_src = Signal(t.W + 2, name="ro_src")
         # the reservation test of the burst in S1 (registered into S2). Its inputs can change
         # before S2 only by a fire in S2 of another client, and after a fire the channel
         # register is busy in the next cycle, so a stale answer never fires; this client's
@@ -630,7 +644,7 @@ class HostMemory(wiring.Component):
         return types.SimpleNamespace(
             sp=sp, outstanding=outstanding, retire=retire, pend=pend, pend_client=pend_client,
             rd_last=rd_last, wants=wants, raddrs=raddrs, rd_sel=rd_sel, mdepth=mdepth, hold=hold,
-            lands=lands, g_credit=g_credit, g_room=g_room, f_credit=f_credit, f_room=f_room)
+            lands=lands, land_any=land_any, o_src=o_src, g_credit=g_credit, g_room=g_room, f_credit=f_credit, f_room=f_room)
 
     def _read_client(self, m, t, i, port):
         """Read client ``i`` (``port``): its per-burst records {tag, final}, its credit (the
@@ -642,7 +656,7 @@ class HostMemory(wiring.Component):
         W, bufs, kbits, wp, rp, region = t.W, t.bufs, t.kbits, t.wp, t.rp, t.region
         sp, retire, pend, pend_client, hold, rd_sel, mdepth = (
             t.sp, t.retire, t.pend, t.pend_client, t.hold, t.rd_sel, t.mdepth)
-        wants, raddrs, lands = t.wants, t.raddrs, t.lands
+        wants, raddrs, lands, land_any, o_src = t.wants, t.raddrs, t.lands, t.land_any, t.o_src
         g_credit, g_room, f_credit, f_room = t.g_credit, t.g_room, t.f_credit, t.f_room
         axi = self.axi
         size = bufs[i]
@@ -668,14 +682,14 @@ class HostMemory(wiring.Component):
         m.d.comb += land.eq(mine_rd & (~o_valid | port.resp.ready))
         lands.append(land)
         # an R beat that finds the buffer empty (every word written read, none in flight)
-        # and the output register free or being taken goes straight into that register; it
-        # is written into the buffer all the same, and counted read
+        # and the output register free or being taken goes straight into that register when
+        # no word read lands in this cycle; it is written into the buffer all the same, and
+        # counted read (else it is read from the buffer as any word)
         direct = Signal(name=f"rdirect_{i}")
-        m.d.comb += direct.eq(hit & (iptr == wptr) & ~mine_rd & (~o_valid | port.resp.ready))
-        with m.If(land):
-            m.d.sync += [o_word.eq(rp.data), o_valid.eq(1)]
-        with m.Elif(direct):
-            m.d.sync += [o_word.eq(wp.data), o_valid.eq(1)]
+        m.d.comb += direct.eq(hit & (iptr == wptr) & ~mine_rd & ~land_any
+                              & (~o_valid | port.resp.ready))
+        with m.If(land | direct):
+            m.d.sync += [o_word.eq(o_src), o_valid.eq(1)]
         with m.Elif(taken):
             m.d.sync += o_valid.eq(0)
         # read a word when there is one not yet read and the output register is free or
@@ -723,7 +737,9 @@ class HostMemory(wiring.Component):
         axi = self.axi
         m.d.comb += wp.data.eq(Cat(axi.r_data, axi.r_last, axi.r_resp != 0))
         m.d.comb += rd_sel.eq(_round_robin(m, wants, rd_last, "rd"))
-        m.d.comb += [hold.eq(pend & ~Cat(*lands).any() & ~Cat(*wants).any()),
+        m.d.comb += [t.land_any.eq(Cat(*lands).any()),
+                     t.o_src.eq(Mux(t.land_any, rp.data, wp.data)),
+                     hold.eq(pend & ~t.land_any & ~Cat(*wants).any()),
                      rp.en.eq(~hold)]
         m.d.sync += pend.eq(Cat(*wants).any() | hold)
         with m.If(~hold):
