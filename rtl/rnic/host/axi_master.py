@@ -168,27 +168,25 @@ class _Splitter:
       as ``bm1``, beats - 1) and whether it is the request's last, and asks the caller's
       reservation test (``pre_client``/``pre_final``/``pre_lm1``/``pre_em1`` in, ``ok`` out
       in the same cycle), registered into S2;
-    * S2 either accepts a new request (an idle client: ``ready`` is high in this one cycle, its
-      page and tag are written into their tables from the request bus, its address bits
-      11..0 and length sampled for S3) or fires the burst (``cand`` and the registered
-      ``ok``) when the channel register is free: the register is loaded with {page + pages
-      crossed, offset} (the channel's one 52-bit adder);
-    * S3 writes the progress table from registers: an accepted request's first progress or a
-      fired burst's. S0 of the same client, which meets this write when ``P`` is 3, takes the
-      progress from it (a bypass), so a client's next visit sees its row as if the table had
-      been written in S2. No client's request bus reaches the burst-length adders in the
-      cycle it is sampled. An accepted request of one burst fires from S3 (``s3_gone``: the
-      caller's second test, ``f_client``/``f_lm1`` in, ``ok3`` out, on the current state)
-      when the register is free and S2 offers no burst (the page and tag tables are then
-      read at S3's row, so one read of them serves both ways of firing); its client is idle
-      again at its next turn.
+    * S2 either accepts a new request (an idle client: ``ready`` is high in this one cycle; its
+      page, tag and first progress are written into the tables from the request bus, its
+      beats - 1 and beat offset registered for S3) or fires the burst (``cand`` and the
+      registered ``ok``) when the channel register is free: the register is loaded with
+      {page + pages crossed, offset} (the channel's one 52-bit adder) and the burst's
+      progress is written back. Every write lands before the client's next S0 (``P`` is at
+      least 3), so no table read needs a bypass;
+    * S3 holds the request just accepted. A request of one burst fires from S3 (``s3_gone``:
+      the caller's second test, ``f_client``/``f_lm1`` in, ``ok3`` out, on the current
+      state) when the register is free and S2 offers no burst (the page and tag tables are
+      then read at S3's row, so one read of them serves both ways of firing); its client is
+      idle again at its next turn (S0 then takes ``active`` from the fire: a bypass).
 
     A stale ``ok`` never fires: its inputs change between S1 and S2 only by a fire of another
     client, after which the channel register is busy for a cycle. The turns are the
     round robin; a client that cannot reserve (a reader whose buffer is full) lets its turn
     pass. Every handshake signal towards a client (``ready``) and every table write enable is
     decoded from pipeline registers: a client's ``valid`` reaches only its ``active`` flag,
-    its payload only the page and tag tables' write data and S3's 25-bit register.
+    its payload only the tables' write data and S3's registers (20 bits).
     """
 
     def __init__(self, m, name, reqs, lb, max_beats):
@@ -276,31 +274,28 @@ class _Splitter:
 
     def _stage0(self, m, t):
         """S0: the turn's client (``slot``, one a cycle, each every ``P`` cycles) and its
-        progress, read from the table or, when S3 writes the same row in this cycle, taken from
-        the write (the bypass needed when ``P`` is 3); registered into S1 with the beats to the
-        page end. Adds ``slot``, ``s3_hit``, ``s3_gone`` and S1's registers."""
+        progress, read from the table, registered into S1; the beats to the page end - 1 are
+        the offset's complement. The tables are written in S2, before the client's next S0; its
+        ``active`` bit, cleared by a fire from S3 in the cycle of that S0 when ``P`` is 3, is
+        taken from the fire then (a bypass). Adds ``slot``, ``s3_gone`` and S1's registers."""
         name, n, nb, P, ow, lw = t.name, t.n, t.nb, t.P, t.ow, t.lw
-        prog_r, prog_w, active, s3_c = t.prog_r, t.prog_w, t.active, t.s3_c
+        prog_r, active, s3_c = t.prog_r, t.active, t.s3_c
         # S0: the client of this turn
         slot = Signal(range(P), name=f"{name}_slot")
         m.d.sync += slot.eq(Mux(slot == P - 1, 0, slot + 1))
         m.d.comb += prog_r.addr.eq(slot)
-        # S3's write of this row (same cycle) bypasses the table
-        s3_hit = Signal(name=f"{name}_s3_hit")
-        prog0 = Mux(s3_hit, prog_w.data, prog_r.data)
-        off0, lm1_0 = prog0[:ow + 2], prog0[ow + 2:]
+        off0, lm1_0 = prog_r.data[:ow + 2], prog_r.data[ow + 2:]
         s1_v = Signal(name=f"{name}_s1_v")
         s1_c = Signal(range(nb), name=f"{name}_s1_c")
         s1_acc = Signal(name=f"{name}_s1_acc")
         s1_off = Signal(ow + 2, name=f"{name}_s1_off")
         s1_lm1 = Signal(lw, name=f"{name}_s1_lm1")
-        s1_em1 = Signal(ow, name=f"{name}_s1_em1")           # beats to the page end - 1
+        s1_em1 = ~s1_off[:ow]                               # beats to the page end - 1
         s3_gone = Signal(name=f"{name}_s3_gone")     # S3 fires its request whole (below)
-        m.d.sync += [s1_v.eq(slot < n), s1_c.eq(slot),
-                     s1_acc.eq(~active.bit_select(slot, 1) | (s3_gone & (s3_c == slot))),
-                     s1_off.eq(off0), s1_lm1.eq(lm1_0), s1_em1.eq(~off0[:ow])]
-        return types.SimpleNamespace(slot=slot, s3_hit=s3_hit, s1_v=s1_v, s1_c=s1_c,
-                                     s1_acc=s1_acc, s1_off=s1_off, s1_lm1=s1_lm1, s1_em1=s1_em1,
+        m.d.sync += [s1_v.eq(slot < n), s1_c.eq(slot), s1_acc.eq(~active.bit_select(slot, 1) | (s3_gone & (s3_c == slot))),
+                     s1_off.eq(off0), s1_lm1.eq(lm1_0)]
+        return types.SimpleNamespace(slot=slot, s1_v=s1_v, s1_c=s1_c, s1_acc=s1_acc,
+                                     s1_off=s1_off, s1_lm1=s1_lm1, s1_em1=s1_em1,
                                      s3_gone=s3_gone)
 
     def _stage1(self, m, t):
@@ -361,49 +356,45 @@ class _Splitter:
                                      bm1_ow=bm1_ow, bm1_lw=bm1_lw)
 
     def _stage3(self, m, t):
-        """S3: the progress table's write, from registers (an accepted request's first
-        progress, or a fired burst's), so no client's request bus reaches the progress adders
-        in the cycle it is sampled; and ``lm1``, an accepted request's beats - 1. The page and
-        tag of an accepted request are written in S2, from the request bus: only the low 12
-        address bits and the length reach S3. Adds ``s3_reqv`` (S2 took a request), ``s3_lo``
-        (its address bits 11..0) and ``lm1``."""
+        """The tables' writes, in S2's cycle: an accepted request's page, tag and first
+        progress from the request bus (its beats - 1, ``lm1``, by one 14-bit adder behind the
+        client select), or a fired burst's progress from S2's registers; and S3, which holds
+        an accepted request's beats - 1 and offset for its fire from S3. A client's next S0 is
+        ``P`` (at least 3) cycles after its S0, after these writes. Adds ``s3_reqv`` (S2 took a
+        request), ``s3_off`` (its beat offset in its page) and ``lm1`` (its beats - 1)."""
         name, ow, lw, lwb, lb = t.name, t.ow, t.lw, t.lwb, t.lb
         acc, req_valid, fire2, req, s2_c, s2_off, s2_lm1 = (t.acc, t.req_valid, t.fire2, t.req,
                                                             t.s2_c, t.s2_off, t.s2_lm1)
-        bm1_ow, bm1_lw, s3_c, slot, s3_hit = t.bm1_ow, t.bm1_lw, t.s3_c, t.slot, t.s3_hit
+        bm1_ow, bm1_lw, s3_c = t.bm1_ow, t.bm1_lw, t.s3_c
         prog_w, page_w, tag_w, page_r, tag_r = t.prog_w, t.page_w, t.tag_w, t.page_r, t.tag_r
-        # The tables of an idle client are written in its accept turn whether or not a request
-        # is there (nothing reads them before it is active).
-        s3_acc = Signal(name=f"{name}_s3_acc")
-        s3_reqv = Signal(name=f"{name}_s3_reqv")      # S2 took a request
-        s3_fire = Signal(name=f"{name}_s3_fire")
-        s3_lo = Signal(12, name=f"{name}_s3_lo")
-        s3_len = Signal(13, name=f"{name}_s3_len")
-        # after the burst: offset + bm1 + 1 and beats left - 1 - (bm1 + 1), one adder each
-        s3_prog = Signal(ow + 2 + lwb, name=f"{name}_s3_prog")
-        m.d.sync += [s3_acc.eq(acc), s3_reqv.eq(acc & req_valid), s3_fire.eq(fire2),
-                     s3_c.eq(s2_c), s3_lo.eq(req.addr[:12]), s3_len.eq(req.len_bytes),
-                     s3_prog.eq(Cat((s2_off - ~bm1_ow)[:ow + 2], (s2_lm1 + ~bm1_lw)[:lwb]))]
         # beats of the request - 1: (addr % B + len - 1) // B, one 14-bit adder (the -1 goes
         # into the small operand: addr % B - 1, all ones when addr % B is 0); len_bytes 0
         # moves one beat
-        a = s3_lo[:lb]
+        a = req.addr[:lb]
+        lm1_2 = Signal(lw, name=f"{name}_lm1_2")
+        m.d.comb += lm1_2.eq(Mux(req.len_bytes == 0, 0,
+                                 (req.len_bytes + Cat((a - 1)[:lb],
+                                                      (a == 0).replicate(14 - lb)))[lb:14]))
+        s3_reqv = Signal(name=f"{name}_s3_reqv")      # S2 took a request
+        s3_off = Signal(ow, name=f"{name}_s3_off")
         lm1 = Signal(lw, name=f"{name}_lm1")
-        m.d.comb += lm1.eq(Mux(s3_len == 0, 0,
-                               (s3_len + Cat((a - 1)[:lb], (a == 0).replicate(14 - lb)))[lb:14]))
+        m.d.sync += [s3_reqv.eq(acc & req_valid), s3_c.eq(s2_c), s3_off.eq(req.addr[lb:12]),
+                     lm1.eq(lm1_2)]
         # page and tag: read for S2's burst, else for S3's request (which fires from S3 only
-        # when S2 offers no burst); written in S2's accept turn
+        # when S2 offers no burst). The tables of an idle client are written in its accept
+        # turn whether or not a request is there (nothing reads them before it is active).
         rsel = Mux(self.cand, s2_c, s3_c)
         m.d.comb += [
-            prog_w.addr.eq(s3_c), page_w.addr.eq(s2_c), tag_w.addr.eq(s2_c),
+            prog_w.addr.eq(s2_c), page_w.addr.eq(s2_c), tag_w.addr.eq(s2_c),
             page_r.addr.eq(rsel), tag_r.addr.eq(rsel),
-            prog_w.en.eq(s3_acc | s3_fire),
-            prog_w.data.eq(Mux(s3_acc, Cat(s3_lo[lb:12], Const(0, 2), lm1), s3_prog)),
+            prog_w.en.eq(acc | fire2),
+            # after a burst: offset + bm1 + 1 and beats left - 1 - (bm1 + 1), one adder each
+            prog_w.data.eq(Mux(acc, Cat(req.addr[lb:12], Const(0, 2), lm1_2),
+                               Cat((s2_off - ~bm1_ow)[:ow + 2], (s2_lm1 + ~bm1_lw)[:lwb]))),
             page_w.en.eq(acc), page_w.data.eq(req.addr[12:]),
             tag_w.en.eq(acc), tag_w.data.eq(req.tag),
-            s3_hit.eq((s3_acc | s3_fire) & (s3_c == slot)),
         ]
-        return types.SimpleNamespace(s3_reqv=s3_reqv, s3_lo=s3_lo, lm1=lm1)
+        return types.SimpleNamespace(s3_reqv=s3_reqv, s3_off=s3_off, lm1=lm1)
 
     def _fire(self, m, t):
         """The burst that fires and the address-channel register: S2's burst, or an accepted
@@ -414,8 +405,8 @@ class _Splitter:
         lb, ow, max_beats, active = t.lb, t.ow, t.max_beats, t.active
         s2_c, s2_off, s2_bm1, s2_final, acc, req_valid, fire2 = (
             t.s2_c, t.s2_off, t.s2_bm1, t.s2_final, t.acc, t.req_valid, t.fire2)
-        s3_c, s3_lo, s3_reqv, s3_gone, lm1, page_r, tag_r = (
-            t.s3_c, t.s3_lo, t.s3_reqv, t.s3_gone, t.lm1, t.page_r, t.tag_r)
+        s3_c, s3_off, s3_reqv, s3_gone, lm1, page_r, tag_r = (
+            t.s3_c, t.s3_off, t.s3_reqv, t.s3_gone, t.lm1, t.page_r, t.tag_r)
         # A request of one burst (inside its page, at most the burst limit) fires from S3, the
         # cycle after it was accepted, when the channel register is free, S2 offers no burst
         # (the page and tag tables are read for S3 then) and the caller's test passes
@@ -423,7 +414,7 @@ class _Splitter:
         # counted): its client is then idle again for its next turn (the S0 bypass
         # ``s3_gone``). Otherwise it waits for its turn as any request.
         # (a cycle after its accept, S3's client neither fired nor was asked for in S1)
-        one = (lm1 <= ~s3_lo[lb:12]) & (lm1 < max_beats)
+        one = (lm1 <= ~s3_off) & (lm1 < max_beats)
         cand = self.cand
         m.d.comb += [self.f_client.eq(s3_c), self.f_lm1.eq(lm1),
                      s3_gone.eq(s3_reqv & one & self.ok3 & ~self.valid & ~cand),
@@ -445,7 +436,7 @@ class _Splitter:
         # page, S2's burst adds the pages crossed
         with m.If(self.fire):
             m.d.sync += [self.valid.eq(1), self.client.eq(self.grant), self.len.eq(self.bm1),
-                         self.addr.eq(Cat(Const(0, lb), Mux(cand, s2_off[:ow], s3_lo[lb:12]),
+                         self.addr.eq(Cat(Const(0, lb), Mux(cand, s2_off[:ow], s3_off),
                                           page_r.data + (s2_off[ow:] & cand.replicate(2))))]
         with m.Elif(self.handshake):
             m.d.sync += self.valid.eq(0)
@@ -664,7 +655,6 @@ class HostMemory(wiring.Component):
         meta = Queue(_meta_layout, mdepth, buffered=False)
         m.submodules[f"rmeta_{i}"] = meta
         credit = Signal(range(size + 1), init=size, name=f"rcredit_{i}")
-        res = Signal(len(credit), name=f"rres_{i}")        # -(beats) of the last grant
         wptr = Signal(kbits[i] + 1, name=f"rwptr_{i}")      # the next word to write
         iptr = Signal(kbits[i] + 1, name=f"riptr_{i}")      # the next word to read
         o_valid = Signal(name=f"ro_valid_{i}")
@@ -722,6 +712,7 @@ class HostMemory(wiring.Component):
             m.d.comb += [f_credit.eq(credit), f_room.eq(meta.i.ready)]
         # the reservation is taken from the credit a cycle later (this client's next
         # turn is three cycles away)
+        res = Signal(len(credit), name=f"rres_{i}")        # -(beats) of the last grant
         neg = ~Cat(sp.bm1, Const(0, len(credit) - len(sp.bm1)))    # -(bm1 + 1)
         m.d.sync += [res.eq(Mux(mine, neg, 0)), credit.eq(credit + res + taken)]
 
@@ -825,13 +816,15 @@ class HostMemory(wiring.Component):
             m.d.sync += dcredits[j].eq(dcredits[j] - (mine & sp.final) + popped)
         m.d.sync += outstanding.eq(outstanding + sp.fire - retire)
 
-        # W: forward each burst's beats from its client
-        active = Signal()
-        wclient = Signal(range(max(C, 2)))
-        count = Signal(range(257))
+        # W: forward each burst's beats from its client. The burst at the jobs queue's head is
+        # the one being sent (its client selects the data, its beats - 1 end it); it is popped
+        # with its last beat, so the next burst's first beat may follow in the next cycle.
+        # With no burst to send, W's payload is 0.
+        count = Signal(8, name="w_count")        # beats of the head burst sent
+        head = jobs.o.payload
         w_end = Signal()
-        with m.If(active):
-            with m.Switch(wclient):
+        with m.If(jobs.o.valid):
+            with m.Switch(head.client):
                 for j, port in enumerate(self.write_ports):
                     with m.Case(j):
                         m.d.comb += [
@@ -840,16 +833,8 @@ class HostMemory(wiring.Component):
                             axi.w_strb.eq(port.data.payload.strb),
                             port.data.ready.eq(axi.w_ready),
                         ]
-            m.d.comb += axi.w_last.eq(count == 0)
-            m.d.comb += w_end.eq(axi.w_valid & axi.w_ready & (count == 0))
-            with m.If(axi.w_valid & axi.w_ready):
-                m.d.sync += count.eq(count - 1)
-                with m.If(count == 0):
-                    m.d.sync += active.eq(0)
-        # a burst's last beat and the next job's pop share a cycle (no bubble between bursts)
-        with m.If(~active | w_end):
-            m.d.comb += jobs.o.ready.eq(1)
-            with m.If(jobs.o.valid):
-                m.d.sync += [active.eq(1), wclient.eq(jobs.o.payload.client),
-                             count.eq(jobs.o.payload.bm1)]
-
+            m.d.comb += axi.w_last.eq(count == head.bm1)
+        m.d.comb += [w_end.eq(axi.w_valid & axi.w_ready & axi.w_last),
+                     jobs.o.ready.eq(w_end)]
+        with m.If(axi.w_valid & axi.w_ready):
+            m.d.sync += count.eq(Mux(axi.w_last, 0, count + 1))
