@@ -375,11 +375,17 @@ class _Splitter:
         m.d.comb += lm1_2.eq(Mux(req.len_bytes == 0, 0,
                                  (req.len_bytes + Cat((a - 1)[:lb],
                                                       (a == 0).replicate(14 - lb)))[lb:14]))
+        # inside its first page (addr % 4096 + len <= 4096; a request of length 0 moves one
+        # beat): its own adder, beside lm1's, so S3's fire test reads a register
+        a_end = Signal(14, name=f"{name}_a_end")
+        m.d.comb += a_end.eq(req.addr[:12] + req.len_bytes)
         s3_reqv = Signal(name=f"{name}_s3_reqv")      # S2 took a request
+        s3_inpage = Signal(name=f"{name}_s3_inpage")
         s3_off = Signal(ow, name=f"{name}_s3_off")
         lm1 = Signal(lw, name=f"{name}_lm1")
         m.d.sync += [s3_reqv.eq(acc & req_valid), s3_c.eq(s2_c), s3_off.eq(req.addr[lb:12]),
-                     lm1.eq(lm1_2)]
+                     lm1.eq(lm1_2),
+                     s3_inpage.eq(~a_end[13] & (~a_end[12] | (a_end[:12] == 0)))]
         # page and tag: read for S2's burst, else for S3's request (which fires from S3 only
         # when S2 offers no burst). The tables of an idle client are written in its accept
         # turn whether or not a request is there (nothing reads them before it is active).
@@ -394,7 +400,7 @@ class _Splitter:
             page_w.en.eq(acc), page_w.data.eq(req.addr[12:]),
             tag_w.en.eq(acc), tag_w.data.eq(req.tag),
         ]
-        return types.SimpleNamespace(s3_reqv=s3_reqv, s3_off=s3_off, lm1=lm1)
+        return types.SimpleNamespace(s3_reqv=s3_reqv, s3_inpage=s3_inpage, s3_off=s3_off, lm1=lm1)
 
     def _fire(self, m, t):
         """The burst that fires and the address-channel register: S2's burst, or an accepted
@@ -414,7 +420,7 @@ class _Splitter:
         # counted): its client is then idle again for its next turn (the S0 bypass
         # ``s3_gone``). Otherwise it waits for its turn as any request.
         # (a cycle after its accept, S3's client neither fired nor was asked for in S1)
-        one = (lm1 <= ~s3_off) & (lm1 < max_beats)
+        one = t.s3_inpage & (lm1 < max_beats)
         cand = self.cand
         m.d.comb += [self.f_client.eq(s3_c), self.f_lm1.eq(lm1),
                      s3_gone.eq(s3_reqv & one & self.ok3 & ~self.valid & ~cand),
