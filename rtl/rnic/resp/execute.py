@@ -179,14 +179,13 @@ _head_layout = data.StructLayout({
 # them as they are: an error CQE has no immediate (CQE Generation writes 0) and is solicited
 # whatever ``se``
 _take_layout = data.StructLayout({"imm_or_rkey": 32, "se": 1})
-# one piece, as the key checks read it / as stage 4 reads it
-# (the piece's va is in a RAM of its own: the planner writes it in another cycle; the length
-# is 32 bits: an RDMA READ's one piece is its whole range, up to 2^31 bytes)
-_kpiece_layout = data.StructLayout({"key": 32, "len": 32})
 #: IRD: READs held per QP for duplicates at most (interface.md §4.2, ARG15[7:4]; 0 means 1)
 MAX_IRD = 8
 #: READ jobs that may wait for the READ response engine (one IRD's worth)
 READ_JOBS = 8
+# one piece as stage 4 reads it (as the key checks read it: its key, length and va, each in
+# a RAM of its own; the length is 32 bits: an RDMA READ's one piece is its whole range, up to
+# 2^31 bytes)
 _spiece_layout = data.StructLayout({"len": 13, "src": 13})
 
 
@@ -228,14 +227,16 @@ def _first_valid(m, vec, after=None):
     return out
 
 
-def _piece_ram(m, name, prefix, shape, wp, write):
+def _piece_ram(m, name, prefix, shape, wp, write, wr=None):
     """A plan RAM of rows {slot mod 4, piece} (``Memory`` ``name``), written by the planner one
-    piece a cycle: ``wr[i].en`` (signals ``<prefix>_we<i>``) writes piece i's row of slot ``wp``
-    with the statements ``write(i, row)``, the lowest piece enabled if several are. Returns
-    ``(wr, rd)``, ``rd`` a combinational read port."""
+    piece a cycle: ``wr[i].en`` (signals ``<prefix>_we<i>``, or the enables ``wr`` of another
+    such RAM) writes piece i's row of slot ``wp`` with the statements ``write(i, row)``, the
+    lowest piece enabled if several are. Returns ``(wr, rd)``, ``rd`` a combinational read
+    port."""
     m.submodules[name] = mem = Memory(shape=shape, depth=4 * 4, init=[])
     port, rd = mem.write_port(), mem.read_port(domain="comb")
-    wr = [types.SimpleNamespace(en=Signal(name=f"{prefix}_we{i}")) for i in range(MAX_SGE)]
+    if wr is None:
+        wr = [types.SimpleNamespace(en=Signal(name=f"{prefix}_we{i}")) for i in range(MAX_SGE)]
     j = Signal(2, name=f"{prefix}_j")
     m.d.comb += j.eq(Mux(wr[0].en, 0, Mux(wr[1].en, 1, 2)))
     with m.Switch(j):
@@ -637,7 +638,7 @@ class Execute(wiring.Component):
             rm_cnt=rm_cnt, rm_ird=rm_ird, rm_wp=rm_wp, wq_held=wq_held, wqe=wqe, zlen=zlen)
 
     def _wqe_reads(self, m, t):
-        """The WQE reads: the planner's own (tag DEMAND, address ``faddr``), the prefetch pool
+        """The WQE reads: the planner's own (tag DEMAND, address ``faddr_c``), the prefetch pool
         (``pool``, with the planner's strobes it waits on) and the tags of the store's row P
         (``d_*``). Adds these."""
         (P, ab, c, fetch, pin, post, prow_oh, rst, wqe_wr) = (
@@ -646,10 +647,11 @@ class Execute(wiring.Component):
         # (a response is the planner's when its tag's bit 7 is set: pool slots are < 16, and
         # the one-bit test keeps the response's decode short before the take)
         DEMAND = 0xFF
-        faddr = Signal(64)                     # the planner's WQE address (registered)
-        faddr_c = Signal(64)                   # c's WQE address (comb), faddr's next value
+        # c's WQE address (comb): c is unchanged from the state that settles its index to
+        # the read's request (FETCH), and RqFetch registers the request
+        faddr_c = Signal(64)
         plan_fetch = Signal()                  # the planner requests a read this cycle
-        m.d.comb += [fetch.req.payload.addr.eq(faddr), fetch.req.payload.tag.eq(DEMAND)]
+        m.d.comb += [fetch.req.payload.addr.eq(faddr_c), fetch.req.payload.tag.eq(DEMAND)]
         take = Signal()                        # the planner takes WQE c.rq_index of c.qpn
         take_r = Signal()                      # take, registered (c is unchanged a cycle on)
         m.d.sync += take_r.eq(take)
@@ -689,7 +691,7 @@ class Execute(wiring.Component):
             m.d.sync += d_valid.eq(0)
         return types.SimpleNamespace(
             c_ring=c_ring, d_eq=d_eq, d_index=d_index, d_qpn=d_qpn, d_ring=d_ring, d_valid=d_valid,
-            faddr=faddr, faddr_c=faddr_c, plan_dec=plan_dec, plan_fetch=plan_fetch,
+            faddr_c=faddr_c, plan_dec=plan_dec, plan_fetch=plan_fetch,
             plan_hit_r=plan_hit_r, plan_look=plan_look, plan_tk=plan_tk, pool=pool,
             release=release, ring_ok=ring_ok, take=take)
 
@@ -1064,8 +1066,12 @@ class Execute(wiring.Component):
         # ``plan_kva``), one piece a cycle, in the first state its cut is complete in: piece 1
         # in CUT2, piece 0 in CALC, piece 2 in PUSH (``kp_wr[i].en``; a READ's piece 0 also in
         # DEC). A piece the path skips (one SGE, WRITE, READ) is empty, whatever its row holds.
-        kp_wr, kp_rd = _piece_ram(m, "plan_kp", "kp", _kpiece_layout, wp,
-                                  lambda i, row: [row.key.eq(pkey_c[i]), row.len.eq(plen_c[i])])
+        # (the key and the length in RAMs of their own, written together: the key checks
+        # register the key they look up, and read the length at a registered address)
+        kp_wr, kp_rd = _piece_ram(m, "plan_kp", "kp", 32, wp,
+                                  lambda i, row: row.eq(pkey_c[i]))
+        _, kl_rd = _piece_ram(m, "plan_kl", "kl", 32, wp, lambda i, row: row.eq(plen_c[i]),
+                              wr=kp_wr)
         # ... and as stage 4 reads them (the planner's slot and stage 4's are up to nine
         # apart: one RAM a piece, by slot, all three written in CALC)
         sp_wr, sp_rd = [], []
@@ -1076,8 +1082,9 @@ class Execute(wiring.Component):
             sp_rd.append(ms.read_port(domain="comb"))
             m.d.comb += [sp_wr[i].addr.eq(wp), sp_wr[i].data.len.eq(plen_c[i][:13]),
                          sp_wr[i].data.src.eq(psrc_c[i])]
-        return types.SimpleNamespace(bus_rd=bus_rd, bus_wr=bus_wr, kp_rd=kp_rd, kp_wr=kp_wr,
-                                     kva_rd=kva_rd, kva_wr=kva_wr, sp_rd=sp_rd, sp_wr=sp_wr)
+        return types.SimpleNamespace(bus_rd=bus_rd, bus_wr=bus_wr, kl_rd=kl_rd, kp_rd=kp_rd,
+                                     kp_wr=kp_wr, kva_rd=kva_rd, kva_wr=kva_wr, sp_rd=sp_rd,
+                                     sp_wr=sp_wr)
 
     def _planner(self, m, t):
         """Stage 1, the planner's FSM (its states in the parts below, in this order); ``qp_reset``
@@ -1163,10 +1170,10 @@ class Execute(wiring.Component):
         """The planner's flush states: from the QP's completion index (``cnext``) to the flush's
         end, each WQE read (FETCH) and its CQE pushed (FL_CQE); then the QP's completion index
         written and the QP marked dead."""
-        (ab, b, c, cnext_rd_data, cnext_wr, cqe_q, dead_wr, faddr, faddr_c, fl_cqe, fl_end,
-         fl_start, fl_stop, rst, wp) = (
-            t.ab, t.b, t.c, t.cnext_rd_data, t.cnext_wr, t.cqe_q, t.dead_wr, t.faddr, t.faddr_c,
-            t.fl_cqe, t.fl_end, t.fl_start, t.fl_stop, t.rst, t.wp)
+        (ab, b, c, cnext_rd_data, cnext_wr, cqe_q, dead_wr, fl_cqe, fl_end, fl_start, fl_stop,
+         rst, wp) = (
+            t.ab, t.b, t.c, t.cnext_rd_data, t.cnext_wr, t.cqe_q, t.dead_wr, t.fl_cqe, t.fl_end,
+            t.fl_start, t.fl_stop, t.rst, t.wp)
         with m.State("FL_DEC"):
             # the block RAM's output (4.3 ns from the clock on an ECP5) ends in a register
             # of its own, not behind ``c``'s input multiplexer
@@ -1183,8 +1190,7 @@ class Execute(wiring.Component):
             # registered: is the flush at its end (index reached or behind)?
             fl_left = Signal(16)
             m.d.comb += fl_left.eq(fl_end - c.rq_index)
-            m.d.sync += [fl_stop.eq((fl_left == 0) | fl_left[15]),
-                         faddr.eq(faddr_c)]
+            m.d.sync += fl_stop.eq((fl_left == 0) | fl_left[15])
             m.next = "FL_NEXT"
         with m.State("FL_NEXT"):
             with m.If(fl_stop):
@@ -1205,17 +1211,16 @@ class Execute(wiring.Component):
     def _plan_dec(self, m, t):
         """The planner's state DEC: the tables read for the command, and its way on: skipped (dead
         or write fault), a READ (sent on now if new), a WQE to look up, or the pieces."""
-        (c, dead_rd_data, faddr, faddr_c, head_wr, kp_wr, kq, kva_wr, look_eq, nowrite, off,
-         plan_tk, plen, pv_c, rd_new, rd_sent, skip, wflt_rd, widx, wp, wq_held, wqe_rd, zlen) = (
-            t.c, t.dead_rd_data, t.faddr, t.faddr_c, t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.look_eq,
-            t.nowrite, t.off, t.plan_tk, t.plen, t.pv_c, t.rd_new, t.rd_sent, t.skip,
-            t.wflt_rd, t.widx, t.wp, t.wq_held, t.wqe_rd, t.zlen)
+        (c, dead_rd_data, head_wr, kp_wr, kq, kva_wr, look_eq, nowrite, off, plan_tk, plen,
+         pv_c, rd_new, rd_sent, skip, wflt_rd, widx, wp, wq_held, wqe_rd, zlen) = (
+            t.c, t.dead_rd_data, t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.look_eq, t.nowrite, t.off,
+            t.plan_tk, t.plen, t.pv_c, t.rd_new, t.rd_sent, t.skip, t.wflt_rd, t.widx, t.wp,
+            t.wq_held, t.wqe_rd, t.zlen)
         with m.State("DEC"):
             m.d.sync += plan_tk.eq(1)
             m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
                          wq_held.eq(wqe_rd.data),
                          zlen.eq((plen == 0) & (off == 0)),
-                         faddr.eq(faddr_c),
                          look_eq.eq(Cat(*[wqe_rd.data[k:k + 2] == c.rq_index[k:k + 2]
                                           for k in range(0, 16, 2)]))]
             with m.If(c.read):
@@ -1313,10 +1318,10 @@ class Execute(wiring.Component):
         """LOOK, LOOK_LD and HIT: the store's tags compared with c's WQE, the held index loaded
         when it is not c's, and the row the planner works from chosen (its own row P, or a pool
         slot with data, pinned), else a read of its own."""
-        (P, c, d_eq, d_valid, faddr, faddr_c, look_eq, pchk, pin, plan_hit_r, plan_look, plan_tk,
-         pool, prow, prow_oh, wq_held) = (
-            t.P, t.c, t.d_eq, t.d_valid, t.faddr, t.faddr_c, t.look_eq, t.pchk, t.pin, t.plan_hit_r,
-            t.plan_look, t.plan_tk, t.pool, t.prow, t.prow_oh, t.wq_held)
+        (P, c, d_eq, d_valid, look_eq, pchk, pin, plan_hit_r, plan_look, plan_tk, pool, prow,
+         prow_oh, wq_held) = (
+            t.P, t.c, t.d_eq, t.d_valid, t.look_eq, t.pchk, t.pin, t.plan_hit_r, t.plan_look,
+            t.plan_tk, t.pool, t.prow, t.prow_oh, t.wq_held)
         with m.State("LOOK"):
             m.d.sync += plan_tk.eq(1)
             # match the pool: same QP, same ring index, same ring (compared the cycle before)
@@ -1332,8 +1337,8 @@ class Execute(wiring.Component):
                 m.next = "LOOK_LD"
         with m.State("LOOK_LD"):
             m.d.sync += plan_tk.eq(1)
-            # the tags are compared with c's new index in this cycle; its address
-            m.d.sync += [faddr.eq(faddr_c), look_eq.eq(0xFF)]
+            # the tags are compared with c's new index in this cycle
+            m.d.sync += look_eq.eq(0xFF)
             m.next = "LOOK"
         with m.State("HIT"):
             m.d.comb += plan_look.eq(1)
@@ -1515,9 +1520,9 @@ class Execute(wiring.Component):
         registers every cycle (the piece ``j`` selects next), the bus addresses written back,
         and the entry as it leaves into ``iss_q`` with a failed key's outcome. Adds what the
         FSM drives and tests."""
-        (bus_wr, inv_inc, inv_pend, iss_q, k_idle, ke, key_q, kp_rd, kva_rd, pd_rd) = (
-            t.bus_wr, t.inv_inc, t.inv_pend, t.iss_q, t.k_idle, t.ke, t.key_q, t.kp_rd, t.kva_rd,
-            t.pd_rd)
+        (bus_wr, inv_inc, inv_pend, iss_q, k_idle, ke, key_q, kl_rd, kp_rd, kva_rd, pd_rd) = (
+            t.bus_wr, t.inv_inc, t.inv_pend, t.iss_q, t.k_idle, t.ke, t.key_q, t.kl_rd, t.kp_rd,
+            t.kva_rd, t.pd_rd)
         # ==== stage 2: key checks (one lookup per piece, serially) ==========================
         kh = key_q.o
         j = Signal(range(MAX_SGE + 1))
@@ -1542,16 +1547,22 @@ class Execute(wiring.Component):
         lk_look_d = Signal()
         m.d.sync += lk_look.eq(lk_look_d)
         lk = self.lookup.req.payload
-        m.d.comb += pd_rd.addr.eq(ke.slot)
         m.d.comb += [bus_wr.addr.eq(Cat(j[:2], ke.slot[:3])),
                      bus_wr.data.eq(self.lookup.resp.payload.bus_addr)]
         # (loaded in every cycle, also for ``j_d`` = MAX_SGE, when no lookup follows: ``j_d``
-        # addresses the data, it enables no flop)
-        m.d.comb += [kva_rd.addr.eq(Cat(j_d[:2], ke.slot[:2])),
-                     kp_rd.addr.eq(Cat(j_d[:2], ke.slot[:2]))]
-        m.d.sync += [lk.va.eq(kva_rd.data), lk.key.eq(kp_rd.data.key), lk.len.eq(kp_rd.data.len)]
+        # addresses the data, it enables no flop). Only the key (the Key Cache's CAM reads it)
+        # and a few bits are registered; the va, length and PD are read at a registered
+        # address, {piece, slot}: the rows of a slot in ``key_q`` are not written while it is
+        # there (the planner writes its own slot, the next one mod 4; ``plan_pd`` the one after
+        # it at most), so they read as the registered words did.
+        lk_a = Signal(4)
+        lk_s = Signal(_SLOT_BITS)
+        m.d.comb += kp_rd.addr.eq(Cat(j_d[:2], ke.slot[:2]))
+        m.d.sync += [lk_a.eq(Cat(j_d[:2], ke.slot[:2])), lk_s.eq(ke.slot)]
+        m.d.comb += [kva_rd.addr.eq(lk_a), kl_rd.addr.eq(lk_a), pd_rd.addr.eq(lk_s),
+                     lk.va.eq(kva_rd.data), lk.len.eq(kl_rd.data), lk.pd.eq(pd_rd.data)]
+        m.d.sync += lk.key.eq(kp_rd.data)
         m.d.sync += [
-            lk.pd.eq(pd_rd.data),
             lk.access.eq(Mux(ke.write, Access.REMOTE_WRITE,
                              Mux(ke.read, Access.REMOTE_READ, Access.LOCAL_WRITE))),
             lk.tag.eq(j_d),
