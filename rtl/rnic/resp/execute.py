@@ -815,7 +815,10 @@ class Execute(wiring.Component):
         # they go into registers, or through a mux into a LUT-RAM write, never into an adder.
         # The SGE lengths pass through ``li_r`` (SUMS<i> adds the length ``li_r`` took in
         # SUMS<i-1>), the SGE addresses through ``a_r`` (piece i's va is written one state
-        # after ``a_r`` took SGE i's address: CUT2, CALC, PUSH).
+        # after ``a_r`` took SGE i's address: CUT2, CALC, PUSH). The take loads ``a_r`` with
+        # the command's va, ``mend`` with its ``dma_len`` and ``li_r`` with its rkey: an RDMA
+        # WRITE's or READ's piece, key and byte count, which SUMS leaves for a WRITE (so c
+        # holds none of these fields).
         assert MAX_SGE == 3                    # the va schedule: CUT2, CALC, PUSH
         li_r = Signal(32)
         a_r = Signal(64)
@@ -890,12 +893,14 @@ class Execute(wiring.Component):
             if i == 0:
                 # RDMA WRITE: one piece; RDMA READ: one piece, its whole range (checked, not
                 # written; none for a zero-length READ)
+                # (``mend`` is the command's ``dma_len``, ``a_r`` its va, ``li_r`` its rkey:
+                # loaded at the take)
                 with m.If(c.write):
-                    # (va + offset from the shared adder: SUMS loaded its operands)
-                    m.d.comb += [v.eq((c.dma_len != 0) & (plen != 0)),
+                    # (va + offset from the shared adder: SUMS loaded its operand)
+                    m.d.comb += [v.eq((t.mend != 0) & (plen != 0)),
                                  ln.eq(plen), src.eq(0)]
                 with m.Elif(c.read):
-                    m.d.comb += [v.eq(c.dma_len != 0), va.eq(c.va), ln.eq(c.dma_len),
+                    m.d.comb += [v.eq(t.mend != 0), va.eq(a_r), ln.eq(t.mend[:32]),
                                  src.eq(0)]
                 with m.Else():
                     m.d.comb += ln.eq(ln_rs[0])
@@ -904,7 +909,7 @@ class Execute(wiring.Component):
                     m.d.comb += v.eq(0)
             pv_c.append(v)
             # (a WRITE's or READ's one piece is piece 0)
-            pkey_c.append(Mux(c.write | c.read, c.rkey, wqe.sge[i].lkey) if i == 0
+            pkey_c.append(Mux(c.write | c.read, t.li_r, wqe.sge[i].lkey) if i == 0
                           else wqe.sge[i].lkey)
             pva_c.append(va)
             plen_c.append(ln)
@@ -1006,7 +1011,8 @@ class Execute(wiring.Component):
         m.d.comb += [head_wr.addr.eq(wp),
                      head_wr.data.wr_id.eq(Cat(Mux(c.read, c.psn, wqe.wr_id[:24]),
                                                wqe.wr_id[24:])),
-                     head_wr.data.byte_len.eq(Mux(c.write | c.read, c.dma_len, mend)),
+                     # (a WRITE's or READ's ``dma_len``, loaded at the take; a SEND's end)
+                     head_wr.data.byte_len.eq(mend),
                      head_wr.data.rdma_imm.eq(c.write & c.imm_valid),
                      head_wr.data.imm.eq(c.imm_valid),
                      head_wr.data.widx.eq(widx)]
@@ -1138,6 +1144,8 @@ class Execute(wiring.Component):
         # state): its flops are enabled by the state, not by ``exe.valid`` or the flush
         # queue's ``valid`` (PSN Check's decision, a long path in the whole core)
         m.d.sync += c.eq(self.exe.payload)
+        # (a WRITE's or READ's va and length: into the registers that plan its piece)
+        m.d.sync += [t.a_r.eq(ep.va), t.mend.eq(ep.dma_len), t.li_r.eq(ep.rkey)]
         # a command with ``status`` ≠ 0 only completes the held WQE in error, whatever its
         # opcode (a READ request that broke a SEND's sequence is not a READ here)
         m.d.sync += c.read.eq(ep.read & (ep.status == 0))
@@ -1442,8 +1450,9 @@ class Execute(wiring.Component):
             t.sp_wr, t.v_rs, t.va_op, t.wp, t.wqe, t.zlen)
         with m.State("SUMS"):
             # SGE 0's range [0, len0) to the cut, the message end
-            m.d.sync += [run.eq(li_cs[0]), li_r.eq(li_cs[1]), ca_lo.eq(0),
-                         ca_i.eq(0), mend.eq(off + plen), pchk.eq(0)]
+            m.d.sync += [run.eq(li_cs[0]), ca_lo.eq(0), ca_i.eq(0), pchk.eq(0)]
+            with m.If(~c.write):
+                m.d.sync += [li_r.eq(li_cs[1]), mend.eq(off + plen)]
             with m.If(pchk & ~ring_ok):
                 # a held WQE's slot hit, read from another ring (see TAKE)
                 m.d.sync += pin.eq(0)
@@ -1453,7 +1462,7 @@ class Execute(wiring.Component):
                 # from the shared adder, is written in CALC), and a SEND of no payload at
                 # offset 0 has none (the message ends at 0: no overflow)
                 m.d.sync += [bad_nsge.eq(wqe.nsge > MAX_SGE), overflow.eq(0),
-                             a_r.eq(c.va), va_op.eq(off), *[v.eq(0) for v in v_rs]]
+                             va_op.eq(off), *[v.eq(0) for v in v_rs]]
                 m.next = "CALC"
             with m.Elif(wqe.nsge[1:] == 0):
                 # at most one SGE: one piece, the others empty
