@@ -61,7 +61,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..formats import SEND_MAX_SGE, SEND_WQE_BYTES, SendWqe
+from ..formats import SEND_MAX_SGE, SendWqe
 from ..host.axi_master import ReadClientSignature
 from ..ifaces import (READ_SLOT_BITS, AckKind, QpnStream, ack_layout, read_dec_layout,
                       read_rec_layout)
@@ -404,6 +404,7 @@ class Requester(wiring.Component):
         self._set_writes(m, t)
         _add(t, self._engine_reads(m, t))
         _add(t, self._engine_state(m, t))
+        _add(t, self._engine_wqe_store(m, t))
         _add(t, self._engine_flags(m, t))
         _add(t, self._engine_packet(m, t))
         _add(t, self._engine_inflight(m, t))
@@ -831,22 +832,8 @@ class Requester(wiring.Component):
         rgen_ne = Signal()
         m.d.sync += rgen_x.eq(Mux(ce_hit, cs.rgen, comp_rd_w.rgen) ^ dyn.rgen)
         m.d.comb += rgen_ne.eq(rgen_x != 0)
-        wqe = Signal(8 * SEND_WQE_BYTES)        # the send WQE as read (bit 8·i = byte i)
-        sw = data.View(SendWqe, wqe)              # its fields (interface.md §5.2, rnic.formats)
-        wr_id = sw.wr_id
-        wop = sw.opcode
-        flags = sw.flags
-        num_sge = sw.num_sge
-        immf = sw.imm_or_inv_rkey
-        raddr = sw.remote_addr
-        rkey = sw.rkey
-        sge_addr = [sw.sge[k].addr for k in range(SEND_MAX_SGE)]
-        sge_len = [sw.sge[k].length for k in range(SEND_MAX_SGE)]
-        sge_key = [sw.sge[k].lkey for k in range(SEND_MAX_SGE)]
         len0 = Signal(32)
         total = Signal(32)              # message length (registered in VALIDATE)
-        # the bus address of an SGE (the Key Cache's answer) replaces its VA in the WQE register
-        bus = sge_addr
         k = Signal(2)
         beat = Signal(range(max(2, 64 // nb)))
         status = Signal(8)
@@ -897,16 +884,67 @@ class Requester(wiring.Component):
         # (pf_cw: CHECK_WAIT issued the read of this WQE a cycle ago, before pf_match saw it)
         m.d.comb += pf_hit.eq(pf_v & ~pf_bad & (pf_match | pf_cw))
         return types.SimpleNamespace(
-            ctx=ctx, dyn=dyn, ern=ern, eng_rn=eng_rn, rgen_ne=rgen_ne, wqe=wqe, sw=sw, wr_id=wr_id,
-            wop=wop, flags=flags, num_sge=num_sge, immf=immf, raddr=raddr, rkey=rkey,
-            sge_addr=sge_addr, k=k, sge_len=sge_len, sge_key=sge_key, len0=len0, total=total,
-            bus=bus, beat=beat, status=status, hfault=hfault, sent=sent, resid=resid,
+            ctx=ctx, dyn=dyn, ern=ern, eng_rn=eng_rn, rgen_ne=rgen_ne, k=k, len0=len0,
+            total=total, beat=beat, status=status, hfault=hfault, sent=sent, resid=resid,
             cur_addr=cur_addr, seg_left=seg_left, len1=len1, left=left, was_last=was_last,
             flush=flush, fpsn_r=fpsn_r, skipn=skipn, skip0=skip0, soff=soff, sk_lt=sk_lt,
             pend_err=pend_err, eoff=eoff, pstat=pstat, kill_v=kill_v, kill_q=kill_q, served=served,
             pf_v=pf_v, pf_q=pf_q, pf_c=pf_c, pf_go=pf_go, pf_cw=pf_cw, cw_new=cw_new,
             cons1=cons1, alloc_r=alloc_r,
             psn_m1=psn_m1, wqe_idx=wqe_idx, pf_bad=pf_bad, pf_hit=pf_hit)
+
+    def _engine_wqe_store(self, m, t):
+        """The send WQE (interface.md §5.2) as WQE_DATA takes its beats (``wqe_take``), each field
+        from its fixed lane (ring bases are 64-byte aligned: word i of the WQE is lane i mod W/64
+        of beat i·64/W). What the engine decides and builds headers from is kept in flip-flops
+        (opcode, flags, num_sge, the immediate, rkey, the SGE lengths; the remote address in
+        ``rd_va``); wr_id, the SGE addresses and the lkeys stay in a LUT RAM of the WQE's 64-bit
+        words, read through two ports at the word each state names (``wqe_a``, ``wqe_b``; by
+        default SGE k's address and its length/lkey word), and LK_WAIT writes the Key Cache's
+        bus address over SGE k's (``wqe_bus``). Adds the fields and the ports."""
+        W, k, beat = t.W, t.k, t.beat
+        nw = W // 64                    # WQE words per beat
+        lw = (nw - 1).bit_length()      # bits of a word's lane
+        d = self.wqe_rd.resp.payload.data
+        take = Signal(name="wqe_take")
+        put_bus = Signal(name="wqe_bus")
+
+        def capture(reg, lo):
+            # the field at WQE bit ``lo`` (within one word), from its beat's lane
+            word, off = divmod(lo, 64)
+            with m.If(take & (beat == word // nw)):
+                m.d.sync += reg.eq(d[64 * (word % nw) + off:][:len(reg)])
+
+        wop, flags, num_sge = Signal(8, name="wop"), Signal(2, name="wflags"), Signal(8, name="nsge")
+        immf, rkey = Signal(32, name="immf"), Signal(32, name="rkey")
+        sge_len = [Signal(32, name=f"sge_len{i}") for i in range(SEND_MAX_SGE)]
+        sge = SendWqe["sge"].offset
+        for reg, name in [(wop, "opcode"), (flags, "flags"), (num_sge, "num_sge"),
+                          (immf, "imm_or_inv_rkey"), (t.rd_va, "remote_addr"), (rkey, "rkey")]:
+            capture(reg, SendWqe[name].offset)
+        for i, reg in enumerate(sge_len):
+            capture(reg, sge + 128 * i + 64)
+        # (no_rw_check is moot: the reads are asynchronous)
+        m.submodules.wqe_mem = mem = Memory(shape=W, depth=max(1, 8 // nw), init=[])
+        wp = mem.write_port(granularity=64)
+        sge_w = Cat(Const(0, 1), k[0], Const(1, 1))      # the word of SGE k's address
+        with m.If(put_bus):
+            m.d.comb += [wp.addr.eq(sge_w >> lw),
+                         wp.data.eq(self.lookup.resp.payload.bus_addr.replicate(nw)),
+                         wp.en.eq(Const(1, nw) << sge_w[:lw] if lw else 1)]
+        with m.Elif(take):
+            m.d.comb += [wp.addr.eq(beat), wp.data.eq(d), wp.en.eq((1 << nw) - 1)]
+        ports = []
+        for nm, dflt in [("a", sge_w), ("b", sge_w | 1)]:
+            rp = mem.read_port(domain="comb")
+            wa, wd = Signal(3, name=f"wqe_{nm}"), Signal(64, name=f"wqe_{nm}_data")
+            m.d.comb += [wa.eq(dflt), rp.addr.eq(wa >> lw),
+                         wd.eq(rp.data.word_select(wa[:lw], 64) if lw else rp.data)]
+            ports += [wa, wd]
+        wqe_a, wqe_ad, wqe_b, wqe_bd = ports
+        return types.SimpleNamespace(
+            wqe_take=take, wqe_bus=put_bus, wop=wop, flags=flags, num_sge=num_sge, immf=immf,
+            rkey=rkey, sge_len=sge_len, wqe_a=wqe_a, wqe_ad=wqe_ad, wqe_b=wqe_b, wqe_bd=wqe_bd)
 
     def _engine_flags(self, m, t):
         """What the engine's states decide from, registered: the SGE lengths, the PMTU in bytes, the
@@ -982,9 +1020,9 @@ class Requester(wiring.Component):
         written as a READ is first sent (``read_rec``), and the room for one more READ of the
         QP under its ORD (``ord_ok``, registered). Adds ``fits``, ``pay``, ``ackreq`` and
         ``ord_ok``."""
-        (ctx, dyn, flags, immf, pmtu_b, qpn, raddr, resid, rkey, sent, sge_addr, total, wop) = (
-            t.ctx, t.dyn, t.flags, t.immf, t.pmtu_b, t.qpn, t.raddr, t.resid, t.rkey, t.sent,
-            t.sge_addr, t.total, t.wop)
+        (ctx, dyn, flags, immf, pmtu_b, qpn, resid, rkey, sent, total, wop) = (
+            t.ctx, t.dyn, t.flags, t.immf, t.pmtu_b, t.qpn, t.resid, t.rkey, t.sent, t.total,
+            t.wop)
         # segmentation of the next packet
         # (registered: PKT is never the cycle after resid, ctx or pmtu_b changes; LOOKUP's
         # resid = total is the value VALIDATE wrote)
@@ -1006,8 +1044,8 @@ class Requester(wiring.Component):
             pk.opcode.eq(opcode),
             pk.se.eq(fits & flags[1] & (wop != 3) & ~is_rd), pk.ackreq.eq(ackreq),
             pk.psn.eq(dyn.psn),
-            # (a READ: its remaining bytes from the VA advanced past the responses placed)
-            pk.va.eq(Mux(is_rd, t.rd_va, raddr)), pk.rkey.eq(rkey),
+            # (the WQE's remote address; a READ's advanced past the responses placed)
+            pk.va.eq(t.rd_va), pk.rkey.eq(rkey),
             pk.dmalen.eq(Mux(is_rd, resid, total)), pk.imm.eq(imm_word),
             pk.paylen.eq(Mux(is_rd, 0, pay)), pk.qpn.eq(qpn),
         ]
@@ -1016,8 +1054,8 @@ class Requester(wiring.Component):
         m.d.comb += [
             rr.idx.eq(t.new_ri), rr.qpn.eq(qpn), rr.fpsn.eq(t.fpsn_r),
             rr.lpsn.eq(t.fpsn_r + t.rd_n - 1),
-            rr.pmtu.eq(ctx.pmtu), rr.total.eq(total), rr.addr0.eq(sge_addr[0]),
-            rr.len0.eq(t.len0), rr.addr1.eq(sge_addr[1]),
+            rr.pmtu.eq(ctx.pmtu), rr.total.eq(total), rr.addr0.eq(t.wqe_ad),
+            rr.len0.eq(t.len0), rr.addr1.eq(t.wqe_bd),     # (PKT reads SGE 0's and 1's)
         ]
         # room for one more READ of this QP (ORD: 0 means 1, at most 8; registered: VALIDATE
         # is never the cycle after a change of rds, crds or ctx)
@@ -1032,9 +1070,9 @@ class Requester(wiring.Component):
         record of the WQE just sent, written at ``rn`` with the write-back and linked to the
         entry taken for the next ``rn`` (``new_rn``, registered off the free list). Adds
         ``clen``, ``pkt_end``, ``seg_end`` and ``new_rn``."""
-        (D, cur_addr, ern, flags, free, fresh, infl_wp, psn_m1, rb, total, wop, wr_id) = (
+        (D, cur_addr, ern, flags, free, fresh, infl_wp, psn_m1, rb, total, wop) = (
             t.D, t.cur_addr, t.ern, t.flags, t.free, t.fresh, t.infl_wp, t.psn_m1, t.rb,
-            t.total, t.wop, t.wr_id)
+            t.total, t.wop)
         is_rd = t.is_rd
         # gather chunk of the current packet: clen = min(seg_left, left), kept in a register
         # set with ``left`` (in PKT, and in CHUNK when the packet continues in SGE 1), so the
@@ -1059,7 +1097,7 @@ class Requester(wiring.Component):
         m.d.comb += [
             infl_wp.addr.eq(ern),
             infl_wp.data.next.eq(new_rn),
-            infl_wp.data.wr_id.eq(wr_id),
+            infl_wp.data.wr_id.eq(t.wqe_ad),      # (WB_NEXT reads word 0)
             infl_wp.data.last_psn.eq(psn_m1),
             infl_wp.data.signaled.eq(flags[0]),
             infl_wp.data.write.eq((wop == 3) | (wop == 4)),
@@ -1075,10 +1113,9 @@ class Requester(wiring.Component):
         retires the WQE at ``cons``) and the completer's ``cfg``, and ``pf_more`` (another WQE
         is posted after ``cons``, registered). Adds ``pf_more``."""
         (alloc_r, cfg_wp, cons1, ctx, dyn, e_park_st, e_wbn_st, ecpl, eng_dyn, hfault, k, prod,
-         qpn, sge_addr, sge_key, sge_len, status, wop, wqe_idx, wr_id) = (
+         qpn, sge_len, status, wop, wqe_idx) = (
             t.alloc_r, t.cfg_wp, t.cons1, t.ctx, t.dyn, t.e_park_st, t.e_wbn_st, t.ecpl,
-            t.eng_dyn, t.hfault, t.k, t.prod, t.qpn, t.sge_addr, t.sge_key, t.sge_len, t.status,
-            t.wop, t.wqe_idx, t.wr_id)
+            t.eng_dyn, t.hfault, t.k, t.prod, t.qpn, t.sge_len, t.status, t.wop, t.wqe_idx)
         is_rd = t.is_rd
         # ports driven from registers
         m.d.comb += [
@@ -1087,15 +1124,16 @@ class Requester(wiring.Component):
                 ctx.sq_base + ((wqe_idx & ((Const(1, 17) << ctx.sq_log) - 1)) << 6)),
             self.wqe_rd.req.payload.len_bytes.eq(64),
             self.wqe_rd.req.payload.tag.eq(0),
-            self.lookup.req.payload.key.eq(Mux(k[0], sge_key[1], sge_key[0])),
+            # (SGE k's address and lkey: the WQE RAM's words by default)
+            self.lookup.req.payload.key.eq(t.wqe_bd[32:]),
             self.lookup.req.payload.pd.eq(ctx.pd),
             # a READ's SGEs: LOCAL_WRITE (0x01); (wop == 5 registered: the early lookup in
             # WQE_DATA is made before VALIDATE sets is_rd)
             self.lookup.req.payload.access.eq(t.op_rd_r),
-            self.lookup.req.payload.va.eq(Mux(k[0], sge_addr[1], sge_addr[0])),
+            self.lookup.req.payload.va.eq(t.wqe_ad),
             self.lookup.req.payload.len.eq(Mux(k[0], sge_len[1], sge_len[0])),
             self.lookup.req.payload.tag.eq(k),
-            ecpl.payload.qpn.eq(qpn), ecpl.payload.wr_id.eq(wr_id),
+            ecpl.payload.qpn.eq(qpn), ecpl.payload.wr_id.eq(t.wqe_ad),   # (ERR reads word 0)
             ecpl.payload.status.eq(status),
             ecpl.payload.opcode.eq(Mux(wop == _WOP_READ, 2, (wop == 3) | (wop == 4))),
             ecpl.payload.fault.eq(hfault),
@@ -1315,10 +1353,10 @@ class Requester(wiring.Component):
     def _engine_fetch_states(self, m, t, go):
         """WQE_REQ … VALIDATE, in the engine's FSM: fetch the WQE (or take the prefetched one, or
         drain one it cannot use) and validate it."""
-        (W, alloc_r, beat, flush, hfault, k, len_sum, nb, num_sge, pend_err, pf_hit, pf_v, pstat,
-         resid, sent, status, total, wop, wqe) = (
-            t.W, t.alloc_r, t.beat, t.flush, t.hfault, t.k, t.len_sum, t.nb, t.num_sge, t.pend_err,
-            t.pf_hit, t.pf_v, t.pstat, t.resid, t.sent, t.status, t.total, t.wop, t.wqe)
+        (alloc_r, beat, flush, hfault, k, len_sum, nb, num_sge, pend_err, pf_hit, pf_v, pstat,
+         resid, sent, status, total, wop) = (
+            t.alloc_r, t.beat, t.flush, t.hfault, t.k, t.len_sum, t.nb, t.num_sge, t.pend_err,
+            t.pf_hit, t.pf_v, t.pstat, t.resid, t.sent, t.status, t.total, t.wop)
         with m.State("WQE_REQ"):
             m.d.comb += self.busy.eq(1)
             with m.If(pf_hit):
@@ -1340,11 +1378,9 @@ class Requester(wiring.Component):
             m.d.sync += k.eq(0)
             self._early_lookup(m, t)
             with m.If(self.wqe_rd.resp.valid):
-                if nb == 64:
-                    m.d.sync += wqe.eq(self.wqe_rd.resp.payload.data)
-                else:
-                    m.d.sync += [wqe.word_select(beat, W).eq(self.wqe_rd.resp.payload.data),
-                                 beat.eq(beat + 1)]
+                m.d.comb += t.wqe_take.eq(1)
+                if nb != 64:
+                    m.d.sync += beat.eq(beat + 1)
                 with m.If(self.wqe_rd.resp.payload.err):
                     m.d.sync += hfault.eq(1)
                 with m.If(self.wqe_rd.resp.payload.last):
@@ -1386,12 +1422,12 @@ class Requester(wiring.Component):
         idx = 47 // t.nb                # the beat that holds byte 47 (SGE 0's lkey)
         if idx + 2 >= 64 // t.nb:
             return                      # (it would come with VALIDATE: nothing to gain)
-        beat, sw = t.beat, t.sw
+        beat = t.beat
         b_ok = Signal()                 # SGE 0's beat was in a cycle ago (registered)
         pre_ok = Signal()               # the WQE would look SGE 0 up (registered)
         m.d.sync += [b_ok.eq(beat > idx),
-                     pre_ok.eq((sw.opcode <= _WOP_READ) & (sw.num_sge != 0)
-                               & (sw.num_sge <= 2) & (sw.sge[0].length != 0))]
+                     pre_ok.eq((t.wop <= _WOP_READ) & (t.num_sge != 0)
+                               & (t.num_sge <= 2) & (t.sge_len[0] != 0))]
         with m.If(b_ok & (beat > idx) & pre_ok & ~t.lk_out & ~t.flush & ~t.pend_err
                   & ~t.hfault):
             m.d.comb += self.lookup.req.valid.eq(1)
@@ -1401,23 +1437,28 @@ class Requester(wiring.Component):
     def _engine_start_states(self, m, t, go):
         """LOOKUP … RD_PREP2, in the engine's FSM: look the WQE's SGEs up in the Key Cache, find the
         packet to resume at (SKIP … SKIP3) and, for a READ, the request's VA and PSNs."""
-        (bus, ctx, cur_addr, k, len0, len0_nz, num_sge, resid, seg_left, sent, sge_len, sk_lt,
-         skip0, skipn, soff, status, sw, total) = (
-            t.bus, t.ctx, t.cur_addr, t.k, t.len0, t.len0_nz, t.num_sge, t.resid, t.seg_left,
-            t.sent, t.sge_len, t.sk_lt, t.skip0, t.skipn, t.soff, t.status, t.sw, t.total)
+        (ctx, cur_addr, k, len0, len0_nz, num_sge, resid, seg_left, sent, sge_len, sk_lt,
+         skip0, skipn, soff, status, total, wqe_a, wqe_ad) = (
+            t.ctx, t.cur_addr, t.k, t.len0, t.len0_nz, t.num_sge, t.resid, t.seg_left,
+            t.sent, t.sge_len, t.sk_lt, t.skip0, t.skipn, t.soff, t.status, t.total, t.wqe_a,
+            t.wqe_ad)
         # the SGE lengths' zero tests registered (LOOKUP is at least a cycle after the WQE's
         # last beat; LK_WAIT rewrites only the addresses)
         len_z = Signal(2)
         m.d.sync += len_z.eq(Cat(sge_len[0] == 0, sge_len[1] == 0))
         with m.State("LOOKUP"):
             m.d.comb += self.busy.eq(1)
+            with m.If(k == num_sge):
+                # (the gather set-up's SGE address: SGE 0's, or SGE 1's when SGE 0 is empty)
+                m.d.comb += wqe_a.eq(Mux(len0_nz, 4, 6))
             with m.If((k == num_sge) & skip0):
                 # from the first packet (the usual case): gather from the first non-empty SGE
                 m.d.sync += [sent.eq(0), resid.eq(total)]
+                m.d.sync += cur_addr.eq(wqe_ad)
                 with m.If(len0_nz):
-                    m.d.sync += [cur_addr.eq(bus[0]), seg_left.eq(len0)]
+                    m.d.sync += seg_left.eq(len0)
                 with m.Else():
-                    m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(total)]
+                    m.d.sync += seg_left.eq(total)
                 m.next = "PKT"
                 with m.If(t.is_rd):
                     m.next = "RD_PREP"
@@ -1434,10 +1475,7 @@ class Requester(wiring.Component):
             with m.If(self.lookup.resp.valid):
                 m.d.sync += t.lk_out.eq(0)
                 with m.If(self.lookup.resp.payload.ok):
-                    for i in range(2):
-                        with m.If(k == i):
-                            m.d.sync += sw.sge[i].addr.eq(
-                                self.lookup.resp.payload.bus_addr)
+                    m.d.comb += t.wqe_bus.eq(1)       # over SGE k's address
                     m.d.sync += k.eq(k + 1)
                     m.next = "LOOKUP"
                     with m.If((k == 0) & ~t.sge2_r & skip0 & ~t.is_rd):
@@ -1467,8 +1505,8 @@ class Requester(wiring.Component):
             with m.Else():
                 m.next = "SKIP3"
         with m.State("SKIP3"):
-            m.d.comb += self.busy.eq(1)
-            m.d.sync += cur_addr.eq(Mux(sk_lt, bus[0], bus[1]) + cur_addr[:32])
+            m.d.comb += [self.busy.eq(1), wqe_a.eq(Mux(sk_lt, 4, 6))]
+            m.d.sync += cur_addr.eq(wqe_ad + cur_addr[:32])
             m.next = "PKT"
             with m.If(t.is_rd):
                 m.next = "RD_PREP"
@@ -1476,7 +1514,8 @@ class Requester(wiring.Component):
             # a READ request for the bytes from ``sent`` on (all of them, or the rest after the
             # responses already placed): its VA, and the PSNs it takes, max(1, ⌈resid/PMTU⌉)
             m.d.comb += self.busy.eq(1)
-            m.d.sync += [t.rd_va.eq(t.raddr + sent), t.rd_rm1.eq(resid - 1),
+            # (rd_va holds the WQE's remote address: WQE_DATA took it)
+            m.d.sync += [t.rd_va.eq(t.rd_va + sent), t.rd_rm1.eq(resid - 1),
                          t.rd_z.eq(resid == 0)]
             m.next = "RD_PREP2"
         with m.State("RD_PREP2"):
@@ -1495,15 +1534,15 @@ class Requester(wiring.Component):
         """PKT, CHUNK and WB_NEXT, in the engine's FSM: hand each packet of the WQE and its gather
         chunks over (prefetching the next WQE meanwhile), then record the WQE in the in-flight
         ring and write the QP back."""
-        (D, ackreq, alloc_r, bus, clen, cons1, cs, cur_addr, dyn, e_cw_st, eng_rn, ern, fits,
+        (D, ackreq, alloc_r, clen, cons1, cs, cur_addr, dyn, e_cw_st, eng_rn, ern, fits,
          fpsn_r, free, fresh, infl_wp, left, len1, new_rn, pay, pkt_end, pmtu_b, psn_room, resid,
          rewind, seg_end, seg_left, sent, served, was_last) = (
-            t.D, t.ackreq, t.alloc_r, t.bus, t.clen, t.cons1, t.cs, t.cur_addr, t.dyn, t.e_cw_st,
+            t.D, t.ackreq, t.alloc_r, t.clen, t.cons1, t.cs, t.cur_addr, t.dyn, t.e_cw_st,
             t.eng_rn, t.ern, t.fits, t.fpsn_r, t.free, t.fresh, t.infl_wp, t.left, t.len1, t.new_rn,
             t.pay, t.pkt_end, t.pmtu_b, t.psn_room, t.resid, t.rewind, t.seg_end, t.seg_left,
             t.sent, t.served, t.was_last)
         with m.State("PKT"):
-            m.d.comb += self.busy.eq(1)
+            m.d.comb += [self.busy.eq(1), t.wqe_a.eq(4), t.wqe_b.eq(6)]
             prefetch()
             with m.If(rewind):
                 m.next = "REWIND"             # abandon this WQE
@@ -1545,7 +1584,7 @@ class Requester(wiring.Component):
                             with m.Else():
                                 m.d.comb += t.rfree.o.ready.eq(1)
         with m.State("CHUNK"):
-            m.d.comb += self.busy.eq(1)
+            m.d.comb += [self.busy.eq(1), t.wqe_a.eq(6)]     # (SGE 1's address)
             prefetch()
             with m.If(left == 0):
                 with m.If(was_last):
@@ -1571,7 +1610,7 @@ class Requester(wiring.Component):
                         with m.Else():
                             m.next = "PKT"
                     with m.If(seg_end):                    # SGE 0 done: on to SGE 1
-                        m.d.sync += [cur_addr.eq(bus[1]), seg_left.eq(len1)]
+                        m.d.sync += [cur_addr.eq(t.wqe_ad), seg_left.eq(len1)]
                     with m.Else():
                         m.d.sync += [cur_addr.eq(cur_addr + clen),
                                      seg_left.eq(seg_left - clen)]
@@ -1580,7 +1619,7 @@ class Requester(wiring.Component):
             # (a WQE sent again is in the ring already: cons < hcons)
             alloc = alloc_r
             hnext = Mux(alloc, cons1, dyn.hcons)
-            m.d.comb += self.busy.eq(1)
+            m.d.comb += [self.busy.eq(1), t.wqe_a.eq(0)]      # (wr_id, for the record)
             with m.If(alloc):
                 m.d.comb += [infl_wp.en.eq(1), eng_rn.eq(new_rn)]
                 m.d.sync += ern.eq(new_rn)
@@ -1616,7 +1655,7 @@ class Requester(wiring.Component):
             # completions stay in SQ order: wait until every earlier WQE is retired. Once
             # offered, the completion stays offered until taken (``eoff``), whatever
             # rgen_ne or none_unretired do meanwhile: it is handed over exactly once.
-            m.d.comb += self.busy.eq(1)
+            m.d.comb += [self.busy.eq(1), t.wqe_a.eq(0)]      # (wr_id, for the completion)
             with m.If(eoff | (~(rgen_ne & ~pend_err)
                               & (pend_err | dyn.err | none_unretired))):
                 m.d.comb += ecpl.valid.eq(1)
