@@ -217,7 +217,7 @@ def _inflight_layout(rb, sb):
     (``rb`` = ring index bits); a READ's holds its READ slot (``sb`` bits)."""
     return data.StructLayout({
         "wr_id": 64,
-        "last_psn": 24,
+        "end_psn": 24,      # one past its last PSN
         "signaled": 1,
         "write": 1,
         "imm": 1,
@@ -603,7 +603,7 @@ class Requester(wiring.Component):
             is_rd=Signal(name="is_rd"), op_rd_r=Signal(name="op_rd_r"),
             lk_out=Signal(name="lk_out"), lk_drop=Signal(name="lk_drop"),
             rd_va=Signal(64, name="rd_va"),
-            rd_n=Signal(24, name="rd_n"), rd_rm1=Signal(32, name="rd_rm1"),
+            rd_n=Signal(24, name="rd_n"),
             rd_z=Signal(name="rd_z"), e_ri=Signal(sb, name="e_ri"))
 
     def _scheduler(self, m, t):
@@ -849,7 +849,8 @@ class Requester(wiring.Component):
         fpsn_r = Signal(24)             # first PSN of the current WQE
         skipn = Signal(24)              # packets of it already sent (resume point)
         skip0 = Signal()                # skipn = 0 (set with it)
-        soff = Signal(40)               # skipn · PMTU
+        # skipn · PMTU, from SKIP to SKIP2, where the gather set-up does not use cur_addr yet
+        soff = cur_addr[:40]
         sk_lt = Signal()
         pend_err = Signal()             # the completer ended the QP: error for the WQE at cons
         eoff = Signal()                 # ERR offers its completion on ecpl until it is taken
@@ -866,13 +867,11 @@ class Requester(wiring.Component):
         pf_go = Signal()                # issue the prefetch this cycle
         pf_cw = Signal()                # the read of (qpn, cons) was issued in the last cycle
         cw_new = Signal()               # CHECK_WAIT follows CTX_WAIT (a new visit)
-        # cons + 1, cons = hcons and psn − 1, registered: used in PKT, CHUNK and WB_NEXT only,
-        # which never follow a change of cons, hcons or psn by one cycle
+        # cons + 1 and cons = hcons, registered: used in PKT, CHUNK and WB_NEXT only, which
+        # never follow a change of cons or hcons by one cycle
         cons1 = Signal(16)
         alloc_r = Signal()
-        psn_m1 = Signal(24)
-        m.d.sync += [cons1.eq(dyn.cons + 1), alloc_r.eq(dyn.cons == dyn.hcons),
-                     psn_m1.eq(dyn.psn - 1)]
+        m.d.sync += [cons1.eq(dyn.cons + 1), alloc_r.eq(dyn.cons == dyn.hcons)]
         wqe_idx = Signal(16)
         m.d.comb += wqe_idx.eq(Mux(pf_go, cons1, dyn.cons))
         pf_bad = Signal()               # a SET_QP rewrote the prefetched QP: drain it
@@ -890,8 +889,7 @@ class Requester(wiring.Component):
             flush=flush, fpsn_r=fpsn_r, skipn=skipn, skip0=skip0, soff=soff, sk_lt=sk_lt,
             pend_err=pend_err, eoff=eoff, pstat=pstat, kill_v=kill_v, kill_q=kill_q, served=served,
             pf_v=pf_v, pf_q=pf_q, pf_c=pf_c, pf_go=pf_go, pf_cw=pf_cw, cw_new=cw_new,
-            cons1=cons1, alloc_r=alloc_r,
-            psn_m1=psn_m1, wqe_idx=wqe_idx, pf_bad=pf_bad, pf_hit=pf_hit)
+            cons1=cons1, alloc_r=alloc_r, wqe_idx=wqe_idx, pf_bad=pf_bad, pf_hit=pf_hit)
 
     def _engine_wqe_store(self, m, t):
         """The send WQE (interface.md §5.2) as WQE_DATA takes its beats (``wqe_take``), each field
@@ -1070,9 +1068,9 @@ class Requester(wiring.Component):
         record of the WQE just sent, written at ``rn`` with the write-back and linked to the
         entry taken for the next ``rn`` (``new_rn``, registered off the free list). Adds
         ``clen``, ``pkt_end``, ``seg_end`` and ``new_rn``."""
-        (D, cur_addr, ern, flags, free, fresh, infl_wp, psn_m1, rb, total, wop) = (
-            t.D, t.cur_addr, t.ern, t.flags, t.free, t.fresh, t.infl_wp, t.psn_m1, t.rb,
-            t.total, t.wop)
+        (D, cur_addr, dyn, ern, flags, free, fresh, infl_wp, rb, total, wop) = (
+            t.D, t.cur_addr, t.dyn, t.ern, t.flags, t.free, t.fresh, t.infl_wp, t.rb, t.total,
+            t.wop)
         is_rd = t.is_rd
         # gather chunk of the current packet: clen = min(seg_left, left), kept in a register
         # set with ``left`` (in PKT, and in CHUNK when the packet continues in SGE 1), so the
@@ -1098,7 +1096,7 @@ class Requester(wiring.Component):
             infl_wp.addr.eq(ern),
             infl_wp.data.next.eq(new_rn),
             infl_wp.data.wr_id.eq(t.wqe_ad),      # (WB_NEXT reads word 0)
-            infl_wp.data.last_psn.eq(psn_m1),
+            infl_wp.data.end_psn.eq(dyn.psn),     # (WB_NEXT: psn is one past the WQE's last)
             infl_wp.data.signaled.eq(flags[0]),
             infl_wp.data.write.eq((wop == 3) | (wop == 4)),
             infl_wp.data.imm.eq((wop == 1) | (wop == 4)),
@@ -1490,7 +1488,7 @@ class Requester(wiring.Component):
         with m.State("SKIP"):
             # byte offset of the first packet to send: skipn whole PMTUs
             m.d.comb += self.busy.eq(1)
-            m.d.sync += soff.eq(skipn << (ctx.pmtu + 7))
+            m.d.sync += cur_addr.eq(skipn << (ctx.pmtu + 7))        # (soff)
             m.next = "SKIP2"
         with m.State("SKIP2"):
             # gather from SGE 0 at soff, or from SGE 1 at soff − len0; the offset in cur_addr
@@ -1515,18 +1513,20 @@ class Requester(wiring.Component):
             # responses already placed): its VA, and the PSNs it takes, max(1, ⌈resid/PMTU⌉)
             m.d.comb += self.busy.eq(1)
             # (rd_va holds the WQE's remote address: WQE_DATA took it)
-            m.d.sync += [t.rd_va.eq(t.rd_va + sent), t.rd_rm1.eq(resid - 1),
+            # (rd_rm1 = resid − 1 in seg_left: a READ gathers nothing, and PKT, the only state
+            # after RD_PREP2 that reads seg_left, sets no chunk for it)
+            m.d.sync += [t.rd_va.eq(t.rd_va + sent), seg_left.eq(resid - 1),
                          t.rd_z.eq(resid == 0)]
             m.next = "RD_PREP2"
         with m.State("RD_PREP2"):
             m.d.comb += self.busy.eq(1)
             # (the shift selected by the path MTU, then one increment)
             rd_q = Signal(24)
-            m.d.comb += rd_q.eq(t.rd_rm1 >> 8)
+            m.d.comb += rd_q.eq(seg_left >> 8)
             with m.Switch(ctx.pmtu):
                 for code in range(2, 6):
                     with m.Case(code):
-                        m.d.comb += rd_q.eq(t.rd_rm1 >> (code + 7))
+                        m.d.comb += rd_q.eq(seg_left >> (code + 7))
             m.d.sync += t.rd_n.eq(Mux(t.rd_z, 1, rd_q + 1))
             m.next = "PKT"
 
@@ -1772,13 +1772,15 @@ class Requester(wiring.Component):
         trn = Signal(rb)
         retire = Signal()
         drop = Signal()
-        # the entry's last PSN and signaled flag, registered off the block RAM's output in HOLD
-        # (its clock-to-out does not lead the compare below or TEST's choice)
-        ent_lp = Signal(24)
+        # the entry's end PSN (one past its last) and signaled flag, registered off the block
+        # RAM's output in HOLD (its clock-to-out does not lead the compare below or TEST's
+        # choice)
+        ent_end = Signal(24)
         ent_sig = Signal()
-        # the entry's last PSN is before una (24-bit serial arithmetic)
+        # the entry's last PSN is before una: end ≤ una (24-bit serial arithmetic, the sign of
+        # covered clear)
         covered = Signal(24)
-        m.d.comb += covered.eq(cmp.una - 1 - ent_lp)
+        m.d.comb += covered.eq(cmp.una - ent_end)
         # an ACK's PSN against una (24-bit serial arithmetic) and the next PSN, judged in LOAD
         # from the read registers (EVAL decides from these flip-flops): a_new = a newer ACK
         # (0 < psn + 1 − una < 2^23), b_neg = a NAK for a PSN before una, b_zero = at una,
@@ -1837,7 +1839,7 @@ class Requester(wiring.Component):
             ccpl.payload.flags.eq(Mux(ent.imm, 0x02, 0)), ccpl.payload.byte_len.eq(ent.byte_len),
         ]
         return types.SimpleNamespace(
-            ent=ent, thcons=thcons, terr=terr, trn=trn, retire=retire, drop=drop, ent_lp=ent_lp,
+            ent=ent, thcons=thcons, terr=terr, trn=trn, retire=retire, drop=drop, ent_end=ent_end,
             ent_sig=ent_sig, covered=covered, ap1=ap1, adv=adv, behind=behind, a_new=a_new,
             b_neg=b_neg, b_zero=b_zero, d_more=d_more, a_sent=a_sent, clampable=clampable,
             clamp=clamp, gap=gap, acc=acc, acc_r=acc_r, dec_wb=dec_wb, una0=una0, ur=ur,
@@ -2035,10 +2037,10 @@ class Requester(wiring.Component):
         QP's in-flight list from ``rh`` (``crh``), one entry per round, retiring the WQEs whose
         last PSN is before ``una`` (a SUCCESS completion for the signaled ones) and dropping the
         entries of an ended or reset QP, each entry freed."""
-        (act, c_hit1, c_test, ccpl, cmp, covered, crh, drop, dyn_rd2_w, ent, ent_lp, ent_sig, free,
+        (act, c_hit1, c_test, ccpl, cmp, covered, crh, drop, dyn_rd2_w, ent, ent_end, ent_sig, free,
          retire, rn_rd2_w, terr, thcons, trn) = (
             t.act, t.c_hit1, t.c_test, t.ccpl, t.cmp, t.covered, t.crh, t.drop, t.dyn_rd2_w, t.ent,
-            t.ent_lp, t.ent_sig, t.free, t.retire, t.rn_rd2_w, t.terr, t.thcons, t.trn)
+            t.ent_end, t.ent_sig, t.free, t.retire, t.rn_rd2_w, t.terr, t.thcons, t.trn)
         with m.State("WALK"):
             # the engine's hcons, err and rn as of two cycles before (the reads are not
             # transparent); infl_rp reads entry rh now, so it holds whatever rn and hcons
@@ -2050,7 +2052,7 @@ class Requester(wiring.Component):
         with m.State("HOLD"):
             # (the entry stays on the read port until TEST: rh does not change, and a
             # write to it meanwhile means it was not yet filled, and is not used)
-            m.d.sync += [ent_lp.eq(ent.last_psn), ent_sig.eq(ent.signaled), t.ent_rd.eq(ent.read),
+            m.d.sync += [ent_end.eq(ent.end_psn), ent_sig.eq(ent.signaled), t.ent_rd.eq(ent.read),
                          t.ri_r.eq(ent.ridx),
                          # (ur for DECIDE: una0 and cfpsn do not change before TEST)
                          t.ur.eq(Mux((t.una0 - cmp.cfpsn)[23], cmp.cfpsn, t.una0))]
@@ -2064,7 +2066,8 @@ class Requester(wiring.Component):
             dif = Signal(24)
             m.d.comb += dif.eq(cmp.una - t.ur)
             over = (dif != 0) & ~dif[23]
-            open_rd = head & t.ent_rd & ~(ent_lp - t.una0)[23]
+            # (its last PSN at or after una0: una0 − end negative)
+            open_rd = head & t.ent_rd & (t.una0 - ent_end)[23]
             clamp_v = open_rd & t.clampable & over
             m.d.sync += [
                 retire.eq(head & ~covered[23] & ~clamp_v),
@@ -2084,12 +2087,12 @@ class Requester(wiring.Component):
                     with m.If(ccpl.ready):
                         m.d.comb += free.i.valid.eq(1)
                         m.d.sync += [cmp.ccons.eq(cmp.ccons + 1),
-                                     cmp.cfpsn.eq(ent_lp + 1), crh.eq(ent.next),
+                                     cmp.cfpsn.eq(ent_end), crh.eq(ent.next),
                                      cmp.crds.eq(cmp.crds + t.ent_rd)]
                         m.next = "WALK"
                 with m.Else():
                     m.d.comb += free.i.valid.eq(1)
-                    m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent_lp + 1),
+                    m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent_end),
                                  crh.eq(ent.next), cmp.crds.eq(cmp.crds + t.ent_rd)]
                     m.next = "WALK"
             with m.Elif(drop):
