@@ -897,9 +897,9 @@ class Requester(wiring.Component):
         of beat i·64/W). What the engine decides and builds headers from is kept in flip-flops
         (opcode, flags, num_sge, the immediate, rkey, the SGE lengths; the remote address in
         ``rd_va``); wr_id, the SGE addresses and the lkeys stay in a LUT RAM of the WQE's 64-bit
-        words, read through two ports at the word each state names (``wqe_a``, ``wqe_b``; by
-        default SGE k's address and its length/lkey word), and LK_WAIT writes the Key Cache's
-        bus address over SGE k's (``wqe_bus``). Adds the fields and the ports."""
+        words, read through two ports at the word each state names (``wqe_a``, ``wqe_b``, driven
+        by :meth:`_engine_wqe_words`), and LK_WAIT writes the Key Cache's bus address over SGE
+        k's (``wqe_bus``). Adds the fields and the ports."""
         W, k, beat = t.W, t.k, t.beat
         nw = W // 64                    # WQE words per beat
         lw = (nw - 1).bit_length()      # bits of a word's lane
@@ -933,10 +933,10 @@ class Requester(wiring.Component):
         with m.Elif(take):
             m.d.comb += [wp.addr.eq(beat), wp.data.eq(d), wp.en.eq((1 << nw) - 1)]
         ports = []
-        for nm, dflt in [("a", sge_w), ("b", sge_w | 1)]:
+        for nm in "ab":
             rp = mem.read_port(domain="comb")
             wa, wd = Signal(3, name=f"wqe_{nm}"), Signal(64, name=f"wqe_{nm}_data")
-            m.d.comb += [wa.eq(dflt), rp.addr.eq(wa >> lw),
+            m.d.comb += [rp.addr.eq(wa >> lw),
                          wd.eq(rp.data.word_select(wa[:lw], 64) if lw else rp.data)]
             ports += [wa, wd]
         wqe_a, wqe_ad, wqe_b, wqe_bd = ports
@@ -1186,6 +1186,7 @@ class Requester(wiring.Component):
             # WQE_REQ … WB_NEXT: one WQE fetched, checked and sent
             self._engine_wqe(m, t, go, prefetch)
             self._engine_end_states(m, t, go)
+        self._engine_wqe_words(m, t, eng_fsm)
 
         # the answer to an early lookup, taken in any state once VALIDATE has run (LOOKUP makes
         # no lookup while one is outstanding, so it is the next answer): dropped, or used by
@@ -1205,6 +1206,28 @@ class Requester(wiring.Component):
         with m.If(set_hit & ((set_q == qpn) | (set_q == pf_q))):
             m.d.sync += pf_bad.eq(1)
         return types.SimpleNamespace(eng_fsm=eng_fsm)
+
+    def _engine_wqe_words(self, m, t, eng_fsm):
+        """The words the WQE RAM's ports read (:meth:`_engine_wqe_store`), from the engine's
+        state flip-flops (one-hot), ``k`` and registered bits only, so that the address is as
+        shallow for every state as for the one that uses it. Port A: SGE k's address for a
+        lookup (WQE_DATA, LOOKUP), the gather set-up's SGE address (LOOKUP once k = num_sge:
+        SGE 0's, or SGE 1's when SGE 0 is empty; SKIP3; SGE 1's in CHUNK), SGE 0's for the READ
+        slot (PKT), wr_id (WB_NEXT, ERR). Port B: SGE k's length/lkey word, SGE 1's address in
+        PKT."""
+        k, num_sge, sge_len = t.k, t.num_sge, t.sge_len
+        on = eng_fsm.ongoing
+        # LOOKUP's word 6 for each k (registered: LOOKUP is two cycles after the WQE's last
+        # beat at the earliest): k = 0 the set-up when num_sge = 0; k = 1 SGE 1's lookup, or
+        # the set-up when num_sge = 1; k = 2 the set-up; the set-up from SGE 1 when SGE 0 is
+        # empty
+        lk6 = Signal(3)
+        z0 = sge_len[0] == 0
+        m.d.sync += lk6.eq(Cat(num_sge == 0, Mux(num_sge == 1, z0, 1), z0))
+        w6 = ((on("LOOKUP") & Mux(k[1], lk6[2], Mux(k[0], lk6[1], lk6[0])))
+              | (on("SKIP3") & ~t.sk_lt) | on("CHUNK"))
+        m.d.comb += [t.wqe_a.eq(Cat(Const(0, 1), w6, ~(on("WB_NEXT") | on("ERR")))),
+                     t.wqe_b.eq(Cat(~on("PKT"), on("PKT") | k[0], Const(1, 1)))]
 
     def _engine_load_states(self, m, t):
         """IDLE … CTX_WAIT, in the engine's FSM: take a QPN from the work queue, ask for its context
@@ -1436,19 +1459,15 @@ class Requester(wiring.Component):
         """LOOKUP … RD_PREP2, in the engine's FSM: look the WQE's SGEs up in the Key Cache, find the
         packet to resume at (SKIP … SKIP3) and, for a READ, the request's VA and PSNs."""
         (ctx, cur_addr, k, len0, len0_nz, num_sge, resid, seg_left, sent, sge_len, sk_lt,
-         skip0, skipn, soff, status, total, wqe_a, wqe_ad) = (
+         skip0, skipn, soff, status, total, wqe_ad) = (
             t.ctx, t.cur_addr, t.k, t.len0, t.len0_nz, t.num_sge, t.resid, t.seg_left,
-            t.sent, t.sge_len, t.sk_lt, t.skip0, t.skipn, t.soff, t.status, t.total, t.wqe_a,
-            t.wqe_ad)
+            t.sent, t.sge_len, t.sk_lt, t.skip0, t.skipn, t.soff, t.status, t.total, t.wqe_ad)
         # the SGE lengths' zero tests registered (LOOKUP is at least a cycle after the WQE's
         # last beat; LK_WAIT rewrites only the addresses)
         len_z = Signal(2)
         m.d.sync += len_z.eq(Cat(sge_len[0] == 0, sge_len[1] == 0))
         with m.State("LOOKUP"):
             m.d.comb += self.busy.eq(1)
-            with m.If(k == num_sge):
-                # (the gather set-up's SGE address: SGE 0's, or SGE 1's when SGE 0 is empty)
-                m.d.comb += wqe_a.eq(Mux(len0_nz, 4, 6))
             with m.If((k == num_sge) & skip0):
                 # from the first packet (the usual case): gather from the first non-empty SGE
                 m.d.sync += [sent.eq(0), resid.eq(total)]
@@ -1503,7 +1522,7 @@ class Requester(wiring.Component):
             with m.Else():
                 m.next = "SKIP3"
         with m.State("SKIP3"):
-            m.d.comb += [self.busy.eq(1), wqe_a.eq(Mux(sk_lt, 4, 6))]
+            m.d.comb += self.busy.eq(1)
             m.d.sync += cur_addr.eq(wqe_ad + cur_addr[:32])
             m.next = "PKT"
             with m.If(t.is_rd):
@@ -1542,7 +1561,7 @@ class Requester(wiring.Component):
             t.pay, t.pkt_end, t.pmtu_b, t.psn_room, t.resid, t.rewind, t.seg_end, t.seg_left,
             t.sent, t.served, t.was_last)
         with m.State("PKT"):
-            m.d.comb += [self.busy.eq(1), t.wqe_a.eq(4), t.wqe_b.eq(6)]
+            m.d.comb += self.busy.eq(1)
             prefetch()
             with m.If(rewind):
                 m.next = "REWIND"             # abandon this WQE
@@ -1584,7 +1603,7 @@ class Requester(wiring.Component):
                             with m.Else():
                                 m.d.comb += t.rfree.o.ready.eq(1)
         with m.State("CHUNK"):
-            m.d.comb += [self.busy.eq(1), t.wqe_a.eq(6)]     # (SGE 1's address)
+            m.d.comb += self.busy.eq(1)
             prefetch()
             with m.If(left == 0):
                 with m.If(was_last):
@@ -1619,7 +1638,7 @@ class Requester(wiring.Component):
             # (a WQE sent again is in the ring already: cons < hcons)
             alloc = alloc_r
             hnext = Mux(alloc, cons1, dyn.hcons)
-            m.d.comb += [self.busy.eq(1), t.wqe_a.eq(0)]      # (wr_id, for the record)
+            m.d.comb += self.busy.eq(1)
             with m.If(alloc):
                 m.d.comb += [infl_wp.en.eq(1), eng_rn.eq(new_rn)]
                 m.d.sync += ern.eq(new_rn)
@@ -1655,7 +1674,7 @@ class Requester(wiring.Component):
             # completions stay in SQ order: wait until every earlier WQE is retired. Once
             # offered, the completion stays offered until taken (``eoff``), whatever
             # rgen_ne or none_unretired do meanwhile: it is handed over exactly once.
-            m.d.comb += [self.busy.eq(1), t.wqe_a.eq(0)]      # (wr_id, for the completion)
+            m.d.comb += self.busy.eq(1)
             with m.If(eoff | (~(rgen_ne & ~pend_err)
                               & (pend_err | dyn.err | none_unretired))):
                 m.d.comb += ecpl.valid.eq(1)
