@@ -852,6 +852,7 @@ class Requester(wiring.Component):
         # skipn · PMTU, from SKIP to SKIP2, where the gather set-up does not use cur_addr yet
         soff = cur_addr[:40]
         sk_lt = Signal()
+        skoff = Signal(32)              # the resume offset in the SGE sk_lt names (SKIP2..SKIP4)
         pend_err = Signal()             # the completer ended the QP: error for the WQE at cons
         eoff = Signal()                 # ERR offers its completion on ecpl until it is taken
         pstat = Signal(4)
@@ -886,7 +887,7 @@ class Requester(wiring.Component):
             ctx=ctx, dyn=dyn, ern=ern, eng_rn=eng_rn, rgen_ne=rgen_ne, k=k, len0=len0,
             total=total, beat=beat, status=status, hfault=hfault, sent=sent, resid=resid,
             cur_addr=cur_addr, seg_left=seg_left, len1=len1, left=left, was_last=was_last,
-            flush=flush, fpsn_r=fpsn_r, skipn=skipn, skip0=skip0, soff=soff, sk_lt=sk_lt,
+            flush=flush, fpsn_r=fpsn_r, skipn=skipn, skip0=skip0, soff=soff, sk_lt=sk_lt, skoff=skoff,
             pend_err=pend_err, eoff=eoff, pstat=pstat, kill_v=kill_v, kill_q=kill_q, served=served,
             pf_v=pf_v, pf_q=pf_q, pf_c=pf_c, pf_go=pf_go, pf_cw=pf_cw, cw_new=cw_new,
             cons1=cons1, alloc_r=alloc_r, wqe_idx=wqe_idx, pf_bad=pf_bad, pf_hit=pf_hit)
@@ -1457,7 +1458,7 @@ class Requester(wiring.Component):
 
     def _engine_start_states(self, m, t, go):
         """LOOKUP … RD_PREP2, in the engine's FSM: look the WQE's SGEs up in the Key Cache, find the
-        packet to resume at (SKIP … SKIP3) and, for a READ, the request's VA and PSNs."""
+        packet to resume at (SKIP … SKIP4) and, for a READ, the request's VA and PSNs."""
         (ctx, cur_addr, k, len0, len0_nz, num_sge, resid, seg_left, sent, sge_len, sk_lt,
          skip0, skipn, soff, status, total, wqe_ad) = (
             t.ctx, t.cur_addr, t.k, t.len0, t.len0_nz, t.num_sge, t.resid, t.seg_left,
@@ -1510,20 +1511,25 @@ class Requester(wiring.Component):
             m.d.sync += cur_addr.eq(skipn << (ctx.pmtu + 7))        # (soff)
             m.next = "SKIP2"
         with m.State("SKIP2"):
-            # gather from SGE 0 at soff, or from SGE 1 at soff − len0; the offset in cur_addr
-            # (its address added next cycle)
+            # gather from SGE 0 at soff, or from SGE 1 at soff − len0: that offset in skoff,
+            # the SGE's address read into cur_addr next cycle and the offset added after it (so
+            # the WQE RAM's read and the 64-bit add are in cycles of their own)
             m.d.comb += self.busy.eq(1)
             lt = soff[:32] < len0
             m.d.sync += [sent.eq(soff[:32]), resid.eq(total - soff[:32]), sk_lt.eq(lt),
                          seg_left.eq(Mux(lt, len0 - soff[:32], total - soff[:32])),
-                         cur_addr.eq(Mux(lt, soff[:32], soff[:32] - len0))]
+                         t.skoff.eq(Mux(lt, soff[:32], soff[:32] - len0))]
             with m.If(~skip0 & (soff >= total)):
                 go("WB_NEXT")            # every packet of it was already sent
             with m.Else():
                 m.next = "SKIP3"
         with m.State("SKIP3"):
             m.d.comb += self.busy.eq(1)
-            m.d.sync += cur_addr.eq(wqe_ad + cur_addr[:32])
+            m.d.sync += cur_addr.eq(wqe_ad)
+            m.next = "SKIP4"
+        with m.State("SKIP4"):
+            m.d.comb += self.busy.eq(1)
+            m.d.sync += cur_addr.eq(cur_addr + t.skoff)
             m.next = "PKT"
             with m.If(t.is_rd):
                 m.next = "RD_PREP"
