@@ -90,6 +90,7 @@ MAX_HDR = 74            # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + IMM
 #: (ARG14). The builder keeps them in its path table's 9-bit lanes, by local QPN; descriptors
 #: carry only the local QPN.
 _PATH_ROW = ArgRow(("dest_qpn", "rmac", "rip", "sport"))
+_PATH_HALF = 8          # lanes of a path-table row: a QP's 15 lanes in two rows
 
 #: One ACK/NAK frame of the responder: header fields only (no payload).
 tx_hdr_layout = data.StructLayout({
@@ -153,12 +154,13 @@ class TxBuild(wiring.Component):
     pkt : In(stream.Signature(pkt_layout))
         Frame descriptors (from :class:`~rnic.tx.arbiter.TxArbiter`), taken one at a time. A
         frame goes to the addresses of its ``qpn``'s path-table row as it stands when the
-        builder takes the descriptor.
+        builder takes the descriptor; ``qpn`` is below ``num_qp``.
     qp_arg : In(stream.Signature(qp_arg_layout, always_ready=True))
         The QP context's SET_QP ARG writes (PSN Check's ``qp_arg``, :mod:`rnic.control.qp_args`):
         the path table keeps ARG1's destination QPN and ARG11..14's remote MAC and IPv4 and UDP
-        source port; the reset sweep after ``rst`` writes every row. A ``qpn`` ≥ ``num_qp`` is
-        ignored.
+        source port; the reset sweep after ``rst`` clears each QP's IPv4 row (a path is read
+        only for a QP that sends, after its SET_QP has written every ARG). A ``qpn`` ≥
+        ``num_qp`` is ignored.
     chunk : In(stream.Signature(chunk_layout))
         The gather chunks of the descriptors with payload (requests and READ responses), in
         descriptor and payload order, summing exactly to each ``paylen`` (none for an empty
@@ -240,6 +242,14 @@ class TxBuild(wiring.Component):
         self._write_select(m, t)
         return m
 
+    def _shared_path(self):
+        """Whether the frame being built reads the path's row 1 from the head's registers: the
+        head's values, delayed until the header word holding byte 35 (the UDP source port's
+        last) is written, are still ready when a header-only frame of 54 bytes ends, or the
+        delay is none (the head's row 1 comes no sooner anyway)."""
+        k = 35 // self.nb
+        return k <= 1 or k + 4 <= -(-54 // self.nb) + 1
+
     def _frame_fifo(self, m, t):
         """The frame FIFO's block-RAM ring (``mem``), the CRC unit and the emitter's output queue
         (``outq``), with the frame counters strobed as a frame's last beat leaves on ``tx``. Adds
@@ -276,20 +286,23 @@ class TxBuild(wiring.Component):
         """The descriptor queue: two descriptors wait (``pkt.ready`` and the head's ``valid`` are
         registers, as an unbuffered two-entry queue's), in a ring of four LUT-RAM slots read
         combinationally. The fields the head's precomputation reads (``h``) are read at the head's
-        slot; the header template's (``r``: the BTH fields, RETH, IMMDT/IETH and AETH as wire
-        bytes, whether there is a RETH and whether an AETH) at the slot of the descriptor
+        slot; the header template's (``r``: the BTH fields, RETH, and the AETH or IMMDT/IETH as
+        wire bytes, whether there is a RETH) at the slot of the descriptor
         taken last, which stays unwritten while its frame is built: the two waiting are the two
         slots after it. Returns the queue (its head stream ends ``o.valid``, ``o.ready``), ``h`` and
         ``r``."""
         p = self.pkt.payload
+        # (a descriptor's ``qpn`` is below ``num_qp``: its low bits are kept)
         head_layout = data.StructLayout({f: pkt_layout.members[f]
-                                         for f in ("opcode", "aeth", "paylen", "qpn", "syndrome")})
+                                         for f in ("opcode", "aeth", "paylen", "syndrome")}
+                                        | {"qpn": (self.num_qp - 1).bit_length()})
         # the 20 bytes after the BTH: RETH bytes 4..15 and IMMDT/IETH, as the RETH opcodes place
-        # them, and the first 4 (RETH, AETH or IMMDT/IETH) chosen as the header is written (the
-        # bytes past the header are never written into the frame)
+        # them, and the first 4 (RETH, or ``x``) chosen as the header is written (the bytes
+        # past the header are never written into the frame). ``x`` is the AETH or the
+        # IMMDT/IETH, chosen as the descriptor is queued: a frame has at most one of them (an
+        # AETH only with an opcode without RETH/IMMDT/IETH)
         hdr_layout = data.StructLayout({"opcode": 8, "se": 1, "ackreq": 1, "psn": 24,
-                                        "reth": 8 * 16, "imm": 32, "aeth": 32,
-                                        "has_reth": 1, "has_aeth": 1})
+                                        "reth": 8 * 16, "x": 32, "has_reth": 1})
         reth = wire.RETH.assemble({"va": p.va, "rkey": p.rkey, "dmalen": p.dmalen})
         imm = wire.IMMDT.assemble({"imm": p.imm})
         aeth = wire.AETH.assemble({"syndrome": p.syndrome, "msn": p.msn})
@@ -321,39 +334,89 @@ class TxBuild(wiring.Component):
         m.d.comb += [
             self.pkt.ready.eq(w_rdy),
             hw.addr.eq(produce), hw.en.eq(w_rdy), tw.addr.eq(produce), tw.en.eq(w_rdy),
-            hw.data.eq(Cat(*[getattr(p, f) for f in head_layout.members])),
-            tw.data.eq(Cat(p.opcode, p.se, p.ackreq, p.psn, *reth, *imm, *aeth, has_reth,
-                           p.aeth)),
+            hw.data.eq(Cat(*[getattr(p, f)[:head_layout.members[f]]
+                             if f == "qpn" else getattr(p, f) for f in head_layout.members])),
+            tw.data.eq(Cat(p.opcode, p.se, p.ackreq, p.psn, *reth,
+                           Mux(p.aeth, Cat(*aeth), Cat(*imm)), has_reth)),
             hr.addr.eq(consume), tr.addr.eq(cur),
         ]
         return types.SimpleNamespace(o=o), hr.data, tr.data
 
+    def _path_table(self, m, h, hst):
+        """The path table, read at the QPN of the descriptor queue's head ``h`` as its values'
+        stage ``hst`` says. Returns ``path_row0`` (row 0 as read), ``path_b`` (row 1 in
+        registers, ``dhi`` and ``dlo`` the IPv4 address's halves among them) and ``path_busy``
+        (driven by the builder)."""
+        # ---- the path table: a QP's addresses, two 72-bit rows per QP (``_PATH_HALF`` lanes
+        # each) in one table of 2·num_qp rows: row 1 the remote MAC's first two bytes, the
+        # remote IPv4 and the UDP source port (ARG12..14), row 0 the destination QPN and the
+        # rest of the MAC (ARG1, ARG11). Read at the queue head's QPN: row 1 when the head's
+        # values start (``hst`` 0), its fields kept in registers a cycle later (the IPv4
+        # address's halves feed the checksum), then row 0, there from two cycles after the head
+        # arrives; the head's values are ready four cycles after it arrives at the earliest. A
+        # table write restarts the head's values (``hst``), so a frame's addresses and its IPv4
+        # checksum both come from the rows as they stand when the descriptor is taken, and a
+        # read that met the write (``no_rw_check``) is read again.
+        ab = (self.num_qp - 1).bit_length()
+        LN = _PATH_ROW.LANE
+        m.submodules.paths = paths = Memory(shape=_PATH_HALF * LN, depth=2 * self.num_qp,
+                                            init=[], attrs={"no_rw_check": 1})
+        path_wp = paths.write_port(granularity=LN)
+        path_rp = paths.read_port()
+        qa = self.qp_arg
+        # an ARG's lanes lie in one row (ARG1 and ARG11 in lanes 0..6, ARG12..14 in 7..14);
+        # the reset sweep's write (``all``) clears row 1: a row is read only for a QP that
+        # sends, after its SET_QP, which writes every ARG
+        vw = types.SimpleNamespace(addr=Signal(24), data=Signal(_PATH_ROW.width),
+                                   en=Signal(_PATH_ROW.lanes))
+        _PATH_ROW.write(m, vw, qa.payload, qa.valid & (qa.payload.qpn < self.num_qp))
+        w_hi = Signal()
+        m.d.comb += [
+            w_hi.eq(vw.en[_PATH_HALF - 1:].any()),
+            path_wp.addr.eq(Cat(w_hi, vw.addr[:ab])),
+            path_wp.data.eq(Mux(w_hi, vw.data[(_PATH_HALF - 1) * LN:],
+                                vw.data[:(_PATH_HALF - 1) * LN])),
+            path_wp.en.eq(Mux(w_hi, vw.en[_PATH_HALF - 1:], vw.en[:_PATH_HALF - 1])),
+        ]
+        # row 1's fields of the head's path, kept in registers (``path_b``) that are also the
+        # frame's own where that costs no cycle (``_shared_path``: its header reads them): they
+        # then take the head's row 1 at ``hst`` 1 once the frame's header words that need them
+        # are written (``path_busy`` low; ``hst`` waits at 1 and row 1 stays addressed until
+        # then), so at W = 64 the head's values are ready at the earliest as a header-only
+        # frame's header ends; row 0's fields come from the table
+        path_busy = Signal()
+        b_rmac, b_sport, dhi, dlo = Signal(16), Signal(16), Signal(16), Signal(16)
+        row1 = Signal()
+        m.d.comb += [row1.eq((hst == 0) | (hst == 1) & path_busy),
+                     path_rp.addr.eq(Cat(row1, h.qpn))]
+        rb = path_rp.data                                   # row 1: lanes 7..14 of the QP's
+        with m.If((hst == 1) & ~path_busy):
+            # the destination address's two halves, for the IPv4 checksum: row 1 read as
+            # the head arrives (the block RAM's output straight into registers), so the
+            # checksum's chain starts a cycle later than the lengths' and still ends before
+            # ``head_ok`` (:meth:`_head_values`)
+            m.d.sync += [b_rmac.eq(rb[0:16]), dlo.eq(rb[18:34]), dhi.eq(rb[34:50]),
+                         b_sport.eq(rb[54:70])]
+        path_b = Cat(b_rmac, Const(0, 2), dlo, dhi, Const(0, 4), b_sport, Const(0, 2))
+        return types.SimpleNamespace(
+            path_row0=path_rp.data[:(_PATH_HALF - 1) * _PATH_ROW.LANE], path_b=path_b,
+            path_busy=path_busy, dhi=dhi, dlo=dlo)
+
     def _head_values(self, m, t):
         """The descriptor queue (``pktq``, its head ``h``), the path table read at the head's QPN
-        (``hp``), and the head's lengths, IPv4 checksum and word counts, computed in registers while
-        the previous frame is built (``p_*``, ready when ``head_ok``). Adds them, with ``pop`` (the
-        builder takes the head) and ``sip``."""
+        (``path_row0``; row 1 in registers, ``path_b``), and the head's lengths, IPv4 checksum
+        and word counts, computed in registers while the previous frame is built (``p_*``, ready
+        when ``head_ok``). Adds them, with ``pop`` (the builder takes the head) and ``sip``."""
         PB, WB, lg, nb = t.PB, t.WB, t.lg, t.nb
         # ---- the next descriptor's lengths and IPv4 checksum, computed from the queue head
         # while the previous frame is built (a register chain of 4 stages, the first a copy of
         # the head's fields they need: ``hst`` counts them)
         pktq, h, r = self._desc_ring(m)
 
-        # ---- the path table: a QP's addresses, read at the queue head's QPN every cycle: its
-        # row is there from one cycle after the head arrives, and the head's values are ready
-        # four cycles after it arrives. A table write restarts the head's values (``hst``), so
-        # a frame's addresses and its IPv4 checksum both come from the row as it stands when
-        # the descriptor is taken, and a read that met the write (``no_rw_check``) is read
-        # again.
-        ab = (self.num_qp - 1).bit_length()
-        m.submodules.paths = paths = Memory(shape=_PATH_ROW.width, depth=self.num_qp, init=[],
-                                            attrs={"no_rw_check": 1})
-        path_wp = paths.write_port(granularity=_PATH_ROW.LANE)
-        path_rp = paths.read_port()
+        hst = Signal(range(5))
         qa = self.qp_arg
-        _PATH_ROW.write(m, path_wp, qa.payload, qa.valid & (qa.payload.qpn < self.num_qp))
-        hp = _PATH_ROW.decode(m, path_rp.data, "path_row")      # the head's path
-        m.d.comb += path_rp.addr.eq(h.qpn[:ab])
+        pt = self._path_table(m, h, hst)
+        dhi, dlo = pt.dhi, pt.dlo
 
         def hdr_len_of(op):
             reth = Cat(*[op == o for o in RETH_OPCODES]).any()
@@ -363,12 +426,6 @@ class TxBuild(wiring.Component):
         hq = Signal(data.StructLayout({"hdr_len": range(MAX_HDR + 1), "paylen": 13}))
         m.d.sync += [hq.hdr_len.eq(hdr_len_of(h.opcode) + Mux(h.aeth, 4, 0)),
                      hq.paylen.eq(h.paylen)]
-        # the destination address's two halves, for the IPv4 checksum: from the head's path
-        # row, read a cycle after the head arrives (the block RAM's output straight into
-        # registers), so the checksum's chain below starts a cycle later than the lengths' and
-        # still ends before ``head_ok``; the source address's part is a register of its own
-        dhi, dlo = Signal(16), Signal(16)
-        m.d.sync += [dhi.eq(hp.rip[16:32]), dlo.eq(hp.rip[0:16])]
         sip = self.local_ip
         ssum = Signal(18)
         m.d.sync += ssum.eq(0x4500 + 0x4000 + 0x4011 + 4 - 14 + sip[16:32] + sip[0:16])
@@ -410,15 +467,15 @@ class TxBuild(wiring.Component):
         fold1 = Signal(17)
         m.d.comb += fold1.eq(p_csum_sum[0:16] + p_csum_sum[16:20])
         m.d.sync += p_csum.eq(~(fold1[0:16] + fold1[16]))
-        hst = Signal(range(5))
         pop = Signal()
         head_ok = Signal()              # the head's values are ready: hst is 4 (a register)
         with m.If(pop | ~pktq.o.valid | qa.valid):
             m.d.sync += [hst.eq(0), head_ok.eq(0)]
-        with m.Elif(hst != 4):
+        with m.Elif((hst != 4) & ~((hst == 1) & pt.path_busy)):
             m.d.sync += [hst.eq(hst + 1), head_ok.eq(hst == 3)]
         return types.SimpleNamespace(
-            pktq=pktq, h=h, r=r, hp=hp, sip=sip, p_data_end=p_data_end, p_crc_end=p_crc_end,
+            pktq=pktq, h=h, r=r, path_row0=pt.path_row0, path_b=pt.path_b,
+            path_busy=pt.path_busy, sip=sip, p_data_end=p_data_end, p_crc_end=p_crc_end,
             p_hdr_len=p_hdr_len, p_csum=p_csum, p_out_words=p_out_words, p_crc_last=p_crc_last,
             p_ckeep=p_ckeep, p_hdr_last=p_hdr_last, p_hkeep=p_hkeep, p_fkeep=p_fkeep, p_padw=p_padw,
             p_nopay=p_nopay, pop=pop, head_ok=head_ok)
@@ -431,7 +488,9 @@ class TxBuild(wiring.Component):
         # the builder's packet (its ring slot, ``r``) and its path, latched with its precomputed
         # values
         r = t.r
-        rpath = Signal(_PATH_ROW.layout)
+        rpath_a = Signal((_PATH_HALF - 1) * _PATH_ROW.LANE)    # the path's row 0
+        rpath_b = t.path_b if self._shared_path() else Signal(len(t.path_b))     # and row 1
+        rpath = _PATH_ROW.decode(m, Cat(rpath_a, rpath_b), "rpath")
         data_end = Signal(PB)           # first byte after the payload
         crc_end = Signal(PB)            # first byte of the ICRC
         hdr_len_r = Signal(range(MAX_HDR + 1))
@@ -460,16 +519,16 @@ class TxBuild(wiring.Component):
                                  "pkey": 0xFFFF, "dqpn": rpath.dest_qpn, "ackreq": r.ackreq,
                                  "psn": r.psn})
         reth = [r.reth[8 * i:8 * i + 8] for i in range(16)]
-        imm = [r.imm[8 * i:8 * i + 8] for i in range(4)]
-        aeth = [r.aeth[8 * i:8 * i + 8] for i in range(4)]
-        tail = [Mux(r.has_reth, reth[i], Mux(r.has_aeth, aeth[i], imm[i])) for i in range(4)]
-        tail += reth[4:] + imm
+        x = [r.x[8 * i:8 * i + 8] for i in range(4)]
+        tail = [Mux(r.has_reth, reth[i], x[i]) for i in range(4)]
+        tail += reth[4:] + x
         hdr_bytes = eth + ip + udp + bth + tail
         hdr_bytes += [Const(0, 8)] * (hdr_words * nb - len(hdr_bytes))
         hdr = Signal(8 * hdr_words * nb)
         m.d.comb += hdr.eq(Cat(*hdr_bytes))
         return types.SimpleNamespace(
-            rpath=rpath, data_end=data_end, crc_end=crc_end, hdr_len_r=hdr_len_r,
+            rpath_a=rpath_a, rpath_b=rpath_b, data_end=data_end, crc_end=crc_end,
+            hdr_len_r=hdr_len_r,
             ip_len=ip_len, csum=csum, out_words=out_words, crc_last=crc_last, ckeep_last=ckeep_last,
             hdr_last=hdr_last, hkeep=hkeep, fkeep=fkeep, padw=padw,
             padcnt=padcnt, hdr_words=hdr_words, hdr=hdr)
@@ -767,11 +826,12 @@ class TxBuild(wiring.Component):
         m.d.sync += evalid.eq(0)
         evalid2, edata = Signal(), Signal(W)
         m.d.sync += [evalid2.eq(evalid), edata.eq(rp.data)]
-        # the ICRC travels with the word through the two read stages (``icrc_now``: e_icrc, or
-        # in WAIT the ICRC taken with the frame's first read)
-        eicrc1, eicrc2, icrc_now = [Signal(32) for _ in range(3)]
-        m.d.comb += icrc_now.eq(e_icrc)
-        m.d.sync += [eicrc1.eq(icrc_now), eicrc2.eq(eicrc1)]
+        # the ICRC of a word in read stage 2 is ``e_icrc`` as it stood while the word was in
+        # stage 1: a word that carries ICRC lanes is read no sooner than its frame's ICRC is
+        # taken (``soon``), and the next frame's ICRC is taken (at the end of a cycle) no
+        # sooner than the cycle after this frame's last word is read
+        eicrc2 = Signal(32)
+        m.d.sync += eicrc2.eq(e_icrc)
         sdata, sicrc, sidx = Signal(nb), Signal(nb), Signal(2 * nb)
         m.d.sync += [
             sdata.eq(Mux(eword < e_dword, ONES, Mux(eword == e_dword, e_dmask, 0))),
@@ -787,7 +847,7 @@ class TxBuild(wiring.Component):
                          Mux(sicrc[i], eicrc2.word_select(sidx[2 * i:2 * i + 2], 8), 0))
                      for i in range(nb)]
         return types.SimpleNamespace(
-            eaddr=eaddr, evalid=evalid, eword=eword, evalid2=evalid2, icrc_now=icrc_now,
+            eaddr=eaddr, evalid=evalid, eword=eword, evalid2=evalid2,
             ekeep=ekeep, elast=elast, e_cls=e_cls, ecls=ecls, out_lanes=out_lanes)
 
     def _emitter_output(self, m, t):
@@ -839,16 +899,16 @@ class TxBuild(wiring.Component):
         starts early when the ICRC is sure to come in time) and reads the frame's words into the
         read stages, back to back across frames."""
         (CB, e_base, e_c2, e_cls, e_cw, e_cw1, e_dmask, e_dword, e_fkeep, e_icrc, e_imask, e_wlast,
-         eaddr, evalid, eword, ic_d, ic_take, ic_v, icrc_now, issue, lg, nb, occ, rec, rec_soon,
+         eaddr, evalid, eword, ic_d, ic_take, ic_v, issue, lg, nb, occ, rec, rec_soon,
          recq, rp, rptr8, soon) = (
             t.CB, t.e_base, t.e_c2, t.e_cls, t.e_cw, t.e_cw1, t.e_dmask, t.e_dword, t.e_fkeep,
             t.e_icrc, t.e_imask, t.e_wlast, t.eaddr, t.evalid, t.eword, t.ic_d, t.ic_take, t.ic_v,
-            t.icrc_now, t.issue, t.lg, t.nb, t.occ, t.rec, t.rec_soon, t.recq, t.rp, t.rptr8,
+            t.issue, t.lg, t.nb, t.occ, t.rec, t.rec_soon, t.recq, t.rp, t.rptr8,
             t.soon)
 
         def take_icrc():
             """The ICRC coming (queued or out of the unit) is the loaded frame's."""
-            m.d.comb += [ic_take.eq(1), icrc_now.eq(ic_d)]
+            m.d.comb += ic_take.eq(1)
             m.d.sync += e_icrc.eq(ic_d)
 
         def emit_load():
@@ -943,14 +1003,15 @@ class TxBuild(wiring.Component):
         # header's template only), so its wide load enable does not wait for the take; the
         # frame's counter class (see ``outq``) and QPN are kept from the take
         r_cls = Signal(3)
-        r_qpn = Signal(24)
+        ab = (self.num_qp - 1).bit_length()
+        r_qpn = Signal(ab)
         m.d.comb += self.fault.payload.qpn.eq(r_qpn)
         # A READ's responses end at a payload fault (interface.md §7): after a READ response
         # of QP ``rk_qpn`` was dropped for a fault, its later MIDDLE/LAST frames already handed
         # over are dropped too (``kill``: not reported again), until a FIRST/ONLY of that QP
         # starts another READ.
         rk_v = Signal()
-        rk_qpn = Signal(24)
+        rk_qpn = Signal(ab)
         r_rdr = Signal()                # the frame is a READ response
         kill = Signal()
         h_rdr = Signal()
@@ -1179,13 +1240,13 @@ class TxBuild(wiring.Component):
     def _write_select(self, m, t):
         """The write into ``acc``, selected by the state flags only (HDR: the header template's
         word; otherwise the gather's), a raw beat's take, the flushes of FIN and PAD, and the load
-        of ``r`` and ``rpath`` from the queue head outside HDR."""
+        of ``r`` and ``rpath``'s row 0 from the queue head outside HDR."""
         (ONES, W, WB, bad, c_first, c_lastw, c_lo, c_skip, feed_v, flush, funnel, gmask, h, hdr,
-         hdr_words, hkeep, hlast, hp, in_pad, lo_same, parts, prev, r, recq, room, rpath, same, st,
+         hdr_words, hkeep, hlast, in_pad, lo_same, parts, prev, r, recq, room, same, st,
          take, w_addr, w_data, w_en, w_last, w_mask, wcount, wqm1) = (
             t.ONES, t.W, t.WB, t.bad, t.c_first, t.c_lastw, t.c_lo, t.c_skip, t.feed_v, t.flush,
-            t.funnel, t.gmask, t.h, t.hdr, t.hdr_words, t.hkeep, t.hlast, t.hp, t.in_pad, t.lo_same,
-            t.parts, t.prev, t.r, t.recq, t.room, t.rpath, t.same, t.st, t.take, t.w_addr, t.w_data,
+            t.funnel, t.gmask, t.h, t.hdr, t.hdr_words, t.hkeep, t.hlast, t.in_pad, t.lo_same,
+            t.parts, t.prev, t.r, t.recq, t.room, t.same, t.st, t.take, t.w_addr, t.w_data,
             t.w_en, t.w_last, t.w_mask, t.wcount, t.wqm1)
         # the write's word, lanes and data are selected by the state only (HDR: the header
         # template's word ``wcount``; otherwise the gather's), not by its enable: ``w_en`` (the
@@ -1219,7 +1280,15 @@ class TxBuild(wiring.Component):
             same.eq(~in_hdr & c_lo & lo_same),
         ]
         with m.If(~in_hdr):
-            m.d.sync += rpath.eq(hp)
+            m.d.sync += t.rpath_a.eq(t.path_row0)
+        if self._shared_path():
+            # the header words that read the path's row-1 registers, up to the UDP source
+            # port's, are not all written (the last is written in a cycle with ``room``)
+            m.d.comb += t.path_busy.eq(in_hdr & ((wcount < 35 // t.nb)
+                                                 | (wcount == 35 // t.nb) & ~room))
+        else:
+            with m.If(~in_hdr):
+                m.d.sync += t.rpath_b.eq(t.path_b)
 
     def _gather_reads(self, m, lg):
         """The payload reads of the frame's gather chunks (see the comment below). Returns
@@ -1244,18 +1313,23 @@ class TxBuild(wiring.Component):
         s_final = Signal()               # s_len fits in one part
         s_plen = Signal(13)              # the next part's length: min(s_len, 2**RBB)
         # The chunk enters through a queue that also carries its first part's length and
-        # last flag and, for a chunk of several parts, the bytes after the first part and whether
-        # they fit in one part, all computed before the queue: the chunk is taken (``ready``)
-        # when its last part is requested, and that test and the next part's registers then
-        # start at the queue's entry, not at chained adders and comparisons on the chunk.
+        # last flag, the parts it spans and, for a chunk of several parts, the bytes after the
+        # first part and whether they fit in one part, all computed before the queue: the
+        # chunk is taken (``ready``) when its last part is requested, and that test and the
+        # next part's registers then start at the queue's entry, not at chained adders and
+        # comparisons on the chunk.
         cin_layout = data.StructLayout({"chunk": chunk_layout, "final": 1, "plen": 13,
-                                        "rest": 13, "rest_final": 1})
+                                        "rest": 13, "rest_final": 1,
+                                        "parts": meta.members["parts"]})
         # (a two-entry queue in LUT RAM: ``ready`` and ``valid`` are registers, the entry is read
         # combinationally, with no copy in flip-flops)
         m.submodules.cin = cin = Queue(cin_layout, 2, buffered=False)
         i_room = Signal(RBB + 1)
         i_final = Signal()
         i_rest = Signal(13)
+        # parts spanned by the chunk: only the address bits below a part boundary matter
+        i_span = Signal(14)
+        m.d.comb += i_span.eq(self.chunk.payload.addr[:RBB] + self.chunk.payload.len - 1)
         m.d.comb += [
             i_room.eq((1 << RBB) - self.chunk.payload.addr[:RBB]),
             i_final.eq(self.chunk.payload.len <= i_room),
@@ -1265,6 +1339,7 @@ class TxBuild(wiring.Component):
             cin.i.payload.plen.eq(Mux(i_final, self.chunk.payload.len, i_room)),
             cin.i.payload.rest.eq(i_rest),
             cin.i.payload.rest_final.eq(i_rest <= (1 << RBB)),
+            cin.i.payload.parts.eq((i_span >> RBB) + 1),
             cin.i.valid.eq(self.chunk.valid),
             self.chunk.ready.eq(cin.i.ready),
         ]
@@ -1287,9 +1362,6 @@ class TxBuild(wiring.Component):
         m.d.comb += [a_sel.eq(Mux(issuing, s_addr, c_addr)), n_addr_hi.eq(a_sel[RBB:] + 1),
                      n_len.eq(Mux(issuing, s_len - (1 << RBB), chunk.payload.rest)),
                      n_final.eq(Mux(issuing, s_len <= (2 << RBB), chunk.payload.rest_final))]
-        # parts spanned by the chunk: only the address bits below a part boundary matter
-        c_span = Signal(14)
-        m.d.comb += c_span.eq(c_addr[:RBB] + c_len0 - 1)
         m.d.comb += [
             self.rd.req.payload.addr.eq(a_sel),
             self.rd.req.payload.len_bytes.eq(part_len),
@@ -1298,7 +1370,7 @@ class TxBuild(wiring.Component):
             chq.i.payload.off.eq(c_addr[:lg]),
             chq.i.payload.len.eq(c_len0),
             chq.i.payload.lenm1.eq(c_len0 - 1),
-            chq.i.payload.parts.eq((c_span >> RBB) + 1),
+            chq.i.payload.parts.eq(chunk.payload.parts),
             chq.i.valid.eq(chunk.valid & ~issuing & self.rd.req.ready),
         ]
         with m.If(self.rd.req.valid & self.rd.req.ready):
