@@ -572,6 +572,37 @@ async def forwarding_while_command_waits(dut):
     assert tb.stats[8] == 0 and tb.stats[7] == 0      # no NAK, no duplicate
 
 
+@cocotb.test()
+async def context_forward_and_spacing(dut):
+    """Multi-packet WRITEs and SENDs of one QP back to back, and of two or three QPs in turn
+    (a QP's next packet one or two operations behind its last), with metadata back to back and
+    the execute side held now and then: each packet must see the context its QP's previous
+    packet wrote (forwarded when that one is still deciding, from the table once it has
+    written). Offsets, VA, rkey and MSNs against the model, and no NAK."""
+    tb = await setup(dut, qps=(2, 3, 4), epsn=P0)
+    tb.pace = 0
+    nxt = {2: P0, 3: P0, 4: P0}
+    for rnd, qs in enumerate(((2,), (2, 3), (2, 3, 4), (4, 3, 2))):
+        dut.exe_hold.value = rnd & 1
+        for k in range(3):                  # FIRST, MIDDLE, LAST of each QP's message, in turn
+            for q in qs:
+                if rnd < 2:
+                    op = (0x06, 0x07, 0x08)[k]
+                    kw = {"reth": (0x1000 * q + rnd, 0x50 + q, 3 * PMTU)} if k == 0 else {}
+                    tb.pkt(op, q, nxt[q], bytes(PMTU), ackreq=int(k == 2), **kw)
+                else:
+                    op = (SEND_FIRST, SEND_MIDDLE, SEND_LAST)[k]
+                    tb.pkt(op, q, nxt[q], bytes(PMTU) if k < 2 else b"end", ackreq=1)
+                nxt[q] += 1
+        await tb.wait(12)
+        dut.exe_hold.value = 0
+        await tb.drain()
+    await tb.check(exact=False)
+    assert tb.stats[8] == 0 and tb.stats[7] == 0      # no NAK, no duplicate
+    for q in (2, 3, 4):
+        await tb.query(q)
+
+
 # ---- §3.3 check_op_seq --------------------------------------------------------------------------
 
 @cocotb.test()

@@ -35,22 +35,23 @@ One read-modify-write of the QP context (:class:`~rnic.resp.qp_context.QpContext
 (input select: fatal report > RQ doorbell > frame metadata; issues the read of both context
 tables; the frame's metadata goes into a 4-entry LUT-RAM ring, the fields stage B checks into
 R's register), stage R (the block RAM's output; the RETH and payload lengths compared with each
-path MTU), stage B (the tables' registered read data:
-every check that needs no dynamic context — opcode decode, path MTU, position length rule, RETH
+path MTU), stage B (the tables' read register, which keeps the operation's rows through B and
+C: every check that needs no dynamic context — opcode decode, path MTU, position length rule, RETH
 length, the WRITE rules of a FIRST/ONLY, access, source IPv4 — and every check that does — PSN
 classification, state, opcode sequence, RNR, the WRITE rules of a MIDDLE/LAST, the residue and
 offset after the packet — all registered into C), stage C (decision, pushes the outputs; the
-metadata read from the ring at the operation's slot; the new dynamic context into a write
-register, which writes the table in the next cycle, stage D: the table's one writer, which
-also makes a command's row write). The PSN
+metadata read from the ring at the operation's slot; the new dynamic context written into the
+table: stage C is its one writer, and also makes a command's row write). The PSN
 classifier and the opcode sequencer are :mod:`rnic.resp.psn_rules`.
 
-Same-QP hazard: an operation is not issued while an operation of its QP that writes the table
-is in R, C or D (its read would miss that write). The one write a read can still miss — that of
-the operation in C when it moves from R to B — is in the write register while the reader is in
-B, and stage B uses it instead of the RAM data (the select a register). Operations of different QPs
-enter one a cycle; operations of one QP two cycles apart: a minimum frame every ``max(2, ⌈480/W⌉)``
-cycles or better, one QP or many (design-rules.md §1). Any full output queue stalls all four stages
+Issue and same-QP hazard: operations enter two cycles apart, whatever their QPs (A issues
+nothing while R holds one), so the one register of the QP's rows serves B and C of one operation
+and is loaded again only once it has left C: a minimum frame every ``max(2, ⌈480/W⌉)`` cycles,
+one QP or many (design-rules.md §1). An operation is not issued while an operation of its QP
+that writes the table is in C (its read would meet that write). The one write a read can still
+miss — that of the operation in B when it is issued — is made in C on the reader's R→B edge, and
+the register takes that decision instead of the RAM data (one forward path, its select a
+register). Any full output queue stalls all four stages
 together (whether the operation in C needs that queue or not, to keep the decision out of the
 clock-enable path). Commands (SET_QP/QUERY_QP) wait until the pipeline and all outstanding executes
 are drained, with new frames held back meanwhile; a ``fault`` is not taken while a command runs.
@@ -333,7 +334,7 @@ class PsnCheck(wiring.Component):
     def _stage_a(self, m, t):
         """Stage A, the input select (fatal report > RQ doorbell > frame metadata) and the issue of
         the context read. Adds the selected operation (``a_*``), the stall ``adv``, the injection
-        register (``inj_valid``, ``inj_qpn``) and the hazard strobe ``a_haz`` the forwarding part
+        register (``inj_valid``, ``inj_qpn``) and the hazard strobe ``a_haz`` the issue rule
         drives."""
         ab, ctx = t.ab, t.ctx
         # ---- stage A: select ------------------------------------------------------------------
@@ -426,15 +427,15 @@ class PsnCheck(wiring.Component):
             r_qok=r_qok, r_rlm1=r_rlm1, r_rlz=r_rlz, r_slot=r_slot, r_valid=r_valid)
 
     def _stage_b_regs(self, m, t):
-        """The registers of stages B and C (``b_*``, ``c_*``), the write register ``w1`` of the
-        dynamic table (written from C's decision ``new``), the same-QP hazard (``a_haz``) and stage
-        B's forwarded context ``fwd``. Adds these."""
+        """The registers of stages B and C (``b_*``, ``c_*``), the dynamic table's write (C's
+        decision ``new``), the issue rule (``a_haz``) and the
+        QP's context ``fwd`` that B and C read. Adds these."""
         (a_haz, a_info, ab, adv, ctx, inj_qpn, meta, mr_r, r_db, r_idx, r_info, r_kind,
          r_meta, r_qok, r_rlm1, r_rlz, r_slot, r_valid, sel_db, sel_fatal, sel_meta) = (
             t.a_haz, t.a_info, t.ab, t.adv, t.ctx, t.inj_qpn, t.meta, t.mr_r, t.r_db, t.r_idx,
             t.r_info, t.r_kind, t.r_meta, t.r_qok, t.r_rlm1, t.r_rlz, t.r_slot, t.r_valid,
             t.sel_db, t.sel_fatal, t.sel_meta)
-        # ---- stage B: the registers and forwarding (its checks: _stage_b_checks) ------------
+        # ---- stage B: the registers and the forward (its checks: _stage_b_checks) -----------
         b_valid = Signal()
         b_kind = Signal(2)
         b_idx = Signal(ab)
@@ -446,11 +447,10 @@ class PsnCheck(wiring.Component):
         b_info = Signal.like(a_info, name="b_info")
         b_rlm1 = Signal(32)
         b_rlz = Signal()
-        # the QP's row as read: the tables' registered read data (C's write of the R→B cycle
-        # aside, see below)
+        # the QP's rows: the tables' one read register, which keeps an operation's rows from
+        # its R→B edge until the next operation's (see below), so B and C read the same one
         b_ctx = ctx.rd_dyn
         b_st = ctx.rd_static
-        b_fwd = Signal()                # the read missed the write of the operation ahead
 
         c_valid = Signal()
         c_kind = Signal(2)
@@ -460,64 +460,56 @@ class PsnCheck(wiring.Component):
         c_db = Signal(16)
         c_slot = Signal(2)
         m.d.comb += [mr_r.addr.eq(c_slot), c_meta.eq(mr_r.data)]
-        c_ctx = Signal(qp_dyn_layout)
-        c_st = Signal(qp_recv_layout)
+        c_ctx = b_ctx
+        c_st = b_st
 
-        # One read-modify-write of the dynamic table: read in A (the block RAM's output in R, its
-        # register in B), decided in C into ``w1`` (a register), written from ``w1`` in the
-        # cycle after (D), so C's decision ends at a flip-flop, not at the block RAM's write
-        # port. An operation is not issued while an operation of its QP that writes the table
-        # is in R or in C, or writes from ``w1`` with none of its QP in B (``a_haz``): the read
-        # in A would miss that write (or meet it in the same cycle). The one write a read can
-        # then miss is that of the operation in B when the read was issued: it is in ``w1``
-        # when the reader is in B, and B uses it instead of the RAM data (``b_fwd``, a
-        # register), the whole row, which has the earlier writes of that QP in it. Operations
-        # of one QP are thus two cycles apart at least, operations of different QPs one cycle.
+        # One read-modify-write of the dynamic table: read in A (the block RAM's output in R),
+        # its one register (``ctx.rd_dyn``) loaded on the R→B edge and read by B and C, written
+        # with C's decision ``new`` in C's cycle. Operations enter two cycles apart at least,
+        # whatever their QPs (A issues nothing while R holds one: max(2, ⌈480/W⌉) cycles a
+        # frame, design-rules.md §1), so the register is loaded only once the operation ahead
+        # has left C. An operation is not issued while an operation of its QP that writes the
+        # table is in C (``a_haz``): its read would meet that write in the same cycle. The one
+        # write a read can then miss is that of the operation in B when the read was issued:
+        # that operation is in C on the reader's R→B edge, and the register takes its decision
+        # ``new`` (the whole row, which has the earlier writes of that QP in it) instead of the
+        # RAM data: the one forward path.
         #
-        # ``w1`` is the table's one writer: a command's row write (``ctx.cw_*``, the pipeline
-        # drained) goes through it too, cleared (the sweep, SET_QP to RESET) or from ``new``,
-        # which is then C's row as read with the command's state and ePSN (``_next_context``).
+        # Stage C is the table's one writer: a command's row write (``ctx.cw_*``, registers,
+        # the pipeline drained) is made there too, cleared (the sweep, SET_QP to RESET) or from
+        # ``new``, which is then the row the command read with the command's state and ePSN
+        # (``_next_context``).
         wr_en = Signal()
         new = Signal(qp_dyn_layout)
-        w1_data = Signal(qp_dyn_layout)
-        w1_valid = Signal()
-        w1_idx = Signal(ab)
-        w1_load = Signal()
-        m.d.comb += w1_load.eq(wr_en | ctx.cw_valid)
-        m.d.sync += w1_valid.eq(w1_load)
-        with m.If(ctx.cw_clr):
-            m.d.sync += w1_data.eq(0)
-        with m.Elif(w1_load):
-            m.d.sync += w1_data.eq(new)
-        with m.If(w1_load):
-            m.d.sync += w1_idx.eq(Mux(ctx.cw_valid, ctx.cw_qpn, c_idx))
-        m.d.comb += [ctx.wr_en.eq(w1_valid), ctx.wr_addr.eq(w1_idx), ctx.wr_dyn.eq(w1_data)]
-        # (The write from ``w1`` does not stop an operation whose QP also writes from B: that
-        # one's write in C will be forwarded to it whole, and it read after ``w1``'s write.)
+        m.d.comb += [ctx.wr_en.eq(wr_en | ctx.cw_valid),
+                     ctx.wr_addr.eq(Mux(ctx.cw_valid, ctx.cw_qpn, c_idx)),
+                     ctx.wr_dyn.eq(new)]
         def hazard(idx):
-            return ((r_valid & (r_kind != Kind.RESP) & (r_idx == idx))
-                    | (c_valid & (c_kind != Kind.RESP) & (c_idx == idx))
-                    | (w1_valid & (w1_idx == idx)
-                       & ~(b_valid & (b_kind != Kind.RESP) & (b_idx == idx))))
+            return c_valid & (c_kind != Kind.RESP) & (c_idx == idx)
         # (one compare per source, in parallel with the source select)
         haz_f = Signal()
         haz_d = Signal()
         haz_m = Signal()
         m.d.comb += [haz_f.eq(hazard(inj_qpn)), haz_d.eq(hazard(self.rq_db.payload.qpn[:ab])),
                      haz_m.eq(hazard(meta.dqpn[:ab])),
-                     a_haz.eq((sel_fatal & haz_f) | (sel_db & haz_d) | (sel_meta & haz_m))]
+                     a_haz.eq(r_valid | (sel_fatal & haz_f) | (sel_db & haz_d)
+                              | (sel_meta & haz_m))]
         with m.If(adv):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
                          b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db), b_slot.eq(r_slot),
-                         b_info.eq(r_info), b_rlm1.eq(r_rlm1), b_rlz.eq(r_rlz),
-                         b_fwd.eq(c_valid & (c_kind != Kind.RESP) & (c_idx == r_idx))]
-        fwd = Signal(qp_dyn_layout)
-        m.d.comb += fwd.eq(Mux(b_fwd, w1_data, b_ctx))
+                         b_info.eq(r_info), b_rlm1.eq(r_rlm1), b_rlz.eq(r_rlz)]
+        # (the forward's select, a register: the operation issued finds one of its QP that
+        # writes the table in B, which will be in C on its R→B edge)
+        r_fwd = Signal()
+        with m.If(adv):
+            m.d.sync += r_fwd.eq(b_valid & (b_kind != Kind.RESP) & (b_idx == t.a_idx))
+        m.d.comb += [ctx.rd_load.eq(adv & r_valid), ctx.fwd_dyn.eq(new), ctx.fwd_en.eq(r_fwd)]
+        fwd = b_ctx
         return types.SimpleNamespace(
             b_db=b_db, b_idx=b_idx, b_info=b_info, b_kind=b_kind, b_meta=b_meta, b_qok=b_qok,
             b_rlm1=b_rlm1, b_rlz=b_rlz, b_slot=b_slot, b_st=b_st, b_valid=b_valid, c_ctx=c_ctx,
             c_db=c_db, c_idx=c_idx, c_kind=c_kind, c_meta=c_meta, c_qok=c_qok, c_slot=c_slot,
-            c_st=c_st, c_valid=c_valid, fwd=fwd, new=new, w1_valid=w1_valid, wr_en=wr_en)
+            c_st=c_st, c_valid=c_valid, fwd=fwd, new=new, wr_en=wr_en)
 
     def _stage_r_compares(self, m, t):
         """The length compares stage R makes for B (``b_rl_gt``, ``b_len_gt``, ``b_len_eq``, one
@@ -616,17 +608,19 @@ class PsnCheck(wiring.Component):
         # The checks that need the dynamic context, against the QP's current context ``fwd``.
         chk_layout = data.StructLayout({
             "cls": psn_class_layout, "state_ok": 1, "seq_ok": 1, "rnr": 1, "w_bad": 1,
-            "resid": 32, "off": 32,
+            "resid": 32, "off": 32, "next_open": 2,
         })
 
         def context_checks(x, state_ok, name):
             ck = Signal(chk_layout, name=name)
             resid = Signal(32, name=f"{name}_resid")
             m.d.comb += resid.eq(Mux(b_info.start, rl, x.resid))
+            oseq = op_sequence(m, b_meta.opcode, x.open, name=f"{name}_op_seq")
             m.d.comb += [
                 ck.cls.eq(psn_classify(m, b_meta.psn, x.epsn, name=f"{name}_psn_cls")),
                 ck.state_ok.eq(state_ok),
-                ck.seq_ok.eq(op_sequence(m, b_meta.opcode, x.open, name=f"{name}_op_seq").ok),
+                ck.seq_ok.eq(oseq.ok),
+                ck.next_open.eq(oseq.next_open),
                 ck.rnr.eq(b_info.rwr & (x.rq_prod == x.rq_cons)),
                 ck.w_bad.eq(b_info.write & ~b_info.start
                             & self._w_rules_bad(m, x.resid > b_pmtu, t.len_ne, b_len,
@@ -692,7 +686,6 @@ class PsnCheck(wiring.Component):
         with m.If(adv):
             m.d.sync += [c_valid.eq(b_valid), c_kind.eq(b_kind), c_idx.eq(b_idx),
                          c_qok.eq(b_qok), c_slot.eq(b_slot), c_db.eq(b_db),
-                         c_ctx.eq(fwd), c_st.eq(b_st),
                          c_info.eq(b_info), c_pmtu.eq(b_pmtu),
                          c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
                          c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad),
@@ -739,10 +732,10 @@ class PsnCheck(wiring.Component):
                              | (exe_q.room_next & resp_q.room_next & dec_q.room_next
                                 & ev_q.room_next & ack_q.room_next & fl_q.room_next))
         m.d.comb += [fire.eq(c_valid & can_go), adv.eq(adv_r)]
-        # The flush of a SET_QP to ERROR is pushed in the cycle after its write, from stage C's
-        # registers: SET_QP runs with the pipeline drained, whose registers then load the
-        # tables' read registers every cycle (``adv``), so C holds the QP's row as the command
-        # read it (its RQ producer, which a move to ERROR keeps, and its static fields). The
+        # The flush of a SET_QP to ERROR is pushed in the cycle after its write, from the
+        # tables' read register: SET_QP runs with the pipeline drained, so it holds the QP's
+        # row as the command read it (its RQ producer, which a move to ERROR keeps, and its
+        # static fields). The
         # queue has room: a command starts only with room in it, and nothing else pushes to it
         # while the command runs.
         set_fl = Signal()
@@ -815,7 +808,6 @@ class PsnCheck(wiring.Component):
         cm, cx, info = c_meta, c_ctx, c_info
         op = cm.opcode
         pcls = c_ck.cls     # every context check below was made in B (see there)
-        oseq = op_sequence(m, op, cx.open, name="c_op_seq")     # (its next_open)
         seq_ok = c_ck.seq_ok
         acc_bad = c_acc_bad
         rnr = c_ck.rnr
@@ -832,7 +824,7 @@ class PsnCheck(wiring.Component):
         held = Signal()
         return types.SimpleNamespace(
             acc_bad=acc_bad, fail_61=fail_61, held=held, len_bad=len_bad, msn_inc=msn_inc,
-            off_next=off_next, oseq=oseq, pcls=pcls, resid_next=resid_next, rnr=rnr,
+            off_next=off_next, pcls=pcls, resid_next=resid_next, rnr=rnr,
             seq_ok=seq_ok, state_ok=state_ok)
 
     def _exe_fields(self, m, t):
@@ -958,14 +950,14 @@ class PsnCheck(wiring.Component):
         """The next dynamic context ``new``, flat: one AND per outcome, one 2:1 mux per field (the
         same decisions as :meth:`_stage_c_decide`)."""
         (acc_bad, c_ck, c_ctx, c_db, c_drop, c_info, c_kind, c_meta, c_pkt_ok, c_pre_bad,
-         c_psn1, c_qok, len_bad, msn_inc, new, nx_e, nx_n, off_next, oseq, pcls,
+         c_psn1, c_qok, len_bad, msn_inc, new, nx_e, nx_n, off_next, pcls,
          resid_next, rnr, seq_ok, state_ok, x_exec, x_fail, x_fatal) = (
             t.acc_bad, t.c_ck, t.c_ctx, t.c_db, t.c_drop, t.c_info, t.c_kind, t.c_meta, t.c_pkt_ok,
             t.c_pre_bad, t.c_psn1, t.c_qok, t.len_bad, t.msn_inc, t.new, t.nx_e, t.nx_n,
-            t.off_next, t.oseq, t.pcls, t.resid_next, t.rnr, t.seq_ok, t.state_ok, t.x_exec,
+            t.off_next, t.pcls, t.resid_next, t.rnr, t.seq_ok, t.state_ok, t.x_exec,
             t.x_fail, t.x_fatal)
         cm, cx, info, ctx = c_meta, c_ctx, c_info, t.ctx
-        # ---- the next dynamic context, flat (the decision → new → c_ctx loop) ---------------
+        # ---- the next dynamic context, flat (the decision → new → the table's write port) ----
         # Same decisions as the Switch of _stage_c_kinds and _stage_c_packet, written as one AND
         # per outcome and one 2:1 mux per field: ``nx_e`` if C executes, ``nx_n`` if not (both
         # from registers only), then the NAK 0x61 changes. x_exec is an AND of registers.
@@ -991,7 +983,7 @@ class PsnCheck(wiring.Component):
             nx_e.epsn.eq(c_psn1),
             nx_e.msn.eq(msn_inc),
             nx_e.rq_cons.eq(Mux(info.end & (info.send | info.rwr), cons_1, cx.rq_cons)),
-            nx_e.open.eq(oseq.next_open),
+            nx_e.open.eq(c_ck.next_open),
             nx_e.off.eq(Mux(info.end, 0, off_next)),
             nx_e.resid.eq(resid_next),
             nx_n.eq(cx),
@@ -1003,6 +995,9 @@ class PsnCheck(wiring.Component):
             nx_n.rq_prod.eq(Mux((c_kind == Kind.DB) & c_qok & (cx.state != QpState.RESET),
                                 c_db, cx.rq_prod)),
         ]
+        # (a command's write of 0: the sweep, SET_QP to RESET; C then executes nothing)
+        with m.If(ctx.cw_clr):
+            m.d.comb += nx_n.eq(0)
         with m.If(info.start & info.write):
             m.d.comb += [nx_e.va.eq(cm.reth_va),
                          nx_e.rkey.eq(cm.reth_rkey)]
@@ -1237,9 +1232,9 @@ class PsnCheck(wiring.Component):
         """The per-QP pending-response table (``acks``) fed by the sequencer, and the context's
         ``idle`` (commands run once everything is drained)."""
         (b_valid, c_valid, coal_ready, ctx, ew_valid, exe_q, f, f_valid, fl_q, go, hq, hv,
-         inj_valid, load, r_valid, resp_q, w1_valid) = (
+         inj_valid, load, r_valid, resp_q) = (
             t.b_valid, t.c_valid, t.coal_ready, t.ctx, t.ew_valid, t.exe_q, t.f, t.f_valid, t.fl_q,
-            t.go, t.hq, t.hv, t.inj_valid, t.load, t.r_valid, t.resp_q, t.w1_valid)
+            t.go, t.hq, t.hv, t.inj_valid, t.load, t.r_valid, t.resp_q)
         # ---- per-QP pending-response table (TX back-pressure never reaches receive) ----------
         m.submodules.acks = acks = AckTable(num_qp=self.num_qp)
         m.d.comb += [
@@ -1252,7 +1247,7 @@ class PsnCheck(wiring.Component):
         connect(m, acks.o, wiring.flipped(self.ack_tx))
 
         # commands may run once everything is drained
-        m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid & ~w1_valid
+        m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid
                                 & ~hv & ~resp_q.o.valid & (resp_q.level == 0)
                                 & ~inj_valid & ~ew_valid & ~exe_q.o.valid
                                 & fl_q.i.ready)

@@ -20,8 +20,8 @@ PSN Check's stage-B context and the command's view of the QP. The PSN Check pipe
 (``psn_check.py``) owns the read-modify-write of the dynamic table through :class:`QpContext`'s
 pipeline ports; this block serves SET_QP (0x01) and QUERY_QP (0x02) of the command mailbox
 (interface.md §4.2) through the same read port while the pipeline is drained. The dynamic table
-has one writer, the pipeline's write register: a command's row write (``cw_*``) is made by the
-pipeline from the row the command read, which its drained stages hold.
+has one writer, the pipeline's stage C: a command's row write (``cw_*``) is made by the pipeline
+from the row the command read, which the read register holds.
 
 SET_QP reads ARG0..15 twice: a first pass keeps what the checks and the dynamic write need (new
 state, path MTU, ARG2's ePSN, ARG3's send PSN, the refusals of ARG6/8/9), the QP's row is read
@@ -137,13 +137,18 @@ class QpContext(wiring.Component):
         The pipeline and every outstanding execute are drained; the command may run.
     rd_addr, rd_en : In
         Pipeline read port (both tables): with ``rd_en`` the tables are read at ``rd_addr``
-        and the data of the previous read moves to ``rd_static``/``rd_dyn``
-        (two reads in flight, one per ``rd_en``); ``rd_en`` low holds both.
+        (the block RAM's clock enable: ``rd_en`` low holds its output).
+    rd_load : In(1)
+        The read registers ``rd_static``/``rd_dyn`` take the block RAM's output (the data of
+        the last read), the dynamic row replaced by ``fwd_dyn`` with ``fwd_en``; they hold
+        otherwise, so one operation's row stays in them from its read until the next load.
+    fwd_en : In(1)
+    fwd_dyn : In(qp_dyn_layout)
     rd_static : Out(qp_recv_layout)
     rd_dyn : Out(qp_dyn_layout)
     wr_addr, wr_en : In
     wr_dyn : In(qp_dyn_layout)
-        The dynamic table's write port (the pipeline's write register).
+        The dynamic table's write port (the pipeline's stage C).
     cw_valid : Out(1)
         The command's write of the dynamic row, one cycle after ``set_valid``: the pipeline
         writes QP ``cw_qpn`` with 0 (``cw_clr``, which comes with ``cw_valid``) or with the row
@@ -178,6 +183,9 @@ class QpContext(wiring.Component):
             "idle": In(1),
             "rd_addr": In(self.abits),
             "rd_en": In(1),
+            "rd_load": In(1),
+            "fwd_en": In(1),
+            "fwd_dyn": In(qp_dyn_layout),
             "rd_static": Out(qp_recv_layout),
             "rd_dyn": Out(qp_dyn_layout),
             "wr_addr": In(self.abits),
@@ -226,7 +234,7 @@ class QpContext(wiring.Component):
         # pipeline does not issue an operation whose QP is written in that cycle (PSN Check's
         # same-QP hazard; a read that does meet it is a bubble's, never used), the command FSM
         # reads (ADDR, READ) and writes the static table (WRITE) in different states, and a
-        # command starts only once the pipeline's write register has written its last row.
+        # command starts only once the pipeline's stage C has written its last row.
         m.submodules.smem = smem = memory.Memory(shape=_LANES * _LANE, depth=n, init=[],
                                                  attrs={"no_rw_check": 1})
         m.submodules.dmem = dmem = memory.Memory(shape=qp_dyn_layout, depth=n, init=[],
@@ -253,18 +261,23 @@ class QpContext(wiring.Component):
         # register, decided in the cycle before SWEEP's next write and before EXEC
         c_wr_en = Signal(init=1)
 
-        # the read data, registered once (shared by the pipeline and the command)
+        # the read data, registered once (shared by the pipeline and the command): the one
+        # register of the QP's rows, loaded when the pipeline's operation (or the command's
+        # read) arrives from the block RAM, or with the row the operation ahead writes
         rd_en = Signal()
+        ld = Signal()
         srow = Signal(_LANES * _LANE)
         dq = Signal(qp_dyn_layout)
-        with m.If(rd_en):
-            m.d.sync += [srow.eq(srd.data), dq.eq(drd.data)]
+        with m.If(ld):
+            m.d.sync += [srow.eq(srd.data),
+                         dq.eq(Mux(self.fwd_en & ~owned, self.fwd_dyn, drd.data))]
         st = _ROW.decode(m, srow, "st")     # srow's fields
 
         m.d.comb += [
             srd.addr.eq(Mux(owned, c_addr, self.rd_addr)),
             drd.addr.eq(Mux(owned, c_addr, self.rd_addr)),
             rd_en.eq(Mux(owned, c_rd_en, self.rd_en)),
+            ld.eq(Mux(owned, c_rd_en, self.rd_load)),
             srd.en.eq(rd_en),
             drd.en.eq(rd_en),
             self.rd_static.eq(st),
