@@ -160,6 +160,11 @@ meta_b_layout = data.StructLayout({"opcode": 8, "psn": 24, "payload_len": 13, "p
                                    "reth_len": 32, "src_ip": 32})
 
 
+def _gt_pow2(x, k):
+    """x > 2^k (k None: x > 0): an OR of x's bits, no carry chain."""
+    return x.any() if k is None else x[k + 1:].any() | (x[k] & x[:k].any())
+
+
 class Kind(enum.IntEnum, shape=2):
     PKT = 0
     DB = 1
@@ -415,8 +420,11 @@ class PsnCheck(wiring.Component):
         # (a bubble carries the kind RESP, which changes nothing: while a command runs, stage
         # C's next context is its row as read, which the command's write takes)
         with m.If(adv):
-            m.d.sync += [r_valid.eq(a_fire), r_kind.eq(Mux(a_fire, a_kind, Kind.RESP)),
-                         r_idx.eq(a_idx),
+            m.d.sync += [r_valid.eq(a_fire), r_kind.eq(Mux(a_fire, a_kind, Kind.RESP))]
+        # The operation's fields are loaded only into an empty R and kept there through B
+        # (operations enter two cycles apart), so B reads R's registers: one copy of them.
+        with m.If(adv & ~r_valid):
+            m.d.sync += [r_idx.eq(a_idx),
                          r_qok.eq(a_qok), r_db.eq(self.rq_db.payload.index), r_slot.eq(a_slot),
                          r_info.eq(a_info), r_rlm1.eq(meta.reth_len - 1),
                          r_rlz.eq(meta.reth_len == 0)]
@@ -437,16 +445,11 @@ class PsnCheck(wiring.Component):
             t.sel_db, t.sel_fatal, t.sel_meta)
         # ---- stage B: the registers and the forward (its checks: _stage_b_checks) -----------
         b_valid = Signal()
-        b_kind = Signal(2)
-        b_idx = Signal(ab)
-        b_qok = Signal()
-        b_meta = Signal(meta_b_layout)
-        b_db = Signal(16)
-        b_slot = Signal(2)
-        # (the opcode decoded in A, registered through R: B's checks start from flip-flops)
-        b_info = Signal.like(a_info, name="b_info")
-        b_rlm1 = Signal(32)
-        b_rlz = Signal()
+        b_kind = Signal(2)          # (RESP for a bubble: C's kind then changes nothing)
+        # the operation's fields: R's registers, which keep them through B (the opcode decoded
+        # in A: B's checks start from flip-flops)
+        b_idx, b_qok, b_meta, b_db, b_slot = r_idx, r_qok, r_meta, r_db, r_slot
+        b_info, b_rlm1, b_rlz = r_info, r_rlm1, r_rlz
         # the QP's rows: the tables' one read register, which keeps an operation's rows from
         # its R→B edge until the next operation's (see below), so B and C read the same one
         b_ctx = ctx.rd_dyn
@@ -495,9 +498,7 @@ class PsnCheck(wiring.Component):
                      a_haz.eq(r_valid | (sel_fatal & haz_f) | (sel_db & haz_d)
                               | (sel_meta & haz_m))]
         with m.If(adv):
-            m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind), b_idx.eq(r_idx),
-                         b_qok.eq(r_qok), b_meta.eq(r_meta), b_db.eq(r_db), b_slot.eq(r_slot),
-                         b_info.eq(r_info), b_rlm1.eq(r_rlm1), b_rlz.eq(r_rlz)]
+            m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind)]
         # (the forward's select, a register: the operation issued finds one of its QP that
         # writes the table in B, which will be in C on its R→B edge)
         r_fwd = Signal()
@@ -519,8 +520,7 @@ class PsnCheck(wiring.Component):
         # MTU 0, for a code outside 1..5; bit c: ``128 << c``), made in R from its registers:
         # B only selects by the QP's code (the static row's register), so the code reaches no
         # carry chain (timing). x > 2^k is an OR of x's bits, x == 2^k an AND.
-        def gt(x, k):
-            return x.any() if k is None else x[k + 1:].any() | (x[k] & x[:k].any())
+        gt = _gt_pow2
 
         def eq(x, k):
             return ~x.any() if k is None else x[k] & ~x[k + 1:].any() & ~x[:k].any()
@@ -623,12 +623,23 @@ class PsnCheck(wiring.Component):
                 ck.next_open.eq(oseq.next_open),
                 ck.rnr.eq(b_info.rwr & (x.rq_prod == x.rq_cons)),
                 ck.w_bad.eq(b_info.write & ~b_info.start
-                            & self._w_rules_bad(m, x.resid > b_pmtu, t.len_ne, b_len,
+                            & self._w_rules_bad(m, gt_pmtu(x.resid), t.len_ne, b_len,
                                                 b_meta.padcnt, x.resid, f"{name}_w_bad")),
                 ck.resid.eq(resid - b_len),                         # residue after the packet
                 ck.off.eq(Mux(b_info.start, 0, x.off) + b_len),     # offset after the packet
             ]
             return ck
+
+        def gt_pmtu(x):
+            # x > the QP's path MTU: x's compare with each MTU (ORs of bits, no carry chain),
+            # selected by the code (0 outside 1..5)
+            r = Signal(name="b_resid_gt")
+            m.d.comb += r.eq(_gt_pow2(x, None))
+            with m.Switch(t.b_st.pmtu):
+                for code in range(1, 6):
+                    with m.Case(code):
+                        m.d.comb += r.eq(_gt_pow2(x, 7 + code))
+            return r
 
         def state_ok_of(state):
             return (state == QpState.RTR) | (state == QpState.RTS)
@@ -658,7 +669,6 @@ class PsnCheck(wiring.Component):
             t.c_db, t.c_idx, t.c_kind, t.c_psn1, t.c_qok, t.c_slot, t.c_st, t.c_valid, t.fwd,
             t.rl)
         c_info = Signal.like(b_info)
-        c_pmtu = Signal(13)
         c_pre_bad = Signal()            # position rule, RETH length > 2^31, start WRITE rules
         c_acc_bad = Signal()
         c_drop = Signal()               # bad QPN or source IPv4 not the QP's
@@ -686,7 +696,7 @@ class PsnCheck(wiring.Component):
         with m.If(adv):
             m.d.sync += [c_valid.eq(b_valid), c_kind.eq(b_kind), c_idx.eq(b_idx),
                          c_qok.eq(b_qok), c_slot.eq(b_slot), c_db.eq(b_db),
-                         c_info.eq(b_info), c_pmtu.eq(b_pmtu),
+                         c_info.eq(b_info),
                          c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
                          c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad),
                          c_len_nz.eq(b_len != 0), c_psn1.eq(b_meta.psn + 1 + b_rd_nm1)]
