@@ -6,7 +6,7 @@ are the ones those tests already built (``sim/runner.py`` caches by name, parame
 """
 
 from .bench import BENCH_ENV, BENCHES
-from .runner import run_cocotb
+from .runner import Core, run_cocotb
 
 __all__ = ["top_config", "top_bench"]
 
@@ -19,9 +19,8 @@ def top_config(width):
 def top_bench(name, width, *, test_module, testcase, extra_env=None):
     """Register a cocotb benchmark ``name`` of the ``rnic`` top at data width ``width``."""
     def run(simulator, out_path):
-        from rnic.top import RNIC
         cfg = top_config(width)
-        run_cocotb("rnic", lambda: RNIC(cfg), toplevel="rnic", params=cfg.as_dict(),
+        run_cocotb("rnic", Core(cfg), toplevel="rnic", params=cfg.as_dict(),
                    test_module=test_module, testcase=testcase, simulator=simulator,
                    extra_env={**(extra_env or {}), BENCH_ENV: str(out_path)},
                    test_name=f"bench-{name}-{simulator}")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from .knobs import check_env, knob
 
-__all__ = ["ROOT", "BUILD", "run_cocotb", "generate_verilog", "simulator_default",
+__all__ = ["ROOT", "BUILD", "Core", "run_cocotb", "generate_verilog", "simulator_default",
            "verilator_env"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +50,21 @@ def _rtl_hash():
 
 
 _RTL_HASH = None
+
+
+class Core:
+    """The factory of the whole core of one configuration, as `rnic generate` builds it.
+
+    Its Verilog depends on the configuration and ``rtl/`` only, so every test of one configuration
+    shares one generated file and one simulator build. (A factory written in a test module keys
+    its build on that module's source as well, see :func:`_config_dir`.)"""
+
+    def __init__(self, config):
+        self.config = config
+
+    def __call__(self):
+        from rnic.top import RNIC
+        return RNIC(self.config)
 
 
 def _config_dir(name, params, factory=None):

@@ -8,9 +8,8 @@ frames per mutation kind and per drop reason, writes checked, tready-low cycles)
 """
 import pytest
 
-from rnic.top import RNIC
 from sim.knobs import is_set, knob
-from sim.runner import ROOT, run_cocotb, run_fast_verilator
+from sim.runner import ROOT, Core, run_cocotb, run_fast_verilator
 from tb.system.test_responder import CONFIGS
 
 
@@ -29,9 +28,9 @@ def _run(name, frames, simulator, seed=1, batch=40, jumbo=True, testcase="fuzz",
            "FUZZ_JUMBO": "1" if jumbo else "0", "FUZZ_REPORT_FILE": str(out / f"{name}.json"),
            "FUZZ_KEEP_GOING": "1" if keep_going else "0"}
     if simulator == "verilator-fast":
-        return run_fast_verilator(lambda: RNIC(c), c.as_dict(), test_module="tb.system.cocotb_fuzz",
+        return run_fast_verilator(Core(c), c.as_dict(), test_module="tb.system.cocotb_fuzz",
                                   testcase=testcase, extra_env=env, test_name=f"fuzz-{name}")
-    run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
+    run_cocotb("rnic", Core(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.system.cocotb_fuzz", testcase=testcase, simulator=simulator,
                extra_env=env, test_name=f"fuzz-{name}")
 
@@ -55,6 +54,6 @@ def test_foreign_ip_duplicate_counts_6():
     """WRITE_ONLY from a foreign source IPv4 to connected QP 6 at PSNs behind, at and ahead of
     its ePSN: three counts of 6, no response, nothing written."""
     c = CONFIGS["w64"]
-    run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
+    run_cocotb("rnic", Core(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.system.cocotb_fuzz", testcase="foreign_ip_duplicate",
                test_name="fuzz-foreign-ip")

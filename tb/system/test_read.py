@@ -3,8 +3,7 @@ duplicates within and beyond IRD, a host read fault (cocotb, `tb/system/cocotb_r
 import pytest
 
 from rnic.params import RnicConfig
-from rnic.top import RNIC
-from sim.runner import run_cocotb
+from sim.runner import Core, run_cocotb
 
 CONFIGS = {"w64": RnicConfig(num_qp=16, num_cq=4, key_entries=16),
            "w512": RnicConfig(data_width=512, num_qp=16, num_cq=4, key_entries=16)}
@@ -14,6 +13,6 @@ TESTS = ["read_sizes", "read_errors", "read_duplicates", "read_host_fault"]
 @pytest.mark.parametrize("cfg", list(CONFIGS))
 def test_read_responder(cfg):
     c = CONFIGS[cfg]
-    run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
+    run_cocotb("rnic", Core(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.system.cocotb_read", testcase=TESTS, test_name=f"read-{cfg}",
                ports_only=True)

@@ -7,9 +7,8 @@ soak` runs 10,000+ messages on Verilator."""
 import pytest
 
 from rnic.params import RnicConfig
-from rnic.top import RNIC
 from sim.knobs import knob
-from sim.runner import run_cocotb, run_fast_verilator
+from sim.runner import Core, run_cocotb, run_fast_verilator
 
 CONFIGS = {"w64": RnicConfig(num_qp=16, num_cq=4, key_entries=16),
            "w512": RnicConfig(data_width=512, num_qp=16, num_cq=4, key_entries=16)}
@@ -17,7 +16,7 @@ CONFIGS = {"w64": RnicConfig(num_qp=16, num_cq=4, key_entries=16),
 
 def _run(cfg, simulator, name, **env):
     c = CONFIGS[cfg]
-    run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
+    run_cocotb("rnic", Core(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.system.cocotb_resp_random", testcase="random_traffic",
                simulator=simulator, extra_env={k: str(v) for k, v in env.items()},
                test_name=name, ports_only=True)
@@ -43,7 +42,7 @@ def test_resp_random_soak(cfg):
     env = dict(RESP_RANDOM_SEED=100 + len(cfg),
                RESP_RANDOM_MESSAGES=knob("RESP_RANDOM_SOAK_MESSAGES"),
                RESP_RANDOM_ROUND_MESSAGES=60, RESP_RANDOM_HOST_HOSTILITY=0.2)
-    run_fast_verilator(lambda: RNIC(c), c.as_dict(), test_module="tb.system.cocotb_resp_random",
+    run_fast_verilator(Core(c), c.as_dict(), test_module="tb.system.cocotb_resp_random",
                        testcase="random_traffic", extra_env={k: str(v) for k, v in env.items()},
                        test_name=f"resp-random-soak-{cfg}")
 
@@ -52,6 +51,6 @@ def test_resp_classj_without_ackreq():
     """A refused invalidate (fatal 0x1F) with AckReq = 0 draws no ACK (normative choice 3).
     Found by the random soak; PSN Check once ACKed it regardless of AckReq."""
     c = CONFIGS["w64"]
-    run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
+    run_cocotb("rnic", Core(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.system.cocotb_resp_random", testcase="classj_without_ackreq",
                test_name="resp-classj-icarus")

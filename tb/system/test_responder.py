@@ -2,9 +2,8 @@
 import pytest
 
 from rnic.params import RnicConfig
-from rnic.top import RNIC
 from sim.knobs import knob
-from sim.runner import run_cocotb
+from sim.runner import Core, run_cocotb
 
 CONFIGS = {"w64": RnicConfig(num_qp=16, num_cq=4, key_entries=16),
            "w512": RnicConfig(data_width=512, num_qp=16, num_cq=4, key_entries=16)}
@@ -26,7 +25,7 @@ def _scenario_cases():
 @pytest.mark.parametrize("cfg, simulator", list(_scenario_cases()))
 def test_responder_scenarios(cfg, simulator):
     c = CONFIGS[cfg]
-    run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
+    run_cocotb("rnic", Core(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.system.cocotb_responder", testcase=TESTS, simulator=simulator,
                test_name=f"resp-{cfg}-{simulator}", ports_only=True)
 
@@ -36,7 +35,7 @@ def test_responder_backpressure(cfg):
     """The same walk-throughs with a hostile host memory: random latency, reordering and
     back-pressure on every AXI channel."""
     c = CONFIGS[cfg]
-    run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
+    run_cocotb("rnic", Core(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.system.cocotb_responder", testcase=TESTS,
                extra_env={"RESP_BACKPRESSURE": "1"}, test_name=f"resp-bp-{cfg}",
                ports_only=True)
@@ -56,7 +55,7 @@ def _trace_run(simulator, tests, label):
     waves = knob("RNIC_WAVES")
     out = ROOT / "build" / "trace"
     params = {**c.as_dict(), "waves": True} if waves else c.as_dict()
-    test_dir = run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=params,
+    test_dir = run_cocotb("rnic", Core(c), toplevel="rnic", params=params,
                           test_module="tb.system.cocotb_responder", testcase=tests,
                           simulator=simulator,
                           test_name=label, waves=waves,
@@ -116,7 +115,7 @@ def test_responder_rate():
     per cycle on one QP and 0.88 on 8 QPs round robin, which the WQE prefetch must keep up
     (the responder bench of ``rnic bench resp_top-w64`` with its figures asserted)."""
     c = CONFIGS["w64"]
-    run_cocotb("rnic", lambda: RNIC(c), toplevel="rnic", params=c.as_dict(),
+    run_cocotb("rnic", Core(c), toplevel="rnic", params=c.as_dict(),
                test_module="tb.system.cocotb_resp_bench", testcase=["bench"],
                extra_env={"RESP_BENCH_PAYLOADS": "0", "RESP_BENCH_MIN_RATE": "0.85,0.88"},
                test_name="resp-rate-w64")
