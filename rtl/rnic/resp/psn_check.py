@@ -528,11 +528,19 @@ class PsnCheck(wiring.Component):
         b_rl_gt = Signal(6)
         b_len_gt = Signal(6)
         b_len_eq = Signal(6)
+        # and the RETH length's own tests: > 2^31, and the WRITE rule of a residue ≤ the path
+        # MTU against it (a FIRST/ONLY's residue is its RETH length)
+        b_rl_big = Signal()
+        b_rl_exact_bad = Signal()
         with m.If(t.adv):
             m.d.sync += [b_rl_gt.eq(Cat(gt(r_meta.reth_len, k) for k in mtus)),
                          b_len_gt.eq(Cat(gt(r_meta.payload_len, k) for k in mtus)),
-                         b_len_eq.eq(Cat(eq(r_meta.payload_len, k) for k in mtus))]
-        return types.SimpleNamespace(b_rl_gt=b_rl_gt, b_len_gt=b_len_gt, b_len_eq=b_len_eq)
+                         b_len_eq.eq(Cat(eq(r_meta.payload_len, k) for k in mtus)),
+                         b_rl_big.eq(gt(r_meta.reth_len, 31)),
+                         b_rl_exact_bad.eq(self._exact_bad(r_meta.payload_len, r_meta.padcnt,
+                                                           r_meta.reth_len))]
+        return types.SimpleNamespace(b_rl_gt=b_rl_gt, b_len_gt=b_len_gt, b_len_eq=b_len_eq,
+                                     b_rl_big=b_rl_big, b_rl_exact_bad=b_rl_exact_bad)
 
     def _stage_b_checks(self, m, t):
         """Stage B's checks, registered into C: those that need no dynamic context (path MTU,
@@ -544,18 +552,24 @@ class PsnCheck(wiring.Component):
         _add(t, self._stage_b_context(m, t))
         _add(t, self._stage_b_to_c(m, t))
 
-    def _w_rules_bad(self, m, resid_gt, len_ne, length, padcnt, resid, name):
-        """Whether a packet of payload ``length`` and PadCnt ``padcnt`` breaks the WRITE rules
-        against the residue ``resid`` (a signal named ``name``; ``resid_gt``: resid > the path
-        MTU, ``len_ne``: length != the path MTU): one rule for a FIRST/ONLY (resid = its RETH
-        length) and a MIDDLE/LAST (the context's residue)."""
+    @staticmethod
+    def _exact_bad(length, padcnt, resid):
+        """The WRITE rule of a residue ≤ the path MTU broken: payload != resid or
+        PadCnt != −resid & 3."""
+        return (length != resid) | (padcnt != (-resid)[0:2])
+
+    def _w_rules_bad(self, m, resid_gt, len_ne, padcnt, exact_bad, name):
+        """Whether a packet of PadCnt ``padcnt`` breaks the WRITE rules against the residue
+        (a signal named ``name``; ``resid_gt``: resid > the path MTU, ``len_ne``: the payload
+        length != the path MTU, ``exact_bad``: :meth:`_exact_bad`): one rule for a FIRST/ONLY
+        (resid = its RETH length) and a MIDDLE/LAST (the context's residue)."""
         # the WRITE rules against the residue: resid > PMTU → payload == PMTU, PadCnt 0;
         # else payload == resid, PadCnt == −resid & 3
         bad = Signal(name=name)
         with m.If(resid_gt):
             m.d.comb += bad.eq(len_ne | (padcnt != 0))
         with m.Else():
-            m.d.comb += bad.eq((length != resid) | (padcnt != (-resid)[0:2]))
+            m.d.comb += bad.eq(exact_bad)
         return bad
 
     def _stage_b_rules(self, m, t):
@@ -593,7 +607,7 @@ class PsnCheck(wiring.Component):
         rl = b_meta.reth_len
 
         # FIRST/ONLY: resid = RETH length
-        b_wstart_bad = self._w_rules_bad(m, rl_gt, len_ne, b_len, b_meta.padcnt, rl,
+        b_wstart_bad = self._w_rules_bad(m, rl_gt, len_ne, b_meta.padcnt, t.b_rl_exact_bad,
                                          "b_wstart_bad")
         return types.SimpleNamespace(b_pmtu=b_pmtu, b_len=b_len, b_pos_bad=b_pos_bad, rl=rl,
                                      b_wstart_bad=b_wstart_bad, len_ne=len_ne)
@@ -623,8 +637,9 @@ class PsnCheck(wiring.Component):
                 ck.next_open.eq(oseq.next_open),
                 ck.rnr.eq(b_info.rwr & (x.rq_prod == x.rq_cons)),
                 ck.w_bad.eq(b_info.write & ~b_info.start
-                            & self._w_rules_bad(m, gt_pmtu(x.resid), t.len_ne, b_len,
-                                                b_meta.padcnt, x.resid, f"{name}_w_bad")),
+                            & self._w_rules_bad(m, gt_pmtu(x.resid), t.len_ne, b_meta.padcnt,
+                                                self._exact_bad(b_len, b_meta.padcnt, x.resid),
+                                                f"{name}_w_bad")),
                 ck.resid.eq(resid - b_len),                         # residue after the packet
                 ck.off.eq(Mux(b_info.start, 0, x.off) + b_len),     # offset after the packet
             ]
@@ -654,7 +669,7 @@ class PsnCheck(wiring.Component):
         c_psn1 = Signal(24)
         with m.If(adv):
             m.d.sync += c_ck.eq(ck)
-        return types.SimpleNamespace(c_ck=c_ck, c_psn1=c_psn1, nx_e=nx_e, nx_n=nx_n,
+        return types.SimpleNamespace(b_ck=ck, c_ck=c_ck, c_psn1=c_psn1, nx_e=nx_e, nx_n=nx_n,
                                      x_exec=x_exec, x_fail=x_fail, x_fatal=x_fatal)
 
     def _stage_b_to_c(self, m, t):
@@ -673,7 +688,6 @@ class PsnCheck(wiring.Component):
         c_acc_bad = Signal()
         c_drop = Signal()               # bad QPN or source IPv4 not the QP's
         c_len_nz = Signal()
-        c_pkt_ok = Signal()             # a request packet of a usable QP, access allowed
         # a READ of L bytes takes max(1, ⌈L/PMTU⌉) PSNs (interface.md §7): that count less one
         b_rd_nm1 = Signal(24)
         with m.If(b_info.read & ~b_rlz):
@@ -685,24 +699,51 @@ class PsnCheck(wiring.Component):
         b_acc_bad = Signal()
         b_drop = Signal()
         m.d.comb += [
-            b_pre_bad.eq(b_pos_bad | (b_info.reth & (rl > (1 << 31)))
+            b_pre_bad.eq(b_pos_bad | (b_info.reth & t.b_rl_big)
                          | (b_info.write & b_info.start & b_wstart_bad)
-                         | (b_info.read & (b_len != 0))),
+                         | (b_info.read & ~t.b_len_eq[0])),
             # READ needs REMOTE_READ (0x04), WRITE REMOTE_WRITE (0x02); atomics are refused
             b_acc_bad.eq((b_info.read & ~b_st.access[2]) | b_info.atomic
                          | (b_info.write & ~b_st.access[1])),
             b_drop.eq(~b_qok | (b_meta.src_ip != b_st.rip)),
+        ]
+        # Stage C's verdict, prepared here from everything but the PSN class, the WRITE rules
+        # of a MIDDLE/LAST and the length rules (C's own check registers): C executes on
+        # ``c_xe & in_order & ~w_bad & ~pre_bad`` (one LUT before the dynamic row's 2:1 select,
+        # which fans out to every bit of the table's write data) and fails (NAK 0x61) on
+        # ``in_order & (c_xf | c_xfw & (w_bad | pre_bad))``. ``c_held``: the failure completes
+        # the QP's held WQE in error.
+        ck = t.b_ck
+        b_base = Signal()               # a request packet of a usable QP in RTR/RTS
+        c_base = Signal()
+        c_xe = Signal()
+        c_xe_sw = Signal()              # c_xe of a WRITE's start (it loads the RETH's VA, rkey)
+        c_xf = Signal()
+        c_xfw = Signal()
+        c_held = Signal()
+        b_held_seq = Signal()
+        m.d.comb += [
+            b_base.eq((b_kind == Kind.PKT) & ~b_drop & ck.state_ok),
+            b_held_seq.eq(~ck.seq_ok | b_acc_bad),
         ]
         with m.If(adv):
             m.d.sync += [c_valid.eq(b_valid), c_kind.eq(b_kind), c_idx.eq(b_idx),
                          c_qok.eq(b_qok), c_slot.eq(b_slot), c_db.eq(b_db),
                          c_info.eq(b_info),
                          c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
-                         c_pkt_ok.eq((b_kind == Kind.PKT) & ~b_drop & ~b_acc_bad),
+                         c_base.eq(b_base),
+                         c_xe.eq(b_base & ~b_acc_bad & ck.seq_ok & ~ck.rnr),
+                         c_xe_sw.eq(b_base & ~b_acc_bad & ck.seq_ok & ~ck.rnr
+                                    & b_info.start & b_info.write),
+                         c_xf.eq(b_base & b_held_seq),
+                         c_xfw.eq(b_base & ~ck.rnr),
+                         c_held.eq(Mux(b_held_seq, ~ck.seq_ok & (fwd.open == MsgClass.SEND),
+                                       (fwd.open == MsgClass.SEND) | b_info.rwr)),
                          c_len_nz.eq(b_len != 0), c_psn1.eq(b_meta.psn + 1 + b_rd_nm1)]
         return types.SimpleNamespace(
-            c_acc_bad=c_acc_bad, c_drop=c_drop, c_info=c_info, c_len_nz=c_len_nz,
-            c_pkt_ok=c_pkt_ok, c_pre_bad=c_pre_bad)
+            c_acc_bad=c_acc_bad, c_base=c_base, c_drop=c_drop, c_held=c_held, c_info=c_info,
+            c_len_nz=c_len_nz, c_pre_bad=c_pre_bad, c_xe=c_xe, c_xe_sw=c_xe_sw, c_xf=c_xf,
+            c_xfw=c_xfw)
 
     def _stage_c_outputs(self, m, t):
         """Stage C's outputs: the queue pushes on ``fire`` (the ``want_*`` strobes and records the
@@ -899,11 +940,10 @@ class PsnCheck(wiring.Component):
         dropped (bad QP or state), a duplicate READ (executed again), a duplicate (ACK), ahead
         of sequence (NAK 0x60 once), then the order, access, RNR and length checks of an
         in-order packet (NAK 0x61 with the QP to ERROR, or RNR NAK), else executed."""
-        (acc_bad, c_ctx, c_drop, c_info, c_len_nz, c_meta, c_st, dec, ent, exe, fail_61, held,
-         len_bad, pcls, rnr, seq_ok, stat_c, state_ok, want_dec, want_ev, want_exe,
-         want_fl, want_rq) = (
-            t.acc_bad, t.c_ctx, t.c_drop, t.c_info, t.c_len_nz, t.c_meta, t.c_st, t.dec, t.ent,
-            t.exe, t.fail_61, t.held, t.len_bad, t.pcls, t.rnr, t.seq_ok, t.stat_c,
+        (c_ctx, c_drop, c_info, c_len_nz, c_meta, c_st, dec, ent, exe, fail_61, held,
+         pcls, stat_c, state_ok, want_dec, want_ev, want_exe, want_fl, want_rq) = (
+            t.c_ctx, t.c_drop, t.c_info, t.c_len_nz, t.c_meta, t.c_st, t.dec, t.ent,
+            t.exe, t.fail_61, t.held, t.pcls, t.stat_c,
             t.state_ok, t.want_dec, t.want_ev, t.want_exe, t.want_fl, t.want_rq)
         cm, cx, st, info = c_meta, c_ctx, c_st, c_info
         m.d.comb += [want_dec.eq(1), dec.beats.eq(c_len_nz)]
@@ -929,16 +969,14 @@ class PsnCheck(wiring.Component):
                 m.d.comb += [want_rq.eq(1), ent.frame.eq(1),
                              ent.syndrome.eq(0x60), ent.psn.eq(cx.epsn)]
         with m.Else():
-            with m.If(~seq_ok):
-                m.d.comb += [fail_61.eq(1), held.eq(cx.open == MsgClass.SEND)]
-            with m.Elif(acc_bad):
-                m.d.comb += fail_61.eq(1)
-            with m.Elif(rnr):
+            # in order: the order, access, RNR and length checks in that precedence, as B
+            # prepared them (``x_fail``: NAK 0x61, ``x_exec``: execute, neither: RNR NAK)
+            m.d.comb += [fail_61.eq(t.x_fail), held.eq(t.c_held)]
+            with m.If(t.x_fail):
+                pass
+            with m.Elif(~t.x_exec):
                 m.d.comb += [want_rq.eq(1), ent.frame.eq(1),
                              ent.syndrome.eq(0x20 | st.min_rnr)]
-            with m.Elif(len_bad):
-                m.d.comb += [fail_61.eq(1),
-                             held.eq((cx.open == MsgClass.SEND) | info.rwr)]
             with m.Else():
                 # execute
                 m.d.comb += [
@@ -959,30 +997,25 @@ class PsnCheck(wiring.Component):
     def _next_context(self, m, t):
         """The next dynamic context ``new``, flat: one AND per outcome, one 2:1 mux per field (the
         same decisions as :meth:`_stage_c_decide`)."""
-        (acc_bad, c_ck, c_ctx, c_db, c_drop, c_info, c_kind, c_meta, c_pkt_ok, c_pre_bad,
-         c_psn1, c_qok, len_bad, msn_inc, new, nx_e, nx_n, off_next, pcls,
-         resid_next, rnr, seq_ok, state_ok, x_exec, x_fail, x_fatal) = (
-            t.acc_bad, t.c_ck, t.c_ctx, t.c_db, t.c_drop, t.c_info, t.c_kind, t.c_meta, t.c_pkt_ok,
-            t.c_pre_bad, t.c_psn1, t.c_qok, t.len_bad, t.msn_inc, t.new, t.nx_e, t.nx_n,
-            t.off_next, t.pcls, t.resid_next, t.rnr, t.seq_ok, t.state_ok, t.x_exec,
-            t.x_fail, t.x_fatal)
+        (c_base, c_ck, c_ctx, c_db, c_held, c_info, c_kind, c_meta, c_pre_bad, c_psn1, c_qok,
+         c_xe, c_xf, c_xfw, msn_inc, new, nx_e, nx_n, off_next, pcls, resid_next,
+         x_exec, x_fail, x_fatal) = (
+            t.c_base, t.c_ck, t.c_ctx, t.c_db, t.c_held, t.c_info, t.c_kind, t.c_meta,
+            t.c_pre_bad, t.c_psn1, t.c_qok, t.c_xe, t.c_xf, t.c_xfw, t.msn_inc, t.new, t.nx_e,
+            t.nx_n, t.off_next, t.pcls, t.resid_next, t.x_exec, t.x_fail, t.x_fatal)
         cm, cx, info, ctx = c_meta, c_ctx, c_info, t.ctx
         # ---- the next dynamic context, flat (the decision → new → the table's write port) ----
         # Same decisions as the Switch of _stage_c_kinds and _stage_c_packet, written as one AND
         # per outcome and one 2:1 mux per field: ``nx_e`` if C executes, ``nx_n`` if not (both
-        # from registers only), then the NAK 0x61 changes. x_exec is an AND of registers.
-        k_pkt = Signal()
+        # from registers only), then the NAK 0x61 changes. x_exec is one LUT of registers (the
+        # verdict B prepared, see _stage_b_to_c).
         ok_in = Signal()                # a request packet of a usable QP, in order
-        x_held = Signal()
+        x_held = c_held
         cons_1 = Signal(16)
         m.d.comb += [
-            k_pkt.eq(c_kind == Kind.PKT),
-            ok_in.eq(k_pkt & ~c_drop & state_ok & pcls.in_order),
-            x_fail.eq(ok_in & (~seq_ok | acc_bad | (~rnr & len_bad))),
-            x_exec.eq(c_pkt_ok & ~c_pre_bad & state_ok & pcls.in_order & seq_ok & ~rnr
-                      & ~c_ck.w_bad),
-            x_held.eq(Mux(~seq_ok | acc_bad, ~seq_ok & (cx.open == MsgClass.SEND),
-                          (cx.open == MsgClass.SEND) | info.rwr)),
+            ok_in.eq(c_base & pcls.in_order),
+            x_fail.eq(pcls.in_order & (c_xf | (c_xfw & (c_pre_bad | c_ck.w_bad)))),
+            x_exec.eq(c_xe & pcls.in_order & ~c_pre_bad & ~c_ck.w_bad),
             x_fatal.eq((c_kind == Kind.FATAL) & (cx.state != QpState.RESET)
                        & (cx.state != QpState.ERROR)),
             cons_1.eq(cx.rq_cons + 1),
@@ -1001,17 +1034,20 @@ class PsnCheck(wiring.Component):
             nx_n.state.eq(Mux(ctx.cw_valid, ctx.cw_state,
                               Mux(x_fatal, QpState.ERROR, cx.state))),
             nx_n.epsn.eq(Mux(ctx.cw_valid & ctx.cw_rtr, ctx.cw_epsn, cx.epsn)),
-            nx_n.nak.eq(Mux(ok_in, 0, Mux(k_pkt & ~c_drop & state_ok & pcls.ahead, 1, cx.nak))),
+            nx_n.nak.eq(Mux(ok_in, 0, Mux(c_base & pcls.ahead, 1, cx.nak))),
             nx_n.rq_prod.eq(Mux((c_kind == Kind.DB) & c_qok & (cx.state != QpState.RESET),
                                 c_db, cx.rq_prod)),
         ]
         # (a command's write of 0: the sweep, SET_QP to RESET; C then executes nothing)
         with m.If(ctx.cw_clr):
             m.d.comb += nx_n.eq(0)
-        with m.If(info.start & info.write):
-            m.d.comb += [nx_e.va.eq(cm.reth_va),
-                         nx_e.rkey.eq(cm.reth_rkey)]
         m.d.comb += new.eq(Mux(x_exec, nx_e, nx_n))
+        # the open WRITE's VA and rkey: its RETH's when C executes a WRITE's start (``va_ld``,
+        # one LUT of registers with a select of its own), else kept (or cleared by a command)
+        va_ld = Signal()
+        m.d.comb += [va_ld.eq(t.c_xe_sw & pcls.in_order & ~c_pre_bad & ~c_ck.w_bad),
+                     new.va.eq(Mux(va_ld, cm.reth_va, nx_n.va)),
+                     new.rkey.eq(Mux(va_ld, cm.reth_rkey, nx_n.rkey))]
         with m.If(x_fail):
             m.d.comb += [new.state.eq(QpState.ERROR),
                          new.rq_cons.eq(Mux(x_held, cons_1, cx.rq_cons))]
