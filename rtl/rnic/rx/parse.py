@@ -27,15 +27,18 @@ Data path
   equality checks; V2: length compares, payload length; V3: header checksum, payload span) and
   V4 has the header drop reason, four cycles after the last beat, before its ICRC verdict
   (:data:`ICRC_LATENCY` + 1 = 6 cycles).
-* The metadata is not carried through these stages: its raw fields (BTH fields, the 20 bytes
-  after the BTH, the IPv4 source: :data:`mraw_layout`, 252 bits) are written once, at the last
-  beat, into the descriptor queue's ``m`` RAM; V3 writes the ``d`` part (payload length and
-  where the payload sits, 36 bits at W=64: one DP16KD) into its ``d`` RAM, one entry per frame
-  in both (:class:`_SplitQueue`). Only the ``d`` part travels to the read side's head
-  registers; the ``m`` part is read when the read side takes the entry and pushed as it is
-  into the meta queue in the next cycle, with the payload length and the opcode's
-  RETH/ImmDt/IETH/AETH flags, which travel with the frame's drop reason and verdict. The
-  ``meta`` port's ``rx_meta_layout`` is formed at the queue's head (fields of absent headers 0).
+* The metadata is not carried through these stages: its raw fields are written once, at the
+  last beat, into the descriptor queue: the BTH fields the meta queue carries
+  (:data:`mbth_layout`, 36 bits) into its ``a`` RAM, the header bytes only stored downstream
+  (PSN, the 20 bytes after the BTH, the IPv4 source: :data:`mhdr_layout`, 216 bits) into the
+  header RAM ``h``, at the frame's handle; V3 writes the ``d`` part (payload length and where
+  the payload sits, 36 bits at W=64: one DP16KD) into its ``d`` RAM, one entry per frame in
+  each (:class:`_SplitQueue`). Only the ``d`` part travels to the read side's head registers;
+  the ``a`` part is read when the read side takes the entry and pushed into the meta queue in
+  the next cycle, with the payload length, the handle and the opcode's RETH/ImmDt/IETH/AETH
+  flags, which travel with the frame's drop reason and verdict. The meta stage loads the
+  queue's head and reads the header RAM at its handle in the same cycle; the ``meta`` port's
+  ``rx_meta_layout`` is formed from the two (fields of absent headers 0).
 * Both descriptor RAMs are written from the inputs of the stage that would hold them (``hdr``'s
   next value, V3's results): yosys emulates the read-first rule between a DP16KD's two ports by
   delaying the write a cycle through registers on the write data, and those registers then are
@@ -91,9 +94,9 @@ shorter than 60 bytes (which a MAC does not deliver) can fill it first.
 Ordering guarantee
 ------------------
 ``meta`` entries and payload frames come in the same order (frame order on the wire, dropped
-frames removed). A frame's meta enters the meta queue (5 entries) at least two cycles before
-its first payload beat is offered, so once every earlier meta has been taken it is offered no
-later than that beat; a frame with ``payload_len`` 0 has a meta and no payload beats. The meta
+frames removed). A frame's meta enters the meta queue (5 entries, then the meta stage) at
+least two cycles before its first payload beat is offered, so once every earlier meta has been
+taken it is offered no later than that beat; a frame with ``payload_len`` 0 has a meta and no payload beats. The meta
 of the next frame may be offered while the payload of the current one is still streaming. The
 payload of a frame never waits for its meta to be taken, so a consumer may take meta then
 payload, or both independently.
@@ -143,32 +146,40 @@ def rx_parse_latency(width):
 
     ``meta``: from the cycle the last beat of a frame is accepted on ``i`` to the cycle its meta
     is first offered; ``payload``: to the cycle its first payload beat is offered (both measured
-    by the benchmark of ``tb/blocks/cocotb_rx_parse.py``: 10/12 cycles at every width);
+    by the benchmark of ``tb/blocks/cocotb_rx_parse.py``: 11/12 cycles at every width);
     ``stat``: to the cycle the drop-reason strobe is high (bit 0 is one cycle after the last
     beat). The verdict is known ``crc`` = :data:`ICRC_LATENCY` + 1 = 6 cycles after the last
     beat (the ICRC checker's input is registered once) and is at the verdict queue's head in the
     next cycle; the head descriptor (V3, the descriptor queue's block RAM, its output register
     and the head queue) is there a cycle later, 8 cycles after the last beat, and is taken
-    then; the meta push a cycle later (the taken entry's raw fields read from the descriptor
-    queue) and the meta queue one more (its bypass); the buffer read, its output register and
-    the payload queue four.
+    then; the meta push a cycle later (the taken entry's BTH fields read from the descriptor
+    queue), the meta queue one more (its bypass) and the meta stage one more (its header RAM
+    read); the buffer read, its output register and the payload queue four.
     """
     crc = ICRC_LATENCY + 1                  # + the register in front of the CRC
-    return {"meta": crc + 4, "payload": crc + 6, "stat": crc + 1}
+    return {"meta": crc + 5, "payload": crc + 6, "stat": crc + 1}
 
 
-#: The metadata's raw fields, written once into the descriptor queue: BTH fields, the 20 bytes
-#: after the BTH (RETH, ImmDt, IETH, AETH, whichever are present) and the IPv4 source.
-mraw_layout = data.StructLayout({
-    **bth_fields,
+#: The metadata's raw fields, written once into the descriptor queue at the last beat, in two
+#: parts: the BTH fields the meta queue carries (``mbth_layout``, 36 bits: one DP16KD column),
+#: read when the read side takes the frame, and the header bytes only stored downstream
+#: (``mhdr_layout``: the PSN, the 20 bytes after the BTH -- RETH, ImmDt, IETH, AETH, whichever
+#: are present -- and the IPv4 source, 216 bits), kept once and read by the frame's handle when
+#: its meta is offered.
+mbth_layout = data.StructLayout({k: v for k, v in bth_fields.items() if k != "psn"})
+mhdr_layout = data.StructLayout({
+    "psn": bth_fields["psn"],
     "ext": 8 * (HDR_BYTES - _EXT),
     "src_ip": 32,
 })
+mraw_layout = data.StructLayout({**mbth_layout.members, **mhdr_layout.members})
 
 
-#: The meta queue's entry: the raw fields, the opcode's flags (RETH, AETH, ImmDt or IETH) and
-#: the payload length; the ``meta`` port's fields are formed from it at the queue's head.
-_mq_layout = data.StructLayout({**mraw_layout.members, "fl": 3, "payload_len": 13})
+def _mq_layout(hbits):
+    """The meta queue's entry: the BTH fields, the opcode's flags (RETH, AETH, ImmDt or IETH),
+    the payload length and the frame's handle (``hbits`` bits) in the header RAM."""
+    return data.StructLayout({**mbth_layout.members, "fl": 3, "payload_len": 13,
+                              "handle": hbits})
 
 
 class _SplitQueue(Elaboratable):
@@ -177,25 +188,32 @@ class _SplitQueue(Elaboratable):
     first (``a_en``), part ``b`` later (``b_en``); an entry is readable once its ``b`` part is
     written. The ``b`` parts are read in order into ``r_b`` (``r_rdy``/``r_en``). The ``a``
     parts are read later, on a pointer of their own: ``a_next`` names the oldest entry whose
-    ``a`` part is not yet read, which must be one already read into ``r_b``; its ``a`` part is
-    on ``r_a`` in the next cycle (held until the next ``a_next``). The writer never pushes
-    more than ``depth`` entries (not checked here: RX Parse's slot count bounds them); both
-    RAMs are written in every cycle at their write pointers (free slots), so the strobes only
-    move the pointers.
+    ``a`` part is not yet read (``a_idx``, its handle), which must be one already read into
+    ``r_b``; its ``a`` part is on ``r_a`` in the next cycle (held until the next ``a_next``).
+    Part ``h``, written with ``a``, is read by handle (``h_addr``, ``h_en``: on ``r_h`` in the
+    next cycle, held while ``h_en`` is low); an entry's ``h`` part stays until ``margin`` more
+    entries than ``depth`` were pushed after it. The writer never holds more than ``depth``
+    entries (not checked here: RX Parse's slot count bounds them); the RAMs are written in
+    every cycle at their write pointers (free slots), so the strobes only move the pointers.
     """
 
-    def __init__(self, a_shape, b_shape, depth):
-        self.abits = depth.bit_length()             # 2^abits > depth: a held entry is never
-                                                    # at a write pointer
+    def __init__(self, a_shape, b_shape, h_shape, depth, margin):
+        self.abits = (depth + margin).bit_length()  # 2^abits > depth + margin: a held entry
+                                                    # is never at a write pointer
         self.a_data = Signal(a_shape)
+        self.h_data = Signal(h_shape)
         self.a_en = Signal()
         self.b_data = Signal(b_shape)
         self.b_en = Signal()
         self.r_a = Signal(a_shape)
         self.r_b = Signal(b_shape)
+        self.r_h = Signal(h_shape)
         self.r_rdy = Signal()
         self.r_en = Signal()
         self.a_next = Signal()
+        self.a_idx = Signal(self.abits)
+        self.h_addr = Signal(self.abits)
+        self.h_en = Signal()
 
     def elaborate(self, platform):
         m = Module()
@@ -206,10 +224,15 @@ class _SplitQueue(Elaboratable):
         # held (at most ``depth`` < ``n``), so a read never meets a write and the block RAMs
         # need no read-during-write logic (yosys would emulate it with a register on every
         # data bit). ``mem_a`` is read in every cycle: its data is used only after ``a_next``.
+        # ``mem_h``'s read address names an entry taken at most ``margin`` entries ago, which
+        # the write pointer reaches only after ``depth + margin`` < ``n`` more pushes.
         m.submodules.mem_a = mem_a = Memory(shape=len(self.a_data.as_value()), depth=n,
                                             init=[], attrs={"no_rw_check": 1})
         m.submodules.mem_b = mem_b = Memory(shape=len(self.b_data.as_value()), depth=n,
                                             init=[], attrs={"no_rw_check": 1})
+        m.submodules.mem_h = mem_h = Memory(shape=len(self.h_data.as_value()), depth=n,
+                                            init=[], attrs={"no_rw_check": 1})
+        wh, rh = mem_h.write_port(), mem_h.read_port(domain="sync")
         pa, pb, c = Signal(self.abits), Signal(self.abits), Signal(self.abits)
         ca = Signal(self.abits)
         wa, wb = mem_a.write_port(), mem_b.write_port()
@@ -225,6 +248,9 @@ class _SplitQueue(Elaboratable):
             wb.addr.eq(pb), wb.data.eq(self.b_data), wb.en.eq(1),
             ra.addr.eq(ca), ra.en.eq(1), rb.addr.eq(c), rb.en.eq(do_read),
             self.r_a.eq(ra.data), self.r_b.eq(rb.data),
+            wh.addr.eq(pa), wh.data.eq(self.h_data), wh.en.eq(1),
+            rh.addr.eq(self.h_addr), rh.en.eq(self.h_en), self.r_h.eq(rh.data),
+            self.a_idx.eq(ca),
         ]
         with m.If(self.a_en):
             m.d.sync += pa.eq(pa + 1)
@@ -301,6 +327,7 @@ class RxParse(wiring.Component):
         self.min_beats = -(-wire.MIN_FRAME // self.lanes)
         self.slots = max(16, -(-(buffer_frames + 1) * self.cap // self.min_beats))
         self.out_depth = 8
+        self.meta_depth = 5
         super().__init__({
             "i": In(BeatStream(width)),
             "meta": Out(stream.Signature(rx_meta_layout)),
@@ -860,10 +887,12 @@ class RxParse(wiring.Component):
             "end": ptrw,
             "sel": range(nsh),              # index into the shifts
         })
-        m.submodules.desc_q = desc_q = _SplitQueue(mraw_layout, d_layout, self.slots)
+        m.submodules.desc_q = desc_q = _SplitQueue(mbth_layout, d_layout, mhdr_layout,
+                                                   self.slots, self.meta_depth + 2)
         m.d.comb += [
             desc_q.a_en.eq(end_frame),
-            desc_q.a_data.eq(Cat(*[mraw_now[k] for k in mraw_layout.members])),
+            desc_q.a_data.eq(Cat(*[mraw_now[k] for k in mbth_layout.members])),
+            desc_q.h_data.eq(Cat(*[mraw_now[k] for k in mhdr_layout.members])),
             desc_q.b_en.eq(v3_valid),
             desc_q.b_data.payload_len.eq(v4_len),
             desc_q.b_data.first.eq(v4_first),
@@ -876,7 +905,9 @@ class RxParse(wiring.Component):
         # cycle of the verdict (ICRC_LATENCY + 1 = 6 cycles after).
         # Its entry: the reason and the opcode's flags (``v4_fl``), which the verdict queue
         # passes on to the read side's meta.
-        m.submodules.reason_q = reason_q = BypassFIFO(width=6, depth=self.slots)
+        # It holds only the frames between V4 and their verdict, two cycles later: at most
+        # three (a frame ends in each cycle at W=512), so four entries and one LUT RAM.
+        m.submodules.reason_q = reason_q = BypassFIFO(width=6, depth=4)
         # The read side's decision starts from registers, not a LUT-RAM read; a verdict that
         # finds the queue empty is there in the next cycle.
         # Its entry: drop, and the opcode's flags (one DPR16X4 column, as the drop bit alone).
@@ -935,16 +966,57 @@ class RxParse(wiring.Component):
         # the meta, and only stores the other fields; its payload router pops a frame's
         # decision on ``last`` and passes the beat on to Execute's payload FIFO.
         # (an entry into an empty queue is offered in the next cycle: ``bypass``)
-        # The meta queue holds the raw fields as the descriptor RAM delivers them (its write
-        # data is the RAM's output, no logic after the RAM's long clock-to-out) and the
-        # ``meta`` port is formed from its head entry (:meth:`_meta_fields`).
-        m.submodules.meta_q = meta_q = Queue(_mq_layout, 5, registered=("opcode", "dqpn"),
-                                             bypass=True)
+        # The meta queue holds the BTH fields as the descriptor RAM delivers them (its write
+        # data is the RAM's output, no logic after the RAM's long clock-to-out), the payload
+        # length, the opcode's flags and the frame's handle; its head loads the meta stage
+        # (:meth:`_meta_stage`), which reads the rest of the header by the handle.
+        m.submodules.meta_q = meta_q = Queue(_mq_layout(t.q.desc_q.abits), self.meta_depth,
+                                             registered=("handle",), bypass=True)
         m.submodules.out_q = out_q = Queue(beat_layout(self.width), self.out_depth,
                                            registered=("last",), bypass=True)
-        m.d.comb += [self.meta.valid.eq(meta_q.o.valid), meta_q.o.ready.eq(self.meta.ready)]
+        self._meta_stage(m, meta_q, t.q.desc_q)
         wiring.connect(m, wiring.flipped(self.payload), out_q.o)
         return types.SimpleNamespace(meta_q=meta_q, out_q=out_q)
+
+    def _meta_stage(self, m, meta_q, desc_q):
+        """The ``meta`` port: a register stage loaded from the meta queue's head (the BTH
+        fields, flags and payload length in flip-flops: PSN Check addresses its tables with
+        ``dqpn`` and decodes ``opcode`` in the cycle it takes the meta) and, in the same
+        cycle, the header RAM read at the head's handle (PSN, extended headers, IPv4 source:
+        fields PSN Check only stores). Both hold while an offered meta is not taken. The
+        ``rx_meta_layout`` fields are formed from them: fields of absent headers 0 (one LUT
+        per bit after the block RAM)."""
+        st_layout = data.StructLayout({**mbth_layout.members, "fl": 3, "payload_len": 13})
+        st = Signal(st_layout)
+        mv = Signal()
+        load = Signal()
+        head = meta_q.o.payload
+        m.d.comb += [load.eq(meta_q.o.valid & (~mv | self.meta.ready)),
+                     meta_q.o.ready.eq(load),
+                     desc_q.h_addr.eq(head.handle), desc_q.h_en.eq(load),
+                     self.meta.valid.eq(mv)]
+        with m.If(load):
+            m.d.sync += [mv.eq(1)] + [getattr(st, k).eq(getattr(head, k))
+                                      for k in st_layout.members]
+        with m.Elif(self.meta.ready):
+            m.d.sync += mv.eq(0)
+        hd = data.View(mhdr_layout, desc_q.r_h)
+        reth, aeth, imm = st.fl
+        xb = [hd.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
+        o = self.meta.payload
+        m.d.comb += [
+            o.opcode.eq(st.opcode), o.se.eq(st.se), o.padcnt.eq(st.padcnt),
+            o.dqpn.eq(st.dqpn), o.ackreq.eq(st.ackreq), o.psn.eq(hd.psn),
+            o.reth_va.eq(Mux(reth, wire.RETH.extract("va", xb), 0)),
+            o.reth_rkey.eq(Mux(reth, wire.RETH.extract("rkey", xb), 0)),
+            o.reth_len.eq(Mux(reth, wire.RETH.extract("dmalen", xb), 0)),
+            # ImmDt after a RETH, or ImmDt / IETH rkey right after the BTH (the same bytes)
+            o.imm_or_rkey.eq(Mux(imm, Mux(reth, wire.IMMDT.extract("imm", xb[16:]),
+                                          wire.IMMDT.extract("imm", xb)), 0)),
+            o.aeth_syndrome.eq(Mux(aeth, wire.AETH.extract("syndrome", xb), 0)),
+            o.src_ip.eq(hd.src_ip),
+            o.payload_len.eq(st.payload_len),
+        ]
 
     def _read_state(self, m, t):
         """The read side's state: the tokens (this cycle's ``tok`` and the two read stages'),
@@ -1130,38 +1202,22 @@ class RxParse(wiring.Component):
         m.d.comb += [rp.addr.eq(rd_addr[:self.abits]), rp.en.eq(1)]
 
     def _meta_fields(self, m, meta_q, desc_q, head, fl, push):
-        """The meta queue's push, in the cycle after a take that pushes (``push``): the raw
-        fields are the taken entry's ``m`` part, read from the descriptor queue in that cycle;
-        the opcode's flags (``fl``: RETH, AETH, ImmDt or IETH, from the verdict queue) and the
-        payload length were the head's in the take's cycle. The ``meta`` port,
-        ``rx_meta_layout``, is formed from the queue's head entry: fields of absent headers 0
-        (one LUT per bit after the queue's LUT-RAM read)."""
+        """The meta queue's push, in the cycle after a take that pushes (``push``): the BTH
+        fields are the taken entry's ``a`` part, read from the descriptor queue in that cycle;
+        the opcode's flags (``fl``: RETH, AETH, ImmDt or IETH, from the verdict queue), the
+        payload length and the entry's handle (for the header RAM) were the head's in the
+        take's cycle."""
         mpush = Signal()
         m_len = Signal.like(head.payload_len)
         m_fl = Signal(3)
-        m.d.sync += [mpush.eq(push), m_len.eq(head.payload_len), m_fl.eq(fl)]
-        raw = data.View(mraw_layout, desc_q.r_a)
+        m_handle = Signal.like(desc_q.a_idx)
+        m.d.sync += [mpush.eq(push), m_len.eq(head.payload_len), m_fl.eq(fl),
+                     m_handle.eq(desc_q.a_idx)]
+        raw = data.View(mbth_layout, desc_q.r_a)
         mq = meta_q.i.payload
         m.d.comb += [meta_q.i.valid.eq(mpush), mq.fl.eq(m_fl),
-                     mq.payload_len.eq(m_len)]
-        m.d.comb += [getattr(mq, k).eq(getattr(raw, k)) for k in mraw_layout.members]
-        h = meta_q.o.payload
-        reth, aeth, imm = h.fl
-        xb = [h.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
-        o = self.meta.payload
-        m.d.comb += [
-            o.opcode.eq(h.opcode), o.se.eq(h.se), o.padcnt.eq(h.padcnt),
-            o.dqpn.eq(h.dqpn), o.ackreq.eq(h.ackreq), o.psn.eq(h.psn),
-            o.reth_va.eq(Mux(reth, wire.RETH.extract("va", xb), 0)),
-            o.reth_rkey.eq(Mux(reth, wire.RETH.extract("rkey", xb), 0)),
-            o.reth_len.eq(Mux(reth, wire.RETH.extract("dmalen", xb), 0)),
-            # ImmDt after a RETH, or ImmDt / IETH rkey right after the BTH (the same bytes)
-            o.imm_or_rkey.eq(Mux(imm, Mux(reth, wire.IMMDT.extract("imm", xb[16:]),
-                                          wire.IMMDT.extract("imm", xb)), 0)),
-            o.aeth_syndrome.eq(Mux(aeth, wire.AETH.extract("syndrome", xb), 0)),
-            o.src_ip.eq(h.src_ip),
-            o.payload_len.eq(h.payload_len),
-        ]
+                     mq.payload_len.eq(m_len), mq.handle.eq(m_handle)]
+        m.d.comb += [getattr(mq, k).eq(getattr(raw, k)) for k in mbth_layout.members]
 
     def _realign(self, m, rp, out_q, tok, tok1, tok2):
         """Read stages S1 (memory read in flight) and S2 (registered read data): the payload
