@@ -213,6 +213,12 @@ MAX_WRITES = 64
 assert 2 * MAX_WRITES <= 1 << CLIENT_TAG_BIT
 
 
+def _one_hot(fsm):
+    """One flip-flop per state of ``fsm`` in synthesis: the state decodes in front of the
+    FSM's enables and next-state logic are then single flops."""
+    fsm.state.attrs["fsm_encoding"] = "one-hot"
+
+
 def _first_valid(m, vec, after=None):
     """Lowest piece index with its bit set in ``vec`` (> ``after``), MAX_SGE if none."""
     out = Signal(range(MAX_SGE + 1))
@@ -952,9 +958,12 @@ class Execute(wiring.Component):
         fl_start = Signal(16)                  # the flush's first index (``cnext``)
         fl_stop = Signal()
 
-        mask = Signal(16)
-        m.d.comb += [mask.eq((Const(1, 17) << c.rq_log) - 1),
-                     faddr_c.eq(c.rq_base + ((c.rq_index & mask) << 6))]
+        # c's ring slot, registered from c in every cycle: c's index and ring are unchanged in
+        # the state before FETCH (HIT, TAKE, SUMS, FL_NEXT), so the adder starts from flops
+        # (the mask 2^rq_log − 1 one compare a bit, no carry chain)
+        fslot = Signal(16)
+        m.d.sync += fslot.eq(c.rq_index & Cat(*[c.rq_log > i for i in range(16)]))
+        m.d.comb += faddr_c.eq(c.rq_base + (fslot << 6))
 
         return types.SimpleNamespace(
             b_ev=b_ev, cdone=cdone, cqe_on=cqe_on, cstat=cstat, dead_rd2=dead_rd2,
@@ -1021,7 +1030,12 @@ class Execute(wiring.Component):
         inv_pend = Signal(range(8))            # entries past the key checks that may invalidate
         inv_inc = Signal()
         inv_dec = Signal()
-        m.d.sync += inv_pend.eq(inv_pend + inv_inc - inv_dec)
+        # the count goes up a cycle after the push into ``iss_q`` (registered: the push is
+        # decided late, by the lookup's response): the next entry's first K_LOOK is two cycles
+        # after the push (K_IDLE between), and stage 4 decrements three cycles after it at
+        # the earliest
+        inv_inc_r = Signal()
+        m.d.sync += [inv_inc_r.eq(inv_inc), inv_pend.eq(inv_pend + inv_inc_r - inv_dec)]
         k_idle = Signal()
         r_idle = Signal()
         b_idle = Signal()
@@ -1105,7 +1119,7 @@ class Execute(wiring.Component):
                          cnext_wr.en.eq(1)]
         # ==== stage 1, the planner: tables, WQE, pieces, the checks that need no lookup ====
         m.d.sync += [plan_hit_r.eq(0), plan_tk.eq(0), plan_dec.eq(0)]
-        with m.FSM(name="plan"):
+        with m.FSM(name="plan") as fsm:
             with m.State("IDLE"):
                 m.d.comb += t.tk_here.eq(1)
                 self._take_next(m, t, True)
@@ -1114,6 +1128,7 @@ class Execute(wiring.Component):
             self._plan_ird(m, t)
             self._plan_wqe(m, t)
             self._plan_pieces(m, t)
+        _one_hot(fsm)
 
     def _fail(self, m, t, syndrome, status, with_cqe):
         """The planner's outcome: fatal with ``syndrome``, the CQE status ``status``, a CQE if
@@ -1592,7 +1607,12 @@ class Execute(wiring.Component):
                                                  WcStatus.LOC_QP_OP_ERR)),
                          iq.payload.cqe_on.eq(~rk | ke.wqe),
                          iq.payload.cdone.eq(~rk | ke.wqe)]
-        m.d.comb += iq.payload.invc.eq(ke.inv & ~iq.payload.nowrite)
+        # (the entry may invalidate: registered in K_IDLE, so the push's count starts from a
+        # flop and the lookup's response, not from the queue's LUT-RAM read)
+        k_inv = Signal()
+        with m.If(k_idle):
+            m.d.sync += k_inv.eq(ke.inv & ~ke.nowrite)
+        m.d.comb += iq.payload.invc.eq(k_inv & ~k_fail_c)
         return types.SimpleNamespace(
             iq=iq, j=j, j_d=j_d, k_fail=k_fail, k_fail_c=k_fail_c, k_first=k_first, k_next=k_next,
             kh=kh, lk_look=lk_look, lk_look_d=lk_look_d)
@@ -1605,7 +1625,7 @@ class Execute(wiring.Component):
          kh, lk_look, lk_look_d) = (
             t.bus_wr, t.inv_inc, t.inv_pend, t.iq, t.iss_q, t.j, t.j_d, t.k_fail, t.k_fail_c,
             t.k_first, t.k_idle, t.k_next, t.kh, t.lk_look, t.lk_look_d)
-        with m.FSM(name="keys"):
+        with m.FSM(name="keys") as fsm:
             with m.State("K_IDLE"):
                 m.d.comb += [k_idle.eq(1), j_d.eq(k_first)]
                 m.d.sync += k_fail.eq(0)
@@ -1649,6 +1669,7 @@ class Execute(wiring.Component):
                 with m.If(iq.ready):
                     m.d.comb += [kh.ready.eq(1), inv_inc.eq(iq.payload.invc)]
                     m.next = "K_IDLE"
+        _one_hot(fsm)
 
     def _reservation(self, m, t):
         """Stage 3, the reservation: the dead/write-fault marks read again, a CQE slot reserved,
@@ -1679,7 +1700,7 @@ class Execute(wiring.Component):
                      wflt_rd2.addr.eq(iss_q.o.payload.qpn),
                      self.reserve.payload.cqn.eq(r.cqn),
                      pp_q.i.payload.eq(r)]
-        with m.FSM(name="resv"):
+        with m.FSM(name="resv") as fsm:
             with m.State("R_IDLE"):
                 m.d.comb += [r_idle.eq(1), iss_q.o.ready.eq(1), dead_rd2.en.eq(1),
                              wflt_rd2.en.eq(1)]
@@ -1719,6 +1740,7 @@ class Execute(wiring.Component):
             with m.State("R_PUSH"):
                 with m.If(r_go):
                     r_push()
+        _one_hot(fsm)
         return types.SimpleNamespace(post_dead_w=post_dead_w, pp_q=pp_q)
 
     def _issue_select(self, m, t):
@@ -1803,7 +1825,7 @@ class Execute(wiring.Component):
             t.fl_cqe, t.inv_dec, t.jb, t.post_dead_w, t.post_q, t.pp_first, t.pp_q, t.pq,
             t.push_close, t.room, t.rq, t.rst, t.sc_out, t.sent_p, t.sent_w, t.wd_err, t.wqpn_wr,
             t.wr_cnt, t.wr_inc)
-        with m.FSM(name="issue"):
+        with m.FSM(name="issue") as fsm:
             with m.State("B_IDLE"):
                 m.d.comb += [b_idle.eq(1), pp_q.o.ready.eq(1)]
                 with m.If(pp_q.o.valid):
@@ -1882,5 +1904,6 @@ class Execute(wiring.Component):
                         m.d.comb += [cnext_wr.addr.eq(b.qpn), cnext_wr.data.eq(bh.widx + 1),
                                      cnext_wr.en.eq(1)]
                     m.next = "B_IDLE"
+        _one_hot(fsm)
         with m.If(fl_cqe):
             m.d.comb += cqe_q.i.valid.eq(1)

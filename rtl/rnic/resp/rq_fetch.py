@@ -386,6 +386,8 @@ def _visit_registers(m, t):
     a_sel1 = Signal()           # for a deeper index (else idx0): idx1, or idx2 with
     a_k2 = Signal()             # this,
     a_ev = Signal()             # by eviction (the pointer moves on at the claim)
+    a_oh = Signal(P)            # ``a_slot`` one-hot (the claim's enables and the hold's
+                                # match test start from it, not from a decode)
     # A take of the visited QP's idx0 leaves idx1 wanted (the take keeps its slot): the visit
     # goes on without idx0; any other take of the QP, or its reset, voids the visit.
     take_q = Signal()
@@ -414,6 +416,7 @@ def _visit_registers(m, t):
         pf_q=pf_q, pf_void=pf_void, row=row, pf_idx=pf_idx, pf_idx1=pf_idx1, pf_idx2=pf_idx2,
         pf_want=pf_want, pf_want1=pf_want1, pf_want2=pf_want2, pf_try=pf_try, pf_m0=pf_m0,
         pf_m1=pf_m1, pf_m2=pf_m2, pf_addr=pf_addr, ev=ev, alloc=alloc, a_slot=a_slot,
+        a_oh=a_oh,
         a_sel1=a_sel1, a_k2=a_k2, a_ev=a_ev, same_q=same_q, hazard=hazard)
 
 
@@ -439,8 +442,15 @@ def _visit_choice(m, t):
     for i in reversed(range(P)):
         with m.If(free[i]):
             m.d.comb += fsel.eq(i)
+    # the same two, one-hot
+    fsel_oh = Signal(P)
+    ev_oh = Signal(P)
+    m.d.comb += [fsel_oh[i].eq(free[i] & ~free[:i].any() if i else free[0])
+                 for i in range(P)]
+    m.d.comb += [ev_oh[i].eq(ev == i) for i in range(P)]
+    # the ring mask 2^log − 1, one compare a bit (no carry chain in front of ALLOC's adder)
     lmask = Signal(16)
-    m.d.comb += lmask.eq((Const(1, 17) << t.row.log) - 1)
+    m.d.comb += lmask.eq(Cat(*[t.row.log > i for i in range(16)]))
     need0 = Signal()            # WQE idx0 posted, not held, not yet fetched in this visit
     need1 = Signal()
     need2 = Signal()
@@ -448,10 +458,10 @@ def _visit_choice(m, t):
                  need1.eq(t.pf_want1 & ~pf_try[1] & ((t.pf_m1 & valid) == 0) if D > 1 else 0),
                  need2.eq(t.pf_want2 & ~pf_try[2] & ((t.pf_m2 & valid) == 0) if D > 2 else 0)]
     # the slots tagged {pf_q, pf_key}: idx0 in CALC, idx1 in CALC1, idx2 in CALC2 (one bank
-    # of compares)
+    # of compares; ``pf_key`` a register, loaded in the state before, so no state decode
+    # selects the compares' operand)
     pf_key = Signal(16)
     pf_cmp = Signal(P)
-    m.d.comb += pf_key.eq(pf_idx)
     for i in range(P):
         m.d.comb += pf_cmp[i].eq((sq[i] == pf_q) & (sidx[i] == pf_key))
 
@@ -462,9 +472,10 @@ def _visit_choice(m, t):
     # match: it decides no eviction (HIT may pin the slot), and a slot of ``match`` freed
     # since LOOK is not re-tagged under it (HIT would take the new tags for c's).
     hit_hold = Signal()
-    m.d.comb += hit_hold.eq(t.plan_hit_r & (t.a_ev | t.match.bit_select(t.a_slot, 1)))
+    m.d.comb += hit_hold.eq(t.plan_hit_r & (t.a_ev | (t.match & t.a_oh).any()))
     return types.SimpleNamespace(
-        pinned=pinned, free=free, evictable=evictable, fsel=fsel, lmask=lmask, need0=need0,
+        pinned=pinned, free=free, evictable=evictable, fsel=fsel, fsel_oh=fsel_oh, ev_oh=ev_oh,
+        lmask=lmask, need0=need0,
         need1=need1, need2=need2, pf_key=pf_key, pf_cmp=pf_cmp, hold=hold, hit_hold=hit_hold)
 
 
@@ -472,9 +483,11 @@ def _prefetcher_fsm(m, t):
     """The prefetcher FSM ``prefetch``, which examines one QP at a time: its visit reads the
     QP's tables and compares the slots (:func:`_visit_read_states`), then claims a slot and
     issues the read of each WQE it needs (:func:`_visit_claim_states`)."""
-    with m.FSM(name="prefetch"):
+    with m.FSM(name="prefetch") as fsm:
         _visit_read_states(m, t)
         _visit_claim_states(m, t)
+    # one flip-flop per state: the state decodes in front of the enables are flops
+    fsm.state.attrs["fsm_encoding"] = "one-hot"
 
 
 def _visit_read_states(m, t):
@@ -492,7 +505,7 @@ def _visit_read_states(m, t):
             m.next = "READ"
     with m.State("READ"):
         # the tables' read data registered as is (block RAM clock-to-out)
-        m.d.sync += [row.eq(pst_rd.data), pf_idx.eq(nxt_rd.data)]
+        m.d.sync += [row.eq(pst_rd.data), pf_idx.eq(nxt_rd.data), pf_key.eq(nxt_rd.data)]
         m.next = "CALC"
     with m.State("CALC"):
         ahead = Signal(16)
@@ -503,16 +516,14 @@ def _visit_read_states(m, t):
                      t.pf_want2.eq(row.on & (ahead != 0) & (ahead != 1) & (ahead != 2)
                                    & ~ahead[15]),
                      t.pf_idx1.eq(pf_idx + 1), t.pf_idx2.eq(pf_idx + 2)]
-        m.d.sync += t.pf_m0.eq(pf_cmp)
+        m.d.sync += [t.pf_m0.eq(pf_cmp), pf_key.eq(pf_idx + 1)]
         m.next = "CALC1" if D > 1 else "ALLOC"
     if D > 1:
         with m.State("CALC1"):
-            m.d.comb += pf_key.eq(t.pf_idx1)
-            m.d.sync += t.pf_m1.eq(pf_cmp)
+            m.d.sync += [t.pf_m1.eq(pf_cmp), pf_key.eq(t.pf_idx2)]
             m.next = "CALC2" if D > 2 else "ALLOC"
     if D > 2:
         with m.State("CALC2"):
-            m.d.comb += pf_key.eq(t.pf_idx2)
             m.d.sync += t.pf_m2.eq(pf_cmp)
             m.next = "ALLOC"
 
@@ -550,12 +561,12 @@ def _visit_claim_states(m, t):
             with m.If((free == 0) & t.pin & c.comp):
                 pass
             with m.Elif(free != 0):
-                m.d.sync += [a_slot.eq(fsel), a_sel1.eq(0), a_ev.eq(0)]
+                m.d.sync += [a_slot.eq(fsel), t.a_oh.eq(t.fsel_oh), a_sel1.eq(0), a_ev.eq(0)]
                 m.next = "CLAIM"
             with m.Elif(plan_hit_r):
                 pass
             with m.Elif(t.evictable):
-                m.d.sync += [a_slot.eq(ev), a_sel1.eq(0), a_ev.eq(1)]
+                m.d.sync += [a_slot.eq(ev), t.a_oh.eq(t.ev_oh), a_sel1.eq(0), a_ev.eq(1)]
                 m.next = "CLAIM"
             with m.Else():
                 m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
@@ -564,7 +575,8 @@ def _visit_claim_states(m, t):
             # WQE nxt + 1 (or + 2): only into a free slot (a deeper prefetch never
             # evicts)
             with m.If(free != 0):
-                m.d.sync += [a_slot.eq(fsel), a_sel1.eq(1), a_k2.eq(~need1), a_ev.eq(0)]
+                m.d.sync += [a_slot.eq(fsel), t.a_oh.eq(t.fsel_oh), a_sel1.eq(1),
+                             a_k2.eq(~need1), a_ev.eq(0)]
                 m.next = "CLAIM"
             with m.Else():
                 m.next = "IDLE"
@@ -652,7 +664,7 @@ def _slot_updates(m, t):
             m.d.sync += [busy[i].eq(0), ok[i].eq(~fr.payload.err)]
             with m.If(fr.payload.err):
                 m.d.sync += valid[i].eq(0)
-        m.d.comb += claim[i].eq(alloc & (a_slot == i))
+        m.d.comb += claim[i].eq(alloc & t.a_oh[i])
         with m.If(claim[i]):
             m.d.sync += [valid[i].eq(1), busy[i].eq(1), ok[i].eq(0), sq[i].eq(t.pf_q),
                          sidx[i].eq(Mux(a_sel1, Mux(a_k2, t.pf_idx2, t.pf_idx1), t.pf_idx)),
