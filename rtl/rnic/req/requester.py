@@ -604,7 +604,7 @@ class Requester(wiring.Component):
             lk_out=Signal(name="lk_out"), lk_drop=Signal(name="lk_drop"),
             rd_va=Signal(64, name="rd_va"),
             rd_n=Signal(24, name="rd_n"),
-            rd_z=Signal(name="rd_z"), e_ri=Signal(sb, name="e_ri"))
+            e_ri=Signal(sb, name="e_ri"))
 
     def _scheduler(self, m, t):
         """The work queue of QPNs for the engine and the readies of what feeds it, in this
@@ -752,21 +752,24 @@ class Requester(wiring.Component):
          rh_rpe, rn_rd_w, rn_wp, set_hit, set_q) = (
             t.aq, t.c_wb_st_r, t.comp_rd_w, t.comp_rp, t.dyn_rd_w, t.dyn_rp, t.dyn_wp, t.prod_rp,
             t.prod_wp, t.qpn, t.rb, t.rh_rpe, t.rn_rd_w, t.rn_wp, t.set_hit, t.set_q)
-        # the engine reads its QP's entries continuously; prod at the work queue's head while
-        # the engine is in IDLE (e_idle), so that its two registers hold the new QP's row by
-        # CHECK_WAIT, three cycles after IDLE took it
+        # the engine reads its QP's entries continuously; prod and dyn at the work queue's head
+        # while the engine is in IDLE (e_idle), so that their two registers hold the new QP's
+        # row by CHECK_WAIT, three cycles after IDLE took it (dyn's by CTX_WAIT, two cycles
+        # after)
         e_idle = Signal()
         rq = Signal.like(qpn)           # the QP of prod's read
         m.d.comb += [rq.eq(Mux(e_idle, t.work.o.payload, qpn)),
-                     prod_rp.addr.eq(rq), dyn_rp.addr.eq(qpn), comp_rp.addr.eq(qpn)]
+                     prod_rp.addr.eq(rq), dyn_rp.addr.eq(rq), comp_rp.addr.eq(qpn)]
         # registered copies of the table reads (one cycle older: every use is conservative)
         # (prod twice: synthesis folds the first register into the block RAM, whose clock-to-out
         # then fed the CHECK compare; a doorbell seen a cycle late is still queued for service)
         prod_q = Signal(16)
         prod = Signal(16)
         cs = Signal(_comp_engine_layout)    # one consistent snapshot of the completer's entry
-        # (dyn_mem's read, rn with it, goes straight into dyn in CTX_WAIT)
-        dyn_rd, rn_rd = dyn_rd_w, rn_rd_w
+        # dyn_mem's read, rn with it, registered before CTX_WAIT takes it into dyn (the block
+        # RAM's clock-to-out leads no logic)
+        dyn_rd, rn_rd = Signal(_dyn_engine_layout), Signal(rb)
+        m.d.sync += [dyn_rd.eq(dyn_rd_w), rn_rd.eq(rn_rd_w)]
         # (a read that met a doorbell's or a RESET's write to its row is not taken: prod_q
         # keeps the value before the write when it holds that row, and takes the new one a
         # cycle later; when it holds another QP's row (the engine has just changed QP), it
@@ -793,15 +796,18 @@ class Requester(wiring.Component):
         m.d.comb += ce_hit.eq((set_r & set_qpn_r) | (c_wb_st_r & aq_qpn_r))
         with m.If(~ce_hit):
             m.d.sync += cs.eq(comp_rd_w)
-        # dyn_mem's read met a write to its row (e_hit1, with its data; enable and address
-        # compare registered apart)
-        e_hit1, dyn_en_r, dyn_qpn_r = Signal(), Signal(), Signal()
-        # (dyn_wp.addr == qpn, the compares made beside the address's choice: the SET_QP's,
+        # dyn_rd is from a read that met a write to its row, or that a write to its row
+        # followed before it reached dyn_rd (e_hit1: this cycle's e_hit0 or the last one's;
+        # enable and address compare registered apart)
+        e_hit1, e_hit0, e_hit0_r, dyn_en_r, dyn_qpn_r = (Signal(), Signal(), Signal(),
+                                                         Signal(), Signal())
+        # (dyn_wp.addr == rq, the compares made beside the address's choice: the SET_QP's,
         # the sweep's, or the engine's own QP)
         m.d.sync += [dyn_en_r.eq(dyn_wp.en | rn_wp.en),
-                     dyn_qpn_r.eq(Mux(t.qs_sel, set_q == qpn,
-                                      Mux(t.sweeping, t.sw_i == qpn, 1)))]
-        m.d.comb += e_hit1.eq(dyn_en_r & dyn_qpn_r)
+                     dyn_qpn_r.eq(Mux(t.qs_sel, set_q == rq,
+                                      Mux(t.sweeping, t.sw_i == rq, 1))),
+                     e_hit0_r.eq(e_hit0)]
+        m.d.comb += [e_hit0.eq(dyn_en_r & dyn_qpn_r), e_hit1.eq(e_hit0 | e_hit0_r)]
         m.d.comb += rh_rpe.addr.eq(qpn)
         rh_e = Signal(rb)               # rh as read with cs
         m.d.sync += rh_e.eq(rh_rpe.data)
@@ -844,6 +850,7 @@ class Requester(wiring.Component):
         seg_left = Signal(32)           # bytes left in the current SGE
         len1 = Signal(32)
         left = Signal(13)               # bytes of the current packet still to gather
+        left_z = Signal()               # left = 0, set with left
         was_last = Signal()
         flush = Signal()                # the WQE is being flushed (QP in ERROR)
         fpsn_r = Signal(24)             # first PSN of the current WQE
@@ -886,7 +893,7 @@ class Requester(wiring.Component):
         return types.SimpleNamespace(
             ctx=ctx, dyn=dyn, ern=ern, eng_rn=eng_rn, rgen_ne=rgen_ne, k=k, len0=len0,
             total=total, beat=beat, status=status, hfault=hfault, sent=sent, resid=resid,
-            cur_addr=cur_addr, seg_left=seg_left, len1=len1, left=left, was_last=was_last,
+            cur_addr=cur_addr, seg_left=seg_left, len1=len1, left=left, left_z=left_z, was_last=was_last,
             flush=flush, fpsn_r=fpsn_r, skipn=skipn, skip0=skip0, soff=soff, sk_lt=sk_lt, skoff=skoff,
             pend_err=pend_err, eoff=eoff, pstat=pstat, kill_v=kill_v, kill_q=kill_q, served=served,
             pf_v=pf_v, pf_q=pf_q, pf_c=pf_c, pf_go=pf_go, pf_cw=pf_cw, cw_new=cw_new,
@@ -923,6 +930,15 @@ class Requester(wiring.Component):
             capture(reg, SendWqe[name].offset)
         for i, reg in enumerate(sge_len):
             capture(reg, sge + 128 * i + 64)
+        # VALIDATE's opcode and SGE-count tests, registered as the fields are taken
+        op_bad, op_rdc = Signal(name="op_bad"), Signal(name="op_rdc")
+        ow, oo = divmod(SendWqe["opcode"].offset, 64)
+        nw_, no = divmod(SendWqe["num_sge"].offset, 64)
+        assert ow == nw_                # (one word holds both)
+        with m.If(take & (beat == ow // nw)):
+            lane = d[64 * (ow % nw):][:64]
+            d_op, d_ns = lane[oo:oo + 8], lane[no:no + 8]
+            m.d.sync += [op_bad.eq((d_op > _WOP_READ) | (d_ns > 2)), op_rdc.eq(d_op == _WOP_READ)]
         # (no_rw_check is moot: the reads are asynchronous)
         m.submodules.wqe_mem = mem = Memory(shape=W, depth=max(1, 8 // nw), init=[])
         wp = mem.write_port(granularity=64)
@@ -942,7 +958,7 @@ class Requester(wiring.Component):
             ports += [wa, wd]
         wqe_a, wqe_ad, wqe_b, wqe_bd = ports
         return types.SimpleNamespace(
-            wqe_take=take, wqe_bus=put_bus, wop=wop, flags=flags, num_sge=num_sge, immf=immf,
+            wqe_take=take, wqe_bus=put_bus, op_bad=op_bad, op_rdc=op_rdc, wop=wop, flags=flags, num_sge=num_sge, immf=immf,
             rkey=rkey, sge_len=sge_len, wqe_a=wqe_a, wqe_ad=wqe_ad, wqe_b=wqe_b, wqe_bd=wqe_bd)
 
     def _engine_flags(self, m, t):
@@ -1006,8 +1022,19 @@ class Requester(wiring.Component):
         rewind = Signal()
         m.d.sync += rewind.eq((cs.rgen != dyn.rgen)
                               | (~dyn.err & (unretired[15] | outstanding[23])))
+        # the SGE lengths' zero tests registered (LOOKUP is at least a cycle after the WQE's
+        # last beat; LK_WAIT rewrites only the addresses)
+        len_z = Signal(2)
+        m.d.sync += len_z.eq(Cat(sge_len[0] == 0, sge_len[1] == 0))
+        # CHECK's tests of the context and of the completer's entry (registered with rewind:
+        # the completer changes rerr and hold with rgen; ctx changes in CTX_WAIT only)
+        # (and a QPN waits in the work queue: only the engine takes entries, so one seen a
+        # cycle late is only a WQE more before the yield)
+        c_err, c_end, c_off, wq_v = Signal(), Signal(), Signal(), Signal()
+        m.d.sync += [wq_v.eq(t.work.o.valid), c_err.eq(ctx.state == _ERROR), c_end.eq(cs.rerr != 0),
+                     c_off.eq((ctx.state != _RTS) | cs.hold | (cs.rerr != 0))]
         return types.SimpleNamespace(
-            sge2_r=sge2_r, len0_nz=len0_nz, len_sum=len_sum, pmtu_b=pmtu_b, psn_room=psn_room,
+            c_err=c_err, c_end=c_end, c_off=c_off, wq_v=wq_v, len_z=len_z, sge2_r=sge2_r, len0_nz=len0_nz, len_sum=len_sum, pmtu_b=pmtu_b, psn_room=psn_room,
             slot_room=slot_room,
             none_unretired=none_unretired, ring_ok=ring_ok, cons_eq_prod=cons_eq_prod,
             rewind=rewind)
@@ -1092,11 +1119,14 @@ class Requester(wiring.Component):
         # and only WB_NEXT takes entries, so fresh and the free list's head are as a cycle
         # before (the room CHECK saw is still there)
         new_rn = Signal(rb)
-        m.d.sync += new_rn.eq(Mux(fresh != D, fresh, free.o.payload))
+        # (the free list's head registered first: its block RAM's clock-to-out leads no logic;
+        # WB_NEXT is at least three cycles after the CHECK that saw the head valid)
+        f_head = Signal(rb)
+        m.d.sync += [f_head.eq(free.o.payload), new_rn.eq(Mux(fresh != D, fresh, f_head))]
         m.d.comb += [
             infl_wp.addr.eq(ern),
             infl_wp.data.next.eq(new_rn),
-            infl_wp.data.wr_id.eq(t.wqe_ad),      # (WB_NEXT reads word 0)
+            infl_wp.data.wr_id.eq(t.wqe_bd),      # (WB_NEXT reads word 0)
             infl_wp.data.end_psn.eq(dyn.psn),     # (WB_NEXT: psn is one past the WQE's last)
             infl_wp.data.signaled.eq(flags[0]),
             infl_wp.data.write.eq((wop == 3) | (wop == 4)),
@@ -1132,7 +1162,7 @@ class Requester(wiring.Component):
             self.lookup.req.payload.va.eq(t.wqe_ad),
             self.lookup.req.payload.len.eq(Mux(k[0], sge_len[1], sge_len[0])),
             self.lookup.req.payload.tag.eq(k),
-            ecpl.payload.qpn.eq(qpn), ecpl.payload.wr_id.eq(t.wqe_ad),   # (ERR reads word 0)
+            ecpl.payload.qpn.eq(qpn), ecpl.payload.wr_id.eq(t.wqe_bd),   # (ERR reads word 0)
             ecpl.payload.status.eq(status),
             ecpl.payload.opcode.eq(Mux(wop == _WOP_READ, 2, (wop == 3) | (wop == 4))),
             ecpl.payload.fault.eq(hfault),
@@ -1209,26 +1239,42 @@ class Requester(wiring.Component):
         return types.SimpleNamespace(eng_fsm=eng_fsm)
 
     def _engine_wqe_words(self, m, t, eng_fsm):
-        """The words the WQE RAM's ports read (:meth:`_engine_wqe_store`), from the engine's
-        state flip-flops (one-hot), ``k`` and registered bits only, so that the address is as
-        shallow for every state as for the one that uses it. Port A: SGE k's address for a
-        lookup (WQE_DATA, LOOKUP), the gather set-up's SGE address (LOOKUP once k = num_sge:
-        SGE 0's, or SGE 1's when SGE 0 is empty; SKIP3; SGE 1's in CHUNK), SGE 0's for the READ
-        slot (PKT), wr_id (WB_NEXT, ERR). Port B: SGE k's length/lkey word, SGE 1's address in
-        PKT."""
-        k, num_sge, sge_len = t.k, t.num_sge, t.sge_len
+        """The words the WQE RAM's ports read (:meth:`_engine_wqe_store`). Port A: SGE k's address
+        for a lookup (WQE_DATA, LOOKUP), the gather set-up's SGE address (LOOKUP once k =
+        num_sge: SGE 0's, or SGE 1's when SGE 0 is empty; SKIP3; SGE 1's in CHUNK), SGE 0's for
+        the READ slot (PKT). Port B: SGE k's length/lkey word, SGE 1's address in PKT, wr_id
+        (WB_NEXT, ERR). Which SGE's address port A reads (``a6``: SGE 1's) is a register set
+        the cycle before, from the state and ``k`` the next cycle will have: port A's address
+        is flip-flops, port B's one LUT from them."""
+        k, num_sge, sge_len, len_z = t.k, t.num_sge, t.sge_len, t.len_z
         on = eng_fsm.ongoing
-        # LOOKUP's word 6 for each k (registered: LOOKUP is two cycles after the WQE's last
-        # beat at the earliest): k = 0 the set-up when num_sge = 0; k = 1 SGE 1's lookup, or
-        # the set-up when num_sge = 1; k = 2 the set-up; the set-up from SGE 1 when SGE 0 is
-        # empty
+        # SGE 1's address is the one port A reads in LOOKUP, by k (registered: LOOKUP is two
+        # cycles after the WQE's last beat at the earliest): k = 0 the set-up when num_sge = 0;
+        # k = 1 SGE 1's lookup, or the set-up when num_sge = 1; k = 2 the set-up; the set-up
+        # from SGE 1 when SGE 0 is empty
         lk6 = Signal(3)
         z0 = sge_len[0] == 0
         m.d.sync += lk6.eq(Cat(num_sge == 0, Mux(num_sge == 1, z0, 1), z0))
-        w6 = ((on("LOOKUP") & Mux(k[1], lk6[2], Mux(k[0], lk6[1], lk6[0])))
-              | (on("SKIP3") & ~t.sk_lt) | on("CHUNK"))
-        m.d.comb += [t.wqe_a.eq(Cat(Const(0, 1), w6, ~(on("WB_NEXT") | on("ERR")))),
-                     t.wqe_b.eq(Cat(~on("PKT"), on("PKT") | k[0], Const(1, 1)))]
+        a6 = Signal()
+        sel0 = Mux(k[1], lk6[2], Mux(k[0], lk6[1], lk6[0]))      # LOOKUP at k
+        sel1 = Mux(k[0], lk6[2], lk6[1])                          # LOOKUP at k + 1 (k < 2)
+        with m.If(on("SKIP2")):
+            # SKIP3: SGE 1 unless sk_lt (SKIP follows num_sge ≠ 0, so len0 is SGE 0's)
+            m.d.sync += a6.eq(~(t.soff[:32] < sge_len[0]))
+        with m.Elif(on("VALIDATE")):
+            m.d.sync += a6.eq(num_sge == 0)                       # LOOKUP at k = 0
+        with m.Elif(on("LOOKUP")):
+            # k steps past an empty SGE, else stays (LOOKUP's other ways out need no word)
+            m.d.sync += a6.eq(Mux(Mux(k[0], len_z[1], len_z[0]), sel1, sel0))
+        with m.Elif(on("LK_WAIT")):
+            m.d.sync += a6.eq(sel1)                               # back to LOOKUP at k + 1
+        with m.Elif(on("PKT") | on("CHUNK")):
+            m.d.sync += a6.eq(~t.is_rd)                           # CHUNK: SGE 1; PKT: SGE 0
+        with m.Else():
+            m.d.sync += a6.eq(0)                                  # WQE_DATA: SGE 0
+        wr = on("WB_NEXT") | on("ERR")                            # wr_id: word 0
+        m.d.comb += [t.wqe_a.eq(Cat(Const(0, 1), a6, Const(1, 1))),
+                     t.wqe_b.eq(Cat(~on("PKT") & ~wr, (on("PKT") | k[0]) & ~wr, ~wr))]
 
     def _engine_load_states(self, m, t):
         """IDLE … CTX_WAIT, in the engine's FSM: take a QPN from the work queue, ask for its context
@@ -1291,22 +1337,22 @@ class Requester(wiring.Component):
                 with m.Else():
                     m.d.sync += [flush.eq(1), beat.eq(0), hfault.eq(0)]
                     m.next = "WQE_REQ"
-            with m.Elif(ctx.state == _ERROR):
+            with m.Elif(t.c_err):
                 with m.If(none_unretired):
                     with m.If(cons_eq_prod):
                         go("WB")
                     with m.Else():
                         m.d.sync += [flush.eq(1), dyn.err.eq(1), beat.eq(0), hfault.eq(0)]
                         m.next = "WQE_REQ"
-                with m.Elif(cs.rerr != 0):
+                with m.Elif(t.c_end):
                     go("WB")             # the completer has ended it: wait its rewind
                 with m.Else():
                     m.next = "KILL"           # WQEs sent and unacknowledged: flush them too
             with m.Elif(cons_eq_prod):
                 go("WB")
-            with m.Elif((ctx.state != _RTS) | cs.hold | (cs.rerr != 0)):
+            with m.Elif(t.c_off):
                 go("WB")                 # (the completer wakes the QP after RNR)
-            with m.Elif(served & work.o.valid):
+            with m.Elif(served & t.wq_v):
                 go("YIELD")              # other QPs wait: round-robin, one WQE each
             with m.Elif(slot_room & ring_ok):
                 m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0),
@@ -1410,7 +1456,7 @@ class Requester(wiring.Component):
         with m.State("VALIDATE"):
             m.d.comb += self.busy.eq(1)
             m.d.sync += [k.eq(0), sent.eq(0), total.eq(len_sum), resid.eq(len_sum),
-                         t.is_rd.eq(wop == _WOP_READ)]
+                         t.is_rd.eq(t.op_rdc)]
             # (the early lookup's answer is taken by the drop below from now on, by LK_WAIT
             # too when the WQE goes on there: every other branch leaves the WQE)
             m.d.sync += t.lk_drop.eq(t.lk_out)
@@ -1423,10 +1469,10 @@ class Requester(wiring.Component):
             with m.Elif(hfault):
                 m.d.sync += status.eq(0)
                 m.next = "ERR"
-            with m.Elif((wop > _WOP_READ) | (num_sge > 2)):
+            with m.Elif(t.op_bad):
                 m.d.sync += status.eq(int(WcStatus.LOC_QP_OP_ERR))
                 m.next = "ERR"
-            with m.Elif((wop == _WOP_READ) & alloc_r & ~(t.rslot_ok & t.ord_ok)):
+            with m.Elif(t.op_rdc & alloc_r & ~(t.rslot_ok & t.ord_ok)):
                 # a new READ beyond ORD, or no READ slot free: wait (the completer wakes the QP
                 # when it retires a READ, the scan otherwise); the WQE is fetched again
                 go("PARK")
@@ -1463,10 +1509,7 @@ class Requester(wiring.Component):
          skip0, skipn, soff, status, total, wqe_ad) = (
             t.ctx, t.cur_addr, t.k, t.len0, t.len0_nz, t.num_sge, t.resid, t.seg_left,
             t.sent, t.sge_len, t.sk_lt, t.skip0, t.skipn, t.soff, t.status, t.total, t.wqe_ad)
-        # the SGE lengths' zero tests registered (LOOKUP is at least a cycle after the WQE's
-        # last beat; LK_WAIT rewrites only the addresses)
-        len_z = Signal(2)
-        m.d.sync += len_z.eq(Cat(sge_len[0] == 0, sge_len[1] == 0))
+        len_z = t.len_z
         with m.State("LOOKUP"):
             m.d.comb += self.busy.eq(1)
             with m.If((k == num_sge) & skip0):
@@ -1514,17 +1557,21 @@ class Requester(wiring.Component):
             # gather from SGE 0 at soff, or from SGE 1 at soff − len0: that offset in skoff,
             # the SGE's address read into cur_addr next cycle and the offset added after it (so
             # the WQE RAM's read and the 64-bit add are in cycles of their own)
+            # (the choices by sk_lt in SKIP3; num_sge = 0 makes total = 0 ≤ soff: l0 unused)
             m.d.comb += self.busy.eq(1)
-            lt = soff[:32] < len0
+            lt = soff[:32] < (l0 := sge_len[0])
             m.d.sync += [sent.eq(soff[:32]), resid.eq(total - soff[:32]), sk_lt.eq(lt),
-                         seg_left.eq(Mux(lt, len0 - soff[:32], total - soff[:32])),
-                         t.skoff.eq(Mux(lt, soff[:32], soff[:32] - len0))]
+                         t.skoff.eq(soff[:32] - l0)]
             with m.If(~skip0 & (soff >= total)):
                 go("WB_NEXT")            # every packet of it was already sent
             with m.Else():
                 m.next = "SKIP3"
         with m.State("SKIP3"):
             m.d.comb += self.busy.eq(1)
+            with m.If(sk_lt):                           # (cur_addr before this cycle's write)
+                m.d.sync += [t.skoff.eq(soff[:32]), seg_left.eq(-t.skoff)]     # len0 − soff
+            with m.Else():
+                m.d.sync += seg_left.eq(resid)          # total − soff
             m.d.sync += cur_addr.eq(wqe_ad)
             m.next = "SKIP4"
         with m.State("SKIP4"):
@@ -1538,10 +1585,10 @@ class Requester(wiring.Component):
             # responses already placed): its VA, and the PSNs it takes, max(1, ⌈resid/PMTU⌉)
             m.d.comb += self.busy.eq(1)
             # (rd_va holds the WQE's remote address: WQE_DATA took it)
-            # (rd_rm1 = resid − 1 in seg_left: a READ gathers nothing, and PKT, the only state
+            # (max(resid, 1) − 1 in seg_left: a READ gathers nothing, and PKT, the only state
             # after RD_PREP2 that reads seg_left, sets no chunk for it)
-            m.d.sync += [t.rd_va.eq(t.rd_va + sent), seg_left.eq(resid - 1),
-                         t.rd_z.eq(resid == 0)]
+            m.d.sync += [t.rd_va.eq(t.rd_va + sent),
+                         seg_left.eq(Mux(resid == 0, 0, resid - 1))]
             m.next = "RD_PREP2"
         with m.State("RD_PREP2"):
             m.d.comb += self.busy.eq(1)
@@ -1552,7 +1599,7 @@ class Requester(wiring.Component):
                 for code in range(2, 6):
                     with m.Case(code):
                         m.d.comb += rd_q.eq(seg_left >> (code + 7))
-            m.d.sync += t.rd_n.eq(Mux(t.rd_z, 1, rd_q + 1))
+            m.d.sync += t.rd_n.eq(rd_q + 1)
             m.next = "PKT"
 
     def _engine_send_states(self, m, t, go, prefetch):
@@ -1582,12 +1629,12 @@ class Requester(wiring.Component):
                     m.d.comb += self.retx.eq(retx)
                     with m.If(~retx):
                         m.d.sync += dyn.hpsn.eq(dyn.psn + 1)
-                    # seg_left < pay and seg_left ≤ pay: both comparisons in parallel
-                    # with ``fits``
+                    # seg_left < pay and seg_left ≤ pay: both compares beside ``fits``
                     c_lt = Mux(fits, seg_left < resid, seg_left < pmtu_b)
                     c_le = Mux(fits, seg_left <= resid, seg_left <= pmtu_b)
                     m.d.sync += [
-                        left.eq(pay), sent.eq(sent + pay), resid.eq(resid - pay),
+                        left.eq(pay), t.left_z.eq(pay == 0), sent.eq(sent + pay),
+                        resid.eq(resid - pay),
                         clen.eq(Mux(c_lt, seg_left, pay)),      # min(seg_left, pay)
                         pkt_end.eq(~c_lt), seg_end.eq(c_le),
                         was_last.eq(fits),
@@ -1597,7 +1644,7 @@ class Requester(wiring.Component):
                     m.next = "CHUNK"
                     with m.If(t.is_rd):
                         # one request, no payload, rd_n PSNs; a new READ takes a slot
-                        m.d.sync += [left.eq(0), was_last.eq(1),
+                        m.d.sync += [left.eq(0), t.left_z.eq(1), was_last.eq(1),
                                      dyn.psn.eq(dyn.psn + t.rd_n)]
                         with m.If(~retx):
                             m.d.sync += dyn.hpsn.eq(dyn.psn + t.rd_n)
@@ -1611,7 +1658,7 @@ class Requester(wiring.Component):
         with m.State("CHUNK"):
             m.d.comb += self.busy.eq(1)
             prefetch()
-            with m.If(left == 0):
+            with m.If(t.left_z):
                 with m.If(was_last):
                     go("WB_NEXT")
                 with m.Else():
@@ -1626,9 +1673,9 @@ class Requester(wiring.Component):
                     # len1 = total − len0 bytes all follow: min(len1, left_n) = left_n)
                     # (its pkt_end, and its seg_end 0: SGE 1 ends with the message, so if
                     # it ends in this chunk, the WQE does, and cur_addr and seg_left are
-                    # not used after it)
-                    m.d.sync += [left.eq(left_n), clen.eq(left_n), pkt_end.eq(1),
-                                 seg_end.eq(0)]
+                    # not used after it; left_n = 0 exactly when pkt_end)
+                    m.d.sync += [left.eq(left_n), t.left_z.eq(pkt_end), clen.eq(left_n),
+                                 pkt_end.eq(1), seg_end.eq(0)]
                     with m.If(pkt_end):                     # the packet's last chunk
                         with m.If(was_last):
                             go("WB_NEXT")
@@ -1739,11 +1786,12 @@ class Requester(wiring.Component):
         d_rd = Signal(_dyn_comp_layout)
         cfg = Signal(_cfg_layout)
         cfg_rd = Signal(_cfg_layout)
-        # the QP's timeout in µs, looked up from cfg (each use is at least two cycles after cfg
-        # is loaded: ACT, or EVAL after LOAD, see tsrc), and whether it has one
+        # the QP's timeout in µs + 1, looked up from cfg (each use is at least two cycles after
+        # cfg is loaded: ACT, or EVAL after LOAD, see tsrc), and whether it has one (the + 1
+        # of a deadline in the table, so that the deadline is one addition)
         tval = Signal(34)
         ton = cfg.timeout != 0
-        rval = Signal(TB)               # the RNR NAK's wait in µs
+        rval = Signal(TB)               # the RNR NAK's wait in µs + 1
         crh = Signal(rb)                # the QP's rh: the entry of its WQE at ccons
         rh_rd, rn_rd2 = Signal(rb), Signal(rb)
         m.d.sync += [comp_rd.eq(comp_rd2_w), d_rd.eq(dyn_rd2_w), cfg_rd.eq(cfg_rd_w),
@@ -1767,11 +1815,11 @@ class Requester(wiring.Component):
         t_rd3 = Signal()                # the completer is in READ3 (a register: set in READ2)
         tsrc = Signal(5)
         m.d.sync += [t_rd3.eq(0), tsrc.eq(Mux(t_rd3, cfg_rd.timeout, cfg.timeout)),
-                     tval.eq(rom(m, tsrc, TIMEOUT_US, 34, "timeout_us"))]
+                     tval.eq(rom(m, tsrc, [v + 1 for v in TIMEOUT_US], 34, "timeout_us1"))]
         m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq),
                      infl_rp.addr.eq(crh),
                      cmp_new.eq(cmp)]
-        r_rom = rom(m, a.syndrome[:5], RNR_US, TB, "rnr_us")
+        r_rom = rom(m, a.syndrome[:5], [v + 1 for v in RNR_US], TB, "rnr_us1")
         with m.If(set_hit & (set_q == aq)):
             m.d.sync += stale.eq(1)
         return types.SimpleNamespace(
@@ -1831,7 +1879,9 @@ class Requester(wiring.Component):
         wake_room = Signal()
         scan_room = Signal()
         m.d.comb += [wake_room.eq(work.level < self.work_depth // 2), scan_room.eq(work.level == 0)]
-        m.d.comb += expired.eq(~(now - cmp.dl)[TB - 1])
+        # (registered: ACT, where it is used, is at least three cycles after LOAD or SCAN,
+        # which load dl; now a cycle older only delays a timer by a cycle)
+        m.d.sync += expired.eq(~(now - cmp.dl)[TB - 1])
         # nothing sent unacknowledged (registered: ACT, where it is used, is at least three
         # cycles after EVAL, which last changes una, and after LOAD or SCAN, which load d)
         ps_done = Signal()
@@ -2023,7 +2073,7 @@ class Requester(wiring.Component):
                     # PSNs still outstanding: the timer restarts now (outside an RNR wait,
                     # whose deadline dl holds)
                     with m.If(~cmp.hold & ton & d_more):
-                        m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1)]
+                        m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval)]
                     m.next = "WALK"
                 with m.Else():
                     m.next = "IDLE"
@@ -2090,7 +2140,7 @@ class Requester(wiring.Component):
             head = (cmp.ccons != thcons) & ~terr & (act != _ACT_DROP)
             dif = Signal(24)
             m.d.comb += dif.eq(cmp.una - t.ur)
-            over = (dif != 0) & ~dif[23]
+            over = (cmp.una != t.ur) & ~dif[23]     # (the compare beside the subtraction)
             # (its last PSN at or after una0: una0 − end negative)
             open_rd = head & t.ent_rd & (t.una0 - ent_end)[23]
             clamp_v = open_rd & t.clampable & over
@@ -2181,7 +2231,7 @@ class Requester(wiring.Component):
                             m.d.sync += cmp.nused.eq(cmp.nused + 1)
                         m.d.sync += [cmp.hold.eq(1), cmp.armed.eq(1),
                                      cmp.rnrw.eq(d_more),
-                                     cmp.dl.eq(now + rval + 1),
+                                     cmp.dl.eq(now + rval),
                                      cmp.rgen.eq(cmp.rgen + 1), wake.eq(1)]
                 with m.Case(_ACT_SCAN):
                     with m.If(cmp.hold):
@@ -2190,7 +2240,7 @@ class Requester(wiring.Component):
                     with m.Elif(~ton | ps_done):
                         m.d.sync += [cmp.armed.eq(0), wake.eq(d.parked & scan_room)]
                     with m.Elif(~cmp.armed):
-                        m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval + 1),
+                        m.d.sync += [cmp.armed.eq(1), cmp.dl.eq(now + tval),
                                      wake.eq(d.parked & scan_room)]
                     with m.Elif(expired):
                         retry()
