@@ -8,9 +8,26 @@ pipeline, so the statements, and the generated Verilog, keep that order.
 
 A composer (the top, a layer) declares its ports as members of its blocks' signatures and
 connects each to its block with :func:`pass_through`.
+
+Two idioms the parts of several blocks share: :func:`one_hot` and :func:`low_mask`.
 """
 
-__all__ = ["add", "pass_through"]
+__all__ = ["add", "low_mask", "one_hot", "pass_through"]
+
+
+def one_hot(*fsms):
+    """One flip-flop per state of each ``fsm`` (an ``m.FSM``) in synthesis: the state decodes
+    in front of an FSM's enables and next-state logic are then single flip-flops. The simulated
+    Verilog is the same (a synthesis attribute only)."""
+    for fsm in fsms:
+        fsm.state.attrs["fsm_encoding"] = "one-hot"
+
+
+def low_mask(log2, width=16):
+    """``(1 << log2) - 1`` on ``width`` bits without a carry chain: bit i is ``log2 > i``, one
+    compare a bit (a ring index masked by its ring's log2 size)."""
+    from amaranth.hdl import Cat
+    return Cat(*[log2 > i for i in range(width)])
 
 
 def add(t, part):

@@ -103,7 +103,7 @@ from ..formats import CQE_BYTES, CQE_WITH_IMM, CQE_WITH_INVALIDATE
 from ..formats import Cqe as cqe_entry_layout
 from ..ifaces import NUM_COUNTERS, CmdOp, CommandSignature, Counter, EventType, Result
 from ..ifaces import QpnStream, event_layout
-from ..parts import add as _add
+from ..parts import add as _add, low_mask
 from ..stream import Queue, check_width
 from .axi_master import WriteClientSignature
 
@@ -609,7 +609,7 @@ class CqeGen(wiring.Component):
             match = Signal()
             m.d.comb += [
                 rword.eq(3), wword.eq(1), we.eq(1),
-                mask.eq(Cat(*[log2 > i for i in range(16)])),
+                mask.eq(low_mask(log2)),
                 slot.eq(r1.prod & mask),
                 match.eq((r1.arm == 1) | ((r1.arm == 2) & sig_r)),
             ]

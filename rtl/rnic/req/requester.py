@@ -71,7 +71,7 @@ from ..resp.qp_context import QpState
 from ..stream import BeatStream, Queue, check_width
 from .retry import RNR_US, TIMEOUT_US, TIMER_BITS, rom
 from ..tx.build import chunk_layout, pkt_layout
-from ..parts import add as _add
+from ..parts import add as _add, one_hot
 
 __all__ = ["Requester", "req_ctx_layout", "qp_set_layout", "ack_layout", "cpl_layout",
            "doorbell_layout", "MAX_NOACK", "INFLIGHT", "MAX_OUTSTANDING"]
@@ -414,10 +414,7 @@ class Requester(wiring.Component):
         _add(t, self._completer_judge(m, t))
         _add(t, self._completer_fsm(m, t))
         eng_fsm, cmp_fsm, dyn_wp, comp_wp = t.eng_fsm, t.cmp_fsm, t.dyn_wp, t.comp_wp
-        # one flip-flop per state: the state decodes in front of the FSMs' many enables are
-        # then single flip-flops
-        eng_fsm.state.attrs["fsm_encoding"] = "one-hot"
-        cmp_fsm.state.attrs["fsm_encoding"] = "one-hot"
+        one_hot(eng_fsm, cmp_fsm)
         # progress for QUERY_QP: every write of the next send PSN and of the SQ index of the
         # oldest WQE not yet retired (the SQ consumer index software may reuse up to)
         m.d.comb += [

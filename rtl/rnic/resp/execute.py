@@ -121,7 +121,7 @@ from ..stream import Queue, check_width
 from .psn_check import done_layout, exe_layout
 from .rq_fetch import MAX_SGE, RqFetch, prefetch_pool, wqe_store
 from .scatter import CLIENT_TAG_BIT, PlaceSignature, piece_layout
-from ..parts import add as _add
+from ..parts import add as _add, low_mask, one_hot as _one_hot
 
 __all__ = ["Execute", "RECV", "RECV_RDMA_WITH_IMM", "flush_layout", "PREFETCH_DEPTH"]
 
@@ -211,12 +211,6 @@ flush_layout = data.StructLayout({
 #: MAX_WRITES, below the bit the shared Scatter Path takes).
 MAX_WRITES = 64
 assert 2 * MAX_WRITES <= 1 << CLIENT_TAG_BIT
-
-
-def _one_hot(fsm):
-    """One flip-flop per state of ``fsm`` in synthesis: the state decodes in front of the
-    FSM's enables and next-state logic are then single flops."""
-    fsm.state.attrs["fsm_encoding"] = "one-hot"
 
 
 def _first_valid(m, vec, after=None):
@@ -962,7 +956,7 @@ class Execute(wiring.Component):
         # the state before FETCH (HIT, TAKE, SUMS, FL_NEXT), so the adder starts from flops
         # (the mask 2^rq_log − 1 one compare a bit, no carry chain)
         fslot = Signal(16)
-        m.d.sync += fslot.eq(c.rq_index & Cat(*[c.rq_log > i for i in range(16)]))
+        m.d.sync += fslot.eq(c.rq_index & low_mask(c.rq_log))
         m.d.comb += faddr_c.eq(c.rq_base + (fslot << 6))
 
         return types.SimpleNamespace(

@@ -66,7 +66,7 @@ from amaranth.lib.wiring import In, Out, connect
 from ..formats import RECV_MAX_SGE as MAX_SGE, RECV_WQE_BYTES as WQE_BYTES
 from ..formats import RecvWqe as wqe_layout, Sge as sge_layout
 from ..host.axi_master import ReadClientSignature
-from ..parts import add as _add
+from ..parts import add as _add, low_mask, one_hot
 from ..stream import Queue, check_width
 
 __all__ = ["RqFetch", "wqe_store", "prefetch_pool", "slim_layout",
@@ -450,7 +450,7 @@ def _visit_choice(m, t):
     m.d.comb += [ev_oh[i].eq(ev == i) for i in range(P)]
     # the ring mask 2^log − 1, one compare a bit (no carry chain in front of ALLOC's adder)
     lmask = Signal(16)
-    m.d.comb += lmask.eq(Cat(*[t.row.log > i for i in range(16)]))
+    m.d.comb += lmask.eq(low_mask(t.row.log))
     need0 = Signal()            # WQE idx0 posted, not held, not yet fetched in this visit
     need1 = Signal()
     need2 = Signal()
@@ -486,8 +486,7 @@ def _prefetcher_fsm(m, t):
     with m.FSM(name="prefetch") as fsm:
         _visit_read_states(m, t)
         _visit_claim_states(m, t)
-    # one flip-flop per state: the state decodes in front of the enables are flops
-    fsm.state.attrs["fsm_encoding"] = "one-hot"
+    one_hot(fsm)
 
 
 def _visit_read_states(m, t):
