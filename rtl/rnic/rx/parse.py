@@ -36,9 +36,12 @@ Data path
   each (:class:`_SplitQueue`). Only the ``d`` part travels to the read side's head registers;
   the ``a`` part is read when the read side takes the entry and pushed into the meta queue in
   the next cycle, with the payload length, the handle and the opcode's RETH/ImmDt/IETH/AETH
-  flags, which travel with the frame's drop reason and verdict. The meta stage loads the
-  queue's head and reads the header RAM at its handle in the same cycle; the ``meta`` port's
-  ``rx_meta_layout`` is formed from the two (fields of absent headers 0).
+  flags, which travel with the frame's drop reason and verdict. Below W=512 the header RAM
+  keeps an entry as two 108-bit words (three DP16KD, not six: a DP16KD gives 36 bits a
+  cycle), word 0 written at the last beat, word 1 in the next cycle from ``hdr``. The meta
+  stage loads the queue's head and reads the header RAM at its handle, a word a cycle, word 0
+  into a register; the ``meta`` port's ``rx_meta_layout`` is formed from the stage's
+  registers and the RAM's output (fields of absent headers 0).
 * Both descriptor RAMs are written from the inputs of the stage that would hold them (``hdr``'s
   next value, V3's results): yosys emulates the read-first rule between a DP16KD's two ports by
   delaying the write a cycle through registers on the write data, and those registers then are
@@ -94,9 +97,11 @@ shorter than 60 bytes (which a MAC does not deliver) can fill it first.
 Ordering guarantee
 ------------------
 ``meta`` entries and payload frames come in the same order (frame order on the wire, dropped
-frames removed). A frame's meta enters the meta queue (5 entries, then the meta stage) at
-least two cycles before its first payload beat is offered, so once every earlier meta has been
-taken it is offered no later than that beat; a frame with ``payload_len`` 0 has a meta and no payload beats. The meta
+frames removed). Once every earlier meta has been taken, a frame's meta is offered no later
+than its first payload beat: with one header word (W=512) its meta enters the meta queue
+(5 entries, then the meta stage) at least two cycles before that beat; with two, where a meta
+is offered at most every second cycle, the frame's first payload beat waits until its meta
+has been offered. A frame with ``payload_len`` 0 has a meta and no payload beats. The meta
 of the next frame may be offered while the payload of the current one is still streaming. The
 payload of a frame never waits for its meta to be taken, so a consumer may take meta then
 payload, or both independently.
@@ -146,18 +151,19 @@ def rx_parse_latency(width):
 
     ``meta``: from the cycle the last beat of a frame is accepted on ``i`` to the cycle its meta
     is first offered; ``payload``: to the cycle its first payload beat is offered (both measured
-    by the benchmark of ``tb/blocks/cocotb_rx_parse.py``: 11/12 cycles at every width);
+    by the benchmark of ``tb/blocks/cocotb_rx_parse.py``);
     ``stat``: to the cycle the drop-reason strobe is high (bit 0 is one cycle after the last
     beat). The verdict is known ``crc`` = :data:`ICRC_LATENCY` + 1 = 6 cycles after the last
     beat (the ICRC checker's input is registered once) and is at the verdict queue's head in the
     next cycle; the head descriptor (V3, the descriptor queue's block RAM, its output register
     and the head queue) is there a cycle later, 8 cycles after the last beat, and is taken
     then; the meta push a cycle later (the taken entry's BTH fields read from the descriptor
-    queue), the meta queue one more (its bypass) and the meta stage one more (its header RAM
-    read); the buffer read, its output register and the payload queue four.
+    queue), the meta queue one more (its bypass) and the meta stage one more per header RAM
+    word (two below W=512); the buffer read, its output register and the payload queue four.
     """
     crc = ICRC_LATENCY + 1                  # + the register in front of the CRC
-    return {"meta": crc + 5, "payload": crc + 6, "stat": crc + 1}
+    words = 2 if -(-wire.MIN_FRAME // (width // 8)) >= 2 else 1
+    return {"meta": crc + 4 + words, "payload": crc + 6, "stat": crc + 1}
 
 
 #: The metadata's raw fields, written once into the descriptor queue at the last beat, in two
@@ -190,29 +196,39 @@ class _SplitQueue(Elaboratable):
     parts are read later, on a pointer of their own: ``a_next`` names the oldest entry whose
     ``a`` part is not yet read (``a_idx``, its handle), which must be one already read into
     ``r_b``; its ``a`` part is on ``r_a`` in the next cycle (held until the next ``a_next``).
-    Part ``h``, written with ``a``, is read by handle (``h_addr``, ``h_en``: on ``r_h`` in the
-    next cycle, held while ``h_en`` is low); an entry's ``h`` part stays until ``margin`` more
-    entries than ``depth`` were pushed after it. The writer never holds more than ``depth``
-    entries (not checked here: RX Parse's slot count bounds them); the RAMs are written in
-    every cycle at their write pointers (free slots), so the strobes only move the pointers.
+    Part ``h`` is ``h_words`` words of ``h_bits`` bits, word ``w`` of an entry at address
+    ``{handle, w}``: word 0 (``h_data0``) written with ``a``, word 1 (``h_data1``) in the
+    next cycle, ahead of a word 0 due then (that entry, ended a cycle after the one before,
+    must be one the reader never reads); a word is read by address (``h_addr``, ``h_en``: on
+    ``r_h`` in the next cycle, held while ``h_en`` is low). An entry's ``h`` part stays until
+    ``margin`` more entries than ``depth`` were pushed after it. The writer never holds more
+    than ``depth`` entries (not checked here: RX Parse's slot count bounds them); the RAMs are
+    written in every cycle at their write pointers (free slots), so the strobes only move the
+    pointers.
     """
 
-    def __init__(self, a_shape, b_shape, h_shape, depth, margin):
+    def __init__(self, a_shape, b_shape, h_bits, h_words, depth, margin):
+        if h_words not in (1, 2):
+            raise ValueError(f"h_words must be 1 or 2, not {h_words!r}")
         self.abits = (depth + margin).bit_length()  # 2^abits > depth + margin: a held entry
                                                     # is never at a write pointer
+        self.h_words = h_words
+        self.hbits = self.abits + h_words - 1       # header RAM address {handle, word}
         self.a_data = Signal(a_shape)
-        self.h_data = Signal(h_shape)
+        self.h_bits = h_bits
+        self.h_data0 = Signal(h_bits)
+        self.h_data1 = Signal(h_bits)
         self.a_en = Signal()
         self.b_data = Signal(b_shape)
         self.b_en = Signal()
         self.r_a = Signal(a_shape)
         self.r_b = Signal(b_shape)
-        self.r_h = Signal(h_shape)
+        self.r_h = Signal(h_bits)
         self.r_rdy = Signal()
         self.r_en = Signal()
         self.a_next = Signal()
         self.a_idx = Signal(self.abits)
-        self.h_addr = Signal(self.abits)
+        self.h_addr = Signal(self.hbits)
         self.h_en = Signal()
 
     def elaborate(self, platform):
@@ -225,12 +241,13 @@ class _SplitQueue(Elaboratable):
         # need no read-during-write logic (yosys would emulate it with a register on every
         # data bit). ``mem_a`` is read in every cycle: its data is used only after ``a_next``.
         # ``mem_h``'s read address names an entry taken at most ``margin`` entries ago, which
-        # the write pointer reaches only after ``depth + margin`` < ``n`` more pushes.
+        # the write pointer reaches only after ``depth + margin`` < ``n`` more pushes; its
+        # word 1 is written at the newest entry, not yet taken.
         m.submodules.mem_a = mem_a = Memory(shape=len(self.a_data.as_value()), depth=n,
                                             init=[], attrs={"no_rw_check": 1})
         m.submodules.mem_b = mem_b = Memory(shape=len(self.b_data.as_value()), depth=n,
                                             init=[], attrs={"no_rw_check": 1})
-        m.submodules.mem_h = mem_h = Memory(shape=len(self.h_data.as_value()), depth=n,
+        m.submodules.mem_h = mem_h = Memory(shape=len(self.h_data0), depth=n * self.h_words,
                                             init=[], attrs={"no_rw_check": 1})
         wh, rh = mem_h.write_port(), mem_h.read_port(domain="sync")
         pa, pb, c = Signal(self.abits), Signal(self.abits), Signal(self.abits)
@@ -248,10 +265,19 @@ class _SplitQueue(Elaboratable):
             wb.addr.eq(pb), wb.data.eq(self.b_data), wb.en.eq(1),
             ra.addr.eq(ca), ra.en.eq(1), rb.addr.eq(c), rb.en.eq(do_read),
             self.r_a.eq(ra.data), self.r_b.eq(rb.data),
-            wh.addr.eq(pa), wh.data.eq(self.h_data), wh.en.eq(1),
+            wh.en.eq(1),
             rh.addr.eq(self.h_addr), rh.en.eq(self.h_en), self.r_h.eq(rh.data),
             self.a_idx.eq(ca),
         ]
+        if self.h_words == 1:
+            m.d.comb += [wh.addr.eq(pa), wh.data.eq(self.h_data0)]
+        else:
+            # word 1 of the entry pushed last cycle, else word 0 at the write pointer (the
+            # pushed entry's, or a free slot's)
+            p1, pa_d = Signal(), Signal(self.abits)
+            m.d.sync += [p1.eq(self.a_en), pa_d.eq(pa)]
+            m.d.comb += [wh.addr.eq(Mux(p1, Cat(1, pa_d), Cat(0, pa))),
+                         wh.data.eq(Mux(p1, self.h_data1, self.h_data0))]
         with m.If(self.a_en):
             m.d.sync += pa.eq(pa + 1)
         with m.If(self.b_en):
@@ -328,6 +354,14 @@ class RxParse(wiring.Component):
         self.slots = max(16, -(-(buffer_frames + 1) * self.cap // self.min_beats))
         self.out_depth = 8
         self.meta_depth = 5
+        # The header RAM in words read in turn: two of ``mhdr_layout``'s 216 bits, so it is
+        # ⌈108/36⌉ DP16KD, not ⌈216/36⌉ (design-rules.md §2), with ``meta`` offered at most
+        # every second cycle (PSN Check takes one every second cycle). Its word 1 is written
+        # the cycle after the last beat, so a frame ending in that cycle loses its word 0: it
+        # is one beat, a runt below 60 bytes, dropped, where ⌈60 / lanes⌉ ≥ 2 (W ≤ 256). At
+        # W=512 a 60-byte frame is one beat, a frame may end in every cycle: one word.
+        self.h_words = 2 if self.min_beats >= 2 else 1
+        self.h_bits = -(-mhdr_layout.size // self.h_words)
         super().__init__({
             "i": In(BeatStream(width)),
             "meta": Out(stream.Signature(rx_meta_layout)),
@@ -352,7 +386,7 @@ class RxParse(wiring.Component):
         # ================================ check pipeline ================================
         v01 = self._check_v0_v1(m, wr, hdr, hdr_next)
         v24 = self._check_v2_v4(m, v01)
-        q = self._descriptor_queues(m, v01.end_frame, v01.mraw_now, v24)
+        q = self._descriptor_queues(m, v01, v24)
         self._verdict(m, crc, q.reason_q, q.verdict_q, v01.end_frame)
 
         # ================================ read side ================================
@@ -577,7 +611,8 @@ class RxParse(wiring.Component):
         _add(t, self._check_v1_fields(m, t))
         _add(t, self._raw_metadata(t))
         v1 = self._check_v1_regs(m, t)
-        return types.SimpleNamespace(end_frame=t.end_frame, mraw_now=t.mraw_now, **vars(v1))
+        return types.SimpleNamespace(end_frame=t.end_frame, mraw_now=t.mraw_now,
+                                     mhdr_now=t.mhdr_now, mhdr_v1=t.mhdr_v1, **vars(v1))
 
     def _check_v0(self, m, t):
         """Check stage V0: the frame's length (``frame_len``, from the beat index and the last
@@ -689,19 +724,25 @@ class RxParse(wiring.Component):
         # Written from ``hdr_next`` in the last beat's cycle (``end_frame``): the RAM's write
         # port, delayed a cycle by synthesis (yosys emulates the read-first collision rule of
         # two DP16KD ports with registers on the write data), then shares ``hdr``'s registers.
-        def fd(header, base, name):
-            return header.extract(name, hdr_next[base:base + header.size])
-        mraw_now = {
-            "opcode": fd(wire.BTH, _BTH, "opcode"),
-            "se": fd(wire.BTH, _BTH, "se"),
-            "padcnt": fd(wire.BTH, _BTH, "padcnt"),
-            "dqpn": fd(wire.BTH, _BTH, "dqpn"),
-            "ackreq": fd(wire.BTH, _BTH, "ackreq"),
-            "psn": fd(wire.BTH, _BTH, "psn"),
-            "ext": Cat(*hdr_next[_EXT:HDR_BYTES]),
-            "src_ip": fd(wire.IPV4, _IP, "src"),
-        }
-        return types.SimpleNamespace(mraw_now=mraw_now)
+        # The header RAM's word 1 is written a cycle later, from ``hdr`` (see ``_SplitQueue``).
+        def fields(b):
+            def fd(header, base, name):
+                return header.extract(name, b[base:base + header.size])
+            return {
+                "opcode": fd(wire.BTH, _BTH, "opcode"),
+                "se": fd(wire.BTH, _BTH, "se"),
+                "padcnt": fd(wire.BTH, _BTH, "padcnt"),
+                "dqpn": fd(wire.BTH, _BTH, "dqpn"),
+                "ackreq": fd(wire.BTH, _BTH, "ackreq"),
+                "psn": fd(wire.BTH, _BTH, "psn"),
+                "ext": Cat(*b[_EXT:HDR_BYTES]),
+                "src_ip": fd(wire.IPV4, _IP, "src"),
+            }
+        mraw_now, mraw_v1 = fields(hdr_next), fields(t.hdr)
+        return types.SimpleNamespace(
+            mraw_now=mraw_now,
+            mhdr_now=Cat(*[mraw_now[k] for k in mhdr_layout.members]),
+            mhdr_v1=Cat(*[mraw_v1[k] for k in mhdr_layout.members]))
 
     def _check_v1_regs(self, m, t):
         """Check stage V1's registers, loaded in the cycle after the frame's last beat
@@ -868,12 +909,13 @@ class RxParse(wiring.Component):
             v4_valid=v4_valid, v4_len=v4_len, v4_fl=v4_fl, v4_first=v4_first, v4_end=v4_end,
             hreason=hreason)
 
-    def _descriptor_queues(self, m, end_frame, mraw_now, v24):
+    def _descriptor_queues(self, m, v01, v24):
         """The descriptor queue (its ``m`` part written at the last beat, its ``d`` part by V3)
         and the reason and verdict queues (one entry per frame each). Returns a namespace of
         the queues and the descriptor layouts."""
-        ptrw = self.ptrw
+        ptrw, hb = self.ptrw, self.h_bits
         nsh = len(self.shifts)
+        end_frame, mraw_now = v01.end_frame, v01.mraw_now
         v3_valid, v3_shi, v4_valid, hreason = v24.v3_valid, v24.v3_shi, v24.v4_valid, v24.hreason
         v4_len, v4_fl, v4_first, v4_end = v24.v4_len, v24.v4_fl, v24.v4_first, v24.v4_end
         # The descriptor, in two parts of one in-order queue: ``m`` (the raw metadata fields)
@@ -887,12 +929,13 @@ class RxParse(wiring.Component):
             "end": ptrw,
             "sel": range(nsh),              # index into the shifts
         })
-        m.submodules.desc_q = desc_q = _SplitQueue(mbth_layout, d_layout, mhdr_layout,
+        m.submodules.desc_q = desc_q = _SplitQueue(mbth_layout, d_layout, hb, self.h_words,
                                                    self.slots, self.meta_depth + 2)
         m.d.comb += [
             desc_q.a_en.eq(end_frame),
             desc_q.a_data.eq(Cat(*[mraw_now[k] for k in mbth_layout.members])),
-            desc_q.h_data.eq(Cat(*[mraw_now[k] for k in mhdr_layout.members])),
+            desc_q.h_data0.eq(v01.mhdr_now[:hb]),
+            desc_q.h_data1.eq(v01.mhdr_v1[hb:]),
             desc_q.b_en.eq(v3_valid),
             desc_q.b_data.payload_len.eq(v4_len),
             desc_q.b_data.first.eq(v4_first),
@@ -974,33 +1017,78 @@ class RxParse(wiring.Component):
                                              registered=("handle",), bypass=True)
         m.submodules.out_q = out_q = Queue(beat_layout(self.width), self.out_depth,
                                            registered=("last",), bypass=True)
-        self._meta_stage(m, meta_q, t.q.desc_q)
-        wiring.connect(m, wiring.flipped(self.payload), out_q.o)
+        inc = self._meta_stage(m, meta_q, t.q.desc_q)
+        if t.q.desc_q.h_words == 1:
+            wiring.connect(m, wiring.flipped(self.payload), out_q.o)
+        else:
+            self._payload_gate(m, out_q, inc)
         return types.SimpleNamespace(meta_q=meta_q, out_q=out_q)
+
+    def _payload_gate(self, m, out_q, inc):
+        """The ``payload`` port, where a meta is offered at most every second cycle: a frame's
+        first beat waits until its meta has been offered (``inc``: a meta with payload is
+        offered from the next cycle), so that, once every earlier meta is taken, a frame's
+        meta is offered no later than its first payload beat. ``mcnt`` counts the metas
+        offered whose payload has not started (at most the frames in the payload queue and
+        the read stages); ``pok`` (``mcnt`` ≠ 0) falls only with a first beat taken, so an
+        offered beat stays offered from any state."""
+        pfirst = Signal(init=1)                 # the next beat is a frame's first
+        mcnt = Signal(range(self.out_depth + self.meta_depth + 4))
+        pok = Signal()
+        go = Signal()
+        dec = Signal()
+        mnext = Signal.like(mcnt)
+        p = self.payload
+        m.d.comb += [
+            go.eq(~pfirst | pok),
+            p.valid.eq(out_q.o.valid & go), p.payload.eq(out_q.o.payload),
+            out_q.o.ready.eq(p.ready & go),
+            dec.eq(p.valid & p.ready & pfirst),
+            mnext.eq(mcnt + inc - dec),
+        ]
+        m.d.sync += mcnt.eq(mnext)
+        with m.If(p.valid & p.ready):
+            m.d.sync += pfirst.eq(p.payload.last)
+        with m.If(dec):
+            m.d.sync += pok.eq(mnext != 0)
+        with m.Elif(inc):
+            m.d.sync += pok.eq(1)
 
     def _meta_stage(self, m, meta_q, desc_q):
         """The ``meta`` port: a register stage loaded from the meta queue's head (the BTH
         fields, flags and payload length in flip-flops: PSN Check addresses its tables with
-        ``dqpn`` and decodes ``opcode`` in the cycle it takes the meta) and, in the same
-        cycle, the header RAM read at the head's handle (PSN, extended headers, IPv4 source:
-        fields PSN Check only stores). Both hold while an offered meta is not taken. The
-        ``rx_meta_layout`` fields are formed from them: fields of absent headers 0 (one LUT
-        per bit after the block RAM)."""
-        st_layout = data.StructLayout({**mbth_layout.members, "fl": 3, "payload_len": 13})
+        ``dqpn`` and decodes ``opcode`` in the cycle it takes the meta) and the header RAM
+        read at the head's handle (PSN, extended headers, IPv4 source: fields PSN Check only
+        stores): with two words, word 0 in the load's cycle, word 1 in the next (``rd1``, word
+        0 into ``h0``), the meta offered a cycle later, so at most every second cycle. All
+        hold while an offered meta is not taken (``rd1`` waits for ``~mv``: from any state a
+        held meta keeps its payload). The ``rx_meta_layout`` fields are formed from them:
+        fields of absent headers 0 (one LUT per bit after the block RAM)."""
+        two = desc_q.h_words == 2
+        st_layout = data.StructLayout({**mbth_layout.members, "fl": 3, "payload_len": 13,
+                                       "handle": len(desc_q.a_idx), "has": 1})
         st = Signal(st_layout)
-        mv = Signal()
+        mv, ph, rd1 = Signal(), Signal(), Signal()
         load = Signal()
         head = meta_q.o.payload
-        m.d.comb += [load.eq(meta_q.o.valid & (~mv | self.meta.ready)),
+        m.d.comb += [load.eq(meta_q.o.valid & ~ph & (~mv | self.meta.ready)),
+                     rd1.eq(ph & ~mv),
                      meta_q.o.ready.eq(load),
-                     desc_q.h_addr.eq(head.handle), desc_q.h_en.eq(load),
+                     desc_q.h_en.eq(load | rd1),
                      self.meta.valid.eq(mv)]
+        if two:
+            m.d.comb += desc_q.h_addr.eq(Mux(rd1, Cat(1, st.handle), Cat(0, head.handle)))
+        else:
+            m.d.comb += desc_q.h_addr.eq(head.handle)
+        h0 = Signal(desc_q.h_bits if two else 0)
         with m.If(load):
-            m.d.sync += [mv.eq(1)] + [getattr(st, k).eq(getattr(head, k))
-                                      for k in st_layout.members]
+            m.d.sync += [mv.eq(not two), ph.eq(two), st.has.eq(head.payload_len != 0)] + [
+                getattr(st, k).eq(getattr(head, k)) for k in st_layout.members if k != "has"]
+        with m.Elif(rd1):
+            m.d.sync += [mv.eq(1), ph.eq(0), h0.eq(desc_q.r_h)]
         with m.Elif(self.meta.ready):
             m.d.sync += mv.eq(0)
-        hd = data.View(mhdr_layout, desc_q.r_h)
+        hd = data.View(mhdr_layout, Cat(h0, desc_q.r_h))
         reth, aeth, imm = st.fl
         xb = [hd.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
         o = self.meta.payload
@@ -1017,6 +1105,7 @@ class RxParse(wiring.Component):
             o.src_ip.eq(hd.src_ip),
             o.payload_len.eq(st.payload_len),
         ]
+        return rd1 & st.has
 
     def _read_state(self, m, t):
         """The read side's state: the tokens (this cycle's ``tok`` and the two read stages'),
