@@ -4,10 +4,10 @@ Data path
 ---------
 ::
 
-    i ──► header capture (74 bytes, kept once) ─► V1 fields/checks ─► V2 ─► V3 ─► desc queue (d) ─┐
+    i ──► header capture (74 bytes, kept once) ─► V1 fields/checks ─► V2 ─► desc queue (d) ─┐
      │           └──── raw metadata fields, at the last beat ─────────► desc queue (m) ───────┤
-     │                                                               └─► reason queue ───────┤
-     ├──► ICRC (masked bytes, rnic.crc.CRC32, residue check) ─────────────────► verdict ─────┤
+     │                                            V2 ─► V3 reason ─┐                         │
+     ├──► ICRC (masked bytes, rnic.crc.CRC32, residue check) ─────┴──► verdict ─────────────┤
      └──► frame buffer (lib.memory, ring of beats) ◄── read side ◄──────────────────────────┘
                                                           │
                                   meta queue ◄────────────┤ (meta formed from m + opcode flags)
@@ -24,9 +24,9 @@ Data path
   first beat is awaited, lanes past ``keep`` captured as 0). In the cycle after the last beat
   ``hdr`` still holds the frame's header (the next frame's first beat is written at that
   cycle's end), so V1 reads it there: no snapshot. Three pipeline stages check it (V1: fields,
-  equality checks; V2: length compares, payload length; V3: header checksum, payload span) and
-  V4 has the header drop reason, four cycles after the last beat, before its ICRC verdict
-  (:data:`ICRC_LATENCY` + 1 = 6 cycles).
+  equality checks; V2: length compares, payload length and span; V3: header checksum) and V3
+  has the header drop reason, four cycles after the last beat, in the cycle of its ICRC
+  verdict at W <= 128 (:func:`icrc_latency` + 1 = 4 cycles; 5 above, the reason delayed).
 * The metadata is not carried through these stages: its raw fields are written once, at the
   last beat, into the descriptor queue: the BTH fields the meta queue carries
   (:data:`mbth_layout`, 36 bits) into its ``a`` RAM, the header bytes only stored downstream
@@ -54,7 +54,7 @@ Data path
   ICRC, the datagram's last 4 bytes, is included, bytes after the datagram (Ethernet padding, a
   trailer) are not, and a good frame leaves the CRC-32 residue ``0x2144DF1C``.
 * The verdict (lowest reason of interface.md §4.5 wins: 1 MAC error, 2 not for us, 3 bad
-  IPv4/UDP or too long, 4 bad ICRC, 5 bad BTH) is final :data:`ICRC_LATENCY` + 1 cycles after
+  IPv4/UDP or too long, 4 bad ICRC, 5 bad BTH) is final :func:`icrc_latency` + 1 cycles after
   the last beat (the CRC's input is registered once). Dropped frames are counted then and skipped
   by the read side (their buffer space is released without reading them); nothing of them is
   ever forwarded.
@@ -139,11 +139,12 @@ PAYLOAD_OFFSETS = [_BTH + h for h in HDR_LENS]
 _ICRC_FF = (_IP + 1, _IP + 8, _IP + 10, _IP + 11, _UDP + 6, _UDP + 7, _BTH + 4)
 
 
-#: Cycles from the ICRC checker's last input to its verdict: the checker answers in 2–3 cycles
-#: and is delayed to meet the header's drop reason, out of ``reason_q`` at the latest 6 cycles
-#: after the last beat (V4, then the queue's two), in the cycle of the verdict (1 + this: the
-#: checker's input is registered once).
-ICRC_LATENCY = 5
+def icrc_latency(width):
+    """Cycles from the ICRC checker's last input to its verdict: the least of the checker at
+    ``width`` (2, 3 above W=128) and one register after its residue compare, so the verdict
+    meets the header's drop reason (V3, in the same cycle at W <= 128, one register later
+    above) from registers."""
+    return 3 + (width > 128)
 
 
 def rx_parse_latency(width):
@@ -151,19 +152,21 @@ def rx_parse_latency(width):
 
     ``meta``: from the cycle the last beat of a frame is accepted on ``i`` to the cycle its meta
     is first offered; ``payload``: to the cycle its first payload beat is offered (both measured
-    by the benchmark of ``tb/blocks/cocotb_rx_parse.py``);
-    ``stat``: to the cycle the drop-reason strobe is high (bit 0 is one cycle after the last
-    beat). The verdict is known ``crc`` = :data:`ICRC_LATENCY` + 1 = 6 cycles after the last
-    beat (the ICRC checker's input is registered once) and is at the verdict queue's head in the
-    next cycle; the head descriptor (V3, the descriptor queue's block RAM, its output register
-    and the head queue) is there a cycle later, 8 cycles after the last beat, and is taken
-    then; the meta push a cycle later (the taken entry's BTH fields read from the descriptor
-    queue), the meta queue one more (its bypass) and the meta stage one more per header RAM
-    word (two below W=512); the buffer read, its output register and the payload queue four.
+    by the benchmark of ``tb/blocks/cocotb_rx_parse.py``); ``stat``: to the cycle the
+    drop-reason strobe is high (bit 0 is one cycle after the last beat). The verdict is
+    known ``crc`` = :func:`icrc_latency` + 1 cycles after the last beat (the ICRC checker's
+    input is registered once; 4 at W <= 128, 5 above) and is at the verdict queue's head in
+    the next cycle; the head descriptor (written by V2 three cycles after the last beat,
+    then the descriptor queue's block RAM, its output register and the head queue) is there
+    7 cycles after the last beat, and is taken then (or with the verdict, if later); the meta
+    push a cycle later (the taken entry's BTH fields read from the descriptor queue), the
+    meta queue one more (its bypass) and the meta stage one more per header RAM word (two
+    below W=512); the buffer read, its output register and the payload queue four.
     """
-    crc = ICRC_LATENCY + 1                  # + the register in front of the CRC
+    crc = icrc_latency(width) + 1           # + the register in front of the CRC
+    take = max(7, crc + 1)
     words = 2 if -(-wire.MIN_FRAME // (width // 8)) >= 2 else 1
-    return {"meta": crc + 4 + words, "payload": crc + 6, "stat": crc + 1}
+    return {"meta": take + 2 + words, "payload": take + 4, "stat": crc + 1}
 
 
 #: The metadata's raw fields, written once into the descriptor queue at the last beat, in two
@@ -374,7 +377,7 @@ class RxParse(wiring.Component):
 
     def elaborate(self, platform):
         """The parts, in the order they are built: the write side, the header capture, the ICRC
-        feed, check stages V0–V4, the descriptor and reason/verdict queues, the verdict and
+        feed, check stages V0–V3, the descriptor and verdict queues, the verdict and
         counters, the read side, the realignment."""
         m = Module()
 
@@ -385,9 +388,9 @@ class RxParse(wiring.Component):
 
         # ================================ check pipeline ================================
         v01 = self._check_v0_v1(m, wr, hdr, hdr_next)
-        v24 = self._check_v2_v4(m, v01)
-        q = self._descriptor_queues(m, v01, v24)
-        self._verdict(m, crc, q.reason_q, q.verdict_q, v01.end_frame)
+        v23 = self._check_v2_v3(m, v01)
+        q = self._descriptor_queues(m, v01, v23)
+        self._verdict(m, crc, v23, q.verdict_q, v01.end_frame)
 
         # ================================ read side ================================
         out_q, tok, tok1, tok2 = self._read_side(m, wr, q)
@@ -523,7 +526,8 @@ class RxParse(wiring.Component):
         L, lg, cap = self.lanes, self.lg, self.cap
         # ICRC feed.
         m.submodules.crc = crc = CRC32(self.width, init=crc_init_skipping(14, b"\xff" * 8),
-                                       residue=ICRC_RESIDUE, latency=ICRC_LATENCY)
+                                       residue=ICRC_RESIDUE,
+                                       latency=icrc_latency(self.width))
         lane = list(byte)
         for p in range(_IP):
             if p // L <= cap:
@@ -579,7 +583,7 @@ class RxParse(wiring.Component):
         # beat, if the frame ends first), ``last`` on beat e, so its result is the datagram's.
         # Beat e is held in the CRC's input register (``past``) and fed, as the packet's last,
         # with the frame's last beat, so the verdict keeps its time (the frame's last beat
-        # + ICRC_LATENCY + 1) whatever follows the datagram.
+        # + icrc_latency + 1) whatever follows the datagram.
         more = Signal()                         # the datagram goes on past this beat
         m.d.comb += more.eq(before_tb | (at[tb] & (tot_in > nxt)) | (after_tb & rem_gtl))
         past = Signal()                         # beat e taken, the frame's last beat not yet
@@ -748,7 +752,7 @@ class RxParse(wiring.Component):
         """Check stage V1's registers, loaded in the cycle after the frame's last beat
         (``v0_valid``): the drop reasons so far, the opcode's flags, the header length's code,
         where the frame sits and the operands of V2's compares and checksum sums. Returns
-        them, the namespace :meth:`_check_v2_v4` reads."""
+        them, the namespace :meth:`_check_v2_v3` reads."""
         ncode = len(HDR_LENS)
         ptrw = self.ptrw
         frame_len, info, pair = t.frame_len, t.info, t.pair
@@ -781,37 +785,46 @@ class RxParse(wiring.Component):
             v1_dmin=v1_dmin, v1_udp=v1_udp, v1_udp20=v1_udp20, v1_tot=v1_tot, v1_need=v1_need,
             v1_pair=v1_pair)
 
-    def _check_v2_v4(self, m, v01):
-        """Check stages V2 (length compares, payload length), V3 (checksum sum, payload span)
-        and V4 (checksum verdict, the header drop reason ``hreason``, the descriptor fields).
-        Returns a namespace of V3's and V4's signals the queues are written from."""
+    def _check_v2_v3(self, m, v01):
+        """Check stages V2 (length compares, payload length, where the payload lies: the
+        descriptor's ``d`` part) and V3 (checksum verdict, the header drop reason ``hreason``),
+        then the header reason delayed to meet the ICRC verdict. Returns a namespace of the
+        signals the queues and the verdict are written from."""
         # The parts below share their signals through ``t`` (see rnic.parts), called in the
         # order of their statements.
         t = types.SimpleNamespace(**vars(v01))
         _add(t, self._check_v2(m, t))
-        _add(t, self._check_v3(m, t))
-        v4 = self._check_v4(m, t)
-        return types.SimpleNamespace(v3_valid=t.v3_valid, v3_shi=t.v3_shi, **vars(v4))
+        v3 = self._check_v3(m, t)
+        return types.SimpleNamespace(
+            v2_valid=t.v2_valid, v2_len=t.v2_len, v2_first=t.v2_first, v2_end=t.v2_end,
+            v2_shi=t.v2_shi, **vars(v3))
 
     def _check_v2(self, m, t):
         """Check stage V2's registers: the length compares of V1's operands (frame against the
         minimum, UDP against IPv4 length, UDP against the headers' need) merged into the drop
-        reasons, the payload length, and the checksum's two partial sums. Returns them."""
-        ncode = len(HDR_LENS)
-        ptrw = self.ptrw
+        reasons, the payload length and span (its first beat from the header length's code,
+        the shift index ``v2_shi``), and the checksum's two partial sums. Returns them."""
+        ptrw, L = self.ptrw, self.lanes
+        shifts = self.shifts
+        nsh = len(shifts)
         v1_valid, v1_r1, v1_r2, v1_r3, v1_r5 = t.v1_valid, t.v1_r1, t.v1_r2, t.v1_r3, t.v1_r5
         v1_flags, v1_code, v1_base, v1_end = t.v1_flags, t.v1_code, t.v1_base, t.v1_end
         v1_len, v1_dmin, v1_udp, v1_udp20 = t.v1_len, t.v1_dmin, t.v1_udp, t.v1_udp20
         v1_tot, v1_need, v1_pair = t.v1_tot, t.v1_need, t.v1_pair
-        # V2: length compares, payload length, checksum partial sums.
         pl_diff = Signal(18)
         m.d.comb += pl_diff.eq(v1_udp - v1_need)
+        shi = Signal(range(nsh))
+        skip = Signal(range(PAYLOAD_OFFSETS[-1] // L + 1))
+        with m.Switch(v1_code):
+            for c, o in enumerate(PAYLOAD_OFFSETS):
+                with m.Case(c):
+                    m.d.comb += [skip.eq(o // L), shi.eq(shifts.index(o % L))]
         v2_valid = Signal()
         v2_r1, v2_r2, v2_r3, v2_r5 = Signal(), Signal(), Signal(), Signal()
         v2_len = Signal(13)
         v2_flags = Signal(4)
-        v2_code = Signal(range(ncode))
-        v2_base, v2_end = Signal(ptrw), Signal(ptrw)
+        v2_shi = Signal(range(nsh))
+        v2_first, v2_end = Signal(ptrw), Signal(ptrw)
         v2_q = [Signal(19, name=f"v2_csum_q{k}") for k in range(2)]
         m.d.sync += v2_valid.eq(v1_valid)
         with m.If(v1_valid):
@@ -820,109 +833,58 @@ class RxParse(wiring.Component):
                 v2_r3.eq(v1_r3 | (v1_len < v1_dmin) | (v1_udp20 != v1_tot)),
                 v2_r5.eq(v1_r5 | pl_diff[-1]),                  # udp_len < need
                 v2_len.eq(pl_diff[:13]), v2_flags.eq(v1_flags),
-                v2_code.eq(v1_code), v2_base.eq(v1_base), v2_end.eq(v1_end),
+                v2_shi.eq(shi), v2_first.eq(v1_base + skip), v2_end.eq(v1_end),
                 v2_q[0].eq(v1_pair[0] + v1_pair[1] + v1_pair[2]),
                 v2_q[1].eq(v1_pair[3] + v1_pair[4]),
             ]
         return types.SimpleNamespace(
             v2_valid=v2_valid, v2_r1=v2_r1, v2_r2=v2_r2, v2_r3=v2_r3, v2_r5=v2_r5,
-            v2_len=v2_len, v2_flags=v2_flags, v2_code=v2_code, v2_base=v2_base, v2_end=v2_end,
+            v2_len=v2_len, v2_flags=v2_flags, v2_shi=v2_shi, v2_first=v2_first, v2_end=v2_end,
             v2_q=v2_q)
 
     def _check_v3(self, m, t):
-        """Check stage V3's registers: the checksum's sum, and the payload's span in the buffer
-        from the header length's code (its first beat, the shift index ``v3_shi``, the length
-        less one and the span's end from the lane offset). Returns them."""
-        L, ptrw = self.lanes, self.ptrw
-        shifts = self.shifts
-        nsh = len(shifts)
+        """Check stage V3: the checksum verdict merged into the drop reasons and the opcode's
+        flags as the meta fields' selects (``fl``: RETH, AETH, ImmDt or IETH), delayed to
+        the ICRC verdict (one register above W=128); the header drop reason ``hreason`` (the
+        lowest wins) of the frame whose ICRC verdict is out in this cycle."""
         v2_valid, v2_r1, v2_r2, v2_r3, v2_r5 = t.v2_valid, t.v2_r1, t.v2_r2, t.v2_r3, t.v2_r5
-        v2_len, v2_flags, v2_code, v2_base, v2_end = (t.v2_len, t.v2_flags, t.v2_code,
-                                                      t.v2_base, t.v2_end)
-        v2_q = t.v2_q
-        # V3: checksum sum, payload span.
-        sel = Signal(range(L))
-        shi = Signal(range(nsh))
-        skip = Signal(range(PAYLOAD_OFFSETS[-1] // L + 1))
-        with m.Switch(v2_code):
-            for c, o in enumerate(PAYLOAD_OFFSETS):
-                with m.Case(c):
-                    m.d.comb += [sel.eq(o % L), skip.eq(o // L), shi.eq(shifts.index(o % L))]
-        v3_valid = Signal()
-        v3_r1, v3_r2, v3_r3, v3_r5 = Signal(), Signal(), Signal(), Signal()
-        v3_len = Signal(13)
-        v3_flags = Signal(4)
-        v3_shi = Signal(range(nsh))
-        v3_first, v3_end = Signal(ptrw), Signal(ptrw)
-        v3_csum = Signal(20)
-        m.d.sync += v3_valid.eq(v2_valid)
-        with m.If(v2_valid):
-            m.d.sync += [
-                v3_r1.eq(v2_r1), v3_r2.eq(v2_r2), v3_r3.eq(v2_r3), v3_r5.eq(v2_r5),
-                v3_len.eq(v2_len), v3_flags.eq(v2_flags), v3_shi.eq(shi),
-                v3_first.eq(v2_base + skip), v3_end.eq(v2_end),
-                v3_csum.eq(v2_q[0] + v2_q[1]),
-            ]
-        return types.SimpleNamespace(
-            v3_valid=v3_valid, v3_r1=v3_r1, v3_r2=v3_r2, v3_r3=v3_r3, v3_r5=v3_r5,
-            v3_len=v3_len, v3_flags=v3_flags, v3_shi=v3_shi, v3_first=v3_first, v3_end=v3_end,
-            v3_csum=v3_csum)
-
-    def _check_v4(self, m, t):
-        """Check stage V4: the checksum verdict merged into the drop reasons, the header drop
-        reason ``hreason`` (the lowest wins), and the descriptor fields, which are V3's
-        registers and combinational values of them (the descriptor RAM's write data). Returns
-        what the descriptor, reason and verdict queues are written from."""
-        v3_valid, v3_r1, v3_r2, v3_r3, v3_r5 = t.v3_valid, t.v3_r1, t.v3_r2, t.v3_r3, t.v3_r5
-        v3_len, v3_flags, v3_first, v3_end = t.v3_len, t.v3_flags, t.v3_first, t.v3_end
-        v3_csum = t.v3_csum
-        # V4: checksum verdict (the sum of ten words is < 0xA0000, so its one's complement
-        # fold is 0xFFFF exactly when low + high == 0xFFFF), the opcode's flags as the meta
-        # fields' selects (``v4_fl``: RETH, AETH, ImmDt or IETH; they go with the reason).
-        v4_valid = Signal()
-        v4_r1, v4_r2, v4_r3, v4_r5 = Signal(), Signal(), Signal(), Signal()
-        v4_fl = Signal(3)
-        fold = Signal(17)
-        m.d.comb += fold.eq(v3_csum[:16] + v3_csum[16:])
-        m.d.sync += v4_valid.eq(v3_valid)
-        reth, immdt, ieth, aeth = v3_flags
-        with m.If(v3_valid):
-            m.d.sync += [
-                v4_r1.eq(v3_r1), v4_r2.eq(v3_r2), v4_r3.eq(v3_r3 | (fold != 0xFFFF)),
-                v4_r5.eq(v3_r5), v4_fl.eq(Cat(reth, aeth, immdt | ieth)),
-            ]
-        # The descriptor fields are not V4 registers of their own: they are the write data of
-        # the descriptor RAM's ``d`` part, written with ``v3_valid``, whose write port synthesis
-        # delays a cycle with registers (the read-first rule of two DP16KD ports, see V0).
-        v4_len, v4_first, v4_end = v3_len, v3_first, v3_end
-
+        v2_flags, v2_q = t.v2_flags, t.v2_q
+        # The sum of ten words is < 0xA0000: its one's complement fold low + high is 0xFFFF
+        # exactly when low == ~high (16 bits; high <= 9), an equality, not a second adder.
+        csum = Signal(20)
+        m.d.comb += csum.eq(v2_q[0] + v2_q[1])
+        bad = Signal()
+        m.d.comb += bad.eq(csum[:16] != ~Cat(csum[16:], Const(0, 12)))
+        reth, immdt, ieth, aeth = v2_flags
+        rs = Signal(7)                      # r1, r2, r3, r5, then the flags
+        m.d.sync += rs.eq(Cat(v2_r1, v2_r2, v2_r3 | bad, v2_r5, reth, aeth, immdt | ieth))
+        for k in range(icrc_latency(self.width) - 3):
+            nrs = Signal(7, name=f"v3_rs_d{k}")
+            m.d.sync += nrs.eq(rs)
+            rs = nrs
         hreason = Signal(3)
-        with m.If(v4_r1):
+        with m.If(rs[0]):
             m.d.comb += hreason.eq(1)
-        with m.Elif(v4_r2):
+        with m.Elif(rs[1]):
             m.d.comb += hreason.eq(2)
-        with m.Elif(v4_r3):
+        with m.Elif(rs[2]):
             m.d.comb += hreason.eq(3)
-        with m.Elif(v4_r5):
+        with m.Elif(rs[3]):
             m.d.comb += hreason.eq(5)
-        return types.SimpleNamespace(
-            v4_valid=v4_valid, v4_len=v4_len, v4_fl=v4_fl, v4_first=v4_first, v4_end=v4_end,
-            hreason=hreason)
+        return types.SimpleNamespace(hreason=hreason, fl=rs[4:])
 
-    def _descriptor_queues(self, m, v01, v24):
-        """The descriptor queue (its ``m`` part written at the last beat, its ``d`` part by V3)
-        and the reason and verdict queues (one entry per frame each). Returns a namespace of
-        the queues and the descriptor layouts."""
+    def _descriptor_queues(self, m, v01, v23):
+        """The descriptor queue (its ``m`` part written at the last beat, its ``d`` part by V2)
+        and the verdict queue (one entry per frame). Returns a namespace of the queues and the
+        descriptor layout."""
         ptrw, hb = self.ptrw, self.h_bits
         nsh = len(self.shifts)
         end_frame, mraw_now = v01.end_frame, v01.mraw_now
-        v3_valid, v3_shi, v4_valid, hreason = v24.v3_valid, v24.v3_shi, v24.v4_valid, v24.hreason
-        v4_len, v4_fl, v4_first, v4_end = v24.v4_len, v24.v4_fl, v24.v4_first, v24.v4_end
         # The descriptor, in two parts of one in-order queue: ``m`` (the raw metadata fields)
-        # written at the last beat, ``d`` (payload length, where the payload sits) by V3. The
+        # written at the last beat, ``d`` (payload length, where the payload sits) by V2. The
         # ``d`` part keeps only what the read side cannot derive: 36 bits at W=64, one DP16KD
         # row (the beat counts and the last ``keep`` are computed after the RAM, the opcode's
-        # flags travel with the reason and the verdict).
+        # flags travel with the verdict).
         d_layout = data.StructLayout({
             "payload_len": 13,
             "first": ptrw,
@@ -936,49 +898,35 @@ class RxParse(wiring.Component):
             desc_q.a_data.eq(Cat(*[mraw_now[k] for k in mbth_layout.members])),
             desc_q.h_data0.eq(v01.mhdr_now[:hb]),
             desc_q.h_data1.eq(v01.mhdr_v1[hb:]),
-            desc_q.b_en.eq(v3_valid),
-            desc_q.b_data.payload_len.eq(v4_len),
-            desc_q.b_data.first.eq(v4_first),
-            desc_q.b_data.end.eq(v4_end),
-            desc_q.b_data.sel.eq(v3_shi),
+            desc_q.b_en.eq(v23.v2_valid),
+            desc_q.b_data.payload_len.eq(v23.v2_len),
+            desc_q.b_data.first.eq(v23.v2_first),
+            desc_q.b_data.end.eq(v23.v2_end),
+            desc_q.b_data.sel.eq(v23.v2_shi),
         ]
-        # Registered output (a bypass register in front): the reason meets the residue compare
-        # and verdict_q's write from a register, not a LUT-RAM read. Written by V4 four cycles
-        # after the last beat is accepted, it is out at the latest two cycles later, in the
-        # cycle of the verdict (ICRC_LATENCY + 1 = 6 cycles after).
-        # Its entry: the reason and the opcode's flags (``v4_fl``), which the verdict queue
-        # passes on to the read side's meta.
-        # It holds only the frames between V4 and their verdict, two cycles later: at most
-        # three (a frame ends in each cycle at W=512), so four entries and one LUT RAM.
-        m.submodules.reason_q = reason_q = BypassFIFO(width=6, depth=4)
         # The read side's decision starts from registers, not a LUT-RAM read; a verdict that
         # finds the queue empty is there in the next cycle.
         # Its entry: drop, and the opcode's flags (one DPR16X4 column, as the drop bit alone).
         m.submodules.verdict_q = verdict_q = BypassFIFO(width=4, depth=self.slots)
-        m.d.comb += [
-            reason_q.w_en.eq(v4_valid),
-            reason_q.w_data.eq(Cat(hreason, v4_fl)),
-        ]
-        return types.SimpleNamespace(d_layout=d_layout, desc_q=desc_q,
-                                     reason_q=reason_q, verdict_q=verdict_q)
+        return types.SimpleNamespace(d_layout=d_layout, desc_q=desc_q, verdict_q=verdict_q)
 
-    def _verdict(self, m, crc, reason_q, verdict_q, end_frame):
-        """Each frame's verdict (its ICRC result meets its header reason, the lowest wins) into
-        ``verdict_q`` (drop or not), and the counter strobes on ``stat``."""
-        # Verdict: the ICRC result of a frame meets its header reason (frames stay in order).
+    def _verdict(self, m, crc, v23, verdict_q, end_frame):
+        """Each frame's verdict (its ICRC result meets its header reason ``hreason``, in the
+        same cycle: both pipelines take a frame a cycle at fixed latencies; the lowest reason
+        wins) into ``verdict_q`` (drop or not, and the opcode's flags), and the counter strobes
+        on ``stat``."""
         stat = Signal(NUM_COUNTERS)
         m.d.sync += stat.eq(0)
         m.d.sync += stat[Counter.RX_FRAMES].eq(end_frame)
         final = Signal(3)
-        hr = reason_q.r_data[:3]
+        hr = v23.hreason
         with m.If((hr == 0) | (hr == 5)):
             m.d.comb += final.eq(Mux(crc.o.payload, hr, 4))
         with m.Else():
             m.d.comb += final.eq(hr)
         m.d.comb += [
-            reason_q.r_en.eq(crc.o.valid),
             verdict_q.w_en.eq(crc.o.valid),
-            verdict_q.w_data.eq(Cat(final != 0, reason_q.r_data[3:])),
+            verdict_q.w_data.eq(Cat(final != 0, v23.fl)),
         ]
         with m.If(crc.o.valid):
             for r in (1, 2, 3, 4, 5):
@@ -1183,9 +1131,9 @@ class RxParse(wiring.Component):
         m.d.comb += [head_q.o.ready.eq(take), desc_q.a_next.eq(take)]
         drop = verdict_q.r_data[0]
         # The decision to take the head descriptor is a small function of registers:
-        # * a frame's descriptor is pushed (V3) before its verdict (ICRC_LATENCY + 1 > 4 cycles
-        #   after the last beat), so it reaches ``head`` before its verdict reaches the head of
-        #   verdict_q (``head_v`` is in the test all the same);
+        # * a frame's descriptor is pushed (V2, 3 cycles after the last beat) before its
+        #   verdict (4 or 5), and reaches ``head`` 4 cycles later: ``head_v`` and the verdict
+        #   queue's ``r_rdy`` are both in the test;
         # * ``meta_room``: the meta queue held < 3 entries last cycle; a take pushes a cycle
         #   later, so with the push of the cycle before it and this cycle's it holds <= 4 of 5
         #   when the push comes, and takes it.
