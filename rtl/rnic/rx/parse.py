@@ -21,7 +21,9 @@ Data path
   it drains and one maximum frame of buffer keeps up with back-to-back maximum frames.
 * The 74 header bytes (Ethernet, IPv4, UDP, BTH and up to RETH+ImmDt) are captured once, in
   ``hdr``, as their beats arrive; bytes past the frame's end read as 0 (cleared while a frame's
-  first beat is awaited, lanes past ``keep`` captured as 0). In the cycle after the last beat
+  first beat is awaited, lanes past ``keep`` captured as 0); the destination MAC, EtherType
+  and UDP destination port bytes as one bit each, the byte equal to its reference (``local_mac``
+  compared as its bytes arrive). In the cycle after the last beat
   ``hdr`` still holds the frame's header (the next frame's first beat is written at that
   cycle's end), so V1 reads it there: no snapshot. Three pipeline stages check it (V1: fields,
   equality checks; V2: length compares, payload length and span; V3: header checksum) and V3
@@ -326,7 +328,7 @@ class RxParse(wiring.Component):
         The payload of each accepted frame with ``payload_len`` > 0: byte 0 in lane 0, pad and
         ICRC removed, ``keep`` all ones except on the ``last`` beat, ``user`` 0.
     local_mac : In(48)
-        Local MAC, first wire byte most significant.
+        Local MAC, first wire byte most significant, compared as a frame's bytes arrive.
     local_ip : In(32)
         Local IPv4, first octet most significant.
     drop_all : In(1)
@@ -383,11 +385,11 @@ class RxParse(wiring.Component):
 
         # ================================ write side ================================
         wr = self._write_side(m)
-        hdr, hdr_next = self._header_capture(m, wr.beat, wr.byte, wr.at)
+        hdr, hdr_next, hdr_eq = self._header_capture(m, wr.beat, wr.byte, wr.at)
         crc = self._icrc_feed(m, wr.beat, wr.byte, wr.at, wr.accept, wr.first)
 
         # ================================ check pipeline ================================
-        v01 = self._check_v0_v1(m, wr, hdr, hdr_next)
+        v01 = self._check_v0_v1(m, wr, hdr, hdr_next, hdr_eq)
         v23 = self._check_v2_v3(m, v01)
         q = self._descriptor_queues(m, v01, v23)
         self._verdict(m, crc, v23, q.verdict_q, v01.end_frame)
@@ -489,8 +491,9 @@ class RxParse(wiring.Component):
 
     def _header_capture(self, m, beat, byte, at):
         """The 74 header bytes, captured once as their beats arrive. Returns ``hdr`` (the
-        registers, the frame's header in the cycle after its last beat) and ``hdr_next`` (their
-        next values)."""
+        registers, the frame's header in the cycle after its last beat; None for the bytes only
+        compared), ``hdr_next`` (their next values) and ``hdr_eq`` (the compared bytes' equality
+        with their references)."""
         L = self.lanes
         # Header capture, kept once: byte n of the frame sits in beat j = n // L, lane n % L.
         # The bytes of beat j follow the input in every cycle ``at[j]`` is high, not only with
@@ -502,8 +505,15 @@ class RxParse(wiring.Component):
         # all ones but on the last beat: interface.md §2) are captured as 0. In the cycle after
         # the frame's last beat (V1) ``hdr`` holds its header: the next frame's first beat, if
         # it comes in that cycle, is written at its end.
-        hdr = [Signal(8, name=f"hdr{n}") for n in range(HDR_BYTES)]
-        hdr_next = [Signal(8, name=f"hdr_next{n}") for n in range(HDR_BYTES)]
+        # Bytes only compared with a reference (destination MAC, EtherType, UDP destination
+        # port: ``_eq_refs``) keep one flip-flop each, whether the byte (0 if absent) equals
+        # its reference byte, not the byte: ``hdr_eq``. ``local_mac`` is compared as its
+        # bytes arrive.
+        refs = self._eq_refs()
+        hdr = [None if n in refs else Signal(8, name=f"hdr{n}") for n in range(HDR_BYTES)]
+        hdr_next = [None if n in refs else Signal(8, name=f"hdr_next{n}")
+                    for n in range(HDR_BYTES)]
+        hdr_eq = {n: Signal(name=f"hdr_eq{n}") for n in refs}
         # written as a clear and an enable (per byte: shared by its 8 flip-flops as the
         # slice's LSR and CE), not a mux in front of every bit
         for n in range(HDR_BYTES):
@@ -512,12 +522,31 @@ class RxParse(wiring.Component):
             load = Signal(name=f"hdr_ld{n}")
             m.d.comb += [clear.eq((at[j] & ~beat.keep[l]) | ((at[0] & ~at[j]) if j else 0)),
                          load.eq(at[j])]
+            if n in refs:
+                with m.If(clear):
+                    m.d.sync += hdr_eq[n].eq(refs[n] == 0)
+                with m.Elif(load):
+                    m.d.sync += hdr_eq[n].eq(byte[l] == refs[n])
+                continue
             m.d.comb += hdr_next[n].eq(Mux(clear, 0, Mux(load, byte[l], hdr[n])))
             with m.If(clear):
                 m.d.sync += hdr[n].eq(0)
             with m.Elif(load):
                 m.d.sync += hdr[n].eq(byte[l])
-        return hdr, hdr_next
+        return hdr, hdr_next, Cat(*hdr_eq.values())
+
+    def _eq_refs(self):
+        """The header bytes checked only for equality with a reference (the destination MAC
+        against ``local_mac``, the EtherType, the UDP destination port): ``{byte: value}``."""
+        refs = {}
+        for header, base, name, value in ((wire.ETH, 0, "dst", self.local_mac),
+                                          (wire.ETH, 0, "ethertype", wire.ETHERTYPE_IPV4),
+                                          (wire.UDP, _UDP, "dport", wire.ROCE_UDP_PORT)):
+            f = header.fields[name]
+            assert f.bit == 0 and f.width == 8 * f.nbytes      # whole bytes
+            b = header.assemble({name: value})
+            refs.update({base + f.offset + k: b[f.offset + k] for k in range(f.nbytes)})
+        return refs
 
     def _icrc_feed(self, m, beat, byte, at, accept, first):
         """The ICRC: the CRC-32 and its registered input, the masked bytes of the datagram only
@@ -603,14 +632,14 @@ class RxParse(wiring.Component):
             ]
         return crc
 
-    def _check_v0_v1(self, m, wr, hdr, hdr_next):
+    def _check_v0_v1(self, m, wr, hdr, hdr_next, hdr_eq):
         """Check stages V0 (the frame's length and where it sits, at its last beat) and V1 (the
         header's fields and equality checks, the operands of V2's arithmetic), and the raw
         metadata fields written into the descriptor queue. Returns a namespace of the V1
         registers, ``end_frame`` and ``mraw_now``."""
         # The parts below share their signals through ``t`` (see rnic.parts), called in the
         # order of their statements.
-        t = types.SimpleNamespace(wr=wr, hdr=hdr, hdr_next=hdr_next)
+        t = types.SimpleNamespace(wr=wr, hdr=hdr, hdr_next=hdr_next, hdr_eq=hdr_eq)
         _add(t, self._check_v0(m, t))
         _add(t, self._check_v1_fields(m, t))
         _add(t, self._raw_metadata(t))
@@ -680,11 +709,9 @@ class RxParse(wiring.Component):
         hdr_len = info.hdr_len
 
         r2 = (v0_dropall
-              | (f(wire.ETH, 0, "dst") != self.local_mac)
-              | (f(wire.ETH, 0, "ethertype") != wire.ETHERTYPE_IPV4)
+              | ~t.hdr_eq.all()         # destination MAC, EtherType, UDP destination port
               | (f(wire.IPV4, _IP, "dst") != self.local_ip)
-              | (f(wire.IPV4, _IP, "protocol") != wire.IP_PROTO_UDP)
-              | (f(wire.UDP, _UDP, "dport") != wire.ROCE_UDP_PORT))
+              | (f(wire.IPV4, _IP, "protocol") != wire.IP_PROTO_UDP))
         flags = f(wire.IPV4, _IP, "flags")
         r3a = ((f(wire.IPV4, _IP, "version") != 4)
                | (f(wire.IPV4, _IP, "ihl") != 5)
