@@ -603,6 +603,70 @@ async def context_forward_and_spacing(dut):
         await tb.query(q)
 
 
+@cocotb.test()
+async def context_words_split(dut):
+    """The dynamic row is kept in two words read on consecutive cycles (word 1: MSN, NAK latch,
+    the open WRITE's VA and rkey, which only stage C reads) and written back word 0 then word 1
+    a cycle later. A QP's next packet at every spacing behind its last (0 to 4 idle cycles
+    after each frame, one to three QPs in turn, the execute side held now and then) must see
+    the word 1 its last packet wrote: the WRITE's VA and rkey on MIDDLE/LAST, the MSN, the NAK
+    latch (the second ahead packet is silent, an in-order one clears it). Then rst: the sweep
+    clears word 0 only, so a QP left with a latched NAK, an open WRITE and MSN > 0 must read
+    MSN 0 in RESET, after SET_QP to ERROR, and reopened; its first ahead packet is NAKed again
+    and its WRITE takes the new RETH."""
+    tb = await setup(dut, qps=(2, 3, 4), epsn=P0)
+    nxt = {2: P0, 3: P0, 4: P0}
+    for pace in range(5):
+        tb.pace = pace
+        for qs in ((2,), (2, 3), (3, 4, 2)):
+            dut.exe_hold.value = pace & 1
+            for k in range(3):                  # FIRST, MIDDLE, LAST of each QP's WRITE
+                for q in qs:
+                    kw = {"reth": (0x1000 * q + 0x100 * pace + len(qs), 0x50 + q + pace,
+                                   3 * PMTU)} if k == 0 else {}
+                    tb.pkt((0x06, 0x07, 0x08)[k], q, nxt[q], bytes(PMTU),
+                           ackreq=int(k == 2), **kw)
+                    nxt[q] += 1
+            for q in qs:                        # ahead twice: one NAK 0x60, then the latch
+                tb.pkt(SEND_ONLY, q, nxt[q] + 5, b"a", ackreq=1)
+                tb.pkt(SEND_ONLY, q, nxt[q] + 6, b"a", ackreq=1)
+            for q in qs:                        # in order: the latch cleared, MSN + 1
+                tb.pkt(SEND_ONLY, q, nxt[q], b"s", ackreq=1)
+                nxt[q] += 1
+            await tb.wait(12)
+            dut.exe_hold.value = 0
+            await tb.drain()
+    await tb.check(exact=False)
+    assert tb.stats[7] == 0
+    for q in (2, 3, 4):
+        await tb.query(q)
+    # QP 2: an open WRITE, then ahead (NAK, latch set), then rst
+    tb.pace = 0
+    tb.pkt(0x06, 2, nxt[2], bytes(PMTU), reth=(0x7000, 0x77, 3 * PMTU))
+    tb.pkt(SEND_ONLY, 2, nxt[2] + 4, b"a", ackreq=1)
+    await tb.check(exact=False)
+    assert tb.stats[8] > 0
+    await tb.start()                            # rst: the sweep, a new model
+    for q in (2, 3):
+        await tb.query(q)                       # RESET: MSN 0
+    await tb.set_qp(2, 6)                       # RESET → ERROR
+    await tb.query(2)
+    await tb.set_qp(2, 0)
+    await tb.open_qp(2, epsn=P0)
+    await tb.open_qp(3, epsn=P0)
+    await tb.query(2)
+    await tb.wait(4)
+    tb.pkt(SEND_ONLY, 2, P0 + 3, b"a", ackreq=1)       # NAK 0x60: the old latch is gone
+    tb.pkt(0x07, 3, P0, bytes(PMTU), ackreq=1)          # no WRITE open: NAK 0x61
+    tb.pkt(0x06, 2, P0, bytes(PMTU), reth=(0x9000, 0x99, 2 * PMTU))
+    tb.pkt(0x08, 2, P0 + 1, bytes(PMTU), ackreq=1)
+    got = await tb.check()
+    assert Frame(2, P0, 0x60, 0) in got, got
+    assert [(e["va"], e["rkey"], e["offset"]) for e in tb.exe if e["qpn"] == 2] == [
+        (0x9000, 0x99, 0), (0x9000, 0x99, PMTU)]
+    await tb.query(2)
+
+
 # ---- §3.3 check_op_seq --------------------------------------------------------------------------
 
 @cocotb.test()

@@ -505,6 +505,16 @@ class PsnCheck(wiring.Component):
         with m.If(adv):
             m.d.sync += r_fwd.eq(b_valid & (b_kind != Kind.RESP) & (b_idx == t.a_idx))
         m.d.comb += [ctx.rd_load.eq(adv & r_valid), ctx.fwd_dyn.eq(new), ctx.fwd_en.eq(r_fwd)]
+        # The tables keep a QP's row in two words, read on two cycles: word 0 (what B checks)
+        # at A's issue, word 1 (what only C reads) while R holds the operation (A issues
+        # nothing then), into its register on the B→C edge. With the forward, word 1's
+        # register already has the decision of the operation ahead (it takes the word 1 C
+        # writes) and holds (``b_fwd``).
+        b_fwd = Signal()
+        with m.If(adv):
+            m.d.sync += b_fwd.eq(r_fwd)
+        m.d.comb += [ctx.rd_hi.eq(r_valid), ctx.rd_hi_addr.eq(r_idx),
+                     ctx.rd_load1.eq(adv & b_valid), ctx.fwd1_en.eq(b_fwd)]
         fwd = b_ctx
         return types.SimpleNamespace(
             b_db=b_db, b_idx=b_idx, b_info=b_info, b_kind=b_kind, b_meta=b_meta, b_qok=b_qok,
@@ -1039,6 +1049,9 @@ class PsnCheck(wiring.Component):
                                 c_db, cx.rq_prod)),
         ]
         # (a command's write of 0: the sweep, SET_QP to RESET; C then executes nothing)
+        # (a command's write of a row read in RESET: word 1, which the sweep leaves, cleared)
+        with m.If(ctx.cw_h1clr):
+            m.d.comb += [nx_n.msn.eq(0), nx_n.nak.eq(0), nx_n.va.eq(0), nx_n.rkey.eq(0)]
         with m.If(ctx.cw_clr):
             m.d.comb += nx_n.eq(0)
         m.d.comb += new.eq(Mux(x_exec, nx_e, nx_n))

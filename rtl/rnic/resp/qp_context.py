@@ -40,7 +40,7 @@ event 3 (the event reports errors the hardware found, not software's own choice)
 
 import types
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -80,8 +80,14 @@ RECV_FIELDS = ("pmtu", "min_rnr", "pd", "access", "rcqn", "rq_base", "rq_log", "
 #: The static row: those fields' ARG lanes.
 _ROW = ArgRow(RECV_FIELDS)
 _LANE = ArgRow.LANE
-_LANES = _ROW.lanes
 qp_recv_layout = _ROW.layout
+#: The static row in two words of the table (address ``{qpn, word}``, read on two consecutive
+#: cycles): word 0 the ARGs stage B checks (path MTU, access, remote IPv4; with min_rnr and PD,
+#: which share their ARGs), word 1 the ARGs only stage C reads. Each ARG is in one word, so
+#: SET_QP writes an ARG in one cycle.
+_ROW0 = ArgRow(("pmtu", "min_rnr", "pd", "access", "rip"))
+_ROW1 = ArgRow(("rcqn", "rq_base", "rq_log", "ird"))
+_SWORD = max(_ROW0.width, _ROW1.width)
 
 qp_dyn_layout = data.StructLayout({
     "state": 3,
@@ -97,6 +103,21 @@ qp_dyn_layout = data.StructLayout({
     "rq_prod": 16,
     "rq_cons": 16,
 })
+
+
+#: The dynamic row in two words of the table (address ``{qpn, word}``), 144 bits (4 DP16KD at
+#: 512 × 36): word 0 the fields stage B checks, read first; word 1 the fields only stage C reads
+#: (MSN, NAK latch, the open WRITE's VA and rkey), read a cycle later. Word 0's state, open
+#: class and RQ consumer (the deepest of C's decision) sit above word 1's bits, so their write
+#: data needs no word select.
+DYN0 = ("state", "epsn", "open", "off", "resid", "rq_prod", "rq_cons")
+DYN1 = ("msn", "nak", "va", "rkey")
+dyn1_layout = data.StructLayout({f: qp_dyn_layout.members[f] for f in DYN1})
+_W1 = dyn1_layout.size
+dyn0_layout = data.StructLayout({"epsn": 24, "off": 32, "resid": 32, "rq_prod": 16,
+                                 "pad": _W1 - 104, "state": 3, "open": 2, "rq_cons": 16})
+_DWORD = 144
+_OVL = 104                      # word 0's bits below this share their positions with word 1's
 
 
 #: What the requester learns of a QP's state (PsnCheck ``qp_set``): every SET_QP that was
@@ -184,6 +205,10 @@ class QpContext(wiring.Component):
             "rd_addr": In(self.abits),
             "rd_en": In(1),
             "rd_load": In(1),
+            "rd_hi": In(1),
+            "rd_hi_addr": In(self.abits),
+            "rd_load1": In(1),
+            "fwd1_en": In(1),
             "fwd_en": In(1),
             "fwd_dyn": In(qp_dyn_layout),
             "rd_static": Out(qp_recv_layout),
@@ -194,6 +219,7 @@ class QpContext(wiring.Component):
             "cw_valid": Out(1),
             "cw_qpn": Out(self.abits),
             "cw_clr": Out(1),
+            "cw_h1clr": Out(1),
             "cw_rtr": Out(1),
             "cw_state": Out(3),
             "cw_epsn": Out(24),
@@ -217,6 +243,7 @@ class QpContext(wiring.Component):
         _add(t, self._tables(m, t))
         _add(t, self._port_select(m, t))
         _add(t, self._command_registers(m, t))
+        self._dyn_write_port(m, t)
         _add(t, self._set_args(m, t))
         _add(t, self._checks(m, t))
         _add(t, self._static_write(m, t))
@@ -227,17 +254,19 @@ class QpContext(wiring.Component):
         return m
 
     def _tables(self, m, t):
-        """The static and the dynamic table in block RAM, each with one read and one write port.
-        Adds ``srd``, ``swr``, ``drd`` and ``dwr``."""
+        """The static and the dynamic table in block RAM, each with one read and one write port,
+        two words a QP (address ``{qpn, word}``). Adds ``srd``, ``swr``, ``drd`` and ``dwr``."""
         n = t.n
-        # ``no_rw_check`` (design-rules.md §9): a read never meets a write of its row. The
-        # pipeline does not issue an operation whose QP is written in that cycle (PSN Check's
-        # same-QP hazard; a read that does meet it is a bubble's, never used), the command FSM
-        # reads (ADDR, READ) and writes the static table (WRITE) in different states, and a
-        # command starts only once the pipeline's stage C has written its last row.
-        m.submodules.smem = smem = memory.Memory(shape=_LANES * _LANE, depth=n, init=[],
+        # ``no_rw_check`` (design-rules.md §9): a read never meets a write of its word. The
+        # pipeline does not issue an operation whose QP's word 0 is written in that cycle (PSN
+        # Check's same-QP hazard; a read that does meet it is a bubble's, never used); word 1
+        # is written the cycle after word 0, when R holds no operation of that QP; a word-1
+        # read in the cycle its QP's word 0 is written is another word. The command FSM reads
+        # (ADDR, READ) and writes the static table (WRITE) in different states, and a command
+        # starts only once the pipeline has written its last word.
+        m.submodules.smem = smem = memory.Memory(shape=_SWORD, depth=2 * n, init=[],
                                                  attrs={"no_rw_check": 1})
-        m.submodules.dmem = dmem = memory.Memory(shape=qp_dyn_layout, depth=n, init=[],
+        m.submodules.dmem = dmem = memory.Memory(shape=_DWORD, depth=2 * n, init=[],
                                                  attrs={"no_rw_check": 1})
         srd = smem.read_port()
         swr = smem.write_port(granularity=_LANE)
@@ -248,46 +277,98 @@ class QpContext(wiring.Component):
     def _port_select(self, m, t):
         """The tables' read ports, the pipeline's or, while ``owned``, the command FSM's
         (``c_*``), and the read data registered once (``dq``, and ``st``, the static row's
-        fields), for both; the dynamic table's write port (the pipeline's). Adds ``owned``,
-        ``c_addr``, ``c_rd_en``, ``c_wr_en``, ``dq`` and ``st``."""
-        srd, drd, dwr = t.srd, t.drd, t.dwr
+        fields), word 0 a cycle before word 1, for both. Adds ``owned``, ``c_addr``,
+        ``c_rd_en``, ``c_half``, ``c_wr_en``, ``dq`` and ``st``."""
+        srd, drd = t.srd, t.drd
         # the command FSM drives the read ports: a register, from taking a command (or rst)
         # to its response (or the sweep's end), so that it reaches the address muxes straight
         # from a flip-flop
         owned = Signal(init=1)
         c_addr = Signal(self.abits)
         c_rd_en = Signal()
+        c_half = Signal()       # the command reads word 1 (READ; word 0 in ADDR)
+        c_ld1 = Signal()        # the cycle after READ: word 1 arrives
+        m.d.sync += c_ld1.eq(c_half)
         # the command's dynamic write (``set_valid``, and ``cw_valid`` a cycle later): a
         # register, decided in the cycle before SWEEP's next write and before EXEC
         c_wr_en = Signal(init=1)
 
-        # the read data, registered once (shared by the pipeline and the command): the one
-        # register of the QP's rows, loaded when the pipeline's operation (or the command's
-        # read) arrives from the block RAM, or with the row the operation ahead writes
+        # The read address: A's QPN (word 0), or from registers only (a 2:1 select after
+        # A's select, as without the words): R's QPN (word 1 of the operation in R, which
+        # keeps A from issuing) or the command's.
+        alt = Signal()
+        alt_addr = Signal(self.abits)
+        half = Signal()
+        qaddr = Signal(self.abits)
+        m.d.comb += [alt.eq(owned | self.rd_hi),
+                     alt_addr.eq(Mux(owned, c_addr, self.rd_hi_addr)),
+                     half.eq(Mux(owned, c_half, self.rd_hi)),
+                     qaddr.eq(Mux(alt, alt_addr, self.rd_addr))]
+        # the read data, registered once (shared by the pipeline and the command): word 0 on
+        # the R→B edge (or with the row the operation ahead writes), word 1 on the B→C edge
+        # (held when the operation ahead of its QP wrote it: the register has that write)
         rd_en = Signal()
-        ld = Signal()
-        srow = Signal(_LANES * _LANE)
+        ld0 = Signal()
+        ld1 = Signal()
+        s0 = Signal(_ROW0.width)
+        s1 = Signal(_ROW1.width)
+        d0 = Signal(dyn0_layout)
+        d1 = Signal(dyn1_layout)
+        fwd0 = Signal(dyn0_layout)
+        m.d.comb += [fwd0[f].eq(self.fwd_dyn[f]) for f in DYN0]
+        with m.If(ld0):
+            m.d.sync += [s0.eq(srd.data[:_ROW0.width]),
+                         d0.eq(Mux(self.fwd_en & ~owned, fwd0, drd.data[:dyn0_layout.size]))]
+        with m.If(ld1):
+            m.d.sync += s1.eq(srd.data[:_ROW1.width])
+            with m.If(owned | ~self.fwd1_en):
+                m.d.sync += d1.eq(drd.data[:dyn1_layout.size])
         dq = Signal(qp_dyn_layout)
-        with m.If(ld):
-            m.d.sync += [srow.eq(srd.data),
-                         dq.eq(Mux(self.fwd_en & ~owned, self.fwd_dyn, drd.data))]
-        st = _ROW.decode(m, srow, "st")     # srow's fields
+        m.d.comb += [dq[f].eq(d0[f]) for f in DYN0]
+        m.d.comb += [dq[f].eq(d1[f]) for f in DYN1]
+        st = Signal(qp_recv_layout)
+        for row, word, name in ((_ROW0, s0, "st0"), (_ROW1, s1, "st1")):
+            fields = row.decode(m, word, name)
+            m.d.comb += [st[f].eq(fields[f]) for f in row.layout.members]
 
         m.d.comb += [
-            srd.addr.eq(Mux(owned, c_addr, self.rd_addr)),
-            drd.addr.eq(Mux(owned, c_addr, self.rd_addr)),
+            srd.addr.eq(Cat(half, qaddr)),
+            drd.addr.eq(Cat(half, qaddr)),
             rd_en.eq(Mux(owned, c_rd_en, self.rd_en)),
-            ld.eq(Mux(owned, c_rd_en, self.rd_load)),
+            ld0.eq(Mux(owned, c_half, self.rd_load)),
+            ld1.eq(Mux(owned, c_ld1, self.rd_load1)),
             srd.en.eq(rd_en),
             drd.en.eq(rd_en),
             self.rd_static.eq(st),
             self.rd_dyn.eq(dq),
-            dwr.addr.eq(self.wr_addr),
-            dwr.data.eq(self.wr_dyn),
-            dwr.en.eq(self.wr_en),
         ]
         return types.SimpleNamespace(owned=owned, c_addr=c_addr, c_rd_en=c_rd_en,
-                                     c_wr_en=c_wr_en, dq=dq, st=st)
+                                     c_half=c_half, c_wr_en=c_wr_en, dq=dq, st=st, d1=d1)
+
+    def _dyn_write_port(self, m, t):
+        """The dynamic table's write port: word 0 of ``wr_dyn`` with ``wr_en``, word 1 the
+        cycle after from ``d1`` (the word-1 read register, which takes ``wr_dyn``'s word 1
+        with ``wr_en``: the row an operation of the QP that follows reads). The reset sweep
+        writes word 0 only (a QP in RESET has word 0 clear; its word 1 is read as 0 and
+        cleared by the command that takes it out of RESET, ``cw_h1clr``)."""
+        dwr, d1 = t.dwr, t.d1
+        w1_valid = Signal()
+        w1_addr = Signal(self.abits)
+        cw_sw = Signal(init=1)          # ``cw_valid`` is the sweep's
+        m.d.sync += [cw_sw.eq(t.sweeping),
+                     w1_valid.eq(self.wr_en & ~(self.cw_valid & cw_sw)),
+                     w1_addr.eq(self.wr_addr)]
+        w0 = Signal(dyn0_layout)
+        m.d.comb += [w0[f].eq(self.wr_dyn[f]) for f in DYN0]
+        with m.If(self.wr_en):
+            m.d.sync += [d1[f].eq(self.wr_dyn[f]) for f in DYN1]
+        # (a write of one word writes the other's bits above ``_OVL`` with junk: unused there)
+        m.d.comb += [
+            dwr.addr.eq(Cat(w1_valid, Mux(w1_valid, w1_addr, self.wr_addr))),
+            dwr.data.eq(Cat(Mux(w1_valid, d1.as_value()[:_OVL], w0.as_value()[:_OVL]),
+                            d1.as_value()[_OVL:], w0.as_value()[_W1:])),
+            dwr.en.eq(w1_valid | self.wr_en),
+        ]
 
     def _command_registers(self, m, t):
         """The command's registers: opcode, index (the QPN), result, the ARG counter ``cnt``,
@@ -354,8 +435,35 @@ class QpContext(wiring.Component):
         m.d.comb += [self.qp_arg.valid.eq(sweeping | s_arg_we),
                      aw.qpn.eq(t.c_addr), aw.arg.eq(t.argn), aw.data.eq(t.ad),
                      aw.all.eq(sweeping)]
-        _ROW.write(m, t.swr, aw, self.qp_arg.valid)
+        # (ARG ``argn`` decoded in registers, from ``cnt`` of the cycle before as WRITE counts:
+        # the lanes' enables and the word come from flip-flops, not from ``cnt - 1``)
+        arg_is = {a: Signal(name=f"arg_is{a}") for a in (*_ROW0.plan, *_ROW1.plan)}
+        m.d.sync += [v.eq(t.cnt == a) for a, v in arg_is.items()]
+        self._static_word_write(m, t.swr, aw, self.qp_arg.valid, arg_is)
         return types.SimpleNamespace(s_arg_we=s_arg_we)
+
+    @staticmethod
+    def _static_word_write(m, wp, arg, valid, arg_is):
+        """Drive the static table's write port ``wp`` from a :data:`qp_arg_layout` value
+        ``arg`` with ``valid``: the ARG's lanes of the word that keeps it (``arg_is[a]``: the
+        ARG is ``a``), or (``all``, the reset sweep) every lane of word 0 with 0."""
+        d = Signal(32, name="arg_wdata")
+        hi = Signal(name="arg_word1")
+        m.d.comb += [d.eq(Mux(arg.all, 0, arg.data)),
+                     hi.eq(~arg.all & Cat(arg_is[a] for a in _ROW1.plan).any()),
+                     wp.addr.eq(Cat(hi, arg.qpn))]
+        words = []
+        en = [[] for _ in range(_SWORD // _LANE)]
+        for k, row in enumerate((_ROW0, _ROW1)):
+            w = Signal(_SWORD, name=f"arg_word{k}_data")
+            for a, (lane, n, bits) in row.plan.items():
+                for lo, width, field, flo, pos in bits:
+                    m.d.comb += w[pos:pos + width].eq(d[lo:lo + width])
+                for j in range(lane, lane + n):
+                    en[j].append((arg.all if k == 0 else 0) | arg_is[a])
+            words.append(w)
+        m.d.comb += wp.data.eq(Mux(hi, words[1], words[0]))
+        m.d.comb += [wp.en[j].eq(valid & Cat(e).any()) for j, e in enumerate(en) if e]
 
     def _dynamic_write(self, m, t):
         """The command's dynamic write (SWEEP, EXEC), made by the pipeline a cycle after
@@ -373,7 +481,9 @@ class QpContext(wiring.Component):
         w_zero = Signal(init=1)
         w_rtr = Signal()
         m.d.sync += [self.cw_valid.eq(t.c_wr_en), self.cw_qpn.eq(t.c_addr),
-                     self.cw_clr.eq(t.c_wr_en & w_zero)]
+                     self.cw_clr.eq(t.c_wr_en & w_zero),
+                     # a row read in RESET: its word 1 is cleared (the sweep does not write it)
+                     self.cw_h1clr.eq(t.c_wr_en & (t.dq.state == QpState.RESET))]
         m.d.comb += [self.cw_rtr.eq(w_rtr), self.cw_state.eq(new_state),
                      self.cw_epsn.eq(t.arg_epsn)]
         return types.SimpleNamespace(sq_w=sq_w, w_zero=w_zero, w_rtr=w_rtr)
@@ -454,8 +564,9 @@ class QpContext(wiring.Component):
             m.d.comb += [busy.eq(1), c_rd_en.eq(1)]
             m.next = "READ"
         with m.State("READ"):
-            # the row read in ADDR moves to ``srow``/``dq``
-            m.d.comb += [busy.eq(1), c_rd_en.eq(1)]
+            # word 0 read in ADDR moves to the read registers; word 1 is read now and moves
+            # there in the next cycle (CHECK or EXEC)
+            m.d.comb += [busy.eq(1), c_rd_en.eq(1), t.c_half.eq(1)]
             with m.If(written):
                 # (EXEC's write: only an accepted SET_QP writes its lanes, ``written``)
                 m.d.sync += t.c_wr_en.eq(is_set & qpn_ok & ~bad)
@@ -517,7 +628,9 @@ class QpContext(wiring.Component):
             # in ARG6..15, written one per cycle before the response
             m.d.comb += [busy.eq(1), self.cmd.arg_we.eq(1)]
             m.d.sync += cnt.eq(cnt + 1)
-            answer = (dq.state, dq.epsn, self.q_psn, dq.msn, dq.rq_cons, self.q_cons)
+            # (a QP in RESET has MSN 0: its word 1 is not cleared by the sweep)
+            answer = (dq.state, dq.epsn, self.q_psn,
+                      Mux(dq.state == QpState.RESET, 0, dq.msn), dq.rq_cons, self.q_cons)
             with m.Switch(cnt):
                 for k, word in enumerate(answer):       # ARG0..5 of interface.md §4.2
                     with m.Case(k):
