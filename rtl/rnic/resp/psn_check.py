@@ -46,7 +46,9 @@ classifier and the opcode sequencer are :mod:`rnic.resp.psn_rules`.
 
 Issue and same-QP hazard: operations enter two cycles apart, whatever their QPs (A issues
 nothing while R holds one), so the one register of the QP's rows serves B and C of one operation
-and is loaded again only once it has left C: a minimum frame every ``max(2, ⌈480/W⌉)`` cycles,
+and is loaded again only once it has left C (each table keeps a row in two words, read in A and
+in R: word 1, which only C reads, reaches its register on the B→C edge, and C writes it a cycle
+after word 0): a minimum frame every ``max(2, ⌈480/W⌉)`` cycles,
 one QP or many (design-rules.md §1). An operation is not issued while an operation of its QP
 that writes the table is in C (its read would meet that write). The one write a read can still
 miss — that of the operation in B when it is issued — is made in C on the reader's R→B edge, and

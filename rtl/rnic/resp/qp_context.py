@@ -15,8 +15,10 @@ Two tables of ``num_qp`` entries, both in block RAM:
   sent-NAK latch, the message in progress (class, byte offset, WRITE residue/VA/rkey), the
   on-chip RQ producer/consumer indices.
 
-Each table's read data is registered once (the block RAM's output register); that register is
-PSN Check's stage-B context and the command's view of the QP. The PSN Check pipeline
+Each table keeps a QP's row in two words (address ``{qpn, word}``, see :data:`dyn0_layout`,
+:data:`dyn1_layout` and the static words ``_ROW0``/``_ROW1``), read on two consecutive cycles.
+Each table's read data is registered once; that register is PSN Check's stage-B (word 0) and
+stage-C (both words) context and the command's view of the QP. The PSN Check pipeline
 (``psn_check.py``) owns the read-modify-write of the dynamic table through :class:`QpContext`'s
 pipeline ports; this block serves SET_QP (0x01) and QUERY_QP (0x02) of the command mailbox
 (interface.md §4.2) through the same read port while the pipeline is drained. The dynamic table
@@ -157,19 +159,26 @@ class QpContext(wiring.Component):
     idle : In(1)
         The pipeline and every outstanding execute are drained; the command may run.
     rd_addr, rd_en : In
-        Pipeline read port (both tables): with ``rd_en`` the tables are read at ``rd_addr``
-        (the block RAM's clock enable: ``rd_en`` low holds its output).
+        Pipeline read port (both tables): with ``rd_en`` the tables are read at ``rd_addr``,
+        word 0 (the block RAM's clock enable: ``rd_en`` low holds its output).
+    rd_hi, rd_hi_addr : In
+        With ``rd_hi`` the read is of word 1 at ``rd_hi_addr`` instead (a register's choice).
     rd_load : In(1)
-        The read registers ``rd_static``/``rd_dyn`` take the block RAM's output (the data of
-        the last read), the dynamic row replaced by ``fwd_dyn`` with ``fwd_en``; they hold
-        otherwise, so one operation's row stays in them from its read until the next load.
+        The word-0 read registers take the block RAM's output (the data of the last read), the
+        dynamic word replaced by ``fwd_dyn``'s with ``fwd_en``; they hold otherwise, so one
+        operation's row stays in them from its read until the next load.
     fwd_en : In(1)
     fwd_dyn : In(qp_dyn_layout)
+    rd_load1 : In(1)
+        The word-1 read registers take the block RAM's output; the dynamic one holds with
+        ``fwd1_en`` (it has the word 1 of the last ``wr_dyn``).
+    fwd1_en : In(1)
     rd_static : Out(qp_recv_layout)
     rd_dyn : Out(qp_dyn_layout)
     wr_addr, wr_en : In
     wr_dyn : In(qp_dyn_layout)
-        The dynamic table's write port (the pipeline's stage C).
+        The dynamic table's write (the pipeline's stage C): word 0 in this cycle, word 1 in
+        the next from the word-1 read register, which takes it now.
     cw_valid : Out(1)
         The command's write of the dynamic row, one cycle after ``set_valid``: the pipeline
         writes QP ``cw_qpn`` with 0 (``cw_clr``, which comes with ``cw_valid``) or with the row
@@ -177,6 +186,9 @@ class QpContext(wiring.Component):
         it), its state ``cw_state`` and, with ``cw_rtr``, its ePSN ``cw_epsn``. Registers.
     cw_qpn : Out(range(num_qp))
     cw_clr, cw_rtr : Out(1)
+    cw_h1clr : Out(1)
+        With ``cw_valid``: the row was read in RESET, its word 1 (which the sweep does not
+        write) is written as 0.
     cw_state : Out(3)
     cw_epsn : Out(24)
     set_valid : Out(1)
