@@ -734,9 +734,14 @@ class PsnCheck(wiring.Component):
         c_xfw = Signal()
         c_held = Signal()
         b_held_seq = Signal()
+        b_held = Signal()
+        # (the RQ consumer's increment, by outcome: one select of registers in C)
+        c_cons = Signal(data.StructLayout({"f": 1, "fw": 1, "e": 1}))
         m.d.comb += [
             b_base.eq((b_kind == Kind.PKT) & ~b_drop & ck.state_ok),
             b_held_seq.eq(~ck.seq_ok | b_acc_bad),
+            b_held.eq(Mux(b_held_seq, ~ck.seq_ok & (fwd.open == MsgClass.SEND),
+                          (fwd.open == MsgClass.SEND) | b_info.rwr)),
         ]
         with m.If(adv):
             m.d.sync += [c_valid.eq(b_valid), c_kind.eq(b_kind), c_idx.eq(b_idx),
@@ -749,11 +754,15 @@ class PsnCheck(wiring.Component):
                                     & b_info.start & b_info.write),
                          c_xf.eq(b_base & b_held_seq),
                          c_xfw.eq(b_base & ~ck.rnr),
-                         c_held.eq(Mux(b_held_seq, ~ck.seq_ok & (fwd.open == MsgClass.SEND),
-                                       (fwd.open == MsgClass.SEND) | b_info.rwr)),
+                         c_held.eq(b_held),
+                         c_cons.f.eq(b_base & b_held_seq & b_held),
+                         c_cons.fw.eq(b_base & ~ck.rnr & b_held),
+                         c_cons.e.eq(b_base & ~b_acc_bad & ck.seq_ok & ~ck.rnr & b_info.end
+                                     & (b_info.send | b_info.rwr)),
                          c_len_nz.eq(b_len != 0), c_psn1.eq(b_meta.psn + 1 + b_rd_nm1)]
         return types.SimpleNamespace(
-            c_acc_bad=c_acc_bad, c_base=c_base, c_drop=c_drop, c_held=c_held, c_info=c_info,
+            c_acc_bad=c_acc_bad, c_base=c_base, c_cons=c_cons, c_drop=c_drop, c_held=c_held,
+            c_info=c_info,
             c_len_nz=c_len_nz, c_pre_bad=c_pre_bad, c_xe=c_xe, c_xe_sw=c_xe_sw, c_xf=c_xf,
             c_xfw=c_xfw)
 
@@ -1022,7 +1031,6 @@ class PsnCheck(wiring.Component):
         # from registers only), then the NAK 0x61 changes. x_exec is one LUT of registers (the
         # verdict B prepared, see _stage_b_to_c).
         ok_in = Signal()                # a request packet of a usable QP, in order
-        x_held = c_held
         cons_1 = Signal(16)
         m.d.comb += [
             ok_in.eq(c_base & pcls.in_order),
@@ -1064,8 +1072,15 @@ class PsnCheck(wiring.Component):
                      new.va.eq(Mux(va_ld, cm.reth_va, nx_n.va)),
                      new.rkey.eq(Mux(va_ld, cm.reth_rkey, nx_n.rkey))]
         with m.If(x_fail):
-            m.d.comb += [new.state.eq(QpState.ERROR),
-                         new.rq_cons.eq(Mux(x_held, cons_1, cx.rq_cons))]
+            m.d.comb += new.state.eq(QpState.ERROR)
+        # the RQ consumer + 1: a failure that completes the held WQE (``x_fail & c_held``) or
+        # an executed end of a WQE-holding message (``x_exec``, ``nx_e``); x_fail and x_exec
+        # are exclusive and never meet a command's write: one select of registers (``c_cons``)
+        cons_inc = Signal()
+        bad = c_pre_bad | c_ck.w_bad
+        m.d.comb += [cons_inc.eq(pcls.in_order & (t.c_cons.f | (bad & t.c_cons.fw)
+                                                  | (~bad & t.c_cons.e))),
+                     new.rq_cons.eq(Mux(cons_inc, cons_1, nx_n.rq_cons))]
 
     def _payload_router(self, m, t):
         """The payload router: each frame's beats to ``pay_out`` (executed), ``rr_pay`` (a READ
