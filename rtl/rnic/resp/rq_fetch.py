@@ -59,7 +59,7 @@ import types
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out, connect
+from amaranth.lib.wiring import In, Out
 
 # the receive WQE exactly as it lies in host memory (bit 8·i = byte i) and its scatter/gather
 # element: the layouts of the host-memory format table (interface.md §5.1)
@@ -121,21 +121,28 @@ class RqFetch(wiring.Component):
         m = Module()
         fl_layout = data.StructLayout({"tag": 8})
 
-        # request side: a registered queue, then one read per request while room in flight
-        m.submodules.req_q = req_q = Queue(fetch_req_layout, 2)
-        connect(m, wiring.flipped(self.req), req_q.i)
+        # request side: one register (``req.ready`` is its registered "empty": a request every
+        # other cycle at most, a WQE read takes ``64/(W/8)`` beats), then one read per request
+        # while room in flight; the address is kept without its 6 zero bits
+        rq_v = Signal()
+        rq_a = Signal(58)
+        rq_t = Signal(8)
+        m.d.comb += self.req.ready.eq(~rq_v)
+        with m.If(~rq_v):
+            m.d.sync += [rq_v.eq(self.req.valid), rq_a.eq(self.req.payload.addr[6:]),
+                         rq_t.eq(self.req.payload.tag)]
         m.submodules.inflight = inflight = Queue(fl_layout, self.depth, buffered=False)
-        rq = req_q.o
         mr = self.mem.req
         m.d.comb += [
-            mr.valid.eq(rq.valid & inflight.i.ready),
-            mr.payload.addr.eq(Cat(Const(0, 6), rq.payload.addr[6:])),
+            mr.valid.eq(rq_v & inflight.i.ready),
+            mr.payload.addr.eq(Cat(Const(0, 6), rq_a)),
             mr.payload.len_bytes.eq(WQE_BYTES),
-            mr.payload.tag.eq(rq.payload.tag),
-            rq.ready.eq(mr.ready & inflight.i.ready),
-            inflight.i.valid.eq(rq.valid & mr.ready),
-            inflight.i.payload.tag.eq(rq.payload.tag),
+            mr.payload.tag.eq(rq_t),
+            inflight.i.valid.eq(rq_v & mr.ready),
+            inflight.i.payload.tag.eq(rq_t),
         ]
+        with m.If(mr.valid & mr.ready):
+            m.d.sync += rq_v.eq(0)
 
         # response side: pass the oldest read's beats on with their index; on its last beat the
         # WQE is complete (the in-flight entry is popped) and its {tag, err} is the response
@@ -378,8 +385,6 @@ def _visit_registers(m, t):
     pf_m0 = Signal(P)           # slots tagged {pf_q, idx0}
     pf_m1 = Signal(P)           # slots tagged {pf_q, idx1}
     pf_m2 = Signal(P)           # slots tagged {pf_q, idx2}
-    pf_addr = Signal(58)        # the read to issue: its WQE address, bits 63..6 (added
-                                # in every ALLOC cycle, so the adder ends at a register)
     ev = Signal(sb)             # eviction pointer
     alloc = Signal()            # CLAIM claims slot ``a_slot`` now
     a_slot = Signal(sb)         # ALLOC's choice: the slot to claim,
@@ -415,7 +420,7 @@ def _visit_registers(m, t):
     return types.SimpleNamespace(
         pf_q=pf_q, pf_void=pf_void, row=row, pf_idx=pf_idx, pf_idx1=pf_idx1, pf_idx2=pf_idx2,
         pf_want=pf_want, pf_want1=pf_want1, pf_want2=pf_want2, pf_try=pf_try, pf_m0=pf_m0,
-        pf_m1=pf_m1, pf_m2=pf_m2, pf_addr=pf_addr, ev=ev, alloc=alloc, a_slot=a_slot,
+        pf_m1=pf_m1, pf_m2=pf_m2, ev=ev, alloc=alloc, a_slot=a_slot,
         a_oh=a_oh,
         a_sel1=a_sel1, a_k2=a_k2, a_ev=a_ev, same_q=same_q, hazard=hazard)
 
@@ -425,7 +430,8 @@ def _visit_choice(m, t):
     planner) and the first of them (``fsel``), whether the slot at the eviction pointer is
     evictable, which of idx0..idx2 the visit still needs (``need0``..``need2``), the bank of
     slot compares that finds them (``pf_cmp`` for ``pf_key``), and the holds on a claim
-    (``hold``, ``hit_hold``). Adds these and the ring mask ``lmask``."""
+    (``hold``, ``hit_hold``). Adds these, the ring mask ``lmask`` and the address ``pf_addr``
+    of the read CLAIM and ISSUE offer."""
     P, sb, D, valid, busy, ev = t.P, t.sb, t.D, t.valid, t.busy, t.ev
     pf_try, pf_idx, pf_q, sq, sidx = t.pf_try, t.pf_idx, t.pf_q, t.sq, t.sidx
     # the slot the planner works from (``prow`` with ``pin``) is neither free nor evictable:
@@ -451,6 +457,11 @@ def _visit_choice(m, t):
     # the ring mask 2^log − 1, one compare a bit (no carry chain in front of ALLOC's adder)
     lmask = Signal(16)
     m.d.comb += lmask.eq(low_mask(t.row.log))
+    # the WQE address (bits 63..6) of the index ALLOC chose (its registered choice), from
+    # registers in CLAIM and ISSUE: the fetch registers the request
+    pf_addr = Signal(58)
+    m.d.comb += pf_addr.eq(t.row.base[6:] + (Mux(t.a_sel1, Mux(t.a_k2, t.pf_idx2, t.pf_idx1),
+                                                 t.pf_idx) & lmask))
     need0 = Signal()            # WQE idx0 posted, not held, not yet fetched in this visit
     need1 = Signal()
     need2 = Signal()
@@ -475,7 +486,7 @@ def _visit_choice(m, t):
     m.d.comb += hit_hold.eq(t.plan_hit_r & (t.a_ev | (t.match & t.a_oh).any()))
     return types.SimpleNamespace(
         pinned=pinned, free=free, evictable=evictable, fsel=fsel, fsel_oh=fsel_oh, ev_oh=ev_oh,
-        lmask=lmask, need0=need0,
+        lmask=lmask, pf_addr=pf_addr, need0=need0,
         need1=need1, need2=need2, pf_key=pf_key, pf_cmp=pf_cmp, hold=hold, hit_hold=hit_hold)
 
 
@@ -540,10 +551,6 @@ def _visit_claim_states(m, t):
     # one (no decision is made in HIT); responses, takes, resets and releases only make
     # slots free. CLAIM goes back to ALLOC when a claim is held off there.
     with m.State("ALLOC"):
-        # the address of the WQE this cycle's decision claims (ready for CLAIM)
-        m.d.sync += t.pf_addr.eq(t.row.base[6:] + (Mux(need0, t.pf_idx,
-                                                       Mux(need1, t.pf_idx1, t.pf_idx2))
-                                                   & t.lmask))
         # no claim in a cycle with a take (take_r) or a qp_reset (they void by the
         # slots' tags), nor an eviction while the planner is in HIT; in CLAIM,
         # no claim of the visited QP's next WQE (idx0) while the planner holds that
