@@ -8,7 +8,7 @@ its client port ``wr``). See ``docs/execute.md``.
 
 Structure
 ---------
-Four stages, each an FSM working on one command at a time, joined by 2-entry plan queues
+Four stages, each an FSM working on one command at a time, joined by small plan queues
 (unbuffered: an entry is at the head in the cycle after its push), so four commands are
 worked on at once while the shared Scatter Path streams an older packet's payload. A command's
 plan (its pieces, the fields of its CQE) is written once by the planner into small RAMs
@@ -162,10 +162,10 @@ def _cqe_out(m, cqe, entry):
                  cqe.flags.eq(Mux(entry.imm, WITH_IMM, 0) | Mux(entry.inv, WITH_INVALIDATE, 0))]
 # Plan records. A command's plan is written once, by the planner, into small RAMs indexed by
 # its plan slot (``PLAN_SLOTS`` of them, used round robin); what travels between the stages in
-# the 2-entry plan queues is a token of at most 64 bits: the slot, the QP's table index, the
+# the plan queues is a token of at most 64 bits: the slot, the QP's table index, the
 # outcome so far and the flags each stage decides on.
-#: Plan slots: more than the commands past the planner at most (key_q 2, iss_q 2, stage 3 1,
-#: post_plan_q 2, stage 4 1) plus the planner's own, so the planner writes its slot at will.
+#: Plan slots: more than the commands past the planner at most (key_q 2, iss_q 3 with stage
+#: 3's, post_plan_q 2, stage 4 1) plus the planner's own, so the planner writes its slot at will.
 PLAN_SLOTS = 16
 _SLOT_BITS = 4
 # read by stage 4: the CQE's fields the token does not carry (the QP is the token's), the
@@ -980,7 +980,8 @@ class Execute(wiring.Component):
         # (unbuffered: an entry is at the head the cycle after its push, read from the queue's
         # LUT RAM; the stage behind registers what it takes)
         m.submodules.key_q = key_q = Queue(key_tok, 2, buffered=False)
-        m.submodules.iss_q = iss_q = Queue(iss_tok, 2, buffered=False)
+        # (``iss_q``: 3 entries, one of them stage 3's, which works on the entry at the head)
+        m.submodules.iss_q = iss_q = Queue(iss_tok, 3, buffered=False)
         # stage 4's entry (loaded by stage 4, and by a flush while stages 2 to 4 are empty)
         b = Signal(iss_tok)
         # the plan RAMs (LUT RAM, PLAN_SLOTS rows): written by the planner in its own slot
@@ -1071,7 +1072,7 @@ class Execute(wiring.Component):
                                     lambda i, row: row.eq(pva_c[0]))
         # The pieces' bus addresses, one RAM, row {slot mod 8, piece}: written by the key checks
         # (a piece a lookup), read by stage 4, and from the key checks' entry back to stage 4's
-        # there are seven at most (``iss_q`` 2, stage 3, ``post_plan_q`` 2, stage 4).
+        # there are seven at most (``iss_q`` 3 with stage 3's, ``post_plan_q`` 2, stage 4).
         assert PLAN_SLOTS >= 8
         m.submodules.plan_bus = plan_bus = Memory(shape=64, depth=8 * 4, init=[])
         bus_wr = plan_bus.write_port()
@@ -1675,40 +1676,51 @@ class Execute(wiring.Component):
             t.rst, t.wflt_rd2)
         # ==== stage 3: CQE slot (reservation) ================================================
         # Its own stage, so the next packet's slot is reserved while stage 4 issues this one
-        # and CqeGen writes the previous CQE.
+        # and CqeGen writes the previous CQE. It works on the entry at ``iss_q``'s head (stable
+        # until taken) and takes it when it goes into ``post_plan_q``: what it decides is two
+        # registered flags, ``r_skip`` (the QP went dead) and ``r_full`` (the CQ is full).
         m.submodules.post_plan_q = pp_q = Queue(iss_tok, 2, buffered=False)
         m.d.comb += post_plan_busy.eq(pp_q.level != 0)
-        r = Signal(iss_tok)
+        h = iss_q.o.payload
+        r = Signal(iss_tok)                    # the entry as it goes on (comb)
+        r_skip = Signal()
+        r_full = Signal()
         post_dead_w = Signal()                 # stage 4 writes a dead mark this cycle
         r_go = Signal()                        # the entry may go into ``post_plan_q`` now
         m.d.comb += r_go.eq(pp_q.i.ready & ~rst.valid & ~post_dead_w)
+        m.d.comb += r.eq(h)
+        with m.If(r_skip):
+            m.d.comb += [r.skip.eq(1), r.nowrite.eq(1), r.fatal.eq(0), r.syn.eq(0),
+                         r.cqe_on.eq(0), r.cdone.eq(0)]
+        with m.Elif(r_full):
+            # CQ full: no CQE, nothing written
+            m.d.comb += [r.fatal.eq(1), r.syn.eq(0), r.cstat.eq(0), r.cqe_on.eq(0),
+                         r.nowrite.eq(1)]
 
         def r_push():
             # a fatal outcome marks the QP dead now, so the younger packets behind are
             # skipped before they reserve anything
-            m.d.comb += pp_q.i.valid.eq(1)
+            m.d.comb += [pp_q.i.valid.eq(1), iss_q.o.ready.eq(1)]
             with m.If(r.fatal):
-                m.d.comb += [dead_wr.addr.eq(r.qpn), dead_wr.data.eq(1), dead_wr.en.eq(1)]
+                m.d.comb += [dead_wr.addr.eq(h.qpn), dead_wr.data.eq(1), dead_wr.en.eq(1)]
             m.next = "R_IDLE"
-        m.d.comb += [dead_rd2.addr.eq(iss_q.o.payload.qpn),
-                     wflt_rd2.addr.eq(iss_q.o.payload.qpn),
-                     self.reserve.payload.cqn.eq(r.cqn),
+        m.d.comb += [dead_rd2.addr.eq(h.qpn),
+                     wflt_rd2.addr.eq(h.qpn),
+                     self.reserve.payload.cqn.eq(h.cqn),
                      pp_q.i.payload.eq(r)]
         with m.FSM(name="resv") as fsm:
             with m.State("R_IDLE"):
-                m.d.comb += [r_idle.eq(1), iss_q.o.ready.eq(1), dead_rd2.en.eq(1),
-                             wflt_rd2.en.eq(1)]
+                m.d.comb += [r_idle.eq(1), dead_rd2.en.eq(1), wflt_rd2.en.eq(1)]
+                m.d.sync += [r_skip.eq(0), r_full.eq(0)]
                 with m.If(iss_q.o.valid):
-                    m.d.sync += r.eq(iss_q.o.payload)
                     m.next = "R_CHK"
             with m.State("R_CHK"):
                 # the QP may have gone dead after stage 1 read its mark (an older packet's
                 # outcome, marked when that packet left this stage; or a write fault): skip
                 with m.If(dead_rd2_data | wflt_rd2.data):
-                    m.d.sync += [r.skip.eq(1), r.nowrite.eq(1), r.fatal.eq(0), r.syn.eq(0),
-                                 r.cqe_on.eq(0), r.cdone.eq(0)]
+                    m.d.sync += r_skip.eq(1)
                     m.next = "R_PUSH"
-                with m.Elif(~r.cqe_on):
+                with m.Elif(~h.cqe_on):
                     # nothing to reserve: the entry leaves now if it can (as from R_PUSH)
                     with m.If(r_go):
                         r_push()
@@ -1717,19 +1729,14 @@ class Execute(wiring.Component):
                 with m.Else():
                     m.next = "R_RESV"
             with m.State("R_RESV"):
-                with m.If(~r.cqe_on):
-                    m.next = "R_PUSH"
-                with m.Else():
-                    m.d.comb += self.reserve.valid.eq(1)
-                    with m.If(self.reserve.ready):
-                        m.next = "R_WAIT"
+                m.d.comb += self.reserve.valid.eq(1)
+                with m.If(self.reserve.ready):
+                    m.next = "R_WAIT"
             with m.State("R_WAIT"):
                 m.d.comb += self.reserve_resp.ready.eq(1)
                 with m.If(self.reserve_resp.valid):
                     with m.If(~self.reserve_resp.payload.ok):
-                        # CQ full: no CQE, nothing written
-                        m.d.sync += [r.fatal.eq(1), r.syn.eq(0), r.cstat.eq(0),
-                                     r.cqe_on.eq(0), r.nowrite.eq(1)]
+                        m.d.sync += r_full.eq(1)
                     m.next = "R_PUSH"
             with m.State("R_PUSH"):
                 with m.If(r_go):
