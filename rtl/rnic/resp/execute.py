@@ -833,7 +833,11 @@ class Execute(wiring.Component):
         # before (one set of compares and subtractions for the three pieces):
         #   A: the overlap with the packet, start = max(offset, lo), end = min(mend, hi);
         #   B: piece ``cb_i``'s valid flag (start < end), length, source offset in the packet
-        #      and offset in its SGE (``dl_r``, for its va), into that piece's registers.
+        #      and whether it starts inside its SGE (offset > lo), into that piece's
+        #      registers; and then its offset in the SGE (for its va) into ``dl_r``, which
+        #      pieces 1 and 2 share: only the piece the packet starts in starts inside its
+        #      SGE (a later SGE starts past the offset), so a valid piece's offset in its SGE
+        #      is ``dl_r`` if it starts inside, else 0.
         # So with three SGEs piece 0 is done in SUMS2, piece 2 in CUT2; with one (SUMS goes
         # to CUT) piece 0 in CUT2, and pieces 1 and 2 are cleared by SUMS.
         run = Signal(35)
@@ -845,23 +849,31 @@ class Execute(wiring.Component):
         cb_st = Signal(35)
         cb_en = Signal(35)
         cb_lo = Signal(35)
+        cb_in = Signal()
         cb_on = Signal()
         cb_i = Signal(2)
+        a_in = Signal()
+        m.d.comb += a_in.eq(off > ca_lo)
         m.d.sync += [ca_on.eq(0),
-                     cb_st.eq(Mux(off > ca_lo, off, ca_lo)),
+                     cb_st.eq(Mux(a_in, off, ca_lo)), cb_in.eq(a_in),
                      cb_en.eq(Mux(mend < run, mend, run)),
                      cb_lo.eq(ca_lo), cb_on.eq(ca_on), cb_i.eq(ca_i)]
         v_rs = [Signal(name=f"p_valid_r{i}") for i in range(MAX_SGE)]
         ln_rs = [Signal(13, name=f"p_len_r{i}") for i in range(MAX_SGE)]
         src_rs = [Signal(13, name=f"p_src_r{i}") for i in range(MAX_SGE)]
-        dl_rs = [None] + [Signal(35, name=f"p_delta_r{i}") for i in range(1, MAX_SGE)]
+        in_rs = [None] + [Signal(name=f"p_inside_r{i}") for i in range(1, MAX_SGE)]
+        dl_r = Signal(35)
         with m.If(cb_on):
             for i in range(MAX_SGE):
                 with m.If(cb_i == i):
                     m.d.sync += [v_rs[i].eq(cb_st < cb_en), ln_rs[i].eq(cb_en - cb_st),
                                  src_rs[i].eq(cb_st - off)]
                     if i:
-                        m.d.sync += dl_rs[i].eq(cb_st - cb_lo)
+                        m.d.sync += in_rs[i].eq(cb_in)
+            with m.If(cb_in & (cb_i != 0)):
+                m.d.sync += dl_r.eq(cb_st - cb_lo)
+        # piece i's offset in its SGE (i = 1, 2)
+        dl_rs = [None] + [Mux(in_rs[i], dl_r, 0) for i in range(1, MAX_SGE)]
         return types.SimpleNamespace(
             a_r=a_r, ca_i=ca_i, ca_lo=ca_lo, ca_on=ca_on, dl_rs=dl_rs,
             has_beats=has_beats, li_cs=li_cs, li_r=li_r, ln_rs=ln_rs, mend=mend, off=off,
