@@ -131,7 +131,17 @@ RECV_RDMA_WITH_IMM = 129
 #: QP's back-to-back small SENDs wait for their WQE's read (the next read starts at a take)
 PREFETCH_DEPTH = 3
 
-_post_layout = data.StructLayout({"fatal": 1, "syndrome": 8, "beats": 1})
+#: The syndromes a command's ``done`` can carry, as the 3-bit code the plan tokens and
+#: ``post_q`` carry (:func:`_syndrome` decodes it at ``done``)
+_SYN = {0: 0, 0x61: 1, 0x62: 2, 0x63: 3, 0x1F: 4}
+
+
+def _syndrome(code):
+    """The AETH syndrome of a code of :data:`_SYN`."""
+    return Mux(code[2], 0x1F, Mux(code[:2] == 0, 0, Cat(code[:2], Const(0x18, 6))))
+
+
+_post_layout = data.StructLayout({"fatal": 1, "syndrome": 3, "beats": 1})
 
 
 def _cqe_entry_layout(ab):
@@ -193,7 +203,7 @@ def _token_layout(ab, stage):
     """The plan token: ``stage`` "key" (planner -> key checks) or "issue" (-> stages 3, 4)."""
     fields = {
         "slot": _SLOT_BITS, "qpn": ab, "write": 1, "inv": 1, "has_beats": 1, "fatal": 1,
-        "syn": 8, "cstat": 8, "cqe_on": 1, "nowrite": 1, "skip": 1, "cdone": 1, "rdflt": 1,
+        "syn": 3, "cstat": 8, "cqe_on": 1, "nowrite": 1, "skip": 1, "cdone": 1, "rdflt": 1,
         "pv": MAX_SGE, "cqn": 16, "read": 1,
     }
     fields.update({"wqe": 1} if stage == "key" else {"invc": 1})
@@ -770,7 +780,7 @@ class Execute(wiring.Component):
             can_done.eq(post_q.o.valid & (~ph.beats | (tok != 0))),
             self.done.valid.eq(can_done),
             self.done.payload.fatal.eq(ph.fatal),
-            self.done.payload.syndrome.eq(ph.syndrome),
+            self.done.payload.syndrome.eq(_syndrome(ph.syndrome)),
             post_q.o.ready.eq(can_done & self.done.ready),
             pop_tok.eq(can_done & self.done.ready & ph.beats),
         ]
@@ -951,7 +961,7 @@ class Execute(wiring.Component):
 
         # outcome (the planner's registers, carried in the plan entry)
         fatal = Signal()
-        syn = Signal(8)
+        syn = Signal(3)                        # the syndrome's code (_SYN)
         cqe_on = Signal()
         cstat = Signal(8)
         nowrite = Signal()
@@ -1142,7 +1152,7 @@ class Execute(wiring.Component):
         ``with_cqe``, nothing written."""
         (cdone, cqe_on, cstat, fatal, nowrite, syn) = (
             t.cdone, t.cqe_on, t.cstat, t.fatal, t.nowrite, t.syn)
-        m.d.sync += [fatal.eq(1), syn.eq(syndrome), cstat.eq(status), cqe_on.eq(with_cqe),
+        m.d.sync += [fatal.eq(1), syn.eq(_SYN[syndrome]), cstat.eq(status), cqe_on.eq(with_cqe),
                      nowrite.eq(1)]
         if not isinstance(with_cqe, int) or with_cqe:
             m.d.sync += cdone.eq(with_cqe)
@@ -1609,7 +1619,7 @@ class Execute(wiring.Component):
             rk = Signal()
             m.d.comb += rk.eq(ke.write | ke.read)
             m.d.comb += [iq.payload.fatal.eq(1), iq.payload.nowrite.eq(1),
-                         iq.payload.syn.eq(Mux(rk, 0x62, 0x63)),
+                         iq.payload.syn.eq(Mux(rk, _SYN[0x62], _SYN[0x63])),
                          iq.payload.cstat.eq(Mux(rk, WcStatus.REM_ACCESS_ERR,
                                                  WcStatus.LOC_QP_OP_ERR)),
                          iq.payload.cqe_on.eq(~rk | ke.wqe),
@@ -1893,7 +1903,7 @@ class Execute(wiring.Component):
                 m.d.comb += self.inval.resp.ready.eq(1)
                 with m.If(self.inval.resp.valid):
                     with m.If(~self.inval.resp.payload.ok):
-                        m.d.sync += [b.fatal.eq(1), b.syn.eq(0x1F),
+                        m.d.sync += [b.fatal.eq(1), b.syn.eq(_SYN[0x1F]),
                                      b.cstat.eq(WcStatus.REM_INV_REQ_ERR)]
                     m.next = "POST"
             with m.State("POST"):
