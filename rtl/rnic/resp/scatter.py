@@ -152,9 +152,11 @@ class ScatterPath(wiring.Component):
         m.d.comb += top.eq(B - 1 - hi_lane)
         m.d.comb += strb.eq((ones << lo_lane)[:B] & (ones >> top))
         # ``mark``: a marker (no beat), dropped at the queue's output; ``done``: the packet's
-        # last beat (a closing piece that took the packet's ``last`` beat itself)
-        out_layout = data.StructLayout({"beat": write_beat_layout(W), "mark": 1, "done": 1})
-        m.submodules.out_q = out_q = Queue(out_layout, 4)
+        # last beat (a closing piece that took the packet's ``last`` beat itself). What the
+        # output's handshake decides on leaves the queue's output register; the beat's data and
+        # strobes are read from its LUT RAM at the head (the host-memory write stores them)
+        out_layout = data.StructLayout({"data": W, "strb": B, "last": 1, "mark": 1, "done": 1})
+        m.submodules.out_q = out_q = Queue(out_layout, 4, registered=("last", "mark", "done"))
         o = out_q.i
 
         # The byte shift (sh < 2·W/8 when a beat leaves) in two registered steps: by whole
@@ -184,14 +186,16 @@ class ScatterPath(wiring.Component):
         m.d.comb += shifted.eq(s1_win >> (s1_lo * 8))
         m.d.comb += [
             o.valid.eq(s1_valid),
-            o.payload.beat.data.eq(shifted[:W]),
-            o.payload.beat.strb.eq(s1_strb),
-            o.payload.beat.last.eq(s1_last),
+            o.payload.data.eq(shifted[:W]),
+            o.payload.strb.eq(s1_strb),
+            o.payload.last.eq(s1_last),
             o.payload.mark.eq(s1_mark),
             o.payload.done.eq(s1_done),
         ]
         q = out_q.o
-        m.d.comb += [self.data.payload.eq(q.payload.beat)]
+        m.d.comb += [self.data.payload.data.eq(q.payload.data),
+                     self.data.payload.strb.eq(q.payload.strb),
+                     self.data.payload.last.eq(q.payload.last)]
         with m.If(q.payload.mark):
             m.d.comb += [q.ready.eq(1), self.pkt_done.eq(q.valid)]
         with m.Else():
