@@ -199,6 +199,18 @@ READ_JOBS = 8
 _spiece_layout = data.StructLayout({"len": 13, "src": 13})
 
 
+def _cmd_layout(ab):
+    """The planner's command ``c``: the fields of ``exe_layout`` its states read, the QPN as
+    the QP's table index and the status as ``err`` (≠ 0: its value is loaded into the
+    outcome's CQE status at the take). The fields only the take reads (the WRITE's or READ's
+    va, length and rkey, the CQE's immediate, ``se``, the PD, a READ's MSN and path MTU) go
+    from ``exe`` straight into their registers and plan RAMs."""
+    return data.StructLayout({
+        "qpn": ab, "psn": 24, "err": 1, "payload_len": 13, "wqe": 1, "comp": 1, "send": 1,
+        "write": 1, "imm_valid": 1, "inv": 1, "offset": 32, "rq_index": 16, "rcqn": 16,
+        "rq_base": 64, "rq_log": 5, "read": 1, "dup": 1, "ird": 4})
+
+
 def _token_layout(ab, stage):
     """The plan token: ``stage`` "key" (planner -> key checks) or "issue" (-> stages 3, 4)."""
     fields = {
@@ -583,7 +595,7 @@ class Execute(wiring.Component):
         offered. Adds these."""
         (P, W, ab, cnext_rd, dead_rd, fetch, rst, wflt_rd, wqe_rd, wqe_wr) = (
             t.P, t.W, t.ab, t.cnext_rd, t.dead_rd, t.fetch, t.rst, t.wflt_rd, t.wqe_rd, t.wqe_wr)
-        c = Signal(exe_layout)                 # the command being planned
+        c = Signal(_cmd_layout(ab))            # the command being planned
         # The READs held for duplicates (interface.md §7, IRD): per QP the start PSNs of its
         # last IRD READs, a ring of MAX_IRD entries (``rd_ring``, block RAM, row {QP, slot}), and
         # its next slot and fill (``rd_meta``). A duplicate READ is answered when its PSN is
@@ -819,7 +831,7 @@ class Execute(wiring.Component):
         off = c.offset
         plen = c.payload_len
         has_beats = Signal()            # payload beats come on ``pay`` (none for status ≠ 0)
-        m.d.comb += has_beats.eq((plen != 0) & (c.status == 0))
+        m.d.comb += has_beats.eq((plen != 0) & ~c.err)
         mend = Signal(34)
         # The WQE's fields come from the store's asynchronous read at ``prow`` (a register):
         # they go into registers, or through a mux into a LUT-RAM write, never into an adder.
@@ -1167,15 +1179,16 @@ class Execute(wiring.Component):
             t.syn, t.wflt_rd, t.wqe_rd)
         m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
                      wflt_rd.en.eq(1), cnext_rd.en.eq(1)]
-        m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(0), nowrite.eq(0),
+        ep = self.exe.payload
+        m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(ep.status), nowrite.eq(0),
                      skip.eq(0), cdone.eq(0), flushing.eq(0), rdflt.eq(0), rd_sent.eq(0)]
         # (only DEC reads it, entered on ``exe.valid``: the flush's c leaves it unused)
-        ep = self.exe.payload
         m.d.sync += rd_new.eq(ep.read & ~ep.dup & (ep.status == 0))
         # ``c`` is loaded in every cycle that could take (nothing reads it until the next
         # state): its flops are enabled by the state, not by ``exe.valid`` or the flush
         # queue's ``valid`` (PSN Check's decision, a long path in the whole core)
-        m.d.sync += c.eq(self.exe.payload)
+        m.d.sync += [c[f].eq(ep[f]) for f in c.shape().members if f not in ("qpn", "err")]
+        m.d.sync += [c.qpn.eq(ep.qpn[:t.ab]), c.err.eq(ep.status != 0)]
         # (a WRITE's or READ's va and length: into the registers that plan its piece)
         m.d.sync += [t.a_r.eq(ep.va), t.mend.eq(ep.dma_len), t.li_r.eq(ep.rkey)]
         # a command with ``status`` ≠ 0 only completes the held WQE in error, whatever its
@@ -1188,7 +1201,7 @@ class Execute(wiring.Component):
             fp = self.flush.payload
             with m.If(~self.exe.valid):
                 m.d.sync += [c.qpn.eq(fp.qpn), c.rcqn.eq(fp.rcqn), c.rq_base.eq(fp.rq_base),
-                             c.rq_log.eq(fp.rq_log), c.status.eq(0)]
+                             c.rq_log.eq(fp.rq_log), c.err.eq(0)]
                 m.d.sync += [c[f].eq(0) for f in (
                     "write", "read", "imm_valid", "inv", "wqe", "comp", "send")]
         with m.If(self.exe.valid):
@@ -1285,7 +1298,7 @@ class Execute(wiring.Component):
                 m.next = "RD_META"
             with m.Elif(c.wqe):
                 m.next = "LOOK"
-            with m.Elif(c.send | (c.status != 0)):
+            with m.Elif(c.send | c.err):
                 # the WQE the QP's message holds, looked up in the store by {QP, the
                 # index in ``wqet``, ring} like a WQE to take (PSN Check's ``rq_index``
                 # names the same WQE: then the tags compared in this cycle are the ones;
@@ -1529,8 +1542,9 @@ class Execute(wiring.Component):
                 m.d.sync += pv[i].eq(pv_c[i])
                 m.d.comb += sp_wr[i].en.eq(1)
             m.d.comb += [kva_wr[1].en.eq(1), kp_wr[0].en.eq(1)]
-            with m.If(c.status != 0):
-                self._fail(m, t, 0, c.status, 1)
+            with m.If(c.err):
+                # (the CQE status is the command's, loaded at the take)
+                self._fail(m, t, 0, t.cstat, 1)
             with m.Elif((c.send | c.wqe) & bad_nsge):
                 self._fail(m, t, 0x63, WcStatus.LOC_QP_OP_ERR, 1)
             with m.Elif(c.send & overflow):
