@@ -306,7 +306,7 @@ def _next_index(m, t):
                      chk_take.i.valid.eq(1), chk_take.i.payload.qpn.eq(nx_q)]
         with m.If(~take):
             m.d.sync += nx_pend.eq(0)
-    return types.SimpleNamespace(nx_pend=nx_pend, nx_q=nx_q)
+    return types.SimpleNamespace(nx_pend=nx_pend, nx_q=nx_q, nx_v=nx_v)
 
 
 def _pool_slots(m, t):
@@ -647,10 +647,11 @@ def _hit_select(m, t):
     # with its data gets no beat (no read out) and no claim in a HIT cycle
 
     # a take of WQE i keeps the QP's slots of indices i .. i+D-1; the
-    # planner's c.rq_index is stable for cycles before a take, so its successor registered
-    c_nxt = Signal(16)
+    # planner's c.rq_index is stable for cycles before a take, so its successors registered
+    # (i + 1 is the next index ``nx_v``, loaded at the take: ``take_r`` reads it)
+    c_nxt = t.nx_v
     c_nxt2 = Signal(16)
-    m.d.sync += [c_nxt.eq(c.rq_index + 1), c_nxt2.eq(c.rq_index + 2)]
+    m.d.sync += c_nxt2.eq(c.rq_index + 2)
     return types.SimpleNamespace(hsel=hsel, c_nxt=c_nxt, c_nxt2=c_nxt2)
 
 
