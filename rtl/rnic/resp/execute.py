@@ -19,8 +19,8 @@ a later stage decides on (design rule 3):
 * **stage 1, the planner**:
 
   1. reads the per-QP tables (block RAM, ``num_qp`` rows): ``dead`` (the QP had a fatal
-     outcome here or was flushed; its younger commands are skipped until ``qp_reset``),
-     ``wflt`` (a payload write of the QP faulted), ``wqet`` (the ring index of the receive WQE
+     outcome here, was flushed or a payload write of it faulted; its younger commands are
+     skipped until ``qp_reset``), ``wqet`` (the ring index of the receive WQE
      the QP's message in progress holds: 16 bits, so every QP may have a message open) and
      ``cnext`` (the flush's start);
   2. finds the WQE in the shared *WQE store* (below) by {QP, index, ring}: ``wqe`` = 1 the
@@ -42,7 +42,7 @@ a later stage decides on (design rule 3):
   the QP's PD and the piece's range; REMOTE_WRITE with the rkey), keeping the bus addresses;
   it waits while an older packet's invalidate is still to be done (the lookups must see it).
   The response of a packet's last lookup passes the entry on in its own cycle;
-* **stage 3, reservation**: re-reads the ``dead``/``wflt`` marks (an older command may have
+* **stage 3, reservation**: re-reads the ``dead`` mark (an older command may have
   made the QP dead after stage 1 read them: the packet is then skipped), reserves a CQE slot
   when a CQE will be written, and marks the QP dead on a fatal outcome (so the younger packets
   behind are skipped before they reserve anything); an entry with nothing to reserve leaves in
@@ -564,9 +564,8 @@ class Execute(wiring.Component):
                                           attrs={"no_rw_check": 1})
         wqe_rd = wqet.read_port()
         wqe_wr = wqet.write_port()
-        # write faults: set by a non-OKAY write done, read by the CQE release and the planner
+        # write faults: set by a non-OKAY write done (with ``dead``), read by the CQE release
         wflt = _BitTable(m, self.num_qp, "wflt")
-        wflt_rd = wflt.read_port()
         wflt_rel = wflt.read_port(domain="comb")
         wflt_wr = wflt.write_port()
         # index of the next receive WQE of the QP without a completion
@@ -585,7 +584,7 @@ class Execute(wiring.Component):
         return types.SimpleNamespace(
             cnext_rd=cnext_rd, cnext_rd_data=cnext_rd_data, cnext_wr=cnext_wr, dead=dead,
             dead_rd=dead_rd, dead_rd_data=dead_rd_data, dead_wr=dead_wr, wflt=wflt,
-            wflt_rd=wflt_rd, wflt_rel=wflt_rel, wflt_wr=wflt_wr, wqe_rd=wqe_rd, wqe_wr=wqe_wr,
+            wflt_rel=wflt_rel, wflt_wr=wflt_wr, wqe_rd=wqe_rd, wqe_wr=wqe_wr,
             wqpn_rd=wqpn_rd, wqpn_wr=wqpn_wr)
 
     def _plan_command(self, m, t):
@@ -593,8 +592,8 @@ class Execute(wiring.Component):
         of the IRD states, the shared WQE store (``wqe``, read at ``prow``) and the registers of
         the store look-up; and the addresses of the per-QP tables' reads for the command (or flush)
         offered. Adds these."""
-        (P, W, ab, cnext_rd, dead_rd, fetch, rst, wflt_rd, wqe_rd, wqe_wr) = (
-            t.P, t.W, t.ab, t.cnext_rd, t.dead_rd, t.fetch, t.rst, t.wflt_rd, t.wqe_rd, t.wqe_wr)
+        (P, W, ab, cnext_rd, dead_rd, fetch, rst, wqe_rd, wqe_wr) = (
+            t.P, t.W, t.ab, t.cnext_rd, t.dead_rd, t.fetch, t.rst, t.wqe_rd, t.wqe_wr)
         c = Signal(_cmd_layout(ab))            # the command being planned
         # The READs held for duplicates (interface.md §7, IRD): per QP the start PSNs of its
         # last IRD READs, a ring of MAX_IRD entries (``rd_ring``, block RAM, row {QP, slot}), and
@@ -649,7 +648,7 @@ class Execute(wiring.Component):
         m.d.comb += [take_flush.eq(~self.exe.valid & self.flush.valid),
                      in_qpn.eq(Mux(take_flush, self.flush.payload.qpn[:ab],
                                    self.exe.payload.qpn[:ab]))]
-        m.d.comb += [dead_rd.addr.eq(in_qpn), wflt_rd.addr.eq(in_qpn),
+        m.d.comb += [dead_rd.addr.eq(in_qpn),
                      cnext_rd.addr.eq(in_qpn),
                      wqe_rd.addr.eq(in_qpn),
                      wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.eq(c.rq_index)]
@@ -751,7 +750,8 @@ class Execute(wiring.Component):
         d1_go = Signal()
         wd_err = Signal()
         m.d.comb += [wd_err.eq(d1_v & d1_err),
-                     d1_go.eq(d1_v & (~d1_err | (ev_q.i.ready & fault_q.i.ready))),
+                     # (a fault waits while a qp_reset clears the marks)
+                     d1_go.eq(d1_v & (~d1_err | (ev_q.i.ready & fault_q.i.ready & ~rst.valid))),
                      wd.ready.eq(~d1_v | d1_go),
                      wqpn_rd.addr.eq(d1_tag[:MAX_WRITES.bit_length() - 1])]
         with m.If(wd.ready):
@@ -764,9 +764,16 @@ class Execute(wiring.Component):
         m.d.comb += wr_out.eq(wr_cnt - wr_done)
         m.d.sync += room.eq(Mux(wr_inc, Mux(d1_go, wr_out < MAX_WRITES, wr_out < MAX_WRITES - 1),
                                 Mux(d1_go, wr_out < MAX_WRITES + 1, wr_out < MAX_WRITES)))
-        with m.If(wd_err & d1_go):
+        # a fault marks the QP in ``wflt`` (the CQE release reads it) and ``dead`` (the planner
+        # and stage 3 skip its younger commands): the other writers of ``dead`` wait
+        # (``wf_w``)
+        wf_w = Signal()
+        m.d.comb += wf_w.eq(wd_err & d1_go)
+        with m.If(wf_w):
             m.d.comb += [wflt_wr.addr.eq(wqpn_rd.data), wflt_wr.data.eq(1),
-                         wflt_wr.en.eq(1)]
+                         wflt_wr.en.eq(1),
+                         t.dead_wr.addr.eq(wqpn_rd.data), t.dead_wr.data.eq(1),
+                         t.dead_wr.en.eq(1)]
         with m.Elif(rst.valid):
             m.d.comb += [wflt_wr.addr.eq(rst.payload.qpn), wflt_wr.data.eq(0),
                          wflt_wr.en.eq(1)]
@@ -778,7 +785,8 @@ class Execute(wiring.Component):
             fault_q.i.valid.eq(wd_err & d1_go),
             fault_q.i.payload.qpn.eq(wqpn_rd.data),
         ]
-        return types.SimpleNamespace(plan_ev=plan_ev, plan_ev_qpn=plan_ev_qpn, wd_err=wd_err)
+        return types.SimpleNamespace(plan_ev=plan_ev, plan_ev_qpn=plan_ev_qpn, wd_err=wd_err,
+                                     wf_w=wf_w)
 
     def _release(self, m, t):
         """The ``done`` of each command and its CQE, released in order (see the module
@@ -963,7 +971,6 @@ class Execute(wiring.Component):
         c, dead, faddr_c, wflt = t.c, t.dead, t.faddr_c, t.wflt
         dead_rd2 = dead.read_port()            # stage 3's re-check of the marks
         dead_rd2_data = dead_rd2.data
-        wflt_rd2 = wflt.read_port()
         sent_w = Signal()
         sent_p = Signal()
         fl_cqe = Signal()                      # the flush pushes its CQE
@@ -998,7 +1005,7 @@ class Execute(wiring.Component):
             dead_rd2_data=dead_rd2_data, fatal=fatal, fl_cqe=fl_cqe, fl_end=fl_end,
             fl_ev=fl_ev, fl_start=fl_start, fl_stop=fl_stop, flushing=flushing, nowrite=nowrite,
             pv=pv, rdflt=rdflt, sent_p=sent_p, sent_w=sent_w, skip=skip, syn=syn,
-            wflt_rd2=wflt_rd2, widx=widx)
+            widx=widx)
 
     def _plan_records(self, m, t):
         """The plan queues (planner -> ``key_q`` -> key checks -> ``iss_q``) and the plan RAMs
@@ -1173,12 +1180,12 @@ class Execute(wiring.Component):
         """IDLE's work: read the tables for the next command (or a flush, if ``allow_flush``) and
         take it."""
         (c, cdone, cnext_rd, cqe_on, cstat, dead_rd, fatal, fl_end, flushing, nowrite, pipe_empty,
-         plan_dec, plan_tk, rd_new, rd_sent, rdflt, skip, syn, wflt_rd, wqe_rd) = (
+         plan_dec, plan_tk, rd_new, rd_sent, rdflt, skip, syn, wqe_rd) = (
             t.c, t.cdone, t.cnext_rd, t.cqe_on, t.cstat, t.dead_rd, t.fatal, t.fl_end, t.flushing,
             t.nowrite, t.pipe_empty, t.plan_dec, t.plan_tk, t.rd_new, t.rd_sent, t.rdflt, t.skip,
-            t.syn, t.wflt_rd, t.wqe_rd)
+            t.syn, t.wqe_rd)
         m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
-                     wflt_rd.en.eq(1), cnext_rd.en.eq(1)]
+                     cnext_rd.en.eq(1)]
         ep = self.exe.payload
         m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(ep.status), nowrite.eq(0),
                      skip.eq(0), cdone.eq(0), flushing.eq(0), rdflt.eq(0), rd_sent.eq(0)]
@@ -1247,7 +1254,7 @@ class Execute(wiring.Component):
             m.next = "FL_NEXT"
         with m.State("FL_NEXT"):
             with m.If(fl_stop):
-                with m.If(~rst.valid):
+                with m.If(~rst.valid & ~t.wf_w):
                     m.d.comb += [cnext_wr.addr.eq(c.qpn[:ab]), cnext_wr.data.eq(c.rq_index),
                                  cnext_wr.en.eq(1),
                                  dead_wr.addr.eq(c.qpn[:ab]), dead_wr.data.eq(1),
@@ -1265,9 +1272,9 @@ class Execute(wiring.Component):
         """The planner's state DEC: the tables read for the command, and its way on: skipped (dead
         or write fault), a READ (sent on now if new), a WQE to look up, or the pieces."""
         (c, dead_rd_data, head_wr, kp_wr, kq, kva_wr, look_eq, nowrite, off, plan_tk, plen,
-         pv_c, rd_new, rd_sent, skip, wflt_rd, widx, wp, wq_held, wqe_rd, zlen) = (
+         pv_c, rd_new, rd_sent, skip, widx, wp, wq_held, wqe_rd, zlen) = (
             t.c, t.dead_rd_data, t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.look_eq, t.nowrite, t.off,
-            t.plan_tk, t.plen, t.pv_c, t.rd_new, t.rd_sent, t.skip, t.wflt_rd, t.widx, t.wp,
+            t.plan_tk, t.plen, t.pv_c, t.rd_new, t.rd_sent, t.skip, t.widx, t.wp,
             t.wq_held, t.wqe_rd, t.zlen)
         with m.State("DEC"):
             m.d.sync += plan_tk.eq(1)
@@ -1284,7 +1291,7 @@ class Execute(wiring.Component):
                              kp_wr[0].en.eq(1), kva_wr[0].en.eq(1)]
             # (the entry's piece flags as CALC would register them: read only with a push)
             m.d.comb += kq.payload.pv.eq(Cat(*pv_c))
-            with m.If(dead_rd_data | wflt_rd.data):
+            with m.If(dead_rd_data):
                 m.d.sync += [skip.eq(1), nowrite.eq(1)]
                 m.next = "PUSH"
             with m.Elif(c.read):
@@ -1703,13 +1710,12 @@ class Execute(wiring.Component):
         _one_hot(fsm)
 
     def _reservation(self, m, t):
-        """Stage 3, the reservation: the dead/write-fault marks read again, a CQE slot reserved,
+        """Stage 3, the reservation: the dead mark (a write fault sets it too) read again, a CQE slot reserved,
         the QP marked dead on a fatal outcome. Adds the dead-mark write request stage 4 shares
         (``post_dead_w``) and the queue into stage 4 (``pp_q``)."""
-        (dead_rd2, dead_rd2_data, dead_wr, iss_q, iss_tok, post_plan_busy, r_idle, rst,
-         wflt_rd2) = (
+        (dead_rd2, dead_rd2_data, dead_wr, iss_q, iss_tok, post_plan_busy, r_idle, rst) = (
             t.dead_rd2, t.dead_rd2_data, t.dead_wr, t.iss_q, t.iss_tok, t.post_plan_busy, t.r_idle,
-            t.rst, t.wflt_rd2)
+            t.rst)
         # ==== stage 3: CQE slot (reservation) ================================================
         # Its own stage, so the next packet's slot is reserved while stage 4 issues this one
         # and CqeGen writes the previous CQE. It works on the entry at ``iss_q``'s head (stable
@@ -1723,7 +1729,7 @@ class Execute(wiring.Component):
         r_full = Signal()
         post_dead_w = Signal()                 # stage 4 writes a dead mark this cycle
         r_go = Signal()                        # the entry may go into ``post_plan_q`` now
-        m.d.comb += r_go.eq(pp_q.i.ready & ~rst.valid & ~post_dead_w)
+        m.d.comb += r_go.eq(pp_q.i.ready & ~rst.valid & ~post_dead_w & ~t.wf_w)
         m.d.comb += r.eq(h)
         with m.If(r_skip):
             m.d.comb += [r.skip.eq(1), r.nowrite.eq(1), r.fatal.eq(0), r.syn.eq(0),
@@ -1741,19 +1747,18 @@ class Execute(wiring.Component):
                 m.d.comb += [dead_wr.addr.eq(h.qpn), dead_wr.data.eq(1), dead_wr.en.eq(1)]
             m.next = "R_IDLE"
         m.d.comb += [dead_rd2.addr.eq(h.qpn),
-                     wflt_rd2.addr.eq(h.qpn),
                      self.reserve.payload.cqn.eq(h.cqn),
                      pp_q.i.payload.eq(r)]
         with m.FSM(name="resv") as fsm:
             with m.State("R_IDLE"):
-                m.d.comb += [r_idle.eq(1), dead_rd2.en.eq(1), wflt_rd2.en.eq(1)]
+                m.d.comb += [r_idle.eq(1), dead_rd2.en.eq(1)]
                 m.d.sync += [r_skip.eq(0), r_full.eq(0)]
                 with m.If(iss_q.o.valid):
                     m.next = "R_CHK"
             with m.State("R_CHK"):
                 # the QP may have gone dead after stage 1 read its mark (an older packet's
                 # outcome, marked when that packet left this stage; or a write fault): skip
-                with m.If(dead_rd2_data | wflt_rd2.data):
+                with m.If(dead_rd2_data):
                     m.d.sync += r_skip.eq(1)
                     m.next = "R_PUSH"
                 with m.Elif(~h.cqe_on):
@@ -1928,7 +1933,7 @@ class Execute(wiring.Component):
                              rjob.eq(b.read & ~b.fatal & ~b.skip),
                              go.eq(post_q.i.ready & (~b.cqe_on | cqe_q.i.ready)
                                    & (~rjob | rq.ready)
-                                   & ~rst.valid
+                                   & ~rst.valid & ~t.wf_w
                                    & (~evn | (~wd_err & ev_q.i.ready)))]
                 with m.If(go):
                     m.d.comb += [post_q.i.valid.eq(1), cqe_q.i.valid.eq(b.cqe_on & ~b.skip),
