@@ -59,7 +59,7 @@ import types
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In, Out, connect
 
 # the receive WQE exactly as it lies in host memory (bit 8·i = byte i) and its scatter/gather
 # element: the layouts of the host-memory format table (interface.md §5.1)
@@ -121,28 +121,21 @@ class RqFetch(wiring.Component):
         m = Module()
         fl_layout = data.StructLayout({"tag": 8})
 
-        # request side: one register (``req.ready`` is its registered "empty": a request every
-        # other cycle at most, a WQE read takes ``64/(W/8)`` beats), then one read per request
-        # while room in flight; the address is kept without its 6 zero bits
-        rq_v = Signal()
-        rq_a = Signal(58)
-        rq_t = Signal(8)
-        m.d.comb += self.req.ready.eq(~rq_v)
-        with m.If(~rq_v):
-            m.d.sync += [rq_v.eq(self.req.valid), rq_a.eq(self.req.payload.addr[6:]),
-                         rq_t.eq(self.req.payload.tag)]
+        # request side: a registered queue, then one read per request while room in flight
+        m.submodules.req_q = req_q = Queue(fetch_req_layout, 2)
+        connect(m, wiring.flipped(self.req), req_q.i)
         m.submodules.inflight = inflight = Queue(fl_layout, self.depth, buffered=False)
+        rq = req_q.o
         mr = self.mem.req
         m.d.comb += [
-            mr.valid.eq(rq_v & inflight.i.ready),
-            mr.payload.addr.eq(Cat(Const(0, 6), rq_a)),
+            mr.valid.eq(rq.valid & inflight.i.ready),
+            mr.payload.addr.eq(Cat(Const(0, 6), rq.payload.addr[6:])),
             mr.payload.len_bytes.eq(WQE_BYTES),
-            mr.payload.tag.eq(rq_t),
-            inflight.i.valid.eq(rq_v & mr.ready),
-            inflight.i.payload.tag.eq(rq_t),
+            mr.payload.tag.eq(rq.payload.tag),
+            rq.ready.eq(mr.ready & inflight.i.ready),
+            inflight.i.valid.eq(rq.valid & mr.ready),
+            inflight.i.payload.tag.eq(rq.payload.tag),
         ]
-        with m.If(mr.valid & mr.ready):
-            m.d.sync += rq_v.eq(0)
 
         # response side: pass the oldest read's beats on with their index; on its last beat the
         # WQE is complete (the in-flight entry is popped) and its {tag, err} is the response
