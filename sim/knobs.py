@@ -79,6 +79,8 @@ KNOBS = Registry([
         K("PSN_CHECK_WIDTH", "int", 64, "data width W of the PSN Check under test",
           "test_psn_check.py, sim/benches.py"),
         K("PSN_CHECK_RANDOM_PACKETS", "int", 1000, "packets of the random_sequences test"),
+        K("PSN_CHECK_NUM_QP", "int", 16, "QPs of the PSN Check under test",
+          "test_psn_check.py"),
     ]),
     ("Control plane", "`tb/blocks/test_control.py`, `cocotb_control.py`", [
         K("CONTROL_WIDTH", "int", REQUIRED, "data width W of the configuration under test",

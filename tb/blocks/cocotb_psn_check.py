@@ -35,7 +35,7 @@ from tb.blocks.cocotb_mailbox import ArgRegs
 
 W = knob("PSN_CHECK_WIDTH")
 NB = W // 8
-NUM_QP = 16
+NUM_QP = knob("PSN_CHECK_NUM_QP")
 LOCAL_MAC = 0x020000000001
 LOCAL_IP = 0x0A000001
 PMTU_CODE = 1           # 256 bytes: keeps multi-packet messages short

@@ -16,11 +16,14 @@ from sim.wrap import flat_top
 NUM_QP = 16
 
 
-def _run(width, tests=None, name=None, extra=None):
-    run_cocotb("psn_check", lambda: flat_top(PsnBench(width)),
-               params={"width": width, "bench": PsnBench.REV},
+def _run(width, tests=None, name=None, extra=None, num_qp=NUM_QP):
+    params = {"width": width, "bench": PsnBench.REV}
+    if num_qp != NUM_QP:
+        params["num_qp"] = num_qp
+    run_cocotb("psn_check", lambda: flat_top(PsnBench(width, num_qp)), params=params,
                test_module="tb.blocks.cocotb_psn_check", testcase=tests,
-               extra_env={"PSN_CHECK_WIDTH": str(width), **(extra or {})},
+               extra_env={"PSN_CHECK_WIDTH": str(width), "PSN_CHECK_NUM_QP": str(num_qp),
+                          **(extra or {})},
                test_name=name or f"w{width}")
 
 
@@ -28,6 +31,12 @@ def _run(width, tests=None, name=None, extra=None):
 def test_psn_check(width):
     """Every directed test plus a random run of ~1,500 packets against the model."""
     _run(width)
+
+
+def test_psn_check_one_word():
+    """Every directed test and the random run at 512 QPs, where the QP tables keep a row in
+    one word (``QpContext.split`` is for up to 256 QPs)."""
+    _run(64, name="w64-qp512", num_qp=512)
 
 
 @pytest.mark.full

@@ -46,15 +46,15 @@ classifier and the opcode sequencer are :mod:`rnic.resp.psn_rules`.
 
 Issue and same-QP hazard: operations enter two cycles apart, whatever their QPs (A issues
 nothing while R holds one), so the one register of the QP's rows serves B and C of one operation
-and is loaded again only once it has left C (each table keeps a row in two words, read in A and
-in R: word 1, which only C reads, reaches its register on the B→C edge, and C writes it a cycle
-after word 0): a minimum frame every ``max(2, ⌈480/W⌉)`` cycles,
-one QP or many (design-rules.md §1). An operation is not issued while an operation of its QP
-that writes the table is in C (its read would meet that write). The one write a read can still
-miss — that of the operation in B when it is issued — is made in C on the reader's R→B edge, and
-the register takes that decision instead of the RAM data (one forward path, its select a
-register). Any full output queue stalls all four stages
-together (whether the operation in C needs that queue or not, to keep the decision out of the
+and is loaded again only once it has left C (up to 256 QPs each table keeps a row in two words,
+read in A and in R: word 1, which only C reads, reaches its register on the B→C edge, and C
+writes it a cycle after word 0; above, one word read in A, :attr:`QpContext.split`): a
+minimum frame every ``max(2, ⌈480/W⌉)`` cycles, one QP or many (design-rules.md §1). An
+operation is not issued while an operation of its QP that writes the table is in C (its read
+would meet that write). The one write a read can still miss — that of the operation in B when it
+is issued — is made in C on the reader's R→B edge, and the register takes that decision instead
+of the RAM data (one forward path, its select a register). Any full output queue stalls all four
+stages together (whether the operation in C needs that queue or not, to keep the decision out of the
 clock-enable path). Commands (SET_QP/QUERY_QP) wait until the pipeline and all outstanding executes
 are drained, with new frames held back meanwhile; a ``fault`` is not taken while a command runs.
 
@@ -507,7 +507,8 @@ class PsnCheck(wiring.Component):
         with m.If(adv):
             m.d.sync += r_fwd.eq(b_valid & (b_kind != Kind.RESP) & (b_idx == t.a_idx))
         m.d.comb += [ctx.rd_load.eq(adv & r_valid), ctx.fwd_dyn.eq(new), ctx.fwd_en.eq(r_fwd)]
-        # The tables keep a QP's row in two words, read on two cycles: word 0 (what B checks)
+        # Up to 256 QPs (``ctx.split``; one word above, and these ports are not used) the
+        # tables keep a QP's row in two words, read on two cycles: word 0 (what B checks)
         # at A's issue, word 1 (what only C reads) while R holds the operation (A issues
         # nothing then), into its register on the B→C edge. With the forward, word 1's
         # register already has the decision of the operation ahead (it takes the word 1 C

@@ -15,8 +15,9 @@ Two tables of ``num_qp`` entries, both in block RAM:
   sent-NAK latch, the message in progress (class, byte offset, WRITE residue/VA/rkey), the
   on-chip RQ producer/consumer indices.
 
-Each table keeps a QP's row in two words (address ``{qpn, word}``, see :data:`dyn0_layout`,
-:data:`dyn1_layout` and the static words ``_ROW0``/``_ROW1``), read on two consecutive cycles.
+Up to 256 QPs each table keeps a QP's row in two words (address ``{qpn, word}``, see
+:data:`dyn0_layout`, :data:`dyn1_layout` and the static words ``_ROW0``/``_ROW1``), read on two
+consecutive cycles; above, in one word (``QpContext.split``).
 Each table's read data is registered once; that register is PSN Check's stage-B (word 0) and
 stage-C (both words) context and the command's view of the QP. The PSN Check pipeline
 (``psn_check.py``) owns the read-modify-write of the dynamic table through :class:`QpContext`'s
@@ -120,6 +121,8 @@ dyn0_layout = data.StructLayout({"epsn": 24, "off": 32, "resid": 32, "rq_prod": 
                                  "pad": _W1 - 104, "state": 3, "open": 2, "rq_cons": 16})
 _DWORD = 144
 _OVL = 104                      # word 0's bits below this share their positions with word 1's
+#: The most QPs at which the tables keep a row in two words (:attr:`QpContext.split`).
+SPLIT_MAX_QP = 256
 
 
 #: What the requester learns of a QP's state (PsnCheck ``qp_set``): every SET_QP that was
@@ -163,6 +166,8 @@ class QpContext(wiring.Component):
         word 0 (the block RAM's clock enable: ``rd_en`` low holds its output).
     rd_hi, rd_hi_addr : In
         With ``rd_hi`` the read is of word 1 at ``rd_hi_addr`` instead (a register's choice).
+        With one word a QP (``split`` false) ``rd_hi``, ``rd_load1`` and ``fwd1_en`` are not
+        used: ``rd_load`` loads the whole row, and ``cw_h1clr`` is 0.
     rd_load : In(1)
         The word-0 read registers take the block RAM's output (the data of the last read), the
         dynamic word replaced by ``fwd_dyn``'s with ``fwd_en``; they hold otherwise, so one
@@ -210,6 +215,10 @@ class QpContext(wiring.Component):
             raise ValueError(f"num_qp must be a power of two in 4..4096, not {num_qp!r}")
         self.num_qp = num_qp
         self.abits = (num_qp - 1).bit_length()
+        #: Two words a QP only where they save block RAM: up to 256 QPs a one-word row
+        #: leaves most of each DP16KD empty (512 deep), from 512 it fills them by capacity, and
+        #: the split would only add depth, output muxes and a cycle of read.
+        self.split = num_qp <= SPLIT_MAX_QP
         super().__init__({
             "cmd": Out(CommandSignature()),
             "busy": Out(1),
@@ -276,9 +285,12 @@ class QpContext(wiring.Component):
         # read in the cycle its QP's word 0 is written is another word. The command FSM reads
         # (ADDR, READ) and writes the static table (WRITE) in different states, and a command
         # starts only once the pipeline has written its last word.
-        m.submodules.smem = smem = memory.Memory(shape=_SWORD, depth=2 * n, init=[],
+        # (one word a QP: the same, with no word; see ``split``)
+        words = 2 if self.split else 1
+        sw, dw = (_SWORD, _DWORD) if self.split else (_ROW.width, qp_dyn_layout.size)
+        m.submodules.smem = smem = memory.Memory(shape=sw, depth=words * n, init=[],
                                                  attrs={"no_rw_check": 1})
-        m.submodules.dmem = dmem = memory.Memory(shape=_DWORD, depth=2 * n, init=[],
+        m.submodules.dmem = dmem = memory.Memory(shape=dw, depth=words * n, init=[],
                                                  attrs={"no_rw_check": 1})
         srd = smem.read_port()
         swr = smem.write_port(granularity=_LANE)
@@ -289,9 +301,9 @@ class QpContext(wiring.Component):
     def _port_select(self, m, t):
         """The tables' read ports, the pipeline's or, while ``owned``, the command FSM's
         (``c_*``), and the read data registered once (``dq``, and ``st``, the static row's
-        fields), word 0 a cycle before word 1, for both. Adds ``owned``, ``c_addr``,
-        ``c_rd_en``, ``c_half``, ``c_wr_en``, ``dq`` and ``st``."""
-        srd, drd = t.srd, t.drd
+        fields), for both (``split``: word 0 a cycle before word 1). Adds ``owned``,
+        ``c_addr``, ``c_rd_en``, ``c_half``, ``c_ld1``, ``c_wr_en``, ``dq`` and ``st`` (and
+        ``d1`` with ``split``)."""
         # the command FSM drives the read ports: a register, from taking a command (or rst)
         # to its response (or the sweep's end), so that it reaches the address muxes straight
         # from a flip-flop
@@ -304,6 +316,20 @@ class QpContext(wiring.Component):
         # the command's dynamic write (``set_valid``, and ``cw_valid`` a cycle later): a
         # register, decided in the cycle before SWEEP's next write and before EXEC
         c_wr_en = Signal(init=1)
+
+        c = types.SimpleNamespace(owned=owned, c_addr=c_addr, c_rd_en=c_rd_en, c_half=c_half,
+                                  c_ld1=c_ld1, c_wr_en=c_wr_en)
+        if self.split:
+            return self._read_words(m, t, c)
+        return self._read_row(m, t, c)
+
+    def _read_words(self, m, t, c):
+        """The read ports and registers of two words a QP: word 0 is read at ``rd_addr`` and
+        loaded with ``rd_load``, word 1 is read at ``rd_hi_addr`` with ``rd_hi`` and loaded a
+        cycle later with ``rd_load1`` (the command: ADDR, READ). Adds to ``c`` ``dq``, ``st``
+        and ``d1`` (the word-1 register, which the table's write takes) and returns it."""
+        srd, drd = t.srd, t.drd
+        owned, c_addr, c_rd_en, c_half, c_ld1 = c.owned, c.c_addr, c.c_rd_en, c.c_half, c.c_ld1
 
         # The read address: A's QPN (word 0), or from registers only (a 2:1 select after
         # A's select, as without the words): R's QPN (word 1 of the operation in R, which
@@ -354,15 +380,47 @@ class QpContext(wiring.Component):
             self.rd_static.eq(st),
             self.rd_dyn.eq(dq),
         ]
-        return types.SimpleNamespace(owned=owned, c_addr=c_addr, c_rd_en=c_rd_en,
-                                     c_half=c_half, c_wr_en=c_wr_en, dq=dq, st=st, d1=d1)
+        c.dq, c.st, c.d1 = dq, st, d1
+        return c
+
+    def _read_row(self, m, t, c):
+        """The read ports and registers of one word a QP: the row is read at ``rd_addr`` and
+        loaded whole with ``rd_load``, the dynamic row replaced by ``fwd_dyn`` with ``fwd_en``
+        (the command: read in ADDR, loaded in READ); ``rd_hi``, ``rd_load1`` and ``fwd1_en``
+        are not used. Adds to ``c`` ``dq`` and ``st`` and returns it."""
+        srd, drd, owned = t.srd, t.drd, c.owned
+        rd_en = Signal()
+        ld = Signal()
+        srow = Signal(_ROW.width)
+        dq = Signal(qp_dyn_layout)
+        with m.If(ld):
+            m.d.sync += [srow.eq(srd.data),
+                         dq.eq(Mux(self.fwd_en & ~owned, self.fwd_dyn, drd.data))]
+        st = _ROW.decode(m, srow, "st")     # srow's fields
+        m.d.comb += [
+            srd.addr.eq(Mux(owned, c.c_addr, self.rd_addr)),
+            drd.addr.eq(Mux(owned, c.c_addr, self.rd_addr)),
+            rd_en.eq(Mux(owned, c.c_rd_en, self.rd_en)),
+            ld.eq(Mux(owned, c.c_half, self.rd_load)),
+            srd.en.eq(rd_en),
+            drd.en.eq(rd_en),
+            self.rd_static.eq(st),
+            self.rd_dyn.eq(dq),
+        ]
+        c.dq, c.st = dq, st
+        return c
 
     def _dyn_write_port(self, m, t):
         """The dynamic table's write port: word 0 of ``wr_dyn`` with ``wr_en``, word 1 the
         cycle after from ``d1`` (the word-1 read register, which takes ``wr_dyn``'s word 1
         with ``wr_en``: the row an operation of the QP that follows reads). The reset sweep
         writes word 0 only (a QP in RESET has word 0 clear; its word 1 is read as 0 and
-        cleared by the command that takes it out of RESET, ``cw_h1clr``)."""
+        cleared by the command that takes it out of RESET, ``cw_h1clr``). One word a QP: the
+        whole row of ``wr_dyn`` with ``wr_en`` (the sweep's clears the row)."""
+        if not self.split:
+            m.d.comb += [t.dwr.addr.eq(self.wr_addr), t.dwr.data.eq(self.wr_dyn),
+                         t.dwr.en.eq(self.wr_en)]
+            return
         dwr, d1 = t.dwr, t.d1
         w1_valid = Signal()
         w1_addr = Signal(self.abits)
@@ -447,6 +505,9 @@ class QpContext(wiring.Component):
         m.d.comb += [self.qp_arg.valid.eq(sweeping | s_arg_we),
                      aw.qpn.eq(t.c_addr), aw.arg.eq(t.argn), aw.data.eq(t.ad),
                      aw.all.eq(sweeping)]
+        if not self.split:
+            _ROW.write(m, t.swr, aw, self.qp_arg.valid)         # one word: the ARG's lanes
+            return types.SimpleNamespace(s_arg_we=s_arg_we)
         # (ARG ``argn`` decoded in registers, from ``cnt`` of the cycle before as WRITE counts:
         # the lanes' enables and the word come from flip-flops, not from ``cnt - 1``)
         arg_is = {a: Signal(name=f"arg_is{a}") for a in (*_ROW0.plan, *_ROW1.plan)}
@@ -493,9 +554,10 @@ class QpContext(wiring.Component):
         w_zero = Signal(init=1)
         w_rtr = Signal()
         m.d.sync += [self.cw_valid.eq(t.c_wr_en), self.cw_qpn.eq(t.c_addr),
-                     self.cw_clr.eq(t.c_wr_en & w_zero),
-                     # a row read in RESET: its word 1 is cleared (the sweep does not write it)
-                     self.cw_h1clr.eq(t.c_wr_en & (t.dq.state == QpState.RESET))]
+                     self.cw_clr.eq(t.c_wr_en & w_zero)]
+        if self.split:
+            # a row read in RESET: its word 1 is cleared (the sweep does not write it)
+            m.d.sync += self.cw_h1clr.eq(t.c_wr_en & (t.dq.state == QpState.RESET))
         m.d.comb += [self.cw_rtr.eq(w_rtr), self.cw_state.eq(new_state),
                      self.cw_epsn.eq(t.arg_epsn)]
         return types.SimpleNamespace(sq_w=sq_w, w_zero=w_zero, w_rtr=w_rtr)
@@ -640,9 +702,9 @@ class QpContext(wiring.Component):
             # in ARG6..15, written one per cycle before the response
             m.d.comb += [busy.eq(1), self.cmd.arg_we.eq(1)]
             m.d.sync += cnt.eq(cnt + 1)
-            # (a QP in RESET has MSN 0: its word 1 is not cleared by the sweep)
-            answer = (dq.state, dq.epsn, self.q_psn,
-                      Mux(dq.state == QpState.RESET, 0, dq.msn), dq.rq_cons, self.q_cons)
+            # (a QP in RESET has MSN 0: with ``split`` its word 1 is not cleared by the sweep)
+            msn = Mux(dq.state == QpState.RESET, 0, dq.msn) if self.split else dq.msn
+            answer = (dq.state, dq.epsn, self.q_psn, msn, dq.rq_cons, self.q_cons)
             with m.Switch(cnt):
                 for k, word in enumerate(answer):       # ARG0..5 of interface.md §4.2
                     with m.Case(k):
