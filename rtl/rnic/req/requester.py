@@ -177,13 +177,14 @@ def _pick(layout, row):
     return Cat(*(row[name] for name, _ in layout))
 
 
-# Each per-QP table is held once per FSM that reads it (a block RAM has one read port beside
-# its write port), each copy with only the fields that FSM reads; the copies are written
-# together, with the same address, enable and row (and values written at other times, rn, cfg
-# and rh, in lanes of their own beside the row: see Requester._copy). The
-# engine's copy of ``dyn`` lacks ``parked`` (it clears it when it takes the QP); the
-# completer's holds what it judges and retires by. The engine's copy of ``comp`` holds what it
-# rewinds to and waits on; the completer reads (and writes back) every field.
+# ``dyn`` is held once per FSM that reads it (a block RAM has one read port beside its write
+# port), each copy with only the fields that FSM reads; the copies are written together, with
+# the same address, enable and row (and values written at other times, rn and cfg, in lanes of
+# their own beside the row: see Requester._copy). The engine's copy of ``dyn`` lacks ``parked``
+# (it clears it when it takes the QP); the completer's holds what it judges and retires by.
+# ``comp`` (with ``rh`` beside it) is held once, in the completer's table: the engine reads
+# its fields there while it loads a QP and then follows the table's writes to that QP
+# (Requester._engine_comp_view); ``_comp_engine_layout`` is what it rewinds to and waits on.
 _dyn_engine_layout = _sub_layout(_dyn_layout, ["cons", "hcons", "psn", "hpsn", "fpsn", "part",
                                                "noack", "err", "rgen", "rds"])
 _dyn_comp_layout = _sub_layout(_dyn_layout, ["psn", "hcons", "err", "parked"])
@@ -413,6 +414,7 @@ class Requester(wiring.Component):
         _add(t, self._completer(m, t))
         _add(t, self._completer_judge(m, t))
         _add(t, self._completer_fsm(m, t))
+        self._engine_comp_view(m, t)
         eng_fsm, cmp_fsm, dyn_wp, comp_wp = t.eng_fsm, t.cmp_fsm, t.dyn_wp, t.comp_wp
         one_hot(eng_fsm, cmp_fsm)
         # progress for QUERY_QP: every write of the next send PSN and of the SQ index of the
@@ -450,9 +452,9 @@ class Requester(wiring.Component):
 
     def _tables(self, m, t):
         """The per-QP tables and the in-flight ring: the SQ producer index (``prod_mem``), the
-        ring (``ring_mem``), the engine's copy of ``rh`` (``rh_mem``), the ring's free list
-        (``free``), and the one write of each of ``dyn``, ``comp`` and the lanes beside their
-        rows (``rn``, ``cfg``, ``rh``) that every copy of them takes (:meth:`_table_copies`).
+        ring (``ring_mem``), the ring's free list (``free``), and the one write of each of
+        ``dyn``, ``comp`` and the lanes beside their rows (``rn``, ``cfg``, ``rh``) that every
+        copy of them takes (:meth:`_table_copies`).
         Adds the memories, the free list, ``prod``'s ports and the writes (``*_wp``); the other
         parts drive the addresses, enables and rows."""
         D, ab, rb, ring_layout = t.D, t.ab, t.rb, t.ring_layout
@@ -469,8 +471,6 @@ class Requester(wiring.Component):
         # ``hcons − ccons``). Free entries: never used ones from ``fresh`` up, then ``free``.
         m.submodules.ring_mem = ring_mem = Memory(shape=ring_layout, depth=D, init=[],
                                                   attrs={"no_rw_check": 1})
-        m.submodules.rh_mem = rh_mem = Memory(shape=rb, depth=self.num_qp, init=[],
-                                              attrs={"no_rw_check": 1})
         m.submodules.free = free = Queue(rb, D - self.num_qp)
         prod_wp = prod_mem.write_port()
         prod_rp = prod_mem.read_port()
@@ -484,7 +484,7 @@ class Requester(wiring.Component):
         cfg_wp = _TableWrite(_cfg_layout, ab, "cfg_w")   # (addr: dyn_wp.addr)
         rh_wp = _TableWrite(rb, ab, "rh_w")         # (the completer's copy: comp_wp.addr)
         return types.SimpleNamespace(
-            ring_mem=ring_mem, rh_mem=rh_mem, free=free, prod_wp=prod_wp, prod_rp=prod_rp,
+            ring_mem=ring_mem, free=free, prod_wp=prod_wp, prod_rp=prod_rp,
             dyn_wp=dyn_wp, comp_wp=comp_wp, rn_wp=rn_wp, cfg_wp=cfg_wp, rh_wp=rh_wp)
 
     def _copy(self, m, name, table, parts, attrs=None):
@@ -513,10 +513,11 @@ class Requester(wiring.Component):
         return rp, outs
 
     def _table_copies(self, m, t):
-        """The block RAM copies of ``dyn`` and ``comp`` (:meth:`_copy`), one per reading FSM:
-        the engine's ``dyn_mem`` (with ``rn``) and ``comp_eng_mem``, the completer's
-        ``dyn_comp_mem`` (with ``cfg`` and ``rn``) and ``comp_mem`` (with ``rh``), so that each
-        block RAM has one read port. Adds the read ports and the fields in their data."""
+        """The block RAM copies of ``dyn`` (:meth:`_copy`), one per reading FSM: the engine's
+        ``dyn_mem`` (with ``rn``), the completer's ``dyn_comp_mem`` (with ``cfg`` and ``rn``),
+        so that each block RAM has one read port; and ``comp_mem``, ``comp`` with ``rh``, whose
+        read port the completer shares with the engine (:meth:`_engine_comp_view`). Adds the
+        read ports and the fields in their data."""
         rb, dyn_wp, comp_wp, rn_wp, cfg_wp, rh_wp = (t.rb, t.dyn_wp, t.comp_wp, t.rn_wp,
                                                      t.cfg_wp, t.rh_wp)
         # Every copy is read without transparency: a write shows in the read a cycle later
@@ -527,44 +528,32 @@ class Requester(wiring.Component):
         # clock-to-out then leads the logic it feeds).
         # (no_rw_check: the word of a read that meets a write to its row is not used. The
         # engine's CTX_WAIT waits for a read of dyn_mem after any such write (e_hit1), and cs
-        # keeps its value over a read of comp_eng_mem that met one (ce_hit); the completer
-        # reads its copies again after one (c_hit1: its scan re-reads the QP, LOAD and WALK
-        # their read).)
+        # does not take a read of comp_mem that met one (ce_hit); the completer reads its
+        # copies again after one (c_hit1: its scan re-reads the QP, LOAD and WALK their read).)
         nrw = {"no_rw_check": 1}
         dyn_rp, (dyn_rd_w, rn_rd_w) = self._copy(                       # the engine's
             m, "dyn_mem", dyn_wp, [(_dyn_engine_layout, dyn_wp), (rb, rn_wp)], nrw)
         dyn_rp2, (dyn_rd2_w, cfg_rd_w, rn_rd2_w) = self._copy(          # the completer's
             m, "dyn_comp_mem", dyn_wp,
             [(_dyn_comp_layout, dyn_wp), (_cfg_layout, cfg_wp), (rb, rn_wp)], nrw)
-        comp_rp, (comp_rd_w,) = self._copy(                             # the engine's
-            m, "comp_eng_mem", comp_wp, [(_comp_engine_layout, comp_wp)], nrw)
-        comp_rp2, (comp_rd2_w, rh_rd_w) = self._copy(                   # the completer's
+        comp_rp2, (comp_rd2_w, rh_rd_w) = self._copy(                   # the only one
             m, "comp_mem", comp_wp, [(_comp_layout, comp_wp), (rb, rh_wp)], nrw)
         return types.SimpleNamespace(
             dyn_rp=dyn_rp, dyn_rd_w=dyn_rd_w, rn_rd_w=rn_rd_w, dyn_rp2=dyn_rp2,
-            dyn_rd2_w=dyn_rd2_w, cfg_rd_w=cfg_rd_w, rn_rd2_w=rn_rd2_w, comp_rp=comp_rp,
-            comp_rd_w=comp_rd_w, comp_rp2=comp_rp2, comp_rd2_w=comp_rd2_w, rh_rd_w=rh_rd_w)
+            dyn_rd2_w=dyn_rd2_w, cfg_rd_w=cfg_rd_w, rn_rd2_w=rn_rd2_w, comp_rp2=comp_rp2,
+            comp_rd2_w=comp_rd2_w, rh_rd_w=rh_rd_w)
 
     def _ring_ports(self, m, t):
-        """The in-flight ring's ports, the engine's copy of ``rh`` (written with the
-        completer's), the ring's never-used entries from ``fresh`` up, and the sweep after
-        reset that makes each QP's list empty (``rn`` = ``rh`` = entry q, one QP per cycle, the
-        engine and the completer waiting for it: ``sweeping``). Adds the ports, ``fresh`` and
-        the sweep's ``sweeping``, ``sw_i``, ``sw_en``."""
-        D, ab, ring_mem, rh_mem, comp_wp, rn_wp, rh_wp = (t.D, t.ab, t.ring_mem, t.rh_mem,
-                                                          t.comp_wp, t.rn_wp, t.rh_wp)
+        """The in-flight ring's ports, the ring's never-used entries from ``fresh`` up, and the
+        sweep after reset that makes each QP's list empty (``rn`` = ``rh`` = entry q, one QP
+        per cycle, the engine and the completer waiting for it: ``sweeping``). Adds the ports,
+        ``fresh`` and the sweep's ``sweeping``, ``sw_i``, ``sw_en``."""
+        D, ab, ring_mem, rn_wp, rh_wp = t.D, t.ab, t.ring_mem, t.rn_wp, t.rh_wp
         # (no_rw_check: the completer reads an entry a cycle after it read the engine's rn and
         # hcons, so an entry written in the cycle of its read is one those did not yet show as
         # filled, and its word is not used)
         infl_wp = ring_mem.write_port()
         infl_rp = ring_mem.read_port()
-        # the engine's copy of rh (the completer's is in comp_mem)
-        # (no_rw_check: the completer writes rh only in its write-back; the engine's read is
-        # registered beside cs, as comp's)
-        rhe_wp = rh_mem.write_port()
-        rh_rpe = rh_mem.read_port()
-        m.d.comb += [rhe_wp.addr.eq(comp_wp.addr), rhe_wp.en.eq(rh_wp.en),
-                     rhe_wp.data.eq(rh_wp.data)]
         fresh = Signal(range(D + 1), init=self.num_qp)
         # after rst, each QP q's rn = rh = entry q (an empty list), one QP per cycle; the engine
         # and the completer start after it
@@ -579,7 +568,7 @@ class Requester(wiring.Component):
             m.d.sync += sw_i.eq(sw_i + 1)
             with m.If(sw_i == self.num_qp - 1):
                 m.d.sync += sweeping.eq(0)
-        return types.SimpleNamespace(infl_wp=infl_wp, infl_rp=infl_rp, rh_rpe=rh_rpe,
+        return types.SimpleNamespace(infl_wp=infl_wp, infl_rp=infl_rp,
                                      fresh=fresh, sweeping=sweeping, sw_i=sw_i, sw_en=sw_en)
 
     def _read_slots(self, m, t):
@@ -741,14 +730,15 @@ class Requester(wiring.Component):
             m.d.comb += [comp_wp.data.una.eq(psn0), comp_wp.data.cfpsn.eq(psn0)]
 
     def _engine_reads(self, m, t):
-        """The engine's registered reads of its QP's entries: ``prod``, ``cs`` (its copy of
-        ``comp``) and ``rh_e``, each kept over a read that met a write to its row, and dyn_mem's
-        read as is (``dyn_rd``, ``rn_rd``) with ``e_hit1`` saying it met one. Adds these, and the
-        registered compares the completer shares (``set_r``, ``aq_qpn_r``)."""
-        (aq, c_wb_st_r, comp_rd_w, comp_rp, dyn_rd_w, dyn_rp, dyn_wp, prod_rp, prod_wp, qpn, rb,
-         rh_rpe, rn_rd_w, rn_wp, set_hit, set_q) = (
-            t.aq, t.c_wb_st_r, t.comp_rd_w, t.comp_rp, t.dyn_rd_w, t.dyn_rp, t.dyn_wp, t.prod_rp,
-            t.prod_wp, t.qpn, t.rb, t.rh_rpe, t.rn_rd_w, t.rn_wp, t.set_hit, t.set_q)
+        """The engine's registered reads of its QP's entries: ``prod``, kept over a read that met
+        a write to its row, and dyn_mem's read as is (``dyn_rd``, ``rn_rd``) with ``e_hit1``
+        saying it met one; the registers of its view of ``comp`` (``cs``, ``rh_e``, driven by
+        :meth:`_engine_comp_view`) and ``ce_hit``. Adds these, and the registered compares the
+        completer shares (``set_r``, ``aq_qpn_r``)."""
+        (aq, c_wb_st_r, dyn_rd_w, dyn_rp, dyn_wp, prod_rp, prod_wp, qpn, rb,
+         rn_rd_w, rn_wp, set_hit, set_q) = (
+            t.aq, t.c_wb_st_r, t.dyn_rd_w, t.dyn_rp, t.dyn_wp, t.prod_rp,
+            t.prod_wp, t.qpn, t.rb, t.rn_rd_w, t.rn_wp, t.set_hit, t.set_q)
         # the engine reads its QP's entries continuously; prod and dyn at the work queue's head
         # while the engine is in IDLE (e_idle), so that their two registers hold the new QP's
         # row by CHECK_WAIT, three cycles after IDLE took it (dyn's by CTX_WAIT, two cycles
@@ -756,13 +746,15 @@ class Requester(wiring.Component):
         e_idle = Signal()
         rq = Signal.like(qpn)           # the QP of prod's read
         m.d.comb += [rq.eq(Mux(e_idle, t.work.o.payload, qpn)),
-                     prod_rp.addr.eq(rq), dyn_rp.addr.eq(rq), comp_rp.addr.eq(qpn)]
+                     prod_rp.addr.eq(rq), dyn_rp.addr.eq(rq)]
         # registered copies of the table reads (one cycle older: every use is conservative)
         # (prod twice: synthesis folds the first register into the block RAM, whose clock-to-out
         # then fed the CHECK compare; a doorbell seen a cycle late is still queued for service)
         prod_q = Signal(16)
         prod = Signal(16)
         cs = Signal(_comp_engine_layout)    # one consistent snapshot of the completer's entry
+        cs_next = Signal(_comp_engine_layout)   # the value cs takes at the clock
+        cs_ld, cs_src = Signal(), Signal(_comp_engine_layout)   # (cs_next as enable and row)
         # dyn_mem's read, rn with it, registered before CTX_WAIT takes it into dyn (the block
         # RAM's clock-to-out leads no logic)
         dyn_rd, rn_rd = Signal(_dyn_engine_layout), Signal(rb)
@@ -784,15 +776,15 @@ class Requester(wiring.Component):
             m.d.sync += [prod_q.eq(prod_rp.data), pq_row.eq(p_row)]
         with m.Elif(pq_row != p_row):
             m.d.sync += [prod_q.eq(p_data), pq_row.eq(p_row)]
-        # likewise cs over a read of comp_eng_mem that met a write to its row (ce_hit, with
-        # the port's data; the writes taken from the completer's write-back state flag): it
-        # keeps the row as it was before that write, as a read before the write would give
-        # (the SET_QP's handshake and the address compares registered apart, as for p_hit)
+        # ce_hit: the read of comp_mem on its port met a write to the engine's QP's row (the
+        # writes taken from the completer's write-back state flag, a superset), so cs does not
+        # take it (the SET_QP's handshake and the address compares registered apart, as for
+        # p_hit)
         ce_hit, set_r, set_qpn_r, aq_qpn_r = Signal(), Signal(), Signal(), Signal()
         m.d.sync += [set_r.eq(set_hit), set_qpn_r.eq(set_q == qpn), aq_qpn_r.eq(aq == qpn)]
         m.d.comb += ce_hit.eq((set_r & set_qpn_r) | (c_wb_st_r & aq_qpn_r))
-        with m.If(~ce_hit):
-            m.d.sync += cs.eq(comp_rd_w)
+        with m.If(cs_ld):
+            m.d.sync += cs.eq(cs_src)
         # dyn_rd is from a read that met a write to its row, or that a write to its row
         # followed before it reached dyn_rd (e_hit1: this cycle's e_hit0 or the last one's;
         # enable and address compare registered apart)
@@ -805,20 +797,21 @@ class Requester(wiring.Component):
                                       Mux(t.sweeping, t.sw_i == rq, 1))),
                      e_hit0_r.eq(e_hit0)]
         m.d.comb += [e_hit0.eq(dyn_en_r & dyn_qpn_r), e_hit1.eq(e_hit0 | e_hit0_r)]
-        m.d.comb += rh_rpe.addr.eq(qpn)
-        rh_e = Signal(rb)               # rh as read with cs
-        m.d.sync += rh_e.eq(rh_rpe.data)
+        rh_e = Signal(rb)               # rh, kept as cs is
+        # the engine reads comp_mem through the completer's port (CTX, CTX_WAIT)
+        e_steal = Signal()
         return types.SimpleNamespace(
-            prod=prod, cs=cs, dyn_rd=dyn_rd, rn_rd=rn_rd, ce_hit=ce_hit, set_r=set_r,
-            e_idle=e_idle,
+            prod=prod, cs=cs, cs_next=cs_next, cs_ld=cs_ld, cs_src=cs_src, dyn_rd=dyn_rd,
+            rn_rd=rn_rd, ce_hit=ce_hit,
+            set_r=set_r, set_qpn_r=set_qpn_r, e_idle=e_idle, e_steal=e_steal,
             aq_qpn_r=aq_qpn_r, e_hit1=e_hit1, rh_e=rh_e)
 
     def _engine_state(self, m, t):
         """The engine's registers (the QP's context and ``dyn``, the send WQE and its fields, the
         gather and segmentation state, the prefetch, the error and kill hand-offs); what its
         states decide from are :meth:`_engine_flags`'s. Adds them all."""
-        (ab, ce_hit, comp_rd_w, cs, eng_wb, nb, qpn, rb, rn_wp, sweeping) = (
-            t.ab, t.ce_hit, t.comp_rd_w, t.cs, t.eng_wb, t.nb, t.qpn, t.rb, t.rn_wp, t.sweeping)
+        (ab, cs, cs_next, eng_wb, nb, qpn, rb, rn_wp, sweeping) = (
+            t.ab, t.cs, t.cs_next, t.eng_wb, t.nb, t.qpn, t.rb, t.rn_wp, t.sweeping)
         # ---- engine state -------------------------------------------------------------------
         ctx = Signal(req_ctx_layout)
         dyn = Signal(_dyn_layout)
@@ -833,7 +826,7 @@ class Requester(wiring.Component):
         # flip-flop
         rgen_x = Signal(4)
         rgen_ne = Signal()
-        m.d.sync += rgen_x.eq(Mux(ce_hit, cs.rgen, comp_rd_w.rgen) ^ dyn.rgen)
+        m.d.sync += rgen_x.eq(cs_next.rgen ^ dyn.rgen)
         m.d.comb += rgen_ne.eq(rgen_x != 0)
         len0 = Signal(32)
         total = Signal(32)              # message length (registered in VALIDATE)
@@ -1284,7 +1277,7 @@ class Requester(wiring.Component):
             m.d.comb += [work.o.ready.eq(~sweeping), t.e_idle.eq(1)]
             m.d.sync += pend_err.eq(0)
             with m.If(work.o.valid & ~sweeping):
-                m.d.sync += [qpn.eq(work.o.payload), served.eq(0)]
+                m.d.sync += [qpn.eq(work.o.payload), served.eq(0), t.e_steal.eq(1)]
                 m.next = "CTX"
         with m.State("CTX"):
             # the table reads of the new QPN are on the read ports from the next cycle on,
@@ -1294,13 +1287,14 @@ class Requester(wiring.Component):
                 m.next = "CTX_WAIT"
         with m.State("CTX_WAIT"):
             # (dyn_rd from a read that met a write to the QP's row: wait for the next; cs
-            # likewise, which keeps its value, another QP's row for the first read, over one)
+            # likewise, which does not take the read of comp_mem that met one, and holds
+            # another QP's row until the first read of this one)
             m.d.comb += [self.ctx_resp.ready.eq(~e_hit1 & ~t.ce_hit), self.busy.eq(1)]
             with m.If(self.ctx_resp.valid & ~e_hit1 & ~t.ce_hit):
                 m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0),
                              ern.eq(rn_rd)]
                 m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
-                m.d.sync += [e_cw_st.eq(1), t.cw_new.eq(1)]
+                m.d.sync += [e_cw_st.eq(1), t.cw_new.eq(1), t.e_steal.eq(0)]
                 m.next = "CHECK_WAIT"
 
     def _engine_check_states(self, m, t, go):
@@ -1806,14 +1800,18 @@ class Requester(wiring.Component):
         m.d.sync += [set_aq_r.eq(set_q == aq), e_st_r.eq(e_wb_st | e_cw_st),
                      c_wb_st_r.eq(c_wb_st), sweep_r.eq(sweeping), c_hit2.eq(c_hit1),
                      c_hit3.eq(c_hit2)]
-        m.d.comb += c_hit1.eq((set_r & set_aq_r) | (e_st_r & aq_qpn_r) | c_wb_st_r | sweep_r)
+        # (steal_r: the engine's read of comp_mem is on the port, see _engine_comp_view)
+        steal_r = Signal()
+        m.d.sync += steal_r.eq(t.e_steal)
+        m.d.comb += c_hit1.eq((set_r & set_aq_r) | (e_st_r & aq_qpn_r) | c_wb_st_r | sweep_r
+                              | steal_r)
         # tval two cycles after cfg (through tsrc), or in READ3 from cfg_rd (the value LOAD
         # gives cfg next), so EVAL, which follows LOAD, may use it
         t_rd3 = Signal()                # the completer is in READ3 (a register: set in READ2)
         tsrc = Signal(5)
         m.d.sync += [t_rd3.eq(0), tsrc.eq(Mux(t_rd3, cfg_rd.timeout, cfg.timeout)),
                      tval.eq(rom(m, tsrc, [v + 1 for v in TIMEOUT_US], 34, "timeout_us1"))]
-        m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(aq),
+        m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(Mux(t.e_steal, t.qpn, aq)),
                      infl_rp.addr.eq(crh),
                      cmp_new.eq(cmp)]
         r_rom = rom(m, a.syndrome[:5], [v + 1 for v in RNR_US], TB, "rnr_us1")
@@ -1824,7 +1822,37 @@ class Requester(wiring.Component):
             s3n=s3n, s3w=s3w, s3g=s3g, s1q=s1q, s2q=s2q, s3q=s3q, s1st=s1st, s2st=s2st, s3st=s3st,
             sn=sn, stale=stale, wake=wake, wbw=wbw, cmp=cmp, comp_rd=comp_rd, d=d, d_rd=d_rd,
             cfg=cfg, cfg_rd=cfg_rd, tval=tval, ton=ton, rval=rval, crh=crh, rh_rd=rh_rd,
-            rn_rd2=rn_rd2, c_hit1=c_hit1, c_hit2=c_hit2, c_hit3=c_hit3, t_rd3=t_rd3, r_rom=r_rom)
+            rn_rd2=rn_rd2, c_hit1=c_hit1, c_hit2=c_hit2, c_hit3=c_hit3, t_rd3=t_rd3, r_rom=r_rom,
+            steal_r=steal_r)
+
+    def _engine_comp_view(self, m, t):
+        """The engine's view of its QP's ``comp`` and ``rh`` (``cs``, ``rh_e``), with no table of
+        its own: read from comp_mem through the completer's port while the engine loads the QP
+        (CTX and CTX_WAIT, ``e_steal``; the completer reads again after, see ``c_hit1``), then
+        kept by taking every write to the QP's row, a cycle after it. Drives ``cs_ld``,
+        ``cs_src`` and ``cs_next``."""
+        cs, cs_next, rh_e, cmp, crh = t.cs, t.cs_next, t.rh_e, t.cmp, t.crh
+        # The writes of the cycle before to the engine's QP, exactly: the completer's
+        # write-back (its row still in cmp and crh, which WB's successors, IDLE and WAKE, do
+        # not change in their first cycle; rh written even when comp is not, see WB), a
+        # SET_QP's (una = cfpsn = its start PSN, the rest 0). A write is newer than the read
+        # on the port, which did not see it (no transparency).
+        cwb_r, psn0_r = Signal(), Signal(24)
+        sp = self.qp_set.payload
+        m.d.sync += [cwb_r.eq(t.cmp_wb), psn0_r.eq(Mux(t.set_rts, sp.sq_psn, 0))]
+        wr_c = cwb_r & t.aq_qpn_r
+        wr_s = t.set_r & t.set_qpn_r
+        wr_h = t.c_wb_st_r & t.aq_qpn_r
+        set_row = Signal(_comp_engine_layout)
+        m.d.comb += [set_row.una.eq(psn0_r), set_row.cfpsn.eq(psn0_r)]
+        # the engine's read on the port, not met by a write to its row
+        pv = t.steal_r & ~t.ce_hit
+        src = t.cs_src
+        m.d.comb += [t.cs_ld.eq(wr_c | wr_s | pv),
+                     src.eq(Mux(wr_c, _pick(_comp_engine_layout, cmp),
+                                Mux(wr_s, set_row, _pick(_comp_engine_layout, t.comp_rd2_w)))),
+                     cs_next.eq(Mux(t.cs_ld, src, cs))]
+        m.d.sync += rh_e.eq(Mux(wr_h, crh, Mux(pv, t.rh_rd_w, rh_e)))
 
     def _completer_judge(self, m, t):
         """The completer's judgements, from its registers: the walk's entry (``ent``, its last PSN
