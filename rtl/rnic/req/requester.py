@@ -177,14 +177,13 @@ def _pick(layout, row):
     return Cat(*(row[name] for name, _ in layout))
 
 
-# ``dyn`` is held once per FSM that reads it (a block RAM has one read port beside its write
-# port), each copy with only the fields that FSM reads; the copies are written together, with
-# the same address, enable and row (and values written at other times, rn and cfg, in lanes of
-# their own beside the row: see Requester._copy). The engine's copy of ``dyn`` lacks ``parked``
-# (it clears it when it takes the QP); the completer's holds what it judges and retires by.
-# ``comp`` (with ``rh`` beside it) is held once, in the completer's table: the engine reads
-# its fields there while it loads a QP and then follows the table's writes to that QP
-# (Requester._engine_comp_view); ``_comp_engine_layout`` is what it rewinds to and waits on.
+# ``dyn`` (with ``cfg`` and ``rn`` beside it, in lanes of their own: see Requester._copy) and
+# ``comp`` (with ``rh``) are each held once, in one block RAM table whose read port the
+# completer uses, but while the engine loads a QP (CTX, CTX_WAIT), when it is the engine's.
+# The engine takes ``_dyn_engine_layout`` (not ``parked``, which it clears when it takes the
+# QP) into its own registers and writes it back; of ``comp`` it keeps what it rewinds to and
+# waits on (``_comp_engine_layout``), following the table's writes to its QP
+# (Requester._engine_comp_view). The completer judges and retires by ``_dyn_comp_layout``.
 _dyn_engine_layout = _sub_layout(_dyn_layout, ["cons", "hcons", "psn", "hpsn", "fpsn", "part",
                                                "noack", "err", "rgen", "rds"])
 _dyn_comp_layout = _sub_layout(_dyn_layout, ["psn", "hcons", "err", "parked"])
@@ -513,10 +512,9 @@ class Requester(wiring.Component):
         return rp, outs
 
     def _table_copies(self, m, t):
-        """The block RAM copies of ``dyn`` (:meth:`_copy`), one per reading FSM: the engine's
-        ``dyn_mem`` (with ``rn``), the completer's ``dyn_comp_mem`` (with ``cfg`` and ``rn``),
-        so that each block RAM has one read port; and ``comp_mem``, ``comp`` with ``rh``, whose
-        read port the completer shares with the engine (:meth:`_engine_comp_view`). Adds the
+        """The block RAM tables of ``dyn`` and ``comp`` (:meth:`_copy`): ``dyn_mem`` (with
+        ``cfg`` and ``rn``) and ``comp_mem`` (with ``rh``), one read port each, which the
+        completer shares with the engine (``e_steal``, :meth:`_engine_comp_view`). Adds the
         read ports and the fields in their data."""
         rb, dyn_wp, comp_wp, rn_wp, cfg_wp, rh_wp = (t.rb, t.dyn_wp, t.comp_wp, t.rn_wp,
                                                      t.cfg_wp, t.rh_wp)
@@ -531,16 +529,14 @@ class Requester(wiring.Component):
         # does not take a read of comp_mem that met one (ce_hit); the completer reads its
         # copies again after one (c_hit1: its scan re-reads the QP, LOAD and WALK their read).)
         nrw = {"no_rw_check": 1}
-        dyn_rp, (dyn_rd_w, rn_rd_w) = self._copy(                       # the engine's
-            m, "dyn_mem", dyn_wp, [(_dyn_engine_layout, dyn_wp), (rb, rn_wp)], nrw)
-        dyn_rp2, (dyn_rd2_w, cfg_rd_w, rn_rd2_w) = self._copy(          # the completer's
-            m, "dyn_comp_mem", dyn_wp,
-            [(_dyn_comp_layout, dyn_wp), (_cfg_layout, cfg_wp), (rb, rn_wp)], nrw)
-        comp_rp2, (comp_rd2_w, rh_rd_w) = self._copy(                   # the only one
+        dyn_rp, (dyn_rd_w, cfg_rd_w, rn_rd_w) = self._copy(
+            m, "dyn_mem", dyn_wp, [(_dyn_layout, dyn_wp), (_cfg_layout, cfg_wp), (rb, rn_wp)],
+            nrw)
+        comp_rp2, (comp_rd2_w, rh_rd_w) = self._copy(
             m, "comp_mem", comp_wp, [(_comp_layout, comp_wp), (rb, rh_wp)], nrw)
         return types.SimpleNamespace(
-            dyn_rp=dyn_rp, dyn_rd_w=dyn_rd_w, rn_rd_w=rn_rd_w, dyn_rp2=dyn_rp2,
-            dyn_rd2_w=dyn_rd2_w, cfg_rd_w=cfg_rd_w, rn_rd2_w=rn_rd2_w, comp_rp2=comp_rp2,
+            dyn_rp=dyn_rp, dyn_rd_w=dyn_rd_w, rn_rd_w=rn_rd_w,
+            dyn_rd2_w=dyn_rd_w, cfg_rd_w=cfg_rd_w, rn_rd2_w=rn_rd_w, comp_rp2=comp_rp2,
             comp_rd2_w=comp_rd2_w, rh_rd_w=rh_rd_w)
 
     def _ring_ports(self, m, t):
@@ -735,18 +731,21 @@ class Requester(wiring.Component):
         saying it met one; the registers of its view of ``comp`` (``cs``, ``rh_e``, driven by
         :meth:`_engine_comp_view`) and ``ce_hit``. Adds these, and the registered compares the
         completer shares (``set_r``, ``aq_qpn_r``)."""
-        (aq, c_wb_st_r, dyn_rd_w, dyn_rp, dyn_wp, prod_rp, prod_wp, qpn, rb,
+        (aq, c_wb_st_r, dyn_rd_w, dyn_wp, prod_rp, prod_wp, qpn, rb,
          rn_rd_w, rn_wp, set_hit, set_q) = (
-            t.aq, t.c_wb_st_r, t.dyn_rd_w, t.dyn_rp, t.dyn_wp, t.prod_rp,
+            t.aq, t.c_wb_st_r, t.dyn_rd_w, t.dyn_wp, t.prod_rp,
             t.prod_wp, t.qpn, t.rb, t.rn_rd_w, t.rn_wp, t.set_hit, t.set_q)
-        # the engine reads its QP's entries continuously; prod and dyn at the work queue's head
-        # while the engine is in IDLE (e_idle), so that their two registers hold the new QP's
-        # row by CHECK_WAIT, three cycles after IDLE took it (dyn's by CTX_WAIT, two cycles
-        # after)
+        # the engine reads prod continuously, at the work queue's head while the engine is in
+        # IDLE (e_idle), so that its two registers hold the new QP's row by CHECK_WAIT, three
+        # cycles after IDLE took it; dyn_mem and comp_mem in CTX and CTX_WAIT (e_steal, through
+        # the completer's ports), dyn_rd holding the QP's row three cycles after IDLE took it
+        # (steal_rr)
         e_idle = Signal()
         rq = Signal.like(qpn)           # the QP of prod's read
-        m.d.comb += [rq.eq(Mux(e_idle, t.work.o.payload, qpn)),
-                     prod_rp.addr.eq(rq), dyn_rp.addr.eq(rq)]
+        m.d.comb += [rq.eq(Mux(e_idle, t.work.o.payload, qpn)), prod_rp.addr.eq(rq)]
+        e_steal = Signal()
+        steal_r, steal_rr = Signal(), Signal()  # the read on the ports is the engine's; in dyn_rd
+        m.d.sync += [steal_r.eq(e_steal), steal_rr.eq(steal_r)]
         # registered copies of the table reads (one cycle older: every use is conservative)
         # (prod twice: synthesis folds the first register into the block RAM, whose clock-to-out
         # then fed the CHECK compare; a doorbell seen a cycle late is still queued for service)
@@ -758,7 +757,7 @@ class Requester(wiring.Component):
         # dyn_mem's read, rn with it, registered before CTX_WAIT takes it into dyn (the block
         # RAM's clock-to-out leads no logic)
         dyn_rd, rn_rd = Signal(_dyn_engine_layout), Signal(rb)
-        m.d.sync += [dyn_rd.eq(dyn_rd_w), rn_rd.eq(rn_rd_w)]
+        m.d.sync += [dyn_rd.eq(_pick(_dyn_engine_layout, dyn_rd_w)), rn_rd.eq(rn_rd_w)]
         # (a read that met a doorbell's or a RESET's write to its row is not taken: prod_q
         # keeps the value before the write when it holds that row, and takes the new one a
         # cycle later; when it holds another QP's row (the engine has just changed QP), it
@@ -790,20 +789,19 @@ class Requester(wiring.Component):
         # enable and address compare registered apart)
         e_hit1, e_hit0, e_hit0_r, dyn_en_r, dyn_qpn_r = (Signal(), Signal(), Signal(),
                                                          Signal(), Signal())
-        # (dyn_wp.addr == rq, the compares made beside the address's choice: the SET_QP's,
+        # (dyn_wp.addr == qpn, the compares made beside the address's choice: the SET_QP's,
         # the sweep's, or the engine's own QP)
         m.d.sync += [dyn_en_r.eq(dyn_wp.en | rn_wp.en),
-                     dyn_qpn_r.eq(Mux(t.qs_sel, set_q == rq,
-                                      Mux(t.sweeping, t.sw_i == rq, 1))),
+                     dyn_qpn_r.eq(Mux(t.qs_sel, set_q == qpn,
+                                      Mux(t.sweeping, t.sw_i == qpn, 1))),
                      e_hit0_r.eq(e_hit0)]
         m.d.comb += [e_hit0.eq(dyn_en_r & dyn_qpn_r), e_hit1.eq(e_hit0 | e_hit0_r)]
         rh_e = Signal(rb)               # rh, kept as cs is
-        # the engine reads comp_mem through the completer's port (CTX, CTX_WAIT)
-        e_steal = Signal()
         return types.SimpleNamespace(
             prod=prod, cs=cs, cs_next=cs_next, cs_ld=cs_ld, cs_src=cs_src, dyn_rd=dyn_rd,
             rn_rd=rn_rd, ce_hit=ce_hit,
-            set_r=set_r, set_qpn_r=set_qpn_r, e_idle=e_idle, e_steal=e_steal,
+            set_r=set_r, set_qpn_r=set_qpn_r, e_idle=e_idle, e_steal=e_steal, steal_r=steal_r,
+            steal_rr=steal_rr,
             aq_qpn_r=aq_qpn_r, e_hit1=e_hit1, rh_e=rh_e)
 
     def _engine_state(self, m, t):
@@ -1289,8 +1287,9 @@ class Requester(wiring.Component):
             # (dyn_rd from a read that met a write to the QP's row: wait for the next; cs
             # likewise, which does not take the read of comp_mem that met one, and holds
             # another QP's row until the first read of this one)
-            m.d.comb += [self.ctx_resp.ready.eq(~e_hit1 & ~t.ce_hit), self.busy.eq(1)]
-            with m.If(self.ctx_resp.valid & ~e_hit1 & ~t.ce_hit):
+            m.d.comb += [self.ctx_resp.ready.eq(~e_hit1 & ~t.ce_hit & t.steal_rr),
+                         self.busy.eq(1)]
+            with m.If(self.ctx_resp.valid & ~e_hit1 & ~t.ce_hit & t.steal_rr):
                 m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0),
                              ern.eq(rn_rd)]
                 m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
@@ -1746,10 +1745,10 @@ class Requester(wiring.Component):
         (``c_hit*``: a read met a write), the timeouts looked up; what it judges from them is
         :meth:`_completer_judge`'s. Adds what :meth:`_completer_fsm` and its parts use."""
         (TB, ab, aq, aq_qpn_r, c_wb_st, c_wb_st_r, cfg_rd_w, cmp_new, comp_rd2_w, comp_rp2,
-         dyn_rd2_w, dyn_rp2, e_cw_st, e_wb_st, infl_rp, rb, rh_rd_w, rn_rd2_w, set_hit, set_q,
+         dyn_rd2_w, dyn_rp, e_cw_st, e_wb_st, infl_rp, rb, rh_rd_w, rn_rd2_w, set_hit, set_q,
          set_r, sweeping) = (
             t.TB, t.ab, t.aq, t.aq_qpn_r, t.c_wb_st, t.c_wb_st_r, t.cfg_rd_w, t.cmp_new,
-            t.comp_rd2_w, t.comp_rp2, t.dyn_rd2_w, t.dyn_rp2, t.e_cw_st, t.e_wb_st, t.infl_rp, t.rb,
+            t.comp_rd2_w, t.comp_rp2, t.dyn_rd2_w, t.dyn_rp, t.e_cw_st, t.e_wb_st, t.infl_rp, t.rb,
             t.rh_rd_w, t.rn_rd2_w, t.set_hit, t.set_q, t.set_r, t.sweeping)
         # ---- completer: ACKs, NAKs, timers (the Reliability Engine) -----------------------------
         a = Signal(ack_layout)
@@ -1785,7 +1784,8 @@ class Requester(wiring.Component):
         rval = Signal(TB)               # the RNR NAK's wait in µs + 1
         crh = Signal(rb)                # the QP's rh: the entry of its WQE at ccons
         rh_rd, rn_rd2 = Signal(rb), Signal(rb)
-        m.d.sync += [comp_rd.eq(comp_rd2_w), d_rd.eq(dyn_rd2_w), cfg_rd.eq(cfg_rd_w),
+        m.d.sync += [comp_rd.eq(comp_rd2_w), d_rd.eq(_pick(_dyn_comp_layout, dyn_rd2_w)),
+                     cfg_rd.eq(cfg_rd_w),
                      rh_rd.eq(rh_rd_w), rn_rd2.eq(rn_rd2_w)]
         # The completer's copies are not read before write (no_rw_check): c_hit1 says the read
         # whose word is on their ports met a write to its row (a SET_QP's, the engine's
@@ -1800,18 +1800,17 @@ class Requester(wiring.Component):
         m.d.sync += [set_aq_r.eq(set_q == aq), e_st_r.eq(e_wb_st | e_cw_st),
                      c_wb_st_r.eq(c_wb_st), sweep_r.eq(sweeping), c_hit2.eq(c_hit1),
                      c_hit3.eq(c_hit2)]
-        # (steal_r: the engine's read of comp_mem is on the port, see _engine_comp_view)
-        steal_r = Signal()
-        m.d.sync += steal_r.eq(t.e_steal)
+        # (steal_r: the engine's reads are on the ports, see _engine_comp_view)
         m.d.comb += c_hit1.eq((set_r & set_aq_r) | (e_st_r & aq_qpn_r) | c_wb_st_r | sweep_r
-                              | steal_r)
+                              | t.steal_r)
         # tval two cycles after cfg (through tsrc), or in READ3 from cfg_rd (the value LOAD
         # gives cfg next), so EVAL, which follows LOAD, may use it
         t_rd3 = Signal()                # the completer is in READ3 (a register: set in READ2)
         tsrc = Signal(5)
         m.d.sync += [t_rd3.eq(0), tsrc.eq(Mux(t_rd3, cfg_rd.timeout, cfg.timeout)),
                      tval.eq(rom(m, tsrc, [v + 1 for v in TIMEOUT_US], 34, "timeout_us1"))]
-        m.d.comb += [dyn_rp2.addr.eq(aq), comp_rp2.addr.eq(Mux(t.e_steal, t.qpn, aq)),
+        m.d.comb += [dyn_rp.addr.eq(Mux(t.e_steal, t.qpn, aq)),
+                     comp_rp2.addr.eq(Mux(t.e_steal, t.qpn, aq)),
                      infl_rp.addr.eq(crh),
                      cmp_new.eq(cmp)]
         r_rom = rom(m, a.syndrome[:5], [v + 1 for v in RNR_US], TB, "rnr_us1")
@@ -1822,8 +1821,7 @@ class Requester(wiring.Component):
             s3n=s3n, s3w=s3w, s3g=s3g, s1q=s1q, s2q=s2q, s3q=s3q, s1st=s1st, s2st=s2st, s3st=s3st,
             sn=sn, stale=stale, wake=wake, wbw=wbw, cmp=cmp, comp_rd=comp_rd, d=d, d_rd=d_rd,
             cfg=cfg, cfg_rd=cfg_rd, tval=tval, ton=ton, rval=rval, crh=crh, rh_rd=rh_rd,
-            rn_rd2=rn_rd2, c_hit1=c_hit1, c_hit2=c_hit2, c_hit3=c_hit3, t_rd3=t_rd3, r_rom=r_rom,
-            steal_r=steal_r)
+            rn_rd2=rn_rd2, c_hit1=c_hit1, c_hit2=c_hit2, c_hit3=c_hit3, t_rd3=t_rd3, r_rom=r_rom)
 
     def _engine_comp_view(self, m, t):
         """The engine's view of its QP's ``comp`` and ``rh`` (``cs``, ``rh_e``), with no table of
