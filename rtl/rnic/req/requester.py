@@ -645,13 +645,28 @@ class Requester(wiring.Component):
         # (a doorbell never takes the queue's last entry: it is left to the completer's
         # wake-ups, which would otherwise wait behind a stream of doorbells, see WAKE)
         m.d.comb += self.sq_db.ready.eq(db_rd & ~self.qp_set.valid & ~c_wake_st & ~e_yield_st
-                                        & (work.level < self.work_depth - 1))
+                                        & self._db_room(m, work))
         return types.SimpleNamespace(
             work=work, eng_wb=eng_wb, eng_dyn=eng_dyn, cmp_wb=cmp_wb, cmp_new=cmp_new,
             wake_v=wake_v, qpn=qpn, aq=aq, set_q=set_q, set_hit=set_hit, e_wb_st=e_wb_st,
             e_yield_st=e_yield_st, e_park_st=e_park_st, e_wbn_st=e_wbn_st, e_cw_st=e_cw_st,
             c_wb_st=c_wb_st, c_wb_st_r=c_wb_st_r, c_wake_st=c_wake_st, live_wp=live_wp,
             live_rp=live_rp, yield_v=yield_v, set_rts=set_rts, set_reset=set_reset)
+
+    def _db_room(self, m, work):
+        """``work.level < work_depth − 1``, as a register: the compare made on the next level
+        (the level plus the entry pushed, minus the one popped), so that a doorbell's ready
+        starts at a flip-flop."""
+        D = self.work_depth
+        if D < 3:
+            return work.level < D - 1
+        room = Signal(init=1)
+        lv = work.level
+        w = work.i.valid & work.i.ready
+        r = work.o.valid & work.o.ready
+        m.d.sync += room.eq((lv < D - 2) | ((lv == D - 2) & ~(w & ~r))
+                            | ((lv == D - 1) & r & ~w))
+        return room
 
     def _work_push(self, m, t):
         """What enters the work queue and ``prod``: the SET_QP's QPN when one may be taken
@@ -1843,14 +1858,19 @@ class Requester(wiring.Component):
         wr_h = t.c_wb_st_r & t.aq_qpn_r
         set_row = Signal(_comp_engine_layout)
         m.d.comb += [set_row.una.eq(psn0_r), set_row.cfpsn.eq(psn0_r)]
-        # the engine's read on the port, not met by a write to its row
+        # the engine's read on the port, not met by a write to its row (sel_p: and taken);
+        # the port's word passes one LUT (a choice made from registers) to cs, rh_e and rgen_x
         pv = t.steal_r & ~t.ce_hit
+        sel_p, selh_p = Signal(), Signal()
+        oth = Signal(_comp_engine_layout)       # cs's next value when it is not the port's
+        m.d.comb += [sel_p.eq(pv & ~wr_c & ~wr_s), selh_p.eq(pv & ~wr_h),
+                     oth.eq(Mux(wr_c, _pick(_comp_engine_layout, cmp),
+                                Mux(wr_s, set_row, cs)))]
         src = t.cs_src
         m.d.comb += [t.cs_ld.eq(wr_c | wr_s | pv),
-                     src.eq(Mux(wr_c, _pick(_comp_engine_layout, cmp),
-                                Mux(wr_s, set_row, _pick(_comp_engine_layout, t.comp_rd2_w)))),
-                     cs_next.eq(Mux(t.cs_ld, src, cs))]
-        m.d.sync += rh_e.eq(Mux(wr_h, crh, Mux(pv, t.rh_rd_w, rh_e)))
+                     src.eq(Mux(sel_p, _pick(_comp_engine_layout, t.comp_rd2_w), oth)),
+                     cs_next.eq(src)]
+        m.d.sync += rh_e.eq(Mux(selh_p, t.rh_rd_w, Mux(wr_h, crh, rh_e)))
 
     def _completer_judge(self, m, t):
         """The completer's judgements, from its registers: the walk's entry (``ent``, its last PSN
