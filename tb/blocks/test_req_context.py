@@ -5,6 +5,7 @@ completions carry while SET_QP writes the same rows."""
 
 import random
 
+import pytest
 from amaranth.hdl import Module
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
@@ -43,11 +44,14 @@ def test_bypassed_read_port_is_transparent():
     assert stats["bypass"] > 200 and stats["hold"] > 500     # both cases were exercised
 
 
-def test_completion_send_cqn_meets_table_writes():
+@pytest.mark.parametrize("ctx_load", [0.0, 0.7])
+def test_completion_send_cqn_meets_table_writes(ctx_load):
     """A completion's CQE carries its QP's send CQN as the table stands in the cycle it is first
     offered (a SET_QP write of that cycle included) or in a later cycle before the CQE is
     offered, with SET_QP's ARG5 writes to the same QP in most cycles; the CQE holds while it
-    waits, and the completion is taken once its CQE is."""
+    waits, and the completion is taken once its CQE is. With ``ctx_load``, ``ctx_req`` is
+    offered that often (and ``ctx_resp`` taken as often): the completions' reads wait for the
+    cycles the table's port reads no request."""
     from rnic.opcodes import WcStatus
     from rnic.req.req_context import ReqContext
 
@@ -80,6 +84,9 @@ def test_completion_send_cqn_meets_table_writes():
                 ctx.set(dut.cpl.payload, {"qpn": offer[0], "wr_id": offer[1],
                                           "status": WcStatus.SUCCESS})
             ctx.set(dut.cqe.ready, rng.random() < 0.7)
+            ctx.set(dut.ctx_req.valid, rng.random() < ctx_load)
+            ctx.set(dut.ctx_req.payload.qpn, rng.randrange(2))
+            ctx.set(dut.ctx_resp.ready, rng.random() < ctx_load)
             if cv and offer[1] == n:
                 pending.append((offer[0], n))   # (its QPN, the cycle it was first offered)
             if cv and ctx.get(dut.cpl.ready):

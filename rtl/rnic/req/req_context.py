@@ -3,8 +3,8 @@
 The responder's :class:`~rnic.resp.qp_context.QpContext` (inside PSN Check) runs the SET_QP and
 QUERY_QP commands. The requester needs a few static fields of a QP each time it starts serving it,
 on its own schedule: this block keeps them, and only them (path MTU, timeout, PD, SQ ring, retry
-counts; the send CQN for its completions in a table of its own), in tables of 9-bit lanes written
-from the QP context's ``qp_arg`` ARG writes (:mod:`rnic.control.qp_args`), and the QP's state in a
+counts; the send CQN for its completions), in a table of 9-bit lanes written from the QP
+context's ``qp_arg`` ARG writes (:mod:`rnic.control.qp_args`), and the QP's state in a
 small table written from PSN Check's ``qp_set`` events (every SET_QP and every move to ERROR the
 responder makes on its own), and serves the requester's ``ctx_req``/``ctx_resp`` from them.
 
@@ -103,9 +103,9 @@ class ReqContext(wiring.Component):
         self.num_qp = num_qp
         self.abits = (num_qp - 1).bit_length()
         self.fields = [n for n, _ in req_ctx_layout if n != "state"]
-        # (every field but the state is a SET_QP field: ArgRow refuses any other)
-        self.row = ArgRow(self.fields)
-        self.cq_row = ArgRow(("scqn",))
+        # (every field but the state is a SET_QP field: ArgRow refuses any other; the send CQN
+        # in lanes of the same row)
+        self.row = ArgRow(self.fields + ["scqn"])
         super().__init__({
             "qp_set": In(stream.Signature(qp_set_event_layout, always_ready=True)),
             "qp_arg": In(stream.Signature(qp_arg_layout, always_ready=True)),
@@ -129,53 +129,42 @@ class ReqContext(wiring.Component):
         # The parts below share their signals through ``t``: each takes from it what it reads
         # and adds what it makes (_add). They are called in the order their statements had in
         # one method, which the generated Verilog follows.
-        t = types.SimpleNamespace(ab=self.abits, R=self.row, CR=self.cq_row)
+        t = types.SimpleNamespace(ab=self.abits, R=self.row)
         _add(t, self._tables(m, t))
         self._table_writes(m, t)
-        self._ctx_read(m, t)
+        _add(t, self._ctx_read(m, t))
         self._progress(m, t)
         _add(t, self._completion_take(m, t))
         self._completion_outputs(m, t)
         return m
 
     def _tables(self, m, t):
-        """The three tables: the QP's static fields (``table``, 9-bit lanes), its send CQN
-        (``cqns``) and its state (``states``), each with its write port and one read port (one
-        read port per table, so that none is duplicated). The ``ctx_req`` reads of the fields
-        and the state see a write of the same cycle (:class:`_BypassedReadPort`); the send
-        CQN's read does not, and a completion reads it again instead
-        (:meth:`_completion_take`). Adds the ports."""
-        R, CR = t.R, t.CR
+        """The two tables: the QP's static fields and its send CQN (``table``, 9-bit lanes) and
+        its state (``states``), each with its write port and one read port (so that none is
+        duplicated); ``table``'s port serves ``ctx_req`` and, when no request is read, the
+        completions (:meth:`_completion_take`). The reads see a write of the same cycle
+        (:class:`_BypassedReadPort`). Adds the ports."""
+        R = t.R
 
         # The read ports see a write of the same cycle (a transparent port's behaviour)
         # through a bypass built here rather than by `transparent_for`: yosys did not recognise
         # its own transparency logic on these ports, left them asynchronous and so put the table
         # in LUT RAM, spread over nearly every RAM-capable slice of the chip.
-        # (the send CQN, read only for completions, is a table of its own: one read port per
-        # table, so that neither is duplicated for a second port)
         m.submodules.table = table = Memory(shape=R.width, depth=self.num_qp, init=[])
         wp = table.write_port(granularity=R.LANE)
         ctx_rp = _BypassedReadPort(m, table, wp, "ctx")
-        # (the send CQN's table has no bypass: a completion's read that meets a write to its row
-        # is read again (_completion_take), so its data is never used (``no_rw_check``) and the
-        # block RAM's output goes straight into ``scqn``)
-        m.submodules.cqns = cqns = Memory(shape=CR.width, depth=self.num_qp, init=[],
-                                          attrs={"no_rw_check": 1})
-        cq_wp = cqns.write_port(granularity=CR.LANE)
-        cpl_rp = cqns.read_port()          # (always enabled: no hold logic after the block RAM)
         m.submodules.states = states = Memory(shape=req_ctx_layout["state"].shape,
                                               depth=self.num_qp, init=[])
         st_wp = states.write_port()
         st_rp = _BypassedReadPort(m, states, st_wp, "state")
-        return types.SimpleNamespace(wp=wp, ctx_rp=ctx_rp, cq_wp=cq_wp, cpl_rp=cpl_rp,
-                                     st_wp=st_wp, st_rp=st_rp)
+        return types.SimpleNamespace(wp=wp, ctx_rp=ctx_rp, st_wp=st_wp, st_rp=st_rp)
 
     def _table_writes(self, m, t):
         """The table writes and the requester's ``qp_set``: PSN Check's ``qp_set`` events into
         the state table and through an 8-entry queue to the requester, and SET_QP's ARG words
         (``qp_arg``) into their lanes of the QP's rows. Both are registered first, so PSN
         Check's decisions end at flip-flops."""
-        ab, R, CR, wp, cq_wp, st_wp = t.ab, t.R, t.CR, t.wp, t.cq_wp, t.st_wp
+        ab, R, wp, st_wp = t.ab, t.R, t.wp, t.st_wp
         # ---- table writes, and the requester's qp_set -------------------------------------------
         # The event is registered first: PSN Check's pipeline decides its moves to ERROR in the
         # cycle it emits them, and without this register that decision ran on through the
@@ -191,7 +180,6 @@ class ReqContext(wiring.Component):
         arg_valid = Signal()
         m.d.sync += [arg_valid.eq(self.qp_arg.valid), arg.eq(self.qp_arg.payload)]
         R.write(m, wp, arg, arg_valid & (arg.qpn < self.num_qp))
-        CR.write(m, cq_wp, arg, arg_valid & (arg.qpn < self.num_qp))
 
         m.submodules.set_q = set_q = Queue(qp_set_layout, 8)
         m.d.comb += [set_q.i.valid.eq(ev_valid),
@@ -202,13 +190,15 @@ class ReqContext(wiring.Component):
     def _ctx_read(self, m, t):
         """``ctx_req`` -> ``ctx_resp``: one registered read of the QP's fields and state per
         request, in order, held in the output register until taken (the read ports hold their
-        data while ``ready`` is low)."""
+        data while ``ready`` is low). ``table``'s port reads at the completion's QPN when it
+        reads no request. Adds ``cpl_rd_r`` (the word on the port is the completion's)."""
         ab, R, ctx_rp, st_rp = t.ab, t.R, t.ctx_rp, t.st_rp
         # ---- ctx_req -> ctx_resp (one registered read) -----------------------------------------
         rv = Signal()
         m.d.comb += [
             self.ctx_req.ready.eq(~rv | self.ctx_resp.ready),
-            ctx_rp.addr.eq(self.ctx_req.payload.qpn[:ab]),
+            ctx_rp.addr.eq(Mux(self.ctx_req.valid, self.ctx_req.payload.qpn[:ab],
+                               self.cpl.payload.qpn[:ab])),
             ctx_rp.en.eq(self.ctx_req.ready),
             st_rp.addr.eq(self.ctx_req.payload.qpn[:ab]),
             st_rp.en.eq(self.ctx_req.ready),
@@ -220,6 +210,9 @@ class ReqContext(wiring.Component):
             m.d.comb += getattr(self.ctx_resp.payload, name).eq(getattr(ctx_f, name))
         with m.If(self.ctx_req.ready):
             m.d.sync += rv.eq(self.ctx_req.valid)
+        cpl_rd_r = Signal()
+        m.d.sync += cpl_rd_r.eq(self.ctx_req.ready & ~self.ctx_req.valid)
+        return types.SimpleNamespace(cpl_rd_r=cpl_rd_r)
 
     def _progress(self, m, t):
         """The requester's progress for QUERY_QP: two small tables of its next send PSN and SQ
@@ -245,26 +238,24 @@ class ReqContext(wiring.Component):
 
     def _completion_take(self, m, t):
         """Take one completion (``cpl``) or gather fault (``req_fault``) at a time, the
-        completion first, and read its QP's send CQN into ``scqn``, again while a write to the
-        row met the read. A completion is not copied: it stays in the requester's ``cpl``
+        completion first, and read its QP's send CQN into ``scqn`` through ``table``'s port,
+        in a cycle it reads no ``ctx_req``. A completion is not copied: it stays in the requester's ``cpl``
         register (a stream's payload holds while it waits), which is taken (``ready``) when
         every output it needs was taken; a fault, taken at once, leaves its QPN in ``fq``.
         Adds ``busy``, ``rd_wait`` (the CQN is not read yet), ``flt`` (the held one is a
         fault), ``fq``, what it still needs to offer (``need_cqe``, ``need_err``,
         ``need_ev``), and ``scqn``."""
-        ab, CR, cq_wp, cpl_rp = t.ab, t.CR, t.cq_wp, t.cpl_rp
+        R, ctx_rp, cpl_rd_r = t.R, t.ctx_rp, t.cpl_rd_r
         # ---- completions ------------------------------------------------------------------------
         # one completion (or gather fault) at a time: read its QP's send CQN, then offer the CQE,
         # the QP-to-ERROR report and the event independently; the slot frees when all are taken.
-        # The send CQN's port reads every cycle at the completion's QPN, which holds while it
-        # waits. A read that met a write to the row (``rd_hit``, a registered address compare)
-        # returned the row as it was: the completion waits one cycle more (rd_wait stays set)
-        # for the next read, which sees the write, and so on while writes meet the reads. The
-        # CQE carries the row as of the cycle the completion was first seen or of a later cycle
-        # before the CQE. (A fault reads the row too, and does not use it.)
+        # The table's port reads at the completion's QPN, which holds while it waits, in every
+        # cycle it reads no ``ctx_req`` (cpl_rd_r: the word on the port is from such a read),
+        # seeing a write of the same cycle: the CQE carries the row as of the cycle the
+        # completion was first seen or of a later cycle before the CQE. (A fault reads the row
+        # too, and does not use it.)
         busy = Signal()
         rd_wait = Signal()
-        rd_hit = Signal()
         flt = Signal()                  # the held one is a gather fault (its QPN in fq)
         fq = Signal(24)
         need_cqe, need_err, need_ev = Signal(), Signal(), Signal()
@@ -274,9 +265,7 @@ class ReqContext(wiring.Component):
             take_cpl.eq(~busy & self.cpl.valid),
             take_flt.eq(~busy & ~self.cpl.valid & self.req_fault.valid),
             self.req_fault.ready.eq(~busy & ~self.cpl.valid),
-            cpl_rp.addr.eq(self.cpl.payload.qpn[:ab]),
         ]
-        m.d.sync += rd_hit.eq(cq_wp.en.any() & (cq_wp.addr == cpl_rp.addr))
         cp = self.cpl.payload
         err_status = (cp.status != WcStatus.SUCCESS) & (cp.status != WcStatus.WR_FLUSH_ERR)
         with m.If(take_cpl):
@@ -289,8 +278,8 @@ class ReqContext(wiring.Component):
                          fq.eq(self.req_fault.payload.qpn),
                          need_cqe.eq(0), need_err.eq(1), need_ev.eq(1)]
         scqn = Signal(16)
-        with m.If(rd_wait & ~rd_hit):
-            m.d.sync += [rd_wait.eq(0), scqn.eq(CR.decode(m, cpl_rp.data, "cpl_fields").scqn)]
+        with m.If(rd_wait & cpl_rd_r):
+            m.d.sync += [rd_wait.eq(0), scqn.eq(R.decode(m, ctx_rp.data, "cpl_fields").scqn)]
         return types.SimpleNamespace(busy=busy, rd_wait=rd_wait, flt=flt, fq=fq,
                                      need_cqe=need_cqe, need_err=need_err, need_ev=need_ev,
                                      scqn=scqn)
