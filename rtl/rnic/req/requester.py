@@ -1815,9 +1815,13 @@ class Requester(wiring.Component):
         m.d.sync += [set_aq_r.eq(set_q == aq), e_st_r.eq(e_wb_st | e_cw_st),
                      c_wb_st_r.eq(c_wb_st), sweep_r.eq(sweeping), c_hit2.eq(c_hit1),
                      c_hit3.eq(c_hit2)]
-        # (steal_r: the engine's reads are on the ports, see _engine_comp_view)
+        # (steal_r: the engine's reads are on the ports, see _engine_comp_view; of another
+        # QP's row only: a read of the engine's own QP is the completer's as well. Otherwise a
+        # completer on the engine's QP, which the engine visits again and again (doorbells
+        # keeping the work queue full of it), would meet a steal or an engine write in every
+        # pair of cycles, and read again forever.)
         m.d.comb += c_hit1.eq((set_r & set_aq_r) | (e_st_r & aq_qpn_r) | c_wb_st_r | sweep_r
-                              | t.steal_r)
+                              | (t.steal_r & ~aq_qpn_r))
         # tval two cycles after cfg (through tsrc), or in READ3 from cfg_rd (the value LOAD
         # gives cfg next), so EVAL, which follows LOAD, may use it
         t_rd3 = Signal()                # the completer is in READ3 (a register: set in READ2)
