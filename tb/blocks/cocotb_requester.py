@@ -78,6 +78,7 @@ class TB:
         self.frames = 0
         self.frame_ends = []
         self.frame_starts = []
+        self.ctx_delay = 0      # cycles before the context's answer (beyond the least)
 
     def _pause(self, p):
         rng = random.Random(11)
@@ -89,6 +90,8 @@ class TB:
         while True:
             await FallingEdge(self.dut.clk)
             while served < len(self.ctx_req.items):
+                for _ in range(self.ctx_delay):
+                    await FallingEdge(self.dut.clk)
                 c = self.ctx[self.ctx_req.items[served]]
                 self.ctx_resp.put({k: c.get(k, 0) for k, _ in req_ctx_layout})
                 served += 1
@@ -1058,4 +1061,92 @@ async def requester_ring(dut):
         rels[q].ack(psn)
         await rels[q].cqes(rels[q].m.ack(psn)[0], f"ring: qp {q} done")
     assert tb.gap_errors == 0
+    tb.mem.check()
+
+
+def starve_bound(delay):
+    """docs/requester.md "Completer liveness": an ACK retiring one WQE, taken -> its cpl, in
+    cycles: the event (11 + 4) and the tries spoiled by the engine's load under way, which
+    holds the port L = 3 + ``delay`` cycles (the context answered ``delay`` cycles late)."""
+    return 11 + 4 + 4 * -(-(3 + delay + 1) // 4)
+
+
+class Handshakes:
+    """The cycles of ``ack`` and ``cpl`` transfers."""
+
+    def __init__(self, dut):
+        self.ack, self.cpl = [], []
+        cocotb.start_soon(self._run(dut))
+
+    async def _run(self, dut):
+        while True:
+            await FallingEdge(dut.clk)      # (the values the next rising edge takes)
+            await ReadOnly()
+            if int(dut.ack_valid.value) and int(dut.ack_ready.value):
+                self.ack.append(now())
+            if int(dut.cpl_valid.value) and int(dut.cpl_ready.value):
+                self.cpl.append(now())
+
+
+async def _starve_acks(tb, a, n, hs, label):
+    """ACK QP ``a``'s WQEs one by one at varied phases; the cycles from each ACK taken to its
+    completion."""
+    lat = []
+    for i, w in enumerate(list(a.m.sent)):
+        await ClockCycles(tb.dut.clk, 3 + i % 9)
+        psn = (w["first_psn"] + w["npkts"] - 1) & 0xFFFFFF
+        j = len(hs.cpl)
+        a.ack(psn)
+        c, _ = a.m.ack(psn)
+        for _ in range(2000):
+            await RisingEdge(tb.dut.clk)
+            if len(hs.cpl) > j:
+                break
+        assert len(hs.cpl) > j, f"{label}: ACK {i} not completed in 2000 cycles"
+        lat.append(hs.cpl[j] - hs.ack[-1])
+        await a.cqes(c, f"{label}: ack {i}")
+    return lat
+
+
+@cocotb.test(skip=knob("REQUESTER_TEST_GROUP") != "starve")
+async def requester_starve(dut):
+    """Completer liveness: QP 1's ACKs are taken while doorbells of QP 2 arrive back to back, so
+    that the engine loads QP 2 again and again through the read port it shares with the
+    completer. Each ACK's completion comes within ``starve_bound`` cycles, whatever the phase
+    of the ACK against the engine's loads and their period (the context answered 0..3 cycles
+    late; at 2 a completer that retries without a bound never completes)."""
+    tb, src = await start(dut)
+    a, qb = Rel(tb, src, 1), 2
+    tb.set_qp(qb, 3)
+    tb.prod[qb] = 0
+    n = 1 << SQ_LOG                 # the SQ ring's slots, all posted and sent
+    for k in range(n):
+        a.post(0x500 + k, model.SEND, 20 + k)
+    exp = {1: a.send_posted()}
+    await ring_frames(tb, {1: a}, exp, n, "starve: sent", cycles=100)
+    storm = [True]
+
+    async def doorbells():          # QP 2's doorbells, back to back (nothing posted)
+        while storm[0]:
+            while len(tb.db.q) < 4:
+                tb.ring(qb)
+            await RisingEdge(dut.clk)
+
+    cocotb.start_soon(doorbells())
+    hs = Handshakes(dut)
+    lat = {}
+    for delay in range(4):          # the engine's loads at several periods
+        tb.ctx_delay = delay
+        await ClockCycles(dut.clk, 200)
+        lat[delay] = await _starve_acks(tb, a, n, hs, f"starve: delay {delay}")
+        for k in range(n):
+            a.post(0x600 + 16 * delay + k, model.SEND, 30 + k)
+        exp = {1: a.send_posted()}
+        await ring_frames(tb, {1: a}, exp, n, f"starve: delay {delay}: sent", cycles=100)
+    storm[0] = False
+    dut._log.info("starve: ACK -> cpl cycles %s", lat)
+    for delay, v in lat.items():
+        assert max(v) <= starve_bound(delay), \
+            f"starve: ACK -> cpl {v} beyond {starve_bound(delay)} (context {delay} late)"
+    assert tb.tx.empty()
     tb.mem.check()

@@ -185,3 +185,9 @@ def test_parameters_refused():
         Requester(width=48)
     with pytest.raises(ValueError):
         Requester(width=64, num_qp=6)
+
+
+def test_requester_starve():
+    """Completer liveness: ACKs of one QP completed within docs/requester.md's bound while
+    doorbells of another QP keep the engine reloading it through the shared read port."""
+    _run(64, False, "starve", test="starve")

@@ -761,6 +761,11 @@ class Requester(wiring.Component):
         e_steal = Signal()
         steal_r, steal_rr = Signal(), Signal()  # the read on the ports is the engine's; in dyn_rd
         m.d.sync += [steal_r.eq(e_steal), steal_rr.eq(steal_r)]
+        # c_again: the completer's LOAD found its reads spoiled and reads again; until its
+        # LOAD takes two clean reads the engine starts no load (IDLE takes no QPN), so once
+        # the load under way has left the port the next try is clean (the liveness bound,
+        # docs/requester.md)
+        c_again = Signal()
         # registered copies of the table reads (one cycle older: every use is conservative)
         # (prod twice: synthesis folds the first register into the block RAM, whose clock-to-out
         # then fed the CHECK compare; a doorbell seen a cycle late is still queued for service)
@@ -816,6 +821,7 @@ class Requester(wiring.Component):
             prod=prod, cs=cs, cs_next=cs_next, cs_ld=cs_ld, cs_src=cs_src, dyn_rd=dyn_rd,
             rn_rd=rn_rd, ce_hit=ce_hit,
             set_r=set_r, set_qpn_r=set_qpn_r, e_idle=e_idle, e_steal=e_steal, steal_r=steal_r,
+            c_again=c_again,
             steal_rr=steal_rr,
             aq_qpn_r=aq_qpn_r, e_hit1=e_hit1, rh_e=rh_e)
 
@@ -1287,9 +1293,10 @@ class Requester(wiring.Component):
             t.served, t.sweeping, t.work)
         with m.State("IDLE"):
             # (prod is read at the queue's head here: see e_idle)
-            m.d.comb += [work.o.ready.eq(~sweeping), t.e_idle.eq(1)]
+            # (no load while the completer reads again: see c_again)
+            m.d.comb += [work.o.ready.eq(~sweeping & ~t.c_again), t.e_idle.eq(1)]
             m.d.sync += pend_err.eq(0)
-            with m.If(work.o.valid & ~sweeping):
+            with m.If(work.o.valid & ~sweeping & ~t.c_again):
                 m.d.sync += [qpn.eq(work.o.payload), served.eq(0), t.e_steal.eq(1)]
                 m.next = "CTX"
         with m.State("CTX"):
@@ -2084,6 +2091,7 @@ class Requester(wiring.Component):
                          a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
                          b_zero.eq(behind == 0), d_more.eq(d_rd.psn != ap1),
                          t.a_sent.eq(behind < (d_rd.psn - comp_rd.una)[:24])]
+            m.d.sync += t.c_again.eq(c_hit2 | c_hit3)
             with m.If(c_hit2 | c_hit3):
                 m.next = "READ"
             with m.Else():
