@@ -772,8 +772,7 @@ class Requester(wiring.Component):
         prod_q = Signal(16)
         prod = Signal(16)
         cs = Signal(_comp_engine_layout)    # one consistent snapshot of the completer's entry
-        cs_next = Signal(_comp_engine_layout)   # the value cs takes at the clock
-        cs_ld, cs_src = Signal(), Signal(_comp_engine_layout)   # (cs_next as enable and row)
+        cs_ld, cs_src = Signal(), Signal(_comp_engine_layout)   # cs's enable and next row
         # dyn_mem's read, rn with it, registered before CTX_WAIT takes it into dyn (the block
         # RAM's clock-to-out leads no logic)
         dyn_rd, rn_rd = Signal(_dyn_engine_layout), Signal(rb)
@@ -818,7 +817,7 @@ class Requester(wiring.Component):
         m.d.comb += [e_hit0.eq(dyn_en_r & dyn_qpn_r), e_hit1.eq(e_hit0 | e_hit0_r)]
         rh_e = Signal(rb)               # rh, kept as cs is
         return types.SimpleNamespace(
-            prod=prod, cs=cs, cs_next=cs_next, cs_ld=cs_ld, cs_src=cs_src, dyn_rd=dyn_rd,
+            prod=prod, cs=cs, cs_ld=cs_ld, cs_src=cs_src, dyn_rd=dyn_rd,
             rn_rd=rn_rd, ce_hit=ce_hit,
             set_r=set_r, set_qpn_r=set_qpn_r, e_idle=e_idle, e_steal=e_steal, steal_r=steal_r,
             c_again=c_again,
@@ -829,8 +828,8 @@ class Requester(wiring.Component):
         """The engine's registers (the QP's context and ``dyn``, the send WQE and its fields, the
         gather and segmentation state, the prefetch, the error and kill hand-offs); what its
         states decide from are :meth:`_engine_flags`'s. Adds them all."""
-        (ab, cs, cs_next, eng_wb, nb, qpn, rb, rn_wp, sweeping) = (
-            t.ab, t.cs, t.cs_next, t.eng_wb, t.nb, t.qpn, t.rb, t.rn_wp, t.sweeping)
+        (ab, cs, eng_wb, nb, qpn, rb, rn_wp, sweeping) = (
+            t.ab, t.cs, t.eng_wb, t.nb, t.qpn, t.rb, t.rn_wp, t.sweeping)
         # ---- engine state -------------------------------------------------------------------
         ctx = Signal(req_ctx_layout)
         dyn = Signal(_dyn_layout)
@@ -839,13 +838,12 @@ class Requester(wiring.Component):
         m.d.comb += eng_rn.eq(ern)
         with m.If(~sweeping):
             m.d.comb += [rn_wp.data.eq(eng_rn), rn_wp.en.eq(eng_wb)]
-        # cs.rgen != dyn.rgen for ERR, registered beside cs (from the same read and the
-        # dyn.rgen of the cycle before: ERR never follows REWIND or CTX_WAIT, which set it),
-        # bit by bit (rgen_x), so one LUT stands between the block RAM's output and each
-        # flip-flop
+        # cs.rgen != dyn.rgen for ERR, registered from cs and dyn as rewind and
+        # none_unretired are (ERR is never the cycle after a change of dyn.rgen: REWIND and
+        # CTX_WAIT set it), bit by bit (rgen_x): the block RAM's output feeds cs alone
         rgen_x = Signal(4)
         rgen_ne = Signal()
-        m.d.sync += rgen_x.eq(cs_next.rgen ^ dyn.rgen)
+        m.d.sync += rgen_x.eq(cs.rgen ^ dyn.rgen)
         m.d.comb += rgen_ne.eq(rgen_x != 0)
         len0 = Signal(32)
         total = Signal(32)              # message length (registered in VALIDATE)
@@ -1853,9 +1851,9 @@ class Requester(wiring.Component):
         """The engine's view of its QP's ``comp`` and ``rh`` (``cs``, ``rh_e``), with no table of
         its own: read from comp_mem through the completer's port while the engine loads the QP
         (CTX and CTX_WAIT, ``e_steal``; the completer reads again after, see ``c_hit1``), then
-        kept by taking every write to the QP's row, a cycle after it. Drives ``cs_ld``,
-        ``cs_src`` and ``cs_next``."""
-        cs, cs_next, rh_e, cmp, crh = t.cs, t.cs_next, t.rh_e, t.cmp, t.crh
+        kept by taking every write to the QP's row, a cycle after it. Drives ``cs_ld`` and
+        ``cs_src``."""
+        cs, rh_e, cmp, crh = t.cs, t.rh_e, t.cmp, t.crh
         # The writes of the cycle before to the engine's QP, exactly: the completer's
         # write-back (its row still in cmp and crh, which WB's successors, IDLE and WAKE, do
         # not change in their first cycle; rh written even when comp is not, see WB), a
@@ -1870,7 +1868,7 @@ class Requester(wiring.Component):
         set_row = Signal(_comp_engine_layout)
         m.d.comb += [set_row.una.eq(psn0_r), set_row.cfpsn.eq(psn0_r)]
         # the engine's read on the port, not met by a write to its row (sel_p: and taken);
-        # the port's word passes one LUT (a choice made from registers) to cs, rh_e and rgen_x
+        # the port's word passes one LUT (a choice made from registers) to cs and rh_e
         pv = t.steal_r & ~t.ce_hit
         sel_p, selh_p = Signal(), Signal()
         oth = Signal(_comp_engine_layout)       # cs's next value when it is not the port's
@@ -1879,8 +1877,7 @@ class Requester(wiring.Component):
                                 Mux(wr_s, set_row, cs)))]
         src = t.cs_src
         m.d.comb += [t.cs_ld.eq(wr_c | wr_s | pv),
-                     src.eq(Mux(sel_p, _pick(_comp_engine_layout, t.comp_rd2_w), oth)),
-                     cs_next.eq(src)]
+                     src.eq(Mux(sel_p, _pick(_comp_engine_layout, t.comp_rd2_w), oth))]
         m.d.sync += rh_e.eq(Mux(selh_p, t.rh_rd_w, Mux(wr_h, crh, rh_e)))
 
     def _completer_judge(self, m, t):
@@ -2171,6 +2168,7 @@ class Requester(wiring.Component):
          retire, rn_rd2_w, terr, thcons, trn) = (
             t.act, t.c_hit1, t.c_test, t.ccpl, t.cmp, t.covered, t.crh, t.drop, t.dyn_rd2_w, t.ent,
             t.ent_end, t.ent_sig, t.free, t.retire, t.rn_rd2_w, t.terr, t.thcons, t.trn)
+        c_hd, c_rne = Signal(), Signal()    # ccons != hcons, rh != rn: registered in HOLD
         with m.State("WALK"):
             # the engine's hcons, err and rn as of two cycles before (the reads are not
             # transparent); infl_rp reads entry rh now, so it holds whatever rn and hcons
@@ -2185,14 +2183,16 @@ class Requester(wiring.Component):
             m.d.sync += [ent_end.eq(ent.end_psn), ent_sig.eq(ent.signaled), t.ent_rd.eq(ent.read),
                          t.ri_r.eq(ent.ridx),
                          # (ur for DECIDE: una0 and cfpsn do not change before TEST)
-                         t.ur.eq(Mux((t.una0 - cmp.cfpsn)[23], cmp.cfpsn, t.una0))]
+                         t.ur.eq(Mux((t.una0 - cmp.cfpsn)[23], cmp.cfpsn, t.una0)),
+                         # (DECIDE's compares of WALK's reads: ccons and crh change in TEST)
+                         c_hd.eq(cmp.ccons != thcons), c_rne.eq(crh != trn)]
             m.next = "DECIDE"
         with m.State("DECIDE"):
             # A READ at the head not yet placed up to una0 (interface.md §7): una stops at its
             # first response not yet placed, ur = max(una0, its first PSN); an event that
             # moved una beyond (not PLACED, which moves it by one) is a gap (clamp). A DECIDE
             # at ur is accepted (acc).
-            head = (cmp.ccons != thcons) & ~terr & (act != _ACT_DROP)
+            head = c_hd & ~terr & (act != _ACT_DROP)
             dif = Signal(24)
             m.d.comb += dif.eq(cmp.una - t.ur)
             over = (cmp.una != t.ur) & ~dif[23]     # (the compare beside the subtraction)
@@ -2201,7 +2201,7 @@ class Requester(wiring.Component):
             clamp_v = open_rd & t.clampable & over
             m.d.sync += [
                 retire.eq(head & ~covered[23] & ~clamp_v),
-                drop.eq((crh != trn) & ((act == _ACT_DROP) | terr | (cmp.ccons == thcons))),
+                drop.eq(c_rne & ((act == _ACT_DROP) | terr | ~c_hd)),
                 t.clamp.eq(clamp_v),
                 t.acc.eq(head & t.ent_rd & covered[23] & ~over),
             ]
