@@ -155,8 +155,9 @@ BLOCKS = {
                        ("data_width", "num_qp")),
     "req_context": Block("rnic.req.req_context", lambda m, c: m.ReqContext(num_qp=c.num_qp),
                          ("num_qp",)),
-    "read_place": Block("rnic.req.read_place", lambda m, c: m.ReadPlace(width=c.data_width),
-                        ("data_width",)),
+    "read_place": Block("rnic.req.read_place",
+                        lambda m, c: m.ReadPlace(width=c.data_width, num_qp=c.num_qp),
+                        ("data_width", "num_qp")),
     "tx_build": Block("rnic.tx.build", lambda m, c: m.TxBuild(c.data_width, num_qp=c.num_qp),
                       ("data_width", "num_qp")),
     # with the core's per-counter increment bounds

@@ -44,7 +44,7 @@ class ReadPlaceHarness(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.rp = rp = ReadPlace(width=self.width)
+        m.submodules.rp = rp = ReadPlace(width=self.width, num_qp=256)
         m.submodules.hm = hm = HostMemory(width=self.width, read_clients=0, write_clients=1,
                                           max_writes=4)
         # (the shared Scatter Path with READ placement as client 1, as at the top)
@@ -83,10 +83,12 @@ def test_params():
             assert set(rp.signature.members) == {"hdr", "rec", "ack", "dec", "wr",
                                                  "fault", "qp_set", "drop"}
     Fragment.get(ReadPlace(width=64), None)
+    Fragment.get(ReadPlace(width=64, num_qp=256), None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")         # the refused instances are never elaborated
         for kw in (dict(width=32), dict(width=64, slots=3), dict(width=64, slots=1),
-                   dict(width=64, slots=128), dict(width=64, slots=16.0)):
+                   dict(width=64, slots=128), dict(width=64, slots=16.0),
+                   dict(width=64, num_qp=6), dict(width=64, num_qp=1 << 25)):
             with pytest.raises(ValueError):
                 ReadPlace(**kw)
         gc.collect()

@@ -68,7 +68,8 @@ class RequesterLayer(wiring.Component):
     def __init__(self, *, width, num_qp):
         self.requester = Requester(width=width, num_qp=num_qp)
         self.req_context = ReqContext(num_qp=num_qp)
-        self.read_place = ReadPlace(width=width, slots=self.requester.read_slots)
+        self.read_place = ReadPlace(width=width, slots=self.requester.read_slots,
+                                    num_qp=num_qp)
         super().__init__({name: self._block(b).signature.members[port]
                           for name, b, port in PORTS})
 

@@ -94,8 +94,16 @@ FIRST, MIDDLE, LAST, ONLY = 0x0D, 0x0E, 0x0F, 0x10
 _row_layout = data.StructLayout({f: s for f, s in read_rec_layout.members.items()
                                  if f not in ("idx", "qpn")})
 
-#: A pending placement: its event fields and its number of write requests (0..2).
-_pend_layout = data.StructLayout({"qpn": 24, "psn": 24, "n": 2})
+def _pend_layout(qb):
+    """A pending placement: its event fields (the QPN in ``qb`` bits) and its number of write
+    requests (0..2)."""
+    return data.StructLayout({"qpn": qb, "psn": 24, "n": 2})
+
+
+def _hdr_layout(qb):
+    """A response header as kept here: ``resp_hdr_layout`` with the QPN in ``qb`` bits."""
+    return data.StructLayout({f: (qb if f == "qpn" else s)
+                              for f, s in resp_hdr_layout.members.items()})
 
 
 
@@ -108,6 +116,9 @@ class ReadPlace(wiring.Component):
         Data width W (64, 128, 256, 512).
     slots : int
         READ slots R (a power of two, 2..64; default 16): rows of the slot table.
+    num_qp : int
+        QPs N (a power of two; default 2^24): every QPN on ``hdr``, ``rec`` and ``qp_set`` is
+        below N (PSN Check passes only QPs of the core), so QPNs are kept in log2(N) bits.
 
     Attributes
     ----------
@@ -131,8 +142,12 @@ class ReadPlace(wiring.Component):
         One-cycle strobe per READ response dropped here (refused or inconsistent). Registered.
     """
 
-    def __init__(self, *, width, slots=16):
+    def __init__(self, *, width, slots=16, num_qp=1 << 24):
         self.width = check_width(width)
+        if (not isinstance(num_qp, int) or isinstance(num_qp, bool) or num_qp & (num_qp - 1)
+                or not 2 <= num_qp <= 1 << 24):
+            raise ValueError(f"num_qp must be a power of two in 2..2^24, not {num_qp!r}")
+        self.qb = (num_qp - 1).bit_length()
         if (not isinstance(slots, int) or isinstance(slots, bool) or slots & (slots - 1)
                 or not 2 <= slots <= 1 << READ_SLOT_BITS):
             raise ValueError(f"slots must be a power of two in 2..64, not {slots!r}")
@@ -157,7 +172,7 @@ class ReadPlace(wiring.Component):
         # The parts below share their signals through ``t``: each takes from it what it reads
         # and adds what it makes (_add). They are called in the order their statements had in
         # one method, which the generated Verilog follows.
-        t = types.SimpleNamespace(W=W, R=R, lb=lb, sb=sb)
+        t = types.SimpleNamespace(W=W, R=R, lb=lb, sb=sb, qb=self.qb)
         _add(t, self._slot_table(m, t))
         _add(t, self._outputs(m, t))
         _add(t, self._pending(m, t))
@@ -209,14 +224,16 @@ class ReadPlace(wiring.Component):
 
         # ---- the event register (``ack``) and the fault register ----
         a_valid = Signal()
-        a = Signal(ack_layout)
-        m.d.comb += [self.ack.valid.eq(a_valid), self.ack.payload.eq(a)]
+        a = Signal(data.StructLayout({f: (t.qb if f == "qpn" else s)
+                                      for f, s in ack_layout.members.items()}))
+        m.d.comb += [self.ack.valid.eq(a_valid)]
+        m.d.comb += [self.ack.payload[f].eq(a[f]) for f in ack_layout.members]
         with m.If(self.ack.ready):
             m.d.sync += a_valid.eq(0)
         a_free = Signal()
         m.d.comb += a_free.eq(~a_valid)
         f_valid = Signal()
-        f_qpn = Signal(24)
+        f_qpn = Signal(t.qb)
         m.d.comb += [self.fault.valid.eq(f_valid), self.fault.payload.qpn.eq(f_qpn)]
         with m.If(self.fault.ready):
             m.d.sync += f_valid.eq(0)
@@ -231,7 +248,7 @@ class ReadPlace(wiring.Component):
         ``idle_q`` (nothing pending)."""
         a, a_free, a_valid, f_qpn, f_valid = t.a, t.a_free, t.a_valid, t.f_qpn, t.f_valid
         # ---- the pending queue and its head ----
-        m.submodules.pend = pend = Queue(_pend_layout, 8, registered=("n",))
+        m.submodules.pend = pend = Queue(_pend_layout(t.qb), 8, registered=("n",))
         po = pend.o
         got = Signal(2)                 # completions of the head counted
         herr = Signal()                 # ... one of them had ``err``
@@ -271,15 +288,15 @@ class ReadPlace(wiring.Component):
         # ---- links between READs recorded one after the other on one QP ----
         lnk_v = Signal(R)               # slot s has a link: the READ in slot lnk_i[s] follows it
         lnk_i = [Signal(sb, name=f"lnk_i{i}") for i in range(R)]
-        p_v = Signal()                  # the record written last: QPN, lpsn (+ 1), slot
-        p_qpn = Signal(24)
-        p_lpsn = Signal(24)
-        p_np = Signal(24)               # (a cycle after p_lpsn)
+        p_v = Signal()                  # the record written last: QPN, lpsn + 1, slot
+        p_qpn = Signal(t.qb)
+        p_np = Signal(24)
         p_idx = Signal(sb)
-        p_new = Signal()                # a record last cycle: p_np not yet there, no link
-        m.d.sync += [p_np.eq(p_lpsn + 1), p_new.eq(self.rec.valid)]
+        p_new = Signal()                # a record last cycle: no link
+        m.d.sync += p_new.eq(self.rec.valid)
         with m.If(self.rec.valid):
-            m.d.sync += [p_v.eq(1), p_qpn.eq(rp.qpn), p_lpsn.eq(rp.lpsn), p_idx.eq(rp.idx[:sb])]
+            m.d.sync += [p_v.eq(1), p_qpn.eq(rp.qpn[:t.qb]), p_np.eq(rp.lpsn + 1),
+                         p_idx.eq(rp.idx[:sb])]
         lnk_next = Signal(R)
         m.d.comb += lnk_next.eq(lnk_v)
         with m.If(self.rec.valid):
@@ -288,7 +305,7 @@ class ReadPlace(wiring.Component):
             for i in range(R):
                 with m.If((rp.idx[:sb] == i) | (lnk_i[i] == rp.idx[:sb])):
                     m.d.comb += lnk_next[i].eq(0)
-        with m.If(self.rec.valid & p_v & ~p_new & (rp.qpn == p_qpn) & (rp.fpsn == p_np)
+        with m.If(self.rec.valid & p_v & ~p_new & (rp.qpn[:t.qb] == p_qpn) & (rp.fpsn == p_np)
                   & (rp.idx[:sb] != p_idx)):
             for i in range(R):
                 with m.If(p_idx == i):
@@ -316,9 +333,10 @@ class ReadPlace(wiring.Component):
         ``qp_set`` and ``rec`` (``kill``) or a fault. Adds them."""
         inval_err, lnk_to, rp, sb, slot = t.inval_err, t.lnk_to, t.rp, t.sb, t.slot
         # ---- the header and the cache ----
-        h = Signal(resp_hdr_layout)
+        qb = t.qb
+        h = Signal(_hdr_layout(qb))
         c_valid = Signal()
-        c_qpn = Signal(24)
+        c_qpn = Signal(qb)
         c_idx = Signal(sb)
         c_next = Signal(24)
         # this cycle's update of the cache (by the FSM or a fault); invalidations by ``qp_set``
@@ -326,7 +344,7 @@ class ReadPlace(wiring.Component):
         set_c = Signal()                # the FSM accepted a response that is not the last
         set_l = Signal()                # ... that is the last, of a READ with a link
         clr_c = Signal()                # the FSM (or a fault) invalidates it
-        n_qpn = Signal(24)
+        n_qpn = Signal(qb)
         n_idx = Signal(sb)
         m.d.comb += [n_qpn.eq(Mux(set_c | set_l, h.qpn, c_qpn)),
                      n_idx.eq(Mux(set_l, lnk_to, Mux(set_c, slot, c_idx)))]
@@ -334,11 +352,15 @@ class ReadPlace(wiring.Component):
         # only in C4, never between a take and HEAD; c_valid is used as it stands)
         c_eq = Signal()
         with m.If(self.hdr.valid & self.hdr.ready):
-            m.d.sync += c_eq.eq((self.hdr.payload.qpn == c_qpn)
+            m.d.sync += c_eq.eq((self.hdr.payload.qpn[:qb] == c_qpn)
                                 & (self.hdr.payload.psn == c_next))
         kill = Signal()
-        m.d.comb += kill.eq((self.qp_set.valid & (self.qp_set.payload.qpn == n_qpn))
-                            | (self.rec.valid & (rp.idx[:sb] == n_idx)) | inval_err)
+        # (each compare made with a register, the FSM's choice after them)
+        sq, ri = self.qp_set.payload.qpn[:qb], rp.idx[:sb]
+        m.d.comb += kill.eq((self.qp_set.valid & Mux(set_c | set_l, sq == h.qpn, sq == c_qpn))
+                            | (self.rec.valid & Mux(set_l, ri == lnk_to,
+                                                    Mux(set_c, ri == slot, ri == c_idx)))
+                            | inval_err)
         with m.If(set_c | set_l):
             m.d.sync += [c_qpn.eq(n_qpn), c_idx.eq(n_idx), c_next.eq(h.psn + 1)]
         with m.If(kill | clr_c):
@@ -361,14 +383,14 @@ class ReadPlace(wiring.Component):
         # before it is refused at once; a SET_QP of s_qpn clears it, and an answer that a SET_QP
         # of its QPN met after the header was taken (``qs_seen``) is not kept
         s_valid = Signal()
-        s_qpn = Signal(24)
+        s_qpn = Signal(t.qb)
         s_una = Signal(24)
         s_gap = Signal()                # ... refused after a gap: responses after s_una too,
         #                                 until one of s_qpn is accepted (the one at s_una)
         qs_seen = Signal()
         s_set = Signal()                # the FSM keeps the answer's una
         qs_now = Signal()               # a SET_QP of the header's QPN this cycle
-        m.d.comb += qs_now.eq(self.qp_set.valid & (self.qp_set.payload.qpn == h.qpn))
+        m.d.comb += qs_now.eq(self.qp_set.valid & (self.qp_set.payload.qpn[:t.qb] == h.qpn))
         with m.If(self.hdr.valid & self.hdr.ready):
             m.d.sync += qs_seen.eq(0)
         with m.Elif(qs_now):
@@ -376,7 +398,7 @@ class ReadPlace(wiring.Component):
         s_acc = Signal()                # the FSM accepts a response
         with m.If(s_set):
             m.d.sync += [s_valid.eq(1), s_qpn.eq(h.qpn), s_una.eq(d.una), s_gap.eq(d.gap)]
-        with m.Elif(self.qp_set.valid & (self.qp_set.payload.qpn == s_qpn)):
+        with m.Elif(self.qp_set.valid & (self.qp_set.payload.qpn[:t.qb] == s_qpn)):
             m.d.sync += s_valid.eq(0)
         with m.Elif(s_acc & (h.qpn == s_qpn)):
             m.d.sync += s_gap.eq(0)
@@ -390,7 +412,7 @@ class ReadPlace(wiring.Component):
         s_after = Signal()              # ... after it
         m.d.comb += s_dp.eq(hp.psn - s_una)
         with m.If(self.hdr.valid & self.hdr.ready):
-            m.d.sync += [s_eq.eq(hp.qpn == s_qpn), s_before.eq(s_dp[23]),
+            m.d.sync += [s_eq.eq(hp.qpn[:t.qb] == s_qpn), s_before.eq(s_dp[23]),
                          s_after.eq(~s_dp[23] & (s_dp != 0))]
         m.d.comb += s_hit.eq(s_valid & s_eq & (s_before | (s_gap & s_after)))
         return types.SimpleNamespace(
@@ -398,8 +420,9 @@ class ReadPlace(wiring.Component):
 
     def _checks(self, m, t):
         """The registers of the checks C1–C4 (the response's PSN against the READ's, its offset and
-        length, ``ok``), the split of its bytes into the two parts (``a0``, ``a1``) and their host
-        addresses (``addr_a``, ``addr_b``), and the ``drop`` strobe. Adds them."""
+        length, ``ok``), the split of its bytes into the two parts (``a0``, ``a1``) and their
+        offsets (``off``, and ``d0`` from C4 on), the host address of the part to write next (``ad``, as
+        ``p_sel`` chooses), and the ``drop`` strobe. Adds them."""
         h, r = t.h, t.r
         # ---- the checks, in registered steps ----
         dpsn = Signal(24)               # p − fpsn
@@ -413,7 +436,6 @@ class ReadPlace(wiring.Component):
         ok = Signal()                   # the response is consistent
         a0 = Signal(13)                 # bytes of the first part (below len0)
         a1 = Signal(13)                 # bytes of the second part
-        p1off = Signal(32)              # offset of the second part from addr1
         drop = Signal()
         m.d.sync += drop.eq(0)
         m.d.comb += self.drop.eq(drop)
@@ -421,10 +443,10 @@ class ReadPlace(wiring.Component):
         op = h.opcode
         fm = (op == FIRST) | (op == MIDDLE)
         lo = (op == LAST) | (op == ONLY)
-        # (the slot's total and len0 registered in C1: the LUT RAM's output does not lead the
-        # subtractions; len0 − off registered in C2: it does not lead the choices of C3)
+        # (the slot's total registered in C1: the LUT RAM's output does not lead C3's
+        # subtraction and compares; len0 − off made in C2 from the row's len0, which meets
+        # off's shift at the subtraction, and registered: it does not lead the choices of C3)
         tot_r = Signal(32)
-        len0_r = Signal(32)
         rem = Signal(32)                # total − off
         m.d.comb += rem.eq(tot_r - off)
         off_c = Signal(32)              # off, as C2 registers it
@@ -435,16 +457,18 @@ class ReadPlace(wiring.Component):
         short = Signal()                # off < len0 and len0 − off < len
         m.d.comb += short.eq(~below & (d0[13:32] == 0) & (d0[:13] < h.len))
 
-        # the parts' host addresses, registered in C3 and C4 (off is C2's, p1off C3's): the
-        # slot table's LUT-RAM read and the 64-bit adds do not lead into the request register
-        addr_a = Signal(64)
-        addr_b = Signal(64)
-        m.d.sync += [addr_a.eq(r.addr0 + off), addr_b.eq(r.addr1 + p1off)]
+        # the host address of the part P0 or P1 hands over: addr0 + off, or addr1 + the
+        # second part's offset (d0 from C4 on)
+        # with p_sel (a register: the first part is out, or there is none), added into the
+        # request register (the slot table's row is read at ``slot``, which holds)
+        p_sel = Signal()
+        ad = Signal(64)
+        m.d.comb += ad.eq(Mux(p_sel, r.addr1, r.addr0) + Mux(p_sel, d0[:32], off))
         return types.SimpleNamespace(
             dpsn=dpsn, span=span, is_last=is_last, is_first=is_first, pmc=pmc, off=off,
-            in_range=in_range, pmtu=pmtu, ok=ok, a0=a0, a1=a1, p1off=p1off, drop=drop, op=op, fm=fm,
-            lo=lo, tot_r=tot_r, len0_r=len0_r, rem=rem, off_c=off_c, d0=d0, below=below,
-            short=short, addr_a=addr_a, addr_b=addr_b)
+            in_range=in_range, pmtu=pmtu, ok=ok, a0=a0, a1=a1, drop=drop, op=op, fm=fm,
+            lo=lo, tot_r=tot_r, rem=rem, off_c=off_c, d0=d0, below=below,
+            short=short, p_sel=p_sel, ad=ad)
 
     def _header_fsm(self, m, t):
         """The FSM that takes the headers one at a time: an ACKNOWLEDGE goes out as WIRE; a READ
@@ -479,7 +503,8 @@ class ReadPlace(wiring.Component):
         with m.State("IDLE"):
             m.d.comb += self.hdr.ready.eq(1)
             with m.If(self.hdr.valid):
-                m.d.sync += h.eq(self.hdr.payload)
+                m.d.sync += [h[f].eq(self.hdr.payload[f][:len(h[f])])
+                             for f in resp_hdr_layout.members]
                 m.next = "HEAD"
         with m.State("HEAD"):
             with m.If(op == ACKNOWLEDGE):
@@ -520,18 +545,18 @@ class ReadPlace(wiring.Component):
         first buffer, ``a1`` into its second). One that passes is pushed on the pending queue
         (its PLACED waits for its writes) and updates the cache, then goes to P0/P1; one that
         fails is refused like a response the completer dropped."""
-        (a0, a1, below, clr_c, d0, dpsn, fm, h, in_range, is_first, is_last, len0_r, lnk_here,
-         lnk_sel, lnk_to, lnk_v, lo, off, off_c, ok, op, p1off, pend, pmc, pmtu, r, rem, rp,
+        (a0, a1, below, clr_c, d0, dpsn, fm, h, in_range, is_first, is_last, lnk_here,
+         lnk_sel, lnk_to, lnk_v, lo, off, off_c, ok, op, pend, pmc, pmtu, r, rem, rp,
          s_acc, sb, set_c, set_l, short, slot, span, tgt_new, tot_r) = (
             t.a0, t.a1, t.below, t.clr_c, t.d0, t.dpsn, t.fm, t.h, t.in_range, t.is_first,
-            t.is_last, t.len0_r, t.lnk_here, t.lnk_sel, t.lnk_to, t.lnk_v, t.lo, t.off, t.off_c,
-            t.ok, t.op, t.p1off, t.pend, t.pmc, t.pmtu, t.r, t.rem, t.rp, t.s_acc, t.sb, t.set_c,
+            t.is_last, t.lnk_here, t.lnk_sel, t.lnk_to, t.lnk_v, t.lo, t.off, t.off_c,
+            t.ok, t.op, t.pend, t.pmc, t.pmtu, t.r, t.rem, t.rp, t.s_acc, t.sb, t.set_c,
             t.set_l, t.short, t.slot, t.span, t.tgt_new, t.tot_r)
         with m.State("C1"):
             m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.lpsn - r.fpsn),
                          is_last.eq(h.psn == r.lpsn), pmc.eq(r.pmtu),
                          is_first.eq(h.psn == r.fpsn), tot_r.eq(r.total),
-                         len0_r.eq(r.len0), lnk_to.eq(lnk_sel),
+                         lnk_to.eq(lnk_sel),
                          lnk_here.eq(lnk_v.bit_select(slot, 1)
                                      & ~(self.rec.valid & (rp.idx[:sb] == lnk_sel)))]
             m.next = "C2"
@@ -539,7 +564,7 @@ class ReadPlace(wiring.Component):
             with m.If(tgt_new):
                 m.d.sync += lnk_here.eq(0)
             m.d.sync += [off.eq(off_c),
-                         d0.eq(Cat(len0_r, Const(0, 1)) - Cat(off_c, Const(0, 1))),
+                         d0.eq(Cat(r.len0, Const(0, 1)) - Cat(off_c, Const(0, 1))),
                          pmtu.eq(Const(128, 14) << pmc), in_range.eq(dpsn <= span)]
             m.next = "C3"
         with m.State("C3"):
@@ -551,12 +576,14 @@ class ReadPlace(wiring.Component):
                             fm & (Cat(h.len, Const(0, 1)) == pmtu))),
                 a0.eq(Mux(below, 0, Mux(short, d0[:13], h.len))),
                 a1.eq(Mux(below, h.len, Mux(short, h.len - d0[:13], 0))),
-                p1off.eq(Mux(below, -d0[:32], 0)),
+                # (d0 becomes the second part's offset from addr1: C3 is its last use)
+                d0.eq(Mux(below, -d0[:32], 0)),
             ]
             m.next = "C4"
         with m.State("C4"):
             with m.If(tgt_new):
                 m.d.sync += lnk_here.eq(0)
+            m.d.sync += t.p_sel.eq(a0 == 0)        # (no first part: P1 next)
             with m.If(ok):
                 m.d.comb += [pend.i.valid.eq(1), pend.i.payload.qpn.eq(h.qpn),
                              pend.i.payload.psn.eq(h.psn),
@@ -577,27 +604,27 @@ class ReadPlace(wiring.Component):
     def _place_states(self, m, t):
         """REFUSE, P0, P1 and DRAIN (inside the header FSM): a refused response is dropped and
         its payload drained by a closing piece; a placed one issues one host-memory write and
-        one Scatter Path piece per buffer piece (``a0`` at ``addr_a``, then ``a1`` at
-        ``addr_b``), each when the output registers are free."""
-        a0, a1, addr_a, addr_b, lb, out_free, pc, pc_valid, rq_addr, rq_len, rq_valid = (
-            t.a0, t.a1, t.addr_a, t.addr_b, t.lb, t.out_free, t.pc, t.pc_valid, t.rq_addr,
+        one Scatter Path piece per buffer piece (``a0`` bytes at addr0 + off, then ``a1`` at
+        addr1 + the second part's offset: ``ad``), each when the output registers are free."""
+        a0, a1, ad, lb, out_free, pc, pc_valid, rq_addr, rq_len, rq_valid = (
+            t.a0, t.a1, t.ad, t.lb, t.out_free, t.pc, t.pc_valid, t.rq_addr,
             t.rq_len, t.rq_valid)
         with m.State("REFUSE"):
             self._refuse(m, t)
         with m.State("P0"):
             with m.If(out_free):
-                m.d.sync += [rq_valid.eq(1), rq_addr.eq(addr_a), rq_len.eq(a0),
+                m.d.sync += [rq_valid.eq(1), rq_addr.eq(ad), rq_len.eq(a0),
                              pc_valid.eq(1), pc.src.eq(0), pc.len.eq(a0),
-                             pc.lane.eq(addr_a[:lb]), pc.end.eq(a1 == 0)]
+                             pc.lane.eq(ad[:lb]), pc.end.eq(a1 == 0), t.p_sel.eq(1)]
                 with m.If(a1 != 0):
                     m.next = "P1"
                 with m.Else():
                     m.next = "IDLE"
         with m.State("P1"):
             with m.If(out_free):
-                m.d.sync += [rq_valid.eq(1), rq_addr.eq(addr_b), rq_len.eq(a1),
+                m.d.sync += [rq_valid.eq(1), rq_addr.eq(ad), rq_len.eq(a1),
                              pc_valid.eq(1), pc.src.eq(a0), pc.len.eq(a1),
-                             pc.lane.eq(addr_b[:lb]), pc.end.eq(1)]
+                             pc.lane.eq(ad[:lb]), pc.end.eq(1)]
                 m.next = "IDLE"
         with m.State("DRAIN"):
             with m.If(out_free):

@@ -38,6 +38,7 @@ qp_err : Out(QpnStream()), event : Out(stream.Signature(event_layout))
     A completion is read where it waits (the requester's register) and taken when every
     output it needs was taken: its payload must hold while it waits (stream rules).
 req_fault : In(QpnStream())
+    A gather fault's or a READ response write's QPN (a QP of the core: below N).
 prog_psn : In(stream.Signature({qpn, psn}, always_ready=True)),
 prog_cons : In(stream.Signature({qpn, cons}, always_ready=True))
     Every write of the requester's next send PSN and SQ consumer index (retired WQEs), kept
@@ -176,10 +177,14 @@ class ReqContext(wiring.Component):
         m.d.comb += [st_wp.addr.eq(ev.qpn[:ab]), st_wp.data.eq(ev.state),
                      st_wp.en.eq(ev_valid & (ev.qpn < self.num_qp))]
         # SET_QP's ARG words, registered the same way, each written into its lanes of the row
-        arg = Signal(qp_arg_layout)
-        arg_valid = Signal()
-        m.d.sync += [arg_valid.eq(self.qp_arg.valid), arg.eq(self.qp_arg.payload)]
-        R.write(m, wp, arg, arg_valid & (arg.qpn < self.num_qp))
+        # (the QPN kept as its row index, with its range check)
+        arg = Signal(data.StructLayout({f: (ab if f == "qpn" else w)
+                                        for f, w in qp_arg_layout.members.items()}))
+        arg_valid, arg_ok = Signal(), Signal()
+        ap = self.qp_arg.payload
+        m.d.sync += [arg_valid.eq(self.qp_arg.valid), arg_ok.eq(ap.qpn < self.num_qp)]
+        m.d.sync += [arg[f].eq(ap[f][:len(arg[f])]) for f in qp_arg_layout.members]
+        R.write(m, wp, arg, arg_valid & arg_ok)
 
         m.submodules.set_q = set_q = Queue(qp_set_layout, 8)
         m.d.comb += [set_q.i.valid.eq(ev_valid),
@@ -245,7 +250,7 @@ class ReqContext(wiring.Component):
         Adds ``busy``, ``rd_wait`` (the CQN is not read yet), ``flt`` (the held one is a
         fault), ``fq``, what it still needs to offer (``need_cqe``, ``need_err``,
         ``need_ev``), and ``scqn``."""
-        R, ctx_rp, cpl_rd_r = t.R, t.ctx_rp, t.cpl_rd_r
+        ab, R, ctx_rp, cpl_rd_r = t.ab, t.R, t.ctx_rp, t.cpl_rd_r
         # ---- completions ------------------------------------------------------------------------
         # one completion (or gather fault) at a time: read its QP's send CQN, then offer the CQE,
         # the QP-to-ERROR report and the event independently; the slot frees when all are taken.
@@ -257,7 +262,7 @@ class ReqContext(wiring.Component):
         busy = Signal()
         rd_wait = Signal()
         flt = Signal()                  # the held one is a gather fault (its QPN in fq)
-        fq = Signal(24)
+        fq = Signal(ab)                 # (a QPN of the core: below N)
         need_cqe, need_err, need_ev = Signal(), Signal(), Signal()
         take_cpl = Signal()
         take_flt = Signal()
@@ -275,7 +280,7 @@ class ReqContext(wiring.Component):
                          need_ev.eq(cp.fault)]
         with m.If(take_flt):
             m.d.sync += [busy.eq(1), rd_wait.eq(1), flt.eq(1),
-                         fq.eq(self.req_fault.payload.qpn),
+                         fq.eq(self.req_fault.payload.qpn[:ab]),
                          need_cqe.eq(0), need_err.eq(1), need_ev.eq(1)]
         scqn = Signal(16)
         with m.If(rd_wait & cpl_rd_r):
