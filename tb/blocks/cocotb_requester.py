@@ -1013,6 +1013,7 @@ async def requester_ring(dut):
     back, so 16 WQEs are in flight again afterwards."""
     tb, src = await start(dut)
     assert RING_FREE == 16
+    csc = CsCheck(dut)
     rels = {q: Rel(tb, src, q) for q in (1, 2, 3)}
     exp = {}
     for q, r in rels.items():
@@ -1060,8 +1061,37 @@ async def requester_ring(dut):
         psn = (w["first_psn"] + w["npkts"] - 1) & 0xFFFFFF
         rels[q].ack(psn)
         await rels[q].cqes(rels[q].m.ack(psn)[0], f"ring: qp {q} done")
-    assert tb.gap_errors == 0
+    assert tb.gap_errors == 0 and csc.n > 0
     tb.mem.check()
+
+
+class CsCheck:
+    """The engine's copy of its QP's ``comp`` fields (``cs``) against ``comp_mem``'s row, in
+    every cycle the engine holds a loaded QP (``busy``, ``e_steal`` low in this cycle and the
+    last): cs takes each write to the row a cycle after it, so cs is compared with the row
+    as the cycle before saw it."""
+
+    def __init__(self, dut):
+        from rnic.req.requester import _comp_engine_layout, _comp_layout
+        off = {n: f.offset for n, f in _comp_layout}
+        self.fields = [(n, off[n], f.offset, f.width) for n, f in _comp_engine_layout]
+        self.req, self.n = dut.dut.req, 0
+        cocotb.start_soon(self._run(dut))
+
+    async def _run(self, dut):
+        req, last = self.req, None
+        while True:
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            q = int(req.qpn.value)
+            held = int(req.busy.value) and not int(req.e_steal.value)
+            row, cs = int(req.comp_mem[q].value), int(req.cs.value)
+            if held and last is not None and last[0] == q:
+                for name, ro, co, w in self.fields:
+                    got, want = (cs >> co) & ((1 << w) - 1), (last[1] >> ro) & ((1 << w) - 1)
+                    assert got == want, f"cs.{name} {got:#x} != comp_mem[{q}].{name} {want:#x}"
+                self.n += 1
+            last = (q, row) if held else None
 
 
 def starve_bound(delay):
@@ -1134,6 +1164,7 @@ async def requester_starve(dut):
 
     cocotb.start_soon(doorbells())
     hs = Handshakes(dut)
+    csc = CsCheck(dut)
     lat = {}
     for delay in range(4):          # the engine's loads at several periods
         tb.ctx_delay = delay
@@ -1144,7 +1175,8 @@ async def requester_starve(dut):
         exp = {1: a.send_posted()}
         await ring_frames(tb, {1: a}, exp, n, f"starve: delay {delay}: sent", cycles=100)
     storm[0] = False
-    dut._log.info("starve: ACK -> cpl cycles %s", lat)
+    dut._log.info("starve: ACK -> cpl cycles %s; cs checked in %d cycles", lat, csc.n)
+    assert csc.n > 1000, csc.n
     for delay, v in lat.items():
         assert max(v) <= starve_bound(delay), \
             f"starve: ACK -> cpl {v} beyond {starve_bound(delay)} (context {delay} late)"
