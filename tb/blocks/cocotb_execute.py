@@ -153,14 +153,14 @@ class TB:
 
     # ---- driving -------------------------------------------------------------------------------
     def send_exe(self, fields, payload, done, cqe=None):
-        base = {"qpn": 0, "opcode": 0, "psn": self.n_exe & 0xFFFFFF, "status": 0,
-                "payload_len": len(payload), "padcnt": 0, "se": 0, "ackreq": 1, "msn": 0,
-                "first": 0, "last": 0, "wqe": 0, "comp": 0, "send": 0, "write": 0,
+        base = {"qpn": 0, "psn": self.n_exe & 0xFFFFFF, "status": 0,
+                "payload_len": len(payload), "se": 0,
+                "wqe": 0, "comp": 0, "send": 0, "write": 0,
                 "imm_valid": 0, "inv": 0, "offset": 0, "va": 0, "rkey": 0, "dma_len": 0,
                 "imm_or_rkey": 0, "rq_index": 0, "pd": PD, "rcqn": 1,
-                "rq_base": rq_base(fields["qpn"]), "rq_log": RQ_LOG,
-                "access": LOCAL_WRITE | REMOTE_WRITE}
-        base.update(fields)
+                "rq_base": rq_base(fields["qpn"]), "rq_log": RQ_LOG}
+        # (the packet's opcode and position are not in the command: Execute reads its flags)
+        base.update({k: v for k, v in fields.items() if k not in ("opcode", "first", "last")})
         self.n_exe += 1
         self.exe.put(base)
         if payload:

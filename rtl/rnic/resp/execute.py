@@ -1046,8 +1046,8 @@ class Execute(wiring.Component):
         m.d.comb += [tk_slot.eq(Mux(tk_here, wp, wp + 1)), tk_wr.en.eq(1),
                      pd_wr.addr.eq(tk_slot), pd_wr.data.eq(ep.pd), pd_wr.en.eq(1),
                      tk_wr.addr.eq(tk_slot),
-                     tk_wr.data.imm_or_rkey.eq(Mux(ep.read, Cat(ep.msn, ep.pmtu),
-                                                   ep.imm_or_rkey)),
+                     # (a READ's {MSN, path MTU} come in its ``imm_or_rkey``)
+                     tk_wr.data.imm_or_rkey.eq(ep.imm_or_rkey),
                      tk_wr.data.se.eq(ep.se)]
         pr = self._piece_rams(m, t, wp)
         # (a READ has no CQE: its wr_id field carries the response's PSN in its low bits, the

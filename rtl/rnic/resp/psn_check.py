@@ -64,16 +64,17 @@ Execute-outcome interface (for Key Cache, scatter, invalidate, CQE)
 (``status`` = 0: execute it; its payload beats, if ``payload_len`` > 0, come on ``pay_out``
 in the same order), and one per frame that failed a check here while a receive WQE is held
 (``status`` = WC status 9 REM_INV_REQ_ERR: complete WQE ``rq_index`` in error, no data, no
-beats; the NAK and the move to ERROR are already decided). Fields: ``qpn`` (local),
-``opcode``, ``psn``, ``payload_len``, ``padcnt``, ``se``, ``ackreq``, ``msn`` (after this
-packet), ``first``/``last`` (START/END of the message), ``wqe`` (RWR: the message takes the
+beats; the NAK and the move to ERROR are already decided). Fields (only what Execute reads):
+``qpn`` (local), ``psn``, ``payload_len``, ``se``, ``wqe`` (RWR: the message takes the
 receive WQE ``rq_index`` on this packet), ``comp`` (the packet completes a receive WQE: CQE),
 ``send``/``write``/``imm_valid``/``inv``, ``offset`` (bytes of the message before this
-packet), ``va``/``rkey``/``dma_len`` (the WRITE's RETH, carried on every packet of the message;
-placement address = ``va + offset``), ``imm_or_rkey`` (the ImmDt or the IETH's rkey),
-``rq_index`` (the RQ consumer index: ring entry of the WQE), ``pd``, ``rcqn``, ``rq_base``,
-``rq_log``, ``access``; for RDMA READ ``read``, ``dup`` (a duplicate: answer it if the READ is
-still held), ``pmtu`` (the path MTU code) and ``ird`` (SET_QP ARG15[7:4]).
+packet), ``va``/``rkey`` (the WRITE's RETH, carried on every packet of the message; placement
+address = ``va + offset``), ``dma_len`` (the RETH's on the start packet; on a later one
+``offset + payload_len``, which is the DMA length on the LAST), ``imm_or_rkey`` (the ImmDt or
+the IETH's rkey; for a READ {MSN after it, path MTU code}), ``rq_index`` (the RQ consumer
+index: ring entry of the WQE), ``pd``, ``rcqn``, ``rq_base``, ``rq_log``; for RDMA READ
+``read``, ``dup`` (a duplicate: answer it if the READ is still held, numbered with the current
+MSN) and ``ird`` (SET_QP ARG15[7:4]).
 
 ``done`` (in, :data:`done_layout`): exactly one per ``exe`` command, in the same order.
 ``fatal`` = 0: success, the ACK (if AckReq) leaves. ``fatal`` = 1: the QP moves to ERROR
@@ -132,15 +133,18 @@ from ..parts import add as _add
 
 __all__ = ["PsnCheck", "exe_layout", "done_layout", "rq_db_layout", "rq_flush_layout"]
 
+#: What Execute reads of a command (and nothing more: the record is queued in LUT RAM). A READ
+#: has no immediate, so its ``imm_or_rkey`` carries {MSN after the READ, path MTU code} (bits
+#: 23..0, 26..24), what its responses are numbered and cut by.
 exe_layout = data.StructLayout({
-    "qpn": 24, "opcode": 8, "psn": 24, "status": 8,
-    "payload_len": 13, "padcnt": 2, "se": 1, "ackreq": 1, "msn": 24,
-    "first": 1, "last": 1, "wqe": 1, "comp": 1,
+    "qpn": 24, "psn": 24, "status": 8,
+    "payload_len": 13, "se": 1,
+    "wqe": 1, "comp": 1,
     "send": 1, "write": 1, "imm_valid": 1, "inv": 1,
     "offset": 32, "va": 64, "rkey": 32, "dma_len": 32,
     "imm_or_rkey": 32, "rq_index": 16,
-    "pd": 16, "rcqn": 16, "rq_base": 64, "rq_log": 5, "access": 8,
-    "read": 1, "dup": 1, "pmtu": 3, "ird": 4,
+    "pd": 16, "rcqn": 16, "rq_base": 64, "rq_log": 5,
+    "read": 1, "dup": 1, "ird": 4,
 })
 
 done_layout = data.StructLayout({"fatal": 1, "syndrome": 8})
@@ -153,9 +157,10 @@ rq_flush_layout = data.StructLayout({"qpn": 24, "index": 16, "rcqn": 16, "rq_bas
 ack_out_layout = resp_hdr_layout
 
 #: the metadata fields stage C reads (they wait in a ring for it): all but the QPN (C has the
-#: table index; an accepted frame's QPN is below ``num_qp``) and the source IPv4 (checked in B)
+#: table index; an accepted frame's QPN is below ``num_qp``), the source IPv4 and the PadCnt
+#: (checked in B)
 meta_c_layout = data.StructLayout({k: v.shape for k, v in rx_meta_layout
-                                   if k not in ("dqpn", "src_ip")})
+                                   if k not in ("dqpn", "src_ip", "padcnt")})
 
 #: the metadata fields stage B checks
 meta_b_layout = data.StructLayout({"opcode": 8, "psn": 24, "payload_len": 13, "padcnt": 2,
@@ -242,7 +247,7 @@ class PsnCheck(wiring.Component):
         (event 3, ``rq_flush``) and its responses still queued here are suppressed.
     """
 
-    def __init__(self, *, width, num_qp, resp_depth=32, ack_depth=16):
+    def __init__(self, *, width, num_qp, resp_depth=16, ack_depth=16):
         # ack_depth: unused since the per-QP pending table (kept for callers)
         self.width = check_width(width)
         if not isinstance(resp_depth, int) or resp_depth < 2:
@@ -307,9 +312,11 @@ class PsnCheck(wiring.Component):
         m.d.comb += [self.q_qpn.eq(ctx.q_qpn), ctx.q_psn.eq(self.q_psn),
                      ctx.q_cons.eq(self.q_cons)]
 
+        # (``syndrome``: 0x1F, 0x60, 0x61 or an RNR NAK's 0x20–0x3F decided here, bit 7 always
+        # 0; a fatal ``done``'s comes from the port)
         entry_layout = data.StructLayout({
             "qpn": ab, "wait_done": 1, "from_done": 1, "frame": 1, "kill": 1,
-            "syndrome": 8, "psn": 24, "msn": 24, "inc": 1,
+            "syndrome": 7, "psn": 24, "msn": 24, "inc": 1,
         })
         dec_layout = data.StructLayout({"pass_": 1, "beats": 1, "rr": 1})
 
@@ -786,6 +793,7 @@ class PsnCheck(wiring.Component):
         want_ack = Signal()
         want_fl = Signal()
         exe = Signal(exe_layout)
+        exe_dup = Signal()          # the command is a duplicate READ
         ent = Signal(entry_layout)
         dec = Signal(dec_layout)
         stat_c = Signal(NUM_COUNTERS)
@@ -859,7 +867,7 @@ class PsnCheck(wiring.Component):
         # response's MSN is one more, unless a fatal ``done`` says the message did not complete)
         m.d.comb += [ent.qpn.eq(c_idx), ent.msn.eq(cx.msn), ent.psn.eq(cm.psn)]
         return types.SimpleNamespace(
-            dec=dec, ent=ent, exe=exe, stat_c=stat_c, want_ack=want_ack, want_dec=want_dec,
+            dec=dec, ent=ent, exe=exe, exe_dup=exe_dup, stat_c=stat_c, want_ack=want_ack, want_dec=want_dec,
             want_ev=want_ev, want_exe=want_exe, want_fl=want_fl, want_rq=want_rq)
 
     def _stage_c_decide(self, m, t):
@@ -903,29 +911,32 @@ class PsnCheck(wiring.Component):
     def _exe_fields(self, m, t):
         """The fields of the ``exe`` command stage C pushes for its packet: the packet's own
         (from its meta and opcode), the message's (from its RETH at the start, else from the
-        context) and the QP's (its static context); the decision sets ``dup`` and ``status``
-        and may replace ``msn``."""
+        context) and the QP's (its static context); the decision sets ``exe_dup`` (which
+        also picks a READ's MSN) and ``status``."""
         c_ctx, c_idx, c_info, c_meta, c_st, exe, msn_inc = (
             t.c_ctx, t.c_idx, t.c_info, t.c_meta, t.c_st, t.exe, t.msn_inc)
         cm, cx, st, info = c_meta, c_ctx, c_st, c_info
         length = cm.payload_len
-        op = cm.opcode
         # exe command fields
+        # (a READ's MSN: after it, or the current one for a duplicate, ``exe_dup``)
+        rd_msn = Mux(t.exe_dup, cx.msn, msn_inc)
         m.d.comb += [
-            exe.qpn.eq(c_idx), exe.opcode.eq(op), exe.psn.eq(cm.psn),
-            exe.payload_len.eq(length), exe.padcnt.eq(cm.padcnt), exe.se.eq(cm.se),
-            exe.ackreq.eq(cm.ackreq), exe.msn.eq(msn_inc),
-            exe.first.eq(info.start), exe.last.eq(info.end), exe.wqe.eq(info.rwr),
+            exe.qpn.eq(c_idx), exe.psn.eq(cm.psn),
+            exe.payload_len.eq(length), exe.se.eq(cm.se),
+            exe.wqe.eq(info.rwr),
             exe.comp.eq(info.comp), exe.send.eq(info.send), exe.write.eq(info.write),
             exe.imm_valid.eq(info.immdt), exe.inv.eq(info.ieth),
             exe.offset.eq(Mux(info.start, 0, cx.off)),
             exe.va.eq(Mux(info.start, cm.reth_va, cx.va)),
             exe.rkey.eq(Mux(info.start, cm.reth_rkey, cx.rkey)),
-            exe.dma_len.eq(Mux(info.start, cm.reth_len, cx.off + cx.resid)),
-            exe.imm_or_rkey.eq(cm.imm_or_rkey), exe.rq_index.eq(cx.rq_cons),
+            # (after the start: the bytes through this packet, which is the DMA length on the
+            # LAST, where the CQE takes it, and ≠ 0 with the payload, all Execute asks before)
+            exe.dma_len.eq(Mux(info.start, cm.reth_len, t.off_next)),
+            exe.imm_or_rkey.eq(Mux(info.read, Cat(rd_msn, st.pmtu), cm.imm_or_rkey)),
+            exe.rq_index.eq(cx.rq_cons),
             exe.pd.eq(st.pd), exe.rcqn.eq(st.rcqn), exe.rq_base.eq(st.rq_base),
-            exe.rq_log.eq(st.rq_log), exe.access.eq(st.access),
-            exe.read.eq(info.read), exe.pmtu.eq(st.pmtu), exe.ird.eq(st.ird),
+            exe.rq_log.eq(st.rq_log),
+            exe.read.eq(info.read), exe.dup.eq(t.exe_dup), exe.ird.eq(st.ird),
         ]
 
     def _stage_c_kinds(self, m, t):
@@ -978,7 +989,7 @@ class PsnCheck(wiring.Component):
             # a payload, malformed, is a plain duplicate below: its beats are drained
             # here, and the execute stage must not wait for them.)
             m.d.comb += [stat_c[Counter.DUPLICATES].eq(1), want_rq.eq(1),
-                         want_exe.eq(1), exe.dup.eq(1), exe.msn.eq(cx.msn),
+                         want_exe.eq(1), t.exe_dup.eq(1),
                          ent.wait_done.eq(1), ent.from_done.eq(1),
                          ent.syndrome.eq(0x1F)]
         with m.Elif(pcls.dup):
