@@ -23,7 +23,7 @@ QPs with something pending are served first come, first served: a FIFO of QPNs (
 once in it, so ``num_qp`` entries never overflow) feeds a take stage that snapshots the QP's
 entry (flags, ACK, NAK) and emits its one or two frames on ``o``. The take of a QP waits a
 cycle while a response for that QP is inserted, and then takes the entry with that response in
-it (so a take never reads a word being written, and an insert never meets a take of its QP).
+it (so a take never reads a row being written, and an insert never meets a take of its QP).
 
 Storage: the flags live in two tables, one written only by inserts and one only by takes, so
 each has one write port: a QP's ACK (NAK) is pending when its insert-side and take-side bits
@@ -37,16 +37,12 @@ the newest write to the same QP since the read; the take reads the head's bits w
 QPN and holds them in the same way. rst does not reach a RAM: for ``num_qp`` cycles
 after ``rst`` the take side copies the insert side for every QP, so nothing is pending; no
 response is decided meanwhile (PSN Check takes no packet while its QP context sweeps, for as
-long after ``rst``). ACK {PSN, MSN} and NAK {PSN, MSN, syndrome} are two words of one block
-RAM per QP (``_word_layout``), each written by every response of its kind and read, one word
-a read and non-transparently, by the take stage: a QP with one frame pending is taken as its
-word is read; one with both has its first frame's word read a cycle before its take, which
-reads the second while the QP is still the head (an insert for it then holds the take and the
-read is made again), and the second word waits on the RAM's output until the first frame has
-left (no other read meanwhile). A frame names its QP by local QPN; the TX frame builder adds
-the QP's addresses from its path table. Throughput: one frame per cycle on ``o`` (one take per
-cycle when each QP holds one frame and no response for the head's QP arrives; a QP with two
-frames takes a cycle more). Latency: the input is registered, the QP FIFO has two
+long after ``rst``). ACK {PSN, MSN} and NAK {PSN, MSN, syndrome} share one block-RAM row per
+QP, in separate 9-bit lanes (``_row_layout``), written by every response of their kind (its
+lanes only) and read, both at once and non-transparently, by the take stage. A frame names
+its QP by local QPN; the TX frame builder adds the QP's addresses from its path table.
+Throughput: one frame per cycle on ``o`` (one take per cycle when each QP holds one frame and no
+response for the head's QP arrives). Latency: the input is registered, the QP FIFO has two
 cycles (its output goes on into a one-entry buffer whenever the take does not pop it, so the
 FIFO's read enable and level depend on registers, not on the take; the buffer adds no cycle),
 the take pipeline four (the popped QPN registered; its flags read; the take clears them
@@ -79,11 +75,19 @@ def ack_item_layout(abits):
     return data.StructLayout({"qpn": abits, "psn": 24, "msn": 24, "syndrome": 8})
 
 
-#: A word of the frame table: a QP's newest ACK at address {qpn, 0} and its newest NAK at
-#: {qpn, 1}, 54 bits each (2 × 256 words of 54 bits: two block RAMs at 512 × 36). A NAK's
-#: syndrome is 0x20–0x3F (RNR) or 0x60–0x63: bit 5 is 1 and bit 7 is 0, so the word keeps bits
-#: 6 and 4..0 (``syn6``; an ACK's is unused).
-_word_layout = data.StructLayout({"psn": 24, "msn": 24, "syn6": 6})
+_ack_layout = data.StructLayout({"psn": 24, "msn": 24})
+_nak_layout = data.StructLayout({"psn": 24, "msn": 24, "syndrome": 8})
+
+#: A QP's row of the frame table: its newest ACK in lanes 0–5 and its newest NAK in lanes 6–11
+#: (9-bit lanes, the block RAM's byte enables), so that an insert writes one of the two and the
+#: take reads both in one read. A NAK's syndrome is 0x20–0x3F (RNR) or 0x60–0x63: bit 5 is 1
+#: and bit 7 is 0, so the row keeps bits 6 and 4..0 (``syn6``).
+_LANE = 9
+_ACK_LANES = 6
+_row_layout = data.StructLayout({
+    "ack": _ack_layout, "ack_pad": _ACK_LANES * _LANE - _ack_layout.size,
+    "nak": data.StructLayout({"psn": 24, "msn": 24, "syn6": 6}),
+})
 
 
 _ins_layout = data.StructLayout({"ack": 1, "nak": 1, "nak_first": 1})
@@ -164,7 +168,6 @@ class AckTable(wiring.Component):
         _add(t, self._emit_control(m, t))
         _add(t, self._head_select(m, t))
         _add(t, self._head_flags(m, t))
-        _add(t, self._take_rule(m, t))
         _add(t, self._take_write(m, t))
         self._take_stages(m, t)
         _add(t, self._output(m, t))
@@ -192,18 +195,22 @@ class AckTable(wiring.Component):
                                      tk_at_head=tk_at_head)
 
     def _frame_tables(self, m, t):
-        """The frame table in block RAM (:data:`_word_layout`): per QP the newest ACK {PSN, MSN}
-        and the newest NAK {PSN, MSN, syndrome}, each a word written by every response of its
-        kind and read by the take, one word a read (see :meth:`_take_rule`). Adds ``row_w``
-        and ``row_r``."""
+        """The frame table in block RAM (``_row_layout``): per QP the newest ACK {PSN, MSN} and
+        the newest NAK {PSN, MSN, syndrome}, each written by every response of its kind (its
+        lanes only) and both read by the take. Adds ``row_w``, ``row_r``, ``ack_rd`` and
+        ``nak_rd`` (the read row's ACK and NAK)."""
         n = t.n
-        # (no_rw_check: no word is read in a cycle an insert writes its QP's words, see
-        # _take_rule)
-        m.submodules.rowm = rowm = memory.Memory(shape=_word_layout, depth=2 * n, init=[],
+        # (no_rw_check: the take never reads the row of a QP an insert writes in that cycle)
+        m.submodules.rowm = rowm = memory.Memory(shape=_row_layout.size, depth=n, init=[],
                                                  attrs={"no_rw_check": 1})
-        row_w = rowm.write_port()
+        row_w = rowm.write_port(granularity=_LANE)
         row_r = rowm.read_port()
-        return types.SimpleNamespace(row_w=row_w, row_r=row_r)
+        rd = _row_layout(row_r.data)
+        ack_rd = Signal(_ack_layout)
+        nak_rd = Signal(_nak_layout)
+        m.d.comb += [ack_rd.eq(rd.ack), nak_rd.psn.eq(rd.nak.psn), nak_rd.msn.eq(rd.nak.msn),
+                     nak_rd.syndrome.eq(Cat(rd.nak.syn6[:5], 1, rd.nak.syn6[5], 0))]
+        return types.SimpleNamespace(row_w=row_w, row_r=row_r, ack_rd=ack_rd, nak_rd=nak_rd)
 
     def _queues(self, m, t):
         """The QP FIFO (``qf``, the QPs with something pending, each at most once) and the
@@ -249,11 +256,13 @@ class AckTable(wiring.Component):
         s_valid = Signal()
         s_ack = Signal()
         s_nak = Signal()
+        s_nf = Signal()
         r_valid = Signal()
         r_ack = Signal()
         r_nak = Signal()
         r_nf = Signal()
-        r_w = Signal(_word_layout)      # the word of the frame being emitted
+        r_a = Signal(_ack_layout)
+        r_n = Signal(_nak_layout)
         r_q = Signal(ab)
         r_second = Signal()         # emitting the second of two frames
         two = Signal()
@@ -266,8 +275,8 @@ class AckTable(wiring.Component):
         s_adv = Signal()
         m.d.comb += s_adv.eq(s_valid & (~r_valid | r_done))
         return types.SimpleNamespace(
-            s_valid=s_valid, s_ack=s_ack, s_nak=s_nak, r_valid=r_valid, r_ack=r_ack,
-            r_nak=r_nak, r_nf=r_nf, r_w=r_w, r_q=r_q, r_second=r_second, r_one=r_one,
+            s_valid=s_valid, s_ack=s_ack, s_nak=s_nak, s_nf=s_nf, r_valid=r_valid, r_ack=r_ack,
+            r_nak=r_nak, r_nf=r_nf, r_a=r_a, r_n=r_n, r_q=r_q, r_second=r_second, r_one=r_one,
             nak_now=nak_now, r_done=r_done, s_adv=s_adv)
 
     def _head_select(self, m, t):
@@ -296,6 +305,7 @@ class AckTable(wiring.Component):
         src_ready = Signal()
         pop = Signal()
         m.d.comb += [
+            take.eq(u_valid & (~t.s_valid | t.s_adv) & ~sw_busy & ~clash),
             t_adv.eq(t_valid & (~u_valid | take)),
             src_valid.eq(k_valid | qf.o.valid),
             src_q.eq(Mux(k_valid, k_q, qf.o.payload)),
@@ -314,6 +324,7 @@ class AckTable(wiring.Component):
             m.d.sync += [u_valid.eq(1), u_q.eq(t_q)]
         with m.Elif(take):
             m.d.sync += u_valid.eq(0)
+        m.d.comb += [t.row_r.addr.eq(head), t.row_r.en.eq(take)]
         return types.SimpleNamespace(t_valid=t_valid, t_q=t_q, u_valid=u_valid, u_q=u_q,
                                      head=head, take=take, t_adv=t_adv, clash=clash,
                                      k_valid=k_valid)
@@ -350,51 +361,6 @@ class AckTable(wiring.Component):
                      h_tk.eq(held_read(m, tk_at_head.data, tk_w, tk_hit_h, t_adv, "hf_tk"))]
         return types.SimpleNamespace(h_ins=h_ins, h_tk=h_tk)
 
-    def _take_rule(self, m, t):
-        """The take of the head (``take``) and the frame table's reads. A head with one frame
-        pending is taken as its word is read (``take1``), into S. A head with both pending
-        has its first frame's word read a cycle ahead (``pre``; ``pre_ok``: read, and no insert
-        for the QP since, the read's cycle included) and is taken as the second word is read
-        (``take2``), straight into R, which takes the first word from the RAM's output then and
-        the second when its first frame leaves: no other word is read meanwhile (``r_hold``),
-        and every word is read while its QP is the head, where an insert for it holds the take
-        (``clash``). Adds ``take1``, ``take2``, ``h_nf`` and ``r_hold``."""
-        h_ins, h_tk, clash, sw_busy, u_valid = t.h_ins, t.h_tk, t.clash, t.sw_busy, t.u_valid
-        h_ack = Signal()
-        h_nak = Signal()
-        h_two = Signal()
-        h_fn = Signal()             # the head's first frame is its NAK
-        m.d.comb += [h_ack.eq(h_ins.ack ^ h_tk.ack), h_nak.eq(h_ins.nak ^ h_tk.nak),
-                     h_two.eq(h_ack & h_nak), h_fn.eq(h_nak & (~h_ack | h_ins.nak_first))]
-        # R waits for the second word on the RAM's output (it takes it when its first frame
-        # leaves, and a read may then be issued in that cycle)
-        r_hold = Signal()
-        m.d.comb += r_hold.eq(t.r_valid & ~t.r_one & ~t.oq.i.ready)
-        pre_ok = Signal()
-        pre = Signal()
-        take1 = Signal()
-        take2 = Signal()
-        free = Signal()             # the RAM's output is not waited for (S, R)
-        m.d.comb += [
-            free.eq(~(t.s_valid & ~t.s_adv) & ~r_hold & ~sw_busy & ~clash),
-            take1.eq(u_valid & ~h_two & free),
-            pre.eq(u_valid & h_two & ~pre_ok & free),
-            take2.eq(u_valid & h_two & pre_ok & ~t.s_valid & (~t.r_valid | t.r_done)
-                     & ~r_hold & ~sw_busy & ~clash),
-            t.take.eq(take1 | take2),
-        ]
-        # (held while the head waits: nothing else reads, and an insert for it is a clash)
-        with m.If(clash | take2):
-            m.d.sync += pre_ok.eq(0)
-        with m.Elif(pre):
-            m.d.sync += pre_ok.eq(1)
-        # the word: the first frame's (``pre``, ``take1``) or the second's (``take2``, the only
-        # read while ``pre_ok``)
-        m.d.comb += [t.row_r.addr.eq(Cat(h_fn ^ pre_ok, t.head)),
-                     t.row_r.en.eq(take1 | pre | take2)]
-        return types.SimpleNamespace(take1=take1, take2=take2, h_nf=h_ins.nak_first,
-                                     r_hold=r_hold)
-
     def _take_write(self, m, t):
         """The take side's one write, a cycle after the take or the sweep's read: it copies the
         insert-side flags, so the QP has nothing pending. Adds ``d_v``."""
@@ -416,36 +382,32 @@ class AckTable(wiring.Component):
         return types.SimpleNamespace(d_v=d_v)
 
     def _take_stages(self, m, t):
-        """S and R: ``take1`` registers the head's pending flag at S while its word is read; R
-        registers S's word from the RAM's output and emits its frame, or (``take2``) the first
-        word of a head with two frames, then the second when the first frame leaves."""
-        take1, take2, s_adv, r_valid, h_ins, h_tk = (t.take1, t.take2, t.s_adv, t.r_valid,
-                                                     t.h_ins, t.h_tk)
+        """S and R: the take registers the head's pending flags at S while the ACK and NAK
+        tables are read; R registers the tables' outputs and emits the frames."""
+        take, s_adv, r_valid, h_ins, h_tk = t.take, t.s_adv, t.r_valid, t.h_ins, t.h_tk
         s_q = Signal(t.ab)
-        with m.If(take1):
+        with m.If(take):
             m.d.sync += [t.s_valid.eq(1), s_q.eq(t.head),
                          t.s_ack.eq(h_ins.ack ^ h_tk.ack),
-                         t.s_nak.eq(h_ins.nak ^ h_tk.nak)]
+                         t.s_nak.eq(h_ins.nak ^ h_tk.nak),
+                         t.s_nf.eq(h_ins.nak_first)]
         with m.Elif(s_adv):
             m.d.sync += t.s_valid.eq(0)
-        rd = t.row_r.data
         with m.If(s_adv):
             m.d.sync += [r_valid.eq(1), t.r_second.eq(0), t.r_ack.eq(t.s_ack),
-                         t.r_nak.eq(t.s_nak), t.r_one.eq(1), t.r_w.eq(rd), t.r_q.eq(s_q)]
-        with m.Elif(take2):
-            m.d.sync += [r_valid.eq(1), t.r_second.eq(0), t.r_ack.eq(1), t.r_nak.eq(1),
-                         t.r_one.eq(0), t.r_nf.eq(t.h_nf), t.r_w.eq(rd), t.r_q.eq(t.head)]
+                         t.r_nak.eq(t.s_nak), t.r_one.eq(~(t.s_ack & t.s_nak)),
+                         t.r_nf.eq(t.s_nf), t.r_a.eq(t.ack_rd), t.r_n.eq(t.nak_rd),
+                         t.r_q.eq(s_q)]
         with m.Elif(t.r_done):
             m.d.sync += r_valid.eq(0)
         with m.Elif(r_valid & t.oq.i.ready):
-            # (the first of two frames leaves: the second word is on the RAM's output)
-            m.d.sync += [t.r_second.eq(1), t.r_one.eq(1), t.r_w.eq(rd)]
+            m.d.sync += [t.r_second.eq(1), t.r_one.eq(1)]
 
     def _output(self, m, t):
         """The output queue's input: R's frame, or the input register's response when it
         bypasses the table (``byp``). Makes the input register, which the insert drives. Adds
         ``byp``, ``i_valid`` and ``i``."""
-        oq, r_valid, nak_now, r_w = t.oq, t.r_valid, t.nak_now, t.r_w
+        oq, r_valid, nak_now, r_a, r_n = t.oq, t.r_valid, t.nak_now, t.r_a, t.r_n
         # ``byp``: a response registered at I while nothing is held (no flag pending, no QPN
         # queued or being taken) goes straight into the output queue, not into the table: it is
         # the only response held, so serving it now is first come, first served
@@ -457,8 +419,9 @@ class AckTable(wiring.Component):
         with m.If(r_valid):
             m.d.comb += [
                 o.qpn.eq(t.r_q),
-                o.psn.eq(r_w.psn), o.msn.eq(r_w.msn),
-                o.syndrome.eq(Mux(nak_now, Cat(r_w.syn6[:5], 1, r_w.syn6[5], 0), 0x1F)),
+                o.psn.eq(Mux(nak_now, r_n.psn, r_a.psn)),
+                o.msn.eq(Mux(nak_now, r_n.msn, r_a.msn)),
+                o.syndrome.eq(Mux(nak_now, r_n.syndrome, 0x1F)),
             ]
         with m.Else():
             m.d.comb += [o.qpn.eq(i.qpn), o.psn.eq(i.psn), o.msn.eq(i.msn),
@@ -538,6 +501,7 @@ class AckTable(wiring.Component):
         i, i_valid, byp, is_ack, tk_now, q_ins = t.i, t.i_valid, t.byp, t.is_ack, t.tk_now, t.q_ins
         ins_w, row_w, qf, oq = t.ins_w, t.row_w, t.qf, t.oq
         q = i.qpn
+        wrow = _row_layout(row_w.data)
         m.d.comb += [
             self.i.ready.eq(1),
             qf.i.valid.eq(i_valid & ~(t.ack_k | t.nak_k) & ~byp),
@@ -552,10 +516,12 @@ class AckTable(wiring.Component):
             ins_w.data.nak_first.eq(is_ack & t.nak_k),
         ]
         m.d.comb += [
-            # (the response's word: {qpn, 0} for an ACK, {qpn, 1} for a NAK)
-            row_w.addr.eq(Cat(~is_ack, q)), row_w.en.eq(i_valid),
-            row_w.data.psn.eq(i.psn), row_w.data.msn.eq(i.msn),
-            row_w.data.syn6.eq(Cat(i.syndrome[:5], i.syndrome[6])),
+            row_w.addr.eq(q),
+            row_w.en.eq(Cat((i_valid & is_ack).replicate(_ACK_LANES),
+                            (i_valid & ~is_ack).replicate(len(row_w.en) - _ACK_LANES))),
+            wrow.ack.psn.eq(i.psn), wrow.ack.msn.eq(i.msn),
+            wrow.nak.psn.eq(i.psn), wrow.nak.msn.eq(i.msn),
+            wrow.nak.syn6.eq(Cat(i.syndrome[:5], i.syndrome[6])),
             self.pending.eq(i_valid | t.t_valid | t.u_valid | t.d_v | t.s_valid | t.r_valid
                             | t.k_valid | qf.o.valid | (qf.level != 0) | oq.o.valid
                             | (oq.level != 0)),

@@ -158,9 +158,8 @@ ack_out_layout = resp_hdr_layout
 
 #: the metadata fields stage C reads (they wait in a ring for it): all but the QPN (C has the
 #: table index; an accepted frame's QPN is below ``num_qp``), the source IPv4 and the PadCnt
-#: (checked in B); of the opcode only bits 4..0 (C reads it of a response, 0x0D–0x12: a
-#: request's is decoded in A)
-meta_c_layout = data.StructLayout({k: 5 if k == "opcode" else v.shape for k, v in rx_meta_layout
+#: (checked in B)
+meta_c_layout = data.StructLayout({k: v.shape for k, v in rx_meta_layout
                                    if k not in ("dqpn", "src_ip", "padcnt")})
 
 #: the metadata fields stage B checks
@@ -332,9 +331,8 @@ class PsnCheck(wiring.Component):
                                          v, WcStatus.REM_INV_REQ_ERR, 0)})
         m.submodules.resp_q = resp_q = Queue(entry_layout, self.resp_depth, buffered=False)
         m.submodules.dec_q = dec_q = Queue(dec_layout, 8)
-        # (a response's opcode, 0x0D–0x12, in 5 bits)
-        ack_q, ack_rec = slim_queue(m, "ack_q", ack_out_layout, 4,
-                                     {"qpn": (0, ab), "opcode": (0, 5)}, self.ack_out)
+        ack_q, ack_rec = slim_queue(m, "ack_q", ack_out_layout, 4, {"qpn": (0, ab)},
+                                     self.ack_out)
         # (every event here is a QP_ERROR: the queue keeps the QP)
         m.submodules.ev_q = ev_q = Queue(data.StructLayout({"number": ab}), 4)
         m.d.comb += [self.event.valid.eq(ev_q.o.valid), ev_q.o.ready.eq(self.event.ready),
