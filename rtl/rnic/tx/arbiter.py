@@ -61,12 +61,15 @@ class TxArbiter(wiring.Component):
     resp_chunk : In(stream.Signature(chunk_layout))
         The responder frames' gather chunks, after their descriptors, in frame order.
     req : In(stream.Signature(pkt_layout))
-        Requester request frames (their ``aeth`` fields are ignored and sent as 0).
+        Requester request frames (their ``aeth`` fields are ignored: ``aeth`` is sent as 0).
     req_chunk : In(stream.Signature(chunk_layout))
         The request frames' gather chunks, after their descriptors, in frame order.
     o : Out(stream.Signature(pkt_layout))
         To the builder's ``pkt``. ``o.ready`` must not depend on ``o.valid`` (the builder's
-        input queue: its room).
+        input queue: its room). ``va``, ``rkey``, ``dmalen`` and ``imm`` are always ``req``'s
+        and ``syndrome`` and ``msn`` always ``resp``'s, whichever source passes: a responder
+        frame carries no RETH or IMMDT/IETH and a request frame no AETH (``aeth`` 0), so the
+        builder never reads the other source's.
     chunk : Out(stream.Signature(chunk_layout))
         To the builder's ``chunk``: the chunks of the frames passed on ``o``, in that order.
     """
@@ -110,11 +113,14 @@ class TxArbiter(wiring.Component):
         # not change while offered, and one withdrawn drops the grant), so the sources' ready
         # starts at registers, not at their payload
         g_zero = Signal()
-        with m.If(g_req):
-            m.d.comb += o.eq(r)
-            m.d.comb += [o.aeth.eq(0), o.syndrome.eq(0), o.msn.eq(0)]
-        with m.Else():
-            m.d.comb += o.eq(s)
+        # the fields both sources fill go through the grant's multiplexer; the RETH and
+        # IMMDT/IETH fields are the requester's and the AETH's syndrome and MSN the responder's
+        # whichever source is granted (the builder reads them only for a frame that carries
+        # them: a RETH or IMMDT/IETH only with a requester's opcode, an AETH only with ``aeth``)
+        for f in ("opcode", "se", "ackreq", "psn", "paylen", "qpn"):
+            m.d.comb += getattr(o, f).eq(Mux(g_req, getattr(r, f), getattr(s, f)))
+        m.d.comb += [o.va.eq(r.va), o.rkey.eq(r.rkey), o.dmalen.eq(r.dmalen), o.imm.eq(r.imm),
+                     o.aeth.eq(s.aeth & ~g_req), o.syndrome.eq(s.syndrome), o.msn.eq(s.msn)]
         g_in = Signal()         # the granted source's valid
         g_pass = Signal()       # its descriptor may pass: no payload, or room for its entry
         m.d.comb += [
