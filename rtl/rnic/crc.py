@@ -34,7 +34,8 @@ from amaranth.lib.wiring import In, Out
 
 from .stream import check_width
 
-__all__ = ["CRC32", "crc32_update", "crc_init_skipping", "CRC_INIT", "CRC_POLY"]
+__all__ = ["CRC32", "crc32_update", "crc_init_skipping", "crc_init_before", "crc_fixed_word",
+           "CRC_INIT", "CRC_POLY"]
 
 CRC_POLY = 0xEDB88320   # reflected 0x04C11DB7
 CRC_INIT = 0xFFFFFFFF
@@ -96,6 +97,18 @@ def crc_init_skipping(nbytes, prefix=b""):
     return _apply(_mat_inv(_advance_rows(nbytes)), target)
 
 
+def crc_init_before(prefix, target):
+    """Initial register value such that the bytes ``prefix`` leave the register at ``target``."""
+    return _apply(_mat_inv(_advance_rows(len(prefix))), target ^ crc32_update(0, prefix))
+
+
+def crc_fixed_word(state):
+    """The 4 bytes that leave the register at ``state`` (``crc32_update(state, y) == state``):
+    any number of copies of them may precede a stream that starts at ``state``."""
+    y = _apply(_mat_inv(_data_rows(4)), state ^ _apply(_advance_rows(4), state))
+    return y.to_bytes(4, "little")
+
+
 def _xor_rows(rows, vec):
     bits = []
     for r in rows:
@@ -129,6 +142,12 @@ class CRC32(wiring.Component):
         bits is one constant map, applied with the first of the others: the bits of k from 2
         up that may be set, two to a correction stage (``⌈(log2(W/8) − 2)/2⌉`` stages with a
         non-zero ``end_mod4``: 1, 1, 2, 2 at W = 64 … 512).
+    fold : bool
+        The data term is computed in the feedback stage, not in a stage of its own (W ≤ 128:
+        one LUT level more in that stage, one cycle less of latency; default False).
+    whole : bool
+        Every beat is whole (``keep`` all ones, the last beat's too: the source aligns each
+        packet's end on a beat, see ``crc_init_before``): no correction stages (default False).
     latency : int or None
         Of a checker only: a latency longer than its least (its result delayed); a generator's
         latency is its least. Default: the least.
@@ -145,12 +164,12 @@ class CRC32(wiring.Component):
         Valid for one cycle per packet.
     latency : int
         Cycles from the last beat accepted to ``o.valid``: 2 (one stage for the data term, one
-        for the feedback), one more above W = 128 (the data term's chunks XORed), plus the
-        correction stages of a generator.
+        for the feedback; one less with ``fold``), one more above W = 128 (the data term's
+        chunks XORed), plus the correction stages of a generator (none with ``whole``).
     """
 
     def __init__(self, width, *, init=CRC_INIT, premasked=False, residue=None, end_mod4=None,
-                 latency=None):
+                 whole=False, fold=False, latency=None):
         self.width = check_width(width)
         self.init = init
         self.premasked = premasked
@@ -166,6 +185,9 @@ class CRC32(wiring.Component):
         # the data term's chunks are XORed in a stage of their own above two chunks, inside
         # the feedback stage otherwise
         self.xor_stage = self.chunks > 2
+        if fold and self.xor_stage:
+            raise ValueError("fold needs a width of at most 128")
+        self.fold = fold
         # correction: the bits of k that may be set, two to a stage; with ``end_mod4`` k's two
         # low bits are a constant, applied with the first stage of the others
         if end_mod4 is None:
@@ -174,8 +196,9 @@ class CRC32(wiring.Component):
             self.fixed = -end_mod4 % 4
             k_max = self.nbytes if end_mod4 == 0 else self.nbytes - end_mod4
             self.kstages = list(range(2, k_max.bit_length()))
-        self.kgroups = [self.kstages[i:i + 2] for i in range(0, len(self.kstages), 2)]
-        least = 2 + self.xor_stage + (len(self.kgroups) if residue is None else 0)
+        self.kgroups = ([] if whole else
+                        [self.kstages[i:i + 2] for i in range(0, len(self.kstages), 2)])
+        least = 2 - fold + self.xor_stage + (len(self.kgroups) if residue is None else 0)
         if latency is None:
             latency = least
         if not isinstance(latency, int) or latency < least or residue is None and latency != least:
@@ -192,7 +215,7 @@ class CRC32(wiring.Component):
         m = Module()
         W, nb = self.width, self.nbytes
 
-        # Stage 1: mask invalid bytes, per-chunk data terms.
+        s1 = m.d.comb if self.fold else m.d.sync    # stage 1: mask, per-chunk data terms
         masked = Signal(W)      # a signal, so each XOR tap below is one wire, not a new mux
         if self.premasked:
             m.d.comb += masked.eq(self.i.payload.data)
@@ -209,8 +232,8 @@ class CRC32(wiring.Component):
         s1_missing = Signal(self.kbits)
         for c, term in enumerate(s1_terms):
             rows = [(r >> (c * cw)) & ((1 << cw) - 1) for r in g_rows]
-            m.d.sync += term.eq(_xor_rows(rows, masked[c * cw:(c + 1) * cw]))
-        m.d.sync += [
+            s1 += term.eq(_xor_rows(rows, masked[c * cw:(c + 1) * cw]))
+        s1 += [
             s1_valid.eq(self.i.valid),
             s1_first.eq(self.i.payload.first),
             s1_last.eq(self.i.payload.last),
@@ -260,7 +283,7 @@ class CRC32(wiring.Component):
                         m.d.comb += want.eq(c)
             cur_v, cur_ok = tail_valid, Signal()
             m.d.comb += cur_ok.eq(tail == want)
-            for j in range(self.latency - (2 + self.xor_stage)):
+            for j in range(self.latency - (2 - self.fold + self.xor_stage)):
                 nv, nok = Signal(name=f"d{j}_valid"), Signal(name=f"d{j}_ok")
                 m.d.sync += [nv.eq(cur_v), nok.eq(cur_ok)]
                 cur_v, cur_ok = nv, nok
@@ -270,7 +293,8 @@ class CRC32(wiring.Component):
         # Correction stages: undo the zero bytes of a partial last beat, A^-(2^j) per bit j of
         # k, two bits a stage: one of four maps, chosen by them (the first stage also applies
         # the constant A^-fixed of ``end_mod4``).
-        cur_v, cur_s, cur_k = tail_valid, tail, tail_missing
+        # (a packet's last beat loaded ``state`` with what ``tail`` holds: no copy needed)
+        cur_v, cur_s, cur_k = tail_valid, state, tail_missing
         for n, bits in enumerate(self.kgroups):
             fixed = self.fixed if n == 0 else 0
             tag = "_".join(str(j) for j in bits)

@@ -3,7 +3,10 @@ import zlib
 
 import pytest
 
-from rnic.crc import CRC32, crc_init_skipping, crc32_update, CRC_INIT
+import random
+
+from rnic.crc import (CRC32, crc_fixed_word, crc_init_before, crc_init_skipping, crc32_update,
+                      CRC_INIT)
 from rnic.rx.parse import ICRC_RESIDUE
 from sim.runner import run_cocotb
 from sim.wrap import flat_top
@@ -68,3 +71,25 @@ def test_skip_init_model():
     # the skipping init reproduces a prefix: 14 zero bytes from it == 8 x 0xFF from INIT
     init = crc_init_skipping(14, b"\xff" * 8)
     assert crc32_update(init, bytes(14)) == crc32_update(CRC_INIT, b"\xff" * 8)
+
+
+def test_whole_beats_model():
+    """The TX builder's whole-beat feed (``whole``): a stream of 14 + 4·n bytes + 2 started
+    behind s = 2 mod 4 bytes of ``y`` repeated (``y`` the fixed word of the register before the
+    Ethernet header), from ``crc_init_before(y[2:], ·)``, ends where the stream alone does, for
+    every shift a width allows; and the unit has no correction stage then."""
+    start = crc_init_skipping(14, b"\xff" * 8)
+    y = crc_fixed_word(start)
+    assert crc32_update(start, y) == start
+    init = crc_init_before(y[2:], start)
+    rng = random.Random(5)
+    for nb in (8, 16, 32, 64):
+        lead = bytes(y[i % 4] for i in range(nb))
+        for s in range(2, nb, 4):
+            body = bytes(14) + rng.randbytes(4 * rng.randint(10, 40) + 2)
+            assert (crc32_update(init, lead[nb - s:] + body)
+                    == crc32_update(start, body))
+    for w, lat in ((64, 2), (128, 2), (256, 3), (512, 3)):
+        assert CRC32(w, whole=True, premasked=True).latency == lat
+        if w <= 128:
+            assert CRC32(w, whole=True, premasked=True, fold=True).latency == lat - 1
