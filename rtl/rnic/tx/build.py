@@ -70,7 +70,7 @@ from amaranth.lib.wiring import In, Out
 
 from .. import wire
 from ..control.qp_args import ArgRow, qp_arg_layout
-from ..crc import CRC32, crc_init_skipping
+from ..crc import CRC32, crc_fixed_word, crc_init_before, crc_init_skipping
 from ..host.axi_master import ReadClientSignature
 from ..ifaces import NUM_COUNTERS, Counter, QpnStream
 from ..stream import BeatStream, Queue, RoomFIFO, beat_layout, check_width
@@ -265,9 +265,15 @@ class TxBuild(wiring.Component):
         m.submodules.mem = mem = Memory(shape=W, depth=C, init=[], attrs={"no_rw_check": 1})
         wp = mem.write_port()
         rp = mem.read_port()
-        # (the ICRC's input, Ethernet header to pad, is 14 bytes + a multiple of 4 long)
-        m.submodules.crc = crc = CRC32(W, init=crc_init_skipping(14, b"\xff" * 8),
-                                       premasked=True, end_mod4=2)
+        # the CRC unit takes whole words: the ICRC's input (Ethernet header to pad, 14 bytes
+        # + a multiple of 4 long, the Ethernet bytes zero standing for the 8 bytes of 0xFF) is
+        # fed shifted so that its end is a word's, behind ``s`` = 2 mod 4 bytes of ``y``'s
+        # repeated, the 4 bytes that leave the register where it is before the Ethernet header
+        # (:meth:`_crc_feed`); the unit's initial value leads through the first 2 of them there
+        start = crc_init_skipping(14, b"\xff" * 8)
+        t.crc_y = crc_fixed_word(start)
+        m.submodules.crc = crc = CRC32(W, init=crc_init_before(t.crc_y[2:], start),
+                                       premasked=True, whole=True, fold=W <= 128)
         # each beat carries the frame's counter class (0: not an ACKNOWLEDGE, 1 ACK, 2 RNR NAK,
         # 3 NAK 0x60, 4 other NAK), used on its last beat
         m.submodules.outq = outq = Queue(data.StructLayout({"beat": beat_layout(W), "cls": 3}),
@@ -293,9 +299,10 @@ class TxBuild(wiring.Component):
         ``r``."""
         p = self.pkt.payload
         # (a descriptor's ``qpn`` is below ``num_qp``: its low bits are kept)
+        # (with the frame's counter class, see ``outq``, in place of the AETH syndrome)
         head_layout = data.StructLayout({f: pkt_layout.members[f]
-                                         for f in ("opcode", "aeth", "paylen", "syndrome")}
-                                        | {"qpn": (self.num_qp - 1).bit_length()})
+                                         for f in ("opcode", "aeth", "paylen")}
+                                        | {"cls": 3, "qpn": (self.num_qp - 1).bit_length()})
         # the 20 bytes after the BTH: RETH bytes 4..15 and IMMDT/IETH, as the RETH opcodes place
         # them, and the first 4 (RETH, or ``x``) chosen as the header is written (the bytes
         # past the header are never written into the frame). ``x`` is the AETH or the
@@ -307,6 +314,9 @@ class TxBuild(wiring.Component):
         imm = wire.IMMDT.assemble({"imm": p.imm})
         aeth = wire.AETH.assemble({"syndrome": p.syndrome, "msn": p.msn})
         has_reth = Cat(*[p.opcode == o for o in RETH_OPCODES]).any()
+        syn, cls = p.syndrome, Signal(3)
+        with m.If(p.opcode == 0x11):
+            m.d.comb += cls.eq(Mux(syn[5:7] == 0, 1, Mux(syn[5:7] == 1, 2, Mux(syn == 0x60, 3, 4))))
         slots = 4
         heads = Memory(shape=head_layout, depth=slots, init=[], attrs={"no_rw_check": 1})
         hdrs = Memory(shape=hdr_layout, depth=slots, init=[], attrs={"no_rw_check": 1})
@@ -334,8 +344,7 @@ class TxBuild(wiring.Component):
         m.d.comb += [
             self.pkt.ready.eq(w_rdy),
             hw.addr.eq(produce), hw.en.eq(w_rdy), tw.addr.eq(produce), tw.en.eq(w_rdy),
-            hw.data.eq(Cat(*[getattr(p, f)[:head_layout.members[f]]
-                             if f == "qpn" else getattr(p, f) for f in head_layout.members])),
+            hw.data.eq(Cat(p.opcode, p.aeth, p.paylen, cls, p.qpn[:head_layout.members["qpn"]])),
             tw.data.eq(Cat(p.opcode, p.se, p.ackreq, p.psn, *reth,
                            Mux(p.aeth, Cat(*aeth), Cat(*imm)), has_reth)),
             hr.addr.eq(consume), tr.addr.eq(cur),
@@ -423,50 +432,49 @@ class TxBuild(wiring.Component):
             imm = Cat(*[op == o for o in IMM4_OPCODES]).any()
             return 54 + Mux(reth, 16, 0) + Mux(imm, 4, 0)
 
-        hq = Signal(data.StructLayout({"hdr_len": range(MAX_HDR + 1), "paylen": 13}))
-        m.d.sync += [hq.hdr_len.eq(hdr_len_of(h.opcode) + Mux(h.aeth, 4, 0)),
+        # (a header is 54 + 4·k bytes: its length over 4 is kept)
+        hq = Signal(data.StructLayout({"hdr_hi": range((MAX_HDR >> 2) + 1), "paylen": 13}))
+        m.d.sync += [hq.hdr_hi.eq((hdr_len_of(h.opcode) + Mux(h.aeth, 4, 0))[2:]),
                      hq.paylen.eq(h.paylen)]
         sip = self.local_ip
         ssum = Signal(18)
         m.d.sync += ssum.eq(0x4500 + 0x4000 + 0x4011 + 4 - 14 + sip[16:32] + sip[0:16])
-        h_hdr_len = hq.hdr_len
+        h_hdr_len = Cat(Const(2, 2), hq.hdr_hi)
         h_pad = Signal(2)
         m.d.comb += h_pad.eq(-hq.paylen)
-        p_data_end, p_crc_end = [Signal(PB) for _ in range(2)]
-        p_hdr_len = Signal(range(MAX_HDR + 1))
+        p_data_end = Signal(PB)         # (from the head's registers, into the take's)
+        m.d.comb += p_data_end.eq(h_hdr_len + hq.paylen)
+        # (the ICRC's input, Ethernet header to pad, ends 2 bytes past a multiple of 4: its
+        # headers are 54 + a multiple of 4 bytes and the pad fills the payload to 4, so
+        # crc_end's two low bits are the constant 2, not registers)
+        p_crc_hi = Signal(PB - 2)
+        p_crc_end = Cat(Const(2, 2), p_crc_hi)
+        # (the header's length, 54 + a multiple of 4, is 2 mod 4 too: its word count and last
+        # lanes are slices of its bits from 2 up, as the ICRC's last word is of crc_end's)
+        p_hdr_hi = hq.hdr_hi             # (read at the take only, as the head's registers are)
+        p_hdr_len = Cat(Const(2, 2), p_hdr_hi)
         p_csum_sum = Signal(20)
         p_csum = Signal(16)
         p_out_words = Signal(WB)        # words sent: max(crc_end + 4, 60) bytes
-        p_crc_last = Signal(WB)         # the word holding the ICRC input's last byte
-        p_ckeep = Signal(nb)            # its lanes
-        p_hdr_last = Signal(WB)         # the word holding the header's last byte
-        p_hkeep = Signal(nb)            # its header lanes
-        p_fkeep = Signal(nb)            # the lanes of the frame's last word
+        p_hdr_last = p_hdr_hi[lg - 2:]  # the word holding the header's last byte
         p_padw = Signal()               # the pad lies in a word the payload does not reach
         p_nopay = Signal()              # no payload
         m.d.sync += [
-            p_data_end.eq(h_hdr_len + hq.paylen), p_crc_end.eq(h_hdr_len + hq.paylen + h_pad),
-            p_hdr_len.eq(h_hdr_len),
+            p_crc_hi.eq((h_hdr_len + hq.paylen + h_pad)[2:]),
             # (the IPv4 total length is crc_end + 4 − 14: its 4 − 14 is in ``ssum``)
             # (one four-term sum: the checksum's chain ends with the lengths')
             p_csum_sum.eq(ssum + dhi + dlo + p_crc_end),
             p_out_words.eq(Mux(p_crc_end < wire.MIN_FRAME - 4, -(-wire.MIN_FRAME // nb),
                                (p_crc_end + 4 + nb - 1) >> lg)),
-            p_crc_last.eq((p_crc_end - 1) >> lg),
             # (data_end − 1 is crc_end − 1 − pad: in an earlier word exactly when
             # (crc_end − 1) mod nb < pad)
             p_padw.eq((p_crc_end - 1)[:lg] < h_pad),
             p_nopay.eq(hq.paylen == 0),
-            p_ckeep.eq((Const(2, nb + 1) << (p_crc_end - 1)[:lg]) - 1),
-            p_hdr_last.eq((p_hdr_len - 1) >> lg),
-            p_hkeep.eq((Const(2, nb + 1) << (p_hdr_len - 1)[:lg]) - 1),
-            p_fkeep.eq((Const(2, nb + 1) << Mux(p_crc_end < wire.MIN_FRAME - 4,
-                                                 (wire.MIN_FRAME - 1) % nb,
-                                                 (p_crc_end + 3)[:lg])) - 1),
         ]
         fold1 = Signal(17)
         m.d.comb += fold1.eq(p_csum_sum[0:16] + p_csum_sum[16:20])
-        m.d.sync += p_csum.eq(~(fold1[0:16] + fold1[16]))
+        # (the fold, from the sum's register, feeds the take's ``csum`` register)
+        m.d.comb += p_csum.eq(~(fold1[0:16] + fold1[16]))
         pop = Signal()
         head_ok = Signal()              # the head's values are ready: hst is 4 (a register)
         with m.If(pop | ~pktq.o.valid | qa.valid):
@@ -476,8 +484,8 @@ class TxBuild(wiring.Component):
         return types.SimpleNamespace(
             pktq=pktq, h=h, r=r, path_row0=pt.path_row0, path_b=pt.path_b,
             path_busy=pt.path_busy, sip=sip, p_data_end=p_data_end, p_crc_end=p_crc_end,
-            p_hdr_len=p_hdr_len, p_csum=p_csum, p_out_words=p_out_words, p_crc_last=p_crc_last,
-            p_ckeep=p_ckeep, p_hdr_last=p_hdr_last, p_hkeep=p_hkeep, p_fkeep=p_fkeep, p_padw=p_padw,
+            p_crc_hi=p_crc_hi, p_hdr_hi=p_hdr_hi, p_hdr_len=p_hdr_len, p_csum=p_csum,
+            p_out_words=p_out_words, p_hdr_last=p_hdr_last, p_padw=p_padw,
             p_nopay=p_nopay, pop=pop, head_ok=head_ok)
 
     def _header(self, m, t):
@@ -492,16 +500,19 @@ class TxBuild(wiring.Component):
         rpath_b = t.path_b if self._shared_path() else Signal(len(t.path_b))     # and row 1
         rpath = _PATH_ROW.decode(m, Cat(rpath_a, rpath_b), "rpath")
         data_end = Signal(PB)           # first byte after the payload
-        crc_end = Signal(PB)            # first byte of the ICRC
-        hdr_len_r = Signal(range(MAX_HDR + 1))
-        ip_len = Signal(16)
+        crc_hi = Signal(PB - 2)
+        crc_end = Cat(Const(2, 2), crc_hi)      # first byte of the ICRC (2 mod 4)
+        hdr_hi = Signal(range((MAX_HDR >> 2) + 1))
+        hdr_len_r = Cat(Const(2, 2), hdr_hi)
+        ip_len = Cat(Const(0, 2), (crc_hi - 2)[:14])    # crc_end + 4 − 14: a multiple of 4
         csum = Signal(16)
         out_words = Signal(WB)
-        crc_last = Signal(WB)
-        ckeep_last = Signal(nb)
-        hdr_last = Signal(WB)
+        crc_last = crc_hi[t.lg - 2:]    # the word of the ICRC input's last byte, crc_end − 1
+        # the CRC feed's shift (:meth:`_crc_feed`): crc_end mod nb is 2 + 4·crsel
+        crsel = Signal(max(1, t.lg - 2))
+        hdr_last = hdr_hi[t.lg - 2:]    # the word of the header's last byte, and its lanes
         hkeep = Signal(nb)
-        fkeep = Signal(nb)
+        m.d.comb += hkeep.eq((Const(2, nb + 1) << Cat(Const(1, 2), hdr_hi)[:t.lg]) - 1)
         padw = Signal()
         padcnt = Signal(2)
 
@@ -527,10 +538,11 @@ class TxBuild(wiring.Component):
         hdr = Signal(8 * hdr_words * nb)
         m.d.comb += hdr.eq(Cat(*hdr_bytes))
         return types.SimpleNamespace(
-            rpath_a=rpath_a, rpath_b=rpath_b, data_end=data_end, crc_end=crc_end,
-            hdr_len_r=hdr_len_r,
-            ip_len=ip_len, csum=csum, out_words=out_words, crc_last=crc_last, ckeep_last=ckeep_last,
-            hdr_last=hdr_last, hkeep=hkeep, fkeep=fkeep, padw=padw,
+            rpath_a=rpath_a, rpath_b=rpath_b, data_end=data_end, crc_end=crc_end, crc_hi=crc_hi,
+
+            hdr_len_r=hdr_len_r, hdr_hi=hdr_hi,
+            ip_len=ip_len, csum=csum, out_words=out_words, crc_last=crc_last, crsel=crsel,
+            hdr_last=hdr_last, hkeep=hkeep, padw=padw,
             padcnt=padcnt, hdr_words=hdr_words, hdr=hdr)
 
     def _realign(self, m, t):
@@ -542,7 +554,6 @@ class TxBuild(wiring.Component):
         (ONES, PB, RBB, W, WB, data_end, lg, nb) = (
             t.ONES, t.PB, t.RBB, t.W, t.WB, t.data_end, t.lg, t.nb)
         pos = Signal(PB)                 # where the next chunk starts in the frame
-        c_len = Signal(13)
         parts = Signal(13 - RBB + 2)     # parts of the chunk still to come back
         # the funnel's shift in bytes less 1: nb − 1 − ((pos − off) mod nb) (the shift is 1..nb,
         # so the funnel drops {cur, prev}'s first byte and shifts by 0..nb − 1: an nb-way byte
@@ -580,7 +591,7 @@ class TxBuild(wiring.Component):
         gmask = Signal(nb)
         m.d.comb += gmask.eq(Mux(c_lo, lo_mask, ONES) & Mux(w_last, hi_mask, ONES))
         return types.SimpleNamespace(
-            pos=pos, c_len=c_len, parts=parts, rotm=rotm, prev=prev, bad=bad, wcount=wcount,
+            pos=pos, parts=parts, rotm=rotm, prev=prev, bad=bad, wcount=wcount,
             hlast=hlast, funnel=funnel, wqm1=wqm1, c_lastw=c_lastw, c_skip=c_skip, c_first=c_first,
             c_lo=c_lo, lo_mask=lo_mask, lo_same=lo_same, hi_mask=hi_mask, w_last=w_last,
             pos_end=pos_end, c_done=c_done, gmask=gmask)
@@ -591,8 +602,8 @@ class TxBuild(wiring.Component):
         when a write to the next word comes or the frame ends; with the frame's place in the buffer
         (``fbase``, ``wabs``) and the emitter's read pointer less its slack (``rptr8``). Adds them;
         the builder drives the write."""
-        (CB, W, WB, ckeep_last, crc_last, nb, p_ckeep) = (
-            t.CB, t.W, t.WB, t.ckeep_last, t.crc_last, t.nb, t.p_ckeep)
+        (CB, W, WB, crsel, crc_last, lg, nb, p_crc_end) = (
+            t.CB, t.W, t.WB, t.crsel, t.crc_last, t.lg, t.nb, t.p_crc_end)
         # ---- the frame word being assembled -----------------------------------------------------
         # Every frame word is assembled in ``acc`` (the header's last word and the payload's
         # first, a chunk's last and the next chunk's first share one) and leaves it once, whole,
@@ -620,12 +631,12 @@ class TxBuild(wiring.Component):
         rptr8 = Signal(CB + 1, init=(1 << (CB + 1)) - 8)
         # the cycle after a take (the first HDR cycle): the previous frame's last word, if acc
         # still holds it (FLUSH took the descriptor), leaves now, with or without the header's
-        # write (``ckeep_last`` is the previous frame's until the end of this cycle, when it
-        # is loaded from ``p_ckeep``, still the taken frame's for three cycles after the take)
+        # write (``crsel`` is the previous frame's until the end of this cycle, when it is
+        # loaded from ``p_crc_end``, still the taken frame's for three cycles after the take)
         ck_ld = Signal()
         m.d.sync += ck_ld.eq(0)
         with m.If(ck_ld):
-            m.d.sync += ckeep_last.eq(p_ckeep)
+            m.d.sync += crsel.eq(p_crc_end[2:max(3, lg)])
             with m.If(acc_v):
                 m.d.comb += flush.eq(1)
                 m.d.sync += acc_v.eq(0)
@@ -649,14 +660,14 @@ class TxBuild(wiring.Component):
         """The frame FIFO's write of ``acc`` at its word, and the CRC unit's input: ``acc``'s word
         as it leaves (or PAD's word of zeros, ``in_pad``), registered and masked. Adds ``feed_v``
         and ``in_pad``, which the builder drives in FIN and PAD."""
-        (CB, ONES, W, WB, acc, acc_hw, acc_last, acc_v, acc_w, ckeep_last, crc, crc_last, flush,
+        (CB, ONES, W, WB, acc, acc_hw, acc_last, acc_v, acc_w, crsel, crc, crc_last, flush,
          forced_at, nb, wabs, wp) = (
-            t.CB, t.ONES, t.W, t.WB, t.acc, t.acc_hw, t.acc_last, t.acc_v, t.acc_w, t.ckeep_last,
+            t.CB, t.ONES, t.W, t.WB, t.acc, t.acc_hw, t.acc_last, t.acc_v, t.acc_w, t.crsel,
             t.crc, t.crc_last, t.flush, t.forced_at, t.nb, t.wabs, t.wp)
-        # the CRC input, registered and masked here (the unit takes it as it is): acc's word,
+        # the CRC input, masked and registered here (the unit takes it as it is): acc's word,
         # or PAD's word of zeros (index crc_last); the Ethernet lanes zeroed, the forced lanes
-        # ones, the lanes past the ICRC input's end zero. The word, its index and the lanes are
-        # selected by the state only: they matter only with feed_v (flush, or PAD).
+        # ones. The word, its index and the lanes are selected by the state only: they matter
+        # only with feed_v (flush, or PAD).
         feed_v = Signal()
         feed_w = Signal(WB)
         feed_last = Signal()             # feed_w is crc_last
@@ -671,9 +682,9 @@ class TxBuild(wiring.Component):
         with m.If(flush):
             m.d.comb += feed_v.eq(1)
         cvalid, cdata = Signal(), Signal(W)
-        ckeep, cfirst, clast = Signal(nb), Signal(), Signal()
-        m.d.sync += [cvalid.eq(feed_v), cfirst.eq(feed_w == 0), clast.eq(feed_last),
-                     ckeep.eq(Mux(feed_last, ckeep_last, ONES))]
+        cfirst, clast = Signal(), Signal()
+        m.d.sync += [cvalid.eq(feed_v), cfirst.eq(feed_w == 0), clast.eq(feed_last)]
+        mword = Signal(W)
         for i in range(nb):
             # (the forced and Ethernet words are header words, never PAD's)
             forced = Const(0, 1)
@@ -684,13 +695,28 @@ class TxBuild(wiring.Component):
             for wi in range(-(-14 // nb)):                # the Ethernet header's lanes
                 if wi * nb + i < 14:
                     zero = zero | acc_hw[wi]
-            kept = ~feed_last | ckeep_last[i]
-            m.d.sync += cdata[8 * i:8 * i + 8].eq(
-                Mux(in_pad | ~kept, 0, Mux(forced, 0xFF, Mux(zero, 0, acc[8 * i:8 * i + 8]))))
+            m.d.comb += mword[8 * i:8 * i + 8].eq(
+                Mux(in_pad, 0, Mux(forced, 0xFF, Mux(zero, 0, acc[8 * i:8 * i + 8]))))
+        # The unit takes the input shifted by s = nb − r bytes, r = crc_end mod nb (2 + 4·crsel),
+        # so that it ends with a word: word k of it is the frame's bytes k·nb − s ..
+        # (k + 1)·nb − s − 1, bytes r.. of the previous word (``carry``: its lanes 2 up) and the
+        # word's first r; before the frame's first word, ``carry`` holds ``y`` repeated (lane L
+        # ``y[L mod 4]``), whose last s bytes lead the register from the unit's initial value
+        # to where it starts the Ethernet header. The lanes past the end go into ``carry``,
+        # which the frame's last word sets back to ``y``'s.
+        y_word = int.from_bytes(bytes(t.crc_y[L % 4] for L in range(nb)), "little")
+        carry = Signal(W - 16, init=y_word >> 16)
+        with m.If(feed_v):
+            m.d.sync += carry.eq(Mux(feed_last, y_word >> 16, mword[16:]))
+        both = Cat(Const(0, 16), carry, mword)
+        with m.Switch(crsel):
+            for v in range(max(1, nb // 4)):
+                with m.Case(v):
+                    m.d.sync += cdata.eq(both[8 * (2 + 4 * v):8 * (2 + 4 * v) + W])
         m.d.comb += [
             crc.i.valid.eq(cvalid),
             crc.i.payload.data.eq(cdata),
-            crc.i.payload.keep.eq(ckeep),
+            crc.i.payload.keep.eq(ONES),
             crc.i.payload.first.eq(cfirst),
             crc.i.payload.last.eq(clast),
         ]
@@ -703,8 +729,9 @@ class TxBuild(wiring.Component):
         emitter takes from (``recq``, ``ic_v``, ``ic_d``, ``ic_take``) and ``room``."""
         CB, PB, WB, crc, nb, rptr8, wabs = t.CB, t.PB, t.WB, t.crc, t.nb, t.rptr8, t.wabs
         # ---- frames built, waiting for their ICRC and the emitter ----------------------------
-        rec_layout = data.StructLayout({"base": CB, "data_end": PB, "crc_end": PB,
-                                        "words": WB, "keep": nb, "cls": 3, "drop": 1})
+        # (``crc_end`` holds the ICRC's first byte over 4: its low bits are 2)
+        rec_layout = data.StructLayout({"base": CB, "data_end": PB, "crc_end": PB - 2,
+                                        "words": WB, "cls": 3, "drop": 1})
         # (the records' queue has a registered output for what the emitter's load decides on:
         # that starts from registers; the lane masks and class, only stored, are read from the
         # ring at the head. A record queued while none waits is offered the next cycle)
@@ -734,7 +761,7 @@ class TxBuild(wiring.Component):
         """The emitter's datapath: the frame's lanes per word (payload, ICRC) from registers set
         when it is loaded, the ICRC's arrival (``soon``), two read stages and the output queue
         onto ``tx``. Its parts add what :meth:`_emitter_fsm` sets and reads (the ``e_*``
-        registers, ``eaddr``, ``evalid``, ``eword``, ``occ``, ``issue``, ``rec``, ``soon``,
+        registers, ``eaddr``, ``evalid``, ``elast1``, ``occ``, ``issue``, ``rec``, ``soon``,
         ``rec_soon``) and what they share."""
         # its parts, called in the order of their statements
         _add(t, self._emitter_frame(m, t))
@@ -765,7 +792,6 @@ class TxBuild(wiring.Component):
         e_dword, e_cw, e_cw1 = [Signal(WB) for _ in range(3)]
         e_dmask, e_fkeep = [Signal(nb) for _ in range(2)]
         e_imask = Signal(nb + 4)
-        e_c2 = Signal(2)                 # crc_end mod 4
         # A frame may start before its ICRC when the ICRC is sure to be there by the time the
         # word that carries it is read: the CRC unit has a fixed latency L and no back-pressure,
         # so an ICRC whose last input word went in j cycles ago comes out in L − j cycles
@@ -780,7 +806,7 @@ class TxBuild(wiring.Component):
             m.d.sync += pend[1:].eq(pend[:-1])
         return types.SimpleNamespace(
             e_base=e_base, e_wlast=e_wlast, e_icrc=e_icrc, e_dword=e_dword, e_cw=e_cw, e_cw1=e_cw1,
-            e_dmask=e_dmask, e_fkeep=e_fkeep, e_imask=e_imask, e_c2=e_c2, pend=pend)
+            e_dmask=e_dmask, e_fkeep=e_fkeep, e_imask=e_imask, pend=pend)
 
     def _emitter_start(self, m, t):
         """When a cut-through frame may start (``ct_go``, with ``rq_none``/``rq_one``: which
@@ -813,41 +839,37 @@ class TxBuild(wiring.Component):
         return types.SimpleNamespace(rq_one=rq_one, ct_go=ct_go, soon=soon)
 
     def _emitter_reads(self, m, t):
-        """The emitter's two read stages: the word read (``eaddr``, ``eword``, ``evalid``), its
-        data and ICRC carried along, and per lane whether it is payload, ICRC (and which
-        byte) or zero, with the word's ``keep``, ``last`` and class. Adds the read's
-        registers and stage 2's lanes (``out_lanes``) with their ``keep``/``last``/class."""
-        (ONES, W, WB, e_c2, e_cw, e_cw1, e_dmask, e_dword, e_fkeep, e_icrc, e_imask, e_wlast,
-         nb, rp) = (t.ONES, t.W, t.WB, t.e_c2, t.e_cw, t.e_cw1, t.e_dmask, t.e_dword, t.e_fkeep,
-                    t.e_icrc, t.e_imask, t.e_wlast, t.nb, t.rp)
+        """The emitter's two read stages: the word read (``eaddr``, ``evalid``; ``elast1``: it is
+        the frame's last), per
+        lane whether it is payload, ICRC (and which byte) or zero (``s1data``, ``s1icrc``, set
+        as the word is read), its lanes so chosen in stage 1, with the word's ``keep``,
+        ``last`` and class. Adds the read's registers and stage 2's lanes (``out_lanes``) with
+        their ``keep``/``last``/class."""
+        (ONES, W, WB, e_fkeep, e_icrc, e_wlast, nb, rp) = (
+            t.ONES, t.W, t.WB, t.e_fkeep, t.e_icrc, t.e_wlast, t.nb, t.rp)
         eaddr = Signal(WB)
         evalid = Signal()
-        eword = Signal(WB)
+        elast1 = Signal()
         m.d.sync += evalid.eq(0)
         evalid2, edata = Signal(), Signal(W)
-        m.d.sync += [evalid2.eq(evalid), edata.eq(rp.data)]
-        # the ICRC of a word in read stage 2 is ``e_icrc`` as it stood while the word was in
-        # stage 1: a word that carries ICRC lanes is read no sooner than its frame's ICRC is
-        # taken (``soon``), and the next frame's ICRC is taken (at the end of a cycle) no
-        # sooner than the cycle after this frame's last word is read
-        eicrc2 = Signal(32)
-        m.d.sync += eicrc2.eq(e_icrc)
-        sdata, sicrc, sidx = Signal(nb), Signal(nb), Signal(2 * nb)
-        m.d.sync += [
-            sdata.eq(Mux(eword < e_dword, ONES, Mux(eword == e_dword, e_dmask, 0))),
-            sicrc.eq(Mux(eword == e_cw, e_imask[:nb], Mux(eword == e_cw1, e_imask[nb:], 0))),
-        ]
-        for i in range(nb):
-            m.d.sync += sidx[2 * i:2 * i + 2].eq(i - e_c2)
+        m.d.sync += evalid2.eq(evalid)
+        # the lanes of the word in read stage 1, set as it is read (:meth:`_emitter_fsm`)
+        s1data, s1icrc = Signal(nb), Signal(nb)
+        # the word's lanes are chosen in stage 1, with the ICRC ``e_icrc`` as it stands then:
+        # a word that carries ICRC lanes is read no sooner than its frame's ICRC is taken
+        # (``soon``), and the next frame's ICRC is taken (at the end of a cycle) no sooner than
+        # the cycle after this frame's last word is read. (The ICRC starts 2 bytes past a
+        # multiple of 4: lane i carries its byte (i − 2) mod 4.)
+        m.d.sync += edata.eq(Cat(*[Mux(s1data[i], rp.data[8 * i:8 * i + 8],
+                                       Mux(s1icrc[i], e_icrc.word_select((i - 2) % 4, 8), 0))
+                                   for i in range(nb)]))
         ekeep, elast = Signal(nb), Signal()
         e_cls, ecls = [Signal(3) for _ in range(2)]
-        m.d.sync += [ekeep.eq(Mux(eword == e_wlast, e_fkeep, ONES)),
-                     elast.eq(eword == e_wlast), ecls.eq(e_cls)]
-        out_lanes = [Mux(sdata[i], edata[8 * i:8 * i + 8],
-                         Mux(sicrc[i], eicrc2.word_select(sidx[2 * i:2 * i + 2], 8), 0))
-                     for i in range(nb)]
+        m.d.sync += [ekeep.eq(Mux(elast1, e_fkeep, ONES)), elast.eq(elast1), ecls.eq(e_cls)]
+        out_lanes = [edata[8 * i:8 * i + 8] for i in range(nb)]
         return types.SimpleNamespace(
-            eaddr=eaddr, evalid=evalid, eword=eword, evalid2=evalid2,
+            eaddr=eaddr, evalid=evalid, elast1=elast1, evalid2=evalid2, s1data=s1data,
+            s1icrc=s1icrc,
             ekeep=ekeep, elast=elast, e_cls=e_cls, ecls=ecls, out_lanes=out_lanes)
 
     def _emitter_output(self, m, t):
@@ -891,18 +913,43 @@ class TxBuild(wiring.Component):
 
         rec = recq.o.payload
         rec_soon = Signal()              # ``soon`` for the record at the queue's head
-        m.d.comb += rec_soon.eq(self._icrc_soon(t, rec.crc_end >> lg) | (ct_go & rq_one))
-        return types.SimpleNamespace(occ=occ, issue=issue, rec=rec, rec_soon=rec_soon)
+        rce = Cat(Const(2, 2), rec.crc_end)
+        m.d.comb += rec_soon.eq(self._icrc_soon(t, rce >> lg) | (ct_go & rq_one))
+        # the lanes of its last word: to the ICRC's end, or to 60 bytes
+        rec_fkeep = Signal(t.nb)
+        m.d.comb += rec_fkeep.eq((Const(2, t.nb + 1) << Mux(rce < wire.MIN_FRAME - 4,
+                                                           (wire.MIN_FRAME - 1) % t.nb,
+                                                           (rce + 3)[:lg])) - 1)
+        return types.SimpleNamespace(occ=occ, issue=issue, rec=rec, rec_soon=rec_soon,
+                                     rec_fkeep=rec_fkeep)
+
+    def _issue_lanes(self, m, t, rec_crc_end=None):
+        """Set the lanes of the word read now, for read stage 1 (``s1data``: payload, before
+        e_dword and in e_dmask of it; ``s1icrc``: the ICRC, in e_imask of words e_cw and
+        e_cw1): word ``eaddr`` of the loaded frame, or word 0 of the record being loaded (its
+        ``crc_end`` given: the e_* values are loaded with it; its ICRC ends past word 0)."""
+        ONES, lg, nb = t.ONES, t.lg, t.nb
+        if rec_crc_end is None:
+            a = t.eaddr
+            m.d.sync += [
+                t.s1data.eq(Mux(a < t.e_dword, ONES, Mux(a == t.e_dword, t.e_dmask, 0))),
+                t.s1icrc.eq(Mux(a == t.e_cw, t.e_imask[:nb], Mux(a == t.e_cw1, t.e_imask[nb:], 0)))]
+        else:
+            d_end = t.rec.data_end
+            m.d.sync += [
+                t.s1data.eq(Mux((d_end >> lg) != 0, ONES, (Const(1, nb + 1) << d_end[:lg]) - 1)),
+                t.s1icrc.eq(Mux((rec_crc_end >> lg) == 0,
+                                (Const(0xF, nb + 4) << rec_crc_end[:lg])[:nb], 0))]
 
     def _emitter_fsm(self, m, t):
         """The emitter's FSM: it loads a built frame's record (with its ICRC, or waits for it, or
         starts early when the ICRC is sure to come in time) and reads the frame's words into the
         read stages, back to back across frames."""
-        (CB, e_base, e_c2, e_cls, e_cw, e_cw1, e_dmask, e_dword, e_fkeep, e_icrc, e_imask, e_wlast,
-         eaddr, evalid, eword, ic_d, ic_take, ic_v, issue, lg, nb, occ, rec, rec_soon,
+        (CB, e_base, e_cls, e_cw, e_cw1, e_dmask, e_dword, e_fkeep, e_icrc, e_imask, e_wlast,
+         eaddr, evalid, elast1, ic_d, ic_take, ic_v, issue, lg, nb, occ, rec, rec_soon,
          recq, rp, rptr8, soon) = (
-            t.CB, t.e_base, t.e_c2, t.e_cls, t.e_cw, t.e_cw1, t.e_dmask, t.e_dword, t.e_fkeep,
-            t.e_icrc, t.e_imask, t.e_wlast, t.eaddr, t.evalid, t.eword, t.ic_d, t.ic_take, t.ic_v,
+            t.CB, t.e_base, t.e_cls, t.e_cw, t.e_cw1, t.e_dmask, t.e_dword, t.e_fkeep,
+            t.e_icrc, t.e_imask, t.e_wlast, t.eaddr, t.evalid, t.elast1, t.ic_d, t.ic_take, t.ic_v,
             t.issue, t.lg, t.nb, t.occ, t.rec, t.rec_soon, t.recq, t.rp, t.rptr8,
             t.soon)
 
@@ -922,15 +969,15 @@ class TxBuild(wiring.Component):
                     m.d.sync += rptr8.eq(rptr8 + rec.words)
                     m.next = "IDLE"
                 with m.Else():
+                    rec_crc_end = Cat(Const(2, 2), rec.crc_end)
                     m.d.sync += [
                         e_base.eq(rec.base),
                         e_dword.eq(rec.data_end >> lg),
                         e_dmask.eq((Const(1, nb + 1) << rec.data_end[:lg]) - 1),
-                        e_cw.eq(rec.crc_end >> lg),
-                        e_cw1.eq((rec.crc_end >> lg) + 1),
-                        e_imask.eq(Const(0xF, nb + 4) << rec.crc_end[:lg]),
-                        e_c2.eq(rec.crc_end[:2]),
-                        e_fkeep.eq(rec.keep),
+                        e_cw.eq(rec_crc_end >> lg),
+                        e_cw1.eq((rec_crc_end >> lg) + 1),
+                        e_imask.eq(Const(0xF, nb + 4) << rec_crc_end[:lg]),
+                        e_fkeep.eq(t.rec_fkeep),
                         e_wlast.eq(rec.words - 1),
                         e_cls.eq(rec.cls),
                         eaddr.eq(0),
@@ -945,8 +992,9 @@ class TxBuild(wiring.Component):
                     # the first word's read (at ``rec.base``: ``rp.addr`` in IDLE and DRAIN)
                     with m.If((ic_v | rec_soon) & (occ < 5)):
                         m.d.comb += [rp.en.eq(1), issue.eq(1)]
-                        m.d.sync += [evalid.eq(1), eword.eq(0), eaddr.eq(1),
+                        m.d.sync += [evalid.eq(1), elast1.eq(rec.words == 1), eaddr.eq(1),
                                      rptr8.eq(rptr8 + 1)]
+                        self._issue_lanes(m, t, rec_crc_end)
                         with m.If(rec.words == 1):
                             m.next = "DRAIN"
             with m.Else():
@@ -956,8 +1004,9 @@ class TxBuild(wiring.Component):
             # at most 5 words queued or in flight (2 read stages): the queue never refuses one
             with m.If(occ < 5):
                 m.d.comb += [rp.en.eq(1), issue.eq(1)]
-                m.d.sync += [evalid.eq(1), eword.eq(eaddr), eaddr.eq(eaddr + 1),
+                m.d.sync += [evalid.eq(1), elast1.eq(eaddr == e_wlast), eaddr.eq(eaddr + 1),
                              rptr8.eq(rptr8 + 1)]
+                self._issue_lanes(m, t)
                 with m.If(eaddr == e_wlast):
                     m.next = "DRAIN"
 
@@ -997,8 +1046,8 @@ class TxBuild(wiring.Component):
         ``r_qpn``, ``fault``'s payload), the drop of a READ's later responses after a payload fault
         (``rk_v``, ``rk_qpn``, ``kill``), and the record it queues for the emitter. Adds them, with
         the head's decodes (``h_rdr``, ``h_cont``, ``h_cls``)."""
-        (CB, bad, crc_end, data_end, fbase, fkeep, h, out_words, recq) = (
-            t.CB, t.bad, t.crc_end, t.data_end, t.fbase, t.fkeep, t.h, t.out_words, t.recq)
+        (CB, bad, crc_end, data_end, fbase, h, out_words, recq) = (
+            t.CB, t.bad, t.crc_end, t.data_end, t.fbase, t.h, t.out_words, t.recq)
         # ``r`` follows the queue's head except while the header is written (it is the
         # header's template only), so its wide load enable does not wait for the take; the
         # frame's counter class (see ``outq``) and QPN are kept from the take
@@ -1018,17 +1067,12 @@ class TxBuild(wiring.Component):
         h_cont = Signal()
         m.d.comb += [h_rdr.eq((h.opcode >= 0x0D) & (h.opcode <= 0x10)),
                      h_cont.eq((h.opcode == 0x0E) | (h.opcode == 0x0F))]
-        h_cls = Signal(3)
-        syn = h.syndrome
-        with m.If(h.opcode == 0x11):
-            m.d.comb += h_cls.eq(Mux(syn[5:7] == 0, 1, Mux(syn[5:7] == 1, 2,
-                                                          Mux(syn == 0x60, 3, 4))))
+        h_cls = h.cls
         m.d.comb += [
             recq.i.payload.base.eq(fbase[:CB]),
             recq.i.payload.data_end.eq(data_end),
-            recq.i.payload.crc_end.eq(crc_end),
+            recq.i.payload.crc_end.eq(crc_end[2:]),
             recq.i.payload.words.eq(out_words),
-            recq.i.payload.keep.eq(fkeep),
             recq.i.payload.cls.eq(r_cls),
             recq.i.payload.drop.eq(bad | kill),
         ]
@@ -1051,8 +1095,8 @@ class TxBuild(wiring.Component):
         # ... and it may start now as far as the builder goes (:meth:`_emitter_start`): its words up
         # to the one carrying the ICRC are written, and the ICRC comes, in time
         ct_ready = Signal()
-        # the frame taken may be cut-through: no payload, three header words or more (set at
-        # the take)
+        # the frame taken may be cut-through: no payload, three header words or more, not
+        # killed (set at the take); cleared as its first header word is written
         ct_can = Signal()
         return types.SimpleNamespace(st=st, take=take, ct=ct, ct_ready=ct_ready, ct_can=ct_can)
 
@@ -1061,17 +1105,17 @@ class TxBuild(wiring.Component):
         starts each chunk, takes its raw beats, and queues the frame's record (FIN, PAD and FAULT
         when the frame does not end in FLUSH), setting the state flags ``st`` with each transition.
         Its states are :meth:`_builder_states`; here are the steps they share."""
-        (PB, WB, bad, c_first, c_lastw, c_len, c_lo, c_skip, chq, ck_ld, crc_end, crc_last, csum,
-         data_end, fkeep, h, h_cls, h_cont, h_rdr, hdr_last, hdr_len_r, head_ok, hi_mask,
-         hkeep, hlast, ip_len, kill, lg, lo_mask, lo_same, nb, out_words, p_crc_end, p_crc_last,
-         p_csum, p_data_end, p_fkeep, p_hdr_last, p_hdr_len, p_hkeep, p_nopay, p_out_words, p_padw,
+        (PB, WB, bad, c_first, c_lastw, c_lo, c_skip, chq, ck_ld, crc_end, crc_last, csum,
+         data_end, h, h_cls, h_cont, h_rdr, hdr_last, hdr_len_r, head_ok, hi_mask,
+         hkeep, hlast, ip_len, kill, lg, lo_mask, lo_same, nb, out_words, p_crc_end,
+         p_csum, p_data_end, p_hdr_last, p_hdr_len, p_nopay, p_out_words, p_padw,
          padcnt, padw, parts, pktq, pop, pos, pos_end, prev, r_cls, r_qpn, r_rdr, rk_qpn, rk_v,
          rotm, st, w_last, wcount, wqm1) = (
-            t.PB, t.WB, t.bad, t.c_first, t.c_lastw, t.c_len, t.c_lo, t.c_skip, t.chq, t.ck_ld,
-            t.crc_end, t.crc_last, t.csum, t.data_end, t.fkeep, t.h, t.h_cls, t.h_cont, t.h_rdr,
+            t.PB, t.WB, t.bad, t.c_first, t.c_lastw, t.c_lo, t.c_skip, t.chq, t.ck_ld,
+            t.crc_end, t.crc_last, t.csum, t.data_end, t.h, t.h_cls, t.h_cont, t.h_rdr,
             t.hdr_last, t.hdr_len_r, t.head_ok, t.hi_mask, t.hkeep, t.hlast, t.ip_len,
-            t.kill, t.lg, t.lo_mask, t.lo_same, t.nb, t.out_words, t.p_crc_end, t.p_crc_last,
-            t.p_csum, t.p_data_end, t.p_fkeep, t.p_hdr_last, t.p_hdr_len, t.p_hkeep, t.p_nopay,
+            t.kill, t.lg, t.lo_mask, t.lo_same, t.nb, t.out_words, t.p_crc_end,
+            t.p_csum, t.p_data_end, t.p_hdr_last, t.p_hdr_len, t.p_nopay,
             t.p_out_words, t.p_padw, t.padcnt, t.padw, t.parts, t.pktq, t.pop, t.pos, t.pos_end,
             t.prev, t.r_cls, t.r_qpn, t.r_rdr, t.rk_qpn, t.rk_v, t.rotm, t.st, t.w_last, t.wcount,
             t.wqm1)
@@ -1082,20 +1126,20 @@ class TxBuild(wiring.Component):
 
         def take_packet():
             """Take the next descriptor if its values are ready."""
+            kill_now = rk_v & h_cont & (h.qpn == rk_qpn)
             with m.If(head_ok):
                 m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
                 m.d.sync += [r_cls.eq(h_cls), r_qpn.eq(h.qpn),
-                             data_end.eq(p_data_end), crc_end.eq(p_crc_end),
-                             hdr_len_r.eq(p_hdr_len), ip_len.eq(p_crc_end + 4 - 14),
+                             data_end.eq(p_data_end), t.crc_hi.eq(t.p_crc_hi),
+                             t.hdr_hi.eq(t.p_hdr_hi),
                              csum.eq(p_csum),
-                             out_words.eq(p_out_words), crc_last.eq(p_crc_last),
-                             ck_ld.eq(1), hdr_last.eq(p_hdr_last),
-                             hkeep.eq(p_hkeep), fkeep.eq(p_fkeep), padw.eq(p_padw),
+                             out_words.eq(p_out_words), ck_ld.eq(1),
+                             padw.eq(p_padw),
                              padcnt.eq(-h.paylen),
                              wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0),
-                             t.ct_can.eq(p_nopay & (p_hdr_last >= 2)),
+                             t.ct_can.eq(p_nopay & (p_hdr_last >= 2) & ~kill_now),
                              pos.eq(p_hdr_len), pos_end.eq(p_nopay),
-                             r_rdr.eq(h_rdr), kill.eq(rk_v & h_cont & (h.qpn == rk_qpn))]
+                             r_rdr.eq(h_rdr), kill.eq(kill_now)]
                 with m.If(h_rdr & ~h_cont & (h.qpn == rk_qpn)):
                     m.d.sync += rk_v.eq(0)
                 goto("HDR")
@@ -1112,14 +1156,16 @@ class TxBuild(wiring.Component):
                 d0 = Signal(signed(PB + 1))
                 m.d.comb += d0.eq(at - chq.o.payload.off)
                 ce = Signal(PB)
-                m.d.comb += ce.eq(at + chq.o.payload.len)
+                # (at + lenm1 + 1, one adder: the 1 as the carry into an extra low bit)
+                m.d.comb += ce.eq((Cat(Const(1, 1), at)
+                                   + Cat(Const(1, 1), chq.o.payload.lenm1))[1:])
                 lastw = Signal(WB)
                 m.d.comb += lastw.eq((at + chq.o.payload.lenm1) >> lg)
                 # (with a = at mod nb: raw beat 0 starts a word early exactly when off > a, and
                 # the chunk ends in that first word exactly when off ≤ a and a + lenm1 < nb;
                 # both from the low bits only, not from d0 and lastw)
                 a_lo, lm1 = at[:lg], chq.o.payload.lenm1
-                m.d.sync += [c_len.eq(chq.o.payload.len), parts.eq(chq.o.payload.parts),
+                m.d.sync += [parts.eq(chq.o.payload.parts),
                              wqm1.eq(d0 >> lg), c_skip.eq(chq.o.payload.off > a_lo),
                              c_first.eq(1), pos.eq(ce), c_lastw.eq(lastw),
                              w_last.eq((chq.o.payload.off <= a_lo) & (lm1[lg:] == 0)
@@ -1164,18 +1210,18 @@ class TxBuild(wiring.Component):
         with m.State("IDLE"):
             take_packet()
         with m.State("HDR"):
-            # header words 0 .. hdr_last (the payload fills the rest of the last; the
-            # template's bytes past the header, e.g. an unused IMMDT, are not written)
+            # header words 0 .. hdr_last (the template's bytes past the header are not written)
             with m.If(wcount == 0):
                 m.d.sync += [ct_thr.eq(Mux(need < 2, 2, need)), ct_fin.eq(cw >= 1 + L)]
             with m.If(room):
-                m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last)]
+                m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last),
+                             t.ct_can.eq(0)]
                 # cut-through: a frame without payload, of three header words or more, has
                 # its record queued as its first word is written (``ct``), so the emitter may
                 # start it before its last word is written (:meth:`_emitter_start`); ``ct_ready``
                 # is its condition for the next cycle: wcount ≥ ct_thr in HDR (ct_thr ≥ 2,
                 # set in the first HDR cycle), cw ≥ 1 + L in FIN (``ct_fin``)
-                with m.If((wcount == 0) & t.ct_can & ~kill & recq.i.ready):
+                with m.If(t.ct_can & recq.i.ready):
                     m.d.comb += recq.i.valid.eq(1)
                     m.d.sync += ct.eq(1)
                 m.d.sync += ct_ready.eq(Mux(hlast, ct_fin, wcount + 1 >= ct_thr))
@@ -1301,7 +1347,7 @@ class TxBuild(wiring.Component):
         # beats in order (the read client returns them in request order); the parts of a chunk
         # are aligned to the bus, so their beats are exactly the chunk's beats.
         RBB = self.read_beats.bit_length() - 1 + lg      # log2 of a part's span in bytes
-        meta = data.StructLayout({"off": lg, "len": 13, "lenm1": 13, "parts": 13 - RBB + 2})
+        meta = data.StructLayout({"off": lg, "lenm1": 13, "parts": 13 - RBB + 2})
         # (registered output: the chunk's start below begins from registers)
         m.submodules.chq = chq = Queue(meta, 4)
         issuing = Signal()               # a chunk's later parts are being requested
@@ -1368,7 +1414,6 @@ class TxBuild(wiring.Component):
             self.rd.req.payload.tag.eq(0),
             self.rd.req.valid.eq(chunk.valid & (issuing | chq.i.ready)),
             chq.i.payload.off.eq(c_addr[:lg]),
-            chq.i.payload.len.eq(c_len0),
             chq.i.payload.lenm1.eq(c_len0 - 1),
             chq.i.payload.parts.eq(chunk.payload.parts),
             chq.i.valid.eq(chunk.valid & ~issuing & self.rd.req.ready),

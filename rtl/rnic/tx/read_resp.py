@@ -142,8 +142,10 @@ class ReadResp(wiring.Component):
         qpn = Signal(ab)
         msn = Signal(24)
         pm = Signal(5)          # PMTU / 256, one-hot
-        pm_above = Signal(5)    # its bits above the one set, and those below
+        pm_above = Signal(5)    # its bits above the one set, and those below (from ``pm``)
         pm_below = Signal(5)
+        m.d.comb += [pm_below.eq(Cat(*[pm[i + 1:].any() for i in range(5)])),
+                     pm_above.eq(Cat(*[pm[:i].any() for i in range(5)]))]
         pmtu = Signal(13)
         m.d.comb += pmtu.eq(Cat(Const(0, 8), pm))
         paylen = Signal(13)
@@ -252,7 +254,7 @@ class ReadResp(wiring.Component):
         with m.If(load):
             m.d.sync += [dead.eq(0), first.eq(1), nil.eq(j.len == 0), rem.eq(j.len),
                          addr.eq(j.addr), psn.eq(j.psn), qpn.eq(j.qpn[:ab]), msn.eq(j.msn),
-                         pm.eq(j_pm), pm_above.eq(j_above), pm_below.eq(j_below),
+                         pm.eq(j_pm),
                          hi0.eq(j.len[13:] == 0), lo0.eq(j.len[:8] == 0),
                          last.eq(_at_most_pmtu(j.len[13:] == 0, j.len[:8] == 0, j.len[8:13],
                                                j_pm, j_above, j_below))]
