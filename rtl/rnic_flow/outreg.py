@@ -5,15 +5,19 @@ register.
 yosys' ECP5 block RAM mapping (``share/lattice/brams_16kd.txt``) leaves every DP16KD in
 ``REGMODE_x = "NOREG"``: a read port followed by a register (the two-cycle read of
 docs/design-rules.md) gets that register in fabric flip-flops, behind the RAM's slow clock to
-out. The DP16KD's output register (``REGMODE_x = "OUTREG"``) is that register inside the RAM:
-on the port's clock edge it loads the port's read latch when ``OCEx`` is 1, whatever ``CEx``
-(the read enable) is; ``RSTx`` clears it; the configuration clears it (it starts at 0).
+out. The DP16KD's output register (``REGMODE_x = "OUTREG"``) is that register inside the RAM.
+As Lattice's simulation model of the family's block RAM has it: on the port's clock edge, when
+``OCEx`` is 1, it loads the port's read latch (or 0 when ``RSTx`` is 1); the read enable
+``CEx`` does not gate it; the global set/reset at configuration clears it (it starts at 0).
+In the 36-bit pseudo-dual-port mode (``DATA_WIDTH_B`` 36, yosys' ``PDPW16KD`` mapping: the
+read data on ``DOA`` and ``DOB``) both halves' output registers are port B's: ``CLKB``,
+``OCEB``, ``RSTB``, with ``REGMODE_A`` selecting the register for the ``DOA`` half.
 
-A port ``x`` (``A`` or ``B``) of a DP16KD is folded when every condition holds:
+A read port (``A``; ``B``, which in the 36-bit mode has the ``DOA`` pins too) is folded when
+every condition holds:
 
-* the port is in ``NOREG`` mode, its ``RSTx`` is the constant 0 and its chip selects always
-  select it (``CSx`` all 0, ``CSDECODE_x`` ``0b000``); the RAM is not in the 36-bit
-  pseudo-dual-port mode (a port of 36 bits, whose data-out pins span both ports);
+* the port is in ``NOREG`` mode, its ``RST`` is the constant 0 and its chip selects always
+  select it (``CS`` all 0, ``CSDECODE`` ``0b000``);
 * every ``DOx`` pin that drives anything drives exactly one load, the ``DI`` of a
   ``TRELLIS_FF`` clocked by the port's clock net on the same edge, whose set/reset is never
   asserted (``LSR`` constant inactive), that starts at 0 (``REGSET`` ``RESET``, no ``PRLD``) and
@@ -21,8 +25,9 @@ A port ``x`` (``A`` or ``B``) of a DP16KD is folded when every condition holds:
 * all those flip-flops load under one enable: ``CEMUX`` ``"1"`` (or ``CE`` the constant 1), or
   one ``CE`` net, not inverted.
 
-Then ``REGMODE_x`` becomes ``OUTREG``, ``OCEx`` the flip-flops' enable (1 when they had none),
-each ``DOx`` pin drives its flip-flop's ``Q`` net and the flip-flops are deleted. The folded
+Then the port's ``REGMODE`` (both in the 36-bit mode) becomes ``OUTREG``, its ``OCE`` the
+flip-flops' enable (1 when they had none), each data-out pin drives its flip-flop's ``Q`` net
+and the flip-flops are deleted. The folded
 register loads exactly when the flip-flops did, from the same read latch, and starts at the same
 0: the netlist behaves the same cycle for cycle (tb/flow/test_outreg.py simulates both).
 Anything else is left as it is and counted with its reason.
@@ -32,11 +37,11 @@ import collections
 import json
 from pathlib import Path
 
-__all__ = ["fold_netlist", "fold_file", "summary", "REASONS"]
+__all__ = ["fold_netlist", "fold_module", "fold_file", "read_ports", "summary", "REASONS"]
 
 #: why a used read port was not folded, by key
 REASONS = {
-    "pdp36": "36-bit pseudo-dual-port mode",
+    "pdp36": "data out on the 36-bit write side",
     "reset": "the port's RST is used",
     "chip_select": "the port's chip select is used",
     "fanout": "a data-out bit has another load than one flip-flop",
@@ -115,17 +120,34 @@ def _ff_problem(ff, clk, inverted):
     return None
 
 
-def _port_plan(mod, ram, x, loads):
-    """``(None, [(pin, ff name)], enable)`` for a foldable port ``x`` of ``ram``,
-    ``(reason, [], None)`` for a used port that is not, ``None`` for an unused port."""
+def read_ports(ram):
+    """``[(port, data-out pin halves, REGMODE letters)]`` of a DP16KD: its control letter
+    (``CLK``, ``OCE``, ``RST``, ``CS``), the pin prefixes and the ``REGMODE_x`` it sets. In the
+    36-bit mode port B reads through ``DOA`` and ``DOB``; a 36-bit port A only writes."""
+    par = ram.get("parameters", {})
+    if _int(par.get("DATA_WIDTH_B", 18)) == 36:
+        return [("B", ("DOA", "DOB"), ("A", "B"))]
+    ports = [("B", ("DOB",), ("B",))]
+    if _int(par.get("DATA_WIDTH_A", 18)) != 36:
+        ports.insert(0, ("A", ("DOA",), ("A",)))
+    return ports
+
+
+def _used_pins(ram, prefixes, loads):
+    pins = [(f"{p}{i}", _conn(ram, f"{p}{i}")) for p in prefixes for i in range(18)]
+    return [(pin, b) for pin, b in pins if isinstance(b, int) and loads.get(b)]
+
+
+def _port_plan(mod, ram, port, loads):
+    """``(None, [(pin, ff name)], enable)`` for a foldable read port (an item of
+    :func:`read_ports`), ``(reason, [], None)`` for a used port that is not, ``None`` for an
+    unused or already registered one."""
     cells, par = mod["cells"], ram.get("parameters", {})
-    pins = [(f"DO{x}{i}", _conn(ram, f"DO{x}{i}")) for i in range(18)]
-    used = [(pin, b) for pin, b in pins if isinstance(b, int) and loads.get(b)]
+    x, prefixes, regmodes = port
+    used = _used_pins(ram, prefixes, loads)
     if not used:
         return None
-    if 36 in (_int(par.get("DATA_WIDTH_A", 18)), _int(par.get("DATA_WIDTH_B", 18))):
-        return "pdp36", [], None
-    if str(par.get(f"REGMODE_{x}", "NOREG")).strip() != "NOREG":
+    if any(str(par.get(f"REGMODE_{r}", "NOREG")).strip() != "NOREG" for r in regmodes):
         return None
     if _conn(ram, f"RST{x}") not in (None, "0"):
         return "reset", [], None
@@ -159,18 +181,22 @@ def fold_module(mod):
     rams = [n for n, c in cells.items() if _base(c["type"]) == "DP16KD"]
     for rname in sorted(rams):
         ram = cells[rname]
-        for x in "AB":
-            got = _port_plan(mod, ram, x, loads)
+        ports = read_ports(ram)
+        if len(ports) == 1 and ports[0][1] == ("DOB",) and _used_pins(ram, ("DOA",), loads):
+            out["left"]["pdp36"] += 1        # DOA of a 36-bit write-only port A
+            out["left_ffs"] += len(_used_pins(ram, ("DOA",), loads))
+        for port in ports:
+            got = _port_plan(mod, ram, port, loads)
             if got is None:
                 continue
             reason, plan, enable = got
             if reason:
                 out["left"][reason] += 1
-                out["left_ffs"] += sum(1 for i in range(18)
-                                       if isinstance(_conn(ram, f"DO{x}{i}"), int)
-                                       and loads.get(_conn(ram, f"DO{x}{i}")))
+                out["left_ffs"] += len(_used_pins(ram, port[1], loads))
                 continue
-            ram.setdefault("parameters", {})[f"REGMODE_{x}"] = "OUTREG"
+            x = port[0]
+            for r in port[2]:
+                ram.setdefault("parameters", {})[f"REGMODE_{r}"] = "OUTREG"
             ram["connections"][f"OCE{x}"] = [enable]
             for pin, fname in plan:
                 ram["connections"][pin] = list(cells[fname]["connections"]["Q"])

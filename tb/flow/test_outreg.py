@@ -30,7 +30,7 @@ DATA = Path(__file__).parent / "data"
 
 # ---- hand-made netlists --------------------------------------------------------------------
 
-def _ram(clk=2, rst="0", regmode="NOREG", width=18, do_bits=(), port="B"):
+def _ram(clk=2, rst="0", regmode="NOREG", width=18, do_bits=(), port="B", width_a=None):
     conns = {f"CLK{x}": [clk] for x in "AB"}
     conns.update({f"RST{x}": [rst if x == port else "0"] for x in "AB"})
     conns.update({f"CS{x}{i}": ["0"] for x in "AB" for i in range(3)})
@@ -41,7 +41,8 @@ def _ram(clk=2, rst="0", regmode="NOREG", width=18, do_bits=(), port="B"):
         dirs[f"DO{port}{i}"] = "output"
     return {"type": "DP16KD", "port_directions": dirs, "connections": conns,
             "parameters": {"REGMODE_A": "NOREG", f"REGMODE_{port}": regmode,
-                           "DATA_WIDTH_A": f"{width:032b}", "DATA_WIDTH_B": f"{width:032b}"}}
+                           "DATA_WIDTH_A": f"{width_a or width:032b}",
+                           "DATA_WIDTH_B": f"{width:032b}"}}
 
 
 def _ff(d, q, clk=2, ce=None, lsr="0", **params):
@@ -93,7 +94,7 @@ def test_fold_with_enable_and_without():
     ("clock", [_ff(10, 20, clk=3)], {}),
     ("clock", [_ff(10, 20, CLKMUX="INV")], {}),
     ("reset", [_ff(10, 20)], {"ram": _ram(rst=8, do_bits=[10])}),
-    ("pdp36", [_ff(10, 20)], {"ram": _ram(width=36, do_bits=[10])}),
+    ("pdp36", [_ff(10, 20)], {"ram": _ram(width_a=36, do_bits=[10], port="A")}),
     ("fanout", [_ff(10, 20), _ff(11, 21)], {"extra_ports": [("o", [11])]}),
 ])
 def test_fold_left_alone(reason, ffs, kw):
@@ -103,6 +104,25 @@ def test_fold_left_alone(reason, ffs, kw):
     assert (r["ports"], r["ffs"], r["left"], r["left_ffs"]) == (0, 0, {reason: 1}, len(ffs))
     assert n == before
     assert outreg.REASONS[reason] in summary(r)
+
+
+def test_fold_36_bit_read_port():
+    """DATA_WIDTH_B 36: the read data on DOA and DOB, both under port B's controls."""
+    ram = _ram(width=36, do_bits=[10, 11])                   # DOB0, DOB1
+    ram["connections"].update(DOA0=[12], DOA1=[13])
+    ram["port_directions"].update(DOA0="output", DOA1="output")
+    n = _netlist([_ff(10, 20, ce=5), _ff(11, 21, ce=5), _ff(12, 22, ce=5), _ff(13, 23, ce=5)],
+                 ram=copy.deepcopy(ram))
+    r = fold_netlist(n)
+    assert (r["ports"], r["ffs"], r["left"]) == (1, 4, {})
+    got = n["modules"]["t"]["cells"]["ram"]
+    assert got["parameters"]["REGMODE_A"] == got["parameters"]["REGMODE_B"] == "OUTREG"
+    assert got["connections"]["OCEB"] == [5] and got["connections"]["OCEA"] == ["1"]
+    assert got["connections"]["DOA1"] == [23] and got["connections"]["DOB0"] == [20]
+    # one half on another enable: the whole port stays
+    n = _netlist([_ff(10, 20, ce=5), _ff(11, 21, ce=5), _ff(12, 22, ce=6), _ff(13, 23, ce=6)],
+                 ram=copy.deepcopy(ram))
+    assert fold_netlist(n)["left"] == {"enable": 1}
 
 
 def test_fold_ignores_unused_and_registered_ports():
@@ -130,11 +150,12 @@ def test_stat_without_ffs():
 # ---- a real design through yosys, simulated before and after -------------------------------
 
 def _design():
-    """Five 512 x 18 block RAMs, one write port each (shared address and data) and one read
-    port each; outputs ``q0``..``q4`` (and ``d3``, port 3's read data unregistered). The
+    """Five 512 x 18 block RAMs and one 512 x 36 (the 36-bit pseudo-dual-port mode), one write
+    port each (shared address and data) and one read port each; outputs ``q0``..``q5`` (and
+    ``d3``, port 3's read data unregistered). The
     memories are ``no_rw_check`` (docs/design-rules.md): a read meeting a write of the same
     word gets whatever the RAM gives, the same in both netlists."""
-    from amaranth.hdl import Module, Signal
+    from amaranth.hdl import Cat, Module, Signal
     from amaranth.lib import wiring
     from amaranth.lib.memory import Memory
     from amaranth.lib.wiring import In, Out
@@ -152,18 +173,21 @@ def _design():
         q3: Out(18)
         q4: Out(18)
         d3: Out(18)
+        q5: Out(36)
 
         def elaborate(self, platform):
             m = Module()
             data = []
-            for i in range(5):
-                mem = Memory(shape=18, depth=512, init=[], attrs={"ram_style": "block", "no_rw_check": 1})
+            for i in range(6):
+                mem = Memory(shape=36 if i == 5 else 18, depth=512, init=[],
+                             attrs={"ram_style": "block", "no_rw_check": 1})
                 m.submodules[f"mem{i}"] = mem
                 w, r = mem.write_port(), mem.read_port()
-                m.d.comb += [w.addr.eq(self.wa + i), w.data.eq(self.wd), w.en.eq(self.we[i]),
-                             r.addr.eq(self.ra), r.en.eq(self.re[i])]
+                m.d.comb += [w.addr.eq(self.wa + i), w.en.eq(self.we[i % 5]),
+                             w.data.eq(Cat(self.wd, ~self.wd) if i == 5 else self.wd),
+                             r.addr.eq(self.ra), r.en.eq(self.re[i % 5])]
                 data.append(r.data)
-            q = [Signal(18, name=f"r{i}", reset_less=i != 2) for i in range(5)]
+            q = [Signal(len(d), name=f"r{i}", reset_less=i != 2) for i, d in enumerate(data)]
             with m.If(self.oe[0]):                  # folds, OCE = oe[0]
                 m.d.sync += q[0].eq(data[0])
             m.d.sync += q[1].eq(data[1])            # folds, OCE = 1
@@ -175,8 +199,11 @@ def _design():
                 m.d.sync += q[4][:9].eq(data[4][:9])
             with m.If(self.oe[4]):
                 m.d.sync += q[4][9:].eq(data[4][9:])
+            with m.If(self.oe[5]):                  # 36 bits: folds, OCEB = oe[5]
+                m.d.sync += q[5].eq(data[5])
             m.d.comb += [self.q0.eq(q[0]), self.q1.eq(q[1]), self.q2.eq(q[2]),
-                         self.q3.eq(q[3]), self.q4.eq(q[4]), self.d3.eq(data[3])]
+                         self.q3.eq(q[3]), self.q4.eq(q[4]), self.d3.eq(data[3]),
+                         self.q5.eq(q[5])]
             return m
     return T()
 
@@ -212,13 +239,13 @@ _TB = """`timescale 1ns/1ps
 module tb;
   reg clk = 0, rst = 1;
   reg [8:0] wa, ra; reg [17:0] wd; reg [4:0] we, re; reg [5:0] oe;
-  wire [107:0] o_ref, o_dut;
+  wire [143:0] o_ref, o_dut;
   ref_ u_ref (.clk(clk), .rst(rst), .wa(wa), .wd(wd), .we(we), .ra(ra), .re(re), .oe(oe),
     .q0(o_ref[17:0]), .q1(o_ref[35:18]), .q2(o_ref[53:36]), .q3(o_ref[71:54]),
-    .q4(o_ref[89:72]), .d3(o_ref[107:90]));
+    .q4(o_ref[89:72]), .d3(o_ref[107:90]), .q5(o_ref[143:108]));
   dut_ u_dut (.clk(clk), .rst(rst), .wa(wa), .wd(wd), .we(we), .ra(ra), .re(re), .oe(oe),
     .q0(o_dut[17:0]), .q1(o_dut[35:18]), .q2(o_dut[53:36]), .q3(o_dut[71:54]),
-    .q4(o_dut[89:72]), .d3(o_dut[107:90]));
+    .q4(o_dut[89:72]), .d3(o_dut[107:90]), .q5(o_dut[143:108]));
   integer cyc, errors = 0, busy = 0, seed = 7;
   initial begin
     wa = 0; ra = 0; wd = 0; we = 0; re = 0; oe = 0;
@@ -228,7 +255,7 @@ module tb;
         errors = errors + 1;
         if (errors < 5) $display("cycle %0d: ref %h dut %h", cyc, o_ref, o_dut);
       end
-      if (o_ref[35:0] != 0) busy = busy + 1;
+      if (o_ref[35:0] != 0 && o_ref[143:108] != 0) busy = busy + 1;
       #4 clk = 0;
       // addresses in a small window so that reads meet writes; enables and resets at random
       wa = $random(seed) & 15; ra = $random(seed) & 15; wd = $random(seed);
@@ -267,12 +294,14 @@ def test_fold_real_netlist_and_equivalence(synthesized):
     unfolded = json.loads((synthesized / "t.json").read_text())
     folded = copy.deepcopy(unfolded)
     r = fold_netlist(folded)
-    assert (r["ports"], r["ffs"]) == (2, 36), summary(r)
+    assert (r["ports"], r["ffs"]) == (3, 72), summary(r)
     assert r["left"] == {"ff_reset": 1, "fanout": 1, "enable": 1}, summary(r)
     cells = folded["modules"]["t"]["cells"].values()
-    assert sum(c["type"] == "DP16KD" for c in cells) == 5
-    assert sum(c["parameters"].get("REGMODE_B") == "OUTREG" or
-               c["parameters"].get("REGMODE_A") == "OUTREG" for c in cells) == 2
+    assert sum(c["type"] == "DP16KD" for c in cells) == 6
+    regmodes = sorted((c["parameters"].get("REGMODE_A"), c["parameters"].get("REGMODE_B"))
+                      for c in cells if c["type"] == "DP16KD")
+    assert regmodes == [("NOREG", "NOREG")] * 3 + [("NOREG", "OUTREG")] * 2 \
+        + [("OUTREG", "OUTREG")]
     errors, busy = _simulate(synthesized, unfolded, folded)
     assert errors == 0
     assert busy > 500                  # the folded ports did carry data
@@ -286,10 +315,10 @@ def test_equivalence_catches_a_wrong_step(synthesized, monkeypatch, wrong):
     folded = copy.deepcopy(unfolded)
     if wrong == "enable":
         monkeypatch.setattr(outreg, "_ff_enable", lambda ff: "1")
-        expect = 36 + 18                    # port 4's two enables become one as well
+        expect = 72 + 18                    # port 4's two enables become one as well
     else:
         monkeypatch.setattr(outreg, "_ff_problem", lambda ff, clk, inverted: None)
-        expect = 36 + 18                    # port 2's register with its reset
+        expect = 72 + 18                    # port 2's register with its reset
     assert fold_netlist(folded)["ffs"] == expect
     errors, _ = _simulate(synthesized, unfolded, folded)
     assert errors > 0
