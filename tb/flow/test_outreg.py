@@ -1,7 +1,8 @@
 """Block RAM output registers (rnic_flow.outreg).
 
 Fast: the fold on hand-made netlists (each condition of the step, the counts, the stat
-correction of ``rnic area``). Then the real thing on a small Amaranth design through yowasp
+correction of ``rnic area``, the depth model, the row of ``rnic synth`` with the step on and
+off). Then the real thing on a small Amaranth design through yowasp
 ``synth_ecp5``: five block RAM read ports, two whose register folds (with and without an
 enable) and three that must stay (a register with a reset, a read port with a second load,
 two enables), and the equivalence of the folded netlist with the unfolded one: both written
@@ -322,3 +323,38 @@ def test_equivalence_catches_a_wrong_step(synthesized, monkeypatch, wrong):
     assert fold_netlist(folded)["ffs"] == expect
     errors, _ = _simulate(synthesized, unfolded, folded)
     assert errors > 0
+
+
+def test_depth_starts_an_outreg_port_like_a_flip_flop():
+    from rnic_flow.depth import logic_depth
+    lut = {"type": "LUT4", "port_directions": {"A": "input", "Z": "output"},
+           "connections": {"A": [10], "Z": [11]}, "parameters": {}}
+    levels = {}
+    for mode in ("NOREG", "OUTREG"):
+        n = _netlist([_ff(11, 20)], ram=_ram(do_bits=[10], regmode=mode))
+        n["modules"]["t"]["cells"]["lut"] = copy.deepcopy(lut)
+        levels[mode] = logic_depth(n, "t")["max_levels"]
+    assert levels == {"NOREG": 4.5, "OUTREG": 1.5}
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_synth_row_folds_before_the_count(tmp_path, monkeypatch, on):
+    """`rnic synth` on ECP5: the area, the depth report and nextpnr get the folded netlist."""
+    from rnic_flow import synth
+
+    def fake_yosys(sources, top, cmd, work, stem, log, prog, note=""):
+        path = work / f"{stem}.json"
+        path.write_text(json.dumps(_netlist([_ff(10, 20, ce=5), _ff(11, 21, ce=5)])))
+        return path, {"DP16KD": 1, "TRELLIS_FF": 2, "LUT4": 7}
+
+    monkeypatch.setattr(synth, "_yosys", fake_yosys)
+    dev = synth.ECP5_DEVICES["um-85k"]
+    netlist, row = synth._synth_row("ecp5", dev, [], "t", tmp_path, tmp_path / "y.log", 100,
+                                    synth.Progress(False), bram_outreg=on)
+    if on:
+        assert netlist.name == "t.outreg.json" and row["ff"] == 0
+        assert row["bram_outreg"]["ffs"] == 2 and "2 FFs in block RAM output registers" in row["note"]
+        assert json.loads(netlist.read_text())["modules"]["t"]["cells"].keys() == {"ram"}
+    else:
+        assert netlist.name == "t.json" and row["ff"] == 2 and row["bram_outreg"] is None
+        assert "--no-bram-outreg" in row["note"]
