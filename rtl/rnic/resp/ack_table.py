@@ -43,12 +43,12 @@ lanes only) and read, both at once and non-transparently, by the take stage. A f
 its QP by local QPN; the TX frame builder adds the QP's addresses from its path table.
 Throughput: one frame per cycle on ``o`` (one take per cycle when each QP holds one frame and no
 response for the head's QP arrives). Latency: the input is registered, the QP FIFO has two
-cycles (its output goes on into a one-entry buffer whenever the take does not pop it, so the
-FIFO's read enable and level depend on registers, not on the take; the buffer adds no cycle),
-the take pipeline four (the popped QPN registered; its flags read; the take clears them
-and issues the table reads; the block RAM outputs are registered before any logic) and a
-4-entry output queue in LUT RAM (which keeps ``o.ready`` out of the take logic) one: about 8
-cycles from ``i`` to ``o``. A response that finds nothing held, in its cycle and the one before
+cycles and a two-entry ring after it one (the FIFO's block-RAM output goes into the ring's
+flip-flops with no logic between, and the FIFO is read whenever the ring has room, so its read
+enable and level depend on registers, not on the take), the take pipeline four (the popped QPN
+registered; its flags read; the take clears them and issues the table reads; the block RAM
+outputs are registered before any logic) and a 4-entry output queue in LUT RAM (which keeps
+``o.ready`` out of the take logic) one: about 9 cycles from ``i`` to ``o``. A response that finds nothing held, in its cycle and the one before
 (no flag pending, no QPN queued or being taken; room in the output queue) skips the table:
 from the input register it goes
 straight into the output queue, 2 cycles from ``i`` to ``o``, and sets no flag. Being the only
@@ -232,7 +232,7 @@ class AckTable(wiring.Component):
         # Reset sweep: the take side copies the insert side for every QP: the insert side is
         # read at ``sw_n`` (which counts the QPs) and the take side written two cycles later
         # (through ``d_*``, below); ``sw_busy`` lasts until the last write. (A counter of its
-        # own: ``t_q``'s input is then the QP FIFO's block-RAM output through one LUT.)
+        # own: ``t_q``'s input is then one 2:1 select of the ring ``k``.)
         sweeping = Signal(init=1)
         sw_valid = Signal()
         sw_last = Signal()
@@ -280,7 +280,7 @@ class AckTable(wiring.Component):
             nak_now=nak_now, r_done=r_done, s_adv=s_adv)
 
     def _head_select(self, m, t):
-        """T and U: the QPN popped from the QP FIFO (through the buffer ``k``) is registered at
+        """T and U: the QPN popped from the QP FIFO (through the ring ``k``) is registered at
         T and moves to U, the head, which the take (``take``) hands to S; the take issues the
         ACK and NAK table reads at the head. Makes ``clash``, which the insert drives. Adds
         ``t_valid``, ``t_q``, ``u_valid``, ``u_q``, ``head``, ``take``, ``t_adv``, ``clash``
@@ -294,28 +294,40 @@ class AckTable(wiring.Component):
         take = Signal()
         t_adv = Signal()            # the popped QPN moves to the head, its flags read
         clash = Signal()            # an insert for the head's QP this cycle: the take waits
-        # The QP FIFO's output goes through a one-entry buffer ``k``: the FIFO is read whenever
-        # ``k`` is empty (a register), and T takes from ``k`` if it holds a QPN, else from the
-        # FIFO, so the take decision never reaches the FIFO's read enable and level (timing).
-        # T sees the same QPNs in the same cycles as it would straight from the FIFO.
-        k_valid = Signal()
-        k_q = Signal(ab)
-        src_valid = Signal()
+        # The QP FIFO's output goes through a two-entry ring ``k`` (slots ``k0``, ``k1``; write
+        # pointer ``k_wp``, read pointer ``k_rp``, ``k_n`` entries) and T takes from ``k`` only:
+        # the FIFO's block-RAM output ends at flip-flops (its clock-to-out leaves no room for a
+        # LUT, timing), the FIFO is read whenever ``k`` has room (registers: the take decision
+        # never reaches the FIFO's read enable and level), and two slots keep one QPN a cycle
+        # moving into T.
+        k0 = Signal(ab, reset_less=True)
+        k1 = Signal(ab, reset_less=True)
+        k_wp = Signal()
+        k_rp = Signal()
+        k_n = Signal(range(3))
+        k_valid = Signal()          # k holds a QPN (a register of its own)
+        k_room = Signal(init=1)     # k has a free slot (a register of its own)
         src_q = Signal(ab)
         src_ready = Signal()
         pop = Signal()
+        fill = Signal()
         m.d.comb += [
             take.eq(u_valid & (~t.s_valid | t.s_adv) & ~sw_busy & ~clash),
             t_adv.eq(t_valid & (~u_valid | take)),
-            src_valid.eq(k_valid | qf.o.valid),
-            src_q.eq(Mux(k_valid, k_q, qf.o.payload)),
+            src_q.eq(Mux(k_rp, k1, k0)),
             src_ready.eq((~t_valid | t_adv) & ~sw_busy),
-            pop.eq(src_valid & src_ready),
-            qf.o.ready.eq(~k_valid & ~sw_busy),
+            pop.eq(k_valid & src_ready),
+            qf.o.ready.eq(k_room & ~sw_busy),
+            fill.eq(qf.o.valid & k_room & ~sw_busy),
         ]
-        m.d.sync += k_valid.eq(~src_ready & (k_valid | (qf.o.valid & ~sw_busy)))
-        with m.If(~k_valid):
-            m.d.sync += k_q.eq(qf.o.payload)
+        with m.If(fill & ~k_wp):
+            m.d.sync += k0.eq(qf.o.payload)
+        with m.If(fill & k_wp):
+            m.d.sync += k1.eq(qf.o.payload)
+        k_next = Signal(range(4))
+        m.d.comb += k_next.eq(k_n + fill - pop)
+        m.d.sync += [k_wp.eq(k_wp ^ fill), k_rp.eq(k_rp ^ pop), k_n.eq(k_next),
+                     k_valid.eq(k_next != 0), k_room.eq(k_next != 2)]
         with m.If(pop):
             m.d.sync += [t_valid.eq(1), t_q.eq(src_q)]
         with m.Elif(t_adv):
