@@ -440,12 +440,30 @@ class _Splitter:
 
         # the page is read at the firing client's row either way: S3's request is in its first
         # page, S2's burst adds the pages crossed
-        with m.If(self.fire):
-            m.d.sync += [self.valid.eq(1), self.client.eq(self.grant), self.len.eq(self.bm1),
-                         self.addr.eq(Cat(Const(0, lb), Mux(cand, s2_off[:ow], s3_off),
-                                          page_r.data + (s2_off[ow:] & cand.replicate(2))))]
+        # (loaded in every cycle it is free and a burst is on offer, with the burst that would
+        # fire: its enable is decoded from registers, not from the fire decision; only
+        # ``valid`` waits for ``fire``)
+        with m.If(~self.valid):
+            m.d.sync += self.valid.eq(self.fire)
+            with m.If(cand | s3_reqv):
+                m.d.sync += [self.client.eq(self.grant), self.len.eq(self.bm1),
+                             self.addr.eq(Cat(Const(0, lb), Mux(cand, s2_off[:ow], s3_off),
+                                              page_r.data
+                                              + (s2_off[ow:] & cand.replicate(2))))]
         with m.Elif(self.handshake):
             m.d.sync += self.valid.eq(0)
+
+        # the burst fired in the last cycle (``p_*``): the callers' per-client records and
+        # counts are updated from these registers, so the fire decision reaches one register
+        # each, not every client's FIFO pointers
+        self.p_fire = Signal(name=f"{t.name}_p_fire")
+        self.p_grant = Signal.like(self.grant, name=f"{t.name}_p_grant")
+        self.p_bm1 = Signal.like(self.bm1, name=f"{t.name}_p_bm1")
+        self.p_final = Signal(name=f"{t.name}_p_final")
+        self.p_tag = Signal(8, name=f"{t.name}_p_tag")
+        m.d.sync += [self.p_fire.eq(self.fire), self.p_grant.eq(self.grant),
+                     self.p_bm1.eq(self.bm1), self.p_final.eq(self.final),
+                     self.p_tag.eq(self.g_tag)]
 
 
 class HostMemory(wiring.Component):
@@ -706,21 +724,22 @@ class HostMemory(wiring.Component):
             port.resp.payload.last.eq(o_word[W] & meta.o.payload.final),
             meta.o.ready.eq(taken & o_word[W]),
         ]
-        mine = sp.fire & (sp.grant == i)
+        # the burst fired in the last cycle, if this client's (its records and credit are
+        # updated a cycle after the fire; this client's next test is at least two cycles on)
+        mine = sp.p_fire & (sp.p_grant == i)
         m.d.comb += [
             meta.i.valid.eq(mine),
-            meta.i.payload.tag.eq(sp.g_tag),
-            meta.i.payload.final.eq(sp.final),
+            meta.i.payload.tag.eq(sp.p_tag),
+            meta.i.payload.final.eq(sp.p_final),
         ]
         with m.If(sp.pre_client == i):
             m.d.comb += [g_credit.eq(credit), g_room.eq(meta.i.ready)]
         with m.If(sp.f_client == i):
             m.d.comb += [f_credit.eq(credit), f_room.eq(meta.i.ready)]
-        # the reservation is taken from the credit a cycle later (this client's next
-        # turn is three cycles away)
-        res = Signal(len(credit), name=f"rres_{i}")        # -(beats) of the last grant
-        neg = ~Cat(sp.bm1, Const(0, len(credit) - len(sp.bm1)))    # -(bm1 + 1)
-        m.d.sync += [res.eq(Mux(mine, neg, 0)), credit.eq(credit + res + taken)]
+        # the reservation is taken from the credit a cycle after the fire (this client's
+        # next turn is three cycles away)
+        neg = ~Cat(sp.p_bm1, Const(0, len(credit) - len(sp.p_bm1)))    # -(bm1 + 1)
+        m.d.sync += credit.eq(credit + Mux(mine, neg, 0) + taken)
 
     def _read_issue(self, m, t):
         """The read buffer's write data (every ``R`` beat, with its burst end and error), its
@@ -803,13 +822,14 @@ class HostMemory(wiring.Component):
         retire = Signal()
         for j in range(C):
             hit = axi.b_valid & (axi.b_id == j)
-            mine = sp.fire & (sp.grant == j)
+            # (from the burst fired in the last cycle, as for reads)
+            mine = sp.p_fire & (sp.p_grant == j)
             final = metas[j].o.payload.final
             bad = axi.b_resp != 0
             m.d.comb += [
                 metas[j].i.valid.eq(mine),
-                metas[j].i.payload.tag.eq(sp.g_tag),
-                metas[j].i.payload.final.eq(sp.final),
+                metas[j].i.payload.tag.eq(sp.p_tag),
+                metas[j].i.payload.final.eq(sp.p_final),
                 metas[j].o.ready.eq(hit),
                 dones[j].i.valid.eq(hit & final),
                 dones[j].i.payload.tag.eq(metas[j].o.payload.tag),
@@ -819,7 +839,7 @@ class HostMemory(wiring.Component):
                 m.d.comb += retire.eq(1)
                 m.d.sync += errs[j].eq(Mux(final, 0, errs[j] | bad))
             popped = dones[j].o.valid & dones[j].o.ready
-            m.d.sync += dcredits[j].eq(dcredits[j] - (mine & sp.final) + popped)
+            m.d.sync += dcredits[j].eq(dcredits[j] - (mine & sp.p_final) + popped)
         m.d.sync += outstanding.eq(outstanding + sp.fire - retire)
 
         # W: forward each burst's beats from its client. The burst at the jobs queue's head is
