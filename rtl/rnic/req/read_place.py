@@ -65,8 +65,9 @@ output register 2 cycles after its header is taken.
 
 ``qp_set`` naming the cached QPN, or a ``rec`` write of the cached slot, invalidates the cache
 (also when it meets the cache's update in the same cycle). A link is made with the later
-record's write (``rec`` compared with registers of the record before; not when the record
-before was written in the cycle just before: the requester's are further apart). The cache
+record's write (``rec`` compared with registers of the record before, the result registered
+and entered into the links a cycle later, read through that register meanwhile; not when the
+record before was written in the cycle just before: the requester's are further apart). The cache
 follows a link only if it is there when the last response's checks begin. The slot table is
 LUT RAM of R rows (written by ``rec``, read asynchronously at the slot being worked on); a slot
 must not be rewritten while responses of its READ are being accepted.
@@ -297,20 +298,30 @@ class ReadPlace(wiring.Component):
         with m.If(self.rec.valid):
             m.d.sync += [p_v.eq(1), p_qpn.eq(rp.qpn[:t.qb]), p_np.eq(rp.lpsn + 1),
                          p_idx.eq(rp.idx[:sb])]
+        # a link made by this record: its target is written at once (slot p_idx has no link
+        # before the record after its own: that record's write cleared it), its valid bit a
+        # cycle later (``mk_v``, ``mk_from``), so the record's QPN and PSN compares reach one
+        # register, not the 16 slots' links; meanwhile the link reads through mk_v (``lnk_hv``)
+        mk_v = Signal()
+        mk_from = Signal(sb)
+        m.d.sync += [mk_v.eq(self.rec.valid & p_v & ~p_new & (rp.qpn[:t.qb] == p_qpn)
+                             & (rp.fpsn == p_np) & (rp.idx[:sb] != p_idx)),
+                     mk_from.eq(p_idx)]
+        with m.If(self.rec.valid):
+            for i in range(R):
+                with m.If(p_idx == i):
+                    m.d.sync += lnk_i[i].eq(rp.idx[:sb])
+        # slot s's link with the pending one
+        lnk_hv = Signal(R)
+        m.d.comb += lnk_hv.eq(lnk_v | Mux(mk_v, Const(1, R) << mk_from, 0))
         lnk_next = Signal(R)
-        m.d.comb += lnk_next.eq(lnk_v)
+        m.d.comb += lnk_next.eq(lnk_hv)
         with m.If(self.rec.valid):
             # the slot rewritten: no link from it, none to it (at once: the FSM may be about
-            # to follow one), but for the link it makes
+            # to follow one); a record never makes a link in the cycle after another (p_new)
             for i in range(R):
                 with m.If((rp.idx[:sb] == i) | (lnk_i[i] == rp.idx[:sb])):
                     m.d.comb += lnk_next[i].eq(0)
-        with m.If(self.rec.valid & p_v & ~p_new & (rp.qpn[:t.qb] == p_qpn) & (rp.fpsn == p_np)
-                  & (rp.idx[:sb] != p_idx)):
-            for i in range(R):
-                with m.If(p_idx == i):
-                    m.d.comb += lnk_next[i].eq(1)
-                    m.d.sync += lnk_i[i].eq(rp.idx[:sb])
         m.d.sync += lnk_v.eq(lnk_next)
         # the slot being worked on has a link, to lnk_to (registered in C1: a link made later
         # is not followed; a rewrite of its target from C1 on drops it: in C1 against lnk_sel,
@@ -325,7 +336,7 @@ class ReadPlace(wiring.Component):
         tgt_new = Signal()              # a record is written to lnk_to now
         m.d.comb += tgt_new.eq(self.rec.valid & (rp.idx[:sb] == lnk_to))
         return types.SimpleNamespace(
-            lnk_v=lnk_v, lnk_here=lnk_here, lnk_to=lnk_to, lnk_sel=lnk_sel, tgt_new=tgt_new)
+            lnk_v=lnk_hv, lnk_here=lnk_here, lnk_to=lnk_to, lnk_sel=lnk_sel, tgt_new=tgt_new)
 
     def _cache(self, m, t):
         """The header register ``h`` and the fast path's cache {``c_valid``, ``c_qpn``, ``c_idx``,
@@ -460,15 +471,17 @@ class ReadPlace(wiring.Component):
         # the host address of the part P0 or P1 hands over: addr0 + off, or addr1 + the
         # second part's offset (d0 from C4 on)
         # with p_sel (a register: the first part is out, or there is none), added into the
-        # request register (the slot table's row is read at ``slot``, which holds)
+        # request register. The part's base address (``a_base``) is registered as p_sel
+        # is set (C4, and P0's hand-over), so the slot table's read does not lead the adder.
         p_sel = Signal()
+        a_base = Signal(64)
         ad = Signal(64)
-        m.d.comb += ad.eq(Mux(p_sel, r.addr1, r.addr0) + Mux(p_sel, d0[:32], off))
+        m.d.comb += ad.eq(a_base + Mux(p_sel, d0[:32], off))
         return types.SimpleNamespace(
             dpsn=dpsn, span=span, is_last=is_last, is_first=is_first, pmc=pmc, off=off,
             in_range=in_range, pmtu=pmtu, ok=ok, a0=a0, a1=a1, drop=drop, op=op, fm=fm,
             lo=lo, tot_r=tot_r, rem=rem, off_c=off_c, d0=d0, below=below,
-            short=short, p_sel=p_sel, ad=ad)
+            short=short, p_sel=p_sel, a_base=a_base, ad=ad)
 
     def _header_fsm(self, m, t):
         """The FSM that takes the headers one at a time: an ACKNOWLEDGE goes out as WIRE; a READ
@@ -583,7 +596,8 @@ class ReadPlace(wiring.Component):
         with m.State("C4"):
             with m.If(tgt_new):
                 m.d.sync += lnk_here.eq(0)
-            m.d.sync += t.p_sel.eq(a0 == 0)        # (no first part: P1 next)
+            m.d.sync += [t.p_sel.eq(a0 == 0),      # (no first part: P1 next)
+                         t.a_base.eq(Mux(a0 == 0, r.addr1, r.addr0))]
             with m.If(ok):
                 m.d.comb += [pend.i.valid.eq(1), pend.i.payload.qpn.eq(h.qpn),
                              pend.i.payload.psn.eq(h.psn),
@@ -615,7 +629,8 @@ class ReadPlace(wiring.Component):
             with m.If(out_free):
                 m.d.sync += [rq_valid.eq(1), rq_addr.eq(ad), rq_len.eq(a0),
                              pc_valid.eq(1), pc.src.eq(0), pc.len.eq(a0),
-                             pc.lane.eq(ad[:lb]), pc.end.eq(a1 == 0), t.p_sel.eq(1)]
+                             pc.lane.eq(ad[:lb]), pc.end.eq(a1 == 0), t.p_sel.eq(1),
+                             t.a_base.eq(t.r.addr1)]
                 with m.If(a1 != 0):
                     m.next = "P1"
                 with m.Else():
