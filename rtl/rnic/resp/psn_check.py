@@ -325,25 +325,27 @@ class PsnCheck(wiring.Component):
         # and no record is copied into a skid buffer (design-rules.md §4, §7).
         # Each queue keeps only the bits that can be non-zero (``slim_queue``): QPNs as local
         # indices, ring bases without their 6 zero bits, the status as one bit (0 or 9).
-        exe_q, exe_rec = slim_queue(m, "exe_q", exe_layout, 8,
+        # (each queue's depth, which the stall's room count reads: ``qdepth``)
+        qdepth = {"exe": 8, "resp": self.resp_depth, "dec": 8, "ack": 4, "ev": 4, "fl": 4}
+        exe_q, exe_rec = slim_queue(m, "exe_q", exe_layout, qdepth["exe"],
                                      {"qpn": (0, ab), "status": (0, 1), "rq_base": (6, 58)},
                                      self.exe, rebuild={"status": lambda v: Mux(
                                          v, WcStatus.REM_INV_REQ_ERR, 0)})
-        m.submodules.resp_q = resp_q = Queue(entry_layout, self.resp_depth, buffered=False)
-        m.submodules.dec_q = dec_q = Queue(dec_layout, 8)
-        ack_q, ack_rec = slim_queue(m, "ack_q", ack_out_layout, 4, {"qpn": (0, ab)},
+        m.submodules.resp_q = resp_q = Queue(entry_layout, qdepth["resp"], buffered=False)
+        m.submodules.dec_q = dec_q = Queue(dec_layout, qdepth["dec"])
+        ack_q, ack_rec = slim_queue(m, "ack_q", ack_out_layout, qdepth["ack"], {"qpn": (0, ab)},
                                      self.ack_out)
         # (every event here is a QP_ERROR: the queue keeps the QP)
-        m.submodules.ev_q = ev_q = Queue(data.StructLayout({"number": ab}), 4)
+        m.submodules.ev_q = ev_q = Queue(data.StructLayout({"number": ab}), qdepth["ev"])
         m.d.comb += [self.event.valid.eq(ev_q.o.valid), ev_q.o.ready.eq(self.event.ready),
                      self.event.payload.type.eq(EventType.QP_ERROR),
                      self.event.payload.number.eq(ev_q.o.payload.number)]
-        fl_q, fl_rec = slim_queue(m, "fl_q", rq_flush_layout, 4,
+        fl_q, fl_rec = slim_queue(m, "fl_q", rq_flush_layout, qdepth["fl"],
                                    {"qpn": (0, ab), "rq_base": (6, 58)}, self.rq_flush)
         return types.SimpleNamespace(
             ack_q=ack_q, ack_rec=ack_rec, ctx=ctx, dec_layout=dec_layout, dec_q=dec_q,
             entry_layout=entry_layout, ev_q=ev_q, exe_q=exe_q, exe_rec=exe_rec, fl_q=fl_q,
-            fl_rec=fl_rec, resp_q=resp_q)
+            fl_rec=fl_rec, qdepth=qdepth, resp_q=resp_q)
 
     def _stage_a(self, m, t):
         """Stage A, the input select (fatal report > RQ doorbell > frame metadata) and the issue of
@@ -352,7 +354,15 @@ class PsnCheck(wiring.Component):
         drives."""
         ab, ctx = t.ab, t.ctx
         # ---- stage A: select ------------------------------------------------------------------
-        adv = Signal()
+        # ``adv``, the stall of stages A to C, is a register loaded in _stage_c_outputs; its
+        # fanout (every register of the stages and the tables' read registers) is split over
+        # copies of it, each kept by synthesis (``keep``) and placed near its own registers:
+        # ``adv`` (A, R, the tables' read), ``adv_ld`` (word 0's read registers and the
+        # forward), ``adv_ld1`` (word 1's read registers and the table's write), ``adv_b`` (B's
+        # and C's registers) and ``adv_c`` (C's pushes).
+        adv, adv_ld, adv_ld1, adv_b, adv_c = (Signal(init=1, name=n, attrs={"keep": 1})
+                                              for n in ("adv", "adv_ld", "adv_ld1", "adv_b",
+                                                        "adv_c"))
         inj_valid = Signal()
         inj_qpn = Signal(ab)
         meta = self.meta.payload
@@ -364,8 +374,6 @@ class PsnCheck(wiring.Component):
             sel_fatal.eq(inj_valid),
             sel_db.eq(~inj_valid & self.rq_db.valid & ~ctx.busy),
             sel_meta.eq(~inj_valid & ~self.rq_db.valid & self.meta.valid & ~ctx.busy),
-            self.rq_db.ready.eq(adv & sel_db & ~a_haz),
-            self.meta.ready.eq(adv & sel_meta & ~a_haz),
         ]
         a_info = opcode_info(m, meta.opcode, name="a_info")
 
@@ -392,7 +400,7 @@ class PsnCheck(wiring.Component):
         m.d.comb += [ctx.rd_addr.eq(a_idx), ctx.rd_en.eq(adv)]
         return types.SimpleNamespace(
             a_fire=a_fire, a_haz=a_haz, a_idx=a_idx, a_info=a_info, a_kind=a_kind, a_qok=a_qok,
-            adv=adv, inj_qpn=inj_qpn, inj_valid=inj_valid, meta=meta, sel_db=sel_db,
+            adv=adv, adv_ld=adv_ld, adv_ld1=adv_ld1, adv_b=adv_b, adv_c=adv_c, inj_qpn=inj_qpn, inj_valid=inj_valid, meta=meta, sel_db=sel_db,
             sel_fatal=sel_fatal, sel_meta=sel_meta)
 
     def _stage_r(self, m, t):
@@ -466,6 +474,7 @@ class PsnCheck(wiring.Component):
 
         c_valid = Signal()
         c_kind = Signal(2)
+        c_wr = Signal()             # c_valid & (c_kind != RESP): C's operation writes the table
         c_idx = Signal(ab)
         c_qok = Signal()
         c_meta = Signal(meta_c_layout)
@@ -497,23 +506,40 @@ class PsnCheck(wiring.Component):
                      ctx.wr_addr.eq(Mux(ctx.cw_valid, ctx.cw_qpn, c_idx)),
                      ctx.wr_dyn.eq(new)]
         def hazard(idx):
-            return c_valid & (c_kind != Kind.RESP) & (c_idx == idx)
+            return c_wr & (c_idx == idx)
         # (one compare per source, in parallel with the source select)
         haz_f = Signal()
         haz_d = Signal()
         haz_m = Signal()
+        # The metadata's hazard comes from registers, so that ``meta.ready`` (RX Parse's read of
+        # its queue) depends on no payload bit and on no compare (timing): ``m_hz`` compares
+        # the head offered in the cycle before with the operation that is in C in this cycle
+        # (B's on ``adv``, else C's). The head is the same now if it was offered then (stream
+        # rules: held until taken; a head taken then put R's operation in the way now). A head
+        # that was not offered then waits while C holds an operation of any QP that writes the
+        # table (a cycle at most).
+        m_seen = Signal()
+        m_hz = Signal()
+        m.d.sync += [m_seen.eq(self.meta.valid),
+                     m_hz.eq(Mux(adv, b_valid & (b_kind != Kind.RESP) & (r_idx == meta.dqpn[:ab]),
+                                 hazard(meta.dqpn[:ab])))]
         m.d.comb += [haz_f.eq(hazard(inj_qpn)), haz_d.eq(hazard(self.rq_db.payload.qpn[:ab])),
-                     haz_m.eq(hazard(meta.dqpn[:ab])),
+                     haz_m.eq(Mux(m_seen, m_hz, c_wr)),
                      a_haz.eq(r_valid | (sel_fatal & haz_f) | (sel_db & haz_d)
-                              | (sel_meta & haz_m))]
-        with m.If(adv):
+                              | (sel_meta & haz_m)),
+                     # (each port's ready with only its own source's terms)
+                     self.rq_db.ready.eq(adv & sel_db & ~r_valid & ~haz_d),
+                     self.meta.ready.eq(adv & ~t.inj_valid & ~self.rq_db.valid & ~ctx.busy
+                                        & ~r_valid & ~haz_m)]
+        with m.If(t.adv_b):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind)]
         # (the forward's select, a register: the operation issued finds one of its QP that
         # writes the table in B, which will be in C on its R→B edge)
         r_fwd = Signal()
-        with m.If(adv):
+        with m.If(t.adv_ld):
             m.d.sync += r_fwd.eq(b_valid & (b_kind != Kind.RESP) & (b_idx == t.a_idx))
-        m.d.comb += [ctx.rd_load.eq(adv & r_valid), ctx.fwd_dyn.eq(new), ctx.fwd_en.eq(r_fwd)]
+        m.d.comb += [ctx.rd_load.eq(t.adv_ld & r_valid), ctx.fwd_dyn.eq(new),
+                     ctx.fwd_en.eq(r_fwd)]
         # Up to 256 QPs (``ctx.split``; one word above, and these ports are not used) the
         # tables keep a QP's row in two words, read on two cycles: word 0 (what B checks)
         # at A's issue, word 1 (what only C reads) while R holds the operation (A issues
@@ -521,16 +547,16 @@ class PsnCheck(wiring.Component):
         # register already has the decision of the operation ahead (it takes the word 1 C
         # writes) and holds (``b_fwd``).
         b_fwd = Signal()
-        with m.If(adv):
+        with m.If(t.adv_ld1):
             m.d.sync += b_fwd.eq(r_fwd)
         m.d.comb += [ctx.rd_hi.eq(r_valid), ctx.rd_hi_addr.eq(r_idx),
-                     ctx.rd_load1.eq(adv & b_valid), ctx.fwd1_en.eq(b_fwd)]
+                     ctx.rd_load1.eq(t.adv_ld1 & b_valid), ctx.fwd1_en.eq(b_fwd)]
         fwd = b_ctx
         return types.SimpleNamespace(
             b_db=b_db, b_idx=b_idx, b_info=b_info, b_kind=b_kind, b_meta=b_meta, b_qok=b_qok,
             b_rlm1=b_rlm1, b_rlz=b_rlz, b_slot=b_slot, b_st=b_st, b_valid=b_valid, c_ctx=c_ctx,
             c_db=c_db, c_idx=c_idx, c_kind=c_kind, c_meta=c_meta, c_qok=c_qok, c_slot=c_slot,
-            c_st=c_st, c_valid=c_valid, fwd=fwd, new=new, wr_en=wr_en)
+            c_st=c_st, c_valid=c_valid, c_wr=c_wr, fwd=fwd, new=new, wr_en=wr_en)
 
     def _stage_r_compares(self, m, t):
         """The length compares stage R makes for B (``b_rl_gt``, ``b_len_gt``, ``b_len_eq``, one
@@ -552,7 +578,7 @@ class PsnCheck(wiring.Component):
         # MTU against it (a FIRST/ONLY's residue is its RETH length)
         b_rl_big = Signal()
         b_rl_exact_bad = Signal()
-        with m.If(t.adv):
+        with m.If(t.adv_b):
             m.d.sync += [b_rl_gt.eq(Cat(gt(r_meta.reth_len, k) for k in mtus)),
                          b_len_gt.eq(Cat(gt(r_meta.payload_len, k) for k in mtus)),
                          b_len_eq.eq(Cat(eq(r_meta.payload_len, k) for k in mtus)),
@@ -637,7 +663,7 @@ class PsnCheck(wiring.Component):
         opcode sequence, RNR, the WRITE rules of a MIDDLE/LAST, the residue and offset after
         the packet), registered into C as ``c_ck``; and the outcome strobes and next contexts
         of stage C (``x_*``, ``nx_e``, ``nx_n``, defined there). Adds these and ``c_psn1``."""
-        adv, b_info, b_len, b_meta, b_pmtu, fwd, rl = (t.adv, t.b_info, t.b_len, t.b_meta,
+        adv, b_info, b_len, b_meta, b_pmtu, fwd, rl = (t.adv_b, t.b_info, t.b_len, t.b_meta,
                                                        t.b_pmtu, t.fwd, t.rl)
         # The checks that need the dynamic context, against the QP's current context ``fwd``.
         chk_layout = data.StructLayout({
@@ -699,7 +725,7 @@ class PsnCheck(wiring.Component):
         (adv, b_db, b_idx, b_info, b_kind, b_len, b_meta, b_pmtu, b_pos_bad, b_qok, b_rlm1,
          b_rlz, b_slot, b_st, b_valid, b_wstart_bad, c_ctx, c_db, c_idx, c_kind, c_psn1, c_qok,
          c_slot, c_st, c_valid, fwd, rl) = (
-            t.adv, t.b_db, t.b_idx, t.b_info, t.b_kind, t.b_len, t.b_meta, t.b_pmtu, t.b_pos_bad,
+            t.adv_b, t.b_db, t.b_idx, t.b_info, t.b_kind, t.b_len, t.b_meta, t.b_pmtu, t.b_pos_bad,
             t.b_qok, t.b_rlm1, t.b_rlz, t.b_slot, t.b_st, t.b_valid, t.b_wstart_bad, t.c_ctx,
             t.c_db, t.c_idx, t.c_kind, t.c_psn1, t.c_qok, t.c_slot, t.c_st, t.c_valid, t.fwd,
             t.rl)
@@ -753,6 +779,7 @@ class PsnCheck(wiring.Component):
         ]
         with m.If(adv):
             m.d.sync += [c_valid.eq(b_valid), c_kind.eq(b_kind), c_idx.eq(b_idx),
+                         t.c_wr.eq(b_valid & (b_kind != Kind.RESP)),
                          c_qok.eq(b_qok), c_slot.eq(b_slot), c_db.eq(b_db),
                          c_info.eq(b_info),
                          c_pre_bad.eq(b_pre_bad), c_acc_bad.eq(b_acc_bad), c_drop.eq(b_drop),
@@ -797,29 +824,37 @@ class PsnCheck(wiring.Component):
         ent = Signal(entry_layout)
         dec = Signal(dec_layout)
         stat_c = Signal(NUM_COUNTERS)
-        can_go = Signal()
-        # Room in every output queue, whether this operation needs it or not: keeps the
-        # decision logic out of the stall (clock-enable) path of all three stages.
-        m.d.comb += can_go.eq(exe_q.i.ready & resp_q.i.ready & dec_q.i.ready & ev_q.i.ready
-                              & ack_q.i.ready & fl_q.i.ready)
         fire = Signal()
-        # ``adv`` (= ~c_valid | can_go) enables every register of stages A to C and the context
-        # tables' read: a register, its next value computed from the queues' next ``ready``
-        # and stage C's next valid (``c_valid`` follows ``b_valid`` when ``adv``). It was
-        # two LUT levels after six queues' flags, spread over the block, before a fanout of
-        # over a thousand: the whole core's largest group of failing endpoints after placement.
-        adv_r = Signal(init=1)
-        m.d.sync += adv_r.eq(~Mux(adv, b_valid, c_valid)
-                             | (exe_q.room_next & resp_q.room_next & dec_q.room_next
-                                & ev_q.room_next & ack_q.room_next & fl_q.room_next))
-        m.d.comb += [fire.eq(c_valid & can_go), adv.eq(adv_r)]
+        # ``adv`` (= ~c_valid | room in every output queue, whether this operation needs it or
+        # not: the decision stays out of the stall path) enables every register of stages A
+        # to C and the context tables' read: registers (the copies, see _stage_a) loaded with
+        # its next value, stage C's next valid (``c_valid`` follows ``b_valid`` on ``adv``)
+        # and each queue's room in the next cycle as the queues' registers and C's own vouch
+        # for it: two free entries, or one and no push from C now (``c_valid & adv``; for
+        # ``fl_q`` also SET_QP's flush). Neither the decision (which queues C pushes) nor a
+        # consumer's ``ready`` reaches it: a queue full now has no room next in this count
+        # even if read now, a cycle of stall more than the exact count; with operations two
+        # cycles apart C's next cycle is then a bubble's, which needs no room. So ``fire`` is
+        # ``c_valid & adv``, one LUT of registers.
+        push = Signal()
+        set_fl = Signal()
+        m.d.comb += push.eq(c_valid & t.adv_c)
+
+        def room(q, name, p=push):
+            return (q.level <= t.qdepth[name] - 2) | (q.i.ready & ~p)
+        adv_d = Signal()
+        m.d.comb += adv_d.eq(~Mux(t.adv_c, b_valid, c_valid)
+                             | (room(exe_q, "exe") & room(resp_q, "resp") & room(dec_q, "dec")
+                                & room(ev_q, "ev") & room(ack_q, "ack")
+                                & room(fl_q, "fl", push | set_fl)))
+        m.d.sync += [a.eq(adv_d) for a in (adv, t.adv_ld, t.adv_ld1, t.adv_b, t.adv_c)]
+        m.d.comb += fire.eq(push)
         # The flush of a SET_QP to ERROR is pushed in the cycle after its write, from the
         # tables' read register: SET_QP runs with the pipeline drained, so it holds the QP's
         # row as the command read it (its RQ producer, which a move to ERROR keeps, and its
         # static fields). The
         # queue has room: a command starts only with room in it, and nothing else pushes to it
         # while the command runs.
-        set_fl = Signal()
         set_fl_qpn = Signal(t.ab)
         m.d.sync += [set_fl.eq(ctx.set_valid & ctx.set_to_error), set_fl_qpn.eq(ctx.set_qpn)]
         m.d.comb += [
@@ -833,7 +868,9 @@ class PsnCheck(wiring.Component):
             ack_rec.syndrome.eq(cm.aeth_syndrome),
             ack_rec.len.eq(cm.payload_len),
             fl_q.i.valid.eq((fire & want_fl) | set_fl),
-            wr_en.eq(fire & (c_kind != Kind.RESP)),
+            # (with ``adv_ld1``, the copy of ``adv`` that loads word 1's register, which the
+            # write loads too)
+            wr_en.eq(t.c_wr & t.adv_ld1),
         ]
         # the requester's view: every SET_QP written (incl. the sweep to RESET after rst), and
         # every move to ERROR decided here (stage C never fires while a command runs: commands

@@ -500,10 +500,17 @@ class QpContext(wiring.Component):
         # static-table writes: ARG ``argn``'s lanes with its bits (WRITE), every lane with 0
         # (SWEEP)
         # (the same ARG writes go out on ``qp_arg`` to the other tables of SET_QP's fields)
+        # (``s_arg_we`` and the ARG number are registers, not decoded from the FSM's state and
+        # ``cnt - 1`` in the cycle: ``qp_arg`` reaches the other blocks' tables from
+        # flip-flops. WRITE counts ``cnt`` 0..16 and writes ARG ``cnt - 1`` from 1 on, so
+        # ``s_arg_we`` is "the cycle before was WRITE's, before 16" and the ARG number is
+        # ``cnt`` of the cycle before.)
         s_arg_we = Signal()
+        arg_r = Signal(4)
+        m.d.sync += [arg_r.eq(t.cnt[:4]), s_arg_we.eq(0)]     # (WRITE sets s_arg_we)
         aw = self.qp_arg.payload
         m.d.comb += [self.qp_arg.valid.eq(sweeping | s_arg_we),
-                     aw.qpn.eq(t.c_addr), aw.arg.eq(t.argn), aw.data.eq(t.ad),
+                     aw.qpn.eq(t.c_addr), aw.arg.eq(arg_r), aw.data.eq(t.ad),
                      aw.all.eq(sweeping)]
         if not self.split:
             _ROW.write(m, t.swr, aw, self.qp_arg.valid)         # one word: the ARG's lanes
@@ -667,8 +674,9 @@ class QpContext(wiring.Component):
                 m.next = "WRITE"
         with m.State("WRITE"):
             # ARG0..15 again, each written into its lanes of the static row as it arrives
-            m.d.comb += [busy.eq(1), t.s_arg_we.eq(cnt != 0)]
-            m.d.sync += cnt.eq(cnt + 1)
+            # (``s_arg_we`` a register: ``cnt != 0`` in the next cycle of WRITE)
+            m.d.comb += busy.eq(1)
+            m.d.sync += [cnt.eq(cnt + 1), t.s_arg_we.eq(cnt != 16)]
             with m.If(cnt == 16):
                 m.d.sync += written.eq(1)
                 m.next = "ADDR"
