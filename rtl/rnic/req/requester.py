@@ -887,8 +887,6 @@ class Requester(wiring.Component):
         cons1 = Signal(16)
         alloc_r = Signal()
         m.d.sync += [cons1.eq(dyn.cons + 1), alloc_r.eq(dyn.cons == dyn.hcons)]
-        wqe_idx = Signal(16)
-        m.d.comb += wqe_idx.eq(Mux(pf_go, cons1, dyn.cons))
         pf_bad = Signal()               # a SET_QP rewrote the prefetched QP: drain it
         pf_hit = Signal()
         # (the match registered: WQE_REQ, where it is used, never follows a change of pf_q,
@@ -904,7 +902,7 @@ class Requester(wiring.Component):
             flush=flush, fpsn_r=fpsn_r, skipn=skipn, skip0=skip0, soff=soff, sk_lt=sk_lt, skoff=skoff,
             pend_err=pend_err, eoff=eoff, pstat=pstat, kill_v=kill_v, kill_q=kill_q, served=served,
             pf_v=pf_v, pf_q=pf_q, pf_c=pf_c, pf_go=pf_go, pf_cw=pf_cw, cw_new=cw_new,
-            cons1=cons1, alloc_r=alloc_r, wqe_idx=wqe_idx, pf_bad=pf_bad, pf_hit=pf_hit)
+            cons1=cons1, alloc_r=alloc_r, pf_bad=pf_bad, pf_hit=pf_hit)
 
     def _engine_wqe_store(self, m, t):
         """The send WQE (interface.md §5.2) as WQE_DATA takes its beats (``wqe_take``), each field
@@ -1149,15 +1147,13 @@ class Requester(wiring.Component):
         retires the WQE at ``cons``) and the completer's ``cfg``, and ``pf_more`` (another WQE
         is posted after ``cons``, registered). Adds ``pf_more``."""
         (alloc_r, cfg_wp, cons1, ctx, dyn, e_park_st, e_wbn_st, ecpl, eng_dyn, hfault, k, prod,
-         qpn, sge_len, status, wop, wqe_idx) = (
+         qpn, sge_len, status, wop) = (
             t.alloc_r, t.cfg_wp, t.cons1, t.ctx, t.dyn, t.e_park_st, t.e_wbn_st, t.ecpl,
-            t.eng_dyn, t.hfault, t.k, t.prod, t.qpn, t.sge_len, t.status, t.wop, t.wqe_idx)
+            t.eng_dyn, t.hfault, t.k, t.prod, t.qpn, t.sge_len, t.status, t.wop)
         is_rd = t.is_rd
         # ports driven from registers
         m.d.comb += [
             self.ctx_req.payload.qpn.eq(qpn),
-            self.wqe_rd.req.payload.addr.eq(
-                ctx.sq_base + ((wqe_idx & ((Const(1, 17) << ctx.sq_log) - 1)) << 6)),
             self.wqe_rd.req.payload.len_bytes.eq(64),
             self.wqe_rd.req.payload.tag.eq(0),
             # (SGE k's address and lkey: the WQE RAM's words by default)
@@ -1225,6 +1221,7 @@ class Requester(wiring.Component):
             self._engine_wqe(m, t, go, prefetch)
             self._engine_end_states(m, t, go)
         self._engine_wqe_words(m, t, eng_fsm)
+        self._engine_wqe_addr(m, t, eng_fsm)
 
         # the answer to an early lookup, taken in any state once VALIDATE has run (LOOKUP makes
         # no lookup while one is outstanding, so it is the next answer): dropped, or used by
@@ -1282,6 +1279,31 @@ class Requester(wiring.Component):
         wr = on("WB_NEXT") | on("ERR")                            # wr_id: word 0
         m.d.comb += [t.wqe_a.eq(Cat(Const(0, 1), a6, Const(1, 1))),
                      t.wqe_b.eq(Cat(~on("PKT") & ~wr, (on("PKT") | k[0]) & ~wr, ~wr))]
+
+    def _engine_wqe_addr(self, m, t, eng_fsm):
+        """The WQE read's address, sq_base + (index mod 2^sq_log) · 64, driven from registers
+        (the AXI master's page arithmetic follows it): the offset's bits 12..21 and address bits
+        6..11 with their carry are registered from what the next cycle's read uses, so address
+        bits 0..11 are flip-flops and bits 12..63 one adder of flip-flops. The index is cons
+        (CHECK_WAIT, CHECK, WQE_REQ: cons does not change in the cycle before them, and
+        CHECK_WAIT's read after a load takes the loaded context and cons from CTX_WAIT), or
+        cons + 1 from WQE_DATA to CHUNK (the prefetch in PKT and CHUNK)."""
+        on = eng_fsm.ongoing
+        ctx, dyn, cr = t.ctx, t.dyn, self.ctx_resp.payload
+        load = on("CTX_WAIT")
+        nxt = Cat(*(on(s) for s in ("WQE_DATA", "VALIDATE", "LOOKUP", "LK_WAIT", "SKIP",
+                                    "SKIP2", "SKIP3", "SKIP4", "RD_PREP", "RD_PREP2", "PKT",
+                                    "CHUNK"))).any()
+        idx = Mux(load, t.dyn_rd.cons, Mux(nxt, t.cons1, dyn.cons))
+        log = Mux(load, cr.sq_log, ctx.sq_log)
+        off = Signal(16, name="wqe_off")
+        m.d.comb += off.eq(idx & ((Const(1, 17) << log) - 1))
+        wa_lo = Signal(7, name="wqe_a_lo")         # address bits 6..11, the carry into 12
+        wa_hi = Signal(10, name="wqe_a_hi")        # the offset's bits 12..21
+        m.d.sync += [wa_lo.eq(Mux(load, cr.sq_base[6:12], ctx.sq_base[6:12]) + off[:6]),
+                     wa_hi.eq(off[6:])]
+        m.d.comb += self.wqe_rd.req.payload.addr.eq(
+            Cat(ctx.sq_base[:6], wa_lo[:6], ctx.sq_base[12:] + wa_hi + wa_lo[6]))
 
     def _engine_load_states(self, m, t):
         """IDLE … CTX_WAIT, in the engine's FSM: take a QPN from the work queue, ask for its context
@@ -1542,11 +1564,12 @@ class Requester(wiring.Component):
                 with m.If(self.lookup.req.ready):
                     m.next = "LK_WAIT"
         with m.State("LK_WAIT"):
-            m.d.comb += [self.lookup.resp.ready.eq(1), self.busy.eq(1)]
+            # SGE k's word takes the answer's bus address in every cycle here (nothing reads it
+            # here): its write enable is the state, not the Key Cache's valid and ok
+            m.d.comb += [self.lookup.resp.ready.eq(1), self.busy.eq(1), t.wqe_bus.eq(1)]
             with m.If(self.lookup.resp.valid):
                 m.d.sync += t.lk_out.eq(0)
                 with m.If(self.lookup.resp.payload.ok):
-                    m.d.comb += t.wqe_bus.eq(1)       # over SGE k's address
                     m.d.sync += k.eq(k + 1)
                     m.next = "LOOKUP"
                     with m.If((k == 0) & ~t.sge2_r & skip0 & ~t.is_rd):
