@@ -341,11 +341,11 @@ class TB:
                     self.pay_cur = b""
             if int(d.exe_mon_valid.value):
                 self.exe.append(unpack(exe_layout, int(d.exe_mon.value)))
-            if int(d.event_valid.value):
+            if int(d.event_valid.value) and int(d.event_ready.value):
                 self.events.append(unpack(event_layout, int(d.event_payload.value)))
-            if int(d.rq_flush_valid.value):
+            if int(d.rq_flush_valid.value) and int(d.rq_flush_ready.value):
                 self.flushes.append(unpack(rq_flush_layout, int(d.rq_flush_payload.value)))
-            if int(d.ack_out_valid.value):
+            if int(d.ack_out_valid.value) and int(d.ack_out_ready.value):
                 self.ack_outs.append(unpack(ack_out_layout, int(d.ack_out_payload.value)))
             s = int(d.stat.value)
             if s:
@@ -1141,6 +1141,59 @@ async def doorbell_and_ack_out(dut):
     assert tb.ack_outs == [dict(opcode=0x11, qpn=meta["dqpn"], psn=meta["psn"], syndrome=0x1F,
                                 len=meta["payload_len"])], tb.ack_outs
     assert six >= 1 and tb.stats[6] == six + 1, (six, tb.stats)
+
+
+@cocotb.test()
+async def output_queues_backpressure(dut):
+    """The output queues' consumers flicker (``ack_out``, ``event`` and ``rq_flush`` ready one
+    cycle in three, out of step; the execute side held two cycles in three) under back-to-back
+    metadata of three QPs: in-order SENDs, packets ahead (NAK 0x60), responses for ``ack_out``,
+    and an op-sequence error (NAK 0x61, event 3, flush). The stall counts each queue's room
+    from its level and whether C may push, not from the consumers' ``ready``: its corners (a
+    queue at its last free entry, or full and read in the same cycle) come up throughout.
+    Every frame, command, event, flush and response once, in order, against the model."""
+    tb = await setup(dut, qps=(2, 3, 4), epsn=P0)
+    tb.pace = 0
+    readies = ("ack_out_ready", "event_ready", "rq_flush_ready")
+    running = [True]
+
+    async def pattern():
+        k = 0
+        while running[0]:
+            await FallingEdge(dut.clk)
+            for j, name in enumerate(readies):
+                getattr(dut, name).value = int((k + j) % 3 == 0)
+            dut.exe_hold.value = int(k % 3 != 1)
+            k += 1
+
+    task = cocotb.start_soon(pattern())
+    resp, _ = parse_frame(make_frame(SEND_ONLY, 2, 9))
+    resp.update(opcode=0x11, aeth_syndrome=0x1F, payload_len=0)
+    nxt = {2: P0, 3: P0, 4: P0}
+    n_resp = 0
+    for rnd in range(8):
+        for q in (2, 3, 4):
+            if q == 4 and rnd == 4:
+                tb.pkt(SEND_MIDDLE, 4, nxt[4], bytes(PMTU), ackreq=1)   # NAK 0x61: ERROR
+            elif rnd % 3 == 2:
+                tb.pkt(SEND_ONLY, q, nxt[q] + 3, b"a", ackreq=1)        # ahead: NAK 0x60
+            else:
+                tb.pkt(SEND_ONLY, q, nxt[q], b"s%d" % rnd, ackreq=1)
+                nxt[q] += 1
+        tb.meta_q.append(("meta", dict(resp, psn=rnd)))                # to ack_out
+        n_resp += 1
+    await tb.drain()
+    await tb.wait(200)
+    running[0] = False
+    await task
+    for name in readies:
+        getattr(dut, name).value = 1
+    dut.exe_hold.value = 0
+    await tb.check(exact=False)
+    assert tb.events == [{"type": 3, "number": 4}], tb.events
+    assert [(f["qpn"], f["index"]) for f in tb.flushes] == [(4, 1000)], tb.flushes
+    assert tb.ack_outs == [dict(opcode=0x11, qpn=2, psn=k, syndrome=0x1F, len=0)
+                           for k in range(n_resp)], tb.ack_outs
 
 
 @cocotb.test()
