@@ -48,8 +48,9 @@ flip-flops with no logic between, and the FIFO is read whenever the ring has roo
 enable and level depend on registers, not on the take), the take pipeline four (the popped QPN
 registered; its flags read; the take clears them and issues the table reads; the block RAM
 outputs are registered before any logic) and a 4-entry output queue in LUT RAM (which keeps
-``o.ready`` out of the take logic) one: about 9 cycles from ``i`` to ``o``. A response that finds nothing held, in its cycle and the one before
-(no flag pending, no QPN queued or being taken; room in the output queue) skips the table:
+``o.ready`` out of the take logic) one: about 9 cycles from ``i`` to ``o``. A response that
+finds nothing held, in its cycle and the one before (no flag pending, no QPN queued or being
+taken; room in the output queue) skips the table:
 from the input register it goes
 straight into the output queue, 2 cycles from ``i`` to ``o``, and sets no flag. Being the only
 response held, it is served first come, first served like any other.

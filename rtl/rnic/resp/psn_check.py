@@ -400,8 +400,8 @@ class PsnCheck(wiring.Component):
         m.d.comb += [ctx.rd_addr.eq(a_idx), ctx.rd_en.eq(adv)]
         return types.SimpleNamespace(
             a_fire=a_fire, a_haz=a_haz, a_idx=a_idx, a_info=a_info, a_kind=a_kind, a_qok=a_qok,
-            adv=adv, adv_ld=adv_ld, adv_ld1=adv_ld1, adv_b=adv_b, adv_c=adv_c, inj_qpn=inj_qpn, inj_valid=inj_valid, meta=meta, sel_db=sel_db,
-            sel_fatal=sel_fatal, sel_meta=sel_meta)
+            adv=adv, adv_ld=adv_ld, adv_ld1=adv_ld1, adv_b=adv_b, adv_c=adv_c, inj_qpn=inj_qpn,
+            inj_valid=inj_valid, meta=meta, sel_db=sel_db, sel_fatal=sel_fatal, sel_meta=sel_meta)
 
     def _stage_r(self, m, t):
         """Stage R, the operation while the block RAM reads (``r_*``), and the metadata ring
