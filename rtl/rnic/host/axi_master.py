@@ -186,7 +186,11 @@ class _Splitter:
     round robin; a client that cannot reserve (a reader whose buffer is full) lets its turn
     pass. Every handshake signal towards a client (``ready``) and every table write enable is
     decoded from pipeline registers: a client's ``valid`` reaches only its ``active`` flag,
-    its payload only the tables' write data and S3's registers (20 bits).
+    its payload only the tables' write data and S3's registers (20 bits). The fire reaches
+    the channel register's ``valid``, the ``active`` flags and the burst registered for the
+    caller (``p_fire``, ``p_grant``, ``p_bm1``, ``p_final``, ``p_tag``), from which the
+    caller updates its per-client records a cycle later; the channel register's payload is
+    loaded whenever it is free and a burst is on offer.
     """
 
     def __init__(self, m, name, reqs, lb, max_beats):
