@@ -505,32 +505,7 @@ class PsnCheck(wiring.Component):
         m.d.comb += [ctx.wr_en.eq(wr_en | ctx.cw_valid),
                      ctx.wr_addr.eq(Mux(ctx.cw_valid, ctx.cw_qpn, c_idx)),
                      ctx.wr_dyn.eq(new)]
-        def hazard(idx):
-            return c_wr & (c_idx == idx)
-        # (one compare per source, in parallel with the source select)
-        haz_f = Signal()
-        haz_d = Signal()
-        haz_m = Signal()
-        # The metadata's hazard comes from registers, so that ``meta.ready`` (RX Parse's read of
-        # its queue) depends on no payload bit and on no compare (timing): ``m_hz`` compares
-        # the head offered in the cycle before with the operation that is in C in this cycle
-        # (B's on ``adv``, else C's). The head is the same now if it was offered then (stream
-        # rules: held until taken; a head taken then put R's operation in the way now). A head
-        # that was not offered then waits while C holds an operation of any QP that writes the
-        # table (a cycle at most).
-        m_seen = Signal()
-        m_hz = Signal()
-        m.d.sync += [m_seen.eq(self.meta.valid),
-                     m_hz.eq(Mux(adv, b_valid & (b_kind != Kind.RESP) & (r_idx == meta.dqpn[:ab]),
-                                 hazard(meta.dqpn[:ab])))]
-        m.d.comb += [haz_f.eq(hazard(inj_qpn)), haz_d.eq(hazard(self.rq_db.payload.qpn[:ab])),
-                     haz_m.eq(Mux(m_seen, m_hz, c_wr)),
-                     a_haz.eq(r_valid | (sel_fatal & haz_f) | (sel_db & haz_d)
-                              | (sel_meta & haz_m)),
-                     # (each port's ready with only its own source's terms)
-                     self.rq_db.ready.eq(adv & sel_db & ~r_valid & ~haz_d),
-                     self.meta.ready.eq(adv & ~t.inj_valid & ~self.rq_db.valid & ~ctx.busy
-                                        & ~r_valid & ~haz_m)]
+        self._issue_rule(m, t, c_wr, c_idx, b_valid, b_kind)
         with m.If(t.adv_b):
             m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind)]
         # (the forward's select, a register: the operation issued finds one of its QP that
@@ -557,6 +532,39 @@ class PsnCheck(wiring.Component):
             b_rlm1=b_rlm1, b_rlz=b_rlz, b_slot=b_slot, b_st=b_st, b_valid=b_valid, c_ctx=c_ctx,
             c_db=c_db, c_idx=c_idx, c_kind=c_kind, c_meta=c_meta, c_qok=c_qok, c_slot=c_slot,
             c_st=c_st, c_valid=c_valid, c_wr=c_wr, fwd=fwd, new=new, wr_en=wr_en)
+
+    def _issue_rule(self, m, t, c_wr, c_idx, b_valid, b_kind):
+        """The issue rule ``a_haz`` (R holds an operation, or the selected operation's QP is
+        written by C's in this cycle) and the input ports' ``ready``."""
+        (a_haz, ab, adv, ctx, inj_qpn, meta, r_idx, r_valid, sel_db, sel_fatal, sel_meta) = (
+            t.a_haz, t.ab, t.adv, t.ctx, t.inj_qpn, t.meta, t.r_idx, t.r_valid, t.sel_db,
+            t.sel_fatal, t.sel_meta)
+        def hazard(idx):
+            return c_wr & (c_idx == idx)
+        # (one compare per source, in parallel with the source select)
+        haz_f = Signal()
+        haz_d = Signal()
+        haz_m = Signal()
+        # The metadata's hazard comes from registers, so that ``meta.ready`` (RX Parse's read of
+        # its queue) depends on no payload bit and on no compare (timing): ``m_hz`` compares
+        # the head offered in the cycle before with the operation that is in C in this cycle
+        # (B's on ``adv``, else C's). The head is the same now if it was offered then (stream
+        # rules: held until taken; a head taken then put R's operation in the way now). A head
+        # that was not offered then waits while C holds an operation of any QP that writes the
+        # table (a cycle at most).
+        m_seen = Signal()
+        m_hz = Signal()
+        m.d.sync += [m_seen.eq(self.meta.valid),
+                     m_hz.eq(Mux(adv, b_valid & (b_kind != Kind.RESP) & (r_idx == meta.dqpn[:ab]),
+                                 hazard(meta.dqpn[:ab])))]
+        m.d.comb += [haz_f.eq(hazard(inj_qpn)), haz_d.eq(hazard(self.rq_db.payload.qpn[:ab])),
+                     haz_m.eq(Mux(m_seen, m_hz, c_wr)),
+                     a_haz.eq(r_valid | (sel_fatal & haz_f) | (sel_db & haz_d)
+                              | (sel_meta & haz_m)),
+                     # (each port's ready with only its own source's terms)
+                     self.rq_db.ready.eq(adv & sel_db & ~r_valid & ~haz_d),
+                     self.meta.ready.eq(adv & ~t.inj_valid & ~self.rq_db.valid & ~ctx.busy
+                                        & ~r_valid & ~haz_m)]
 
     def _stage_r_compares(self, m, t):
         """The length compares stage R makes for B (``b_rl_gt``, ``b_len_gt``, ``b_len_eq``, one
@@ -825,30 +833,8 @@ class PsnCheck(wiring.Component):
         dec = Signal(dec_layout)
         stat_c = Signal(NUM_COUNTERS)
         fire = Signal()
-        # ``adv`` (= ~c_valid | room in every output queue, whether this operation needs it or
-        # not: the decision stays out of the stall path) enables every register of stages A
-        # to C and the context tables' read: registers (the copies, see _stage_a) loaded with
-        # its next value, stage C's next valid (``c_valid`` follows ``b_valid`` on ``adv``)
-        # and each queue's room in the next cycle as the queues' registers and C's own vouch
-        # for it: two free entries, or one and no push from C now (``c_valid & adv``; for
-        # ``fl_q`` also SET_QP's flush). Neither the decision (which queues C pushes) nor a
-        # consumer's ``ready`` reaches it: a queue full now has no room next in this count
-        # even if read now, a cycle of stall more than the exact count; with operations two
-        # cycles apart C's next cycle is then a bubble's, which needs no room. So ``fire`` is
-        # ``c_valid & adv``, one LUT of registers.
-        push = Signal()
         set_fl = Signal()
-        m.d.comb += push.eq(c_valid & t.adv_c)
-
-        def room(q, name, p=push):
-            return (q.level <= t.qdepth[name] - 2) | (q.i.ready & ~p)
-        adv_d = Signal()
-        m.d.comb += adv_d.eq(~Mux(t.adv_c, b_valid, c_valid)
-                             | (room(exe_q, "exe") & room(resp_q, "resp") & room(dec_q, "dec")
-                                & room(ev_q, "ev") & room(ack_q, "ack")
-                                & room(fl_q, "fl", push | set_fl)))
-        m.d.sync += [a.eq(adv_d) for a in (adv, t.adv_ld, t.adv_ld1, t.adv_b, t.adv_c)]
-        m.d.comb += fire.eq(push)
+        m.d.comb += fire.eq(self._stall(m, t, set_fl))
         # The flush of a SET_QP to ERROR is pushed in the cycle after its write, from the
         # tables' read register: SET_QP runs with the pipeline drained, so it holds the QP's
         # row as the command read it (its RQ producer, which a move to ERROR keeps, and its
@@ -906,6 +892,35 @@ class PsnCheck(wiring.Component):
         return types.SimpleNamespace(
             dec=dec, ent=ent, exe=exe, exe_dup=exe_dup, stat_c=stat_c, want_ack=want_ack, want_dec=want_dec,
             want_ev=want_ev, want_exe=want_exe, want_fl=want_fl, want_rq=want_rq)
+
+    def _stall(self, m, t, set_fl):
+        """The stall ``adv`` and its copies, loaded with their next value; returns C's push
+        strobe (``fire``). ``set_fl``: SET_QP's flush, which pushes ``fl_q`` too."""
+        (ack_q, b_valid, c_valid, dec_q, ev_q, exe_q, fl_q, resp_q) = (
+            t.ack_q, t.b_valid, t.c_valid, t.dec_q, t.ev_q, t.exe_q, t.fl_q, t.resp_q)
+        # ``adv`` (= ~c_valid | room in every output queue, whether this operation needs it or
+        # not: the decision stays out of the stall path) enables every register of stages A
+        # to C and the context tables' read: registers (the copies, see _stage_a) loaded with
+        # its next value, stage C's next valid (``c_valid`` follows ``b_valid`` on ``adv``)
+        # and each queue's room in the next cycle as the queues' registers and C's own vouch
+        # for it: two free entries, or one and no push from C now (``c_valid & adv``; for
+        # ``fl_q`` also SET_QP's flush). Neither the decision (which queues C pushes) nor a
+        # consumer's ``ready`` reaches it: a queue full now has no room next in this count
+        # even if read now, a cycle of stall more than the exact count; with operations two
+        # cycles apart C's next cycle is then a bubble's, which needs no room. So ``fire`` is
+        # ``c_valid & adv``, one LUT of registers.
+        push = Signal()
+        m.d.comb += push.eq(c_valid & t.adv_c)
+
+        def room(q, name, p=push):
+            return (q.level <= t.qdepth[name] - 2) | (q.i.ready & ~p)
+        adv_d = Signal()
+        m.d.comb += adv_d.eq(~Mux(t.adv_c, b_valid, c_valid)
+                             | (room(exe_q, "exe") & room(resp_q, "resp") & room(dec_q, "dec")
+                                & room(ev_q, "ev") & room(ack_q, "ack")
+                                & room(fl_q, "fl", push | set_fl)))
+        m.d.sync += [a.eq(adv_d) for a in (t.adv, t.adv_ld, t.adv_ld1, t.adv_b, t.adv_c)]
+        return push
 
     def _stage_c_decide(self, m, t):
         """Stage C's decision, per operation kind: the ``exe`` command, the response entry, the
