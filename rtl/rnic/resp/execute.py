@@ -374,6 +374,8 @@ class _LateWrite:
             m.d.sync += [hit.eq(wp.en & (wp.addr == rp.addr)), hdata.eq(wp.data)]
         out = Signal(rp.data.shape(), name=f"{name}_data")
         m.d.comb += out.eq(Mux(hit, hdata, rp.data))
+        # (the bypass's registers, for a reader that registers ``rp.data`` before the mux)
+        self.hit, self.hdata = hit, hdata
         return out
 
 
@@ -841,6 +843,8 @@ class Execute(wiring.Component):
         has_beats = Signal()            # payload beats come on ``pay`` (none for status ≠ 0)
         m.d.comb += has_beats.eq((plen != 0) & ~c.err)
         mend = Signal(34)
+        dma_nz = Signal()               # ``mend`` ≠ 0 while it holds a WRITE's or READ's
+                                        # ``dma_len`` (registered at the take, with it)
         # The WQE's fields come from the store's asynchronous read at ``prow`` (a register):
         # they go into registers, or through a mux into a LUT-RAM write, never into an adder.
         # The SGE lengths pass through ``li_r`` (SUMS<i> adds the length ``li_r`` took in
@@ -905,7 +909,7 @@ class Execute(wiring.Component):
         # piece i's offset in its SGE (i = 1, 2)
         dl_rs = [None] + [Mux(in_rs[i], dl_r, 0) for i in range(1, MAX_SGE)]
         return types.SimpleNamespace(
-            a_r=a_r, ca_i=ca_i, ca_lo=ca_lo, ca_on=ca_on, dl_rs=dl_rs,
+            a_r=a_r, ca_i=ca_i, ca_lo=ca_lo, ca_on=ca_on, dl_rs=dl_rs, dma_nz=dma_nz,
             has_beats=has_beats, li_cs=li_cs, li_r=li_r, ln_rs=ln_rs, mend=mend, off=off,
             plen=plen, run=run, run_c=run_c, src_rs=src_rs, v_rs=v_rs)
 
@@ -939,10 +943,10 @@ class Execute(wiring.Component):
                 # loaded at the take)
                 with m.If(c.write):
                     # (va + offset from the shared adder: SUMS loaded its operand)
-                    m.d.comb += [v.eq((t.mend != 0) & (plen != 0)),
+                    m.d.comb += [v.eq(t.dma_nz & (plen != 0)),
                                  ln.eq(plen), src.eq(0)]
                 with m.Elif(c.read):
-                    m.d.comb += [v.eq(t.mend != 0), va.eq(a_r), ln.eq(t.mend[:32]),
+                    m.d.comb += [v.eq(t.dma_nz), va.eq(a_r), ln.eq(t.mend[:32]),
                                  src.eq(0)]
                 with m.Else():
                     m.d.comb += ln.eq(ln_rs[0])
@@ -1197,7 +1201,8 @@ class Execute(wiring.Component):
         m.d.sync += [c[f].eq(ep[f]) for f in c.shape().members if f not in ("qpn", "err")]
         m.d.sync += [c.qpn.eq(ep.qpn[:t.ab]), c.err.eq(ep.status != 0)]
         # (a WRITE's or READ's va and length: into the registers that plan its piece)
-        m.d.sync += [t.a_r.eq(ep.va), t.mend.eq(ep.dma_len), t.li_r.eq(ep.rkey)]
+        m.d.sync += [t.a_r.eq(ep.va), t.mend.eq(ep.dma_len), t.li_r.eq(ep.rkey),
+                     t.dma_nz.eq(ep.dma_len != 0)]
         # a command with ``status`` ≠ 0 only completes the held WQE in error, whatever its
         # opcode (a READ request that broke a SEND's sequence is not a READ here)
         m.d.sync += c.read.eq(ep.read & (ep.status == 0))
@@ -1230,21 +1235,23 @@ class Execute(wiring.Component):
         """The planner's flush states: from the QP's completion index (``cnext``) to the flush's
         end, each WQE read (FETCH) and its CQE pushed (FL_CQE); then the QP's completion index
         written and the QP marked dead."""
-        (ab, b, c, cnext_rd_data, cnext_wr, cqe_q, dead_wr, fl_cqe, fl_end, fl_start, fl_stop,
+        (ab, b, c, cnext_wr, cqe_q, dead_wr, fl_cqe, fl_end, fl_start, fl_stop,
          rst, wp) = (
-            t.ab, t.b, t.c, t.cnext_rd_data, t.cnext_wr, t.cqe_q, t.dead_wr, t.fl_cqe, t.fl_end,
+            t.ab, t.b, t.c, t.cnext_wr, t.cqe_q, t.dead_wr, t.fl_cqe, t.fl_end,
             t.fl_start, t.fl_stop, t.rst, t.wp)
         with m.State("FL_DEC"):
             # the block RAM's output (4.3 ns from the clock on an ECP5) ends in a register
-            # of its own, not behind ``c``'s input multiplexer
-            m.d.sync += fl_start.eq(cnext_rd_data)
+            # of its own, not behind the bypass or ``c``'s input multiplexer: FL_LD applies
+            # the bypass, whose registers hold the read's while the port's ``en`` is low
+            m.d.comb += t.cnext_rd.en.eq(0)
+            m.d.sync += fl_start.eq(t.cnext_rd.data)
             # the flush's CQEs leave as stage 4's (idle until the flush ends) from ``b`` and
             # the plan head of the planner's slot (written in FETCH_WAIT)
             m.d.sync += [b.slot.eq(wp), b.qpn.eq(c.qpn[:ab]), b.cqn.eq(c.rcqn),
                          b.cstat.eq(WcStatus.WR_FLUSH_ERR), b.inv.eq(0)]
             m.next = "FL_LD"
         with m.State("FL_LD"):
-            m.d.sync += c.rq_index.eq(fl_start)
+            m.d.sync += c.rq_index.eq(Mux(cnext_wr.hit, cnext_wr.hdata, fl_start))
             m.next = "FL_CHK"
         with m.State("FL_CHK"):
             # registered: is the flush at its end (index reached or behind)?
@@ -1388,7 +1395,7 @@ class Execute(wiring.Component):
             with m.If(c.wqe | look_eq.all()):
                 m.d.sync += plan_hit_r.eq(1)
                 if P:
-                    m.d.sync += pool["match"].eq(pool["match_c"])
+                    m.d.sync += [pool["match"].eq(pool["match_c"]), pool["m_new"].eq(1)]
                 m.next = "HIT"
             with m.Else():
                 # the held index is not c's: c takes it (from ``wq_held``, a register:
@@ -1406,10 +1413,14 @@ class Execute(wiring.Component):
                 # (in every HIT cycle: the last one's is the slot a pool hit takes)
                 m.d.sync += prow_oh.eq(Cat(*[pool["hsel"] == i for i in range(P)]))
             m.d.sync += [plan_hit_r.eq(1), plan_tk.eq(1)]
+            # ``prow`` is loaded in every HIT cycle with the row a hit in it takes (row P, else
+            # the pool's ``hsel``): its enable is the state's (the row fans out to every
+            # LUT RAM of the store), and no state reads the store before the WQE's row is
+            # settled (HIT leaves to FETCH, which sets row P, on a miss)
+            m.d.sync += prow.eq(Mux(d_valid & d_eq, P, pool["hsel"]) if P else P)
             # ``wqet`` gets the index of a WQE the command takes
             with m.If(d_valid & d_eq):
                 # row P, the planner's own last read, holds it
-                m.d.sync += prow.eq(P)
                 with m.If(c.wqe):
                     m.next = "TAKE"
                 with m.Else():
@@ -1424,7 +1435,7 @@ class Execute(wiring.Component):
                 with m.Elif((cur & pool["ok"]) != 0):
                     # the slot ``hsel``: the planner works from its row, pinned until PUSH
                     m.d.comb += pool["hit"].eq(1)
-                    m.d.sync += [prow.eq(pool["hsel"]), pin.eq(1), pchk.eq(1)]
+                    m.d.sync += [pin.eq(1), pchk.eq(1)]
                     with m.If(c.wqe):
                         m.next = "TAKE"
                     with m.Else():
@@ -1727,7 +1738,9 @@ class Execute(wiring.Component):
         r = Signal(iss_tok)                    # the entry as it goes on (comb)
         r_skip = Signal()
         r_full = Signal()
-        post_dead_w = Signal()                 # stage 4 writes a dead mark this cycle
+        # stage 4 is in POST with a fatal outcome (it may write a dead mark this cycle):
+        # stage 3, which may write one too, waits (a register's test, not POST's decision)
+        post_dead_w = Signal()
         r_go = Signal()                        # the entry may go into ``post_plan_q`` now
         m.d.comb += r_go.eq(pp_q.i.ready & ~rst.valid & ~post_dead_w & ~t.wf_w)
         m.d.comb += r.eq(h)
@@ -1810,9 +1823,20 @@ class Execute(wiring.Component):
             for i in range(MAX_SGE):
                 with m.Case(i):
                     m.d.comb += [j_len_b.eq(sp_rd[i].data.len), j_src_b.eq(sp_rd[i].data.src)]
+        # The write request of piece ``jb`` leaves from registers: the length and the address
+        # bits below the page (the operands of the AXI master's burst arithmetic) registered
+        # from the piece's rows in every cycle, the page from ``plan_bus`` at the registered
+        # address {jb, slot}, the tag the count. So it is offered from ISSUE's second cycle
+        # for a piece (``wq_ok``: ``jb`` and ``b`` were unchanged in the cycle before), while
+        # the piece goes from the first: the Scatter Path takes a request only after its
+        # piece (two cycles after its push at the earliest), so the request is never later.
+        wq_lo = Signal(12)
+        wq_len = Signal(13)
+        wq_ok = Signal()
+        m.d.sync += [wq_lo.eq(j_bus_b[:12]), wq_len.eq(j_len_b), wq_ok.eq(0)]
         m.d.comb += [
-            self.wr.req.payload.addr.eq(j_bus_b),
-            self.wr.req.payload.len_bytes.eq(j_len_b),
+            self.wr.req.payload.addr.eq(Cat(wq_lo, j_bus_b[12:])),
+            self.wr.req.payload.len_bytes.eq(wq_len),
             self.wr.req.payload.tag.eq(wr_cnt[:8]),
             pq.payload.src.eq(j_src_b),
             pq.payload.len.eq(j_len_b),
@@ -1855,7 +1879,8 @@ class Execute(wiring.Component):
             post_q.i.payload.syndrome.eq(b.syn),
             post_q.i.payload.beats.eq(b.has_beats),
         ]
-        return types.SimpleNamespace(b_next=b_next, bh=bh, jb=jb, pp_first=pp_first, rq=rq)
+        return types.SimpleNamespace(b_next=b_next, bh=bh, jb=jb, pp_first=pp_first, rq=rq,
+                                     wq_ok=wq_ok)
 
     def _issue(self, m, t):
         """Stage 4, the issue FSM: the writes, the closing piece, the invalidate, then the post
@@ -1881,21 +1906,22 @@ class Execute(wiring.Component):
             with m.State("ISSUE"):
                 # (a READ's piece was checked, not written; a command with nothing to close or
                 # invalidate goes straight to POST)
+                m.d.sync += t.wq_ok.eq(1)
                 with m.If(b.nowrite | b.read | (jb == MAX_SGE)):
                     with m.If(~b.has_beats & (~b.inv | b.nowrite)):
                         m.next = "POST"
                     with m.Else():
                         m.next = "CLOSE"
                 with m.Elif(room):
-                    m.d.comb += [self.wr.req.valid.eq(~sent_w), pq.valid.eq(~sent_p)]
+                    m.d.comb += [self.wr.req.valid.eq(~sent_w & t.wq_ok), pq.valid.eq(~sent_p)]
                     w_ok = Signal()
                     p_ok = Signal()
-                    m.d.comb += [w_ok.eq(sent_w | self.wr.req.ready),
+                    m.d.comb += [w_ok.eq(sent_w | (t.wq_ok & self.wr.req.ready)),
                                  p_ok.eq(sent_p | pq.ready)]
                     with m.If(w_ok & p_ok):
                         m.d.comb += [wqpn_wr.en.eq(1), wr_inc.eq(1)]
                         m.d.sync += [sent_w.eq(0), sent_p.eq(0), jb.eq(b_next),
-                                     wr_cnt.eq(wr_cnt + 1)]
+                                     wr_cnt.eq(wr_cnt + 1), t.wq_ok.eq(0)]
                         with m.If(b_next == MAX_SGE):
                             m.next = "CLOSE"
                     with m.Else():
@@ -1929,6 +1955,7 @@ class Execute(wiring.Component):
                 go = Signal()
                 evn = Signal()
                 rjob = Signal()
+                m.d.comb += post_dead_w.eq(b.fatal)
                 m.d.comb += [evn.eq(b.rdflt & ~b.skip),
                              rjob.eq(b.read & ~b.fatal & ~b.skip),
                              go.eq(post_q.i.ready & (~b.cqe_on | cqe_q.i.ready)
@@ -1941,7 +1968,7 @@ class Execute(wiring.Component):
                                  b_ev.eq(evn), inv_dec.eq(b.invc)]
                     with m.If(b.fatal):
                         m.d.comb += [dead_wr.addr.eq(b.qpn), dead_wr.data.eq(1),
-                                     dead_wr.en.eq(1), post_dead_w.eq(1)]
+                                     dead_wr.en.eq(1)]
                     with m.If(b.cdone & ~b.skip):
                         m.d.comb += [cnext_wr.addr.eq(b.qpn), cnext_wr.data.eq(bh.widx + 1),
                                      cnext_wr.en.eq(1)]

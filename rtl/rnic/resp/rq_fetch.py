@@ -216,7 +216,8 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     signals the planner uses: ``match_c`` (valid in LOOK, the state after the one that
     loaded c's index: slots holding c's WQE),
     ``claim_d`` (the slots the prefetcher claimed in the cycle before, one-hot; none is
-    claimed in HIT), ``match`` (the planner's register of ``match_c``), ``valid``,
+    claimed in HIT), ``match`` (the planner's register of ``match_c``), ``m_new`` (a register
+    the planner sets to 1 with ``match``: the prefetcher's claim waits a cycle), ``valid``,
     ``ok`` (data present), ``hit`` (driven by the planner: the first matched slot with data
     is used now) and ``hsel`` (in HIT, the store row of that slot)."""
     # The parts below share their signals through ``t``: each takes from it what it reads
@@ -236,7 +237,8 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     _prefetcher_fsm(m, t)
     _add(t, _hit_select(m, t))
     _slot_updates(m, t)
-    return {"match_c": t.match_c, "match": t.match, "valid": t.valid, "ok": t.ok, "hit": t.hit,
+    return {"match_c": t.match_c, "match": t.match, "m_new": t.m_new, "valid": t.valid,
+            "ok": t.ok, "hit": t.hit,
             "claim_d": t.claim_d, "hsel": t.hsel, "ring_ok": t.ring_ok}
 
 
@@ -384,12 +386,14 @@ def _visit_registers(m, t):
     a_sel1 = Signal()           # for a deeper index (else idx0): idx1, or idx2 with
     a_k2 = Signal()             # this,
     a_ev = Signal()             # by eviction (the pointer moves on at the claim)
-    a_oh = Signal(P)            # ``a_slot`` one-hot (the claim's enables and the hold's
-                                # match test start from it, not from a decode)
+    a_oh = Signal(P)            # ``a_slot`` one-hot (the claim's enables start from it,
+                                # not from a decode)
     # A take of the visited QP's idx0 leaves idx1 wanted (the take keeps its slot): the visit
-    # goes on without idx0; any other take of the QP, or its reset, voids the visit.
+    # goes on without idx0; any other take of the QP, or its reset, voids the visit. (Acted
+    # on from ``take_r``, c unchanged: ALLOC and CLAIM hold in that cycle, so no claim reads
+    # the visit's marks before they are set.)
     take_q = Signal()
-    m.d.comb += take_q.eq(take & (c.qpn[:ab] == pf_q))
+    m.d.comb += take_q.eq(t.take_r & (c.qpn[:ab] == pf_q))
     with m.If((rst.valid & (rst_q == pf_q)) | (take_q & (c.rq_index != pf_idx))):
         m.d.sync += pf_void.eq(1)
     with m.Elif(take_q):
@@ -450,11 +454,12 @@ def _visit_choice(m, t):
     # the ring mask 2^log − 1, one compare a bit (no carry chain in front of ALLOC's adder)
     lmask = Signal(16)
     m.d.comb += lmask.eq(low_mask(t.row.log))
-    # the WQE address (bits 63..6) of the index ALLOC chose (its registered choice), from
-    # registers in CLAIM and ISSUE: the fetch registers the request
+    # the WQE address (bits 63..6) of the index ALLOC chose: its ring slot (``a_im``, loaded
+    # by ALLOC) added to the ring base, both registers, in CLAIM and ISSUE: the fetch
+    # registers the request
+    a_im = Signal(16)
     pf_addr = Signal(58)
-    m.d.comb += pf_addr.eq(t.row.base[6:] + (Mux(t.a_sel1, Mux(t.a_k2, t.pf_idx2, t.pf_idx1),
-                                                 t.pf_idx) & lmask))
+    m.d.comb += pf_addr.eq(t.row.base[6:] + a_im)
     need0 = Signal()            # WQE idx0 posted, not held, not yet fetched in this visit
     need1 = Signal()
     need2 = Signal()
@@ -475,18 +480,30 @@ def _visit_choice(m, t):
     # for a matched slot's data) a visit claims only a free slot outside the planner's
     # match: it decides no eviction (HIT may pin the slot), and a slot of ``match`` freed
     # since LOOK is not re-tagged under it (HIT would take the new tags for c's).
+    # (``a_m``: the slot ALLOC chose is in ``match``, registered by ALLOC; ``m_new``: the
+    # planner loaded ``match`` in the cycle before, so ``a_m`` may be stale: held as well)
+    a_m = Signal()
+    m_new = Signal()
+    m.d.sync += m_new.eq(0)
     hit_hold = Signal()
-    m.d.comb += hit_hold.eq(t.plan_hit_r & (t.a_ev | (t.match & t.a_oh).any()))
+    m.d.comb += hit_hold.eq(t.plan_hit_r & (t.a_ev | a_m | m_new))
     return types.SimpleNamespace(
         pinned=pinned, free=free, evictable=evictable, fsel=fsel, fsel_oh=fsel_oh, ev_oh=ev_oh,
         lmask=lmask, pf_addr=pf_addr, need0=need0,
-        need1=need1, need2=need2, pf_key=pf_key, pf_cmp=pf_cmp, hold=hold, hit_hold=hit_hold)
+        need1=need1, need2=need2, pf_key=pf_key, pf_cmp=pf_cmp, hold=hold, hit_hold=hit_hold,
+        a_im=a_im, a_m=a_m, m_new=m_new)
 
 
 def _prefetcher_fsm(m, t):
     """The prefetcher FSM ``prefetch``, which examines one QP at a time: its visit reads the
     QP's tables and compares the slots (:func:`_visit_read_states`), then claims a slot and
     issues the read of each WQE it needs (:func:`_visit_claim_states`)."""
+    # the request's payload is the prefetcher's whenever the planner's own read is not
+    # offered (its select one register, the planner's FETCH state): ``valid`` alone waits
+    # for CLAIM's decision
+    with m.If(~t.plan_fetch):
+        m.d.comb += [t.fetch.req.payload.addr.eq(Cat(Const(0, 6), t.pf_addr)),
+                     t.fetch.req.payload.tag.eq(t.a_slot)]
     with m.FSM(name="prefetch") as fsm:
         _visit_read_states(m, t)
         _visit_claim_states(m, t)
@@ -548,7 +565,17 @@ def _visit_claim_states(m, t):
         # slots' tags), nor an eviction while the planner is in HIT; in CLAIM,
         # no claim of the visited QP's next WQE (idx0) while the planner holds that
         # WQE (``plan_tk``: from DEC to the take; after the take idx0 is stale, and
-        # the take voids the visit a cycle later)
+        # the take voids the visit a cycle later). The choice's registers are loaded in
+        # every ALLOC cycle (CLAIM and ISSUE read them, entered from here only), so only
+        # the state and the pointer wait for the decision: idx0 if needed (a free slot,
+        # else the one at the pointer), else idx1 if needed, else idx2 (free slots);
+        # ``a_im`` the chosen index's ring slot
+        by_ev = Signal()
+        m.d.comb += by_ev.eq(need0 & (free == 0))
+        m.d.sync += [a_slot.eq(Mux(by_ev, ev, fsel)), t.a_oh.eq(Mux(by_ev, t.ev_oh, t.fsel_oh)),
+                     a_sel1.eq(~need0), a_k2.eq(~need1), a_ev.eq(by_ev),
+                     t.a_im.eq(Mux(need0, t.pf_idx, Mux(need1, t.pf_idx1, t.pf_idx2)) & t.lmask),
+                     t.a_m.eq((t.match & t.fsel_oh).any())]
         with m.If(hold):
             pass
         with m.Elif(pf_void | ~(need0 | need1 | need2)):
@@ -560,12 +587,10 @@ def _visit_claim_states(m, t):
             with m.If((free == 0) & t.pin & c.comp):
                 pass
             with m.Elif(free != 0):
-                m.d.sync += [a_slot.eq(fsel), t.a_oh.eq(t.fsel_oh), a_sel1.eq(0), a_ev.eq(0)]
                 m.next = "CLAIM"
             with m.Elif(plan_hit_r):
                 pass
             with m.Elif(t.evictable):
-                m.d.sync += [a_slot.eq(ev), t.a_oh.eq(t.ev_oh), a_sel1.eq(0), a_ev.eq(1)]
                 m.next = "CLAIM"
             with m.Else():
                 m.d.sync += ev.eq(Mux(ev == P - 1, 0, ev + 1))
@@ -574,8 +599,6 @@ def _visit_claim_states(m, t):
             # WQE nxt + 1 (or + 2): only into a free slot (a deeper prefetch never
             # evicts)
             with m.If(free != 0):
-                m.d.sync += [a_slot.eq(fsel), t.a_oh.eq(t.fsel_oh), a_sel1.eq(1),
-                             a_k2.eq(~need1), a_ev.eq(0)]
                 m.next = "CLAIM"
             with m.Else():
                 m.next = "IDLE"
@@ -604,9 +627,7 @@ def _issue(m, t):
     or, with a prefetch depth of 1, to IDLE."""
     fetch = t.fetch
     with m.If(~t.plan_fetch):
-        m.d.comb += [fetch.req.valid.eq(1),
-                     fetch.req.payload.addr.eq(Cat(Const(0, 6), t.pf_addr)),
-                     fetch.req.payload.tag.eq(t.a_slot)]
+        m.d.comb += fetch.req.valid.eq(1)
         with m.If(fetch.req.ready):
             # back to ALLOC: the other index may be fetched in the same visit
             m.next = "ALLOC" if t.D > 1 else "IDLE"
