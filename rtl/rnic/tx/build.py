@@ -293,7 +293,7 @@ class TxBuild(wiring.Component):
         registers, as an unbuffered two-entry queue's), in a ring of four LUT-RAM slots read
         combinationally. The fields the head's precomputation reads (``h``) are read at the head's
         slot; the header template's (``r``: the BTH fields, RETH, and the AETH or IMMDT/IETH as
-        wire bytes, whether there is a RETH) at the slot of the descriptor
+        wire bytes) at the slot of the descriptor
         taken last, which stays unwritten while its frame is built: the two waiting are the two
         slots after it. Returns the queue (its head stream ends ``o.valid``, ``o.ready``), ``h`` and
         ``r``."""
@@ -303,17 +303,18 @@ class TxBuild(wiring.Component):
         head_layout = data.StructLayout({f: pkt_layout.members[f]
                                          for f in ("opcode", "aeth", "paylen")}
                                         | {"cls": 3, "qpn": (self.num_qp - 1).bit_length()})
-        # the 20 bytes after the BTH: RETH bytes 4..15 and IMMDT/IETH, as the RETH opcodes place
-        # them, and the first 4 (RETH, or ``x``) chosen as the header is written (the bytes
-        # past the header are never written into the frame). ``x`` is the AETH or the
-        # IMMDT/IETH, chosen as the descriptor is queued: a frame has at most one of them (an
-        # AETH only with an opcode without RETH/IMMDT/IETH)
+        # the 20 bytes after the BTH as the RETH opcodes place them: ``tail``, RETH bytes 0..15
+        # with, in place of the first 4 when there is no RETH, ``x``; then ``x`` (the bytes past
+        # the header are never written into the frame). ``x`` is the AETH or the IMMDT/IETH: a
+        # frame has at most one of them (an AETH only with an opcode without RETH/IMMDT/IETH).
+        # Both choices are made as the descriptor is queued, not on the header's write path.
         hdr_layout = data.StructLayout({"opcode": 8, "se": 1, "ackreq": 1, "psn": 24,
-                                        "reth": 8 * 16, "x": 32, "has_reth": 1})
+                                        "tail": 8 * 16, "x": 32})
         reth = wire.RETH.assemble({"va": p.va, "rkey": p.rkey, "dmalen": p.dmalen})
         imm = wire.IMMDT.assemble({"imm": p.imm})
         aeth = wire.AETH.assemble({"syndrome": p.syndrome, "msn": p.msn})
         has_reth = Cat(*[p.opcode == o for o in RETH_OPCODES]).any()
+        x = Mux(p.aeth, Cat(*aeth), Cat(*imm))
         syn, cls = p.syndrome, Signal(3)
         with m.If(p.opcode == 0x11):
             m.d.comb += cls.eq(Mux(syn[5:7] == 0, 1, Mux(syn[5:7] == 1, 2, Mux(syn == 0x60, 3, 4))))
@@ -345,8 +346,8 @@ class TxBuild(wiring.Component):
             self.pkt.ready.eq(w_rdy),
             hw.addr.eq(produce), hw.en.eq(w_rdy), tw.addr.eq(produce), tw.en.eq(w_rdy),
             hw.data.eq(Cat(p.opcode, p.aeth, p.paylen, cls, p.qpn[:head_layout.members["qpn"]])),
-            tw.data.eq(Cat(p.opcode, p.se, p.ackreq, p.psn, *reth,
-                           Mux(p.aeth, Cat(*aeth), Cat(*imm)), has_reth)),
+            tw.data.eq(Cat(p.opcode, p.se, p.ackreq, p.psn,
+                           Mux(has_reth, Cat(*reth[:4]), x), *reth[4:], x)),
             hr.addr.eq(consume), tr.addr.eq(cur),
         ]
         return types.SimpleNamespace(o=o), hr.data, tr.data
@@ -505,6 +506,7 @@ class TxBuild(wiring.Component):
         hdr_hi = Signal(range((MAX_HDR >> 2) + 1))
         hdr_len_r = Cat(Const(2, 2), hdr_hi)
         ip_len = Cat(Const(0, 2), (crc_hi - 2)[:14])    # crc_end + 4 − 14: a multiple of 4
+        udp_len = Cat(Const(0, 2), (crc_hi - 7)[:14])   # ip_len − 20, from crc_hi in one step
         csum = Signal(16)
         out_words = Signal(WB)
         crc_last = crc_hi[t.lg - 2:]    # the word of the ICRC input's last byte, crc_end − 1
@@ -525,14 +527,12 @@ class TxBuild(wiring.Component):
                                  "ttl": 64, "protocol": wire.IP_PROTO_UDP, "checksum": csum,
                                  "src": sip, "dst": dip})
         udp = wire.UDP.assemble({"sport": rpath.sport, "dport": wire.ROCE_UDP_PORT,
-                                 "length": ip_len - 20})
+                                 "length": udp_len})
         bth = wire.BTH.assemble({"opcode": r.opcode, "se": r.se, "padcnt": padcnt,
                                  "pkey": 0xFFFF, "dqpn": rpath.dest_qpn, "ackreq": r.ackreq,
                                  "psn": r.psn})
-        reth = [r.reth[8 * i:8 * i + 8] for i in range(16)]
-        x = [r.x[8 * i:8 * i + 8] for i in range(4)]
-        tail = [Mux(r.has_reth, reth[i], x[i]) for i in range(4)]
-        tail += reth[4:] + x
+        tail = [r.tail[8 * i:8 * i + 8] for i in range(16)]
+        tail += [r.x[8 * i:8 * i + 8] for i in range(4)]
         hdr_bytes = eth + ip + udp + bth + tail
         hdr_bytes += [Const(0, 8)] * (hdr_words * nb - len(hdr_bytes))
         hdr = Signal(8 * hdr_words * nb)
@@ -769,11 +769,20 @@ class TxBuild(wiring.Component):
         _add(t, self._emitter_reads(m, t))
         _add(t, self._emitter_output(m, t))
 
-    def _icrc_soon(self, t, cw):
-        """Whether the oldest ICRC in the CRC unit comes by the time word ``cw`` can be read:
-        one whose last input went in ``j`` cycles ago (``pend[j]``) comes out in ``L − j``."""
-        L, pend = t.crc.latency, t.pend
-        return Cat(*[pend[j] & (cw >= L - j) for j in range(L)]).any()
+    @staticmethod
+    def _cw_reach(cw, L):
+        """``cw ≥ L − j`` for j in 0..L − 1, as LUT terms: the bits above the constant's width
+        OR-ed, not a carry chain."""
+        def ge(k):
+            b = k.bit_length()
+            return (cw[b:] != 0) | (cw[:b] >= k) if len(cw) > b else cw >= k
+        return Cat(*[ge(L - j) for j in range(L)])
+
+    def _icrc_soon(self, t, reach):
+        """Whether the oldest ICRC in the CRC unit comes by the time the frame's ICRC word
+        ``cw`` can be read, given ``reach`` (:meth:`_cw_reach`): one whose last input went in
+        ``j`` cycles ago (``pend[j]``) comes out in ``L − j``."""
+        return (t.pend & reach).any()
 
     def _emitter_frame(self, m, t):
         """The loaded frame's registers (``e_*``: its base, last word, ICRC and where its
@@ -790,6 +799,7 @@ class TxBuild(wiring.Component):
         # crc_end mod nb) and, when it crosses a word, e_imask1 of the next; e_fkeep the last
         # word's keep
         e_dword, e_cw, e_cw1 = [Signal(WB) for _ in range(3)]
+        e_reach = Signal(crc.latency)    # :meth:`_cw_reach` of e_cw, set with it
         e_dmask, e_fkeep = [Signal(nb) for _ in range(2)]
         e_imask = Signal(nb + 4)
         # A frame may start before its ICRC when the ICRC is sure to be there by the time the
@@ -806,13 +816,14 @@ class TxBuild(wiring.Component):
             m.d.sync += pend[1:].eq(pend[:-1])
         return types.SimpleNamespace(
             e_base=e_base, e_wlast=e_wlast, e_icrc=e_icrc, e_dword=e_dword, e_cw=e_cw, e_cw1=e_cw1,
+            e_reach=e_reach,
             e_dmask=e_dmask, e_fkeep=e_fkeep, e_imask=e_imask, pend=pend)
 
     def _emitter_start(self, m, t):
         """When a cut-through frame may start (``ct_go``, with ``rq_none``/``rq_one``: which
         record it is), and ``soon``: the loaded frame's ICRC is sure to be there by the time
         its ICRC word ``e_cw`` is read. Adds them."""
-        e_cw, recq = t.e_cw, t.recq
+        recq = t.recq
         # A cut-through frame (no payload, its record queued as its header starts: see
         # :meth:`_builder_states`) may start while the builder still writes it. Once the emitter
         # is at it, every earlier frame's words are read, so ``room`` holds and the builder
@@ -835,7 +846,7 @@ class TxBuild(wiring.Component):
         ct_go = ct & ct_ready & room
 
         soon = Signal()                  # for the loaded frame (its ICRC word e_cw)
-        m.d.comb += soon.eq(self._icrc_soon(t, e_cw) | (ct_go & rq_none))
+        m.d.comb += soon.eq(self._icrc_soon(t, t.e_reach) | (ct_go & rq_none))
         return types.SimpleNamespace(rq_one=rq_one, ct_go=ct_go, soon=soon)
 
     def _emitter_reads(self, m, t):
@@ -914,7 +925,8 @@ class TxBuild(wiring.Component):
         rec = recq.o.payload
         rec_soon = Signal()              # ``soon`` for the record at the queue's head
         rce = Cat(Const(2, 2), rec.crc_end)
-        m.d.comb += rec_soon.eq(self._icrc_soon(t, rce >> lg) | (ct_go & rq_one))
+        m.d.comb += rec_soon.eq(self._icrc_soon(t, self._cw_reach(rce >> lg, t.crc.latency))
+                                | (ct_go & rq_one))
         # the lanes of its last word: to the ICRC's end, or to 60 bytes
         rec_fkeep = Signal(t.nb)
         m.d.comb += rec_fkeep.eq((Const(2, t.nb + 1) << Mux(rce < wire.MIN_FRAME - 4,
@@ -975,6 +987,7 @@ class TxBuild(wiring.Component):
                         e_dword.eq(rec.data_end >> lg),
                         e_dmask.eq((Const(1, nb + 1) << rec.data_end[:lg]) - 1),
                         e_cw.eq(rec_crc_end >> lg),
+                        t.e_reach.eq(self._cw_reach(rec_crc_end >> lg, t.crc.latency)),
                         e_cw1.eq((rec_crc_end >> lg) + 1),
                         e_imask.eq(Const(0xF, nb + 4) << rec_crc_end[:lg]),
                         e_fkeep.eq(t.rec_fkeep),
@@ -1089,8 +1102,10 @@ class TxBuild(wiring.Component):
         st = {n: Signal(name=f"st_{n.lower()}") for n in ("HDR", "DATA", "FLUSH", "FIN", "PAD")}
 
         take = Signal()                  # DATA takes a raw beat
-        # the frame being built is a cut-through frame: its record was queued in its first HDR
-        # cycle (see :meth:`_builder_states`); cleared as its last word leaves (FIN)
+        # the frame being built has its record queued before FIN: a cut-through frame's in its
+        # first HDR cycle, or a frame's in FLUSH with no descriptor ready to follow (then with
+        # ``ct_ready`` clear: not cut-through, see :meth:`_builder_states`); cleared as its last
+        # word leaves (FIN)
         ct = Signal()
         # ... and it may start now as far as the builder goes (:meth:`_emitter_start`): its words up
         # to the one carrying the ICRC are written, and the ICRC comes, in time
@@ -1222,7 +1237,6 @@ class TxBuild(wiring.Component):
                 # is its condition for the next cycle: wcount ≥ ct_thr in HDR (ct_thr ≥ 2,
                 # set in the first HDR cycle), cw ≥ 1 + L in FIN (``ct_fin``)
                 with m.If(t.ct_can & recq.i.ready):
-                    m.d.comb += recq.i.valid.eq(1)
                     m.d.sync += ct.eq(1)
                 m.d.sync += ct_ready.eq(Mux(hlast, ct_fin, wcount + 1 >= ct_thr))
                 with m.If(hlast):
@@ -1237,28 +1251,29 @@ class TxBuild(wiring.Component):
             with m.If(take & self.rd.resp.payload.last & (parts == 1)):
                 goto("FLUSH")
         with m.State("FLUSH"):
-            # the last raw beat's upper bytes, if the chunk has any in the next word; then
-            # the next chunk or the frame's end
+            # the last raw beat's upper bytes, if any in the next word; the next chunk or the end
             with m.If(room):
                 with m.If(c_done):
                     # the common end, without FIN: the record is queued now and the next
                     # descriptor taken; acc's word (the frame's last) leaves in the next
-                    # frame's first HDR cycle (``ck_ld``). A pad word of its own, a fault or
-                    # no room for the record go through FIN.
-                    with m.If(recq.i.ready & ~padw & ~bad & head_ok):
-                        m.d.comb += recq.i.valid.eq(1)
-                        m.d.sync += fbase.eq(fbase + out_words)
-                        take_packet()
+                    # frame's first HDR cycle (``ck_ld``). A pad word of its own, a fault, no
+                    # room for the record or no descriptor ready (the record queued here all
+                    # the same, ``ct`` set: the write does not wait for ``head_ok``) go to FIN.
+                    with m.If(recq.i.ready & ~padw & ~bad):
+                        with m.If(head_ok):
+                            m.d.sync += fbase.eq(fbase + out_words)
+                            take_packet()
+                        with m.Else():
+                            m.d.sync += [ct.eq(1), ct_ready.eq(0)]
+                            goto("FIN")
                     with m.Else():
                         goto("FIN")
                 with m.Else():
                     start_chunk(pos)
         with m.State("FIN"):
             # the last word leaves acc; the frame's record is queued (its ICRC follows), unless
-            # it was queued cut-through
+            # it was queued already (``ct``: cut-through, or in FLUSH)
             with m.If(room & (recq.i.ready | ct)):
-                with m.If(~ct):
-                    m.d.comb += recq.i.valid.eq(1)
                 m.d.sync += [ct.eq(0), ct_ready.eq(0), acc_v.eq(0), acc_w.eq(0),
                              fbase.eq(fbase + out_words),
                              wabs.eq(fbase + out_words)]
@@ -1316,6 +1331,10 @@ class TxBuild(wiring.Component):
                 m.d.sync += parts.eq(parts - 1)
         with m.If(st["FIN"] & room & (recq.i.ready | t.ct)):
             m.d.comb += flush.eq(1)
+        # the record's push (:meth:`_builder_states`: HDR's cut-through one, FLUSH's, FIN's),
+        # from the state flags and registers only
+        m.d.comb += recq.i.valid.eq(room & recq.i.ready & (
+            st["FLUSH"] & t.c_done & ~t.padw & ~bad | st["FIN"] & ~t.ct | st["HDR"] & t.ct_can))
         with m.If(st["PAD"]):
             m.d.comb += feed_v.eq(1)
         m.d.comb += [
