@@ -254,7 +254,9 @@ class KeyCache(wiring.Component):
                                             attrs={"no_rw_check": 1})
         rd = table.read_port()
         wr = table.write_port(granularity=LANE)
-        e = Signal(LANE * LANES)        # the row read two cycles ago (block-RAM clock-to-out)
+        # the row read two cycles ago; reset-less (used only by a stage whose valid bit is
+        # reset), so it can be the block RAM's output register
+        e = Signal(LANE * LANES, reset_less=True)
         m.d.sync += e.eq(rd.data)
         he = lookup_row_layout(e)
         ce = command_row_layout(e)

@@ -1138,7 +1138,8 @@ class RxParse(wiring.Component):
         # cycles.
         # Only the descriptor's ``d`` part (what the read side decides on) travels; the raw
         # metadata stays in the descriptor queue's ``m`` RAM until the take names it.
-        pr_d = Signal(d_layout)
+        # reset-less: read only under pr_v, so it can be the block RAM's output register
+        pr_d = Signal(d_layout, reset_less=True)
         head_in = self._head_fields(m, pr_d)
         m.submodules.head_q = head_q = Queue(head_in.shape(), 2, buffered=False, registers=True)
         take = Signal()
@@ -1289,7 +1290,8 @@ class RxParse(wiring.Component):
         L = self.lanes
         shifts = self.shifts
         # S1: memory read in flight; S2: registered read data, realign into the payload queue.
-        data2 = Signal(self.width)
+        # reset-less: read only under tok2, so it can be the block RAM's output register
+        data2 = Signal(self.width, reset_less=True)
         prev = Signal(self.width)
         m.d.sync += [tok1.eq(tok), tok2.eq(tok1)]
         with m.If(tok1.rd):
