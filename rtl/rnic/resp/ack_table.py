@@ -262,8 +262,9 @@ class AckTable(wiring.Component):
         r_ack = Signal()
         r_nak = Signal()
         r_nf = Signal()
-        r_a = Signal(_ack_layout)
-        r_n = Signal(_nak_layout)
+        # reset-less (read only under r_valid): the block RAM's output register
+        r_a = Signal(_ack_layout, reset_less=True)
+        r_n = Signal(_nak_layout, reset_less=True)
         r_q = Signal(ab)
         r_second = Signal()         # emitting the second of two frames
         two = Signal()

@@ -348,8 +348,10 @@ class QpContext(wiring.Component):
         rd_en = Signal()
         ld0 = Signal()
         ld1 = Signal()
-        s0 = Signal(_ROW0.width)
-        s1 = Signal(_ROW1.width)
+        # reset-less (read only for a QP's packet, after its load), so each can be the block
+        # RAM's output register
+        s0 = Signal(_ROW0.width, reset_less=True)
+        s1 = Signal(_ROW1.width, reset_less=True)
         d0 = Signal(dyn0_layout)
         d1 = Signal(dyn1_layout)
         fwd0 = Signal(dyn0_layout)
@@ -391,7 +393,7 @@ class QpContext(wiring.Component):
         srd, drd, owned = t.srd, t.drd, c.owned
         rd_en = Signal()
         ld = Signal()
-        srow = Signal(_ROW.width)
+        srow = Signal(_ROW.width, reset_less=True)     # the block RAM's output register
         dq = Signal(qp_dyn_layout)
         with m.If(ld):
             m.d.sync += [srow.eq(srd.data),
