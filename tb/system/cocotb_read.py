@@ -9,7 +9,7 @@ come from a Python model of §7, not from the RTL.
 import random
 
 import cocotb
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, RisingEdge
 
 from rnic.opcodes import Op
 from sim.driver.verbs import Access
@@ -93,6 +93,48 @@ async def read_sizes(dut):
     assert (cqe.wr_id, cqe.status, cqe.byte_len) == (9, 0, 5)
     q = await tb.dev.query_qp(tb.qp)
     assert q["epsn"] == psn + 1 and q["msn"] == msn + 1, q
+
+
+@cocotb.test()
+async def read_requests_behind(dut):
+    """Requests behind a long READ are still received and checked at one beat a cycle: 16
+    back-to-back 1 KiB RDMA WRITE_ONLYs right behind a 64 KiB READ never see
+    ``s_axis_rx_tready`` fall, their data is in host memory while the READ's responses are
+    still leaving, and their ACK follows the READ's last response (PSN order)."""
+    tb, buf, data = await _setup(dut, size=1 << 17)
+    wbuf = tb.dev.alloc(16 << 10, 4096)
+    await tb.dev.reg_mr(6, key=0x66, addr=wbuf, length=16 << 10, pd=PD,
+                        access=Access.REMOTE_WRITE)
+    stalls, beats = [], []
+
+    async def watch():
+        while True:
+            await RisingEdge(dut.clk)
+            if dut.s_axis_rx_tvalid.value:
+                (beats if dut.s_axis_rx_tready.value else stalls).append(1)
+    watcher = cocotb.start_soon(watch())
+    rng = random.Random(11)
+    writes = [bytes(rng.getrandbits(8) for _ in range(1024)) for _ in range(16)]
+    psn, size = PSN0, 64 << 10
+    n_resp = -(-size // PMTU)
+    await _read(tb, psn, buf, size)
+    for i, w in enumerate(writes):
+        await tb.send(Op.RDMA_WRITE_ONLY, w, psn=psn + n_resp + i, ackreq=int(i == 15),
+                      reth={"va": wbuf + 1024 * i, "rkey": 0x66, "dmalen": 1024})
+    await tb.src.wait()
+    for _ in range(200):
+        if tb.dev.read(wbuf, 16 << 10) == b"".join(writes):
+            break
+        await ClockCycles(dut.clk, 10)
+    assert tb.dev.read(wbuf, 16 << 10) == b"".join(writes)
+    # the READ is still answering while the WRITEs behind it are placed
+    assert tb.sink.count() < n_resp, tb.sink.count()
+    await _expect_read(tb, psn, size, 1, data, 0)
+    tb.expect_ack(await tb.recv_frame(), psn + n_resp + 15, 17)
+    watcher.cancel()
+    lanes = len(dut.s_axis_rx_tdata) // 8
+    assert len(beats) >= 16 * -(-(1024 + 70) // lanes), len(beats)
+    assert not stalls, f"s_axis_rx_tready fell for {len(stalls)} cycles behind the READ"
 
 
 @cocotb.test()

@@ -1,5 +1,6 @@
-"""RDMA READ as responder at the `rnic` top (interface.md §7): every size class, the errors,
-duplicates within and beyond IRD, a host read fault (cocotb, `tb/system/cocotb_read.py`)."""
+"""RDMA READ as responder at the `rnic` top (interface.md §7): every size class, requests behind
+a long READ at one beat a cycle, the errors, duplicates within and beyond IRD, a host read fault
+(cocotb, `tb/system/cocotb_read.py`)."""
 import pytest
 
 from rnic.params import RnicConfig
@@ -7,7 +8,8 @@ from sim.runner import Core, run_cocotb
 
 CONFIGS = {"w64": RnicConfig(num_qp=16, num_cq=4, key_entries=16),
            "w512": RnicConfig(data_width=512, num_qp=16, num_cq=4, key_entries=16)}
-TESTS = ["read_sizes", "read_errors", "read_duplicates", "read_host_fault"]
+TESTS = ["read_sizes", "read_requests_behind", "read_errors", "read_duplicates",
+         "read_host_fault"]
 
 
 @pytest.mark.parametrize("cfg", list(CONFIGS))
