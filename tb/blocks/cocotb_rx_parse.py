@@ -166,11 +166,13 @@ class TB:
         for _ in range(extra):
             await RisingEdge(self.dut.clk)
 
-    async def run(self, frames, *, tuser=None, check=True, drop_all=False, refs=None):
+    async def run(self, frames, *, tuser=None, check=True, drop_all=False, refs=None,
+                  gaps=None):
         """Send frames; check every accepted one comes out exactly, the drops counted.
 
         ``refs``: the frames the reference model judges instead of ``frames`` (one each; a
-        frame must come out exactly as its ref would).
+        frame must come out exactly as its ref would). ``gaps``: idle input cycles after each
+        frame (each frame then sent once the one before has gone in).
         """
         tuser = tuser or [0] * len(frames)
         refs = refs or frames
@@ -190,8 +192,10 @@ class TB:
         r0 = len(self.reasons)
         n0 = self.frames_seen
         self.dut.drop_all.value = int(drop_all)
-        for f, u in zip(frames, tuser):
+        for k, (f, u) in enumerate(zip(frames, tuser)):
             self.source.send_nowait(AxiStreamFrame(f, tuser=u))
+            if gaps is not None:
+                await self.idle_wait(extra=gaps[k])
         await self.idle_wait()
         # drain the outputs
         for _ in range(20000):
@@ -628,6 +632,32 @@ async def trailer(dut):
     too_long = big + bytes(wire.MAX_FRAME + 1 - len(big))
     assert drop_reason(too_long) == 3
     await tb.run([too_long, small.ljust(wire.MIN_FRAME, b"\0")])
+
+
+@cocotb.test()
+async def spacing(dut):
+    """Frames 0–14 idle cycles apart, so each meets the read side in another state: taken as
+    its verdict comes out with nothing queued (its meta and first payload beat on the idle
+    path) or queued behind the one before, takes in consecutive cycles, a dropped frame's
+    verdict in the cycle before a good frame's; short, one-read and multi-read payloads,
+    without and with back-pressure."""
+    tb = await new_tb(dut)
+    rng = random.Random(WIDTH * 11 + 5)
+    kinds = [(Op.SEND_ONLY, 0), (Op.SEND_ONLY, 1), (Op.SEND_ONLY, LANES + 1),
+             (Op.SEND_ONLY, 3 * LANES + 5), (Op.RDMA_WRITE_ONLY, LANES - 2),
+             (Op.ACKNOWLEDGE, 0)]
+    for bp in (False, True):
+        tb.set_mode(False, bp)
+        frames, gaps = [], []
+        for g in range(15):
+            for _ in range(4):
+                op, n = rng.choice(kinds)
+                f = bytearray(random_frame(rng, op, n))
+                if rng.random() < 0.3:
+                    f[rng.randrange(len(f) - 4, len(f))] ^= 1 << rng.randrange(8)
+                frames.append(bytes(f))
+                gaps.append(g if rng.random() < 0.75 else 0)
+        await tb.run(frames, gaps=gaps)
 
 
 # ---- throughput and latency ---------------------------------------------------------------------

@@ -17,7 +17,7 @@ from sim.wrap import flat_top
 WIDTHS = [64, 128, 256, 512]
 TESTS = ["good_frames", "icrc_vectors", "icrc_coverage", "drop_1_mac_error",
          "drop_2_not_for_us", "drop_3_bad_ip_udp", "drop_4_bad_icrc", "drop_5_bad_bth",
-         "drop_several_reasons"]
+         "drop_several_reasons", "spacing"]
 
 
 def _run(width, tests, label, env=None):

@@ -64,6 +64,12 @@ Data path
   beats out of the buffer, realigned with ``{cur, prev} >> 8·sel``. The payload offset is
   42 + header length, always 2 mod 4, so ``sel`` is never 0 and a frame needs at most as many
   buffer reads as it had beats on the wire: the read side keeps up with back-to-back frames.
+* Idle path, the same results sooner when nothing is queued before a frame: V2's ``d`` part
+  goes straight into the head queue (the descriptor queue counts it as read), the verdict is
+  used in the cycle it comes out (and popped from the verdict queue a cycle later), the meta is
+  pushed in the take's cycle (the ``a`` part is on the RAM's output, read at the head entry in
+  every cycle) and the idle meta stage reads its header RAM word 0 then, so the load reads word
+  1 at once. Queued frames take the queues, as above.
 
 Checks (counter of interface.md §4.5; the lowest applicable number is counted)
 ------------------------------------------------------------------------------
@@ -150,25 +156,25 @@ def icrc_latency(width):
 
 
 def rx_parse_latency(width):
-    """Latencies in cycles of :class:`RxParse` with idle outputs (always ready).
+    """Latencies in cycles of :class:`RxParse` with idle outputs (always ready) and nothing
+    queued before the frame.
 
     ``meta``: from the cycle the last beat of a frame is accepted on ``i`` to the cycle its meta
     is first offered; ``payload``: to the cycle its first payload beat is offered (both measured
     by the benchmark of ``tb/blocks/cocotb_rx_parse.py``); ``stat``: to the cycle the
-    drop-reason strobe is high (bit 0 is one cycle after the last beat). The verdict is
-    known ``crc`` = :func:`icrc_latency` + 1 cycles after the last beat (the ICRC checker's
-    input is registered once; 4 at W <= 128, 5 above) and is at the verdict queue's head in
-    the next cycle; the head descriptor (written by V2 three cycles after the last beat,
-    then the descriptor queue's block RAM, its output register and the head queue) is there
-    7 cycles after the last beat, and is taken then (or with the verdict, if later); the meta
-    push a cycle later (the taken entry's BTH fields read from the descriptor queue), the
-    meta queue one more (its bypass) and the meta stage one more per header RAM word (two
-    below W=512); the buffer read, its output register and the payload queue four.
+    drop-reason strobe is high (bit 0 is one cycle after the last beat). The verdict comes out
+    ``crc`` = :func:`icrc_latency` + 1 cycles after the last beat (the ICRC checker's input is
+    registered once; 4 at W <= 128, 5 above) and is used in its cycle; the head descriptor
+    (written by V2 three cycles after the last beat, straight into the head queue when nothing
+    is queued) is there 4 cycles after the last beat. The frame is taken when both are there;
+    its meta is pushed in the take's cycle, offered by the (empty) meta queue in the next and
+    loaded into the meta stage then, which has its header RAM word 0 already (read at the
+    pushed handle) and offers the meta a cycle later; the buffer's two first reads, its output
+    register and the payload queue take four.
     """
     crc = icrc_latency(width) + 1           # + the register in front of the CRC
-    take = max(7, crc + 1)
-    words = 2 if -(-wire.MIN_FRAME // (width // 8)) >= 2 else 1
-    return {"meta": take + 2 + words, "payload": take + 4, "stat": crc + 1}
+    take = max(4, crc)
+    return {"meta": take + 2, "payload": take + 4, "stat": crc + 1}
 
 
 #: The metadata's raw fields, written once into the descriptor queue at the last beat, in two
@@ -197,10 +203,13 @@ class _SplitQueue(Elaboratable):
     """An in-order queue (``SyncFIFOBuffered`` at its read side) whose entries are written in
     two parts at different times, each into a block RAM of its own: part ``a`` of an entry
     first (``a_en``), part ``b`` later (``b_en``); an entry is readable once its ``b`` part is
-    written. The ``b`` parts are read in order into ``r_b`` (``r_rdy``/``r_en``). The ``a``
+    written. The ``b`` parts are read in order into ``r_b`` (``r_rdy``/``r_en``); while none
+    is held (``b_empty``) the writer may take a ``b`` part itself (``b_byp`` with ``b_en``),
+    and the entry counts as read. The ``a``
     parts are read later, on a pointer of their own: ``a_next`` names the oldest entry whose
     ``a`` part is not yet read (``a_idx``, its handle), which must be one already read into
-    ``r_b``; its ``a`` part is on ``r_a`` in the next cycle (held until the next ``a_next``).
+    ``r_b``; its ``a`` part is on ``r_a`` in the next cycle (read at ``a_idx`` in every
+    cycle, so from the cycle after the last ``a_next``).
     Part ``h`` is ``h_words`` words of ``h_bits`` bits, word ``w`` of an entry at address
     ``{handle, w}``: word 0 (``h_data0``) written with ``a``, word 1 (``h_data1``) in the
     next cycle, ahead of a word 0 due then (that entry, ended a cycle after the one before,
@@ -226,6 +235,8 @@ class _SplitQueue(Elaboratable):
         self.a_en = Signal()
         self.b_data = Signal(b_shape)
         self.b_en = Signal()
+        self.b_byp = Signal()
+        self.b_empty = Signal()
         self.r_a = Signal(a_shape)
         self.r_b = Signal(b_shape)
         self.r_h = Signal(h_bits)
@@ -264,7 +275,10 @@ class _SplitQueue(Elaboratable):
         level = Signal(self.abits + 1)
         inner_rdy = Signal()
         do_read = Signal()
-        m.d.comb += do_read.eq(inner_rdy & (~self.r_rdy | self.r_en))
+        b_in = Signal()                     # a ``b`` part that enters the level (not bypassed)
+        m.d.comb += [do_read.eq(inner_rdy & (~self.r_rdy | self.r_en)),
+                     b_in.eq(self.b_en & ~self.b_byp),
+                     self.b_empty.eq(~inner_rdy & ~self.r_rdy)]
         m.d.comb += [
             wa.addr.eq(pa), wa.data.eq(self.a_data), wa.en.eq(1),
             wb.addr.eq(pb), wb.data.eq(self.b_data), wb.en.eq(1),
@@ -287,16 +301,18 @@ class _SplitQueue(Elaboratable):
             m.d.sync += pa.eq(pa + 1)
         with m.If(self.b_en):
             m.d.sync += pb.eq(pb + 1)
-        with m.If(do_read):
+        # ``b_byp`` (with ``b_en``, only while ``b_empty``): the writer takes the ``b`` part
+        # itself; the entry counts as read (``c`` moves past it, the level does not)
+        with m.If(do_read | (self.b_en & self.b_byp)):
             m.d.sync += c.eq(c + 1)
         with m.If(self.a_next):
             m.d.sync += ca.eq(ca + 1)
-        with m.If(self.b_en & ~do_read):
+        with m.If(b_in & ~do_read):
             m.d.sync += level.eq(level + 1)
-        with m.If(do_read & ~self.b_en):
+        with m.If(do_read & ~b_in):
             m.d.sync += level.eq(level - 1)
-        m.d.sync += inner_rdy.eq(~(((level == 0) & ~self.b_en)
-                                   | ((level == 1) & do_read & ~self.b_en)))
+        m.d.sync += inner_rdy.eq(~(((level == 0) & ~b_in)
+                                   | ((level == 1) & do_read & ~b_in)))
         with m.If(do_read):
             m.d.sync += self.r_rdy.eq(1)
         with m.Elif(self.r_en):
@@ -392,7 +408,7 @@ class RxParse(wiring.Component):
         v01 = self._check_v0_v1(m, wr, hdr, hdr_next, hdr_eq)
         v23 = self._check_v2_v3(m, v01)
         q = self._descriptor_queues(m, v01, v23)
-        self._verdict(m, crc, v23, q.verdict_q, v01.end_frame)
+        q.verdict = self._verdict(m, crc, v23, q.verdict_q, v01.end_frame)
 
         # ================================ read side ================================
         out_q, tok, tok1, tok2 = self._read_side(m, wr, q)
@@ -883,10 +899,11 @@ class RxParse(wiring.Component):
         bad = Signal()
         m.d.comb += bad.eq(csum[:16] != ~Cat(csum[16:], Const(0, 12)))
         reth, immdt, ieth, aeth = v2_flags
-        rs = Signal(7)                      # r1, r2, r3, r5, then the flags
-        m.d.sync += rs.eq(Cat(v2_r1, v2_r2, v2_r3 | bad, v2_r5, reth, aeth, immdt | ieth))
+        rs = Signal(8)                      # r1, r2, r3, r5, the flags, then any reason
+        m.d.sync += rs.eq(Cat(v2_r1, v2_r2, v2_r3 | bad, v2_r5, reth, aeth, immdt | ieth,
+                              v2_r1 | v2_r2 | v2_r3 | bad | v2_r5))
         for k in range(icrc_latency(self.width) - 3):
-            nrs = Signal(7, name=f"v3_rs_d{k}")
+            nrs = Signal(8, name=f"v3_rs_d{k}")
             m.d.sync += nrs.eq(rs)
             rs = nrs
         hreason = Signal(3)
@@ -898,7 +915,7 @@ class RxParse(wiring.Component):
             m.d.comb += hreason.eq(3)
         with m.Elif(rs[3]):
             m.d.comb += hreason.eq(5)
-        return types.SimpleNamespace(hreason=hreason, fl=rs[4:])
+        return types.SimpleNamespace(hreason=hreason, fl=rs[4:7], hbad=rs[7])
 
     def _descriptor_queues(self, m, v01, v23):
         """The descriptor queue (its ``m`` part written at the last beat, its ``d`` part by V2)
@@ -959,6 +976,11 @@ class RxParse(wiring.Component):
             for r in (1, 2, 3, 4, 5):
                 m.d.sync += stat[r].eq(final == r)
         m.d.comb += self.stat.eq(stat)
+        # the verdict as it comes out, for the read side's idle path: drop = any header
+        # reason (one register, ``hbad``) or a bad ICRC
+        drop = Signal()
+        m.d.comb += drop.eq(v23.hbad | ~crc.o.payload)
+        return types.SimpleNamespace(valid=crc.o.valid, drop=drop, fl=v23.fl)
 
     def _read_side(self, m, wr, q):
         """The read side: the output queues, the head descriptor in registers, the decision to
@@ -992,12 +1014,14 @@ class RxParse(wiring.Component):
                                              registered=("handle",), bypass=True)
         m.submodules.out_q = out_q = Queue(beat_layout(self.width), self.out_depth,
                                            registered=("last",), bypass=True)
-        inc = self._meta_stage(m, meta_q, t.q.desc_q)
+        mp = Signal(_mq_layout(t.q.desc_q.abits))      # a meta pushed (``mp_v``)
+        mp_v = Signal()
+        inc = self._meta_stage(m, meta_q, t.q.desc_q, mp, mp_v)
         if t.q.desc_q.h_words == 1:
             wiring.connect(m, wiring.flipped(self.payload), out_q.o)
         else:
             self._payload_gate(m, out_q, inc)
-        return types.SimpleNamespace(meta_q=meta_q, out_q=out_q)
+        return types.SimpleNamespace(meta_q=meta_q, out_q=out_q, mp=mp, mp_v=mp_v)
 
     def _payload_gate(self, m, out_q, inc):
         """The ``payload`` port, where a meta is offered at most every second cycle: a frame's
@@ -1029,7 +1053,7 @@ class RxParse(wiring.Component):
         with m.Elif(inc):
             m.d.sync += pok.eq(1)
 
-    def _meta_stage(self, m, meta_q, desc_q):
+    def _meta_stage(self, m, meta_q, desc_q, mp, mp_v):
         """The ``meta`` port: a register stage loaded from the meta queue's head (the BTH
         fields, flags and payload length in flip-flops: PSN Check addresses its tables with
         ``dqpn`` and decodes ``opcode`` in the cycle it takes the meta) and the header RAM
@@ -1038,29 +1062,46 @@ class RxParse(wiring.Component):
         0 into ``h0``), the meta offered a cycle later, so at most every second cycle. All
         hold while an offered meta is not taken (``rd1`` waits for ``~mv``: from any state a
         held meta keeps its payload). The ``rx_meta_layout`` fields are formed from them:
-        fields of absent headers 0 (one LUT per bit after the block RAM)."""
+        fields of absent headers 0 (one LUT per bit after the block RAM).
+
+        Idle path: while the stage and the meta queue are empty (``mq_e``) the header RAM is
+        read at word 0 of the handle being pushed (``mp``), so a meta pushed then, offered by
+        the queue in the next cycle, is loaded with its word 0 on ``r_h`` (``w0ok``): the load
+        reads word 1 at once (``fast``, two words) and the meta is offered a cycle later."""
         two = desc_q.h_words == 2
         st_layout = data.StructLayout({**mbth_layout.members, "fl": 3, "payload_len": 13,
                                        "handle": len(desc_q.a_idx), "has": 1})
         st = Signal(st_layout)
         mv, ph, rd1 = Signal(), Signal(), Signal()
         load = Signal()
+        idle, mq_e, w0ok, fast = Signal(), Signal(), Signal(), Signal()
+        hsel = Signal.like(mp.handle)
         head = meta_q.o.payload
         m.d.comb += [load.eq(meta_q.o.valid & ~ph & (~mv | self.meta.ready)),
+                     mq_e.eq(meta_q.level == 0), idle.eq(~ph & ~mv & mq_e),
+                     meta_q.i.valid.eq(mp_v), meta_q.i.payload.eq(mp),
+                     hsel.eq(Mux(mq_e, mp.handle, head.handle)),
                      rd1.eq(ph & ~mv),
                      meta_q.o.ready.eq(load),
-                     desc_q.h_en.eq(load | rd1),
+                     desc_q.h_en.eq(load | rd1 | idle),
                      self.meta.valid.eq(mv)]
-        if two:
-            m.d.comb += desc_q.h_addr.eq(Mux(rd1, Cat(1, st.handle), Cat(0, head.handle)))
-        else:
-            m.d.comb += desc_q.h_addr.eq(head.handle)
+        # a push while idle enters the empty queue and is offered (and loaded: the stage is
+        # idle) in the next cycle
+        m.d.sync += w0ok.eq(idle & mp_v)
         h0 = Signal(desc_q.h_bits if two else 0)
+        if two:
+            m.d.comb += [fast.eq(w0ok & meta_q.o.valid & ~ph & ~mv),
+                         desc_q.h_addr.eq(Cat(rd1 | fast, Mux(rd1, st.handle, hsel)))]
+            with m.If(rd1 | fast):
+                m.d.sync += h0.eq(desc_q.r_h)
+        else:
+            m.d.comb += desc_q.h_addr.eq(hsel)
         with m.If(load):
-            m.d.sync += [mv.eq(not two), ph.eq(two), st.has.eq(head.payload_len != 0)] + [
+            m.d.sync += [mv.eq(fast if two else 1), ph.eq(~fast if two else 0),
+                         st.has.eq(head.payload_len != 0)] + [
                 getattr(st, k).eq(getattr(head, k)) for k in st_layout.members if k != "has"]
         with m.Elif(rd1):
-            m.d.sync += [mv.eq(1), ph.eq(0), h0.eq(desc_q.r_h)]
+            m.d.sync += [mv.eq(1), ph.eq(0)]
         with m.Elif(self.meta.ready):
             m.d.sync += mv.eq(0)
         hd = data.View(mhdr_layout, Cat(h0, desc_q.r_h))
@@ -1080,7 +1121,11 @@ class RxParse(wiring.Component):
             o.src_ip.eq(hd.src_ip),
             o.payload_len.eq(st.payload_len),
         ]
-        return rd1 & st.has
+        # a fast load's meta counts from its offer (its first payload beat comes two cycles
+        # later)
+        fast_d = Signal()
+        m.d.sync += fast_d.eq(fast)
+        return (rd1 | fast_d) & st.has
 
     def _read_state(self, m, t):
         """The read side's state: the tokens (this cycle's ``tok`` and the two read stages'),
@@ -1119,11 +1164,12 @@ class RxParse(wiring.Component):
 
     def _read_head(self, m, t):
         """The head descriptor in registers: a register after the descriptor queue's block RAM
-        (``pr_d``), then a two-entry queue of its ``d`` part in flip-flops (``head``), popped by
-        ``take``; the meta queue's push, a cycle after the take, with the raw metadata read from
-        the descriptor queue then; and ``head_ok``, whether the head may be taken now (its
-        verdict is out, and the meta queue has room unless it is dropped). Returns ``take``,
-        ``push`` (the take pushes a meta), ``head``, ``drop``, ``head_ok``."""
+        (``pr_d``; V2's straight in when nothing is queued), then a two-entry queue of its ``d``
+        part in flip-flops (``head``), popped by ``take``; the meta push, in the take's cycle
+        or the next; and ``head_ok``, whether the head may be taken now (its verdict is out, in
+        the verdict queue or coming out now, and the meta queue has room unless it is dropped).
+        Returns ``take``, ``push`` (the take pushes a meta), ``head``, ``drop``, ``head_ok`` and
+        the verdict queue's state."""
         d_layout = t.q.d_layout
         desc_q, verdict_q, meta_q = t.q.desc_q, t.q.verdict_q, t.meta_q
         # The head descriptor in registers of its own: desc_q sits in block RAM (132 slots),
@@ -1140,8 +1186,17 @@ class RxParse(wiring.Component):
         # metadata stays in the descriptor queue's ``m`` RAM until the take names it.
         # reset-less: read only under pr_v, so it can be the block RAM's output register
         pr_d = Signal(d_layout, reset_less=True)
-        head_in = self._head_fields(m, pr_d)
+        # Idle path: a ``d`` part that V2 writes while nothing is queued before it (the
+        # descriptor queue, ``pr_d``) goes straight into the head queue (``byp``), 3 cycles
+        # sooner; the descriptor queue counts it as read.
+        pr_v = Signal()
+        byp = Signal()
+        d_in = Signal(d_layout)
+        m.d.comb += d_in.eq(Mux(pr_v, pr_d, desc_q.b_data))
+        head_in = self._head_fields(m, d_in)
         m.submodules.head_q = head_q = Queue(head_in.shape(), 2, buffered=False, registers=True)
+        m.d.comb += [byp.eq(desc_q.b_en & desc_q.b_empty & ~pr_v & head_q.i.ready),
+                     desc_q.b_byp.eq(byp)]
         take = Signal()
         push = Signal()
         head = head_q.o.payload
@@ -1150,28 +1205,48 @@ class RxParse(wiring.Component):
         # RAM's output (the head queue's storage has a write mux in front of each word) and its
         # enable a function of registers, so the RAM's clock-to-out (about two thirds of a
         # 156.25 MHz cycle on ECP5) meets a route and at most the enable's LUT.
-        pr_v = Signal()
         pr_go = Signal()
         m.d.comb += [pr_go.eq(~pr_v | head_q.i.ready), desc_q.r_en.eq(pr_go),
-                     head_q.i.valid.eq(pr_v), head_q.i.payload.eq(head_in)]
+                     head_q.i.valid.eq(pr_v | byp), head_q.i.payload.eq(head_in)]
         with m.If(pr_go):
             m.d.sync += [pr_v.eq(desc_q.r_rdy), pr_d.eq(desc_q.r_b)]
         m.d.comb += [head_q.o.ready.eq(take), desc_q.a_next.eq(take)]
-        drop = verdict_q.r_data[0]
+        # Idle path of the verdict: while the verdict queue holds none (``vq_z``), the head's
+        # verdict is the one coming out of the check (``v.valid``), used in its cycle. It is
+        # written into the queue all the same and popped in the next cycle (``vskip``), when
+        # no take happens, so the queue's write side needs no decision.
+        v = t.q.verdict
+        vq_n = Signal(range(self.slots + 3))
+        vq_z = Signal(init=1)
+        vskip = Signal()
+        v_rdy = Signal()
+        drop = Signal()
+        fl = Signal(3)
+        vq_z1 = Signal()
+        m.d.comb += [
+            v_rdy.eq(Mux(vq_z, v.valid, verdict_q.r_rdy & ~vskip)),
+            drop.eq(Mux(vq_z, v.drop, verdict_q.r_data[0])),
+            fl.eq(Mux(vq_z, v.fl, verdict_q.r_data[1:])),
+            vq_z1.eq(vq_n == 1),
+        ]
+        m.d.sync += [vq_n.eq(vq_n + verdict_q.w_en - verdict_q.r_en), vskip.eq(take & vq_z),
+                     vq_z.eq(Mux(verdict_q.r_en, Mux(verdict_q.w_en, vq_z, vq_z1),
+                                 ~verdict_q.w_en & vq_z))]
         # The decision to take the head descriptor is a small function of registers:
-        # * a frame's descriptor is pushed (V2, 3 cycles after the last beat) before its
-        #   verdict (4 or 5), and reaches ``head`` 4 cycles later: ``head_v`` and the verdict
-        #   queue's ``r_rdy`` are both in the test;
-        # * ``meta_room``: the meta queue held < 3 entries last cycle; a take pushes a cycle
-        #   later, so with the push of the cycle before it and this cycle's it holds <= 4 of 5
-        #   when the push comes, and takes it.
+        # * a frame's descriptor is written (V2, 3 cycles after the last beat) before its
+        #   verdict (4 or 5) and reaches ``head`` a cycle later on the idle path, 4 through the
+        #   queue: ``head_v`` and the verdict (``v_rdy``) are both in the test;
+        # * ``meta_room``: the meta queue held < 3 entries last cycle; a take pushes in its
+        #   cycle or the next, so with the push of the cycle before it and this cycle's it
+        #   holds <= 4 of 5 when the push comes, and takes it.
         meta_room = Signal(init=1)
         m.d.sync += meta_room.eq(meta_q.level < 3)
-        head_ok = verdict_q.r_rdy & head_v & (drop | meta_room)
+        head_ok = v_rdy & head_v & (drop | meta_room)
         # the payload does not wait for the decision (no decode in front of the queue's data)
-        self._meta_fields(m, meta_q, desc_q, head, verdict_q.r_data[1:], push)
+        self._meta_fields(m, t.mp, t.mp_v, desc_q, head, fl, push, take)
         return types.SimpleNamespace(take=take, push=push, head=head, drop=drop,
-                                     head_ok=head_ok)
+                                     head_ok=head_ok, head_v=head_v, vq_z=vq_z, vskip=vskip,
+                                     meta_room=meta_room)
 
     def _head_fields(self, m, d):
         """The head queue's entry, from the descriptor ``d`` part ``d`` (payload length, first
@@ -1243,7 +1318,7 @@ class RxParse(wiring.Component):
                                  tok.keep.eq(p_keep)]
                     m.d.sync += pend.eq(0)
                 with m.If(head_ok):
-                    m.d.comb += [take.eq(1), verdict_q.r_en.eq(1), slot_give.eq(1)]
+                    m.d.comb += take.eq(1)
                     with m.If(drop | ~head.has):
                         m.d.sync += rd_free.eq(head.end)
                     with m.If(~drop):
@@ -1265,24 +1340,35 @@ class RxParse(wiring.Component):
         # register as before in every cycle (it held the last asked-for read then too).
         m.d.comb += rd_addr.eq(Mux(busy, addr, head.first))
         m.d.comb += [rp.addr.eq(rd_addr[:self.abits]), rp.en.eq(1)]
+        # The take with a queued verdict, alone (``take`` with ``vq_z`` low), pops the verdict
+        # queue; the slot count learns of a take a cycle later (one register, the slots only
+        # look fuller for a cycle): neither waits for a verdict that comes out in this cycle.
+        take_q = Signal()
+        give = Signal()
+        m.d.comb += [take_q.eq(credit & ~busy & ~t.vq_z & verdict_q.r_rdy & ~t.vskip & t.head_v
+                               & (verdict_q.r_data[0] | t.meta_room)),
+                     verdict_q.r_en.eq(take_q | t.vskip), slot_give.eq(give)]
+        m.d.sync += give.eq(take)
 
-    def _meta_fields(self, m, meta_q, desc_q, head, fl, push):
-        """The meta queue's push, in the cycle after a take that pushes (``push``): the BTH
-        fields are the taken entry's ``a`` part, read from the descriptor queue in that cycle;
-        the opcode's flags (``fl``: RETH, AETH, ImmDt or IETH, from the verdict queue), the
-        payload length and the entry's handle (for the header RAM) were the head's in the
-        take's cycle."""
-        mpush = Signal()
+    def _meta_fields(self, m, mp, mp_v, desc_q, head, fl, push, take):
+        """The meta push (``mp``, ``mp_v``) of a take that pushes (``push``): the BTH fields
+        are the taken entry's ``a`` part, on the descriptor queue's ``r_a``, read at its
+        pointer in every cycle; it holds the taken entry in the take's cycle unless a take
+        moved the pointer in the cycle before (``a_ok`` low), and the push then waits a cycle
+        (``late``). The opcode's flags (``fl``), the payload length and the entry's handle
+        (for the header RAM) are the head's in the take's cycle."""
+        a_ok = Signal(init=1)
+        late = Signal()
         m_len = Signal.like(head.payload_len)
         m_fl = Signal(3)
         m_handle = Signal.like(desc_q.a_idx)
-        m.d.sync += [mpush.eq(push), m_len.eq(head.payload_len), m_fl.eq(fl),
-                     m_handle.eq(desc_q.a_idx)]
+        m.d.sync += [a_ok.eq(~take), late.eq(push & ~a_ok), m_len.eq(head.payload_len),
+                     m_fl.eq(fl), m_handle.eq(desc_q.a_idx)]
         raw = data.View(mbth_layout, desc_q.r_a)
-        mq = meta_q.i.payload
-        m.d.comb += [meta_q.i.valid.eq(mpush), mq.fl.eq(m_fl),
-                     mq.payload_len.eq(m_len), mq.handle.eq(m_handle)]
-        m.d.comb += [getattr(mq, k).eq(getattr(raw, k)) for k in mbth_layout.members]
+        m.d.comb += [mp_v.eq((push & a_ok) | late), mp.fl.eq(Mux(late, m_fl, fl)),
+                     mp.payload_len.eq(Mux(late, m_len, head.payload_len)),
+                     mp.handle.eq(Mux(late, m_handle, desc_q.a_idx))]
+        m.d.comb += [getattr(mp, k).eq(getattr(raw, k)) for k in mbth_layout.members]
 
     def _realign(self, m, rp, out_q, tok, tok1, tok2):
         """Read stages S1 (memory read in flight) and S2 (registered read data): the payload
