@@ -27,11 +27,19 @@ cycle before another descriptor is offered). After a transfer the other source, 
 granted in the same cycle; a source alone is granted again a cycle later, so it passes one
 descriptor every other cycle (a frame takes the builder more cycles than that).
 
+Parked: with no grant, ``g_req`` still names a source (the one served last, once a cycle has
+passed without a transfer; the responder after reset), and that source's descriptor passes in
+the cycle it is offered while the frame queue is empty, without a pick (``ready`` is still a
+function of registers). Such a frame is queued whether or not it has payload, marked ``zero``
+when it has none (the mark is data, not the queue's enable), and the chunk routing pops a
+``zero`` entry at the head without a chunk.
+
 Priority: round-robin by frame. When both sources wait (with a descriptor that can pass), the
-one not served last goes first, so a responder frame waits behind at most one request frame and
-a request behind at most one responder frame (plus the frames already in the builder; a frame
-with payload also waits while the frame queue is full, and the other source's header-only
-frames may pass meanwhile).
+one not served last goes first (except when both offer in the same cycle with no grant: the
+parked source, the one served last, then goes first), so a responder frame waits behind at
+most one request frame and a request behind at most one responder frame (plus the frames
+already in the builder; a frame with payload also waits while the frame queue is full, and the
+other source's header-only frames may pass meanwhile).
 """
 
 from amaranth.hdl import Module, Mux, Signal
@@ -92,9 +100,18 @@ class TxArbiter(wiring.Component):
         # the frames with payload passed, in grant order: source (1 request) and payload bytes;
         # unbuffered, in flip-flops (a 14-bit word, read through a ``depth``-way multiplexer):
         # a frame is at the head the cycle after its descriptor passed
-        m.submodules.frames = fq = Queue(data.StructLayout({"req": 1, "paylen": 13}),
+        # (``zero``: a frame without payload passed while parked, see below: popped at the
+        # head without a chunk)
+        m.submodules.frames = fq = Queue(data.StructLayout({"req": 1, "paylen": 13, "zero": 1}),
                                          self.depth, buffered=False, registers=True)
 
+        self._grant(m, fq)
+        self._chunks(m, fq)
+        return m
+
+    def _grant(self, m, fq):
+        """The grant (a register), the parked pass, the descriptor multiplexer onto ``o`` and
+        the frame queue's push (``fq``)."""
         # ---- the grant -------------------------------------------------------------------------
         s, r, o = self.resp.payload, self.req.payload, self.o.payload
         # a source may be granted when it offers a descriptor that can pass: no payload, or
@@ -104,7 +121,8 @@ class TxArbiter(wiring.Component):
         m.d.comb += [z_resp.eq(s.paylen == 0), z_req.eq(r.paylen == 0),
                      e_resp.eq(self.resp.valid & (z_resp | fq.i.ready)),
                      e_req.eq(self.req.valid & (z_req | fq.i.ready))]
-        prio = Signal()         # 1: the request source goes first at the next pick
+        prio = Signal(init=1)   # 1: the request source goes first at the next pick (and with
+        #                         none valid, the pick parks on the responder)
         pick = Signal()         # 1: request, 0: responder
         m.d.comb += pick.eq(Mux(prio, e_req, ~e_resp))
         g_valid = Signal()      # a source is granted
@@ -121,17 +139,26 @@ class TxArbiter(wiring.Component):
             m.d.comb += getattr(o, f).eq(Mux(g_req, getattr(r, f), getattr(s, f)))
         m.d.comb += [o.va.eq(r.va), o.rkey.eq(r.rkey), o.dmalen.eq(r.dmalen), o.imm.eq(r.imm),
                      o.aeth.eq(s.aeth & ~g_req), o.syndrome.eq(s.syndrome), o.msn.eq(s.msn)]
-        g_in = Signal()         # the granted source's valid
+        g_in = Signal()         # the granted (or parked) source's valid
         g_pass = Signal()       # its descriptor may pass: no payload, or room for its entry
+        # Parked: with no grant, ``g_req`` names the source served last once a cycle has passed
+        # without a transfer (the pick of no ``valid``), or the other source in the cycle
+        # after a transfer. A descriptor of the parked source passes at once while the frame
+        # queue is empty, whether or not it has payload: it is queued with ``zero`` set when
+        # it has none (data only, not the queue's enable), and the chunk routing pops such an
+        # entry at the head without a chunk, in the next cycle. ``ready`` still starts at
+        # registers; a source alone still passes no two descriptors in consecutive cycles.
+        fq_empty = ~fq.o.valid
         m.d.comb += [
             g_in.eq(Mux(g_req, self.req.valid, self.resp.valid)),
-            g_pass.eq(g_zero | fq.i.ready),
-            self.o.valid.eq(g_valid & g_in & g_pass),
-            self.resp.ready.eq(self.o.ready & g_valid & ~g_req & g_pass),
-            self.req.ready.eq(self.o.ready & g_valid & g_req & g_pass),
-            fq.i.valid.eq(self.o.valid & self.o.ready & ~g_zero),
+            g_pass.eq(Mux(g_valid, g_zero | fq.i.ready, fq_empty)),
+            self.o.valid.eq(g_in & g_pass),
+            self.resp.ready.eq(self.o.ready & ~g_req & g_pass),
+            self.req.ready.eq(self.o.ready & g_req & g_pass),
+            fq.i.valid.eq(self.o.valid & self.o.ready & ~(g_valid & g_zero)),
             fq.i.payload.req.eq(g_req),
             fq.i.payload.paylen.eq(o.paylen),
+            fq.i.payload.zero.eq(Mux(g_req, z_req, z_resp)),
         ]
         with m.If(g_valid):
             with m.If(~g_in | ~g_pass):
@@ -144,10 +171,18 @@ class TxArbiter(wiring.Component):
                 m.d.sync += [prio.eq(~g_req), g_req.eq(~g_req),
                              g_valid.eq(Mux(g_req, e_resp, e_req)),
                              g_zero.eq(Mux(g_req, z_resp, z_req))]
+        with m.Elif(self.o.valid & self.o.ready):
+            # the parked source passed: as after a transfer
+            m.d.sync += [prio.eq(~g_req), g_req.eq(~g_req),
+                         g_valid.eq(Mux(g_req, e_resp, e_req)),
+                         g_zero.eq(Mux(g_req, z_resp, z_req))]
         with m.Else():
             m.d.sync += [g_valid.eq(e_resp | e_req), g_req.eq(pick),
                          g_zero.eq(Mux(pick, z_req, z_resp))]
 
+    def _chunks(self, m, fq):
+        """The chunks of the frame queue's head (``fq``) routed to ``chunk`` from its source
+        until they sum to its ``paylen``; a ``zero`` entry popped without one."""
         # ---- the chunks: those of the head frame's source, until they sum to its paylen ---------
         # the head frame's bytes still to come (``cur_need``): its ``paylen`` (the queue's head
         # entry) until a chunk of it has passed, then ``need`` (``need_ok``); so the head's
@@ -164,7 +199,7 @@ class TxArbiter(wiring.Component):
         m.d.comb += [end_resp.eq(self.resp_chunk.payload.len >= cur_need),
                      end_req.eq(self.req_chunk.payload.len >= cur_need)]
         m.d.comb += [
-            on.eq(fq.o.valid),
+            on.eq(fq.o.valid & ~head.zero),
             self.chunk.valid.eq(on & Mux(head.req, self.req_chunk.valid,
                                          self.resp_chunk.valid)),
             self.chunk.payload.eq(Mux(head.req, self.req_chunk.payload,
@@ -172,6 +207,8 @@ class TxArbiter(wiring.Component):
             self.req_chunk.ready.eq(self.chunk.ready & on & head.req),
             self.resp_chunk.ready.eq(self.chunk.ready & on & ~head.req),
         ]
+        with m.If(fq.o.valid & head.zero):
+            m.d.comb += fq.o.ready.eq(1)        # a parked frame without payload
         with m.If(self.chunk.valid & self.chunk.ready):
             # (≥: a frame's chunks sum exactly to its paylen in a well-formed stream)
             with m.If(Mux(head.req, end_req, end_resp)):
@@ -179,4 +216,3 @@ class TxArbiter(wiring.Component):
                 m.d.sync += need_ok.eq(0)
             with m.Else():
                 m.d.sync += [need.eq(cur_need - self.chunk.payload.len), need_ok.eq(1)]
-        return m

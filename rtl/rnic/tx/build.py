@@ -20,8 +20,8 @@ Builder (per frame):
    74 bytes, built with the :mod:`rnic.wire` tables. The destination (MAC, IPv4, UDP source
    port, QPN) comes from the **path table**, one row per local QPN written by SET_QP
    (``qp_arg``), read at the QPN of the descriptor queue's head. Its lengths, IPv4
-   checksum and word counts are computed from the queue's head (4 register stages) while the
-   previous frame is built.
+   checksum and word counts are computed from the queue's head (3 register stages, the first
+   in the cycle a descriptor reaches an empty queue) while the previous frame is built.
 2. **GATHER**: each chunk's host read is issued as soon as the chunk is handed over (up to 4
    ahead, and two descriptors may wait ahead, so host latency overlaps the previous packet),
    split into parts at multiples of ``read_beats`` bus words, so that the next part is requested
@@ -39,10 +39,12 @@ Builder (per frame):
    The ICRC is known CRC-latency cycles after the frame's last word: no second pass.
 
 The frame FIFO is one block-RAM ring (one write port, one read port). A finished frame's record
-(base word, lengths, counter class) and then its ICRC are queued; the **emitter** loads the
-record as soon as it is there and starts the frame as soon as its ICRC is sure to be there
-when the word that carries it is read (the CRC unit's latency is fixed: up to that word's
-index cycles before the ICRC, once the frame's last word is in the unit), muxes in the zero
+(base word, lengths, counter class) and then its ICRC are queued (the record of a frame with
+payload as its last raw beat is taken, when the payload's last chunk is known by then); the
+**emitter** loads the record as soon as it is there and starts the frame as soon as its ICRC
+is sure to be there when the word that carries it is read (the CRC unit's latency is fixed: up
+to that word's index cycles before the ICRC, once the frame's last word leaves ``acc`` in the
+next cycle), muxes in the zero
 pad, the ICRC (little-endian) and the Ethernet padding to 60 bytes, and keeps ``tvalid`` high
 from the first beat to the last; its output queue falls through when empty. The builder
 writes only words the emitter has read, so it fills the next frame while the previous one
@@ -257,7 +259,9 @@ class TxBuild(wiring.Component):
         the beat on ``tx``, which the emitter drives)."""
         C, W = t.C, t.W
         # ``no_rw_check``: the emitter reads only words whose last write is done (a frame whose
-        # last word has gone into the CRC unit, every word written before it; a cut-through
+        # last word leaves ``acc`` in this cycle or the next, its words read one a cycle from
+        # word 0 and its last word no sooner than two cycles on, see :meth:`_emitter_frame`; a
+        # cut-through
         # frame's word two cycles after its write, see :meth:`_emitter_start`), the builder writes
         # only words the emitter has read (``room``; the word of ``acc`` too, in every cycle
         # from the write that moved acc to it), so an enabled read never meets an enabled
@@ -350,9 +354,17 @@ class TxBuild(wiring.Component):
                            Mux(has_reth, Cat(*reth[:4]), x), *reth[4:], x)),
             hr.addr.eq(consume), tr.addr.eq(cur),
         ]
-        return types.SimpleNamespace(o=o), hr.data, tr.data
+        # the head's fields as the values start on them (``hx``): the head's slot, or while the
+        # queue is empty the descriptor being written (selected by the register ``r_rdy``), so
+        # a descriptor that arrives at an empty queue starts its values in the cycle it is
+        # queued (``byp``: :meth:`_head_values` then counts that cycle as its first stage)
+        hx = Signal(head_layout)
+        m.d.comb += hx.eq(Mux(r_rdy, hr.data.as_value(), hw.data))
+        byp = Signal()
+        m.d.comb += byp.eq(do_write & ~r_rdy)
+        return types.SimpleNamespace(o=o, hx=hx, byp=byp), hr.data, tr.data
 
-    def _path_table(self, m, h, hst):
+    def _path_table(self, m, h, hst, t_hx):
         """The path table, read at the QPN of the descriptor queue's head ``h`` as its values'
         stage ``hst`` says. Returns ``path_row0`` (row 0 as read), ``path_b`` (row 1 in
         registers, ``dhi`` and ``dlo`` the IPv4 address's halves among them) and ``path_busy``
@@ -398,7 +410,7 @@ class TxBuild(wiring.Component):
         b_rmac, b_sport, dhi, dlo = Signal(16), Signal(16), Signal(16), Signal(16)
         row1 = Signal()
         m.d.comb += [row1.eq((hst == 0) | (hst == 1) & path_busy),
-                     path_rp.addr.eq(Cat(row1, h.qpn))]
+                     path_rp.addr.eq(Cat(row1, t_hx.qpn))]
         rb = path_rp.data                                   # row 1: lanes 7..14 of the QP's
         with m.If((hst == 1) & ~path_busy):
             # the destination address's two halves, for the IPv4 checksum: row 1 read as
@@ -419,13 +431,13 @@ class TxBuild(wiring.Component):
         when ``head_ok``). Adds them, with ``pop`` (the builder takes the head) and ``sip``."""
         PB, WB, lg, nb = t.PB, t.WB, t.lg, t.nb
         # ---- the next descriptor's lengths and IPv4 checksum, computed from the queue head
-        # while the previous frame is built (a register chain of 4 stages, the first a copy of
+        # while the previous frame is built (a register chain of 3 stages, the first a copy of
         # the head's fields they need: ``hst`` counts them)
         pktq, h, r = self._desc_ring(m)
 
-        hst = Signal(range(5))
+        hst = Signal(range(4))
         qa = self.qp_arg
-        pt = self._path_table(m, h, hst)
+        pt = self._path_table(m, h, hst, pktq.hx)
         dhi, dlo = pt.dhi, pt.dlo
 
         def hdr_len_of(op):
@@ -435,8 +447,9 @@ class TxBuild(wiring.Component):
 
         # (a header is 54 + 4·k bytes: its length over 4 is kept)
         hq = Signal(data.StructLayout({"hdr_hi": range((MAX_HDR >> 2) + 1), "paylen": 13}))
-        m.d.sync += [hq.hdr_hi.eq((hdr_len_of(h.opcode) + Mux(h.aeth, 4, 0))[2:]),
-                     hq.paylen.eq(h.paylen)]
+        hx = pktq.hx
+        m.d.sync += [hq.hdr_hi.eq((hdr_len_of(hx.opcode) + Mux(hx.aeth, 4, 0))[2:]),
+                     hq.paylen.eq(hx.paylen)]
         sip = self.local_ip
         ssum = Signal(18)
         m.d.sync += ssum.eq(0x4500 + 0x4000 + 0x4011 + 4 - 14 + sip[16:32] + sip[0:16])
@@ -477,11 +490,19 @@ class TxBuild(wiring.Component):
         # (the fold, from the sum's register, feeds the take's ``csum`` register)
         m.d.comb += p_csum.eq(~(fold1[0:16] + fold1[16]))
         pop = Signal()
-        head_ok = Signal()              # the head's values are ready: hst is 4 (a register)
-        with m.If(pop | ~pktq.o.valid | qa.valid):
+        # the head's values are ready: hst is 3 (a register). The chain: the head's fields
+        # into ``hq`` (hst 0), ``p_crc_hi`` and the path's row-1 registers (hst 1), the
+        # ``p_*`` registers (hst 2); ``p_csum`` folds ``p_csum_sum`` combinationally into the
+        # take's register, and row 0 is read at hst 2 into the take's ``rpath_a``
+        head_ok = Signal()
+        with m.If(pop | qa.valid | ~pktq.o.valid & ~pktq.byp):
             m.d.sync += [hst.eq(0), head_ok.eq(0)]
-        with m.Elif((hst != 4) & ~((hst == 1) & pt.path_busy)):
-            m.d.sync += [hst.eq(hst + 1), head_ok.eq(hst == 3)]
+        with m.Elif(~pktq.o.valid):
+            # a descriptor queued at the empty queue: its fields went into ``hq`` and its row
+            # 1 was addressed in this cycle (``hx``), its first stage
+            m.d.sync += [hst.eq(1), head_ok.eq(0)]
+        with m.Elif((hst != 3) & ~((hst == 1) & pt.path_busy)):
+            m.d.sync += [hst.eq(hst + 1), head_ok.eq(hst == 2)]
         return types.SimpleNamespace(
             pktq=pktq, h=h, r=r, path_row0=pt.path_row0, path_b=pt.path_b,
             path_busy=pt.path_busy, sip=sip, p_data_end=p_data_end, p_crc_end=p_crc_end,
@@ -779,9 +800,11 @@ class TxBuild(wiring.Component):
         return Cat(*[ge(L - j) for j in range(L)])
 
     def _icrc_soon(self, t, reach):
-        """Whether the oldest ICRC in the CRC unit comes by the time the frame's ICRC word
-        ``cw`` can be read, given ``reach`` (:meth:`_cw_reach`): one whose last input went in
-        ``j`` cycles ago (``pend[j]``) comes out in ``L − j``."""
+        """Whether the oldest ICRC in the CRC unit or its feed comes by the time the frame's
+        ICRC word ``cw`` can be read, given ``reach`` (:meth:`_cw_reach` for L + 2): one whose
+        last input word leaves ``acc`` in the next cycle (``pend[0]``) comes out in ``L + 2``,
+        one whose last word leaves it now (``pend[1]``) in ``L + 1``, one whose last input
+        went into the unit ``j`` cycles ago (``pend[j + 2]``) in ``L − j``."""
         return (t.pend & reach).any()
 
     def _emitter_frame(self, m, t):
@@ -799,7 +822,7 @@ class TxBuild(wiring.Component):
         # crc_end mod nb) and, when it crosses a word, e_imask1 of the next; e_fkeep the last
         # word's keep
         e_dword, e_cw, e_cw1 = [Signal(WB) for _ in range(3)]
-        e_reach = Signal(crc.latency)    # :meth:`_cw_reach` of e_cw, set with it
+        e_reach = Signal(crc.latency + 2)    # :meth:`_cw_reach` of e_cw, set with it
         e_dmask, e_fkeep = [Signal(nb) for _ in range(2)]
         e_imask = Signal(nb + 4)
         # A frame may start before its ICRC when the ICRC is sure to be there by the time the
@@ -808,12 +831,25 @@ class TxBuild(wiring.Component):
         # (``pend[j]``), and the words before ``e_cw`` are read one a cycle at most. The loaded
         # frame's ICRC is the oldest one not taken (the emitter takes each frame's ICRC before
         # it loads the next record), so when none is queued or coming out, it is the oldest
-        # one in the unit.
+        # one in the unit. A frame's last word leaving ``acc`` into the feed (FIN, PAD, or the
+        # next frame's first HDR cycle) counts one cycle before the unit: a frame may start in
+        # that cycle, its words before the last all written (the ICRC word ``cw`` ≥ L + 1 ≥ 2
+        # is read at the earliest a cycle after the last word's last write).
+        # One whose record was queued early (``early``) counts a cycle sooner again, in FLUSH:
+        # its last word leaves ``acc`` in the next cycle (FIN, where ``room`` holds for a frame
+        # the emitter loads: every earlier word is read; or the next frame's first HDR cycle);
+        # its ICRC word ``cw`` ≥ L + 2 ≥ 3 is read after the last word's last write then too.
         L = crc.latency
-        pend = Signal(L)
-        m.d.comb += pend[0].eq(crc.i.valid & crc.i.payload.last)
+        st = t.st
+        pend = Signal(L + 2)
+        m.d.comb += [
+            pend[0].eq(st["FLUSH"] & t.room & t.early),
+            pend[1].eq(t.acc_v & t.acc_last & (t.ck_ld | st["FIN"] & t.room
+                                                 & (t.recq.i.ready | t.ct)) | st["PAD"]),
+            pend[2].eq(crc.i.valid & crc.i.payload.last),
+        ]
         if L > 1:
-            m.d.sync += pend[1:].eq(pend[:-1])
+            m.d.sync += pend[3:].eq(pend[2:-1])
         return types.SimpleNamespace(
             e_base=e_base, e_wlast=e_wlast, e_icrc=e_icrc, e_dword=e_dword, e_cw=e_cw, e_cw1=e_cw1,
             e_reach=e_reach,
@@ -925,7 +961,7 @@ class TxBuild(wiring.Component):
         rec = recq.o.payload
         rec_soon = Signal()              # ``soon`` for the record at the queue's head
         rce = Cat(Const(2, 2), rec.crc_end)
-        m.d.comb += rec_soon.eq(self._icrc_soon(t, self._cw_reach(rce >> lg, t.crc.latency))
+        m.d.comb += rec_soon.eq(self._icrc_soon(t, self._cw_reach(rce >> lg, t.crc.latency + 2))
                                 | (ct_go & rq_one))
         # the lanes of its last word: to the ICRC's end, or to 60 bytes
         rec_fkeep = Signal(t.nb)
@@ -987,7 +1023,7 @@ class TxBuild(wiring.Component):
                         e_dword.eq(rec.data_end >> lg),
                         e_dmask.eq((Const(1, nb + 1) << rec.data_end[:lg]) - 1),
                         e_cw.eq(rec_crc_end >> lg),
-                        t.e_reach.eq(self._cw_reach(rec_crc_end >> lg, t.crc.latency)),
+                        t.e_reach.eq(self._cw_reach(rec_crc_end >> lg, t.crc.latency + 2)),
                         e_cw1.eq((rec_crc_end >> lg) + 1),
                         e_imask.eq(Const(0xF, nb + 4) << rec_crc_end[:lg]),
                         e_fkeep.eq(t.rec_fkeep),
@@ -1087,7 +1123,7 @@ class TxBuild(wiring.Component):
             recq.i.payload.crc_end.eq(crc_end[2:]),
             recq.i.payload.words.eq(out_words),
             recq.i.payload.cls.eq(r_cls),
-            recq.i.payload.drop.eq(bad | kill),
+            recq.i.payload.drop.eq(bad | kill | t.st["DATA"] & self.rd.resp.payload.err),
         ]
         return types.SimpleNamespace(
             r_cls=r_cls, r_qpn=r_qpn, rk_v=rk_v, rk_qpn=rk_qpn, r_rdr=r_rdr, kill=kill, h_rdr=h_rdr,
@@ -1113,7 +1149,13 @@ class TxBuild(wiring.Component):
         # the frame taken may be cut-through: no payload, three header words or more, not
         # killed (set at the take); cleared as its first header word is written
         ct_can = Signal()
-        return types.SimpleNamespace(st=st, take=take, ct=ct, ct_ready=ct_ready, ct_can=ct_can)
+        # the frame's record was queued as its last raw beat was taken (``early``: the chunk
+        # ends the payload, known from DATA's second cycle on, ``d_first`` marking its first;
+        # the pad in the payload's last word), so the emitter may load it in FLUSH
+        early = Signal()
+        d_first = Signal()
+        return types.SimpleNamespace(st=st, take=take, ct=ct, ct_ready=ct_ready, ct_can=ct_can,
+                                     early=early, d_first=d_first)
 
     def _builder_fsm(self, m, t):
         """The builder's FSM: takes a descriptor once its values are ready, writes the header words,
@@ -1154,7 +1196,7 @@ class TxBuild(wiring.Component):
                              wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0),
                              t.ct_can.eq(p_nopay & (p_hdr_last >= 2) & ~kill_now),
                              pos.eq(p_hdr_len), pos_end.eq(p_nopay),
-                             r_rdr.eq(h_rdr), kill.eq(kill_now)]
+                             r_rdr.eq(h_rdr), kill.eq(kill_now), t.early.eq(0)]
                 with m.If(h_rdr & ~h_cont & (h.qpn == rk_qpn)):
                     m.d.sync += rk_v.eq(0)
                 goto("HDR")
@@ -1189,11 +1231,12 @@ class TxBuild(wiring.Component):
                              lo_same.eq(at[:lg] != 0),
                              hi_mask.eq((Const(2, nb + 1)
                                          << (at[:lg] + chq.o.payload.lenm1[:lg])[:lg]) - 1),
-                             rotm.eq(~d0[:lg])]
+                             rotm.eq(~d0[:lg]), t.d_first.eq(1)]
                 goto("DATA")
             with m.Else():
                 goto("CHUNK")
 
+        m.d.sync += t.d_first.eq(0)         # (start_chunk sets it, after this)
         with m.FSM(name="builder"):
             self._builder_states(m, t, goto, take_packet, start_chunk)
 
@@ -1251,25 +1294,7 @@ class TxBuild(wiring.Component):
             with m.If(take & self.rd.resp.payload.last & (parts == 1)):
                 goto("FLUSH")
         with m.State("FLUSH"):
-            # the last raw beat's upper bytes, if any in the next word; the next chunk or the end
-            with m.If(room):
-                with m.If(c_done):
-                    # the common end, without FIN: the record is queued now and the next
-                    # descriptor taken; acc's word (the frame's last) leaves in the next
-                    # frame's first HDR cycle (``ck_ld``). A pad word of its own, a fault, no
-                    # room for the record or no descriptor ready (the record queued here all
-                    # the same, ``ct`` set: the write does not wait for ``head_ok``) go to FIN.
-                    with m.If(recq.i.ready & ~padw & ~bad):
-                        with m.If(head_ok):
-                            m.d.sync += fbase.eq(fbase + out_words)
-                            take_packet()
-                        with m.Else():
-                            m.d.sync += [ct.eq(1), ct_ready.eq(0)]
-                            goto("FIN")
-                    with m.Else():
-                        goto("FIN")
-                with m.Else():
-                    start_chunk(pos)
+            self._flush_state(m, t, goto, take_packet, start_chunk)
         with m.State("FIN"):
             # the last word leaves acc; the frame's record is queued (its ICRC follows), unless
             # it was queued already (``ct``: cut-through, or in FLUSH)
@@ -1297,6 +1322,27 @@ class TxBuild(wiring.Component):
                 with m.If(r_rdr):
                     m.d.sync += [rk_v.eq(1), rk_qpn.eq(r_qpn)]
                 goto("IDLE")
+
+    def _flush_state(self, m, t, goto, take_packet, start_chunk):
+        """FLUSH, the builder's state after a chunk's last raw beat: that beat's upper bytes, if
+        any in the next word, are written; then the next chunk, or the frame's end."""
+        with m.If(t.room):
+            with m.If(t.c_done):
+                # the common end, without FIN: the record is queued now (or was, ``early``,
+                # with the drop mark of a fault) and the next descriptor taken; acc's word (the
+                # frame's last) leaves in the next frame's first HDR cycle (``ck_ld``). A pad
+                # word of its own, a fault, no room for the record or no descriptor ready (the
+                # record queued here all the same, ``ct`` set: the write does not wait for
+                # ``head_ok``) go to FIN.
+                with m.If(t.head_ok & ~t.bad & (t.early | t.recq.i.ready & ~t.padw)):
+                    m.d.sync += t.fbase.eq(t.fbase + t.out_words)
+                    take_packet()
+                with m.Else():
+                    with m.If(t.early | t.recq.i.ready & ~t.padw & ~t.bad):
+                        m.d.sync += [t.ct.eq(1), t.ct_ready.eq(0)]
+                    goto("FIN")
+            with m.Else():
+                start_chunk(t.pos)
 
     def _write_select(self, m, t):
         """The write into ``acc``, selected by the state flags only (HDR: the header template's
@@ -1332,9 +1378,16 @@ class TxBuild(wiring.Component):
         with m.If(st["FIN"] & room & (recq.i.ready | t.ct)):
             m.d.comb += flush.eq(1)
         # the record's push (:meth:`_builder_states`: HDR's cut-through one, FLUSH's, FIN's),
-        # from the state flags and registers only
+        # from the state flags and registers, and DATA's (``early``) at the take of the
+        # payload's last raw beat, its fault mark with it (:meth:`_frame_record`)
+        early_push = Signal()
+        m.d.comb += early_push.eq(take & self.rd.resp.payload.last & (parts == 1) & t.c_done
+                                  & ~t.d_first & ~t.padw & ~bad)
         m.d.comb += recq.i.valid.eq(room & recq.i.ready & (
-            st["FLUSH"] & t.c_done & ~t.padw & ~bad | st["FIN"] & ~t.ct | st["HDR"] & t.ct_can))
+            st["FLUSH"] & t.c_done & ~t.padw & ~bad & ~t.early | st["FIN"] & ~t.ct
+            | st["HDR"] & t.ct_can | early_push))
+        with m.If(early_push & recq.i.ready):
+            m.d.sync += t.early.eq(1)
         with m.If(st["PAD"]):
             m.d.comb += feed_v.eq(1)
         m.d.comb += [
