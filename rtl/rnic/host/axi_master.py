@@ -34,9 +34,7 @@ only if its buffer holds about L + ``max_burst`` beats. A client holds at most
 ``max(8, max_reads)`` bursts in flight and in its buffer together. Every client's buffer is a
 region (its size rounded up to a power of two) of one block RAM written by ``R`` and read one
 word a cycle, round-robin, into the client's output register; a client that does not take
-its beat has one word read ahead, which waits on the RAM's output while no other client wants
-a read (else it is read again later), so it holds up no other client and takes a beat every
-cycle once it resumes. An ``R`` beat that finds its
+its beat is not read for, so it holds up no other client. An ``R`` beat that finds its
 client's buffer empty and the output register free (or being taken) also goes straight into
 that register when no word read from the buffer lands in that cycle (every output register
 loads from one shared word): on an idle client a beat is offered the cycle after ``R``, not
@@ -713,12 +711,10 @@ class HostMemory(wiring.Component):
         with m.Elif(taken):
             m.d.sync += o_valid.eq(0)
         # read a word when there is one not yet read and the output register is free or
-        # being taken, or holds a beat while no word read for this client is pending: that
-        # word then waits on the RAM's output (``hold``) and lands as the beat is taken, so a
-        # client that resumes takes a beat every cycle (a drop and an issue of the same
-        # client never meet: the issue needs no word of its own pending or one landing)
+        # being taken (a client that holds its beat is not read for, so a drop and an
+        # issue of the same client never meet)
         want = Signal(name=f"rwant_{i}")
-        m.d.comb += want.eq((iptr != wptr) & (~o_valid | port.resp.ready | ~mine_rd))
+        m.d.comb += want.eq((iptr != wptr) & (~o_valid | port.resp.ready))
         wants.append(want)
         raddrs.append(region(i, iptr))
         back = mine_rd & ~land & ~hold
