@@ -31,8 +31,10 @@ req_qp_set : Out(stream.Signature(qp_set_layout))
     takes tens of cycles; responder-made ERROR moves are one per fatal event; the requester
     takes one per cycle).
 ctx_req : In(QpnStream()) / ctx_resp : Out(stream.Signature(req_ctx_layout))
-    One response per request, in order, two cycles later at the earliest. Every field of
-    ``req_ctx_layout`` except ``state`` is the static field of the same name.
+    One request at a time (``ready`` while none is under way); its response two cycles later
+    at the earliest (later when the read meets a write to the QP's row, and is made again),
+    the QP's row as of one cycle. Every field of ``req_ctx_layout`` except ``state`` is the
+    static field of the same name.
 cpl : In(stream.Signature(cpl_layout)) → cqe : Out(stream.Signature(cqe_layout)),
 qp_err : Out(QpnStream()), event : Out(stream.Signature(event_layout))
     A completion is read where it waits (the requester's register) and taken when every
@@ -49,7 +51,7 @@ q_qpn : In(range(num_qp)) → q_psn : Out(24), q_cons : Out(16)
 
 import types
 
-from amaranth.hdl import Cat, Module, Mux, Shape, Signal, Value
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -67,28 +69,6 @@ __all__ = ["ReqContext"]
 
 prog_psn_layout = data.StructLayout({"qpn": 24, "psn": 24})
 prog_cons_layout = data.StructLayout({"qpn": 24, "cons": 16})
-
-
-class _BypassedReadPort:
-    """A synchronous read port of ``mem`` that returns data written to its address in the cycle
-    it reads (a transparent port's behaviour), by a registered address compare and write data
-    multiplexed after the memory's own, non-transparent port, lane by lane for a write port with
-    a granularity. Drive ``addr`` and ``en``; read ``data``. With ``en`` low the output holds,
-    as a transparent port's does."""
-
-    def __init__(self, m, mem, wp, name):
-        rp = mem.read_port()
-        self.addr, self.en = rp.addr, rp.en
-        lanes = len(wp.en)
-        g = Shape.cast(mem.shape).width // lanes
-        hit = Signal(lanes, name=f"{name}_byp_hit")
-        wdata = Signal(mem.shape, name=f"{name}_byp_data")
-        with m.If(rp.en):
-            m.d.sync += [hit.eq(Mux(wp.addr == rp.addr, wp.en, 0)), wdata.eq(wp.data)]
-        self.data = Signal(mem.shape, name=f"{name}_rd_data")
-        wd, rd = Value.cast(wdata), Value.cast(rp.data)
-        m.d.comb += self.data.eq(Cat(*[Mux(hit[i], wd[i * g:(i + 1) * g], rd[i * g:(i + 1) * g])
-                                       for i in range(lanes)]))
 
 
 class ReqContext(wiring.Component):
@@ -141,24 +121,48 @@ class ReqContext(wiring.Component):
 
     def _tables(self, m, t):
         """The two tables: the QP's static fields and its send CQN (``table``, 9-bit lanes) and
-        its state (``states``), each with its write port and one read port (so that none is
-        duplicated); ``table``'s port serves ``ctx_req`` and, when no request is read, the
-        completions (:meth:`_completion_take`). The reads see a write of the same cycle
-        (:class:`_BypassedReadPort`). Adds the ports."""
+        its state (``states``), each with its write port and one read port, both read at one
+        address (``rd_addr``, ``rd_en``); ``table``'s port serves ``ctx_req`` and, when no
+        request is read, the completions (:meth:`_completion_take`). Its word goes into a
+        reset-less register loaded under ``rd_en`` (``row_q``: the block RAM's output register),
+        two cycles from the address; ``states`` (LUT RAM) is read in the second cycle, at the
+        registered address, into ``state_q``. Adds the ports, the registers and ``spoil``: the
+        read now in the latch met a write to its row in its cycle, or a write to the state
+        since (so ``row_q`` and ``state_q`` would not be one cycle's row)."""
         R = t.R
-
-        # The read ports see a write of the same cycle (a transparent port's behaviour)
-        # through a bypass built here rather than by `transparent_for`: yosys did not recognise
-        # its own transparency logic on these ports, left them asynchronous and so put the table
-        # in LUT RAM, spread over nearly every RAM-capable slice of the chip.
-        m.submodules.table = table = Memory(shape=R.width, depth=self.num_qp, init=[])
+        # A read that meets a write to its row is not used (``spoil``: a ctx_req read is made
+        # again, a completion's is not counted), so the table needs no read-during-write logic,
+        # and its read port drives nothing but ``row_q``, which synthesis folds into the block
+        # RAM as its output register.
+        m.submodules.table = table = Memory(shape=R.width, depth=self.num_qp, init=[],
+                                            attrs={"no_rw_check": 1})
         wp = table.write_port(granularity=R.LANE)
-        ctx_rp = _BypassedReadPort(m, table, wp, "ctx")
+        rp = table.read_port()
         m.submodules.states = states = Memory(shape=req_ctx_layout["state"].shape,
                                               depth=self.num_qp, init=[])
         st_wp = states.write_port()
-        st_rp = _BypassedReadPort(m, states, st_wp, "state")
-        return types.SimpleNamespace(wp=wp, ctx_rp=ctx_rp, st_wp=st_wp, st_rp=st_rp)
+        st_rp = states.read_port(domain="comb")
+        rd_addr, rd_en = Signal(t.ab), Signal()
+        a1 = Signal(t.ab)               # the address of the read in the latch
+        m.d.comb += [rp.addr.eq(rd_addr), rp.en.eq(rd_en), st_rp.addr.eq(a1)]
+        row_q = Signal(R.width, reset_less=True)
+        state_q = Signal(req_ctx_layout["state"].shape, reset_less=True)
+        with m.If(rd_en):
+            m.d.sync += [row_q.eq(rp.data), state_q.eq(st_rp.data)]
+        # each table's write of the read's cycle (enable and address registered, compared in
+        # the next cycle), and the state's writes to a1 since, while the latch holds
+        w_r, w_a = Signal(), Signal(t.ab)
+        s_r, s_a = Signal(), Signal(t.ab)
+        fresh = Signal()                # the latch was loaded in the last cycle
+        held = Signal()
+        spoil = Signal()
+        m.d.sync += [fresh.eq(rd_en), held.eq(spoil | (st_wp.en & (st_wp.addr == a1)))]
+        with m.If(rd_en):
+            m.d.sync += [a1.eq(rd_addr), w_r.eq(wp.en.any()), w_a.eq(wp.addr),
+                         s_r.eq(st_wp.en), s_a.eq(st_wp.addr)]
+        m.d.comb += spoil.eq(Mux(fresh, (w_r & (w_a == a1)) | (s_r & (s_a == a1)), held))
+        return types.SimpleNamespace(wp=wp, st_wp=st_wp, rd_addr=rd_addr, rd_en=rd_en,
+                                     row_q=row_q, state_q=state_q, a1=a1, spoil=spoil)
 
     def _table_writes(self, m, t):
         """The table writes and the requester's ``qp_set``: PSN Check's ``qp_set`` events into
@@ -193,31 +197,33 @@ class ReqContext(wiring.Component):
         wiring.connect(m, set_q.o, wiring.flipped(self.req_qp_set))
 
     def _ctx_read(self, m, t):
-        """``ctx_req`` -> ``ctx_resp``: one registered read of the QP's fields and state per
-        request, in order, held in the output register until taken (the read ports hold their
-        data while ``ready`` is low). ``table``'s port reads at the completion's QPN when it
-        reads no request. Adds ``cpl_rd_r`` (the word on the port is the completion's)."""
-        ab, R, ctx_rp, st_rp = t.ab, t.R, t.ctx_rp, t.st_rp
-        # ---- ctx_req -> ctx_resp (one registered read) -----------------------------------------
-        rv = Signal()
+        """``ctx_req`` -> ``ctx_resp``: one request at a time (``ready`` while none is under
+        way), read into the latches (``v1``) and on into the output registers (``ctx_resp``
+        valid), which hold it until taken; a read that met a write to its row is made again
+        at the same address. The ports read at the completion's QPN when they read no request.
+        Adds ``adv`` (the ports read, the output registers load) and ``v1``."""
+        ab, R = t.ab, t.R
+        # ---- ctx_req -> ctx_resp (two registered reads) -----------------------------------------
+        rv, v1 = Signal(), Signal()
+        adv = Signal()
+        take = Signal()
         m.d.comb += [
-            self.ctx_req.ready.eq(~rv | self.ctx_resp.ready),
-            ctx_rp.addr.eq(Mux(self.ctx_req.valid, self.ctx_req.payload.qpn[:ab],
-                               self.cpl.payload.qpn[:ab])),
-            ctx_rp.en.eq(self.ctx_req.ready),
-            st_rp.addr.eq(self.ctx_req.payload.qpn[:ab]),
-            st_rp.en.eq(self.ctx_req.ready),
+            adv.eq(~rv | self.ctx_resp.ready),
+            self.ctx_req.ready.eq(~rv & ~v1),
+            take.eq(self.ctx_req.valid & ~rv & ~v1),
+            t.rd_en.eq(adv),
+            t.rd_addr.eq(Mux(v1, t.a1, Mux(take, self.ctx_req.payload.qpn[:ab],
+                                           self.cpl.payload.qpn[:ab]))),
             self.ctx_resp.valid.eq(rv),
-            self.ctx_resp.payload.state.eq(st_rp.data),
+            self.ctx_resp.payload.state.eq(t.state_q),
         ]
-        ctx_f = R.decode(m, ctx_rp.data, "ctx_fields")
+        ctx_f = R.decode(m, t.row_q, "ctx_fields")
         for name in self.fields:
             m.d.comb += getattr(self.ctx_resp.payload, name).eq(getattr(ctx_f, name))
-        with m.If(self.ctx_req.ready):
-            m.d.sync += rv.eq(self.ctx_req.valid)
-        cpl_rd_r = Signal()
-        m.d.sync += cpl_rd_r.eq(self.ctx_req.ready & ~self.ctx_req.valid)
-        return types.SimpleNamespace(cpl_rd_r=cpl_rd_r)
+        with m.If(adv):
+            # (v1 & ~spoil: the latches' read moves on, and the ports read again at a1 unused)
+            m.d.sync += [rv.eq(v1 & ~t.spoil), v1.eq((v1 & t.spoil) | take)]
+        return types.SimpleNamespace(adv=adv, v1=v1, take_req=take)
 
     def _progress(self, m, t):
         """The requester's progress for QUERY_QP: two small tables of its next send PSN and SQ
@@ -250,15 +256,15 @@ class ReqContext(wiring.Component):
         Adds ``busy``, ``rd_wait`` (the CQN is not read yet), ``flt`` (the held one is a
         fault), ``fq``, what it still needs to offer (``need_cqe``, ``need_err``,
         ``need_ev``), and ``scqn``."""
-        ab, R, ctx_rp, cpl_rd_r = t.ab, t.R, t.ctx_rp, t.cpl_rd_r
+        ab, R = t.ab, t.R
         # ---- completions ------------------------------------------------------------------------
         # one completion (or gather fault) at a time: read its QP's send CQN, then offer the CQE,
         # the QP-to-ERROR report and the event independently; the slot frees when all are taken.
-        # The table's port reads at the completion's QPN, which holds while it waits, in every
-        # cycle it reads no ``ctx_req`` (cpl_rd_r: the word on the port is from such a read),
-        # seeing a write of the same cycle: the CQE carries the row as of the cycle the
-        # completion was first seen or of a later cycle before the CQE. (A fault reads the row
-        # too, and does not use it.)
+        # The ports read at the completion's QPN, which holds while it waits, in every cycle
+        # they read no ``ctx_req``; a read made in the cycle it is taken or later that met no
+        # write to its row gives the CQN (c1, c2: such a read is in the latches, in row_q), so
+        # the CQE carries the row as of a cycle from the one the completion was first seen to
+        # the one before the CQE. (A fault reads the row too, and does not use it.)
         busy = Signal()
         rd_wait = Signal()
         flt = Signal()                  # the held one is a gather fault (its QPN in fq)
@@ -282,9 +288,15 @@ class ReqContext(wiring.Component):
             m.d.sync += [busy.eq(1), rd_wait.eq(1), flt.eq(1),
                          fq.eq(self.req_fault.payload.qpn[:ab]),
                          need_cqe.eq(0), need_err.eq(1), need_ev.eq(1)]
+        c1, c2 = Signal(), Signal()
+        at_cpl = ~t.v1 & ~t.take_req    # the ports read at the completion's QPN (with adv)
+        with m.If(take_cpl | take_flt):
+            m.d.sync += [c1.eq(t.adv & at_cpl), c2.eq(0)]
+        with m.Elif(t.adv):
+            m.d.sync += [c1.eq(at_cpl & busy & rd_wait), c2.eq(c1 & ~t.spoil)]
         scqn = Signal(16)
-        with m.If(rd_wait & cpl_rd_r):
-            m.d.sync += [rd_wait.eq(0), scqn.eq(R.decode(m, ctx_rp.data, "cpl_fields").scqn)]
+        with m.If(rd_wait & c2):
+            m.d.sync += [rd_wait.eq(0), scqn.eq(R.decode(m, t.row_q, "cpl_fields").scqn)]
         return types.SimpleNamespace(busy=busy, rd_wait=rd_wait, flt=flt, fq=fq,
                                      need_cqe=need_cqe, need_err=need_err, need_ev=need_ev,
                                      scqn=scqn)
