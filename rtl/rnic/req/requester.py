@@ -888,6 +888,10 @@ class Requester(wiring.Component):
         alloc_r = Signal()
         m.d.sync += [cons1.eq(dyn.cons + 1), alloc_r.eq(dyn.cons == dyn.hcons)]
         pf_bad = Signal()               # a SET_QP rewrote the prefetched QP: drain it
+        # the SQ's index mask (bit i: i < sq_log), of the context on ctx_resp and of ctx's
+        sq_mask, cr_mask = Signal(16), Signal(16)
+        m.d.comb += cr_mask.eq(Cat(*(self.ctx_resp.payload.sq_log > i for i in range(16))))
+        rd_dr = Signal()                # an unusable prefetch is drained while idle
         pf_hit = Signal()
         # (the match registered: WQE_REQ, where it is used, never follows a change of pf_q,
         # pf_c, qpn or cons by one cycle)
@@ -902,7 +906,8 @@ class Requester(wiring.Component):
             flush=flush, fpsn_r=fpsn_r, skipn=skipn, skip0=skip0, soff=soff, sk_lt=sk_lt, skoff=skoff,
             pend_err=pend_err, eoff=eoff, pstat=pstat, kill_v=kill_v, kill_q=kill_q, served=served,
             pf_v=pf_v, pf_q=pf_q, pf_c=pf_c, pf_go=pf_go, pf_cw=pf_cw, cw_new=cw_new,
-            cons1=cons1, alloc_r=alloc_r, pf_bad=pf_bad, pf_hit=pf_hit)
+            cons1=cons1, alloc_r=alloc_r, pf_bad=pf_bad, pf_hit=pf_hit, rd_dr=rd_dr,
+            sq_mask=sq_mask, cr_mask=cr_mask)
 
     def _engine_wqe_store(self, m, t):
         """The send WQE (interface.md §5.2) as WQE_DATA takes its beats (``wqe_take``), each field
@@ -1232,11 +1237,18 @@ class Requester(wiring.Component):
                 m.d.sync += [t.lk_drop.eq(0), t.lk_out.eq(0)]
         m.d.sync += t.op_rd_r.eq(t.wop == _WOP_READ)
         # a prefetch made unusable (CHECK_WAIT's read of a WQE not posted, a SET_QP) is drained
-        # while the engine is idle, not only by the next WQE_REQ
-        with m.If(pf_v & pf_bad & t.e_idle):
-            m.d.comb += self.wqe_rd.resp.ready.eq(1)
-            with m.If(self.wqe_rd.resp.valid & self.wqe_rd.resp.payload.last):
-                m.d.sync += pf_v.eq(0)
+        # while the engine is idle, not only by the next WQE_REQ: from the cycle after an IDLE
+        # cycle that found it so to the cycle after the last IDLE one (``rd_dr``; only this
+        # prefetch's beats can come meanwhile: no read is issued before CHECK_WAIT)
+        rsp = self.wqe_rd.resp
+        dr_last = t.rd_dr & rsp.valid & rsp.payload.last
+        m.d.sync += t.rd_dr.eq(pf_v & pf_bad & t.e_idle & ~dr_last)
+        with m.If(dr_last):
+            m.d.sync += pf_v.eq(0)
+        # the responses are taken in WQE_DATA and PF_DRAIN and by the drain above: ``ready``
+        # is one LUT of flip-flops (the FSM is one-hot)
+        m.d.comb += rsp.ready.eq(eng_fsm.ongoing("WQE_DATA") | eng_fsm.ongoing("PF_DRAIN")
+                                 | t.rd_dr)
         # (the engine's QP or the prefetched one: a prefetch being issued is for qpn)
         with m.If(set_hit & ((set_q == qpn) | (set_q == pf_q))):
             m.d.sync += pf_bad.eq(1)
@@ -1294,14 +1306,15 @@ class Requester(wiring.Component):
         nxt = Cat(*(on(s) for s in ("WQE_DATA", "VALIDATE", "LOOKUP", "LK_WAIT", "SKIP",
                                     "SKIP2", "SKIP3", "SKIP4", "RD_PREP", "RD_PREP2", "PKT",
                                     "CHUNK"))).any()
-        idx = Mux(load, t.dyn_rd.cons, Mux(nxt, t.cons1, dyn.cons))
-        log = Mux(load, cr.sq_log, ctx.sq_log)
-        off = Signal(16, name="wqe_off")
-        m.d.comb += off.eq(idx & ((Const(1, 17) << log) - 1))
+        # each index's offset and low sum made beside the others, the state's choice last
+        offs = [Signal(16, name=f"wqe_off_{n}") for n in ("ld", "c", "c1")]
+        m.d.comb += [offs[0].eq(t.dyn_rd.cons & t.cr_mask), offs[1].eq(dyn.cons & t.sq_mask),
+                     offs[2].eq(t.cons1 & t.sq_mask)]
+        los = [b[6:12] + o[:6] for b, o in zip((cr.sq_base, ctx.sq_base, ctx.sq_base), offs)]
         wa_lo = Signal(7, name="wqe_a_lo")         # address bits 6..11, the carry into 12
         wa_hi = Signal(10, name="wqe_a_hi")        # the offset's bits 12..21
-        m.d.sync += [wa_lo.eq(Mux(load, cr.sq_base[6:12], ctx.sq_base[6:12]) + off[:6]),
-                     wa_hi.eq(off[6:])]
+        m.d.sync += [wa_lo.eq(Mux(load, los[0], Mux(nxt, los[2], los[1]))),
+                     wa_hi.eq(Mux(load, offs[0][6:], Mux(nxt, offs[2][6:], offs[1][6:])))]
         m.d.comb += self.wqe_rd.req.payload.addr.eq(
             Cat(ctx.sq_base[:6], wa_lo[:6], ctx.sq_base[12:] + wa_hi + wa_lo[6]))
 
@@ -1329,12 +1342,14 @@ class Requester(wiring.Component):
             # (dyn_rd from a read that met a write to the QP's row: wait for the next; cs
             # likewise, which does not take the read of comp_mem that met one, and holds
             # another QP's row until the first read of this one)
+            # (ctx, dyn and ern load in every cycle of CTX_WAIT, so that their enables are the
+            # state alone; the last load is the one taken: nothing reads them before CHECK_WAIT)
             m.d.comb += [self.ctx_resp.ready.eq(~e_hit1 & ~t.ce_hit & t.steal_rr),
                          self.busy.eq(1)]
+            m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0), ern.eq(rn_rd),
+                         t.sq_mask.eq(t.cr_mask)]
+            m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
             with m.If(self.ctx_resp.valid & ~e_hit1 & ~t.ce_hit & t.steal_rr):
-                m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0),
-                             ern.eq(rn_rd)]
-                m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
                 m.d.sync += [e_cw_st.eq(1), t.cw_new.eq(1), t.e_steal.eq(0)]
                 m.next = "CHECK_WAIT"
 
@@ -1469,12 +1484,12 @@ class Requester(wiring.Component):
                 with m.If(self.wqe_rd.req.ready):
                     m.next = "WQE_DATA"
         with m.State("PF_DRAIN"):
-            m.d.comb += [self.wqe_rd.resp.ready.eq(1), self.busy.eq(1)]
+            m.d.comb += self.busy.eq(1)
             with m.If(self.wqe_rd.resp.valid & self.wqe_rd.resp.payload.last):
                 m.d.sync += pf_v.eq(0)
                 m.next = "WQE_REQ"
         with m.State("WQE_DATA"):
-            m.d.comb += [self.wqe_rd.resp.ready.eq(1), self.busy.eq(1)]
+            m.d.comb += self.busy.eq(1)
             m.d.sync += k.eq(0)
             self._early_lookup(m, t)
             with m.If(self.wqe_rd.resp.valid):
