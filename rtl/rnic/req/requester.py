@@ -1227,6 +1227,13 @@ class Requester(wiring.Component):
             self._engine_end_states(m, t, go)
         self._engine_wqe_words(m, t, eng_fsm)
         self._engine_wqe_addr(m, t, eng_fsm)
+        # the resume point, loaded in every CHECK (the enable is the state, not the decision):
+        # only the WQE that CHECK starts uses it (LOOKUP, SKIP, PKT), and every way to those
+        # states passes a CHECK that starts a WQE last
+        with m.If(eng_fsm.ongoing("CHECK")):
+            m.d.sync += [t.fpsn_r.eq(Mux(dyn.part, dyn.fpsn, dyn.psn)),
+                         t.skipn.eq(Mux(dyn.part, dyn.psn - dyn.fpsn, 0)),
+                         t.skip0.eq(~dyn.part | (dyn.psn == dyn.fpsn))]
 
         # the answer to an early lookup, taken in any state once VALIDATE has run (LOOKUP makes
         # no lookup while one is outstanding, so it is the next answer): dropped, or used by
@@ -1402,10 +1409,7 @@ class Requester(wiring.Component):
             with m.Elif(served & t.wq_v):
                 go("YIELD")              # other QPs wait: round-robin, one WQE each
             with m.Elif(slot_room & ring_ok):
-                m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0),
-                             fpsn_r.eq(Mux(dyn.part, dyn.fpsn, dyn.psn)),
-                             skipn.eq(Mux(dyn.part, dyn.psn - dyn.fpsn, 0)),
-                             skip0.eq(~dyn.part | (dyn.psn == dyn.fpsn))]
+                m.d.sync += [flush.eq(0), beat.eq(0), hfault.eq(0)]
                 # WQE_REQ's work done here for the usual cases: the WQE already asked for,
                 # or its read issued now (a prefetch of another WQE: WQE_REQ drains it)
                 with m.If(t.pf_hit):
