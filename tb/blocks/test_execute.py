@@ -251,3 +251,99 @@ def test_bit_table_reads_as_a_one_bit_memory():
 
     _simulate(dut, bench)
     assert min(seen.values()) > 200, seen
+
+
+def test_read_lookup_from_dec():
+    """A new RDMA READ's Key Cache lookup is offered in the cycle after its take (from the
+    planner's registers, while the key checks are idle), and when the Key Cache does not take
+    it at once the request stays valid with the same payload until it does (stream rules);
+    the READ job and its ``done`` follow the answer. Also a READ the Key Cache takes at once,
+    and two READs back to back (the second through ``key_q``), each answered in order."""
+    dut = Execute(width=64, num_qp=4, prefetch=0)
+    reads = [  # (qpn, psn, va, rkey, len, pd, cycles the Key Cache holds ``ready`` low)
+        (1, 5, 0x1000, 0x1234, 64, 3, 3),
+        (2, 9, 0x2040, 0x5678, 4096, 4, 0),
+        (3, 17, 0x3000, 0x9ABC, 200, 5, 0),
+        (1, 6, 0x1100, 0x1234, 32, 3, 1),
+    ]
+    log = {"take": [], "req": [], "jobs": [], "done": []}
+
+    def bus(rkey):
+        return 0xAB_0000_0000 | rkey << 8
+
+    async def lookup_side(ctx):
+        ctx.set(dut.lookup.resp.payload.ok, 1)
+        pending = []
+        held = 0
+        offered = None
+        for cyc in range(400):
+            n = len(log["req"])
+            hold = n < len(reads) and held < reads[n][6]
+            ctx.set(dut.lookup.req.ready, 0 if hold else 1)
+            if ctx.get(dut.lookup.req.valid):
+                p = {k: ctx.get(getattr(dut.lookup.req.payload, k))
+                     for k in ("key", "pd", "access", "va", "len", "tag")}
+                if offered is not None:
+                    assert p == offered, "lookup payload changed while waiting"
+                offered = p
+                if hold:
+                    held += 1
+                else:
+                    log["req"].append((cyc, p))
+                    pending.append((cyc + 6, p))
+                    offered, held = None, 0
+            else:
+                assert offered is None, "lookup request withdrawn before it was taken"
+            if pending and pending[0][0] <= cyc:
+                ctx.set(dut.lookup.resp.valid, 1)
+                ctx.set(dut.lookup.resp.payload.bus_addr, bus(pending[0][1]["key"]))
+                ctx.set(dut.lookup.resp.payload.tag, pending[0][1]["tag"])
+            else:
+                ctx.set(dut.lookup.resp.valid, 0)
+            await ctx.tick()
+            if ctx.get(dut.lookup.resp.valid) and ctx.get(dut.lookup.resp.ready):
+                pending.pop(0)
+
+    async def bench(ctx):
+        ctx.set(dut.read.ready, 1)
+        ctx.set(dut.done.ready, 1)
+        i = 0
+        for cyc in range(400):
+            if i < len(reads) and (i != 1 or cyc > 60):
+                q, psn, va, rkey, ln, pd, _ = reads[i]
+                fields = {"qpn": q, "psn": psn, "va": va, "rkey": rkey, "dma_len": ln, "pd": pd,
+                          "read": 1, "imm_or_rkey": (2 << 24) | (psn + 100)}
+                for k, v in fields.items():
+                    ctx.set(getattr(dut.exe.payload, k), v)
+                ctx.set(dut.exe.valid, 1)
+            else:
+                ctx.set(dut.exe.valid, 0)
+            if ctx.get(dut.read.valid):
+                log["jobs"].append({k: ctx.get(getattr(dut.read.payload, k))
+                                    for k in ("qpn", "psn", "msn", "addr", "len", "pmtu")})
+            if ctx.get(dut.done.valid):
+                log["done"].append((ctx.get(dut.done.payload.fatal),
+                                    ctx.get(dut.done.payload.syndrome)))
+            took = ctx.get(dut.exe.valid) and ctx.get(dut.exe.ready)
+            if took:
+                log["take"].append(cyc)
+                i += 1
+            await ctx.tick()
+
+    from amaranth.sim import Simulator
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.add_testbench(lookup_side)
+    sim.run()
+    assert len(log["req"]) == len(reads), log["req"]
+    for (q, psn, va, rkey, ln, pd, _), (_, p) in zip(reads, log["req"]):
+        assert p == {"key": rkey, "pd": pd, "access": 4, "va": va, "len": ln, "tag": 0}, p
+    # the lone READ that the Key Cache takes at once: its lookup in the cycle after its take
+    assert log["req"][1][0] == log["take"][1] + 1, (log["take"], log["req"])
+    # the first: offered from the cycle after its take, taken when ``ready`` came
+    assert log["req"][0][0] == log["take"][0] + 1 + reads[0][6], (log["take"], log["req"])
+    assert log["done"] == [(0, 0)] * len(reads), log["done"]
+    assert log["jobs"] == [{"qpn": q, "psn": psn, "msn": psn + 100, "addr": bus(rkey),
+                            "len": ln, "pmtu": 2}
+                           for (q, psn, va, rkey, ln, pd, _) in reads], log["jobs"]

@@ -41,7 +41,9 @@ a later stage decides on (design rule 3):
 * **stage 2, key checks**: one Key Cache lookup per piece (LOCAL_WRITE with the SGE's lkey,
   the QP's PD and the piece's range; REMOTE_WRITE with the rkey), keeping the bus addresses;
   it waits while an older packet's invalidate is still to be done (the lookups must see it).
-  The response of a packet's last lookup passes the entry on in its own cycle;
+  The response of a packet's last lookup passes the entry on in its own cycle, an entry with
+  no piece goes on in the cycle it is taken, and a new READ's lookup leaves from the planner's
+  DEC (from the planner's registers) when this stage is idle and ``key_q`` empty;
 * **stage 3, reservation**: re-reads the ``dead`` mark (an older command may have
   made the QP dead after stage 1 read them: the packet is then skipped), reserves a CQE slot
   when a CQE will be written, and marks the QP dead on a fatal outcome (so the younger packets
@@ -609,13 +611,15 @@ class Execute(wiring.Component):
         m.submodules.rd_ring = rd_ring = Memory(shape=24, depth=self.num_qp * MAX_IRD, init=[])
         rdr_rd = rd_ring.read_port()
         rdr_wr = rd_ring.write_port()
-        rm_wp = Signal(3)                      # rd_meta's row, registered (RD_META)
-        rm_cnt = Signal(4)
+        # (rd_meta's row, registered in RD_META and read only in the IRD states after it: no
+        # reset needed; ``rd_first`` too)
+        rm_wp = Signal(3, reset_less=True)
+        rm_cnt = Signal(4, reset_less=True)
         rm_ird = Signal(4)                     # the QP's IRD, 1..8
         rd_cnt = Signal(4)                     # held READs (≤ IRD)          (RD_CALC)
         rd_old = Signal(3)                     # the oldest held READ's slot (RD_CALC)
         rd_nw = Signal(4)                      # the count after a new READ  (RD_CALC)
-        rd_first = Signal(24)                  # the oldest held READ's first PSN (RD_DATA)
+        rd_first = Signal(24, reset_less=True)  # the oldest held READ's first PSN (RD_DATA)
         rd_bad = Signal()                      # a duplicate of no held READ  (RD_HELD)
         rd_new = Signal()                      # c is a new READ, status 0 (registered at take)
         rd_sent = Signal()                     # c (a new READ) went into ``key_q`` in DEC
@@ -1077,6 +1081,10 @@ class Execute(wiring.Component):
         inv_inc_r = Signal()
         m.d.sync += [inv_inc_r.eq(inv_inc), inv_pend.eq(inv_pend + inv_inc_r - inv_dec)]
         k_idle = Signal()
+        # the planner is in DEC with a READ (``dec_sel``) and sends it on to the key checks
+        # now (``dec_rd``): the key checks may issue its lookup in this cycle (_key_request)
+        dec_sel = Signal()
+        dec_rd = Signal()
         r_idle = Signal()
         b_idle = Signal()
         pipe_empty = Signal()
@@ -1096,7 +1104,8 @@ class Execute(wiring.Component):
         return types.SimpleNamespace(
             **vars(pr), b=b, b_idle=b_idle, head_rd=head_rd, head_wr=head_wr, inv_dec=inv_dec,
             inv_inc=inv_inc, inv_pend=inv_pend, iss_q=iss_q, iss_tok=iss_tok, k_idle=k_idle,
-            ke=ke, key_q=key_q, kq=kq, pd_rd=pd_rd, pipe_empty=pipe_empty, tk_rd=tk_rd,
+            ke=ke, key_q=key_q, kq=kq, pd_rd=pd_rd, dec_sel=dec_sel, dec_rd=dec_rd,
+            inv_inc_r=inv_inc_r, pipe_empty=pipe_empty, tk_rd=tk_rd,
             tk_here=tk_here, post_plan_busy=post_plan_busy, r_idle=r_idle, wp=wp)
 
     def _piece_rams(self, m, t, wp):
@@ -1294,7 +1303,7 @@ class Execute(wiring.Component):
                 # a READ's plan records, from c, into the planner's own slot (CALC and PUSH
                 # write the same when it leaves later, or is skipped): their write enables
                 # wait neither for the marks nor for the queue's room
-                m.d.comb += [head_wr.en.eq(1),
+                m.d.comb += [t.dec_sel.eq(1), head_wr.en.eq(1),
                              kp_wr[0].en.eq(1), kva_wr[0].en.eq(1)]
             # (the entry's piece flags as CALC would register them: read only with a push)
             m.d.comb += kq.payload.pv.eq(Cat(*pv_c))
@@ -1307,7 +1316,7 @@ class Execute(wiring.Component):
                     # range; the outcome so far is success), so it goes to the key checks
                     # now; the IRD states behind only record its PSN (the next command's
                     # DEC reads ``rd_meta`` after RD_RING's write)
-                    m.d.comb += kq.valid.eq(1)
+                    m.d.comb += [kq.valid.eq(1), t.dec_rd.eq(1)]
                     m.d.sync += [wp.eq(wp + 1), rd_sent.eq(1)]
                 m.next = "RD_META"
             with m.Elif(c.wqe):
@@ -1622,24 +1631,7 @@ class Execute(wiring.Component):
         lk = self.lookup.req.payload
         m.d.comb += [bus_wr.addr.eq(Cat(j[:2], ke.slot[:3])),
                      bus_wr.data.eq(self.lookup.resp.payload.bus_addr)]
-        # (loaded in every cycle, also for ``j_d`` = MAX_SGE, when no lookup follows: ``j_d``
-        # addresses the data, it enables no flop). Only the key (the Key Cache's CAM reads it)
-        # and a few bits are registered; the va, length and PD are read at a registered
-        # address, {piece, slot}: the rows of a slot in ``key_q`` are not written while it is
-        # there (the planner writes its own slot, the next one mod 4; ``plan_pd`` the one after
-        # it at most), so they read as the registered words did.
-        lk_a = Signal(4)
-        lk_s = Signal(_SLOT_BITS)
-        m.d.comb += kp_rd.addr.eq(Cat(j_d[:2], ke.slot[:2]))
-        m.d.sync += [lk_a.eq(Cat(j_d[:2], ke.slot[:2])), lk_s.eq(ke.slot)]
-        m.d.comb += [kva_rd.addr.eq(lk_a), kl_rd.addr.eq(lk_a), pd_rd.addr.eq(lk_s),
-                     lk.va.eq(kva_rd.data), lk.len.eq(kl_rd.data), lk.pd.eq(pd_rd.data)]
-        m.d.sync += lk.key.eq(kp_rd.data)
-        m.d.sync += [
-            lk.access.eq(Mux(ke.write, Access.REMOTE_WRITE,
-                             Mux(ke.read, Access.REMOTE_READ, Access.LOCAL_WRITE))),
-            lk.tag.eq(j_d),
-        ]
+        k_pre, k_pre_sel = self._key_payload(m, t, j_d, lk)
         iq = iss_q.i
         # the entry as it leaves the key checks
         for name in ("slot", "qpn", "cqn", "write", "inv", "has_beats", "cstat", "fatal", "syn",
@@ -1657,14 +1649,70 @@ class Execute(wiring.Component):
                          iq.payload.cqe_on.eq(~rk | ke.wqe),
                          iq.payload.cdone.eq(~rk | ke.wqe)]
         # (the entry may invalidate: registered in K_IDLE, so the push's count starts from a
-        # flop and the lookup's response, not from the queue's LUT-RAM read)
+        # flop and the lookup's response, not from the queue's LUT-RAM read; an entry with
+        # no lookup leaves from K_IDLE with the flag read from the head, ``k_inv_c``)
         k_inv = Signal()
+        k_inv_c = Signal()
+        m.d.comb += k_inv_c.eq(k_inv)
         with m.If(k_idle):
-            m.d.sync += k_inv.eq(ke.inv & ~ke.nowrite)
-        m.d.comb += iq.payload.invc.eq(k_inv & ~k_fail_c)
+            m.d.sync += k_inv.eq(Mux(k_pre_sel, t.c.inv, ke.inv & ~ke.nowrite))
+        m.d.comb += iq.payload.invc.eq(k_inv_c & ~k_fail_c)
         return types.SimpleNamespace(
             iq=iq, j=j, j_d=j_d, k_fail=k_fail, k_fail_c=k_fail_c, k_first=k_first, k_next=k_next,
-            kh=kh, lk_look=lk_look, lk_look_d=lk_look_d)
+            kh=kh, lk_look=lk_look, lk_look_d=lk_look_d, k_inv_c=k_inv_c, k_pre=k_pre,
+            k_pre_sel=k_pre_sel)
+
+    def _key_payload(self, m, t, j_d, lk):
+        """The lookup request's payload ``lk`` (the key checks' registers, or a new READ's
+        request from the planner's registers). Returns ``(k_pre, k_pre_sel)``."""
+        (inv_pend, k_idle, ke, key_q, kl_rd, kp_rd, kva_rd, pd_rd) = (
+            t.inv_pend, t.k_idle, t.ke, t.key_q, t.kl_rd, t.kp_rd, t.kva_rd, t.pd_rd)
+        # (loaded in every cycle, also for ``j_d`` = MAX_SGE, when no lookup follows: ``j_d``
+        # addresses the data, it enables no flop). Only the key (the Key Cache's CAM reads it)
+        # and a few bits are registered; the va, length and PD are read at a registered
+        # address, {piece, slot}: the rows of a slot in ``key_q`` are not written while it is
+        # there (the planner writes its own slot, the next one mod 4; ``plan_pd`` the one after
+        # it at most), so they read as the registered words did.
+        # A new READ the planner sends on from DEC while the key checks are idle and
+        # ``key_q`` empty has its lookup offered in that cycle (``k_pre``), its request from
+        # the planner's registers (the rkey in ``li_r``, the va in ``a_r``, ``dma_len`` in
+        # ``mend``: unchanged until the planner's next take, in RD_RING at the earliest;
+        # the PD in the slot's row written at the take). ``k_pre_on`` (that cycle and the
+        # next, flops only) selects them: a request not taken at once is offered again from
+        # K_LOOK, whose registers hold the plan RAMs' words of the entry (at ``key_q``'s
+        # head from the next cycle) from the cycle after, the same words.
+        k_pre_sel = Signal()
+        k_pre = Signal()
+        k_pre_r = Signal()
+        k_pre_on = Signal()
+        m.d.comb += [
+            k_pre_sel.eq(k_idle & t.dec_sel & (key_q.level == 0)),
+            k_pre.eq(k_pre_sel & t.dec_rd & t.dma_nz & (inv_pend == 0) & ~t.inv_inc_r),
+            k_pre_on.eq(k_pre_sel | k_pre_r)]
+        m.d.sync += k_pre_r.eq(k_pre_sel)
+        lk_a = Signal(4)
+        lk_s = Signal(_SLOT_BITS)
+        lk_key = Signal(32)
+        lk_acc = Signal.like(lk.access)
+        lk_tag = Signal.like(lk.tag)
+        m.d.comb += kp_rd.addr.eq(Cat(j_d[:2], ke.slot[:2]))
+        m.d.sync += [lk_a.eq(Cat(j_d[:2], ke.slot[:2])),
+                     lk_s.eq(Mux(k_pre_sel, t.wp, ke.slot))]
+        m.d.comb += [kva_rd.addr.eq(lk_a), kl_rd.addr.eq(lk_a),
+                     pd_rd.addr.eq(Mux(k_pre_sel, t.wp, lk_s)),
+                     lk.va.eq(Mux(k_pre_on, t.a_r, kva_rd.data)),
+                     lk.len.eq(Mux(k_pre_on, t.mend[:32], kl_rd.data)),
+                     lk.pd.eq(pd_rd.data),
+                     lk.key.eq(Mux(k_pre_on, t.li_r, lk_key)),
+                     lk.access.eq(Mux(k_pre_on, Access.REMOTE_READ, lk_acc)),
+                     lk.tag.eq(Mux(k_pre_on, 0, lk_tag))]
+        m.d.sync += lk_key.eq(kp_rd.data)
+        m.d.sync += [
+            lk_acc.eq(Mux(ke.write, Access.REMOTE_WRITE,
+                          Mux(ke.read, Access.REMOTE_READ, Access.LOCAL_WRITE))),
+            lk_tag.eq(j_d),
+        ]
+        return k_pre, k_pre_sel
 
     def _key_fsm(self, m, t):
         """The key checks' FSM ``keys``: K_IDLE takes the plan at ``key_q``'s head, K_LOOK issues
@@ -1679,8 +1727,28 @@ class Execute(wiring.Component):
                 m.d.comb += [k_idle.eq(1), j_d.eq(k_first)]
                 m.d.sync += k_fail.eq(0)
                 with m.If(kh.valid):
-                    m.d.comb += lk_look_d.eq(k_first != MAX_SGE)
-                    m.next = "K_LOOK"
+                    with m.If(k_first == MAX_SGE):
+                        # nothing to look up: the entry goes on now (as from K_PUSH)
+                        m.d.comb += [iq.valid.eq(1), k_fail_c.eq(0),
+                                     t.k_inv_c.eq(kh.payload.inv & ~kh.payload.nowrite)]
+                        with m.If(iq.ready):
+                            m.d.comb += [kh.ready.eq(1), inv_inc.eq(iq.payload.invc)]
+                        with m.Else():
+                            m.next = "K_PUSH"
+                    with m.Else():
+                        m.d.comb += lk_look_d.eq(1)
+                        m.next = "K_LOOK"
+                with m.Elif(t.k_pre_sel):
+                    # a new READ sent on from DEC: its lookup (piece 0) now; its entry is
+                    # at ``key_q``'s head from the next cycle, in K_WAIT or K_LOOK
+                    m.d.sync += j.eq(0)
+                    with m.If(t.k_pre):
+                        m.d.comb += self.lookup.req.valid.eq(1)
+                        with m.If(self.lookup.req.ready):
+                            m.next = "K_WAIT"
+                        with m.Else():
+                            m.d.comb += lk_look_d.eq(1)
+                            m.next = "K_LOOK"
             with m.State("K_LOOK"):
                 # (``lk_look`` is ``j != MAX_SGE`` here)
                 with m.If(~lk_look):
@@ -1808,7 +1876,8 @@ class Execute(wiring.Component):
             t.plan_ev_qpn, t.post_q, t.pp_q, t.pq, t.sp_rd, t.wqpn_wr, t.wr_cnt)
         # ==== stage 4: writes, closing piece, invalidate, done/CQE ===========================
         jb = Signal(range(MAX_SGE + 1))
-        pp_first = _first_valid(m, pp_q.o.payload.pv)
+        pp_h = pp_q.o.payload
+        pp_first = _first_valid(m, pp_h.pv)
         b_next = _first_valid(m, b.pv, jb)
         bh = head_rd.data
         bt = t.tk_rd.data
@@ -1879,8 +1948,29 @@ class Execute(wiring.Component):
             post_q.i.payload.syndrome.eq(b.syn),
             post_q.i.payload.beats.eq(b.has_beats),
         ]
-        return types.SimpleNamespace(b_next=b_next, bh=bh, jb=jb, pp_first=pp_first, rq=rq,
-                                     wq_ok=wq_ok)
+        return types.SimpleNamespace(b_next=b_next, bh=bh, jb=jb, pp_first=pp_first, pp_h=pp_h,
+                                     rq=rq, wq_ok=wq_ok)
+
+    def _issue_inv(self, m, t):
+        """Stage 4's invalidate states: INV waits for the packet's last write beat, INV_REQ and
+        INV_WAIT the Key Cache's ``inval`` (refused: fatal 0x1F, REM_INV_REQ_ERR)."""
+        b, push_close, sc_out = t.b, t.push_close, t.sc_out
+        with m.State("INV"):
+            with m.If(~b.inv | b.nowrite):
+                m.next = "POST"
+            with m.Elif((sc_out == 0) & ~push_close):
+                m.next = "INV_REQ"
+        with m.State("INV_REQ"):
+            m.d.comb += self.inval.req.valid.eq(1)
+            with m.If(self.inval.req.ready):
+                m.next = "INV_WAIT"
+        with m.State("INV_WAIT"):
+            m.d.comb += self.inval.resp.ready.eq(1)
+            with m.If(self.inval.resp.valid):
+                with m.If(~self.inval.resp.payload.ok):
+                    m.d.sync += [b.fatal.eq(1), b.syn.eq(_SYN[0x1F]),
+                                 b.cstat.eq(WcStatus.REM_INV_REQ_ERR)]
+                m.next = "POST"
 
     def _issue(self, m, t):
         """Stage 4, the issue FSM: the writes, the closing piece, the invalidate, then the post
@@ -1896,11 +1986,15 @@ class Execute(wiring.Component):
             with m.State("B_IDLE"):
                 m.d.comb += [b_idle.eq(1), pp_q.o.ready.eq(1)]
                 with m.If(pp_q.o.valid):
-                    m.d.sync += [b.eq(pp_q.o.payload), jb.eq(pp_first)]
-                    # (as ISSUE would: nothing to write, close or invalidate)
-                    h = pp_q.o.payload
-                    with m.If((h.nowrite | h.read) & ~h.has_beats & (~h.inv | h.nowrite)):
+                    m.d.sync += [b.eq(t.pp_h), jb.eq(pp_first)]
+                    # (as ISSUE would: nothing to write -> CLOSE, or POST when there is
+                    # nothing to close or invalidate either)
+                    h = t.pp_h
+                    h_nw = h.nowrite | h.read | (h.pv == 0)
+                    with m.If(h_nw & ~h.has_beats & (~h.inv | h.nowrite)):
                         m.next = "POST"
+                    with m.Elif(h_nw):
+                        m.next = "CLOSE"
                     with m.Else():
                         m.next = "ISSUE"
             with m.State("ISSUE"):
@@ -1927,30 +2021,21 @@ class Execute(wiring.Component):
                     with m.Else():
                         m.d.sync += [sent_w.eq(w_ok), sent_p.eq(p_ok)]
             with m.State("CLOSE"):
+                # (on to INV only for an invalidate: else POST, as INV would)
+                no_inv = ~b.inv | b.nowrite
                 with m.If(~b.has_beats):
                     m.next = "INV"
+                    with m.If(no_inv):
+                        m.next = "POST"
                 with m.Else():
                     m.d.comb += [pq.valid.eq(1), pq.payload.len.eq(0),
                                  pq.payload.end.eq(1)]
                     with m.If(pq.ready):
                         m.d.comb += push_close.eq(1)
                         m.next = "INV"
-            with m.State("INV"):
-                with m.If(~b.inv | b.nowrite):
-                    m.next = "POST"
-                with m.Elif((sc_out == 0) & ~push_close):
-                    m.next = "INV_REQ"
-            with m.State("INV_REQ"):
-                m.d.comb += self.inval.req.valid.eq(1)
-                with m.If(self.inval.req.ready):
-                    m.next = "INV_WAIT"
-            with m.State("INV_WAIT"):
-                m.d.comb += self.inval.resp.ready.eq(1)
-                with m.If(self.inval.resp.valid):
-                    with m.If(~self.inval.resp.payload.ok):
-                        m.d.sync += [b.fatal.eq(1), b.syn.eq(_SYN[0x1F]),
-                                     b.cstat.eq(WcStatus.REM_INV_REQ_ERR)]
-                    m.next = "POST"
+                        with m.If(no_inv):
+                            m.next = "POST"
+            self._issue_inv(m, t)
             with m.State("POST"):
                 go = Signal()
                 evn = Signal()
