@@ -281,14 +281,21 @@ class ReadPlace(wiring.Component):
         return types.SimpleNamespace(d_valid=d_valid, d=d)
 
     def _links(self, m, t):
-        """The links between READs recorded one after the other on one QP (``lnk_v``, ``lnk_i``),
-        made and unmade by ``rec`` writes, and the link of the slot being worked on (``lnk_sel``;
-        registered in C1 as ``lnk_here`` and ``lnk_to``; ``tgt_new``: a record is written to
-        ``lnk_to`` now). Adds them."""
+        """The links between READs recorded one after the other on one QP, made and unmade by
+        ``rec`` writes, and the link of the slot being worked on (``lnk_to``, read in C1; the
+        link there, ``lnk_here``, registered in C1 and confirmed in C2; ``tgt_new``: a record is
+        written to ``lnk_to`` now). Adds them.
+
+        Every ``rec`` write of slot x writes ``nx[p] = x`` for the slot p written before it and
+        ``bp[x] = p`` (two LUT RAMs of R × log2(R) bits). ``lnk_v[p]`` is set when the write
+        makes a link (registered: a cycle later) and ``lnk_v[x]`` cleared. A link from s holds,
+        to t = nx[s], while ``lnk_v[s]`` and ``bp[t] = s``: nx[s] is the record written right
+        after s's, and a rewrite of t gives bp[t] the slot written before that rewrite, which is
+        s only if s was rewritten in between (clearing lnk_v[s] or making the link anew). So a
+        rewrite unlinks from both sides without comparing every slot's link."""
         R, rp, sb, slot = t.R, t.rp, t.sb, t.slot
-        # ---- links between READs recorded one after the other on one QP ----
-        lnk_v = Signal(R)               # slot s has a link: the READ in slot lnk_i[s] follows it
-        lnk_i = [Signal(sb, name=f"lnk_i{i}") for i in range(R)]
+        ri = rp.idx[:sb]
+        lnk_v = Signal(R)               # slot s has a link (to nx[s], while bp[nx[s]] = s)
         p_v = Signal()                  # the record written last: QPN, lpsn + 1, slot
         p_qpn = Signal(t.qb)
         p_np = Signal(24)
@@ -297,46 +304,42 @@ class ReadPlace(wiring.Component):
         m.d.sync += p_new.eq(self.rec.valid)
         with m.If(self.rec.valid):
             m.d.sync += [p_v.eq(1), p_qpn.eq(rp.qpn[:t.qb]), p_np.eq(rp.lpsn + 1),
-                         p_idx.eq(rp.idx[:sb])]
-        # a link made by this record: its target is written at once (slot p_idx has no link
-        # before the record after its own: that record's write cleared it), its valid bit a
-        # cycle later (``mk_v``, ``mk_from``), so the record's QPN and PSN compares reach one
-        # register, not the 16 slots' links; meanwhile the link reads through mk_v (``lnk_hv``)
+                         p_idx.eq(ri)]
+        # (both read asynchronously; a read meets a write only where the FSM reads nx at a slot
+        # being written, which the contract rules out, or bp in C2, which reads the new row)
+        m.submodules.nx = nx = Memory(shape=sb, depth=R, init=[])
+        m.submodules.bp = bp = Memory(shape=sb, depth=R, init=[])
+        nx_w, nx_r = nx.write_port(), nx.read_port(domain="comb")
+        bp_w, bp_r = bp.write_port(), bp.read_port(domain="comb")
+        m.d.comb += [nx_w.en.eq(self.rec.valid), nx_w.addr.eq(p_idx), nx_w.data.eq(ri),
+                     bp_w.en.eq(self.rec.valid), bp_w.addr.eq(ri), bp_w.data.eq(p_idx),
+                     nx_r.addr.eq(slot)]
+        # a link made by this record: its valid bit a cycle later (``mk_v``, ``mk_from``), so
+        # the record's QPN and PSN compares reach one register, not the R bits; meanwhile the
+        # link reads through mk_v (``lnk_hv``)
         mk_v = Signal()
         mk_from = Signal(sb)
         m.d.sync += [mk_v.eq(self.rec.valid & p_v & ~p_new & (rp.qpn[:t.qb] == p_qpn)
-                             & (rp.fpsn == p_np) & (rp.idx[:sb] != p_idx)),
+                             & (rp.fpsn == p_np) & (ri != p_idx)),
                      mk_from.eq(p_idx)]
-        with m.If(self.rec.valid):
-            for i in range(R):
-                with m.If(p_idx == i):
-                    m.d.sync += lnk_i[i].eq(rp.idx[:sb])
-        # slot s's link with the pending one
         lnk_hv = Signal(R)
         m.d.comb += lnk_hv.eq(lnk_v | Mux(mk_v, Const(1, R) << mk_from, 0))
-        lnk_next = Signal(R)
-        m.d.comb += lnk_next.eq(lnk_hv)
-        with m.If(self.rec.valid):
-            # the slot rewritten: no link from it, none to it (at once: the FSM may be about
-            # to follow one); a record never makes a link in the cycle after another (p_new)
-            for i in range(R):
-                with m.If((rp.idx[:sb] == i) | (lnk_i[i] == rp.idx[:sb])):
-                    m.d.comb += lnk_next[i].eq(0)
-        m.d.sync += lnk_v.eq(lnk_next)
-        # the slot being worked on has a link, to lnk_to (registered in C1: a link made later
-        # is not followed; a rewrite of its target from C1 on drops it: in C1 against lnk_sel,
-        # in C2–C4 against lnk_to, and in the cycle the cache takes it by the kill below)
+        # the slot rewritten: no link from it (at once: the FSM may be about to follow one)
+        m.d.sync += lnk_v.eq(lnk_hv & ~Mux(self.rec.valid, Const(1, R) << ri, 0))
+        # the slot being worked on has a link to lnk_to (registered in C1: a link made later is
+        # not followed), which bp confirms in C2; a rewrite of lnk_to from C2 on drops it (in
+        # C2–C4 against lnk_to, and in the cycle the cache takes it by the kill in _cache)
         lnk_here = Signal()
         lnk_to = Signal(sb)
         lnk_sel = Signal(sb)
-        with m.Switch(slot):
-            for i in range(R):
-                with m.Case(i):
-                    m.d.comb += lnk_sel.eq(lnk_i[i])
+        m.d.comb += [lnk_sel.eq(nx_r.data), bp_r.addr.eq(lnk_to)]
+        lnk_back = Signal()             # bp[lnk_to] is the slot being worked on
+        m.d.comb += lnk_back.eq(bp_r.data == slot)
         tgt_new = Signal()              # a record is written to lnk_to now
-        m.d.comb += tgt_new.eq(self.rec.valid & (rp.idx[:sb] == lnk_to))
+        m.d.comb += tgt_new.eq(self.rec.valid & (ri == lnk_to))
         return types.SimpleNamespace(
-            lnk_v=lnk_hv, lnk_here=lnk_here, lnk_to=lnk_to, lnk_sel=lnk_sel, tgt_new=tgt_new)
+            lnk_v=lnk_hv, lnk_here=lnk_here, lnk_to=lnk_to, lnk_sel=lnk_sel, tgt_new=tgt_new,
+            lnk_back=lnk_back)
 
     def _cache(self, m, t):
         """The header register ``h`` and the fast path's cache {``c_valid``, ``c_qpn``, ``c_idx``,
@@ -570,11 +573,10 @@ class ReadPlace(wiring.Component):
                          is_last.eq(h.psn == r.lpsn), pmc.eq(r.pmtu),
                          is_first.eq(h.psn == r.fpsn), tot_r.eq(r.total),
                          lnk_to.eq(lnk_sel),
-                         lnk_here.eq(lnk_v.bit_select(slot, 1)
-                                     & ~(self.rec.valid & (rp.idx[:sb] == lnk_sel)))]
+                         lnk_here.eq(lnk_v.bit_select(slot, 1))]
             m.next = "C2"
         with m.State("C2"):
-            with m.If(tgt_new):
+            with m.If(tgt_new | ~t.lnk_back):
                 m.d.sync += lnk_here.eq(0)
             m.d.sync += [off.eq(off_c),
                          d0.eq(Cat(r.len0, Const(0, 1)) - Cat(off_c, Const(0, 1))),
