@@ -101,12 +101,6 @@ def _pend_layout(qb):
     return data.StructLayout({"qpn": qb, "psn": 24, "n": 2})
 
 
-def _hdr_layout(qb):
-    """A response header as kept here: ``resp_hdr_layout`` with the QPN in ``qb`` bits."""
-    return data.StructLayout({f: (qb if f == "qpn" else s)
-                              for f, s in resp_hdr_layout.members.items()})
-
-
 
 class ReadPlace(wiring.Component):
     """READ responses → host writes and PLACED events; ACKNOWLEDGEs forwarded behind them.
@@ -177,7 +171,7 @@ class ReadPlace(wiring.Component):
         _add(t, self._slot_table(m, t))
         _add(t, self._outputs(m, t))
         _add(t, self._pending(m, t))
-        _add(t, self._answer(m, t))
+        _add(t, self._header(m, t))
         _add(t, self._links(m, t))
         _add(t, self._cache(m, t))
         _add(t, self._stale_mark(m, t))
@@ -207,12 +201,17 @@ class ReadPlace(wiring.Component):
         event register on ``ack`` (``a``, ``a_valid``; empty: ``a_free``) and the fault register
         (``f_*``). Adds them."""
         # ---- the output registers of ``wr.piece`` and ``wr.req`` ----
+        # (a piece's ``len`` and ``lane`` are its write request's length and address bits:
+        # both are loaded together, a closing piece with 0 in both)
         pc_valid = Signal()
-        pc = Signal(piece_layout)
+        pc = types.SimpleNamespace(src=Signal(13), end=Signal())
         rq_valid = Signal()
         rq_addr = Signal(64)
         rq_len = Signal(13)
-        m.d.comb += [self.wr.piece.valid.eq(pc_valid), self.wr.piece.payload.eq(pc),
+        m.d.comb += [self.wr.piece.valid.eq(pc_valid), self.wr.piece.payload.src.eq(pc.src),
+                     self.wr.piece.payload.len.eq(rq_len),
+                     self.wr.piece.payload.lane.eq(rq_addr[:t.lb]),
+                     self.wr.piece.payload.end.eq(pc.end),
                      self.wr.req.valid.eq(rq_valid), self.wr.req.payload.addr.eq(rq_addr),
                      self.wr.req.payload.len_bytes.eq(rq_len),
                      self.wr.req.payload.tag.eq(0)]
@@ -271,14 +270,22 @@ class ReadPlace(wiring.Component):
         m.d.comb += idle_q.eq(pend.level == 0)
         return types.SimpleNamespace(pend=pend, inval_err=inval_err, idle_q=idle_q)
 
-    def _answer(self, m, t):
-        """The completer's answer on ``dec``, registered (``d_valid``, ``d``). Adds them."""
-        # ---- the completer's answer, registered ----
-        d_valid = Signal()
-        d = Signal(read_dec_layout)
+    def _header(self, m, t):
+        """The header being worked on, read on ``hdr`` until it is taken (a stream's payload
+        holds until its transfer): ``h`` (its fields, the QPN in log2(N) bits). ``start``: the
+        FSM begins with it (IDLE); ``rel``: the FSM is done with its fields, and ``hdr.ready``
+        (a register) takes it in the next cycle. Adds them."""
+        hp = self.hdr.payload
+        h = types.SimpleNamespace(opcode=hp.opcode, qpn=hp.qpn[:t.qb], psn=hp.psn,
+                                  syndrome=hp.syndrome, len=hp.len)
+        start = Signal()
+        rel = Signal()
+        take = Signal()
+        m.d.sync += take.eq(rel)
+        m.d.comb += self.hdr.ready.eq(take)
+        # (the completer's answer is taken as it comes, in WAIT: ``dec`` is its registers)
         m.d.comb += self.dec.ready.eq(1)
-        m.d.sync += [d_valid.eq(self.dec.valid), d.eq(self.dec.payload)]
-        return types.SimpleNamespace(d_valid=d_valid, d=d)
+        return types.SimpleNamespace(h=h, start=start, rel=rel, take=take)
 
     def _links(self, m, t):
         """The links between READs recorded one after the other on one QP, made and unmade by
@@ -342,13 +349,12 @@ class ReadPlace(wiring.Component):
             lnk_back=lnk_back)
 
     def _cache(self, m, t):
-        """The header register ``h`` and the fast path's cache {``c_valid``, ``c_qpn``, ``c_idx``,
-        ``c_next``}, updated by the FSM (``set_c``, ``set_l``, ``clr_c``) and invalidated by
-        ``qp_set`` and ``rec`` (``kill``) or a fault. Adds them."""
-        inval_err, lnk_to, rp, sb, slot = t.inval_err, t.lnk_to, t.rp, t.sb, t.slot
-        # ---- the header and the cache ----
+        """The fast path's cache {``c_valid``, ``c_qpn``, ``c_idx``, ``c_next``}, updated by the
+        FSM (``set_c``, ``set_l``, ``clr_c``) and invalidated by ``qp_set`` and ``rec``
+        (``kill``) or a fault. Adds them."""
+        h, inval_err, lnk_to, rp, sb, slot = t.h, t.inval_err, t.lnk_to, t.rp, t.sb, t.slot
+        # ---- the cache ----
         qb = t.qb
-        h = Signal(_hdr_layout(qb))
         c_valid = Signal()
         c_qpn = Signal(qb)
         c_idx = Signal(sb)
@@ -362,12 +368,12 @@ class ReadPlace(wiring.Component):
         n_idx = Signal(sb)
         m.d.comb += [n_qpn.eq(Mux(set_c | set_l, h.qpn, c_qpn)),
                      n_idx.eq(Mux(set_l, lnk_to, Mux(set_c, slot, c_idx)))]
-        # the fast path's compare, registered as the header is taken (c_qpn and c_next change
-        # only in C4, never between a take and HEAD; c_valid is used as it stands)
+        # the fast path's compare, registered as the FSM starts on the header (c_qpn and
+        # c_next change only in C4, never between a start and HEAD; c_valid is used as it
+        # stands)
         c_eq = Signal()
-        with m.If(self.hdr.valid & self.hdr.ready):
-            m.d.sync += c_eq.eq((self.hdr.payload.qpn[:qb] == c_qpn)
-                                & (self.hdr.payload.psn == c_next))
+        with m.If(t.start):
+            m.d.sync += c_eq.eq((h.qpn == c_qpn) & (h.psn == c_next))
         kill = Signal()
         # (each compare made with a register, the FSM's choice after them)
         sq, ri = self.qp_set.payload.qpn[:qb], rp.idx[:sb]
@@ -382,20 +388,20 @@ class ReadPlace(wiring.Component):
         with m.Elif(set_c | set_l):
             m.d.sync += c_valid.eq(1)
         return types.SimpleNamespace(
-            h=h, c_valid=c_valid, c_eq=c_eq, c_qpn=c_qpn, c_idx=c_idx, c_next=c_next, set_c=set_c,
+            c_valid=c_valid, c_eq=c_eq, c_qpn=c_qpn, c_idx=c_idx, c_next=c_next, set_c=set_c,
             set_l=set_l, clr_c=clr_c)
 
     def _stale_mark(self, m, t):
         """The stale mark {``s_qpn``, ``s_una``, ``s_gap``} kept from the completer's last answer
-        (``s_set``) unless a SET_QP of its QPN came since the header was taken (``qs_seen``,
-        ``qs_now``). Adds ``s_hit`` (the header's response is refused by the mark at once), the
+        (``s_set``) unless a SET_QP of its QPN came since the FSM started on the header
+        (``qs_seen``, ``qs_now``). Adds ``s_hit`` (the header's response is refused by the mark at once), the
         FSM's strobes ``s_set`` and ``s_acc`` (it accepts a response), ``qs_seen`` and
         ``qs_now``."""
-        d, h = t.d, t.h
+        d, h = self.dec.payload, t.h
         # ---- the stale mark: the ``una`` of QP s_qpn with the completer's last answer (every
         # PSN before it is acknowledged, and una only grows while the QP lives), so a response
         # before it is refused at once; a SET_QP of s_qpn clears it, and an answer that a SET_QP
-        # of its QPN met after the header was taken (``qs_seen``) is not kept
+        # of its QPN met after the FSM started on the header (``qs_seen``) is not kept
         s_valid = Signal()
         s_qpn = Signal(t.qb)
         s_una = Signal(24)
@@ -405,7 +411,7 @@ class ReadPlace(wiring.Component):
         s_set = Signal()                # the FSM keeps the answer's una
         qs_now = Signal()               # a SET_QP of the header's QPN this cycle
         m.d.comb += qs_now.eq(self.qp_set.valid & (self.qp_set.payload.qpn[:t.qb] == h.qpn))
-        with m.If(self.hdr.valid & self.hdr.ready):
+        with m.If(t.start):
             m.d.sync += qs_seen.eq(0)
         with m.Elif(qs_now):
             m.d.sync += qs_seen.eq(1)
@@ -417,16 +423,16 @@ class ReadPlace(wiring.Component):
         with m.Elif(s_acc & (h.qpn == s_qpn)):
             m.d.sync += s_gap.eq(0)
         s_hit = Signal()                # the header's response is stale by the mark
-        # (its compares are registered as the header is taken: s_qpn, s_una and s_gap change
-        # only in WAIT and C4, never between a take and HEAD; s_valid is used as it stands)
-        hp = self.hdr.payload
+        # (its compares are registered as the FSM starts on the header: s_qpn, s_una and s_gap
+        # change only in WAIT and C4, never between a start and HEAD; s_valid is used as it
+        # stands)
         s_dp = Signal(24)
         s_eq = Signal()                 # the header's QPN is the mark's
         s_before = Signal()             # its PSN is before s_una
         s_after = Signal()              # ... after it
-        m.d.comb += s_dp.eq(hp.psn - s_una)
-        with m.If(self.hdr.valid & self.hdr.ready):
-            m.d.sync += [s_eq.eq(hp.qpn[:t.qb] == s_qpn), s_before.eq(s_dp[23]),
+        m.d.comb += s_dp.eq(h.psn - s_una)
+        with m.If(t.start):
+            m.d.sync += [s_eq.eq(h.qpn == s_qpn), s_before.eq(s_dp[23]),
                          s_after.eq(~s_dp[23] & (s_dp != 0))]
         m.d.comb += s_hit.eq(s_valid & s_eq & (s_before | (s_gap & s_after)))
         return types.SimpleNamespace(
@@ -435,8 +441,8 @@ class ReadPlace(wiring.Component):
     def _checks(self, m, t):
         """The registers of the checks C1–C4 (the response's PSN against the READ's, its offset and
         length, ``ok``), the split of its bytes into the two parts (``a0``, ``a1``) and their
-        offsets (``off``, and ``d0`` from C4 on), the host address of the part to write next (``ad``, as
-        ``p_sel`` chooses), and the ``drop`` strobe. Adds them."""
+        offsets (``off``; ``d0`` = len0 − off), the host address of the part to write next
+        (``ad``, as ``p_sel`` chooses), and the ``drop`` strobe. Adds them."""
         h, r = t.h, t.r
         # ---- the checks, in registered steps ----
         dpsn = Signal(24)               # p − fpsn
@@ -446,7 +452,6 @@ class ReadPlace(wiring.Component):
         pmc = Signal(3)
         off = Signal(32)                # byte offset of the response in the READ
         in_range = Signal()
-        pmtu = Signal(14)
         ok = Signal()                   # the response is consistent
         a0 = Signal(13)                 # bytes of the first part (below len0)
         a1 = Signal(13)                 # bytes of the second part
@@ -465,6 +470,8 @@ class ReadPlace(wiring.Component):
         m.d.comb += rem.eq(tot_r - off)
         off_c = Signal(32)              # off, as C2 registers it
         m.d.comb += off_c.eq(Cat(Const(0, 7), dpsn) << pmc)
+        pm_eq = Signal()                # len = PMTU (128 << pmc, on 14 bits)
+        m.d.comb += pm_eq.eq(Cat(h.len, Const(0, 1)) == (Const(128, 14) << pmc)[:14])
         d0 = Signal(33)                 # len0 − off (negative: the response is all in part 1)
         below = d0[32] | (d0 == 0)      # off ≥ len0
         # part 0 = min(len, len0 − off) when off < len0
@@ -472,33 +479,38 @@ class ReadPlace(wiring.Component):
         m.d.comb += short.eq(~below & (d0[13:32] == 0) & (d0[:13] < h.len))
 
         # the host address of the part P0 or P1 hands over: addr0 + off, or addr1 + the
-        # second part's offset (d0 from C4 on)
-        # with p_sel (a register: the first part is out, or there is none), added into the
-        # request register. The part's base address (``a_base``) is registered as p_sel
-        # is set (C4, and P0's hand-over), so the slot table's read does not lead the adder.
+        # second part's offset (off − len0 = −d0 when off ≥ len0, else 0: added as d0's
+        # complement, all ones when off < len0, with a carry in), with p_sel (a register: the
+        # first part is out, or there is none), added into the request register. The part's
+        # base address (``a_base``) is registered as p_sel is set (C4, and P0's hand-over), so
+        # the slot table's read does not lead the adder.
         p_sel = Signal()
+        below_r = Signal()              # below, registered in C3
         a_base = Signal(64)
         ad = Signal(64)
-        m.d.comb += ad.eq(a_base + Mux(p_sel, d0[:32], off))
+        nd = Signal(64)                 # −1 − (part 1's offset)
+        m.d.comb += nd.eq(Mux(below_r, Cat(~d0[:32], (~d0[32]).replicate(32)), -1))
+        m.d.comb += ad.eq(a_base + Mux(p_sel, nd, off) + p_sel)
         return types.SimpleNamespace(
             dpsn=dpsn, span=span, is_last=is_last, is_first=is_first, pmc=pmc, off=off,
-            in_range=in_range, pmtu=pmtu, ok=ok, a0=a0, a1=a1, drop=drop, op=op, fm=fm,
-            lo=lo, tot_r=tot_r, rem=rem, off_c=off_c, d0=d0, below=below,
+            in_range=in_range, pm_eq=pm_eq, ok=ok, a0=a0, a1=a1, drop=drop, op=op, fm=fm,
+            lo=lo, tot_r=tot_r, rem=rem, off_c=off_c, d0=d0, below=below, below_r=below_r,
             short=short, p_sel=p_sel, a_base=a_base, ad=ad)
 
     def _header_fsm(self, m, t):
-        """The FSM that takes the headers one at a time: an ACKNOWLEDGE goes out as WIRE; a READ
-        response is found by the cache, refused by the stale mark, or asked for (ASK, WAIT), then
-        checked (C1–C4) and placed (P0, P1) or refused (its payload drained, DRAIN). Its states
-        are those of :meth:`_find_states`, :meth:`_check_states` and :meth:`_place_states`."""
+        """The FSM that works on the headers one at a time: an ACKNOWLEDGE goes out as WIRE; a
+        READ response is found by the cache, refused by the stale mark, or asked for (ASK,
+        WAIT), then checked (C1–C4) and placed (P0, P1) or refused (its payload drained,
+        DRAIN). Its states are those of :meth:`_find_states`, :meth:`_check_states` and
+        :meth:`_place_states`."""
         with m.FSM():
             self._find_states(m, t)
             self._check_states(m, t)
             self._place_states(m, t)
 
     def _refuse(self, m, t):
-        """The response is not placed: dropped, its payload drained."""
-        m.d.comb += t.clr_c.eq(1)
+        """The response is not placed: dropped, its payload drained; its header is released."""
+        m.d.comb += [t.clr_c.eq(1), t.rel.eq(1)]
         m.d.sync += t.drop.eq(1)
         with m.If(t.h.len == 0):
             m.next = "IDLE"
@@ -506,21 +518,21 @@ class ReadPlace(wiring.Component):
             m.next = "DRAIN"
 
     def _find_states(self, m, t):
-        """IDLE to WAIT (inside the header FSM): take a header and find its READ's slot. An
+        """IDLE to WAIT (inside the header FSM): start on a header and find its READ's slot. An
         ACKNOWLEDGE is forwarded (WIRE); a READ response the cache takes goes straight to the
         checks, one the stale mark refuses (before the QP's ``una``, or after it after a gap) is
         dropped at once, and any other is asked of the completer (ASK: a DECIDE on ``ack``),
         whose answer on ``dec`` gives the slot or drops it (WAIT). The cache and the mark spare
         the completer's round trip, which would let receive fall behind the wire."""
-        (a, a_free, a_valid, c_eq, c_idx, c_valid, d, d_valid, h, idle_q, op, qs_now, qs_seen,
+        (a, a_free, a_valid, c_eq, c_idx, c_valid, h, idle_q, op, qs_now, qs_seen,
          s_hit, s_set, sb, slot) = (
-            t.a, t.a_free, t.a_valid, t.c_eq, t.c_idx, t.c_valid, t.d, t.d_valid, t.h, t.idle_q,
+            t.a, t.a_free, t.a_valid, t.c_eq, t.c_idx, t.c_valid, t.h, t.idle_q,
             t.op, t.qs_now, t.qs_seen, t.s_hit, t.s_set, t.sb, t.slot)
+        d = self.dec.payload
         with m.State("IDLE"):
-            m.d.comb += self.hdr.ready.eq(1)
-            with m.If(self.hdr.valid):
-                m.d.sync += [h[f].eq(self.hdr.payload[f][:len(h[f])])
-                             for f in resp_hdr_layout.members]
+            # (not while the header before is being taken)
+            with m.If(self.hdr.valid & ~t.take):
+                m.d.comb += t.start.eq(1)
                 m.next = "HEAD"
         with m.State("HEAD"):
             with m.If(op == ACKNOWLEDGE):
@@ -538,6 +550,7 @@ class ReadPlace(wiring.Component):
             with m.If(idle_q & a_free):
                 m.d.sync += [a_valid.eq(1), a.qpn.eq(h.qpn), a.psn.eq(h.psn),
                              a.syndrome.eq(h.syndrome), a.kind.eq(AckKind.WIRE)]
+                m.d.comb += t.rel.eq(1)
                 m.next = "IDLE"
         with m.State("ASK"):
             with m.If(idle_q & a_free):
@@ -545,7 +558,8 @@ class ReadPlace(wiring.Component):
                              a.syndrome.eq(0), a.kind.eq(AckKind.DECIDE)]
                 m.next = "WAIT"
         with m.State("WAIT"):
-            with m.If(d_valid):
+            # (the answer taken as it comes: ``dec`` is the completer's registers)
+            with m.If(self.dec.valid):
                 with m.If(d.una_v & ~qs_seen & ~qs_now):
                     m.d.comb += s_set.eq(1)
                 with m.If(d.ok):
@@ -559,14 +573,14 @@ class ReadPlace(wiring.Component):
         READ's PSN range, the opcode and length its position requires) over four cycles of
         registers, and cut its payload into at most two pieces (``a0`` bytes into the READ's
         first buffer, ``a1`` into its second). One that passes is pushed on the pending queue
-        (its PLACED waits for its writes) and updates the cache, then goes to P0/P1; one that
-        fails is refused like a response the completer dropped."""
+        (its PLACED waits for its writes), updates the cache and releases its header, then goes
+        to P0/P1; one that fails is refused like a response the completer dropped."""
         (a0, a1, below, clr_c, d0, dpsn, fm, h, in_range, is_first, is_last, lnk_here,
-         lnk_sel, lnk_to, lnk_v, lo, off, off_c, ok, op, pend, pmc, pmtu, r, rem, rp,
-         s_acc, sb, set_c, set_l, short, slot, span, tgt_new, tot_r) = (
+         lnk_sel, lnk_to, lnk_v, lo, off, off_c, ok, op, pend, pmc, r, rem,
+         s_acc, set_c, set_l, short, slot, span, tgt_new, tot_r) = (
             t.a0, t.a1, t.below, t.clr_c, t.d0, t.dpsn, t.fm, t.h, t.in_range, t.is_first,
             t.is_last, t.lnk_here, t.lnk_sel, t.lnk_to, t.lnk_v, t.lo, t.off, t.off_c,
-            t.ok, t.op, t.pend, t.pmc, t.pmtu, t.r, t.rem, t.rp, t.s_acc, t.sb, t.set_c,
+            t.ok, t.op, t.pend, t.pmc, t.r, t.rem, t.s_acc, t.set_c,
             t.set_l, t.short, t.slot, t.span, t.tgt_new, t.tot_r)
         with m.State("C1"):
             m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.lpsn - r.fpsn),
@@ -580,7 +594,7 @@ class ReadPlace(wiring.Component):
                 m.d.sync += lnk_here.eq(0)
             m.d.sync += [off.eq(off_c),
                          d0.eq(Cat(r.len0, Const(0, 1)) - Cat(off_c, Const(0, 1))),
-                         pmtu.eq(Const(128, 14) << pmc), in_range.eq(dpsn <= span)]
+                         in_range.eq(dpsn <= span)]
             m.next = "C3"
         with m.State("C3"):
             with m.If(tgt_new):
@@ -588,11 +602,10 @@ class ReadPlace(wiring.Component):
             m.d.sync += [
                 ok.eq(in_range & (~is_first | (op == FIRST) | (op == ONLY))
                       & Mux(is_last, lo & (rem[13:] == 0) & (rem[:13] == h.len),
-                            fm & (Cat(h.len, Const(0, 1)) == pmtu))),
+                            fm & t.pm_eq)),
                 a0.eq(Mux(below, 0, Mux(short, d0[:13], h.len))),
                 a1.eq(Mux(below, h.len, Mux(short, h.len - d0[:13], 0))),
-                # (d0 becomes the second part's offset from addr1: C3 is its last use)
-                d0.eq(Mux(below, -d0[:32], 0)),
+                t.below_r.eq(below),
             ]
             m.next = "C4"
         with m.State("C4"):
@@ -607,7 +620,7 @@ class ReadPlace(wiring.Component):
                                                  + (a1 != 0).as_unsigned())]
                 with m.If(pend.i.ready):
                     m.d.comb += [set_c.eq(~is_last), set_l.eq(is_last & lnk_here),
-                                 clr_c.eq(is_last & ~lnk_here), s_acc.eq(1)]
+                                 clr_c.eq(is_last & ~lnk_here), s_acc.eq(1), t.rel.eq(1)]
                     with m.If(a0 != 0):
                         m.next = "P0"
                     with m.Elif(a1 != 0):
@@ -621,7 +634,8 @@ class ReadPlace(wiring.Component):
         """REFUSE, P0, P1 and DRAIN (inside the header FSM): a refused response is dropped and
         its payload drained by a closing piece; a placed one issues one host-memory write and
         one Scatter Path piece per buffer piece (``a0`` bytes at addr0 + off, then ``a1`` at
-        addr1 + the second part's offset: ``ad``), each when the output registers are free."""
+        addr1 + the second part's offset: ``ad``), each when the output registers are free.
+        None of them reads the header (released)."""
         a0, a1, ad, lb, out_free, pc, pc_valid, rq_addr, rq_len, rq_valid = (
             t.a0, t.a1, t.ad, t.lb, t.out_free, t.pc, t.pc_valid, t.rq_addr,
             t.rq_len, t.rq_valid)
@@ -630,8 +644,7 @@ class ReadPlace(wiring.Component):
         with m.State("P0"):
             with m.If(out_free):
                 m.d.sync += [rq_valid.eq(1), rq_addr.eq(ad), rq_len.eq(a0),
-                             pc_valid.eq(1), pc.src.eq(0), pc.len.eq(a0),
-                             pc.lane.eq(ad[:lb]), pc.end.eq(a1 == 0), t.p_sel.eq(1),
+                             pc_valid.eq(1), pc.src.eq(0), pc.end.eq(a1 == 0), t.p_sel.eq(1),
                              t.a_base.eq(t.r.addr1)]
                 with m.If(a1 != 0):
                     m.next = "P1"
@@ -640,11 +653,11 @@ class ReadPlace(wiring.Component):
         with m.State("P1"):
             with m.If(out_free):
                 m.d.sync += [rq_valid.eq(1), rq_addr.eq(ad), rq_len.eq(a1),
-                             pc_valid.eq(1), pc.src.eq(a0), pc.len.eq(a1),
-                             pc.lane.eq(ad[:lb]), pc.end.eq(1)]
+                             pc_valid.eq(1), pc.src.eq(a0), pc.end.eq(1)]
                 m.next = "IDLE"
         with m.State("DRAIN"):
             with m.If(out_free):
-                m.d.sync += [pc_valid.eq(1), pc.src.eq(0), pc.len.eq(0), pc.lane.eq(0),
+                # (a closing piece: length 0, lane 0)
+                m.d.sync += [pc_valid.eq(1), pc.src.eq(0), rq_len.eq(0), rq_addr[:lb].eq(0),
                              pc.end.eq(1)]
                 m.next = "IDLE"
