@@ -445,12 +445,15 @@ class ReadPlace(wiring.Component):
         (``ad``, as ``p_sel`` chooses), and the ``drop`` strobe. Adds them."""
         h, r = t.h, t.r
         # ---- the checks, in registered steps ----
-        dpsn = Signal(24)               # p − fpsn
-        span = Signal(24)               # lpsn − fpsn
+        # (two registers hold a value each in turn: ``off`` is p − fpsn from C1, the offset
+        # from C2; ``tot_r`` is lpsn − fpsn from C1, the slot's total from C2)
+        off = Signal(32)                # byte offset of the response in the READ
+        tot_r = Signal(32)
+        dpsn = off[:24]                 # p − fpsn (C1 to C2)
+        span = tot_r[:24]               # lpsn − fpsn (C1 to C2)
         is_last = Signal()              # p = lpsn
         is_first = Signal()             # p = fpsn
         pmc = Signal(3)
-        off = Signal(32)                # byte offset of the response in the READ
         in_range = Signal()
         ok = Signal()                   # the response is consistent
         a0 = Signal(13)                 # bytes of the first part (below len0)
@@ -462,10 +465,9 @@ class ReadPlace(wiring.Component):
         op = h.opcode
         fm = (op == FIRST) | (op == MIDDLE)
         lo = (op == LAST) | (op == ONLY)
-        # (the slot's total registered in C1: the LUT RAM's output does not lead C3's
+        # (the slot's total registered in C2: the LUT RAM's output does not lead C3's
         # subtraction and compares; len0 − off made in C2 from the row's len0, which meets
         # off's shift at the subtraction, and registered: it does not lead the choices of C3)
-        tot_r = Signal(32)
         rem = Signal(32)                # total − off
         m.d.comb += rem.eq(tot_r - off)
         off_c = Signal(32)              # off, as C2 registers it
@@ -481,12 +483,12 @@ class ReadPlace(wiring.Component):
         # the host address of the part P0 or P1 hands over: addr0 + off, or addr1 + the
         # second part's offset (off − len0 = −d0 when off ≥ len0, else 0: added as d0's
         # complement, all ones when off < len0, with a carry in), with p_sel (a register: the
-        # first part is out, or there is none), added into the request register. The part's
-        # base address (``a_base``) is registered as p_sel is set (C4, and P0's hand-over), so
-        # the slot table's read does not lead the adder.
+        # first part is out, or there is none), added into the request register. The base
+        # address is read from the slot table (at ``slot``, the same since C1).
         p_sel = Signal()
         below_r = Signal()              # below, registered in C3
         a_base = Signal(64)
+        m.d.comb += a_base.eq(Mux(p_sel, r.addr1, r.addr0))
         ad = Signal(64)
         nd = Signal(64)                 # −1 − (part 1's offset)
         m.d.comb += nd.eq(Mux(below_r, Cat(~d0[:32], (~d0[32]).replicate(32)), -1))
@@ -585,14 +587,14 @@ class ReadPlace(wiring.Component):
         with m.State("C1"):
             m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.lpsn - r.fpsn),
                          is_last.eq(h.psn == r.lpsn), pmc.eq(r.pmtu),
-                         is_first.eq(h.psn == r.fpsn), tot_r.eq(r.total),
+                         is_first.eq(h.psn == r.fpsn),
                          lnk_to.eq(lnk_sel),
                          lnk_here.eq(lnk_v.bit_select(slot, 1))]
             m.next = "C2"
         with m.State("C2"):
             with m.If(tgt_new | ~t.lnk_back):
                 m.d.sync += lnk_here.eq(0)
-            m.d.sync += [off.eq(off_c),
+            m.d.sync += [off.eq(off_c), tot_r.eq(r.total),
                          d0.eq(Cat(r.len0, Const(0, 1)) - Cat(off_c, Const(0, 1))),
                          in_range.eq(dpsn <= span)]
             m.next = "C3"
@@ -611,8 +613,7 @@ class ReadPlace(wiring.Component):
         with m.State("C4"):
             with m.If(tgt_new):
                 m.d.sync += lnk_here.eq(0)
-            m.d.sync += [t.p_sel.eq(a0 == 0),      # (no first part: P1 next)
-                         t.a_base.eq(Mux(a0 == 0, r.addr1, r.addr0))]
+            m.d.sync += t.p_sel.eq(a0 == 0)     # (no first part: P1 next)
             with m.If(ok):
                 m.d.comb += [pend.i.valid.eq(1), pend.i.payload.qpn.eq(h.qpn),
                              pend.i.payload.psn.eq(h.psn),
@@ -644,8 +645,7 @@ class ReadPlace(wiring.Component):
         with m.State("P0"):
             with m.If(out_free):
                 m.d.sync += [rq_valid.eq(1), rq_addr.eq(ad), rq_len.eq(a0),
-                             pc_valid.eq(1), pc.src.eq(0), pc.end.eq(a1 == 0), t.p_sel.eq(1),
-                             t.a_base.eq(t.r.addr1)]
+                             pc_valid.eq(1), pc.src.eq(0), pc.end.eq(a1 == 0), t.p_sel.eq(1)]
                 with m.If(a1 != 0):
                     m.next = "P1"
                 with m.Else():
