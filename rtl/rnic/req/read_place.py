@@ -201,10 +201,13 @@ class ReadPlace(wiring.Component):
         event register on ``ack`` (``a``, ``a_valid``; empty: ``a_free``) and the fault register
         (``f_*``). Adds them."""
         # ---- the output registers of ``wr.piece`` and ``wr.req`` ----
-        # (a piece's ``len`` and ``lane`` are its write request's length and address bits:
-        # both are loaded together, a closing piece with 0 in both)
+        # (both are loaded together: a piece's ``len`` and ``lane`` are its write request's
+        # length and address bits, a closing piece with 0 in both; the lengths and ``src`` are
+        # the parts' lengths kept by the checks (``a0``, ``a1``), as ``o_k`` says, until both
+        # registers are taken)
         pc_valid = Signal()
         pc = types.SimpleNamespace(src=Signal(13), end=Signal())
+        o_k = Signal(2)                 # the registers hold: 0 a closing piece, 1 part 0, 2 part 1
         rq_valid = Signal()
         rq_addr = Signal(64)
         rq_len = Signal(13)
@@ -238,7 +241,7 @@ class ReadPlace(wiring.Component):
         with m.If(self.fault.ready):
             m.d.sync += f_valid.eq(0)
         return types.SimpleNamespace(
-            pc_valid=pc_valid, pc=pc, rq_valid=rq_valid, rq_addr=rq_addr, rq_len=rq_len,
+            pc_valid=pc_valid, pc=pc, o_k=o_k, rq_valid=rq_valid, rq_addr=rq_addr, rq_len=rq_len,
             out_free=out_free, a_valid=a_valid, a=a, a_free=a_free, f_valid=f_valid, f_qpn=f_qpn)
 
     def _pending(self, m, t):
@@ -333,19 +336,20 @@ class ReadPlace(wiring.Component):
         m.d.comb += lnk_hv.eq(lnk_v | Mux(mk_v, Const(1, R) << mk_from, 0))
         # the slot rewritten: no link from it (at once: the FSM may be about to follow one)
         m.d.sync += lnk_v.eq(lnk_hv & ~Mux(self.rec.valid, Const(1, R) << ri, 0))
-        # the slot being worked on has a link to lnk_to (registered in C1: a link made later is
-        # not followed), which bp confirms in C2; a rewrite of lnk_to from C2 on drops it (in
-        # C2–C4 against lnk_to, and in the cycle the cache takes it by the kill in _cache)
+        # the slot being worked on has a link (registered in C1: a link made later is not
+        # followed) to lnk_to = nx[slot] (the same from C1 on when there is one: nx[s] is
+        # written only while s is the record written last), which bp confirms in C2; a rewrite
+        # of lnk_to from C2 on drops it (in C2–C4 against lnk_to, and in the cycle the cache
+        # takes it by the kill in _cache)
         lnk_here = Signal()
         lnk_to = Signal(sb)
-        lnk_sel = Signal(sb)
-        m.d.comb += [lnk_sel.eq(nx_r.data), bp_r.addr.eq(lnk_to)]
+        m.d.comb += [lnk_to.eq(nx_r.data), bp_r.addr.eq(lnk_to)]
         lnk_back = Signal()             # bp[lnk_to] is the slot being worked on
         m.d.comb += lnk_back.eq(bp_r.data == slot)
         tgt_new = Signal()              # a record is written to lnk_to now
         m.d.comb += tgt_new.eq(self.rec.valid & (ri == lnk_to))
         return types.SimpleNamespace(
-            lnk_v=lnk_hv, lnk_here=lnk_here, lnk_to=lnk_to, lnk_sel=lnk_sel, tgt_new=tgt_new,
+            lnk_v=lnk_hv, lnk_here=lnk_here, lnk_to=lnk_to, tgt_new=tgt_new,
             lnk_back=lnk_back)
 
     def _cache(self, m, t):
@@ -456,8 +460,11 @@ class ReadPlace(wiring.Component):
         pmc = Signal(3)
         in_range = Signal()
         ok = Signal()                   # the response is consistent
+        # (the lengths of the two parts, which the output registers read until they are taken)
         a0 = Signal(13)                 # bytes of the first part (below len0)
         a1 = Signal(13)                 # bytes of the second part
+        m.d.comb += [t.rq_len.eq(Mux(t.o_k == 1, a0, Mux(t.o_k == 2, a1, 0))),
+                     t.pc.src.eq(Mux(t.o_k == 2, a0, 0))]
         drop = Signal()
         m.d.sync += drop.eq(0)
         m.d.comb += self.drop.eq(drop)
@@ -578,17 +585,16 @@ class ReadPlace(wiring.Component):
         (its PLACED waits for its writes), updates the cache and releases its header, then goes
         to P0/P1; one that fails is refused like a response the completer dropped."""
         (a0, a1, below, clr_c, d0, dpsn, fm, h, in_range, is_first, is_last, lnk_here,
-         lnk_sel, lnk_to, lnk_v, lo, off, off_c, ok, op, pend, pmc, r, rem,
+         lnk_to, lnk_v, lo, off, off_c, ok, op, pend, pmc, r, rem,
          s_acc, set_c, set_l, short, slot, span, tgt_new, tot_r) = (
             t.a0, t.a1, t.below, t.clr_c, t.d0, t.dpsn, t.fm, t.h, t.in_range, t.is_first,
-            t.is_last, t.lnk_here, t.lnk_sel, t.lnk_to, t.lnk_v, t.lo, t.off, t.off_c,
+            t.is_last, t.lnk_here, t.lnk_to, t.lnk_v, t.lo, t.off, t.off_c,
             t.ok, t.op, t.pend, t.pmc, t.r, t.rem, t.s_acc, t.set_c,
             t.set_l, t.short, t.slot, t.span, t.tgt_new, t.tot_r)
         with m.State("C1"):
             m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.lpsn - r.fpsn),
                          is_last.eq(h.psn == r.lpsn), pmc.eq(r.pmtu),
                          is_first.eq(h.psn == r.fpsn),
-                         lnk_to.eq(lnk_sel),
                          lnk_here.eq(lnk_v.bit_select(slot, 1))]
             m.next = "C2"
         with m.State("C2"):
@@ -601,15 +607,17 @@ class ReadPlace(wiring.Component):
         with m.State("C3"):
             with m.If(tgt_new):
                 m.d.sync += lnk_here.eq(0)
-            m.d.sync += [
-                ok.eq(in_range & (~is_first | (op == FIRST) | (op == ONLY))
-                      & Mux(is_last, lo & (rem[13:] == 0) & (rem[:13] == h.len),
-                            fm & t.pm_eq)),
-                a0.eq(Mux(below, 0, Mux(short, d0[:13], h.len))),
-                a1.eq(Mux(below, h.len, Mux(short, h.len - d0[:13], 0))),
-                t.below_r.eq(below),
-            ]
-            m.next = "C4"
+            # (once the output registers are taken: a0 and a1 are their parts' lengths)
+            with m.If(t.out_free):
+                m.d.sync += [
+                    ok.eq(in_range & (~is_first | (op == FIRST) | (op == ONLY))
+                          & Mux(is_last, lo & (rem[13:] == 0) & (rem[:13] == h.len),
+                                fm & t.pm_eq)),
+                    a0.eq(Mux(below, 0, Mux(short, d0[:13], h.len))),
+                    a1.eq(Mux(below, h.len, Mux(short, h.len - d0[:13], 0))),
+                    t.below_r.eq(below),
+                ]
+                m.next = "C4"
         with m.State("C4"):
             with m.If(tgt_new):
                 m.d.sync += lnk_here.eq(0)
@@ -644,20 +652,19 @@ class ReadPlace(wiring.Component):
             self._refuse(m, t)
         with m.State("P0"):
             with m.If(out_free):
-                m.d.sync += [rq_valid.eq(1), rq_addr.eq(ad), rq_len.eq(a0),
-                             pc_valid.eq(1), pc.src.eq(0), pc.end.eq(a1 == 0), t.p_sel.eq(1)]
+                m.d.sync += [rq_valid.eq(1), rq_addr.eq(ad), t.o_k.eq(1),
+                             pc_valid.eq(1), pc.end.eq(a1 == 0), t.p_sel.eq(1)]
                 with m.If(a1 != 0):
                     m.next = "P1"
                 with m.Else():
                     m.next = "IDLE"
         with m.State("P1"):
             with m.If(out_free):
-                m.d.sync += [rq_valid.eq(1), rq_addr.eq(ad), rq_len.eq(a1),
-                             pc_valid.eq(1), pc.src.eq(a0), pc.end.eq(1)]
+                m.d.sync += [rq_valid.eq(1), rq_addr.eq(ad), t.o_k.eq(2),
+                             pc_valid.eq(1), pc.end.eq(1)]
                 m.next = "IDLE"
         with m.State("DRAIN"):
             with m.If(out_free):
                 # (a closing piece: length 0, lane 0)
-                m.d.sync += [pc_valid.eq(1), pc.src.eq(0), rq_len.eq(0), rq_addr[:lb].eq(0),
-                             pc.end.eq(1)]
+                m.d.sync += [pc_valid.eq(1), t.o_k.eq(0), rq_addr[:lb].eq(0), pc.end.eq(1)]
                 m.next = "IDLE"
