@@ -91,9 +91,9 @@ __all__ = ["ReadPlace"]
 ACKNOWLEDGE = 0x11
 FIRST, MIDDLE, LAST, ONLY = 0x0D, 0x0E, 0x0F, 0x10
 
-#: The slot table's row: a READ record without its index and QPN.
+#: The slot table's row: a READ record without its index, QPN and last PSN (a column of its own).
 _row_layout = data.StructLayout({f: s for f, s in read_rec_layout.members.items()
-                                 if f not in ("idx", "qpn")})
+                                 if f not in ("idx", "qpn", "lpsn")})
 
 def _pend_layout(qb):
     """A pending placement: its event fields (the QPN in ``qb`` bits) and its number of write
@@ -181,7 +181,9 @@ class ReadPlace(wiring.Component):
 
     def _slot_table(self, m, t):
         """The slot table (LUT RAM of R rows, written by ``rec``), read asynchronously at ``slot``,
-        the slot being worked on. Adds ``rp`` (``rec``'s payload), ``slot`` and its row ``r``."""
+        the slot being worked on, and its ``lpsn`` column also at the slot written last (for
+        the links: ``lp_rd``). Adds ``rp`` (``rec``'s payload), ``slot``, its row ``r`` and
+        its ``r_lpsn``."""
         R, sb = t.R, t.sb
         # ---- the slot table: LUT RAM, written by ``rec``, read asynchronously at ``slot`` ----
         m.submodules.table = table = Memory(shape=_row_layout, depth=R, init=[])
@@ -190,10 +192,15 @@ class ReadPlace(wiring.Component):
         rp = self.rec.payload
         m.d.comb += [tw.addr.eq(rp.idx[:sb]), tw.en.eq(self.rec.valid)]
         m.d.comb += [getattr(tw.data, f).eq(getattr(rp, f)) for f in _row_layout.members]
+        m.submodules.lpsn = lpsn = Memory(shape=24, depth=R, init=[])
+        lw = lpsn.write_port()
+        lr = lpsn.read_port(domain="comb")
+        lp_rd = lpsn.read_port(domain="comb")
+        m.d.comb += [lw.addr.eq(rp.idx[:sb]), lw.en.eq(self.rec.valid), lw.data.eq(rp.lpsn)]
         slot = Signal(sb)
-        m.d.comb += tr.addr.eq(slot)
+        m.d.comb += [tr.addr.eq(slot), lr.addr.eq(slot)]
         r = tr.data
-        return types.SimpleNamespace(rp=rp, slot=slot, r=r)
+        return types.SimpleNamespace(rp=rp, slot=slot, r=r, r_lpsn=lr.data, lp_rd=lp_rd)
 
     def _outputs(self, m, t):
         """What leaves the block, from registers: the piece register (``pc``) and the
@@ -251,7 +258,7 @@ class ReadPlace(wiring.Component):
         ``idle_q`` (nothing pending)."""
         a, a_free, a_valid, f_qpn, f_valid = t.a, t.a_free, t.a_valid, t.f_qpn, t.f_valid
         # ---- the pending queue and its head ----
-        m.submodules.pend = pend = Queue(_pend_layout(t.qb), 8, registered=("n",))
+        m.submodules.pend = pend = Queue(_pend_layout(t.qb), 8, buffered=False)
         po = pend.o
         got = Signal(2)                 # completions of the head counted
         herr = Signal()                 # ... one of them had ``err``
@@ -306,15 +313,15 @@ class ReadPlace(wiring.Component):
         R, rp, sb, slot = t.R, t.rp, t.sb, t.slot
         ri = rp.idx[:sb]
         lnk_v = Signal(R)               # slot s has a link (to nx[s], while bp[nx[s]] = s)
-        p_v = Signal()                  # the record written last: QPN, lpsn + 1, slot
+        p_v = Signal()                  # the record written last: QPN, slot (its lpsn: p_lp)
         p_qpn = Signal(t.qb)
-        p_np = Signal(24)
         p_idx = Signal(sb)
         p_new = Signal()                # a record last cycle: no link
         m.d.sync += p_new.eq(self.rec.valid)
         with m.If(self.rec.valid):
-            m.d.sync += [p_v.eq(1), p_qpn.eq(rp.qpn[:t.qb]), p_np.eq(rp.lpsn + 1),
-                         p_idx.eq(ri)]
+            m.d.sync += [p_v.eq(1), p_qpn.eq(rp.qpn[:t.qb]), p_idx.eq(ri)]
+        p_lp = t.lp_rd.data             # (the slot table's lpsn column at p_idx)
+        m.d.comb += t.lp_rd.addr.eq(p_idx)
         # (both read asynchronously; a read meets a write only where the FSM reads nx at a slot
         # being written, which the contract rules out, or bp in C2, which reads the new row)
         m.submodules.nx = nx = Memory(shape=sb, depth=R, init=[])
@@ -330,7 +337,7 @@ class ReadPlace(wiring.Component):
         mk_v = Signal()
         mk_from = Signal(sb)
         m.d.sync += [mk_v.eq(self.rec.valid & p_v & ~p_new & (rp.qpn[:t.qb] == p_qpn)
-                             & (rp.fpsn == p_np) & (ri != p_idx)),
+                             & ((rp.fpsn - 1)[:24] == p_lp) & (ri != p_idx)),
                      mk_from.eq(p_idx)]
         lnk_hv = Signal(R)
         m.d.comb += lnk_hv.eq(lnk_v | Mux(mk_v, Const(1, R) << mk_from, 0))
@@ -592,8 +599,8 @@ class ReadPlace(wiring.Component):
             t.ok, t.op, t.pend, t.pmc, t.r, t.rem, t.s_acc, t.set_c,
             t.set_l, t.short, t.slot, t.span, t.tgt_new, t.tot_r)
         with m.State("C1"):
-            m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.lpsn - r.fpsn),
-                         is_last.eq(h.psn == r.lpsn), pmc.eq(r.pmtu),
+            m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(t.r_lpsn - r.fpsn),
+                         is_last.eq(h.psn == t.r_lpsn), pmc.eq(r.pmtu),
                          is_first.eq(h.psn == r.fpsn),
                          lnk_here.eq(lnk_v.bit_select(slot, 1))]
             m.next = "C2"
