@@ -587,6 +587,30 @@ async def place_rate(dut):
     assert sum(1 for e in tb.exp if e[0] == DECIDE) == 2
 
 
+@cocotb.test()
+async def place_held(dut):
+    """Two pieces per response, back to back on the fast path, with host memory back-pressure:
+    the checks of a response wait until the output registers have handed over the pieces and
+    requests of the one before (their lengths are the checks' part lengths)."""
+    tb = await start(dut, seed=8)
+    pm = 256
+    reads = []
+    psn = 0x600
+    for k in range(8):
+        total = 2 * pm - 3 * k
+        len0 = 37 + 11 * k                   # (the split inside the first response)
+        reads.append(tb.add_read(k, 11, psn, total, 1, dest(tb, len0), len0,
+                                 dest(tb, total - len0)))
+        psn += 2
+    await ClockCycles(dut.clk, 20)
+    n0 = len(tb.exp)
+    for r in reads:
+        tb.put_read(r)
+    await tb.settle()
+    assert sum(1 for e in tb.exp[n0:] if e[0] == DECIDE) == 1
+    tb.check()
+
+
 async def _coupled(tb, qpn, resps, **kw):
     """``resps`` offered one at a time: each header (and its payload) only once the previous
     header and payload beats are taken (the beats go into the Scatter Path's FIFO, as at the

@@ -35,7 +35,7 @@ handled strictly one at a time, in order:
 * **Stale responses**: each answer on ``dec`` also carries the QP's ``una`` (every PSN before
   it is acknowledged; it only grows while the QP lives) and ``gap`` (refused after a gap: the
   oldest WQE is a READ whose response at ``una`` is missing). The last one (``una_v`` set, and
-  no ``qp_set`` of its QPN since the header was taken) is kept as the *stale mark* {qpn, una,
+  no ``qp_set`` of its QPN since the block started on the header) is kept as the *stale mark* {qpn, una,
   gap}; a response of that QP that the cache does not take is refused at once, without a
   DECIDE, when it is before ``una`` (24-bit serial) or, with ``gap``, after it: the completer
   would refuse it, and it changes nothing there. Accepting a response of the mark's QP (the
@@ -55,22 +55,32 @@ placement without writes (``len`` 0) leaves as soon as it is the head. The fast 
 with the next header while earlier responses stream and their writes are outstanding; only
 the slow path and WIRE wait for the queue to drain.
 
-Timing (cycles from the header being taken on ``hdr``): the fast path hands the first piece
-and write request to their output registers after 6 cycles (one more for a second part); the
-slow path offers DECIDE on ``ack`` 3 cycles after the header is taken when nothing is pending
-(the event register loaded in the cycle after the check), and continues 2 cycles after the
-answer (``dec`` is registered). A header is taken every 7 cycles on the fast path with one
-piece, 8 with two; a response refused by the stale mark hands its closing piece to its
-output register 2 cycles after its header is taken.
+A header is read on ``hdr`` while the block works on it (a stream's payload holds until its
+transfer) and taken (``ready``, a register) in the cycle after the block is done with its
+fields: after the checks (C4) for a placed response, after WIRE for an ACKNOWLEDGE, after
+the refusal for a dropped response. The checks' part lengths are what the output registers
+read: the checks of the next response wait, before they set them (C3), until both output
+registers are taken.
+
+Timing (cycles from the start on a header, the first cycle it is offered with the block
+idle): the fast path hands the first piece and write request to their output registers after
+6 cycles (one more for a second part) and starts on the next header 7 cycles after the first,
+8 with two pieces; the slow path offers DECIDE on ``ack`` 3 cycles after the start when
+nothing is pending (the event register loaded in the cycle after the check), and continues in
+the cycle after the answer (``dec`` is the completer's registers, used as it comes); a
+response refused by the stale mark hands its closing piece to its output register 2 cycles
+after the start, and the next header is started 3 cycles after the first.
 
 ``qp_set`` naming the cached QPN, or a ``rec`` write of the cached slot, invalidates the cache
 (also when it meets the cache's update in the same cycle). A link is made with the later
-record's write (``rec`` compared with registers of the record before, the result registered
-and entered into the links a cycle later, read through that register meanwhile; not when the
-record before was written in the cycle just before: the requester's are further apart). The cache
-follows a link only if it is there when the last response's checks begin. The slot table is
-LUT RAM of R rows (written by ``rec``, read asynchronously at the slot being worked on); a slot
-must not be rewritten while responses of its READ are being accepted.
+record's write (``rec`` compared with the QPN of the record before, kept in a register, and
+with its ``lpsn``, read from the slot table; the result registered and entered into the links
+a cycle later, read through that register meanwhile; not when the record before was written
+in the cycle just before: the requester's are further apart). The cache follows a link only
+if it is there when the last response's checks begin. The slot table is LUT RAM of R rows
+(written by ``rec``, read asynchronously at the slot being worked on, its ``lpsn`` column
+also at the slot written last); a slot must not be rewritten while responses of its READ are
+being accepted.
 """
 
 import types
@@ -118,17 +128,18 @@ class ReadPlace(wiring.Component):
     Attributes
     ----------
     hdr : In(stream.Signature(resp_hdr_layout))
-        Response headers from PSN Check, in arrival order. ``ready`` is a state register.
+        Response headers from PSN Check, in arrival order, each read while the block works on
+        it; ``ready`` is a register.
     rec : In(stream.Signature(read_rec_layout, always_ready=True))
         Slot table writes (``idx`` < R), in the order the READs are first sent.
     ack : Out(stream.Signature(ack_layout))
         Events to the completer, in order: WIRE, DECIDE, PLACED. Registered.
     dec : In(stream.Signature(read_dec_layout))
         One answer per DECIDE, in order, with the QP's ``una``; ``ready`` is constant 1 (the
-        input is registered).
+        answer is used as it comes: the completer drives it from registers).
     wr : Out(PlaceSignature())
         A client port of :class:`~rnic.resp.scatter.SharedScatter` (``req`` and ``piece``
-        registered, ``done.ready`` from registers; tag 0).
+        from registers, ``done.ready`` from registers; tag 0).
     fault : Out(QpnStream())
         A placed response's write came back with ``err``: its QPN. Registered.
     qp_set : In(stream.Signature(qpn_layout, always_ready=True))
