@@ -269,7 +269,7 @@ class ReadPlace(wiring.Component):
         ``idle_q`` (nothing pending)."""
         a, a_free, a_valid, f_qpn, f_valid = t.a, t.a_free, t.a_valid, t.f_qpn, t.f_valid
         # ---- the pending queue and its head ----
-        m.submodules.pend = pend = Queue(_pend_layout(t.qb), 8, buffered=False)
+        m.submodules.pend = pend = Queue(_pend_layout(t.qb), 8, registered=("n",))
         po = pend.o
         got = Signal(2)                 # completions of the head counted
         herr = Signal()                 # ... one of them had ``err``
