@@ -333,8 +333,9 @@ class ReadPlace(wiring.Component):
             m.d.sync += [p_v.eq(1), p_qpn.eq(rp.qpn[:t.qb]), p_idx.eq(ri)]
         p_lp = t.lp_rd.data             # (the slot table's lpsn column at p_idx)
         m.d.comb += t.lp_rd.addr.eq(p_idx)
-        # (both read asynchronously; a read meets a write only where the FSM reads nx at a slot
-        # being written, which the contract rules out, or bp in C2, which reads the new row)
+        # (both read asynchronously, a write seen from the next cycle on: the FSM follows
+        # nx[slot] only when there is a link at C1, after which nx[slot] is not written, and a
+        # write of bp at lnk_to from C2 on is met by tgt_new)
         m.submodules.nx = nx = Memory(shape=sb, depth=R, init=[])
         m.submodules.bp = bp = Memory(shape=sb, depth=R, init=[])
         nx_w, nx_r = nx.write_port(), nx.read_port(domain="comb")
@@ -515,7 +516,7 @@ class ReadPlace(wiring.Component):
         a_base = Signal(64)
         m.d.comb += a_base.eq(Mux(p_sel, r.addr1, r.addr0))
         ad = Signal(64)
-        nd = Signal(64)                 # −1 − (part 1's offset)
+        nd = Signal(64)                 # part 1's offset − 1
         m.d.comb += nd.eq(Mux(below_r, Cat(~d0[:32], (~d0[32]).replicate(32)), -1))
         m.d.comb += ad.eq(a_base + Mux(p_sel, nd, off) + p_sel)
         return types.SimpleNamespace(
