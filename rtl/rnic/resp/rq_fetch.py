@@ -124,7 +124,10 @@ class RqFetch(wiring.Component):
         # request side: a registered queue, then one read per request while room in flight
         m.submodules.req_q = req_q = Queue(fetch_req_layout, 2)
         connect(m, wiring.flipped(self.req), req_q.i)
-        m.submodules.inflight = inflight = Queue(fl_layout, self.depth, buffered=False)
+        # the head's tag from a register: it picks the WQE store row that every beat's bits are
+        # written at (W/4 LUT-RAM address inputs). A beat waits for its entry (the buffered
+        # queue's extra cycle), which a host read's latency already covers.
+        m.submodules.inflight = inflight = Queue(fl_layout, self.depth)
         rq = req_q.o
         mr = self.mem.req
         m.d.comb += [
@@ -148,10 +151,12 @@ class RqFetch(wiring.Component):
         m.d.comb += [self.resp.valid.eq(full), self.resp.payload.err.eq(f_err),
                      self.resp.payload.tag.eq(f_tag)]
         r = self.mem.resp
-        m.d.comb += [r.ready.eq(~full), self.beat.valid.eq(r.valid & ~full),
+        go = Signal()
+        m.d.comb += go.eq(~full & inflight.o.valid)
+        m.d.comb += [r.ready.eq(go), self.beat.valid.eq(r.valid & go),
                      self.beat.payload.data.eq(r.payload.data), self.beat.payload.index.eq(k),
                      self.beat.payload.tag.eq(inflight.o.payload.tag)]
-        with m.If(r.valid & ~full):
+        with m.If(r.valid & go):
             m.d.sync += [k.eq(k + 1), err.eq(err | r.payload.err)]
             with m.If(r.payload.last):
                 m.d.comb += inflight.o.ready.eq(1)
