@@ -23,6 +23,9 @@ def config_args(parser):
                         help=f"key-table slots, power of two, 4..1024 (default {d.key_entries})")
     parser.add_argument("--clock-mhz", type=float, default=d.clock_mhz, metavar="F",
                         help=f"core clock in MHz, > 0 (default {d.clock_mhz})")
+    parser.add_argument("--no-read", dest="read", action="store_false",
+                        help="build the core without RDMA READ (contract version 1.0: a READ "
+                             "request gets NAK 0x61, a READ WQE completes with LOC_QP_OP_ERR)")
 
 
 def config_from_args(args):
@@ -30,7 +33,8 @@ def config_from_args(args):
     from .params import ConfigError, RnicConfig
     try:
         return RnicConfig(data_width=args.data_width, num_qp=args.num_qp, num_cq=args.num_cq,
-                          key_entries=args.key_entries, clock_mhz=args.clock_mhz)
+                          key_entries=args.key_entries, clock_mhz=args.clock_mhz,
+                          read=getattr(args, "read", True))
     except ConfigError as e:
         print(f"rnic: error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -46,7 +50,8 @@ def _generate(argv):
     from .top import build_verilog
     build_verilog(cfg, args.output)
     print(f"rnic: wrote {args.output} (module rnic, W={cfg.data_width}, {cfg.num_qp} QPs, "
-          f"{cfg.num_cq} CQs, {cfg.key_entries} keys, {cfg.clock_mhz} MHz)")
+          f"{cfg.num_cq} CQs, {cfg.key_entries} keys, {cfg.clock_mhz} MHz"
+          f"{'' if cfg.read else ', no RDMA READ'})")
     return 0
 
 

@@ -8,7 +8,7 @@ own copy of the table.
 from amaranth.lib import enum
 from typing import NamedTuple
 
-__all__ = ["Op", "OpInfo", "OPCODES", "opcode_info_layout", "opcode_info", "CNP_OPCODE",
+__all__ = ["Op", "OpInfo", "OPCODES", "OPCODES_NO_READ", "opcode_info_layout", "opcode_info", "CNP_OPCODE",
            "AethSyndrome", "WcStatus", "WcOpcode"]
 
 
@@ -99,6 +99,13 @@ OPCODES = {
     Op.SEND_ONLY_WITH_INVALIDATE: _i(req=1, send=1, start=1, end=1, rwr=1, comp=1, ieth=1),
 }
 
+#: The table of a core built without RDMA READ (``RnicConfig.read`` False, contract version
+#: 1.0): a READ request has the flags of an atomic request (with its RETH), so the responder
+#: refuses it as it refuses an atomic (NAK 0x61, the QP to ERROR), and ``read`` is 0 for every
+#: opcode.
+OPCODES_NO_READ = {**OPCODES, Op.RDMA_READ_REQUEST: _i(req=1, atomic=1, start=1, end=1, reth=1,
+                                                       payload=0)}
+
 
 def opcode_info_layout():
     from amaranth.lib import data
@@ -108,16 +115,16 @@ def opcode_info_layout():
     })
 
 
-def opcode_info(m, opcode, *, name="opinfo"):
+def opcode_info(m, opcode, *, name="opinfo", read=True):
     """Decode ``opcode`` (8-bit value) into a combinational ``opcode_info_layout()`` signal.
 
     ``known`` is 1 only for the RC opcodes of :data:`OPCODES`; every other value (UC, UD, CNP,
-    0x15, 0x18–0x1F) decodes to all zeros.
+    0x15, 0x18–0x1F) decodes to all zeros. ``read`` False decodes by :data:`OPCODES_NO_READ`.
     """
     from amaranth.hdl import Signal
     info = Signal(opcode_info_layout(), name=name)
     with m.Switch(opcode):
-        for op, row in OPCODES.items():
+        for op, row in (OPCODES if read else OPCODES_NO_READ).items():
             with m.Case(int(op)):
                 m.d.comb += info.known.eq(1)
                 for fname, value in row._asdict().items():

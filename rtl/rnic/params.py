@@ -31,12 +31,20 @@ class RnicConfig:
         Key-table (CAM) slots, a power of two, 4 ≤ K ≤ 1024.
     clock_mhz : float
         Core clock in MHz (> 0); sets the reset value of US_CYCLES and the synthesis target.
+    read : bool
+        RDMA READ as responder and requester (contract version 2.0, the default). False
+        (``--no-read``) builds the core without it, as contract version 1.0: VERSION reads 1.0,
+        a READ request is refused as an atomic one (NAK 0x61, the QP to ERROR), a send WQE of
+        opcode 5 is a bad opcode (LOC_QP_OP_ERR) and a READ response is dropped and counted
+        as 6 like any unexpected response; the READ response engine and READ placement are
+        not built.
     """
     data_width: int = 64
     num_qp: int = 256
     num_cq: int = 64
     key_entries: int = 64
     clock_mhz: float = 156.25
+    read: bool = True
 
     def __post_init__(self):
         for reason in self.problems():
@@ -66,6 +74,9 @@ class RnicConfig:
         except (TypeError, ValueError):
             out.append(f"--clock-mhz {self.clock_mhz!r}: must be a positive number of MHz "
                        "(it sets US_CYCLES, the time base of every timer)")
+        if not isinstance(self.read, bool):
+            out.append(f"read {self.read!r}: must be a bool (--no-read builds the core without "
+                       "RDMA READ)")
         return out
 
     @property

@@ -50,6 +50,12 @@ requester's completions one input of its merge. The data path reads top to botto
   (out of sequence, duplicates, inconsistent) there, both counted as 6.
 * ``US_CYCLES`` divides the clock into the microsecond strobe of the requester's timers.
 
+Built without RDMA READ (``RnicConfig.read`` False, ``--no-read``: contract version 1.0 for
+READ) the core has no READ response engine and no READ placement: PSN Check's ACK/NAK
+descriptors go straight to the TX arbiter (its READ-response chunk input idle), the ACKNOWLEDGE
+headers to the requester layer, and READ responses are dropped and counted as 6 here, as atomic
+ACKs are; the Scatter Path's second client is left idle.
+
 The reset sweep: for ``max(num_qp, num_cq, key_entries)`` cycles after ``rst`` — the time a
 block takes to clear a table of that depth one entry per cycle — CMD_STATUS reads busy and
 received frames are dropped and counted as 2. Blocks with their own sweep OR theirs in.
@@ -212,17 +218,20 @@ class RNIC(wiring.Component):
         cfg = t.cfg
         W = cfg.data_width
         m.submodules.rx_parse = rx = RxParse(width=W)
-        m.submodules.resp = resp = ResponderLayer(width=W, num_qp=cfg.num_qp, num_cq=cfg.num_cq)
+        m.submodules.resp = resp = ResponderLayer(width=W, num_qp=cfg.num_qp, num_cq=cfg.num_cq,
+                                                  read=cfg.read)
         m.submodules.key_cache = keys = KeyCache(key_entries=cfg.key_entries, num_ports=2)
         m.submodules.scatter = scatter = SharedScatter(width=W)
         m.submodules.host_memory = hmem = HostMemory(
             width=W, read_clients=len(READ_CLIENTS), write_clients=2,
             read_buffer=tuple(beats for _, beats in READ_CLIENTS), max_burst=64)
         hmem_rd = {name: getattr(hmem, f"read_{i}") for i, (name, _) in enumerate(READ_CLIENTS)}
-        m.submodules.read_resp = rdr = ReadResp(num_qp=cfg.num_qp)
+        rdr = None
+        if cfg.read:
+            m.submodules.read_resp = rdr = ReadResp(num_qp=cfg.num_qp)
         m.submodules.tx_arbiter = arb = TxArbiter()
         m.submodules.tx_build = build = TxBuild(W, num_qp=cfg.num_qp)
-        m.submodules.req = req = RequesterLayer(width=W, num_qp=cfg.num_qp)
+        m.submodules.req = req = RequesterLayer(width=W, num_qp=cfg.num_qp, read=cfg.read)
         return types.SimpleNamespace(
             rx=rx, resp=resp, keys=keys, hmem=hmem, hmem_rd=hmem_rd, rdr=rdr, arb=arb,
             build=build, req=req, scatter=scatter)
@@ -293,8 +302,9 @@ class RNIC(wiring.Component):
         # a payload read failed: the requester context moves the QP to ERROR (event 4); a READ
         # response's read ends its READ
         wiring.connect(m, build.fault, req.tx_fault)
-        m.d.comb += [rdr.fault.valid.eq(build.fault.valid & build.fault.ready),
-                     rdr.fault.payload.eq(build.fault.payload)]
+        if rdr is not None:
+            m.d.comb += [rdr.fault.valid.eq(build.fault.valid & build.fault.ready),
+                         rdr.fault.payload.eq(build.fault.payload)]
         wiring.connect(m, keys.lookup1, req.lookup)
         wiring.connect(m, req.wqe_rd, hmem_rd["sq_wqe"])
         wiring.connect(m, build.rd, hmem_rd["gather"])
@@ -321,19 +331,25 @@ class RNIC(wiring.Component):
         # ACKNOWLEDGE (0x11) and READ responses (0x0D–0x10, their payload on rr_pay) go to the
         # READ placement, which places the responses it may (asking the requester's completer)
         # and passes the ACKs on in order; atomic ACKs (not in version 2) are counted as 6, as
-        # are READ responses it drops.
+        # are READ responses it drops. (Without READ only ACKNOWLEDGE goes on: READ responses
+        # are counted as 6 with the atomic ACKs.)
         stat = Signal(NUM_COUNTERS)
         ao = resp.ack_out
         ack_ok = Signal()
-        m.d.comb += ack_ok.eq((ao.payload.opcode >= 0x0D) & (ao.payload.opcode <= 0x11))
+        m.d.comb += ack_ok.eq((ao.payload.opcode >= 0x0D) & (ao.payload.opcode <= 0x11)
+                              if t.cfg.read else ao.payload.opcode == 0x11)
         m.d.comb += [req.hdr.payload.eq(ao.payload), req.hdr.valid.eq(ao.valid & ack_ok),
                      ao.ready.eq(~ack_ok | req.hdr.ready)]
         with m.If(ao.valid & ~ack_ok):
             m.d.comb += stat[Counter.NO_QP].eq(1)
         rpl_stat = Signal(NUM_COUNTERS)
-        m.d.comb += rpl_stat[Counter.NO_QP].eq(req.rpl_drop)
-        wiring.connect(m, resp.rr_pay, t.scatter.pay1)
-        wiring.connect(m, req.wr, t.scatter.client1)
+        if t.cfg.read:
+            m.d.comb += rpl_stat[Counter.NO_QP].eq(req.rpl_drop)
+            wiring.connect(m, resp.rr_pay, t.scatter.pay1)
+            wiring.connect(m, req.wr, t.scatter.client1)
+        else:
+            # (PSN Check sends no READ payload then; the Scatter Path's client 1 stays idle)
+            m.d.comb += resp.rr_pay.ready.eq(1)
         return types.SimpleNamespace(stat=stat, rpl_stat=rpl_stat)
 
     def _transmit(self, m, t):
@@ -344,10 +360,18 @@ class RNIC(wiring.Component):
         # ACK decided after a READ never overtakes its responses) and the requester's packets
         # -> TX arbiter (whole frames, and their gather chunks in the same order) -> the TX
         # frame builder
-        wiring.connect(m, resp.read, rdr.job)
-        wiring.connect(m, resp.ack_tx, rdr.ack)
-        wiring.connect(m, rdr.pkt, arb.resp)
-        wiring.connect(m, rdr.chunk, arb.resp_chunk)
+        if rdr is not None:
+            wiring.connect(m, resp.read, rdr.job)
+            wiring.connect(m, resp.ack_tx, rdr.ack)
+            wiring.connect(m, rdr.pkt, arb.resp)
+            wiring.connect(m, rdr.chunk, arb.resp_chunk)
+        else:
+            # without READ: the ACK/NAK descriptors as the READ response engine passes them
+            # when it has no job (no payload, no RETH/IMMDT fields); no chunk, no READ job
+            a, p = resp.ack_tx, arb.resp
+            m.d.comb += [getattr(p.payload, f).eq(getattr(a.payload, f)) for f in
+                         ("qpn", "opcode", "se", "ackreq", "psn", "aeth", "syndrome", "msn")]
+            m.d.comb += [p.valid.eq(a.valid), a.ready.eq(p.ready), resp.read.ready.eq(1)]
         wiring.connect(m, req.pkt, arb.req)
         wiring.connect(m, req.chunk, arb.req_chunk)
         wiring.connect(m, arb.o, build.pkt)

@@ -1,6 +1,6 @@
 """``rnic area``: the core's ECP5 area per block, checked against :mod:`rnic_flow.budgets`.
 
-``rnic area [--data-width W --num-qp N --num-cq C --key-entries K --clock-mhz F]
+``rnic area [--data-width W --num-qp N --num-cq C --key-entries K --clock-mhz F --no-read]
 [--json PATH] [--md PATH] [--no-fail] [--no-bram-outreg] [--stat PATH] [-o DIR]``
 
 One yosys run of module ``rnic`` with its hierarchy kept at the blocks: the script of
@@ -226,7 +226,7 @@ def markdown(report):
     cfg = report["config"]
     tag = " ".join(f"{t}={cfg[k]}" for t, k in (("W", "data_width"), ("N", "num_qp"),
                                                   ("C", "num_cq"), ("K", "key_entries"))
-                   if k in cfg)
+                   if k in cfg) + ("" if cfg.get("read", True) else ", without RDMA READ")
     out = [f"# Area per block: {tag}", "",
            f"`rnic area`: yosys `synth_ecp5` of module `{report['top']}`, block hierarchy "
            f"kept. LUT4 = "
@@ -433,6 +433,8 @@ def main_area(argv=None):
             print(f"rnic area: error: {e}", file=sys.stderr)
             return 3
     sizes = {k: getattr(cfg, k) for k in ("data_width", "num_qp", "num_cq", "key_entries")}
+    if not cfg.read:
+        sizes["read"] = False       # (the budgets are those of the core with READ)
     vpath = stat_path.parent / "rnic.v"
     report = area_report(json.loads(stat_path.read_text()), sizes,
                          verilog=vpath.read_text() if vpath.exists() else None)

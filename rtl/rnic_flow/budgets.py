@@ -72,9 +72,10 @@ TOTAL = Budget("total", "whole core, glue included", 15000, 8000, 24)
 LAYER_PATHS = ("resp", "req")
 
 #: Instances of ``rnic`` and its layers that are glue on purpose (stream merges and skid buffers
-#: between blocks); any other instance no row names is reported as unmapped.
+#: between blocks, the ACK register of a core without READ); any other instance no row names is
+#: reported as unmapped.
 GLUE_PATHS = ("resp.cpl_merge", "resp.done_skid", "event_merge", "resp.fault_merge",
-              "req.lookup_reg", "req.req_fault_merge")
+              "req.lookup_reg", "req.req_fault_merge", "req.ack_reg")
 
 
 def budgets_for(config):

@@ -129,12 +129,14 @@ BLOCKS = {
     "rx_parse": Block("rnic.rx.parse", lambda m, c: m.RxParse(width=c.data_width)),
     "crc32": Block("rnic.crc", lambda m, c: m.CRC32(c.data_width)),
     "psn_check": Block("rnic.resp.psn_check",
-                       lambda m, c: m.PsnCheck(width=c.data_width, num_qp=c.num_qp),
+                       lambda m, c: m.PsnCheck(width=c.data_width, num_qp=c.num_qp,
+                                               read=c.read),
                        ("data_width", "num_qp")),
     "qp_context": Block("rnic.resp.qp_context", lambda m, c: m.QpContext(num_qp=c.num_qp),
                         ("num_qp",)),
     "execute": Block("rnic.resp.execute",
-                     lambda m, c: m.Execute(width=c.data_width, num_qp=c.num_qp),
+                     lambda m, c: m.Execute(width=c.data_width, num_qp=c.num_qp,
+                                            read=c.read),
                      ("data_width", "num_qp")),
     "rq_fetch": Block("rnic.resp.rq_fetch", lambda m, c: m.RqFetch(width=c.data_width, depth=4)),
     "scatter": Block("rnic.resp.scatter", lambda m, c: m.ScatterPath(width=c.data_width)),
@@ -153,7 +155,8 @@ BLOCKS = {
     "read_resp": Block("rnic.tx.read_resp", lambda m, c: m.ReadResp(num_qp=c.num_qp),
                        ("num_qp",)),
     "requester": Block("rnic.req.requester",
-                       lambda m, c: m.Requester(width=c.data_width, num_qp=c.num_qp),
+                       lambda m, c: m.Requester(width=c.data_width, num_qp=c.num_qp,
+                                                read=c.read),
                        ("data_width", "num_qp")),
     "req_context": Block("rnic.req.req_context", lambda m, c: m.ReqContext(num_qp=c.num_qp),
                          ("num_qp",)),
@@ -800,9 +803,16 @@ def _convert(obj, top):
     return verilog(obj, top)
 
 
+#: The blocks built differently without RDMA READ (``--no-read``): their rows say so in
+#: ``config`` (``read`` false); the rows of a core with READ do not name it.
+READ_BLOCKS = ("rnic", "psn_check", "execute", "requester", "control_plane")
+
+
 def _base_row(name, config, target, device, freq_mhz):
+    no_read = config.get("read", True) is False and name in READ_BLOCKS
     return {"block": name, "target": target,
-            "config": {k: config[k] for k in BLOCKS[name].params},
+            "config": {**{k: config[k] for k in BLOCKS[name].params},
+                       **({"read": False} if no_read else {})},
             "part": TARGETS[target]["devices"][device or TARGETS[target]["default"]].part,
             "lut": None, "ff": None, "bram": None, "dsp": None, "fmax_mhz": None,
             "target_mhz": float(freq_mhz), "met": None}
@@ -1031,6 +1041,9 @@ def _parser():
                        help=f"{help_} (default {default}"
                             + ("; iCE40 W=64 N=4 C=1 K=4 when no size option is given)"
                                if dest != "clock_mhz" else ")"))
+    p.add_argument("--no-read", dest="read", action="store_false",
+                   help="build the core (and PSN Check, Execute, the requester, the control "
+                        "plane) without RDMA READ (contract version 1.0)")
     return p
 
 
@@ -1043,6 +1056,7 @@ def _resolve_config(args, target):
     cfg.update(base)
     cfg.update(given)
     cfg["clock_mhz"] = args.clock_mhz if args.clock_mhz is not None else d["clock_mhz"]
+    cfg["read"] = getattr(args, "read", True)
     RnicConfig(**cfg)    # ConfigError with a one-line reason on a bad value
     return cfg
 

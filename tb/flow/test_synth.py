@@ -98,6 +98,21 @@ def test_merge_rows_keyed_by_block_target_part_config():
     assert any(r["block"] == "key_cache" for r in again)
 
 
+def test_no_read_rows():
+    """``--no-read``: the config says read False, the rows of the blocks built without READ
+    name it (so they never replace a row with READ), the other rows do not."""
+    args = synth._parser().parse_args(["--no-read"])
+    cfg = synth._resolve_config(args, "ecp5")
+    assert cfg["read"] is False
+    assert synth._resolve_config(synth._parser().parse_args([]), "ecp5")["read"] is True
+    assert synth._base_row("psn_check", cfg, "ecp5", None, 156.25)["config"] == {
+        "data_width": 64, "num_qp": 256, "read": False}
+    assert synth._base_row("rx_parse", cfg, "ecp5", None, 156.25)["config"] == {
+        "data_width": 64}
+    with_read = synth._base_row("rnic", {**cfg, "read": True}, "ecp5", None, 156.25)
+    assert "read" not in with_read["config"]
+
+
 def test_markdown_table():
     md = markdown_table([_row(fmax=120.5, levels=7.3), _row(w=512, fmax=None, met=None, note="x")],
                         ["rnic synth --block crc32"])

@@ -64,3 +64,17 @@ def test_cli_writes_file(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "module rnic(" in out.read_text()
+
+
+def test_no_read_option(tmp_path, capsys):
+    """``--no-read``: a core without RDMA READ, with the same ports; ``read`` must be a bool."""
+    out = tmp_path / "x.v"
+    assert main(["generate", "-o", str(out), "--no-read", "--num-qp", "4", "--num-cq", "1",
+                 "--key-entries", "4"]) == 0
+    assert "no RDMA READ" in capsys.readouterr().out
+    cfg = RnicConfig(num_qp=4, num_cq=1, key_entries=4, read=False)
+    names, decl = _ports_of(out.read_text())
+    assert names == set(port_list(cfg)) | {"clk", "rst"}
+    assert "read_resp" not in out.read_text() and "read_place" not in out.read_text()
+    with pytest.raises(ConfigError, match="read"):
+        RnicConfig(read=1)

@@ -67,7 +67,7 @@ from ..params import RnicConfig
 from ..parts import add as _add
 from ..stream import Queue
 from .axil import AxiLiteSignature, AxiLiteSlave
-from .regmap import BY_NAME, ID_VALUE, VERSION_VALUE
+from .regmap import BY_NAME, ID_VALUE, VERSION_NO_READ, VERSION_VALUE
 
 __all__ = ["ControlPlane", "doorbell_layout"]
 
@@ -502,7 +502,8 @@ class ControlPlane(wiring.Component):
         ev = evq.o.payload
         sources = {     # name: (selected when, value)
             "id": (hit_r("ID"), Const(ID_VALUE, 32)),
-            "version": (hit_r("VERSION"), Const(VERSION_VALUE, 32)),
+            "version": (hit_r("VERSION"),
+                        Const(VERSION_VALUE if cfg.read else VERSION_NO_READ, 32)),
             "caps0": (hit_r("CAPS0"), caps0),
             "mac_lo": (hit_r("MAC_LO"), t.mac_lo),
             "mac_hi": (hit_r("MAC_HI"), t.mac_hi),

@@ -6,10 +6,12 @@ the docs (``python -m rnic.control.regmap``) are all made from :data:`REGISTERS`
 
 from typing import NamedTuple
 
-__all__ = ["Reg", "REGISTERS", "BY_NAME", "ID_VALUE", "VERSION_VALUE", "markdown"]
+__all__ = ["Reg", "REGISTERS", "BY_NAME", "ID_VALUE", "VERSION_VALUE", "VERSION_NO_READ",
+           "markdown"]
 
 ID_VALUE = 0x524E4943          # "RNIC"
 VERSION_VALUE = (2 << 16) | 0  # 2.0: RDMA READ (interface.md §7)
+VERSION_NO_READ = (1 << 16) | 0  # 1.0: a core built without RDMA READ (RnicConfig.read False)
 
 
 class Reg(NamedTuple):

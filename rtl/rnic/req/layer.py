@@ -16,11 +16,18 @@ the TX side, the control plane — stays in :class:`rnic.top.RNIC`, which connec
 * A payload read that failed (the TX frame builder's ``tx_fault``) and a READ response's write
   that failed (the placement's) meet in one merge into ReqContext, which moves the QP to ERROR.
 * The Requester's Key Cache lookups leave through a one-entry register (``lookup``).
+
+Built without RDMA READ (``read`` False) the layer has no READ placement: the ACKNOWLEDGE
+headers on ``hdr`` (the top passes no other response) go to the Requester as WIRE events through
+a one-entry register, the payload-read faults straight to ReqContext, and the ports ``wr`` and
+``rpl_drop`` do not exist.
 """
 
 from amaranth.hdl import Module
-from amaranth.lib import wiring
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In
 
+from ..ifaces import AckKind, ack_layout, resp_hdr_layout
 from ..keys.key_cache import lookup_req_layout
 from ..parts import pass_through
 from ..stream import Queue, StreamMerge
@@ -59,19 +66,25 @@ class RequesterLayer(wiring.Component):
         Data width W.
     num_qp : int
         QP table depth.
+    read : bool
+        RDMA READ (default True); False: no READ placement (see the module docstring).
 
     Attributes
     ----------
     The ports of :data:`PORTS`; ``requester``, ``req_context``, ``read_place``: the blocks.
     """
 
-    def __init__(self, *, width, num_qp):
-        self.requester = Requester(width=width, num_qp=num_qp)
+    def __init__(self, *, width, num_qp, read=True):
+        self.read = read
+        self.requester = Requester(width=width, num_qp=num_qp, read=read)
         self.req_context = ReqContext(num_qp=num_qp)
         self.read_place = ReadPlace(width=width, slots=self.requester.read_slots,
-                                    num_qp=num_qp)
-        super().__init__({name: self._block(b).signature.members[port]
-                          for name, b, port in PORTS})
+                                    num_qp=num_qp) if read else None
+        members = {name: self._block(b).signature.members[port]
+                   for name, b, port in PORTS if read or b != "rpl"}
+        if not read:
+            members["hdr"] = In(stream.Signature(resp_hdr_layout))
+        super().__init__(members)
 
     def _block(self, key):
         return {"req": self.requester, "ctx": self.req_context, "rpl": self.read_place}[key]
@@ -80,9 +93,10 @@ class RequesterLayer(wiring.Component):
         m = Module()
         m.submodules.requester = req = self.requester
         m.submodules.req_context = rctx = self.req_context
-        m.submodules.read_place = rpl = self.read_place
+        if self.read:
+            m.submodules.read_place = rpl = self.read_place
         for name, b, port in PORTS:
-            if name not in _INNER:
+            if name not in _INNER and (self.read or b != "rpl"):
                 pass_through(m, self, name, self._block(b), port)
 
         # the Requester and its context
@@ -92,6 +106,10 @@ class RequesterLayer(wiring.Component):
         wiring.connect(m, req.cpl, rctx.cpl)
         wiring.connect(m, req.prog_psn, rctx.prog_psn)
         wiring.connect(m, req.prog_cons, rctx.prog_cons)
+        if not self.read:
+            self._lookup(m, req)
+            self._no_read(m, req, rctx)
+            return m
         # a payload read failed, or a READ response's write: the requester context moves the
         # QP to ERROR (event 4)
         m.submodules.req_fault_merge = rf_merge = StreamMerge(
@@ -99,6 +117,19 @@ class RequesterLayer(wiring.Component):
         wiring.connect(m, wiring.flipped(self.tx_fault), rf_merge.i[0])
         wiring.connect(m, rpl.fault, rf_merge.i[1])
         wiring.connect(m, rf_merge.o, rctx.req_fault)
+        self._lookup(m, req)
+
+        # the READ placement: ACKs on to the Requester, READ responses judged by its completer
+        wiring.connect(m, rpl.ack, req.ack)
+        wiring.connect(m, req.read_dec, rpl.dec)
+        wiring.connect(m, req.read_rec, rpl.rec)
+        # (any SET_QP of a QP ends ReadPlace's fast path for it)
+        m.d.comb += [rpl.qp_set.valid.eq(req.qp_set.valid & req.qp_set.ready),
+                     rpl.qp_set.payload.qpn.eq(req.qp_set.payload.qpn)]
+        return m
+
+    def _lookup(self, m, req):
+        """The Requester's Key Cache lookups through the one-entry register ``lookup_reg``."""
         # the lookup requests through a one-entry register: the Key Cache's round-robin grant
         # (its ``ready``) must not run back into the requester's engine state across both
         # blocks. Its ``ready`` is its registered "empty": a transfer every other cycle at
@@ -111,11 +142,16 @@ class RequesterLayer(wiring.Component):
         wiring.connect(m, lookup_reg.o, lookup.req)
         wiring.connect(m, lookup.resp, req.lookup.resp)
 
-        # the READ placement: ACKs on to the Requester, READ responses judged by its completer
-        wiring.connect(m, rpl.ack, req.ack)
-        wiring.connect(m, req.read_dec, rpl.dec)
-        wiring.connect(m, req.read_rec, rpl.rec)
-        # (any SET_QP of a QP ends ReadPlace's fast path for it)
-        m.d.comb += [rpl.qp_set.valid.eq(req.qp_set.valid & req.qp_set.ready),
-                     rpl.qp_set.payload.qpn.eq(req.qp_set.payload.qpn)]
-        return m
+    def _no_read(self, m, req, rctx):
+        """Without READ: the ACKNOWLEDGE headers to the Requester as WIRE events, through a
+        one-entry register (as READ Place's ``ack`` is registered: the header's queue in PSN
+        Check does not run on into the completer); the payload-read faults to ReqContext."""
+        m.submodules.ack_reg = ack_reg = Queue(ack_layout, 1, buffered=False, registers=True)
+        h = self.hdr.payload
+        m.d.comb += [ack_reg.i.payload.qpn.eq(h.qpn), ack_reg.i.payload.psn.eq(h.psn),
+                     ack_reg.i.payload.syndrome.eq(h.syndrome),
+                     ack_reg.i.payload.kind.eq(AckKind.WIRE),
+                     ack_reg.i.valid.eq(self.hdr.valid), self.hdr.ready.eq(ack_reg.i.ready),
+                     req.read_dec.ready.eq(1)]      # (no DECIDE is ever asked)
+        wiring.connect(m, ack_reg.o, req.ack)
+        wiring.connect(m, wiring.flipped(self.tx_fault), rctx.req_fault)

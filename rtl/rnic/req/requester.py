@@ -270,6 +270,9 @@ class Requester(wiring.Component):
         READ slots shared by every QP (a power of two, 2..64): each READ sent and not yet
         retired holds one (its destination, for :class:`~rnic.req.read_place.ReadPlace`); a
         new READ waits for a free one, as for ORD.
+    read : bool
+        RDMA READ (default True). False: a WQE of opcode 5 is a bad opcode (LOC_QP_OP_ERR,
+        completion opcode 0 as for any bad opcode), and every ``ack`` event is taken as WIRE.
 
     Attributes
     ----------
@@ -332,7 +335,9 @@ class Requester(wiring.Component):
         Every write of a QP's SQ consumer index: the oldest WQE not yet retired (QUERY_QP).
     """
 
-    def __init__(self, *, width=64, num_qp=256, work_depth=16, ring_depth=None, read_slots=16):
+    def __init__(self, *, width=64, num_qp=256, work_depth=16, ring_depth=None, read_slots=16,
+                 read=True):
+        self.read = read
         check_width(width)
         if num_qp & (num_qp - 1) or not 4 <= num_qp <= 4096:
             raise ValueError(f"num_qp must be a power of two in 4..4096, not {num_qp!r}")
@@ -948,7 +953,9 @@ class Requester(wiring.Component):
         with m.If(take & (beat == ow // nw)):
             lane = d[64 * (ow % nw):][:64]
             d_op, d_ns = lane[oo:oo + 8], lane[no:no + 8]
-            m.d.sync += [op_bad.eq((d_op > _WOP_READ) | (d_ns > 2)), op_rdc.eq(d_op == _WOP_READ)]
+            top_op = _WOP_READ if self.read else _WOP_READ - 1   # (no READ: opcode 5 is bad)
+            m.d.sync += [op_bad.eq((d_op > top_op) | (d_ns > 2)),
+                         op_rdc.eq((d_op == _WOP_READ) if self.read else 0)]
         # (no_rw_check is moot: the reads are asynchronous)
         m.submodules.wqe_mem = mem = Memory(shape=W, depth=max(1, 8 // nw), init=[])
         wp = mem.write_port(granularity=64)
@@ -1172,7 +1179,8 @@ class Requester(wiring.Component):
             self.lookup.req.payload.tag.eq(k),
             ecpl.payload.qpn.eq(qpn), ecpl.payload.wr_id.eq(t.wqe_bd),   # (ERR reads word 0)
             ecpl.payload.status.eq(status),
-            ecpl.payload.opcode.eq(Mux(wop == _WOP_READ, 2, (wop == 3) | (wop == 4))),
+            ecpl.payload.opcode.eq(Mux((wop == _WOP_READ) if self.read else 0, 2,
+                                       (wop == 3) | (wop == 4))),
             ecpl.payload.fault.eq(hfault),
             eng_dyn.eq(dyn),
             eng_dyn.parked.eq(e_park_st),
@@ -2137,9 +2145,10 @@ class Requester(wiring.Component):
                 m.next = "EVAL"
         with m.State("EVAL"):
             typ = a.syndrome[5:7]
-            is_dec = (ev == _EV_ACK) & (a.kind == AckKind.DECIDE)
+            kind = a.kind if self.read else Const(AckKind.WIRE, 2)    # (no READ: all WIRE)
+            is_dec = (ev == _EV_ACK) & (kind == AckKind.DECIDE)
             m.d.sync += [t.una0.eq(cmp.una), t.gap.eq(0), t.acc_r.eq(0), t.dec_wb.eq(0),
-                         t.clampable.eq((ev == _EV_ACK) & (a.kind != AckKind.PLACED))]
+                         t.clampable.eq((ev == _EV_ACK) & (kind != AckKind.PLACED))]
             with m.If(((cmp.rerr != 0) | d.err) & (ev == _EV_SCAN)):
                 m.d.sync += act.eq(_ACT_DROP)
                 m.next = "WALK"        # the QP has ended: drop its ring entries
@@ -2222,7 +2231,8 @@ class Requester(wiring.Component):
         with m.State("HOLD"):
             # (the entry stays on the read port until TEST: rh does not change, and a
             # write to it meanwhile means it was not yet filled, and is not used)
-            m.d.sync += [ent_end.eq(ent.end_psn), ent_sig.eq(ent.signaled), t.ent_rd.eq(ent.read),
+            m.d.sync += [ent_end.eq(ent.end_psn), ent_sig.eq(ent.signaled),
+                         t.ent_rd.eq(ent.read if self.read else 0),
                          t.ri_r.eq(ent.ridx),
                          # (ur for DECIDE: una0 and cfpsn do not change before TEST)
                          t.ur.eq(Mux((t.una0 - cmp.cfpsn)[23], cmp.cfpsn, t.una0)),

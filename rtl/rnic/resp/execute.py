@@ -399,6 +399,9 @@ class Execute(wiring.Component):
     prefetch_depth : int
         WQEs per QP the prefetcher reads ahead (1, 2 or 3, default :data:`PREFETCH_DEPTH`:
         ``nxt``, and ``nxt`` + 1 and ``nxt`` + 2 into free slots only).
+    read : bool
+        RDMA READ (default True). False: no command is taken as a READ (PSN Check refuses READ
+        requests then), so no ``read`` job is ever pushed.
 
     Attributes
     ----------
@@ -442,8 +445,10 @@ class Execute(wiring.Component):
         last ``qp_reset``.
     """
 
-    def __init__(self, *, width, num_qp=64, prefetch=8, prefetch_depth=PREFETCH_DEPTH):
+    def __init__(self, *, width, num_qp=64, prefetch=8, prefetch_depth=PREFETCH_DEPTH,
+                 read=True):
         self.width = check_width(width)
+        self.rdma_read = read      # (``read`` is the READ job port)
         if not isinstance(num_qp, int) or num_qp < 4 or num_qp & (num_qp - 1):
             raise ValueError(f"num_qp must be a power of two ≥ 4, not {num_qp!r}")
         if not isinstance(prefetch, int) or not 0 <= prefetch <= 16:
@@ -1200,10 +1205,11 @@ class Execute(wiring.Component):
         m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
                      cnext_rd.en.eq(1)]
         ep = self.exe.payload
+        ep_read = ep.read if self.rdma_read else Const(0)    # (no READ: its states fold away)
         m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(ep.status), nowrite.eq(0),
                      skip.eq(0), cdone.eq(0), flushing.eq(0), rdflt.eq(0), rd_sent.eq(0)]
         # (only DEC reads it, entered on ``exe.valid``: the flush's c leaves it unused)
-        m.d.sync += rd_new.eq(ep.read & ~ep.dup & (ep.status == 0))
+        m.d.sync += rd_new.eq(ep_read & ~ep.dup & (ep.status == 0))
         # ``c`` is loaded in every cycle that could take (nothing reads it until the next
         # state): its flops are enabled by the state, not by ``exe.valid`` or the flush
         # queue's ``valid`` (PSN Check's decision, a long path in the whole core)
@@ -1214,7 +1220,7 @@ class Execute(wiring.Component):
                      t.dma_nz.eq(ep.dma_len != 0)]
         # a command with ``status`` ≠ 0 only completes the held WQE in error, whatever its
         # opcode (a READ request that broke a SEND's sequence is not a READ here)
-        m.d.sync += c.read.eq(ep.read & (ep.status == 0))
+        m.d.sync += c.read.eq(ep_read & (ep.status == 0))
         if allow_flush:
             # a flush as the planner's command: its QP and ring, and the fields its CQEs
             # read (``fcq``) zero; the fields only a packet's states read are left as they

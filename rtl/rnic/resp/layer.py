@@ -65,15 +65,18 @@ class ResponderLayer(wiring.Component):
         Data width W.
     num_qp, num_cq : int
         QP and CQ table depths.
+    read : bool
+        RDMA READ (default True); False: PSN Check refuses READ requests and drops READ
+        responses' payload, Execute takes no command as a READ (its ``read`` port stays idle).
 
     Attributes
     ----------
     The ports of :data:`PORTS`; ``psn_check``, ``execute``, ``cqe_gen``: the blocks.
     """
 
-    def __init__(self, *, width, num_qp, num_cq):
-        self.psn_check = PsnCheck(width=width, num_qp=num_qp)
-        self.execute = Execute(width=width, num_qp=num_qp)
+    def __init__(self, *, width, num_qp, num_cq, read=True):
+        self.psn_check = PsnCheck(width=width, num_qp=num_qp, read=read)
+        self.execute = Execute(width=width, num_qp=num_qp, read=read)
         self.cqe_gen = CqeGen(width=width, num_cq=num_cq)
         super().__init__({name: self._block(b).signature.members[port]
                           for name, b, port in PORTS})

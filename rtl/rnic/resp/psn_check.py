@@ -188,6 +188,10 @@ class PsnCheck(wiring.Component):
         Data width W (64, 128, 256, 512).
     num_qp : int
         Number of QPs (power of two, 4..4096).
+    read : bool
+        RDMA READ (default True). False: a READ request is refused as an atomic one (NAK 0x61,
+        the QP to ERROR; :data:`~rnic.opcodes.OPCODES_NO_READ`) and a READ response's payload
+        is dropped here (its header still goes out on ``ack_out``).
 
     Attributes
     ----------
@@ -247,9 +251,10 @@ class PsnCheck(wiring.Component):
         (event 3, ``rq_flush``) and its responses still queued here are suppressed.
     """
 
-    def __init__(self, *, width, num_qp, resp_depth=16, ack_depth=16):
+    def __init__(self, *, width, num_qp, resp_depth=16, ack_depth=16, read=True):
         # ack_depth: unused since the per-QP pending table (kept for callers)
         self.width = check_width(width)
+        self.read = read
         if not isinstance(resp_depth, int) or resp_depth < 2:
             raise ValueError(f"resp_depth must be an integer of at least 2, not {resp_depth!r}")
         self.ctx = QpContext(num_qp=num_qp)
@@ -375,7 +380,7 @@ class PsnCheck(wiring.Component):
             sel_db.eq(~inj_valid & self.rq_db.valid & ~ctx.busy),
             sel_meta.eq(~inj_valid & ~self.rq_db.valid & self.meta.valid & ~ctx.busy),
         ]
-        a_info = opcode_info(m, meta.opcode, name="a_info")
+        a_info = opcode_info(m, meta.opcode, name="a_info", read=self.read)
 
         def qpn_ok(q):
             # 1 < q < num_qp (a power of two): ORs of bits, no carry chain
@@ -1009,7 +1014,8 @@ class PsnCheck(wiring.Component):
                 with m.Else():
                     # (a READ response's payload goes to the requester's READ placement)
                     m.d.comb += [want_ack.eq(1),
-                                 dec.rr.eq((cm.opcode >= 0x0D) & (cm.opcode <= 0x10))]
+                                 dec.rr.eq((cm.opcode >= 0x0D) & (cm.opcode <= 0x10)
+                                           if self.read else 0)]
             with m.Case(Kind.DB):
                 with m.If(c_qok & (cx.state != QpState.RESET)):
                     with m.If(cx.state == QpState.ERROR):
