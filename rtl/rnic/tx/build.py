@@ -304,9 +304,11 @@ class TxBuild(wiring.Component):
         p = self.pkt.payload
         # (a descriptor's ``qpn`` is below ``num_qp``: its low bits are kept)
         # (with the frame's counter class, see ``outq``, in place of the AETH syndrome)
-        head_layout = data.StructLayout({f: pkt_layout.members[f]
-                                         for f in ("opcode", "aeth", "paylen")}
-                                        | {"cls": 3, "qpn": (self.num_qp - 1).bit_length()})
+        # (the opcode's decodes are made as the descriptor is queued: the header's length over
+        # 4, ``hdr_hi``; a READ response, ``rdr``; a MIDDLE or LAST one, ``cont``)
+        head_layout = data.StructLayout({"hdr_hi": range((MAX_HDR >> 2) + 1), "rdr": 1,
+                                         "cont": 1, "paylen": 13, "cls": 3,
+                                         "qpn": (self.num_qp - 1).bit_length()})
         # the 20 bytes after the BTH as the RETH opcodes place them: ``tail``, RETH bytes 0..15
         # with, in place of the first 4 when there is no RETH, ``x``; then ``x`` (the bytes past
         # the header are never written into the frame). ``x`` is the AETH or the IMMDT/IETH: a
@@ -318,6 +320,9 @@ class TxBuild(wiring.Component):
         imm = wire.IMMDT.assemble({"imm": p.imm})
         aeth = wire.AETH.assemble({"syndrome": p.syndrome, "msn": p.msn})
         has_reth = Cat(*[p.opcode == o for o in RETH_OPCODES]).any()
+        has_imm = Cat(*[p.opcode == o for o in IMM4_OPCODES]).any()
+        # (a header is 54 + 4·k bytes: its length over 4 is kept)
+        hdr_hi = (54 + Mux(has_reth, 16, 0) + Mux(has_imm | p.aeth, 4, 0))[2:]
         x = Mux(p.aeth, Cat(*aeth), Cat(*imm))
         syn, cls = p.syndrome, Signal(3)
         with m.If(p.opcode == 0x11):
@@ -349,7 +354,10 @@ class TxBuild(wiring.Component):
         m.d.comb += [
             self.pkt.ready.eq(w_rdy),
             hw.addr.eq(produce), hw.en.eq(w_rdy), tw.addr.eq(produce), tw.en.eq(w_rdy),
-            hw.data.eq(Cat(p.opcode, p.aeth, p.paylen, cls, p.qpn[:head_layout.members["qpn"]])),
+            hw.data.eq(Cat(hdr_hi[:(MAX_HDR >> 2).bit_length()],
+                           (p.opcode >= 0x0D) & (p.opcode <= 0x10),
+                           (p.opcode == 0x0E) | (p.opcode == 0x0F),
+                           p.paylen, cls, p.qpn[:head_layout.members["qpn"]])),
             tw.data.eq(Cat(p.opcode, p.se, p.ackreq, p.psn,
                            Mux(has_reth, Cat(*reth[:4]), x), *reth[4:], x)),
             hr.addr.eq(consume), tr.addr.eq(cur),
@@ -440,16 +448,9 @@ class TxBuild(wiring.Component):
         pt = self._path_table(m, h, hst, pktq.hx)
         dhi, dlo = pt.dhi, pt.dlo
 
-        def hdr_len_of(op):
-            reth = Cat(*[op == o for o in RETH_OPCODES]).any()
-            imm = Cat(*[op == o for o in IMM4_OPCODES]).any()
-            return 54 + Mux(reth, 16, 0) + Mux(imm, 4, 0)
-
-        # (a header is 54 + 4·k bytes: its length over 4 is kept)
         hq = Signal(data.StructLayout({"hdr_hi": range((MAX_HDR >> 2) + 1), "paylen": 13}))
         hx = pktq.hx
-        m.d.sync += [hq.hdr_hi.eq((hdr_len_of(hx.opcode) + Mux(hx.aeth, 4, 0))[2:]),
-                     hq.paylen.eq(hx.paylen)]
+        m.d.sync += [hq.hdr_hi.eq(hx.hdr_hi), hq.paylen.eq(hx.paylen)]
         sip = self.local_ip
         ssum = Signal(18)
         m.d.sync += ssum.eq(0x4500 + 0x4000 + 0x4011 + 4 - 14 + sip[16:32] + sip[0:16])
@@ -534,6 +535,8 @@ class TxBuild(wiring.Component):
         # the CRC feed's shift (:meth:`_crc_feed`): crc_end mod nb is 2 + 4·crsel
         crsel = Signal(max(1, t.lg - 2))
         hdr_last = hdr_hi[t.lg - 2:]    # the word of the header's last byte, and its lanes
+        # hdr_last − 1, set with it (all ones when hdr_last is 0: above every header word)
+        hdr_lm1 = Signal(len(hdr_last) + 1)
         hkeep = Signal(nb)
         m.d.comb += hkeep.eq((Const(2, nb + 1) << Cat(Const(1, 2), hdr_hi)[:t.lg]) - 1)
         padw = Signal()
@@ -563,7 +566,7 @@ class TxBuild(wiring.Component):
 
             hdr_len_r=hdr_len_r, hdr_hi=hdr_hi,
             ip_len=ip_len, csum=csum, out_words=out_words, crc_last=crc_last, crsel=crsel,
-            hdr_last=hdr_last, hkeep=hkeep, padw=padw,
+            hdr_last=hdr_last, hdr_lm1=hdr_lm1, hkeep=hkeep, padw=padw,
             padcnt=padcnt, hdr_words=hdr_words, hdr=hdr)
 
     def _realign(self, m, t):
@@ -1097,9 +1100,8 @@ class TxBuild(wiring.Component):
         the head's decodes (``h_rdr``, ``h_cont``, ``h_cls``)."""
         (CB, bad, crc_end, data_end, fbase, h, out_words, recq) = (
             t.CB, t.bad, t.crc_end, t.data_end, t.fbase, t.h, t.out_words, t.recq)
-        # ``r`` follows the queue's head except while the header is written (it is the
-        # header's template only), so its wide load enable does not wait for the take; the
-        # frame's counter class (see ``outq``) and QPN are kept from the take
+        # the frame's counter class (see ``outq``) and QPN are kept from the take (its header
+        # template ``r`` stays in the descriptor ring's slot)
         r_cls = Signal(3)
         ab = (self.num_qp - 1).bit_length()
         r_qpn = Signal(ab)
@@ -1112,11 +1114,17 @@ class TxBuild(wiring.Component):
         rk_qpn = Signal(ab)
         r_rdr = Signal()                # the frame is a READ response
         kill = Signal()
-        h_rdr = Signal()
-        h_cont = Signal()
-        m.d.comb += [h_rdr.eq((h.opcode >= 0x0D) & (h.opcode <= 0x10)),
-                     h_cont.eq((h.opcode == 0x0E) | (h.opcode == 0x0F))]
+        h_rdr = h.rdr
         h_cls = h.cls
+        # the head's QPN against ``rk_qpn``, registered: a MIDDLE/LAST of that QP (``h_kill``)
+        # or a FIRST/ONLY that ends the drop (``h_rkclr``). The head is taken (``head_ok``) no
+        # sooner than two cycles after it arrives and is not rewritten while it waits, so the
+        # flags are its own; they compare with ``rk_qpn`` as it stands in the next cycle (FAULT
+        # sets it to ``r_qpn``, see :meth:`_builder_states`)
+        h_kill, h_rkclr = Signal(), Signal()
+        t.rk_cmp = lambda q: [h_kill.eq(h.cont & (h.qpn == q)),
+                              h_rkclr.eq(h.rdr & ~h.cont & (h.qpn == q))]
+        m.d.sync += t.rk_cmp(rk_qpn)
         m.d.comb += [
             recq.i.payload.base.eq(fbase[:CB]),
             recq.i.payload.data_end.eq(data_end),
@@ -1127,7 +1135,7 @@ class TxBuild(wiring.Component):
         ]
         return types.SimpleNamespace(
             r_cls=r_cls, r_qpn=r_qpn, rk_v=rk_v, rk_qpn=rk_qpn, r_rdr=r_rdr, kill=kill, h_rdr=h_rdr,
-            h_cont=h_cont, h_cls=h_cls)
+            h_kill=h_kill, h_rkclr=h_rkclr, h_cls=h_cls)
 
     def _builder_flags(self, m, t):
         """The builder's state flags ``st`` (HDR, DATA, FLUSH, FIN, PAD) and ``take`` (DATA takes a
@@ -1135,7 +1143,9 @@ class TxBuild(wiring.Component):
         # the builder's states that the write and the flush decode, as flip-flops set with each
         # transition (the same as the FSM's state): ``w_en``, ``flush`` and the write's
         # selects start from them, not from a decode of the state
-        st = {n: Signal(name=f"st_{n.lower()}") for n in ("HDR", "DATA", "FLUSH", "FIN", "PAD")}
+        st = {n: Signal(name=f"st_{n.lower()}")
+              for n in ("HDR", "CHUNK", "DATA", "FLUSH", "FIN", "PAD")}
+        st["IDLE"] = Signal(name="st_idle", init=1)      # (the FSM's reset state)
 
         take = Signal()                  # DATA takes a raw beat
         # the frame being built has its record queued before FIN: a cut-through frame's in its
@@ -1150,95 +1160,116 @@ class TxBuild(wiring.Component):
         # killed (set at the take); cleared as its first header word is written
         ct_can = Signal()
         # the frame's record was queued as its last raw beat was taken (``early``: the chunk
-        # ends the payload, known from DATA's second cycle on, ``d_first`` marking its first;
-        # the pad in the payload's last word), so the emitter may load it in FLUSH
+        # ends the payload, known from DATA's second cycle on; the pad in the payload's last
+        # word), so the emitter may load it in FLUSH. ``ep_arm``, a register: a beat taken now
+        # with ``last`` would be that beat (not DATA's first cycle, the chunk ends the payload,
+        # its last part, no pad word, no fault so far), so the push is ``take & last & ep_arm``
         early = Signal()
-        d_first = Signal()
+        ep_arm = Signal()
         return types.SimpleNamespace(st=st, take=take, ct=ct, ct_ready=ct_ready, ct_can=ct_can,
-                                     early=early, d_first=d_first)
+                                     early=early, ep_arm=ep_arm)
 
     def _builder_fsm(self, m, t):
         """The builder's FSM: takes a descriptor once its values are ready, writes the header words,
         starts each chunk, takes its raw beats, and queues the frame's record (FIN, PAD and FAULT
         when the frame does not end in FLUSH), setting the state flags ``st`` with each transition.
         Its states are :meth:`_builder_states`; here are the steps they share."""
-        (PB, WB, bad, c_first, c_lastw, c_lo, c_skip, chq, ck_ld, crc_end, crc_last, csum,
-         data_end, h, h_cls, h_cont, h_rdr, hdr_last, hdr_len_r, head_ok, hi_mask,
-         hkeep, hlast, ip_len, kill, lg, lo_mask, lo_same, nb, out_words, p_crc_end,
-         p_csum, p_data_end, p_hdr_last, p_hdr_len, p_nopay, p_out_words, p_padw,
-         padcnt, padw, parts, pktq, pop, pos, pos_end, prev, r_cls, r_qpn, r_rdr, rk_qpn, rk_v,
-         rotm, st, w_last, wcount, wqm1) = (
-            t.PB, t.WB, t.bad, t.c_first, t.c_lastw, t.c_lo, t.c_skip, t.chq, t.ck_ld,
-            t.crc_end, t.crc_last, t.csum, t.data_end, t.h, t.h_cls, t.h_cont, t.h_rdr,
-            t.hdr_last, t.hdr_len_r, t.head_ok, t.hi_mask, t.hkeep, t.hlast, t.ip_len,
-            t.kill, t.lg, t.lo_mask, t.lo_same, t.nb, t.out_words, t.p_crc_end,
-            t.p_csum, t.p_data_end, t.p_hdr_last, t.p_hdr_len, t.p_nopay,
-            t.p_out_words, t.p_padw, t.padcnt, t.padw, t.parts, t.pktq, t.pop, t.pos, t.pos_end,
-            t.prev, t.r_cls, t.r_qpn, t.r_rdr, t.rk_qpn, t.rk_v, t.rotm, t.st, t.w_last, t.wcount,
-            t.wqm1)
+        bad, chq, data_end, head_ok, padw, parts, pos, st = (
+            t.bad, t.chq, t.data_end, t.head_ok, t.padw, t.parts, t.pos, t.st)
 
         def goto(state):
             m.next = state
             m.d.sync += [f.eq(n == state) for n, f in st.items()]
 
         def take_packet():
-            """Take the next descriptor if its values are ready."""
-            kill_now = rk_v & h_cont & (h.qpn == rk_qpn)
+            """Take the next descriptor if its values are ready (its registers:
+            :meth:`_take_packet`)."""
             with m.If(head_ok):
-                m.d.comb += [pktq.o.ready.eq(1), pop.eq(1)]
-                m.d.sync += [r_cls.eq(h_cls), r_qpn.eq(h.qpn),
-                             data_end.eq(p_data_end), t.crc_hi.eq(t.p_crc_hi),
-                             t.hdr_hi.eq(t.p_hdr_hi),
-                             csum.eq(p_csum),
-                             out_words.eq(p_out_words), ck_ld.eq(1),
-                             padw.eq(p_padw),
-                             padcnt.eq(-h.paylen),
-                             wcount.eq(0), hlast.eq(p_hdr_last == 0), bad.eq(0),
-                             t.ct_can.eq(p_nopay & (p_hdr_last >= 2) & ~kill_now),
-                             pos.eq(p_hdr_len), pos_end.eq(p_nopay),
-                             r_rdr.eq(h_rdr), kill.eq(kill_now), t.early.eq(0)]
-                with m.If(h_rdr & ~h_cont & (h.qpn == rk_qpn)):
-                    m.d.sync += rk_v.eq(0)
                 goto("HDR")
             with m.Else():
                 goto("IDLE")
 
-        def start_chunk(at):
-            """Take the next chunk (payload byte position ``at``) if there is one."""
-            m.d.comb += chq.o.ready.eq(1)
+        def start_chunk():
+            """Take the next chunk if there is one (its registers: :meth:`_chunk_start`)."""
             with m.If(chq.o.valid):
-                # D = at − off; raw beat 0's low part goes to word floor(D / nb): before the
-                # word of ``at`` (−1 when D < 0) when off > at mod nb, and then it writes no
-                # byte of the chunk (c_skip)
-                d0 = Signal(signed(PB + 1))
-                m.d.comb += d0.eq(at - chq.o.payload.off)
-                ce = Signal(PB)
-                # (at + lenm1 + 1, one adder: the 1 as the carry into an extra low bit)
-                m.d.comb += ce.eq((Cat(Const(1, 1), at)
-                                   + Cat(Const(1, 1), chq.o.payload.lenm1))[1:])
-                lastw = Signal(WB)
-                m.d.comb += lastw.eq((at + chq.o.payload.lenm1) >> lg)
-                # (with a = at mod nb: raw beat 0 starts a word early exactly when off > a, and
-                # the chunk ends in that first word exactly when off ≤ a and a + lenm1 < nb;
-                # both from the low bits only, not from d0 and lastw)
-                a_lo, lm1 = at[:lg], chq.o.payload.lenm1
-                m.d.sync += [parts.eq(chq.o.payload.parts),
-                             wqm1.eq(d0 >> lg), c_skip.eq(chq.o.payload.off > a_lo),
-                             c_first.eq(1), pos.eq(ce), c_lastw.eq(lastw),
-                             w_last.eq((chq.o.payload.off <= a_lo) & (lm1[lg:] == 0)
-                                       & ((a_lo + lm1[:lg]) < nb)),
-                             c_lo.eq(1), lo_mask.eq(~((Const(1, nb + 1) << at[:lg]) - 1)),
-                             lo_same.eq(at[:lg] != 0),
-                             hi_mask.eq((Const(2, nb + 1)
-                                         << (at[:lg] + chq.o.payload.lenm1[:lg])[:lg]) - 1),
-                             rotm.eq(~d0[:lg]), t.d_first.eq(1)]
                 goto("DATA")
             with m.Else():
                 goto("CHUNK")
 
-        m.d.sync += t.d_first.eq(0)         # (start_chunk sets it, after this)
+        # (``c_done``'s, ``parts``' and ``bad``'s values in the next cycle; start_chunk clears
+        # it, after this)
+        resp = self.rd.resp.payload
+        m.d.sync += t.ep_arm.eq((pos == data_end) & ~padw
+                                & Mux(t.take & resp.last, parts == 2, parts == 1)
+                                & ~bad & ~(t.take & resp.err))
         with m.FSM(name="builder"):
             self._builder_states(m, t, goto, take_packet, start_chunk)
+        self._chunk_start(m, t)
+        self._take_packet(m, t)
+
+    def _take_packet(self, m, t):
+        """The take of a descriptor, where the builder's FSM calls ``take_packet`` with
+        ``head_ok`` (IDLE; PAD and FIN without a fault or a pad word; FLUSH at the payload's
+        end): ``pop`` from the state flags and registers (not the FSM's state decode), and the
+        frame's registers loaded from the head's values."""
+        st, rdy = t.st, t.recq.i.ready
+        pop_st = Signal()
+        m.d.comb += [
+            pop_st.eq(st["IDLE"] | ~t.bad & (
+                st["PAD"] | t.room & (st["FIN"] & (rdy | t.ct) & ~t.padw
+                                      | st["FLUSH"] & t.c_done & (t.early | rdy & ~t.padw)))),
+            t.pop.eq(t.head_ok & pop_st),
+            t.pktq.o.ready.eq(t.pop),
+        ]
+        kill_now = t.rk_v & t.h_kill
+        with m.If(t.pop):
+            m.d.sync += [t.r_cls.eq(t.h_cls), t.r_qpn.eq(t.h.qpn),
+                         t.data_end.eq(t.p_data_end), t.crc_hi.eq(t.p_crc_hi),
+                         t.hdr_hi.eq(t.p_hdr_hi), t.csum.eq(t.p_csum),
+                         t.out_words.eq(t.p_out_words), t.ck_ld.eq(1), t.padw.eq(t.p_padw),
+                         t.padcnt.eq(-t.h.paylen),
+                         t.wcount.eq(0), t.hlast.eq(t.p_hdr_last == 0),
+                         t.hdr_lm1.eq(t.p_hdr_last - 1), t.bad.eq(0),
+                         t.ct_can.eq(t.p_nopay & (t.p_hdr_last >= 2) & ~kill_now),
+                         t.pos.eq(t.p_hdr_len), t.pos_end.eq(t.p_nopay),
+                         t.r_rdr.eq(t.h_rdr), t.kill.eq(kill_now), t.early.eq(0)]
+            with m.If(t.h_rkclr):
+                m.d.sync += t.rk_v.eq(0)
+
+    def _chunk_start(self, m, t):
+        """A chunk's start, where the builder's FSM calls ``start_chunk`` (CHUNK; HDR's last
+        word and FLUSH without the payload's end, with ``room``): the chunk's registers loaded
+        from the chunk queue's head and ``pos``, enabled from the state flags and registers
+        (not the FSM's state decode)."""
+        PB, WB, chq, lg, nb, pos, st = t.PB, t.WB, t.chq, t.lg, t.nb, t.pos, t.st
+        want = Signal()
+        m.d.comb += [want.eq(st["CHUNK"] | t.room & (st["HDR"] & t.hlast & ~t.pos_end
+                                                     | st["FLUSH"] & ~t.c_done)),
+                     chq.o.ready.eq(want)]
+        c = chq.o.payload
+        # D = pos − off; raw beat 0's low part goes to word floor(D / nb): before the word of
+        # ``pos`` (−1 when D < 0) when off > pos mod nb, and then it writes no byte of the
+        # chunk (c_skip)
+        d0 = Signal(signed(PB + 1))
+        m.d.comb += d0.eq(pos - c.off)
+        ce = Signal(PB)
+        # (pos + lenm1 + 1, one adder: the 1 as the carry into an extra low bit)
+        m.d.comb += ce.eq((Cat(Const(1, 1), pos) + Cat(Const(1, 1), c.lenm1))[1:])
+        lastw = Signal(WB)
+        m.d.comb += lastw.eq((pos + c.lenm1) >> lg)
+        # (with a = pos mod nb: raw beat 0 starts a word early exactly when off > a, and the
+        # chunk ends in that first word exactly when off ≤ a and a + lenm1 < nb; both from
+        # the low bits only, not from d0 and lastw)
+        a_lo, lm1 = pos[:lg], c.lenm1
+        with m.If(want & chq.o.valid):
+            m.d.sync += [t.parts.eq(c.parts),
+                         t.wqm1.eq(d0 >> lg), t.c_skip.eq(c.off > a_lo),
+                         t.c_first.eq(1), pos.eq(ce), t.c_lastw.eq(lastw),
+                         t.w_last.eq((c.off <= a_lo) & (lm1[lg:] == 0) & ((a_lo + lm1[:lg]) < nb)),
+                         t.c_lo.eq(1), t.lo_mask.eq(~((Const(1, nb + 1) << a_lo) - 1)),
+                         t.lo_same.eq(a_lo != 0),
+                         t.hi_mask.eq((Const(2, nb + 1) << (a_lo + lm1[:lg])[:lg]) - 1),
+                         t.rotm.eq(~d0[:lg]), t.ep_arm.eq(0)]
 
     def _builder_states(self, m, t, goto, take_packet, start_chunk):
         """The builder's states, in its FSM: IDLE takes a descriptor, HDR writes the header words,
@@ -1272,7 +1303,7 @@ class TxBuild(wiring.Component):
             with m.If(wcount == 0):
                 m.d.sync += [ct_thr.eq(Mux(need < 2, 2, need)), ct_fin.eq(cw >= 1 + L)]
             with m.If(room):
-                m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount + 1 == hdr_last),
+                m.d.sync += [wcount.eq(wcount + 1), hlast.eq(wcount == t.hdr_lm1),
                              t.ct_can.eq(0)]
                 # cut-through: a frame without payload, of three header words or more, has
                 # its record queued as its first word is written (``ct``), so the emitter may
@@ -1286,9 +1317,9 @@ class TxBuild(wiring.Component):
                     with m.If(pos_end):
                         goto("FIN")
                     with m.Else():
-                        start_chunk(pos)
+                        start_chunk()
         with m.State("CHUNK"):
-            start_chunk(pos)
+            start_chunk()
         with m.State("DATA"):
             # (the beat's take, ``take``, below)
             with m.If(take & self.rd.resp.payload.last & (parts == 1)):
@@ -1320,7 +1351,7 @@ class TxBuild(wiring.Component):
             m.d.comb += self.fault.valid.eq(1)
             with m.If(self.fault.ready):
                 with m.If(r_rdr):
-                    m.d.sync += [rk_v.eq(1), rk_qpn.eq(r_qpn)]
+                    m.d.sync += [rk_v.eq(1), rk_qpn.eq(r_qpn)] + t.rk_cmp(r_qpn)
                 goto("IDLE")
 
     def _flush_state(self, m, t, goto, take_packet, start_chunk):
@@ -1342,7 +1373,7 @@ class TxBuild(wiring.Component):
                         m.d.sync += [t.ct.eq(1), t.ct_ready.eq(0)]
                     goto("FIN")
             with m.Else():
-                start_chunk(t.pos)
+                start_chunk()
 
     def _write_select(self, m, t):
         """The write into ``acc``, selected by the state flags only (HDR: the header template's
@@ -1381,8 +1412,7 @@ class TxBuild(wiring.Component):
         # from the state flags and registers, and DATA's (``early``) at the take of the
         # payload's last raw beat, its fault mark with it (:meth:`_frame_record`)
         early_push = Signal()
-        m.d.comb += early_push.eq(take & self.rd.resp.payload.last & (parts == 1) & t.c_done
-                                  & ~t.d_first & ~t.padw & ~bad)
+        m.d.comb += early_push.eq(take & self.rd.resp.payload.last & t.ep_arm)
         m.d.comb += recq.i.valid.eq(room & recq.i.ready & (
             st["FLUSH"] & t.c_done & ~t.padw & ~bad & ~t.early | st["FIN"] & ~t.ct
             | st["HDR"] & t.ct_can | early_push))
