@@ -347,3 +347,187 @@ def test_read_lookup_from_dec():
     assert log["jobs"] == [{"qpn": q, "psn": psn, "msn": psn + 100, "addr": bus(rkey),
                             "len": ln, "pmtu": 2}
                            for (q, psn, va, rkey, ln, pd, _) in reads], log["jobs"]
+
+
+def test_read_shortcut_after_a_fatal_command():
+    """A READ's job and ``done`` may leave from the key checks when stages 3 and 4 are empty;
+    a READ behind a command of its QP that turns fatal (a WRITE whose rkey fails: its payload
+    dropped by a closing piece) is still
+    skipped (``done`` (0, 0), no job), wherever the READ's lookup answer lands against the
+    WRITE's way through stages 3 and 4 (its answer delayed 1..13 cycles, a round each, a QP
+    each); a READ of a live QP right behind is answered, in command order."""
+    rounds = list(range(1, 14))
+    dut = Execute(width=64, num_qp=32, prefetch=0)
+    bad = 0xBAD
+    cmds, delays = [], []
+    for r, d in enumerate(rounds):
+        q = r + 1
+        cmds.append([
+            {"qpn": q, "psn": 5, "write": 1, "va": 0x1000, "rkey": bad, "dma_len": 64,
+             "payload_len": 64},
+            {"qpn": q, "psn": 6, "read": 1, "va": 0x2000, "rkey": 0x1234, "dma_len": 64,
+             "imm_or_rkey": (2 << 24) | 7},
+            {"qpn": 0, "psn": 100 + r, "read": 1, "va": 0x3000, "rkey": 0x5678,
+             "dma_len": 128, "imm_or_rkey": (3 << 24) | (50 + r)},
+        ])
+        delays += [6, d, 6]
+    log = {"jobs": [], "done": []}
+
+    def bus(rkey):
+        return 0xAB_0000_0000 | rkey << 8
+
+    async def lookup_side(ctx):
+        ctx.set(dut.lookup.req.ready, 1)
+        pending, n = [], 0
+        for cyc in range(4000):
+            if ctx.get(dut.lookup.req.valid):
+                key = ctx.get(dut.lookup.req.payload.key)
+                pending.append((cyc + delays[n], key))
+                n += 1
+            if pending and pending[0][0] <= cyc:
+                key = pending[0][1]
+                ctx.set(dut.lookup.resp.valid, 1)
+                ctx.set(dut.lookup.resp.payload.ok, int(key != bad))
+                ctx.set(dut.lookup.resp.payload.bus_addr, bus(key))
+                ctx.set(dut.lookup.resp.payload.tag, 0)
+            else:
+                ctx.set(dut.lookup.resp.valid, 0)
+            await ctx.tick()
+            if ctx.get(dut.lookup.resp.valid) and ctx.get(dut.lookup.resp.ready):
+                pending.pop(0)
+
+    async def bench(ctx):
+        ctx.set(dut.read.ready, 1)
+        ctx.set(dut.done.ready, 1)
+        for r, round_cmds in enumerate(cmds):
+            for c in round_cmds:
+                for k in ("write", "read", "payload_len"):
+                    ctx.set(getattr(dut.exe.payload, k), 0)
+                for k, v in c.items():
+                    ctx.set(getattr(dut.exe.payload, k), v)
+                ctx.set(dut.exe.valid, 1)
+                while True:
+                    took = ctx.get(dut.exe.ready)
+                    await _record(ctx)
+                    if took:
+                        break
+                ctx.set(dut.exe.valid, 0)
+            while len(log["done"]) < 3 * (r + 1):
+                await _record(ctx)
+        for _ in range(20):
+            await _record(ctx)
+
+    async def _record(ctx):
+        # the Scatter Path: takes every piece, and finishes a packet at its closing piece
+        ctx.set(dut.wr.piece.ready, 1)
+        ctx.set(dut.wr.pkt_done, int(ctx.get(dut.wr.piece.valid)
+                                     and ctx.get(dut.wr.piece.payload.end)))
+        if ctx.get(dut.read.valid):
+            log["jobs"].append({k: ctx.get(getattr(dut.read.payload, k))
+                                for k in ("qpn", "psn", "msn", "addr", "len", "pmtu")})
+        if ctx.get(dut.done.valid):
+            log["done"].append((ctx.get(dut.done.payload.fatal),
+                                ctx.get(dut.done.payload.syndrome)))
+        await ctx.tick()
+
+    from amaranth.sim import Simulator
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.add_testbench(lookup_side, background=True)
+    sim.run()
+    assert log["done"] == [(1, 0x62), (0, 0), (0, 0)] * len(rounds), log["done"]
+    assert log["jobs"] == [{"qpn": 0, "psn": 100 + r, "msn": 50 + r, "addr": bus(0x5678),
+                            "len": 128, "pmtu": 3} for r in range(len(rounds))], log["jobs"]
+
+
+def _read_after_write_fault(offset, shortcut):
+    """One round of :func:`test_read_shortcut_sees_a_write_fault`: a WRITE of QP 1 whose
+    payload write is answered non-OKAY ``offset`` cycles after the Key Cache answers the READ
+    of QP 1 behind it. Returns the ``done`` transfers, the READ jobs and the cycle of the
+    last ``done``."""
+    class NoShortcut(Execute):
+        def _read_shortcut(self, m, t):
+            pass
+    dut = (Execute if shortcut else NoShortcut)(width=64, num_qp=4, prefetch=0)
+    cmds = [{"qpn": 1, "psn": 5, "write": 1, "va": 0x1000, "rkey": 0x11, "dma_len": 64,
+             "payload_len": 64},
+            {"qpn": 1, "psn": 6, "read": 1, "va": 0x2000, "rkey": 0x22, "dma_len": 64,
+             "imm_or_rkey": (2 << 24) | 7}]
+    log = {"jobs": [], "done": [], "answer": None, "tag": None}
+
+    async def lookup_side(ctx):
+        ctx.set(dut.lookup.req.ready, 1)
+        ctx.set(dut.lookup.resp.payload.ok, 1)
+        pending = []
+        for cyc in range(400):
+            if ctx.get(dut.lookup.req.valid):
+                key = ctx.get(dut.lookup.req.payload.key)
+                # (the READ's answer after the WRITE has left stage 4, taken at once)
+                pending.append((cyc + (16 if key == 0x22 else 6), key))
+                if key == 0x22:
+                    log["answer"] = cyc + 16
+            on = bool(pending) and pending[0][0] <= cyc
+            ctx.set(dut.lookup.resp.valid, int(on))
+            if on:
+                ctx.set(dut.lookup.resp.payload.bus_addr, pending[0][1] << 12)
+                assert ctx.get(dut.lookup.resp.ready)
+            await ctx.tick()
+            if on:
+                pending.pop(0)
+
+    async def bench(ctx):
+        for p in (dut.read, dut.done, dut.event, dut.fault, dut.wr.req, dut.wr.piece):
+            ctx.set(p.ready, 1)
+        i = 0
+        for cyc in range(400):
+            if i < len(cmds):
+                for k in ("write", "read", "payload_len"):
+                    ctx.set(getattr(dut.exe.payload, k), 0)
+                for k, v in cmds[i].items():
+                    ctx.set(getattr(dut.exe.payload, k), v)
+            ctx.set(dut.exe.valid, int(i < len(cmds)))
+            ctx.set(dut.wr.pkt_done, int(ctx.get(dut.wr.piece.valid)
+                                         and ctx.get(dut.wr.piece.payload.end)))
+            if ctx.get(dut.wr.req.valid):
+                log["tag"] = ctx.get(dut.wr.req.payload.tag)
+            fault = log["answer"] is not None and cyc == log["answer"] + offset
+            ctx.set(dut.wr.done.valid, int(fault))
+            ctx.set(dut.wr.done.payload.tag, log["tag"] or 0)
+            ctx.set(dut.wr.done.payload.err, 1)
+            if ctx.get(dut.read.valid):
+                log["jobs"].append(ctx.get(dut.read.payload.psn))
+            if ctx.get(dut.done.valid):
+                log["done"].append((ctx.get(dut.done.payload.fatal),
+                                    ctx.get(dut.done.payload.syndrome)))
+                log["last"] = cyc
+            if ctx.get(dut.exe.valid) and ctx.get(dut.exe.ready):
+                i += 1
+            await ctx.tick()
+            if fault:
+                assert ctx.get(dut.wr.done.ready)
+
+    from amaranth.sim import Simulator
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.add_testbench(lookup_side, background=True)
+    sim.run()
+    assert log["answer"] is not None and len(log["done"]) == 2, log
+    return log["done"], log["jobs"], log["last"]
+
+
+def test_read_shortcut_sees_a_write_fault():
+    """A READ whose job leaves from the key checks sees its QP's dead mark as stage 3 would
+    have seen it: a payload write fault of the WRITE ahead of it, answered a few cycles
+    before to a few cycles after the READ's lookup answer, skips the READ (``done`` (0, 0),
+    no job) exactly when it skips it without the shortcut (the READ's way through stages 3
+    and 4); both outcomes occur over the sweep."""
+    seen = set()
+    for offset in range(-5, 3):
+        *got, t_sc = _read_after_write_fault(offset, True)
+        *ref, t_ref = _read_after_write_fault(offset, False)
+        assert got == ref, (offset, got, ref)
+        assert t_sc + 3 <= t_ref, (offset, t_sc, t_ref)      # the shortcut was taken
+        seen.add(bool(got[1]))
+    assert seen == {True, False}, seen

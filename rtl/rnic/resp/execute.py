@@ -43,7 +43,9 @@ a later stage decides on (design rule 3):
   it waits while an older packet's invalidate is still to be done (the lookups must see it).
   The response of a packet's last lookup passes the entry on in its own cycle, an entry with
   no piece goes on in the cycle it is taken, and a new READ's lookup leaves from the planner's
-  DEC (from the planner's registers) when this stage is idle and ``key_q`` empty;
+  DEC (from the planner's registers) when this stage is idle and ``key_q`` empty; a READ's
+  job and ``done`` are pushed in the cycle after its answer when stages 3 and 4 are empty
+  (:meth:`Execute._read_shortcut`);
 * **stage 3, reservation**: re-reads the ``dead`` mark (an older command may have
   made the QP dead after stage 1 read them: the packet is then skipped), reserves a CQE slot
   when a CQE will be written, and marks the QP dead on a fatal outcome (so the younger packets
@@ -504,6 +506,7 @@ class Execute(wiring.Component):
         self._key_checks(m, t)
         _add(t, self._reservation(m, t))
         _add(t, self._issue_select(m, t))
+        self._read_shortcut(m, t)
         self._issue(m, t)
         return m
 
@@ -1663,10 +1666,15 @@ class Execute(wiring.Component):
         with m.If(k_idle):
             m.d.sync += k_inv.eq(Mux(k_pre_sel, t.c.inv, ke.inv & ~ke.nowrite))
         m.d.comb += iq.payload.invc.eq(k_inv_c & ~k_fail_c)
+        # a READ whose lookup passes goes on to ``read_q`` and ``post_q`` without stages 3
+        # and 4 (``rd_go``, ``rd_sc``, ``rd_post``: :meth:`_read_shortcut`)
+        k_wait, rd_arm, rd_go, rd_sc, rd_post = (Signal(), Signal(), Signal(), Signal(),
+                                                 Signal())
         return types.SimpleNamespace(
             iq=iq, j=j, j_d=j_d, k_fail=k_fail, k_fail_c=k_fail_c, k_first=k_first, k_next=k_next,
             kh=kh, lk_look=lk_look, lk_look_d=lk_look_d, k_inv_c=k_inv_c, k_pre=k_pre,
-            k_pre_sel=k_pre_sel)
+            k_pre_sel=k_pre_sel, k_wait=k_wait, rd_arm=rd_arm, rd_go=rd_go, rd_sc=rd_sc,
+            rd_post=rd_post)
 
     def _key_payload(self, m, t, j_d, lk):
         """The lookup request's payload ``lk`` (the key checks' registers, or a new READ's
@@ -1770,11 +1778,15 @@ class Execute(wiring.Component):
                     m.d.comb += lk_look_d.eq(1)
             with m.State("K_WAIT"):
                 rr = self.lookup.resp
-                m.d.comb += rr.ready.eq(1)
+                m.d.comb += [rr.ready.eq(1), t.k_wait.eq(1)]
                 with m.If(rr.valid):
                     m.d.comb += bus_wr.en.eq(1)
                     m.d.comb += j_d.eq(k_next)
-                    with m.If(~rr.payload.ok | (k_next == MAX_SGE)):
+                    with m.If(t.rd_go):
+                        # a READ with stages 3 and 4 empty: its job and ``done`` go now
+                        m.d.comb += [kh.ready.eq(1), t.rd_sc.eq(1)]
+                        m.next = "K_IDLE"
+                    with m.Elif(~rr.payload.ok | (k_next == MAX_SGE)):
                         # the entry's last lookup: it leaves now if ``iss_q`` has room, else
                         # from K_PUSH (its outcome registered)
                         m.d.comb += [k_fail_c.eq(~rr.payload.ok), iq.valid.eq(1)]
@@ -1833,7 +1845,9 @@ class Execute(wiring.Component):
             with m.If(r.fatal):
                 m.d.comb += [dead_wr.addr.eq(h.qpn), dead_wr.data.eq(1), dead_wr.en.eq(1)]
             m.next = "R_IDLE"
-        m.d.comb += [dead_rd2.addr.eq(h.qpn),
+        # (with no entry at ``iss_q``'s head, the mark of the key checks' entry: the READ
+        # shortcut's check, :meth:`_read_shortcut`)
+        m.d.comb += [dead_rd2.addr.eq(Mux(iss_q.o.valid, h.qpn, t.ke.qpn)),
                      self.reserve.payload.cqn.eq(h.cqn),
                      pp_q.i.payload.eq(r)]
         with m.FSM(name="resv") as fsm:
@@ -1950,12 +1964,43 @@ class Execute(wiring.Component):
         ]
         m.d.comb += [
             cqe_q.i.payload.need.eq(wr_cnt),
-            post_q.i.payload.fatal.eq(b.fatal),
-            post_q.i.payload.syndrome.eq(b.syn),
-            post_q.i.payload.beats.eq(b.has_beats),
+            # (the READ shortcut's entry: success, no beats)
+            post_q.i.payload.fatal.eq(b.fatal & ~t.rd_post),
+            post_q.i.payload.syndrome.eq(Mux(t.rd_post, 0, b.syn)),
+            post_q.i.payload.beats.eq(b.has_beats & ~t.rd_post),
         ]
         return types.SimpleNamespace(b_next=b_next, bh=bh, jb=jb, pp_first=pp_first, pp_h=pp_h,
                                      rq=rq, wq_ok=wq_ok)
+
+    def _read_shortcut(self, m, t):
+        """A READ whose lookup passes while stages 3 and 4 are empty skips them: its answer
+        takes the entry from ``key_q`` (``rd_sc``) and loads its slot and QP into idle stage
+        4's ``b``; in the next cycle (``rd_post``) its ``done`` entry (success, no beats) and,
+        unless its QP is dead, its job are pushed from ``b`` and the plan RAMs at ``b.slot``,
+        as stage 4's POST pushes them, three cycles sooner. With no older command behind the
+        key checks the order of the jobs and of the ``done`` is kept. ``rd_arm`` (a register)
+        holds for the entry at ``key_q``'s head in K_WAIT while no answer came: a READ (one
+        piece) that reserves, writes, invalidates and completes nothing, stage 3 idle with
+        ``iss_q`` empty, ``post_plan_q`` empty, stage 4 idle, room for the job and the
+        ``done``. All of that stays so until the push (only the key checks feed ``iss_q``;
+        nothing else pushes the two queues meanwhile). Stage 3's dead re-check is made at the
+        push, as stage 3 would make it a cycle later: stage 3's mark port reads the key
+        checks' entry's QP while it has no entry (the answer's cycle included), and a mark
+        written in the answer's cycle is taken from the table's registered write request. A
+        dead QP's READ gets the ``done`` of a skipped command (0, 0) and no job, as through
+        stages 3 and 4."""
+        ke, rr, dead = t.ke, self.lookup.resp, t.dead
+        m.d.sync += t.rd_arm.eq(
+            t.k_wait & ~rr.valid & ~t.iss_q.o.valid & t.r_idle & ~t.post_plan_busy & t.b_idle
+            & t.post_q.i.ready & t.rq.ready
+            & ke.read & (ke.pv == 1) & ~ke.fatal & ~ke.skip & ~ke.nowrite & ~ke.cqe_on
+            & ~ke.has_beats & ~ke.cdone & ~ke.rdflt & ~ke.inv)
+        m.d.comb += t.rd_go.eq(t.rd_arm & rr.payload.ok)
+        rd_post = t.rd_post
+        m.d.sync += rd_post.eq(t.rd_sc)
+        dead_now = Mux(dead._q_en & (dead._q_row == t.b.qpn), dead._q_bit, t.dead_rd2_data)
+        with m.If(rd_post):
+            m.d.comb += [t.post_q.i.valid.eq(1), t.rq.valid.eq(~dead_now)]
 
     def _issue_inv(self, m, t):
         """Stage 4's invalidate states: INV waits for the packet's last write beat, INV_REQ and
@@ -2003,6 +2048,10 @@ class Execute(wiring.Component):
                         m.next = "CLOSE"
                     with m.Else():
                         m.next = "ISSUE"
+                with m.Elif(t.rd_sc):
+                    # the READ the key checks pass on (_read_shortcut): its slot and QP,
+                    # for its post from ``b`` in the next cycle
+                    m.d.sync += [b.slot.eq(t.ke.slot), b.qpn.eq(t.ke.qpn), jb.eq(0)]
             with m.State("ISSUE"):
                 # (a READ's piece was checked, not written; a command with nothing to close or
                 # invalidate goes straight to POST)
