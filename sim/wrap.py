@@ -8,7 +8,7 @@ walks a component's signature and gives every port a plain ``Signal``:
   ``<name>_tdata, _tkeep, _tlast, _tuser, _tvalid, _tready``;
 * any other stream becomes ``<name>_valid``, ``<name>_ready`` and ``<name>_payload`` (the flat
   vector; tests decode it with :func:`sim.wrap.unpack` and the same layout the hardware uses);
-* plain signals keep their name (nested names joined with ``__``).
+* plain signals keep their name (nested names joined with ``__``, array elements ``__i``).
 
 ``always_valid``/``always_ready`` streams get no ``valid``/``ready`` port.
 """
@@ -25,8 +25,11 @@ def _is_beat(layout):
             and set(f for f, _ in layout) == {"data", "keep", "last", "user"})
 
 
-def flat_top(component, *, reset_name="rst", clock_name="clk"):
-    """Return ``(module, ports)`` for ``verilog.convert`` with flat, AXI-style port names."""
+def flat_top(component, *, reset_name="rst", clock_name="clk", mapping=None):
+    """Return ``(module, ports)`` for ``verilog.convert`` with flat, AXI-style port names.
+
+    ``mapping``, a dict, receives ``{port name: (the component's value, is an input)}``."""
+    mapping = {} if mapping is None else mapping
     m = Module()
     m.submodules.dut = component
     ports = []
@@ -36,24 +39,29 @@ def flat_top(component, *, reset_name="rst", clock_name="clk"):
         ports.append(s)
         return s
 
+    def elements(name, inner, dimensions):
+        """``(name, element)`` of every element of an array member (``name__i__j``)."""
+        if not dimensions:
+            yield name, inner
+            return
+        for i in range(dimensions[0]):
+            yield from elements(f"{name}__{i}", inner[i], dimensions[1:])
+
     def walk(sig, obj, prefix):
         for mname, member in sig.members.items():
             name = f"{prefix}__{mname}" if prefix else mname
-            inner = getattr(obj, mname)
-            if member.is_port:
-                s = plain(name, Shape.cast(member.shape).width, member.flow)
-                if member.flow == Flow.In:
-                    m.d.comb += Value.cast(inner).eq(s)
+            for ename, inner in elements(name, getattr(obj, mname), member.dimensions):
+                if member.is_port:
+                    s = plain(ename, Shape.cast(member.shape).width, member.flow)
+                    mapping[ename] = (inner, member.flow == Flow.In)
+                    if member.flow == Flow.In:
+                        m.d.comb += Value.cast(inner).eq(s)
+                    else:
+                        m.d.comb += s.eq(Value.cast(inner))
+                elif isinstance(member.signature, stream.Signature):
+                    stream_port(member.signature, inner, ename, member.flow)
                 else:
-                    m.d.comb += s.eq(Value.cast(inner))
-            else:
-                isig = member.signature
-                if member.dimensions:
-                    raise TypeError(f"{name}: arrays of interfaces are not wrapped")
-                if isinstance(isig, stream.Signature):
-                    stream_port(isig, inner, name, member.flow)
-                else:
-                    walk(isig, inner, name if member.flow == Flow.Out else name)
+                    walk(member.signature, inner, ename)
 
     def stream_port(isig, inner, name, flow):
         # flow Out = the component drives payload/valid
@@ -67,18 +75,22 @@ def flat_top(component, *, reset_name="rst", clock_name="clk"):
                 s = plain(f"{name}_{suffix}", fw, None)
                 f = getattr(inner.payload, fname)
                 m.d.comb += (s.eq(f) if drive_out else f.eq(s))
+                mapping[f"{name}_{suffix}"] = (f, not drive_out)
             vname, rname = f"{name}_tvalid", f"{name}_tready"
         else:
             s = plain(f"{name}_payload", Shape.cast(layout).width, None)
             pv = Value.cast(inner.payload)
             m.d.comb += (s.eq(pv) if drive_out else pv.eq(s))
+            mapping[f"{name}_payload"] = (pv, not drive_out)
             vname, rname = f"{name}_valid", f"{name}_ready"
         if not isig.always_valid:
             v = plain(vname, 1, None)
             m.d.comb += (v.eq(inner.valid) if drive_out else inner.valid.eq(v))
+            mapping[vname] = (inner.valid, not drive_out)
         if not isig.always_ready:
             r = plain(rname, 1, None)
             m.d.comb += (inner.ready.eq(r) if drive_out else r.eq(inner.ready))
+            mapping[rname] = (inner.ready, drive_out)
 
     walk(component.signature, component, "")
     return m, ports

@@ -1,11 +1,12 @@
-"""Key Cache: every acceptance and refusal rule as its own test (Amaranth simulator, 16 slots),
-and random traffic against the Python model plus the ECP5 numbers' design on Icarus (cocotb)."""
+"""Key Cache: every acceptance and refusal rule as its own test (Amaranth-style testbenches on
+the Verilog, 16 slots), and random traffic against the Python model plus the ECP5 numbers'
+design on Icarus (cocotb)."""
 import pytest
-from amaranth.sim import Simulator
 
 from rnic.ifaces import CmdOp
 from rnic.keys import Access, KeyCache, KeyType
 from sim.models.keys import KeyModel, set_args
+from sim.vsim import Simulator
 
 K = 16
 LW, RW = Access.LOCAL_WRITE, Access.REMOTE_WRITE
@@ -13,7 +14,8 @@ M64 = (1 << 64) - 1
 
 
 class TB:
-    """Drives one KeyCache in the Amaranth simulator; every result is checked against a model."""
+    """Drives one KeyCache (its Verilog, through sim.vsim); every result is checked against a
+    model."""
 
     def __init__(self, ctx, dut, regs):
         self.ctx, self.dut, self.regs = ctx, dut, regs

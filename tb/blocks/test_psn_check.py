@@ -52,7 +52,7 @@ def test_psn_rules():
     twins and against ``roce-reference.md`` §3.2/§3.3 directly."""
     import random
 
-    from amaranth.sim import Simulator
+    from sim.vsim import Simulator
 
     from rnic.resp.psn_rules import (OpSequencer, PsnClassifier, op_sequence_model,
                                      psn_class_model)

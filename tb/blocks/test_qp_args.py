@@ -7,9 +7,9 @@ import random
 import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.lib.memory import Memory
-from amaranth.sim import Simulator
 
 from rnic.control.qp_args import ArgRow, qp_arg_layout
+from sim.vsim import Simulator
 
 
 def model_fields(args):
@@ -69,7 +69,7 @@ def test_arg_row_round_trip(fields):
             ctx.set(valid, 0)
             await ctx.delay(1e-9)
             assert all(int(getattr(ctx.get(out), f)) == 0 for f in fields)
-    sim = Simulator(m)
+    sim = Simulator(m, inputs=[valid, arg, rp.addr], outputs=[out])
     sim.add_clock(1e-8)
     sim.add_testbench(tb)
     sim.run()

@@ -15,7 +15,6 @@ import pytest
 from amaranth.hdl import Fragment, Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.sim import Simulator
 
 from rnic.control.qp_args import qp_arg_layout
 from rnic.host import HostMemory
@@ -27,6 +26,7 @@ from rnic.tx.build import TxBuild, chunk_layout, pkt_layout, tx_hdr_layout
 from rnic.tx.read_resp import ReadResp
 from sim.bench_tops import flat_top_axi
 from sim.runner import run_cocotb
+from sim.vsim import Simulator, ports_of
 
 NUM_QP = 16
 
@@ -119,7 +119,7 @@ def test_read_fault():
     _run(64, "read_fault")
 
 
-# ---- ReadResp alone (Amaranth simulator): stream rules, sequence, ordering, faults -----------
+# ---- ReadResp alone (Amaranth-style testbench on the Verilog): stream rules, sequence, faults ---
 
 def _frames(job):
     """Frames of ``job``: max(1, ⌈len/PMTU⌉)."""
@@ -317,7 +317,7 @@ def test_ports():
         gc.collect()
 
 
-# ---- the tail on an idle core, in the Amaranth simulator ----------------------------------------
+# ---- the tail on an idle core (Amaranth-style testbench on the Verilog) -------------------------
 # ReadResp, the arbiter and the builder with host memory as in the core (three readers, the
 # gather reads on the third), an AXI slave that answers 3 cycles after AR with bytes equal to
 # their address's low byte, SLVERR on the beats asked for; QP 2's path set before the first job.
@@ -326,7 +326,7 @@ _PATH = {1: 0x000123, 11: 0x22334455, 12: 0x1111, 13: 0x0A000002, 14: 0xC000}
 
 
 def _axi_slave(ax, err_beats):
-    """An AXI4 read slave for the Amaranth simulator: ``R`` 3 cycles after ``AR``, each byte
+    """An AXI4 read slave for an Amaranth-style testbench: ``R`` 3 cycles after ``AR``, each byte
     its address's low byte, SLVERR on the beats (counted from the first) in ``err_beats``."""
     async def slave(ctx):
         pending, cyc, beat = [], 0, 0
@@ -430,7 +430,9 @@ def _tail(jobs, *, err_beats=(), race_mac=None, cycles=220):
             if job_taken:
                 ctx.set(rr.job.valid, 0)
 
-    sim = Simulator(m)
+    ins, outs = ports_of(rr.job, build.tx, build.qp_arg, ax)
+    outs += [build.pkt.valid, build.pkt.ready, build.fault.valid, build.fault.payload]
+    sim = Simulator(m, inputs=ins, outputs=outs)
     sim.add_clock(1e-8)
     sim.add_testbench(_axi_slave(ax, err_beats), background=True)
     sim.add_testbench(bench)

@@ -6,7 +6,8 @@ completions carry while SET_QP writes the same rows."""
 import random
 
 import pytest
-from amaranth.sim import Simulator
+
+from sim.vsim import Simulator
 
 
 def _fields(row, args, state):

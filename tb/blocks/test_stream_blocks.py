@@ -1,14 +1,13 @@
 """SkidBuffer, Queue and StreamMerge: order kept, nothing lost or duplicated, under random
-valid/ready patterns (Amaranth simulator; these blocks are narrow, the simulator is fast)."""
+valid/ready patterns (Amaranth-style testbenches on the generated Verilog: :mod:`sim.vsim`)."""
 import random
 
 import pytest
-from amaranth.sim import Simulator
-
 from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import fifo
 
 from rnic.stream import BypassFIFO, Queue, RoomFIFO, SkidBuffer, StreamMerge
+from sim.vsim import Simulator
 
 
 def _run_pipe(dut, items, seed, stall_in=0.3, stall_out=0.3):
@@ -64,8 +63,8 @@ def test_queue(depth, buffered):
     assert _run_pipe(Queue(24, depth, buffered=buffered), items, depth) == items
 
 
-def _simulate(top, bench):
-    sim = Simulator(top)
+def _simulate(top, bench, **ports):
+    sim = Simulator(top, **ports)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
@@ -117,7 +116,9 @@ def test_room_fifo_matches_amaranth(depth, buffered):
             full_next.append(not predicted)
             await ctx.tick()
 
-    _simulate(pair, bench)
+    _simulate(pair, bench, inputs=[ref.w_data, ref.w_en, ref.r_en],
+              outputs=[ref.w_rdy, ref.r_rdy, ref.level, ref.r_data,
+                       dut.w_rdy, dut.r_rdy, dut.level, dut.r_data, dut.w_rdy_next])
     assert len(checked) > 500
     assert any(full_next) and not all(full_next)    # both values were predicted
 
@@ -168,7 +169,9 @@ def test_skid_buffer_matches_reference():
                 seen.append(1)
             await ctx.tick()
 
-    _simulate(top, bench)
+    _simulate(top, bench, inputs=[ref.i_payload, ref.i_valid, ref.o_ready],
+              outputs=[dut.i.ready, ref.i_ready, dut.o.valid, ref.o_valid, dut.o.payload,
+                       ref.o_payload])
     assert len(seen) > 1000
 
 
@@ -184,7 +187,8 @@ def test_room_fifo_writes_without_w_en():
         assert ctx.get(dut.r_data) == 0x5A and not ctx.get(dut.r_rdy)
         assert ctx.get(dut.level) == 0
 
-    _simulate(dut, bench)
+    _simulate(dut, bench, inputs=[dut.w_data, dut.w_en, dut.r_en],
+              outputs=[dut.r_data, dut.r_rdy, dut.level])
 
 
 @pytest.mark.parametrize("depth", [2, 4, 7])
@@ -223,7 +227,8 @@ def test_bypass_fifo(depth):
                 model.append([v, 0])
             await ctx.tick()
 
-    _simulate(dut, bench)
+    _simulate(dut, bench, inputs=[dut.w_en, dut.w_data, dut.r_en],
+              outputs=[dut.w_rdy, dut.r_rdy, dut.r_data])
     assert stats["out"] > 1000 and stats["fast"] > 100
 
 
@@ -335,7 +340,9 @@ def test_queue_registered_fields_match_buffered(depth):
                 seen.append(1)
             await ctx.tick()
 
-    _simulate(top, bench)
+    _simulate(top, bench, inputs=[ref.i.payload, ref.i.valid, ref.o.ready],
+              outputs=[x for q in (ref, dut) for x in (q.i.ready, q.o.valid, q.level,
+                                                       q.room_next, q.o.payload)])
     assert len(seen) > 800
 
 

@@ -2,17 +2,17 @@
 descriptors never sent, a waiting source served after at most one frame of the other, a lone source
 every other cycle, both sources alternating every cycle; the gather chunks of both sources routed to
 ``chunk`` in grant order, each exactly once, and no frame with payload passed while ``depth`` of
-them wait for their chunks, header-only ones still passing (Amaranth simulator, one testbench
-driving and checking every cycle)."""
+them wait for their chunks, header-only ones still passing (Amaranth-style testbenches on the
+Verilog, one testbench driving and checking every cycle)."""
 import gc
 import random
 import warnings
 
 import pytest
-from amaranth.sim import Simulator
 
 from rnic.tx.arbiter import TxArbiter
 from rnic.tx.build import chunk_layout, pkt_layout
+from sim.vsim import Simulator
 
 PKT_FIELDS = [name for name, _ in pkt_layout]
 CHUNK_FIELDS = [name for name, _ in chunk_layout]

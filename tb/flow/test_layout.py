@@ -4,6 +4,8 @@
   support (``sim``) nor the test benches (``tb``).
 - ``rtl/rnic_flow`` imports the hardware, never ``tb``.
 - ``sim`` (bench harnesses, models, driver) never imports ``tb``.
+- No test runs Amaranth's simulator: every test simulates the generated Verilog (a test in
+  Amaranth's testbench style runs on it through ``sim.vsim``).
 - No function or method in ``rtl`` (the hardware and the flow), ``sim`` or ``tb`` is longer
   than 100 lines, so that each reads at once.
 """
@@ -39,6 +41,23 @@ def test_hardware_imports_no_flow_and_no_benches(path):
 def test_flow_and_sim_import_no_benches():
     for path in _files("rtl/rnic_flow") + _files("sim"):
         assert "tb" not in _imports(path), f"{path.relative_to(ROOT)} imports tb"
+
+
+def _imported_modules(path):
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_no_test_runs_amaranths_simulator():
+    for path in _files("tb") + _files("sim"):
+        mods = _imported_modules(path)
+        assert not any(m == "amaranth.sim" or m.startswith("amaranth.sim.") for m in mods), \
+            f"{path.relative_to(ROOT)} imports amaranth.sim: simulate the Verilog (sim.vsim)"
 
 
 def test_flow_is_a_separate_package():
