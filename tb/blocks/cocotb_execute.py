@@ -698,6 +698,48 @@ async def _prefetch_deep(p, cursor):
     return cursor
 
 
+async def _prefetch_doorbells(p, cursor):
+    """G: the next index written while doorbells come."""
+    tb, dut, rng, pmtu, poison = p.tb, p.tb.dut, p.tb.rng, p.pmtu, p.poison
+    drain, ring_reads = p.drain, p.ring_reads
+    # G. small messages back to back on QP 0 while another QP's doorbells (QP 3, its producer
+    # index again: nothing new to read) come in every cycle: a take's next index shares the
+    # per-QP row's write port with the doorbells and waits until they stop. Then one more WQE
+    # is posted on QP 0: it is read ahead once and no WQE of QP 0 is read twice (with the
+    # next index lost, the prefetcher would take a WQE already done for the next one)
+    n_g = 6
+    tb.mem.write(rq_base(0) + 64 * ((n_g + 1) % (1 << RQ_LOG)), poison)
+    posted = []
+    for k in range(n_g):
+        sges, cursor = alloc_sges(tb, cursor, 64, rng.randint(1, 2))
+        posted.append((tb.post_wqe(0, sges), sges))
+    await drain(300)
+    n_done = len(tb.expect_done)
+
+    async def doorbells():
+        while len(tb.done.items) < n_done + n_g:
+            tb.doorbell(3)
+            await RisingEdge(dut.clk)
+        for _ in range(20):
+            tb.doorbell(3)
+            await RisingEdge(dut.clk)
+    storm = cocotb.start_soon(doorbells())
+    for w, sges in posted:
+        for p in tb.message(0, "send", rng.choice([0, 8, 33, 64]), pmtu, sges=sges, wqe=w):
+            tb.send_exe(*p)
+    await storm
+    await drain(300)
+    sges, cursor = alloc_sges(tb, cursor, 64, 1)
+    w = tb.post_wqe(0, sges)
+    await drain(300)
+    got = [ring_reads(rq_base(0), k) for k in range(n_g + 2)]
+    assert got == [1] * (n_g + 1) + [0], f"reads of QP 0's WQEs 0..{n_g + 1}: {got}"
+    for p in tb.message(0, "send", 8, pmtu, sges=sges, wqe=w):
+        tb.send_exe(*p)
+    await drain(100)
+    return cursor
+
+
 async def _prefetch_moved_mid(p, cursor):
     """F: a ring moved in the middle of a message."""
     tb, dut, pmtu, drain, ring_reads = p.tb, p.tb.dut, p.pmtu, p.drain, p.ring_reads
@@ -733,13 +775,14 @@ async def prefetch(dut):
     until it is posted), a QP reset and a changed ring base void what the pool holds, and
     WQEs posted ahead are read once, before their message arrives (pool hits); two deep: a
     take keeps the next WQE's slot, small messages back to back read each WQE once; a ring
-    moved in the middle of a message is not served from the slot of the old one."""
+    moved in the middle of a message is not served from the slot of the old one; a take's
+    next index is kept while another QP's doorbells come."""
     tb = TB(dut, seed=knob("EXECUTE_SEED") + 100)
     await tb.start()
     p = _Prefetch(tb)
     cursor = BUF
     for phase in (_prefetch_lazy, _prefetch_reset, _prefetch_moved, _prefetch_ahead,
-                  _prefetch_deep, _prefetch_moved_mid):
+                  _prefetch_deep, _prefetch_doorbells, _prefetch_moved_mid):
         cursor = await phase(p, cursor)
     assert cursor < BUF + 0xF000
     await tb.finish()

@@ -627,12 +627,19 @@ class Execute(wiring.Component):
         rd_cnt = Signal(4)                     # held READs (≤ IRD)          (RD_CALC)
         rd_old = Signal(3)                     # the oldest held READ's slot (RD_CALC)
         rd_nw = Signal(4)                      # the count after a new READ  (RD_CALC)
-        rd_first = Signal(24, reset_less=True)  # the oldest held READ's first PSN (RD_DATA)
+        rd_first = Signal(24, reset_less=True)  # the oldest held READ's first PSN (RD_HELD)
         rd_bad = Signal()                      # a duplicate of no held READ  (RD_HELD)
         rd_new = Signal()                      # c is a new READ, status 0 (registered at take)
         rd_sent = Signal()                     # c (a new READ) went into ``key_q`` in DEC
         m.d.comb += [rdm_rd.addr.eq(c.qpn[:ab]), rdm_wr.addr.eq(c.qpn[:ab]),
                      rdr_wr.data.eq(c.psn)]
+        # The oldest held READ's first PSN: ``rd_ring`` read at {``rd_old``, QP} in every
+        # cycle (``rd_old`` is set in RD_CALC; the ring is written only in RD_RING, of a new
+        # READ) and registered as it comes, so in RD_HELD ``rd_first`` holds what RD_RING's
+        # read returned, and the register is the block RAM's output register (nothing but the
+        # port's data feeds it, under no enable)
+        m.d.comb += rdr_rd.addr.eq(Cat(rd_old, c.qpn[:ab]))
+        m.d.sync += rd_first.eq(rdr_rd.data)
         with m.If(rst.valid):
             # qp_reset: no READ held
             m.d.comb += [rdm_wr.addr.eq(rst.payload.qpn), rdm_wr.data.eq(0), rdm_wr.en.eq(1)]
@@ -654,6 +661,7 @@ class Execute(wiring.Component):
         # into the state's enable, and in DEC one of its operands is the ``wqet`` block RAM's
         # output, which leaves time for one LUT level
         look_eq = Signal(8)
+        look_ld = Signal()                     # LOOK follows LOOK_LD: c's index is the held one
         wq_held = Signal(16)                   # ``wqet``'s row, registered in DEC
         zlen = Signal()                        # c has no payload at offset 0 (DEC)
         m.d.comb += wqs_addr.eq(prow)
@@ -667,9 +675,10 @@ class Execute(wiring.Component):
                      wqe_rd.addr.eq(in_qpn),
                      wqe_wr.addr.eq(c.qpn[:ab]), wqe_wr.data.eq(c.rq_index)]
         return types.SimpleNamespace(
-            c=c, look_eq=look_eq, pchk=pchk, pin=pin, prow=prow, prow_oh=prow_oh, rd_bad=rd_bad,
-            rd_cnt=rd_cnt, rd_first=rd_first, rd_new=rd_new, rd_nw=rd_nw, rd_old=rd_old,
-            rd_sent=rd_sent, rdm_rd=rdm_rd, rdm_wr=rdm_wr, rdr_rd=rdr_rd, rdr_wr=rdr_wr,
+            c=c, look_eq=look_eq, look_ld=look_ld, pchk=pchk, pin=pin, prow=prow, prow_oh=prow_oh,
+            rd_bad=rd_bad, rd_cnt=rd_cnt, rd_first=rd_first, rd_new=rd_new, rd_nw=rd_nw,
+            rd_old=rd_old, rd_sent=rd_sent, rdm_rd=rdm_rd, rdm_wr=rdm_wr, rdr_rd=rdr_rd,
+            rdr_wr=rdr_wr,
             rm_cnt=rm_cnt, rm_ird=rm_ird, rm_wp=rm_wp, wq_held=wq_held, wqe=wqe, zlen=zlen)
 
     def _wqe_reads(self, m, t):
@@ -1296,15 +1305,14 @@ class Execute(wiring.Component):
     def _plan_dec(self, m, t):
         """The planner's state DEC: the tables read for the command, and its way on: skipped (dead
         or write fault), a READ (sent on now if new), a WQE to look up, or the pieces."""
-        (c, dead_rd_data, head_wr, kp_wr, kq, kva_wr, look_eq, nowrite, off, plan_tk, plen,
-         pv_c, rd_new, rd_sent, skip, widx, wp, wq_held, wqe_rd, zlen) = (
-            t.c, t.dead_rd_data, t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.look_eq, t.nowrite, t.off,
-            t.plan_tk, t.plen, t.pv_c, t.rd_new, t.rd_sent, t.skip, t.widx, t.wp,
+        (c, dead_rd_data, head_wr, kp_wr, kq, kva_wr, look_eq, look_ld, nowrite, off, plan_tk,
+         plen, pv_c, rd_new, rd_sent, skip, wp, wq_held, wqe_rd, zlen) = (
+            t.c, t.dead_rd_data, t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.look_eq, t.look_ld,
+            t.nowrite, t.off, t.plan_tk, t.plen, t.pv_c, t.rd_new, t.rd_sent, t.skip, t.wp,
             t.wq_held, t.wqe_rd, t.zlen)
         with m.State("DEC"):
             m.d.sync += plan_tk.eq(1)
-            m.d.sync += [widx.eq(Mux(c.wqe, c.rq_index, wqe_rd.data)),
-                         wq_held.eq(wqe_rd.data),
+            m.d.sync += [wq_held.eq(wqe_rd.data), look_ld.eq(0),
                          zlen.eq((plen == 0) & (off == 0)),
                          look_eq.eq(Cat(*[wqe_rd.data[k:k + 2] == c.rq_index[k:k + 2]
                                           for k in range(0, 16, 2)]))]
@@ -1365,8 +1373,7 @@ class Execute(wiring.Component):
             # a new READ takes the next slot (the oldest, once IRD are held); a duplicate
             # reads the oldest held READ's first PSN
             m.d.comb += t.tk_here.eq(rd_sent)
-            m.d.comb += [rdr_rd.addr.eq(Cat(rd_old, c.qpn[:ab])),
-                         rdr_wr.addr.eq(Cat(rm_wp, c.qpn[:ab]))]
+            m.d.comb += rdr_wr.addr.eq(Cat(rm_wp, c.qpn[:ab]))
             with m.If(~rst.valid):
                 with m.If(~c.dup):
                     m.d.comb += [rdr_wr.en.eq(1), rdm_wr.en.eq(1),
@@ -1379,7 +1386,7 @@ class Execute(wiring.Component):
                 with m.Else():
                     m.next = "RD_DATA"
         with m.State("RD_DATA"):
-            m.d.sync += rd_first.eq(rdr_rd.data)
+            # (``rd_first`` takes the read RD_RING made)
             m.next = "RD_HELD"
         with m.State("RD_HELD"):
             # held if its PSN is at or after the oldest held READ's first PSN
@@ -1403,14 +1410,19 @@ class Execute(wiring.Component):
         """LOOK, LOOK_LD and HIT: the store's tags compared with c's WQE, the held index loaded
         when it is not c's, and the row the planner works from chosen (its own row P, or a pool
         slot with data, pinned), else a read of its own."""
-        (P, c, d_eq, d_valid, look_eq, pchk, pin, plan_hit_r, plan_look, plan_tk, pool, prow,
-         prow_oh, wq_held) = (
-            t.P, t.c, t.d_eq, t.d_valid, t.look_eq, t.pchk, t.pin, t.plan_hit_r, t.plan_look,
-            t.plan_tk, t.pool, t.prow, t.prow_oh, t.wq_held)
+        (P, c, d_eq, d_valid, look_eq, look_ld, pchk, pin, plan_hit_r, plan_look, plan_tk, pool,
+         prow, prow_oh, widx, wq_held) = (
+            t.P, t.c, t.d_eq, t.d_valid, t.look_eq, t.look_ld, t.pchk, t.pin, t.plan_hit_r,
+            t.plan_look, t.plan_tk, t.pool, t.prow, t.prow_oh, t.widx, t.wq_held)
         with m.State("LOOK"):
             m.d.sync += plan_tk.eq(1)
-            # match the pool: same QP, same ring index, same ring (compared the cycle before)
-            with m.If(c.wqe | look_eq.all()):
+            # the index of the WQE the command completes: c's own, or the held one (from
+            # ``wq_held``, a register: the ``wqet`` block RAM's output feeds no multiplexer);
+            # after LOOK_LD both are the held one
+            m.d.sync += widx.eq(Mux(c.wqe, c.rq_index, wq_held))
+            # match the pool: same QP, same ring index, same ring (compared the cycle before);
+            # after LOOK_LD (``look_ld``) c's index is the held one
+            with m.If(c.wqe | look_eq.all() | look_ld):
                 m.d.sync += plan_hit_r.eq(1)
                 if P:
                     m.d.sync += [pool["match"].eq(pool["match_c"]), pool["m_new"].eq(1)]
@@ -1423,7 +1435,7 @@ class Execute(wiring.Component):
         with m.State("LOOK_LD"):
             m.d.sync += plan_tk.eq(1)
             # the tags are compared with c's new index in this cycle
-            m.d.sync += look_eq.eq(0xFF)
+            m.d.sync += look_ld.eq(1)
             m.next = "LOOK"
         with m.State("HIT"):
             m.d.comb += plan_look.eq(1)

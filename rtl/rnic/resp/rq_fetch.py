@@ -207,6 +207,12 @@ def wqe_store(m, rows, width, beat):
     return addr, out
 
 
+#: The per-QP row of the pool (``pst`` and ``nxt``) in 9-bit write lanes: ``pst`` in lanes
+#: 0..9, ``nxt`` from lane 10 on
+_PST_LANES = 12
+_NXT_LANE = 10
+
+
 def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, plan_look,
                   plan_hit_r, plan_tk, plan_dec, take, take_r, c, ab, rst, rp, prow_oh, pin,
                   release):
@@ -250,59 +256,71 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
 def _qp_tables(m, t):
     """The pool's per-QP tables: ``pst``, the producer index and ring of the last RQ doorbell
     that took effect (written by ``rq_post``, cleared by ``qp_reset``), and ``nxt``, the index
-    of the next WQE the QP's messages will take; and the queues of QPs to examine, after a
-    doorbell (``chk_post``) and after a take (``chk_take``). Adds ``post_row``, the tables'
-    ports and the two queues."""
-    ab, rst, rst_q, rp = t.ab, t.rst, t.rst_q, t.rp
+    of the next WQE the QP's messages will take, in one block RAM row (below); and the queues
+    of QPs to examine, after a doorbell (``chk_post``) and after a take (``chk_take``). Adds
+    ``post_row``, the tables' read views, the row's write port and the two queues."""
+    ab = t.ab
     # per-QP: the producer index and ring of the last RQ doorbell that took effect
     post_row = data.StructLayout({"on": 1, "prod": 16, "base": 64, "log": 5})
-    # ``no_rw_check`` on ``pst`` and ``nxt``: a read in IDLE that meets a write of the same
-    # row is voided (``hazard``), so its data is never used
-    m.submodules.pst = pst = Memory(shape=post_row, depth=t.num_qp, init=[],
+    # ``pst`` and ``nxt`` share a row of 9-bit write lanes: ``pst`` in lanes 0..9, ``nxt``
+    # (16 bits) in lanes 10 and 11, 108 bits, the width of three DP16KD with their byte
+    # enables (two tables of 86 and 16 bits would take four). They are read together (the
+    # prefetcher reads both for the QP it visits) and written through one port: a reset
+    # writes both, a doorbell ``pst``'s lanes, a take's next index ``nxt``'s (_next_index).
+    # ``no_rw_check``: a read in IDLE that meets a write of the same row is voided
+    # (``hazard``), so its data is never used
+    m.submodules.pst = pst = Memory(shape=_PST_LANES * 9, depth=t.num_qp, init=[],
                                     attrs={"no_rw_check": 1})
-    pst_rd = pst.read_port()
-    pst_wr = pst.write_port()
+    rd = pst.read_port()
+    pst_wr = pst.write_port(granularity=9)
+    pst_rd = types.SimpleNamespace(addr=rd.addr, en=rd.en,
+                                   data=post_row(rd.data[:post_row.size]))
     # per-QP: the ring index of the next WQE the QP's messages will take
-    m.submodules.nxt = nxt = Memory(shape=16, depth=t.num_qp, init=[],
-                                    attrs={"no_rw_check": 1})
-    nxt_rd = nxt.read_port()
-    nxt_wr = nxt.write_port()
+    nxt_rd = types.SimpleNamespace(data=rd.data[_NXT_LANE * 9:_NXT_LANE * 9 + 16])
 
     # QPs to examine: after a doorbell, after a message took its WQE
     m.submodules.chk_post = chk_post = Queue(data.StructLayout({"qpn": ab}), 4)
     m.submodules.chk_take = chk_take = Queue(data.StructLayout({"qpn": ab}), 2)
-    with m.If(rst.valid):
-        m.d.comb += [pst_wr.addr.eq(rst_q), pst_wr.data.eq(0), pst_wr.en.eq(1)]
-    with m.Elif(rp.valid):
-        m.d.comb += [pst_wr.addr.eq(rp.payload.qpn[:ab]), pst_wr.data.on.eq(1),
-                     pst_wr.data.prod.eq(rp.payload.index),
-                     pst_wr.data.base.eq(rp.payload.rq_base),
-                     pst_wr.data.log.eq(rp.payload.rq_log), pst_wr.en.eq(1),
-                     chk_post.i.valid.eq(1), chk_post.i.payload.qpn.eq(rp.payload.qpn[:ab])]
     return types.SimpleNamespace(post_row=post_row, pst_rd=pst_rd, nxt_rd=nxt_rd,
-                                 nxt_wr=nxt_wr, chk_post=chk_post, chk_take=chk_take)
+                                 pst_wr=pst_wr, chk_post=chk_post, chk_take=chk_take)
 
 
 def _next_index(m, t):
-    """The write of ``nxt`` after a take: the planner's next index (taken + 1), loaded into
-    registers from the take itself and written when no ``qp_reset`` competes, which then
-    queues the QP on ``chk_take``. Adds the pending write ``nx_pend``, ``nx_q``."""
-    take, c, ab, rst, nxt_wr, chk_take = t.take, t.c, t.ab, t.rst, t.nxt_wr, t.chk_take
+    """The writes of the per-QP row (``pst`` and ``nxt``), by priority: ``qp_reset`` (``on`` =
+    0, ``nxt`` = 0), a doorbell (``pst``'s lanes; queues the QP on ``chk_post``), the next
+    index after a take (``nxt``'s lanes: the planner's next index, loaded into registers from
+    the take itself and written when neither of the others competes, which then queues the QP
+    on ``chk_take``). Adds the pending write ``nx_pend``, ``nx_q``."""
+    take, c, ab, rst, rp, pst_wr = t.take, t.c, t.ab, t.rst, t.rp, t.pst_wr
+    chk_post, chk_take = t.chk_post, t.chk_take
     # A take's effects on the slots (those it voids, the claims it holds off) start from
     # ``take_r``, so the take's decision (a planner state, a read response) reaches no
     # slot's tags; c is unchanged in the cycle after a take (the planner is in SUMS). The
     # next index and the visit's void, a few registers, are loaded from the take itself,
     # so the QP's next visit starts a cycle sooner.
-    # The planner's next index = taken + 1, written when no qp_reset competes.
+    # The planner's next index = taken + 1, written when no qp_reset or doorbell competes.
     nx_pend = Signal()
     nx_q = Signal(ab)
     nx_v = Signal(16)
     with m.If(take):
         m.d.sync += [nx_pend.eq(1), nx_q.eq(c.qpn[:ab]), nx_v.eq(c.rq_index + 1)]
+    # The row's fields other than ``on`` are the doorbell's whether or not it is valid: a
+    # reset writes ``on`` = 0 alone that matters (the prefetcher reads prod, base and log only
+    # for a row with ``on``), so no multiplexer zeroes them
+    row = Signal(t.post_row)
+    m.d.comb += [row.on.eq(~rst.valid), row.prod.eq(rp.payload.index),
+                 row.base.eq(rp.payload.rq_base), row.log.eq(rp.payload.rq_log),
+                 pst_wr.data.eq(Cat(row, Const(0, _NXT_LANE * 9 - t.post_row.size),
+                                    Mux(rst.valid, 0, nx_v)))]
+    lanes_pst = (1 << _NXT_LANE) - 1
+    lanes_all = (1 << _PST_LANES) - 1
     with m.If(rst.valid):
-        m.d.comb += [nxt_wr.addr.eq(t.rst_q), nxt_wr.data.eq(0), nxt_wr.en.eq(1)]
+        m.d.comb += [pst_wr.addr.eq(t.rst_q), pst_wr.en.eq(lanes_all)]
+    with m.Elif(rp.valid):
+        m.d.comb += [pst_wr.addr.eq(rp.payload.qpn[:ab]), pst_wr.en.eq(lanes_pst),
+                     chk_post.i.valid.eq(1), chk_post.i.payload.qpn.eq(rp.payload.qpn[:ab])]
     with m.Elif(nx_pend):
-        m.d.comb += [nxt_wr.addr.eq(nx_q), nxt_wr.data.eq(nx_v), nxt_wr.en.eq(1),
+        m.d.comb += [pst_wr.addr.eq(nx_q), pst_wr.en.eq(lanes_all & ~lanes_pst),
                      chk_take.i.valid.eq(1), chk_take.i.payload.qpn.eq(nx_q)]
         with m.If(~take):
             m.d.sync += nx_pend.eq(0)
@@ -408,9 +426,8 @@ def _visit_registers(m, t):
     # is a cycle late in DEC only: there ``plan_dec`` stands for it)
     same_q = Signal()
     m.d.sync += same_q.eq(pf_q == c.qpn[:ab])
-    m.d.comb += [pst_rd.addr.eq(Mux(chk_take.o.valid, chk_take.o.payload.qpn,
-                                    chk_post.o.payload.qpn)),
-                 nxt_rd.addr.eq(pst_rd.addr)]
+    m.d.comb += pst_rd.addr.eq(Mux(chk_take.o.valid, chk_take.o.payload.qpn,
+                                   chk_post.o.payload.qpn))
     # the tables read in IDLE may miss a write of this or the previous cycle (read ports
     # not transparent): a take being written to ``nxt`` (nx_pend), a take, a reset or a
     # doorbell (``pst``; the doorbell queues the QP again) now
@@ -523,7 +540,7 @@ def _visit_read_states(m, t):
     pst_rd, nxt_rd, chk_post, chk_take = t.pst_rd, t.nxt_rd, t.chk_post, t.chk_take
     with m.State("IDLE"):
         with m.If(chk_take.o.valid | chk_post.o.valid):
-            m.d.comb += [pst_rd.en.eq(1), nxt_rd.en.eq(1),
+            m.d.comb += [pst_rd.en.eq(1),
                          chk_take.o.ready.eq(1),
                          chk_post.o.ready.eq(~chk_take.o.valid)]
             m.d.sync += [t.pf_q.eq(pst_rd.addr), t.pf_void.eq(t.hazard), t.pf_try.eq(0)]
@@ -667,10 +684,9 @@ def _hit_select(m, t):
 
     # a take of WQE i keeps the QP's slots of indices i .. i+D-1; the
     # planner's c.rq_index is stable for cycles before a take, so its successors registered
-    # (i + 1 is the next index ``nx_v``, loaded at the take: ``take_r`` reads it)
-    c_nxt = t.nx_v
+    c_nxt = Signal(16)
     c_nxt2 = Signal(16)
-    m.d.sync += c_nxt2.eq(c.rq_index + 2)
+    m.d.sync += [c_nxt.eq(c.rq_index + 1), c_nxt2.eq(c.rq_index + 2)]
     return types.SimpleNamespace(hsel=hsel, c_nxt=c_nxt, c_nxt2=c_nxt2)
 
 
@@ -685,6 +701,25 @@ def _slot_updates(m, t):
     # ---- slot state updates (later ones win) -----------------------------------------------
     claim = Signal(P)           # the slot claimed this cycle (one-hot)
     m.d.sync += t.claim_d.eq(claim)
+
+    def keep(idx):
+        # a take of WQE i keeps the QP's slots of index i (the slot hit: its WQE serves the
+        # message's later packets) and i + 1 .. i + D − 1; the others are behind or stale
+        # (c's index and its successors are registers here: c is unchanged from the cycle
+        # before a take to the cycle after it)
+        return ((idx == c.rq_index) | ((idx == t.c_nxt) if D > 1 else Const(0, 1))
+                | ((idx == t.c_nxt2) if D > 2 else Const(0, 1)))
+    # The slots a take voids, decided a cycle ahead (registered in every cycle, so in the
+    # take's cycle, from c and the slots' tags of that cycle) and applied from ``take_r``:
+    # ``void_r`` for every slot as its tags stand, ``void_cl`` for the tags a claim writes
+    # now (the slot claimed in the take's cycle, ``claim_d`` in the next, has them)
+    void_r = Signal(P)
+    void_cl = Signal()
+    cl_idx = Signal(16)
+    m.d.comb += cl_idx.eq(Mux(a_sel1, Mux(a_k2, t.pf_idx2, t.pf_idx1), t.pf_idx))
+    m.d.sync += void_cl.eq((t.pf_q == c.qpn[:ab]) & ~keep(cl_idx))
+    for i in range(P):
+        m.d.sync += void_r[i].eq((sq[i] == c.qpn[:ab]) & ~keep(sidx[i]))
     for i in range(P):
         with m.If(t.pf_resp & (rs == i)):
             m.d.sync += [busy[i].eq(0), ok[i].eq(~fr.payload.err)]
@@ -693,14 +728,10 @@ def _slot_updates(m, t):
         m.d.comb += claim[i].eq(alloc & t.a_oh[i])
         with m.If(claim[i]):
             m.d.sync += [valid[i].eq(1), busy[i].eq(1), ok[i].eq(0), sq[i].eq(t.pf_q),
-                         sidx[i].eq(Mux(a_sel1, Mux(a_k2, t.pf_idx2, t.pf_idx1), t.pf_idx)),
+                         sidx[i].eq(cl_idx),
                          t.pf_m0[i].eq(~a_sel1 if D > 1 else 1),
                          t.pf_m1[i].eq(a_sel1 & ~a_k2), t.pf_m2[i].eq(a_sel1 & a_k2)]
-        # a take of WQE i keeps the QP's slots of index i (the slot hit: its WQE serves the
-        # message's later packets) and i + 1 .. i + D − 1; the others are behind or stale
-        keep = ((sidx[i] == c.rq_index) | ((sidx[i] == t.c_nxt) if D > 1 else Const(0, 1))
-                | ((sidx[i] == t.c_nxt2) if D > 2 else Const(0, 1)))
-        with m.If((t.take_r & (sq[i] == c.qpn[:ab]) & ~keep)
+        with m.If((t.take_r & Mux(t.claim_d[i], void_cl, void_r[i]))
                   | (rst.valid & (sq[i] == t.rst_q))
                   | (t.release & t.prow_oh[i])):
             m.d.sync += valid[i].eq(0)
