@@ -51,6 +51,12 @@ def test_rx_parse_max_frames_backpressure(width):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
+def test_rx_parse_max_then_min(width):
+    """Minimum frames behind a maximum frame never stall the input (the descriptor slots)."""
+    _run(width, ["max_then_min_frames"], "maxmin")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 def test_rx_parse_benchmark(width, tmp_path):
     out = tmp_path / "bench.json"
     _run(width, ["benchmark"], "bench", {"RX_PARSE_BENCH_FILE": str(out)})

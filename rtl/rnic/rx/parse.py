@@ -20,8 +20,10 @@ Data path
   reads them (all of a dropped frame's at once), so a maximum frame's space is free again while
   it drains and one maximum frame of buffer keeps up with back-to-back maximum frames.
 * The 74 header bytes (Ethernet, IPv4, UDP, BTH and up to RETH+ImmDt) are captured once, in
-  ``hdr``, as their beats arrive; bytes past the frame's end read as 0 (cleared while a frame's
-  first beat is awaited, lanes past ``keep`` captured as 0); the destination MAC, EtherType
+  ``hdr``, as their beats arrive (lanes past ``keep`` captured as 0; past the frame's end
+  the bytes a runt's verdict reads are 0, cleared while a frame's first beat is awaited, and
+  the others keep the frame before's, which no check and no meta of the frame reads); a
+  byte of beat j stays until the next frame's beat j is awaited; the destination MAC, EtherType
   and UDP destination port bytes as one bit each, the byte equal to its reference (``local_mac``
   compared as its bytes arrive). In the cycle after the last beat
   ``hdr`` still holds the frame's header (the next frame's first beat is written at that
@@ -29,25 +31,19 @@ Data path
   equality checks; V2: length compares, payload length and span; V3: header checksum) and V3
   has the header drop reason, four cycles after the last beat, in the cycle of its ICRC
   verdict at W <= 128 (:func:`icrc_latency` + 1 = 4 cycles; 5 above, the reason delayed).
-* The metadata is not carried through these stages: its raw fields are written once, at the
-  last beat, into the descriptor queue: the BTH fields the meta queue carries
-  (:data:`mbth_layout`, 36 bits) into its ``a`` RAM, the header bytes only stored downstream
-  (PSN, the 20 bytes after the BTH, the IPv4 source: :data:`mhdr_layout`, 216 bits) into the
-  header RAM ``h``, at the frame's handle; V3 writes the ``d`` part (payload length and where
-  the payload sits, 36 bits at W=64: one DP16KD) into its ``d`` RAM, one entry per frame in
-  each (:class:`_SplitQueue`). Only the ``d`` part travels to the read side's head registers;
-  the ``a`` part is read when the read side takes the entry and pushed into the meta queue in
-  the next cycle, with the payload length, the handle and the opcode's RETH/ImmDt/IETH/AETH
-  flags, which travel with the frame's drop reason and verdict. Below W=512 the header RAM
-  keeps an entry as two 108-bit words (three DP16KD, not six: a DP16KD gives 36 bits a
-  cycle), word 0 written at the last beat, word 1 in the next cycle from ``hdr``. The meta
-  stage loads the queue's head and reads the header RAM at its handle, a word a cycle, word 0
-  into a register; the ``meta`` port's ``rx_meta_layout`` is formed from the stage's
-  registers and the RAM's output (fields of absent headers 0).
-* Both descriptor RAMs are written from the inputs of the stage that would hold them (``hdr``'s
-  next value, V3's results): yosys emulates the read-first rule between a DP16KD's two ports by
-  delaying the write a cycle through registers on the write data, and those registers then are
-  that stage (the ``m`` part's share ``hdr``'s flip-flops).
+* The metadata is not carried through these stages: its raw fields (the BTH fields, the IPv4
+  source and the 20 bytes after the BTH: :data:`mh_layout`, 252 bits) are written once into
+  the descriptor queue's header RAM ``h`` at the frame's handle, from ``hdr``, one word a
+  cycle from the cycle after the last beat (:class:`_SplitQueue`): four words of 63 bits at
+  W <= 128 (two DP16KD at 128 entries; a DP16KD gives 36 bits a cycle), two of 126 at W=256,
+  one at W=512. V2 writes the ``d`` part (payload length and where the payload sits, 36 bits
+  at W=64: one DP16KD) into its ``d`` RAM, one entry per frame. Only the ``d`` part travels
+  to the read side's head registers; the take pushes the handle into the meta queue with the
+  payload length and the opcode's RETH/ImmDt/IETH/AETH flags, which travel with the frame's
+  drop reason and verdict. The meta stage loads the queue's head and reads the header RAM at
+  its handle, a word a cycle, each but the last into a register (the BTH fields in the first);
+  the ``meta`` port's ``rx_meta_layout`` is formed from the stage's registers and the RAM's
+  output (fields of absent headers 0).
 * The ICRC runs over the frame as it arrives: the 14 Ethernet bytes are fed as zeros with an
   initial state standing for the 8 bytes of 0xFF (``crc_init_skipping``), the variant fields
   (IPv4 TOS, TTL, checksum; UDP checksum; BTH byte 4) are forced to 0xFF, and the CRC stops at
@@ -67,9 +63,8 @@ Data path
 * Idle path, the same results sooner when nothing is queued before a frame: V2's ``d`` part
   goes straight into the head queue (the descriptor queue counts it as read), the verdict is
   used in the cycle it comes out (and popped from the verdict queue a cycle later), the meta is
-  pushed in the take's cycle (the ``a`` part is on the RAM's output, read at the head entry in
-  every cycle) and the idle meta stage reads its header RAM word 0 then, so the load reads word
-  1 at once. Queued frames take the queues, as above.
+  pushed in the take's cycle and the idle meta stage reads its header RAM word 0 then, so the
+  load reads word 1 at once. Queued frames take the queues, as above.
 
 Checks (counter of interface.md §4.5; the lowest applicable number is counted)
 ------------------------------------------------------------------------------
@@ -97,9 +92,11 @@ Throughput and stalls
 ---------------------
 One beat per cycle in, with back-to-back frames of any length: ``i.ready`` falls only when the
 frame buffer (or the descriptor queue, ``slots`` frames) is full because ``meta``/``payload``
-are back-pressured. ``slots`` covers two maximum frames' worth of minimum (60-byte) frames
-(``(buffer_frames + 1) · ceil(4200 / lanes) / ceil(60 / lanes)``, 132 by default at every
-width), so any mix of short frames arriving while a maximum frame drains fits; only a flood of runts
+are back-pressured. ``slots`` covers the minimum (60-byte) frames that arrive while the read
+side drains the buffer's maximum frames, and 16 more for those in the check stages and the
+read side's pipeline (``buffer_frames · ceil(4200 / lanes) / ceil(60 / lanes) + 16``), then
+every entry the descriptor RAMs hold (120 by default at every width), so any mix of short
+frames arriving while a maximum frame drains fits; only back-pressure or a flood of runts
 shorter than 60 bytes (which a MAC does not deliver) can fill it first.
 
 Ordering guarantee
@@ -107,12 +104,12 @@ Ordering guarantee
 ``meta`` entries and payload frames come in the same order (frame order on the wire, dropped
 frames removed). Once every earlier meta has been taken, a frame's meta is offered no later
 than its first payload beat: with one header word (W=512) its meta enters the meta queue
-(5 entries, then the meta stage) at least two cycles before that beat; with two, where a meta
-is offered at most every second cycle, the frame's first payload beat waits until its meta
-has been offered. A frame with ``payload_len`` 0 has a meta and no payload beats. The meta
-of the next frame may be offered while the payload of the current one is still streaming. The
-payload of a frame never waits for its meta to be taken, so a consumer may take meta then
-payload, or both independently.
+(5 entries, then the meta stage) at least two cycles before that beat; with more, where a meta
+is offered at most every second (W=256) or fourth (W <= 128) cycle, the frame's first payload
+beat waits until its meta has been offered. A frame with ``payload_len`` 0 has a meta and no
+payload beats. The meta of the next frame may be offered while the payload of the current one
+is still streaming. The payload of a frame never waits for its meta to be taken, so a consumer
+may take meta then payload, or both independently.
 
 Latency (cycles, idle outputs, measured by ``tb/blocks/cocotb_rx_parse.py``): see
 :func:`rx_parse_latency`.
@@ -143,6 +140,9 @@ ICRC_RESIDUE = 0x2144DF1C
 HDR_LENS = sorted({row.hdr_len for row in OPCODES.values()})
 #: Byte offset of the payload in the frame for each code.
 PAYLOAD_OFFSETS = [_BTH + h for h in HDR_LENS]
+# Bytes cleared while a frame's first beat is awaited: those a runt's reason-2 checks read
+# (IPv4 protocol and destination), so that past its end they read as 0.
+_RUNT_CLEAR = (_IP + 9, _IP + 16, _IP + 17, _IP + 18, _IP + 19)
 # Bytes the ICRC sees as 0xFF (IPv4 TOS, TTL, checksum; UDP checksum; BTH FECN/BECN/Resv6).
 _ICRC_FF = (_IP + 1, _IP + 8, _IP + 10, _IP + 11, _UDP + 6, _UDP + 7, _BTH + 4)
 
@@ -169,75 +169,80 @@ def rx_parse_latency(width):
     is queued) is there 4 cycles after the last beat. The frame is taken when both are there;
     its meta is pushed in the take's cycle, offered by the (empty) meta queue in the next and
     loaded into the meta stage then, which has its header RAM word 0 already (read at the
-    pushed handle) and offers the meta a cycle later; the buffer's two first reads, its output
+    pushed handle) and reads the others, one a cycle, offering the meta in the cycle after the
+    last (one word: a cycle after the load); the buffer's two first reads, its output
     register and the payload queue take four.
     """
     crc = icrc_latency(width) + 1           # + the register in front of the CRC
     take = max(4, crc)
-    return {"meta": take + 2, "payload": take + 4, "stat": crc + 1}
+    return {"meta": take + max(2, _h_words(width)), "payload": take + 4, "stat": crc + 1}
 
 
-#: The metadata's raw fields, written once into the descriptor queue at the last beat, in two
-#: parts: the BTH fields the meta queue carries (``mbth_layout``, 36 bits: one DP16KD column),
-#: read when the read side takes the frame, and the header bytes only stored downstream
-#: (``mhdr_layout``: the PSN, the 20 bytes after the BTH -- RETH, ImmDt, IETH, AETH, whichever
-#: are present -- and the IPv4 source, 216 bits), kept once and read by the frame's handle when
-#: its meta is offered.
-mbth_layout = data.StructLayout({k: v for k, v in bth_fields.items() if k != "psn"})
-mhdr_layout = data.StructLayout({
+def _h_words(width):
+    """Words of the header RAM (:class:`RxParse`'s ``h_words``): as many as a minimum frame
+    has beats, up to 4."""
+    beats = -(-wire.MIN_FRAME // (width // 8))
+    return 4 if beats >= 4 else (2 if beats >= 2 else 1)
+
+
+#: The metadata's raw fields, written once into the descriptor queue's header RAM after the
+#: last beat and read by the frame's handle when its meta is offered: the BTH fields (opcode,
+#: SE, PadCnt, destination QP, AckReq, PSN), the IPv4 source and the 20 bytes after the BTH
+#: (RETH, ImmDt, IETH, AETH, whichever are present): 252 bits, in ``h_words`` words. The order
+#: matters where a word is written late (see ``RxParse._raw_metadata``): the BTH fields and
+#: the PSN lie in the first 63 bits, the IPv4 source in the first 126.
+mh_layout = data.StructLayout({
+    **{k: v for k, v in bth_fields.items() if k != "psn"},
     "psn": bth_fields["psn"],
-    "ext": 8 * (HDR_BYTES - _EXT),
     "src_ip": 32,
+    "ext": 8 * (HDR_BYTES - _EXT),
 })
-mraw_layout = data.StructLayout({**mbth_layout.members, **mhdr_layout.members})
 
 
 def _mq_layout(hbits):
-    """The meta queue's entry: the BTH fields, the opcode's flags (RETH, AETH, ImmDt or IETH),
-    the payload length and the frame's handle (``hbits`` bits) in the header RAM."""
-    return data.StructLayout({**mbth_layout.members, "fl": 3, "payload_len": 13,
-                              "handle": hbits})
+    """The meta queue's entry: the opcode's flags (RETH, AETH, ImmDt or IETH), the payload
+    length and the frame's handle (``hbits`` bits) in the header RAM."""
+    return data.StructLayout({"fl": 3, "payload_len": 13, "handle": hbits})
 
 
 class _SplitQueue(Elaboratable):
-    """An in-order queue (``SyncFIFOBuffered`` at its read side) whose entries are written in
-    two parts at different times, each into a block RAM of its own: part ``a`` of an entry
-    first (``a_en``), part ``b`` later (``b_en``); an entry is readable once its ``b`` part is
-    written. The ``b`` parts are read in order into ``r_b`` (``r_rdy``/``r_en``); while none
-    is held (``b_empty``) the writer may take a ``b`` part itself (``b_byp`` with ``b_en``),
-    and the entry counts as read. The ``a``
-    parts are read later, on a pointer of their own: ``a_next`` names the oldest entry whose
-    ``a`` part is not yet read (``a_idx``, its handle), which must be one already read into
-    ``r_b``; its ``a`` part is on ``r_a`` in the next cycle (read at ``a_idx`` in every
-    cycle, so from the cycle after the last ``a_next``).
+    """An in-order queue (``SyncFIFOBuffered`` at its read side) of frames whose entries are
+    written in two parts at different times, each into a block RAM of its own. An entry is
+    pushed at its frame's last beat (``a_en``: it gets the next handle, its index); part ``b``
+    is written later (``b_en``), and the entry is readable once it is. The ``b`` parts are read
+    in order into ``r_b`` (``r_rdy``/``r_en``); while none is held (``b_empty``) the writer may
+    take a ``b`` part itself (``b_byp`` with ``b_en``), and the entry counts as read. A second
+    pointer, ``a_idx``, names the oldest entry not yet taken (``a_next`` moves it), which must
+    be one already read into ``r_b``: its handle.
+
     Part ``h`` is ``h_words`` words of ``h_bits`` bits, word ``w`` of an entry at address
-    ``{handle, w}``: word 0 (``h_data0``) written with ``a``, word 1 (``h_data1``) in the
-    next cycle, ahead of a word 0 due then (that entry, ended a cycle after the one before,
-    must be one the reader never reads); a word is read by address (``h_addr``, ``h_en``: on
-    ``r_h`` in the next cycle, held while ``h_en`` is low). An entry's ``h`` part stays until
+    ``{handle, w}``, written from ``h_data`` (``h_words`` words side by side) ``w`` + 1 cycles
+    after the push, one word a cycle, word ``w`` from ``h_data`` of that cycle. A push while
+    the words of the one before are still being written (but for its last) gets no ``h`` part:
+    the entries pushed fewer than ``h_words`` cycles apart are frames the reader never
+    reads (RX Parse: runts, always dropped). A word is read by address (``h_addr``, ``h_en``:
+    on ``r_h`` in the next cycle, held while ``h_en`` is low). An entry's ``h`` part stays until
     ``margin`` more entries than ``depth`` were pushed after it. The writer never holds more
-    than ``depth`` entries (not checked here: RX Parse's slot count bounds them); the RAMs are
-    written in every cycle at their write pointers (free slots), so the strobes only move the
-    pointers.
+    than ``depth`` entries (not checked here: RX Parse's slot count bounds them); ``b`` is
+    written in every cycle at its write pointer (a free slot), so its strobe only moves the
+    pointer.
     """
 
-    def __init__(self, a_shape, b_shape, h_bits, h_words, depth, margin):
-        if h_words not in (1, 2):
-            raise ValueError(f"h_words must be 1 or 2, not {h_words!r}")
+    def __init__(self, b_shape, h_bits, h_words, depth, margin):
+        if h_words not in (1, 2, 4):
+            raise ValueError(f"h_words must be 1, 2 or 4, not {h_words!r}")
         self.abits = (depth + margin).bit_length()  # 2^abits > depth + margin: a held entry
                                                     # is never at a write pointer
         self.h_words = h_words
-        self.hbits = self.abits + h_words - 1       # header RAM address {handle, word}
-        self.a_data = Signal(a_shape)
+        self.wbits = h_words.bit_length() - 1
+        self.hbits = self.abits + self.wbits        # header RAM address {handle, word}
         self.h_bits = h_bits
-        self.h_data0 = Signal(h_bits)
-        self.h_data1 = Signal(h_bits)
+        self.h_data = Signal(h_bits * h_words)
         self.a_en = Signal()
         self.b_data = Signal(b_shape)
         self.b_en = Signal()
         self.b_byp = Signal()
         self.b_empty = Signal()
-        self.r_a = Signal(a_shape)
         self.r_b = Signal(b_shape)
         self.r_h = Signal(h_bits)
         self.r_rdy = Signal()
@@ -250,27 +255,26 @@ class _SplitQueue(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         n = 1 << self.abits
-        # ``no_rw_check``: the read addresses ``c`` and ``ca`` hold entries whose parts are
-        # written (``ca`` an entry already read into ``r_b``, its ``a`` part written earlier),
-        # the write addresses ``pa``/``pb`` free slots, and fewer than ``n`` entries are ever
-        # held (at most ``depth`` < ``n``), so a read never meets a write and the block RAMs
-        # need no read-during-write logic (yosys would emulate it with a register on every
-        # data bit). ``mem_a`` is read in every cycle: its data is used only after ``a_next``.
+        hw = self.h_words
+        # ``no_rw_check``: the read address ``c`` holds an entry whose ``b`` part is written,
+        # the write address ``pb`` a free slot, and fewer than ``n`` entries are ever held (at
+        # most ``depth`` < ``n``), so a read never meets a write and the block RAMs need no
+        # read-during-write logic (yosys would emulate it with a register on every data bit).
         # ``mem_h``'s read address names an entry taken at most ``margin`` entries ago, which
-        # the write pointer reaches only after ``depth + margin`` < ``n`` more pushes; its
-        # word 1 is written at the newest entry, not yet taken.
-        m.submodules.mem_a = mem_a = Memory(shape=len(self.a_data.as_value()), depth=n,
-                                            init=[], attrs={"no_rw_check": 1})
+        # the write pointer reaches only after ``depth + margin`` < ``n`` more pushes; its words
+        # are written before the entry can be taken (RX Parse takes a frame 4 or more cycles
+        # after its last beat and reads word ``w`` no sooner than ``w`` cycles after the
+        # take), and the words written are the newest entry's, not yet taken.
         m.submodules.mem_b = mem_b = Memory(shape=len(self.b_data.as_value()), depth=n,
                                             init=[], attrs={"no_rw_check": 1})
-        m.submodules.mem_h = mem_h = Memory(shape=len(self.h_data0), depth=n * self.h_words,
+        m.submodules.mem_h = mem_h = Memory(shape=self.h_bits, depth=n * hw,
                                             init=[], attrs={"no_rw_check": 1})
         wh, rh = mem_h.write_port(), mem_h.read_port(domain="sync")
         pa, pb, c = Signal(self.abits), Signal(self.abits), Signal(self.abits)
         ca = Signal(self.abits)
-        wa, wb = mem_a.write_port(), mem_b.write_port()
-        ra, rb = mem_a.read_port(domain="sync"), mem_b.read_port(domain="sync")
-        # entries with both parts written and not yet read into r_a/r_b; the "not empty"
+        wb = mem_b.write_port()
+        rb = mem_b.read_port(domain="sync")
+        # entries with both parts written and not yet read into r_b; the "not empty"
         # flag is a register (the next level compared), as in ``RoomFIFO``
         level = Signal(self.abits + 1)
         inner_rdy = Signal()
@@ -280,23 +284,29 @@ class _SplitQueue(Elaboratable):
                      b_in.eq(self.b_en & ~self.b_byp),
                      self.b_empty.eq(~inner_rdy & ~self.r_rdy)]
         m.d.comb += [
-            wa.addr.eq(pa), wa.data.eq(self.a_data), wa.en.eq(1),
             wb.addr.eq(pb), wb.data.eq(self.b_data), wb.en.eq(1),
-            ra.addr.eq(ca), ra.en.eq(1), rb.addr.eq(c), rb.en.eq(do_read),
-            self.r_a.eq(ra.data), self.r_b.eq(rb.data),
-            wh.en.eq(1),
+            rb.addr.eq(c), rb.en.eq(do_read),
+            self.r_b.eq(rb.data),
             rh.addr.eq(self.h_addr), rh.en.eq(self.h_en), self.r_h.eq(rh.data),
             self.a_idx.eq(ca),
         ]
-        if self.h_words == 1:
-            m.d.comb += [wh.addr.eq(pa), wh.data.eq(self.h_data0)]
-        else:
-            # word 1 of the entry pushed last cycle, else word 0 at the write pointer (the
-            # pushed entry's, or a free slot's)
-            p1, pa_d = Signal(), Signal(self.abits)
-            m.d.sync += [p1.eq(self.a_en), pa_d.eq(pa)]
-            m.d.comb += [wh.addr.eq(Mux(p1, Cat(1, pa_d), Cat(0, pa))),
-                         wh.data.eq(Mux(p1, self.h_data1, self.h_data0))]
+        # The ``h`` writer: word ``wc`` of entry ``hh`` in each cycle ``wc`` < ``hw`` (``wc``
+        # = ``hw``: idle). A push starts it (word 0 in the next cycle) when it is idle or on
+        # its last word.
+        wc = Signal(range(hw + 1), init=hw)
+        hh = Signal(self.abits)
+        words = [self.h_data[k * self.h_bits:(k + 1) * self.h_bits] for k in range(hw)]
+        wdata = Signal(self.h_bits)
+        with m.Switch(wc):
+            for k in range(hw):
+                with m.Case(k):
+                    m.d.comb += wdata.eq(words[k])
+        m.d.comb += [wh.addr.eq(Cat(wc[:self.wbits], hh)), wh.data.eq(wdata),
+                     wh.en.eq(wc != hw)]
+        with m.If(self.a_en & (wc >= hw - 1)):
+            m.d.sync += [wc.eq(0), hh.eq(pa)]
+        with m.Elif(wc != hw):
+            m.d.sync += wc.eq(wc + 1)
         with m.If(self.a_en):
             m.d.sync += pa.eq(pa + 1)
         with m.If(self.b_en):
@@ -368,21 +378,28 @@ class RxParse(wiring.Component):
         # them (2 at W=64: the realignment is a 2-way mux, not one of 6 header lengths)
         self.shifts = sorted({o % self.lanes for o in PAYLOAD_OFFSETS})
         self.buffer_frames = buffer_frames
-        # frames in flight / queued: enough for the buffer full of minimum (60-byte) frames, so
-        # short frames arriving while a maximum frame drains never stall the input (132 at the
-        # default buffer size, every width); only sub-60-byte runts can exhaust it first
+        # frames in flight / queued: at least the minimum (60-byte) frames that arrive while
+        # the read side drains the buffer's maximum frames, and 16 more for those in the check
+        # stages and the read side's pipeline, so short frames never stall the input while
+        # the outputs take what is offered; then every entry the descriptor RAMs hold (a
+        # power of two above ``slots`` + ``margin``): 120 at the default buffer size, every
+        # width. Only back-pressure or a flood of sub-60-byte runts can exhaust it first.
         self.min_beats = -(-wire.MIN_FRAME // self.lanes)
-        self.slots = max(16, -(-(buffer_frames + 1) * self.cap // self.min_beats))
         self.out_depth = 8
         self.meta_depth = 5
-        # The header RAM in words read in turn: two of ``mhdr_layout``'s 216 bits, so it is
-        # ⌈108/36⌉ DP16KD, not ⌈216/36⌉ (design-rules.md §2), with ``meta`` offered at most
-        # every second cycle (PSN Check takes one every second cycle). Its word 1 is written
-        # the cycle after the last beat, so a frame ending in that cycle loses its word 0: it
-        # is one beat, a runt below 60 bytes, dropped, where ⌈60 / lanes⌉ ≥ 2 (W ≤ 256). At
-        # W=512 a 60-byte frame is one beat, a frame may end in every cycle: one word.
-        self.h_words = 2 if self.min_beats >= 2 else 1
-        self.h_bits = -(-mhdr_layout.size // self.h_words)
+        self.margin = self.meta_depth + 2       # entries read by the meta stage after the take
+        need = max(16, -(-buffer_frames * self.cap // self.min_beats) + 16)
+        self.slots = (1 << (need + self.margin).bit_length()) - self.margin - 1
+        # The header RAM in words read in turn: ``mh_layout``'s 252 bits in as many words as
+        # a minimum frame has beats, up to 4 (design-rules.md §2: a DP16KD gives 36 bits a
+        # cycle): four of 63 bits at W <= 128, two DP16KD at 128 entries (``meta`` offered at
+        # most every fourth cycle, a minimum frame's time at W=128); two of 126 at W=256 (every
+        # second cycle, what PSN Check takes); one at W=512, where a frame may end in every
+        # cycle. Word w is written w + 1 cycles after the last beat, so a frame ending fewer
+        # than ``h_words`` cycles after the one before loses its words: it has fewer beats
+        # than a minimum frame, a runt, dropped.
+        self.h_words = _h_words(width)
+        self.h_bits = -(-mh_layout.size // self.h_words)
         super().__init__({
             "i": In(BeatStream(width)),
             "meta": Out(stream.Signature(rx_meta_layout)),
@@ -515,12 +532,19 @@ class RxParse(wiring.Component):
         # The bytes of beat j follow the input in every cycle ``at[j]`` is high, not only with
         # ``accept``: ``at`` moves only on an accepted beat, so the last cycle of ``at[j]`` is
         # beat j's accept. The handshake then enables ~80 flops, not ~560 (a handshake net
-        # spread over hundreds of enables is long after placement). Bytes past the
-        # frame's end read as 0: the bytes of beats 1.. are cleared in every cycle of ``at[0]``
-        # (waiting for a frame's first beat), and lanes past ``keep`` (contiguous from lane 0,
-        # all ones but on the last beat: interface.md §2) are captured as 0. In the cycle after
-        # the frame's last beat (V1) ``hdr`` holds its header: the next frame's first beat, if
-        # it comes in that cycle, is written at its end.
+        # spread over hundreds of enables is long after placement). Lanes past ``keep``
+        # (contiguous from lane 0, all ones but on the last beat: interface.md §2) are captured
+        # as 0. In the cycle after the frame's last beat (V1) ``hdr`` holds its header: the next
+        # frame's first beat, if it comes in that cycle, is written at its end; its byte of
+        # beat j stays until the next frame's beat j is awaited, so the header RAM's later words
+        # are written from ``hdr`` (:meth:`_raw_metadata`).
+        # Bytes past a frame's end keep the frame before's: only the bytes a runt's verdict
+        # reads past its end (``_RUNT_CLEAR``: IPv4 protocol and destination, for reason 2;
+        # the compared bytes below) are cleared in every cycle of ``at[0]`` (waiting for a
+        # frame's first beat), so that they read as 0. A runt (shorter than 60 bytes) is
+        # dropped for reason 3 whatever else its header holds; a frame of 60 bytes or more has
+        # every byte the checks read (bytes < 54), and an accepted frame every header byte its
+        # meta carries (an absent header's fields are 0).
         # Bytes only compared with a reference (destination MAC, EtherType, UDP destination
         # port: ``_eq_refs``) keep one flip-flop each, whether the byte (0 if absent) equals
         # its reference byte, not the byte: ``hdr_eq``. ``local_mac`` is compared as its
@@ -536,7 +560,8 @@ class RxParse(wiring.Component):
             j, l = divmod(n, L)
             clear = Signal(name=f"hdr_clr{n}")
             load = Signal(name=f"hdr_ld{n}")
-            m.d.comb += [clear.eq((at[j] & ~beat.keep[l]) | ((at[0] & ~at[j]) if j else 0)),
+            stale = j and (n in refs or n in _RUNT_CLEAR)
+            m.d.comb += [clear.eq((at[j] & ~beat.keep[l]) | ((at[0] & ~at[j]) if stale else 0)),
                          load.eq(at[j])]
             if n in refs:
                 with m.If(clear):
@@ -652,7 +677,7 @@ class RxParse(wiring.Component):
         """Check stages V0 (the frame's length and where it sits, at its last beat) and V1 (the
         header's fields and equality checks, the operands of V2's arithmetic), and the raw
         metadata fields written into the descriptor queue. Returns a namespace of the V1
-        registers, ``end_frame`` and ``mraw_now``."""
+        registers, ``end_frame`` and ``mh``."""
         # The parts below share their signals through ``t`` (see rnic.parts), called in the
         # order of their statements.
         t = types.SimpleNamespace(wr=wr, hdr=hdr, hdr_next=hdr_next, hdr_eq=hdr_eq)
@@ -660,8 +685,7 @@ class RxParse(wiring.Component):
         _add(t, self._check_v1_fields(m, t))
         _add(t, self._raw_metadata(t))
         v1 = self._check_v1_regs(m, t)
-        return types.SimpleNamespace(end_frame=t.end_frame, mraw_now=t.mraw_now,
-                                     mhdr_now=t.mhdr_now, mhdr_v1=t.mhdr_v1, **vars(v1))
+        return types.SimpleNamespace(end_frame=t.end_frame, mh=t.mh, **vars(v1))
 
     def _check_v0(self, m, t):
         """Check stage V0: the frame's length (``frame_len``, from the beat index and the last
@@ -760,36 +784,31 @@ class RxParse(wiring.Component):
             need_now=need_now, pair=pair, code=code)
 
     def _raw_metadata(self, t):
-        """The raw metadata fields (``mraw_now``, ``mraw_layout``'s members) of the frame whose
-        last beat is being taken, from ``hdr_next``: written once into the descriptor queue's
-        first part at ``end_frame``, not copied through the check stages."""
-        hdr_next = t.hdr_next
-        # The metadata is not copied through the check stages: its raw fields (``mraw_layout``)
-        # are written once into the descriptor queue's first part (see ``_SplitQueue``); the
-        # ``meta`` port forms ``rx_meta_layout`` from them with the opcode's flags (carried by
-        # the check stages, then with the reason and the verdict) at the meta queue's head.
-        # Written from ``hdr_next`` in the last beat's cycle (``end_frame``): the RAM's write
-        # port, delayed a cycle by synthesis (yosys emulates the read-first collision rule of
-        # two DP16KD ports with registers on the write data), then shares ``hdr``'s registers.
-        # The header RAM's word 1 is written a cycle later, from ``hdr`` (see ``_SplitQueue``).
-        def fields(b):
-            def fd(header, base, name):
-                return header.extract(name, b[base:base + header.size])
-            return {
-                "opcode": fd(wire.BTH, _BTH, "opcode"),
-                "se": fd(wire.BTH, _BTH, "se"),
-                "padcnt": fd(wire.BTH, _BTH, "padcnt"),
-                "dqpn": fd(wire.BTH, _BTH, "dqpn"),
-                "ackreq": fd(wire.BTH, _BTH, "ackreq"),
-                "psn": fd(wire.BTH, _BTH, "psn"),
-                "ext": Cat(*b[_EXT:HDR_BYTES]),
-                "src_ip": fd(wire.IPV4, _IP, "src"),
-            }
-        mraw_now, mraw_v1 = fields(hdr_next), fields(t.hdr)
-        return types.SimpleNamespace(
-            mraw_now=mraw_now,
-            mhdr_now=Cat(*[mraw_now[k] for k in mhdr_layout.members]),
-            mhdr_v1=Cat(*[mraw_v1[k] for k in mhdr_layout.members]))
+        """The raw metadata fields (``mh``: ``mh_layout``, from ``hdr``) of the frame whose last
+        beat was taken in the cycle before, written into the descriptor queue's header RAM a
+        word a cycle from then on, not copied through the check stages."""
+        # ``hdr`` keeps a frame's bytes of beat j until the next frame's beat j is awaited:
+        # through the cycle j + 1 after the last beat at the soonest (only the bytes the
+        # checks of a runt read are cleared sooner, and none of them is here). Word w of
+        # ``mh`` is written w + 1 cycles after the last beat (``_SplitQueue``), so it may hold
+        # bytes of beats >= w: at W <= 128 the IPv4 source (bytes 26..29, beat 26 // lanes)
+        # lies in words 0 and 1 and the BTH in word 0 (``mh_layout``'s order); at W=64 every
+        # byte here is in beat 3 or later.
+        b = t.hdr
+
+        def fd(header, base, name):
+            return header.extract(name, b[base:base + header.size])
+        f = {
+            "opcode": fd(wire.BTH, _BTH, "opcode"),
+            "se": fd(wire.BTH, _BTH, "se"),
+            "padcnt": fd(wire.BTH, _BTH, "padcnt"),
+            "dqpn": fd(wire.BTH, _BTH, "dqpn"),
+            "ackreq": fd(wire.BTH, _BTH, "ackreq"),
+            "psn": fd(wire.BTH, _BTH, "psn"),
+            "src_ip": fd(wire.IPV4, _IP, "src"),
+            "ext": Cat(*b[_EXT:HDR_BYTES]),
+        }
+        return types.SimpleNamespace(mh=Cat(*[f[k] for k in mh_layout.members]))
 
     def _check_v1_regs(self, m, t):
         """Check stage V1's registers, loaded in the cycle after the frame's last beat
@@ -918,14 +937,15 @@ class RxParse(wiring.Component):
         return types.SimpleNamespace(hreason=hreason, fl=rs[4:7], hbad=rs[7])
 
     def _descriptor_queues(self, m, v01, v23):
-        """The descriptor queue (its ``m`` part written at the last beat, its ``d`` part by V2)
+        """The descriptor queue (its ``h`` part written after the last beat, its ``d`` part by V2)
         and the verdict queue (one entry per frame). Returns a namespace of the queues and the
         descriptor layout."""
         ptrw, hb = self.ptrw, self.h_bits
         nsh = len(self.shifts)
-        end_frame, mraw_now = v01.end_frame, v01.mraw_now
-        # The descriptor, in two parts of one in-order queue: ``m`` (the raw metadata fields)
-        # written at the last beat, ``d`` (payload length, where the payload sits) by V2. The
+        end_frame = v01.end_frame
+        # The descriptor, in two parts of one in-order queue: ``h`` (the raw metadata fields)
+        # written from the cycle after the last beat, ``d`` (payload length, where the payload
+        # sits) by V2. The
         # ``d`` part keeps only what the read side cannot derive: 36 bits at W=64, one DP16KD
         # row (the beat counts and the last ``keep`` are computed after the RAM, the opcode's
         # flags travel with the verdict).
@@ -935,13 +955,11 @@ class RxParse(wiring.Component):
             "end": ptrw,
             "sel": range(nsh),              # index into the shifts
         })
-        m.submodules.desc_q = desc_q = _SplitQueue(mbth_layout, d_layout, hb, self.h_words,
-                                                   self.slots, self.meta_depth + 2)
+        m.submodules.desc_q = desc_q = _SplitQueue(d_layout, hb, self.h_words,
+                                                   self.slots, self.margin)
         m.d.comb += [
             desc_q.a_en.eq(end_frame),
-            desc_q.a_data.eq(Cat(*[mraw_now[k] for k in mbth_layout.members])),
-            desc_q.h_data0.eq(v01.mhdr_now[:hb]),
-            desc_q.h_data1.eq(v01.mhdr_v1[hb:]),
+            desc_q.h_data.eq(v01.mh),
             desc_q.b_en.eq(v23.v2_valid),
             desc_q.b_data.payload_len.eq(v23.v2_len),
             desc_q.b_data.first.eq(v23.v2_first),
@@ -1054,25 +1072,27 @@ class RxParse(wiring.Component):
             m.d.sync += pok.eq(1)
 
     def _meta_stage(self, m, meta_q, desc_q, mp, mp_v):
-        """The ``meta`` port: a register stage loaded from the meta queue's head (the BTH
-        fields, flags and payload length in flip-flops: PSN Check addresses its tables with
-        ``dqpn`` and decodes ``opcode`` in the cycle it takes the meta) and the header RAM
-        read at the head's handle (PSN, extended headers, IPv4 source: fields PSN Check only
-        stores): with two words, word 0 in the load's cycle, word 1 in the next (``rd1``, word
-        0 into ``h0``), the meta offered a cycle later, so at most every second cycle. All
-        hold while an offered meta is not taken (``rd1`` waits for ``~mv``: from any state a
-        held meta keeps its payload). The ``rx_meta_layout`` fields are formed from them:
-        fields of absent headers 0 (one LUT per bit after the block RAM).
+        """The ``meta`` port: a register stage loaded from the meta queue's head (the opcode's
+        flags, the payload length, the handle) and the header RAM read at the head's handle,
+        a word a cycle (``h_words`` of them), each word but the last into a register (``hw``;
+        the BTH fields in the first, so PSN Check addresses its tables with ``dqpn`` and decodes
+        ``opcode`` from flip-flops in the cycle it takes the meta), the last held on the RAM's
+        output: the meta is offered in the cycle after the last word's read, so at most every
+        ``h_words``-th cycle (every cycle with one word). All hold while an offered meta is not
+        taken (the reads wait for ``~mv``: from any state a held meta keeps its payload). The
+        ``rx_meta_layout`` fields are formed from them: fields of absent headers 0 (one LUT per
+        bit after the registers and the block RAM).
 
         Idle path: while the stage and the meta queue are empty (``mq_e``) the header RAM is
         read at word 0 of the handle being pushed (``mp``), so a meta pushed then, offered by
         the queue in the next cycle, is loaded with its word 0 on ``r_h`` (``w0ok``): the load
-        reads word 1 at once (``fast``, two words) and the meta is offered a cycle later."""
-        two = desc_q.h_words == 2
-        st_layout = data.StructLayout({**mbth_layout.members, "fl": 3, "payload_len": 13,
+        reads word 1 at once (``fast``) and the meta is offered ``h_words`` - 1 cycles later."""
+        nw_ = desc_q.h_words
+        wb = desc_q.wbits
+        st_layout = data.StructLayout({"fl": 3, "payload_len": 13,
                                        "handle": len(desc_q.a_idx), "has": 1})
         st = Signal(st_layout)
-        mv, ph, rd1 = Signal(), Signal(), Signal()
+        mv, ph = Signal(), Signal()
         load = Signal()
         idle, mq_e, w0ok, fast = Signal(), Signal(), Signal(), Signal()
         hsel = Signal.like(mp.handle)
@@ -1081,36 +1101,59 @@ class RxParse(wiring.Component):
                      mq_e.eq(meta_q.level == 0), idle.eq(~ph & ~mv & mq_e),
                      meta_q.i.valid.eq(mp_v), meta_q.i.payload.eq(mp),
                      hsel.eq(Mux(mq_e, mp.handle, head.handle)),
-                     rd1.eq(ph & ~mv),
                      meta_q.o.ready.eq(load),
-                     desc_q.h_en.eq(load | rd1 | idle),
                      self.meta.valid.eq(mv)]
         # a push while idle enters the empty queue and is offered (and loaded: the stage is
         # idle) in the next cycle
         m.d.sync += w0ok.eq(idle & mp_v)
-        h0 = Signal(desc_q.h_bits if two else 0)
-        if two:
-            m.d.comb += [fast.eq(w0ok & meta_q.o.valid & ~ph & ~mv),
-                         desc_q.h_addr.eq(Cat(rd1 | fast, Mux(rd1, st.handle, hsel)))]
-            with m.If(rd1 | fast):
-                m.d.sync += h0.eq(desc_q.r_h)
+        hw = [Signal(desc_q.h_bits, name=f"hw{k}") for k in range(nw_ - 1)]
+        last_rd = Signal()                      # the last word is read in this cycle
+        if nw_ > 1:
+            # ``ph``: the words ``nw`` .. are being read at ``st.handle``, one a cycle; ``rk``:
+            # the word on ``r_h`` (read in the cycle before), loaded into its register
+            # (``rd``: the reads wait for ``~mv``, so an offered meta's words hold from any
+            # state, reachable or not)
+            nw = Signal(range(nw_))
+            rk = Signal(range(nw_))
+            rword = Signal(range(nw_))
+            rd = Signal()
+            m.d.comb += [rd.eq(ph & ~mv),
+                         fast.eq(w0ok & meta_q.o.valid & ~ph & ~mv),
+                         rword.eq(Mux(rd, nw, fast)),
+                         last_rd.eq(Mux(rd, nw == nw_ - 1, fast & (nw_ == 2))),
+                         desc_q.h_en.eq(load | rd | idle),
+                         desc_q.h_addr.eq(Cat(rword[:wb], Mux(rd, st.handle, hsel)))]
+            with m.If(desc_q.h_en):
+                m.d.sync += rk.eq(rword)
+            with m.If(rd | fast):
+                with m.Switch(rk):
+                    for k in range(nw_ - 1):
+                        with m.Case(k):
+                            m.d.sync += hw[k].eq(desc_q.r_h)
+            with m.If(load):
+                m.d.sync += [mv.eq(last_rd), ph.eq(~last_rd), nw.eq(rword + 1)]
+            with m.Elif(rd):
+                m.d.sync += nw.eq(nw + 1)
+                with m.If(last_rd):
+                    m.d.sync += [mv.eq(1), ph.eq(0)]
+            with m.Elif(self.meta.ready):
+                m.d.sync += mv.eq(0)
         else:
-            m.d.comb += desc_q.h_addr.eq(hsel)
+            m.d.comb += [desc_q.h_en.eq(load | idle), desc_q.h_addr.eq(hsel)]
+            with m.If(load):
+                m.d.sync += mv.eq(1)
+            with m.Elif(self.meta.ready):
+                m.d.sync += mv.eq(0)
         with m.If(load):
-            m.d.sync += [mv.eq(fast if two else 1), ph.eq(~fast if two else 0),
-                         st.has.eq(head.payload_len != 0)] + [
+            m.d.sync += [st.has.eq(head.payload_len != 0)] + [
                 getattr(st, k).eq(getattr(head, k)) for k in st_layout.members if k != "has"]
-        with m.Elif(rd1):
-            m.d.sync += [mv.eq(1), ph.eq(0)]
-        with m.Elif(self.meta.ready):
-            m.d.sync += mv.eq(0)
-        hd = data.View(mhdr_layout, Cat(h0, desc_q.r_h))
+        hd = data.View(mh_layout, Cat(*hw, desc_q.r_h))
         reth, aeth, imm = st.fl
         xb = [hd.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
         o = self.meta.payload
         m.d.comb += [
-            o.opcode.eq(st.opcode), o.se.eq(st.se), o.padcnt.eq(st.padcnt),
-            o.dqpn.eq(st.dqpn), o.ackreq.eq(st.ackreq), o.psn.eq(hd.psn),
+            o.opcode.eq(hd.opcode), o.se.eq(hd.se), o.padcnt.eq(hd.padcnt),
+            o.dqpn.eq(hd.dqpn), o.ackreq.eq(hd.ackreq), o.psn.eq(hd.psn),
             o.reth_va.eq(Mux(reth, wire.RETH.extract("va", xb), 0)),
             o.reth_rkey.eq(Mux(reth, wire.RETH.extract("rkey", xb), 0)),
             o.reth_len.eq(Mux(reth, wire.RETH.extract("dmalen", xb), 0)),
@@ -1121,11 +1164,12 @@ class RxParse(wiring.Component):
             o.src_ip.eq(hd.src_ip),
             o.payload_len.eq(st.payload_len),
         ]
-        # a fast load's meta counts from its offer (its first payload beat comes two cycles
-        # later)
+        # a meta with payload is offered from the next cycle (``inc``, the payload gate's
+        # count): after its last word's read; a fast load's (two words) counts a cycle later,
+        # when ``st`` holds it
         fast_d = Signal()
-        m.d.sync += fast_d.eq(fast)
-        return (rd1 | fast_d) & st.has
+        m.d.sync += fast_d.eq(fast & load & last_rd)
+        return ((ph & ~mv & last_rd) | fast_d) & st.has
 
     def _read_state(self, m, t):
         """The read side's state: the tokens (this cycle's ``tok`` and the two read stages'),
@@ -1237,8 +1281,8 @@ class RxParse(wiring.Component):
         #   verdict (4 or 5) and reaches ``head`` a cycle later on the idle path, 4 through the
         #   queue: ``head_v`` and the verdict (``v_rdy``) are both in the test;
         # * ``meta_room``: the meta queue held < 3 entries last cycle; a take pushes in its
-        #   cycle or the next, so with the push of the cycle before it and this cycle's it
-        #   holds <= 4 of 5 when the push comes, and takes it.
+        #   cycle, so with the push of the cycle before it holds <= 3 of 5 when the push
+        #   comes, and takes it.
         meta_room = Signal(init=1)
         m.d.sync += meta_room.eq(meta_q.level < 3)
         head_ok = v_rdy & head_v & (drop | meta_room)
@@ -1267,21 +1311,28 @@ class RxParse(wiring.Component):
             "last_keep": range(L + 1),
         })
         h = Signal(head_layout)
+        # With len = payload_len > 0 and the payload's first byte in lane ``shift`` of its
+        # first read: reads = (len + shift - 1) // L + 1, one adder from the RAM's output
+        # (its constant ``cpl`` picked by ``sel``); one read when len <= L - shift; a flush
+        # beat when the last byte stays in the same output beat, (len - 1) % L + shift < L,
+        # an add of lane bits only.
         shift = Signal(range(L))
+        cpl = Signal(range(2 * L))                  # shift + L - 1
+        lim = Signal(range(L + 1))                  # L - shift
         with m.Switch(d.sel):
             for c, sh in enumerate(shifts):
                 with m.Case(c):
-                    m.d.comb += shift.eq(sh)
-        lm1 = Signal(13)                            # payload_len - 1 (len > 0)
-        span = Signal(14)                           # shift + len - 1
+                    m.d.comb += [shift.eq(sh), cpl.eq(sh + L - 1), lim.eq(L - sh)]
+        lom1 = Signal(lg)                           # (len - 1) % L
+        rsum = Signal(14)                           # len + shift + L - 1
         m.d.comb += [
-            lm1.eq(d.payload_len - 1), span.eq(d.payload_len + shift - 1),
+            lom1.eq(d.payload_len[:lg] - 1), rsum.eq(d.payload_len + cpl),
             h.payload_len.eq(d.payload_len), h.first.eq(d.first), h.end.eq(d.end),
             h.sel.eq(d.sel), h.has.eq(d.payload_len != 0),
-            h.reads.eq(Mux(h.has, (span >> lg) + 1, 0)),
-            h.one.eq(h.has & ((span >> lg) == 0)),
-            h.flush.eq((span >> lg) == (lm1 >> lg)),
-            h.last_keep.eq(lm1[:lg] + 1),
+            h.reads.eq(Mux(h.has, rsum >> lg, 0)),
+            h.one.eq(h.has & (d.payload_len <= lim)),
+            h.flush.eq((lom1 + shift) < L),
+            h.last_keep.eq(lom1 + 1),
         ]
         return h
 
@@ -1351,24 +1402,11 @@ class RxParse(wiring.Component):
         m.d.sync += give.eq(take)
 
     def _meta_fields(self, m, mp, mp_v, desc_q, head, fl, push, take):
-        """The meta push (``mp``, ``mp_v``) of a take that pushes (``push``): the BTH fields
-        are the taken entry's ``a`` part, on the descriptor queue's ``r_a``, read at its
-        pointer in every cycle; it holds the taken entry in the take's cycle unless a take
-        moved the pointer in the cycle before (``a_ok`` low), and the push then waits a cycle
-        (``late``). The opcode's flags (``fl``), the payload length and the entry's handle
-        (for the header RAM) are the head's in the take's cycle."""
-        a_ok = Signal(init=1)
-        late = Signal()
-        m_len = Signal.like(head.payload_len)
-        m_fl = Signal(3)
-        m_handle = Signal.like(desc_q.a_idx)
-        m.d.sync += [a_ok.eq(~take), late.eq(push & ~a_ok), m_len.eq(head.payload_len),
-                     m_fl.eq(fl), m_handle.eq(desc_q.a_idx)]
-        raw = data.View(mbth_layout, desc_q.r_a)
-        m.d.comb += [mp_v.eq((push & a_ok) | late), mp.fl.eq(Mux(late, m_fl, fl)),
-                     mp.payload_len.eq(Mux(late, m_len, head.payload_len)),
-                     mp.handle.eq(Mux(late, m_handle, desc_q.a_idx))]
-        m.d.comb += [getattr(mp, k).eq(getattr(raw, k)) for k in mbth_layout.members]
+        """The meta push (``mp``, ``mp_v``) of a take that pushes (``push``), in the take's
+        cycle: the opcode's flags (``fl``), the payload length and the taken entry's handle
+        (for the header RAM, the descriptor queue's ``a_idx``)."""
+        m.d.comb += [mp_v.eq(push), mp.fl.eq(fl), mp.payload_len.eq(head.payload_len),
+                     mp.handle.eq(desc_q.a_idx)]
 
     def _realign(self, m, rp, out_q, tok, tok1, tok2):
         """Read stages S1 (memory read in flight) and S2 (registered read data): the payload
