@@ -73,14 +73,16 @@ after the start, and the next header is started 3 cycles after the first.
 
 ``qp_set`` naming the cached QPN, or a ``rec`` write of the cached slot, invalidates the cache
 (also when it meets the cache's update in the same cycle). A link is made with the later
-record's write (``rec`` compared with the QPN of the record before, kept in a register, and
-with its ``lpsn``, read from the slot table; the result registered and entered into the links
+record's write (``rec`` compared with the QPN and ``lpsn`` of the record before, kept in
+registers; the result registered and entered into the links
 a cycle later, read through that register meanwhile; not when the record before was written
 in the cycle just before: the requester's are further apart). The cache follows a link only
 if it is there when the last response's checks begin. The slot table is LUT RAM of R rows
-(written by ``rec``, read asynchronously at the slot being worked on, its ``lpsn`` column
-also at the slot written last); a slot must not be rewritten while responses of its READ are
-being accepted.
+(written by ``rec``, read asynchronously at the slot being worked on); a slot must not be
+rewritten while responses of its READ are being accepted. A record's ``lpsn`` is
+``fpsn`` + max(1, ⌈``total``/PMTU⌉) − 1 (mod 2^24), as the requester writes it: the last
+response's length is then checked against ``total`` − off on 13 bits, and the row keeps
+``total`` mod 2^13.
 """
 
 import types
@@ -101,8 +103,12 @@ __all__ = ["ReadPlace"]
 ACKNOWLEDGE = 0x11
 FIRST, MIDDLE, LAST, ONLY = 0x0D, 0x0E, 0x0F, 0x10
 
-#: The slot table's row: a READ record without its index, QPN and last PSN (a column of its own).
-_row_layout = data.StructLayout({f: s for f, s in read_rec_layout.members.items()
+#: The slot table's row: a READ record without its index, QPN and last PSN (a column of its own),
+#: its byte count cut to the 13 bits the last response's length is checked with (``total`` mod
+#: 2^13: with lpsn = fpsn + max(1, ⌈total/PMTU⌉) − 1, the last response's length, total − off,
+#: is at most PMTU, so it is that value mod 2^13).
+_row_layout = data.StructLayout({f: (13 if f == "total" else s)
+                                 for f, s in read_rec_layout.members.items()
                                  if f not in ("idx", "qpn", "lpsn")})
 
 def _pend_layout(qb):
@@ -192,8 +198,7 @@ class ReadPlace(wiring.Component):
 
     def _slot_table(self, m, t):
         """The slot table (LUT RAM of R rows, written by ``rec``), read asynchronously at ``slot``,
-        the slot being worked on, and its ``lpsn`` column also at the slot written last (for
-        the links: ``lp_rd``). Adds ``rp`` (``rec``'s payload), ``slot``, its row ``r`` and
+        the slot being worked on. Adds ``rp`` (``rec``'s payload), ``slot``, its row ``r`` and
         its ``r_lpsn``."""
         R, sb = t.R, t.sb
         # ---- the slot table: LUT RAM, written by ``rec``, read asynchronously at ``slot`` ----
@@ -202,16 +207,16 @@ class ReadPlace(wiring.Component):
         tr = table.read_port(domain="comb")
         rp = self.rec.payload
         m.d.comb += [tw.addr.eq(rp.idx[:sb]), tw.en.eq(self.rec.valid)]
-        m.d.comb += [getattr(tw.data, f).eq(getattr(rp, f)) for f in _row_layout.members]
+        m.d.comb += [getattr(tw.data, f).eq(getattr(rp, f)[:len(getattr(tw.data, f))])
+                     for f in _row_layout.members]
         m.submodules.lpsn = lpsn = Memory(shape=24, depth=R, init=[])
         lw = lpsn.write_port()
         lr = lpsn.read_port(domain="comb")
-        lp_rd = lpsn.read_port(domain="comb")
         m.d.comb += [lw.addr.eq(rp.idx[:sb]), lw.en.eq(self.rec.valid), lw.data.eq(rp.lpsn)]
         slot = Signal(sb)
         m.d.comb += [tr.addr.eq(slot), lr.addr.eq(slot)]
         r = tr.data
-        return types.SimpleNamespace(rp=rp, slot=slot, r=r, r_lpsn=lr.data, lp_rd=lp_rd)
+        return types.SimpleNamespace(rp=rp, slot=slot, r=r, r_lpsn=lr.data)
 
     def _outputs(self, m, t):
         """What leaves the block, from registers: the piece register (``pc``) and the
@@ -324,15 +329,14 @@ class ReadPlace(wiring.Component):
         R, rp, sb, slot = t.R, t.rp, t.sb, t.slot
         ri = rp.idx[:sb]
         lnk_v = Signal(R)               # slot s has a link (to nx[s], while bp[nx[s]] = s)
-        p_v = Signal()                  # the record written last: QPN, slot (its lpsn: p_lp)
+        p_v = Signal()                  # the record written last: QPN, slot, lpsn
         p_qpn = Signal(t.qb)
         p_idx = Signal(sb)
+        p_lp = Signal(24)
         p_new = Signal()                # a record last cycle: no link
         m.d.sync += p_new.eq(self.rec.valid)
         with m.If(self.rec.valid):
-            m.d.sync += [p_v.eq(1), p_qpn.eq(rp.qpn[:t.qb]), p_idx.eq(ri)]
-        p_lp = t.lp_rd.data             # (the slot table's lpsn column at p_idx)
-        m.d.comb += t.lp_rd.addr.eq(p_idx)
+            m.d.sync += [p_v.eq(1), p_qpn.eq(rp.qpn[:t.qb]), p_idx.eq(ri), p_lp.eq(rp.lpsn)]
         # (both read asynchronously, a write seen from the next cycle on: the FSM follows
         # nx[slot] only when there is a link at C1, after which nx[slot] is not written, and a
         # write of bp at lnk_to from C2 on is met by tgt_new)
@@ -469,9 +473,9 @@ class ReadPlace(wiring.Component):
         h, r = t.h, t.r
         # ---- the checks, in registered steps ----
         # (two registers hold a value each in turn: ``off`` is p − fpsn from C1, the offset
-        # from C2; ``tot_r`` is lpsn − fpsn from C1, the slot's total from C2)
+        # from C2; ``tot_r`` is lpsn − fpsn from C1, the slot's total (mod 2^13) from C2)
         off = Signal(32)                # byte offset of the response in the READ
-        tot_r = Signal(32)
+        tot_r = Signal(24)
         dpsn = off[:24]                 # p − fpsn (C1 to C2)
         span = tot_r[:24]               # lpsn − fpsn (C1 to C2)
         is_last = Signal()              # p = lpsn
@@ -494,8 +498,8 @@ class ReadPlace(wiring.Component):
         # (the slot's total registered in C2: the LUT RAM's output does not lead C3's
         # subtraction and compares; len0 − off made in C2 from the row's len0, which meets
         # off's shift at the subtraction, and registered: it does not lead the choices of C3)
-        rem = Signal(32)                # total − off
-        m.d.comb += rem.eq(tot_r - off)
+        rem = Signal(13)                # total − off (mod 2^13: at lpsn, at most PMTU)
+        m.d.comb += rem.eq(tot_r[:13] - off[:13])
         off_c = Signal(32)              # off, as C2 registers it
         m.d.comb += off_c.eq(Cat(Const(0, 7), dpsn) << pmc)
         pm_eq = Signal()                # len = PMTU (128 << pmc, on 14 bits)
@@ -630,7 +634,7 @@ class ReadPlace(wiring.Component):
             with m.If(t.out_free):
                 m.d.sync += [
                     ok.eq(in_range & (~is_first | (op == FIRST) | (op == ONLY))
-                          & Mux(is_last, lo & (rem[13:] == 0) & (rem[:13] == h.len),
+                          & Mux(is_last, lo & (rem == h.len),
                                 fm & t.pm_eq)),
                     a0.eq(Mux(below, 0, Mux(short, d0[:13], h.len))),
                     a1.eq(Mux(below, h.len, Mux(short, h.len - d0[:13], 0))),
