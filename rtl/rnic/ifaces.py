@@ -155,12 +155,12 @@ ack_layout = data.StructLayout({"qpn": 24, "psn": 24, "syndrome": 8, "kind": 2})
 READ_SLOT_BITS = 6
 
 #: A READ slot written by the requester's engine when it first sends a READ: what placing its
-#: responses needs. ``qpn`` its QP, ``fpsn``/``lpsn`` the first and last PSN of the READ's
-#: responses, ``pmtu``
+#: responses needs. ``qpn`` its QP, ``fpsn`` the first PSN of the READ's responses and ``span``
+#: their number less one, max(1, ⌈total/PMTU⌉) − 1 (the last PSN is fpsn + span), ``pmtu``
 #: the path MTU code (1..5), ``total`` the byte count, and its destination: ``len0`` bytes at bus
 #: address ``addr0`` (SGE 0), then the rest at ``addr1`` (SGE 1).
 read_rec_layout = data.StructLayout({
-    "idx": READ_SLOT_BITS, "qpn": 24, "fpsn": 24, "lpsn": 24, "pmtu": 3, "total": 32,
+    "idx": READ_SLOT_BITS, "qpn": 24, "fpsn": 24, "span": 24, "pmtu": 3, "total": 32,
     "addr0": 64, "len0": 32, "addr1": 64,
 })
 

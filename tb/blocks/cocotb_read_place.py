@@ -186,7 +186,8 @@ class TB:
         r = dict(idx=idx, qpn=qpn, fpsn=fpsn,
                  lpsn=(fpsn + max(1, -(-total // (128 << pmtu))) - 1) & M24,
                  pmtu=pmtu, total=total, addr0=addr0, len0=len0, addr1=addr1)
-        self.rec.q.append(r)
+        self.rec.q.append(dict({f: r[f] for f in read_rec_layout.members if f in r},
+                               span=(r["lpsn"] - fpsn) & M24))
         self.slots[idx] = dict(r, data=data)
         if self.cache is not None and self.cache[1] == idx:
             self.cache = None

@@ -15,19 +15,19 @@ handled strictly one at a time, in order:
   path*, a one-entry cache {valid, qpn, idx, next} of the READ last accepted (q = qpn and
   p = next: slot idx, nothing asked), or by the *slow path*: once nothing is pending, a DECIDE
   {q, p, 0} goes out on ``ack`` and the completer's one answer comes on ``dec`` (``ok`` 0: the
-  response is dropped; ``ok`` 1: slot ``dec.idx``). With record r = slot s and
-  PMTU = 128 << r.pmtu, off = (p − r.fpsn mod 2^24) · PMTU; the response must be in the READ
-  ((p − fpsn) ≤ (lpsn − fpsn), 24-bit serial), a FIRST/MIDDLE of PMTU bytes when p ≠ lpsn, a
-  LAST/ONLY of total − off bytes when p = lpsn, and a FIRST/ONLY when p = fpsn (a READ's
-  responses never start with MIDDLE or LAST; a FIRST after fpsn, or an ONLY at lpsn, answers a
-  READ sent again from that response); one that is not is dropped. An accepted one
+  response is dropped; ``ok`` 1: slot ``dec.idx``). With record r = slot s,
+  PMTU = 128 << r.pmtu and lpsn = r.fpsn + r.span, off = (p − r.fpsn mod 2^24) · PMTU; the
+  response must be in the READ ((p − fpsn) ≤ span, 24-bit serial), a FIRST/MIDDLE of PMTU
+  bytes when p ≠ lpsn, a LAST/ONLY of total − off bytes when p = lpsn, and a FIRST/ONLY when
+  p = fpsn (a READ's responses never start with MIDDLE or LAST; a FIRST after fpsn, or an ONLY
+  at lpsn, answers a READ sent again from that response); one that is not is dropped. An accepted one
   writes bytes [off, off + len) of the READ's destination (``len0`` bytes at ``addr0``, then
   the rest at ``addr1``): at most two host write requests, each with a Scatter Path
   piece that realigns its bytes; the cache becomes
   {q, s, p + 1}. After the READ's last response it becomes {q, t, p + 1} when slot t holds the
   READ *linked* to s, else invalid.
 * **Links**: a slot record written on ``rec`` right after the record of slot s (no record
-  between them), of the same QPN and with ``fpsn`` = s's ``lpsn`` + 1, is linked to s: it is
+  between them), of the same QPN and with ``fpsn`` = s's lpsn + 1, is linked to s: it is
   the next WQE of that QP, so the first response after s's last one is its first response, and
   every PSN before it is acknowledged by s's responses. A stream of READs on one QP is thus
   placed without asking the completer between them. A record written to a slot unlinks it from
@@ -73,16 +73,15 @@ after the start, and the next header is started 3 cycles after the first.
 
 ``qp_set`` naming the cached QPN, or a ``rec`` write of the cached slot, invalidates the cache
 (also when it meets the cache's update in the same cycle). A link is made with the later
-record's write (``rec`` compared with the QPN and ``lpsn`` of the record before, kept in
+record's write (``rec`` compared with the QPN and lpsn + 1 of the record before, kept in
 registers; the result registered and entered into the links
 a cycle later, read through that register meanwhile; not when the record before was written
 in the cycle just before: the requester's are further apart). The cache follows a link only
 if it is there when the last response's checks begin. The slot table is LUT RAM of R rows
 (written by ``rec``, read asynchronously at the slot being worked on); a slot must not be
-rewritten while responses of its READ are being accepted. A record's ``lpsn`` is
-``fpsn`` + max(1, ⌈``total``/PMTU⌉) − 1 (mod 2^24), as the requester writes it: the last
-response's length is then checked against ``total`` − off on 13 bits, and the row keeps
-``total`` mod 2^13.
+rewritten while responses of its READ are being accepted. A record's ``span`` is
+max(1, ⌈``total``/PMTU⌉) − 1, as the requester writes it: the last response's length is then
+checked against ``total`` − off on 13 bits, and the row keeps ``total`` mod 2^13.
 """
 
 import types
@@ -103,13 +102,13 @@ __all__ = ["ReadPlace"]
 ACKNOWLEDGE = 0x11
 FIRST, MIDDLE, LAST, ONLY = 0x0D, 0x0E, 0x0F, 0x10
 
-#: The slot table's row: a READ record without its index, QPN and last PSN (a column of its own),
-#: its byte count cut to the 13 bits the last response's length is checked with (``total`` mod
-#: 2^13: with lpsn = fpsn + max(1, ⌈total/PMTU⌉) − 1, the last response's length, total − off,
-#: is at most PMTU, so it is that value mod 2^13).
+#: The slot table's row: a READ record without its index and QPN, its byte count cut to the 13
+#: bits the last response's length is checked with (``total`` mod 2^13: with span =
+#: max(1, ⌈total/PMTU⌉) − 1, the last response's length, total − off, is at most PMTU, so it is
+#: that value mod 2^13).
 _row_layout = data.StructLayout({f: (13 if f == "total" else s)
                                  for f, s in read_rec_layout.members.items()
-                                 if f not in ("idx", "qpn", "lpsn")})
+                                 if f not in ("idx", "qpn")})
 
 def _pend_layout(qb):
     """A pending placement: its event fields (the QPN in ``qb`` bits) and its number of write
@@ -198,8 +197,7 @@ class ReadPlace(wiring.Component):
 
     def _slot_table(self, m, t):
         """The slot table (LUT RAM of R rows, written by ``rec``), read asynchronously at ``slot``,
-        the slot being worked on. Adds ``rp`` (``rec``'s payload), ``slot``, its row ``r`` and
-        its ``r_lpsn``."""
+        the slot being worked on. Adds ``rp`` (``rec``'s payload), ``slot`` and its row ``r``."""
         R, sb = t.R, t.sb
         # ---- the slot table: LUT RAM, written by ``rec``, read asynchronously at ``slot`` ----
         m.submodules.table = table = Memory(shape=_row_layout, depth=R, init=[])
@@ -209,14 +207,10 @@ class ReadPlace(wiring.Component):
         m.d.comb += [tw.addr.eq(rp.idx[:sb]), tw.en.eq(self.rec.valid)]
         m.d.comb += [getattr(tw.data, f).eq(getattr(rp, f)[:len(getattr(tw.data, f))])
                      for f in _row_layout.members]
-        m.submodules.lpsn = lpsn = Memory(shape=24, depth=R, init=[])
-        lw = lpsn.write_port()
-        lr = lpsn.read_port(domain="comb")
-        m.d.comb += [lw.addr.eq(rp.idx[:sb]), lw.en.eq(self.rec.valid), lw.data.eq(rp.lpsn)]
         slot = Signal(sb)
-        m.d.comb += [tr.addr.eq(slot), lr.addr.eq(slot)]
+        m.d.comb += tr.addr.eq(slot)
         r = tr.data
-        return types.SimpleNamespace(rp=rp, slot=slot, r=r, r_lpsn=lr.data)
+        return types.SimpleNamespace(rp=rp, slot=slot, r=r)
 
     def _outputs(self, m, t):
         """What leaves the block, from registers: the piece register (``pc``) and the
@@ -329,14 +323,16 @@ class ReadPlace(wiring.Component):
         R, rp, sb, slot = t.R, t.rp, t.sb, t.slot
         ri = rp.idx[:sb]
         lnk_v = Signal(R)               # slot s has a link (to nx[s], while bp[nx[s]] = s)
-        p_v = Signal()                  # the record written last: QPN, slot, lpsn
+        p_v = Signal()                  # the record written last: QPN, slot, lpsn + 1
         p_qpn = Signal(t.qb)
         p_idx = Signal(sb)
-        p_lp = Signal(24)
+        p_np = Signal(24)
         p_new = Signal()                # a record last cycle: no link
         m.d.sync += p_new.eq(self.rec.valid)
         with m.If(self.rec.valid):
-            m.d.sync += [p_v.eq(1), p_qpn.eq(rp.qpn[:t.qb]), p_idx.eq(ri), p_lp.eq(rp.lpsn)]
+            # (fpsn + span + 1: the + 1 as both operands' carry-in bit)
+            m.d.sync += [p_v.eq(1), p_qpn.eq(rp.qpn[:t.qb]), p_idx.eq(ri),
+                         p_np.eq((Cat(Const(1, 1), rp.fpsn) + Cat(Const(1, 1), rp.span))[1:25])]
         # (both read asynchronously, a write seen from the next cycle on: the FSM follows
         # nx[slot] only when there is a link at C1, after which nx[slot] is not written, and a
         # write of bp at lnk_to from C2 on is met by tgt_new)
@@ -353,7 +349,7 @@ class ReadPlace(wiring.Component):
         mk_v = Signal()
         mk_from = Signal(sb)
         m.d.sync += [mk_v.eq(self.rec.valid & p_v & ~p_new & (rp.qpn[:t.qb] == p_qpn)
-                             & ((rp.fpsn - 1)[:24] == p_lp) & (ri != p_idx)),
+                             & (rp.fpsn == p_np) & (ri != p_idx)),
                      mk_from.eq(p_idx)]
         lnk_hv = Signal(R)
         m.d.comb += lnk_hv.eq(lnk_v | Mux(mk_v, Const(1, R) << mk_from, 0))
@@ -473,11 +469,11 @@ class ReadPlace(wiring.Component):
         h, r = t.h, t.r
         # ---- the checks, in registered steps ----
         # (two registers hold a value each in turn: ``off`` is p − fpsn from C1, the offset
-        # from C2; ``tot_r`` is lpsn − fpsn from C1, the slot's total (mod 2^13) from C2)
+        # from C2; ``tot_r`` is the slot's span from C1, its total (mod 2^13) from C2)
         off = Signal(32)                # byte offset of the response in the READ
         tot_r = Signal(24)
         dpsn = off[:24]                 # p − fpsn (C1 to C2)
-        span = tot_r[:24]               # lpsn − fpsn (C1 to C2)
+        span = tot_r[:24]               # the slot's span, lpsn − fpsn (C1 to C2)
         is_last = Signal()              # p = lpsn
         is_first = Signal()             # p = fpsn
         pmc = Signal(3)
@@ -615,9 +611,7 @@ class ReadPlace(wiring.Component):
             t.ok, t.op, t.pend, t.pmc, t.r, t.rem, t.s_acc, t.set_c,
             t.set_l, t.short, t.slot, t.span, t.tgt_new, t.tot_r)
         with m.State("C1"):
-            m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(t.r_lpsn - r.fpsn),
-                         is_last.eq(h.psn == t.r_lpsn), pmc.eq(r.pmtu),
-                         is_first.eq(h.psn == r.fpsn),
+            m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.span), pmc.eq(r.pmtu),
                          lnk_here.eq(lnk_v.bit_select(slot, 1))]
             m.next = "C2"
         with m.State("C2"):
@@ -625,7 +619,8 @@ class ReadPlace(wiring.Component):
                 m.d.sync += lnk_here.eq(0)
             m.d.sync += [off.eq(off_c), tot_r.eq(r.total),
                          d0.eq(Cat(r.len0, Const(0, 1)) - Cat(off_c, Const(0, 1))),
-                         in_range.eq(dpsn <= span)]
+                         in_range.eq(dpsn <= span), is_last.eq(dpsn == span),
+                         is_first.eq(dpsn == 0)]
             m.next = "C3"
         with m.State("C3"):
             with m.If(tgt_new):

@@ -576,7 +576,8 @@ class Requester(wiring.Component):
         """The READ slots' free list (never used ones from ``rfresh`` up, then ``rfree``: the
         engine takes one when it first sends a READ, the completer gives it back when it retires
         or drops the READ's ring entry), and the engine's READ registers: ``is_rd`` (the WQE is a
-        READ), the request's VA and PSN count (``rd_va``, ``rd_n``, set in RD_PREP/RD_PREP2),
+        READ), the request's VA and PSN count less one (``rd_va``, ``rd_l``, set in
+        RD_PREP/RD_PREP2),
         the slot it takes (``new_ri``, registered off the free list, and ``e_ri`` as taken)."""
         R, sb = t.R, t.sb
         m.submodules.rfree = rfree = Queue(sb, R)
@@ -590,7 +591,7 @@ class Requester(wiring.Component):
             is_rd=Signal(name="is_rd"), op_rd_r=Signal(name="op_rd_r"),
             lk_out=Signal(name="lk_out"), lk_drop=Signal(name="lk_drop"),
             rd_va=Signal(64, name="rd_va"),
-            rd_n=Signal(24, name="rd_n"),
+            rd_l=Signal(24, name="rd_l"),
             e_ri=Signal(sb, name="e_ri"))
 
     def _scheduler(self, m, t):
@@ -1096,7 +1097,7 @@ class Requester(wiring.Component):
         rr = self.read_rec.payload
         m.d.comb += [
             rr.idx.eq(t.new_ri), rr.qpn.eq(qpn), rr.fpsn.eq(t.fpsn_r),
-            rr.lpsn.eq(t.fpsn_r + t.rd_n - 1),
+            rr.span.eq(t.rd_l),
             rr.pmtu.eq(ctx.pmtu), rr.total.eq(total), rr.addr0.eq(t.wqe_ad),
             rr.len0.eq(t.len0), rr.addr1.eq(t.wqe_bd),     # (PKT reads SGE 0's and 1's)
         ]
@@ -1272,11 +1273,12 @@ class Requester(wiring.Component):
     def _engine_wqe_words(self, m, t, eng_fsm):
         """The words the WQE RAM's ports read (:meth:`_engine_wqe_store`). Port A: SGE k's address
         for a lookup (WQE_DATA, LOOKUP), the gather set-up's SGE address (LOOKUP once k =
-        num_sge: SGE 0's, or SGE 1's when SGE 0 is empty; SKIP3; SGE 1's in CHUNK), SGE 0's for
-        the READ slot (PKT). Port B: SGE k's length/lkey word, SGE 1's address in PKT, wr_id
-        (WB_NEXT, ERR). Which SGE's address port A reads (``a6``: SGE 1's) is a register set
-        the cycle before, from the state and ``k`` the next cycle will have: port A's address
-        is flip-flops, port B's one LUT from them."""
+        num_sge: SGE 0's, or SGE 1's when SGE 0 is empty; SKIP3, a READ's remote address there;
+        SGE 1's in CHUNK), SGE 0's for the READ slot (PKT). Port B: SGE k's length/lkey word,
+        SGE 1's address in PKT, wr_id (WB_NEXT, ERR). Which word port A reads (``a6``: SGE 1's,
+        ``a7`` clear: the remote address's) is registers set the cycle before, from the state
+        and ``k`` the next cycle will have: port A's address is flip-flops, port B's one LUT
+        from them."""
         k, num_sge, sge_len, len_z = t.k, t.num_sge, t.sge_len, t.len_z
         on = eng_fsm.ongoing
         # SGE 1's address is the one port A reads in LOOKUP, by k (registered: LOOKUP is two
@@ -1287,11 +1289,14 @@ class Requester(wiring.Component):
         z0 = sge_len[0] == 0
         m.d.sync += lk6.eq(Cat(num_sge == 0, Mux(num_sge == 1, z0, 1), z0))
         a6 = Signal()
+        a7 = Signal(init=1)             # 0: the remote address's word (a READ's SKIP3)
         sel0 = Mux(k[1], lk6[2], Mux(k[0], lk6[1], lk6[0]))      # LOOKUP at k
         sel1 = Mux(k[0], lk6[2], lk6[1])                          # LOOKUP at k + 1 (k < 2)
+        m.d.sync += a7.eq(~(on("SKIP2") & t.is_rd))
         with m.If(on("SKIP2")):
-            # SKIP3: SGE 1 unless sk_lt (SKIP follows num_sge ≠ 0, so len0 is SGE 0's)
-            m.d.sync += a6.eq(~(t.soff[:32] < sge_len[0]))
+            # SKIP3: SGE 1 unless sk_lt (SKIP follows num_sge ≠ 0, so len0 is SGE 0's); a
+            # READ's remote address (word 2)
+            m.d.sync += a6.eq(~(t.soff[:32] < sge_len[0]) | t.is_rd)
         with m.Elif(on("VALIDATE")):
             m.d.sync += a6.eq(num_sge == 0)                       # LOOKUP at k = 0
         with m.Elif(on("LOOKUP")):
@@ -1304,7 +1309,7 @@ class Requester(wiring.Component):
         with m.Else():
             m.d.sync += a6.eq(0)                                  # WQE_DATA: SGE 0
         wr = on("WB_NEXT") | on("ERR")                            # wr_id: word 0
-        m.d.comb += [t.wqe_a.eq(Cat(Const(0, 1), a6, Const(1, 1))),
+        m.d.comb += [t.wqe_a.eq(Cat(Const(0, 1), a6, a7)),
                      t.wqe_b.eq(Cat(~on("PKT") & ~wr, (on("PKT") | k[0]) & ~wr, ~wr))]
 
     def _engine_wqe_addr(self, m, t, eng_fsm):
@@ -1617,10 +1622,13 @@ class Requester(wiring.Component):
             # gather from SGE 0 at soff, or from SGE 1 at soff − len0: that offset in skoff,
             # the SGE's address read into cur_addr next cycle and the offset added after it (so
             # the WQE RAM's read and the 64-bit add are in cycles of their own)
-            # (the choices by sk_lt in SKIP3; num_sge = 0 makes total = 0 ≤ soff: l0 unused)
+            # (the choices by sk_lt in SKIP3; num_sge = 0 makes total = 0 ≤ soff: l0 unused).
+            # A READ gathers nothing: its request's VA, the remote address + soff, is made
+            # here instead (port A reads the remote address in SKIP3, sk_lt set: skoff = soff)
             m.d.comb += self.busy.eq(1)
             lt = soff[:32] < (l0 := sge_len[0])
-            m.d.sync += [sent.eq(soff[:32]), resid.eq(total - soff[:32]), sk_lt.eq(lt),
+            m.d.sync += [sent.eq(soff[:32]), resid.eq(total - soff[:32]),
+                         sk_lt.eq(lt | t.is_rd),
                          t.skoff.eq(soff[:32] - l0)]
             with m.If(~skip0 & (soff >= total)):
                 go("WB_NEXT")            # every packet of it was already sent
@@ -1644,22 +1652,25 @@ class Requester(wiring.Component):
             # a READ request for the bytes from ``sent`` on (all of them, or the rest after the
             # responses already placed): its VA, and the PSNs it takes, max(1, ⌈resid/PMTU⌉)
             m.d.comb += self.busy.eq(1)
-            # (rd_va holds the WQE's remote address: WQE_DATA took it)
+            # (the VA: rd_va holds the WQE's remote address, WQE_DATA took it, which is the VA
+            # from the first packet (skip0: LOOKUP came here, sent = 0); from SKIP4, cur_addr
+            # holds the remote address + sent)
             # (max(resid, 1) − 1 in seg_left: a READ gathers nothing, and PKT, the only state
             # after RD_PREP2 that reads seg_left, sets no chunk for it)
-            m.d.sync += [t.rd_va.eq(t.rd_va + sent),
-                         seg_left.eq(Mux(resid == 0, 0, resid - 1))]
+            with m.If(~t.skip0):
+                m.d.sync += t.rd_va.eq(cur_addr)
+            m.d.sync += seg_left.eq(Mux(resid == 0, 0, resid - 1))
             m.next = "RD_PREP2"
         with m.State("RD_PREP2"):
             m.d.comb += self.busy.eq(1)
-            # (the shift selected by the path MTU, then one increment)
+            # (the shift selected by the path MTU: the PSNs less one, max(1, ⌈resid/PMTU⌉) − 1)
             rd_q = Signal(24)
             m.d.comb += rd_q.eq(seg_left >> 8)
             with m.Switch(ctx.pmtu):
                 for code in range(2, 6):
                     with m.Case(code):
                         m.d.comb += rd_q.eq(seg_left >> (code + 7))
-            m.d.sync += t.rd_n.eq(rd_q + 1)
+            m.d.sync += t.rd_l.eq(rd_q)
             m.next = "PKT"
 
     def _engine_send_states(self, m, t, go, prefetch):
@@ -1703,11 +1714,13 @@ class Requester(wiring.Component):
                     ]
                     m.next = "CHUNK"
                     with m.If(t.is_rd):
-                        # one request, no payload, rd_n PSNs; a new READ takes a slot
+                        # one request, no payload, rd_l + 1 PSNs (the + 1 as both
+                        # operands' carry-in bit); a new READ takes a slot
+                        psn_n = (Cat(Const(1, 1), dyn.psn) + Cat(Const(1, 1), t.rd_l))[1:25]
                         m.d.sync += [left.eq(0), t.left_z.eq(1), was_last.eq(1),
-                                     dyn.psn.eq(dyn.psn + t.rd_n)]
+                                     dyn.psn.eq(psn_n)]
                         with m.If(~retx):
-                            m.d.sync += dyn.hpsn.eq(dyn.psn + t.rd_n)
+                            m.d.sync += dyn.hpsn.eq(psn_n)
                         with m.If(alloc_r):
                             m.d.comb += self.read_rec.valid.eq(1)
                             m.d.sync += t.e_ri.eq(t.new_ri)
