@@ -14,8 +14,9 @@ The key table holds ``key_entries`` (K) slots.
   round-robin; it flows through 6 stages without stalls (each port's responses queue in a FIFO
   whose space is reserved when the request is accepted, so the FIFO never checks its room; into
   an empty FIFO the response is offered in the cycle it is written, from s6's registers).
-  Only the 32-bit key travels in a register; the rest of the request waits in a 16-entry
-  LUT-RAM delay line that later stages read at a fixed offset.
+  Only the 32-bit key travels from stage to stage in registers; the rest of the request is
+  registered once as it is accepted and waits in a 16-entry LUT-RAM delay line that later
+  stages read at a fixed offset.
 
 Commands (SET_KEY, QUERY_KEY, INVALIDATE) and remote invalidations are executed by one control
 FSM over a 36-bit datapath: it reads the ARGs one word a cycle, writes the table one lane a cycle
@@ -276,7 +277,8 @@ class KeyCache(wiring.Component):
     def _request_select(self, m, t):
         """The lookup pipeline's entry: the ports (:meth:`_ports`), the picked request's AND-OR
         multiplexer (its key for s1) and the delay line that holds the rest of the request for
-        s4 and s5, so only the key travels in a register. Also makes the lock, busy and CAM
+        s4 and s5 (written from a register one cycle after the acceptance), so only the key
+        travels from stage to stage. Also makes the lock, busy and CAM
         sweep signals the later parts drive. Adds ``lock``, ``busy``, ``sweep_on``,
         ``sweep_v``, ``fifos``, ``fifo_layout``, ``accept``, ``pick``, ``key_or`` and the
         delay line's read ports ``dl_a_r``, ``dl_b_r``."""
@@ -291,8 +293,11 @@ class KeyCache(wiring.Component):
         fifos, fifo_layout, accept, pick = self._ports(m, lock)
 
         # The picked request: an AND-OR multiplexer on the one-hot pick. Its key goes to s1;
-        # everything else into the delay line, written every cycle at `wptr`, so a stage n
-        # cycles after the acceptance finds its request at `wptr - n` (s4 and s5 read it).
+        # everything else to the register `s1_rest` and from it into the delay line, written
+        # every cycle at `wptr`, so a stage n cycles after the acceptance finds its request at
+        # `wptr - (n - 1)` (s4 and s5 read it). The register keeps the LUT RAM's write data
+        # (127 bits of it, each from the pick) off the path from a requester's valid, which
+        # comes from another block.
         rest_layout = data.StructLayout({
             "port": pbits, "pd": 16, "access": 5, "va": 64, "len": 32, "tag": 8})
         key_or, rest_or = Const(0, 32), Const(0, rest_layout.size)
@@ -305,10 +310,12 @@ class KeyCache(wiring.Component):
             ]
             key_or = key_or | (port.req.payload.key & pick[p].replicate(32))
             rest_or = rest_or | (rest.as_value() & pick[p].replicate(rest_layout.size))
+        s1_rest = Signal(rest_layout)
+        m.d.sync += s1_rest.eq(rest_or)
         # write and read pointers, each its own counter (no subtractor before a read address)
         wptr = Signal(4)
-        rptr_a = Signal(4, init=(-4) % 16)
-        rptr_b = Signal(4, init=(-5) % 16)
+        rptr_a = Signal(4, init=(-3) % 16)
+        rptr_b = Signal(4, init=(-4) % 16)
         m.d.sync += [wptr.eq(wptr + 1), rptr_a.eq(rptr_a + 1), rptr_b.eq(rptr_b + 1)]
         # two copies, one per reading stage (s4 and s5), each a LUT RAM with one read port
         dl_a = Memory(shape=data.StructLayout({"va": 64, "len": 32}), depth=16, init=[])
@@ -317,7 +324,7 @@ class KeyCache(wiring.Component):
         m.submodules.delay_a, m.submodules.delay_b = dl_a, dl_b
         dl_a_w, dl_b_w = dl_a.write_port(), dl_b.write_port()
         dl_a_r, dl_b_r = dl_a.read_port(domain="comb"), dl_b.read_port(domain="comb")
-        sel = rest_layout(rest_or)
+        sel = s1_rest
         m.d.comb += [
             dl_a_w.addr.eq(wptr), dl_a_w.en.eq(1),
             dl_a_w.data.va.eq(sel.va), dl_a_w.data.len.eq(sel.len),
