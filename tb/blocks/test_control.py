@@ -9,7 +9,7 @@ from sim.wrap import flat_top
 TESTS = ["identity_and_rw_registers", "partial_writes_ignored", "mailbox_results_and_dispatch",
          "mailbox_busy_ignores_cmd", "reset_sweep_busy", "doorbells_decoded", "events_and_irq",
          "counters_saturate", "axil_backpressure", "counters_exact_under_load",
-         "reset_clears_args_and_counters"]
+         "reset_clears_args_and_counters", "arg_read_behind_write"]
 
 CONFIGS = {
     "default": RnicConfig(),

@@ -20,9 +20,10 @@ Storage
 -------
 ARG0..15 are one 16 × 32-bit LUT RAM with one read port: the command's owner's while the
 command is issued or runs, software's otherwise (an AXI4-Lite read of an ARG waits while a
-command is busy). The sixteen counters are a 16 × 33-bit LUT RAM (the count and a sticky
-"saturated" bit; a saturated counter reads all ones) with one adder: each counter has a small
-tally that only ever adds its ``stat_inc`` lane and wraps, and a scan visits one counter per
+command is busy); its writes land through one register, a cycle after they are made. The
+sixteen counters are a 16 × 33-bit LUT RAM (the count and a sticky "saturated" bit; a
+saturated counter reads all ones) with one adder: each counter has a small tally that only
+ever adds its ``stat_inc`` lane and wraps, and a scan visits one counter per
 cycle and adds to its RAM word what the tally gained since the visit before (the tally minus
 its snapshot, kept in a second LUT RAM), in two stages (read, then add and write back). A read
 of a counter takes the scan's slot and returns the sum written back, so it is exact; a read of
@@ -391,8 +392,12 @@ class ControlPlane(wiring.Component):
                 with m.Case(k):
                     m.d.comb += [blk_addr.eq(p.arg_addr), blk_we.eq(p.arg_we),
                                  blk_wdata.eq(p.arg_wdata)]
-        # A block's ARG write goes straight to the RAM (a LUT RAM writes on the clock edge, so
-        # its address, data and enable end there as they would at flip-flops).
+        # Every write reaches the RAM through one register of its address, data and enable (it
+        # lands a cycle after it is made): a block's ARG address, data and enable come from
+        # another block, and the LUT RAM's write inputs want their setup before the edge. No
+        # read can miss a write that waits in the register: a block reads no ARG it wrote in
+        # its command, software reads an ARG only after the command's response, and a software
+        # read waits while a software ARG write is made (``rd_ready``).
         blk_rdata = Signal(32)
         m.d.comb += a_rd.addr.eq(Mux(blk_owns, blk_addr, word_r[:4]))
         m.d.sync += blk_rdata.eq(a_rd.data)
@@ -400,16 +405,18 @@ class ControlPlane(wiring.Component):
             m.d.comb += p.arg_data.eq(blk_rdata)
         arg_page_r = t.page_r(_at("ARG") >> 4)
         # an ARG or counter read waits for the clearing pass; other registers answer at once
-        m.d.comb += slave.rd_ready.eq(~(clearing & (arg_page_r | t.word_r_ctr)) & ~t.rd_wait
-                                      & ~(busy & arg_page_r))
+        # (and an ARG read waits while software writes an ARG: the write lands a cycle later)
         sw_arg = slave.wr_en & t.page_w(_at("ARG") >> 4) & ~busy
+        m.d.comb += slave.rd_ready.eq(~(clearing & (arg_page_r | t.word_r_ctr)) & ~t.rd_wait
+                                      & ~((busy | sw_arg) & arg_page_r))
+        w_addr, w_data, w_en = Signal(4), Signal(32), Signal()
+        m.d.comb += [a_wr.addr.eq(w_addr), a_wr.data.eq(w_data), a_wr.en.eq(w_en)]
         with m.If(clearing):
-            m.d.comb += [a_wr.addr.eq(t.scan), a_wr.data.eq(0), a_wr.en.eq(1)]
+            m.d.sync += [w_addr.eq(t.scan), w_data.eq(0), w_en.eq(1)]
         with m.Elif(busy):
-            m.d.comb += [a_wr.addr.eq(blk_addr), a_wr.data.eq(blk_wdata), a_wr.en.eq(blk_we)]
+            m.d.sync += [w_addr.eq(blk_addr), w_data.eq(blk_wdata), w_en.eq(blk_we)]
         with m.Else():
-            m.d.comb += [a_wr.addr.eq(word_w[:4]), a_wr.data.eq(slave.wr_data),
-                         a_wr.en.eq(sw_arg)]
+            m.d.sync += [w_addr.eq(word_w[:4]), w_data.eq(slave.wr_data), w_en.eq(sw_arg)]
         return types.SimpleNamespace(blk_owns=blk_owns, blk_rdata=blk_rdata,
                                      arg_page_r=arg_page_r)
 
