@@ -296,9 +296,16 @@ class RNIC(wiring.Component):
         build, ctl, hmem_rd, keys, rdr, req, resp = (
             t.build, t.ctl, t.hmem_rd, t.keys, t.rdr, t.req, t.resp)
         wiring.connect(m, resp.qp_set, req.qp_set)
-        # SET_QP's ARG writes, to the requester's context and the builder's path table
+        # SET_QP's ARG writes, to the requester's context and the builder's path table, through
+        # one register (each lands a cycle after PSN Check's own): the word comes from the
+        # control plane's ARG RAM through PSN Check and reaches two more blocks' tables. The
+        # QP's ``qp_set`` follows its last ARG write by three cycles or more, the sweep's
+        # last write lands before any command can run.
+        qa = Signal(resp.qp_arg.payload.shape())
+        qa_v = Signal()
+        m.d.sync += [qa_v.eq(resp.qp_arg.valid), qa.eq(resp.qp_arg.payload)]
         for dst in (req.qp_arg, build.qp_arg):
-            m.d.comb += [dst.valid.eq(resp.qp_arg.valid), dst.payload.eq(resp.qp_arg.payload)]
+            m.d.comb += [dst.valid.eq(qa_v), dst.payload.eq(qa)]
         # a payload read failed: the requester context moves the QP to ERROR (event 4); a READ
         # response's read ends its READ
         wiring.connect(m, build.fault, req.tx_fault)
