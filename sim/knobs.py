@@ -48,6 +48,13 @@ KNOBS = Registry([
           "`tb/blocks/test_formats.py` checks the format tables against (default: the shared "
           "spec beside the checkout, skipped when absent)"),
     ]),
+    ("Amaranth-style testbenches on the Verilog", "`sim/vsim.py`, `sim/vsim_cocotb.py`", [
+        K("RNIC_VSIM_ADDR", "str", REQUIRED, "host:port of the pytest process whose "
+          "testbenches the simulator obeys", "sim/vsim.py"),
+        K("RNIC_VSIM_KEY", "str", REQUIRED, "the connection's key (hex)", "sim/vsim.py"),
+        K("RNIC_VSIM_INPUTS", "str", None, "the inputs' initial values, "
+          "`port=hex,...`", "sim/vsim.py"),
+    ]),
     ("Benchmarks", "`sim/bench.py`, `sim/benches.py`, `rnic bench`", [
         K("RNIC_BENCH_OUT", "path", None, "the file a benchmark appends its figures to (JSON "
           "lines); unset, a benchmark only logs them", "sim/benches.py, sim/bench_top.py"),

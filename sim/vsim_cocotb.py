@@ -7,11 +7,12 @@ Each message is a list of operations, answered by one reply (the list of their r
 settle, or a step before the next edge); ``("q",)`` ends the test.
 """
 
-import os
 from multiprocessing.connection import Client
 
 import cocotb
 from cocotb.triggers import Timer
+
+from .knobs import knob
 
 
 def _read(handle):
@@ -23,8 +24,8 @@ def _read(handle):
 
 @cocotb.test()
 async def obey(dut):
-    host, port = os.environ["RNIC_VSIM_ADDR"].rsplit(":", 1)
-    conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ["RNIC_VSIM_KEY"]))
+    host, port = knob("RNIC_VSIM_ADDR").rsplit(":", 1)
+    conn = Client((host, int(port)), authkey=bytes.fromhex(knob("RNIC_VSIM_KEY")))
     handles = {}
 
     def h(name):
@@ -37,7 +38,7 @@ async def obey(dut):
             h(name).value = 0
         except AttributeError:
             pass            # a design without a clock domain
-    for item in filter(None, os.environ.get("RNIC_VSIM_INPUTS", "").split(",")):
+    for item in filter(None, (knob("RNIC_VSIM_INPUTS") or "").split(",")):
         name, value = item.split("=")
         h(name).value = int(value, 16)
     await Timer(1, "step")

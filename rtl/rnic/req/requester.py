@@ -1648,6 +1648,11 @@ class Requester(wiring.Component):
             m.next = "PKT"
             with m.If(t.is_rd):
                 m.next = "RD_PREP"
+        self._engine_read_states(m, t)
+
+    def _engine_read_states(self, m, t):
+        """RD_PREP and RD_PREP2, in the engine's FSM: a READ request's VA and PSN count."""
+        ctx, cur_addr, resid, seg_left = t.ctx, t.cur_addr, t.resid, t.seg_left
         with m.State("RD_PREP"):
             # a READ request for the bytes from ``sent`` on (all of them, or the rest after the
             # responses already placed): its VA, and the PSNs it takes, max(1, ⌈resid/PMTU⌉)
@@ -1714,20 +1719,7 @@ class Requester(wiring.Component):
                     ]
                     m.next = "CHUNK"
                     with m.If(t.is_rd):
-                        # one request, no payload, rd_l + 1 PSNs (the + 1 as both
-                        # operands' carry-in bit); a new READ takes a slot
-                        psn_n = (Cat(Const(1, 1), dyn.psn) + Cat(Const(1, 1), t.rd_l))[1:25]
-                        m.d.sync += [left.eq(0), t.left_z.eq(1), was_last.eq(1),
-                                     dyn.psn.eq(psn_n)]
-                        with m.If(~retx):
-                            m.d.sync += dyn.hpsn.eq(psn_n)
-                        with m.If(alloc_r):
-                            m.d.comb += self.read_rec.valid.eq(1)
-                            m.d.sync += t.e_ri.eq(t.new_ri)
-                            with m.If(t.rfresh != t.R):
-                                m.d.sync += t.rfresh.eq(t.rfresh + 1)
-                            with m.Else():
-                                m.d.comb += t.rfree.o.ready.eq(1)
+                        self._engine_read_request(m, t, retx)
         with m.State("CHUNK"):
             m.d.comb += self.busy.eq(1)
             prefetch()
@@ -1775,6 +1767,22 @@ class Requester(wiring.Component):
             m.d.sync += [dyn.cons.eq(cons1), dyn.part.eq(0), dyn.hcons.eq(hnext),
                          dyn.rds.eq(dyn.rds + (alloc & t.is_rd)), served.eq(1), e_cw_st.eq(1)]
             m.next = "CHECK_WAIT"
+
+    def _engine_read_request(self, m, t, retx):
+        """PKT's transfer of a READ request: one request, no payload, rd_l + 1 PSNs (the + 1 as
+        both operands' carry-in bit); a new READ takes a slot."""
+        dyn = t.dyn
+        psn_n = (Cat(Const(1, 1), dyn.psn) + Cat(Const(1, 1), t.rd_l))[1:25]
+        m.d.sync += [t.left.eq(0), t.left_z.eq(1), t.was_last.eq(1), dyn.psn.eq(psn_n)]
+        with m.If(~retx):
+            m.d.sync += dyn.hpsn.eq(psn_n)
+        with m.If(t.alloc_r):
+            m.d.comb += self.read_rec.valid.eq(1)
+            m.d.sync += t.e_ri.eq(t.new_ri)
+            with m.If(t.rfresh != t.R):
+                m.d.sync += t.rfresh.eq(t.rfresh + 1)
+            with m.Else():
+                m.d.comb += t.rfree.o.ready.eq(1)
 
     def _engine_end_states(self, m, t, go):
         """The engine's states after a WQE or a decision, in its FSM: CHECK_WAIT (the reads see the
