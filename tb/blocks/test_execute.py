@@ -297,6 +297,16 @@ def _key_cache_side(dut, delay, answer, *, hold=lambda n: 0, log=None, must_take
     return side
 
 
+def _record_outputs(ctx, dut, log):
+    """Log this cycle's READ job (its fields) and ``done`` (fatal, syndrome) transfers."""
+    if ctx.get(dut.read.valid):
+        log["jobs"].append({k: ctx.get(getattr(dut.read.payload, k))
+                            for k in ("qpn", "psn", "msn", "addr", "len", "pmtu")})
+    if ctx.get(dut.done.valid):
+        log["done"].append((ctx.get(dut.done.payload.fatal),
+                            ctx.get(dut.done.payload.syndrome)))
+
+
 def test_read_lookup_from_dec():
     """A new RDMA READ's Key Cache lookup is offered in the cycle after its take (from the
     planner's registers, while the key checks are idle), and when the Key Cache does not take
@@ -333,12 +343,7 @@ def test_read_lookup_from_dec():
                 ctx.set(dut.exe.valid, 1)
             else:
                 ctx.set(dut.exe.valid, 0)
-            if ctx.get(dut.read.valid):
-                log["jobs"].append({k: ctx.get(getattr(dut.read.payload, k))
-                                    for k in ("qpn", "psn", "msn", "addr", "len", "pmtu")})
-            if ctx.get(dut.done.valid):
-                log["done"].append((ctx.get(dut.done.payload.fatal),
-                                    ctx.get(dut.done.payload.syndrome)))
+            _record_outputs(ctx, dut, log)
             took = ctx.get(dut.exe.valid) and ctx.get(dut.exe.ready)
             if took:
                 log["take"].append(cyc)
@@ -421,12 +426,7 @@ def test_read_shortcut_after_a_fatal_command():
         ctx.set(dut.wr.piece.ready, 1)
         ctx.set(dut.wr.pkt_done, int(ctx.get(dut.wr.piece.valid)
                                      and ctx.get(dut.wr.piece.payload.end)))
-        if ctx.get(dut.read.valid):
-            log["jobs"].append({k: ctx.get(getattr(dut.read.payload, k))
-                                for k in ("qpn", "psn", "msn", "addr", "len", "pmtu")})
-        if ctx.get(dut.done.valid):
-            log["done"].append((ctx.get(dut.done.payload.fatal),
-                                ctx.get(dut.done.payload.syndrome)))
+        _record_outputs(ctx, dut, log)
         await ctx.tick()
 
     from sim.vsim import Simulator
