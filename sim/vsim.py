@@ -340,10 +340,7 @@ class Simulator:
 
     def _call(self, ops):
         self._conn.send(ops)
-        reply = self._conn.recv()
-        if isinstance(reply, tuple) and reply and reply[0] == "error":
-            raise RuntimeError(f"simulator: {reply[1]}")
-        return reply
+        return self._conn.recv()
 
     # -- the scheduler ---------------------------------------------------------------------
     def _ports_of(self, expr):
