@@ -149,7 +149,8 @@ class CRC32(wiring.Component):
         Every beat is whole (``keep`` all ones, the last beat's too: the source aligns each
         packet's end on a beat, see ``crc_init_before``): no correction stages (default False).
     latency : int or None
-        Of a checker only: a latency longer than its least (its result delayed); a generator's
+        Of a checker only: a latency longer than its least (its first extra cycle registers the
+        residue compare's two 16-bit halves, the others delay the result); a generator's
         latency is its least. Default: the least.
 
     Attributes
@@ -272,22 +273,7 @@ class CRC32(wiring.Component):
         m.d.sync += [tail_valid.eq(s2_valid & s2_last), tail.eq(nxt), tail_missing.eq(s2_missing)]
 
         if self.residue is not None:
-            # The residue after k trailing zero bytes is A^k·R: compare with the k-th constant,
-            # then delay the verdict to ``latency``.
-            raw = self.residue ^ CRC_XOROUT
-            consts = [crc32_update(raw, bytes(k)) for k in range(nb + 1)]
-            want = Signal(32)
-            with m.Switch(tail_missing):
-                for k, c in enumerate(consts):
-                    with m.Case(k):
-                        m.d.comb += want.eq(c)
-            cur_v, cur_ok = tail_valid, Signal()
-            m.d.comb += cur_ok.eq(tail == want)
-            for j in range(self.latency - (2 - self.fold + self.xor_stage)):
-                nv, nok = Signal(name=f"d{j}_valid"), Signal(name=f"d{j}_ok")
-                m.d.sync += [nv.eq(cur_v), nok.eq(cur_ok)]
-                cur_v, cur_ok = nv, nok
-            m.d.comb += [self.o.valid.eq(cur_v), self.o.payload.eq(cur_ok)]
+            self._residue_check(m, tail_valid, tail, tail_missing)
             return m
 
         # Correction stages: undo the zero bytes of a partial last beat, A^-(2^j) per bit j of
@@ -311,6 +297,39 @@ class CRC32(wiring.Component):
 
         m.d.comb += [self.o.valid.eq(cur_v), self.o.payload.eq(cur_s ^ CRC_XOROUT)]
         return m
+
+    def _residue_check(self, m, tail_valid, tail, tail_missing):
+        """The checker's verdict on ``o``: the state after the last beat (``tail``) against the
+        residue after ``tail_missing`` zero bytes."""
+        nb = self.nbytes
+        # The residue after k trailing zero bytes is A^k·R: compare with the k-th constant,
+        # then delay the verdict to ``latency``.
+        raw = self.residue ^ CRC_XOROUT
+        consts = [crc32_update(raw, bytes(k)) for k in range(nb + 1)]
+        want = Signal(32)
+        with m.Switch(tail_missing):
+            for k, c in enumerate(consts):
+                with m.Case(k):
+                    m.d.comb += want.eq(c)
+        cur_v, cur_ok = tail_valid, Signal()
+        extra = self.latency - (2 - self.fold + self.xor_stage)
+        if extra:
+            # a latency above the least registers the compare's two halves, so that the
+            # constant's select and the 32-bit AND do not meet in one stage
+            halves = [Signal(name=f"eq_h{h}") for h in range(2)]
+            m.d.sync += [q.eq(tail[16 * h:16 * h + 16] == want[16 * h:16 * h + 16])
+                         for h, q in enumerate(halves)]
+            nv = Signal(name="eq_valid")
+            m.d.sync += nv.eq(tail_valid)
+            cur_v, extra = nv, extra - 1
+            m.d.comb += cur_ok.eq(halves[0] & halves[1])
+        else:
+            m.d.comb += cur_ok.eq(tail == want)
+        for j in range(extra):
+            nv, nok = Signal(name=f"d{j}_valid"), Signal(name=f"d{j}_ok")
+            m.d.sync += [nv.eq(cur_v), nok.eq(cur_ok)]
+            cur_v, cur_ok = nv, nok
+        m.d.comb += [self.o.valid.eq(cur_v), self.o.payload.eq(cur_ok)]
 
 
 def _self_check():

@@ -28,7 +28,9 @@ Data path
   compared as its bytes arrive). In the cycle after the last beat
   ``hdr`` still holds the frame's header (the next frame's first beat is written at that
   cycle's end), so V1 reads it there: no snapshot. Three pipeline stages check it (V1: fields,
-  equality checks; V2: length compares, payload length and span; V3: header checksum) and V3
+  equality checks, the frame's and the UDP length against the IPv4 total length, the checksum
+  in three partial sums; V2: the UDP length against the headers, payload length and span, the
+  checksum's sum; V3: the checksum verdict) and V3
   has the header drop reason, four cycles after the last beat, in the cycle of its ICRC
   verdict at W <= 128 (:func:`icrc_latency` + 1 = 4 cycles; 5 above, the reason delayed).
 * The metadata is not carried through these stages: its raw fields (the BTH fields, the IPv4
@@ -377,6 +379,7 @@ class RxParse(wiring.Component):
         # the payload's distinct shifts (offset mod L): the read side's ``sel`` is an index into
         # them (2 at W=64: the realignment is a 2-way mux, not one of 6 header lengths)
         self.shifts = sorted({o % self.lanes for o in PAYLOAD_OFFSETS})
+        assert 0 not in self.shifts         # offsets are 2 mod 4: a payload never in lane 0
         self.buffer_frames = buffer_frames
         # frames in flight / queued: at least the minimum (60-byte) frames that arrive while
         # the read side drains the buffer's maximum frames, and 16 more for those in the check
@@ -675,7 +678,7 @@ class RxParse(wiring.Component):
 
     def _check_v0_v1(self, m, wr, hdr, hdr_next, hdr_eq):
         """Check stages V0 (the frame's length and where it sits, at its last beat) and V1 (the
-        header's fields and equality checks, the operands of V2's arithmetic), and the raw
+        header's fields, equality and length checks, the operands of V2's arithmetic), and the raw
         metadata fields written into the descriptor queue. Returns a namespace of the V1
         registers, ``end_frame`` and ``mh``."""
         # The parts below share their signals through ``t`` (see rnic.parts), called in the
@@ -730,8 +733,9 @@ class RxParse(wiring.Component):
 
     def _check_v1_fields(self, m, t):
         """The inputs of check stage V1, from the captured header ``hdr``: the opcode's
-        information, the drop reasons the equality checks decide (``r2``, ``r3a``, ``r5a``),
-        the operands of V2's length compares, the IPv4 checksum's word pairs and the header
+        information, the drop reasons the equality and length checks decide (``r2``, ``r3a``,
+        ``r3b``, ``r5a``), the operands of V2's UDP-against-headers compare, the IPv4
+        checksum's three partial sums and the header
         length's code. Combinational; V1 registers them (:meth:`_check_v1_regs`)."""
         ncode = len(HDR_LENS)
         v0_dropall, v0_long = t.v0_dropall, t.v0_long
@@ -762,17 +766,22 @@ class RxParse(wiring.Component):
         r5a = ((f(wire.BTH, _BTH, "tver") != 0)
                | (f(wire.BTH, _BTH, "pkey")[:15] != 0x7FFF)
                | ~info.known)
-        # minimum frame length max(60, 14 + total length), the compare done in V2 (bytes past
-        # the datagram are padding or a trailer, ignored)
-        dmin = Signal(17)
-        m.d.comb += dmin.eq(Mux(tot < wire.MIN_FRAME - _IP, wire.MIN_FRAME, _IP + tot))
+        # the length checks of reason 3 that compare the header with the frame, decided in V1
+        # from registers (``hdr``, ``v0_len``) into one bit, not carried as operands: a frame
+        # shorter than max(60, 14 + total length) (bytes past the datagram are padding or a
+        # trailer, ignored), a UDP length other than the total length less 20
+        r3b = Signal()
+        m.d.comb += r3b.eq((t.v0_len < wire.MIN_FRAME) | (t.v0_len < _IP + tot)
+                           | (udp_len + wire.IPV4_LEN != tot))
         need_now = Signal(17)
         m.d.comb += need_now.eq(wire.UDP_LEN + wire.ICRC_LEN + hdr_len + padcnt)
-        pair = [Signal(17, name=f"csum_p{k}") for k in range(5)]
-        for k in range(5):
-            w0 = Cat(b[_IP + 4 * k + 1], b[_IP + 4 * k])
-            w1 = Cat(b[_IP + 4 * k + 3], b[_IP + 4 * k + 2])
-            m.d.comb += pair[k].eq(w0 + w1)
+        # the IPv4 header's ten 16-bit words in three sums of four, four and two (each two
+        # adders deep), which V2 adds
+        words = [Cat(b[_IP + 2 * k + 1], b[_IP + 2 * k]) for k in range(10)]
+        part = [Signal(18, name=f"csum_g{k}") for k in range(3)]
+        m.d.comb += [part[0].eq((words[0] + words[1]) + (words[2] + words[3])),
+                     part[1].eq((words[4] + words[5]) + (words[6] + words[7])),
+                     part[2].eq(words[8] + words[9])]
 
         code = Signal(range(ncode))
         with m.Switch(hdr_len):
@@ -780,8 +789,8 @@ class RxParse(wiring.Component):
                 with m.Case(h):
                     m.d.comb += code.eq(c)
         return types.SimpleNamespace(
-            info=info, tot=tot, udp_len=udp_len, r2=r2, r3a=r3a, r5a=r5a, dmin=dmin,
-            need_now=need_now, pair=pair, code=code)
+            info=info, tot=tot, udp_len=udp_len, r2=r2, r3a=r3a, r3b=r3b, r5a=r5a,
+            need_now=need_now, part=part, code=code)
 
     def _raw_metadata(self, t):
         """The raw metadata fields (``mh``: ``mh_layout``, from ``hdr``) of the frame whose last
@@ -813,39 +822,35 @@ class RxParse(wiring.Component):
     def _check_v1_regs(self, m, t):
         """Check stage V1's registers, loaded in the cycle after the frame's last beat
         (``v0_valid``): the drop reasons so far, the opcode's flags, the header length's code,
-        where the frame sits and the operands of V2's compares and checksum sums. Returns
+        where the frame sits and the operands of V2's compare and checksum sum. Returns
         them, the namespace :meth:`_check_v2_v3` reads."""
         ncode = len(HDR_LENS)
         ptrw = self.ptrw
-        frame_len, info, pair = t.frame_len, t.info, t.pair
-        v0_valid, v0_user, v0_base, v0_end, v0_len = (t.v0_valid, t.v0_user, t.v0_base,
-                                                      t.v0_end, t.v0_len)
-        r2, r3a, r5a, code, dmin = t.r2, t.r3a, t.r5a, t.code, t.dmin
+        info, part = t.info, t.part
+        v0_valid, v0_user, v0_base, v0_end = t.v0_valid, t.v0_user, t.v0_base, t.v0_end
+        r2, r3a, r3b, r5a, code = t.r2, t.r3a, t.r3b, t.r5a, t.code
         udp_len, tot, need_now = t.udp_len, t.tot, t.need_now
         v1_valid = Signal()
         v1_r1, v1_r2, v1_r3, v1_r5 = Signal(), Signal(), Signal(), Signal()
         v1_flags = Signal(4)
         v1_code = Signal(range(ncode))
         v1_base, v1_end = Signal(ptrw), Signal(ptrw)
-        v1_len, v1_dmin = Signal.like(frame_len), Signal(17)
-        v1_udp, v1_udp20, v1_tot, v1_need = Signal(16), Signal(17), Signal(16), Signal(17)
-        v1_pair = [Signal(17, name=f"v1_csum_p{k}") for k in range(5)]
+        v1_udp, v1_need = Signal(16), Signal(17)
+        v1_part = [Signal(18 - (k == 2), name=f"v1_csum_g{k}") for k in range(3)]
         m.d.sync += v1_valid.eq(v0_valid)
         with m.If(v0_valid):
             m.d.sync += [
-                v1_r1.eq(v0_user), v1_r2.eq(r2), v1_r3.eq(r3a), v1_r5.eq(r5a),
+                v1_r1.eq(v0_user), v1_r2.eq(r2), v1_r3.eq(r3a | r3b), v1_r5.eq(r5a),
                 v1_flags.eq(Cat(info.reth, info.immdt, info.ieth, info.aeth)),
                 v1_code.eq(code), v1_base.eq(v0_base), v1_end.eq(v0_end),
-                v1_len.eq(v0_len), v1_dmin.eq(dmin),
-                v1_udp.eq(udp_len), v1_udp20.eq(udp_len + wire.IPV4_LEN), v1_tot.eq(tot),
+                v1_udp.eq(udp_len),
                 v1_need.eq(need_now),
             ]
-            m.d.sync += [r.eq(p) for r, p in zip(v1_pair, pair)]
+            m.d.sync += [r.eq(p) for r, p in zip(v1_part, part)]
         return types.SimpleNamespace(
             v1_valid=v1_valid, v1_r1=v1_r1, v1_r2=v1_r2, v1_r3=v1_r3, v1_r5=v1_r5,
-            v1_flags=v1_flags, v1_code=v1_code, v1_base=v1_base, v1_end=v1_end, v1_len=v1_len,
-            v1_dmin=v1_dmin, v1_udp=v1_udp, v1_udp20=v1_udp20, v1_tot=v1_tot, v1_need=v1_need,
-            v1_pair=v1_pair)
+            v1_flags=v1_flags, v1_code=v1_code, v1_base=v1_base, v1_end=v1_end,
+            v1_udp=v1_udp, v1_need=v1_need, v1_part=v1_part)
 
     def _check_v2_v3(self, m, v01):
         """Check stages V2 (length compares, payload length, where the payload lies: the
@@ -862,17 +867,15 @@ class RxParse(wiring.Component):
             v2_shi=t.v2_shi, **vars(v3))
 
     def _check_v2(self, m, t):
-        """Check stage V2's registers: the length compares of V1's operands (frame against the
-        minimum, UDP against IPv4 length, UDP against the headers' need) merged into the drop
-        reasons, the payload length and span (its first beat from the header length's code,
-        the shift index ``v2_shi``), and the checksum's two partial sums. Returns them."""
+        """Check stage V2's registers: the UDP length against the headers' need merged into the
+        drop reasons, the payload length and span (its first beat from the header length's
+        code, the shift index ``v2_shi``), and the checksum's sum. Returns them."""
         ptrw, L = self.ptrw, self.lanes
         shifts = self.shifts
         nsh = len(shifts)
         v1_valid, v1_r1, v1_r2, v1_r3, v1_r5 = t.v1_valid, t.v1_r1, t.v1_r2, t.v1_r3, t.v1_r5
         v1_flags, v1_code, v1_base, v1_end = t.v1_flags, t.v1_code, t.v1_base, t.v1_end
-        v1_len, v1_dmin, v1_udp, v1_udp20 = t.v1_len, t.v1_dmin, t.v1_udp, t.v1_udp20
-        v1_tot, v1_need, v1_pair = t.v1_tot, t.v1_need, t.v1_pair
+        v1_udp, v1_need, v1_part = t.v1_udp, t.v1_need, t.v1_part
         pl_diff = Signal(18)
         m.d.comb += pl_diff.eq(v1_udp - v1_need)
         shi = Signal(range(nsh))
@@ -887,17 +890,16 @@ class RxParse(wiring.Component):
         v2_flags = Signal(4)
         v2_shi = Signal(range(nsh))
         v2_first, v2_end = Signal(ptrw), Signal(ptrw)
-        v2_q = [Signal(19, name=f"v2_csum_q{k}") for k in range(2)]
+        v2_q = Signal(20, name="v2_csum")
         m.d.sync += v2_valid.eq(v1_valid)
         with m.If(v1_valid):
             m.d.sync += [
                 v2_r1.eq(v1_r1), v2_r2.eq(v1_r2),
-                v2_r3.eq(v1_r3 | (v1_len < v1_dmin) | (v1_udp20 != v1_tot)),
+                v2_r3.eq(v1_r3),
                 v2_r5.eq(v1_r5 | pl_diff[-1]),                  # udp_len < need
                 v2_len.eq(pl_diff[:13]), v2_flags.eq(v1_flags),
                 v2_shi.eq(shi), v2_first.eq(v1_base + skip), v2_end.eq(v1_end),
-                v2_q[0].eq(v1_pair[0] + v1_pair[1] + v1_pair[2]),
-                v2_q[1].eq(v1_pair[3] + v1_pair[4]),
+                v2_q.eq(v1_part[0] + v1_part[1] + v1_part[2]),
             ]
         return types.SimpleNamespace(
             v2_valid=v2_valid, v2_r1=v2_r1, v2_r2=v2_r2, v2_r3=v2_r3, v2_r5=v2_r5,
@@ -913,8 +915,7 @@ class RxParse(wiring.Component):
         v2_flags, v2_q = t.v2_flags, t.v2_q
         # The sum of ten words is < 0xA0000: its one's complement fold low + high is 0xFFFF
         # exactly when low == ~high (16 bits; high <= 9), an equality, not a second adder.
-        csum = Signal(20)
-        m.d.comb += csum.eq(v2_q[0] + v2_q[1])
+        csum = v2_q
         bad = Signal()
         m.d.comb += bad.eq(csum[:16] != ~Cat(csum[16:], Const(0, 12)))
         reth, immdt, ieth, aeth = v2_flags
@@ -1294,16 +1295,18 @@ class RxParse(wiring.Component):
 
     def _head_fields(self, m, d):
         """The head queue's entry, from the descriptor ``d`` part ``d`` (payload length, first
-        and end beat, shift index): the buffer reads of the payload (``reads``; ``has`` = some,
-        ``one`` = one), whether its last beat needs a flush beat after the last read
-        (``flush``) and the ``keep`` count of its last beat. Combinational."""
+        and end beat, shift index): the buffer reads of the payload less one (``reads_m1``,
+        when ``has``: some; ``one`` = one), whether its last beat needs a flush beat after the
+        last read (``flush``) and the ``keep`` count of its last beat. Combinational, from the
+        descriptor RAM's output: one adder, the rest constant compares picked by ``sel``, no
+        carry chain behind another."""
         L, lg, cap = self.lanes, self.lg, self.cap
         shifts = self.shifts
         head_layout = data.StructLayout({
             "payload_len": 13,
             "first": len(d.first),
             "end": len(d.end),
-            "reads": range(cap + 2),
+            "reads_m1": range(cap + 1),
             "has": 1,
             "one": 1,
             "sel": range(len(shifts)),      # index into the shifts
@@ -1311,28 +1314,27 @@ class RxParse(wiring.Component):
             "last_keep": range(L + 1),
         })
         h = Signal(head_layout)
-        # With len = payload_len > 0 and the payload's first byte in lane ``shift`` of its
-        # first read: reads = (len + shift - 1) // L + 1, one adder from the RAM's output
-        # (its constant ``cpl`` picked by ``sel``); one read when len <= L - shift; a flush
-        # beat when the last byte stays in the same output beat, (len - 1) % L + shift < L,
-        # an add of lane bits only.
-        shift = Signal(range(L))
-        cpl = Signal(range(2 * L))                  # shift + L - 1
-        lim = Signal(range(L + 1))                  # L - shift
+        # With len = payload_len > 0 and the payload's first byte in lane ``shift`` (never 0)
+        # of its first read: reads - 1 = (len + shift - 1) // L; one read when
+        # len <= L - shift; with r = len % L, a flush beat when the last byte stays in the
+        # same output beat, (r - 1) % L + shift < L, that is 1 <= r <= L - shift.
+        ln = d.payload_len
+        r = ln[:lg]
+        cm1 = Signal(range(L))                      # shift - 1
+        one = Signal()
+        flush = Signal()
         with m.Switch(d.sel):
             for c, sh in enumerate(shifts):
                 with m.Case(c):
-                    m.d.comb += [shift.eq(sh), cpl.eq(sh + L - 1), lim.eq(L - sh)]
-        lom1 = Signal(lg)                           # (len - 1) % L
-        rsum = Signal(14)                           # len + shift + L - 1
+                    m.d.comb += [cm1.eq(sh - 1), one.eq(ln <= L - sh),
+                                 flush.eq((r != 0) & (r <= L - sh))]
         m.d.comb += [
-            lom1.eq(d.payload_len[:lg] - 1), rsum.eq(d.payload_len + cpl),
-            h.payload_len.eq(d.payload_len), h.first.eq(d.first), h.end.eq(d.end),
-            h.sel.eq(d.sel), h.has.eq(d.payload_len != 0),
-            h.reads.eq(Mux(h.has, rsum >> lg, 0)),
-            h.one.eq(h.has & (d.payload_len <= lim)),
-            h.flush.eq((lom1 + shift) < L),
-            h.last_keep.eq(lom1 + 1),
+            h.payload_len.eq(ln), h.first.eq(d.first), h.end.eq(d.end),
+            h.sel.eq(d.sel), h.has.eq(ln != 0),
+            h.reads_m1.eq((ln + cm1) >> lg),
+            h.one.eq(h.has & one),
+            h.flush.eq(flush),
+            h.last_keep.eq(Mux(r == 0, L, r)),
         ]
         return h
 
@@ -1348,6 +1350,17 @@ class RxParse(wiring.Component):
         f_sel, f_keep, f_flush, f_end = t.f_sel, t.f_keep, t.f_flush, t.f_end
         pend, p_sel, p_keep, credit = t.pend, t.p_sel, t.p_keep, t.credit
         take, push, head, drop, head_ok = t.take, t.push, t.head, t.drop, t.head_ok
+        # The registers of the frame being read (``addr``, ``left``, ``f_*``) are loaded from
+        # the head in every cycle the side is not busy, and ``p_sel``/``p_keep`` in every cycle
+        # they may change (no flush beat waiting for credit): their enables are functions of
+        # registers, and only ``busy`` and ``pend`` take the decision (a late decision on many
+        # enables is a long path after placement).
+        with m.If(~busy):
+            m.d.sync += [addr.eq(head.first + 1), left.eq(head.reads_m1),
+                         f_sel.eq(head.sel), f_keep.eq(head.last_keep),
+                         f_flush.eq(head.flush), f_end.eq(head.end)]
+            with m.If(credit | ~pend):
+                m.d.sync += [p_sel.eq(head.sel), p_keep.eq(head.last_keep)]
         with m.If(credit):
             with m.If(busy):
                 m.d.comb += [
@@ -1377,14 +1390,9 @@ class RxParse(wiring.Component):
                         with m.If(head.has):
                             m.d.comb += tok.rd.eq(1)
                             with m.If(head.one):
-                                m.d.sync += [rd_free.eq(head.end), pend.eq(head.flush),
-                                             p_sel.eq(head.sel), p_keep.eq(head.last_keep)]
+                                m.d.sync += [rd_free.eq(head.end), pend.eq(head.flush)]
                             with m.Else():
-                                m.d.sync += [
-                                    busy.eq(1), addr.eq(head.first + 1), left.eq(head.reads - 1),
-                                    f_sel.eq(head.sel), f_keep.eq(head.last_keep),
-                                    f_flush.eq(head.flush), f_end.eq(head.end),
-                                ]
+                                m.d.sync += busy.eq(1)
         # The buffer is read in every cycle (its address needs no decision) and ``data2`` keeps
         # only the reads a token asked for: the take decision stays off the block RAMs' read
         # enables (a late decision on many RAM pins is a long path); ``data2`` is the same
