@@ -21,8 +21,20 @@ CASES = [(0, False, None, None), (14, False, None, None), (0, True, None, None),
          (14, True, None, 4)]
 
 
-@pytest.mark.parametrize("width", [64, 128, 256, 512])
-@pytest.mark.parametrize("skip,check,end4,lat", CASES)
+#: the cases the core instantiates (RX Parse's delayed checker, the TX builder's generator), run
+#: at every width; every case runs at the two extreme widths, the rest under make regress-full
+CORE_CASES = [(14, True, None, 7), (14, False, 2, None)]
+
+
+def _crc_cases():
+    for width in (64, 128, 256, 512):
+        for case in CASES:
+            full = width in (128, 256) and case not in CORE_CASES
+            yield pytest.param(width, *case, marks=[pytest.mark.full] if full else [],
+                               id=f"{width}-{'-'.join(map(str, case))}")
+
+
+@pytest.mark.parametrize("width,skip,check,end4,lat", list(_crc_cases()))
 def test_crc(width, skip, check, end4, lat):
     """The CRC (``check``: the residue checker, good and corrupted packets) against zlib, with
     every packet's result ``latency`` cycles after its last beat; with ``end4``, packets of

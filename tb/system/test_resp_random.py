@@ -1,8 +1,7 @@
 """Random responder traffic at the `rnic` top against the Python model (cocotb): see
-tb/system/cocotb_resp_random.py. The regression runs 100 messages on Icarus at W=64; `make
-regress-full`
-adds a shorter run on Verilator at W=512 (the build of tb/system/test_responder.py, shared); `make
-soak` runs 10,000+ messages on Verilator."""
+tb/system/cocotb_resp_random.py. The regression runs 40 messages on Icarus and 150 on
+Verilator at W=64; `make regress-full` adds a shorter run on Verilator at W=512 (the build of
+tb/system/test_responder.py, shared); `make soak` runs 10,000+ messages on Verilator."""
 
 import pytest
 
@@ -23,8 +22,15 @@ def _run(cfg, simulator, name, **env):
 
 
 def test_resp_random_w64_icarus():
+    """Icarus: an X reaching a port in random traffic fails the run."""
     _run("w64", "icarus", "resp-random-w64-icarus", RESP_RANDOM_SEED=1,
-         RESP_RANDOM_MESSAGES=100)
+         RESP_RANDOM_MESSAGES=40)
+
+
+def test_resp_random_w64_verilator():
+    """More messages on Verilator (the build of test_responder_rate, shared)."""
+    _run("w64", "verilator", "resp-random-w64-verilator", RESP_RANDOM_SEED=3,
+         RESP_RANDOM_MESSAGES=150)
 
 
 @pytest.mark.full
