@@ -497,6 +497,8 @@ def _read_after_write_fault(offset, shortcut):
             await ctx.tick()
             if fault:
                 assert ctx.get(dut.wr.done.ready)
+            if len(log["done"]) == 2 and cyc >= log["last"] + 40:
+                break       # both commands done, and 40 quiet cycles for anything extra
 
     from sim.vsim import Simulator
     sim = Simulator(dut)

@@ -15,6 +15,13 @@ from sim.runner import run_cocotb
 from sim.wrap import flat_top
 
 WIDTHS = [64, 128, 256, 512]
+
+
+def widths(*regression):
+    """Every width; those not in ``regression`` under make regress-full (every width runs the
+    directed set, test_rx_parse, in the regression)."""
+    return [w if w in regression else pytest.param(w, marks=pytest.mark.full) for w in WIDTHS]
+
 TESTS = ["good_frames", "icrc_vectors", "icrc_coverage", "drop_1_mac_error",
          "drop_2_not_for_us", "drop_3_bad_ip_udp", "drop_4_bad_icrc", "drop_5_bad_bth",
          "drop_several_reasons", "spacing"]
@@ -32,31 +39,31 @@ def test_rx_parse(width):
     _run(width, TESTS, "all")
 
 
-@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("width", widths(64, 128, 512))
 def test_rx_parse_trailer(width):
     """Bytes after the IPv4 datagram (trailers, Ethernet padding) are ignored (interface.md §3)."""
     _run(width, ["trailer"], "trailer")
 
 
-@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("width", widths(64, 128, 512))
 def test_rx_parse_short_prefixes(width):
     """Header bytes past a short frame's end read as 0, not as the previous frame's."""
     _run(width, ["short_prefixes"], "short")
 
 
-@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("width", widths(64, 512))
 def test_rx_parse_max_frames_backpressure(width):
     """Maximum frames back to back through a buffer of one maximum frame, back-pressured."""
     _run(width, ["max_frames_backpressure"], "maxbp")
 
 
-@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("width", widths(64, 512))
 def test_rx_parse_max_then_min(width):
     """Minimum frames behind a maximum frame never stall the input (the descriptor slots)."""
     _run(width, ["max_then_min_frames"], "maxmin")
 
 
-@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("width", widths(64, 512))
 def test_rx_parse_benchmark(width, tmp_path):
     out = tmp_path / "bench.json"
     _run(width, ["benchmark"], "bench", {"RX_PARSE_BENCH_FILE": str(out)})

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.runner import BUILD, ROOT, _check_results, verilator_env
+from sim.runner import ROOT, _check_results, _config_dir, _Lock, verilator_env
 
 CONFIGS = {
     "default": [],
@@ -22,45 +22,61 @@ CONFIGS = {
 }
 
 
-def _generate(cfg, simulator):
-    """Run the installed `rnic generate` command; its output file, untouched."""
-    out = BUILD / "ports" / f"{cfg}-{simulator}"
-    out.mkdir(parents=True, exist_ok=True)
+def _generate(cfg):
+    """Run the installed `rnic generate` command (once per configuration and RTL state, shared
+    by the simulators' cases); its output file, untouched."""
+    out = _config_dir("ports", {"cfg": cfg, "args": CONFIGS[cfg]})
     vpath = out / "rnic.v"
-    rnic = Path(sys.executable).with_name("rnic")
-    cmd = [str(rnic)] if rnic.exists() else [sys.executable, "-m", "rnic.cli"]
-    subprocess.run([*cmd, "generate", "-o", str(vpath), *CONFIGS[cfg]], check=True, cwd=ROOT,
-                   capture_output=True)
+    with _Lock(out / ".lock"):
+        if not vpath.exists():
+            rnic = Path(sys.executable).with_name("rnic")
+            cmd = [str(rnic)] if rnic.exists() else [sys.executable, "-m", "rnic.cli"]
+            tmp = out / "rnic.tmp.v"
+            subprocess.run([*cmd, "generate", "-o", str(tmp), *CONFIGS[cfg]], check=True,
+                           cwd=ROOT, capture_output=True)
+            tmp.rename(vpath)
     return out, vpath
 
 
 def _cases():
-    """Every configuration on both simulators; the second configuration's Verilator build
-    (~90 s) runs under make regress-full."""
-    for i, cfg in enumerate(CONFIGS):
+    """Every configuration on Icarus; the Verilator builds (~80 s each) run under make
+    regress-full, and :func:`test_generated_file_verilates` lints both files with Verilator's
+    default flags in the regression."""
+    for cfg in CONFIGS:
         for sim in ("icarus", "verilator"):
-            marks = [pytest.mark.full] if i and sim == "verilator" else []
+            marks = [pytest.mark.full] if sim == "verilator" else []
             yield pytest.param(cfg, sim, marks=marks, id=f"{cfg}-{sim}")
+
+
+@pytest.mark.parametrize("cfg", list(CONFIGS))
+def test_generated_file_verilates(cfg):
+    """Verilator reads the file with its default flags (every lint warning fatal but those the
+    file's own ``lint_off`` lines name) and the runner's timescale."""
+    verilator_env()
+    _, vpath = _generate(cfg)
+    r = subprocess.run(["verilator", "--lint-only", "--top-module", "rnic", "--timescale",
+                        "1ns/1ps", str(vpath)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
 
 
 @pytest.mark.parametrize("cfg, simulator", list(_cases()))
 def test_generated_file_ports_defined(cfg, simulator):
     from cocotb_tools.runner import get_runner
-    out, vpath = _generate(cfg, simulator)
+    out, vpath = _generate(cfg)
     if simulator == "verilator":
         verilator_env()     # toolchain set-up only: the build gets no Verilator flags
     runner = get_runner(simulator)
-    build_dir = out / "build"
+    build_dir = out / simulator
     # the file has no `timescale (none is needed); the bench's clock needs a unit of time
     runner.build(sources=[vpath], hdl_toplevel="rnic", build_dir=build_dir, always=True,
                  timescale=("1ns", "1ps"))
-    results = out / "results.xml"
+    results = build_dir / "results.xml"
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "rtl"),
                                           os.environ.get("PYTHONPATH", "")]),
            "COCOTB_LOG_LEVEL": "WARNING"}
     try:
         runner.test(test_module="tb.system.cocotb_ports", hdl_toplevel="rnic", build_dir=build_dir,
-                    test_dir=out, results_xml=str(results), extra_env=env,
+                    test_dir=build_dir, results_xml=str(results), extra_env=env,
                     timescale=("1ns", "1ps") if simulator == "icarus" else None)
     except SystemExit:
         pass
