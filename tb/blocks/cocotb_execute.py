@@ -769,6 +769,44 @@ async def _prefetch_moved_mid(p, cursor):
     return cursor
 
 
+async def _prefetch_dec_claim(p, cursor):
+    """H: a doorbell's claim in every cycle around the planner's DEC."""
+    tb, dut, pmtu, drain, ring_reads = p.tb, p.tb.dut, p.pmtu, p.drain, p.ring_reads
+    # H. QP 4's WQE posted (doorbell) d cycles before its own command, or before QP 2's
+    # command (QP 2's WQE read ahead before): for some d the prefetcher's claim meets the
+    # planner's DEC. A claim of the WQE the planner is taking is held off there (it would be
+    # a second read); another QP's claim goes ahead. Each WQE is read exactly once.
+    sges, cursor = alloc_sges(tb, cursor, 40, 1)
+    wa = (tb.post_wqe(2, sges), sges)
+    await drain(200)
+    for d in range(14):
+        for own in (True, False):
+            sges_b, cursor = alloc_sges(tb, cursor, 40, 1)
+            ib = tb.rq_index.get(4, 0)
+            rb = ring_reads(rq_base(4), ib)
+            ra = ring_reads(rq_base(2), wa[0][0])
+            wb = tb.post_wqe(4, sges_b)
+            for _ in range(d):
+                await RisingEdge(dut.clk)
+            q, w, sg = (4, wb, sges_b) if own else (2, wa[0], wa[1])
+            for pk in tb.message(q, "send", 40, pmtu, sges=sg, wqe=w):
+                tb.send_exe(*pk)
+            await drain(100)
+            assert ring_reads(rq_base(4), ib) == rb + 1, f"d={d} own={own}: QP 4's WQE reads"
+            if not own:
+                assert ring_reads(rq_base(2), wa[0][0]) == ra, f"d={d}: QP 2's WQE read again"
+                for pk in tb.message(4, "send", 40, pmtu, sges=sges_b, wqe=wb):
+                    tb.send_exe(*pk)
+                sges, cursor = alloc_sges(tb, cursor, 40, 1)
+                wa = (tb.post_wqe(2, sges), sges)
+                await drain(200)
+                assert ring_reads(rq_base(4), ib) == rb + 1, f"d={d}: QP 4's WQE read again"
+    for pk in tb.message(2, "send", 40, pmtu, sges=wa[1], wqe=wa[0]):
+        tb.send_exe(*pk)
+    await drain(100)
+    return cursor
+
+
 @cocotb.test()
 async def prefetch(dut):
     """WQE prefetch: only posted WQEs are read ahead (the next ring slot holds a poison WQE
@@ -776,13 +814,14 @@ async def prefetch(dut):
     WQEs posted ahead are read once, before their message arrives (pool hits); two deep: a
     take keeps the next WQE's slot, small messages back to back read each WQE once; a ring
     moved in the middle of a message is not served from the slot of the old one; a take's
-    next index is kept while another QP's doorbells come."""
+    next index is kept while another QP's doorbells come; a doorbell's claim in any cycle
+    around the planner's DEC reads each WQE once."""
     tb = TB(dut, seed=knob("EXECUTE_SEED") + 100)
     await tb.start()
     p = _Prefetch(tb)
     cursor = BUF
     for phase in (_prefetch_lazy, _prefetch_reset, _prefetch_moved, _prefetch_ahead,
-                  _prefetch_deep, _prefetch_doorbells, _prefetch_moved_mid):
+                  _prefetch_deep, _prefetch_doorbells, _prefetch_moved_mid, _prefetch_dec_claim):
         cursor = await phase(p, cursor)
     assert cursor < BUF + 0xF000
     await tb.finish()

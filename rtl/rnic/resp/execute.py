@@ -707,15 +707,19 @@ class Execute(wiring.Component):
         # (it may hit a slot and pin it); ``plan_tk`` in DEC, LOOK, HIT, TAKE, FETCH and
         # FETCH_WAIT (from DEC to its take the planner holds the QP's next WQE, found in a
         # slot or read itself: a prefetch of that WQE now would be a second read of it)
-        # ``plan_dec`` in DEC only (the prefetcher's QP compare with c is a cycle late there)
+        # ``c_ld``: the planner loads c from the command now (``_take_next``), so the
+        # prefetcher's QP compare with c, registered, is exact in DEC: it compares the QP c
+        # takes (a flush's c is not followed by ``plan_tk``)
         plan_hit_r = Signal()
         plan_tk = Signal()
-        plan_dec = Signal()
+        c_ld = Signal()
+        c_qpn_n = Signal(ab)
+        m.d.comb += c_qpn_n.eq(Mux(c_ld, self.exe.payload.qpn[:ab], c.qpn[:ab]))
         release = Signal()                     # the planner is done with the WQE in ``prow``
         pool = (prefetch_pool(m, prefetch=P, prefetch_depth=self.prefetch_depth,
                               num_qp=self.num_qp, fetch=fetch, plan_fetch=plan_fetch,
                               plan_look=plan_look, plan_hit_r=plan_hit_r, plan_tk=plan_tk,
-                              plan_dec=plan_dec, take=take, take_r=take_r, c=c, ab=ab, rst=rst,
+                              c_qpn_n=c_qpn_n, take=take, take_r=take_r, c=c, ab=ab, rst=rst,
                               rp=post, prow_oh=prow_oh, pin=pin, release=release)
                 if P else None)
         ring_ok = pool["ring_ok"] if P else Const(1, 1)
@@ -735,7 +739,7 @@ class Execute(wiring.Component):
             m.d.sync += d_valid.eq(0)
         return types.SimpleNamespace(
             c_ring=c_ring, d_eq=d_eq, d_index=d_index, d_qpn=d_qpn, d_ring=d_ring, d_valid=d_valid,
-            faddr_c=faddr_c, plan_dec=plan_dec, plan_fetch=plan_fetch,
+            c_ld=c_ld, faddr_c=faddr_c, plan_fetch=plan_fetch,
             plan_hit_r=plan_hit_r, plan_look=plan_look, plan_tk=plan_tk, pool=pool,
             release=release, ring_ok=ring_ok, take=take)
 
@@ -1175,8 +1179,8 @@ class Execute(wiring.Component):
     def _planner(self, m, t):
         """Stage 1, the planner's FSM (its states in the parts below, in this order); ``qp_reset``
         clears the dead mark and the completion index first."""
-        (cnext_wr, dead_wr, plan_dec, plan_hit_r, plan_tk, rst) = (
-            t.cnext_wr, t.dead_wr, t.plan_dec, t.plan_hit_r, t.plan_tk, t.rst)
+        (cnext_wr, dead_wr, plan_hit_r, plan_tk, rst) = (
+            t.cnext_wr, t.dead_wr, t.plan_hit_r, t.plan_tk, t.rst)
         # qp_reset clears the dead mark (priority over the planner's write)
         with m.If(rst.valid):
             m.d.comb += [dead_wr.addr.eq(rst.payload.qpn), dead_wr.data.eq(0),
@@ -1184,7 +1188,7 @@ class Execute(wiring.Component):
                          cnext_wr.addr.eq(rst.payload.qpn), cnext_wr.data.eq(0),
                          cnext_wr.en.eq(1)]
         # ==== stage 1, the planner: tables, WQE, pieces, the checks that need no lookup ====
-        m.d.sync += [plan_hit_r.eq(0), plan_tk.eq(0), plan_dec.eq(0)]
+        m.d.sync += [plan_hit_r.eq(0), plan_tk.eq(0)]
         with m.FSM(name="plan") as fsm:
             with m.State("IDLE"):
                 m.d.comb += t.tk_here.eq(1)
@@ -1210,12 +1214,12 @@ class Execute(wiring.Component):
         """IDLE's work: read the tables for the next command (or a flush, if ``allow_flush``) and
         take it."""
         (c, cdone, cnext_rd, cqe_on, cstat, dead_rd, fatal, fl_end, flushing, nowrite, pipe_empty,
-         plan_dec, plan_tk, rd_new, rd_sent, rdflt, skip, syn, wqe_rd) = (
+         plan_tk, rd_new, rd_sent, rdflt, skip, syn, wqe_rd) = (
             t.c, t.cdone, t.cnext_rd, t.cqe_on, t.cstat, t.dead_rd, t.fatal, t.fl_end, t.flushing,
-            t.nowrite, t.pipe_empty, t.plan_dec, t.plan_tk, t.rd_new, t.rd_sent, t.rdflt, t.skip,
+            t.nowrite, t.pipe_empty, t.plan_tk, t.rd_new, t.rd_sent, t.rdflt, t.skip,
             t.syn, t.wqe_rd)
         m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
-                     cnext_rd.en.eq(1)]
+                     cnext_rd.en.eq(1), t.c_ld.eq(1)]
         ep = self.exe.payload
         ep_read = ep.read if self.rdma_read else Const(0)    # (no READ: its states fold away)
         m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(ep.status), nowrite.eq(0),
@@ -1244,7 +1248,7 @@ class Execute(wiring.Component):
                 m.d.sync += [c[f].eq(0) for f in (
                     "write", "read", "imm_valid", "inv", "wqe", "comp", "send")]
         with m.If(self.exe.valid):
-            m.d.sync += [plan_tk.eq(1), plan_dec.eq(1)]
+            m.d.sync += plan_tk.eq(1)
             m.next = "DEC"
         if allow_flush:
             with m.Elif(self.flush.valid & pipe_empty):

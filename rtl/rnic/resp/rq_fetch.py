@@ -214,7 +214,7 @@ _NXT_LANE = 10
 
 
 def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, plan_look,
-                  plan_hit_r, plan_tk, plan_dec, take, take_r, c, ab, rst, rp, prow_oh, pin,
+                  plan_hit_r, plan_tk, c_qpn_n, take, take_r, c, ab, rst, rp, prow_oh, pin,
                   release):
     """The WQE prefetch pool (see the module docstring): slots 0..P-1 of the WQE store.
     ``prow_oh``/``pin``: while ``pin``, the planner works from the slot set in ``prow_oh``
@@ -222,8 +222,9 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     ``release``: it is done with that slot's WQE (completed): the slot is free; ``take``:
     the planner takes WQE c.rq_index of c.qpn (the pool acts on it a cycle later, from a
     register, while c stays as it is); ``plan_hit_r``, ``plan_tk``: registers, 1 while the
-    planner is in HIT, and from DEC to the take of c's WQE (the QP's next); ``plan_dec``:
-    1 in DEC (c was loaded in the cycle before). Returns the
+    planner is in HIT, and from DEC to the take of c's WQE (the QP's next); ``c_qpn_n``:
+    the QP c holds in the next cycle (c.qpn, or the command's while the planner loads c).
+    Returns the
     signals the planner uses: ``match_c`` (valid in LOOK, the state after the one that
     loaded c's index: slots holding c's WQE),
     ``claim_d`` (the slots the prefetcher claimed in the cycle before, one-hot; none is
@@ -237,7 +238,7 @@ def prefetch_pool(m, *, prefetch, prefetch_depth, num_qp, fetch, plan_fetch, pla
     t = types.SimpleNamespace(
         P=prefetch, sb=max(1, (prefetch - 1).bit_length()), D=prefetch_depth, num_qp=num_qp,
         fetch=fetch, fr=fetch.resp, plan_fetch=plan_fetch, plan_look=plan_look,
-        plan_hit_r=plan_hit_r, plan_tk=plan_tk, plan_dec=plan_dec, take=take, take_r=take_r,
+        plan_hit_r=plan_hit_r, plan_tk=plan_tk, c_qpn_n=c_qpn_n, take=take, take_r=take_r,
         c=c, ab=ab, rst=rst, rst_q=rst.payload.qpn, rp=rp, prow_oh=prow_oh, pin=pin,
         release=release)
     _add(t, _qp_tables(m, t))
@@ -422,10 +423,11 @@ def _visit_registers(m, t):
     with m.Elif(take_q):
         m.d.sync += pf_try[0].eq(1)
     # the QP visited is c's (registered: pf_q is loaded in IDLE, three cycles or more before
-    # CLAIM; c.qpn is loaded in the planner's IDLE and stable to its take, so the compare
-    # is a cycle late in DEC only: there ``plan_dec`` stands for it)
+    # CLAIM, and compared with the QP c holds in the next cycle, so the compare is exact in
+    # every cycle the planner holds c's WQE, DEC included: no planner state decode reaches
+    # the claim)
     same_q = Signal()
-    m.d.sync += same_q.eq(pf_q == c.qpn[:ab])
+    m.d.sync += same_q.eq(pf_q == t.c_qpn_n)
     m.d.comb += pst_rd.addr.eq(Mux(chk_take.o.valid, chk_take.o.payload.qpn,
                                    chk_post.o.payload.qpn))
     # the tables read in IDLE may miss a write of this or the previous cycle (read ports
@@ -627,7 +629,7 @@ def _visit_claim_states(m, t):
     with m.State("CLAIM"):
         # the slot is claimed and its read issued in the same cycle when the read port
         # is free (else ISSUE waits for it)
-        with m.If(hold | t.hit_hold | (((t.plan_tk & t.same_q) | t.plan_dec) & ~a_sel1)):
+        with m.If(hold | t.hit_hold | (t.plan_tk & t.same_q & ~a_sel1)):
             m.next = "ALLOC"
         with m.Elif(pf_void):
             m.next = "IDLE"
