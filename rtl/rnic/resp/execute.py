@@ -1019,7 +1019,9 @@ class Execute(wiring.Component):
         widx = Signal(16)
         flushing = Signal()
         fl_end = Signal(16)
-        fl_start = Signal(16)                  # the flush's first index (``cnext``)
+        # the flush's first index (``cnext``): reset-less, loaded in FL_DEC only, from the read
+        # port alone (the block RAM's output register), read after it
+        fl_start = Signal(16, reset_less=True)
         fl_stop = Signal()
 
         # c's ring slot, registered from c in every cycle: c's index and ring are unchanged in

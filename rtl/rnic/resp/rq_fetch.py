@@ -393,8 +393,11 @@ def _visit_registers(m, t):
     # ---- the prefetcher FSM: examine one QP at a time -------------------------------------
     pf_q = Signal(ab)
     pf_void = Signal()          # the QP was reset or took a WQE since its tables were read
-    row = Signal(t.post_row)
-    pf_idx = Signal(16)         # idx0 = nxt
+    # the tables' row as read (READ): reset-less, loaded in READ only and from the read port
+    # alone, so synthesis folds them into the block RAM's output register (read only after
+    # READ loaded them)
+    row = Signal(t.post_row, reset_less=True)
+    pf_idx = Signal(16, reset_less=True)    # idx0 = nxt
     pf_idx1 = Signal(16)        # idx1 = nxt + 1
     pf_idx2 = Signal(16)        # idx2 = nxt + 2
     pf_want = Signal()          # WQE idx0 is posted
@@ -491,9 +494,12 @@ def _visit_choice(m, t):
                  need1.eq(t.pf_want1 & ~pf_try[1] & ((t.pf_m1 & valid) == 0) if D > 1 else 0),
                  need2.eq(t.pf_want2 & ~pf_try[2] & ((t.pf_m2 & valid) == 0) if D > 2 else 0)]
     # the slots tagged {pf_q, pf_key}: idx0 in CALC, idx1 in CALC1, idx2 in CALC2 (one bank
-    # of compares; ``pf_key`` a register, loaded in the state before, so no state decode
-    # selects the compares' operand)
+    # of compares; ``pf_key`` = idx0 + ``pf_off``, a register set in the state before, so no
+    # state decode selects the compares' operand and idx0, the block RAM's output register,
+    # feeds no multiplexer)
+    pf_off = Signal(2)
     pf_key = Signal(16)
+    m.d.comb += pf_key.eq(pf_idx + pf_off)
     pf_cmp = Signal(P)
     for i in range(P):
         m.d.comb += pf_cmp[i].eq((sq[i] == pf_q) & (sidx[i] == pf_key))
@@ -514,7 +520,8 @@ def _visit_choice(m, t):
     return types.SimpleNamespace(
         pinned=pinned, free=free, evictable=evictable, fsel=fsel, fsel_oh=fsel_oh, ev_oh=ev_oh,
         lmask=lmask, pf_addr=pf_addr, need0=need0,
-        need1=need1, need2=need2, pf_key=pf_key, pf_cmp=pf_cmp, hold=hold, hit_hold=hit_hold,
+        need1=need1, need2=need2, pf_key=pf_key, pf_off=pf_off, pf_cmp=pf_cmp, hold=hold,
+        hit_hold=hit_hold,
         a_im=a_im, a_m=a_m, m_new=m_new)
 
 
@@ -538,7 +545,7 @@ def _visit_read_states(m, t):
     """IDLE, READ, CALC and (with a deeper prefetch) CALC1, CALC2 (inside the prefetcher FSM):
     take a QP to examine, register its tables' read data, find which of idx0..idx2 are posted
     and which slots hold each, one bank of compares a cycle."""
-    D, row, pf_idx, pf_cmp, pf_key = t.D, t.row, t.pf_idx, t.pf_cmp, t.pf_key
+    D, row, pf_idx, pf_cmp = t.D, t.row, t.pf_idx, t.pf_cmp
     pst_rd, nxt_rd, chk_post, chk_take = t.pst_rd, t.nxt_rd, t.chk_post, t.chk_take
     with m.State("IDLE"):
         with m.If(chk_take.o.valid | chk_post.o.valid):
@@ -548,8 +555,9 @@ def _visit_read_states(m, t):
             m.d.sync += [t.pf_q.eq(pst_rd.addr), t.pf_void.eq(t.hazard), t.pf_try.eq(0)]
             m.next = "READ"
     with m.State("READ"):
-        # the tables' read data registered as is (block RAM clock-to-out)
-        m.d.sync += [row.eq(pst_rd.data), pf_idx.eq(nxt_rd.data), pf_key.eq(nxt_rd.data)]
+        # the tables' read data registered as is, into registers loaded in this state only:
+        # the block RAM's output register
+        m.d.sync += [row.eq(pst_rd.data), pf_idx.eq(nxt_rd.data), t.pf_off.eq(0)]
         m.next = "CALC"
     with m.State("CALC"):
         ahead = Signal(16)
@@ -560,11 +568,11 @@ def _visit_read_states(m, t):
                      t.pf_want2.eq(row.on & (ahead != 0) & (ahead != 1) & (ahead != 2)
                                    & ~ahead[15]),
                      t.pf_idx1.eq(pf_idx + 1), t.pf_idx2.eq(pf_idx + 2)]
-        m.d.sync += [t.pf_m0.eq(pf_cmp), pf_key.eq(pf_idx + 1)]
+        m.d.sync += [t.pf_m0.eq(pf_cmp), t.pf_off.eq(1)]
         m.next = "CALC1" if D > 1 else "ALLOC"
     if D > 1:
         with m.State("CALC1"):
-            m.d.sync += [t.pf_m1.eq(pf_cmp), pf_key.eq(t.pf_idx2)]
+            m.d.sync += [t.pf_m1.eq(pf_cmp), t.pf_off.eq(2)]
             m.next = "CALC2" if D > 2 else "ALLOC"
     if D > 2:
         with m.State("CALC2"):
