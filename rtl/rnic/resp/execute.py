@@ -591,7 +591,7 @@ class Execute(wiring.Component):
         # write tag -> QPN, by the tag's low bits: at most MAX_WRITES writes are out
         # (the table index: a command's QPN is below ``num_qp``, PSN Check drops the others)
         m.submodules.wqpn = wqpn = Memory(shape=ab, depth=MAX_WRITES, init=[])
-        wqpn_rd = wqpn.read_port(domain="comb")
+        wqpn_rd = wqpn.read_port()
         wqpn_wr = wqpn.write_port()
         return types.SimpleNamespace(
             cnext_rd=cnext_rd, cnext_rd_data=cnext_rd_data, cnext_wr=cnext_wr, dead=dead,
@@ -769,10 +769,12 @@ class Execute(wiring.Component):
         (ev_q, fault_q, room, rst, wflt_wr, wqpn_rd, wr_cnt, wr_done, wr_inc) = (
             t.ev_q, t.fault_q, t.room, t.rst, t.wflt_wr, t.wqpn_rd, t.wr_cnt, t.wr_done, t.wr_inc)
         # ---- write completions: count, fault report ---------------------------------------
-        # (registered first: the tag -> QPN table read and what follows start from a register)
+        # (registered first: the tag -> QPN table is read as the done is taken, into the read
+        # port's register, so the fault's marks and queues start from a register. The entry
+        # is not rewritten meanwhile: tags are issued in order, a tag again only after its
+        # done is counted, at ``d1_go``.)
         wd = self.wr.done
         d1_v = Signal()
-        d1_tag = Signal(8)
         d1_err = Signal()
         d1_go = Signal()
         wd_err = Signal()
@@ -780,9 +782,10 @@ class Execute(wiring.Component):
                      # (a fault waits while a qp_reset clears the marks)
                      d1_go.eq(d1_v & (~d1_err | (ev_q.i.ready & fault_q.i.ready & ~rst.valid))),
                      wd.ready.eq(~d1_v | d1_go),
-                     wqpn_rd.addr.eq(d1_tag[:MAX_WRITES.bit_length() - 1])]
+                     wqpn_rd.addr.eq(wd.payload.tag[:MAX_WRITES.bit_length() - 1]),
+                     wqpn_rd.en.eq(wd.ready)]
         with m.If(wd.ready):
-            m.d.sync += [d1_v.eq(wd.valid), d1_tag.eq(wd.payload.tag), d1_err.eq(wd.payload.err)]
+            m.d.sync += [d1_v.eq(wd.valid), d1_err.eq(wd.payload.err)]
         with m.If(d1_go):
             m.d.sync += wr_done.eq(wr_done + 1)
         # stage 4's room check ``wr_cnt − wr_done < MAX_WRITES`` one cycle ahead: the compares
