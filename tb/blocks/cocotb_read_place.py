@@ -405,6 +405,24 @@ async def place_all(dut):
                   sum(1 for e in tb.exp if e[0] == DECIDE))
 
 
+@cocotb.test()
+async def place_pmtu(dut):
+    """Every PMTU code 1..5 (the offset (p − fpsn) · PMTU is made one shift a cycle, as many as
+    the code): READs of 3·PMTU + 5 bytes whose second SGE starts inside the third response,
+    and one of PMTU + 1 bytes in one SGE, each response placed at its offset."""
+    tb = await start(dut, seed=11)
+    reads = []
+    idx = 0
+    for pmtu in range(1, 6):
+        pm = 128 << pmtu
+        for total, len0 in ((3 * pm + 5, 2 * pm + pm // 2 + 3), (pm + 1, pm + 1)):
+            reads.append(tb.add_read(idx, 2 + pmtu, tb.rng.getrandbits(24), total, pmtu,
+                                     dest(tb, len0), len0, dest(tb, max(total - len0, 1))))
+            idx += 1
+    await run_reads(tb, reads)
+    tb.check()
+
+
 async def run_reads(tb, reads):
     """The responses of ``reads`` in turn, an ACK after some; then wait."""
     for k, r in enumerate(reads):

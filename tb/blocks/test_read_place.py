@@ -62,13 +62,13 @@ class ReadPlaceHarness(wiring.Component):
 
 
 TESTS = ["place_all", "place_drops", "place_cache", "place_fault", "place_links", "place_rate",
-         "place_stale", "place_held"]
+         "place_stale", "place_held", "place_pmtu"]
 
 
 @pytest.mark.parametrize("width", [64, 512])
 def test_read_place(width):
     """Every case of tb/blocks/cocotb_read_place.py (one simulator run per width): placement of
-    READs of many lengths, PMTU 256 and 4096, odd addresses, two SGEs, zero length, ACKs between
+    READs of many lengths, PMTU 256 and 4096 (and every PMTU), odd addresses, two SGEs, zero length, ACKs between
     responses; drops; cache invalidation; links; write faults; the placement rate; the stale
     mark; two pieces per response under host memory back-pressure."""
     run_cocotb("read_place", lambda: flat_top_axi(ReadPlaceHarness(width)),

@@ -63,9 +63,11 @@ read: the checks of the next response wait, before they set them (C3), until bot
 registers are taken.
 
 Timing (cycles from the start on a header, the first cycle it is offered with the block
-idle): the fast path hands the first piece and write request to their output registers after
-6 cycles (one more for a second part) and starts on the next header 7 cycles after the first,
-8 with two pieces; the slow path offers DECIDE on ``ack`` 3 cycles after the start when
+idle; c is the READ's PMTU code, PMTU = 128 << c, 1..5): the fast path hands the first piece
+and write request to their output registers after 6 + c cycles (one more for a second part)
+and starts on the next header 7 + c cycles after the first, 8 + c with two pieces (the offset,
+(p − fpsn) · PMTU, is shifted left one bit a cycle, c times: a barrel shifter would cost more
+than the cycles, which even a PMTU response's beats cover at W=512); the slow path offers DECIDE on ``ack`` 3 cycles after the start when
 nothing is pending (the event register loaded in the cycle after the check), and continues in
 the cycle after the answer (``dec`` is the completer's registers, used as it comes); a
 response refused by the stale mark hands its closing piece to its output register 2 cycles
@@ -468,11 +470,14 @@ class ReadPlace(wiring.Component):
         (``ad``, as ``p_sel`` chooses), and the ``drop`` strobe. Adds them."""
         h, r = t.h, t.r
         # ---- the checks, in registered steps ----
-        # (two registers hold a value each in turn: ``off`` is p − fpsn from C1, the offset
-        # from C2; ``tot_r`` is the slot's span from C1, its total (mod 2^13) from C2)
+        # (two registers hold a value each in turn: ``off`` is (p − fpsn) · 128 from C1, shifted
+        # left one bit a cycle from C2 on, ``sh`` times (the PMTU code: PMTU = 128 << code), so
+        # that it is the offset from SH on; ``tot_r`` is the slot's span from C1, its total
+        # (mod 2^13) from C2)
         off = Signal(32)                # byte offset of the response in the READ
         tot_r = Signal(24)
-        dpsn = off[:24]                 # p − fpsn (C1 to C2)
+        dpsn = off[7:31]                # p − fpsn (C1 to C2)
+        sh = Signal(3)                  # shifts of off still to make
         span = tot_r[:24]               # the slot's span, lpsn − fpsn (C1 to C2)
         is_last = Signal()              # p = lpsn
         is_first = Signal()             # p = fpsn
@@ -492,12 +497,10 @@ class ReadPlace(wiring.Component):
         fm = (op == FIRST) | (op == MIDDLE)
         lo = (op == LAST) | (op == ONLY)
         # (the slot's total registered in C2: the LUT RAM's output does not lead C3's
-        # subtraction and compares; len0 − off made in C2 from the row's len0, which meets
-        # off's shift at the subtraction, and registered: it does not lead the choices of C3)
+        # subtraction and compares; len0 − off made in SH's last cycle from the row's len0,
+        # and registered: it does not lead the choices of C3)
         rem = Signal(13)                # total − off (mod 2^13: at lpsn, at most PMTU)
         m.d.comb += rem.eq(tot_r[:13] - off[:13])
-        off_c = Signal(32)              # off, as C2 registers it
-        m.d.comb += off_c.eq(Cat(Const(0, 7), dpsn) << pmc)
         pm_eq = Signal()                # len = PMTU (128 << pmc, on 14 bits)
         m.d.comb += pm_eq.eq(Cat(h.len, Const(0, 1)) == (Const(128, 14) << pmc)[:14])
         d0 = Signal(33)                 # len0 − off (negative: the response is all in part 1)
@@ -522,7 +525,7 @@ class ReadPlace(wiring.Component):
         return types.SimpleNamespace(
             dpsn=dpsn, span=span, is_last=is_last, is_first=is_first, pmc=pmc, off=off,
             in_range=in_range, pm_eq=pm_eq, ok=ok, a0=a0, a1=a1, drop=drop, op=op, fm=fm,
-            lo=lo, tot_r=tot_r, rem=rem, off_c=off_c, d0=d0, below=below, below_r=below_r,
+            lo=lo, tot_r=tot_r, rem=rem, sh=sh, d0=d0, below=below, below_r=below_r,
             short=short, p_sel=p_sel, a_base=a_base, ad=ad)
 
     def _header_fsm(self, m, t):
@@ -598,30 +601,41 @@ class ReadPlace(wiring.Component):
 
     def _check_states(self, m, t):
         """C1 to C4 (inside the header FSM): check the response against its slot's row (in the
-        READ's PSN range, the opcode and length its position requires) over four cycles of
-        registers, and cut its payload into at most two pieces (``a0`` bytes into the READ's
+        READ's PSN range, the opcode and length its position requires) over cycles of
+        registers (C1, C2, SH while the offset is shifted, C3, C4), and cut its payload into at most two pieces (``a0`` bytes into the READ's
         first buffer, ``a1`` into its second). One that passes is pushed on the pending queue
         (its PLACED waits for its writes), updates the cache and releases its header, then goes
         to P0/P1; one that fails is refused like a response the completer dropped."""
         (a0, a1, below, clr_c, d0, dpsn, fm, h, in_range, is_first, is_last, lnk_here,
-         lnk_to, lnk_v, lo, off, off_c, ok, op, pend, pmc, r, rem,
+         lnk_to, lnk_v, lo, off, sh, ok, op, pend, pmc, r, rem,
          s_acc, set_c, set_l, short, slot, span, tgt_new, tot_r) = (
             t.a0, t.a1, t.below, t.clr_c, t.d0, t.dpsn, t.fm, t.h, t.in_range, t.is_first,
-            t.is_last, t.lnk_here, t.lnk_to, t.lnk_v, t.lo, t.off, t.off_c,
+            t.is_last, t.lnk_here, t.lnk_to, t.lnk_v, t.lo, t.off, t.sh,
             t.ok, t.op, t.pend, t.pmc, t.r, t.rem, t.s_acc, t.set_c,
             t.set_l, t.short, t.slot, t.span, t.tgt_new, t.tot_r)
         with m.State("C1"):
-            m.d.sync += [dpsn.eq(h.psn - r.fpsn), span.eq(r.span), pmc.eq(r.pmtu),
+            m.d.sync += [off.eq(Cat(Const(0, 7), h.psn - r.fpsn)), span.eq(r.span),
+                         pmc.eq(r.pmtu), sh.eq(r.pmtu),
                          lnk_here.eq(lnk_v.bit_select(slot, 1))]
             m.next = "C2"
         with m.State("C2"):
             with m.If(tgt_new | ~t.lnk_back):
                 m.d.sync += lnk_here.eq(0)
-            m.d.sync += [off.eq(off_c), tot_r.eq(r.total),
-                         d0.eq(Cat(r.len0, Const(0, 1)) - Cat(off_c, Const(0, 1))),
+            m.d.sync += [tot_r.eq(r.total),
                          in_range.eq(dpsn <= span), is_last.eq(dpsn == span),
                          is_first.eq(dpsn == 0)]
-            m.next = "C3"
+            m.next = "SH"
+            self._shift(m, t)
+        with m.State("SH"):
+            # (the offset: off shifted left once a cycle from C2 on, until sh is 0; then
+            # len0 − off, registered)
+            with m.If(tgt_new):
+                m.d.sync += lnk_here.eq(0)
+            with m.If(sh != 0):
+                self._shift(m, t)
+            with m.Else():
+                m.d.sync += d0.eq(Cat(r.len0, Const(0, 1)) - Cat(off, Const(0, 1)))
+                m.next = "C3"
         with m.State("C3"):
             with m.If(tgt_new):
                 m.d.sync += lnk_here.eq(0)
@@ -656,6 +670,11 @@ class ReadPlace(wiring.Component):
                         m.next = "IDLE"
             with m.Else():
                 m.next = "REFUSE"           # inconsistent: dropped like a refusal
+
+    def _shift(self, m, t):
+        """One step of the offset's shift (C2, SH): off · 2, one shift less to make."""
+        with m.If(t.sh != 0):
+            m.d.sync += [t.off.eq(t.off << 1), t.sh.eq(t.sh - 1)]
 
     def _place_states(self, m, t):
         """REFUSE, P0, P1 and DRAIN (inside the header FSM): a refused response is dropped and

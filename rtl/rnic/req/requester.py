@@ -1652,7 +1652,8 @@ class Requester(wiring.Component):
 
     def _engine_read_states(self, m, t):
         """RD_PREP and RD_PREP2, in the engine's FSM: a READ request's VA and PSN count."""
-        ctx, cur_addr, resid, seg_left = t.ctx, t.cur_addr, t.resid, t.seg_left
+        ctx, cur_addr, resid = t.ctx, t.cur_addr, t.resid
+        rd_sh = Signal(3)               # shifts of rd_l still to make (RD_PREP2)
         with m.State("RD_PREP"):
             # a READ request for the bytes from ``sent`` on (all of them, or the rest after the
             # responses already placed): its VA, and the PSNs it takes, max(1, ⌈resid/PMTU⌉)
@@ -1660,23 +1661,20 @@ class Requester(wiring.Component):
             # (the VA: rd_va holds the WQE's remote address, WQE_DATA took it, which is the VA
             # from the first packet (skip0: LOOKUP came here, sent = 0); from SKIP4, cur_addr
             # holds the remote address + sent)
-            # (max(resid, 1) − 1 in seg_left: a READ gathers nothing, and PKT, the only state
-            # after RD_PREP2 that reads seg_left, sets no chunk for it)
             with m.If(~t.skip0):
                 m.d.sync += t.rd_va.eq(cur_addr)
-            m.d.sync += seg_left.eq(Mux(resid == 0, 0, resid - 1))
+            # (the PSNs less one, max(1, ⌈resid/PMTU⌉) − 1: (max(resid, 1) − 1) / 256 here,
+            # then shifted right one bit a cycle in RD_PREP2, code − 1 times for PMTU
+            # 128 << code, rather than through a barrel shifter: a READ request is one packet)
+            m.d.sync += [t.rd_l.eq(Mux(resid == 0, 0, resid - 1)[8:32]),
+                         rd_sh.eq(Mux((ctx.pmtu >= 2) & (ctx.pmtu <= 5), ctx.pmtu - 1, 0))]
             m.next = "RD_PREP2"
         with m.State("RD_PREP2"):
             m.d.comb += self.busy.eq(1)
-            # (the shift selected by the path MTU: the PSNs less one, max(1, ⌈resid/PMTU⌉) − 1)
-            rd_q = Signal(24)
-            m.d.comb += rd_q.eq(seg_left >> 8)
-            with m.Switch(ctx.pmtu):
-                for code in range(2, 6):
-                    with m.Case(code):
-                        m.d.comb += rd_q.eq(seg_left >> (code + 7))
-            m.d.sync += t.rd_l.eq(rd_q)
-            m.next = "PKT"
+            with m.If(rd_sh != 0):
+                m.d.sync += [t.rd_l.eq(t.rd_l >> 1), rd_sh.eq(rd_sh - 1)]
+            with m.Else():
+                m.next = "PKT"
 
     def _engine_send_states(self, m, t, go, prefetch):
         """PKT, CHUNK and WB_NEXT, in the engine's FSM: hand each packet of the WQE and its gather
@@ -1984,15 +1982,17 @@ class Requester(wiring.Component):
         adv = Signal(24)
         behind = Signal(24)
         a_new, b_neg, b_zero, d_more = Signal(), Signal(), Signal(), Signal()
-        # READs (interface.md §7): a_sent = the event's PSN was sent (DECIDE), una0 = una before
-        # the event, clampable = the event may not move una past a READ's first response not
-        # yet placed (WIRE, DECIDE), clamp/ur = it tried (ur: where una stops), gap = una
-        # stopped there, acc/acc_r = a DECIDE's answer, ri_r its slot, dec_wb = write back after
-        # answering
-        a_sent, clampable, clamp, gap, acc, acc_r, dec_wb = (
+        # READs (interface.md §7): a_sent = the event's PSN was sent (DECIDE), clampable = the
+        # event may not move una past a READ's first response not yet placed (WIRE, DECIDE),
+        # clamp = it tried, gap = una stopped there, acc/acc_r = a DECIDE's answer, ri_r its
+        # slot, dec_wb = write back after answering. During the walk, ur = max(una before the
+        # event, cfpsn) (where una stops), kept as the walk retires (una before the event is at
+        # least cfpsn: una moves forward only, and cfpsn to a retired WQE's end, at most una),
+        # ov = una is beyond ur, ur_lt = ur is before the entry's end PSN.
+        a_sent, clampable, clamp, gap, acc, acc_r, dec_wb, ov, ur_lt = (
             Signal(name=f"c_{n}") for n in ("a_sent", "clampable", "clamp", "gap", "acc",
-                                            "acc_r", "dec_wb"))
-        una0, ur = Signal(24), Signal(24)
+                                            "acc_r", "dec_wb", "ov", "ur_lt"))
+        ur = Signal(24)
         ent_rd = Signal()
         ri_r = Signal(t.sb)
         m.d.comb += [adv.eq(ap1 - comp_rd.una), behind.eq(a.psn - comp_rd.una)]
@@ -2039,7 +2039,7 @@ class Requester(wiring.Component):
             ent=ent, thcons=thcons, terr=terr, trn=trn, retire=retire, drop=drop, ent_end=ent_end,
             ent_sig=ent_sig, covered=covered, ap1=ap1, adv=adv, behind=behind, a_new=a_new,
             b_neg=b_neg, b_zero=b_zero, d_more=d_more, a_sent=a_sent, clampable=clampable,
-            clamp=clamp, gap=gap, acc=acc, acc_r=acc_r, dec_wb=dec_wb, una0=una0, ur=ur,
+            clamp=clamp, gap=gap, acc=acc, acc_r=acc_r, dec_wb=dec_wb, ov=ov, ur_lt=ur_lt, ur=ur,
             ent_rd=ent_rd, ri_r=ri_r, expired=expired, wake_room=wake_room, scan_room=scan_room,
             ps_done=ps_done, p_need=p_need, p_wake=p_wake)
 
@@ -2158,7 +2158,10 @@ class Requester(wiring.Component):
                          rval.eq(r_rom), crh.eq(rh_rd),
                          a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
                          b_zero.eq(behind == 0), d_more.eq(d_rd.psn != ap1),
-                         t.a_sent.eq(behind < (d_rd.psn - comp_rd.una)[:24])]
+                         # (p before the next PSN to send; with p not before una, as
+                         # b_neg refuses, that is p in [una, psn): PSNs outstanding are
+                         # fewer than 2^23, as every serial compare here takes)
+                         t.a_sent.eq((a.psn - d_rd.psn)[23])]
             m.d.sync += t.c_again.eq(c_hit2 | c_hit3)
             with m.If(c_hit2 | c_hit3):
                 m.next = "READ"
@@ -2168,7 +2171,9 @@ class Requester(wiring.Component):
             typ = a.syndrome[5:7]
             kind = a.kind if self.read else Const(AckKind.WIRE, 2)    # (no READ: all WIRE)
             is_dec = (ev == _EV_ACK) & (kind == AckKind.DECIDE)
-            m.d.sync += [t.una0.eq(cmp.una), t.gap.eq(0), t.acc_r.eq(0), t.dec_wb.eq(0),
+            # (ur from una before the event; ov set where the event moves una forward)
+            m.d.sync += [t.ur.eq(cmp.una), t.ov.eq(0), t.gap.eq(0), t.acc_r.eq(0),
+                         t.dec_wb.eq(0),
                          t.clampable.eq((ev == _EV_ACK) & (kind != AckKind.PLACED))]
             with m.If(((cmp.rerr != 0) | d.err) & (ev == _EV_SCAN)):
                 m.d.sync += act.eq(_ACT_DROP)
@@ -2186,14 +2191,14 @@ class Requester(wiring.Component):
             with m.Elif(is_dec):
                 # a READ response at p acknowledges every PSN before p (the walk stops at a
                 # READ whose responses before p are missing: a gap)
-                m.d.sync += [cmp.una.eq(a.psn), act.eq(_ACT_DEC)]
+                m.d.sync += [cmp.una.eq(a.psn), act.eq(_ACT_DEC), t.ov.eq(~b_zero)]
                 m.next = "WALK"
             with m.Elif(typ == 0):
                 # a newer ACK (0 < a.psn + 1 − una < 2^23) moves una and restarts the timer
                 with m.If(a_new):
                     m.d.sync += [cmp.una.eq(ap1), cmp.rused.eq(0), cmp.nused.eq(0),
                                  cmp.armed.eq(0), cmp.rnrw.eq(0), cmp.gapr.eq(0),
-                                 act.eq(_ACT_NONE)]
+                                 act.eq(_ACT_NONE), t.ov.eq(1)]
                     # PSNs still outstanding: the timer restarts now (outside an RNR wait,
                     # whose deadline dl holds)
                     with m.If(~cmp.hold & ton & d_more):
@@ -2215,7 +2220,7 @@ class Requester(wiring.Component):
                 # a NAK at p acknowledges every PSN before p
                 with m.If(~b_zero):
                     m.d.sync += [cmp.una.eq(a.psn), cmp.rused.eq(0), cmp.nused.eq(0),
-                                 cmp.rnrw.eq(0)]
+                                 cmp.rnrw.eq(0), t.ov.eq(1)]
                 with m.If(a.syndrome[:7] == 0x60):
                     m.d.sync += act.eq(_ACT_SEQ)
                 with m.Elif(typ == 1):
@@ -2255,22 +2260,21 @@ class Requester(wiring.Component):
             m.d.sync += [ent_end.eq(ent.end_psn), ent_sig.eq(ent.signaled),
                          t.ent_rd.eq(ent.read if self.read else 0),
                          t.ri_r.eq(ent.ridx),
-                         # (ur for DECIDE: una0 and cfpsn do not change before TEST)
-                         t.ur.eq(Mux((t.una0 - cmp.cfpsn)[23], cmp.cfpsn, t.una0)),
                          # (DECIDE's compares of WALK's reads: ccons and crh change in TEST)
                          c_hd.eq(cmp.ccons != thcons), c_rne.eq(crh != trn)]
             m.next = "DECIDE"
         with m.State("DECIDE"):
-            # A READ at the head not yet placed up to una0 (interface.md §7): una stops at its
-            # first response not yet placed, ur = max(una0, its first PSN); an event that
-            # moved una beyond (not PLACED, which moves it by one) is a gap (clamp). A DECIDE
-            # at ur is accepted (acc).
+            # A READ at the head not yet placed up to una before the event (interface.md §7):
+            # una stops at its first response not yet placed, ur = max(una before the event,
+            # its first PSN); an event that moved una beyond (ov; not PLACED, which moves it by
+            # one) is a gap (clamp). A DECIDE at ur is accepted (acc).
             head = c_hd & ~terr & (act != _ACT_DROP)
-            dif = Signal(24)
-            m.d.comb += dif.eq(cmp.una - t.ur)
-            over = (cmp.una != t.ur) & ~dif[23]     # (the compare beside the subtraction)
-            # (its last PSN at or after una0: una0 − end negative)
-            open_rd = head & t.ent_rd & (t.una0 - ent_end)[23]
+            over = t.ov
+            # (its last PSN at or after ur: ur − end negative; the same as after una before
+            # the event, as the entry's first PSN, cfpsn, is before its end)
+            lt = (t.ur - ent_end)[23]
+            m.d.sync += t.ur_lt.eq(lt)
+            open_rd = head & t.ent_rd & lt
             clamp_v = open_rd & t.clampable & over
             m.d.sync += [
                 retire.eq(head & ~covered[23] & ~clamp_v),
@@ -2292,11 +2296,13 @@ class Requester(wiring.Component):
                         m.d.sync += [cmp.ccons.eq(cmp.ccons + 1),
                                      cmp.cfpsn.eq(ent_end), crh.eq(ent.next),
                                      cmp.crds.eq(cmp.crds + t.ent_rd)]
+                        self._walk_retired(m, t)
                         m.next = "WALK"
                 with m.Else():
                     m.d.comb += free.i.valid.eq(1)
                     m.d.sync += [cmp.ccons.eq(cmp.ccons + 1), cmp.cfpsn.eq(ent_end),
                                  crh.eq(ent.next), cmp.crds.eq(cmp.crds + t.ent_rd)]
+                    self._walk_retired(m, t)
                     m.next = "WALK"
             with m.Elif(drop):
                 m.d.comb += free.i.valid.eq(1)
@@ -2307,6 +2313,12 @@ class Requester(wiring.Component):
                 with m.If(t.clamp):
                     m.d.sync += [cmp.una.eq(t.ur), t.gap.eq(1)]
                 m.next = "ACT"
+
+    def _walk_retired(self, m, t):
+        """TEST retires the entry: cfpsn becomes its end PSN, so ur = max(ur, end), and una is
+        beyond the new ur only if it was beyond the old one and is not the end (una is at
+        least the end of an entry retired)."""
+        m.d.sync += [t.ur.eq(Mux(t.ur_lt, t.ent_end, t.ur)), t.ov.eq(t.ov & (t.covered != 0))]
 
     def _completer_act_state(self, m, t):
         """ACT, in the completer's FSM: the action EVAL chose (retry, RNR wait, end of the QP,
