@@ -2158,9 +2158,8 @@ class Requester(wiring.Component):
                          rval.eq(r_rom), crh.eq(rh_rd),
                          a_new.eq((adv != 0) & ~adv[23]), b_neg.eq(behind[23]),
                          b_zero.eq(behind == 0), d_more.eq(d_rd.psn != ap1),
-                         # (p before the next PSN to send; with p not before una, as
-                         # b_neg refuses, that is p in [una, psn): PSNs outstanding are
-                         # fewer than 2^23, as every serial compare here takes)
+                         # (p before the next PSN to send, p not before una as b_neg
+                         # refuses: p in [una, psn); fewer than 2^23 PSNs outstanding)
                          t.a_sent.eq((a.psn - d_rd.psn)[23])]
             m.d.sync += t.c_again.eq(c_hit2 | c_hit3)
             with m.If(c_hit2 | c_hit3):
