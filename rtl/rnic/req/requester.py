@@ -586,8 +586,17 @@ class Requester(wiring.Component):
         m.d.sync += new_ri.eq(Mux(rfresh != R, rfresh, rfree.o.payload))
         rslot_ok = Signal()             # a slot is free (registered)
         m.d.sync += rslot_ok.eq((rfresh != R) | rfree.o.valid)
+        # the slot a READ took off the free list leaves it a cycle after the request's
+        # transfer (``rf_pop``, registered), so the free list's pointers and level are not at
+        # the end of the TX handshake's cone (the rewind, the window, the arbiter's ready).
+        # Nothing reads the list in between: ``new_ri`` and ``rslot_ok`` are next read in
+        # VALIDATE, at least five cycles after the transfer (CHUNK, WB_NEXT, CHECK_WAIT, CHECK
+        # come first), and see the next slot from three cycles after it.
+        rf_pop = Signal()
+        m.d.sync += rf_pop.eq(0)
+        m.d.comb += rfree.o.ready.eq(rf_pop)
         return types.SimpleNamespace(
-            rfree=rfree, rfresh=rfresh, new_ri=new_ri, rslot_ok=rslot_ok,
+            rfree=rfree, rfresh=rfresh, new_ri=new_ri, rslot_ok=rslot_ok, rf_pop=rf_pop,
             is_rd=Signal(name="is_rd"), op_rd_r=Signal(name="op_rd_r"),
             lk_out=Signal(name="lk_out"), lk_drop=Signal(name="lk_drop"),
             rd_va=Signal(64, name="rd_va"),
@@ -1072,13 +1081,18 @@ class Requester(wiring.Component):
         # resid = total is the value VALIDATE wrote)
         fits = Signal()
         pay = Signal(13)
-        m.d.sync += [fits.eq(resid <= pmtu_b), pay.eq(Mux(resid <= pmtu_b, resid, pmtu_b))]
-        is_first = sent == 0
+        fits_n = resid <= pmtu_b
+        m.d.sync += [fits.eq(fits_n), pay.eq(Mux(fits_n, resid, pmtu_b))]
+        # the packet's opcode, registered from the values ``fits`` is (PKT is never the cycle
+        # after ``sent`` changes either: each state that writes it writes ``resid`` too), so
+        # the descriptor's opcode leaves the engine from a flip-flop, not through the 32-bit
+        # ``sent == 0`` compare, on its way to the TX builder's header decodes
         opcode = Signal(8)
         with m.Switch(wop):
             for o, (f, mid, la, on) in enumerate(_OPS):
                 with m.Case(o):
-                    m.d.comb += opcode.eq(Mux(is_first, Mux(fits, on, f), Mux(fits, la, mid)))
+                    m.d.sync += opcode.eq(Mux(sent == 0, Mux(fits_n, on, f),
+                                              Mux(fits_n, la, mid)))
         ackreq = Signal()
         is_rd = t.is_rd
         m.d.comb += ackreq.eq(fits | is_rd | (dyn.noack > MAX_NOACK))
@@ -1780,7 +1794,7 @@ class Requester(wiring.Component):
             with m.If(t.rfresh != t.R):
                 m.d.sync += t.rfresh.eq(t.rfresh + 1)
             with m.Else():
-                m.d.comb += t.rfree.o.ready.eq(1)
+                m.d.sync += t.rf_pop.eq(1)
 
     def _engine_end_states(self, m, t, go):
         """The engine's states after a WQE or a decision, in its FSM: CHECK_WAIT (the reads see the
