@@ -42,11 +42,12 @@ already in the builder; a frame with payload also waits while the frame queue is
 other source's header-only frames may pass meanwhile).
 """
 
+import types
+
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..stream import Queue
 from .build import chunk_layout, pkt_layout
 
 __all__ = ["TxArbiter"]
@@ -97,17 +98,40 @@ class TxArbiter(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # the frames with payload passed, in grant order: source (1 request) and payload bytes;
-        # unbuffered, in flip-flops (a 14-bit word, read through a ``depth``-way multiplexer):
-        # a frame is at the head the cycle after its descriptor passed
+        # the frames with payload passed, in grant order: source (1 request) and payload bytes
         # (``zero``: a frame without payload passed while parked, see below: popped at the
-        # head without a chunk)
-        m.submodules.frames = fq = Queue(data.StructLayout({"req": 1, "paylen": 13, "zero": 1}),
-                                         self.depth, buffered=False, registers=True)
+        # head without a chunk); a frame is at the head the cycle after its descriptor passed
+        fq = self._frame_queue(m)
 
         self._grant(m, fq)
         self._chunks(m, fq)
         return m
+
+    def _frame_queue(self, m):
+        """The frame queue: ``depth`` entries in flip-flops that shift towards the head, entry 0
+        the head, so the head's fields and the flags (``o.valid``, ``i.ready``: entries 0 and
+        ``depth − 1`` held) are registers, not a read multiplexer at a pointer behind the
+        routing's select and its pop. Its ports move as an unbuffered queue's (``Queue(...,
+        buffered=False)``), cycle for cycle: an entry pushed is at the head in the next cycle
+        when the queue was empty, and a full queue takes no entry (not even with a pop)."""
+        layout = data.StructLayout({"req": 1, "paylen": 13, "zero": 1})
+        D = self.depth
+        ent = [Signal(layout, name=f"frame{i}") for i in range(D)]
+        held = Signal(D)            # entries 0 .. level − 1 are held (a thermometer code)
+        fq = types.SimpleNamespace(
+            i=types.SimpleNamespace(valid=Signal(), ready=Signal(), payload=Signal(layout)),
+            o=types.SimpleNamespace(valid=Signal(), ready=Signal(), payload=ent[0]))
+        push = fq.i.valid & fq.i.ready
+        pop = fq.o.valid & fq.o.ready
+        m.d.comb += [fq.i.ready.eq(~held[D - 1]), fq.o.valid.eq(held[0])]
+        # after the pop: entry i is entry i + 1; the push fills the first entry not held then
+        kept = Mux(pop, held >> 1, held)
+        for i in range(D):
+            nxt = ent[i + 1] if i + 1 < D else ent[i]
+            first_free = ~kept[i] & (kept[i - 1] if i else 1)
+            m.d.sync += [held[i].eq(kept[i] | push & first_free),
+                         ent[i].eq(Mux(first_free, fq.i.payload, Mux(pop, nxt, ent[i])))]
+        return fq
 
     def _grant(self, m, fq):
         """The grant (a register), the parked pass, the descriptor multiplexer onto ``o`` and
