@@ -39,10 +39,26 @@ def test_psn_check(width):
     _run(width, extra=SHORT_RANDOM if width != 64 else None)
 
 
+#: the directed tests whose subject is the QP context (its reads, writes, forwarding and
+#: SET_QP), for the one-word table; every test at 512 QPs under make regress-full
+CONTEXT_TESTS = ["psn_ahead_first_nak", "psn_ahead_repeated_one_nak", "psn_equal_clears_latch",
+                 "psn_behind_duplicate", "psn_duplicate_while_nak_latched", "psn_wrap",
+                 "forwarding_while_command_waits", "context_forward_and_spacing",
+                 "context_words_split", "access_rules", "rnr_empty_rq", "state_drops",
+                 "set_qp_transitions", "set_qp_in_flight", "fault_moves_qp_to_error",
+                 "qp_set_events", "set_qp_unaligned_base", "reset_forgets_pending_responses",
+                 "random_sequences", "random_paced_exact", "tshark_decodes_every_frame"]
+
+
 def test_psn_check_one_word():
-    """Every directed test and a 300-packet random run at 512 QPs, where the QP tables keep a
+    """The QP-context tests and a 300-packet random run at 512 QPs, where the QP tables keep a
     row in one word (``QpContext.split`` is for up to 256 QPs)."""
-    _run(64, name="w64-qp512", num_qp=512, extra=SHORT_RANDOM)
+    _run(64, tests=CONTEXT_TESTS, name="w64-qp512-ctx", num_qp=512, extra=SHORT_RANDOM)
+
+
+@pytest.mark.full
+def test_psn_check_one_word_all():
+    _run(64, name="w64-qp512", num_qp=512)
 
 
 @pytest.mark.full
