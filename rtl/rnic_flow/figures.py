@@ -142,7 +142,7 @@ def _fmax_cell(routed, placed):
     estimates, so marked."""
     g, note = (routed, "") if routed else (placed, " (not routed: placement estimate)")
     if not g:
-        return ""
+        return "not measured on the current code"
     return " / ".join(f"{g[s]:.1f}" if s in g else "–" for s in (1, 2, 3)) + note
 
 
@@ -183,8 +183,8 @@ def _area_row(r, fm, est):
         name, cells = f"**{name}**", [f"**{c}**" for c in cells]
     cells.append(("yes" if ok else "no") if b else "")
     if fm is not None:
-        blk = AREA_FMAX.get(r["block"])
-        cells.append(_fmax_cell(fm.get(blk, {}), est.get(blk, {})))
+        blk = AREA_FMAX.get(r["block"])     # (none for the glue: no block of its own)
+        cells.append(_fmax_cell(fm.get(blk, {}), est.get(blk, {})) if blk else "")
     return f"| {name} | {' | '.join(cells)} |"
 
 
@@ -196,7 +196,7 @@ def render_block_area(area, synth, row):
         raise ValueError(f"no area row {row!r} (rows: {[r['block'] for r in area['rows']]})")
     blk = AREA_FMAX.get(row)
     how = f"`rnic synth --block {blk}`" if blk != "rnic" else "`rnic synth`"
-    target = {f"{r['target_mhz']:g}" for r in synth if r["block"] == blk} or {"–"}
+    target = {f"{r['target_mhz']:g}" for r in synth if r["block"] == blk} or {"156.25"}
     head = (f"{_config_tag(area['config'])}: `make area` inside the core ([area.md](area.md)); "
             f"Fmax {how}, routed, target {' / '.join(sorted(target))} MHz:")
     fm = _fmax_by_block(synth, area["config"])
@@ -219,8 +219,13 @@ def _blocks(arg, have):
 def render_fmax(synth, blocks=None):
     """One row per block and configuration: cells on seed 1, Fmax on every recorded seed;
     with ``blocks`` (``a,b``) only those blocks' rows."""
+    unmeasured = []
     if blocks is not None:
-        keep = _blocks(blocks, {r["block"] for r in synth if r["target"] == "ecp5"})
+        from .synth import BLOCKS
+        recorded = {r["block"] for r in synth if r["target"] == "ecp5"}
+        keep = _blocks(blocks, recorded | set(BLOCKS) | {"rnic"})
+        # a block whose Verilog changed since its last run has no row until it is measured again
+        unmeasured = [b for b in keep if b not in recorded]
         synth = [r for r in synth if r["block"] in keep]
     groups = {}
     for r in synth:
@@ -240,6 +245,9 @@ def render_fmax(synth, blocks=None):
                    if first.get("status") == "not routed" else " (placed, estimate)")
         lines.append(f"| {blk} | {cfg} | {_n(first['lut'])} | {_n(first['ff'])} | "
                      f"{first['bram']} | {fm} | {first['target_mhz']:g} |")
+    if unmeasured:
+        lines += ["", "Not measured on the current code: " + ", ".join(
+            f"{b} (`rnic synth --block {b}`)" for b in unmeasured) + "."]
     return "\n".join(lines)
 
 
