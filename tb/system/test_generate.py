@@ -1,13 +1,11 @@
 """`rnic generate`: every bound of interface.md §1 enforced (each bound ±1), ports exact."""
 import re
-import subprocess
-import sys
 
 import pytest
 
 from rnic.cli import main
 from rnic.params import ConfigError, RnicConfig
-from rnic.top import build_verilog, port_list
+from rnic.top import port_list
 
 GOOD = [("--data-width", v) for v in (64, 128, 256, 512)] + [
     ("--num-qp", 4), ("--num-qp", 4096), ("--num-cq", 1), ("--num-cq", 1024),
@@ -56,18 +54,21 @@ def _assert_ports_exact(text, cfg):
 
 
 def test_top_ports_exact():
-    """W=512 here; W=64 on the command's own output (test_cli_writes_file)."""
-    cfg = RnicConfig(data_width=512, num_qp=4, num_cq=1, key_entries=4)
-    _assert_ports_exact(build_verilog(cfg), cfg)
+    """W=512 here (the Verilog of the W=512 top the system tests simulate, shared); W=64 on the
+    command's own output (test_cli_writes_file)."""
+    from sim.runner import Core, generate_verilog
+    from tb.system.test_responder import CONFIGS
+    cfg = CONFIGS["w512"]
+    _, vpath = generate_verilog("rnic", Core(cfg), cfg.as_dict(), toplevel="rnic")
+    _assert_ports_exact(vpath.read_text(), cfg)
 
 
-def test_cli_writes_file(tmp_path):
-    out = tmp_path / "rnic.v"
-    r = subprocess.run([sys.executable, "-m", "rnic.cli", "generate", "-o", str(out),
-                        "--num-qp", "4", "--num-cq", "1", "--key-entries", "4"],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    _assert_ports_exact(out.read_text(), RnicConfig(num_qp=4, num_cq=1, key_entries=4))
+def test_cli_writes_file():
+    """The installed command's own output for the default configuration (the file
+    tb/system/test_ports.py simulates, shared)."""
+    from tb.system.test_ports import _generate
+    _, vpath = _generate("default")
+    _assert_ports_exact(vpath.read_text(), RnicConfig())
 
 
 def test_no_read_option(tmp_path, capsys):
