@@ -20,3 +20,11 @@ def _cases():
 @pytest.mark.parametrize("cfg, sim", list(_cases()))
 def test_read_pair(cfg, sim):
     _run(cfg, sim, READ_TESTS, f"read-{cfg}-{sim}", module="tb.system.cocotb_read_pair")
+
+
+def test_read_pair_pmtu():
+    """READs at PMTU 512 and 2048 (the codes the other READ tests leave out) of lengths 0, 1,
+    P − 1, P, P + 1 and 3P + 5, each followed by a SEND or a WRITE: request PSNs and the next
+    PSN against the requester model (W=64, the shared Verilator build)."""
+    _run("w64", "verilator", ["read_pmtu_512", "read_pmtu_2048"], "read-pmtu-w64-verilator",
+         module="tb.system.cocotb_read_pair")
