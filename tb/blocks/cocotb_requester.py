@@ -25,7 +25,7 @@ from rnic.ifaces import CmdOp, cmd_layout, resp_layout
 from tb.blocks.cocotb_mailbox import ArgRegs
 from rnic.req import ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
 from rnic.control.qp_args import qp_arg_layout
-from rnic.req.requester import doorbell_layout
+from rnic.req.requester import _OPS, doorbell_layout
 from sim.hostmem import HostMem
 from sim.knobs import knob
 from sim.models import requester as model
@@ -75,6 +75,7 @@ class TB:
         self.psn = {}
         self.noack = {}
         self.gap_errors = 0
+        self.opcode_checks = 0  # packets offered whose registered opcode was checked
         self.frames = 0
         self.frame_ends = []
         self.frame_starts = []
@@ -110,6 +111,32 @@ class TB:
                 in_frame = not int(dut.tx_tlast.value)
                 if not in_frame:
                     self.frame_ends.append(cocotb.utils.get_sim_time("ns") // 4)
+
+    async def watch_opcode(self):
+        """The engine's packet opcode, ``fits`` and ``pay`` are registers loaded in the cycle
+        before from ``sent``, ``resid``, ``wop`` and ``pmtu_b`` (rtl/rnic/req/requester.py): they
+        hold only because PKT never follows a write of those. In every cycle a packet is
+        offered they must equal what the requester's registers give in that cycle; checked
+        through the generated Verilog's hierarchy, every cycle of every test of this bench."""
+        dut = self.dut
+        if cocotb.SIM_NAME.lower().startswith("verilator"):
+            return                      # (Verilator hides the hierarchy; Icarus shows it)
+        req = dut.dut.req
+        while True:
+            await FallingEdge(dut.clk)
+            if not int(req.pkt__valid.value):
+                continue
+            wop, sent, resid, pmtu_b = (int(req.wop.value), int(req.sent.value),
+                                        int(req.resid.value), int(req.pmtu_b.value))
+            fits = resid <= pmtu_b
+            first, mid, last, only = _OPS[wop]
+            want = (only if fits else first) if sent == 0 else (last if fits else mid)
+            got = (int(req.opcode.value), int(req.fits.value), int(req.pay.value))
+            self.opcode_checks += 1
+            assert got == (want, fits, resid if fits else pmtu_b), (
+                f"packet offered with registered (opcode, fits, pay) {got}, the registers "
+                f"now give {(want, fits, resid if fits else pmtu_b)} (wop {wop}, sent {sent}, "
+                f"resid {resid}, pmtu_b {pmtu_b}): PKT followed a write of them")
 
     async def command(self, op, index, args):
         dut = self.dut
@@ -254,6 +281,7 @@ async def start(dut, us_cycles=1):
     await ClockCycles(dut.clk, 5)
     cocotb.start_soon(tb.serve_ctx())
     cocotb.start_soon(tb.watch_gaps())
+    cocotb.start_soon(tb.watch_opcode())
     assert await tb.command(CmdOp.SET_KEY, 0,
                             set_args(KEY, IOVA, MRLEN, BUS, PD, 0x01, 0, True)) == 0
     assert await tb.command(CmdOp.SET_KEY, 1,
@@ -400,6 +428,7 @@ async def _frames_error_order(tb, src, cases):
     assert [(c["qpn"], c["wr_id"], c["status"], c["opcode"]) for c in got] == [(qf, 0xB1, 5, 1)]
     assert tb.tx.empty()
     assert tb.gap_errors == 0, "tvalid dropped inside a frame"
+    assert tb.opcode_checks >= tb.frames, (tb.opcode_checks, tb.frames)
     dut._log.info("W=%d: %d frames checked, %d cycles", W, tb.frames,
                   cocotb.utils.get_sim_time("ns") // 4)
     assert tb.frames == 2 + sum(max(1, -(-c[0] // PMTU)) for c in cases) + 129 * WINDOW + 1
