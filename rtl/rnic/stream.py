@@ -11,7 +11,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["WIDTHS", "check_width", "beat_layout", "BeatStream", "SkidBuffer", "Queue",
-           "slim_queue", "RoomFIFO", "BypassFIFO"]
+           "ShiftQueue", "slim_queue", "RoomFIFO", "BypassFIFO"]
 
 #: Data widths of the MAC and host-memory buses this design supports.
 WIDTHS = (64, 128, 256, 512)
@@ -455,6 +455,59 @@ class Queue(wiring.Component):
                 w = Shape.cast(shape.members[f]).width
                 m.d.comb += self.o.payload[f].eq(src[pos:pos + w])
                 pos += w
+        return m
+
+
+class ShiftQueue(wiring.Component):
+    """A queue of ``depth`` entries in flip-flops that shift towards the head, entry 0 the head:
+    the head's payload, ``o.valid`` and ``i.ready`` are registers (entry 0, and the "held"
+    bits of entries 0 and ``depth`` − 1), not a read multiplexer at a pointer, so a consumer
+    that decides on the head and pops it in the same cycle starts at flip-flops.
+
+    Its ports move as ``Queue(shape, depth, buffered=False)``'s, cycle for cycle: an entry
+    pushed into an empty queue is at the head in the next cycle, and a full queue takes no
+    entry, not even in a cycle with a pop. For a short, narrow queue (each entry costs its
+    bits in flip-flops and a 3-input multiplexer in front of each).
+
+    Parameters
+    ----------
+    shape : shape-castable
+        Payload shape.
+    depth : int
+        Number of entries (≥ 1).
+
+    Attributes
+    ----------
+    i : In(stream.Signature(shape))
+    o : Out(stream.Signature(shape))
+    """
+
+    def __init__(self, shape, depth):
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"queue depth must be a positive integer, not {depth!r}")
+        self._shape, self._depth = shape, depth
+        super().__init__({
+            "i": In(stream.Signature(shape)),
+            "o": Out(stream.Signature(shape)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        D = self._depth
+        ent = [Signal(self._shape, name=f"entry{k}") for k in range(D)]
+        held = Signal(D)            # entries 0 .. level − 1 are held (a thermometer code)
+        push = self.i.valid & self.i.ready
+        pop = self.o.valid & self.o.ready
+        m.d.comb += [self.i.ready.eq(~held[D - 1]), self.o.valid.eq(held[0]),
+                     self.o.payload.eq(ent[0])]
+        # after the pop: entry k is entry k + 1; the push fills the first entry not held then
+        # (written whenever it is the first free one: it counts only once held)
+        kept = Mux(pop, held >> 1, held)
+        for k in range(D):
+            nxt = ent[k + 1] if k + 1 < D else ent[k]
+            first_free = ~kept[k] & (kept[k - 1] if k else 1)
+            m.d.sync += [held[k].eq(kept[k] | push & first_free),
+                         ent[k].eq(Mux(first_free, self.i.payload, Mux(pop, nxt, ent[k])))]
         return m
 
 

@@ -6,7 +6,7 @@ import pytest
 from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import fifo
 
-from rnic.stream import BypassFIFO, Queue, RoomFIFO, SkidBuffer, StreamMerge
+from rnic.stream import BypassFIFO, Queue, RoomFIFO, ShiftQueue, SkidBuffer, StreamMerge
 from sim.vsim import Simulator
 
 
@@ -345,6 +345,52 @@ def test_queue_registered_fields_match_buffered(depth):
                                                        q.room_next, q.o.payload)])
     assert len(seen) > 800
 
+
+
+@pytest.mark.parametrize("depth", [1, 2, 4, 5])
+def test_shift_queue_matches_unbuffered(depth):
+    """``ShiftQueue`` (entries in flip-flops shifting towards the head) against
+    ``Queue(..., buffered=False)``, cycle for cycle under the same random valid, ready and
+    payload: ``i.ready`` and ``o.valid`` every cycle, the payload whenever ``o.valid``; the
+    queue is full (a push refused, also with a pop) and empty many times."""
+    from amaranth.lib import data
+    layout = data.StructLayout({"req": 1, "paylen": 13, "zero": 1})
+    ref = Queue(layout, depth, buffered=False)
+    dut = ShiftQueue(layout, depth)
+    top = Module()
+    top.submodules.ref, top.submodules.dut = ref, dut
+    top.d.comb += [dut.i.payload.eq(ref.i.payload), dut.i.valid.eq(ref.i.valid),
+                   dut.o.ready.eq(ref.o.ready)]
+    rng = random.Random(depth + 60)
+    stats = {"out": 0, "full_pop": 0, "empty": 0}
+
+    async def bench(ctx):
+        for k in range(4000):
+            # phases of mostly pushing and mostly popping, so the queue fills and drains
+            fill = (k // 200) % 2 == 0
+            ctx.set(ref.i.payload.as_value(), rng.getrandbits(15))
+            ctx.set(ref.i.valid, rng.random() < (0.8 if fill else 0.3))
+            ctx.set(ref.o.ready, rng.random() < (0.3 if fill else 0.8))
+            for a, b in ((dut.i.ready, ref.i.ready), (dut.o.valid, ref.o.valid)):
+                assert ctx.get(a) == ctx.get(b), k
+            if ctx.get(ref.o.valid):
+                assert ctx.get(dut.o.payload.as_value()) == ctx.get(ref.o.payload.as_value()), k
+                stats["out"] += ctx.get(ref.o.ready)
+                if not ctx.get(ref.i.ready) and ctx.get(ref.o.ready) and ctx.get(ref.i.valid):
+                    stats["full_pop"] += 1
+            else:
+                stats["empty"] += 1
+            await ctx.tick()
+
+    _simulate(top, bench, inputs=[ref.i.payload, ref.i.valid, ref.o.ready],
+              outputs=[x for q in (ref, dut) for x in (q.i.ready, q.o.valid, q.o.payload)])
+    assert stats["out"] > 800 and stats["full_pop"] > 20 and stats["empty"] > 100, stats
+
+
+def test_shift_queue_refuses_bad_depth():
+    for depth in (0, -1, 2.0):
+        with pytest.raises(ValueError):
+            ShiftQueue(8, depth)
 
 @pytest.mark.parametrize("depth", [2, 5, 8])
 def test_queue_registered_bypass(depth):

@@ -42,12 +42,11 @@ already in the builder; a frame with payload also waits while the frame queue is
 other source's header-only frames may pass meanwhile).
 """
 
-import types
-
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..stream import ShiftQueue
 from .build import chunk_layout, pkt_layout
 
 __all__ = ["TxArbiter"]
@@ -108,29 +107,14 @@ class TxArbiter(wiring.Component):
         return m
 
     def _frame_queue(self, m):
-        """The frame queue: ``depth`` entries in flip-flops that shift towards the head, entry 0
-        the head, so the head's fields and the flags (``o.valid``, ``i.ready``: entries 0 and
-        ``depth − 1`` held) are registers, not a read multiplexer at a pointer behind the
-        routing's select and its pop. Its ports move as an unbuffered queue's (``Queue(...,
-        buffered=False)``), cycle for cycle: an entry pushed is at the head in the next cycle
-        when the queue was empty, and a full queue takes no entry (not even with a pop)."""
+        """The frame queue: a :class:`~rnic.stream.ShiftQueue` of ``depth`` entries, so the
+        head's fields and the flags (``o.valid``, ``i.ready``) are registers, not a read
+        multiplexer at a pointer behind the routing's select and its pop. Its ports move as an
+        unbuffered queue's (``Queue(..., buffered=False)``): an entry pushed is at the head in
+        the next cycle when the queue was empty, and a full queue takes no entry (not even
+        with a pop)."""
         layout = data.StructLayout({"req": 1, "paylen": 13, "zero": 1})
-        D = self.depth
-        ent = [Signal(layout, name=f"frame{i}") for i in range(D)]
-        held = Signal(D)            # entries 0 .. level − 1 are held (a thermometer code)
-        fq = types.SimpleNamespace(
-            i=types.SimpleNamespace(valid=Signal(), ready=Signal(), payload=Signal(layout)),
-            o=types.SimpleNamespace(valid=Signal(), ready=Signal(), payload=ent[0]))
-        push = fq.i.valid & fq.i.ready
-        pop = fq.o.valid & fq.o.ready
-        m.d.comb += [fq.i.ready.eq(~held[D - 1]), fq.o.valid.eq(held[0])]
-        # after the pop: entry i is entry i + 1; the push fills the first entry not held then
-        kept = Mux(pop, held >> 1, held)
-        for i in range(D):
-            nxt = ent[i + 1] if i + 1 < D else ent[i]
-            first_free = ~kept[i] & (kept[i - 1] if i else 1)
-            m.d.sync += [held[i].eq(kept[i] | push & first_free),
-                         ent[i].eq(Mux(first_free, fq.i.payload, Mux(pop, nxt, ent[i])))]
+        m.submodules.frames = fq = ShiftQueue(layout, self.depth)
         return fq
 
     def _grant(self, m, fq):
