@@ -507,9 +507,10 @@ def run_synth(target, verilog_path, top, out_dir, freq_mhz, progress=True, *, de
         nextpnr placement seed (fixed, so runs repeat).
     router : str
         nextpnr router, ``"router1"`` (default) or ``"router2"``. router1 gives the better
-        Fmax (Key Cache K=64: 157.1 MHz against 96.6 with router2) but stalled on the board
-        design (tens of thousands of arcs unrouted after an hour); ``rnic synth`` uses router2
-        for the whole core only.
+        Fmax (Key Cache K=64: 157.1 MHz against 96.6 with router2) and routes the whole core
+        within the route limit where router2, timing-driven against a target far above the
+        core's Fmax, does not converge; it stalled on the board design (tens of thousands of
+        arcs unrouted after an hour), which ``rnic_flow.board`` routes with router2.
     nextpnr_args : sequence of str
         Appended to the nextpnr command line as they are (e.g. ``--router2-heatmap heat``:
         router2 writes congestion CSVs into the run directory each iteration).
@@ -709,11 +710,15 @@ def _place_and_route(row, target, dev, pnr_json, work, plog, freq_mhz, prog, *, 
 
 #: router2's progress line: ``iter=N wires=W overused=O overuse=U archfail=NA``
 _ROUTER2_ITER = re.compile(r"iter=(\d+)\s+wires=\d+\s+overused=(\d+)")
+#: router1's progress line: ``Info: ITER | ROUTED RIPPED | ... | ARCS_LEFT| ...``
+_ROUTER1_ITER = re.compile(r"^Info:\s+(\d+) \|\s*\d+\s+\d+ \|\s*\d+\s+\d+ \|\s*(\d+)\|",
+                           re.M)
 
 
 def _unrouted_result(row, plog, route_minutes, freq_mhz):
     """Fill ``row`` from a run whose router was stopped (``route_minutes``): the placement
-    estimate, and where router2 was."""
+    estimate, and where the router was (router2: its iteration and overused wires; router1:
+    the arcs left to route)."""
     from .placed import estimate_from_log
     text = plog.read_text(errors="replace")
     est = estimate_from_log(text)
@@ -724,6 +729,9 @@ def _unrouted_result(row, plog, route_minutes, freq_mhz):
         best = min(int(o) for _, o in iters)
         note += (f" (router2 iteration {iters[-1][0]}: {iters[-1][1]} wires overused, "
                  f"fewest {best})")
+    r1 = _ROUTER1_ITER.findall(text)
+    if r1 and not iters:
+        note += f" (router1: {int(r1[-1][1]):,} arcs left after {int(r1[-1][0]):,} iterations)"
     note += "; Fmax is the placement estimate"
     row["note"] = (row["note"] + "; " if row["note"] else "") + note
 
@@ -1002,8 +1010,9 @@ def _parser():
                    help="synthesize this file (top module rnic) instead of generating the core")
     p.add_argument("--seed", type=int, default=1, help="nextpnr seed (default 1)")
     p.add_argument("--router", default="auto", choices=("auto", "router1", "router2"),
-                   help="nextpnr router (default auto: router2 for the whole core, where "
-                        "router1 stalls, router1 for the blocks, where it gives the better Fmax)")
+                   help="nextpnr router (default auto: router1, which routes the whole core "
+                        "within the route limit where router2 does not converge, and gives the "
+                        "blocks the better Fmax)")
     p.add_argument("--nextpnr-arg", dest="nextpnr_args", action="append", default=[],
                    metavar="ARG", help="pass ARG to nextpnr (repeat for several; e.g. "
                                        "--nextpnr-arg=--router2-heatmap --nextpnr-arg=heat)")
@@ -1105,7 +1114,7 @@ def main_synth(argv=None):
                 rows.append(synth_block(b, cfg, t, args.out, freq_mhz=cfg["clock_mhz"],
                                         progress=prog, device=args.device, seed=args.seed,
                                         router=(args.router if args.router != "auto" else
-                                                "router2" if b == "rnic" else "router1"),
+                                                "router1"),
                                         verilog_path=args.verilog if b == "rnic" else None,
                                         nextpnr_args=(_core_nextpnr_args(args.nextpnr_args)
                                                       if b == "rnic" and t == "ecp5"

@@ -214,7 +214,7 @@ def test_real_place_only_crc32(tmp_path):
 
 
 def test_whole_core_on_ecp5_is_routed_unless_place_only(tmp_path, monkeypatch):
-    """A plain ``rnic synth`` (what ``make`` runs) routes the whole core on ECP5, with router2
+    """A plain ``rnic synth`` (what ``make`` runs) routes the whole core on ECP5, with router1
     and the timing-weighted HeAP placer options; ``--place-only`` gives the placement
     estimate instead, in a row of its own beside the routed one."""
     argv_file = _stand_in_place_tools(tmp_path, monkeypatch)
@@ -239,7 +239,7 @@ def test_whole_core_on_ecp5_is_routed_unless_place_only(tmp_path, monkeypatch):
     assert row["block"] == "rnic" and row["stage"] == "placed" and row["fmax_mhz"] == 179.86
     assert main_synth(["-o", str(out), "-q"]) == 0
     argv = json.loads(argv_file.read_text())
-    assert "--no-route" not in argv and argv[argv.index("--router") + 1] == "router2"
+    assert "--no-route" not in argv and argv[argv.index("--router") + 1] == "router1"
     assert argv[argv.index("--placer-heap-timingweight") + 1] == "40"
     rows = json.loads((out / "synth.json").read_text())
     assert sorted(r.get("stage", "routed") for r in rows) == ["placed", "routed"]

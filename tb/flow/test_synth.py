@@ -209,8 +209,13 @@ if os.environ.get("FAKE_PNR_HANG"):
     import time
     print("Info: Max frequency for clock 'clk': 61.40 MHz (FAIL at 156.25 MHz)")
     print("Info: Running main router loop...")
-    for i, o in ((1, 5000), (2, 180), (3, 240)):
-        print(f"Info:     iter={i} wires=700000 overused={o} overuse={o} archfail=NA")
+    if os.environ["FAKE_PNR_HANG"] == "router1":
+        for i, left in ((1000, 160193), (2000, 159345)):
+            print(f"Info:     {i:6d} |      900        100 |  166   810 |    {left:6d}|"
+                  "       1.26     118.43|")
+    else:
+        for i, o in ((1, 5000), (2, 180), (3, 240)):
+            print(f"Info:     iter={i} wires=700000 overused={o} overuse={o} archfail=NA")
     sys.stdout.flush()
     time.sleep(120)
     sys.exit(0)
@@ -279,7 +284,7 @@ def test_run_synth_nofit_and_failure(tmp_path, fake_tools):
 
 def test_run_synth_route_limit(tmp_path, fake_tools):
     """A router that does not finish is stopped ``route_minutes`` after it started: the row is
-    'not routed', with the placement estimate and where router2 was."""
+    'not routed', with the placement estimate and where the router was."""
     import time
     v = tmp_path / "blk.v"
     v.write_text("module blk(); endmodule\n")
@@ -293,6 +298,12 @@ def test_run_synth_route_limit(tmp_path, fake_tools):
     assert "router stopped after 0.05 min" in row["note"]
     assert "iteration 3: 240 wires overused, fewest 180" in row["note"]
     assert "router stopped" in (tmp_path / "h" / "nextpnr.log").read_text()
+    # router1's progress: the arcs left
+    fake_tools.setenv("FAKE_PNR_HANG", "router1")
+    row = run_synth("ecp5", v, "blk", tmp_path / "h1", 156.25, progress=False,
+                    route_minutes=0.05)
+    assert row["status"] == "not routed" and row["fmax_mhz"] == 61.4
+    assert "(router1: 159,345 arcs left after 2,000 iterations)" in row["note"], row["note"]
 
 
 def test_run_synth_ice40_wraps_wide_ports(tmp_path, fake_tools, monkeypatch):
