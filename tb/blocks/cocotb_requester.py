@@ -25,7 +25,7 @@ from rnic.ifaces import CmdOp, cmd_layout, resp_layout
 from tb.blocks.cocotb_mailbox import ArgRegs
 from rnic.req import ack_layout, cpl_layout, qp_set_layout, req_ctx_layout
 from rnic.control.qp_args import qp_arg_layout
-from rnic.req.requester import _OPS, doorbell_layout
+from rnic.req.requester import doorbell_layout
 from sim.hostmem import HostMem
 from sim.knobs import knob
 from sim.models import requester as model
@@ -129,7 +129,8 @@ class TB:
             wop, sent, resid, pmtu_b = (int(req.wop.value), int(req.sent.value),
                                         int(req.resid.value), int(req.pmtu_b.value))
             fits = resid <= pmtu_b
-            first, mid, last, only = _OPS[wop]
+            # the opcodes from the Python model's table (a READ is one request, 0x0C)
+            first, mid, last, only = ({**model._OPS, model.RDMA_READ: (0x0C,) * 4})[wop]
             want = (only if fits else first) if sent == 0 else (last if fits else mid)
             got = (int(req.opcode.value), int(req.fits.value), int(req.pay.value))
             self.opcode_checks += 1

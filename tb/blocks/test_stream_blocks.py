@@ -346,7 +346,6 @@ def test_queue_registered_fields_match_buffered(depth):
     assert len(seen) > 800
 
 
-
 @pytest.mark.parametrize("depth", [1, 2, 4, 5])
 def test_shift_queue_matches_unbuffered(depth):
     """``ShiftQueue`` (entries in flip-flops shifting towards the head) against
@@ -391,6 +390,7 @@ def test_shift_queue_refuses_bad_depth():
     for depth in (0, -1, 2.0):
         with pytest.raises(ValueError):
             ShiftQueue(8, depth)
+
 
 @pytest.mark.parametrize("depth", [2, 5, 8])
 def test_queue_registered_bypass(depth):
