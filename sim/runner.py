@@ -204,19 +204,26 @@ def run_cocotb(name, factory, *, test_module, testcase=None, params=None, toplev
                     timescale=("1ns", "1ps") if simulator == "icarus" else None)
     except SystemExit:
         pass            # the runner exits on failing tests: the results file says which
-    _check_results(results)
+    _check_results(results, testcase)
     return test_dir
 
 
-def _check_results(path):
+def _check_results(path, testcase=None):
+    """Assert that cocotb's results file at ``path`` names no failure, and that every name of
+    ``testcase`` ran: cocotb's filter selects the tests whose name ends with a given name, and
+    a name that matches none (a test renamed or removed) is otherwise dropped without a word."""
     tree = ET.parse(path)
-    ran, failed = 0, []
+    ran, failed = [], []
     for tc in tree.iter("testcase"):
-        ran += 1
+        ran.append(tc.get("name"))
         if tc.find("failure") is not None or tc.find("error") is not None:
             failed.append(tc.get("name"))
-    assert ran > 0, f"no cocotb test ran ({path})"
+    assert ran, f"no cocotb test ran ({path})"
     assert not failed, f"cocotb tests failed: {', '.join(failed)} (see {path.parent})"
+    names = ([n.strip() for n in testcase.split(",") if n.strip()] if isinstance(testcase, str)
+             else list(testcase or []))
+    missing = [n for n in names if not any(r.endswith(n) for r in ran)]
+    assert not missing, f"no cocotb test named {', '.join(missing)} ran ({path})"
 
 
 def run_fast_verilator(factory, params, *, test_module, testcase, extra_env, test_name,
@@ -284,5 +291,5 @@ def run_fast_verilator(factory, params, *, test_module, testcase, extra_env, tes
                     extra_env=env, seed=seed)
     except SystemExit:
         pass
-    _check_results(results)
+    _check_results(results, testcase)
     return test_dir
