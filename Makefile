@@ -98,7 +98,7 @@ pictures: trace
 
 # the ECPIX-5 85F bitstream of the board top (one core, block-RAM host memory, sequencer)
 bitstream: setup
-	PYTHONPATH=.:rtl $(PY) -m rnic_flow.board --build-dir build/board
+	PYTHONPATH=.:rtl $(PY) -m rnic_flow.board --build-dir build/board --record
 
 board-test: setup
 	$(PYTEST) -n 0 -q tb/system/test_board.py

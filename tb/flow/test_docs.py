@@ -200,3 +200,18 @@ def test_area_table_shows_the_unrouted_core_estimate():
     text = figures.render_area(area, synth)
     assert "| CQE Generation | 690 of 700 | 390 of 400 | 1 of 1 | yes | – / 170.0 / – |" in text
     assert "| no | 69.8 / – / – (not routed: placement estimate) |" in text
+
+
+def test_board_table_records_the_last_build(tmp_path):
+    """The board section shows the last recorded build's cells (LUT4 first) and each clock's
+    routed figure beside its constraint; recording replaces the build before."""
+    def build(lut, mhz):
+        return {"part": "P", "config": "C", "seed": 1, "router": "router2", "date": "D",
+                "seconds": 1, "cells": {"PLL": [1, 4], "LUT4": [lut, 83640]},
+                "fmax": {"clk": [mhz, 50]}}
+    dst = tmp_path / "board.json"
+    figures.record_board(build(111, 61.5), dst)
+    figures.record_board(build(32875, 88.1), dst)
+    text = figures.render("board", tmp_path)
+    assert "| LUT4 | 32,875 | 83,640 |" in text and "| `clk` | 88.1 | 50 |" in text
+    assert text.index("| LUT4 |") < text.index("| PLL |") and "61.5" not in text
