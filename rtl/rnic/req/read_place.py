@@ -470,15 +470,16 @@ class ReadPlace(wiring.Component):
         (``ad``, as ``p_sel`` chooses), and the ``drop`` strobe. Adds them."""
         h, r = t.h, t.r
         # ---- the checks, in registered steps ----
-        # (two registers hold a value each in turn: ``off`` is (p − fpsn) · 128 from C1, shifted
-        # left one bit a cycle from C2 on, ``sh`` times (the PMTU code: PMTU = 128 << code), so
-        # that it is the offset from SH on; ``tot_r`` is the slot's span from C1, its total
-        # (mod 2^13) from C2)
+        # (``off`` holds a value in turn: (p − fpsn) · 128 from C1, shifted left one bit a
+        # cycle from C2 on, ``sh`` times (the PMTU code: PMTU = 128 << code), so that it is
+        # the offset from SH on; ``tot_r`` is the slot's total (mod 2^13) from C2. C2 compares
+        # with the slot's span as the LUT RAM reads it at ``slot``, unchanged since C1, as C1
+        # subtracts its fpsn)
         off = Signal(32)                # byte offset of the response in the READ
-        tot_r = Signal(24)
+        tot_r = Signal(13)
         dpsn = off[7:31]                # p − fpsn (C1 to C2)
         sh = Signal(3)                  # shifts of off still to make
-        span = tot_r[:24]               # the slot's span, lpsn − fpsn (C1 to C2)
+        span = r.span                   # the slot's span, lpsn − fpsn
         is_last = Signal()              # p = lpsn
         is_first = Signal()             # p = fpsn
         pmc = Signal(3)
@@ -500,14 +501,18 @@ class ReadPlace(wiring.Component):
         # subtraction and compares; len0 − off made in SH's last cycle from the row's len0,
         # and registered: it does not lead the choices of C3)
         rem = Signal(13)                # total − off (mod 2^13: at lpsn, at most PMTU)
-        m.d.comb += rem.eq(tot_r[:13] - off[:13])
+        m.d.comb += rem.eq(tot_r - off[:13])
         pm_eq = Signal()                # len = PMTU (128 << pmc, on 14 bits)
         m.d.comb += pm_eq.eq(Cat(h.len, Const(0, 1)) == (Const(128, 14) << pmc)[:14])
         d0 = Signal(33)                 # len0 − off (negative: the response is all in part 1)
         below = d0[32] | (d0 == 0)      # off ≥ len0
         # part 0 = min(len, len0 − off) when off < len0
         short = Signal()                # off < len0 and len0 − off < len
-        m.d.comb += short.eq(~below & (d0[13:32] == 0) & (d0[:13] < h.len))
+        # (len − (len0 − off) on 13 bits and its borrow: the compare and the second part's
+        # length from one subtraction)
+        xl = Signal(14)
+        m.d.comb += [xl.eq(Cat(h.len, Const(0, 1)) - Cat(d0[:13], Const(0, 1))),
+                     short.eq(~below & (d0[13:32] == 0) & ~xl[13] & (xl[:13] != 0))]
 
         # the host address of the part P0 or P1 hands over: addr0 + off, or addr1 + the
         # second part's offset (off − len0 = −d0 when off ≥ len0, else 0: added as d0's
@@ -526,7 +531,7 @@ class ReadPlace(wiring.Component):
             dpsn=dpsn, span=span, is_last=is_last, is_first=is_first, pmc=pmc, off=off,
             in_range=in_range, pm_eq=pm_eq, ok=ok, a0=a0, a1=a1, drop=drop, op=op, fm=fm,
             lo=lo, tot_r=tot_r, rem=rem, sh=sh, d0=d0, below=below, below_r=below_r,
-            short=short, p_sel=p_sel, a_base=a_base, ad=ad)
+            short=short, xl=xl, p_sel=p_sel, a_base=a_base, ad=ad)
 
     def _header_fsm(self, m, t):
         """The FSM that works on the headers one at a time: an ACKNOWLEDGE goes out as WIRE; a
@@ -614,7 +619,7 @@ class ReadPlace(wiring.Component):
             t.ok, t.op, t.pend, t.pmc, t.r, t.rem, t.s_acc, t.set_c,
             t.set_l, t.short, t.slot, t.span, t.tgt_new, t.tot_r)
         with m.State("C1"):
-            m.d.sync += [off.eq(Cat(Const(0, 7), h.psn - r.fpsn)), span.eq(r.span),
+            m.d.sync += [off.eq(Cat(Const(0, 7), h.psn - r.fpsn)),
                          pmc.eq(r.pmtu), sh.eq(r.pmtu),
                          lnk_here.eq(lnk_v.bit_select(slot, 1))]
             m.next = "C2"
@@ -646,7 +651,7 @@ class ReadPlace(wiring.Component):
                           & Mux(is_last, lo & (rem == h.len),
                                 fm & t.pm_eq)),
                     a0.eq(Mux(below, 0, Mux(short, d0[:13], h.len))),
-                    a1.eq(Mux(below, h.len, Mux(short, h.len - d0[:13], 0))),
+                    a1.eq(Mux(below, h.len, Mux(short, t.xl[:13], 0))),
                     t.below_r.eq(below),
                 ]
                 m.next = "C4"
