@@ -132,11 +132,13 @@ class TB:
             # the opcodes from the Python model's table (a READ is one request, 0x0C)
             first, mid, last, only = ({**model._OPS, model.RDMA_READ: (0x0C,) * 4})[wop]
             want = (only if fits else first) if sent == 0 else (last if fits else mid)
+            # (a READ request's ``pay`` is 0: it carries no payload)
+            pay = 0 if wop == model.RDMA_READ else resid if fits else pmtu_b
             got = (int(req.opcode.value), int(req.fits.value), int(req.pay.value))
             self.opcode_checks += 1
-            assert got == (want, fits, resid if fits else pmtu_b), (
+            assert got == (want, fits, pay), (
                 f"packet offered with registered (opcode, fits, pay) {got}, the registers "
-                f"now give {(want, fits, resid if fits else pmtu_b)} (wop {wop}, sent {sent}, "
+                f"now give {(want, fits, pay)} (wop {wop}, sent {sent}, "
                 f"resid {resid}, pmtu_b {pmtu_b}): PKT followed a write of them")
 
     async def command(self, op, index, args):
@@ -530,6 +532,52 @@ async def window(tb, src):
     assert await tb.completions(0, "window") == []
     tb.ack.put(dict(qpn=qw, psn=pkts[-1]["psn"], syndrome=0x1F))
     assert await tb.completions(1, "window") == tb.acked(qw, pkts[-1]["psn"])
+
+
+@cocotb.test(skip=knob("REQUESTER_TEST_GROUP") != "readpark")
+async def requester_read_parked(dut):
+    """A READ that waits at its request for PSN room (its QP's 128-PSN window full) after its
+    PSN count was made, and another QP's WRITE sent meanwhile: the WRITE's packets take one PSN
+    each (the count is the READ's alone); once an ACK opens the window the READ leaves at its
+    PSN, and the QP's next WQE after the READ's max(1, ⌈L/PMTU⌉) PSNs."""
+    tb, src = await start(dut)
+    tb.tx.clear_pause_generator()
+    tb.tx.pause = False
+    qa, qb = 8, 9
+    tb.set_qp(qa, 3)
+    tb.set_qp(qb, 3)
+    raddr, rkey = 0x1234_5678_9ABC_DEF0, 0xCAFE
+    length = 128 * PMTU
+    tb.post(qa, model.wqe_bytes(0x81, model.RDMA_WRITE, model.SIGNALED, [(IOVA + 3, length, KEY)],
+                                raddr=raddr, rkey=rkey))
+    rlen = 5 * PMTU + 7                   # six PSNs
+    tb.post(qa, model.wqe_bytes(0x82, model.RDMA_READ, model.SIGNALED,
+                                [(IOVA + 0x8000, rlen, KEY)], raddr=raddr + 0x100, rkey=rkey))
+    wlen = 2 * PMTU + 9
+    tb.post(qa, model.wqe_bytes(0x83, model.RDMA_WRITE, model.SIGNALED, [(IOVA + 7, wlen, KEY)],
+                                raddr=raddr, rkey=rkey))
+    tb.ring(qa)
+    msg = src[3:3 + length]
+    pkts = tb.packets(qa, 0x81, model.RDMA_WRITE, msg, model.SIGNALED, b"\0" * 4, raddr, rkey)
+    await tb.check_frames(qa, pkts, msg, "read parked: window")
+    await ClockCycles(dut.clk, 400)
+    assert tb.tx.empty(), "the READ left with the window full"
+    # another QP meanwhile: one PSN a packet
+    tb.post(qb, model.wqe_bytes(0x91, model.RDMA_WRITE, model.SIGNALED, [(IOVA + 5, wlen, KEY)],
+                                raddr=raddr, rkey=rkey))
+    tb.ring(qb)
+    await tb.expect_frames(qb, 0x91, model.RDMA_WRITE, src[5:5 + wlen], model.SIGNALED,
+                           b"\0" * 4, raddr, rkey, "read parked: other QP")
+    # the window opens: the READ at its PSN, then the WRITE behind it after its six PSNs
+    tb.ack.put(dict(qpn=qa, psn=pkts[-1]["psn"], syndrome=0x1F))
+    rp, _ = model.segment(model.RDMA_READ, rlen, PMTU, psn=tb.psn[qa], raddr=raddr + 0x100,
+                          rkey=rkey)
+    assert rp[0]["npsn"] == 6
+    await tb.check_frames(qa, rp, b"", "read parked: READ")
+    tb.psn[qa] = (tb.psn[qa] + rp[0]["npsn"]) & 0xFFFFFF
+    await tb.expect_frames(qa, 0x83, model.RDMA_WRITE, src[7:7 + wlen], model.SIGNALED,
+                           b"\0" * 4, raddr, rkey, "read parked: after the READ")
+    assert tb.gap_errors == 0
 
 
 # ---- the Reliability Engine ----------------------------------------------------------------------

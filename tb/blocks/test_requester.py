@@ -109,6 +109,13 @@ def test_requester_retry(width):
     _run(width, False, "retry", test="retry")
 
 
+def test_requester_read_parked():
+    """A READ whose request waits for PSN room after its PSN count was made, and another QP's
+    WRITE sent meanwhile: one PSN a packet; the READ then at its PSN and the next WQE after its
+    responses' PSNs (~6,000 cycles at W=64)."""
+    _run(64, False, "read-parked", test="readpark")
+
+
 def test_requester_ring():
     """The shared in-flight ring at 16 entries beyond the QPs' own (ring_depth 32, N = 16): the
     WQEs beyond it wait and go as ACKs give entries back; a reset QP and a QP ended by a NAK

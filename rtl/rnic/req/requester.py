@@ -1082,7 +1082,10 @@ class Requester(wiring.Component):
         fits = Signal()
         pay = Signal(13)
         fits_n = resid <= pmtu_b
-        m.d.sync += [fits.eq(fits_n), pay.eq(Mux(fits_n, resid, pmtu_b))]
+        # (a READ request carries no payload: its ``pay`` is 0, which nothing after its
+        # packet reads: it ends the WQE's packets, and the next WQE sets ``sent`` and
+        # ``resid`` anew)
+        m.d.sync += [fits.eq(fits_n), pay.eq(Mux(t.is_rd, 0, Mux(fits_n, resid, pmtu_b)))]
         # the packet's opcode, registered from the values ``fits`` is (PKT is never the cycle
         # after ``sent`` changes either: each state that writes it writes ``resid`` too), so
         # the descriptor's opcode leaves the engine from a flip-flop, not through the 32-bit
@@ -1104,8 +1107,10 @@ class Requester(wiring.Component):
             pk.psn.eq(dyn.psn),
             # (the WQE's remote address; a READ's advanced past the responses placed)
             pk.va.eq(t.rd_va), pk.rkey.eq(rkey),
-            pk.dmalen.eq(Mux(is_rd, resid, total)), pk.imm.eq(imm_word),
-            pk.paylen.eq(Mux(is_rd, 0, pay)), pk.qpn.eq(qpn),
+            # (the RETH's length: a READ's bytes still to come; a WRITE's RETH is in its FIRST
+            # or ONLY packet, sent with nothing before it, where resid = total)
+            pk.dmalen.eq(resid), pk.imm.eq(imm_word),
+            pk.paylen.eq(pay), pk.qpn.eq(qpn),
         ]
         # a READ's slot, written as the READ is first sent
         rr = self.read_rec.payload
@@ -1535,6 +1540,9 @@ class Requester(wiring.Component):
             m.d.comb += self.busy.eq(1)
             m.d.sync += [k.eq(0), sent.eq(0), total.eq(len_sum), resid.eq(len_sum),
                          t.is_rd.eq(t.op_rdc)]
+            if self.read:
+                # (a READ sets it in RD_PREP: every other WQE's packets take one PSN each)
+                m.d.sync += t.rd_l.eq(0)
             # (the early lookup's answer is taken by the drop below from now on, by LK_WAIT
             # too when the WQE goes on there: every other branch leaves the WQE)
             m.d.sync += t.lk_drop.eq(t.lk_out)
@@ -1678,9 +1686,10 @@ class Requester(wiring.Component):
             with m.If(~t.skip0):
                 m.d.sync += t.rd_va.eq(cur_addr)
             # (the PSNs less one, max(1, ⌈resid/PMTU⌉) − 1: (max(resid, 1) − 1) / 256 here,
-            # then shifted right one bit a cycle in RD_PREP2, code − 1 times for PMTU
-            # 128 << code, rather than through a barrel shifter: a READ request is one packet)
-            m.d.sync += [t.rd_l.eq(Mux(resid == 0, 0, resid - 1)[8:32]),
+            # which is resid / 256 less one when resid is a non-zero multiple of 256, then
+            # shifted right one bit a cycle in RD_PREP2, code − 1 times for PMTU 128 << code,
+            # rather than through a barrel shifter: a READ request is one packet)
+            m.d.sync += [t.rd_l.eq(resid[8:32] - ((resid[:8] == 0) & (resid[8:32] != 0))),
                          rd_sh.eq(Mux((ctx.pmtu >= 2) & (ctx.pmtu <= 5), ctx.pmtu - 1, 0))]
             m.next = "RD_PREP2"
         with m.State("RD_PREP2"):
@@ -1715,8 +1724,13 @@ class Requester(wiring.Component):
                 with m.If(self.pkt.ready):
                     retx = (dyn.psn - dyn.hpsn)[23]
                     m.d.comb += self.retx.eq(retx)
+                    # the next PSN: + 1, + rd_l + 1 for a READ request (rd_l is 0 for every
+                    # other WQE, from VALIDATE on; one adder, the + 1 as both operands'
+                    # carry-in bit)
+                    psn_n = ((Cat(Const(1, 1), dyn.psn) + Cat(Const(1, 1), t.rd_l))[1:25]
+                             if self.read else dyn.psn + 1)
                     with m.If(~retx):
-                        m.d.sync += dyn.hpsn.eq(dyn.psn + 1)
+                        m.d.sync += dyn.hpsn.eq(psn_n)
                     # seg_left < pay and seg_left ≤ pay: both compares beside ``fits``
                     c_lt = Mux(fits, seg_left < resid, seg_left < pmtu_b)
                     c_le = Mux(fits, seg_left <= resid, seg_left <= pmtu_b)
@@ -1726,12 +1740,12 @@ class Requester(wiring.Component):
                         clen.eq(Mux(c_lt, seg_left, pay)),      # min(seg_left, pay)
                         pkt_end.eq(~c_lt), seg_end.eq(c_le),
                         was_last.eq(fits),
-                        dyn.psn.eq(dyn.psn + 1),
+                        dyn.psn.eq(psn_n),
                         dyn.noack.eq(Mux(ackreq, 0, dyn.noack + 1)),
                     ]
                     m.next = "CHUNK"
                     with m.If(t.is_rd):
-                        self._engine_read_request(m, t, retx)
+                        self._engine_read_request(m, t)
         with m.State("CHUNK"):
             m.d.comb += self.busy.eq(1)
             prefetch()
@@ -1780,14 +1794,10 @@ class Requester(wiring.Component):
                          dyn.rds.eq(dyn.rds + (alloc & t.is_rd)), served.eq(1), e_cw_st.eq(1)]
             m.next = "CHECK_WAIT"
 
-    def _engine_read_request(self, m, t, retx):
-        """PKT's transfer of a READ request: one request, no payload, rd_l + 1 PSNs (the + 1 as
-        both operands' carry-in bit); a new READ takes a slot."""
-        dyn = t.dyn
-        psn_n = (Cat(Const(1, 1), dyn.psn) + Cat(Const(1, 1), t.rd_l))[1:25]
-        m.d.sync += [t.left.eq(0), t.left_z.eq(1), t.was_last.eq(1), dyn.psn.eq(psn_n)]
-        with m.If(~retx):
-            m.d.sync += dyn.hpsn.eq(psn_n)
+    def _engine_read_request(self, m, t):
+        """PKT's transfer of a READ request: one request, no payload (its rd_l + 1 PSNs are
+        PKT's next PSN); a new READ takes a slot."""
+        m.d.sync += [t.left.eq(0), t.left_z.eq(1), t.was_last.eq(1)]
         with m.If(t.alloc_r):
             m.d.comb += self.read_rec.valid.eq(1)
             m.d.sync += t.e_ri.eq(t.new_ri)
