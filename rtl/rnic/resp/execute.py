@@ -707,19 +707,28 @@ class Execute(wiring.Component):
         # (it may hit a slot and pin it); ``plan_tk`` in DEC, LOOK, HIT, TAKE, FETCH and
         # FETCH_WAIT (from DEC to its take the planner holds the QP's next WQE, found in a
         # slot or read itself: a prefetch of that WQE now would be a second read of it)
-        # ``c_ld``: the planner loads c from the command now (``_take_next``), so the
-        # prefetcher's QP compare with c, registered, is exact in DEC: it compares the QP c
-        # takes (a flush's c is not followed by ``plan_tk``)
+        # ``c_ld``: the planner is in a state that may load c from the command (IDLE, RD_RING,
+        # PUSH: ``_take_next``), so the prefetcher's QP compare with c, registered, is exact in
+        # DEC: it compares the QP c takes. It is the state alone, not whether the take
+        # happens: without a take ``plan_tk`` is 0 in the next cycle, where the compare is
+        # read only with ``plan_tk`` (and a flush's c is not followed by ``plan_tk``); so
+        # ``qp_reset`` and the queues' handshakes stay out of the compare's path.
         plan_hit_r = Signal()
         plan_tk = Signal()
         c_ld = Signal()
         c_qpn_n = Signal(ab)
         m.d.comb += c_qpn_n.eq(Mux(c_ld, self.exe.payload.qpn[:ab], c.qpn[:ab]))
         release = Signal()                     # the planner is done with the WQE in ``prow``
+        # the pool's own copy of ``rst.valid`` (kept: synthesis would merge the two), so its
+        # claim hold and slot voids are not loads of the net that enables every table write
+        rst_pf = Signal(name="rst_pf", attrs={"keep": 1})
+        m.d.sync += rst_pf.eq(self.qp_reset.valid)
+        rst_pool = types.SimpleNamespace(valid=rst_pf, payload=rst.payload)
         pool = (prefetch_pool(m, prefetch=P, prefetch_depth=self.prefetch_depth,
                               num_qp=self.num_qp, fetch=fetch, plan_fetch=plan_fetch,
                               plan_look=plan_look, plan_hit_r=plan_hit_r, plan_tk=plan_tk,
-                              c_qpn_n=c_qpn_n, take=take, take_r=take_r, c=c, ab=ab, rst=rst,
+                              c_qpn_n=c_qpn_n, take=take, take_r=take_r, c=c, ab=ab,
+                              rst=rst_pool,
                               rp=post, prow_oh=prow_oh, pin=pin, release=release)
                 if P else None)
         ring_ok = pool["ring_ok"] if P else Const(1, 1)
@@ -1204,6 +1213,7 @@ class Execute(wiring.Component):
             self._plan_wqe(m, t)
             self._plan_pieces(m, t)
         _one_hot(fsm)
+        m.d.comb += t.c_ld.eq(fsm.ongoing("IDLE") | fsm.ongoing("RD_RING") | fsm.ongoing("PUSH"))
 
     def _fail(self, m, t, syndrome, status, with_cqe):
         """The planner's outcome: fatal with ``syndrome``, the CQE status ``status``, a CQE if
@@ -1224,7 +1234,7 @@ class Execute(wiring.Component):
             t.nowrite, t.pipe_empty, t.plan_tk, t.rd_new, t.rd_sent, t.rdflt, t.skip,
             t.syn, t.wqe_rd)
         m.d.comb += [self.exe.ready.eq(1), dead_rd.en.eq(1), wqe_rd.en.eq(1),
-                     cnext_rd.en.eq(1), t.c_ld.eq(1)]
+                     cnext_rd.en.eq(1)]
         ep = self.exe.payload
         ep_read = ep.read if self.rdma_read else Const(0)    # (no READ: its states fold away)
         m.d.sync += [fatal.eq(0), syn.eq(0), cqe_on.eq(0), cstat.eq(ep.status), nowrite.eq(0),

@@ -494,12 +494,13 @@ def _visit_choice(m, t):
                  need1.eq(t.pf_want1 & ~pf_try[1] & ((t.pf_m1 & valid) == 0) if D > 1 else 0),
                  need2.eq(t.pf_want2 & ~pf_try[2] & ((t.pf_m2 & valid) == 0) if D > 2 else 0)]
     # the slots tagged {pf_q, pf_key}: idx0 in CALC, idx1 in CALC1, idx2 in CALC2 (one bank
-    # of compares; ``pf_key`` = idx0 + ``pf_off``, a register set in the state before, so no
-    # state decode selects the compares' operand and idx0, the block RAM's output register,
-    # feeds no multiplexer)
+    # of compares; ``pf_key`` is idx0, idx1 or idx2 as ``pf_off``, a register set in the
+    # state before, selects, so no state decode selects the compares' operand, and idx0, the
+    # block RAM's output register, meets a multiplexer, not a carry chain: idx1 and idx2 are
+    # registers CALC loads)
     pf_off = Signal(2)
     pf_key = Signal(16)
-    m.d.comb += pf_key.eq(pf_idx + pf_off)
+    m.d.comb += pf_key.eq(Mux(pf_off[1], t.pf_idx2, Mux(pf_off[0], t.pf_idx1, pf_idx)))
     pf_cmp = Signal(P)
     for i in range(P):
         m.d.comb += pf_cmp[i].eq((sq[i] == pf_q) & (sidx[i] == pf_key))
@@ -559,19 +560,25 @@ def _visit_read_states(m, t):
         # the block RAM's output register
         m.d.sync += [row.eq(pst_rd.data), pf_idx.eq(nxt_rd.data), t.pf_off.eq(0)]
         m.next = "CALC"
+    def wants(ahead):
+        # the WQEs posted of idx0..idx2, from the producer index's lead over idx0 (a lead of
+        # 2^15 or more left out: conservative)
+        return [t.pf_want.eq(row.on & (ahead != 0) & ~ahead[15]),
+                t.pf_want1.eq(row.on & (ahead != 0) & (ahead != 1) & ~ahead[15]),
+                t.pf_want2.eq(row.on & (ahead != 0) & (ahead != 1) & (ahead != 2) & ~ahead[15])]
+    # (with a deeper prefetch the lead is registered in CALC and the wants made in CALC1,
+    # before ALLOC reads them: the block RAM's output register meets one carry chain)
+    ahead_r = Signal(16)
     with m.State("CALC"):
         ahead = Signal(16)
         m.d.comb += ahead.eq(row.prod - pf_idx)
-        m.d.sync += [t.pf_want.eq(row.on & (ahead != 0) & ~ahead[15]),
-                     # idx1 = idx0 + 1 posted (ahead = 2^15 left out: conservative)
-                     t.pf_want1.eq(row.on & (ahead != 0) & (ahead != 1) & ~ahead[15]),
-                     t.pf_want2.eq(row.on & (ahead != 0) & (ahead != 1) & (ahead != 2)
-                                   & ~ahead[15]),
-                     t.pf_idx1.eq(pf_idx + 1), t.pf_idx2.eq(pf_idx + 2)]
+        m.d.sync += ahead_r.eq(ahead) if D > 1 else wants(ahead)
+        m.d.sync += [t.pf_idx1.eq(pf_idx + 1), t.pf_idx2.eq(pf_idx + 2)]
         m.d.sync += [t.pf_m0.eq(pf_cmp), t.pf_off.eq(1)]
         m.next = "CALC1" if D > 1 else "ALLOC"
     if D > 1:
         with m.State("CALC1"):
+            m.d.sync += wants(ahead_r)
             m.d.sync += [t.pf_m1.eq(pf_cmp), t.pf_off.eq(2)]
             m.next = "CALC2" if D > 2 else "ALLOC"
     if D > 2:
