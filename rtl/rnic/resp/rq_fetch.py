@@ -683,17 +683,20 @@ def _hit_select(m, t):
     # in HIT, so the select never reads it). In
     # HIT, while no matched slot has data, the only way one gets it is a response: the
     # next cycle's select is its slot (a don't-care when no hit follows).
-    rs_ok = Signal(P)
-    for i in range(P):
-        m.d.comb += rs_ok[i].eq(t.pf_resp & ~fr.payload.err & (rs == i))
-    look = Signal(P)
-    m.d.comb += look.eq(t.match_c & (t.ok | rs_ok))
-    hsel_c = Signal(sb)
+    # (the first matched slot with data from registers alone, ``f_ok``; a response's slot
+    # ``rs`` wins when it is matched and before ``f_ok`` or no slot has data: the response's
+    # ``valid`` meets only the last select, not the priority encoder)
+    m_ok = Signal(P)
+    m.d.comb += m_ok.eq(t.match_c & t.ok)
+    f_ok = Signal(sb)
     for i in reversed(range(P)):
-        with m.If(look[i]):
-            m.d.comb += hsel_c.eq(i)
+        with m.If(m_ok[i]):
+            m.d.comb += f_ok.eq(i)
+    rs_first = Signal()
+    m.d.comb += rs_first.eq(t.match_c.bit_select(rs, 1) & ~fr.payload.err
+                            & ((m_ok == 0) | (rs < f_ok)))
     hsel = Signal(sb)
-    m.d.sync += hsel.eq(Mux(t.plan_look, rs, hsel_c))
+    m.d.sync += hsel.eq(Mux(t.plan_look | (t.pf_resp & rs_first), rs, f_ok))
     m.d.comb += t.ring_rd.addr.eq(hsel)
     m.d.sync += t.ring_ok.eq(t.ring_rd.data == Cat(c.rq_base[6:], c.rq_log))
     # the slot hit is read (store row ``hsel``, asynchronously) in the hit's cycle: a slot
