@@ -170,14 +170,14 @@ def rx_parse_latency(width):
     (written by V2 three cycles after the last beat, straight into the head queue when nothing
     is queued) is there 4 cycles after the last beat. The frame is taken when both are there;
     its meta is pushed in the take's cycle, offered by the (empty) meta queue in the next and
-    loaded into the meta stage then, which has its header RAM word 0 already (read at the
-    pushed handle) and reads the others, one a cycle, offering the meta in the cycle after the
-    last (one word: a cycle after the load); the buffer's two first reads, its output
-    register and the payload queue take four.
+    loaded into the meta stage then, which has its header RAM words but the last already (one
+    word: none; two: word 0, read at the pushed handle; four: words 0 to 2, each read a cycle
+    after its write) and reads the last at the load, offering the meta in the next cycle; the
+    buffer's two first reads, its output register and the payload queue take four.
     """
     crc = icrc_latency(width) + 1           # + the register in front of the CRC
     take = max(4, crc)
-    return {"meta": take + max(2, _h_words(width)), "payload": take + 4, "stat": crc + 1}
+    return {"meta": take + 2, "payload": take + 4, "stat": crc + 1}
 
 
 def _h_words(width):
@@ -223,7 +223,9 @@ class _SplitQueue(Elaboratable):
     the words of the one before are still being written (but for its last) gets no ``h`` part:
     the entries pushed fewer than ``h_words`` cycles apart are frames the reader never
     reads (RX Parse: runts, always dropped). A word is read by address (``h_addr``, ``h_en``:
-    on ``r_h`` in the next cycle, held while ``h_en`` is low). An entry's ``h`` part stays until
+    on ``r_h`` in the next cycle, held while ``h_en`` is low); ``f_valid`` and ``f_addr`` (from
+    the writer's registers) name the word written in the cycle before when it is not its
+    entry's last, for a reader that follows the writes. An entry's ``h`` part stays until
     ``margin`` more entries than ``depth`` were pushed after it. The writer never holds more
     than ``depth`` entries (not checked here: RX Parse's slot count bounds them); ``b`` is
     written in every cycle at its write pointer (a free slot), so its strobe only moves the
@@ -253,6 +255,10 @@ class _SplitQueue(Elaboratable):
         self.a_idx = Signal(self.abits)
         self.h_addr = Signal(self.hbits)
         self.h_en = Signal()
+        # the word the writer wrote in the cycle before, if not an entry's last: ``f_valid``,
+        # at address ``f_addr`` (from the writer's registers; the reader may follow the writes)
+        self.f_valid = Signal()
+        self.f_addr = Signal(self.hbits)
 
     def elaborate(self, platform):
         m = Module()
@@ -266,7 +272,8 @@ class _SplitQueue(Elaboratable):
         # the write pointer reaches only after ``depth + margin`` < ``n`` more pushes; its words
         # are written before the entry can be taken (RX Parse takes a frame 4 or more cycles
         # after its last beat and reads word ``w`` no sooner than ``w`` cycles after the
-        # take), and the words written are the newest entry's, not yet taken.
+        # take), and the words written are the newest entry's, not yet taken; a word read as
+        # it is written (``f_addr``) is read a cycle after its write.
         m.submodules.mem_b = mem_b = Memory(shape=len(self.b_data.as_value()), depth=n,
                                             init=[], attrs={"no_rw_check": 1})
         m.submodules.mem_h = mem_h = Memory(shape=self.h_bits, depth=n * hw,
@@ -305,6 +312,10 @@ class _SplitQueue(Elaboratable):
                     m.d.comb += wdata.eq(words[k])
         m.d.comb += [wh.addr.eq(Cat(wc[:self.wbits], hh)), wh.data.eq(wdata),
                      wh.en.eq(wc != hw)]
+        # the word written in the cycle before: word ``wc`` - 1 of ``hh`` (``wc`` = 0: the
+        # entry before's last, or none)
+        m.d.comb += [self.f_valid.eq((wc != 0) & (wc < hw)),
+                     self.f_addr.eq(Cat((wc - 1)[:self.wbits], hh))]
         with m.If(self.a_en & (wc >= hw - 1)):
             m.d.sync += [wc.eq(0), hh.eq(pa)]
         with m.Elif(wc != hw):
@@ -1087,7 +1098,10 @@ class RxParse(wiring.Component):
         Idle path: while the stage and the meta queue are empty (``mq_e``) the header RAM is
         read at word 0 of the handle being pushed (``mp``), so a meta pushed then, offered by
         the queue in the next cycle, is loaded with its word 0 on ``r_h`` (``w0ok``): the load
-        reads word 1 at once (``fast``) and the meta is offered ``h_words`` - 1 cycles later."""
+        reads word 1 at once (``fast``) and the meta is offered ``h_words`` - 1 cycles later.
+        With four words the idle port follows the header RAM's writes instead (a word a cycle
+        after its write, :meth:`_meta_follow`), and a meta pushed with its words but the last so
+        read has its load read the last (``hit``): it is offered in the cycle after the load."""
         nw_ = desc_q.h_words
         wb = desc_q.wbits
         st_layout = data.StructLayout({"fl": 3, "payload_len": 13,
@@ -1105,28 +1119,35 @@ class RxParse(wiring.Component):
                      meta_q.o.ready.eq(load),
                      self.meta.valid.eq(mv)]
         # a push while idle enters the empty queue and is offered (and loaded: the stage is
-        # idle) in the next cycle
-        m.d.sync += w0ok.eq(idle & mp_v)
+        # idle) in the next cycle (``pushed``)
+        pushed = Signal()
+        m.d.sync += pushed.eq(idle & mp_v)
         hw = [Signal(desc_q.h_bits, name=f"hw{k}") for k in range(nw_ - 1)]
         last_rd = Signal()                      # the last word is read in this cycle
+        fol, fol_d, hit = Signal(), Signal(), Signal()
+        if nw_ > 2:
+            self._meta_follow(m, desc_q, mp, idle, load, pushed, fol, fol_d, hit,
+                              meta_q.o.valid & ~ph & ~mv)
+        m.d.comb += w0ok.eq(pushed & ~fol_d)
         if nw_ > 1:
             # ``ph``: the words ``nw`` .. are being read at ``st.handle``, one a cycle; ``rk``:
             # the word on ``r_h`` (read in the cycle before), loaded into its register
             # (``rd``: the reads wait for ``~mv``, so an offered meta's words hold from any
-            # state, reachable or not)
+            # state, reachable or not; ``fol_d``: a followed word)
             nw = Signal(range(nw_))
             rk = Signal(range(nw_))
             rword = Signal(range(nw_))
             rd = Signal()
             m.d.comb += [rd.eq(ph & ~mv),
                          fast.eq(w0ok & meta_q.o.valid & ~ph & ~mv),
-                         rword.eq(Mux(rd, nw, fast)),
-                         last_rd.eq(Mux(rd, nw == nw_ - 1, fast & (nw_ == 2))),
+                         rword.eq(Mux(rd, nw, Mux(hit, nw_ - 1, fast))),
+                         last_rd.eq(Mux(rd, nw == nw_ - 1, hit | (fast & (nw_ == 2)))),
                          desc_q.h_en.eq(load | rd | idle),
-                         desc_q.h_addr.eq(Cat(rword[:wb], Mux(rd, st.handle, hsel)))]
+                         desc_q.h_addr.eq(Mux(fol, desc_q.f_addr,
+                                              Cat(rword[:wb], Mux(rd, st.handle, hsel))))]
             with m.If(desc_q.h_en):
-                m.d.sync += rk.eq(rword)
-            with m.If(rd | fast):
+                m.d.sync += rk.eq(Mux(fol, desc_q.f_addr[:wb], rword))
+            with m.If(rd | fast | (fol_d & ~mv)):
                 with m.Switch(rk):
                     for k in range(nw_ - 1):
                         with m.Case(k):
@@ -1148,7 +1169,17 @@ class RxParse(wiring.Component):
         with m.If(load):
             m.d.sync += [st.has.eq(head.payload_len != 0)] + [
                 getattr(st, k).eq(getattr(head, k)) for k in st_layout.members if k != "has"]
-        hd = data.View(mh_layout, Cat(*hw, desc_q.r_h))
+        self._meta_out(m, data.View(mh_layout, Cat(*hw, desc_q.r_h)), st)
+        # a meta with payload is offered from the next cycle (``inc``, the payload gate's
+        # count): after its last word's read; a fast load's (two words) counts a cycle later,
+        # when ``st`` holds it
+        fast_d = Signal()
+        m.d.sync += fast_d.eq((fast | hit) & load & last_rd)
+        return ((ph & ~mv & last_rd) | fast_d) & st.has
+
+    def _meta_out(self, m, hd, st):
+        """The ``meta`` port's fields, from the header words ``hd`` and the stage's registers
+        ``st``: fields of absent headers 0."""
         reth, aeth, imm = st.fl
         xb = [hd.ext[8 * k:8 * k + 8] for k in range(HDR_BYTES - _EXT)]
         o = self.meta.payload
@@ -1165,12 +1196,27 @@ class RxParse(wiring.Component):
             o.src_ip.eq(hd.src_ip),
             o.payload_len.eq(st.payload_len),
         ]
-        # a meta with payload is offered from the next cycle (``inc``, the payload gate's
-        # count): after its last word's read; a fast load's (two words) counts a cycle later,
-        # when ``st`` holds it
-        fast_d = Signal()
-        m.d.sync += fast_d.eq(fast & load & last_rd)
-        return ((ph & ~mv & last_rd) | fast_d) & st.has
+
+    def _meta_follow(self, m, desc_q, mp, idle, load, pushed, fol, fol_d, hit, free):
+        """The meta stage's follow path (four header words): while the stage and the meta
+        queue are empty (``idle``) the header RAM's port reads each word but the last a cycle
+        after it is written (``fol``; ``fol_d`` a cycle later, as the word lands on ``r_h`` and
+        in its register ``hw``). ``fcnt`` counts the words of the entry being written (or
+        written last) so read in a row from its word 0; a word written and not followed, or a
+        load, clears it (an entry is taken four or more cycles after its push, when its words
+        are written and the count is its own). A push while idle of that entry with all its words but the last so read (``hit``, in the load's
+        cycle, when the stage is ``free`` and the queue offers) has its load read the last word
+        at once: the meta is offered two cycles after the take, as with one or two words. A
+        word is followed only while no meta is held, so an offered meta's words hold."""
+        nw_, wb = desc_q.h_words, desc_q.wbits
+        f_word, f_h = desc_q.f_addr[:wb], desc_q.f_addr[wb:]
+        fcnt, fcnt_n = Signal(range(nw_)), Signal(range(nw_))
+        hc = Signal()
+        m.d.comb += [fol.eq(desc_q.f_valid & idle & ((f_word == 0) | (fcnt == f_word))),
+                     fcnt_n.eq(Mux(fol, f_word + 1, Mux(desc_q.f_valid, 0, fcnt))),
+                     hit.eq(pushed & hc & free)]
+        m.d.sync += [fcnt.eq(Mux(load, 0, fcnt_n)), fol_d.eq(fol),
+                     hc.eq((fcnt_n == nw_ - 1) & (mp.handle == f_h))]
 
     def _read_state(self, m, t):
         """The read side's state: the tokens (this cycle's ``tok`` and the two read stages'),
