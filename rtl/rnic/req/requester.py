@@ -463,7 +463,7 @@ class Requester(wiring.Component):
         parts drive the addresses, enables and rows."""
         D, ab, rb, ring_layout = t.D, t.ab, t.rb, t.ring_layout
         # ---- per-QP tables ----------------------------------------------------------------
-        # (no_rw_check: prod_q does not take a read that met a write to its row, see p_hit)
+        # (no_rw_check: prod does not take a read that met a write to its row, see p_hit)
         m.submodules.prod_mem = prod_mem = Memory(shape=16, depth=self.num_qp, init=[],
                                                   attrs={"no_rw_check": 1})
         # The in-flight ring (docs/requester.md, "In-flight ring"): entries shared by every QP,
@@ -782,9 +782,10 @@ class Requester(wiring.Component):
         # docs/requester.md)
         c_again = Signal()
         # registered copies of the table reads (one cycle older: every use is conservative)
-        # (prod twice: synthesis folds the first register into the block RAM, whose clock-to-out
-        # then fed the CHECK compare; a doorbell seen a cycle late is still queued for service)
-        prod_q = Signal(16)
+        # (prod two cycles after its read: the port feeds prod_r alone, the block RAM's output
+        # register, and prod takes it or the write it met; a doorbell seen a cycle late is
+        # still queued for service)
+        prod_r = Signal(16)
         prod = Signal(16)
         cs = Signal(_comp_engine_layout)    # one consistent snapshot of the completer's entry
         cs_ld, cs_src = Signal(), Signal(_comp_engine_layout)   # cs's enable and next row
@@ -792,23 +793,25 @@ class Requester(wiring.Component):
         # RAM's clock-to-out leads no logic)
         dyn_rd, rn_rd = Signal(_dyn_engine_layout), Signal(rb)
         m.d.sync += [dyn_rd.eq(_pick(_dyn_engine_layout, dyn_rd_w)), rn_rd.eq(rn_rd_w)]
-        # (a read that met a doorbell's or a RESET's write to its row is not taken: prod_q
+        # (a read that met a doorbell's or a RESET's write to its row is not taken: prod
         # keeps the value before the write when it holds that row, and takes the new one a
         # cycle later; when it holds another QP's row (the engine has just changed QP), it
         # takes the value written, as it must never show another QP's producer index)
         # (its enable and its address compare registered apart: the enable waits for the
-        # handshakes)
-        p_hit, p_en, p_match = Signal(), Signal(), Signal()
-        p_data = Signal(16)             # the value that write wrote
-        p_row = Signal.like(qpn)        # the QP of the read on the port
-        pq_row = Signal.like(qpn)       # the QP whose row prod_q holds
-        m.d.sync += [p_en.eq(prod_wp.en), p_match.eq(prod_wp.addr == rq), prod.eq(prod_q),
+        # handshakes; p_*_r: the same of the read in prod_r)
+        p_hit, p_en, p_match, p_hit_r = Signal(), Signal(), Signal(), Signal()
+        p_data, p_data_r = Signal(16), Signal(16)   # the value that write wrote
+        p_row, p_row_r = Signal.like(qpn), Signal.like(qpn)     # the QP of the read
+        pq_row = Signal.like(qpn)       # the QP whose row prod holds
+        m.d.sync += [p_en.eq(prod_wp.en), p_match.eq(prod_wp.addr == rq),
                      p_data.eq(prod_wp.data), p_row.eq(rq)]
         m.d.comb += p_hit.eq(p_en & p_match)
-        with m.If(~p_hit):
-            m.d.sync += [prod_q.eq(prod_rp.data), pq_row.eq(p_row)]
-        with m.Elif(pq_row != p_row):
-            m.d.sync += [prod_q.eq(p_data), pq_row.eq(p_row)]
+        m.d.sync += [prod_r.eq(prod_rp.data), p_hit_r.eq(p_hit), p_data_r.eq(p_data),
+                     p_row_r.eq(p_row)]
+        with m.If(~p_hit_r):
+            m.d.sync += [prod.eq(prod_r), pq_row.eq(p_row_r)]
+        with m.Elif(pq_row != p_row_r):
+            m.d.sync += [prod.eq(p_data_r), pq_row.eq(p_row_r)]
         # ce_hit: the read of comp_mem on its port met a write to the engine's QP's row (the
         # writes taken from the completer's write-back state flag, a superset), so cs does not
         # take it (the SET_QP's handshake and the address compares registered apart, as for
@@ -816,6 +819,8 @@ class Requester(wiring.Component):
         ce_hit, set_r, set_qpn_r, aq_qpn_r = Signal(), Signal(), Signal(), Signal()
         m.d.sync += [set_r.eq(set_hit), set_qpn_r.eq(set_q == qpn), aq_qpn_r.eq(aq == qpn)]
         m.d.comb += ce_hit.eq((set_r & set_qpn_r) | (c_wb_st_r & aq_qpn_r))
+        ce_hit_r = Signal()             # the same of the read in comp_rd (what cs takes)
+        m.d.sync += ce_hit_r.eq(ce_hit)
         with m.If(cs_ld):
             m.d.sync += cs.eq(cs_src)
         # dyn_rd is from a read that met a write to its row, or that a write to its row
@@ -833,7 +838,7 @@ class Requester(wiring.Component):
         rh_e = Signal(rb)               # rh, kept as cs is
         return types.SimpleNamespace(
             prod=prod, cs=cs, cs_ld=cs_ld, cs_src=cs_src, dyn_rd=dyn_rd,
-            rn_rd=rn_rd, ce_hit=ce_hit,
+            rn_rd=rn_rd, ce_hit=ce_hit, ce_hit_r=ce_hit_r,
             set_r=set_r, set_qpn_r=set_qpn_r, e_idle=e_idle, e_steal=e_steal, steal_r=steal_r,
             c_again=c_again,
             steal_rr=steal_rr,
@@ -869,6 +874,16 @@ class Requester(wiring.Component):
         sent = Signal(32)               # message bytes handed to the TX frame builder
         resid = Signal(32)              # message bytes not yet handed over
         cur_addr = Signal(64)           # bus address of the next byte to gather
+        # cur_addr + an offset of at most 32 bits (clen in CHUNK, skoff in SKIP4): the low half's
+        # sum picks the high half or its increment, made beside it from the register, so no
+        # carry chain is longer than 32 bits
+        ca_hi1 = Signal(32)
+        m.d.comb += ca_hi1.eq(cur_addr[32:] + 1)
+
+        def cur_plus(off, name):
+            lo = Signal(33, name=f"cur_plus_{name}")
+            m.d.comb += lo.eq(cur_addr[:32] + off)
+            return Cat(lo[:32], Mux(lo[32], ca_hi1, cur_addr[32:]))
         seg_left = Signal(32)           # bytes left in the current SGE
         len1 = Signal(32)
         left = Signal(13)               # bytes of the current packet still to gather
@@ -917,7 +932,7 @@ class Requester(wiring.Component):
         return types.SimpleNamespace(
             ctx=ctx, dyn=dyn, ern=ern, eng_rn=eng_rn, rgen_ne=rgen_ne, k=k, len0=len0,
             total=total, beat=beat, status=status, hfault=hfault, sent=sent, resid=resid,
-            cur_addr=cur_addr, seg_left=seg_left, len1=len1, left=left, left_z=left_z, was_last=was_last,
+            cur_addr=cur_addr, cur_plus=cur_plus, seg_left=seg_left, len1=len1, left=left, left_z=left_z, was_last=was_last,
             flush=flush, fpsn_r=fpsn_r, skipn=skipn, skip0=skip0, soff=soff, sk_lt=sk_lt, skoff=skoff,
             pend_err=pend_err, eoff=eoff, pstat=pstat, kill_v=kill_v, kill_q=kill_q, served=served,
             pf_v=pf_v, pf_q=pf_q, pf_c=pf_c, pf_go=pf_go, pf_cw=pf_cw, cw_new=cw_new,
@@ -1004,6 +1019,11 @@ class Requester(wiring.Component):
         len0_nz = Signal()              # len0 ≠ 0
         m.d.sync += [sge1_r.eq(num_sge != 0), sge2_r.eq(num_sge == 2),
                      len0_nz.eq((num_sge != 0) & (sge_len[0] != 0))]
+        # k = num_sge, from LOOKUP on (num_sge ≤ 2 there: VALIDATE refuses more), one LUT of
+        # k and the decode's registers instead of a compare with the 8-bit field
+        k_end = Signal()
+        k = t.k
+        m.d.comb += k_end.eq(Mux(k[1], sge2_r, Mux(k[0], sge1_r & ~sge2_r, ~sge1_r)))
         m.d.comb += [
             len0.eq(Mux(sge1_r, sge_len[0], 0)),
             len1.eq(Mux(sge2_r, sge_len[1], 0)),
@@ -1061,7 +1081,7 @@ class Requester(wiring.Component):
         m.d.sync += [wq_v.eq(t.work.o.valid), c_err.eq(ctx.state == _ERROR), c_end.eq(cs.rerr != 0),
                      c_off.eq((ctx.state != _RTS) | cs.hold | (cs.rerr != 0))]
         return types.SimpleNamespace(
-            c_err=c_err, c_end=c_end, c_off=c_off, wq_v=wq_v, len_z=len_z, sge2_r=sge2_r, len0_nz=len0_nz, len_sum=len_sum, pmtu_b=pmtu_b, psn_room=psn_room,
+            c_err=c_err, c_end=c_end, c_off=c_off, wq_v=wq_v, len_z=len_z, sge2_r=sge2_r, k_end=k_end, len0_nz=len0_nz, len_sum=len_sum, pmtu_b=pmtu_b, psn_room=psn_room,
             slot_room=slot_room,
             none_unretired=none_unretired, ring_ok=ring_ok, cons_eq_prod=cons_eq_prod,
             rewind=rewind)
@@ -1383,12 +1403,12 @@ class Requester(wiring.Component):
             # another QP's row until the first read of this one)
             # (ctx, dyn and ern load in every cycle of CTX_WAIT, so that their enables are the
             # state alone; the last load is the one taken: nothing reads them before CHECK_WAIT)
-            m.d.comb += [self.ctx_resp.ready.eq(~e_hit1 & ~t.ce_hit & t.steal_rr),
+            m.d.comb += [self.ctx_resp.ready.eq(~e_hit1 & ~t.ce_hit_r & t.steal_rr),
                          self.busy.eq(1)]
             m.d.sync += [ctx.eq(self.ctx_resp.payload), dyn.parked.eq(0), ern.eq(rn_rd),
                          t.sq_mask.eq(t.cr_mask)]
             m.d.sync += [dyn[name].eq(dyn_rd[name]) for name, _ in _dyn_engine_layout]
-            with m.If(self.ctx_resp.valid & ~e_hit1 & ~t.ce_hit & t.steal_rr):
+            with m.If(self.ctx_resp.valid & ~e_hit1 & ~t.ce_hit_r & t.steal_rr):
                 m.d.sync += [e_cw_st.eq(1), t.cw_new.eq(1), t.e_steal.eq(0)]
                 m.next = "CHECK_WAIT"
 
@@ -1598,7 +1618,7 @@ class Requester(wiring.Component):
         len_z = t.len_z
         with m.State("LOOKUP"):
             m.d.comb += self.busy.eq(1)
-            with m.If((k == num_sge) & skip0):
+            with m.If(t.k_end & skip0):
                 # from the first packet (the usual case): gather from the first non-empty SGE
                 m.d.sync += [sent.eq(0), resid.eq(total)]
                 m.d.sync += cur_addr.eq(wqe_ad)
@@ -1609,7 +1629,7 @@ class Requester(wiring.Component):
                 m.next = "PKT"
                 with m.If(t.is_rd):
                     m.next = "RD_PREP"
-            with m.Elif(k == num_sge):
+            with m.Elif(t.k_end):
                 m.next = "SKIP"
             with m.Elif(Mux(k[0], len_z[1], len_z[0])):
                 m.d.sync += k.eq(k + 1)
@@ -1666,7 +1686,7 @@ class Requester(wiring.Component):
             m.next = "SKIP4"
         with m.State("SKIP4"):
             m.d.comb += self.busy.eq(1)
-            m.d.sync += cur_addr.eq(cur_addr + t.skoff)
+            m.d.sync += cur_addr.eq(t.cur_plus(t.skoff, "skoff"))
             m.next = "PKT"
             with m.If(t.is_rd):
                 m.next = "RD_PREP"
@@ -1689,7 +1709,10 @@ class Requester(wiring.Component):
             # which is resid / 256 less one when resid is a non-zero multiple of 256, then
             # shifted right one bit a cycle in RD_PREP2, code − 1 times for PMTU 128 << code,
             # rather than through a barrel shifter: a READ request is one packet)
-            m.d.sync += [t.rd_l.eq(resid[8:32] - ((resid[:8] == 0) & (resid[8:32] != 0))),
+            # (resid − 1 made beside resid = 0, not after a decode of it)
+            rd_m1 = Signal(32)
+            m.d.comb += rd_m1.eq(resid - 1)
+            m.d.sync += [t.rd_l.eq(Mux(resid == 0, 0, rd_m1[8:32])),
                          rd_sh.eq(Mux((ctx.pmtu >= 2) & (ctx.pmtu <= 5), ctx.pmtu - 1, 0))]
             m.next = "RD_PREP2"
         with m.State("RD_PREP2"):
@@ -1775,7 +1798,7 @@ class Requester(wiring.Component):
                     with m.If(seg_end):                    # SGE 0 done: on to SGE 1
                         m.d.sync += [cur_addr.eq(t.wqe_ad), seg_left.eq(len1)]
                     with m.Else():
-                        m.d.sync += [cur_addr.eq(cur_addr + clen),
+                        m.d.sync += [cur_addr.eq(t.cur_plus(clen, "clen")),
                                      seg_left.eq(seg_left - clen)]
         with m.State("WB_NEXT"):
             # record the WQE for the ACK processor, write back, look at the producer again
@@ -1865,6 +1888,9 @@ class Requester(wiring.Component):
             t.rh_rd_w, t.rn_rd2_w, t.set_hit, t.set_q, t.set_r, t.sweeping)
         # ---- completer: ACKs, NAKs, timers (the Reliability Engine) -----------------------------
         a = Signal(ack_layout)
+        # a's syndrome decoded as it is taken (EVAL's choices from registers): the sequence
+        # error NAK (0x60), an ACK (type 0), an RNR NAK (type 1), a READ's DECIDE record
+        a_seq, a_ack, a_rnr, a_dec = Signal(), Signal(), Signal(), Signal()
         ev = Signal(2)
         act = Signal(3)
         ast = Signal(3)                 # status of an ending NAK (``_rcode``)
@@ -1934,7 +1960,7 @@ class Requester(wiring.Component):
         with m.If(set_hit & (set_q == aq)):
             m.d.sync += stale.eq(1)
         return types.SimpleNamespace(
-            a=a, ev=ev, act=act, ast=ast, sidx=sidx, scan_turn=scan_turn, s1v=s1v, s2v=s2v, s3v=s3v,
+            a=a, a_seq=a_seq, a_ack=a_ack, a_rnr=a_rnr, a_dec=a_dec, ev=ev, act=act, ast=ast, sidx=sidx, scan_turn=scan_turn, s1v=s1v, s2v=s2v, s3v=s3v,
             s3n=s3n, s3w=s3w, s3g=s3g, s1q=s1q, s2q=s2q, s3q=s3q, s1st=s1st, s2st=s2st, s3st=s3st,
             sn=sn, stale=stale, wake=wake, wbw=wbw, cmp=cmp, comp_rd=comp_rd, d=d, d_rd=d_rd,
             cfg=cfg, cfg_rd=cfg_rd, tval=tval, ton=ton, rval=rval, crh=crh, rh_rd=rh_rd,
@@ -1960,9 +1986,12 @@ class Requester(wiring.Component):
         wr_h = t.c_wb_st_r & t.aq_qpn_r
         set_row = Signal(_comp_engine_layout)
         m.d.comb += [set_row.una.eq(psn0_r), set_row.cfpsn.eq(psn0_r)]
-        # the engine's read on the port, not met by a write to its row (sel_p: and taken);
-        # the port's word passes one LUT (a choice made from registers) to cs and rh_e
-        pv = t.steal_r & ~t.ce_hit
+        # the engine's read, a cycle after the port (in the completer's registers comp_rd and
+        # rh_rd, which the port then feeds alone: the block RAM's output register), not met by
+        # a write to its row (sel_p: and taken); every write after it is one of wr_c, wr_s,
+        # wr_h, which win. The register's word passes one LUT (a choice made from registers)
+        # to cs and rh_e.
+        pv = t.steal_rr & ~t.ce_hit_r
         sel_p, selh_p = Signal(), Signal()
         oth = Signal(_comp_engine_layout)       # cs's next value when it is not the port's
         m.d.comb += [sel_p.eq(pv & ~wr_c & ~wr_s), selh_p.eq(pv & ~wr_h),
@@ -1970,8 +1999,8 @@ class Requester(wiring.Component):
                                 Mux(wr_s, set_row, cs)))]
         src = t.cs_src
         m.d.comb += [t.cs_ld.eq(wr_c | wr_s | pv),
-                     src.eq(Mux(sel_p, _pick(_comp_engine_layout, t.comp_rd2_w), oth))]
-        m.d.sync += rh_e.eq(Mux(selh_p, t.rh_rd_w, Mux(wr_h, crh, rh_e)))
+                     src.eq(Mux(sel_p, _pick(_comp_engine_layout, t.comp_rd), oth))]
+        m.d.sync += rh_e.eq(Mux(selh_p, t.rh_rd, Mux(wr_h, crh, rh_e)))
 
     def _completer_judge(self, m, t):
         """The completer's judgements, from its registers: the walk's entry (``ent``, its last PSN
@@ -2102,6 +2131,10 @@ class Requester(wiring.Component):
 
         def take_ack():
             m.d.comb += self.ack.ready.eq(1)
+            ap = self.ack.payload
+            m.d.sync += [t.a_seq.eq(ap.syndrome[:7] == 0x60), t.a_ack.eq(ap.syndrome[5:7] == 0),
+                         t.a_rnr.eq(ap.syndrome[5:7] == 1),
+                         t.a_dec.eq((ap.kind == AckKind.DECIDE) if self.read else 0)]
             m.d.sync += [a.eq(self.ack.payload), aq.eq(self.ack.payload.qpn[:ab]),
                          ap1.eq(self.ack.payload.psn + 1), ev.eq(_EV_ACK), scan_turn.eq(1)]
             m.next = "READ"
@@ -2191,9 +2224,8 @@ class Requester(wiring.Component):
             with m.Else():
                 m.next = "EVAL"
         with m.State("EVAL"):
-            typ = a.syndrome[5:7]
             kind = a.kind if self.read else Const(AckKind.WIRE, 2)    # (no READ: all WIRE)
-            is_dec = (ev == _EV_ACK) & (kind == AckKind.DECIDE)
+            is_dec = (ev == _EV_ACK) & t.a_dec
             # (ur from una before the event; ov set where the event moves una forward)
             m.d.sync += [t.ur.eq(cmp.una), t.ov.eq(0), t.gap.eq(0), t.acc_r.eq(0),
                          t.dec_wb.eq(0),
@@ -2216,7 +2248,7 @@ class Requester(wiring.Component):
                 # READ whose responses before p are missing: a gap)
                 m.d.sync += [cmp.una.eq(a.psn), act.eq(_ACT_DEC), t.ov.eq(~b_zero)]
                 m.next = "WALK"
-            with m.Elif(typ == 0):
+            with m.Elif(t.a_ack):
                 # a newer ACK (0 < a.psn + 1 − una < 2^23) moves una and restarts the timer
                 with m.If(a_new):
                     m.d.sync += [cmp.una.eq(ap1), cmp.rused.eq(0), cmp.nused.eq(0),
@@ -2231,8 +2263,7 @@ class Requester(wiring.Component):
                     m.next = "IDLE"
             with m.Elif(b_neg):
                 m.next = "IDLE"        # a NAK for a PSN already acknowledged: stale
-            with m.Elif((cmp.hold | (cmp.rnrw & b_zero))
-                        & (a.syndrome[:7] == 0x60)):
+            with m.Elif((cmp.hold | (cmp.rnrw & b_zero)) & t.a_seq):
                 # the sequence error that follows an RNR NAK (the responder's answer to the
                 # packets sent behind the refused one), during the wait or after it (a
                 # short wait may end before it arrives): the RNR wait goes back anyway
@@ -2244,9 +2275,9 @@ class Requester(wiring.Component):
                 with m.If(~b_zero):
                     m.d.sync += [cmp.una.eq(a.psn), cmp.rused.eq(0), cmp.nused.eq(0),
                                  cmp.rnrw.eq(0), t.ov.eq(1)]
-                with m.If(a.syndrome[:7] == 0x60):
+                with m.If(t.a_seq):
                     m.d.sync += act.eq(_ACT_SEQ)
-                with m.Elif(typ == 1):
+                with m.Elif(t.a_rnr):
                     m.d.sync += act.eq(_ACT_RNR)
                 with m.Else():
                     m.d.sync += act.eq(_ACT_ERR)
