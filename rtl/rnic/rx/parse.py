@@ -781,9 +781,24 @@ class RxParse(wiring.Component):
         # from registers (``hdr``, ``v0_len``) into one bit, not carried as operands: a frame
         # shorter than max(60, 14 + total length) (bytes past the datagram are padding or a
         # trailer, ignored), a UDP length other than the total length less 20
+        # The sums with a constant are registered a cycle ahead (from ``hdr`` in the cycle of
+        # the last beat) where the field's beat comes before the last beat of every frame of
+        # MIN_FRAME bytes or more: a shorter frame is refused by the first term whatever
+        # they hold, a longer one has the field in ``hdr`` by then. V1's compares are then one
+        # carry chain each.
+        last60 = (wire.MIN_FRAME - 1) // self.lanes
+
+        def ahead(value, end_byte, width):
+            if (end_byte - 1) // self.lanes >= last60:
+                return value
+            reg = Signal(width, name=f"v1_ahead{end_byte}")
+            m.d.sync += reg.eq(value)
+            return reg
+        tot_end = ahead(_IP + tot, _IP + 4, 17)                         # total length: bytes 16, 17
+        udp_tot = ahead(udp_len + wire.IPV4_LEN, _UDP + 6, 17)          # UDP length: bytes 38, 39
         r3b = Signal()
-        m.d.comb += r3b.eq((t.v0_len < wire.MIN_FRAME) | (t.v0_len < _IP + tot)
-                           | (udp_len + wire.IPV4_LEN != tot))
+        m.d.comb += r3b.eq((t.v0_len < wire.MIN_FRAME) | (t.v0_len < tot_end)
+                           | (udp_tot != tot))
         need_now = Signal(17)
         m.d.comb += need_now.eq(wire.UDP_LEN + wire.ICRC_LEN + hdr_len + padcnt)
         # the IPv4 header's ten 16-bit words in three sums of four, four and two (each two
