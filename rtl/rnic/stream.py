@@ -240,11 +240,14 @@ class BypassFIFO(Elaboratable):
         b_d = Signal(self.width)
         to_b = Signal()
         # the FIFO holds nothing: a register of its own (its next level compared), not a
-        # compare of the FIFO's level (an adder) in front of the write enables
+        # compare of the FIFO's level (an adder) in front of the write enables; the next
+        # level's compare with 0 from the level's compares with 0 and 1 (made from the
+        # register, beside the enables): no adder after them either
         q_empty = Signal(init=1)
-        q_next = Signal(range(self.depth + 2))
-        m.d.comb += q_next.eq(q.level + (q.w_en & q.w_rdy) - (q.r_en & q.r_rdy))
-        m.d.sync += q_empty.eq(q_next == 0)
+        wr, rd = q.w_en & q.w_rdy, q.r_en & q.r_rdy
+        lv0, lv1 = Signal(), Signal()
+        m.d.comb += [lv0.eq(q.level == 0), lv1.eq(q.level == 1)]
+        m.d.sync += q_empty.eq(Mux(rd & ~wr, lv1, lv0 & ~(wr & ~rd)))
         m.d.comb += [
             to_b.eq(self.w_en & q_empty & (~b_v | self.r_en)),
             q.w_en.eq(self.w_en & ~to_b),
@@ -368,8 +371,8 @@ class Queue(wiring.Component):
         holds, and the other fields are read combinationally there.
 
         The presented payload cannot change while ``o.valid`` and not ``o.ready``, from any
-        state, reachable or not: the output register and ``head`` are loaded only by the inner
-        read, which needs ``~o.valid | o.ready``, and the rest memory is never written at
+        state, reachable or not: the output register and ``head`` are loaded only while
+        ``~o.valid | o.ready`` (``head`` by the inner read), and the rest memory is never written at
         ``head`` (its write enable is ``w_rdy`` and ``produce != head``). In a reachable state
         ``head`` is ``consume − 1`` and ``produce`` is ``consume`` plus the inner level, so
         ``produce = head`` only with the inner level at depth − 1, never while ``w_rdy``: the
@@ -429,13 +432,13 @@ class Queue(wiring.Component):
         fields = lambda names: Cat(*[self.i.payload[f] for f in names])   # noqa: E731
         if self._bypass:
             # the output register of its own: the ring's entry or, on a bypass, the input's
+            # (loaded whenever it may be, from the ring while it holds an entry, else from the
+            # input: neither enable nor choice waits for ``i.valid``; o.valid low hides junk)
             reg_c = reg_ring.read_port(domain="comb")
             reg_d = Signal(width(reg))
             m.d.comb += reg_c.addr.eq(consume)
-            with m.If(byp):
-                m.d.sync += reg_d.eq(fields(reg))
-            with m.Elif(do_inner_read):
-                m.d.sync += reg_d.eq(reg_c.data)
+            with m.If(~r_rdy | self.o.ready):
+                m.d.sync += reg_d.eq(Mux(inner_r_rdy, reg_c.data, fields(reg)))
         else:
             reg_r = reg_ring.read_port(domain="sync")
             reg_d = reg_r.data
