@@ -383,15 +383,21 @@ async def _errors_receive(e):
     tb._place_sges(sges, data[:pmtu])
     run(pk, dones=[(0, 0), (1, 0x63)], cqe_over={1: err_cqe(wqe, 2, 2)})
     await reset_qp(2)
-    # 3. lkey of another PD; 4. lkey without LOCAL_WRITE; 5. num_sge = 4
+    # 3. lkey of another PD; 4. lkey without LOCAL_WRITE; 5. num_sge = 4; 6, 7. the SGEs
+    # past num_sge (1, 2) hold lengths that would fit the message: they are not counted, so
+    # the message overflows the buffer
     for q, sg, nsge in ((3, [(BUF + 0x600, 64, K_OTHERPD)], None),
                         (3, [(BUF + 0x700, 32, K_RECV), (BUF + 0x740, 64, K_NOLW)], None),
-                        (3, [(BUF + 0x800, 64, K_RECV)], 4)):
+                        (3, [(BUF + 0x800, 64, K_RECV)], 4),
+                        (3, [(BUF + 0x900, 64, K_RECV), (BUF + 0xA00, 200, K_RECV),
+                             (BUF + 0xB00, 200, K_RECV)], 1),
+                        (3, [(BUF + 0x900, 32, K_RECV), (BUF + 0x940, 32, K_RECV),
+                             (BUF + 0xA00, 200, K_RECV)], 2)):
         wqe = tb.post_wqe(q, sg, num_sge=nsge)
         run(tb.message(q, "send", 80, pmtu, sges=sg, wqe=wqe, place=False),
             dones=[(1, 0x63)], cqe_over={0: err_cqe(wqe, q, 2)})
         await reset_qp(q)
-    # 6. range outside the key: SGE past the MR end
+    # 8. range outside the key: SGE past the MR end
     sg = [(BUF + BUF_LEN - 16, 64, K_RECV)]
     wqe = tb.post_wqe(3, sg)
     run(tb.message(3, "send", 40, pmtu, sges=sg, wqe=wqe, place=False),

@@ -222,7 +222,8 @@ def _token_layout(ab, stage):
         "syn": 3, "cstat": 8, "cqe_on": 1, "nowrite": 1, "skip": 1, "cdone": 1, "rdflt": 1,
         "pv": MAX_SGE, "cqn": 16, "read": 1,
     }
-    fields.update({"wqe": 1} if stage == "key" else {"invc": 1})
+    # (``nolook``: the entry has no piece to look up, ``nowrite`` or no piece valid)
+    fields.update({"wqe": 1, "nolook": 1} if stage == "key" else {"invc": 1})
     return data.StructLayout(fields)
 
 
@@ -616,7 +617,12 @@ class Execute(wiring.Component):
             shape=data.StructLayout({"wp": 3, "cnt": 4}), depth=self.num_qp, init=[])
         rdm_rd = rd_meta.read_port()
         rdm_wr = rd_meta.write_port()
-        m.submodules.rd_ring = rd_ring = Memory(shape=24, depth=self.num_qp * MAX_IRD, init=[])
+        # ``no_rw_check``: only RD_RING writes the ring, and only for a new READ; the read its
+        # data is used from (``rd_first``, in RD_HELD) is RD_RING's of a duplicate, which
+        # writes nothing, so a read meeting a write is never used (and ``rd_first`` is the
+        # block RAM's output register, no read-first multiplexer in front of it)
+        m.submodules.rd_ring = rd_ring = Memory(shape=24, depth=self.num_qp * MAX_IRD, init=[],
+                                                attrs={"no_rw_check": 1})
         rdr_rd = rd_ring.read_port()
         rdr_wr = rd_ring.write_port()
         # (rd_meta's row, registered in RD_META and read only in the IRD states after it: no
@@ -742,7 +748,14 @@ class Execute(wiring.Component):
         d_ring = Signal(63)
         d_eq = Signal()
         c_ring = Cat(c.rq_base[6:], c.rq_log)
-        m.d.sync += d_eq.eq((d_qpn == c.qpn[:ab]) & (d_index == c.rq_index) & (d_ring == c_ring))
+        # (the tags' 87 bits compared in three registered parts of at most 32 bits, ANDed
+        # where ``d_eq`` is tested: a 32-bit compare is three LUT levels, the whole one five)
+        tag_d = Cat(d_qpn, d_index, d_ring)
+        tag_c = Cat(c.qpn[:ab], c.rq_index, c_ring)
+        parts = [(k, min(k + 32, len(tag_d))) for k in range(0, len(tag_d), 32)]
+        d_eqs = Signal(len(parts))
+        m.d.sync += [d_eqs[i].eq(tag_d[lo:hi] == tag_c[lo:hi]) for i, (lo, hi) in enumerate(parts)]
+        m.d.comb += d_eq.eq(d_eqs.all())
         with m.If((rst.valid & (rst.payload.qpn == d_qpn))
                   | (take & (c.qpn[:ab] == d_qpn) & (c.rq_index != d_index))):
             m.d.sync += d_valid.eq(0)
@@ -786,15 +799,18 @@ class Execute(wiring.Component):
         d1_v = Signal()
         d1_err = Signal()
         d1_go = Signal()
+        # ``d1_v & d1_err`` as a register of its own (loaded with them): stage 4's POST and the
+        # planner's event request wait on it, and so start from one flip-flop, not an AND
         wd_err = Signal()
-        m.d.comb += [wd_err.eq(d1_v & d1_err),
-                     # (a fault waits while a qp_reset clears the marks)
-                     d1_go.eq(d1_v & (~d1_err | (ev_q.i.ready & fault_q.i.ready & ~rst.valid))),
-                     wd.ready.eq(~d1_v | d1_go),
-                     wqpn_rd.addr.eq(wd.payload.tag[:MAX_WRITES.bit_length() - 1]),
-                     wqpn_rd.en.eq(wd.ready)]
+        m.d.comb += [
+            # (a fault waits while a qp_reset clears the marks)
+            d1_go.eq(d1_v & (~d1_err | (ev_q.i.ready & fault_q.i.ready & ~rst.valid))),
+            wd.ready.eq(~d1_v | d1_go),
+            wqpn_rd.addr.eq(wd.payload.tag[:MAX_WRITES.bit_length() - 1]),
+            wqpn_rd.en.eq(wd.ready)]
         with m.If(wd.ready):
-            m.d.sync += [d1_v.eq(wd.valid), d1_err.eq(wd.payload.err)]
+            m.d.sync += [d1_v.eq(wd.valid), d1_err.eq(wd.payload.err),
+                         wd_err.eq(wd.valid & wd.payload.err)]
         with m.If(d1_go):
             m.d.sync += wr_done.eq(wr_done + 1)
         # stage 4's room check ``wr_cnt − wr_done < MAX_WRITES`` one cycle ahead: the compares
@@ -807,7 +823,8 @@ class Execute(wiring.Component):
         # and stage 3 skip its younger commands): the other writers of ``dead`` wait
         # (``wf_w``)
         wf_w = Signal()
-        m.d.comb += wf_w.eq(wd_err & d1_go)
+        # (``wd_err & d1_go``, from the registers alone)
+        m.d.comb += wf_w.eq(wd_err & ev_q.i.ready & fault_q.i.ready & ~rst.valid)
         with m.If(wf_w):
             m.d.comb += [wflt_wr.addr.eq(wqpn_rd.data), wflt_wr.data.eq(1),
                          wflt_wr.en.eq(1),
@@ -889,15 +906,22 @@ class Execute(wiring.Component):
         # after ``a_r`` took SGE i's address: CUT2, CALC, PUSH). The take loads ``a_r`` with
         # the command's va, ``mend`` with its ``dma_len`` and ``li_r`` with its rkey: an RDMA
         # WRITE's or READ's piece, key and byte count, which SUMS leaves for a WRITE (so c
-        # holds none of these fields).
+        # holds none of these fields). ``li_r`` takes SGE i's length as the store reads it;
+        # whether SGE i is within ``nsge`` goes into ``li_on`` beside it, and SUMS<i> adds
+        # only then (an SGE past ``nsge`` has length 0: its range is empty), so the store's
+        # read runs through the length's source select alone, not the ``nsge`` compare too.
         assert MAX_SGE == 3                    # the va schedule: CUT2, CALC, PUSH
         li_r = Signal(32)
+        li_on = Signal()
         a_r = Signal(64)
         li_cs = []                      # SGE i's length, 0 past nsge (comb)
+        li_ons = []                     # SGE i is within nsge (comb)
         for i in range(MAX_SGE):
             li = Signal(32, name=f"sge_len{i}")
-            m.d.comb += li.eq(Mux(wqe.nsge > i, wqe.sge[i].length, 0))
+            on = Signal(name=f"sge_on{i}")
+            m.d.comb += [on.eq(wqe.nsge > i), li.eq(Mux(on, wqe.sge[i].length, 0))]
             li_cs.append(li)
+            li_ons.append(on)
         # The SGEs' ranges in the message, one a state: SUMS<i> loads SGE i's [lo, hi)
         # (``ca_lo``, and ``run``, the sum so far, which is the range's hi) and ``ca_on``. The
         # cut is two registered steps that run every cycle on what was loaded the cycle
@@ -947,7 +971,8 @@ class Execute(wiring.Component):
         dl_rs = [None] + [Mux(in_rs[i], dl_r, 0) for i in range(1, MAX_SGE)]
         return types.SimpleNamespace(
             a_r=a_r, ca_i=ca_i, ca_lo=ca_lo, ca_on=ca_on, dl_rs=dl_rs, dma_nz=dma_nz,
-            has_beats=has_beats, li_cs=li_cs, li_r=li_r, ln_rs=ln_rs, mend=mend, off=off,
+            has_beats=has_beats, li_cs=li_cs, li_on=li_on, li_ons=li_ons, li_r=li_r,
+            ln_rs=ln_rs, mend=mend, off=off,
             plen=plen, run=run, run_c=run_c, src_rs=src_rs, v_rs=v_rs)
 
     def _piece_fields(self, m, t):
@@ -1061,11 +1086,18 @@ class Execute(wiring.Component):
         # ---- plan queues: planner -> key checks -> issue ------------------------------------
         key_tok = _token_layout(ab, "key")
         iss_tok = _token_layout(ab, "issue")
-        # (unbuffered: an entry is at the head the cycle after its push, read from the queue's
-        # LUT RAM; the stage behind registers what it takes)
-        m.submodules.key_q = key_q = Queue(key_tok, 2, buffered=False)
+        # (an entry is at the head the cycle after its push, as in an unbuffered queue, and
+        # the ports move as an unbuffered queue's: ``bypass``. The fields the stage behind
+        # decides on, addresses its tables with or tests in the cycle it takes the entry come
+        # from the queue's output register, not through its LUT-RAM read at a pointer; the
+        # rest, which the stage only passes on, is read from the LUT RAM at the head)
+        m.submodules.key_q = key_q = Queue(
+            key_tok, 2, bypass=True,
+            registered=("slot", "qpn", "write", "read", "wqe", "inv", "nowrite", "pv", "fatal",
+                        "skip", "cqe_on", "has_beats", "cdone", "rdflt", "nolook"))
         # (``iss_q``: 3 entries, one of them stage 3's, which works on the entry at the head)
-        m.submodules.iss_q = iss_q = Queue(iss_tok, 3, buffered=False)
+        m.submodules.iss_q = iss_q = Queue(iss_tok, 3, bypass=True,
+                                           registered=("qpn", "cqe_on", "fatal"))
         # stage 4's entry (loaded by stage 4, and by a flush while stages 2 to 4 are empty)
         b = Signal(iss_tok)
         # the plan RAMs (LUT RAM, PLAN_SLOTS rows): written by the planner in its own slot
@@ -1135,6 +1167,7 @@ class Execute(wiring.Component):
             kq.payload.cqe_on.eq(cqe_on), kq.payload.nowrite.eq(nowrite),
             kq.payload.skip.eq(skip), kq.payload.cdone.eq(cdone),
             kq.payload.rdflt.eq(rdflt), kq.payload.pv.eq(pv), kq.payload.read.eq(c.read),
+            kq.payload.nolook.eq(kq.payload.nowrite | (kq.payload.pv == 0)),
         ]
         return types.SimpleNamespace(
             **vars(pr), b=b, b_idle=b_idle, head_rd=head_rd, head_wr=head_wr, inv_dec=inv_dec,
@@ -1564,7 +1597,8 @@ class Execute(wiring.Component):
             # SGE 0's range [0, len0) to the cut, the message end
             m.d.sync += [run.eq(li_cs[0]), ca_lo.eq(0), ca_i.eq(0), pchk.eq(0)]
             with m.If(~c.write):
-                m.d.sync += [li_r.eq(li_cs[1]), mend.eq(off + plen)]
+                m.d.sync += [li_r.eq(wqe.sge[1].length), t.li_on.eq(t.li_ons[1]),
+                             mend.eq(off + plen)]
             with m.If(pchk & ~ring_ok):
                 # a held WQE's slot hit, read from another ring (see TAKE)
                 m.d.sync += pin.eq(0)
@@ -1586,10 +1620,11 @@ class Execute(wiring.Component):
         for i in range(1, MAX_SGE):
             # SGE i's range [run, run + len_i) to the cut (one add a cycle)
             with m.State(f"SUMS{i}"):
-                m.d.sync += [run.eq(run_c), ca_lo.eq(run), ca_i.eq(i),
-                             ca_on.eq(1)]
+                m.d.sync += [ca_lo.eq(run), ca_i.eq(i), ca_on.eq(1)]
+                with m.If(t.li_on):
+                    m.d.sync += run.eq(run_c)
                 if i + 1 < MAX_SGE:
-                    m.d.sync += li_r.eq(li_cs[i + 1])
+                    m.d.sync += [li_r.eq(wqe.sge[i + 1].length), t.li_on.eq(t.li_ons[i + 1])]
                 m.next = f"SUMS{i + 1}" if i + 1 < MAX_SGE else "CUT"
         with m.State("CUT"):
             m.d.sync += [a_r.eq(wqe.sge[0].addr), bad_nsge.eq(wqe.nsge > MAX_SGE),
@@ -1772,7 +1807,7 @@ class Execute(wiring.Component):
                 m.d.comb += [k_idle.eq(1), j_d.eq(k_first)]
                 m.d.sync += k_fail.eq(0)
                 with m.If(kh.valid):
-                    with m.If(k_first == MAX_SGE):
+                    with m.If(kh.payload.nolook):       # (``k_first`` is MAX_SGE)
                         # nothing to look up: the entry goes on now (as from K_PUSH)
                         m.d.comb += [iq.valid.eq(1), k_fail_c.eq(0),
                                      t.k_inv_c.eq(kh.payload.inv & ~kh.payload.nowrite)]
@@ -2133,16 +2168,22 @@ class Execute(wiring.Component):
                                    & (~rjob | rq.ready)
                                    & ~rst.valid & ~t.wf_w
                                    & (~evn | (~wd_err & ev_q.i.ready)))]
+                # the marks' rows and words whenever no other writer has the tables (no
+                # ``qp_reset``, no write fault; stage 3 waits for a fatal POST), their enables
+                # with ``go``: the handshakes ``go`` waits for reach the write enables only
+                with m.If(~rst.valid & ~t.wf_w):
+                    with m.If(b.fatal):
+                        m.d.comb += [dead_wr.addr.eq(b.qpn), dead_wr.data.eq(1)]
+                    with m.If(b.cdone & ~b.skip):
+                        m.d.comb += [cnext_wr.addr.eq(b.qpn), cnext_wr.data.eq(bh.widx + 1)]
                 with m.If(go):
                     m.d.comb += [post_q.i.valid.eq(1), cqe_q.i.valid.eq(b.cqe_on & ~b.skip),
                                  rq.valid.eq(rjob),
                                  b_ev.eq(evn), inv_dec.eq(b.invc)]
                     with m.If(b.fatal):
-                        m.d.comb += [dead_wr.addr.eq(b.qpn), dead_wr.data.eq(1),
-                                     dead_wr.en.eq(1)]
+                        m.d.comb += dead_wr.en.eq(1)
                     with m.If(b.cdone & ~b.skip):
-                        m.d.comb += [cnext_wr.addr.eq(b.qpn), cnext_wr.data.eq(bh.widx + 1),
-                                     cnext_wr.en.eq(1)]
+                        m.d.comb += cnext_wr.en.eq(1)
                     m.next = "B_IDLE"
         _one_hot(fsm)
         with m.If(fl_cqe):

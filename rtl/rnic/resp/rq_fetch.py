@@ -698,7 +698,13 @@ def _hit_select(m, t):
     hsel = Signal(sb)
     m.d.sync += hsel.eq(Mux(t.plan_look | (t.pf_resp & rs_first), rs, f_ok))
     m.d.comb += t.ring_rd.addr.eq(hsel)
-    m.d.sync += t.ring_ok.eq(t.ring_rd.data == Cat(c.rq_base[6:], c.rq_log))
+    # (two halves of the 63-bit compare registered, ANDed where ``ring_ok`` is tested: the
+    # LUT-RAM read and a 32-bit compare fit the cycle, the whole compare's last level did not)
+    c_ring = Cat(c.rq_base[6:], c.rq_log)
+    ring_eq = Signal(2)
+    m.d.sync += [ring_eq[0].eq(t.ring_rd.data[:32] == c_ring[:32]),
+                 ring_eq[1].eq(t.ring_rd.data[32:] == c_ring[32:])]
+    m.d.comb += t.ring_ok.eq(ring_eq.all())
     # the slot hit is read (store row ``hsel``, asynchronously) in the hit's cycle: a slot
     # with its data gets no beat (no read out) and no claim in a HIT cycle
 
