@@ -782,9 +782,9 @@ class Requester(wiring.Component):
         # docs/requester.md)
         c_again = Signal()
         # registered copies of the table reads (one cycle older: every use is conservative)
-        # (prod two cycles after its read: the port feeds prod_r alone, the block RAM's output
-        # register, and prod takes it or the write it met; a doorbell seen a cycle late is
-        # still queued for service)
+        # (prod two cycles after its read: the port feeds prod_r alone, so no logic follows the
+        # block RAM's clock to out, and prod takes it or the write it met; a doorbell seen a
+        # cycle late is still queued for service)
         prod_r = Signal(16)
         prod = Signal(16)
         cs = Signal(_comp_engine_layout)    # one consistent snapshot of the completer's entry
@@ -1987,8 +1987,8 @@ class Requester(wiring.Component):
         set_row = Signal(_comp_engine_layout)
         m.d.comb += [set_row.una.eq(psn0_r), set_row.cfpsn.eq(psn0_r)]
         # the engine's read, a cycle after the port (in the completer's registers comp_rd and
-        # rh_rd, which the port then feeds alone: the block RAM's output register), not met by
-        # a write to its row (sel_p: and taken); every write after it is one of wr_c, wr_s,
+        # rh_rd, which the port then feeds alone: no logic after the RAM's clock to out), not
+        # met by a write to its row (sel_p: and taken); every write after it is one of wr_c, wr_s,
         # wr_h, which win. The register's word passes one LUT (a choice made from registers)
         # to cs and rh_e.
         pv = t.steal_rr & ~t.ce_hit_r
