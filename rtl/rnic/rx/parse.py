@@ -1273,7 +1273,8 @@ class RxParse(wiring.Component):
         (``pr_d``; V2's straight in when nothing is queued), then a two-entry queue of its ``d``
         part in flip-flops (``head``), popped by ``take``; the meta push, in the take's cycle
         or the next; and ``head_ok``, whether the head may be taken now (its verdict is out, in
-        the verdict queue or coming out now, and the meta queue has room unless it is dropped).
+        the verdict queue or coming out now, and the meta queue has room unless a queued
+        verdict drops it).
         Returns ``take``, ``push`` (the take pushes a meta), ``head``, ``drop``, ``head_ok`` and
         the verdict queue's state."""
         d_layout = t.q.d_layout
@@ -1345,9 +1346,12 @@ class RxParse(wiring.Component):
         # * ``meta_room``: the meta queue held < 3 entries last cycle; a take pushes in its
         #   cycle, so with the push of the cycle before it holds <= 3 of 5 when the push
         #   comes, and takes it.
+        # * a dropped frame is taken without room in the meta queue only with its verdict
+        #   queued (a register): on the idle path the ICRC's compare, out in this cycle, decides
+        #   what the take pushes but not whether it happens.
         meta_room = Signal(init=1)
         m.d.sync += meta_room.eq(meta_q.level < 3)
-        head_ok = v_rdy & head_v & (drop | meta_room)
+        head_ok = v_rdy & head_v & (meta_room | (~vq_z & verdict_q.r_data[0]))
         # the payload does not wait for the decision (no decode in front of the queue's data)
         self._meta_fields(m, t.mp, t.mp_v, desc_q, head, fl, push, take)
         return types.SimpleNamespace(take=take, push=push, head=head, drop=drop,
