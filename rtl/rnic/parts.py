@@ -9,10 +9,11 @@ pipeline, so the statements, and the generated Verilog, keep that order.
 A composer (the top, a layer) declares its ports as members of its blocks' signatures and
 connects each to its block with :func:`pass_through`.
 
-Two idioms the parts of several blocks share: :func:`one_hot` and :func:`low_mask`.
+Idioms the parts of several blocks share: :func:`one_hot`, :func:`low_mask` and
+:func:`split_eq`.
 """
 
-__all__ = ["add", "low_mask", "one_hot", "pass_through"]
+__all__ = ["add", "low_mask", "one_hot", "pass_through", "split_eq"]
 
 
 def one_hot(*fsms):
@@ -28,6 +29,18 @@ def low_mask(log2, width=16):
     compare a bit (a ring index masked by its ring's log2 size)."""
     from amaranth.hdl import Cat
     return Cat(*[log2 > i for i in range(width)])
+
+
+def split_eq(m, a, b, name, part=32):
+    """``a == b`` of the cycle before, compared in registered parts of at most ``part`` bits
+    (one register bit each, the signal ``name``) and ANDed where it is used: a 32-bit compare
+    is three LUT levels, a wide one's last levels would not fit behind it."""
+    from amaranth.hdl import Signal
+    assert len(a) == len(b), (len(a), len(b))
+    cuts = [(k, min(k + part, len(a))) for k in range(0, len(a), part)]
+    eqs = Signal(len(cuts), name=name)
+    m.d.sync += [eqs[i].eq(a[lo:hi] == b[lo:hi]) for i, (lo, hi) in enumerate(cuts)]
+    return eqs.all()
 
 
 def add(t, part):

@@ -125,7 +125,7 @@ from ..stream import Queue, check_width
 from .psn_check import done_layout, exe_layout
 from .rq_fetch import MAX_SGE, RqFetch, prefetch_pool, wqe_store
 from .scatter import CLIENT_TAG_BIT, PlaceSignature, piece_layout
-from ..parts import add as _add, low_mask, one_hot as _one_hot
+from ..parts import add as _add, low_mask, one_hot as _one_hot, split_eq
 
 __all__ = ["Execute", "RECV", "RECV_RDMA_WITH_IMM", "flush_layout", "PREFETCH_DEPTH"]
 
@@ -752,10 +752,7 @@ class Execute(wiring.Component):
         # where ``d_eq`` is tested: a 32-bit compare is three LUT levels, the whole one five)
         tag_d = Cat(d_qpn, d_index, d_ring)
         tag_c = Cat(c.qpn[:ab], c.rq_index, c_ring)
-        parts = [(k, min(k + 32, len(tag_d))) for k in range(0, len(tag_d), 32)]
-        d_eqs = Signal(len(parts))
-        m.d.sync += [d_eqs[i].eq(tag_d[lo:hi] == tag_c[lo:hi]) for i, (lo, hi) in enumerate(parts)]
-        m.d.comb += d_eq.eq(d_eqs.all())
+        m.d.comb += d_eq.eq(split_eq(m, tag_d, tag_c, "d_eqs"))
         with m.If((rst.valid & (rst.payload.qpn == d_qpn))
                   | (take & (c.qpn[:ab] == d_qpn) & (c.rq_index != d_index))):
             m.d.sync += d_valid.eq(0)
@@ -914,14 +911,10 @@ class Execute(wiring.Component):
         li_r = Signal(32)
         li_on = Signal()
         a_r = Signal(64)
-        li_cs = []                      # SGE i's length, 0 past nsge (comb)
-        li_ons = []                     # SGE i is within nsge (comb)
-        for i in range(MAX_SGE):
-            li = Signal(32, name=f"sge_len{i}")
-            on = Signal(name=f"sge_on{i}")
-            m.d.comb += [on.eq(wqe.nsge > i), li.eq(Mux(on, wqe.sge[i].length, 0))]
-            li_cs.append(li)
-            li_ons.append(on)
+        li_ons = [Signal(name=f"sge_on{i}") for i in range(MAX_SGE)]    # SGE i within nsge
+        li_c0 = Signal(32, name="sge_len0")     # SGE 0's length, 0 without SGEs
+        m.d.comb += [on.eq(wqe.nsge > i) for i, on in enumerate(li_ons)]
+        m.d.comb += li_c0.eq(Mux(li_ons[0], wqe.sge[0].length, 0))
         # The SGEs' ranges in the message, one a state: SUMS<i> loads SGE i's [lo, hi)
         # (``ca_lo``, and ``run``, the sum so far, which is the range's hi) and ``ca_on``. The
         # cut is two registered steps that run every cycle on what was loaded the cycle
@@ -971,7 +964,7 @@ class Execute(wiring.Component):
         dl_rs = [None] + [Mux(in_rs[i], dl_r, 0) for i in range(1, MAX_SGE)]
         return types.SimpleNamespace(
             a_r=a_r, ca_i=ca_i, ca_lo=ca_lo, ca_on=ca_on, dl_rs=dl_rs, dma_nz=dma_nz,
-            has_beats=has_beats, li_cs=li_cs, li_on=li_on, li_ons=li_ons, li_r=li_r,
+            has_beats=has_beats, li_c0=li_c0, li_on=li_on, li_ons=li_ons, li_r=li_r,
             ln_rs=ln_rs, mend=mend, off=off,
             plen=plen, run=run, run_c=run_c, src_rs=src_rs, v_rs=v_rs)
 
@@ -1587,15 +1580,15 @@ class Execute(wiring.Component):
         """The planner's piece states: SUMS, CUT, CUT2, CALC (the pieces and the checks that need
         no lookup) and PUSH (the entry into ``key_q``)."""
         (a_r, bad_nsge, c, ca_i, ca_lo, ca_on, cdone, cqe_on, dl_rs, head_wr, kp_wr, kq,
-         kva_wr, li_cs, li_r, mend, off, overflow, pchk, pin, plen, pv, pv_c, release,
+         kva_wr, li_c0, li_r, mend, off, overflow, pchk, pin, plen, pv, pv_c, release,
          ring_ok, run, run_c, sp_wr, v_rs, va_op, wp, wqe, zlen) = (
             t.a_r, t.bad_nsge, t.c, t.ca_i, t.ca_lo, t.ca_on, t.cdone, t.cqe_on, t.dl_rs,
-            t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.li_cs, t.li_r, t.mend, t.off, t.overflow,
+            t.head_wr, t.kp_wr, t.kq, t.kva_wr, t.li_c0, t.li_r, t.mend, t.off, t.overflow,
             t.pchk, t.pin, t.plen, t.pv, t.pv_c, t.release, t.ring_ok, t.run, t.run_c,
             t.sp_wr, t.v_rs, t.va_op, t.wp, t.wqe, t.zlen)
         with m.State("SUMS"):
             # SGE 0's range [0, len0) to the cut, the message end
-            m.d.sync += [run.eq(li_cs[0]), ca_lo.eq(0), ca_i.eq(0), pchk.eq(0)]
+            m.d.sync += [run.eq(li_c0), ca_lo.eq(0), ca_i.eq(0), pchk.eq(0)]
             with m.If(~c.write):
                 m.d.sync += [li_r.eq(wqe.sge[1].length), t.li_on.eq(t.li_ons[1]),
                              mend.eq(off + plen)]

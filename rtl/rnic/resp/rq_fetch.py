@@ -66,7 +66,7 @@ from amaranth.lib.wiring import In, Out, connect
 from ..formats import RECV_MAX_SGE as MAX_SGE, RECV_WQE_BYTES as WQE_BYTES
 from ..formats import RecvWqe as wqe_layout, Sge as sge_layout
 from ..host.axi_master import ReadClientSignature
-from ..parts import add as _add, low_mask, one_hot
+from ..parts import add as _add, low_mask, one_hot, split_eq
 from ..stream import Queue, check_width
 
 __all__ = ["RqFetch", "wqe_store", "prefetch_pool", "slim_layout",
@@ -701,10 +701,7 @@ def _hit_select(m, t):
     # (two halves of the 63-bit compare registered, ANDed where ``ring_ok`` is tested: the
     # LUT-RAM read and a 32-bit compare fit the cycle, the whole compare's last level did not)
     c_ring = Cat(c.rq_base[6:], c.rq_log)
-    ring_eq = Signal(2)
-    m.d.sync += [ring_eq[0].eq(t.ring_rd.data[:32] == c_ring[:32]),
-                 ring_eq[1].eq(t.ring_rd.data[32:] == c_ring[32:])]
-    m.d.comb += t.ring_ok.eq(ring_eq.all())
+    m.d.comb += t.ring_ok.eq(split_eq(m, t.ring_rd.data, c_ring, "ring_eq"))
     # the slot hit is read (store row ``hsel``, asynchronously) in the hit's cycle: a slot
     # with its data gets no beat (no read out) and no claim in a HIT cycle
 
