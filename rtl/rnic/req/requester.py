@@ -1910,7 +1910,7 @@ class Requester(wiring.Component):
         wake = Signal()
         wbw = Signal()                  # WAKE follows a write-back (cmp holds aq's row)
         cmp = Signal(_comp_layout)
-        comp_rd = Signal(_comp_layout)
+        comp_rd = Signal(_comp_layout, reset_less=True)
         d = Signal(_dyn_comp_layout)    # the engine's entry, as of LOAD
         d_rd = Signal(_dyn_comp_layout, reset_less=True)
         cfg = Signal(_cfg_layout)
@@ -1923,10 +1923,8 @@ class Requester(wiring.Component):
         rval = Signal(TB)               # the RNR NAK's wait in µs + 1
         crh = Signal(rb)                # the QP's rh: the entry of its WQE at ccons
         # (the registers after the read ports, fed by the ports alone, are reset-less: the
-        # DP16KDs' output registers take them, off the block RAMs' clock to out; not comp_rd
-        # and rh_rd, whose port's register in the RAM is further from the scan's logic than
-        # a flip-flop placed beside it)
-        rh_rd, rn_rd2 = Signal(rb), Signal(rb, reset_less=True)
+        # DP16KDs' output registers take them, off the block RAMs' clock to out)
+        rh_rd, rn_rd2 = Signal(rb, reset_less=True), Signal(rb, reset_less=True)
         m.d.sync += [comp_rd.eq(comp_rd2_w), d_rd.eq(_pick(_dyn_comp_layout, dyn_rd2_w)),
                      cfg_rd.eq(cfg_rd_w),
                      rh_rd.eq(rh_rd_w), rn_rd2.eq(rn_rd2_w)]
