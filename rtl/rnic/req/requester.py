@@ -785,13 +785,13 @@ class Requester(wiring.Component):
         # (prod two cycles after its read: the port feeds prod_r alone, so no logic follows the
         # block RAM's clock to out, and prod takes it or the write it met; a doorbell seen a
         # cycle late is still queued for service)
-        prod_r = Signal(16, reset_less=True)    # (reset-less: the DP16KD's output register)
+        prod_r = Signal(16)
         prod = Signal(16)
         cs = Signal(_comp_engine_layout)    # one consistent snapshot of the completer's entry
         cs_ld, cs_src = Signal(), Signal(_comp_engine_layout)   # cs's enable and next row
         # dyn_mem's read, rn with it, registered before CTX_WAIT takes it into dyn (the block
         # RAM's clock-to-out leads no logic)
-        dyn_rd, rn_rd = Signal(_dyn_engine_layout, reset_less=True), Signal(rb, reset_less=True)
+        dyn_rd, rn_rd = Signal(_dyn_engine_layout), Signal(rb)
         m.d.sync += [dyn_rd.eq(_pick(_dyn_engine_layout, dyn_rd_w)), rn_rd.eq(rn_rd_w)]
         # (a read that met a doorbell's or a RESET's write to its row is not taken: prod
         # keeps the value before the write when it holds that row, and takes the new one a
@@ -1910,11 +1910,11 @@ class Requester(wiring.Component):
         wake = Signal()
         wbw = Signal()                  # WAKE follows a write-back (cmp holds aq's row)
         cmp = Signal(_comp_layout)
-        comp_rd = Signal(_comp_layout, reset_less=True)
+        comp_rd = Signal(_comp_layout)
         d = Signal(_dyn_comp_layout)    # the engine's entry, as of LOAD
-        d_rd = Signal(_dyn_comp_layout, reset_less=True)
+        d_rd = Signal(_dyn_comp_layout)
         cfg = Signal(_cfg_layout)
-        cfg_rd = Signal(_cfg_layout, reset_less=True)
+        cfg_rd = Signal(_cfg_layout)
         # the QP's timeout in µs + 1, looked up from cfg (each use is at least two cycles after
         # cfg is loaded: ACT, or EVAL after LOAD, see tsrc), and whether it has one (the + 1
         # of a deadline in the table, so that the deadline is one addition)
@@ -1922,9 +1922,7 @@ class Requester(wiring.Component):
         ton = cfg.timeout != 0
         rval = Signal(TB)               # the RNR NAK's wait in µs + 1
         crh = Signal(rb)                # the QP's rh: the entry of its WQE at ccons
-        # (the registers after the read ports, fed by the ports alone, are reset-less: the
-        # DP16KDs' output registers take them, off the block RAMs' clock to out)
-        rh_rd, rn_rd2 = Signal(rb, reset_less=True), Signal(rb, reset_less=True)
+        rh_rd, rn_rd2 = Signal(rb), Signal(rb)
         m.d.sync += [comp_rd.eq(comp_rd2_w), d_rd.eq(_pick(_dyn_comp_layout, dyn_rd2_w)),
                      cfg_rd.eq(cfg_rd_w),
                      rh_rd.eq(rh_rd_w), rn_rd2.eq(rn_rd2_w)]
