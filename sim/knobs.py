@@ -233,7 +233,7 @@ KNOBS = Registry([
         K("READ_LOSSY_MAX_READ", "int", 10240, "longest random READ, bytes"),
     ]),
     ("Fuzz campaign", "`tb/system/test_fuzz.py`, `cocotb_fuzz.py`", [
-        K("FUZZ_SHORT_FRAMES", "int", 300, "hostile frames of the regression's short campaign"),
+        K("FUZZ_SHORT_FRAMES", "int", 200, "hostile frames of the regression's short campaign"),
         K("FUZZ_LONG_FRAMES", "int", 25000, "hostile frames of each `make fuzz` campaign"),
         K("FUZZ_FRAMES", "int", 600, "hostile frames of the campaign (test_fuzz.py gives it "
           "FUZZ_SHORT_FRAMES or FUZZ_LONG_FRAMES)", "test_fuzz.py"),

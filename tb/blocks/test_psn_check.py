@@ -27,8 +27,8 @@ def _run(width, tests=None, name=None, extra=None, num_qp=NUM_QP):
                test_name=name or f"w{width}")
 
 
-#: the random run's packets beside the W=64 run's (PSN_CHECK_RANDOM_PACKETS): the other
-#: configurations repeat a shorter one; the long runs are under make regress-full
+#: the random run's packets in the regression (the knob's PSN_CHECK_RANDOM_PACKETS, 1,000,
+#: under make regress-full: test_psn_check_w64_long_random)
 SHORT_RANDOM = {"PSN_CHECK_RANDOM_PACKETS": "300"}
 
 
@@ -44,12 +44,18 @@ W512_TESTS = ["psn_ahead_first_nak", "psn_behind_duplicate", "outcome_ack_rules"
 
 @pytest.mark.parametrize("width", [64, 512])
 def test_psn_check(width):
-    """Every directed test plus a random run against the model at W=64 (1,000 packets); at
-    W=512 the width-dependent tests, the random run 300 packets."""
+    """Every directed test plus a random run against the model at W=64; at W=512 the
+    width-dependent tests; the random run 300 packets."""
     if width == 64:
-        _run(width)
+        _run(width, extra=SHORT_RANDOM)
     else:
         _run(width, tests=W512_TESTS, name="w512-width", extra=SHORT_RANDOM)
+
+
+@pytest.mark.full
+def test_psn_check_w64_long_random():
+    """The random run at W=64 with the knob's packets (1,000 by default)."""
+    _run(64, tests=["random_sequences"], name="w64-long-random")
 
 
 @pytest.mark.full

@@ -36,7 +36,7 @@ def _run(name, frames, simulator, seed=1, batch=40, jumbo=True, testcase="fuzz",
 
 
 def test_fuzz_short():
-    """A short campaign (Icarus, W=64): 300 hostile frames, the truncation sweep included,
+    """A short campaign (Icarus, W=64): 200 hostile frames, the truncation sweep included,
     every invariant of tb/system/cocotb_fuzz.py checked after every batch of 50."""
     _run("short", knob("FUZZ_SHORT_FRAMES"), "icarus", batch=50)
 

@@ -27,11 +27,11 @@ def test_lossy_directed(simulator):
 @pytest.mark.parametrize("cfg", [c if c == "w64" else pytest.param(c, marks=pytest.mark.full)
                                  for c in CONFIGS])
 def test_lossy_random(cfg):
-    """60 random messages both ways per width, 3 % of frames each dropped, duplicated,
+    """30 random messages both ways per width, 3 % of frames each dropped, duplicated,
     reordered and corrupted (Verilator; the same build as test_two_rnic; W=512 under
     ``make regress-full``, 10,000 under ``make soak``)."""
     _run(cfg, "verilator", ["lossy_random"], f"lossy-random-{cfg}",
-         {"LOSSY_MESSAGES": "60",
+         {"LOSSY_MESSAGES": "30",
           "LOSSY_SEED": "5" if cfg == "w64" else "6"})
 
 

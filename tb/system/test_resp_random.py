@@ -30,7 +30,7 @@ def test_resp_random_w64_icarus():
 def test_resp_random_w64_verilator():
     """More messages on Verilator (the build of test_responder_rate, shared)."""
     _run("w64", "verilator", "resp-random-w64-verilator", RESP_RANDOM_SEED=3,
-         RESP_RANDOM_MESSAGES=150)
+         RESP_RANDOM_MESSAGES=80)
 
 
 @pytest.mark.full
