@@ -33,13 +33,13 @@ SHORT_RANDOM = {"PSN_CHECK_RANDOM_PACKETS": "300"}
 
 
 #: at W=512 the regression runs the tests whose subject depends on the width: the frames built
-#: and their back-pressure, the arbiter, random traffic and the packet rate (every test under
-#: make regress-full, ``test_psn_check_w512_all``)
+#: and their back-pressure, the arbiter, random traffic and the packet rate (every test, the
+#: long TX stall and the paced random run among them, under make regress-full,
+#: ``test_psn_check_w512_all``)
 W512_TESTS = ["psn_ahead_first_nak", "psn_behind_duplicate", "outcome_ack_rules",
               "doorbell_and_ack_out", "output_queues_backpressure", "tx_backpressure_coalesce",
-              "tx_stall_long_receive_flows", "tx_flicker_ack_and_nak_pending",
-              "tx_arbiter_shares", "random_sequences", "random_paced_exact", "benchmark",
-              "tshark_decodes_every_frame"]
+              "tx_flicker_ack_and_nak_pending", "tx_arbiter_shares", "random_sequences",
+              "benchmark", "tshark_decodes_every_frame"]
 
 
 @pytest.mark.parametrize("width", [64, 512])

@@ -126,7 +126,7 @@ def test_pair_random_icarus_hostile():
     MAC transmit streams and on every AXI4-Lite channel (Icarus); every byte and CQE checked
     against the model as in the unstalled runs."""
     _run("w64", "icarus", ["random_messages"], "pair-random-hostile",
-         {"PAIR_MESSAGES": "30", "PAIR_HOSTILE": "1", "PAIR_SEED": "3"})
+         {"PAIR_MESSAGES": "16", "PAIR_HOSTILE": "1", "PAIR_SEED": "3"})
 
 
 @pytest.mark.soak
