@@ -485,6 +485,82 @@ async def drop_several_reasons(dut):
     await tb.run(frames, tuser=users)
 
 
+@cocotb.test()
+async def drop_meta_full(dut):
+    """A frame with a bad ICRC on the idle path (nothing queued before it) while the meta
+    queue has no room (``meta.ready`` held low): it is not taken in the cycle its verdict comes
+    out (on the idle path the take waits for meta room whatever the verdict), but a cycle
+    later, its drop verdict queued, it is taken without room: dropped, its buffer space and
+    slot released and its reason-4 strobe given while ``meta`` stays blocked; the good frame
+    behind it waits for room. Released, the good frames' metas and payloads come out in order,
+    and maximum frames still pass through the buffer. Every take is watched inside RX Parse
+    (``take``, ``vq_z``, ``meta_room``): the drop's timing shows on no port."""
+    tb = await new_tb(dut)
+    d = dut.dut
+    rng = random.Random(WIDTH * 17 + 4)
+    tb.meta_ready_p = 1.0                       # meta.ready low from the next cycle on
+    takes = []                                  # (vq_z, meta_room) of every take
+
+    async def watch():
+        while True:
+            await FallingEdge(dut.clk)
+            await ReadOnly()
+            if d.take.value:
+                takes.append((int(d.vq_z.value), int(d.meta_room.value)))
+
+    cocotb.start_soon(watch())
+    # the meta stage holds one meta and the meta queue (5 entries) three: no room (< 3)
+    goods = [random_frame(rng, Op.SEND_ONLY, 3 * LANES + 5),
+             random_frame(rng, Op.RDMA_WRITE_ONLY, 1),
+             random_frame(rng, Op.ACKNOWLEDGE, 0),
+             random_frame(rng, Op.SEND_ONLY, LANES + 1)]
+    bad = _flip(random_frame(rng, Op.SEND_ONLY, 20 * LANES), 60)
+    last = random_frame(rng, Op.SEND_ONLY, 2 * LANES)
+    assert drop_reason(bad) == 4 and all(drop_reason(f) == 0 for f in goods + [last])
+    exp_metas = [expected_meta(f) for f in goods + [last]]
+    exp_payloads = [_payload_of(f) for f in goods + [last] if _payload_of(f)]
+    tb.expected_meta_for_payload += [k for k, f in enumerate(goods + [last]) if _payload_of(f)]
+    r0, n0 = len(tb.reasons), tb.frames_seen
+
+    for f in goods:                             # each taken on the idle path, with room
+        tb.source.send_nowait(AxiStreamFrame(f))
+        await tb.idle_wait(extra=12)
+    assert takes == [(1, 1)] * 4, takes
+    assert not d.meta_room.value and d.vq_z.value and int(d.slots_used.value) == 0
+    assert dut.meta_valid.value and not tb.metas
+
+    tb.source.send_nowait(AxiStreamFrame(bad))
+    await tb.idle_wait(extra=20)
+    # taken with its verdict queued (not in the verdict's cycle), without room
+    assert takes[4:] == [(0, 0)], takes
+    assert tb.reasons[r0:] == [4] and tb.frames_seen - n0 == 5, (tb.reasons[r0:], tb.frames_seen)
+    assert int(d.slots_used.value) == 0 and d.wr_ptr.value == d.rd_free.value
+    assert not tb.metas
+
+    tb.source.send_nowait(AxiStreamFrame(last))
+    await tb.idle_wait(extra=20)
+    assert len(takes) == 5 and int(d.slots_used.value) == 1        # waits for room
+    assert tb.reasons[r0:] == [4] and tb.frames_seen - n0 == 6 and not tb.metas
+
+    tb.meta_ready_p = 0.0
+    for _ in range(2000):
+        if len(tb.metas) >= len(exp_metas) and tb.sink.count() >= len(exp_payloads):
+            break
+        await RisingEdge(dut.clk)
+    for _ in range(40):
+        await RisingEdge(dut.clk)
+    assert tb.metas == exp_metas, (tb.metas, exp_metas)
+    got = [bytes(tb.sink.recv_nowait().tdata) for _ in range(tb.sink.count())]
+    assert got == exp_payloads, ([len(x) for x in got], [len(x) for x in exp_payloads])
+    assert tb.reasons[r0:] == [4] and not tb.order_errors, (tb.reasons[r0:], tb.order_errors)
+    assert int(d.slots_used.value) == 0 and d.wr_ptr.value == d.rd_free.value
+    assert takes[5:] == [(0, 1)], takes
+    # the buffer whole again: two maximum frames back to back through one frame of buffer
+    top = wire.MAX_FRAME - 58 - 2
+    await tb.run([random_frame(rng, Op.SEND_ONLY, top), random_frame(rng, Op.SEND_ONLY, top)])
+    assert all(mr for vz, mr in takes if vz), takes      # no take on the idle path without room
+
+
 # ---- frames shorter than the header ------------------------------------------------------------
 
 @cocotb.test()

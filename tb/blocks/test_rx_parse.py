@@ -51,6 +51,13 @@ def test_rx_parse_short_prefixes(width):
     _run(width, ["short_prefixes"], "short")
 
 
+@pytest.mark.parametrize("width", widths(64))
+def test_rx_parse_drop_meta_full(width):
+    """A dropped frame on the idle path with no room in the meta queue is taken once its
+    verdict is queued, not in the verdict's cycle, and still while ``meta`` is blocked."""
+    _run(width, ["drop_meta_full"], "dropfull")
+
+
 @pytest.mark.parametrize("width", widths(64, 512))
 def test_rx_parse_max_frames_backpressure(width):
     """Maximum frames back to back through a buffer of one maximum frame, back-pressured."""
