@@ -475,7 +475,7 @@ class PsnCheck(wiring.Component):
         # the QP's rows: the tables' one read register, which keeps an operation's rows from
         # its R→B edge until the next operation's (see below), so B and C read the same one
         b_ctx = ctx.rd_dyn
-        b_st = ctx.rd_static0       # word 0 (B reads only its fields)
+        b_st = ctx.rd_static
 
         c_valid = Signal()
         c_kind = Signal(2)
@@ -487,7 +487,7 @@ class PsnCheck(wiring.Component):
         c_slot = Signal(2)
         m.d.comb += [mr_r.addr.eq(c_slot), c_meta.eq(mr_r.data)]
         c_ctx = b_ctx
-        c_st = ctx.rd_static        # both words, from the B→C edge
+        c_st = b_st
 
         # One read-modify-write of the dynamic table: read in A (the block RAM's output in R),
         # its one register (``ctx.rd_dyn``) loaded on the R→B edge and read by B and C, written

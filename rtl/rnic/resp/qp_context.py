@@ -179,11 +179,6 @@ class QpContext(wiring.Component):
         ``fwd1_en`` (it has the word 1 of the last ``wr_dyn``).
     fwd1_en : In(1)
     rd_static : Out(qp_recv_layout)
-        The static row, both words, from the load of word 1 (``rd_load1``) on; one word a QP:
-        from ``rd_load`` on.
-    rd_static0 : Out(qp_recv_layout)
-        Word 0's fields (``pmtu``, ``min_rnr``, ``pd``, ``access``, ``rip``) from ``rd_load``
-        until ``rd_load1`` (the others 0); one word a QP: ``rd_static``.
     rd_dyn : Out(qp_dyn_layout)
     wr_addr, wr_en : In
     wr_dyn : In(qp_dyn_layout)
@@ -238,7 +233,6 @@ class QpContext(wiring.Component):
             "fwd_en": In(1),
             "fwd_dyn": In(qp_dyn_layout),
             "rd_static": Out(qp_recv_layout),
-            "rd_static0": Out(qp_recv_layout),
             "rd_dyn": Out(qp_dyn_layout),
             "wr_addr": In(self.abits),
             "wr_en": In(1),
@@ -354,36 +348,28 @@ class QpContext(wiring.Component):
         rd_en = Signal()
         ld0 = Signal()
         ld1 = Signal()
-        # The static words go through one register, ``sw``, loaded with either word, so that
-        # it can be the block RAM's output register (one load per data bit, one enable), and
-        # reset-less (read only for a QP's packet, after its load); word 0 is copied aside
-        # into ``s0`` as word 1 arrives. B reads word 0 in ``sw`` (``rd_static0``), C both
-        # words from ``s0`` and ``sw`` (``rd_static``): ld1 always follows its ld0 a cycle
-        # later, and the next ld0 comes only once the operation has left C.
-        sw = Signal(_SWORD, reset_less=True)
+        # reset-less (read only for a QP's packet, after its load), so each can be the block
+        # RAM's output register
         s0 = Signal(_ROW0.width, reset_less=True)
+        s1 = Signal(_ROW1.width, reset_less=True)
         d0 = Signal(dyn0_layout)
         d1 = Signal(dyn1_layout)
         fwd0 = Signal(dyn0_layout)
         m.d.comb += [fwd0[f].eq(self.fwd_dyn[f]) for f in DYN0]
-        with m.If(ld0 | ld1):
-            m.d.sync += sw.eq(srd.data)
         with m.If(ld0):
-            m.d.sync += d0.eq(Mux(self.fwd_en & ~owned, fwd0, drd.data[:dyn0_layout.size]))
+            m.d.sync += [s0.eq(srd.data[:_ROW0.width]),
+                         d0.eq(Mux(self.fwd_en & ~owned, fwd0, drd.data[:dyn0_layout.size]))]
         with m.If(ld1):
-            m.d.sync += s0.eq(sw[:_ROW0.width])
+            m.d.sync += s1.eq(srd.data[:_ROW1.width])
             with m.If(owned | ~self.fwd1_en):
                 m.d.sync += d1.eq(drd.data[:dyn1_layout.size])
         dq = Signal(qp_dyn_layout)
         m.d.comb += [dq[f].eq(d0[f]) for f in DYN0]
         m.d.comb += [dq[f].eq(d1[f]) for f in DYN1]
         st = Signal(qp_recv_layout)
-        for row, word, name in ((_ROW0, s0, "st0"), (_ROW1, sw[:_ROW1.width], "st1")):
+        for row, word, name in ((_ROW0, s0, "st0"), (_ROW1, s1, "st1")):
             fields = row.decode(m, word, name)
             m.d.comb += [st[f].eq(fields[f]) for f in row.layout.members]
-        stb = Signal(qp_recv_layout)
-        fields = _ROW0.decode(m, sw[:_ROW0.width], "stb0")
-        m.d.comb += [stb[f].eq(fields[f]) for f in _ROW0.layout.members]
 
         m.d.comb += [
             srd.addr.eq(Cat(half, qaddr)),
@@ -394,7 +380,6 @@ class QpContext(wiring.Component):
             srd.en.eq(rd_en),
             drd.en.eq(rd_en),
             self.rd_static.eq(st),
-            self.rd_static0.eq(stb),
             self.rd_dyn.eq(dq),
         ]
         c.dq, c.st, c.d1 = dq, st, d1
@@ -422,7 +407,6 @@ class QpContext(wiring.Component):
             srd.en.eq(rd_en),
             drd.en.eq(rd_en),
             self.rd_static.eq(st),
-            self.rd_static0.eq(st),
             self.rd_dyn.eq(dq),
         ]
         c.dq, c.st = dq, st
