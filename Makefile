@@ -35,12 +35,17 @@ synth-core: generate
 	$(PY) -m rnic_flow.cli synth --target ecp5 --seed $(SEED) --route-minutes $(ROUTE_MINUTES) \
 		$(CONFIG) $(RECORD)
 
-# the whole report: every block and the core routed on ECP5, then the core on iCE40
-# (the reduced configuration, or CONFIG's) and its xc7 area (about an hour on one core)
+# the whole report: every block and the core routed on ECP5, the core at W=128 too (the
+# 10 Gb/s configuration; only with the default CONFIG), then the core on iCE40 (the reduced
+# configuration, or CONFIG's) and its xc7 area; the time it took is printed last
 synth: generate
+	@start=$$(date +%s); \
 	$(PY) -m rnic_flow.cli synth --block all --target ecp5 --seed $(SEED) \
-		--route-minutes $(ROUTE_MINUTES) $(CONFIG) $(RECORD)
-	$(PY) -m rnic_flow.cli synth --target ice40,xc7 $(CONFIG) $(RECORD)
+		--route-minutes $(ROUTE_MINUTES) $(CONFIG) $(RECORD) && \
+	$(if $(strip $(CONFIG)),true,$(PY) -m rnic_flow.cli synth --target ecp5 --data-width 128 \
+		--seed $(SEED) --route-minutes $(ROUTE_MINUTES) $(RECORD)) && \
+	$(PY) -m rnic_flow.cli synth --target ice40,xc7 $(CONFIG) $(RECORD) && \
+	echo "make synth: $$(( ($$(date +%s) - start) / 60 )) min"
 
 # area per block against the budgets of rtl/rnic_flow/budgets.py (docs/area.md): one yosys run with
 # the hierarchy kept, 10 minutes at most; build/area.json and build/area.md; fails when over
