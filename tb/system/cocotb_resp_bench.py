@@ -1,6 +1,6 @@
 """Benchmark of the responder at the ``rnic`` top (``rnic bench``, entries ``resp_top-w*``).
 
-Through the contract only: back-to-back SEND_ONLY frames (AckReq set, PMTU 4096) into a posted
+Through the contract, but for one internal handshake: back-to-back SEND_ONLY frames (AckReq set, PMTU 4096) into a posted
 receive queue, host memory with zero wait (``HostMem`` without latency or back-pressure).
 
 * receive throughput: beats accepted on ``s_axis_rx`` per cycle, from the first beat to the last
@@ -10,7 +10,9 @@ receive queue, host memory with zero wait (``HostMem`` without latency or back-p
   to the first beat of its ACK on ``m_axis_tx``, and to the last W beat of its CQE on ``m_axi``.
   Beside each, the floor the contract allows: the ACK leaves after the payload's write beats are
   issued (⌈payload/(W/8)⌉ cycles after the frame is whole, at least 1), the CQE after their OKAY
-  responses (one more cycle) and its own ⌈32/(W/8)⌉ beats.
+  responses (one more cycle) and its own ⌈32/(W/8)⌉ beats. For a 0-byte SEND also the cycles to
+  PSN Check's decision, the handshake of its command to Execute (``resp.execute.exe`` inside the
+  generated Verilog).
 
 Figures go through :func:`sim.bench.record`; the test fails only if a message is lost or wrong,
 never because a figure is low.
@@ -100,6 +102,12 @@ class Mon:
         self.r = []                     # cycles of R beats
         self.wlast = []
         self._in_tx = False
+        # PSN Check's decisions: its commands to Execute (``exe`` handshakes), always sampled
+        self.exe = []
+        v, r = (_handle(dut, PROBE_PATHS["exe"] + "__valid"),
+                _handle(dut, PROBE_PATHS["exe"] + "__ready"))
+        self._exe = (v, r) if v is not None and r is not None else None
+        self.has_exe = self._exe is not None
         # RESP_BENCH_PROBE=1: also the handshakes inside the core (where a message's cycles go)
         self.probe = {}
         if knob("RESP_BENCH_PROBE"):
@@ -120,6 +128,7 @@ class Mon:
         self.rx_first = self.rx_last = None
         self.rx_tlast.clear()
         self.tx_first.clear()
+        self.exe.clear()
 
     async def _run(self):
         d = self.dut
@@ -131,6 +140,8 @@ class Mon:
             for v, r, ev in self.probe.values():
                 if int(v.value) and int(r.value):
                     ev.append(c)
+            if self._exe and int(self._exe[0].value) and int(self._exe[1].value):
+                self.exe.append(c)
             if int(d.s_axis_rx_tvalid.value) and int(d.s_axis_rx_tready.value):
                 self.rx_beats += 1
                 if self.rx_first is None:
@@ -305,4 +316,11 @@ async def bench(dut):
         record("resp_top", "cycles, request last beat to CQE last write beat", cql,
                unit="cycles", config={"W": W, "payload": size,
                                       "floor": pb + 1 + _beats(32, lanes)})
+        if size == 0 and mon.has_exe:
+            # the request's last beat to PSN Check's decision: its command to Execute (RX
+            # Parse's checks and the PSN Check pipeline; the payload does not change it). Not
+            # on a ports-only model (test_responder_rate), which has no internal signals.
+            assert len(mon.exe) == 1, mon.exe
+            record("resp_top", "cycles, request last beat to PSN Check's decision (command "
+                   "to Execute)", mon.exe[0] - last, unit="cycles", config={"W": W})
     tb.mem.check()
