@@ -1,7 +1,8 @@
 """Benchmark of the responder at the ``rnic`` top (``rnic bench``, entries ``resp_top-w*``).
 
-Through the contract, but for one internal handshake: back-to-back SEND_ONLY frames (AckReq set, PMTU 4096) into a posted
-receive queue, host memory with zero wait (``HostMem`` without latency or back-pressure).
+Through the contract, but for one internal handshake: back-to-back SEND_ONLY frames (AckReq set,
+PMTU 4096) into a posted receive queue, host memory with zero wait (``HostMem`` without latency
+or back-pressure).
 
 * receive throughput: beats accepted on ``s_axis_rx`` per cycle, from the first beat to the last
   (physical limit 1.00: one beat per cycle), one QP and 8 QPs (frames round robin), payloads of
