@@ -45,18 +45,26 @@ table: stage C is its one writer, and also makes a command's row write). The PSN
 classifier and the opcode sequencer are :mod:`rnic.resp.psn_rules`.
 
 Issue and same-QP hazard: operations enter two cycles apart, whatever their QPs (A issues
-nothing while R holds one), so the one register of the QP's rows serves B and C of one operation
-and is loaded again only once it has left C (up to 256 QPs each table keeps a row in two words,
-read in A and in R: word 1, which only C reads, reaches its register on the B→C edge, and C
-writes it a cycle after word 0; above, one word read in A, :attr:`QpContext.split`): a
-minimum frame every ``max(2, ⌈480/W⌉)`` cycles, one QP or many (design-rules.md §1). An
+nothing while R holds one; R0, below, above 256 QPs), so the one register of the QP's rows
+serves B and C of one operation and is loaded again only once it has left C (up to 256 QPs
+each table keeps a row in two words, read in A and in R: word 1, which only C reads, reaches
+its register on the B→C edge, and C writes it a cycle after word 0; above, one word read in
+R0, :attr:`QpContext.split`): a minimum frame every ``max(2, ⌈480/W⌉)`` cycles, one QP or
+many (design-rules.md §1). Up to 256 QPs an
 operation is not issued while an operation of its QP that writes the table is in C (its read
 would meet that write). The one write a read can still miss — that of the operation in B when it
 is issued — is made in C on the reader's R→B edge, and the register takes that decision instead
-of the RAM data (one forward path, its select a register). Any full output queue stalls all four
-stages together (whether the operation in C needs that queue or not, to keep the decision out of the
-clock-enable path). Commands (SET_QP/QUERY_QP) wait until the pipeline and all outstanding executes
-are drained, with new frames held back meanwhile; a ``fault`` is not taken while a command runs.
+of the RAM data (one forward path, its select a register). Above 256 QPs, where the tables
+span many block RAMs, their ports are driven from flip-flops: a stage R0 between A and R holds
+the operation and the read address (the read is made a cycle after the issue), and a stage W
+after C holds the dynamic table's write (made a cycle after C's decision). The issue then
+never waits for a same-QP write: the writes a read misses are those of the operations in C at
+its issue and in R0 (both in W's register on its R→B edge, never both) and in R (C's decision
+then), and the register takes the newest (two forward paths, their selects registers). Any
+full output queue stalls all the stages together (whether the operation in C needs that queue
+or not, to keep the decision out of the clock-enable path). Commands (SET_QP/QUERY_QP) wait
+until the pipeline and all outstanding executes are drained, with new frames held back
+meanwhile; a ``fault`` is not taken while a command runs.
 
 Execute-outcome interface (for Key Cache, scatter, invalidate, CQE)
 ------------------------------------------------------------------
@@ -402,7 +410,11 @@ class PsnCheck(wiring.Component):
         m.d.comb += a_fire.eq(adv & (sel_fatal | sel_db | sel_meta) & ~a_haz)
         with m.If(adv & sel_fatal & ~a_haz):
             m.d.sync += inj_valid.eq(0)
-        m.d.comb += [ctx.rd_addr.eq(a_idx), ctx.rd_en.eq(adv)]
+        if ctx.split:
+            m.d.comb += [ctx.rd_addr.eq(a_idx), ctx.rd_en.eq(adv)]
+        else:
+            # (one word a QP: the read address is stage R0's register, _stage_r0)
+            m.d.comb += ctx.rd_en.eq(adv)
         return types.SimpleNamespace(
             a_fire=a_fire, a_haz=a_haz, a_idx=a_idx, a_info=a_info, a_kind=a_kind, a_qok=a_qok,
             adv=adv, adv_ld=adv_ld, adv_ld1=adv_ld1, adv_b=adv_b, adv_c=adv_c, inj_qpn=inj_qpn,
@@ -439,22 +451,58 @@ class PsnCheck(wiring.Component):
         m.d.comb += [mr_w.data[f].eq(meta[f]) for f in meta_c_layout.members]
         with m.If(a_fire):
             m.d.sync += a_slot.eq(a_slot + 1)
+        # What R loads: A's selection (up to 256 QPs), or stage R0's registers (above, see
+        # below). Each is the operation's fields (``valid``, ``kind``, ``idx``, ``qok``,
+        # ``db``, ``slot``, ``info``, ``rlm1``, ``rlz``, ``meta``) and ``free``, the load's
+        # condition.
+        src = types.SimpleNamespace(
+            valid=a_fire, kind=Mux(a_fire, a_kind, Kind.RESP), idx=a_idx, qok=a_qok,
+            db=self.rq_db.payload.index, slot=a_slot, info=a_info, rlm1=meta.reth_len - 1,
+            rlz=meta.reth_len == 0, meta=meta, free=~r_valid)
+        r0 = None
+        if not t.ctx.split:
+            r0 = self._stage_r0(m, t, src)
+            src = types.SimpleNamespace(**vars(r0), free=r0.valid)
         # (a bubble carries the kind RESP, which changes nothing: while a command runs, stage
         # C's next context is its row as read, which the command's write takes)
         with m.If(adv):
-            m.d.sync += [r_valid.eq(a_fire), r_kind.eq(Mux(a_fire, a_kind, Kind.RESP))]
-        # The operation's fields are loaded only into an empty R and kept there through B
-        # (operations enter two cycles apart), so B reads R's registers: one copy of them.
-        with m.If(adv & ~r_valid):
-            m.d.sync += [r_idx.eq(a_idx),
-                         r_qok.eq(a_qok), r_db.eq(self.rq_db.payload.index), r_slot.eq(a_slot),
-                         r_info.eq(a_info), r_rlm1.eq(meta.reth_len - 1),
-                         r_rlz.eq(meta.reth_len == 0)]
+            m.d.sync += [r_valid.eq(src.valid), r_kind.eq(src.kind)]
+        # The operation's fields are loaded only into an empty R (from R0: only an operation)
+        # and kept there through B (operations enter two cycles apart), so B reads R's
+        # registers: one copy of them.
+        with m.If(adv & src.free):
+            m.d.sync += [r_idx.eq(src.idx), r_qok.eq(src.qok), r_db.eq(src.db),
+                         r_slot.eq(src.slot), r_info.eq(src.info), r_rlm1.eq(src.rlm1),
+                         r_rlz.eq(src.rlz)]
             for f in meta_b_layout.members:
-                m.d.sync += r_meta[f].eq(meta[f])
+                m.d.sync += r_meta[f].eq(src.meta[f])
         return types.SimpleNamespace(
             mr_r=mr_r, r_db=r_db, r_idx=r_idx, r_info=r_info, r_kind=r_kind, r_meta=r_meta,
-            r_qok=r_qok, r_rlm1=r_rlm1, r_rlz=r_rlz, r_slot=r_slot, r_valid=r_valid)
+            r_qok=r_qok, r_rlm1=r_rlm1, r_rlz=r_rlz, r_slot=r_slot, r_valid=r_valid, r0=r0)
+
+    def _stage_r0(self, m, t, a):
+        """Stage R0 of the one-word tables (above 256 QPs, ``ctx.split`` false): the selected
+        operation ``a`` registered, and its QPN the tables' read address, so the address
+        reaches the block RAMs (8 deep at 4096 QPs, each of its bits on every one of them)
+        straight from a flip-flop. Loaded only when empty (A issues nothing while R0 holds an
+        operation: still two cycles apart); the read is made in R0 and its data is in R a
+        cycle later, the operation one cycle longer from A to C. Returns its registers
+        (``valid``, ``kind``, ``idx``, ...: what R loads)."""
+        ab, adv = t.ab, t.adv
+        r0 = types.SimpleNamespace(
+            valid=Signal(name="r0_valid"), kind=Signal(2, name="r0_kind"),
+            idx=Signal(ab, name="r0_idx"), qok=Signal(name="r0_qok"),
+            db=Signal(16, name="r0_db"), slot=Signal(2, name="r0_slot"),
+            info=Signal.like(a.info, name="r0_info"), rlm1=Signal(32, name="r0_rlm1"),
+            rlz=Signal(name="r0_rlz"), meta=Signal(meta_b_layout, name="r0_meta"))
+        with m.If(adv):
+            m.d.sync += [r0.valid.eq(a.valid), r0.kind.eq(a.kind)]
+        with m.If(adv & ~r0.valid):
+            m.d.sync += [r0.idx.eq(a.idx), r0.qok.eq(a.qok), r0.db.eq(a.db), r0.slot.eq(a.slot),
+                         r0.info.eq(a.info), r0.rlm1.eq(a.rlm1), r0.rlz.eq(a.rlz)]
+            m.d.sync += [r0.meta[f].eq(a.meta[f]) for f in meta_b_layout.members]
+        m.d.comb += t.ctx.rd_addr.eq(r0.idx)
+        return r0
 
     def _stage_b_regs(self, m, t):
         """The registers of stages B and C (``b_*``, ``c_*``), the dynamic table's write (C's
@@ -516,8 +564,22 @@ class PsnCheck(wiring.Component):
         # (the forward's select, a register: the operation issued finds one of its QP that
         # writes the table in B, which will be in C on its R→B edge)
         r_fwd = Signal()
+        # (with stage R0, one word a QP: computed in R0, a cycle before R; and ``fwd_w``, the
+        # operation in C then, whose write stage W makes on the reader's R→B edge)
         with m.If(t.adv_ld):
-            m.d.sync += r_fwd.eq(b_valid & (b_kind != Kind.RESP) & (b_idx == t.a_idx))
+            m.d.sync += r_fwd.eq(b_valid & (b_kind != Kind.RESP)
+                                 & (b_idx == (t.a_idx if t.r0 is None else t.r0.idx)))
+        if t.r0 is not None:
+            # W's register has the row of the operation in C when the reader was in A or R0
+            # (never both: operations are two cycles apart), the one its read missed (in A:
+            # written in R0's cycle, when the read meets it; in R0: written a cycle later)
+            fwd_wa = Signal()
+            fwd_w = Signal()
+            with m.If(t.adv):
+                m.d.sync += fwd_wa.eq(c_wr & (c_idx == t.a_idx))
+            with m.If(t.adv_ld):
+                m.d.sync += fwd_w.eq(fwd_wa | (c_wr & (c_idx == t.r0.idx)))
+            m.d.comb += ctx.fwd_w_en.eq(fwd_w)
         m.d.comb += [ctx.rd_load.eq(t.adv_ld & r_valid), ctx.fwd_dyn.eq(new),
                      ctx.fwd_en.eq(r_fwd)]
         # Up to 256 QPs (``ctx.split``; one word above, and these ports are not used) the
@@ -540,10 +602,24 @@ class PsnCheck(wiring.Component):
 
     def _issue_rule(self, m, t, c_wr, c_idx, b_valid, b_kind):
         """The issue rule ``a_haz`` (R holds an operation, or the selected operation's QP is
-        written by C's in this cycle) and the input ports' ``ready``."""
+        written by C's in this cycle; with stage R0, one word a QP: R0 holds one) and the input
+        ports' ``ready``."""
         (a_haz, ab, adv, ctx, inj_qpn, meta, r_idx, r_valid, sel_db, sel_fatal, sel_meta) = (
             t.a_haz, t.ab, t.adv, t.ctx, t.inj_qpn, t.meta, t.r_idx, t.r_valid, t.sel_db,
             t.sel_fatal, t.sel_meta)
+        if t.r0 is not None:
+            # One word a QP: no same-QP wait. A read is made in R0 and a write in W, a cycle
+            # after C; the writes a read misses are those of the operations in C at its issue
+            # (written in R0's cycle), in R0 (written a cycle later) and in R (decided on its
+            # R→B edge), and the read register takes the newest of them: W's register
+            # (``fwd_w``) or C's decision (``r_fwd``), _stage_b_regs.
+            busy = t.r0.valid
+            m.d.comb += [a_haz.eq(busy),
+                         self.rq_db.ready.eq(adv & sel_db & ~busy),
+                         self.meta.ready.eq(adv & ~t.inj_valid & ~self.rq_db.valid & ~ctx.busy
+                                            & ~busy)]
+            return
+
         def hazard(idx):
             return c_wr & (c_idx == idx)
         # (one compare per source, in parallel with the source select)
@@ -1393,6 +1469,8 @@ class PsnCheck(wiring.Component):
         connect(m, acks.o, wiring.flipped(self.ack_tx))
 
         # commands may run once everything is drained
+        if t.r0 is not None:
+            r_valid = t.r0.valid | r_valid | ctx.w_pend
         m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid
                                 & ~hv & ~resp_q.o.valid & (resp_q.level == 0)
                                 & ~inj_valid & ~ew_valid & ~exe_q.o.valid

@@ -17,7 +17,9 @@ Two tables of ``num_qp`` entries, both in block RAM:
 
 Up to 256 QPs each table keeps a QP's row in two words (address ``{qpn, word}``, see
 :data:`dyn0_layout`, :data:`dyn1_layout` and the static words ``_ROW0``/``_ROW1``), read on two
-consecutive cycles; above, in one word (``QpContext.split``).
+consecutive cycles; above, in one word (``QpContext.split``), and the dynamic table's write is
+registered (stage W: made a cycle after PSN Check's stage C, whose reads take the row from W's
+register until it is written).
 Each table's read data is registered once; that register is PSN Check's stage-B (word 0) and
 stage-C (both words) context and the command's view of the QP. The PSN Check pipeline
 (``psn_check.py``) owns the read-modify-write of the dynamic table through :class:`QpContext`'s
@@ -183,7 +185,14 @@ class QpContext(wiring.Component):
     wr_addr, wr_en : In
     wr_dyn : In(qp_dyn_layout)
         The dynamic table's write (the pipeline's stage C): word 0 in this cycle, word 1 in
-        the next from the word-1 read register, which takes it now.
+        the next from the word-1 read register, which takes it now. With one word a QP the
+        row is written in the next cycle, from registers (stage W).
+    w_pend : Out(1)
+        With one word a QP only: the row of the last cycle's ``wr_en`` is written in this
+        cycle.
+    fwd_w_en : In(1)
+        With one word a QP only: ``rd_load`` takes the row stage W writes in this cycle (the
+        last ``wr_dyn``) instead of the block RAM's output; ``fwd_en`` comes first.
     cw_valid : Out(1)
         The command's write of the dynamic row, one cycle after ``set_valid``: the pipeline
         writes QP ``cw_qpn`` with 0 (``cw_clr``, which comes with ``cw_valid``) or with the row
@@ -237,6 +246,7 @@ class QpContext(wiring.Component):
             "wr_addr": In(self.abits),
             "wr_en": In(1),
             "wr_dyn": In(qp_dyn_layout),
+            **({} if self.split else {"w_pend": Out(1), "fwd_w_en": In(1)}),
             "cw_valid": Out(1),
             "cw_qpn": Out(self.abits),
             "cw_clr": Out(1),
@@ -395,9 +405,12 @@ class QpContext(wiring.Component):
         ld = Signal()
         srow = Signal(_ROW.width, reset_less=True)     # the block RAM's output register
         dq = Signal(qp_dyn_layout)
+        # (the row stage W writes now, ``fwd_w_en``: a read made in the cycle before missed it)
+        w_dyn = Signal(qp_dyn_layout, name="w_dyn")
         with m.If(ld):
             m.d.sync += [srow.eq(srd.data),
-                         dq.eq(Mux(self.fwd_en & ~owned, self.fwd_dyn, drd.data))]
+                         dq.eq(Mux(self.fwd_en & ~owned, self.fwd_dyn,
+                                   Mux(self.fwd_w_en & ~owned, w_dyn, drd.data)))]
         st = _ROW.decode(m, srow, "st")     # srow's fields
         m.d.comb += [
             srd.addr.eq(Mux(owned, c.c_addr, self.rd_addr)),
@@ -409,7 +422,7 @@ class QpContext(wiring.Component):
             self.rd_static.eq(st),
             self.rd_dyn.eq(dq),
         ]
-        c.dq, c.st = dq, st
+        c.dq, c.st, c.w_dyn = dq, st, w_dyn
         return c
 
     def _dyn_write_port(self, m, t):
@@ -420,8 +433,18 @@ class QpContext(wiring.Component):
         cleared by the command that takes it out of RESET, ``cw_h1clr``). One word a QP: the
         whole row of ``wr_dyn`` with ``wr_en`` (the sweep's clears the row)."""
         if not self.split:
-            m.d.comb += [t.dwr.addr.eq(self.wr_addr), t.dwr.data.eq(self.wr_dyn),
-                         t.dwr.en.eq(self.wr_en)]
+            # Stage W: the write registered, so that its address, data and enable reach the
+            # block RAMs (8 deep at 4096 QPs) from flip-flops: the row is written a cycle after
+            # ``wr_en`` (PSN Check's issue rule counts that cycle; a command starts only once
+            # the write is made, ``w_pend``).
+            # (``w_dyn`` keeps the last row written: the read register's second forward)
+            w_en = Signal(name="w_en")
+            w_addr = Signal(self.abits, name="w_addr")
+            m.d.sync += w_en.eq(self.wr_en)
+            with m.If(self.wr_en):
+                m.d.sync += [w_addr.eq(self.wr_addr), t.w_dyn.eq(self.wr_dyn)]
+            m.d.comb += [t.dwr.addr.eq(w_addr), t.dwr.data.eq(t.w_dyn), t.dwr.en.eq(w_en),
+                         self.w_pend.eq(w_en)]
             return
         dwr, d1 = t.dwr, t.d1
         w1_valid = Signal()
