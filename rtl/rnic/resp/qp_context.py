@@ -403,6 +403,10 @@ class QpContext(wiring.Component):
         srd, drd, owned = t.srd, t.drd, c.owned
         rd_en = Signal()
         ld = Signal()
+        # (the command reads in ADDR and READ only, never in SWEEP: its read address is the
+        # command's QPN register, not ``c_addr``, whose sweep select would sit ahead of the
+        # address multiplexer; the address reaches every block RAM of the tables)
+        c_raddr = Signal(self.abits)
         srow = Signal(_ROW.width, reset_less=True)     # the block RAM's output register
         dq = Signal(qp_dyn_layout)
         # (the row stage W writes now, ``fwd_w_en``: a read made in the cycle before missed it)
@@ -413,8 +417,8 @@ class QpContext(wiring.Component):
                                    Mux(self.fwd_w_en & ~owned, w_dyn, drd.data)))]
         st = _ROW.decode(m, srow, "st")     # srow's fields
         m.d.comb += [
-            srd.addr.eq(Mux(owned, c.c_addr, self.rd_addr)),
-            drd.addr.eq(Mux(owned, c.c_addr, self.rd_addr)),
+            srd.addr.eq(Mux(owned, c_raddr, self.rd_addr)),
+            drd.addr.eq(Mux(owned, c_raddr, self.rd_addr)),
             rd_en.eq(Mux(owned, c.c_rd_en, self.rd_en)),
             ld.eq(Mux(owned, c.c_half, self.rd_load)),
             srd.en.eq(rd_en),
@@ -422,7 +426,7 @@ class QpContext(wiring.Component):
             self.rd_static.eq(st),
             self.rd_dyn.eq(dq),
         ]
-        c.dq, c.st, c.w_dyn = dq, st, w_dyn
+        c.dq, c.st, c.w_dyn, c.c_raddr = dq, st, w_dyn, c_raddr
         return c
 
     def _dyn_write_port(self, m, t):
@@ -481,6 +485,8 @@ class QpContext(wiring.Component):
             self.cmd.resp.payload.result.eq(result),
             self.cmd.arg_addr.eq(cnt),
         ]
+        if not self.split:
+            m.d.comb += t.c_raddr.eq(index[:self.abits])
         return types.SimpleNamespace(op=op, index=index, result=result, cnt=cnt,
                                      sweeping=sweeping, sweep_cnt=sweep_cnt, written=written)
 
