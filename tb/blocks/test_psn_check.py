@@ -68,6 +68,7 @@ def test_psn_check_w512_all():
 CONTEXT_TESTS = ["psn_ahead_first_nak", "psn_ahead_repeated_one_nak", "psn_equal_clears_latch",
                  "psn_behind_duplicate", "psn_duplicate_while_nak_latched", "psn_wrap",
                  "forwarding_while_command_waits", "context_forward_and_spacing",
+                 "context_high_qps",
                  "context_words_split", "access_rules", "rnr_empty_rq", "state_drops",
                  "set_qp_transitions", "set_qp_in_flight", "fault_moves_qp_to_error",
                  "qp_set_events", "set_qp_unaligned_base", "reset_forgets_pending_responses",
@@ -78,6 +79,12 @@ def test_psn_check_one_word():
     """The QP-context tests and a 300-packet random run at 512 QPs, where the QP tables keep a
     row in one word (``QpContext.split`` is for up to 256 QPs)."""
     _run(64, tests=CONTEXT_TESTS, name="w64-qp512-ctx", num_qp=512, extra=SHORT_RANDOM)
+
+
+def test_psn_check_one_word_banks():
+    """The QP-context tests at 4,096 QPs, where each one-word table is two banks of block RAM
+    and the bank is selected after their output registers."""
+    _run(64, tests=CONTEXT_TESTS, name="w64-qp4096-ctx", num_qp=4096, extra=SHORT_RANDOM)
 
 
 @pytest.mark.full

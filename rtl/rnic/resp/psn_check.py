@@ -559,46 +559,70 @@ class PsnCheck(wiring.Component):
                      ctx.wr_addr.eq(Mux(ctx.cw_valid, ctx.cw_qpn, c_idx)),
                      ctx.wr_dyn.eq(new)]
         self._issue_rule(m, t, c_wr, c_idx, b_valid, b_kind)
-        with m.If(t.adv_b):
-            m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind)]
-        # (the forward's select, a register: the operation issued finds one of its QP that
-        # writes the table in B, which will be in C on its R→B edge)
-        r_fwd = Signal()
-        # (with stage R0, one word a QP: computed in R0, a cycle before R; and ``fwd_w``, the
-        # operation in C then, whose write stage W makes on the reader's R→B edge)
-        with m.If(t.adv_ld):
-            m.d.sync += r_fwd.eq(b_valid & (b_kind != Kind.RESP)
-                                 & (b_idx == (t.a_idx if t.r0 is None else t.r0.idx)))
+        r2_valid = None
         if t.r0 is not None:
-            # W's register has the row of the operation in C when the reader was in A or R0
-            # (never both: operations are two cycles apart), the one its read missed (in A:
-            # written in R0's cycle, when the read meets it; in R0: written a cycle later)
-            fwd_wa = Signal()
-            fwd_w = Signal()
-            with m.If(t.adv):
-                m.d.sync += fwd_wa.eq(c_wr & (c_idx == t.a_idx))
+            r2_valid = self._one_word_loads(m, t, c_wr, c_idx, b_valid, b_kind)
+        else:
+            with m.If(t.adv_b):
+                m.d.sync += [b_valid.eq(r_valid), b_kind.eq(r_kind)]
+            # (the forward's select, a register: the operation issued finds one of its QP that
+            # writes the table in B, which will be in C on its R→B edge)
+            r_fwd = Signal()
             with m.If(t.adv_ld):
-                m.d.sync += fwd_w.eq(fwd_wa | (c_wr & (c_idx == t.r0.idx)))
-            m.d.comb += ctx.fwd_w_en.eq(fwd_w)
-        m.d.comb += [ctx.rd_load.eq(t.adv_ld & r_valid), ctx.fwd_dyn.eq(new),
-                     ctx.fwd_en.eq(r_fwd)]
-        # Up to 256 QPs (``ctx.split``; one word above, and these ports are not used) the
-        # tables keep a QP's row in two words, read on two cycles: word 0 (what B checks)
-        # at A's issue, word 1 (what only C reads) while R holds the operation (A issues
-        # nothing then), into its register on the B→C edge. With the forward, word 1's
-        # register already has the decision of the operation ahead (it takes the word 1 C
-        # writes) and holds (``b_fwd``).
-        b_fwd = Signal()
-        with m.If(t.adv_ld1):
-            m.d.sync += b_fwd.eq(r_fwd)
-        m.d.comb += [ctx.rd_hi.eq(r_valid), ctx.rd_hi_addr.eq(r_idx),
-                     ctx.rd_load1.eq(t.adv_ld1 & b_valid), ctx.fwd1_en.eq(b_fwd)]
+                m.d.sync += r_fwd.eq(b_valid & (b_kind != Kind.RESP) & (b_idx == t.a_idx))
+            m.d.comb += [ctx.rd_load.eq(t.adv_ld & r_valid), ctx.fwd_dyn.eq(new),
+                         ctx.fwd_en.eq(r_fwd)]
+            # Up to 256 QPs (``ctx.split``; one word above, and these ports are not used) the
+            # tables keep a QP's row in two words, read on two cycles: word 0 (what B checks)
+            # at A's issue, word 1 (what only C reads) while R holds the operation (A issues
+            # nothing then), into its register on the B→C edge. With the forward, word 1's
+            # register already has the decision of the operation ahead (it takes the word 1 C
+            # writes) and holds (``b_fwd``).
+            b_fwd = Signal()
+            with m.If(t.adv_ld1):
+                m.d.sync += b_fwd.eq(r_fwd)
+            m.d.comb += [ctx.rd_hi.eq(r_valid), ctx.rd_hi_addr.eq(r_idx),
+                         ctx.rd_load1.eq(t.adv_ld1 & b_valid), ctx.fwd1_en.eq(b_fwd)]
         fwd = b_ctx
         return types.SimpleNamespace(
             b_db=b_db, b_idx=b_idx, b_info=b_info, b_kind=b_kind, b_meta=b_meta, b_qok=b_qok,
             b_rlm1=b_rlm1, b_rlz=b_rlz, b_slot=b_slot, b_st=b_st, b_valid=b_valid, c_ctx=c_ctx,
             c_db=c_db, c_idx=c_idx, c_kind=c_kind, c_meta=c_meta, c_qok=c_qok, c_slot=c_slot,
-            c_st=c_st, c_valid=c_valid, c_wr=c_wr, fwd=fwd, new=new, wr_en=wr_en)
+            c_st=c_st, c_valid=c_valid, c_wr=c_wr, fwd=fwd, new=new, wr_en=wr_en,
+            r2_valid=r2_valid)
+
+    def _one_word_loads(self, m, t, c_wr, c_idx, b_valid, b_kind):
+        """One word a QP (stages R0, R2 and W): stage R2 (``r2_valid``, ``r2_kind``) between R
+        and B, while the row read in R0 goes from the block RAMs' output registers (loaded on
+        the R→R2 edge) into the read register (on the R2→B edge), and the read register's
+        forward select. Returns ``r2_valid``.
+
+        Operations are three cycles apart (A issues nothing while R0 or R holds one, so R's
+        registers, loaded on the R0→R edge, keep an operation's fields through R, R2 and B).
+        A row's read in R0 misses the write of an operation in C at its issue (written in
+        R0's cycle, which the read meets), in R0 or in R (written a cycle later): one of them
+        at most, three cycles apart, and W's register still holds it on the reader's R2→B
+        edge, the next write being that of an operation in C at the reader's B at the
+        soonest. The read register then takes W's row (``fwd_w``: the three compares made
+        as the reader passes A, R0 and R, one register each); C's decision is never
+        needed."""
+        ctx, adv = t.ctx, t.adv
+        r2_valid = Signal()
+        r2_kind = Signal(2)
+        with m.If(adv):
+            m.d.sync += [r2_valid.eq(t.r_valid), r2_kind.eq(t.r_kind)]
+        with m.If(t.adv_b):
+            m.d.sync += [b_valid.eq(r2_valid), b_kind.eq(r2_kind)]
+        fwd_a = Signal()
+        fwd_r0 = Signal()
+        fwd_w = Signal()
+        with m.If(adv):
+            m.d.sync += [fwd_a.eq(c_wr & (c_idx == t.a_idx)),
+                         fwd_r0.eq(fwd_a | (c_wr & (c_idx == t.r0.idx)))]
+        with m.If(t.adv_ld):
+            m.d.sync += fwd_w.eq(fwd_r0 | (c_wr & (c_idx == t.r_idx)))
+        m.d.comb += [ctx.rd_load.eq(t.adv_ld & r2_valid), ctx.fwd_w_en.eq(fwd_w)]
+        return r2_valid
 
     def _issue_rule(self, m, t, c_wr, c_idx, b_valid, b_kind):
         """The issue rule ``a_haz`` (R holds an operation, or the selected operation's QP is
@@ -608,12 +632,9 @@ class PsnCheck(wiring.Component):
             t.a_haz, t.ab, t.adv, t.ctx, t.inj_qpn, t.meta, t.r_idx, t.r_valid, t.sel_db,
             t.sel_fatal, t.sel_meta)
         if t.r0 is not None:
-            # One word a QP: no same-QP wait. A read is made in R0 and a write in W, a cycle
-            # after C; the writes a read misses are those of the operations in C at its issue
-            # (written in R0's cycle), in R0 (written a cycle later) and in R (decided on its
-            # R→B edge), and the read register takes the newest of them: W's register
-            # (``fwd_w``) or C's decision (``r_fwd``), _stage_b_regs.
-            busy = t.r0.valid
+            # One word a QP: no same-QP wait (the read register takes the write a read
+            # misses from W's register, _one_word_loads), and operations three cycles apart
+            busy = t.r0.valid | r_valid
             m.d.comb += [a_haz.eq(busy),
                          self.rq_db.ready.eq(adv & sel_db & ~busy),
                          self.meta.ready.eq(adv & ~t.inj_valid & ~self.rq_db.valid & ~ctx.busy
@@ -1470,7 +1491,7 @@ class PsnCheck(wiring.Component):
 
         # commands may run once everything is drained
         if t.r0 is not None:
-            r_valid = t.r0.valid | r_valid | ctx.w_pend
+            r_valid = t.r0.valid | r_valid | t.r2_valid | ctx.w_pend
         m.d.comb += ctx.idle.eq(~r_valid & ~b_valid & ~c_valid
                                 & ~hv & ~resp_q.o.valid & (resp_q.level == 0)
                                 & ~inj_valid & ~ew_valid & ~exe_q.o.valid

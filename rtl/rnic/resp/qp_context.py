@@ -45,7 +45,7 @@ event 3 (the event reports errors the hardware found, not software's own choice)
 
 import types
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, enum, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -125,6 +125,10 @@ _DWORD = 144
 _OVL = 104                      # word 0's bits below this share their positions with word 1's
 #: The most QPs at which the tables keep a row in two words (:attr:`QpContext.split`).
 SPLIT_MAX_QP = 256
+#: Rows of a bank of the one-word tables (_banked_tables): the depth of the DP16KD
+#: configuration yosys builds them of (2,048 × 9), so that no multiplexer sits between a block
+#: RAM and its output register.
+BANK = 2048
 
 
 #: What the requester learns of a QP's state (PsnCheck ``qp_set``): every SET_QP that was
@@ -296,6 +300,8 @@ class QpContext(wiring.Component):
         # (ADDR, READ) and writes the static table (WRITE) in different states, and a command
         # starts only once the pipeline has written its last word.
         # (one word a QP: the same, with no word; see ``split``)
+        if not self.split:
+            return self._banked_tables(m, t)
         words = 2 if self.split else 1
         sw, dw = (_SWORD, _DWORD) if self.split else (_ROW.width, qp_dyn_layout.size)
         m.submodules.smem = smem = memory.Memory(shape=sw, depth=words * n, init=[],
@@ -306,6 +312,61 @@ class QpContext(wiring.Component):
         swr = smem.write_port(granularity=_LANE)
         drd = dmem.read_port()
         dwr = dmem.write_port()
+        return types.SimpleNamespace(srd=srd, swr=swr, drd=drd, dwr=dwr)
+
+    def _banked_tables(self, m, t):
+        """One word a QP: each table as banks of ``BANK`` rows, each bank's read data
+        registered (``rd_en`` its enable) with nothing between the block RAM and that register,
+        so it folds into the block RAM's output register (``REGMODE`` ``OUTREG``,
+        rnic_flow.outreg): the block RAMs' slow clock to out ends at no logic. The bank is
+        selected after that register (its number registered with the read's two steps), so a
+        row is in ``data`` two enabled cycles after its read (``rd_en`` in the cycle the
+        address is applied and in one after it). Returns ``srd``, ``swr``, ``drd``, ``dwr``:
+        ports with ``addr``, ``en``, ``data`` (the write ports' ``en`` per lane for the static
+        table) driven across the banks."""
+        n, ab = t.n, self.abits
+        nb = max(1, n // BANK)
+        lo = ab if nb == 1 else (BANK - 1).bit_length()
+
+        def port(width, lanes=None, name=""):
+            return types.SimpleNamespace(
+                addr=Signal(ab, name=f"{name}_addr"), data=Signal(width, name=f"{name}_data"),
+                en=Signal(lanes or 1, name=f"{name}_en"))
+        srd = port(_ROW.width, name="srd")
+        drd = port(qp_dyn_layout.size, name="drd")
+        swr = port(_ROW.width, _ROW.width // _LANE, name="swr")
+        dwr = port(qp_dyn_layout.size, name="dwr")
+        # (the bank number of a read: ``bs_l`` with the block RAM's read latch, ``bs_o`` with
+        # its output register)
+        bs_l = Signal(range(nb), name="bank_l")
+        bs_o = Signal(range(nb), name="bank_o")
+        if nb > 1:
+            with m.If(srd.en):
+                m.d.sync += [bs_l.eq(srd.addr[lo:]), bs_o.eq(bs_l)]
+        for rd, wr, width, gran, name in ((srd, swr, _ROW.width, _LANE, "smem"),
+                                           (drd, dwr, qp_dyn_layout.size, None, "dmem")):
+            outs = []
+            for b in range(nb):
+                # ``no_rw_check``: as the whole table's (see _tables)
+                mem = memory.Memory(shape=width, depth=min(n, BANK), init=[],
+                                    attrs={"no_rw_check": 1})
+                m.submodules[f"{name}{b}"] = mem
+                rp = mem.read_port()
+                wp = mem.write_port(granularity=gran) if gran else mem.write_port()
+                here = 1 if nb == 1 else (wr.addr[lo:] == b)
+                q = Signal(width, name=f"{name}{b}_q", reset_less=True)
+                with m.If(srd.en):
+                    m.d.sync += q.eq(rp.data)
+                m.d.comb += [rp.addr.eq(rd.addr[:lo]), rp.en.eq(srd.en),
+                             wp.addr.eq(wr.addr[:lo]), wp.data.eq(wr.data)]
+                if gran:
+                    m.d.comb += [wp.en[k].eq(wr.en[k] & here) for k in range(len(wr.en))]
+                else:
+                    m.d.comb += wp.en.eq(wr.en & here)
+                outs.append(q)
+            m.d.comb += rd.data.eq(Array(outs)[bs_o] if nb > 1 else outs[0])
+        # (both tables are read at one address with one enable: the static port's)
+        m.d.comb += [drd.addr.eq(srd.addr), drd.en.eq(srd.en)]
         return types.SimpleNamespace(srd=srd, swr=swr, drd=drd, dwr=dwr)
 
     def _port_select(self, m, t):
@@ -396,10 +457,12 @@ class QpContext(wiring.Component):
         return c
 
     def _read_row(self, m, t, c):
-        """The read ports and registers of one word a QP: the row is read at ``rd_addr`` and
-        loaded whole with ``rd_load``, the dynamic row replaced by ``fwd_dyn`` with ``fwd_en``
-        (the command: read in ADDR, loaded in READ); ``rd_hi``, ``rd_load1`` and ``fwd1_en``
-        are not used. Adds to ``c`` ``dq`` and ``st`` and returns it."""
+        """The read ports and registers of one word a QP: the row is read at ``rd_addr`` (with
+        ``rd_en``), in the block RAMs' output registers after the next enabled cycle, and loaded
+        whole with ``rd_load`` in the cycle after that, the dynamic row replaced by ``fwd_dyn``
+        with ``fwd_en`` or by W's ``w_dyn`` with ``fwd_w_en`` (the command: read in ADDR and
+        READ, loaded in READ2); ``rd_hi``, ``rd_load1`` and ``fwd1_en`` are not used. Adds to
+        ``c`` ``dq`` and ``st`` and returns it."""
         srd, drd, owned = t.srd, t.drd, c.owned
         rd_en = Signal()
         ld = Signal()
@@ -418,11 +481,12 @@ class QpContext(wiring.Component):
         st = _ROW.decode(m, srow, "st")     # srow's fields
         m.d.comb += [
             srd.addr.eq(Mux(owned, c_raddr, self.rd_addr)),
-            drd.addr.eq(Mux(owned, c_raddr, self.rd_addr)),
-            rd_en.eq(Mux(owned, c.c_rd_en, self.rd_en)),
-            ld.eq(Mux(owned, c.c_half, self.rd_load)),
+            # (the command reads at its QPN, fixed while it owns the port, in every cycle it
+            # owns it: the read enable of every block RAM of the tables is one LUT of two
+            # registers, not the FSM's decode; only READ2's load takes the data)
+            rd_en.eq(owned | self.rd_en),
+            ld.eq(Mux(owned, c.c_ld1, self.rd_load)),
             srd.en.eq(rd_en),
-            drd.en.eq(rd_en),
             self.rd_static.eq(st),
             self.rd_dyn.eq(dq),
         ]
@@ -679,12 +743,16 @@ class QpContext(wiring.Component):
             # word 0 read in ADDR moves to the read registers; word 1 is read now and moves
             # there in the next cycle (CHECK or EXEC)
             m.d.comb += [busy.eq(1), c_rd_en.eq(1), t.c_half.eq(1)]
-            with m.If(written):
-                # (EXEC's write: only an accepted SET_QP writes its lanes, ``written``)
-                m.d.sync += t.c_wr_en.eq(is_set & qpn_ok & ~bad)
-                m.next = "EXEC"
-            with m.Else():
-                m.next = "CHECK"
+            if self.split:
+                self._after_read(m, t)
+            else:
+                m.next = "READ2"
+        if not self.split:
+            with m.State("READ2"):
+                # one word a QP: the row read in ADDR is in the block RAMs' output registers now,
+                # in the read registers in the next cycle
+                m.d.comb += busy.eq(1)
+                self._after_read(m, t)
         with m.State("CHECK"):
             m.d.comb += busy.eq(1)
             m.d.sync += [
@@ -711,6 +779,17 @@ class QpContext(wiring.Component):
             with m.If(cnt == 16):
                 m.d.sync += written.eq(1)
                 m.next = "ADDR"
+
+    @staticmethod
+    def _after_read(m, t):
+        """The step after the row's read: EXEC (an accepted SET_QP's lanes are written: its
+        dynamic write) or CHECK."""
+        with m.If(t.written):
+            # (EXEC's write: only an accepted SET_QP writes its lanes, ``written``)
+            m.d.sync += t.c_wr_en.eq(t.is_set & t.qpn_ok & ~t.bad)
+            m.next = "EXEC"
+        with m.Else():
+            m.next = "CHECK"
 
     def _answer_states(self, m, t):
         """EXEC, ANSWER and RESP (inside the command FSM): the dynamic write and the result,
