@@ -17,11 +17,12 @@ Two tables of ``num_qp`` entries, both in block RAM:
 
 Up to 256 QPs each table keeps a QP's row in two words (address ``{qpn, word}``, see
 :data:`dyn0_layout`, :data:`dyn1_layout` and the static words ``_ROW0``/``_ROW1``), read on two
-consecutive cycles; above, in one word (``QpContext.split``), and the dynamic table's write is
-registered (stage W: made a cycle after PSN Check's stage C, whose reads take the row from W's
-register until it is written).
-Each table's read data is registered once; that register is PSN Check's stage-B (word 0) and
-stage-C (both words) context and the command's view of the QP. The PSN Check pipeline
+consecutive cycles; above, in one word (``QpContext.split``), in banks of block RAM whose
+read data is registered at the block RAM first (its output register, :meth:`_banked_tables`),
+and the dynamic table's write is registered (stage W: made a cycle after PSN Check's stage C,
+whose reads take the row from W's register until it is written).
+Each table's read data is registered once more; that register is PSN Check's stage-B (word 0)
+and stage-C (both words) context and the command's view of the QP. The PSN Check pipeline
 (``psn_check.py``) owns the read-modify-write of the dynamic table through :class:`QpContext`'s
 pipeline ports; this block serves SET_QP (0x01) and QUERY_QP (0x02) of the command mailbox
 (interface.md §4.2) through the same read port while the pipeline is drained. The dynamic table
