@@ -81,9 +81,22 @@ def test_psn_check_one_word():
     _run(64, tests=CONTEXT_TESTS, name="w64-qp512-ctx", num_qp=512, extra=SHORT_RANDOM)
 
 
+#: at 4,096 QPs (each one-word table two banks of block RAM, the bank selected after their
+#: output registers) the regression runs the tests whose QPs reach the second bank or whose
+#: subject is the read, its forward and the command's read (each rst sweeps 4,096 QPs); every
+#: QP-context test under make regress-full
+BANK_TESTS = ["context_high_qps", "context_forward_and_spacing", "set_qp_in_flight",
+              "forwarding_while_command_waits"]
+
+
 def test_psn_check_one_word_banks():
-    """The QP-context tests at 4,096 QPs, where each one-word table is two banks of block RAM
-    and the bank is selected after their output registers."""
+    """QPs in both banks of the one-word tables at 4,096 QPs, and the forward and command
+    reads there."""
+    _run(64, tests=BANK_TESTS, name="w64-qp4096-banks", num_qp=4096)
+
+
+@pytest.mark.full
+def test_psn_check_one_word_banks_all():
     _run(64, tests=CONTEXT_TESTS, name="w64-qp4096-ctx", num_qp=4096, extra=SHORT_RANDOM)
 
 

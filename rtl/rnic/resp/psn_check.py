@@ -55,12 +55,14 @@ operation is not issued while an operation of its QP that writes the table is in
 would meet that write). The one write a read can still miss — that of the operation in B when it
 is issued — is made in C on the reader's R→B edge, and the register takes that decision instead
 of the RAM data (one forward path, its select a register). Above 256 QPs, where the tables
-span many block RAMs, their ports are driven from flip-flops: a stage R0 between A and R holds
-the operation and the read address (the read is made a cycle after the issue), and a stage W
-after C holds the dynamic table's write (made a cycle after C's decision). The issue then
-never waits for a same-QP write: the writes a read misses are those of the operations in C at
-its issue and in R0 (both in W's register on its R→B edge, never both) and in R (C's decision
-then), and the register takes the newest (two forward paths, their selects registers). Any
+span many block RAMs, their ports are driven from flip-flops and read into flip-flops: a stage
+R0 between A and R holds the operation and the read address (the read is made a cycle after
+the issue), the row goes through the block RAMs' output registers into the read register on
+the R2→B edge (a stage R2 between R and B), and a stage W after C holds the dynamic table's
+write (made a cycle after C's decision). Operations then enter three cycles apart (A issues
+nothing while R0 or R holds one) and never wait for a same-QP write: the one write a read can
+miss, that of an operation in C at its issue, in R0 or in R, is still in W's register on the
+reader's R2→B edge, and the register takes it from there (the one forward path). Any
 full output queue stalls all the stages together (whether the operation in C needs that queue
 or not, to keep the decision out of the clock-enable path). Commands (SET_QP/QUERY_QP) wait
 until the pipeline and all outstanding executes are drained, with new frames held back
@@ -468,8 +470,8 @@ class PsnCheck(wiring.Component):
         with m.If(adv):
             m.d.sync += [r_valid.eq(src.valid), r_kind.eq(src.kind)]
         # The operation's fields are loaded only into an empty R (from R0: only an operation)
-        # and kept there through B (operations enter two cycles apart), so B reads R's
-        # registers: one copy of them.
+        # and kept there through B (operations enter two cycles apart, three with R0 and R2),
+        # so B reads R's registers: one copy of them.
         with m.If(adv & src.free):
             m.d.sync += [r_idx.eq(src.idx), r_qok.eq(src.qok), r_db.eq(src.db),
                          r_slot.eq(src.slot), r_info.eq(src.info), r_rlm1.eq(src.rlm1),
@@ -483,11 +485,11 @@ class PsnCheck(wiring.Component):
     def _stage_r0(self, m, t, a):
         """Stage R0 of the one-word tables (above 256 QPs, ``ctx.split`` false): the selected
         operation ``a`` registered, and its QPN the tables' read address, so the address
-        reaches the block RAMs (8 deep at 4096 QPs, each of its bits on every one of them)
-        straight from a flip-flop. Loaded only when empty (A issues nothing while R0 holds an
-        operation: still two cycles apart); the read is made in R0 and its data is in R a
-        cycle later, the operation one cycle longer from A to C. Returns its registers
-        (``valid``, ``kind``, ``idx``, ...: what R loads)."""
+        reaches the block RAMs (each of its bits on every one of them) straight from a
+        flip-flop. Loaded only when empty (A issues nothing while R0 or R holds an operation,
+        _issue_rule); the read is made in R0 and the row is in the read register two cycles
+        after R (_one_word_loads). Returns its registers (``valid``, ``kind``, ``idx``, ...:
+        what R loads)."""
         ab, adv = t.ab, t.adv
         r0 = types.SimpleNamespace(
             valid=Signal(name="r0_valid"), kind=Signal(2, name="r0_kind"),

@@ -173,8 +173,9 @@ class QpContext(wiring.Component):
         word 0 (the block RAM's clock enable: ``rd_en`` low holds its output).
     rd_hi, rd_hi_addr : In
         With ``rd_hi`` the read is of word 1 at ``rd_hi_addr`` instead (a register's choice).
-        With one word a QP (``split`` false) ``rd_hi``, ``rd_load1`` and ``fwd1_en`` are not
-        used: ``rd_load`` loads the whole row, and ``cw_h1clr`` is 0.
+        With one word a QP (``split`` false) ``rd_hi``, ``rd_load1``, ``fwd1_en``, ``fwd_en``
+        and ``fwd_dyn`` are not used: ``rd_load`` loads the whole row, read two enabled
+        cycles before (through the block RAMs' output registers), and ``cw_h1clr`` is 0.
     rd_load : In(1)
         The word-0 read registers take the block RAM's output (the data of the last read), the
         dynamic word replaced by ``fwd_dyn``'s with ``fwd_en``; they hold otherwise, so one
@@ -196,8 +197,8 @@ class QpContext(wiring.Component):
         With one word a QP only: the row of the last cycle's ``wr_en`` is written in this
         cycle.
     fwd_w_en : In(1)
-        With one word a QP only: ``rd_load`` takes the row stage W writes in this cycle (the
-        last ``wr_dyn``) instead of the block RAM's output; ``fwd_en`` comes first.
+        With one word a QP only: ``rd_load`` takes the row of the last ``wr_dyn`` (stage W's
+        register) instead of the block RAM's output.
     cw_valid : Out(1)
         The command's write of the dynamic row, one cycle after ``set_valid``: the pipeline
         writes QP ``cw_qpn`` with 0 (``cw_clr``, which comes with ``cw_valid``) or with the row
@@ -460,9 +461,9 @@ class QpContext(wiring.Component):
     def _read_row(self, m, t, c):
         """The read ports and registers of one word a QP: the row is read at ``rd_addr`` (with
         ``rd_en``), in the block RAMs' output registers after the next enabled cycle, and loaded
-        whole with ``rd_load`` in the cycle after that, the dynamic row replaced by ``fwd_dyn``
-        with ``fwd_en`` or by W's ``w_dyn`` with ``fwd_w_en`` (the command: read in ADDR and
-        READ, loaded in READ2); ``rd_hi``, ``rd_load1`` and ``fwd1_en`` are not used. Adds to
+        whole with ``rd_load`` in the cycle after that, the dynamic row replaced by W's
+        ``w_dyn`` with ``fwd_w_en`` (the command: read in ADDR and READ, loaded in READ2);
+        ``fwd_en``, ``fwd_dyn``, ``rd_hi``, ``rd_load1`` and ``fwd1_en`` are not used. Adds to
         ``c`` ``dq`` and ``st`` and returns it."""
         srd, drd, owned = t.srd, t.drd, c.owned
         rd_en = Signal()
@@ -477,8 +478,7 @@ class QpContext(wiring.Component):
         w_dyn = Signal(qp_dyn_layout, name="w_dyn")
         with m.If(ld):
             m.d.sync += [srow.eq(srd.data),
-                         dq.eq(Mux(self.fwd_en & ~owned, self.fwd_dyn,
-                                   Mux(self.fwd_w_en & ~owned, w_dyn, drd.data)))]
+                         dq.eq(Mux(self.fwd_w_en & ~owned, w_dyn, drd.data))]
         st = _ROW.decode(m, srow, "st")     # srow's fields
         m.d.comb += [
             srd.addr.eq(Mux(owned, c_raddr, self.rd_addr)),
