@@ -586,53 +586,19 @@ async def forwarding_while_command_waits(dut):
     assert tb.stats[8] == 0 and tb.stats[7] == 0      # no NAK, no duplicate
 
 
-@cocotb.test()
-async def context_forward_and_spacing(dut):
-    """Multi-packet WRITEs and SENDs of one QP back to back, and of two or three QPs in turn
-    (a QP's next packet one or two operations behind its last), with metadata back to back and
-    the execute side held now and then: each packet must see the context its QP's previous
-    packet wrote (forwarded when that one is still deciding, from the table once it has
-    written). Offsets, VA, rkey and MSNs against the model, and no NAK."""
-    tb = await setup(dut, qps=(2, 3, 4), epsn=P0)
-    tb.pace = 0
-    nxt = {2: P0, 3: P0, 4: P0}
-    for rnd, qs in enumerate(((2,), (2, 3), (2, 3, 4), (4, 3, 2))):
-        dut.exe_hold.value = rnd & 1
-        for k in range(3):                  # FIRST, MIDDLE, LAST of each QP's message, in turn
-            for q in qs:
-                if rnd < 2:
-                    op = (0x06, 0x07, 0x08)[k]
-                    kw = {"reth": (0x1000 * q + rnd, 0x50 + q, 3 * PMTU)} if k == 0 else {}
-                    tb.pkt(op, q, nxt[q], bytes(PMTU), ackreq=int(k == 2), **kw)
-                else:
-                    op = (SEND_FIRST, SEND_MIDDLE, SEND_LAST)[k]
-                    tb.pkt(op, q, nxt[q], bytes(PMTU) if k < 2 else b"end", ackreq=1)
-                nxt[q] += 1
-        await tb.wait(12)
-        dut.exe_hold.value = 0
-        await tb.drain()
-    await tb.check(exact=False)
-    assert tb.stats[8] == 0 and tb.stats[7] == 0      # no NAK, no duplicate
-    for q in (2, 3, 4):
-        await tb.query(q)
-
-
-@cocotb.test()
-async def context_high_qps(dut):
-    """QPs across the whole QPN range (the last of the first half, the first of the second, the
-    last one: at 4,096 QPs the one-word tables' two block-RAM banks), their WRITEs and SENDs
-    interleaved back to back with the execute side held now and then: each packet must see its
-    own QP's context (offsets, VA, rkey, MSN against the model, no NAK), and QUERY_QP must
-    read each QP's row."""
-    qps = (NUM_QP // 2 - 1, NUM_QP // 2, NUM_QP - 1)
+async def _interleaved_messages(dut, qps, rounds):
+    """Three-packet messages of the QPs ``qps`` (opened at P0) back to back, each round's QPs
+    in turn (FIRST, MIDDLE, LAST of each), the execute side held in odd rounds: ``rounds`` is
+    a list of (QPs, WRITE or SEND). Checked against the model (no NAK, no duplicate), then
+    QUERY_QP of each QP."""
     tb = await setup(dut, qps=qps, epsn=P0)
     tb.pace = 0
     nxt = dict.fromkeys(qps, P0)
-    for rnd, qs in enumerate((qps, qps[::-1], qps[1:])):
+    for rnd, (qs, write) in enumerate(rounds):
         dut.exe_hold.value = rnd & 1
         for k in range(3):
             for q in qs:
-                if rnd != 1:
+                if write:
                     kw = {"reth": (0x1000 * q + rnd, 0x50 + q, 3 * PMTU)} if k == 0 else {}
                     tb.pkt((0x06, 0x07, 0x08)[k], q, nxt[q], bytes(PMTU), ackreq=int(k == 2),
                            **kw)
@@ -647,6 +613,28 @@ async def context_high_qps(dut):
     assert tb.stats[8] == 0 and tb.stats[7] == 0      # no NAK, no duplicate
     for q in qps:
         await tb.query(q)
+
+
+@cocotb.test()
+async def context_forward_and_spacing(dut):
+    """Multi-packet WRITEs and SENDs of one QP back to back, and of two or three QPs in turn
+    (a QP's next packet one or two operations behind its last), with metadata back to back and
+    the execute side held now and then: each packet must see the context its QP's previous
+    packet wrote (forwarded when that one is still deciding, from the table once it has
+    written). Offsets, VA, rkey and MSNs against the model, and no NAK."""
+    await _interleaved_messages(dut, (2, 3, 4), [((2,), True), ((2, 3), True),
+                                                 ((2, 3, 4), False), ((4, 3, 2), False)])
+
+
+@cocotb.test()
+async def context_high_qps(dut):
+    """QPs across the whole QPN range (the last of the first half, the first of the second, the
+    last one: at 4,096 QPs the one-word tables' two block-RAM banks), their WRITEs and SENDs
+    interleaved back to back with the execute side held now and then: each packet must see its
+    own QP's context (offsets, VA, rkey, MSN against the model, no NAK), and QUERY_QP must
+    read each QP's row."""
+    qps = (NUM_QP // 2 - 1, NUM_QP // 2, NUM_QP - 1)
+    await _interleaved_messages(dut, qps, [(qps, True), (qps[::-1], False), (qps[1:], True)])
 
 
 @cocotb.test()
