@@ -1455,7 +1455,7 @@ async def benchmark(dut):
     for q in range(2, NUM_QP):
         tb.doorbell(q, 0xFFFF)
     await tb.wait(40)
-    n = 200
+    n = 100
     results = {}
     for label, qsel in (("one QP", lambda k: 2), ("many QPs", lambda k: 2 + k % (NUM_QP - 2))):
         psn = {q: tb.model.qps[q].epsn for q in range(2, NUM_QP)}

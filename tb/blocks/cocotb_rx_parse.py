@@ -661,7 +661,7 @@ async def trailer(dut):
     tb = await new_tb(dut)
     rng = random.Random(WIDTH * 3 + 17)
     pairs = [(a, t) for a in range(LANES) for t in range(1, 41)]
-    if len(pairs) > 640:                        # W ≥ 256: every lane, every trailer length
+    if len(pairs) > 320:                        # W ≥ 128: every lane, every trailer length
         pairs = [(a, 1 + (3 * a + 17 * k) % 40) for a in range(LANES) for k in range(3)]
         pairs += [(rng.randrange(LANES), t) for t in range(1, 41)]
     assert {a for a, _ in pairs} == set(range(LANES))

@@ -38,8 +38,7 @@ SHORT_RANDOM = {"PSN_CHECK_RANDOM_PACKETS": "300"}
 #: ``test_psn_check_w512_all``)
 W512_TESTS = ["psn_ahead_first_nak", "psn_behind_duplicate", "outcome_ack_rules",
               "doorbell_and_ack_out", "output_queues_backpressure", "tx_backpressure_coalesce",
-              "tx_flicker_ack_and_nak_pending", "tx_arbiter_shares", "random_sequences",
-              "benchmark", "tshark_decodes_every_frame"]
+              "tx_arbiter_shares", "random_sequences", "benchmark", "tshark_decodes_every_frame"]
 
 
 @pytest.mark.parametrize("width", [64, 512])

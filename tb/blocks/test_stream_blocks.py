@@ -100,7 +100,7 @@ def test_room_fifo_matches_amaranth(depth, buffered):
 
     async def bench(ctx):
         predicted = None
-        for _ in range(3000):
+        for _ in range(1500):
             ctx.set(ref.w_data, rng.getrandbits(8))
             ctx.set(ref.w_en, rng.random() < 0.6)
             ctx.set(ref.r_en, rng.random() < 0.5)

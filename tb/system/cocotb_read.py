@@ -98,7 +98,7 @@ async def read_sizes(dut):
 @cocotb.test()
 async def read_requests_behind(dut):
     """Requests behind a long READ are still received and checked at one beat a cycle: 16
-    back-to-back 1 KiB RDMA WRITE_ONLYs right behind a 64 KiB READ never see
+    back-to-back 1 KiB RDMA WRITE_ONLYs right behind a 32 KiB READ never see
     ``s_axis_rx_tready`` fall, their data is in host memory while the READ's responses are
     still leaving, and their ACK follows the READ's last response (PSN order)."""
     tb, buf, data = await _setup(dut, size=1 << 17)
@@ -115,7 +115,7 @@ async def read_requests_behind(dut):
     watcher = cocotb.start_soon(watch())
     rng = random.Random(11)
     writes = [bytes(rng.getrandbits(8) for _ in range(1024)) for _ in range(16)]
-    psn, size = PSN0, 64 << 10
+    psn, size = PSN0, 32 << 10
     n_resp = -(-size // PMTU)
     await _read(tb, psn, buf, size)
     for i, w in enumerate(writes):
