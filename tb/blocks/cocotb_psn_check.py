@@ -892,6 +892,17 @@ async def outcome_fatal(dut, case):
     assert a[0] == 6
 
 
+async def _fatal_at_second(dut, q):
+    """A bench whose execute stub reports a fatal NAK 0x62 for PSN P0 + 1 of QP ``q``."""
+    tb = await setup(dut, qps=(q,), epsn=P0)
+    tb.pace = 0
+    dut.fail_qpn.value = q
+    dut.fail_psn.value = P0 + 1
+    dut.fail_syn.value = 0x62
+    dut.fail_en.value = 1
+    return tb
+
+
 @cocotb.test()
 async def fatal_then_waiting_heads(dut):
     """A fatal outcome suppresses every later response of its QP, also those whose ``done``
@@ -899,12 +910,7 @@ async def fatal_then_waiting_heads(dut):
     packet's response waits at the sequencer's head while the error bit is written, and must
     see it when its own ``done`` arrives."""
     q = 5
-    tb = await setup(dut, qps=(q,), epsn=P0)
-    tb.pace = 0
-    dut.fail_qpn.value = q
-    dut.fail_psn.value = P0 + 1
-    dut.fail_syn.value = 0x62
-    dut.fail_en.value = 1
+    tb = await _fatal_at_second(dut, q)
     running = [True]
 
     async def pattern():
@@ -927,6 +933,25 @@ async def fatal_then_waiting_heads(dut):
     # (the later packets were decided before the QP moved to ERROR, so they reached the
     # execute side, unlike in the model, which moves the QP at once: frames only are compared)
     assert len(tb.exe) > 2, tb.exe
+    assert [(f.psn, f.syndrome) for f in got] == [(P0, 0x1F), (P0 + 1, 0x62)], got
+    tb.dut.fail_en.value = 0
+
+
+@cocotb.test()
+async def fatal_then_queued_nak(dut):
+    """A fatal outcome suppresses the response queued right behind it on its QP: a NAK decided
+    here (a PSN ahead, no ``done`` to wait for) leaves the sequencer's head in the cycle after
+    the fatal one, while the error bit is still on its way to the table."""
+    q = 5
+    tb = await _fatal_at_second(dut, q)
+    dut.exe_hold.value = 1
+    tb.pkt(SEND_ONLY, q, P0, b"a", ackreq=1)
+    tb.pkt(SEND_ONLY, q, P0 + 1, b"b", ackreq=1, outcome=0x62)
+    tb.pkt(SEND_ONLY, q, P0 + 3, b"c", ackreq=1)      # PSN ahead: NAK 0x60, decided here
+    await tb.wait(80)
+    dut.exe_hold.value = 0
+    await tb.drain()
+    got = tb.frames()
     assert [(f.psn, f.syndrome) for f in got] == [(P0, 0x1F), (P0 + 1, 0x62)], got
     tb.dut.fail_en.value = 0
 
