@@ -55,6 +55,16 @@ from the input register it goes
 straight into the output queue, 2 cycles from ``i`` to ``o``, and sets no flag. Being the only
 response held, it is served first come, first served like any other.
 
+**Block-RAM flags** (above ``FLAGS_LUTRAM_MAX`` QPs): each read of the flag tables goes into
+a register with nothing in between (the RAM's output register), so it is seen two cycles after
+its address, and no read enable depends on the take. The insert: the response waits a cycle in
+a stage I0 ahead of I, where the read made at its announcement is seen (the read latch holds
+it until the next announcement, which comes with the response at the earliest), with the
+writes to its QP since. The take: the head's tables are read at ``t_q`` every cycle; a QPN
+moves to U after a cycle in T and only into an empty U, so U sees in its first cycle the read
+of its QPN made in T, with the writes since; the move depends on registers only. Costs: one
+cycle more from ``i`` to ``o`` (3 with the bypass), and one take every two cycles at most.
+
 Python twin: :func:`sim.models.psn.pending_reduce` / :func:`sim.models.psn.table_match`.
 """
 
@@ -138,6 +148,9 @@ class AckTable(wiring.Component):
         is for the QP last announced (PSN Check announces its sequencer's head as it loads it).
     pending : Out(1)
         Some response is held.
+    i_drop : In(1)
+        Block-RAM flags only: drops the response accepted on ``i`` in the cycle before (its
+        QP found in error a cycle late, PSN Check's error bits being block RAM too).
     """
 
     def __init__(self, *, num_qp):
@@ -145,20 +158,26 @@ class AckTable(wiring.Component):
             raise ValueError(f"num_qp must be a power of two of at least 2, not {num_qp!r}")
         self.num_qp = num_qp
         self.abits = max(1, (num_qp - 1).bit_length())
-        super().__init__({
+        #: the flag tables are block RAM (above ``FLAGS_LUTRAM_MAX`` QPs): every read of them
+        #: is registered at the RAM (see "Block-RAM flags" in the module docstring)
+        self.late = num_qp > FLAGS_LUTRAM_MAX
+        ports = {
             "i": In(stream.Signature(ack_item_layout(self.abits))),
             "o": Out(stream.Signature(tx_hdr_layout)),
             "next_qpn": In(self.abits),
             "next_load": In(1),
             "pending": Out(1),
-        })
+        }
+        if self.late:
+            ports["i_drop"] = In(1)
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
         # The parts below share their signals through ``t``: each takes from it what it reads
         # and adds what it makes (_add). They are called in the order their statements had in
         # one method, which the generated Verilog follows.
-        t = types.SimpleNamespace(n=self.num_qp, ab=self.abits)
+        t = types.SimpleNamespace(n=self.num_qp, ab=self.abits, late=self.late)
         _add(t, self._flag_tables(m, t))
         _add(t, self._frame_tables(m, t))
         _add(t, self._queues(m, t))
@@ -191,9 +210,21 @@ class AckTable(wiring.Component):
         ins_w, tk_w = insm.write_port(), tkm.write_port()
         ins_at_in, tk_at_in = insm.read_port(), tkm.read_port()
         ins_at_head, tk_at_head = insm.read_port(), tkm.read_port()
+        # block RAM: each read port's data goes into a register with nothing in between (the
+        # RAM's output register, folded by the flow), loaded every cycle: it shows the read
+        # latch of the cycle before, so a read is seen two cycles after its address
+        regs = {}
+        for name, rp in (("ins_in_r", ins_at_in), ("tk_in_r", tk_at_in),
+                         ("ins_hd_r", ins_at_head), ("tk_hd_r", tk_at_head)):
+            if t.late:
+                r = Signal.like(rp.data, name=name, reset_less=True)
+                m.d.sync += r.eq(rp.data)
+                regs[name] = r
+            else:
+                regs[name] = None
         return types.SimpleNamespace(ins_w=ins_w, tk_w=tk_w, ins_at_in=ins_at_in,
                                      tk_at_in=tk_at_in, ins_at_head=ins_at_head,
-                                     tk_at_head=tk_at_head)
+                                     tk_at_head=tk_at_head, **regs)
 
     def _frame_tables(self, m, t):
         """The frame table in block RAM (``_row_layout``): per QP the newest ACK {PSN, MSN} and
@@ -240,8 +271,15 @@ class AckTable(wiring.Component):
         sw_n = Signal(ab)
         sw_q = Signal(ab)
         sw_busy = Signal(init=1)    # sweeping | sw_valid | sw_last, as a register of its own
-        m.d.sync += [sw_last.eq(sw_valid), sw_busy.eq(sweeping | sw_valid)]
-        m.d.sync += [sw_valid.eq(sweeping), sw_q.eq(sw_n)]
+        if t.late:
+            # (the read is seen two cycles after its address: one more stage)
+            sw_v1 = Signal()
+            sw_q1 = Signal(ab)
+            m.d.sync += [sw_v1.eq(sweeping), sw_q1.eq(sw_n), sw_valid.eq(sw_v1), sw_q.eq(sw_q1),
+                         sw_last.eq(sw_valid), sw_busy.eq(sweeping | sw_v1 | sw_valid)]
+        else:
+            m.d.sync += [sw_last.eq(sw_valid), sw_busy.eq(sweeping | sw_valid)]
+            m.d.sync += [sw_valid.eq(sweeping), sw_q.eq(sw_n)]
         with m.If(sweeping):
             m.d.sync += sw_n.eq(sw_n + 1)
             with m.If(sw_n == n - 1):
@@ -296,6 +334,13 @@ class AckTable(wiring.Component):
         take = Signal()
         t_adv = Signal()            # the popped QPN moves to the head, its flags read
         clash = Signal()            # an insert for the head's QP this cycle: the take waits
+        # Block-RAM flags: the head's flags are read at ``t_q`` every cycle and seen two cycles
+        # later, so a QPN moves from T to U only after a cycle in T (``t_old``) and only into
+        # an empty U: the move then depends on registers only, never on the take, and U's
+        # flags are there in its first cycle. One take every two cycles at most.
+        if t.late:
+            t_old = Signal()
+            m.d.sync += t_old.eq(t_valid & ~t_adv)
         # The QP FIFO's output goes through a two-entry ring ``k`` (slots ``k0``, ``k1``; write
         # pointer ``k_wp``, read pointer ``k_rp``, ``k_n`` entries) and T takes from ``k`` only:
         # the FIFO's block-RAM output ends at flip-flops (its clock-to-out leaves no room for a
@@ -314,8 +359,11 @@ class AckTable(wiring.Component):
         pop = Signal()
         fill = Signal()
         m.d.comb += [
-            take.eq(u_valid & (~t.s_valid | t.s_adv) & ~sw_busy & ~clash),
-            t_adv.eq(t_valid & (~u_valid | take)),
+            # (block-RAM flags: a take every two cycles at most, so it waits for an empty S
+            # and depends on four registers only)
+            take.eq(u_valid & (~t.s_valid if t.late else ~t.s_valid | t.s_adv) & ~sw_busy
+                    & ~clash),
+            t_adv.eq(t_valid & (t_old & ~u_valid if t.late else ~u_valid | take)),
             src_q.eq(Mux(k_rp, k1, k0)),
             src_ready.eq((~t_valid | t_adv) & ~sw_busy),
             pop.eq(k_valid & src_ready),
@@ -341,13 +389,15 @@ class AckTable(wiring.Component):
         m.d.comb += [t.row_r.addr.eq(head), t.row_r.en.eq(take)]
         return types.SimpleNamespace(t_valid=t_valid, t_q=t_q, u_valid=u_valid, u_q=u_q,
                                      head=head, take=take, t_adv=t_adv, clash=clash,
-                                     k_valid=k_valid)
+                                     k_valid=k_valid, pop=pop)
 
     def _head_flags(self, m, t):
         """The head's flags, read as its QPN moves from T to U (each QP's insert-side bits
         during the sweep) and held as they stand. Adds ``h_ins`` and ``h_tk``."""
         ins_w, tk_w, t_q, u_q, t_adv = t.ins_w, t.tk_w, t.t_q, t.u_q, t.t_adv
         ins_at_head, tk_at_head = t.ins_at_head, t.tk_at_head
+        if t.late:
+            return self._head_flags_late(m, t)
         # The popped QPN is registered (``t_q``: the QP FIFO's block-RAM output does not run
         # into a read address), its flags read at that register (at ``sw_n`` during the sweep)
         # as it moves to the head, and held while it waits; a write to the head's QP since that
@@ -375,6 +425,39 @@ class AckTable(wiring.Component):
                      h_tk.eq(held_read(m, tk_at_head.data, tk_w, tk_hit_h, t_adv, "hf_tk"))]
         return types.SimpleNamespace(h_ins=h_ins, h_tk=h_tk)
 
+    def _head_flags_late(self, m, t):
+        """The head's flags with the flag tables in block RAM: read at ``t_q`` (``sw_n``
+        during the sweep) every cycle and seen two cycles later in the registers ``*_hd_r``.
+        A QPN moves to U after a cycle in T, so the register shows in U's first cycle the read
+        of the cycle before the move; the writes to the QP in that cycle and the next replace
+        it, and from then on U holds its flags in a register with each write to its QP since.
+        Adds ``h_ins`` and ``h_tk``."""
+        t_q, u_q, t_adv, u_valid = t.t_q, t.u_q, t.t_adv, t.u_valid
+        for rp in (t.ins_at_head, t.tk_at_head):
+            m.d.comb += [rp.addr.eq(Mux(t.sweeping, t.sw_n, t_q)), rp.en.eq(1)]
+
+        def head(reg, w, name):
+            hit_t = Signal(name=f"{name}_hit_t")
+            hit_u = Signal(name=f"{name}_hit_u")
+            m.d.comb += [hit_t.eq(w.en & (w.addr == t_q)), hit_u.eq(w.en & (w.addr == u_q))]
+            # a write to T's QP in the cycle before (the cycle of the read U will see)
+            p_v = Signal(name=f"{name}_p_v")
+            p_d = Signal.like(w.data, name=f"{name}_p_d")
+            m.d.sync += [p_v.eq(hit_t), p_d.eq(w.data)]
+            # U's writes since the read, then (v = 1) U's flags as they stand
+            v = Signal(name=f"{name}_v")
+            d = Signal.like(w.data, name=f"{name}_d")
+            h = Signal.like(w.data, name=name)
+            m.d.comb += h.eq(Mux(v, d, reg))
+            with m.If(t_adv):
+                m.d.sync += [v.eq(hit_t | p_v), d.eq(Mux(hit_t, w.data, p_d))]
+            with m.Elif(u_valid):
+                m.d.sync += [v.eq(1), d.eq(Mux(hit_u, w.data, h))]
+            return h
+
+        return types.SimpleNamespace(h_ins=head(t.ins_hd_r, t.ins_w, "hf_ins"),
+                                     h_tk=head(t.tk_hd_r, t.tk_w, "hf_tk"))
+
     def _take_write(self, m, t):
         """The take side's one write, a cycle after the take or the sweep's read: it copies the
         insert-side flags, so the QP has nothing pending. Adds ``d_v``."""
@@ -387,9 +470,9 @@ class AckTable(wiring.Component):
         d_q = Signal(ab)
         d_tk = Signal(_take_layout)
         m.d.sync += d_v.eq(t.sw_valid | t.take)
+        sw_ins = t.ins_hd_r if t.late else t.ins_at_head.data
         with m.If(t.sw_valid):
-            m.d.sync += [d_q.eq(t.sw_q), d_tk.ack.eq(t.ins_at_head.data.ack),
-                         d_tk.nak.eq(t.ins_at_head.data.nak)]
+            m.d.sync += [d_q.eq(t.sw_q), d_tk.ack.eq(sw_ins.ack), d_tk.nak.eq(sw_ins.nak)]
         with m.Else():
             m.d.sync += [d_q.eq(t.head), d_tk.ack.eq(t.h_ins.ack), d_tk.nak.eq(t.h_ins.nak)]
         m.d.comb += [t.tk_w.addr.eq(d_q), t.tk_w.data.eq(d_tk), t.tk_w.en.eq(d_v)]
@@ -454,7 +537,19 @@ class AckTable(wiring.Component):
         # read's cycle included) replaces the bits read (``held_read``). They are registered with
         # the input, each replaced by what the insert or the take of that cycle writes to the
         # same QP.
-        m.d.sync += [i_valid.eq(self.i.valid), i.eq(self.i.payload)]
+        if t.late:
+            # block RAM: the response waits a cycle in I0, where its flags are seen
+            i0_valid = Signal()
+            i0 = Signal.like(i)
+            i0_ok = Signal()        # not dropped
+            m.d.comb += i0_ok.eq(i0_valid & ~self.i_drop)
+            m.d.sync += [i0_valid.eq(self.i.valid), i0.eq(self.i.payload),
+                         i_valid.eq(i0_ok), i.eq(i0)]
+            src = i0
+        else:
+            i0_valid = 0
+            m.d.sync += [i_valid.eq(self.i.valid), i.eq(self.i.payload)]
+            src = self.i.payload
         # nothing held (every term a register): the table's flags all clear, no take pending
         idle = Signal()
         m.d.comb += idle.eq(~(t.sw_busy | t.t_valid | t.u_valid | t.d_v | t.s_valid | t.r_valid
@@ -475,15 +570,19 @@ class AckTable(wiring.Component):
         # ``next_load``, late in the cycle, only selects which compare counts)
         def hit(w):
             return Mux(self.next_load, w.en & (w.addr == self.next_qpn), w.en & (w.addr == n_q))
-        n_ins = held_read(m, ins_at_in.data, ins_w, hit(ins_w), self.next_load, "nf_ins")
-        n_tk = held_read(m, tk_at_in.data, tk_w, hit(tk_w), self.next_load, "nf_tk")
         # q's bits as they stand at I (before I's own writes)
         q_ins = Signal(_ins_layout)
         q_tk = Signal(_take_layout)
-        m.d.sync += [
-            q_ins.eq(Mux(ins_w.en & (ins_w.addr == n_q), ins_w.data, n_ins)),
-            q_tk.eq(Mux(tk_w.en & (tk_w.addr == n_q), tk_w.data, n_tk)),
-        ]
+        if t.late:
+            m.d.sync += [q_ins.eq(self._late_flags(m, t.ins_in_r, ins_w, n_q, i0, "nf_ins")),
+                         q_tk.eq(self._late_flags(m, t.tk_in_r, tk_w, n_q, i0, "nf_tk"))]
+        else:
+            n_ins = held_read(m, ins_at_in.data, ins_w, hit(ins_w), self.next_load, "nf_ins")
+            n_tk = held_read(m, tk_at_in.data, tk_w, hit(tk_w), self.next_load, "nf_tk")
+            m.d.sync += [
+                q_ins.eq(Mux(ins_w.en & (ins_w.addr == n_q), ins_w.data, n_ins)),
+                q_tk.eq(Mux(tk_w.en & (tk_w.addr == n_q), tk_w.data, n_tk)),
+            ]
         is_ack = Signal()
         m.d.comb += is_ack.eq(i.syndrome == 0x1F)
         # ``q == head`` and ``tk_w.addr == q`` compared a cycle ahead, from the registers they
@@ -494,11 +593,15 @@ class AckTable(wiring.Component):
         q_is_u = Signal()
         q_to_u = Signal()           # t_adv of the cycle before: head is that cycle's t_q
         q_is_d = Signal()
-        m.d.sync += [q_is_t.eq(self.i.payload.qpn == t.t_q),
-                     q_is_u.eq(self.i.payload.qpn == t.u_q),
+        m.d.sync += [q_is_t.eq(src.qpn == t.t_q),
+                     q_is_u.eq(src.qpn == t.u_q),
                      q_to_u.eq(t.t_adv),
-                     q_is_d.eq(self.i.payload.qpn == Mux(t.sw_valid, t.sw_q, t.head))]
-        m.d.comb += t.clash.eq(i_valid & Mux(q_to_u, q_is_t, q_is_u))
+                     q_is_d.eq(src.qpn == Mux(t.sw_valid, t.sw_q, t.head))]
+        if t.late:
+            # (the same, registered: the take depends on registers only)
+            m.d.sync += t.clash.eq(i0_ok & Mux(t.t_adv, src.qpn == t.t_q, src.qpn == t.u_q))
+        else:
+            m.d.comb += t.clash.eq(i_valid & Mux(q_to_u, q_is_t, q_is_u))
         # (no take of q in this cycle: ``clash``; a take of q in the cycle before writes the
         # take side now)
         tk_now = Signal(_take_layout)
@@ -507,7 +610,28 @@ class AckTable(wiring.Component):
         nak_k = Signal()
         m.d.comb += [ack_k.eq(q_ins.ack ^ tk_now.ack), nak_k.eq(q_ins.nak ^ tk_now.nak)]
         return types.SimpleNamespace(is_ack=is_ack, tk_now=tk_now, q_ins=q_ins, ack_k=ack_k,
-                                     nak_k=nak_k)
+                                     nak_k=nak_k, i0_valid=i0_valid,
+                                     i0=i0 if t.late else None, i0_ok=i0_ok if t.late else None)
+
+    def _late_flags(self, m, reg, w, n_q, i0, name):
+        """Block-RAM flags: a flag table's bits of the response in I0 as they stand (before I's
+        writes). The read is seen in ``reg`` two cycles after the announcement, when the
+        response is in I0 at the earliest; the read latch holds it until the next announcement,
+        which comes with the response at the earliest, so the register shows it while the
+        response is in I0. The writes ``w`` to the announced QP ``n_q`` since the read are
+        tracked (``v``, ``d``) and taken along with the response into I0 (``p_*``)."""
+        hit_n = Signal(name=f"{name}_hit_n")
+        m.d.comb += hit_n.eq(w.en & (w.addr == n_q))
+        v = Signal(name=f"{name}_v")
+        d = Signal.like(w.data, name=name)
+        with m.If(self.next_load):
+            m.d.sync += [v.eq(w.en & (w.addr == self.next_qpn)), d.eq(w.data)]
+        with m.Else():
+            m.d.sync += [v.eq(v | hit_n), d.eq(Mux(hit_n, w.data, d))]
+        p_v = Signal(name=f"{name}_p_v")
+        p_d = Signal.like(w.data, name=f"{name}_p_d")
+        m.d.sync += [p_v.eq(v | hit_n), p_d.eq(Mux(hit_n, w.data, d))]
+        return Mux(w.en & (w.addr == i0.qpn), w.data, Mux(p_v, p_d, reg))
 
     def _insert_write(self, m, t):
         """The insert's writes: the response's QP into the QP FIFO when it had nothing pending,
@@ -529,14 +653,22 @@ class AckTable(wiring.Component):
             ins_w.data.nak.eq(Mux(is_ack, q_ins.nak, ~tk_now.nak)),
             ins_w.data.nak_first.eq(is_ack & t.nak_k),
         ]
+        if t.late:
+            # (the lanes' write enables from registers: the table spans many block RAMs)
+            w_ack = Signal()
+            w_nak = Signal()
+            m.d.sync += [w_ack.eq(t.i0_ok & (t.i0.syndrome == 0x1F)),
+                         w_nak.eq(t.i0_ok & (t.i0.syndrome != 0x1F))]
+        else:
+            w_ack, w_nak = i_valid & is_ack, i_valid & ~is_ack
         m.d.comb += [
             row_w.addr.eq(q),
-            row_w.en.eq(Cat((i_valid & is_ack).replicate(_ACK_LANES),
-                            (i_valid & ~is_ack).replicate(len(row_w.en) - _ACK_LANES))),
+            row_w.en.eq(Cat(w_ack.replicate(_ACK_LANES),
+                            w_nak.replicate(len(row_w.en) - _ACK_LANES))),
             wrow.ack.psn.eq(i.psn), wrow.ack.msn.eq(i.msn),
             wrow.nak.psn.eq(i.psn), wrow.nak.msn.eq(i.msn),
             wrow.nak.syn6.eq(Cat(i.syndrome[:5], i.syndrome[6])),
-            self.pending.eq(i_valid | t.t_valid | t.u_valid | t.d_v | t.s_valid | t.r_valid
+            self.pending.eq((i_valid | t.i0_valid if t.late else i_valid) | t.t_valid | t.u_valid | t.d_v | t.s_valid | t.r_valid
                             | t.k_valid | qf.o.valid | (qf.level != 0) | oq.o.valid
                             | (oq.level != 0)),
         ]

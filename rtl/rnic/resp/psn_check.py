@@ -135,7 +135,7 @@ from ..opcodes import opcode_info, WcStatus
 from ..stream import BeatStream, Queue, check_width, slim_queue
 from ..control.qp_args import qp_arg_layout
 from ..tx.build import tx_hdr_layout
-from .ack_table import AckTable, ack_item_layout, flag_ram_style, held_read
+from .ack_table import AckTable, ack_item_layout, flag_ram_style, held_read, FLAGS_LUTRAM_MAX
 from .psn_rules import op_sequence, psn_class_layout, psn_classify
 from .qp_context import (MsgClass, QpContext, QpState, qp_dyn_layout, qp_recv_layout,
                          qp_set_event_layout)
@@ -1360,7 +1360,6 @@ class PsnCheck(wiring.Component):
         h_addr = Signal(ab)
         m.d.comb += [h_addr.eq(Mux(load, hq, h.qpn)),
                      err_rd.addr.eq(hq), err_rd.en.eq(load)]
-        h_err = held_read(m, err_rd.data, err_wr, err_wr.en & (err_wr.addr == h_addr), load, "er")
         # The sequencer's own write of the error bit is registered (``sw_*``) and lands in the
         # table one cycle later; until then the read is forwarded from that register, so the
         # next entry sees the bit exactly as if it had been written at once. (The table's
@@ -1368,7 +1367,33 @@ class PsnCheck(wiring.Component):
         sw_valid = Signal()
         sw_addr = Signal(ab)
         err = Signal()
-        m.d.comb += err.eq(h_err | (sw_valid & (sw_addr == h.qpn)))
+        late_err = None
+        if self.num_qp > FLAGS_LUTRAM_MAX:
+            # Block RAM: the read goes into a register with nothing in between (the RAM's
+            # output register) and is seen two cycles after the head's load, a cycle after its
+            # response at the earliest (the read latch holds it until the next load, which
+            # comes with the response at the earliest). The response goes to the pending table
+            # without the error bit, which drops it a cycle later (``late_err``, the bit as
+            # ``err`` would have had it); the sequencer's write of the bit no longer waits for
+            # the bit (a QP already in error is written again, with the same 1).
+            er_r = Signal(reset_less=True)
+            er_v = Signal()
+            er_d = Signal()
+            hit = Signal()
+            m.d.comb += hit.eq(err_wr.en & (err_wr.addr == h_addr))
+            m.d.sync += [er_r.eq(err_rd.data), er_v.eq(hit | (er_v & ~load)),
+                         er_d.eq(Mux(hit, err_wr.data, er_d))]
+            p_v = Signal()
+            p_d = Signal()
+            p_sw = Signal()
+            m.d.sync += [p_v.eq(er_v), p_d.eq(er_d), p_sw.eq(sw_valid & (sw_addr == h.qpn))]
+            late_err = Signal()
+            m.d.comb += late_err.eq(Mux(p_v, p_d, er_r) | p_sw)
+            # (``err`` stays 0 here)
+        else:
+            h_err = held_read(m, err_rd.data, err_wr, err_wr.en & (err_wr.addr == h_addr), load,
+                              "er")
+            m.d.comb += err.eq(h_err | (sw_valid & (sw_addr == h.qpn)))
         have = Signal()
         m.d.comb += have.eq(hv & (~h.wait_done | self.done.valid))
         fatal_done = Signal()
@@ -1404,7 +1429,8 @@ class PsnCheck(wiring.Component):
         m.d.comb += seq_err_wr.eq(go & ~err & (fatal_done | h.kill))
         return types.SimpleNamespace(
             coal_ready=coal_ready, f=f, f_valid=f_valid, fatal_done=fatal_done, have=have,
-            need_inj=need_inj, seq_err_wr=seq_err_wr, sw_addr=sw_addr, sw_valid=sw_valid)
+            need_inj=need_inj, seq_err_wr=seq_err_wr, sw_addr=sw_addr, sw_valid=sw_valid,
+            late_err=late_err)
 
     def _seq_errors(self, m, t):
         """The faults from later stages (through ``fault_q``) and the injection of a fatal
@@ -1488,6 +1514,8 @@ class PsnCheck(wiring.Component):
             acks.i.payload.eq(f),
             acks.next_qpn.eq(hq), acks.next_load.eq(load),
         ]
+        if t.late_err is not None:
+            m.d.comb += acks.i_drop.eq(t.late_err)
 
         connect(m, acks.o, wiring.flipped(self.ack_tx))
 
