@@ -52,13 +52,15 @@ synth: generate
 area: setup
 	$(PY) -m rnic_flow.cli area $(CONFIG) $(RECORD)
 
+# (--dist worksteal: an idle worker takes tests queued on the other, so the run does not end
+# on one worker's long tail)
 test: setup
-	$(PYTEST) -n $(JOBS) --durations=25 -m "not full and not soak and not fuzz" tb
+	$(PYTEST) -n $(JOBS) --dist worksteal --durations=25 -m "not full and not soak and not fuzz" tb
 
 # then the area report: --no-fail while the core is over its budgets (it reports and fails
 # only when the flow itself fails); drop --no-fail once every block is within budget
 regress-full: setup
-	$(PYTEST) -n $(JOBS) --durations=25 tb -m "not soak and not fuzz"
+	$(PYTEST) -n $(JOBS) --dist worksteal --durations=25 tb -m "not soak and not fuzz"
 	$(PY) -m rnic_flow.cli area --no-fail $(CONFIG)
 
 soak: setup
