@@ -63,8 +63,9 @@ def test_psn_check_w512_all():
 
 
 #: the directed tests whose subject is the QP context (its reads, writes, forwarding and
-#: SET_QP) or a per-QP table that is block RAM above 256 QPs (the error bits), for the
-#: one-word table; every test at 512 QPs under make regress-full
+#: SET_QP) or a per-QP table that is block RAM above 256 QPs (the error bits, the pending
+#: table's flags under TX back-pressure), for the one-word table; every test at 512 QPs under
+#: make regress-full
 CONTEXT_TESTS = ["psn_ahead_first_nak", "psn_ahead_repeated_one_nak", "psn_equal_clears_latch",
                  "psn_behind_duplicate", "psn_duplicate_while_nak_latched", "psn_wrap",
                  "forwarding_while_command_waits", "context_forward_and_spacing",
@@ -72,6 +73,7 @@ CONTEXT_TESTS = ["psn_ahead_first_nak", "psn_ahead_repeated_one_nak", "psn_equal
                  "context_words_split", "access_rules", "rnr_empty_rq", "state_drops",
                  "set_qp_transitions", "set_qp_in_flight", "fault_moves_qp_to_error",
                  "fatal_then_waiting_heads", "fatal_then_queued_nak",
+                 "tx_backpressure_coalesce", "tx_flicker_ack_and_nak_pending",
                  "qp_set_events", "set_qp_unaligned_base", "reset_forgets_pending_responses",
                  "random_sequences", "random_paced_exact", "tshark_decodes_every_frame"]
 

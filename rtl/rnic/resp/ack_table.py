@@ -389,7 +389,7 @@ class AckTable(wiring.Component):
         m.d.comb += [t.row_r.addr.eq(head), t.row_r.en.eq(take)]
         return types.SimpleNamespace(t_valid=t_valid, t_q=t_q, u_valid=u_valid, u_q=u_q,
                                      head=head, take=take, t_adv=t_adv, clash=clash,
-                                     k_valid=k_valid, pop=pop)
+                                     k_valid=k_valid)
 
     def _head_flags(self, m, t):
         """The head's flags, read as its QPN moves from T to U (each QP's insert-side bits
@@ -589,18 +589,19 @@ class AckTable(wiring.Component):
         # are loaded from (``q`` from the input, ``head`` from ``t_q`` on ``t_adv`` and ``u_q``
         # otherwise, ``tk_w.addr`` from ``sw_q`` or ``head``), so that the take and the QP
         # FIFO's write see one register each (timing)
-        q_is_t = Signal()
-        q_is_u = Signal()
-        q_to_u = Signal()           # t_adv of the cycle before: head is that cycle's t_q
         q_is_d = Signal()
-        m.d.sync += [q_is_t.eq(src.qpn == t.t_q),
-                     q_is_u.eq(src.qpn == t.u_q),
-                     q_to_u.eq(t.t_adv),
-                     q_is_d.eq(src.qpn == Mux(t.sw_valid, t.sw_q, t.head))]
         if t.late:
-            # (the same, registered: the take depends on registers only)
-            m.d.sync += t.clash.eq(i0_ok & Mux(t.t_adv, src.qpn == t.t_q, src.qpn == t.u_q))
+            # (``clash`` itself registered: the take depends on registers only)
+            m.d.sync += [q_is_d.eq(src.qpn == Mux(t.sw_valid, t.sw_q, t.head)),
+                         t.clash.eq(i0_ok & Mux(t.t_adv, src.qpn == t.t_q, src.qpn == t.u_q))]
         else:
+            q_is_t = Signal()
+            q_is_u = Signal()
+            q_to_u = Signal()       # t_adv of the cycle before: head is that cycle's t_q
+            m.d.sync += [q_is_t.eq(src.qpn == t.t_q),
+                         q_is_u.eq(src.qpn == t.u_q),
+                         q_to_u.eq(t.t_adv),
+                         q_is_d.eq(src.qpn == Mux(t.sw_valid, t.sw_q, t.head))]
             m.d.comb += t.clash.eq(i_valid & Mux(q_to_u, q_is_t, q_is_u))
         # (no take of q in this cycle: ``clash``; a take of q in the cycle before writes the
         # take side now)
@@ -668,7 +669,8 @@ class AckTable(wiring.Component):
             wrow.ack.psn.eq(i.psn), wrow.ack.msn.eq(i.msn),
             wrow.nak.psn.eq(i.psn), wrow.nak.msn.eq(i.msn),
             wrow.nak.syn6.eq(Cat(i.syndrome[:5], i.syndrome[6])),
-            self.pending.eq((i_valid | t.i0_valid if t.late else i_valid) | t.t_valid | t.u_valid | t.d_v | t.s_valid | t.r_valid
+            self.pending.eq((i_valid | t.i0_valid if t.late else i_valid) | t.t_valid
+                            | t.u_valid | t.d_v | t.s_valid | t.r_valid
                             | t.k_valid | qf.o.valid | (qf.level != 0) | oq.o.valid
                             | (oq.level != 0)),
         ]
